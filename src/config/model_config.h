@@ -1,0 +1,62 @@
+// Owns the parsed Hugging Face model configuration (config.json + generation_config.json) and its validation.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ssmserve {
+
+/// Mamba-1 mixer hyperparameters (HF `MambaConfig`; names as in the Mamba paper / vLLM).
+struct MambaConfig {
+  int d_inner = 0;      ///< intermediate_size (= expand * hidden_size)
+  int d_state = 0;      ///< state_size, N
+  int d_conv = 0;       ///< conv_kernel, K
+  int dt_rank = 0;      ///< time_step_rank, R ("auto" -> ceil(hidden_size / 16))
+  bool use_bias = false;       ///< in_proj / out_proj bias
+  bool use_conv_bias = true;   ///< conv1d bias
+  bool residual_in_fp32 = true;
+
+  /// Reads the Mamba fields from a parsed config.json. Throws Error naming a missing or invalid field.
+  static MambaConfig from_json(const nlohmann::json& cfg, int hidden_size);
+};
+
+/// Model-level configuration shared by every architecture, plus the architecture-specific section.
+struct ModelConfig {
+  std::filesystem::path dir;       ///< checkpoint folder
+  std::string architecture;        ///< architectures[0], e.g. "MambaForCausalLM"
+  std::string model_type;          ///< e.g. "mamba"
+  nlohmann::json raw;              ///< config.json as parsed (infinities normalized to JSON numbers/strings)
+  int vocab_size = 0;              ///< rows of the embedding / LM head (may exceed the tokenizer's vocabulary)
+  int hidden_size = 0;
+  int num_hidden_layers = 0;
+  float layer_norm_epsilon = 1e-5f;
+  bool tie_word_embeddings = true;
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;  ///< from generation_config.json if present, else config.json
+  int pad_token_id = -1;
+  int max_model_len = 0;           ///< 0 = unbounded (recurrent models have no positional limit)
+  std::string torch_dtype;         ///< "bfloat16" / "float16" / "float32" ("dtype" or "torch_dtype")
+  std::optional<MambaConfig> mamba;
+
+  /// Loads `dir`/config.json (and generation_config.json when present), validating every field used.
+  /// Throws Error naming the file and field on invalid JSON, a missing or mistyped field, or a value out of range.
+  static ModelConfig load(const std::filesystem::path& dir);
+
+  /// Builds a config from already-parsed config.json content (no generation_config.json). Same errors.
+  static ModelConfig from_json(const nlohmann::json& cfg, const std::filesystem::path& dir = {});
+};
+
+/// Parses Hugging Face JSON text, accepting the non-standard bare tokens `Infinity`, `-Infinity` and `NaN`
+/// (outside strings) as well as transformers 5.x's `{"__float__": "Infinity"}` objects; both become JSON
+/// numbers (+/-inf, nan stored as double). `what` names the source in error messages ("config.json").
+/// Throws Error with the byte position on invalid JSON.
+nlohmann::json parse_hf_json(std::string_view text, const std::string& what);
+
+/// Reads a number that may be a plain number or a {"__float__": "..."} object. Throws Error naming `field`.
+double json_float(const nlohmann::json& v, const std::string& field);
+
+}  // namespace ssmserve

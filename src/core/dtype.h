@@ -1,0 +1,65 @@
+// Owns the element types ssmserve stores (F32, BF16, F16) and scalar conversions between them.
+#pragma once
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace ssmserve {
+
+/// Element type of a stored tensor (weights, states). Names follow safetensors ("F32", "BF16", "F16").
+enum class DType : uint8_t { F32, BF16, F16 };
+
+/// Bytes per element.
+constexpr size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+
+/// "F32" / "BF16" / "F16".
+constexpr std::string_view dtype_name(DType t) {
+  return t == DType::F32 ? "F32" : (t == DType::BF16 ? "BF16" : "F16");
+}
+
+/// bfloat16 bits -> float (exact).
+inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+/// float -> bfloat16 bits, round to nearest even; NaN stays NaN.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+/// IEEE half bits -> float (exact, handles subnormals, inf, NaN).
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t man = h & 0x3ffu;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/// Converts n elements of type `t` at `src` to float at `dst`.
+inline void to_f32(DType t, const void* src, float* dst, size_t n) {
+  switch (t) {
+    case DType::F32: std::memcpy(dst, src, n * 4); return;
+    case DType::BF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::F16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace ssmserve
