@@ -1,0 +1,36 @@
+// Owns the depthwise causal conv1d of the Mamba mixers on the CPU: the varlen prefill form and the one-token
+// decode update, both reading and writing the conv window kept in the state cache. Semantics follow the
+// `causal_conv1d_fn` / `causal_conv1d_update` pair of vLLM and Dao-AILab/causal-conv1d
+// (vllm-ssm-design.md §3.1: the window holds the last K-1 pre-convolution inputs, newest last).
+#pragma once
+#include <cstdint>
+#include <span>
+
+namespace ssmserve::cpu {
+
+/// Parameters shared by both forms. `conv_states` is the pool [num_blocks, width-1, dim] fp32 (channels
+/// contiguous, "SD" layout); block 0 is the null block: rows whose state index is 0 are skipped entirely.
+struct ConvParams {
+  int64_t dim = 0;                 ///< channels
+  int width = 0;                   ///< kernel size K (d_conv)
+  const float* weight = nullptr;   ///< [dim, width] fp32
+  const float* bias = nullptr;     ///< [dim] fp32 or nullptr
+  float* conv_states = nullptr;    ///< [num_blocks, width-1, dim] fp32
+  bool apply_silu = true;
+};
+
+/// Varlen prefill. x: [num_tokens, dim] (row stride x_stride) packed sequences delimited by
+/// query_start_loc [num_seqs+1]; out: [num_tokens, dim] (row stride out_stride, must not alias x).
+/// Sequence s starts from conv_states[state_indices[s]] when has_initial_states[s], else from zeros, and its
+/// window is overwritten with the last width-1 inputs (shifted in from the old window when the sequence is
+/// shorter than width-1).
+void causal_conv1d_fwd(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
+                       std::span<const int32_t> query_start_loc, std::span<const int32_t> state_indices,
+                       std::span<const uint8_t> has_initial_states);
+
+/// Decode: one new input per row. x: [batch, dim] (row stride x_stride), out: [batch, dim] (row stride
+/// out_stride). Row b reads and updates conv_states[state_indices[b]] in place; rows with index 0 are skipped.
+void causal_conv1d_update(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
+                          std::span<const int32_t> state_indices);
+
+}  // namespace ssmserve::cpu

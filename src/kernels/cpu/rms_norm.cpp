@@ -1,0 +1,21 @@
+// Owns RMSNorm on the CPU (see rms_norm.h).
+#include "kernels/cpu/rms_norm.h"
+
+#include <cmath>
+
+namespace ssmserve::cpu {
+
+void rms_norm(const float* x, const float* weight, float eps, int64_t T, int64_t H, float* y) {
+#pragma omp parallel for schedule(static) if (T > 4)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * H;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t h = 0; h < H; ++h) ss += xt[h] * xt[h];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(H) + eps);
+    float* yt = y + t * H;
+    for (int64_t h = 0; h < H; ++h) yt[h] = xt[h] * inv * weight[h];
+  }
+}
+
+}  // namespace ssmserve::cpu

@@ -1,0 +1,153 @@
+// Owns the Mamba-1 forward pass over a packed batch (decode rows through the one-token state update, prefill
+// rows through the varlen conv + selective scan) and its weight loading.
+#include "model/archs/mamba.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/cpu/causal_conv1d.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/selective_scan.h"
+
+namespace ssmserve {
+
+MambaWeights MambaWeights::load(const ModelConfig& cfg, WeightSource& src) {
+  const MambaConfig& m = *cfg.mamba;
+  const int64_t H = cfg.hidden_size, I = m.d_inner, N = m.d_state, K = m.d_conv, R = m.dt_rank, V = cfg.vocab_size;
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(H)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
+  MambaWeights w;
+  w.embedding = src.matrix("backbone.embeddings.weight", {V, H}, DummyInit::uniform(0.1f));
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    const std::string p = fmt::format("backbone.layers.{}.", l);
+    MambaLayerWeights L;
+    L.norm = src.vector(p + "norm.weight", {H}, DummyInit::constant(1.0f));
+    L.in_proj = src.matrix(p + "mixer.in_proj.weight", {2 * I, H}, DummyInit::uniform(in_scale));
+    if (m.use_bias) L.in_proj_bias = src.vector(p + "mixer.in_proj.bias", {2 * I}, DummyInit::constant(0.0f));
+    L.conv_weight = src.vector(p + "mixer.conv1d.weight", {I, 1, K}, DummyInit::uniform(0.5f));
+    if (m.use_conv_bias) L.conv_bias = src.vector(p + "mixer.conv1d.bias", {I}, DummyInit::uniform(0.1f));
+    L.x_proj = src.matrix(p + "mixer.x_proj.weight", {R + 2 * N, I}, DummyInit::uniform(inner_scale));
+    L.dt_proj = src.matrix(p + "mixer.dt_proj.weight", {I, R}, DummyInit::uniform(1.0f / std::sqrt(static_cast<float>(R))));
+    L.dt_bias = src.vector(p + "mixer.dt_proj.bias", {I}, DummyInit::constant(-4.0f));
+    L.A = src.vector(p + "mixer.A_log", {I, N}, DummyInit::log_arange());
+    for (float& a : L.A) a = -std::exp(a);
+    L.D = src.vector(p + "mixer.D", {I}, DummyInit::constant(1.0f));
+    L.out_proj = src.matrix(p + "mixer.out_proj.weight", {H, I}, DummyInit::uniform(inner_scale));
+    if (m.use_bias) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {H}, DummyInit::constant(0.0f));
+    w.layers.push_back(std::move(L));
+  }
+  w.norm_f = src.vector("backbone.norm_f.weight", {H}, DummyInit::constant(1.0f));
+  if (cfg.tie_word_embeddings && !src.has("lm_head.weight")) w.lm_head = w.embedding;
+  else w.lm_head = src.matrix("lm_head.weight", {V, H}, DummyInit::uniform(0.1f));
+  return w;
+}
+
+namespace {
+
+/// The Mamba-1 model: weights plus per-forward scratch (one forward at a time).
+class MambaModel final : public CausalLM {
+ public:
+  MambaModel(ModelConfig cfg, MambaWeights w, std::shared_ptr<const Checkpoint> ckpt)
+      : cfg_(std::move(cfg)), m_(*cfg_.mamba), w_(std::move(w)), ckpt_(std::move(ckpt)) {}
+
+  const ModelConfig& config() const override { return cfg_; }
+  int num_state_layers() const override { return cfg_.num_hidden_layers; }
+  StateShape state_shape() const override {
+    return {static_cast<int64_t>(m_.d_conv - 1) * m_.d_inner, static_cast<int64_t>(m_.d_inner) * m_.d_state};
+  }
+
+  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
+
+ private:
+  void mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T);
+
+  ModelConfig cfg_;
+  MambaConfig m_;
+  MambaWeights w_;
+  std::shared_ptr<const Checkpoint> ckpt_;  // keeps mapped weights alive
+  // Scratch, resized per forward. Shapes for T packed tokens:
+  std::vector<float> hidden_;   // [T, H] residual stream (fp32)
+  std::vector<float> normed_;   // [T, H]
+  std::vector<float> xz_;       // [T, 2I]
+  std::vector<float> xc_;       // [T, I] conv output x'
+  std::vector<float> xdbl_;     // [T, R + 2N]
+  std::vector<float> delta_;    // [T, I]
+  std::vector<float> y_;        // [T, I]
+  std::vector<float> out_;      // [T, H]
+};
+
+void MambaModel::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
+  batch.validate();
+  const int64_t T = batch.num_tokens(), H = cfg_.hidden_size, V = cfg_.vocab_size;
+  SSM_CHECK(cache.num_layers() == num_state_layers(), "Mamba forward: state cache has {} layers, model {}",
+            cache.num_layers(), num_state_layers());
+  for (int32_t b : batch.state_indices)
+    SSM_CHECK(b >= 0 && b < cache.num_blocks(), "Mamba forward: state index {} out of range", b);
+  // 1. Embedding lookup.
+  hidden_.resize(T * H);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = batch.input_ids[t];
+    SSM_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
+    w_.embedding.row_to_f32(id, hidden_.data() + t * H);
+  }
+  // 2. Residual blocks: hidden += mixer(rms_norm(hidden)).
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, cache, T);
+  // 3. Final norm on the requested rows, then the LM head.
+  const int64_t M = static_cast<int64_t>(batch.logits_indices.size());
+  if (M == 0) return;
+  std::vector<float> rows(M * H);
+  for (int64_t i = 0; i < M; ++i) std::copy_n(hidden_.data() + batch.logits_indices[i] * H, H, rows.data() + i * H);
+  cpu::rms_norm(rows.data(), w_.norm_f.data(), cfg_.layer_norm_epsilon, M, H, rows.data());
+  cpu::linear(rows.data(), M, w_.lm_head, nullptr, logits);
+}
+
+void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T) {
+  const MambaLayerWeights& L = w_.layers[layer];
+  const int64_t H = cfg_.hidden_size, I = m_.d_inner, N = m_.d_state, R = m_.dt_rank;
+  const int64_t XD = R + 2 * N;
+  const int nd = batch.num_decodes, R_ = batch.num_reqs();
+  normed_.resize(T * H), xz_.resize(T * 2 * I), xc_.resize(T * I), xdbl_.resize(T * XD), delta_.resize(T * I);
+  y_.resize(T * I), out_.resize(T * H);
+  // 1. Pre-norm and input projection: xz = in_proj(norm(h)), x = xz[:, :I], z = xz[:, I:].
+  cpu::rms_norm(hidden_.data(), L.norm.data(), cfg_.layer_norm_epsilon, T, H, normed_.data());
+  cpu::linear(normed_.data(), T, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), xz_.data());
+  // 2. Causal conv1d + SiLU: decode rows [0, nd) update their window, prefill rows scan theirs.
+  cpu::ConvParams conv{I, m_.d_conv, L.conv_weight.data(), L.conv_bias.empty() ? nullptr : L.conv_bias.data(),
+                       cache.conv_state(layer), true};
+  std::span<const int32_t> qsl(batch.query_start_loc), idx(batch.state_indices);
+  std::span<const uint8_t> init(batch.has_initial_states);
+  if (nd > 0) cpu::causal_conv1d_update(xz_.data(), 2 * I, xc_.data(), I, conv, idx.subspan(0, nd));
+  if (nd < R_) cpu::causal_conv1d_fwd(xz_.data(), 2 * I, xc_.data(), I, conv, qsl.subspan(nd), idx.subspan(nd), init.subspan(nd));
+  // 3. x_proj -> [dt_low, B, C]; delta = dt_proj(dt_low) (bias and softplus inside the scan).
+  cpu::linear(xc_.data(), T, L.x_proj, nullptr, xdbl_.data());
+  cpu::linear(xdbl_.data(), T, XD, L.dt_proj, nullptr, delta_.data(), I);
+  // 4. Selective scan with D skip and SiLU(z) gate.
+  cpu::ScanInputs in{{xc_.data(), I}, {delta_.data(), I}, {xdbl_.data() + R, XD}, {xdbl_.data() + R + N, XD}, {xz_.data() + I, 2 * I}};
+  cpu::ScanParams sp{I, static_cast<int>(N), L.A.data(), L.D.data(), L.dt_bias.data(), true, cache.ssm_state(layer)};
+  if (nd > 0) cpu::selective_state_update(in, sp, y_.data(), I, idx.subspan(0, nd));
+  if (nd < R_) cpu::selective_scan_fwd(in, sp, y_.data(), I, qsl.subspan(nd), idx.subspan(nd), init.subspan(nd));
+  // 5. Output projection and residual add (fp32).
+  cpu::linear(y_.data(), T, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out_.data());
+  for (int64_t i = 0; i < T * H; ++i) hidden_[i] += out_[i];
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_mamba(const ModelConfig& cfg, LoadFormat format) {
+  SSM_CHECK(cfg.mamba.has_value(), "{}: not a Mamba config", (cfg.dir / "config.json").string());
+  SSM_CHECK(cfg.mamba->d_state <= 256, "config.json: state_size {} > 256 is not supported", cfg.mamba->d_state);
+  SSM_CHECK(cfg.mamba->d_conv >= 1, "config.json: conv_kernel must be >= 1");
+  std::shared_ptr<const Checkpoint> ckpt;
+  WeightSource src = WeightSource::dummy();
+  if (format != LoadFormat::Dummy) {
+    ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
+    src = WeightSource::from_checkpoint(ckpt);
+  }
+  MambaWeights w = MambaWeights::load(cfg, src);
+  return std::make_unique<MambaModel>(cfg, std::move(w), std::move(ckpt));
+}
+
+}  // namespace ssmserve

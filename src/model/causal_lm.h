@@ -1,0 +1,44 @@
+// Owns the model interface every architecture implements, and the registry that picks an implementation from
+// config.json's `architectures` (vllm-ssm-design.md §1: each mixer reports its state shapes; the engine owns
+// the pool).
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/state_cache.h"
+#include "config/model_config.h"
+#include "model/forward_batch.h"
+
+namespace ssmserve {
+
+/// Where weights come from: the checkpoint's safetensors, or random values from the config alone (benchmarks).
+enum class LoadFormat { Auto, Dummy };
+
+/// A causal language model with recurrent layers.
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const ModelConfig& config() const = 0;
+  /// Recurrent layers (each gets conv + ssm state in every block).
+  virtual int num_state_layers() const = 0;
+  /// State elements per block per layer.
+  virtual StateShape state_shape() const = 0;
+  /// Runs the packed batch, updating the states of its blocks in `cache`, and writes logits for
+  /// batch.logits_indices into `logits`: [logits_indices.size(), vocab_size] fp32.
+  /// Throws Error on an inconsistent batch or a token id outside [0, vocab_size).
+  virtual void forward(const ForwardBatch& batch, StateCache& cache, float* logits) = 0;
+};
+
+/// Loads the model in `dir` (config.json + safetensors), picking the architecture from the registry.
+/// Throws Error naming the file / tensor / field on any defect, or listing the supported architectures.
+std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format = LoadFormat::Auto);
+
+/// Same, from an already-loaded config.
+std::unique_ptr<CausalLM> load_model(const ModelConfig& config, LoadFormat format);
+
+/// Architecture names the registry knows ("MambaForCausalLM", ...).
+std::vector<std::string> supported_architectures();
+
+}  // namespace ssmserve

@@ -1,0 +1,46 @@
+// Owns the architecture registry: `architectures[0]` of config.json -> the loader of that model.
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "core/error.h"
+#include "model/archs/mamba.h"
+#include "model/causal_lm.h"
+
+namespace ssmserve {
+namespace {
+
+using Loader = std::function<std::unique_ptr<CausalLM>(const ModelConfig&, LoadFormat)>;
+
+const std::map<std::string, Loader>& registry() {
+  static const std::map<std::string, Loader> r = {
+      {"MambaForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba(c, f); }},
+  };
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : registry()) names.push_back(k);
+  return names;
+}
+
+std::unique_ptr<CausalLM> load_model(const ModelConfig& config, LoadFormat format) {
+  const auto& r = registry();
+  auto it = r.find(config.architecture);
+  if (it == r.end()) {
+    std::string known;
+    for (const auto& [k, v] : r) known += (known.empty() ? "" : ", ") + k;
+    fail("{}: architecture \"{}\" is not supported (supported: {})", (config.dir / "config.json").string(),
+         config.architecture, known);
+  }
+  return it->second(config, format);
+}
+
+std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format) {
+  return load_model(ModelConfig::load(dir), format);
+}
+
+}  // namespace ssmserve

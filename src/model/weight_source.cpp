@@ -1,0 +1,75 @@
+// Owns checkpoint-backed and dummy parameter sources (see weight_source.h).
+#include "model/weight_source.h"
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+
+namespace ssmserve {
+namespace {
+
+uint64_t name_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull ^ seed;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Fills n values: value(i) for the init kind, row length `cols` (for LogArange).
+template <typename Store>
+void fill(const DummyInit& init, uint64_t seed, int64_t n, int64_t cols, Store store) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-init.value, init.value);
+  for (int64_t i = 0; i < n; ++i) {
+    float v = 0.0f;
+    switch (init.kind) {
+      case DummyInit::Uniform: v = dist(rng); break;
+      case DummyInit::Constant: v = init.value; break;
+      case DummyInit::LogArange: v = std::log(static_cast<float>(i % cols + 1)); break;
+    }
+    store(i, v);
+  }
+}
+
+}  // namespace
+
+WeightSource WeightSource::from_checkpoint(std::shared_ptr<const Checkpoint> ckpt) {
+  WeightSource s;
+  s.ckpt_ = std::move(ckpt);
+  return s;
+}
+
+WeightSource WeightSource::dummy(uint64_t seed) {
+  WeightSource s;
+  s.seed_ = seed;
+  return s;
+}
+
+bool WeightSource::has(const std::string& name) const { return ckpt_ && ckpt_->has(name); }
+
+Weight WeightSource::matrix(const std::string& name, const std::vector<int64_t>& shape, DummyInit init) {
+  if (ckpt_) return Weight::from_tensor(ckpt_->get(name, shape));
+  int64_t cols = 1;
+  for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
+  Weight w = Weight::allocate(DType::BF16, shape.at(0), cols);
+  auto* dst = reinterpret_cast<uint16_t*>(w.owned->data());
+  fill(init, name_seed(seed_, name), numel(shape), cols, [&](int64_t i, float v) { dst[i] = f32_to_bf16(v); });
+  return w;
+}
+
+std::vector<float> WeightSource::vector(const std::string& name, const std::vector<int64_t>& shape, DummyInit init) {
+  if (ckpt_) return tensor_to_f32(ckpt_->get(name, shape));
+  std::vector<float> out(static_cast<size_t>(numel(shape)));
+  const int64_t cols = shape.size() > 1 ? numel(shape) / shape[0] : numel(shape);
+  // Round through bf16 so dummy vectors look like a bf16 checkpoint's.
+  fill(init, name_seed(seed_, name), numel(shape), cols, [&](int64_t i, float v) { out[i] = bf16_to_f32(f32_to_bf16(v)); });
+  return out;
+}
+
+}  // namespace ssmserve

@@ -1,0 +1,45 @@
+// Owns where a model's parameters come from: a checkpoint (validated name, shape and dtype) or dummy random
+// values generated from the config alone (`--load-format dummy`, for benchmarks at real shapes).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/weight.h"
+
+namespace ssmserve {
+
+/// How a dummy parameter is filled. Ignored for checkpoint loads.
+struct DummyInit {
+  enum Kind { Uniform, Constant, LogArange } kind = Uniform;
+  float value = 0.02f;  ///< Uniform: half-width; Constant: the value; LogArange: unused (row i col j = log(j+1))
+  static DummyInit uniform(float half_width) { return {Uniform, half_width}; }
+  static DummyInit constant(float v) { return {Constant, v}; }
+  static DummyInit log_arange() { return {LogArange, 0.0f}; }
+};
+
+/// Hands out parameters by name with their expected shape (outermost first).
+class WeightSource {
+ public:
+  /// Reads from an opened checkpoint.
+  static WeightSource from_checkpoint(std::shared_ptr<const Checkpoint> ckpt);
+  /// Generates deterministic random BF16 matrices (and fp32 vectors) from `seed` and the tensor name.
+  static WeightSource dummy(uint64_t seed = 0);
+
+  /// A matrix parameter (kept in its stored dtype; F16 becomes F32). Throws Error if missing / wrong shape.
+  Weight matrix(const std::string& name, const std::vector<int64_t>& shape, DummyInit init);
+  /// A small parameter converted to fp32, flattened. Throws Error if missing / wrong shape.
+  std::vector<float> vector(const std::string& name, const std::vector<int64_t>& shape, DummyInit init);
+  /// True when the checkpoint has the tensor (always false for dummy sources).
+  bool has(const std::string& name) const;
+  bool is_dummy() const { return ckpt_ == nullptr; }
+
+ private:
+  std::shared_ptr<const Checkpoint> ckpt_;
+  uint64_t seed_ = 0;
+};
+
+}  // namespace ssmserve
