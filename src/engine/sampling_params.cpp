@@ -1,0 +1,53 @@
+// Owns SamplingParams validation (vLLM's SamplingParams._verify_args limits).
+#include "engine/sampling_params.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace ssmserve {
+
+void SamplingParams::validate(int vocab_size) const {
+  SSM_CHECK(vocab_size > 0, "SamplingParams.validate: vocab_size must be > 0, got {}", vocab_size);
+  SSM_CHECK(n >= 1, "SamplingParams.n must be at least 1, got {}", n);
+  // Written as !(ok) so NaN fails too.
+  SSM_CHECK(presence_penalty >= -2.0 && presence_penalty <= 2.0,
+            "SamplingParams.presence_penalty must be in [-2, 2], got {}", presence_penalty);
+  SSM_CHECK(frequency_penalty >= -2.0 && frequency_penalty <= 2.0,
+            "SamplingParams.frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
+  SSM_CHECK(repetition_penalty > 0.0 && std::isfinite(repetition_penalty),
+            "SamplingParams.repetition_penalty must be greater than zero, got {}", repetition_penalty);
+  SSM_CHECK(temperature >= 0.0 && std::isfinite(temperature),
+            "SamplingParams.temperature must be non-negative, got {}", temperature);
+  SSM_CHECK(top_p > 0.0 && top_p <= 1.0, "SamplingParams.top_p must be in (0, 1], got {}", top_p);
+  SSM_CHECK(top_k >= -1, "SamplingParams.top_k must be 0 or -1 (disable), or at least 1, got {}", top_k);
+  SSM_CHECK(min_p >= 0.0 && min_p <= 1.0, "SamplingParams.min_p must be in [0, 1], got {}", min_p);
+  SSM_CHECK(max_tokens >= 1, "SamplingParams.max_tokens must be at least 1, got {}", max_tokens);
+  SSM_CHECK(min_tokens >= 0, "SamplingParams.min_tokens must be greater than or equal to 0, got {}", min_tokens);
+  SSM_CHECK(min_tokens <= max_tokens,
+            "SamplingParams.min_tokens must be less than or equal to max_tokens={}, got {}", max_tokens,
+            min_tokens);
+  if (logprobs) {
+    SSM_CHECK(*logprobs >= 0 && *logprobs <= kMaxLogprobs, "SamplingParams.logprobs must be in [0, {}], got {}",
+              kMaxLogprobs, *logprobs);
+  }
+  if (prompt_logprobs) {
+    SSM_CHECK(*prompt_logprobs >= 0 && *prompt_logprobs <= kMaxLogprobs,
+              "SamplingParams.prompt_logprobs must be in [0, {}], got {}", kMaxLogprobs, *prompt_logprobs);
+  }
+  for (size_t i = 0; i < stop.size(); ++i) {
+    SSM_CHECK(!stop[i].empty(), "SamplingParams.stop cannot contain an empty string (stop[{}])", i);
+  }
+  for (size_t i = 0; i < stop_token_ids.size(); ++i) {
+    const int t = stop_token_ids[i];
+    SSM_CHECK(t >= 0 && t < vocab_size, "SamplingParams.stop_token_ids[{}] = {} is out of vocabulary range [0, {})",
+              i, t, vocab_size);
+  }
+}
+
+int SamplingParams::effective_top_k(int vocab_size) const {
+  if (top_k <= 0) return vocab_size;
+  return top_k < vocab_size ? top_k : vocab_size;
+}
+
+}  // namespace ssmserve

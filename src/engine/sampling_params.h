@@ -1,0 +1,73 @@
+// Owns SamplingParams: the per-request decoding knobs (vLLM's names, defaults and validation limits).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ssmserve {
+
+/// Temperatures below this are greedy decoding (vLLM's _SAMPLING_EPS).
+inline constexpr double kSamplingEps = 1e-5;
+/// Largest `logprobs` / `prompt_logprobs` a request may ask for (vLLM's default max_logprobs).
+inline constexpr int kMaxLogprobs = 20;
+
+/// Per-request sampling and stopping parameters. Field names, meanings and defaults follow vLLM's
+/// `vllm.SamplingParams` (which in turn follows the OpenAI completions API); penalties follow vLLM v1's
+/// `apply_penalties` and HF's RepetitionPenaltyLogitsProcessor. Plain aggregate: set fields, then call
+/// validate() once when the request is admitted.
+struct SamplingParams {
+  /// Number of output sequences to generate for the prompt (>= 1).
+  int n = 1;
+  /// Softmax temperature (>= 0). Below kSamplingEps decoding is greedy (argmax).
+  double temperature = 1.0;
+  /// Nucleus sampling: keep the smallest set of most-probable tokens whose mass is >= top_p. In (0, 1]; 1 = off.
+  double top_p = 1.0;
+  /// Keep only the top_k most probable tokens. 0 or -1 = off; otherwise >= 1 (values above the vocab are clamped).
+  int top_k = 0;
+  /// Drop tokens whose probability is < min_p * (probability of the most likely token). In [0, 1]; 0 = off.
+  double min_p = 0.0;
+  /// Seed of the request's random stream; unset = nondeterministic (std::random_device).
+  std::optional<uint64_t> seed;
+  /// Subtracted once from the logit of every token that occurs in the output so far. In [-2, 2].
+  double presence_penalty = 0.0;
+  /// Subtracted from a token's logit once per occurrence in the output so far. In [-2, 2].
+  double frequency_penalty = 0.0;
+  /// HF-style multiplicative penalty over tokens in prompt + output: positive logits are divided by it,
+  /// non-positive ones multiplied. > 0; 1 = off.
+  double repetition_penalty = 1.0;
+  /// Maximum number of generated tokens (>= 1); reaching it finishes the sequence with reason "length".
+  int max_tokens = 16;
+  /// EOS, stop_token_ids and stop strings cannot end the sequence before this many tokens are generated
+  /// (the sampler masks EOS / stop_token_ids meanwhile). In [0, max_tokens].
+  int min_tokens = 0;
+  /// Stop strings: generation stops when one appears in the output text (non-empty strings).
+  std::vector<std::string> stop;
+  /// Token ids that stop generation when sampled (in addition to EOS); each in [0, vocab_size).
+  std::vector<int> stop_token_ids;
+  /// Keep generating after EOS (EOS then neither stops nor is masked by min_tokens).
+  bool ignore_eos = false;
+  /// Return this many top log-probabilities per generated token (in [0, kMaxLogprobs]); unset = none.
+  std::optional<int> logprobs;
+  /// Return this many top log-probabilities per prompt token (in [0, kMaxLogprobs]); unset = none.
+  std::optional<int> prompt_logprobs;
+  /// Keep the matched stop string (or stop token's text) in the returned text.
+  bool include_stop_str_in_output = false;
+  /// Drop special tokens (EOS, BOS, ...) when detokenizing the output.
+  bool skip_special_tokens = true;
+
+  /// Checks every field against vLLM's limits (SamplingParams._verify_args plus the engine's
+  /// max_logprobs = 20 and the processor's token-id range check).
+  /// vocab_size: the model's vocabulary size (> 0), used to range-check stop_token_ids.
+  /// Throws ssmserve::Error whose message names the offending field and value.
+  void validate(int vocab_size) const;
+
+  /// True when decoding is greedy: temperature < kSamplingEps (vLLM).
+  bool greedy() const { return temperature < kSamplingEps; }
+
+  /// top_k as a candidate count for a vocabulary of vocab_size: vocab_size when off (0 / -1), else
+  /// min(top_k, vocab_size).
+  int effective_top_k(int vocab_size) const;
+};
+
+}  // namespace ssmserve
