@@ -22,6 +22,9 @@ struct MambaConfig {
 
   /// Reads the Mamba fields from a parsed config.json. Throws Error naming a missing or invalid field.
   static MambaConfig from_json(const nlohmann::json& cfg, int hidden_size);
+
+  /// Same as from_json, with `what` (e.g. the config.json path) naming the source in error messages.
+  static MambaConfig from_json_labeled(const nlohmann::json& cfg, int hidden_size, const std::string& what);
 };
 
 /// Model-level configuration shared by every architecture, plus the architecture-specific section.
@@ -39,7 +42,7 @@ struct ModelConfig {
   std::vector<int> eos_token_ids;  ///< from generation_config.json if present, else config.json
   int pad_token_id = -1;
   int max_model_len = 0;           ///< 0 = unbounded (recurrent models have no positional limit)
-  std::string torch_dtype;         ///< "bfloat16" / "float16" / "float32" ("dtype" or "torch_dtype")
+  std::string torch_dtype;         ///< "bfloat16" / "float16" / "float32" ("dtype" or "torch_dtype"; empty if absent)
   std::optional<MambaConfig> mamba;
 
   /// Loads `dir`/config.json (and generation_config.json when present), validating every field used.
@@ -55,6 +58,9 @@ struct ModelConfig {
 /// numbers (+/-inf, nan stored as double). `what` names the source in error messages ("config.json").
 /// Throws Error with the byte position on invalid JSON.
 nlohmann::json parse_hf_json(std::string_view text, const std::string& what);
+
+/// Reads a whole (small) text file. Throws Error naming the path when it is missing or unreadable.
+std::string read_text_file(const std::filesystem::path& path);
 
 /// Reads a number that may be a plain number or a {"__float__": "..."} object. Throws Error naming `field`.
 double json_float(const nlohmann::json& v, const std::string& field);

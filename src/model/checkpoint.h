@@ -46,13 +46,28 @@ class Checkpoint {
   /// F32/BF16/F16. Throws Error naming the tensor and file on a missing tensor, wrong shape or dtype.
   const TensorRef& get(const std::string& name, const std::vector<int64_t>& expected_shape) const;
 
-  /// All tensor names, sorted.
+  /// All tensor names, sorted (including tensors of unsupported dtypes, which has() reports and get() rejects).
   std::vector<std::string> names() const;
 
+  /// The folder it was opened from.
+  const std::filesystem::path& dir() const { return dir_; }
+
  private:
+  /// A tensor whose dtype ssmserve cannot compute with (I64, F64, F8_*, ...); an error only when requested.
+  struct Unsupported {
+    std::string file;
+    std::string dtype;
+  };
+
   Checkpoint();
+  /// Maps and validates one safetensors file and registers its tensors. Throws Error on any defect.
+  void add_file(const std::filesystem::path& path);
+
+  std::filesystem::path dir_;
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::map<std::string, TensorRef> tensors_;
+  std::map<std::string, Unsupported> unsupported_;
+  std::vector<std::vector<std::byte>> realigned_;  ///< copies of tensors whose mapped data is misaligned
 };
 
 }  // namespace ssmserve

@@ -1,0 +1,182 @@
+// Owns loading and validating ModelConfig / MambaConfig from a Hugging Face config.json (+ generation_config.json).
+#include "config/model_config.h"
+
+#include <climits>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace ssmserve {
+namespace {
+
+using nlohmann::json;
+
+/// Typed, validated access to the fields of one parsed JSON object; every error names `what` and the field.
+struct Fields {
+  const json& j;
+  std::string what;  ///< e.g. "models/x/config.json"
+
+  static std::string show(const json& v) {
+    std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+  }
+  const json* find(const char* key) const {
+    const auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  }
+  const json& need(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr) fail("{}: required field \"{}\" is missing", what, key);
+    return *v;
+  }
+  int positive_int(const char* key, const json& v) const {
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > INT_MAX)
+      fail("{}: field \"{}\" must be a positive integer (got {})", what, key, show(v));
+    return static_cast<int>(v.get<int64_t>());
+  }
+  int positive_int(const char* key) const { return positive_int(key, need(key)); }
+  int positive_int_or(const char* key, int dflt) const {
+    const json* v = find(key);
+    return v ? positive_int(key, *v) : dflt;
+  }
+  /// A token id: a non-negative integer, or -1 when absent/null.
+  int token_id(const char* key, const json& v) const {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT_MAX)
+      fail("{}: field \"{}\" must be a non-negative token id (got {})", what, key, show(v));
+    return static_cast<int>(v.get<int64_t>());
+  }
+  int token_id_or_none(const char* key) const {
+    const json* v = find(key);
+    return v ? token_id(key, *v) : -1;
+  }
+  /// An int or a list of ints (eos_token_id).
+  std::vector<int> token_ids(const char* key) const {
+    const json* v = find(key);
+    std::vector<int> out;
+    if (v == nullptr) return out;
+    if (v->is_array()) {
+      for (const json& e : *v) out.push_back(token_id(key, e));
+    } else {
+      out.push_back(token_id(key, *v));
+    }
+    return out;
+  }
+  bool boolean_or(const char* key, bool dflt) const {
+    const json* v = find(key);
+    if (v == nullptr) return dflt;
+    if (!v->is_boolean()) fail("{}: field \"{}\" must be true or false (got {})", what, key, show(*v));
+    return v->get<bool>();
+  }
+  std::string string_or(const char* key, const std::string& dflt) const {
+    const json* v = find(key);
+    if (v == nullptr) return dflt;
+    if (!v->is_string()) fail("{}: field \"{}\" must be a string (got {})", what, key, show(*v));
+    return v->get<std::string>();
+  }
+  double number(const char* key, const json& v) const {
+    try {
+      return json_float(v, key);
+    } catch (const Error& e) {
+      fail("{}: {}", what, e.what());
+    }
+  }
+};
+
+std::string config_label(const std::filesystem::path& dir) {
+  return dir.empty() ? std::string("config.json") : (dir / "config.json").string();
+}
+
+}  // namespace
+
+MambaConfig MambaConfig::from_json(const json& cfg, int hidden_size) {
+  return from_json_labeled(cfg, hidden_size, "config.json");
+}
+
+MambaConfig MambaConfig::from_json_labeled(const json& cfg, int hidden_size, const std::string& what) {
+  SSM_CHECK(cfg.is_object(), "{}: must be a JSON object", what);
+  SSM_CHECK(hidden_size > 0, "{}: hidden_size must be positive (got {})", what, hidden_size);
+  const Fields f{cfg, what};
+  MambaConfig m;
+  m.d_state = f.positive_int("state_size");
+  m.d_conv = f.positive_int("conv_kernel");
+  if (f.find("intermediate_size") != nullptr) {
+    m.d_inner = f.positive_int("intermediate_size");
+  } else {
+    const int expand = f.positive_int_or("expand", 2);
+    SSM_CHECK(!__builtin_mul_overflow(expand, hidden_size, &m.d_inner),
+              "{}: expand {} x hidden_size {} overflows", what, expand, hidden_size);
+  }
+  const json* rank = f.find("time_step_rank");
+  if (rank == nullptr || (rank->is_string() && rank->get<std::string>() == "auto")) {
+    m.dt_rank = (hidden_size + 15) / 16;
+  } else if (rank->is_number_integer()) {
+    m.dt_rank = f.positive_int("time_step_rank", *rank);
+  } else {
+    fail("{}: field \"time_step_rank\" must be a positive integer or \"auto\" (got {})", what, Fields::show(*rank));
+  }
+  m.use_bias = f.boolean_or("use_bias", false);
+  m.use_conv_bias = f.boolean_or("use_conv_bias", true);
+  m.residual_in_fp32 = f.boolean_or("residual_in_fp32", true);
+  return m;
+}
+
+ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path& dir) {
+  const std::string what = config_label(dir);
+  SSM_CHECK(cfg.is_object(), "{}: must be a JSON object (got {})", what, Fields::show(cfg));
+  const Fields f{cfg, what};
+  ModelConfig c;
+  c.dir = dir;
+  c.raw = cfg;
+  if (const json* a = f.find("architectures")) {
+    SSM_CHECK(a->is_array() && !a->empty() && (*a)[0].is_string() && !(*a)[0].get<std::string>().empty(),
+              "{}: field \"architectures\" must be a non-empty list of class names (got {})", what, Fields::show(*a));
+    c.architecture = (*a)[0].get<std::string>();
+  }
+  c.model_type = f.string_or("model_type", "");
+  SSM_CHECK(!c.architecture.empty() || !c.model_type.empty(),
+            "{}: required field \"architectures\" (or \"model_type\") is missing", what);
+  c.vocab_size = f.positive_int("vocab_size");
+  c.hidden_size = f.positive_int("hidden_size");
+  c.num_hidden_layers = f.positive_int("num_hidden_layers");
+
+  for (const char* key : {"layer_norm_epsilon", "rms_norm_eps", "norm_epsilon", "layer_norm_eps"}) {
+    if (const json* v = f.find(key)) {
+      const double eps = f.number(key, *v);
+      SSM_CHECK(std::isfinite(eps) && eps > 0 && eps < 1, "{}: field \"{}\" must be in (0, 1) (got {})", what, key,
+                Fields::show(*v));
+      c.layer_norm_epsilon = static_cast<float>(eps);
+      break;
+    }
+  }
+  c.tie_word_embeddings = f.boolean_or("tie_word_embeddings", true);
+  c.bos_token_id = f.token_id_or_none("bos_token_id");
+  c.pad_token_id = f.token_id_or_none("pad_token_id");
+  c.eos_token_ids = f.token_ids("eos_token_id");
+  c.max_model_len = f.positive_int_or("max_position_embeddings", 0);
+  c.torch_dtype = f.string_or("dtype", f.string_or("torch_dtype", ""));
+
+  const bool is_mamba1 = c.model_type == "mamba" || c.architecture == "MambaForCausalLM";
+  if (is_mamba1) c.mamba = MambaConfig::from_json_labeled(cfg, c.hidden_size, what);
+  return c;
+}
+
+ModelConfig ModelConfig::load(const std::filesystem::path& dir) {
+  std::error_code ec;
+  SSM_CHECK(std::filesystem::is_directory(dir, ec), "model folder {} does not exist or is not a directory",
+            dir.string());
+  const auto cfg_path = dir / "config.json";
+  SSM_CHECK(std::filesystem::is_regular_file(cfg_path, ec), "{}: file not found (every model folder needs a "
+            "Hugging Face config.json)", cfg_path.string());
+  ModelConfig c = from_json(parse_hf_json(read_text_file(cfg_path), cfg_path.string()), dir);
+
+  const auto gen_path = dir / "generation_config.json";
+  if (std::filesystem::exists(gen_path, ec)) {
+    const json gen = parse_hf_json(read_text_file(gen_path), gen_path.string());
+    SSM_CHECK(gen.is_object(), "{}: must be a JSON object", gen_path.string());
+    const Fields g{gen, gen_path.string()};
+    if (g.find("eos_token_id") != nullptr) c.eos_token_ids = g.token_ids("eos_token_id");
+  }
+  return c;
+}
+
+}  // namespace ssmserve
