@@ -1,0 +1,110 @@
+// Owns `ssmserve bench latency`: prefill and decode throughput of one batch of random prompts through the
+// engine (vLLM's benchmark_latency), median over repeats, optionally written as JSON.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "apps/commands.h"
+#include "core/error.h"
+#include "engine/llm_engine.h"
+
+namespace ssmserve::cli {
+namespace {
+
+struct BenchArgs {
+  EngineConfig engine;
+  std::string load_format = "auto";
+  int input_len = 32;
+  int output_len = 128;
+  int batch_size = 1;
+  int num_iters = 5;
+  int num_iters_warmup = 1;
+  std::string output_json;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// One timed run: returns {prefill seconds, decode seconds} for the whole batch.
+std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int iter) {
+  std::mt19937 rng(1234 + iter);
+  std::uniform_int_distribution<int> tok(0, std::min(engine.model_config().vocab_size, 50000) - 1);
+  for (int b = 0; b < a.batch_size; ++b) {
+    Request r;
+    r.request_id = "bench-" + std::to_string(iter) + "-" + std::to_string(b);
+    for (int i = 0; i < a.input_len; ++i) r.prompt_token_ids.push_back(tok(rng));
+    r.params.max_tokens = a.output_len;
+    r.params.ignore_eos = true;
+    r.params.temperature = 0.0;
+    engine.add_request(std::move(r));
+  }
+  double prefill = 0.0, decode = 0.0;
+  while (engine.has_unfinished_requests()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    engine.step();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    (engine.last_step_stats().num_prefill_tokens > 0 ? prefill : decode) += s;
+  }
+  return {prefill, decode};
+}
+
+int run_latency(BenchArgs& a) {
+  resolve_engine_config(a.engine, a.load_format);
+  SSM_CHECK(a.input_len >= 1 && a.output_len >= 2 && a.batch_size >= 1 && a.num_iters >= 1,
+            "bench latency: need --input-len >= 1, --output-len >= 2, --batch-size >= 1, --num-iters >= 1");
+  // The whole batch's prompts are one prefill step; every request keeps its state block.
+  a.engine.scheduler.max_num_batched_tokens = std::max(a.engine.scheduler.max_num_batched_tokens, a.input_len * a.batch_size);
+  a.engine.scheduler.max_num_seqs = std::max(a.engine.scheduler.max_num_seqs, a.batch_size);
+  LLMEngine engine(a.engine);
+  std::vector<double> prefill_tps, decode_tps;
+  const int total = a.num_iters_warmup + a.num_iters;
+  for (int it = 0; it < total; ++it) {
+    std::cerr << "\r[" << std::string(it * 30 / total, '#') << std::string(30 - it * 30 / total, ' ') << "] " << it << "/" << total
+              << (it < a.num_iters_warmup ? " (warmup)" : "         ") << std::flush;
+    auto [p, d] = run_once(engine, a, it);
+    if (it < a.num_iters_warmup) continue;
+    prefill_tps.push_back(a.batch_size * static_cast<double>(a.input_len) / p);
+    decode_tps.push_back(a.batch_size * static_cast<double>(a.output_len - 1) / d);
+  }
+  std::cerr << "\r[" << std::string(30, '#') << "] " << total << "/" << total << "           \n";
+  const double p = median(prefill_tps), d = median(decode_tps);
+  std::cout << "model: " << a.engine.model.string() << " (" << (a.engine.load_format == LoadFormat::Dummy ? "dummy" : "checkpoint")
+            << " weights)\n"
+            << "batch " << a.batch_size << ", input " << a.input_len << ", output " << a.output_len << ", " << a.num_iters
+            << " iterations (median)\n"
+            << "prefill: " << p << " tokens/s\n"
+            << "decode:  " << d << " tokens/s (" << 1000.0 * a.batch_size / d << " ms per step)\n";
+  if (!a.output_json.empty()) {
+    nlohmann::json j = {{"model", a.engine.model.string()}, {"batch_size", a.batch_size}, {"input_len", a.input_len},
+                        {"output_len", a.output_len}, {"num_iters", a.num_iters}, {"prefill_tokens_per_s", p},
+                        {"decode_tokens_per_s", d}, {"prefill_tokens_per_s_all", prefill_tps}, {"decode_tokens_per_s_all", decode_tps}};
+    std::ofstream(a.output_json) << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  CLI::App* lat = bench->add_subcommand("latency", "Prefill and decode tokens/s of one batch (median of repeats)");
+  add_engine_options(*lat, a->engine, a->load_format);
+  lat->add_option("--input-len", a->input_len, "Prompt tokens per request")->capture_default_str();
+  lat->add_option("--output-len", a->output_len, "Generated tokens per request")->capture_default_str();
+  lat->add_option("--batch-size", a->batch_size, "Requests in the batch")->capture_default_str();
+  lat->add_option("--num-iters", a->num_iters, "Timed repeats")->capture_default_str();
+  lat->add_option("--num-iters-warmup", a->num_iters_warmup, "Untimed warmup repeats")->capture_default_str();
+  lat->add_option("--output-json", a->output_json, "Also write the results to this JSON file");
+  return [a] { return run_latency(*a); };
+}
+
+}  // namespace ssmserve::cli

@@ -1,0 +1,28 @@
+// Owns EngineConfig: every engine knob, validated once (style habit 8), with the sizes derived from them.
+#pragma once
+#include <filesystem>
+#include <string>
+
+#include "engine/scheduler.h"
+#include "model/causal_lm.h"
+
+namespace ssmserve {
+
+/// Engine construction arguments (vLLM's EngineArgs names where they exist).
+struct EngineConfig {
+  std::filesystem::path model;               ///< checkpoint folder
+  std::filesystem::path tokenizer;           ///< folder with tokenizer.json; empty = the model folder
+  LoadFormat load_format = LoadFormat::Auto; ///< Dummy: random weights from config.json alone
+  SchedulerConfig scheduler;                 ///< max_num_batched_tokens, max_num_seqs
+  int num_state_blocks = 0;                  ///< state blocks incl. the null block; 0 = max_num_seqs + 1
+  int num_threads = 0;                       ///< CPU threads for the math; 0 = all cores
+
+  /// Throws Error naming the knob when a value is out of range.
+  void validate() const;
+  /// num_state_blocks after applying the default.
+  int resolved_num_state_blocks() const {
+    return num_state_blocks > 0 ? num_state_blocks : scheduler.max_num_seqs + 1;
+  }
+};
+
+}  // namespace ssmserve

@@ -1,0 +1,222 @@
+// Owns the engine step and the offline LLM API (see llm_engine.h).
+#include "engine/llm_engine.h"
+
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "core/error.h"
+
+namespace ssmserve {
+
+RequestState::RequestState(Request r) : request(std::move(r)), rng(request.params.seed) {}
+RequestState::~RequestState() = default;
+
+void EngineConfig::validate() const {
+  SSM_CHECK(scheduler.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1 (got {})", scheduler.max_num_batched_tokens);
+  SSM_CHECK(scheduler.max_num_seqs >= 1, "--max-num-seqs must be >= 1 (got {})", scheduler.max_num_seqs);
+  SSM_CHECK(num_state_blocks == 0 || num_state_blocks >= 2,
+            "--num-state-blocks must be >= 2 (block 0 is the null block), got {}", num_state_blocks);
+  SSM_CHECK(num_threads >= 0, "--threads must be >= 0 (got {})", num_threads);
+}
+
+/// Which positions of a scheduled request need logits, and where its rows start in the logits buffer.
+struct LLMEngine::RowPlan {
+  int first_logit_row = 0;
+  std::vector<int> positions;  // sequence positions whose next-token distribution is needed
+};
+
+LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
+  cfg_.validate();
+  if (cfg_.num_threads > 0) omp_set_num_threads(cfg_.num_threads);
+  model_ = load_model(cfg_.model, cfg_.load_format);
+  const auto tok_dir = cfg_.tokenizer.empty() ? cfg_.model : cfg_.tokenizer;
+  if (std::filesystem::exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
+  else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());
+  const int blocks = cfg_.resolved_num_state_blocks();
+  cache_ = std::make_unique<StateCache>(model_->num_state_layers(), model_->state_shape(), blocks);
+  pool_ = std::make_unique<BlockPool>(blocks);
+  scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *pool_, *cache_);
+  spdlog::debug("engine: {} state blocks x {:.2f} MiB", blocks, cache_->bytes_per_block() / 1048576.0);
+}
+
+LLMEngine::~LLMEngine() = default;
+
+void LLMEngine::add_request(Request req) {
+  SSM_CHECK(!requests_.count(req.request_id), "request id \"{}\" is already in use", req.request_id);
+  const ModelConfig& mc = model_->config();
+  req.params.validate(mc.vocab_size);
+  SSM_CHECK(req.params.n == 1, "n = {} is not supported yet (only n = 1)", req.params.n);
+  if (req.prompt_token_ids.empty()) {
+    SSM_CHECK(tokenizer_, "a text prompt needs a tokenizer (none loaded for {})", cfg_.model.string());
+    req.prompt_token_ids = tokenizer_->encode(req.prompt);
+  }
+  SSM_CHECK(!req.prompt_token_ids.empty(), "the prompt is empty");
+  for (int id : req.prompt_token_ids)
+    SSM_CHECK(id >= 0 && id < mc.vocab_size, "prompt token id {} is outside the vocabulary [0, {})", id, mc.vocab_size);
+  if (mc.max_model_len > 0)
+    SSM_CHECK(static_cast<int>(req.prompt_token_ids.size()) < mc.max_model_len, "the prompt has {} tokens; the model's context is {}",
+              req.prompt_token_ids.size(), mc.max_model_len);
+  auto st = std::make_unique<RequestState>(std::move(req));
+  if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, st->request.params.skip_special_tokens);
+  st->stop = std::make_unique<StopChecker>(st->request.params, mc.eos_token_ids);
+  if (st->request.params.prompt_logprobs) st->prompt_logprobs.resize(st->prompt_len());
+  RequestState* raw = st.get();
+  requests_.emplace(raw->request.request_id, std::move(st));
+  scheduler_->add_request(raw);
+}
+
+void LLMEngine::abort_request(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  scheduler_->finish_request(it->second.get());
+  requests_.erase(it);
+}
+
+std::vector<RequestOutput> LLMEngine::step() {
+  std::vector<RequestOutput> outs;
+  // 1. Schedule.
+  SchedulerOutput sched = scheduler_->schedule();
+  if (sched.empty()) {
+    SSM_CHECK(!scheduler_->has_unfinished() || scheduler_->num_running() > 0,
+              "no state block is free for the waiting requests (num_state_blocks = {})", pool_->num_blocks());
+    return outs;
+  }
+  // 2. Build the packed batch, decodes first.
+  ForwardBatch batch;
+  std::vector<ScheduledRequest> order = sched.decodes;
+  order.insert(order.end(), sched.prefills.begin(), sched.prefills.end());
+  batch.num_decodes = static_cast<int>(sched.decodes.size());
+  batch.query_start_loc.push_back(0);
+  std::vector<RowPlan> plans(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    RequestState& r = *order[i].req;
+    const int begin = r.num_computed_tokens, end = begin + order[i].num_tokens;
+    const int row0 = batch.num_tokens();
+    for (int p = begin; p < end; ++p) batch.input_ids.push_back(r.token_at(p));
+    batch.query_start_loc.push_back(batch.num_tokens());
+    batch.state_indices.push_back(r.state_block);
+    batch.has_initial_states.push_back(begin > 0 ? 1 : 0);
+    plans[i].first_logit_row = static_cast<int>(batch.logits_indices.size());
+    const bool want_prompt_lp = r.request.params.prompt_logprobs.has_value();
+    for (int p = begin; p < end; ++p) {
+      if ((want_prompt_lp && p + 1 < r.prompt_len()) || p == r.num_tokens() - 1) {
+        plans[i].positions.push_back(p);
+        batch.logits_indices.push_back(row0 + (p - begin));
+      }
+    }
+  }
+  // 3. Run the model.
+  const int V = model_->config().vocab_size;
+  logits_.resize(batch.logits_indices.size() * static_cast<size_t>(V));
+  const auto t0 = std::chrono::steady_clock::now();
+  model_->forward(batch, *cache_, logits_.data());
+  stats_.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.num_decode_tokens = batch.num_decodes;
+  stats_.num_prefill_tokens = batch.num_tokens() - batch.num_decodes;
+  // 4. Sample, update and emit.
+  for (size_t i = 0; i < order.size(); ++i) process_request(*order[i].req, order[i].num_tokens, logits_.data(), plans[i], outs);
+  for (const auto& o : outs)
+    if (o.finished) requests_.erase(o.request_id);
+  return outs;
+}
+
+void LLMEngine::process_request(RequestState& r, int num_tokens, const float* logits, const RowPlan& plan,
+                                std::vector<RequestOutput>& outs) {
+  const int V = model_->config().vocab_size;
+  const SamplingParams& sp = r.request.params;
+  r.num_computed_tokens += num_tokens;
+  bool sampled = false;
+  for (size_t k = 0; k < plan.positions.size(); ++k) {
+    const int p = plan.positions[k];
+    std::span<const float> row(logits + static_cast<size_t>(plan.first_logit_row + k) * V, V);
+    if (p + 1 < r.prompt_len()) {  // 1. Score prompt token p+1.
+      PromptLogprob lp;
+      lp.top = top_logprobs(row, *sp.prompt_logprobs, &lp.token_logprob, r.token_at(p + 1));
+      r.prompt_logprobs[p + 1] = std::move(lp);
+      continue;
+    }
+    // 2. Sample the next token from the last position.
+    SampleResult s = sample_token(row, sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids,
+                                  r.rng, scratch_);
+    r.output_token_ids.push_back(s.token);
+    if (sp.logprobs) {
+      std::vector<TokenLogprob> entry{{s.token, s.logprob}};
+      for (const auto& t : s.top)
+        if (t.id != s.token) entry.push_back(t);
+      r.logprobs.push_back(std::move(entry));
+    }
+    sampled = true;
+  }
+  if (!sampled) return;
+  // 3. Detokenize and check stop conditions.
+  const int token = r.output_token_ids.back();
+  const size_t new_start = r.text.size();
+  if (r.detok) r.text += r.detok->push(token);
+  StopDecision d = r.stop->on_token(token, r.text, new_start, static_cast<int>(r.output_token_ids.size()));
+  if (d.reason != FinishReason::None) {
+    r.text.resize(d.keep_chars);
+    if (r.detok && d.stop_str.empty()) r.text += r.detok->flush();  // complete any held-back bytes
+    r.finish_reason = d.reason;
+    r.stop_reason = d.stop_str;
+    scheduler_->finish_request(&r);
+  }
+  outs.push_back(make_output(r));
+  outs.back().delta_token_ids = {token};
+}
+
+RequestOutput LLMEngine::make_output(RequestState& r) {
+  RequestOutput o;
+  o.request_id = r.request.request_id;
+  o.prompt = r.request.prompt;
+  o.prompt_token_ids = r.request.prompt_token_ids;
+  o.finished = r.finished();
+  if (o.finished) o.prompt_logprobs = r.prompt_logprobs;
+  CompletionOutput c;
+  c.text = r.text;
+  c.token_ids = r.output_token_ids;
+  c.logprobs = r.logprobs;
+  c.finish_reason = r.finish_reason;
+  c.stop_reason = r.stop_reason;
+  o.outputs.push_back(std::move(c));
+  const size_t safe = o.finished ? r.text.size() : r.stop->streamable_chars(r.text);
+  if (safe > r.streamed_chars) {
+    o.delta_text = r.text.substr(r.streamed_chars, safe - r.streamed_chars);
+    r.streamed_chars = safe;
+  }
+  return o;
+}
+
+std::vector<RequestOutput> LLM::run(std::vector<Request> reqs) {
+  std::map<std::string, size_t> index;
+  for (auto& r : reqs) {
+    r.request_id = "llm-" + std::to_string(next_id_++);
+    index[r.request_id] = index.size();
+    engine_.add_request(std::move(r));
+  }
+  std::vector<RequestOutput> results(index.size());
+  while (engine_.has_unfinished_requests())
+    for (auto& o : engine_.step())
+      if (o.finished) results[index.at(o.request_id)] = std::move(o);
+  return results;
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts, const SamplingParams& params) {
+  return generate(prompts, std::vector<SamplingParams>(prompts.size(), params));
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts, const std::vector<SamplingParams>& params) {
+  SSM_CHECK(prompts.size() == params.size(), "LLM::generate: {} prompts but {} sampling params", prompts.size(), params.size());
+  std::vector<Request> reqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) reqs[i].prompt = prompts[i], reqs[i].params = params[i];
+  return run(std::move(reqs));
+}
+
+std::vector<RequestOutput> LLM::generate_ids(const std::vector<std::vector<int>>& prompts, const SamplingParams& params) {
+  std::vector<Request> reqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) reqs[i].prompt_token_ids = prompts[i], reqs[i].params = params;
+  return run(std::move(reqs));
+}
+
+}  // namespace ssmserve

@@ -1,0 +1,84 @@
+// Owns the engine loop: LLMEngine::step() = schedule -> build the packed batch -> run the model -> sample ->
+// update requests -> emit outputs (vLLM v1's EngineCore.step), and LLM, the offline API that runs it to the end.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/state_cache.h"
+#include "engine/block_pool.h"
+#include "engine/engine_config.h"
+#include "engine/request_output.h"
+#include "engine/scheduler.h"
+#include "model/causal_lm.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ssmserve {
+
+/// Step timing and counters of the last step (for bench and metrics).
+struct StepStats {
+  int num_prefill_tokens = 0;
+  int num_decode_tokens = 0;
+  double forward_seconds = 0.0;
+};
+
+/// The engine: owns the model, tokenizer, state pool, scheduler and requests. Single-threaded.
+class LLMEngine {
+ public:
+  /// Loads model and tokenizer (tokenizer optional for dummy weights: token-id prompts only).
+  /// Throws Error on any config / checkpoint / tokenizer defect.
+  explicit LLMEngine(EngineConfig cfg);
+  ~LLMEngine();
+
+  /// Validates and queues a request. Tokenizes `prompt` when prompt_token_ids is empty. Throws Error on an
+  /// empty prompt, a token id outside the vocabulary, invalid sampling params, or a duplicate request_id.
+  void add_request(Request req);
+  /// Aborts a request (no-op if unknown or finished); its block is freed at once.
+  void abort_request(const std::string& request_id);
+  /// Runs one iteration; returns an output for every request that produced tokens or finished this step.
+  std::vector<RequestOutput> step();
+  bool has_unfinished_requests() const { return scheduler_->has_unfinished(); }
+
+  const ModelConfig& model_config() const { return model_->config(); }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const EngineConfig& config() const { return cfg_; }
+  const StepStats& last_step_stats() const { return stats_; }
+  int num_free_blocks() const { return pool_->num_free(); }
+
+ private:
+  struct RowPlan;
+  void process_request(RequestState& r, int num_tokens, const float* logits, const RowPlan& plan,
+                       std::vector<RequestOutput>& outs);
+  RequestOutput make_output(RequestState& r);
+
+  EngineConfig cfg_;
+  std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<StateCache> cache_;
+  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<std::string, std::unique_ptr<RequestState>> requests_;
+  std::vector<float> logits_;   // [num_logit_rows, vocab]
+  std::vector<float> scratch_;  // sampler scratch
+  StepStats stats_;
+};
+
+/// Offline API (vLLM's `LLM`): LLM(cfg).generate(prompts, params) runs every prompt through the engine with
+/// continuous batching and returns the outputs in input order.
+class LLM {
+ public:
+  explicit LLM(EngineConfig cfg) : engine_(std::move(cfg)) {}
+  std::vector<RequestOutput> generate(const std::vector<std::string>& prompts, const SamplingParams& params);
+  std::vector<RequestOutput> generate(const std::vector<std::string>& prompts, const std::vector<SamplingParams>& params);
+  /// Token-id prompts.
+  std::vector<RequestOutput> generate_ids(const std::vector<std::vector<int>>& prompts, const SamplingParams& params);
+  LLMEngine& engine() { return engine_; }
+
+ private:
+  std::vector<RequestOutput> run(std::vector<Request> reqs);
+  LLMEngine engine_;
+  int next_id_ = 0;
+};
+
+}  // namespace ssmserve

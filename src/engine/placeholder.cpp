@@ -1,1 +1,0 @@
-// Placeholder so the component library has a source; replaced as the component grows.

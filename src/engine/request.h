@@ -1,0 +1,64 @@
+// Owns the request types: Request (what the client asked, immutable once added) and RequestState (the engine's
+// mutable bookkeeping for it), following vLLM v1's Request / mlc-llm's request vs request-state split.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "engine/stop_checker.h"
+
+namespace ssmserve {
+
+class IncrementalDetokenizer;
+
+/// A client's request. prompt_token_ids is the tokenized prompt (the text may be empty for token prompts).
+struct Request {
+  std::string request_id;
+  std::string prompt;
+  std::vector<int> prompt_token_ids;
+  SamplingParams params;
+  std::chrono::steady_clock::time_point arrival_time = std::chrono::steady_clock::now();
+};
+
+/// Where a request is in its life.
+enum class RequestStatus { Waiting, Running, Preempted, Finished };
+
+/// One prompt position's logprob entry: the prompt token's logprob and the top-k of that distribution.
+struct PromptLogprob {
+  float token_logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+};
+
+/// The engine's mutable state of one request.
+struct RequestState {
+  Request request;
+  RequestStatus status = RequestStatus::Waiting;
+  int num_computed_tokens = 0;               ///< tokens (prompt + output) whose effect is in the state block
+  std::vector<int> output_token_ids;
+  std::vector<std::vector<TokenLogprob>> logprobs;  ///< per output token: [chosen, top...] when requested
+  std::vector<std::optional<PromptLogprob>> prompt_logprobs;  ///< [prompt_len], entry 0 is nullopt
+  int state_block = 0;                       ///< 0 = none held
+  FinishReason finish_reason = FinishReason::None;
+  std::string stop_reason;                   ///< the stop string that matched, if any
+  std::string text;                          ///< detokenized output (stop string trimmed when finished)
+  size_t streamed_chars = 0;                 ///< how much of `text` was already handed out as deltas
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  std::unique_ptr<StopChecker> stop;
+  RequestRng rng;
+
+  explicit RequestState(Request r);
+  ~RequestState();
+  int prompt_len() const { return static_cast<int>(request.prompt_token_ids.size()); }
+  /// Every token of the sequence so far (prompt then output); the tokens to feed are [num_computed_tokens, size).
+  int num_tokens() const { return prompt_len() + static_cast<int>(output_token_ids.size()); }
+  int token_at(int pos) const {
+    return pos < prompt_len() ? request.prompt_token_ids[pos] : output_token_ids[pos - prompt_len()];
+  }
+  bool finished() const { return status == RequestStatus::Finished; }
+};
+
+}  // namespace ssmserve

@@ -1,0 +1,59 @@
+// Owns the per-step scheduling decision (vLLM v1 style): a token budget per step, running requests first
+// (decodes, then unfinished prefills), then waiting requests FCFS; long prompts are split across steps
+// (chunked prefill); a request gets its state block at its first schedule and frees it when finished.
+#pragma once
+#include <deque>
+#include <vector>
+
+#include "cache/state_cache.h"
+#include "engine/block_pool.h"
+#include "engine/request.h"
+
+namespace ssmserve {
+
+/// Scheduler limits.
+struct SchedulerConfig {
+  int max_num_batched_tokens = 2048;  ///< token budget per step
+  int max_num_seqs = 256;             ///< requests per step
+};
+
+/// One request's share of a step: tokens [num_computed_tokens, num_computed_tokens + num_tokens).
+struct ScheduledRequest {
+  RequestState* req = nullptr;
+  int num_tokens = 0;
+};
+
+/// The step's batch: decodes (1 token, state present) and prefill chunks, each in scheduling order.
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> decodes;
+  std::vector<ScheduledRequest> prefills;
+  int num_scheduled_tokens() const;
+  bool empty() const { return decodes.empty() && prefills.empty(); }
+};
+
+/// Decides what runs each step. Owns the waiting queue and the running list; does not own requests.
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig cfg, BlockPool& pool, StateCache& cache);
+
+  /// Queues a new request (FCFS).
+  void add_request(RequestState* req);
+  /// Picks this step's work. A prefill chunk never exceeds the remaining budget; a waiting request that
+  /// finds no free block stays waiting (FCFS: nothing behind it jumps ahead).
+  SchedulerOutput schedule();
+  /// Releases a finished or aborted request's block and forgets it.
+  void finish_request(RequestState* req);
+
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+
+ private:
+  SchedulerConfig cfg_;
+  BlockPool& pool_;
+  StateCache& cache_;
+  std::deque<RequestState*> waiting_;
+  std::vector<RequestState*> running_;
+};
+
+}  // namespace ssmserve
