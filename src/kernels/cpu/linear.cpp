@@ -2,6 +2,7 @@
 #include "kernels/cpu/linear.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -12,38 +13,59 @@
 namespace ssmserve::cpu {
 namespace {
 
-// y[m, n] for n in [n0, n1): one pass over each weight row serves every input row (M <= kGemvMaxRows).
-template <typename LoadW>
-void gemv_rows(const float* x, int64_t M, int64_t x_stride, int64_t K, LoadW load, const float* bias, float* y,
+// Dot product of a bf16 weight row with an fp32 vector, fp32 accumulation. bf16 -> fp32 is a 16-bit shift.
+inline float dot_bf16(const uint16_t* w, const float* x, int64_t K) {
+  int64_t k = 0;
+  float acc = 0.0f;
+#if defined(__AVX512F__)
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  for (; k + 32 <= K; k += 32) {
+    const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k))), 16));
+    const __m512 w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k + 16))), 16));
+    a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + k), a0);
+    a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + k + 16), a1);
+  }
+  acc = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+#elif defined(__AVX2__)
+  __m256 a0 = _mm256_setzero_ps();
+  for (; k + 8 <= K; k += 8) {
+    const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k))), 16));
+    a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k), a0);
+  }
+  alignas(32) float t[8];
+  _mm256_store_ps(t, a0);
+  for (float v : t) acc += v;
+#endif
+  for (; k < K; ++k) acc += bf16_to_f32(w[k]) * x[k];
+  return acc;
+}
+
+inline float dot_f32(const float* w, const float* x, int64_t K) {
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t k = 0; k < K; ++k) acc += w[k] * x[k];
+  return acc;
+}
+
+// y[m, n] for n in [n0, n1): each weight row is read once for all M (<= kGemvMaxRows) input rows.
+void gemv_rows(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y,
                int64_t y_stride, int64_t n0, int64_t n1) {
+  const int64_t K = w.cols;
   for (int64_t n = n0; n < n1; ++n) {
-    float acc[kGemvMaxRows] = {};
+    const float b = bias ? bias[n] : 0.0f;
     for (int64_t m = 0; m < M; ++m) {
       const float* xm = x + m * x_stride;
-      float a = 0.0f;
-#pragma omp simd reduction(+ : a)
-      for (int64_t k = 0; k < K; ++k) a += load(n, k) * xm[k];
-      acc[m] = a;
+      const float d = w.dtype == DType::BF16 ? dot_bf16(w.bf16() + n * K, xm, K) : dot_f32(w.f32() + n * K, xm, K);
+      y[m * y_stride + n] = d + b;
     }
-    const float b = bias ? bias[n] : 0.0f;
-    for (int64_t m = 0; m < M; ++m) y[m * y_stride + n] = acc[m] + b;
   }
 }
 
 void gemv(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride) {
-  const int64_t N = w.rows, K = w.cols;
+  const int64_t N = w.rows;
   const int64_t block = 16;
-#pragma omp parallel for schedule(static)
-  for (int64_t n0 = 0; n0 < N; n0 += block) {
-    const int64_t n1 = std::min(N, n0 + block);
-    if (w.dtype == DType::BF16) {
-      const uint16_t* wb = w.bf16();
-      gemv_rows(x, M, x_stride, K, [&](int64_t n, int64_t k) { return bf16_to_f32(wb[n * K + k]); }, bias, y, y_stride, n0, n1);
-    } else {
-      const float* wf = w.f32();
-      gemv_rows(x, M, x_stride, K, [&](int64_t n, int64_t k) { return wf[n * K + k]; }, bias, y, y_stride, n0, n1);
-    }
-  }
+#pragma omp parallel for schedule(static) if (N * w.cols > 65536)
+  for (int64_t n0 = 0; n0 < N; n0 += block) gemv_rows(x, M, x_stride, w, bias, y, y_stride, n0, std::min(N, n0 + block));
 }
 
 }  // namespace
