@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -21,16 +22,118 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Vectorized kernels use GCC/Clang vector extensions: kW floats per step, widened to doubles for sums. The
+// tail is padded, so every element goes through the same code and the results depend only on the values.
+constexpr int kW = 8;
+using vf = float __attribute__((vector_size(kW * sizeof(float))));
+using vi = int32_t __attribute__((vector_size(kW * sizeof(int32_t))));
+using vd = double __attribute__((vector_size(kW * sizeof(double))));
+
+inline vf splat(float x) { return vf{} + x; }
+
+inline vf load(const float* x, int i, int n, float pad) {
+  vf v;
+  if (i + kW <= n) {
+    std::memcpy(&v, x + i, sizeof v);
+  } else {
+    for (int j = 0; j < kW; ++j) v[j] = i + j < n ? x[i + j] : pad;
+  }
+  return v;
+}
+
+inline void store(float* out, int i, int n, vf v) {
+  if (i + kW <= n) {
+    std::memcpy(out + i, &v, sizeof v);
+  } else {
+    for (int j = 0; i + j < n; ++j) out[i + j] = v[j];
+  }
+}
+
+/// Sum of the lanes in a fixed order.
+inline double hsum(const vd& a) {
+  double s = 0.0;
+  for (int j = 0; j < kW; ++j) s += a[j];
+  return s;
+}
+
+/// exp(x) for x <= ~88, lane-wise (Cephes expf: Cody-Waite reduction plus a degree-6 polynomial, ~1-2 ulp).
+/// exp(0) == 1 exactly; x < -87 (including -inf) gives exactly 0.
+inline vf fast_exp(vf x) {
+  const vf lo = splat(-87.0f), hi = splat(88.0f), magic = splat(12582912.0f);
+  vf xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const vf n = (xc * 1.44269504088896341f + magic) - magic;  // round to nearest
+  vf r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
+  const vf scale = (vf)bits;  // bit reinterpretation (GCC/Clang vector cast)
+  return x < lo ? splat(0.0f) : p * scale;
+}
+
+/// Max of x[0..n) (NaN entries ignored; -inf if n == 0); *nan_count (if given) receives the NaN count.
+float lane_max(const float* x, int n, int* nan_count = nullptr) {
+  vf acc = splat(kNegInf);
+  vi nans = vi{};
+  for (int i = 0; i < n; i += kW) {
+    const vf v = load(x, i, n, kNegInf);
+    acc = v > acc ? v : acc;
+    nans -= v != v;  // true lanes are -1
+  }
+  float m = kNegInf;
+  int count = 0;
+  for (int j = 0; j < kW; ++j) {
+    m = acc[j] > m ? acc[j] : m;
+    count += nans[j];
+  }
+  if (nan_count) *nan_count = count;
+  return m;
+}
+
+/// Sum of exp((x[i] - m) / t) over i, in double with a fixed lane order; also stores the terms in out if given.
+double sum_exp(const float* x, int n, float m, float t, float* out) {
+  vd acc = vd{};
+  const vf mv = splat(m), tv = splat(t);
+  for (int i = 0; i < n; i += kW) {
+    const vf w = fast_exp((load(x, i, n, kNegInf) - mv) / tv);
+    if (out) store(out, i, n, w);
+    acc += __builtin_convertvector(w, vd);
+  }
+  return hsum(acc);
+}
+
+/// Sum of w[i] over i in [lo, hi) (fixed lane order).
+double sum_range(const float* w, int lo, int hi) {
+  vd acc = vd{};
+  for (int i = lo; i < hi; i += kW) acc += __builtin_convertvector(load(w, i, hi, 0.0f), vd);
+  return hsum(acc);
+}
+
+/// Sum of w[i] over i with l[i] >= t (fixed lane order).
+double mass_at_or_above(const float* l, const float* w, int n, float t) {
+  vd acc = vd{};
+  const vf tv = splat(t), zero = splat(0.0f);
+  for (int i = 0; i < n; i += kW) {
+    const vf sel = load(l, i, n, kNegInf) >= tv ? load(w, i, n, 0.0f) : zero;
+    acc += __builtin_convertvector(sel, vd);
+  }
+  return hsum(acc);
+}
+
 /// Max of logits; throws on empty input, NaN or +inf.
 float checked_max(std::span<const float> logits) {
   SSM_CHECK(!logits.empty(), "sampler: logits are empty");
-  float m = kNegInf;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float x = logits[i];
-    if (!(x <= m)) {
-      SSM_CHECK(!std::isnan(x), "sampler: logits[{}] is NaN", i);
-      m = x;
-    }
+  int nans = 0;
+  const float m = lane_max(logits.data(), static_cast<int>(logits.size()), &nans);
+  if (nans > 0) {
+    const auto it = std::find_if(logits.begin(), logits.end(), [](float x) { return std::isnan(x); });
+    fail("sampler: logits[{}] is NaN", it - logits.begin());
   }
   SSM_CHECK(m != std::numeric_limits<float>::infinity(), "sampler: logits contain +inf");
   return m;
@@ -38,34 +141,53 @@ float checked_max(std::span<const float> logits) {
 
 double log_sum_exp_with_max(std::span<const float> logits, float m) {
   SSM_CHECK(m != kNegInf, "sampler: every logit is -inf (all tokens masked)");
-  double s = 0.0;
-  for (const float x : logits) s += static_cast<double>(std::exp(x - m));
-  return static_cast<double>(m) + std::log(s);
+  return static_cast<double>(m) + std::log(sum_exp(logits.data(), static_cast<int>(logits.size()), m, 1.0f, nullptr));
+}
+
+/// Ids of the k largest l (ties: lower id), sorted (l desc, id asc), via a bounded heap: O(n log k). Chunks
+/// with no value above the current k-th best are skipped with one vector compare.
+void top_k_ids(const float* l, int n, int k, std::vector<int>& heap) {
+  heap.clear();
+  if (k <= 0) return;
+  auto before = [l](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  for (int i = 0; i < n; i += kW) {
+    if (static_cast<int>(heap.size()) == k) {
+      const vi above = load(l, i, n, kNegInf) > splat(l[heap.front()]);
+      int any = 0;
+      for (int j = 0; j < kW; ++j) any |= above[j];
+      if (!any) continue;
+    }
+    for (int e = std::min(n, i + kW), j = i; j < e; ++j) {
+      if (static_cast<int>(heap.size()) < k) {
+        heap.push_back(j);
+        std::push_heap(heap.begin(), heap.end(), before);  // front() = worst kept
+      } else if (l[j] > l[heap.front()]) {  // later ids never win ties
+        std::pop_heap(heap.begin(), heap.end(), before);
+        heap.back() = j;
+        std::push_heap(heap.begin(), heap.end(), before);
+      }
+    }
+  }
+  std::sort(heap.begin(), heap.end(), before);
+}
+
+/// Sort key whose ascending order is (x desc, id asc) for non-NaN x (-0 and +0 compare equal).
+inline uint64_t desc_key(float x, int id) {
+  uint32_t b;
+  x += 0.0f;  // -0 -> +0
+  std::memcpy(&b, &x, sizeof b);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // ascending-order-preserving
+  return (static_cast<uint64_t>(~b) << 32) | static_cast<uint32_t>(id);
 }
 
 /// Top-k of raw logits by (logit desc, id asc) with logprobs relative to lse.
 std::vector<TokenLogprob> top_k_logprobs(std::span<const float> logits, int k, double lse) {
-  const int vocab = static_cast<int>(logits.size());
-  k = std::min(k, vocab);
   std::vector<TokenLogprob> out;
   if (k <= 0) return out;
-  // "a before b" = a is more probable (ties: lower id). Min-heap of the best k seen: front() is the worst.
-  auto before = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::vector<int> heap;
-  heap.reserve(k);
-  for (int i = 0; i < vocab; ++i) {
-    if (static_cast<int>(heap.size()) < k) {
-      heap.push_back(i);
-      std::push_heap(heap.begin(), heap.end(), before);
-    } else if (before(i, heap.front())) {
-      std::pop_heap(heap.begin(), heap.end(), before);
-      heap.back() = i;
-      std::push_heap(heap.begin(), heap.end(), before);
-    }
-  }
-  std::sort(heap.begin(), heap.end(), before);
-  out.reserve(k);
-  for (const int id : heap) out.push_back({id, static_cast<float>(static_cast<double>(logits[id]) - lse)});
+  std::vector<int> ids;
+  top_k_ids(logits.data(), static_cast<int>(logits.size()), std::min<int>(k, static_cast<int>(logits.size())), ids);
+  out.reserve(ids.size());
+  for (const int id : ids) out.push_back({id, static_cast<float>(static_cast<double>(logits[id]) - lse)});
   return out;
 }
 
@@ -108,116 +230,140 @@ void apply_penalties(float* l, int vocab, const SamplingParams& p, std::span<con
   }
 }
 
-int argmax_lowest_id(const float* l, int vocab) {
-  int best = -1;
-  float bv = kNegInf;
-  for (int i = 0; i < vocab; ++i) {
-    if (l[i] > bv) {
-      bv = l[i];
-      best = i;
+/// min_tokens masking then penalties, in place; prompt / output ids already range-checked.
+void process_logits_unchecked(float* l, int vocab, const SamplingParams& params, std::span<const int> prompt_ids,
+                              std::span<const int> output_ids, std::span<const int> eos_token_ids) {
+  if (static_cast<int>(output_ids.size()) < params.min_tokens) {
+    if (!params.ignore_eos) {
+      check_ids(eos_token_ids, vocab, "eos_token_ids");
+      for (const int t : eos_token_ids) l[t] = kNegInf;
     }
+    check_ids(params.stop_token_ids, vocab, "stop_token_ids");
+    for (const int t : params.stop_token_ids) l[t] = kNegInf;
   }
-  SSM_CHECK(best >= 0, "sampler: every logit is -inf after masking (min_tokens / penalties)");
-  return best;
+  apply_penalties(l, vocab, params, prompt_ids, output_ids);
 }
 
-/// Inverse-CDF pick among weights w[0..n) (cumulative in the given order): first j with cum > u * total.
+int argmax_lowest_id(const float* l, int vocab) {
+  const float m = lane_max(l, vocab);
+  SSM_CHECK(m != kNegInf, "sampler: every logit is -inf after masking (min_tokens / penalties)");
+  return static_cast<int>(std::find(l, l + vocab, m) - l);
+}
+
+/// Inverse-CDF pick among weights w[0..n) in index order: the first j with cumulative > u * total. Block sums
+/// (fixed lane order) locate the block, then a sequential scan inside it; -1 if every weight is 0.
 int pick(const float* w, int n, double u) {
+  constexpr int kBlock = 256;
+  thread_local std::vector<double> block_sum;
+  const int nb = (n + kBlock - 1) / kBlock;
+  block_sum.resize(nb);
   double total = 0.0;
-  for (int j = 0; j < n; ++j) total += w[j];
+  for (int b = 0; b < nb; ++b) {
+    block_sum[b] = sum_range(w, b * kBlock, std::min(n, (b + 1) * kBlock));
+    total += block_sum[b];
+  }
   const double target = u * total;
   double cum = 0.0;
-  int last_positive = -1;
-  for (int j = 0; j < n; ++j) {
-    if (w[j] <= 0.0f) continue;
-    cum += w[j];
-    last_positive = j;
-    if (cum > target) return j;
+  for (int b = 0; b < nb; ++b) {
+    if (cum + block_sum[b] > target) {
+      int last = -1;
+      for (int i = b * kBlock, hi = std::min(n, i + kBlock); i < hi; ++i) {
+        if (w[i] <= 0.0f) continue;
+        cum += w[i];
+        last = i;
+        if (cum > target) return i;
+      }
+      return last;  // rounding inside the block
+    }
+    cum += block_sum[b];
   }
-  return last_positive;  // rounding: u * total at the very end
+  for (int i = n - 1; i >= 0; --i)  // rounding at the very end (u * total == total)
+    if (w[i] > 0.0f) return i;
+  return -1;
 }
 
-/// Temperature / top-k / top-p / min-p sampling over processed logits l (overwritten). One rng draw.
-int sample_random(float* l, int vocab, const SamplingParams& p, RequestRng& rng) {
-  float m = kNegInf;
-  for (int i = 0; i < vocab; ++i) m = std::max(m, l[i]);
+/// Temperature / top-k / top-p / min-p sampling over processed logits l[0..vocab); w[0..vocab) is workspace.
+/// One rng draw.
+int sample_random(const float* l, float* w, int vocab, const SamplingParams& p, RequestRng& rng) {
+  const float m = lane_max(l, vocab);
   SSM_CHECK(m != kNegInf, "sampler: every logit is -inf after masking (min_tokens / penalties)");
   const float temp = static_cast<float>(p.temperature);
-  // Unnormalized softmax(l / T) weight; the max token has weight exactly 1.
-  auto weight = [&](float x) { return std::exp((x - m) / temp); };
+  // w[i] = unnormalized softmax(l / T); the max token has weight exactly 1.
+  const double total = sum_exp(l, vocab, m, temp, w);
   const int k = p.effective_top_k(vocab);
   const bool use_top_k = k < vocab;
   const bool use_top_p = p.top_p < 1.0;
   const double u = rng.uniform();
 
-  if (!use_top_k && !use_top_p) {
-    // Full vocabulary in id order; w_max = 1 so min-p drops w < min_p.
-    for (int i = 0; i < vocab; ++i) {
-      const float w = weight(l[i]);
-      l[i] = (p.min_p > 0.0 && static_cast<double>(w) < p.min_p) ? 0.0f : w;
+  if (!use_top_k && !use_top_p) {  // full vocabulary in id order; w_max = 1 so min-p drops w < min_p
+    if (p.min_p > 0.0) {
+      const vf floor = splat(static_cast<float>(p.min_p)), zero = splat(0.0f);
+      for (int i = 0; i < vocab; i += kW) {
+        const vf v = load(w, i, vocab, 0.0f);
+        store(w, i, vocab, v < floor ? zero : v);
+      }
     }
-    const int j = pick(l, vocab, u);
+    const int j = pick(w, vocab, u);
     SSM_CHECK(j >= 0, "sampler: no token has positive probability");
     return j;
   }
 
-  // Candidates in (logit desc, id asc) order: the k best, or a growing prefix until the nucleus is covered.
+  // Candidates sorted (logit desc, id asc): the top k, or the nucleus prefix.
   thread_local std::vector<int> ids;
-  thread_local std::vector<float> w;
-  ids.resize(vocab);
-  std::iota(ids.begin(), ids.end(), 0);
-  w.clear();
-  auto before = [l](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  thread_local std::vector<float> cw;
+  thread_local std::vector<uint64_t> keys;
+  auto gather = [&](int count) {
+    cw.resize(count);
+    for (int j = 0; j < count; ++j) cw[j] = w[ids[j]];
+  };
+  // Smallest prefix of cw[0..count) with cumulative mass >= need; -1 if rounding never gets there.
+  auto nucleus = [&](int count, double need) {
+    double cum = 0.0;
+    for (int j = 0; j < count; ++j) {
+      cum += cw[j];
+      if (cum >= need) return j + 1;
+    }
+    return -1;
+  };
   int kept = 0;
   if (use_top_k) {
-    std::nth_element(ids.begin(), ids.begin() + k, ids.end(), before);
-    std::sort(ids.begin(), ids.begin() + k, before);
-    for (int j = 0; j < k; ++j) w.push_back(weight(l[ids[j]]));
+    top_k_ids(l, vocab, k, ids);
+    gather(k);
     kept = k;
     if (use_top_p) {
-      double total = 0.0;
-      for (int j = 0; j < k; ++j) total += w[j];
-      const double need = p.top_p * total;
-      double cum = 0.0;
-      for (int j = 0; j < k; ++j) {
-        cum += w[j];
-        if (cum >= need) {
-          kept = j + 1;
-          break;
-        }
-      }
+      double zk = 0.0;
+      for (int j = 0; j < k; ++j) zk += cw[j];
+      const int c = nucleus(k, p.top_p * zk);
+      kept = c > 0 ? c : k;
     }
   } else {
-    double total = 0.0;
-    for (int i = 0; i < vocab; ++i) total += weight(l[i]);
+    // The nucleus is a prefix of the sorted order, so it lies inside {l >= t} once that set holds enough
+    // mass: grow t downward (weights >= e^-2, e^-4, ...) and sort only that candidate set.
     const double need = p.top_p * total;
-    double cum = 0.0;
-    int done = 0;
-    kept = vocab;  // if rounding never reaches `need`, keep everything
-    bool reached = false;
-    while (done < vocab && !reached) {
-      const int end = std::min(vocab, done + std::max(64, done));
-      if (end < vocab) std::nth_element(ids.begin() + done, ids.begin() + end, ids.end(), before);
-      std::sort(ids.begin() + done, ids.begin() + end, before);
-      for (int j = done; j < end; ++j) {
-        w.push_back(weight(l[ids[j]]));
-        cum += w.back();
-        if (cum >= need) {
-          kept = j + 1;
-          reached = true;
-          break;
-        }
-      }
-      done = end;
+    kept = -1;
+    for (float d = 2.0f; kept < 0; d *= 2.0f) {
+      const bool all = d > 128.0f;
+      const float t = m - d * temp;
+      if (!all && mass_at_or_above(l, w, vocab, t) < need) continue;
+      keys.clear();
+      for (int i = 0; i < vocab; ++i)
+        if (all || l[i] >= t) keys.push_back(desc_key(l[i], i));
+      std::sort(keys.begin(), keys.end());
+      const int count = static_cast<int>(keys.size());
+      ids.resize(count);
+      for (int j = 0; j < count; ++j) ids[j] = static_cast<int>(static_cast<uint32_t>(keys[j]));
+      gather(count);
+      kept = nucleus(count, need);
+      if (all && kept < 0) kept = count;
     }
   }
   if (p.min_p > 0.0) {
-    const double floor = p.min_p * static_cast<double>(w[0]);  // w[0] is the max (== 1)
+    const double floor = p.min_p * static_cast<double>(cw[0]);  // cw[0] is the max (== 1)
     int j = 1;
-    while (j < kept && static_cast<double>(w[j]) >= floor) ++j;
+    while (j < kept && static_cast<double>(cw[j]) >= floor) ++j;
     kept = j;
   }
-  const int j = pick(w.data(), kept, u);
+  const int j = pick(cw.data(), kept, u);
   SSM_CHECK(j >= 0, "sampler: no token has positive probability");
   return ids[j];
 }
@@ -254,6 +400,14 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k, flo
   return top_k_logprobs(logits, k, lse);
 }
 
+void process_logits(std::span<float> logits, const SamplingParams& params, std::span<const int> prompt_ids,
+                    std::span<const int> output_ids, std::span<const int> eos_token_ids) {
+  const int vocab = static_cast<int>(logits.size());
+  check_ids(prompt_ids, vocab, "prompt_ids");
+  check_ids(output_ids, vocab, "output_ids");
+  process_logits_unchecked(logits.data(), vocab, params, prompt_ids, output_ids, eos_token_ids);
+}
+
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& params,
                           std::span<const int> prompt_ids, std::span<const int> output_ids,
                           std::span<const int> eos_token_ids, RequestRng& rng, std::vector<float>& scratch) {
@@ -262,20 +416,13 @@ SampleResult sample_token(std::span<const float> logits, const SamplingParams& p
   check_ids(prompt_ids, vocab, "prompt_ids");
   check_ids(output_ids, vocab, "output_ids");
 
-  scratch.assign(logits.begin(), logits.end());
+  scratch.resize(2 * static_cast<size_t>(vocab));
+  std::copy(logits.begin(), logits.end(), scratch.begin());
   float* l = scratch.data();
-  if (static_cast<int>(output_ids.size()) < params.min_tokens) {
-    if (!params.ignore_eos) {
-      check_ids(eos_token_ids, vocab, "eos_token_ids");
-      for (const int t : eos_token_ids) l[t] = kNegInf;
-    }
-    check_ids(params.stop_token_ids, vocab, "stop_token_ids");
-    for (const int t : params.stop_token_ids) l[t] = kNegInf;
-  }
-  apply_penalties(l, vocab, params, prompt_ids, output_ids);
+  process_logits_unchecked(l, vocab, params, prompt_ids, output_ids, eos_token_ids);
 
   SampleResult r;
-  r.token = params.greedy() ? argmax_lowest_id(l, vocab) : sample_random(l, vocab, params, rng);
+  r.token = params.greedy() ? argmax_lowest_id(l, vocab) : sample_random(l, l + vocab, vocab, params, rng);
   r.logprob = static_cast<float>(static_cast<double>(logits[r.token]) - lse);
   r.top = top_k_logprobs(logits, params.logprobs.value_or(0), lse);
   return r;

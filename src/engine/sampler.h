@@ -61,19 +61,25 @@ class RequestRng {
 ///     or in (prob desc, id asc) order when top-k / top-p is active).
 /// The result depends only on (logits, params, prompt_ids, output_ids, eos_token_ids, rng state): no
 /// batch effects. Consumes exactly one rng.uniform() per non-greedy call and none when greedy.
-/// Cost: O(vocab) plus O(k log k) for top-k, O(m log m) for top-p where m ~ the nucleus size (no full sort).
+/// Cost: a few vectorized O(vocab) passes, plus O(vocab log k) for top-k (bounded heap) and, for top-p
+/// alone, a sort of only the tokens within a few temperature units of the max (no full-vocab sort).
 ///
 /// logits: [vocab] fp32 raw model output for the next position. prompt_ids / output_ids: the sequence's
 /// token history (ids in [0, vocab)). eos_token_ids: the model's EOS ids (for min_tokens masking).
-/// scratch: reusable per-thread/per-caller working buffer, resized to vocab; contents afterwards unspecified.
+/// scratch: reusable per-caller working buffer, resized to 2 * vocab; contents afterwards unspecified.
 /// Throws ssmserve::Error on empty logits, NaN / +inf logits, out-of-range history ids, or when every
 /// token is masked (-inf). params must have been validate()d.
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& params,
                           std::span<const int> prompt_ids, std::span<const int> output_ids,
                           std::span<const int> eos_token_ids, RequestRng& rng, std::vector<float>& scratch);
 
+/// Steps 1-2 of sample_token (min_tokens masking, then repetition / frequency / presence penalties) applied
+/// in place to logits: [vocab] fp32. Same arguments and errors as sample_token (history ids out of range).
+void process_logits(std::span<float> logits, const SamplingParams& params, std::span<const int> prompt_ids,
+                    std::span<const int> output_ids, std::span<const int> eos_token_ids);
+
 /// log(sum(exp(logits))) of [vocab] fp32 logits, computed with max subtraction and a double accumulator
-/// (agrees with a naive double computation to ~1e-7 relative). -inf entries contribute 0.
+/// (a vectorizable float exp, ~2 ulp; agrees with a naive double computation to ~1e-7). -inf entries add 0.
 /// Throws ssmserve::Error on empty input, NaN or +inf entries, or when all entries are -inf.
 double log_sum_exp(std::span<const float> logits);
 
