@@ -71,7 +71,7 @@ struct FixtureTensor {
 /// An F32 tensor holding `values` (row-major).
 inline FixtureTensor f32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values) {
   std::string b(values.size() * 4, '\0');
-  std::memcpy(b.data(), values.data(), b.size());
+  if (!b.empty()) std::memcpy(b.data(), values.data(), b.size());
   return {name, "F32", std::move(shape), std::move(b)};
 }
 
@@ -89,7 +89,7 @@ inline FixtureTensor bf16_tensor(const std::string& name, std::vector<int64_t> s
 /// An F16 tensor from raw IEEE half bit patterns.
 inline FixtureTensor f16_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<uint16_t>& bits) {
   std::string b(bits.size() * 2, '\0');
-  std::memcpy(b.data(), bits.data(), b.size());
+  if (!b.empty()) std::memcpy(b.data(), bits.data(), b.size());
   return {name, "F16", std::move(shape), std::move(b)};
 }
 
