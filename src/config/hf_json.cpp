@@ -1,6 +1,7 @@
 // Owns reading Hugging Face JSON files: the non-standard Infinity/NaN tokens, {"__float__": ...} objects, and
 // error positions reported against the original text.
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <sstream>
