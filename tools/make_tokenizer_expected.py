@@ -9,6 +9,8 @@ Outputs (all derived from models/tiny-mamba/tokenizer.json):
                    with HF decode of the ids.
   lambada_ids.txt  header line, then one line per LAMBADA passage: space-separated HF ids. The C++ test reads the
                    passages from $SSMSERVE_SHARED_DIR/data/lambada_test.jsonl.
+  unicode_classes.txt  HF's regex class of every code point (L letter, N number, W whitespace, O other), as ranges.
+  nfc_probes.txt   HF's NFC of per-code-point probe strings (listed when NFC changes them, plus all composition pairs).
   generated.jsonl  seeded random strings stored as hex bytes (invalid UTF-8 survives) with HF ids and decodes, plus
                    random id sequences (including ids past the vocabulary) with HF decodes.
 Every decode uses skip_special_tokens explicitly: the Python binding defaults it to True, transformers to False.
@@ -55,7 +57,10 @@ DIGITS = ["0", "7", "42", "1234567890", "3.14159", "1,000,000", "$100", "50%", "
           "\uff11\uff12", "\u00b2\u00b3", "\u2160\u2161", "\u0967\u0968", "1e-9", "0x1F"]
 SPECIAL = ["<|endoftext|>", "<|padding|>", "<|endoftext|", "<|ENDOFTEXT|>", "<|endoftext|><|endoftext|>", "|>", "<|"]
 NFC_CASES = ["\u212b", "\u2126", "\u212a", "A\u030a", "e\u0301", "\u1100\u1161\u11a8", "\u0958", "\uf900", "\u1f71",
-             "\u0344", "o\u0308\u0301", "a\u0323\u0302", "a\u0302\u0323", "\u00c5\u0301", "\u0340", "\u0374"]
+             "\u0344", "o\u0308\u0301", "a\u0323\u0302", "a\u0302\u0323", "\u00c5\u0301", "\u0340", "\u0374",
+             # characters newer than HF's NFC tables (Unicode 9) or than PCRE2's (Unicode 14); see unicode_compat.h
+             "a\u09fe\u05b9", "\uac00\u11a7", "\u1100\u1161\u11a7", "\U00011935\U00011930", "x\U00031350\U00031351",
+             "\U00010D40\U00010D41", "\U000105C0a", "e\u1ac0\u0301"]
 
 
 def rand_char(rng):
@@ -159,6 +164,59 @@ def write_generated(tok, path):
     return n_text
 
 
+NFC_PROBE_PREFIXES = ["", "\u05b0", "\u1100", "\uac00"]  # c alone, after a ccc-10 mark, after L jamo, after LV
+NFC_PROBE_SUFFIXES = ["\u0334"]  # c before a ccc-1 mark
+# Keep this probe set in sync with tests/unit/test_tokenizer_unicode.cpp.
+
+
+def code_points():
+    return (c for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+
+
+def write_unicode_audit(tok):
+    """Per-code-point answers of HF's pre-tokenizer regex and NFC normalizer, for the exhaustive C++ test."""
+    pt, norm = tok.pre_tokenizer, tok.normalizer
+    ranges = []
+    for c in code_points():
+        ch = chr(c)
+        if len(pt.pre_tokenize_str("a" + ch)) == 1:
+            k = "L"
+        elif len(pt.pre_tokenize_str("1" + ch)) == 1:
+            k = "N"
+        elif len(pt.pre_tokenize_str("!" + ch)) == 1:
+            k = "O"
+        else:
+            k = "W"
+        if ranges and ranges[-1][2] == k and ranges[-1][1] == c - 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c, k])
+    with open(OUT / "unicode_classes.txt", "w") as f:
+        f.write("# lo hi class (hex code points; L letter, N number, W whitespace, O other) per HF ByteLevel regex\n")
+        for lo, hi, k in ranges:
+            f.write(f"{lo:x} {hi:x} {k}\n")
+    n_probes = 0
+    with open(OUT / "nfc_probes.txt", "w") as f:
+        f.write("# probe_hex nfc_hex (HF NFC); unlisted generic probes are unchanged by NFC\n")
+        for c in code_points():
+            ch = chr(c)
+            probes = [p + ch for p in NFC_PROBE_PREFIXES] + [ch + q for q in NFC_PROBE_SUFFIXES]
+            d = unicodedata.decomposition(ch)
+            if d and not d.startswith("<") and len(d.split()) == 2:  # composition pair, listed even if unchanged
+                pair = "".join(chr(int(x, 16)) for x in d.split())
+            else:
+                pair = None
+            for p in probes:
+                out = norm.normalize_str(p)
+                if out != p:
+                    f.write(f"{p.encode().hex()} {out.encode().hex()}\n")
+                    n_probes += 1
+            if pair is not None:
+                f.write(f"{pair.encode().hex()} {norm.normalize_str(pair).encode().hex()}\n")
+                n_probes += 1
+    return len(ranges), n_probes
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shared", default=str(ROOT.parent / "shared"), help="shared/ folder (default: <repo>/../shared)")
@@ -184,8 +242,10 @@ def main():
         for enc in tok.encode_batch(texts):
             f.write(" ".join(map(str, enc.ids)) + "\n")
 
+    n_ranges, n_nfc = write_unicode_audit(tok)
     n_gen = write_generated(tok, OUT / "generated.jsonl")
-    print(f"vectors: {n_vec}, lambada passages: {len(texts)} (round trip exact: {round_trip}), generated texts: {n_gen}")
+    print(f"vectors: {n_vec}, lambada passages: {len(texts)} (round trip exact: {round_trip}), generated texts: {n_gen}, "
+          f"class ranges: {n_ranges}, nfc probes listed: {n_nfc}")
 
 
 if __name__ == "__main__":

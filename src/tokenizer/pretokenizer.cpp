@@ -8,20 +8,15 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "tokenizer/unicode_compat.h"
 
 namespace ssmserve {
 
-std::string nfc_normalize(std::string_view text) {
-  // Fast path: code points below U+0300 are NFC-stable and never compose with a preceding character; only marks and
-  // characters from U+0300 on (lead bytes >= 0xCC) can change under NFC.
-  bool simple = true;
-  for (char c : text) {
-    if (static_cast<unsigned char>(c) >= 0xCC) {
-      simple = false;
-      break;
-    }
-  }
-  if (simple) return std::string(text);
+namespace {
+
+/// NFC of well-formed UTF-8 with utf8proc (lengths passed explicitly, so embedded NULs are kept).
+std::string utf8proc_nfc(std::string_view text) {
+  if (text.empty()) return {};
   utf8proc_uint8_t* dst = nullptr;
   const utf8proc_ssize_t n =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
@@ -35,11 +30,52 @@ std::string nfc_normalize(std::string_view text) {
   return out;
 }
 
+}  // namespace
+
+std::string nfc_normalize(std::string_view text) {
+  // Fast path: code points below U+0300 are NFC-stable and never compose with a preceding character; only marks and
+  // characters from U+0300 on (lead bytes >= 0xCC) can change under NFC.
+  bool simple = true;
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) >= 0xCC) {
+      simple = false;
+      break;
+    }
+  }
+  if (simple) return std::string(text);
+  // Characters HF's NFC does not know act as plain starters there: normalize the runs between them separately.
+  std::string out;
+  out.reserve(text.size());
+  std::size_t run = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto b0 = static_cast<unsigned char>(text[i]);
+    const std::size_t len = b0 < 0x80 ? 1 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
+    if (b0 >= 0xCC) {
+      char32_t cp = len == 2 ? (b0 & 0x1F) : len == 3 ? (b0 & 0x0F) : (b0 & 0x07);
+      for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+      if (unicode_compat::hf_nfc_unknown(cp)) {
+        out += utf8proc_nfc(text.substr(run, i - run));
+        out.append(text.substr(i, len));
+        run = i + len;
+      }
+    }
+    i += len;
+  }
+  out += utf8proc_nfc(text.substr(run));
+  return out;
+}
+
 namespace {
-// Oniguruma's Unicode \s (see header); \S is its complement.
-constexpr const char* kPattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\t-\r\x{85}\p{Z}\p{L}\p{N}]+)"
-    R"(|[\t-\r\x{85}\p{Z}]+(?![^\t-\r\x{85}\p{Z}])|[\t-\r\x{85}\p{Z}]+)";
+
+/// The GPT-2 pattern with Oniguruma's Unicode \s spelled out and \p{L}, \p{N} widened to HF's Unicode version.
+std::string gpt2_pattern() {
+  const std::string ws = R"(\t-\r\x{85}\p{Z})";
+  const std::string letter = "\\p{L}" + std::string(unicode_compat::extra_letters());
+  const std::string number = "\\p{N}" + std::string(unicode_compat::extra_numbers());
+  return "'s|'t|'re|'ve|'m|'ll|'d| ?[" + letter + "]+| ?[" + number + "]+| ?[^" + ws + letter + number + "]+|[" + ws +
+         "]+(?![^" + ws + "])|[" + ws + "]+";
+}
+
 }  // namespace
 
 struct GptSplitter::Impl {
@@ -48,9 +84,10 @@ struct GptSplitter::Impl {
 };
 
 GptSplitter::GptSplitter() : impl_(std::make_unique<Impl>()) {
+  const std::string pattern = gpt2_pattern();
   int err = 0;
   PCRE2_SIZE err_off = 0;
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
                               &err, &err_off, nullptr);
   if (impl_->code == nullptr) {
     PCRE2_UCHAR msg[256];
