@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "core/error.h"
