@@ -47,11 +47,52 @@ inline float dot_f32(const float* w, const float* x, int64_t K) {
   return acc;
 }
 
-// y[m, n] for n in [n0, n1): each weight row is read once for all M (<= kGemvMaxRows) input rows.
+#if defined(__AVX512F__)
+// Rows ahead of the current 4-row group that the GEMV prefetches (measured best on the bench machine).
+constexpr int64_t kAhead = 8;
+
+inline __m512 load_bf16x16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
+// out[r] = dot(w[r * K ...], x) for 4 consecutive bf16 rows: 4 independent accumulators share each x load.
+inline void dot4_bf16(const uint16_t* w, int64_t K, const float* x, float* out) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    // Prefetch the next 4-row group (the rows are contiguous: w + 4K ... w + 8K) one line per row per step.
+    _mm_prefetch(reinterpret_cast<const char*>(w + kAhead * K + 4 * k), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + kAhead * K + 4 * k + 32), _MM_HINT_T0);
+    const __m512 xv = _mm512_loadu_ps(x + k);
+    a0 = _mm512_fmadd_ps(load_bf16x16(w + k), xv, a0);
+    a1 = _mm512_fmadd_ps(load_bf16x16(w + K + k), xv, a1);
+    a2 = _mm512_fmadd_ps(load_bf16x16(w + 2 * K + k), xv, a2);
+    a3 = _mm512_fmadd_ps(load_bf16x16(w + 3 * K + k), xv, a3);
+  }
+  out[0] = _mm512_reduce_add_ps(a0), out[1] = _mm512_reduce_add_ps(a1);
+  out[2] = _mm512_reduce_add_ps(a2), out[3] = _mm512_reduce_add_ps(a3);
+  for (; k < K; ++k)
+    for (int r = 0; r < 4; ++r) out[r] += bf16_to_f32(w[r * K + k]) * x[k];
+}
+#endif
+
+// y[m, n] for n in [n0, n1): each weight row is read once from memory for all M (<= kGemvMaxRows) input rows.
 void gemv_rows(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y,
                int64_t y_stride, int64_t n0, int64_t n1) {
   const int64_t K = w.cols;
-  for (int64_t n = n0; n < n1; ++n) {
+  int64_t n = n0;
+#if defined(__AVX512F__)
+  if (w.dtype == DType::BF16) {
+    for (; n + 4 <= n1; n += 4) {
+      for (int64_t m = 0; m < M; ++m) {
+        float d[4];
+        dot4_bf16(w.bf16() + n * K, K, x + m * x_stride, d);
+        for (int r = 0; r < 4; ++r) y[m * y_stride + n + r] = d[r] + (bias ? bias[n + r] : 0.0f);
+      }
+    }
+  }
+#endif
+  for (; n < n1; ++n) {
     const float b = bias ? bias[n] : 0.0f;
     for (int64_t m = 0; m < M; ++m) {
       const float* xm = x + m * x_stride;
