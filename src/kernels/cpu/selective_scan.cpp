@@ -4,76 +4,110 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "kernels/cpu/activations.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ssmserve::cpu {
 namespace {
 
 constexpr int kMaxState = 256;
+constexpr int kLanes = 16;  // channels advanced together: one AVX-512 register per state row
 
-// Advances channel c's state `s` [d_state] by tokens [t0, t1) of `in` and writes y rows.
-inline void scan_channel(const ScanInputs& in, const ScanParams& p, int64_t c, float* s, int64_t t0, int64_t t1,
-                         float* y, int64_t y_stride, int64_t y_row0) {
-  const int N = p.d_state;
-  const float* A = p.A + c * N;
-  const float bias = p.delta_bias ? p.delta_bias[c] : 0.0f;
-  const float Dc = p.D ? p.D[c] : 0.0f;
-  float dA[kMaxState];
-  for (int64_t t = t0; t < t1; ++t) {
-    float dt = in.delta.row(t)[c] + bias;
-    if (p.delta_softplus) dt = softplus(dt);
-    const float u = in.u.row(t)[c];
-    const float* B = in.B.row(t);
-    const float* C = in.C.row(t);
-#pragma omp simd
-    for (int n = 0; n < N; ++n) dA[n] = std::exp(dt * A[n]);
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int n = 0; n < N; ++n) {
-      s[n] = dA[n] * s[n] + dt * B[n] * u;
-      acc += s[n] * C[n];
-    }
-    float out = acc + Dc * u;
-    if (in.z.data) out *= silu(in.z.row(t)[c]);
-    y[(y_row0 + t - t0) * y_stride + c] = out;
+/// Channels [c0, c0 + nc) of one sequence, state transposed to [d_state][kLanes] so the inner loops
+/// vectorize over channels. Prefill and decode both run through advance() so they agree bit for bit.
+struct ChannelBlock {
+  int64_t c0 = 0;
+  int nc = 0;
+  float st[kMaxState][kLanes];
+  float At[kMaxState][kLanes];
+
+  ChannelBlock(const ScanParams& p, int64_t c0_, const float* states, bool init) : c0(c0_), nc(static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0_))) {
+    for (int n = 0; n < p.d_state; ++n)
+      for (int j = 0; j < kLanes; ++j) {
+        At[n][j] = j < nc ? p.A[(c0 + j) * p.d_state + n] : 0.0f;
+        st[n][j] = (j < nc && init) ? states[(c0 + j) * p.d_state + n] : 0.0f;
+      }
   }
-}
+  void store(const ScanParams& p, float* states) const {
+    for (int n = 0; n < p.d_state; ++n)
+      for (int j = 0; j < nc; ++j) states[(c0 + j) * p.d_state + n] = st[n][j];
+  }
+  /// Advances by tokens [t0, t1) of `in`, writing y rows y_row0 + (t - t0).
+  void advance(const ScanInputs& in, const ScanParams& p, int64_t t0, int64_t t1, float* y, int64_t y_stride, int64_t y_row0) {
+    const int N = p.d_state;
+    for (int64_t t = t0; t < t1; ++t) {
+      float dt[kLanes], u[kLanes], acc[kLanes] = {};
+      const float* drow = in.delta.row(t);
+      const float* urow = in.u.row(t);
+      for (int j = 0; j < kLanes; ++j) {
+        float d = 0.0f;
+        if (j < nc) {
+          d = drow[c0 + j] + (p.delta_bias ? p.delta_bias[c0 + j] : 0.0f);
+          if (p.delta_softplus) d = softplus(d);
+        }
+        dt[j] = d;
+        u[j] = j < nc ? urow[c0 + j] : 0.0f;
+      }
+      const float* B = in.B.row(t);
+      const float* C = in.C.row(t);
+      for (int n = 0; n < N; ++n) {
+        const float b = B[n], c = C[n];
+#pragma omp simd
+        for (int j = 0; j < kLanes; ++j) {
+          const float s = exp_ps(dt[j] * At[n][j]) * st[n][j] + dt[j] * b * u[j];
+          st[n][j] = s;
+          acc[j] += s * c;
+        }
+      }
+      float* yrow = y + (y_row0 + t - t0) * y_stride;
+      const float* zrow = in.z.data ? in.z.row(t) : nullptr;
+      for (int j = 0; j < nc; ++j) {
+        float out = acc[j] + (p.D ? p.D[c0 + j] : 0.0f) * u[j];
+        if (zrow) out *= silu(zrow[c0 + j]);
+        yrow[c0 + j] = out;
+      }
+    }
+  }
+};
 
 }  // namespace
 
 void selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
                         std::span<const int32_t> query_start_loc, std::span<const int32_t> state_indices,
                         std::span<const uint8_t> has_initial_states) {
-  const int N = p.d_state;
+  SSM_CHECK(p.d_state <= kMaxState, "selective_scan_fwd: d_state {} > {}", p.d_state, kMaxState);
   const int64_t num_seqs = static_cast<int64_t>(state_indices.size());
+  const int64_t num_blocks = (p.dim + kLanes - 1) / kLanes;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int32_t block = state_indices[s];
     if (block == 0) continue;
     const int64_t t0 = query_start_loc[s], t1 = query_start_loc[s + 1];
-    float* states = p.ssm_states + static_cast<int64_t>(block) * p.dim * N;  // [dim, N]
+    float* states = p.ssm_states + static_cast<int64_t>(block) * p.dim * p.d_state;  // [dim, N]
     const bool init = has_initial_states[s] != 0;
 #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < p.dim; ++c) {
-      float st[kMaxState];
-      if (init) std::copy_n(states + c * N, N, st);
-      else std::fill_n(st, N, 0.0f);
-      scan_channel(in, p, c, st, t0, t1, y, y_stride, t0);
-      std::copy_n(st, N, states + c * N);
+    for (int64_t cb = 0; cb < num_blocks; ++cb) {
+      ChannelBlock blk(p, cb * kLanes, states, init);
+      blk.advance(in, p, t0, t1, y, y_stride, t0);
+      blk.store(p, states);
     }
   }
 }
 
 void selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
                             std::span<const int32_t> state_indices) {
-  const int N = p.d_state;
+  SSM_CHECK(p.d_state <= kMaxState, "selective_state_update: d_state {} > {}", p.d_state, kMaxState);
   const int64_t batch = static_cast<int64_t>(state_indices.size());
+  const int64_t num_blocks = (p.dim + kLanes - 1) / kLanes;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t c = 0; c < p.dim; ++c) {
+    for (int64_t cb = 0; cb < num_blocks; ++cb) {
       const int32_t block = state_indices[b];
       if (block == 0) continue;
-      float* st = p.ssm_states + (static_cast<int64_t>(block) * p.dim + c) * N;
-      scan_channel(in, p, c, st, b, b + 1, y, y_stride, b);
+      float* states = p.ssm_states + static_cast<int64_t>(block) * p.dim * p.d_state;
+      ChannelBlock blk(p, cb * kLanes, states, true);
+      blk.advance(in, p, b, b + 1, y, y_stride, b);
+      blk.store(p, states);
     }
   }
 }
