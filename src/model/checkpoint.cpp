@@ -149,6 +149,11 @@ const TensorRef& Checkpoint::get(const std::string& name, const std::vector<int6
   return t;
 }
 
+const TensorRef* Checkpoint::find(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
 std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;
   for (const auto& [name, t] : tensors_) out.push_back(name);

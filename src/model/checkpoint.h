@@ -46,6 +46,9 @@ class Checkpoint {
   /// F32/BF16/F16. Throws Error naming the tensor and file on a missing tensor, wrong shape or dtype.
   const TensorRef& get(const std::string& name, const std::vector<int64_t>& expected_shape) const;
 
+  /// The tensor of a supported dtype without a shape check (tools, conversions), or nullptr if absent.
+  const TensorRef* find(const std::string& name) const;
+
   /// All tensor names, sorted (including tensors of unsupported dtypes, which has() reports and get() rejects).
   std::vector<std::string> names() const;
 

@@ -6,8 +6,13 @@
 #include <cmath>
 #include <random>
 
+#include <fmt/format.h>
+
+#include "checkpoint_fixtures.h"
 #include "core/error.h"
 #include "model/causal_lm.h"
+#include "model/checkpoint.h"
+#include "model/weight.h"
 #include "test_util.h"
 
 namespace ssmserve {
@@ -86,6 +91,46 @@ TEST(MambaModel, RejectsTokenOutsideVocabulary) {
   std::vector<float> logits(model->config().vocab_size);
   EXPECT_THROW(model->forward(one_sequence({model->config().vocab_size}, 1, false, false), cache, logits.data()), Error);
   EXPECT_THROW(model->forward(one_sequence({-1}, 1, false, false), cache, logits.data()), Error);
+}
+
+}  // namespace
+}  // namespace ssmserve
+
+namespace ssmserve {
+namespace {
+
+// Rewrites tiny-mamba's BF16 tensors as F32 (exact) split over two shards with model.safetensors.index.json,
+// with an untied lm_head copy: the weights are the same numbers, so logits agree up to the summation order of
+// the F32 and BF16 GEMV kernels.
+TEST(MambaModel, F32ShardedUntiedCheckpointGivesIdenticalLogits) {
+  const auto dir = testing::model_dir("tiny-mamba");
+  SSM_SKIP_IF_NO_MODEL(dir);
+  testing::TempDir tmp("f32");
+  const Checkpoint ckpt = Checkpoint::open(dir);
+  std::vector<testing::FixtureTensor> shard[2];
+  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+  int i = 0;
+  auto add = [&](const std::string& name, const TensorRef& t) {
+    const int s = i++ % 2;
+    shard[s].push_back(testing::f32_tensor(name, t.shape, tensor_to_f32(t)));
+    index["weight_map"][name] = fmt::format("model-{:05d}-of-00002.safetensors", s + 1);
+  };
+  for (const auto& name : ckpt.names()) add(name, *ckpt.find(name));
+  const auto& emb = ckpt.get("backbone.embeddings.weight", {50280, 256});
+  add("lm_head.weight", emb);
+  for (int s = 0; s < 2; ++s) testing::write_safetensors(tmp / fmt::format("model-{:05d}-of-00002.safetensors", s + 1), shard[s]);
+  testing::write_file(tmp / "model.safetensors.index.json", index.dump());
+  auto cfg = testing::read_json(dir / "config.json");
+  cfg["tie_word_embeddings"] = false;
+  testing::write_file(tmp / "config.json", cfg.dump());
+
+  auto a = load_model(dir), b = load_model(tmp.path());
+  StateCache ca(a->num_state_layers(), a->state_shape(), 2), cb(b->num_state_layers(), b->state_shape(), 2);
+  const std::vector<int32_t> ids = {510, 3158, 273, 253, 1533, 13};
+  std::vector<float> la(6 * 50280), lb(6 * 50280);
+  a->forward(one_sequence(ids, 1, false, true), ca, la.data());
+  b->forward(one_sequence(ids, 1, false, true), cb, lb.data());
+  EXPECT_LT(max_abs_diff(la.data(), lb.data(), la.size()), 1e-4);
 }
 
 }  // namespace
