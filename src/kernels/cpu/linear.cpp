@@ -117,27 +117,23 @@ void linear(const float* x, int64_t M, int64_t x_stride, const Weight& w, const 
   SSM_CHECK(x_stride >= K && y_stride >= N, "linear: bad strides (x_stride {} < K {} or y_stride {} < N {})", x_stride, K, y_stride, N);
   if (M <= kGemvMaxRows) return gemv(x, M, x_stride, w, bias, y, y_stride);
 
-  // OpenBLAS runs single-threaded inside our OpenMP threads (its own pthread pool would spin against ours).
-  static const bool blas_single = [] { openblas_set_num_threads(1); return true; }();
-  (void)blas_single;
-  // Each thread takes a panel of weight rows (output columns), converts it to fp32 if needed, and runs sgemm.
-  const int64_t nthreads = omp_get_max_threads();
-  const int64_t panel_rows = std::max<int64_t>(16, (N + nthreads * 4 - 1) / (nthreads * 4));
-#pragma omp parallel
-  {
-    std::vector<float> panel;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t n0 = 0; n0 < N; n0 += panel_rows) {
-      const int64_t rows = std::min(panel_rows, N - n0);
-      const float* wp = w.f32() + n0 * K;
-      if (w.dtype == DType::BF16) {
-        panel.resize(static_cast<size_t>(rows * K));
-        to_f32(DType::BF16, w.bf16() + n0 * K, panel.data(), static_cast<size_t>(rows * K));
-        wp = panel.data();
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(rows), static_cast<int>(K),
-                  1.0f, x, static_cast<int>(x_stride), wp, static_cast<int>(K), 0.0f, y + n0, static_cast<int>(y_stride));
+  // Convert bf16 weights to fp32 in panels of rows (bounded scratch), then one sgemm per panel; OpenBLAS (the
+  // OpenMP build) spreads each sgemm over our OpenMP threads.
+  thread_local std::vector<float> panel;
+  const int64_t panel_rows = w.dtype == DType::F32 ? N : std::max<int64_t>(64, (int64_t{1} << 22) / std::max<int64_t>(K, 1));
+  for (int64_t n0 = 0; n0 < N; n0 += panel_rows) {
+    const int64_t rows = std::min(panel_rows, N - n0);
+    const float* wp = w.f32() + n0 * K;
+    if (w.dtype == DType::BF16) {
+      panel.resize(static_cast<size_t>(rows * K));
+      const uint16_t* src = w.bf16() + n0 * K;
+      float* dst = panel.data();  // the calling thread's buffer (thread_local names differ inside the team)
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) to_f32(DType::BF16, src + r * K, dst + r * K, static_cast<size_t>(K));
+      wp = dst;
     }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(rows), static_cast<int>(K),
+                1.0f, x, static_cast<int>(x_stride), wp, static_cast<int>(K), 0.0f, y + n0, static_cast<int>(y_stride));
   }
   if (bias) {
 #pragma omp parallel for schedule(static)
