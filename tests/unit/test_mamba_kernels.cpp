@@ -179,7 +179,7 @@ TEST_P(LinearTest, MatchesNaiveProduct) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, LinearTest,
-                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Values(1, 3, 8, 9, 64)));
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Values(1, 3, 4, 8, 9, 32, 33, 64)));
 
 }  // namespace
 }  // namespace ssmserve::cpu

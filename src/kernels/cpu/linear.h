@@ -20,6 +20,6 @@ inline void linear(const float* x, int64_t M, const Weight& w, const float* bias
 }
 
 /// Largest row count served by the GEMV path.
-inline constexpr int64_t kGemvMaxRows = 8;
+inline constexpr int64_t kGemvMaxRows = 32;
 
 }  // namespace ssmserve::cpu
