@@ -104,7 +104,8 @@ Runner add_bench(CLI::App& app) {
   lat->add_option("--num-iters", a->num_iters, "Timed repeats")->capture_default_str();
   lat->add_option("--num-iters-warmup", a->num_iters_warmup, "Untimed warmup repeats")->capture_default_str();
   lat->add_option("--output-json", a->output_json, "Also write the results to this JSON file");
-  return [a] { return run_latency(*a); };
+  Runner throughput = add_bench_throughput(*bench);
+  return [a, lat, throughput] { return lat->parsed() ? run_latency(*a) : throughput(); };
 }
 
 }  // namespace ssmserve::cli

@@ -14,8 +14,10 @@ using Runner = std::function<int()>;
 
 /// Adds `generate` to `app`; the returned runner executes it after parsing.
 Runner add_generate(CLI::App& app);
-/// Adds `bench` (with `bench latency`) to `app`.
+/// Adds `bench` (with `bench latency` and `bench throughput`) to `app`.
 Runner add_bench(CLI::App& app);
+/// Adds `throughput` under the `bench` subcommand; the runner executes it (apps/cmd_bench_throughput.cpp).
+Runner add_bench_throughput(CLI::App& bench);
 
 /// Adds the engine knobs shared by every subcommand (--model, --load-format, --max-num-batched-tokens,
 /// --max-num-seqs, --num-state-blocks, --threads, --tokenizer) bound to `cfg`. `load_format` receives the

@@ -1,0 +1,175 @@
+// Owns `ssmserve bench throughput`: submits N requests at once (random token prompts or the first N records of
+// a JSONL dataset) and runs the engine to completion, reporting requests/s, total tokens/s and output tokens/s
+// (vLLM's benchmark_throughput), optionally written as JSON.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <random>
+
+#include "apps/commands.h"
+#include "core/error.h"
+#include "engine/llm_engine.h"
+
+namespace ssmserve::cli {
+namespace {
+
+struct ThroughputArgs {
+  EngineConfig engine;
+  std::string load_format = "auto";
+  int num_prompts = 32;
+  int input_len = 128;
+  int output_len = 128;
+  bool input_len_given = false;  ///< with --dataset, prompts are truncated only when --input-len is given
+  std::string dataset;
+  unsigned seed = 0;
+  std::string output_json;
+};
+
+/// The first `n` prompt texts of a JSONL file: each non-blank line an object with a string "text" or "prompt".
+/// Throws Error naming file:line for a malformed line, and when the file is unreadable or has no records.
+std::vector<std::string> read_dataset(const std::string& path, int n) {
+  std::ifstream in(path);
+  SSM_CHECK(in, "{}: cannot open the dataset", path);
+  std::vector<std::string> texts;
+  std::string line;
+  for (int lineno = 1; static_cast<int>(texts.size()) < n && std::getline(in, line); ++lineno) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}:{}: invalid JSON ({})", path, lineno, e.what());
+    }
+    const char* key = j.is_object() && j.contains("text") ? "text" : "prompt";
+    SSM_CHECK(j.is_object() && j.contains(key) && j[key].is_string(),
+              "{}:{}: each line must be an object with a string \"text\" or \"prompt\"", path, lineno);
+    SSM_CHECK(!j[key].get<std::string>().empty(), "{}:{}: empty \"{}\"", path, lineno, key);
+    texts.push_back(j[key].get<std::string>());
+  }
+  SSM_CHECK(!texts.empty(), "{}: the dataset has no records", path);
+  return texts;
+}
+
+/// Builds the N requests (before the clock starts): token-id prompts, ignore_eos, max_tokens = output_len.
+std::vector<Request> make_requests(const LLMEngine& engine, const ThroughputArgs& a) {
+  std::vector<std::vector<int>> prompts;
+  if (a.dataset.empty()) {
+    std::mt19937 rng(a.seed);
+    std::uniform_int_distribution<int> tok(0, std::min(engine.model_config().vocab_size, 50000) - 1);
+    for (int i = 0; i < a.num_prompts; ++i) {
+      std::vector<int>& p = prompts.emplace_back(a.input_len);
+      for (int& t : p) t = tok(rng);
+    }
+  } else {
+    SSM_CHECK(engine.tokenizer(), "--dataset needs a tokenizer: {} has no tokenizer.json (pass --tokenizer DIR, e.g. models/tiny-mamba)",
+              engine.config().model.string());
+    const std::vector<std::string> texts = read_dataset(a.dataset, a.num_prompts);
+    if (static_cast<int>(texts.size()) < a.num_prompts)
+      std::cerr << "warning: " << a.dataset << " has only " << texts.size() << " records; using them all\n";
+    for (const std::string& text : texts) {
+      std::vector<int>& p = prompts.emplace_back(engine.tokenizer()->encode(text));
+      if (a.input_len_given && static_cast<int>(p.size()) > a.input_len) p.resize(a.input_len);
+    }
+  }
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.request_id = "tput-" + std::to_string(i);
+    r.prompt_token_ids = std::move(prompts[i]);
+    r.params.max_tokens = a.output_len;
+    r.params.ignore_eos = true;
+    r.params.temperature = 0.0;
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+/// Redraws "[####    ] done/total" on stderr.
+void draw_progress(int done, int total) {
+  const int w = 30, filled = done * w / total;
+  std::cerr << "\r[" << std::string(filled, '#') << std::string(w - filled, ' ') << "] " << done << "/" << total << " requests"
+            << std::flush;
+}
+
+int run_throughput(ThroughputArgs& a) {
+  // 1. Validate flags before loading the model.
+  resolve_engine_config(a.engine, a.load_format);
+  SSM_CHECK(a.num_prompts >= 1, "--num-prompts must be >= 1 (got {})", a.num_prompts);
+  SSM_CHECK(a.input_len >= 1, "--input-len must be >= 1 (got {})", a.input_len);
+  SSM_CHECK(a.output_len >= 1, "--output-len must be >= 1 (got {})", a.output_len);
+  if (!a.dataset.empty()) SSM_CHECK(std::ifstream(a.dataset), "{}: cannot open the dataset", a.dataset);
+  // 2. Load the engine and build every request up front (tokenization is not timed).
+  LLMEngine engine(a.engine);
+  std::vector<Request> reqs = make_requests(engine, a);
+  const int n = static_cast<int>(reqs.size());
+  long long prompt_tokens = 0, output_tokens = 0;
+  for (const Request& r : reqs) prompt_tokens += static_cast<long long>(r.prompt_token_ids.size());
+  // 3. Submit all at once and run to completion; the scheduler's --max-num-seqs bounds concurrency.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (Request& r : reqs) engine.add_request(std::move(r));
+  int done = 0;
+  draw_progress(0, n);
+  while (engine.has_unfinished_requests()) {
+    for (const RequestOutput& o : engine.step()) {
+      if (!o.finished) continue;
+      output_tokens += static_cast<long long>(o.outputs.at(0).token_ids.size());
+      draw_progress(++done, n);
+    }
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cerr << "\n";
+  // 4. Report.
+  const double rps = n / elapsed, tps = (prompt_tokens + output_tokens) / elapsed, ops = output_tokens / elapsed;
+  std::cout << "model: " << a.engine.model.string() << " (" << (a.engine.load_format == LoadFormat::Dummy ? "dummy" : "checkpoint")
+            << " weights)\n"
+            << n << " requests, " << prompt_tokens << " prompt tokens, " << output_tokens << " output tokens, max-num-seqs "
+            << a.engine.scheduler.max_num_seqs << "\n"
+            << std::fixed << std::setprecision(2) << "elapsed: " << elapsed << " s\n"
+            << "Throughput: " << rps << " requests/s, " << tps << " total tokens/s, " << ops << " output tokens/s\n";
+  if (!a.output_json.empty()) {
+    nlohmann::json j = {{"model", a.engine.model.string()},
+                        {"dataset", a.dataset.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.dataset)},
+                        {"num_requests", n},
+                        {"input_len", a.dataset.empty() || a.input_len_given ? nlohmann::json(a.input_len) : nlohmann::json(nullptr)},
+                        {"output_len", a.output_len},
+                        {"max_num_seqs", a.engine.scheduler.max_num_seqs},
+                        {"max_num_batched_tokens", a.engine.scheduler.max_num_batched_tokens},
+                        {"total_num_tokens", prompt_tokens + output_tokens},
+                        {"num_prompt_tokens", prompt_tokens},
+                        {"num_output_tokens", output_tokens},
+                        {"elapsed_time", elapsed},
+                        {"requests_per_second", rps},
+                        {"tokens_per_second", tps},
+                        {"output_tokens_per_second", ops}};
+    std::ofstream out(a.output_json);
+    SSM_CHECK(out, "{}: cannot write the JSON output", a.output_json);
+    out << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench_throughput(CLI::App& bench) {
+  auto a = std::make_shared<ThroughputArgs>();
+  CLI::App* cmd = bench.add_subcommand("throughput", "Requests/s and tokens/s of N requests submitted at once (offline)");
+  add_engine_options(*cmd, a->engine, a->load_format);
+  cmd->add_option("--num-prompts", a->num_prompts, "Requests to submit")->capture_default_str();
+  CLI::Option* in = cmd->add_option("--input-len", a->input_len,
+                                    "Prompt tokens per request (with --dataset: truncate prompts to this many)")
+                        ->capture_default_str();
+  cmd->add_option("--output-len", a->output_len, "Generated tokens per request (ignore_eos)")->capture_default_str();
+  cmd->add_option("--dataset", a->dataset, "JSONL file of {\"text\": ...} or {\"prompt\": ...}; the first N records are the prompts");
+  cmd->add_option("--seed", a->seed, "Seed of the random prompt token ids")->capture_default_str();
+  cmd->add_option("--output-json", a->output_json, "Also write the results to this JSON file");
+  return [a, in] {
+    a->input_len_given = in->count() > 0;
+    return run_throughput(*a);
+  };
+}
+
+}  // namespace ssmserve::cli

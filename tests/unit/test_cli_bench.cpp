@@ -1,0 +1,121 @@
+// `ssmserve bench throughput` as a user runs it on models/tiny-mamba: the printed numbers, the --output-json
+// fields, --dataset prompts from a JSONL file, and clear errors with exit code 1 for bad flags and files.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+
+#include "checkpoint_fixtures.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CliRun {
+  int status = -1;  // exit code, or -signal
+  std::string out, err;
+};
+
+/// Runs the ssmserve binary with `args`; captures stdout, stderr and the exit code.
+CliRun run(const std::string& args) {
+  ssmserve::testing::TempDir tmp("clibench");
+  const std::string cmd = std::string(SSMSERVE_BINARY) + " " + args + " 2>" + (tmp / "err").string();
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+  r.err = ssmserve::testing::read_file(tmp / "err");
+  return r;
+}
+
+const std::string kTiny = std::string(SSMSERVE_SOURCE_DIR) + "/models/tiny-mamba";
+
+TEST(CliBenchThroughput, PrintsNumbersAndWritesJson) {
+  ssmserve::testing::TempDir tmp("clibench");
+  const std::string json_path = (tmp / "tput.json").string();
+  const CliRun r = run("bench throughput --model " + kTiny +
+                       " --num-prompts 6 --input-len 16 --output-len 8 --max-num-seqs 4 --seed 3 --output-json " + json_path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("requests/s"));
+  EXPECT_THAT(r.out, HasSubstr("total tokens/s"));
+  EXPECT_THAT(r.out, HasSubstr("output tokens/s"));
+  EXPECT_THAT(r.out, HasSubstr("elapsed:"));
+  EXPECT_THAT(r.err, HasSubstr("6/6"));  // progress bar reached the end
+  const nlohmann::json j = nlohmann::json::parse(ssmserve::testing::read_file(json_path));
+  for (const char* k : {"num_requests", "elapsed_time", "requests_per_second", "tokens_per_second", "output_tokens_per_second",
+                        "total_num_tokens", "num_prompt_tokens", "num_output_tokens", "max_num_seqs"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["num_requests"], 6);
+  EXPECT_EQ(j["num_prompt_tokens"], 6 * 16);
+  EXPECT_EQ(j["num_output_tokens"], 6 * 8);  // ignore_eos: exactly output-len each
+  EXPECT_EQ(j["total_num_tokens"], 6 * 24);
+  EXPECT_EQ(j["max_num_seqs"], 4);
+  EXPECT_GT(j["elapsed_time"].get<double>(), 0.0);
+  EXPECT_NEAR(j["output_tokens_per_second"].get<double>(), 48.0 / j["elapsed_time"].get<double>(), 1e-6);
+  EXPECT_NEAR(j["requests_per_second"].get<double>(), 6.0 / j["elapsed_time"].get<double>(), 1e-6);
+}
+
+TEST(CliBenchThroughput, DatasetPromptsWithDummyWeights) {
+  ssmserve::testing::TempDir tmp("clibench");
+  ssmserve::testing::write_file(tmp / "d.jsonl",
+                                "{\"text\": \"In the beginning God created the heaven and the earth.\"}\n\n"
+                                "{\"prompt\": \"And the earth was without form, and void\"}\n"
+                                "{\"text\": \"never read: only the first N records are used\"}\n");
+  const std::string json_path = (tmp / "d.json").string();
+  // Dummy weights from tiny-mamba's config; its tokenizer.json comes with the folder.
+  const CliRun r = run("bench throughput --model " + kTiny + " --load-format dummy --tokenizer " + kTiny + " --dataset " +
+                       (tmp / "d.jsonl").string() + " --num-prompts 2 --input-len 4 --output-len 3 --output-json " + json_path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(ssmserve::testing::read_file(json_path));
+  EXPECT_EQ(j["num_requests"], 2);
+  EXPECT_EQ(j["num_prompt_tokens"], 2 * 4);  // both prompts are longer than 4 tokens: truncated
+  EXPECT_EQ(j["num_output_tokens"], 2 * 3);
+}
+
+TEST(CliBenchThroughput, DatasetWithoutInputLenKeepsWholePrompts) {
+  ssmserve::testing::TempDir tmp("clibench");
+  ssmserve::testing::write_file(tmp / "d.jsonl", "{\"prompt\": \"The\"}\n");  // "The" = one token
+  const std::string json_path = (tmp / "d.json").string();
+  const CliRun r = run("bench throughput --model " + kTiny + " --dataset " + (tmp / "d.jsonl").string() +
+                       " --num-prompts 5 --output-len 2 --output-json " + json_path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("only 1 records"));
+  const nlohmann::json j = nlohmann::json::parse(ssmserve::testing::read_file(json_path));
+  EXPECT_EQ(j["num_requests"], 1);
+  EXPECT_EQ(j["num_prompt_tokens"], 1);
+}
+
+TEST(CliBenchThroughput, ErrorsExitWithOne) {
+  ssmserve::testing::TempDir tmp("clibench");
+  ssmserve::testing::write_file(tmp / "bad.jsonl", "{\"text\": \"ok\"}\n{not json\n");
+  ssmserve::testing::write_file(tmp / "nokey.jsonl", "{\"title\": \"ok\"}\n");
+  ssmserve::testing::write_file(tmp / "empty.jsonl", "\n\n");
+  const std::string base = "bench throughput --model " + kTiny + " --output-len 2 ";
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {base + "--num-prompts 0", "--num-prompts"},
+      {base + "--input-len 0", "--input-len"},
+      {"bench throughput --model " + kTiny + " --output-len 0", "--output-len"},
+      {base + "--num-prompts 2 --dataset " + (tmp / "bad.jsonl").string(), "bad.jsonl:2"},
+      {base + "--dataset " + (tmp / "nokey.jsonl").string(), "nokey.jsonl:1"},
+      {base + "--dataset " + (tmp / "empty.jsonl").string(), "no records"},
+      {base + "--dataset " + (tmp / "missing.jsonl").string(), "missing.jsonl"},
+      {base + "--load-format dummy --tokenizer " + (tmp).string() + " --dataset " + (tmp / "bad.jsonl").string(), "tokenizer"},
+      {base + "--load-format foo", "load-format"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args;
+    EXPECT_THAT(r.err, HasSubstr("error:")) << c.args;
+  }
+}
+
+}  // namespace
