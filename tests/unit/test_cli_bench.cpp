@@ -107,7 +107,7 @@ TEST(CliBenchThroughput, ErrorsExitWithOne) {
       {base + "--dataset " + (tmp / "nokey.jsonl").string(), "nokey.jsonl:1"},
       {base + "--dataset " + (tmp / "empty.jsonl").string(), "no records"},
       {base + "--dataset " + (tmp / "missing.jsonl").string(), "missing.jsonl"},
-      {base + "--load-format dummy --tokenizer " + (tmp).string() + " --dataset " + (tmp / "bad.jsonl").string(), "tokenizer"},
+      {base + "--load-format dummy --tokenizer " + tmp.path().string() + " --dataset " + (tmp / "bad.jsonl").string(), "tokenizer"},
       {base + "--load-format foo", "load-format"},
   };
   for (const auto& c : cases) {
