@@ -1,0 +1,172 @@
+// Owns build_mamba_metadata (see batch_metadata.h): classification, reordering, decode padding, the
+// sequence-relative chunk metadata and the 'all'-mode block indices.
+#include "engine/batch_metadata.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+
+namespace ssmserve {
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+/// vLLM's decode test (treat_short_extends_as_decodes=False, no #42430 exception; see the header).
+bool is_decode(const ScheduledSeq& s) { return !s.is_prefilling && s.num_scheduled_tokens == 1; }
+
+/// ceil(a / b) for a >= 0, b >= 1.
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void validate(std::span<const ScheduledSeq> seqs, const MetadataOptions& opt) {
+  SSM_CHECK(opt.chunk_size >= 1, "batch metadata: chunk_size must be >= 1 (got {})", opt.chunk_size);
+  SSM_CHECK(opt.mamba_block_size >= 0, "batch metadata: mamba_block_size must be >= 0 (got {})", opt.mamba_block_size);
+  SSM_CHECK(opt.mamba_block_size % opt.chunk_size == 0,
+            "batch metadata: mamba_block_size {} must be a multiple of chunk_size {} (states are captured at chunk ends)",
+            opt.mamba_block_size, opt.chunk_size);
+  SSM_CHECK(opt.pad_decodes_to >= 0, "batch metadata: pad_decodes_to must be >= 0 (got {})", opt.pad_decodes_to);
+  SSM_CHECK(seqs.size() <= static_cast<size_t>(kInt32Max), "batch metadata: {} requests do not fit int32", seqs.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const ScheduledSeq& s = seqs[i];
+    SSM_CHECK(s.state_block >= 1, "batch metadata: request {} has state_block {} (must be >= 1; 0 is the null block)", i,
+              s.state_block);
+    SSM_CHECK(s.num_computed_tokens >= 0, "batch metadata: request {} has num_computed_tokens {} (must be >= 0)", i,
+              s.num_computed_tokens);
+    SSM_CHECK(s.num_scheduled_tokens >= 1, "batch metadata: request {} has num_scheduled_tokens {} (must be >= 1)", i,
+              s.num_scheduled_tokens);
+    SSM_CHECK(!is_decode(s) || s.num_computed_tokens >= 1,
+              "batch metadata: request {} is a decode (not prefilling, 1 token) with num_computed_tokens 0", i);
+    SSM_CHECK(int64_t{s.num_computed_tokens} + s.num_scheduled_tokens <= kInt32Max,
+              "batch metadata: request {} ends at position {} (overflows int32)", i,
+              int64_t{s.num_computed_tokens} + s.num_scheduled_tokens);
+    total += s.num_scheduled_tokens;
+  }
+  SSM_CHECK(total + opt.pad_decodes_to <= kInt32Max, "batch metadata: {} scheduled tokens overflow int32", total);
+}
+
+/// Appends sequence-relative chunks for one prefill row (§2.3): computed c, new n, starting at prefill-token
+/// offset `start`; records the row's last chunk.
+void append_chunks(int32_t row, int32_t c, int32_t n, int32_t start, int32_t cs, MambaBatchMetadata& m) {
+  int32_t pos = start;
+  const int32_t end = start + n;
+  // 1. Finish the partly filled chunk, if the sequence stopped mid-chunk last step.
+  if (c % cs != 0) {
+    pos += std::min(cs - c % cs, n);
+    m.cu_chunk_seqlen_p.push_back(start);
+    m.seq_idx_p.push_back(row);
+  }
+  // 2. Full chunks from there (the last may be shorter).
+  for (; pos < end; pos += std::min(cs, end - pos)) {
+    m.cu_chunk_seqlen_p.push_back(pos);
+    m.seq_idx_p.push_back(row);
+  }
+  // 3. This row's last chunk.
+  m.last_chunk_indices_p.push_back(m.num_chunks() - 1);
+}
+
+}  // namespace
+
+void build_mamba_metadata(std::span<const ScheduledSeq> seqs, const MetadataOptions& opt, MambaBatchMetadata& m) {
+  validate(seqs, opt);
+  const int32_t cs = opt.chunk_size, bs = opt.mamba_block_size;
+
+  // 1. Classify and reorder: decodes first, stable within each class.
+  m.order.clear();
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (is_decode(seqs[i])) m.order.push_back(static_cast<int32_t>(i));
+  m.num_decodes = static_cast<int>(m.order.size());
+  m.num_prefills = static_cast<int>(seqs.size()) - m.num_decodes;
+  m.num_prefill_tokens = 0;
+  size_t max_chunks = 0;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (!is_decode(seqs[i])) {
+      m.order.push_back(static_cast<int32_t>(i));
+      m.num_prefill_tokens += seqs[i].num_scheduled_tokens;
+      max_chunks += static_cast<size_t>(cdiv(seqs[i].num_scheduled_tokens, cs)) + 1;
+    }
+  m.num_decode_tokens = m.num_decodes;
+
+  // 2. Decode CUDA-graph padding: decode-only batches of 1..pad_decodes_to rows grow to pad_decodes_to.
+  const bool pad = m.num_prefills == 0 && m.num_decodes >= 1 && m.num_decodes <= opt.pad_decodes_to;
+  m.num_padded_decodes = pad ? opt.pad_decodes_to - m.num_decodes : 0;
+  m.num_reqs = m.num_decodes + m.num_padded_decodes + m.num_prefills;
+  const int D = m.num_decode_rows();
+
+  // 3. Decode part: one token per row (padded rows included), null block for padded rows.
+  m.query_start_loc.clear();
+  m.query_start_loc.reserve(m.num_reqs + 1);
+  m.query_start_loc_d.clear();
+  m.query_start_loc_d.reserve(D + 1);
+  m.state_indices_tensor_d.clear();
+  m.state_indices_tensor_d.reserve(D);
+  for (int r = 0; r <= D; ++r) {
+    m.query_start_loc.push_back(r);
+    m.query_start_loc_d.push_back(r);
+  }
+  for (int r = 0; r < m.num_decodes; ++r) m.state_indices_tensor_d.push_back(seqs[m.order[r]].state_block);
+  m.state_indices_tensor_d.resize(D, 0);
+  m.num_accepted_tokens.assign(D, 1);
+
+  // 4. Prefill part and its sequence-relative chunks (§2.3).
+  m.chunk_size = cs;
+  m.query_start_loc_p.clear();
+  m.has_initial_states_p.clear();
+  m.num_computed_tokens_p.clear();
+  m.state_indices_tensor_p.clear();
+  m.cu_chunk_seqlen_p.clear();
+  m.seq_idx_p.clear();
+  m.last_chunk_indices_p.clear();
+  m.query_start_loc_p.reserve(m.num_prefills + 1);
+  m.has_initial_states_p.reserve(m.num_prefills);
+  m.num_computed_tokens_p.reserve(m.num_prefills);
+  m.state_indices_tensor_p.reserve(m.num_prefills);
+  m.last_chunk_indices_p.reserve(m.num_prefills);
+  m.cu_chunk_seqlen_p.reserve(max_chunks + 1);
+  m.seq_idx_p.reserve(max_chunks);
+  m.prep_initial_states = false;
+  if (m.num_prefills > 0) m.query_start_loc_p.push_back(0);
+  int32_t start = 0;  // prefill-token offset of the current row
+  for (int p = 0; p < m.num_prefills; ++p) {
+    const ScheduledSeq& s = seqs[m.order[m.num_decodes + p]];
+    append_chunks(p, s.num_computed_tokens, s.num_scheduled_tokens, start, cs, m);
+    start += s.num_scheduled_tokens;
+    m.query_start_loc_p.push_back(start);
+    m.query_start_loc.push_back(m.num_decode_tokens + start);
+    m.has_initial_states_p.push_back(s.num_computed_tokens > 0 ? 1 : 0);
+    m.prep_initial_states |= s.num_computed_tokens > 0;
+    m.num_computed_tokens_p.push_back(s.num_computed_tokens);
+    m.state_indices_tensor_p.push_back(s.state_block);
+  }
+  if (m.num_prefills > 0) m.cu_chunk_seqlen_p.push_back(m.num_prefill_tokens);
+
+  // 5. 'all'-mode block indices (§2.2 formulas), over all rows; padded rows 0.
+  m.block_idx_last_computed_token.clear();
+  m.block_idx_first_scheduled_token_p.clear();
+  m.block_idx_last_scheduled_token.clear();
+  if (bs == 0) return;
+  m.block_idx_last_computed_token.reserve(m.num_reqs);
+  m.block_idx_last_scheduled_token.reserve(m.num_reqs);
+  m.block_idx_first_scheduled_token_p.reserve(m.num_prefills);
+  auto push_row = [&](const ScheduledSeq& s) {
+    const int64_t c = s.num_computed_tokens, seq_len = c + s.num_scheduled_tokens;
+    m.block_idx_last_computed_token.push_back(static_cast<int32_t>(std::max<int64_t>(cdiv(c, bs) - 1, 0)));
+    m.block_idx_last_scheduled_token.push_back(static_cast<int32_t>(std::max<int64_t>(cdiv(seq_len, bs) - 1, 0)));
+  };
+  for (int r = 0; r < m.num_decodes; ++r) push_row(seqs[m.order[r]]);
+  m.block_idx_last_computed_token.resize(D, 0);
+  m.block_idx_last_scheduled_token.resize(D, 0);
+  for (int p = 0; p < m.num_prefills; ++p) {
+    const ScheduledSeq& s = seqs[m.order[m.num_decodes + p]];
+    push_row(s);
+    m.block_idx_first_scheduled_token_p.push_back(static_cast<int32_t>(cdiv(int64_t{s.num_computed_tokens} + 1, bs) - 1));
+  }
+}
+
+MambaBatchMetadata build_mamba_metadata(std::span<const ScheduledSeq> seqs, const MetadataOptions& opt) {
+  MambaBatchMetadata m;
+  build_mamba_metadata(seqs, opt, m);
+  return m;
+}
+
+}  // namespace ssmserve
