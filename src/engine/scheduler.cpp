@@ -26,18 +26,20 @@ SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int budget = cfg_.max_num_batched_tokens;
   int seqs = 0;
-  // 1. Running requests: decodes first (one token each), then the next chunk of unfinished prefills.
+  // 1. Running requests: decodes first (one token each, state present), then the next chunk of the others
+  //    (unfinished prompts, or prompt + output being recomputed after a preemption).
+  auto is_decode = [](const RequestState* r) { return r->num_computed_tokens > 0 && r->num_tokens() - r->num_computed_tokens == 1; };
   for (RequestState* r : running_) {
     if (budget == 0 || seqs == cfg_.max_num_seqs) break;
-    if (r->num_computed_tokens >= r->prompt_len()) {
+    if (is_decode(r)) {
       out.decodes.push_back({r, 1});
       --budget, ++seqs;
     }
   }
   for (RequestState* r : running_) {
     if (budget == 0 || seqs == cfg_.max_num_seqs) break;
-    if (r->num_computed_tokens < r->prompt_len()) {
-      const int n = std::min(budget, r->prompt_len() - r->num_computed_tokens);
+    if (!is_decode(r)) {
+      const int n = std::min(budget, r->num_tokens() - r->num_computed_tokens);
       out.prefills.push_back({r, n});
       budget -= n, ++seqs;
     }
@@ -57,6 +59,17 @@ SchedulerOutput Scheduler::schedule() {
     budget -= n, ++seqs;
   }
   return out;
+}
+
+void Scheduler::preempt(RequestState* req) {
+  if (req->status != RequestStatus::Running) return;
+  pool_.free(req->state_block);
+  req->state_block = 0;
+  req->num_computed_tokens = 0;
+  req->status = RequestStatus::Preempted;
+  std::erase(running_, req);
+  waiting_.push_front(req);
+  ++num_preemptions_;
 }
 
 void Scheduler::finish_request(RequestState* req) {

@@ -1,6 +1,7 @@
 // Owns the per-step scheduling decision (vLLM v1 style): a token budget per step, running requests first
 // (decodes, then unfinished prefills), then waiting requests FCFS; long prompts are split across steps
-// (chunked prefill); a request gets its state block at its first schedule and frees it when finished.
+// (chunked prefill); a request gets its state block at its first schedule and frees it when finished or
+// preempted (preemption by recompute: the request later prefills its prompt and generated tokens again).
 #pragma once
 #include <deque>
 #include <vector>
@@ -43,6 +44,13 @@ class Scheduler {
   SchedulerOutput schedule();
   /// Releases a finished or aborted request's block and forgets it.
   void finish_request(RequestState* req);
+  /// Preempts a running request by recompute (vLLM v1): frees its state block, resets num_computed_tokens to 0
+  /// and puts it at the front of the waiting queue; when rescheduled it prefills prompt + output so far and
+  /// continues exactly where it stopped. No-op for a request that is not running.
+  void preempt(RequestState* req);
+  /// The running request vLLM would preempt first (the most recently scheduled), or nullptr.
+  RequestState* preemption_candidate() const { return running_.empty() ? nullptr : running_.back(); }
+  int num_preemptions() const { return num_preemptions_; }
 
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
@@ -54,6 +62,7 @@ class Scheduler {
   StateCache& cache_;
   std::deque<RequestState*> waiting_;
   std::vector<RequestState*> running_;
+  int num_preemptions_ = 0;
 };
 
 }  // namespace ssmserve

@@ -1,11 +1,15 @@
-// Owns the CPU dense matrix product (see linear.h).
+// Owns the CPU dense matrix product (see linear.h): a batch-invariant bf16/fp32-weight GEMM. Every output element
+// is computed by the same instruction sequence whatever the number of rows, the tile it falls in or the thread
+// that computes it: 16 fp32 lanes accumulate k = 16i + j with FMA in k order, the lanes are summed by one fixed
+// reduction, then the k tail and the bias are added. So a token's logits do not depend on what else is batched
+// with it (the property vLLM's batch-invariant mode and SGLang's deterministic inference aim for on GPUs).
 #include "kernels/cpu/linear.h"
 
-#include <cblas.h>
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
@@ -13,133 +17,119 @@
 namespace ssmserve::cpu {
 namespace {
 
-// Dot product of a bf16 weight row with an fp32 vector, fp32 accumulation. bf16 -> fp32 is a 16-bit shift.
-inline float dot_bf16(const uint16_t* w, const float* x, int64_t K) {
-  int64_t k = 0;
-  float acc = 0.0f;
 #if defined(__AVX512F__)
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  for (; k + 32 <= K; k += 32) {
-    const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k))), 16));
-    const __m512 w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k + 16))), 16));
-    a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + k), a0);
-    a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + k + 16), a1);
-  }
-  acc = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-#elif defined(__AVX2__)
-  __m256 a0 = _mm256_setzero_ps();
-  for (; k + 8 <= K; k += 8) {
-    const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k))), 16));
-    a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k), a0);
-  }
-  alignas(32) float t[8];
-  _mm256_store_ps(t, a0);
-  for (float v : t) acc += v;
-#endif
-  for (; k < K; ++k) acc += bf16_to_f32(w[k]) * x[k];
-  return acc;
-}
 
-inline float dot_f32(const float* w, const float* x, int64_t K) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t k = 0; k < K; ++k) acc += w[k] * x[k];
-  return acc;
-}
-
-#if defined(__AVX512F__)
-// Rows ahead of the current 4-row group that the GEMV prefetches (measured best on the bench machine).
-constexpr int64_t kAhead = 8;
-
-inline __m512 load_bf16x16(const uint16_t* p) {
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
 }
+inline float scalar(float v) { return v; }
+inline float scalar(uint16_t v) { return bf16_to_f32(v); }
 
-// out[r] = dot(w[r * K ...], x) for 4 consecutive bf16 rows: 4 independent accumulators share each x load.
-inline void dot4_bf16(const uint16_t* w, int64_t K, const float* x, float* out) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+/// y[m][r] for NR weight rows (stride K) x MT input rows: NR * MT accumulators, each weight vector loaded once.
+template <int NR, int MT, typename T>
+inline void tile(const T* w, int64_t K, const float* x, int64_t x_stride, const float* bias, float* y, int64_t y_stride) {
+  __m512 acc[MT][NR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MT; ++m)
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= K; k += 16) {
-    // Prefetch the next 4-row group (the rows are contiguous: w + 4K ... w + 8K) one line per row per step.
-    _mm_prefetch(reinterpret_cast<const char*>(w + kAhead * K + 4 * k), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + kAhead * K + 4 * k + 32), _MM_HINT_T0);
-    const __m512 xv = _mm512_loadu_ps(x + k);
-    a0 = _mm512_fmadd_ps(load_bf16x16(w + k), xv, a0);
-    a1 = _mm512_fmadd_ps(load_bf16x16(w + K + k), xv, a1);
-    a2 = _mm512_fmadd_ps(load_bf16x16(w + 2 * K + k), xv, a2);
-    a3 = _mm512_fmadd_ps(load_bf16x16(w + 3 * K + k), xv, a3);
-  }
-  out[0] = _mm512_reduce_add_ps(a0), out[1] = _mm512_reduce_add_ps(a1);
-  out[2] = _mm512_reduce_add_ps(a2), out[3] = _mm512_reduce_add_ps(a3);
-  for (; k < K; ++k)
-    for (int r = 0; r < 4; ++r) out[r] += bf16_to_f32(w[r * K + k]) * x[k];
-}
-
-// out[m][r] = dot(w row r, x row m) for a 4 x 4 tile of bf16 weight rows and fp32 inputs: 16 accumulators,
-// each weight vector converted once and used by 4 FMAs.
-inline void dot4x4_bf16(const uint16_t* w, int64_t K, const float* x, int64_t x_stride, float out[4][4]) {
-  __m512 a[4][4];
-  for (auto& row : a)
-    for (auto& v : row) v = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    const __m512 w0 = load_bf16x16(w + k), w1 = load_bf16x16(w + K + k);
-    const __m512 w2 = load_bf16x16(w + 2 * K + k), w3 = load_bf16x16(w + 3 * K + k);
-    for (int m = 0; m < 4; ++m) {
+    __m512 wv[NR];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) wv[r] = load16(w + r * K + k);
+#pragma GCC unroll 8
+    for (int m = 0; m < MT; ++m) {
       const __m512 xv = _mm512_loadu_ps(x + m * x_stride + k);
-      a[m][0] = _mm512_fmadd_ps(w0, xv, a[m][0]);
-      a[m][1] = _mm512_fmadd_ps(w1, xv, a[m][1]);
-      a[m][2] = _mm512_fmadd_ps(w2, xv, a[m][2]);
-      a[m][3] = _mm512_fmadd_ps(w3, xv, a[m][3]);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_fmadd_ps(wv[r], xv, acc[m][r]);
     }
   }
-  for (int m = 0; m < 4; ++m)
-    for (int r = 0; r < 4; ++r) {
-      float v = _mm512_reduce_add_ps(a[m][r]);
-      for (int64_t kk = k; kk < K; ++kk) v += bf16_to_f32(w[r * K + kk]) * x[m * x_stride + kk];
-      out[m][r] = v;
+  for (int m = 0; m < MT; ++m)
+    for (int r = 0; r < NR; ++r) {
+      float v = _mm512_reduce_add_ps(acc[m][r]);
+      for (int64_t kk = k; kk < K; ++kk) v = std::fma(scalar(w[r * K + kk]), x[m * x_stride + kk], v);
+      y[m * y_stride + r] = v + (bias ? bias[r] : 0.0f);
     }
 }
-#endif
 
-// y[m, n] for n in [n0, n1): each weight row is read once from memory for all M (<= kGemvMaxRows) input rows.
-void gemv_rows(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y,
-               int64_t y_stride, int64_t n0, int64_t n1) {
-  const int64_t K = w.cols;
-  int64_t n = n0;
-#if defined(__AVX512F__)
-  if (w.dtype == DType::BF16) {
-    for (; n + 4 <= n1; n += 4) {
-      int64_t m = 0;
-      for (; M >= 8 && m + 4 <= M; m += 4) {  // the tile pays off from 8 rows (measured)
-        float d[4][4];
-        dot4x4_bf16(w.bf16() + n * K, K, x + m * x_stride, x_stride, d);
-        for (int i = 0; i < 4; ++i)
-          for (int r = 0; r < 4; ++r) y[(m + i) * y_stride + n + r] = d[i][r] + (bias ? bias[n + r] : 0.0f);
-      }
-      for (; m < M; ++m) {
-        float d[4];
-        dot4_bf16(w.bf16() + n * K, K, x + m * x_stride, d);
-        for (int r = 0; r < 4; ++r) y[m * y_stride + n + r] = d[r] + (bias ? bias[n + r] : 0.0f);
-      }
-    }
-  }
-#endif
-  for (; n < n1; ++n) {
-    const float b = bias ? bias[n] : 0.0f;
-    for (int64_t m = 0; m < M; ++m) {
-      const float* xm = x + m * x_stride;
-      const float d = w.dtype == DType::BF16 ? dot_bf16(w.bf16() + n * K, xm, K) : dot_f32(w.f32() + n * K, xm, K);
-      y[m * y_stride + n] = d + b;
-    }
+/// Rows [0, M) of x against NR weight rows, in tiles of up to 6 input rows.
+template <int NR, typename T>
+void rows_block(const T* w, int64_t K, const float* x, int64_t M, int64_t x_stride, const float* bias, float* y,
+                int64_t y_stride) {
+  int64_t m = 0;
+  for (; m + 6 <= M; m += 6) tile<NR, 6>(w, K, x + m * x_stride, x_stride, bias, y + m * y_stride, y_stride);
+  const float* xm = x + m * x_stride;
+  float* ym = y + m * y_stride;
+  switch (M - m) {
+    case 5: tile<NR, 5>(w, K, xm, x_stride, bias, ym, y_stride); break;
+    case 4: tile<NR, 4>(w, K, xm, x_stride, bias, ym, y_stride); break;
+    case 3: tile<NR, 3>(w, K, xm, x_stride, bias, ym, y_stride); break;
+    case 2: tile<NR, 2>(w, K, xm, x_stride, bias, ym, y_stride); break;
+    case 1: tile<NR, 1>(w, K, xm, x_stride, bias, ym, y_stride); break;
+    default: break;
   }
 }
 
-void gemv(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride) {
-  const int64_t N = w.rows;
-  const int64_t block = 16;
-#pragma omp parallel for schedule(static) if (N * w.cols > 65536)
-  for (int64_t n0 = 0; n0 < N; n0 += block) gemv_rows(x, M, x_stride, w, bias, y, y_stride, n0, std::min(N, n0 + block));
+template <typename T>
+void group(const T* w, int nr, int64_t K, const float* x, int64_t M, int64_t x_stride, const float* bias, float* y,
+           int64_t y_stride) {
+  switch (nr) {
+    case 4: rows_block<4>(w, K, x, M, x_stride, bias, y, y_stride); break;
+    case 3: rows_block<3>(w, K, x, M, x_stride, bias, y, y_stride); break;
+    case 2: rows_block<2>(w, K, x, M, x_stride, bias, y, y_stride); break;
+    case 1: rows_block<1>(w, K, x, M, x_stride, bias, y, y_stride); break;
+    default: break;
+  }
+}
+
+#else  // portable fallback: one element at a time, still independent of the batch
+
+template <typename T>
+void group(const T* w, int nr, int64_t K, const float* x, int64_t M, int64_t x_stride, const float* bias, float* y,
+           int64_t y_stride) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int r = 0; r < nr; ++r) {
+      float v = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        const float wv = sizeof(T) == 2 ? bf16_to_f32(static_cast<uint16_t>(w[r * K + k])) : static_cast<float>(w[r * K + k]);
+        v = std::fma(wv, x[m * x_stride + k], v);
+      }
+      y[m * y_stride + r] = v + (bias ? bias[r] : 0.0f);
+    }
+}
+
+#endif
+
+constexpr int64_t kGroupRows = 4;     // weight rows per tile group
+constexpr int64_t kRowBlock = 96;     // input rows per cache block (x block stays in L2)
+constexpr int64_t kConvertFrom = 12;  // from this many input rows, bf16 groups are widened to fp32 once per block
+
+// Rows [g0, g1) of weight groups against all M input rows, blocked over M.
+void run_groups(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y,
+                int64_t y_stride, int64_t g0, int64_t g1) {
+  const int64_t N = w.rows, K = w.cols;
+  thread_local std::vector<float> wide;  // kGroupRows x K fp32 copy of a bf16 group
+  for (int64_t m0 = 0; m0 < M; m0 += kRowBlock) {
+    const int64_t mb = std::min(kRowBlock, M - m0);
+    const float* xb = x + m0 * x_stride;
+    float* yb = y + m0 * y_stride;
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t n = g * kGroupRows;
+      const int nr = static_cast<int>(std::min(kGroupRows, N - n));
+      const float* b = bias ? bias + n : nullptr;
+      if (w.dtype == DType::F32) {
+        group(w.f32() + n * K, nr, K, xb, mb, x_stride, b, yb + n, y_stride);
+      } else if (mb >= kConvertFrom) {  // widening is exact: same values, same results, fewer conversions
+        wide.resize(static_cast<size_t>(kGroupRows * K));
+        to_f32(DType::BF16, w.bf16() + n * K, wide.data(), static_cast<size_t>(nr * K));
+        group(static_cast<const float*>(wide.data()), nr, K, xb, mb, x_stride, b, yb + n, y_stride);
+      } else {
+        group(w.bf16() + n * K, nr, K, xb, mb, x_stride, b, yb + n, y_stride);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -147,31 +137,16 @@ void gemv(const float* x, int64_t M, int64_t x_stride, const Weight& w, const fl
 void linear(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride) {
   if (M <= 0) return;
   const int64_t N = w.rows, K = w.cols;
+  SSM_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "linear: weight dtype {} is not F32 or BF16", dtype_name(w.dtype));
   SSM_CHECK(x_stride >= K && y_stride >= N, "linear: bad strides (x_stride {} < K {} or y_stride {} < N {})", x_stride, K, y_stride, N);
-  if (M <= kGemvMaxRows) return gemv(x, M, x_stride, w, bias, y, y_stride);
-
-  // Convert bf16 weights to fp32 in panels of rows (bounded scratch), then one sgemm per panel; OpenBLAS (the
-  // OpenMP build) spreads each sgemm over our OpenMP threads.
-  thread_local std::vector<float> panel;
-  const int64_t panel_rows = w.dtype == DType::F32 ? N : std::max<int64_t>(64, (int64_t{1} << 22) / std::max<int64_t>(K, 1));
-  for (int64_t n0 = 0; n0 < N; n0 += panel_rows) {
-    const int64_t rows = std::min(panel_rows, N - n0);
-    const float* wp = w.f32() + n0 * K;
-    if (w.dtype == DType::BF16) {
-      panel.resize(static_cast<size_t>(rows * K));
-      const uint16_t* src = w.bf16() + n0 * K;
-      float* dst = panel.data();  // the calling thread's buffer (thread_local names differ inside the team)
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) to_f32(DType::BF16, src + r * K, dst + r * K, static_cast<size_t>(K));
-      wp = dst;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(rows), static_cast<int>(K),
-                1.0f, x, static_cast<int>(x_stride), wp, static_cast<int>(K), 0.0f, y + n0, static_cast<int>(y_stride));
-  }
-  if (bias) {
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) y[m * y_stride + n] += bias[n];
+  const int64_t num_groups = (N + kGroupRows - 1) / kGroupRows;
+  const bool parallel = N * K * std::max<int64_t>(M, 4) > (int64_t{1} << 18);
+#pragma omp parallel if (parallel)
+  {
+    // Contiguous group ranges per thread: each thread streams its own slice of the weight once per row block.
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t g0 = num_groups * t / nt, g1 = num_groups * (t + 1) / nt;
+    run_groups(x, M, x_stride, w, bias, y, y_stride, g0, g1);
   }
 }
 
