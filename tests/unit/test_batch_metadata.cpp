@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/batch_metadata.h"
+#include "model/batch_metadata.h"
 
 namespace ssmserve {
 namespace {

@@ -1,6 +1,6 @@
 // Owns build_mamba_metadata (see batch_metadata.h): classification, reordering, decode padding, the
 // sequence-relative chunk metadata and the 'all'-mode block indices.
-#include "engine/batch_metadata.h"
+#include "model/batch_metadata.h"
 
 #include <algorithm>
 #include <limits>
