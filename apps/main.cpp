@@ -25,6 +25,8 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
   cmd.add_option("--num-state-blocks", cfg.num_state_blocks,
                  "Recurrent-state blocks incl. the null block (0 = max-num-seqs + 1)")->capture_default_str();
   cmd.add_option("--threads", cfg.num_threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd.add_option("--mamba-cache-dtype", cfg.mamba_cache_dtype, "Conv state dtype: auto (fp32 on CPU), float32, bfloat16, float16")->capture_default_str();
+  cmd.add_option("--mamba-ssm-cache-dtype", cfg.mamba_ssm_cache_dtype, "SSM state dtype: float32, bfloat16, float16, auto (= conv)")->capture_default_str();
 }
 
 void resolve_engine_config(EngineConfig& cfg, const std::string& load_format) {

@@ -1,28 +1,67 @@
-// Owns the recurrent state pool storage (see state_cache.h).
+// Owns the recurrent state pool storage and the parsing of its dtype options (see state_cache.h).
 #include "cache/state_cache.h"
 
-#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
 
 #include "core/error.h"
 
 namespace ssmserve {
+namespace {
 
-StateCache::StateCache(int num_layers, StateShape shape, int num_blocks) : shape_(shape), num_blocks_(num_blocks) {
+constexpr int64_t kAlign = 64;  // bytes: one cache line
+constexpr int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+DType parse_dtype(std::string_view v, DType auto_dtype, std::string_view flag) {
+  if (v == "auto") return auto_dtype;
+  if (v == "float32") return DType::F32;
+  if (v == "bfloat16") return DType::BF16;
+  if (v == "float16") return DType::F16;
+  fail("{} must be auto, float32, bfloat16 or float16 (got \"{}\")", flag, v);
+}
+
+}  // namespace
+
+StateDtypes StateDtypes::from_options(std::string_view mamba_cache_dtype, std::string_view mamba_ssm_cache_dtype) {
+  StateDtypes d;
+  d.conv = parse_dtype(mamba_cache_dtype, kCpuActivationDType, "--mamba-cache-dtype");
+  d.ssm = parse_dtype(mamba_ssm_cache_dtype, d.conv, "--mamba-ssm-cache-dtype");
+  return d;
+}
+
+void StateCache::AlignedFree::operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{kAlign}); }
+
+StateCache::StateCache(int num_layers, StateShape shape, int num_blocks, StateDtypes dtypes)
+    : shape_(shape), dtypes_(dtypes), num_blocks_(num_blocks) {
   SSM_CHECK(num_blocks >= 2, "StateCache: need at least 2 blocks (block 0 is the null block), got {}", num_blocks);
+  SSM_CHECK(num_layers >= 0 && shape.conv_elems >= 0 && shape.ssm_elems >= 0,
+            "StateCache: negative size (layers {}, conv {}, ssm {})", num_layers, shape.conv_elems, shape.ssm_elems);
+  // Page: conv state, then the SSM state, each starting on a cache line; page size a whole number of lines,
+  // so page_bytes divides by every dtype size and each view's block stride is a whole number of elements.
+  ssm_offset_ = round_up(shape.conv_elems * static_cast<int64_t>(dtype_size(dtypes.conv)), kAlign);
+  page_bytes_ = round_up(ssm_offset_ + shape.ssm_elems * static_cast<int64_t>(dtype_size(dtypes.ssm)), kAlign);
+  const auto bytes = static_cast<size_t>(page_bytes_ * num_blocks);
   for (int l = 0; l < num_layers; ++l) {
-    conv_.emplace_back(static_cast<size_t>(shape.conv_elems * num_blocks), 0.0f);
-    ssm_.emplace_back(static_cast<size_t>(shape.ssm_elems * num_blocks), 0.0f);
+    auto* p = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{kAlign}));
+    std::memset(p, 0, bytes);
+    buffers_.emplace_back(p);
   }
 }
 
-void StateCache::zero_block(int block) {
-  SSM_CHECK(block >= 0 && block < num_blocks_, "StateCache: block {} out of range", block);
-  for (auto& c : conv_) std::fill_n(c.begin() + block * shape_.conv_elems, shape_.conv_elems, 0.0f);
-  for (auto& s : ssm_) std::fill_n(s.begin() + block * shape_.ssm_elems, shape_.ssm_elems, 0.0f);
+StateView StateCache::conv_state(int layer) const {
+  SSM_CHECK(layer >= 0 && layer < num_layers(), "StateCache: layer {} out of range [0, {})", layer, num_layers());
+  return {buffers_[layer].get(), dtypes_.conv, page_bytes_ / static_cast<int64_t>(dtype_size(dtypes_.conv))};
 }
 
-int64_t StateCache::bytes_per_block() const {
-  return static_cast<int64_t>(conv_.size()) * (shape_.conv_elems + shape_.ssm_elems) * 4;
+StateView StateCache::ssm_state(int layer) const {
+  SSM_CHECK(layer >= 0 && layer < num_layers(), "StateCache: layer {} out of range [0, {})", layer, num_layers());
+  return {buffers_[layer].get() + ssm_offset_, dtypes_.ssm, page_bytes_ / static_cast<int64_t>(dtype_size(dtypes_.ssm))};
+}
+
+void StateCache::zero_block(int block) {
+  SSM_CHECK(block >= 0 && block < num_blocks_, "StateCache: block {} out of range [0, {})", block, num_blocks_);
+  for (auto& buf : buffers_) std::memset(buf.get() + block * page_bytes_, 0, static_cast<size_t>(page_bytes_));
 }
 
 }  // namespace ssmserve

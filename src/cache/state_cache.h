@@ -1,38 +1,76 @@
-// Owns the recurrent state pool: for every recurrent layer, a conv window and an SSM state per block, so one
-// block id addresses a request's state in every layer (vllm-ssm-design.md §1.2, §3.1). Block 0 is the null
-// block: never handed out, kernels skip it.
+// Owns the recurrent state pool: for every recurrent layer one byte buffer of num_blocks pages, a page holding
+// that layer's conv window then its SSM state, each in its own dtype, so one block id addresses a request's
+// state in every layer (vllm-ssm-design.md §1.2, §3.1). Block 0 is the null block: never handed out, kernels
+// skip it.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string_view>
 #include <vector>
+
+#include "cache/state_view.h"
+#include "core/dtype.h"
 
 namespace ssmserve {
 
-/// Per-layer state sizes (elements per block) of one layer group.
+/// Per-layer state sizes (elements per block) of one layer group, derived once from the model.
 struct StateShape {
   int64_t conv_elems = 0;  ///< e.g. Mamba-1: (d_conv - 1) * d_inner, layout [d_conv-1, d_inner]
   int64_t ssm_elems = 0;   ///< e.g. Mamba-1: d_inner * d_state, layout [d_inner, d_state]
 };
 
-/// fp32 state storage for `num_layers` recurrent layers x `num_blocks` blocks.
-/// conv_state(l): [num_blocks, conv_elems], ssm_state(l): [num_blocks, ssm_elems].
+/// Activation dtype of the CPU backend: its math is fp32 (weights may be bf16, activations never are), so
+/// mamba_cache_dtype "auto" resolves to fp32 here (in vLLM it is the model dtype, e.g. bf16 on GPU).
+inline constexpr DType kCpuActivationDType = DType::F32;
+
+/// Element types of the two states (vLLM's CacheConfig.mamba_cache_dtype / mamba_ssm_cache_dtype).
+struct StateDtypes {
+  DType conv = kCpuActivationDType;  ///< conv window: the activation dtype
+  DType ssm = DType::F32;            ///< SSM state: fp32 (the accurate default; bf16 / fp16 save memory)
+
+  /// Resolves vLLM's option strings. mamba_cache_dtype: "auto" (= kCpuActivationDType), "float32", "bfloat16",
+  /// "float16". mamba_ssm_cache_dtype: the same values, "auto" meaning the conv dtype (vLLM's rule).
+  /// Throws Error naming the flag (--mamba-cache-dtype / --mamba-ssm-cache-dtype) on any other value.
+  static StateDtypes from_options(std::string_view mamba_cache_dtype, std::string_view mamba_ssm_cache_dtype);
+};
+
+/// The state storage of `num_layers` recurrent layers x `num_blocks` blocks. Layer l owns one buffer
+/// [num_blocks, page_bytes]; page b = [conv state (conv_elems x conv dtype) | pad | ssm state (ssm_elems x ssm
+/// dtype) | pad], each part starting on a 64-byte boundary (vLLM packs them back to back; the padding only keeps
+/// a bf16 conv state from misaligning an fp32 SSM state and keeps blocks on separate cache lines). All blocks
+/// start zeroed.
 class StateCache {
  public:
-  StateCache(int num_layers, StateShape shape, int num_blocks);
+  /// Throws Error when num_blocks < 2 (block 0 is the null block) or a size is negative.
+  StateCache(int num_layers, StateShape shape, int num_blocks, StateDtypes dtypes = {});
 
   int num_blocks() const { return num_blocks_; }
-  int num_layers() const { return static_cast<int>(conv_.size()); }
+  int num_layers() const { return static_cast<int>(buffers_.size()); }
   const StateShape& shape() const { return shape_; }
-  float* conv_state(int layer) { return conv_[layer].data(); }
-  float* ssm_state(int layer) { return ssm_[layer].data(); }
-  /// Zeroes block `block` in every layer (called before a freed block is reused).
+  const StateDtypes& dtypes() const { return dtypes_; }
+  /// Layer `layer`'s conv windows: block b at [d_conv-1, channels] in dtypes().conv.
+  StateView conv_state(int layer) const;
+  /// Layer `layer`'s SSM states: block b at [d_inner, d_state] (Mamba-1) in dtypes().ssm.
+  StateView ssm_state(int layer) const;
+  /// Zeroes block `block`'s whole page in every layer (called before a freed block is handed out again).
+  /// Throws Error when block is outside [0, num_blocks).
   void zero_block(int block);
-  /// Bytes of state one block holds across all layers.
-  int64_t bytes_per_block() const;
+  /// Bytes of one layer's page (conv + ssm + alignment padding).
+  int64_t page_bytes() const { return page_bytes_; }
+  /// Bytes of state one block holds across all layers (num_layers x page_bytes).
+  int64_t bytes_per_block() const { return page_bytes_ * num_layers(); }
 
  private:
+  struct AlignedFree {
+    void operator()(std::byte* p) const;
+  };
   StateShape shape_;
+  StateDtypes dtypes_;
   int num_blocks_;
-  std::vector<std::vector<float>> conv_, ssm_;
+  int64_t ssm_offset_ = 0;  // bytes from a page's start to its SSM state
+  int64_t page_bytes_ = 0;
+  std::vector<std::unique_ptr<std::byte[], AlignedFree>> buffers_;  // per layer [num_blocks, page_bytes]
 };
 
 }  // namespace ssmserve

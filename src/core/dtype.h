@@ -45,6 +45,25 @@ inline float f16_to_f32(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
+/// float -> IEEE half bits, round to nearest even; overflow (|f| >= 65520) gives inf, NaN stays NaN (quiet),
+/// values below 2^-14 become subnormals or zero.
+inline uint16_t f32_to_f16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);                          // inf / overflow
+  if (a >= 0x38800000u) {  // normal half: rebias the exponent 127 -> 15, round the 13 dropped bits to even
+    uint32_t r = a - (112u << 23);
+    r += 0xfffu + ((r >> 13) & 1u);
+    return static_cast<uint16_t>(sign | (r >> 13));
+  }
+  // Subnormal half (unit 2^-24): adding 0.5 leaves the value in float's mantissa with ulp 2^-24, so the FPU's
+  // round-to-nearest-even does the rounding; a carry to 0x400 is the smallest normal, as it should be.
+  const float v = std::bit_cast<float>(a) + 0.5f;
+  return static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(v) - 0x3f000000u));
+}
+
 /// Converts n elements of type `t` at `src` to float at `dst`.
 inline void to_f32(DType t, const void* src, float* dst, size_t n) {
   switch (t) {

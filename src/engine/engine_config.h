@@ -16,6 +16,8 @@ struct EngineConfig {
   SchedulerConfig scheduler;                 ///< max_num_batched_tokens, max_num_seqs
   int num_state_blocks = 0;                  ///< state blocks incl. the null block; 0 = max_num_seqs + 1
   int num_threads = 0;                       ///< CPU threads for the math; 0 = all cores
+  std::string mamba_cache_dtype = "auto";         ///< conv state dtype: auto (= fp32 on CPU), float32, bfloat16, float16
+  std::string mamba_ssm_cache_dtype = "float32";  ///< SSM state dtype: float32, bfloat16, float16, auto (= conv's)
 
   /// Throws Error naming the knob when a value is out of range.
   void validate() const;

@@ -19,6 +19,7 @@ void EngineConfig::validate() const {
   SSM_CHECK(num_state_blocks == 0 || num_state_blocks >= 2,
             "--num-state-blocks must be >= 2 (block 0 is the null block), got {}", num_state_blocks);
   SSM_CHECK(num_threads >= 0, "--threads must be >= 0 (got {})", num_threads);
+  (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
 }
 
 /// Which positions of a scheduled request need logits, and where its rows start in the logits buffer.
@@ -35,7 +36,8 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   if (std::filesystem::exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());
   const int blocks = cfg_.resolved_num_state_blocks();
-  cache_ = std::make_unique<StateCache>(model_->num_state_layers(), model_->state_shape(), blocks);
+  cache_ = std::make_unique<StateCache>(model_->num_state_layers(), model_->state_shape(), blocks,
+                                        StateDtypes::from_options(cfg_.mamba_cache_dtype, cfg_.mamba_ssm_cache_dtype));
   pool_ = std::make_unique<BlockPool>(blocks);
   scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *pool_, *cache_);
   spdlog::debug("engine: {} state blocks x {:.2f} MiB", blocks, cache_->bytes_per_block() / 1048576.0);

@@ -6,16 +6,21 @@
 #include <cstdint>
 #include <span>
 
+#include "cache/state_view.h"
+
 namespace ssmserve::cpu {
 
-/// Parameters shared by both forms. `conv_states` is the pool [num_blocks, width-1, dim] fp32 (channels
-/// contiguous, "SD" layout); block 0 is the null block: rows whose state index is 0 are skipped entirely.
+/// Parameters shared by both forms. `conv_states` views the pool: block b's window is [width-1, dim] (channels
+/// contiguous, "SD" layout) in the view's dtype (F32, BF16 or F16), blocks `block_stride` elements apart; block 0
+/// is the null block: rows whose state index is 0 are skipped entirely. The math is fp32 in both forms with the
+/// same std::fma order (bias, then taps oldest to newest), so for an fp32 window prefill and decode agree bit for
+/// bit; a bf16/fp16 window is widened exactly on load and rounded to nearest even on store.
 struct ConvParams {
   int64_t dim = 0;                 ///< channels
   int width = 0;                   ///< kernel size K (d_conv)
   const float* weight = nullptr;   ///< [dim, width] fp32
   const float* bias = nullptr;     ///< [dim] fp32 or nullptr
-  float* conv_states = nullptr;    ///< [num_blocks, width-1, dim] fp32
+  StateView conv_states;           ///< [num_blocks, width-1, dim] (block-strided)
   bool apply_silu = true;
 };
 

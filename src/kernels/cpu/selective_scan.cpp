@@ -22,16 +22,20 @@ struct ChannelBlock {
   float st[kMaxState][kLanes];
   float At[kMaxState][kLanes];
 
-  ChannelBlock(const ScanParams& p, int64_t c0_, const float* states, bool init) : c0(c0_), nc(static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0_))) {
+  /// Loads channels [c0, c0 + nc) of `states` ([dim, d_state] as T), or zeros when !init.
+  template <class T>
+  ChannelBlock(const ScanParams& p, int64_t c0_, const T* states, bool init) : c0(c0_), nc(static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0_))) {
     for (int n = 0; n < p.d_state; ++n)
       for (int j = 0; j < kLanes; ++j) {
         At[n][j] = j < nc ? p.A[(c0 + j) * p.d_state + n] : 0.0f;
-        st[n][j] = (j < nc && init) ? states[(c0 + j) * p.d_state + n] : 0.0f;
+        st[n][j] = (j < nc && init) ? load_f32(states[(c0 + j) * p.d_state + n]) : 0.0f;
       }
   }
-  void store(const ScanParams& p, float* states) const {
+  /// Stores the state back as T (rounded to nearest even for bf16 / fp16).
+  template <class T>
+  void store(const ScanParams& p, T* states) const {
     for (int n = 0; n < p.d_state; ++n)
-      for (int j = 0; j < nc; ++j) states[(c0 + j) * p.d_state + n] = st[n][j];
+      for (int j = 0; j < nc; ++j) store_f32(states[(c0 + j) * p.d_state + n], st[n][j]);
   }
   /// Advances by tokens [t0, t1) of `in`, writing y rows y_row0 + (t - t0).
   void advance(const ScanInputs& in, const ScanParams& p, int64_t t0, int64_t t1, float* y, int64_t y_stride, int64_t y_row0) {
@@ -71,19 +75,17 @@ struct ChannelBlock {
   }
 };
 
-}  // namespace
-
-void selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
-                        std::span<const int32_t> query_start_loc, std::span<const int32_t> state_indices,
-                        std::span<const uint8_t> has_initial_states) {
-  SSM_CHECK(p.d_state <= kMaxState, "selective_scan_fwd: d_state {} > {}", p.d_state, kMaxState);
+template <class T>
+void scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
+              std::span<const int32_t> query_start_loc, std::span<const int32_t> state_indices,
+              std::span<const uint8_t> has_initial_states) {
   const int64_t num_seqs = static_cast<int64_t>(state_indices.size());
   const int64_t num_blocks = (p.dim + kLanes - 1) / kLanes;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int32_t block = state_indices[s];
     if (block == 0) continue;
     const int64_t t0 = query_start_loc[s], t1 = query_start_loc[s + 1];
-    float* states = p.ssm_states + static_cast<int64_t>(block) * p.dim * p.d_state;  // [dim, N]
+    T* states = p.ssm_states.block<T>(block);  // [dim, N]
     const bool init = has_initial_states[s] != 0;
 #pragma omp parallel for schedule(static)
     for (int64_t cb = 0; cb < num_blocks; ++cb) {
@@ -94,9 +96,8 @@ void selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int
   }
 }
 
-void selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
-                            std::span<const int32_t> state_indices) {
-  SSM_CHECK(p.d_state <= kMaxState, "selective_state_update: d_state {} > {}", p.d_state, kMaxState);
+template <class T>
+void state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride, std::span<const int32_t> state_indices) {
   const int64_t batch = static_cast<int64_t>(state_indices.size());
   const int64_t num_blocks = (p.dim + kLanes - 1) / kLanes;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -104,12 +105,29 @@ void selective_state_update(const ScanInputs& in, const ScanParams& p, float* y,
     for (int64_t cb = 0; cb < num_blocks; ++cb) {
       const int32_t block = state_indices[b];
       if (block == 0) continue;
-      float* states = p.ssm_states + static_cast<int64_t>(block) * p.dim * p.d_state;
+      T* states = p.ssm_states.block<T>(block);  // [dim, N]
       ChannelBlock blk(p, cb * kLanes, states, true);
       blk.advance(in, p, b, b + 1, y, y_stride, b);
       blk.store(p, states);
     }
   }
+}
+
+}  // namespace
+
+void selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
+                        std::span<const int32_t> query_start_loc, std::span<const int32_t> state_indices,
+                        std::span<const uint8_t> has_initial_states) {
+  SSM_CHECK(p.d_state <= kMaxState, "selective_scan_fwd: d_state {} > {}", p.d_state, kMaxState);
+  visit_state_dtype(p.ssm_states.dtype, [&](auto tag) {
+    scan_fwd<decltype(tag)>(in, p, y, y_stride, query_start_loc, state_indices, has_initial_states);
+  });
+}
+
+void selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
+                            std::span<const int32_t> state_indices) {
+  SSM_CHECK(p.d_state <= kMaxState, "selective_state_update: d_state {} > {}", p.d_state, kMaxState);
+  visit_state_dtype(p.ssm_states.dtype, [&](auto tag) { state_update<decltype(tag)>(in, p, y, y_stride, state_indices); });
 }
 
 }  // namespace ssmserve::cpu

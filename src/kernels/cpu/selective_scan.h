@@ -2,10 +2,14 @@
 //   dt = softplus(delta + delta_bias);  s_t = exp(dt * A) * s_{t-1} + dt * B_t * u_t;
 //   y_t = <s_t, C_t> + D * u_t;  y_t *= SiLU(z_t)
 // in two forms that must agree: the varlen prefill scan and the one-token decode update
-// (vLLM's `selective_scan_fn` / `selective_state_update`). The state stays fp32.
+// (vLLM's `selective_scan_fn` / `selective_state_update`). The math is fp32; the state is stored in the cache's
+// SSM dtype (fp32 by default; bf16 / fp16 are widened exactly on load and rounded to nearest even on store, once
+// per prefill chunk and once per decode token).
 #pragma once
 #include <cstdint>
 #include <span>
+
+#include "cache/state_view.h"
 
 namespace ssmserve::cpu {
 
@@ -33,7 +37,8 @@ struct ScanParams {
   const float* D = nullptr;          ///< [dim] or nullptr
   const float* delta_bias = nullptr; ///< [dim] or nullptr
   bool delta_softplus = true;
-  float* ssm_states = nullptr;       ///< [num_blocks, dim, d_state] fp32; block 0 = null block (skipped)
+  StateView ssm_states;              ///< [num_blocks, dim, d_state] (block-strided, F32/BF16/F16);
+                                     ///< block 0 = null block (skipped)
 };
 
 /// Varlen prefill over sequences delimited by query_start_loc [num_seqs+1]. Sequence s starts from
