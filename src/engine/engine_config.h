@@ -18,6 +18,9 @@ struct EngineConfig {
   int num_threads = 0;                       ///< CPU threads for the math; 0 = all cores
   std::string mamba_cache_dtype = "auto";         ///< conv state dtype: auto (= fp32 on CPU), float32, bfloat16, float16
   std::string mamba_ssm_cache_dtype = "float32";  ///< SSM state dtype: float32, bfloat16, float16, auto (= conv's)
+  /// Pad decode-only batches of up to this many rows to exactly this many, with null-block rows (what CUDA
+  /// graphs need; on the CPU it only exercises the padding path). 0 = no padding.
+  int pad_decode_batches_to = 0;
 
   /// Throws Error naming the knob when a value is out of range.
   void validate() const;

@@ -19,6 +19,7 @@ void EngineConfig::validate() const {
   SSM_CHECK(num_state_blocks == 0 || num_state_blocks >= 2,
             "--num-state-blocks must be >= 2 (block 0 is the null block), got {}", num_state_blocks);
   SSM_CHECK(num_threads >= 0, "--threads must be >= 0 (got {})", num_threads);
+  SSM_CHECK(pad_decode_batches_to >= 0, "pad_decode_batches_to must be >= 0 (got {})", pad_decode_batches_to);
   (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
 }
 
@@ -69,6 +70,13 @@ void LLMEngine::add_request(Request req) {
   scheduler_->add_request(raw);
 }
 
+bool LLMEngine::preempt_newest_request() {
+  RequestState* r = scheduler_->preemption_candidate();
+  if (!r) return false;
+  scheduler_->preempt(r);
+  return true;
+}
+
 void LLMEngine::abort_request(const std::string& request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
@@ -85,27 +93,34 @@ std::vector<RequestOutput> LLMEngine::step() {
               "no state block is free for the waiting requests (num_state_blocks = {})", pool_->num_blocks());
     return outs;
   }
-  // 2. Build the packed batch, decodes first.
-  ForwardBatch batch;
+  // 2. Build the packed batch and its metadata (the builder reorders decodes first).
   std::vector<ScheduledRequest> order = sched.decodes;
   order.insert(order.end(), sched.prefills.begin(), sched.prefills.end());
-  batch.num_decodes = static_cast<int>(sched.decodes.size());
-  batch.query_start_loc.push_back(0);
+  std::vector<ScheduledSeq> seqs(order.size());
+  std::vector<std::vector<int32_t>> tokens(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const RequestState& r = *order[i].req;
+    const int begin = r.num_computed_tokens, end = begin + order[i].num_tokens;
+    const bool is_decode = begin > 0 && end == r.num_tokens() && order[i].num_tokens == 1;
+    seqs[i] = {r.state_block, begin, order[i].num_tokens, !is_decode};
+    for (int p = begin; p < end; ++p) tokens[i].push_back(r.token_at(p));
+  }
+  MetadataOptions opt;
+  opt.chunk_size = model_->chunk_size();
+  opt.pad_decodes_to = cfg_.pad_decode_batches_to;
+  ForwardBatch batch = make_forward_batch(seqs, tokens, opt);
+  // Logits rows: every position that scores a not-yet-scored prompt token, and the last position (sampling).
   std::vector<RowPlan> plans(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
-    RequestState& r = *order[i].req;
+    const RequestState& r = *order[i].req;
     const int begin = r.num_computed_tokens, end = begin + order[i].num_tokens;
-    const int row0 = batch.num_tokens();
-    for (int p = begin; p < end; ++p) batch.input_ids.push_back(r.token_at(p));
-    batch.query_start_loc.push_back(batch.num_tokens());
-    batch.state_indices.push_back(r.state_block);
-    batch.has_initial_states.push_back(begin > 0 ? 1 : 0);
     plans[i].first_logit_row = static_cast<int>(batch.logits_indices.size());
     const bool want_prompt_lp = r.request.params.prompt_logprobs.has_value();
     for (int p = begin; p < end; ++p) {
-      if ((want_prompt_lp && p + 1 < r.prompt_len()) || p == r.num_tokens() - 1) {
+      const bool score_prompt = want_prompt_lp && p + 1 < r.prompt_len() && !r.prompt_logprobs[p + 1].has_value();
+      if (score_prompt || p == r.num_tokens() - 1) {
         plans[i].positions.push_back(p);
-        batch.logits_indices.push_back(row0 + (p - begin));
+        batch.logits_indices.push_back(batch.seq_first_token[i] + (p - begin));
       }
     }
   }
@@ -115,8 +130,8 @@ std::vector<RequestOutput> LLMEngine::step() {
   const auto t0 = std::chrono::steady_clock::now();
   model_->forward(batch, *cache_, logits_.data());
   stats_.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stats_.num_decode_tokens = batch.num_decodes;
-  stats_.num_prefill_tokens = batch.num_tokens() - batch.num_decodes;
+  stats_.num_decode_tokens = batch.meta.num_decode_tokens;
+  stats_.num_prefill_tokens = batch.meta.num_prefill_tokens;
   // 4. Sample, update and emit.
   for (size_t i = 0; i < order.size(); ++i) process_request(*order[i].req, order[i].num_tokens, logits_.data(), plans[i], outs);
   for (const auto& o : outs)

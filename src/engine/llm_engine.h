@@ -36,6 +36,10 @@ class LLMEngine {
   void add_request(Request req);
   /// Aborts a request (no-op if unknown or finished); its block is freed at once.
   void abort_request(const std::string& request_id);
+  /// Preempts (by recompute) the running request vLLM would preempt first, the most recently scheduled one;
+  /// it resumes later from its tokens with identical results. Returns false when nothing is running.
+  bool preempt_newest_request();
+  int num_preemptions() const { return scheduler_->num_preemptions(); }
   /// Runs one iteration; returns an output for every request that produced tokens or finished this step.
   std::vector<RequestOutput> step();
   bool has_unfinished_requests() const { return scheduler_->has_unfinished(); }

@@ -25,6 +25,9 @@ class CausalLM {
   virtual int num_state_layers() const = 0;
   /// State elements per block per layer.
   virtual StateShape state_shape() const = 0;
+  /// Tokens per chunk of the chunked prefill scan (Mamba-2's `chunk_size`); the metadata builder cuts prefill
+  /// rows at multiples of it from each sequence's start. Models without a chunked scan keep the default.
+  virtual int chunk_size() const { return 256; }
   /// Runs the packed batch, updating the states of its blocks in `cache`, and writes logits for
   /// batch.logits_indices into `logits`: [logits_indices.size(), vocab_size] fp32.
   /// Throws Error on an inconsistent batch or a token id outside [0, vocab_size).

@@ -1,28 +1,35 @@
-// Owns ForwardBatch: the packed, per-step input a model's forward pass consumes (vLLM's model-runner inputs
-// plus the recurrent-layer metadata of vllm-ssm-design.md §2.2, in the same names).
+// Owns ForwardBatch: the packed, per-step input a model's forward pass consumes: token ids in the metadata's
+// row order (decodes first), the recurrent-layer metadata (vllm-ssm-design.md §2.2) and the rows whose logits
+// the caller wants.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
+
+#include "model/batch_metadata.h"
 
 namespace ssmserve {
 
-/// One step's packed batch, decodes first. Request r owns token rows
-/// [query_start_loc[r], query_start_loc[r+1]) and the state block state_indices[r] (0 = null block: padding,
-/// skipped by every kernel). Requests [0, num_decodes) have exactly one token and an initial state; the rest
-/// are prefills (possibly continuing from a state: has_initial_states[r]).
+/// One step's packed batch. Token rows [0, meta.query_start_loc[meta.num_decode_rows()]) are decode rows (one
+/// token each; padded rows carry token 0 and the null block), the rest are the prefill rows of
+/// meta.query_start_loc_p, shifted by that offset.
 struct ForwardBatch {
-  std::vector<int32_t> input_ids;           ///< [num_tokens]
-  std::vector<int32_t> query_start_loc;     ///< [num_reqs + 1], query_start_loc[0] = 0
-  std::vector<int32_t> state_indices;       ///< [num_reqs] block ids
-  std::vector<uint8_t> has_initial_states;  ///< [num_reqs]
-  int num_decodes = 0;                      ///< leading requests that are one-token decodes
-  std::vector<int32_t> logits_indices;      ///< token rows whose logits the caller wants, in output order
+  std::vector<int32_t> input_ids;        ///< [num_tokens] in row order
+  MambaBatchMetadata meta;               ///< decodes first; see batch_metadata.h
+  std::vector<int32_t> logits_indices;   ///< token rows whose logits the caller wants, in output order
+  std::vector<int32_t> seq_first_token;  ///< [num input seqs] token row of each input sequence's first new token
 
-  int num_reqs() const { return static_cast<int>(state_indices.size()); }
   int num_tokens() const { return static_cast<int>(input_ids.size()); }
-  /// Throws Error if the fields are inconsistent (sizes, monotone query_start_loc, decode rows of length 1,
-  /// logits rows in range).
+  /// Token row where the prefill rows start (= number of decode rows incl. padding).
+  int prefill_token_offset() const { return meta.query_start_loc.empty() ? 0 : meta.query_start_loc[meta.num_decode_rows()]; }
+  /// Throws Error if the fields are inconsistent (token count vs metadata, logits rows out of range).
   void validate() const;
 };
+
+/// Packs one step: `seqs[i]` schedules `tokens[i]` (its num_scheduled_tokens new token ids). Builds the
+/// metadata (reordering decodes first, padding per `opt`), input_ids in row order and seq_first_token.
+/// logits_indices is left empty for the caller. Throws Error on mismatched sizes or invalid sequences.
+ForwardBatch make_forward_batch(std::span<const ScheduledSeq> seqs, std::span<const std::vector<int32_t>> tokens,
+                                const MetadataOptions& opt);
 
 }  // namespace ssmserve

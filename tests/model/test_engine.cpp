@@ -138,3 +138,32 @@ TEST(Engine, RejectsBadRequests) {
 
 }  // namespace
 }  // namespace ssmserve
+
+namespace ssmserve {
+namespace {
+
+// Decode batches padded to a fixed size (as CUDA graphs need): the padded rows point at the null block and
+// change no live state or output.
+TEST(Engine, PaddedDecodeBatchesChangeNothing) {
+  SSM_SKIP_IF_NO_MODEL(tiny_config().model);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 12;
+  sp.ignore_eos = true;
+  sp.logprobs = 1;
+  LLM plain(tiny_config());
+  const auto want = plain.generate(kPrompts, sp);
+  for (int pad : {1, 5, 8}) {
+    EngineConfig cfg = tiny_config();
+    cfg.pad_decode_batches_to = pad;
+    LLM padded(cfg);
+    const auto got = padded.generate(kPrompts, sp);
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      EXPECT_EQ(got[i].outputs[0].token_ids, want[i].outputs[0].token_ids) << "pad " << pad;
+      EXPECT_EQ(got[i].outputs[0].logprobs.back().at(0).logprob, want[i].outputs[0].logprobs.back().at(0).logprob);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ssmserve

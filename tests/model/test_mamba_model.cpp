@@ -24,15 +24,14 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
+// One sequence with `num_computed` tokens already in block `block` (a decode when it is one token on a state).
 ForwardBatch one_sequence(const std::vector<int32_t>& ids, int block, bool init, bool all_logits) {
-  ForwardBatch b;
-  b.input_ids = ids;
-  b.query_start_loc = {0, static_cast<int32_t>(ids.size())};
-  b.state_indices = {block};
-  b.has_initial_states = {static_cast<uint8_t>(init)};
-  b.num_decodes = (ids.size() == 1 && init) ? 1 : 0;
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (all_logits || i + 1 == ids.size()) b.logits_indices.push_back(static_cast<int32_t>(i));
+  const int n = static_cast<int>(ids.size());
+  const ScheduledSeq seq{block, init ? 1 : 0, n, !(init && n == 1)};
+  const std::vector<std::vector<int32_t>> tokens{ids};
+  ForwardBatch b = make_forward_batch(std::span(&seq, 1), tokens, MetadataOptions{});
+  for (int i = 0; i < n; ++i)
+    if (all_logits || i + 1 == n) b.logits_indices.push_back(i);
   return b;
 }
 

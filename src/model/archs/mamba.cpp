@@ -84,8 +84,8 @@ void MambaModel::forward(const ForwardBatch& batch, StateCache& cache, float* lo
   const int64_t T = batch.num_tokens(), H = cfg_.hidden_size, V = cfg_.vocab_size;
   SSM_CHECK(cache.num_layers() == num_state_layers(), "Mamba forward: state cache has {} layers, model {}",
             cache.num_layers(), num_state_layers());
-  for (int32_t b : batch.state_indices)
-    SSM_CHECK(b >= 0 && b < cache.num_blocks(), "Mamba forward: state index {} out of range", b);
+  for (const auto* v : {&batch.meta.state_indices_tensor_d, &batch.meta.state_indices_tensor_p})
+    for (int32_t b : *v) SSM_CHECK(b >= 0 && b < cache.num_blocks(), "Mamba forward: state index {} out of range", b);
   // 1. Embedding lookup.
   hidden_.resize(T * H);
   for (int64_t t = 0; t < T; ++t) {
@@ -108,7 +108,9 @@ void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, 
   const MambaLayerWeights& L = w_.layers[layer];
   const int64_t H = cfg_.hidden_size, I = m_.d_inner, N = m_.d_state, R = m_.dt_rank;
   const int64_t XD = R + 2 * N;
-  const int nd = batch.num_decodes, R_ = batch.num_reqs();
+  const MambaBatchMetadata& md = batch.meta;
+  const int64_t nd = md.num_decode_rows(), P0 = batch.prefill_token_offset();  // decode rows; prefill row offset
+  const bool has_prefill = md.num_prefills > 0;
   normed_.resize(T * H), xz_.resize(T * 2 * I), xc_.resize(T * I), xdbl_.resize(T * XD), delta_.resize(T * I);
   y_.resize(T * I), out_.resize(T * H);
   // 1. Pre-norm and input projection: xz = in_proj(norm(h)), x = xz[:, :I], z = xz[:, I:].
@@ -117,18 +119,23 @@ void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, 
   // 2. Causal conv1d + SiLU: decode rows [0, nd) update their window, prefill rows scan theirs.
   cpu::ConvParams conv{I, m_.d_conv, L.conv_weight.data(), L.conv_bias.empty() ? nullptr : L.conv_bias.data(),
                        cache.conv_state(layer), true};
-  std::span<const int32_t> qsl(batch.query_start_loc), idx(batch.state_indices);
-  std::span<const uint8_t> init(batch.has_initial_states);
-  if (nd > 0) cpu::causal_conv1d_update(xz_.data(), 2 * I, xc_.data(), I, conv, idx.subspan(0, nd));
-  if (nd < R_) cpu::causal_conv1d_fwd(xz_.data(), 2 * I, xc_.data(), I, conv, qsl.subspan(nd), idx.subspan(nd), init.subspan(nd));
+  if (nd > 0) cpu::causal_conv1d_update(xz_.data(), 2 * I, xc_.data(), I, conv, md.state_indices_tensor_d);
+  if (has_prefill)
+    cpu::causal_conv1d_fwd(xz_.data() + P0 * 2 * I, 2 * I, xc_.data() + P0 * I, I, conv, md.query_start_loc_p,
+                           md.state_indices_tensor_p, md.has_initial_states_p);
   // 3. x_proj -> [dt_low, B, C]; delta = dt_proj(dt_low) (bias and softplus inside the scan).
   cpu::linear(xc_.data(), T, L.x_proj, nullptr, xdbl_.data());
   cpu::linear(xdbl_.data(), T, XD, L.dt_proj, nullptr, delta_.data(), I);
   // 4. Selective scan with D skip and SiLU(z) gate.
   cpu::ScanInputs in{{xc_.data(), I}, {delta_.data(), I}, {xdbl_.data() + R, XD}, {xdbl_.data() + R + N, XD}, {xz_.data() + I, 2 * I}};
   cpu::ScanParams sp{I, static_cast<int>(N), L.A.data(), L.D.data(), L.dt_bias.data(), true, cache.ssm_state(layer)};
-  if (nd > 0) cpu::selective_state_update(in, sp, y_.data(), I, idx.subspan(0, nd));
-  if (nd < R_) cpu::selective_scan_fwd(in, sp, y_.data(), I, qsl.subspan(nd), idx.subspan(nd), init.subspan(nd));
+  if (nd > 0) cpu::selective_state_update(in, sp, y_.data(), I, md.state_indices_tensor_d);
+  if (has_prefill) {  // the same views shifted to the first prefill row; query_start_loc_p starts at 0 there
+    cpu::ScanInputs inp{{in.u.data + P0 * I, I}, {in.delta.data + P0 * I, I}, {in.B.data + P0 * XD, XD},
+                        {in.C.data + P0 * XD, XD}, {in.z.data + P0 * 2 * I, 2 * I}};
+    cpu::selective_scan_fwd(inp, sp, y_.data() + P0 * I, I, md.query_start_loc_p, md.state_indices_tensor_p,
+                            md.has_initial_states_p);
+  }
   // 5. Output projection and residual add (fp32).
   cpu::linear(y_.data(), T, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out_.data());
   for (int64_t i = 0; i < T * H; ++i) hidden_[i] += out_[i];
