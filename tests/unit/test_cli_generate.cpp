@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -67,6 +68,24 @@ TEST(CliGenerate, JsonContract) {
     }
   }
   EXPECT_EQ(objs[1]["prompt_token_ids"], nlohmann::json::array({510}));  // "The"
+}
+
+// The engine-core contract: small budgets and few sequences per step give the same results as the defaults.
+TEST(CliGenerate, SmallBudgetSameAsDefaults) {
+  ssmserve::testing::TempDir tmp("cli");
+  std::string lines;
+  for (const char* p : {"In the beginning God created", "It is a truth universally acknowledged, that a single man",
+                        "The", "Emma Woodhouse, handsome, clever, and rich, with a comfortable home", "And Moses said"})
+    lines += std::string("{\"prompt\": \"") + p + "\"}\n";
+  ssmserve::testing::write_file(tmp / "p.jsonl", lines);
+  const std::string common = "generate --prompts-file " + (tmp / "p.jsonl").string() +
+                             " --json --max-tokens 10 --logprobs 2 --prompt-logprobs 1 --ignore-eos";
+  const CliRun a = run(common);
+  const CliRun b = run(common + " --max-num-batched-tokens 13 --max-num-seqs 3");
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 5);
 }
 
 TEST(CliGenerate, StreamsTextForOnePrompt) {
