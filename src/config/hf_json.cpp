@@ -1,12 +1,18 @@
 // Owns reading Hugging Face JSON files: the non-standard Infinity/NaN tokens, {"__float__": ...} objects, and
 // error positions reported against the original text.
+#include "config/hf_json.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <limits>
-#include <sstream>
+#include <system_error>
 
-#include "config/model_config.h"
 #include "core/error.h"
 
 namespace ssmserve {
@@ -32,7 +38,8 @@ bool is_float_object(const json& v) {
   return v.is_object() && v.size() == 1 && v.contains("__float__") && v["__float__"].is_string();
 }
 
-/// Replaces every recognizable {"__float__": "..."} object in `v` by a number, recursively.
+/// Replaces every recognizable {"__float__": "..."} object in `v` by a number, recursively (the recursion depth is
+/// bounded by check_json_depth, which parse_hf_json runs first).
 void replace_float_objects(json& v) {
   double d = 0;
   if (is_float_object(v) && decode_float_string(v["__float__"].get<std::string>(), &d)) {
@@ -101,6 +108,7 @@ size_t original_offset(size_t pos, const std::vector<Edit>& edits) {
 }  // namespace
 
 json parse_hf_json(std::string_view text, const std::string& what) {
+  check_json_depth(text, what);
   std::vector<Edit> edits;
   const std::string normalized = normalize_bare_tokens(text, &edits);
   json v;
@@ -126,20 +134,198 @@ double json_float(const json& v, const std::string& field) {
   if (v.is_number()) return v.get<double>();
   double d = 0;
   if (is_float_object(v) && decode_float_string(v["__float__"].get<std::string>(), &d)) return d;
-  std::string shown = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-  fail("field \"{}\" must be a number (got {})", field, shown);
+  fail("field \"{}\" must be a number (got {})", field, json_excerpt(v));
 }
 
-std::string read_text_file(const std::filesystem::path& path) {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// What a non-regular file is, for "not a regular file" messages.
+std::string file_kind(fs::file_type t) {
+  switch (t) {
+    case fs::file_type::directory: return "a directory";
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::fifo: return "a fifo (named pipe)";
+    case fs::file_type::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
+std::string file_kind(mode_t m) {
+  if (S_ISDIR(m)) return file_kind(fs::file_type::directory);
+  if (S_ISCHR(m)) return file_kind(fs::file_type::character);
+  if (S_ISBLK(m)) return file_kind(fs::file_type::block);
+  if (S_ISFIFO(m)) return file_kind(fs::file_type::fifo);
+  if (S_ISSOCK(m)) return file_kind(fs::file_type::socket);
+  return file_kind(fs::file_type::unknown);
+}
+
+/// Closes a file descriptor on scope exit.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+/// Throws the Error for a path whose status could not be read (missing, dangling symlink, loop, ...).
+[[noreturn]] void fail_status(const fs::path& path, const std::error_code& ec) {
+  const std::string p = path.string();
+  if (ec == std::errc::too_many_symbolic_link_levels)
+    fail("{}: symlink loop (too many levels of symbolic links)", p);
+  if (ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory) {
+    std::error_code lec;
+    if (fs::is_symlink(fs::symlink_status(path, lec))) {
+      std::error_code rec;
+      const fs::path target = fs::read_symlink(path, rec);
+      fail("{}: dangling symlink (its target {} does not exist)", p, rec ? std::string("?") : target.string());
+    }
+    fail("{}: file not found", p);
+  }
+  fail("{}: cannot access: {}", p, ec.message());
+}
+
+}  // namespace
+
+bool path_entry_exists(const fs::path& path) {
   std::error_code ec;
-  SSM_CHECK(std::filesystem::is_regular_file(path, ec), "{}: file not found", path.string());
-  std::ifstream in(path, std::ios::binary);
-  SSM_CHECK(in.good(), "{}: cannot open for reading", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  SSM_CHECK(!in.bad(), "{}: read error", path.string());
-  return ss.str();
+  const fs::file_status st = fs::symlink_status(path, ec);
+  return !ec && fs::exists(st);
+}
+
+std::string read_text_file(const fs::path& path, std::size_t max_bytes) {
+  const std::string p = path.string();
+  try {
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    if (ec || !fs::exists(st)) fail_status(path, ec ? ec : std::make_error_code(std::errc::no_such_file_or_directory));
+    SSM_CHECK(fs::is_regular_file(st), "{}: is {}, not a regular file", p, file_kind(st.type()));
+  } catch (const fs::filesystem_error& e) {
+    fail("{}: cannot access: {}", p, e.code().message());
+  }
+  // O_NONBLOCK: should the path have been swapped for a fifo since the check, open must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ELOOP) fail("{}: symlink loop (too many levels of symbolic links)", p);
+    fail("{}: cannot open for reading: {}", p, std::strerror(e));
+  }
+  const FdGuard guard{fd};
+  struct stat sb {};
+  if (::fstat(fd, &sb) != 0) fail("{}: cannot stat: {}", p, std::strerror(errno));
+  SSM_CHECK(S_ISREG(sb.st_mode), "{}: is {}, not a regular file", p, file_kind(sb.st_mode));
+  SSM_CHECK(static_cast<std::uint64_t>(sb.st_size) <= max_bytes,
+            "{}: file is {} bytes, larger than the {} byte limit for this file (corrupt or not the right file?)", p,
+            static_cast<std::uint64_t>(sb.st_size), max_bytes);
+  std::string out;
+  out.resize(static_cast<std::size_t>(sb.st_size));
+  std::size_t got = 0;
+  // Read until EOF but never past max_bytes, in case the file grows (or st_size understates it, as in /proc).
+  for (;;) {
+    if (got == out.size()) {
+      if (out.size() > max_bytes) break;
+      out.resize(std::min<std::size_t>(max_bytes + 1, std::max<std::size_t>(out.size() * 2, 4096)));
+    }
+    const ssize_t r = ::read(fd, out.data() + got, out.size() - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail("{}: read error: {}", p, std::strerror(errno));
+    }
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  SSM_CHECK(got <= max_bytes, "{}: file is larger than the {} byte limit for this file (corrupt or not the right "
+            "file?)", p, max_bytes);
+  out.resize(got);
+  return out;
+}
+
+void check_json_depth(std::string_view text, const std::string& what, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // skip the escaped character
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        fail("{}: JSON nests arrays/objects more than {} levels deep (at byte {}); refusing to parse it", what,
+             max_depth, i);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;  // unbalanced input is left for the parser to report
+    }
+  }
+}
+
+namespace {
+
+/// Appends a bounded rendering of `v` to `out`, stopping once `out` is longer than `limit`. Each nesting level
+/// appends at least one character first, so the recursion depth is at most `limit` + 1.
+void excerpt_into(const json& v, std::string& out, std::size_t limit) {
+  if (out.size() > limit) return;
+  switch (v.type()) {
+    case json::value_t::object: {
+      out += '{';
+      bool first = true;
+      for (auto it = v.begin(); it != v.end() && out.size() <= limit; ++it) {
+        if (!first) out += ',';
+        first = false;
+        excerpt_into(json(text_excerpt(it.key(), limit + 1)), out, limit);
+        out += ':';
+        excerpt_into(it.value(), out, limit);
+      }
+      out += '}';
+      return;
+    }
+    case json::value_t::array: {
+      out += '[';
+      bool first = true;
+      for (auto it = v.begin(); it != v.end() && out.size() <= limit; ++it) {
+        if (!first) out += ',';
+        first = false;
+        excerpt_into(*it, out, limit);
+      }
+      out += ']';
+      return;
+    }
+    case json::value_t::string: {
+      const auto& s = v.get_ref<const std::string&>();
+      const json cut = s.size() > limit + 1 ? json(s.substr(0, limit + 1)) : json();
+      out += (cut.is_null() ? v : cut).dump(-1, ' ', false, json::error_handler_t::replace);
+      return;
+    }
+    case json::value_t::number_float: {
+      const double d = v.get<double>();
+      if (std::isnan(d)) out += "NaN";
+      else if (std::isinf(d)) out += d > 0 ? "Infinity" : "-Infinity";
+      else out += v.dump();
+      return;
+    }
+    default:
+      out += v.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+}
+
+}  // namespace
+
+std::string text_excerpt(std::string_view s, std::size_t max_chars) {
+  if (s.size() <= max_chars) return std::string(s);
+  std::size_t cut = max_chars > 3 ? max_chars - 3 : 0;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // keep UTF-8 characters whole
+  return std::string(s.substr(0, cut)) + "...";
+}
+
+std::string json_excerpt(const json& v, std::size_t max_chars) {
+  std::string out;
+  excerpt_into(v, out, max_chars);
+  return text_excerpt(out, max_chars);
 }
 
 }  // namespace ssmserve

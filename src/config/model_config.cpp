@@ -16,10 +16,7 @@ struct Fields {
   const json& j;
   std::string what;  ///< e.g. "models/x/config.json"
 
-  static std::string show(const json& v) {
-    std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-    return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-  }
+  static std::string show(const json& v) { return json_excerpt(v); }
   const json* find(const char* key) const {
     const auto it = j.find(key);
     return it == j.end() || it->is_null() ? nullptr : &*it;
@@ -82,6 +79,14 @@ struct Fields {
   }
 };
 
+/// Throws naming `what` and `field` when an id (other than -1 = absent) is outside [0, vocab_size).
+void check_in_vocab(const std::string& what, const char* field, const std::vector<int>& ids, int vocab_size) {
+  for (const int id : ids)
+    SSM_CHECK(id == -1 || (id >= 0 && id < vocab_size),
+              "{}: field \"{}\" is {}, outside the vocabulary [0, {}) (vocab_size in config.json)", what, field, id,
+              vocab_size);
+}
+
 std::string config_label(const std::filesystem::path& dir) {
   return dir.empty() ? std::string("config.json") : (dir / "config.json").string();
 }
@@ -114,6 +119,10 @@ MambaConfig MambaConfig::from_json_labeled(const json& cfg, int hidden_size, con
   } else {
     fail("{}: field \"time_step_rank\" must be a positive integer or \"auto\" (got {})", what, Fields::show(*rank));
   }
+  // HF's MambaMixer applies ACT2FN[hidden_act] after the conv and to the gate; ssmserve's kernels implement SiLU.
+  const std::string act = f.string_or("hidden_act", "silu");
+  SSM_CHECK(act == "silu" || act == "swish", "{}: field \"hidden_act\" is \"{}\", but ssmserve's Mamba supports "
+            "only \"silu\"", what, text_excerpt(act));
   m.use_bias = f.boolean_or("use_bias", false);
   m.use_conv_bias = f.boolean_or("use_conv_bias", true);
   m.residual_in_fp32 = f.boolean_or("residual_in_fp32", true);
@@ -142,8 +151,9 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
   for (const char* key : {"layer_norm_epsilon", "rms_norm_eps", "norm_epsilon", "layer_norm_eps"}) {
     if (const json* v = f.find(key)) {
       const double eps = f.number(key, *v);
-      SSM_CHECK(std::isfinite(eps) && eps > 0 && eps < 1, "{}: field \"{}\" must be in (0, 1) (got {})", what, key,
-                Fields::show(*v));
+      SSM_CHECK(std::isfinite(eps), "{}: field \"{}\" must be a finite number in (0, 1) (got {})", what, key,
+                std::isnan(eps) ? "NaN" : eps > 0 ? "Infinity" : "-Infinity");
+      SSM_CHECK(eps > 0 && eps < 1, "{}: field \"{}\" must be in (0, 1) (got {})", what, key, Fields::show(*v));
       c.layer_norm_epsilon = static_cast<float>(eps);
       break;
     }
@@ -152,6 +162,9 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
   c.bos_token_id = f.token_id_or_none("bos_token_id");
   c.pad_token_id = f.token_id_or_none("pad_token_id");
   c.eos_token_ids = f.token_ids("eos_token_id");
+  check_in_vocab(what, "bos_token_id", {c.bos_token_id}, c.vocab_size);
+  check_in_vocab(what, "pad_token_id", {c.pad_token_id}, c.vocab_size);
+  check_in_vocab(what, "eos_token_id", c.eos_token_ids, c.vocab_size);
   c.max_model_len = f.positive_int_or("max_position_embeddings", 0);
   c.torch_dtype = f.string_or("dtype", f.string_or("torch_dtype", ""));
 
@@ -165,16 +178,19 @@ ModelConfig ModelConfig::load(const std::filesystem::path& dir) {
   SSM_CHECK(std::filesystem::is_directory(dir, ec), "model folder {} does not exist or is not a directory",
             dir.string());
   const auto cfg_path = dir / "config.json";
-  SSM_CHECK(std::filesystem::is_regular_file(cfg_path, ec), "{}: file not found (every model folder needs a "
-            "Hugging Face config.json)", cfg_path.string());
-  ModelConfig c = from_json(parse_hf_json(read_text_file(cfg_path), cfg_path.string()), dir);
+  SSM_CHECK(path_entry_exists(cfg_path), "{}: file not found (every model folder needs a Hugging Face config.json)",
+            cfg_path.string());
+  ModelConfig c = from_json(parse_hf_json(read_text_file(cfg_path, kMaxConfigFileBytes), cfg_path.string()), dir);
 
   const auto gen_path = dir / "generation_config.json";
-  if (std::filesystem::exists(gen_path, ec)) {
-    const json gen = parse_hf_json(read_text_file(gen_path), gen_path.string());
-    SSM_CHECK(gen.is_object(), "{}: must be a JSON object", gen_path.string());
+  if (path_entry_exists(gen_path)) {
+    const json gen = parse_hf_json(read_text_file(gen_path, kMaxConfigFileBytes), gen_path.string());
+    SSM_CHECK(gen.is_object(), "{}: must be a JSON object (got {})", gen_path.string(), Fields::show(gen));
     const Fields g{gen, gen_path.string()};
-    if (g.find("eos_token_id") != nullptr) c.eos_token_ids = g.token_ids("eos_token_id");
+    if (g.find("eos_token_id") != nullptr) {
+      c.eos_token_ids = g.token_ids("eos_token_id");
+      check_in_vocab(gen_path.string(), "eos_token_id", c.eos_token_ids, c.vocab_size);
+    }
   }
   return c;
 }

@@ -2,6 +2,8 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include "config/hf_json.h"  // parse_hf_json, read_text_file, json_float (declared there)
+
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -52,17 +54,5 @@ struct ModelConfig {
   /// Builds a config from already-parsed config.json content (no generation_config.json). Same errors.
   static ModelConfig from_json(const nlohmann::json& cfg, const std::filesystem::path& dir = {});
 };
-
-/// Parses Hugging Face JSON text, accepting the non-standard bare tokens `Infinity`, `-Infinity` and `NaN`
-/// (outside strings) as well as transformers 5.x's `{"__float__": "Infinity"}` objects; both become JSON
-/// numbers (+/-inf, nan stored as double). `what` names the source in error messages ("config.json").
-/// Throws Error with the byte position on invalid JSON.
-nlohmann::json parse_hf_json(std::string_view text, const std::string& what);
-
-/// Reads a whole (small) text file. Throws Error naming the path when it is missing or unreadable.
-std::string read_text_file(const std::filesystem::path& path);
-
-/// Reads a number that may be a plain number or a {"__float__": "..."} object. Throws Error naming `field`.
-double json_float(const nlohmann::json& v, const std::string& field);
 
 }  // namespace ssmserve

@@ -23,19 +23,19 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 /// Shard names from model.safetensors.index.json's weight_map, checked to stay inside `dir`.
 std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
-  const nlohmann::json idx = parse_hf_json(read_text_file(index_path), index_path.string());
-  SSM_CHECK(idx.is_object(), "{}: must be a JSON object", index_path.string());
+  const nlohmann::json idx = parse_hf_json(read_text_file(index_path, kMaxConfigFileBytes), index_path.string());
+  SSM_CHECK(idx.is_object(), "{}: must be a JSON object (got {})", index_path.string(), json_excerpt(idx));
   const auto wm = idx.find("weight_map");
   SSM_CHECK(wm != idx.end() && wm->is_object(), "{}: missing object \"weight_map\"", index_path.string());
   std::map<std::string, std::string> out;
   for (const auto& [name, shard] : wm->items()) {
-    SSM_CHECK(shard.is_string(), "{}: weight_map entry for tensor \"{}\" must be a file name",
-              index_path.string(), name);
+    SSM_CHECK(shard.is_string(), "{}: weight_map entry for tensor \"{}\" must be a file name (got {})",
+              index_path.string(), text_excerpt(name), json_excerpt(shard));
     const fs::path p = shard.get<std::string>();
     const bool escapes = p.empty() || p.is_absolute() ||
                          std::any_of(p.begin(), p.end(), [](const fs::path& c) { return c == ".."; });
     SSM_CHECK(!escapes, "{}: weight_map entry for tensor \"{}\" names \"{}\", which is not a file inside the folder",
-              index_path.string(), name, p.string());
+              index_path.string(), text_excerpt(name), text_excerpt(p.string()));
     out[name] = p.string();
   }
   SSM_CHECK(!out.empty(), "{}: \"weight_map\" is empty", index_path.string());
@@ -62,13 +62,13 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
   ck.dir_ = dir;
 
   const fs::path index_path = dir / "model.safetensors.index.json";
-  if (fs::exists(index_path, ec)) {
+  if (path_entry_exists(index_path)) {  // even a dangling or looping symlink: read_text_file says which
     const auto weight_map = read_weight_map(index_path);
     std::set<std::string> shards;
     for (const auto& [name, shard] : weight_map) shards.insert(shard);
     for (const auto& shard : shards) {
-      SSM_CHECK(fs::is_regular_file(dir / shard, ec), "{}: shard {} listed in weight_map does not exist in {}",
-                index_path.string(), shard, dir.string());
+      SSM_CHECK(path_entry_exists(dir / shard), "{}: shard {} listed in weight_map does not exist in {}",
+                index_path.string(), text_excerpt(shard), dir.string());  // MappedFile rejects a non-regular one
       ck.add_file(dir / shard);
     }
     for (const auto& [name, shard] : weight_map) {
@@ -82,7 +82,7 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     }
     return ck;
   }
-  if (fs::exists(dir / "model.safetensors", ec)) {
+  if (path_entry_exists(dir / "model.safetensors")) {  // MappedFile names a dangling link, loop or non-file
     ck.add_file(dir / "model.safetensors");
     return ck;
   }

@@ -14,8 +14,18 @@
 namespace ssmserve {
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open: {}", path.string(), std::strerror(errno));
+  // O_NONBLOCK: opening a fifo must not wait for a writer (fstat below then rejects it); no effect on regular files.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ELOOP) fail("{}: cannot open: symlink loop (too many levels of symbolic links)", path.string());
+    if (e == ENOENT) {
+      struct stat lst {};
+      if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
+        fail("{}: cannot open: dangling symlink (its target does not exist)", path.string());
+    }
+    fail("{}: cannot open: {}", path.string(), std::strerror(e));
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
@@ -24,7 +34,10 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail("{}: not a regular file", path.string());
+    const char* kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
+                       : S_ISBLK(st.st_mode) ? "a block device" : S_ISFIFO(st.st_mode) ? "a fifo (named pipe)"
+                       : "a special file";
+    fail("{}: is {}, not a regular file", path.string(), kind);
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {

@@ -7,6 +7,7 @@
 #include <set>
 #include <string_view>
 
+#include "config/hf_json.h"
 #include "core/error.h"
 
 namespace ssmserve {
@@ -14,12 +15,8 @@ namespace {
 
 using nlohmann::json;
 
-/// A JSON value shortened for an error message.
-std::string show(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+/// A JSON value shortened for an error message (never serializes more than it shows).
+std::string show(const json& v) { return json_excerpt(v); }
 
 /// Reads a non-negative integer that fits in int64 from `v`, or throws naming file, tensor and field.
 uint64_t read_index(const json& v, const std::string& file, const std::string& name, const char* field) {
@@ -99,6 +96,7 @@ SafetensorsHeader parse_safetensors_header(const std::byte* bytes, size_t size, 
   h.data_size = size - h.data_start;
 
   const auto* text = reinterpret_cast<const char*>(bytes + 8);
+  check_json_depth(std::string_view(text, static_cast<size_t>(n)), file + ": safetensors header");
   std::set<std::string> seen;
   std::string duplicate;
   const json::parser_callback_t track_keys = [&](int depth, json::parse_event_t ev, json& parsed) {

@@ -1,8 +1,10 @@
 // Owns Tokenizer::from_file: parsing and validating a Hugging Face tokenizer.json into Tokenizer::Impl.
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include <algorithm>
+#include <cstdint>
+
+#include "config/hf_json.h"
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_impl.h"
@@ -57,14 +59,34 @@ std::vector<std::pair<std::string, std::string>> parse_merges(const json& merges
     if (m.is_string()) {  // legacy format "left right"
       const std::string s = m.get<std::string>();
       const auto sp = s.find(' ');
-      SSM_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, "bad merge '{}'", s);
+      SSM_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, "bad merge '{}'",
+                text_excerpt(s));
       out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     } else {
-      SSM_CHECK(m.is_array() && m.size() == 2, "bad merge {}", m.dump());
+      SSM_CHECK(m.is_array() && m.size() == 2, "bad merge {}", json_excerpt(m));
       out.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     }
   }
   return out;
+}
+
+/// Largest token id accepted at all: ids index dense per-id tables, so a huge id would allocate gigabytes.
+constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 24;  // 16,777,216
+
+/// Reads a token id (`what` = "token" or "added token"), rejecting non-integers, negatives and ids above
+/// `limit`, the bound that keeps the id tables proportional to the number of entries in the file.
+int read_token_id(const json& id, const std::string& content, const char* what, std::int64_t limit,
+                  std::size_t entries) {
+  SSM_CHECK(id.is_number_integer(), "{} '{}' has id {}, which is not an integer", what, text_excerpt(content),
+            json_excerpt(id));
+  SSM_CHECK(id.is_number_unsigned() || id.get<std::int64_t>() >= 0, "negative id {} for {} '{}'",
+            json_excerpt(id), what, text_excerpt(content));
+  SSM_CHECK(id.is_number_unsigned() ? id.get<std::uint64_t>() <= static_cast<std::uint64_t>(limit)
+                                    : id.get<std::int64_t>() <= limit,
+            "{} '{}' has id {}, above the limit of {} (ids may be at most 4x the {} vocabulary + added entries, "
+            "and never above {})",
+            what, text_excerpt(content), json_excerpt(id), limit, entries, kMaxTokenId);
+  return static_cast<int>(id.get<std::int64_t>());
 }
 
 void build(const json& root, Tokenizer::Impl& impl) {
@@ -80,10 +102,18 @@ void build(const json& root, Tokenizer::Impl& impl) {
   SSM_CHECK(is_false_or_absent(model, "byte_fallback") && is_false_or_absent(model, "ignore_merges"),
             "unsupported BPE byte_fallback/ignore_merges");
 
+  const json& vocab = model.at("vocab");
+  SSM_CHECK(vocab.is_object(), "model.vocab must be an object of token -> id (got {})", json_excerpt(vocab));
+  static const json kNoAddedTokens = json::array();
+  const json& added_json =
+      root.contains("added_tokens") && !root.at("added_tokens").is_null() ? root.at("added_tokens") : kNoAddedTokens;
+  SSM_CHECK(added_json.is_array(), "added_tokens must be a list (got {})", json_excerpt(added_json));
+  const std::size_t entries = vocab.size() + added_json.size();
+  const std::int64_t id_limit =
+      std::min<std::int64_t>(kMaxTokenId, std::max<std::int64_t>(4 * static_cast<std::int64_t>(entries), 1024));
   int max_id = -1;
-  for (const auto& [tok, id] : model.at("vocab").items()) {
-    const int i = id.get<int>();
-    SSM_CHECK(i >= 0, "negative id {} for token '{}'", i, tok);
+  for (const auto& [tok, id] : vocab.items()) {
+    const int i = read_token_id(id, tok, "token", id_limit, entries);
     impl.vocab.emplace(tok, i);
     max_id = std::max(max_id, i);
   }
@@ -93,16 +123,17 @@ void build(const json& root, Tokenizer::Impl& impl) {
     bool special, normalized;
   };
   std::vector<Added> added;
-  for (const json& a : root.value("added_tokens", json::array())) {
-    Added t{a.at("content").get<std::string>(), a.at("id").get<int>(), a.value("special", false),
-            a.value("normalized", false)};
-    SSM_CHECK(t.id >= 0, "negative id {} for added token '{}'", t.id, t.content);
+  for (const json& a : added_json) {
+    SSM_CHECK(a.is_object(), "added_tokens entry must be an object (got {})", json_excerpt(a));
+    std::string content = a.at("content").get<std::string>();
+    const int id = read_token_id(a.at("id"), content, "added token", id_limit, entries);
+    Added t{std::move(content), id, a.value("special", false), a.value("normalized", false)};
     SSM_CHECK(!a.value("single_word", false) && !a.value("lstrip", false) && !a.value("rstrip", false),
-              "unsupported added token options (single_word/lstrip/rstrip) on '{}'", t.content);
+              "unsupported added token options (single_word/lstrip/rstrip) on '{}'", text_excerpt(t.content));
     max_id = std::max(max_id, t.id);
     added.push_back(std::move(t));
   }
-  const auto n = static_cast<std::size_t>(max_id + 1);
+  const std::size_t n = max_id < 0 ? 0 : static_cast<std::size_t>(max_id) + 1;  // max_id <= kMaxTokenId
   impl.token_strings.assign(n, std::string());
   impl.token_raw.assign(n, std::string());
   impl.kinds.assign(n, Tokenizer::Impl::kNone);
@@ -128,13 +159,12 @@ void build(const json& root, Tokenizer::Impl& impl) {
 }  // namespace
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
-  std::ifstream in(tokenizer_json, std::ios::binary);
-  SSM_CHECK(in.good(), "cannot open tokenizer file {}", tokenizer_json.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
+  // Missing, not a regular file (directory, /dev/zero, fifo), symlink loop, or over the size cap: a clear Error.
+  const std::string text = read_text_file(tokenizer_json, kMaxTokenizerFileBytes);
   auto impl = std::make_shared<Impl>();
   try {
-    const json root = json::parse(ss.str());
+    check_json_depth(text, "invalid tokenizer JSON");
+    const json root = json::parse(text);
     SSM_CHECK(root.is_object(), "top level is not an object");
     build(root, *impl);
   } catch (const json::exception& e) {
