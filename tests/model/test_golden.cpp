@@ -112,7 +112,10 @@ TEST_P(GoldenTest, MatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                          ::testing::Values(GoldenCase{"tiny-mamba", 2048, false}, GoldenCase{"tiny-mamba", 2048, true},
-                                           GoldenCase{"tiny-mamba", 61, true}, GoldenCase{"tiny-mamba", 7, true}),
+                                           GoldenCase{"tiny-mamba", 61, true}, GoldenCase{"tiny-mamba", 7, true},
+                                           GoldenCase{"tiny-mamba2", 2048, false}, GoldenCase{"tiny-mamba2", 2048, true},
+                                           GoldenCase{"tiny-mamba2", 61, true}, GoldenCase{"tiny-mamba2", 7, true},
+                                           GoldenCase{"tiny-minimax", 2048, false}),
                          case_name);
 
 }  // namespace
