@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <random>
 
 #include "apps/commands.h"
@@ -25,6 +26,9 @@ struct BenchArgs {
   int num_iters_warmup = 1;
   std::string output_json;
 };
+
+constexpr int kMaxOutputLen = 1 << 20;  ///< --output-len
+constexpr int kMaxIters = 1 << 20;      ///< --num-iters, --num-iters-warmup
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -57,12 +61,28 @@ std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int it
 
 int run_latency(BenchArgs& a) {
   resolve_engine_config(a.engine, a.load_format);
-  SSM_CHECK(a.input_len >= 1 && a.output_len >= 2 && a.batch_size >= 1 && a.num_iters >= 1,
-            "bench latency: need --input-len >= 1, --output-len >= 2, --batch-size >= 1, --num-iters >= 1");
-  // The whole batch's prompts are one prefill step; every request keeps its state block.
-  a.engine.scheduler.max_num_batched_tokens = std::max(a.engine.scheduler.max_num_batched_tokens, a.input_len * a.batch_size);
+  SSM_CHECK(a.input_len >= 1 && a.input_len <= kMaxNumBatchedTokens, "--input-len must be in [1, {}] (got {})", kMaxNumBatchedTokens,
+            a.input_len);
+  SSM_CHECK(a.output_len >= 2 && a.output_len <= kMaxOutputLen, "--output-len must be in [2, {}] (got {})", kMaxOutputLen, a.output_len);
+  SSM_CHECK(a.batch_size >= 1 && a.batch_size <= kMaxNumSeqs, "--batch-size must be in [1, {}] (got {})", kMaxNumSeqs, a.batch_size);
+  SSM_CHECK(a.num_iters >= 1 && a.num_iters <= kMaxIters, "--num-iters must be in [1, {}] (got {})", kMaxIters, a.num_iters);
+  SSM_CHECK(a.num_iters_warmup >= 0 && a.num_iters_warmup <= kMaxIters, "--num-iters-warmup must be in [0, {}] (got {})", kMaxIters,
+            a.num_iters_warmup);
+  check_output_path(a.output_json);
+  // The whole batch's prompts are one prefill step (up to the budget cap); every request keeps its state block.
+  const int64_t batch_tokens = static_cast<int64_t>(a.input_len) * a.batch_size;
+  a.engine.scheduler.max_num_batched_tokens = static_cast<int>(std::max<int64_t>(
+      a.engine.scheduler.max_num_batched_tokens, std::min<int64_t>(batch_tokens, kMaxNumBatchedTokens)));
+  const bool seqs_raised = a.batch_size > a.engine.scheduler.max_num_seqs;
   a.engine.scheduler.max_num_seqs = std::max(a.engine.scheduler.max_num_seqs, a.batch_size);
-  LLMEngine engine(a.engine);
+  std::unique_ptr<LLMEngine> engine_ptr;
+  try {
+    engine_ptr = std::make_unique<LLMEngine>(a.engine);
+  } catch (const Error& e) {
+    if (!seqs_raised) throw;
+    fail("--batch-size {} (max-num-seqs is raised to the batch size): {}", a.batch_size, e.what());
+  }
+  LLMEngine& engine = *engine_ptr;
   std::vector<double> prefill_tps, decode_tps;
   const int total = a.num_iters_warmup + a.num_iters;
   for (int it = 0; it < total; ++it) {
@@ -85,7 +105,7 @@ int run_latency(BenchArgs& a) {
     nlohmann::json j = {{"model", a.engine.model.string()}, {"batch_size", a.batch_size}, {"input_len", a.input_len},
                         {"output_len", a.output_len}, {"num_iters", a.num_iters}, {"prefill_tokens_per_s", p},
                         {"decode_tokens_per_s", d}, {"prefill_tokens_per_s_all", prefill_tps}, {"decode_tokens_per_s_all", decode_tps}};
-    std::ofstream(a.output_json) << j.dump(2) << "\n";
+    write_json_file(a.output_json, j);
   }
   return 0;
 }

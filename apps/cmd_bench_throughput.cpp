@@ -25,9 +25,13 @@ struct ThroughputArgs {
   int output_len = 128;
   bool input_len_given = false;  ///< with --dataset, prompts are truncated only when --input-len is given
   std::string dataset;
-  unsigned seed = 0;
+  long long seed = 0;
   std::string output_json;
 };
+
+constexpr int kMaxNumPrompts = 1 << 20;           ///< --num-prompts
+constexpr int kMaxOutputLen = 1 << 20;            ///< --output-len
+constexpr int64_t kMaxPromptTokens = 1LL << 28;   ///< --num-prompts x --input-len (random prompts, 1 GiB of ids)
 
 /// The first `n` prompt texts of a JSONL file: each non-blank line an object with a string "text" or "prompt".
 /// Throws Error naming file:line for a malformed line, and when the file is unreadable or has no records.
@@ -58,7 +62,7 @@ std::vector<std::string> read_dataset(const std::string& path, int n) {
 std::vector<Request> make_requests(const LLMEngine& engine, const ThroughputArgs& a) {
   std::vector<std::vector<int>> prompts;
   if (a.dataset.empty()) {
-    std::mt19937 rng(a.seed);
+    std::mt19937 rng(static_cast<std::mt19937::result_type>(a.seed));
     std::uniform_int_distribution<int> tok(0, std::min(engine.model_config().vocab_size, 50000) - 1);
     for (int i = 0; i < a.num_prompts; ++i) {
       std::vector<int>& p = prompts.emplace_back(a.input_len);
@@ -98,9 +102,18 @@ void draw_progress(int done, int total) {
 int run_throughput(ThroughputArgs& a) {
   // 1. Validate flags before loading the model.
   resolve_engine_config(a.engine, a.load_format);
-  SSM_CHECK(a.num_prompts >= 1, "--num-prompts must be >= 1 (got {})", a.num_prompts);
-  SSM_CHECK(a.input_len >= 1, "--input-len must be >= 1 (got {})", a.input_len);
-  SSM_CHECK(a.output_len >= 1, "--output-len must be >= 1 (got {})", a.output_len);
+  SSM_CHECK(a.num_prompts >= 1 && a.num_prompts <= kMaxNumPrompts, "--num-prompts must be in [1, {}] (got {})", kMaxNumPrompts,
+            a.num_prompts);
+  SSM_CHECK(a.input_len >= 1 && a.input_len <= kMaxNumBatchedTokens, "--input-len must be in [1, {}] (got {})", kMaxNumBatchedTokens,
+            a.input_len);
+  SSM_CHECK(a.output_len >= 1 && a.output_len <= kMaxOutputLen, "--output-len must be in [1, {}] (got {})", kMaxOutputLen, a.output_len);
+  SSM_CHECK(a.seed >= 0, "--seed must be >= 0 (got {})", a.seed);
+  if (a.dataset.empty()) {  // the random prompts are built up front
+    const int64_t prompt_tokens = static_cast<int64_t>(a.num_prompts) * a.input_len;
+    SSM_CHECK(prompt_tokens <= kMaxPromptTokens, "--num-prompts {} x --input-len {} = {} prompt tokens; at most {} are allowed",
+              a.num_prompts, a.input_len, prompt_tokens, kMaxPromptTokens);
+  }
+  check_output_path(a.output_json);
   if (!a.dataset.empty()) SSM_CHECK(std::ifstream(a.dataset), "{}: cannot open the dataset", a.dataset);
   // 2. Load the engine and build every request up front (tokenization is not timed).
   LLMEngine engine(a.engine);
@@ -145,9 +158,7 @@ int run_throughput(ThroughputArgs& a) {
                         {"requests_per_second", rps},
                         {"tokens_per_second", tps},
                         {"output_tokens_per_second", ops}};
-    std::ofstream out(a.output_json);
-    SSM_CHECK(out, "{}: cannot write the JSON output", a.output_json);
-    out << j.dump(2) << "\n";
+    write_json_file(a.output_json, j);
   }
   return 0;
 }

@@ -3,7 +3,10 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <functional>
+#include <string>
 
 #include "engine/engine_config.h"
 
@@ -23,6 +26,12 @@ Runner add_bench_throughput(CLI::App& bench);
 /// --max-num-seqs, --num-state-blocks, --threads, --tokenizer) bound to `cfg`. `load_format` receives the
 /// string value and is applied by resolve_engine_config.
 void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_format);
+/// Throws Error when `path` (an --output-json file; empty = none) is a directory or its folder does not exist,
+/// so a bad path fails before the benchmark runs.
+void check_output_path(const std::string& path);
+/// Writes `j` (2-space indented) to `path`; throws Error "cannot write ..." when opening or writing fails.
+void write_json_file(const std::string& path, const nlohmann::json& j);
+
 /// Applies string options to cfg (load format); throws Error on an unknown value.
 void resolve_engine_config(EngineConfig& cfg, const std::string& load_format);
 

@@ -3,7 +3,12 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <new>
 
 #include "apps/commands.h"
 #include "core/error.h"
@@ -29,6 +34,23 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
   cmd.add_option("--mamba-ssm-cache-dtype", cfg.mamba_ssm_cache_dtype, "SSM state dtype: float32, bfloat16, float16, auto (= conv)")->capture_default_str();
 }
 
+void check_output_path(const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  SSM_CHECK(!std::filesystem::is_directory(p, ec), "{}: cannot write the JSON output: it is a directory", path);
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  SSM_CHECK(std::filesystem::is_directory(dir, ec), "{}: cannot write the JSON output: folder {} does not exist", path, dir.string());
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  SSM_CHECK(out, "{}: cannot write the JSON output (cannot open the file: {})", path, std::strerror(errno));
+  out << j.dump(2) << "\n";
+  out.close();
+  SSM_CHECK(!out.fail(), "{}: cannot write the JSON output (write failed)", path);
+}
+
 void resolve_engine_config(EngineConfig& cfg, const std::string& load_format) {
   if (load_format == "auto" || load_format == "safetensors") cfg.load_format = LoadFormat::Auto;
   else if (load_format == "dummy") cfg.load_format = LoadFormat::Dummy;
@@ -37,29 +59,73 @@ void resolve_engine_config(EngineConfig& cfg, const std::string& load_format) {
 
 }  // namespace ssmserve::cli
 
+namespace {
+
+/// "ssmserve generate", "ssmserve bench latency", ...: the deepest subcommand the command line selected.
+std::string command_path(const CLI::App& app) {
+  std::string path = "ssmserve";
+  const CLI::App* cur = &app;
+  while (true) {
+    const auto subs = cur->get_subcommands();
+    if (subs.empty()) return path;
+    cur = subs.front();
+    path += " " + cur->get_name();
+  }
+}
+
+/// Flushes stdout and throws when any write to it failed (a full disk, /dev/full, a closed pipe).
+void check_stdout() {
+  errno = 0;
+  std::cout.flush();
+  if (std::cout.fail())
+    ssmserve::fail("cannot write the output to standard output{}", errno ? std::string(" (") + std::strerror(errno) + ")" : "");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace ssmserve;
   CLI::App app{"ssmserve: inference and serving for recurrent-state language models (Mamba-1, Mamba-2, lightning attention)"};
   app.set_version_flag("--version", version());
   std::string log_level = "warn";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.require_subcommand(1);
   cli::Runner generate = cli::add_generate(app);
   cli::Runner bench = cli::add_bench(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::string msg = e.what();
+    // With no subcommand CLI11 reports only "A subcommand is required"; name the arguments it did not use too.
+    if (const auto extra = app.remaining(true); !extra.empty() && dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) msg += "; unexpected argument " + CLI::detail::join(extra, " ");
+    std::cerr << "error: " << msg << " (see " << command_path(app) << " --help)" << std::endl;
+    return 1;
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_default_logger(spdlog::stderr_color_mt("ssmserve"));
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
-    if (app.got_subcommand("generate")) return generate();
-    if (app.got_subcommand("bench")) return bench();
+    int rc = 0;
+    if (app.got_subcommand("generate")) rc = generate();
+    else if (app.got_subcommand("bench")) rc = bench();
+    check_stdout();
+    return rc;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory (lower --max-num-seqs, --num-state-blocks, --max-num-batched-tokens or the batch / prompt "
+                 "sizes)"
+              << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return 1;
   }
-  return 0;
 }

@@ -8,6 +8,17 @@
 
 namespace ssmserve {
 
+/// Upper bounds of the engine knobs (EngineConfig::validate), far above any useful value on one machine; they
+/// keep derived sizes (max_num_seqs + 1 blocks, token buffers) clear of int overflow and absurd allocations.
+inline constexpr int kMaxNumBatchedTokens = 1 << 20;  ///< --max-num-batched-tokens
+inline constexpr int kMaxNumSeqs = 1 << 14;           ///< --max-num-seqs (and bench latency --batch-size)
+inline constexpr int kMaxNumStateBlocks = 1 << 20;    ///< --num-state-blocks (memory is checked separately)
+/// The recurrent-state pool may take at most this fraction of physical RAM (checked before allocating it).
+inline constexpr double kStateMemoryFraction = 0.8;
+
+/// Most --threads accepted: 4 x the hardware threads, at least 64.
+int max_num_threads();
+
 /// Engine construction arguments (vLLM's EngineArgs names where they exist).
 struct EngineConfig {
   std::filesystem::path model;               ///< checkpoint folder
@@ -22,11 +33,11 @@ struct EngineConfig {
   /// graphs need; on the CPU it only exercises the padding path). 0 = no padding.
   int pad_decode_batches_to = 0;
 
-  /// Throws Error naming the knob when a value is out of range.
+  /// Throws Error naming the knob when a value is out of range (see the kMax* bounds above).
   void validate() const;
   /// num_state_blocks after applying the default.
   int resolved_num_state_blocks() const {
-    return num_state_blocks > 0 ? num_state_blocks : scheduler.max_num_seqs + 1;
+    return num_state_blocks > 0 ? num_state_blocks : scheduler.max_num_seqs + 1;  // validate() bounds max_num_seqs
   }
 };
 

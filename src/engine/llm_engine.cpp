@@ -4,7 +4,11 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "core/error.h"
 
@@ -13,15 +17,34 @@ namespace ssmserve {
 RequestState::RequestState(Request r) : request(std::move(r)), rng(request.params.seed) {}
 RequestState::~RequestState() = default;
 
+int max_num_threads() {
+  return std::max(64, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 void EngineConfig::validate() const {
-  SSM_CHECK(scheduler.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1 (got {})", scheduler.max_num_batched_tokens);
-  SSM_CHECK(scheduler.max_num_seqs >= 1, "--max-num-seqs must be >= 1 (got {})", scheduler.max_num_seqs);
-  SSM_CHECK(num_state_blocks == 0 || num_state_blocks >= 2,
-            "--num-state-blocks must be >= 2 (block 0 is the null block), got {}", num_state_blocks);
-  SSM_CHECK(num_threads >= 0, "--threads must be >= 0 (got {})", num_threads);
+  SSM_CHECK(scheduler.max_num_batched_tokens >= 1 && scheduler.max_num_batched_tokens <= kMaxNumBatchedTokens,
+            "--max-num-batched-tokens must be in [1, {}] (got {})", kMaxNumBatchedTokens, scheduler.max_num_batched_tokens);
+  SSM_CHECK(scheduler.max_num_seqs >= 1 && scheduler.max_num_seqs <= kMaxNumSeqs, "--max-num-seqs must be in [1, {}] (got {})",
+            kMaxNumSeqs, scheduler.max_num_seqs);
+  SSM_CHECK(num_state_blocks == 0 || (num_state_blocks >= 2 && num_state_blocks <= kMaxNumStateBlocks),
+            "--num-state-blocks must be 0 (= max-num-seqs + 1) or in [2, {}] (block 0 is the null block), got {}",
+            kMaxNumStateBlocks, num_state_blocks);
+  SSM_CHECK(num_threads >= 0 && num_threads <= max_num_threads(),
+            "--threads must be in [0, {}] (0 = all cores; this machine has {} hardware threads), got {}", max_num_threads(),
+            std::thread::hardware_concurrency(), num_threads);
   SSM_CHECK(pad_decode_batches_to >= 0, "pad_decode_batches_to must be >= 0 (got {})", pad_decode_batches_to);
   (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
 }
+
+namespace {
+
+/// Physical RAM in bytes (0 when unknown).
+double physical_ram_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+}  // namespace
 
 /// Which positions of a scheduled request need logits, and where its rows start in the logits buffer.
 struct LLMEngine::RowPlan {
@@ -37,8 +60,21 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   if (std::filesystem::exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());
   const int blocks = cfg_.resolved_num_state_blocks();
-  cache_ = std::make_unique<StateCache>(model_->num_state_layers(), model_->state_shape(), blocks,
-                                        StateDtypes::from_options(cfg_.mamba_cache_dtype, cfg_.mamba_ssm_cache_dtype));
+  const StateDtypes dtypes = StateDtypes::from_options(cfg_.mamba_cache_dtype, cfg_.mamba_ssm_cache_dtype);
+  // Size the state pool before allocating it: a 2-block probe gives the bytes per block.
+  const double block_bytes = static_cast<double>(StateCache(model_->num_state_layers(), model_->state_shape(), 2, dtypes).bytes_per_block());
+  const double need = block_bytes * blocks, ram = physical_ram_bytes(), budget = kStateMemoryFraction * ram;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  if (ram > 0 && need > budget) {
+    if (cfg_.num_state_blocks > 0)
+      fail("--num-state-blocks {} needs {:.2f} GiB of recurrent state ({:.3f} MiB per block), more than {:.0f}% of the {:.1f} GiB "
+           "of physical RAM; lower --num-state-blocks",
+           blocks, need / kGiB, block_bytes / 1048576.0, 100 * kStateMemoryFraction, ram / kGiB);
+    fail("--max-num-seqs {} needs {} state blocks = {:.2f} GiB of recurrent state ({:.3f} MiB per block), more than {:.0f}% of the "
+         "{:.1f} GiB of physical RAM; lower --max-num-seqs (or set a smaller --num-state-blocks)",
+         cfg_.scheduler.max_num_seqs, blocks, need / kGiB, block_bytes / 1048576.0, 100 * kStateMemoryFraction, ram / kGiB);
+  }
+  cache_ = std::make_unique<StateCache>(model_->num_state_layers(), model_->state_shape(), blocks, dtypes);
   pool_ = std::make_unique<BlockPool>(blocks);
   scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *pool_, *cache_);
   spdlog::debug("engine: {} state blocks x {:.2f} MiB", blocks, cache_->bytes_per_block() / 1048576.0);

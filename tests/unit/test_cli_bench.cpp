@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdio>
+#include <unistd.h>
 
 #include "checkpoint_fixtures.h"
 
@@ -116,6 +117,85 @@ TEST(CliBenchThroughput, ErrorsExitWithOne) {
     EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args;
     EXPECT_THAT(r.err, HasSubstr("error:")) << c.args;
   }
+}
+
+TEST(CliBenchLatency, ErrorsExitWithOne) {
+  ssmserve::testing::TempDir tmp("clibench");
+  const std::string base = "bench latency --model " + kTiny + " --num-iters 1 --output-len 2 ";
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {base + "--num-iters-warmup -5", "--num-iters-warmup"},
+      {base + "--num-iters-warmup -1", "--num-iters-warmup"},
+      {base + "--batch-size 1000000", "--batch-size"},
+      {base + "--batch-size 0", "--batch-size"},
+      {base + "--input-len 2000000", "--input-len"},
+      {"bench latency --model " + kTiny + " --output-len 2000000", "--output-len"},
+      {base + "--threads 100000", "--threads"},
+      {base + "--max-num-seqs 2147483647", "--max-num-seqs"},
+      {base + "--output-json /nonexistent/dir/x.json", "/nonexistent/dir/x.json: cannot write"},
+      {base + "--output-json " + tmp.path().string(), "is a directory"},
+      {base + "--bogus", "(see ssmserve bench latency --help)"},
+      {base + "--input-len abc", "(see ssmserve bench latency --help)"},
+      {"bench", "(see ssmserve bench --help)"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error:")) << c.args;
+  }
+}
+
+TEST(CliBenchLatency, WritesJson) {
+  ssmserve::testing::TempDir tmp("clibench");
+  const std::string json_path = (tmp / "lat.json").string();
+  const CliRun r = run("bench latency --model " + kTiny + " --num-iters 1 --num-iters-warmup 0 --input-len 4 --output-len 2 --output-json " +
+                       json_path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(ssmserve::testing::read_file(json_path));
+  EXPECT_EQ(j["batch_size"], 1);
+  EXPECT_EQ(j["input_len"], 4);
+}
+
+// The batch's state blocks are sized before they are allocated: 16384 blocks of mamba-130m (~2.7 MiB each,
+// ~43 GiB) are refused on a machine with less than ~54 GiB of RAM, naming --batch-size.
+TEST(CliBenchLatency, StateMemoryBudget) {
+  const double ram_gib = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / (1024.0 * 1024 * 1024);
+  if (ram_gib > 50) GTEST_SKIP() << "machine has " << ram_gib << " GiB of RAM";
+  const CliRun r = run("bench latency --model " + std::string(SSMSERVE_SOURCE_DIR) +
+                       "/configs/mamba-130m --load-format dummy --batch-size 16384 --num-iters 1 --output-len 2");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("error: --batch-size 16384"));
+  EXPECT_THAT(r.err, HasSubstr("GiB"));
+}
+
+TEST(CliBenchThroughput, LimitsAndOutputErrors) {
+  ssmserve::testing::TempDir tmp("clibench");
+  const std::string base = "bench throughput --model " + kTiny + " --num-prompts 1 --input-len 2 --output-len 2 ";
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {base + "--seed -1", "--seed"},
+      {"bench throughput --model " + kTiny + " --num-prompts 2000000", "--num-prompts"},
+      {"bench throughput --model " + kTiny + " --num-prompts 1000000 --input-len 1000000", "prompt tokens"},
+      {"bench throughput --model " + kTiny + " --output-len 2000000", "--output-len"},
+      {base + "--max-num-batched-tokens 2000000", "--max-num-batched-tokens"},
+      {base + "--output-json /nonexistent/dir/x.json", "cannot write"},
+      {base + "--output-json " + tmp.path().string(), "is a directory"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error:")) << c.args;
+  }
+}
+
+TEST(CliBenchThroughput, FailedStdoutWriteExitsWithOne) {
+  const CliRun r = run("bench throughput --model " + kTiny + " --num-prompts 1 --input-len 2 --output-len 2 > /dev/full");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("error: cannot write"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 #include "checkpoint_fixtures.h"
 
@@ -115,6 +116,156 @@ TEST(CliGenerate, ErrorsExitWithOne) {
     EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args;
     EXPECT_THAT(r.err, HasSubstr("error:")) << c.args;
+  }
+}
+
+// Every line of --json output, parsed.
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::istringstream lines(out);
+  std::string line;
+  std::vector<nlohmann::json> objs;
+  while (std::getline(lines, line)) objs.push_back(nlohmann::json::parse(line));
+  return objs;
+}
+
+// CLI11 parse errors follow the README's promise: "error: <what>" plus a --help hint, exit code 1.
+TEST(CliGenerate, ParseErrorsExitWithOneAndHint) {
+  struct Case {
+    std::string args, expect, hint;
+  } cases[] = {
+      {"generate --prompt hi --max-tokens abc", "--max-tokens", "ssmserve generate --help"},
+      {"generate --prompt hi --bogus", "--bogus", "ssmserve generate --help"},
+      {"--bogus", "--bogus", "ssmserve --help"},
+      {"generate --prompt x --prompts-file y", "excludes", "ssmserve generate --help"},
+      {"", "subcommand", "ssmserve --help"},
+      {"generate", "--prompt", "ssmserve generate --help"},
+      {"--log-level foo generate --prompt hi", "--log-level", "ssmserve generate --help"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args;
+    EXPECT_THAT(r.err, HasSubstr("(see " + c.hint + ")")) << c.args;
+  }
+}
+
+TEST(CliGenerate, HelpAndVersionExitZero) {
+  for (const char* args : {"--help", "generate --help", "bench latency --help", "--version"}) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.err;
+    EXPECT_FALSE(r.out.empty()) << args;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("error:"))) << args;
+  }
+}
+
+// --prompt "" is given (not missing): the engine rejects it as empty.
+TEST(CliGenerate, EmptyPromptIsGivenAndRejected) {
+  const CliRun r = run("generate --prompt ''");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("error: the prompt is empty"));
+}
+
+// Engine knobs that would overflow or allocate absurd state fail fast, naming the knob.
+TEST(CliGenerate, EngineKnobLimits) {
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {"--max-num-seqs 100000", "--max-num-seqs"},
+      {"--max-num-seqs 2147483647", "--max-num-seqs"},
+      {"--max-num-seqs 0", "--max-num-seqs"},
+      {"--max-num-batched-tokens 2000000", "--max-num-batched-tokens"},
+      {"--num-state-blocks 2000000000", "--num-state-blocks"},
+      {"--threads 100000", "--threads"},
+      {"--threads 50000", "--threads"},
+      {"--threads -1", "--threads"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run("generate --prompt hi --max-tokens 2 " + c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error: " + c.expect)) << c.args;
+  }
+}
+
+// The state pool is sized before it is allocated: 2^20 blocks of tiny-mamba (~0.3 MiB each, ~290 GiB) exceed
+// 80% of RAM on any machine this suite runs on.
+TEST(CliGenerate, StateMemoryBudget) {
+  const double ram_gib = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / (1024.0 * 1024 * 1024);
+  if (ram_gib > 300) GTEST_SKIP() << "machine has " << ram_gib << " GiB of RAM";
+  const CliRun r = run("generate --prompt hi --max-tokens 2 --num-state-blocks 1048576");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("error: --num-state-blocks 1048576 needs"));
+  EXPECT_THAT(r.err, HasSubstr("GiB"));
+}
+
+// A failed write to stdout is an error, not a success.
+TEST(CliGenerate, FailedStdoutWriteExitsWithOne) {
+  for (const char* args : {"generate --prompt hi --max-tokens 3 --json > /dev/full", "generate --prompt hi --max-tokens 3 > /dev/full"}) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error: cannot write")) << args;
+  }
+}
+
+// "stop_reason" is on every object: null (length, EOS), the stop string, or the stop token id.
+TEST(CliGenerate, JsonStopReasonAlwaysPresent) {
+  // Greedy "The" continues " first thing of the world," (806 2181 273 253 1533 13).
+  const CliRun plain = run("generate --prompt The --json --max-tokens 3 --ignore-eos");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const auto p = json_lines(plain.out);
+  ASSERT_EQ(p.size(), 1u);
+  ASSERT_TRUE(p[0].contains("stop_reason"));
+  EXPECT_TRUE(p[0]["stop_reason"].is_null());
+  EXPECT_EQ(p[0]["finish_reason"], "length");
+
+  const CliRun str = run("generate --prompt The --json --max-tokens 20 --stop ','");
+  ASSERT_EQ(str.status, 0) << str.err;
+  const auto s = json_lines(str.out);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0]["finish_reason"], "stop");
+  EXPECT_EQ(s[0]["stop_reason"], ",");
+
+  const CliRun tok = run("generate --prompt The --json --max-tokens 20 --stop-token-ids 13");
+  ASSERT_EQ(tok.status, 0) << tok.err;
+  const auto t = json_lines(tok.out);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0]["finish_reason"], "stop");
+  EXPECT_EQ(t[0]["stop_reason"], 13);
+  EXPECT_EQ(t[0]["token_ids"].back(), 13);
+  EXPECT_EQ(p[0].size(), t[0].size());  // the same key set either way
+}
+
+TEST(CliGenerate, PromptsFromStdin) {
+  ssmserve::testing::TempDir tmp("cli");
+  ssmserve::testing::write_file(tmp / "p.jsonl", "{\"prompt\": \"The\"}\n{\"prompt\": \"In the\"}\n");
+  const CliRun r = run("generate --prompts-file - --json --max-tokens 2 < " + (tmp / "p.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto objs = json_lines(r.out);
+  ASSERT_EQ(objs.size(), 2u);
+  EXPECT_EQ(objs[0]["prompt"], "The");
+  EXPECT_EQ(objs[1]["prompt"], "In the");
+}
+
+TEST(CliGenerate, FlagAndFileErrorsNameTheProblem) {
+  ssmserve::testing::TempDir tmp("cli");
+  ssmserve::testing::write_file(tmp / "empty_prompt.jsonl", "{\"prompt\": \"ok\"}\n{\"prompt\": \"\"}\n");
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {"generate --prompt hi --stop-token-ids -1", "--stop-token-ids"},
+      {"generate --prompt hi --stop-token-ids 999999", "[0, 50280)"},  // the model's real vocabulary
+      {"generate --prompt hi --temperature inf", "--temperature must be finite"},
+      {"generate --prompt hi --repetition-penalty nan", "--repetition-penalty must be finite"},
+      {"generate --prompts-file " + (tmp / "empty_prompt.jsonl").string(), "empty_prompt.jsonl:2: the prompt is empty"},
+      {"generate --prompts-file " + tmp.path().string(), "is a directory"},
+      {"generate --prompt hi --seed -1", "--seed must be >= 0"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error:")) << c.args;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("1073741824"))) << c.args;
   }
 }
 
