@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,6 +102,21 @@ class CorruptCli : public ::testing::Test {
     for (const auto& n : needles) EXPECT_THAT(r.err, HasSubstr(n));
   }
 
+  /// make_model with the original weights, then `file` (in the model folder) replaced by a symlink to `target`.
+  void make_model_with_symlink(const std::string& file, const fs::path& target) {
+    make_model(read_file(kTinyMamba / "model.safetensors"));
+    fs::remove_all(dir_ / file);
+    fs::create_symlink(target, dir_ / file);
+  }
+
+  /// make_model with the original weights and `file` (a JSON file of tiny-mamba) edited by `edit`.
+  void make_model_with_json(const std::string& file, const std::function<void(nlohmann::json&)>& edit) {
+    make_model(read_file(kTinyMamba / "model.safetensors"));
+    auto j = nlohmann::json::parse(read_file(kTinyMamba / file));
+    edit(j);
+    write_file(dir_ / file, j.dump());
+  }
+
   TempDir dir_{"corrupt-model"};
   TempDir scratch_{"corrupt-out"};
 };
@@ -176,6 +192,169 @@ TEST_F(CorruptCli, InvalidConfigField) {
   cfg["state_size"] = "abc";
   write_file(dir_ / "config.json", cfg.dump(2));
   expect_clean_failure({"config.json", "\"state_size\""});
+}
+
+// ---- Hostile files: huge token ids, non-regular files, size caps, deep JSON, unsupported config values ----
+
+/// `n` nested arrays: "[[[...]]]".
+std::string deep_arrays(size_t n) { return std::string(n, '[') + std::string(n, ']'); }
+
+TEST_F(CorruptCli, HugeAddedTokenId) {
+  make_model_with_json("tokenizer.json", [](nlohmann::json& t) {
+    t["added_tokens"].push_back({{"id", 200000000}, {"content", "<huge>"}, {"special", true}, {"normalized", false},
+                                 {"single_word", false}, {"lstrip", false}, {"rstrip", false}});
+  });
+  expect_clean_failure({"tokenizer.json", "<huge>", "200000000"});
+}
+
+TEST_F(CorruptCli, MaxIntVocabId) {
+  make_model_with_json("tokenizer.json", [](nlohmann::json& t) { t["model"]["vocab"]["zzz"] = 2147483647; });
+  expect_clean_failure({"tokenizer.json", "'zzz'", "2147483647"});
+}
+
+TEST_F(CorruptCli, TokenizerIsDevZero) {
+  make_model_with_symlink("tokenizer.json", "/dev/zero");
+  expect_clean_failure({"tokenizer.json", "character device", "not a regular file"});
+}
+
+TEST_F(CorruptCli, TokenizerIsDirectory) {
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  fs::remove(dir_ / "tokenizer.json");
+  fs::create_directory(dir_ / "tokenizer.json");
+  expect_clean_failure({"tokenizer.json", "is a directory"});
+}
+
+TEST_F(CorruptCli, TokenizerTooLarge) {
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  fs::resize_file(dir_ / "tokenizer.json", uint64_t{600} << 20);  // sparse: no disk used
+  expect_clean_failure({"tokenizer.json", "byte limit"});
+}
+
+TEST_F(CorruptCli, ConfigIsDevZero) {
+  make_model_with_symlink("config.json", "/dev/zero");
+  expect_clean_failure({"config.json", "character device", "not a regular file"});
+}
+
+TEST_F(CorruptCli, ConfigIsDirectory) {
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  fs::remove(dir_ / "config.json");
+  fs::create_directory(dir_ / "config.json");
+  expect_clean_failure({"config.json", "is a directory"});
+}
+
+TEST_F(CorruptCli, ConfigSymlinkLoop) {
+  make_model_with_symlink("config.json", dir_ / "loop.json");
+  fs::create_symlink(dir_ / "config.json", dir_ / "loop.json");
+  expect_clean_failure({"config.json", "symlink loop"});
+}
+
+TEST_F(CorruptCli, ConfigDanglingSymlink) {
+  make_model_with_symlink("config.json", dir_ / "nowhere.json");
+  expect_clean_failure({"config.json", "dangling symlink"});
+}
+
+TEST_F(CorruptCli, ConfigTooLarge) {
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  fs::resize_file(dir_ / "config.json", uint64_t{100} << 20);  // sparse
+  expect_clean_failure({"config.json", "byte limit"});
+}
+
+TEST_F(CorruptCli, GenerationConfigIsFifo) {
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  fs::remove(dir_ / "generation_config.json");
+  ASSERT_EQ(::mkfifo((dir_ / "generation_config.json").c_str(), 0644), 0);
+  expect_clean_failure({"generation_config.json", "fifo"});
+}
+
+TEST_F(CorruptCli, SafetensorsIsFifo) {
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  fs::remove(dir_ / "model.safetensors");
+  ASSERT_EQ(::mkfifo((dir_ / "model.safetensors").c_str(), 0644), 0);
+  expect_clean_failure({"model.safetensors", "fifo"});
+}
+
+TEST_F(CorruptCli, IndexIsDevZero) {
+  make_model_with_symlink("model.safetensors.index.json", "/dev/zero");
+  expect_clean_failure({"model.safetensors.index.json", "not a regular file"});
+}
+
+TEST_F(CorruptCli, DeeplyNestedConfig) {
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  write_file(dir_ / "config.json", deep_arrays(100000));
+  expect_clean_failure({"config.json", "levels deep"});
+}
+
+TEST_F(CorruptCli, DeeplyNestedGenerationConfig) {
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  write_file(dir_ / "generation_config.json", "{\"eos_token_id\": " + deep_arrays(100000) + "}");
+  expect_clean_failure({"generation_config.json", "levels deep"});
+}
+
+TEST_F(CorruptCli, DeeplyNestedIndex) {
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  write_file(dir_ / "model.safetensors.index.json", "{\"weight_map\": " + deep_arrays(100000) + "}");
+  expect_clean_failure({"model.safetensors.index.json", "levels deep"});
+}
+
+TEST_F(CorruptCli, DeeplyNestedTokenizer) {
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  write_file(dir_ / "tokenizer.json", "{\"model\": " + deep_arrays(100000) + "}");
+  expect_clean_failure({"tokenizer.json", "levels deep"});
+}
+
+TEST_F(CorruptCli, DeeplyNestedSafetensorsHeader) {
+  const std::string h = deep_arrays(100000);
+  make_model(original().with_header_text(h, h.size()));
+  expect_clean_failure({"model.safetensors", "levels deep"});
+}
+
+TEST_F(CorruptCli, HugeNonObjectSafetensorsHeaderIsQuotedShort) {
+  std::string h = "[";
+  for (int i = 0; i < 200000; ++i) h += "1,";
+  h += "1]";
+  make_model(original().with_header_text(h, h.size()));
+  const RunResult r = generate();
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("must be a JSON object"));
+  EXPECT_LT(r.err.size(), 1000u) << "the header must be quoted, not dumped";
+}
+
+TEST_F(CorruptCli, HiddenActNotSilu) {
+  make_model_with_json("config.json", [](nlohmann::json& c) { c["hidden_act"] = "gelu"; });
+  expect_clean_failure({"config.json", "\"hidden_act\"", "gelu", "silu"});
+}
+
+TEST_F(CorruptCli, EosOutsideVocab) {
+  make_model_with_json("config.json", [](nlohmann::json& c) { c["eos_token_id"] = 50280; });
+  expect_clean_failure({"config.json", "\"eos_token_id\"", "50280", "vocab"});
+}
+
+TEST_F(CorruptCli, BosOutsideVocab) {
+  make_model_with_json("config.json", [](nlohmann::json& c) { c["bos_token_id"] = 1000000; });
+  expect_clean_failure({"config.json", "\"bos_token_id\"", "1000000"});
+}
+
+TEST_F(CorruptCli, PadOutsideVocab) {
+  make_model_with_json("config.json", [](nlohmann::json& c) { c["pad_token_id"] = 60000; });
+  expect_clean_failure({"config.json", "\"pad_token_id\"", "60000"});
+}
+
+TEST_F(CorruptCli, GenerationConfigEosOutsideVocab) {
+  make_model_with_json("generation_config.json", [](nlohmann::json& g) { g["eos_token_id"] = {0, 50280}; });
+  expect_clean_failure({"generation_config.json", "\"eos_token_id\"", "50280"});
+}
+
+TEST_F(CorruptCli, EpsilonInfinityOrNaN) {
+  for (const char* bad : {"Infinity", "NaN", "-Infinity"}) {
+    SCOPED_TRACE(bad);
+    make_model(read_file(kTinyMamba / "model.safetensors"));
+    auto cfg = nlohmann::json::parse(read_file(kTinyMamba / "config.json"));
+    cfg["layer_norm_epsilon"] = "@EPS@";
+    std::string text = cfg.dump(2);
+    text.replace(text.find("\"@EPS@\""), 7, bad);
+    write_file(dir_ / "config.json", text);
+    expect_clean_failure({"config.json", "\"layer_norm_epsilon\"", "finite", std::string("got ") + bad});
+  }
 }
 
 }  // namespace
