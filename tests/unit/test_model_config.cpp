@@ -247,5 +247,82 @@ TEST(ModelConfigLoad, InfinityInConfigAndGenerationOverrides) {
   EXPECT_THAT(load_error(dir.path()), HasSubstr("generation_config.json"));
 }
 
+TEST(ModelConfigFromJson, RejectsUnsupportedHiddenAct) {
+  json cfg = mamba_cfg();
+  cfg["hidden_act"] = "gelu";
+  const std::string msg = from_json_error(cfg);
+  EXPECT_THAT(msg, HasSubstr("/m/config.json"));
+  EXPECT_THAT(msg, HasSubstr(R"(field "hidden_act" is "gelu")"));
+  cfg["hidden_act"] = "silu";
+  EXPECT_NO_THROW(ModelConfig::from_json(cfg, "/m"));
+  cfg["hidden_act"] = "swish";  // the same function in HF's ACT2FN
+  EXPECT_NO_THROW(ModelConfig::from_json(cfg, "/m"));
+}
+
+TEST(ModelConfigFromJson, RejectsTokenIdsOutsideVocab) {
+  for (const char* field : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+    json cfg = mamba_cfg();  // vocab_size 100
+    cfg[field] = 100;
+    std::string msg = from_json_error(cfg);
+    EXPECT_THAT(msg, HasSubstr("\"" + std::string(field) + "\" is 100, outside the vocabulary [0, 100)")) << field;
+    cfg[field] = 99;
+    EXPECT_NO_THROW(ModelConfig::from_json(cfg, "/m")) << field;
+  }
+  json cfg = mamba_cfg();
+  cfg["eos_token_id"] = {1, 2, 150};
+  EXPECT_THAT(from_json_error(cfg), HasSubstr("\"eos_token_id\" is 150"));
+
+  TempDir dir("cfg");
+  write_file(dir / "config.json", mamba_cfg().dump());
+  write_file(dir / "generation_config.json", R"({"eos_token_id": [5, 100]})");
+  const std::string msg = load_error(dir.path());
+  EXPECT_THAT(msg, HasSubstr("generation_config.json"));
+  EXPECT_THAT(msg, HasSubstr("\"eos_token_id\" is 100"));
+}
+
+TEST(ModelConfigFromJson, NonFiniteEpsilonIsNamed) {
+  for (const auto& [text, shown] : std::vector<std::pair<std::string, std::string>>{
+           {"Infinity", "Infinity"}, {"-Infinity", "-Infinity"}, {"NaN", "NaN"},
+           {R"({"__float__": "Infinity"})", "Infinity"}}) {
+    std::string cfg_text = mamba_cfg().dump();
+    cfg_text.insert(cfg_text.rfind('}'), ", \"rms_norm_eps\": " + text);
+    json cfg = parse_hf_json(cfg_text, "cfg");
+    cfg.erase("layer_norm_epsilon");
+    const std::string msg = from_json_error(cfg);
+    EXPECT_THAT(msg, HasSubstr("\"rms_norm_eps\" must be a finite number in (0, 1) (got " + shown + ")")) << text;
+  }
+}
+
+TEST(ModelConfigLoad, NonRegularConfigFiles) {
+  TempDir dir("cfg");
+  std::filesystem::create_directory(dir / "config.json");
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("is a directory, not a regular file"));
+  std::filesystem::remove(dir / "config.json");
+  std::filesystem::create_symlink("/dev/zero", dir / "config.json");
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("character device"));
+  std::filesystem::remove(dir / "config.json");
+  std::filesystem::create_symlink(dir / "config.json", dir / "config.json.tmp");
+  std::filesystem::rename(dir / "config.json.tmp", dir / "config.json");  // a link to itself
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("symlink loop"));
+  std::filesystem::remove(dir / "config.json");
+
+  write_file(dir / "config.json", mamba_cfg().dump());
+  std::filesystem::create_directory(dir / "generation_config.json");
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("generation_config.json: is a directory"));
+  std::filesystem::remove(dir / "generation_config.json");
+  std::filesystem::create_symlink(dir / "gone.json", dir / "generation_config.json");
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("generation_config.json: dangling symlink"));
+}
+
+TEST(ModelConfigLoad, DeeplyNestedConfigIsRejectedBeforeParsing) {
+  TempDir dir("cfg");
+  write_file(dir / "config.json", std::string(100000, '[') + std::string(100000, ']'));
+  std::string msg = load_error(dir.path());
+  EXPECT_THAT(msg, HasSubstr("config.json"));
+  EXPECT_THAT(msg, HasSubstr("more than 256 levels deep"));
+  write_file(dir / "config.json", std::string(100000, '{'));
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("levels deep"));
+}
+
 }  // namespace
 }  // namespace ssmserve
