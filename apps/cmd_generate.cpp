@@ -68,19 +68,14 @@ nlohmann::json logprob_list(const std::vector<TokenLogprob>& v) {
 }
 
 /// vLLM's stop_reason: the matched stop string, or the --stop-token-ids entry that ended the sequence, else null.
-nlohmann::json stop_reason(const CompletionOutput& c, const SamplingParams& sp, const std::vector<int>& eos_token_ids) {
-  if (c.finish_reason != FinishReason::Stop) return nullptr;
+nlohmann::json stop_reason(const CompletionOutput& c) {
   if (!c.stop_reason.empty()) return c.stop_reason;
-  if (c.token_ids.empty()) return nullptr;
-  // No stop string: the last token is EOS (checked first, as StopChecker does) or a stop_token_ids entry.
-  const int last = c.token_ids.back();
-  auto contains = [last](const std::vector<int>& v) { return std::find(v.begin(), v.end(), last) != v.end(); };
-  if (!sp.ignore_eos && contains(eos_token_ids)) return nullptr;
-  return contains(sp.stop_token_ids) ? nlohmann::json(last) : nlohmann::json(nullptr);
+  if (c.stop_reason_token) return *c.stop_reason_token;
+  return nullptr;
 }
 
 /// The contract's JSON object for one finished request (every key always present).
-nlohmann::json to_json(const RequestOutput& o, const SamplingParams& sp, const std::vector<int>& eos_token_ids) {
+nlohmann::json to_json(const RequestOutput& o, const SamplingParams& sp) {
   const CompletionOutput& c = o.outputs.at(0);
   nlohmann::json j = {{"prompt", o.prompt}, {"prompt_token_ids", o.prompt_token_ids}, {"text", c.text},
                       {"token_ids", c.token_ids}, {"finish_reason", std::string(finish_reason_name(c.finish_reason))}};
@@ -97,7 +92,7 @@ nlohmann::json to_json(const RequestOutput& o, const SamplingParams& sp, const s
       else j["prompt_logprobs"].push_back({{"token_logprob", p->token_logprob}, {"top", logprob_list(p->top)}});
     }
   }
-  j["stop_reason"] = stop_reason(c, sp, eos_token_ids);
+  j["stop_reason"] = stop_reason(c);
   return j;
 }
 
@@ -141,7 +136,7 @@ int run_generate(GenerateArgs& a) {
   }
   std::vector<RequestOutput> outs = llm.generate(prompts, a.params);
   for (size_t i = 0; i < outs.size(); ++i) {
-    if (a.json) std::cout << to_json(outs[i], a.params, engine.model_config().eos_token_ids).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (a.json) std::cout << to_json(outs[i], a.params).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     else std::cout << "=== prompt " << i << " ===\n" << outs[i].prompt << outs[i].outputs[0].text << "\n";
   }
   std::cout << std::flush;

@@ -213,6 +213,7 @@ void LLMEngine::process_request(RequestState& r, int num_tokens, const float* lo
     if (r.detok && d.stop_str.empty()) r.text += r.detok->flush();  // complete any held-back bytes
     r.finish_reason = d.reason;
     r.stop_reason = d.stop_str;
+    r.stop_reason_token = d.stop_reason_token;
     scheduler_->finish_request(&r);
   }
   outs.push_back(make_output(r));
@@ -232,6 +233,7 @@ RequestOutput LLMEngine::make_output(RequestState& r) {
   c.logprobs = r.logprobs;
   c.finish_reason = r.finish_reason;
   c.stop_reason = r.stop_reason;
+  c.stop_reason_token = r.stop_reason_token;
   o.outputs.push_back(std::move(c));
   const size_t safe = o.finished ? r.text.size() : r.stop->streamable_chars(r.text);
   if (safe > r.streamed_chars) {

@@ -44,6 +44,7 @@ struct RequestState {
   int state_block = 0;                       ///< 0 = none held
   FinishReason finish_reason = FinishReason::None;
   std::string stop_reason;                   ///< the stop string that matched, if any
+  std::optional<int> stop_reason_token;      ///< the stop_token_ids entry that ended the sequence, if any
   std::string text;                          ///< detokenized output (stop string trimmed when finished)
   size_t streamed_chars = 0;                 ///< how much of `text` was already handed out as deltas
   std::unique_ptr<IncrementalDetokenizer> detok;

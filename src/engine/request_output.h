@@ -18,6 +18,7 @@ struct CompletionOutput {
   std::vector<std::vector<TokenLogprob>> logprobs;
   FinishReason finish_reason = FinishReason::None;
   std::string stop_reason;                          ///< matched stop string, or empty
+  std::optional<int> stop_reason_token;             ///< the stop_token_ids entry that ended the sequence
 };
 
 /// A request's state after a step (cumulative), plus the text that became safe to stream since the last one.
