@@ -1,0 +1,288 @@
+// Owns the CPU SSD chunked scan and the Mamba-2 decode state update (see ssd.h).
+#include "kernels/cpu/ssd.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace ssmserve::cpu {
+namespace {
+
+/// Processed dt of token row t, head h: clamp(softplus(dt_raw + dt_bias), min, max).
+inline float step_dt(const SsdInputs& in, const SsdParams& p, int64_t t, int h) {
+  const float d = softplus(in.dt.row(t)[h] + (p.dt_bias ? p.dt_bias[h] : 0.0f));
+  return std::clamp(d, p.time_step_min, p.time_step_max);
+}
+
+void check_sizes(const SsdParams& p, const char* who) {
+  SSM_CHECK(p.num_heads >= 1 && p.head_dim >= 1 && p.n_groups >= 1 && p.d_state >= 1,
+            "{}: sizes must be >= 1 (num_heads {}, head_dim {}, n_groups {}, d_state {})", who, p.num_heads,
+            p.head_dim, p.n_groups, p.d_state);
+  SSM_CHECK(p.num_heads % p.n_groups == 0, "{}: num_heads {} is not a multiple of n_groups {}", who, p.num_heads,
+            p.n_groups);
+  SSM_CHECK(p.A != nullptr, "{}: A is required", who);
+}
+
+/// Validated chunk layout: per chunk its sequence, per sequence its first chunk.
+struct ChunkPlan {
+  int64_t num_tokens = 0, nchunks = 0, num_seqs = 0;
+  std::vector<int32_t> first_chunk;  // [num_seqs]
+};
+
+ChunkPlan plan_chunks(const SsdChunkMetadata& m) {
+  ChunkPlan c;
+  c.num_seqs = static_cast<int64_t>(m.state_indices.size());
+  c.nchunks = static_cast<int64_t>(m.seq_idx.size());
+  SSM_CHECK(m.chunk_size >= 1, "ssd_chunk_scan_fwd: chunk_size {} < 1", m.chunk_size);
+  SSM_CHECK(static_cast<int64_t>(m.query_start_loc.size()) == c.num_seqs + 1 &&
+                static_cast<int64_t>(m.has_initial_states.size()) == c.num_seqs &&
+                static_cast<int64_t>(m.last_chunk_indices.size()) == c.num_seqs &&
+                static_cast<int64_t>(m.cu_chunk_seqlen.size()) == c.nchunks + 1,
+            "ssd_chunk_scan_fwd: metadata sizes disagree (num_seqs {}, query_start_loc {}, has_initial_states {}, "
+            "last_chunk_indices {}, nchunks {}, cu_chunk_seqlen {})",
+            c.num_seqs, m.query_start_loc.size(), m.has_initial_states.size(), m.last_chunk_indices.size(),
+            c.nchunks, m.cu_chunk_seqlen.size());
+  SSM_CHECK(m.query_start_loc[0] == 0 && m.cu_chunk_seqlen[0] == 0 &&
+                m.cu_chunk_seqlen[c.nchunks] == m.query_start_loc[c.num_seqs],
+            "ssd_chunk_scan_fwd: query_start_loc / cu_chunk_seqlen must start at 0 and end at the same token count");
+  c.num_tokens = m.query_start_loc[c.num_seqs];
+  c.first_chunk.resize(static_cast<size_t>(c.num_seqs));
+  int32_t next = 0;
+  for (int64_t s = 0; s < c.num_seqs; ++s) {
+    const int32_t last = m.last_chunk_indices[s];
+    SSM_CHECK(last >= next && last < c.nchunks, "ssd_chunk_scan_fwd: last_chunk_indices[{}] = {} out of order", s,
+              last);
+    c.first_chunk[s] = next;
+    SSM_CHECK(m.cu_chunk_seqlen[next] == m.query_start_loc[s] && m.cu_chunk_seqlen[last + 1] == m.query_start_loc[s + 1],
+              "ssd_chunk_scan_fwd: chunks {}..{} do not cover sequence {}'s tokens", next, last, s);
+    for (int32_t k = next; k <= last; ++k) {
+      const int32_t len = m.cu_chunk_seqlen[k + 1] - m.cu_chunk_seqlen[k];
+      SSM_CHECK(m.seq_idx[k] == s && len >= 1 && len <= m.chunk_size,
+                "ssd_chunk_scan_fwd: chunk {} (seq_idx {}, {} tokens) is not a 1..{}-token chunk of sequence {}", k,
+                m.seq_idx[k], len, m.chunk_size, s);
+    }
+    next = last + 1;
+  }
+  SSM_CHECK(next == c.nchunks, "ssd_chunk_scan_fwd: {} chunks but the sequences own {}", c.nchunks, next);
+  return c;
+}
+
+template <class T>
+void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata& m, const ChunkPlan& plan, float* y,
+                int64_t y_stride, float* states) {
+  const int H = p.num_heads, P = p.head_dim, G = p.n_groups, N = p.d_state, cs = m.chunk_size;
+  const int heads_per_group = H / G;
+  const int64_t PN = int64_t{P} * N, nchunks = plan.nchunks, num_tokens = plan.num_tokens;
+  auto live = [&](int64_t c) { return m.state_indices[m.seq_idx[c]] != 0; };
+  auto chunk_t0 = [&](int64_t c) { return int64_t{m.cu_chunk_seqlen[c]}; };
+  auto chunk_t1 = [&](int64_t c) { return int64_t{m.cu_chunk_seqlen[c + 1]}; };
+
+  // 1. Per chunk and head: processed dt and the within-chunk inclusive cumsum of dt * A. dtv, cum: [T, H].
+  std::vector<float> dtv(static_cast<size_t>(num_tokens * H)), cum(dtv.size());
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t c = 0; c < nchunks; ++c)
+    for (int h = 0; h < H; ++h) {
+      if (!live(c)) continue;
+      float acc = 0.0f;
+      for (int64_t t = chunk_t0(c); t < chunk_t1(c); ++t) {
+        const float d = step_dt(in, p, t, h);
+        acc += d * p.A[h];
+        dtv[t * H + h] = d;
+        cum[t * H + h] = acc;
+      }
+    }
+
+  // 2. C_t · B_s for s <= t within t's chunk, per group. cb: [T, G, chunk_size] (row t holds s = t0..t).
+  std::vector<float> cb(static_cast<size_t>(num_tokens * G * cs));
+  std::vector<int32_t> chunk_of(static_cast<size_t>(num_tokens));
+  for (int64_t c = 0; c < nchunks; ++c)
+    for (int64_t t = chunk_t0(c); t < chunk_t1(c); ++t) chunk_of[t] = static_cast<int32_t>(c);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t t = 0; t < num_tokens; ++t)
+    for (int g = 0; g < G; ++g) {
+      const int64_t c = chunk_of[t];
+      if (!live(c)) continue;
+      const float* Ct = in.C.row(t) + int64_t{g} * N;
+      float* row = cb.data() + (t * G + g) * cs;
+      for (int64_t s = chunk_t0(c); s <= t; ++s) {
+        const float* Bs = in.B.row(s) + int64_t{g} * N;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int n = 0; n < N; ++n) dot += Ct[n] * Bs[n];
+        row[s - chunk_t0(c)] = dot;
+      }
+    }
+
+  // 3. Each chunk's own end state from zero: sum_s exp(cum_end - cum_s) dt_s x_s (outer) B_s. states: [nchunks, H, P, N].
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t c = 0; c < nchunks; ++c)
+    for (int h = 0; h < H; ++h) {
+      if (!live(c)) continue;
+      const int g = h / heads_per_group;
+      float* S = states + (c * H + h) * PN;
+      std::fill(S, S + PN, 0.0f);
+      const float cum_end = cum[(chunk_t1(c) - 1) * H + h];
+      for (int64_t t = chunk_t0(c); t < chunk_t1(c); ++t) {
+        const float w = std::exp(cum_end - cum[t * H + h]) * dtv[t * H + h];
+        const float* xs = in.x.row(t) + int64_t{h} * P;
+        const float* Bs = in.B.row(t) + int64_t{g} * N;
+        for (int i = 0; i < P; ++i) {
+          const float coef = w * xs[i];
+          float* Si = S + int64_t{i} * N;
+#pragma omp simd
+          for (int n = 0; n < N; ++n) Si[n] += coef * Bs[n];
+        }
+      }
+    }
+
+  // 4. Sequential state passing per sequence and head: S_c = exp(cum_end_c) * S_{c-1} + local_c, starting from
+  //    the block's state (has_initial_states) or zeros. states[c] becomes the true state at the end of chunk c.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t s = 0; s < plan.num_seqs; ++s)
+    for (int h = 0; h < H; ++h) {
+      const int32_t block = m.state_indices[s];
+      if (block == 0) continue;
+      const T* init = m.has_initial_states[s] ? p.ssm_states.block<T>(block) + h * PN : nullptr;
+      for (int64_t c = plan.first_chunk[s]; c <= m.last_chunk_indices[s]; ++c) {
+        float* S = states + (c * H + h) * PN;
+        const float decay = std::exp(cum[(chunk_t1(c) - 1) * H + h]);
+        if (c > plan.first_chunk[s]) {
+          const float* prev = states + ((c - 1) * H + h) * PN;
+#pragma omp simd
+          for (int64_t i = 0; i < PN; ++i) S[i] += decay * prev[i];
+        } else if (init) {
+          for (int64_t i = 0; i < PN; ++i) S[i] += decay * load_f32(init[i]);
+        }
+      }
+    }
+
+  // 5. Outputs per chunk and head: y_t = sum_{s<=t} (C_t·B_s) exp(cum_t - cum_s) dt_s x_s   (diagonal block)
+  //                                    + exp(cum_t) S_prev @ C_t + D x_t                       (inter-chunk, skip)
+#pragma omp parallel
+  {
+    std::vector<float> w(static_cast<size_t>(cs)), acc(static_cast<size_t>(P)), prevf;
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t c = 0; c < nchunks; ++c)
+      for (int h = 0; h < H; ++h) {
+        if (!live(c)) continue;
+        const int32_t s = m.seq_idx[c];
+        const int g = h / heads_per_group;
+        const float* prev = nullptr;  // [P, N] state before this chunk, or nullptr for zeros
+        if (c > plan.first_chunk[s]) {
+          prev = states + ((c - 1) * H + h) * PN;
+        } else if (m.has_initial_states[s]) {
+          const T* init = p.ssm_states.block<T>(m.state_indices[s]) + h * PN;
+          prevf.resize(static_cast<size_t>(PN));
+          for (int64_t i = 0; i < PN; ++i) prevf[i] = load_f32(init[i]);
+          prev = prevf.data();
+        }
+        const int64_t t0 = chunk_t0(c);
+        const float Dh = p.D ? p.D[h] : 0.0f;
+        for (int64_t t = t0; t < chunk_t1(c); ++t) {
+          const float ct = cum[t * H + h];
+          const float* cbrow = cb.data() + (t * G + g) * cs;
+          const int64_t L = t - t0 + 1;
+          for (int64_t j = 0; j < L; ++j) w[j] = cbrow[j] * dtv[(t0 + j) * H + h];
+#pragma omp simd
+          for (int64_t j = 0; j < L; ++j) w[j] *= exp_ps(ct - cum[(t0 + j) * H + h]);
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int64_t j = 0; j < L; ++j) {
+            const float wj = w[j];
+            const float* xs = in.x.row(t0 + j) + int64_t{h} * P;
+#pragma omp simd
+            for (int i = 0; i < P; ++i) acc[i] += wj * xs[i];
+          }
+          const float* xt = in.x.row(t) + int64_t{h} * P;
+          float* yt = y + t * y_stride + int64_t{h} * P;
+          if (prev) {
+            const float e = std::exp(ct);
+            const float* Ct = in.C.row(t) + int64_t{g} * N;
+            for (int i = 0; i < P; ++i) {
+              const float* Si = prev + int64_t{i} * N;
+              float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+              for (int n = 0; n < N; ++n) dot += Si[n] * Ct[n];
+              acc[i] += e * dot;
+            }
+          }
+          for (int i = 0; i < P; ++i) yt[i] = acc[i] + Dh * xt[i];
+        }
+      }
+  }
+
+  // 6. Each sequence's final state (end of its last chunk) back into its block, in the pool's dtype.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t s = 0; s < plan.num_seqs; ++s)
+    for (int h = 0; h < H; ++h) {
+      const int32_t block = m.state_indices[s];
+      if (block == 0) continue;
+      const float* S = states + (int64_t{m.last_chunk_indices[s]} * H + h) * PN;
+      T* dst = p.ssm_states.block<T>(block) + h * PN;
+      for (int64_t i = 0; i < PN; ++i) store_f32(dst[i], S[i]);
+    }
+}
+
+template <class T>
+void state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                  std::span<const int32_t> state_indices) {
+  const int H = p.num_heads, P = p.head_dim, N = p.d_state;
+  const int heads_per_group = H / p.n_groups;
+  const int64_t batch = static_cast<int64_t>(state_indices.size()), PN = int64_t{P} * N;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int h = 0; h < H; ++h) {
+      const int32_t block = state_indices[b];
+      if (block == 0) continue;
+      const int g = h / heads_per_group;
+      const float dt = step_dt(in, p, b, h);
+      const float dA = std::exp(dt * p.A[h]);
+      const float* x = in.x.row(b) + int64_t{h} * P;
+      const float* B = in.B.row(b) + int64_t{g} * N;
+      const float* C = in.C.row(b) + int64_t{g} * N;
+      T* S = p.ssm_states.block<T>(block) + h * PN;
+      float* yt = y + b * y_stride + int64_t{h} * P;
+      const float Dh = p.D ? p.D[h] : 0.0f;
+      for (int i = 0; i < P; ++i) {
+        T* Si = S + int64_t{i} * N;
+        const float dx = dt * x[i];
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int n = 0; n < N; ++n) {
+          const float v = dA * load_f32(Si[n]) + dx * B[n];
+          store_f32(Si[n], v);
+          acc += v * C[n];
+        }
+        yt[i] = acc + Dh * x[i];
+      }
+    }
+}
+
+}  // namespace
+
+void ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata& meta, float* y,
+                        int64_t y_stride, float* chunk_states) {
+  check_sizes(p, "ssd_chunk_scan_fwd");
+  const ChunkPlan plan = plan_chunks(meta);
+  if (plan.num_tokens == 0) return;
+  std::vector<float> scratch;
+  float* states = chunk_states;
+  if (!states) {
+    scratch.resize(static_cast<size_t>(plan.nchunks * p.num_heads * p.head_dim * p.d_state));
+    states = scratch.data();
+  }
+  visit_state_dtype(p.ssm_states.dtype, [&](auto tag) {
+    chunk_scan<decltype(tag)>(in, p, meta, plan, y, y_stride, states);
+  });
+}
+
+void ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                      std::span<const int32_t> state_indices) {
+  check_sizes(p, "ssd_state_update");
+  visit_state_dtype(p.ssm_states.dtype, [&](auto tag) { state_update<decltype(tag)>(in, p, y, y_stride, state_indices); });
+}
+
+}  // namespace ssmserve::cpu
