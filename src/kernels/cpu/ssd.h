@@ -57,14 +57,17 @@ struct SsdChunkMetadata {
 ///   y: [num_tokens, H * P] fp32 with row stride y_stride (may not alias the inputs).
 ///   chunk_states: [nchunks, H, P, N] fp32 state at the END of every chunk (what prefix caching stores), or
 ///     nullptr to skip. Rows of sequences with state index 0 are written neither in y nor in chunk_states.
+/// Decay factors below e^-60 are flushed to 0 (and their terms skipped): far below fp32 resolution, and it keeps
+/// denormals out of the arithmetic. The within-chunk segsum is summed backwards from each token (the stable form
+/// of the paper's segsum), not as cumsum differences, which lose ~ulp(|cumsum|) at large chunk_size * |A|.
 /// Throws ssmserve::Error on inconsistent metadata (sizes, a chunk longer than chunk_size or spanning two
-/// sequences, cu_chunk_seqlen not ending at num_tokens) or bad sizes (H % G != 0, any size < 1).
+/// sequences, cu_chunk_seqlen not ending at num_tokens) or bad parameters (H % G != 0, any size < 1, A[h] > 0).
 void ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata& meta, float* y,
                         int64_t y_stride, float* chunk_states = nullptr);
 
 /// Decode: row b of `in` is one token of the request whose state is ssm_states[state_indices[b]] ([batch]),
 /// updated in place. y: [batch, H * P] fp32, row stride y_stride. Rows with state index 0 are skipped (their
-/// y rows are not written, no state is read or written). Throws ssmserve::Error on bad sizes.
+/// y rows are not written, no state is read or written). Throws ssmserve::Error on bad sizes or A[h] > 0.
 void ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
                       std::span<const int32_t> state_indices);
 
