@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/archs/mamba.h"
+#include "model/archs/mamba2.h"
 #include "model/causal_lm.h"
 
 namespace ssmserve {
@@ -15,6 +16,7 @@ using Loader = std::function<std::unique_ptr<CausalLM>(const ModelConfig&, LoadF
 const std::map<std::string, Loader>& registry() {
   static const std::map<std::string, Loader> r = {
       {"MambaForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba(c, f); }},
+      {"Mamba2ForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba2(c, f); }},
   };
   return r;
 }

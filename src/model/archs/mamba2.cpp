@@ -1,0 +1,211 @@
+// Owns the Mamba-2 forward pass over a packed batch (decode rows through the one-token SSD state update,
+// prefill rows through the varlen conv + chunked SSD scan with the sequence-aligned chunk metadata) and its
+// weight loading.
+#include "model/archs/mamba2.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "config/model_config.h"
+#include "core/error.h"
+#include "kernels/cpu/causal_conv1d.h"
+#include "kernels/cpu/gated_rms_norm.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/ssd.h"
+
+namespace ssmserve {
+namespace {
+
+int positive_int(const nlohmann::json& j, const char* field, int fallback = -1) {
+  if (!j.contains(field) || j[field].is_null()) {
+    SSM_CHECK(fallback > 0, "config.json: Mamba-2 field \"{}\" is missing", field);
+    return fallback;
+  }
+  SSM_CHECK(j[field].is_number_integer() && j[field].get<int64_t>() > 0 && j[field].get<int64_t>() < (1 << 24),
+            "config.json: field \"{}\" must be a positive integer (got {})", field, j[field].dump().substr(0, 40));
+  return j[field].get<int>();
+}
+
+bool boolean(const nlohmann::json& j, const char* field, bool fallback) {
+  if (!j.contains(field)) return fallback;
+  SSM_CHECK(j[field].is_boolean(), "config.json: field \"{}\" must be true or false", field);
+  return j[field].get<bool>();
+}
+
+}  // namespace
+
+Mamba2Config Mamba2Config::from_json(const ModelConfig& cfg) {
+  const nlohmann::json& j = cfg.raw;
+  Mamba2Config m;
+  const int expand = positive_int(j, "expand", 2);
+  m.num_heads = positive_int(j, "num_heads");
+  m.head_dim = positive_int(j, "head_dim", 64);
+  m.d_inner = m.num_heads * m.head_dim;
+  SSM_CHECK(expand * cfg.hidden_size == m.d_inner || !j.contains("expand"),
+            "config.json: num_heads * head_dim = {} must equal expand * hidden_size = {}", m.d_inner, expand * cfg.hidden_size);
+  m.d_state = positive_int(j, "state_size", 128);
+  m.n_groups = positive_int(j, "n_groups", 1);
+  SSM_CHECK(m.num_heads % m.n_groups == 0, "config.json: num_heads {} must be a multiple of n_groups {}", m.num_heads, m.n_groups);
+  m.d_conv = positive_int(j, "conv_kernel", 4);
+  m.chunk_size = positive_int(j, "chunk_size", 256);
+  m.use_bias = boolean(j, "use_bias", false);
+  m.use_conv_bias = boolean(j, "use_conv_bias", true);
+  m.norm_before_gate = boolean(j, "norm_before_gate", false);
+  SSM_CHECK(!j.contains("hidden_act") || j["hidden_act"] == "silu", "config.json: hidden_act {} is not supported (Mamba-2 uses silu)",
+            j["hidden_act"].dump().substr(0, 40));
+  if (j.contains("time_step_limit") && !j["time_step_limit"].is_null()) {
+    const auto& lim = j["time_step_limit"];
+    SSM_CHECK(lim.is_array() && lim.size() == 2, "config.json: time_step_limit must be [min, max]");
+    m.time_step_min_limit = static_cast<float>(json_float(lim[0], "time_step_limit[0]"));
+    m.time_step_max_limit = static_cast<float>(json_float(lim[1], "time_step_limit[1]"));
+    SSM_CHECK(!std::isnan(m.time_step_min_limit) && !std::isnan(m.time_step_max_limit) && m.time_step_min_limit <= m.time_step_max_limit,
+              "config.json: time_step_limit must be [min, max] with min <= max");
+  }
+  return m;
+}
+
+namespace {
+
+/// The Mamba-2 model: weights plus per-forward scratch (one forward at a time).
+class Mamba2Model final : public CausalLM {
+ public:
+  Mamba2Model(ModelConfig cfg, Mamba2Config m, Weight emb, std::vector<Mamba2LayerWeights> layers, std::vector<float> norm_f,
+              Weight lm_head, std::shared_ptr<const Checkpoint> ckpt)
+      : cfg_(std::move(cfg)), m_(m), embedding_(std::move(emb)), layers_(std::move(layers)), norm_f_(std::move(norm_f)),
+        lm_head_(std::move(lm_head)), ckpt_(std::move(ckpt)) {}
+
+  const ModelConfig& config() const override { return cfg_; }
+  int num_state_layers() const override { return cfg_.num_hidden_layers; }
+  StateShape state_shape() const override {
+    return {static_cast<int64_t>(m_.d_conv - 1) * m_.conv_dim(), static_cast<int64_t>(m_.num_heads) * m_.head_dim * m_.d_state};
+  }
+  int chunk_size() const override { return m_.chunk_size; }
+  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
+
+ private:
+  void mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T);
+
+  ModelConfig cfg_;
+  Mamba2Config m_;
+  Weight embedding_;
+  std::vector<Mamba2LayerWeights> layers_;
+  std::vector<float> norm_f_;
+  Weight lm_head_;
+  std::shared_ptr<const Checkpoint> ckpt_;
+  // Scratch for T packed tokens:
+  std::vector<float> hidden_;  // [T, hidden] residual stream (fp32)
+  std::vector<float> normed_;  // [T, hidden]
+  std::vector<float> proj_;    // [T, I + C + H]: z | xBC | dt
+  std::vector<float> xbc_;     // [T, C] conv output: x | B | C
+  std::vector<float> y_;       // [T, I]
+  std::vector<float> gated_;   // [T, I]
+  std::vector<float> out_;     // [T, hidden]
+};
+
+void Mamba2Model::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
+  batch.validate();
+  const int64_t T = batch.num_tokens(), H = cfg_.hidden_size, V = cfg_.vocab_size;
+  SSM_CHECK(cache.num_layers() == num_state_layers(), "Mamba-2 forward: state cache has {} layers, model {}", cache.num_layers(),
+            num_state_layers());
+  for (const auto* v : {&batch.meta.state_indices_tensor_d, &batch.meta.state_indices_tensor_p})
+    for (int32_t b : *v) SSM_CHECK(b >= 0 && b < cache.num_blocks(), "Mamba-2 forward: state index {} out of range", b);
+  SSM_CHECK(batch.meta.num_prefills == 0 || batch.meta.chunk_size == m_.chunk_size,
+            "Mamba-2 forward: metadata chunk_size {} != model chunk_size {}", batch.meta.chunk_size, m_.chunk_size);
+  // 1. Embedding lookup.
+  hidden_.resize(T * H);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = batch.input_ids[t];
+    SSM_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
+    embedding_.row_to_f32(id, hidden_.data() + t * H);
+  }
+  // 2. Residual blocks.
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, cache, T);
+  // 3. Final norm on the requested rows, then the LM head.
+  const int64_t M = static_cast<int64_t>(batch.logits_indices.size());
+  if (M == 0) return;
+  std::vector<float> rows(M * H);
+  for (int64_t i = 0; i < M; ++i) std::copy_n(hidden_.data() + batch.logits_indices[i] * H, H, rows.data() + i * H);
+  cpu::rms_norm(rows.data(), norm_f_.data(), cfg_.layer_norm_epsilon, M, H, rows.data());
+  cpu::linear(rows.data(), M, lm_head_, nullptr, logits);
+}
+
+void Mamba2Model::mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T) {
+  const Mamba2LayerWeights& L = layers_[layer];
+  const MambaBatchMetadata& md = batch.meta;
+  const int64_t Hd = cfg_.hidden_size, I = m_.d_inner, C = m_.conv_dim(), NH = m_.num_heads;
+  const int64_t GN = static_cast<int64_t>(m_.n_groups) * m_.d_state, PW = I + C + NH;  // projection width
+  const int64_t nd = md.num_decode_rows(), P0 = batch.prefill_token_offset();
+  normed_.resize(T * Hd), proj_.resize(T * PW), xbc_.resize(T * C), y_.resize(T * I), gated_.resize(T * I), out_.resize(T * Hd);
+  // 1. Pre-norm and input projection: [z | xBC | dt].
+  cpu::rms_norm(hidden_.data(), L.norm.data(), cfg_.layer_norm_epsilon, T, Hd, normed_.data());
+  cpu::linear(normed_.data(), T, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), proj_.data());
+  // 2. Causal conv1d + SiLU over xBC (decode rows update their window; prefill rows scan theirs).
+  cpu::ConvParams conv{C, m_.d_conv, L.conv_weight.data(), L.conv_bias.empty() ? nullptr : L.conv_bias.data(),
+                       cache.conv_state(layer), true};
+  const float* xbc_in = proj_.data() + I;
+  if (nd > 0) cpu::causal_conv1d_update(xbc_in, PW, xbc_.data(), C, conv, md.state_indices_tensor_d);
+  if (md.num_prefills > 0)
+    cpu::causal_conv1d_fwd(xbc_in + P0 * PW, PW, xbc_.data() + P0 * C, C, conv, md.query_start_loc_p,
+                           md.state_indices_tensor_p, md.has_initial_states_p);
+  // 3. SSD: x = xBC[:, :I] as [H, P], B and C = the next two n_groups * d_state slices, dt = proj[:, I + C:].
+  cpu::SsdParams sp;
+  sp.num_heads = NH, sp.head_dim = m_.head_dim, sp.d_state = m_.d_state, sp.n_groups = m_.n_groups;
+  sp.A = L.A.data(), sp.D = L.D.data(), sp.dt_bias = L.dt_bias.data();
+  sp.time_step_min = m_.time_step_min_limit, sp.time_step_max = m_.time_step_max_limit;
+  sp.ssm_states = cache.ssm_state(layer);
+  auto inputs_from = [&](int64_t row0) {
+    return cpu::SsdInputs{{xbc_.data() + row0 * C, C}, {proj_.data() + row0 * PW + I + C, PW},
+                          {xbc_.data() + row0 * C + I, C}, {xbc_.data() + row0 * C + I + GN, C}};
+  };
+  if (nd > 0) cpu::ssd_state_update(inputs_from(0), sp, y_.data(), I, md.state_indices_tensor_d);
+  if (md.num_prefills > 0) {
+    const cpu::SsdChunkMetadata cm{md.chunk_size, md.query_start_loc_p, md.cu_chunk_seqlen_p, md.seq_idx_p,
+                                   md.last_chunk_indices_p, md.state_indices_tensor_p, md.has_initial_states_p};
+    cpu::ssd_chunk_scan_fwd(inputs_from(P0), sp, cm, y_.data() + P0 * I, I);
+  }
+  // 4. Gated RMSNorm with z, then the output projection and the residual add.
+  cpu::gated_rms_norm(y_.data(), I, proj_.data(), PW, L.gate_norm.data(), cfg_.layer_norm_epsilon, T, I, I / m_.n_groups,
+                      m_.norm_before_gate, gated_.data());
+  cpu::linear(gated_.data(), T, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out_.data());
+  for (int64_t i = 0; i < T * Hd; ++i) hidden_[i] += out_[i];
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format) {
+  const Mamba2Config m = Mamba2Config::from_json(cfg);
+  std::shared_ptr<const Checkpoint> ckpt;
+  WeightSource src = WeightSource::dummy();
+  if (format != LoadFormat::Dummy) {
+    ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
+    src = WeightSource::from_checkpoint(ckpt);
+  }
+  const int64_t Hd = cfg.hidden_size, I = m.d_inner, C = m.conv_dim(), NH = m.num_heads, K = m.d_conv, V = cfg.vocab_size;
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
+  Weight emb = src.matrix("backbone.embeddings.weight", {V, Hd}, DummyInit::uniform(0.1f));
+  std::vector<Mamba2LayerWeights> layers;
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    const std::string p = fmt::format("backbone.layers.{}.", l);
+    Mamba2LayerWeights L;
+    L.norm = src.vector(p + "norm.weight", {Hd}, DummyInit::constant(1.0f));
+    L.in_proj = src.matrix(p + "mixer.in_proj.weight", {I + C + NH, Hd}, DummyInit::uniform(in_scale));
+    if (m.use_bias) L.in_proj_bias = src.vector(p + "mixer.in_proj.bias", {I + C + NH}, DummyInit::constant(0.0f));
+    L.conv_weight = src.vector(p + "mixer.conv1d.weight", {C, 1, K}, DummyInit::uniform(0.5f));
+    if (m.use_conv_bias) L.conv_bias = src.vector(p + "mixer.conv1d.bias", {C}, DummyInit::uniform(0.1f));
+    L.dt_bias = src.vector(p + "mixer.dt_bias", {NH}, DummyInit::constant(-4.0f));
+    L.A = src.vector(p + "mixer.A_log", {NH}, DummyInit::log_arange());
+    for (float& a : L.A) a = -std::exp(a);
+    L.D = src.vector(p + "mixer.D", {NH}, DummyInit::constant(1.0f));
+    L.gate_norm = src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f));
+    L.out_proj = src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale));
+    if (m.use_bias) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {Hd}, DummyInit::constant(0.0f));
+    layers.push_back(std::move(L));
+  }
+  std::vector<float> norm_f = src.vector("backbone.norm_f.weight", {Hd}, DummyInit::constant(1.0f));
+  Weight head = (cfg.tie_word_embeddings && !src.has("lm_head.weight")) ? emb : src.matrix("lm_head.weight", {V, Hd}, DummyInit::uniform(0.1f));
+  return std::make_unique<Mamba2Model>(cfg, m, std::move(emb), std::move(layers), std::move(norm_f), std::move(head), std::move(ckpt));
+}
+
+}  // namespace ssmserve

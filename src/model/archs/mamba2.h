@@ -1,0 +1,52 @@
+// Owns the Mamba-2 causal LM (HF `Mamba2ForCausalLM`, transformers' modeling_mamba2.py; vllm-ssm-design.md §5.2):
+// embedding -> N x [RMSNorm -> Mamba2Mixer, residual in fp32] -> RMSNorm -> (tied) LM head. The mixer:
+// in_proj -> [z, xBC, dt]; causal conv1d + SiLU over xBC; SSD scan per head (B, C shared per group);
+// gated RMSNorm (norm(y * silu(z)) per group, or norm-before-gate); out_proj.
+#pragma once
+#include <memory>
+#include <utility>
+
+#include "model/causal_lm.h"
+#include "model/weight_source.h"
+
+namespace ssmserve {
+
+/// Mamba-2 mixer hyperparameters (HF `Mamba2Config` names in comments).
+struct Mamba2Config {
+  int d_inner = 0;          ///< expand * hidden_size (= num_heads * head_dim)
+  int num_heads = 0;        ///< H
+  int head_dim = 0;         ///< P
+  int d_state = 0;          ///< state_size, N
+  int n_groups = 1;         ///< G: heads H/G share B and C
+  int d_conv = 4;           ///< conv_kernel
+  int chunk_size = 256;
+  bool use_bias = false;
+  bool use_conv_bias = true;
+  bool norm_before_gate = false;
+  float time_step_min_limit = 0.0f;          ///< time_step_limit[0]
+  float time_step_max_limit = INFINITY;      ///< time_step_limit[1]
+  int conv_dim() const { return d_inner + 2 * n_groups * d_state; }
+
+  /// Reads and validates the Mamba-2 fields of config.json; throws Error naming the field.
+  static Mamba2Config from_json(const ModelConfig& cfg);
+};
+
+/// Parameters of one Mamba-2 mixer layer (I = d_inner, H = heads, C = conv_dim, K = d_conv).
+struct Mamba2LayerWeights {
+  std::vector<float> norm;          ///< [hidden] pre-norm
+  Weight in_proj;                   ///< [I + C + H, hidden]: z, xBC, dt
+  std::vector<float> in_proj_bias;  ///< or empty
+  std::vector<float> conv_weight;   ///< [C, K]
+  std::vector<float> conv_bias;     ///< [C] or empty
+  std::vector<float> dt_bias;       ///< [H]
+  std::vector<float> A;             ///< [H] = -exp(A_log)
+  std::vector<float> D;             ///< [H]
+  std::vector<float> gate_norm;     ///< [I] gated RMSNorm weight
+  Weight out_proj;                  ///< [hidden, I]
+  std::vector<float> out_proj_bias; ///< or empty
+};
+
+/// Loads a Mamba-2 model (checkpoint or dummy weights). Throws Error on any checkpoint / config defect.
+std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format);
+
+}  // namespace ssmserve
