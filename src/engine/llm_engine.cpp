@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "config/hf_json.h"
 #include "core/error.h"
 
 namespace ssmserve {
@@ -57,7 +58,7 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.num_threads > 0) omp_set_num_threads(cfg_.num_threads);
   model_ = load_model(cfg_.model, cfg_.load_format);
   const auto tok_dir = cfg_.tokenizer.empty() ? cfg_.model : cfg_.tokenizer;
-  if (std::filesystem::exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
+  if (path_entry_exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());
   const int blocks = cfg_.resolved_num_state_blocks();
   const StateDtypes dtypes = StateDtypes::from_options(cfg_.mamba_cache_dtype, cfg_.mamba_ssm_cache_dtype);
