@@ -15,6 +15,8 @@ inline constexpr int kMaxNumSeqs = 1 << 14;           ///< --max-num-seqs (and b
 inline constexpr int kMaxNumStateBlocks = 1 << 20;    ///< --num-state-blocks (memory is checked separately)
 /// The recurrent-state pool may take at most this fraction of physical RAM (checked before allocating it).
 inline constexpr double kStateMemoryFraction = 0.8;
+/// With --num-state-blocks 0 (automatic), the pool is max_num_seqs + 1 blocks capped at this fraction of RAM.
+inline constexpr double kAutoStateMemoryFraction = 0.25;
 
 /// Most --threads accepted: 4 x the hardware threads, at least 64.
 int max_num_threads();
@@ -25,7 +27,7 @@ struct EngineConfig {
   std::filesystem::path tokenizer;           ///< folder with tokenizer.json; empty = the model folder
   LoadFormat load_format = LoadFormat::Auto; ///< Dummy: random weights from config.json alone
   SchedulerConfig scheduler;                 ///< max_num_batched_tokens, max_num_seqs
-  int num_state_blocks = 0;                  ///< state blocks incl. the null block; 0 = max_num_seqs + 1
+  int num_state_blocks = 0;                  ///< state blocks incl. the null block; 0 = max_num_seqs + 1, capped at 25% of RAM
   int num_threads = 0;                       ///< CPU threads for the math; 0 = all cores
   std::string mamba_cache_dtype = "auto";         ///< conv state dtype: auto (= fp32 on CPU), float32, bfloat16, float16
   std::string mamba_ssm_cache_dtype = "float32";  ///< SSM state dtype: float32, bfloat16, float16, auto (= conv's)

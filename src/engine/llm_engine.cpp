@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "config/hf_json.h"
@@ -60,11 +61,22 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   const auto tok_dir = cfg_.tokenizer.empty() ? cfg_.model : cfg_.tokenizer;
   if (path_entry_exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());
-  const int blocks = cfg_.resolved_num_state_blocks();
+  int blocks = cfg_.resolved_num_state_blocks();
   const StateDtypes dtypes = StateDtypes::from_options(cfg_.mamba_cache_dtype, cfg_.mamba_ssm_cache_dtype);
   // Size the state pool before allocating it: a 2-block probe gives the bytes per block.
   const double block_bytes = static_cast<double>(StateCache(model_->num_state_layers(), model_->state_shape(), 2, dtypes).bytes_per_block());
-  const double need = block_bytes * blocks, ram = physical_ram_bytes(), budget = kStateMemoryFraction * ram;
+  const double ram = physical_ram_bytes();
+  if (cfg_.num_state_blocks == 0 && ram > 0) {
+    // Automatic size: one block per possible sequence, within kAutoStateMemoryFraction of RAM (a request that
+    // finds no free block waits, as in vLLM when the cache is full).
+    const double fit = std::floor(kAutoStateMemoryFraction * ram / block_bytes);
+    if (fit < blocks) {
+      blocks = static_cast<int>(std::max(2.0, fit));
+      spdlog::info("state pool: {} blocks ({} concurrent sequences) fit in {:.0f}% of RAM; set --num-state-blocks to change it",
+                   blocks, blocks - 1, 100 * kAutoStateMemoryFraction);
+    }
+  }
+  const double need = block_bytes * blocks, budget = kStateMemoryFraction * ram;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   if (ram > 0 && need > budget) {
     if (cfg_.num_state_blocks > 0)

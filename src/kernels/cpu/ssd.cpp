@@ -92,7 +92,17 @@ void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata&
   auto chunk_t1 = [&](int64_t c) { return int64_t{m.cu_chunk_seqlen[c + 1]}; };
 
   // 1. Per chunk and head: processed dt and the within-chunk inclusive cumsum of dt * A. dtv, cum: [T, H].
-  std::vector<float> dtv(static_cast<size_t>(num_tokens * H)), cum(dtv.size());
+  // Scratch lives per calling thread and is reused across calls (fresh large vectors cost page faults on
+  // every layer); assign() zero-fills like a fresh vector.
+  // (Bound to locals: inside the OpenMP team a thread_local name would denote each worker's own copy.)
+  thread_local std::vector<float> tl_dtv, tl_cum, tl_cb;
+  thread_local std::vector<int32_t> tl_chunk_of;
+  std::vector<float>& dtv = tl_dtv;
+  std::vector<float>& cum = tl_cum;
+  std::vector<float>& cb = tl_cb;
+  std::vector<int32_t>& chunk_of = tl_chunk_of;
+  dtv.assign(static_cast<size_t>(num_tokens * H), 0.0f);
+  cum.assign(dtv.size(), 0.0f);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t c = 0; c < nchunks; ++c)
     for (int h = 0; h < H; ++h) {
@@ -107,8 +117,8 @@ void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata&
     }
 
   // 2. C_t · B_s for s <= t within t's chunk, per group. cb: [T, G, chunk_size] (row t holds s = t0..t).
-  std::vector<float> cb(static_cast<size_t>(num_tokens * G * cs));
-  std::vector<int32_t> chunk_of(static_cast<size_t>(num_tokens));
+  cb.assign(static_cast<size_t>(num_tokens * G * cs), 0.0f);
+  chunk_of.assign(static_cast<size_t>(num_tokens), 0);
   for (int64_t c = 0; c < nchunks; ++c)
     for (int64_t t = chunk_t0(c); t < chunk_t1(c); ++t) chunk_of[t] = static_cast<int32_t>(c);
 #pragma omp parallel for collapse(2) schedule(static)
@@ -290,10 +300,11 @@ void ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkM
   check_sizes(p, "ssd_chunk_scan_fwd");
   const ChunkPlan plan = plan_chunks(meta);
   if (plan.num_tokens == 0) return;
-  std::vector<float> scratch;
+  thread_local std::vector<float> tl_scratch;  // reused across calls, zero-filled like a fresh vector
+  std::vector<float>& scratch = tl_scratch;
   float* states = chunk_states;
   if (!states) {
-    scratch.resize(static_cast<size_t>(plan.nchunks * p.num_heads * p.head_dim * p.d_state));
+    scratch.assign(static_cast<size_t>(plan.nchunks * p.num_heads * p.head_dim * p.d_state), 0.0f);
     states = scratch.data();
   }
   visit_state_dtype(p.ssm_states.dtype, [&](auto tag) {
