@@ -75,6 +75,8 @@ int run_latency(BenchArgs& a) {
       a.engine.scheduler.max_num_batched_tokens, std::min<int64_t>(batch_tokens, kMaxNumBatchedTokens)));
   const bool seqs_raised = a.batch_size > a.engine.scheduler.max_num_seqs;
   a.engine.scheduler.max_num_seqs = std::max(a.engine.scheduler.max_num_seqs, a.batch_size);
+  // The whole batch must hold state at once: size the pool for it (the engine checks it fits in RAM).
+  if (a.engine.num_state_blocks == 0) a.engine.num_state_blocks = a.batch_size + 1;
   std::unique_ptr<LLMEngine> engine_ptr;
   try {
     engine_ptr = std::make_unique<LLMEngine>(a.engine);
