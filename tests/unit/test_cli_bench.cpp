@@ -10,30 +10,14 @@
 #include <unistd.h>
 
 #include "checkpoint_fixtures.h"
+#include "cli_runner.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 
-struct CliRun {
-  int status = -1;  // exit code, or -signal
-  std::string out, err;
-};
-
-/// Runs the ssmserve binary with `args`; captures stdout, stderr and the exit code.
-CliRun run(const std::string& args) {
-  ssmserve::testing::TempDir tmp("clibench");
-  const std::string cmd = std::string(SSMSERVE_BINARY) + " " + args + " 2>" + (tmp / "err").string();
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-  r.err = ssmserve::testing::read_file(tmp / "err");
-  return r;
-}
+using ssmserve::testing::CliRun;
+CliRun run(const std::string& args) { return ssmserve::testing::run_cli(args); }
 
 const std::string kTiny = std::string(SSMSERVE_SOURCE_DIR) + "/models/tiny-mamba";
 

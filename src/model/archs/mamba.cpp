@@ -12,6 +12,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/selective_scan.h"
+#include "model/lm_common.h"
 
 namespace ssmserve {
 
@@ -80,28 +81,13 @@ class MambaModel final : public CausalLM {
 };
 
 void MambaModel::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
-  batch.validate();
-  const int64_t T = batch.num_tokens(), H = cfg_.hidden_size, V = cfg_.vocab_size;
-  SSM_CHECK(cache.num_layers() == num_state_layers(), "Mamba forward: state cache has {} layers, model {}",
-            cache.num_layers(), num_state_layers());
-  for (const auto* v : {&batch.meta.state_indices_tensor_d, &batch.meta.state_indices_tensor_p})
-    for (int32_t b : *v) SSM_CHECK(b >= 0 && b < cache.num_blocks(), "Mamba forward: state index {} out of range", b);
-  // 1. Embedding lookup.
+  check_batch_against_cache(batch, cache, num_state_layers(), "Mamba");
+  const int64_t T = batch.num_tokens(), H = cfg_.hidden_size;
+  // 1. Embedding lookup. 2. Residual blocks: hidden += mixer(rms_norm(hidden)). 3. Final norm + LM head.
   hidden_.resize(T * H);
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t id = batch.input_ids[t];
-    SSM_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
-    w_.embedding.row_to_f32(id, hidden_.data() + t * H);
-  }
-  // 2. Residual blocks: hidden += mixer(rms_norm(hidden)).
+  embed_tokens(batch, w_.embedding, hidden_.data());
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, cache, T);
-  // 3. Final norm on the requested rows, then the LM head.
-  const int64_t M = static_cast<int64_t>(batch.logits_indices.size());
-  if (M == 0) return;
-  std::vector<float> rows(M * H);
-  for (int64_t i = 0; i < M; ++i) std::copy_n(hidden_.data() + batch.logits_indices[i] * H, H, rows.data() + i * H);
-  cpu::rms_norm(rows.data(), w_.norm_f.data(), cfg_.layer_norm_epsilon, M, H, rows.data());
-  cpu::linear(rows.data(), M, w_.lm_head, nullptr, logits);
+  final_norm_and_lm_head(batch, hidden_.data(), H, w_.norm_f.data(), cfg_.layer_norm_epsilon, w_.lm_head, logits);
 }
 
 void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T) {
