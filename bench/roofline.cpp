@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "kernels/cpu/linear.h"
+
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -52,10 +54,30 @@ double sgemm_flops() {
   return 2.0 * M * N * K / best;
 }
 
+/// Best-of-5 FLOP/s of our batch-invariant cpu::linear on the same product with a bf16 weight, row-major
+/// (packed = false) or repacked into panels (pack_for_linear).
+double linear_flops(bool packed) {
+  const int64_t M = 512, N = 3072, K = 768;
+  ssmserve::Weight w = ssmserve::Weight::allocate(ssmserve::DType::BF16, N, K);
+  std::fill(reinterpret_cast<uint16_t*>(w.owned->data()), reinterpret_cast<uint16_t*>(w.owned->data()) + N * K,
+            uint16_t{0x3e80});  // 0.25
+  if (packed) ssmserve::cpu::pack_for_linear(w);
+  std::vector<float> x(M * K, 0.5f), y(M * N);
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ssmserve::cpu::linear(x.data(), M, w, nullptr, y.data());
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * M * N * K / best;
+}
+
 }  // namespace
 
 int main() {
-  std::printf("{\"threads\": %d, \"read_bandwidth_GBps\": %.2f, \"sgemm_GFLOPs\": %.1f, \"openblas_core\": \"%s\"}\n",
-              omp_get_max_threads(), read_bandwidth() / 1e9, sgemm_flops() / 1e9, openblas_get_corename());
+  std::printf("{\"threads\": %d, \"read_bandwidth_GBps\": %.2f, \"sgemm_GFLOPs\": %.1f, \"openblas_core\": \"%s\", "
+              "\"linear_GFLOPs\": %.1f, \"linear_packed_GFLOPs\": %.1f}\n",
+              omp_get_max_threads(), read_bandwidth() / 1e9, sgemm_flops() / 1e9, openblas_get_corename(),
+              linear_flops(false) / 1e9, linear_flops(true) / 1e9);
   return 0;
 }

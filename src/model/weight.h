@@ -20,6 +20,9 @@ struct Weight {
   int64_t cols = 0;
   const void* data = nullptr;
   std::shared_ptr<std::vector<std::byte>> owned;  ///< set when the model owns the bytes
+  /// The same matrix repacked for the CPU GEMM's broadcast kernel (cpu::pack_for_linear, layout private to
+  /// kernels/cpu/linear.cpp), or null: then cpu::linear reads `data` row-major.
+  std::shared_ptr<const std::vector<std::byte>> cpu_panels;
 
   /// Views a checkpoint tensor as [shape[0], prod(shape[1:])]; F16 is converted to an owned F32 copy.
   static Weight from_tensor(const TensorRef& t);

@@ -252,5 +252,47 @@ TEST_P(LinearTest, MatchesNaiveProduct) {
 INSTANTIATE_TEST_SUITE_P(Paths, LinearTest,
                          ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Values(1, 3, 4, 8, 9, 32, 33, 64)));
 
+// The panel kernel (packed weights): equal to a naive product, and every row bit-identical to computing that row
+// alone (M = 1) and to the portable chain fma(w[n][k], x[k], acc) over k in order, for every tile shape and tail.
+class PackedLinearTest : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t>> {};
+
+TEST_P(PackedLinearTest, MatchesNaiveAndIsBatchInvariant) {
+  const auto [dtype, N, M] = GetParam();
+  const int64_t K = 131;
+  std::mt19937 rng(7);
+  Weight w = Weight::allocate(dtype, N, K);
+  auto vals = randn(N * K, rng);
+  for (int64_t i = 0; i < N * K; ++i) {
+    if (dtype == DType::BF16) reinterpret_cast<uint16_t*>(w.owned->data())[i] = f32_to_bf16(vals[i]);
+    else reinterpret_cast<float*>(w.owned->data())[i] = vals[i];
+  }
+  pack_for_linear(w);
+  pack_for_linear(w);  // idempotent
+  const int64_t x_stride = K + 5, y_stride = N + 3;
+  const auto x = randn(M * x_stride, rng), bias = randn(N, rng);
+  std::vector<float> y(M * y_stride, -1.0f);
+  linear(x.data(), M, x_stride, w, bias.data(), y.data(), y_stride);
+  std::vector<float> alone(N);
+  for (int64_t m = 0; m < M; ++m) {
+    linear(x.data() + m * x_stride, 1, x_stride, w, bias.data(), alone.data(), N);
+    for (int64_t n = 0; n < N; ++n) {
+      float chain = 0.0f;
+      double ref = bias[n];
+      for (int64_t k = 0; k < K; ++k) {
+        chain = std::fma(w.at(n, k), x[m * x_stride + k], chain);
+        ref += double(w.at(n, k)) * x[m * x_stride + k];
+      }
+      ASSERT_EQ(y[m * y_stride + n], chain + bias[n]) << "m " << m << " n " << n;
+      ASSERT_EQ(y[m * y_stride + n], alone[n]) << "m " << m << " n " << n;
+      ASSERT_NEAR(y[m * y_stride + n], ref, 1e-4 * (1 + std::abs(ref)));
+    }
+    for (int64_t n = N; n < y_stride; ++n) ASSERT_EQ(y[m * y_stride + n], -1.0f) << "wrote past N";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, PackedLinearTest,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Values(1, 31, 32, 77, 200),
+                                            ::testing::Values(1, 2, 5, 11, 12, 13, 25, 100)));
+
 }  // namespace
 }  // namespace ssmserve::cpu

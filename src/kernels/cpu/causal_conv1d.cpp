@@ -5,7 +5,9 @@
 #include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cpu/activations.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ssmserve::cpu {
 namespace {
@@ -19,28 +21,43 @@ void conv_fwd(const float* x, int64_t x_stride, float* out, int64_t out_stride, 
   const int W = p.width, S = W - 1;
   const int64_t num_seqs = static_cast<int64_t>(state_indices.size());
   std::vector<float> window(static_cast<size_t>(S * D));
+  // Taps transposed to [W, D] so the channel loop vectorizes; the arithmetic per channel is unchanged.
+  thread_local std::vector<float> tl_taps;
+  std::vector<float>& taps = tl_taps;
+  taps.resize(static_cast<size_t>(W * D));
+  for (int64_t c = 0; c < D; ++c)
+    for (int k = 0; k < W; ++k) taps[k * D + c] = p.weight[c * W + k];
+  const std::vector<float> zeros(static_cast<size_t>(D), 0.0f);
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int32_t block = state_indices[s];
     if (block == 0) continue;
     const int64_t t0 = query_start_loc[s], L = query_start_loc[s + 1] - t0;
     T* state = p.conv_states.block<T>(block);  // [S, D]
     const bool init = has_initial_states[s] != 0;
-    // 1. Outputs. Input position j in [-S, L): j < 0 reads the window (or zeros), j >= 0 reads x.
+    // The old window widened to fp32 (exact), or zeros.
+    for (int64_t i = 0; i < S * D; ++i) window[i] = init ? load_f32(state[i]) : 0.0f;
+    // 1. Outputs. Input position j in [-S, L): j < 0 reads the window, j >= 0 reads x. Per channel:
+    //    acc = bias, then acc = fma(w[c][k], in[j], acc) for k = 0..W-1, then SiLU: the same chain as conv_update.
+    const float* wt = taps.data();
 #pragma omp parallel for schedule(static)
     for (int64_t c0 = 0; c0 < D; c0 += 64) {
       const int64_t c1 = std::min(D, c0 + 64);
+      const float* src[kMaxConvWidth];
       for (int64_t t = 0; t < L; ++t) {
         float* o = out + (t0 + t) * out_stride;
+        for (int k = 0; k < W; ++k) {
+          const int64_t j = t - S + k;
+          src[k] = j >= 0 ? x + (t0 + j) * x_stride : window.data() + (S + j) * D;
+        }
+#pragma omp simd
         for (int64_t c = c0; c < c1; ++c) {
           float acc = p.bias ? p.bias[c] : 0.0f;
-          for (int k = 0; k < W; ++k) {
-            const int64_t j = t - S + k;
-            float v;
-            if (j >= 0) v = x[(t0 + j) * x_stride + c];
-            else v = init ? load_f32(state[(S + j) * D + c]) : 0.0f;
-            acc = std::fma(p.weight[c * W + k], v, acc);
-          }
-          o[c] = p.apply_silu ? silu(acc) : acc;
+          for (int k = 0; k < W; ++k) acc = std::fma(wt[k * D + c], src[k][c], acc);
+          o[c] = acc;
+        }
+        if (p.apply_silu) {
+#pragma omp simd
+          for (int64_t c = c0; c < c1; ++c) o[c] = silu_ps(o[c]);
         }
       }
     }
@@ -50,8 +67,7 @@ void conv_fwd(const float* x, int64_t x_stride, float* out, int64_t out_stride, 
       const int64_t j = L - S + i;  // position in x coordinates
       float* dst = window.data() + i * D;
       if (j >= 0) std::copy_n(x + (t0 + j) * x_stride, D, dst);
-      else if (init) for (int64_t c = 0; c < D; ++c) dst[c] = load_f32(state[(S + j) * D + c]);
-      else std::fill_n(dst, D, 0.0f);
+      else std::copy_n(window.data() + (S + j) * D, D, dst);  // rows i < S - L only: not yet overwritten
     }
     for (int64_t i = 0; i < S * D; ++i) store_f32(state[i], window[i]);
   }
@@ -77,7 +93,11 @@ void conv_update(const float* x, int64_t x_stride, float* out, int64_t out_strid
       acc = std::fma(p.weight[c * W + S], xb[c], acc);
       for (int k = 0; k + 1 < S; ++k) state[k * D + c] = state[(k + 1) * D + c];
       if (S > 0) store_f32(state[(S - 1) * D + c], xb[c]);
-      ob[c] = p.apply_silu ? silu(acc) : acc;
+      ob[c] = acc;
+    }
+    if (p.apply_silu) {
+#pragma omp simd
+      for (int64_t c = 0; c < D; ++c) ob[c] = silu_ps(ob[c]);
     }
   }
 }
@@ -87,6 +107,8 @@ void conv_update(const float* x, int64_t x_stride, float* out, int64_t out_strid
 void causal_conv1d_fwd(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
                        std::span<const int32_t> query_start_loc, std::span<const int32_t> state_indices,
                        std::span<const uint8_t> has_initial_states) {
+  SSM_CHECK(p.width >= 1 && p.width <= kMaxConvWidth, "causal_conv1d_fwd: width {} not in [1, {}]", p.width,
+            kMaxConvWidth);
   visit_state_dtype(p.conv_states.dtype, [&](auto tag) {
     conv_fwd<decltype(tag)>(x, x_stride, out, out_stride, p, query_start_loc, state_indices, has_initial_states);
   });

@@ -10,6 +10,9 @@
 
 namespace ssmserve::cpu {
 
+/// Largest supported kernel size (d_conv; the public checkpoints use 4).
+inline constexpr int kMaxConvWidth = 16;
+
 /// Parameters shared by both forms. `conv_states` views the pool: block b's window is [width-1, dim] (channels
 /// contiguous, "SD" layout) in the view's dtype (F32, BF16 or F16), blocks `block_stride` elements apart; block 0
 /// is the null block: rows whose state index is 0 are skipped entirely. The math is fp32 in both forms with the

@@ -3,6 +3,12 @@
 // that computes it: 16 fp32 lanes accumulate k = 16i + j with FMA in k order, the lanes are summed by one fixed
 // reduction, then the k tail and the bias are added. So a token's logits do not depend on what else is batched
 // with it (the property vLLM's batch-invariant mode and SGLang's deterministic inference aim for on GPUs).
+//
+// Packed weights (pack_for_linear) use a second kernel, the classic register-blocked outer product (GotoBLAS /
+// BLIS microkernel shape): the weight is stored as column panels [K][32], a tile of MR input rows x 32 output
+// columns keeps MR x 2 zmm accumulators, and each k step loads one panel row and broadcasts x[m][k]. Every
+// element is then one FMA chain acc = fma(w[n][k], x[m][k], acc) over k = 0..K-1 from 0, then + bias: the same
+// chain in every tile shape, tail and thread, and the same chain as the portable fallback.
 #include "kernels/cpu/linear.h"
 
 #include <immintrin.h>
@@ -166,13 +172,145 @@ void run_groups(const float* x, int64_t M, int64_t x_stride, const Weight& w, co
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------------------------
+// Panel (broadcast) kernel for packed weights.
+namespace {
+
+constexpr int64_t kPanel = 32;  // output columns per panel
+
+int64_t num_panels(int64_t N) { return (N + kPanel - 1) / kPanel; }
+
+// Position of column j (0..31) inside a bf16 panel row: dword i holds columns i (low half) and 16 + i (high
+// half), so one 512-bit load becomes two fp32 vectors with a shift and a mask (no widening pass).
+inline int64_t bf16_slot(int64_t j) { return j < 16 ? 2 * j : 2 * (j - 16) + 1; }
+
+inline float panel_at(const Weight& w, int64_t n, int64_t k) {
+  const int64_t p = n / kPanel, j = n % kPanel, K = w.cols;
+  const std::byte* base = w.cpu_panels->data();
+  if (w.dtype == DType::BF16)
+    return bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[(p * K + k) * kPanel + bf16_slot(j)]);
+  return reinterpret_cast<const float*>(base)[(p * K + k) * kPanel + j];
+}
+
+#if defined(__AVX512F__)
+
+template <bool kBf16>
+inline void load_panel_row(const void* panel, int64_t k, __m512& w0, __m512& w1) {
+  if constexpr (kBf16) {
+    const __m512i v = _mm512_loadu_si512(static_cast<const uint16_t*>(panel) + k * kPanel);
+    w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else {
+    const float* p = static_cast<const float*>(panel) + k * kPanel;
+    w0 = _mm512_loadu_ps(p);
+    w1 = _mm512_loadu_ps(p + 16);
+  }
+}
+
+/// y[m][0..ncols) for MR input rows against one panel ([K][32]): MR x 2 accumulators, one chain per element.
+template <int MR, bool kBf16>
+inline void panel_tile(const void* panel, int64_t K, const float* x, int64_t x_stride, int ncols, const float* bias,
+                       float* y, int64_t y_stride) {
+  __m512 acc[MR][2];
+#pragma GCC unroll 12
+  for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    __m512 w0, w1;
+    load_panel_row<kBf16>(panel, k, w0, w1);
+#pragma GCC unroll 12
+    for (int m = 0; m < MR; ++m) {
+      const __m512 xb = _mm512_set1_ps(x[m * x_stride + k]);
+      acc[m][0] = _mm512_fmadd_ps(w0, xb, acc[m][0]);
+      acc[m][1] = _mm512_fmadd_ps(w1, xb, acc[m][1]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    alignas(64) float out[kPanel];
+    _mm512_store_ps(out, acc[m][0]);
+    _mm512_store_ps(out + 16, acc[m][1]);
+    float* ym = y + m * y_stride;
+    for (int j = 0; j < ncols; ++j) ym[j] = out[j] + (bias ? bias[j] : 0.0f);
+  }
+}
+
+constexpr int kTileRows = 12;  // MR: 24 accumulators + 2 weight vectors of the 32 zmm registers
+
+template <bool kBf16>
+void panel_rows(const void* panel, int64_t K, const float* x, int64_t M, int64_t x_stride, int ncols,
+                const float* bias, float* y, int64_t y_stride) {
+  int64_t m = 0;
+  for (; m + kTileRows <= M; m += kTileRows)
+    panel_tile<kTileRows, kBf16>(panel, K, x + m * x_stride, x_stride, ncols, bias, y + m * y_stride, y_stride);
+  const float* xm = x + m * x_stride;
+  float* ym = y + m * y_stride;
+  switch (M - m) {
+#define SSM_PANEL_TAIL(R) \
+  case R: panel_tile<R, kBf16>(panel, K, xm, x_stride, ncols, bias, ym, y_stride); break;
+    SSM_PANEL_TAIL(11) SSM_PANEL_TAIL(10) SSM_PANEL_TAIL(9) SSM_PANEL_TAIL(8) SSM_PANEL_TAIL(7) SSM_PANEL_TAIL(6)
+    SSM_PANEL_TAIL(5) SSM_PANEL_TAIL(4) SSM_PANEL_TAIL(3) SSM_PANEL_TAIL(2) SSM_PANEL_TAIL(1)
+#undef SSM_PANEL_TAIL
+    default: break;
+  }
+}
+
+#else  // portable fallback: the same per-element chain
+
+template <bool kBf16>
+void panel_rows(const void* panel, int64_t K, const float* x, int64_t M, int64_t x_stride, int ncols,
+                const float* bias, float* y, int64_t y_stride) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int j = 0; j < ncols; ++j) {
+      float v = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        const float wv = kBf16 ? bf16_to_f32(static_cast<const uint16_t*>(panel)[k * kPanel + bf16_slot(j)])
+                               : static_cast<const float*>(panel)[k * kPanel + j];
+        v = std::fma(wv, x[m * x_stride + k], v);
+      }
+      y[m * y_stride + j] = v + (bias ? bias[j] : 0.0f);
+    }
+}
+
+#endif
+
+// Panels [p0, p1) against all M rows, blocked over M so a block of x stays in L2 while the panels stream.
+void run_panels(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y,
+                int64_t y_stride, int64_t p0, int64_t p1) {
+  const int64_t N = w.rows, K = w.cols;
+  const bool bf16 = w.dtype == DType::BF16;
+  const int64_t panel_bytes = K * kPanel * static_cast<int64_t>(dtype_size(w.dtype));
+  const int64_t block_rows = std::max<int64_t>(12, (int64_t{1} << 20) / (4 * K) / 12 * 12);  // ~1 MiB of x
+  for (int64_t m0 = 0; m0 < M; m0 += block_rows) {
+    const int64_t mb = std::min(block_rows, M - m0);
+    for (int64_t p = p0; p < p1; ++p) {
+      const void* panel = w.cpu_panels->data() + p * panel_bytes;
+      const int ncols = static_cast<int>(std::min(kPanel, N - p * kPanel));
+      const float* b = bias ? bias + p * kPanel : nullptr;
+      float* yp = y + m0 * y_stride + p * kPanel;
+      const float* xb = x + m0 * x_stride;
+      if (bf16) panel_rows<true>(panel, K, xb, mb, x_stride, ncols, b, yp, y_stride);
+      else panel_rows<false>(panel, K, xb, mb, x_stride, ncols, b, yp, y_stride);
+    }
+  }
+}
+
+}  // namespace
+
 void linear(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride) {
   if (M <= 0) return;
   const int64_t N = w.rows, K = w.cols;
   SSM_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "linear: weight dtype {} is not F32 or BF16", dtype_name(w.dtype));
   SSM_CHECK(x_stride >= K && y_stride >= N, "linear: bad strides (x_stride {} < K {} or y_stride {} < N {})", x_stride, K, y_stride, N);
-  const int64_t num_groups = (N + kGroupRows - 1) / kGroupRows;
   const bool parallel = N * K * std::max<int64_t>(M, 4) > (int64_t{1} << 18);
+  if (w.cpu_panels) {
+    const int64_t np = num_panels(N);
+#pragma omp parallel if (parallel)
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      run_panels(x, M, x_stride, w, bias, y, y_stride, np * t / nt, np * (t + 1) / nt);
+    }
+    return;
+  }
+  const int64_t num_groups = (N + kGroupRows - 1) / kGroupRows;
 #pragma omp parallel if (parallel)
   {
     // Contiguous group ranges per thread: each thread streams its own slice of the weight once per row block.
@@ -180,6 +318,34 @@ void linear(const float* x, int64_t M, int64_t x_stride, const Weight& w, const 
     const int64_t g0 = num_groups * t / nt, g1 = num_groups * (t + 1) / nt;
     run_groups(x, M, x_stride, w, bias, y, y_stride, g0, g1);
   }
+}
+
+
+void pack_for_linear(Weight& w) {
+  if (w.cpu_panels) return;
+  SSM_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "pack_for_linear: weight dtype {} is not F32 or BF16",
+            dtype_name(w.dtype));
+  const int64_t N = w.rows, K = w.cols, P = num_panels(N);
+  auto out = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(P * K * kPanel) * dtype_size(w.dtype));
+  if (w.dtype == DType::BF16) {
+    auto* dst = reinterpret_cast<uint16_t*>(out->data());
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t j = 0; j < kPanel && p * kPanel + j < N; ++j) {
+        const uint16_t* src = w.bf16() + (p * kPanel + j) * K;
+        for (int64_t k = 0; k < K; ++k) dst[(p * K + k) * kPanel + bf16_slot(j)] = src[k];
+      }
+  } else {
+    auto* dst = reinterpret_cast<float*>(out->data());
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t j = 0; j < kPanel && p * kPanel + j < N; ++j) {
+        const float* src = w.f32() + (p * kPanel + j) * K;
+        for (int64_t k = 0; k < K; ++k) dst[(p * K + k) * kPanel + j] = src[k];
+      }
+  }
+  w.cpu_panels = std::move(out);
+  (void)panel_at;  // element accessor kept for debugging the layout
 }
 
 }  // namespace ssmserve::cpu

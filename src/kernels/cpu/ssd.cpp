@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/activations.h"
+#include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace ssmserve::cpu {
@@ -96,11 +97,9 @@ void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata&
   // every layer); assign() zero-fills like a fresh vector.
   // (Bound to locals: inside the OpenMP team a thread_local name would denote each worker's own copy.)
   thread_local std::vector<float> tl_dtv, tl_cum, tl_cb;
-  thread_local std::vector<int32_t> tl_chunk_of;
   std::vector<float>& dtv = tl_dtv;
   std::vector<float>& cum = tl_cum;
   std::vector<float>& cb = tl_cb;
-  std::vector<int32_t>& chunk_of = tl_chunk_of;
   dtv.assign(static_cast<size_t>(num_tokens * H), 0.0f);
   cum.assign(dtv.size(), 0.0f);
 #pragma omp parallel for collapse(2) schedule(static)
@@ -116,49 +115,57 @@ void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata&
       }
     }
 
-  // 2. C_t · B_s for s <= t within t's chunk, per group. cb: [T, G, chunk_size] (row t holds s = t0..t).
+  // 2. C_t · B_s for s <= t within t's chunk, per group: CB = C_chunk (L x N) · B_chunk^T (N x L) on the
+  //    register-blocked kernel, in row blocks that stop at the diagonal. cb: [T, G, chunk_size] (row t, column
+  //    s - t0; columns past t are scratch, never read).
   cb.assign(static_cast<size_t>(num_tokens * G * cs), 0.0f);
-  chunk_of.assign(static_cast<size_t>(num_tokens), 0);
-  for (int64_t c = 0; c < nchunks; ++c)
-    for (int64_t t = chunk_t0(c); t < chunk_t1(c); ++t) chunk_of[t] = static_cast<int32_t>(c);
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t t = 0; t < num_tokens; ++t)
-    for (int g = 0; g < G; ++g) {
-      const int64_t c = chunk_of[t];
-      if (!live(c)) continue;
-      const float* Ct = in.C.row(t) + int64_t{g} * N;
-      float* row = cb.data() + (t * G + g) * cs;
-      for (int64_t s = chunk_t0(c); s <= t; ++s) {
-        const float* Bs = in.B.row(s) + int64_t{g} * N;
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int n = 0; n < N; ++n) dot += Ct[n] * Bs[n];
-        row[s - chunk_t0(c)] = dot;
-      }
-    }
-
-  // 3. Each chunk's own end state from zero: sum_s exp(segsum(s, end]) dt_s x_s (outer) B_s. states: [nchunks, H, P, N].
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t c = 0; c < nchunks; ++c)
-    for (int h = 0; h < H; ++h) {
-      if (!live(c)) continue;
-      const int g = h / heads_per_group;
-      float* S = states + (c * H + h) * PN;
-      std::fill(S, S + PN, 0.0f);
-      float seg = 0.0f;  // sum of dt*A over (t, chunk end], summed from the end (stable, unlike cum_end - cum_t)
-      for (int64_t t = chunk_t1(c) - 1; t >= chunk_t0(c) && seg >= kMinLogDecay; --t) {  // seg only decreases
-        const float w = std::exp(seg) * dtv[t * H + h];
-        seg += dtv[t * H + h] * p.A[h];
-        const float* xs = in.x.row(t) + int64_t{h} * P;
-        const float* Bs = in.B.row(t) + int64_t{g} * N;
-        for (int i = 0; i < P; ++i) {
-          const float coef = w * xs[i];
-          float* Si = S + int64_t{i} * N;
-#pragma omp simd
-          for (int n = 0; n < N; ++n) Si[n] += coef * Bs[n];
+#pragma omp parallel
+  {
+    std::vector<float> bt(static_cast<size_t>(N) * cs);  // [N, L] B of the chunk, transposed
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t c = 0; c < nchunks; ++c)
+      for (int g = 0; g < G; ++g) {
+        if (!live(c)) continue;
+        const int64_t t0 = chunk_t0(c), L = chunk_t1(c) - t0;
+        for (int64_t j = 0; j < L; ++j) {
+          const float* Bs = in.B.row(t0 + j) + int64_t{g} * N;
+          for (int n = 0; n < N; ++n) bt[n * L + j] = Bs[n];
+        }
+        constexpr int64_t kRowBlock = 48;
+        for (int64_t r0 = 0; r0 < L; r0 += kRowBlock) {
+          const int64_t rows = std::min(kRowBlock, L - r0);
+          small_gemm(rows, r0 + rows, N, in.C.row(t0 + r0) + int64_t{g} * N, in.C.stride, 1, bt.data(), L,
+                     cb.data() + ((t0 + r0) * G + g) * cs, G * cs);
         }
       }
-    }
+  }
+
+  // 3. Each chunk's own end state from zero: sum_s exp(segsum(s, end]) dt_s x_s (outer) B_s, as the product
+  //    S (P x N) = XW^T (P x L') · B (L' x N) with XW[t][i] = w_t x_t[i] over the tokens that have not decayed
+  //    below kMinLogDecay. states: [nchunks, H, P, N].
+#pragma omp parallel
+  {
+    std::vector<float> xw(static_cast<size_t>(cs) * P);  // [L', P]
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t c = 0; c < nchunks; ++c)
+      for (int h = 0; h < H; ++h) {
+        if (!live(c)) continue;
+        const int g = h / heads_per_group;
+        float* S = states + (c * H + h) * PN;
+        const int64_t t0 = chunk_t0(c), t1 = chunk_t1(c);
+        float seg = 0.0f;  // sum of dt*A over (t, chunk end], summed from the end (stable, unlike cum_end - cum_t)
+        int64_t tmin = t1;
+        for (int64_t t = t1 - 1; t >= t0 && seg >= kMinLogDecay; --t) {  // seg only decreases
+          const float w = std::exp(seg) * dtv[t * H + h];
+          seg += dtv[t * H + h] * p.A[h];
+          const float* xs = in.x.row(t) + int64_t{h} * P;
+          float* row = xw.data() + (t - t0) * P;
+          for (int i = 0; i < P; ++i) row[i] = w * xs[i];
+          tmin = t;
+        }
+        small_gemm(P, N, t1 - tmin, xw.data() + (tmin - t0) * P, 1, P, in.B.row(tmin) + int64_t{g} * N, in.B.stride, S, N);
+      }
+  }
 
   // 4. Sequential state passing per sequence and head: S_c = exp(cum_end_c) * S_{c-1} + local_c, starting from
   //    the block's state (has_initial_states) or zeros. states[c] becomes the true state at the end of chunk c.
@@ -184,64 +191,73 @@ void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata&
 
   // 5. Outputs per chunk and head: y_t = sum_{s<=t} (C_t·B_s) exp(segsum(s, t]) dt_s x_s   (diagonal block)
   //                                    + exp(cum_t) S_prev @ C_t + D x_t                       (inter-chunk, skip)
+  //    Both sums are products on the register-blocked kernel: Y_diag (L x P) = W (L x L) · X (L x P) with the
+  //    lower-triangular W[t][s] = CB[t][s] exp(segsum(s, t]) dt_s, and Y_off (L x P) = C (L x N) · S_prev^T.
 #pragma omp parallel
   {
-    std::vector<float> w(static_cast<size_t>(cs)), seg(static_cast<size_t>(cs)), acc(static_cast<size_t>(P)), prevf;
+    std::vector<float> wmat(static_cast<size_t>(cs) * cs), seg(static_cast<size_t>(cs)), ydiag(static_cast<size_t>(cs) * P),
+        yoff(static_cast<size_t>(cs) * P), prevT(static_cast<size_t>(PN));
 #pragma omp for collapse(2) schedule(static)
     for (int64_t c = 0; c < nchunks; ++c)
       for (int h = 0; h < H; ++h) {
         if (!live(c)) continue;
         const int32_t s = m.seq_idx[c];
         const int g = h / heads_per_group;
-        const float* prev = nullptr;  // [P, N] state before this chunk, or nullptr for zeros
+        const int64_t t0 = chunk_t0(c), L = chunk_t1(c) - t0;
+        // prevT: [N, P] the state before this chunk, transposed, or none (zeros).
+        bool has_prev = false;
         if (c > plan.first_chunk[s]) {
-          prev = states + ((c - 1) * H + h) * PN;
+          const float* prev = states + ((c - 1) * H + h) * PN;
+          for (int i = 0; i < P; ++i)
+            for (int n = 0; n < N; ++n) prevT[int64_t{n} * P + i] = prev[int64_t{i} * N + n];
+          has_prev = true;
         } else if (m.has_initial_states[s]) {
           const T* init = p.ssm_states.block<T>(m.state_indices[s]) + h * PN;
-          prevf.resize(static_cast<size_t>(PN));
-          for (int64_t i = 0; i < PN; ++i) prevf[i] = load_f32(init[i]);
-          prev = prevf.data();
+          for (int i = 0; i < P; ++i)
+            for (int n = 0; n < N; ++n) prevT[int64_t{n} * P + i] = load_f32(init[int64_t{i} * N + n]);
+          has_prev = true;
         }
-        const int64_t t0 = chunk_t0(c);
-        const float Dh = p.D ? p.D[h] : 0.0f;
-        for (int64_t t = t0; t < chunk_t1(c); ++t) {
-          const float ct = cum[t * H + h];
+        // W rows: segsum(s, t] = sum of dt*A over (s, t], summed backwards from t: near-zero exponents (the terms
+        // that matter) stay exact to a few ulps, where cum_t - cum_s would lose ~ulp(|cum|) to cancellation.
+        // Tokens before jmin have decayed below kMinLogDecay (seg only decreases going back): W = 0 there.
+        for (int64_t tt = 0; tt < L; ++tt) {
+          const int64_t t = t0 + tt;
           const float* cbrow = cb.data() + (t * G + g) * cs;
-          const int64_t L = t - t0 + 1;
-          // segsum(s, t] = sum of dt*A over (s, t], summed backwards from t: near-zero exponents (the terms that
-          // matter) stay exact to a few ulps, where cum_t - cum_s would lose ~ulp(|cum|) to cancellation.
-          // Tokens before jmin have decayed below kMinLogDecay (seg only decreases going back) and are skipped.
+          float* wrow = wmat.data() + tt * L;
           float run = 0.0f;
-          int64_t jmin = L;
+          int64_t jmin = tt + 1;
           while (jmin > 0 && run >= kMinLogDecay) {
             --jmin;
             seg[jmin] = run;
             run += dtv[(t0 + jmin) * H + h] * p.A[h];
           }
-          for (int64_t j = jmin; j < L; ++j) w[j] = cbrow[j] * dtv[(t0 + j) * H + h];
+          std::fill(wrow, wrow + jmin, 0.0f);
+          std::fill(wrow + tt + 1, wrow + L, 0.0f);
+          for (int64_t j = jmin; j <= tt; ++j) wrow[j] = cbrow[j] * dtv[(t0 + j) * H + h];
 #pragma omp simd
-          for (int64_t j = jmin; j < L; ++j) w[j] *= exp_ps(seg[j]);
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int64_t j = jmin; j < L; ++j) {
-            const float wj = w[j];
-            const float* xs = in.x.row(t0 + j) + int64_t{h} * P;
-#pragma omp simd
-            for (int i = 0; i < P; ++i) acc[i] += wj * xs[i];
-          }
+          for (int64_t j = jmin; j <= tt; ++j) wrow[j] *= exp_ps(seg[j]);
+        }
+        // Y_diag in row blocks that stop at the diagonal (W is zero past it).
+        constexpr int64_t kRowBlock = 48;
+        for (int64_t r0 = 0; r0 < L; r0 += kRowBlock) {
+          const int64_t rows = std::min(kRowBlock, L - r0);
+          small_gemm(rows, P, r0 + rows, wmat.data() + r0 * L, L, 1, in.x.row(t0) + int64_t{h} * P, in.x.stride,
+                     ydiag.data() + r0 * P, P);
+        }
+        if (has_prev) small_gemm(L, P, N, in.C.row(t0) + int64_t{g} * N, in.C.stride, 1, prevT.data(), P, yoff.data(), P);
+        const float Dh = p.D ? p.D[h] : 0.0f;
+        for (int64_t tt = 0; tt < L; ++tt) {
+          const int64_t t = t0 + tt;
           const float* xt = in.x.row(t) + int64_t{h} * P;
           float* yt = y + t * y_stride + int64_t{h} * P;
-          const float e = decay_exp(ct);
-          if (prev && e != 0.0f) {
-            const float* Ct = in.C.row(t) + int64_t{g} * N;
-            for (int i = 0; i < P; ++i) {
-              const float* Si = prev + int64_t{i} * N;
-              float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-              for (int n = 0; n < N; ++n) dot += Si[n] * Ct[n];
-              acc[i] += e * dot;
-            }
+          const float* yd = ydiag.data() + tt * P;
+          const float e = has_prev ? decay_exp(cum[t * H + h]) : 0.0f;
+          if (e != 0.0f) {
+            const float* yo = yoff.data() + tt * P;
+            for (int i = 0; i < P; ++i) yt[i] = (yd[i] + e * yo[i]) + Dh * xt[i];
+          } else {
+            for (int i = 0; i < P; ++i) yt[i] = yd[i] + Dh * xt[i];
           }
-          for (int i = 0; i < P; ++i) yt[i] = acc[i] + Dh * xt[i];
         }
       }
   }

@@ -38,6 +38,7 @@ MambaWeights MambaWeights::load(const ModelConfig& cfg, WeightSource& src) {
     L.D = src.vector(p + "mixer.D", {I}, DummyInit::constant(1.0f));
     L.out_proj = src.matrix(p + "mixer.out_proj.weight", {H, I}, DummyInit::uniform(inner_scale));
     if (m.use_bias) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {H}, DummyInit::constant(0.0f));
+    for (Weight* proj : {&L.in_proj, &L.x_proj, &L.dt_proj, &L.out_proj}) cpu::pack_for_linear(*proj);
     w.layers.push_back(std::move(L));
   }
   w.norm_f = src.vector("backbone.norm_f.weight", {H}, DummyInit::constant(1.0f));
@@ -132,7 +133,7 @@ void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, 
 std::unique_ptr<CausalLM> load_mamba(const ModelConfig& cfg, LoadFormat format) {
   SSM_CHECK(cfg.mamba.has_value(), "{}: not a Mamba config", (cfg.dir / "config.json").string());
   SSM_CHECK(cfg.mamba->d_state <= 256, "config.json: state_size {} > 256 is not supported", cfg.mamba->d_state);
-  SSM_CHECK(cfg.mamba->d_conv >= 1, "config.json: conv_kernel must be >= 1");
+  SSM_CHECK(cfg.mamba->d_conv >= 1 && cfg.mamba->d_conv <= cpu::kMaxConvWidth, "config.json: conv_kernel {} must be in [1, {}]", cfg.mamba->d_conv, cpu::kMaxConvWidth);
   std::shared_ptr<const Checkpoint> ckpt;
   WeightSource src = WeightSource::dummy();
   if (format != LoadFormat::Dummy) {

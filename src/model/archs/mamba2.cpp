@@ -50,6 +50,7 @@ Mamba2Config Mamba2Config::from_json(const ModelConfig& cfg) {
   m.n_groups = positive_int(j, "n_groups", 1);
   SSM_CHECK(m.num_heads % m.n_groups == 0, "config.json: num_heads {} must be a multiple of n_groups {}", m.num_heads, m.n_groups);
   m.d_conv = positive_int(j, "conv_kernel", 4);
+  SSM_CHECK(m.d_conv <= cpu::kMaxConvWidth, "config.json: conv_kernel {} must be in [1, {}]", m.d_conv, cpu::kMaxConvWidth);
   m.chunk_size = positive_int(j, "chunk_size", 256);
   m.use_bias = boolean(j, "use_bias", false);
   m.use_conv_bias = boolean(j, "use_conv_bias", true);
@@ -187,6 +188,8 @@ std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format)
     L.gate_norm = src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f));
     L.out_proj = src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale));
     if (m.use_bias) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {Hd}, DummyInit::constant(0.0f));
+    cpu::pack_for_linear(L.in_proj);
+    cpu::pack_for_linear(L.out_proj);
     layers.push_back(std::move(L));
   }
   std::vector<float> norm_f = src.vector("backbone.norm_f.weight", {Hd}, DummyInit::constant(1.0f));
