@@ -40,25 +40,24 @@ void conv_fwd(const float* x, int64_t x_stride, float* out, int64_t out_stride, 
     //    acc = bias, then acc = fma(w[c][k], in[j], acc) for k = 0..W-1, then SiLU: the same chain as conv_update.
     const float* wt = taps.data();
 #pragma omp parallel for schedule(static)
-    for (int64_t c0 = 0; c0 < D; c0 += 64) {
-      const int64_t c1 = std::min(D, c0 + 64);
+    for (int64_t t = 0; t < L; ++t) {  // whole rows: contiguous, prefetch-friendly
       const float* src[kMaxConvWidth];
-      for (int64_t t = 0; t < L; ++t) {
-        float* o = out + (t0 + t) * out_stride;
-        for (int k = 0; k < W; ++k) {
-          const int64_t j = t - S + k;
-          src[k] = j >= 0 ? x + (t0 + j) * x_stride : window.data() + (S + j) * D;
-        }
+      float* o = out + (t0 + t) * out_stride;
+      for (int k = 0; k < W; ++k) {
+        const int64_t j = t - S + k;
+        src[k] = j >= 0 ? x + (t0 + j) * x_stride : window.data() + (S + j) * D;
+      }
+      if (p.bias) std::copy(p.bias, p.bias + D, o);
+      else std::fill(o, o + D, 0.0f);
+      for (int k = 0; k < W; ++k) {  // the chain per channel, one tap at a time across the row
+        const float* wk = wt + k * D;
+        const float* sk = src[k];
 #pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) {
-          float acc = p.bias ? p.bias[c] : 0.0f;
-          for (int k = 0; k < W; ++k) acc = std::fma(wt[k * D + c], src[k][c], acc);
-          o[c] = acc;
-        }
-        if (p.apply_silu) {
+        for (int64_t c = 0; c < D; ++c) o[c] = std::fma(wk[c], sk[c], o[c]);
+      }
+      if (p.apply_silu) {
 #pragma omp simd
-          for (int64_t c = c0; c < c1; ++c) o[c] = silu_ps(o[c]);
-        }
+        for (int64_t c = 0; c < D; ++c) o[c] = silu_ps(o[c]);
       }
     }
     // 2. New window: the last S inputs of (old window ++ x), gathered in fp32 (old entries widen exactly and

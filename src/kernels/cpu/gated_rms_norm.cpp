@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/activations.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ssmserve::cpu {
 
@@ -16,18 +16,30 @@ void gated_rms_norm(const float* y, int64_t y_stride, const float* z, int64_t z_
     float* ot = out + t * D;
     for (int64_t g0 = 0; g0 < D; g0 += group_size) {
       // 1. The normalized quantity: y * silu(z) (gate first) or y (norm first).
+      // (Vectorized; the reduction order is fixed by the code, not by the batch, so rows stay batch-invariant.)
       float ss = 0.0f;
-      for (int64_t d = g0; d < g0 + group_size; ++d) {
-        const float h = norm_before_gate ? yt[d] : yt[d] * silu(zt[d]);
-        ot[d] = h;
-        ss += h * h;
+      if (norm_before_gate) {
+#pragma omp simd reduction(+ : ss)
+        for (int64_t d = g0; d < g0 + group_size; ++d) {
+          ot[d] = yt[d];
+          ss += yt[d] * yt[d];
+        }
+      } else {
+#pragma omp simd reduction(+ : ss)
+        for (int64_t d = g0; d < g0 + group_size; ++d) {
+          const float h = yt[d] * silu_ps(zt[d]);
+          ot[d] = h;
+          ss += h * h;
+        }
       }
       const float inv = 1.0f / std::sqrt(ss / static_cast<float>(group_size) + eps);
       // 2. Scale, weight, and the gate when it comes after the norm.
-      for (int64_t d = g0; d < g0 + group_size; ++d) {
-        float v = ot[d] * inv * weight[d];
-        if (norm_before_gate) v *= silu(zt[d]);
-        ot[d] = v;
+      if (norm_before_gate) {
+#pragma omp simd
+        for (int64_t d = g0; d < g0 + group_size; ++d) ot[d] = ot[d] * inv * weight[d] * silu_ps(zt[d]);
+      } else {
+#pragma omp simd
+        for (int64_t d = g0; d < g0 + group_size; ++d) ot[d] = ot[d] * inv * weight[d];
       }
     }
   }

@@ -196,7 +196,7 @@ void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata&
 #pragma omp parallel
   {
     std::vector<float> wmat(static_cast<size_t>(cs) * cs), seg(static_cast<size_t>(cs)), ydiag(static_cast<size_t>(cs) * P),
-        yoff(static_cast<size_t>(cs) * P), prevT(static_cast<size_t>(PN));
+        yoff(static_cast<size_t>(cs) * P), prevT(static_cast<size_t>(PN)), dtc_h(static_cast<size_t>(cs));
 #pragma omp for collapse(2) schedule(static)
     for (int64_t c = 0; c < nchunks; ++c)
       for (int h = 0; h < H; ++h) {
@@ -204,6 +204,7 @@ void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata&
         const int32_t s = m.seq_idx[c];
         const int g = h / heads_per_group;
         const int64_t t0 = chunk_t0(c), L = chunk_t1(c) - t0;
+        for (int64_t j = 0; j < L; ++j) dtc_h[j] = dtv[(t0 + j) * H + h];  // dt of the chunk's tokens, head h
         // prevT: [N, P] the state before this chunk, transposed, or none (zeros).
         bool has_prev = false;
         if (c > plan.first_chunk[s]) {
@@ -217,25 +218,24 @@ void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata&
             for (int n = 0; n < N; ++n) prevT[int64_t{n} * P + i] = load_f32(init[int64_t{i} * N + n]);
           has_prev = true;
         }
-        // W rows: segsum(s, t] = sum of dt*A over (s, t], summed backwards from t: near-zero exponents (the terms
-        // that matter) stay exact to a few ulps, where cum_t - cum_s would lose ~ulp(|cum|) to cancellation.
-        // Tokens before jmin have decayed below kMinLogDecay (seg only decreases going back): W = 0 there.
+        // W rows. segsum(s, t] = sum of dt*A over (s, t] is carried row to row, vectorized across s:
+        // seg_t[s] = seg_{t-1}[s] + a_t for s < t, seg_t[t] = 0. Every entry is a plain running sum of the
+        // a's between s and t (no cum_t - cum_s cancellation, which loses ~ulp(|cum|) at large chunk_size * |A|),
+        // so near-zero exponents (the terms that matter) stay exact to a few ulps. Decays below kMinLogDecay
+        // are flushed to 0 (seg only decreases going back, so these are a prefix of the row).
         for (int64_t tt = 0; tt < L; ++tt) {
           const int64_t t = t0 + tt;
-          const float* cbrow = cb.data() + (t * G + g) * cs;
-          float* wrow = wmat.data() + tt * L;
-          float run = 0.0f;
-          int64_t jmin = tt + 1;
-          while (jmin > 0 && run >= kMinLogDecay) {
-            --jmin;
-            seg[jmin] = run;
-            run += dtv[(t0 + jmin) * H + h] * p.A[h];
-          }
-          std::fill(wrow, wrow + jmin, 0.0f);
-          std::fill(wrow + tt + 1, wrow + L, 0.0f);
-          for (int64_t j = jmin; j <= tt; ++j) wrow[j] = cbrow[j] * dtv[(t0 + j) * H + h];
+          const float a_t = dtv[t * H + h] * p.A[h];
+          float* sg = seg.data();
 #pragma omp simd
-          for (int64_t j = jmin; j <= tt; ++j) wrow[j] *= exp_ps(seg[j]);
+          for (int64_t j = 0; j < tt; ++j) sg[j] += a_t;
+          sg[tt] = 0.0f;
+          const float* cbrow = cb.data() + (t * G + g) * cs;
+          const float* dtc = dtc_h.data();
+          float* wrow = wmat.data() + tt * L;
+#pragma omp simd
+          for (int64_t j = 0; j <= tt; ++j) wrow[j] = sg[j] < kMinLogDecay ? 0.0f : cbrow[j] * dtc[j] * exp_ps(sg[j]);
+          std::fill(wrow + tt + 1, wrow + L, 0.0f);
         }
         // Y_diag in row blocks that stop at the diagonal (W is zero past it).
         constexpr int64_t kRowBlock = 48;
