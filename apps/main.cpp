@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   cli::Runner generate = cli::add_generate(app);
   cli::Runner bench = cli::add_bench(app);
+  cli::Runner serve = cli::add_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -117,6 +118,7 @@ int main(int argc, char** argv) {
     int rc = 0;
     if (app.got_subcommand("generate")) rc = generate();
     else if (app.got_subcommand("bench")) rc = bench();
+    else if (app.got_subcommand("serve")) rc = serve();
     check_stdout();
     return rc;
   } catch (const std::bad_alloc&) {

@@ -2,7 +2,8 @@
 # Installs the Debian packages (and PyPI packages for tests) ssmserve needs; idempotent, quiet when all present.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
-      libutf8proc-dev libpcre2-dev libopenblas-openmp-dev libgtest-dev libgmock-dev)
+      libutf8proc-dev libpcre2-dev libopenblas-openmp-dev libgtest-dev libgmock-dev
+      libcpp-httplib-dev)  # libcpp-httplib-dev: the HTTP server (ssmserve serve)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

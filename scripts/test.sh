@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds ssmserve and runs the whole test suite: the GoogleTest suite (Release build) and the corrupt-checkpoint
+# Builds ssmserve and runs the whole test suite: the GoogleTest suite (Release build), the server's end-to-end
+# pytest suite, and the corrupt-checkpoint
 # tests again under AddressSanitizer + UBSan. Installs its own dependencies. Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,10 @@ jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
+
+# End-to-end server tests: `ssmserve serve` driven by the real `openai` client (pytest, tests/e2e/).
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai pytest
+SSMSERVE_BINARY="$PWD/build/ssmserve" python3 -m pytest -q tests/e2e
 
 # Hostile-input tests under sanitizers: a corrupt checkpoint or config must end in a clear error, never a signal.
 # Builds the checkpoint/config/CLI tests, the binary the CLI tests run, and any other test executable that defines

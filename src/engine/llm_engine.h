@@ -49,6 +49,11 @@ class LLMEngine {
   const EngineConfig& config() const { return cfg_; }
   const StepStats& last_step_stats() const { return stats_; }
   int num_free_blocks() const { return pool_->num_free(); }
+  /// Requests waiting for their first schedule (or re-schedule after preemption); running ones (for metrics).
+  int num_waiting_requests() const { return scheduler_->num_waiting(); }
+  int num_running_requests() const { return scheduler_->num_running(); }
+  /// State blocks in the pool including the null block (block 0), so num_state_blocks() - 1 can be handed out.
+  int num_state_blocks() const { return pool_->num_blocks(); }
 
  private:
   struct RowPlan;

@@ -1,0 +1,96 @@
+// Owns `ssmserve serve`: the OpenAI-compatible HTTP server (src/server/) over one engine thread, with graceful
+// shutdown on SIGTERM / SIGINT (new requests get 503, running ones finish for up to --shutdown-timeout seconds).
+#include <pthread.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <thread>
+
+#include "apps/commands.h"
+#include "core/error.h"
+#include "server/async_engine.h"
+#include "server/chat_template.h"
+#include "server/http_server.h"
+
+namespace ssmserve::cli {
+namespace {
+
+/// Used when the model has no context limit (recurrent models): prompt + max_tokens must stay within it.
+constexpr int kDefaultMaxModelLen = 8192;
+
+struct ServeArgs {
+  EngineConfig engine;
+  std::string load_format = "auto";
+  server::ServerOptions server;
+  int max_model_len = 0;
+  int max_num_waiting = 1024;
+  std::string chat_template;
+  double shutdown_timeout = 30.0;
+};
+
+int run_serve(ServeArgs& a) {
+  resolve_engine_config(a.engine, a.load_format);
+  SSM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535] (got {})", a.server.port);
+  SSM_CHECK(a.max_model_len >= 0, "--max-model-len must be >= 0 (got {})", a.max_model_len);
+  SSM_CHECK(a.max_num_waiting >= 0, "--max-num-waiting must be >= 0 (got {})", a.max_num_waiting);
+  SSM_CHECK(a.server.http_threads >= 1 && a.server.http_threads <= 4096, "--http-threads must be in [1, 4096] (got {})",
+            a.server.http_threads);
+  SSM_CHECK(a.shutdown_timeout >= 0 && a.shutdown_timeout <= 3600, "--shutdown-timeout must be in [0, 3600] seconds");
+  // Signals go to one thread (sigwait) only: block them before any other thread exists.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that went away must make a write fail, not kill the server
+
+  server::Metrics metrics;
+  server::AsyncEngine engine(a.engine, server::AsyncEngineOptions{a.max_num_waiting}, metrics);
+  const ModelConfig& mc = engine.model_config();
+  a.server.max_model_len = a.max_model_len > 0 ? a.max_model_len : mc.max_model_len > 0 ? mc.max_model_len : kDefaultMaxModelLen;
+  if (mc.max_model_len > 0)
+    SSM_CHECK(a.server.max_model_len <= mc.max_model_len, "--max-model-len {} is larger than the model's context {}",
+              a.server.max_model_len, mc.max_model_len);
+  if (a.server.served_model_name.empty()) a.server.served_model_name = a.engine.model.string();
+  server::ChatTemplate tmpl = server::ChatTemplate::load(a.engine.model, a.chat_template);
+  server::OpenAIServer http(engine, metrics, std::move(tmpl), a.server);
+  const int port = http.bind();
+
+  std::thread signal_thread([&http, &sigs, timeout = a.shutdown_timeout] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::cerr << "ssmserve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": draining requests, then stopping" << std::endl;
+    http.drain_and_stop(timeout);
+  });
+  std::cerr << "ssmserve: serving " << a.server.served_model_name << " on http://" << a.server.host << ":" << port
+            << " (max_model_len " << a.server.max_model_len << ")" << std::endl;
+  http.listen();
+  signal_thread.join();
+  engine.shutdown();
+  std::cerr << "ssmserve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
+  add_engine_options(*cmd, a->engine, a->load_format);
+  cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", a->server.port, "Port (0 = any free port, printed at startup)")->capture_default_str();
+  cmd->add_option("--served-model-name", a->server.served_model_name, "Model id clients use (default: the --model path)");
+  cmd->add_option("--max-model-len", a->max_model_len,
+                  "Most prompt + generated tokens per request (0 = the model's, or 8192 for models without a limit)")
+      ->capture_default_str();
+  cmd->add_option("--max-num-waiting", a->max_num_waiting, "Waiting requests before new ones get 503 (0 = no limit)")
+      ->capture_default_str();
+  cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: tokenizer_config.json's, else plain)");
+  cmd->add_option("--http-threads", a->server.http_threads, "Connections served at once")->capture_default_str();
+  cmd->add_option("--shutdown-timeout", a->shutdown_timeout, "Seconds running requests may finish after SIGTERM")
+      ->capture_default_str();
+  return [a] { return run_serve(*a); };
+}
+
+}  // namespace ssmserve::cli

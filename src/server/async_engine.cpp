@@ -1,0 +1,227 @@
+// Owns the engine thread and the per-request output channels (see async_engine.h).
+#include "server/async_engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <future>
+
+#include "server/api_error.h"
+
+namespace ssmserve::server {
+
+void OutputChannel::set_accepted(std::string error) {
+  {
+    std::lock_guard lk(mu_);
+    decided_ = true;
+    reject_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+void OutputChannel::push(int index, RequestOutput out) {
+  {
+    std::lock_guard lk(mu_);
+    items_.push_back({index, std::move(out)});
+  }
+  cv_.notify_all();
+}
+
+void OutputChannel::fail(std::string error) {
+  {
+    std::lock_guard lk(mu_);
+    if (!decided_) decided_ = true, reject_ = error;
+    fatal_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+std::optional<std::string> OutputChannel::wait_accepted() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return decided_; });
+  if (reject_.empty()) return std::nullopt;
+  return reject_;
+}
+
+bool OutputChannel::pop_all(std::vector<Item>& out, std::chrono::milliseconds timeout, std::string* failed) {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return !items_.empty() || !fatal_.empty(); });
+  if (items_.empty() && !fatal_.empty() && failed) *failed = fatal_;
+  if (items_.empty()) return false;
+  while (!items_.empty()) {
+    out.push_back(std::move(items_.front()));
+    items_.pop_front();
+  }
+  return true;
+}
+
+AsyncEngine::AsyncEngine(EngineConfig cfg, AsyncEngineOptions opt, Metrics& metrics)
+    : cfg_(std::move(cfg)), opt_(opt), metrics_(metrics) {
+  std::promise<void> ready;
+  auto started = ready.get_future();
+  thread_ = std::thread([this, &ready] {
+    try {
+      engine_ = std::make_unique<LLMEngine>(cfg_);
+      model_config_ = &engine_->model_config();
+      tokenizer_ = engine_->tokenizer();
+      publish_gauges();
+    } catch (...) {
+      ready.set_exception(std::current_exception());
+      return;
+    }
+    ready.set_value();
+    loop();
+  });
+  try {
+    started.get();
+  } catch (...) {
+    thread_.join();
+    throw;
+  }
+}
+
+AsyncEngine::~AsyncEngine() { shutdown(); }
+
+std::shared_ptr<OutputChannel> AsyncEngine::submit(std::vector<Request> reqs) {
+  auto ch = std::make_shared<OutputChannel>();
+  {
+    std::lock_guard lk(mu_);
+    if (stop_) throw ApiError(503, "ServiceUnavailableError", "the server is shutting down");
+    const int waiting = engine_waiting_.load() + pending_count_;
+    if (opt_.max_num_waiting > 0 && waiting >= opt_.max_num_waiting)
+      throw ApiError(503, "ServiceUnavailableError",
+                     fmt::format("the server is overloaded: {} requests are already waiting (--max-num-waiting {}); retry later",
+                                 waiting, opt_.max_num_waiting));
+    pending_count_ += static_cast<int>(reqs.size());
+    pending_.push_back({std::move(reqs), ch});
+  }
+  cv_.notify_all();
+  return ch;
+}
+
+void AsyncEngine::abort(std::vector<std::string> request_ids) {
+  {
+    std::lock_guard lk(mu_);
+    for (auto& id : request_ids) aborts_.push_back(std::move(id));
+  }
+  cv_.notify_all();
+}
+
+void AsyncEngine::shutdown() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void AsyncEngine::loop() {
+  while (true) {
+    std::deque<Pending> pend;
+    std::vector<std::string> aborts;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !pending_.empty() || !aborts_.empty() || engine_->has_unfinished_requests(); });
+      if (stop_) break;
+      pend.swap(pending_);
+      aborts.swap(aborts_);
+      pending_count_ = 0;
+      engine_waiting_ += [&] { int n = 0; for (auto& p : pend) n += static_cast<int>(p.reqs.size()); return n; }();
+    }
+    // 1. Admit new requests, then abort (an abort may name a request admitted just now).
+    for (auto& p : pend) admit(p);
+    for (const auto& id : aborts) {
+      if (!live_.count(id)) continue;
+      engine_->abort_request(id);
+      finish_live(id, "abort");
+    }
+    // 2. One engine step; route its outputs.
+    if (engine_->has_unfinished_requests()) {
+      std::vector<RequestOutput> outs;
+      try {
+        outs = engine_->step();
+      } catch (const std::exception& e) {
+        spdlog::error("engine step failed: {}; aborting {} requests", e.what(), live_.size());
+        std::vector<std::string> ids;
+        for (auto& [id, l] : live_) ids.push_back(id), l.channel->fail(std::string("engine error: ") + e.what());
+        for (const auto& id : ids) engine_->abort_request(id), finish_live(id, "abort");
+      }
+      dispatch(outs);
+    }
+    publish_gauges();
+  }
+  // Stopping: everything still open ends with an error.
+  std::lock_guard lk(mu_);
+  for (auto& p : pending_) p.channel->fail("the server is shutting down");
+  pending_.clear();
+  for (auto& [id, l] : live_) l.channel->fail("the server is shutting down");
+}
+
+void AsyncEngine::admit(Pending& p) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::string> added;
+  for (size_t i = 0; i < p.reqs.size(); ++i) {
+    const std::string id = p.reqs[i].request_id;
+    try {
+      engine_->add_request(std::move(p.reqs[i]));
+    } catch (const std::exception& e) {
+      for (const auto& a : added) engine_->abort_request(a), live_.erase(a), --num_unfinished_;
+      p.channel->set_accepted(e.what());
+      return;
+    }
+    added.push_back(id);
+    live_[id] = Live{p.channel, static_cast<int>(i), now, now, 0};
+    ++num_unfinished_;
+  }
+  p.channel->set_accepted("");
+}
+
+void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& o : outs) {
+    auto it = live_.find(o.request_id);
+    if (it == live_.end()) continue;
+    Live& l = it->second;
+    const size_t n_new = o.delta_token_ids.size();
+    if (n_new > 0) {
+      if (l.num_tokens == 0) {
+        metrics_.observe_ttft(std::chrono::duration<double>(now - l.arrival).count());
+        metrics_.add_prompt_tokens(o.prompt_token_ids.size());
+      } else {
+        metrics_.observe_itl(std::chrono::duration<double>(now - l.last_token).count());
+      }
+      l.last_token = now;
+      l.num_tokens += n_new;
+      metrics_.add_generation_tokens(n_new);
+    }
+    const bool finished = o.finished;
+    const std::string reason = finished && !o.outputs.empty() ? std::string(finish_reason_name(o.outputs[0].finish_reason)) : "";
+    l.channel->push(l.index, std::move(o));
+    if (finished) {
+      metrics_.observe_e2e(std::chrono::duration<double>(now - l.arrival).count());
+      finish_live(it->first, reason);
+    }
+  }
+}
+
+void AsyncEngine::finish_live(const std::string& id, const std::string& reason) {
+  if (live_.erase(id) == 0) return;
+  metrics_.count_finished(reason);
+  --num_unfinished_;
+}
+
+void AsyncEngine::publish_gauges() {
+  EngineGauges g;
+  g.num_requests_running = engine_->num_running_requests();
+  engine_waiting_ = engine_->num_waiting_requests();
+  {
+    std::lock_guard lk(mu_);
+    g.num_requests_waiting = engine_waiting_.load() + pending_count_;
+  }
+  g.state_blocks_total = engine_->num_state_blocks() - 1;
+  g.state_blocks_used = g.state_blocks_total - engine_->num_free_blocks();
+  g.num_preemptions = engine_->num_preemptions();
+  metrics_.set_gauges(g);
+}
+
+}  // namespace ssmserve::server

@@ -1,0 +1,114 @@
+// Owns the engine loop of the server: one thread owns the LLMEngine (which is single-threaded) and runs
+// add/abort/step; HTTP handlers talk to it only through queues (vLLM's AsyncLLM / EngineCore split in one process).
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/llm_engine.h"
+#include "server/metrics.h"
+
+namespace ssmserve::server {
+
+/// What the engine thread hands to one HTTP request: outputs of its engine requests (several for n > 1 or a
+/// list of prompts), tagged with the request's index in the submitted group. Thread-safe.
+class OutputChannel {
+ public:
+  struct Item {
+    int index = 0;
+    RequestOutput output;
+  };
+  /// Engine side: the group was added (error empty) or rejected (error = the engine's message).
+  void set_accepted(std::string error);
+  void push(int index, RequestOutput out);
+  /// Engine side: the engine stopped; pending requests end with `error`.
+  void fail(std::string error);
+
+  /// Handler side: blocks until the group was accepted or rejected; returns the rejection message, if any.
+  std::optional<std::string> wait_accepted();
+  /// Handler side: moves every output available now into `out`, waiting up to `timeout` for the first one.
+  /// Returns false when nothing came (timeout). `failed` receives a fatal error once.
+  bool pop_all(std::vector<Item>& out, std::chrono::milliseconds timeout, std::string* failed);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool decided_ = false;
+  std::string reject_;
+  std::string fatal_;
+  std::deque<Item> items_;
+};
+
+/// Limits of the loop.
+struct AsyncEngineOptions {
+  /// Most requests waiting (handed over but not yet running) before new ones get 503; 0 = no limit.
+  int max_num_waiting = 0;
+};
+
+/// The engine thread. Constructing it builds the engine on that thread (OpenMP thread settings are per thread);
+/// construction throws the engine's Error when the model cannot be loaded.
+class AsyncEngine {
+ public:
+  AsyncEngine(EngineConfig cfg, AsyncEngineOptions opt, Metrics& metrics);
+  ~AsyncEngine();
+  AsyncEngine(const AsyncEngine&) = delete;
+  AsyncEngine& operator=(const AsyncEngine&) = delete;
+
+  /// Queues a group of requests (ids must be unique; the engine thread adds them all or none). Throws ApiError
+  /// 503 when the waiting queue is full or the engine is stopping.
+  std::shared_ptr<OutputChannel> submit(std::vector<Request> reqs);
+  /// Aborts requests (finished or unknown ids are ignored); their state blocks are freed at the next iteration.
+  void abort(std::vector<std::string> request_ids);
+  /// Stops the loop (unfinished requests end with an error) and joins the thread. Idempotent.
+  void shutdown();
+
+  const ModelConfig& model_config() const { return *model_config_; }
+  const Tokenizer* tokenizer() const { return tokenizer_; }
+  const EngineConfig& config() const { return cfg_; }
+  /// Requests handed over and not yet finished (for graceful shutdown).
+  int num_unfinished() const { return num_unfinished_.load(); }
+
+ private:
+  struct Pending {
+    std::vector<Request> reqs;
+    std::shared_ptr<OutputChannel> channel;
+  };
+  struct Live {
+    std::shared_ptr<OutputChannel> channel;
+    int index = 0;
+    std::chrono::steady_clock::time_point arrival, last_token;
+    size_t num_tokens = 0;
+  };
+  void loop();
+  void admit(Pending& p);
+  void dispatch(std::vector<RequestOutput>& outs);
+  void finish_live(const std::string& id, const std::string& reason);
+  void publish_gauges();
+
+  EngineConfig cfg_;
+  AsyncEngineOptions opt_;
+  Metrics& metrics_;
+  std::unique_ptr<LLMEngine> engine_;       // touched only by the engine thread after construction
+  const ModelConfig* model_config_ = nullptr;
+  const Tokenizer* tokenizer_ = nullptr;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> pending_;
+  std::vector<std::string> aborts_;
+  bool stop_ = false;
+  int pending_count_ = 0;                   // requests in pending_ (guarded by mu_)
+  std::atomic<int> engine_waiting_{0};
+  std::atomic<int> num_unfinished_{0};
+  std::unordered_map<std::string, Live> live_;  // engine thread only
+};
+
+}  // namespace ssmserve::server

@@ -1,0 +1,25 @@
+// Owns ssmserve's Jinja template engine: the Jinja2 subset Hugging Face chat templates use, rendered with
+// transformers' settings (trim_blocks, lstrip_blocks, loop controls). Parser: jinja_parse.cpp; evaluator: jinja.cpp.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+
+namespace ssmserve::server::jinja {
+
+/// A parsed template. Throws Error on a syntax error.
+class Template {
+ public:
+  explicit Template(std::string source);
+  const std::string& source() const { return source_; }
+  /// Renders with `context` (a JSON object of variables). Throws Error on a runtime error or raise_exception().
+  std::string render(const nlohmann::ordered_json& context) const;
+
+ private:
+  struct Impl;
+  std::string source_;
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace ssmserve::server::jinja

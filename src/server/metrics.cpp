@@ -1,0 +1,92 @@
+// Owns the metrics store and its Prometheus rendering (see metrics.h).
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace ssmserve::server {
+
+void Histogram::observe(double v) {
+  for (size_t i = 0; i < bounds.size(); ++i)
+    if (v <= bounds[i]) ++counts[i];
+  sum += v;
+  ++count;
+}
+
+// Buckets: vLLM's, with finer low buckets for CPU-sized models.
+Metrics::Metrics()
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0}),
+      e2e_({0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0}) {}
+
+void Metrics::set_gauges(const EngineGauges& g) {
+  std::lock_guard lk(mu_);
+  gauges_ = g;
+}
+EngineGauges Metrics::gauges() const {
+  std::lock_guard lk(mu_);
+  return gauges_;
+}
+void Metrics::add_prompt_tokens(uint64_t n) {
+  std::lock_guard lk(mu_);
+  prompt_tokens_ += n;
+}
+void Metrics::add_generation_tokens(uint64_t n) {
+  std::lock_guard lk(mu_);
+  generation_tokens_ += n;
+}
+void Metrics::observe_ttft(double s) {
+  std::lock_guard lk(mu_);
+  ttft_.observe(s);
+}
+void Metrics::observe_itl(double s) {
+  std::lock_guard lk(mu_);
+  itl_.observe(s);
+}
+void Metrics::observe_e2e(double s) {
+  std::lock_guard lk(mu_);
+  e2e_.observe(s);
+}
+void Metrics::count_finished(const std::string& reason) {
+  std::lock_guard lk(mu_);
+  ++finished_[reason];
+}
+
+std::string Metrics::render(const std::string& model_name) const {
+  std::lock_guard lk(mu_);
+  std::string out;
+  const std::string label = fmt::format("model_name=\"{}\"", model_name);
+  auto metric = [&](const char* name, const char* type, const char* help, double value) {
+    out += fmt::format("# HELP ssmserve:{} {}\n# TYPE ssmserve:{} {}\nssmserve:{}{{{}}} {}\n", name, help, name, type, name, label, value);
+  };
+  metric("num_requests_running", "gauge", "Requests in the running batch.", gauges_.num_requests_running);
+  metric("num_requests_waiting", "gauge", "Requests waiting to be scheduled.", gauges_.num_requests_waiting);
+  metric("state_blocks_used", "gauge", "Recurrent-state blocks held by requests.", gauges_.state_blocks_used);
+  metric("state_blocks_total", "gauge", "Recurrent-state blocks that can be handed out (null block excluded).",
+         gauges_.state_blocks_total);
+  metric("state_cache_usage_perc", "gauge", "Fraction of state blocks in use (vLLM's kv_cache_usage_perc).",
+         gauges_.state_blocks_total ? static_cast<double>(gauges_.state_blocks_used) / gauges_.state_blocks_total : 0.0);
+  metric("num_preemptions_total", "counter", "Cumulative preemptions.", gauges_.num_preemptions);
+  metric("prompt_tokens_total", "counter", "Prefilled prompt tokens.", static_cast<double>(prompt_tokens_));
+  metric("generation_tokens_total", "counter", "Generated tokens.", static_cast<double>(generation_tokens_));
+  out += "# HELP ssmserve:request_success_total Finished requests by finish reason.\n# TYPE ssmserve:request_success_total counter\n";
+  for (const char* reason : {"stop", "length", "abort"}) {
+    auto it = finished_.find(reason);
+    out += fmt::format("ssmserve:request_success_total{{{},finished_reason=\"{}\"}} {}\n", label, reason,
+                       it == finished_.end() ? 0 : it->second);
+  }
+  auto histogram = [&](const char* name, const char* help, const Histogram& h) {
+    out += fmt::format("# HELP ssmserve:{} {}\n# TYPE ssmserve:{} histogram\n", name, help, name);
+    for (size_t i = 0; i < h.bounds.size(); ++i)
+      out += fmt::format("ssmserve:{}_bucket{{{},le=\"{}\"}} {}\n", name, label, h.bounds[i], h.counts[i]);
+    out += fmt::format("ssmserve:{}_bucket{{{},le=\"+Inf\"}} {}\n", name, label, h.count);
+    out += fmt::format("ssmserve:{}_sum{{{}}} {}\nssmserve:{}_count{{{}}} {}\n", name, label, h.sum, name, label, h.count);
+  };
+  histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.", ttft_);
+  histogram("inter_token_latency_seconds", "Time between consecutive generated tokens of a request.", itl_);
+  histogram("e2e_request_latency_seconds", "Time from arrival to the last token.", e2e_);
+  return out;
+}
+
+}  // namespace ssmserve::server

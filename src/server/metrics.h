@@ -1,0 +1,55 @@
+// Owns the server's metrics and their Prometheus text rendering (GET /metrics), with vLLM's metric meanings under
+// the `ssmserve:` prefix: request gauges, state-block usage, token counters, TTFT / inter-token histograms.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ssmserve::server {
+
+/// A cumulative Prometheus histogram: counts[i] = observations <= bounds[i] (plus +Inf = count). Seconds.
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;  // [bounds.size()], cumulative when rendered
+  double sum = 0.0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size(), 0) {}
+  void observe(double v);
+};
+
+/// Gauges set after every engine step.
+struct EngineGauges {
+  int num_requests_running = 0;
+  int num_requests_waiting = 0;   ///< the engine's waiting queue plus requests not yet handed to it
+  int state_blocks_used = 0;
+  int state_blocks_total = 0;     ///< blocks that can be handed out (the null block excluded)
+  int num_preemptions = 0;        ///< cumulative
+};
+
+/// Thread-safe metrics store: the engine thread records, HTTP handlers render.
+class Metrics {
+ public:
+  Metrics();
+  void set_gauges(const EngineGauges& g);
+  EngineGauges gauges() const;
+  void add_prompt_tokens(uint64_t n);
+  void add_generation_tokens(uint64_t n);
+  void observe_ttft(double seconds);
+  void observe_itl(double seconds);
+  void observe_e2e(double seconds);
+  /// Counts a finished request by finish reason ("stop", "length", "abort").
+  void count_finished(const std::string& reason);
+  /// The Prometheus text exposition (version 0.0.4) of everything above, labelled with model_name.
+  std::string render(const std::string& model_name) const;
+
+ private:
+  mutable std::mutex mu_;
+  EngineGauges gauges_;
+  uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  Histogram ttft_, itl_, e2e_;
+  std::map<std::string, uint64_t> finished_;
+};
+
+}  // namespace ssmserve::server

@@ -1,0 +1,247 @@
+// Owns the OpenAI request parsing (see protocol.h).
+#include "server/protocol.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace ssmserve::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::string: return "string";
+    case json::value_t::array: return "array";
+    case json::value_t::object: return "object";
+    case json::value_t::number_float: return "number";
+    default: return "integer";
+  }
+}
+
+/// The value of `key` when present and not null.
+const json* field(const json& body, const char* key) {
+  auto it = body.find(key);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+/// An integer in [lo, hi]: JSON integers, or floats with an integral value (pydantic's lax mode).
+long long as_int(const json& v, const std::string& name, long long lo, long long hi) {
+  long long x = 0;
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<unsigned long long>();
+    if (u > static_cast<unsigned long long>(std::numeric_limits<long long>::max())) bad_request(name, name + " is too large");
+    x = static_cast<long long>(u);
+  } else if (v.is_number_integer()) {
+    x = v.get<long long>();
+  } else if (v.is_number_float() && std::isfinite(v.get<double>()) && std::floor(v.get<double>()) == v.get<double>() &&
+             std::fabs(v.get<double>()) < 9e18) {
+    x = static_cast<long long>(v.get<double>());
+  } else {
+    bad_request(name, fmt::format("{} must be an integer (got {})", name, type_name(v)));
+  }
+  if (x < lo || x > hi) bad_request(name, fmt::format("{} must be in [{}, {}] (got {})", name, lo, hi, x));
+  return x;
+}
+
+double as_number(const json& v, const std::string& name) {
+  if (!v.is_number()) bad_request(name, fmt::format("{} must be a number (got {})", name, type_name(v)));
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) bad_request(name, name + " must be finite");
+  return x;
+}
+
+bool as_bool(const json& v, const std::string& name) {
+  if (!v.is_boolean()) bad_request(name, fmt::format("{} must be a boolean (got {})", name, type_name(v)));
+  return v.get<bool>();
+}
+
+std::vector<int> as_token_ids(const json& v, const std::string& name) {
+  std::vector<int> ids;
+  ids.reserve(v.size());
+  for (const auto& e : v) ids.push_back(static_cast<int>(as_int(e, name, 0, std::numeric_limits<int>::max())));
+  return ids;
+}
+
+/// Sampling fields common to both endpoints (vLLM's names). Range checks that SamplingParams::validate also does
+/// are repeated here so the error names the OpenAI field.
+void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_key) {
+  SamplingParams& sp = r.params;
+  if (const json* v = field(b, "model")) {
+    if (!v->is_string()) bad_request("model", fmt::format("model must be a string (got {})", type_name(*v)));
+    r.model = v->get<std::string>();
+  }
+  const json* mt = field(b, max_tokens_key);
+  if (!mt && std::string(max_tokens_key) == "max_completion_tokens") mt = field(b, "max_tokens");
+  if (mt) {
+    sp.max_tokens = static_cast<int>(as_int(*mt, "max_tokens", 1, std::numeric_limits<int>::max()));
+    r.max_tokens_given = true;
+  }
+  if (const json* v = field(b, "temperature")) {
+    sp.temperature = as_number(*v, "temperature");
+    if (sp.temperature < 0) bad_request("temperature", fmt::format("temperature must be >= 0 (got {})", sp.temperature));
+  }
+  if (const json* v = field(b, "top_p")) {
+    sp.top_p = as_number(*v, "top_p");
+    if (!(sp.top_p > 0 && sp.top_p <= 1)) bad_request("top_p", fmt::format("top_p must be in (0, 1] (got {})", sp.top_p));
+  }
+  if (const json* v = field(b, "top_k")) sp.top_k = static_cast<int>(as_int(*v, "top_k", -1, std::numeric_limits<int>::max()));
+  if (const json* v = field(b, "min_p")) {
+    sp.min_p = as_number(*v, "min_p");
+    if (sp.min_p < 0 || sp.min_p > 1) bad_request("min_p", fmt::format("min_p must be in [0, 1] (got {})", sp.min_p));
+  }
+  if (const json* v = field(b, "seed")) sp.seed = static_cast<uint64_t>(as_int(*v, "seed", 0, std::numeric_limits<long long>::max()));
+  for (const char* k : {"presence_penalty", "frequency_penalty"})
+    if (const json* v = field(b, k)) {
+      const double x = as_number(*v, k);
+      if (x < -2 || x > 2) bad_request(k, fmt::format("{} must be in [-2, 2] (got {})", k, x));
+      (std::string(k) == "presence_penalty" ? sp.presence_penalty : sp.frequency_penalty) = x;
+    }
+  if (const json* v = field(b, "repetition_penalty")) {
+    sp.repetition_penalty = as_number(*v, "repetition_penalty");
+    if (sp.repetition_penalty <= 0) bad_request("repetition_penalty", "repetition_penalty must be > 0");
+  }
+  if (const json* v = field(b, "n")) sp.n = static_cast<int>(as_int(*v, "n", 1, kMaxN));
+  if (const json* v = field(b, "best_of")) {
+    if (as_int(*v, "best_of", 1, kMaxN) != sp.n) bad_request("best_of", "best_of must equal n (beam search is not supported)");
+  }
+  if (const json* v = field(b, "stop")) {
+    if (v->is_string()) {
+      sp.stop = {v->get<std::string>()};
+    } else if (v->is_array()) {
+      if (v->size() > 64) bad_request("stop", "at most 64 stop strings");
+      for (const auto& s : *v) {
+        if (!s.is_string()) bad_request("stop", "stop must be a string or a list of strings");
+        sp.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad_request("stop", fmt::format("stop must be a string or a list of strings (got {})", type_name(*v)));
+    }
+    for (const auto& s : sp.stop)
+      if (s.empty()) bad_request("stop", "stop strings must not be empty");
+  }
+  if (const json* v = field(b, "stop_token_ids")) {
+    if (!v->is_array()) bad_request("stop_token_ids", "stop_token_ids must be a list of integers");
+    sp.stop_token_ids = as_token_ids(*v, "stop_token_ids");
+  }
+  if (const json* v = field(b, "ignore_eos")) sp.ignore_eos = as_bool(*v, "ignore_eos");
+  if (const json* v = field(b, "min_tokens")) sp.min_tokens = static_cast<int>(as_int(*v, "min_tokens", 0, std::numeric_limits<int>::max()));
+  if (const json* v = field(b, "skip_special_tokens")) sp.skip_special_tokens = as_bool(*v, "skip_special_tokens");
+  if (const json* v = field(b, "include_stop_str_in_output")) sp.include_stop_str_in_output = as_bool(*v, "include_stop_str_in_output");
+  if (const json* v = field(b, "stream")) r.stream = as_bool(*v, "stream");
+  if (const json* v = field(b, "stream_options")) {
+    if (!v->is_object()) bad_request("stream_options", "stream_options must be an object");
+    if (!r.stream) bad_request("stream_options", "stream_options is only allowed when stream is true");
+    if (const json* u = field(*v, "include_usage")) r.include_usage = as_bool(*u, "stream_options.include_usage");
+  }
+}
+
+void check_body(const json& b) {
+  if (!b.is_object()) bad_request("", "the request body must be a JSON object");
+}
+
+}  // namespace
+
+nlohmann::ordered_json parse_body(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    bad_request("", fmt::format("the request body is not valid JSON: {}", e.what()));
+  }
+  check_body(j);
+  return j;
+}
+
+CompletionRequest parse_completion_request(const json& b) {
+  check_body(b);
+  CompletionRequest r;
+  parse_common(b, r, "max_tokens");
+  if (!r.max_tokens_given) r.params.max_tokens = 16;  // OpenAI's completions default
+  const json* p = field(b, "prompt");
+  if (!p) bad_request("prompt", "prompt is required");
+  auto text_prompt = [&](const json& s) {
+    PromptInput in;
+    in.text = s.get<std::string>();
+    if (in.text.empty()) bad_request("prompt", "the prompt is empty");
+    r.prompts.push_back(std::move(in));
+  };
+  auto id_prompt = [&](const json& a) {
+    PromptInput in;
+    in.is_tokens = true;
+    in.token_ids = as_token_ids(a, "prompt");
+    if (in.token_ids.empty()) bad_request("prompt", "the prompt is empty");
+    r.prompts.push_back(std::move(in));
+  };
+  if (p->is_string()) {
+    text_prompt(*p);
+  } else if (p->is_array()) {
+    if (p->empty()) bad_request("prompt", "the prompt is empty");
+    const json& first = p->front();
+    if (first.is_number()) {
+      id_prompt(*p);
+    } else {
+      if (p->size() > static_cast<size_t>(kMaxPromptsPerRequest))
+        bad_request("prompt", fmt::format("at most {} prompts per request", kMaxPromptsPerRequest));
+      for (const auto& e : *p) {
+        if (e.is_string()) text_prompt(e);
+        else if (e.is_array()) id_prompt(e);
+        else bad_request("prompt", "prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids");
+      }
+    }
+  } else {
+    bad_request("prompt", fmt::format("prompt must be a string or a list (got {})", type_name(*p)));
+  }
+  if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");
+  if (const json* v = field(b, "logprobs")) r.params.logprobs = static_cast<int>(as_int(*v, "logprobs", 0, kMaxLogprobs));
+  if (const json* v = field(b, "suffix")) bad_request("suffix", "suffix is not supported");
+  return r;
+}
+
+ChatRequest parse_chat_request(const json& b) {
+  check_body(b);
+  ChatRequest r;
+  parse_common(b, r, "max_completion_tokens");
+  const json* m = field(b, "messages");
+  if (!m || !m->is_array() || m->empty()) bad_request("messages", "messages must be a non-empty list");
+  r.messages = json::array();
+  for (const auto& msg : *m) {
+    if (!msg.is_object()) bad_request("messages", "each message must be an object");
+    const json* role = field(msg, "role");
+    if (!role || !role->is_string()) bad_request("messages", "each message needs a string role");
+    json out = msg;
+    const json* c = field(msg, "content");
+    std::string content;
+    if (!c) {
+      content = "";
+    } else if (c->is_string()) {
+      content = c->get<std::string>();
+    } else if (c->is_array()) {  // [{"type": "text", "text": "..."}]: text parts joined with newlines (vLLM)
+      for (const auto& part : *c) {
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          bad_request("messages", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+        if (!content.empty()) content += "\n";
+        content += part["text"].get<std::string>();
+      }
+    } else {
+      bad_request("messages", fmt::format("message content must be a string or a list of parts (got {})", type_name(*c)));
+    }
+    out["content"] = content;
+    r.messages.push_back(std::move(out));
+  }
+  if (const json* v = field(b, "add_generation_prompt")) r.add_generation_prompt = as_bool(*v, "add_generation_prompt");
+  if (const json* v = field(b, "logprobs")) r.logprobs = as_bool(*v, "logprobs");
+  if (const json* v = field(b, "top_logprobs")) {
+    r.top_logprobs = static_cast<int>(as_int(*v, "top_logprobs", 0, kMaxLogprobs));
+    if (!r.logprobs) bad_request("top_logprobs", "top_logprobs needs logprobs = true");
+  }
+  if (r.logprobs) r.params.logprobs = r.top_logprobs;
+  return r;
+}
+
+}  // namespace ssmserve::server

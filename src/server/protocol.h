@@ -1,0 +1,61 @@
+// Owns the OpenAI request protocol: parsing and type-checking /v1/completions and /v1/chat/completions bodies
+// into engine terms (prompts + SamplingParams), with vLLM's field names, defaults and limits. Everything a client
+// can send ends either in a parsed request or in an ApiError (400) naming the field.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "server/api_error.h"
+
+namespace ssmserve::server {
+
+/// Most choices one request may ask for (n); keeps a single request from flooding the engine.
+inline constexpr int kMaxN = 16;
+/// Most prompts in one /v1/completions batch.
+inline constexpr int kMaxPromptsPerRequest = 1024;
+
+/// One prompt: text, or token ids (`is_tokens`).
+struct PromptInput {
+  std::string text;
+  std::vector<int> token_ids;
+  bool is_tokens = false;
+};
+
+/// Fields shared by both endpoints.
+struct GenerationRequest {
+  std::optional<std::string> model;   ///< "model"; unset = the served model
+  SamplingParams params;               ///< with params.max_tokens meaningful only when max_tokens_given
+  bool max_tokens_given = false;
+  bool stream = false;
+  bool include_usage = false;          ///< stream_options.include_usage
+};
+
+/// POST /v1/completions.
+struct CompletionRequest : GenerationRequest {
+  std::vector<PromptInput> prompts;    ///< "prompt": string, [string], [int] or [[int]]
+  bool echo = false;
+};
+
+/// POST /v1/chat/completions.
+struct ChatRequest : GenerationRequest {
+  nlohmann::ordered_json messages;             ///< [{"role", "content"}...], content already flattened to a string
+  bool add_generation_prompt = true;
+  bool logprobs = false;               ///< chat's logprobs is a bool; top_logprobs gives the count
+  int top_logprobs = 0;
+};
+
+/// Parses a completions body. Throws ApiError 400 naming the field for a wrong type or value out of range
+/// (max_tokens < 1, temperature < 0, top_p outside (0, 1], n outside [1, kMaxN], empty prompt, ...).
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body);
+/// Parses a chat completions body (messages: non-empty array of {"role": string, "content": string | null |
+/// [{"type": "text", "text": string}]}). Throws ApiError 400 like parse_completion_request.
+ChatRequest parse_chat_request(const nlohmann::ordered_json& body);
+/// Parses a request body as JSON; throws ApiError 400 for invalid JSON (including ill-formed UTF-8) or a
+/// non-object.
+nlohmann::ordered_json parse_body(const std::string& body);
+
+}  // namespace ssmserve::server

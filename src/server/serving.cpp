@@ -1,0 +1,193 @@
+// Owns the OpenAI response rendering of a generation job (see serving.h).
+#include "server/serving.h"
+
+#include <algorithm>
+
+namespace ssmserve::server {
+
+using nlohmann::json;
+
+json stop_reason_json(const CompletionOutput& c) {
+  if (!c.stop_reason.empty()) return c.stop_reason;
+  if (c.stop_reason_token) return *c.stop_reason_token;
+  return nullptr;
+}
+
+ResponseBuilder::ResponseBuilder(std::shared_ptr<GenerationJob> job) : job_(std::move(job)) {
+  const size_t choices = job_->request_ids.size();
+  last_.resize(choices);
+  sent_logprobs_.assign(choices, 0);
+  sent_chars_.assign(choices, 0);
+}
+
+std::string ResponseBuilder::token_text(int id) const {
+  if (!job_->tokenizer) return "";
+  const int ids[1] = {id};
+  return job_->tokenizer->decode(ids);
+}
+
+json ResponseBuilder::chunk(json choice) const {
+  return {{"id", job_->id},
+          {"object", job_->chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", job_->created},
+          {"model", job_->model},
+          {"choices", json::array({std::move(choice)})}};
+}
+
+json ResponseBuilder::completion_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from,
+                                          size_t text_offset) const {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  for (size_t t = from; t < lps.size(); ++t) {
+    const auto& entry = lps[t];
+    if (entry.empty()) continue;
+    const std::string tok = token_text(entry[0].id);
+    tokens.push_back(tok);
+    token_lps.push_back(entry[0].logprob);
+    json top = json::object();
+    for (const auto& e : entry) top[token_text(e.id)] = e.logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += tok.size();
+  }
+  return {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};
+}
+
+json ResponseBuilder::chat_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from) const {
+  json content = json::array();
+  auto bytes = [](const std::string& s) {
+    json b = json::array();
+    for (unsigned char c : s) b.push_back(static_cast<int>(c));
+    return b;
+  };
+  for (size_t t = from; t < lps.size(); ++t) {
+    const auto& entry = lps[t];
+    if (entry.empty()) continue;
+    const std::string tok = token_text(entry[0].id);
+    // entry = [sampled, top-k without the sampled token]: sorted, its first k are the distribution's top-k.
+    std::vector<TokenLogprob> ranked(entry.begin(), entry.end());
+    std::stable_sort(ranked.begin(), ranked.end(), [](const TokenLogprob& a, const TokenLogprob& b) { return a.logprob > b.logprob; });
+    ranked.resize(std::min(ranked.size(), static_cast<size_t>(job_->logprobs.value_or(0))));
+    json top = json::array();
+    for (const auto& t2 : ranked) {
+      const std::string s = token_text(t2.id);
+      top.push_back({{"token", s}, {"logprob", t2.logprob}, {"bytes", bytes(s)}});
+    }
+    content.push_back({{"token", tok}, {"logprob", entry[0].logprob}, {"bytes", bytes(tok)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+std::vector<json> ResponseBuilder::opening_chunks() {
+  std::vector<json> out;
+  for (size_t i = 0; i < last_.size(); ++i) {
+    const int idx = static_cast<int>(i);
+    if (job_->chat) {
+      out.push_back(chunk({{"index", idx}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                           {"finish_reason", nullptr}}));
+    } else if (job_->echo) {
+      const std::string& text = job_->prompts[i / job_->n].text;
+      out.push_back(chunk({{"index", idx}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"stop_reason", nullptr}}));
+      sent_chars_[i] = text.size();
+    }
+  }
+  return out;
+}
+
+std::vector<json> ResponseBuilder::on_output(int index, const RequestOutput& out) {
+  std::vector<json> chunks;
+  if (index < 0 || static_cast<size_t>(index) >= last_.size() || out.outputs.empty()) return chunks;
+  const bool was_finished = last_[index] && last_[index]->finished;
+  last_[index] = out;
+  if (out.finished && !was_finished) ++num_finished_;
+  if (!job_->stream) return chunks;
+  const CompletionOutput& c = out.outputs[0];
+  json lp = nullptr;
+  if (job_->logprobs && c.logprobs.size() > sent_logprobs_[index]) {
+    lp = job_->chat ? chat_logprobs(c.logprobs, sent_logprobs_[index]) : completion_logprobs(c.logprobs, sent_logprobs_[index], sent_chars_[index]);
+    sent_logprobs_[index] = c.logprobs.size();
+  }
+  sent_chars_[index] += out.delta_text.size();
+  if (out.delta_text.empty() && lp.is_null() && !out.finished) return chunks;
+  const json finish = out.finished ? json(std::string(finish_reason_name(c.finish_reason))) : json(nullptr);
+  const json stop = out.finished ? stop_reason_json(c) : json(nullptr);
+  if (job_->chat) {
+    json delta = json::object();
+    if (!out.delta_text.empty() || !out.finished) delta["content"] = out.delta_text;
+    chunks.push_back(chunk({{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
+  } else {
+    chunks.push_back(chunk({{"index", index}, {"text", out.delta_text}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
+  }
+  return chunks;
+}
+
+json ResponseBuilder::usage() const {
+  long long prompt = 0, completion = 0;
+  for (const auto& p : job_->prompts) prompt += static_cast<long long>(p.token_ids.size());
+  for (const auto& o : last_)
+    if (o && !o->outputs.empty()) completion += static_cast<long long>(o->outputs[0].token_ids.size());
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+json ResponseBuilder::usage_chunk() const {
+  return {{"id", job_->id},
+          {"object", job_->chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", job_->created},
+          {"model", job_->model},
+          {"choices", json::array()},
+          {"usage", usage()}};
+}
+
+json ResponseBuilder::final_response() const {
+  json choices = json::array();
+  for (size_t i = 0; i < last_.size(); ++i) {
+    if (!last_[i] || last_[i]->outputs.empty()) continue;
+    const RequestOutput& o = *last_[i];
+    const CompletionOutput& c = o.outputs[0];
+    const json finish = std::string(finish_reason_name(c.finish_reason));
+    if (job_->chat) {
+      json lp = job_->logprobs ? chat_logprobs(c.logprobs, 0) : json(nullptr);
+      choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.text}}}, {"logprobs", lp},
+                         {"finish_reason", finish}, {"stop_reason", stop_reason_json(c)}});
+      continue;
+    }
+    const ReadyPrompt& p = job_->prompts[i / job_->n];
+    std::string text = job_->echo ? p.text + c.text : c.text;
+    json lp = nullptr;
+    if (job_->logprobs) {
+      lp = completion_logprobs(c.logprobs, 0, job_->echo ? p.text.size() : 0);
+      if (job_->echo && !o.prompt_logprobs.empty()) {  // prompt tokens first: the first has no logprob
+        json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+        size_t off = 0;
+        for (size_t t = 0; t < p.token_ids.size(); ++t) {
+          const std::string tok = token_text(p.token_ids[t]);
+          tokens.push_back(tok);
+          offsets.push_back(off);
+          off += tok.size();
+          const auto& e = t < o.prompt_logprobs.size() ? o.prompt_logprobs[t] : std::nullopt;
+          if (!e) {
+            token_lps.push_back(nullptr), tops.push_back(nullptr);
+            continue;
+          }
+          token_lps.push_back(e->token_logprob);
+          json top = json::object();
+          top[tok] = e->token_logprob;
+          for (const auto& t2 : e->top) top[token_text(t2.id)] = t2.logprob;
+          tops.push_back(std::move(top));
+        }
+        for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+          for (auto& v : lp[k]) (std::string(k) == "tokens" ? tokens : std::string(k) == "token_logprobs" ? token_lps
+                                 : std::string(k) == "top_logprobs" ? tops : offsets).push_back(v);
+        lp = {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};
+      }
+    }
+    choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop_reason_json(c)}});
+  }
+  return {{"id", job_->id},
+          {"object", job_->chat ? "chat.completion" : "text_completion"},
+          {"created", job_->created},
+          {"model", job_->model},
+          {"choices", choices},
+          {"usage", usage()}};
+}
+
+}  // namespace ssmserve::server

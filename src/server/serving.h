@@ -1,0 +1,70 @@
+// Owns one generation request's life in the server: prompts -> engine requests (n per prompt), and the engine's
+// outputs -> OpenAI completion / chat responses, whole or as SSE chunks (vLLM's serving_completion.py /
+// serving_chat.py).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/async_engine.h"
+
+namespace ssmserve::server {
+
+/// A prompt ready for the engine: its text (for echo; decoded when the client sent ids) and token ids.
+struct ReadyPrompt {
+  std::string text;
+  std::vector<int> token_ids;
+};
+
+/// Everything the response needs about one accepted request.
+struct GenerationJob {
+  bool chat = false;
+  std::string id;                    ///< "cmpl-..." / "chatcmpl-..."
+  long long created = 0;             ///< unix seconds
+  std::string model;
+  std::vector<ReadyPrompt> prompts;
+  int n = 1;
+  bool stream = false, include_usage = false, echo = false;
+  std::optional<int> logprobs;       ///< completions: top-k count; chat: top_logprobs when logprobs = true
+  std::vector<std::string> request_ids;  ///< [prompts.size() * n], choice index = prompt * n + i
+  std::shared_ptr<OutputChannel> channel;
+  const Tokenizer* tokenizer = nullptr;
+};
+
+/// Accumulates a job's outputs and renders them. Not thread-safe (one HTTP handler owns it).
+class ResponseBuilder {
+ public:
+  explicit ResponseBuilder(std::shared_ptr<GenerationJob> job);
+  /// Takes one engine output (index = choice index). Returns the SSE chunk objects it produces (streaming).
+  std::vector<nlohmann::json> on_output(int index, const RequestOutput& out);
+  /// SSE chunks to send before any output (chat: the assistant role; echo: the prompt text).
+  std::vector<nlohmann::json> opening_chunks();
+  bool all_finished() const { return num_finished_ == static_cast<int>(last_.size()); }
+  /// The whole non-streaming response body (call when all_finished()).
+  nlohmann::json final_response() const;
+  /// The usage object {prompt_tokens, completion_tokens, total_tokens}.
+  nlohmann::json usage() const;
+  /// The streaming usage chunk (choices: []).
+  nlohmann::json usage_chunk() const;
+  const GenerationJob& job() const { return *job_; }
+
+ private:
+  nlohmann::json chunk(nlohmann::json choice) const;
+  nlohmann::json completion_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from, size_t text_offset) const;
+  nlohmann::json chat_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from) const;
+  std::string token_text(int id) const;
+
+  std::shared_ptr<GenerationJob> job_;
+  std::vector<std::optional<RequestOutput>> last_;  // [choices] latest cumulative output
+  std::vector<size_t> sent_logprobs_;               // [choices] logprob entries already streamed
+  std::vector<size_t> sent_chars_;                  // [choices] text bytes already streamed
+  int num_finished_ = 0;
+};
+
+/// vLLM's stop_reason: the matched stop string, the stop_token_ids entry, or null.
+nlohmann::json stop_reason_json(const CompletionOutput& c);
+
+}  // namespace ssmserve::server

@@ -1,0 +1,42 @@
+# /v1/chat/completions through the `openai` client: the plain default template (the bundled model has none), greedy
+# output equal to a completion of the rendered prompt, streaming equal to non-streaming.
+try:
+    import httpx
+except ImportError:  # openai >= 3 depends on the httpx2 fork
+    import httpx2 as httpx
+
+from conftest import MODEL_NAME
+
+MESSAGES = [{"role": "system", "content": "You are a scribe."}, {"role": "user", "content": "Tell me of the flood."}]
+RENDERED = "System: You are a scribe.\nUser: Tell me of the flood.\nAssistant:"
+
+
+def test_default_template_rendering(server):
+    t = httpx.post(server.base_url + "/tokenize", json={"messages": MESSAGES}).json()
+    d = httpx.post(server.base_url + "/detokenize", json={"tokens": t["tokens"]}).json()
+    assert d["prompt"] == RENDERED
+
+
+def test_chat_equals_completion_of_rendered_prompt(client):
+    ref = client.completions.create(model=MODEL_NAME, prompt=RENDERED, max_tokens=20, temperature=0)
+    r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=20, temperature=0)
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content == ref.choices[0].text
+    assert r.object == "chat.completion" and r.usage.completion_tokens == ref.usage.completion_tokens
+
+
+def test_chat_stream(client):
+    ref = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=20, temperature=0)
+    chunks = list(client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=20, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == ref.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == ref.usage.completion_tokens
+
+
+def test_chat_logprobs(client):
+    r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=4, temperature=0, logprobs=True,
+                                       top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == 4 and all(len(c.top_logprobs) == 2 for c in content)

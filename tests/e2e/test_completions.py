@@ -1,0 +1,81 @@
+# /v1/completions, /v1/models, /tokenize, /detokenize through the real `openai` client: greedy outputs equal
+# `ssmserve generate`, streaming equals non-streaming, usage, logprobs, n, echo, stop strings.
+try:
+    import httpx
+except ImportError:  # openai >= 3 depends on the httpx2 fork
+    import httpx2 as httpx
+
+from conftest import MODEL_NAME, cli_generate
+
+PROMPTS = ["And the LORD said unto Moses,", "It is a truth universally acknowledged", "Call me Ishmael."]
+
+
+def test_models_and_health(server, client):
+    assert httpx.get(server.base_url + "/health").status_code == 200
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL_NAME]
+
+
+def test_greedy_equals_cli(client):
+    expected = cli_generate(PROMPTS, 24)
+    for prompt, ref in zip(PROMPTS, expected):
+        r = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=24, temperature=0)
+        assert r.choices[0].text == ref["text"]
+        assert r.choices[0].finish_reason == ref["finish_reason"]
+        assert r.usage.prompt_tokens == len(ref["prompt_token_ids"])
+        assert r.usage.completion_tokens == len(ref["token_ids"])
+
+
+def test_batch_prompt_list_and_token_ids(client):
+    expected = cli_generate(PROMPTS, 12)
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPTS, max_tokens=12, temperature=0)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert [c.text for c in r.choices] == [e["text"] for e in expected]
+    r = client.completions.create(model=MODEL_NAME, prompt=expected[0]["prompt_token_ids"], max_tokens=12, temperature=0)
+    assert r.choices[0].text == expected[0]["text"]
+
+
+def test_stream_equals_non_stream(client):
+    ref = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[1], max_tokens=32, temperature=0)
+    chunks = list(client.completions.create(model=MODEL_NAME, prompt=PROMPTS[1], max_tokens=32, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == ref.choices[0].text
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == [ref.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == ref.usage.completion_tokens
+
+
+def test_raw_sse_format(server):
+    with httpx.stream("POST", server.base_url + "/v1/completions",
+                      json={"prompt": "Hello", "max_tokens": 4, "temperature": 0, "stream": True}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in r.iter_lines() if line]
+    assert all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+
+
+def test_n_seed_logprobs_echo_stop(client):
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=8, temperature=0, n=2)
+    assert len(r.choices) == 2 and r.choices[0].text == r.choices[1].text
+    a = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=8, temperature=1.0, seed=7)
+    b = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=8, temperature=1.0, seed=7)
+    assert a.choices[0].text == b.choices[0].text
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=5, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == 5 and len(lp.token_logprobs) == 5 and all(x <= 0 for x in lp.token_logprobs)
+    assert "".join(lp.tokens) == r.choices[0].text
+    assert all(1 <= len(t) <= 4 for t in lp.top_logprobs)
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=5, temperature=0, echo=True)
+    assert r.choices[0].text.startswith(PROMPTS[0])
+    full = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=24, temperature=0).choices[0].text
+    stop = full[6:9]
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=24, temperature=0, stop=[stop])
+    assert r.choices[0].finish_reason == "stop" and r.choices[0].text == full[:full.index(stop)]
+
+
+def test_tokenize_detokenize(server):
+    t = httpx.post(server.base_url + "/tokenize", json={"model": MODEL_NAME, "prompt": "Hello world"}).json()
+    assert t["count"] == len(t["tokens"]) > 0
+    d = httpx.post(server.base_url + "/detokenize", json={"model": MODEL_NAME, "tokens": t["tokens"]}).json()
+    assert d["prompt"] == "Hello world"

@@ -1,0 +1,81 @@
+# Every bad request gets the right status and an OpenAI error body, and the server keeps serving.
+try:
+    import httpx
+except ImportError:  # openai >= 3 depends on the httpx2 fork
+    import httpx2 as httpx
+import pytest
+
+from conftest import MODEL_NAME
+
+BAD = [
+    # (raw body or JSON, status, param)
+    (b"{not json", 400, None),
+    (b'{"prompt": "\xff\xfe bad utf-8", "max_tokens": 4}', 400, None),
+    (b"[1, 2]", 400, None),
+    ({"prompt": 12}, 400, "prompt"),
+    ({"prompt": "hi", "max_tokens": "8"}, 400, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": -1}, 400, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": 0}, 400, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": 10 ** 9}, 400, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": 10 ** 30}, 400, "max_tokens"),
+    ({"prompt": "hi", "temperature": -0.5}, 400, "temperature"),
+    ({"prompt": "hi", "temperature": "hot"}, 400, "temperature"),
+    ({"prompt": "hi", "top_p": 0}, 400, "top_p"),
+    ({"prompt": "hi", "top_p": 1.5}, 400, "top_p"),
+    ({"prompt": "hi", "n": 0}, 400, "n"),
+    ({"prompt": "hi", "stop": 3}, 400, "stop"),
+    ({"prompt": "hi", "stream": "yes"}, 400, "stream"),
+    ({"prompt": "hi", "logprobs": 99}, 400, "logprobs"),
+    ({"prompt": ""}, 400, "prompt"),
+    ({"prompt": []}, 400, "prompt"),
+    ({"prompt": [[]]}, 400, "prompt"),
+    ({"prompt": [-1, 5]}, 400, "prompt"),
+    ({"prompt": [10 ** 7]}, 400, "prompt"),
+    ({"prompt": [1] * 9000, "max_tokens": 1}, 400, "prompt"),
+    ({"max_tokens": 3}, 400, "prompt"),
+    ({"prompt": "hi", "model": "gpt-4"}, 404, "model"),
+    ({"prompt": "hi", "model": 5}, 400, "model"),
+]
+
+
+@pytest.mark.parametrize("body,status,param", BAD)
+def test_bad_completion_request(server, body, status, param):
+    url = server.base_url + "/v1/completions"
+    r = httpx.post(url, content=body, headers={"content-type": "application/json"}) if isinstance(body, bytes) \
+        else httpx.post(url, json=body)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert err["code"] == status and err["param"] == param
+
+
+CHAT_BAD = [
+    ({"model": MODEL_NAME}, 400, "messages"),
+    ({"messages": []}, 400, "messages"),
+    ({"messages": [{"content": "hi"}]}, 400, "messages"),
+    ({"messages": [{"role": "user", "content": 5}]}, 400, "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3}, 400, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400, "top_logprobs"),
+    ({"messages": [{"role": "user", "content": "hi"}], "model": "nope"}, 404, "model"),
+]
+
+
+@pytest.mark.parametrize("body,status,param", CHAT_BAD)
+def test_bad_chat_request(server, body, status, param):
+    r = httpx.post(server.base_url + "/v1/chat/completions", json=body)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_unknown_route_and_openai_client_errors(server, client):
+    import openai
+
+    r = httpx.get(server.base_url + "/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "NotFoundError"
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL_NAME, prompt="hi", temperature=-1)
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="other", prompt="hi")
+    # Still serving after all of the above.
+    assert client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=2).usage.completion_tokens == 2
+    assert server.proc.poll() is None
