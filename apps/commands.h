@@ -19,6 +19,8 @@ using Runner = std::function<int()>;
 Runner add_generate(CLI::App& app);
 /// Adds `bench` (with `bench latency` and `bench throughput`) to `app`.
 Runner add_bench(CLI::App& app);
+/// Adds `serve` under the `bench` subcommand (a load generator for a running server, apps/cmd_bench_serve.cpp).
+Runner add_bench_serve(CLI::App& bench);
 /// Adds `serve` (the OpenAI-compatible HTTP server, apps/cmd_serve.cpp) to `app`.
 Runner add_serve(CLI::App& app);
 /// Adds `throughput` under the `bench` subcommand; the runner executes it (apps/cmd_bench_throughput.cpp).

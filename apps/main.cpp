@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
   cli::Runner generate = cli::add_generate(app);
   cli::Runner bench = cli::add_bench(app);
   cli::Runner serve = cli::add_serve(app);
+  cli::Runner bench_serve = cli::add_bench_serve(*app.get_subcommand("bench"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -117,6 +118,7 @@ int main(int argc, char** argv) {
   try {
     int rc = 0;
     if (app.got_subcommand("generate")) rc = generate();
+    else if (app.got_subcommand("bench") && app.get_subcommand("bench")->got_subcommand("serve")) rc = bench_serve();
     else if (app.got_subcommand("bench")) rc = bench();
     else if (app.got_subcommand("serve")) rc = serve();
     check_stdout();

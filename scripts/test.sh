@@ -11,9 +11,18 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
-# End-to-end server tests: `ssmserve serve` driven by the real `openai` client (pytest, tests/e2e/).
+# End-to-end tests (pytest, tests/e2e/): `ssmserve serve` driven by the real `openai` client, `bench serve`, and the
+# Python package, built by `pip install .` (engine libraries + module only, Release).
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai pytest
+CMAKE_BUILD_PARALLEL_LEVEL="$jobs" python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore .
 SSMSERVE_BINARY="$PWD/build/ssmserve" python3 -m pytest -q tests/e2e
+
+# Request-parser fuzzing for a bounded time: libFuzzer with clang, else a mutation driver; both under ASan + UBSan.
+fuzz_cxx=$(command -v clang++ || command -v c++)
+cmake -S tests/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER="$fuzz_cxx" -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build-fuzz -j"$jobs"
+rm -rf build-fuzz/corpus && cp -r tests/fuzz/corpus build-fuzz/corpus  # libFuzzer adds to the corpus it is given
+./build-fuzz/fuzz_request -max_total_time="${SSMSERVE_FUZZ_SECONDS:-30}" -max_len=4096 -timeout=10 -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -3
 
 # Hostile-input tests under sanitizers: a corrupt checkpoint or config must end in a clear error, never a signal.
 # Builds the checkpoint/config/CLI tests, the binary the CLI tests run, and any other test executable that defines

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "config/hf_json.h"
 #include "core/error.h"
 
 namespace ssmserve::server {
@@ -149,6 +150,11 @@ void check_body(const json& b) {
 nlohmann::ordered_json parse_body(const std::string& body) {
   json j;
   try {
+    check_json_depth(body, "the request body");  // before parsing: deep nesting must not exhaust the stack
+  } catch (const Error& e) {
+    bad_request("", e.what());
+  }
+  try {
     j = json::parse(body);
   } catch (const json::exception& e) {
     bad_request("", fmt::format("the request body is not valid JSON: {}", e.what()));
@@ -198,7 +204,7 @@ CompletionRequest parse_completion_request(const json& b) {
   }
   if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");
   if (const json* v = field(b, "logprobs")) r.params.logprobs = static_cast<int>(as_int(*v, "logprobs", 0, kMaxLogprobs));
-  if (const json* v = field(b, "suffix")) bad_request("suffix", "suffix is not supported");
+  if (field(b, "suffix")) bad_request("suffix", "suffix is not supported");
   return r;
 }
 

@@ -1,0 +1,286 @@
+// Owns `ssmserve bench serve`: a load generator for a running OpenAI-compatible server (vLLM's `bench serve`).
+// Requests arrive as a Poisson process (--request-rate, inf = all at once), each streams its completion (SSE);
+// reports request / token throughput and TTFT, TPOT, ITL and end-to-end latency (mean, median, p99).
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <semaphore>
+#include <thread>
+
+#include "apps/commands.h"
+#include "core/error.h"
+
+namespace ssmserve::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct BenchServeArgs {
+  std::string base_url = "http://127.0.0.1:8000";
+  std::string endpoint = "/v1/completions";
+  std::string model;           ///< empty = the first id of GET /v1/models
+  std::string dataset = "random";
+  int num_prompts = 100;
+  double request_rate = std::numeric_limits<double>::infinity();
+  int max_concurrency = 0;
+  int input_len = 128;
+  int output_len = 128;
+  long long seed = 0;
+  std::string output_json;
+};
+
+/// One request's measurements.
+struct RequestResult {
+  bool ok = false;
+  std::string error;
+  int prompt_tokens = 0, output_tokens = 0;
+  double ttft = 0, latency = 0;
+  std::vector<double> itl;     ///< gaps between consecutive content chunks
+};
+
+struct Url {
+  std::string scheme_host_port;
+  std::string path_prefix;
+};
+
+Url split_url(const std::string& url) {
+  SSM_CHECK(url.rfind("http://", 0) == 0, "--base-url must start with http:// (got \"{}\")", url);
+  const size_t slash = url.find('/', 7);
+  Url u{slash == std::string::npos ? url : url.substr(0, slash), slash == std::string::npos ? "" : url.substr(slash)};
+  while (!u.path_prefix.empty() && u.path_prefix.back() == '/') u.path_prefix.pop_back();
+  return u;
+}
+
+/// Prompts: JSONL records ("prompt" or "text"), or random token ids in [100, 10000) of --input-len tokens.
+std::vector<json> make_prompts(const BenchServeArgs& a) {
+  std::vector<json> prompts;
+  if (a.dataset == "random") {
+    std::mt19937_64 rng(static_cast<uint64_t>(a.seed));
+    std::uniform_int_distribution<int> tok(100, 9999);
+    for (int i = 0; i < a.num_prompts; ++i) {
+      json ids = json::array();
+      for (int t = 0; t < a.input_len; ++t) ids.push_back(tok(rng));
+      prompts.push_back(std::move(ids));
+    }
+    return prompts;
+  }
+  std::ifstream in(a.dataset);
+  SSM_CHECK(in, "{}: cannot open the dataset", a.dataset);
+  std::string line;
+  for (int lineno = 1; static_cast<int>(prompts.size()) < a.num_prompts && std::getline(in, line); ++lineno) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::exception& e) {
+      fail("{}:{}: invalid JSON ({})", a.dataset, lineno, e.what());
+    }
+    const char* key = j.is_object() && j.contains("text") ? "text" : "prompt";
+    SSM_CHECK(j.is_object() && j.contains(key) && j[key].is_string() && !j[key].get<std::string>().empty(),
+              "{}:{}: each line must be an object with a non-empty string \"text\" or \"prompt\"", a.dataset, lineno);
+    prompts.push_back(j[key]);
+  }
+  SSM_CHECK(!prompts.empty(), "{}: the dataset has no records", a.dataset);
+  for (size_t i = 0; prompts.size() < static_cast<size_t>(a.num_prompts); ++i) prompts.push_back(prompts[i]);  // cycle
+  return prompts;
+}
+
+/// Sends one streaming completion and measures it.
+RequestResult run_request(const Url& url, const std::string& path, const std::string& model, const json& prompt, int max_tokens) {
+  RequestResult r;
+  httplib::Client cli(url.scheme_host_port);
+  cli.set_connection_timeout(30);
+  cli.set_read_timeout(600);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = url.path_prefix + path;
+  const json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0.0},
+                     {"ignore_eos", true}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string buf, error_body;
+  const auto start = Clock::now();
+  auto last = start;
+  bool first = true;
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    buf.append(data, len);
+    for (size_t end; (end = buf.find("\n\n")) != std::string::npos; buf.erase(0, end + 2)) {
+      const std::string ev = buf.substr(0, end);
+      if (ev.rfind("data: ", 0) != 0) continue;
+      const std::string payload = ev.substr(6);
+      if (payload == "[DONE]") continue;
+      const json j = json::parse(payload, nullptr, false);
+      if (j.is_discarded()) continue;
+      if (j.contains("error")) error_body = payload;
+      if (j.contains("usage") && j["usage"].is_object()) {
+        r.prompt_tokens = j["usage"].value("prompt_tokens", 0);
+        r.output_tokens = j["usage"].value("completion_tokens", 0);
+      }
+      if (!j.contains("choices") || j["choices"].empty() || !j["choices"][0].contains("text")) continue;
+      if (j["choices"][0]["text"].get<std::string>().empty()) continue;
+      const auto now = Clock::now();
+      if (first) r.ttft = std::chrono::duration<double>(now - start).count(), first = false;
+      else r.itl.push_back(std::chrono::duration<double>(now - last).count());
+      last = now;
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  const bool sent = cli.send(req, res, err);
+  r.latency = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!sent) r.error = "connection failed: " + httplib::to_string(err);
+  else if (res.status != 200) r.error = fmt::format("HTTP {}: {}", res.status, res.body.empty() ? buf : res.body);
+  else if (!error_body.empty()) r.error = error_body;
+  else if (first) r.error = "no tokens received";
+  r.ok = r.error.empty();
+  return r;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+/// Percentile p in [0, 100] with linear interpolation (numpy's default).
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos)), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+int run_bench_serve(BenchServeArgs& a) {
+  SSM_CHECK(a.num_prompts >= 1 && a.num_prompts <= 100000, "--num-prompts must be in [1, 100000] (got {})", a.num_prompts);
+  SSM_CHECK(a.request_rate > 0, "--request-rate must be > 0 (inf = all at once), got {}", a.request_rate);
+  SSM_CHECK(a.input_len >= 1 && a.input_len <= (1 << 20), "--input-len must be in [1, 2^20] (got {})", a.input_len);
+  SSM_CHECK(a.output_len >= 1 && a.output_len <= (1 << 20), "--output-len must be in [1, 2^20] (got {})", a.output_len);
+  SSM_CHECK(a.max_concurrency >= 0 && a.max_concurrency <= 100000, "--max-concurrency must be in [0, 100000]");
+  SSM_CHECK(a.seed >= 0, "--seed must be >= 0");
+  check_output_path(a.output_json);
+  const Url url = split_url(a.base_url);
+  if (a.model.empty()) {  // the server's (first) model
+    httplib::Client cli(url.scheme_host_port);
+    auto res = cli.Get(url.path_prefix + "/v1/models");
+    SSM_CHECK(res && res->status == 200, "cannot list the models at {}{}/v1/models (is the server running?)", url.scheme_host_port,
+              url.path_prefix);
+    const json j = json::parse(res->body, nullptr, false);
+    SSM_CHECK(!j.is_discarded() && j.contains("data") && !j["data"].empty(), "{}/v1/models returned no model", a.base_url);
+    a.model = j["data"][0]["id"].get<std::string>();
+  }
+  const std::vector<json> prompts = make_prompts(a);
+  // Poisson arrivals: exponential gaps of mean 1 / rate (all at t = 0 when the rate is infinite).
+  std::mt19937_64 rng(static_cast<uint64_t>(a.seed) + 1);
+  std::exponential_distribution<double> gap(std::isinf(a.request_rate) ? 1.0 : a.request_rate);
+  std::vector<double> arrivals(prompts.size(), 0.0);
+  for (size_t i = 1; i < arrivals.size(); ++i) arrivals[i] = arrivals[i - 1] + (std::isinf(a.request_rate) ? 0.0 : gap(rng));
+
+  std::cerr << fmt::format("bench serve: {} requests to {}{} (model {}), request rate {}, max concurrency {}\n", prompts.size(),
+                           a.base_url, a.endpoint, a.model, a.request_rate, a.max_concurrency ? std::to_string(a.max_concurrency) : "unlimited");
+  std::vector<RequestResult> results(prompts.size());
+  std::counting_semaphore<> slots(a.max_concurrency > 0 ? a.max_concurrency : static_cast<int>(prompts.size()));
+  std::vector<std::thread> threads;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i])));
+    slots.acquire();
+    threads.emplace_back([&, i] {
+      results[i] = run_request(url, a.endpoint, a.model, prompts[i], a.output_len);
+      slots.release();
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double duration = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  // Aggregate.
+  int completed = 0;
+  long long in_tokens = 0, out_tokens = 0;
+  std::vector<double> ttft, tpot, itl, e2e;
+  std::string first_error;
+  for (const auto& r : results) {
+    if (!r.ok) {
+      if (first_error.empty()) first_error = r.error;
+      continue;
+    }
+    ++completed;
+    in_tokens += r.prompt_tokens;
+    out_tokens += r.output_tokens;
+    ttft.push_back(r.ttft);
+    e2e.push_back(r.latency);
+    if (r.output_tokens > 1) tpot.push_back((r.latency - r.ttft) / (r.output_tokens - 1));
+    itl.insert(itl.end(), r.itl.begin(), r.itl.end());
+  }
+  const int failed = static_cast<int>(results.size()) - completed;
+  json out = {{"base_url", a.base_url}, {"model", a.model}, {"dataset", a.dataset}, {"num_prompts", a.num_prompts},
+              {"request_rate", std::isinf(a.request_rate) ? json("inf") : json(a.request_rate)}, {"max_concurrency", a.max_concurrency},
+              {"completed", completed}, {"failed", failed}, {"duration_s", duration}, {"total_input_tokens", in_tokens},
+              {"total_output_tokens", out_tokens}, {"request_throughput", completed / duration},
+              {"output_throughput", static_cast<double>(out_tokens) / duration},
+              {"total_token_throughput", static_cast<double>(in_tokens + out_tokens) / duration}};
+  auto stats = [&](const char* name, const std::vector<double>& v) {
+    out[fmt::format("mean_{}_ms", name)] = 1000 * mean(v);
+    out[fmt::format("median_{}_ms", name)] = 1000 * percentile(v, 50);
+    out[fmt::format("p99_{}_ms", name)] = 1000 * percentile(v, 99);
+  };
+  stats("ttft", ttft);
+  stats("tpot", tpot);
+  stats("itl", itl);
+  stats("e2el", e2e);
+  std::cout << "============ Serving Benchmark Result ============\n";
+  auto row = [](const std::string& k, const std::string& v) { std::cout << fmt::format("{:<40}{:>10}\n", k, v); };
+  row("Successful requests:", std::to_string(completed));
+  row("Failed requests:", std::to_string(failed));
+  row("Benchmark duration (s):", fmt::format("{:.2f}", duration));
+  row("Total input tokens:", std::to_string(in_tokens));
+  row("Total generated tokens:", std::to_string(out_tokens));
+  row("Request throughput (req/s):", fmt::format("{:.2f}", completed / duration));
+  row("Output token throughput (tok/s):", fmt::format("{:.2f}", out_tokens / duration));
+  row("Total token throughput (tok/s):", fmt::format("{:.2f}", (in_tokens + out_tokens) / duration));
+  for (const auto& [title, key] : std::vector<std::pair<std::string, std::string>>{
+           {"Time to First Token", "ttft"}, {"Time per Output Token (excl. 1st token)", "tpot"}, {"Inter-token Latency", "itl"},
+           {"End-to-end Latency", "e2el"}}) {
+    std::cout << fmt::format("{:-^50}\n", title);
+    for (const char* s : {"mean", "median", "p99"})
+      row(fmt::format("{} {} (ms):", std::string(s) == "p99" ? "P99" : std::string(1, static_cast<char>(std::toupper(s[0]))) + (s + 1),
+                      key == "e2el" ? "E2EL" : key == "ttft" ? "TTFT" : key == "tpot" ? "TPOT" : "ITL"),
+          fmt::format("{:.2f}", out[fmt::format("{}_{}_ms", s, key)].get<double>()));
+  }
+  std::cout << "==================================================" << std::endl;
+  if (!a.output_json.empty()) write_json_file(a.output_json, out);
+  if (failed > 0) {
+    std::cerr << "error: " << failed << " of " << results.size() << " requests failed; first: " << first_error << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench_serve(CLI::App& bench) {
+  auto a = std::make_shared<BenchServeArgs>();
+  CLI::App* cmd = bench.add_subcommand("serve", "Load a running server with Poisson arrivals; throughput, TTFT, TPOT, ITL");
+  cmd->add_option("--base-url", a->base_url, "Server URL")->capture_default_str();
+  cmd->add_option("--endpoint", a->endpoint, "Completions endpoint")->capture_default_str();
+  cmd->add_option("--model", a->model, "Model id to send (default: the server's first)");
+  cmd->add_option("--dataset", a->dataset, "JSONL file ({\"prompt\"} or {\"text\"} per line) or 'random'")->capture_default_str();
+  cmd->add_option("--num-prompts", a->num_prompts, "Requests to send")->capture_default_str();
+  cmd->add_option("--request-rate", a->request_rate, "Mean requests per second (Poisson); inf = all at once")->capture_default_str();
+  cmd->add_option("--max-concurrency", a->max_concurrency, "Most requests in flight (0 = no limit)")->capture_default_str();
+  cmd->add_option("--input-len", a->input_len, "Prompt tokens of random prompts")->capture_default_str();
+  cmd->add_option("--output-len", a->output_len, "max_tokens of every request (ignore_eos is set)")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the prompts and arrival times")->capture_default_str();
+  cmd->add_option("--output-json", a->output_json, "Also write the results as JSON to this file");
+  return [a] { return run_bench_serve(*a); };
+}
+
+}  // namespace ssmserve::cli

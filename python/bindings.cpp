@@ -1,0 +1,229 @@
+// Owns the Python bindings (module ssmserve._ssmserve): the offline engine API with vLLM's names. The engine runs
+// with the GIL released (generate, and each step of a stream), so other Python threads keep running.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+#include "engine/llm_engine.h"
+
+namespace py = pybind11;
+using namespace ssmserve;
+
+namespace {
+
+/// vLLM's Logprob: one candidate token's log-probability, its rank in the distribution, and its text.
+struct Logprob {
+  float logprob = 0.0f;
+  int rank = 0;
+  std::string decoded_token;
+};
+
+/// A prompt from Python: a string, a list of token ids, or {"prompt": str} / {"prompt_token_ids": [int]}.
+Request to_request(const py::handle& p) {
+  Request r;
+  if (py::isinstance<py::str>(p)) {
+    r.prompt = p.cast<std::string>();
+  } else if (py::isinstance<py::dict>(p)) {
+    auto d = p.cast<py::dict>();
+    if (d.contains("prompt_token_ids")) r.prompt_token_ids = d["prompt_token_ids"].cast<std::vector<int>>();
+    else if (d.contains("prompt")) r.prompt = d["prompt"].cast<std::string>();
+    else throw py::value_error("a prompt dict needs \"prompt\" or \"prompt_token_ids\"");
+  } else {
+    r.prompt_token_ids = p.cast<std::vector<int>>();
+  }
+  return r;
+}
+
+/// Python-facing output: the C++ RequestOutput with logprobs as vLLM's list[dict[int, Logprob]].
+py::object logprobs_to_py(const LLMEngine& eng, const std::vector<std::vector<TokenLogprob>>& lps) {
+  py::list out;
+  const Tokenizer* tok = eng.tokenizer();
+  for (const auto& entry : lps) {
+    std::vector<TokenLogprob> ranked(entry.begin(), entry.end());
+    std::stable_sort(ranked.begin(), ranked.end(), [](const TokenLogprob& a, const TokenLogprob& b) { return a.logprob > b.logprob; });
+    py::dict d;
+    for (size_t k = 0; k < entry.size(); ++k) {
+      const int id = entry[k].id;
+      const int rank = static_cast<int>(std::find_if(ranked.begin(), ranked.end(), [&](const TokenLogprob& t) { return t.id == id; }) - ranked.begin()) + 1;
+      const int ids[1] = {id};
+      d[py::int_(id)] = Logprob{entry[k].logprob, rank, tok ? tok->decode(ids) : std::string()};
+    }
+    out.append(d);
+  }
+  return out;
+}
+
+/// The Python RequestOutput object (a plain class with vLLM's attribute names).
+py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprobs) {
+  py::module_ m = py::module_::import("ssmserve.outputs");
+  py::list outputs;
+  for (const auto& c : o.outputs) {
+    py::object finish = c.finish_reason == FinishReason::None ? py::none() : py::object(py::str(std::string(finish_reason_name(c.finish_reason))));
+    py::object stop = !c.stop_reason.empty() ? py::object(py::str(c.stop_reason))
+                      : c.stop_reason_token ? py::object(py::int_(*c.stop_reason_token)) : py::none();
+    outputs.append(m.attr("CompletionOutput")(c.index, c.text, c.token_ids, want_logprobs ? logprobs_to_py(eng, c.logprobs) : py::none(),
+                                              finish, stop));
+  }
+  return m.attr("RequestOutput")(o.request_id, o.prompt, o.prompt_token_ids, outputs, o.finished, o.delta_text);
+}
+
+/// The engine behind ssmserve.LLM.
+class PyLLM {
+ public:
+  explicit PyLLM(EngineConfig cfg) {
+    py::gil_scoped_release release;
+    llm_ = std::make_unique<LLM>(std::move(cfg));
+  }
+
+  py::list generate(const py::list& prompts, const std::vector<SamplingParams>& params) {
+    SSM_CHECK(params.size() == prompts.size(), "generate: {} prompts but {} sampling params", prompts.size(), params.size());
+    std::vector<Request> reqs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      reqs.push_back(to_request(prompts[i]));
+      reqs.back().params = params[i];
+    }
+    std::vector<RequestOutput> outs;
+    {
+      py::gil_scoped_release release;
+      LLMEngine& eng = llm_->engine();
+      std::map<std::string, size_t> index;
+      for (auto& r : reqs) {
+        r.request_id = std::to_string(next_id_++);
+        const std::string id = r.request_id;
+        try {
+          eng.add_request(std::move(r));
+        } catch (...) {  // all or nothing: drop the ones already added
+          for (const auto& [added, unused] : index) eng.abort_request(added);
+          throw;
+        }
+        index[id] = index.size();
+      }
+      outs.resize(index.size());
+      while (eng.has_unfinished_requests())
+        for (auto& o : eng.step())
+          if (o.finished) outs[index.at(o.request_id)] = std::move(o);
+    }
+    py::list result;
+    for (size_t i = 0; i < outs.size(); ++i) result.append(to_py(llm_->engine(), outs[i], params[i].logprobs.has_value()));
+    return result;
+  }
+
+  /// Adds one request and returns its id; step_stream() then yields its outputs.
+  std::string add(const py::handle& prompt, const SamplingParams& params) {
+    Request r = to_request(prompt);
+    r.params = params;
+    r.request_id = std::to_string(next_id_++);
+    const std::string id = r.request_id;
+    llm_->engine().add_request(std::move(r));
+    logprobs_[id] = params.logprobs.has_value();
+    return id;
+  }
+  /// Runs engine steps (GIL released) until `id` has a new output; returns it, or None once it finished earlier.
+  py::object next_output(const std::string& id) {
+    LLMEngine& eng = llm_->engine();
+    while (true) {
+      auto it = pending_.find(id);
+      if (it != pending_.end() && !it->second.empty()) {
+        RequestOutput o = std::move(it->second.front());
+        it->second.erase(it->second.begin());
+        if (o.finished && it->second.empty()) pending_.erase(it);
+        const bool lp = logprobs_[id];
+        if (o.finished) logprobs_.erase(id);
+        return to_py(eng, o, lp);
+      }
+      if (!eng.has_unfinished_requests() || !logprobs_.count(id)) return py::none();
+      std::vector<RequestOutput> outs;
+      {
+        py::gil_scoped_release release;
+        outs = eng.step();
+      }
+      for (auto& o : outs) pending_[o.request_id].push_back(std::move(o));
+    }
+  }
+  void abort(const std::string& id) {
+    llm_->engine().abort_request(id);
+    pending_.erase(id);
+    logprobs_.erase(id);
+  }
+
+ private:
+  std::unique_ptr<LLM> llm_;
+  long long next_id_ = 0;
+  std::map<std::string, std::vector<RequestOutput>> pending_;
+  std::map<std::string, bool> logprobs_;
+};
+
+EngineConfig make_config(const std::string& model, const py::kwargs& kw) {
+  EngineConfig c;
+  c.model = model;
+  for (auto item : kw) {
+    const std::string k = item.first.cast<std::string>();
+    const py::handle v = item.second;
+    if (k == "tokenizer") c.tokenizer = v.cast<std::string>();
+    else if (k == "max_num_seqs") c.scheduler.max_num_seqs = v.cast<int>();
+    else if (k == "max_num_batched_tokens") c.scheduler.max_num_batched_tokens = v.cast<int>();
+    else if (k == "num_state_blocks") c.num_state_blocks = v.cast<int>();
+    else if (k == "threads" || k == "num_threads") c.num_threads = v.cast<int>();
+    else if (k == "mamba_cache_dtype") c.mamba_cache_dtype = v.cast<std::string>();
+    else if (k == "mamba_ssm_cache_dtype") c.mamba_ssm_cache_dtype = v.cast<std::string>();
+    else if (k == "load_format") {
+      const auto f = v.cast<std::string>();
+      if (f == "auto" || f == "safetensors") c.load_format = LoadFormat::Auto;
+      else if (f == "dummy") c.load_format = LoadFormat::Dummy;
+      else throw py::value_error("load_format must be auto, safetensors or dummy (got " + f + ")");
+    } else {
+      throw py::type_error("LLM() got an unexpected engine argument '" + k + "'");
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_ssmserve, m) {
+  m.doc() = "ssmserve C++ engine bindings (use the ssmserve package)";
+  py::register_exception<Error>(m, "SsmserveError", PyExc_ValueError);
+
+  py::class_<Logprob>(m, "Logprob")
+      .def_readonly("logprob", &Logprob::logprob)
+      .def_readonly("rank", &Logprob::rank)
+      .def_readonly("decoded_token", &Logprob::decoded_token)
+      .def("__repr__", [](const Logprob& l) {
+        return "Logprob(logprob=" + std::to_string(l.logprob) + ", rank=" + std::to_string(l.rank) + ", decoded_token=" +
+               py::repr(py::str(l.decoded_token)).cast<std::string>() + ")";
+      });
+
+  py::class_<SamplingParams>(m, "SamplingParams")
+      .def(py::init<>())
+      .def_readwrite("n", &SamplingParams::n)
+      .def_readwrite("temperature", &SamplingParams::temperature)
+      .def_readwrite("top_p", &SamplingParams::top_p)
+      .def_readwrite("top_k", &SamplingParams::top_k)
+      .def_readwrite("min_p", &SamplingParams::min_p)
+      .def_readwrite("seed", &SamplingParams::seed)
+      .def_readwrite("presence_penalty", &SamplingParams::presence_penalty)
+      .def_readwrite("frequency_penalty", &SamplingParams::frequency_penalty)
+      .def_readwrite("repetition_penalty", &SamplingParams::repetition_penalty)
+      .def_readwrite("max_tokens", &SamplingParams::max_tokens)
+      .def_readwrite("min_tokens", &SamplingParams::min_tokens)
+      .def_readwrite("stop", &SamplingParams::stop)
+      .def_readwrite("stop_token_ids", &SamplingParams::stop_token_ids)
+      .def_readwrite("ignore_eos", &SamplingParams::ignore_eos)
+      .def_readwrite("logprobs", &SamplingParams::logprobs)
+      .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
+      .def_readwrite("include_stop_str_in_output", &SamplingParams::include_stop_str_in_output)
+      .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens)
+      .def("validate", &SamplingParams::validate, py::arg("vocab_size"));
+
+  py::class_<PyLLM>(m, "Engine")
+      .def(py::init([](const std::string& model, const py::kwargs& kw) { return std::make_unique<PyLLM>(make_config(model, kw)); }),
+           py::arg("model"))
+      .def("generate", &PyLLM::generate)
+      .def("add", &PyLLM::add)
+      .def("next_output", &PyLLM::next_output)
+      .def("abort", &PyLLM::abort);
+}

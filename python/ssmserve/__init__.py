@@ -1,0 +1,74 @@
+"""ssmserve: inference for recurrent-state language models (Mamba-1, Mamba-2) with vLLM's offline API.
+
+    from ssmserve import LLM, SamplingParams
+    llm = LLM("models/tiny-mamba")
+    out = llm.generate(["In the beginning"], SamplingParams(temperature=0, max_tokens=32))
+    print(out[0].outputs[0].text)
+
+The C++ engine runs with the GIL released.
+"""
+from typing import Iterable, Iterator, List, Optional, Sequence, Union
+
+from . import _ssmserve
+from .outputs import CompletionOutput, RequestOutput
+
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "SsmserveError"]
+__version__ = "0.1.0"
+
+Logprob = _ssmserve.Logprob
+SsmserveError = _ssmserve.SsmserveError
+
+PromptType = Union[str, Sequence[int], dict]
+
+
+def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM's class name)
+    """vLLM's SamplingParams: n, temperature (1.0), top_p, top_k, min_p, seed, presence_penalty,
+    frequency_penalty, repetition_penalty, max_tokens (16), min_tokens, stop, stop_token_ids, ignore_eos,
+    logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens. Unknown names raise TypeError;
+    values are checked when a request is added (ValueError naming the field)."""
+    p = _ssmserve.SamplingParams()
+    for k, v in kwargs.items():
+        if k == "stop" and isinstance(v, str):
+            v = [v]
+        if not hasattr(p, k):
+            raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
+        setattr(p, k, list(v) if k in ("stop", "stop_token_ids") and v is not None else v)
+    return p
+
+
+class LLM:
+    """vLLM's offline LLM: LLM(model, **engine_args). Engine args: tokenizer, max_num_seqs,
+    max_num_batched_tokens, num_state_blocks, threads, mamba_cache_dtype, mamba_ssm_cache_dtype, load_format."""
+
+    def __init__(self, model: str, **engine_args):
+        self._engine = _ssmserve.Engine(str(model), **engine_args)
+
+    def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
+                 sampling_params=None, use_tqdm: bool = False) -> List[RequestOutput]:
+        """Runs every prompt (str, token ids, or {"prompt"} / {"prompt_token_ids"} dicts) through the engine with
+        continuous batching; returns one finished RequestOutput per prompt, in input order."""
+        if isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(prompts)
+        return self._engine.generate(prompts, params)
+
+    def stream(self, prompt: PromptType, sampling_params=None) -> Iterator[RequestOutput]:
+        """Yields the request's RequestOutput after every engine step that produced a token (cumulative text plus
+        delta_text), the last one with finished=True. Closing the iterator early aborts the request."""
+        rid = self._engine.add(prompt, sampling_params if sampling_params is not None else SamplingParams())
+        finished = False
+        try:
+            while True:
+                out = self._engine.next_output(rid)
+                if out is None:
+                    return
+                finished = out.finished
+                yield out
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self._engine.abort(rid)

@@ -1,0 +1,32 @@
+"""Result types of the offline API, with vLLM's names (vllm.outputs.RequestOutput / CompletionOutput)."""
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+
+@dataclass
+class CompletionOutput:
+    """One generated sequence: cumulative text and token ids; logprobs (when asked for) is one
+    dict[token_id, Logprob] per generated token (the sampled token and the top-k); finish_reason is "stop",
+    "length", "abort" or None while running; stop_reason the matched stop string or stop token id."""
+    index: int
+    text: str
+    token_ids: list
+    logprobs: Optional[list]
+    finish_reason: Optional[str]
+    stop_reason: Union[str, int, None] = None
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestOutput:
+    """A request's state: prompt, prompt_token_ids, outputs (n = 1), finished. In a stream, delta_text is the
+    text that became final since the previous output (never half a character or part of a possible stop string)."""
+    request_id: str
+    prompt: str
+    prompt_token_ids: list
+    outputs: list
+    finished: bool
+    delta_text: str = ""
+    metrics: Any = field(default=None, repr=False)

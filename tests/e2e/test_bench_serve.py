@@ -1,0 +1,24 @@
+# `ssmserve bench serve` against the test server: Poisson arrivals, every request answered, sane statistics.
+import json
+import subprocess
+
+from conftest import BINARY
+
+
+def test_bench_serve_random_prompts(server, tmp_path):
+    out = tmp_path / "bench.json"
+    r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", server.base_url, "--num-prompts", "12",
+                        "--request-rate", "40", "--input-len", "16", "--output-len", "8", "--output-json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Serving Benchmark Result" in r.stdout
+    res = json.loads(out.read_text())
+    assert res["completed"] == 12 and res["failed"] == 0
+    assert res["total_input_tokens"] == 12 * 16 and res["total_output_tokens"] == 12 * 8
+    assert 0 < res["median_ttft_ms"] <= res["p99_ttft_ms"] and res["mean_itl_ms"] > 0 and res["output_throughput"] > 0
+
+
+def test_bench_serve_reports_failures():
+    r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", "http://127.0.0.1:1", "--model", "m", "--num-prompts", "2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "requests failed" in r.stderr

@@ -1,0 +1,81 @@
+# The Python package (pip install .): LLM(...).generate(...) equals `ssmserve generate`, the streaming iterator,
+# vLLM's output names, errors, and the GIL being released while the engine runs.
+import threading
+import time
+
+import pytest
+
+from conftest import MODEL, cli_generate
+
+ssmserve = pytest.importorskip("ssmserve") if __import__("os").environ.get("SSMSERVE_ALLOW_NO_PYTHON") else __import__("ssmserve")
+
+PROMPTS = ["And the LORD said unto Moses,", "It is a truth universally acknowledged", "Call me Ishmael."]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return ssmserve.LLM(str(MODEL), max_num_seqs=8, threads=2)
+
+
+def test_generate_equals_cli(llm):
+    expected = cli_generate(PROMPTS, 24)
+    outs = llm.generate(PROMPTS, ssmserve.SamplingParams(temperature=0, max_tokens=24))
+    for out, ref in zip(outs, expected):
+        assert out.prompt == ref["prompt"] and out.prompt_token_ids == ref["prompt_token_ids"]
+        assert out.finished
+        c = out.outputs[0]
+        assert c.text == ref["text"] and c.token_ids == ref["token_ids"] and c.finish_reason == ref["finish_reason"]
+    ids = llm.generate({"prompt_token_ids": expected[0]["prompt_token_ids"]}, ssmserve.SamplingParams(temperature=0, max_tokens=24))
+    assert ids[0].outputs[0].token_ids == expected[0]["token_ids"]
+
+
+def test_logprobs_and_stop(llm):
+    out = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=4, logprobs=2))[0].outputs[0]
+    assert len(out.logprobs) == 4
+    for tok, lp in zip(out.token_ids, out.logprobs):
+        assert tok in lp and lp[tok].rank == 1 and lp[tok].logprob <= 0 and len(lp) == 2
+    full = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=24))[0].outputs[0].text
+    stopped = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=24, stop=full[5:8]))[0].outputs[0]
+    assert stopped.finish_reason == "stop" and stopped.stop_reason == full[5:8] and stopped.text == full[:full.index(full[5:8])]
+
+
+def test_stream_iterator(llm):
+    params = ssmserve.SamplingParams(temperature=0, max_tokens=20)
+    ref = llm.generate(PROMPTS[1], params)[0].outputs[0].text
+    outs = list(llm.stream(PROMPTS[1], params))
+    assert outs[-1].finished and not any(o.finished for o in outs[:-1])
+    assert "".join(o.delta_text for o in outs) == ref == outs[-1].outputs[0].text
+    it = llm.stream(PROMPTS[2], ssmserve.SamplingParams(temperature=0, max_tokens=1000, ignore_eos=True))
+    next(it)
+    it.close()  # aborts the request
+    assert llm.generate(PROMPTS[2], params)[0].finished
+
+
+def test_errors(llm):
+    with pytest.raises(ValueError, match="top_p"):
+        llm.generate("hi", ssmserve.SamplingParams(top_p=1.5))
+    with pytest.raises(TypeError):
+        ssmserve.SamplingParams(bogus=1)
+    with pytest.raises(TypeError):
+        ssmserve.LLM(str(MODEL), not_an_arg=3)
+    with pytest.raises(ValueError):
+        ssmserve.LLM("/nonexistent/model")
+    assert llm.generate("hi", ssmserve.SamplingParams(max_tokens=2))[0].finished  # still usable
+
+
+def test_gil_released_while_generating(llm):
+    ticks = 0
+    done = threading.Event()
+
+    def work():
+        llm.generate(PROMPTS * 4, ssmserve.SamplingParams(temperature=0, max_tokens=64, ignore_eos=True))
+        done.set()
+
+    t = threading.Thread(target=work)
+    start = time.time()
+    t.start()
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    t.join()
+    assert time.time() - start > 0.05 and ticks >= 10, ticks
