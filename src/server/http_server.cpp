@@ -3,6 +3,8 @@
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -73,6 +75,7 @@ int OpenAIServer::bind() {
   svr_->set_socket_options([&listen_fd](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));  // inherited by accepted sockets: no Nagle delay per SSE chunk
     listen_fd = sock;
   });
   int port = opt_.port;
