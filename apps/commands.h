@@ -27,7 +27,7 @@ Runner add_serve(CLI::App& app);
 Runner add_bench_throughput(CLI::App& bench);
 
 /// Adds the engine knobs shared by every subcommand (--model, --load-format, --max-num-batched-tokens,
-/// --max-num-seqs, --num-state-blocks, --threads, --tokenizer) bound to `cfg`. `load_format` receives the
+/// --max-num-seqs, --num-state-blocks, --threads, --tensor-parallel-size, --tokenizer) bound to `cfg`. `load_format` receives the
 /// string value and is applied by resolve_engine_config.
 void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_format);
 /// Throws Error when `path` (an --output-json file; empty = none) is a directory or its folder does not exist,

@@ -50,18 +50,55 @@ StateCache::StateCache(int num_layers, StateShape shape, int num_blocks, StateDt
 }
 
 StateView StateCache::conv_state(int layer) const {
+  if (parent_) {
+    StateView v = parent_->conv_state(layer);
+    v.data = static_cast<std::byte*>(v.data) + conv_shard_bytes_;
+    return v;
+  }
   SSM_CHECK(layer >= 0 && layer < num_layers(), "StateCache: layer {} out of range [0, {})", layer, num_layers());
   return {buffers_[layer].get(), dtypes_.conv, page_bytes_ / static_cast<int64_t>(dtype_size(dtypes_.conv))};
 }
 
 StateView StateCache::ssm_state(int layer) const {
+  if (parent_) {
+    StateView v = parent_->ssm_state(layer);
+    v.data = static_cast<std::byte*>(v.data) + ssm_shard_bytes_;
+    return v;
+  }
   SSM_CHECK(layer >= 0 && layer < num_layers(), "StateCache: layer {} out of range [0, {})", layer, num_layers());
   return {buffers_[layer].get() + ssm_offset_, dtypes_.ssm, page_bytes_ / static_cast<int64_t>(dtype_size(dtypes_.ssm))};
 }
 
 void StateCache::zero_block(int block) {
   SSM_CHECK(block >= 0 && block < num_blocks_, "StateCache: block {} out of range [0, {})", block, num_blocks_);
+  if (parent_) {
+    for (int l = 0; l < num_layers(); ++l) {
+      std::memset(conv_state(l).block<std::byte>(0) + block * page_bytes_, 0, shape_.conv_elems * dtype_size(dtypes_.conv));
+      std::memset(ssm_state(l).block<std::byte>(0) + block * page_bytes_, 0, shape_.ssm_elems * dtype_size(dtypes_.ssm));
+    }
+    return;
+  }
   for (auto& buf : buffers_) std::memset(buf.get() + block * page_bytes_, 0, static_cast<size_t>(page_bytes_));
+}
+
+}  // namespace ssmserve
+
+namespace ssmserve {
+
+StateCache StateCache::shard(StateShape shard, int64_t conv_offset, int64_t ssm_offset) const {
+  SSM_CHECK(conv_offset >= 0 && shard.conv_elems >= 0 && conv_offset + shard.conv_elems <= shape_.conv_elems && ssm_offset >= 0 &&
+                shard.ssm_elems >= 0 && ssm_offset + shard.ssm_elems <= shape_.ssm_elems,
+            "StateCache::shard: conv [{}, +{}) / ssm [{}, +{}) outside the page's conv {} / ssm {} elements", conv_offset,
+            shard.conv_elems, ssm_offset, shard.ssm_elems, shape_.conv_elems, shape_.ssm_elems);
+  StateCache v;
+  v.shape_ = shard;
+  v.dtypes_ = dtypes_;
+  v.num_blocks_ = num_blocks_;
+  v.page_bytes_ = page_bytes_;
+  v.parent_ = parent_ ? parent_ : this;
+  v.conv_shard_bytes_ = conv_shard_bytes_ + conv_offset * static_cast<int64_t>(dtype_size(dtypes_.conv));
+  v.ssm_shard_bytes_ = ssm_shard_bytes_ + ssm_offset * static_cast<int64_t>(dtype_size(dtypes_.ssm));
+  return v;
 }
 
 }  // namespace ssmserve

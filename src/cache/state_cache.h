@@ -46,7 +46,7 @@ class StateCache {
   StateCache(int num_layers, StateShape shape, int num_blocks, StateDtypes dtypes = {});
 
   int num_blocks() const { return num_blocks_; }
-  int num_layers() const { return static_cast<int>(buffers_.size()); }
+  int num_layers() const { return parent_ ? parent_->num_layers() : static_cast<int>(buffers_.size()); }
   const StateShape& shape() const { return shape_; }
   const StateDtypes& dtypes() const { return dtypes_; }
   /// Layer `layer`'s conv windows: block b at [d_conv-1, channels] in dtypes().conv.
@@ -61,16 +61,27 @@ class StateCache {
   /// Bytes of state one block holds across all layers (num_layers x page_bytes).
   int64_t bytes_per_block() const { return page_bytes_ * num_layers(); }
 
+  /// A non-owning view of one part of every page (tensor parallelism: rank r's model sees only its shard of each
+  /// state). The view's conv state of block b starts `conv_offset` elements into this cache's conv state of b, its
+  /// SSM state `ssm_offset` elements into this cache's SSM state; `shard` gives its sizes. It keeps this cache's
+  /// blocks, dtypes and page stride, must not outlive this cache, and its zero_block zeroes only its own ranges.
+  /// Throws Error when the shard does not fit inside this cache's conv / SSM states.
+  StateCache shard(StateShape shard, int64_t conv_offset, int64_t ssm_offset) const;
+
  private:
   struct AlignedFree {
     void operator()(std::byte* p) const;
   };
   StateShape shape_;
   StateDtypes dtypes_;
-  int num_blocks_;
+  int num_blocks_ = 0;
   int64_t ssm_offset_ = 0;  // bytes from a page's start to its SSM state
   int64_t page_bytes_ = 0;
   std::vector<std::unique_ptr<std::byte[], AlignedFree>> buffers_;  // per layer [num_blocks, page_bytes]
+  // Shard views (shard()): the cache owning the storage and the view's byte offsets into its conv / SSM states.
+  const StateCache* parent_ = nullptr;
+  int64_t conv_shard_bytes_ = 0, ssm_shard_bytes_ = 0;
+  StateCache() = default;
 };
 
 }  // namespace ssmserve

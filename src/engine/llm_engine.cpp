@@ -13,6 +13,7 @@
 
 #include "config/hf_json.h"
 #include "core/error.h"
+#include "model/tensor_parallel.h"
 
 namespace ssmserve {
 
@@ -34,6 +35,8 @@ void EngineConfig::validate() const {
   SSM_CHECK(num_threads >= 0 && num_threads <= max_num_threads(),
             "--threads must be in [0, {}] (0 = all cores; this machine has {} hardware threads), got {}", max_num_threads(),
             std::thread::hardware_concurrency(), num_threads);
+  SSM_CHECK(tensor_parallel_size >= 1 && tensor_parallel_size <= kMaxTensorParallelSize,
+            "--tensor-parallel-size must be in [1, {}] (got {})", kMaxTensorParallelSize, tensor_parallel_size);
   SSM_CHECK(pad_decode_batches_to >= 0, "pad_decode_batches_to must be >= 0 (got {})", pad_decode_batches_to);
   (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
 }
@@ -57,7 +60,7 @@ struct LLMEngine::RowPlan {
 LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.validate();
   if (cfg_.num_threads > 0) omp_set_num_threads(cfg_.num_threads);
-  model_ = load_model(cfg_.model, cfg_.load_format);
+  model_ = load_model(cfg_.model, cfg_.load_format, cfg_.tensor_parallel_size);
   const auto tok_dir = cfg_.tokenizer.empty() ? cfg_.model : cfg_.tokenizer;
   if (path_entry_exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());

@@ -41,6 +41,12 @@ std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadForma
 /// Same, from an already-loaded config.
 std::unique_ptr<CausalLM> load_model(const ModelConfig& config, LoadFormat format);
 
+/// Same, split over `tensor_parallel_size` in-process ranks (a TensorParallelLM, model/tensor_parallel.h) when
+/// it is above 1. Throws Error also when the size is out of range, does not divide the model's sharded dimensions
+/// or the architecture has no tensor-parallel loader.
+std::unique_ptr<CausalLM> load_model(const ModelConfig& config, LoadFormat format, int tensor_parallel_size);
+std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format, int tensor_parallel_size);
+
 /// Architecture names the registry knows ("MambaForCausalLM", ...).
 std::vector<std::string> supported_architectures();
 

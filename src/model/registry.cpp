@@ -7,6 +7,7 @@
 #include "model/archs/mamba.h"
 #include "model/archs/mamba2.h"
 #include "model/causal_lm.h"
+#include "model/tensor_parallel.h"
 
 namespace ssmserve {
 namespace {
@@ -21,7 +22,37 @@ const std::map<std::string, Loader>& registry() {
   return r;
 }
 
+/// Tensor-parallel shard loaders (issue 9): architectures whose weights and states split over ranks. A hybrid
+/// adds its entry here once its shard loader exists.
+using ShardLoader = std::function<std::unique_ptr<CausalLM>(const ModelConfig&, LoadFormat, const dist::TpRank&)>;
+
+const std::map<std::string, ShardLoader>& shard_registry() {
+  static const std::map<std::string, ShardLoader> r = {
+      {"MambaForCausalLM", [](const ModelConfig& c, LoadFormat f, const dist::TpRank& tp) { return load_mamba(c, f, tp); }},
+      {"Mamba2ForCausalLM", [](const ModelConfig& c, LoadFormat f, const dist::TpRank& tp) { return load_mamba2(c, f, tp); }},
+  };
+  return r;
+}
+
 }  // namespace
+
+std::vector<std::string> tensor_parallel_architectures() {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : shard_registry()) names.push_back(k);
+  return names;
+}
+
+std::unique_ptr<CausalLM> load_model_shard(const ModelConfig& config, LoadFormat format, const dist::TpRank& tp) {
+  const auto& r = shard_registry();
+  auto it = r.find(config.architecture);
+  if (it == r.end()) {
+    std::string known;
+    for (const auto& [k, v] : r) known += (known.empty() ? "" : ", ") + k;
+    fail("--tensor-parallel-size {}: architecture \"{}\" does not support tensor parallelism yet (supported: {})", tp.world,
+         config.architecture, known);
+  }
+  return it->second(config, format, tp);
+}
 
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> names;

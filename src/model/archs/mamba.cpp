@@ -12,38 +12,45 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/selective_scan.h"
+#include "dist/shard.h"
+#include "dist/vocab_parallel.h"
 #include "model/lm_common.h"
 
 namespace ssmserve {
 
-MambaWeights MambaWeights::load(const ModelConfig& cfg, WeightSource& src) {
+MambaWeights MambaWeights::load(const ModelConfig& cfg, WeightSource& src, const dist::TpRank& tp) {
   const MambaConfig& m = *cfg.mamba;
   const int64_t H = cfg.hidden_size, I = m.d_inner, N = m.d_state, K = m.d_conv, R = m.dt_rank, V = cfg.vocab_size;
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(H)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
+  // This rank's channels c and vocab rows v (everything at tp.world == 1, where every slice is the whole tensor).
+  const dist::Range c = dist::even_shard(I, tp.rank, tp.world, "Mamba-1 d_inner (intermediate_size)");
+  const dist::Range v = dist::vocab_shard(V, tp.rank, tp.world);
+  const std::vector<dist::Range> xz_rows = {c, {I + c.begin, I + c.end}};  // in_proj: x rows then z rows
   MambaWeights w;
-  w.embedding = src.matrix("backbone.embeddings.weight", {V, H}, DummyInit::uniform(0.1f));
+  w.embedding = dist::slice_rows(src.matrix("backbone.embeddings.weight", {V, H}, DummyInit::uniform(0.1f)), {v});
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
     const std::string p = fmt::format("backbone.layers.{}.", l);
     MambaLayerWeights L;
     L.norm = src.vector(p + "norm.weight", {H}, DummyInit::constant(1.0f));
-    L.in_proj = src.matrix(p + "mixer.in_proj.weight", {2 * I, H}, DummyInit::uniform(in_scale));
-    if (m.use_bias) L.in_proj_bias = src.vector(p + "mixer.in_proj.bias", {2 * I}, DummyInit::constant(0.0f));
-    L.conv_weight = src.vector(p + "mixer.conv1d.weight", {I, 1, K}, DummyInit::uniform(0.5f));
-    if (m.use_conv_bias) L.conv_bias = src.vector(p + "mixer.conv1d.bias", {I}, DummyInit::uniform(0.1f));
-    L.x_proj = src.matrix(p + "mixer.x_proj.weight", {R + 2 * N, I}, DummyInit::uniform(inner_scale));
-    L.dt_proj = src.matrix(p + "mixer.dt_proj.weight", {I, R}, DummyInit::uniform(1.0f / std::sqrt(static_cast<float>(R))));
-    L.dt_bias = src.vector(p + "mixer.dt_proj.bias", {I}, DummyInit::constant(-4.0f));
-    L.A = src.vector(p + "mixer.A_log", {I, N}, DummyInit::log_arange());
+    L.in_proj = dist::slice_rows(src.matrix(p + "mixer.in_proj.weight", {2 * I, H}, DummyInit::uniform(in_scale)), xz_rows);
+    if (m.use_bias) L.in_proj_bias = dist::slice_rows(src.vector(p + "mixer.in_proj.bias", {2 * I}, DummyInit::constant(0.0f)), 1, xz_rows);
+    L.conv_weight = dist::slice_rows(src.vector(p + "mixer.conv1d.weight", {I, 1, K}, DummyInit::uniform(0.5f)), K, {c});
+    if (m.use_conv_bias) L.conv_bias = dist::slice_rows(src.vector(p + "mixer.conv1d.bias", {I}, DummyInit::uniform(0.1f)), 1, {c});
+    L.x_proj = dist::slice_cols(src.matrix(p + "mixer.x_proj.weight", {R + 2 * N, I}, DummyInit::uniform(inner_scale)), c);
+    L.dt_proj = dist::slice_rows(src.matrix(p + "mixer.dt_proj.weight", {I, R}, DummyInit::uniform(1.0f / std::sqrt(static_cast<float>(R)))), {c});
+    L.dt_bias = dist::slice_rows(src.vector(p + "mixer.dt_proj.bias", {I}, DummyInit::constant(-4.0f)), 1, {c});
+    L.A = dist::slice_rows(src.vector(p + "mixer.A_log", {I, N}, DummyInit::log_arange()), N, {c});
     for (float& a : L.A) a = -std::exp(a);
-    L.D = src.vector(p + "mixer.D", {I}, DummyInit::constant(1.0f));
-    L.out_proj = src.matrix(p + "mixer.out_proj.weight", {H, I}, DummyInit::uniform(inner_scale));
-    if (m.use_bias) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {H}, DummyInit::constant(0.0f));
+    L.D = dist::slice_rows(src.vector(p + "mixer.D", {I}, DummyInit::constant(1.0f)), 1, {c});
+    L.out_proj = dist::slice_cols(src.matrix(p + "mixer.out_proj.weight", {H, I}, DummyInit::uniform(inner_scale)), c);
+    // Row-parallel bias: added once, by rank 0, before the all-reduce (vLLM's RowParallelLinear).
+    if (m.use_bias && tp.rank == 0) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {H}, DummyInit::constant(0.0f));
     for (Weight* proj : {&L.in_proj, &L.x_proj, &L.dt_proj, &L.out_proj}) cpu::pack_for_linear(*proj);
     w.layers.push_back(std::move(L));
   }
   w.norm_f = src.vector("backbone.norm_f.weight", {H}, DummyInit::constant(1.0f));
   if (cfg.tie_word_embeddings && !src.has("lm_head.weight")) w.lm_head = w.embedding;
-  else w.lm_head = src.matrix("lm_head.weight", {V, H}, DummyInit::uniform(0.1f));
+  else w.lm_head = dist::slice_rows(src.matrix("lm_head.weight", {V, H}, DummyInit::uniform(0.1f)), {v});
   return w;
 }
 
@@ -52,8 +59,10 @@ namespace {
 /// The Mamba-1 model: weights plus per-forward scratch (one forward at a time).
 class MambaModel final : public CausalLM {
  public:
-  MambaModel(ModelConfig cfg, MambaWeights w, std::shared_ptr<const Checkpoint> ckpt)
-      : cfg_(std::move(cfg)), m_(*cfg_.mamba), w_(std::move(w)), ckpt_(std::move(ckpt)) {}
+  MambaModel(ModelConfig cfg, MambaWeights w, std::shared_ptr<const Checkpoint> ckpt, const dist::TpRank& tp)
+      : cfg_(std::move(cfg)), m_(*cfg_.mamba), w_(std::move(w)), ckpt_(std::move(ckpt)), tp_(tp) {
+    m_.d_inner /= tp.world;  // this rank's channels (load() checked the division)
+  }
 
   const ModelConfig& config() const override { return cfg_; }
   int num_state_layers() const override { return cfg_.num_hidden_layers; }
@@ -67,9 +76,10 @@ class MambaModel final : public CausalLM {
   void mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T);
 
   ModelConfig cfg_;
-  MambaConfig m_;
+  MambaConfig m_;  // d_inner is this rank's share
   MambaWeights w_;
   std::shared_ptr<const Checkpoint> ckpt_;  // keeps mapped weights alive
+  dist::TpRank tp_;                         // world 1: no communication
   // Scratch, resized per forward. Shapes for T packed tokens:
   std::vector<float> hidden_;   // [T, H] residual stream (fp32)
   std::vector<float> normed_;   // [T, H]
@@ -86,9 +96,11 @@ void MambaModel::forward(const ForwardBatch& batch, StateCache& cache, float* lo
   const int64_t T = batch.num_tokens(), H = cfg_.hidden_size;
   // 1. Embedding lookup. 2. Residual blocks: hidden += mixer(rms_norm(hidden)). 3. Final norm + LM head.
   hidden_.resize(T * H);
-  embed_tokens(batch, w_.embedding, hidden_.data());
+  if (tp_.world > 1) dist::embed_tokens_vocab_parallel(batch, w_.embedding, dist::vocab_shard(cfg_.vocab_size, tp_.rank, tp_.world), cfg_.vocab_size, H, *tp_.comm, hidden_.data());
+  else embed_tokens(batch, w_.embedding, hidden_.data());
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, cache, T);
-  final_norm_and_lm_head(batch, hidden_.data(), H, w_.norm_f.data(), cfg_.layer_norm_epsilon, w_.lm_head, logits);
+  if (tp_.world > 1) dist::final_norm_and_lm_head_vocab_parallel(batch, hidden_.data(), H, w_.norm_f.data(), cfg_.layer_norm_epsilon, w_.lm_head, cfg_.vocab_size, *tp_.comm, logits);
+  else final_norm_and_lm_head(batch, hidden_.data(), H, w_.norm_f.data(), cfg_.layer_norm_epsilon, w_.lm_head, logits);
 }
 
 void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T) {
@@ -112,6 +124,7 @@ void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, 
                            md.state_indices_tensor_p, md.has_initial_states_p);
   // 3. x_proj -> [dt_low, B, C]; delta = dt_proj(dt_low) (bias and softplus inside the scan).
   cpu::linear(xc_.data(), T, L.x_proj, nullptr, xdbl_.data());
+  if (tp_.world > 1) tp_.comm->all_reduce_sum(xdbl_.data(), T * XD);  // x_proj is row-parallel
   cpu::linear(xdbl_.data(), T, XD, L.dt_proj, nullptr, delta_.data(), I);
   // 4. Selective scan with D skip and SiLU(z) gate.
   cpu::ScanInputs in{{xc_.data(), I}, {delta_.data(), I}, {xdbl_.data() + R, XD}, {xdbl_.data() + R + N, XD}, {xz_.data() + I, 2 * I}};
@@ -125,12 +138,13 @@ void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, 
   }
   // 5. Output projection and residual add (fp32).
   cpu::linear(y_.data(), T, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out_.data());
+  if (tp_.world > 1) tp_.comm->all_reduce_sum(out_.data(), T * H);  // out_proj is row-parallel
   for (int64_t i = 0; i < T * H; ++i) hidden_[i] += out_[i];
 }
 
 }  // namespace
 
-std::unique_ptr<CausalLM> load_mamba(const ModelConfig& cfg, LoadFormat format) {
+std::unique_ptr<CausalLM> load_mamba(const ModelConfig& cfg, LoadFormat format, const dist::TpRank& tp) {
   SSM_CHECK(cfg.mamba.has_value(), "{}: not a Mamba config", (cfg.dir / "config.json").string());
   SSM_CHECK(cfg.mamba->d_state <= 256, "config.json: state_size {} > 256 is not supported", cfg.mamba->d_state);
   SSM_CHECK(cfg.mamba->d_conv >= 1 && cfg.mamba->d_conv <= cpu::kMaxConvWidth, "config.json: conv_kernel {} must be in [1, {}]", cfg.mamba->d_conv, cpu::kMaxConvWidth);
@@ -140,8 +154,9 @@ std::unique_ptr<CausalLM> load_mamba(const ModelConfig& cfg, LoadFormat format) 
     ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
     src = WeightSource::from_checkpoint(ckpt);
   }
-  MambaWeights w = MambaWeights::load(cfg, src);
-  return std::make_unique<MambaModel>(cfg, std::move(w), std::move(ckpt));
+  SSM_CHECK(tp.world == 1 || tp.comm, "load_mamba: tensor-parallel size {} needs a communicator", tp.world);
+  MambaWeights w = MambaWeights::load(cfg, src, tp);
+  return std::make_unique<MambaModel>(cfg, std::move(w), std::move(ckpt), tp);
 }
 
 }  // namespace ssmserve

@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 
+#include "dist/communicator.h"
 #include "model/causal_lm.h"
 #include "model/weight_source.h"
 
@@ -24,18 +25,25 @@ struct MambaLayerWeights {
   std::vector<float> out_proj_bias;  ///< [H] or empty
 };
 
-/// All parameters of a Mamba-1 model.
+/// All parameters of a Mamba-1 model, or of one tensor-parallel rank's shard of it (vllm-ssm-design.md §5.1:
+/// channels split I / tp per rank; in_proj's x and z rows, conv, dt_proj rows, dt_bias, A and D column-parallel;
+/// x_proj and out_proj row-parallel, i.e. their input columns split; embedding and LM head rows split by vocab).
+/// Shapes below are per rank, I = d_inner / tp, vocab = the rank's vocab_shard rows.
 struct MambaWeights {
   Weight embedding;                  ///< [vocab, H]
   std::vector<MambaLayerWeights> layers;
   std::vector<float> norm_f;         ///< [H]
   Weight lm_head;                    ///< [vocab, H] (the embedding when tied)
 
-  /// Reads every tensor with its expected shape from the config; throws Error naming a missing / wrong tensor.
-  static MambaWeights load(const ModelConfig& cfg, WeightSource& src);
+  /// Reads every tensor with its expected shape from the config and keeps rank tp.rank's slice; throws Error naming
+  /// a missing / wrong tensor, or when tp.world does not divide d_inner.
+  static MambaWeights load(const ModelConfig& cfg, WeightSource& src, const dist::TpRank& tp = {});
 };
 
-/// Loads a Mamba-1 model (checkpoint or dummy weights). Throws Error on any checkpoint / config defect.
-std::unique_ptr<CausalLM> load_mamba(const ModelConfig& cfg, LoadFormat format);
+/// Loads a Mamba-1 model (checkpoint or dummy weights), or rank tp.rank's shard of it: that model's state_shape,
+/// forward and logits are the rank's, and its forward is a collective over tp.comm (every rank must run the same
+/// batch at once; only ranks passing non-null logits get them written). Throws Error on any checkpoint / config
+/// defect or a tensor-parallel size that does not divide d_inner.
+std::unique_ptr<CausalLM> load_mamba(const ModelConfig& cfg, LoadFormat format, const dist::TpRank& tp = {});
 
 }  // namespace ssmserve

@@ -14,6 +14,9 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/ssd.h"
+#include "kernels/cpu/vec_math.h"
+#include "dist/shard.h"
+#include "dist/vocab_parallel.h"
 #include "model/lm_common.h"
 
 namespace ssmserve {
@@ -73,10 +76,12 @@ namespace {
 /// The Mamba-2 model: weights plus per-forward scratch (one forward at a time).
 class Mamba2Model final : public CausalLM {
  public:
+  /// m: this rank's shard of the mixer (d_inner, num_heads, n_groups per rank); norm_spans_ranks: the gated
+  /// RMSNorm's group is wider than the rank's channels (n_groups == 1 replicated over tp > 1 ranks).
   Mamba2Model(ModelConfig cfg, Mamba2Config m, Weight emb, std::vector<Mamba2LayerWeights> layers, std::vector<float> norm_f,
-              Weight lm_head, std::shared_ptr<const Checkpoint> ckpt)
+              Weight lm_head, std::shared_ptr<const Checkpoint> ckpt, const dist::TpRank& tp, bool norm_spans_ranks)
       : cfg_(std::move(cfg)), m_(m), embedding_(std::move(emb)), layers_(std::move(layers)), norm_f_(std::move(norm_f)),
-        lm_head_(std::move(lm_head)), ckpt_(std::move(ckpt)) {}
+        lm_head_(std::move(lm_head)), ckpt_(std::move(ckpt)), tp_(tp), norm_spans_ranks_(norm_spans_ranks) {}
 
   const ModelConfig& config() const override { return cfg_; }
   int num_state_layers() const override { return cfg_.num_hidden_layers; }
@@ -88,14 +93,17 @@ class Mamba2Model final : public CausalLM {
 
  private:
   void mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T);
+  void gated_norm_across_ranks(const Mamba2LayerWeights& L, int64_t T);
 
   ModelConfig cfg_;
-  Mamba2Config m_;
+  Mamba2Config m_;  // this rank's shard: d_inner, num_heads, n_groups per rank
   Weight embedding_;
   std::vector<Mamba2LayerWeights> layers_;
   std::vector<float> norm_f_;
   Weight lm_head_;
   std::shared_ptr<const Checkpoint> ckpt_;
+  dist::TpRank tp_;  // world 1: no communication
+  bool norm_spans_ranks_ = false;
   // Scratch for T packed tokens:
   std::vector<float> hidden_;  // [T, hidden] residual stream (fp32)
   std::vector<float> normed_;  // [T, hidden]
@@ -104,6 +112,7 @@ class Mamba2Model final : public CausalLM {
   std::vector<float> y_;       // [T, I]
   std::vector<float> gated_;   // [T, I]
   std::vector<float> out_;     // [T, hidden]
+  std::vector<float> sumsq_;   // [T] gated-norm sums of squares (norm_spans_ranks_)
 };
 
 void Mamba2Model::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
@@ -113,9 +122,11 @@ void Mamba2Model::forward(const ForwardBatch& batch, StateCache& cache, float* l
   const int64_t T = batch.num_tokens(), H = cfg_.hidden_size;
   // 1. Embedding lookup. 2. Residual blocks. 3. Final norm + LM head on the requested rows.
   hidden_.resize(T * H);
-  embed_tokens(batch, embedding_, hidden_.data());
+  if (tp_.world > 1) dist::embed_tokens_vocab_parallel(batch, embedding_, dist::vocab_shard(cfg_.vocab_size, tp_.rank, tp_.world), cfg_.vocab_size, H, *tp_.comm, hidden_.data());
+  else embed_tokens(batch, embedding_, hidden_.data());
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, cache, T);
-  final_norm_and_lm_head(batch, hidden_.data(), H, norm_f_.data(), cfg_.layer_norm_epsilon, lm_head_, logits);
+  if (tp_.world > 1) dist::final_norm_and_lm_head_vocab_parallel(batch, hidden_.data(), H, norm_f_.data(), cfg_.layer_norm_epsilon, lm_head_, cfg_.vocab_size, *tp_.comm, logits);
+  else final_norm_and_lm_head(batch, hidden_.data(), H, norm_f_.data(), cfg_.layer_norm_epsilon, lm_head_, logits);
 }
 
 void Mamba2Model::mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T) {
@@ -153,16 +164,50 @@ void Mamba2Model::mixer(int layer, const ForwardBatch& batch, StateCache& cache,
     cpu::ssd_chunk_scan_fwd(inputs_from(P0), sp, cm, y_.data() + P0 * I, I);
   }
   // 4. Gated RMSNorm with z, then the output projection and the residual add.
-  cpu::gated_rms_norm(y_.data(), I, proj_.data(), PW, L.gate_norm.data(), cfg_.layer_norm_epsilon, T, I, I / m_.n_groups,
-                      m_.norm_before_gate, gated_.data());
+  if (norm_spans_ranks_) gated_norm_across_ranks(L, T);
+  else cpu::gated_rms_norm(y_.data(), I, proj_.data(), PW, L.gate_norm.data(), cfg_.layer_norm_epsilon, T, I, I / m_.n_groups,
+                           m_.norm_before_gate, gated_.data());
   cpu::linear(gated_.data(), T, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out_.data());
+  if (tp_.world > 1) tp_.comm->all_reduce_sum(out_.data(), T * Hd);  // out_proj is row-parallel
   for (int64_t i = 0; i < T * Hd; ++i) hidden_[i] += out_[i];
+}
+
+// gated_ = gated RMSNorm of y_ with gate z (proj_[:, :I]) when the one norm group (n_groups == 1) covers every
+// rank's channels: the same math as cpu::gated_rms_norm, with each row's sum of squares all-reduced over the
+// ranks and the mean taken over the full d_inner = I * tp.
+void Mamba2Model::gated_norm_across_ranks(const Mamba2LayerWeights& L, int64_t T) {
+  const int64_t I = m_.d_inner, PW = I + m_.conv_dim() + m_.num_heads;
+  sumsq_.assign(T, 0.0f);
+  for (int64_t t = 0; t < T; ++t) {  // 1. u = y * silu(z) (gate first) or y (norm first); local sum of u^2
+    const float *yt = y_.data() + t * I, *zt = proj_.data() + t * PW;
+    float* ot = gated_.data() + t * I;
+    float ss = 0.0f;
+    for (int64_t d = 0; d < I; ++d) {
+      ot[d] = m_.norm_before_gate ? yt[d] : yt[d] * cpu::silu_ps(zt[d]);
+      ss += ot[d] * ot[d];
+    }
+    sumsq_[t] = ss;
+  }
+  tp_.comm->all_reduce_sum(sumsq_.data(), T);
+  const float width = static_cast<float>(I * tp_.world);
+  for (int64_t t = 0; t < T; ++t) {  // 2. scale, weight, and the gate when it comes after the norm
+    const float inv = 1.0f / std::sqrt(sumsq_[t] / width + cfg_.layer_norm_epsilon);
+    const float* zt = proj_.data() + t * PW;
+    float* ot = gated_.data() + t * I;
+    for (int64_t d = 0; d < I; ++d)
+      ot[d] = m_.norm_before_gate ? ot[d] * inv * L.gate_norm[d] * cpu::silu_ps(zt[d]) : ot[d] * inv * L.gate_norm[d];
+  }
 }
 
 }  // namespace
 
-std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format) {
+std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format, const dist::TpRank& tp) {
   const Mamba2Config m = Mamba2Config::from_json(cfg);
+  SSM_CHECK(tp.world == 1 || tp.comm, "load_mamba2: tensor-parallel size {} needs a communicator", tp.world);
+  (void)dist::even_shard(m.num_heads, tp.rank, tp.world, "Mamba-2 num_heads");  // throws first when the heads don't split
+  SSM_CHECK(m.n_groups == 1 || m.n_groups % tp.world == 0,
+            "--tensor-parallel-size {}: Mamba-2 n_groups {} must be 1 (replicated on every rank) or a multiple of it", tp.world,
+            m.n_groups);
   std::shared_ptr<const Checkpoint> ckpt;
   WeightSource src = WeightSource::dummy();
   if (format != LoadFormat::Dummy) {
@@ -170,31 +215,50 @@ std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format)
     src = WeightSource::from_checkpoint(ckpt);
   }
   const int64_t Hd = cfg.hidden_size, I = m.d_inner, C = m.conv_dim(), NH = m.num_heads, K = m.d_conv, V = cfg.vocab_size;
+  const int64_t N = m.d_state, GN = static_cast<int64_t>(m.n_groups) * N;
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
-  Weight emb = src.matrix("backbone.embeddings.weight", {V, Hd}, DummyInit::uniform(0.1f));
+  // This rank's heads h, channels c (= heads x head_dim) and B/C group rows g (all of them when replicated); the
+  // in_proj rows are [z | x | B | C | dt], the conv channels [x | B | C] (everything when tp.world == 1).
+  const dist::Range h = dist::even_shard(NH, tp.rank, tp.world, "Mamba-2 num_heads");
+  const dist::Range c{h.begin * m.head_dim, h.end * m.head_dim};
+  const dist::Range groups = m.n_groups == 1 ? dist::Range{0, 1} : dist::even_shard(m.n_groups, tp.rank, tp.world, "Mamba-2 n_groups");
+  const dist::Range g{groups.begin * N, groups.end * N};
+  const dist::Range v = dist::vocab_shard(V, tp.rank, tp.world);
+  const std::vector<dist::Range> conv_rows = {c, {I + g.begin, I + g.end}, {I + GN + g.begin, I + GN + g.end}};
+  std::vector<dist::Range> proj_rows = {c};
+  for (const dist::Range& r : conv_rows) proj_rows.push_back({I + r.begin, I + r.end});
+  proj_rows.push_back({I + C + h.begin, I + C + h.end});
+  Weight emb = dist::slice_rows(src.matrix("backbone.embeddings.weight", {V, Hd}, DummyInit::uniform(0.1f)), {v});
   std::vector<Mamba2LayerWeights> layers;
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
     const std::string p = fmt::format("backbone.layers.{}.", l);
     Mamba2LayerWeights L;
     L.norm = src.vector(p + "norm.weight", {Hd}, DummyInit::constant(1.0f));
-    L.in_proj = src.matrix(p + "mixer.in_proj.weight", {I + C + NH, Hd}, DummyInit::uniform(in_scale));
-    if (m.use_bias) L.in_proj_bias = src.vector(p + "mixer.in_proj.bias", {I + C + NH}, DummyInit::constant(0.0f));
-    L.conv_weight = src.vector(p + "mixer.conv1d.weight", {C, 1, K}, DummyInit::uniform(0.5f));
-    if (m.use_conv_bias) L.conv_bias = src.vector(p + "mixer.conv1d.bias", {C}, DummyInit::uniform(0.1f));
-    L.dt_bias = src.vector(p + "mixer.dt_bias", {NH}, DummyInit::constant(-4.0f));
-    L.A = src.vector(p + "mixer.A_log", {NH}, DummyInit::log_arange());
+    L.in_proj = dist::slice_rows(src.matrix(p + "mixer.in_proj.weight", {I + C + NH, Hd}, DummyInit::uniform(in_scale)), proj_rows);
+    if (m.use_bias) L.in_proj_bias = dist::slice_rows(src.vector(p + "mixer.in_proj.bias", {I + C + NH}, DummyInit::constant(0.0f)), 1, proj_rows);
+    L.conv_weight = dist::slice_rows(src.vector(p + "mixer.conv1d.weight", {C, 1, K}, DummyInit::uniform(0.5f)), K, conv_rows);
+    if (m.use_conv_bias) L.conv_bias = dist::slice_rows(src.vector(p + "mixer.conv1d.bias", {C}, DummyInit::uniform(0.1f)), 1, conv_rows);
+    L.dt_bias = dist::slice_rows(src.vector(p + "mixer.dt_bias", {NH}, DummyInit::constant(-4.0f)), 1, {h});
+    L.A = dist::slice_rows(src.vector(p + "mixer.A_log", {NH}, DummyInit::log_arange()), 1, {h});
     for (float& a : L.A) a = -std::exp(a);
-    L.D = src.vector(p + "mixer.D", {NH}, DummyInit::constant(1.0f));
-    L.gate_norm = src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f));
-    L.out_proj = src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale));
-    if (m.use_bias) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {Hd}, DummyInit::constant(0.0f));
+    L.D = dist::slice_rows(src.vector(p + "mixer.D", {NH}, DummyInit::constant(1.0f)), 1, {h});
+    L.gate_norm = dist::slice_rows(src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f)), 1, {c});
+    L.out_proj = dist::slice_cols(src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale)), c);
+    // Row-parallel bias: added once, by rank 0, before the all-reduce (vLLM's RowParallelLinear).
+    if (m.use_bias && tp.rank == 0) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {Hd}, DummyInit::constant(0.0f));
     cpu::pack_for_linear(L.in_proj);
     cpu::pack_for_linear(L.out_proj);
     layers.push_back(std::move(L));
   }
   std::vector<float> norm_f = src.vector("backbone.norm_f.weight", {Hd}, DummyInit::constant(1.0f));
-  Weight head = (cfg.tie_word_embeddings && !src.has("lm_head.weight")) ? emb : src.matrix("lm_head.weight", {V, Hd}, DummyInit::uniform(0.1f));
-  return std::make_unique<Mamba2Model>(cfg, m, std::move(emb), std::move(layers), std::move(norm_f), std::move(head), std::move(ckpt));
+  Weight head = (cfg.tie_word_embeddings && !src.has("lm_head.weight")) ? emb : dist::slice_rows(src.matrix("lm_head.weight", {V, Hd}, DummyInit::uniform(0.1f)), {v});
+  Mamba2Config shard = m;  // this rank's mixer dimensions
+  shard.d_inner = static_cast<int>(c.size());
+  shard.num_heads = static_cast<int>(h.size());
+  shard.n_groups = static_cast<int>(groups.size());
+  const bool norm_spans_ranks = m.n_groups == 1 && tp.world > 1;
+  return std::make_unique<Mamba2Model>(cfg, shard, std::move(emb), std::move(layers), std::move(norm_f), std::move(head), std::move(ckpt),
+                                       tp, norm_spans_ranks);
 }
 
 }  // namespace ssmserve

@@ -6,6 +6,7 @@
 #include <memory>
 #include <utility>
 
+#include "dist/communicator.h"
 #include "model/causal_lm.h"
 #include "model/weight_source.h"
 
@@ -46,7 +47,14 @@ struct Mamba2LayerWeights {
   std::vector<float> out_proj_bias; ///< or empty
 };
 
-/// Loads a Mamba-2 model (checkpoint or dummy weights). Throws Error on any checkpoint / config defect.
-std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format);
+/// Loads a Mamba-2 model (checkpoint or dummy weights), or rank tp.rank's shard of it (vllm-ssm-design.md §3.1,
+/// §5.2): heads H / tp per rank (x, z, dt rows of in_proj, conv channels, dt_bias, A, D, gated-norm weight,
+/// out_proj's input columns); B / C groups G / tp per rank when G % tp == 0, the single group replicated on every
+/// rank when G == 1 (the gated RMSNorm's group then spans the ranks: its sum of squares is all-reduced);
+/// embedding and LM head split by vocab rows. A shard's forward is a collective over tp.comm (every rank runs
+/// the same batch at once; only ranks passing non-null logits get them written).
+/// Throws Error on any checkpoint / config defect, or when tp.world does not divide num_heads, or n_groups is
+/// neither 1 nor a multiple of tp.world.
+std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format, const dist::TpRank& tp = {});
 
 }  // namespace ssmserve

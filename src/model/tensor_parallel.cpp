@@ -1,0 +1,103 @@
+// Owns the in-process tensor-parallel model wrapper (see tensor_parallel.h).
+#include "model/tensor_parallel.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/lm_common.h"
+
+namespace ssmserve {
+namespace {
+
+constexpr int64_t kShardAlign = 16;  // elements: 64 bytes of fp32 state
+constexpr int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+}  // namespace
+
+TensorParallelLM::TensorParallelLM(const ModelConfig& config, LoadFormat format, int tensor_parallel_size) {
+  SSM_CHECK(tensor_parallel_size >= 1 && tensor_parallel_size <= kMaxTensorParallelSize,
+            "--tensor-parallel-size must be in [1, {}] (got {})", kMaxTensorParallelSize, tensor_parallel_size);
+  const int tp = tensor_parallel_size;
+  group_ = std::make_unique<dist::InProcessGroup>(tp);
+  for (int r = 0; r < tp; ++r) {
+    shards_.push_back(load_model_shard(config, format, {r, tp, &group_->communicator(r)}));
+    const StateShape s = shards_.back()->state_shape();
+    offsets_.push_back({page_.conv_elems, page_.ssm_elems});
+    page_.conv_elems += round_up(s.conv_elems, kShardAlign);
+    page_.ssm_elems += round_up(s.ssm_elems, kShardAlign);
+  }
+  errors_.resize(tp);
+  const int omp_threads = std::max(1, omp_get_max_threads() / tp);
+  for (int r = 0; r < tp; ++r) threads_.emplace_back([this, r, omp_threads] { rank_loop(r, omp_threads); });
+}
+
+TensorParallelLM::~TensorParallelLM() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void TensorParallelLM::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
+  // The checks each shard's forward makes first, done once here: a batch that fails them never reaches a rank.
+  check_batch_against_cache(batch, cache, num_state_layers(), "tensor-parallel");
+  SSM_CHECK(cache.shape().conv_elems >= page_.conv_elems && cache.shape().ssm_elems >= page_.ssm_elems,
+            "tensor-parallel forward: the state cache's page ({} conv + {} ssm elements) is smaller than the model's ({} + {})",
+            cache.shape().conv_elems, cache.shape().ssm_elems, page_.conv_elems, page_.ssm_elems);
+  const int64_t V = config().vocab_size;
+  for (int64_t t = 0; t < batch.num_tokens(); ++t)
+    SSM_CHECK(batch.input_ids[t] >= 0 && batch.input_ids[t] < V, "token id {} is outside the vocabulary [0, {})", batch.input_ids[t], V);
+  std::unique_lock<std::mutex> lock(mu_);
+  views_.clear();
+  for (size_t r = 0; r < shards_.size(); ++r)
+    views_.push_back(cache.shard(shards_[r]->state_shape(), offsets_[r].conv_elems, offsets_[r].ssm_elems));
+  batch_ = &batch;
+  logits_ = logits;
+  std::fill(errors_.begin(), errors_.end(), nullptr);
+  pending_ = static_cast<int>(shards_.size());
+  ++generation_;
+  work_cv_.notify_all();
+  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  batch_ = nullptr;
+  for (const auto& e : errors_)
+    if (e) std::rethrow_exception(e);
+}
+
+void TensorParallelLM::rank_loop(int rank, int omp_threads) {
+  omp_set_num_threads(omp_threads);  // this thread's OpenMP team size (an ICV of the calling thread)
+  int64_t seen = 0;
+  while (true) {
+    std::unique_lock<std::mutex> lock(mu_);
+    work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
+    seen = generation_;
+    const ForwardBatch& batch = *batch_;
+    StateCache& view = views_[rank];
+    float* logits = rank == 0 ? logits_ : nullptr;
+    lock.unlock();
+    // Errors past the checks in forward() are the same on every rank (the shards run the same code on the same
+    // batch), so every rank leaves its collectives at the same point.
+    try {
+      shards_[rank]->forward(batch, view, logits);
+    } catch (...) {
+      errors_[rank] = std::current_exception();
+    }
+    lock.lock();
+    if (--pending_ == 0) done_cv_.notify_one();
+  }
+}
+
+std::unique_ptr<CausalLM> load_model(const ModelConfig& config, LoadFormat format, int tensor_parallel_size) {
+  if (tensor_parallel_size == 1) return load_model(config, format);
+  return std::make_unique<TensorParallelLM>(config, format, tensor_parallel_size);
+}
+
+std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format, int tensor_parallel_size) {
+  return load_model(ModelConfig::load(dir), format, tensor_parallel_size);
+}
+
+}  // namespace ssmserve

@@ -1,0 +1,74 @@
+// Owns tensor parallelism on the CPU (issue 9; vllm-ssm-design.md §3.1, §5): TensorParallelLM runs one model
+// shard per rank, each on its own persistent thread, talking through an in-process communicator
+// (dist::InProcessGroup), and presents them to the engine as one CausalLM, so the engine, scheduler and state
+// pool are the same as for one rank.
+#pragma once
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "model/causal_lm.h"
+
+namespace ssmserve {
+
+/// Largest --tensor-parallel-size accepted (in-process ranks are threads; more than this is never useful).
+inline constexpr int kMaxTensorParallelSize = 64;
+
+/// Loads rank tp.rank's shard of the model `config` names (the architecture's shard loader from the registry).
+/// Throws Error when the architecture has no tensor-parallel loader (listing those that do), or as the loader
+/// does (a size that does not divide the sharded dimensions, checkpoint defects).
+std::unique_ptr<CausalLM> load_model_shard(const ModelConfig& config, LoadFormat format, const dist::TpRank& tp);
+
+/// Architecture names with a tensor-parallel shard loader.
+std::vector<std::string> tensor_parallel_architectures();
+
+/// `tensor_parallel_size` model shards run as one CausalLM. Each rank r owns a shard model (its slices of the
+/// weights, its shard of every state) and a thread with max(1, omp_get_max_threads() / tensor_parallel_size)
+/// OpenMP threads of its own. The state page it reports holds every rank's shard back to back: the conv part is
+/// [rank 0's conv shard | rank 1's | ...] and likewise the SSM part, each rank's shard padded to 16 elements so
+/// ranks write separate cache lines; forward() hands rank r a StateCache::shard view of its part and the same
+/// batch, runs all ranks at once and returns when all are done, with rank 0's logits (complete after the LM
+/// head's all-gather). One forward at a time.
+class TensorParallelLM final : public CausalLM {
+ public:
+  /// Loads the shards of `config` (checkpoint row slices stay views into the mapped file) and starts the rank
+  /// threads. Throws Error when tensor_parallel_size is outside [1, kMaxTensorParallelSize] or a shard fails to load.
+  TensorParallelLM(const ModelConfig& config, LoadFormat format, int tensor_parallel_size);
+  ~TensorParallelLM() override;
+
+  const ModelConfig& config() const override { return shards_[0]->config(); }
+  int num_state_layers() const override { return shards_[0]->num_state_layers(); }
+  /// The sum over ranks of each rank's (padded) state shard.
+  StateShape state_shape() const override { return page_; }
+  int chunk_size() const override { return shards_[0]->chunk_size(); }
+  /// Validates the batch against `cache` (the same checks every rank would make, so a bad batch throws here,
+  /// before any rank starts a collective), then runs every rank. Throws Error on a bad batch or a rank's error.
+  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
+
+  int tensor_parallel_size() const { return static_cast<int>(shards_.size()); }
+
+ private:
+  void rank_loop(int rank, int omp_threads);
+
+  std::unique_ptr<dist::InProcessGroup> group_;
+  std::vector<std::unique_ptr<CausalLM>> shards_;
+  std::vector<StateShape> offsets_;  // per rank: where its conv / ssm shard starts in the page (elements)
+  StateShape page_;
+  // The running forward, handed to the rank threads under mu_ (generation_ counts forwards).
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  int64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  const ForwardBatch* batch_ = nullptr;
+  std::vector<StateCache> views_;
+  float* logits_ = nullptr;
+  std::vector<std::exception_ptr> errors_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace ssmserve

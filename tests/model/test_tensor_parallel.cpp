@@ -1,0 +1,199 @@
+// Tensor parallelism on the CPU (issue 9): the model split over TP = 2, 4 (and 8) in-process ranks gives the same
+// greedy tokens and the same logprobs (within 1e-5; only the summation order of the all-reduced partial sums
+// differs) as TP = 1, through the whole engine: batches of prompts, chunked prefill mixed with decodes, prompt
+// logprobs. Models: tiny-mamba (channels sharded, x_proj / out_proj row-parallel), tiny-mamba2 (n_groups = 1:
+// the group replicated, the gated norm all-reduced), and dummy-weight Mamba-2 configs with n_groups = 8
+// (groups sharded) at TP = 2, 4, 8 and n_groups = 1 with norm_before_gate.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "checkpoint_fixtures.h"
+#include "cli_runner.h"
+#include "core/error.h"
+#include "engine/llm_engine.h"
+#include "model/tensor_parallel.h"
+#include "test_util.h"
+
+namespace ssmserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Outcome {
+  std::vector<int> ids;
+  std::vector<float> logprobs;  // generated tokens', then the prompt tokens' (positions 1..)
+};
+
+// Greedy outputs of `prompts` run together through an engine with the given TP size, with a small token budget
+// so prompts are prefilled in chunks next to other requests' decodes.
+std::vector<Outcome> run(const std::filesystem::path& model, LoadFormat format, int tp, const std::vector<std::vector<int>>& prompts,
+                         int budget) {
+  EngineConfig cfg;
+  cfg.model = model;
+  cfg.load_format = format;
+  cfg.tensor_parallel_size = tp;
+  cfg.scheduler.max_num_batched_tokens = budget;
+  cfg.scheduler.max_num_seqs = 4;
+  LLMEngine engine(cfg);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.request_id = std::to_string(i);
+    r.prompt_token_ids = prompts[i];
+    r.params.temperature = 0;
+    r.params.max_tokens = 6;
+    r.params.ignore_eos = true;
+    r.params.logprobs = 0;
+    r.params.prompt_logprobs = 0;
+    engine.add_request(r);
+  }
+  std::vector<Outcome> out(prompts.size());
+  while (engine.has_unfinished_requests())
+    for (const auto& o : engine.step()) {
+      if (!o.finished) continue;
+      Outcome& oc = out[std::stoi(o.request_id)];
+      oc.ids = o.outputs[0].token_ids;
+      for (const auto& step : o.outputs[0].logprobs) oc.logprobs.push_back(step.at(0).logprob);
+      for (const auto& p : o.prompt_logprobs)
+        if (p) oc.logprobs.push_back(p->token_logprob);
+    }
+  return out;
+}
+
+void expect_same(const std::vector<Outcome>& ref, const std::vector<Outcome>& got, int tp) {
+  ASSERT_EQ(ref.size(), got.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    EXPECT_EQ(ref[i].ids, got[i].ids) << "TP " << tp << ", prompt " << i;
+    ASSERT_EQ(ref[i].logprobs.size(), got[i].logprobs.size());
+    for (size_t j = 0; j < ref[i].logprobs.size(); ++j)
+      EXPECT_NEAR(ref[i].logprobs[j], got[i].logprobs[j], 1e-5) << "TP " << tp << ", prompt " << i << ", logprob " << j;
+  }
+}
+
+std::vector<std::vector<int>> prompts(int vocab) {
+  std::vector<std::vector<int>> p = {{}, {}, {}};
+  const int lens[] = {37, 5, 90};
+  for (int i = 0; i < 3; ++i)
+    for (int t = 0; t < lens[i]; ++t) p[i].push_back((t * 7919 + i * 104729 + 13) % vocab);
+  return p;
+}
+
+class TensorParallelModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TensorParallelModels, SameGreedyOutputsAndLogprobsAsOneRank) {
+  const auto dir = testing::model_dir(GetParam());
+  SSM_SKIP_IF_NO_MODEL(dir);
+  const auto p = prompts(50000);
+  const auto ref = run(dir, LoadFormat::Auto, 1, p, 29);
+  for (int tp : {2, 4}) expect_same(ref, run(dir, LoadFormat::Auto, tp, p, 29), tp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, TensorParallelModels, ::testing::Values("tiny-mamba", "tiny-mamba2"));
+
+// A small Mamba-2 shape for dummy weights: hidden 64, 8 heads x 16, d_state 16, 2 layers, chunk_size 16, and a
+// vocabulary (301) no TP size divides, so the last vocab shard is short.
+void write_mamba2_config(const std::filesystem::path& dir, int n_groups, bool norm_before_gate) {
+  nlohmann::json j = {{"architectures", {"Mamba2ForCausalLM"}}, {"model_type", "mamba2"}, {"hidden_size", 64},
+                      {"num_heads", 8}, {"head_dim", 16}, {"expand", 2}, {"state_size", 16}, {"n_groups", n_groups},
+                      {"num_hidden_layers", 2}, {"conv_kernel", 4}, {"chunk_size", 16}, {"vocab_size", 301},
+                      {"layer_norm_epsilon", 1e-5}, {"norm_before_gate", norm_before_gate}, {"tie_word_embeddings", false},
+                      {"eos_token_id", 0}};
+  std::ofstream(dir / "config.json") << j.dump(2);
+}
+
+TEST(TensorParallelDummy, Mamba2GroupsShardedAtTp2To8) {
+  testing::TempDir tmp("tp-g8");
+  write_mamba2_config(tmp.path(), 8, false);
+  const auto p = prompts(301);
+  const auto ref = run(tmp.path(), LoadFormat::Dummy, 1, p, 23);
+  for (int tp : {2, 4, 8}) expect_same(ref, run(tmp.path(), LoadFormat::Dummy, tp, p, 23), tp);
+}
+
+TEST(TensorParallelDummy, Mamba2ReplicatedGroupNormBeforeGate) {
+  testing::TempDir tmp("tp-g1");
+  write_mamba2_config(tmp.path(), 1, true);
+  const auto p = prompts(301);
+  expect_same(run(tmp.path(), LoadFormat::Dummy, 1, p, 23), run(tmp.path(), LoadFormat::Dummy, 4, p, 23), 4);
+}
+
+TEST(TensorParallelDummy, StatePageHoldsEveryRanksShard) {
+  testing::TempDir tmp("tp-shape");
+  write_mamba2_config(tmp.path(), 8, false);
+  const ModelConfig cfg = ModelConfig::load(tmp.path());
+  auto one = load_model(cfg, LoadFormat::Dummy, 1);
+  TensorParallelLM four(cfg, LoadFormat::Dummy, 4);
+  // conv: (K-1) x (I + 2GN) = 3 x 640 split in 4 x 480 elements; ssm: H x P x N = 2048 split in 4 x 512.
+  EXPECT_EQ(four.state_shape().conv_elems, one->state_shape().conv_elems);
+  EXPECT_EQ(four.state_shape().ssm_elems, one->state_shape().ssm_elems);
+  dist::InProcessGroup group(4);
+  EXPECT_EQ(load_model_shard(cfg, LoadFormat::Dummy, {1, 4, &group.communicator(1)})->state_shape().ssm_elems, 512);
+}
+
+TEST(TensorParallelErrors, SizesThatDoNotDivideTheShardedDimensions) {
+  testing::TempDir tmp("tp-err");
+  write_mamba2_config(tmp.path(), 2, false);
+  const ModelConfig cfg = ModelConfig::load(tmp.path());
+  try {
+    TensorParallelLM bad(cfg, LoadFormat::Dummy, 4);
+    ADD_FAILURE() << "n_groups 2 at TP 4 accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("n_groups 2 must be 1 (replicated on every rank) or a multiple of it"));
+  }
+  try {
+    TensorParallelLM bad(cfg, LoadFormat::Dummy, 16);
+    ADD_FAILURE() << "TP 16 accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::AnyOf(HasSubstr("does not divide"), HasSubstr("must be 1")));
+  }
+  write_mamba2_config(tmp.path(), 8, false);
+  try {
+    TensorParallelLM bad(ModelConfig::load(tmp.path()), LoadFormat::Dummy, 16);
+    ADD_FAILURE() << "TP 16 accepted for 8 heads";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--tensor-parallel-size 16 does not divide Mamba-2 num_heads 8"));
+  }
+  const auto mamba = testing::model_dir("tiny-mamba");
+  if (std::filesystem::exists(mamba / "config.json")) {
+    try {
+      TensorParallelLM bad(ModelConfig::load(mamba), LoadFormat::Dummy, 3);
+      ADD_FAILURE() << "TP 3 accepted for d_inner 512";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("--tensor-parallel-size 3 does not divide Mamba-1 d_inner (intermediate_size) 512"));
+    }
+  }
+  EngineConfig ec;
+  ec.tensor_parallel_size = 0;
+  EXPECT_THROW(ec.validate(), Error);
+}
+
+TEST(TensorParallelErrors, BadTokenRejectedBeforeAnyRankRuns) {
+  testing::TempDir tmp("tp-tok");
+  write_mamba2_config(tmp.path(), 8, false);
+  TensorParallelLM tp(ModelConfig::load(tmp.path()), LoadFormat::Dummy, 2);
+  StateCache cache(tp.num_state_layers(), tp.state_shape(), 2);
+  const ScheduledSeq seq{1, 0, 2, true};
+  const std::vector<std::vector<int32_t>> tokens{{5, 301}};
+  MetadataOptions opt;
+  opt.chunk_size = 16;
+  ForwardBatch b = make_forward_batch(std::span(&seq, 1), tokens, opt);
+  b.logits_indices = {1};
+  std::vector<float> logits(301);
+  EXPECT_THROW(tp.forward(b, cache, logits.data()), Error);
+}
+
+TEST(TensorParallelCli, GenerateFlag) {
+  const auto dir = testing::model_dir("tiny-mamba");
+  SSM_SKIP_IF_NO_MODEL(dir);
+  const std::string base = "generate --model " + dir.string() + " --prompt 'The quick brown' --max-tokens 6 --json";
+  const auto one = testing::run_cli(base), two = testing::run_cli(base + " --tensor-parallel-size 2");
+  ASSERT_EQ(one.status, 0) << one.err;
+  ASSERT_EQ(two.status, 0) << two.err;
+  EXPECT_EQ(nlohmann::json::parse(one.out)["token_ids"], nlohmann::json::parse(two.out)["token_ids"]);
+  const auto bad = testing::run_cli(base + " --tensor-parallel-size 3");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.err, HasSubstr("error: --tensor-parallel-size 3 does not divide Mamba-1 d_inner (intermediate_size) 512"));
+}
+
+}  // namespace
+}  // namespace ssmserve
