@@ -32,7 +32,8 @@ std::vector<std::string> tensor_parallel_architectures();
 /// [rank 0's conv shard | rank 1's | ...] and likewise the SSM part, each rank's shard padded to 16 elements so
 /// ranks write separate cache lines; forward() hands rank r a StateCache::shard view of its part and the same
 /// batch, runs all ranks at once and returns when all are done, with rank 0's logits (complete after the LM
-/// head's all-gather). One forward at a time.
+/// head's all-gather). One forward at a time. (A CausalLM virtual added later, e.g. a hybrid's KV block size,
+/// must be forwarded to shards_[0] here too, or the wrapper silently reports the default.)
 class TensorParallelLM final : public CausalLM {
  public:
   /// Loads the shards of `config` (checkpoint row slices stay views into the mapped file) and starts the rank

@@ -7,7 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <iostream>
 
 #include "checkpoint_fixtures.h"
 #include "cli_runner.h"
@@ -63,6 +66,11 @@ std::vector<Outcome> run(const std::filesystem::path& model, LoadFormat format, 
 
 void expect_same(const std::vector<Outcome>& ref, const std::vector<Outcome>& got, int tp) {
   ASSERT_EQ(ref.size(), got.size());
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    for (size_t j = 0; j < std::min(ref[i].logprobs.size(), got[i].logprobs.size()); ++j)
+      worst = std::max(worst, std::abs(static_cast<double>(ref[i].logprobs[j]) - got[i].logprobs[j]));
+  std::cout << "TP " << tp << ": max |logprob - TP 1's| = " << worst << "\n";
   for (size_t i = 0; i < ref.size(); ++i) {
     EXPECT_EQ(ref[i].ids, got[i].ids) << "TP " << tp << ", prompt " << i;
     ASSERT_EQ(ref[i].logprobs.size(), got[i].logprobs.size());
@@ -128,6 +136,32 @@ TEST(TensorParallelDummy, StatePageHoldsEveryRanksShard) {
   EXPECT_EQ(four.state_shape().ssm_elems, one->state_shape().ssm_elems);
   dist::InProcessGroup group(4);
   EXPECT_EQ(load_model_shard(cfg, LoadFormat::Dummy, {1, 4, &group.communicator(1)})->state_shape().ssm_elems, 512);
+}
+
+TEST(TensorParallelDummy, ShardViewsAddressDisjointPartsOfThePage) {
+  StateDtypes dt;
+  dt.conv = DType::BF16;  // a bf16 conv part and an fp32 ssm part in one page
+  StateCache cache(2, {40, 64}, 3, dt);
+  const StateCache a = cache.shard({20, 32}, 0, 0), b = cache.shard({20, 32}, 20, 32);
+  std::vector<float> ones(32, 1.0f), twos(32, 2.0f);
+  for (int l = 0; l < 2; ++l) {
+    state_from_f32(a.conv_state(l), 2, ones.data(), 20), state_from_f32(a.ssm_state(l), 2, ones.data(), 32);
+    state_from_f32(b.conv_state(l), 2, twos.data(), 20), state_from_f32(b.ssm_state(l), 2, twos.data(), 32);
+  }
+  const auto conv = state_to_f32(cache.conv_state(1), 2, 40), ssm = state_to_f32(cache.ssm_state(1), 2, 64);
+  EXPECT_EQ(conv[19], 1.0f);
+  EXPECT_EQ(conv[20], 2.0f);
+  EXPECT_EQ(ssm[31], 1.0f);
+  EXPECT_EQ(ssm[32], 2.0f);
+  EXPECT_EQ(b.shard({4, 4}, 16, 28).ssm_state(0).data, cache.shard({4, 4}, 36, 60).ssm_state(0).data);  // views of views
+  StateCache bz = cache.shard({20, 32}, 20, 32);
+  bz.zero_block(2);  // zeroes b's ranges only
+  EXPECT_EQ(state_to_f32(cache.conv_state(0), 2, 40)[0], 1.0f);
+  EXPECT_EQ(state_to_f32(cache.conv_state(0), 2, 40)[39], 0.0f);
+  EXPECT_EQ(state_to_f32(cache.ssm_state(1), 2, 64)[0], 1.0f);
+  EXPECT_EQ(state_to_f32(cache.ssm_state(1), 2, 64)[63], 0.0f);
+  EXPECT_THROW(cache.shard({20, 32}, 21, 0), Error);
+  EXPECT_THROW(cache.shard({20, 40}, 0, 32), Error);
 }
 
 TEST(TensorParallelErrors, SizesThatDoNotDivideTheShardedDimensions) {
