@@ -1,6 +1,7 @@
 // Owns the recurrent state pool storage and the parsing of its dtype options (see state_cache.h).
 #include "cache/state_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
@@ -41,6 +42,7 @@ StateCache::StateCache(int num_layers, StateShape shape, int num_blocks, StateDt
   // so page_bytes divides by every dtype size and each view's block stride is a whole number of elements.
   ssm_offset_ = round_up(shape.conv_elems * static_cast<int64_t>(dtype_size(dtypes.conv)), kAlign);
   page_bytes_ = round_up(ssm_offset_ + shape.ssm_elems * static_cast<int64_t>(dtype_size(dtypes.ssm)), kAlign);
+  page_bytes_ = std::max(page_bytes_, round_up(shape.min_page_bytes, kAlign));
   const auto bytes = static_cast<size_t>(page_bytes_ * num_blocks);
   for (int l = 0; l < num_layers; ++l) {
     auto* p = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{kAlign}));

@@ -18,6 +18,7 @@ namespace ssmserve {
 struct StateShape {
   int64_t conv_elems = 0;  ///< e.g. Mamba-1: (d_conv - 1) * d_inner, layout [d_conv-1, d_inner]
   int64_t ssm_elems = 0;   ///< e.g. Mamba-1: d_inner * d_state, layout [d_inner, d_state]
+  int64_t min_page_bytes = 0;  ///< page at least this large (hybrids: a KV block shares the page, §3.5)
 };
 
 /// Activation dtype of the CPU backend: its math is fp32 (weights may be bf16, activations never are), so

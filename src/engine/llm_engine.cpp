@@ -65,6 +65,12 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   if (path_entry_exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());
   int blocks = cfg_.resolved_num_state_blocks();
+  if (const int bs = model_->kv_block_size(); bs > 0 && cfg_.num_state_blocks == 0) {
+    // Hybrid models draw KV blocks from the same pool: by default a state block and one KV block per sequence,
+    // plus room for one sequence of the model's whole context (capped below like any automatic size).
+    const int ctx = model_->config().max_model_len > 0 ? std::min(model_->config().max_model_len, 1 << 20) : 8192;
+    blocks = static_cast<int>(std::min<int64_t>(kMaxNumStateBlocks, 2LL * cfg_.scheduler.max_num_seqs + 1 + (ctx + bs - 1) / bs));
+  }
   const StateDtypes dtypes = StateDtypes::from_options(cfg_.mamba_cache_dtype, cfg_.mamba_ssm_cache_dtype);
   // Size the state pool before allocating it: a 2-block probe gives the bytes per block.
   const double block_bytes = static_cast<double>(StateCache(model_->num_state_layers(), model_->state_shape(), 2, dtypes).bytes_per_block());
@@ -92,7 +98,7 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   }
   cache_ = std::make_unique<StateCache>(model_->num_state_layers(), model_->state_shape(), blocks, dtypes);
   pool_ = std::make_unique<BlockPool>(blocks);
-  scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *pool_, *cache_);
+  scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *pool_, *cache_, model_->kv_block_size());
   spdlog::debug("engine: {} state blocks x {:.2f} MiB", blocks, cache_->bytes_per_block() / 1048576.0);
 }
 
@@ -113,6 +119,14 @@ void LLMEngine::add_request(Request req) {
   if (mc.max_model_len > 0)
     SSM_CHECK(static_cast<int>(req.prompt_token_ids.size()) < mc.max_model_len, "the prompt has {} tokens; the model's context is {}",
               req.prompt_token_ids.size(), mc.max_model_len);
+  if (const int bs = model_->kv_block_size(); bs > 0) {
+    // Hybrid models: the prompt's KV blocks and a state block must fit in the pool at once.
+    const int need = 1 + (static_cast<int>(req.prompt_token_ids.size()) + bs) / bs;
+    SSM_CHECK(need <= pool_->num_blocks() - 1,
+              "the prompt has {} tokens and needs {} blocks (a state block + KV blocks of {} tokens), but the pool has {} usable "
+              "blocks; raise --num-state-blocks",
+              req.prompt_token_ids.size(), need, bs, pool_->num_blocks() - 1);
+  }
   auto st = std::make_unique<RequestState>(std::move(req));
   if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, st->request.params.skip_special_tokens);
   st->stop = std::make_unique<StopChecker>(st->request.params, mc.eos_token_ids);
@@ -161,6 +175,12 @@ std::vector<RequestOutput> LLMEngine::step() {
   opt.chunk_size = model_->chunk_size();
   opt.pad_decodes_to = cfg_.pad_decode_batches_to;
   ForwardBatch batch = make_forward_batch(seqs, tokens, opt);
+  {  // Linear-attention and (hybrids) paged-attention metadata, same step, same row order.
+    const int bs = model_->kv_block_size();
+    std::vector<std::vector<int32_t>> tables(bs > 0 ? order.size() : 0);
+    for (size_t i = 0; i < tables.size(); ++i) tables[i].assign(order[i].req->kv_blocks.begin(), order[i].req->kv_blocks.end());
+    build_attention_metadata(seqs, tables, bs, batch.meta, batch.linear_meta, batch.attn_meta);
+  }
   // Logits rows: every position that scores a not-yet-scored prompt token, and the last position (sampling).
   std::vector<RowPlan> plans(order.size());
   for (size_t i = 0; i < order.size(); ++i) {

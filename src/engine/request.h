@@ -42,6 +42,7 @@ struct RequestState {
   std::vector<std::vector<TokenLogprob>> logprobs;  ///< per output token: [chosen, top...] when requested
   std::vector<std::optional<PromptLogprob>> prompt_logprobs;  ///< [prompt_len], entry 0 is nullopt
   int state_block = 0;                       ///< 0 = none held
+  std::vector<int> kv_blocks;                ///< KV block table (hybrid models): block i holds positions [i*bs, (i+1)*bs)
   FinishReason finish_reason = FinishReason::None;
   std::string stop_reason;                   ///< the stop string that matched, if any
   std::optional<int> stop_reason_token;      ///< the stop_token_ids entry that ended the sequence, if any

@@ -35,7 +35,11 @@ struct SchedulerOutput {
 /// Decides what runs each step. Owns the waiting queue and the running list; does not own requests.
 class Scheduler {
  public:
-  Scheduler(SchedulerConfig cfg, BlockPool& pool, StateCache& cache);
+  /// kv_block_size > 0 (hybrid models): running requests also hold KV blocks from the same pool, one per
+  /// kv_block_size tokens, allocated as they grow; a request is admitted only when its state block and the KV
+  /// blocks of its first chunk are free; when a running request cannot grow, the newest running request is
+  /// preempted (vLLM v1), possibly itself.
+  Scheduler(SchedulerConfig cfg, BlockPool& pool, StateCache& cache, int kv_block_size = 0);
 
   /// Queues a new request (FCFS).
   void add_request(RequestState* req);
@@ -57,7 +61,17 @@ class Scheduler {
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
 
  private:
+  /// Makes r hold KV blocks for num_computed_tokens + n tokens, preempting the newest running requests (and
+  /// unscheduling them from `out`) while the pool is short. False when r itself had to be preempted. Throws
+  /// Error when r is the only running request and still does not fit (the pool is too small for it).
+  bool reserve_kv(RequestState* r, int n, SchedulerOutput& out, int& budget, int& seqs);
+  /// KV blocks a request needs to hold `tokens` tokens.
+  int kv_blocks_for(int tokens) const { return kv_block_size_ > 0 ? (tokens + kv_block_size_ - 1) / kv_block_size_ : 0; }
+  void free_blocks(RequestState* req);
+
   SchedulerConfig cfg_;
+  int kv_block_size_ = 0;
+  bool preempted_this_step_ = false;
   BlockPool& pool_;
   StateCache& cache_;
   std::deque<RequestState*> waiting_;

@@ -28,6 +28,10 @@ class CausalLM {
   /// Tokens per chunk of the chunked prefill scan (Mamba-2's `chunk_size`); the metadata builder cuts prefill
   /// rows at multiples of it from each sequence's start. Models without a chunked scan keep the default.
   virtual int chunk_size() const { return 256; }
+  /// Tokens per KV block of the softmax-attention layers (hybrids such as MiniMax), or 0 when the model has none.
+  /// KV blocks come from the same pool as state blocks (one page each; docs/architecture.md); the engine then
+  /// allocates them as sequences grow and fills ForwardBatch::linear_meta / attn_meta every step.
+  virtual int kv_block_size() const { return 0; }
   /// Runs the packed batch, updating the states of its blocks in `cache`, and writes logits for
   /// batch.logits_indices into `logits`: [logits_indices.size(), vocab_size] fp32.
   /// Throws Error on an inconsistent batch or a token id outside [0, vocab_size).

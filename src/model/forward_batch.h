@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "model/attention_metadata.h"
 #include "model/batch_metadata.h"
 
 namespace ssmserve {
@@ -18,6 +19,9 @@ struct ForwardBatch {
   MambaBatchMetadata meta;               ///< decodes first; see batch_metadata.h
   std::vector<int32_t> logits_indices;   ///< token rows whose logits the caller wants, in output order
   std::vector<int32_t> seq_first_token;  ///< [num input seqs] token row of each input sequence's first new token
+  /// Hybrid models (lightning + softmax layers) only, filled by build_attention_metadata in the same step.
+  LinearAttentionMetadata linear_meta;
+  PagedAttentionMetadata attn_meta;
 
   int num_tokens() const { return static_cast<int>(input_ids.size()); }
   /// Token row where the prefill rows start (= number of decode rows incl. padding).

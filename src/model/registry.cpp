@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/archs/mamba.h"
 #include "model/archs/mamba2.h"
+#include "model/archs/minimax.h"
 #include "model/causal_lm.h"
 #include "model/tensor_parallel.h"
 
@@ -18,6 +19,7 @@ const std::map<std::string, Loader>& registry() {
   static const std::map<std::string, Loader> r = {
       {"MambaForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba(c, f); }},
       {"Mamba2ForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba2(c, f); }},
+      {"MiniMaxForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_minimax(c, f); }},
   };
   return r;
 }

@@ -1,4 +1,4 @@
-// Batch invariance (issue: engine core; Mamba-1 and Mamba-2): for random sets of 1-16 prompts of random lengths (1-700 tokens),
+// Batch invariance (issue: engine core; Mamba-1, Mamba-2 and the MiniMax hybrid): for random sets of 1-16 prompts of random lengths (1-700 tokens),
 // random arrival steps, token budgets {1, 7, 13, 61, 512, 4096}, max_num_seqs {1, 3, 16} and state pools of
 // 2-3 blocks with forced preemptions, every request's greedy output equals running it alone: identical ids and
 // logprobs within 1e-4 (in practice bit-identical: every kernel is batch-invariant).
@@ -77,12 +77,15 @@ TEST_P(BatchInvariance, RandomSchedulesEqualRunningAlone) {
   const int budgets[] = {1, 7, 13, 61, 512, 4096};
   const int max_seqs[] = {1, 3, 16};
   std::mt19937 rng(20261129);
-  int total_requests = 0, total_preemptions = 0;
+  int total_requests = 0, total_preemptions = 0, total_engine_preemptions = 0;
   for (int trial = 0; trial < 12; ++trial) {
     // 1. A random workload: short prompts mostly, some long; the tiny budget gets short prompts only (time).
     const int budget = budgets[trial % 6];
     const int seqs = max_seqs[(trial / 2) % 3];
-    const int blocks = trial % 3 == 2 ? 2 + static_cast<int>(rng() % 2) : 0;
+    // Small pools. MiniMax also keeps KV blocks of 192 tokens in the pool: 6-7 blocks hold one 700-token
+    // request (state + 4 KV blocks) but not all requests' KV, so the scheduler preempts on its own too.
+    const int min_blocks = GetParam() == "tiny-minimax" ? 6 : 2;
+    const int blocks = trial % 3 == 2 ? min_blocks + static_cast<int>(rng() % 2) : 0;
     const int n = 1 + static_cast<int>(rng() % 16);
     const int max_len = budget == 1 ? 40 : 700;
     std::vector<std::vector<int>> prompts(n);
@@ -120,6 +123,7 @@ TEST_P(BatchInvariance, RandomSchedulesEqualRunningAlone) {
         if (out.finished) got[out.request_id] = {out.outputs[0].token_ids, logprobs_of(out)};
       ASSERT_LT(step, 100000) << "no progress";
     }
+    total_engine_preemptions += engine.num_preemptions();  // forced + the scheduler's own (KV ran out)
     // 3. Every request equals its solo run.
     ASSERT_EQ(static_cast<int>(got.size()), n);
     for (int i = 0; i < n; ++i) {
@@ -131,13 +135,60 @@ TEST_P(BatchInvariance, RandomSchedulesEqualRunningAlone) {
     total_requests += n;
   }
   EXPECT_GT(total_preemptions, 0) << "the schedule never preempted";
+  RecordProperty("engine_preemptions", total_engine_preemptions);
   RecordProperty("requests", total_requests);
   RecordProperty("preemptions", total_preemptions);
 }
 
+// Hybrid only: prompts just under the 192-token KV block boundary, a pool of 8 blocks (7 usable: three requests
+// of a state block + one KV block each). While decoding they cross the boundary and need a second KV block: the
+// pool runs out and the scheduler preempts the newest request by itself (no forced preemption), which later
+// recomputes; every output still equals running the request alone.
+TEST_P(BatchInvariance, KvExhaustionPreemptsAndRecomputes) {
+  if (GetParam() != "tiny-minimax") GTEST_SKIP() << "no KV blocks in " << GetParam();
+  if (!reference_) GTEST_SKIP() << GetParam() << " not found";
+  std::mt19937 rng(192);
+  const int n = 6;
+  std::vector<std::vector<int>> prompts(n);
+  for (int i = 0; i < n; ++i)
+    for (int t = 0, len = 170 + static_cast<int>(rng() % 20); t < len; ++t) prompts[i].push_back(2 + static_cast<int>(rng() % 50000));
+  for (int budget : {61, 4096}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    EngineConfig cfg;
+    cfg.model = testing::model_dir(GetParam());
+    cfg.scheduler.max_num_batched_tokens = budget;
+    cfg.num_state_blocks = 8;
+    LLMEngine engine(cfg);
+    for (int i = 0; i < n; ++i) {
+      Request r;
+      r.request_id = std::to_string(i);
+      r.prompt_token_ids = prompts[i];
+      r.params = greedy(30);
+      engine.add_request(r);
+    }
+    std::map<std::string, Outcome> got;
+    for (int step = 0; engine.has_unfinished_requests(); ++step) {
+      ASSERT_LT(step, 100000) << "no progress";
+      for (const auto& out : engine.step())
+        if (out.finished) got[out.request_id] = {out.outputs[0].token_ids, logprobs_of(out)};
+    }
+    EXPECT_GT(engine.num_preemptions(), 0) << "the KV blocks never ran out";
+    EXPECT_EQ(engine.num_free_blocks(), 7) << "blocks leaked";
+    for (int i = 0; i < n; ++i) {
+      const Outcome want = alone(prompts[i], 30);
+      const Outcome& have = got[std::to_string(i)];
+      ASSERT_EQ(have.ids, want.ids) << "request " << i;
+      for (size_t s = 0; s < want.logprobs.size(); ++s) EXPECT_NEAR(have.logprobs[s], want.logprobs[s], 1e-4);
+    }
+    RecordProperty("preemptions_budget" + std::to_string(budget), engine.num_preemptions());
+  }
+}
+
 // tiny-mamba2 has chunk_size 64: budgets 7, 13 and 61 cut sequences mid-chunk.
-INSTANTIATE_TEST_SUITE_P(Models, BatchInvariance, ::testing::Values("tiny-mamba", "tiny-mamba2"),
-                         [](const auto& info) { return std::string(info.param == "tiny-mamba" ? "mamba1" : "mamba2"); });
+INSTANTIATE_TEST_SUITE_P(Models, BatchInvariance, ::testing::Values("tiny-mamba", "tiny-mamba2", "tiny-minimax"),
+                         [](const auto& info) {
+                           return std::string(info.param == "tiny-mamba" ? "mamba1" : info.param == "tiny-mamba2" ? "mamba2" : "minimax");
+                         });
 
 }  // namespace
 }  // namespace ssmserve

@@ -115,7 +115,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                                            GoldenCase{"tiny-mamba", 61, true}, GoldenCase{"tiny-mamba", 7, true},
                                            GoldenCase{"tiny-mamba2", 2048, false}, GoldenCase{"tiny-mamba2", 2048, true},
                                            GoldenCase{"tiny-mamba2", 61, true}, GoldenCase{"tiny-mamba2", 7, true},
-                                           GoldenCase{"tiny-minimax", 2048, false}),
+                                           GoldenCase{"tiny-minimax", 2048, false}, GoldenCase{"tiny-minimax", 2048, true},
+                                           GoldenCase{"tiny-minimax", 61, true}, GoldenCase{"tiny-minimax", 7, true}),
                          case_name);
 
 }  // namespace
