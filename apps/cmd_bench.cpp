@@ -76,13 +76,20 @@ int run_latency(BenchArgs& a) {
   const bool seqs_raised = a.batch_size > a.engine.scheduler.max_num_seqs;
   a.engine.scheduler.max_num_seqs = std::max(a.engine.scheduler.max_num_seqs, a.batch_size);
   // The whole batch must hold state at once: size the pool for it (the engine checks it fits in RAM).
-  if (a.engine.num_state_blocks == 0) a.engine.num_state_blocks = a.batch_size + 1;
+  const bool auto_blocks = a.engine.num_state_blocks == 0;
+  if (auto_blocks) a.engine.num_state_blocks = a.batch_size + 1;
   std::unique_ptr<LLMEngine> engine_ptr;
   try {
     engine_ptr = std::make_unique<LLMEngine>(a.engine);
   } catch (const Error& e) {
     if (!seqs_raised) throw;
     fail("--batch-size {} (max-num-seqs is raised to the batch size): {}", a.batch_size, e.what());
+  }
+  if (const int bs = engine_ptr->kv_block_size(); bs > 0 && auto_blocks) {
+    // Hybrid model: its KV blocks share the pool, so size it for the whole batch's KV as well.
+    a.engine.num_state_blocks = a.batch_size * (1 + (a.input_len + a.output_len + bs - 1) / bs) + 1;
+    engine_ptr.reset();
+    engine_ptr = std::make_unique<LLMEngine>(a.engine);
   }
   LLMEngine& engine = *engine_ptr;
   std::vector<double> prefill_tps, decode_tps;

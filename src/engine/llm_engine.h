@@ -49,6 +49,8 @@ class LLMEngine {
   const EngineConfig& config() const { return cfg_; }
   const StepStats& last_step_stats() const { return stats_; }
   int num_free_blocks() const { return pool_->num_free(); }
+  /// Tokens per KV block of a hybrid model (KV blocks share the state pool), 0 for pure recurrent models.
+  int kv_block_size() const { return model_->kv_block_size(); }
   /// Requests waiting for their first schedule (or re-schedule after preemption); running ones (for metrics).
   int num_waiting_requests() const { return scheduler_->num_waiting(); }
   int num_running_requests() const { return scheduler_->num_running(); }
