@@ -79,14 +79,24 @@ class PyLLM {
     llm_ = std::make_unique<LLM>(std::move(cfg));
   }
 
+  /// Runs every prompt to the end; n > 1 becomes n engine requests (seed + i when seeded) merged into one output
+  /// with outputs[i].index = i, as vLLM returns them.
   py::list generate(const py::list& prompts, const std::vector<SamplingParams>& params) {
     SSM_CHECK(params.size() == prompts.size(), "generate: {} prompts but {} sampling params", prompts.size(), params.size());
     std::vector<Request> reqs;
+    std::vector<std::pair<size_t, int>> slot;  // [engine request] -> (prompt, choice)
     for (size_t i = 0; i < prompts.size(); ++i) {
-      reqs.push_back(to_request(prompts[i]));
-      reqs.back().params = params[i];
+      SSM_CHECK(params[i].n >= 1 && params[i].n <= 1024, "n must be in [1, 1024] (got {})", params[i].n);
+      const Request base = to_request(prompts[i]);
+      for (int c = 0; c < params[i].n; ++c) {
+        reqs.push_back(base);
+        reqs.back().params = params[i];
+        reqs.back().params.n = 1;
+        if (params[i].seed) reqs.back().params.seed = *params[i].seed + static_cast<uint64_t>(c);
+        slot.emplace_back(i, c);
+      }
     }
-    std::vector<RequestOutput> outs;
+    std::vector<RequestOutput> outs(reqs.size());
     {
       py::gil_scoped_release release;
       LLMEngine& eng = llm_->engine();
@@ -102,13 +112,23 @@ class PyLLM {
         }
         index[id] = index.size();
       }
-      outs.resize(index.size());
       while (eng.has_unfinished_requests())
         for (auto& o : eng.step())
           if (o.finished) outs[index.at(o.request_id)] = std::move(o);
     }
+    std::vector<RequestOutput> merged(prompts.size());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const auto [p, c] = slot[k];
+      if (c == 0) {
+        merged[p] = std::move(outs[k]);
+        merged[p].outputs.resize(1);
+      } else {
+        merged[p].outputs.push_back(std::move(outs[k].outputs.at(0)));
+      }
+      merged[p].outputs.back().index = c;
+    }
     py::list result;
-    for (size_t i = 0; i < outs.size(); ++i) result.append(to_py(llm_->engine(), outs[i], params[i].logprobs.has_value()));
+    for (size_t i = 0; i < merged.size(); ++i) result.append(to_py(llm_->engine(), merged[i], params[i].logprobs.has_value()));
     return result;
   }
 

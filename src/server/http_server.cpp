@@ -56,6 +56,51 @@ class InflightGuard {
   std::shared_ptr<std::atomic<int>> c_;
 };
 
+/// Writes what the engine produced for a generation job since the last call: SSE chunks (stream) or, once every
+/// choice finished, the whole JSON body. Returns false when the client went away (httplib then ends the response).
+bool provide(ResponseBuilder& builder, bool& opened, httplib::DataSink& sink) {
+  const GenerationJob& j = builder.job();
+  auto write = [&sink](const json& chunk) {
+    const std::string s = "data: " + dump(chunk) + "\n\n";
+    return sink.write(s.data(), s.size());
+  };
+  if (j.stream && !opened) {
+    for (const auto& c : builder.opening_chunks())
+      if (!write(c)) return false;
+  }
+  opened = true;
+  std::vector<OutputChannel::Item> items;
+  std::string fatal;
+  j.channel->pop_all(items, kPollInterval, &fatal);
+  for (const auto& it : items)
+    for (const auto& c : builder.on_output(it.index, it.output))
+      if (!write(c)) return false;
+  if (!fatal.empty()) {
+    const ApiError e(500, "InternalServerError", fatal);
+    if (j.stream) {
+      const std::string s = "data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n";
+      sink.write(s.data(), s.size());
+    } else {
+      const std::string s = dump(e.body());
+      sink.write(s.data(), s.size());
+    }
+    sink.done();
+    return true;
+  }
+  if (builder.all_finished()) {
+    std::string s;
+    if (j.stream) {
+      if (j.include_usage) s += "data: " + dump(builder.usage_chunk()) + "\n\n";
+      s += "data: [DONE]\n\n";
+    } else {
+      s = dump(builder.final_response());
+    }
+    if (!sink.write(s.data(), s.size())) return false;
+    sink.done();
+  }
+  return true;
+}
+
 }  // namespace
 
 OpenAIServer::OpenAIServer(AsyncEngine& engine, Metrics& metrics, ChatTemplate chat_template, ServerOptions opt)
@@ -276,47 +321,13 @@ void OpenAIServer::install_routes() {
       // 3. Respond as outputs arrive. A client that goes away makes a write fail: the releaser aborts.
       auto builder = std::make_shared<ResponseBuilder>(job);
       auto opened = std::make_shared<bool>(false);
-      auto provider = [builder, opened](size_t, httplib::DataSink& sink) {
-        const GenerationJob& j = builder->job();
-        auto write = [&sink](const json& chunk) {
-          const std::string s = "data: " + dump(chunk) + "\n\n";
-          return sink.write(s.data(), s.size());
-        };
-        if (j.stream && !*opened) {
-          for (const auto& c : builder->opening_chunks())
-            if (!write(c)) return false;
+      auto provider = [builder, opened](size_t, httplib::DataSink& sink) -> bool {
+        try {
+          return provide(*builder, *opened, sink);
+        } catch (const std::exception& e) {  // never let an exception into httplib's connection thread
+          spdlog::error("response to {} failed: {}", builder->job().id, e.what());
+          return false;
         }
-        *opened = true;
-        std::vector<OutputChannel::Item> items;
-        std::string fatal;
-        j.channel->pop_all(items, kPollInterval, &fatal);
-        for (const auto& it : items)
-          for (const auto& c : builder->on_output(it.index, it.output))
-            if (!write(c)) return false;
-        if (!fatal.empty()) {
-          const ApiError e(500, "InternalServerError", fatal);
-          if (j.stream) {
-            const std::string s = "data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n";
-            sink.write(s.data(), s.size());
-          } else {
-            const std::string s = dump(e.body());
-            sink.write(s.data(), s.size());
-          }
-          sink.done();
-          return true;
-        }
-        if (builder->all_finished()) {
-          std::string s;
-          if (j.stream) {
-            if (j.include_usage) s += "data: " + dump(builder->usage_chunk()) + "\n\n";
-            s += "data: [DONE]\n\n";
-          } else {
-            s = dump(builder->final_response());
-          }
-          if (!sink.write(s.data(), s.size())) return false;
-          sink.done();
-        }
-        return true;
       };
       auto counter = inflight.release();
       auto releaser = [this, builder, counter](bool) {

@@ -39,6 +39,15 @@ def test_logprobs_and_stop(llm):
     assert stopped.finish_reason == "stop" and stopped.stop_reason == full[5:8] and stopped.text == full[:full.index(full[5:8])]
 
 
+def test_n_choices(llm):
+    out = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0.9, max_tokens=8, n=3, seed=11))[0]
+    assert [c.index for c in out.outputs] == [0, 1, 2]
+    again = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0.9, max_tokens=8, n=3, seed=11))[0]
+    assert [c.token_ids for c in out.outputs] == [c.token_ids for c in again.outputs]
+    one = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0.9, max_tokens=8, seed=12))[0]
+    assert one.outputs[0].token_ids == out.outputs[1].token_ids  # choice i uses seed + i
+
+
 def test_stream_iterator(llm):
     params = ssmserve.SamplingParams(temperature=0, max_tokens=20)
     ref = llm.generate(PROMPTS[1], params)[0].outputs[0].text

@@ -1,7 +1,9 @@
 // Tests ssmserve's Jinja engine against Python Jinja2 renderings of chat templates (tests/data/chat_templates.jsonl,
 // made by tools/make_chat_template_cases.py with transformers' settings), plus syntax/runtime errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -57,6 +59,33 @@ TEST(ServerChatTemplate, DefaultTemplateWithoutCheckpointTemplate) {
   const ordered_json messages = ordered_json::parse(R"([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])");
   EXPECT_EQ(t.apply(messages, true), "User: hi\nAssistant: yo\nAssistant:");
   EXPECT_EQ(t.apply(messages, false), "User: hi\nAssistant: yo\n");
+}
+
+TEST(ServerChatTemplate, CheckpointTemplateWinsOverDefaultAndOverrideWinsOverBoth) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ssm_chat_template_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream cfg(dir / "tokenizer_config.json");
+    cfg << R"({"bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>",
+               "chat_template": [{"name": "tool_use", "template": "T"},
+                                 {"name": "default", "template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}"}]})";
+  }
+  const ordered_json messages = ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  const ChatTemplate t = ChatTemplate::load(dir);
+  EXPECT_FALSE(t.is_default());
+  EXPECT_EQ(t.apply(messages, true), "<s>[user]hi</s>");
+  {
+    std::ofstream over(dir / "override.jinja");
+    over << "{% for m in messages %}<{{ m['content'] | upper }}>{% endfor %}";
+  }
+  EXPECT_EQ(ChatTemplate::load(dir, dir / "override.jinja").apply(messages, true), "<HI>");
+  {
+    std::ofstream bad(dir / "bad.jinja");
+    bad << "{% for m in messages %}";
+  }
+  EXPECT_THROW(ChatTemplate::load(dir, dir / "bad.jinja"), Error);
+  EXPECT_THROW(ChatTemplate::load(dir, dir / "missing.jinja"), Error);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
