@@ -153,6 +153,14 @@ TEST(MiniMax, ConfigValidation) {
   bad = cfg;
   bad["num_key_value_heads"] = 3;
   EXPECT_THROW(load_model(ModelConfig::from_json(bad, dir), LoadFormat::Dummy), Error);
+  for (const char* f : {"block_size", "head_dim", "num_attention_heads", "num_local_experts"}) {
+    bad = cfg;
+    bad[f] = (1 << 24) - 1;
+    EXPECT_THROW(load_model(ModelConfig::from_json(bad, dir), LoadFormat::Dummy), Error) << f;
+  }
+  bad = cfg;
+  bad["head_dim"] = 63;
+  EXPECT_THROW(load_model(ModelConfig::from_json(bad, dir), LoadFormat::Dummy), Error);
   // The original attn_type_list (0 = linear, 1 = softmax) is accepted in place of layer_types.
   auto orig = cfg;
   orig.erase("layer_types");

@@ -72,6 +72,12 @@ MiniMaxConfig MiniMaxConfig::from_json(const ModelConfig& cfg) {
   m.top_k = field_int(j, "num_experts_per_tok", 2);
   SSM_CHECK(m.top_k <= m.num_experts, "config.json: num_experts_per_tok {} exceeds num_local_experts {}", m.top_k, m.num_experts);
   m.block_size = field_int(j, "block_size", 256);
+  // Bounds far above real models (MiniMax-Text-01: 64 heads of 128, 32 experts, block 256) that keep the state,
+  // scratch and page sizes clear of overflow and absurd allocations.
+  SSM_CHECK(m.num_heads <= 4096 && m.head_dim <= 1024 && m.head_dim % 2 == 0,
+            "config.json: num_attention_heads must be <= 4096 and head_dim even and <= 1024 (got {} and {})", m.num_heads, m.head_dim);
+  SSM_CHECK(m.block_size <= 4096, "config.json: block_size must be <= 4096 (got {})", m.block_size);
+  SSM_CHECK(m.num_experts <= 4096, "config.json: num_local_experts must be <= 4096 (got {})", m.num_experts);
   const std::string act = j.contains("hidden_act") && j["hidden_act"].is_string() ? j["hidden_act"].get<std::string>() : "silu";
   SSM_CHECK(act == "silu", "config.json: hidden_act \"{}\" is not supported (MiniMax uses silu)", text_excerpt(act));
   SSM_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(),
