@@ -1,5 +1,6 @@
 // MiniMax hybrid on the shared block pool: pages that held anything (poisoned with NaN here) and are reused as
-// KV blocks are never read before being written; 50 requests through a pool sized for about 4 at a time (states
+// KV blocks are never read before being written; 50 requests one after another, and 50 at once, through a pool
+// sized for about 4 at a time (states
 // and KV blocks constantly recycled between the two kinds) give the outputs of the first run; the huge
 // MiniMax-Text-01 config is refused with a clear error instead of exhausting memory.
 #include <gtest/gtest.h>
@@ -74,6 +75,18 @@ TEST(MiniMax, FiftyRequestsThroughASmallPoolMatchTheFirstRun) {
   {
     LLM llm(cfg);
     for (const auto& p : prompts) first.push_back(llm.generate_ids({p}, sp).at(0));
+  }
+  // 50 requests one after another through one engine whose pool holds about 4 (no drift, no NaN).
+  cfg.num_state_blocks = 10;
+  {
+    LLM llm(cfg);
+    for (int i = 0; i < 50; ++i) {
+      const auto o = llm.generate_ids({prompts[i % prompts.size()]}, sp).at(0);
+      const auto& want = first[i % prompts.size()].outputs[0];
+      ASSERT_EQ(o.outputs[0].token_ids, want.token_ids) << "sequential request " << i;
+      for (size_t s = 0; s < want.logprobs.size(); ++s)
+        ASSERT_EQ(o.outputs[0].logprobs[s].at(0).logprob, want.logprobs[s].at(0).logprob) << "sequential request " << i;
+    }
   }
   // 50 requests at once, pool of 10 blocks (9 usable: about 4 requests of 2 blocks, the long one needs 3).
   cfg.num_state_blocks = 10;
