@@ -56,14 +56,16 @@ void Metrics::count_finished(const std::string& reason) {
 std::string Metrics::render(const std::string& model_name) const {
   std::lock_guard lk(mu_);
   std::string out;
-  const std::string label = fmt::format("model_name=\"{}\"", model_name);
+  std::string escaped;  // Prometheus label values escape \\, \" and newlines
+  for (char c : model_name) escaped += c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : std::string(1, c);
+  const std::string label = fmt::format("model_name=\"{}\"", escaped);
   auto metric = [&](const char* name, const char* type, const char* help, double value) {
     out += fmt::format("# HELP ssmserve:{} {}\n# TYPE ssmserve:{} {}\nssmserve:{}{{{}}} {}\n", name, help, name, type, name, label, value);
   };
   metric("num_requests_running", "gauge", "Requests in the running batch.", gauges_.num_requests_running);
   metric("num_requests_waiting", "gauge", "Requests waiting to be scheduled.", gauges_.num_requests_waiting);
-  metric("state_blocks_used", "gauge", "Recurrent-state blocks held by requests.", gauges_.state_blocks_used);
-  metric("state_blocks_total", "gauge", "Recurrent-state blocks that can be handed out (null block excluded).",
+  metric("state_blocks_used", "gauge", "Blocks of the pool (recurrent states, and KV blocks of hybrid models) held by requests.", gauges_.state_blocks_used);
+  metric("state_blocks_total", "gauge", "Blocks of the state / KV pool that can be handed out (null block excluded).",
          gauges_.state_blocks_total);
   metric("state_cache_usage_perc", "gauge", "Fraction of state blocks in use (vLLM's kv_cache_usage_perc).",
          gauges_.state_blocks_total ? static_cast<double>(gauges_.state_blocks_used) / gauges_.state_blocks_total : 0.0);
