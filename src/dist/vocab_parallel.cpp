@@ -10,9 +10,10 @@
 
 namespace ssmserve::dist {
 
-void embed_tokens_vocab_parallel(const ForwardBatch& batch, const Weight& embedding, Range shard, int64_t vocab, int64_t H,
-                                 Communicator& comm, float* hidden) {
-  const int64_t T = batch.num_tokens();
+void embed_tokens_vocab_parallel(const ForwardBatch& batch, const Weight& embedding, int64_t vocab, Communicator& comm,
+                                 float* hidden) {
+  const Range shard = vocab_shard(vocab, comm.rank(), comm.world_size());
+  const int64_t T = batch.num_tokens(), H = embedding.cols;
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = batch.input_ids[t];
     SSM_CHECK(id >= 0 && id < vocab, "token id {} is outside the vocabulary [0, {})", id, vocab);

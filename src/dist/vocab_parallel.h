@@ -11,11 +11,11 @@
 
 namespace ssmserve::dist {
 
-/// hidden: [T, H] fp32 = embedding rows of batch.input_ids, on every rank. embedding: [shard.size(), H], rows
-/// shard.begin.. of the [vocab, H] table. Collective (one all_reduce_sum of T * H). Throws Error (on every rank)
-/// on a token id outside [0, vocab).
-void embed_tokens_vocab_parallel(const ForwardBatch& batch, const Weight& embedding, Range shard, int64_t vocab, int64_t H,
-                                 Communicator& comm, float* hidden);
+/// hidden: [T, H] fp32 = embedding rows of batch.input_ids, on every rank. embedding: [shard.size(), H], the rows
+/// vocab_shard(vocab, comm.rank(), comm.world_size()) of the [vocab, H] table. Collective (one all_reduce_sum of
+/// T * H). Throws Error (on every rank) on a token id outside [0, vocab).
+void embed_tokens_vocab_parallel(const ForwardBatch& batch, const Weight& embedding, int64_t vocab, Communicator& comm,
+                                 float* hidden);
 
 /// logits: [logits_indices.size(), vocab] = lm_head(rms_norm(hidden[row], norm_f)) for each requested row, written
 /// only when logits is not null (the other ranks still take part). hidden: [T, H] fp32 (identical on every rank);

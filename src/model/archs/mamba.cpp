@@ -96,11 +96,13 @@ void MambaModel::forward(const ForwardBatch& batch, StateCache& cache, float* lo
   const int64_t T = batch.num_tokens(), H = cfg_.hidden_size;
   // 1. Embedding lookup. 2. Residual blocks: hidden += mixer(rms_norm(hidden)). 3. Final norm + LM head.
   hidden_.resize(T * H);
-  if (tp_.world > 1) dist::embed_tokens_vocab_parallel(batch, w_.embedding, dist::vocab_shard(cfg_.vocab_size, tp_.rank, tp_.world), cfg_.vocab_size, H, *tp_.comm, hidden_.data());
+  if (tp_.world > 1) dist::embed_tokens_vocab_parallel(batch, w_.embedding, cfg_.vocab_size, *tp_.comm, hidden_.data());
   else embed_tokens(batch, w_.embedding, hidden_.data());
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, cache, T);
-  if (tp_.world > 1) dist::final_norm_and_lm_head_vocab_parallel(batch, hidden_.data(), H, w_.norm_f.data(), cfg_.layer_norm_epsilon, w_.lm_head, cfg_.vocab_size, *tp_.comm, logits);
-  else final_norm_and_lm_head(batch, hidden_.data(), H, w_.norm_f.data(), cfg_.layer_norm_epsilon, w_.lm_head, logits);
+  const float eps = cfg_.layer_norm_epsilon;
+  if (tp_.world > 1)
+    dist::final_norm_and_lm_head_vocab_parallel(batch, hidden_.data(), H, w_.norm_f.data(), eps, w_.lm_head, cfg_.vocab_size, *tp_.comm, logits);
+  else final_norm_and_lm_head(batch, hidden_.data(), H, w_.norm_f.data(), eps, w_.lm_head, logits);
 }
 
 void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T) {

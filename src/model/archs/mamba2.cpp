@@ -122,11 +122,13 @@ void Mamba2Model::forward(const ForwardBatch& batch, StateCache& cache, float* l
   const int64_t T = batch.num_tokens(), H = cfg_.hidden_size;
   // 1. Embedding lookup. 2. Residual blocks. 3. Final norm + LM head on the requested rows.
   hidden_.resize(T * H);
-  if (tp_.world > 1) dist::embed_tokens_vocab_parallel(batch, embedding_, dist::vocab_shard(cfg_.vocab_size, tp_.rank, tp_.world), cfg_.vocab_size, H, *tp_.comm, hidden_.data());
+  if (tp_.world > 1) dist::embed_tokens_vocab_parallel(batch, embedding_, cfg_.vocab_size, *tp_.comm, hidden_.data());
   else embed_tokens(batch, embedding_, hidden_.data());
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, cache, T);
-  if (tp_.world > 1) dist::final_norm_and_lm_head_vocab_parallel(batch, hidden_.data(), H, norm_f_.data(), cfg_.layer_norm_epsilon, lm_head_, cfg_.vocab_size, *tp_.comm, logits);
-  else final_norm_and_lm_head(batch, hidden_.data(), H, norm_f_.data(), cfg_.layer_norm_epsilon, lm_head_, logits);
+  const float eps = cfg_.layer_norm_epsilon;
+  if (tp_.world > 1)
+    dist::final_norm_and_lm_head_vocab_parallel(batch, hidden_.data(), H, norm_f_.data(), eps, lm_head_, cfg_.vocab_size, *tp_.comm, logits);
+  else final_norm_and_lm_head(batch, hidden_.data(), H, norm_f_.data(), eps, lm_head_, logits);
 }
 
 void Mamba2Model::mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T) {
@@ -251,7 +253,9 @@ std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format,
     layers.push_back(std::move(L));
   }
   std::vector<float> norm_f = src.vector("backbone.norm_f.weight", {Hd}, DummyInit::constant(1.0f));
-  Weight head = (cfg.tie_word_embeddings && !src.has("lm_head.weight")) ? emb : dist::slice_rows(src.matrix("lm_head.weight", {V, Hd}, DummyInit::uniform(0.1f)), {v});
+  Weight head = (cfg.tie_word_embeddings && !src.has("lm_head.weight"))
+                    ? emb
+                    : dist::slice_rows(src.matrix("lm_head.weight", {V, Hd}, DummyInit::uniform(0.1f)), {v});
   Mamba2Config shard = m;  // this rank's mixer dimensions
   shard.d_inner = static_cast<int>(c.size());
   shard.num_heads = static_cast<int>(h.size());
