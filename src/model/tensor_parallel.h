@@ -46,6 +46,8 @@ class TensorParallelLM final : public CausalLM {
   /// The sum over ranks of each rank's (padded) state shard.
   StateShape state_shape() const override { return page_; }
   int chunk_size() const override { return shards_[0]->chunk_size(); }
+  /// 0 for the sharded architectures today; a hybrid's shard loader must also size page_ for its KV blocks.
+  int kv_block_size() const override { return shards_[0]->kv_block_size(); }
   /// Validates the batch against `cache` (the same checks every rank would make, so a bad batch throws here,
   /// before any rank starts a collective), then runs every rank. Throws Error on a bad batch or a rank's error.
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
