@@ -331,8 +331,11 @@ std::unique_ptr<CausalLM> load_minimax(const ModelConfig& cfg, LoadFormat format
       w.w1 = src.matrix(q + "w1.weight", {I, Hd}, DummyInit::uniform(in_scale));
       w.w2 = src.matrix(q + "w2.weight", {Hd, I}, DummyInit::uniform(i_scale));
       w.w3 = src.matrix(q + "w3.weight", {I, Hd}, DummyInit::uniform(in_scale));
+      for (Weight* proj : {&w.w1, &w.w2, &w.w3}) cpu::pack_for_linear(*proj);
       L.experts.push_back(std::move(w));
     }
+    for (Weight* proj : {&L.qkv_proj, &L.output_gate, &L.out_proj, &L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate})
+      if (proj->data) cpu::pack_for_linear(*proj);
     layers.push_back(std::move(L));
   }
   std::vector<float> norm_f = src.vector("model.norm.weight", {Hd}, DummyInit::constant(1.0f));
