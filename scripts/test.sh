@@ -36,7 +36,7 @@ for src in tests/unit/test_*.cpp tests/model/test_*.cpp; do
     asan_targets+=("$t")
   fi
 done
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSSMSERVE_SANITIZE=address,undefined >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSSMSERVE_SANITIZE=address,undefined -DSSMSERVE_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}"
 ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -R "$asan_filter"

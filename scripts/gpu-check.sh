@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# GPU check of the CUDA backend in one command (issue 7): builds (or takes prebuilt binaries), runs the op harness,
+# compute-sanitizer memcheck + racecheck on it, and the GPU goldens / benchmarks when their executables exist,
+# writing every log into OUTDIR and a short summary last.
+# Usage: scripts/gpu-check.sh OUTDIR
+#   SSMSERVE_PREBUILT=DIR  use the executables in DIR (and shared libraries in DIR/lib) instead of building:
+#                          for a GPU machine without the build dependencies (see scripts/gpu-package.sh).
+#   SSMSERVE_GPU_BUILD=DIR build directory (default build-gpu); SSMSERVE_GPU_QUICK=1 skips the full-size harness;
+#   SSMSERVE_STEP_TIMEOUT=S limit per step (default 300 s; rc 124 = timed out).
+set -uo pipefail
+out=${1:?usage: scripts/gpu-check.sh OUTDIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/.."
+summary="$out/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+status=0
+
+# cuBLASLt and friends: the toolkit's, or the ones beside PyTorch's wheel.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}" && break
+done
+export PATH="/usr/local/cuda/bin:$PATH"
+
+if [ -n "${SSMSERVE_PREBUILT:-}" ]; then
+  bin=$(cd "$SSMSERVE_PREBUILT" && pwd)
+  [ -d "$bin/lib" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$bin/lib"
+  note "binaries: prebuilt in $bin"
+else
+  bin=${SSMSERVE_GPU_BUILD:-build-gpu}
+  if ! { cmake -S . -B "$bin" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSSMSERVE_CUDA=ON &&
+         cmake --build "$bin" -j"$(nproc)"; } >"$out/build.log" 2>&1; then
+    note "BUILD FAILED (see build.log)"
+    tail -30 "$out/build.log"
+    exit 1
+  fi
+  bin=$(cd "$bin" && pwd)
+  note "binaries: built in $bin"
+fi
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader || true; } |
+  sed 's/^/gpu: /' | tee -a "$summary"
+
+# 1. Op harness at full size.
+run_step() {  # name, log, command...
+  local name=$1 log=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "${SSMSERVE_STEP_TIMEOUT:-300}" "$@" >"$out/$log" 2>&1
+  local rc=$?
+  note "$(printf '%-28s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$log")"
+  [ $rc -ne 0 ] && status=1
+  return $rc
+}
+if [ "${SSMSERVE_GPU_QUICK:-0}" = 1 ]; then
+  run_step "op harness (quick)" ops.log env SSMSERVE_CUDA_TEST_QUICK=1 "$bin/test_cuda_ops"
+else
+  run_step "op harness" ops.log "$bin/test_cuda_ops"
+fi
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel_err|Expected|seed" "$out/ops.log" | head -40 >>"$summary"
+
+# 2. compute-sanitizer on the small shapes (memcheck: out-of-bounds / misaligned accesses and leaks;
+#    racecheck: shared-memory hazards).
+if command -v compute-sanitizer >/dev/null; then
+  export SSMSERVE_CUDA_TEST_QUICK=1
+  run_step "memcheck" memcheck.log compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/test_cuda_ops"
+  run_step "racecheck" racecheck.log compute-sanitizer --tool racecheck --error-exitcode 3 \
+    "$bin/test_cuda_ops" --gtest_filter='-CudaGemm.*'
+  unset SSMSERVE_CUDA_TEST_QUICK
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/memcheck.log" "$out/racecheck.log" >>"$summary"
+else
+  note "compute-sanitizer not found: skipped"
+fi
+
+# 3. GPU goldens and benchmarks, when built.
+if [ -x "$bin/test_cuda_model" ]; then
+  run_step "gpu model goldens" model.log "$bin/test_cuda_model"
+fi
+if [ -x "$bin/bench_cuda_ops" ]; then
+  run_step "op benchmarks" bench.log "$bin/bench_cuda_ops"
+fi
+
+echo "---- summary ($out/summary.txt)"
+cat "$summary"
+exit $status

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Packs the GPU executables and the non-system shared libraries they need into DIR, for scripts/gpu-check.sh on a
+# GPU machine that lacks the build dependencies (SSMSERVE_PREBUILT=DIR). Builds them without -march=native so
+# they run on any x86-64-v3 host. Usage: scripts/gpu-package.sh DIR [BUILD_DIR]
+set -euo pipefail
+dir=${1:?usage: scripts/gpu-package.sh DIR [BUILD_DIR]}
+build=${2:-build-gpu-pkg}
+cd "$(dirname "$0")/.."
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSSMSERVE_CUDA=ON -DSSMSERVE_NATIVE=OFF >/dev/null
+targets=(test_cuda_ops)
+for t in test_cuda_model bench_cuda_ops ssmserve; do
+  ninja -C "$build" -t targets all | grep -q "^$t:" && targets+=("$t")
+done
+cmake --build "$build" -j2 --target "${targets[@]}"
+mkdir -p "$dir/lib"
+for t in "${targets[@]}"; do
+  cp "$build/$t" "$dir/"
+  # Everything but glibc, libstdc++/libgcc and CUDA's own libraries (present on the GPU machine).
+  ldd "$build/$t" | awk '/=> \//{print $3}' |
+    grep -vE '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libcublas|libcublasLt|libcudart)\.so' |
+    xargs -r -I{} cp -L {} "$dir/lib/"
+done
+ls -la "$dir" "$dir/lib"

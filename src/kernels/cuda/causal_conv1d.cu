@@ -1,0 +1,159 @@
+// Owns the GPU causal conv1d (see causal_conv1d.h).
+#include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/common.cuh"
+
+namespace ssmserve::cuda {
+namespace {
+using namespace detail;
+
+constexpr int kThreads = 128;     // channels per block
+constexpr int kTokensPerThread = 16;
+constexpr int kMaxWidth = 8;
+
+/// Sequence of packed token t: the s with qsl[s] <= t < qsl[s+1] (binary search; qsl non-decreasing).
+__device__ __forceinline__ int seq_of(const int32_t* qsl, int num_seqs, int64_t t) {
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (qsl[mid] <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/// Outputs of tokens [blockIdx.x * kTokensPerThread, +kTokensPerThread), channel blockIdx.y * kThreads + tid.
+template <class TS>
+__global__ void conv_fwd_kernel(const float* __restrict__ x, int64_t x_stride, float* __restrict__ out,
+                                int64_t out_stride, ConvParams p, const int32_t* __restrict__ qsl,
+                                const int32_t* __restrict__ state_indices, const uint8_t* __restrict__ has_init,
+                                int num_seqs, int64_t num_tokens) {
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  if (c >= p.dim) return;
+  const int W = p.width, S = W - 1;
+  const int64_t D = p.dim;
+  const int64_t tb = static_cast<int64_t>(blockIdx.x) * kTokensPerThread;
+  const int64_t te = min(tb + kTokensPerThread, num_tokens);
+  if (tb >= te) return;
+  float w[kMaxWidth];
+#pragma unroll
+  for (int k = 0; k < kMaxWidth; ++k) w[k] = k < W ? p.weight[c * W + k] : 0.0f;
+  const float bias = p.bias ? p.bias[c] : 0.0f;
+  int s = seq_of(qsl, num_seqs, tb);
+  for (int64_t t = tb; t < te; ++t) {
+    while (s + 1 < num_seqs && qsl[s + 1] <= t) ++s;
+    const int32_t block = state_indices[s];
+    if (block == 0) continue;
+    const int64_t t0 = qsl[s], tl = t - t0;
+    const bool init = has_init[s] != 0;
+    const TS* state = static_cast<const TS*>(p.conv_states.data) + block * p.conv_states.block_stride;
+    float acc = bias;
+    for (int k = 0; k < W; ++k) {
+      const int64_t j = tl - S + k;
+      float v;
+      if (j >= 0) v = x[(t0 + j) * x_stride + c];
+      else v = init ? load(state + (S + j) * D + c) : 0.0f;
+      acc = fmaf(w[k], v, acc);
+    }
+    out[t * out_stride + c] = p.apply_silu ? silu(acc) : acc;
+  }
+}
+
+/// New window of sequence blockIdx.x, channel blockIdx.y * kThreads + tid: the last S inputs of
+/// (old window ++ x). Runs after conv_fwd_kernel (same stream), which reads the old window.
+template <class TS>
+__global__ void conv_state_writeback_kernel(const float* __restrict__ x, int64_t x_stride, ConvParams p,
+                                            const int32_t* __restrict__ qsl,
+                                            const int32_t* __restrict__ state_indices,
+                                            const uint8_t* __restrict__ has_init) {
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  const int s = blockIdx.x;
+  if (c >= p.dim) return;
+  const int32_t block = state_indices[s];
+  if (block == 0) return;
+  const int S = p.width - 1;
+  const int64_t D = p.dim, t0 = qsl[s], L = qsl[s + 1] - t0;
+  const bool init = has_init[s] != 0;
+  TS* state = static_cast<TS*>(p.conv_states.data) + block * p.conv_states.block_stride;
+  float win[kMaxWidth];
+#pragma unroll
+  for (int i = 0; i < kMaxWidth - 1; ++i) {
+    if (i >= S) break;
+    const int64_t j = L - S + i;  // position in x coordinates
+    win[i] = j >= 0 ? x[(t0 + j) * x_stride + c] : (init ? load(state + (S + j) * D + c) : 0.0f);
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxWidth - 1; ++i) {
+    if (i >= S) break;
+    store(state + i * D + c, win[i]);
+  }
+}
+
+template <class TS>
+__global__ void conv_update_kernel(const float* __restrict__ x, int64_t x_stride, float* __restrict__ out,
+                                   int64_t out_stride, ConvParams p, const int32_t* __restrict__ state_indices) {
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  const int b = blockIdx.x;
+  if (c >= p.dim) return;
+  const int32_t block = state_indices[b];
+  if (block == 0) return;
+  const int W = p.width, S = W - 1;
+  const int64_t D = p.dim;
+  TS* state = static_cast<TS*>(p.conv_states.data) + block * p.conv_states.block_stride;
+  const float xv = x[b * x_stride + c];
+  float acc = p.bias ? p.bias[c] : 0.0f;
+  float win[kMaxWidth];
+#pragma unroll
+  for (int k = 0; k < kMaxWidth - 1; ++k) {
+    if (k >= S) break;
+    win[k] = load(state + k * D + c);
+    acc = fmaf(p.weight[c * W + k], win[k], acc);
+  }
+  acc = fmaf(p.weight[c * W + S], xv, acc);
+#pragma unroll
+  for (int k = 0; k < kMaxWidth - 1; ++k) {
+    if (k >= S) break;
+    store(state + k * D + c, k + 1 < S ? win[k + 1] : xv);
+  }
+  out[b * out_stride + c] = p.apply_silu ? silu(acc) : acc;
+}
+
+bool bad_params(const ConvParams& p) {
+  return p.dim < 1 || p.width < 1 || p.width > kMaxWidth || p.weight == nullptr ||
+         (p.width > 1 && p.conv_states.data == nullptr) || p.dim > 65535LL * kThreads;
+}
+
+}  // namespace
+
+cudaError_t causal_conv1d_fwd(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
+                              const int32_t* query_start_loc, const int32_t* state_indices,
+                              const uint8_t* has_initial_states, int num_seqs, int64_t num_tokens,
+                              cudaStream_t stream) {
+  if (bad_params(p) || x_stride < p.dim || out_stride < p.dim || num_seqs < 0 || num_tokens < 0 || num_seqs > 65535)
+    return cudaErrorInvalidValue;
+  if (num_seqs == 0 || num_tokens == 0) return cudaSuccess;
+  const unsigned ctiles = ceil_div(p.dim, kThreads);
+  return visit_dtype(p.conv_states.dtype, [&](auto tag) {
+    using TS = decltype(tag);
+    conv_fwd_kernel<TS><<<dim3(ceil_div(num_tokens, kTokensPerThread), ctiles), kThreads, 0, stream>>>(
+        x, x_stride, out, out_stride, p, query_start_loc, state_indices, has_initial_states, num_seqs, num_tokens);
+    if (const cudaError_t e = launch_status(); e != cudaSuccess) return e;
+    if (p.width > 1)
+      conv_state_writeback_kernel<TS><<<dim3(static_cast<unsigned>(num_seqs), ctiles), kThreads, 0, stream>>>(
+          x, x_stride, p, query_start_loc, state_indices, has_initial_states);
+    return launch_status();
+  });
+}
+
+cudaError_t causal_conv1d_update(const float* x, int64_t x_stride, float* out, int64_t out_stride,
+                                 const ConvParams& p, const int32_t* state_indices, int batch, cudaStream_t stream) {
+  if (bad_params(p) || x_stride < p.dim || out_stride < p.dim || batch < 0) return cudaErrorInvalidValue;
+  if (batch == 0) return cudaSuccess;
+  return visit_dtype(p.conv_states.dtype, [&](auto tag) {
+    using TS = decltype(tag);
+    conv_update_kernel<TS><<<dim3(static_cast<unsigned>(batch), ceil_div(p.dim, kThreads)), kThreads, 0, stream>>>(
+        x, x_stride, out, out_stride, p, state_indices);
+    return launch_status();
+  });
+}
+
+}  // namespace ssmserve::cuda

@@ -1,0 +1,61 @@
+// Owns the device-side helpers shared by the CUDA kernels: activations with the CPU kernels' conventions, state
+// element load/store (fp32 / bf16 / fp16, round to nearest even), warp and block reductions, launch checks.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ssmserve::cuda::detail {
+
+/// SiLU(x) = x * sigmoid(x) (as cpu::silu).
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+/// softplus(x) = log1p(exp(x)) for x <= 20, else x (PyTorch's threshold, as cpu::softplus).
+__device__ __forceinline__ float softplus(float x) { return x <= 20.0f ? log1pf(expf(x)) : x; }
+
+/// State / activation element loads and stores (widen exactly, round to nearest even).
+__device__ __forceinline__ float load(const float* p) { return *p; }
+__device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
+
+/// Calls f(T{}) with T the device element type of `t`: float, __nv_bfloat16 or __half.
+template <class F>
+cudaError_t visit_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::BF16: return f(__nv_bfloat16{});
+    case DType::F16: return f(__half{});
+    case DType::F32: break;
+  }
+  return f(float{});
+}
+
+/// Sum over all lanes of the warp (every lane gets the result).
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+/// `scratch` is 32 floats of shared memory; the call contains __syncthreads and must be reached by all threads.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = lane < nwarps ? scratch[lane] : 0.0f;
+  return warp_sum(r);
+}
+
+/// The launch's status: the error of the launch just made, if any.
+inline cudaError_t launch_status() { return cudaGetLastError(); }
+
+inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+}  // namespace ssmserve::cuda::detail

@@ -1,0 +1,76 @@
+// Owns the cuBLASLt GEMM (see gemm.h).
+#include "kernels/cuda/gemm.h"
+
+#include "core/error.h"
+#include "device/cuda_check.h"
+
+namespace ssmserve::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    case DType::F32: break;
+  }
+  return CUDA_R_32F;
+}
+
+/// Owns the descriptors of one call (destroyed on every path).
+struct Descs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Descs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+}  // namespace
+
+GemmHandle::GemmHandle() : workspace_(kWorkspaceBytes) { SSM_CUDA_CHECK(cublasLtCreate(&handle_)); }
+
+GemmHandle::~GemmHandle() {
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+void GemmHandle::run(const GemmArgs& g, cudaStream_t stream) {
+  SSM_CHECK(g.M >= 0 && g.N >= 1 && g.K >= 1, "gemm: bad sizes M={} N={} K={}", g.M, g.N, g.K);
+  SSM_CHECK(g.x_stride >= g.K && g.w_stride >= g.K && g.y_stride >= g.N,
+            "gemm: strides x={} w={} y={} below K={} / N={}", g.x_stride, g.w_stride, g.y_stride, g.K, g.N);
+  SSM_CHECK(g.ab_dtype == DType::BF16 || g.ab_dtype == DType::F32, "gemm: operand dtype {} unsupported",
+            dtype_name(g.ab_dtype));
+  SSM_CHECK(g.y_dtype == DType::BF16 || g.y_dtype == DType::F32, "gemm: output dtype {} unsupported",
+            dtype_name(g.y_dtype));
+  if (g.M == 0) return;
+  // Column-major view: row-major W [N, K] is col-major [K, N] (ld w_stride), x [M, K] is [K, M], y [M, N] is
+  // [N, M]. So y^T = W x^T: A = W with op T, B = x with op N.
+  Descs d;
+  const cudaDataType_t ab = cuda_type(g.ab_dtype), yt = cuda_type(g.y_dtype);
+  SSM_CUDA_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+  SSM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
+  SSM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
+  SSM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab, static_cast<uint64_t>(g.K), static_cast<uint64_t>(g.N), g.w_stride));
+  SSM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab, static_cast<uint64_t>(g.K), static_cast<uint64_t>(g.M), g.x_stride));
+  SSM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.c, yt, static_cast<uint64_t>(g.N), static_cast<uint64_t>(g.M), g.y_stride));
+  SSM_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  const size_t ws = workspace_.bytes();
+  SSM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  SSM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heur, &found));
+  SSM_CHECK(found > 0, "gemm: cuBLASLt has no algorithm for M={} N={} K={} ({} -> {})", g.M, g.N, g.K,
+            dtype_name(g.ab_dtype), dtype_name(g.y_dtype));
+  const float alpha = 1.0f, beta = 0.0f;
+  SSM_CUDA_CHECK(cublasLtMatmul(handle_, d.op, &alpha, g.w, d.a, g.x, d.b, &beta, g.y, d.c, g.y, d.c, &heur.algo,
+                                workspace_.data(), ws, stream));
+}
+
+}  // namespace ssmserve::cuda

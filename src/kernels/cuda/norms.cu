@@ -1,0 +1,124 @@
+// Owns the GPU norms and the embedding gather (see norms.h).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/norms.h"
+
+namespace ssmserve::cuda {
+namespace {
+using namespace detail;
+
+template <class TT>
+__global__ void embedding_kernel(const int32_t* __restrict__ ids, const TT* __restrict__ table, int64_t vocab,
+                                 int64_t H, float* __restrict__ out, int64_t out_stride) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  const bool ok = id >= 0 && id < vocab;
+  float* o = out + t * out_stride;
+  for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
+       h += static_cast<int64_t>(gridDim.y) * blockDim.x)
+    o[h] = ok ? load(table + static_cast<int64_t>(id) * H + h) : 0.0f;
+}
+
+template <class TO>
+__global__ void add_rms_norm_kernel(const float* __restrict__ x, int64_t x_stride, float* residual,
+                                    int64_t res_stride, const float* __restrict__ weight, float eps, int64_t H,
+                                    TO* out, int64_t out_stride) {
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x;
+  float* r = residual + t * res_stride;
+  const float* xt = x ? x + t * x_stride : nullptr;
+  float ss = 0.0f;
+  for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
+    float v = r[h];
+    if (xt) {
+      v += xt[h];
+      r[h] = v;
+    }
+    ss += v * v;
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(H) + eps);
+  TO* o = out + t * out_stride;
+  for (int64_t h = threadIdx.x; h < H; h += blockDim.x) store(o + h, r[h] * inv * weight[h]);
+}
+
+/// One block per (row, group).
+template <class TO>
+__global__ void gated_rms_norm_kernel(const float* y, int64_t y_stride, const float* __restrict__ z,
+                                      int64_t z_stride, const float* __restrict__ weight, float eps,
+                                      int64_t group_size, bool norm_before_gate, TO* out, int64_t out_stride) {
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x, g0 = blockIdx.y * group_size;
+  const float* yt = y + t * y_stride;
+  const float* zt = z + t * z_stride;
+  float ss = 0.0f;
+  for (int64_t d = g0 + threadIdx.x; d < g0 + group_size; d += blockDim.x) {
+    const float h = norm_before_gate ? yt[d] : yt[d] * silu(zt[d]);
+    ss += h * h;
+  }
+  ss = block_sum(ss, scratch);  // also orders every read of y before the writes below (out may alias y)
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(group_size) + eps);
+  TO* o = out + t * out_stride;
+  for (int64_t d = g0 + threadIdx.x; d < g0 + group_size; d += blockDim.x) {
+    const float h = norm_before_gate ? yt[d] : yt[d] * silu(zt[d]);
+    float v = h * inv * weight[d];
+    if (norm_before_gate) v *= silu(zt[d]);
+    store(o + d, v);
+  }
+}
+
+int threads_for(int64_t n) {
+  int t = 32;
+  while (t < 1024 && t < n) t *= 2;
+  return t;
+}
+
+}  // namespace
+
+cudaError_t embedding(const int32_t* ids, int64_t T, const void* table, DType table_dtype, int64_t vocab, int64_t H,
+                      float* out, int64_t out_stride, cudaStream_t stream) {
+  if (T < 0 || H < 1 || vocab < 1 || out_stride < H || table_dtype == DType::F16 || T > 2147483647) return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(T), ceil_div(H, 256) > 65535u ? 65535u : ceil_div(H, 256));
+  if (table_dtype == DType::BF16)
+    embedding_kernel<<<grid, 256, 0, stream>>>(ids, static_cast<const __nv_bfloat16*>(table), vocab, H, out, out_stride);
+  else
+    embedding_kernel<<<grid, 256, 0, stream>>>(ids, static_cast<const float*>(table), vocab, H, out, out_stride);
+  return launch_status();
+}
+
+cudaError_t fused_add_rms_norm(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
+                               const float* weight, float eps, int64_t T, int64_t H, void* out, DType out_dtype,
+                               int64_t out_stride, cudaStream_t stream) {
+  if (T < 0 || H < 1 || res_stride < H || out_stride < H || (x && x_stride < H) || T > 2147483647 ||
+      out_dtype == DType::F16)
+    return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  const int threads = threads_for(H / 4);
+  if (out_dtype == DType::BF16)
+    add_rms_norm_kernel<<<static_cast<unsigned>(T), threads, 0, stream>>>(
+        x, x_stride, residual, res_stride, weight, eps, H, static_cast<__nv_bfloat16*>(out), out_stride);
+  else
+    add_rms_norm_kernel<<<static_cast<unsigned>(T), threads, 0, stream>>>(
+        x, x_stride, residual, res_stride, weight, eps, H, static_cast<float*>(out), out_stride);
+  return launch_status();
+}
+
+cudaError_t gated_rms_norm(const float* y, int64_t y_stride, const float* z, int64_t z_stride, const float* weight,
+                           float eps, int64_t T, int64_t D, int64_t group_size, bool norm_before_gate, void* out,
+                           DType out_dtype, int64_t out_stride, cudaStream_t stream) {
+  if (T < 0 || D < 1 || group_size < 1 || D % group_size != 0 || y_stride < D || z_stride < D || out_stride < D ||
+      T > 2147483647 || D / group_size > 65535 || out_dtype == DType::F16)
+    return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(D / group_size));
+  const int threads = threads_for(group_size / 4);
+  if (out_dtype == DType::BF16)
+    gated_rms_norm_kernel<<<grid, threads, 0, stream>>>(y, y_stride, z, z_stride, weight, eps, group_size,
+                                                         norm_before_gate, static_cast<__nv_bfloat16*>(out), out_stride);
+  else
+    gated_rms_norm_kernel<<<grid, threads, 0, stream>>>(y, y_stride, z, z_stride, weight, eps, group_size,
+                                                         norm_before_gate, static_cast<float*>(out), out_stride);
+  return launch_status();
+}
+
+}  // namespace ssmserve::cuda

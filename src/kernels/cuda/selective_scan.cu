@@ -1,0 +1,110 @@
+// Owns the GPU Mamba-1 selective scan (see selective_scan.h).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/selective_scan.h"
+
+namespace ssmserve::cuda {
+namespace {
+using namespace detail;
+
+constexpr int kThreads = 128;
+constexpr int kMaxPerLane = 8;  // d_state <= 32 * 8
+
+/// Block (blockIdx.x, blockIdx.y): channels [blockIdx.x * (kThreads / lanes), ...) of sequence blockIdx.y
+/// (prefill, qsl != nullptr) or of decode row blockIdx.y (qsl == nullptr: one token, initial state always).
+template <class TS>
+__global__ void __launch_bounds__(kThreads) scan_kernel(ScanInputs in, ScanParams p, float* __restrict__ y,
+                                                         int64_t y_stride, const int32_t* __restrict__ qsl,
+                                                         const int32_t* __restrict__ state_indices,
+                                                         const uint8_t* __restrict__ has_init, int lanes) {
+  const int s = blockIdx.y;
+  const int32_t block = state_indices[s];
+  if (block == 0) return;  // uniform over the block
+  const int N = p.d_state;
+  const int group = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * (kThreads / lanes) + group;
+  const bool valid = c < p.dim;  // invalid groups still take part in the shuffles
+  const int64_t cc = valid ? c : 0;
+  const int64_t t0 = qsl ? qsl[s] : s, t1 = qsl ? qsl[s + 1] : s + 1;
+  const bool init = qsl ? has_init[s] != 0 : true;
+  TS* state = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + cc * N;
+
+  float st[kMaxPerLane], a[kMaxPerLane];
+#pragma unroll
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int n = lane + k * lanes;
+    const bool on = valid && n < N;
+    a[k] = on ? p.A[cc * N + n] : 0.0f;
+    st[k] = (on && init) ? load(state + n) : 0.0f;
+  }
+  const float dbias = p.delta_bias ? p.delta_bias[cc] : 0.0f;
+  const float Dc = p.D ? p.D[cc] : 0.0f;
+  for (int64_t t = t0; t < t1; ++t) {
+    float dt = in.delta.data[t * in.delta.stride + cc] + dbias;
+    if (p.delta_softplus) dt = softplus(dt);
+    const float u = in.u.data[t * in.u.stride + cc];
+    const float* Bt = in.B.data + t * in.B.stride;
+    const float* Ct = in.C.data + t * in.C.stride;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxPerLane; ++k) {
+      const int n = lane + k * lanes;
+      if (n < N) {
+        const float sn = expf(dt * a[k]) * st[k] + dt * Bt[n] * u;
+        st[k] = sn;
+        acc += sn * Ct[n];
+      }
+    }
+    for (int o = lanes >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o, lanes);
+    if (valid && lane == 0) {
+      float out = acc + Dc * u;
+      if (in.z.data) out *= silu(in.z.data[t * in.z.stride + cc]);
+      y[(qsl ? t : s) * y_stride + cc] = out;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int n = lane + k * lanes;
+    if (valid && n < N) store(state + n, st[k]);
+  }
+}
+
+int lanes_for(int N) {
+  int l = 1;
+  while (l < N && l < 32) l *= 2;
+  return l;
+}
+
+bool bad(const ScanInputs& in, const ScanParams& p, int64_t y_stride) {
+  return p.dim < 1 || p.d_state < 1 || p.d_state > 32 * kMaxPerLane || p.A == nullptr || y_stride < p.dim ||
+         in.u.stride < p.dim || in.delta.stride < p.dim || in.B.stride < p.d_state || in.C.stride < p.d_state ||
+         (in.z.data && in.z.stride < p.dim) || p.ssm_states.data == nullptr;
+}
+
+cudaError_t launch(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride, const int32_t* qsl,
+                   const int32_t* state_indices, const uint8_t* has_init, int rows, cudaStream_t stream) {
+  const int lanes = lanes_for(p.d_state);
+  const dim3 grid(ceil_div(p.dim, kThreads / lanes), static_cast<unsigned>(rows));
+  return visit_dtype(p.ssm_states.dtype, [&](auto tag) {
+    scan_kernel<decltype(tag)><<<grid, kThreads, 0, stream>>>(in, p, y, y_stride, qsl, state_indices, has_init, lanes);
+    return launch_status();
+  });
+}
+
+}  // namespace
+
+cudaError_t selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
+                               const int32_t* query_start_loc, const int32_t* state_indices,
+                               const uint8_t* has_initial_states, int num_seqs, cudaStream_t stream) {
+  if (bad(in, p, y_stride) || num_seqs < 0 || num_seqs > 65535 || !query_start_loc) return cudaErrorInvalidValue;
+  if (num_seqs == 0) return cudaSuccess;
+  return launch(in, p, y, y_stride, query_start_loc, state_indices, has_initial_states, num_seqs, stream);
+}
+
+cudaError_t selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
+                                   const int32_t* state_indices, int batch, cudaStream_t stream) {
+  if (bad(in, p, y_stride) || batch < 0 || batch > 65535) return cudaErrorInvalidValue;
+  if (batch == 0) return cudaSuccess;
+  return launch(in, p, y, y_stride, nullptr, state_indices, nullptr, batch, stream);
+}
+
+}  // namespace ssmserve::cuda

@@ -1,0 +1,57 @@
+// Owns the Mamba-1 selective scan on the GPU (Gu & Dao 2023, Algorithm 2 "S6"; vllm-ssm-design.md §5.1 step 5):
+//   dt = softplus(delta + delta_bias);  s_t = exp(dt * A) * s_{t-1} + dt * B_t * u_t;
+//   y_t = <s_t, C_t> + D * u_t;  y_t *= SiLU(z_t)
+// as the varlen prefill scan (fp32 state in registers, written back once per sequence in the pool's dtype) and
+// the decode update over a batch of state blocks (vLLM's selective_scan_fn / selective_state_update).
+// Reference: kernels/cpu/selective_scan.h. Layout: one group of min(32, d_state) lanes per channel, each lane
+// holding d_state / lanes state elements; tokens are walked in order. Framework-free: device pointers, sizes,
+// row strides (elements), a stream; each returns the launch status (cudaErrorInvalidValue for bad sizes).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cache/state_view.h"
+
+namespace ssmserve::cuda {
+
+/// A row-major fp32 device matrix [rows, cols] with a row stride (elements), e.g. a slice of a projection.
+struct DevRows {
+  const float* data = nullptr;
+  int64_t stride = 0;
+};
+
+/// Per-token inputs, indexed by packed token row t.
+struct ScanInputs {
+  DevRows u;      ///< [num_tokens, dim] post-conv activations
+  DevRows delta;  ///< [num_tokens, dim] dt before bias and softplus
+  DevRows B;      ///< [num_tokens, d_state]
+  DevRows C;      ///< [num_tokens, d_state]
+  DevRows z;      ///< [num_tokens, dim] gate, or data == nullptr
+};
+
+/// Layer parameters (device) and the state pool.
+struct ScanParams {
+  int64_t dim = 0;                    ///< channels (d_inner)
+  int d_state = 0;                    ///< N, 1..256
+  const float* A = nullptr;           ///< [dim, d_state] = -exp(A_log)
+  const float* D = nullptr;           ///< [dim] or nullptr
+  const float* delta_bias = nullptr;  ///< [dim] or nullptr
+  bool delta_softplus = true;
+  StateView ssm_states;               ///< [num_blocks, dim, d_state] block-strided, F32/BF16/F16; block 0 = null
+};
+
+/// Varlen prefill over sequences delimited by query_start_loc [num_seqs+1] (device). Sequence s starts from
+/// ssm_states[state_indices[s]] when has_initial_states[s] (else zeros) and writes its final state back.
+/// y: [num_tokens, dim] fp32 (row stride y_stride). Sequences whose state index is 0 are skipped (y not written).
+cudaError_t selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
+                               const int32_t* query_start_loc, const int32_t* state_indices,
+                               const uint8_t* has_initial_states, int num_seqs, cudaStream_t stream);
+
+/// Decode: row b of `in` is one token of the request whose state is ssm_states[state_indices[b]] ([batch],
+/// device), updated in place. y: [batch, dim]. Rows with state index 0 are skipped. Two rows must not share a
+/// nonzero state index.
+cudaError_t selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
+                                   const int32_t* state_indices, int batch, cudaStream_t stream);
+
+}  // namespace ssmserve::cuda

@@ -1,0 +1,150 @@
+// Owns the GPU Mamba-2 SSD scan (see ssd.h).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ssd.h"
+
+namespace ssmserve::cuda {
+namespace {
+using namespace detail;
+
+constexpr int kWarps = 4;
+constexpr int kRowsPerWarp = 4;                       // rows of P per warp
+constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;  // 16
+constexpr int kMaxPerLane = 8;                        // N <= 256
+
+/// Advances rows [p0, p0 + kRowsPerWarp) of head h over tokens [t0, t1), writing y rows (y_row0 + t - t0).
+__device__ __forceinline__ void advance(const SsdInputs& in, const SsdParams& p, int h, int g, int p0, int lane,
+                                        float (&st)[kRowsPerWarp][kMaxPerLane], int64_t t0, int64_t t1, float* y,
+                                        int64_t y_stride, int64_t y_row0) {
+  const int N = p.d_state, P = p.head_dim;
+  const float Ah = p.A[h], Dh = p.D ? p.D[h] : 0.0f, bias = p.dt_bias ? p.dt_bias[h] : 0.0f;
+  for (int64_t t = t0; t < t1; ++t) {
+    float dt = softplus(in.dt.data[t * in.dt.stride + h] + bias);
+    dt = fminf(fmaxf(dt, p.time_step_min), p.time_step_max);
+    const float e = dt * Ah;
+    const float dA = e < -60.0f ? 0.0f : expf(e);
+    const float* xt = in.x.data + t * in.x.stride + static_cast<int64_t>(h) * P;
+    const float* Bt = in.B.data + t * in.B.stride + static_cast<int64_t>(g) * N;
+    const float* Ct = in.C.data + t * in.C.stride + static_cast<int64_t>(g) * N;
+    float b[kMaxPerLane], c[kMaxPerLane];
+#pragma unroll
+    for (int k = 0; k < kMaxPerLane; ++k) {
+      const int n = lane + 32 * k;
+      b[k] = n < N ? Bt[n] : 0.0f;
+      c[k] = n < N ? Ct[n] : 0.0f;
+    }
+    float mine = 0.0f;  // lane r keeps row r's output
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int pr = p0 + r;
+      const float xv = pr < P ? xt[pr] : 0.0f;
+      const float dtx = dt * xv;
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        if (32 * k < N) {  // uniform over the warp
+          const float s = dA * st[r][k] + dtx * b[k];
+          st[r][k] = s;
+          acc += s * c[k];
+        }
+      }
+      acc = warp_sum(acc) + Dh * xv;
+      if (lane == r) mine = acc;
+    }
+    if (lane < kRowsPerWarp && p0 + lane < P)
+      y[(y_row0 + t - t0) * y_stride + static_cast<int64_t>(h) * P + p0 + lane] = mine;
+  }
+}
+
+/// Grid (ceil(P / 16), H, sequences or decode rows). Prefill walks the sequence's chunks in order.
+template <class TS>
+__global__ void __launch_bounds__(kWarps * 32) ssd_kernel(SsdInputs in, SsdParams p, SsdChunkMetadataDev meta,
+                                                           float* __restrict__ y, int64_t y_stride,
+                                                           float* __restrict__ chunk_states, bool decode,
+                                                           const int32_t* __restrict__ state_indices) {
+  const int s = blockIdx.z, h = blockIdx.y;
+  const int32_t block = state_indices[s];
+  if (block == 0) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int p0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+  if (p0 >= p.head_dim) return;  // whole warp
+  const int N = p.d_state, P = p.head_dim;
+  const int g = h / (p.num_heads / p.n_groups);
+  const int64_t head_elems = static_cast<int64_t>(P) * N;
+  TS* state = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + h * head_elems;
+  const bool init = decode ? true : meta.has_initial_states[s] != 0;
+
+  float st[kRowsPerWarp][kMaxPerLane];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int k = 0; k < kMaxPerLane; ++k) {
+      const int n = lane + 32 * k, pr = p0 + r;
+      st[r][k] = (init && n < N && pr < P) ? load(state + static_cast<int64_t>(pr) * N + n) : 0.0f;
+    }
+
+  if (decode) {
+    advance(in, p, h, g, p0, lane, st, s, s + 1, y, y_stride, s);
+  } else {
+    const int c_first = s == 0 ? 0 : meta.last_chunk_indices[s - 1] + 1, c_last = meta.last_chunk_indices[s];
+    for (int c = c_first; c <= c_last; ++c) {
+      const int64_t t0 = meta.cu_chunk_seqlen[c], t1 = meta.cu_chunk_seqlen[c + 1];
+      advance(in, p, h, g, p0, lane, st, t0, t1, y, y_stride, t0);
+      if (chunk_states) {
+        float* cs = chunk_states + (static_cast<int64_t>(c) * p.num_heads + h) * head_elems;
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+          for (int k = 0; k < kMaxPerLane; ++k) {
+            const int n = lane + 32 * k, pr = p0 + r;
+            if (n < N && pr < P) cs[static_cast<int64_t>(pr) * N + n] = st[r][k];
+          }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int k = 0; k < kMaxPerLane; ++k) {
+      const int n = lane + 32 * k, pr = p0 + r;
+      if (n < N && pr < P) store(state + static_cast<int64_t>(pr) * N + n, st[r][k]);
+    }
+}
+
+bool bad(const SsdInputs& in, const SsdParams& p, int64_t y_stride) {
+  const int64_t HP = static_cast<int64_t>(p.num_heads) * p.head_dim, GN = static_cast<int64_t>(p.n_groups) * p.d_state;
+  return p.num_heads < 1 || p.head_dim < 1 || p.n_groups < 1 || p.d_state < 1 || p.d_state > 32 * kMaxPerLane ||
+         p.num_heads % p.n_groups != 0 || p.num_heads > 65535 || p.A == nullptr || p.ssm_states.data == nullptr ||
+         y_stride < HP || in.x.stride < HP || in.dt.stride < p.num_heads || in.B.stride < GN || in.C.stride < GN;
+}
+
+cudaError_t launch(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
+                   int64_t y_stride, float* chunk_states, bool decode, const int32_t* state_indices, int rows,
+                   cudaStream_t stream) {
+  const dim3 grid(ceil_div(p.head_dim, kRowsPerBlock), static_cast<unsigned>(p.num_heads), static_cast<unsigned>(rows));
+  return visit_dtype(p.ssm_states.dtype, [&](auto tag) {
+    ssd_kernel<decltype(tag)><<<grid, kWarps * 32, 0, stream>>>(in, p, meta, y, y_stride, chunk_states, decode,
+                                                                 state_indices);
+    return launch_status();
+  });
+}
+
+}  // namespace
+
+cudaError_t ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
+                               int64_t y_stride, float* chunk_states, cudaStream_t stream) {
+  if (bad(in, p, y_stride) || meta.num_seqs < 0 || meta.num_seqs > 65535 || meta.nchunks < 0 ||
+      (meta.num_seqs > 0 && (!meta.cu_chunk_seqlen || !meta.last_chunk_indices || !meta.state_indices ||
+                             !meta.has_initial_states)))
+    return cudaErrorInvalidValue;
+  if (meta.num_seqs == 0) return cudaSuccess;
+  return launch(in, p, meta, y, y_stride, chunk_states, false, meta.state_indices, meta.num_seqs, stream);
+}
+
+cudaError_t ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                             const int32_t* state_indices, int batch, cudaStream_t stream) {
+  if (bad(in, p, y_stride) || batch < 0 || batch > 65535) return cudaErrorInvalidValue;
+  if (batch == 0) return cudaSuccess;
+  return launch(in, p, SsdChunkMetadataDev{}, y, y_stride, nullptr, true, state_indices, batch, stream);
+}
+
+}  // namespace ssmserve::cuda

@@ -1,0 +1,71 @@
+// Owns the Mamba-2 SSD scan on the GPU: the varlen prefill over the sequence-aligned chunk metadata (vLLM's
+// mamba_chunk_scan_combined_varlen inputs: cu_chunk_seqlen_p, seq_idx_p, last_chunk_indices_p) and the one-token
+// decode update (selective_state_update on the tied-head-dim path). Math as kernels/cpu/ssd.h (its reference),
+// per head h of group g = h / (H / G), per token t:
+//   dt = clamp(softplus(dt_raw + dt_bias[h]), time_step_min, time_step_max);  dA = exp(dt * A[h]);
+//   S[h] (P x N) = dA * S[h] + dt * x_t[h] (outer) B_t[g];   y_t[h] = S[h] @ C_t[g] + D[h] * x_t[h].
+// This first version walks each sequence's chunks in order and the tokens of a chunk with the state in
+// registers (each warp holds 4 rows of P x N, lanes across N), writing the state at the end of every chunk when
+// asked (prefix caching) and the final state back; the tensor-core chunked form (chunk cumsum / chunk state /
+// state passing / chunk scan as matrix products) is the planned faster replacement with the same interface.
+// Decays exp(dt * A) below e^-60 are flushed to 0 as on the CPU. Framework-free: device pointers, sizes, row
+// strides (elements), a stream; each returns the launch status (cudaErrorInvalidValue for bad sizes).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "cache/state_view.h"
+#include "kernels/cuda/selective_scan.h"  // DevRows
+
+namespace ssmserve::cuda {
+
+/// Per-token inputs (device), indexed by packed token row t.
+struct SsdInputs {
+  DevRows x;   ///< [num_tokens, H * P] post-conv x
+  DevRows dt;  ///< [num_tokens, H] raw dt
+  DevRows B;   ///< [num_tokens, G * N]
+  DevRows C;   ///< [num_tokens, G * N]
+};
+
+/// Layer sizes, parameters (device) and the state pool.
+struct SsdParams {
+  int num_heads = 0;  ///< H
+  int head_dim = 0;   ///< P
+  int n_groups = 0;   ///< G (H % G == 0)
+  int d_state = 0;    ///< N, 1..256
+  const float* A = nullptr;        ///< [H] = -exp(A_log)
+  const float* D = nullptr;        ///< [H] or nullptr
+  const float* dt_bias = nullptr;  ///< [H] or nullptr
+  float time_step_min = 0.0f;
+  float time_step_max = std::numeric_limits<float>::infinity();
+  StateView ssm_states;  ///< [num_blocks, H, P, N] block-strided, F32/BF16/F16; block 0 = null (skipped)
+};
+
+/// Chunk metadata of the prefill tokens (device arrays; build_mamba_metadata's *_p arrays, already validated on
+/// the host by the metadata builder): chunks never span two sequences and are at most chunk_size tokens.
+struct SsdChunkMetadataDev {
+  int num_seqs = 0;
+  int nchunks = 0;
+  const int32_t* cu_chunk_seqlen = nullptr;     ///< [nchunks + 1] chunk starts, then num_tokens
+  const int32_t* seq_idx = nullptr;             ///< [nchunks] sequence of each chunk (not read by this version)
+  const int32_t* last_chunk_indices = nullptr;  ///< [num_seqs] index of each sequence's last chunk
+  const int32_t* state_indices = nullptr;       ///< [num_seqs] running-state block ids (0 = skip)
+  const uint8_t* has_initial_states = nullptr;  ///< [num_seqs]
+};
+
+/// Varlen chunked prefill. Sequence s covers chunks (last_chunk_indices[s-1], last_chunk_indices[s]] and starts
+/// from ssm_states[state_indices[s]] when has_initial_states[s] (else zeros); its final state is written back.
+///   y: [num_tokens, H * P] fp32 (row stride y_stride, not aliasing the inputs);
+///   chunk_states: [nchunks, H, P, N] fp32 state at the end of every chunk, or nullptr.
+/// Sequences with state index 0 are written neither in y nor in chunk_states.
+cudaError_t ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
+                               int64_t y_stride, float* chunk_states, cudaStream_t stream);
+
+/// Decode: row b is one token of the request whose state is ssm_states[state_indices[b]] ([batch], device),
+/// updated in place. y: [batch, H * P] fp32. Rows with state index 0 are skipped; no two rows share a block.
+cudaError_t ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                             const int32_t* state_indices, int batch, cudaStream_t stream);
+
+}  // namespace ssmserve::cuda

@@ -1,0 +1,461 @@
+// GPU op harness: every CUDA op against its CPU kernel (the reference) on named model shapes (mamba-130m,
+// mamba-2.8b, mamba2-2.7b, Codestral-7B heads, tiny-mamba2) and the edge-case schedules of cuda_test_util.h, with
+// fresh random inputs per run and poisoned outputs. Skips without a GPU. SSMSERVE_CUDA_TEST_QUICK=1 keeps the
+// small shapes only (the compute-sanitizer runs of scripts/gpu-check.sh).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <span>
+
+#include "core/error.h"
+#include "cuda_test_util.h"
+#include "kernels/cpu/causal_conv1d.h"
+#include "kernels/cpu/gated_rms_norm.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/selective_scan.h"
+#include "kernels/cpu/ssd.h"
+#include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/norms.h"
+#include "kernels/cuda/selective_scan.h"
+#include "kernels/cuda/ssd.h"
+#include "device/cuda_check.h"
+#include "model/weight.h"
+
+namespace ssmserve {
+namespace {
+using namespace cudatest;
+using cuda::DeviceBuffer;
+using cuda::to_device;
+using cuda::to_host;
+
+/// A device buffer of n floats, every byte 0xFF (NaN): rows an op must not write stay that way.
+DeviceBuffer poisoned(size_t n) {
+  DeviceBuffer b(n * sizeof(float));
+  b.fill_bytes(0xff);
+  return b;
+}
+
+template <class T>
+std::span<const T> sp(const std::vector<T>& v) { return std::span<const T>(v); }
+
+TEST(CudaDevice, ReportsDeviceAndErrors) {
+  REQUIRE_GPU();
+  std::printf("device: %s\n", cuda::device_description(0).c_str());
+  EXPECT_THROW(DeviceBuffer(size_t{1} << 62), Error);  // allocation failure is an ssmserve::Error
+  EXPECT_THROW(SSM_CUDA_CHECK(cudaErrorInvalidValue), Error);
+  DeviceBuffer b(16);
+  float v[4] = {1, 2, 3, 4};
+  EXPECT_THROW(b.upload(v, 32), Error);
+  b.upload(v, 16);
+  EXPECT_EQ(to_host<float>(b, 4)[3], 4.0f);
+}
+
+// ---- GEMM -------------------------------------------------------------------------------------------------------
+
+struct GemmCase {
+  std::string name;
+  int64_t N, K;
+};
+std::vector<GemmCase> gemm_cases() {
+  std::vector<GemmCase> c;
+  for (const auto& s : mamba1_shapes()) {
+    c.push_back({std::string(s.name) + ".in_proj", 2 * s.d_inner, s.d_model});
+    c.push_back({std::string(s.name) + ".x_proj", s.dt_rank + 2 * s.d_state, s.d_inner});
+    c.push_back({std::string(s.name) + ".out_proj", s.d_model, s.d_inner});
+  }
+  for (const auto& s : mamba2_shapes())
+    c.push_back({std::string(s.name) + ".in_proj", 2 * s.d_inner() + 2LL * s.n_groups * s.d_state + s.heads, s.d_model});
+  return c;
+}
+
+TEST(CudaGemm, MatchesCpuLinearOnModelShapes) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  cuda::GemmHandle gemm;
+  cuda::Stream stream;
+  for (const auto& gc : gemm_cases()) {
+    for (int64_t M : {int64_t{1}, int64_t{7}, quick() ? int64_t{64} : int64_t{300}}) {
+      for (DType ab : {DType::BF16, DType::F32}) {
+        SCOPED_TRACE(testing::Message() << gc.name << " M=" << M << " " << dtype_name(ab));
+        const int64_t K = gc.K, N = gc.N, xs = K + 8, ys = N + 3;
+        auto w = rand_vec(rng, N * K, -0.05f, 0.05f);
+        auto x = rand_vec(rng, M * xs);
+        Weight W = Weight::allocate(ab, N, K);
+        DeviceBuffer dw, dx;
+        if (ab == DType::BF16) {
+          round_bf16(w);
+          round_bf16(x);
+          auto wb = to_bf16_bits(w);
+          std::memcpy(const_cast<void*>(W.data), wb.data(), wb.size() * 2);
+          dw = to_device(wb);
+          dx = to_device(to_bf16_bits(x));
+        } else {
+          std::memcpy(const_cast<void*>(W.data), w.data(), w.size() * 4);
+          dw = to_device(w);
+          dx = to_device(x);
+        }
+        std::vector<float> ref(M * ys, 0.0f);
+        cpu::linear(x.data(), M, xs, W, nullptr, ref.data(), ys);
+        for (DType yt : {DType::F32, DType::BF16}) {
+          DeviceBuffer dy = poisoned(M * ys);
+          gemm.run({M, N, K, dx.data(), xs, dw.data(), K, ab, dy.data(), ys, yt}, stream.get());
+          stream.synchronize();
+          std::vector<float> got(M * ys);
+          if (yt == DType::F32) {
+            got = to_host<float>(dy, M * ys);
+          } else {
+            auto bits = to_host<uint16_t>(dy, M * ys);  // bf16 rows at stride ys (elements of 2 bytes)
+            for (int64_t i = 0; i < M * ys; ++i) got[i] = bf16_to_f32(bits[i]);
+          }
+          const double tol = yt == DType::BF16 ? 8e-3 : (ab == DType::F32 ? 1e-5 : 1e-4);
+          EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, M, N), tol) << "y " << dtype_name(yt);
+        }
+      }
+    }
+  }
+}
+
+// ---- embedding and norms ----------------------------------------------------------------------------------------
+
+TEST(CudaEmbedding, GathersRowsExactly) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int64_t V = 50280, H = quick() ? 768 : 2560;
+  auto table = rand_vec(rng, V * H);
+  round_bf16(table);
+  DeviceBuffer dt = to_device(to_bf16_bits(table));
+  std::vector<int32_t> ids = {0, static_cast<int32_t>(V - 1), 17, 17, 50000, 3};
+  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(V - 1));
+  for (int i = 0; i < 200; ++i) ids.push_back(d(rng));
+  const int64_t T = static_cast<int64_t>(ids.size()), os = H + 5;
+  DeviceBuffer di = to_device(ids), dout = poisoned(T * os);
+  SSM_CUDA_CHECK(cuda::embedding(di.as<int32_t>(), T, dt.data(), DType::BF16, V, H, dout.as<float>(), os, nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  auto got = to_host<float>(dout, T * os);
+  for (int64_t t = 0; t < T; ++t)
+    ASSERT_EQ(std::memcmp(got.data() + t * os, table.data() + ids[t] * H, H * 4), 0) << "row " << t;
+}
+
+TEST(CudaNorms, FusedAddRmsNormMatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int64_t H : {int64_t{256}, int64_t{768}, int64_t{2560}, int64_t{4096}}) {
+    for (int64_t T : {int64_t{1}, int64_t{33}}) {
+      for (bool with_x : {true, false}) {
+        SCOPED_TRACE(testing::Message() << "H=" << H << " T=" << T << " x=" << with_x);
+        const int64_t xs = H + 4, rs = H + 2, os = H + 1;
+        auto x = rand_vec(rng, T * xs), res = rand_vec(rng, T * rs), w = rand_vec(rng, H, 0.5f, 1.5f);
+        std::vector<float> sum(T * H), ref(T * H);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < H; ++h) sum[t * H + h] = res[t * rs + h] + (with_x ? x[t * xs + h] : 0.0f);
+        cpu::rms_norm(sum.data(), w.data(), 1e-5f, T, H, ref.data());
+        DeviceBuffer dx = to_device(x), dr = to_device(res), dw = to_device(w);
+        for (DType ot : {DType::F32, DType::BF16}) {
+          dr.upload(res.data(), res.size() * 4);
+          DeviceBuffer dout = poisoned(T * os);
+          SSM_CUDA_CHECK(cuda::fused_add_rms_norm(with_x ? dx.as<float>() : nullptr, xs, dr.as<float>(), rs,
+                                                  dw.as<float>(), 1e-5f, T, H, dout.data(), ot, os, nullptr));
+          SSM_CUDA_CHECK(cudaDeviceSynchronize());
+          auto r = to_host<float>(dr, T * rs);
+          EXPECT_LT(rel_err(r.data(), rs, sum.data(), H, T, H), 1e-7) << "residual";
+          std::vector<float> got(T * os);
+          if (ot == DType::F32) {
+            got = to_host<float>(dout, T * os);
+          } else {
+            auto bits = to_host<uint16_t>(dout, T * os);
+            for (int64_t i = 0; i < T * os; ++i) got[i] = bf16_to_f32(bits[i]);
+          }
+          EXPECT_LT(rel_err(got.data(), os, ref.data(), H, T, H), ot == DType::F32 ? 1e-6 : 5e-3);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaNorms, GatedRmsNormMatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& s : mamba2_shapes()) {
+    const int64_t D = s.d_inner(), gs = D / s.n_groups;
+    for (int64_t T : {int64_t{1}, int64_t{19}}) {
+      for (bool nbg : {false, true}) {
+        SCOPED_TRACE(testing::Message() << s.name << " T=" << T << " norm_before_gate=" << nbg);
+        const int64_t ys = D + 8, zs = 2 * D + 3, os = D + 2;
+        auto y = rand_vec(rng, T * ys), z = rand_vec(rng, T * zs, -3, 3), w = rand_vec(rng, D, 0.5f, 1.5f);
+        std::vector<float> ref(T * D);
+        cpu::gated_rms_norm(y.data(), ys, z.data(), zs, w.data(), 1e-5f, T, D, gs, nbg, ref.data());
+        DeviceBuffer dy = to_device(y), dz = to_device(z), dw = to_device(w), dout = poisoned(T * os);
+        SSM_CUDA_CHECK(cuda::gated_rms_norm(dy.as<float>(), ys, dz.as<float>(), zs, dw.as<float>(), 1e-5f, T, D, gs,
+                                            nbg, dout.data(), DType::F32, os, nullptr));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        auto got = to_host<float>(dout, T * os);
+        EXPECT_LT(rel_err(got.data(), os, ref.data(), D, T, D), 1e-6);
+      }
+    }
+  }
+}
+
+// ---- causal conv1d ----------------------------------------------------------------------------------------------
+
+/// Prefill over `b` then one decode step over the same blocks; outputs and windows against the CPU.
+void check_conv(std::mt19937& rng, int64_t dim, int width, DType state_dtype, const Batch& b) {
+  const int64_t T = b.num_tokens(), xs = dim + 16, os = dim + 1;
+  const int nblocks = b.num_seqs() + 1, S = width - 1;
+  StatePool pool(state_dtype, S * dim, nblocks, rng);
+  auto w = rand_vec(rng, dim * width, -0.5f, 0.5f), bias = rand_vec(rng, dim, -0.2f, 0.2f), x = rand_vec(rng, T * xs);
+  DeviceBuffer dw = to_device(w), dbias = to_device(bias), dx = to_device(x), dout = poisoned(T * os);
+  DeviceBuffer dq = to_device(b.query_start_loc), dsi = to_device(b.state_indices), dh = to_device(b.has_initial_states);
+  cpu::ConvParams cp{dim, width, w.data(), bias.data(), pool.host_view(), true};
+  cuda::ConvParams gp{dim, width, dw.as<float>(), dbias.as<float>(), pool.dev_view(), true};
+  std::vector<float> ref(T * os, 0.0f);
+  cpu::causal_conv1d_fwd(x.data(), xs, ref.data(), os, cp, sp(b.query_start_loc), sp(b.state_indices),
+                         sp(b.has_initial_states));
+  SSM_CUDA_CHECK(cuda::causal_conv1d_fwd(dx.as<float>(), xs, dout.as<float>(), os, gp, dq.as<int32_t>(),
+                                         dsi.as<int32_t>(), dh.as<uint8_t>(), b.num_seqs(), T, nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  auto got = to_host<float>(dout, T * os);
+  const auto mask = b.token_mask();
+  const double tol = 1e-6;  // same fma order: equal up to expf rounding in SiLU
+  EXPECT_LT(rel_err(got.data(), os, ref.data(), os, T, dim, &mask), tol) << "prefill out";
+  EXPECT_TRUE(untouched(got.data(), os, T, dim, mask)) << "null rows written";
+  EXPECT_LT(pool.rel_err_blocks(b.state_indices), 1e-7) << "prefill windows";
+  EXPECT_TRUE(pool.null_block_intact());
+
+  // Decode: one token for every sequence of the batch (null rows included, skipped).
+  const int B = b.num_seqs();
+  auto xd = rand_vec(rng, B * xs);
+  DeviceBuffer dxd = to_device(xd), doutd = poisoned(B * os);
+  std::vector<float> refd(B * os, 0.0f);
+  cpu::causal_conv1d_update(xd.data(), xs, refd.data(), os, cp, sp(b.state_indices));
+  SSM_CUDA_CHECK(cuda::causal_conv1d_update(dxd.as<float>(), xs, doutd.as<float>(), os, gp, dsi.as<int32_t>(), B, nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  auto gotd = to_host<float>(doutd, B * os);
+  std::vector<uint8_t> rmask(B);
+  for (int i = 0; i < B; ++i) rmask[i] = b.state_indices[i] != 0;
+  EXPECT_LT(rel_err(gotd.data(), os, refd.data(), os, B, dim, &rmask), tol) << "decode out";
+  EXPECT_TRUE(untouched(gotd.data(), os, B, dim, rmask)) << "null decode rows written";
+  EXPECT_LT(pool.rel_err_blocks(b.state_indices), 1e-7) << "decode windows";
+  EXPECT_TRUE(pool.null_block_intact());
+}
+
+TEST(CudaConv1d, PrefillAndDecodeMatchCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<std::pair<std::string, int64_t>> dims;
+  for (const auto& s : mamba1_shapes()) dims.push_back({s.name, s.d_inner});
+  for (const auto& s : mamba2_shapes()) dims.push_back({s.name, s.conv_dim()});
+  for (const auto& [name, dim] : dims)
+    for (const auto& sch : schedules())
+      for (DType dt : {DType::F32, DType::BF16}) {
+        SCOPED_TRACE(testing::Message() << name << " " << sch.name << " state " << dtype_name(dt));
+        check_conv(rng, dim, 4, dt, make_batch(sch.lens, sch.null_at));
+      }
+  // Other widths (2 and the maximum 8) on a small odd channel count.
+  for (int width : {2, 8}) check_conv(rng, 200, width, DType::F32, make_batch({1, 3, 9, 2}, {2}));
+}
+
+// ---- Mamba-1 selective scan -------------------------------------------------------------------------------------
+
+void check_scan(std::mt19937& rng, const Mamba1Shape& s, DType state_dtype, const Batch& b, bool with_z) {
+  const int64_t dim = s.d_inner, T = b.num_tokens();
+  const int N = s.d_state;
+  // Packed like the model: u, delta, z slices of wider rows; B and C slices of x_proj's output.
+  const int64_t us = dim + 3, ds = dim + 5, bcs = s.dt_rank + 2 * N, zs = 2 * dim, ys = dim + 2;
+  auto u = rand_vec(rng, T * us), delta = rand_vec(rng, T * ds, -4.0f, 1.0f), bc = rand_vec(rng, T * bcs),
+       z = rand_vec(rng, T * zs, -3, 3);
+  std::vector<float> A(dim * N), D = rand_vec(rng, dim), dbias = rand_vec(rng, dim, -1, 0.5f);
+  for (int64_t c = 0; c < dim; ++c)
+    for (int n = 0; n < N; ++n) A[c * N + n] = -static_cast<float>(n + 1) * (0.5f + 0.001f * (c % 97));
+  StatePool pool(state_dtype, dim * N, b.num_seqs() + 1, rng, 0.5f);
+  DeviceBuffer du = to_device(u), dd = to_device(delta), dbc = to_device(bc), dz = to_device(z), dA = to_device(A),
+               dD = to_device(D), dbi = to_device(dbias);
+  DeviceBuffer dq = to_device(b.query_start_loc), dsi = to_device(b.state_indices), dh = to_device(b.has_initial_states);
+  cpu::ScanInputs ci{{u.data(), us}, {delta.data(), ds}, {bc.data() + s.dt_rank, bcs}, {bc.data() + s.dt_rank + N, bcs},
+                     {with_z ? z.data() + dim : nullptr, zs}};
+  cuda::ScanInputs gi{{du.as<float>(), us}, {dd.as<float>(), ds}, {dbc.as<float>() + s.dt_rank, bcs},
+                      {dbc.as<float>() + s.dt_rank + N, bcs}, {with_z ? dz.as<float>() + dim : nullptr, zs}};
+  cpu::ScanParams cp{dim, N, A.data(), D.data(), dbias.data(), true, pool.host_view()};
+  cuda::ScanParams gp{dim, N, dA.as<float>(), dD.as<float>(), dbi.as<float>(), true, pool.dev_view()};
+  const double tol = 1e-4, state_tol = state_dtype == DType::F32 ? 1e-4 : 1e-2;
+
+  std::vector<float> ref(T * ys, 0.0f);
+  cpu::selective_scan_fwd(ci, cp, ref.data(), ys, sp(b.query_start_loc), sp(b.state_indices), sp(b.has_initial_states));
+  DeviceBuffer dy = poisoned(T * ys);
+  SSM_CUDA_CHECK(cuda::selective_scan_fwd(gi, gp, dy.as<float>(), ys, dq.as<int32_t>(), dsi.as<int32_t>(),
+                                          dh.as<uint8_t>(), b.num_seqs(), nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  auto got = to_host<float>(dy, T * ys);
+  const auto mask = b.token_mask();
+  EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, T, dim, &mask), tol) << "prefill y";
+  EXPECT_TRUE(untouched(got.data(), ys, T, dim, mask)) << "null rows written";
+  EXPECT_LT(pool.rel_err_blocks(b.state_indices), state_tol) << "prefill states";
+  EXPECT_TRUE(pool.null_block_intact());
+
+  // Decode: the first row of each sequence's inputs as the next token, over the same blocks.
+  const int B = b.num_seqs();
+  cpu::ScanInputs cd = ci;
+  cuda::ScanInputs gd = gi;
+  std::vector<float> refd(B * ys, 0.0f);
+  cpu::selective_state_update(cd, cp, refd.data(), ys, sp(b.state_indices));
+  DeviceBuffer dyd = poisoned(B * ys);
+  SSM_CUDA_CHECK(cuda::selective_state_update(gd, gp, dyd.as<float>(), ys, dsi.as<int32_t>(), B, nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  auto gotd = to_host<float>(dyd, B * ys);
+  std::vector<uint8_t> rmask(B);
+  for (int i = 0; i < B; ++i) rmask[i] = b.state_indices[i] != 0;
+  EXPECT_LT(rel_err(gotd.data(), ys, refd.data(), ys, B, dim, &rmask), state_dtype == DType::F32 ? tol : 1e-2)
+      << "decode y";
+  EXPECT_TRUE(untouched(gotd.data(), ys, B, dim, rmask)) << "null decode rows written";
+  EXPECT_LT(pool.rel_err_blocks(b.state_indices), state_tol) << "decode states";
+  EXPECT_TRUE(pool.null_block_intact());
+}
+
+TEST(CudaSelectiveScan, PrefillAndDecodeMatchCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& s : mamba1_shapes())
+    for (const auto& sch : schedules())
+      for (DType dt : {DType::F32, DType::BF16}) {
+        SCOPED_TRACE(testing::Message() << s.name << " " << sch.name << " state " << dtype_name(dt));
+        check_scan(rng, s, dt, make_batch(sch.lens, sch.null_at), true);
+      }
+  // d_state other than 16 (lanes 32, several states per lane), no gate.
+  for (int N : {8, 64, 256}) {
+    SCOPED_TRACE(testing::Message() << "d_state " << N);
+    check_scan(rng, {"custom", 64, 200, N, 4, 8}, DType::F32, make_batch({3, 40, 1}, {1}), false);
+  }
+}
+
+// ---- Mamba-2 SSD ------------------------------------------------------------------------------------------------
+
+/// Chunk metadata over `b`: sequence s's first chunk is cut `offset[s]` tokens short (a continuing prefill
+/// whose computed tokens are not a multiple of chunk_size), the rest at chunk_size.
+struct Chunks {
+  std::vector<int32_t> cu{0}, seq_idx, last;
+};
+Chunks make_chunks(const Batch& b, int chunk_size, std::mt19937& rng) {
+  Chunks c;
+  std::uniform_int_distribution<int> off(0, chunk_size - 1);
+  for (int s = 0; s < b.num_seqs(); ++s) {
+    int32_t t = b.query_start_loc[s];
+    const int32_t end = b.query_start_loc[s + 1];
+    int first = b.has_initial_states[s] ? chunk_size - off(rng) : chunk_size;
+    while (t < end) {
+      const int32_t n = std::min<int32_t>(first, end - t);
+      t += n;
+      c.cu.push_back(t);
+      c.seq_idx.push_back(s);
+      first = chunk_size;
+    }
+    c.last.push_back(static_cast<int32_t>(c.seq_idx.size()) - 1);
+  }
+  return c;
+}
+
+void check_ssd(std::mt19937& rng, const Mamba2Shape& s, DType state_dtype, const Batch& b) {
+  const int H = s.heads, P = s.head_dim, G = s.n_groups, N = s.d_state;
+  const int64_t T = b.num_tokens(), HP = s.d_inner(), GN = static_cast<int64_t>(G) * N;
+  // Packed like the model: x, B, C are slices of the conv output row [HP + 2GN]; dt of the projection row.
+  const int64_t xbc = HP + 2 * GN + 5, dts = H + 7, ys = HP + 1;
+  auto xBC = rand_vec(rng, T * xbc), dt = rand_vec(rng, T * dts, -5.0f, 1.0f);
+  std::vector<float> A(H), D = rand_vec(rng, H), dtb = rand_vec(rng, H, -2.0f, 0.0f);
+  for (int h = 0; h < H; ++h) A[h] = -(1.0f + 15.0f * h / H);
+  StatePool pool(state_dtype, static_cast<int64_t>(H) * P * N, b.num_seqs() + 1, rng, 0.5f);
+  Chunks ch = make_chunks(b, s.chunk_size, rng);
+  const int nchunks = static_cast<int>(ch.seq_idx.size());
+  DeviceBuffer dxbc = to_device(xBC), ddt = to_device(dt), dA = to_device(A), dD = to_device(D), ddtb = to_device(dtb);
+  DeviceBuffer dcu = to_device(ch.cu), dseq = to_device(ch.seq_idx), dlast = to_device(ch.last),
+               dsi = to_device(b.state_indices), dh = to_device(b.has_initial_states);
+  cpu::SsdInputs ci{{xBC.data(), xbc}, {dt.data(), dts}, {xBC.data() + HP, xbc}, {xBC.data() + HP + GN, xbc}};
+  cuda::SsdInputs gi{{dxbc.as<float>(), xbc}, {ddt.as<float>(), dts}, {dxbc.as<float>() + HP, xbc},
+                     {dxbc.as<float>() + HP + GN, xbc}};
+  cpu::SsdParams cp{H, P, G, N, A.data(), D.data(), dtb.data(), 0.0f, 0.5f, pool.host_view()};
+  cuda::SsdParams gp{H, P, G, N, dA.as<float>(), dD.as<float>(), ddtb.as<float>(), 0.0f, 0.5f, pool.dev_view()};
+  cpu::SsdChunkMetadata cm{s.chunk_size, sp(b.query_start_loc), sp(ch.cu), sp(ch.seq_idx), sp(ch.last),
+                           sp(b.state_indices), sp(b.has_initial_states)};
+  cuda::SsdChunkMetadataDev gm{b.num_seqs(), nchunks, dcu.as<int32_t>(), dseq.as<int32_t>(), dlast.as<int32_t>(),
+                               dsi.as<int32_t>(), dh.as<uint8_t>()};
+  const double tol = 1e-4, state_tol = state_dtype == DType::F32 ? 1e-4 : 1e-2;
+  const int64_t cs_elems = static_cast<int64_t>(nchunks) * HP * N;
+
+  std::vector<float> ref(T * ys, 0.0f), ref_cs(cs_elems, 0.0f);
+  cpu::ssd_chunk_scan_fwd(ci, cp, cm, ref.data(), ys, ref_cs.data());
+  DeviceBuffer dy = poisoned(T * ys), dcs = poisoned(cs_elems);
+  SSM_CUDA_CHECK(cuda::ssd_chunk_scan_fwd(gi, gp, gm, dy.as<float>(), ys, dcs.as<float>(), nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  auto got = to_host<float>(dy, T * ys);
+  const auto mask = b.token_mask();
+  EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, T, HP, &mask), tol) << "prefill y";
+  EXPECT_TRUE(untouched(got.data(), ys, T, HP, mask)) << "null rows written";
+  std::vector<uint8_t> cmask(nchunks);
+  for (int c = 0; c < nchunks; ++c) cmask[c] = b.state_indices[ch.seq_idx[c]] != 0;
+  auto gcs = to_host<float>(dcs, cs_elems);
+  EXPECT_LT(rel_err(gcs.data(), HP * N, ref_cs.data(), HP * N, nchunks, HP * N, &cmask), tol) << "chunk states";
+  EXPECT_LT(pool.rel_err_blocks(b.state_indices), state_tol) << "prefill states";
+  EXPECT_TRUE(pool.null_block_intact());
+
+  // Decode: one token per sequence over the same blocks.
+  const int B = b.num_seqs();
+  std::vector<float> refd(B * ys, 0.0f);
+  cpu::ssd_state_update(ci, cp, refd.data(), ys, sp(b.state_indices));
+  DeviceBuffer dyd = poisoned(B * ys);
+  SSM_CUDA_CHECK(cuda::ssd_state_update(gi, gp, dyd.as<float>(), ys, dsi.as<int32_t>(), B, nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  auto gotd = to_host<float>(dyd, B * ys);
+  std::vector<uint8_t> rmask(B);
+  for (int i = 0; i < B; ++i) rmask[i] = b.state_indices[i] != 0;
+  EXPECT_LT(rel_err(gotd.data(), ys, refd.data(), ys, B, HP, &rmask), state_dtype == DType::F32 ? tol : 1e-2)
+      << "decode y";
+  EXPECT_TRUE(untouched(gotd.data(), ys, B, HP, rmask)) << "null decode rows written";
+  EXPECT_LT(pool.rel_err_blocks(b.state_indices), state_tol) << "decode states";
+  EXPECT_TRUE(pool.null_block_intact());
+}
+
+TEST(CudaSsd, ChunkedPrefillAndDecodeMatchCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& s : mamba2_shapes())
+    for (const auto& sch : schedules())
+      for (DType dt : {DType::F32, DType::BF16}) {
+        SCOPED_TRACE(testing::Message() << s.name << " " << sch.name << " state " << dtype_name(dt));
+        check_ssd(rng, s, dt, make_batch(sch.lens, sch.null_at));
+      }
+  // Small chunks (many per sequence), head_dim not a multiple of 16, d_state 16 and 256.
+  check_ssd(rng, {"small-chunks", 64, 6, 20, 3, 16, 4, 8}, DType::F32, make_batch({1, 30, 7, 65}, {2}));
+  check_ssd(rng, {"wide-state", 64, 2, 16, 1, 256, 4, 32}, DType::F32, make_batch({1, 50}, {}));
+}
+
+// ---- bad arguments ----------------------------------------------------------------------------------------------
+
+TEST(CudaOps, RejectBadSizes) {
+  // No device work: argument checks come first (runs without a GPU too).
+  cuda::ConvParams cp{16, 9, nullptr, nullptr, {}, true};
+  EXPECT_EQ(cuda::causal_conv1d_update(nullptr, 16, nullptr, 16, cp, nullptr, 1, nullptr), cudaErrorInvalidValue);
+  cuda::ScanParams sp{16, 512, nullptr, nullptr, nullptr, true, {}};
+  EXPECT_EQ(cuda::selective_state_update({}, sp, nullptr, 16, nullptr, 1, nullptr), cudaErrorInvalidValue);
+  cuda::SsdParams dp;
+  dp.num_heads = 6, dp.head_dim = 8, dp.n_groups = 4, dp.d_state = 16;  // 6 % 4 != 0
+  EXPECT_EQ(cuda::ssd_state_update({}, dp, nullptr, 48, nullptr, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::gated_rms_norm(nullptr, 10, nullptr, 10, nullptr, 1e-5f, 1, 10, 3, false, nullptr, DType::F32, 10,
+                                 nullptr),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace ssmserve
