@@ -81,7 +81,7 @@ TEST(CudaGemm, MatchesCpuLinearOnModelShapes) {
     for (int64_t M : {int64_t{1}, int64_t{7}, quick() ? int64_t{64} : int64_t{300}}) {
       for (DType ab : {DType::BF16, DType::F32}) {
         SCOPED_TRACE(testing::Message() << gc.name << " M=" << M << " " << dtype_name(ab));
-        const int64_t K = gc.K, N = gc.N, xs = K + 8, ys = N + 3;
+        const int64_t K = gc.K, N = gc.N, xs = K + 8, ys = N + 4;
         auto w = rand_vec(rng, N * K, -0.05f, 0.05f);
         auto x = rand_vec(rng, M * xs);
         Weight W = Weight::allocate(ab, N, K);
@@ -100,7 +100,11 @@ TEST(CudaGemm, MatchesCpuLinearOnModelShapes) {
         }
         std::vector<float> ref(M * ys, 0.0f);
         cpu::linear(x.data(), M, xs, W, nullptr, ref.data(), ys);
-        for (DType yt : {DType::F32, DType::BF16}) {
+        for (int variant = 0; variant < 4; ++variant) {
+          const DType yt = variant % 2 ? DType::BF16 : DType::F32;
+          const bool fallback = variant >= 2;
+          SCOPED_TRACE(fallback ? "fallback kernel" : "cuBLASLt");
+          gemm.set_force_fallback(fallback);
           DeviceBuffer dy = poisoned(M * ys);
           gemm.run({M, N, K, dx.data(), xs, dw.data(), K, ab, dy.data(), ys, yt}, stream.get());
           stream.synchronize();
@@ -114,9 +118,38 @@ TEST(CudaGemm, MatchesCpuLinearOnModelShapes) {
           const double tol = yt == DType::BF16 ? 8e-3 : (ab == DType::F32 ? 1e-5 : 1e-4);
           EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, M, N), tol) << "y " << dtype_name(yt);
         }
+        gemm.set_force_fallback(false);
       }
     }
   }
+}
+
+TEST(CudaGemm, UnalignedRowsFallBackToTiledKernel) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  cuda::GemmHandle gemm;
+  // dt_proj on a slice of x_proj's output: K = dt_rank = 3, x rows of R + 2N = 35 floats (not 16-byte aligned).
+  const int64_t M = 9, N = 70, K = 3, xs = 35, ys = 71;
+  auto x = rand_vec(rng, M * xs), w = rand_vec(rng, N * K);
+  Weight W = Weight::allocate(DType::F32, N, K);
+  std::memcpy(const_cast<void*>(W.data), w.data(), w.size() * 4);
+  std::vector<float> ref(M * ys, 0.0f);
+  cpu::linear(x.data() + 1, M, xs, W, nullptr, ref.data(), ys);
+  DeviceBuffer dx = to_device(x), dw = to_device(w), dy = poisoned(M * ys);
+  gemm.run({M, N, K, dx.as<float>() + 1, xs, dw.data(), K, DType::F32, dy.data(), ys, DType::F32}, nullptr);
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(gemm.fallback_calls(), 1);
+  auto got = to_host<float>(dy, M * ys);
+  EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, M, N), 1e-6);
+}
+
+TEST(CudaGemm, RejectsBadArguments) {
+  REQUIRE_GPU();
+  cuda::GemmHandle gemm;
+  EXPECT_THROW(gemm.run({4, 8, 16, nullptr, 8, nullptr, 16, DType::F32, nullptr, 8, DType::F32}, nullptr), Error);
+  EXPECT_THROW(gemm.run({4, 8, 16, nullptr, 16, nullptr, 16, DType::F16, nullptr, 8, DType::F32}, nullptr), Error);
 }
 
 // ---- embedding and norms ----------------------------------------------------------------------------------------
@@ -199,7 +232,7 @@ TEST(CudaNorms, GatedRmsNormMatchesCpu) {
                                             nbg, dout.data(), DType::F32, os, nullptr));
         SSM_CUDA_CHECK(cudaDeviceSynchronize());
         auto got = to_host<float>(dout, T * os);
-        EXPECT_LT(rel_err(got.data(), os, ref.data(), D, T, D), 1e-6);
+        EXPECT_LT(rel_err(got.data(), os, ref.data(), D, T, D), 5e-6);
       }
     }
   }

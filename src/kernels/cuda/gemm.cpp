@@ -49,6 +49,16 @@ void GemmHandle::run(const GemmArgs& g, cudaStream_t stream) {
   SSM_CHECK(g.y_dtype == DType::BF16 || g.y_dtype == DType::F32, "gemm: output dtype {} unsupported",
             dtype_name(g.y_dtype));
   if (g.M == 0) return;
+  const auto aligned = [](const void* p, int64_t stride, DType t) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (stride * static_cast<int64_t>(dtype_size(t))) % 16 == 0;
+  };
+  const bool lt_ok = !force_fallback_ && aligned(g.x, g.x_stride, g.ab_dtype) && aligned(g.w, g.w_stride, g.ab_dtype) &&
+                     aligned(g.y, g.y_stride, g.y_dtype);
+  if (!lt_ok) {
+    ++fallback_calls_;
+    SSM_CUDA_CHECK(gemm_fallback(g, stream));
+    return;
+  }
   // Column-major view: row-major W [N, K] is col-major [K, N] (ld w_stride), x [M, K] is [K, M], y [M, N] is
   // [N, M]. So y^T = W x^T: A = W with op T, B = x with op N.
   Descs d;
@@ -63,14 +73,27 @@ void GemmHandle::run(const GemmArgs& g, cudaStream_t stream) {
   SSM_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
   const size_t ws = workspace_.bytes();
   SSM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  SSM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heur, &found));
-  SSM_CHECK(found > 0, "gemm: cuBLASLt has no algorithm for M={} N={} K={} ({} -> {})", g.M, g.N, g.K,
-            dtype_name(g.ab_dtype), dtype_name(g.y_dtype));
+  const Key key{g.M, g.N, g.K, g.x_stride, g.w_stride, g.y_stride, static_cast<int>(g.ab_dtype),
+                static_cast<int>(g.y_dtype)};
+  auto it = algos_.find(key);
+  if (it == algos_.end()) {
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heur, &found);
+    Algo a;
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0) a = {true, heur.algo};
+    else if (st != CUBLAS_STATUS_NOT_SUPPORTED) SSM_CUDA_CHECK(st);
+    it = algos_.emplace(key, a).first;
+  }
+  if (!it->second.ok) {
+    ++fallback_calls_;
+    SSM_CUDA_CHECK(gemm_fallback(g, stream));
+    return;
+  }
   const float alpha = 1.0f, beta = 0.0f;
-  SSM_CUDA_CHECK(cublasLtMatmul(handle_, d.op, &alpha, g.w, d.a, g.x, d.b, &beta, g.y, d.c, g.y, d.c, &heur.algo,
-                                workspace_.data(), ws, stream));
+  SSM_CUDA_CHECK(cublasLtMatmul(handle_, d.op, &alpha, g.w, d.a, g.x, d.b, &beta, g.y, d.c, g.y, d.c,
+                                &it->second.algo, workspace_.data(), ws, stream));
 }
 
 }  // namespace ssmserve::cuda

@@ -1,11 +1,15 @@
 // Owns the dense matrix product of the CUDA backend through cuBLASLt: y[M, N] = x[M, K] W[N, K]^T with fp32
 // accumulation (the GPU counterpart of kernels/cpu/linear.h). Operands bf16 x bf16 (tensor cores) or fp32 x fp32
 // (exact fp32, no TF32: tests and small models); output fp32 or bf16. Row-major, row strides in elements.
+// Operands whose rows are not 16-byte aligned (cuBLASLt finds no algorithm for them) go through a plain tiled
+// kernel (gemm_fallback.cu) instead.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <map>
+#include <tuple>
 
 #include "core/dtype.h"
 #include "device/device.h"
@@ -25,6 +29,10 @@ struct GemmArgs {
   DType y_dtype = DType::F32;    ///< F32 or BF16
 };
 
+/// The plain tiled GEMM (any strides; slow): what GemmHandle::run falls back to. Returns the launch status
+/// (cudaErrorInvalidValue for bad sizes).
+cudaError_t gemm_fallback(const GemmArgs& a, cudaStream_t stream);
+
 /// A cuBLASLt handle with its workspace (32 MiB). Create one per device; not thread-safe.
 class GemmHandle {
  public:
@@ -35,10 +43,23 @@ class GemmHandle {
 
   /// Enqueues y = x W^T on `stream`. Throws Error on bad sizes / dtypes or when cuBLASLt has no algorithm or fails.
   void run(const GemmArgs& a, cudaStream_t stream);
+  /// Sends every call through gemm_fallback (tests).
+  void set_force_fallback(bool on) { force_fallback_ = on; }
+  /// Calls served by gemm_fallback so far.
+  int64_t fallback_calls() const { return fallback_calls_; }
 
  private:
+  /// (M, N, K, x_stride, w_stride, y_stride, ab, y) -> the heuristic's algorithm, or none (use the fallback).
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
+  struct Algo {
+    bool ok = false;
+    cublasLtMatmulAlgo_t algo{};
+  };
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
+  std::map<Key, Algo> algos_;
+  bool force_fallback_ = false;
+  int64_t fallback_calls_ = 0;
 };
 
 }  // namespace ssmserve::cuda
