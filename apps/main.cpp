@@ -14,6 +14,9 @@
 #include "core/error.h"
 #include "core/version.h"
 #include "model/causal_lm.h"
+#ifdef SSMSERVE_HAVE_CUDA
+#include "runtime/cuda_mamba.h"
+#endif
 
 namespace ssmserve::cli {
 
@@ -34,6 +37,8 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                  "Split the model over N ranks (in-process threads on the CPU; Mamba-1, Mamba-2)")->capture_default_str();
   cmd.add_option("--mamba-cache-dtype", cfg.mamba_cache_dtype, "Conv state dtype: auto (fp32 on CPU), float32, bfloat16, float16")->capture_default_str();
   cmd.add_option("--mamba-ssm-cache-dtype", cfg.mamba_ssm_cache_dtype, "SSM state dtype: float32, bfloat16, float16, auto (= conv)")->capture_default_str();
+  cmd.add_option("--device", cfg.device, "cpu, cuda, or auto (cuda when built with it, a GPU is present and the architecture runs there)")
+      ->capture_default_str();
 }
 
 void check_output_path(const std::string& path) {
@@ -87,6 +92,9 @@ void check_stdout() {
 
 int main(int argc, char** argv) {
   using namespace ssmserve;
+#ifdef SSMSERVE_HAVE_CUDA
+  cuda::register_cuda_backend();
+#endif
   CLI::App app{"ssmserve: inference and serving for recurrent-state language models (Mamba-1, Mamba-2, lightning attention)"};
   app.set_version_flag("--version", version());
   std::string log_level = "warn";

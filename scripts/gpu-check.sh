@@ -73,9 +73,27 @@ else
   note "compute-sanitizer not found: skipped"
 fi
 
-# 3. GPU goldens and benchmarks, when built.
+# 3. GPU model runners against the CPU backend (tiny-mamba greedy / logits, Mamba-2 dummy shapes), memcheck on
+#    the small ones, and the CLI end to end (--device cuda vs cpu, greedy).
 if [ -x "$bin/test_cuda_model" ]; then
-  run_step "gpu model goldens" model.log "$bin/test_cuda_model"
+  run_step "gpu model tests" model.log "$bin/test_cuda_model"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel err|Expected" "$out/model.log" | head -40 >>"$summary"
+  if command -v compute-sanitizer >/dev/null; then
+    run_step "memcheck (model, small)" memcheck-model.log env SSMSERVE_CUDA_TEST_QUICK=1 compute-sanitizer \
+      --tool memcheck --report-api-errors no --error-exitcode 3 "$bin/test_cuda_model" \
+      --gtest_filter='CudaMambaModel.LogitsMatchCpuWithBf16Weights:CudaMamba2Model.TinyShapeDummyWeightsBf16'
+    grep -hE "ERROR SUMMARY" "$out/memcheck-model.log" >>"$summary"
+  fi
+fi
+if [ -x "$bin/ssmserve" ] && [ -f models/tiny-mamba/config.json ]; then
+  cli() { "$bin/ssmserve" generate --model models/tiny-mamba --prompt "The capital of France is" --max-tokens 24 \
+            --ignore-eos --json --device "$1"; }
+  { echo "== cpu"; cli cpu; echo "== cuda"; cli cuda; } >"$out/cli.log" 2>&1
+  if diff <(sed -n '/^== cpu/,/^== cuda/p' "$out/cli.log" | sed '1d;$d') <(sed -n '/^== cuda/,$p' "$out/cli.log" | sed '1d') >/dev/null; then
+    note "cli generate --device cuda == cpu: yes"
+  else
+    note "cli generate --device cuda == cpu: NO (see cli.log)"
+  fi
 fi
 if [ -x "$bin/bench_cuda_ops" ]; then
   run_step "op benchmarks" bench.log "$bin/bench_cuda_ops"

@@ -35,6 +35,9 @@ struct EngineConfig {
   /// Pad decode-only batches of up to this many rows to exactly this many, with null-block rows (what CUDA
   /// graphs need; on the CPU it only exercises the padding path). 0 = no padding.
   int pad_decode_batches_to = 0;
+  /// Where the model runs: "cpu", "cuda" (a registered device backend) or "auto" (a registered device when
+  /// available for the architecture, else the CPU); see resolve_device in model/causal_lm.h.
+  std::string device = "auto";
 
   /// Throws Error naming the knob when a value is out of range (see the kMax* bounds above).
   void validate() const;

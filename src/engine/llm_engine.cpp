@@ -60,7 +60,7 @@ struct LLMEngine::RowPlan {
 LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.validate();
   if (cfg_.num_threads > 0) omp_set_num_threads(cfg_.num_threads);
-  model_ = load_model(cfg_.model, cfg_.load_format, cfg_.tensor_parallel_size);
+  model_ = load_model(cfg_.model, cfg_.load_format, cfg_.device, cfg_.tensor_parallel_size);
   const auto tok_dir = cfg_.tokenizer.empty() ? cfg_.model : cfg_.tokenizer;
   if (path_entry_exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());

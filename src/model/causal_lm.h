@@ -3,6 +3,7 @@
 // the pool).
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,5 +54,20 @@ std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadForma
 
 /// Architecture names the registry knows ("MambaForCausalLM", ...).
 std::vector<std::string> supported_architectures();
+
+/// Device backends besides the CPU (issue 7): a backend registers a loader per architecture it runs, with a
+/// probe saying whether the device is usable now (e.g. a GPU is present).
+using DeviceModelLoader = std::function<std::unique_ptr<CausalLM>(const ModelConfig&, LoadFormat)>;
+void register_device_model(const std::string& device, const std::string& architecture, DeviceModelLoader loader,
+                           std::function<bool()> available);
+/// The device a model will run on: "cpu" stays "cpu"; "auto" is the first registered device that is available
+/// and runs config.architecture, else "cpu"; any other name is returned as is when registered for the
+/// architecture. Throws Error naming --device for an unknown device or one without this architecture.
+std::string resolve_device(const std::string& device, const ModelConfig& config);
+/// Loads the model in `dir` on `device` ("cpu", "auto" or a registered device such as "cuda"), split over
+/// `tensor_parallel_size` CPU ranks on the CPU ("auto" stays on the CPU when it is above 1). Throws Error also
+/// for a device backend with tensor_parallel_size > 1 (not supported there yet).
+std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format, const std::string& device,
+                                     int tensor_parallel_size = 1);
 
 }  // namespace ssmserve

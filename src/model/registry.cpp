@@ -78,4 +78,54 @@ std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadForma
   return load_model(ModelConfig::load(dir), format);
 }
 
+namespace {
+
+struct DeviceBackend {
+  std::function<bool()> available;
+  std::map<std::string, DeviceModelLoader> loaders;  // architecture -> loader
+};
+
+std::map<std::string, DeviceBackend>& device_backends() {
+  static std::map<std::string, DeviceBackend> d;
+  return d;
+}
+
+}  // namespace
+
+void register_device_model(const std::string& device, const std::string& architecture, DeviceModelLoader loader,
+                           std::function<bool()> available) {
+  DeviceBackend& b = device_backends()[device];
+  b.available = std::move(available);
+  b.loaders[architecture] = std::move(loader);
+}
+
+std::string resolve_device(const std::string& device, const ModelConfig& config) {
+  if (device == "cpu") return device;
+  const auto& d = device_backends();
+  if (device == "auto") {
+    for (const auto& [name, b] : d)
+      if (b.loaders.count(config.architecture) && b.available && b.available()) return name;
+    return "cpu";
+  }
+  auto it = d.find(device);
+  if (it == d.end()) {
+    std::string known = "cpu, auto";
+    for (const auto& [name, b] : d) known += ", " + name;
+    fail("--device {}: not available in this build (choose from: {})", device, known);
+  }
+  SSM_CHECK(it->second.loaders.count(config.architecture), "--device {}: architecture \"{}\" does not run there yet",
+            device, config.architecture);
+  return device;
+}
+
+std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format, const std::string& device,
+                                     int tensor_parallel_size) {
+  const ModelConfig config = ModelConfig::load(dir);
+  const std::string dev = resolve_device(device == "auto" && tensor_parallel_size > 1 ? "cpu" : device, config);
+  if (dev == "cpu") return load_model(config, format, tensor_parallel_size);
+  SSM_CHECK(tensor_parallel_size == 1, "--device {}: --tensor-parallel-size {} is not supported there yet (use 1)", dev,
+            tensor_parallel_size);
+  return device_backends().at(dev).loaders.at(config.architecture)(config, format);
+}
+
 }  // namespace ssmserve

@@ -2,6 +2,8 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/norms.h"
 
+#include <algorithm>
+
 namespace ssmserve::cuda {
 namespace {
 using namespace detail;
@@ -66,6 +68,22 @@ __global__ void gated_rms_norm_kernel(const float* y, int64_t y_stride, const fl
   }
 }
 
+template <class TO>
+__global__ void cast_rows_kernel(const float* __restrict__ in, int64_t in_stride, int64_t cols, TO* __restrict__ out,
+                                 int64_t out_stride) {
+  const int64_t r = blockIdx.x;
+  for (int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.y) * blockDim.x)
+    store(out + r * out_stride + c, in[r * in_stride + c]);
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ in, int64_t in_stride, const int32_t* __restrict__ idx,
+                                   int64_t cols, float* __restrict__ out, int64_t out_stride) {
+  const int64_t i = blockIdx.x;
+  const float* src = in + static_cast<int64_t>(idx[i]) * in_stride;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[i * out_stride + c] = src[c];
+}
+
 int threads_for(int64_t n) {
   int t = 32;
   while (t < 1024 && t < n) t *= 2;
@@ -73,6 +91,27 @@ int threads_for(int64_t n) {
 }
 
 }  // namespace
+
+cudaError_t cast_rows(const float* in, int64_t in_stride, int64_t rows, int64_t cols, void* out, DType out_dtype,
+                      int64_t out_stride, cudaStream_t stream) {
+  if (rows < 0 || cols < 0 || in_stride < cols || out_stride < cols || rows > 2147483647 || out_dtype == DType::F16)
+    return cudaErrorInvalidValue;
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(rows), std::min(ceil_div(cols, 256), 65535u));
+  if (out_dtype == DType::BF16)
+    cast_rows_kernel<<<grid, 256, 0, stream>>>(in, in_stride, cols, static_cast<__nv_bfloat16*>(out), out_stride);
+  else
+    cast_rows_kernel<<<grid, 256, 0, stream>>>(in, in_stride, cols, static_cast<float*>(out), out_stride);
+  return launch_status();
+}
+
+cudaError_t gather_rows(const float* in, int64_t in_stride, const int32_t* idx, int64_t n, int64_t cols, float* out,
+                        int64_t out_stride, cudaStream_t stream) {
+  if (n < 0 || cols < 0 || in_stride < cols || out_stride < cols || n > 2147483647) return cudaErrorInvalidValue;
+  if (n == 0 || cols == 0) return cudaSuccess;
+  gather_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(in, in_stride, idx, cols, out, out_stride);
+  return launch_status();
+}
 
 cudaError_t embedding(const int32_t* ids, int64_t T, const void* table, DType table_dtype, int64_t vocab, int64_t H,
                       float* out, int64_t out_stride, cudaStream_t stream) {

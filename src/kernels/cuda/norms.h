@@ -35,4 +35,13 @@ cudaError_t gated_rms_norm(const float* y, int64_t y_stride, const float* z, int
                            float eps, int64_t T, int64_t D, int64_t group_size, bool norm_before_gate, void* out,
                            DType out_dtype, int64_t out_stride, cudaStream_t stream);
 
+/// Row-wise copy with conversion: out[r, c] = in[r, c] for r < rows, c < cols (fp32 in; out F32 or BF16,
+/// rounded to nearest even), e.g. an fp32 activation slice into the bf16 input of the next GEMM.
+cudaError_t cast_rows(const float* in, int64_t in_stride, int64_t rows, int64_t cols, void* out, DType out_dtype,
+                      int64_t out_stride, cudaStream_t stream);
+
+/// Row gather: out[i, :] = in[idx[i], :] for i < n (fp32, cols wide); idx: [n] int32 device, in range.
+cudaError_t gather_rows(const float* in, int64_t in_stride, const int32_t* idx, int64_t n, int64_t cols, float* out,
+                        int64_t out_stride, cudaStream_t stream);
+
 }  // namespace ssmserve::cuda

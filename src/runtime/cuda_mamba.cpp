@@ -1,0 +1,185 @@
+// Owns the Mamba-1 GPU runner (see cuda_mamba.h). Per step: one metadata upload, the layer stack as kernel
+// launches on one stream, one logits download.
+#include "runtime/cuda_mamba.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "device/cuda_check.h"
+#include "device/device.h"
+#include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/norms.h"
+#include "kernels/cuda/selective_scan.h"
+#include "model/archs/mamba.h"
+#include "model/checkpoint.h"
+#include "model/lm_common.h"
+#include "model/weight_source.h"
+#include "runtime/device_state.h"
+#include "runtime/runner_common.h"
+
+namespace ssmserve::cuda {
+namespace {
+
+struct LayerDev {
+  DeviceBuffer norm, conv_weight, conv_bias, dt_bias, A, D;
+  DevWeight in_proj, x_proj, dt_proj, out_proj;
+};
+
+class CudaMambaModel final : public CausalLM {
+ public:
+  CudaMambaModel(ModelConfig cfg, const MambaWeights& w, CudaModelOptions opt)
+      : cfg_(std::move(cfg)), m_(*cfg_.mamba), opt_(opt) {
+    const DType wd = opt_.weight_dtype;
+    frame_.embedding = upload_weight(w.embedding, wd);
+    frame_.tied = w.lm_head.data == w.embedding.data;
+    if (!frame_.tied) frame_.lm_head = upload_weight(w.lm_head, wd);
+    frame_.norm_f = to_device(w.norm_f);
+    for (const MambaLayerWeights& L : w.layers) {
+      LayerDev d;
+      d.norm = to_device(L.norm);
+      d.in_proj = upload_weight(L.in_proj, wd);
+      d.conv_weight = to_device(L.conv_weight);
+      if (!L.conv_bias.empty()) d.conv_bias = to_device(L.conv_bias);
+      d.x_proj = upload_weight(L.x_proj, wd);
+      d.dt_proj = upload_weight(L.dt_proj, wd);
+      d.dt_bias = to_device(L.dt_bias);
+      d.A = to_device(L.A);
+      d.D = to_device(L.D);
+      d.out_proj = upload_weight(L.out_proj, wd);
+      layers_.push_back(std::move(d));
+    }
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  int num_state_layers() const override { return cfg_.num_hidden_layers; }
+  StateShape state_shape() const override {
+    return {static_cast<int64_t>(m_.d_conv - 1) * m_.d_inner, static_cast<int64_t>(m_.d_inner) * m_.d_state};
+  }
+  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
+
+ private:
+  void gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride);
+  void mixer(int layer, const ForwardBatch& batch, const StepMeta& dm, int64_t T);
+
+  ModelConfig cfg_;
+  MambaConfig m_;
+  CudaModelOptions opt_;
+  LmFrame frame_;
+  std::vector<LayerDev> layers_;
+  Stream stream_;
+  GemmHandle gemm_;
+  DeviceStateMirror states_;
+  StepMetaUploader meta_;
+  // Scratch: hidden [T, H] residual (fp32), out [T, H] mixer output, normed [T, H] (GEMM dtype), xz [T, 2I],
+  // xc [T, I], xdbl [T, R + 2N], delta [T, I], y [T, I], cast [T, max(I, H)] (GEMM dtype).
+  Scratch hidden_, out_, normed_, xz_, xc_, xdbl_, delta_, y_, cast_;
+};
+
+void CudaMambaModel::gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride) {
+  gemm_.run({M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32}, stream_.get());
+}
+
+void CudaMambaModel::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
+  check_batch_against_cache(batch, cache, num_state_layers(), "Mamba");
+  const int64_t T = batch.num_tokens(), H = cfg_.hidden_size, V = cfg_.vocab_size;
+  for (int32_t id : batch.input_ids)
+    SSM_CHECK(id >= 0 && id < V, "token id {} outside the vocabulary [0, {})", id, V);
+  const int64_t nlog = static_cast<int64_t>(batch.logits_indices.size());
+  for (int32_t r : batch.logits_indices) SSM_CHECK(r >= 0 && r < T, "logits row {} outside [0, {})", r, T);
+  if (T == 0) return;
+  states_.sync_layout(cache);
+  cudaStream_t s = stream_.get();
+  const StepMeta dm = meta_.upload(batch, s);
+  float* hidden = hidden_.f32(T * H);
+  frame_.embed(dm, T, H, hidden, s);
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, dm, T);
+  frame_.final_norm_and_head(dm, T, H, V, cfg_.layer_norm_epsilon,
+                             cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, logits, s);
+}
+
+void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta& dm, int64_t T) {
+  const LayerDev& L = layers_[layer];
+  const int64_t H = cfg_.hidden_size, I = m_.d_inner, N = m_.d_state, R = m_.dt_rank, XD = R + 2 * N;
+  const MambaBatchMetadata& md = batch.meta;
+  const int64_t nd = md.num_decode_rows(), P0 = batch.prefill_token_offset();
+  const int np = md.num_prefills;
+  const DType wd = opt_.weight_dtype;
+  const size_t ab = dtype_size(wd);
+  cudaStream_t s = stream_.get();
+  float* hidden = hidden_.f32(T * H);
+  float* out = out_.f32(T * H);
+  void* normed = normed_.get(T * H * ab);
+  float* xz = xz_.f32(T * 2 * I);
+  float* xc = xc_.f32(T * I);
+  float* xdbl = xdbl_.f32(T * XD);
+  float* delta = delta_.f32(T * I);
+  float* y = y_.f32(T * I);
+  void* cast = cast_.get(T * std::max(I, H) * ab);
+
+  // 1. hidden += previous mixer output (none before layer 0); normed = rms_norm(hidden) in the GEMM dtype.
+  SSM_CUDA_CHECK(fused_add_rms_norm(layer == 0 ? nullptr : out, H, hidden, H, L.norm.as<float>(),
+                                    cfg_.layer_norm_epsilon, T, H, normed, wd, H, s));
+  // 2. xz = in_proj(normed): x = xz[:, :I], z = xz[:, I:].
+  gemm(normed, T, H, L.in_proj, xz, 2 * I);
+  // 3. Causal conv1d + SiLU: decode rows [0, nd), then the prefill rows.
+  ConvParams conv{I, m_.d_conv, L.conv_weight.as<float>(), L.conv_bias.data() ? L.conv_bias.as<float>() : nullptr,
+                  states_.conv_state(layer), true};
+  if (nd > 0) SSM_CUDA_CHECK(causal_conv1d_update(xz, 2 * I, xc, I, conv, dm.state_indices_d, static_cast<int>(nd), s));
+  if (np > 0)
+    SSM_CUDA_CHECK(causal_conv1d_fwd(xz + P0 * 2 * I, 2 * I, xc + P0 * I, I, conv, dm.query_start_loc_p, dm.state_indices_p, dm.has_initial_states_p,
+                                     np, T - P0, s));
+  // 4. x_proj -> [dt_low, B, C]; delta = dt_proj(dt_low).
+  SSM_CUDA_CHECK(cast_rows(xc, I, T, I, cast, wd, I, s));
+  gemm(cast, T, I, L.x_proj, xdbl, XD);
+  SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, R, cast, wd, R, s));
+  gemm(cast, T, R, L.dt_proj, delta, I);
+  // 5. Selective scan with D skip and SiLU(z) gate.
+  ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
+  ScanParams sp{I, static_cast<int>(N), L.A.as<float>(), L.D.as<float>(), L.dt_bias.as<float>(), true,
+                states_.ssm_state(layer)};
+  if (nd > 0) SSM_CUDA_CHECK(selective_state_update(in, sp, y, I, dm.state_indices_d, static_cast<int>(nd), s));
+  if (np > 0) {
+    ScanInputs inp{{xc + P0 * I, I}, {delta + P0 * I, I}, {xdbl + P0 * XD + R, XD}, {xdbl + P0 * XD + R + N, XD},
+                   {xz + P0 * 2 * I + I, 2 * I}};
+    SSM_CUDA_CHECK(selective_scan_fwd(inp, sp, y + P0 * I, I, dm.query_start_loc_p, dm.state_indices_p, dm.has_initial_states_p, np, s));
+  }
+  // 6. out = out_proj(y) (added to hidden by the next layer's norm or the final norm).
+  SSM_CUDA_CHECK(cast_rows(y, I, T, I, cast, wd, I, s));
+  gemm(cast, T, I, L.out_proj, out, H);
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_mamba_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt) {
+  SSM_CHECK(cfg.mamba.has_value(), "{}: not a Mamba config", (cfg.dir / "config.json").string());
+  SSM_CHECK(gpu_available(), "--device cuda: no usable CUDA device");
+  SSM_CHECK(cfg.mamba->d_state <= 256, "config.json: state_size {} > 256 is not supported", cfg.mamba->d_state);
+  SSM_CHECK(cfg.mamba->d_conv >= 1 && cfg.mamba->d_conv <= 8, "config.json: conv_kernel {} outside [1, 8] on cuda",
+            cfg.mamba->d_conv);
+  SSM_CHECK(opt.weight_dtype == DType::BF16 || opt.weight_dtype == DType::F32, "cuda weight dtype must be BF16 or F32");
+  std::shared_ptr<const Checkpoint> ckpt;
+  WeightSource src = WeightSource::dummy();
+  if (format != LoadFormat::Dummy) {
+    ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
+    src = WeightSource::from_checkpoint(ckpt);
+  }
+  const MambaWeights w = MambaWeights::load(cfg, src);
+  for (const auto& L : w.layers)
+    SSM_CHECK(L.in_proj_bias.empty() && L.out_proj_bias.empty(),
+              "{}: use_bias = true (in_proj / out_proj biases) is not supported on cuda yet",
+              (cfg.dir / "config.json").string());
+  return std::make_unique<CudaMambaModel>(cfg, w, opt);
+}
+
+void register_cuda_backend() {
+  register_device_model(
+      "cuda", "MambaForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba_cuda(c, f); },
+      [] { return gpu_available(); });
+  register_device_model(
+      "cuda", "Mamba2ForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba2_cuda(c, f); },
+      [] { return gpu_available(); });
+}
+
+}  // namespace ssmserve::cuda

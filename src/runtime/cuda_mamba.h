@@ -1,0 +1,33 @@
+// Owns the loaders of the GPU model runners (Mamba-1 here, Mamba-2 in cuda_mamba2.cpp) and their registration.
+// The Mamba-1 runner (issue 7 step 3): the same forward pass as model/archs/mamba.cpp
+// (embedding -> N x [RMSNorm -> MambaMixer, fp32 residual] -> RMSNorm -> LM head) with the weights on the device,
+// the recurrent state in a device mirror of the engine's StateCache, the batch metadata uploaded once per step
+// and one host synchronization per step (the logits download).
+#pragma once
+#include <memory>
+
+#include "core/dtype.h"
+#include "model/causal_lm.h"
+
+namespace ssmserve::cuda {
+
+/// Options of the GPU runners.
+struct CudaModelOptions {
+  /// Weights and GEMM operands: BF16 (tensor cores, the default) or F32 (exact fp32 GEMMs: matches the CPU
+  /// backend to rounding; tests and small models).
+  DType weight_dtype = DType::BF16;
+};
+
+/// Loads a Mamba-1 model onto the GPU (checkpoint or dummy weights). Throws Error on any checkpoint / config
+/// defect, when no GPU is usable, or for features the GPU runner does not have (in_proj / out_proj biases,
+/// d_conv > 8).
+std::unique_ptr<CausalLM> load_mamba_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt = {});
+
+/// Loads a Mamba-2 model onto the GPU (checkpoint or dummy weights; the same dummy values as the CPU model).
+/// Throws Error as load_mamba_cuda (use_bias, conv_kernel > 8, state_size > 256, no GPU).
+std::unique_ptr<CausalLM> load_mamba2_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt = {});
+
+/// Registers the CUDA runners with the model registry (device "cuda"); the app calls it once at start.
+void register_cuda_backend();
+
+}  // namespace ssmserve::cuda

@@ -1,0 +1,203 @@
+// Owns the Mamba-2 GPU runner: the forward pass of model/archs/mamba2.cpp (embedding -> N x [RMSNorm ->
+// Mamba2Mixer, fp32 residual] -> RMSNorm -> LM head; the mixer: in_proj -> [z | xBC | dt], causal conv1d + SiLU
+// over xBC, SSD scan over the chunk metadata, gated RMSNorm, out_proj) with weights on the device, the states in
+// the device mirror of the StateCache, one metadata upload and one synchronization per step.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "device/cuda_check.h"
+#include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/norms.h"
+#include "kernels/cuda/ssd.h"
+#include "model/archs/mamba2.h"
+#include "model/checkpoint.h"
+#include "model/lm_common.h"
+#include "model/weight_source.h"
+#include "runtime/cuda_mamba.h"
+#include "runtime/device_state.h"
+#include "runtime/runner_common.h"
+
+namespace ssmserve::cuda {
+namespace {
+
+/// Host copies of all parameters (the tensor names, shapes and dummy initializers of archs/mamba2.cpp at
+/// tensor-parallel size 1; dummy values are seeded per tensor name, so they equal the CPU model's).
+struct HostWeights2 {
+  Weight embedding, lm_head;
+  std::vector<Mamba2LayerWeights> layers;
+  std::vector<float> norm_f;
+};
+
+HostWeights2 load_host_weights(const ModelConfig& cfg, const Mamba2Config& m, WeightSource& src) {
+  const int64_t Hd = cfg.hidden_size, I = m.d_inner, C = m.conv_dim(), NH = m.num_heads, K = m.d_conv, V = cfg.vocab_size;
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
+  HostWeights2 w;
+  w.embedding = src.matrix("backbone.embeddings.weight", {V, Hd}, DummyInit::uniform(0.1f));
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    const std::string p = fmt::format("backbone.layers.{}.", l);
+    Mamba2LayerWeights L;
+    L.norm = src.vector(p + "norm.weight", {Hd}, DummyInit::constant(1.0f));
+    L.in_proj = src.matrix(p + "mixer.in_proj.weight", {I + C + NH, Hd}, DummyInit::uniform(in_scale));
+    L.conv_weight = src.vector(p + "mixer.conv1d.weight", {C, 1, K}, DummyInit::uniform(0.5f));
+    if (m.use_conv_bias) L.conv_bias = src.vector(p + "mixer.conv1d.bias", {C}, DummyInit::uniform(0.1f));
+    L.dt_bias = src.vector(p + "mixer.dt_bias", {NH}, DummyInit::constant(-4.0f));
+    L.A = src.vector(p + "mixer.A_log", {NH}, DummyInit::log_arange());
+    for (float& a : L.A) a = -std::exp(a);
+    L.D = src.vector(p + "mixer.D", {NH}, DummyInit::constant(1.0f));
+    L.gate_norm = src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f));
+    L.out_proj = src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale));
+    w.layers.push_back(std::move(L));
+  }
+  w.norm_f = src.vector("backbone.norm_f.weight", {Hd}, DummyInit::constant(1.0f));
+  w.lm_head = (cfg.tie_word_embeddings && !src.has("lm_head.weight"))
+                  ? w.embedding
+                  : src.matrix("lm_head.weight", {V, Hd}, DummyInit::uniform(0.1f));
+  return w;
+}
+
+struct Layer2Dev {
+  DeviceBuffer norm, conv_weight, conv_bias, dt_bias, A, D, gate_norm;
+  DevWeight in_proj, out_proj;
+};
+
+class CudaMamba2Model final : public CausalLM {
+ public:
+  CudaMamba2Model(ModelConfig cfg, Mamba2Config m, const HostWeights2& w, CudaModelOptions opt)
+      : cfg_(std::move(cfg)), m_(m), opt_(opt) {
+    const DType wd = opt_.weight_dtype;
+    frame_.embedding = upload_weight(w.embedding, wd);
+    frame_.tied = w.lm_head.data == w.embedding.data;
+    if (!frame_.tied) frame_.lm_head = upload_weight(w.lm_head, wd);
+    frame_.norm_f = to_device(w.norm_f);
+    for (const Mamba2LayerWeights& L : w.layers) {
+      Layer2Dev d;
+      d.norm = to_device(L.norm);
+      d.in_proj = upload_weight(L.in_proj, wd);
+      d.conv_weight = to_device(L.conv_weight);
+      if (!L.conv_bias.empty()) d.conv_bias = to_device(L.conv_bias);
+      d.dt_bias = to_device(L.dt_bias);
+      d.A = to_device(L.A);
+      d.D = to_device(L.D);
+      d.gate_norm = to_device(L.gate_norm);
+      d.out_proj = upload_weight(L.out_proj, wd);
+      layers_.push_back(std::move(d));
+    }
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  int num_state_layers() const override { return cfg_.num_hidden_layers; }
+  StateShape state_shape() const override {
+    return {static_cast<int64_t>(m_.d_conv - 1) * m_.conv_dim(),
+            static_cast<int64_t>(m_.num_heads) * m_.head_dim * m_.d_state};
+  }
+  int chunk_size() const override { return m_.chunk_size; }
+
+  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override {
+    check_batch_against_cache(batch, cache, num_state_layers(), "Mamba2");
+    const int64_t T = batch.num_tokens(), H = cfg_.hidden_size, V = cfg_.vocab_size;
+    for (int32_t id : batch.input_ids)
+      SSM_CHECK(id >= 0 && id < V, "token id {} outside the vocabulary [0, {})", id, V);
+    const int64_t nlog = static_cast<int64_t>(batch.logits_indices.size());
+    for (int32_t r : batch.logits_indices) SSM_CHECK(r >= 0 && r < T, "logits row {} outside [0, {})", r, T);
+    if (T == 0) return;
+    states_.sync_layout(cache);
+    cudaStream_t s = stream_.get();
+    const StepMeta sm = meta_.upload(batch, s);
+    float* hidden = hidden_.f32(T * H);
+    frame_.embed(sm, T, H, hidden, s);
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, sm, T);
+    frame_.final_norm_and_head(sm, T, H, V, cfg_.layer_norm_epsilon,
+                               cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, logits, s);
+  }
+
+ private:
+  void gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride) {
+    gemm_.run({M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32}, stream_.get());
+  }
+
+  void mixer(int layer, const ForwardBatch& batch, const StepMeta& sm, int64_t T) {
+    const Layer2Dev& L = layers_[layer];
+    const MambaBatchMetadata& md = batch.meta;
+    const int64_t Hd = cfg_.hidden_size, I = m_.d_inner, C = m_.conv_dim(), NH = m_.num_heads;
+    const int64_t GN = static_cast<int64_t>(m_.n_groups) * m_.d_state, PW = I + C + NH;
+    const int64_t nd = md.num_decode_rows(), P0 = batch.prefill_token_offset();
+    const int np = md.num_prefills;
+    const DType wd = opt_.weight_dtype;
+    const size_t ab = dtype_size(wd);
+    cudaStream_t s = stream_.get();
+    float* hidden = hidden_.f32(T * Hd);
+    float* out = out_.f32(T * Hd);
+    void* normed = normed_.get(T * Hd * ab);
+    float* proj = proj_.f32(T * PW);
+    float* xbc = xbc_.f32(T * C);
+    float* y = y_.f32(T * I);
+    void* gated = gated_.get(T * I * ab);
+
+    // 1. hidden += previous mixer output; normed = rms_norm(hidden); proj = in_proj(normed) = [z | xBC | dt].
+    SSM_CUDA_CHECK(fused_add_rms_norm(layer == 0 ? nullptr : out, Hd, hidden, Hd, L.norm.as<float>(),
+                                      cfg_.layer_norm_epsilon, T, Hd, normed, wd, Hd, s));
+    gemm(normed, T, Hd, L.in_proj, proj, PW);
+    // 2. Causal conv1d + SiLU over xBC.
+    ConvParams conv{C, m_.d_conv, L.conv_weight.as<float>(), L.conv_bias.data() ? L.conv_bias.as<float>() : nullptr,
+                    states_.conv_state(layer), true};
+    if (nd > 0) SSM_CUDA_CHECK(causal_conv1d_update(proj + I, PW, xbc, C, conv, sm.state_indices_d, static_cast<int>(nd), s));
+    if (np > 0)
+      SSM_CUDA_CHECK(causal_conv1d_fwd(proj + P0 * PW + I, PW, xbc + P0 * C, C, conv, sm.query_start_loc_p,
+                                       sm.state_indices_p, sm.has_initial_states_p, np, T - P0, s));
+    // 3. SSD: x = xBC[:, :I], B, C the next two G*N slices, dt = proj[:, I + C:].
+    SsdParams sp;
+    sp.num_heads = static_cast<int>(NH), sp.head_dim = m_.head_dim, sp.n_groups = m_.n_groups, sp.d_state = m_.d_state;
+    sp.A = L.A.as<float>(), sp.D = L.D.as<float>(), sp.dt_bias = L.dt_bias.as<float>();
+    sp.time_step_min = m_.time_step_min_limit, sp.time_step_max = m_.time_step_max_limit;
+    sp.ssm_states = states_.ssm_state(layer);
+    auto inputs_from = [&](int64_t r0) {
+      return SsdInputs{{xbc + r0 * C, C}, {proj + r0 * PW + I + C, PW}, {xbc + r0 * C + I, C}, {xbc + r0 * C + I + GN, C}};
+    };
+    if (nd > 0) SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s));
+    if (np > 0) {
+      const SsdChunkMetadataDev cm{np, md.num_chunks(), sm.cu_chunk_seqlen_p, sm.seq_idx_p, sm.last_chunk_indices_p,
+                                   sm.state_indices_p, sm.has_initial_states_p};
+      SSM_CUDA_CHECK(ssd_chunk_scan_fwd(inputs_from(P0), sp, cm, y + P0 * I, I, nullptr, s));
+    }
+    // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (added to hidden by the next norm).
+    SSM_CUDA_CHECK(gated_rms_norm(y, I, proj, PW, L.gate_norm.as<float>(), cfg_.layer_norm_epsilon, T, I,
+                                  I / m_.n_groups, m_.norm_before_gate, gated, wd, I, s));
+    gemm(gated, T, I, L.out_proj, out, Hd);
+  }
+
+  ModelConfig cfg_;
+  Mamba2Config m_;
+  CudaModelOptions opt_;
+  LmFrame frame_;
+  std::vector<Layer2Dev> layers_;
+  Stream stream_;
+  GemmHandle gemm_;
+  DeviceStateMirror states_;
+  StepMetaUploader meta_;
+  // Scratch for T tokens: hidden / out [T, Hd] fp32, normed [T, Hd] and gated [T, I] in the GEMM dtype,
+  // proj [T, I + C + H], xbc [T, C], y [T, I] fp32.
+  Scratch hidden_, out_, normed_, proj_, xbc_, y_, gated_;
+};
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_mamba2_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt) {
+  SSM_CHECK(gpu_available(), "--device cuda: no usable CUDA device");
+  const Mamba2Config m = Mamba2Config::from_json(cfg);
+  SSM_CHECK(m.d_conv >= 1 && m.d_conv <= 8, "config.json: conv_kernel {} outside [1, 8] on cuda", m.d_conv);
+  SSM_CHECK(m.d_state <= 256, "config.json: state_size {} > 256 is not supported on cuda", m.d_state);
+  SSM_CHECK(!m.use_bias, "{}: use_bias = true (in_proj / out_proj biases) is not supported on cuda yet",
+            (cfg.dir / "config.json").string());
+  std::shared_ptr<const Checkpoint> ckpt;
+  WeightSource src = WeightSource::dummy();
+  if (format != LoadFormat::Dummy) {
+    ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
+    src = WeightSource::from_checkpoint(ckpt);
+  }
+  const HostWeights2 w = load_host_weights(cfg, m, src);
+  return std::make_unique<CudaMamba2Model>(cfg, m, w, opt);
+}
+
+}  // namespace ssmserve::cuda

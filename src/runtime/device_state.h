@@ -1,0 +1,30 @@
+// Owns the device mirror of the engine's recurrent-state pool: per layer one device buffer with the StateCache's
+// page layout (conv window, then SSM state, 64-byte aligned parts), so the engine's block ids address the GPU
+// states directly. The host pool keeps the bookkeeping; the GPU kernels read and write only the mirror.
+// StateCache::zero_block is not mirrored: a block handed out again starts with has_initial_states = 0, and
+// the prefill kernels then never read its old contents.
+#pragma once
+#include <vector>
+
+#include "cache/state_cache.h"
+#include "device/device.h"
+
+namespace ssmserve::cuda {
+
+class DeviceStateMirror {
+ public:
+  /// (Re)allocates zeroed device buffers when `cache` differs from the last one seen (layers, blocks, pages).
+  void sync_layout(const StateCache& cache);
+  /// Device views of layer `layer` (same dtype and block stride as the host views).
+  StateView conv_state(int layer) const { return conv_[layer]; }
+  StateView ssm_state(int layer) const { return ssm_[layer]; }
+
+ private:
+  const StateCache* cache_ = nullptr;
+  int num_blocks_ = 0;
+  int64_t page_bytes_ = 0;
+  std::vector<DeviceBuffer> buffers_;
+  std::vector<StateView> conv_, ssm_;
+};
+
+}  // namespace ssmserve::cuda

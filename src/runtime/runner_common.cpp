@@ -1,0 +1,88 @@
+// Owns the shared parts of the GPU runners (see runner_common.h).
+#include "runtime/runner_common.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "device/cuda_check.h"
+#include "kernels/cuda/norms.h"
+
+namespace ssmserve::cuda {
+
+DevWeight upload_weight(const Weight& w, DType dtype) {
+  SSM_CHECK(dtype == DType::BF16 || dtype == DType::F32, "GPU weights must be BF16 or F32");
+  DevWeight d;
+  d.rows = w.rows, d.cols = w.cols, d.dtype = dtype;
+  const size_t n = static_cast<size_t>(w.rows * w.cols);
+  if (w.dtype == dtype) {
+    d.buf = DeviceBuffer(n * dtype_size(dtype));
+    d.buf.upload(w.data, n * dtype_size(dtype));
+    return d;
+  }
+  std::vector<float> f(n);
+  to_f32(w.dtype, w.data, f.data(), n);
+  if (dtype == DType::F32) {
+    d.buf = to_device(f);
+    return d;
+  }
+  std::vector<uint16_t> b(n);
+  for (size_t i = 0; i < n; ++i) b[i] = f32_to_bf16(f[i]);
+  d.buf = to_device(b);
+  return d;
+}
+
+StepMeta StepMetaUploader::upload(const ForwardBatch& batch, cudaStream_t stream) {
+  const MambaBatchMetadata& md = batch.meta;
+  const std::vector<const std::vector<int32_t>*> ints = {
+      &batch.input_ids,     &md.query_start_loc_p, &md.state_indices_tensor_p, &md.state_indices_tensor_d,
+      &batch.logits_indices, &md.cu_chunk_seqlen_p, &md.seq_idx_p,             &md.last_chunk_indices_p};
+  size_t n_int = 0;
+  for (const auto* v : ints) n_int += v->size() + 1;  // +1 keeps every view distinct and non-empty
+  const size_t bytes = n_int * 4 + md.has_initial_states_p.size() + 16;
+  host_.assign(bytes, 0);
+  std::vector<size_t> off;
+  size_t o = 0;
+  for (const auto* v : ints) {
+    off.push_back(o);
+    if (!v->empty()) std::memcpy(host_.data() + o, v->data(), v->size() * 4);
+    o += (v->size() + 1) * 4;
+  }
+  const size_t hi_off = o;
+  if (!md.has_initial_states_p.empty())
+    std::memcpy(host_.data() + o, md.has_initial_states_p.data(), md.has_initial_states_p.size());
+  if (dev_.bytes() < bytes) dev_ = DeviceBuffer(std::max<size_t>(bytes, 4096) * 2);
+  dev_.upload_async(host_.data(), bytes, stream);
+  const auto* base = static_cast<const uint8_t*>(dev_.data());
+  auto i32 = [&](int k) { return reinterpret_cast<const int32_t*>(base + off[k]); };
+  StepMeta m;
+  m.input_ids = i32(0), m.query_start_loc_p = i32(1), m.state_indices_p = i32(2), m.state_indices_d = i32(3);
+  m.logits_indices = i32(4), m.cu_chunk_seqlen_p = i32(5), m.seq_idx_p = i32(6), m.last_chunk_indices_p = i32(7);
+  m.has_initial_states_p = base + hi_off;
+  return m;
+}
+
+void LmFrame::embed(const StepMeta& m, int64_t T, int64_t H, float* hidden, cudaStream_t s) {
+  SSM_CUDA_CHECK(cuda::embedding(m.input_ids, T, embedding.buf.data(), embedding.dtype, embedding.rows, H, hidden, H, s));
+}
+
+void LmFrame::final_norm_and_head(const StepMeta& m, int64_t T, int64_t H, int64_t V, float eps,
+                                  const float* last_out, float* hidden, int64_t n_logits, GemmHandle& gemm,
+                                  float* logits_host, cudaStream_t s) {
+  float* f = fin.f32(T * H);
+  SSM_CUDA_CHECK(fused_add_rms_norm(last_out, H, hidden, H, norm_f.as<float>(), eps, T, H, f, DType::F32, H, s));
+  if (n_logits == 0) {
+    SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+    return;
+  }
+  const DevWeight& head = tied ? embedding : lm_head;
+  float* g = gath.f32(n_logits * H);
+  SSM_CUDA_CHECK(gather_rows(f, H, m.logits_indices, n_logits, H, g, H, s));
+  void* g_ab = cast.get(n_logits * H * dtype_size(head.dtype));
+  SSM_CUDA_CHECK(cast_rows(g, H, n_logits, H, g_ab, head.dtype, H, s));
+  float* dl = logits.f32(n_logits * V);
+  gemm.run({n_logits, head.rows, head.cols, g_ab, H, head.buf.data(), head.cols, head.dtype, dl, V, DType::F32}, s);
+  SSM_CUDA_CHECK(cudaMemcpyAsync(logits_host, dl, n_logits * V * sizeof(float), cudaMemcpyDeviceToHost, s));
+  SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+}  // namespace ssmserve::cuda
