@@ -77,7 +77,7 @@ fi
 #    the small ones, and the CLI end to end (--device cuda vs cpu, greedy).
 if [ -x "$bin/test_cuda_model" ]; then
   run_step "gpu model tests" model.log "$bin/test_cuda_model"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel err|Expected" "$out/model.log" | head -40 >>"$summary"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel err|Expected|graph capture failed" "$out/model.log" | head -50 >>"$summary"
   if command -v compute-sanitizer >/dev/null; then
     run_step "memcheck (model, small)" memcheck-model.log env SSMSERVE_CUDA_TEST_QUICK=1 compute-sanitizer \
       --tool memcheck --report-api-errors no --error-exitcode 3 "$bin/test_cuda_model" \
@@ -97,6 +97,24 @@ if [ -x "$bin/ssmserve" ] && [ -f models/tiny-mamba/config.json ]; then
 fi
 if [ -x "$bin/bench_cuda_ops" ]; then
   run_step "op benchmarks" bench.log "$bin/bench_cuda_ops"
+fi
+# 4. End-to-end latency on the GPU with dummy bf16 weights at real shapes (SSMSERVE_GPU_BENCH=0 skips it):
+#    batch-1 decode (input 32, output 128) and a 2k-token prefill (output 1).
+if [ "${SSMSERVE_GPU_BENCH:-1}" = 1 ] && [ -x "$bin/ssmserve" ]; then
+  : >"$out/bench.log"
+  for m in ${SSMSERVE_GPU_BENCH_MODELS:-mamba-2.8b mamba2-2.7b}; do
+    [ -f "configs/$m/config.json" ] || continue
+    for shape in "1 32 128" "1 2048 1"; do
+      set -- $shape
+      echo "== $m batch $1 input $2 output $3" >>"$out/bench.log"
+      t0=$SECONDS
+      timeout "${SSMSERVE_STEP_TIMEOUT:-300}" "$bin/ssmserve" bench latency --model "configs/$m" --load-format dummy \
+        --device cuda --batch-size "$1" --input-len "$2" --output-len "$3" --num-iters 3 --num-iters-warmup 1 \
+        >>"$out/bench.log" 2>&1
+      note "$(printf 'bench %-12s b=%s in=%-5s out=%-4s rc=%-3s %4ss' "$m" "$1" "$2" "$3" "$?" "$((SECONDS - t0))")"
+    done
+  done
+  grep -vE "^\s*$" "$out/bench.log" | tail -40 >>"$summary"
 fi
 
 echo "---- summary ($out/summary.txt)"

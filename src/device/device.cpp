@@ -79,7 +79,9 @@ void DeviceBuffer::fill_bytes(int value) {
   if (bytes_) SSM_CUDA_CHECK(cudaMemset(ptr_, value, bytes_));
 }
 
-Stream::Stream() { SSM_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+// A blocking stream: it is ordered with the legacy default stream, which the synchronous copies and memsets of
+// DeviceBuffer (uploads from pageable memory may still be in flight when cudaMemcpy returns) run on.
+Stream::Stream() { SSM_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamDefault)); }
 
 Stream::~Stream() {
   if (s_) cudaStreamDestroy(s_);

@@ -65,7 +65,8 @@ std::vector<T> to_host(const DeviceBuffer& b, size_t n) {
   return v;
 }
 
-/// An owning non-blocking CUDA stream. Move-only.
+/// An owning CUDA stream, ordered with the legacy default stream (so DeviceBuffer's synchronous uploads and
+/// memsets complete before later work on it). Move-only.
 class Stream {
  public:
   Stream();

@@ -62,6 +62,8 @@ class CudaMambaModel final : public CausalLM {
  private:
   void gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride);
   void mixer(int layer, const ForwardBatch& batch, const StepMeta& dm, int64_t T);
+  /// Sizes every scratch buffer for T tokens and nlog logits rows.
+  void reserve(int64_t T, int64_t nlog);
 
   ModelConfig cfg_;
   MambaConfig m_;
@@ -72,6 +74,7 @@ class CudaMambaModel final : public CausalLM {
   GemmHandle gemm_;
   DeviceStateMirror states_;
   StepMetaUploader meta_;
+  DecodeGraphs graphs_;
   // Scratch: hidden [T, H] residual (fp32), out [T, H] mixer output, normed [T, H] (GEMM dtype), xz [T, 2I],
   // xc [T, I], xdbl [T, R + 2N], delta [T, I], y [T, I], cast [T, max(I, H)] (GEMM dtype).
   Scratch hidden_, out_, normed_, xz_, xc_, xdbl_, delta_, y_, cast_;
@@ -91,12 +94,34 @@ void CudaMambaModel::forward(const ForwardBatch& batch, StateCache& cache, float
   if (T == 0) return;
   states_.sync_layout(cache);
   cudaStream_t s = stream_.get();
+  reserve(T, nlog);
   const StepMeta dm = meta_.upload(batch, s);
-  float* hidden = hidden_.f32(T * H);
-  frame_.embed(dm, T, H, hidden, s);
-  for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, dm, T);
-  frame_.final_norm_and_head(dm, T, H, V, cfg_.layer_norm_epsilon,
-                             cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, logits, s);
+  auto body = [&] {
+    float* hidden = hidden_.f32(T * H);
+    frame_.embed(dm, T, H, hidden, s);
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, dm, T);
+    frame_.enqueue_head(dm, T, H, V, cfg_.layer_norm_epsilon, cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr,
+                        hidden, nlog, gemm_, s);
+  };
+  if (opt_.cuda_graphs && batch.meta.num_prefills == 0) {
+    std::vector<const void*> ptrs = {meta_.device_buffer()};
+    for (const Scratch* sc : {&hidden_, &out_, &normed_, &xz_, &xc_, &xdbl_, &delta_, &y_, &cast_})
+      ptrs.push_back(sc->buf.data());
+    frame_.pointers(ptrs);
+    states_.pointers(ptrs);
+    graphs_.run(s, (static_cast<uint64_t>(T) << 32) | static_cast<uint64_t>(nlog), pointer_signature(ptrs), body);
+  } else {
+    body();
+  }
+  frame_.download(nlog, V, logits, s);
+}
+
+void CudaMambaModel::reserve(int64_t T, int64_t nlog) {
+  const int64_t H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2LL * m_.d_state;
+  const size_t ab = dtype_size(opt_.weight_dtype);
+  hidden_.f32(T * H), out_.f32(T * H), normed_.get(T * H * ab), xz_.f32(T * 2 * I), xc_.f32(T * I);
+  xdbl_.f32(T * XD), delta_.f32(T * I), y_.f32(T * I), cast_.get(T * std::max(I, H) * ab);
+  frame_.reserve(T, H, cfg_.vocab_size, nlog);
 }
 
 void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta& dm, int64_t T) {

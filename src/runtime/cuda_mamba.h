@@ -16,6 +16,8 @@ struct CudaModelOptions {
   /// Weights and GEMM operands: BF16 (tensor cores, the default) or F32 (exact fp32 GEMMs: matches the CPU
   /// backend to rounding; tests and small models).
   DType weight_dtype = DType::BF16;
+  /// Decode-only steps through CUDA graphs (captured per step shape on its second occurrence; see DecodeGraphs).
+  bool cuda_graphs = true;
 };
 
 /// Loads a Mamba-1 model onto the GPU (checkpoint or dummy weights). Throws Error on any checkpoint / config

@@ -104,15 +104,37 @@ class CudaMamba2Model final : public CausalLM {
     if (T == 0) return;
     states_.sync_layout(cache);
     cudaStream_t s = stream_.get();
+    reserve(T, nlog);
     const StepMeta sm = meta_.upload(batch, s);
-    float* hidden = hidden_.f32(T * H);
-    frame_.embed(sm, T, H, hidden, s);
-    for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, sm, T);
-    frame_.final_norm_and_head(sm, T, H, V, cfg_.layer_norm_epsilon,
-                               cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, logits, s);
+    auto body = [&] {
+      float* hidden = hidden_.f32(T * H);
+      frame_.embed(sm, T, H, hidden, s);
+      for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, sm, T);
+      frame_.enqueue_head(sm, T, H, V, cfg_.layer_norm_epsilon,
+                          cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, s);
+    };
+    if (opt_.cuda_graphs && batch.meta.num_prefills == 0) {
+      std::vector<const void*> ptrs = {meta_.device_buffer()};
+      for (const Scratch* sc : {&hidden_, &out_, &normed_, &proj_, &xbc_, &y_, &gated_}) ptrs.push_back(sc->buf.data());
+      frame_.pointers(ptrs);
+      states_.pointers(ptrs);
+      graphs_.run(s, (static_cast<uint64_t>(T) << 32) | static_cast<uint64_t>(nlog), pointer_signature(ptrs), body);
+    } else {
+      body();
+    }
+    frame_.download(nlog, V, logits, s);
   }
 
  private:
+  /// Sizes every scratch buffer for T tokens and nlog logits rows.
+  void reserve(int64_t T, int64_t nlog) {
+    const int64_t Hd = cfg_.hidden_size, I = m_.d_inner, C = m_.conv_dim(), PW = I + C + m_.num_heads;
+    const size_t ab = dtype_size(opt_.weight_dtype);
+    hidden_.f32(T * Hd), out_.f32(T * Hd), normed_.get(T * Hd * ab), proj_.f32(T * PW), xbc_.f32(T * C);
+    y_.f32(T * I), gated_.get(T * I * ab);
+    frame_.reserve(T, Hd, cfg_.vocab_size, nlog);
+  }
+
   void gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride) {
     gemm_.run({M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32}, stream_.get());
   }
@@ -176,6 +198,7 @@ class CudaMamba2Model final : public CausalLM {
   GemmHandle gemm_;
   DeviceStateMirror states_;
   StepMetaUploader meta_;
+  DecodeGraphs graphs_;
   // Scratch for T tokens: hidden / out [T, Hd] fp32, normed [T, Hd] and gated [T, I] in the GEMM dtype,
   // proj [T, I + C + H], xbc [T, C], y [T, I] fp32.
   Scratch hidden_, out_, normed_, proj_, xbc_, y_, gated_;

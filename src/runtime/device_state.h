@@ -18,6 +18,10 @@ class DeviceStateMirror {
   /// Device views of layer `layer` (same dtype and block stride as the host views).
   StateView conv_state(int layer) const { return conv_[layer]; }
   StateView ssm_state(int layer) const { return ssm_[layer]; }
+  /// The per-layer device buffers (for DecodeGraphs signatures).
+  void pointers(std::vector<const void*>& out) const {
+    for (const auto& b : buffers_) out.push_back(b.data());
+  }
 
  private:
   const StateCache* cache_ = nullptr;

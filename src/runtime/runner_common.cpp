@@ -1,7 +1,11 @@
 // Owns the shared parts of the GPU runners (see runner_common.h).
 #include "runtime/runner_common.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
+
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 #include "device/cuda_check.h"
@@ -65,15 +69,23 @@ void LmFrame::embed(const StepMeta& m, int64_t T, int64_t H, float* hidden, cuda
   SSM_CUDA_CHECK(cuda::embedding(m.input_ids, T, embedding.buf.data(), embedding.dtype, embedding.rows, H, hidden, H, s));
 }
 
-void LmFrame::final_norm_and_head(const StepMeta& m, int64_t T, int64_t H, int64_t V, float eps,
-                                  const float* last_out, float* hidden, int64_t n_logits, GemmHandle& gemm,
-                                  float* logits_host, cudaStream_t s) {
+void LmFrame::reserve(int64_t T, int64_t H, int64_t V, int64_t n_logits) {
+  const DevWeight& head = tied ? embedding : lm_head;
+  fin.f32(T * H);
+  gath.f32(std::max<int64_t>(n_logits, 1) * H);
+  cast.get(std::max<int64_t>(n_logits, 1) * H * dtype_size(head.dtype));
+  logits.f32(std::max<int64_t>(n_logits, 1) * V);
+}
+
+void LmFrame::pointers(std::vector<const void*>& out) const {
+  for (const Scratch* s : {&fin, &gath, &cast, &logits}) out.push_back(s->buf.data());
+}
+
+void LmFrame::enqueue_head(const StepMeta& m, int64_t T, int64_t H, int64_t V, float eps, const float* last_out,
+                           float* hidden, int64_t n_logits, GemmHandle& gemm, cudaStream_t s) {
   float* f = fin.f32(T * H);
   SSM_CUDA_CHECK(fused_add_rms_norm(last_out, H, hidden, H, norm_f.as<float>(), eps, T, H, f, DType::F32, H, s));
-  if (n_logits == 0) {
-    SSM_CUDA_CHECK(cudaStreamSynchronize(s));
-    return;
-  }
+  if (n_logits == 0) return;
   const DevWeight& head = tied ? embedding : lm_head;
   float* g = gath.f32(n_logits * H);
   SSM_CUDA_CHECK(gather_rows(f, H, m.logits_indices, n_logits, H, g, H, s));
@@ -81,8 +93,81 @@ void LmFrame::final_norm_and_head(const StepMeta& m, int64_t T, int64_t H, int64
   SSM_CUDA_CHECK(cast_rows(g, H, n_logits, H, g_ab, head.dtype, H, s));
   float* dl = logits.f32(n_logits * V);
   gemm.run({n_logits, head.rows, head.cols, g_ab, H, head.buf.data(), head.cols, head.dtype, dl, V, DType::F32}, s);
-  SSM_CUDA_CHECK(cudaMemcpyAsync(logits_host, dl, n_logits * V * sizeof(float), cudaMemcpyDeviceToHost, s));
+}
+
+void LmFrame::download(int64_t n_logits, int64_t V, float* logits_host, cudaStream_t s) {
+  if (n_logits > 0)
+    SSM_CUDA_CHECK(cudaMemcpyAsync(logits_host, logits.buf.data(), n_logits * V * sizeof(float),
+                                   cudaMemcpyDeviceToHost, s));
   SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+uint64_t pointer_signature(const std::vector<const void*>& ptrs) {
+  uint64_t h = 1469598103934665603ull;
+  for (const void* p : ptrs) {
+    h ^= static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+DecodeGraphs::~DecodeGraphs() {
+  for (auto& [k, e] : graphs_)
+    if (e.exec) cudaGraphExecDestroy(e.exec);
+}
+
+void DecodeGraphs::run(cudaStream_t s, uint64_t key, uint64_t signature, const std::function<void()>& body) {
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    if (graphs_.size() >= max_graphs_) return body();  // enough shapes captured: run the rest eagerly
+    it = graphs_.emplace(key, Entry{}).first;
+  }
+  Entry& e = it->second;
+  if (e.exec && e.signature == signature) {
+    SSM_CUDA_CHECK(cudaGraphLaunch(e.exec, s));
+    ++replays_;
+    return;
+  }
+  if (e.exec) {  // a buffer moved since the capture
+    cudaGraphExecDestroy(e.exec);
+    e.exec = nullptr;
+  }
+  if (!e.seen) {  // first sight: eager (loads modules, fills the GEMM heuristics cache)
+    e.seen = true;
+    return body();
+  }
+  if (e.failed) return body();
+  // Capture; if the runtime refuses (a call in the step that cannot be captured), warn once and keep this shape
+  // eager: the step is then run eagerly, so the result is the same either way.
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::string why;
+  if (const cudaError_t b = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal); b != cudaSuccess) {
+    why = cudaGetErrorString(b);
+  } else {
+    try {
+      body();
+    } catch (const std::exception& ex) {
+      why = ex.what();
+    }
+    const cudaError_t end = cudaStreamEndCapture(s, &g);
+    if (why.empty() && end != cudaSuccess) why = cudaGetErrorString(end);
+    if (why.empty()) {
+      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+      if (inst != cudaSuccess) why = cudaGetErrorString(inst);
+    }
+    if (g) cudaGraphDestroy(g);
+  }
+  if (!why.empty()) {
+    cudaGetLastError();
+    e.failed = true;
+    spdlog::warn("CUDA graph capture failed ({}); this decode shape runs eagerly", why);
+    return body();
+  }
+  e.exec = exec;
+  e.signature = signature;
+  ++captures_;
+  SSM_CUDA_CHECK(cudaGraphLaunch(exec, s));
 }
 
 }  // namespace ssmserve::cuda

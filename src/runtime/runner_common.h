@@ -3,6 +3,8 @@
 // on the requested rows, logits download).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <vector>
 
 #include "core/dtype.h"
@@ -51,6 +53,7 @@ struct StepMeta {
 class StepMetaUploader {
  public:
   StepMeta upload(const ForwardBatch& batch, cudaStream_t stream);
+  const void* device_buffer() const { return dev_.data(); }
 
  private:
   std::vector<uint8_t> host_;
@@ -64,11 +67,48 @@ struct LmFrame {
   DeviceBuffer norm_f;
   Scratch fin, gath, cast, logits;
 
+  /// Sizes the scratch for T tokens and n_logits rows (so a captured step never reallocates).
+  void reserve(int64_t T, int64_t H, int64_t V, int64_t n_logits);
   /// hidden [T, H] fp32 = embedding rows of meta.input_ids.
   void embed(const StepMeta& m, int64_t T, int64_t H, float* hidden, cudaStream_t s);
-  /// logits (host) [n_logits, V] = lm_head(rms_norm(hidden + last_out)) on the requested rows; synchronizes.
-  void final_norm_and_head(const StepMeta& m, int64_t T, int64_t H, int64_t V, float eps, const float* last_out,
-                           float* hidden, int64_t n_logits, GemmHandle& gemm, float* logits_host, cudaStream_t s);
+  /// Enqueues device logits [n_logits, V] = lm_head(rms_norm(hidden + last_out)) on the requested rows.
+  void enqueue_head(const StepMeta& m, int64_t T, int64_t H, int64_t V, float eps, const float* last_out,
+                    float* hidden, int64_t n_logits, GemmHandle& gemm, cudaStream_t s);
+  /// Copies the logits to the host and waits for the stream (the step's one synchronization).
+  void download(int64_t n_logits, int64_t V, float* logits_host, cudaStream_t s);
+  /// Device pointers the enqueued work depends on (for DecodeGraphs signatures).
+  void pointers(std::vector<const void*>& out) const;
 };
+
+/// CUDA graphs for decode-only steps (issue 7 step 4): a step's device work, keyed by its shape, is run eagerly
+/// the first time (module loading, cuBLASLt heuristics), captured the second time, and replayed after that.
+/// A graph is dropped when the device pointers it baked in change (signature). Outputs equal the eager path
+/// bit for bit (the same kernels with the same arguments).
+class DecodeGraphs {
+ public:
+  explicit DecodeGraphs(size_t max_graphs = 64) : max_graphs_(max_graphs) {}
+  ~DecodeGraphs();
+  DecodeGraphs(const DecodeGraphs&) = delete;
+  DecodeGraphs& operator=(const DecodeGraphs&) = delete;
+  /// Enqueues `body` (device work only: no allocation, no host synchronization) on `s` for step shape `key`
+  /// whose baked-in device pointers hash to `signature`.
+  void run(cudaStream_t s, uint64_t key, uint64_t signature, const std::function<void()>& body);
+  int64_t replays() const { return replays_; }
+  int64_t captures() const { return captures_; }
+
+ private:
+  struct Entry {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t signature = 0;
+    bool seen = false;
+    bool failed = false;  // capture refused: eager for good
+  };
+  size_t max_graphs_;
+  std::map<uint64_t, Entry> graphs_;
+  int64_t replays_ = 0, captures_ = 0;
+};
+
+/// FNV-1a hash of a pointer list.
+uint64_t pointer_signature(const std::vector<const void*>& ptrs);
 
 }  // namespace ssmserve::cuda

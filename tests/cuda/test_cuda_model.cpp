@@ -1,10 +1,12 @@
 // GPU model runner against the CPU backend on the bundled tiny-mamba: logits of ragged prefill + padded decode
 // steps (fp32 weights: to rounding; bf16: to bf16 tolerance), and greedy generation through the engine on the
-// golden prompts (--device cuda vs cpu: same ids except after a near-tie, logprobs within bf16 tolerance).
+// golden prompts (--device cuda vs cpu: same ids except after a near-tie, logprobs within bf16 tolerance);
+// Mamba-2 with dummy weights at the tiny-mamba2 and mamba2-2.7b shapes; decode through CUDA graphs equal to eager.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "cuda_test_util.h"
@@ -114,6 +116,58 @@ TEST(CudaMamba2Model, TinyShapeDummyWeightsBf16) {
 TEST(CudaMamba2Model, Mamba2_2_7bShapeDummyWeightsBf16) {
   if (cudatest::quick()) GTEST_SKIP() << "full size only";
   check_mamba2_dummy(source_dir() / "configs/mamba2-2.7b", DType::BF16, 5e-2);
+}
+
+/// The same prefill + 10 decode steps (alternately padded to 8 rows and unpadded, so two graph shapes are each
+/// run eagerly, captured and replayed) on `eager` and `graphed`: logits must be bit-identical.
+void check_graphs_equal_eager(CausalLM& eager, CausalLM& graphed) {
+  const int V = eager.config().vocab_size;
+  StateCache a(eager.num_state_layers(), eager.state_shape(), 6), b(graphed.num_state_layers(), graphed.state_shape(), 6);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> tok(2, 50000);
+  std::vector<ScheduledSeq> seqs = {{1, 0, 3, true}, {2, 0, 1, true}, {3, 0, 20, true}, {5, 0, 2, true}};
+  std::vector<std::vector<int32_t>> toks;
+  for (const auto& q : seqs) {
+    toks.emplace_back(q.num_scheduled_tokens);
+    for (auto& t : toks.back()) t = tok(rng);
+  }
+  for (int step = 0; step < 11; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    ForwardBatch fb = make_step(seqs, toks, step % 2 ? 8 : 0, eager.chunk_size());
+    fb.logits_indices.resize(seqs.size());  // one row per sequence (the last token of each)
+    for (size_t i = 0; i < seqs.size(); ++i) fb.logits_indices[i] = fb.meta.query_start_loc[i + 1] - 1;
+    std::vector<float> la(seqs.size() * V), lb(la.size());
+    eager.forward(fb, a, la.data());
+    graphed.forward(fb, b, lb.data());
+    ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "graph logits differ from eager";
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i] = {seqs[i].state_block, seqs[i].num_computed_tokens + seqs[i].num_scheduled_tokens, 1, false};
+      toks[i] = {tok(rng)};
+    }
+  }
+}
+
+TEST(CudaGraphs, DecodeStepsEqualEagerMamba1) {
+  REQUIRE_GPU();
+  const auto dir = model_dir("tiny-mamba");
+  SSM_SKIP_IF_NO_MODEL(dir);
+  const ModelConfig cfg = ModelConfig::load(dir);
+  cuda::CudaModelOptions eager_opt, graph_opt;
+  eager_opt.cuda_graphs = false;
+  auto eager = cuda::load_mamba_cuda(cfg, LoadFormat::Auto, eager_opt);
+  auto graphed = cuda::load_mamba_cuda(cfg, LoadFormat::Auto, graph_opt);
+  check_graphs_equal_eager(*eager, *graphed);
+}
+
+TEST(CudaGraphs, DecodeStepsEqualEagerMamba2) {
+  REQUIRE_GPU();
+  const auto dir = source_dir() / "tests/cuda/configs/tiny-mamba2";
+  const ModelConfig cfg = ModelConfig::load(dir);
+  cuda::CudaModelOptions eager_opt, graph_opt;
+  eager_opt.cuda_graphs = false;
+  auto eager = cuda::load_mamba2_cuda(cfg, LoadFormat::Dummy, eager_opt);
+  auto graphed = cuda::load_mamba2_cuda(cfg, LoadFormat::Dummy, graph_opt);
+  check_graphs_equal_eager(*eager, *graphed);
 }
 
 TEST(CudaMambaModel, GreedyGenerationMatchesCpuOnGoldenPrompts) {

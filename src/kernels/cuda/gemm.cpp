@@ -1,6 +1,8 @@
 // Owns the cuBLASLt GEMM (see gemm.h).
 #include "kernels/cuda/gemm.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "device/cuda_check.h"
 
@@ -73,8 +75,18 @@ void GemmHandle::run(const GemmArgs& g, cudaStream_t stream) {
   SSM_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
   const size_t ws = workspace_.bytes();
   SSM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // cuBLASLt assumes 256-byte aligned operands unless told otherwise: pass the pointers' real alignment.
+  const auto align_of = [](const void* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    return static_cast<uint32_t>(a == 0 ? 256 : std::min<uintptr_t>(256, a & (~a + 1)));
+  };
+  const uint32_t al_a = align_of(g.w), al_b = align_of(g.x), al_c = align_of(g.y);
+  SSM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  SSM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  SSM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  SSM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
   const Key key{g.M, g.N, g.K, g.x_stride, g.w_stride, g.y_stride, static_cast<int>(g.ab_dtype),
-                static_cast<int>(g.y_dtype)};
+                static_cast<int>(g.y_dtype), al_a | (al_b << 9) | (al_c << 18)};
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     cublasLtMatmulHeuristicResult_t heur{};

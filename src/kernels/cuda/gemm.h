@@ -49,8 +49,9 @@ class GemmHandle {
   int64_t fallback_calls() const { return fallback_calls_; }
 
  private:
-  /// (M, N, K, x_stride, w_stride, y_stride, ab, y) -> the heuristic's algorithm, or none (use the fallback).
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
+  /// (M, N, K, x_stride, w_stride, y_stride, ab, y, pointer alignment) -> the heuristic's algorithm, or none
+  /// (use the fallback).
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t>;
   struct Algo {
     bool ok = false;
     cublasLtMatmulAlgo_t algo{};
