@@ -99,12 +99,12 @@ if [ -x "$bin/bench_cuda_ops" ]; then
   run_step "op benchmarks" bench.log "$bin/bench_cuda_ops"
 fi
 # 4. End-to-end latency on the GPU with dummy bf16 weights at real shapes (SSMSERVE_GPU_BENCH=0 skips it):
-#    batch-1 decode (input 32, output 128) and a 2k-token prefill (output 1).
+#    batch-1 decode (input 32, output 128) and a 2k-token prefill (output 2).
 if [ "${SSMSERVE_GPU_BENCH:-1}" = 1 ] && [ -x "$bin/ssmserve" ]; then
   : >"$out/bench.log"
   for m in ${SSMSERVE_GPU_BENCH_MODELS:-mamba-2.8b mamba2-2.7b}; do
     [ -f "configs/$m/config.json" ] || continue
-    for shape in "1 32 128" "1 2048 1"; do
+    for shape in "1 32 128" "1 2048 2"; do
       set -- $shape
       echo "== $m batch $1 input $2 output $3" >>"$out/bench.log"
       t0=$SECONDS
