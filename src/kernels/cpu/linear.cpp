@@ -184,14 +184,6 @@ int64_t num_panels(int64_t N) { return (N + kPanel - 1) / kPanel; }
 // half), so one 512-bit load becomes two fp32 vectors with a shift and a mask (no widening pass).
 inline int64_t bf16_slot(int64_t j) { return j < 16 ? 2 * j : 2 * (j - 16) + 1; }
 
-inline float panel_at(const Weight& w, int64_t n, int64_t k) {
-  const int64_t p = n / kPanel, j = n % kPanel, K = w.cols;
-  const std::byte* base = w.cpu_panels->data();
-  if (w.dtype == DType::BF16)
-    return bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[(p * K + k) * kPanel + bf16_slot(j)]);
-  return reinterpret_cast<const float*>(base)[(p * K + k) * kPanel + j];
-}
-
 #if defined(__AVX512F__)
 
 template <bool kBf16>
@@ -345,7 +337,6 @@ void pack_for_linear(Weight& w) {
       }
   }
   w.cpu_panels = std::move(out);
-  (void)panel_at;  // element accessor kept for debugging the layout
 }
 
 }  // namespace ssmserve::cpu
