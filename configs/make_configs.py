@@ -124,11 +124,22 @@ def minimax_text_01() -> dict:
     return c
 
 
+def minimax_bench() -> dict:
+    # Not a public checkpoint: the MiniMax-shaped benchmark model of issue 8 that fits one H200 with dummy weights
+    # (hidden 2048, 16 layers with one softmax layer per 8, 16 heads x 128, 8 experts top-2).
+    c = copy.deepcopy(MINIMAX_TEMPLATE)
+    c.update(hidden_size=2048, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+             intermediate_size=1024, num_local_experts=8, num_experts_per_tok=2, block_size=256,
+             max_position_embeddings=131072, layer_types=(["linear_attention"] * 7 + ["full_attention"]) * 2)
+    return c
+
+
 def all_configs() -> dict[str, dict]:
     out = {name: mamba1(*hw) for name, hw in MAMBA1.items()}
     out.update({name: mamba2(*hw) for name, hw in MAMBA2.items()})
     out["codestral-mamba-7b"] = codestral()
     out["minimax-text-01"] = minimax_text_01()
+    out["minimax-bench"] = minimax_bench()
     return out
 
 

@@ -85,6 +85,30 @@ if [ -x "$bin/test_cuda_model" ]; then
     grep -hE "ERROR SUMMARY" "$out/memcheck-model.log" >>"$summary"
   fi
 fi
+# 3b. MiniMax hybrid (issue 8): op harness (lightning attention, MoE, RoPE, paged attention), the GPU runner against
+#     the CPU model (dummy weights, tiny-minimax shape; decode graphs == eager), memcheck + racecheck on the small
+#     shapes, and the op benchmark.
+if [ -x "$bin/test_cuda_minimax_ops" ]; then
+  run_step "minimax op harness" minimax-ops.log "$bin/test_cuda_minimax_ops"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|seed" "$out/minimax-ops.log" | head -30 >>"$summary"
+  if [ -x "$bin/test_cuda_minimax_model" ]; then
+    run_step "minimax model tests" minimax-model.log env SSMSERVE_SOURCE_DIR="$PWD" "$bin/test_cuda_minimax_model"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel err|Expected" "$out/minimax-model.log" | head -30 >>"$summary"
+  fi
+  if command -v compute-sanitizer >/dev/null; then
+    run_step "memcheck (minimax)" minimax-memcheck.log env SSMSERVE_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
+      --report-api-errors no --error-exitcode 3 "$bin/test_cuda_minimax_ops"
+    run_step "racecheck (minimax)" minimax-racecheck.log env SSMSERVE_CUDA_TEST_QUICK=1 compute-sanitizer --tool racecheck \
+      --report-api-errors no --error-exitcode 3 "$bin/test_cuda_minimax_ops"
+    [ -x "$bin/test_cuda_minimax_model" ] &&
+      run_step "memcheck (minimax model)" minimax-memcheck-model.log env SSMSERVE_SOURCE_DIR="$PWD" compute-sanitizer \
+        --tool memcheck --report-api-errors no --error-exitcode 3 "$bin/test_cuda_minimax_model" \
+        --gtest_filter='CudaMiniMaxModel.TinyShapeDummyWeightsBf16'
+    grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out"/minimax-memcheck*.log "$out/minimax-racecheck.log" >>"$summary"
+  fi
+  [ -x "$bin/bench_cuda_minimax_ops" ] && run_step "minimax op benchmark" minimax-bench.log "$bin/bench_cuda_minimax_ops" &&
+    cat "$out/minimax-bench.log" >>"$summary"
+fi
 if [ -x "$bin/ssmserve" ] && [ -f models/tiny-mamba/config.json ]; then
   cli() { "$bin/ssmserve" generate --model models/tiny-mamba --prompt "The capital of France is" --max-tokens 24 \
             --ignore-eos --json --device "$1"; }

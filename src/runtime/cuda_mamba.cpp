@@ -16,6 +16,7 @@
 #include "model/checkpoint.h"
 #include "model/lm_common.h"
 #include "model/weight_source.h"
+#include "runtime/cuda_minimax.h"
 #include "runtime/device_state.h"
 #include "runtime/runner_common.h"
 
@@ -204,6 +205,9 @@ void register_cuda_backend() {
       [] { return gpu_available(); });
   register_device_model(
       "cuda", "Mamba2ForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba2_cuda(c, f); },
+      [] { return gpu_available(); });
+  register_device_model(
+      "cuda", "MiniMaxForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_minimax_cuda(c, f); },
       [] { return gpu_available(); });
 }
 

@@ -1,0 +1,138 @@
+// Owns the GPU op benchmark of the MiniMax hybrid (issue 8): lightning prefill throughput against the bf16
+// tensor-core roofline, lightning decode state bandwidth, and the MoE block, at the MiniMax-bench shapes
+// (16 heads x 128, block 256, hidden 2048, 8 experts top-2). Random inputs; CUDA-event timing (best of N after a
+// warm-up). Prints one line per case. Usage: bench_cuda_minimax_ops [peak_bf16_tflops (default 989)]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "device/cuda_check.h"
+#include "device/device.h"
+#include "kernels/cuda/lightning.h"
+#include "kernels/cuda/moe.h"
+
+using namespace ssmserve;
+using cuda::DeviceBuffer;
+
+namespace {
+
+/// Best time (ms) of `iters` runs of f after one warm-up.
+double time_ms(const std::function<void()>& f, int iters = 5) {
+  cudaEvent_t a, b;
+  SSM_CUDA_CHECK(cudaEventCreate(&a));
+  SSM_CUDA_CHECK(cudaEventCreate(&b));
+  f();
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  float best = 1e30f;
+  for (int i = 0; i < iters; ++i) {
+    SSM_CUDA_CHECK(cudaEventRecord(a));
+    f();
+    SSM_CUDA_CHECK(cudaEventRecord(b));
+    SSM_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    SSM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    best = std::min(best, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return best;
+}
+
+DeviceBuffer random_f32(size_t n, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return cuda::to_device(v);
+}
+
+DeviceBuffer random_bf16(size_t n, std::mt19937& rng, float scale) {
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = f32_to_bf16(d(rng));
+  return cuda::to_device(v);
+}
+
+void bench_lightning(double peak_tflops, std::mt19937& rng) {
+  const int H = 16, D = 128, bs = 256;
+  std::vector<float> slopes(H);
+  for (int h = 0; h < H; ++h) slopes[h] = std::pow(0.5f, (h + 1) * 0.5f);
+  DeviceBuffer ds = cuda::to_device(slopes);
+  for (auto [seqs, len] : std::vector<std::pair<int, int>>{{1, 1024}, {1, 4096}, {1, 16384}, {1, 65536}, {8, 8192}}) {
+    const int64_t T = static_cast<int64_t>(seqs) * len, qs = 3LL * H * D, os = static_cast<int64_t>(H) * D;
+    std::vector<int32_t> qsl{0}, nc(seqs, 0), idx(seqs);
+    for (int s = 0; s < seqs; ++s) qsl.push_back(qsl.back() + len), idx[s] = s + 1;
+    auto plan = cuda::LightningPlan::build(qsl, nc, bs);
+    DeviceBuffer db = cuda::to_device(plan.blocks), df = cuda::to_device(plan.seq_first_block),
+                 dq = cuda::to_device(plan.qtiles), di = cuda::to_device(idx), dn = cuda::to_device(nc);
+    DeviceBuffer qkv = random_f32(T * qs, rng, -1.0f, 1.0f), out(T * os * 4),
+                 ws(cuda::lightning_workspace_floats(plan.num_blocks, H, D) * 4),
+                 states(static_cast<size_t>(seqs + 1) * H * D * D * 4);
+    cuda::LightningDevParams p{H, D, bs, ds.as<float>(), StateView{states.data(), DType::F32, int64_t{H} * D * D}};
+    cuda::LightningPlanDev pd{plan.num_seqs, plan.num_blocks, plan.num_qtiles, db.as<int32_t>(), df.as<int32_t>(),
+                              dq.as<int32_t>(), di.as<int32_t>(), dn.as<int32_t>()};
+    const double ms = time_ms([&] {
+      SSM_CUDA_CHECK(cuda::lightning_prefill(qkv.as<float>(), qs, out.as<float>(), os, p, pd, ws.as<float>(), nullptr));
+    });
+    // Useful bf16 matrix work (what a plain one-pass bf16 kernel would issue): per head and token, the block KV
+    // (2 D^2), the inter-block q S (2 D^2) and the causal intra block QK^T and PV (2 x 2 D (bs + 1) / 2).
+    const double flops = static_cast<double>(T) * H * (4.0 * D * D + 2.0 * D * (bs + 1));
+    const double tflops = flops / (ms * 1e-3) / 1e12;
+    std::printf("lightning_prefill seqs=%d len=%d H=%d D=%d bs=%d: %.3f ms  %.2f Mtok/s  %.1f TFLOP/s  %.1f%% of %.0f\n",
+                seqs, len, H, D, bs, ms, T / (ms * 1e-3) / 1e6, tflops, 100.0 * tflops / peak_tflops, peak_tflops);
+  }
+  for (int B : {1, 64, 256}) {
+    const int64_t qs = 3LL * H * D, os = static_cast<int64_t>(H) * D;
+    std::vector<int32_t> idx(B);
+    for (int b = 0; b < B; ++b) idx[b] = b + 1;
+    DeviceBuffer di = cuda::to_device(idx), qkv = random_f32(B * qs, rng, -1.0f, 1.0f), out(B * os * 4),
+                 states = random_f32(static_cast<size_t>(B + 1) * H * D * D, rng, -0.1f, 0.1f);
+    cuda::LightningDevParams p{H, D, bs, ds.as<float>(), StateView{states.data(), DType::F32, int64_t{H} * D * D}};
+    const double ms = time_ms([&] {
+      SSM_CUDA_CHECK(cuda::lightning_decode(qkv.as<float>(), qs, out.as<float>(), os, p, di.as<int32_t>(), B, nullptr));
+    }, 20);
+    const double bytes = 2.0 * B * H * D * D * 4;
+    std::printf("lightning_decode batch=%d H=%d D=%d fp32 state: %.4f ms  %.0f GB/s state traffic\n", B, H, D, ms,
+                bytes / (ms * 1e-3) / 1e9);
+  }
+}
+
+void bench_moe(double peak_tflops, std::mt19937& rng) {
+  const int E = 8, k = 2;
+  const int64_t Hd = 2048, I = 1024;
+  DeviceBuffer w1 = random_bf16(E * I * Hd, rng, 0.05f), w3 = random_bf16(E * I * Hd, rng, 0.05f),
+               w2 = random_bf16(E * Hd * I, rng, 0.05f);
+  cuda::MoeDevWeights w{E, k, Hd, I, w1.data(), w3.data(), w2.data()};
+  for (int64_t T : {int64_t{1}, int64_t{64}, int64_t{4096}, int64_t{16384}}) {
+    DeviceBuffer x = random_f32(T * Hd, rng, -1.0f, 1.0f), logits = random_f32(T * E, rng, -2.0f, 2.0f),
+                 out(T * Hd * 4), ws(cuda::moe_workspace_bytes(T, w));
+    const double ms = time_ms([&] {
+      SSM_CUDA_CHECK(cuda::sparse_moe(x.as<float>(), Hd, T, logits.as<float>(), w, out.as<float>(), Hd, ws.data(), nullptr));
+    });
+    const double flops = 2.0 * T * k * 3 * Hd * I, tflops = flops / (ms * 1e-3) / 1e12;
+    std::printf("sparse_moe T=%ld hidden=%ld I=%ld E=%d k=%d: %.3f ms  %.1f TFLOP/s  %.1f%% of %.0f\n",
+                static_cast<long>(T), static_cast<long>(Hd), static_cast<long>(I), E, k, ms, tflops,
+                100.0 * tflops / peak_tflops, peak_tflops);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!cuda::gpu_available()) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  const double peak = argc > 1 ? std::atof(argv[1]) : 989.0;  // H100/H200 SXM dense bf16
+  std::printf("device: %s\n", cuda::device_description(0).c_str());
+  std::mt19937 rng(7);
+  bench_lightning(peak, rng);
+  bench_moe(peak, rng);
+  return 0;
+}

@@ -1,0 +1,85 @@
+// Owns lightning attention on the GPU (MiniMax-01's linear attention with per-head exponential decay), the CUDA
+// counterpart of kernels/cpu/lightning.h with the same math and block grid: per head h with slope s,
+//   S_t = e^{-s} S_{t-1} + k_t^T v_t,   o_t = q_t S_t      (S: [D, D] fp32, row = key dim, column = value dim)
+// computed blockwise over blocks of `block_size` tokens counted from the sequence start (a continued prefill's
+// first block ends on the same grid boundary as an unsplit one), with i, j block-local and S the state carried in:
+//   o_i = e^{-s(i+1)} q_i S + sum_{j<=i} e^{-s(i-j)} (q_i . k_j) v_j          (exact query decay, not vLLM's e^{-s i})
+//   S  <- e^{-s m} S + sum_j e^{-s(m-1-j)} k_j^T v_j
+// Decay factors e^{-s k} are evaluated in double and rounded to fp32, as on the CPU.
+//
+// Prefill is three launches over a packed varlen batch (no per-sequence host loop; the host only builds the
+// block plan, O(blocks)):
+//   1. block KV: per (block, head) KV_b = sum_j e^{-s(m-1-j)} k_j^T v_j on tensor cores;
+//   2. state passing: per (sequence, head) S_b (state entering block b) = scan of KV_b from the initial state,
+//      written over KV_b in the workspace; the final state is written to the state pool;
+//   3. output: per (64-query tile, head) o = e^{-s(i+1)} q S_b + (Q K^T (.) decay) V on tensor cores.
+// Tensor-core operands are bf16 with fp32 accumulation. q, k, v are rounded to bf16 when loaded (exact when the
+// caller's activations are already bf16-valued); operands that are not bf16-valued by construction (the decayed
+// scores, the decayed keys, the fp32 state) are split into hi + lo bf16 parts, so the products keep ~16 mantissa
+// bits and the result tracks the fp32 recurrence to ~1e-5 relative.
+// Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
+// (cudaErrorInvalidValue for bad sizes).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cache/state_view.h"
+
+namespace ssmserve::cuda {
+
+/// One lightning layer's sizes, parameters (device) and state pool.
+struct LightningDevParams {
+  int num_heads = 0;              ///< H
+  int head_dim = 0;               ///< D: 64 or 128
+  int block_size = 256;           ///< tokens per intra-block, 1..1024
+  const float* slopes = nullptr;  ///< [H] decay rates s_h >= 0 (device)
+  StateView states;               ///< block b: [H, D, D] F32/BF16/F16; block 0 = null (skipped)
+};
+
+/// The prefill's block plan, built on the host from the step's metadata (LinearAttentionMetadata's
+/// query_start_loc and num_computed_tokens). A block never spans two sequences; a sequence's blocks end on
+/// multiples of block_size in sequence positions.
+struct LightningPlan {
+  int num_seqs = 0;
+  int num_blocks = 0;
+  int num_qtiles = 0;                   ///< 64-query tiles over all blocks
+  std::vector<int32_t> blocks;          ///< [num_blocks, 3] first token row, length m, sequence
+  std::vector<int32_t> seq_first_block; ///< [num_seqs + 1]
+  std::vector<int32_t> qtiles;          ///< [num_qtiles, 2] block, first row within the block (multiple of 64)
+  /// Throws Error on malformed spans (sizes disagree, negative lengths / computed counts, block_size <= 0).
+  static LightningPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> num_computed,
+                             int block_size);
+};
+
+/// The plan and per-sequence metadata as device arrays.
+struct LightningPlanDev {
+  int num_seqs = 0, num_blocks = 0, num_qtiles = 0;
+  const int32_t* blocks = nullptr;           ///< [num_blocks, 3]
+  const int32_t* seq_first_block = nullptr;  ///< [num_seqs + 1]
+  const int32_t* qtiles = nullptr;           ///< [num_qtiles, 2]
+  const int32_t* state_indices = nullptr;    ///< [num_seqs] state block (0 = null row: outputs zero, no state I/O)
+  const int32_t* num_computed = nullptr;     ///< [num_seqs] tokens already in the state (0 = start from zeros)
+};
+
+/// fp32 workspace elements lightning_prefill needs: num_blocks * H * D * D.
+inline size_t lightning_workspace_floats(int num_blocks, int num_heads, int head_dim) {
+  return static_cast<size_t>(num_blocks) * num_heads * head_dim * head_dim;
+}
+
+/// Varlen prefill. qkv: [T, H * 3D] fp32 (q | k | v per head, after SiLU), row stride qkv_stride (a multiple of 4);
+/// out: [T, H * D] fp32, row stride out_stride (multiple of 4; must not alias qkv); workspace: at least
+/// lightning_workspace_floats(...) floats. Writes every token's output (zeros on null rows) and the final states.
+cudaError_t lightning_prefill(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                              const LightningDevParams& p, const LightningPlanDev& plan, float* workspace,
+                              cudaStream_t stream);
+
+/// Decode: row r is one token of the request whose state is states[state_indices[r]] ([batch], device), updated
+/// in place: S <- e^{-s} S + k^T v; o = q S. Rows with state index 0 are skipped (outputs zero).
+cudaError_t lightning_decode(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                             const LightningDevParams& p, const int32_t* state_indices, int batch,
+                             cudaStream_t stream);
+
+}  // namespace ssmserve::cuda

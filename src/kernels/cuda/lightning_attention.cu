@@ -1,0 +1,420 @@
+// Owns the GPU lightning-attention kernels (see lightning.h): block KV, state passing and output for the varlen
+// prefill (tensor cores through WMMA, bf16 operands with hi/lo splits, fp32 accumulation), and the decode update.
+#include <mma.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/lightning.h"
+
+namespace ssmserve::cuda {
+namespace {
+using namespace detail;
+using namespace nvcuda;
+using bf16 = __nv_bfloat16;
+
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kTile = 64;      // query / key tile rows
+constexpr int kMaxBlockSize = 1024;
+
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
+using FragAcol = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major>;
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
+using FragBcol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+/// e^{-s k} in double, rounded to fp32 (cpu::lightning_decay).
+__device__ __forceinline__ float decay(float s, double k) { return static_cast<float>(exp(-static_cast<double>(s) * k)); }
+
+/// v = hi + lo with hi = bf16(v), lo = bf16(v - hi): ~16 mantissa bits through two bf16 products.
+__device__ __forceinline__ void split4(const float (&v)[4], bf16* hi, bf16* lo) {
+  float h[4], l[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const bf16 b = __float2bfloat16_rn(v[i]);
+    h[i] = __bfloat162float(b);
+    l[i] = v[i] - h[i];
+  }
+  reinterpret_cast<__nv_bfloat162*>(hi)[0] = __floats2bfloat162_rn(h[0], h[1]);
+  reinterpret_cast<__nv_bfloat162*>(hi)[1] = __floats2bfloat162_rn(h[2], h[3]);
+  reinterpret_cast<__nv_bfloat162*>(lo)[0] = __floats2bfloat162_rn(l[0], l[1]);
+  reinterpret_cast<__nv_bfloat162*>(lo)[1] = __floats2bfloat162_rn(l[2], l[3]);
+}
+__device__ __forceinline__ void round4(const float4 x, bf16* dst) {
+  reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(x.x, x.y);
+  reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(x.z, x.w);
+}
+
+/// Loads rows [0, nvalid) of a 64-row tile (token rows row0.., columns col..col+D of qkv) into dst [64][D + 8]
+/// as bf16; rows >= nvalid are zero.
+template <int D>
+__device__ __forceinline__ void load_tile(const float* __restrict__ qkv, int64_t stride, int64_t row0, int nvalid,
+                                          int64_t col, bf16* dst) {
+  constexpr int V = D / 4, LD = D + 8;
+  for (int idx = threadIdx.x; idx < kTile * V; idx += kThreads) {
+    const int r = idx / V, c4 = idx % V;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < nvalid) x = *reinterpret_cast<const float4*>(qkv + (row0 + r) * stride + col + c4 * 4);
+    round4(x, dst + r * LD + c4 * 4);
+  }
+}
+
+/// 1. Grid (num_blocks, H). KV_b = sum_j e^{-s(m-1-j)} k_j^T v_j -> ws[b, h] ([D, D] fp32).
+template <int D>
+__global__ void __launch_bounds__(kThreads) block_kv_kernel(const float* __restrict__ qkv, int64_t qs,
+                                                            LightningDevParams p, LightningPlanDev plan,
+                                                            float* __restrict__ ws) {
+  constexpr int LD = D + 8, RT = D / 16, CG = 8 / RT, NC = RT / CG, V = D / 4;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* Khi = reinterpret_cast<bf16*>(smem);
+  bf16* Klo = Khi + kTile * LD;
+  bf16* Vs = Klo + kTile * LD;
+  float* kd = reinterpret_cast<float*>(Vs + kTile * LD);
+  const int b = blockIdx.x, h = blockIdx.y;
+  const int tok0 = plan.blocks[3 * b], m = plan.blocks[3 * b + 1], seq = plan.blocks[3 * b + 2];
+  if (plan.state_indices[seq] == 0) return;
+  const float s = p.slopes[h];
+  const int warp = threadIdx.x / 32, rt = warp % RT, c0 = (warp / RT) * NC;
+  FragC acc[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) wmma::fill_fragment(acc[c], 0.0f);
+  const int64_t kcol = static_cast<int64_t>(h) * 3 * D + D, vcol = kcol + D;
+  for (int j0 = 0; j0 < m; j0 += kTile) {
+    const int nv = min(kTile, m - j0);
+    if (threadIdx.x < kTile) kd[threadIdx.x] = threadIdx.x < nv ? decay(s, static_cast<double>(m - 1 - (j0 + threadIdx.x))) : 0.0f;
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kTile * V; idx += kThreads) {
+      const int r = idx / V, c4 = idx % V;
+      float4 k = make_float4(0.f, 0.f, 0.f, 0.f), v = k;
+      if (r < nv) {
+        const float* row = qkv + static_cast<int64_t>(tok0 + j0 + r) * qs;
+        k = *reinterpret_cast<const float4*>(row + kcol + c4 * 4);
+        v = *reinterpret_cast<const float4*>(row + vcol + c4 * 4);
+      }
+      // k is rounded to bf16 first (the operand every path sees), then scaled by its decay in fp32.
+      const float f = kd[r];
+      const float kv[4] = {__bfloat162float(__float2bfloat16_rn(k.x)) * f, __bfloat162float(__float2bfloat16_rn(k.y)) * f,
+                           __bfloat162float(__float2bfloat16_rn(k.z)) * f, __bfloat162float(__float2bfloat16_rn(k.w)) * f};
+      split4(kv, Khi + r * LD + c4 * 4, Klo + r * LD + c4 * 4);
+      round4(v, Vs + r * LD + c4 * 4);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      FragAcol ahi, alo;  // K^T [D, 64] viewed column-major from K [64][LD]
+      wmma::load_matrix_sync(ahi, Khi + kk * 16 * LD + rt * 16, LD);
+      wmma::load_matrix_sync(alo, Klo + kk * 16 * LD + rt * 16, LD);
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        FragB bv;
+        wmma::load_matrix_sync(bv, Vs + kk * 16 * LD + (c0 + c) * 16, LD);
+        wmma::mma_sync(acc[c], ahi, bv, acc[c]);
+        wmma::mma_sync(acc[c], alo, bv, acc[c]);
+      }
+    }
+    __syncthreads();
+  }
+  float* dst = ws + (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) wmma::store_matrix_sync(dst + rt * 16 * D + (c0 + c) * 16, acc[c], D, wmma::mem_row_major);
+}
+
+/// 2. Grid (ceil(D*D / 4 / 256), H, num_seqs). Each thread carries 4 state elements through the sequence's
+/// blocks: ws[b] <- S (state entering block b); S <- e^{-s m_b} S + KV_b. Final S -> state pool.
+template <class TS>
+__global__ void __launch_bounds__(kThreads) state_scan_kernel(LightningDevParams p, LightningPlanDev plan,
+                                                              float* __restrict__ ws) {
+  const int seq = blockIdx.z, h = blockIdx.y;
+  const int64_t DD = static_cast<int64_t>(p.head_dim) * p.head_dim;
+  const int64_t e = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 4;
+  if (e >= DD) return;
+  const int32_t sb = plan.state_indices[seq];
+  if (sb == 0) return;
+  TS* st = static_cast<TS*>(p.states.data) + sb * p.states.block_stride + h * DD + e;
+  float S[4] = {0.f, 0.f, 0.f, 0.f};
+  if (plan.num_computed[seq] > 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) S[i] = load(st + i);
+  }
+  const float s = p.slopes[h];
+  const int b1 = plan.seq_first_block[seq + 1];
+  for (int b = plan.seq_first_block[seq]; b < b1; ++b) {
+    float4* w = reinterpret_cast<float4*>(ws + (static_cast<int64_t>(b) * p.num_heads + h) * DD + e);
+    const float4 kv = *w;
+    *w = make_float4(S[0], S[1], S[2], S[3]);
+    const float bd = decay(s, static_cast<double>(plan.blocks[3 * b + 1]));
+    S[0] = bd * S[0] + kv.x;
+    S[1] = bd * S[1] + kv.y;
+    S[2] = bd * S[2] + kv.z;
+    S[3] = bd * S[3] + kv.w;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) store(st + i, S[i]);
+}
+
+/// Shared memory of the output kernel (bytes): Q, K, V tiles, the score / output region, the decay table.
+template <int D>
+constexpr size_t out_region_bytes() {
+  constexpr size_t p = kTile * (kTile + 4) * 4 + 2 * kTile * (kTile + 8) * 2, o = kTile * (D + 4) * 4;
+  return p > o ? p : o;
+}
+template <int D>
+size_t output_smem(int block_size) {
+  return 3 * kTile * (D + 8) * 2 + out_region_bytes<D>() + (block_size + kTile + 1) * sizeof(float);
+}
+
+/// 3. Grid (num_qtiles, H). o_i = e^{-s(i+1)} q_i S_b + sum_{j<=i} e^{-s(i-j)} (q_i . k_j) v_j for the tile's
+/// 64 query rows; warp w owns rows 16 (w % 4).. and columns (w / 4) D/2.. of the output.
+template <int D>
+__global__ void __launch_bounds__(kThreads) output_kernel(const float* __restrict__ qkv, int64_t qs,
+                                                          float* __restrict__ out, int64_t os, LightningDevParams p,
+                                                          LightningPlanDev plan, const float* __restrict__ ws) {
+  constexpr int LD = D + 8, LP = kTile + 4, LPB = kTile + 8, LO = D + 4, NC = D / 32, V = D / 4;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* Ks = Qs + kTile * LD;  // phase 1: S_b rows, hi part
+  bf16* Vs = Ks + kTile * LD;  // phase 1: S_b rows, lo part
+  unsigned char* region = reinterpret_cast<unsigned char*>(Vs + kTile * LD);
+  float* P = reinterpret_cast<float*>(region);                       // [64][LP] scores
+  bf16* Phi = reinterpret_cast<bf16*>(P + kTile * LP);               // [64][LPB]
+  bf16* Plo = Phi + kTile * LPB;                                     // [64][LPB]
+  float* O = reinterpret_cast<float*>(region);                       // [64][LO] output staging (aliases P)
+  float* dd = reinterpret_cast<float*>(region + out_region_bytes<D>());  // [row0 + 65] e^{-s k}
+
+  const int qt = blockIdx.x, h = blockIdx.y;
+  const int b = plan.qtiles[2 * qt], row0 = plan.qtiles[2 * qt + 1];
+  const int tok0 = plan.blocks[3 * b], m = plan.blocks[3 * b + 1], seq = plan.blocks[3 * b + 2];
+  const int nq = min(kTile, m - row0);
+  float* outb = out + static_cast<int64_t>(tok0 + row0) * os + static_cast<int64_t>(h) * D;
+  if (plan.state_indices[seq] == 0) {
+    for (int idx = threadIdx.x; idx < nq * V; idx += kThreads)
+      *reinterpret_cast<float4*>(outb + static_cast<int64_t>(idx / V) * os + (idx % V) * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+    return;
+  }
+  const float s = p.slopes[h];
+  for (int k = threadIdx.x; k <= row0 + kTile; k += kThreads) dd[k] = decay(s, static_cast<double>(k));
+  const int64_t qcol = static_cast<int64_t>(h) * 3 * D;
+  load_tile<D>(qkv, qs, tok0 + row0, nq, qcol, Qs);
+  const int warp = threadIdx.x / 32, rt = warp % 4, cb = (warp / 4) * (D / 2);
+  FragC acc[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) wmma::fill_fragment(acc[c], 0.0f);
+
+  // Phase 1: inter-block term e^{-s(i+1)} q_i S_b (skipped when S_b is zero: a sequence's first block without
+  // an initial state).
+  if (b != plan.seq_first_block[seq] || plan.num_computed[seq] > 0) {
+    const float* Sin = ws + (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
+    for (int d0 = 0; d0 < D; d0 += kTile) {
+      for (int idx = threadIdx.x; idx < kTile * V; idx += kThreads) {
+        const int r = idx / V, c4 = idx % V;
+        const float4 x = *reinterpret_cast<const float4*>(Sin + static_cast<int64_t>(d0 + r) * D + c4 * 4);
+        const float v[4] = {x.x, x.y, x.z, x.w};
+        split4(v, Ks + r * LD + c4 * 4, Vs + r * LD + c4 * 4);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        FragA a;
+        wmma::load_matrix_sync(a, Qs + rt * 16 * LD + d0 + kk * 16, LD);
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          FragB bh, bl;
+          wmma::load_matrix_sync(bh, Ks + kk * 16 * LD + cb + c * 16, LD);
+          wmma::load_matrix_sync(bl, Vs + kk * 16 * LD + cb + c * 16, LD);
+          wmma::mma_sync(acc[c], a, bh, acc[c]);
+          wmma::mma_sync(acc[c], a, bl, acc[c]);
+        }
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int c = 0; c < NC; ++c) wmma::store_matrix_sync(O + rt * 16 * LO + cb + c * 16, acc[c], LO, wmma::mem_row_major);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kTile * D; idx += kThreads) {
+      const int r = idx / D, c = idx % D;
+      O[r * LO + c] *= dd[row0 + r + 1];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < NC; ++c) wmma::load_matrix_sync(acc[c], O + rt * 16 * LO + cb + c * 16, LO, wmma::mem_row_major);
+    __syncthreads();  // O aliases the score buffers
+  }
+
+  // Phase 2: intra-block term over key tiles j0 <= row0.
+  const int prt = warp % 4, pc0 = (warp / 4) * 2;
+  for (int j0 = 0; j0 <= row0; j0 += kTile) {
+    const int nk = min(kTile, m - j0);
+    load_tile<D>(qkv, qs, tok0 + j0, nk, qcol + D, Ks);
+    load_tile<D>(qkv, qs, tok0 + j0, nk, qcol + 2 * D, Vs);
+    __syncthreads();
+    {
+      FragC sc[2];
+      wmma::fill_fragment(sc[0], 0.0f);
+      wmma::fill_fragment(sc[1], 0.0f);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        FragA a;
+        wmma::load_matrix_sync(a, Qs + prt * 16 * LD + kk * 16, LD);
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          FragBcol bk;  // K^T [D, 64] viewed column-major from K [64][LD]
+          wmma::load_matrix_sync(bk, Ks + (pc0 + c) * 16 * LD + kk * 16, LD);
+          wmma::mma_sync(sc[c], a, bk, sc[c]);
+        }
+      }
+      wmma::store_matrix_sync(P + prt * 16 * LP + pc0 * 16, sc[0], LP, wmma::mem_row_major);
+      wmma::store_matrix_sync(P + prt * 16 * LP + (pc0 + 1) * 16, sc[1], LP, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x * 4; idx < kTile * kTile; idx += kThreads * 4) {
+      const int i = idx / kTile, j = idx % kTile, ii = row0 + i;
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int jj = j0 + j + u;
+        v[u] = (i < nq && j + u < nk && jj <= ii) ? P[i * LP + j + u] * dd[ii - jj] : 0.0f;
+      }
+      split4(v, Phi + i * LPB + j, Plo + i * LPB + j);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      FragA ah, al;
+      wmma::load_matrix_sync(ah, Phi + rt * 16 * LPB + kk * 16, LPB);
+      wmma::load_matrix_sync(al, Plo + rt * 16 * LPB + kk * 16, LPB);
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        FragB bv;
+        wmma::load_matrix_sync(bv, Vs + kk * 16 * LD + cb + c * 16, LD);
+        wmma::mma_sync(acc[c], ah, bv, acc[c]);
+        wmma::mma_sync(acc[c], al, bv, acc[c]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int c = 0; c < NC; ++c) wmma::store_matrix_sync(O + rt * 16 * LO + cb + c * 16, acc[c], LO, wmma::mem_row_major);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < nq * V; idx += kThreads) {
+    const int r = idx / V, c4 = idx % V;
+    *reinterpret_cast<float4*>(outb + static_cast<int64_t>(r) * os + c4 * 4) =
+        *reinterpret_cast<const float4*>(O + r * LO + c4 * 4);
+  }
+}
+
+/// Decode. Grid (batch, H); thread t owns 4 value columns (t % (D/4)) and every (256/(D/4))-th key row.
+template <class TS, int D>
+__global__ void __launch_bounds__(kThreads) decode_kernel(const float* __restrict__ qkv, int64_t qs,
+                                                          float* __restrict__ out, int64_t os, LightningDevParams p,
+                                                          const int32_t* __restrict__ state_indices) {
+  constexpr int L = D / 4, R = kThreads / L;
+  __shared__ float red[R][D];
+  const int r = blockIdx.x, h = blockIdx.y;
+  float* o = out + static_cast<int64_t>(r) * os + static_cast<int64_t>(h) * D;
+  const int32_t sb = state_indices[r];
+  if (sb == 0) {
+    if (threadIdx.x < D) o[threadIdx.x] = 0.0f;
+    return;
+  }
+  const float* q = qkv + static_cast<int64_t>(r) * qs + static_cast<int64_t>(h) * 3 * D;
+  const float *k = q + D, *v = q + 2 * D;
+  const int c4 = threadIdx.x % L, r0 = threadIdx.x / L;
+  const float4 vv = *reinterpret_cast<const float4*>(v + c4 * 4);
+  const float vx[4] = {vv.x, vv.y, vv.z, vv.w};
+  const float dec = decay(p.slopes[h], 1.0);
+  TS* S = static_cast<TS*>(p.states.data) + sb * p.states.block_stride + static_cast<int64_t>(h) * D * D + c4 * 4;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+  for (int d = r0; d < D; d += R) {
+    TS* row = S + d * D;
+    const float kd = k[d], qd = q[d];
+    float x[4];
+    if constexpr (sizeof(TS) == 4) {
+      const float4 t = *reinterpret_cast<const float4*>(row);
+      x[0] = t.x, x[1] = t.y, x[2] = t.z, x[3] = t.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[i] = load(row + i);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x[i] = dec * x[i] + kd * vx[i];
+      acc[i] += qd * x[i];
+    }
+    if constexpr (sizeof(TS) == 4) {
+      *reinterpret_cast<float4*>(row) = make_float4(x[0], x[1], x[2], x[3]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) store(row + i, x[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[r0][c4 * 4 + i] = acc[i];
+  __syncthreads();
+  if (threadIdx.x < D) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int g = 0; g < R; ++g) sum += red[g][threadIdx.x];
+    o[threadIdx.x] = sum;
+  }
+}
+
+bool valid(const LightningDevParams& p) {
+  return p.num_heads > 0 && (p.head_dim == 64 || p.head_dim == 128) && p.block_size > 0 &&
+         p.block_size <= kMaxBlockSize && p.slopes != nullptr && p.states.data != nullptr;
+}
+
+template <int D>
+cudaError_t prefill_d(const float* qkv, int64_t qs, float* out, int64_t os, const LightningDevParams& p,
+                      const LightningPlanDev& plan, float* ws, cudaStream_t stream) {
+  const int H = p.num_heads;
+  if (plan.num_blocks > 0) {
+    const size_t smem_kv = 3 * kTile * (D + 8) * 2 + kTile * sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(block_kv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_kv));
+    if (e != cudaSuccess) return e;
+    block_kv_kernel<D><<<dim3(plan.num_blocks, H), kThreads, smem_kv, stream>>>(qkv, qs, p, plan, ws);
+    if ((e = launch_status()) != cudaSuccess) return e;
+  }
+  const dim3 scan_grid(ceil_div(static_cast<int64_t>(D) * D / 4, kThreads), H, plan.num_seqs);
+  cudaError_t e = visit_dtype(p.states.dtype, [&](auto tag) {
+    state_scan_kernel<decltype(tag)><<<scan_grid, kThreads, 0, stream>>>(p, plan, ws);
+    return launch_status();
+  });
+  if (e != cudaSuccess || plan.num_qtiles == 0) return e;
+  const size_t smem_out = output_smem<D>(p.block_size);
+  e = cudaFuncSetAttribute(output_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_out));
+  if (e != cudaSuccess) return e;
+  output_kernel<D><<<dim3(plan.num_qtiles, H), kThreads, smem_out, stream>>>(qkv, qs, out, os, p, plan, ws);
+  return launch_status();
+}
+
+}  // namespace
+
+cudaError_t lightning_prefill(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                              const LightningDevParams& p, const LightningPlanDev& plan, float* workspace,
+                              cudaStream_t stream) {
+  if (!valid(p) || qkv_stride % 4 != 0 || out_stride % 4 != 0 || qkv_stride < 3LL * p.num_heads * p.head_dim ||
+      out_stride < static_cast<int64_t>(p.num_heads) * p.head_dim || plan.num_seqs < 0 || plan.num_blocks < 0)
+    return cudaErrorInvalidValue;
+  if (plan.num_seqs == 0) return cudaSuccess;
+  if (plan.num_blocks > 0 && (qkv == nullptr || out == nullptr || workspace == nullptr)) return cudaErrorInvalidValue;
+  return p.head_dim == 64 ? prefill_d<64>(qkv, qkv_stride, out, out_stride, p, plan, workspace, stream)
+                          : prefill_d<128>(qkv, qkv_stride, out, out_stride, p, plan, workspace, stream);
+}
+
+cudaError_t lightning_decode(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                             const LightningDevParams& p, const int32_t* state_indices, int batch,
+                             cudaStream_t stream) {
+  if (!valid(p) || batch < 0 || qkv_stride % 4 != 0 || qkv_stride < 3LL * p.num_heads * p.head_dim ||
+      out_stride < static_cast<int64_t>(p.num_heads) * p.head_dim)
+    return cudaErrorInvalidValue;
+  if (batch == 0) return cudaSuccess;
+  return visit_dtype(p.states.dtype, [&](auto tag) {
+    using TS = decltype(tag);
+    if (p.head_dim == 64)
+      decode_kernel<TS, 64><<<dim3(batch, p.num_heads), kThreads, 0, stream>>>(qkv, qkv_stride, out, out_stride, p, state_indices);
+    else
+      decode_kernel<TS, 128><<<dim3(batch, p.num_heads), kThreads, 0, stream>>>(qkv, qkv_stride, out, out_stride, p, state_indices);
+    return launch_status();
+  });
+}
+
+}  // namespace ssmserve::cuda

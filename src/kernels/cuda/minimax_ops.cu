@@ -1,0 +1,59 @@
+// Owns the elementwise GPU steps of the MiniMax decoder layer (see minimax_ops.h).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/minimax_ops.h"
+
+namespace ssmserve::cuda {
+namespace {
+using namespace detail;
+
+__global__ void silu_kernel(float* __restrict__ x, int64_t xs, int64_t cols) {
+  float* row = x + static_cast<int64_t>(blockIdx.x) * xs;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) row[c] = silu(row[c]);
+}
+
+template <class TO>
+__global__ void gate_kernel(const float* __restrict__ o, int64_t os, const float* __restrict__ g, int64_t gs,
+                            int64_t cols, TO* __restrict__ out, int64_t outs) {
+  const int64_t t = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    store(out + t * outs + c, o[t * os + c] * (1.0f / (1.0f + expf(-g[t * gs + c]))));
+}
+
+__global__ void residual_kernel(float* h, const float* x, float a, const float* y, float b, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    h[i] = x[i] * a + y[i] * b;
+}
+
+}  // namespace
+
+cudaError_t silu_inplace(float* x, int64_t x_stride, int64_t T, int64_t cols, cudaStream_t stream) {
+  if (T < 0 || cols < 0 || x_stride < cols) return cudaErrorInvalidValue;
+  if (T == 0 || cols == 0) return cudaSuccess;
+  silu_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(x, x_stride, cols);
+  return launch_status();
+}
+
+cudaError_t sigmoid_gate(const float* o, int64_t o_stride, const float* g, int64_t g_stride, int64_t T, int64_t cols,
+                         void* out, DType out_dtype, int64_t out_stride, cudaStream_t stream) {
+  if (T < 0 || cols < 0 || o_stride < cols || g_stride < cols || out_stride < cols || out_dtype == DType::F16)
+    return cudaErrorInvalidValue;
+  if (T == 0 || cols == 0) return cudaSuccess;
+  if (out_dtype == DType::BF16)
+    gate_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(o, o_stride, g, g_stride, cols,
+                                                              static_cast<__nv_bfloat16*>(out), out_stride);
+  else
+    gate_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(o, o_stride, g, g_stride, cols, static_cast<float*>(out),
+                                                              out_stride);
+  return launch_status();
+}
+
+cudaError_t scaled_residual(float* h, const float* x, float a, const float* y, float b, int64_t n, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, 256), 4096));
+  residual_kernel<<<blocks, 256, 0, stream>>>(h, x, a, y, b, n);
+  return launch_status();
+}
+
+}  // namespace ssmserve::cuda

@@ -1,0 +1,25 @@
+// Owns the elementwise GPU steps of the MiniMax decoder layer (model/archs/minimax.cpp): SiLU over the qkv
+// projection, the sigmoid output gate of the lightning layers, and the scaled residual h = alpha x + beta y that
+// transformers' MiniMaxDecoderLayer uses. Framework-free: device pointers, sizes, row strides (elements), a
+// stream; each returns the launch status (cudaErrorInvalidValue for bad sizes).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ssmserve::cuda {
+
+/// x = x * sigmoid(x) in place (cpu::silu): x [T, cols] fp32, row stride x_stride.
+cudaError_t silu_inplace(float* x, int64_t x_stride, int64_t T, int64_t cols, cudaStream_t stream);
+
+/// out = o * (1 / (1 + exp(-g))): o, g [T, cols] fp32 (row strides o_stride, g_stride); out [T, cols] in
+/// out_dtype (F32 or BF16, the next GEMM's input), row stride out_stride.
+cudaError_t sigmoid_gate(const float* o, int64_t o_stride, const float* g, int64_t g_stride, int64_t T, int64_t cols,
+                         void* out, DType out_dtype, int64_t out_stride, cudaStream_t stream);
+
+/// h = a * x + b * y over n contiguous fp32 elements (h may alias x or y).
+cudaError_t scaled_residual(float* h, const float* x, float a, const float* y, float b, int64_t n, cudaStream_t stream);
+
+}  // namespace ssmserve::cuda

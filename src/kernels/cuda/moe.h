@@ -1,0 +1,42 @@
+// Owns the sparse mixture-of-experts MLP on the GPU (the CUDA counterpart of kernels/cpu/moe.h, transformers'
+// MiniMaxSparseMoeBlock): routing (softmax in fp32, top_k by probability with ties to the lower expert id,
+// renormalized to sum 1), tokens sorted by expert on the device, grouped expert GEMMs on tensor cores (one launch
+// per projection for all experts: bf16 operands, fp32 accumulation; gate and up fused with SiLU(g) * u), and the
+// weighted combine adding each token's experts in ascending id order (as the CPU). Nothing is copied to the host,
+// so the whole block can be captured in a CUDA graph. Router logits (x W_gate^T) come from the caller's GEMM.
+// Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
+// (cudaErrorInvalidValue for bad sizes).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ssmserve::cuda {
+
+/// Stacked expert weights (device, bf16, row-major as Linear weights are stored).
+struct MoeDevWeights {
+  int num_experts = 0;   ///< E, 1..1024
+  int top_k = 0;         ///< 1..min(E, 8)
+  int64_t hidden = 0;    ///< multiple of 8
+  int64_t intermediate = 0;  ///< I, multiple of 8
+  const void* w1 = nullptr;  ///< [E, I, hidden] gate_proj
+  const void* w3 = nullptr;  ///< [E, I, hidden] up_proj
+  const void* w2 = nullptr;  ///< [E, hidden, I] down_proj
+};
+
+/// Workspace bytes sparse_moe needs for T tokens (ids, weights, offsets, sorted rows, activations, expert outputs).
+size_t moe_workspace_bytes(int64_t T, const MoeDevWeights& w);
+
+/// Router only: logits [T, E] fp32 (contiguous) -> ids [T, top_k] (descending probability, ties to the lower id)
+/// and their renormalized weights [T, top_k] fp32. E <= 256.
+cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, int32_t* ids, float* weights,
+                      cudaStream_t stream);
+
+/// out[t] = sum over token t's top_k experts e (ascending e) of weight_e * w2_e(silu(w1_e x) * (w3_e x)).
+///   x: [T, hidden] fp32 (row stride x_stride, multiple of 4); logits: [T, E] fp32 contiguous; out: [T, hidden]
+///   fp32 (row stride out_stride; must not alias x); workspace: moe_workspace_bytes(T, w) bytes.
+cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
+                       float* out, int64_t out_stride, void* workspace, cudaStream_t stream);
+
+}  // namespace ssmserve::cuda

@@ -1,0 +1,224 @@
+// Owns the GPU paged softmax attention, RoPE and KV-cache writes (see paged_attention.h).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/paged_attention.h"
+
+namespace ssmserve::cuda {
+namespace {
+using namespace detail;
+
+constexpr int kQ = 16;        // queries (tokens x heads of one KV head) per task
+constexpr int kChunk = 32;    // keys per shared-memory chunk (one per lane)
+constexpr int kThreads = 128; // 4 warps; warp w owns queries w, w + 4, ...
+
+/// Floats of K (or V) per page for this layer: block_size * num_kv_heads * head_dim.
+__device__ __forceinline__ int64_t kv_elems(const KvCacheView& c) {
+  return static_cast<int64_t>(c.block_size) * c.num_kv_heads * c.head_dim;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Grid (T): x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin per head, pairs (i, i + half).
+__global__ void rope_kernel(float* __restrict__ x, int64_t xs, int num_heads, int head_dim,
+                            const int32_t* __restrict__ positions, const float* __restrict__ inv_freq, int half) {
+  const int64_t t = blockIdx.x;
+  const float pos = static_cast<float>(positions[t]);
+  for (int idx = threadIdx.x; idx < num_heads * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    const float a = pos * inv_freq[i];
+    const float c = cosf(a), s = sinf(a);
+    float* xh = x + t * xs + static_cast<int64_t>(h) * head_dim;
+    const float x1 = xh[i], x2 = xh[i + half];
+    xh[i] = x1 * c - x2 * s;
+    xh[i + half] = x2 * c + x1 * s;
+  }
+}
+
+/// Grid (T): copies K and V rows into slot_mapping[t]'s page.
+__global__ void cache_kernel(const float* __restrict__ k, int64_t ks, const float* __restrict__ v, int64_t vs,
+                             const int32_t* __restrict__ slots, KvCacheView cache) {
+  const int64_t t = blockIdx.x;
+  const int32_t s = slots[t];
+  if (s < 0) return;
+  const int64_t W = static_cast<int64_t>(cache.num_kv_heads) * cache.head_dim;
+  const int64_t b = s / cache.block_size, off = s % cache.block_size;
+  float* kd = reinterpret_cast<float*>(cache.base + b * cache.page_bytes + cache.layer_offset_bytes) + off * W;
+  float* vd = kd + kv_elems(cache);
+  for (int64_t c = threadIdx.x; c < W; c += blockDim.x) {
+    kd[c] = k[t * ks + c];
+    vd[c] = v[t * vs + c];
+  }
+}
+
+/// One item's partial softmax: queries of the task's tile x keys [split * kKeySplit, ...) of its row, written to
+/// ws[item, g, qi] = (acc[D], running max m, running sum l). Grid (num_items, num_kv_heads).
+template <int D>
+__global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restrict__ q, int64_t qs, KvCacheView cache,
+                                                           PagedAttentionArgs a, float* __restrict__ ws) {
+  constexpr int C = D / 32;
+  __shared__ float Qs[kQ][D];
+  __shared__ float Ks[kChunk][D + 1];
+  __shared__ float Vs[kChunk][D];
+  const int item = blockIdx.x, g = blockIdx.y, KVH = cache.num_kv_heads, group = a.num_heads / KVH;
+  const int task = a.items[2 * item], split = a.items[2 * item + 1];
+  const int row = a.tasks[4 * task], off = a.tasks[4 * task + 1];
+  const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
+  const int nt = min(a.tasks[4 * task + 2], n - off);
+  const int pos0 = sl - n + off, len = pos0 + nt;
+  const int k0 = split * kKeySplit, k1 = min(len, k0 + kKeySplit);
+  float* wsi = ws + (static_cast<int64_t>(item) * KVH + g) * kQ * (D + 2);
+  if (sl == 0 || nt <= 0 || k0 >= k1) {
+    if (threadIdx.x < kQ) {
+      wsi[threadIdx.x * (D + 2) + D] = -INFINITY;
+      wsi[threadIdx.x * (D + 2) + D + 1] = 0.0f;
+    }
+    return;
+  }
+  const int nq = nt * group;
+  const int64_t t0 = a.query_start_loc[row] + off;
+  for (int idx = threadIdx.x; idx < nq * D; idx += kThreads) {
+    const int qi = idx / D, d = idx % D;
+    Qs[qi][d] = q[(t0 + qi / group) * qs + static_cast<int64_t>(g * group + qi % group) * D + d];
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float m[kQ / 4], l[kQ / 4], acc[kQ / 4][C];
+#pragma unroll
+  for (int u = 0; u < kQ / 4; ++u) {
+    m[u] = -INFINITY, l[u] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[u][c] = 0.0f;
+  }
+  const int64_t W = static_cast<int64_t>(KVH) * D;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(row) * a.max_blocks;
+  for (int kb = k0; kb < k1; kb += kChunk) {
+    const int nk = min(kChunk, k1 - kb);
+    __syncthreads();  // the previous chunk is consumed (and Q is loaded)
+    for (int idx = threadIdx.x; idx < kChunk * D; idx += kThreads) {
+      const int j = idx / D, d = idx % D;
+      float kv = 0.0f, vv = 0.0f;
+      if (j < nk) {
+        const int pos = kb + j;
+        const int64_t blk = table[pos / cache.block_size];
+        const float* kp = reinterpret_cast<const float*>(cache.base + blk * cache.page_bytes + cache.layer_offset_bytes) +
+                          static_cast<int64_t>(pos % cache.block_size) * W + static_cast<int64_t>(g) * D + d;
+        kv = kp[0];
+        vv = kp[kv_elems(cache)];
+      }
+      Ks[j][d] = kv;
+      Vs[j][d] = vv;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kQ / 4; ++u) {
+      const int qi = warp + 4 * u;
+      if (qi >= nq) continue;  // uniform over the warp
+      const int qpos = pos0 + qi / group, kj = kb + lane;
+      const bool valid = lane < nk && kj <= qpos;
+      float s = -INFINITY;
+      if (valid) {
+        float dot = 0.0f;
+#pragma unroll 16
+        for (int d = 0; d < D; ++d) dot += Qs[qi][d] * Ks[lane][d];
+        s = dot * a.scale;
+      }
+      const float cm = warp_max(s);
+      if (cm == -INFINITY) continue;
+      const float nm = fmaxf(m[u], cm);
+      const float p = valid ? expf(s - nm) : 0.0f;
+      const float alpha = expf(m[u] - nm);
+      l[u] = l[u] * alpha + warp_sum(p);
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[u][c] *= alpha;
+      for (int j = 0; j < nk; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[u][c] += pj * Vs[j][lane + 32 * c];
+      }
+      m[u] = nm;
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kQ / 4; ++u) {
+    const int qi = warp + 4 * u;
+    if (qi >= kQ) continue;
+    float* w = wsi + qi * (D + 2);
+#pragma unroll
+    for (int c = 0; c < C; ++c) w[lane + 32 * c] = acc[u][c];
+    if (lane == 0) w[D] = m[u], w[D + 1] = l[u];
+  }
+}
+
+/// Merges a task's splits in split order: out = sum_s e^{m_s - M} acc_s / sum_s e^{m_s - M} l_s.
+/// Grid (num_tasks, num_kv_heads); rows with seq_len 0 get zeros.
+template <int D>
+__global__ void __launch_bounds__(kThreads) combine_kernel(float* __restrict__ out, int64_t os, int num_kv_heads,
+                                                           PagedAttentionArgs a, const float* __restrict__ ws) {
+  const int task = blockIdx.x, g = blockIdx.y, group = a.num_heads / num_kv_heads;
+  const int row = a.tasks[4 * task], off = a.tasks[4 * task + 1], item0 = a.tasks[4 * task + 3];
+  const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
+  const int nt = min(a.tasks[4 * task + 2], n - off);
+  if (nt <= 0) return;
+  const int nq = nt * group;
+  const int64_t t0 = a.query_start_loc[row] + off;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int nsplit = sl == 0 ? 0 : (sl - n + off + nt - 1) / kKeySplit + 1;
+  for (int qi = warp; qi < nq; qi += kThreads / 32) {
+    float* o = out + (t0 + qi / group) * os + static_cast<int64_t>(g * group + qi % group) * D;
+    if (nsplit == 0) {
+      for (int d = lane; d < D; d += 32) o[d] = 0.0f;
+      continue;
+    }
+    auto part = [&](int s) { return ws + ((static_cast<int64_t>(item0 + s) * num_kv_heads + g) * kQ + qi) * (D + 2); };
+    float M = -INFINITY;
+    for (int s = 0; s < nsplit; ++s) M = fmaxf(M, part(s)[D]);
+    float L = 0.0f;
+    for (int s = 0; s < nsplit; ++s) L += part(s)[D + 1] * expf(part(s)[D] - M);
+    const float inv = 1.0f / L;
+    for (int d = lane; d < D; d += 32) {
+      float acc = 0.0f;
+      for (int s = 0; s < nsplit; ++s) acc += part(s)[d] * expf(part(s)[D] - M);
+      o[d] = acc * inv;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t apply_rope(float* x, int64_t x_stride, int64_t T, int num_heads, int head_dim, const int32_t* positions,
+                       const float* inv_freq, int half, cudaStream_t stream) {
+  if (T < 0 || num_heads <= 0 || half <= 0 || 2 * half > head_dim || x_stride < static_cast<int64_t>(num_heads) * head_dim)
+    return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  rope_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(x, x_stride, num_heads, head_dim, positions, inv_freq, half);
+  return launch_status();
+}
+
+cudaError_t reshape_and_cache(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t T,
+                              const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream) {
+  if (T < 0 || cache.base == nullptr || cache.block_size <= 0 || cache.num_kv_heads <= 0 || cache.head_dim <= 0)
+    return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  cache_kernel<<<static_cast<unsigned>(T), 128, 0, stream>>>(k, k_stride, v, v_stride, slot_mapping, cache);
+  return launch_status();
+}
+
+cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
+                            const PagedAttentionArgs& a, float* workspace, cudaStream_t stream) {
+  const int D = cache.head_dim, KVH = cache.num_kv_heads;
+  if ((D != 64 && D != 128) || KVH <= 0 || a.num_heads % KVH != 0 || a.num_heads / KVH > kQ ||
+      a.tokens_per_task * (a.num_heads / KVH) > kQ || cache.block_size <= 0 || a.num_tasks < 0 || a.num_items < 0)
+    return cudaErrorInvalidValue;
+  if (a.num_tasks == 0) return cudaSuccess;
+  if (D == 64) {
+    partial_kernel<64><<<dim3(a.num_items, KVH), kThreads, 0, stream>>>(q, q_stride, cache, a, workspace);
+    combine_kernel<64><<<dim3(a.num_tasks, KVH), kThreads, 0, stream>>>(out, out_stride, KVH, a, workspace);
+  } else {
+    partial_kernel<128><<<dim3(a.num_items, KVH), kThreads, 0, stream>>>(q, q_stride, cache, a, workspace);
+    combine_kernel<128><<<dim3(a.num_tasks, KVH), kThreads, 0, stream>>>(out, out_stride, KVH, a, workspace);
+  }
+  return launch_status();
+}
+
+}  // namespace ssmserve::cuda

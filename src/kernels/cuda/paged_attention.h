@@ -1,0 +1,72 @@
+// Owns softmax attention over the paged KV cache on the GPU (the CUDA counterpart of kernels/cpu/attention.h and
+// kernels/cpu/rope.h, same cache layout: a KV block is one page of the shared pool holding, per softmax layer, K
+// then V for block_size tokens, each [block_size, num_kv_heads, head_dim] fp32): RoPE (neox / rotate_half),
+// reshape_and_cache, and causal GQA attention for prefill and decode rows with one code path. Attention is a
+// split-KV FlashAttention-style pass in fp32 (online softmax per split of kKeySplit keys, then a combine in split
+// order), so long contexts spread over the whole GPU; a query tile of up to 16 query heads x tokens of one KV head
+// shares every key / value load. Framework-free: device pointers, sizes, row strides (elements), a stream; each
+// returns the launch status (cudaErrorInvalidValue for bad sizes).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cache/kv_cache.h"
+
+namespace ssmserve::cuda {
+
+/// Keys per split of the attention pass.
+inline constexpr int kKeySplit = 512;
+
+/// Rotates the first 2 * half dims of every head in place (cpu::apply_rope): x: [T, num_heads * head_dim] fp32,
+/// row stride x_stride; positions: [T] (device); inv_freq: [half] (device, cpu::rope_inv_freq).
+cudaError_t apply_rope(float* x, int64_t x_stride, int64_t T, int num_heads, int head_dim, const int32_t* positions,
+                       const float* inv_freq, int half, cudaStream_t stream);
+
+/// Writes each token's K and V rows ([T, num_kv_heads * head_dim] fp32, row strides k_stride / v_stride) into its
+/// cache slot (slot_mapping [T] device: block * block_size + offset, -1 = skip).
+cudaError_t reshape_and_cache(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t T,
+                              const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream);
+
+/// The attention pass's work list, built on the host from the step's metadata (PagedAttentionMetadata's
+/// query_start_loc and seq_lens): tasks = (row, first token, tokens) tiles of one row; items = (task, split).
+struct PagedAttentionPlan {
+  int num_tasks = 0, num_items = 0, tokens_per_task = 0;
+  std::vector<int32_t> tasks;  ///< [num_tasks, 4] row, first token, tokens, first item
+  std::vector<int32_t> items;  ///< [num_items, 2] task, split
+  /// Every row's tokens in tiles of max(1, 16 / group) tokens; a tile of last position p gets ceil((p + 1) /
+  /// kKeySplit) splits. Rows with seq_len 0 get tiles with one split (zeros). Throws Error on malformed spans.
+  static PagedAttentionPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
+                                  int group);
+  /// Decode rows (one token each) with room for contexts up to max_context: fixed size, so a CUDA graph can be
+  /// replayed with other seq_lens / block tables (splits past a row's context do nothing).
+  static PagedAttentionPlan decode(int batch, int max_context, int group);
+};
+
+/// Device arrays of one attention call.
+struct PagedAttentionArgs {
+  int num_heads = 0;  ///< query heads (a multiple of the cache's num_kv_heads; group = num_heads / num_kv_heads <= 16)
+  float scale = 0.0f;
+  int max_blocks = 0;                        ///< columns of block_tables
+  const int32_t* query_start_loc = nullptr;  ///< [rows + 1]
+  const int32_t* seq_lens = nullptr;         ///< [rows] context incl. this step's tokens (0 = padding: zeros)
+  const int32_t* block_tables = nullptr;     ///< [rows, max_blocks]
+  const int32_t* tasks = nullptr;            ///< plan.tasks
+  const int32_t* items = nullptr;            ///< plan.items
+  int num_tasks = 0, num_items = 0, tokens_per_task = 0;
+};
+
+/// Workspace floats paged_attention needs for a plan: num_items * num_kv_heads * 16 * (head_dim + 2).
+inline size_t paged_attention_workspace_floats(int num_items, int num_kv_heads, int head_dim) {
+  return static_cast<size_t>(num_items) * num_kv_heads * 16 * (head_dim + 2);
+}
+
+/// Causal attention (cpu::paged_attention): q [T, num_heads * head_dim] (row stride q_stride) -> out (row stride
+/// out_stride), keys / values read from `cache` (already holding this step's tokens). head_dim 64 or 128.
+cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
+                            const PagedAttentionArgs& a, float* workspace, cudaStream_t stream);
+
+}  // namespace ssmserve::cuda

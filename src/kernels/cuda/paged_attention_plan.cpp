@@ -1,0 +1,48 @@
+// Owns the host-side work list of the GPU paged attention (see paged_attention.h).
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/cuda/paged_attention.h"
+
+namespace ssmserve::cuda {
+
+PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
+                                             int group) {
+  SSM_CHECK(group >= 1 && group <= 16, "paged attention plan: {} query heads per KV head (1..16 supported)", group);
+  SSM_CHECK(query_start_loc.size() == seq_lens.size() + 1, "paged attention plan: query_start_loc has {} entries for {} rows",
+            query_start_loc.size(), seq_lens.size());
+  PagedAttentionPlan p;
+  p.tokens_per_task = std::max(1, 16 / group);
+  for (size_t r = 0; r < seq_lens.size(); ++r) {
+    const int32_t n = query_start_loc[r + 1] - query_start_loc[r], sl = seq_lens[r];
+    SSM_CHECK(n >= 0 && (sl == 0 || sl >= n), "paged attention plan: row {} has {} new tokens but seq_len {}", r, n, sl);
+    for (int32_t off = 0; off < n; off += p.tokens_per_task) {
+      const int32_t nt = std::min(p.tokens_per_task, n - off);
+      const int32_t last = sl == 0 ? 0 : sl - n + off + nt - 1;
+      const int32_t splits = last / kKeySplit + 1;
+      const int32_t task = static_cast<int32_t>(p.tasks.size() / 4);
+      p.tasks.insert(p.tasks.end(), {static_cast<int32_t>(r), off, nt, static_cast<int32_t>(p.items.size() / 2)});
+      for (int32_t s = 0; s < splits; ++s) p.items.insert(p.items.end(), {task, s});
+    }
+  }
+  p.num_tasks = static_cast<int>(p.tasks.size() / 4);
+  p.num_items = static_cast<int>(p.items.size() / 2);
+  return p;
+}
+
+PagedAttentionPlan PagedAttentionPlan::decode(int batch, int max_context, int group) {
+  SSM_CHECK(group >= 1 && group <= 16 && batch >= 0 && max_context >= 1,
+            "paged attention decode plan: batch {}, max_context {}, group {}", batch, max_context, group);
+  PagedAttentionPlan p;
+  p.tokens_per_task = 1;
+  const int32_t splits = (max_context - 1) / kKeySplit + 1;
+  for (int32_t r = 0; r < batch; ++r) {
+    p.tasks.insert(p.tasks.end(), {r, 0, 1, r * splits});
+    for (int32_t s = 0; s < splits; ++s) p.items.insert(p.items.end(), {r, s});
+  }
+  p.num_tasks = batch;
+  p.num_items = batch * splits;
+  return p;
+}
+
+}  // namespace ssmserve::cuda

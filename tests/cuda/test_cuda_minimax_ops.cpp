@@ -1,0 +1,429 @@
+// GPU op harness of the MiniMax hybrid (issue 8): lightning attention prefill / decode and the MoE block, each
+// against its CPU kernel (the reference) on the issue's shapes (head_dim 64 and 128, block sizes 64 and 256, slopes
+// up to 0.95, lengths 1, 255, 256, 257, 700, initial states, null rows, chunked continuation), with fresh random
+// inputs per run and poisoned outputs. Skips without a GPU; SSMSERVE_CUDA_TEST_QUICK=1 keeps the small cases.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <span>
+
+#include "core/error.h"
+#include "cuda_test_util.h"
+#include "device/cuda_check.h"
+#include "kernels/cpu/lightning.h"
+#include "kernels/cpu/moe.h"
+#include "kernels/cuda/lightning.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/linear.h"
+#include "model/weight.h"
+
+namespace ssmserve {
+namespace {
+using namespace cudatest;
+using cuda::DeviceBuffer;
+using cuda::to_device;
+using cuda::to_host;
+
+DeviceBuffer poisoned(size_t n) {
+  DeviceBuffer b(n * sizeof(float));
+  b.fill_bytes(0xff);
+  return b;
+}
+
+// ---- lightning attention -----------------------------------------------------------------------------------------
+
+/// One lightning layer on host and device: slopes, a state pool of `blocks` blocks.
+struct LightningLayer {
+  int H, D, bs;
+  std::vector<float> slopes;
+  DeviceBuffer dslopes;
+  StatePool pool;
+  LightningLayer(int h, int d, int b, DType t, int blocks, std::mt19937& rng)
+      : H(h), D(d), bs(b), pool(t, static_cast<int64_t>(h) * d * d, blocks, rng, 0.5f) {
+    const float base[] = {0.95f, 0.3f, 0.05f, 0.001f};
+    for (int i = 0; i < H; ++i) slopes.push_back(base[i % 4]);
+    dslopes = to_device(slopes);
+  }
+  cpu::LightningParams host() { return {H, D, bs, slopes.data(), pool.host_view()}; }
+  cuda::LightningDevParams dev() { return {H, D, bs, dslopes.as<float>(), pool.dev_view()}; }
+};
+
+/// Runs the GPU prefill for one step (plan built and uploaded here); returns nothing, output in dout.
+void gpu_prefill(LightningLayer& L, const DeviceBuffer& dqkv, int64_t qs, DeviceBuffer& dout, int64_t os,
+                 const std::vector<int32_t>& qsl, const std::vector<int32_t>& nc, const std::vector<int32_t>& idx) {
+  auto plan = cuda::LightningPlan::build(qsl, nc, L.bs);
+  DeviceBuffer db = to_device(plan.blocks), df = to_device(plan.seq_first_block), dq = to_device(plan.qtiles),
+               di = to_device(idx), dn = to_device(nc);
+  DeviceBuffer ws(std::max<size_t>(4, cuda::lightning_workspace_floats(plan.num_blocks, L.H, L.D) * 4));
+  cuda::LightningPlanDev pd{plan.num_seqs, plan.num_blocks, plan.num_qtiles, db.as<int32_t>(), df.as<int32_t>(),
+                            dq.as<int32_t>(), di.as<int32_t>(), dn.as<int32_t>()};
+  SSM_CUDA_CHECK(cuda::lightning_prefill(dqkv.as<float>(), qs, dout.as<float>(), os, L.dev(), pd, ws.as<float>(), nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+struct LightningCase {
+  int D, bs;
+  DType state;
+};
+std::vector<LightningCase> lightning_cases() {
+  std::vector<LightningCase> c = {{64, 64, DType::F32}, {128, 256, DType::F32}};
+  if (!quick()) {
+    c.push_back({64, 256, DType::F32});
+    c.push_back({128, 64, DType::F32});
+    c.push_back({128, 256, DType::BF16});
+  }
+  return c;
+}
+
+TEST(CudaLightning, PrefillMatchesCpuRaggedWithInitialStates) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& lc : lightning_cases()) {
+    SCOPED_TRACE(testing::Message() << "D=" << lc.D << " bs=" << lc.bs << " state " << dtype_name(lc.state));
+    const int H = 4;
+    // Lengths 1, 255, 256, 257, 700 (quick: 1, 65, 130), some continuing (num_computed > 0, off-grid), a null row.
+    std::vector<int32_t> lens = quick() ? std::vector<int32_t>{1, 65, 130, 3} : std::vector<int32_t>{1, 255, 256, 257, 700, 9};
+    std::vector<int32_t> nc = quick() ? std::vector<int32_t>{5, 0, 70, 0} : std::vector<int32_t>{5, 0, 100, 513, 37, 0};
+    std::vector<int32_t> idx;
+    for (size_t s = 0; s < lens.size(); ++s) idx.push_back(s == 3 ? 0 : static_cast<int32_t>(s + 1));
+    std::vector<int32_t> qsl{0};
+    for (int32_t n : lens) qsl.push_back(qsl.back() + n);
+    const int64_t T = qsl.back(), qs = 3LL * H * lc.D + 4, os = static_cast<int64_t>(H) * lc.D + 8;
+    LightningLayer L(H, lc.D, lc.bs, lc.state, static_cast<int>(lens.size()) + 1, rng);
+    auto qkv = rand_vec(rng, T * qs);
+    round_bf16(qkv);
+    std::vector<float> ref(T * os, 0.0f);
+    cpu::lightning_prefill(qkv.data(), qs, ref.data(), os, L.host(), qsl, nc, idx);
+    DeviceBuffer dqkv = to_device(qkv), dout = poisoned(T * os);
+    gpu_prefill(L, dqkv, qs, dout, os, qsl, nc, idx);
+    auto got = to_host<float>(dout, T * os);
+    const double tol = lc.state == DType::F32 ? 1e-4 : 1e-2;
+    // Per sequence, so a wrong short row is not hidden by a long one.
+    for (size_t s = 0; s < lens.size(); ++s) {
+      const int64_t t0 = qsl[s];
+      EXPECT_LT(rel_err(got.data() + t0 * os, os, ref.data() + t0 * os, os, lens[s], H * lc.D), idx[s] ? tol : 1e-30)
+          << "out of sequence " << s << " (len " << lens[s] << ", computed " << nc[s] << ")";
+    }
+    EXPECT_LT(L.pool.rel_err_blocks(idx), lc.state == DType::F32 ? 1e-4 : 1e-2) << "final states";
+    EXPECT_TRUE(L.pool.null_block_intact());
+  }
+}
+
+TEST(CudaLightning, ChunkedContinuationMatchesOneShotCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& lc : lightning_cases()) {
+    if (lc.state != DType::F32) continue;
+    SCOPED_TRACE(testing::Message() << "D=" << lc.D << " bs=" << lc.bs);
+    const int H = 2, n = quick() ? 200 : 700;
+    const int64_t qs = 3LL * H * lc.D, os = static_cast<int64_t>(H) * lc.D;
+    LightningLayer L(H, lc.D, lc.bs, DType::F32, 2, rng);
+    auto qkv = rand_vec(rng, n * qs);
+    round_bf16(qkv);
+    std::vector<float> ref(n * os);
+    const std::vector<int32_t> idx{1};
+    // CPU, one shot from zeros.
+    cpu::lightning_prefill(qkv.data(), qs, ref.data(), os, L.host(), std::vector<int32_t>{0, n}, std::vector<int32_t>{0}, idx);
+    // GPU: chunks of 1, 63, 100, 257, rest (continuations start off the block grid).
+    DeviceBuffer dqkv = to_device(qkv), dout = poisoned(n * os);
+    std::vector<int32_t> cuts{0, 1, 64, quick() ? 120 : 164, quick() ? 150 : 421, n};
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const int32_t a = cuts[c], len = cuts[c + 1] - a;
+      DeviceBuffer chunk_q(len * qs * 4), chunk_o = poisoned(len * os);
+      chunk_q.upload(qkv.data() + a * qs, len * qs * 4);
+      gpu_prefill(L, chunk_q, qs, chunk_o, os, {0, len}, {a}, idx);
+      auto o = to_host<float>(chunk_o, len * os);
+      std::vector<float> all = to_host<float>(dout, n * os);
+      std::copy(o.begin(), o.end(), all.begin() + a * os);
+      dout.upload(all.data(), all.size() * 4);
+    }
+    auto got = to_host<float>(dout, n * os);
+    EXPECT_LT(rel_err(got.data(), os, ref.data(), os, n, os), 1e-4);
+    EXPECT_LT(L.pool.rel_err_blocks(idx), 1e-4) << "final state";
+  }
+}
+
+TEST(CudaLightning, DecodeMatchesCpuAndSkipsNullRows) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int D : {64, 128}) {
+    for (DType t : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(testing::Message() << "D=" << D << " " << dtype_name(t));
+      const int H = 4;
+      const std::vector<int32_t> idx{3, 0, 1, 5, 0, 2};
+      const int B = static_cast<int>(idx.size());
+      const int64_t qs = 3LL * H * D + 4, os = static_cast<int64_t>(H) * D + 4;
+      LightningLayer L(H, D, 256, t, 6, rng);
+      auto qkv = rand_vec(rng, B * qs);
+      std::vector<float> ref(B * os, 0.0f);
+      cpu::lightning_decode(qkv.data(), qs, ref.data(), os, L.host(), idx);
+      DeviceBuffer dqkv = to_device(qkv), dout = poisoned(B * os), di = to_device(idx);
+      for (int step = 0; step < 3; ++step) {  // repeated steps: the state carries
+        if (step > 0) cpu::lightning_decode(qkv.data(), qs, ref.data(), os, L.host(), idx);
+        SSM_CUDA_CHECK(cuda::lightning_decode(dqkv.as<float>(), qs, dout.as<float>(), os, L.dev(), di.as<int32_t>(), B, nullptr));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+      auto got = to_host<float>(dout, B * os);
+      const double tol = t == DType::F32 ? 1e-5 : 1e-2;
+      EXPECT_LT(rel_err(got.data(), os, ref.data(), os, B, H * D), tol);
+      EXPECT_LT(L.pool.rel_err_blocks(idx), tol);
+      EXPECT_TRUE(L.pool.null_block_intact());
+      for (int r = 0; r < B; ++r) {
+        if (idx[r] != 0) continue;
+        for (int c = 0; c < H * D; ++c) ASSERT_EQ(got[r * os + c], 0.0f) << "null row " << r;
+      }
+    }
+  }
+}
+
+TEST(CudaLightning, RejectsBadArguments) {
+  REQUIRE_GPU();
+  std::mt19937 rng(1);
+  LightningLayer L(2, 96, 256, DType::F32, 2, rng);  // head_dim 96 unsupported
+  cuda::LightningPlanDev pd;
+  pd.num_seqs = 1;
+  EXPECT_EQ(cuda::lightning_prefill(nullptr, 576, nullptr, 192, L.dev(), pd, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::lightning_decode(nullptr, 576, nullptr, 192, L.dev(), nullptr, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_THROW(cuda::LightningPlan::build(std::vector<int32_t>{0, 5, 3}, std::vector<int32_t>{0, 0}, 64), Error);
+  EXPECT_THROW(cuda::LightningPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{0}, 0), Error);
+}
+
+// ---- MoE ----------------------------------------------------------------------------------------------------------
+
+TEST(CudaMoe, RouteMatchesCpuIncludingTies) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int E : {4, 8, 32, 256}) {
+    for (int k : {1, 2, 4}) {
+      if (k > E) continue;
+      SCOPED_TRACE(testing::Message() << "E=" << E << " k=" << k);
+      const int64_t T = 97;
+      auto logits = rand_vec(rng, T * E, -3.0f, 3.0f);
+      for (int e = 0; e < E; ++e) logits[e] = 0.5f;  // token 0: all tied -> ids 0, 1, ...
+      logits[E + E - 1] = logits[E + 0] = 9.0f;        // token 1: a tie at the top
+      std::vector<int32_t> ids(T * k);
+      std::vector<float> w(T * k);
+      cpu::moe_route(logits.data(), T, E, k, ids.data(), w.data());
+      DeviceBuffer dl = to_device(logits), di(T * k * 4), dw(T * k * 4);
+      SSM_CUDA_CHECK(cuda::moe_route(dl.as<float>(), T, E, k, di.as<int32_t>(), dw.as<float>(), nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(to_host<int32_t>(di, T * k), ids);
+      auto gw = to_host<float>(dw, T * k);
+      for (int64_t i = 0; i < T * k; ++i) EXPECT_NEAR(gw[i], w[i], 1e-6f) << i;
+    }
+  }
+}
+
+struct MoeShape {
+  const char* name;
+  int64_t hidden, inter;
+  int E, k;
+};
+
+TEST(CudaMoe, SparseMoeMatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<MoeShape> shapes = {{"tiny-minimax", 256, 256, 4, 2}};
+  if (!quick()) shapes.push_back({"minimax-bench", 2048, 1024, 8, 2});
+  for (const auto& sh : shapes) {
+    for (int64_t T : {int64_t{1}, int64_t{7}, quick() ? int64_t{70} : int64_t{300}}) {
+      SCOPED_TRACE(testing::Message() << sh.name << " T=" << T);
+      const int64_t Hd = sh.hidden, I = sh.inter, xs = Hd + 4, os = Hd + 8;
+      const int E = sh.E;
+      Weight gate = Weight::allocate(DType::F32, E, Hd);
+      auto g = rand_vec(rng, E * Hd, -0.1f, 0.1f);
+      std::memcpy(const_cast<void*>(gate.data), g.data(), g.size() * 4);
+      std::vector<cpu::ExpertWeights> experts(E);
+      std::vector<uint16_t> w1s, w3s, w2s;
+      auto fill = [&](Weight& W, int64_t r, int64_t c, std::vector<uint16_t>& stack) {
+        W = Weight::allocate(DType::BF16, r, c);
+        auto v = rand_vec(rng, r * c, -0.05f, 0.05f);
+        auto b = to_bf16_bits(v);
+        std::memcpy(const_cast<void*>(W.data), b.data(), b.size() * 2);
+        stack.insert(stack.end(), b.begin(), b.end());
+      };
+      for (int e = 0; e < E; ++e) {
+        fill(experts[e].w1, I, Hd, w1s);
+        fill(experts[e].w3, I, Hd, w3s);
+        fill(experts[e].w2, Hd, I, w2s);
+      }
+      std::vector<float> x = rand_vec(rng, T * Hd);
+      round_bf16(x);
+      std::vector<float> ref(T * Hd), logits(T * E);
+      cpu::sparse_moe(x.data(), T, Hd, gate, experts, sh.k, ref.data());
+      cpu::linear(x.data(), T, gate, nullptr, logits.data());
+      std::vector<float> xpad(T * xs, 0.0f);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(x.data() + t * Hd, Hd, xpad.data() + t * xs);
+      DeviceBuffer dx = to_device(xpad), dl = to_device(logits), d1 = to_device(w1s), d3 = to_device(w3s),
+                   d2 = to_device(w2s), dout = poisoned(T * os);
+      cuda::MoeDevWeights w{E, sh.k, Hd, I, d1.data(), d3.data(), d2.data()};
+      DeviceBuffer ws(cuda::moe_workspace_bytes(T, w));
+      SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), xs, T, dl.as<float>(), w, dout.as<float>(), os, ws.data(), nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      auto got = to_host<float>(dout, T * os);
+      std::vector<float> refp(T * os, 0.0f);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(ref.data() + t * Hd, Hd, refp.data() + t * os);
+      EXPECT_LT(rel_err(got.data(), os, refp.data(), os, T, Hd), 1e-2);
+    }
+  }
+}
+
+TEST(CudaMoe, RejectsBadArguments) {
+  REQUIRE_GPU();
+  cuda::MoeDevWeights w{4, 5, 256, 256, nullptr, nullptr, nullptr};  // top_k > E, no weights
+  EXPECT_EQ(cuda::sparse_moe(nullptr, 256, 1, nullptr, w, nullptr, 256, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::moe_route(nullptr, 1, 4, 5, nullptr, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+// ---- paged softmax attention ---------------------------------------------------------------------------------------
+
+TEST(CudaRope, MatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int D : {64, 128}) {
+    const int H = 6, T = 50;
+    const int64_t xs = H * D + 4;
+    auto x = rand_vec(rng, T * xs);
+    std::vector<int32_t> pos(T);
+    std::uniform_int_distribution<int32_t> dp(0, 70000);
+    for (auto& v : pos) v = dp(rng);
+    auto inv = cpu::rope_inv_freq(1e6, D);
+    DeviceBuffer dx = to_device(x), dpos = to_device(pos), dinv = to_device(inv);
+    cpu::apply_rope(x.data(), xs, T, H, D, pos, inv);
+    SSM_CUDA_CHECK(cuda::apply_rope(dx.as<float>(), xs, T, H, D, dpos.as<int32_t>(), dinv.as<float>(), D / 2, nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    auto got = to_host<float>(dx, T * xs);
+    EXPECT_LT(rel_err(got.data(), xs, x.data(), xs, T, H * D), 1e-5) << "D=" << D;
+  }
+}
+
+struct AttnShape {
+  const char* name;
+  int heads, kv_heads, D, block_size;
+};
+
+TEST(CudaPagedAttention, MatchesCpuOnMixedPrefillDecodeRows) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<AttnShape> shapes = {{"tiny-minimax", 4, 2, 64, 16}};
+  if (!quick()) {
+    shapes.push_back({"minimax-bench", 16, 8, 128, 64});
+    shapes.push_back({"gqa8", 8, 1, 128, 16});
+  }
+  for (const auto& sh : shapes) {
+    SCOPED_TRACE(sh.name);
+    // Rows: (new tokens, seq_len). Prefill from scratch, prefill continuing over cached pages, decode rows with
+    // short and long (several splits) contexts, a padded row.
+    std::vector<std::pair<int, int>> rows = quick() ? std::vector<std::pair<int, int>>{{37, 37}, {5, 600}, {1, 1}, {1, 0}, {1, 77}}
+                                                    : std::vector<std::pair<int, int>>{{300, 300}, {70, 1100}, {1, 1}, {1, 1500}, {1, 0}, {17, 17}, {1, 513}};
+    const int R = static_cast<int>(rows.size()), D = sh.D, KVH = sh.kv_heads, bs = sh.block_size;
+    const int64_t W = static_cast<int64_t>(KVH) * D;
+    int max_blocks = 0, total_blocks = 1;
+    for (auto [n, sl] : rows) max_blocks = std::max(max_blocks, (sl + bs - 1) / bs), total_blocks += (sl + bs - 1) / bs;
+    // Block tables: a random permutation of blocks 1..total_blocks-1.
+    std::vector<int32_t> perm(total_blocks - 1);
+    for (int i = 0; i < total_blocks - 1; ++i) perm[i] = i + 1;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> tables(static_cast<size_t>(R) * max_blocks, 0), qsl{0}, sls, slots;
+    size_t next = 0;
+    for (int r = 0; r < R; ++r) {
+      const auto [n, sl] = rows[r];
+      for (int b = 0; b < (sl + bs - 1) / bs; ++b) tables[r * max_blocks + b] = perm[next++];
+      qsl.push_back(qsl.back() + n);
+      sls.push_back(sl);
+      for (int i = 0; i < n; ++i) {
+        const int pos = sl - n + i;
+        slots.push_back(sl == 0 ? -1 : tables[r * max_blocks + pos / bs] * bs + pos % bs);
+      }
+    }
+    const int64_t T = qsl.back(), page_bytes = 2 * bs * W * 4;
+    std::vector<std::byte> host(static_cast<size_t>(page_bytes) * total_blocks);
+    KvCacheView hv{host.data(), page_bytes, 0, bs, KVH, D};
+    // Previously cached tokens: random K / V straight into the pages (NaN elsewhere: never read).
+    std::fill(reinterpret_cast<float*>(host.data()), reinterpret_cast<float*>(host.data() + host.size()), NAN);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int r = 0; r < R; ++r) {
+      const auto [n, sl] = rows[r];
+      for (int pos = 0; pos < sl - n; ++pos) {
+        const int32_t b = tables[r * max_blocks + pos / bs];
+        for (int64_t c = 0; c < W; ++c) hv.k(b)[(pos % bs) * W + c] = u(rng), hv.v(b)[(pos % bs) * W + c] = u(rng);
+      }
+    }
+    cuda::DeviceBuffer dcache(host.size());
+    dcache.upload(host.data(), host.size());
+    KvCacheView dv{static_cast<std::byte*>(dcache.data()), page_bytes, 0, bs, KVH, D};
+    // This step's q, k, v.
+    const int64_t qs = sh.heads * D + 4, ks = W + 4, os = sh.heads * D + 8;
+    auto q = rand_vec(rng, T * qs, -2.0f, 2.0f), k = rand_vec(rng, T * ks), v = rand_vec(rng, T * ks);
+    cpu::reshape_and_cache(k.data(), ks, v.data(), ks, T, slots, hv, total_blocks);
+    DeviceBuffer dq = to_device(q), dk = to_device(k), dvv = to_device(v), dslots = to_device(slots);
+    SSM_CUDA_CHECK(cuda::reshape_and_cache(dk.as<float>(), ks, dvv.as<float>(), ks, T, dslots.as<int32_t>(), dv, nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    {
+      std::vector<std::byte> back(host.size());
+      dcache.download(back.data(), back.size());
+      EXPECT_EQ(std::memcmp(back.data(), host.data(), host.size()), 0) << "KV cache after reshape_and_cache";
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    std::vector<float> ref(T * os, 0.0f);
+    cpu::paged_attention(q.data(), qs, ref.data(), os, sh.heads, scale, hv, qsl, sls, tables, max_blocks);
+    const int group = sh.heads / KVH;
+    for (bool as_decode_plan : {false, true}) {
+      // The fixed-size decode plan serves only one-token rows: check it on the decode rows alone.
+      std::vector<int32_t> rq{0}, rs, rt;
+      std::vector<int> keep;
+      for (int r = 0; r < R; ++r)
+        if (!as_decode_plan || rows[r].first == 1) keep.push_back(r);
+      int64_t Tk = 0;
+      std::vector<float> qk, refk;
+      for (int r : keep) {
+        const int n = rows[r].first;
+        rq.push_back(rq.back() + n);
+        rs.push_back(sls[r]);
+        rt.insert(rt.end(), tables.begin() + r * max_blocks, tables.begin() + (r + 1) * max_blocks);
+        qk.insert(qk.end(), q.begin() + qsl[r] * qs, q.begin() + qsl[r + 1] * qs);
+        refk.insert(refk.end(), ref.begin() + qsl[r] * os, ref.begin() + qsl[r + 1] * os);
+        Tk += n;
+      }
+      SCOPED_TRACE(as_decode_plan ? "decode plan" : "prefill plan");
+      auto plan = as_decode_plan ? cuda::PagedAttentionPlan::decode(static_cast<int>(keep.size()), max_blocks * bs, group)
+                                 : cuda::PagedAttentionPlan::build(rq, rs, group);
+      DeviceBuffer dq2 = to_device(qk), dqsl = to_device(rq), dsl = to_device(rs), dtab = to_device(rt),
+                   dtasks = to_device(plan.tasks), ditems = to_device(plan.items), dout = poisoned(Tk * os),
+                   ws(cuda::paged_attention_workspace_floats(plan.num_items, KVH, D) * 4);
+      cuda::PagedAttentionArgs a{sh.heads, scale, max_blocks, dqsl.as<int32_t>(), dsl.as<int32_t>(), dtab.as<int32_t>(),
+                                 dtasks.as<int32_t>(), ditems.as<int32_t>(), plan.num_tasks, plan.num_items,
+                                 plan.tokens_per_task};
+      SSM_CUDA_CHECK(cuda::paged_attention(dq2.as<float>(), qs, dout.as<float>(), os, dv, a, ws.as<float>(), nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      auto got = to_host<float>(dout, Tk * os);
+      int64_t t = 0;
+      for (size_t i = 0; i < keep.size(); ++i) {
+        const int n = rows[keep[i]].first;
+        EXPECT_LT(rel_err(got.data() + t * os, os, refk.data() + t * os, os, n, sh.heads * D), rows[keep[i]].second ? 1e-5 : 1e-30)
+            << "row " << keep[i] << " (new " << n << ", seq_len " << rows[keep[i]].second << ")";
+        t += n;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ssmserve
