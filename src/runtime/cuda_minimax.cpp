@@ -330,7 +330,7 @@ class CudaMiniMaxModel final : public CausalLM {
     SSM_CUDA_CHECK(reshape_and_cache(k, KW, v, KW, T, dm(lay_.slots), kv, s));
     PagedAttentionArgs a{m_.num_heads, 1.0f / std::sqrt(static_cast<float>(D)), md.max_num_blocks_per_seq, dm(lay_.attn_qsl),
                          dm(lay_.seq_lens), dm(lay_.tables), dm(lay_.tasks), dm(lay_.items), aplan_.num_tasks,
-                         aplan_.num_items, aplan_.tokens_per_task};
+                         aplan_.num_items, aplan_.tokens_per_task, aplan_.key_split};
     SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a,
                                    aws_.f32(paged_attention_workspace_floats(aplan_.num_items, m_.num_kv_heads, D)), s));
     void* oc = gated_.get(T * QW * dtype_size(wd));

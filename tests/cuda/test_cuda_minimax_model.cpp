@@ -28,14 +28,13 @@ std::filesystem::path src_dir() {
 
 struct Errors {
   double logits_rel = 0, max_logprob_diff = 0;
-  double frac_rows_over = 0;  ///< rows whose largest top-5 |logprob difference| exceeds kRowBound
+  double frac_rows_over = 0;  ///< rows whose largest top-5 |logprob difference| exceeds row_bound
 };
-constexpr double kRowBound = 0.05;
 
 /// Logits relative error and the largest |logprob difference| at each row's CPU top-5 tokens. A token whose
 /// router probabilities are nearly tied may pick another expert on the GPU (bf16 activations upstream) and then
 /// legitimately differ more: hence the per-row bound with a small allowed fraction, and a looser maximum.
-Errors compare(const std::vector<float>& got, const std::vector<float>& ref, int V) {
+Errors compare(const std::vector<float>& got, const std::vector<float>& ref, int V, double row_bound) {
   Errors e;
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -60,7 +59,7 @@ Errors compare(const std::vector<float>& got, const std::vector<float>& ref, int
     double row = 0;
     for (int k = 0; k < 5; ++k) row = std::max(row, std::abs((g[idx[k]] - lg) - (f[idx[k]] - lf)));
     e.max_logprob_diff = std::max(e.max_logprob_diff, row);
-    e.frac_rows_over += row > kRowBound ? 1.0 / rows : 0.0;
+    e.frac_rows_over += row > row_bound ? 1.0 / rows : 0.0;
   }
   return e;
 }
@@ -104,7 +103,9 @@ struct Schedule {
   }
 };
 
-void check_against_cpu(DType wd, double logits_tol, double logprob_tol) {
+/// logits_tol: relative error of the logits; row_bound: largest top-5 |logprob difference| of a row, exceeded by at
+/// most 2% of the rows; max_tol: the largest over all rows.
+void check_against_cpu(DType wd, double logits_tol, double row_bound, double max_tol) {
   REQUIRE_GPU();
   const ModelConfig cfg = ModelConfig::load(src_dir() / "tests/cuda/configs/tiny-minimax");
   auto cpu = load_model(cfg, LoadFormat::Dummy);
@@ -119,19 +120,19 @@ void check_against_cpu(DType wd, double logits_tol, double logprob_tol) {
     std::vector<float> lc(b.logits_indices.size() * V), lg(lc.size());
     cpu->forward(b, cc, lc.data());
     gpu->forward(b, gc, lg.data());
-    const Errors e = compare(lg, lc, V);
+    const Errors e = compare(lg, lc, V, row_bound);
     std::printf("tiny-minimax %s step %d: %zu rows, logits rel err %.3g, max |logprob diff| (top-5) %.3g, rows over %.2f: %.1f%%\n",
                 wd == DType::F32 ? "f32" : "bf16", step, b.logits_indices.size(), e.logits_rel, e.max_logprob_diff,
-                kRowBound, 100 * e.frac_rows_over);
+                row_bound, 100 * e.frac_rows_over);
     EXPECT_LT(e.logits_rel, logits_tol);
-    EXPECT_LT(e.max_logprob_diff, logprob_tol);
+    EXPECT_LT(e.max_logprob_diff, max_tol);
     EXPECT_LE(e.frac_rows_over, 0.02);
     sched.advance(step);
   }
 }
 
-TEST(CudaMiniMaxModel, TinyShapeDummyWeightsF32) { check_against_cpu(DType::F32, 2e-2, 0.3); }
-TEST(CudaMiniMaxModel, TinyShapeDummyWeightsBf16) { check_against_cpu(DType::BF16, 5e-2, 0.3); }
+TEST(CudaMiniMaxModel, TinyShapeDummyWeightsF32) { check_against_cpu(DType::F32, 2e-2, 0.05, 0.3); }
+TEST(CudaMiniMaxModel, TinyShapeDummyWeightsBf16) { check_against_cpu(DType::BF16, 5e-2, 0.1, 0.3); }
 
 TEST(CudaMiniMaxModel, DecodeGraphsEqualEager) {
   REQUIRE_GPU();

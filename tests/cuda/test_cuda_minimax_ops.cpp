@@ -385,7 +385,8 @@ TEST(CudaPagedAttention, MatchesCpuOnMixedPrefillDecodeRows) {
     std::vector<float> ref(T * os, 0.0f);
     cpu::paged_attention(q.data(), qs, ref.data(), os, sh.heads, scale, hv, qsl, sls, tables, max_blocks);
     const int group = sh.heads / KVH;
-    for (bool as_decode_plan : {false, true}) {
+    for (int mode : {0, 1, 2}) {  // prefill plan, the same with one split per task, fixed-size decode plan
+      const bool as_decode_plan = mode == 2;
       // The fixed-size decode plan serves only one-token rows: check it on the decode rows alone.
       std::vector<int32_t> rq{0}, rs, rt;
       std::vector<int> keep;
@@ -402,15 +403,21 @@ TEST(CudaPagedAttention, MatchesCpuOnMixedPrefillDecodeRows) {
         refk.insert(refk.end(), ref.begin() + qsl[r] * os, ref.begin() + qsl[r + 1] * os);
         Tk += n;
       }
-      SCOPED_TRACE(as_decode_plan ? "decode plan" : "prefill plan");
+      SCOPED_TRACE(mode == 2 ? "decode plan" : mode == 1 ? "prefill plan, one split" : "prefill plan");
       auto plan = as_decode_plan ? cuda::PagedAttentionPlan::decode(static_cast<int>(keep.size()), max_blocks * bs, group)
                                  : cuda::PagedAttentionPlan::build(rq, rs, group);
+      if (mode == 1) {  // what a plan of kManyTasks tasks or more does
+        plan.key_split = (*std::max_element(rs.begin(), rs.end()) + 31) / 32 * 32;
+        plan.items.clear();
+        for (int t = 0; t < plan.num_tasks; ++t) plan.tasks[4 * t + 3] = t, plan.items.insert(plan.items.end(), {t, 0});
+        plan.num_items = plan.num_tasks;
+      }
       DeviceBuffer dq2 = to_device(qk), dqsl = to_device(rq), dsl = to_device(rs), dtab = to_device(rt),
                    dtasks = to_device(plan.tasks), ditems = to_device(plan.items), dout = poisoned(Tk * os),
                    ws(cuda::paged_attention_workspace_floats(plan.num_items, KVH, D) * 4);
       cuda::PagedAttentionArgs a{sh.heads, scale, max_blocks, dqsl.as<int32_t>(), dsl.as<int32_t>(), dtab.as<int32_t>(),
                                  dtasks.as<int32_t>(), ditems.as<int32_t>(), plan.num_tasks, plan.num_items,
-                                 plan.tokens_per_task};
+                                 plan.tokens_per_task, plan.key_split};
       SSM_CUDA_CHECK(cuda::paged_attention(dq2.as<float>(), qs, dout.as<float>(), os, dv, a, ws.as<float>(), nullptr));
       SSM_CUDA_CHECK(cudaDeviceSynchronize());
       auto got = to_host<float>(dout, Tk * os);

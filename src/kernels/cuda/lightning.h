@@ -11,7 +11,7 @@
 // block plan, O(blocks)):
 //   1. block KV: per (block, head) KV_b = sum_j e^{-s(m-1-j)} k_j^T v_j on tensor cores;
 //   2. state passing: per (sequence, head) S_b (state entering block b) = scan of KV_b from the initial state,
-//      written over KV_b in the workspace; the final state is written to the state pool;
+//      stored as bf16 hi + lo parts for step 3; the final state is written to the state pool;
 //   3. output: per (64-query tile, head) o = e^{-s(i+1)} q S_b + (Q K^T (.) decay) V on tensor cores.
 // Tensor-core operands are bf16 with fp32 accumulation. q, k, v are rounded to bf16 when loaded (exact when the
 // caller's activations are already bf16-valued); operands that are not bf16-valued by construction (the decayed
@@ -64,9 +64,10 @@ struct LightningPlanDev {
   const int32_t* num_computed = nullptr;     ///< [num_seqs] tokens already in the state (0 = start from zeros)
 };
 
-/// fp32 workspace elements lightning_prefill needs: num_blocks * H * D * D.
+/// fp32 workspace elements lightning_prefill needs: 2 * num_blocks * H * D * D (each block's KV_b in fp32, then
+/// the state entering it as bf16 hi + lo parts).
 inline size_t lightning_workspace_floats(int num_blocks, int num_heads, int head_dim) {
-  return static_cast<size_t>(num_blocks) * num_heads * head_dim * head_dim;
+  return 2 * static_cast<size_t>(num_blocks) * num_heads * head_dim * head_dim;
 }
 
 /// Varlen prefill. qkv: [T, H * 3D] fp32 (q | k | v per head, after SiLU), row stride qkv_stride (a multiple of 4);

@@ -118,10 +118,12 @@ __global__ void __launch_bounds__(kThreads) block_kv_kernel(const float* __restr
 }
 
 /// 2. Grid (ceil(D*D / 4 / 256), H, num_seqs). Each thread carries 4 state elements through the sequence's
-/// blocks: ws[b] <- S (state entering block b); S <- e^{-s m_b} S + KV_b. Final S -> state pool.
+/// blocks: S_b (state entering block b) -> sin[b] as bf16 hi / lo parts; S <- e^{-s m_b} S + KV_b. Final S -> state
+/// pool. The next blocks' KV_b are loaded ahead (they do not depend on S), so the chain is bound by arithmetic.
 template <class TS>
 __global__ void __launch_bounds__(kThreads) state_scan_kernel(LightningDevParams p, LightningPlanDev plan,
-                                                              float* __restrict__ ws) {
+                                                              const float* __restrict__ kvb, bf16* __restrict__ sin) {
+  constexpr int kAhead = 4;
   const int seq = blockIdx.z, h = blockIdx.y;
   const int64_t DD = static_cast<int64_t>(p.head_dim) * p.head_dim;
   const int64_t e = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 4;
@@ -135,16 +137,25 @@ __global__ void __launch_bounds__(kThreads) state_scan_kernel(LightningDevParams
     for (int i = 0; i < 4; ++i) S[i] = load(st + i);
   }
   const float s = p.slopes[h];
-  const int b1 = plan.seq_first_block[seq + 1];
-  for (int b = plan.seq_first_block[seq]; b < b1; ++b) {
-    float4* w = reinterpret_cast<float4*>(ws + (static_cast<int64_t>(b) * p.num_heads + h) * DD + e);
-    const float4 kv = *w;
-    *w = make_float4(S[0], S[1], S[2], S[3]);
-    const float bd = decay(s, static_cast<double>(plan.blocks[3 * b + 1]));
-    S[0] = bd * S[0] + kv.x;
-    S[1] = bd * S[1] + kv.y;
-    S[2] = bd * S[2] + kv.z;
-    S[3] = bd * S[3] + kv.w;
+  const int b0 = plan.seq_first_block[seq], b1 = plan.seq_first_block[seq + 1];
+  auto at = [&](int b) { return (static_cast<int64_t>(b) * p.num_heads + h) * DD + e; };
+  float4 ahead[kAhead];
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) ahead[i] = b0 + i < b1 ? *reinterpret_cast<const float4*>(kvb + at(b0 + i)) : float4{};
+  for (int b = b0; b < b1; b += kAhead) {
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) {
+      if (b + i >= b1) break;
+      const float4 kv = ahead[i];
+      if (b + i + kAhead < b1) ahead[i] = *reinterpret_cast<const float4*>(kvb + at(b + i + kAhead));
+      bf16* hi = sin + 2 * (static_cast<int64_t>(b + i) * p.num_heads + h) * DD + e;
+      split4(S, hi, hi + DD);
+      const float bd = decay(s, static_cast<double>(plan.blocks[3 * (b + i) + 1]));
+      S[0] = bd * S[0] + kv.x;
+      S[1] = bd * S[1] + kv.y;
+      S[2] = bd * S[2] + kv.z;
+      S[3] = bd * S[3] + kv.w;
+    }
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) store(st + i, S[i]);
@@ -164,9 +175,9 @@ size_t output_smem(int block_size) {
 /// 3. Grid (num_qtiles, H). o_i = e^{-s(i+1)} q_i S_b + sum_{j<=i} e^{-s(i-j)} (q_i . k_j) v_j for the tile's
 /// 64 query rows; warp w owns rows 16 (w % 4).. and columns (w / 4) D/2.. of the output.
 template <int D>
-__global__ void __launch_bounds__(kThreads) output_kernel(const float* __restrict__ qkv, int64_t qs,
+__global__ void __launch_bounds__(kThreads, 2) output_kernel(const float* __restrict__ qkv, int64_t qs,
                                                           float* __restrict__ out, int64_t os, LightningDevParams p,
-                                                          LightningPlanDev plan, const float* __restrict__ ws) {
+                                                          LightningPlanDev plan, const bf16* __restrict__ sin) {
   constexpr int LD = D + 8, LP = kTile + 4, LPB = kTile + 8, LO = D + 4, NC = D / 32, V = D / 4;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
@@ -201,13 +212,14 @@ __global__ void __launch_bounds__(kThreads) output_kernel(const float* __restric
   // Phase 1: inter-block term e^{-s(i+1)} q_i S_b (skipped when S_b is zero: a sequence's first block without
   // an initial state).
   if (b != plan.seq_first_block[seq] || plan.num_computed[seq] > 0) {
-    const float* Sin = ws + (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
+    const bf16* Shi = sin + 2 * (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
+    const bf16* Slo = Shi + D * D;
     for (int d0 = 0; d0 < D; d0 += kTile) {
-      for (int idx = threadIdx.x; idx < kTile * V; idx += kThreads) {
-        const int r = idx / V, c4 = idx % V;
-        const float4 x = *reinterpret_cast<const float4*>(Sin + static_cast<int64_t>(d0 + r) * D + c4 * 4);
-        const float v[4] = {x.x, x.y, x.z, x.w};
-        split4(v, Ks + r * LD + c4 * 4, Vs + r * LD + c4 * 4);
+      for (int idx = threadIdx.x; idx < kTile * (D / 8); idx += kThreads) {
+        const int r = idx / (D / 8), c8 = (idx % (D / 8)) * 8;
+        const int64_t src = static_cast<int64_t>(d0 + r) * D + c8;
+        *reinterpret_cast<uint4*>(Ks + r * LD + c8) = *reinterpret_cast<const uint4*>(Shi + src);
+        *reinterpret_cast<uint4*>(Vs + r * LD + c8) = *reinterpret_cast<const uint4*>(Slo + src);
       }
       __syncthreads();
 #pragma unroll
@@ -373,16 +385,17 @@ cudaError_t prefill_d(const float* qkv, int64_t qs, float* out, int64_t os, cons
     block_kv_kernel<D><<<dim3(plan.num_blocks, H), kThreads, smem_kv, stream>>>(qkv, qs, p, plan, ws);
     if ((e = launch_status()) != cudaSuccess) return e;
   }
+  bf16* sin = reinterpret_cast<bf16*>(ws + static_cast<int64_t>(plan.num_blocks) * H * D * D);
   const dim3 scan_grid(ceil_div(static_cast<int64_t>(D) * D / 4, kThreads), H, plan.num_seqs);
   cudaError_t e = visit_dtype(p.states.dtype, [&](auto tag) {
-    state_scan_kernel<decltype(tag)><<<scan_grid, kThreads, 0, stream>>>(p, plan, ws);
+    state_scan_kernel<decltype(tag)><<<scan_grid, kThreads, 0, stream>>>(p, plan, ws, sin);
     return launch_status();
   });
   if (e != cudaSuccess || plan.num_qtiles == 0) return e;
   const size_t smem_out = output_smem<D>(p.block_size);
   e = cudaFuncSetAttribute(output_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_out));
   if (e != cudaSuccess) return e;
-  output_kernel<D><<<dim3(plan.num_qtiles, H), kThreads, smem_out, stream>>>(qkv, qs, out, os, p, plan, ws);
+  output_kernel<D><<<dim3(plan.num_qtiles, H), kThreads, smem_out, stream>>>(qkv, qs, out, os, p, plan, sin);
   return launch_status();
 }
 

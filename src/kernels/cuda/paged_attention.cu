@@ -52,7 +52,7 @@ __global__ void cache_kernel(const float* __restrict__ k, int64_t ks, const floa
   }
 }
 
-/// One item's partial softmax: queries of the task's tile x keys [split * kKeySplit, ...) of its row, written to
+/// One item's partial softmax: queries of the task's tile x keys [split * key_split, ...) of its row, written to
 /// ws[item, g, qi] = (acc[D], running max m, running sum l). Grid (num_items, num_kv_heads).
 template <int D>
 __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restrict__ q, int64_t qs, KvCacheView cache,
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
   const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
   const int nt = min(a.tasks[4 * task + 2], n - off);
   const int pos0 = sl - n + off, len = pos0 + nt;
-  const int k0 = split * kKeySplit, k1 = min(len, k0 + kKeySplit);
+  const int k0 = split * a.key_split, k1 = min(len, k0 + a.key_split);
   float* wsi = ws + (static_cast<int64_t>(item) * KVH + g) * kQ * (D + 2);
   if (sl == 0 || nt <= 0 || k0 >= k1) {
     if (threadIdx.x < kQ) {
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(float* __restrict__ o
   const int nq = nt * group;
   const int64_t t0 = a.query_start_loc[row] + off;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int nsplit = sl == 0 ? 0 : (sl - n + off + nt - 1) / kKeySplit + 1;
+  const int nsplit = sl == 0 ? 0 : (sl - n + off + nt - 1) / a.key_split + 1;
   for (int qi = warp; qi < nq; qi += kThreads / 32) {
     float* o = out + (t0 + qi / group) * os + static_cast<int64_t>(g * group + qi % group) * D;
     if (nsplit == 0) {
@@ -208,7 +208,8 @@ cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_
                             const PagedAttentionArgs& a, float* workspace, cudaStream_t stream) {
   const int D = cache.head_dim, KVH = cache.num_kv_heads;
   if ((D != 64 && D != 128) || KVH <= 0 || a.num_heads % KVH != 0 || a.num_heads / KVH > kQ ||
-      a.tokens_per_task * (a.num_heads / KVH) > kQ || cache.block_size <= 0 || a.num_tasks < 0 || a.num_items < 0)
+      a.tokens_per_task * (a.num_heads / KVH) > kQ || a.key_split < 32 || a.key_split % 32 != 0 || cache.block_size <= 0 ||
+      a.num_tasks < 0 || a.num_items < 0)
     return cudaErrorInvalidValue;
   if (a.num_tasks == 0) return cudaSuccess;
   if (D == 64) {

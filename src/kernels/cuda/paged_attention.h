@@ -2,7 +2,7 @@
 // kernels/cpu/rope.h, same cache layout: a KV block is one page of the shared pool holding, per softmax layer, K
 // then V for block_size tokens, each [block_size, num_kv_heads, head_dim] fp32): RoPE (neox / rotate_half),
 // reshape_and_cache, and causal GQA attention for prefill and decode rows with one code path. Attention is a
-// split-KV FlashAttention-style pass in fp32 (online softmax per split of kKeySplit keys, then a combine in split
+// split-KV FlashAttention-style pass in fp32 (online softmax per split of key_split keys, then a combine in split
 // order), so long contexts spread over the whole GPU; a query tile of up to 16 query heads x tokens of one KV head
 // shares every key / value load. Framework-free: device pointers, sizes, row strides (elements), a stream; each
 // returns the launch status (cudaErrorInvalidValue for bad sizes).
@@ -18,8 +18,10 @@
 
 namespace ssmserve::cuda {
 
-/// Keys per split of the attention pass.
+/// Keys per split of the attention pass when the work list is short (decode, small prefills); a plan with at least
+/// kManyTasks tasks has parallelism enough and uses one split per task (no combine traffic, small workspace).
 inline constexpr int kKeySplit = 512;
+inline constexpr int kManyTasks = 2048;
 
 /// Rotates the first 2 * half dims of every head in place (cpu::apply_rope): x: [T, num_heads * head_dim] fp32,
 /// row stride x_stride; positions: [T] (device); inv_freq: [half] (device, cpu::rope_inv_freq).
@@ -35,10 +37,12 @@ cudaError_t reshape_and_cache(const float* k, int64_t k_stride, const float* v, 
 /// query_start_loc and seq_lens): tasks = (row, first token, tokens) tiles of one row; items = (task, split).
 struct PagedAttentionPlan {
   int num_tasks = 0, num_items = 0, tokens_per_task = 0;
+  int key_split = kKeySplit;   ///< keys per split (a multiple of 32)
   std::vector<int32_t> tasks;  ///< [num_tasks, 4] row, first token, tokens, first item
   std::vector<int32_t> items;  ///< [num_items, 2] task, split
   /// Every row's tokens in tiles of max(1, 16 / group) tokens; a tile of last position p gets ceil((p + 1) /
-  /// kKeySplit) splits. Rows with seq_len 0 get tiles with one split (zeros). Throws Error on malformed spans.
+  /// key_split) splits (key_split = kKeySplit, or the longest context when there are kManyTasks tasks or more).
+  /// Rows with seq_len 0 get tiles with one split (zeros). Throws Error on malformed spans.
   static PagedAttentionPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
                                   int group);
   /// Decode rows (one token each) with room for contexts up to max_context: fixed size, so a CUDA graph can be
@@ -57,6 +61,7 @@ struct PagedAttentionArgs {
   const int32_t* tasks = nullptr;            ///< plan.tasks
   const int32_t* items = nullptr;            ///< plan.items
   int num_tasks = 0, num_items = 0, tokens_per_task = 0;
+  int key_split = kKeySplit;  ///< plan.key_split
 };
 
 /// Workspace floats paged_attention needs for a plan: num_items * num_kv_heads * 16 * (head_dim + 2).

@@ -13,13 +13,21 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
             query_start_loc.size(), seq_lens.size());
   PagedAttentionPlan p;
   p.tokens_per_task = std::max(1, 16 / group);
+  int64_t tasks = 0;
+  int32_t longest = 1;
+  for (size_t r = 0; r < seq_lens.size(); ++r) {
+    const int32_t n = query_start_loc[r + 1] - query_start_loc[r];
+    tasks += (std::max(n, 0) + p.tokens_per_task - 1) / p.tokens_per_task;
+    longest = std::max(longest, seq_lens[r]);
+  }
+  if (tasks >= kManyTasks) p.key_split = (longest + 31) / 32 * 32;
   for (size_t r = 0; r < seq_lens.size(); ++r) {
     const int32_t n = query_start_loc[r + 1] - query_start_loc[r], sl = seq_lens[r];
     SSM_CHECK(n >= 0 && (sl == 0 || sl >= n), "paged attention plan: row {} has {} new tokens but seq_len {}", r, n, sl);
     for (int32_t off = 0; off < n; off += p.tokens_per_task) {
       const int32_t nt = std::min(p.tokens_per_task, n - off);
       const int32_t last = sl == 0 ? 0 : sl - n + off + nt - 1;
-      const int32_t splits = last / kKeySplit + 1;
+      const int32_t splits = last / p.key_split + 1;
       const int32_t task = static_cast<int32_t>(p.tasks.size() / 4);
       p.tasks.insert(p.tasks.end(), {static_cast<int32_t>(r), off, nt, static_cast<int32_t>(p.items.size() / 2)});
       for (int32_t s = 0; s < splits; ++s) p.items.insert(p.items.end(), {task, s});
