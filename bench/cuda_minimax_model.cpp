@@ -3,7 +3,8 @@
 // including the logits download) and then batch-1 decode steps (ms per token, median of the steps after the CUDA
 // graph capture). The same is measured for the config with every layer turned into a lightning layer, whose
 // decode time per token must not grow with the context. Prints one line per (variant, context).
-// Usage: bench_cuda_minimax_model CONFIG_DIR [CONTEXT ...]   (default contexts 1024 4096 16384 65536)
+// Usage: bench_cuda_minimax_model CONFIG_DIR [CONTEXT ...]   (default contexts 1024 4096 16384 65536;
+//        SSMSERVE_BENCH_HYBRID_ONLY=1 skips the all-linear variant)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
     std::printf("device: %s\n", cuda::device_description(0).c_str());
     ModelConfig cfg = ModelConfig::load(argv[1]);
     run(cfg, "hybrid", contexts);
+    if (const char* v = std::getenv("SSMSERVE_BENCH_HYBRID_ONLY"); v && *v && std::string(v) != "0") return 0;
     // The same shapes with every layer a lightning layer: decode cost independent of the context.
     nlohmann::json raw = cfg.raw;
     for (auto& t : raw["layer_types"]) t = "linear_attention";

@@ -106,8 +106,12 @@ if [ -x "$bin/test_cuda_minimax_ops" ]; then
         --gtest_filter='CudaMiniMaxModel.TinyShapeDummyWeightsBf16'
     grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out"/minimax-memcheck*.log "$out/minimax-racecheck.log" >>"$summary"
   fi
-  [ -x "$bin/bench_cuda_minimax_ops" ] && run_step "minimax op benchmark" minimax-bench.log "$bin/bench_cuda_minimax_ops" &&
+  [ -x "$bin/bench_cuda_minimax_ops" ] && run_step "minimax op benchmark" minimax-bench.log "$bin/bench_cuda_minimax_ops" 790 &&
     cat "$out/minimax-bench.log" >>"$summary"
+  # End to end at configs/minimax-bench (dummy weights; about 30 s to load per variant), SSMSERVE_GPU_BENCH=0 skips.
+  [ "${SSMSERVE_GPU_BENCH:-1}" = 1 ] && [ -x "$bin/bench_cuda_minimax_model" ] &&
+    run_step "minimax model benchmark" minimax-bench-model.log "$bin/bench_cuda_minimax_model" configs/minimax-bench \
+      1024 4096 16384 65536 && cat "$out/minimax-bench-model.log" >>"$summary"
 fi
 if [ -x "$bin/ssmserve" ] && [ -f models/tiny-mamba/config.json ]; then
   cli() { "$bin/ssmserve" generate --model models/tiny-mamba --prompt "The capital of France is" --max-tokens 24 \

@@ -239,7 +239,7 @@ TEST(CudaMoe, SparseMoeMatchesCpu) {
   std::vector<MoeShape> shapes = {{"tiny-minimax", 256, 256, 4, 2}};
   if (!quick()) shapes.push_back({"minimax-bench", 2048, 1024, 8, 2});
   for (const auto& sh : shapes) {
-    for (int64_t T : {int64_t{1}, int64_t{7}, quick() ? int64_t{70} : int64_t{300}}) {
+    for (int64_t T : {int64_t{1}, int64_t{7}, int64_t{9}, quick() ? int64_t{70} : int64_t{300}}) {  // <= 8: GEMV path
       SCOPED_TRACE(testing::Message() << sh.name << " T=" << T);
       const int64_t Hd = sh.hidden, I = sh.inter, xs = Hd + 4, os = Hd + 8;
       const int E = sh.E;

@@ -2,7 +2,8 @@
 // MiniMaxSparseMoeBlock): routing (softmax in fp32, top_k by probability with ties to the lower expert id,
 // renormalized to sum 1), tokens sorted by expert on the device, grouped expert GEMMs on tensor cores (one launch
 // per projection for all experts: bf16 operands, fp32 accumulation; gate and up fused with SiLU(g) * u), and the
-// weighted combine adding each token's experts in ascending id order (as the CPU). Nothing is copied to the host,
+// weighted combine adding each token's experts in ascending id order (as the CPU); up to 16 (token, expert) pairs
+// (decode) take per-pair GEMV kernels instead of the tile grid. Nothing is copied to the host,
 // so the whole block can be captured in a CUDA graph. Router logits (x W_gate^T) come from the caller's GEMM.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for bad sizes).

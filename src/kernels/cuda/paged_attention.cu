@@ -78,9 +78,9 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
   }
   const int nq = nt * group;
   const int64_t t0 = a.query_start_loc[row] + off;
-  for (int idx = threadIdx.x; idx < nq * D; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < kQ * D; idx += kThreads) {  // rows past nq are zero (masked later)
     const int qi = idx / D, d = idx % D;
-    Qs[qi][d] = q[(t0 + qi / group) * qs + static_cast<int64_t>(g * group + qi % group) * D + d];
+    Qs[qi][d] = qi < nq ? q[(t0 + qi / group) * qs + static_cast<int64_t>(g * group + qi % group) * D + d] : 0.0f;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float m[kQ / 4], l[kQ / 4], acc[kQ / 4][C];
@@ -110,33 +110,47 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
       Vs[j][d] = vv;
     }
     __syncthreads();
+    // Scores of the warp's 4 queries against key kb + lane: one pass over D, each key element loaded once.
+    float sc[kQ / 4];
+#pragma unroll
+    for (int u = 0; u < kQ / 4; ++u) sc[u] = 0.0f;
+    if (lane < nk) {
+#pragma unroll 8
+      for (int d = 0; d < D; ++d) {
+        const float kd = Ks[lane][d];
+#pragma unroll
+        for (int u = 0; u < kQ / 4; ++u) sc[u] += Qs[warp + 4 * u][d] * kd;
+      }
+    }
+    // Online softmax per query (rows past nq and keys past a query's position are masked).
+    float p[kQ / 4];
 #pragma unroll
     for (int u = 0; u < kQ / 4; ++u) {
       const int qi = warp + 4 * u;
-      if (qi >= nq) continue;  // uniform over the warp
-      const int qpos = pos0 + qi / group, kj = kb + lane;
-      const bool valid = lane < nk && kj <= qpos;
-      float s = -INFINITY;
-      if (valid) {
-        float dot = 0.0f;
-#pragma unroll 16
-        for (int d = 0; d < D; ++d) dot += Qs[qi][d] * Ks[lane][d];
-        s = dot * a.scale;
-      }
+      const bool valid = qi < nq && lane < nk && kb + lane <= pos0 + qi / group;
+      const float s = valid ? sc[u] * a.scale : -INFINITY;
       const float cm = warp_max(s);
-      if (cm == -INFINITY) continue;
+      p[u] = 0.0f;
+      if (cm == -INFINITY) continue;  // uniform over the warp
       const float nm = fmaxf(m[u], cm);
-      const float p = valid ? expf(s - nm) : 0.0f;
+      p[u] = valid ? expf(s - nm) : 0.0f;
       const float alpha = expf(m[u] - nm);
-      l[u] = l[u] * alpha + warp_sum(p);
+      l[u] = l[u] * alpha + warp_sum(p[u]);
 #pragma unroll
       for (int c = 0; c < C; ++c) acc[u][c] *= alpha;
-      for (int j = 0; j < nk; ++j) {
-        const float pj = __shfl_sync(0xffffffffu, p, j);
-#pragma unroll
-        for (int c = 0; c < C; ++c) acc[u][c] += pj * Vs[j][lane + 32 * c];
-      }
       m[u] = nm;
+    }
+    // Weighted values: each value element loaded once for the 4 queries.
+    for (int j = 0; j < nk; ++j) {
+      float pj[kQ / 4];
+#pragma unroll
+      for (int u = 0; u < kQ / 4; ++u) pj[u] = __shfl_sync(0xffffffffu, p[u], j);
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const float v = Vs[j][lane + 32 * c];
+#pragma unroll
+        for (int u = 0; u < kQ / 4; ++u) acc[u][c] += pj[u] * v;
+      }
     }
   }
 #pragma unroll
