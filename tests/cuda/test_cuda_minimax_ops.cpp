@@ -185,6 +185,43 @@ TEST(CudaLightning, DecodeMatchesCpuAndSkipsNullRows) {
   }
 }
 
+// Host-side plans (no GPU needed: these run in CI too).
+TEST(CudaLightningPlan, BlocksFollowTheSequenceGrid) {
+  // Rows: 300 new tokens from scratch, 70 continuing after 100 computed (first block ends at 128), an empty row.
+  const auto p = cuda::LightningPlan::build(std::vector<int32_t>{0, 300, 370, 370}, std::vector<int32_t>{0, 100, 5}, 64);
+  ASSERT_EQ(p.num_seqs, 3);
+  const std::vector<int32_t> blocks = {0, 64, 0, 64, 64, 0, 128, 64, 0, 192, 64, 0, 256, 44, 0,  // 300 = 4 x 64 + 44
+                                       300, 28, 1, 328, 42, 1};                                 // 100 + 28 = 128, then 42
+  EXPECT_EQ(p.blocks, blocks);
+  EXPECT_EQ(p.seq_first_block, (std::vector<int32_t>{0, 5, 7, 7}));
+  EXPECT_EQ(p.num_qtiles, 7);  // one 64-query tile per block of <= 64 tokens
+  const auto q = cuda::LightningPlan::build(std::vector<int32_t>{0, 300}, std::vector<int32_t>{0}, 256);
+  EXPECT_EQ(q.blocks, (std::vector<int32_t>{0, 256, 0, 256, 44, 0}));
+  EXPECT_EQ(q.qtiles, (std::vector<int32_t>{0, 0, 0, 64, 0, 128, 0, 192, 1, 0}));
+}
+
+TEST(CudaPagedAttentionPlan, SplitsAndDecodeLayout) {
+  // group 2: 8 tokens per task. Row 0: 20 new tokens of a 1100-token context; row 1: decode at 513; row 2 padding.
+  const auto p = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 20, 21, 22}, std::vector<int32_t>{1100, 513, 0}, 2);
+  EXPECT_EQ(p.tokens_per_task, 8);
+  EXPECT_EQ(p.key_split, cuda::kKeySplit);
+  // Row 0 tasks end at positions 1087, 1095, 1099 -> 3 splits each; row 1 ends at 512 -> 2; padding -> 1.
+  EXPECT_EQ(p.tasks, (std::vector<int32_t>{0, 0, 8, 0, 0, 8, 8, 3, 0, 16, 4, 6, 1, 0, 1, 9, 2, 0, 1, 11}));
+  EXPECT_EQ(p.num_items, 12);
+  // Many tasks: one split per task sized to the longest context.
+  std::vector<int32_t> qsl{0}, sl;
+  for (int r = 0; r < 300; ++r) qsl.push_back(qsl.back() + 64), sl.push_back(64 + r);
+  const auto m = cuda::PagedAttentionPlan::build(qsl, sl, 2);
+  EXPECT_EQ(m.num_tasks, 2400);
+  EXPECT_EQ(m.num_items, 2400);
+  EXPECT_EQ(m.key_split, 384);  // 363 rounded up to 32
+  const auto d = cuda::PagedAttentionPlan::decode(3, 1100, 4);
+  EXPECT_EQ(d.num_items, 9);
+  EXPECT_EQ(d.tasks, (std::vector<int32_t>{0, 0, 1, 0, 1, 0, 1, 3, 2, 0, 1, 6}));
+  EXPECT_THROW(cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{3}, 2), Error);
+  EXPECT_THROW(cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{5}, 17), Error);
+}
+
 TEST(CudaLightning, RejectsBadArguments) {
   REQUIRE_GPU();
   std::mt19937 rng(1);
