@@ -12,6 +12,7 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
+#include "core/openmp_env.h"
 #include "core/version.h"
 #include "model/causal_lm.h"
 #ifdef SSMSERVE_HAVE_CUDA
@@ -92,6 +93,7 @@ void check_stdout() {
 
 int main(int argc, char** argv) {
   using namespace ssmserve;
+  apply_openmp_wait_defaults(argv);  // may re-exec this binary once (libgomp reads its environment before main)
 #ifdef SSMSERVE_HAVE_CUDA
   cuda::register_cuda_backend();
 #endif

@@ -7,9 +7,15 @@
 
 The C++ engine runs with the GIL released.
 """
+import os
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
-from . import _ssmserve
+# libgomp reads its wait policy when it is loaded (importing the extension below): the same short-spin default as
+# the ssmserve binary (src/core/openmp_env.h), unless the user chose one.
+if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SSMSERVE_NO_OMP_DEFAULTS")):
+    os.environ["GOMP_SPINCOUNT"] = "1000"
+
+from . import _ssmserve  # noqa: E402
 from .outputs import CompletionOutput, RequestOutput
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "SsmserveError"]

@@ -1,0 +1,24 @@
+// Owns the default OpenMP wait policy (openmp_env.h).
+//
+// Measured on the 2-vCPU development VM, mamba2-130m shape, batch-1 decode (docs/benchmarks.md): with the cores
+// shared (load average ~15), libgomp's default spinning gave 0.7 tokens/s, OMP_WAIT_POLICY=passive 11.7 and a
+// spin count of 1000 the same as passive within noise; idle, the short spin keeps the speed of full spinning.
+#include "core/openmp_env.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace ssmserve {
+
+void apply_openmp_wait_defaults(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT") || std::getenv("SSMSERVE_NO_OMP_DEFAULTS")) return;
+  // Marks the re-executed process so it cannot loop, whatever the exec did with the variables above.
+  setenv("SSMSERVE_NO_OMP_DEFAULTS", "1", 1);
+  setenv("GOMP_SPINCOUNT", kDefaultGompSpinCount, 1);
+  execv("/proc/self/exe", argv);
+  // exec failed (no /proc, seccomp...): keep running with the policy libgomp already read.
+  unsetenv("GOMP_SPINCOUNT");
+}
+
+}  // namespace ssmserve
