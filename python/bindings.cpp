@@ -188,6 +188,7 @@ EngineConfig make_config(const std::string& model, const py::kwargs& kw) {
     else if (k == "max_num_batched_tokens") c.scheduler.max_num_batched_tokens = v.cast<int>();
     else if (k == "num_state_blocks") c.num_state_blocks = v.cast<int>();
     else if (k == "threads" || k == "num_threads") c.num_threads = v.cast<int>();
+    else if (k == "tensor_parallel_size") c.tensor_parallel_size = v.cast<int>();
     else if (k == "mamba_cache_dtype") c.mamba_cache_dtype = v.cast<std::string>();
     else if (k == "mamba_ssm_cache_dtype") c.mamba_ssm_cache_dtype = v.cast<std::string>();
     else if (k == "load_format") {

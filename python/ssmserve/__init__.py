@@ -44,7 +44,8 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
 
 class LLM:
     """vLLM's offline LLM: LLM(model, **engine_args). Engine args: tokenizer, max_num_seqs,
-    max_num_batched_tokens, num_state_blocks, threads, mamba_cache_dtype, mamba_ssm_cache_dtype, load_format."""
+    max_num_batched_tokens, num_state_blocks, threads, tensor_parallel_size, mamba_cache_dtype,
+    mamba_ssm_cache_dtype, load_format."""
 
     def __init__(self, model: str, **engine_args):
         self._engine = _ssmserve.Engine(str(model), **engine_args)

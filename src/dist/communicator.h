@@ -2,9 +2,9 @@
 // row-parallel projections all-reduce their partial sums, the vocab-parallel LM head all-gathers its logits)
 // and its in-process backend, where the ranks are threads of one process.
 //
-// Backends: InProcessGroup (below; CPU, threads as ranks, deterministic) is the only one today. An NCCL backend
-// (one thread or process per GPU, a `ncclComm_t` per rank, the same four calls on device pointers over a CUDA
-// stream) is meant to implement this same interface later; the model code only ever sees `Communicator&`.
+// Backends: InProcessGroup (below; CPU, threads as ranks, deterministic) and NcclGroup (runtime/nccl_communicator.h,
+// CUDA builds: one thread per GPU, a `ncclComm_t` per rank from ncclCommInitAll, the same calls on device pointers
+// enqueued on a CUDA stream); the model code only ever sees `Communicator&`.
 #pragma once
 #include <barrier>
 #include <cstdint>
@@ -31,6 +31,9 @@ class Communicator {
   virtual void all_gather(const float* send, int64_t count, float* recv) = 0;
   /// Returns once every rank has called barrier().
   virtual void barrier() = 0;
+  /// Device backends (NCCL): the CUDA stream (a cudaStream_t) later collectives are enqueued on; they then take
+  /// device pointers and return once enqueued, ordered with the stream's other work. The CPU backend ignores it.
+  virtual void set_stream(void* cuda_stream) {}
 };
 
 /// Where one model replica sits in a tensor-parallel group: rank r of `world` ranks talking through `comm`

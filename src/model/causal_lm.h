@@ -60,13 +60,18 @@ std::vector<std::string> supported_architectures();
 using DeviceModelLoader = std::function<std::unique_ptr<CausalLM>(const ModelConfig&, LoadFormat)>;
 void register_device_model(const std::string& device, const std::string& architecture, DeviceModelLoader loader,
                            std::function<bool()> available);
+/// Device backends with tensor parallelism (issue 9): loads all `tensor_parallel_size` ranks of the model on
+/// `device` as one CausalLM (e.g. one GPU per rank over NCCL).
+using DeviceTpModelLoader = std::function<std::unique_ptr<CausalLM>(const ModelConfig&, LoadFormat, int tensor_parallel_size)>;
+void register_device_tp_model(const std::string& device, const std::string& architecture, DeviceTpModelLoader loader);
 /// The device a model will run on: "cpu" stays "cpu"; "auto" is the first registered device that is available
 /// and runs config.architecture, else "cpu"; any other name is returned as is when registered for the
 /// architecture. Throws Error naming --device for an unknown device or one without this architecture.
 std::string resolve_device(const std::string& device, const ModelConfig& config);
 /// Loads the model in `dir` on `device` ("cpu", "auto" or a registered device such as "cuda"), split over
-/// `tensor_parallel_size` CPU ranks on the CPU ("auto" stays on the CPU when it is above 1). Throws Error also
-/// for a device backend with tensor_parallel_size > 1 (not supported there yet).
+/// `tensor_parallel_size` CPU ranks on the CPU ("auto" stays on the CPU when it is above 1), or through the
+/// device's tensor-parallel loader. Throws Error also for a device backend without a tensor-parallel loader for
+/// the architecture when tensor_parallel_size > 1.
 std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format, const std::string& device,
                                      int tensor_parallel_size = 1);
 

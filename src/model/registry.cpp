@@ -32,6 +32,7 @@ const std::map<std::string, ShardLoader>& shard_registry() {
   static const std::map<std::string, ShardLoader> r = {
       {"MambaForCausalLM", [](const ModelConfig& c, LoadFormat f, const dist::TpRank& tp) { return load_mamba(c, f, tp); }},
       {"Mamba2ForCausalLM", [](const ModelConfig& c, LoadFormat f, const dist::TpRank& tp) { return load_mamba2(c, f, tp); }},
+      {"MiniMaxForCausalLM", [](const ModelConfig& c, LoadFormat f, const dist::TpRank& tp) { return load_minimax(c, f, tp); }},
   };
   return r;
 }
@@ -83,6 +84,7 @@ namespace {
 struct DeviceBackend {
   std::function<bool()> available;
   std::map<std::string, DeviceModelLoader> loaders;  // architecture -> loader
+  std::map<std::string, DeviceTpModelLoader> tp_loaders;  // architecture -> tensor-parallel loader
 };
 
 std::map<std::string, DeviceBackend>& device_backends() {
@@ -97,6 +99,10 @@ void register_device_model(const std::string& device, const std::string& archite
   DeviceBackend& b = device_backends()[device];
   b.available = std::move(available);
   b.loaders[architecture] = std::move(loader);
+}
+
+void register_device_tp_model(const std::string& device, const std::string& architecture, DeviceTpModelLoader loader) {
+  device_backends()[device].tp_loaders[architecture] = std::move(loader);
 }
 
 std::string resolve_device(const std::string& device, const ModelConfig& config) {
@@ -123,8 +129,13 @@ std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadForma
   const ModelConfig config = ModelConfig::load(dir);
   const std::string dev = resolve_device(device == "auto" && tensor_parallel_size > 1 ? "cpu" : device, config);
   if (dev == "cpu") return load_model(config, format, tensor_parallel_size);
-  SSM_CHECK(tensor_parallel_size == 1, "--device {}: --tensor-parallel-size {} is not supported there yet (use 1)", dev,
-            tensor_parallel_size);
+  if (tensor_parallel_size != 1) {
+    const auto& tpl = device_backends().at(dev).tp_loaders;
+    auto it = tpl.find(config.architecture);
+    SSM_CHECK(it != tpl.end(), "--device {}: --tensor-parallel-size {} is not supported there for \"{}\" (use 1)", dev,
+              tensor_parallel_size, config.architecture);
+    return it->second(config, format, tensor_parallel_size);
+  }
   return device_backends().at(dev).loaders.at(config.architecture)(config, format);
 }
 

@@ -20,10 +20,24 @@ TensorParallelLM::TensorParallelLM(const ModelConfig& config, LoadFormat format,
   SSM_CHECK(tensor_parallel_size >= 1 && tensor_parallel_size <= kMaxTensorParallelSize,
             "--tensor-parallel-size must be in [1, {}] (got {})", kMaxTensorParallelSize, tensor_parallel_size);
   const int tp = tensor_parallel_size;
-  group_ = std::make_unique<dist::InProcessGroup>(tp);
-  for (int r = 0; r < tp; ++r) {
-    shards_.push_back(load_model_shard(config, format, {r, tp, &group_->communicator(r)}));
-    const StateShape s = shards_.back()->state_shape();
+  auto group = std::make_shared<dist::InProcessGroup>(tp);
+  group_ = group;
+  for (int r = 0; r < tp; ++r) shards_.push_back(load_model_shard(config, format, {r, tp, &group->communicator(r)}));
+  start();
+}
+
+TensorParallelLM::TensorParallelLM(std::vector<std::unique_ptr<CausalLM>> shards, std::shared_ptr<void> group,
+                                   std::function<void(int)> thread_init)
+    : group_(std::move(group)), thread_init_(std::move(thread_init)), shards_(std::move(shards)) {
+  SSM_CHECK(!shards_.empty() && static_cast<int>(shards_.size()) <= kMaxTensorParallelSize,
+            "--tensor-parallel-size must be in [1, {}] (got {})", kMaxTensorParallelSize, shards_.size());
+  start();
+}
+
+void TensorParallelLM::start() {
+  const int tp = static_cast<int>(shards_.size());
+  for (const auto& shard : shards_) {
+    const StateShape s = shard->state_shape();
     offsets_.push_back({page_.conv_elems, page_.ssm_elems});
     page_.conv_elems += round_up(s.conv_elems, kShardAlign);
     page_.ssm_elems += round_up(s.ssm_elems, kShardAlign);
@@ -52,7 +66,8 @@ void TensorParallelLM::forward(const ForwardBatch& batch, StateCache& cache, flo
   for (int64_t t = 0; t < batch.num_tokens(); ++t)
     SSM_CHECK(batch.input_ids[t] >= 0 && batch.input_ids[t] < V, "token id {} is outside the vocabulary [0, {})", batch.input_ids[t], V);
   std::unique_lock<std::mutex> lock(mu_);
-  views_.clear();
+  views_.clear();  // (capacity kept: each rank's view keeps its address, which GPU state mirrors key on)
+  views_.reserve(shards_.size());
   for (size_t r = 0; r < shards_.size(); ++r)
     views_.push_back(cache.shard(shards_[r]->state_shape(), offsets_[r].conv_elems, offsets_[r].ssm_elems));
   batch_ = &batch;
@@ -69,6 +84,7 @@ void TensorParallelLM::forward(const ForwardBatch& batch, StateCache& cache, flo
 
 void TensorParallelLM::rank_loop(int rank, int omp_threads) {
   omp_set_num_threads(omp_threads);  // this thread's OpenMP team size (an ICV of the calling thread)
+  if (thread_init_) thread_init_(rank);
   int64_t seen = 0;
   while (true) {
     std::unique_lock<std::mutex> lock(mu_);

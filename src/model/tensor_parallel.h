@@ -5,6 +5,7 @@
 #pragma once
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -39,6 +40,11 @@ class TensorParallelLM final : public CausalLM {
   /// Loads the shards of `config` (checkpoint row slices stay views into the mapped file) and starts the rank
   /// threads. Throws Error when tensor_parallel_size is outside [1, kMaxTensorParallelSize] or a shard fails to load.
   TensorParallelLM(const ModelConfig& config, LoadFormat format, int tensor_parallel_size);
+  /// Runs already-loaded shards (rank r = shards[r], e.g. GPU runners talking through an NCCL group that `group`
+  /// keeps alive until the shards are gone); each rank thread first calls thread_init(r) (e.g. cudaSetDevice(r)).
+  /// Throws Error when shards is empty or larger than kMaxTensorParallelSize.
+  TensorParallelLM(std::vector<std::unique_ptr<CausalLM>> shards, std::shared_ptr<void> group,
+                   std::function<void(int)> thread_init);
   ~TensorParallelLM() override;
 
   const ModelConfig& config() const override { return shards_[0]->config(); }
@@ -46,7 +52,8 @@ class TensorParallelLM final : public CausalLM {
   /// The sum over ranks of each rank's (padded) state shard.
   StateShape state_shape() const override { return page_; }
   int chunk_size() const override { return shards_[0]->chunk_size(); }
-  /// 0 for the sharded architectures today; a hybrid's shard loader must also size page_ for its KV blocks.
+  /// The shards' (all equal): a hybrid's (MiniMax) shard keeps the unsharded model's KV block size and reports a
+  /// state region large enough for its KV heads' block, so page_ holds every rank's KV part too.
   int kv_block_size() const override { return shards_[0]->kv_block_size(); }
   /// Validates the batch against `cache` (the same checks every rank would make, so a bad batch throws here,
   /// before any rank starts a collective), then runs every rank. Throws Error on a bad batch or a rank's error.
@@ -56,8 +63,10 @@ class TensorParallelLM final : public CausalLM {
 
  private:
   void rank_loop(int rank, int omp_threads);
+  void start();  // sizes the page and starts the rank threads
 
-  std::unique_ptr<dist::InProcessGroup> group_;
+  std::shared_ptr<void> group_;  // the communicators' owner (an InProcessGroup, or the caller's)
+  std::function<void(int)> thread_init_;
   std::vector<std::unique_ptr<CausalLM>> shards_;
   std::vector<StateShape> offsets_;  // per rank: where its conv / ssm shard starts in the page (elements)
   StateShape page_;

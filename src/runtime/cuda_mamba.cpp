@@ -19,9 +19,38 @@
 #include "runtime/cuda_minimax.h"
 #include "runtime/device_state.h"
 #include "runtime/runner_common.h"
+#include "runtime/tp_runner.h"
+#include "dist/shard.h"
 
 namespace ssmserve::cuda {
 namespace {
+
+/// Rank tp.rank's row-parallel slices of the whole model `w` (vLLM's Mamba-1 sharding, vllm-ssm-design.md §5.1):
+/// channels c of in_proj's x / z rows, conv, dt_proj rows, dt_bias, A, D; x_proj and out_proj input columns c
+/// (their partial sums all-reduced); the LM head's vocab rows. The embedding stays whole (replicated).
+MambaWeights shard_weights(const MambaWeights& w, const MambaConfig& m, int64_t V, const dist::TpRank& tp) {
+  const int64_t I = m.d_inner, N = m.d_state, K = m.d_conv;
+  const dist::Range c = dist::even_shard(I, tp.rank, tp.world, "Mamba-1 d_inner (intermediate_size)");
+  MambaWeights s;
+  s.embedding = w.embedding;
+  for (const MambaLayerWeights& L : w.layers) {
+    MambaLayerWeights S;
+    S.norm = L.norm;
+    S.in_proj = dist::slice_rows(L.in_proj, {c, {I + c.begin, I + c.end}});
+    S.conv_weight = dist::slice_rows(L.conv_weight, K, {c});
+    if (!L.conv_bias.empty()) S.conv_bias = dist::slice_rows(L.conv_bias, 1, {c});
+    S.x_proj = dist::slice_cols(L.x_proj, c);
+    S.dt_proj = dist::slice_rows(L.dt_proj, {c});
+    S.dt_bias = dist::slice_rows(L.dt_bias, 1, {c});
+    S.A = dist::slice_rows(L.A, N, {c});
+    S.D = dist::slice_rows(L.D, 1, {c});
+    S.out_proj = dist::slice_cols(L.out_proj, c);
+    s.layers.push_back(std::move(S));
+  }
+  s.norm_f = w.norm_f;
+  s.lm_head = dist::slice_rows(w.lm_head, {dist::vocab_shard(V, tp.rank, tp.world)});
+  return s;
+}
 
 struct LayerDev {
   DeviceBuffer norm, conv_weight, conv_bias, dt_bias, A, D;
@@ -30,11 +59,15 @@ struct LayerDev {
 
 class CudaMambaModel final : public CausalLM {
  public:
-  CudaMambaModel(ModelConfig cfg, const MambaWeights& w, CudaModelOptions opt)
+  /// w: the whole model, or (tp.world > 1) a rank's slices from shard_weights (the embedding whole).
+  CudaMambaModel(ModelConfig cfg, const MambaWeights& w, CudaModelOptions opt, const dist::TpRank& tp = {})
       : cfg_(std::move(cfg)), m_(*cfg_.mamba), opt_(opt) {
     const DType wd = opt_.weight_dtype;
+    tp_.tp = tp;
+    m_.d_inner /= tp.world;  // this rank's channels (MambaWeights::load checked the division)
+    if (tp_.on()) opt_.cuda_graphs = false, tp.comm->set_stream(stream_.get());
     frame_.embedding = upload_weight(w.embedding, wd);
-    frame_.tied = w.lm_head.data == w.embedding.data;
+    frame_.tied = !tp_.on() && w.lm_head.data == w.embedding.data;
     if (!frame_.tied) frame_.lm_head = upload_weight(w.lm_head, wd);
     frame_.norm_f = to_device(w.norm_f);
     for (const MambaLayerWeights& L : w.layers) {
@@ -76,6 +109,7 @@ class CudaMambaModel final : public CausalLM {
   DeviceStateMirror states_;
   StepMetaUploader meta_;
   DecodeGraphs graphs_;
+  RunnerTp tp_;
   // Scratch: hidden [T, H] residual (fp32), out [T, H] mixer output, normed [T, H] (GEMM dtype), xz [T, 2I],
   // xc [T, I], xdbl [T, R + 2N], delta [T, I], y [T, I], cast [T, max(I, H)] (GEMM dtype).
   Scratch hidden_, out_, normed_, xz_, xc_, xdbl_, delta_, y_, cast_;
@@ -101,8 +135,8 @@ void CudaMambaModel::forward(const ForwardBatch& batch, StateCache& cache, float
     float* hidden = hidden_.f32(T * H);
     frame_.embed(dm, T, H, hidden, s);
     for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, dm, T);
-    frame_.enqueue_head(dm, T, H, V, cfg_.layer_norm_epsilon, cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr,
-                        hidden, nlog, gemm_, s);
+    frame_.enqueue_head(dm, T, H, tp_.vocab_per_rank(V), cfg_.layer_norm_epsilon,
+                        cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, s);
   };
   if (opt_.cuda_graphs && batch.meta.num_prefills == 0) {
     std::vector<const void*> ptrs = {meta_.device_buffer()};
@@ -114,7 +148,8 @@ void CudaMambaModel::forward(const ForwardBatch& batch, StateCache& cache, float
   } else {
     body();
   }
-  frame_.download(nlog, V, logits, s);
+  if (tp_.on()) tp_.gather_logits(frame_, nlog, V, logits, s);
+  else frame_.download(nlog, V, logits, s);
 }
 
 void CudaMambaModel::reserve(int64_t T, int64_t nlog) {
@@ -159,6 +194,7 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   // 4. x_proj -> [dt_low, B, C]; delta = dt_proj(dt_low).
   SSM_CUDA_CHECK(cast_rows(xc, I, T, I, cast, wd, I, s));
   gemm(cast, T, I, L.x_proj, xdbl, XD);
+  tp_.all_reduce(xdbl, T * XD);  // x_proj is row-parallel
   SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, R, cast, wd, R, s));
   gemm(cast, T, R, L.dt_proj, delta, I);
   // 5. Selective scan with D skip and SiLU(z) gate.
@@ -174,11 +210,12 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   // 6. out = out_proj(y) (added to hidden by the next layer's norm or the final norm).
   SSM_CUDA_CHECK(cast_rows(y, I, T, I, cast, wd, I, s));
   gemm(cast, T, I, L.out_proj, out, H);
+  tp_.all_reduce(out, T * H);  // out_proj is row-parallel
 }
 
 }  // namespace
 
-std::unique_ptr<CausalLM> load_mamba_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt) {
+std::unique_ptr<CausalLM> load_mamba_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt, const dist::TpRank& tp) {
   SSM_CHECK(cfg.mamba.has_value(), "{}: not a Mamba config", (cfg.dir / "config.json").string());
   SSM_CHECK(gpu_available(), "--device cuda: no usable CUDA device");
   SSM_CHECK(cfg.mamba->d_state <= 256, "config.json: state_size {} > 256 is not supported", cfg.mamba->d_state);
@@ -191,12 +228,14 @@ std::unique_ptr<CausalLM> load_mamba_cuda(const ModelConfig& cfg, LoadFormat for
     ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
     src = WeightSource::from_checkpoint(ckpt);
   }
+  (void)dist::even_shard(cfg.mamba->d_inner, tp.rank, tp.world, "Mamba-1 d_inner (intermediate_size)");
   const MambaWeights w = MambaWeights::load(cfg, src);
   for (const auto& L : w.layers)
     SSM_CHECK(L.in_proj_bias.empty() && L.out_proj_bias.empty(),
               "{}: use_bias = true (in_proj / out_proj biases) is not supported on cuda yet",
               (cfg.dir / "config.json").string());
-  return std::make_unique<CudaMambaModel>(cfg, w, opt);
+  if (tp.world == 1) return std::make_unique<CudaMambaModel>(cfg, w, opt);
+  return std::make_unique<CudaMambaModel>(cfg, shard_weights(w, *cfg.mamba, cfg.vocab_size, tp), opt, tp);
 }
 
 void register_cuda_backend() {
@@ -209,6 +248,7 @@ void register_cuda_backend() {
   register_device_model(
       "cuda", "MiniMaxForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_minimax_cuda(c, f); },
       [] { return gpu_available(); });
+  register_cuda_tensor_parallel();
 }
 
 }  // namespace ssmserve::cuda

@@ -18,6 +18,8 @@
 #include "runtime/cuda_mamba.h"
 #include "runtime/device_state.h"
 #include "runtime/runner_common.h"
+#include "runtime/tp_runner.h"
+#include "dist/shard.h"
 
 namespace ssmserve::cuda {
 namespace {
@@ -29,6 +31,38 @@ struct HostWeights2 {
   std::vector<Mamba2LayerWeights> layers;
   std::vector<float> norm_f;
 };
+
+/// Rank tp.rank's slices of `w` (as archs/mamba2.cpp's shard loader cuts them: heads, channels, B/C groups, dt,
+/// the gated norm's channels, out_proj's columns, the LM head's vocab rows; the embedding stays whole).
+HostWeights2 shard_host_weights(const HostWeights2& w, const Mamba2Config& m, int64_t V, const dist::TpRank& tp) {
+  const int64_t I = m.d_inner, C = m.conv_dim(), NH = m.num_heads, K = m.d_conv, N = m.d_state, GN = static_cast<int64_t>(m.n_groups) * N;
+  const dist::Range h = dist::even_shard(NH, tp.rank, tp.world, "Mamba-2 num_heads");
+  const dist::Range c{h.begin * m.head_dim, h.end * m.head_dim};
+  const dist::Range groups = dist::even_shard(m.n_groups, tp.rank, tp.world, "Mamba-2 n_groups");
+  const dist::Range g{groups.begin * N, groups.end * N};
+  const std::vector<dist::Range> conv_rows = {c, {I + g.begin, I + g.end}, {I + GN + g.begin, I + GN + g.end}};
+  std::vector<dist::Range> proj_rows = {c};
+  for (const dist::Range& r : conv_rows) proj_rows.push_back({I + r.begin, I + r.end});
+  proj_rows.push_back({I + C + h.begin, I + C + h.end});
+  HostWeights2 s;
+  s.embedding = w.embedding;
+  for (const Mamba2LayerWeights& L : w.layers) {
+    Mamba2LayerWeights S;
+    S.norm = L.norm;
+    S.in_proj = dist::slice_rows(L.in_proj, proj_rows);
+    S.conv_weight = dist::slice_rows(L.conv_weight, K, conv_rows);
+    if (!L.conv_bias.empty()) S.conv_bias = dist::slice_rows(L.conv_bias, 1, conv_rows);
+    S.dt_bias = dist::slice_rows(L.dt_bias, 1, {h});
+    S.A = dist::slice_rows(L.A, 1, {h});
+    S.D = dist::slice_rows(L.D, 1, {h});
+    S.gate_norm = dist::slice_rows(L.gate_norm, 1, {c});
+    S.out_proj = dist::slice_cols(L.out_proj, c);
+    s.layers.push_back(std::move(S));
+  }
+  s.norm_f = w.norm_f;
+  s.lm_head = dist::slice_rows(w.lm_head, {dist::vocab_shard(V, tp.rank, tp.world)});
+  return s;
+}
 
 HostWeights2 load_host_weights(const ModelConfig& cfg, const Mamba2Config& m, WeightSource& src) {
   const int64_t Hd = cfg.hidden_size, I = m.d_inner, C = m.conv_dim(), NH = m.num_heads, K = m.d_conv, V = cfg.vocab_size;
@@ -64,11 +98,14 @@ struct Layer2Dev {
 
 class CudaMamba2Model final : public CausalLM {
  public:
-  CudaMamba2Model(ModelConfig cfg, Mamba2Config m, const HostWeights2& w, CudaModelOptions opt)
+  /// m: this rank's shard of the mixer (d_inner, num_heads, n_groups per rank; all of them at tp.world == 1).
+  CudaMamba2Model(ModelConfig cfg, Mamba2Config m, const HostWeights2& w, CudaModelOptions opt, const dist::TpRank& tp = {})
       : cfg_(std::move(cfg)), m_(m), opt_(opt) {
     const DType wd = opt_.weight_dtype;
+    tp_.tp = tp;
+    if (tp_.on()) opt_.cuda_graphs = false, tp.comm->set_stream(stream_.get());
     frame_.embedding = upload_weight(w.embedding, wd);
-    frame_.tied = w.lm_head.data == w.embedding.data;
+    frame_.tied = !tp_.on() && w.lm_head.data == w.embedding.data;
     if (!frame_.tied) frame_.lm_head = upload_weight(w.lm_head, wd);
     frame_.norm_f = to_device(w.norm_f);
     for (const Mamba2LayerWeights& L : w.layers) {
@@ -110,7 +147,7 @@ class CudaMamba2Model final : public CausalLM {
       float* hidden = hidden_.f32(T * H);
       frame_.embed(sm, T, H, hidden, s);
       for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, sm, T);
-      frame_.enqueue_head(sm, T, H, V, cfg_.layer_norm_epsilon,
+      frame_.enqueue_head(sm, T, H, tp_.vocab_per_rank(V), cfg_.layer_norm_epsilon,
                           cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, s);
     };
     if (opt_.cuda_graphs && batch.meta.num_prefills == 0) {
@@ -122,7 +159,8 @@ class CudaMamba2Model final : public CausalLM {
     } else {
       body();
     }
-    frame_.download(nlog, V, logits, s);
+    if (tp_.on()) tp_.gather_logits(frame_, nlog, V, logits, s);
+    else frame_.download(nlog, V, logits, s);
   }
 
  private:
@@ -187,6 +225,7 @@ class CudaMamba2Model final : public CausalLM {
     SSM_CUDA_CHECK(gated_rms_norm(y, I, proj, PW, L.gate_norm.as<float>(), cfg_.layer_norm_epsilon, T, I,
                                   I / m_.n_groups, m_.norm_before_gate, gated, wd, I, s));
     gemm(gated, T, I, L.out_proj, out, Hd);
+    tp_.all_reduce(out, T * Hd);  // out_proj is row-parallel
   }
 
   ModelConfig cfg_;
@@ -199,6 +238,7 @@ class CudaMamba2Model final : public CausalLM {
   DeviceStateMirror states_;
   StepMetaUploader meta_;
   DecodeGraphs graphs_;
+  RunnerTp tp_;
   // Scratch for T tokens: hidden / out [T, Hd] fp32, normed [T, Hd] and gated [T, I] in the GEMM dtype,
   // proj [T, I + C + H], xbc [T, C], y [T, I] fp32.
   Scratch hidden_, out_, normed_, proj_, xbc_, y_, gated_;
@@ -206,7 +246,7 @@ class CudaMamba2Model final : public CausalLM {
 
 }  // namespace
 
-std::unique_ptr<CausalLM> load_mamba2_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt) {
+std::unique_ptr<CausalLM> load_mamba2_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt, const dist::TpRank& tp) {
   SSM_CHECK(gpu_available(), "--device cuda: no usable CUDA device");
   const Mamba2Config m = Mamba2Config::from_json(cfg);
   SSM_CHECK(m.d_conv >= 1 && m.d_conv <= 8, "config.json: conv_kernel {} outside [1, 8] on cuda", m.d_conv);
@@ -219,8 +259,15 @@ std::unique_ptr<CausalLM> load_mamba2_cuda(const ModelConfig& cfg, LoadFormat fo
     ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
     src = WeightSource::from_checkpoint(ckpt);
   }
+  SSM_CHECK(tp.world == 1 || m.n_groups % tp.world == 0,
+            "--tensor-parallel-size {} on cuda: Mamba-2 n_groups {} must be a multiple of it (the replicated group's "
+            "norm across ranks runs on the CPU backend only)", tp.world, m.n_groups);
+  (void)dist::even_shard(m.num_heads, tp.rank, tp.world, "Mamba-2 num_heads");
   const HostWeights2 w = load_host_weights(cfg, m, src);
-  return std::make_unique<CudaMamba2Model>(cfg, m, w, opt);
+  if (tp.world == 1) return std::make_unique<CudaMamba2Model>(cfg, m, w, opt);
+  Mamba2Config shard = m;  // this rank's mixer dimensions
+  shard.d_inner = m.d_inner / tp.world, shard.num_heads = m.num_heads / tp.world, shard.n_groups = m.n_groups / tp.world;
+  return std::make_unique<CudaMamba2Model>(cfg, shard, shard_host_weights(w, m, cfg.vocab_size, tp), opt, tp);
 }
 
 }  // namespace ssmserve::cuda

@@ -88,3 +88,13 @@ def test_gil_released_while_generating(llm):
         time.sleep(0.001)
     t.join()
     assert time.time() - start > 0.05 and ticks >= 10, ticks
+
+
+def test_tensor_parallel_size(llm):
+    # LLM(..., tensor_parallel_size=2): two in-process CPU ranks give TP 1's greedy tokens (issue 9).
+    params = ssmserve.SamplingParams(temperature=0, max_tokens=8)
+    tp2 = ssmserve.LLM(str(MODEL), max_num_seqs=8, threads=2, tensor_parallel_size=2)
+    for a, b in zip(llm.generate(PROMPTS, params), tp2.generate(PROMPTS, params)):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+    with pytest.raises(ValueError, match="tensor-parallel-size 3"):
+        ssmserve.LLM(str(MODEL), tensor_parallel_size=3)

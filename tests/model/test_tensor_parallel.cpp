@@ -1,9 +1,15 @@
 // Tensor parallelism on the CPU (issue 9): the model split over TP = 2, 4 (and 8) in-process ranks gives the same
-// greedy tokens and the same logprobs (within 1e-5; only the summation order of the all-reduced partial sums
-// differs) as TP = 1, through the whole engine: batches of prompts, chunked prefill mixed with decodes, prompt
+// greedy tokens and the same logprobs (within 1e-5) as TP = 1, through the whole engine: batches of prompts, chunked prefill mixed with decodes, prompt
 // logprobs. Models: tiny-mamba (channels sharded, x_proj / out_proj row-parallel), tiny-mamba2 (n_groups = 1:
-// the group replicated, the gated norm all-reduced), and dummy-weight Mamba-2 configs with n_groups = 8
-// (groups sharded) at TP = 2, 4, 8 and n_groups = 1 with norm_before_gate.
+// the group replicated, the gated norm all-reduced), tiny-minimax (lightning heads, GQA heads with KV heads
+// split at TP 2 and replicated at TP 4, tensor-parallel experts), dummy-weight Mamba-2 configs with n_groups = 8
+// (groups sharded) at TP = 2, 4, 8 and n_groups = 1 with norm_before_gate, and a dummy MiniMax config.
+//
+// Held to 1e-5: the logprobs of every greedy token, of every prompt token (pseudo-random ids, down to -27), and
+// the top-k (k = 5) of every generated step's and prompt position's distribution (sorted values). The CPU shards
+// keep TP = 1's summation order (dist/gathered_linear.h: all-gathered inputs and output-split projections instead
+// of all-reduced partial sums), so the gaps printed are 0 today; with the all-reduce they reached 1.3e-5 (a top-5
+// logprob of -4.1 on tiny-mamba, TP 2), past the bound however the comparison was chosen.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -24,10 +30,21 @@ namespace {
 
 using ::testing::HasSubstr;
 
+constexpr int kTopK = 5;
+
 struct Outcome {
   std::vector<int> ids;
-  std::vector<float> logprobs;  // generated tokens', then the prompt tokens' (positions 1..)
+  std::vector<float> logprobs;                 // the greedy tokens'
+  std::vector<std::vector<float>> top;         // per generated step, then per prompt position 1..: top-k, descending
+  std::vector<float> prompt_token_logprobs;    // the prompt tokens' own
 };
+
+std::vector<float> sorted_values(const std::vector<TokenLogprob>& v, size_t skip) {
+  std::vector<float> out;
+  for (size_t i = skip; i < v.size(); ++i) out.push_back(v[i].logprob);
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
 
 // Greedy outputs of `prompts` run together through an engine with the given TP size, with a small token budget
 // so prompts are prefilled in chunks next to other requests' decodes.
@@ -47,8 +64,8 @@ std::vector<Outcome> run(const std::filesystem::path& model, LoadFormat format, 
     r.params.temperature = 0;
     r.params.max_tokens = 6;
     r.params.ignore_eos = true;
-    r.params.logprobs = 0;
-    r.params.prompt_logprobs = 0;
+    r.params.logprobs = kTopK;
+    r.params.prompt_logprobs = kTopK;
     engine.add_request(r);
   }
   std::vector<Outcome> out(prompts.size());
@@ -57,25 +74,54 @@ std::vector<Outcome> run(const std::filesystem::path& model, LoadFormat format, 
       if (!o.finished) continue;
       Outcome& oc = out[std::stoi(o.request_id)];
       oc.ids = o.outputs[0].token_ids;
-      for (const auto& step : o.outputs[0].logprobs) oc.logprobs.push_back(step.at(0).logprob);
+      for (const auto& step : o.outputs[0].logprobs) {
+        oc.logprobs.push_back(step.at(0).logprob);
+        oc.top.push_back(sorted_values(step, 0));  // the greedy token (rank 1), then the rest of the top-k
+      }
       for (const auto& p : o.prompt_logprobs)
-        if (p) oc.logprobs.push_back(p->token_logprob);
+        if (p) oc.top.push_back(sorted_values(p->top, 0)), oc.prompt_token_logprobs.push_back(p->token_logprob);
     }
   return out;
 }
 
+double max_gap(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t j = 0; j < std::min(a.size(), b.size()); ++j) worst = std::max(worst, std::abs(static_cast<double>(a[j]) - b[j]));
+  return worst;
+}
+
 void expect_same(const std::vector<Outcome>& ref, const std::vector<Outcome>& got, int tp) {
   ASSERT_EQ(ref.size(), got.size());
-  double worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i)
-    for (size_t j = 0; j < std::min(ref[i].logprobs.size(), got[i].logprobs.size()); ++j)
-      worst = std::max(worst, std::abs(static_cast<double>(ref[i].logprobs[j]) - got[i].logprobs[j]));
-  std::cout << "TP " << tp << ": max |logprob - TP 1's| = " << worst << "\n";
+  double greedy = 0, top = 0, prompt = 0;
+  float lowest_top = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    greedy = std::max(greedy, max_gap(ref[i].logprobs, got[i].logprobs));
+    prompt = std::max(prompt, max_gap(ref[i].prompt_token_logprobs, got[i].prompt_token_logprobs));
+    for (size_t s = 0; s < std::min(ref[i].top.size(), got[i].top.size()); ++s) {
+      top = std::max(top, max_gap(ref[i].top[s], got[i].top[s]));
+      if (!ref[i].top[s].empty()) lowest_top = std::min(lowest_top, ref[i].top[s].back());
+    }
+  }
+  std::cout << "TP " << tp << ": max |logprob - TP 1's|: greedy tokens " << greedy << ", top-" << kTopK << " " << top
+            << " (lowest top-k logprob " << lowest_top << "), prompt tokens " << prompt << "\n";
   for (size_t i = 0; i < ref.size(); ++i) {
     EXPECT_EQ(ref[i].ids, got[i].ids) << "TP " << tp << ", prompt " << i;
     ASSERT_EQ(ref[i].logprobs.size(), got[i].logprobs.size());
+    ASSERT_FALSE(ref[i].logprobs.empty());
     for (size_t j = 0; j < ref[i].logprobs.size(); ++j)
-      EXPECT_NEAR(ref[i].logprobs[j], got[i].logprobs[j], 1e-5) << "TP " << tp << ", prompt " << i << ", logprob " << j;
+      EXPECT_NEAR(ref[i].logprobs[j], got[i].logprobs[j], 1e-5) << "TP " << tp << ", prompt " << i << ", greedy token " << j;
+    ASSERT_EQ(ref[i].prompt_token_logprobs.size(), got[i].prompt_token_logprobs.size());
+    for (size_t j = 0; j < ref[i].prompt_token_logprobs.size(); ++j)
+      EXPECT_NEAR(ref[i].prompt_token_logprobs[j], got[i].prompt_token_logprobs[j], 1e-5) << "TP " << tp << ", prompt " << i
+                                                                                          << ", prompt token " << j + 1;
+    ASSERT_EQ(ref[i].top.size(), got[i].top.size());
+    for (size_t s = 0; s < ref[i].top.size(); ++s) {
+      ASSERT_EQ(ref[i].top[s].size(), static_cast<size_t>(kTopK));
+      ASSERT_EQ(got[i].top[s].size(), static_cast<size_t>(kTopK));
+      for (int k = 0; k < kTopK; ++k)
+        EXPECT_NEAR(ref[i].top[s][k], got[i].top[s][k], 1e-5) << "TP " << tp << ", prompt " << i << ", distribution " << s
+                                                              << ", rank " << k;
+    }
   }
 }
 
@@ -97,7 +143,7 @@ TEST_P(TensorParallelModels, SameGreedyOutputsAndLogprobsAsOneRank) {
   for (int tp : {2, 4}) expect_same(ref, run(dir, LoadFormat::Auto, tp, p, 29), tp);
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, TensorParallelModels, ::testing::Values("tiny-mamba", "tiny-mamba2"));
+INSTANTIATE_TEST_SUITE_P(Checkpoints, TensorParallelModels, ::testing::Values("tiny-mamba", "tiny-mamba2", "tiny-minimax"));
 
 // A small Mamba-2 shape for dummy weights: hidden 64, 8 heads x 16, d_state 16, 2 layers, chunk_size 16, and a
 // vocabulary (301) no TP size divides, so the last vocab shard is short.
@@ -123,6 +169,55 @@ TEST(TensorParallelDummy, Mamba2ReplicatedGroupNormBeforeGate) {
   write_mamba2_config(tmp.path(), 1, true);
   const auto p = prompts(301);
   expect_same(run(tmp.path(), LoadFormat::Dummy, 1, p, 23), run(tmp.path(), LoadFormat::Dummy, 4, p, 23), 4);
+}
+
+// A small MiniMax shape for dummy weights: hidden 64, 8 heads x 16 (lightning and softmax), 2 KV heads (split at
+// TP 2, replicated at TP 4 and 8), 8 experts of 64 (top 2), layers linear/full/linear/full, block_size 16, and
+// vocab 301.
+void write_minimax_config(const std::filesystem::path& dir) {
+  nlohmann::json j = {{"architectures", {"MiniMaxForCausalLM"}}, {"model_type", "minimax"}, {"hidden_size", 64},
+                      {"num_attention_heads", 8}, {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 64},
+                      {"num_local_experts", 8}, {"num_experts_per_tok", 2}, {"block_size", 16}, {"num_hidden_layers", 4},
+                      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+                      {"vocab_size", 301}, {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false}, {"eos_token_id", 0},
+                      {"sliding_window", nullptr}};
+  std::ofstream(dir / "config.json") << j.dump(2);
+}
+
+TEST(TensorParallelDummy, MiniMaxHeadsExpertsAndReplicatedKvHeads) {
+  testing::TempDir tmp("tp-minimax");
+  write_minimax_config(tmp.path());
+  const auto p = prompts(301);
+  const auto ref = run(tmp.path(), LoadFormat::Dummy, 1, p, 23);
+  for (int tp : {2, 4, 8}) expect_same(ref, run(tmp.path(), LoadFormat::Dummy, tp, p, 23), tp);
+}
+
+TEST(TensorParallelDummy, MiniMaxPageHoldsEachRanksStatesAndKvHeads) {
+  testing::TempDir tmp("tp-minimax-shape");
+  write_minimax_config(tmp.path());
+  const ModelConfig cfg = ModelConfig::load(tmp.path());
+  auto one = load_model(cfg, LoadFormat::Dummy, 1);
+  // TP 1: 2 lightning layers x 8 heads x 16 x 16 = 4096 fp32 state elements; KV block size 4096 * 4 bytes / (2
+  // layers x 2 (K, V) x 2 heads x 16 x 4 bytes) = 32 tokens, the same for every TP size.
+  EXPECT_EQ(one->state_shape().ssm_elems, 4096);
+  EXPECT_EQ(one->kv_block_size(), 32);
+  dist::InProcessGroup two(2), four(4);
+  // TP 2: 4 heads and 1 KV head per rank: 2048 state elements, a KV block of 32 x 2 x 2 x 1 x 16 = 2048 fp32.
+  auto r1of2 = load_model_shard(cfg, LoadFormat::Dummy, {1, 2, &two.communicator(1)});
+  EXPECT_EQ(r1of2->kv_block_size(), 32);
+  EXPECT_EQ(r1of2->state_shape().ssm_elems, 2048);
+  // TP 4: 2 heads per rank (1024 state elements), KV head 0 or 1 replicated: still 2048 fp32 of KV block.
+  auto r3of4 = load_model_shard(cfg, LoadFormat::Dummy, {3, 4, &four.communicator(3)});
+  EXPECT_EQ(r3of4->kv_block_size(), 32);
+  EXPECT_EQ(r3of4->state_shape().ssm_elems, 2048);
+  EXPECT_EQ(TensorParallelLM(cfg, LoadFormat::Dummy, 4).state_shape().ssm_elems, 4 * 2048);
+  EXPECT_EQ(TensorParallelLM(cfg, LoadFormat::Dummy, 4).kv_block_size(), 32);
+  try {
+    TensorParallelLM bad(cfg, LoadFormat::Dummy, 16);
+    ADD_FAILURE() << "TP 16 accepted for 8 heads";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--tensor-parallel-size 16 does not divide MiniMax num_attention_heads 8"));
+  }
 }
 
 TEST(TensorParallelDummy, StatePageHoldsEveryRanksShard) {

@@ -13,6 +13,7 @@
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/selective_scan.h"
 #include "dist/shard.h"
+#include "dist/gathered_linear.h"
 #include "dist/vocab_parallel.h"
 #include "model/lm_common.h"
 
@@ -36,15 +37,16 @@ MambaWeights MambaWeights::load(const ModelConfig& cfg, WeightSource& src, const
     if (m.use_bias) L.in_proj_bias = dist::slice_rows(src.vector(p + "mixer.in_proj.bias", {2 * I}, DummyInit::constant(0.0f)), 1, xz_rows);
     L.conv_weight = dist::slice_rows(src.vector(p + "mixer.conv1d.weight", {I, 1, K}, DummyInit::uniform(0.5f)), K, {c});
     if (m.use_conv_bias) L.conv_bias = dist::slice_rows(src.vector(p + "mixer.conv1d.bias", {I}, DummyInit::uniform(0.1f)), 1, {c});
-    L.x_proj = dist::slice_cols(src.matrix(p + "mixer.x_proj.weight", {R + 2 * N, I}, DummyInit::uniform(inner_scale)), c);
+    L.x_proj = src.matrix(p + "mixer.x_proj.weight", {R + 2 * N, I}, DummyInit::uniform(inner_scale));  // replicated
     L.dt_proj = dist::slice_rows(src.matrix(p + "mixer.dt_proj.weight", {I, R}, DummyInit::uniform(1.0f / std::sqrt(static_cast<float>(R)))), {c});
     L.dt_bias = dist::slice_rows(src.vector(p + "mixer.dt_proj.bias", {I}, DummyInit::constant(-4.0f)), 1, {c});
     L.A = dist::slice_rows(src.vector(p + "mixer.A_log", {I, N}, DummyInit::log_arange()), N, {c});
     for (float& a : L.A) a = -std::exp(a);
     L.D = dist::slice_rows(src.vector(p + "mixer.D", {I}, DummyInit::constant(1.0f)), 1, {c});
-    L.out_proj = dist::slice_cols(src.matrix(p + "mixer.out_proj.weight", {H, I}, DummyInit::uniform(inner_scale)), c);
-    // Row-parallel bias: added once, by rank 0, before the all-reduce (vLLM's RowParallelLinear).
-    if (m.use_bias && tp.rank == 0) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {H}, DummyInit::constant(0.0f));
+    // Output-split (dist/gathered_linear.h): this rank's output rows over the whole d_inner, with their bias.
+    const dist::Range o = dist::output_shard(H, tp.rank, tp.world);
+    L.out_proj = dist::slice_rows(src.matrix(p + "mixer.out_proj.weight", {H, I}, DummyInit::uniform(inner_scale)), {o});
+    if (m.use_bias) L.out_proj_bias = dist::slice_rows(src.vector(p + "mixer.out_proj.bias", {H}, DummyInit::constant(0.0f)), 1, {o});
     for (Weight* proj : {&L.in_proj, &L.x_proj, &L.dt_proj, &L.out_proj}) cpu::pack_for_linear(*proj);
     w.layers.push_back(std::move(L));
   }
@@ -89,6 +91,8 @@ class MambaModel final : public CausalLM {
   std::vector<float> delta_;    // [T, I]
   std::vector<float> y_;        // [T, I]
   std::vector<float> out_;      // [T, H]
+  std::vector<float> full_;     // [T, I * tp] all-gathered conv / scan output (tp > 1)
+  std::vector<float> comm_;     // collective scratch
 };
 
 void MambaModel::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
@@ -125,8 +129,14 @@ void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, 
     cpu::causal_conv1d_fwd(xz_.data() + P0 * 2 * I, 2 * I, xc_.data() + P0 * I, I, conv, md.query_start_loc_p,
                            md.state_indices_tensor_p, md.has_initial_states_p);
   // 3. x_proj -> [dt_low, B, C]; delta = dt_proj(dt_low) (bias and softplus inside the scan).
-  cpu::linear(xc_.data(), T, L.x_proj, nullptr, xdbl_.data());
-  if (tp_.world > 1) tp_.comm->all_reduce_sum(xdbl_.data(), T * XD);  // x_proj is row-parallel
+  const int64_t IF = I * tp_.world;  // the whole d_inner
+  if (tp_.world > 1) {  // x_proj over the all-gathered conv output: TP = 1's arithmetic (dist/gathered_linear.h)
+    full_.resize(T * IF);
+    dist::all_gather_columns(xc_.data(), T, I, I, *tp_.comm, full_.data(), IF, comm_);
+    cpu::linear(full_.data(), T, L.x_proj, nullptr, xdbl_.data());
+  } else {
+    cpu::linear(xc_.data(), T, L.x_proj, nullptr, xdbl_.data());
+  }
   cpu::linear(xdbl_.data(), T, XD, L.dt_proj, nullptr, delta_.data(), I);
   // 4. Selective scan with D skip and SiLU(z) gate.
   cpu::ScanInputs in{{xc_.data(), I}, {delta_.data(), I}, {xdbl_.data() + R, XD}, {xdbl_.data() + R + N, XD}, {xz_.data() + I, 2 * I}};
@@ -139,8 +149,13 @@ void MambaModel::mixer(int layer, const ForwardBatch& batch, StateCache& cache, 
                             md.has_initial_states_p);
   }
   // 5. Output projection and residual add (fp32).
-  cpu::linear(y_.data(), T, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out_.data());
-  if (tp_.world > 1) tp_.comm->all_reduce_sum(out_.data(), T * H);  // out_proj is row-parallel
+  const float* out_bias = L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data();
+  if (tp_.world > 1) {  // output-split out_proj over the all-gathered scan output
+    dist::all_gather_columns(y_.data(), T, I, I, *tp_.comm, full_.data(), IF, comm_);
+    dist::output_split_linear(full_.data(), T, IF, L.out_proj, out_bias, H, *tp_.comm, out_.data(), H, comm_);
+  } else {
+    cpu::linear(y_.data(), T, L.out_proj, out_bias, out_.data());
+  }
   for (int64_t i = 0; i < T * H; ++i) hidden_[i] += out_[i];
 }
 

@@ -16,19 +16,21 @@ struct MambaLayerWeights {
   std::vector<float> in_proj_bias;   ///< [2I] or empty
   std::vector<float> conv_weight;    ///< [I, K]
   std::vector<float> conv_bias;      ///< [I] or empty
-  Weight x_proj;                     ///< [R + 2N, I]
+  Weight x_proj;                     ///< [R + 2N, I] (replicated: every rank holds the whole, d_inner columns)
   Weight dt_proj;                    ///< [I, R]
   std::vector<float> dt_bias;        ///< [I]
   std::vector<float> A;              ///< [I, N] = -exp(A_log)
   std::vector<float> D;              ///< [I]
-  Weight out_proj;                   ///< [H, I]
-  std::vector<float> out_proj_bias;  ///< [H] or empty
+  Weight out_proj;                   ///< [H, I]; a rank: its output rows output_shard(H) x the whole d_inner
+  std::vector<float> out_proj_bias;  ///< [H] or empty; a rank: its output rows
 };
 
 /// All parameters of a Mamba-1 model, or of one tensor-parallel rank's shard of it (vllm-ssm-design.md §5.1:
 /// channels split I / tp per rank; in_proj's x and z rows, conv, dt_proj rows, dt_bias, A and D column-parallel;
-/// x_proj and out_proj row-parallel, i.e. their input columns split; embedding and LM head rows split by vocab).
-/// Shapes below are per rank, I = d_inner / tp, vocab = the rank's vocab_shard rows.
+/// embedding and LM head rows split by vocab). Where vLLM makes x_proj and out_proj row-parallel (input columns
+/// split, partial sums all-reduced), the CPU shard keeps TP = 1's summation order (dist/gathered_linear.h): x_proj
+/// is replicated over the all-gathered conv output and out_proj is split by output rows over the all-gathered
+/// scan output. Shapes below are per rank, I = d_inner / tp, vocab = the rank's vocab_shard rows.
 struct MambaWeights {
   Weight embedding;                  ///< [vocab, H]
   std::vector<MambaLayerWeights> layers;

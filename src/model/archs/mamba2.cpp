@@ -16,6 +16,7 @@
 #include "kernels/cpu/ssd.h"
 #include "kernels/cpu/vec_math.h"
 #include "dist/shard.h"
+#include "dist/gathered_linear.h"
 #include "dist/vocab_parallel.h"
 #include "model/lm_common.h"
 
@@ -76,12 +77,11 @@ namespace {
 /// The Mamba-2 model: weights plus per-forward scratch (one forward at a time).
 class Mamba2Model final : public CausalLM {
  public:
-  /// m: this rank's shard of the mixer (d_inner, num_heads, n_groups per rank); norm_spans_ranks: the gated
-  /// RMSNorm's group is wider than the rank's channels (n_groups == 1 replicated over tp > 1 ranks).
-  Mamba2Model(ModelConfig cfg, Mamba2Config m, Weight emb, std::vector<Mamba2LayerWeights> layers, std::vector<float> norm_f,
-              Weight lm_head, std::shared_ptr<const Checkpoint> ckpt, const dist::TpRank& tp, bool norm_spans_ranks)
-      : cfg_(std::move(cfg)), m_(m), embedding_(std::move(emb)), layers_(std::move(layers)), norm_f_(std::move(norm_f)),
-        lm_head_(std::move(lm_head)), ckpt_(std::move(ckpt)), tp_(tp), norm_spans_ranks_(norm_spans_ranks) {}
+  /// m: this rank's shard of the mixer (d_inner, num_heads, n_groups per rank); full: the unsharded one.
+  Mamba2Model(ModelConfig cfg, Mamba2Config m, Mamba2Config full, Weight emb, std::vector<Mamba2LayerWeights> layers,
+              std::vector<float> norm_f, Weight lm_head, std::shared_ptr<const Checkpoint> ckpt, const dist::TpRank& tp)
+      : cfg_(std::move(cfg)), m_(m), full_(full), embedding_(std::move(emb)), layers_(std::move(layers)), norm_f_(std::move(norm_f)),
+        lm_head_(std::move(lm_head)), ckpt_(std::move(ckpt)), tp_(tp) {}
 
   const ModelConfig& config() const override { return cfg_; }
   int num_state_layers() const override { return cfg_.num_hidden_layers; }
@@ -93,17 +93,17 @@ class Mamba2Model final : public CausalLM {
 
  private:
   void mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T);
-  void gated_norm_across_ranks(const Mamba2LayerWeights& L, int64_t T);
+  void gated_norm_and_out_proj_gathered(const Mamba2LayerWeights& L, int64_t T);
 
   ModelConfig cfg_;
   Mamba2Config m_;  // this rank's shard: d_inner, num_heads, n_groups per rank
+  Mamba2Config full_;  // the unsharded mixer
   Weight embedding_;
   std::vector<Mamba2LayerWeights> layers_;
   std::vector<float> norm_f_;
   Weight lm_head_;
   std::shared_ptr<const Checkpoint> ckpt_;
   dist::TpRank tp_;  // world 1: no communication
-  bool norm_spans_ranks_ = false;
   // Scratch for T packed tokens:
   std::vector<float> hidden_;  // [T, hidden] residual stream (fp32)
   std::vector<float> normed_;  // [T, hidden]
@@ -112,7 +112,8 @@ class Mamba2Model final : public CausalLM {
   std::vector<float> y_;       // [T, I]
   std::vector<float> gated_;   // [T, I]
   std::vector<float> out_;     // [T, hidden]
-  std::vector<float> sumsq_;   // [T] gated-norm sums of squares (norm_spans_ranks_)
+  std::vector<float> yf_, zf_, gf_;  // [T, d_inner] all-gathered y and z, the gated norm over them (tp > 1)
+  std::vector<float> comm_;          // collective scratch
 };
 
 void Mamba2Model::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
@@ -166,39 +167,28 @@ void Mamba2Model::mixer(int layer, const ForwardBatch& batch, StateCache& cache,
     cpu::ssd_chunk_scan_fwd(inputs_from(P0), sp, cm, y_.data() + P0 * I, I);
   }
   // 4. Gated RMSNorm with z, then the output projection and the residual add.
-  if (norm_spans_ranks_) gated_norm_across_ranks(L, T);
-  else cpu::gated_rms_norm(y_.data(), I, proj_.data(), PW, L.gate_norm.data(), cfg_.layer_norm_epsilon, T, I, I / m_.n_groups,
-                           m_.norm_before_gate, gated_.data());
-  cpu::linear(gated_.data(), T, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out_.data());
-  if (tp_.world > 1) tp_.comm->all_reduce_sum(out_.data(), T * Hd);  // out_proj is row-parallel
+  if (tp_.world > 1) {
+    gated_norm_and_out_proj_gathered(L, T);
+  } else {
+    cpu::gated_rms_norm(y_.data(), I, proj_.data(), PW, L.gate_norm.data(), cfg_.layer_norm_epsilon, T, I, I / m_.n_groups,
+                        m_.norm_before_gate, gated_.data());
+    cpu::linear(gated_.data(), T, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out_.data());
+  }
   for (int64_t i = 0; i < T * Hd; ++i) hidden_[i] += out_[i];
 }
 
-// gated_ = gated RMSNorm of y_ with gate z (proj_[:, :I]) when the one norm group (n_groups == 1) covers every
-// rank's channels: the same math as cpu::gated_rms_norm, with each row's sum of squares all-reduced over the
-// ranks and the mean taken over the full d_inner = I * tp.
-void Mamba2Model::gated_norm_across_ranks(const Mamba2LayerWeights& L, int64_t T) {
-  const int64_t I = m_.d_inner, PW = I + m_.conv_dim() + m_.num_heads;
-  sumsq_.assign(T, 0.0f);
-  for (int64_t t = 0; t < T; ++t) {  // 1. u = y * silu(z) (gate first) or y (norm first); local sum of u^2
-    const float *yt = y_.data() + t * I, *zt = proj_.data() + t * PW;
-    float* ot = gated_.data() + t * I;
-    float ss = 0.0f;
-    for (int64_t d = 0; d < I; ++d) {
-      ot[d] = m_.norm_before_gate ? yt[d] : yt[d] * cpu::silu_ps(zt[d]);
-      ss += ot[d] * ot[d];
-    }
-    sumsq_[t] = ss;
-  }
-  tp_.comm->all_reduce_sum(sumsq_.data(), T);
-  const float width = static_cast<float>(I * tp_.world);
-  for (int64_t t = 0; t < T; ++t) {  // 2. scale, weight, and the gate when it comes after the norm
-    const float inv = 1.0f / std::sqrt(sumsq_[t] / width + cfg_.layer_norm_epsilon);
-    const float* zt = proj_.data() + t * PW;
-    float* ot = gated_.data() + t * I;
-    for (int64_t d = 0; d < I; ++d)
-      ot[d] = m_.norm_before_gate ? ot[d] * inv * L.gate_norm[d] * cpu::silu_ps(zt[d]) : ot[d] * inv * L.gate_norm[d];
-  }
+// out_ = out_proj(gated RMSNorm(y, z)) with TP = 1's arithmetic (dist/gathered_linear.h): the ranks' y and z
+// shards are all-gathered into the whole [T, d_inner], every rank applies the gated norm to all of it (cheap,
+// elementwise; its weight is replicated), and out_proj is split by output rows over the whole d_inner.
+void Mamba2Model::gated_norm_and_out_proj_gathered(const Mamba2LayerWeights& L, int64_t T) {
+  const int64_t I = m_.d_inner, PW = I + m_.conv_dim() + m_.num_heads, IF = full_.d_inner, Hd = cfg_.hidden_size;
+  yf_.resize(T * IF), zf_.resize(T * IF), gf_.resize(T * IF);
+  dist::all_gather_columns(y_.data(), T, I, I, *tp_.comm, yf_.data(), IF, comm_);
+  dist::all_gather_columns(proj_.data(), T, I, PW, *tp_.comm, zf_.data(), IF, comm_);  // z = proj[:, :I]
+  cpu::gated_rms_norm(yf_.data(), IF, zf_.data(), IF, L.gate_norm.data(), cfg_.layer_norm_epsilon, T, IF, IF / full_.n_groups,
+                      full_.norm_before_gate, gf_.data());
+  dist::output_split_linear(gf_.data(), T, IF, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), Hd,
+                            *tp_.comm, out_.data(), Hd, comm_);
 }
 
 }  // namespace
@@ -244,10 +234,12 @@ std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format,
     L.A = dist::slice_rows(src.vector(p + "mixer.A_log", {NH}, DummyInit::log_arange()), 1, {h});
     for (float& a : L.A) a = -std::exp(a);
     L.D = dist::slice_rows(src.vector(p + "mixer.D", {NH}, DummyInit::constant(1.0f)), 1, {h});
-    L.gate_norm = dist::slice_rows(src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f)), 1, {c});
-    L.out_proj = dist::slice_cols(src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale)), c);
-    // Row-parallel bias: added once, by rank 0, before the all-reduce (vLLM's RowParallelLinear).
-    if (m.use_bias && tp.rank == 0) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {Hd}, DummyInit::constant(0.0f));
+    // The gated norm runs over the whole d_inner on every rank, out_proj split by output rows
+    // (dist/gathered_linear.h).
+    L.gate_norm = src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f));
+    const dist::Range o = dist::output_shard(Hd, tp.rank, tp.world);
+    L.out_proj = dist::slice_rows(src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale)), {o});
+    if (m.use_bias) L.out_proj_bias = dist::slice_rows(src.vector(p + "mixer.out_proj.bias", {Hd}, DummyInit::constant(0.0f)), 1, {o});
     cpu::pack_for_linear(L.in_proj);
     cpu::pack_for_linear(L.out_proj);
     layers.push_back(std::move(L));
@@ -260,9 +252,8 @@ std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format,
   shard.d_inner = static_cast<int>(c.size());
   shard.num_heads = static_cast<int>(h.size());
   shard.n_groups = static_cast<int>(groups.size());
-  const bool norm_spans_ranks = m.n_groups == 1 && tp.world > 1;
-  return std::make_unique<Mamba2Model>(cfg, shard, std::move(emb), std::move(layers), std::move(norm_f), std::move(head), std::move(ckpt),
-                                       tp, norm_spans_ranks);
+  return std::make_unique<Mamba2Model>(cfg, shard, m, std::move(emb), std::move(layers), std::move(norm_f), std::move(head),
+                                       std::move(ckpt), tp);
 }
 
 }  // namespace ssmserve

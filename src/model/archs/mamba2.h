@@ -48,10 +48,11 @@ struct Mamba2LayerWeights {
 };
 
 /// Loads a Mamba-2 model (checkpoint or dummy weights), or rank tp.rank's shard of it (vllm-ssm-design.md §3.1,
-/// §5.2): heads H / tp per rank (x, z, dt rows of in_proj, conv channels, dt_bias, A, D, gated-norm weight,
-/// out_proj's input columns); B / C groups G / tp per rank when G % tp == 0, the single group replicated on every
-/// rank when G == 1 (the gated RMSNorm's group then spans the ranks: its sum of squares is all-reduced);
-/// embedding and LM head split by vocab rows. A shard's forward is a collective over tp.comm (every rank runs
+/// §5.2): heads H / tp per rank (x, z, dt rows of in_proj, conv channels, dt_bias, A, D); B / C groups G / tp per
+/// rank when G % tp == 0, the single group replicated on every rank when G == 1; embedding and LM head split by
+/// vocab rows. Where vLLM all-reduces out_proj's partial sums (and the G == 1 norm's sums of squares), the CPU
+/// shard keeps TP = 1's arithmetic (dist/gathered_linear.h): the ranks all-gather y and z, every rank applies the
+/// gated RMSNorm to the whole d_inner (its weight replicated), and out_proj is split by output rows. A shard's forward is a collective over tp.comm (every rank runs
 /// the same batch at once; only ranks passing non-null logits get them written).
 /// Throws Error on any checkpoint / config defect, or when tp.world does not divide num_heads, or n_groups is
 /// neither 1 nor a multiple of tp.world.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "model/causal_lm.h"
 
 namespace ssmserve {
@@ -40,8 +41,20 @@ struct MiniMaxConfig {
   static MiniMaxConfig from_json(const ModelConfig& cfg);
 };
 
-/// Loads a MiniMax model (checkpoint or dummy weights). Throws Error on any checkpoint / config defect, or when
-/// dummy weights would not fit in memory.
-std::unique_ptr<CausalLM> load_minimax(const ModelConfig& cfg, LoadFormat format);
+/// Loads a MiniMax model (checkpoint or dummy weights), or rank tp.rank's tensor-parallel shard of it
+/// (vllm-ssm-design.md §5.3; vLLM's MiniMaxText01 sharding): lightning heads split over the ranks (qkv_proj /
+/// output_gate column-parallel, their slopes and states); softmax-attention query heads split, KV heads split
+/// when num_key_value_heads % tp == 0 and otherwise replicated (tp % num_key_value_heads == 0; rank r keeps KV
+/// head r * K / tp, as vLLM's QKVParallelLinear); MoE experts tensor-parallel (vLLM's FusedMoE default, not
+/// expert parallelism: the router replicated, every rank holding every expert's rows [I/tp] of w1 / w3);
+/// vocab-parallel embedding and LM head. Where vLLM all-reduces row-parallel partial sums (out_proj, o_proj, w2,
+/// the output norm's statistics), the CPU shard keeps TP = 1's arithmetic (dist/gathered_linear.h): the head
+/// outputs / gates / expert activations are all-gathered, the norm runs over all heads (weight replicated), and
+/// out_proj, o_proj and w2 are split by output rows over the whole input. Each rank's page holds only its
+/// heads' lightning states and its KV heads' blocks; the KV block size is the unsharded model's, so every rank
+/// (and TP = 1) cuts sequences into the same blocks. Throws Error on any checkpoint / config defect, when dummy
+/// weights would not fit in memory, or when tp does not divide num_attention_heads / intermediate_size (or
+/// neither divides nor is a multiple of num_key_value_heads).
+std::unique_ptr<CausalLM> load_minimax(const ModelConfig& cfg, LoadFormat format, const dist::TpRank& tp = {});
 
 }  // namespace ssmserve

@@ -1,0 +1,154 @@
+// Owns the NCCL communicator backend (see nccl_communicator.h): libnccl resolved with dlopen, ncclCommInitAll for
+// the group, ncclAllReduce / ncclAllGather on the rank's stream.
+#include "runtime/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "device/cuda_check.h"
+#include "device/device.h"
+
+#ifndef SSMSERVE_HAVE_NCCL
+#define SSMSERVE_HAVE_NCCL 0
+#endif
+#if SSMSERVE_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#ifndef SSMSERVE_NCCL_LIBRARY
+#define SSMSERVE_NCCL_LIBRARY ""
+#endif
+
+namespace ssmserve::cuda {
+
+bool nccl_compiled() { return SSMSERVE_HAVE_NCCL != 0; }
+
+std::vector<std::string> nccl_library_candidates() {
+  std::vector<std::string> c;
+  if (const char* env = std::getenv("SSMSERVE_NCCL_LIB"); env && *env) c.push_back(env);
+  if (*SSMSERVE_NCCL_LIBRARY) c.push_back(SSMSERVE_NCCL_LIBRARY);
+  c.push_back("libnccl.so.2");
+  c.push_back("libnccl.so");
+  return c;
+}
+
+#if SSMSERVE_HAVE_NCCL
+namespace {
+
+/// The NCCL entry points we use, resolved once from the first loadable library.
+struct NcclApi {
+  decltype(&::ncclCommInitAll) comm_init_all = nullptr;
+  decltype(&::ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&::ncclAllReduce) all_reduce = nullptr;
+  decltype(&::ncclAllGather) all_gather = nullptr;
+  decltype(&::ncclGetErrorString) error_string = nullptr;
+  decltype(&::ncclGetVersion) get_version = nullptr;
+  std::string path;
+};
+
+const NcclApi& nccl() {
+  static const NcclApi api = [] {
+    NcclApi a;
+    std::string tried;
+    void* h = nullptr;
+    for (const std::string& p : nccl_library_candidates()) {
+      h = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (h) {
+        a.path = p;
+        break;
+      }
+      tried += (tried.empty() ? "" : ", ") + p;
+    }
+    SSM_CHECK(h, "NCCL: cannot load libnccl (tried {}); set SSMSERVE_NCCL_LIB to libnccl.so.2 (e.g. the pip wheel "
+                 "nvidia-nccl-cu13's nvidia/nccl/lib/libnccl.so.2)", tried);
+    auto sym = [&](const char* name) {
+      void* f = dlsym(h, name);
+      SSM_CHECK(f, "NCCL: {} has no symbol {}", a.path, name);
+      return f;
+    };
+    a.comm_init_all = reinterpret_cast<decltype(a.comm_init_all)>(sym("ncclCommInitAll"));
+    a.comm_destroy = reinterpret_cast<decltype(a.comm_destroy)>(sym("ncclCommDestroy"));
+    a.all_reduce = reinterpret_cast<decltype(a.all_reduce)>(sym("ncclAllReduce"));
+    a.all_gather = reinterpret_cast<decltype(a.all_gather)>(sym("ncclAllGather"));
+    a.error_string = reinterpret_cast<decltype(a.error_string)>(sym("ncclGetErrorString"));
+    a.get_version = reinterpret_cast<decltype(a.get_version)>(sym("ncclGetVersion"));
+    return a;
+  }();
+  return api;
+}
+
+void nccl_check(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return;
+  fail("NCCL error {} ({}) in {}", static_cast<int>(r), nccl().error_string(r), what);
+}
+
+/// One rank: its ncclComm_t, its device and the stream its collectives go on.
+class NcclRank final : public dist::Communicator {
+ public:
+  NcclRank(ncclComm_t comm, int rank, int world) : comm_(comm), rank_(rank), world_(world) {}
+  ~NcclRank() override {
+    if (comm_) nccl().comm_destroy(comm_);
+  }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  void set_stream(void* s) override { stream_ = static_cast<cudaStream_t>(s); }
+
+  void all_reduce_sum(float* data, int64_t count) override {
+    SSM_CHECK(count >= 0, "all_reduce_sum: negative count {}", count);
+    if (world_ == 1 || count == 0) return;
+    nccl_check(nccl().all_reduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+  }
+
+  void all_gather(const float* send, int64_t count, float* recv) override {
+    SSM_CHECK(count >= 0, "all_gather: negative count {}", count);
+    if (count == 0) return;
+    nccl_check(nccl().all_gather(send, recv, static_cast<size_t>(count), ncclFloat32, comm_, stream_), "ncclAllGather");
+  }
+
+  void barrier() override {
+    if (!scratch_.data()) scratch_ = DeviceBuffer(sizeof(float));
+    all_reduce_sum(static_cast<float*>(scratch_.data()), 1);
+    SSM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0, world_ = 1;
+  cudaStream_t stream_ = nullptr;
+  DeviceBuffer scratch_;
+};
+
+}  // namespace
+
+NcclGroup::NcclGroup(int world_size) {
+  SSM_CHECK(world_size >= 1, "NcclGroup: world size must be >= 1 (got {})", world_size);
+  const int n = device_count();
+  SSM_CHECK(n >= world_size, "--tensor-parallel-size {} on cuda needs {} GPUs; {} visible", world_size, world_size, n);
+  const NcclApi& api = nccl();
+  std::vector<ncclComm_t> comms(static_cast<size_t>(world_size));
+  std::vector<int> devs(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) devs[r] = r;
+  nccl_check(api.comm_init_all(comms.data(), world_size, devs.data()), "ncclCommInitAll");
+  for (int r = 0; r < world_size; ++r) ranks_.push_back(std::make_unique<NcclRank>(comms[r], r, world_size));
+}
+
+#else  // built without nccl.h
+
+NcclGroup::NcclGroup(int world_size) {
+  fail("--tensor-parallel-size {} on cuda: this build has no NCCL backend (nccl.h was not found at configure time)",
+       world_size);
+}
+
+#endif
+
+NcclGroup::~NcclGroup() = default;
+
+dist::Communicator& NcclGroup::communicator(int rank) {
+  SSM_CHECK(rank >= 0 && rank < world_size(), "NcclGroup: rank {} outside [0, {})", rank, world_size());
+  return *ranks_[rank];
+}
+
+}  // namespace ssmserve::cuda
