@@ -238,6 +238,7 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
       .def_readwrite("include_stop_str_in_output", &SamplingParams::include_stop_str_in_output)
       .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens)
+      .def_readwrite("logit_bias", &SamplingParams::logit_bias)
       .def("validate", &SamplingParams::validate, py::arg("vocab_size"));
 
   py::class_<PyLLM>(m, "Engine")

@@ -30,7 +30,8 @@ PromptType = Union[str, Sequence[int], dict]
 def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM's class name)
     """vLLM's SamplingParams: n, temperature (1.0), top_p, top_k, min_p, seed, presence_penalty,
     frequency_penalty, repetition_penalty, max_tokens (16), min_tokens, stop, stop_token_ids, ignore_eos,
-    logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens. Unknown names raise TypeError;
+    logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens, logit_bias ({token_id: bias}).
+    Unknown names raise TypeError;
     values are checked when a request is added (ValueError naming the field)."""
     p = _ssmserve.SamplingParams()
     for k, v in kwargs.items():
@@ -38,6 +39,8 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
             v = [v]
         if not hasattr(p, k):
             raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
+        if k == "logit_bias" and v is not None:
+            v = {int(t): float(b) for t, b in dict(v).items()}
         setattr(p, k, list(v) if k in ("stop", "stop_token_ids") and v is not None else v)
     return p
 

@@ -230,9 +230,13 @@ void apply_penalties(float* l, int vocab, const SamplingParams& p, std::span<con
   }
 }
 
-/// min_tokens masking then penalties, in place; prompt / output ids already range-checked.
+/// logit_bias, min_tokens masking, then penalties, in place; prompt / output ids already range-checked.
 void process_logits_unchecked(float* l, int vocab, const SamplingParams& params, std::span<const int> prompt_ids,
                               std::span<const int> output_ids, std::span<const int> eos_token_ids) {
+  for (const auto& [id, bias] : params.logit_bias) {
+    SSM_CHECK(id >= 0 && id < vocab, "sampler: logit_bias token id {} is outside the vocabulary [0, {})", id, vocab);
+    l[id] += bias;
+  }
   if (static_cast<int>(output_ids.size()) < params.min_tokens) {
     if (!params.ignore_eos) {
       check_ids(eos_token_ids, vocab, "eos_token_ids");

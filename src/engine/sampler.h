@@ -50,6 +50,7 @@ class RequestRng {
 };
 
 /// Samples the next token from one sequence's logits, as vLLM v1's Sampler for a single row:
+///  0. logit_bias: params.logit_bias[id] is added to logit id (vLLM's LogitBiasLogitsProcessor);
 ///  1. min_tokens: while output_ids.size() < params.min_tokens, the EOS ids (unless ignore_eos) and
 ///     params.stop_token_ids are set to -inf;
 ///  2. penalties (vLLM apply_penalties / HF): repetition_penalty over tokens in prompt + output (positive
@@ -73,7 +74,7 @@ SampleResult sample_token(std::span<const float> logits, const SamplingParams& p
                           std::span<const int> prompt_ids, std::span<const int> output_ids,
                           std::span<const int> eos_token_ids, RequestRng& rng, std::vector<float>& scratch);
 
-/// Steps 1-2 of sample_token (min_tokens masking, then repetition / frequency / presence penalties) applied
+/// Steps 0-2 of sample_token (logit_bias, min_tokens masking, then repetition / frequency / presence penalties) applied
 /// in place to logits: [vocab] fp32. Same arguments and errors as sample_token (history ids out of range).
 void process_logits(std::span<float> logits, const SamplingParams& params, std::span<const int> prompt_ids,
                     std::span<const int> output_ids, std::span<const int> eos_token_ids);

@@ -43,6 +43,11 @@ void SamplingParams::validate(int vocab_size) const {
     SSM_CHECK(t >= 0 && t < vocab_size, "SamplingParams.stop_token_ids[{}] = {} is out of vocabulary range [0, {})",
               i, t, vocab_size);
   }
+  for (const auto& [id, bias] : logit_bias) {
+    SSM_CHECK(id >= 0 && id < vocab_size, "SamplingParams.logit_bias: token id {} is out of vocabulary range [0, {})", id,
+              vocab_size);
+    SSM_CHECK(std::isfinite(bias), "SamplingParams.logit_bias[{}] must be finite, got {}", id, bias);
+  }
 }
 
 int SamplingParams::effective_top_k(int vocab_size) const {

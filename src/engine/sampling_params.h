@@ -1,6 +1,7 @@
 // Owns SamplingParams: the per-request decoding knobs (vLLM's names, defaults and validation limits).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,6 +56,9 @@ struct SamplingParams {
   bool include_stop_str_in_output = false;
   /// Drop special tokens (EOS, BOS, ...) when detokenizing the output.
   bool skip_special_tokens = true;
+  /// Added to the raw logit of each listed token id before penalties and sampling (OpenAI / vLLM logit_bias;
+  /// the server clamps values to [-100, 100]). Ids in [0, vocab_size), finite values.
+  std::map<int, float> logit_bias;
 
   /// Checks every field against vLLM's limits (SamplingParams._verify_args plus the engine's
   /// max_logprobs = 20 and the processor's token-id range check).

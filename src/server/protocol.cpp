@@ -1,6 +1,7 @@
 // Owns the OpenAI request parsing (see protocol.h).
 #include "server/protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -133,6 +134,18 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
   if (const json* v = field(b, "min_tokens")) sp.min_tokens = static_cast<int>(as_int(*v, "min_tokens", 0, std::numeric_limits<int>::max()));
   if (const json* v = field(b, "skip_special_tokens")) sp.skip_special_tokens = as_bool(*v, "skip_special_tokens");
   if (const json* v = field(b, "include_stop_str_in_output")) sp.include_stop_str_in_output = as_bool(*v, "include_stop_str_in_output");
+  if (const json* v = field(b, "logit_bias")) {
+    // {"token id": bias}: ids as decimal strings (OpenAI), biases clamped to [-100, 100] (vLLM). The vocabulary
+    // range is checked with the model (SamplingParams::validate).
+    if (!v->is_object()) bad_request("logit_bias", fmt::format("logit_bias must be an object (got {})", type_name(*v)));
+    for (const auto& [key, bias] : v->items()) {
+      const bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const long long id = digits ? std::stoll(key) : -1;
+      if (!digits || id < 0 || id > std::numeric_limits<int>::max())
+        bad_request("logit_bias", fmt::format("logit_bias keys must be token ids (non-negative integers as strings), got '{}'", key));
+      sp.logit_bias[static_cast<int>(id)] = static_cast<float>(std::clamp(as_number(bias, "logit_bias"), -100.0, 100.0));
+    }
+  }
   if (const json* v = field(b, "stream")) r.stream = as_bool(*v, "stream");
   if (const json* v = field(b, "stream_options")) {
     if (!v->is_object()) bad_request("stream_options", "stream_options must be an object");

@@ -17,13 +17,18 @@ ResponseBuilder::ResponseBuilder(std::shared_ptr<GenerationJob> job) : job_(std:
   const size_t choices = job_->request_ids.size();
   last_.resize(choices);
   sent_logprobs_.assign(choices, 0);
-  sent_chars_.assign(choices, 0);
+  next_offset_.assign(choices, 0);
 }
 
 std::string ResponseBuilder::token_text(int id) const {
   if (!job_->tokenizer) return "";
   const int ids[1] = {id};
   return job_->tokenizer->decode(ids);
+}
+
+size_t ResponseBuilder::token_chars(int id) const {
+  const Tokenizer* tok = job_->tokenizer;
+  return tok && tok->has_id(id) ? utf8_char_count(tok->token_bytes(id)) : 0;
 }
 
 json ResponseBuilder::chunk(json choice) const {
@@ -34,8 +39,14 @@ json ResponseBuilder::chunk(json choice) const {
           {"choices", json::array({std::move(choice)})}};
 }
 
+size_t utf8_char_count(std::string_view s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 json ResponseBuilder::completion_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from,
-                                          size_t text_offset) const {
+                                          size_t& text_offset) const {
   json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
   for (size_t t = from; t < lps.size(); ++t) {
     const auto& entry = lps[t];
@@ -47,7 +58,7 @@ json ResponseBuilder::completion_logprobs(const std::vector<std::vector<TokenLog
     for (const auto& e : entry) top[token_text(e.id)] = e.logprob;
     tops.push_back(std::move(top));
     offsets.push_back(text_offset);
-    text_offset += tok.size();
+    text_offset += token_chars(entry[0].id);
   }
   return {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};
 }
@@ -87,7 +98,7 @@ std::vector<json> ResponseBuilder::opening_chunks() {
     } else if (job_->echo) {
       const std::string& text = job_->prompts[i / job_->n].text;
       out.push_back(chunk({{"index", idx}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"stop_reason", nullptr}}));
-      sent_chars_[i] = text.size();
+      next_offset_[i] = utf8_char_count(text);
     }
   }
   return out;
@@ -103,10 +114,10 @@ std::vector<json> ResponseBuilder::on_output(int index, const RequestOutput& out
   const CompletionOutput& c = out.outputs[0];
   json lp = nullptr;
   if (job_->logprobs && c.logprobs.size() > sent_logprobs_[index]) {
-    lp = job_->chat ? chat_logprobs(c.logprobs, sent_logprobs_[index]) : completion_logprobs(c.logprobs, sent_logprobs_[index], sent_chars_[index]);
+    lp = job_->chat ? chat_logprobs(c.logprobs, sent_logprobs_[index])
+                    : completion_logprobs(c.logprobs, sent_logprobs_[index], next_offset_[index]);
     sent_logprobs_[index] = c.logprobs.size();
   }
-  sent_chars_[index] += out.delta_text.size();
   if (out.delta_text.empty() && lp.is_null() && !out.finished) return chunks;
   const json finish = out.finished ? json(std::string(finish_reason_name(c.finish_reason))) : json(nullptr);
   const json stop = out.finished ? stop_reason_json(c) : json(nullptr);
@@ -154,15 +165,16 @@ json ResponseBuilder::final_response() const {
     std::string text = job_->echo ? p.text + c.text : c.text;
     json lp = nullptr;
     if (job_->logprobs) {
-      lp = completion_logprobs(c.logprobs, 0, job_->echo ? p.text.size() : 0);
+      // text_offset: character offsets into the returned text, cumulative over the listed tokens (vLLM), so
+      // monotonic even where a token holds part of a UTF-8 character.
+      size_t offset = job_->echo && o.prompt_logprobs.empty() ? utf8_char_count(p.text) : 0;
+      json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
       if (job_->echo && !o.prompt_logprobs.empty()) {  // prompt tokens first: the first has no logprob
-        json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
-        size_t off = 0;
         for (size_t t = 0; t < p.token_ids.size(); ++t) {
           const std::string tok = token_text(p.token_ids[t]);
           tokens.push_back(tok);
-          offsets.push_back(off);
-          off += tok.size();
+          offsets.push_back(offset);
+          offset += token_chars(p.token_ids[t]);
           const auto& e = t < o.prompt_logprobs.size() ? o.prompt_logprobs[t] : std::nullopt;
           if (!e) {
             token_lps.push_back(nullptr), tops.push_back(nullptr);
@@ -174,11 +186,13 @@ json ResponseBuilder::final_response() const {
           for (const auto& t2 : e->top) top[token_text(t2.id)] = t2.logprob;
           tops.push_back(std::move(top));
         }
-        for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-          for (auto& v : lp[k]) (std::string(k) == "tokens" ? tokens : std::string(k) == "token_logprobs" ? token_lps
-                                 : std::string(k) == "top_logprobs" ? tops : offsets).push_back(v);
-        lp = {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};
       }
+      const json gen = completion_logprobs(c.logprobs, 0, offset);
+      for (const auto& v : gen["tokens"]) tokens.push_back(v);
+      for (const auto& v : gen["token_logprobs"]) token_lps.push_back(v);
+      for (const auto& v : gen["top_logprobs"]) tops.push_back(v);
+      for (const auto& v : gen["text_offset"]) offsets.push_back(v);
+      lp = {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};
     }
     choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop_reason_json(c)}});
   }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/async_engine.h"
@@ -53,16 +54,25 @@ class ResponseBuilder {
 
  private:
   nlohmann::json chunk(nlohmann::json choice) const;
-  nlohmann::json completion_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from, size_t text_offset) const;
+  /// Completions logprobs of entries [from, end); text_offset (characters) is the first token's offset and
+  /// advances by each listed token's length.
+  nlohmann::json completion_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from, size_t& text_offset) const;
   nlohmann::json chat_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from) const;
   std::string token_text(int id) const;
+  /// Characters token `id` adds to the text: utf8_char_count of its raw bytes (a partial character counts where
+  /// it starts), so text_offset indexes the returned text.
+  size_t token_chars(int id) const;
 
   std::shared_ptr<GenerationJob> job_;
   std::vector<std::optional<RequestOutput>> last_;  // [choices] latest cumulative output
   std::vector<size_t> sent_logprobs_;               // [choices] logprob entries already streamed
-  std::vector<size_t> sent_chars_;                  // [choices] text bytes already streamed
+  std::vector<size_t> next_offset_;                 // [choices] text_offset (characters) of the next streamed token
   int num_finished_ = 0;
 };
+
+/// Characters (Unicode code points) in UTF-8 text: bytes that do not continue a sequence, so a partial character
+/// counts once, where it starts.
+size_t utf8_char_count(std::string_view s);
 
 /// vLLM's stop_reason: the matched stop string, the stop_token_ids entry, or null.
 nlohmann::json stop_reason_json(const CompletionOutput& c);

@@ -79,3 +79,41 @@ def test_tokenize_detokenize(server):
     assert t["count"] == len(t["tokens"]) > 0
     d = httpx.post(server.base_url + "/detokenize", json={"model": MODEL_NAME, "tokens": t["tokens"]}).json()
     assert d["prompt"] == "Hello world"
+
+
+def test_logit_bias(server, client):
+    """logit_bias (token id -> bias added to the logits before sampling) steers greedy decoding; -100 bans a token."""
+    base = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=4, temperature=0, logprobs=0)
+    first = base.choices[0].logprobs.tokens[0]
+    first_id = httpx.post(server.base_url + "/tokenize", json={"prompt": first}).json()["tokens"][0]
+    banned = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=4, temperature=0, logprobs=0,
+                                       logit_bias={str(first_id): -100})
+    assert banned.choices[0].logprobs.tokens[0] != first
+    forced = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=3, temperature=0,
+                                       logit_bias={"1000": 1e6})  # clamped to 100: still dominates
+    assert forced.choices[0].text == httpx.post(server.base_url + "/detokenize", json={"tokens": [1000] * 3}).json()["prompt"]
+    stream = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=3, temperature=0,
+                                       logit_bias={"1000": 100}, stream=True)
+    assert "".join(c.choices[0].text for c in stream if c.choices) == forced.choices[0].text
+
+
+def test_text_offset_is_monotonic_character_offsets(server, client):
+    """text_offset counts characters of the returned text (not bytes), never goes backwards, also with echo and
+    tokens that hold part of a UTF-8 character."""
+    prompt = "naïve café 日本語 🙂 ok"
+    for echo in (False, True):
+        r = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=12, temperature=0, logprobs=1, echo=echo)
+        text, lp = r.choices[0].text, r.choices[0].logprobs
+        offs = lp.text_offset
+        assert offs == sorted(offs) and offs[-1] <= len(text), (echo, offs, len(text))
+        if echo:
+            assert offs[0] == 0 and len(offs) > 12
+        for tok, off in zip(lp.tokens, offs):
+            if "\ufffd" not in tok:
+                assert text[off:off + len(tok)] == tok, (tok, off, text)
+    offs = []
+    for c in client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=12, temperature=0, logprobs=1,
+                                       echo=True, stream=True):
+        if c.choices and c.choices[0].logprobs:
+            offs += c.choices[0].logprobs.text_offset
+    assert offs == sorted(offs) and offs[0] >= len(prompt)

@@ -39,6 +39,13 @@ def test_logprobs_and_stop(llm):
     assert stopped.finish_reason == "stop" and stopped.stop_reason == full[5:8] and stopped.text == full[:full.index(full[5:8])]
 
 
+def test_logit_bias(llm):
+    out = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=3, logit_bias={1000: 100}))[0]
+    assert out.outputs[0].token_ids == [1000] * 3
+    with pytest.raises(ValueError, match="logit_bias"):
+        llm.generate(PROMPTS[0], ssmserve.SamplingParams(max_tokens=3, logit_bias={10 ** 7: 1.0}))
+
+
 def test_n_choices(llm):
     out = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0.9, max_tokens=8, n=3, seed=11))[0]
     assert [c.index for c in out.outputs] == [0, 1, 2]

@@ -161,6 +161,31 @@ TEST(Sampler, GreedyArgmaxAndTiesToLowestId) {
   EXPECT_EQ(rng.uniform(), fresh.uniform());
 }
 
+TEST(Sampler, LogitBiasShiftsLogitsBeforeSamplingNotLogprobs) {
+  Ctx c;
+  SamplingParams p;
+  p.temperature = 0.0;
+  RequestRng rng(1);
+  p.logit_bias = {{1, -100.0f}};
+  SampleResult r = run({0.1f, 2.0f, -1.0f, 1.9f}, p, rng, c);
+  EXPECT_EQ(r.token, 3);
+  // Logprobs stay those of the raw distribution (vLLM's raw_logprobs).
+  const double lse = std::log(std::exp(0.1) + std::exp(2.0) + std::exp(-1.0) + std::exp(1.9));
+  EXPECT_NEAR(r.logprob, 1.9 - lse, 1e-5);
+  p.logit_bias = {{2, 3.5f}, {0, 0.5f}};
+  EXPECT_EQ(run({0.1f, 2.0f, -1.0f, 1.9f}, p, rng, c).token, 2);
+  std::vector<float> l = {0.0f, 1.0f, 2.0f};
+  process_logits(l, p, {}, {}, {});
+  EXPECT_EQ(l, (std::vector<float>{0.5f, 1.0f, 5.5f}));
+  // Ids are validated against the vocabulary; the sampler refuses out-of-range ones too.
+  p.logit_bias = {{3, 1.0f}};
+  EXPECT_THROW(p.validate(3), Error);
+  EXPECT_NO_THROW(p.validate(4));
+  EXPECT_THROW(run({0.0f, 1.0f, 2.0f}, p, rng, c), Error);
+  p.logit_bias = {{0, std::nanf("")}};
+  EXPECT_THROW(p.validate(4), Error);
+}
+
 TEST(Sampler, BadLogitsThrow) {
   Ctx c;
   SamplingParams p;
