@@ -3,7 +3,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <future>
+#include <stdexcept>
 
 #include "server/api_error.h"
 
@@ -26,11 +28,12 @@ void OutputChannel::push(int index, RequestOutput out) {
   cv_.notify_all();
 }
 
-void OutputChannel::fail(std::string error) {
+void OutputChannel::fail(std::string error, int status) {
   {
     std::lock_guard lk(mu_);
     if (!decided_) decided_ = true, reject_ = error;
     fatal_ = std::move(error);
+    fatal_status_ = status;
   }
   cv_.notify_all();
 }
@@ -42,10 +45,14 @@ std::optional<std::string> OutputChannel::wait_accepted() {
   return reject_;
 }
 
-bool OutputChannel::pop_all(std::vector<Item>& out, std::chrono::milliseconds timeout, std::string* failed) {
+bool OutputChannel::pop_all(std::vector<Item>& out, std::chrono::milliseconds timeout, std::string* failed,
+                            int* failed_status) {
   std::unique_lock lk(mu_);
   cv_.wait_for(lk, timeout, [&] { return !items_.empty() || !fatal_.empty(); });
-  if (items_.empty() && !fatal_.empty() && failed) *failed = fatal_;
+  if (items_.empty() && !fatal_.empty()) {
+    if (failed) *failed = fatal_;
+    if (failed_status) *failed_status = fatal_status_;
+  }
   if (items_.empty()) return false;
   while (!items_.empty()) {
     out.push_back(std::move(items_.front()));
@@ -56,6 +63,7 @@ bool OutputChannel::pop_all(std::vector<Item>& out, std::chrono::milliseconds ti
 
 AsyncEngine::AsyncEngine(EngineConfig cfg, AsyncEngineOptions opt, Metrics& metrics)
     : cfg_(std::move(cfg)), opt_(opt), metrics_(metrics) {
+  if (const char* f = std::getenv("SSMSERVE_FAULT_STEP")) fault_step_ = std::atoll(f);
   std::promise<void> ready;
   auto started = ready.get_future();
   thread_ = std::thread([this, &ready] {
@@ -85,10 +93,10 @@ std::shared_ptr<OutputChannel> AsyncEngine::submit(std::vector<Request> reqs) {
   auto ch = std::make_shared<OutputChannel>();
   {
     std::lock_guard lk(mu_);
-    if (stop_) throw ApiError(503, "ServiceUnavailableError", "the server is shutting down");
+    if (stop_) throw ApiError(503, "the server is shutting down");
     const int waiting = engine_waiting_.load() + pending_count_;
     if (opt_.max_num_waiting > 0 && waiting >= opt_.max_num_waiting)
-      throw ApiError(503, "ServiceUnavailableError",
+      throw ApiError(503,
                      fmt::format("the server is overloaded: {} requests are already waiting (--max-num-waiting {}); retry later",
                                  waiting, opt_.max_num_waiting));
     pending_count_ += static_cast<int>(reqs.size());
@@ -139,6 +147,7 @@ void AsyncEngine::loop() {
     if (engine_->has_unfinished_requests()) {
       std::vector<RequestOutput> outs;
       try {
+        if (fault_step_ > 0 && ++num_steps_ == fault_step_) throw std::runtime_error("injected fault (SSMSERVE_FAULT_STEP)");
         outs = engine_->step();
       } catch (const std::exception& e) {
         spdlog::error("engine step failed: {}; aborting {} requests", e.what(), live_.size());
@@ -152,9 +161,9 @@ void AsyncEngine::loop() {
   }
   // Stopping: everything still open ends with an error.
   std::lock_guard lk(mu_);
-  for (auto& p : pending_) p.channel->fail("the server is shutting down");
+  for (auto& p : pending_) p.channel->fail("the server is shutting down", 503);
   pending_.clear();
-  for (auto& [id, l] : live_) l.channel->fail("the server is shutting down");
+  for (auto& [id, l] : live_) l.channel->fail("the server is shutting down", 503);
 }
 
 void AsyncEngine::admit(Pending& p) {

@@ -29,14 +29,16 @@ class OutputChannel {
   /// Engine side: the group was added (error empty) or rejected (error = the engine's message).
   void set_accepted(std::string error);
   void push(int index, RequestOutput out);
-  /// Engine side: the engine stopped; pending requests end with `error`.
-  void fail(std::string error);
+  /// Engine side: the requests ended without a result: `error` answered with HTTP `status` (500 engine failure,
+  /// 503 shutdown).
+  void fail(std::string error, int status = 500);
 
   /// Handler side: blocks until the group was accepted or rejected; returns the rejection message, if any.
   std::optional<std::string> wait_accepted();
   /// Handler side: moves every output available now into `out`, waiting up to `timeout` for the first one.
-  /// Returns false when nothing came (timeout). `failed` receives a fatal error once.
-  bool pop_all(std::vector<Item>& out, std::chrono::milliseconds timeout, std::string* failed);
+  /// Returns false when nothing came (timeout). `failed` (and `failed_status`) receive a fatal error once every
+  /// output before it was taken.
+  bool pop_all(std::vector<Item>& out, std::chrono::milliseconds timeout, std::string* failed, int* failed_status = nullptr);
 
  private:
   std::mutex mu_;
@@ -44,6 +46,7 @@ class OutputChannel {
   bool decided_ = false;
   std::string reject_;
   std::string fatal_;
+  int fatal_status_ = 500;
   std::deque<Item> items_;
 };
 
@@ -109,6 +112,8 @@ class AsyncEngine {
   std::atomic<int> engine_waiting_{0};
   std::atomic<int> num_unfinished_{0};
   std::unordered_map<std::string, Live> live_;  // engine thread only
+  // Test hook: with SSMSERVE_FAULT_STEP=N in the environment, the N-th engine step fails (an engine error).
+  long long fault_step_ = 0, num_steps_ = 0;
 };
 
 }  // namespace ssmserve::server

@@ -7,12 +7,16 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <thread>
 
 #include "core/error.h"
 #include "core/version.h"
+#include "server/http_connection.h"
 #include "server/protocol.h"
 #include "server/serving.h"
 
@@ -56,56 +60,77 @@ class InflightGuard {
   std::shared_ptr<std::atomic<int>> c_;
 };
 
-/// Writes what the engine produced for a generation job since the last call: SSE chunks (stream) or, once every
-/// choice finished, the whole JSON body. Returns false when the client went away (httplib then ends the response).
-bool provide(ResponseBuilder& builder, bool& opened, httplib::DataSink& sink) {
+/// The SSE text of one event.
+std::string sse(const json& chunk) { return "data: " + dump(chunk) + "\n\n"; }
+
+/// Writes what the engine produced for a streaming job since the last call as SSE chunks; ends the stream with
+/// `data: [DONE]` once every choice finished, after an engine error (error event first), or when `stopping` (the
+/// shutdown timeout passed: error event, [DONE]). Returns false when the client went away (checked while waiting,
+/// so a disconnect during a long prefill is seen before the first token); the releaser then aborts.
+bool provide(ResponseBuilder& builder, bool& opened, httplib::DataSink& sink, const std::atomic<bool>& stopping) {
   const GenerationJob& j = builder.job();
-  auto write = [&sink](const json& chunk) {
-    const std::string s = "data: " + dump(chunk) + "\n\n";
-    return sink.write(s.data(), s.size());
-  };
-  if (j.stream && !opened) {
+  auto write = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
+  if (!opened) {
     for (const auto& c : builder.opening_chunks())
-      if (!write(c)) return false;
+      if (!write(sse(c))) return false;
   }
   opened = true;
   std::vector<OutputChannel::Item> items;
   std::string fatal;
-  j.channel->pop_all(items, kPollInterval, &fatal);
+  int fatal_status = 500;
+  j.channel->pop_all(items, kPollInterval, &fatal, &fatal_status);
   for (const auto& it : items)
     for (const auto& c : builder.on_output(it.index, it.output))
-      if (!write(c)) return false;
-  if (!fatal.empty()) {
-    const ApiError e(500, "InternalServerError", fatal);
-    if (j.stream) {
-      const std::string s = "data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n";
-      sink.write(s.data(), s.size());
-    } else {
-      const std::string s = dump(e.body());
-      sink.write(s.data(), s.size());
-    }
+      if (!write(sse(c))) return false;
+  if (builder.all_finished()) {
+    std::string s;
+    if (j.include_usage) s += sse(builder.usage_chunk());
+    s += "data: [DONE]\n\n";
+    if (!write(s)) return false;
     sink.done();
     return true;
   }
-  if (builder.all_finished()) {
-    std::string s;
-    if (j.stream) {
-      if (j.include_usage) s += "data: " + dump(builder.usage_chunk()) + "\n\n";
-      s += "data: [DONE]\n\n";
-    } else {
-      s = dump(builder.final_response());
-    }
-    if (!sink.write(s.data(), s.size())) return false;
+  if (!fatal.empty() || stopping) {
+    const ApiError e = fatal.empty() ? ApiError(503, "the server is shutting down; the request was aborted")
+                                     : ApiError(fatal_status, fatal);
+    write(sse(e.body()) + "data: [DONE]\n\n");
     sink.done();
+    return true;
+  }
+  if (items.empty()) {
+    if (const Connection* conn = current_connection(); conn && conn->peer_closed()) return false;
   }
   return true;
+}
+
+/// Routes and their methods (HEAD is served by GET routes); other methods on them get 405 with Allow.
+const std::vector<std::pair<std::string, std::string>>& known_routes() {
+  static const std::vector<std::pair<std::string, std::string>> r = {
+      {"/health", "GET"}, {"/version", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"},
+      {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}};
+  return r;
+}
+
+bool iequals(const std::string& a, const char* b) {
+  return a.size() == std::strlen(b) && std::equal(a.begin(), a.end(), b, [](char x, char y) { return std::tolower(x) == std::tolower(y); });
+}
+
+/// A Content-Length value: 1-19 ASCII digits (no sign, spaces or lists), else nullopt.
+std::optional<unsigned long long> parse_content_length(const std::string& v) {
+  if (v.empty() || v.size() > 19) return std::nullopt;
+  unsigned long long x = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') return std::nullopt;
+    x = x * 10 + static_cast<unsigned>(c - '0');
+  }
+  return x;
 }
 
 }  // namespace
 
 OpenAIServer::OpenAIServer(AsyncEngine& engine, Metrics& metrics, ChatTemplate chat_template, ServerOptions opt)
     : engine_(engine), metrics_(metrics), chat_template_(std::move(chat_template)), opt_(std::move(opt)),
-      svr_(std::make_unique<httplib::Server>()) {
+      svr_(std::make_unique<HttpServer>(HttpTimeouts{opt_.read_timeout_s, 5.0})) {
   const int threads = opt_.http_threads;
   svr_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr_->set_payload_max_length(opt_.max_body_bytes);
@@ -139,11 +164,67 @@ int OpenAIServer::bind() {
 void OpenAIServer::listen() { svr_->listen_after_bind(); }
 
 void OpenAIServer::drain_and_stop(double timeout_s) {
-  draining_ = true;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (inflight_->load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(kPollInterval);
-  if (inflight_->load() > 0) spdlog::warn("shutdown: {} requests still running after {} s; closing them", inflight_->load(), timeout_s);
+  draining_ = true;  // from now on precheck() answers every request with 503
+  svr_->set_closing(true);
+  auto wait_until = [this](std::chrono::steady_clock::time_point deadline) {
+    while (inflight_->load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(kPollInterval);
+  };
+  wait_until(std::chrono::steady_clock::now() +
+             std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s)));
+  if (inflight_->load() > 0) {
+    spdlog::warn("shutdown: {} requests still running after {} s; aborting them", inflight_->load(), timeout_s);
+    force_stop_ = true;  // streams end with an error event + [DONE], waiting handlers answer 503; all abort
+    wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  }
   svr_->stop();
+}
+
+void OpenAIServer::precheck(const httplib::Request& req, httplib::Response& res) const {
+  if (draining_ && req.path != "/metrics") throw ApiError(503, "the server is shutting down");
+  // Message framing (RFC 9112 6.3): a request with both, or with several / malformed lengths, is a smuggling
+  // vector; refuse it rather than guess which framing a proxy in front of us used.
+  const size_t n_te = req.get_header_value_count("Transfer-Encoding"), n_cl = req.get_header_value_count("Content-Length");
+  if (n_te > 0 && n_cl > 0) throw ApiError(400, "a request must not have both Transfer-Encoding and Content-Length");
+  if (n_te > 1 || (n_te == 1 && !iequals(req.get_header_value("Transfer-Encoding"), "chunked")))
+    throw ApiError(400, "only Transfer-Encoding: chunked is supported");
+  if (n_cl > 1) throw ApiError(400, "a request must not have several Content-Length headers");
+  std::optional<unsigned long long> length;
+  if (n_cl == 1) {
+    length = parse_content_length(req.get_header_value("Content-Length"));
+    if (!length) throw ApiError(400, fmt::format("invalid Content-Length '{}'", req.get_header_value("Content-Length")));
+    if (*length > opt_.max_body_bytes)
+      throw ApiError(413, fmt::format("the request body has {} bytes; the limit is {} bytes", *length, opt_.max_body_bytes));
+  }
+  for (const auto& [path, method] : known_routes()) {
+    if (path != req.path) continue;
+    if (req.method == method || (method == "GET" && req.method == "HEAD")) break;
+    res.set_header("Allow", method == "GET" ? "GET, HEAD" : method);
+    throw ApiError(405, fmt::format("Method Not Allowed: {} {} (allowed: {})", req.method, req.path, method));
+  }
+  if (req.method == "POST") {
+    if (n_te == 0 && n_cl == 0) throw ApiError(411, "a POST request needs a Content-Length header (or chunked encoding)");
+    if (req.is_multipart_form_data()) throw ApiError(415, "multipart bodies are not supported; send a JSON body");
+  }
+}
+
+template <class Reader>
+std::string OpenAIServer::read_body(const httplib::Request&, const Reader& reader) const {
+  std::string body;
+  bool too_large = false;
+  const bool ok = reader([&](const char* data, size_t len) {
+    if (body.size() + len > opt_.max_body_bytes) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, len);
+    return true;
+  });
+  if (too_large || !ok) {
+    if (Connection* conn = current_connection()) conn->close_after_response();  // the rest of the body is unread
+    if (too_large) throw ApiError(413, fmt::format("the request body is larger than the limit of {} bytes", opt_.max_body_bytes));
+    throw ApiError(400, "the request body could not be read (truncated, malformed chunked encoding, or too slow)");
+  }
+  return body;
 }
 
 void OpenAIServer::install_routes() {
@@ -157,19 +238,43 @@ void OpenAIServer::install_routes() {
       } catch (const ApiError& e) {
         send_error(res, e);
       } catch (const Error& e) {
-        send_error(res, ApiError(400, "BadRequestError", e.what()));
+        send_error(res, ApiError(400, e.what()));
       } catch (const std::bad_alloc&) {
-        send_error(res, ApiError(500, "InternalServerError", "out of memory"));
+        send_error(res, ApiError(500, "out of memory"));
       } catch (const std::exception& e) {
-        send_error(res, ApiError(500, "InternalServerError", e.what()));
+        send_error(res, ApiError(500, e.what()));
       }
     };
   };
+  // POST routes read their body through httplib's content reader: a chunked body is bounded like a sized one,
+  // and a body is JSON whatever its Content-Type says (no form-urlencoded parsing or its 8 KiB cap).
+  auto with_body = [this, guarded](auto fn) {
+    return httplib::Server::HandlerWithContentReader(
+        [this, guarded, fn](const Request& req, Response& res, const httplib::ContentReader& reader) {
+          guarded([&](const Request& r, Response& out) { fn(read_body(r, reader), out); })(req, res);
+        });
+  };
   const std::string& name = opt_.served_model_name;
   auto check_model = [name](const std::optional<std::string>& model) {
-    if (model && *model != name)
-      throw ApiError(404, "NotFoundError", fmt::format("The model `{}` does not exist.", *model), "model");
+    if (model && *model != name) throw ApiError(404, fmt::format("The model `{}` does not exist.", *model), "model");
   };
+
+  // Framing, method and drain checks run before any body is read; a refused request's connection is closed.
+  svr_->set_pre_routing_handler([this](const Request& req, Response& res) {
+    try {
+      precheck(req, res);
+      return httplib::Server::HandlerResponse::Unhandled;
+    } catch (const ApiError& e) {
+      send_error(res, e);
+      if (Connection* conn = current_connection()) conn->close_after_response();
+      return httplib::Server::HandlerResponse::Handled;
+    }
+  });
+  // A connection that ends after this response says so.
+  svr_->set_post_routing_handler([](const Request&, Response& res) {
+    if (const Connection* conn = current_connection(); conn && conn->closing() && !res.has_header("Connection"))
+      res.set_header("Connection", "close");
+  });
 
   svr_->Get("/health", [](const Request&, Response& res) { res.status = 200; });
   svr_->Get("/version", [](const Request&, Response& res) { res.set_content(dump({{"version", version()}}), "application/json"); });
@@ -183,10 +288,10 @@ void OpenAIServer::install_routes() {
   }));
 
   // Tokenization: {"prompt": str} or {"messages": [...], "add_generation_prompt": bool}.
-  svr_->Post("/tokenize", guarded([this, check_model](const Request& req, Response& res) {
-    const auto b = parse_body(req.body);
+  svr_->Post("/tokenize", with_body([this, check_model](const std::string& body, Response& res) {
+    const auto b = parse_body(body);
     const Tokenizer* tok = engine_.tokenizer();
-    if (!tok) throw ApiError(400, "BadRequestError", "the model has no tokenizer");
+    if (!tok) throw ApiError(400, "the model has no tokenizer");
     std::string text;
     if (b.contains("messages")) {
       ChatRequest cr = parse_chat_request(b);
@@ -208,10 +313,10 @@ void OpenAIServer::install_routes() {
                           {"token_strs", strs.empty() ? json(nullptr) : strs}}),
                     "application/json");
   }));
-  svr_->Post("/detokenize", guarded([this, check_model](const Request& req, Response& res) {
-    const auto b = parse_body(req.body);
+  svr_->Post("/detokenize", with_body([this, check_model](const std::string& body, Response& res) {
+    const auto b = parse_body(body);
     const Tokenizer* tok = engine_.tokenizer();
-    if (!tok) throw ApiError(400, "BadRequestError", "the model has no tokenizer");
+    if (!tok) throw ApiError(400, "the model has no tokenizer");
     if (b.contains("model") && !b["model"].is_null()) {
       if (!b["model"].is_string()) bad_request("model", "model must be a string");
       check_model(b["model"].get<std::string>());
@@ -226,135 +331,181 @@ void OpenAIServer::install_routes() {
     res.set_content(dump({{"prompt", tok->decode(ids)}}), "application/json");
   }));
 
-  // Generation.
-  auto generation = [this, check_model](bool chat) {
-    return [this, check_model, chat](const Request& req, Response& res) {
-      InflightGuard inflight(inflight_);
-      if (draining_) throw ApiError(503, "ServiceUnavailableError", "the server is shutting down");
-      const auto b = parse_body(req.body);
-      auto job = std::make_shared<GenerationJob>();
-      job->chat = chat;
-      job->id = next_id(chat ? "chatcmpl" : "cmpl");
-      job->created = unix_now();
-      job->model = opt_.served_model_name;
-      job->tokenizer = engine_.tokenizer();
-      const Tokenizer* tok = engine_.tokenizer();
-      const int vocab = engine_.model_config().vocab_size;
-      GenerationRequest base;
-      std::vector<PromptInput> inputs;
-      if (chat) {
-        ChatRequest cr = parse_chat_request(b);
-        if (!tok) throw ApiError(400, "BadRequestError", "the model has no tokenizer; chat needs one");
-        PromptInput in;
-        try {
-          in.text = chat_template_.apply(cr.messages, cr.add_generation_prompt);
-        } catch (const Error& e) {
-          bad_request("messages", fmt::format("cannot apply the chat template: {}", e.what()));
-        }
-        inputs.push_back(std::move(in));
-        if (cr.logprobs) job->logprobs = cr.top_logprobs;
-        base = cr;
-      } else {
-        CompletionRequest cr = parse_completion_request(b);
-        inputs = std::move(cr.prompts);
-        job->echo = cr.echo;
-        job->logprobs = cr.params.logprobs;
-        base = cr;
-      }
-      check_model(base.model);
-      job->n = base.params.n;
-      job->stream = base.stream;
-      job->include_usage = base.include_usage;
-      // 1. Tokenize and check every prompt against the context.
-      std::vector<ssmserve::Request> reqs;
-      for (size_t p = 0; p < inputs.size(); ++p) {
-        ReadyPrompt rp;
-        if (inputs[p].is_tokens) {
-          for (int id : inputs[p].token_ids)
-            if (id >= vocab) bad_request("prompt", fmt::format("prompt token id {} is outside the vocabulary [0, {})", id, vocab));
-          rp.token_ids = std::move(inputs[p].token_ids);
-          if (tok) rp.text = tok->decode(rp.token_ids);
-        } else {
-          if (!tok) throw ApiError(400, "BadRequestError", "the model has no tokenizer; send token ids", "prompt");
-          rp.text = std::move(inputs[p].text);
-          rp.token_ids = tok->encode(rp.text);
-        }
-        const int len = static_cast<int>(rp.token_ids.size());
-        if (len == 0) bad_request(chat ? "messages" : "prompt", "the prompt is empty");
-        if (len >= opt_.max_model_len)
-          bad_request(chat ? "messages" : "prompt",
-                      fmt::format("This model's maximum context length is {} tokens. However, your request has {} input tokens. "
-                                  "Please reduce the length of the input messages.", opt_.max_model_len, len));
-        SamplingParams sp = base.params;
-        if (base.max_tokens_given) {
-          if (static_cast<long long>(len) + sp.max_tokens > opt_.max_model_len)
-            bad_request("max_tokens", fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
-                                                  "tokens ({} in the input, {} in the completion). Please reduce the length of "
-                                                  "the input or the completion.",
-                                                  opt_.max_model_len, static_cast<long long>(len) + sp.max_tokens, len, sp.max_tokens));
-        } else {
-          sp.max_tokens = chat ? opt_.max_model_len - len : std::min(sp.max_tokens, opt_.max_model_len - len);
-        }
-        sp.min_tokens = std::min(sp.min_tokens, sp.max_tokens);
-        if (job->echo && job->logprobs && !job->stream) sp.prompt_logprobs = job->logprobs;
-        sp.n = 1;
-        try {
-          sp.validate(vocab);
-        } catch (const Error& e) {
-          bad_request("", e.what());
-        }
-        for (int i = 0; i < base.params.n; ++i) {
-          ssmserve::Request r;
-          r.request_id = fmt::format("{}-{}-{}", job->id, p, i);
-          r.prompt = rp.text;
-          r.prompt_token_ids = rp.token_ids;
-          r.params = sp;
-          if (sp.seed) r.params.seed = *sp.seed + static_cast<uint64_t>(i);
-          job->request_ids.push_back(r.request_id);
-          reqs.push_back(std::move(r));
-        }
-        job->prompts.push_back(std::move(rp));
-      }
-      // 2. Hand the group to the engine thread; it accepts all or none.
-      job->channel = engine_.submit(std::move(reqs));
-      if (auto err = job->channel->wait_accepted()) throw ApiError(400, "BadRequestError", *err);
-      // 3. Respond as outputs arrive. A client that goes away makes a write fail: the releaser aborts.
-      auto builder = std::make_shared<ResponseBuilder>(job);
-      auto opened = std::make_shared<bool>(false);
-      auto provider = [builder, opened](size_t, httplib::DataSink& sink) -> bool {
-        try {
-          return provide(*builder, *opened, sink);
-        } catch (const std::exception& e) {  // never let an exception into httplib's connection thread
-          spdlog::error("response to {} failed: {}", builder->job().id, e.what());
-          return false;
-        }
-      };
-      auto counter = inflight.release();
-      auto releaser = [this, builder, counter](bool) {
-        if (!builder->all_finished()) engine_.abort(builder->job().request_ids);
-        --*counter;
-      };
-      if (job->stream) {
-        res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider("text/event-stream", provider, releaser);
-      } else {
-        res.set_chunked_content_provider("application/json", provider, releaser);
-      }
-    };
-  };
-  svr_->Post("/v1/completions", guarded(generation(false)));
-  svr_->Post("/v1/chat/completions", guarded(generation(true)));
+  svr_->Post("/v1/completions", with_body([this](const std::string& body, Response& res) { generate(false, body, res); }));
+  svr_->Post("/v1/chat/completions", with_body([this](const std::string& body, Response& res) { generate(true, body, res); }));
 
-  // Unknown routes and httplib's own errors (413, 400 on a malformed request line) get an OpenAI body too.
+  // Unknown routes and httplib's own errors (400 on a malformed request line or headers, 408 for a client too
+  // slow to send its request, 414 for a long URI) get an OpenAI body too.
   svr_->set_error_handler(httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    const int status = res.status;
-    const char* type = status == 404 ? "NotFoundError" : status == 413 ? "RequestTooLarge" : status >= 500 ? "InternalServerError" : "BadRequestError";
-    const std::string msg = status == 404 ? fmt::format("Not Found: {} {}", req.method, req.path) : fmt::format("HTTP {}", status);
-    send_error(res, ApiError(status, type, msg));
-    res.status = status;
+    int status = res.status;
+    std::string msg;
+    if (const Connection* conn = current_connection(); conn && conn->timed_out()) {
+      status = 408;
+      msg = "the request was not received in time";
+    } else if (status == 404) {
+      msg = fmt::format("Not Found: {} {}", req.method, req.path);
+    } else if (status == 414) {
+      msg = "the request URI is too long";
+    } else if (status == 413) {
+      msg = "the request body is too large";
+    } else if (status < 500) {
+      msg = "malformed HTTP request";
+    } else {
+      msg = "internal server error";
+    }
+    send_error(res, ApiError(status, msg));
     return httplib::Server::HandlerResponse::Handled;
   }));
+}
+
+namespace {
+/// Aborts a job's engine requests when dropped before release() (a handler that throws or returns early).
+struct AbortGuard {
+  AsyncEngine& engine;
+  const std::vector<std::string>& ids;
+  bool armed = true;
+  ~AbortGuard() {
+    if (armed) engine.abort(ids);
+  }
+};
+}  // namespace
+
+void OpenAIServer::generate(bool chat, const std::string& body, httplib::Response& res) {
+  InflightGuard inflight(inflight_);
+  if (draining_) throw ApiError(503, "the server is shutting down");
+  const auto b = parse_body(body);
+  auto job = std::make_shared<GenerationJob>();
+  job->chat = chat;
+  job->id = next_id(chat ? "chatcmpl" : "cmpl");
+  job->created = unix_now();
+  job->model = opt_.served_model_name;
+  job->tokenizer = engine_.tokenizer();
+  const Tokenizer* tok = engine_.tokenizer();
+  const int vocab = engine_.model_config().vocab_size;
+  GenerationRequest base;
+  std::vector<PromptInput> inputs;
+  if (chat) {
+    ChatRequest cr = parse_chat_request(b);
+    if (!tok) throw ApiError(400, "the model has no tokenizer; chat needs one");
+    PromptInput in;
+    try {
+      in.text = chat_template_.apply(cr.messages, cr.add_generation_prompt);
+    } catch (const Error& e) {
+      bad_request("messages", fmt::format("cannot apply the chat template: {}", e.what()));
+    }
+    inputs.push_back(std::move(in));
+    if (cr.logprobs) job->logprobs = cr.top_logprobs;
+    base = cr;
+  } else {
+    CompletionRequest cr = parse_completion_request(b);
+    inputs = std::move(cr.prompts);
+    job->echo = cr.echo;
+    job->logprobs = cr.params.logprobs;
+    base = cr;
+  }
+  if (base.model && *base.model != opt_.served_model_name)
+    throw ApiError(404, fmt::format("The model `{}` does not exist.", *base.model), "model");
+  job->n = base.params.n;
+  job->stream = base.stream;
+  job->include_usage = base.include_usage;
+  // 1. Tokenize and check every prompt against the context.
+  std::vector<ssmserve::Request> reqs;
+  for (size_t p = 0; p < inputs.size(); ++p) {
+    ReadyPrompt rp;
+    if (inputs[p].is_tokens) {
+      for (int id : inputs[p].token_ids)
+        if (id >= vocab) bad_request("prompt", fmt::format("prompt token id {} is outside the vocabulary [0, {})", id, vocab));
+      rp.token_ids = std::move(inputs[p].token_ids);
+      if (tok) rp.text = tok->decode(rp.token_ids);
+    } else {
+      if (!tok) throw ApiError(400, "the model has no tokenizer; send token ids", "prompt");
+      rp.text = std::move(inputs[p].text);
+      rp.token_ids = tok->encode(rp.text);
+    }
+    const int len = static_cast<int>(rp.token_ids.size());
+    if (len == 0) bad_request(chat ? "messages" : "prompt", "the prompt is empty");
+    if (len >= opt_.max_model_len)
+      bad_request(chat ? "messages" : "prompt",
+                  fmt::format("This model's maximum context length is {} tokens. However, your request has {} input tokens. "
+                              "Please reduce the length of the input messages.", opt_.max_model_len, len));
+    SamplingParams sp = base.params;
+    if (base.max_tokens_given) {
+      if (static_cast<long long>(len) + sp.max_tokens > opt_.max_model_len)
+        bad_request("max_tokens", fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                                              "tokens ({} in the input, {} in the completion). Please reduce the length of "
+                                              "the input or the completion.",
+                                              opt_.max_model_len, static_cast<long long>(len) + sp.max_tokens, len, sp.max_tokens));
+    } else {
+      sp.max_tokens = chat ? opt_.max_model_len - len : std::min(sp.max_tokens, opt_.max_model_len - len);
+    }
+    if (sp.min_tokens > sp.max_tokens)
+      bad_request("min_tokens", fmt::format("min_tokens ({}) must be less than or equal to max_tokens ({})", sp.min_tokens, sp.max_tokens));
+    if (job->echo && job->logprobs && !job->stream) sp.prompt_logprobs = job->logprobs;
+    sp.n = 1;
+    try {
+      sp.validate(vocab);
+    } catch (const Error& e) {
+      bad_request(sp.logit_bias.empty() ? "" : "logit_bias", e.what());
+    }
+    for (int i = 0; i < base.params.n; ++i) {
+      ssmserve::Request r;
+      r.request_id = fmt::format("{}-{}-{}", job->id, p, i);
+      r.prompt = rp.text;
+      r.prompt_token_ids = rp.token_ids;
+      r.params = sp;
+      if (sp.seed) r.params.seed = *sp.seed + static_cast<uint64_t>(i);
+      job->request_ids.push_back(r.request_id);
+      reqs.push_back(std::move(r));
+    }
+    job->prompts.push_back(std::move(rp));
+  }
+  // 2. Hand the group to the engine thread; it accepts all or none.
+  job->channel = engine_.submit(std::move(reqs));
+  if (auto err = job->channel->wait_accepted()) throw ApiError(400, *err);
+  auto builder = std::make_shared<ResponseBuilder>(job);
+  // 3a. Not streaming: wait for the whole result before choosing the status, watching the connection (a client
+  // that went away aborts its requests) and the shutdown timeout.
+  if (!job->stream) {
+    AbortGuard abort_on_exit{engine_, job->request_ids};
+    Connection* conn = current_connection();
+    std::vector<OutputChannel::Item> items;
+    while (!builder->all_finished()) {
+      std::string fatal;
+      int fatal_status = 500;
+      items.clear();
+      job->channel->pop_all(items, kPollInterval, &fatal, &fatal_status);
+      for (const auto& it : items) builder->on_output(it.index, it.output);
+      if (builder->all_finished()) break;
+      if (!fatal.empty()) throw ApiError(fatal_status, fatal);
+      if (force_stop_) throw ApiError(503, "the server is shutting down; the request was aborted");
+      if (conn && conn->peer_closed()) {
+        spdlog::info("{}: the client disconnected; aborting", job->id);
+        conn->close_after_response();
+        return;  // the guard aborts; nothing can be delivered
+      }
+    }
+    abort_on_exit.armed = false;
+    res.set_content(dump(builder->final_response()), "application/json");
+    return;
+  }
+  // 3b. Streaming: SSE chunks as outputs arrive. A client that goes away ends the provider: the releaser aborts.
+  auto opened = std::make_shared<bool>(false);
+  auto provider = [this, builder, opened](size_t, httplib::DataSink& sink) -> bool {
+    try {
+      return provide(*builder, *opened, sink, force_stop_);
+    } catch (const std::exception& e) {  // never let an exception into httplib's connection thread
+      spdlog::error("response to {} failed: {}", builder->job().id, e.what());
+      return false;
+    }
+  };
+  auto counter = inflight.release();
+  auto releaser = [this, builder, counter](bool) {
+    if (!builder->all_finished()) engine_.abort(builder->job().request_ids);
+    --*counter;
+  };
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream", provider, releaser);
 }
 
 }  // namespace ssmserve::server

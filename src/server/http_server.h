@@ -10,10 +10,13 @@
 #include "server/metrics.h"
 
 namespace httplib {
-class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace ssmserve::server {
+
+class HttpServer;
 
 /// Server settings (vLLM's `serve` flag names).
 struct ServerOptions {
@@ -22,7 +25,8 @@ struct ServerOptions {
   std::string served_model_name;       ///< the id clients send as "model"
   int max_model_len = 0;               ///< prompt + max_tokens limit (resolved by the caller, > 0)
   int http_threads = 256;              ///< connections served at once (each streaming client holds one)
-  size_t max_body_bytes = 32u << 20;   ///< larger request bodies get 413
+  size_t max_body_bytes = 32u << 20;   ///< larger request bodies (Content-Length or chunked) get 413
+  double read_timeout_s = 60.0;        ///< a request's headers + body must arrive within it (else 408, closed)
 };
 
 /// The HTTP front end: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models,
@@ -35,20 +39,30 @@ class OpenAIServer {
   int bind();
   /// Serves until stop(); returns then.
   void listen();
-  /// Graceful stop: new generation requests get 503, in-flight ones may finish for up to `timeout_s` seconds,
-  /// then the listener and open connections are closed. Safe to call from any thread.
+  /// Graceful stop: every new request gets 503 (Retry-After, OpenAI error body); in-flight ones may finish for
+  /// up to `timeout_s` seconds; then the ones still running are aborted (streams end with an error event and
+  /// `data: [DONE]`, non-streaming ones get 503), and the listener and connections are closed. Safe to call from
+  /// any thread.
   void drain_and_stop(double timeout_s);
   int num_inflight() const { return inflight_->load(); }
 
  private:
   void install_routes();
+  /// Framing, method and drain checks before httplib reads a body (pre-routing). Throws ApiError.
+  void precheck(const httplib::Request& req, httplib::Response& res) const;
+  /// Reads a POST body through httplib's content reader, at most opt_.max_body_bytes (413 beyond).
+  template <class Reader>
+  std::string read_body(const httplib::Request& req, const Reader& reader) const;
+  /// Answers a generation request (completions or chat) whose body is `body`.
+  void generate(bool chat, const std::string& body, httplib::Response& res);
   AsyncEngine& engine_;
   Metrics& metrics_;
   ChatTemplate chat_template_;
   ServerOptions opt_;
-  std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<HttpServer> svr_;
   std::shared_ptr<std::atomic<int>> inflight_ = std::make_shared<std::atomic<int>>(0);
   std::atomic<bool> draining_{false};
+  std::atomic<bool> force_stop_{false};  ///< drain timeout passed: running requests end now
 };
 
 }  // namespace ssmserve::server

@@ -22,12 +22,12 @@ MODEL_NAME = "tiny-mamba"
 class Server:
     """A running `ssmserve serve` process."""
 
-    def __init__(self, *extra_args, threads=2):
+    def __init__(self, *extra_args, threads=2, env=None):
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"ssmserve-e2e-{os.getpid()}-{time.monotonic_ns()}.log"
         self.log = open(self.log_path, "w+")
         cmd = [str(BINARY), "serve", "--model", str(MODEL), "--served-model-name", MODEL_NAME, "--port", "0",
                "--threads", str(threads), *map(str, extra_args)]
-        env = dict(os.environ, OMP_WAIT_POLICY="passive")
+        env = dict(os.environ, OMP_WAIT_POLICY="passive", **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.port = self._wait_port()
         self.base_url = f"http://127.0.0.1:{self.port}"

@@ -35,6 +35,13 @@ BAD = [
     ({"max_tokens": 3}, 400, "prompt"),
     ({"prompt": "hi", "model": "gpt-4"}, 404, "model"),
     ({"prompt": "hi", "model": 5}, 400, "model"),
+    ({"prompt": "hi", "max_tokens": 4, "min_tokens": 5}, 400, "min_tokens"),
+    ({"prompt": "hi", "min_tokens": 9000}, 400, "min_tokens"),
+    ({"prompt": "hi", "logit_bias": {"99999999": 5}}, 400, "logit_bias"),
+    ({"prompt": "hi", "logit_bias": {"-3": 5}}, 400, "logit_bias"),
+    ({"prompt": "hi", "logit_bias": {"abc": 5}}, 400, "logit_bias"),
+    ({"prompt": "hi", "logit_bias": {"5": "x"}}, 400, "logit_bias"),
+    ({"prompt": "hi", "logit_bias": [5]}, 400, "logit_bias"),
 ]
 
 
@@ -47,6 +54,7 @@ def test_bad_completion_request(server, body, status, param):
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]
     assert err["code"] == status and err["param"] == param
+    assert err["type"] == "invalid_request_error"
 
 
 CHAT_BAD = [
@@ -57,6 +65,8 @@ CHAT_BAD = [
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3}, 400, "max_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400, "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "model": "nope"}, 404, "model"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 2, "min_tokens": 3}, 400, "min_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"50280": 1}}, 400, "logit_bias"),
 ]
 
 
@@ -71,7 +81,7 @@ def test_unknown_route_and_openai_client_errors(server, client):
     import openai
 
     r = httpx.get(server.base_url + "/v1/nothing")
-    assert r.status_code == 404 and r.json()["error"]["type"] == "NotFoundError"
+    assert r.status_code == 404 and r.json()["error"]["type"] == "invalid_request_error"
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=MODEL_NAME, prompt="hi", temperature=-1)
     with pytest.raises(openai.NotFoundError):
