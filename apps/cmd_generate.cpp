@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 #include "apps/commands.h"
 #include "core/error.h"
@@ -28,9 +29,73 @@ struct GenerateArgs {
   bool json = false;
 };
 
+/// One prompt to generate for, with its sampling parameters (the flags', overridden by its JSONL line).
+struct PromptJob {
+  std::string prompt;
+  SamplingParams params;
+};
+
+/// Overrides `sp` with the sampling fields of one --prompts-file line (vLLM's SamplingParams names). Throws Error
+/// naming `where` and the field for an unknown field or a value of the wrong type.
+void apply_line_fields(const nlohmann::json& j, SamplingParams& sp, const std::string& where) {
+  auto num = [&](const std::string& k, const nlohmann::json& v) {
+    SSM_CHECK(v.is_number(), "{}: \"{}\" must be a number", where, k);
+    return v.get<double>();
+  };
+  auto integer = [&](const std::string& k, const nlohmann::json& v) {
+    SSM_CHECK(v.is_number_integer() && v.get<long long>() >= std::numeric_limits<int>::min() &&
+                  v.get<long long>() <= std::numeric_limits<int>::max(),
+              "{}: \"{}\" must be an integer", where, k);
+    return v.get<int>();
+  };
+  auto boolean = [&](const std::string& k, const nlohmann::json& v) {
+    SSM_CHECK(v.is_boolean(), "{}: \"{}\" must be true or false", where, k);
+    return v.get<bool>();
+  };
+  for (const auto& [k, v] : j.items()) {
+    if (k == "prompt") continue;
+    if (k == "max_tokens") sp.max_tokens = integer(k, v);
+    else if (k == "min_tokens") sp.min_tokens = integer(k, v);
+    else if (k == "temperature") sp.temperature = num(k, v);
+    else if (k == "top_p") sp.top_p = num(k, v);
+    else if (k == "top_k") sp.top_k = integer(k, v);
+    else if (k == "min_p") sp.min_p = num(k, v);
+    else if (k == "presence_penalty") sp.presence_penalty = num(k, v);
+    else if (k == "frequency_penalty") sp.frequency_penalty = num(k, v);
+    else if (k == "repetition_penalty") sp.repetition_penalty = num(k, v);
+    else if (k == "ignore_eos") sp.ignore_eos = boolean(k, v);
+    else if (k == "include_stop_str_in_output") sp.include_stop_str_in_output = boolean(k, v);
+    else if (k == "skip_special_tokens") sp.skip_special_tokens = boolean(k, v);
+    else if (k == "logprobs") sp.logprobs = integer(k, v);
+    else if (k == "prompt_logprobs") sp.prompt_logprobs = integer(k, v);
+    else if (k == "seed") {
+      SSM_CHECK(v.is_number_integer() && v.get<long long>() >= 0, "{}: \"seed\" must be an integer >= 0", where);
+      sp.seed = static_cast<uint64_t>(v.get<long long>());
+    } else if (k == "stop") {
+      SSM_CHECK(v.is_string() || v.is_array(), "{}: \"stop\" must be a string or a list of strings", where);
+      sp.stop.clear();
+      for (const auto& e : v.is_string() ? nlohmann::json::array({v}) : v) {
+        SSM_CHECK(e.is_string(), "{}: \"stop\" must be a string or a list of strings", where);
+        sp.stop.push_back(e.get<std::string>());
+      }
+    } else if (k == "stop_token_ids") {
+      SSM_CHECK(v.is_array(), "{}: \"stop_token_ids\" must be a list of token ids", where);
+      sp.stop_token_ids.clear();
+      for (const auto& e : v) {
+        SSM_CHECK(e.is_number_integer() && e.get<long long>() >= 0 && e.get<long long>() <= std::numeric_limits<int>::max(),
+                  "{}: \"stop_token_ids\" must be a list of token ids (integers >= 0)", where);
+        sp.stop_token_ids.push_back(e.get<int>());
+      }
+    } else {
+      fail("{}: unknown field \"{}\" (a line may set prompt and the sampling fields listed in `generate --help`)", where, k);
+    }
+  }
+}
+
 /// The prompts of a JSONL file ("-" = standard input): each non-blank line an object with a non-empty string
-/// "prompt". Throws Error naming file:line for a malformed line, and when the file is unreadable or has none.
-std::vector<std::string> read_prompts_file(const std::string& path) {
+/// "prompt" and optionally per-prompt sampling fields overriding the flags (`base`). Throws Error naming
+/// file:line for a malformed line or invalid values, and when the file is unreadable or has none.
+std::vector<PromptJob> read_prompts_file(const std::string& path, const SamplingParams& base) {
   const bool is_stdin = path == "-";
   const std::string name = is_stdin ? "<stdin>" : path;
   std::error_code ec;
@@ -41,7 +106,7 @@ std::vector<std::string> read_prompts_file(const std::string& path) {
     SSM_CHECK(file, "{}: cannot open the prompts file", path);
   }
   std::istream& in = is_stdin ? std::cin : file;
-  std::vector<std::string> prompts;
+  std::vector<PromptJob> prompts;
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -54,11 +119,42 @@ std::vector<std::string> read_prompts_file(const std::string& path) {
     SSM_CHECK(j.is_object() && j.contains("prompt") && j["prompt"].is_string(),
               "{}:{}: each line must be an object with a string \"prompt\"", name, lineno);
     SSM_CHECK(!j["prompt"].get<std::string>().empty(), "{}:{}: the prompt is empty", name, lineno);
-    prompts.push_back(j["prompt"].get<std::string>());
+    PromptJob job{j["prompt"].get<std::string>(), base};
+    const std::string where = fmt::format("{}:{}", name, lineno);
+    apply_line_fields(j, job.params, where);
+    SamplingParams rest = job.params;
+    rest.stop_token_ids.clear();  // vocabulary-dependent: checked when the request is added
+    try {
+      rest.validate(1);
+    } catch (const Error& e) {
+      fail("{}: {}", where, e.what());
+    }
+    prompts.push_back(std::move(job));
   }
   SSM_CHECK(!in.bad(), "{}: read error", name);
   SSM_CHECK(!prompts.empty(), "{}: no prompts", name);
   return prompts;
+}
+
+/// Applies the model's context (max_position_embeddings) as vLLM does: a prompt that leaves no room to generate
+/// is an error; a prompt + max_tokens beyond it generates only up to the context (finish_reason "length") with a
+/// warning on stderr.
+void fit_to_context(std::vector<PromptJob>& jobs, const LLMEngine& engine) {
+  const int max_len = engine.model_config().max_model_len;
+  const Tokenizer* tok = engine.tokenizer();
+  if (max_len <= 0 || !tok) return;  // no positional limit (recurrent models), or token-id-only models
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const int len = static_cast<int>(tok->encode(jobs[i].prompt).size());
+    SSM_CHECK(len < max_len, "prompt {}: the prompt has {} tokens, which leaves no room to generate within the model's maximum "
+              "context length of {} tokens (max_position_embeddings)", i, len, max_len);
+    SamplingParams& sp = jobs[i].params;
+    if (static_cast<long long>(len) + sp.max_tokens > max_len) {
+      std::cerr << fmt::format("warning: prompt {}: {} prompt tokens + max_tokens {} exceed the model's maximum context length "
+                               "of {} tokens; generating at most {} tokens\n", i, len, sp.max_tokens, max_len, max_len - len);
+      sp.max_tokens = max_len - len;
+      sp.min_tokens = std::min(sp.min_tokens, sp.max_tokens);
+    }
+  }
 }
 
 nlohmann::json logprob_list(const std::vector<TokenLogprob>& v) {
@@ -118,25 +214,30 @@ void check_flags(GenerateArgs& a) {
 int run_generate(GenerateArgs& a) {
   resolve_engine_config(a.engine, a.load_format);
   check_flags(a);  // fail fast on bad flags before loading the model
-  std::vector<std::string> prompts = a.prompt_given ? std::vector<std::string>{a.prompt} : read_prompts_file(a.prompts_file);
+  std::vector<PromptJob> jobs = a.prompt_given ? std::vector<PromptJob>{{a.prompt, a.params}}
+                                               : read_prompts_file(a.prompts_file, a.params);
   LLM llm(a.engine);
   LLMEngine& engine = llm.engine();
+  fit_to_context(jobs, engine);
   // Stream a single text prompt as it is generated; otherwise run the batch and print in input order.
-  if (!a.json && prompts.size() == 1) {
+  if (!a.json && jobs.size() == 1) {
     Request r;
     r.request_id = "0";
-    r.prompt = prompts[0];
-    r.params = a.params;
+    r.prompt = jobs[0].prompt;
+    r.params = jobs[0].params;
     engine.add_request(std::move(r));
-    std::cout << prompts[0] << std::flush;
+    std::cout << jobs[0].prompt << std::flush;
     while (engine.has_unfinished_requests())
       for (const auto& o : engine.step()) std::cout << o.delta_text << std::flush;
     std::cout << std::endl;
     return 0;
   }
-  std::vector<RequestOutput> outs = llm.generate(prompts, a.params);
+  std::vector<std::string> prompts;
+  std::vector<SamplingParams> params;
+  for (const auto& j : jobs) prompts.push_back(j.prompt), params.push_back(j.params);
+  std::vector<RequestOutput> outs = llm.generate(prompts, params);
   for (size_t i = 0; i < outs.size(); ++i) {
-    if (a.json) std::cout << to_json(outs[i], a.params).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (a.json) std::cout << to_json(outs[i], params[i]).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     else std::cout << "=== prompt " << i << " ===\n" << outs[i].prompt << outs[i].outputs[0].text << "\n";
   }
   std::cout << std::flush;
@@ -152,7 +253,11 @@ Runner add_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate continuations of prompts (offline, through the engine)");
   add_engine_options(*cmd, a->engine, a->load_format);
   auto* p1 = cmd->add_option("--prompt", a->prompt, "Prompt text");
-  auto* p2 = cmd->add_option("--prompts-file", a->prompts_file, "JSONL file, one {\"prompt\": \"...\"} per line (- = stdin)");
+  auto* p2 = cmd->add_option("--prompts-file", a->prompts_file,
+                             "JSONL file (- = stdin), one object per line: {\"prompt\": \"...\"} plus optional per-prompt "
+                             "sampling fields overriding the flags: max_tokens, min_tokens, temperature, top_p, top_k, min_p, "
+                             "seed, stop, stop_token_ids, ignore_eos, logprobs, prompt_logprobs, presence_penalty, "
+                             "frequency_penalty, repetition_penalty, include_stop_str_in_output, skip_special_tokens");
   p1->excludes(p2);
   SamplingParams& sp = a->params;
   cmd->add_option("--max-tokens", sp.max_tokens, "Tokens to generate per prompt")->capture_default_str();

@@ -23,7 +23,9 @@ struct ServeArgs {
   EngineConfig engine;
   std::string load_format = "auto";
   server::ServerOptions server;
-  int max_model_len = 0;
+  int max_model_len = 0;          ///< --max-model-len as given (checked > 0 when given)
+  bool max_model_len_given = false;
+  bool served_model_name_given = false;
   int max_num_waiting = 1024;
   std::string chat_template;
   double shutdown_timeout = 30.0;
@@ -32,7 +34,11 @@ struct ServeArgs {
 int run_serve(ServeArgs& a) {
   resolve_engine_config(a.engine, a.load_format);
   SSM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535] (got {})", a.server.port);
-  SSM_CHECK(a.max_model_len >= 0, "--max-model-len must be >= 0 (got {})", a.max_model_len);
+  if (a.max_model_len_given) SSM_CHECK(a.max_model_len >= 1, "--max-model-len must be a positive number of tokens (got {})", a.max_model_len);
+  if (a.served_model_name_given)
+    SSM_CHECK(a.server.served_model_name.find_first_not_of(" \t\r\n") != std::string::npos,
+              "--served-model-name must not be empty (clients send it as \"model\")");
+  SSM_CHECK(a.server.read_timeout_s > 0 && a.server.read_timeout_s <= 3600, "--http-read-timeout must be in (0, 3600] seconds");
   SSM_CHECK(a.max_num_waiting >= 0, "--max-num-waiting must be >= 0 (got {})", a.max_num_waiting);
   SSM_CHECK(a.server.http_threads >= 1 && a.server.http_threads <= 4096, "--http-threads must be in [1, 4096] (got {})",
             a.server.http_threads);
@@ -48,9 +54,10 @@ int run_serve(ServeArgs& a) {
   server::Metrics metrics;
   server::AsyncEngine engine(a.engine, server::AsyncEngineOptions{a.max_num_waiting}, metrics);
   const ModelConfig& mc = engine.model_config();
-  a.server.max_model_len = a.max_model_len > 0 ? a.max_model_len : mc.max_model_len > 0 ? mc.max_model_len : kDefaultMaxModelLen;
+  a.server.max_model_len = a.max_model_len_given ? a.max_model_len : mc.max_model_len > 0 ? mc.max_model_len : kDefaultMaxModelLen;
   if (mc.max_model_len > 0)
-    SSM_CHECK(a.server.max_model_len <= mc.max_model_len, "--max-model-len {} is larger than the model's context {}",
+    SSM_CHECK(a.server.max_model_len <= mc.max_model_len,
+              "--max-model-len {} is larger than the model's context of {} tokens (max_position_embeddings)",
               a.server.max_model_len, mc.max_model_len);
   if (a.server.served_model_name.empty()) a.server.served_model_name = a.engine.model.string();
   server::ChatTemplate tmpl = server::ChatTemplate::load(a.engine.model, a.chat_template);
@@ -80,16 +87,24 @@ Runner add_serve(CLI::App& app) {
   add_engine_options(*cmd, a->engine, a->load_format);
   cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->server.port, "Port (0 = any free port, printed at startup)")->capture_default_str();
-  cmd->add_option("--served-model-name", a->server.served_model_name, "Model id clients use (default: the --model path)");
-  cmd->add_option("--max-model-len", a->max_model_len,
-                  "Most prompt + generated tokens per request (0 = the model's, or 8192 for models without a limit)")
-      ->capture_default_str();
+  auto* name = cmd->add_option("--served-model-name", a->server.served_model_name, "Model id clients use (default: the --model path)");
+  auto* mml = cmd->add_option("--max-model-len", a->max_model_len,
+                              "Most prompt + generated tokens per request, >= 1 (default: the model's max_position_embeddings, "
+                              "or 8192 for models without a limit)");
   cmd->add_option("--max-num-waiting", a->max_num_waiting, "Waiting requests before new ones get 503 (0 = no limit)")
       ->capture_default_str();
   cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: tokenizer_config.json's, else plain)");
   cmd->add_option("--http-threads", a->server.http_threads, "Connections served at once")->capture_default_str();
-  cmd->add_option("--shutdown-timeout", a->shutdown_timeout, "Seconds running requests may finish after SIGTERM")
+  cmd->add_option("--shutdown-timeout", a->shutdown_timeout,
+                  "Seconds running requests may finish after SIGTERM (new ones get 503); then they are aborted")
       ->capture_default_str();
+  cmd->add_option("--http-read-timeout", a->server.read_timeout_s,
+                  "Seconds a client has to send a request's headers and body (slower ones get 408 and are dropped)")
+      ->capture_default_str();
+  cmd->callback([a, name, mml] {
+    a->served_model_name_given = name->count() > 0;
+    a->max_model_len_given = mml->count() > 0;
+  });
   return [a] { return run_serve(*a); };
 }
 

@@ -1,0 +1,74 @@
+# CLI contracts around serving: `serve` rejects meaningless flags with a clear error, `generate --prompts-file`
+# honours per-line sampling fields, and `generate` respects the model's context (max_position_embeddings) as vLLM.
+import json
+import os
+import subprocess
+
+from conftest import BINARY, MODEL
+
+ENV = dict(os.environ, OMP_WAIT_POLICY="passive")
+
+
+def run(*args, stdin=None):
+    return subprocess.run([str(BINARY), *map(str, args)], input=stdin, capture_output=True, text=True, env=ENV, timeout=120)
+
+
+def model_with_context(tmp_path, n):
+    """The bundled model with max_position_embeddings = n (weights and tokenizer linked, config rewritten)."""
+    d = tmp_path / f"ctx{n}"
+    d.mkdir()
+    for f in MODEL.iterdir():
+        if f.name != "config.json":
+            (d / f.name).symlink_to(f)
+    cfg = json.loads((MODEL / "config.json").read_text())
+    cfg["max_position_embeddings"] = n
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+# 14. Empty model names and non-positive or too large --max-model-len are errors, not silently ignored.
+def test_serve_rejects_bad_name_and_max_model_len(tmp_path):
+    for args, needle in [(["--served-model-name", ""], "--served-model-name"),
+                         (["--served-model-name", "  "], "--served-model-name"),
+                         (["--max-model-len", 0], "--max-model-len"),
+                         (["--max-model-len", -5], "--max-model-len")]:
+        r = run("serve", "--model", MODEL, "--port", 0, *args)
+        assert r.returncode == 1 and needle in r.stderr, (args, r.stderr)
+    r = run("serve", "--model", model_with_context(tmp_path, 64), "--port", 0, "--max-model-len", 100)
+    assert r.returncode == 1 and "--max-model-len 100 is larger than the model's context of 64" in r.stderr, r.stderr
+
+
+def generate_json(*args, stdin=None):
+    r = run("generate", "--model", MODEL, "--json", "--threads", 2, *args, stdin=stdin)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()], r.stderr
+
+
+# 15. Per-line sampling fields of --prompts-file override the flags.
+def test_prompts_file_per_line_fields():
+    lines = [{"prompt": "Hello", "max_tokens": 3, "ignore_eos": True},
+             {"prompt": "Hello", "max_tokens": 7, "ignore_eos": True, "logprobs": 2},
+             {"prompt": "Hello"},
+             {"prompt": "Hello", "max_tokens": 20, "ignore_eos": True, "stop": ["the"], "temperature": 0.8, "seed": 3}]
+    outs, _ = generate_json("--prompts-file", "-", "--max-tokens", 5, "--ignore-eos",
+                            stdin="".join(json.dumps(x) + "\n" for x in lines))
+    assert [len(o["token_ids"]) for o in outs[:3]] == [3, 7, 5]
+    assert outs[0]["logprobs"] is None and len(outs[1]["logprobs"]) == 7
+    assert outs[0]["text"] == outs[2]["text"][:len(outs[0]["text"])]
+    assert outs[3]["finish_reason"] in ("stop", "length") and "the" not in outs[3]["text"]
+    for bad, needle in [({"prompt": "x", "max_tokens": "5"}, "max_tokens"), ({"prompt": "x", "max_tokenz": 5}, "max_tokenz"),
+                        ({"prompt": "x", "max_tokens": 0}, "max_tokens"), ({"prompt": "x", "top_p": 7}, "top_p")]:
+        r = run("generate", "--model", MODEL, "--prompts-file", "-", stdin=json.dumps(bad) + "\n")
+        assert r.returncode == 1 and "<stdin>:1" in r.stderr and needle in r.stderr, (bad, r.stderr)
+
+
+# 16. generate stops at the model's context (warning, finish_reason "length") and refuses prompts that fill it.
+def test_generate_respects_max_position_embeddings(tmp_path):
+    m = model_with_context(tmp_path, 12)
+    r = run("generate", "--model", m, "--json", "--prompt", "Hello there", "--max-tokens", 50, "--ignore-eos")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["prompt_token_ids"]) + len(out["token_ids"]) == 12 and out["finish_reason"] == "length"
+    assert "maximum context length of 12" in r.stderr
+    r = run("generate", "--model", m, "--prompt", "word " * 20)
+    assert r.returncode == 1 and "maximum context length of 12" in r.stderr, r.stderr
