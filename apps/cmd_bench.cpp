@@ -21,7 +21,8 @@ struct BenchArgs {
   std::string load_format = "auto";
   int input_len = 32;
   int output_len = 128;
-  int batch_size = 1;
+  int batch_size = 1;            ///< the batch being run (one of batch_sizes)
+  std::vector<int> batch_sizes{1};  ///< --batch-size: one or more sizes, each measured on the same engine
   int num_iters = 5;
   int num_iters_warmup = 1;
   std::string output_json;
@@ -59,12 +60,17 @@ std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int it
   return {prefill, decode};
 }
 
+int run_latency_one(BenchArgs& a, LLMEngine& engine, nlohmann::json* results);
+
 int run_latency(BenchArgs& a) {
+  SSM_CHECK(!a.batch_sizes.empty(), "--batch-size needs a value");
+  for (int b : a.batch_sizes)
+    SSM_CHECK(b >= 1 && b <= kMaxNumSeqs, "--batch-size must be in [1, {}] (got {})", kMaxNumSeqs, b);
+  a.batch_size = *std::max_element(a.batch_sizes.begin(), a.batch_sizes.end());
   resolve_engine_config(a.engine, a.load_format);
   SSM_CHECK(a.input_len >= 1 && a.input_len <= kMaxNumBatchedTokens, "--input-len must be in [1, {}] (got {})", kMaxNumBatchedTokens,
             a.input_len);
   SSM_CHECK(a.output_len >= 2 && a.output_len <= kMaxOutputLen, "--output-len must be in [2, {}] (got {})", kMaxOutputLen, a.output_len);
-  SSM_CHECK(a.batch_size >= 1 && a.batch_size <= kMaxNumSeqs, "--batch-size must be in [1, {}] (got {})", kMaxNumSeqs, a.batch_size);
   SSM_CHECK(a.num_iters >= 1 && a.num_iters <= kMaxIters, "--num-iters must be in [1, {}] (got {})", kMaxIters, a.num_iters);
   SSM_CHECK(a.num_iters_warmup >= 0 && a.num_iters_warmup <= kMaxIters, "--num-iters-warmup must be in [0, {}] (got {})", kMaxIters,
             a.num_iters_warmup);
@@ -92,6 +98,22 @@ int run_latency(BenchArgs& a) {
     engine_ptr = std::make_unique<LLMEngine>(a.engine);
   }
   LLMEngine& engine = *engine_ptr;
+  if (a.batch_sizes.size() == 1) return run_latency_one(a, engine, nullptr);
+  // Several sizes (a decode-vs-batch sweep): the engine sized for the largest serves every one.
+  nlohmann::json results = nlohmann::json::array();
+  const std::string json_path = a.output_json;
+  a.output_json.clear();
+  for (int b : a.batch_sizes) {
+    a.batch_size = b;
+    run_latency_one(a, engine, &results);
+  }
+  if (!json_path.empty()) write_json_file(json_path, nlohmann::json{{"results", results}});
+  return 0;
+}
+
+/// Runs the warmup and timed iterations at a.batch_size on `engine`, prints the medians and writes / appends
+/// them as JSON (a.output_json, or `results` when given).
+int run_latency_one(BenchArgs& a, LLMEngine& engine, nlohmann::json* results) {
   std::vector<double> prefill_tps, decode_tps;
   const int total = a.num_iters_warmup + a.num_iters;
   for (int it = 0; it < total; ++it) {
@@ -110,11 +132,12 @@ int run_latency(BenchArgs& a) {
             << " iterations (median)\n"
             << "prefill: " << p << " tokens/s\n"
             << "decode:  " << d << " tokens/s (" << 1000.0 * a.batch_size / d << " ms per step)\n";
-  if (!a.output_json.empty()) {
+  if (!a.output_json.empty() || results) {
     nlohmann::json j = {{"model", a.engine.model.string()}, {"batch_size", a.batch_size}, {"input_len", a.input_len},
                         {"output_len", a.output_len}, {"num_iters", a.num_iters}, {"prefill_tokens_per_s", p},
                         {"decode_tokens_per_s", d}, {"prefill_tokens_per_s_all", prefill_tps}, {"decode_tokens_per_s_all", decode_tps}};
-    write_json_file(a.output_json, j);
+    if (results) results->push_back(j);
+    else write_json_file(a.output_json, j);
   }
   return 0;
 }
@@ -129,7 +152,8 @@ Runner add_bench(CLI::App& app) {
   add_engine_options(*lat, a->engine, a->load_format);
   lat->add_option("--input-len", a->input_len, "Prompt tokens per request")->capture_default_str();
   lat->add_option("--output-len", a->output_len, "Generated tokens per request")->capture_default_str();
-  lat->add_option("--batch-size", a->batch_size, "Requests in the batch")->capture_default_str();
+  lat->add_option("--batch-size", a->batch_sizes, "Requests in the batch; several values (1 2 4 ...) measure each on one engine")
+      ->capture_default_str();
   lat->add_option("--num-iters", a->num_iters, "Timed repeats")->capture_default_str();
   lat->add_option("--num-iters-warmup", a->num_iters_warmup, "Untimed warmup repeats")->capture_default_str();
   lat->add_option("--output-json", a->output_json, "Also write the results to this JSON file");

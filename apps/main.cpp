@@ -38,6 +38,9 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                  "Split the model over N ranks (in-process threads on the CPU; Mamba-1, Mamba-2)")->capture_default_str();
   cmd.add_option("--mamba-cache-dtype", cfg.mamba_cache_dtype, "Conv state dtype: auto (fp32 on CPU), float32, bfloat16, float16")->capture_default_str();
   cmd.add_option("--mamba-ssm-cache-dtype", cfg.mamba_ssm_cache_dtype, "SSM state dtype: float32, bfloat16, float16, auto (= conv)")->capture_default_str();
+  cmd.add_option("--gpu-memory-utilization", cfg.gpu_memory_utilization,
+                 "Fraction of the GPU's memory the engine may use; the state pool gets what the weights and workspace leave")
+      ->capture_default_str();
   cmd.add_option("--device", cfg.device, "cpu, cuda, or auto (cuda when built with it, a GPU is present and the architecture runs there)")
       ->capture_default_str();
 }

@@ -145,6 +145,55 @@ if [ "${SSMSERVE_GPU_BENCH:-1}" = 1 ] && [ -x "$bin/ssmserve" ]; then
   grep -vE "^\s*$" "$out/bench.log" | tail -40 >>"$summary"
 fi
 
+# 5. Decode path (issue 7): skinny GEMM / fused decode kernels against the CPU, batch invariance on the GPU,
+#    memcheck on them, GEMM timings and rooflines (gemm.log), decode tokens/s vs batch size for mamba-2.8b
+#    (decode_sweep.json -> decode_vs_batch.png), batch-1 decode for the four shapes, and offline throughput
+#    (bench throughput, SSMSERVE_GPU_TPUT_PROMPTS prompts of 512 -> 256 tokens). SSMSERVE_GPU_DECODE=0 skips it;
+#    SSMSERVE_GPU_DECODE_MODELS / SSMSERVE_GPU_TPUT_MODELS pick the shapes (empty: none).
+if [ "${SSMSERVE_GPU_DECODE:-1}" = 1 ] && [ -x "$bin/test_cuda_decode" ]; then
+  run_step "decode tests" decode.log "$bin/test_cuda_decode"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|batch invariance" "$out/decode.log" | head -30 >>"$summary"
+  if command -v compute-sanitizer >/dev/null; then
+    run_step "memcheck (decode ops)" memcheck-decode.log env SSMSERVE_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
+      --report-api-errors no --error-exitcode 3 "$bin/test_cuda_decode" --gtest_filter='CudaSkinnyGemm.*:CudaDecodeOps.*'
+    run_step "racecheck (decode ops)" racecheck-decode.log env SSMSERVE_CUDA_TEST_QUICK=1 compute-sanitizer --tool racecheck \
+      --report-api-errors no --error-exitcode 3 "$bin/test_cuda_decode" --gtest_filter='CudaSkinnyGemm.MatchesCpuLinear:CudaDecodeOps.*'
+    grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/memcheck-decode.log" "$out/racecheck-decode.log" >>"$summary"
+  fi
+  run_step "gemm + roofline bench" gemm.log "$bin/test_cuda_decode" --gtest_also_run_disabled_tests \
+    --gtest_filter='CudaDecodeBench.*'
+  grep -E "^roofline" "$out/gemm.log" | tee -a "$summary"
+  bw=$(awk '/^roofline copy_bandwidth_TBps/{print $3}' "$out/gemm.log"); bw=${bw:-4.3}
+  rate=$(awk '/^roofline bf16_gemm_TFLOPs/{print $3}' "$out/gemm.log"); rate=${rate:-790}
+  if [ -x "$bin/ssmserve" ]; then
+    lat=("$bin/ssmserve" bench latency --load-format dummy --device cuda --input-len 32
+         --output-len "${SSMSERVE_GPU_DECODE_LEN:-128}" --num-iters 3 --num-iters-warmup 1)
+    : >"$out/decode.bench.log"
+    if [ -n "${SSMSERVE_GPU_SWEEP_MODEL-mamba-2.8b}" ]; then
+      m=${SSMSERVE_GPU_SWEEP_MODEL-mamba-2.8b}
+      run_step "decode sweep $m" decode_sweep.log "${lat[@]}" --model "configs/$m" --output-json "$out/decode_sweep.json" \
+        --batch-size 1 2 4 8 16 32 64 128 256
+      grep -E "^(batch|decode)" "$out/decode_sweep.log" | paste - - | tee -a "$summary"
+    fi
+    for m in ${SSMSERVE_GPU_DECODE_MODELS-mamba-130m mamba-1.4b mamba-2.8b mamba2-2.7b}; do
+      run_step "decode b1 $m" "decode_b1_$m.log" "${lat[@]}" --model "configs/$m" --output-json "$out/decode_b1_$m.json"
+      grep -E "^decode" "$out/decode_b1_$m.log" | sed "s/^/$m /" | tee -a "$summary"
+    done
+    for m in ${SSMSERVE_GPU_TPUT_MODELS-mamba-130m mamba-1.4b mamba-2.8b mamba2-2.7b}; do
+      run_step "throughput $m" "tput_$m.log" "$bin/ssmserve" bench throughput --model "configs/$m" --load-format dummy \
+        --device cuda --num-prompts "${SSMSERVE_GPU_TPUT_PROMPTS:-1000}" --input-len 512 --output-len 256 \
+        --max-num-seqs 256 --max-num-batched-tokens "${SSMSERVE_GPU_TPUT_BUDGET:-8192}" --output-json "$out/tput_$m.json"
+      grep -iE "tokens/s|requests/s" "$out/tput_$m.log" | sed "s/^/$m /" | tee -a "$summary"
+    done
+    if [ -f "$out/decode_sweep.json" ] && python3 -c "import matplotlib" 2>/dev/null; then
+      python3 bench/plot_decode_vs_batch.py "$out/decode_vs_batch.png" --params 2.768e9 --bandwidth "$bw" \
+        --gemm-tflops "$rate" --series "ssmserve mamba-2.8b (dummy bf16)=$out/decode_sweep.json" \
+        --title "mamba-2.8b decode on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" >>"$out/decode.bench.log" 2>&1 &&
+        note "plot: decode_vs_batch.png"
+    fi
+  fi
+fi
+
 echo "---- summary ($out/summary.txt)"
 cat "$summary"
 exit $status

@@ -38,6 +38,11 @@ struct EngineConfig {
   /// Where the model runs: "cpu", "cuda" (a registered device backend) or "auto" (a registered device when
   /// available for the architecture, else the CPU); see resolve_device in model/causal_lm.h.
   std::string device = "auto";
+  /// Fraction of the GPU's total memory the engine may use (vLLM's --gpu-memory-utilization), for device
+  /// backends: the recurrent-state pool gets what remains of it after the weights, the step workspace and memory
+  /// already in use on the device (other processes included), capped at the blocks the engine can use
+  /// (num_state_blocks, or max_num_seqs + 1). In (0, 1]; ignored on the CPU.
+  double gpu_memory_utilization = 0.9;
 
   /// Throws Error naming the knob when a value is out of range (see the kMax* bounds above).
   void validate() const;

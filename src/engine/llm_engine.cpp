@@ -37,6 +37,8 @@ void EngineConfig::validate() const {
             std::thread::hardware_concurrency(), num_threads);
   SSM_CHECK(tensor_parallel_size >= 1 && tensor_parallel_size <= kMaxTensorParallelSize,
             "--tensor-parallel-size must be in [1, {}] (got {})", kMaxTensorParallelSize, tensor_parallel_size);
+  SSM_CHECK(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0,
+            "--gpu-memory-utilization must be in (0, 1] (got {})", gpu_memory_utilization);
   SSM_CHECK(pad_decode_batches_to >= 0, "pad_decode_batches_to must be >= 0 (got {})", pad_decode_batches_to);
   (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
 }
@@ -85,8 +87,26 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
                    blocks, blocks - 1, 100 * kAutoStateMemoryFraction);
     }
   }
-  const double need = block_bytes * blocks, budget = kStateMemoryFraction * ram;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  // Device backends keep the states in device memory: the pool must also fit in --gpu-memory-utilization.
+  if (const auto dev_budget = model_->device_state_budget(cfg_.gpu_memory_utilization,
+                                                          cfg_.scheduler.max_num_batched_tokens, cfg_.scheduler.max_num_seqs)) {
+    const double dev = *dev_budget;
+    const double fit = std::floor(dev / block_bytes);
+    if (cfg_.num_state_blocks > 0 && fit < blocks)
+      fail("--num-state-blocks {} needs {:.2f} GiB of device memory for recurrent state ({:.3f} MiB per block); "
+           "--gpu-memory-utilization {} leaves {:.2f} GiB after the weights and workspace",
+           blocks, block_bytes * blocks / kGiB, block_bytes / 1048576.0, cfg_.gpu_memory_utilization, dev / kGiB);
+    SSM_CHECK(fit >= 2, "--gpu-memory-utilization {} leaves {:.2f} GiB of device memory after the weights and workspace: "
+              "not enough for 2 recurrent-state blocks of {:.3f} MiB; raise it or lower --max-num-batched-tokens",
+              cfg_.gpu_memory_utilization, std::max(0.0, dev) / kGiB, block_bytes / 1048576.0);
+    if (fit < blocks) {
+      blocks = static_cast<int>(fit);
+      spdlog::info("state pool: {} blocks ({} concurrent sequences) fit in --gpu-memory-utilization {}", blocks,
+                   blocks - 1, cfg_.gpu_memory_utilization);
+    }
+  }
+  const double need = block_bytes * blocks, budget = kStateMemoryFraction * ram;
   if (ram > 0 && need > budget) {
     if (cfg_.num_state_blocks > 0)
       fail("--num-state-blocks {} needs {:.2f} GiB of recurrent state ({:.3f} MiB per block), more than {:.0f}% of the {:.1f} GiB "
@@ -196,22 +216,40 @@ std::vector<RequestOutput> LLMEngine::step() {
       }
     }
   }
-  // 3. Run the model.
+  // 3. Run the model. When every row is a plain greedy pick (no logit_bias, penalties, min_tokens masking or
+  //    prompt logprobs), a device backend picks the tokens on the device and only ids + logprobs come back.
   const int V = model_->config().vocab_size;
-  logits_.resize(batch.logits_indices.size() * static_cast<size_t>(V));
+  int num_top = 0;
+  bool device_greedy = !batch.logits_indices.empty();
+  for (size_t i = 0; i < order.size() && device_greedy; ++i) {
+    const RequestState& r = *order[i].req;
+    const SamplingParams& p = r.request.params;
+    device_greedy = p.greedy() && !p.prompt_logprobs.has_value() && p.logit_bias.empty() && p.repetition_penalty == 1.0 &&
+                    p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 &&
+                    (static_cast<int>(r.output_token_ids.size()) >= p.min_tokens ||
+                     (p.ignore_eos && p.stop_token_ids.empty())) &&
+                    p.logprobs.value_or(0) <= kMaxDeviceGreedyTop;
+    num_top = std::max(num_top, p.logprobs.value_or(0));
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  model_->forward(batch, *cache_, logits_.data());
+  if (device_greedy) device_greedy = model_->forward_greedy(batch, *cache_, num_top, picks_);
+  if (!device_greedy) {
+    logits_.resize(batch.logits_indices.size() * static_cast<size_t>(V));
+    model_->forward(batch, *cache_, logits_.data());
+  }
   stats_.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats_.num_decode_tokens = batch.meta.num_decode_tokens;
   stats_.num_prefill_tokens = batch.meta.num_prefill_tokens;
   // 4. Sample, update and emit.
-  for (size_t i = 0; i < order.size(); ++i) process_request(*order[i].req, order[i].num_tokens, logits_.data(), plans[i], outs);
+  for (size_t i = 0; i < order.size(); ++i)
+    process_request(*order[i].req, order[i].num_tokens, logits_.data(), device_greedy ? picks_.data() : nullptr, plans[i],
+                    outs);
   for (const auto& o : outs)
     if (o.finished) requests_.erase(o.request_id);
   return outs;
 }
 
-void LLMEngine::process_request(RequestState& r, int num_tokens, const float* logits, const RowPlan& plan,
+void LLMEngine::process_request(RequestState& r, int num_tokens, const float* logits, const GreedyPick* picks, const RowPlan& plan,
                                 std::vector<RequestOutput>& outs) {
   const int V = model_->config().vocab_size;
   const SamplingParams& sp = r.request.params;
@@ -219,16 +257,26 @@ void LLMEngine::process_request(RequestState& r, int num_tokens, const float* lo
   bool sampled = false;
   for (size_t k = 0; k < plan.positions.size(); ++k) {
     const int p = plan.positions[k];
-    std::span<const float> row(logits + static_cast<size_t>(plan.first_logit_row + k) * V, V);
-    if (p + 1 < r.prompt_len()) {  // 1. Score prompt token p+1.
+    auto row = [&] { return std::span<const float>(logits + static_cast<size_t>(plan.first_logit_row + k) * V, V); };
+    if (p + 1 < r.prompt_len()) {  // 1. Score prompt token p+1 (never a device greedy step).
       PromptLogprob lp;
-      lp.top = top_logprobs(row, *sp.prompt_logprobs, &lp.token_logprob, r.token_at(p + 1));
+      lp.top = top_logprobs(row(), *sp.prompt_logprobs, &lp.token_logprob, r.token_at(p + 1));
       r.prompt_logprobs[p + 1] = std::move(lp);
       continue;
     }
     // 2. Sample the next token from the last position.
-    SampleResult s = sample_token(row, sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids,
-                                  r.rng, scratch_);
+    SampleResult s;
+    if (picks) {  // picked on the device (step 3)
+      const GreedyPick& g = picks[plan.first_logit_row + k];
+      SSM_CHECK(g.token >= 0, "sampler: the logits of request {} hold a NaN or +inf, or are all -inf", r.request.request_id);
+      s.token = g.token;
+      s.logprob = g.logprob;
+      for (int j = 0; j < std::min<int>(sp.logprobs.value_or(0), static_cast<int>(g.top.size())); ++j)
+        s.top.push_back({g.top[j].first, g.top[j].second});
+    } else {
+      s = sample_token(row(), sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids, r.rng,
+                       scratch_);
+    }
     r.output_token_ids.push_back(s.token);
     if (sp.logprobs) {
       std::vector<TokenLogprob> entry{{s.token, s.logprob}};

@@ -59,7 +59,8 @@ class LLMEngine {
 
  private:
   struct RowPlan;
-  void process_request(RequestState& r, int num_tokens, const float* logits, const RowPlan& plan,
+  /// picks: the step's device greedy picks (one per logits row) instead of logits, or nullptr.
+  void process_request(RequestState& r, int num_tokens, const float* logits, const GreedyPick* picks, const RowPlan& plan,
                        std::vector<RequestOutput>& outs);
   RequestOutput make_output(RequestState& r);
 
@@ -71,6 +72,7 @@ class LLMEngine {
   std::unique_ptr<Scheduler> scheduler_;
   std::map<std::string, std::unique_ptr<RequestState>> requests_;
   std::vector<float> logits_;   // [num_logit_rows, vocab]
+  std::vector<GreedyPick> picks_;  // device greedy steps: [num_logit_rows]
   std::vector<float> scratch_;  // sampler scratch
   StepStats stats_;
 };

@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/state_cache.h"
@@ -16,6 +18,18 @@ namespace ssmserve {
 
 /// Where weights come from: the checkpoint's safetensors, or random values from the config alone (benchmarks).
 enum class LoadFormat { Auto, Dummy };
+
+/// Most top log-probabilities a device greedy step returns per row (CausalLM::forward_greedy).
+inline constexpr int kMaxDeviceGreedyTop = 20;
+
+/// One logits row's greedy pick made on the device: the token (argmax, lowest id on ties), its raw log-probability
+/// (log_softmax of the unmodified logits) and `top` (id, logprob) pairs sorted by logprob descending, ties lower id
+/// first. token = -1: the row's logits held a NaN or +inf, or were all -inf.
+struct GreedyPick {
+  int token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int, float>> top;
+};
 
 /// A causal language model with recurrent layers.
 class CausalLM {
@@ -37,6 +51,24 @@ class CausalLM {
   /// batch.logits_indices into `logits`: [logits_indices.size(), vocab_size] fp32.
   /// Throws Error on an inconsistent batch or a token id outside [0, vocab_size).
   virtual void forward(const ForwardBatch& batch, StateCache& cache, float* logits) = 0;
+  /// Device backends (issue 7: sampling on the device, only ids and log-probabilities back to the host): runs the
+  /// batch like forward but, instead of logits, returns out[i] for logits row i (num_top in [0,
+  /// kMaxDeviceGreedyTop] top pairs each): what sample_token gives a greedy request with no penalties and no
+  /// min_tokens masking in effect. Returns false, doing nothing, when the model has no device sampler (the
+  /// engine then calls forward).
+  virtual bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) {
+    (void)batch, (void)cache, (void)num_top, (void)out;
+    return false;
+  }
+  /// Device backends: bytes of device memory left for the recurrent-state pool when the engine may use
+  /// `gpu_memory_utilization` of the device's total memory, after what is in use now (weights, other
+  /// processes) and the step workspace for up to `max_num_batched_tokens` tokens and `max_num_seqs` logits rows
+  /// (negative: nothing left). nullopt for models whose states live in host memory (the default).
+  virtual std::optional<double> device_state_budget(double gpu_memory_utilization, int64_t max_num_batched_tokens,
+                                                    int64_t max_num_seqs) const {
+    (void)gpu_memory_utilization, (void)max_num_batched_tokens, (void)max_num_seqs;
+    return std::nullopt;
+  }
 };
 
 /// Loads the model in `dir` (config.json + safetensors), picking the architecture from the registry.

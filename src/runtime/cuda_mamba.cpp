@@ -3,12 +3,15 @@
 #include "runtime/cuda_mamba.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "device/cuda_check.h"
 #include "device/device.h"
 #include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norms.h"
 #include "kernels/cuda/selective_scan.h"
@@ -66,6 +69,8 @@ class CudaMambaModel final : public CausalLM {
     tp_.tp = tp;
     m_.d_inner /= tp.world;  // this rank's channels (MambaWeights::load checked the division)
     if (tp_.on()) opt_.cuda_graphs = false, tp.comm->set_stream(stream_.get());
+    configure_gemm(gemm_, opt_);
+    frame_.pdl = opt_.pdl;
     frame_.embedding = upload_weight(w.embedding, wd);
     frame_.tied = !tp_.on() && w.lm_head.data == w.embedding.data;
     if (!frame_.tied) frame_.lm_head = upload_weight(w.lm_head, wd);
@@ -91,11 +96,31 @@ class CudaMambaModel final : public CausalLM {
   StateShape state_shape() const override {
     return {static_cast<int64_t>(m_.d_conv - 1) * m_.d_inner, static_cast<int64_t>(m_.d_inner) * m_.d_state};
   }
-  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
+  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override {
+    step(batch, cache, logits, -1, nullptr);
+  }
+  bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) override {
+    SSM_CHECK(num_top >= 0 && num_top <= kMaxDeviceGreedyTop, "greedy top log-probabilities {} outside [0, {}]", num_top,
+              kMaxDeviceGreedyTop);
+    if (tp_.on()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
+    step(batch, cache, nullptr, num_top, &out);
+    return true;
+  }
+  std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
+    const double H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2.0 * m_.d_state, V = cfg_.vocab_size;
+    const double ab = dtype_size(opt_.weight_dtype);
+    const double per_token = 8 * H + ab * H + 8 * I + 16 * I + 4 * XD + 4 * I + 2 * XD;  // see reserve()
+    return state_budget_bytes(util, per_token * static_cast<double>(max_tokens) +
+                                        static_cast<double>(max_seqs) * (4 * V + ab * H));
+  }
 
  private:
-  void gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride);
+  /// y [M, w.rows] fp32 = x w^T; y2: optional bf16 copy with y's row stride.
+  void gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride,
+            void* y2 = nullptr);
   void mixer(int layer, const ForwardBatch& batch, const StepMeta& dm, int64_t T);
+  /// One step: logits into `logits` (greedy_top < 0) or greedy picks with greedy_top top log-probabilities.
+  void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks);
   /// Sizes every scratch buffer for T tokens and nlog logits rows.
   void reserve(int64_t T, int64_t nlog);
 
@@ -111,15 +136,19 @@ class CudaMambaModel final : public CausalLM {
   DecodeGraphs graphs_;
   RunnerTp tp_;
   // Scratch: hidden [T, H] residual (fp32), out [T, H] mixer output, normed [T, H] (GEMM dtype), xz [T, 2I],
-  // xc [T, I], xdbl [T, R + 2N], delta [T, I], y [T, I], cast [T, max(I, H)] (GEMM dtype).
-  Scratch hidden_, out_, normed_, xz_, xc_, xdbl_, delta_, y_, cast_;
+  // xc [T, I], xdbl [T, R + 2N], delta [T, I], y [T, I]; with bf16 weights the next GEMMs' inputs xc16 [T, I],
+  // xdbl16 [T, R + 2N], y16 [T, I] (bf16).
+  Scratch hidden_, out_, normed_, xz_, xc_, xdbl_, delta_, y_, xc16_, xdbl16_, y16_;
 };
 
-void CudaMambaModel::gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride) {
-  gemm_.run({M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32}, stream_.get());
+void CudaMambaModel::gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride,
+                          void* y2) {
+  gemm_.run({M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32}, stream_.get(),
+            y2, y_stride);
 }
 
-void CudaMambaModel::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
+void CudaMambaModel::step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top,
+                          std::vector<GreedyPick>* picks) {
   check_batch_against_cache(batch, cache, num_state_layers(), "Mamba");
   const int64_t T = batch.num_tokens(), H = cfg_.hidden_size, V = cfg_.vocab_size;
   for (int32_t id : batch.input_ids)
@@ -137,18 +166,20 @@ void CudaMambaModel::forward(const ForwardBatch& batch, StateCache& cache, float
     for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, dm, T);
     frame_.enqueue_head(dm, T, H, tp_.vocab_per_rank(V), cfg_.layer_norm_epsilon,
                         cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, s);
+    if (greedy_top >= 0) frame_.enqueue_greedy(nlog, V, greedy_top, s);
   };
   if (opt_.cuda_graphs && batch.meta.num_prefills == 0) {
     std::vector<const void*> ptrs = {meta_.device_buffer()};
-    for (const Scratch* sc : {&hidden_, &out_, &normed_, &xz_, &xc_, &xdbl_, &delta_, &y_, &cast_})
+    for (const Scratch* sc : {&hidden_, &out_, &normed_, &xz_, &xc_, &xdbl_, &delta_, &y_, &xc16_, &xdbl16_, &y16_})
       ptrs.push_back(sc->buf.data());
     frame_.pointers(ptrs);
     states_.pointers(ptrs);
-    graphs_.run(s, (static_cast<uint64_t>(T) << 32) | static_cast<uint64_t>(nlog), pointer_signature(ptrs), body);
+    graphs_.run(s, step_key(T, nlog, greedy_top), pointer_signature(ptrs), body);
   } else {
     body();
   }
   if (tp_.on()) tp_.gather_logits(frame_, nlog, V, logits, s);
+  else if (greedy_top >= 0) frame_.download_greedy(nlog, greedy_top, *picks, s);
   else frame_.download(nlog, V, logits, s);
 }
 
@@ -156,7 +187,8 @@ void CudaMambaModel::reserve(int64_t T, int64_t nlog) {
   const int64_t H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2LL * m_.d_state;
   const size_t ab = dtype_size(opt_.weight_dtype);
   hidden_.f32(T * H), out_.f32(T * H), normed_.get(T * H * ab), xz_.f32(T * 2 * I), xc_.f32(T * I);
-  xdbl_.f32(T * XD), delta_.f32(T * I), y_.f32(T * I), cast_.get(T * std::max(I, H) * ab);
+  xdbl_.f32(T * XD), delta_.f32(T * I), y_.f32(T * I), xc16_.get(T * I * 2), xdbl16_.get(T * XD * 2), y16_.get(T * I * 2);
+  (void)ab;
   frame_.reserve(T, H, cfg_.vocab_size, nlog);
 }
 
@@ -177,39 +209,50 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   float* xdbl = xdbl_.f32(T * XD);
   float* delta = delta_.f32(T * I);
   float* y = y_.f32(T * I);
-  void* cast = cast_.get(T * std::max(I, H) * ab);
+  const bool b16 = wd == DType::BF16;  // GEMM inputs in bf16 (written by their producers) or the fp32 buffers
+  auto* xc16 = static_cast<uint16_t*>(xc16_.get(T * I * 2));
+  auto* xdbl16 = static_cast<uint16_t*>(xdbl16_.get(T * XD * 2));
+  auto* y16 = static_cast<uint16_t*>(y16_.get(T * I * 2));
+  const bool pdl = opt_.pdl;
 
   // 1. hidden += previous mixer output (none before layer 0); normed = rms_norm(hidden) in the GEMM dtype.
-  SSM_CUDA_CHECK(fused_add_rms_norm(layer == 0 ? nullptr : out, H, hidden, H, L.norm.as<float>(),
-                                    cfg_.layer_norm_epsilon, T, H, normed, wd, H, s));
+  SSM_CUDA_CHECK(add_rms_norm_rows(layer == 0 ? nullptr : out, H, hidden, H, L.norm.as<float>(), cfg_.layer_norm_epsilon,
+                                   nullptr, T, H, true, normed, wd, H, pdl, s));
   // 2. xz = in_proj(normed): x = xz[:, :I], z = xz[:, I:].
   gemm(normed, T, H, L.in_proj, xz, 2 * I);
-  // 3. Causal conv1d + SiLU: decode rows [0, nd), then the prefill rows.
+  // 3. Causal conv1d + SiLU (xc, and its bf16 copy for x_proj): decode rows [0, nd), then the prefill rows.
   ConvParams conv{I, m_.d_conv, L.conv_weight.as<float>(), L.conv_bias.data() ? L.conv_bias.as<float>() : nullptr,
                   states_.conv_state(layer), true};
-  if (nd > 0) SSM_CUDA_CHECK(causal_conv1d_update(xz, 2 * I, xc, I, conv, dm.state_indices_d, static_cast<int>(nd), s));
-  if (np > 0)
-    SSM_CUDA_CHECK(causal_conv1d_fwd(xz + P0 * 2 * I, 2 * I, xc + P0 * I, I, conv, dm.query_start_loc_p, dm.state_indices_p, dm.has_initial_states_p,
-                                     np, T - P0, s));
-  // 4. x_proj -> [dt_low, B, C]; delta = dt_proj(dt_low).
-  SSM_CUDA_CHECK(cast_rows(xc, I, T, I, cast, wd, I, s));
-  gemm(cast, T, I, L.x_proj, xdbl, XD);
-  tp_.all_reduce(xdbl, T * XD);  // x_proj is row-parallel
-  SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, R, cast, wd, R, s));
-  gemm(cast, T, R, L.dt_proj, delta, I);
-  // 5. Selective scan with D skip and SiLU(z) gate.
+  if (nd > 0)
+    SSM_CUDA_CHECK(conv1d_update_dual(xz, 2 * I, xc, I, b16 ? xc16 : nullptr, I, conv, dm.state_indices_d,
+                                      static_cast<int>(nd), pdl, s));
+  if (np > 0) {
+    SSM_CUDA_CHECK(causal_conv1d_fwd(xz + P0 * 2 * I, 2 * I, xc + P0 * I, I, conv, dm.query_start_loc_p, dm.state_indices_p,
+                                     dm.has_initial_states_p, np, T - P0, s));
+    if (b16) SSM_CUDA_CHECK(cast_rows(xc + P0 * I, I, T - P0, I, xc16 + P0 * I, DType::BF16, I, s));
+  }
+  // 4. x_proj -> xdbl = [dt_low, B, C] (and its bf16 copy; under tensor parallelism after the all-reduce, since
+  //    x_proj is row-parallel); delta = dt_proj(dt_low).
+  const bool fused_cast = b16 && !tp_.on();
+  gemm(b16 ? static_cast<const void*>(xc16) : xc, T, I, L.x_proj, xdbl, XD, fused_cast ? xdbl16 : nullptr);
+  tp_.all_reduce(xdbl, T * XD);
+  if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s));
+  gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
+  // 5. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly).
   ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
   ScanParams sp{I, static_cast<int>(N), L.A.as<float>(), L.D.as<float>(), L.dt_bias.as<float>(), true,
                 states_.ssm_state(layer)};
-  if (nd > 0) SSM_CUDA_CHECK(selective_state_update(in, sp, y, I, dm.state_indices_d, static_cast<int>(nd), s));
+  if (nd > 0)
+    SSM_CUDA_CHECK(selective_state_update_out(in, sp, b16 ? static_cast<void*>(y16) : y, wd, I, dm.state_indices_d,
+                                              static_cast<int>(nd), pdl, s));
   if (np > 0) {
     ScanInputs inp{{xc + P0 * I, I}, {delta + P0 * I, I}, {xdbl + P0 * XD + R, XD}, {xdbl + P0 * XD + R + N, XD},
                    {xz + P0 * 2 * I + I, 2 * I}};
     SSM_CUDA_CHECK(selective_scan_fwd(inp, sp, y + P0 * I, I, dm.query_start_loc_p, dm.state_indices_p, dm.has_initial_states_p, np, s));
+    if (b16) SSM_CUDA_CHECK(cast_rows(y + P0 * I, I, T - P0, I, y16 + P0 * I, DType::BF16, I, s));
   }
   // 6. out = out_proj(y) (added to hidden by the next layer's norm or the final norm).
-  SSM_CUDA_CHECK(cast_rows(y, I, T, I, cast, wd, I, s));
-  gemm(cast, T, I, L.out_proj, out, H);
+  gemm(b16 ? static_cast<const void*>(y16) : y, T, I, L.out_proj, out, H);
   tp_.all_reduce(out, T * H);  // out_proj is row-parallel
 }
 
@@ -238,12 +281,41 @@ std::unique_ptr<CausalLM> load_mamba_cuda(const ModelConfig& cfg, LoadFormat for
   return std::make_unique<CudaMambaModel>(cfg, shard_weights(w, *cfg.mamba, cfg.vocab_size, tp), opt, tp);
 }
 
+CudaModelOptions CudaModelOptions::from_env() {
+  CudaModelOptions o;
+  auto flag = [](const char* name, bool& v) {
+    if (const char* e = std::getenv(name); e && *e) {
+      const std::string s(e);
+      SSM_CHECK(s == "0" || s == "1", "{}={}: expected 0 or 1", name, s);
+      v = s == "1";
+    }
+  };
+  flag("SSMSERVE_CUDA_GRAPHS", o.cuda_graphs);
+  flag("SSMSERVE_PDL", o.pdl);
+  flag("SSMSERVE_BATCH_INVARIANT", o.batch_invariant);
+  if (const char* e = std::getenv("SSMSERVE_SKINNY_MAX_M"); e && *e) {
+    char* end = nullptr;
+    const long long v = std::strtoll(e, &end, 10);
+    SSM_CHECK(end && *end == 0 && v >= 0 && v <= (1 << 20), "SSMSERVE_SKINNY_MAX_M={}: expected an integer in [0, 2^20]", e);
+    o.skinny_max_m = v;
+  }
+  return o;
+}
+
+void configure_gemm(GemmHandle& g, const CudaModelOptions& o) {
+  g.set_skinny_max_m(o.skinny_max_m);
+  g.set_batch_invariant(o.batch_invariant);
+  g.set_pdl(o.pdl);
+}
+
 void register_cuda_backend() {
   register_device_model(
-      "cuda", "MambaForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba_cuda(c, f); },
+      "cuda", "MambaForCausalLM",
+      [](const ModelConfig& c, LoadFormat f) { return load_mamba_cuda(c, f, CudaModelOptions::from_env()); },
       [] { return gpu_available(); });
   register_device_model(
-      "cuda", "Mamba2ForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba2_cuda(c, f); },
+      "cuda", "Mamba2ForCausalLM",
+      [](const ModelConfig& c, LoadFormat f) { return load_mamba2_cuda(c, f, CudaModelOptions::from_env()); },
       [] { return gpu_available(); });
   register_device_model(
       "cuda", "MiniMaxForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_minimax_cuda(c, f); },

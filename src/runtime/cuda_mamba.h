@@ -19,6 +19,18 @@ struct CudaModelOptions {
   DType weight_dtype = DType::BF16;
   /// Decode-only steps through CUDA graphs (captured per step shape on its second occurrence; see DecodeGraphs).
   bool cuda_graphs = true;
+  /// Kernels of the decode path launched with Programmatic Dependent Launch (kernels/cuda/pdl.cuh).
+  bool pdl = true;
+  /// BF16 GEMMs with at most this many rows run on the batch-invariant skinny kernel (kernels/cuda/skinny_gemm.h),
+  /// larger ones on cuBLASLt.
+  int64_t skinny_max_m = 16;
+  /// Every BF16 GEMM on the skinny kernel, whatever M (vLLM's VLLM_BATCH_INVARIANT): a request's outputs are
+  /// then bit-identical whatever it is batched with, prefill chunks included; slower prefill.
+  bool batch_invariant = false;
+
+  /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
+  /// SSMSERVE_BATCH_INVARIANT=1. Throws Error on a malformed value.
+  static CudaModelOptions from_env();
 };
 
 /// Loads a Mamba-1 model onto the GPU (checkpoint or dummy weights). Throws Error on any checkpoint / config

@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <exception>
 
 #include "core/error.h"
 #include "device/cuda_check.h"
 #include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/norms.h"
 #include "kernels/cuda/ssd.h"
 #include "model/archs/mamba2.h"
@@ -69,7 +71,13 @@ HostWeights2 load_host_weights(const ModelConfig& cfg, const Mamba2Config& m, We
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
   HostWeights2 w;
   w.embedding = src.matrix("backbone.embeddings.weight", {V, Hd}, DummyInit::uniform(0.1f));
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+  // Layers in parallel (dummy values are seeded per tensor name); the lowest failing layer's error is rethrown.
+  const int64_t nl = cfg.num_hidden_layers;
+  w.layers.resize(static_cast<size_t>(nl));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(nl));
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t l = 0; l < nl; ++l) {
+   try {
     const std::string p = fmt::format("backbone.layers.{}.", l);
     Mamba2LayerWeights L;
     L.norm = src.vector(p + "norm.weight", {Hd}, DummyInit::constant(1.0f));
@@ -82,8 +90,13 @@ HostWeights2 load_host_weights(const ModelConfig& cfg, const Mamba2Config& m, We
     L.D = src.vector(p + "mixer.D", {NH}, DummyInit::constant(1.0f));
     L.gate_norm = src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f));
     L.out_proj = src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale));
-    w.layers.push_back(std::move(L));
+    w.layers[static_cast<size_t>(l)] = std::move(L);
+   } catch (...) {
+    errors[static_cast<size_t>(l)] = std::current_exception();
+   }
   }
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
   w.norm_f = src.vector("backbone.norm_f.weight", {Hd}, DummyInit::constant(1.0f));
   w.lm_head = (cfg.tie_word_embeddings && !src.has("lm_head.weight"))
                   ? w.embedding
@@ -104,6 +117,8 @@ class CudaMamba2Model final : public CausalLM {
     const DType wd = opt_.weight_dtype;
     tp_.tp = tp;
     if (tp_.on()) opt_.cuda_graphs = false, tp.comm->set_stream(stream_.get());
+    configure_gemm(gemm_, opt_);
+    frame_.pdl = opt_.pdl;
     frame_.embedding = upload_weight(w.embedding, wd);
     frame_.tied = !tp_.on() && w.lm_head.data == w.embedding.data;
     if (!frame_.tied) frame_.lm_head = upload_weight(w.lm_head, wd);
@@ -130,8 +145,28 @@ class CudaMamba2Model final : public CausalLM {
             static_cast<int64_t>(m_.num_heads) * m_.head_dim * m_.d_state};
   }
   int chunk_size() const override { return m_.chunk_size; }
+  std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
+    const double Hd = cfg_.hidden_size, I = m_.d_inner, C = m_.conv_dim(), PW = I + C + m_.num_heads;
+    const double V = cfg_.vocab_size, ab = dtype_size(opt_.weight_dtype);
+    const double per_token = 8 * Hd + ab * Hd + 4 * PW + 4 * C + 4 * I + ab * I;  // see reserve()
+    return state_budget_bytes(util, per_token * static_cast<double>(max_tokens) +
+                                        static_cast<double>(max_seqs) * (4 * V + ab * Hd));
+  }
 
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override {
+    step(batch, cache, logits, -1, nullptr);
+  }
+  bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) override {
+    SSM_CHECK(num_top >= 0 && num_top <= kMaxDeviceGreedyTop, "greedy top log-probabilities {} outside [0, {}]", num_top,
+              kMaxDeviceGreedyTop);
+    if (tp_.on()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
+    step(batch, cache, nullptr, num_top, &out);
+    return true;
+  }
+
+ private:
+  /// One step: logits into `logits` (greedy_top < 0) or greedy picks with greedy_top top log-probabilities.
+  void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks) {
     check_batch_against_cache(batch, cache, num_state_layers(), "Mamba2");
     const int64_t T = batch.num_tokens(), H = cfg_.hidden_size, V = cfg_.vocab_size;
     for (int32_t id : batch.input_ids)
@@ -149,21 +184,22 @@ class CudaMamba2Model final : public CausalLM {
       for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, sm, T);
       frame_.enqueue_head(sm, T, H, tp_.vocab_per_rank(V), cfg_.layer_norm_epsilon,
                           cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, s);
+      if (greedy_top >= 0) frame_.enqueue_greedy(nlog, V, greedy_top, s);
     };
     if (opt_.cuda_graphs && batch.meta.num_prefills == 0) {
       std::vector<const void*> ptrs = {meta_.device_buffer()};
       for (const Scratch* sc : {&hidden_, &out_, &normed_, &proj_, &xbc_, &y_, &gated_}) ptrs.push_back(sc->buf.data());
       frame_.pointers(ptrs);
       states_.pointers(ptrs);
-      graphs_.run(s, (static_cast<uint64_t>(T) << 32) | static_cast<uint64_t>(nlog), pointer_signature(ptrs), body);
+      graphs_.run(s, step_key(T, nlog, greedy_top), pointer_signature(ptrs), body);
     } else {
       body();
     }
     if (tp_.on()) tp_.gather_logits(frame_, nlog, V, logits, s);
+    else if (greedy_top >= 0) frame_.download_greedy(nlog, greedy_top, *picks, s);
     else frame_.download(nlog, V, logits, s);
   }
 
- private:
   /// Sizes every scratch buffer for T tokens and nlog logits rows.
   void reserve(int64_t T, int64_t nlog) {
     const int64_t Hd = cfg_.hidden_size, I = m_.d_inner, C = m_.conv_dim(), PW = I + C + m_.num_heads;
@@ -196,13 +232,15 @@ class CudaMamba2Model final : public CausalLM {
     void* gated = gated_.get(T * I * ab);
 
     // 1. hidden += previous mixer output; normed = rms_norm(hidden); proj = in_proj(normed) = [z | xBC | dt].
-    SSM_CUDA_CHECK(fused_add_rms_norm(layer == 0 ? nullptr : out, Hd, hidden, Hd, L.norm.as<float>(),
-                                      cfg_.layer_norm_epsilon, T, Hd, normed, wd, Hd, s));
+    SSM_CUDA_CHECK(add_rms_norm_rows(layer == 0 ? nullptr : out, Hd, hidden, Hd, L.norm.as<float>(),
+                                     cfg_.layer_norm_epsilon, nullptr, T, Hd, true, normed, wd, Hd, opt_.pdl, s));
     gemm(normed, T, Hd, L.in_proj, proj, PW);
     // 2. Causal conv1d + SiLU over xBC.
     ConvParams conv{C, m_.d_conv, L.conv_weight.as<float>(), L.conv_bias.data() ? L.conv_bias.as<float>() : nullptr,
                     states_.conv_state(layer), true};
-    if (nd > 0) SSM_CUDA_CHECK(causal_conv1d_update(proj + I, PW, xbc, C, conv, sm.state_indices_d, static_cast<int>(nd), s));
+    if (nd > 0)
+      SSM_CUDA_CHECK(conv1d_update_dual(proj + I, PW, xbc, C, nullptr, 0, conv, sm.state_indices_d, static_cast<int>(nd),
+                                        opt_.pdl, s));
     if (np > 0)
       SSM_CUDA_CHECK(causal_conv1d_fwd(proj + P0 * PW + I, PW, xbc + P0 * C, C, conv, sm.query_start_loc_p,
                                        sm.state_indices_p, sm.has_initial_states_p, np, T - P0, s));
@@ -222,8 +260,8 @@ class CudaMamba2Model final : public CausalLM {
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(inputs_from(P0), sp, cm, y + P0 * I, I, nullptr, s));
     }
     // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (added to hidden by the next norm).
-    SSM_CUDA_CHECK(gated_rms_norm(y, I, proj, PW, L.gate_norm.as<float>(), cfg_.layer_norm_epsilon, T, I,
-                                  I / m_.n_groups, m_.norm_before_gate, gated, wd, I, s));
+    SSM_CUDA_CHECK(gated_rms_norm_pdl(y, I, proj, PW, L.gate_norm.as<float>(), cfg_.layer_norm_epsilon, T, I,
+                                      I / m_.n_groups, m_.norm_before_gate, gated, wd, I, opt_.pdl, s));
     gemm(gated, T, I, L.out_proj, out, Hd);
     tp_.all_reduce(out, T * Hd);  // out_proj is row-parallel
   }

@@ -9,9 +9,18 @@
 
 #include "core/error.h"
 #include "device/cuda_check.h"
+#include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/norms.h"
 
 namespace ssmserve::cuda {
+
+double state_budget_bytes(double gpu_memory_utilization, double workspace_bytes) {
+  size_t free_b = 0, total_b = 0;
+  SSM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  constexpr double kReserve = 512.0 * 1024 * 1024;
+  const double total = static_cast<double>(total_b), used = static_cast<double>(total_b - free_b);
+  return gpu_memory_utilization * total - used - 1.5 * workspace_bytes - kReserve;
+}
 
 DevWeight upload_weight(const Weight& w, DType dtype) {
   SSM_CHECK(dtype == DType::BF16 || dtype == DType::F32, "GPU weights must be BF16 or F32");
@@ -71,26 +80,46 @@ void LmFrame::embed(const StepMeta& m, int64_t T, int64_t H, float* hidden, cuda
 
 void LmFrame::reserve(int64_t T, int64_t H, int64_t V, int64_t n_logits) {
   const DevWeight& head = tied ? embedding : lm_head;
-  fin.f32(T * H);
-  gath.f32(std::max<int64_t>(n_logits, 1) * H);
+  (void)T;
   cast.get(std::max<int64_t>(n_logits, 1) * H * dtype_size(head.dtype));
   logits.f32(std::max<int64_t>(n_logits, 1) * V);
+  picks.get(std::max<int64_t>(n_logits, 1) * sizeof(GreedyRow));
+}
+
+void LmFrame::enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s) {
+  if (n_logits == 0) return;
+  SSM_CUDA_CHECK(greedy_sample(logits.f32(n_logits * V), V, static_cast<int>(n_logits), V, num_top,
+                               static_cast<GreedyRow*>(picks.get(n_logits * sizeof(GreedyRow))), s));
+}
+
+void LmFrame::download_greedy(int64_t n_logits, int num_top, std::vector<GreedyPick>& out, cudaStream_t s) {
+  picks_host.resize(static_cast<size_t>(n_logits));
+  if (n_logits > 0)
+    SSM_CUDA_CHECK(cudaMemcpyAsync(picks_host.data(), picks.buf.data(), n_logits * sizeof(GreedyRow),
+                                   cudaMemcpyDeviceToHost, s));
+  SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+  out.resize(static_cast<size_t>(n_logits));
+  for (int64_t i = 0; i < n_logits; ++i) {
+    const GreedyRow& g = picks_host[i];
+    GreedyPick& p = out[i];
+    p.token = g.token, p.logprob = g.logprob;
+    p.top.clear();
+    for (int j = 0; j < num_top && g.token >= 0; ++j) p.top.emplace_back(g.top_ids[j], g.top_logprobs[j]);
+  }
 }
 
 void LmFrame::pointers(std::vector<const void*>& out) const {
-  for (const Scratch* s : {&fin, &gath, &cast, &logits}) out.push_back(s->buf.data());
+  for (const Scratch* s : {&cast, &logits, &picks}) out.push_back(s->buf.data());
 }
 
 void LmFrame::enqueue_head(const StepMeta& m, int64_t T, int64_t H, int64_t V, float eps, const float* last_out,
                            float* hidden, int64_t n_logits, GemmHandle& gemm, cudaStream_t s) {
-  float* f = fin.f32(T * H);
-  SSM_CUDA_CHECK(fused_add_rms_norm(last_out, H, hidden, H, norm_f.as<float>(), eps, T, H, f, DType::F32, H, s));
+  (void)T;
   if (n_logits == 0) return;
   const DevWeight& head = tied ? embedding : lm_head;
-  float* g = gath.f32(n_logits * H);
-  SSM_CUDA_CHECK(gather_rows(f, H, m.logits_indices, n_logits, H, g, H, s));
   void* g_ab = cast.get(n_logits * H * dtype_size(head.dtype));
-  SSM_CUDA_CHECK(cast_rows(g, H, n_logits, H, g_ab, head.dtype, H, s));
+  SSM_CUDA_CHECK(add_rms_norm_rows(last_out, H, hidden, H, norm_f.as<float>(), eps, m.logits_indices, n_logits, H, false,
+                                   g_ab, head.dtype, H, pdl, s));
   float* dl = logits.f32(n_logits * V);
   gemm.run({n_logits, head.rows, head.cols, g_ab, H, head.buf.data(), head.cols, head.dtype, dl, V, DType::F32}, s);
 }

@@ -10,6 +10,8 @@
 #include "core/dtype.h"
 #include "device/device.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/sampling.h"
+#include "model/causal_lm.h"
 #include "model/forward_batch.h"
 #include "model/weight.h"
 
@@ -21,6 +23,15 @@ struct DevWeight {
   int64_t rows = 0, cols = 0;
   DType dtype = DType::BF16;
 };
+
+struct CudaModelOptions;
+/// Applies the GEMM routing options (skinny_max_m, batch_invariant, pdl) to `g`.
+void configure_gemm(GemmHandle& g, const CudaModelOptions& o);
+
+/// Device memory left for the recurrent-state pool (CausalLM::device_state_budget): gpu_memory_utilization x
+/// the device's total memory, minus what is in use now (weights, other processes), the step workspace
+/// (`workspace_bytes`, with the scratch's 1.5x growth) and a fixed reserve for CUDA graphs and cuBLASLt.
+double state_budget_bytes(double gpu_memory_utilization, double workspace_bytes);
 
 /// Converts `w` (F32 or BF16 on the host) to `dtype` and uploads it.
 DevWeight upload_weight(const Weight& w, DType dtype);
@@ -64,18 +75,26 @@ class StepMetaUploader {
 struct LmFrame {
   DevWeight embedding, lm_head;
   bool tied = false;
+  bool pdl = true;  ///< launch the final norm with Programmatic Dependent Launch
   DeviceBuffer norm_f;
-  Scratch fin, gath, cast, logits;
+  Scratch cast, logits;  ///< cast: the normed logits rows [n_logits, H] in the head's dtype
+  Scratch picks;         ///< device greedy picks [n_logits] GreedyRow
+  std::vector<GreedyRow> picks_host;
 
   /// Sizes the scratch for T tokens and n_logits rows (so a captured step never reallocates).
   void reserve(int64_t T, int64_t H, int64_t V, int64_t n_logits);
   /// hidden [T, H] fp32 = embedding rows of meta.input_ids.
   void embed(const StepMeta& m, int64_t T, int64_t H, float* hidden, cudaStream_t s);
-  /// Enqueues device logits [n_logits, V] = lm_head(rms_norm(hidden + last_out)) on the requested rows.
+  /// Enqueues device logits [n_logits, V] = lm_head(rms_norm(hidden + last_out)) on the requested rows (the
+  /// final norm runs on those rows only; hidden is not modified).
   void enqueue_head(const StepMeta& m, int64_t T, int64_t H, int64_t V, float eps, const float* last_out,
                     float* hidden, int64_t n_logits, GemmHandle& gemm, cudaStream_t s);
   /// Copies the logits to the host and waits for the stream (the step's one synchronization).
   void download(int64_t n_logits, int64_t V, float* logits_host, cudaStream_t s);
+  /// Enqueues the greedy pick of every logits row (kernels/cuda/sampling.h) after enqueue_head.
+  void enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s);
+  /// Copies the picks to the host (waiting for the stream) into out [n_logits].
+  void download_greedy(int64_t n_logits, int num_top, std::vector<GreedyPick>& out, cudaStream_t s);
   /// Device pointers the enqueued work depends on (for DecodeGraphs signatures).
   void pointers(std::vector<const void*>& out) const;
 };
@@ -107,6 +126,13 @@ class DecodeGraphs {
   std::map<uint64_t, Entry> graphs_;
   int64_t replays_ = 0, captures_ = 0;
 };
+
+/// DecodeGraphs key of a step: T tokens, n_logits rows, and the output mode (-1: logits; k >= 0: greedy picks
+/// with k top log-probabilities).
+inline uint64_t step_key(int64_t T, int64_t n_logits, int greedy_top) {
+  return (static_cast<uint64_t>(T) << 32) | (static_cast<uint64_t>(greedy_top + 1) << 24) |
+         static_cast<uint64_t>(n_logits & 0xffffff);
+}
 
 /// FNV-1a hash of a pointer list.
 uint64_t pointer_signature(const std::vector<const void*>& ptrs);

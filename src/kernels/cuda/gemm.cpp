@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "device/cuda_check.h"
+#include "kernels/cuda/norms.h"
+#include "kernels/cuda/skinny_gemm.h"
 
 namespace ssmserve::cuda {
 namespace {
@@ -42,7 +44,33 @@ GemmHandle::~GemmHandle() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-void GemmHandle::run(const GemmArgs& g, cudaStream_t stream) {
+void GemmHandle::run(const GemmArgs& g, cudaStream_t stream, void* y2, int64_t y2_stride) {
+  SSM_CHECK(!y2 || (g.y_dtype == DType::F32 && y2_stride >= g.N), "gemm: y2 needs an F32 y and y2_stride >= N");
+  if (g.ab_dtype == DType::BF16 && !force_fallback_ && (batch_invariant_ || g.M <= skinny_max_m_)) {
+    SSM_CHECK(g.M >= 0 && g.N >= 1 && g.K >= 1 && g.x_stride >= g.K && g.w_stride >= g.K && g.y_stride >= g.N,
+              "gemm: bad sizes M={} N={} K={} or strides", g.M, g.N, g.K);
+    ++skinny_calls_;
+    size_t counter_bytes = 0;
+    const size_t ws_bytes = skinny_gemm_workspace(g.M, g.N, g.K, &counter_bytes);
+    if (ws_bytes > skinny_ws_.bytes()) {
+      retired_.push_back(std::move(skinny_ws_));
+      skinny_ws_ = DeviceBuffer(ws_bytes);
+    }
+    if (counter_bytes > skinny_counters_.bytes()) {
+      retired_.push_back(std::move(skinny_counters_));
+      skinny_counters_ = DeviceBuffer(counter_bytes);
+      skinny_counters_.fill_bytes(0);
+    }
+    SSM_CUDA_CHECK(skinny_gemm(g, y2, y2_stride, pdl_, stream, skinny_ws_.data(), skinny_ws_.bytes(),
+                               skinny_counters_.as<unsigned>()));
+    return;
+  }
+  run_cublaslt(g, stream);
+  if (y2 && g.M > 0)
+    SSM_CUDA_CHECK(cast_rows(static_cast<const float*>(g.y), g.y_stride, g.M, g.N, y2, DType::BF16, y2_stride, stream));
+}
+
+void GemmHandle::run_cublaslt(const GemmArgs& g, cudaStream_t stream) {
   SSM_CHECK(g.M >= 0 && g.N >= 1 && g.K >= 1, "gemm: bad sizes M={} N={} K={}", g.M, g.N, g.K);
   SSM_CHECK(g.x_stride >= g.K && g.w_stride >= g.K && g.y_stride >= g.N,
             "gemm: strides x={} w={} y={} below K={} / N={}", g.x_stride, g.w_stride, g.y_stride, g.K, g.N);

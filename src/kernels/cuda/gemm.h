@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "core/dtype.h"
 #include "device/device.h"
@@ -42,7 +43,18 @@ class GemmHandle {
   GemmHandle& operator=(const GemmHandle&) = delete;
 
   /// Enqueues y = x W^T on `stream`. Throws Error on bad sizes / dtypes or when cuBLASLt has no algorithm or fails.
-  void run(const GemmArgs& a, cudaStream_t stream);
+  /// y2: optional bf16 copy of y ([M, N], row stride y2_stride; y must be F32 when it is given). BF16 GEMMs with
+  /// M <= skinny_max_m (every M in batch-invariant mode) go through skinny_gemm (skinny_gemm.h: one fixed
+  /// reduction order per (N, K), so the result of a row does not depend on the batch); the rest through cuBLASLt.
+  void run(const GemmArgs& a, cudaStream_t stream, void* y2 = nullptr, int64_t y2_stride = 0);
+  /// Routing knobs (see run): decode GEMMs up to this M on the skinny kernel (default 16; 0 = never).
+  void set_skinny_max_m(int64_t m) { skinny_max_m_ = m; }
+  /// Every BF16 GEMM on the skinny kernel (vLLM's VLLM_BATCH_INVARIANT): batch-invariant for any batch mix.
+  void set_batch_invariant(bool on) { batch_invariant_ = on; }
+  /// Launch the skinny kernel with Programmatic Dependent Launch (pdl.cuh; default on).
+  void set_pdl(bool on) { pdl_ = on; }
+  /// Calls served by the skinny kernel so far.
+  int64_t skinny_calls() const { return skinny_calls_; }
   /// Sends every call through gemm_fallback (tests).
   void set_force_fallback(bool on) { force_fallback_ = on; }
   /// Calls served by gemm_fallback so far.
@@ -56,11 +68,19 @@ class GemmHandle {
     bool ok = false;
     cublasLtMatmulAlgo_t algo{};
   };
+  void run_cublaslt(const GemmArgs& a, cudaStream_t stream);
+
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<Key, Algo> algos_;
   bool force_fallback_ = false;
   int64_t fallback_calls_ = 0;
+  int64_t skinny_max_m_ = 16, skinny_calls_ = 0;
+  // skinny_gemm's cross-block workspace and arrival counters (zeroed once); grow-only, and replaced buffers are
+  // kept alive because captured CUDA graphs may still point at them.
+  DeviceBuffer skinny_ws_, skinny_counters_;
+  std::vector<DeviceBuffer> retired_;
+  bool batch_invariant_ = false, pdl_ = true;
 };
 
 }  // namespace ssmserve::cuda

@@ -1,0 +1,49 @@
+// Owns the fused small kernels of the GPU decode path (issue 7, decode latency): each one replaces a kernel plus
+// a cast launch of the first version and is launched with Programmatic Dependent Launch (pdl.cuh) so its start
+// overlaps the previous kernel's tail. Per row they compute exactly what the kernels they replace compute
+// (norms.h, causal_conv1d.h, selective_scan.h: same operation order), plus a bf16 copy for the next GEMM.
+// Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
+// (cudaErrorInvalidValue for bad sizes).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/selective_scan.h"
+
+namespace ssmserve::cuda {
+
+/// Residual add + RMSNorm with a fixed reduction shape (256 threads per row, whatever the number of rows), per
+/// output row i with source row r = rows ? rows[i] : i:
+///   v = residual[r] + (x ? x[r] : 0);  if (write_residual) residual[r] = v;
+///   out[i] = v / sqrt(mean(v^2) + eps) * weight   (fp32 statistics; out in out_dtype F32 or BF16).
+///   x: [*, H] fp32 (row stride x_stride) or nullptr; residual: [*, H] fp32; weight: [H] fp32; rows: [n] int32
+///   device (the LM head's logits_indices) or nullptr; out: [n, H], row stride out_stride.
+/// write_residual must be false when `rows` is given. pdl: see pdl.cuh.
+cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
+                              const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
+                              bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
+                              cudaStream_t stream);
+
+/// causal_conv1d_update (one new input per row; causal_conv1d.h) that also writes out_bf16 [batch, dim] (row
+/// stride out_bf16_stride), the bf16 rounding of `out` (x_proj's input), or skips it when out_bf16 is nullptr.
+cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,
+                               int64_t out_bf16_stride, const ConvParams& p, const int32_t* state_indices, int batch,
+                               bool pdl, cudaStream_t stream);
+
+/// selective_state_update (selective_scan.h: one token per row, D skip, SiLU(z) gate, state updated in place)
+/// writing y [batch, dim] in y_dtype (F32 or BF16: out_proj's input), row stride y_stride. Rows with state
+/// index 0 are skipped.
+cudaError_t selective_state_update_out(const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype,
+                                       int64_t y_stride, const int32_t* state_indices, int batch, bool pdl,
+                                       cudaStream_t stream);
+
+/// gated_rms_norm (norms.h: the Mamba-2 gated RMSNorm over groups, same operation order) launched with
+/// Programmatic Dependent Launch when `pdl` is set.
+cudaError_t gated_rms_norm_pdl(const float* y, int64_t y_stride, const float* z, int64_t z_stride, const float* weight,
+                               float eps, int64_t T, int64_t D, int64_t group_size, bool norm_before_gate, void* out,
+                               DType out_dtype, int64_t out_stride, bool pdl, cudaStream_t stream);
+
+}  // namespace ssmserve::cuda
