@@ -194,6 +194,35 @@ if [ "${SSMSERVE_GPU_DECODE:-1}" = 1 ] && [ -x "$bin/test_cuda_decode" ]; then
   fi
 fi
 
+# 6. Prefill at scale against the compute roofline (issue 7 target: 8k-token prefill >= 40% of the measured bf16
+#    GEMM rate): the GEMM / copy-bandwidth probe, bench latency with 1 x 8192 and 16 x 2048 prompt tokens (output 2)
+#    per model shape, the transformers eager peer on the same GPU, and the table (bench/prefill_report.py).
+#    SSMSERVE_GPU_PREFILL=0 skips it; SSMSERVE_GPU_PREFILL_MODELS / SSMSERVE_GPU_PEER=0 narrow it.
+if [ "${SSMSERVE_GPU_PREFILL:-1}" = 1 ] && [ -x "$bin/ssmserve" ]; then
+  [ -x "$bin/bench_cuda_gemm" ] && run_step "gemm roofline probe (prefill)" gemm-prefill.log "$bin/bench_cuda_gemm"
+  models=${SSMSERVE_GPU_PREFILL_MODELS:-mamba-130m mamba-1.4b mamba-2.8b mamba2-2.7b}
+  : >"$out/prefill.log"
+  for m in $models; do
+    [ -f "configs/$m/config.json" ] || continue
+    for shape in "1 8192" "16 2048"; do
+      set -- $shape
+      echo "== $m batch $1 input $2" >>"$out/prefill.log"
+      t0=$SECONDS
+      timeout "${SSMSERVE_STEP_TIMEOUT:-300}" "$bin/ssmserve" bench latency --model "configs/$m" --load-format dummy \
+        --device cuda --batch-size "$1" --input-len "$2" --output-len 2 --num-iters 3 --num-iters-warmup 1 \
+        --output-json "$out/prefill-$m-${1}x$2.json" >>"$out/prefill.log" 2>&1
+      note "$(printf 'prefill %-12s %2s x %-5s rc=%-3s %4ss' "$m" "$1" "$2" "$?" "$((SECONDS - t0))")"
+    done
+  done
+  if [ "${SSMSERVE_GPU_PEER:-1}" = 1 ] && python3 -c "import torch, transformers" 2>/dev/null; then
+    peer_cfgs=""
+    for m in ${SSMSERVE_GPU_PEER_MODELS:-$models}; do peer_cfgs="$peer_cfgs configs/$m"; done
+    run_step "transformers peer (gpu)" peer.log python3 bench/peer_transformers_gpu.py $peer_cfgs
+  fi
+  python3 bench/prefill_report.py "$out" configs >"$out/prefill-table.md" 2>&1
+  cat "$out/prefill-table.md" >>"$summary"
+fi
+
 echo "---- summary ($out/summary.txt)"
 cat "$summary"
 exit $status

@@ -248,7 +248,9 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   if (np > 0) {
     ScanInputs inp{{xc + P0 * I, I}, {delta + P0 * I, I}, {xdbl + P0 * XD + R, XD}, {xdbl + P0 * XD + R + N, XD},
                    {xz + P0 * 2 * I + I, 2 * I}};
-    SSM_CUDA_CHECK(selective_scan_fwd(inp, sp, y + P0 * I, I, dm.query_start_loc_p, dm.state_indices_p, dm.has_initial_states_p, np, s));
+    const ChunkMetadataDev cm{np, md.num_chunks(), dm.cu_chunk_seqlen_p, dm.seq_idx_p, dm.last_chunk_indices_p,
+                              dm.state_indices_p, dm.has_initial_states_p, md.chunk_size};
+    SSM_CUDA_CHECK(selective_scan_chunked_fwd(inp, sp, y + P0 * I, I, cm, dm.query_start_loc_p, s));
     if (b16) SSM_CUDA_CHECK(cast_rows(y + P0 * I, I, T - P0, I, y16 + P0 * I, DType::BF16, I, s));
   }
   // 6. out = out_proj(y) (added to hidden by the next layer's norm or the final norm).

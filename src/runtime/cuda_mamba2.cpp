@@ -250,13 +250,14 @@ class CudaMamba2Model final : public CausalLM {
     sp.A = L.A.as<float>(), sp.D = L.D.as<float>(), sp.dt_bias = L.dt_bias.as<float>();
     sp.time_step_min = m_.time_step_min_limit, sp.time_step_max = m_.time_step_max_limit;
     sp.ssm_states = states_.ssm_state(layer);
+    sp.exact_products = wd != DType::BF16;  // bf16 weights: one TF32 pass is well inside their tolerance
     auto inputs_from = [&](int64_t r0) {
       return SsdInputs{{xbc + r0 * C, C}, {proj + r0 * PW + I + C, PW}, {xbc + r0 * C + I, C}, {xbc + r0 * C + I + GN, C}};
     };
     if (nd > 0) SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s));
     if (np > 0) {
       const SsdChunkMetadataDev cm{np, md.num_chunks(), sm.cu_chunk_seqlen_p, sm.seq_idx_p, sm.last_chunk_indices_p,
-                                   sm.state_indices_p, sm.has_initial_states_p};
+                                   sm.state_indices_p, sm.has_initial_states_p, md.chunk_size};
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(inputs_from(P0), sp, cm, y + P0 * I, I, nullptr, s));
     }
     // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (added to hidden by the next norm).

@@ -301,7 +301,35 @@ TEST(CudaConv1d, PrefillAndDecodeMatchCpu) {
 
 // ---- Mamba-1 selective scan -------------------------------------------------------------------------------------
 
-void check_scan(std::mt19937& rng, const Mamba1Shape& s, DType state_dtype, const Batch& b, bool with_z) {
+/// Chunk metadata over `b`: sequence s's first chunk is cut `offset[s]` tokens short (a continuing prefill
+/// whose computed tokens are not a multiple of chunk_size), the rest at chunk_size.
+struct Chunks {
+  std::vector<int32_t> cu{0}, seq_idx, last;
+};
+Chunks make_chunks(const Batch& b, int chunk_size, std::mt19937& rng) {
+  Chunks c;
+  std::uniform_int_distribution<int> off(0, chunk_size - 1);
+  for (int s = 0; s < b.num_seqs(); ++s) {
+    int32_t t = b.query_start_loc[s];
+    const int32_t end = b.query_start_loc[s + 1];
+    int first = b.has_initial_states[s] ? chunk_size - off(rng) : chunk_size;
+    while (t < end) {
+      const int32_t n = std::min<int32_t>(first, end - t);
+      t += n;
+      c.cu.push_back(t);
+      c.seq_idx.push_back(s);
+      first = chunk_size;
+    }
+    c.last.push_back(static_cast<int32_t>(c.seq_idx.size()) - 1);
+  }
+  return c;
+}
+
+
+/// chunk_size 0: selective_scan_fwd over query_start_loc; else selective_scan_chunked_fwd over chunks of at most
+/// chunk_size tokens (first chunk of sequences with initial states cut short at random, as a continuing prefill).
+void check_scan(std::mt19937& rng, const Mamba1Shape& s, DType state_dtype, const Batch& b, bool with_z,
+                int chunk_size = 0) {
   const int64_t dim = s.d_inner, T = b.num_tokens();
   const int N = s.d_state;
   // Packed like the model: u, delta, z slices of wider rows; B and C slices of x_proj's output.
@@ -326,8 +354,17 @@ void check_scan(std::mt19937& rng, const Mamba1Shape& s, DType state_dtype, cons
   std::vector<float> ref(T * ys, 0.0f);
   cpu::selective_scan_fwd(ci, cp, ref.data(), ys, sp(b.query_start_loc), sp(b.state_indices), sp(b.has_initial_states));
   DeviceBuffer dy = poisoned(T * ys);
-  SSM_CUDA_CHECK(cuda::selective_scan_fwd(gi, gp, dy.as<float>(), ys, dq.as<int32_t>(), dsi.as<int32_t>(),
-                                          dh.as<uint8_t>(), b.num_seqs(), nullptr));
+  if (chunk_size == 0) {
+    SSM_CUDA_CHECK(cuda::selective_scan_fwd(gi, gp, dy.as<float>(), ys, dq.as<int32_t>(), dsi.as<int32_t>(),
+                                            dh.as<uint8_t>(), b.num_seqs(), nullptr));
+  } else {
+    Chunks ch = make_chunks(b, chunk_size, rng);
+    DeviceBuffer dcu = to_device(ch.cu), dseq = to_device(ch.seq_idx), dlast = to_device(ch.last);
+    const cuda::ChunkMetadataDev gm{b.num_seqs(), static_cast<int>(ch.seq_idx.size()), dcu.as<int32_t>(),
+                                    dseq.as<int32_t>(), dlast.as<int32_t>(), dsi.as<int32_t>(), dh.as<uint8_t>(),
+                                    chunk_size};
+    SSM_CUDA_CHECK(cuda::selective_scan_chunked_fwd(gi, gp, dy.as<float>(), ys, gm, dq.as<int32_t>(), nullptr));
+  }
   SSM_CUDA_CHECK(cudaDeviceSynchronize());
   auto got = to_host<float>(dy, T * ys);
   const auto mask = b.token_mask();
@@ -365,41 +402,25 @@ TEST(CudaSelectiveScan, PrefillAndDecodeMatchCpu) {
       for (DType dt : {DType::F32, DType::BF16}) {
         SCOPED_TRACE(testing::Message() << s.name << " " << sch.name << " state " << dtype_name(dt));
         check_scan(rng, s, dt, make_batch(sch.lens, sch.null_at), true);
+        check_scan(rng, s, dt, make_batch(sch.lens, sch.null_at), true, 256);  // chunk-parallel form
+        check_scan(rng, s, dt, make_batch(sch.lens, sch.null_at), true, 16);   // many chunks per sequence
       }
   // d_state other than 16 (lanes 32, several states per lane), no gate.
   for (int N : {8, 64, 256}) {
     SCOPED_TRACE(testing::Message() << "d_state " << N);
     check_scan(rng, {"custom", 64, 200, N, 4, 8}, DType::F32, make_batch({3, 40, 1}, {1}), false);
+    check_scan(rng, {"custom", 64, 200, N, 4, 8}, DType::F32, make_batch({3, 40, 1}, {1}), false, 8);
   }
 }
 
 // ---- Mamba-2 SSD ------------------------------------------------------------------------------------------------
 
-/// Chunk metadata over `b`: sequence s's first chunk is cut `offset[s]` tokens short (a continuing prefill
-/// whose computed tokens are not a multiple of chunk_size), the rest at chunk_size.
-struct Chunks {
-  std::vector<int32_t> cu{0}, seq_idx, last;
-};
-Chunks make_chunks(const Batch& b, int chunk_size, std::mt19937& rng) {
-  Chunks c;
-  std::uniform_int_distribution<int> off(0, chunk_size - 1);
-  for (int s = 0; s < b.num_seqs(); ++s) {
-    int32_t t = b.query_start_loc[s];
-    const int32_t end = b.query_start_loc[s + 1];
-    int first = b.has_initial_states[s] ? chunk_size - off(rng) : chunk_size;
-    while (t < end) {
-      const int32_t n = std::min<int32_t>(first, end - t);
-      t += n;
-      c.cu.push_back(t);
-      c.seq_idx.push_back(s);
-      first = chunk_size;
-    }
-    c.last.push_back(static_cast<int32_t>(c.seq_idx.size()) - 1);
-  }
-  return c;
-}
+/// How the prefill runs: the chunked tensor-core form (exact 3xTF32 products or one TF32 pass) or the sequential
+/// per-sequence walk (chunk_size unknown to the op).
+enum class SsdMode { ChunkedExact, ChunkedFast, Sequential };
 
-void check_ssd(std::mt19937& rng, const Mamba2Shape& s, DType state_dtype, const Batch& b) {
+void check_ssd(std::mt19937& rng, const Mamba2Shape& s, DType state_dtype, const Batch& b,
+               SsdMode mode = SsdMode::ChunkedExact) {
   const int H = s.heads, P = s.head_dim, G = s.n_groups, N = s.d_state;
   const int64_t T = b.num_tokens(), HP = s.d_inner(), GN = static_cast<int64_t>(G) * N;
   // Packed like the model: x, B, C are slices of the conv output row [HP + 2GN]; dt of the projection row.
@@ -418,11 +439,13 @@ void check_ssd(std::mt19937& rng, const Mamba2Shape& s, DType state_dtype, const
                      {dxbc.as<float>() + HP + GN, xbc}};
   cpu::SsdParams cp{H, P, G, N, A.data(), D.data(), dtb.data(), 0.0f, 0.5f, pool.host_view()};
   cuda::SsdParams gp{H, P, G, N, dA.as<float>(), dD.as<float>(), ddtb.as<float>(), 0.0f, 0.5f, pool.dev_view()};
+  gp.exact_products = mode != SsdMode::ChunkedFast;
   cpu::SsdChunkMetadata cm{s.chunk_size, sp(b.query_start_loc), sp(ch.cu), sp(ch.seq_idx), sp(ch.last),
                            sp(b.state_indices), sp(b.has_initial_states)};
   cuda::SsdChunkMetadataDev gm{b.num_seqs(), nchunks, dcu.as<int32_t>(), dseq.as<int32_t>(), dlast.as<int32_t>(),
-                               dsi.as<int32_t>(), dh.as<uint8_t>()};
-  const double tol = 1e-4, state_tol = state_dtype == DType::F32 ? 1e-4 : 1e-2;
+                               dsi.as<int32_t>(), dh.as<uint8_t>(), mode == SsdMode::Sequential ? 0 : s.chunk_size};
+  const double tol = mode == SsdMode::ChunkedFast ? 3e-3 : 1e-4;
+  const double state_tol = state_dtype == DType::F32 ? tol : 1e-2;
   const int64_t cs_elems = static_cast<int64_t>(nchunks) * HP * N;
 
   std::vector<float> ref(T * ys, 0.0f), ref_cs(cs_elems, 0.0f);
@@ -469,9 +492,17 @@ TEST(CudaSsd, ChunkedPrefillAndDecodeMatchCpu) {
         SCOPED_TRACE(testing::Message() << s.name << " " << sch.name << " state " << dtype_name(dt));
         check_ssd(rng, s, dt, make_batch(sch.lens, sch.null_at));
       }
+  for (const auto& s : mamba2_shapes()) {
+    SCOPED_TRACE(testing::Message() << s.name << " sequential and fast-product forms");
+    check_ssd(rng, s, DType::F32, make_batch({5, 1, 37, 2, 64, 3}, {1, 4}), SsdMode::Sequential);
+    check_ssd(rng, s, DType::F32, make_batch({5, 1, 37, 2, 64, 3}, {1, 4}), SsdMode::ChunkedFast);
+  }
   // Small chunks (many per sequence), head_dim not a multiple of 16, d_state 16 and 256.
   check_ssd(rng, {"small-chunks", 64, 6, 20, 3, 16, 4, 8}, DType::F32, make_batch({1, 30, 7, 65}, {2}));
   check_ssd(rng, {"wide-state", 64, 2, 16, 1, 256, 4, 32}, DType::F32, make_batch({1, 50}, {}));
+  // head_dim 80 and 128 (two 64-column tiles), chunk 100 (partial 64-row tiles), 4 heads per group.
+  check_ssd(rng, {"odd-tiles", 64, 8, 80, 2, 48, 4, 100}, DType::F32, make_batch({250, 3, 101}, {}));
+  check_ssd(rng, {"wide-head", 64, 2, 128, 1, 64, 4, 256}, DType::F32, make_batch({600, 1}, {}));
 }
 
 // ---- bad arguments ----------------------------------------------------------------------------------------------

@@ -53,9 +53,25 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(r);
 }
 
+/// Makes the default stream-ordered memory pool of the current device keep freed memory (so the chunked scans'
+/// per-call workspaces from cudaMallocAsync are reused, not returned to the driver at every synchronization).
+inline void keep_pool_memory() {
+  static const bool done = [] {
+    int dev = 0;
+    cudaMemPool_t pool;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+      uint64_t keep = ~uint64_t{0};
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
+    cudaGetLastError();
+    return true;
+  }();
+  (void)done;
+}
+
 /// The launch's status: the error of the launch just made, if any.
 inline cudaError_t launch_status() { return cudaGetLastError(); }
 
-inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+__host__ __device__ inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace ssmserve::cuda::detail

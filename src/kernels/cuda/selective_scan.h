@@ -30,6 +30,22 @@ struct ScanInputs {
   DevRows z;      ///< [num_tokens, dim] gate, or data == nullptr
 };
 
+/// Sequence-aligned chunk metadata of the prefill tokens (device arrays; build_mamba_metadata's *_p arrays,
+/// validated on the host by the metadata builder): chunks never span two sequences and hold at most chunk_size
+/// tokens. Shared by the chunked Mamba-1 scan and the Mamba-2 SSD.
+struct ChunkMetadataDev {
+  int num_seqs = 0;
+  int nchunks = 0;
+  const int32_t* cu_chunk_seqlen = nullptr;     ///< [nchunks + 1] chunk starts, then num_tokens
+  const int32_t* seq_idx = nullptr;             ///< [nchunks] sequence of each chunk
+  const int32_t* last_chunk_indices = nullptr;  ///< [num_seqs] index of each sequence's last chunk
+  const int32_t* state_indices = nullptr;       ///< [num_seqs] running-state block ids (0 = skip)
+  const uint8_t* has_initial_states = nullptr;  ///< [num_seqs]
+  /// Upper bound of every chunk's length (tokens). 1..256 selects the chunk-parallel kernels; 0 (unknown) or
+  /// larger values the sequential per-sequence kernels. Chunks longer than this are not read past it.
+  int chunk_size = 0;
+};
+
 /// Layer parameters (device) and the state pool.
 struct ScanParams {
   int64_t dim = 0;                    ///< channels (d_inner)
@@ -47,6 +63,16 @@ struct ScanParams {
 cudaError_t selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
                                const int32_t* query_start_loc, const int32_t* state_indices,
                                const uint8_t* has_initial_states, int num_seqs, cudaStream_t stream);
+
+/// Chunk-parallel varlen prefill over the sequence-aligned chunks of `meta` (same inputs, outputs and state
+/// semantics as selective_scan_fwd, y fp32): pass 1 scans every chunk from a zero state in parallel (one thread
+/// per channel, d_state <= 16 in registers) keeping its end state and sum of dt; pass 2 carries the states across
+/// each sequence's chunks (s_in(c+1) = exp(A * sum dt(c)) s_in(c) + s_local(c)) and writes the final state back;
+/// pass 3 rescans every chunk from its carried-in state and writes y. Falls back to selective_scan_fwd when
+/// d_state > 16 or meta.chunk_size is outside 1..256. Workspace from the stream-ordered pool (cudaMallocAsync).
+cudaError_t selective_scan_chunked_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
+                                       const ChunkMetadataDev& meta, const int32_t* query_start_loc,
+                                       cudaStream_t stream);
 
 /// Decode: row b of `in` is one token of the request whose state is ssm_states[state_indices[b]] ([batch],
 /// device), updated in place. y: [batch, dim]. Rows with state index 0 are skipped. Two rows must not share a

@@ -137,6 +137,8 @@ cudaError_t ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const Ss
                              !meta.has_initial_states)))
     return cudaErrorInvalidValue;
   if (meta.num_seqs == 0) return cudaSuccess;
+  if (meta.chunk_size >= 1 && meta.chunk_size <= 256 && meta.seq_idx)
+    return ssd_chunked_fwd(in, p, meta, y, y_stride, chunk_states, stream);
   return launch(in, p, meta, y, y_stride, chunk_states, false, meta.state_indices, meta.num_seqs, stream);
 }
 

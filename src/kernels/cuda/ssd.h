@@ -4,10 +4,13 @@
 // per head h of group g = h / (H / G), per token t:
 //   dt = clamp(softplus(dt_raw + dt_bias[h]), time_step_min, time_step_max);  dA = exp(dt * A[h]);
 //   S[h] (P x N) = dA * S[h] + dt * x_t[h] (outer) B_t[g];   y_t[h] = S[h] @ C_t[g] + D[h] * x_t[h].
-// This first version walks each sequence's chunks in order and the tokens of a chunk with the state in
-// registers (each warp holds 4 rows of P x N, lanes across N), writing the state at the end of every chunk when
-// asked (prefix caching) and the final state back; the tensor-core chunked form (chunk cumsum / chunk state /
-// state passing / chunk scan as matrix products) is the planned faster replacement with the same interface.
+// Prefill (Dao & Gu 2024, "Transformers are SSMs", §6 / mamba_ssm's ssd_combined): with chunk_size <= 256 in
+// the metadata, the chunked form in five launches (ssd_chunked.cu): chunk cumsum of dt * A; chunk states
+// B^T (x * dt * decay-to-chunk-end) per (chunk, head); C B^T per (chunk, group); state passing along each
+// sequence's chunks from its initial state (writing the final and, when asked, every chunk-end state); chunk scan
+// y = (C B^T . decay . dt) x + exp(cumsum) C state_in + D x. Matrix products on tensor cores (mma.sync TF32,
+// fp32 accumulate, 3xTF32 split unless exact_products = false). Otherwise (chunk_size 0 or > 256) the sequential
+// walk: each sequence's tokens in order with the state in registers (each warp holds 4 rows of P x N).
 // Decays exp(dt * A) below e^-60 are flushed to 0 as on the CPU. Framework-free: device pointers, sizes, row
 // strides (elements), a stream; each returns the launch status (cudaErrorInvalidValue for bad sizes).
 #pragma once
@@ -41,19 +44,14 @@ struct SsdParams {
   float time_step_min = 0.0f;
   float time_step_max = std::numeric_limits<float>::infinity();
   StateView ssm_states;  ///< [num_blocks, H, P, N] block-strided, F32/BF16/F16; block 0 = null (skipped)
+  /// Chunked form's matrix products: true = 3xTF32 split (fp32-exact to ~1e-6, the op harness's 1e-4 bound);
+  /// false = one TF32 pass (relative error ~5e-4, 3x fewer tensor-core instructions; bf16-weight models).
+  bool exact_products = true;
 };
 
-/// Chunk metadata of the prefill tokens (device arrays; build_mamba_metadata's *_p arrays, already validated on
-/// the host by the metadata builder): chunks never span two sequences and are at most chunk_size tokens.
-struct SsdChunkMetadataDev {
-  int num_seqs = 0;
-  int nchunks = 0;
-  const int32_t* cu_chunk_seqlen = nullptr;     ///< [nchunks + 1] chunk starts, then num_tokens
-  const int32_t* seq_idx = nullptr;             ///< [nchunks] sequence of each chunk (not read by this version)
-  const int32_t* last_chunk_indices = nullptr;  ///< [num_seqs] index of each sequence's last chunk
-  const int32_t* state_indices = nullptr;       ///< [num_seqs] running-state block ids (0 = skip)
-  const uint8_t* has_initial_states = nullptr;  ///< [num_seqs]
-};
+/// Chunk metadata of the prefill tokens (see ChunkMetadataDev in selective_scan.h). With chunk_size in 1..256
+/// the chunked tensor-core form runs; otherwise the sequential per-sequence walk.
+using SsdChunkMetadataDev = ChunkMetadataDev;
 
 /// Varlen chunked prefill. Sequence s covers chunks (last_chunk_indices[s-1], last_chunk_indices[s]] and starts
 /// from ssm_states[state_indices[s]] when has_initial_states[s] (else zeros); its final state is written back.
@@ -62,6 +60,11 @@ struct SsdChunkMetadataDev {
 /// Sequences with state index 0 are written neither in y nor in chunk_states.
 cudaError_t ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
                                int64_t y_stride, float* chunk_states, cudaStream_t stream);
+
+/// The chunked form alone (what ssd_chunk_scan_fwd runs for chunk_size 1..256; cudaErrorInvalidValue otherwise).
+/// Sizes are not re-validated here.
+cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
+                            int64_t y_stride, float* chunk_states, cudaStream_t stream);
 
 /// Decode: row b is one token of the request whose state is ssm_states[state_indices[b]] ([batch], device),
 /// updated in place. y: [batch, H * P] fp32. Rows with state index 0 are skipped; no two rows share a block.

@@ -1,0 +1,131 @@
+// Owns the block-level 64 x 64 fp32-operand matrix product on the tensor cores that the chunked scans use
+// (mma.sync m16n8k8 TF32, fp32 accumulate; sm_80+ instructions, run on the H200). A block of 128 threads (4 warps,
+// each a 32 x 32 quarter of the tile) accumulates acc (64 x 64) += A (64 x K) B (K x 64), K walked in slices of
+// 32 staged in shared memory through caller-supplied element loaders (so decays, masks and transposes are applied
+// on the way in). Exact mode splits every operand x = hi + lo (both TF32) and sums hi*hi + hi*lo + lo*hi
+// ("3xTF32", ~fp32 accuracy: relative error ~1e-6 per product); fast mode is one TF32 pass (~5e-4).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ssmserve::cuda::detail {
+
+constexpr int kTileM = 64, kTileN = 64, kTileK = 32, kTileThreads = 128;
+constexpr int kLdA = kTileK + 4;  // sA[m][k]: fragment loads hit banks 4g + t (conflict free)
+constexpr int kLdB = kTileN + 8;  // sB[k][n]: banks 8t + g
+constexpr int kTileSmemFloats = kTileM * kLdA + kTileK * kLdB;
+
+/// Per-thread accumulators of a warp's 32 x 32 quarter: [m16 tile][n8 tile][4] (mma.sync C fragment layout).
+struct TileAcc {
+  float v[2][4][4];
+  __device__ void zero() {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) v[i][j][r] = 0.0f;
+  }
+  /// Calls f(row, col, value) for this thread's 32 elements (row, col within the 64 x 64 tile).
+  template <class F>
+  __device__ void for_each(F&& f) const {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) f(wm + i * 16 + g + (r >= 2 ? 8 : 0), wn + j * 8 + 2 * t + (r & 1), v[i][j][r]);
+  }
+};
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/// acc += sA (64 x 32) sB (32 x 64) for this warp's quarter. Every thread of the block calls it.
+template <bool kExact>
+__device__ __forceinline__ void tile_mma(TileAcc& acc, const float* sA, const float* sB) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+#pragma unroll
+  for (int kk = 0; kk < kTileK; kk += 8) {
+    uint32_t ah[2][4], al[2][4], bh[4][2], bl[4][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float* p = sA + (wm + i * 16 + g) * kLdA + kk + t;
+      const float v[4] = {p[0], p[8 * kLdA], p[4], p[8 * kLdA + 4]};
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        ah[i][r] = to_tf32(v[r]);
+        if (kExact) al[i][r] = to_tf32(v[r] - __uint_as_float(ah[i][r]));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float* p = sB + (kk + t) * kLdB + wn + j * 8 + g;
+      const float v[2] = {p[0], p[4 * kLdB]};
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        bh[j][r] = to_tf32(v[r]);
+        if (kExact) bl[j][r] = to_tf32(v[r] - __uint_as_float(bh[j][r]));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (kExact) {
+          mma_tf32(acc.v[i][j], al[i], bh[j]);
+          mma_tf32(acc.v[i][j], ah[i], bl[j]);
+        }
+        mma_tf32(acc.v[i][j], ah[i], bh[j]);
+      }
+  }
+}
+
+/// acc += A (64 x K) B (K x 64) with A(m, k) = fa(m, k) and B(k, n) = fb(k, n) for k in [0, K) (loaders return 0
+/// outside their valid range). kAFastM / kBFastN: which index consecutive threads step through when loading (pick
+/// the one contiguous in global memory). smem: kTileSmemFloats floats. Contains __syncthreads.
+template <bool kExact, bool kAFastM, bool kBFastN, class FA, class FB>
+__device__ void block_gemm(TileAcc& acc, int K, FA&& fa, FB&& fb, float* smem) {
+  float* sA = smem;
+  float* sB = smem + kTileM * kLdA;
+  constexpr int kPer = kTileM * kTileK / kTileThreads;  // 16 elements of A and of B per thread
+  const int tid = threadIdx.x;
+  for (int k0 = 0; k0 < K; k0 += kTileK) {
+    float ra[kPer], rb[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = i * kTileThreads + tid;
+      const int m = kAFastM ? idx % kTileM : idx / kTileK, ka = kAFastM ? idx / kTileM : idx % kTileK;
+      ra[i] = k0 + ka < K ? fa(m, k0 + ka) : 0.0f;
+      const int n = kBFastN ? idx % kTileN : idx / kTileK, kb = kBFastN ? idx / kTileN : idx % kTileK;
+      rb[i] = k0 + kb < K ? fb(k0 + kb, n) : 0.0f;
+    }
+    __syncthreads();  // the previous slice is consumed
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = i * kTileThreads + tid;
+      const int m = kAFastM ? idx % kTileM : idx / kTileK, ka = kAFastM ? idx / kTileM : idx % kTileK;
+      sA[m * kLdA + ka] = ra[i];
+      const int n = kBFastN ? idx % kTileN : idx / kTileK, kb = kBFastN ? idx / kTileN : idx % kTileK;
+      sB[kb * kLdB + n] = rb[i];
+    }
+    __syncthreads();
+    tile_mma<kExact>(acc, sA, sB);
+  }
+}
+
+}  // namespace ssmserve::cuda::detail

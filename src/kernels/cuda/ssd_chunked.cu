@@ -1,0 +1,239 @@
+// Owns the chunked (tensor-core) form of the Mamba-2 SSD prefill (see ssd.h). Per chunk c of length len <= L
+// (chunk_size), head h of group g, with dt_l = clamp(softplus(dt_raw + dt_bias)), cs_l = sum_{j <= l} dt_j A_h
+// (the chunk cumsum) and the state entering the chunk s_in (P x N):
+//   chunk state   S_c   = sum_l x_l (dt_l exp(cs_last - cs_l)) B_l^T            [P x N]  (x^T (w . B))
+//   state passing s_in(c+1) = exp(cs_last(c)) s_in(c) + S_c                     (along each sequence)
+//   chunk scan    y_l   = sum_{s <= l} (C_l . B_s) exp(cs_l - cs_s) dt_s x_s + exp(cs_l) C_l s_in^T + D x_l
+// Workspace [floats]: dt and cs [nchunks, H, L], cs_last [nchunks, H], states [nchunks, H, P, N] (S_c, then
+// s_in in place), CB [nchunks, G, L, L]; from the stream-ordered pool, freed at the end of the call.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma_tile.cuh"
+#include "kernels/cuda/ssd.h"
+
+namespace ssmserve::cuda {
+namespace {
+using namespace detail;
+
+constexpr int kMaxChunk = 256;
+
+struct Ws {
+  float* dt = nullptr;       // [nchunks, H, L]
+  float* cs = nullptr;       // [nchunks, H, L]
+  float* cs_last = nullptr;  // [nchunks, H]
+  float* states = nullptr;   // [nchunks, H, P, N]
+  float* cb = nullptr;       // [nchunks, G, L, L]
+};
+
+/// The chunk's sequence has a real state block (else every kernel skips the chunk).
+__device__ __forceinline__ bool live(const ChunkMetadataDev& m, int c) {
+  return m.state_indices[m.seq_idx[c]] != 0;
+}
+__device__ __forceinline__ int chunk_len(const ChunkMetadataDev& m, int c) {
+  return min(m.cu_chunk_seqlen[c + 1] - m.cu_chunk_seqlen[c], m.chunk_size);
+}
+
+/// Grid (nchunks, ceil(H / 8)), 256 threads: warp w does head blockIdx.y * 8 + w with a warp scan per 32 tokens.
+__global__ void __launch_bounds__(256) cumsum_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m, Ws ws) {
+  const int c = blockIdx.x, h = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (h >= p.num_heads || !live(m, c)) return;
+  const int L = m.chunk_size, len = chunk_len(m, c);
+  const int64_t t0 = m.cu_chunk_seqlen[c];
+  const float A = p.A[h], bias = p.dt_bias ? p.dt_bias[h] : 0.0f;
+  float* dto = ws.dt + (static_cast<int64_t>(c) * p.num_heads + h) * L;
+  float* cso = ws.cs + (static_cast<int64_t>(c) * p.num_heads + h) * L;
+  float carry = 0.0f;
+  for (int l0 = 0; l0 < len; l0 += 32) {
+    const int l = l0 + lane;
+    float dt = 0.0f;
+    if (l < len) {
+      dt = softplus(in.dt.data[(t0 + l) * in.dt.stride + h] + bias);
+      dt = fminf(fmaxf(dt, p.time_step_min), p.time_step_max);
+    }
+    float v = dt * A;
+    for (int o = 1; o < 32; o <<= 1) {
+      const float u = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += u;
+    }
+    v += carry;
+    if (l < len) dto[l] = dt, cso[l] = v;
+    carry = __shfl_sync(0xffffffffu, v, 31);
+  }
+  if (lane == 0) ws.cs_last[static_cast<int64_t>(c) * p.num_heads + h] = carry;
+}
+
+/// Grid (nchunks, H, ceil(P / 64) * ceil(N / 64)): S_c[p0:+64, n0:+64] = sum_l x[l, p] w[l] B[l, n].
+template <bool kExact>
+__global__ void __launch_bounds__(kTileThreads) chunk_state_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
+                                                                    Ws ws) {
+  const int c = blockIdx.x, h = blockIdx.y;
+  if (!live(m, c)) return;
+  const int P = p.head_dim, N = p.d_state, H = p.num_heads, L = m.chunk_size, len = chunk_len(m, c);
+  const int pt = ceil_div(P, kTileM), p0 = (blockIdx.z % pt) * kTileM, n0 = (blockIdx.z / pt) * kTileN;
+  const int g = h / (H / p.n_groups);
+  const int64_t t0 = m.cu_chunk_seqlen[c], ch = static_cast<int64_t>(c) * H + h;
+  __shared__ float smem[kTileSmemFloats];
+  __shared__ float sw[kMaxChunk];
+  const float csl = ws.cs_last[ch];
+  for (int l = threadIdx.x; l < len; l += kTileThreads) sw[l] = ws.dt[ch * L + l] * __expf(csl - ws.cs[ch * L + l]);
+  __syncthreads();
+  const float* x = in.x.data + t0 * in.x.stride + static_cast<int64_t>(h) * P;
+  const float* B = in.B.data + t0 * in.B.stride + static_cast<int64_t>(g) * N;
+  TileAcc acc;
+  acc.zero();
+  block_gemm<kExact, true, true>(
+      acc, len,
+      [&](int mi, int k) { return p0 + mi < P ? x[k * in.x.stride + p0 + mi] * sw[k] : 0.0f; },
+      [&](int k, int ni) { return n0 + ni < N ? B[k * in.B.stride + n0 + ni] : 0.0f; }, smem);
+  float* out = ws.states + ch * P * N;
+  acc.for_each([&](int r, int col, float v) {
+    if (p0 + r < P && n0 + col < N) out[static_cast<int64_t>(p0 + r) * N + n0 + col] = v;
+  });
+}
+
+/// Grid (nchunks, G, ceil(L / 64)^2): CB[l, s] = C_l . B_s for the tiles on or below the diagonal.
+template <bool kExact>
+__global__ void __launch_bounds__(kTileThreads) cb_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m, Ws ws) {
+  const int c = blockIdx.x, g = blockIdx.y;
+  if (!live(m, c)) return;
+  const int L = m.chunk_size, len = chunk_len(m, c), nt = ceil_div(L, kTileM);
+  const int l0 = (blockIdx.z / nt) * kTileM, s0 = (blockIdx.z % nt) * kTileN;
+  if (s0 > l0 || l0 >= len) return;
+  const int N = p.d_state;
+  const int64_t t0 = m.cu_chunk_seqlen[c];
+  const float* C = in.C.data + t0 * in.C.stride + static_cast<int64_t>(g) * N;
+  const float* B = in.B.data + t0 * in.B.stride + static_cast<int64_t>(g) * N;
+  __shared__ float smem[kTileSmemFloats];
+  TileAcc acc;
+  acc.zero();
+  block_gemm<kExact, false, false>(
+      acc, N, [&](int mi, int k) { return l0 + mi < len ? C[(l0 + mi) * in.C.stride + k] : 0.0f; },
+      [&](int k, int ni) { return s0 + ni < len ? B[(s0 + ni) * in.B.stride + k] : 0.0f; }, smem);
+  float* out = ws.cb + (static_cast<int64_t>(c) * p.n_groups + g) * L * L;
+  acc.for_each([&](int r, int col, float v) {
+    if (l0 + r < len && s0 + col < len) out[static_cast<int64_t>(l0 + r) * L + s0 + col] = v;
+  });
+}
+
+/// Grid (ceil(P * N / 256), H, num_seqs): walks sequence s's chunks, replacing S_c by the state entering chunk c,
+/// writing chunk-end states when asked and the final state to the pool.
+template <class TS>
+__global__ void __launch_bounds__(256) state_pass_kernel(SsdParams p, ChunkMetadataDev m, Ws ws,
+                                                         float* __restrict__ chunk_states) {
+  const int s = blockIdx.z, h = blockIdx.y;
+  const int32_t block = m.state_indices[s];
+  const int64_t PN = static_cast<int64_t>(p.head_dim) * p.d_state;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  if (block == 0 || e >= PN) return;
+  const int H = p.num_heads;
+  TS* st = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + h * PN + e;
+  float S = m.has_initial_states[s] ? load(st) : 0.0f;
+  const int c_first = s == 0 ? 0 : m.last_chunk_indices[s - 1] + 1, c_last = m.last_chunk_indices[s];
+  for (int c = c_first; c <= c_last; ++c) {
+    const int64_t ch = static_cast<int64_t>(c) * H + h;
+    float* sc = ws.states + ch * PN + e;
+    const float local = *sc;
+    *sc = S;
+    S = expf(ws.cs_last[ch]) * S + local;
+    if (chunk_states) chunk_states[ch * PN + e] = S;
+  }
+  store(st, S);
+}
+
+/// Grid (nchunks, H, ceil(L / 64) * ceil(P / 64)): y rows [l0, l0 + 64), columns [p0, p0 + 64) of head h.
+template <bool kExact>
+__global__ void __launch_bounds__(kTileThreads) chunk_scan_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
+                                                                   Ws ws, float* __restrict__ y, int64_t y_stride) {
+  const int c = blockIdx.x, h = blockIdx.y;
+  if (!live(m, c)) return;
+  const int P = p.head_dim, N = p.d_state, H = p.num_heads, L = m.chunk_size, len = chunk_len(m, c);
+  const int nt = ceil_div(L, kTileM), l0 = (blockIdx.z % nt) * kTileM, p0 = (blockIdx.z / nt) * kTileN;
+  if (l0 >= len) return;
+  const int g = h / (H / p.n_groups), seq = m.seq_idx[c];
+  const bool has_state = (c > 0 && m.seq_idx[c - 1] == seq) || m.has_initial_states[seq] != 0;
+  const int64_t t0 = m.cu_chunk_seqlen[c], ch = static_cast<int64_t>(c) * H + h;
+  const int lmax = min(len, l0 + kTileM);
+  __shared__ float smem[kTileSmemFloats];
+  __shared__ float scs[kMaxChunk], sdt[kMaxChunk];
+  for (int l = threadIdx.x; l < lmax; l += kTileThreads) scs[l] = ws.cs[ch * L + l], sdt[l] = ws.dt[ch * L + l];
+  __syncthreads();
+  const float* x = in.x.data + t0 * in.x.stride + static_cast<int64_t>(h) * P;
+  const float* cb = ws.cb + (static_cast<int64_t>(c) * p.n_groups + g) * L * L;
+  TileAcc acc;
+  acc.zero();
+  // Intra-chunk: (CB . decay . dt)[l, s] x[s, p] over s < lmax (causal: s <= l).
+  block_gemm<kExact, false, true>(
+      acc, lmax,
+      [&](int mi, int k) {
+        const int l = l0 + mi;
+        return (l < len && k <= l) ? cb[static_cast<int64_t>(l) * L + k] * __expf(scs[l] - scs[k]) * sdt[k] : 0.0f;
+      },
+      [&](int k, int ni) { return p0 + ni < P ? x[k * in.x.stride + p0 + ni] : 0.0f; }, smem);
+  // Inter-chunk: exp(cs[l]) C[l, :] s_in[p, :]^T.
+  if (has_state) {
+    const float* C = in.C.data + t0 * in.C.stride + static_cast<int64_t>(g) * N;
+    const float* sin = ws.states + ch * P * N;
+    block_gemm<kExact, false, false>(
+        acc, N,
+        [&](int mi, int k) {
+          const int l = l0 + mi;
+          return l < len ? C[l * in.C.stride + k] * __expf(scs[l]) : 0.0f;
+        },
+        [&](int k, int ni) { return p0 + ni < P ? sin[static_cast<int64_t>(p0 + ni) * N + k] : 0.0f; }, smem);
+  }
+  const float Dh = p.D ? p.D[h] : 0.0f;
+  acc.for_each([&](int r, int col, float v) {
+    const int l = l0 + r, pp = p0 + col;
+    if (l < len && pp < P) y[(t0 + l) * y_stride + static_cast<int64_t>(h) * P + pp] = v + Dh * x[l * in.x.stride + pp];
+  });
+}
+
+template <bool kExact>
+cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, Ws ws, float* y,
+                       int64_t y_stride, float* chunk_states, cudaStream_t stream) {
+  const unsigned nc = static_cast<unsigned>(m.nchunks), H = static_cast<unsigned>(p.num_heads);
+  const int L = m.chunk_size, nt = ceil_div(L, kTileM);
+  cumsum_kernel<<<dim3(nc, ceil_div(H, 8)), 256, 0, stream>>>(in, p, m, ws);
+  chunk_state_kernel<kExact><<<dim3(nc, H, ceil_div(p.head_dim, kTileM) * ceil_div(p.d_state, kTileN)),
+                               kTileThreads, 0, stream>>>(in, p, m, ws);
+  cb_kernel<kExact><<<dim3(nc, static_cast<unsigned>(p.n_groups), nt * nt), kTileThreads, 0, stream>>>(in, p, m, ws);
+  if (const cudaError_t e = launch_status(); e != cudaSuccess) return e;
+  const cudaError_t e = visit_dtype(p.ssm_states.dtype, [&](auto tag) {
+    state_pass_kernel<decltype(tag)>
+        <<<dim3(ceil_div(static_cast<int64_t>(p.head_dim) * p.d_state, 256), H, static_cast<unsigned>(m.num_seqs)),
+           256, 0, stream>>>(p, m, ws, chunk_states);
+    return launch_status();
+  });
+  if (e != cudaSuccess) return e;
+  chunk_scan_kernel<kExact><<<dim3(nc, H, nt * ceil_div(p.head_dim, kTileN)), kTileThreads, 0, stream>>>(
+      in, p, m, ws, y, y_stride);
+  return launch_status();
+}
+
+}  // namespace
+
+cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& m, float* y,
+                            int64_t y_stride, float* chunk_states, cudaStream_t stream) {
+  if (m.chunk_size < 1 || m.chunk_size > kMaxChunk || !m.seq_idx) return cudaErrorInvalidValue;
+  if (m.nchunks == 0 || m.num_seqs == 0) return cudaSuccess;
+  keep_pool_memory();
+  const int64_t nc = m.nchunks, H = p.num_heads, L = m.chunk_size;
+  const auto up = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
+  const int64_t n_cs = up(nc * H * L), n_last = up(nc * H), n_st = up(nc * H * p.head_dim * p.d_state),
+                n_cb = up(nc * p.n_groups * L * L);
+  void* base = nullptr;
+  if (const cudaError_t e = cudaMallocAsync(&base, (2 * n_cs + n_last + n_st + n_cb) * sizeof(float), stream);
+      e != cudaSuccess)
+    return e;
+  Ws ws;
+  ws.dt = static_cast<float*>(base);
+  ws.cs = ws.dt + n_cs;
+  ws.cs_last = ws.cs + n_cs;
+  ws.states = ws.cs_last + n_last;
+  ws.cb = ws.states + n_st;
+  const cudaError_t e = p.exact_products ? launch_all<true>(in, p, m, ws, y, y_stride, chunk_states, stream)
+                                         : launch_all<false>(in, p, m, ws, y, y_stride, chunk_states, stream);
+  const cudaError_t f = cudaFreeAsync(base, stream);
+  return e != cudaSuccess ? e : f;
+}
+
+}  // namespace ssmserve::cuda
