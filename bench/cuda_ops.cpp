@@ -133,8 +133,14 @@ void mamba1_layer(int batch, int len, GemmHandle& gemm, cudaStream_t s, std::mt1
                 {xz.as<float>() + I, 2 * I}};
   ScanParams sp{I, static_cast<int>(N), A.as<float>(), D.as<float>(), dtb.as<float>(), true,
                 {ssm_state.data(), DType::F32, I * N}};
+  ChunkMetadataDev cm = meta.dev(batch, 256);
+  tm.op("selective_scan chunked (pool workspace)", [&] {
+    SSM_CUDA_CHECK(selective_scan_chunked_fwd(in, sp, y.as<float>(), I, cm, meta.qsl.as<int32_t>(), s));
+  }, 0, false);
+  DeviceBuffer scan_ws(scan_workspace_bytes(I, meta.nchunks));
+  cm.workspace = scan_ws.data(), cm.workspace_bytes = scan_ws.bytes();
   tm.op("selective_scan chunked", [&] {
-    SSM_CUDA_CHECK(selective_scan_chunked_fwd(in, sp, y.as<float>(), I, meta.dev(batch, 256), meta.qsl.as<int32_t>(), s));
+    SSM_CUDA_CHECK(selective_scan_chunked_fwd(in, sp, y.as<float>(), I, cm, meta.qsl.as<int32_t>(), s));
   });
   tm.op("selective_scan sequential (not in total)", [&] {
     SSM_CUDA_CHECK(selective_scan_fwd(in, sp, y.as<float>(), I, meta.qsl.as<int32_t>(), meta.si.as<int32_t>(),
@@ -179,11 +185,17 @@ void mamba2_layer(int batch, int len, GemmHandle& gemm, cudaStream_t s, std::mt1
   sp.num_heads = NH, sp.head_dim = P, sp.n_groups = G, sp.d_state = N, sp.A = A.as<float>(), sp.D = D.as<float>();
   sp.dt_bias = dtb.as<float>(), sp.ssm_states = {ssm_state.data(), DType::F32, NH * P * N};
   const double ssd_flops = 2.0 * T * (NH * P * N * 2 + 256.0 / 2 * (G * N + NH * P));
+  ChunkMetadataDev cm = meta.dev(batch, 256);
+  tm.op("ssd chunked TF32 (pool workspace, not in total)", [&] {
+    SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, cm, y.as<float>(), I, nullptr, s));
+  }, ssd_flops, false);
+  DeviceBuffer ssd_ws(ssd_workspace_bytes(sp, meta.nchunks, 256));
+  cm.workspace = ssd_ws.data(), cm.workspace_bytes = ssd_ws.bytes();
   for (bool exact : {false, true}) {
     sp.exact_products = exact;
     // The runner uses one TF32 pass with bf16 weights: the 3xTF32 variant is shown, not counted.
     tm.op(exact ? "ssd chunked 3xTF32 (not in total)" : "ssd chunked TF32", [&] {
-      SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, meta.dev(batch, 256), y.as<float>(), I, nullptr, s));
+      SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, cm, y.as<float>(), I, nullptr, s));
     }, ssd_flops, !exact);
   }
   const ChunkMetadataDev seq = meta.dev(batch, 0);  // chunk_size 0: the sequential walk

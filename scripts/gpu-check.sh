@@ -124,7 +124,7 @@ if [ -x "$bin/ssmserve" ] && [ -f models/tiny-mamba/config.json ]; then
   fi
 fi
 if [ -x "$bin/bench_cuda_ops" ]; then
-  run_step "op benchmarks" bench.log "$bin/bench_cuda_ops"
+  run_step "op benchmarks (prefill per-op profile)" ops-bench.log "$bin/bench_cuda_ops"
 fi
 # 4. End-to-end latency on the GPU with dummy bf16 weights at real shapes (SSMSERVE_GPU_BENCH=0 skips it):
 #    batch-1 decode (input 32, output 128) and a 2k-token prefill (output 2).
@@ -217,7 +217,8 @@ if [ "${SSMSERVE_GPU_PREFILL:-1}" = 1 ] && [ -x "$bin/ssmserve" ]; then
   if [ "${SSMSERVE_GPU_PEER:-1}" = 1 ] && python3 -c "import torch, transformers" 2>/dev/null; then
     peer_cfgs=""
     for m in ${SSMSERVE_GPU_PEER_MODELS:-$models}; do peer_cfgs="$peer_cfgs configs/$m"; done
-    run_step "transformers peer (gpu)" peer.log python3 bench/peer_transformers_gpu.py $peer_cfgs
+    run_step "transformers peer (gpu)" peer.log python3 bench/peer_transformers_gpu.py $peer_cfgs \
+      --decode-len 16 --time-limit "${SSMSERVE_GPU_PEER_TIME_LIMIT:-60}"
   fi
   python3 bench/prefill_report.py "$out" configs >"$out/prefill-table.md" 2>&1
   cat "$out/prefill-table.md" >>"$summary"

@@ -139,6 +139,7 @@ class CudaMambaModel final : public CausalLM {
   // xc [T, I], xdbl [T, R + 2N], delta [T, I], y [T, I]; with bf16 weights the next GEMMs' inputs xc16 [T, I],
   // xdbl16 [T, R + 2N], y16 [T, I] (bf16).
   Scratch hidden_, out_, normed_, xz_, xc_, xdbl_, delta_, y_, xc16_, xdbl16_, y16_;
+  Scratch scan_ws_;  // the chunked scan's workspace (prefill steps only)
 };
 
 void CudaMambaModel::gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride,
@@ -248,8 +249,10 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   if (np > 0) {
     ScanInputs inp{{xc + P0 * I, I}, {delta + P0 * I, I}, {xdbl + P0 * XD + R, XD}, {xdbl + P0 * XD + R + N, XD},
                    {xz + P0 * 2 * I + I, 2 * I}};
-    const ChunkMetadataDev cm{np, md.num_chunks(), dm.cu_chunk_seqlen_p, dm.seq_idx_p, dm.last_chunk_indices_p,
-                              dm.state_indices_p, dm.has_initial_states_p, md.chunk_size};
+    ChunkMetadataDev cm{np, md.num_chunks(), dm.cu_chunk_seqlen_p, dm.seq_idx_p, dm.last_chunk_indices_p,
+                        dm.state_indices_p, dm.has_initial_states_p, md.chunk_size};
+    cm.workspace_bytes = scan_workspace_bytes(I, cm.nchunks);
+    cm.workspace = scan_ws_.get(cm.workspace_bytes);
     SSM_CUDA_CHECK(selective_scan_chunked_fwd(inp, sp, y + P0 * I, I, cm, dm.query_start_loc_p, s));
     if (b16) SSM_CUDA_CHECK(cast_rows(y + P0 * I, I, T - P0, I, y16 + P0 * I, DType::BF16, I, s));
   }

@@ -256,8 +256,10 @@ class CudaMamba2Model final : public CausalLM {
     };
     if (nd > 0) SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s));
     if (np > 0) {
-      const SsdChunkMetadataDev cm{np, md.num_chunks(), sm.cu_chunk_seqlen_p, sm.seq_idx_p, sm.last_chunk_indices_p,
+      SsdChunkMetadataDev cm{np, md.num_chunks(), sm.cu_chunk_seqlen_p, sm.seq_idx_p, sm.last_chunk_indices_p,
                                    sm.state_indices_p, sm.has_initial_states_p, md.chunk_size};
+      cm.workspace_bytes = ssd_workspace_bytes(sp, cm.nchunks, cm.chunk_size);
+      cm.workspace = ssd_ws_.get(cm.workspace_bytes);
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(inputs_from(P0), sp, cm, y + P0 * I, I, nullptr, s));
     }
     // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (added to hidden by the next norm).
@@ -281,6 +283,7 @@ class CudaMamba2Model final : public CausalLM {
   // Scratch for T tokens: hidden / out [T, Hd] fp32, normed [T, Hd] and gated [T, I] in the GEMM dtype,
   // proj [T, I + C + H], xbc [T, C], y [T, I] fp32.
   Scratch hidden_, out_, normed_, proj_, xbc_, y_, gated_;
+  Scratch ssd_ws_;  // the chunked SSD's workspace (prefill steps only)
 };
 
 }  // namespace

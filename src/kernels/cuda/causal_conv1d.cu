@@ -7,7 +7,7 @@ namespace {
 using namespace detail;
 
 constexpr int kThreads = 128;     // channels per block
-constexpr int kTokensPerThread = 16;
+constexpr int kTokensPerThread = 32;
 constexpr int kMaxWidth = 8;
 
 /// Sequence of packed token t: the s with qsl[s] <= t < qsl[s+1] (binary search; qsl non-decreasing).
@@ -22,39 +22,60 @@ __device__ __forceinline__ int seq_of(const int32_t* qsl, int num_seqs, int64_t 
 }
 
 /// Outputs of tokens [blockIdx.x * kTokensPerThread, +kTokensPerThread), channel blockIdx.y * kThreads + tid.
+/// Per run of tokens of one sequence, the previous K-1 inputs are kept in a register window (right-aligned in
+/// kMaxWidth - 1 slots, the unused left slots holding 0 with weight 0, so the fma chain equals the CPU's: bias,
+/// then taps oldest to newest), so each input is read once.
 template <class TS>
-__global__ void conv_fwd_kernel(const float* __restrict__ x, int64_t x_stride, float* __restrict__ out,
-                                int64_t out_stride, ConvParams p, const int32_t* __restrict__ qsl,
-                                const int32_t* __restrict__ state_indices, const uint8_t* __restrict__ has_init,
-                                int num_seqs, int64_t num_tokens) {
+__global__ void __launch_bounds__(kThreads) conv_fwd_kernel(const float* __restrict__ x, int64_t x_stride,
+                                                            float* __restrict__ out, int64_t out_stride, ConvParams p,
+                                                            const int32_t* __restrict__ qsl,
+                                                            const int32_t* __restrict__ state_indices,
+                                                            const uint8_t* __restrict__ has_init, int num_seqs,
+                                                            int64_t num_tokens) {
+  constexpr int kWin = kMaxWidth - 1;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   if (c >= p.dim) return;
-  const int W = p.width, S = W - 1;
+  const int W = p.width, S = W - 1, off = kWin - S;  // window slot i holds tap i - off (slots < off unused)
   const int64_t D = p.dim;
   const int64_t tb = static_cast<int64_t>(blockIdx.x) * kTokensPerThread;
   const int64_t te = min(tb + kTokensPerThread, num_tokens);
   if (tb >= te) return;
-  float w[kMaxWidth];
+  float wa[kWin];
 #pragma unroll
-  for (int k = 0; k < kMaxWidth; ++k) w[k] = k < W ? p.weight[c * W + k] : 0.0f;
+  for (int i = 0; i < kWin; ++i) wa[i] = i >= off ? p.weight[c * W + i - off] : 0.0f;
+  const float wlast = p.weight[c * W + S];
   const float bias = p.bias ? p.bias[c] : 0.0f;
   int s = seq_of(qsl, num_seqs, tb);
-  for (int64_t t = tb; t < te; ++t) {
+  for (int64_t t = tb; t < te;) {
     while (s + 1 < num_seqs && qsl[s + 1] <= t) ++s;
+    const int64_t t0 = qsl[s], seg_end = min(te, static_cast<int64_t>(qsl[s + 1]));
     const int32_t block = state_indices[s];
-    if (block == 0) continue;
-    const int64_t t0 = qsl[s], tl = t - t0;
+    if (block == 0) {
+      t = seg_end;
+      continue;
+    }
     const bool init = has_init[s] != 0;
     const TS* state = static_cast<const TS*>(p.conv_states.data) + block * p.conv_states.block_stride;
-    float acc = bias;
-    for (int k = 0; k < W; ++k) {
-      const int64_t j = tl - S + k;
-      float v;
-      if (j >= 0) v = x[(t0 + j) * x_stride + c];
-      else v = init ? load(state + (S + j) * D + c) : 0.0f;
-      acc = fmaf(w[k], v, acc);
+    float win[kWin];
+#pragma unroll
+    for (int i = 0; i < kWin; ++i) {
+      const int64_t j = (t - t0) - kWin + i;  // input position of slot i, relative to the sequence start
+      float v = 0.0f;
+      if (i >= off) v = j >= 0 ? x[(t0 + j) * x_stride + c] : (init ? load(state + (S + j) * D + c) : 0.0f);
+      win[i] = v;
     }
-    out[t * out_stride + c] = p.apply_silu ? silu(acc) : acc;
+#pragma unroll 4
+    for (; t < seg_end; ++t) {
+      const float xv = x[t * x_stride + c];
+      float acc = bias;
+#pragma unroll
+      for (int i = 0; i < kWin; ++i) acc = fmaf(wa[i], win[i], acc);
+      acc = fmaf(wlast, xv, acc);
+      out[t * out_stride + c] = p.apply_silu ? silu(acc) : acc;
+#pragma unroll
+      for (int i = 0; i + 1 < kWin; ++i) win[i] = win[i + 1];
+      win[kWin - 1] = xv;
+    }
   }
 }
 

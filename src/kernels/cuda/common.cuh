@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/dtype.h"
 
@@ -68,6 +70,41 @@ inline void keep_pool_memory() {
   }();
   (void)done;
 }
+
+/// SSMSERVE_KERNEL_PROFILE=1 (benchmarks only; the device image has no Nsight Systems): times the launches of
+/// a multi-kernel op with events and prints "name ms" lines to stderr after synchronizing the stream.
+struct LaunchProfile {
+  cudaStream_t stream;
+  const char* names[8] = {};
+  cudaEvent_t ev[9] = {};
+  int n = -1;  // -1: off
+  explicit LaunchProfile(cudaStream_t s) : stream(s) {
+    static const bool on = [] {
+      const char* v = std::getenv("SSMSERVE_KERNEL_PROFILE");
+      return v && *v && *v != '0';
+    }();
+    if (!on) return;
+    n = 0;
+    cudaEventCreate(&ev[0]);
+    cudaEventRecord(ev[0], stream);
+  }
+  void mark(const char* name) {
+    if (n < 0 || n >= 8) return;
+    names[n] = name;
+    cudaEventCreate(&ev[n + 1]);
+    cudaEventRecord(ev[++n], stream);
+  }
+  ~LaunchProfile() {
+    if (n < 0) return;
+    cudaStreamSynchronize(stream);
+    for (int i = 0; i < n; ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
+      std::fprintf(stderr, "profile %-24s %.4f ms\n", names[i], ms);
+    }
+    for (int i = 0; i <= n; ++i) cudaEventDestroy(ev[i]);
+  }
+};
 
 /// The launch's status: the error of the launch just made, if any.
 inline cudaError_t launch_status() { return cudaGetLastError(); }

@@ -1,6 +1,6 @@
 // Owns the block-level 64 x 64 fp32-operand matrix product on the tensor cores that the chunked scans use
-// (mma.sync m16n8k8 TF32, fp32 accumulate; sm_80+ instructions, run on the H200). A block of 128 threads (4 warps,
-// each a 32 x 32 quarter of the tile) accumulates acc (64 x 64) += A (64 x K) B (K x 64), K walked in slices of
+// (mma.sync m16n8k8 TF32, fp32 accumulate; sm_80+ instructions, run on the H200). A block of 256 threads (8 warps,
+// each a 32 x 16 eighth of the tile: few registers per thread, so two blocks fit an SM) accumulates acc (64 x 64) += A (64 x K) B (K x 64), K walked in slices of
 // 32 staged in shared memory through caller-supplied element loaders (so decays, masks and transposes are applied
 // on the way in). Exact mode splits every operand x = hi + lo (both TF32) and sums hi*hi + hi*lo + lo*hi
 // ("3xTF32", ~fp32 accuracy: relative error ~1e-6 per product); fast mode is one TF32 pass (~5e-4).
@@ -11,19 +11,21 @@
 
 namespace ssmserve::cuda::detail {
 
-constexpr int kTileM = 64, kTileN = 64, kTileK = 32, kTileThreads = 128;
+constexpr int kTileM = 64, kTileN = 64, kTileK = 32, kTileThreads = 256;
+constexpr int kWarpN = 16, kNT = kWarpN / 8;  // warp tile 32 x 16: 2 m16 x 2 n8 fragments
 constexpr int kLdA = kTileK + 4;  // sA[m][k]: fragment loads hit banks 4g + t (conflict free)
 constexpr int kLdB = kTileN + 8;  // sB[k][n]: banks 8t + g
 constexpr int kTileSmemFloats = kTileM * kLdA + kTileK * kLdB;
 
-/// Per-thread accumulators of a warp's 32 x 32 quarter: [m16 tile][n8 tile][4] (mma.sync C fragment layout).
+/// Per-thread accumulators of a warp's 32 x 16 part: [m16 tile][n8 tile][4] (mma.sync C fragment layout).
+/// Warp w covers rows (w & 1) * 32 and columns (w >> 1) * 16.
 struct TileAcc {
-  float v[2][4][4];
+  float v[2][kNT][4];
   __device__ void zero() {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < kNT; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) v[i][j][r] = 0.0f;
   }
@@ -31,11 +33,11 @@ struct TileAcc {
   template <class F>
   __device__ void for_each(F&& f) const {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+    const int wm = (warp & 1) * 32, wn = (warp >> 1) * kWarpN;
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < kNT; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) f(wm + i * 16 + g + (r >= 2 ? 8 : 0), wn + j * 8 + 2 * t + (r & 1), v[i][j][r]);
   }
@@ -54,14 +56,14 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/// acc += sA (64 x 32) sB (32 x 64) for this warp's quarter. Every thread of the block calls it.
+/// acc += sA (64 x 32) sB (32 x 64) for this warp's part. Every thread of the block calls it.
 template <bool kExact>
 __device__ __forceinline__ void tile_mma(TileAcc& acc, const float* sA, const float* sB) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * kWarpN;
 #pragma unroll
   for (int kk = 0; kk < kTileK; kk += 8) {
-    uint32_t ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    uint32_t ah[2][4], al[2][4], bh[kNT][2], bl[kNT][2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const float* p = sA + (wm + i * 16 + g) * kLdA + kk + t;
@@ -73,7 +75,7 @@ __device__ __forceinline__ void tile_mma(TileAcc& acc, const float* sA, const fl
       }
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kNT; ++j) {
       const float* p = sB + (kk + t) * kLdB + wn + j * 8 + g;
       const float v[2] = {p[0], p[4 * kLdB]};
 #pragma unroll
@@ -85,7 +87,7 @@ __device__ __forceinline__ void tile_mma(TileAcc& acc, const float* sA, const fl
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < kNT; ++j) {
         if (kExact) {
           mma_tf32(acc.v[i][j], al[i], bh[j]);
           mma_tf32(acc.v[i][j], ah[i], bl[j]);
@@ -102,10 +104,11 @@ template <bool kExact, bool kAFastM, bool kBFastN, class FA, class FB>
 __device__ void block_gemm(TileAcc& acc, int K, FA&& fa, FB&& fb, float* smem) {
   float* sA = smem;
   float* sB = smem + kTileM * kLdA;
-  constexpr int kPer = kTileM * kTileK / kTileThreads;  // 16 elements of A and of B per thread
+  constexpr int kPer = kTileM * kTileK / kTileThreads;  // 8 elements of A and of B per thread
   const int tid = threadIdx.x;
-  for (int k0 = 0; k0 < K; k0 += kTileK) {
-    float ra[kPer], rb[kPer];
+  float ra[kPer], rb[kPer];
+  // Slice k0's elements into registers; issued one slice ahead, so the loads overlap the previous slice's mma.
+  const auto fetch = [&](int k0) {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int idx = i * kTileThreads + tid;
@@ -114,6 +117,9 @@ __device__ void block_gemm(TileAcc& acc, int K, FA&& fa, FB&& fb, float* smem) {
       const int n = kBFastN ? idx % kTileN : idx / kTileK, kb = kBFastN ? idx / kTileN : idx % kTileK;
       rb[i] = k0 + kb < K ? fb(k0 + kb, n) : 0.0f;
     }
+  };
+  if (K > 0) fetch(0);
+  for (int k0 = 0; k0 < K; k0 += kTileK) {
     __syncthreads();  // the previous slice is consumed
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -124,6 +130,7 @@ __device__ void block_gemm(TileAcc& acc, int K, FA&& fa, FB&& fb, float* smem) {
       sB[kb * kLdB + n] = rb[i];
     }
     __syncthreads();
+    if (k0 + kTileK < K) fetch(k0 + kTileK);
     tile_mma<kExact>(acc, sA, sB);
   }
 }

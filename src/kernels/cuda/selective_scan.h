@@ -9,6 +9,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cache/state_view.h"
@@ -44,6 +45,10 @@ struct ChunkMetadataDev {
   /// Upper bound of every chunk's length (tokens). 1..256 selects the chunk-parallel kernels; 0 (unknown) or
   /// larger values the sequential per-sequence kernels. Chunks longer than this are not read past it.
   int chunk_size = 0;
+  /// Device scratch for the chunked forms (at least ssd_workspace_bytes / scan_workspace_bytes for these
+  /// sizes), reused across calls by the caller; nullptr: taken from the stream-ordered pool for each call.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 /// Layer parameters (device) and the state pool.
@@ -70,6 +75,9 @@ cudaError_t selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float*
 /// each sequence's chunks (s_in(c+1) = exp(A * sum dt(c)) s_in(c) + s_local(c)) and writes the final state back;
 /// pass 3 rescans every chunk from its carried-in state and writes y. Falls back to selective_scan_fwd when
 /// d_state > 16 or meta.chunk_size is outside 1..256. Workspace from the stream-ordered pool (cudaMallocAsync).
+/// Workspace bytes selective_scan_chunked_fwd needs for `nchunks` chunks of a `dim`-channel layer.
+size_t scan_workspace_bytes(int64_t dim, int64_t nchunks);
+
 cudaError_t selective_scan_chunked_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
                                        const ChunkMetadataDev& meta, const int32_t* query_start_loc,
                                        cudaStream_t stream);

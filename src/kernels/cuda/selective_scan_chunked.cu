@@ -106,6 +106,10 @@ __global__ void __launch_bounds__(256) carry_kernel(ScanParams p, ChunkMetadataD
 
 }  // namespace
 
+size_t scan_workspace_bytes(int64_t dim, int64_t nchunks) {
+  return static_cast<size_t>((nchunks * kNS * dim + 63) / 64 * 64 + nchunks * dim) * sizeof(float);
+}
+
 cudaError_t selective_scan_chunked_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
                                        const ChunkMetadataDev& m, const int32_t* query_start_loc,
                                        cudaStream_t stream) {
@@ -119,15 +123,21 @@ cudaError_t selective_scan_chunked_fwd(const ScanInputs& in, const ScanParams& p
       m.nchunks < 0 || !m.state_indices || !m.has_initial_states)
     return cudaErrorInvalidValue;
   if (m.num_seqs == 0 || m.nchunks == 0) return cudaSuccess;
-  keep_pool_memory();
   const int64_t nc = m.nchunks, dim = p.dim;
-  const int64_t n_hs = (nc * kNS * dim + 63) / 64 * 64, n_sum = nc * dim;
-  void* base = nullptr;
-  if (const cudaError_t e = cudaMallocAsync(&base, (n_hs + n_sum) * sizeof(float), stream); e != cudaSuccess) return e;
+  const int64_t n_hs = (nc * kNS * dim + 63) / 64 * 64;
+  void* base = m.workspace;
+  const bool own = base == nullptr || m.workspace_bytes < scan_workspace_bytes(dim, nc);
+  if (own) {
+    keep_pool_memory();
+    if (const cudaError_t e = cudaMallocAsync(&base, scan_workspace_bytes(dim, nc), stream); e != cudaSuccess)
+      return e;
+  }
   float* hs = static_cast<float*>(base);
   float* sumdt = hs + n_hs;
   const dim3 grid(ceil_div(dim, kThreads), static_cast<unsigned>(nc));
+  LaunchProfile prof(stream);
   chunk_kernel<false><<<grid, kThreads, 0, stream>>>(in, p, m, hs, sumdt, y, y_stride);
+  prof.mark("scan pass 1 (local)");
   cudaError_t e = launch_status();
   if (e == cudaSuccess)
     e = visit_dtype(p.ssm_states.dtype, [&](auto tag) {
@@ -135,11 +145,13 @@ cudaError_t selective_scan_chunked_fwd(const ScanInputs& in, const ScanParams& p
                                     stream>>>(p, m, hs, sumdt);
       return launch_status();
     });
+  prof.mark("scan pass 2 (carry)");
   if (e == cudaSuccess) {
     chunk_kernel<true><<<grid, kThreads, 0, stream>>>(in, p, m, hs, sumdt, y, y_stride);
     e = launch_status();
   }
-  const cudaError_t f = cudaFreeAsync(base, stream);
+  prof.mark("scan pass 3 (output)");
+  const cudaError_t f = own ? cudaFreeAsync(base, stream) : cudaSuccess;
   return e != cudaSuccess ? e : f;
 }
 

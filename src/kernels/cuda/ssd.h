@@ -61,6 +61,11 @@ using SsdChunkMetadataDev = ChunkMetadataDev;
 cudaError_t ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
                                int64_t y_stride, float* chunk_states, cudaStream_t stream);
 
+/// Workspace bytes of the chunked form for these sizes (ChunkMetadataDev::workspace): dt and cumsum
+/// [nchunks, H, chunk_size], chunk-end cumsums [nchunks, H], states [nchunks, H, P, N], C B^T [nchunks, G,
+/// chunk_size, chunk_size], fp32.
+size_t ssd_workspace_bytes(const SsdParams& p, int64_t nchunks, int chunk_size);
+
 /// The chunked form alone (what ssd_chunk_scan_fwd runs for chunk_size 1..256; cudaErrorInvalidValue otherwise).
 /// Sizes are not re-validated here.
 cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,

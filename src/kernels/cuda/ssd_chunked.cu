@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(256) cumsum_kernel(SsdInputs in, SsdParams p, 
 
 /// Grid (nchunks, H, ceil(P / 64) * ceil(N / 64)): S_c[p0:+64, n0:+64] = sum_l x[l, p] w[l] B[l, n].
 template <bool kExact>
-__global__ void __launch_bounds__(kTileThreads) chunk_state_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
+__global__ void __launch_bounds__(kTileThreads, 2) chunk_state_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
                                                                     Ws ws) {
   const int c = blockIdx.x, h = blockIdx.y;
   if (!live(m, c)) return;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kTileThreads) chunk_state_kernel(SsdInputs in,
 
 /// Grid (nchunks, G, ceil(L / 64)^2): CB[l, s] = C_l . B_s for the tiles on or below the diagonal.
 template <bool kExact>
-__global__ void __launch_bounds__(kTileThreads) cb_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m, Ws ws) {
+__global__ void __launch_bounds__(kTileThreads, 2) cb_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m, Ws ws) {
   const int c = blockIdx.x, g = blockIdx.y;
   if (!live(m, c)) return;
   const int L = m.chunk_size, len = chunk_len(m, c), nt = ceil_div(L, kTileM);
@@ -128,20 +128,25 @@ __global__ void __launch_bounds__(256) state_pass_kernel(SsdParams p, ChunkMetad
   TS* st = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + h * PN + e;
   float S = m.has_initial_states[s] ? load(st) : 0.0f;
   const int c_first = s == 0 ? 0 : m.last_chunk_indices[s - 1] + 1, c_last = m.last_chunk_indices[s];
+  // Loads run one chunk ahead of the stores (the compiler cannot reorder them across the possibly aliasing
+  // stores itself), so the walk is not one memory latency per chunk.
+  int64_t ch = static_cast<int64_t>(c_first) * H + h;
+  float local = ws.states[ch * PN + e], decay = expf(ws.cs_last[ch]);
   for (int c = c_first; c <= c_last; ++c) {
-    const int64_t ch = static_cast<int64_t>(c) * H + h;
-    float* sc = ws.states + ch * PN + e;
-    const float local = *sc;
-    *sc = S;
-    S = expf(ws.cs_last[ch]) * S + local;
+    const int64_t ch_next = ch + H;
+    float local_next = 0.0f, decay_next = 0.0f;
+    if (c < c_last) local_next = ws.states[ch_next * PN + e], decay_next = expf(ws.cs_last[ch_next]);
+    ws.states[ch * PN + e] = S;
+    S = decay * S + local;
     if (chunk_states) chunk_states[ch * PN + e] = S;
+    ch = ch_next, local = local_next, decay = decay_next;
   }
   store(st, S);
 }
 
 /// Grid (nchunks, H, ceil(L / 64) * ceil(P / 64)): y rows [l0, l0 + 64), columns [p0, p0 + 64) of head h.
 template <bool kExact>
-__global__ void __launch_bounds__(kTileThreads) chunk_scan_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
+__global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
                                                                    Ws ws, float* __restrict__ y, int64_t y_stride) {
   const int c = blockIdx.x, h = blockIdx.y;
   if (!live(m, c)) return;
@@ -192,10 +197,14 @@ cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetad
                        int64_t y_stride, float* chunk_states, cudaStream_t stream) {
   const unsigned nc = static_cast<unsigned>(m.nchunks), H = static_cast<unsigned>(p.num_heads);
   const int L = m.chunk_size, nt = ceil_div(L, kTileM);
+  LaunchProfile prof(stream);
   cumsum_kernel<<<dim3(nc, ceil_div(H, 8)), 256, 0, stream>>>(in, p, m, ws);
+  prof.mark("ssd cumsum");
   chunk_state_kernel<kExact><<<dim3(nc, H, ceil_div(p.head_dim, kTileM) * ceil_div(p.d_state, kTileN)),
                                kTileThreads, 0, stream>>>(in, p, m, ws);
+  prof.mark("ssd chunk_state");
   cb_kernel<kExact><<<dim3(nc, static_cast<unsigned>(p.n_groups), nt * nt), kTileThreads, 0, stream>>>(in, p, m, ws);
+  prof.mark("ssd cb");
   if (const cudaError_t e = launch_status(); e != cudaSuccess) return e;
   const cudaError_t e = visit_dtype(p.ssm_states.dtype, [&](auto tag) {
     state_pass_kernel<decltype(tag)>
@@ -203,36 +212,53 @@ cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetad
            256, 0, stream>>>(p, m, ws, chunk_states);
     return launch_status();
   });
+  prof.mark("ssd state_pass");
   if (e != cudaSuccess) return e;
   chunk_scan_kernel<kExact><<<dim3(nc, H, nt * ceil_div(p.head_dim, kTileN)), kTileThreads, 0, stream>>>(
       in, p, m, ws, y, y_stride);
+  prof.mark("ssd chunk_scan");
   return launch_status();
 }
 
 }  // namespace
 
+namespace {
+struct WsLayout {
+  int64_t n_cs, n_last, n_st, n_cb;
+  WsLayout(const SsdParams& p, int64_t nc, int64_t L) {
+    const auto up = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
+    const int64_t H = p.num_heads;
+    n_cs = up(nc * H * L), n_last = up(nc * H), n_st = up(nc * H * p.head_dim * p.d_state),
+    n_cb = up(nc * p.n_groups * L * L);
+  }
+  size_t bytes() const { return static_cast<size_t>(2 * n_cs + n_last + n_st + n_cb) * sizeof(float); }
+};
+}  // namespace
+
+size_t ssd_workspace_bytes(const SsdParams& p, int64_t nchunks, int chunk_size) {
+  return WsLayout(p, nchunks, chunk_size).bytes();
+}
+
 cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& m, float* y,
                             int64_t y_stride, float* chunk_states, cudaStream_t stream) {
   if (m.chunk_size < 1 || m.chunk_size > kMaxChunk || !m.seq_idx) return cudaErrorInvalidValue;
   if (m.nchunks == 0 || m.num_seqs == 0) return cudaSuccess;
-  keep_pool_memory();
-  const int64_t nc = m.nchunks, H = p.num_heads, L = m.chunk_size;
-  const auto up = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
-  const int64_t n_cs = up(nc * H * L), n_last = up(nc * H), n_st = up(nc * H * p.head_dim * p.d_state),
-                n_cb = up(nc * p.n_groups * L * L);
-  void* base = nullptr;
-  if (const cudaError_t e = cudaMallocAsync(&base, (2 * n_cs + n_last + n_st + n_cb) * sizeof(float), stream);
-      e != cudaSuccess)
-    return e;
+  const WsLayout lay(p, m.nchunks, m.chunk_size);
+  void* base = m.workspace;
+  const bool own = base == nullptr || m.workspace_bytes < lay.bytes();
+  if (own) {
+    keep_pool_memory();
+    if (const cudaError_t e = cudaMallocAsync(&base, lay.bytes(), stream); e != cudaSuccess) return e;
+  }
   Ws ws;
   ws.dt = static_cast<float*>(base);
-  ws.cs = ws.dt + n_cs;
-  ws.cs_last = ws.cs + n_cs;
-  ws.states = ws.cs_last + n_last;
-  ws.cb = ws.states + n_st;
+  ws.cs = ws.dt + lay.n_cs;
+  ws.cs_last = ws.cs + lay.n_cs;
+  ws.states = ws.cs_last + lay.n_last;
+  ws.cb = ws.states + lay.n_st;
   const cudaError_t e = p.exact_products ? launch_all<true>(in, p, m, ws, y, y_stride, chunk_states, stream)
                                          : launch_all<false>(in, p, m, ws, y, y_stride, chunk_states, stream);
-  const cudaError_t f = cudaFreeAsync(base, stream);
+  const cudaError_t f = own ? cudaFreeAsync(base, stream) : cudaSuccess;
   return e != cudaSuccess ? e : f;
 }
 
