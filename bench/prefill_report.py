@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prefill table for docs/benchmarks.md from one scripts/gpu-check.sh run: ssmserve prefill tokens/s
 (bench latency JSON files OUTDIR/prefill-<model>-<B>x<L>.json) next to the compute roofline at the bf16 GEMM rate
-measured in the same run (OUTDIR/gemm.log from bench_cuda_gemm), and the transformers peer (OUTDIR/peer.log) as a
+measured in the same run (OUTDIR/gemm-prefill.log from bench_cuda_gemm; gemm.log in older runs), and the transformers peer (OUTDIR/peer.log) as a
 ratio. Roofline tokens/s = GEMM FLOP/s / (2 x parameters); shown for the parameters without the embedding (the
 products a prefill token really runs: the LM head runs on one row per sequence) and for all parameters.
 
@@ -36,9 +36,11 @@ def main():
     out = sys.argv[1]
     cdir = sys.argv[2] if len(sys.argv) > 2 else "configs"
     tflops = None
-    for line in open(os.path.join(out, "gemm.log"), errors="replace") if os.path.exists(os.path.join(out, "gemm.log")) else []:
-        if "bf16_gemm_tflops_best" in line:
-            tflops = json.loads(line)["bf16_gemm_tflops_best"]
+    for name in ("gemm.log", "gemm-prefill.log"):
+        path = os.path.join(out, name)
+        for line in open(path, errors="replace") if os.path.exists(path) else []:
+            if "bf16_gemm_tflops_best" in line:
+                tflops = json.loads(line)["bf16_gemm_tflops_best"]
     peers = {}
     if os.path.exists(os.path.join(out, "peer.log")):
         for line in open(os.path.join(out, "peer.log"), errors="replace"):
