@@ -1,5 +1,6 @@
 // Owns ssmserve's Jinja template engine: the Jinja2 subset Hugging Face chat templates use, rendered with
-// transformers' settings (trim_blocks, lstrip_blocks, loop controls). Parser: jinja_parse.cpp; evaluator: jinja.cpp.
+// transformers' settings (trim_blocks, lstrip_blocks, loop controls). Parser: jinja_parse.cpp; renderer: jinja.cpp
+// (statements, expressions), jinja_builtins.cpp (methods, filters, tests), jinja_value.cpp (Python value semantics).
 #pragma once
 #include <nlohmann/json.hpp>
 

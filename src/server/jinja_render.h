@@ -1,0 +1,43 @@
+// Owns the Renderer of ssmserve's Jinja engine (internal to src/server/jinja*.cpp): one template call's scopes,
+// statements and expressions (jinja.cpp), and the built-in methods, filters and tests (jinja_builtins.cpp).
+#pragma once
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "server/jinja_ast.h"
+#include "server/jinja_value.h"
+
+namespace ssmserve::server::jinja {
+
+/// Renders one template call: scopes, output, macros.
+class Renderer {
+ public:
+  explicit Renderer(const json& ctx);
+  void exec(const Body& body, std::string& out);
+
+ private:
+  void exec(const Stmt& st, std::string& out);
+  void exec_for(const Stmt& st, std::string& out);
+  void bind(const Stmt& st, const json& item);
+  Value* lookup(const std::string& name);
+  Value eval(const Expr& e);
+  Value subscript(const Value& obj, const json& key);
+  Value slice(const Value& obj, const Expr& e);
+  Value binary(const Expr& e);
+  static bool equal(const json& a, const json& b);
+  std::vector<Value> args(const Expr& e, size_t first);
+  Value kwarg(const Expr& e, const std::string& name, const std::vector<Value>& pos, size_t index, Value def = {});
+  Value call(const Expr& e);
+  Value call_macro(const Stmt& m, const Expr& e, const std::vector<Value>& a);
+  Value method(const Value& obj, const std::string& name, const std::vector<Value>& a, const Expr& e);
+  Value filter(const Expr& e);
+  Value filter_named(const std::string& f, const Value& x, const std::vector<Value>& a, const Expr& e);
+  bool test(const Expr& e);
+  bool test_named(const std::string& t, const Value& x, const std::vector<Value>& a);
+
+  std::vector<std::unordered_map<std::string, Value>> scopes_;
+  int depth_ = 0;
+};
+
+}  // namespace ssmserve::server::jinja

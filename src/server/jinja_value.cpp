@@ -1,0 +1,162 @@
+// Owns the Python value semantics of ssmserve's Jinja engine (see jinja_value.h).
+#include "server/jinja_value.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace ssmserve::server::jinja {
+
+std::string py_float(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  if (d == std::floor(d) && std::fabs(d) < 1e16) return fmt::format("{:.1f}", d);
+  return fmt::format("{}", d);
+}
+
+std::string py_str_quote(const std::string& s) {
+  const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, q);
+  for (char c : s) {
+    if (c == q || c == '\\') out += '\\';
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else out += c;
+  }
+  return out + q;
+}
+
+/// Python's repr() of a JSON value (used inside containers).
+std::string py_repr(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "None";
+    case json::value_t::boolean: return v.get<bool>() ? "True" : "False";
+    case json::value_t::string: return py_str_quote(v.get<std::string>());
+    case json::value_t::number_float: return py_float(v.get<double>());
+    case json::value_t::array: {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + py_repr(v[i]);
+      return s + "]";
+    }
+    case json::value_t::object: {
+      std::string s = "{";
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it, first = false) s += (first ? "" : ", ") + py_str_quote(it.key()) + ": " + py_repr(it.value());
+      return s + "}";
+    }
+    default: return v.dump();
+  }
+}
+
+/// Python's str().
+std::string py_str(const Value& v) {
+  if (v.undefined()) return "";
+  const json& d = v.data();
+  if (d.is_string()) return d.get<std::string>();
+  return py_repr(d);
+}
+
+/// json.dumps(v, ensure_ascii=False, indent=indent) with Python's separators.
+void py_json(const json& v, std::string& out, int indent, int depth) {
+  auto newline = [&](int d) {
+    if (indent >= 0) out.append(1, '\n').append(static_cast<size_t>(indent * d), ' ');
+  };
+  const char* item_sep = indent >= 0 ? "," : ", ";
+  if (v.is_array()) {
+    if (v.empty()) return void(out += "[]");
+    out += "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) out += item_sep;
+      newline(depth + 1);
+      py_json(v[i], out, indent, depth + 1);
+    }
+    newline(depth);
+    out += "]";
+  } else if (v.is_object()) {
+    if (v.empty()) return void(out += "{}");
+    out += "{";
+    bool first = true;
+    for (auto it = v.begin(); it != v.end(); ++it, first = false) {
+      if (!first) out += item_sep;
+      newline(depth + 1);
+      out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ": ";
+      py_json(it.value(), out, indent, depth + 1);
+    }
+    newline(depth);
+    out += "}";
+  } else if (v.is_number_float()) {
+    out += py_float(v.get<double>());
+  } else {
+    out += v.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+}
+
+bool truthy(const Value& v) {
+  if (v.kind == Value::Undefined) return false;
+  if (v.kind != Value::Json) return true;
+  const json& j = v.j;
+  switch (j.type()) {
+    case json::value_t::null: return false;
+    case json::value_t::boolean: return j.get<bool>();
+    case json::value_t::string: return !j.get_ref<const std::string&>().empty();
+    case json::value_t::array:
+    case json::value_t::object: return !j.empty();
+    case json::value_t::number_float: return j.get<double>() != 0.0;
+    default: return j.get<long long>() != 0;
+  }
+}
+
+/// The items a for loop (or a filter) walks: list items, dict keys, string characters (bytes of UTF-8 sequences kept
+/// together), nothing for undefined / none.
+std::vector<json> iterate(const Value& v) {
+  std::vector<json> out;
+  const json& d = v.data();
+  if (d.is_array()) {
+    for (const auto& e : d) out.push_back(e);
+  } else if (d.is_object()) {
+    for (auto it = d.begin(); it != d.end(); ++it) out.push_back(it.key());
+  } else if (d.is_string()) {
+    const std::string& s = d.get_ref<const std::string&>();
+    for (size_t i = 0; i < s.size();) {
+      size_t n = 1;
+      const auto c = static_cast<unsigned char>(s[i]);
+      if (c >= 0xF0) n = 4;
+      else if (c >= 0xE0) n = 3;
+      else if (c >= 0xC0) n = 2;
+      out.push_back(s.substr(i, n));
+      i += n;
+    }
+  } else if (!v.undefined() && !d.is_null()) {
+    fail("template: {} is not iterable", py_repr(d));
+  }
+  return out;
+}
+
+
+std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right) {
+  size_t a = 0, b = s.size();
+  auto is_strip = [&](char c) { return chars.empty() ? (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') : chars.find(c) != std::string::npos; };
+  if (left)
+    while (a < b && is_strip(s[a])) ++a;
+  if (right)
+    while (b > a && is_strip(s[b - 1])) --b;
+  return s.substr(a, b - a);
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  if (from.empty()) return s;
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+  return s;
+}
+
+double num(const json& v, const char* what) {
+  SSM_CHECK(v.is_number() || v.is_boolean(), "template: {} needs a number, got {}", what, py_repr(v));
+  return v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>();
+}
+
+json number_result(double d, bool integral) {
+  if (integral) return static_cast<long long>(d);
+  return d;
+}
+
+}  // namespace ssmserve::server::jinja

@@ -1,0 +1,65 @@
+// Owns the runtime values of ssmserve's Jinja engine (internal to src/server/jinja*.cpp): Value (JSON data,
+// Undefined, namespace objects, macros) and the Python semantics the evaluator needs: str() / repr() rendering,
+// json.dumps, truthiness, iteration, string and number helpers.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/jinja_ast.h"
+
+namespace ssmserve::server::jinja {
+
+using json = nlohmann::ordered_json;
+
+/// A runtime value: JSON data, Jinja's Undefined, a namespace() object (mutable, shared) or a macro.
+struct Value {
+  enum Kind { Undefined, Json, Namespace, Macro } kind = Undefined;
+  json j;
+  std::shared_ptr<json> ns;
+  const Stmt* macro = nullptr;
+  static Value of(json v) {
+    Value x;
+    x.kind = Json;
+    x.j = std::move(v);
+    return x;
+  }
+  bool undefined() const { return kind == Undefined; }
+  /// The JSON view (namespaces as their attribute object, undefined as null).
+  const json& data() const {
+    static const json null_json;
+    return kind == Json ? j : kind == Namespace ? *ns : null_json;
+  }
+};
+
+/// Python's str() of a float (repr: shortest round-trip digits, "inf", "nan", "1.0").
+std::string py_float(double d);
+/// Python's repr() of a string (single quotes unless the text has one and no double quote).
+std::string py_str_quote(const std::string& s);
+/// Python's repr() of a JSON value (True, None, ['a', 1], {'k': 2}).
+std::string py_repr(const json& v);
+/// Python's str() of a value: strings as-is, undefined as "", the rest as py_repr.
+std::string py_str(const Value& v);
+/// json.dumps(v, ensure_ascii=False, indent=indent) with Python's separators, appended to out.
+void py_json(const json& v, std::string& out, int indent, int depth);
+/// Python truthiness (undefined, none, 0, "", [] and {} are false; namespaces and macros true).
+bool truthy(const Value& v);
+/// The items a for loop (or a filter) walks: list items, dict keys, string characters (bytes of UTF-8 sequences
+/// kept together), nothing for undefined / none.
+std::vector<json> iterate(const Value& v);
+/// str.strip / lstrip / rstrip with `chars` (empty = whitespace).
+std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right);
+/// str.replace(from, to) (every occurrence; empty `from` leaves s unchanged).
+std::string replace_all(std::string s, const std::string& from, const std::string& to);
+/// A number operand (booleans as 0 / 1). Throws Error naming `what` otherwise.
+double num(const json& v, const char* what);
+/// An arithmetic result: an integer when both operands were integers, else a float.
+json number_result(double d, bool integral);
+
+/// Thrown by {% break %} / {% continue %} to the enclosing loop.
+struct BreakSignal {};
+struct ContinueSignal {};
+
+}  // namespace ssmserve::server::jinja
