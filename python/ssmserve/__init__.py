@@ -11,8 +11,15 @@ import os
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 # libgomp reads its wait policy when it is loaded (importing the extension below): the same short-spin default as
-# the ssmserve binary (src/core/openmp_env.h), unless the user chose one.
-if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SSMSERVE_NO_OMP_DEFAULTS")):
+# the ssmserve binary on busy cores (src/core/openmp_env.h), unless the user chose one.
+def _cores_busy() -> bool:
+    try:
+        return os.getloadavg()[0] >= (os.cpu_count() or 1)
+    except OSError:
+        return False
+
+
+if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SSMSERVE_NO_OMP_DEFAULTS")) and _cores_busy():
     os.environ["GOMP_SPINCOUNT"] = "1000"
 
 from . import _ssmserve  # noqa: E402
