@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,17 @@ namespace ssmserve::cudatest {
   } while (0)
 
 /// SSMSERVE_CUDA_TEST_QUICK=1 (the compute-sanitizer runs): fewer tokens and only the small shapes.
+/// A device buffer of n floats, every byte 0xFF (NaN): rows an op must not write stay that way.
+inline cuda::DeviceBuffer poisoned(size_t n) {
+  cuda::DeviceBuffer b(n * sizeof(float));
+  b.fill_bytes(0xff);
+  return b;
+}
+
+/// A read-only span over a host vector (the ops take spans).
+template <class T>
+std::span<const T> sp(const std::vector<T>& v) { return std::span<const T>(v); }
+
 inline bool quick() {
   const char* v = std::getenv("SSMSERVE_CUDA_TEST_QUICK");
   return v && *v && std::string(v) != "0";

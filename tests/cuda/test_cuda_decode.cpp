@@ -37,13 +37,12 @@ using cuda::DeviceBuffer;
 using cuda::to_device;
 using cuda::to_host;
 
-DeviceBuffer poisoned(size_t bytes) {
+/// A device buffer of `bytes` bytes, every byte 0xFF.
+DeviceBuffer poisoned_bytes(size_t bytes) {
   DeviceBuffer b(bytes);
   b.fill_bytes(0xff);
   return b;
 }
-template <class T>
-std::span<const T> sp(const std::vector<T>& v) { return std::span<const T>(v); }
 std::vector<float> bf16_bits_to_f32(const std::vector<uint16_t>& b) {
   std::vector<float> f(b.size());
   for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
@@ -117,7 +116,7 @@ TEST(CudaSkinnyGemm, MatchesCpuLinear) {
         Operands op(rng, M, sh.N, sh.K, xs);
         const auto ref = op.reference(ys);
         // y fp32 + bf16 copy, then y bf16.
-        DeviceBuffer dy = poisoned(M * ys * 4), dy2 = poisoned(M * ys * 2);
+        DeviceBuffer dy = poisoned_bytes(M * ys * 4), dy2 = poisoned_bytes(M * ys * 2);
         SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, op.dx.data(), xs, op.dw.data(), sh.K, DType::BF16, dy.data(), ys,
                                 DType::F32}, dy2.data(), ys, true, nullptr));
         SSM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -127,7 +126,7 @@ TEST(CudaSkinnyGemm, MatchesCpuLinear) {
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < sh.N; ++n)
             ASSERT_EQ(y2[m * ys + n], bf16_to_f32(f32_to_bf16(y[m * ys + n]))) << "bf16 copy " << m << "," << n;
-        DeviceBuffer dyb = poisoned(M * ys * 2);
+        DeviceBuffer dyb = poisoned_bytes(M * ys * 2);
         SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, op.dx.data(), xs, op.dw.data(), sh.K, DType::BF16, dyb.data(), ys,
                                 DType::BF16}, nullptr, 0, false, nullptr));
         SSM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -207,7 +206,7 @@ TEST(CudaDecodeOps, NormRowsMatchCpu) {
     cpu::rms_norm(sum.data(), w.data(), 1e-5f, T, H, ref.data());
     DeviceBuffer dx = to_device(x), dr = to_device(res), dw = to_device(w);
     // All rows, residual written back, fp32 out.
-    DeviceBuffer dout = poisoned(T * os * 4);
+    DeviceBuffer dout = poisoned_bytes(T * os * 4);
     SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx.as<float>(), xs, dr.as<float>(), rs, dw.as<float>(), 1e-5f, nullptr, T, H,
                                            true, dout.data(), DType::F32, os, true, nullptr));
     SSM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -218,7 +217,7 @@ TEST(CudaDecodeOps, NormRowsMatchCpu) {
     // Gathered rows (the LM head's logits rows), residual untouched, bf16 out.
     dr.upload(res.data(), res.size() * 4);
     const std::vector<int32_t> rows = {8, 0, 3};
-    DeviceBuffer drows = to_device(rows), dob = poisoned(3 * os * 2);
+    DeviceBuffer drows = to_device(rows), dob = poisoned_bytes(3 * os * 2);
     SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx.as<float>(), xs, dr.as<float>(), rs, dw.as<float>(), 1e-5f,
                                            drows.as<int32_t>(), 3, H, false, dob.data(), DType::BF16, os, false, nullptr));
     SSM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -243,7 +242,7 @@ TEST(CudaDecodeOps, GatedNormPdlEqualsGatedNorm) {
       const int64_t T = 5, ys = D + 3, zs = D + 7, group = D / 2;
       auto y = rand_vec(rng, T * ys), z = rand_vec(rng, T * zs, -3, 3), w = rand_vec(rng, D, 0.5f, 1.5f);
       DeviceBuffer dy = to_device(y), dz = to_device(z), dw = to_device(w);
-      DeviceBuffer o1 = poisoned(T * D * 4), o2 = poisoned(T * D * 4);
+      DeviceBuffer o1 = poisoned_bytes(T * D * 4), o2 = poisoned_bytes(T * D * 4);
       SSM_CUDA_CHECK(cuda::gated_rms_norm(dy.as<float>(), ys, dz.as<float>(), zs, dw.as<float>(), 1e-5f, T, D, group, nbg,
                                           o1.data(), DType::F32, D, nullptr));
       SSM_CUDA_CHECK(cuda::gated_rms_norm_pdl(dy.as<float>(), ys, dz.as<float>(), zs, dw.as<float>(), 1e-5f, T, D, group,
@@ -277,7 +276,7 @@ TEST(CudaDecodeOps, ConvUpdateDualEqualsConvUpdateAndCpu) {
       cuda::ConvParams g2{dim, width, dw.as<float>(), dbias.as<float>(), pool2.dev_view(), true};
       std::vector<float> ref(B * os, 0.0f);
       cpu::causal_conv1d_update(x.data(), xs, ref.data(), os, cp, sp(b.state_indices));
-      DeviceBuffer o1 = poisoned(B * os * 4), o2 = poisoned(B * os * 4), o2b = poisoned(B * os * 2);
+      DeviceBuffer o1 = poisoned_bytes(B * os * 4), o2 = poisoned_bytes(B * os * 4), o2b = poisoned_bytes(B * os * 2);
       SSM_CUDA_CHECK(cuda::causal_conv1d_update(dx.as<float>(), xs, o1.as<float>(), os, g1, dsi.as<int32_t>(), B, nullptr));
       SSM_CUDA_CHECK(cuda::conv1d_update_dual(dx.as<float>(), xs, o2.as<float>(), os, o2b.data(), os, g2,
                                               dsi.as<int32_t>(), B, true, nullptr));
@@ -333,7 +332,7 @@ TEST(CudaDecodeOps, ScanUpdateOutEqualsStateUpdateAndCpu) {
       cuda::ScanParams g2{dim, N, dA.as<float>(), dD.as<float>(), dbi.as<float>(), true, pool2.dev_view()};
       std::vector<float> ref(B * ys, 0.0f);
       cpu::selective_state_update(ci, cp, ref.data(), ys, sp(b.state_indices));
-      DeviceBuffer y1 = poisoned(B * ys * 4), y2 = poisoned(B * ys * 4);
+      DeviceBuffer y1 = poisoned_bytes(B * ys * 4), y2 = poisoned_bytes(B * ys * 4);
       SSM_CUDA_CHECK(cuda::selective_state_update(gi, g1, y1.as<float>(), ys, dsi.as<int32_t>(), B, nullptr));
       SSM_CUDA_CHECK(cuda::selective_state_update_out(gi, g2, y2.data(), DType::F32, ys, dsi.as<int32_t>(), B, true, nullptr));
       SSM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -349,7 +348,7 @@ TEST(CudaDecodeOps, ScanUpdateOutEqualsStateUpdateAndCpu) {
       EXPECT_EQ(s1, s2) << "state update differs";
       // bf16 output: the rounding of the fp32 one (states restored first).
       pool2.dev.upload(initial.data(), initial.size());
-      DeviceBuffer y3 = poisoned(B * ys * 2);
+      DeviceBuffer y3 = poisoned_bytes(B * ys * 2);
       SSM_CUDA_CHECK(cuda::selective_state_update_out(gi, g2, y3.data(), DType::BF16, ys, dsi.as<int32_t>(), B, false, nullptr));
       SSM_CUDA_CHECK(cudaDeviceSynchronize());
       auto a3 = to_host<uint16_t>(y3, B * ys);

@@ -27,11 +27,6 @@ using cuda::DeviceBuffer;
 using cuda::to_device;
 using cuda::to_host;
 
-DeviceBuffer poisoned(size_t n) {
-  DeviceBuffer b(n * sizeof(float));
-  b.fill_bytes(0xff);
-  return b;
-}
 
 // ---- lightning attention -----------------------------------------------------------------------------------------
 

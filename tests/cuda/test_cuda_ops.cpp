@@ -30,15 +30,6 @@ using cuda::DeviceBuffer;
 using cuda::to_device;
 using cuda::to_host;
 
-/// A device buffer of n floats, every byte 0xFF (NaN): rows an op must not write stay that way.
-DeviceBuffer poisoned(size_t n) {
-  DeviceBuffer b(n * sizeof(float));
-  b.fill_bytes(0xff);
-  return b;
-}
-
-template <class T>
-std::span<const T> sp(const std::vector<T>& v) { return std::span<const T>(v); }
 
 TEST(CudaDevice, ReportsDeviceAndErrors) {
   REQUIRE_GPU();
