@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 
 namespace ssmserve {
 namespace {
@@ -31,7 +32,7 @@ StateDtypes StateDtypes::from_options(std::string_view mamba_cache_dtype, std::s
   return d;
 }
 
-void StateCache::AlignedFree::operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{kAlign}); }
+void StateCache::AlignedFree::operator()(std::byte* p) const { huge_page_free(p, bytes); }
 
 StateCache::StateCache(int num_layers, StateShape shape, int num_blocks, StateDtypes dtypes)
     : shape_(shape), dtypes_(dtypes), num_blocks_(num_blocks) {
@@ -45,9 +46,10 @@ StateCache::StateCache(int num_layers, StateShape shape, int num_blocks, StateDt
   page_bytes_ = std::max(page_bytes_, round_up(shape.min_page_bytes, kAlign));
   const auto bytes = static_cast<size_t>(page_bytes_ * num_blocks);
   for (int l = 0; l < num_layers; ++l) {
-    auto* p = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{kAlign}));
+    // Huge pages: a decode step streams every layer's states (huge_pages.h); alignment is >= kAlign.
+    auto* p = static_cast<std::byte*>(huge_page_alloc(bytes));
     std::memset(p, 0, bytes);
-    buffers_.emplace_back(p);
+    buffers_.emplace_back(p, AlignedFree{bytes});
   }
 }
 

@@ -70,7 +70,8 @@ class StateCache {
   StateCache shard(StateShape shard, int64_t conv_offset, int64_t ssm_offset) const;
 
  private:
-  struct AlignedFree {
+  struct AlignedFree {  // frees a huge_page_alloc'ed layer buffer of `bytes` bytes
+    std::size_t bytes = 0;
     void operator()(std::byte* p) const;
   };
   StateShape shape_;

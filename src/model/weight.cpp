@@ -12,7 +12,7 @@ Weight Weight::allocate(DType dtype, int64_t rows, int64_t cols) {
   w.dtype = dtype;
   w.rows = rows;
   w.cols = cols;
-  w.owned = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(rows * cols) * dtype_size(dtype));
+  w.owned = std::make_shared<HugeByteBuffer>(static_cast<size_t>(rows * cols) * dtype_size(dtype));
   w.data = w.owned->data();
   return w;
 }

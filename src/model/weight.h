@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/huge_pages.h"
 
 namespace ssmserve {
 
@@ -19,10 +20,10 @@ struct Weight {
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
-  std::shared_ptr<std::vector<std::byte>> owned;  ///< set when the model owns the bytes
+  std::shared_ptr<HugeByteBuffer> owned;  ///< set when the model owns the bytes (on huge pages)
   /// The same matrix repacked for the CPU GEMM's broadcast kernel (cpu::pack_for_linear, layout private to
   /// kernels/cpu/linear.cpp), or null: then cpu::linear reads `data` row-major.
-  std::shared_ptr<const std::vector<std::byte>> cpu_panels;
+  std::shared_ptr<const HugeByteBuffer> cpu_panels;
 
   /// Views a checkpoint tensor as [shape[0], prod(shape[1:])]; F16 is converted to an owned F32 copy.
   static Weight from_tensor(const TensorRef& t);

@@ -318,7 +318,7 @@ void pack_for_linear(Weight& w) {
   SSM_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "pack_for_linear: weight dtype {} is not F32 or BF16",
             dtype_name(w.dtype));
   const int64_t N = w.rows, K = w.cols, P = num_panels(N);
-  auto out = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(P * K * kPanel) * dtype_size(w.dtype));
+  auto out = std::make_shared<HugeByteBuffer>(static_cast<size_t>(P * K * kPanel) * dtype_size(w.dtype));
   if (w.dtype == DType::BF16) {
     auto* dst = reinterpret_cast<uint16_t*>(out->data());
 #pragma omp parallel for schedule(static)
