@@ -2,7 +2,6 @@
 #include "model/weight_source.h"
 
 #include <cmath>
-#include <random>
 
 #include "core/error.h"
 
@@ -21,15 +20,25 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Fills n values: value(i) for the init kind, row length `cols` (for LogArange).
+// Value i of a dummy tensor with key `seed`: splitmix64 of (seed, i) mapped to [0, 1). Counter-based, so any
+// element can be computed alone: the fill below runs in parallel and its values do not depend on the thread count.
+inline float unit_uniform(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // top 24 bits: exact in float
+}
+
+// Fills n values: value(i) for the init kind, row length `cols` (for LogArange). Parallel over i (a 2.8B
+// parameter model fills in seconds on a many-core host instead of ~40 s).
 template <typename Store>
 void fill(const DummyInit& init, uint64_t seed, int64_t n, int64_t cols, Store store) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-init.value, init.value);
+#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 16))
   for (int64_t i = 0; i < n; ++i) {
     float v = 0.0f;
     switch (init.kind) {
-      case DummyInit::Uniform: v = dist(rng); break;
+      case DummyInit::Uniform: v = init.value * (2.0f * unit_uniform(seed, static_cast<uint64_t>(i)) - 1.0f); break;
       case DummyInit::Constant: v = init.value; break;
       case DummyInit::LogArange: v = std::log(static_cast<float>(i % cols + 1)); break;
     }
