@@ -59,6 +59,8 @@ class StateCache {
   void zero_block(int block);
   /// Bytes of one layer's page (conv + ssm + alignment padding).
   int64_t page_bytes() const { return page_bytes_; }
+  /// True for a tensor-parallel rank's view (shard()): its states are a slice of every page of the parent.
+  bool is_shard() const { return parent_ != nullptr; }
   /// Bytes of state one block holds across all layers (num_layers x page_bytes).
   int64_t bytes_per_block() const { return page_bytes_ * num_layers(); }
 

@@ -56,6 +56,23 @@ TensorParallelLM::~TensorParallelLM() {
   for (auto& t : threads_) t.join();
 }
 
+std::optional<double> TensorParallelLM::device_state_budget(double gpu_memory_utilization, int64_t max_num_batched_tokens,
+                                                           int64_t max_num_seqs) const {
+  std::optional<double> budget;
+  const double page_elems = static_cast<double>(page_.conv_elems + page_.ssm_elems);
+  for (size_t r = 0; r < shards_.size(); ++r) {
+    if (thread_init_) thread_init_(static_cast<int>(r));
+    const auto b = shards_[r]->device_state_budget(gpu_memory_utilization, max_num_batched_tokens, max_num_seqs);
+    if (!b) continue;
+    const StateShape s = shards_[r]->state_shape();
+    // + 32: the rank's two parts are each rounded up to a 64-byte line (at most 16 fp32 elements each).
+    const double scaled = *b * page_elems / static_cast<double>(s.conv_elems + s.ssm_elems + 32);
+    budget = budget ? std::min(*budget, scaled) : scaled;
+  }
+  if (thread_init_) thread_init_(0);
+  return budget;
+}
+
 void TensorParallelLM::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
   // The checks each shard's forward makes first, done once here: a batch that fails them never reaches a rank.
   check_batch_against_cache(batch, cache, num_state_layers(), "tensor-parallel");

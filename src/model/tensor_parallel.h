@@ -58,6 +58,11 @@ class TensorParallelLM final : public CausalLM {
   /// Validates the batch against `cache` (the same checks every rank would make, so a bad batch throws here,
   /// before any rank starts a collective), then runs every rank. Throws Error on a bad batch or a rank's error.
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
+  /// Device ranks (GPU shards) keep only their shard of every state (cuda::DeviceStateMirror): the budget of the
+  /// tightest rank (asked on its own device through thread_init), scaled by whole-page / rank-shard elements so
+  /// the engine can divide it by the whole page's bytes. nullopt when the shards keep their states on the host.
+  std::optional<double> device_state_budget(double gpu_memory_utilization, int64_t max_num_batched_tokens,
+                                            int64_t max_num_seqs) const override;
 
   int tensor_parallel_size() const { return static_cast<int>(shards_.size()); }
 

@@ -2,27 +2,47 @@
 #include "runtime/device_state.h"
 
 namespace ssmserve::cuda {
+namespace {
+
+constexpr int64_t kAlign = 64;  // bytes, as the host pages
+int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+int64_t DeviceStateMirror::compact_page_bytes(const StateShape& shape, const StateDtypes& dtypes) {
+  return round_up(shape.conv_elems * static_cast<int64_t>(dtype_size(dtypes.conv)), kAlign) +
+         round_up(shape.ssm_elems * static_cast<int64_t>(dtype_size(dtypes.ssm)), kAlign);
+}
 
 void DeviceStateMirror::sync_layout(const StateCache& cache) {
+  const StateShape& shape = cache.shape();
   if (cache_ == &cache && num_blocks_ == cache.num_blocks() && page_bytes_ == cache.page_bytes() &&
+      shape_.conv_elems == shape.conv_elems && shape_.ssm_elems == shape.ssm_elems &&
       static_cast<int>(buffers_.size()) == cache.num_layers())
     return;
   buffers_.clear();
   conv_.clear();
   ssm_.clear();
+  cache_ = nullptr;
+  if (cache.num_layers() == 0) return;
+  const StateDtypes dtypes{cache.conv_state(0).dtype, cache.ssm_state(0).dtype};
+  const bool compact = cache.is_shard();
+  const int64_t page = compact ? compact_page_bytes(shape, dtypes) : cache.page_bytes();
   for (int l = 0; l < cache.num_layers(); ++l) {
-    DeviceBuffer b(static_cast<size_t>(cache.page_bytes()) * cache.num_blocks());
+    DeviceBuffer b(static_cast<size_t>(page) * cache.num_blocks());
     b.fill_bytes(0);
     const StateView hc = cache.conv_state(l), hs = cache.ssm_state(l);
-    // The conv window starts the page; the SSM state sits at the same byte offset as on the host.
-    const auto ssm_offset = static_cast<const std::byte*>(hs.data) - static_cast<const std::byte*>(hc.data);
-    conv_.push_back({b.data(), hc.dtype, hc.block_stride});
-    ssm_.push_back({static_cast<std::byte*>(b.data()) + ssm_offset, hs.dtype, hs.block_stride});
+    // Whole cache: the SSM state sits at the same byte offset as on the host. Shard: right after the conv shard.
+    const int64_t ssm_offset = compact ? round_up(shape.conv_elems * static_cast<int64_t>(dtype_size(hc.dtype)), kAlign)
+                                       : static_cast<const std::byte*>(hs.data) - static_cast<const std::byte*>(hc.data);
+    conv_.push_back({b.data(), hc.dtype, page / static_cast<int64_t>(dtype_size(hc.dtype))});
+    ssm_.push_back({static_cast<std::byte*>(b.data()) + ssm_offset, hs.dtype, page / static_cast<int64_t>(dtype_size(hs.dtype))});
     buffers_.push_back(std::move(b));
   }
   cache_ = &cache;
   num_blocks_ = cache.num_blocks();
   page_bytes_ = cache.page_bytes();
+  shape_ = shape;
 }
 
 }  // namespace ssmserve::cuda

@@ -1,6 +1,9 @@
-// Owns the device mirror of the engine's recurrent-state pool: per layer one device buffer with the StateCache's
-// page layout (conv window, then SSM state, 64-byte aligned parts), so the engine's block ids address the GPU
-// states directly. The host pool keeps the bookkeeping; the GPU kernels read and write only the mirror.
+// Owns the device mirror of the engine's recurrent-state pool: per layer one device buffer indexed by the engine's
+// block ids, so they address the GPU states directly. For a whole cache the buffer has the StateCache's page
+// layout (conv window, then SSM state, 64-byte aligned parts; a hybrid's KV blocks live in the same pages). For a
+// tensor-parallel rank's view (StateCache::is_shard) it holds only that rank's shard of every state, in compact
+// pages of its own (conv shard, then SSM shard, each 64-byte aligned): each GPU stores 1/N of the states
+// (issue 9, vllm-ssm-design.md §5). The host pool keeps the bookkeeping; the GPU kernels read and write only the mirror.
 // StateCache::zero_block is not mirrored: a block handed out again starts with has_initial_states = 0, and
 // the prefill kernels then never read its old contents.
 #pragma once
@@ -14,7 +17,10 @@ namespace ssmserve::cuda {
 class DeviceStateMirror {
  public:
   /// (Re)allocates zeroed device buffers when `cache` differs from the last one seen (layers, blocks, pages).
+  /// Throws Error when the device is out of memory.
   void sync_layout(const StateCache& cache);
+  /// Bytes of one block's page in the mirror for `shape`, with `dtypes`, when compact (a rank's shard).
+  static int64_t compact_page_bytes(const StateShape& shape, const StateDtypes& dtypes);
   /// Device views of layer `layer` (same dtype and block stride as the host views).
   StateView conv_state(int layer) const { return conv_[layer]; }
   StateView ssm_state(int layer) const { return ssm_[layer]; }
@@ -27,6 +33,7 @@ class DeviceStateMirror {
   const StateCache* cache_ = nullptr;
   int num_blocks_ = 0;
   int64_t page_bytes_ = 0;
+  StateShape shape_;
   std::vector<DeviceBuffer> buffers_;
   std::vector<StateView> conv_, ssm_;
 };
