@@ -126,8 +126,23 @@ int run_throughput(ThroughputArgs& a) {
   for (Request& r : reqs) engine.add_request(std::move(r));
   int done = 0;
   draw_progress(0, n);
+  // Where the time goes: steps with prefill tokens vs decode-only steps, each split into the model's forward
+  // (GPU work, metadata upload, logits / picks download) and the rest of the step (scheduling, batch building,
+  // sampling, request updates).
+  struct Part {
+    long long steps = 0, tokens = 0;
+    double seconds = 0.0, forward = 0.0;
+  } part[2];  // [0] steps with prefill tokens, [1] decode-only steps
   while (engine.has_unfinished_requests()) {
-    for (const RequestOutput& o : engine.step()) {
+    const auto s0 = std::chrono::steady_clock::now();
+    std::vector<RequestOutput> outs = engine.step();
+    const StepStats& st = engine.last_step_stats();
+    Part& pt = part[st.num_prefill_tokens > 0 ? 0 : 1];
+    ++pt.steps;
+    pt.tokens += st.num_prefill_tokens + st.num_decode_tokens;
+    pt.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    pt.forward += st.forward_seconds;
+    for (const RequestOutput& o : outs) {
       if (!o.finished) continue;
       output_tokens += static_cast<long long>(o.outputs.at(0).token_ids.size());
       draw_progress(++done, n);
@@ -143,6 +158,14 @@ int run_throughput(ThroughputArgs& a) {
             << a.engine.scheduler.max_num_seqs << "\n"
             << std::fixed << std::setprecision(2) << "elapsed: " << elapsed << " s\n"
             << "Throughput: " << rps << " requests/s, " << tps << " total tokens/s, " << ops << " output tokens/s\n";
+  for (int k = 0; k < 2; ++k) {
+    const Part& pt = part[k];
+    if (pt.steps == 0) continue;
+    std::cout << (k == 0 ? "prefill steps: " : "decode steps:  ") << pt.steps << " steps, " << pt.tokens << " tokens, "
+              << std::setprecision(3) << pt.seconds << " s (forward " << pt.forward << " s, rest " << pt.seconds - pt.forward
+              << " s), " << 1e3 * pt.seconds / pt.steps << " ms/step, " << std::setprecision(1)
+              << static_cast<double>(pt.tokens) / pt.steps << " tokens/step\n";
+  }
   if (!a.output_json.empty()) {
     nlohmann::json j = {{"model", a.engine.model.string()},
                         {"dataset", a.dataset.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.dataset)},

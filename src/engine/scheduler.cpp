@@ -61,7 +61,7 @@ SchedulerOutput Scheduler::schedule() {
     const int block = pool_.allocate();
     if (block == 0) break;
     while (static_cast<int>(r->kv_blocks.size()) < kv_blocks_for(n_first)) r->kv_blocks.push_back(pool_.allocate());
-    cache_.zero_block(block);
+    if (zero_host_states_) cache_.zero_block(block);
     waiting_.pop_front();
     r->state_block = block;
     r->status = RequestStatus::Running;

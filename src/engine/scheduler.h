@@ -55,6 +55,9 @@ class Scheduler {
   /// The running request vLLM would preempt first (the most recently scheduled), or nullptr.
   RequestState* preemption_candidate() const { return running_.empty() ? nullptr : running_.back(); }
   int num_preemptions() const { return num_preemptions_; }
+  /// Whether a block handed to a waiting request gets its host page zeroed (default true). Device backends keep
+  /// and reset their states in device memory and never read the host pages, so the engine turns it off for them.
+  void set_zero_host_states(bool on) { zero_host_states_ = on; }
 
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
@@ -74,6 +77,7 @@ class Scheduler {
   bool preempted_this_step_ = false;
   BlockPool& pool_;
   StateCache& cache_;
+  bool zero_host_states_ = true;
   std::deque<RequestState*> waiting_;
   std::vector<RequestState*> running_;
   int num_preemptions_ = 0;
