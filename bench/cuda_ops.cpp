@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -120,11 +121,23 @@ void mamba1_layer(int batch, int len, GemmHandle& gemm, cudaStream_t s, std::mt1
   tm.op("gemm in_proj", [&] { g(normed.data(), T, H, w_in, 2 * I, xz.data()); }, 2.0 * T * 2 * I * H);
   ConvParams cp{I, static_cast<int>(K), conv_w.as<float>(), conv_b.as<float>(),
                 {conv_state.data(), DType::F32, (K - 1) * I}, true};
-  tm.op("causal_conv1d_fwd", [&] {
+  tm.op("causal_conv1d_fwd (fp32 only, not in total)", [&] {
     SSM_CUDA_CHECK(causal_conv1d_fwd(xz.as<float>(), 2 * I, xc.as<float>(), I, cp, meta.qsl.as<int32_t>(),
                                      meta.si.as<int32_t>(), meta.hi.as<uint8_t>(), batch, T, s));
+  }, 0, false);
+  tm.op("cast xc (replaced by the dual conv, not in total)",
+        [&] { SSM_CUDA_CHECK(cast_rows(xc.as<float>(), I, T, I, cast.data(), DType::BF16, I, s)); }, 0, false);
+  tm.op("causal_conv1d_fwd_dual (fp32 + bf16 copy)", [&] {
+    SSM_CUDA_CHECK(causal_conv1d_fwd_dual(xz.as<float>(), 2 * I, xc.as<float>(), I, cast.data(), I, cp,
+                                          meta.qsl.as<int32_t>(), meta.si.as<int32_t>(), meta.hi.as<uint8_t>(), batch,
+                                          T, s));
   });
-  tm.op("cast xc", [&] { SSM_CUDA_CHECK(cast_rows(xc.as<float>(), I, T, I, cast.data(), DType::BF16, I, s)); });
+  DeviceBuffer xc16(T * I * 2);
+  tm.op("causal_conv1d_fwd_dual (bf16 only, not in total)", [&] {
+    SSM_CUDA_CHECK(causal_conv1d_fwd_dual(xz.as<float>(), 2 * I, nullptr, 0, xc16.data(), I, cp,
+                                          meta.qsl.as<int32_t>(), meta.si.as<int32_t>(), meta.hi.as<uint8_t>(), batch,
+                                          T, s));
+  }, 0, false);
   tm.op("gemm x_proj", [&] { g(cast.data(), T, I, w_x, XD, xdbl.data()); }, 2.0 * T * XD * I);
   tm.op("cast dt_low", [&] { SSM_CUDA_CHECK(cast_rows(xdbl.as<float>(), XD, T, R, cast.data(), DType::BF16, R, s)); });
   tm.op("gemm dt_proj", [&] { g(cast.data(), T, R, w_dt, I, delta.data()); }, 2.0 * T * I * R);
@@ -139,14 +152,18 @@ void mamba1_layer(int batch, int len, GemmHandle& gemm, cudaStream_t s, std::mt1
   }, 0, false);
   DeviceBuffer scan_ws(scan_workspace_bytes(I, meta.nchunks));
   cm.workspace = scan_ws.data(), cm.workspace_bytes = scan_ws.bytes();
-  tm.op("selective_scan chunked", [&] {
+  tm.op("selective_scan chunked fp32 y (not in total)", [&] {
     SSM_CUDA_CHECK(selective_scan_chunked_fwd(in, sp, y.as<float>(), I, cm, meta.qsl.as<int32_t>(), s));
+  }, 0, false);
+  tm.op("selective_scan chunked bf16 y", [&] {
+    SSM_CUDA_CHECK(selective_scan_chunked_fwd_out(in, sp, cast.data(), DType::BF16, I, cm, meta.qsl.as<int32_t>(), s));
   });
   tm.op("selective_scan sequential (not in total)", [&] {
     SSM_CUDA_CHECK(selective_scan_fwd(in, sp, y.as<float>(), I, meta.qsl.as<int32_t>(), meta.si.as<int32_t>(),
                                       meta.hi.as<uint8_t>(), batch, s));
   }, 0, false);
-  tm.op("cast y", [&] { SSM_CUDA_CHECK(cast_rows(y.as<float>(), I, T, I, cast.data(), DType::BF16, I, s)); });
+  tm.op("cast y (replaced by the bf16-y scan, not in total)",
+        [&] { SSM_CUDA_CHECK(cast_rows(y.as<float>(), I, T, I, cast.data(), DType::BF16, I, s)); }, 0, false);
   tm.op("gemm out_proj", [&] { g(cast.data(), T, I, w_out, H, out.data()); }, 2.0 * T * H * I);
   std::printf("{\"layer\": \"mamba-2.8b\", \"prompts\": \"%dx%d\", \"op\": \"layer total\", \"ms\": %.4f}\n",
               batch, len, tm.total_ms);
@@ -198,6 +215,12 @@ void mamba2_layer(int batch, int len, GemmHandle& gemm, cudaStream_t s, std::mt1
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, cm, y.as<float>(), I, nullptr, s));
     }, ssd_flops, !exact);
   }
+  sp.exact_products = false;
+  setenv("SSMSERVE_SSD_SYNC_TILES", "1", 1);
+  tm.op("ssd chunked TF32, previous register-prefetch tiles (not in total)", [&] {
+    SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, cm, y.as<float>(), I, nullptr, s));
+  }, ssd_flops, false);
+  unsetenv("SSMSERVE_SSD_SYNC_TILES");
   const ChunkMetadataDev seq = meta.dev(batch, 0);  // chunk_size 0: the sequential walk
   tm.op("ssd sequential (not in total)",
         [&] { SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, seq, y.as<float>(), I, nullptr, s)); }, 0, false);
@@ -208,6 +231,33 @@ void mamba2_layer(int batch, int len, GemmHandle& gemm, cudaStream_t s, std::mt1
   tm.op("gemm out_proj", [&] { g(gated.data(), T, I, w_out, H, out.data(), H); }, 2.0 * T * H * I);
   std::printf("{\"layer\": \"mamba2-2.7b\", \"prompts\": \"%dx%d\", \"op\": \"layer total\", \"ms\": %.4f}\n",
               batch, len, tm.total_ms);
+}
+
+/// The mamba-2.8b decode state update at a large batch (one token per row, every row its own state block):
+/// the lane-per-state kernel against the thread-per-channel one, next to the state-traffic bound.
+void mamba1_decode_scan(int batch, cudaStream_t s, std::mt19937& rng) {
+  const int64_t I = 5120, N = 16, B = batch;
+  Timer tm{s, 0, "mamba-2.8b decode scan", batch, 1};
+  DeviceBuffer u = rand_dev(B * I, -1, 1, rng), delta = rand_dev(B * I, -1, 1, rng), bc = rand_dev(B * 2 * N, -1, 1, rng),
+               z = rand_dev(B * I, -1, 1, rng), A = rand_dev(I * N, -8.0f, -0.5f, rng), D = rand_dev(I, -1, 1, rng),
+               dtb = rand_dev(I, -4, -2, rng), y(B * I * 4), ssm_state((B + 1) * I * N * 4);
+  SSM_CUDA_CHECK(cudaMemset(ssm_state.data(), 0, ssm_state.bytes()));
+  std::vector<int32_t> idx(B);
+  for (int64_t b = 0; b < B; ++b) idx[b] = static_cast<int32_t>(b + 1);
+  DeviceBuffer didx(B * 4);
+  SSM_CUDA_CHECK(cudaMemcpy(didx.data(), idx.data(), B * 4, cudaMemcpyHostToDevice));
+  ScanInputs in{{u.as<float>(), I}, {delta.as<float>(), I}, {bc.as<float>(), 2 * N}, {bc.as<float>() + N, 2 * N},
+                {z.as<float>(), I}};
+  ScanParams sp{I, static_cast<int>(N), A.as<float>(), D.as<float>(), dtb.as<float>(), true,
+                {ssm_state.data(), DType::F32, I * N}};
+  tm.op("selective_state_update (lane per state, not in total)", [&] {
+    SSM_CUDA_CHECK(selective_state_update(in, sp, static_cast<float*>(y.data()), I, didx.as<int32_t>(), batch, s));
+  }, 0, false);
+  tm.op("selective_state_update_wide", [&] {
+    SSM_CUDA_CHECK(selective_state_update_wide(in, sp, y.data(), DType::BF16, I, didx.as<int32_t>(), batch, false, s));
+  });
+  std::printf("{\"layer\": \"mamba-2.8b decode scan\", \"batch\": %d, \"state_bytes\": %.0f}\n", batch,
+              2.0 * B * I * N * 4);
 }
 
 }  // namespace
@@ -224,5 +274,6 @@ int main() {
     mamba1_layer(b, l, gemm, stream.get(), rng);
     mamba2_layer(b, l, gemm, stream.get(), rng);
   }
+  for (int b : {64, 256}) mamba1_decode_scan(b, stream.get(), rng);
   return 0;
 }

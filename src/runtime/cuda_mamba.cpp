@@ -228,9 +228,8 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
     SSM_CUDA_CHECK(conv1d_update_dual(xz, 2 * I, xc, I, b16 ? xc16 : nullptr, I, conv, dm.state_indices_d,
                                       static_cast<int>(nd), pdl, s));
   if (np > 0) {
-    SSM_CUDA_CHECK(causal_conv1d_fwd(xz + P0 * 2 * I, 2 * I, xc + P0 * I, I, conv, dm.query_start_loc_p, dm.state_indices_p,
-                                     dm.has_initial_states_p, np, T - P0, s));
-    if (b16) SSM_CUDA_CHECK(cast_rows(xc + P0 * I, I, T - P0, I, xc16 + P0 * I, DType::BF16, I, s));
+    SSM_CUDA_CHECK(causal_conv1d_fwd_dual(xz + P0 * 2 * I, 2 * I, xc + P0 * I, I, b16 ? xc16 + P0 * I : nullptr, I, conv,
+                                          dm.query_start_loc_p, dm.state_indices_p, dm.has_initial_states_p, np, T - P0, s));
   }
   // 4. x_proj -> xdbl = [dt_low, B, C] (and its bf16 copy; under tensor parallelism after the all-reduce, since
   //    x_proj is row-parallel); delta = dt_proj(dt_low).
@@ -243,7 +242,11 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
   ScanParams sp{I, static_cast<int>(N), L.A.as<float>(), L.D.as<float>(), L.dt_bias.as<float>(), true,
                 states_.ssm_state(layer)};
-  if (nd > 0)
+  // Large decode batches (> 16 rows, outside batch-invariant mode): the thread-per-channel kernel.
+  if (nd > 16 && N <= 16 && !opt_.batch_invariant)
+    SSM_CUDA_CHECK(selective_state_update_wide(in, sp, b16 ? static_cast<void*>(y16) : y, wd, I, dm.state_indices_d,
+                                               static_cast<int>(nd), pdl, s));
+  else if (nd > 0)
     SSM_CUDA_CHECK(selective_state_update_out(in, sp, b16 ? static_cast<void*>(y16) : y, wd, I, dm.state_indices_d,
                                               static_cast<int>(nd), pdl, s));
   if (np > 0) {
@@ -253,8 +256,13 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
                         dm.state_indices_p, dm.has_initial_states_p, md.chunk_size};
     cm.workspace_bytes = scan_workspace_bytes(I, cm.nchunks);
     cm.workspace = scan_ws_.get(cm.workspace_bytes);
-    SSM_CUDA_CHECK(selective_scan_chunked_fwd(inp, sp, y + P0 * I, I, cm, dm.query_start_loc_p, s));
-    if (b16) SSM_CUDA_CHECK(cast_rows(y + P0 * I, I, T - P0, I, y16 + P0 * I, DType::BF16, I, s));
+    // The chunked scan writes out_proj's bf16 input itself (the sequential fallback, d_state > 16, writes fp32).
+    if (b16 && N <= 16 && md.chunk_size >= 1 && md.chunk_size <= 256) {
+      SSM_CUDA_CHECK(selective_scan_chunked_fwd_out(inp, sp, y16 + P0 * I, DType::BF16, I, cm, dm.query_start_loc_p, s));
+    } else {
+      SSM_CUDA_CHECK(selective_scan_chunked_fwd(inp, sp, y + P0 * I, I, cm, dm.query_start_loc_p, s));
+      if (b16) SSM_CUDA_CHECK(cast_rows(y + P0 * I, I, T - P0, I, y16 + P0 * I, DType::BF16, I, s));
+    }
   }
   // 6. out = out_proj(y) (added to hidden by the next layer's norm or the final norm).
   gemm(b16 ? static_cast<const void*>(y16) : y, T, I, L.out_proj, out, H);

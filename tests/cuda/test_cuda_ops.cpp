@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <span>
 
 #include "core/error.h"
@@ -244,11 +245,22 @@ void check_conv(std::mt19937& rng, int64_t dim, int width, DType state_dtype, co
   std::vector<float> ref(T * os, 0.0f);
   cpu::causal_conv1d_fwd(x.data(), xs, ref.data(), os, cp, sp(b.query_start_loc), sp(b.state_indices),
                          sp(b.has_initial_states));
-  SSM_CUDA_CHECK(cuda::causal_conv1d_fwd(dx.as<float>(), xs, dout.as<float>(), os, gp, dq.as<int32_t>(),
-                                         dsi.as<int32_t>(), dh.as<uint8_t>(), b.num_seqs(), T, nullptr));
+  // The dual-output form (fp32 out and its bf16 rounding, x_proj's input) is the prefill path's.
+  DeviceBuffer dout16 = poisoned(T * os);  // bf16 rows with stride os (half the buffer)
+  SSM_CUDA_CHECK(cuda::causal_conv1d_fwd_dual(dx.as<float>(), xs, dout.as<float>(), os, dout16.data(), os, gp,
+                                              dq.as<int32_t>(), dsi.as<int32_t>(), dh.as<uint8_t>(), b.num_seqs(), T,
+                                              nullptr));
   SSM_CUDA_CHECK(cudaDeviceSynchronize());
   auto got = to_host<float>(dout, T * os);
   const auto mask = b.token_mask();
+  {
+    auto got16 = to_host<uint16_t>(dout16, T * os);
+    int64_t bad = 0;
+    for (int64_t t = 0; t < T; ++t)
+      if (mask[t])
+        for (int64_t c = 0; c < dim; ++c) bad += got16[t * os + c] != f32_to_bf16(got[t * os + c]);
+    EXPECT_EQ(bad, 0) << "bf16 copy is not the rounding of the fp32 out";
+  }
   const double tol = 1e-6;  // same fma order: equal up to expf rounding in SiLU
   EXPECT_LT(rel_err(got.data(), os, ref.data(), os, T, dim, &mask), tol) << "prefill out";
   EXPECT_TRUE(untouched(got.data(), os, T, dim, mask)) << "null rows written";
@@ -290,6 +302,33 @@ TEST(CudaConv1d, PrefillAndDecodeMatchCpu) {
   for (int width : {2, 8}) check_conv(rng, 200, width, DType::F32, make_batch({1, 3, 9, 2}, {2}));
 }
 
+TEST(CudaConv1d, Bf16OnlyOutputEqualsDualOutput) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int64_t dim = 1536, xs = 2 * dim, os = dim + 4;
+  Batch b = make_batch({5, 1, 37, 2, 64, 3}, {1, 4});
+  for (auto& h : b.has_initial_states) h = 0;  // the window write-back of the first call does not change the second
+  const int64_t T = b.num_tokens();
+  StatePool pool(DType::F32, 3 * dim, b.num_seqs() + 1, rng);
+  auto w = rand_vec(rng, dim * 4, -0.5f, 0.5f), bias = rand_vec(rng, dim, -0.2f, 0.2f), x = rand_vec(rng, T * xs);
+  DeviceBuffer dw = to_device(w), dbias = to_device(bias), dx = to_device(x), dout = poisoned(T * os),
+               d16a = poisoned(T * os), d16b = poisoned(T * os);
+  DeviceBuffer dq = to_device(b.query_start_loc), dsi = to_device(b.state_indices), dh = to_device(b.has_initial_states);
+  cuda::ConvParams gp{dim, 4, dw.as<float>(), dbias.as<float>(), pool.dev_view(), true};
+  SSM_CUDA_CHECK(cuda::causal_conv1d_fwd_dual(dx.as<float>(), xs, dout.as<float>(), os, d16a.data(), os, gp,
+                                              dq.as<int32_t>(), dsi.as<int32_t>(), dh.as<uint8_t>(), b.num_seqs(), T,
+                                              nullptr));
+  SSM_CUDA_CHECK(cuda::causal_conv1d_fwd_dual(dx.as<float>(), xs, nullptr, 0, d16b.data(), os, gp, dq.as<int32_t>(),
+                                              dsi.as<int32_t>(), dh.as<uint8_t>(), b.num_seqs(), T, nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(to_host<uint16_t>(d16a, T * os), to_host<uint16_t>(d16b, T * os));
+  EXPECT_EQ(cuda::causal_conv1d_fwd_dual(dx.as<float>(), xs, nullptr, 0, nullptr, 0, gp, dq.as<int32_t>(),
+                                         dsi.as<int32_t>(), dh.as<uint8_t>(), b.num_seqs(), T, nullptr),
+            cudaErrorInvalidValue);
+}
+
 // ---- Mamba-1 selective scan -------------------------------------------------------------------------------------
 
 /// Chunk metadata over `b`: sequence s's first chunk is cut `offset[s]` tokens short (a continuing prefill
@@ -319,8 +358,10 @@ Chunks make_chunks(const Batch& b, int chunk_size, std::mt19937& rng) {
 
 /// chunk_size 0: selective_scan_fwd over query_start_loc; else selective_scan_chunked_fwd over chunks of at most
 /// chunk_size tokens (first chunk of sequences with initial states cut short at random, as a continuing prefill).
+/// y_dtype BF16: the chunked form writing bf16 y (bf16 tolerance). wide_decode: the decode step through
+/// selective_state_update_wide (the large-batch kernel) instead of selective_state_update.
 void check_scan(std::mt19937& rng, const Mamba1Shape& s, DType state_dtype, const Batch& b, bool with_z,
-                int chunk_size = 0) {
+                int chunk_size = 0, DType y_dtype = DType::F32, bool wide_decode = false) {
   const int64_t dim = s.d_inner, T = b.num_tokens();
   const int N = s.d_state;
   // Packed like the model: u, delta, z slices of wider rows; B and C slices of x_proj's output.
@@ -354,13 +395,24 @@ void check_scan(std::mt19937& rng, const Mamba1Shape& s, DType state_dtype, cons
     const cuda::ChunkMetadataDev gm{b.num_seqs(), static_cast<int>(ch.seq_idx.size()), dcu.as<int32_t>(),
                                     dseq.as<int32_t>(), dlast.as<int32_t>(), dsi.as<int32_t>(), dh.as<uint8_t>(),
                                     chunk_size};
-    SSM_CUDA_CHECK(cuda::selective_scan_chunked_fwd(gi, gp, dy.as<float>(), ys, gm, dq.as<int32_t>(), nullptr));
+    if (y_dtype == DType::F32)
+      SSM_CUDA_CHECK(cuda::selective_scan_chunked_fwd(gi, gp, dy.as<float>(), ys, gm, dq.as<int32_t>(), nullptr));
+    else
+      SSM_CUDA_CHECK(cuda::selective_scan_chunked_fwd_out(gi, gp, dy.data(), y_dtype, ys, gm, dq.as<int32_t>(),
+                                                          nullptr));
   }
   SSM_CUDA_CHECK(cudaDeviceSynchronize());
-  auto got = to_host<float>(dy, T * ys);
   const auto mask = b.token_mask();
-  EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, T, dim, &mask), tol) << "prefill y";
-  EXPECT_TRUE(untouched(got.data(), ys, T, dim, mask)) << "null rows written";
+  if (y_dtype == DType::BF16) {
+    auto raw = to_host<uint16_t>(dy, T * ys);
+    std::vector<float> got16(T * ys);
+    for (int64_t i = 0; i < T * ys; ++i) got16[i] = bf16_to_f32(raw[i]);
+    EXPECT_LT(rel_err(got16.data(), ys, ref.data(), ys, T, dim, &mask), 5e-3) << "prefill y (bf16)";
+  } else {
+    auto got = to_host<float>(dy, T * ys);
+    EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, T, dim, &mask), tol) << "prefill y";
+    EXPECT_TRUE(untouched(got.data(), ys, T, dim, mask)) << "null rows written";
+  }
   EXPECT_LT(pool.rel_err_blocks(b.state_indices), state_tol) << "prefill states";
   EXPECT_TRUE(pool.null_block_intact());
 
@@ -371,7 +423,11 @@ void check_scan(std::mt19937& rng, const Mamba1Shape& s, DType state_dtype, cons
   std::vector<float> refd(B * ys, 0.0f);
   cpu::selective_state_update(cd, cp, refd.data(), ys, sp(b.state_indices));
   DeviceBuffer dyd = poisoned(B * ys);
-  SSM_CUDA_CHECK(cuda::selective_state_update(gd, gp, dyd.as<float>(), ys, dsi.as<int32_t>(), B, nullptr));
+  if (wide_decode)
+    SSM_CUDA_CHECK(cuda::selective_state_update_wide(gd, gp, dyd.as<float>(), DType::F32, ys, dsi.as<int32_t>(), B,
+                                                     false, nullptr));
+  else
+    SSM_CUDA_CHECK(cuda::selective_state_update(gd, gp, dyd.as<float>(), ys, dsi.as<int32_t>(), B, nullptr));
   SSM_CUDA_CHECK(cudaDeviceSynchronize());
   auto gotd = to_host<float>(dyd, B * ys);
   std::vector<uint8_t> rmask(B);
@@ -395,7 +451,15 @@ TEST(CudaSelectiveScan, PrefillAndDecodeMatchCpu) {
         check_scan(rng, s, dt, make_batch(sch.lens, sch.null_at), true);
         check_scan(rng, s, dt, make_batch(sch.lens, sch.null_at), true, 256);  // chunk-parallel form
         check_scan(rng, s, dt, make_batch(sch.lens, sch.null_at), true, 16);   // many chunks per sequence
+        // bf16 y (out_proj's input) from the chunked form, and the large-batch decode kernel.
+        check_scan(rng, s, dt, make_batch(sch.lens, sch.null_at), true, 256, DType::BF16, true);
       }
+  // The large-batch decode kernel on a batch wider than 16 rows, d_state 16 and below (scalar state path).
+  for (int N : {16, 5}) {
+    std::vector<int> lens(40, 2);
+    check_scan(rng, {"custom", 64, 300, N, 4, 8}, DType::F32, make_batch(lens, {3, 17}), true, 16, DType::F32, true);
+    check_scan(rng, {"custom", 64, 300, N, 4, 8}, DType::BF16, make_batch(lens, {0}), false, 0, DType::F32, true);
+  }
   // d_state other than 16 (lanes 32, several states per lane), no gate.
   for (int N : {8, 64, 256}) {
     SCOPED_TRACE(testing::Message() << "d_state " << N);
@@ -494,6 +558,12 @@ TEST(CudaSsd, ChunkedPrefillAndDecodeMatchCpu) {
   // head_dim 80 and 128 (two 64-column tiles), chunk 100 (partial 64-row tiles), 4 heads per group.
   check_ssd(rng, {"odd-tiles", 64, 8, 80, 2, 48, 4, 100}, DType::F32, make_batch({250, 3, 101}, {}));
   check_ssd(rng, {"wide-head", 64, 2, 128, 1, 64, 4, 256}, DType::F32, make_batch({600, 1}, {}));
+  // The previous register-prefetch tiles (SSMSERVE_SSD_SYNC_TILES=1) stay selectable: the same checks.
+  setenv("SSMSERVE_SSD_SYNC_TILES", "1", 1);
+  for (SsdMode mode : {SsdMode::ChunkedExact, SsdMode::ChunkedFast})
+    check_ssd(rng, mamba2_shapes()[0], DType::F32, make_batch({5, 1, 37, 2, 64, 3}, {1, 4}), mode);
+  check_ssd(rng, {"odd-tiles", 64, 8, 80, 2, 48, 4, 100}, DType::F32, make_batch({250, 3, 101}, {}));
+  unsetenv("SSMSERVE_SSD_SYNC_TILES");
 }
 
 // ---- bad arguments ----------------------------------------------------------------------------------------------

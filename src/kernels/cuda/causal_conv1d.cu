@@ -27,7 +27,9 @@ __device__ __forceinline__ int seq_of(const int32_t* qsl, int num_seqs, int64_t 
 /// then taps oldest to newest), so each input is read once.
 template <class TS>
 __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(const float* __restrict__ x, int64_t x_stride,
-                                                            float* __restrict__ out, int64_t out_stride, ConvParams p,
+                                                            float* __restrict__ out, int64_t out_stride,
+                                                            __nv_bfloat16* __restrict__ out16, int64_t out16_stride,
+                                                            ConvParams p,
                                                             const int32_t* __restrict__ qsl,
                                                             const int32_t* __restrict__ state_indices,
                                                             const uint8_t* __restrict__ has_init, int num_seqs,
@@ -71,7 +73,9 @@ __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(const float* __restr
 #pragma unroll
       for (int i = 0; i < kWin; ++i) acc = fmaf(wa[i], win[i], acc);
       acc = fmaf(wlast, xv, acc);
-      out[t * out_stride + c] = p.apply_silu ? silu(acc) : acc;
+      const float o = p.apply_silu ? silu(acc) : acc;
+      if (out) out[t * out_stride + c] = o;
+      if (out16) out16[t * out16_stride + c] = __float2bfloat16_rn(o);
 #pragma unroll
       for (int i = 0; i + 1 < kWin; ++i) win[i] = win[i + 1];
       win[kWin - 1] = xv;
@@ -149,14 +153,24 @@ cudaError_t causal_conv1d_fwd(const float* x, int64_t x_stride, float* out, int6
                               const int32_t* query_start_loc, const int32_t* state_indices,
                               const uint8_t* has_initial_states, int num_seqs, int64_t num_tokens,
                               cudaStream_t stream) {
-  if (bad_params(p) || x_stride < p.dim || out_stride < p.dim || num_seqs < 0 || num_tokens < 0 || num_seqs > 65535)
+  return causal_conv1d_fwd_dual(x, x_stride, out, out_stride, nullptr, 0, p, query_start_loc, state_indices,
+                                has_initial_states, num_seqs, num_tokens, stream);
+}
+
+cudaError_t causal_conv1d_fwd_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,
+                                   int64_t out_bf16_stride, const ConvParams& p, const int32_t* query_start_loc,
+                                   const int32_t* state_indices, const uint8_t* has_initial_states, int num_seqs,
+                                   int64_t num_tokens, cudaStream_t stream) {
+  if (bad_params(p) || x_stride < p.dim || (out && out_stride < p.dim) || (!out && !out_bf16) || num_seqs < 0 ||
+      num_tokens < 0 || num_seqs > 65535 || (out_bf16 && out_bf16_stride < p.dim))
     return cudaErrorInvalidValue;
   if (num_seqs == 0 || num_tokens == 0) return cudaSuccess;
   const unsigned ctiles = ceil_div(p.dim, kThreads);
   return visit_dtype(p.conv_states.dtype, [&](auto tag) {
     using TS = decltype(tag);
     conv_fwd_kernel<TS><<<dim3(ceil_div(num_tokens, kTokensPerThread), ctiles), kThreads, 0, stream>>>(
-        x, x_stride, out, out_stride, p, query_start_loc, state_indices, has_initial_states, num_seqs, num_tokens);
+        x, x_stride, out, out_stride, static_cast<__nv_bfloat16*>(out_bf16), out_bf16_stride, p, query_start_loc,
+        state_indices, has_initial_states, num_seqs, num_tokens);
     if (const cudaError_t e = launch_status(); e != cudaSuccess) return e;
     if (p.width > 1)
       conv_state_writeback_kernel<TS><<<dim3(static_cast<unsigned>(num_seqs), ctiles), kThreads, 0, stream>>>(

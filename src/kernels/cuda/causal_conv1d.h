@@ -33,6 +33,14 @@ cudaError_t causal_conv1d_fwd(const float* x, int64_t x_stride, float* out, int6
                               const uint8_t* has_initial_states, int num_seqs, int64_t num_tokens,
                               cudaStream_t stream);
 
+/// causal_conv1d_fwd that also writes out_bf16 [num_tokens, dim] (row stride out_bf16_stride), the bf16
+/// rounding of `out` (x_proj's input: no separate cast pass), or skips it when out_bf16 is nullptr. With
+/// out_bf16 set, out may be nullptr (only the bf16 copy is written; out_stride is then ignored).
+cudaError_t causal_conv1d_fwd_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,
+                                   int64_t out_bf16_stride, const ConvParams& p, const int32_t* query_start_loc,
+                                   const int32_t* state_indices, const uint8_t* has_initial_states, int num_seqs,
+                                   int64_t num_tokens, cudaStream_t stream);
+
 /// Decode: one new input per row. x: [batch, dim] fp32 (row stride x_stride), out: [batch, dim] fp32 (row stride
 /// out_stride). Row b reads and updates conv_states[state_indices[b]] in place; rows with index 0 are skipped.
 /// Two rows must not share a nonzero state index.

@@ -135,4 +135,96 @@ __device__ void block_gemm(TileAcc& acc, int K, FA&& fa, FB&& fb, float* smem) {
   }
 }
 
+// ---- multi-stage form: loads kAsyncStages - 1 slices ahead with cp.async ------------------------------------
+
+/// Pipeline depth of block_gemm_async: slices whose raw elements are in flight (one being consumed).
+constexpr int kAsyncStages = 4;
+/// Dynamic shared memory block_gemm_async needs (floats): per stage and thread its 8 + 8 raw elements.
+constexpr int kAsyncSmemFloats = kAsyncStages * 2 * (kTileM * kTileK / kTileThreads) * kTileThreads;
+
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool ok) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/// block_gemm with the operand loads issued kAsyncStages - 1 slices ahead through cp.async (no registers held
+/// while they fly): A(m, k) = xa(m, k, *pa(m, k)) and B(k, n) = xb(k, n, *pb(k, n)), where the address loaders
+/// pa / pb return nullptr for a zero element (then nothing is read) and the transforms xa / xb apply decays or
+/// scales to the raw value. Each thread copies and later transforms the same elements (its own raw slots in
+/// `raw`: kAsyncSmemFloats floats of shared memory, e.g. dynamic), so only the transformed tile in `smem`
+/// (kTileSmemFloats) is shared between threads. `dummy`: any valid global address (source of zero elements).
+template <bool kExact, bool kAFastM, bool kBFastN, class PA, class XA, class PB, class XB>
+__device__ void block_gemm_async(TileAcc& acc, int K, PA&& pa, XA&& xa, PB&& pb, XB&& xb, float* smem, float* raw,
+                                 const float* dummy) {
+  float* sA = smem;
+  float* sB = smem + kTileM * kLdA;
+  constexpr int kPer = kTileM * kTileK / kTileThreads;  // 8 elements of A and of B per thread
+  const int tid = threadIdx.x;
+  const int nslices = (K + kTileK - 1) / kTileK;
+  // raw[stage][j][tid], j < 2 * kPer (A's then B's): consecutive threads, consecutive words.
+  const auto slot = [&](int stage, int j) { return raw + (stage * 2 * kPer + j) * kTileThreads + tid; };
+  const auto issue = [&](int slice) {
+    if (slice < nslices) {
+      const int k0 = slice * kTileK, stage = slice % kAsyncStages;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int idx = i * kTileThreads + tid;
+        const int m = kAFastM ? idx % kTileM : idx / kTileK, ka = kAFastM ? idx / kTileM : idx % kTileK;
+        const float* a = k0 + ka < K ? pa(m, k0 + ka) : nullptr;
+        cp_async4(slot(stage, i), a ? a : dummy, a != nullptr);
+        const int n = kBFastN ? idx % kTileN : idx / kTileK, kb = kBFastN ? idx / kTileN : idx % kTileK;
+        const float* b = k0 + kb < K ? pb(k0 + kb, n) : nullptr;
+        cp_async4(slot(stage, kPer + i), b ? b : dummy, b != nullptr);
+      }
+    }
+    cp_async_commit();  // empty groups keep the count uniform
+  };
+#pragma unroll
+  for (int s = 0; s < kAsyncStages - 1; ++s) issue(s);
+  for (int slice = 0; slice < nslices; ++slice) {
+    cp_async_wait<kAsyncStages - 2>();  // this thread's copies of `slice` have landed
+    __syncthreads();                    // the previous slice's tile is consumed
+    const int k0 = slice * kTileK, stage = slice % kAsyncStages;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = i * kTileThreads + tid;
+      const int m = kAFastM ? idx % kTileM : idx / kTileK, ka = kAFastM ? idx / kTileM : idx % kTileK;
+      sA[m * kLdA + ka] = k0 + ka < K ? xa(m, k0 + ka, *slot(stage, i)) : 0.0f;
+      const int n = kBFastN ? idx % kTileN : idx / kTileK, kb = kBFastN ? idx / kTileN : idx % kTileK;
+      sB[kb * kLdB + n] = k0 + kb < K ? xb(k0 + kb, n, *slot(stage, kPer + i)) : 0.0f;
+    }
+    __syncthreads();
+    issue(slice + kAsyncStages - 1);  // into the stage consumed one slice ago (this thread's own slots)
+    tile_mma<kExact>(acc, sA, sB);
+  }
+  cp_async_wait<0>();
+}
+
+/// block_gemm_async (kAsync) or block_gemm with the same address loaders and transforms (element = p ? x(*p) : 0),
+/// so a kernel can keep both forms; `raw` and `dummy` are unused by the register-prefetch form.
+template <bool kAsync, bool kExact, bool kAFastM, bool kBFastN, class PA, class XA, class PB, class XB>
+__device__ void block_gemm_px(TileAcc& acc, int K, PA&& pa, XA&& xa, PB&& pb, XB&& xb, float* smem, float* raw,
+                              const float* dummy) {
+  if constexpr (kAsync) {
+    block_gemm_async<kExact, kAFastM, kBFastN>(acc, K, pa, xa, pb, xb, smem, raw, dummy);
+  } else {
+    block_gemm<kExact, kAFastM, kBFastN>(
+        acc, K,
+        [&](int m, int k) {
+          const float* q = pa(m, k);
+          return q ? xa(m, k, *q) : 0.0f;
+        },
+        [&](int k, int n) {
+          const float* q = pb(k, n);
+          return q ? xb(k, n, *q) : 0.0f;
+        },
+        smem);
+  }
+}
+
 }  // namespace ssmserve::cuda::detail

@@ -1,5 +1,6 @@
 // Owns the GPU Mamba-1 selective scan (see selective_scan.h).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/selective_scan.h"
 
 namespace ssmserve::cuda {
@@ -90,6 +91,71 @@ cudaError_t launch(const ScanInputs& in, const ScanParams& p, float* y, int64_t 
   });
 }
 
+constexpr int kWideThreads = 128, kWideNS = 16;  // selective_state_update_wide: channels per block, d_state max
+
+/// One thread per (row, channel) holding the channel's d_state <= 16 states in registers (loaded and stored as
+/// 16-byte vectors when fp32 and d_state == 16): 16x fewer blocks than the lane-per-state decode kernel, whose
+/// many tiny blocks are latency-bound at large batches. Grid (ceil(dim / 128), batch).
+template <class TS, class TY>
+__global__ void __launch_bounds__(kWideThreads) scan_update_wide_kernel(ScanInputs in, ScanParams p,
+                                                                        TY* __restrict__ y, int64_t y_stride,
+                                                                        const int32_t* __restrict__ state_indices) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t b = blockIdx.y;
+  const int32_t block = state_indices[b];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWideThreads + threadIdx.x;
+  if (block == 0 || c >= p.dim) return;
+  const int N = p.d_state;
+  TS* state = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + c * N;
+  float st[kWideNS], a[kWideNS], Bv[kWideNS], Cv[kWideNS];
+  const float* Bt = in.B.data + b * in.B.stride;
+  const float* Ct = in.C.data + b * in.C.stride;
+  const bool vec = sizeof(TS) == 4 && N == kWideNS && (reinterpret_cast<uintptr_t>(state) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(p.A + c * N) & 15) == 0;
+  if (vec) {
+#pragma unroll
+    for (int q = 0; q < kWideNS / 4; ++q) {
+      const float4 s4 = reinterpret_cast<const float4*>(state)[q];
+      const float4 a4 = reinterpret_cast<const float4*>(p.A + c * N)[q];
+      st[4 * q] = s4.x, st[4 * q + 1] = s4.y, st[4 * q + 2] = s4.z, st[4 * q + 3] = s4.w;
+      a[4 * q] = a4.x, a[4 * q + 1] = a4.y, a[4 * q + 2] = a4.z, a[4 * q + 3] = a4.w;
+    }
+  } else {
+#pragma unroll
+    for (int n = 0; n < kWideNS; ++n) {
+      st[n] = n < N ? load(state + n) : 0.0f;
+      a[n] = n < N ? p.A[c * N + n] : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kWideNS; ++n) {
+    Bv[n] = n < N ? Bt[n] : 0.0f;
+    Cv[n] = n < N ? Ct[n] : 0.0f;
+  }
+  float dt = in.delta.data[b * in.delta.stride + c] + (p.delta_bias ? p.delta_bias[c] : 0.0f);
+  if (p.delta_softplus) dt = softplus(dt);
+  const float u = in.u.data[b * in.u.stride + c];
+  float acc = 0.0f;
+#pragma unroll
+  for (int n = 0; n < kWideNS; ++n) {
+    st[n] = expf(dt * a[n]) * st[n] + dt * Bv[n] * u;
+    acc += st[n] * Cv[n];
+  }
+  if (vec) {
+#pragma unroll
+    for (int q = 0; q < kWideNS / 4; ++q)
+      reinterpret_cast<float4*>(state)[q] = make_float4(st[4 * q], st[4 * q + 1], st[4 * q + 2], st[4 * q + 3]);
+  } else {
+#pragma unroll
+    for (int n = 0; n < kWideNS; ++n)
+      if (n < N) store(state + n, st[n]);
+  }
+  float outv = acc + (p.D ? p.D[c] : 0.0f) * u;
+  if (in.z.data) outv *= silu(in.z.data[b * in.z.stride + c]);
+  store(y + b * y_stride + c, outv);
+}
+
 }  // namespace
 
 cudaError_t selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
@@ -105,6 +171,26 @@ cudaError_t selective_state_update(const ScanInputs& in, const ScanParams& p, fl
   if (bad(in, p, y_stride) || batch < 0 || batch > 65535) return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
   return launch(in, p, y, y_stride, nullptr, state_indices, nullptr, batch, stream);
+}
+
+cudaError_t selective_state_update_wide(const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype,
+                                        int64_t y_stride, const int32_t* state_indices, int batch, bool pdl,
+                                        cudaStream_t stream) {
+  if (p.dim < 1 || p.d_state < 1 || p.d_state > kWideNS || !p.A || y_stride < p.dim || in.u.stride < p.dim ||
+      in.delta.stride < p.dim || in.B.stride < p.d_state || in.C.stride < p.d_state ||
+      (in.z.data && in.z.stride < p.dim) || !p.ssm_states.data || batch < 0 || batch > 65535 ||
+      (y_dtype != DType::F32 && y_dtype != DType::BF16))
+    return cudaErrorInvalidValue;
+  if (batch == 0) return cudaSuccess;
+  const dim3 grid(ceil_div(p.dim, kWideThreads), static_cast<unsigned>(batch));
+  return visit_dtype(p.ssm_states.dtype, [&](auto tag) {
+    using TS = decltype(tag);
+    if (y_dtype == DType::BF16)
+      return launch_pdl(pdl, scan_update_wide_kernel<TS, __nv_bfloat16>, grid, dim3(kWideThreads), 0, stream, in, p,
+                        static_cast<__nv_bfloat16*>(y), y_stride, state_indices);
+    return launch_pdl(pdl, scan_update_wide_kernel<TS, float>, grid, dim3(kWideThreads), 0, stream, in, p,
+                      static_cast<float*>(y), y_stride, state_indices);
+  });
 }
 
 }  // namespace ssmserve::cuda

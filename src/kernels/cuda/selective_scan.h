@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "cache/state_view.h"
+#include "core/dtype.h"
 
 namespace ssmserve::cuda {
 
@@ -82,10 +83,24 @@ cudaError_t selective_scan_chunked_fwd(const ScanInputs& in, const ScanParams& p
                                        const ChunkMetadataDev& meta, const int32_t* query_start_loc,
                                        cudaStream_t stream);
 
+/// selective_scan_chunked_fwd writing y in y_dtype: F32, or BF16 (the rounding of the fp32 result: out_proj's
+/// input, so no separate cast pass). BF16 needs the chunked form (cudaErrorInvalidValue where it would fall back).
+cudaError_t selective_scan_chunked_fwd_out(const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype,
+                                           int64_t y_stride, const ChunkMetadataDev& meta,
+                                           const int32_t* query_start_loc, cudaStream_t stream);
+
 /// Decode: row b of `in` is one token of the request whose state is ssm_states[state_indices[b]] ([batch],
 /// device), updated in place. y: [batch, dim]. Rows with state index 0 are skipped. Two rows must not share a
 /// nonzero state index.
 cudaError_t selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
                                    const int32_t* state_indices, int batch, cudaStream_t stream);
+
+/// selective_state_update for large decode batches (the engine uses it for more than 16 rows outside
+/// batch-invariant mode): same math and arguments, y in y_dtype (F32 or BF16), one thread per (row, channel)
+/// with the channel's states in registers; d_state <= 16 (else cudaErrorInvalidValue). Its y sum runs in
+/// another order than selective_state_update's (not bit-identical). pdl: Programmatic Dependent Launch.
+cudaError_t selective_state_update_wide(const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype,
+                                        int64_t y_stride, const int32_t* state_indices, int batch, bool pdl,
+                                        cudaStream_t stream);
 
 }  // namespace ssmserve::cuda

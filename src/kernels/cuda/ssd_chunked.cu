@@ -6,6 +6,10 @@
 //   chunk scan    y_l   = sum_{s <= l} (C_l . B_s) exp(cs_l - cs_s) dt_s x_s + exp(cs_l) C_l s_in^T + D x_l
 // Workspace [floats]: dt and cs [nchunks, H, L], cs_last [nchunks, H], states [nchunks, H, P, N] (S_c, then
 // s_in in place), CB [nchunks, G, L, L]; from the stream-ordered pool, freed at the end of the call.
+// The chunk-state and chunk-scan tiles stream their operands through a 4-stage cp.async pipeline
+// (mma_tile.cuh, block_gemm_async): with one slice of register prefetch they waited on load latency.
+#include <cstdlib>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/ssd.h"
@@ -62,7 +66,7 @@ __global__ void __launch_bounds__(256) cumsum_kernel(SsdInputs in, SsdParams p, 
 }
 
 /// Grid (nchunks, H, ceil(P / 64) * ceil(N / 64)): S_c[p0:+64, n0:+64] = sum_l x[l, p] w[l] B[l, n].
-template <bool kExact>
+template <bool kExact, bool kAsync>
 __global__ void __launch_bounds__(kTileThreads, 2) chunk_state_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
                                                                     Ws ws) {
   const int c = blockIdx.x, h = blockIdx.y;
@@ -73,6 +77,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_state_kernel(SsdInputs 
   const int64_t t0 = m.cu_chunk_seqlen[c], ch = static_cast<int64_t>(c) * H + h;
   __shared__ float smem[kTileSmemFloats];
   __shared__ float sw[kMaxChunk];
+  extern __shared__ float raw[];  // kAsyncSmemFloats (kAsync)
   const float csl = ws.cs_last[ch];
   for (int l = threadIdx.x; l < len; l += kTileThreads) sw[l] = ws.dt[ch * L + l] * __expf(csl - ws.cs[ch * L + l]);
   __syncthreads();
@@ -80,10 +85,12 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_state_kernel(SsdInputs 
   const float* B = in.B.data + t0 * in.B.stride + static_cast<int64_t>(g) * N;
   TileAcc acc;
   acc.zero();
-  block_gemm<kExact, true, true>(
+  block_gemm_px<kAsync, kExact, true, true>(
       acc, len,
-      [&](int mi, int k) { return p0 + mi < P ? x[k * in.x.stride + p0 + mi] * sw[k] : 0.0f; },
-      [&](int k, int ni) { return n0 + ni < N ? B[k * in.B.stride + n0 + ni] : 0.0f; }, smem);
+      [&](int mi, int k) { return p0 + mi < P ? x + static_cast<int64_t>(k) * in.x.stride + p0 + mi : nullptr; },
+      [&](int mi, int k, float v) { return p0 + mi < P ? v * sw[k] : 0.0f; },
+      [&](int k, int ni) { return n0 + ni < N ? B + static_cast<int64_t>(k) * in.B.stride + n0 + ni : nullptr; },
+      [&](int, int ni, float v) { return n0 + ni < N ? v : 0.0f; }, smem, raw, x);
   float* out = ws.states + ch * P * N;
   acc.for_each([&](int r, int col, float v) {
     if (p0 + r < P && n0 + col < N) out[static_cast<int64_t>(p0 + r) * N + n0 + col] = v;
@@ -145,7 +152,7 @@ __global__ void __launch_bounds__(256) state_pass_kernel(SsdParams p, ChunkMetad
 }
 
 /// Grid (nchunks, H, ceil(L / 64) * ceil(P / 64)): y rows [l0, l0 + 64), columns [p0, p0 + 64) of head h.
-template <bool kExact>
+template <bool kExact, bool kAsync>
 __global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
                                                                    Ws ws, float* __restrict__ y, int64_t y_stride) {
   const int c = blockIdx.x, h = blockIdx.y;
@@ -159,6 +166,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs i
   const int lmax = min(len, l0 + kTileM);
   __shared__ float smem[kTileSmemFloats];
   __shared__ float scs[kMaxChunk], sdt[kMaxChunk];
+  extern __shared__ float raw[];  // kAsyncSmemFloats (kAsync)
   for (int l = threadIdx.x; l < lmax; l += kTileThreads) scs[l] = ws.cs[ch * L + l], sdt[l] = ws.dt[ch * L + l];
   __syncthreads();
   const float* x = in.x.data + t0 * in.x.stride + static_cast<int64_t>(h) * P;
@@ -166,24 +174,28 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs i
   TileAcc acc;
   acc.zero();
   // Intra-chunk: (CB . decay . dt)[l, s] x[s, p] over s < lmax (causal: s <= l).
-  block_gemm<kExact, false, true>(
+  block_gemm_px<kAsync, kExact, false, true>(
       acc, lmax,
       [&](int mi, int k) {
         const int l = l0 + mi;
-        return (l < len && k <= l) ? cb[static_cast<int64_t>(l) * L + k] * __expf(scs[l] - scs[k]) * sdt[k] : 0.0f;
+        return (l < len && k <= l) ? cb + static_cast<int64_t>(l) * L + k : nullptr;
       },
-      [&](int k, int ni) { return p0 + ni < P ? x[k * in.x.stride + p0 + ni] : 0.0f; }, smem);
+      [&](int mi, int k, float v) {
+        const int l = l0 + mi;
+        return (l < len && k <= l) ? v * __expf(scs[l] - scs[k]) * sdt[k] : 0.0f;
+      },
+      [&](int k, int ni) { return p0 + ni < P ? x + static_cast<int64_t>(k) * in.x.stride + p0 + ni : nullptr; },
+      [&](int, int ni, float v) { return p0 + ni < P ? v : 0.0f; }, smem, raw, x);
   // Inter-chunk: exp(cs[l]) C[l, :] s_in[p, :]^T.
   if (has_state) {
     const float* C = in.C.data + t0 * in.C.stride + static_cast<int64_t>(g) * N;
     const float* sin = ws.states + ch * P * N;
-    block_gemm<kExact, false, false>(
+    block_gemm_px<kAsync, kExact, false, false>(
         acc, N,
-        [&](int mi, int k) {
-          const int l = l0 + mi;
-          return l < len ? C[l * in.C.stride + k] * __expf(scs[l]) : 0.0f;
-        },
-        [&](int k, int ni) { return p0 + ni < P ? sin[static_cast<int64_t>(p0 + ni) * N + k] : 0.0f; }, smem);
+        [&](int mi, int k) { return l0 + mi < len ? C + static_cast<int64_t>(l0 + mi) * in.C.stride + k : nullptr; },
+        [&](int mi, int, float v) { return l0 + mi < len ? v * __expf(scs[l0 + mi]) : 0.0f; },
+        [&](int k, int ni) { return p0 + ni < P ? sin + static_cast<int64_t>(p0 + ni) * N + k : nullptr; },
+        [&](int, int ni, float v) { return p0 + ni < P ? v : 0.0f; }, smem, raw, x);
   }
   const float Dh = p.D ? p.D[h] : 0.0f;
   acc.for_each([&](int r, int col, float v) {
@@ -192,7 +204,9 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs i
   });
 }
 
-template <bool kExact>
+/// kAsync: the chunk-state / chunk-scan tiles through the cp.async pipeline (default), else with one slice of
+/// register prefetch (the previous form; SSMSERVE_SSD_SYNC_TILES=1 selects it, for comparison).
+template <bool kExact, bool kAsync>
 cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, Ws ws, float* y,
                        int64_t y_stride, float* chunk_states, cudaStream_t stream) {
   const unsigned nc = static_cast<unsigned>(m.nchunks), H = static_cast<unsigned>(p.num_heads);
@@ -200,8 +214,16 @@ cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetad
   LaunchProfile prof(stream);
   cumsum_kernel<<<dim3(nc, ceil_div(H, 8)), 256, 0, stream>>>(in, p, m, ws);
   prof.mark("ssd cumsum");
-  chunk_state_kernel<kExact><<<dim3(nc, H, ceil_div(p.head_dim, kTileM) * ceil_div(p.d_state, kTileN)),
-                               kTileThreads, 0, stream>>>(in, p, m, ws);
+  constexpr int kRawBytes = kAsync ? kAsyncSmemFloats * sizeof(float) : 0;  // the cp.async stages (dynamic)
+  // Per call, not once per process: the attribute belongs to the current device (tensor-parallel ranks).
+  if (kAsync)
+    for (const void* k : {reinterpret_cast<const void*>(chunk_state_kernel<kExact, kAsync>),
+                          reinterpret_cast<const void*>(chunk_scan_kernel<kExact, kAsync>)})
+      if (const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRawBytes);
+          e != cudaSuccess)
+        return e;
+  chunk_state_kernel<kExact, kAsync><<<dim3(nc, H, ceil_div(p.head_dim, kTileM) * ceil_div(p.d_state, kTileN)),
+                               kTileThreads, kRawBytes, stream>>>(in, p, m, ws);
   prof.mark("ssd chunk_state");
   cb_kernel<kExact><<<dim3(nc, static_cast<unsigned>(p.n_groups), nt * nt), kTileThreads, 0, stream>>>(in, p, m, ws);
   prof.mark("ssd cb");
@@ -214,7 +236,7 @@ cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetad
   });
   prof.mark("ssd state_pass");
   if (e != cudaSuccess) return e;
-  chunk_scan_kernel<kExact><<<dim3(nc, H, nt * ceil_div(p.head_dim, kTileN)), kTileThreads, 0, stream>>>(
+  chunk_scan_kernel<kExact, kAsync><<<dim3(nc, H, nt * ceil_div(p.head_dim, kTileN)), kTileThreads, kRawBytes, stream>>>(
       in, p, m, ws, y, y_stride);
   prof.mark("ssd chunk_scan");
   return launch_status();
@@ -256,8 +278,14 @@ cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdCh
   ws.cs_last = ws.cs + lay.n_cs;
   ws.states = ws.cs_last + lay.n_last;
   ws.cb = ws.states + lay.n_st;
-  const cudaError_t e = p.exact_products ? launch_all<true>(in, p, m, ws, y, y_stride, chunk_states, stream)
-                                         : launch_all<false>(in, p, m, ws, y, y_stride, chunk_states, stream);
+  const char* sync_env = std::getenv("SSMSERVE_SSD_SYNC_TILES");  // read per call (benchmarks compare both)
+  const bool async = !(sync_env && sync_env[0] == '1');
+  const cudaError_t e =
+      p.exact_products
+          ? (async ? launch_all<true, true>(in, p, m, ws, y, y_stride, chunk_states, stream)
+                   : launch_all<true, false>(in, p, m, ws, y, y_stride, chunk_states, stream))
+          : (async ? launch_all<false, true>(in, p, m, ws, y, y_stride, chunk_states, stream)
+                   : launch_all<false, false>(in, p, m, ws, y, y_stride, chunk_states, stream));
   const cudaError_t f = own ? cudaFreeAsync(base, stream) : cudaSuccess;
   return e != cudaSuccess ? e : f;
 }
