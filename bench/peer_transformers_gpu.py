@@ -4,10 +4,15 @@ weights from each config (bf16, initialized on the device), its eager path (no t
 the mamba_ssm / causal_conv1d kernels are used only if installed, and the JSON says whether they were).
 Measures prefill tokens/s of one forward over B x L prompt tokens for each --prefill shape (e.g. 1x8192,
 16x2048) and batch-1 greedy decode tokens/s (cached one-token forwards after a --decode-input-len prompt).
-Prints one JSON object per config. A shape that runs out of memory or past --time-limit is reported as skipped.
+With --throughput N, also offline throughput the way `ssmserve bench throughput` counts it (prompt + output
+tokens per second): N random prompts of --tput-input-len tokens in batches of --tput-batch, each batch one
+prefill forward then --tput-output-len - 1 cached greedy one-token forwards (a batched forward loop: eager
+transformers has no continuous batching). Prints one JSON object per config. A shape that runs out of memory
+or past --time-limit is reported as skipped.
 
 usage: bench/peer_transformers_gpu.py CONFIG_DIR... [--prefill 1x8192 16x2048] [--decode-input-len 32]
-       [--decode-len 32] [--num-iters 1] [--time-limit 120]
+       [--decode-len 32] [--num-iters 1] [--time-limit 120] [--throughput N --tput-batch B
+       --tput-input-len 512 --tput-output-len 256]
 """
 import argparse
 import importlib.util
@@ -61,6 +66,24 @@ def decode_rate(model, input_len, steps, vocab):
     return steps / (time.perf_counter() - t0)
 
 
+def throughput_rate(model, prompts, batch, input_len, output_len, vocab):
+    """(prompt + output tokens) / s over `prompts` prompts run `batch` at a time (prefill, then cached decode)."""
+    sync()
+    t0 = time.perf_counter()
+    done = 0
+    while done < prompts:
+        b = min(batch, prompts - done)
+        ids = torch.randint(0, vocab, (b, input_len), device=DEV)
+        out = fwd(model, input_ids=ids, use_cache=True, logits_to_keep=1)
+        cache, tok, pos = out.cache_params, out.logits[:, -1].argmax(-1, keepdim=True), input_len
+        for _ in range(output_len - 1):
+            out = model(input_ids=tok, cache_params=cache, use_cache=True, cache_position=torch.tensor([pos], device=DEV))
+            cache, tok, pos = out.cache_params, out.logits[:, -1].argmax(-1, keepdim=True), pos + 1
+        done += b
+    sync()
+    return prompts * (input_len + output_len) / (time.perf_counter() - t0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("config_dirs", nargs="+")
@@ -70,6 +93,10 @@ def main():
     ap.add_argument("--num-iters", type=int, default=1)
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script itself")
     ap.add_argument("--time-limit", type=float, default=120.0, help="skip later prefill shapes of a config past this")
+    ap.add_argument("--throughput", type=int, default=0, help="prompts of the offline throughput run (0: none)")
+    ap.add_argument("--tput-batch", type=int, default=64)
+    ap.add_argument("--tput-input-len", type=int, default=512)
+    ap.add_argument("--tput-output-len", type=int, default=256)
     a = ap.parse_args()
     global DEV
     DEV = a.device
@@ -95,6 +122,7 @@ def main():
                     continue
                 try:
                     res[key] = prefill_rate(model, b, l, a.num_iters, vocab)
+                    res[f"prefill_{b}x{l}_at_s"] = round(time.perf_counter() - t_start, 1)
                 except torch.OutOfMemoryError:  # noqa: PERF203
                     res[key] = None
                     res.setdefault("skipped", []).append(f"{shape}: out of memory")
@@ -102,6 +130,15 @@ def main():
                     torch.cuda.empty_cache()
             res["decode_input_len"] = a.decode_input_len
             res["decode_batch1_tokens_per_s"] = decode_rate(model, a.decode_input_len, a.decode_len, vocab)
+            if a.throughput > 0:
+                res["throughput"] = {"prompts": a.throughput, "batch": a.tput_batch, "input_len": a.tput_input_len,
+                                     "output_len": a.tput_output_len}
+                try:
+                    res["throughput"]["tokens_per_s"] = throughput_rate(model, a.throughput, a.tput_batch,
+                                                                        a.tput_input_len, a.tput_output_len, vocab)
+                except torch.OutOfMemoryError:
+                    res["throughput"]["tokens_per_s"] = None
+                    res.setdefault("skipped", []).append("throughput: out of memory")
         res["seconds"] = time.perf_counter() - t_start
         print(json.dumps(res), flush=True)
         del model

@@ -61,13 +61,43 @@ def main():
         roof = (tflops * 1e12 / (2 * body), tflops * 1e12 / (2 * total)) if tflops else (None, None)
         frac = f"{100 * tps / roof[0]:.0f}% / {100 * tps / roof[1]:.0f}%" if tflops else "-"
         roofs = f"{roof[0]:,.0f} / {roof[1]:,.0f}" if tflops else "-"
-        peer = peers.get(model, {}).get(f'prefill_{r["batch_size"]}x{r["input_len"]}_tokens_per_s')
+        pr = peers.get(model, {})
+        peer = pr.get(f'prefill_{r["batch_size"]}x{r["input_len"]}_tokens_per_s')
+        note = ""
+        if not peer:  # the peer at a shorter prompt of the same batch (eager's rate barely depends on the length)
+            for k, v in pr.items():
+                if k.startswith(f'prefill_{r["batch_size"]}x') and k.endswith("_tokens_per_s") and v:
+                    peer, note = v, f' (at {k[len("prefill_"):-len("_tokens_per_s")].replace("x", " x ")})'
         ratio = f"{tps / peer:.1f}x" if peer else "-"
         print(f"| {model} ({total / 1e9:.2f} B) | {shape} | {tps:,.0f} | {roofs} | {frac} | "
-              f"{f'{peer:,.0f}' if peer else '-'} | {ratio} |")
+              f"{f'{peer:,.0f}' if peer else '-'}{note} | {ratio} |")
     for model, p in peers.items():
-        print(f"peer {model}: batch-1 decode {p.get('decode_batch1_tokens_per_s', 0):.1f} tok/s, "
-              f"fast kernels {p.get('fast_kernels')}, {p.get('skipped', [])}")
+        line = (f"peer {model}: batch-1 decode {p.get('decode_batch1_tokens_per_s', 0):.1f} tok/s, "
+                f"fast kernels {p.get('fast_kernels')}, {p.get('skipped', [])}")
+        for name in (f"decode_b1_{model}.json",):
+            path = os.path.join(out, name)
+            if os.path.exists(path) and p.get("decode_batch1_tokens_per_s"):
+                d = json.load(open(path)).get("decode_tokens_per_s")
+                if d:
+                    line += f"; ssmserve batch-1 decode {d:.1f} tok/s = {d / p['decode_batch1_tokens_per_s']:.1f}x"
+        print(line)
+    # Offline throughput (bench throughput JSON tput_<model>.json) next to the compute roofline and the peer.
+    for path in sorted(glob.glob(os.path.join(out, "tput_*.json"))):
+        r = json.load(open(path))
+        model = os.path.basename(r["model"].rstrip("/"))
+        cfg = json.load(open(os.path.join(cdir, model, "config.json")))
+        body, total = params(cfg)
+        tps = r["tokens_per_second"]
+        roof = tflops * 1e12 / (2 * total) if tflops else None
+        line = (f"throughput {model}: {r['num_requests']} prompts {r.get('input_len')} -> {r['output_len']}, "
+                f"{tps:,.0f} total tok/s in {r['elapsed_time']:.2f} s")
+        if roof:
+            line += f", compute roofline (2 x all params) {roof:,.0f} tok/s: {100 * tps / roof:.1f}%"
+        pt = peers.get(model, {}).get("throughput", {})
+        if pt.get("tokens_per_s"):
+            line += (f"; transformers ({pt['prompts']} prompts, batch {pt['batch']}, {pt['input_len']} -> "
+                     f"{pt['output_len']}) {pt['tokens_per_s']:,.0f} tok/s: {tps / pt['tokens_per_s']:.1f}x")
+        print(line)
 
 
 if __name__ == "__main__":

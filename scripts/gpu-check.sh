@@ -217,8 +217,12 @@ if [ "${SSMSERVE_GPU_PREFILL:-1}" = 1 ] && [ -x "$bin/ssmserve" ]; then
   if [ "${SSMSERVE_GPU_PEER:-1}" = 1 ] && python3 -c "import torch, transformers" 2>/dev/null; then
     peer_cfgs=""
     for m in ${SSMSERVE_GPU_PEER_MODELS:-$models}; do peer_cfgs="$peer_cfgs configs/$m"; done
+    # Eager transformers runs Mamba-1's scan one token at a time: 1 x 2048 stands in for 1 x 8192 (the table says
+    # so); throughput is a batched forward loop over SSMSERVE_GPU_PEER_TPUT_PROMPTS prompts (512 -> 256).
     run_step "transformers peer (gpu)" peer.log python3 bench/peer_transformers_gpu.py $peer_cfgs \
-      --decode-len 16 --time-limit "${SSMSERVE_GPU_PEER_TIME_LIMIT:-60}"
+      --prefill ${SSMSERVE_GPU_PEER_PREFILL:-1x2048 16x2048} --decode-len 16 \
+      --throughput "${SSMSERVE_GPU_PEER_TPUT_PROMPTS:-64}" --tput-batch 64 \
+      --time-limit "${SSMSERVE_GPU_PEER_TIME_LIMIT:-60}"
   fi
   python3 bench/prefill_report.py "$out" configs >"$out/prefill-table.md" 2>&1
   cat "$out/prefill-table.md" >>"$summary"
