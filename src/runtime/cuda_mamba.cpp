@@ -15,6 +15,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norms.h"
 #include "kernels/cuda/selective_scan.h"
+#include "kernels/cuda/skinny_gemm.h"
 #include "model/archs/mamba.h"
 #include "model/checkpoint.h"
 #include "model/lm_common.h"
@@ -150,38 +151,15 @@ void CudaMambaModel::gemm(const void* x, int64_t M, int64_t x_stride, const DevW
 
 void CudaMambaModel::step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top,
                           std::vector<GreedyPick>* picks) {
-  check_batch_against_cache(batch, cache, num_state_layers(), "Mamba");
-  const int64_t T = batch.num_tokens(), H = cfg_.hidden_size, V = cfg_.vocab_size;
-  for (int32_t id : batch.input_ids)
-    SSM_CHECK(id >= 0 && id < V, "token id {} outside the vocabulary [0, {})", id, V);
-  const int64_t nlog = static_cast<int64_t>(batch.logits_indices.size());
-  for (int32_t r : batch.logits_indices) SSM_CHECK(r >= 0 && r < T, "logits row {} outside [0, {})", r, T);
-  if (T == 0) return;
-  states_.sync_layout(cache);
-  cudaStream_t s = stream_.get();
-  reserve(T, nlog);
-  const StepMeta dm = meta_.upload(batch, s);
-  auto body = [&] {
-    float* hidden = hidden_.f32(T * H);
-    frame_.embed(dm, T, H, hidden, s);
-    for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, dm, T);
-    frame_.enqueue_head(dm, T, H, tp_.vocab_per_rank(V), cfg_.layer_norm_epsilon,
-                        cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, s);
-    if (greedy_top >= 0) frame_.enqueue_greedy(nlog, V, greedy_top, s);
-  };
-  if (opt_.cuda_graphs && batch.meta.num_prefills == 0) {
-    std::vector<const void*> ptrs = {meta_.device_buffer()};
-    for (const Scratch* sc : {&hidden_, &out_, &normed_, &xz_, &xc_, &xdbl_, &delta_, &y_, &xc16_, &xdbl16_, &y16_})
-      ptrs.push_back(sc->buf.data());
-    frame_.pointers(ptrs);
-    states_.pointers(ptrs);
-    graphs_.run(s, step_key(T, nlog, greedy_top), pointer_signature(ptrs), body);
-  } else {
-    body();
-  }
-  if (tp_.on()) tp_.gather_logits(frame_, nlog, V, logits, s);
-  else if (greedy_top >= 0) frame_.download_greedy(nlog, greedy_top, *picks, s);
-  else frame_.download(nlog, V, logits, s);
+  StepFrameArgs a;
+  a.arch = "Mamba", a.num_layers = cfg_.num_hidden_layers, a.hidden_size = cfg_.hidden_size;
+  a.vocab_size = cfg_.vocab_size, a.eps = cfg_.layer_norm_epsilon, a.cuda_graphs = opt_.cuda_graphs;
+  a.frame = &frame_, a.meta = &meta_, a.graphs = &graphs_, a.states = &states_, a.tp = &tp_, a.gemm = &gemm_;
+  a.hidden = &hidden_, a.out = &out_;
+  a.scratch = {&hidden_, &out_, &normed_, &xz_, &xc_, &xdbl_, &delta_, &y_, &xc16_, &xdbl16_, &y16_};
+  a.reserve = [&](int64_t T, int64_t nlog) { reserve(T, nlog); };
+  a.mixer = [&](int layer, const StepMeta& dm, int64_t T) { mixer(layer, batch, dm, T); };
+  run_step(a, batch, cache, stream_.get(), logits, greedy_top, picks);
 }
 
 void CudaMambaModel::reserve(int64_t T, int64_t nlog) {
@@ -219,11 +197,30 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   // 1. hidden += previous mixer output (none before layer 0); normed = rms_norm(hidden) in the GEMM dtype.
   SSM_CUDA_CHECK(add_rms_norm_rows(layer == 0 ? nullptr : out, H, hidden, H, L.norm.as<float>(), cfg_.layer_norm_epsilon,
                                    nullptr, T, H, true, normed, wd, H, pdl, s));
+  ConvParams conv{I, m_.d_conv, L.conv_weight.as<float>(), L.conv_bias.data() ? L.conv_bias.as<float>() : nullptr,
+                  states_.conv_state(layer), true};
+  ScanParams sp{I, static_cast<int>(N), L.A.as<float>(), L.D.as<float>(), L.dt_bias.as<float>(), true,
+                states_.ssm_state(layer)};
+  // Decode-only steps on the fused kernels (same bits): in_proj + conv update, x_proj, dt_proj + state update
+  // (prefetching out_proj's weights into L2), out_proj.
+  if (np == 0 && b16 && opt_.fused_decode && !tp_.on() && gemm_.takes_skinny(wd, T) &&
+      skinny_gemm_splits(I, R, skinny_default_tuning(T, I, R).split_shift) == 1) {
+    const SkinnyConvEpilogue ce{conv, 0, dm.state_indices_d, xc, I, xc16, I};
+    SkinnyExtras ex;
+    ex.conv = &ce;
+    gemm_.run({T, L.in_proj.rows, L.in_proj.cols, normed, H, L.in_proj.buf.data(), L.in_proj.cols, wd, xz, 2 * I,
+               DType::F32}, s, nullptr, 0, &ex);
+    gemm(xc16, T, I, L.x_proj, xdbl, XD, xdbl16);
+    ScanInputs in{{xc, I}, {nullptr, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
+    SSM_CUDA_CHECK(dt_proj_scan_update(xdbl16, XD, L.dt_proj.buf.data(), R, in, sp, y16, wd, I, dm.state_indices_d,
+                                       static_cast<int>(T), L.out_proj.buf.data(),
+                                       std::min<size_t>(L.out_proj.buf.bytes(), 32u << 20), pdl, s));
+    gemm(y16, T, I, L.out_proj, out, H);
+    return;
+  }
   // 2. xz = in_proj(normed): x = xz[:, :I], z = xz[:, I:].
   gemm(normed, T, H, L.in_proj, xz, 2 * I);
   // 3. Causal conv1d + SiLU (xc, and its bf16 copy for x_proj): decode rows [0, nd), then the prefill rows.
-  ConvParams conv{I, m_.d_conv, L.conv_weight.as<float>(), L.conv_bias.data() ? L.conv_bias.as<float>() : nullptr,
-                  states_.conv_state(layer), true};
   if (nd > 0)
     SSM_CUDA_CHECK(conv1d_update_dual(xz, 2 * I, xc, I, b16 ? xc16 : nullptr, I, conv, dm.state_indices_d,
                                       static_cast<int>(nd), pdl, s));
@@ -240,8 +237,6 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
   // 5. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly).
   ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
-  ScanParams sp{I, static_cast<int>(N), L.A.as<float>(), L.D.as<float>(), L.dt_bias.as<float>(), true,
-                states_.ssm_state(layer)};
   // Large decode batches (> 16 rows, outside batch-invariant mode): the thread-per-channel kernel.
   if (nd > 16 && N <= 16 && !opt_.batch_invariant)
     SSM_CUDA_CHECK(selective_state_update_wide(in, sp, b16 ? static_cast<void*>(y16) : y, wd, I, dm.state_indices_d,
@@ -256,8 +251,12 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
                         dm.state_indices_p, dm.has_initial_states_p, md.chunk_size};
     cm.workspace_bytes = scan_workspace_bytes(I, cm.nchunks);
     cm.workspace = scan_ws_.get(cm.workspace_bytes);
+    // Batch-invariant mode: the sequential scan (chunk_size 0), whose per-token math is the decode update's, so a
+    // prompt gives the same bits however the scheduler splits it into prefill chunks (the chunk-parallel form
+    // rounds differently at every chunk boundary).
+    if (opt_.batch_invariant) cm.chunk_size = 0;
     // The chunked scan writes out_proj's bf16 input itself (the sequential fallback, d_state > 16, writes fp32).
-    if (b16 && N <= 16 && md.chunk_size >= 1 && md.chunk_size <= 256) {
+    if (b16 && N <= 16 && cm.chunk_size >= 1 && cm.chunk_size <= 256) {
       SSM_CUDA_CHECK(selective_scan_chunked_fwd_out(inp, sp, y16 + P0 * I, DType::BF16, I, cm, dm.query_start_loc_p, s));
     } else {
       SSM_CUDA_CHECK(selective_scan_chunked_fwd(inp, sp, y + P0 * I, I, cm, dm.query_start_loc_p, s));
@@ -306,6 +305,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_CUDA_GRAPHS", o.cuda_graphs);
   flag("SSMSERVE_PDL", o.pdl);
   flag("SSMSERVE_BATCH_INVARIANT", o.batch_invariant);
+  flag("SSMSERVE_DECODE_FUSED", o.fused_decode);
   if (const char* e = std::getenv("SSMSERVE_SKINNY_MAX_M"); e && *e) {
     char* end = nullptr;
     const long long v = std::strtoll(e, &end, 10);

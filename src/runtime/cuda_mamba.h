@@ -25,11 +25,17 @@ struct CudaModelOptions {
   /// larger ones on cuBLASLt.
   int64_t skinny_max_m = 16;
   /// Every BF16 GEMM on the skinny kernel, whatever M (vLLM's VLLM_BATCH_INVARIANT): a request's outputs are
-  /// then bit-identical whatever it is batched with, prefill chunks included; slower prefill.
+  /// then bit-identical whatever it is batched with, prefill chunks included; slower prefill (the sequential
+  /// scans instead of the chunk-parallel ones).
   bool batch_invariant = false;
+  /// Decode-only steps on the fused decode kernels (issue 7): the conv update in in_proj's epilogue, dt_proj and
+  /// the state update in one kernel that also prefetches out_proj's weights into L2 (Mamba-1), the conv update
+  /// in in_proj's epilogue (Mamba-2). Same results bit for bit as the unfused kernels. Off by default: on the
+  /// H200 the fused chain measured slower (mamba-2.8b layer 50.1 vs 47.5 us; docs/benchmarks.md).
+  bool fused_decode = false;
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
-  /// SSMSERVE_BATCH_INVARIANT=1. Throws Error on a malformed value.
+  /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1. Throws Error on a malformed value.
   static CudaModelOptions from_env();
 };
 

@@ -11,6 +11,7 @@
 #include "device/cuda_check.h"
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
+#include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/norms.h"
 #include "kernels/cuda/ssd.h"
 #include "model/archs/mamba2.h"
@@ -167,37 +168,15 @@ class CudaMamba2Model final : public CausalLM {
  private:
   /// One step: logits into `logits` (greedy_top < 0) or greedy picks with greedy_top top log-probabilities.
   void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks) {
-    check_batch_against_cache(batch, cache, num_state_layers(), "Mamba2");
-    const int64_t T = batch.num_tokens(), H = cfg_.hidden_size, V = cfg_.vocab_size;
-    for (int32_t id : batch.input_ids)
-      SSM_CHECK(id >= 0 && id < V, "token id {} outside the vocabulary [0, {})", id, V);
-    const int64_t nlog = static_cast<int64_t>(batch.logits_indices.size());
-    for (int32_t r : batch.logits_indices) SSM_CHECK(r >= 0 && r < T, "logits row {} outside [0, {})", r, T);
-    if (T == 0) return;
-    states_.sync_layout(cache);
-    cudaStream_t s = stream_.get();
-    reserve(T, nlog);
-    const StepMeta sm = meta_.upload(batch, s);
-    auto body = [&] {
-      float* hidden = hidden_.f32(T * H);
-      frame_.embed(sm, T, H, hidden, s);
-      for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, sm, T);
-      frame_.enqueue_head(sm, T, H, tp_.vocab_per_rank(V), cfg_.layer_norm_epsilon,
-                          cfg_.num_hidden_layers > 0 ? out_.f32(T * H) : nullptr, hidden, nlog, gemm_, s);
-      if (greedy_top >= 0) frame_.enqueue_greedy(nlog, V, greedy_top, s);
-    };
-    if (opt_.cuda_graphs && batch.meta.num_prefills == 0) {
-      std::vector<const void*> ptrs = {meta_.device_buffer()};
-      for (const Scratch* sc : {&hidden_, &out_, &normed_, &proj_, &xbc_, &y_, &gated_}) ptrs.push_back(sc->buf.data());
-      frame_.pointers(ptrs);
-      states_.pointers(ptrs);
-      graphs_.run(s, step_key(T, nlog, greedy_top), pointer_signature(ptrs), body);
-    } else {
-      body();
-    }
-    if (tp_.on()) tp_.gather_logits(frame_, nlog, V, logits, s);
-    else if (greedy_top >= 0) frame_.download_greedy(nlog, greedy_top, *picks, s);
-    else frame_.download(nlog, V, logits, s);
+    StepFrameArgs a;
+    a.arch = "Mamba2", a.num_layers = cfg_.num_hidden_layers, a.hidden_size = cfg_.hidden_size;
+    a.vocab_size = cfg_.vocab_size, a.eps = cfg_.layer_norm_epsilon, a.cuda_graphs = opt_.cuda_graphs;
+    a.frame = &frame_, a.meta = &meta_, a.graphs = &graphs_, a.states = &states_, a.tp = &tp_, a.gemm = &gemm_;
+    a.hidden = &hidden_, a.out = &out_;
+    a.scratch = {&hidden_, &out_, &normed_, &proj_, &xbc_, &y_, &gated_};
+    a.reserve = [&](int64_t T, int64_t nlog) { reserve(T, nlog); };
+    a.mixer = [&](int layer, const StepMeta& sm, int64_t T) { mixer(layer, batch, sm, T); };
+    run_step(a, batch, cache, stream_.get(), logits, greedy_top, picks);
   }
 
   /// Sizes every scratch buffer for T tokens and nlog logits rows.
@@ -234,11 +213,20 @@ class CudaMamba2Model final : public CausalLM {
     // 1. hidden += previous mixer output; normed = rms_norm(hidden); proj = in_proj(normed) = [z | xBC | dt].
     SSM_CUDA_CHECK(add_rms_norm_rows(layer == 0 ? nullptr : out, Hd, hidden, Hd, L.norm.as<float>(),
                                      cfg_.layer_norm_epsilon, nullptr, T, Hd, true, normed, wd, Hd, opt_.pdl, s));
-    gemm(normed, T, Hd, L.in_proj, proj, PW);
-    // 2. Causal conv1d + SiLU over xBC.
+    // 2. Causal conv1d + SiLU over xBC: decode-only steps in in_proj's epilogue (same bits), else its own kernels.
     ConvParams conv{C, m_.d_conv, L.conv_weight.as<float>(), L.conv_bias.data() ? L.conv_bias.as<float>() : nullptr,
                     states_.conv_state(layer), true};
-    if (nd > 0)
+    const bool fused = np == 0 && opt_.fused_decode && wd == DType::BF16 && gemm_.takes_skinny(wd, T);
+    if (fused) {
+      const SkinnyConvEpilogue ce{conv, I, sm.state_indices_d, xbc, C, nullptr, 0};
+      SkinnyExtras ex;
+      ex.conv = &ce;
+      gemm_.run({T, L.in_proj.rows, L.in_proj.cols, normed, Hd, L.in_proj.buf.data(), L.in_proj.cols, wd, proj, PW,
+                 DType::F32}, s, nullptr, 0, &ex);
+    } else {
+      gemm(normed, T, Hd, L.in_proj, proj, PW);
+    }
+    if (nd > 0 && !fused)
       SSM_CUDA_CHECK(conv1d_update_dual(proj + I, PW, xbc, C, nullptr, 0, conv, sm.state_indices_d, static_cast<int>(nd),
                                         opt_.pdl, s));
     if (np > 0)
@@ -260,6 +248,7 @@ class CudaMamba2Model final : public CausalLM {
                                    sm.state_indices_p, sm.has_initial_states_p, md.chunk_size};
       cm.workspace_bytes = ssd_workspace_bytes(sp, cm.nchunks, cm.chunk_size);
       cm.workspace = ssd_ws_.get(cm.workspace_bytes);
+      if (opt_.batch_invariant) cm.chunk_size = 0;  // the sequential walk (the decode kernel's math): see cuda_mamba.cpp
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(inputs_from(P0), sp, cm, y + P0 * I, I, nullptr, s));
     }
     // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (added to hidden by the next norm).

@@ -11,6 +11,9 @@
 #include "device/cuda_check.h"
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/norms.h"
+#include "model/lm_common.h"
+#include "runtime/device_state.h"
+#include "runtime/tp_runner.h"
 
 namespace ssmserve::cuda {
 
@@ -197,6 +200,39 @@ void DecodeGraphs::run(cudaStream_t s, uint64_t key, uint64_t signature, const s
   e.signature = signature;
   ++captures_;
   SSM_CUDA_CHECK(cudaGraphLaunch(exec, s));
+}
+
+void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cache, cudaStream_t s, float* logits,
+              int greedy_top, std::vector<GreedyPick>* picks) {
+  check_batch_against_cache(batch, cache, a.num_layers, a.arch);
+  const int64_t T = batch.num_tokens(), H = a.hidden_size, V = a.vocab_size;
+  for (int32_t id : batch.input_ids) SSM_CHECK(id >= 0 && id < V, "token id {} outside the vocabulary [0, {})", id, V);
+  const int64_t nlog = static_cast<int64_t>(batch.logits_indices.size());
+  for (int32_t r : batch.logits_indices) SSM_CHECK(r >= 0 && r < T, "logits row {} outside [0, {})", r, T);
+  if (T == 0) return;
+  a.states->sync_layout(cache);
+  a.reserve(T, nlog);
+  const StepMeta dm = a.meta->upload(batch, s);
+  auto body = [&] {
+    float* hidden = a.hidden->f32(T * H);
+    a.frame->embed(dm, T, H, hidden, s);
+    for (int l = 0; l < a.num_layers; ++l) a.mixer(l, dm, T);
+    a.frame->enqueue_head(dm, T, H, a.tp->vocab_per_rank(V), a.eps, a.num_layers > 0 ? a.out->f32(T * H) : nullptr,
+                          hidden, nlog, *a.gemm, s);
+    if (greedy_top >= 0) a.frame->enqueue_greedy(nlog, V, greedy_top, s);
+  };
+  if (a.cuda_graphs && batch.meta.num_prefills == 0) {
+    std::vector<const void*> ptrs = {a.meta->device_buffer()};
+    for (const Scratch* sc : a.scratch) ptrs.push_back(sc->buf.data());
+    a.frame->pointers(ptrs);
+    a.states->pointers(ptrs);
+    a.graphs->run(s, step_key(T, nlog, greedy_top), pointer_signature(ptrs), body);
+  } else {
+    body();
+  }
+  if (a.tp->on()) a.tp->gather_logits(*a.frame, nlog, V, logits, s);
+  else if (greedy_top >= 0) a.frame->download_greedy(nlog, greedy_top, *picks, s);
+  else a.frame->download(nlog, V, logits, s);
 }
 
 }  // namespace ssmserve::cuda

@@ -137,4 +137,35 @@ inline uint64_t step_key(int64_t T, int64_t n_logits, int greedy_top) {
 /// FNV-1a hash of a pointer list.
 uint64_t pointer_signature(const std::vector<const void*>& ptrs);
 
+class DeviceStateMirror;  // runtime/device_state.h
+struct RunnerTp;          // runtime/tp_runner.h
+
+/// What a GPU runner hands the shared step frame (run_step): its pieces and its two per-model hooks.
+struct StepFrameArgs {
+  const char* arch = "";  ///< model family for error messages ("Mamba", "Mamba2")
+  int num_layers = 0;
+  int64_t hidden_size = 0, vocab_size = 0;
+  float eps = 0.0f;       ///< the final RMSNorm's epsilon
+  bool cuda_graphs = true;
+  LmFrame* frame = nullptr;
+  StepMetaUploader* meta = nullptr;
+  DecodeGraphs* graphs = nullptr;
+  DeviceStateMirror* states = nullptr;
+  RunnerTp* tp = nullptr;
+  GemmHandle* gemm = nullptr;
+  Scratch* hidden = nullptr;  ///< [T, H] fp32 residual stream
+  Scratch* out = nullptr;     ///< [T, H] fp32 last mixer output
+  std::vector<const Scratch*> scratch;  ///< every scratch buffer the mixers use (decode graphs' signature)
+  std::function<void(int64_t T, int64_t n_logits)> reserve;  ///< sizes the runner's scratch
+  std::function<void(int layer, const StepMeta& meta, int64_t T)> mixer;  ///< enqueues one layer's mixer
+};
+
+/// One step of a GPU runner (the frame both runners shared line for line): checks the batch against the cache,
+/// the token ids and logits rows against the vocabulary / T (Error otherwise), syncs the state mirror's layout,
+/// reserves the scratch, uploads the metadata once, enqueues embedding -> mixers -> final norm -> LM head
+/// (-> greedy picks when greedy_top >= 0) on `s` (decode-only steps through a CUDA graph keyed by shape), and
+/// returns the logits [n_logits, V] into `logits` or the picks into *picks (tensor parallel: all-gathered).
+void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cache, cudaStream_t s, float* logits,
+              int greedy_top, std::vector<GreedyPick>* picks);
+
 }  // namespace ssmserve::cuda

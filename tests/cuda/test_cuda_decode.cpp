@@ -6,6 +6,7 @@
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <span>
@@ -52,16 +53,17 @@ std::vector<float> bf16_bits_to_f32(const std::vector<uint16_t>& b) {
 // ---- skinny GEMM ------------------------------------------------------------------------------------------------
 
 /// skinny_gemm with its workspace (allocated per call; counters zeroed).
-cudaError_t skinny(const cuda::GemmArgs& g, void* y2, int64_t y2s, bool pdl, cudaStream_t s) {
+cudaError_t skinny(const cuda::GemmArgs& g, void* y2, int64_t y2s, bool pdl, cudaStream_t s,
+                   const cuda::SkinnyExtras& ex = {}) {
   size_t cb = 0;
-  const size_t wb = cuda::skinny_gemm_workspace(g.M, g.N, g.K, &cb);
+  const size_t wb = cuda::skinny_gemm_workspace(g.M, g.N, g.K, &cb, ex.tuning);
   static DeviceBuffer ws, counters;
   if (wb > ws.bytes()) ws = DeviceBuffer(wb);
   if (cb > counters.bytes()) {
     counters = DeviceBuffer(cb);
     counters.fill_bytes(0);
   }
-  return cuda::skinny_gemm(g, y2, y2s, pdl, s, ws.data(), ws.bytes(), counters.as<unsigned>());
+  return cuda::skinny_gemm(g, y2, y2s, pdl, s, ws.data(), ws.bytes(), counters.as<unsigned>(), ex);
 }
 
 struct Shape {
@@ -171,6 +173,130 @@ TEST(CudaSkinnyGemm, RowsAreBitIdenticalForEveryBatch) {
   EXPECT_GT(gemm.skinny_calls(), 0);
 }
 
+/// Every launch variant of the skinny GEMM (unroll, pipelining, register cap) gives the default's bits; other
+/// split counts stay within bf16-GEMM tolerance of the CPU.
+/// The tuning variants the tests and the benchmark sweep; the default's summation order first (cta 4, shift 0).
+std::vector<cuda::SkinnyTuning> tunings() {
+  std::vector<cuda::SkinnyTuning> t;
+  for (int u : {2, 4, 8})
+    for (bool pipe : {false, true})
+      for (bool cap : {false, true}) t.push_back({u, pipe, cap, 0, 4});
+  for (int cta : {8, 16}) {
+    t.push_back({4, false, true, 0, cta});
+    t.push_back({2, true, false, 0, cta});
+  }
+  for (int shift : {-1, 1}) {
+    t.push_back({2, true, false, shift, 4});
+    t.push_back({4, false, false, shift, 4});
+  }
+  return t;
+}
+
+/// True when tuning `tu` sums in the default's order for an N x K weight.
+bool same_order(const cuda::SkinnyTuning& tu, int64_t M, int64_t N, int64_t K) {
+  const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, N, K);
+  const int s0 = cuda::skinny_gemm_splits(N, K, d.split_shift), s1 = cuda::skinny_gemm_splits(N, K, tu.split_shift);
+  return s0 == s1 && std::min(s0, d.cta_splits) == std::min(s1, tu.cta_splits);
+}
+
+TEST(CudaSkinnyGemm, TuningVariantsEqualDefaultBits) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& sh : gemm_shapes()) {
+    for (int64_t M : {1, 5, 16}) {
+      SCOPED_TRACE(::testing::Message() << sh.name << " M=" << M);
+      const int64_t ys = sh.N;
+      Operands op(rng, M, sh.N, sh.K, sh.K);
+      const auto ref = op.reference(ys);
+      DeviceBuffer d0(M * ys * 4);
+      SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, op.dx.data(), sh.K, op.dw.data(), sh.K, DType::BF16, d0.data(), ys,
+                             DType::F32}, nullptr, 0, true, nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto want = to_host<float>(d0, M * ys);
+      for (const auto& tu : tunings()) {
+        SCOPED_TRACE(::testing::Message() << "unroll " << tu.unroll << " pipelined " << tu.pipelined << " cap "
+                                        << tu.reg_cap << " shift " << tu.split_shift << " cta " << tu.cta_splits);
+        cuda::SkinnyExtras ex;
+        ex.tuning = &tu;
+        DeviceBuffer d1 = poisoned_bytes(M * ys * 4);
+        SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, op.dx.data(), sh.K, op.dw.data(), sh.K, DType::BF16, d1.data(), ys,
+                               DType::F32}, nullptr, 0, true, nullptr, ex));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(d1, M * ys);
+        if (same_order(tu, M, sh.N, sh.K))
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+        else
+          EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, M, sh.N), 1e-4);
+      }
+    }
+  }
+}
+
+/// in_proj with the fused conv epilogue == in_proj, then conv1d_update_dual (y, conv output, bf16 copy, windows),
+/// for Mamba-1 (conv over the first d_inner columns) and Mamba-2 (conv over xBC in the middle) layouts.
+TEST(CudaSkinnyGemm, ConvEpilogueEqualsConvUpdateDual) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  struct Case {
+    const char* name;
+    int64_t N, K, lo, dim;
+  };
+  std::vector<Case> cases = {{"m1-130m", 3072, 768, 0, 1536}, {"m2-odd", 600, 256, 100, 300}};
+  if (!quick()) cases.push_back({"m2-2.7b", 10576, 2560, 5120, 5376});
+  for (const Case& cs : cases) {
+    for (DType sd : {DType::F32, DType::BF16}) {
+      for (int M : {1, 5, 16}) {
+        SCOPED_TRACE(::testing::Message() << cs.name << " M=" << M << " state " << dtype_name(sd));
+        const int width = 4;
+        std::vector<int> lens(M, 1);
+        const Batch b = make_batch(lens, M > 1 ? std::vector<int>{1} : std::vector<int>{});
+        Operands op(rng, M, cs.N, cs.K, cs.K);
+        auto w = rand_vec(rng, cs.dim * width), bias = rand_vec(rng, cs.dim, -0.1f, 0.1f);
+        StatePool pool(sd, (width - 1) * cs.dim, M + 1, rng), pool2(sd, (width - 1) * cs.dim, M + 1, rng);
+        pool2.host = pool.host;
+        pool2.dev.upload(pool.host.data(), pool.host.size());
+        DeviceBuffer dw = to_device(w), dbias = to_device(bias), dsi = to_device(b.state_indices);
+        cuda::ConvParams g1{cs.dim, width, dw.as<float>(), dbias.as<float>(), pool.dev_view(), true};
+        cuda::ConvParams g2{cs.dim, width, dw.as<float>(), dbias.as<float>(), pool2.dev_view(), true};
+        const int64_t ys = cs.N + 2, os = cs.dim + 1;
+        DeviceBuffer y1 = poisoned_bytes(M * ys * 4), y2 = poisoned_bytes(M * ys * 4);
+        DeviceBuffer o1 = poisoned_bytes(M * os * 4), o1b = poisoned_bytes(M * os * 2);
+        DeviceBuffer o2 = poisoned_bytes(M * os * 4), o2b = poisoned_bytes(M * os * 2);
+        const cuda::GemmArgs g{M, cs.N, cs.K, op.dx.data(), cs.K, op.dw.data(), cs.K, DType::BF16, y1.data(), ys, DType::F32};
+        SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr));
+        SSM_CUDA_CHECK(cuda::conv1d_update_dual(y1.as<float>() + cs.lo, ys, o1.as<float>(), os, o1b.data(), os, g1,
+                                                dsi.as<int32_t>(), M, true, nullptr));
+        const cuda::SkinnyConvEpilogue ce{g2, cs.lo, dsi.as<int32_t>(), o2.as<float>(), os, o2b.data(), os};
+        cuda::SkinnyExtras ex;
+        ex.conv = &ce;
+        cuda::GemmArgs g2a = g;
+        g2a.y = y2.data();
+        SSM_CUDA_CHECK(skinny(g2a, nullptr, 0, true, nullptr, ex));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(to_host<uint8_t>(y1, M * ys * 4), to_host<uint8_t>(y2, M * ys * 4)) << "y";
+        EXPECT_EQ(to_host<uint8_t>(o1, M * os * 4), to_host<uint8_t>(o2, M * os * 4)) << "conv out";
+        EXPECT_EQ(to_host<uint8_t>(o1b, M * os * 2), to_host<uint8_t>(o2b, M * os * 2)) << "conv out bf16";
+        std::vector<uint8_t> s1(pool.host.size()), s2(pool.host.size());
+        pool.dev.download(s1.data(), s1.size());
+        pool2.dev.download(s2.data(), s2.size());
+        EXPECT_EQ(s1, s2) << "windows";
+      }
+    }
+  }
+  // A malformed epilogue is refused.
+  DeviceBuffer x(16 * 2), w(8 * 16 * 2), y(8 * 4), out(8 * 4), si(4);
+  cuda::SkinnyConvEpilogue bad{{8, 4, w.as<float>(), nullptr, {}, true}, 4, si.as<int32_t>(), out.as<float>(), 8, nullptr, 0};
+  cuda::SkinnyExtras ex;
+  ex.conv = &bad;
+  EXPECT_EQ(cuda::skinny_gemm({1, 8, 16, x.data(), 16, w.data(), 16, DType::BF16, y.data(), 8, DType::F32}, nullptr, 0,
+                              false, nullptr, nullptr, 0, nullptr, ex),
+            cudaErrorInvalidValue);  // columns past N, no state pool
+}
+
 TEST(CudaSkinnyGemm, RejectsBadArguments) {
   REQUIRE_GPU();
   EXPECT_EQ(cuda::skinny_gemm({1, 8, 16, nullptr, 16, nullptr, 16, DType::F32, nullptr, 8, DType::F32}, nullptr, 0,
@@ -197,8 +323,10 @@ TEST(CudaDecodeOps, NormRowsMatchCpu) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  for (int64_t H : {256, 768, 2560, 1000}) {
-    const int64_t T = 9, xs = H + 4, rs = H + 2, os = H + 1;
+  for (int64_t H : {256, 768, 2560, 1000, 5120})
+  for (int64_t pad : {2, 4}) {  // pad 4: 16-byte aligned rows (the float4 form for H % 4 == 0, H <= 4096)
+    SCOPED_TRACE(::testing::Message() << "pad " << pad);
+    const int64_t T = 9, xs = H + 4, rs = H + pad, os = H + 1;
     auto x = rand_vec(rng, T * xs), res = rand_vec(rng, T * rs), w = rand_vec(rng, H, 0.5f, 1.5f);
     std::vector<float> sum(T * H), ref(T * H);
     for (int64_t t = 0; t < T; ++t)
@@ -354,6 +482,78 @@ TEST(CudaDecodeOps, ScanUpdateOutEqualsStateUpdateAndCpu) {
       auto a3 = to_host<uint16_t>(y3, B * ys);
       for (int i = 0; i < B; ++i)
         for (int64_t c = 0; c < dim && mask[i]; ++c) ASSERT_EQ(a3[i * ys + c], f32_to_bf16(a1[i * ys + c]));
+    }
+  }
+}
+
+/// dt_proj_scan_update == skinny dt_proj (fp32 delta) then selective_state_update_out, bit for bit (y and
+/// states), and within tolerance of the CPU's dt_proj + selective_state_update.
+TEST(CudaDecodeOps, DtProjScanEqualsSkinnyThenScanAndCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& s : mamba1_shapes()) {
+    for (DType sd : {DType::F32, DType::BF16}) {
+      for (int B : {1, 4, 13}) {
+        SCOPED_TRACE(::testing::Message() << s.name << " B=" << B << " state " << dtype_name(sd));
+        const int64_t dim = s.d_inner, R = s.dt_rank;
+        const int N = s.d_state;
+        ASSERT_EQ(cuda::skinny_gemm_splits(dim, R), 1);
+        std::vector<int> lens(B, 1);
+        const Batch b = make_batch(lens, B > 1 ? std::vector<int>{B / 2} : std::vector<int>{});
+        const int64_t XD = R + 2 * N, us = dim + 3, zs = 2 * dim, ys = dim + 2;
+        Operands op(rng, B, dim, R, XD);  // x = dt_low rows of xdbl (stride XD), w = dt_proj
+        for (float& v : op.w) v = bf16_to_f32(f32_to_bf16(v * 20.0f));
+        op.dw = to_device(to_bf16_bits(op.w));
+        auto bc = rand_vec(rng, B * XD), u = rand_vec(rng, B * us), z = rand_vec(rng, B * zs, -3, 3);
+        std::vector<float> A(dim * N), D = rand_vec(rng, dim), dbias = rand_vec(rng, dim, -1, 0.5f);
+        for (int64_t c = 0; c < dim; ++c)
+          for (int n = 0; n < N; ++n) A[c * N + n] = -static_cast<float>(n + 1) * (0.5f + 0.001f * (c % 97));
+        StatePool pool(sd, dim * N, B + 1, rng, 0.5f), pool2(sd, dim * N, B + 1, rng, 0.5f);
+        pool2.host = pool.host;
+        pool2.dev.upload(pool.host.data(), pool.host.size());
+        DeviceBuffer du = to_device(u), dbc = to_device(bc), dz = to_device(z), dA = to_device(A), dD = to_device(D),
+                     dbi = to_device(dbias), dsi = to_device(b.state_indices), delta(B * dim * 4);
+        // Reference chain on the GPU: skinny dt_proj -> delta fp32, then the state update.
+        SSM_CUDA_CHECK(skinny({B, dim, R, op.dx.data(), XD, op.dw.data(), R, DType::BF16, delta.data(), dim, DType::F32},
+                              nullptr, 0, true, nullptr));
+        cuda::ScanInputs gi{{du.as<float>(), us}, {delta.as<float>(), dim}, {dbc.as<float>() + R, XD},
+                            {dbc.as<float>() + R + N, XD}, {dz.as<float>() + dim, zs}};
+        cuda::ScanParams g1{dim, N, dA.as<float>(), dD.as<float>(), dbi.as<float>(), true, pool.dev_view()};
+        cuda::ScanParams g2{dim, N, dA.as<float>(), dD.as<float>(), dbi.as<float>(), true, pool2.dev_view()};
+        for (DType yd : {DType::F32, DType::BF16}) {
+          const size_t yb = B * ys * dtype_size(yd);
+          DeviceBuffer y1 = poisoned_bytes(yb), y2 = poisoned_bytes(yb);
+          SSM_CUDA_CHECK(cuda::selective_state_update_out(gi, g1, y1.data(), yd, ys, dsi.as<int32_t>(), B, true, nullptr));
+          SSM_CUDA_CHECK(cuda::dt_proj_scan_update(op.dx.data(), XD, op.dw.data(), R, gi, g2, y2.data(), yd, ys,
+                                                   dsi.as<int32_t>(), B, op.dw.data(), dim * R * 2, true, nullptr));
+          SSM_CUDA_CHECK(cudaDeviceSynchronize());
+          EXPECT_EQ(to_host<uint8_t>(y1, yb), to_host<uint8_t>(y2, yb)) << "y " << dtype_name(yd);
+          std::vector<uint8_t> s1(pool.host.size()), s2(pool.host.size());
+          pool.dev.download(s1.data(), s1.size());
+          pool2.dev.download(s2.data(), s2.size());
+          EXPECT_EQ(s1, s2) << "states";
+          if (yd != DType::F32) continue;
+          // CPU: delta = dt_low W^T (fp32), then the state update from the initial states.
+          std::vector<float> dref = op.reference(dim);
+          cpu::ScanInputs ci{{u.data(), us}, {dref.data(), dim}, {bc.data() + R, XD}, {bc.data() + R + N, XD},
+                             {z.data() + dim, zs}};
+          std::vector<uint8_t> init(pool.host);
+          StateView hv{init.data(), sd, dim * N};
+          cpu::ScanParams cp{dim, N, A.data(), D.data(), dbias.data(), true, hv};
+          std::vector<float> ref(B * ys, 0.0f);
+          cpu::selective_state_update(ci, cp, ref.data(), ys, sp(b.state_indices));
+          auto got = to_host<float>(y2, B * ys);
+          std::vector<uint8_t> mask(B);
+          for (int i = 0; i < B; ++i) mask[i] = b.state_indices[i] != 0;
+          EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, B, dim, &mask), sd == DType::F32 ? 1e-4 : 1e-2) << "vs cpu";
+          EXPECT_TRUE(untouched(got.data(), ys, B, dim, mask)) << "null rows written";
+          // Restore the initial states for the bf16-output pass.
+          pool.dev.upload(pool.host.data(), pool.host.size());
+          pool2.dev.upload(pool.host.data(), pool.host.size());
+        }
+      }
     }
   }
 }
@@ -521,14 +721,14 @@ TEST(CudaBatchInvariance, Mamba2DummyRandomSchedulesEqualRunningAlone) {
 
 /// Mean milliseconds of `f` over `iters` runs after 3 warmups, by CUDA events on the legacy stream.
 template <class F>
-double time_ms(F&& f, int iters = 20) {
+double time_ms(F&& f, int iters = 20, cudaStream_t s = nullptr) {
   for (int i = 0; i < 3; ++i) f();
   cudaEvent_t a, b;
   SSM_CUDA_CHECK(cudaEventCreate(&a));
   SSM_CUDA_CHECK(cudaEventCreate(&b));
-  SSM_CUDA_CHECK(cudaEventRecord(a, nullptr));
+  SSM_CUDA_CHECK(cudaEventRecord(a, s));
   for (int i = 0; i < iters; ++i) f();
-  SSM_CUDA_CHECK(cudaEventRecord(b, nullptr));
+  SSM_CUDA_CHECK(cudaEventRecord(b, s));
   SSM_CUDA_CHECK(cudaEventSynchronize(b));
   float ms = 0;
   SSM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -557,26 +757,181 @@ TEST(CudaDecodeBench, DISABLED_RooflinesAndGemms) {
     const double ms = time_ms([&] { gemm.run({n, n, n, x.data(), n, w.data(), n, DType::BF16, y.data(), n, DType::BF16}, nullptr); }, 10);
     std::printf("roofline bf16_gemm_TFLOPs %.1f\n", 2.0 * n * n * n / (ms * 1e-3) / 1e12);
   }
-  // 2. Skinny GEMM vs cuBLASLt at the mamba-2.8b / mamba2-2.7b projections and the LM head, per M.
-  const std::vector<Shape> shapes = {{"m1-2.8b.in_proj", 10240, 2560}, {"m1-2.8b.x_proj", 192, 5120},
-                                     {"m1-2.8b.dt_proj", 5120, 160},   {"m1-2.8b.out_proj", 2560, 5120},
-                                     {"m2-2.7b.in_proj", 10576, 2560}, {"lm_head", 50280, 2560}};
+  // 2. Skinny GEMM vs cuBLASLt at the decode projections and LM heads, per M, with the weights rotated over
+  //    copies of >= 256 MB in all (so every launch streams its weight from HBM, not from the 60 MB L2); launches
+  //    back to back on one stream with PDL, as in the decode graphs. Then every tuning variant at M = 1 and 16.
+  const std::vector<Shape> shapes = {
+      {"m1-2.8b.in_proj", 10240, 2560}, {"m1-2.8b.x_proj", 192, 5120},  {"m1-2.8b.dt_proj", 5120, 160},
+      {"m1-2.8b.out_proj", 2560, 5120}, {"m2-2.7b.in_proj", 10576, 2560}, {"m1-1.4b.in_proj", 8192, 2048},
+      {"m1-1.4b.x_proj", 160, 4096},    {"m1-1.4b.out_proj", 2048, 4096}, {"m1-130m.in_proj", 3072, 768},
+      {"m1-130m.x_proj", 80, 1536},     {"m1-130m.out_proj", 768, 1536},  {"lm_head.2560", 50280, 2560},
+      {"lm_head.2048", 50280, 2048},    {"lm_head.768", 50280, 768}};
+  cuda::Stream stream;
   std::mt19937 rng(2);
   for (const auto& sh : shapes) {
     const int64_t Mmax = 256;
+    const size_t wbytes = static_cast<size_t>(sh.N * sh.K * 2);
+    const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / wbytes + 1, 2, 256));
     auto xv = rand_vec(rng, Mmax * sh.K), wv = rand_vec(rng, sh.N * sh.K, -0.05f, 0.05f);
-    DeviceBuffer x = to_device(to_bf16_bits(xv)), w = to_device(to_bf16_bits(wv)), y(Mmax * sh.N * 4);
+    DeviceBuffer x = to_device(to_bf16_bits(xv)), y(Mmax * sh.N * 4);
+    const auto wb = to_bf16_bits(wv);
+    std::vector<DeviceBuffer> w;
+    for (int i = 0; i < copies; ++i) w.push_back(to_device(wb));
+    int next = 0;
+    auto args = [&](int64_t M) {
+      next = (next + 1) % copies;
+      return cuda::GemmArgs{M, sh.N, sh.K, x.data(), sh.K, w[next].data(), sh.K, DType::BF16, y.data(), sh.N, DType::F32};
+    };
+    auto on_stream = [&](auto&& f) {
+      return time_ms([&] { f(); }, 40, stream.get());
+    };
     for (int64_t M : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
-      const cuda::GemmArgs g{M, sh.N, sh.K, x.data(), sh.K, w.data(), sh.K, DType::BF16, y.data(), sh.N, DType::F32};
-      const double sk = time_ms([&] { SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr)); });
-      const double lt = time_ms([&] { gemm.run(g, nullptr); });
-      const double wbytes = 2.0 * sh.N * sh.K;
+      const double sk = on_stream([&] { SSM_CUDA_CHECK(skinny(args(M), nullptr, 0, true, stream.get())); });
+      const double lt = on_stream([&] { gemm.run(args(M), stream.get()); });
       std::printf("gemm %-18s M=%-4ld skinny %8.2f us (%6.2f TB/s, %6.1f TFLOP/s)  cublaslt %8.2f us (%6.2f TB/s, %6.1f TFLOP/s)\n",
                   sh.name.c_str(), static_cast<long>(M), sk * 1e3, wbytes / (sk * 1e-3) / 1e12,
                   2.0 * M * sh.N * sh.K / (sk * 1e-3) / 1e12, lt * 1e3, wbytes / (lt * 1e-3) / 1e12,
                   2.0 * M * sh.N * sh.K / (lt * 1e-3) / 1e12);
     }
+    for (int64_t M : {1, 16}) {
+      double best = 1e30;
+      std::string best_name;
+      for (const auto& tu : tunings()) {
+        cuda::SkinnyExtras ex;
+        ex.tuning = &tu;
+        const double ms = on_stream([&] { SSM_CUDA_CHECK(skinny(args(M), nullptr, 0, true, stream.get(), ex)); });
+        char name[64];
+        std::snprintf(name, sizeof(name), "u%d%s%s%+d/%d", tu.unroll, tu.pipelined ? "p" : "", tu.reg_cap ? "c" : "",
+                      tu.split_shift, tu.cta_splits);
+        std::printf("tune %-18s M=%-3ld %-8s splits %-3d %8.2f us (%6.2f TB/s)\n", sh.name.c_str(), static_cast<long>(M),
+                    name, cuda::skinny_gemm_splits(sh.N, sh.K, tu.split_shift), ms * 1e3, wbytes / (ms * 1e-3) / 1e12);
+        if (ms < best) best = ms, best_name = name;
+      }
+      std::printf("best %-18s M=%-3ld %-8s %8.2f us (%6.2f TB/s)\n", sh.name.c_str(), static_cast<long>(M),
+                  best_name.c_str(), best * 1e3, wbytes / (best * 1e-3) / 1e12);
+    }
   }
+}
+
+/// The mamba-2.8b decode layer stack (64 layers, random bf16 weights, fp32 states) as the runner enqueues it,
+/// captured into one CUDA graph per variant and replayed: where a decode step's time goes inside a graph (GEMMs
+/// alone, the unfused / fused kernel chains, with and without the L2 prefetch, per GEMM tuning).
+TEST(CudaDecodeBench, DISABLED_LayerChain) {
+  REQUIRE_GPU();
+  const int64_t H = 2560, I = 5120, N = 16, R = 160, XD = R + 2 * N, W = 4;
+  const int layers = 64;
+  const float eps = 1e-5f;
+  std::mt19937 rng(3);
+  auto bf = [&](int64_t n, float a) { return to_bf16_bits(rand_vec(rng, n, -a, a)); };
+  const auto w_in = bf(2 * I * H, 0.02f), w_x = bf(XD * I, 0.02f), w_dt = bf(I * R, 0.05f), w_out = bf(H * I, 0.02f);
+  const auto normw = rand_vec(rng, H, 0.9f, 1.1f), convw = rand_vec(rng, I * W, -0.3f, 0.3f),
+             convb = rand_vec(rng, I, -0.1f, 0.1f), dtb = rand_vec(rng, I, -4.0f, -2.0f), Dv = rand_vec(rng, I);
+  std::vector<float> A(I * N);
+  for (int64_t c = 0; c < I; ++c)
+    for (int n = 0; n < N; ++n) A[c * N + n] = -static_cast<float>(n + 1);
+  struct LayerW {
+    DeviceBuffer in, x, dt, out, norm, cw, cb, dtb, A, D, conv_state, ssm_state;
+  };
+  const int Mmax = 16;
+  std::vector<LayerW> Ls(layers);
+  for (auto& l : Ls) {
+    l.in = to_device(w_in), l.x = to_device(w_x), l.dt = to_device(w_dt), l.out = to_device(w_out);
+    l.norm = to_device(normw), l.cw = to_device(convw), l.cb = to_device(convb), l.dtb = to_device(dtb);
+    l.A = to_device(A), l.D = to_device(Dv);
+    l.conv_state = DeviceBuffer((Mmax + 1) * (W - 1) * I * 4), l.ssm_state = DeviceBuffer((Mmax + 1) * I * N * 4);
+    l.conv_state.fill_bytes(0), l.ssm_state.fill_bytes(0);
+  }
+  std::vector<int32_t> si(Mmax);
+  for (int i = 0; i < Mmax; ++i) si[i] = i + 1;
+  DeviceBuffer dsi = to_device(si);
+  DeviceBuffer hidden(Mmax * H * 4), out(Mmax * H * 4), normed(Mmax * H * 2), xz(Mmax * 2 * I * 4), xc(Mmax * I * 4),
+      xc16(Mmax * I * 2), xdbl(Mmax * XD * 4), xdbl16(Mmax * XD * 2), delta(Mmax * I * 4), y16(Mmax * I * 2);
+  hidden.fill_bytes(0), out.fill_bytes(0);
+  cuda::Stream stream;
+  const cudaStream_t s = stream.get();
+  const cuda::SkinnyTuning* tuning = nullptr;
+  auto gemm = [&](int64_t M, const void* x, int64_t xs, const DeviceBuffer& w, int64_t Nn, int64_t K, void* y,
+                  int64_t ys, void* y2 = nullptr, const cuda::SkinnyConvEpilogue* ce = nullptr) {
+    cuda::SkinnyExtras ex;
+    ex.tuning = tuning, ex.conv = ce;
+    SSM_CUDA_CHECK(skinny({M, Nn, K, x, xs, w.data(), K, DType::BF16, y, ys, DType::F32}, y2, ys, true, s, ex));
+  };
+  enum Part { kNorm = 1, kGemms = 2, kSmall = 4, kFused = 8, kPrefetch = 16, kInOnly = 32, kOutOnly = 64 };
+  auto layer = [&](int l, int64_t M, int parts) {
+    const LayerW& L = Ls[l];
+    const StateView cs{L.conv_state.data(), DType::F32, (W - 1) * I}, ss{L.ssm_state.data(), DType::F32, I * N};
+    cuda::ConvParams conv{I, static_cast<int>(W), L.cw.as<float>(), L.cb.as<float>(), cs, true};
+    cuda::ScanParams sp{I, static_cast<int>(N), L.A.as<float>(), L.D.as<float>(), L.dtb.as<float>(), true, ss};
+    if (parts & kInOnly) return gemm(M, normed.data(), H, L.in, 2 * I, H, xz.data(), 2 * I);
+    if (parts & kOutOnly) return gemm(M, y16.data(), I, L.out, H, I, out.data(), H);
+    if (parts & kNorm)
+      SSM_CUDA_CHECK(cuda::add_rms_norm_rows(l == 0 ? nullptr : out.as<float>(), H, hidden.as<float>(), H,
+                                             L.norm.as<float>(), eps, nullptr, M, H, true, normed.data(), DType::BF16,
+                                             H, true, s));
+    cuda::ScanInputs in{{xc.as<float>(), I}, {delta.as<float>(), I}, {xdbl.as<float>() + R, XD},
+                        {xdbl.as<float>() + R + N, XD}, {xz.as<float>() + I, 2 * I}};
+    if (parts & kFused) {
+      const cuda::SkinnyConvEpilogue ce{conv, 0, dsi.as<int32_t>(), xc.as<float>(), I, xc16.data(), I};
+      gemm(M, normed.data(), H, L.in, 2 * I, H, xz.data(), 2 * I, nullptr, &ce);
+      gemm(M, xc16.data(), I, L.x, XD, I, xdbl.data(), XD, xdbl16.data());
+      SSM_CUDA_CHECK(cuda::dt_proj_scan_update(xdbl16.data(), XD, L.dt.data(), R, in, sp, y16.data(), DType::BF16, I,
+                                               dsi.as<int32_t>(), static_cast<int>(M),
+                                               (parts & kPrefetch) ? L.out.data() : nullptr,
+                                               (parts & kPrefetch) ? L.out.bytes() : 0, true, s));
+      gemm(M, y16.data(), I, L.out, H, I, out.data(), H);
+      return;
+    }
+    if (parts & kGemms) gemm(M, normed.data(), H, L.in, 2 * I, H, xz.data(), 2 * I);
+    if (parts & kSmall)
+      SSM_CUDA_CHECK(cuda::conv1d_update_dual(xz.as<float>(), 2 * I, xc.as<float>(), I, xc16.data(), I, conv,
+                                              dsi.as<int32_t>(), static_cast<int>(M), true, s));
+    if (parts & kGemms) {
+      gemm(M, xc16.data(), I, L.x, XD, I, xdbl.data(), XD, xdbl16.data());
+      gemm(M, xdbl16.data(), XD, L.dt, I, R, delta.data(), I);
+    }
+    if (parts & kSmall)
+      SSM_CUDA_CHECK(cuda::selective_state_update_out(in, sp, y16.data(), DType::BF16, I, dsi.as<int32_t>(),
+                                                      static_cast<int>(M), true, s));
+    if (parts & kGemms) gemm(M, y16.data(), I, L.out, H, I, out.data(), H);
+  };
+  auto time_graph = [&](const char* name, int64_t M, int parts) {
+    for (int l = 0; l < layers; ++l) layer(l, M, parts);  // eager once (allocations, module loads)
+    SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t e = nullptr;
+    SSM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int l = 0; l < layers; ++l) layer(l, M, parts);
+    SSM_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    SSM_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+    const double ms = time_ms([&] { SSM_CUDA_CHECK(cudaGraphLaunch(e, s)); }, 10, s);
+    cudaGraphExecDestroy(e);
+    cudaGraphDestroy(g);
+    std::printf("chain %-26s M=%-3ld %8.1f us/step %6.2f us/layer\n", name, static_cast<long>(M), ms * 1e3,
+                ms * 1e3 / layers);
+  };
+  const cuda::SkinnyTuning old_default{4, false, true, 0, 16}, nocap16{4, false, false, 0, 16},
+      pipe16{2, true, false, 0, 16}, pipe4{2, true, false, 0, 4}, nocap4{4, false, false, 0, 4};
+  const std::pair<const char*, const cuda::SkinnyTuning*> tus[] = {
+      {"default", nullptr}, {"old(u4c/16)", &old_default}, {"u4/16", &nocap16}, {"u2p/16", &pipe16},
+      {"u2p/4", &pipe4}, {"u4/4", &nocap4}};
+  const bool chain_quick = std::getenv("SSMSERVE_CHAIN_QUICK") != nullptr;  // default tuning, M = 1 only
+  for (int64_t M : {1, 4}) {
+    for (const auto& [tname, tu] : tus) {
+      if (chain_quick && (M > 1 || tu)) break;
+      tuning = tu;
+      const std::string t(tname);
+      time_graph((t + " in_proj only").c_str(), M, kInOnly);
+      time_graph((t + " out_proj only").c_str(), M, kOutOnly);
+      time_graph((t + " gemms").c_str(), M, kGemms);
+      time_graph((t + " unfused").c_str(), M, kNorm | kGemms | kSmall);
+      time_graph((t + " fused").c_str(), M, kNorm | kFused);
+      time_graph((t + " fused+prefetch").c_str(), M, kNorm | kFused | kPrefetch);
+      if (M > 1) break;
+    }
+  }
+  tuning = nullptr;
+  time_graph("default norm only", 1, kNorm);
+  time_graph("default small only", 1, kSmall);
 }
 
 }  // namespace

@@ -15,7 +15,8 @@
 
 namespace ssmserve::cuda {
 
-/// Residual add + RMSNorm with a fixed reduction shape (256 threads per row, whatever the number of rows), per
+/// Residual add + RMSNorm with a fixed reduction shape (256 threads per row, whatever the number of rows; rows of
+/// H % 4 == 0, H <= 4096 with 16-byte aligned rows load as float4 slots, all at once), per
 /// output row i with source row r = rows ? rows[i] : i:
 ///   v = residual[r] + (x ? x[r] : 0);  if (write_residual) residual[r] = v;
 ///   out[i] = v / sqrt(mean(v^2) + eps) * weight   (fp32 statistics; out in out_dtype F32 or BF16).
@@ -39,6 +40,18 @@ cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int
 cudaError_t selective_state_update_out(const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype,
                                        int64_t y_stride, const int32_t* state_indices, int batch, bool pdl,
                                        cudaStream_t stream);
+
+/// Mamba-1 decode rows after x_proj, in one kernel: delta = dt_low w_dt^T computed exactly as skinny_gemm
+/// computes it with one K split (the caller checks skinny_gemm_splits(p.dim, R) == 1; bf16 operands, fp32
+/// accumulation in 32-wide chunks in order), then selective_state_update_out's math on every row (in.delta is
+/// not read): state updated in place, y [batch, dim] in y_dtype (F32 or BF16), rows with state index 0 skipped.
+///   dt_low: [batch, R] bf16, row stride dt_low_stride; w_dt: [dim, R] bf16 (dt_proj's weight, contiguous).
+/// prefetch / prefetch_bytes: a device range (the next GEMM's weights) the grid prefetches into L2 before its
+/// PDL wait, or nullptr / 0. So decode's dt_proj and scan are one launch and the HBM stays busy during them.
+cudaError_t dt_proj_scan_update(const void* dt_low, int64_t dt_low_stride, const void* w_dt, int64_t R,
+                                const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype, int64_t y_stride,
+                                const int32_t* state_indices, int batch, const void* prefetch, size_t prefetch_bytes,
+                                bool pdl, cudaStream_t stream);
 
 /// gated_rms_norm (norms.h: the Mamba-2 gated RMSNorm over groups, same operation order) launched with
 /// Programmatic Dependent Launch when `pdl` is set.

@@ -44,14 +44,15 @@ GemmHandle::~GemmHandle() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-void GemmHandle::run(const GemmArgs& g, cudaStream_t stream, void* y2, int64_t y2_stride) {
+void GemmHandle::run(const GemmArgs& g, cudaStream_t stream, void* y2, int64_t y2_stride, const SkinnyExtras* extras) {
   SSM_CHECK(!y2 || (g.y_dtype == DType::F32 && y2_stride >= g.N), "gemm: y2 needs an F32 y and y2_stride >= N");
-  if (g.ab_dtype == DType::BF16 && !force_fallback_ && (batch_invariant_ || g.M <= skinny_max_m_)) {
+  SSM_CHECK(!extras || takes_skinny(g.ab_dtype, g.M), "gemm: skinny extras on a GEMM that is not routed to the skinny kernel");
+  if (takes_skinny(g.ab_dtype, g.M)) {
     SSM_CHECK(g.M >= 0 && g.N >= 1 && g.K >= 1 && g.x_stride >= g.K && g.w_stride >= g.K && g.y_stride >= g.N,
               "gemm: bad sizes M={} N={} K={} or strides", g.M, g.N, g.K);
     ++skinny_calls_;
     size_t counter_bytes = 0;
-    const size_t ws_bytes = skinny_gemm_workspace(g.M, g.N, g.K, &counter_bytes);
+    const size_t ws_bytes = skinny_gemm_workspace(g.M, g.N, g.K, &counter_bytes, extras ? extras->tuning : nullptr);
     if (ws_bytes > skinny_ws_.bytes()) {
       retired_.push_back(std::move(skinny_ws_));
       skinny_ws_ = DeviceBuffer(ws_bytes);
@@ -62,7 +63,7 @@ void GemmHandle::run(const GemmArgs& g, cudaStream_t stream, void* y2, int64_t y
       skinny_counters_.fill_bytes(0);
     }
     SSM_CUDA_CHECK(skinny_gemm(g, y2, y2_stride, pdl_, stream, skinny_ws_.data(), skinny_ws_.bytes(),
-                               skinny_counters_.as<unsigned>()));
+                               skinny_counters_.as<unsigned>(), extras ? *extras : SkinnyExtras{}));
     return;
   }
   run_cublaslt(g, stream);

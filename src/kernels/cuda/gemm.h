@@ -17,6 +17,8 @@
 
 namespace ssmserve::cuda {
 
+struct SkinnyExtras;  // skinny_gemm.h
+
 /// One GEMM's operands (device pointers, row-major).
 struct GemmArgs {
   int64_t M = 0, N = 0, K = 0;
@@ -46,7 +48,14 @@ class GemmHandle {
   /// y2: optional bf16 copy of y ([M, N], row stride y2_stride; y must be F32 when it is given). BF16 GEMMs with
   /// M <= skinny_max_m (every M in batch-invariant mode) go through skinny_gemm (skinny_gemm.h: one fixed
   /// reduction order per (N, K), so the result of a row does not depend on the batch); the rest through cuBLASLt.
-  void run(const GemmArgs& a, cudaStream_t stream, void* y2 = nullptr, int64_t y2_stride = 0);
+  /// extras (skinny_gemm.h: fused conv epilogue, tuning) are only for calls routed to the skinny kernel
+  /// (takes_skinny); Error otherwise.
+  void run(const GemmArgs& a, cudaStream_t stream, void* y2 = nullptr, int64_t y2_stride = 0,
+           const SkinnyExtras* extras = nullptr);
+  /// True when run() sends a GEMM of this operand dtype and M rows to the skinny kernel.
+  bool takes_skinny(DType ab_dtype, int64_t M) const {
+    return ab_dtype == DType::BF16 && !force_fallback_ && (batch_invariant_ || M <= skinny_max_m_);
+  }
   /// Routing knobs (see run): decode GEMMs up to this M on the skinny kernel (default 16; 0 = never).
   void set_skinny_max_m(int64_t m) { skinny_max_m_ = m; }
   /// Every BF16 GEMM on the skinny kernel (vLLM's VLLM_BATCH_INVARIANT): batch-invariant for any batch mix.

@@ -1,9 +1,12 @@
 // Owns the batch-invariant skinny GEMM (see skinny_gemm.h).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/decode_math.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 namespace ssmserve::cuda {
 namespace {
@@ -13,6 +16,21 @@ constexpr int kChunk = 32;           // k per chunk: two m16n8k16 steps
 constexpr int kCtaSplits = 16;       // most splits reduced inside one block (16 warps x 32 threads)
 constexpr int kMaxSplits = 64;       // more than kCtaSplits: kCtaSplits per block, groups of blocks per tile
 constexpr size_t kPrefetchBytes = 16u << 20;  // weight bytes the whole grid prefetches into L2 before its wait
+
+struct ConvEpi {               // SkinnyConvEpilogue flattened for the device (weight == nullptr: none)
+  const float* weight;
+  const float* bias;
+  void* states;
+  int state_dtype;  // 0 F32, 1 BF16, 2 F16
+  int64_t block_stride, lo, dim;
+  int width;
+  bool silu;
+  const int32_t* state_indices;
+  float* out;
+  int64_t out_stride;
+  __nv_bfloat16* out16;
+  int64_t out16_stride;
+};
 
 struct Params {
   const __nv_bfloat16* x;
@@ -29,48 +47,37 @@ struct Params {
   int cta_splits, groups, tiles;  // splits per block; blocks (split groups) per tile; 16-row tiles
   float* partials;                // groups > 1: [m-blocks, tiles, groups, MT * 4, 32] group sums
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
+  ConvEpi conv;
+  bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
 };
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+template <class TS>
+__device__ __forceinline__ float conv_epi_one(const ConvEpi& e, int32_t block, int64_t c, float xv) {
+  TS* state = static_cast<TS*>(e.states) + block * e.block_stride + c;
+  return conv_update_channel(state, e.dim, e.width, e.weight + c * e.width, e.bias ? e.bias[c] : 0.0f, xv, e.silu);
 }
 
-/// 8 consecutive bf16 of `row` from column k (zeros past `K` or when !ok). VEC: one 16-byte load (row and k
-/// 16-byte aligned, K % 8 == 0); streaming weights bypass L1.
-template <bool VEC, bool STREAM>
-__device__ __forceinline__ uint4 load8(const __nv_bfloat16* row, int k, int K, bool ok) {
-  uint4 v = make_uint4(0, 0, 0, 0);
-  if (!ok || k >= K) return v;
-  if constexpr (VEC) {
-    if constexpr (STREAM) {
-      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "l"(row + k));
-    } else {
-      v = *reinterpret_cast<const uint4*>(row + k);
-    }
-  } else {
-    uint16_t h[8];
-    const uint16_t* r = reinterpret_cast<const uint16_t*>(row);
+/// Loads of U chunks from chunk c (predicated off past c1): W rows g / g + 8 and the MT x rows.
+template <int MT, bool VEC, int U>
+__device__ __forceinline__ void load_chunks(uint4 (&a0)[U], uint4 (&a1)[U], uint4 (&b)[U][MT], const __nv_bfloat16* w0,
+                                            const __nv_bfloat16* w1, const __nv_bfloat16* const (&xr)[MT],
+                                            const bool (&xok)[MT], bool r0ok, bool r1ok, int c, int c1, int t, int K) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) h[i] = k + i < K ? r[k + i] : 0;
-    v.x = h[0] | (uint32_t(h[1]) << 16), v.y = h[2] | (uint32_t(h[3]) << 16);
-    v.z = h[4] | (uint32_t(h[5]) << 16), v.w = h[6] | (uint32_t(h[7]) << 16);
+  for (int u = 0; u < U; ++u) {
+    const int k = (c + u) * kChunk + 8 * t;
+    const bool on = c + u < c1;
+    a0[u] = load8<VEC, true>(w0, k, K, on && r0ok);
+    a1[u] = load8<VEC, true>(w1, k, K, on && r1ok);
+#pragma unroll
+    for (int j = 0; j < MT; ++j) b[u][j] = load8<VEC, false>(xr[j], k, K, on && xok[j]);
   }
-  return v;
 }
 
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
 /// for rows m0..m0+8*MT-1 over its split's chunks. Lane (g = lane / 4, t = lane % 4) loads W rows n0+g, n0+g+8
 /// and x rows m0+8j+g at k = chunk*32 + 8t (8 values): the k permutation inside a chunk is the same for A and B.
-template <int MT, bool VEC>
-__global__ void __launch_bounds__(512, MT == 1 ? 2 : 1) skinny_kernel(Params p) {
-  constexpr int kUnroll = MT == 4 ? 2 : 4;  // chunks of loads in flight per warp
+template <int MT, bool VEC, int U, bool PIPE, int MINB>
+__global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   extern __shared__ float red[];  // [warps][MT*4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -94,7 +101,7 @@ __global__ void __launch_bounds__(512, MT == 1 ? 2 : 1) skinny_kernel(Params p) 
     }
   }
   pdl_wait();
-  pdl_launch_dependents();
+  if (!p.late_trigger) pdl_launch_dependents();
   const __nv_bfloat16* xr[MT];
   bool xok[MT];
 #pragma unroll
@@ -106,28 +113,39 @@ __global__ void __launch_bounds__(512, MT == 1 ? 2 : 1) skinny_kernel(Params p) 
   float acc[MT][4];
 #pragma unroll
   for (int j = 0; j < MT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  // 2. The split's chunks in order, kUnroll chunks of loads in flight.
-  for (int c = c0; c < c1; c += kUnroll) {
-    uint4 a0[kUnroll], a1[kUnroll], b[kUnroll][MT];
+  // 2. The split's chunks in order, U chunks of loads in flight (PIPE: the next U issued before these are used).
+  if constexpr (!PIPE) {
+    for (int c = c0; c < c1; c += U) {
+      uint4 a0[U], a1[U], b[U][MT];
+      load_chunks<MT, VEC, U>(a0, a1, b, w0, w1, xr, xok, r0ok, r1ok, c, c1, t, p.K);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int k = (c + u) * kChunk + 8 * t;
-      const bool on = c + u < c1;
-      a0[u] = load8<VEC, true>(w0, k, p.K, on && r0ok);
-      a1[u] = load8<VEC, true>(w1, k, p.K, on && r1ok);
+      for (int u = 0; u < U; ++u) {
+        if (c + u >= c1) break;
 #pragma unroll
-      for (int j = 0; j < MT; ++j) b[u][j] = load8<VEC, false>(xr[j], k, p.K, on && xok[j]);
+        for (int j = 0; j < MT; ++j) mma_chunk(acc[j], a0[u], a1[u], b[u][j]);
+      }
     }
+  } else {
+    uint4 a0[U], a1[U], b[U][MT];
+    load_chunks<MT, VEC, U>(a0, a1, b, w0, w1, xr, xok, r0ok, r1ok, c0, c1, t, p.K);
+    for (int c = c0; c < c1; c += U) {
+      uint4 na0[U], na1[U], nb[U][MT];
+      load_chunks<MT, VEC, U>(na0, na1, nb, w0, w1, xr, xok, r0ok, r1ok, c + U, c1, t, p.K);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (c + u >= c1) break;
+      for (int u = 0; u < U; ++u) {
+        if (c + u >= c1) break;
 #pragma unroll
-      for (int j = 0; j < MT; ++j) {
-        mma_bf16(acc[j], a0[u].x, a1[u].x, a0[u].y, a1[u].y, b[u][j].x, b[u][j].y);
-        mma_bf16(acc[j], a0[u].z, a1[u].z, a0[u].w, a1[u].w, b[u][j].z, b[u][j].w);
+        for (int j = 0; j < MT; ++j) mma_chunk(acc[j], a0[u], a1[u], b[u][j]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        a0[u] = na0[u], a1[u] = na1[u];
+#pragma unroll
+        for (int j = 0; j < MT; ++j) b[u][j] = nb[u][j];
       }
     }
   }
+  if (p.late_trigger) pdl_launch_dependents();
   // 3. Split sums in split order (split 0 first), by the block's first-split warp of the tile.
   if (p.cta_splits > 1) {
 #pragma unroll
@@ -184,13 +202,25 @@ __global__ void __launch_bounds__(512, MT == 1 ? 2 : 1) skinny_kernel(Params p) 
         if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = __float2bfloat16_rn(v);
         else static_cast<float*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = v;
         if (p.y2) p.y2[static_cast<int64_t>(m) * p.y2s + n] = __float2bfloat16_rn(v);
+        // 5. Fused conv update of the conv columns (conv1d_update_dual's math for channel c of row m).
+        const ConvEpi& ce = p.conv;
+        if (ce.weight && n >= ce.lo && n < ce.lo + ce.dim) {
+          const int32_t block = ce.state_indices[m];
+          if (block == 0) continue;
+          const int64_t c = n - ce.lo;
+          const float o = ce.state_dtype == 1   ? conv_epi_one<__nv_bfloat16>(ce, block, c, v)
+                          : ce.state_dtype == 2 ? conv_epi_one<__half>(ce, block, c, v)
+                                                : conv_epi_one<float>(ce, block, c, v);
+          ce.out[static_cast<int64_t>(m) * ce.out_stride + c] = o;
+          if (ce.out16) ce.out16[static_cast<int64_t>(m) * ce.out16_stride + c] = __float2bfloat16_rn(o);
+        }
       }
 }
 
-template <int MT, bool VEC>
+template <int MT, bool VEC, int U, bool PIPE, int MINB>
 cudaError_t launch(const Params& p, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
-  auto kernel = skinny_kernel<MT, VEC>;
+  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB>;
   if (smem > 48 * 1024) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(smem));
@@ -198,6 +228,50 @@ cudaError_t launch(const Params& p, int warps, dim3 grid, bool pdl, cudaStream_t
       return e;
   }
   return launch_pdl(pdl, kernel, grid, dim3(32 * warps), smem, stream, p);
+}
+
+/// The instantiated variants: unaligned operands and M > 16 take the first version's shape; aligned decode rows
+/// (MT 1 or 2) any of the tuning's (unroll, pipelined, reg_cap) combinations below.
+int num_sms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return v > 0 ? v : 132;
+  }();
+  return n;
+}
+
+template <int MT>
+cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
+  constexpr int kCap = MT == 1 ? 2 : 1;  // the first version's 64-register cap (MT 1)
+  if (tu.auto_shape) {
+    // The default launch shape: the pipelined form when the whole grid is resident at once (one wave), else the
+    // plain unroll-4 form (fewer registers: a grid just over the pipelined form's wave fits in one of its own;
+    // grids of several waves measured fastest with it too).
+    const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
+    const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y;
+    static int per_sm[17] = {};  // blocks of w warps of the pipelined form one SM holds (occupancy API, cached)
+    if (warps >= 1 && warps <= 16 && per_sm[warps] == 0) {
+      int b = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1>, 32 * warps, smem) !=
+              cudaSuccess ||
+          b < 1)
+        b = 1;
+      per_sm[warps] = b;
+    }
+    if (warps >= 1 && warps <= 16 && blocks <= static_cast<int64_t>(num_sms()) * per_sm[warps])
+      return launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
+    return launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
+  }
+  if (tu.pipelined) {
+    if (tu.unroll <= 2) return tu.reg_cap ? launch<MT, true, 2, true, kCap>(p, warps, grid, pdl, stream)
+                                          : launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
+    return launch<MT, true, 4, true, 1>(p, warps, grid, pdl, stream);
+  }
+  if (tu.unroll >= 8) return launch<MT, true, 8, false, 1>(p, warps, grid, pdl, stream);
+  return tu.reg_cap ? launch<MT, true, 4, false, kCap>(p, warps, grid, pdl, stream)
+                    : launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
 }
 
 }  // namespace
@@ -209,9 +283,57 @@ int skinny_gemm_splits(int64_t N, int64_t K) {
   return s;
 }
 
-size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_bytes) {
-  const int splits = skinny_gemm_splits(N, K);
-  const int64_t tiles = (N + 15) / 16, groups = splits > kCtaSplits ? splits / kCtaSplits : 1;
+int skinny_gemm_splits(int64_t N, int64_t K, int split_shift) {
+  int s = skinny_gemm_splits(N, K);
+  for (; split_shift > 0 && s < kMaxSplits; --split_shift) s *= 2;
+  for (; split_shift < 0 && s > 1; ++split_shift) s /= 2;
+  return s;
+}
+
+namespace {
+/// SSMSERVE_SKINNY_TUNE="unroll,pipelined,reg_cap,cta_splits" (e.g. "2,1,0,4"): the decode launch shape and the
+/// block split count for benchmarking; read once. Malformed or absent: nullptr.
+const SkinnyTuning* env_tuning() {
+  static const SkinnyTuning* t = [] () -> const SkinnyTuning* {
+    const char* e = std::getenv("SSMSERVE_SKINNY_TUNE");
+    if (!e || !*e) return nullptr;
+    int u = 0, p = 0, c = 0, cta = 0;
+    if (std::sscanf(e, "%d,%d,%d,%d", &u, &p, &c, &cta) != 4) return nullptr;
+    static SkinnyTuning v;
+    v.unroll = u, v.pipelined = p != 0, v.reg_cap = c != 0, v.cta_splits = cta;
+    return &v;
+  }();
+  return t;
+}
+}  // namespace
+
+SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
+  SkinnyTuning t;
+  // Summation order (N, K only): blocks of at most 4 split warps, so that the grid is many small blocks
+  // (balanced over the 132 SMs) rather than a few 16-warp ones; LM-head-sized weights (one split by the rule,
+  // >= 64 chunks of K) in 2 splits (measured on the H200: 50280 x 2560 at M = 1, 80 -> 68 us).
+  t.cta_splits = 4;
+  if (skinny_gemm_splits(N, K) == 1 && (K + kChunk - 1) / kChunk >= 64) t.split_shift = 1;
+  // Launch shape (per M): decode rows picked by occupancy (SkinnyTuning::auto_shape), without the register cap.
+  if (M <= 16) t.auto_shape = true, t.reg_cap = false;
+  if (const SkinnyTuning* e = env_tuning()) {
+    t.cta_splits = e->cta_splits;
+    if (M <= 16) t.unroll = e->unroll, t.pipelined = e->pipelined, t.reg_cap = e->reg_cap, t.auto_shape = false;
+  }
+  return t;
+}
+
+namespace {
+int cta_splits_of(const SkinnyTuning& t, int splits) {
+  const int c = t.cta_splits >= kCtaSplits ? kCtaSplits : t.cta_splits >= 8 ? 8 : 4;
+  return std::min(splits, c);
+}
+}  // namespace
+
+size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_bytes, const SkinnyTuning* tuning) {
+  const SkinnyTuning tu = tuning ? *tuning : skinny_default_tuning(M, N, K);
+  const int splits = skinny_gemm_splits(N, K, tu.split_shift), cta = cta_splits_of(tu, splits);
+  const int64_t tiles = (N + 15) / 16, groups = splits / cta;
   const int mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;
   const int64_t mblocks = (M + 8 * mt - 1) / (8 * mt);
   if (counter_bytes) *counter_bytes = groups > 1 ? static_cast<size_t>(mblocks * tiles) * sizeof(unsigned) : 0;
@@ -219,26 +341,43 @@ size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_by
 }
 
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
-                        void* workspace, size_t workspace_bytes, unsigned* counters) {
+                        void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
   if (a.ab_dtype != DType::BF16 || (a.y_dtype != DType::F32 && a.y_dtype != DType::BF16) || a.M < 0 || a.N < 1 ||
       a.K < 1 || a.x_stride < a.K || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
       a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y)
     return cudaErrorInvalidValue;
-  if (a.M == 0) return cudaSuccess;
+  const SkinnyTuning tu = extras.tuning ? *extras.tuning : skinny_default_tuning(a.M, a.N, a.K);
   Params p{};
+  if (const SkinnyConvEpilogue* ce = extras.conv) {
+    const ConvParams& c = ce->conv;
+    if (a.y_dtype != DType::F32 || c.dim < 1 || c.width < 1 || c.width > kConvMaxWidth || !c.weight ||
+        (c.width > 1 && !c.conv_states.data) || ce->col_offset < 0 || ce->col_offset + c.dim > a.N ||
+        !ce->state_indices || !ce->out || ce->out_stride < c.dim || (ce->out_bf16 && ce->out_bf16_stride < c.dim))
+      return cudaErrorInvalidValue;
+    p.conv = ConvEpi{c.weight, c.bias, c.conv_states.data,
+                     c.conv_states.dtype == DType::BF16 ? 1 : c.conv_states.dtype == DType::F16 ? 2 : 0,
+                     c.conv_states.block_stride, ce->col_offset, c.dim, c.width, c.apply_silu, ce->state_indices,
+                     ce->out, ce->out_stride, static_cast<__nv_bfloat16*>(ce->out_bf16), ce->out_bf16_stride};
+  }
+  if (a.M == 0) return cudaSuccess;
+  static const bool late = [] {
+    const char* e = std::getenv("SSMSERVE_SKINNY_LATE_TRIGGER");
+    return e && e[0] == '1';
+  }();
+  p.late_trigger = late;
   p.x = static_cast<const __nv_bfloat16*>(a.x), p.xs = a.x_stride;
   p.w = static_cast<const __nv_bfloat16*>(a.w), p.ws = a.w_stride;
   p.y = a.y, p.ys = a.y_stride, p.y_bf16 = a.y_dtype == DType::BF16;
   p.y2 = static_cast<__nv_bfloat16*>(y2), p.y2s = y2_stride;
   p.M = static_cast<int>(a.M), p.N = static_cast<int>(a.N), p.K = static_cast<int>(a.K);
-  p.splits = skinny_gemm_splits(a.N, a.K);
+  p.splits = skinny_gemm_splits(a.N, a.K, tu.split_shift);
   p.chunks = static_cast<int>((a.K + kChunk - 1) / kChunk);
   p.chunks_per_split = (p.chunks + p.splits - 1) / p.splits;
   // Launch shape (never changes a result): m-tiles per warp and n-tiles per block.
   const int mt = a.M <= 8 ? 1 : a.M <= 16 ? 2 : 4;
   const int64_t tiles = (a.N + 15) / 16;
   p.tiles = static_cast<int>(tiles);
-  p.cta_splits = std::min(p.splits, kCtaSplits);
+  p.cta_splits = cta_splits_of(tu, p.splits);
   p.groups = p.splits / p.cta_splits;
   p.tiles_per_cta = p.groups > 1 ? 1 : std::max(1, 4 / p.splits);
   const int warps = p.tiles_per_cta * p.cta_splits;
@@ -247,27 +386,32 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   if (grid_y > 65535 || grid_x > 2147483647) return cudaErrorInvalidValue;
   if (p.groups > 1) {
     size_t counter_bytes = 0;
-    if (!workspace || !counters || workspace_bytes < skinny_gemm_workspace(a.M, a.N, a.K, &counter_bytes))
+    if (!workspace || !counters ||
+        workspace_bytes < skinny_gemm_workspace(a.M, a.N, a.K, &counter_bytes, &tu))
       return cudaErrorInvalidValue;
     p.partials = static_cast<float*>(workspace);
     p.counters = counters;
   }
   const int64_t warps_total = tiles * p.splits;
+  static const int64_t prefetch_bytes = [] {  // SSMSERVE_SKINNY_PREFETCH_MB=<n> (benchmarks): the pre-wait L2 prefetch
+    const char* e = std::getenv("SSMSERVE_SKINNY_PREFETCH_MB");
+    return e && *e ? std::clamp<int64_t>(std::atoll(e), 0, 48) << 20 : static_cast<int64_t>(kPrefetchBytes);
+  }();
   p.prefetch_chunks = static_cast<int>(std::clamp<int64_t>(
-      static_cast<int64_t>(kPrefetchBytes) / std::max<int64_t>(1, warps_total * 16 * kChunk * 2), 0, p.chunks_per_split));
+      prefetch_bytes / std::max<int64_t>(1, warps_total * 16 * kChunk * 2), 0, p.chunks_per_split));
   const auto al16 = [](const void* q, int64_t stride) {
     return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 8 == 0;
   };
   const bool vec = a.K % 8 == 0 && al16(a.x, a.x_stride) && al16(a.w, a.w_stride);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  switch (mt * 2 + (vec ? 1 : 0)) {
-    case 2: return launch<1, false>(p, warps, grid, pdl, stream);
-    case 3: return launch<1, true>(p, warps, grid, pdl, stream);
-    case 4: return launch<2, false>(p, warps, grid, pdl, stream);
-    case 5: return launch<2, true>(p, warps, grid, pdl, stream);
-    case 8: return launch<4, false>(p, warps, grid, pdl, stream);
-    default: return launch<4, true>(p, warps, grid, pdl, stream);
+  if (!vec) {
+    if (mt == 1) return launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
+    if (mt == 2) return launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);
+    return launch<4, false, 2, false, 1>(p, warps, grid, pdl, stream);
   }
+  if (mt == 1) return launch_vec<1>(p, tu, warps, grid, pdl, stream);
+  if (mt == 2) return launch_vec<2>(p, tu, warps, grid, pdl, stream);
+  return launch<4, true, 2, false, 1>(p, warps, grid, pdl, stream);
 }
 
 }  // namespace ssmserve::cuda

@@ -18,9 +18,52 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/gemm.h"
 
 namespace ssmserve::cuda {
+
+/// Launch tuning of the skinny GEMM (speed only, never a result: every variant runs each split's chunks in the
+/// same order). unroll: 32-wide k chunks of loads in flight per warp (2, 4 or 8); pipelined: the next chunks'
+/// loads are issued before the current ones are multiplied; reg_cap: the 64-register cap (2 blocks of 512
+/// threads per SM) of the first version. split_shift (the split count is skinny_gemm_splits times 2^shift) and
+/// cta_splits (splits reduced inside one block, 4, 8 or 16; the block sums then in group order across blocks)
+/// change the summation order and so the bits: they are chosen from (N, K) only, never per M.
+struct SkinnyTuning {
+  int unroll = 4;
+  bool pipelined = false;
+  bool reg_cap = true;
+  int split_shift = 0;
+  int cta_splits = 16;
+  /// Launch shape from occupancy instead of unroll / pipelined / reg_cap (aligned decode rows only): the
+  /// pipelined unroll-2 form when the grid fits in one wave of it, else plain unroll 4, both without the cap.
+  bool auto_shape = false;
+};
+
+/// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200).
+SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K);
+
+/// Decode epilogue of an in_proj GEMM (issue 7: the conv kernel folded into the GEMM that feeds it): for each
+/// row m < M whose state_indices[m] != 0, the output columns [col_offset, col_offset + conv.dim) are the conv
+/// inputs x[m, c] (c = column - col_offset) and get causal_conv1d_update's math (causal_conv1d.h; same
+/// operation order, so the same bits as conv1d_update_dual): conv.conv_states[state_indices[m]] updated in
+/// place, out [M, conv.dim] fp32 (row stride out_stride) and, unless out_bf16 is null, its bf16 rounding
+/// (row stride out_bf16_stride). y is still written for every column. Two rows must not share a state index.
+struct SkinnyConvEpilogue {
+  ConvParams conv;
+  int64_t col_offset = 0;
+  const int32_t* state_indices = nullptr;  ///< [M] device
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  void* out_bf16 = nullptr;
+  int64_t out_bf16_stride = 0;
+};
+
+/// Optional parts of a skinny_gemm call.
+struct SkinnyExtras {
+  const SkinnyConvEpilogue* conv = nullptr;  ///< fused conv update (y must be F32)
+  const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
+};
 
 /// K splits the skinny GEMM uses for a weight of N rows and K columns (a power of two in [1, 64]; depends on N
 /// and K only): enough warps to keep HBM busy, at least 4 chunks of 32 per split (2 beyond 16 splits). Up to 16
@@ -28,16 +71,23 @@ namespace ssmserve::cuda {
 /// finish adds the group sums in group order (global workspace + arrival counters).
 int skinny_gemm_splits(int64_t N, int64_t K);
 
+/// skinny_gemm_splits(N, K) scaled by 2^split_shift (clamped to [1, 64]; SkinnyTuning::split_shift).
+int skinny_gemm_splits(int64_t N, int64_t K, int split_shift);
+
 /// Workspace bytes skinny_gemm needs for (M, N, K) (0 when the splits fit in one block), and in *counter_bytes
 /// the bytes of its arrival counters (zeroed once by the caller; every launch leaves them zero again).
-size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_bytes = nullptr);
+/// tuning: the call's override (SkinnyExtras::tuning), or nullptr for skinny_default_tuning.
+size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_bytes = nullptr,
+                             const SkinnyTuning* tuning = nullptr);
 
 /// Enqueues y = x W^T. a.ab_dtype must be BF16 (x and w bf16); a.y_dtype F32 or BF16. Optional y2: a second,
 /// bf16 copy of y ([M, N], row stride y2_stride >= N) written by the same epilogue (the next GEMM's input), or
 /// nullptr. Any M >= 0, N >= 1, K >= 1, any strides (16-byte loads when the rows and pointers allow them, scalar
 /// loads otherwise: same arithmetic). pdl: launch with Programmatic Dependent Launch (see pdl.cuh).
 /// workspace / counters: device buffers of skinny_gemm_workspace's sizes (may be null when those are 0).
+/// extras: the fused conv epilogue and / or a tuning override (cudaErrorInvalidValue for a malformed epilogue).
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
-                        void* workspace = nullptr, size_t workspace_bytes = 0, unsigned* counters = nullptr);
+                        void* workspace = nullptr, size_t workspace_bytes = 0, unsigned* counters = nullptr,
+                        const SkinnyExtras& extras = {});
 
 }  // namespace ssmserve::cuda
