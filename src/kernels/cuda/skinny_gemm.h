@@ -1,12 +1,14 @@
 // Owns the batch-invariant bf16 GEMM of the decode path ("skinny" GEMM): y[M, N] = x[M, K] W[N, K]^T with bf16
 // operands on tensor cores (mma.sync m16n8k16, fp32 accumulation), built for small M (decode batches), where the
 // step is bound by streaming W once from HBM: one warp per 16 rows of W and K-split, 16-byte loads, the split-K
-// partial sums reduced in shared memory in a fixed order inside the block (no second launch).
+// partial sums reduced in shared memory in a fixed order inside the block, then across the blocks of a tile in
+// group order (no second launch).
 //
 // Batch invariance (issue 7): every output element y[m, n] is computed by the same sequence of operations for
-// every M, every row m and every launch shape: K is cut into `skinny_gemm_splits(N, K)` splits of whole 32-wide
-// chunks (a function of N and K only); each split accumulates its chunks in increasing order with two mma steps
-// per chunk (fixed k permutation inside the chunk), starting from 0; the split sums are added in split order.
+// every M, every row m and every launch shape: K is cut into splits of whole 32-wide chunks (their number and
+// their grouping into blocks come from skinny_default_tuning, a function of N and K only); each split accumulates
+// its chunks in increasing order with two mma steps per chunk (fixed k permutation inside the chunk), starting
+// from 0; the split sums are added in split order inside a block, the block sums in group order.
 // Rows beyond M and columns beyond K are zeros and never change a result. So a request's projections are
 // bit-identical whatever batch it is decoded in (cuBLASLt picks M-dependent algorithms and is not).
 //
@@ -65,10 +67,13 @@ struct SkinnyExtras {
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
 };
 
-/// K splits the skinny GEMM uses for a weight of N rows and K columns (a power of two in [1, 64]; depends on N
-/// and K only): enough warps to keep HBM busy, at least 4 chunks of 32 per split (2 beyond 16 splits). Up to 16
-/// splits are reduced inside one block; beyond, each group of 16 is one block and the last block of a tile to
-/// finish adds the group sums in group order (global workspace + arrival counters).
+/// The base K split count for a weight of N rows and K columns (a power of two in [1, 64]; depends on N and K
+/// only): enough warps to keep HBM busy, at least 4 chunks of 32 per split (2 beyond 16 splits). The tuning
+/// scales it (split_shift) and reduces up to cta_splits of them inside one block; with more, each group is one
+/// block and the last block of a tile to finish adds the group sums in group order (global workspace + arrival
+/// counters). Benchmark knobs (environment, read once): SSMSERVE_SKINNY_TUNE="unroll,pipelined,reg_cap,cta_splits",
+/// SSMSERVE_SKINNY_PREFETCH_MB (the pre-wait L2 prefetch, default 16), SSMSERVE_SKINNY_LATE_TRIGGER=1 (PDL
+/// trigger after the main loop: measured no faster).
 int skinny_gemm_splits(int64_t N, int64_t K);
 
 /// skinny_gemm_splits(N, K) scaled by 2^split_shift (clamped to [1, 64]; SkinnyTuning::split_shift).
