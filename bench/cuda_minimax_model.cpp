@@ -1,10 +1,12 @@
 // Owns the end-to-end GPU benchmark of the MiniMax runner (issue 8): with dummy bf16 weights at a config's shape
 // (configs/minimax-bench), for each context length one prefill step of the whole prompt (tokens/s, wall clock
-// including the logits download) and then batch-1 decode steps (ms per token, median of the steps after the CUDA
+// including the logits download, median of 3) and then batch-1 decode steps (ms per token, median of the steps after the CUDA
 // graph capture). The same is measured for the config with every layer turned into a lightning layer, whose
 // decode time per token must not grow with the context. Prints one line per (variant, context).
 // Usage: bench_cuda_minimax_model CONFIG_DIR [CONTEXT ...]   (default contexts 1024 4096 16384 65536;
-//        SSMSERVE_BENCH_HYBRID_ONLY=1 skips the all-linear variant)
+//        SSMSERVE_BENCH_HYBRID_ONLY=1 skips the all-linear variant, SSMSERVE_BENCH_LINEAR_ONLY=1 the hybrid one,
+//        SSMSERVE_BENCH_LINEAR_CONTEXTS="..." picks the all-linear
+//        contexts). Prefill: median of 3 steps.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,12 +60,21 @@ void run(const ModelConfig& cfg, const char* variant, const std::vector<int>& co
     model->forward(step(*model, 256, 1, rng), cache, logits.data());
   }
   for (int ctx : contexts) {
-    const int blocks = 2 + (ctx + decode_steps + bs - 1) / bs + 1;
+    // State block 1 plus, with softmax layers, the KV pages 2, 3, ... (an all-linear model needs no pages: one
+    // state block per page would be 16 MB per token here).
+    const int blocks = model->kv_block_size() > 0 ? 2 + (ctx + decode_steps + bs - 1) / bs + 1 : 3;
     StateCache cache(1, model->state_shape(), blocks);
     ForwardBatch pre = step(*model, 0, ctx, rng);
-    double a = now_s();
-    model->forward(pre, cache, logits.data());
-    const double prefill = now_s() - a;
+    // Prefill: median of 3 (each from an empty state, rewriting the same KV slots).
+    std::vector<double> pres;
+    double a = 0;
+    for (int r = 0; r < 3; ++r) {
+      a = now_s();
+      model->forward(pre, cache, logits.data());
+      pres.push_back(now_s() - a);
+    }
+    std::sort(pres.begin(), pres.end());
+    const double prefill = pres[1];
     std::vector<double> dec;
     for (int i = 0; i < decode_steps; ++i) {
       ForwardBatch d = step(*model, ctx + i, 1, rng);
@@ -96,7 +107,8 @@ int main(int argc, char** argv) {
   try {
     std::printf("device: %s\n", cuda::device_description(0).c_str());
     ModelConfig cfg = ModelConfig::load(argv[1]);
-    run(cfg, "hybrid", contexts);
+    const char* lo = std::getenv("SSMSERVE_BENCH_LINEAR_ONLY");
+    if (!(lo && *lo && std::string(lo) != "0")) run(cfg, "hybrid", contexts);
     if (const char* v = std::getenv("SSMSERVE_BENCH_HYBRID_ONLY"); v && *v && std::string(v) != "0") return 0;
     // The same shapes with every layer a lightning layer: decode cost independent of the context.
     nlohmann::json raw = cfg.raw;
@@ -104,7 +116,18 @@ int main(int argc, char** argv) {
     const auto dir = std::filesystem::temp_directory_path() / "minimax-bench-linear";
     std::filesystem::create_directories(dir);
     std::ofstream(dir / "config.json") << raw.dump(2);
-    run(ModelConfig::load(dir), "all-linear", contexts);
+    std::vector<int> linear_contexts = contexts;  // SSMSERVE_BENCH_LINEAR_CONTEXTS="1024 16384 65536" narrows them
+    if (const char* v = std::getenv("SSMSERVE_BENCH_LINEAR_CONTEXTS"); v && *v) {
+      linear_contexts.clear();
+      for (const char* p = v; *p;) {
+        char* end = nullptr;
+        const long c = std::strtol(p, &end, 10);
+        if (end == p) break;
+        linear_contexts.push_back(static_cast<int>(c));
+        p = end;
+      }
+    }
+    run(ModelConfig::load(dir), "all-linear", linear_contexts);
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -65,7 +65,7 @@ DeviceBuffer stack_bf16(const std::vector<Weight>& ws) {
 /// Host-side packing of one step's metadata into a single int32 array (offsets in elements).
 struct MetaLayout {
   size_t lin_idx, lin_qsl, lin_nc, blocks, seq_first, qtiles;  // lightning
-  size_t tables, seq_lens, attn_qsl, slots, positions, tasks, items;  // softmax attention
+  size_t tables, seq_lens, attn_qsl, slots, positions, tasks, items, tc_tiles;  // softmax attention
 };
 
 class CudaMiniMaxModel final : public CausalLM {
@@ -222,11 +222,16 @@ class CudaMiniMaxModel final : public CausalLM {
       lay_.positions = put(am.positions);
       const int group = m_.num_heads / m_.num_kv_heads;
       aplan_ = decode_only ? PagedAttentionPlan::decode(batch.meta.num_reqs, std::max(1, am.max_num_blocks_per_seq * kv_block_size_), group)
-                           : PagedAttentionPlan::build(am.query_start_loc, am.seq_lens, group);
+                           : PagedAttentionPlan::build(am.query_start_loc, am.seq_lens, group, bf16_fast() ? kTcMinTokens : 0);
       lay_.tasks = put(aplan_.tasks);
       lay_.items = put(aplan_.items);
+      lay_.tc_tiles = put(aplan_.tc_tiles);
     }
   }
+
+  /// bf16 weights: the bf16 tensor-core prefill paths (lightning_prefill_bf16, paged_attention_tc); fp32
+  /// weights keep the fp32-exact kernels.
+  bool bf16_fast() const { return opt_.weight_dtype == DType::BF16; }
 
   const int32_t* dm(size_t off) const { return static_cast<const int32_t*>(dmeta_buf_.buf.data()) + off; }
 
@@ -235,7 +240,7 @@ class CudaMiniMaxModel final : public CausalLM {
     const size_t ab = dtype_size(opt_.weight_dtype);
     const int64_t PW = std::max(3 * HD, HD + 2 * KD);
     hidden_.f32(T * Hd), normed_.f32(T * Hd), normed_c_.get(T * Hd * ab), proj_.f32(T * PW), o_.f32(T * HD);
-    gate_.f32(T * HD), gated_.get(T * HD * ab), attn_.f32(T * Hd), router_.f32(T * m_.num_experts), moe_.f32(T * Hd);
+    gate_.f32(T * HD), gated_.get(T * std::max<int64_t>(HD * ab, bf16_fast() ? 3 * HD * 2 : 0)), attn_.f32(T * Hd), router_.f32(T * m_.num_experts), moe_.f32(T * Hd);
     lws_.f32(std::max<size_t>(4, lightning_workspace_floats(lplan_.num_blocks, m_.num_heads, m_.head_dim)));
     aws_.f32(std::max<size_t>(4, paged_attention_workspace_floats(aplan_.num_items, m_.num_kv_heads, m_.head_dim)));
     mws_.get(moe_workspace_bytes(T, moe_weights(layers_.empty() ? nullptr : &layers_[0])));
@@ -295,7 +300,14 @@ class CudaMiniMaxModel final : public CausalLM {
     if (md.num_prefills > 0) {
       LightningPlanDev pd{lplan_.num_seqs, lplan_.num_blocks, lplan_.num_qtiles, dm(lay_.blocks), dm(lay_.seq_first),
                           dm(lay_.qtiles), dm(lay_.lin_idx) + nd, dm(lay_.lin_nc) + nd};
-      SSM_CUDA_CHECK(lightning_prefill(proj, W, o, HD, p, pd, lws_.f32(lightning_workspace_floats(lplan_.num_blocks, m_.num_heads, m_.head_dim)), s));
+      float* ws = lws_.f32(lightning_workspace_floats(lplan_.num_blocks, m_.num_heads, m_.head_dim));
+      if (bf16_fast()) {  // the prefill rows' q | k | v as bf16 (rows keep their absolute index), bf16 tensor-core path
+        auto* qkv16 = static_cast<__nv_bfloat16*>(gated_.get(T * W * 2));
+        SSM_CUDA_CHECK(cast_rows(proj + nd * W, W, T - nd, W, qkv16 + nd * W, DType::BF16, W, s));
+        SSM_CUDA_CHECK(lightning_prefill_bf16(qkv16, W, o, HD, p, pd, ws, s));
+      } else {
+        SSM_CUDA_CHECK(lightning_prefill(proj, W, o, HD, p, pd, ws, s));
+      }
     }
     // 3. RMSNorm over all heads (eps 1e-6), sigmoid gate from x^, out_proj.
     SSM_CUDA_CHECK(fused_add_rms_norm(nullptr, HD, o, HD, L.norm.as<float>(), 1e-6f, T, HD, o, DType::F32, HD, s));
@@ -330,7 +342,8 @@ class CudaMiniMaxModel final : public CausalLM {
     SSM_CUDA_CHECK(reshape_and_cache(k, KW, v, KW, T, dm(lay_.slots), kv, s));
     PagedAttentionArgs a{m_.num_heads, 1.0f / std::sqrt(static_cast<float>(D)), md.max_num_blocks_per_seq, dm(lay_.attn_qsl),
                          dm(lay_.seq_lens), dm(lay_.tables), dm(lay_.tasks), dm(lay_.items), aplan_.num_tasks,
-                         aplan_.num_items, aplan_.tokens_per_task, aplan_.key_split};
+                         aplan_.num_items, aplan_.tokens_per_task, aplan_.key_split, dm(lay_.tc_tiles), aplan_.num_tc_tiles,
+                         aplan_.tc_tokens};
     SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a,
                                    aws_.f32(paged_attention_workspace_floats(aplan_.num_items, m_.num_kv_heads, D)), s));
     void* oc = gated_.get(T * QW * dtype_size(wd));

@@ -145,6 +145,88 @@ TEST(CudaLightning, ChunkedContinuationMatchesOneShotCpu) {
   }
 }
 
+/// Runs the bf16 fast path for one step: qkv rounded to bf16 on upload, output bf16 widened back to fp32 (or the
+/// fp32-output variant when f32_out).
+std::vector<float> gpu_prefill_bf16(LightningLayer& L, const std::vector<float>& qkv, int64_t qs, int64_t T, int64_t os,
+                                    const std::vector<int32_t>& qsl, const std::vector<int32_t>& nc,
+                                    const std::vector<int32_t>& idx, bool f32_out = false) {
+  auto plan = cuda::LightningPlan::build(qsl, nc, L.bs);
+  DeviceBuffer db = to_device(plan.blocks), df = to_device(plan.seq_first_block), dq = to_device(plan.qtiles),
+               di = to_device(idx), dn = to_device(nc), dqkv = to_device(to_bf16_bits(qkv));
+  DeviceBuffer dout(std::max<int64_t>(4, T * os * (f32_out ? 4 : 2)));
+  dout.fill_bytes(0xff);
+  DeviceBuffer ws(std::max<size_t>(4, cuda::lightning_workspace_floats(plan.num_blocks, L.H, L.D) * 4));
+  cuda::LightningPlanDev pd{plan.num_seqs, plan.num_blocks, plan.num_qtiles, db.as<int32_t>(), df.as<int32_t>(),
+                            dq.as<int32_t>(), di.as<int32_t>(), dn.as<int32_t>()};
+  const auto* q16 = static_cast<const __nv_bfloat16*>(dqkv.data());
+  if (f32_out) {
+    SSM_CUDA_CHECK(cuda::lightning_prefill_bf16(q16, qs, dout.as<float>(), os, L.dev(), pd, ws.as<float>(), nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    return to_host<float>(dout, T * os);
+  }
+  SSM_CUDA_CHECK(cuda::lightning_prefill_bf16(q16, qs, static_cast<__nv_bfloat16*>(dout.data()), os, L.dev(), pd,
+                                              ws.as<float>(), nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  auto bits = to_host<uint16_t>(dout, T * os);
+  std::vector<float> got(T * os);
+  for (int64_t i = 0; i < T * os; ++i) got[i] = bf16_to_f32(bits[i]);
+  return got;
+}
+
+// The bf16 fast path against the same CPU reference (fp32 recurrence on the bf16-rounded inputs): same shapes, ragged
+// batch with initial states, null row (bf16 output), then chunked continuation (fp32 output); bf16 tolerance (one bf16
+// operand per product).
+TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const double tol = 2e-2, state_tol = 1e-2;
+  for (const auto& lc : lightning_cases()) {
+    SCOPED_TRACE(testing::Message() << "D=" << lc.D << " bs=" << lc.bs << " state " << dtype_name(lc.state));
+    const int H = 4;
+    std::vector<int32_t> lens = quick() ? std::vector<int32_t>{1, 65, 130, 3} : std::vector<int32_t>{1, 255, 256, 257, 700, 9};
+    std::vector<int32_t> nc = quick() ? std::vector<int32_t>{5, 0, 70, 0} : std::vector<int32_t>{5, 0, 100, 513, 37, 0};
+    std::vector<int32_t> idx;
+    for (size_t s = 0; s < lens.size(); ++s) idx.push_back(s == 3 ? 0 : static_cast<int32_t>(s + 1));
+    std::vector<int32_t> qsl{0};
+    for (int32_t n : lens) qsl.push_back(qsl.back() + n);
+    const int64_t T = qsl.back(), qs = 3LL * H * lc.D + 8, os = static_cast<int64_t>(H) * lc.D + 8;
+    LightningLayer L(H, lc.D, lc.bs, lc.state, static_cast<int>(lens.size()) + 1, rng);
+    auto qkv = rand_vec(rng, T * qs);
+    round_bf16(qkv);
+    std::vector<float> ref(T * os, 0.0f);
+    cpu::lightning_prefill(qkv.data(), qs, ref.data(), os, L.host(), qsl, nc, idx);
+    auto got = gpu_prefill_bf16(L, qkv, qs, T, os, qsl, nc, idx);
+    for (size_t s = 0; s < lens.size(); ++s) {
+      const int64_t t0 = qsl[s];
+      EXPECT_LT(rel_err(got.data() + t0 * os, os, ref.data() + t0 * os, os, lens[s], H * lc.D), idx[s] ? tol : 1e-30)
+          << "out of sequence " << s << " (len " << lens[s] << ", computed " << nc[s] << ")";
+    }
+    EXPECT_LT(L.pool.rel_err_blocks(idx), state_tol) << "final states";
+    EXPECT_TRUE(L.pool.null_block_intact());
+    if (lc.state != DType::F32) continue;
+    // Chunked continuation (cuts off the block grid) against the one-shot CPU prefill.
+    const int n = quick() ? 200 : 700;
+    const int64_t qs2 = 3LL * 2 * lc.D, os2 = 2LL * lc.D;
+    LightningLayer L2(2, lc.D, lc.bs, DType::F32, 2, rng);
+    auto q2 = rand_vec(rng, n * qs2);
+    round_bf16(q2);
+    std::vector<float> ref2(n * os2), all(n * os2);
+    cpu::lightning_prefill(q2.data(), qs2, ref2.data(), os2, L2.host(), std::vector<int32_t>{0, n}, std::vector<int32_t>{0},
+                           std::vector<int32_t>{1});
+    std::vector<int32_t> cuts{0, 1, 64, quick() ? 120 : 164, quick() ? 150 : 421, n};
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const int32_t a = cuts[c], len = cuts[c + 1] - a;
+      std::vector<float> chunk(q2.begin() + a * qs2, q2.begin() + (a + len) * qs2);
+      auto o = gpu_prefill_bf16(L2, chunk, qs2, len, os2, {0, len}, {a}, {1}, /*f32_out=*/true);
+      std::copy(o.begin(), o.end(), all.begin() + a * os2);
+    }
+    EXPECT_LT(rel_err(all.data(), os2, ref2.data(), os2, n, os2), tol) << "chunked continuation";
+    EXPECT_LT(L2.pool.rel_err_blocks({1}), state_tol) << "chunked continuation: final state";
+  }
+}
+
 TEST(CudaLightning, DecodeMatchesCpuAndSkipsNullRows) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -213,6 +295,11 @@ TEST(CudaPagedAttentionPlan, SplitsAndDecodeLayout) {
   const auto d = cuda::PagedAttentionPlan::decode(3, 1100, 4);
   EXPECT_EQ(d.num_items, 9);
   EXPECT_EQ(d.tasks, (std::vector<int32_t>{0, 0, 1, 0, 1, 0, 1, 3, 2, 0, 1, 6}));
+  // Tensor-core tiles: rows of 16+ new tokens in tiles of 64 / group tokens; the rest keep their tasks.
+  const auto tc = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 70, 71}, std::vector<int32_t>{100, 9}, 2, 16);
+  EXPECT_EQ(tc.tc_tiles, (std::vector<int32_t>{0, 0, 32, 0, 32, 32, 0, 64, 6}));
+  EXPECT_EQ(tc.num_tc_tiles, 3);
+  EXPECT_EQ(tc.num_tasks, 1);
   EXPECT_THROW(cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{3}, 2), Error);
   EXPECT_THROW(cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{5}, 17), Error);
 }
@@ -225,6 +312,8 @@ TEST(CudaLightning, RejectsBadArguments) {
   pd.num_seqs = 1;
   EXPECT_EQ(cuda::lightning_prefill(nullptr, 576, nullptr, 192, L.dev(), pd, nullptr, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::lightning_decode(nullptr, 576, nullptr, 192, L.dev(), nullptr, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::lightning_prefill_bf16(nullptr, 576, static_cast<float*>(nullptr), 192, L.dev(), pd, nullptr, nullptr),
+            cudaErrorInvalidValue);
   EXPECT_THROW(cuda::LightningPlan::build(std::vector<int32_t>{0, 5, 3}, std::vector<int32_t>{0, 0}, 64), Error);
   EXPECT_THROW(cuda::LightningPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{0}, 0), Error);
 }
@@ -417,7 +506,9 @@ TEST(CudaPagedAttention, MatchesCpuOnMixedPrefillDecodeRows) {
     std::vector<float> ref(T * os, 0.0f);
     cpu::paged_attention(q.data(), qs, ref.data(), os, sh.heads, scale, hv, qsl, sls, tables, max_blocks);
     const int group = sh.heads / KVH;
-    for (int mode : {0, 1, 2}) {  // prefill plan, the same with one split per task, fixed-size decode plan
+    // Prefill plan, the same with one split per task, fixed-size decode plan, tensor-core pass for rows of 16+ new
+    // tokens (bf16 operands: bf16 tolerance on those rows).
+    for (int mode : {0, 1, 2, 3}) {
       const bool as_decode_plan = mode == 2;
       // The fixed-size decode plan serves only one-token rows: check it on the decode rows alone.
       std::vector<int32_t> rq{0}, rs, rt;
@@ -435,9 +526,12 @@ TEST(CudaPagedAttention, MatchesCpuOnMixedPrefillDecodeRows) {
         refk.insert(refk.end(), ref.begin() + qsl[r] * os, ref.begin() + qsl[r + 1] * os);
         Tk += n;
       }
-      SCOPED_TRACE(mode == 2 ? "decode plan" : mode == 1 ? "prefill plan, one split" : "prefill plan");
+      SCOPED_TRACE(mode == 3 ? "tensor-core prefill" : mode == 2 ? "decode plan" : mode == 1 ? "prefill plan, one split" : "prefill plan");
       auto plan = as_decode_plan ? cuda::PagedAttentionPlan::decode(static_cast<int>(keep.size()), max_blocks * bs, group)
-                                 : cuda::PagedAttentionPlan::build(rq, rs, group);
+                                 : cuda::PagedAttentionPlan::build(rq, rs, group, mode == 3 ? cuda::kTcMinTokens : 0);
+      if (mode == 3) {
+        EXPECT_GT(plan.num_tc_tiles, 0);
+      }
       if (mode == 1) {  // what a plan of kManyTasks tasks or more does
         plan.key_split = (*std::max_element(rs.begin(), rs.end()) + 31) / 32 * 32;
         plan.items.clear();
@@ -446,17 +540,19 @@ TEST(CudaPagedAttention, MatchesCpuOnMixedPrefillDecodeRows) {
       }
       DeviceBuffer dq2 = to_device(qk), dqsl = to_device(rq), dsl = to_device(rs), dtab = to_device(rt),
                    dtasks = to_device(plan.tasks), ditems = to_device(plan.items), dout = poisoned(Tk * os),
-                   ws(cuda::paged_attention_workspace_floats(plan.num_items, KVH, D) * 4);
+                   ws(std::max<size_t>(4, cuda::paged_attention_workspace_floats(plan.num_items, KVH, D) * 4)),
+                   dtc = to_device(plan.tc_tiles.empty() ? std::vector<int32_t>{0} : plan.tc_tiles);
       cuda::PagedAttentionArgs a{sh.heads, scale, max_blocks, dqsl.as<int32_t>(), dsl.as<int32_t>(), dtab.as<int32_t>(),
                                  dtasks.as<int32_t>(), ditems.as<int32_t>(), plan.num_tasks, plan.num_items,
-                                 plan.tokens_per_task, plan.key_split};
+                                 plan.tokens_per_task, plan.key_split, dtc.as<int32_t>(), plan.num_tc_tiles, plan.tc_tokens};
       SSM_CUDA_CHECK(cuda::paged_attention(dq2.as<float>(), qs, dout.as<float>(), os, dv, a, ws.as<float>(), nullptr));
       SSM_CUDA_CHECK(cudaDeviceSynchronize());
       auto got = to_host<float>(dout, Tk * os);
       int64_t t = 0;
       for (size_t i = 0; i < keep.size(); ++i) {
         const int n = rows[keep[i]].first;
-        EXPECT_LT(rel_err(got.data() + t * os, os, refk.data() + t * os, os, n, sh.heads * D), rows[keep[i]].second ? 1e-5 : 1e-30)
+        const double tol = mode == 3 && n >= cuda::kTcMinTokens ? 1e-2 : 1e-5;
+        EXPECT_LT(rel_err(got.data() + t * os, os, refk.data() + t * os, os, n, sh.heads * D), rows[keep[i]].second ? tol : 1e-30)
             << "row " << keep[i] << " (new " << n << ", seq_len " << rows[keep[i]].second << ")";
         t += n;
       }

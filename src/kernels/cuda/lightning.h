@@ -17,9 +17,13 @@
 // caller's activations are already bf16-valued); operands that are not bf16-valued by construction (the decayed
 // scores, the decayed keys, the fp32 state) are split into hi + lo bf16 parts, so the products keep ~16 mantissa
 // bits and the result tracks the fp32 recurrence to ~1e-5 relative.
+// The bf16 fast path (lightning_prefill_bf16, lightning_bf16.cu) runs the same three steps on bf16 activations with
+// one bf16 operand per product (mma.sync m16n8k16, cp.async pipelines, the fp32 state passing unchanged); the
+// runner uses it with bf16 weights, the fp32-exact path with fp32 weights.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for bad sizes).
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -76,6 +80,21 @@ inline size_t lightning_workspace_floats(int num_blocks, int num_heads, int head
 cudaError_t lightning_prefill(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
                               const LightningDevParams& p, const LightningPlanDev& plan, float* workspace,
                               cudaStream_t stream);
+
+/// bf16 fast path of the varlen prefill (lightning_bf16.cu): the same plan, math and fp32 state passing, with
+/// bf16 activations straight from the projection and one bf16 operand per product (no hi / lo splits): the
+/// decayed keys, the decayed scores and the state entering each block are rounded to bf16 (relative error ~1e-3
+/// against the fp32 recurrence instead of ~1e-5); mma.sync m16n8k16 with fp32 accumulation, cp.async double
+/// buffering. qkv: [T, H * 3D] bf16 (q | k | v per head), row stride qkv_stride (a multiple of 8); out: [T, H * D]
+/// bf16, row stride out_stride (a multiple of 8); workspace: lightning_workspace_floats(...) floats. The final
+/// states are fp32-accumulated and stored in the pool's dtype.
+cudaError_t lightning_prefill_bf16(const __nv_bfloat16* qkv, int64_t qkv_stride, __nv_bfloat16* out,
+                                   int64_t out_stride, const LightningDevParams& p, const LightningPlanDev& plan,
+                                   float* workspace, cudaStream_t stream);
+/// As above with an fp32 output [T, H * D] (the runner's RMSNorm input).
+cudaError_t lightning_prefill_bf16(const __nv_bfloat16* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                                   const LightningDevParams& p, const LightningPlanDev& plan, float* workspace,
+                                   cudaStream_t stream);
 
 /// Decode: row r is one token of the request whose state is states[state_indices[r]] ([batch], device), updated
 /// in place: S <- e^{-s} S + k^T v; o = q S. Rows with state index 0 are skipped (outputs zero).

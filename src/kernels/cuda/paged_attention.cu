@@ -225,6 +225,10 @@ cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_
       a.tokens_per_task * (a.num_heads / KVH) > kQ || a.key_split < 32 || a.key_split % 32 != 0 || cache.block_size <= 0 ||
       a.num_tasks < 0 || a.num_items < 0)
     return cudaErrorInvalidValue;
+  if (a.num_tc_tiles > 0) {
+    const cudaError_t e = paged_attention_tc(q, q_stride, out, out_stride, cache, a, stream);
+    if (e != cudaSuccess) return e;
+  }
   if (a.num_tasks == 0) return cudaSuccess;
   if (D == 64) {
     partial_kernel<64><<<dim3(a.num_items, KVH), kThreads, 0, stream>>>(q, q_stride, cache, a, workspace);

@@ -4,7 +4,9 @@
 // reshape_and_cache, and causal GQA attention for prefill and decode rows with one code path. Attention is a
 // split-KV FlashAttention-style pass in fp32 (online softmax per split of key_split keys, then a combine in split
 // order), so long contexts spread over the whole GPU; a query tile of up to 16 query heads x tokens of one KV head
-// shares every key / value load. Framework-free: device pointers, sizes, row strides (elements), a stream; each
+// shares every key / value load. Prefill rows of 16+ new tokens can go through a tensor-core pass instead
+// (paged_attention_tc: bf16 operands, mma.sync, fp32 online softmax; the runner's choice with bf16 weights).
+// Framework-free: device pointers, sizes, row strides (elements), a stream; each
 // returns the launch status (cudaErrorInvalidValue for bad sizes).
 #pragma once
 #include <cuda_runtime_api.h>
@@ -40,11 +42,15 @@ struct PagedAttentionPlan {
   int key_split = kKeySplit;   ///< keys per split (a multiple of 32)
   std::vector<int32_t> tasks;  ///< [num_tasks, 4] row, first token, tokens, first item
   std::vector<int32_t> items;  ///< [num_items, 2] task, split
+  int num_tc_tiles = 0, tc_tokens = 0;
+  std::vector<int32_t> tc_tiles;  ///< [num_tc_tiles, 3] row, first token, tokens: the tensor-core pass's tiles
   /// Every row's tokens in tiles of max(1, 16 / group) tokens; a tile of last position p gets ceil((p + 1) /
   /// key_split) splits (key_split = kKeySplit, or the longest context when there are kManyTasks tasks or more).
-  /// Rows with seq_len 0 get tiles with one split (zeros). Throws Error on malformed spans.
+  /// Rows with seq_len 0 get tiles with one split (zeros). Rows with at least tc_min_tokens new tokens
+  /// (tc_min_tokens > 0) go to the tensor-core pass instead: tiles of 64 / group tokens (tc_tiles). Throws Error
+  /// on malformed spans.
   static PagedAttentionPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
-                                  int group);
+                                  int group, int tc_min_tokens = 0);
   /// Decode rows (one token each) with room for contexts up to max_context: fixed size, so a CUDA graph can be
   /// replayed with other seq_lens / block tables (splits past a row's context do nothing).
   static PagedAttentionPlan decode(int batch, int max_context, int group);
@@ -62,6 +68,8 @@ struct PagedAttentionArgs {
   const int32_t* items = nullptr;            ///< plan.items
   int num_tasks = 0, num_items = 0, tokens_per_task = 0;
   int key_split = kKeySplit;  ///< plan.key_split
+  const int32_t* tc_tiles = nullptr;  ///< plan.tc_tiles
+  int num_tc_tiles = 0, tc_tokens = 0;
 };
 
 /// Workspace floats paged_attention needs for a plan: num_items * num_kv_heads * 16 * (head_dim + 2).
@@ -69,9 +77,20 @@ inline size_t paged_attention_workspace_floats(int num_items, int num_kv_heads, 
   return static_cast<size_t>(num_items) * num_kv_heads * 16 * (head_dim + 2);
 }
 
+/// Prefill rows are best served by the tensor-core pass: rows with at least this many new tokens use it when the
+/// caller opts in (bf16 operands: scores and values rounded to bf16, fp32 softmax and accumulation).
+inline constexpr int kTcMinTokens = 16;
+
 /// Causal attention (cpu::paged_attention): q [T, num_heads * head_dim] (row stride q_stride) -> out (row stride
 /// out_stride), keys / values read from `cache` (already holding this step's tokens). head_dim 64 or 128.
+/// The split-KV fp32 pass runs the plan's tasks, the tensor-core pass (paged_attention_tc) its tc_tiles.
 cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
                             const PagedAttentionArgs& a, float* workspace, cudaStream_t stream);
+
+/// The tensor-core pass alone (paged_attention_tc.cu): FlashAttention-2 style, one 4-warp block per (tile, KV
+/// head) over 64 query rows (tokens x the KV head's query heads) and 64-key tiles of the paged cache; q / K / V
+/// rounded to bf16, mma.sync m16n8k16, fp32 online softmax. q_stride a multiple of 4, out_stride of 2.
+cudaError_t paged_attention_tc(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
+                               const PagedAttentionArgs& a, cudaStream_t stream);
 
 }  // namespace ssmserve::cuda

@@ -7,16 +7,19 @@
 namespace ssmserve::cuda {
 
 PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
-                                             int group) {
+                                             int group, int tc_min_tokens) {
   SSM_CHECK(group >= 1 && group <= 16, "paged attention plan: {} query heads per KV head (1..16 supported)", group);
   SSM_CHECK(query_start_loc.size() == seq_lens.size() + 1, "paged attention plan: query_start_loc has {} entries for {} rows",
             query_start_loc.size(), seq_lens.size());
   PagedAttentionPlan p;
   p.tokens_per_task = std::max(1, 16 / group);
+  p.tc_tokens = std::max(1, 64 / group);
+  const auto to_tc = [&](int32_t n) { return tc_min_tokens > 0 && n >= tc_min_tokens; };
   int64_t tasks = 0;
   int32_t longest = 1;
   for (size_t r = 0; r < seq_lens.size(); ++r) {
     const int32_t n = query_start_loc[r + 1] - query_start_loc[r];
+    if (to_tc(n)) continue;
     tasks += (std::max(n, 0) + p.tokens_per_task - 1) / p.tokens_per_task;
     longest = std::max(longest, seq_lens[r]);
   }
@@ -24,6 +27,11 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
   for (size_t r = 0; r < seq_lens.size(); ++r) {
     const int32_t n = query_start_loc[r + 1] - query_start_loc[r], sl = seq_lens[r];
     SSM_CHECK(n >= 0 && (sl == 0 || sl >= n), "paged attention plan: row {} has {} new tokens but seq_len {}", r, n, sl);
+    if (to_tc(n)) {
+      for (int32_t off = 0; off < n; off += p.tc_tokens)
+        p.tc_tiles.insert(p.tc_tiles.end(), {static_cast<int32_t>(r), off, std::min(p.tc_tokens, n - off)});
+      continue;
+    }
     for (int32_t off = 0; off < n; off += p.tokens_per_task) {
       const int32_t nt = std::min(p.tokens_per_task, n - off);
       const int32_t last = sl == 0 ? 0 : sl - n + off + nt - 1;
@@ -35,6 +43,7 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
   }
   p.num_tasks = static_cast<int>(p.tasks.size() / 4);
   p.num_items = static_cast<int>(p.items.size() / 2);
+  p.num_tc_tiles = static_cast<int>(p.tc_tiles.size() / 3);
   return p;
 }
 

@@ -1,0 +1,294 @@
+// Owns the bf16 fast path of the GPU lightning prefill (see lightning.h, lightning_prefill_bf16): bf16 q / k / v
+// straight from the projection, mma.sync m16n8k16 with fp32 accumulation, cp.async double buffering, fp32 state.
+#include "kernels/cuda/lightning_common.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
+
+namespace ssmserve::cuda {
+namespace {
+using namespace detail;
+
+constexpr int kKvThreads = 256;  // block KV: 8 warps, 4 (key dim) x 2 (value dim)
+constexpr int kOutThreads = 128; // output: 4 warps x 16 query rows
+constexpr int kRows = 64;        // query / key tile rows
+constexpr int kMaxBlock = 1024;
+constexpr int kKvStages = 3;     // block KV cp.async pipeline depth
+
+/// 1. Grid (num_blocks, H). KV_b = sum_j bf16(e^{-s(m-1-j)} k_j)^T v_j -> ws[b, h] ([D, D] fp32). K and V tiles of
+/// 64 tokens stream through a 3-stage cp.async pipeline; each key's decay is applied to the K^T fragments in
+/// registers (fp32 product, rounded to bf16). Warp w owns rows (w % 4) D / 4.. and columns (w / 4) D / 2.. of KV_b.
+template <int D>
+__global__ void __launch_bounds__(kKvThreads, 2) kv_kernel(const bf16* __restrict__ qkv, int64_t qs,
+                                                           LightningDevParams p, LightningPlanDev plan,
+                                                           float* __restrict__ ws) {
+  constexpr int LD = D + 8, WM = D / 4, WN = D / 2, MI = WM / 16, NI = WN / 8, CH = D / 8, ST = kKvStages;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* stages = reinterpret_cast<bf16*>(smem);  // [ST][K 64 rows, V 64 rows][LD]
+  float* kd = reinterpret_cast<float*>(stages + ST * 2 * kRows * LD);  // [kMaxBlock] e^{-s(m-1-j)}, 0 past m
+  const int b = blockIdx.x, h = blockIdx.y;
+  const int tok0 = plan.blocks[3 * b], m = plan.blocks[3 * b + 1], seq = plan.blocks[3 * b + 2];
+  if (plan.state_indices[seq] == 0) return;
+  const float s = p.slopes[h];
+  const int ntile = (m + kRows - 1) / kRows;
+  for (int j = threadIdx.x; j < ntile * kRows; j += kKvThreads) kd[j] = j < m ? decay(s, static_cast<double>(m - 1 - j)) : 0.0f;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = (warp & 3) * WM, wn = (warp >> 2) * WN;
+  const int g = lane >> 2, t = lane & 3;
+  const bf16* kbase = qkv + static_cast<int64_t>(tok0) * qs + static_cast<int64_t>(h) * 3 * D + D;
+  auto issue = [&](int it) {
+    bf16* st = stages + (it % ST) * 2 * kRows * LD;
+    const int j0 = it * kRows;
+    for (int idx = threadIdx.x; idx < 2 * kRows * CH; idx += kKvThreads) {
+      const int r = idx / CH, c = (idx % CH) * 8, rr = r % kRows;  // rows 0..63 K, 64..127 V
+      const bool ok = j0 + rr < m;
+      cp_async16(st + r * LD + c, kbase + static_cast<int64_t>(ok ? j0 + rr : 0) * qs + (r / kRows) * D + c, ok ? 16 : 0);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < ST - 1; ++i) {
+    if (i < ntile) issue(i);
+    cp_async_commit();
+  }
+  float acc[MI][NI][4] = {};
+  for (int it = 0; it < ntile; ++it) {
+    cp_async_wait<ST - 2>();
+    __syncthreads();  // tile it landed (and kd); every warp is done with the stage reloaded below
+    if (it + ST - 1 < ntile) issue(it + ST - 1);
+    cp_async_commit();
+    const bf16* ks = stages + (it % ST) * 2 * kRows * LD;
+    const bf16* vs = ks + kRows * LD;
+    const float* kdt = kd + it * kRows;
+#pragma unroll
+    for (int kk = 0; kk < kRows; kk += 16) {
+      const float d0 = kdt[kk + 2 * t], d1 = kdt[kk + 2 * t + 1], d8 = kdt[kk + 2 * t + 8], d9 = kdt[kk + 2 * t + 9];
+      uint32_t a[MI][4];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        load_a_t(a[i], ks, LD, wm + 16 * i, kk);  // A = K^T: [d][j]; a0 / a1 keys 2t.., a2 / a3 keys 2t + 8..
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a[i][r]));
+          a[i][r] = r < 2 ? pack_bf16(x.x * d0, x.y * d1) : pack_bf16(x.x * d8, x.y * d9);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < NI; n += 2) {
+        uint32_t bb[4];
+        load_b_kn(bb, vs, LD, kk, wn + 8 * n);
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+          mma_bf16(acc[i][n], a[i], bb[0], bb[1]);
+          mma_bf16(acc[i][n + 1], a[i], bb[2], bb[3]);
+        }
+      }
+    }
+  }
+  float* dst = ws + (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int n = 0; n < NI; ++n) {
+      float* r0 = dst + (wm + 16 * i + g) * D + wn + 8 * n + 2 * t;
+      *reinterpret_cast<float2*>(r0) = make_float2(acc[i][n][0], acc[i][n][1]);
+      *reinterpret_cast<float2*>(r0 + 8 * D) = make_float2(acc[i][n][2], acc[i][n][3]);
+    }
+}
+
+/// Two adjacent output elements (8-byte / 4-byte aligned).
+__device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void store2(bf16* p, float a, float b) { *reinterpret_cast<uint32_t*>(p) = pack_bf16(a, b); }
+
+template <int D>
+constexpr size_t out_smem_bytes() {
+  return (kRows + 2 * 2 * kRows) * (D + 8) * sizeof(bf16) + (kMaxBlock + kRows + 1) * sizeof(float);
+}
+
+/// 3. Grid (num_qtiles, H), 4 warps; warp w owns query rows 16 w.. of the tile. o_i = e^{-s(i+1)} q_i S_b +
+/// sum_{j<=i} e^{-s(i-j)} (q_i . k_j) v_j: Q fragments stay in registers; S_b, then each 64-key K / V tile, stream
+/// through two shared-memory buffers with cp.async (the next tile loads while this one computes); the decayed
+/// scores go from the accumulators straight into bf16 A fragments for P V.
+template <int D, class TO>
+__global__ void __launch_bounds__(kOutThreads, 2) out_kernel(const bf16* __restrict__ qkv, int64_t qs,
+                                                             TO* __restrict__ out, int64_t os, LightningDevParams p,
+                                                             LightningPlanDev plan, const bf16* __restrict__ sin) {
+  constexpr int LD = D + 8, CH = D / 8, KD = D / 16, NO = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [64][LD]
+  bf16* const buf0 = Qs + kRows * LD;  // two buffers [128][LD]: K rows 0..63, V rows 64..127 (or S_b)
+  auto buf = [&](int i) { return buf0 + i * 2 * kRows * LD; };
+  float* dd = reinterpret_cast<float*>(Qs + 5 * kRows * LD);  // [row0 + 65] e^{-s k}
+
+  const int qt = blockIdx.x, h = blockIdx.y;
+  const int b = plan.qtiles[2 * qt], row0 = plan.qtiles[2 * qt + 1];
+  const int tok0 = plan.blocks[3 * b], m = plan.blocks[3 * b + 1], seq = plan.blocks[3 * b + 2];
+  const int nq = min(kRows, m - row0);
+  TO* outb = out + static_cast<int64_t>(tok0 + row0) * os + static_cast<int64_t>(h) * D;
+  if (plan.state_indices[seq] == 0) {
+    for (int idx = threadIdx.x; idx < nq * D; idx += kOutThreads) store(outb + static_cast<int64_t>(idx / D) * os + idx % D, 0.0f);
+    return;
+  }
+  const bool has_state = b != plan.seq_first_block[seq] || plan.num_computed[seq] > 0;
+  const bf16* qbase = qkv + static_cast<int64_t>(tok0) * qs + static_cast<int64_t>(h) * 3 * D;
+  // Rows [r0, r0 + 64) of column block col (0 q, 1 k, 2 v) into dst; rows >= m zero-filled.
+  auto load_rows = [&](bf16* dst, int r0, int col) {
+    for (int idx = threadIdx.x; idx < kRows * CH; idx += kOutThreads) {
+      const int r = idx / CH, c = (idx % CH) * 8;
+      const bool ok = r0 + r < m;
+      cp_async16(dst + r * LD + c, qbase + static_cast<int64_t>(ok ? r0 + r : 0) * qs + col * D + c, ok ? 16 : 0);
+    }
+  };
+  load_rows(Qs, row0, 0);
+  if (has_state) {
+    const bf16* S = sin + (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
+    for (int idx = threadIdx.x; idx < D * CH; idx += kOutThreads) {
+      const int r = idx / CH, c = (idx % CH) * 8;
+      cp_async16(buf(1) + r * LD + c, S + r * D + c, 16);
+    }
+  }
+  cp_async_commit();
+  load_rows(buf(0), 0, 1);
+  load_rows(buf(0) + kRows * LD, 0, 2);
+  cp_async_commit();
+  const float s = p.slopes[h];
+  for (int k = threadIdx.x; k <= row0 + kRows; k += kOutThreads) dd[k] = decay(s, static_cast<double>(k));
+  cp_async_wait<1>();
+  __syncthreads();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wr = warp * 16;
+  uint32_t qf[KD][4];
+#pragma unroll
+  for (int k = 0; k < KD; ++k) load_a(qf[k], Qs, LD, wr, 16 * k);
+  float acc[NO][4] = {};
+  if (has_state) {  // e^{-s(i+1)} q_i S_b
+#pragma unroll
+    for (int k = 0; k < KD; ++k)
+#pragma unroll
+      for (int n = 0; n < NO; n += 2) {
+        uint32_t bb[4];
+        load_b_kn(bb, buf(1), LD, 16 * k, 8 * n);
+        mma_bf16(acc[n], qf[k], bb[0], bb[1]);
+        mma_bf16(acc[n + 1], qf[k], bb[2], bb[3]);
+      }
+    const float f0 = dd[row0 + wr + g + 1], f1 = dd[row0 + wr + g + 9];
+#pragma unroll
+    for (int n = 0; n < NO; ++n) acc[n][0] *= f0, acc[n][1] *= f0, acc[n][2] *= f1, acc[n][3] *= f1;
+  }
+  const int ntiles = row0 / kRows + 1;
+  const int i0 = row0 + wr + g, i1 = i0 + 8;  // this thread's block-local query rows
+  for (int jt = 0; jt < ntiles; ++jt) {
+    cp_async_wait<0>();
+    __syncthreads();  // tile jt landed; every warp is done with the other buffer
+    if (jt + 1 < ntiles) {
+      bf16* nb = buf((jt + 1) & 1);
+      load_rows(nb, (jt + 1) * kRows, 1);
+      load_rows(nb + kRows * LD, (jt + 1) * kRows, 2);
+      cp_async_commit();
+    }
+    const bf16* Kt = buf(jt & 1);
+    const bf16* Vt = Kt + kRows * LD;
+    const int j0 = jt * kRows;
+    // Keys this warp needs in the tile: all, or up to its last row on the diagonal tile.
+    const int kn = jt + 1 < ntiles ? kRows : wr + 16;
+    float sc[kRows / 8][4] = {};
+#pragma unroll
+    for (int k = 0; k < KD; ++k)
+#pragma unroll
+      for (int n = 0; n < kRows / 8; n += 2) {
+        if (8 * n >= kn) break;
+        uint32_t bb[4];
+        load_b_nk(bb, Kt, LD, 16 * k, 8 * n);
+        mma_bf16(sc[n], qf[k], bb[0], bb[1]);
+        mma_bf16(sc[n + 1], qf[k], bb[2], bb[3]);
+      }
+#pragma unroll
+    for (int kk = 0; kk < kRows / 16; ++kk) {
+      if (16 * kk >= kn) break;
+      uint32_t pa[4];
+      float v[2][4];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int n = 2 * kk + half, j = j0 + 8 * n + 2 * t;
+        v[half][0] = j <= i0 ? sc[n][0] * dd[i0 - j] : 0.0f;
+        v[half][1] = j + 1 <= i0 ? sc[n][1] * dd[i0 - j - 1] : 0.0f;
+        v[half][2] = j <= i1 ? sc[n][2] * dd[i1 - j] : 0.0f;
+        v[half][3] = j + 1 <= i1 ? sc[n][3] * dd[i1 - j - 1] : 0.0f;
+      }
+      pa[0] = pack_bf16(v[0][0], v[0][1]);
+      pa[1] = pack_bf16(v[0][2], v[0][3]);
+      pa[2] = pack_bf16(v[1][0], v[1][1]);
+      pa[3] = pack_bf16(v[1][2], v[1][3]);
+#pragma unroll
+      for (int n = 0; n < NO; n += 2) {
+        uint32_t bb[4];
+        load_b_kn(bb, Vt, LD, 16 * kk, 8 * n);
+        mma_bf16(acc[n], pa, bb[0], bb[1]);
+        mma_bf16(acc[n + 1], pa, bb[2], bb[3]);
+      }
+    }
+  }
+  const int r0 = wr + g;
+#pragma unroll
+  for (int n = 0; n < NO; ++n) {
+    const int c = 8 * n + 2 * t;
+    if (r0 < nq) store2(outb + static_cast<int64_t>(r0) * os + c, acc[n][0], acc[n][1]);
+    if (r0 + 8 < nq) store2(outb + static_cast<int64_t>(r0 + 8) * os + c, acc[n][2], acc[n][3]);
+  }
+}
+
+template <int D, class TO>
+cudaError_t prefill_bf16_d(const bf16* qkv, int64_t qs, TO* out, int64_t os, const LightningDevParams& p,
+                           const LightningPlanDev& plan, float* ws, cudaStream_t stream) {
+  const int H = p.num_heads;
+  cudaError_t e = cudaSuccess;
+  LaunchProfile prof(stream);
+  if (plan.num_blocks > 0) {
+    const size_t smem_kv = kKvStages * 2 * kRows * (D + 8) * sizeof(bf16) + kMaxBlock * sizeof(float);
+    e = cudaFuncSetAttribute(kv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_kv));
+    if (e != cudaSuccess) return e;
+    kv_kernel<D><<<dim3(plan.num_blocks, H), kKvThreads, smem_kv, stream>>>(qkv, qs, p, plan, ws);
+    if ((e = launch_status()) != cudaSuccess) return e;
+    prof.mark("lightning16 block_kv");
+  }
+  bf16* sin = reinterpret_cast<bf16*>(ws + static_cast<int64_t>(plan.num_blocks) * H * D * D);
+  const dim3 scan_grid(ceil_div(static_cast<int64_t>(D) * D / 4, kScanThreads), H, plan.num_seqs);
+  e = visit_dtype(p.states.dtype, [&](auto tag) {
+    state_scan_kernel<decltype(tag), false><<<scan_grid, kScanThreads, 0, stream>>>(p, plan, ws, sin);
+    return launch_status();
+  });
+  if (e != cudaSuccess || plan.num_qtiles == 0) return e;
+  prof.mark("lightning16 state_scan");
+  constexpr size_t smem_out = out_smem_bytes<D>();
+  e = cudaFuncSetAttribute(out_kernel<D, TO>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_out));
+  if (e != cudaSuccess) return e;
+  out_kernel<D, TO><<<dim3(plan.num_qtiles, H), kOutThreads, smem_out, stream>>>(qkv, qs, out, os, p, plan, sin);
+  e = launch_status();
+  prof.mark("lightning16 output");
+  return e;
+}
+
+template <class TO>
+cudaError_t prefill_bf16(const bf16* qkv, int64_t qkv_stride, TO* out, int64_t out_stride, const LightningDevParams& p,
+                         const LightningPlanDev& plan, float* workspace, cudaStream_t stream) {
+  if (p.num_heads <= 0 || (p.head_dim != 64 && p.head_dim != 128) || p.block_size <= 0 || p.block_size > kMaxBlock ||
+      p.slopes == nullptr || p.states.data == nullptr || qkv_stride % 8 != 0 || out_stride % 8 != 0 ||
+      qkv_stride < 3LL * p.num_heads * p.head_dim || out_stride < static_cast<int64_t>(p.num_heads) * p.head_dim ||
+      plan.num_seqs < 0 || plan.num_blocks < 0)
+    return cudaErrorInvalidValue;
+  if (plan.num_seqs == 0) return cudaSuccess;
+  if (plan.num_blocks > 0 && (qkv == nullptr || out == nullptr || workspace == nullptr)) return cudaErrorInvalidValue;
+  return p.head_dim == 64 ? prefill_bf16_d<64>(qkv, qkv_stride, out, out_stride, p, plan, workspace, stream)
+                          : prefill_bf16_d<128>(qkv, qkv_stride, out, out_stride, p, plan, workspace, stream);
+}
+
+}  // namespace
+
+cudaError_t lightning_prefill_bf16(const __nv_bfloat16* qkv, int64_t qkv_stride, __nv_bfloat16* out,
+                                   int64_t out_stride, const LightningDevParams& p, const LightningPlanDev& plan,
+                                   float* workspace, cudaStream_t stream) {
+  return prefill_bf16(qkv, qkv_stride, out, out_stride, p, plan, workspace, stream);
+}
+cudaError_t lightning_prefill_bf16(const __nv_bfloat16* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                                   const LightningDevParams& p, const LightningPlanDev& plan, float* workspace,
+                                   cudaStream_t stream) {
+  return prefill_bf16(qkv, qkv_stride, out, out_stride, p, plan, workspace, stream);
+}
+
+}  // namespace ssmserve::cuda

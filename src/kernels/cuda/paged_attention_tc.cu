@@ -1,0 +1,174 @@
+// Owns the tensor-core prefill pass of the GPU paged attention (see paged_attention.h, PagedAttentionArgs::tc_tiles):
+// FlashAttention-2 style over the paged fp32 KV cache, bf16 operands on mma.sync m16n8k16 with fp32 accumulation and
+// an fp32 online softmax.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
+#include "kernels/cuda/paged_attention.h"
+
+namespace ssmserve::cuda {
+namespace {
+using namespace detail;
+using bf16 = __nv_bfloat16;
+
+constexpr int kRows = 64;     // query rows (tokens x heads of one KV head) per tile
+constexpr int kKeys = 64;     // keys per shared-memory tile
+constexpr int kThreads = 128; // 4 warps x 16 query rows
+
+/// Rows [0, n) of a 64-row fp32 tile into dst [64][D + 8] as bf16 (rows >= n zero); src(r) gives row r's pointer.
+template <int D, class F>
+__device__ __forceinline__ void stage_rows(bf16* dst, int n, F&& src) {
+  constexpr int V = D / 4, LD = D + 8;
+  for (int idx = threadIdx.x; idx < kRows * V; idx += kThreads) {
+    const int r = idx / V, c = (idx % V) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < n) x = *reinterpret_cast<const float4*>(src(r) + c);
+    uint2 o;
+    o.x = pack_bf16(x.x, x.y);
+    o.y = pack_bf16(x.z, x.w);
+    *reinterpret_cast<uint2*>(dst + r * LD + c) = o;
+  }
+}
+
+/// Grid (num_tc_tiles, num_kv_heads). Tile (row, first token off, tokens nt): query row qi = token qi / group, head
+/// g * group + qi % group; keys 0 .. last position of the tile, causal per query token.
+template <int D>
+__global__ void __launch_bounds__(kThreads) tc_kernel(const float* __restrict__ q, int64_t qs, float* __restrict__ out,
+                                                      int64_t os, KvCacheView cache, PagedAttentionArgs a) {
+  constexpr int LD = D + 8, KD = D / 16, NO = D / 8, NK = kKeys / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* Ks = Qs + kRows * LD;
+  bf16* Vs = Ks + kKeys * LD;
+  const int tile = a.num_tc_tiles - 1 - blockIdx.x;  // longest contexts first
+  const int g = blockIdx.y, KVH = cache.num_kv_heads, group = a.num_heads / KVH;
+  const int row = a.tc_tiles[3 * tile], off = a.tc_tiles[3 * tile + 1], nt = a.tc_tiles[3 * tile + 2];
+  const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
+  const int pos0 = sl - n + off, nq = nt * group;
+  const int64_t t0 = a.query_start_loc[row] + off;
+  auto qrow = [&](int qi) { return (t0 + qi / group) * qs + static_cast<int64_t>(g * group + qi % group) * D; };
+  auto orow = [&](int qi) { return (t0 + qi / group) * os + static_cast<int64_t>(g * group + qi % group) * D; };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, t = lane & 3, wr = warp * 16;
+  if (sl == 0 || nt <= 0) {
+    for (int idx = threadIdx.x; idx < nq * D; idx += kThreads) out[orow(idx / D) + idx % D] = 0.0f;
+    return;
+  }
+  stage_rows<D>(Qs, nq, [&](int r) { return q + qrow(r); });
+  __syncthreads();
+  uint32_t qf[KD][4];
+#pragma unroll
+  for (int k = 0; k < KD; ++k) load_a(qf[k], Qs, LD, wr, 16 * k);
+  // This thread's two query rows: positions (masks) and running max / sum.
+  const int qa = wr + gr, qb = qa + 8;
+  const int pa = qa < nq ? pos0 + qa / group : -1, pb = qb < nq ? pos0 + qb / group : -1;
+  const float sl2 = a.scale * 1.4426950408889634f;  // scores in log2 units
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  float acc[NO][4] = {};
+  const int last = pos0 + nt - 1;
+  const int64_t W = static_cast<int64_t>(KVH) * D, kv_elems = static_cast<int64_t>(cache.block_size) * W;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(row) * a.max_blocks;
+  for (int kb = 0; kb <= last; kb += kKeys) {
+    const int nk = min(kKeys, last + 1 - kb);
+    __syncthreads();  // the previous tile is consumed
+    auto kptr = [&](int r) {
+      const int pos = kb + r;
+      const int64_t blk = table[pos / cache.block_size];
+      return reinterpret_cast<const float*>(cache.base + blk * cache.page_bytes + cache.layer_offset_bytes) +
+             static_cast<int64_t>(pos % cache.block_size) * W + static_cast<int64_t>(g) * D;
+    };
+    stage_rows<D>(Ks, nk, kptr);
+    stage_rows<D>(Vs, nk, [&](int r) { return kptr(r) + kv_elems; });
+    __syncthreads();
+    float sc[NK][4] = {};
+#pragma unroll
+    for (int k = 0; k < KD; ++k)
+#pragma unroll
+      for (int nn = 0; nn < NK; nn += 2) {
+        uint32_t bb[4];
+        load_b_nk(bb, Ks, LD, 16 * k, 8 * nn);
+        mma_bf16(sc[nn], qf[k], bb[0], bb[1]);
+        mma_bf16(sc[nn + 1], qf[k], bb[2], bb[3]);
+      }
+    // Mask (causal; keys past the tile) and scale; row maxima over the quad.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nn = 0; nn < NK; ++nn)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = kb + 8 * nn + 2 * t + e;
+        sc[nn][e] = j <= pa ? sc[nn][e] * sl2 : -INFINITY;
+        sc[nn][2 + e] = j <= pb ? sc[nn][2 + e] * sl2 : -INFINITY;
+        mx0 = fmaxf(mx0, sc[nn][e]);
+        mx1 = fmaxf(mx1, sc[nn][2 + e]);
+      }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+    }
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    // Fully masked rows so far keep max -inf: use 0 as the reference (every p is then 0).
+    const float r0 = n0 == -INFINITY ? 0.0f : n0, r1 = n1 == -INFINITY ? 0.0f : n1;
+    const float al0 = exp2f(m0 - r0), al1 = exp2f(m1 - r1);
+    m0 = n0, m1 = n1;
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int nn = 0; nn < NK; ++nn) {
+      sc[nn][0] = exp2f(sc[nn][0] - r0), sc[nn][1] = exp2f(sc[nn][1] - r0);
+      sc[nn][2] = exp2f(sc[nn][2] - r1), sc[nn][3] = exp2f(sc[nn][3] - r1);
+      s0 += sc[nn][0] + sc[nn][1];
+      s1 += sc[nn][2] + sc[nn][3];
+    }
+    l0 = l0 * al0 + s0, l1 = l1 * al1 + s1;
+#pragma unroll
+    for (int nn = 0; nn < NO; ++nn) acc[nn][0] *= al0, acc[nn][1] *= al0, acc[nn][2] *= al1, acc[nn][3] *= al1;
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      if (16 * kk >= nk) break;
+      const uint32_t pf[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+      for (int nn = 0; nn < NO; nn += 2) {
+        uint32_t bb[4];
+        load_b_kn(bb, Vs, LD, 16 * kk, 8 * nn);
+        mma_bf16(acc[nn], pf, bb[0], bb[1]);
+        mma_bf16(acc[nn + 1], pf, bb[2], bb[3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+  }
+  const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+  for (int nn = 0; nn < NO; ++nn) {
+    const int c = 8 * nn + 2 * t;
+    if (qa < nq) *reinterpret_cast<float2*>(out + orow(qa) + c) = make_float2(acc[nn][0] * i0, acc[nn][1] * i0);
+    if (qb < nq) *reinterpret_cast<float2*>(out + orow(qb) + c) = make_float2(acc[nn][2] * i1, acc[nn][3] * i1);
+  }
+}
+
+}  // namespace
+
+cudaError_t paged_attention_tc(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
+                               const PagedAttentionArgs& a, cudaStream_t stream) {
+  const int D = cache.head_dim, KVH = cache.num_kv_heads;
+  if (a.num_tc_tiles == 0) return cudaSuccess;
+  if ((D != 64 && D != 128) || KVH <= 0 || a.num_heads % KVH != 0 || a.num_tc_tiles < 0 || a.tc_tiles == nullptr ||
+      a.tc_tokens * (a.num_heads / KVH) > kRows || q_stride % 4 != 0 || out_stride % 2 != 0)
+    return cudaErrorInvalidValue;
+  const dim3 grid(a.num_tc_tiles, KVH);
+  if (D == 64) {
+    constexpr size_t sm = 3 * kRows * (64 + 8) * sizeof(bf16);
+    tc_kernel<64><<<grid, kThreads, sm, stream>>>(q, q_stride, out, out_stride, cache, a);
+  } else {
+    constexpr size_t sm = 3 * kRows * (128 + 8) * sizeof(bf16);
+    cudaError_t e = cudaFuncSetAttribute(tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
+    if (e != cudaSuccess) return e;
+    tc_kernel<128><<<grid, kThreads, sm, stream>>>(q, q_stride, out, out_stride, cache, a);
+  }
+  return launch_status();
+}
+
+}  // namespace ssmserve::cuda
