@@ -45,14 +45,14 @@ __global__ void __launch_bounds__(kKvThreads, 2) kv_kernel(const bf16* __restric
 #pragma unroll
   for (int i = 0; i < ST - 1; ++i) {
     if (i < ntile) issue(i);
-    cp_async_commit();
+    cp_async_commit_group();
   }
   float acc[MI][NI][4] = {};
   for (int it = 0; it < ntile; ++it) {
-    cp_async_wait<ST - 2>();
+    cp_async_wait_group<ST - 2>();
     __syncthreads();  // tile it landed (and kd); every warp is done with the stage reloaded below
     if (it + ST - 1 < ntile) issue(it + ST - 1);
-    cp_async_commit();
+    cp_async_commit_group();
     const bf16* ks = stages + (it % ST) * 2 * kRows * LD;
     const bf16* vs = ks + kRows * LD;
     const float* kdt = kd + it * kRows;
@@ -143,13 +143,13 @@ __global__ void __launch_bounds__(kOutThreads, 2) out_kernel(const bf16* __restr
       cp_async16(buf(1) + r * LD + c, S + r * D + c, 16);
     }
   }
-  cp_async_commit();
+  cp_async_commit_group();
   load_rows(buf(0), 0, 1);
   load_rows(buf(0) + kRows * LD, 0, 2);
-  cp_async_commit();
+  cp_async_commit_group();
   const float s = p.slopes[h];
   for (int k = threadIdx.x; k <= row0 + kRows; k += kOutThreads) dd[k] = decay(s, static_cast<double>(k));
-  cp_async_wait<1>();
+  cp_async_wait_group<1>();
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wr = warp * 16;
@@ -174,13 +174,13 @@ __global__ void __launch_bounds__(kOutThreads, 2) out_kernel(const bf16* __restr
   const int ntiles = row0 / kRows + 1;
   const int i0 = row0 + wr + g, i1 = i0 + 8;  // this thread's block-local query rows
   for (int jt = 0; jt < ntiles; ++jt) {
-    cp_async_wait<0>();
+    cp_async_wait_group<0>();
     __syncthreads();  // tile jt landed; every warp is done with the other buffer
     if (jt + 1 < ntiles) {
       bf16* nb = buf((jt + 1) & 1);
       load_rows(nb, (jt + 1) * kRows, 1);
       load_rows(nb + kRows * LD, (jt + 1) * kRows, 2);
-      cp_async_commit();
+      cp_async_commit_group();
     }
     const bf16* Kt = buf(jt & 1);
     const bf16* Vt = Kt + kRows * LD;
