@@ -32,7 +32,7 @@ StateDtypes StateDtypes::from_options(std::string_view mamba_cache_dtype, std::s
   return d;
 }
 
-void StateCache::AlignedFree::operator()(std::byte* p) const { huge_page_free(p, bytes); }
+void StateCache::HugePageFree::operator()(std::byte* p) const { huge_page_free(p, bytes); }
 
 StateCache::StateCache(int num_layers, StateShape shape, int num_blocks, StateDtypes dtypes)
     : shape_(shape), dtypes_(dtypes), num_blocks_(num_blocks) {
@@ -49,7 +49,7 @@ StateCache::StateCache(int num_layers, StateShape shape, int num_blocks, StateDt
     // Huge pages: a decode step streams every layer's states (huge_pages.h); alignment is >= kAlign.
     auto* p = static_cast<std::byte*>(huge_page_alloc(bytes));
     std::memset(p, 0, bytes);
-    buffers_.emplace_back(p, AlignedFree{bytes});
+    buffers_.emplace_back(p, HugePageFree{bytes});
   }
 }
 

@@ -72,7 +72,7 @@ class StateCache {
   StateCache shard(StateShape shard, int64_t conv_offset, int64_t ssm_offset) const;
 
  private:
-  struct AlignedFree {  // frees a huge_page_alloc'ed layer buffer of `bytes` bytes
+  struct HugePageFree {  // frees a huge_page_alloc'ed layer buffer of `bytes` bytes
     std::size_t bytes = 0;
     void operator()(std::byte* p) const;
   };
@@ -81,7 +81,7 @@ class StateCache {
   int num_blocks_ = 0;
   int64_t ssm_offset_ = 0;  // bytes from a page's start to its SSM state
   int64_t page_bytes_ = 0;
-  std::vector<std::unique_ptr<std::byte[], AlignedFree>> buffers_;  // per layer [num_blocks, page_bytes]
+  std::vector<std::unique_ptr<std::byte[], HugePageFree>> buffers_;  // per layer [num_blocks, page_bytes]
   // Shard views (shard()): the cache owning the storage and the view's byte offsets into its conv / SSM states.
   const StateCache* parent_ = nullptr;
   int64_t conv_shard_bytes_ = 0, ssm_shard_bytes_ = 0;
