@@ -12,6 +12,8 @@ out=${1:?usage: scripts/gpu-check.sh OUTDIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
+# Prebuilt test binaries find the goldens / configs / models of this checkout, not their build machine's.
+export SSMSERVE_SOURCE_DIR="$PWD"
 summary="$out/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }

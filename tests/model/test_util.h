@@ -10,8 +10,12 @@
 
 namespace ssmserve::testing {
 
-/// The repository root (compile-time).
-inline std::filesystem::path source_dir() { return SSMSERVE_SOURCE_DIR; }
+/// The repository root: $SSMSERVE_SOURCE_DIR when set (prebuilt test binaries run from another checkout, e.g. on
+/// the GPU machine), else the source tree the test was built from (compile-time).
+inline std::filesystem::path source_dir() {
+  if (const char* e = std::getenv("SSMSERVE_SOURCE_DIR"); e && *e) return e;
+  return SSMSERVE_SOURCE_DIR;
+}
 
 /// Folder holding the small checkpoints: $SSMSERVE_MODELS_DIR, default <repo>/../shared/models.
 inline std::filesystem::path shared_models_dir() {
