@@ -357,7 +357,8 @@ TEST(CudaMoe, SparseMoeMatchesCpu) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  std::vector<MoeShape> shapes = {{"tiny-minimax", 256, 256, 4, 2}};
+  // "odd": k and n tails of the 128 x 128 x 32 grouped tiles (hidden 200, I 72), top-3 of 8 (some experts empty).
+  std::vector<MoeShape> shapes = {{"tiny-minimax", 256, 256, 4, 2}, {"odd", 200, 72, 8, 3}};
   if (!quick()) shapes.push_back({"minimax-bench", 2048, 1024, 8, 2});
   for (const auto& sh : shapes) {
     for (int64_t T : {int64_t{1}, int64_t{7}, int64_t{9}, quick() ? int64_t{70} : int64_t{300}}) {  // <= 8: GEMV path

@@ -1,23 +1,20 @@
-// Owns the GPU sparse MoE (see moe.h): router, device-side sort by expert, grouped WMMA GEMMs, combine.
-#include <mma.h>
-
+// Owns the GPU sparse MoE (see moe.h): router, device-side sort by expert, grouped GEMMs (moe_grouped_gemm.h), combine.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_grouped_gemm.h"
 
 namespace ssmserve::cuda {
 namespace {
 using namespace detail;
-using namespace nvcuda;
 using bf16 = __nv_bfloat16;
 
 constexpr int kMaxE = 1024, kMaxRouteE = 256, kMaxTopK = 8;
-constexpr int BM = 64, BN = 64, BK = 32, LDK = BK + 8, LDC = BN + 4, kGemmThreads = 128;
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 /// Workspace layout (byte offsets).
 struct MoeLayout {
-  size_t ids, wts, offsets, sorted, pair_row, act, y, total;
+  size_t ids, wts, offsets, sorted, pair_row, xg, act, y, total;
   MoeLayout(int64_t T, const MoeDevWeights& w) {
     const size_t P = static_cast<size_t>(T) * w.top_k;
     ids = 0;
@@ -25,7 +22,8 @@ struct MoeLayout {
     offsets = align256(wts + P * 4);
     sorted = align256(offsets + (w.num_experts + 1) * 4);
     pair_row = align256(sorted + P * 4);
-    act = align256(pair_row + P * 4);
+    xg = align256(pair_row + P * 4);
+    act = align256(xg + P * w.hidden * 2);
     y = align256(act + P * w.intermediate * 2);
     total = align256(y + P * w.hidden * 4);
   }
@@ -110,122 +108,6 @@ __global__ void __launch_bounds__(1024) sort_kernel(const int32_t* __restrict__ 
     const int r = off[e] + atomicAdd(&cnt[e], 1);
     sorted[r] = static_cast<int32_t>(p);
     pair_row[p] = r;
-  }
-}
-
-/// Grouped GEMM. Grid (ceil(P / BM) + E, ceil(N / BN)); block x maps to (expert, 64-row tile of its rows).
-/// kUp: A = x[token of sorted row] (fp32 -> bf16), B = w1[e] and w3[e] [N = I, K = hidden],
-///      act[row] = bf16(silu(A w1^T) * (A w3^T)).
-/// else: A = act[row] (bf16), B = w2[e] [N = hidden, K = I], y[row] = A w2^T (fp32).
-template <bool kUp>
-__global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(
-    const float* __restrict__ x, int64_t xs, const bf16* __restrict__ act_in, const int32_t* __restrict__ offsets,
-    const int32_t* __restrict__ sorted, int E, int top_k, const bf16* __restrict__ wa, const bf16* __restrict__ wb,
-    int64_t N, int64_t K, bf16* __restrict__ act_out, float* __restrict__ y) {
-  constexpr int NB = kUp ? 2 : 1;
-  constexpr size_t kLoadBytes = (1 + NB) * BM * LDK * 2, kEpiBytes = NB * BM * LDC * 4;
-  __shared__ __align__(128) unsigned char smem[kLoadBytes > kEpiBytes ? kLoadBytes : kEpiBytes];
-  bf16* As = reinterpret_cast<bf16*>(smem);
-  bf16* Bs = As + BM * LDK;  // [NB][BN][LDK]
-  float* Cs = reinterpret_cast<float*>(smem);  // [NB][BM][LDC] after the main loop
-
-  // Which expert and row tile.
-  int e = 0, tile = blockIdx.x, row0 = 0, rows = 0;
-  for (; e < E; ++e) {
-    const int c = offsets[e + 1] - offsets[e], nt = (c + BM - 1) / BM;
-    if (tile < nt) {
-      row0 = offsets[e] + tile * BM;
-      rows = min(BM, c - tile * BM);
-      break;
-    }
-    tile -= nt;
-  }
-  if (e == E) return;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * BN;
-  const bf16* Wa = wa + static_cast<int64_t>(e) * N * K;
-  const bf16* Wb = kUp ? wb + static_cast<int64_t>(e) * N * K : nullptr;
-
-  const int warp = threadIdx.x / 32, wm = warp % 2, wn = warp / 2;  // 2 x 2 warps of 32 x 32
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NB][2][2];
-#pragma unroll
-  for (int b = 0; b < NB; ++b)
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[b][i][j], 0.0f);
-
-  for (int64_t k0 = 0; k0 < K; k0 += BK) {
-    // A: 64 rows x 32 k (8-element chunks: 256 chunks, 2 per thread).
-    for (int c = threadIdx.x; c < BM * BK / 8; c += kGemmThreads) {
-      const int r = c / (BK / 8), kc = (c % (BK / 8)) * 8;
-      const int64_t k = k0 + kc;
-      bf16* dst = As + r * LDK + kc;
-      if (r < rows && k < K) {
-        if constexpr (kUp) {
-          const int64_t t = sorted[row0 + r] / top_k;
-          const float4 a = *reinterpret_cast<const float4*>(x + t * xs + k);
-          const float4 b = *reinterpret_cast<const float4*>(x + t * xs + k + 4);
-          reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(a.x, a.y);
-          reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(a.z, a.w);
-          reinterpret_cast<__nv_bfloat162*>(dst)[2] = __floats2bfloat162_rn(b.x, b.y);
-          reinterpret_cast<__nv_bfloat162*>(dst)[3] = __floats2bfloat162_rn(b.z, b.w);
-        } else {
-          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(act_in + static_cast<int64_t>(row0 + r) * K + k);
-        }
-      } else {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-      }
-    }
-    // B: 64 weight rows x 32 k per operand.
-#pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      const bf16* W = b == 0 ? Wa : Wb;
-      for (int c = threadIdx.x; c < BN * BK / 8; c += kGemmThreads) {
-        const int r = c / (BK / 8), kc = (c % (BK / 8)) * 8;
-        const int64_t n = n0 + r, k = k0 + kc;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (n < N && k < K) v = *reinterpret_cast<const uint4*>(W + n * K + k);
-        *reinterpret_cast<uint4*>(Bs + (b * BN + r) * LDK + kc) = v;
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], As + (wm * 32 + i * 16) * LDK + kk * 16, LDK);
-#pragma unroll
-      for (int b = 0; b < NB; ++b)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bf;  // W^T viewed from W [n][k]
-          wmma::load_matrix_sync(bf, Bs + (b * BN + wn * 32 + j * 16) * LDK + kk * 16, LDK);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) wmma::mma_sync(acc[b][i][j], a[i], bf, acc[b][i][j]);
-        }
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int b = 0; b < NB; ++b)
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        wmma::store_matrix_sync(Cs + (b * BM + wm * 32 + i * 16) * LDC + wn * 32 + j * 16, acc[b][i][j], LDC,
-                                wmma::mem_row_major);
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < BM * BN; idx += kGemmThreads) {
-    const int r = idx / BN, c = idx % BN;
-    const int64_t n = n0 + c;
-    if (r >= rows || n >= N) continue;
-    const int64_t row = row0 + r;
-    if constexpr (kUp) {
-      const float g = Cs[r * LDC + c], u = Cs[(BM + r) * LDC + c];
-      act_out[row * N + n] = __float2bfloat16_rn(silu(g) * u);
-    } else {
-      y[row * N + n] = Cs[r * LDC + c];
-    }
   }
 }
 
@@ -364,15 +246,14 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   }
   sort_kernel<<<1, 1024, 0, stream>>>(ids, P, E, offsets, sorted, pair_row);
   if ((e = launch_status()) != cudaSuccess) return e;
-  const unsigned mt = ceil_div(P, BM) + E;
-  grouped_gemm_kernel<true><<<dim3(mt, ceil_div(w.intermediate, BN)), kGemmThreads, 0, stream>>>(
-      x, x_stride, nullptr, offsets, sorted, E, k, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3),
-      w.intermediate, w.hidden, act, nullptr);
-  if ((e = launch_status()) != cudaSuccess) return e;
-  grouped_gemm_kernel<false><<<dim3(mt, ceil_div(w.hidden, BN)), kGemmThreads, 0, stream>>>(
-      nullptr, 0, act, offsets, sorted, E, k, static_cast<const bf16*>(w.w2), nullptr, w.hidden, w.intermediate,
-      nullptr, y);
-  if ((e = launch_status()) != cudaSuccess) return e;
+  auto* xg = reinterpret_cast<bf16*>(base + L.xg);
+  if ((e = moe_gather_rows(x, x_stride, sorted, P, k, w.hidden, xg, stream)) != cudaSuccess) return e;
+  if ((e = moe_grouped_up(xg, offsets, P, E, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3),
+                          w.intermediate, w.hidden, act, stream)) != cudaSuccess)
+    return e;
+  if ((e = moe_grouped_down(act, offsets, P, E, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, y,
+                            stream)) != cudaSuccess)
+    return e;
   combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(y, w.hidden, ids, wts, pair_row, k, out, out_stride);
   return launch_status();
 }

@@ -1,0 +1,39 @@
+// Owns the grouped expert GEMMs of the GPU sparse MoE (moe.h): after the router and the device-side sort by expert,
+// the (token, slot) pairs sit in expert order, so each expert's rows are a contiguous slice [offsets[e],
+// offsets[e + 1]) of the sorted row space. One launch per projection covers all experts: a CTA takes a 128-row tile
+// of one expert's slice (found from the device offsets, so nothing goes to the host and the launch can be captured
+// in a CUDA graph) and one column tile, and runs a 4-stage cp.async pipeline into mma.sync m16n8k16 (bf16 operands,
+// fp32 accumulation; mma_bf16.cuh). Every output element is one fixed-order k loop, whatever the number of rows per
+// expert, so a token's result does not depend on the rest of the batch. The scheme is the one of vLLM's fused_moe
+// Triton kernel (sorted token ids, expert-aligned row blocks), written for our layout.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ssmserve::cuda::detail {
+
+/// Rows of a grouped-GEMM tile: a launch needs ceil(P / kMoeTileRows) + E row tiles (each expert's last tile is
+/// partial).
+inline constexpr int kMoeTileRows = 128;
+
+/// xg[r, :] = bf16(x[sorted[r] / top_k, :]) for r in [0, P): the up projection's A operand in expert order.
+/// x: [T, hidden] fp32 (row stride xs, multiple of 4); sorted: [P] pair ids; xg: [P, hidden] bf16 contiguous.
+cudaError_t moe_gather_rows(const float* x, int64_t xs, const int32_t* sorted, int64_t P, int top_k, int64_t hidden,
+                            __nv_bfloat16* xg, cudaStream_t stream);
+
+/// Gate and up projections fused with the activation, for all experts in one launch:
+/// act[r, n] = bf16(silu(xg[r] . w1[e, n]) * (xg[r] . w3[e, n])) for the rows r of expert e.
+/// xg: [P, hidden] bf16; offsets: [E + 1] device (expert e owns rows [offsets[e], offsets[e + 1])); w1, w3:
+/// [E, I, hidden] bf16; act: [P, I] bf16. hidden and I multiples of 8.
+cudaError_t moe_grouped_up(const __nv_bfloat16* xg, const int32_t* offsets, int64_t P, int E,
+                           const __nv_bfloat16* w1, const __nv_bfloat16* w3, int64_t I, int64_t hidden,
+                           __nv_bfloat16* act, cudaStream_t stream);
+
+/// Down projection for all experts in one launch: y[r, :] = act[r] . w2[e]^T for the rows r of expert e.
+/// act: [P, I] bf16; offsets as above; w2: [E, hidden, I] bf16; y: [P, hidden] fp32.
+cudaError_t moe_grouped_down(const __nv_bfloat16* act, const int32_t* offsets, int64_t P, int E,
+                             const __nv_bfloat16* w2, int64_t hidden, int64_t I, float* y, cudaStream_t stream);
+
+}  // namespace ssmserve::cuda::detail
