@@ -42,14 +42,15 @@ struct CudaModelOptions {
 /// Loads a Mamba-1 model onto the GPU (checkpoint or dummy weights). Throws Error on any checkpoint / config
 /// defect, when no GPU is usable, or for features the GPU runner does not have (in_proj / out_proj biases,
 /// d_conv > 8). With tp.world > 1: rank tp.rank's shard on the current GPU (channels split as on the CPU, x_proj /
-/// out_proj all-reduced through tp.comm, LM head vocab-parallel, embedding replicated, no CUDA graphs).
+/// out_proj all-reduced through tp.comm, LM head vocab-parallel, embedding replicated; decode steps in CUDA graphs
+/// with the all-reduces captured).
 std::unique_ptr<CausalLM> load_mamba_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt = {},
                                           const dist::TpRank& tp = {});
 
 /// Loads a Mamba-2 model onto the GPU (checkpoint or dummy weights; the same dummy values as the CPU model).
 /// Throws Error as load_mamba_cuda (use_bias, conv_kernel > 8, state_size > 256, no GPU). With tp.world > 1: rank
 /// tp.rank's shard on the current GPU (heads and groups split as on the CPU; n_groups == 1 is refused there),
-/// out_proj all-reduced, LM head vocab-parallel, embedding replicated, no CUDA graphs.
+/// out_proj all-reduced, LM head vocab-parallel, embedding replicated, decode steps in CUDA graphs.
 std::unique_ptr<CausalLM> load_mamba2_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt = {},
                                            const dist::TpRank& tp = {});
 

@@ -117,7 +117,10 @@ class CudaMamba2Model final : public CausalLM {
       : cfg_(std::move(cfg)), m_(m), opt_(opt) {
     const DType wd = opt_.weight_dtype;
     tp_.tp = tp;
-    if (tp_.on()) opt_.cuda_graphs = false, tp.comm->set_stream(stream_.get());
+    // TP ranks capture their decode steps in CUDA graphs too: the NCCL all-reduces are recorded on this stream,
+    // every rank sees the same batches (so the same capture decisions), and a captured step runs the same
+    // collectives in the same order as an eager one (NCCL allows mixing them).
+    if (tp_.on()) tp.comm->set_stream(stream_.get());
     configure_gemm(gemm_, opt_);
     frame_.pdl = opt_.pdl;
     frame_.embedding = upload_weight(w.embedding, wd);
