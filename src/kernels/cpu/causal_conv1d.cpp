@@ -72,32 +72,37 @@ void conv_fwd(const float* x, int64_t x_stride, float* out, int64_t out_stride, 
   }
 }
 
+/// One-token decode update of row b, channels [c0, c1), with the window stored as T.
+template <class T>
+void conv_update_row(const float* xb, float* ob, const ConvParams& p, int32_t block, int64_t c0, int64_t c1) {
+  const int64_t D = p.dim;
+  const int W = p.width, S = W - 1;
+  T* state = p.conv_states.block<T>(block);  // [S, D]
+  for (int64_t c = c0; c < c1; ++c) {
+    float acc = p.bias ? p.bias[c] : 0.0f;
+    for (int k = 0; k < S; ++k) acc = std::fma(p.weight[c * W + k], load_f32(state[k * D + c]), acc);
+    acc = std::fma(p.weight[c * W + S], xb[c], acc);
+    for (int k = 0; k + 1 < S; ++k) state[k * D + c] = state[(k + 1) * D + c];
+    if (S > 0) store_f32(state[(S - 1) * D + c], xb[c]);
+    ob[c] = acc;
+  }
+  if (p.apply_silu) {
+#pragma omp simd
+    for (int64_t c = c0; c < c1; ++c) ob[c] = silu_ps(ob[c]);
+  }
+}
+
 /// One-token decode update with the window stored as T.
 template <class T>
 void conv_update(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
                  std::span<const int32_t> state_indices) {
   const int64_t D = p.dim;
-  const int W = p.width, S = W - 1;
   const int64_t batch = static_cast<int64_t>(state_indices.size());
 #pragma omp parallel for schedule(static) if (batch * D > 4096)
   for (int64_t b = 0; b < batch; ++b) {
     const int32_t block = state_indices[b];
     if (block == 0) continue;
-    T* state = p.conv_states.block<T>(block);  // [S, D]
-    const float* xb = x + b * x_stride;
-    float* ob = out + b * out_stride;
-    for (int64_t c = 0; c < D; ++c) {
-      float acc = p.bias ? p.bias[c] : 0.0f;
-      for (int k = 0; k < S; ++k) acc = std::fma(p.weight[c * W + k], load_f32(state[k * D + c]), acc);
-      acc = std::fma(p.weight[c * W + S], xb[c], acc);
-      for (int k = 0; k + 1 < S; ++k) state[k * D + c] = state[(k + 1) * D + c];
-      if (S > 0) store_f32(state[(S - 1) * D + c], xb[c]);
-      ob[c] = acc;
-    }
-    if (p.apply_silu) {
-#pragma omp simd
-      for (int64_t c = 0; c < D; ++c) ob[c] = silu_ps(ob[c]);
-    }
+    conv_update_row<T>(x + b * x_stride, out + b * out_stride, p, block, 0, D);
   }
 }
 
@@ -117,6 +122,15 @@ void causal_conv1d_update(const float* x, int64_t x_stride, float* out, int64_t 
                           std::span<const int32_t> state_indices) {
   visit_state_dtype(p.conv_states.dtype,
                     [&](auto tag) { conv_update<decltype(tag)>(x, x_stride, out, out_stride, p, state_indices); });
+}
+
+void causal_conv1d_update_channels(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
+                                   std::span<const int32_t> state_indices, int64_t c0, int64_t c1) {
+  visit_state_dtype(p.conv_states.dtype, [&](auto tag) {
+    for (size_t b = 0; b < state_indices.size(); ++b)
+      if (state_indices[b] != 0 && c0 < c1)
+        conv_update_row<decltype(tag)>(x + b * x_stride, out + b * out_stride, p, state_indices[b], c0, c1);
+  });
 }
 
 }  // namespace ssmserve::cpu

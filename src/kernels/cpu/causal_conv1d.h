@@ -41,4 +41,11 @@ void causal_conv1d_fwd(const float* x, int64_t x_stride, float* out, int64_t out
 void causal_conv1d_update(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
                           std::span<const int32_t> state_indices);
 
+/// causal_conv1d_update restricted to channels [c0, c1) (0 <= c0, c1 <= dim), with no OpenMP region of its own:
+/// the threads of an enclosing region each update their own channel range (channels are independent; disjoint
+/// ranges touch disjoint window entries). Same arithmetic per channel. Keep c0 and c1 multiples of 16 so the
+/// SiLU pass splits into the same vector lanes as the whole-row call.
+void causal_conv1d_update_channels(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
+                                   std::span<const int32_t> state_indices, int64_t c0, int64_t c1);
+
 }  // namespace ssmserve::cpu

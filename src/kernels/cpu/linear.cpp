@@ -199,14 +199,27 @@ inline void load_panel_row(const void* panel, int64_t k, __m512& w0, __m512& w1)
   }
 }
 
+// Software prefetch distance of the streaming panel pass, in bytes ahead of the row being read. The panels of a
+// thread are contiguous, so near a panel's end this reaches into the next one. The hardware streamer stops at
+// every 4 KiB boundary (huge pages or not); the prefetch keeps the stream going across them.
+constexpr int64_t kPanelPrefetchBytes = 4096;
+
 /// y[m][0..ncols) for MR input rows against one panel ([K][32]): MR x 2 accumulators, one chain per element.
-template <int MR, bool kBf16>
+/// kPrefetch: the pass that streams the panel from memory (the first row tile) prefetches ahead of itself;
+/// prefetches do not change the arithmetic.
+template <int MR, bool kBf16, bool kPrefetch>
 inline void panel_tile(const void* panel, int64_t K, const float* x, int64_t x_stride, int ncols, const float* bias,
                        float* y, int64_t y_stride) {
+  constexpr int64_t kRowBytes = kPanel * (kBf16 ? 2 : 4);
   __m512 acc[MR][2];
 #pragma GCC unroll 12
   for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; ++k) {
+    if constexpr (kPrefetch) {
+      const char* ahead = static_cast<const char*>(panel) + k * kRowBytes + kPanelPrefetchBytes;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      if constexpr (!kBf16) _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    }
     __m512 w0, w1;
     load_panel_row<kBf16>(panel, k, w0, w1);
 #pragma GCC unroll 12
@@ -231,13 +244,22 @@ template <bool kBf16>
 void panel_rows(const void* panel, int64_t K, const float* x, int64_t M, int64_t x_stride, int ncols,
                 const float* bias, float* y, int64_t y_stride) {
   int64_t m = 0;
+  // The first tile streams the panel from memory (prefetching ahead); the others find it in L2.
+  if (M >= kTileRows) {
+    panel_tile<kTileRows, kBf16, true>(panel, K, x, x_stride, ncols, bias, y, y_stride);
+    m = kTileRows;
+  }
   for (; m + kTileRows <= M; m += kTileRows)
-    panel_tile<kTileRows, kBf16>(panel, K, x + m * x_stride, x_stride, ncols, bias, y + m * y_stride, y_stride);
+    panel_tile<kTileRows, kBf16, false>(panel, K, x + m * x_stride, x_stride, ncols, bias, y + m * y_stride, y_stride);
   const float* xm = x + m * x_stride;
   float* ym = y + m * y_stride;
+  const bool first = m == 0;
   switch (M - m) {
-#define SSM_PANEL_TAIL(R) \
-  case R: panel_tile<R, kBf16>(panel, K, xm, x_stride, ncols, bias, ym, y_stride); break;
+#define SSM_PANEL_TAIL(R)                                                                   \
+  case R:                                                                                   \
+    if (first) panel_tile<R, kBf16, true>(panel, K, xm, x_stride, ncols, bias, ym, y_stride); \
+    else panel_tile<R, kBf16, false>(panel, K, xm, x_stride, ncols, bias, ym, y_stride);      \
+    break;
     SSM_PANEL_TAIL(11) SSM_PANEL_TAIL(10) SSM_PANEL_TAIL(9) SSM_PANEL_TAIL(8) SSM_PANEL_TAIL(7) SSM_PANEL_TAIL(6)
     SSM_PANEL_TAIL(5) SSM_PANEL_TAIL(4) SSM_PANEL_TAIL(3) SSM_PANEL_TAIL(2) SSM_PANEL_TAIL(1)
 #undef SSM_PANEL_TAIL
@@ -287,31 +309,46 @@ void run_panels(const float* x, int64_t M, int64_t x_stride, const Weight& w, co
 
 }  // namespace
 
-void linear(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride) {
-  if (M <= 0) return;
-  const int64_t N = w.rows, K = w.cols;
-  SSM_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "linear: weight dtype {} is not F32 or BF16", dtype_name(w.dtype));
-  SSM_CHECK(x_stride >= K && y_stride >= N, "linear: bad strides (x_stride {} < K {} or y_stride {} < N {})", x_stride, K, y_stride, N);
-  const bool parallel = N * K * std::max<int64_t>(M, 4) > (int64_t{1} << 18);
-  if (w.cpu_panels) {
-    const int64_t np = num_panels(N);
-#pragma omp parallel if (parallel)
-    {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      run_panels(x, M, x_stride, w, bias, y, y_stride, np * t / nt, np * (t + 1) / nt);
-    }
-    return;
-  }
-  const int64_t num_groups = (N + kGroupRows - 1) / kGroupRows;
-#pragma omp parallel if (parallel)
-  {
-    // Contiguous group ranges per thread: each thread streams its own slice of the weight once per row block.
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t g0 = num_groups * t / nt, g1 = num_groups * (t + 1) / nt;
-    run_groups(x, M, x_stride, w, bias, y, y_stride, g0, g1);
-  }
+namespace {
+
+void check_linear_args(const Weight& w, int64_t x_stride, int64_t y_stride, const char* who) {
+  SSM_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "{}: weight dtype {} is not F32 or BF16", who, dtype_name(w.dtype));
+  SSM_CHECK(x_stride >= w.cols && y_stride >= w.rows, "{}: bad strides (x_stride {} < K {} or y_stride {} < N {})", who, x_stride,
+            w.cols, y_stride, w.rows);
 }
 
+}  // namespace
+
+LinearColumns linear_part_columns(const Weight& w, int part, int num_parts) {
+  // Packed: contiguous panel ranges (each thread streams its own slice of the panels); row-major: contiguous
+  // ranges of 4-row groups.
+  const int64_t unit = w.cpu_panels ? kPanel : kGroupRows;
+  const int64_t units = (w.rows + unit - 1) / unit;
+  return {std::min(w.rows, units * part / num_parts * unit), std::min(w.rows, units * (part + 1) / num_parts * unit)};
+}
+
+void linear_part(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride,
+                 int part, int num_parts) {
+  if (M <= 0) return;
+  if (w.cpu_panels) {
+    const int64_t np = num_panels(w.rows);
+    run_panels(x, M, x_stride, w, bias, y, y_stride, np * part / num_parts, np * (part + 1) / num_parts);
+    return;
+  }
+  const int64_t num_groups = (w.rows + kGroupRows - 1) / kGroupRows;
+  run_groups(x, M, x_stride, w, bias, y, y_stride, num_groups * part / num_parts, num_groups * (part + 1) / num_parts);
+}
+
+void check_linear_part(const Weight& w, int64_t x_stride, int64_t y_stride) { check_linear_args(w, x_stride, y_stride, "linear_part"); }
+
+void linear(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride) {
+  if (M <= 0) return;
+  check_linear_args(w, x_stride, y_stride, "linear");
+  const bool parallel = w.rows * w.cols * std::max<int64_t>(M, 4) > (int64_t{1} << 18);
+  // Contiguous ranges per thread (linear_part): each thread streams its own slice of the weight once per row block.
+#pragma omp parallel if (parallel)
+  linear_part(x, M, x_stride, w, bias, y, y_stride, omp_get_thread_num(), omp_get_num_threads());
+}
 
 void pack_for_linear(Weight& w) {
   if (w.cpu_panels) return;

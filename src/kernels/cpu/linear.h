@@ -23,6 +23,27 @@ void pack_for_linear(Weight& w);
 /// Throws Error on strides smaller than the row lengths or an F16 weight (converted to F32 at load).
 void linear(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride);
 
+/// Output columns [begin, end) of one part of `linear` (see linear_part).
+struct LinearColumns {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+/// The output columns that part `part` of `num_parts` computes in linear_part: contiguous, in order, covering
+/// [0, N) over the parts (whole 32-column panels when packed, whole 4-row groups otherwise; a part may be empty).
+/// Requires 0 <= part < num_parts.
+LinearColumns linear_part_columns(const Weight& w, int part, int num_parts);
+
+/// `linear` restricted to the output columns linear_part_columns(w, part, num_parts), with no OpenMP region of
+/// its own: the threads of an enclosing region call it with their own part (the split `linear` itself uses).
+/// Same arithmetic as `linear`, element for element. Arguments as for `linear`; it checks nothing (call
+/// check_linear_part first, outside the region: nothing may throw inside one).
+void linear_part(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride,
+                 int part, int num_parts);
+
+/// Throws Error when `linear` would (strides smaller than the row lengths, an F16 weight).
+void check_linear_part(const Weight& w, int64_t x_stride, int64_t y_stride);
+
 /// Convenience overload for contiguous x [M, K] and y [M, N].
 inline void linear(const float* x, int64_t M, const Weight& w, const float* bias, float* y) {
   linear(x, M, w.cols, w, bias, y, w.rows);

@@ -1,6 +1,8 @@
 // Owns the CPU SSD chunked scan and the Mamba-2 decode state update (see ssd.h).
 #include "kernels/cpu/ssd.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -274,39 +276,62 @@ void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata&
     }
 }
 
+constexpr int64_t kStatePrefetchBytes = 2048;
+
+/// The decode update of row b, head h (one token, one head's [P, N] state).
+template <class T>
+void state_update_head(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride, int64_t b, int h, int32_t block) {
+  const int P = p.head_dim, N = p.d_state;
+  const int heads_per_group = p.num_heads / p.n_groups;
+  const int64_t PN = int64_t{P} * N;
+  const int g = h / heads_per_group;
+  const float dt = step_dt(in, p, b, h);
+  const float dA = std::exp(dt * p.A[h]);
+  const float* x = in.x.row(b) + int64_t{h} * P;
+  const float* B = in.B.row(b) + int64_t{g} * N;
+  const float* C = in.C.row(b) + int64_t{g} * N;
+  T* S = p.ssm_states.block<T>(block) + h * PN;
+  float* yt = y + b * y_stride + int64_t{h} * P;
+  const float Dh = p.D ? p.D[h] : 0.0f;
+  for (int i = 0; i < P; ++i) {
+    T* Si = S + int64_t{i} * N;
+    // The state streams from memory once per token: prefetch ~2 KiB ahead (into the next head's state at the
+    // end of this one; the heads of a block are contiguous). No effect on the arithmetic.
+    const char* ahead = reinterpret_cast<const char*>(Si) + kStatePrefetchBytes;
+    for (int64_t off = 0; off < int64_t{N} * static_cast<int64_t>(sizeof(T)); off += 64) __builtin_prefetch(ahead + off, 1, 3);
+    const float dx = dt * x[i];
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int n = 0; n < N; ++n) {
+      const float v = dA * load_f32(Si[n]) + dx * B[n];
+      store_f32(Si[n], v);
+      acc += v * C[n];
+    }
+    yt[i] = acc + Dh * x[i];
+  }
+}
+
+/// Rows x heads [begin, end) of the flattened (b, h) index b * H + h.
+template <class T>
+void state_update_range(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                        std::span<const int32_t> state_indices, int64_t begin, int64_t end) {
+  const int H = p.num_heads;
+  for (int64_t bh = begin; bh < end; ++bh) {
+    const int64_t b = bh / H;
+    const int h = static_cast<int>(bh % H);
+    if (state_indices[b] != 0) state_update_head<T>(in, p, y, y_stride, b, h, state_indices[b]);
+  }
+}
+
 template <class T>
 void state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
                   std::span<const int32_t> state_indices) {
-  const int H = p.num_heads, P = p.head_dim, N = p.d_state;
-  const int heads_per_group = H / p.n_groups;
-  const int64_t batch = static_cast<int64_t>(state_indices.size()), PN = int64_t{P} * N;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < batch; ++b)
-    for (int h = 0; h < H; ++h) {
-      const int32_t block = state_indices[b];
-      if (block == 0) continue;
-      const int g = h / heads_per_group;
-      const float dt = step_dt(in, p, b, h);
-      const float dA = std::exp(dt * p.A[h]);
-      const float* x = in.x.row(b) + int64_t{h} * P;
-      const float* B = in.B.row(b) + int64_t{g} * N;
-      const float* C = in.C.row(b) + int64_t{g} * N;
-      T* S = p.ssm_states.block<T>(block) + h * PN;
-      float* yt = y + b * y_stride + int64_t{h} * P;
-      const float Dh = p.D ? p.D[h] : 0.0f;
-      for (int i = 0; i < P; ++i) {
-        T* Si = S + int64_t{i} * N;
-        const float dx = dt * x[i];
-        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int n = 0; n < N; ++n) {
-          const float v = dA * load_f32(Si[n]) + dx * B[n];
-          store_f32(Si[n], v);
-          acc += v * C[n];
-        }
-        yt[i] = acc + Dh * x[i];
-      }
-    }
+  const int64_t total = static_cast<int64_t>(state_indices.size()) * p.num_heads;
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    state_update_range<T>(in, p, y, y_stride, state_indices, total * t / nt, total * (t + 1) / nt);
+  }
 }
 
 }  // namespace
@@ -332,6 +357,16 @@ void ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t
                       std::span<const int32_t> state_indices) {
   check_sizes(p, "ssd_state_update");
   visit_state_dtype(p.ssm_states.dtype, [&](auto tag) { state_update<decltype(tag)>(in, p, y, y_stride, state_indices); });
+}
+
+void ssd_check_params(const SsdParams& p) { check_sizes(p, "ssd_state_update_part"); }
+
+void ssd_state_update_part(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                           std::span<const int32_t> state_indices, int part, int num_parts) {
+  const int64_t total = static_cast<int64_t>(state_indices.size()) * p.num_heads;
+  visit_state_dtype(p.ssm_states.dtype, [&](auto tag) {
+    state_update_range<decltype(tag)>(in, p, y, y_stride, state_indices, total * part / num_parts, total * (part + 1) / num_parts);
+  });
 }
 
 }  // namespace ssmserve::cpu

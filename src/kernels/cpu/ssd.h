@@ -71,4 +71,14 @@ void ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkM
 void ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
                       std::span<const int32_t> state_indices);
 
+/// Throws ssmserve::Error when ssd_state_update would on these parameters (bad sizes, A[h] > 0).
+void ssd_check_params(const SsdParams& p);
+
+/// ssd_state_update restricted to part `part` of `num_parts` of the (row, head) pairs, flattened as
+/// b * num_heads + h and split into contiguous ranges, with no OpenMP region of its own: the threads of an
+/// enclosing region each update their own pairs (disjoint heads touch disjoint state and y). Same arithmetic
+/// per (row, head). Checks nothing (call ssd_check_params first, outside the region).
+void ssd_state_update_part(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                           std::span<const int32_t> state_indices, int part, int num_parts);
+
 }  // namespace ssmserve::cpu

@@ -4,7 +4,9 @@
 #include "model/archs/mamba2.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "config/model_config.h"
@@ -93,7 +95,15 @@ class Mamba2Model final : public CausalLM {
 
  private:
   void mixer(int layer, const ForwardBatch& batch, StateCache& cache, int64_t T);
+  void decode_layers(const ForwardBatch& batch, StateCache& cache, int64_t T);
   void gated_norm_and_out_proj_gathered(const Mamba2LayerWeights& L, int64_t T);
+  cpu::ConvParams conv_params(int layer, StateCache& cache) const;
+  cpu::SsdParams ssd_params(int layer, StateCache& cache) const;
+  /// The SSD inputs of rows [row0, ...) of the xbc_ / proj_ scratch.
+  cpu::SsdInputs ssd_inputs(int64_t row0) const;
+
+  /// Decode-only batches of at most this many rows (TP 1) take decode_layers: every layer in one OpenMP region.
+  static constexpr int64_t kFusedDecodeMaxRows = 4;
 
   ModelConfig cfg_;
   Mamba2Config m_;  // this rank's shard: d_inner, num_heads, n_groups per rank
@@ -113,6 +123,8 @@ class Mamba2Model final : public CausalLM {
   std::vector<float> gated_;   // [T, I]
   std::vector<float> out_;     // [T, hidden]
   std::vector<float> yf_, zf_, gf_;  // [T, d_inner] all-gathered y and z, the gated norm over them (tp > 1)
+  std::vector<float> normed_t_;      // [threads, T, hidden] every thread's own pre-norm copy (decode_layers)
+  std::vector<float> gated_t_;       // [threads, T, d_inner] every thread's own gated-norm copy (decode_layers)
   std::vector<float> comm_;          // collective scratch
 };
 
@@ -125,7 +137,9 @@ void Mamba2Model::forward(const ForwardBatch& batch, StateCache& cache, float* l
   hidden_.resize(T * H);
   if (tp_.world > 1) dist::embed_tokens_vocab_parallel(batch, embedding_, cfg_.vocab_size, *tp_.comm, hidden_.data());
   else embed_tokens(batch, embedding_, hidden_.data());
-  for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, cache, T);
+  if (tp_.world == 1 && batch.meta.num_prefills == 0 && T <= kFusedDecodeMaxRows) decode_layers(batch, cache, T);
+  else
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) mixer(l, batch, cache, T);
   const float eps = cfg_.layer_norm_epsilon;
   if (tp_.world > 1)
     dist::final_norm_and_lm_head_vocab_parallel(batch, hidden_.data(), H, norm_f_.data(), eps, lm_head_, cfg_.vocab_size, *tp_.comm, logits);
@@ -136,35 +150,26 @@ void Mamba2Model::mixer(int layer, const ForwardBatch& batch, StateCache& cache,
   const Mamba2LayerWeights& L = layers_[layer];
   const MambaBatchMetadata& md = batch.meta;
   const int64_t Hd = cfg_.hidden_size, I = m_.d_inner, C = m_.conv_dim(), NH = m_.num_heads;
-  const int64_t GN = static_cast<int64_t>(m_.n_groups) * m_.d_state, PW = I + C + NH;  // projection width
+  const int64_t PW = I + C + NH;  // projection width
   const int64_t nd = md.num_decode_rows(), P0 = batch.prefill_token_offset();
   normed_.resize(T * Hd), proj_.resize(T * PW), xbc_.resize(T * C), y_.resize(T * I), gated_.resize(T * I), out_.resize(T * Hd);
   // 1. Pre-norm and input projection: [z | xBC | dt].
   cpu::rms_norm(hidden_.data(), L.norm.data(), cfg_.layer_norm_epsilon, T, Hd, normed_.data());
   cpu::linear(normed_.data(), T, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), proj_.data());
   // 2. Causal conv1d + SiLU over xBC (decode rows update their window; prefill rows scan theirs).
-  cpu::ConvParams conv{C, m_.d_conv, L.conv_weight.data(), L.conv_bias.empty() ? nullptr : L.conv_bias.data(),
-                       cache.conv_state(layer), true};
+  const cpu::ConvParams conv = conv_params(layer, cache);
   const float* xbc_in = proj_.data() + I;
   if (nd > 0) cpu::causal_conv1d_update(xbc_in, PW, xbc_.data(), C, conv, md.state_indices_tensor_d);
   if (md.num_prefills > 0)
     cpu::causal_conv1d_fwd(xbc_in + P0 * PW, PW, xbc_.data() + P0 * C, C, conv, md.query_start_loc_p,
                            md.state_indices_tensor_p, md.has_initial_states_p);
   // 3. SSD: x = xBC[:, :I] as [H, P], B and C = the next two n_groups * d_state slices, dt = proj[:, I + C:].
-  cpu::SsdParams sp;
-  sp.num_heads = NH, sp.head_dim = m_.head_dim, sp.d_state = m_.d_state, sp.n_groups = m_.n_groups;
-  sp.A = L.A.data(), sp.D = L.D.data(), sp.dt_bias = L.dt_bias.data();
-  sp.time_step_min = m_.time_step_min_limit, sp.time_step_max = m_.time_step_max_limit;
-  sp.ssm_states = cache.ssm_state(layer);
-  auto inputs_from = [&](int64_t row0) {
-    return cpu::SsdInputs{{xbc_.data() + row0 * C, C}, {proj_.data() + row0 * PW + I + C, PW},
-                          {xbc_.data() + row0 * C + I, C}, {xbc_.data() + row0 * C + I + GN, C}};
-  };
-  if (nd > 0) cpu::ssd_state_update(inputs_from(0), sp, y_.data(), I, md.state_indices_tensor_d);
+  const cpu::SsdParams sp = ssd_params(layer, cache);
+  if (nd > 0) cpu::ssd_state_update(ssd_inputs(0), sp, y_.data(), I, md.state_indices_tensor_d);
   if (md.num_prefills > 0) {
     const cpu::SsdChunkMetadata cm{md.chunk_size, md.query_start_loc_p, md.cu_chunk_seqlen_p, md.seq_idx_p,
                                    md.last_chunk_indices_p, md.state_indices_tensor_p, md.has_initial_states_p};
-    cpu::ssd_chunk_scan_fwd(inputs_from(P0), sp, cm, y_.data() + P0 * I, I);
+    cpu::ssd_chunk_scan_fwd(ssd_inputs(P0), sp, cm, y_.data() + P0 * I, I);
   }
   // 4. Gated RMSNorm with z, then the output projection and the residual add.
   if (tp_.world > 1) {
@@ -175,6 +180,85 @@ void Mamba2Model::mixer(int layer, const ForwardBatch& batch, StateCache& cache,
     cpu::linear(gated_.data(), T, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out_.data());
   }
   for (int64_t i = 0; i < T * Hd; ++i) hidden_[i] += out_[i];
+}
+
+cpu::ConvParams Mamba2Model::conv_params(int layer, StateCache& cache) const {
+  const Mamba2LayerWeights& L = layers_[layer];
+  return {m_.conv_dim(), m_.d_conv, L.conv_weight.data(), L.conv_bias.empty() ? nullptr : L.conv_bias.data(),
+          cache.conv_state(layer), true};
+}
+
+cpu::SsdParams Mamba2Model::ssd_params(int layer, StateCache& cache) const {
+  const Mamba2LayerWeights& L = layers_[layer];
+  cpu::SsdParams sp;
+  sp.num_heads = m_.num_heads, sp.head_dim = m_.head_dim, sp.d_state = m_.d_state, sp.n_groups = m_.n_groups;
+  sp.A = L.A.data(), sp.D = L.D.data(), sp.dt_bias = L.dt_bias.data();
+  sp.time_step_min = m_.time_step_min_limit, sp.time_step_max = m_.time_step_max_limit;
+  sp.ssm_states = cache.ssm_state(layer);
+  return sp;
+}
+
+// x = xBC[:, :I] as [H, P], B and C = the next two n_groups * d_state slices, dt = proj[:, I + C:].
+cpu::SsdInputs Mamba2Model::ssd_inputs(int64_t row0) const {
+  const int64_t I = m_.d_inner, C = m_.conv_dim(), PW = I + C + m_.num_heads, GN = int64_t{m_.n_groups} * m_.d_state;
+  return cpu::SsdInputs{{xbc_.data() + row0 * C, C}, {proj_.data() + row0 * PW + I + C, PW},
+                        {xbc_.data() + row0 * C + I, C}, {xbc_.data() + row0 * C + I + GN, C}};
+}
+
+// Decode-only batches: the same per-row arithmetic as mixer() (the same kernels on the same rows, so the results
+// are bit-identical to it and batch-invariant), but every layer runs inside one OpenMP region with three
+// barriers per layer instead of three parallel regions plus serial steps between them:
+//   1. every thread: pre-norm of all rows into its own copy (cheap, no barrier), its in_proj columns, and the
+//      conv update of the channels whose inputs are among those columns (the conv is per channel);
+//   -- barrier (the SSD needs every channel's B, C and dt) --
+//   2. the SSD update of its (row, head) pairs;
+//   -- barrier (the gated norm of a group spans every head) --
+//   3. every thread: the gated norm of all rows into its own copy, its out_proj columns and their residual adds;
+//   -- barrier (the next pre-norm reads the whole residual stream) --
+void Mamba2Model::decode_layers(const ForwardBatch& batch, StateCache& cache, int64_t T) {
+  const MambaBatchMetadata& md = batch.meta;
+  const int64_t Hd = cfg_.hidden_size, I = m_.d_inner, C = m_.conv_dim(), PW = I + C + m_.num_heads;
+  const int num_layers = cfg_.num_hidden_layers;
+  const float eps = cfg_.layer_norm_epsilon;
+  const int64_t max_threads = omp_get_max_threads();
+  proj_.resize(T * PW), xbc_.resize(T * C), y_.resize(T * I), out_.resize(T * Hd);
+  normed_t_.resize(max_threads * T * Hd), gated_t_.resize(max_threads * T * I);
+  // Everything that can throw happens here, outside the region.
+  std::vector<cpu::ConvParams> conv(num_layers);
+  std::vector<cpu::SsdParams> ssd(num_layers);
+  for (int l = 0; l < num_layers; ++l) {
+    conv[l] = conv_params(l, cache);
+    ssd[l] = ssd_params(l, cache);
+    cpu::ssd_check_params(ssd[l]);
+    cpu::check_linear_part(layers_[l].in_proj, Hd, PW);
+    cpu::check_linear_part(layers_[l].out_proj, I, Hd);
+  }
+  const cpu::SsdInputs inputs = ssd_inputs(0);
+  const std::span<const int32_t> blocks = md.state_indices_tensor_d;
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    float* normed = normed_t_.data() + t * T * Hd;
+    float* gated = gated_t_.data() + t * T * I;
+    for (int l = 0; l < num_layers; ++l) {
+      const Mamba2LayerWeights& L = layers_[l];
+      cpu::rms_norm(hidden_.data(), L.norm.data(), eps, T, Hd, normed);
+      cpu::linear_part(normed, T, Hd, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), proj_.data(), PW, t, nt);
+      const cpu::LinearColumns in_cols = cpu::linear_part_columns(L.in_proj, t, nt);  // proj column I + c = conv channel c
+      const int64_t c0 = std::clamp<int64_t>(in_cols.begin - I, 0, C), c1 = std::clamp<int64_t>(in_cols.end - I, 0, C);
+      cpu::causal_conv1d_update_channels(proj_.data() + I, PW, xbc_.data(), C, conv[l], blocks, c0, c1);
+#pragma omp barrier
+      cpu::ssd_state_update_part(inputs, ssd[l], y_.data(), I, blocks, t, nt);
+#pragma omp barrier
+      cpu::gated_rms_norm(y_.data(), I, proj_.data(), PW, L.gate_norm.data(), eps, T, I, I / m_.n_groups, m_.norm_before_gate,
+                          gated);
+      cpu::linear_part(gated, T, I, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out_.data(), Hd, t, nt);
+      const cpu::LinearColumns out_cols = cpu::linear_part_columns(L.out_proj, t, nt);
+      for (int64_t r = 0; r < T; ++r)
+        for (int64_t i = out_cols.begin; i < out_cols.end; ++i) hidden_[r * Hd + i] += out_[r * Hd + i];
+#pragma omp barrier
+    }
+  }
 }
 
 // out_ = out_proj(gated RMSNorm(y, z)) with TP = 1's arithmetic (dist/gathered_linear.h): the ranks' y and z
