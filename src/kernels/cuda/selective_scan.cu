@@ -91,11 +91,15 @@ cudaError_t launch(const ScanInputs& in, const ScanParams& p, float* y, int64_t 
   });
 }
 
-constexpr int kWideThreads = 128, kWideNS = 16;  // selective_state_update_wide: channels per block, d_state max
+constexpr int kWideThreads = 128, kWideNS = 16;  // selective_state_update_wide: threads per block, d_state max
+constexpr int kWideLanes = 4, kWidePerLane = kWideNS / kWideLanes;  // lanes per channel, states per lane
+constexpr int kWideChannels = kWideThreads / kWideLanes;            // channels per block
 
-/// One thread per (row, channel) holding the channel's d_state <= 16 states in registers (loaded and stored as
-/// 16-byte vectors when fp32 and d_state == 16): 16x fewer blocks than the lane-per-state decode kernel, whose
-/// many tiny blocks are latency-bound at large batches. Grid (ceil(dim / 128), batch).
+/// Four consecutive lanes per (row, channel), each holding 4 of the channel's d_state <= 16 states in registers: a
+/// warp's state loads and stores are contiguous 16-byte vectors (512 bytes per instruction when fp32 and
+/// d_state == 16), and few registers per thread keep enough loads in flight at large decode batches. The y sum
+/// is each lane's 4 products in state order, then a 2-step butterfly over the 4 lanes. Grid (ceil(dim / 32),
+/// batch).
 template <class TS, class TY>
 __global__ void __launch_bounds__(kWideThreads) scan_update_wide_kernel(ScanInputs in, ScanParams p,
                                                                         TY* __restrict__ y, int64_t y_stride,
@@ -104,56 +108,55 @@ __global__ void __launch_bounds__(kWideThreads) scan_update_wide_kernel(ScanInpu
   pdl_launch_dependents();
   const int64_t b = blockIdx.y;
   const int32_t block = state_indices[b];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWideThreads + threadIdx.x;
-  if (block == 0 || c >= p.dim) return;
-  const int N = p.d_state;
-  TS* state = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + c * N;
-  float st[kWideNS], a[kWideNS], Bv[kWideNS], Cv[kWideNS];
-  const float* Bt = in.B.data + b * in.B.stride;
-  const float* Ct = in.C.data + b * in.C.stride;
-  const bool vec = sizeof(TS) == 4 && N == kWideNS && (reinterpret_cast<uintptr_t>(state) & 15) == 0 &&
-                   (reinterpret_cast<uintptr_t>(p.A + c * N) & 15) == 0;
-  if (vec) {
+  if (block == 0) return;  // uniform over the block
+  const int q = threadIdx.x % kWideLanes, n0 = q * kWidePerLane, N = p.d_state;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWideChannels + threadIdx.x / kWideLanes;
+  const bool on = c < p.dim;  // every lane still reaches the shuffles below
+  float acc = 0.0f, u = 0.0f;
+  if (on) {
+    TS* state = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + c * N;
+    const float* A = p.A + c * N;
+    const float* Bt = in.B.data + b * in.B.stride;
+    const float* Ct = in.C.data + b * in.C.stride;
+    float dt = in.delta.data[b * in.delta.stride + c] + (p.delta_bias ? p.delta_bias[c] : 0.0f);
+    if (p.delta_softplus) dt = softplus(dt);
+    u = in.u.data[b * in.u.stride + c];
+    const bool vec = sizeof(TS) == 4 && N == kWideNS && (reinterpret_cast<uintptr_t>(state) & 15) == 0 &&
+                     (reinterpret_cast<uintptr_t>(A) & 15) == 0;
+    float st[kWidePerLane], a[kWidePerLane];
+    if (vec) {
+      const float4 s4 = reinterpret_cast<const float4*>(state)[q], a4 = reinterpret_cast<const float4*>(A)[q];
+      st[0] = s4.x, st[1] = s4.y, st[2] = s4.z, st[3] = s4.w;
+      a[0] = a4.x, a[1] = a4.y, a[2] = a4.z, a[3] = a4.w;
+    } else {
 #pragma unroll
-    for (int q = 0; q < kWideNS / 4; ++q) {
-      const float4 s4 = reinterpret_cast<const float4*>(state)[q];
-      const float4 a4 = reinterpret_cast<const float4*>(p.A + c * N)[q];
-      st[4 * q] = s4.x, st[4 * q + 1] = s4.y, st[4 * q + 2] = s4.z, st[4 * q + 3] = s4.w;
-      a[4 * q] = a4.x, a[4 * q + 1] = a4.y, a[4 * q + 2] = a4.z, a[4 * q + 3] = a4.w;
+      for (int j = 0; j < kWidePerLane; ++j) {
+        st[j] = n0 + j < N ? load(state + n0 + j) : 0.0f;
+        a[j] = n0 + j < N ? A[n0 + j] : 0.0f;
+      }
     }
-  } else {
 #pragma unroll
-    for (int n = 0; n < kWideNS; ++n) {
-      st[n] = n < N ? load(state + n) : 0.0f;
-      a[n] = n < N ? p.A[c * N + n] : 0.0f;
+    for (int j = 0; j < kWidePerLane; ++j) {
+      const int n = n0 + j;
+      const float Bv = n < N ? Bt[n] : 0.0f, Cv = n < N ? Ct[n] : 0.0f;
+      st[j] = expf(dt * a[j]) * st[j] + dt * Bv * u;
+      acc += st[j] * Cv;
+    }
+    if (vec) {
+      reinterpret_cast<float4*>(state)[q] = make_float4(st[0], st[1], st[2], st[3]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kWidePerLane; ++j)
+        if (n0 + j < N) store(state + n0 + j, st[j]);
     }
   }
-#pragma unroll
-  for (int n = 0; n < kWideNS; ++n) {
-    Bv[n] = n < N ? Bt[n] : 0.0f;
-    Cv[n] = n < N ? Ct[n] : 0.0f;
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  if (on && q == 0) {
+    float outv = acc + (p.D ? p.D[c] : 0.0f) * u;
+    if (in.z.data) outv *= silu(in.z.data[b * in.z.stride + c]);
+    store(y + b * y_stride + c, outv);
   }
-  float dt = in.delta.data[b * in.delta.stride + c] + (p.delta_bias ? p.delta_bias[c] : 0.0f);
-  if (p.delta_softplus) dt = softplus(dt);
-  const float u = in.u.data[b * in.u.stride + c];
-  float acc = 0.0f;
-#pragma unroll
-  for (int n = 0; n < kWideNS; ++n) {
-    st[n] = expf(dt * a[n]) * st[n] + dt * Bv[n] * u;
-    acc += st[n] * Cv[n];
-  }
-  if (vec) {
-#pragma unroll
-    for (int q = 0; q < kWideNS / 4; ++q)
-      reinterpret_cast<float4*>(state)[q] = make_float4(st[4 * q], st[4 * q + 1], st[4 * q + 2], st[4 * q + 3]);
-  } else {
-#pragma unroll
-    for (int n = 0; n < kWideNS; ++n)
-      if (n < N) store(state + n, st[n]);
-  }
-  float outv = acc + (p.D ? p.D[c] : 0.0f) * u;
-  if (in.z.data) outv *= silu(in.z.data[b * in.z.stride + c]);
-  store(y + b * y_stride + c, outv);
 }
 
 }  // namespace
@@ -182,7 +185,7 @@ cudaError_t selective_state_update_wide(const ScanInputs& in, const ScanParams& 
       (y_dtype != DType::F32 && y_dtype != DType::BF16))
     return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
-  const dim3 grid(ceil_div(p.dim, kWideThreads), static_cast<unsigned>(batch));
+  const dim3 grid(ceil_div(p.dim, kWideChannels), static_cast<unsigned>(batch));
   return visit_dtype(p.ssm_states.dtype, [&](auto tag) {
     using TS = decltype(tag);
     if (y_dtype == DType::BF16)

@@ -96,8 +96,9 @@ cudaError_t selective_state_update(const ScanInputs& in, const ScanParams& p, fl
                                    const int32_t* state_indices, int batch, cudaStream_t stream);
 
 /// selective_state_update for large decode batches (the engine uses it for more than 16 rows outside
-/// batch-invariant mode): same math and arguments, y in y_dtype (F32 or BF16), one thread per (row, channel)
-/// with the channel's states in registers; d_state <= 16 (else cudaErrorInvalidValue). Its y sum runs in
+/// batch-invariant mode): same math and arguments, y in y_dtype (F32 or BF16), four lanes per (row, channel)
+/// with the channel's states in registers (coalesced 16-byte state vectors); d_state <= 16 (else
+/// cudaErrorInvalidValue). Its y sum runs in
 /// another order than selective_state_update's (not bit-identical). pdl: Programmatic Dependent Launch.
 cudaError_t selective_state_update_wide(const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype,
                                         int64_t y_stride, const int32_t* state_indices, int batch, bool pdl,
