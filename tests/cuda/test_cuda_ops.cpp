@@ -555,6 +555,9 @@ TEST(CudaSsd, ChunkedPrefillAndDecodeMatchCpu) {
   // Small chunks (many per sequence), head_dim not a multiple of 16, d_state 16 and 256.
   check_ssd(rng, {"small-chunks", 64, 6, 20, 3, 16, 4, 8}, DType::F32, make_batch({1, 30, 7, 65}, {2}));
   check_ssd(rng, {"wide-state", 64, 2, 16, 1, 256, 4, 32}, DType::F32, make_batch({1, 50}, {}));
+  // d_state 128 (the vectorized decode kernel), head_dim 40 (a partial 32-row block), fp32 and bf16 states.
+  for (DType dt : {DType::F32, DType::BF16})
+    check_ssd(rng, {"state-128", 64, 4, 40, 2, 128, 4, 64}, dt, make_batch({3, 70, 1}, {1}));
   // head_dim 80 and 128 (two 64-column tiles), chunk 100 (partial 64-row tiles), 4 heads per group.
   check_ssd(rng, {"odd-tiles", 64, 8, 80, 2, 48, 4, 100}, DType::F32, make_batch({250, 3, 101}, {}));
   check_ssd(rng, {"wide-head", 64, 2, 128, 1, 64, 4, 256}, DType::F32, make_batch({600, 1}, {}));

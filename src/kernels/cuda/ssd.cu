@@ -110,6 +110,99 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_kernel(SsdInputs in, SsdParam
     }
 }
 
+/// Decode rows of a warp in update_kernel, and its lanes' consecutive states per row.
+constexpr int kDecodeRows = 8;
+
+/// VEC consecutive state elements as floats (one 8- or 16-byte access per 4 fp32 / 4 bf16 elements).
+template <int VEC, class TS>
+__device__ __forceinline__ void load_run(const TS* p, float (&v)[VEC]) {
+  if constexpr (sizeof(TS) == 4) {
+#pragma unroll
+    for (int i = 0; i < VEC; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(p + i);
+      v[i] = q.x, v[i + 1] = q.y, v[i + 2] = q.z, v[i + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; i += 4) {
+      const uint2 q = *reinterpret_cast<const uint2*>(p + i);
+      const TS* e = reinterpret_cast<const TS*>(&q);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[i + j] = load(e + j);
+    }
+  }
+}
+template <int VEC, class TS>
+__device__ __forceinline__ void store_run(TS* p, const float (&v)[VEC]) {
+  if constexpr (sizeof(TS) == 4) {
+#pragma unroll
+    for (int i = 0; i < VEC; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; i += 4) {
+      uint2 q;
+      TS* e = reinterpret_cast<TS*>(&q);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) store(e + j, v[i + j]);
+      *reinterpret_cast<uint2*>(p + i) = q;
+    }
+  }
+}
+
+/// Decode (one token per row) for d_state = 32 * VEC (VEC 4 or 8: d_state 128 or 256, the public Mamba-2 shapes):
+/// lane l owns states [l * VEC, (l + 1) * VEC) of each of its warp's 8 head_dim rows, read and written as 8- or
+/// 16-byte runs (contiguous over the warp), the y sum is each lane's run in order, then warp_sum. Same math as
+/// ssd_kernel's decode step (not bit-identical: another summation order). Grid (ceil(P / 32), H, batch).
+template <class TS, int VEC>
+__global__ void __launch_bounds__(kWarps * 32) update_kernel(SsdInputs in, SsdParams p, float* __restrict__ y,
+                                                              int64_t y_stride, const int32_t* __restrict__ state_indices) {
+  const int64_t b = blockIdx.z;
+  const int h = blockIdx.y;
+  const int32_t block = state_indices[b];
+  if (block == 0) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int P = p.head_dim, N = p.d_state;
+  const int p0 = (blockIdx.x * kWarps + warp) * kDecodeRows;
+  if (p0 >= P) return;  // whole warp
+  const int g = h / (p.num_heads / p.n_groups), n0 = lane * VEC;
+  TS* state = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride +
+              (static_cast<int64_t>(h) * P + p0) * N + n0;
+  const int rows = min(kDecodeRows, P - p0);
+  float st[kDecodeRows][VEC];
+#pragma unroll
+  for (int r = 0; r < kDecodeRows; ++r)
+    if (r < rows) load_run<VEC>(state + static_cast<int64_t>(r) * N, st[r]);
+  const float Ah = p.A[h], Dh = p.D ? p.D[h] : 0.0f, bias = p.dt_bias ? p.dt_bias[h] : 0.0f;
+  float dt = softplus(in.dt.data[b * in.dt.stride + h] + bias);
+  dt = fminf(fmaxf(dt, p.time_step_min), p.time_step_max);
+  const float e = dt * Ah;
+  const float dA = e < -60.0f ? 0.0f : expf(e);
+  const float* Bt = in.B.data + b * in.B.stride + static_cast<int64_t>(g) * N + n0;
+  const float* Ct = in.C.data + b * in.C.stride + static_cast<int64_t>(g) * N + n0;
+  float bv[VEC], cv[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) bv[k] = Bt[k], cv[k] = Ct[k];
+  const float* xt = in.x.data + b * in.x.stride + static_cast<int64_t>(h) * P + p0;
+  float mine = 0.0f;  // lane r keeps row r's output
+#pragma unroll
+  for (int r = 0; r < kDecodeRows; ++r) {
+    if (r >= rows) break;  // uniform over the warp
+    const float xv = xt[r], dtx = dt * xv;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      st[r][k] = dA * st[r][k] + dtx * bv[k];
+      acc += st[r][k] * cv[k];
+    }
+    acc = warp_sum(acc) + Dh * xv;
+    if (lane == r) mine = acc;
+  }
+#pragma unroll
+  for (int r = 0; r < kDecodeRows; ++r)
+    if (r < rows) store_run<VEC>(state + static_cast<int64_t>(r) * N, st[r]);
+  if (lane < rows) y[b * y_stride + static_cast<int64_t>(h) * P + p0 + lane] = mine;
+}
+
 bool bad(const SsdInputs& in, const SsdParams& p, int64_t y_stride) {
   const int64_t HP = static_cast<int64_t>(p.num_heads) * p.head_dim, GN = static_cast<int64_t>(p.n_groups) * p.d_state;
   return p.num_heads < 1 || p.head_dim < 1 || p.n_groups < 1 || p.d_state < 1 || p.d_state > 32 * kMaxPerLane ||
@@ -146,7 +239,25 @@ cudaError_t ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, 
                              const int32_t* state_indices, int batch, cudaStream_t stream) {
   if (bad(in, p, y_stride) || batch < 0 || batch > 65535) return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
-  return launch(in, p, SsdChunkMetadataDev{}, y, y_stride, nullptr, true, state_indices, batch, stream);
+  // The vectorized decode kernel where d_state is 128 or 256, the state is fp32 or bf16 and every state run is
+  // aligned (16 bytes for fp32, 8 for bf16). Else the generic kernel.
+  const DType sd = p.ssm_states.dtype;
+  const size_t es = sd == DType::F32 ? 4 : 2;
+  const auto aligned = [&](const void* q, int64_t stride_elems, size_t elem) {
+    return reinterpret_cast<uintptr_t>(q) % (4 * elem) == 0 && (stride_elems * elem) % (4 * elem) == 0;
+  };
+  const bool vec = (p.d_state == 128 || p.d_state == 256) && (sd == DType::F32 || sd == DType::BF16) &&
+                   aligned(p.ssm_states.data, p.ssm_states.block_stride, es);
+  if (!vec) return launch(in, p, SsdChunkMetadataDev{}, y, y_stride, nullptr, true, state_indices, batch, stream);
+  const dim3 grid(ceil_div(p.head_dim, kWarps * kDecodeRows), static_cast<unsigned>(p.num_heads),
+                  static_cast<unsigned>(batch));
+  const auto go = [&](auto kernel) {
+    kernel<<<grid, kWarps * 32, 0, stream>>>(in, p, y, y_stride, state_indices);
+    return launch_status();
+  };
+  if (sd == DType::F32)
+    return p.d_state == 128 ? go(update_kernel<float, 4>) : go(update_kernel<float, 8>);
+  return p.d_state == 128 ? go(update_kernel<__nv_bfloat16, 4>) : go(update_kernel<__nv_bfloat16, 8>);
 }
 
 }  // namespace ssmserve::cuda
