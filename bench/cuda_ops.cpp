@@ -260,6 +260,30 @@ void mamba1_decode_scan(int batch, cudaStream_t s, std::mt19937& rng) {
               2.0 * B * I * N * 4);
 }
 
+/// The mamba2-2.7b decode state update at a large batch (80 heads x 64 x 128 fp32 state per row), next to its
+/// state-traffic bound (state_bytes read + written).
+void mamba2_decode_ssd(int batch, cudaStream_t s, std::mt19937& rng) {
+  const int H = 80, P = 64, G = 1, N = 128;
+  const int64_t HP = int64_t{H} * P, GN = int64_t{G} * N, B = batch, W = HP + 2 * GN;
+  Timer tm{s, 0, "mamba2-2.7b decode ssd", batch, 1};
+  DeviceBuffer xbc = rand_dev(B * W, -1, 1, rng), dt = rand_dev(B * H, -3, 0, rng), A = rand_dev(H, -8.0f, -1.0f, rng),
+               D = rand_dev(H, -1, 1, rng), dtb = rand_dev(H, -4, -2, rng), y(B * HP * 4),
+               ssm_state((B + 1) * HP * N * 4);
+  SSM_CUDA_CHECK(cudaMemset(ssm_state.data(), 0, ssm_state.bytes()));
+  std::vector<int32_t> idx(B);
+  for (int64_t b = 0; b < B; ++b) idx[b] = static_cast<int32_t>(b + 1);
+  DeviceBuffer didx(B * 4);
+  SSM_CUDA_CHECK(cudaMemcpy(didx.data(), idx.data(), B * 4, cudaMemcpyHostToDevice));
+  SsdInputs in{{xbc.as<float>(), W}, {dt.as<float>(), H}, {xbc.as<float>() + HP, W}, {xbc.as<float>() + HP + GN, W}};
+  SsdParams sp{H, P, G, N, A.as<float>(), D.as<float>(), dtb.as<float>()};
+  sp.ssm_states = {ssm_state.data(), DType::F32, HP * N};
+  tm.op("ssd_state_update", [&] {
+    SSM_CUDA_CHECK(ssd_state_update(in, sp, static_cast<float*>(y.data()), HP, didx.as<int32_t>(), batch, s));
+  });
+  std::printf("{\"layer\": \"mamba2-2.7b decode ssd\", \"batch\": %d, \"state_bytes\": %.0f}\n", batch,
+              2.0 * B * HP * N * 4);
+}
+
 }  // namespace
 
 int main() {
@@ -275,5 +299,6 @@ int main() {
     mamba2_layer(b, l, gemm, stream.get(), rng);
   }
   for (int b : {64, 256}) mamba1_decode_scan(b, stream.get(), rng);
+  for (int b : {1, 64, 256}) mamba2_decode_ssd(b, stream.get(), rng);
   return 0;
 }
