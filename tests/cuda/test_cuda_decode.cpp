@@ -366,8 +366,9 @@ TEST(CudaDecodeOps, GatedNormPdlEqualsGatedNorm) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   for (int64_t D : {512, 5120}) {
-    for (bool nbg : {false, true}) {
-      const int64_t T = 5, ys = D + 3, zs = D + 7, group = D / 2;
+    for (int layout = 0; layout < 4; ++layout) {  // bit 0: norm_before_gate; bit 1: strides of 4 (float4 kernel)
+      const bool nbg = layout & 1, vec = layout & 2;
+      const int64_t T = 5, ys = D + (vec ? 4 : 3), zs = D + (vec ? 8 : 7), group = D / 2;
       auto y = rand_vec(rng, T * ys), z = rand_vec(rng, T * zs, -3, 3), w = rand_vec(rng, D, 0.5f, 1.5f);
       DeviceBuffer dy = to_device(y), dz = to_device(z), dw = to_device(w);
       DeviceBuffer o1 = poisoned_bytes(T * D * 4), o2 = poisoned_bytes(T * D * 4);
@@ -376,7 +377,8 @@ TEST(CudaDecodeOps, GatedNormPdlEqualsGatedNorm) {
       SSM_CUDA_CHECK(cuda::gated_rms_norm_pdl(dy.as<float>(), ys, dz.as<float>(), zs, dw.as<float>(), 1e-5f, T, D, group,
                                               nbg, o2.data(), DType::F32, D, true, nullptr));
       SSM_CUDA_CHECK(cudaDeviceSynchronize());
-      EXPECT_EQ(to_host<float>(o1, T * D), to_host<float>(o2, T * D)) << "D=" << D << " norm_before_gate " << nbg;
+      EXPECT_EQ(to_host<float>(o1, T * D), to_host<float>(o2, T * D))
+          << "D=" << D << " norm_before_gate " << nbg << " float4 " << vec;
     }
   }
 }

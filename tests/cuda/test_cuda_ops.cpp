@@ -213,9 +213,10 @@ TEST(CudaNorms, GatedRmsNormMatchesCpu) {
   for (const auto& s : mamba2_shapes()) {
     const int64_t D = s.d_inner(), gs = D / s.n_groups;
     for (int64_t T : {int64_t{1}, int64_t{19}}) {
-      for (bool nbg : {false, true}) {
-        SCOPED_TRACE(testing::Message() << s.name << " T=" << T << " norm_before_gate=" << nbg);
-        const int64_t ys = D + 8, zs = 2 * D + 3, os = D + 2;
+      for (int layout = 0; layout < 4; ++layout) {  // bit 0: norm_before_gate; bit 1: strides of 4 (float4 kernel)
+        const bool nbg = layout & 1, vec = layout & 2;
+        SCOPED_TRACE(testing::Message() << s.name << " T=" << T << " norm_before_gate=" << nbg << " float4 " << vec);
+        const int64_t ys = D + 8, zs = 2 * D + (vec ? 4 : 3), os = D + (vec ? 4 : 2);
         auto y = rand_vec(rng, T * ys), z = rand_vec(rng, T * zs, -3, 3), w = rand_vec(rng, D, 0.5f, 1.5f);
         std::vector<float> ref(T * D);
         cpu::gated_rms_norm(y.data(), ys, z.data(), zs, w.data(), 1e-5f, T, D, gs, nbg, ref.data());

@@ -2,6 +2,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_math.cuh"
 #include "kernels/cuda/decode_ops.h"
+#include "kernels/cuda/gated_norm_vec.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace ssmserve::cuda {
@@ -373,6 +374,14 @@ cudaError_t gated_rms_norm_pdl(const float* y, int64_t y_stride, const float* z,
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(D / group_size));
+  // norms.cu's gated_rms_norm picks the same kernel under the same conditions: bit-identical results.
+  if (const GatedNormVecPlan plan = gated_norm_vec_plan(y, y_stride, z, z_stride, weight, out, out_stride, out_dtype,
+                                                        group_size);
+      plan.vpt > 0)
+    return dispatch_gated_norm_vec(plan, out_dtype, out, [&](auto kernel, auto* o) {
+      return launch_pdl(pdl, kernel, grid, dim3(plan.threads), 0, stream, y, y_stride, z, z_stride, weight, eps,
+                        group_size, norm_before_gate, o, out_stride);
+    });
   int threads = 32;  // norms.cu's threads_for(group_size / 4): the same block shape, so the same sums
   while (threads < 1024 && threads < group_size / 4) threads *= 2;
   if (out_dtype == DType::BF16)

@@ -1,5 +1,6 @@
 // Owns the GPU norms and the embedding gather (see norms.h).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gated_norm_vec.cuh"
 #include "kernels/cuda/norms.h"
 
 #include <algorithm>
@@ -150,6 +151,14 @@ cudaError_t gated_rms_norm(const float* y, int64_t y_stride, const float* z, int
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(D / group_size));
+  if (const GatedNormVecPlan plan = gated_norm_vec_plan(y, y_stride, z, z_stride, weight, out, out_stride, out_dtype,
+                                                        group_size);
+      plan.vpt > 0)
+    return dispatch_gated_norm_vec(plan, out_dtype, out, [&](auto kernel, auto* o) {
+      kernel<<<grid, plan.threads, 0, stream>>>(y, y_stride, z, z_stride, weight, eps, group_size, norm_before_gate, o,
+                                                out_stride);
+      return launch_status();
+    });
   const int threads = threads_for(group_size / 4);
   if (out_dtype == DType::BF16)
     gated_rms_norm_kernel<<<grid, threads, 0, stream>>>(y, y_stride, z, z_stride, weight, eps, group_size,
