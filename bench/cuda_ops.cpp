@@ -277,8 +277,11 @@ void mamba2_decode_ssd(int batch, cudaStream_t s, std::mt19937& rng) {
   SsdInputs in{{xbc.as<float>(), W}, {dt.as<float>(), H}, {xbc.as<float>() + HP, W}, {xbc.as<float>() + HP + GN, W}};
   SsdParams sp{H, P, G, N, A.as<float>(), D.as<float>(), dtb.as<float>()};
   sp.ssm_states = {ssm_state.data(), DType::F32, HP * N};
-  tm.op("ssd_state_update", [&] {
+  tm.op("ssd_state_update (small batches, not in total)", [&] {
     SSM_CUDA_CHECK(ssd_state_update(in, sp, static_cast<float*>(y.data()), HP, didx.as<int32_t>(), batch, s));
+  }, 0, false);
+  tm.op("ssd_state_update_wide", [&] {
+    SSM_CUDA_CHECK(ssd_state_update_wide(in, sp, static_cast<float*>(y.data()), HP, didx.as<int32_t>(), batch, s));
   });
   std::printf("{\"layer\": \"mamba2-2.7b decode ssd\", \"batch\": %d, \"state_bytes\": %.0f}\n", batch,
               2.0 * B * HP * N * 4);

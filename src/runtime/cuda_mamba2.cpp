@@ -245,7 +245,12 @@ class CudaMamba2Model final : public CausalLM {
     auto inputs_from = [&](int64_t r0) {
       return SsdInputs{{xbc + r0 * C, C}, {proj + r0 * PW + I + C, PW}, {xbc + r0 * C + I, C}, {xbc + r0 * C + I + GN, C}};
     };
-    if (nd > 0) SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s));
+    // Large decode batches (> 16 rows, outside batch-invariant mode): the state-run kernel; else the one whose
+    // math is the sequential prefill walk's.
+    if (nd > 16 && !opt_.batch_invariant)
+      SSM_CUDA_CHECK(ssd_state_update_wide(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s));
+    else if (nd > 0)
+      SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s));
     if (np > 0) {
       SsdChunkMetadataDev cm{np, md.num_chunks(), sm.cu_chunk_seqlen_p, sm.seq_idx_p, sm.last_chunk_indices_p,
                                    sm.state_indices_p, sm.has_initial_states_p, md.chunk_size};

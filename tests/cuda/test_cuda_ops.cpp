@@ -476,7 +476,7 @@ TEST(CudaSelectiveScan, PrefillAndDecodeMatchCpu) {
 enum class SsdMode { ChunkedExact, ChunkedFast, Sequential };
 
 void check_ssd(std::mt19937& rng, const Mamba2Shape& s, DType state_dtype, const Batch& b,
-               SsdMode mode = SsdMode::ChunkedExact) {
+               SsdMode mode = SsdMode::ChunkedExact, bool wide_decode = false) {
   const int H = s.heads, P = s.head_dim, G = s.n_groups, N = s.d_state;
   const int64_t T = b.num_tokens(), HP = s.d_inner(), GN = static_cast<int64_t>(G) * N;
   // Packed like the model: x, B, C are slices of the conv output row [HP + 2GN]; dt of the projection row.
@@ -525,7 +525,10 @@ void check_ssd(std::mt19937& rng, const Mamba2Shape& s, DType state_dtype, const
   std::vector<float> refd(B * ys, 0.0f);
   cpu::ssd_state_update(ci, cp, refd.data(), ys, sp(b.state_indices));
   DeviceBuffer dyd = poisoned(B * ys);
-  SSM_CUDA_CHECK(cuda::ssd_state_update(gi, gp, dyd.as<float>(), ys, dsi.as<int32_t>(), B, nullptr));
+  if (wide_decode)
+    SSM_CUDA_CHECK(cuda::ssd_state_update_wide(gi, gp, dyd.as<float>(), ys, dsi.as<int32_t>(), B, nullptr));
+  else
+    SSM_CUDA_CHECK(cuda::ssd_state_update(gi, gp, dyd.as<float>(), ys, dsi.as<int32_t>(), B, nullptr));
   SSM_CUDA_CHECK(cudaDeviceSynchronize());
   auto gotd = to_host<float>(dyd, B * ys);
   std::vector<uint8_t> rmask(B);
@@ -556,9 +559,13 @@ TEST(CudaSsd, ChunkedPrefillAndDecodeMatchCpu) {
   // Small chunks (many per sequence), head_dim not a multiple of 16, d_state 16 and 256.
   check_ssd(rng, {"small-chunks", 64, 6, 20, 3, 16, 4, 8}, DType::F32, make_batch({1, 30, 7, 65}, {2}));
   check_ssd(rng, {"wide-state", 64, 2, 16, 1, 256, 4, 32}, DType::F32, make_batch({1, 50}, {}));
-  // d_state 128 (the vectorized decode kernel), head_dim 40 (a partial 32-row block), fp32 and bf16 states.
-  for (DType dt : {DType::F32, DType::BF16})
-    check_ssd(rng, {"state-128", 64, 4, 40, 2, 128, 4, 64}, dt, make_batch({3, 70, 1}, {1}));
+  // ssd_state_update_wide: d_state 128 and 256 (its state-run kernel; head_dim 40 = a partial 32-row block), fp32
+  // and bf16 states, and d_state 64 (its fallback).
+  for (DType dt : {DType::F32, DType::BF16}) {
+    check_ssd(rng, {"state-128", 64, 4, 40, 2, 128, 4, 64}, dt, make_batch({3, 70, 1}, {1}), SsdMode::ChunkedExact, true);
+    check_ssd(rng, {"state-256", 64, 2, 32, 1, 256, 4, 64}, dt, make_batch({2, 9}, {}), SsdMode::ChunkedExact, true);
+  }
+  check_ssd(rng, mamba2_shapes()[0], DType::F32, make_batch({5, 1, 37, 2, 64, 3}, {1, 4}), SsdMode::ChunkedExact, true);
   // head_dim 80 and 128 (two 64-column tiles), chunk 100 (partial 64-row tiles), 4 heads per group.
   check_ssd(rng, {"odd-tiles", 64, 8, 80, 2, 48, 4, 100}, DType::F32, make_batch({250, 3, 101}, {}));
   check_ssd(rng, {"wide-head", 64, 2, 128, 1, 64, 4, 256}, DType::F32, make_batch({600, 1}, {}));

@@ -239,6 +239,13 @@ cudaError_t ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, 
                              const int32_t* state_indices, int batch, cudaStream_t stream) {
   if (bad(in, p, y_stride) || batch < 0 || batch > 65535) return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
+  return launch(in, p, SsdChunkMetadataDev{}, y, y_stride, nullptr, true, state_indices, batch, stream);
+}
+
+cudaError_t ssd_state_update_wide(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                                  const int32_t* state_indices, int batch, cudaStream_t stream) {
+  if (bad(in, p, y_stride) || batch < 0 || batch > 65535) return cudaErrorInvalidValue;
+  if (batch == 0) return cudaSuccess;
   // The vectorized decode kernel where d_state is 128 or 256, the state is fp32 or bf16 and every state run is
   // aligned (16 bytes for fp32, 8 for bf16). Else the generic kernel.
   const DType sd = p.ssm_states.dtype;

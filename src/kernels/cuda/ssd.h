@@ -76,4 +76,11 @@ cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdCh
 cudaError_t ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
                              const int32_t* state_indices, int batch, cudaStream_t stream);
 
+/// ssd_state_update for large decode batches (the runner uses it for more than 16 rows outside batch-invariant
+/// mode): same math and arguments; for d_state 128 / 256 with fp32 or bf16 states (16- / 8-byte aligned blocks) each
+/// lane owns a contiguous run of states of 8 head_dim rows (state traffic near the copy bandwidth at batch 256);
+/// its y sum runs in another order than ssd_state_update's (not bit-identical). Other shapes: ssd_state_update.
+cudaError_t ssd_state_update_wide(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                                  const int32_t* state_indices, int batch, cudaStream_t stream);
+
 }  // namespace ssmserve::cuda
