@@ -332,6 +332,10 @@ std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format,
   Weight head = (cfg.tie_word_embeddings && !src.has("lm_head.weight"))
                     ? emb
                     : dist::slice_rows(src.matrix("lm_head.weight", {V, Hd}, DummyInit::uniform(0.1f)), {v});
+  // The LM head streams from memory at every decode step (a quarter of the 130M model's bytes): the packed panels
+  // read ~7% faster than the row-major kernel at batch 1 (one stream, prefetched). A tied head gets its own packed
+  // copy; the embedding lookup keeps the row-major rows.
+  cpu::pack_for_linear(head);
   Mamba2Config shard = m;  // this rank's mixer dimensions
   shard.d_inner = static_cast<int>(c.size());
   shard.num_heads = static_cast<int>(h.size());
