@@ -75,27 +75,35 @@ DeviceBuffer random_bf16(size_t n, std::mt19937& rng, float scale) {
   return cuda::to_device(v);
 }
 
-/// only_bf16: just the bf16 path on 1 x 64k and 8 x 8k (the per-kernel profile / ncu runs).
-void bench_lightning(double peak_tflops, double gemm_tflops, std::mt19937& rng, bool only_bf16 = false) {
+/// only_bf16: just the bf16 path on 1 x 64k and 8 x 8k, one timed call (the per-kernel profile / ncu runs);
+/// bf16_all: just the bf16 path on every shape, median of 9 (comparing its variants).
+void bench_lightning(double peak_tflops, double gemm_tflops, std::mt19937& rng, bool only_bf16 = false,
+                     bool bf16_all = false) {
   const int H = 16, D = 128, bs = 256;
   std::vector<float> slopes(H);
   for (int h = 0; h < H; ++h) slopes[h] = std::pow(0.5f, (h + 1) * 0.5f);
   DeviceBuffer ds = cuda::to_device(slopes);
-  const auto shapes = only_bf16 ? std::vector<std::pair<int, int>>{{1, 65536}, {8, 8192}}
+  const auto shapes = only_bf16 && !bf16_all ? std::vector<std::pair<int, int>>{{1, 65536}, {8, 8192}}
                                 : std::vector<std::pair<int, int>>{{1, 1024}, {1, 4096}, {1, 16384}, {1, 65536}, {8, 8192}};
   for (auto [seqs, len] : shapes) {
     const int64_t T = static_cast<int64_t>(seqs) * len, qs = 3LL * H * D, os = static_cast<int64_t>(H) * D;
     std::vector<int32_t> qsl{0}, nc(seqs, 0), idx(seqs);
     for (int s = 0; s < seqs; ++s) qsl.push_back(qsl.back() + len), idx[s] = s + 1;
-    auto plan = cuda::LightningPlan::build(qsl, nc, bs);
+    // SSMSERVE_BENCH_LIGHTNING_BPR overrides the blocks per range the runner would pick.
+    const char* bpr_env = std::getenv("SSMSERVE_BENCH_LIGHTNING_BPR");
+    const int bpr = bpr_env ? std::atoi(bpr_env) : cuda::LightningPlan::pick_blocks_per_range(int64_t{seqs} * len, bs, H);
+    auto plan = cuda::LightningPlan::build(qsl, nc, bs, bpr);
     DeviceBuffer db = cuda::to_device(plan.blocks), df = cuda::to_device(plan.seq_first_block),
                  dq = cuda::to_device(plan.qtiles), di = cuda::to_device(idx), dn = cuda::to_device(nc);
-    DeviceBuffer qkv = random_f32(T * qs, rng, -1.0f, 1.0f), out(T * os * 4),
+    DeviceBuffer dr = cuda::to_device(plan.ranges), dfr = cuda::to_device(plan.seq_first_range),
+                 dbr = cuda::to_device(plan.block_range);
+    DeviceBuffer qkv = only_bf16 ? DeviceBuffer(4) : random_f32(T * qs, rng, -1.0f, 1.0f), out(T * os * 4),
                  ws(cuda::lightning_workspace_floats(plan.num_blocks, H, D) * 4),
                  states(static_cast<size_t>(seqs + 1) * H * D * D * 4);
     cuda::LightningDevParams p{H, D, bs, ds.as<float>(), StateView{states.data(), DType::F32, int64_t{H} * D * D}};
     cuda::LightningPlanDev pd{plan.num_seqs, plan.num_blocks, plan.num_qtiles, db.as<int32_t>(), df.as<int32_t>(),
-                              dq.as<int32_t>(), di.as<int32_t>(), dn.as<int32_t>()};
+                              dq.as<int32_t>(), di.as<int32_t>(), dn.as<int32_t>(), plan.num_ranges, dr.as<int32_t>(),
+                              dfr.as<int32_t>(), dbr.as<int32_t>()};
     const double ms = only_bf16 ? 1.0 : time_ms([&] {
       SSM_CUDA_CHECK(cuda::lightning_prefill(qkv.as<float>(), qs, out.as<float>(), os, p, pd, ws.as<float>(), nullptr));
     });
@@ -104,7 +112,7 @@ void bench_lightning(double peak_tflops, double gemm_tflops, std::mt19937& rng, 
     const double ms16 = time_ms([&] {
       SSM_CUDA_CHECK(cuda::lightning_prefill_bf16(static_cast<const __nv_bfloat16*>(qkv16.data()), qs,
                                                   static_cast<__nv_bfloat16*>(out16.data()), os, p, pd, ws.as<float>(), nullptr));
-    }, only_bf16 ? 1 : 9, true);
+    }, only_bf16 && !bf16_all ? 1 : 9, true);
     // Useful bf16 matrix work (what a plain one-pass bf16 kernel would issue): per head and token, the block KV
     // (2 D^2), the inter-block q S (2 D^2) and the causal intra block QK^T and PV (2 x 2 D (bs + 1) / 2).
     const double flops = static_cast<double>(T) * H * (4.0 * D * D + 2.0 * D * (bs + 1));
@@ -178,6 +186,10 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   if (argc > 2 && std::string(argv[2]) == "lightning") {  // the bf16 lightning prefill alone (profiles)
     bench_lightning(peak, peak, rng, true);
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "lightning16") {  // the bf16 lightning prefill alone, every shape
+    bench_lightning(peak, argc > 3 ? std::atof(argv[3]) : peak, rng, true, true);
     return 0;
   }
   const double measured = bench_gemm();

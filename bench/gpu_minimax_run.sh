@@ -1,25 +1,42 @@
 #!/usr/bin/env bash
-# cuda-minimax device run: harness, model tests, sanitizers (bf16 / tensor-core paths), op + model benchmarks, peer.
-# Usage (from .gpu-minimax): bash run.sh OUT [peer]
-out=$1; peer=${2:-}
+# cuda-minimax device run: harness (default + variant knobs), model tests, sanitizers (memcheck, racecheck) on the
+# lightning / attention kernels, op benchmarks (variants, per-kernel profile) and the model benchmark.
+# Usage (from the carried folder, binaries in pkg/): bash bench/gpu_minimax_run.sh OUT [model]
+out=$1; model=${2:-}
 mkdir -p "$out/r"; r="$out/r"
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}" && break; done
-export PATH="/usr/local/cuda/bin:$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$PWD/pkg/lib"
+export PATH="/usr/local/cuda/bin:$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$PWD/pkg/lib" SSMSERVE_MODELS_DIR="$PWD/models"
 b=$PWD/pkg
 step() { local name=$1 lim=$2; shift 2; local t0=$SECONDS; timeout "$lim" "$@" > "$r/$name.log" 2>&1; echo "$name rc=$? $((SECONDS-t0))s" | tee -a "$r/summary.txt"; }
+san() { local name=$1 tool=$2 filter=$3; shift 3; step "$name" 150 env SSMSERVE_CUDA_TEST_QUICK=1 "$@" compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 3 "$b/test_cuda_minimax_ops" --gtest_filter="$filter"; }
 date -u | tee "$r/summary.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader >> "$r/summary.txt"
 step ops 150 "$b/test_cuda_minimax_ops"
+step ops-v2 60 env SSMSERVE_LIGHTNING_OUT_V2=1 "$b/test_cuda_minimax_ops" --gtest_filter='CudaLightning.Bf16*'
+step ops-3cta 60 env SSMSERVE_LIGHTNING_OUT3_3CTA=1 "$b/test_cuda_minimax_ops" --gtest_filter='CudaLightning.Bf16*'
 step model 120 env SSMSERVE_SOURCE_DIR="$PWD" "$b/test_cuda_minimax_model"
-step memcheck 90 env SSMSERVE_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 "$b/test_cuda_minimax_ops" --gtest_filter='CudaLightning.*:CudaPagedAttention*'
-[ -n "${NORACE:-}" ] || step racecheck 90 env SSMSERVE_CUDA_TEST_QUICK=1 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 3 "$b/test_cuda_minimax_ops" --gtest_filter='CudaLightning.Bf16*:CudaPagedAttention.*'
-step bench-ops 90 "$b/bench_cuda_minimax_ops" 790
-step bench-model 240 env SSMSERVE_BENCH_LINEAR_CONTEXTS="${LIN_CTX:-1024 16384 65536}" "$b/bench_cuda_minimax_model" configs/minimax-bench ${CTX:-1024 4096 16384 32768 65536}
-if [ -n "$peer" ]; then
-  step peer 200 python3 bench/peer_transformers_minimax_gpu.py configs/minimax-bench --contexts 1024,4096,16384,32768,65536 --decode-steps 8
+san memcheck memcheck 'CudaLightning.*:CudaPagedAttention*'
+san racecheck racecheck 'CudaLightning.Bf16*:CudaPagedAttention.*'
+san memcheck-3cta memcheck 'CudaLightning.Bf16*' env SSMSERVE_LIGHTNING_OUT3_3CTA=1
+san racecheck-v2 racecheck 'CudaLightning.Bf16*' env SSMSERVE_LIGHTNING_OUT_V2=1
+step bench-ops 120 "$b/bench_cuda_minimax_ops" 790
+g=$(grep -oE "gemm_bf16 .*: [0-9.]+ ms +[0-9.]+ TFLOP" "$r/bench-ops.log" | grep -oE "[0-9.]+ TFLOP" | grep -oE "[0-9.]+"); g=${g:-790}
+step bench-v2 60 env SSMSERVE_LIGHTNING_OUT_V2=1 "$b/bench_cuda_minimax_ops" 790 lightning16 "$g"
+step bench-3cta 60 env SSMSERVE_LIGHTNING_OUT3_3CTA=1 "$b/bench_cuda_minimax_ops" 790 lightning16 "$g"
+step bench-bpr2 60 env SSMSERVE_BENCH_LIGHTNING_BPR=2 "$b/bench_cuda_minimax_ops" 790 lightning16 "$g"
+step bench-bpr4 60 env SSMSERVE_BENCH_LIGHTNING_BPR=4 "$b/bench_cuda_minimax_ops" 790 lightning16 "$g"
+step profile 60 env SSMSERVE_KERNEL_PROFILE=1 "$b/bench_cuda_minimax_ops" 790 lightning
+step profile-3cta 60 env SSMSERVE_KERNEL_PROFILE=1 SSMSERVE_LIGHTNING_OUT3_3CTA=1 "$b/bench_cuda_minimax_ops" 790 lightning
+command -v ncu >/dev/null && step ncu 120 ncu --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats -k 'regex:out3_kernel' -c 1 "$b/bench_cuda_minimax_ops" 790 lightning
+if [ -n "$model" ]; then
+  step bench-model "${MODEL_LIM:-200}" env SSMSERVE_BENCH_LINEAR_CONTEXTS="${LIN_CTX:-1024 16384 65536}" "$b/bench_cuda_minimax_model" configs/minimax-bench ${CTX:-1024 4096 16384 65536}
 fi
-grep -hE "^\[  (PASSED|FAILED) |Failure|rel_err|Expected|Which is|ERROR SUMMARY|RACECHECK SUMMARY" "$r"/ops.log "$r"/model.log "$r"/memcheck.log "$r"/racecheck.log | head -60 >> "$r/summary.txt"
-cat "$r/bench-ops.log" "$r/bench-model.log" >> "$r/summary.txt" 2>/dev/null
-[ -f "$r/peer.log" ] && cat "$r/peer.log" >> "$r/summary.txt"
+for f in ops ops-v2 ops-3cta model memcheck racecheck memcheck-3cta racecheck-v2; do
+  echo "== $f" >> "$r/summary.txt"
+  grep -hE "^\[  (PASSED|FAILED) |Failure|rel_err|Expected|Which is|ERROR SUMMARY|RACECHECK SUMMARY" "$r/$f.log" | head -20 >> "$r/summary.txt"
+done
+for f in bench-ops bench-v2 bench-3cta bench-bpr2 bench-bpr4 profile profile-3cta bench-model; do
+  [ -f "$r/$f.log" ] && { echo "== $f" >> "$r/summary.txt"; grep -vE "^\s*$" "$r/$f.log" | head -80 >> "$r/summary.txt"; }
+done
 tar czf "$out/results.tgz" -C "$out" r
 cp "$r/summary.txt" "$out/summary.txt"

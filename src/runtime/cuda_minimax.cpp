@@ -64,7 +64,7 @@ DeviceBuffer stack_bf16(const std::vector<Weight>& ws) {
 
 /// Host-side packing of one step's metadata into a single int32 array (offsets in elements).
 struct MetaLayout {
-  size_t lin_idx, lin_qsl, lin_nc, blocks, seq_first, qtiles;  // lightning
+  size_t lin_idx, lin_qsl, lin_nc, blocks, seq_first, qtiles, ranges, seq_first_range, block_range;  // lightning
   size_t tables, seq_lens, attn_qsl, slots, positions, tasks, items, tc_tiles;  // softmax attention
 };
 
@@ -210,10 +210,14 @@ class CudaMiniMaxModel final : public CausalLM {
     lay_.lin_qsl = put(lm.query_start_loc);
     lay_.lin_nc = put(lm.num_computed_tokens);
     const auto qsl_p = std::span(lm.query_start_loc).subspan(nd);
-    lplan_ = LightningPlan::build(qsl_p, std::span(lm.num_computed_tokens).subspan(nd), m_.block_size);
+    const int bpr = qsl_p.empty() ? 1 : LightningPlan::pick_blocks_per_range(qsl_p.back() - qsl_p.front(), m_.block_size, m_.num_heads);
+    lplan_ = LightningPlan::build(qsl_p, std::span(lm.num_computed_tokens).subspan(nd), m_.block_size, bpr);
     lay_.blocks = put(lplan_.blocks);
     lay_.seq_first = put(lplan_.seq_first_block);
     lay_.qtiles = put(lplan_.qtiles);
+    lay_.ranges = put(lplan_.ranges);
+    lay_.seq_first_range = put(lplan_.seq_first_range);
+    lay_.block_range = put(lplan_.block_range);
     if (m_.num_full_layers() > 0) {
       lay_.tables = put(am.block_tables);
       lay_.seq_lens = put(am.seq_lens);
@@ -299,7 +303,8 @@ class CudaMiniMaxModel final : public CausalLM {
     if (nd > 0) SSM_CUDA_CHECK(lightning_decode(proj, W, o, HD, p, dm(lay_.lin_idx), nd, s));
     if (md.num_prefills > 0) {
       LightningPlanDev pd{lplan_.num_seqs, lplan_.num_blocks, lplan_.num_qtiles, dm(lay_.blocks), dm(lay_.seq_first),
-                          dm(lay_.qtiles), dm(lay_.lin_idx) + nd, dm(lay_.lin_nc) + nd};
+                          dm(lay_.qtiles), dm(lay_.lin_idx) + nd, dm(lay_.lin_nc) + nd, lplan_.num_ranges,
+                          dm(lay_.ranges), dm(lay_.seq_first_range), dm(lay_.block_range)};
       float* ws = lws_.f32(lightning_workspace_floats(lplan_.num_blocks, m_.num_heads, m_.head_dim));
       if (bf16_fast()) {  // the prefill rows' q | k | v as bf16 (rows keep their absolute index), bf16 tensor-core path
         auto* qkv16 = static_cast<__nv_bfloat16*>(gated_.get(T * W * 2));

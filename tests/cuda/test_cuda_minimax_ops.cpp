@@ -149,15 +149,17 @@ TEST(CudaLightning, ChunkedContinuationMatchesOneShotCpu) {
 /// fp32-output variant when f32_out).
 std::vector<float> gpu_prefill_bf16(LightningLayer& L, const std::vector<float>& qkv, int64_t qs, int64_t T, int64_t os,
                                     const std::vector<int32_t>& qsl, const std::vector<int32_t>& nc,
-                                    const std::vector<int32_t>& idx, bool f32_out = false) {
-  auto plan = cuda::LightningPlan::build(qsl, nc, L.bs);
+                                    const std::vector<int32_t>& idx, int blocks_per_range, bool f32_out = false) {
+  auto plan = cuda::LightningPlan::build(qsl, nc, L.bs, blocks_per_range);
   DeviceBuffer db = to_device(plan.blocks), df = to_device(plan.seq_first_block), dq = to_device(plan.qtiles),
                di = to_device(idx), dn = to_device(nc), dqkv = to_device(to_bf16_bits(qkv));
+  DeviceBuffer dr = to_device(plan.ranges), dfr = to_device(plan.seq_first_range), dbr = to_device(plan.block_range);
   DeviceBuffer dout(std::max<int64_t>(4, T * os * (f32_out ? 4 : 2)));
   dout.fill_bytes(0xff);
   DeviceBuffer ws(std::max<size_t>(4, cuda::lightning_workspace_floats(plan.num_blocks, L.H, L.D) * 4));
   cuda::LightningPlanDev pd{plan.num_seqs, plan.num_blocks, plan.num_qtiles, db.as<int32_t>(), df.as<int32_t>(),
-                            dq.as<int32_t>(), di.as<int32_t>(), dn.as<int32_t>()};
+                            dq.as<int32_t>(), di.as<int32_t>(), dn.as<int32_t>(), plan.num_ranges, dr.as<int32_t>(),
+                            dfr.as<int32_t>(), dbr.as<int32_t>()};
   const auto* q16 = static_cast<const __nv_bfloat16*>(dqkv.data());
   if (f32_out) {
     SSM_CUDA_CHECK(cuda::lightning_prefill_bf16(q16, qs, dout.as<float>(), os, L.dev(), pd, ws.as<float>(), nullptr));
@@ -182,8 +184,13 @@ TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   const double tol = 2e-2, state_tol = 1e-2;
-  for (const auto& lc : lightning_cases()) {
-    SCOPED_TRACE(testing::Message() << "D=" << lc.D << " bs=" << lc.bs << " state " << dtype_name(lc.state));
+  const auto cases = lightning_cases();
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const auto& lc = cases[ci];
+    // Blocks per range (the unit of state passing): multi-block ranges in quick mode too, one-block ranges in full.
+    const int bpr = std::vector<int>{3, 2, 1, 3, 2}[ci % 5];
+    SCOPED_TRACE(testing::Message() << "D=" << lc.D << " bs=" << lc.bs << " state " << dtype_name(lc.state)
+                                    << " blocks_per_range " << bpr);
     const int H = 4;
     std::vector<int32_t> lens = quick() ? std::vector<int32_t>{1, 65, 130, 3} : std::vector<int32_t>{1, 255, 256, 257, 700, 9};
     std::vector<int32_t> nc = quick() ? std::vector<int32_t>{5, 0, 70, 0} : std::vector<int32_t>{5, 0, 100, 513, 37, 0};
@@ -193,11 +200,13 @@ TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
     for (int32_t n : lens) qsl.push_back(qsl.back() + n);
     const int64_t T = qsl.back(), qs = 3LL * H * lc.D + 8, os = static_cast<int64_t>(H) * lc.D + 8;
     LightningLayer L(H, lc.D, lc.bs, lc.state, static_cast<int>(lens.size()) + 1, rng);
+    L.slopes[3] = 2.0f;  // a steep head: the output kernel's per-score decay fallback (s > 1.35)
+    L.dslopes = to_device(L.slopes);
     auto qkv = rand_vec(rng, T * qs);
     round_bf16(qkv);
     std::vector<float> ref(T * os, 0.0f);
     cpu::lightning_prefill(qkv.data(), qs, ref.data(), os, L.host(), qsl, nc, idx);
-    auto got = gpu_prefill_bf16(L, qkv, qs, T, os, qsl, nc, idx);
+    auto got = gpu_prefill_bf16(L, qkv, qs, T, os, qsl, nc, idx, bpr);
     for (size_t s = 0; s < lens.size(); ++s) {
       const int64_t t0 = qsl[s];
       EXPECT_LT(rel_err(got.data() + t0 * os, os, ref.data() + t0 * os, os, lens[s], H * lc.D), idx[s] ? tol : 1e-30)
@@ -219,7 +228,7 @@ TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
     for (size_t c = 0; c + 1 < cuts.size(); ++c) {
       const int32_t a = cuts[c], len = cuts[c + 1] - a;
       std::vector<float> chunk(q2.begin() + a * qs2, q2.begin() + (a + len) * qs2);
-      auto o = gpu_prefill_bf16(L2, chunk, qs2, len, os2, {0, len}, {a}, {1}, /*f32_out=*/true);
+      auto o = gpu_prefill_bf16(L2, chunk, qs2, len, os2, {0, len}, {a}, {1}, 2, /*f32_out=*/true);
       std::copy(o.begin(), o.end(), all.begin() + a * os2);
     }
     EXPECT_LT(rel_err(all.data(), os2, ref2.data(), os2, n, os2), tol) << "chunked continuation";
@@ -275,6 +284,19 @@ TEST(CudaLightningPlan, BlocksFollowTheSequenceGrid) {
   const auto q = cuda::LightningPlan::build(std::vector<int32_t>{0, 300}, std::vector<int32_t>{0}, 256);
   EXPECT_EQ(q.blocks, (std::vector<int32_t>{0, 256, 0, 256, 44, 0}));
   EXPECT_EQ(q.qtiles, (std::vector<int32_t>{0, 0, 0, 64, 0, 128, 0, 192, 1, 0}));
+  // Ranges of up to 2 blocks per sequence (the bf16 path's state passing): blocks 0-1, 2-3, 4 | 5-6.
+  const auto r = cuda::LightningPlan::build(std::vector<int32_t>{0, 300, 370, 370}, std::vector<int32_t>{0, 100, 5}, 64, 2);
+  EXPECT_EQ(r.blocks, blocks);
+  EXPECT_EQ(r.num_ranges, 4);
+  EXPECT_EQ(r.ranges, (std::vector<int32_t>{0, 2, 128, 2, 2, 128, 4, 1, 44, 5, 2, 70}));
+  EXPECT_EQ(r.seq_first_range, (std::vector<int32_t>{0, 3, 4, 4}));
+  EXPECT_EQ(r.block_range, (std::vector<int32_t>{0, 0, 0, 64, 1, 0, 1, 64, 2, 0, 3, 0, 3, 28}));
+  EXPECT_EQ(p.num_ranges, p.num_blocks);  // default: one block per range
+  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(1024, 256, 16), 1);
+  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(65536, 256, 16), 1);
+  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(262144, 256, 16), 7);
+  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(1 << 22, 64, 64), cuda::LightningPlan::kMaxBlocksPerRange);
+  EXPECT_THROW(cuda::LightningPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{0}, 64, 0), Error);
 }
 
 TEST(CudaPagedAttentionPlan, SplitsAndDecodeLayout) {

@@ -17,9 +17,13 @@
 // caller's activations are already bf16-valued); operands that are not bf16-valued by construction (the decayed
 // scores, the decayed keys, the fp32 state) are split into hi + lo bf16 parts, so the products keep ~16 mantissa
 // bits and the result tracks the fp32 recurrence to ~1e-5 relative.
-// The bf16 fast path (lightning_prefill_bf16, lightning_bf16.cu) runs the same three steps on bf16 activations with
-// one bf16 operand per product (mma.sync m16n8k16, cp.async pipelines, the fp32 state passing unchanged); the
-// runner uses it with bf16 weights, the fp32-exact path with fp32 weights.
+// The bf16 fast path (lightning_prefill_bf16, lightning_bf16.cu) runs the same math on bf16 activations with
+// one bf16 operand per product (mma.sync m16n8k16, cp.async pipelines, fp32 state accumulation) and passes state
+// over ranges of blocks: 1. per (range, head) one CTA walks the range's blocks, carrying the range-local state
+// L_b (zero at the range start) in fp32 accumulators, storing it per block as bf16 and the range's aggregate in
+// fp32; 2. per (sequence, head) the ranges' entering states S_r are scanned (fp32) and the final state stored;
+// 3. output with S_b = e^{-s (tokens since the range start)} S_r + L_b. The runner uses it with bf16 weights,
+// the fp32-exact path with fp32 weights.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for bad sizes).
 #pragma once
@@ -53,9 +57,22 @@ struct LightningPlan {
   std::vector<int32_t> blocks;          ///< [num_blocks, 3] first token row, length m, sequence
   std::vector<int32_t> seq_first_block; ///< [num_seqs + 1]
   std::vector<int32_t> qtiles;          ///< [num_qtiles, 2] block, first row within the block (multiple of 64)
-  /// Throws Error on malformed spans (sizes disagree, negative lengths / computed counts, block_size <= 0).
+  /// Ranges (the bf16 path's unit of state passing): runs of up to blocks_per_range consecutive blocks of one
+  /// sequence. The bf16 path computes each range's blocks' states relative to the range start in one CTA and
+  /// scans only the ranges, so fewer per-block states go through memory.
+  int num_ranges = 0;
+  std::vector<int32_t> ranges;           ///< [num_ranges, 3] first block, number of blocks, tokens
+  std::vector<int32_t> seq_first_range;  ///< [num_seqs + 1]
+  std::vector<int32_t> block_range;      ///< [num_blocks, 2] range, tokens from the range's first token to the block's
+  /// Throws Error on malformed spans (sizes disagree, negative lengths / computed counts, block_size <= 0,
+  /// blocks_per_range outside 1..kMaxBlocksPerRange).
   static LightningPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> num_computed,
-                             int block_size);
+                             int block_size, int blocks_per_range = 1);
+  /// Blocks per range for a prefill of num_tokens tokens over num_heads heads: at least ~2112 (range, head) CTAs
+  /// (8 waves of 2 per SM on 132 SMs, so the last wave's tail stays small), at most kMaxBlocksPerRange; 1 up to
+  /// 64k tokens x 16 heads at block 256.
+  static int pick_blocks_per_range(int64_t num_tokens, int block_size, int num_heads);
+  static constexpr int kMaxBlocksPerRange = 16;
 };
 
 /// The plan and per-sequence metadata as device arrays.
@@ -66,10 +83,15 @@ struct LightningPlanDev {
   const int32_t* qtiles = nullptr;           ///< [num_qtiles, 2]
   const int32_t* state_indices = nullptr;    ///< [num_seqs] state block (0 = null row: outputs zero, no state I/O)
   const int32_t* num_computed = nullptr;     ///< [num_seqs] tokens already in the state (0 = start from zeros)
+  int num_ranges = 0;                        ///< the range fields: required by the bf16 path, unused by the fp32 one
+  const int32_t* ranges = nullptr;           ///< [num_ranges, 3]
+  const int32_t* seq_first_range = nullptr;  ///< [num_seqs + 1]
+  const int32_t* block_range = nullptr;      ///< [num_blocks, 2]
 };
 
 /// fp32 workspace elements lightning_prefill needs: 2 * num_blocks * H * D * D (each block's KV_b in fp32, then
-/// the state entering it as bf16 hi + lo parts).
+/// the state entering it as bf16 hi + lo parts). The bf16 path needs less: num_ranges * H * D * D fp32 (each
+/// range's aggregate, then the state entering it) plus num_blocks * H * D * D bf16 (range-local block states).
 inline size_t lightning_workspace_floats(int num_blocks, int num_heads, int head_dim) {
   return 2 * static_cast<size_t>(num_blocks) * num_heads * head_dim * head_dim;
 }
