@@ -1,7 +1,5 @@
 // Owns the bf16 fast path of the GPU lightning prefill (see lightning.h, lightning_prefill_bf16): bf16 q / k / v
 // straight from the projection, mma.sync m16n8k16 with fp32 accumulation, cp.async double buffering, fp32 state.
-#include <cstdlib>
-
 #include "kernels/cuda/lightning_common.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 
@@ -131,10 +129,9 @@ __global__ void __launch_bounds__(kKvThreads, 2) range_kv_kernel(const bf16* __r
 
 /// 2. Grid (ceil(D*D / 4 / 256), H, num_seqs). Each thread carries 4 state elements through the sequence's ranges:
 /// S_r (the state entering range r, from the initial state or zeros) overwrites agg[r] (read first: the range's
-/// aggregate A_r); S <- e^{-s tokens_r} S + A_r. The final S goes to the state pool. kCombine: also each block's
-/// S_b = e^{-s off_b} S_r + L_b overwrites lb[b] as bf16 (S_r for the range's first block), for the output kernel's
-/// plain bf16 state load.
-template <class TS, bool kCombine>
+/// aggregate A_r); S <- e^{-s tokens_r} S + A_r. The final S goes to the state pool. Each block's state
+/// S_b = e^{-s off_b} S_r + L_b (S_r for the range's first block) overwrites lb[b] as bf16 for step 3.
+template <class TS>
 __global__ void __launch_bounds__(kScanThreads) range_scan_kernel(LightningDevParams p, LightningPlanDev plan,
                                                                   float* __restrict__ agg, bf16* __restrict__ lb) {
   constexpr int kAhead = 4;
@@ -160,7 +157,7 @@ __global__ void __launch_bounds__(kScanThreads) range_scan_kernel(LightningDevPa
       const float4 a = ahead[i];
       if (r + i + kAhead < r1) ahead[i] = *reinterpret_cast<const float4*>(at(r + i + kAhead));
       *reinterpret_cast<float4*>(at(r + i)) = S;
-      if constexpr (kCombine) {
+      {
         const int bb0 = plan.ranges[3 * (r + i)], nb = plan.ranges[3 * (r + i) + 1];
         for (int bi = bb0; bi < bb0 + nb; ++bi) {
           const int off = plan.block_range[2 * bi + 1];
@@ -187,30 +184,26 @@ __global__ void __launch_bounds__(kScanThreads) range_scan_kernel(LightningDevPa
 __device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
 __device__ __forceinline__ void store2(bf16* p, float a, float b) { *reinterpret_cast<uint32_t*>(p) = pack_bf16(a, b); }
 
-template <int D, bool kLean>
+template <int D>
 constexpr size_t out_smem_bytes() {
-  return ((kLean ? 0 : kRows) + 2 * 2 * kRows) * (D + 8) * sizeof(bf16) + (kMaxBlock + kRows + 1) * sizeof(float);
+  return 2 * 2 * kRows * (D + 8) * sizeof(bf16) + (kMaxBlock + kRows + 1) * sizeof(float);
 }
 
 /// 3. Grid (num_qtiles, H), 4 warps; warp w owns query rows 16 w.. of the tile. o_i = e^{-s(i+1)} q_i S_b +
-/// sum_{j<=i} e^{-s(i-j)} (q_i . k_j) v_j with S_b = e^{-s off_b} S_r + L_b (off_b tokens from the range start;
-/// S_r from step 2 in agg, L_b from step 1 in lb, none for the range's first block), built in fp32 and stored to
-/// shared memory as bf16. Q fragments stay in registers; each 64-key K / V tile streams through two shared-memory
-/// buffers with cp.async (the next tile loads while this one computes); the decayed scores go from the
-/// accumulators straight into bf16 A fragments for P V. kCombined: step 2 already stored S_b in lb[b] (bf16,
-/// loaded with cp.async). kLean: Q is staged in the first K / V buffer (the first
-/// K / V tile loads after the Q fragments are in registers), so 74 KB of shared memory and <= 168 registers give 3
-/// CTAs per SM (else a separate Q buffer, 91 KB, 2 CTAs per SM).
-template <int D, class TO, bool kLean, bool kCombined>
-__global__ void __launch_bounds__(kOutThreads, kLean ? 3 : 2) out_kernel(const bf16* __restrict__ qkv, int64_t qs,
+/// sum_{j<=i} e^{-s(i-j)} (q_i . k_j) v_j with S_b from step 2 (sb, bf16). Q fragments stay in registers; S_b,
+/// then each 64-key K / V tile, stream through two shared-memory buffers with cp.async (the next tile loads while
+/// this one computes); the decayed scores go from the accumulators straight into bf16 A fragments for P V.
+/// Q is staged in the first K / V buffer (the first K / V tile loads once
+/// the Q fragments are in registers), so 74 KB of shared memory and <= 168 registers give 3 CTAs per SM.
+template <int D, class TO>
+__global__ void __launch_bounds__(kOutThreads, 3) out_kernel(const bf16* __restrict__ qkv, int64_t qs,
                                                              TO* __restrict__ out, int64_t os, LightningDevParams p,
-                                                             LightningPlanDev plan, const float* __restrict__ agg,
-                                                             const bf16* __restrict__ lb) {
+                                                             LightningPlanDev plan, const bf16* __restrict__ sb) {
   constexpr int LD = D + 8, CH = D / 8, KD = D / 16, NO = D / 8;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* const buf0 = reinterpret_cast<bf16*>(smem) + (kLean ? 0 : kRows * LD);  // two buffers [128][LD]: K rows
-  auto buf = [&](int i) { return buf0 + i * 2 * kRows * LD; };                   // 0..63, V rows 64..127 (or S_b)
-  bf16* Qs = kLean ? buf0 : reinterpret_cast<bf16*>(smem);  // [64][LD]
+  bf16* const buf0 = reinterpret_cast<bf16*>(smem);  // two buffers [128][LD]: K rows 0..63, V rows 64..127 (or S_b)
+  auto buf = [&](int i) { return buf0 + i * 2 * kRows * LD; };
+  bf16* const Qs = buf0;  // [64][LD] until the Q fragments are loaded
   float* dd = reinterpret_cast<float*>(buf0 + 4 * kRows * LD);  // [row0 + 65] e^{-s k}
 
   const int qt = blockIdx.x, h = blockIdx.y;
@@ -233,53 +226,27 @@ __global__ void __launch_bounds__(kOutThreads, kLean ? 3 : 2) out_kernel(const b
     }
   };
   load_rows(Qs, row0, 0);
-  if (kCombined && has_state) {
-    const bf16* S = lb + (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
+  if (has_state) {
+    const bf16* S = sb + (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
     for (int idx = threadIdx.x; idx < D * CH; idx += kOutThreads) {
       const int r = idx / CH, c = (idx % CH) * 8;
       cp_async16(buf(1) + r * LD + c, S + r * D + c, 16);
     }
   }
   cp_async_commit_group();
-  if (!kLean) {
-    load_rows(buf(0), 0, 1);
-    load_rows(buf(0) + kRows * LD, 0, 2);
-  }
-  cp_async_commit_group();
   const float s = p.slopes[h];
-  if (!kCombined && has_state) {  // S_b = e^{-s off} S_r + L_b -> buf(1) as bf16 [D][LD]
-    const int rg = plan.block_range[2 * b], off = plan.block_range[2 * b + 1];
-    const float* Sr = agg + (static_cast<int64_t>(rg) * p.num_heads + h) * D * D;
-    const bf16* Lb = lb + (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
-    const float f = decay(s, static_cast<double>(off));
-#pragma unroll 4
-    for (int idx = threadIdx.x; idx < D * D / 4; idx += kOutThreads) {
-      const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-      float4 v = *reinterpret_cast<const float4*>(Sr + r * D + c);
-      v = make_float4(f * v.x, f * v.y, f * v.z, f * v.w);
-      if (off > 0) {
-        const uint2 l = *reinterpret_cast<const uint2*>(Lb + r * D + c);
-        const float2 l0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&l.x));
-        const float2 l1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&l.y));
-        v.x += l0.x, v.y += l0.y, v.z += l1.x, v.w += l1.y;
-      }
-      *reinterpret_cast<uint2*>(buf(1) + r * LD + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
-    }
-  }
   for (int k = threadIdx.x; k <= row0 + kRows; k += kOutThreads) dd[k] = decay(s, static_cast<double>(k));
-  cp_async_wait_group<1>();
+  cp_async_wait_group<0>();
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wr = warp * 16;
   uint32_t qf[KD][4];
 #pragma unroll
   for (int k = 0; k < KD; ++k) load_a(qf[k], Qs, LD, wr, 16 * k);
-  if (kLean) {  // Q (in buf(0)) is in registers: the first K / V tile may overwrite it
-    __syncthreads();
-    load_rows(buf(0), 0, 1);
-    load_rows(buf(0) + kRows * LD, 0, 2);
-    cp_async_commit_group();
-  }
+  __syncthreads();  // Q (in buf(0)) is in registers: the first K / V tile may overwrite it
+  load_rows(buf(0), 0, 1);
+  load_rows(buf(0) + kRows * LD, 0, 2);
+  cp_async_commit_group();
   float acc[NO][4] = {};
   if (has_state) {  // e^{-s(i+1)} q_i S_b
 #pragma unroll
@@ -357,201 +324,15 @@ __global__ void __launch_bounds__(kOutThreads, kLean ? 3 : 2) out_kernel(const b
   }
 }
 
-constexpr int kKeys3 = 32;  // out3_kernel's key tile
-
-template <int D>
-constexpr size_t out3_smem_bytes() {
-  return 3 * 2 * kKeys3 * (D + 8) * sizeof(bf16);
-}
-
-/// 3 (default). Grid (num_qtiles, H), 4 warps; warp w owns query rows 16 w.. of the 64-query tile; the same sums as
-/// out_kernel with S_b (bf16, from step 2) and 32-key K / V tiles in a 3-slot cp.async ring of 64-row shared regions
-/// (Q and S_b pass through the same regions first): 52 KB of shared memory, no decay table and <= 128 registers, so
-/// 4 CTAs per SM (kMinBlocks 4; a few registers spill at D = 128; 3: no spills). The intra-block decay is split per tile as e^{-s(i-j)} = e^{-s(i - j0 - 31)} e^{-s(j0 + 31 - j)}
-/// (row factor per tile, key factors from a 32-entry table; both within the fp32 range for s <= 1.35, one
-/// exponential per score above), masked to j <= i.
-template <int D, class TO, int kMinBlocks>
-__global__ void __launch_bounds__(kOutThreads, kMinBlocks) out3_kernel(const bf16* __restrict__ qkv, int64_t qs,
-                                                              TO* __restrict__ out, int64_t os, LightningDevParams p,
-                                                              LightningPlanDev plan, const bf16* __restrict__ sb) {
-  constexpr int LD = D + 8, CH = D / 8, KD = D / 16, NO = D / 8, KT = kKeys3, RG = 2 * KT * LD;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* const reg0 = reinterpret_cast<bf16*>(smem);  // regions [3][64 rows][LD]
-  auto region = [&](int i) { return reg0 + i * RG; };
-
-  const int qt = blockIdx.x, h = blockIdx.y;
-  const int b = plan.qtiles[2 * qt], row0 = plan.qtiles[2 * qt + 1];
-  const int tok0 = plan.blocks[3 * b], m = plan.blocks[3 * b + 1], seq = plan.blocks[3 * b + 2];
-  const int nq = min(kRows, m - row0);
-  TO* outb = out + static_cast<int64_t>(tok0 + row0) * os + static_cast<int64_t>(h) * D;
-  if (plan.state_indices[seq] == 0) {
-    for (int idx = threadIdx.x; idx < nq * D; idx += kOutThreads) store(outb + static_cast<int64_t>(idx / D) * os + idx % D, 0.0f);
-    return;
-  }
-  const bool has_state = b != plan.seq_first_block[seq] || plan.num_computed[seq] > 0;
-  const bf16* qbase = qkv + static_cast<int64_t>(tok0) * qs + static_cast<int64_t>(h) * 3 * D;
-  // n rows [r0, r0 + n) of column block col (0 q, 1 k, 2 v) into dst; rows >= m zero-filled.
-  auto load_rows = [&](bf16* dst, int r0, int n, int col) {
-    for (int idx = threadIdx.x; idx < n * CH; idx += kOutThreads) {
-      const int r = idx / CH, c = (idx % CH) * 8;
-      const bool ok = r0 + r < m;
-      cp_async16(dst + r * LD + c, qbase + static_cast<int64_t>(ok ? r0 + r : 0) * qs + col * D + c, ok ? 16 : 0);
-    }
-  };
-  const int ntiles = (row0 + nq + KT - 1) / KT;  // key tiles up to the tile's last valid row
-  // Key tile jt (keys 32 jt..: K rows 0..31, V rows 32..63) into region (jt + 2) % 3; one commit group per call.
-  auto issue_tile = [&](int jt) {
-    if (jt < ntiles) {
-      bf16* dst = region((jt + 2) % 3);
-      load_rows(dst, jt * KT, KT, 1);
-      load_rows(dst + KT * LD, jt * KT, KT, 2);
-    }
-    cp_async_commit_group();
-  };
-  load_rows(region(2), row0, kRows, 0);
-  if (has_state) {  // S_b [D][D] -> regions 0 (and 1)
-    const bf16* S = sb + (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
-    for (int idx = threadIdx.x; idx < D * CH; idx += kOutThreads) {
-      const int r = idx / CH, c = (idx % CH) * 8;
-      cp_async16(region(0) + r * LD + c, S + r * D + c, 16);
-    }
-  }
-  cp_async_commit_group();
-  const float s = p.slopes[h];
-  const bool steep = s > 1.35f;  // 63 s > 85: e^{63 s} would leave the fp32 range
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wr = warp * 16;
-  const int i0 = row0 + wr + g, i1 = i0 + 8;  // this thread's block-local query rows
-  __shared__ __align__(8) float kb[KT];  // e^{-s(31 - jj)} for tile-local keys jj
-  if (threadIdx.x < KT) kb[threadIdx.x] = decay(s, static_cast<double>(KT - 1 - threadIdx.x));
-  cp_async_wait_group<0>();
-  __syncthreads();
-  uint32_t qf[KD][4];
-#pragma unroll
-  for (int k = 0; k < KD; ++k) load_a(qf[k], region(2), LD, wr, 16 * k);
-  __syncthreads();  // Q is in registers: region 2 is free
-  issue_tile(0);
-  float acc[NO][4] = {};
-  if (has_state) {  // e^{-s(i+1)} q_i S_b
-#pragma unroll
-    for (int k = 0; k < KD; ++k)
-#pragma unroll
-      for (int n = 0; n < NO; n += 2) {
-        uint32_t bb[4];
-        load_b_kn(bb, region(0), LD, 16 * k, 8 * n);
-        mma_bf16(acc[n], qf[k], bb[0], bb[1]);
-        mma_bf16(acc[n + 1], qf[k], bb[2], bb[3]);
-      }
-    const float f0 = decay(s, static_cast<double>(i0 + 1)), f1 = decay(s, static_cast<double>(i1 + 1));
-#pragma unroll
-    for (int n = 0; n < NO; ++n) acc[n][0] *= f0, acc[n][1] *= f0, acc[n][2] *= f1, acc[n][3] *= f1;
-  }
-  __syncthreads();  // S_b consumed: regions 0 and 1 are free
-  issue_tile(1);
-  for (int jt = 0; jt < ntiles; ++jt) {
-    cp_async_wait_group<1>();
-    __syncthreads();  // tile jt landed; every warp is done with tile jt - 1's region, reloaded below
-    issue_tile(jt + 2);
-    const bf16* Kt = region((jt + 2) % 3);
-    const bf16* Vt = Kt + KT * LD;
-    const int j0 = jt * KT;
-    const int kn = min(KT, row0 + wr + 16 - j0);  // keys this warp needs in the tile (<= 0: none)
-    if (kn <= 0) continue;
-    float sc[KT / 8][4] = {};
-#pragma unroll
-    for (int k = 0; k < KD; ++k)
-#pragma unroll
-      for (int n = 0; n < KT / 8; n += 2) {
-        if (8 * n >= kn) break;
-        uint32_t bb[4];
-        load_b_nk(bb, Kt, LD, 16 * k, 8 * n);
-        mma_bf16(sc[n], qf[k], bb[0], bb[1]);
-        mma_bf16(sc[n + 1], qf[k], bb[2], bb[3]);
-      }
-    const float a0 = __expf(-s * static_cast<float>(i0 - j0 - (KT - 1)));
-    const float a1 = __expf(-s * static_cast<float>(i1 - j0 - (KT - 1)));
-#pragma unroll
-    for (int kk = 0; kk < KT / 16; ++kk) {
-      if (16 * kk >= kn) break;
-      uint32_t pa[4];
-      float v[2][4];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int n = 2 * kk + half, jj = 8 * n + 2 * t, j = j0 + jj;
-        float2 k2 = *reinterpret_cast<const float2*>(kb + jj);
-        float e[4] = {a0 * k2.x, a0 * k2.y, a1 * k2.x, a1 * k2.y};
-        if (steep) {  // s > 1.35: the split factors could overflow; one exponential per score
-          e[0] = __expf(-s * static_cast<float>(i0 - j)), e[1] = __expf(-s * static_cast<float>(i0 - j - 1));
-          e[2] = __expf(-s * static_cast<float>(i1 - j)), e[3] = __expf(-s * static_cast<float>(i1 - j - 1));
-        }
-        v[half][0] = j <= i0 ? sc[n][0] * e[0] : 0.0f;
-        v[half][1] = j + 1 <= i0 ? sc[n][1] * e[1] : 0.0f;
-        v[half][2] = j <= i1 ? sc[n][2] * e[2] : 0.0f;
-        v[half][3] = j + 1 <= i1 ? sc[n][3] * e[3] : 0.0f;
-      }
-      pa[0] = pack_bf16(v[0][0], v[0][1]);
-      pa[1] = pack_bf16(v[0][2], v[0][3]);
-      pa[2] = pack_bf16(v[1][0], v[1][1]);
-      pa[3] = pack_bf16(v[1][2], v[1][3]);
-#pragma unroll
-      for (int n = 0; n < NO; n += 2) {
-        uint32_t bb[4];
-        load_b_kn(bb, Vt, LD, 16 * kk, 8 * n);
-        mma_bf16(acc[n], pa, bb[0], bb[1]);
-        mma_bf16(acc[n + 1], pa, bb[2], bb[3]);
-      }
-    }
-  }
-  cp_async_wait_group<0>();  // nothing may be in flight at exit (empty groups only, but keep the sanitizers quiet)
-  const int r0 = wr + g;
-#pragma unroll
-  for (int n = 0; n < NO; ++n) {
-    const int c = 8 * n + 2 * t;
-    if (r0 < nq) store2(outb + static_cast<int64_t>(r0) * os + c, acc[n][0], acc[n][1]);
-    if (r0 + 8 < nq) store2(outb + static_cast<int64_t>(r0 + 8) * os + c, acc[n][2], acc[n][3]);
-  }
-}
-
-/// Benchmark knobs (read once): SSMSERVE_LIGHTNING_OUT_V2=1 selects out_kernel (64-key tiles, 3 CTAs per SM)
-/// instead of out3_kernel; SSMSERVE_LIGHTNING_OUT3_3CTA=1 builds out3_kernel for 3 CTAs per SM instead of 4.
-bool env_flag(const char* name) {
-  const char* e = std::getenv(name);
-  return e != nullptr && e[0] == '1';
-}
-bool out_v2() {
-  static const bool v = env_flag("SSMSERVE_LIGHTNING_OUT_V2");
-  return v;
-}
-bool out3_3cta() {
-  static const bool v = env_flag("SSMSERVE_LIGHTNING_OUT3_3CTA");
-  return v;
-}
-
-template <int D, class TO, int kMinBlocks>
-cudaError_t launch_out3(const bf16* qkv, int64_t qs, TO* out, int64_t os, const LightningDevParams& p,
-                        const LightningPlanDev& plan, const bf16* sb, cudaStream_t stream) {
-  constexpr size_t smem = out3_smem_bytes<D>();
-  const cudaError_t e = cudaFuncSetAttribute(out3_kernel<D, TO, kMinBlocks>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
-  out3_kernel<D, TO, kMinBlocks><<<dim3(plan.num_qtiles, p.num_heads), kOutThreads, smem, stream>>>(qkv, qs, out, os,
-                                                                                                    p, plan, sb);
-  return launch_status();
-}
-
 template <int D, class TO>
 cudaError_t launch_out(const bf16* qkv, int64_t qs, TO* out, int64_t os, const LightningDevParams& p,
                        const LightningPlanDev& plan, const bf16* sb, cudaStream_t stream) {
-  const dim3 grid(plan.num_qtiles, p.num_heads);
-  if (out_v2()) {
-    constexpr size_t smem = out_smem_bytes<D, true>();
-    const cudaError_t e = cudaFuncSetAttribute(out_kernel<D, TO, true, true>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-    out_kernel<D, TO, true, true><<<grid, kOutThreads, smem, stream>>>(qkv, qs, out, os, p, plan, nullptr, sb);
-    return launch_status();
-  }
-  return out3_3cta() ? launch_out3<D, TO, 3>(qkv, qs, out, os, p, plan, sb, stream)
-                     : launch_out3<D, TO, 4>(qkv, qs, out, os, p, plan, sb, stream);
+  constexpr size_t smem = out_smem_bytes<D>();
+  const cudaError_t e = cudaFuncSetAttribute(out_kernel<D, TO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  out_kernel<D, TO><<<dim3(plan.num_qtiles, p.num_heads), kOutThreads, smem, stream>>>(qkv, qs, out, os, p, plan, sb);
+  return launch_status();
 }
 
 template <int D, class TO>
@@ -573,7 +354,7 @@ cudaError_t prefill_bf16_d(const bf16* qkv, int64_t qs, TO* out, int64_t os, con
   }
   const dim3 scan_grid(ceil_div(static_cast<int64_t>(D) * D / 4, kScanThreads), H, plan.num_seqs);
   e = visit_dtype(p.states.dtype, [&](auto tag) {
-    range_scan_kernel<decltype(tag), true><<<scan_grid, kScanThreads, 0, stream>>>(p, plan, agg, lb);
+    range_scan_kernel<decltype(tag)><<<scan_grid, kScanThreads, 0, stream>>>(p, plan, agg, lb);
     return launch_status();
   });
   if (e != cudaSuccess || plan.num_qtiles == 0) return e;
