@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# cuda-minimax device run: harness (default + variant knobs), model tests, sanitizers (memcheck, racecheck) on the
-# lightning / attention kernels, op benchmarks (variants, per-kernel profile) and the model benchmark.
+# cuda-minimax device run: harness, model tests, sanitizers (memcheck, racecheck) on the lightning / attention
+# kernels, op benchmarks (with one-block ranges for comparison, per-kernel profile) and the model benchmark.
 # Usage (from the carried folder, binaries in pkg/): bash bench/gpu_minimax_run.sh OUT [model]
 out=$1; model=${2:-}
 mkdir -p "$out/r"; r="$out/r"
@@ -12,30 +12,21 @@ san() { local name=$1 tool=$2 filter=$3; shift 3; step "$name" 150 env SSMSERVE_
 date -u | tee "$r/summary.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader >> "$r/summary.txt"
 step ops 150 "$b/test_cuda_minimax_ops"
-step ops-v2 60 env SSMSERVE_LIGHTNING_OUT_V2=1 "$b/test_cuda_minimax_ops" --gtest_filter='CudaLightning.Bf16*'
-step ops-3cta 60 env SSMSERVE_LIGHTNING_OUT3_3CTA=1 "$b/test_cuda_minimax_ops" --gtest_filter='CudaLightning.Bf16*'
 step model 120 env SSMSERVE_SOURCE_DIR="$PWD" "$b/test_cuda_minimax_model"
 san memcheck memcheck 'CudaLightning.*:CudaPagedAttention*'
 san racecheck racecheck 'CudaLightning.Bf16*:CudaPagedAttention.*'
-san memcheck-3cta memcheck 'CudaLightning.Bf16*' env SSMSERVE_LIGHTNING_OUT3_3CTA=1
-san racecheck-v2 racecheck 'CudaLightning.Bf16*' env SSMSERVE_LIGHTNING_OUT_V2=1
 step bench-ops 120 "$b/bench_cuda_minimax_ops" 790
 g=$(grep -oE "gemm_bf16 .*: [0-9.]+ ms +[0-9.]+ TFLOP" "$r/bench-ops.log" | grep -oE "[0-9.]+ TFLOP" | grep -oE "[0-9.]+"); g=${g:-790}
-step bench-v2 60 env SSMSERVE_LIGHTNING_OUT_V2=1 "$b/bench_cuda_minimax_ops" 790 lightning16 "$g"
-step bench-3cta 60 env SSMSERVE_LIGHTNING_OUT3_3CTA=1 "$b/bench_cuda_minimax_ops" 790 lightning16 "$g"
-step bench-bpr2 60 env SSMSERVE_BENCH_LIGHTNING_BPR=2 "$b/bench_cuda_minimax_ops" 790 lightning16 "$g"
-step bench-bpr4 60 env SSMSERVE_BENCH_LIGHTNING_BPR=4 "$b/bench_cuda_minimax_ops" 790 lightning16 "$g"
+step bench-bpr1 60 env SSMSERVE_BENCH_LIGHTNING_BPR=1 "$b/bench_cuda_minimax_ops" 790 lightning16 "$g"
 step profile 60 env SSMSERVE_KERNEL_PROFILE=1 "$b/bench_cuda_minimax_ops" 790 lightning
-step profile-3cta 60 env SSMSERVE_KERNEL_PROFILE=1 SSMSERVE_LIGHTNING_OUT3_3CTA=1 "$b/bench_cuda_minimax_ops" 790 lightning
-command -v ncu >/dev/null && step ncu 120 ncu --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats -k 'regex:out3_kernel' -c 1 "$b/bench_cuda_minimax_ops" 790 lightning
 if [ -n "$model" ]; then
   step bench-model "${MODEL_LIM:-200}" env SSMSERVE_BENCH_LINEAR_CONTEXTS="${LIN_CTX:-1024 16384 65536}" "$b/bench_cuda_minimax_model" configs/minimax-bench ${CTX:-1024 4096 16384 65536}
 fi
-for f in ops ops-v2 ops-3cta model memcheck racecheck memcheck-3cta racecheck-v2; do
+for f in ops model memcheck racecheck; do
   echo "== $f" >> "$r/summary.txt"
   grep -hE "^\[  (PASSED|FAILED) |Failure|rel_err|Expected|Which is|ERROR SUMMARY|RACECHECK SUMMARY" "$r/$f.log" | head -20 >> "$r/summary.txt"
 done
-for f in bench-ops bench-v2 bench-3cta bench-bpr2 bench-bpr4 profile profile-3cta bench-model; do
+for f in bench-ops bench-bpr1 profile bench-model; do
   [ -f "$r/$f.log" ] && { echo "== $f" >> "$r/summary.txt"; grep -vE "^\s*$" "$r/$f.log" | head -80 >> "$r/summary.txt"; }
 done
 tar czf "$out/results.tgz" -C "$out" r

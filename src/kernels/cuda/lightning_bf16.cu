@@ -129,11 +129,10 @@ __global__ void __launch_bounds__(kKvThreads, 2) range_kv_kernel(const bf16* __r
 
 /// 2. Grid (ceil(D*D / 4 / 256), H, num_seqs). Each thread carries 4 state elements through the sequence's ranges:
 /// S_r (the state entering range r, from the initial state or zeros) overwrites agg[r] (read first: the range's
-/// aggregate A_r); S <- e^{-s tokens_r} S + A_r. The final S goes to the state pool. Each block's state
-/// S_b = e^{-s off_b} S_r + L_b (S_r for the range's first block) overwrites lb[b] as bf16 for step 3.
+/// aggregate A_r); S <- e^{-s tokens_r} S + A_r. The final S goes to the state pool.
 template <class TS>
 __global__ void __launch_bounds__(kScanThreads) range_scan_kernel(LightningDevParams p, LightningPlanDev plan,
-                                                                  float* __restrict__ agg, bf16* __restrict__ lb) {
+                                                                  float* __restrict__ agg) {
   constexpr int kAhead = 4;
   const int seq = blockIdx.z, h = blockIdx.y;
   const int64_t DD = static_cast<int64_t>(p.head_dim) * p.head_dim;
@@ -157,27 +156,43 @@ __global__ void __launch_bounds__(kScanThreads) range_scan_kernel(LightningDevPa
       const float4 a = ahead[i];
       if (r + i + kAhead < r1) ahead[i] = *reinterpret_cast<const float4*>(at(r + i + kAhead));
       *reinterpret_cast<float4*>(at(r + i)) = S;
-      {
-        const int bb0 = plan.ranges[3 * (r + i)], nb = plan.ranges[3 * (r + i) + 1];
-        for (int bi = bb0; bi < bb0 + nb; ++bi) {
-          const int off = plan.block_range[2 * bi + 1];
-          const float f = decay(s, static_cast<double>(off));
-          uint2* dst = reinterpret_cast<uint2*>(lb + (static_cast<int64_t>(bi) * p.num_heads + h) * DD + e);
-          float4 v = make_float4(f * S.x, f * S.y, f * S.z, f * S.w);
-          if (off > 0) {
-            const uint2 l = *dst;
-            const float2 l0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&l.x));
-            const float2 l1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&l.y));
-            v.x += l0.x, v.y += l0.y, v.z += l1.x, v.w += l1.y;
-          }
-          *dst = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
-        }
-      }
       const float bd = decay(s, static_cast<double>(plan.ranges[3 * (r + i) + 2]));
       S = make_float4(bd * S.x + a.x, bd * S.y + a.y, bd * S.z + a.z, bd * S.w + a.w);
     }
   }
   store(st, S.x), store(st + 1, S.y), store(st + 2, S.z), store(st + 3, S.w);
+}
+
+/// 2b. Grid (num_blocks, H). S_b = e^{-s off_b} S_r + L_b (S_r alone for the range's first block; S_r from step 2
+/// in agg) overwrites lb[b] as bf16, the state step 3 reads: every block independent, all loads in flight at once.
+/// Null rows and blocks that start their sequence from zeros (nothing carried in) are skipped.
+template <int D>
+__global__ void __launch_bounds__(kScanThreads, 2) block_state_kernel(LightningDevParams p, LightningPlanDev plan,
+                                                                   const float* __restrict__ agg, bf16* __restrict__ lb) {
+  constexpr int N = D * D / 4 / kScanThreads;  // 4 consecutive elements per thread and step
+  const int b = blockIdx.x, h = blockIdx.y;
+  const int seq = plan.blocks[3 * b + 2];
+  if (plan.state_indices[seq] == 0 || (b == plan.seq_first_block[seq] && plan.num_computed[seq] == 0)) return;
+  const int rg = plan.block_range[2 * b], off = plan.block_range[2 * b + 1];
+  const float f = decay(p.slopes[h], static_cast<double>(off));
+  const float* Sr = agg + (static_cast<int64_t>(rg) * p.num_heads + h) * D * D;
+  bf16* Sb = lb + (static_cast<int64_t>(b) * p.num_heads + h) * D * D;
+  float4 v[N];
+  uint2 l[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int e = (i * kScanThreads + threadIdx.x) * 4;
+    v[i] = *reinterpret_cast<const float4*>(Sr + e);
+    l[i] = off > 0 ? *reinterpret_cast<const uint2*>(Sb + e) : make_uint2(0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int e = (i * kScanThreads + threadIdx.x) * 4;
+    const float2 l0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&l[i].x));
+    const float2 l1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&l[i].y));
+    *reinterpret_cast<uint2*>(Sb + e) =
+        make_uint2(pack_bf16(f * v[i].x + l0.x, f * v[i].y + l0.y), pack_bf16(f * v[i].z + l1.x, f * v[i].w + l1.y));
+  }
 }
 
 /// Two adjacent output elements (8-byte / 4-byte aligned).
@@ -354,11 +369,14 @@ cudaError_t prefill_bf16_d(const bf16* qkv, int64_t qs, TO* out, int64_t os, con
   }
   const dim3 scan_grid(ceil_div(static_cast<int64_t>(D) * D / 4, kScanThreads), H, plan.num_seqs);
   e = visit_dtype(p.states.dtype, [&](auto tag) {
-    range_scan_kernel<decltype(tag)><<<scan_grid, kScanThreads, 0, stream>>>(p, plan, agg, lb);
+    range_scan_kernel<decltype(tag)><<<scan_grid, kScanThreads, 0, stream>>>(p, plan, agg);
     return launch_status();
   });
-  if (e != cudaSuccess || plan.num_qtiles == 0) return e;
+  if (e != cudaSuccess || plan.num_blocks == 0) return e;
   prof.mark("lightning16 range_scan");
+  block_state_kernel<D><<<dim3(plan.num_blocks, H), kScanThreads, 0, stream>>>(p, plan, agg, lb);
+  if ((e = launch_status()) != cudaSuccess) return e;
+  prof.mark("lightning16 block_state");
   e = launch_out<D, TO>(qkv, qs, out, os, p, plan, lb, stream);
   prof.mark("lightning16 output");
   return e;
