@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cuda-minimax device run: harness, model tests, sanitizers (memcheck, racecheck) on the lightning / attention
-# kernels, op benchmarks (with one-block ranges for comparison, per-kernel profile) and the model benchmark.
+# kernels, op benchmarks (and the per-kernel profile) and the model benchmark.
 # Usage (from the carried folder, binaries in pkg/): bash bench/gpu_minimax_run.sh OUT [model]
 out=$1; model=${2:-}
 mkdir -p "$out/r"; r="$out/r"
@@ -16,8 +16,6 @@ step model 120 env SSMSERVE_SOURCE_DIR="$PWD" "$b/test_cuda_minimax_model"
 san memcheck memcheck 'CudaLightning.*:CudaPagedAttention*'
 san racecheck racecheck 'CudaLightning.Bf16*:CudaPagedAttention.*'
 step bench-ops 120 "$b/bench_cuda_minimax_ops" 790
-g=$(grep -oE "gemm_bf16 .*: [0-9.]+ ms +[0-9.]+ TFLOP" "$r/bench-ops.log" | grep -oE "[0-9.]+ TFLOP" | grep -oE "[0-9.]+"); g=${g:-790}
-step bench-bpr1 60 env SSMSERVE_BENCH_LIGHTNING_BPR=1 "$b/bench_cuda_minimax_ops" 790 lightning16 "$g"
 step profile 60 env SSMSERVE_KERNEL_PROFILE=1 "$b/bench_cuda_minimax_ops" 790 lightning
 if [ -n "$model" ]; then
   step bench-model "${MODEL_LIM:-200}" env SSMSERVE_BENCH_LINEAR_CONTEXTS="${LIN_CTX:-1024 16384 65536}" "$b/bench_cuda_minimax_model" configs/minimax-bench ${CTX:-1024 4096 16384 65536}
@@ -26,7 +24,7 @@ for f in ops model memcheck racecheck; do
   echo "== $f" >> "$r/summary.txt"
   grep -hE "^\[  (PASSED|FAILED) |Failure|rel_err|Expected|Which is|ERROR SUMMARY|RACECHECK SUMMARY" "$r/$f.log" | head -20 >> "$r/summary.txt"
 done
-for f in bench-ops bench-bpr1 profile bench-model; do
+for f in bench-ops profile bench-model; do
   [ -f "$r/$f.log" ] && { echo "== $f" >> "$r/summary.txt"; grep -vE "^\s*$" "$r/$f.log" | head -80 >> "$r/summary.txt"; }
 done
 tar czf "$out/results.tgz" -C "$out" r
