@@ -14,6 +14,7 @@
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norms.h"
+#include "kernels/cuda/persistent_decode.h"
 #include "kernels/cuda/selective_scan.h"
 #include "kernels/cuda/skinny_gemm.h"
 #include "model/archs/mamba.h"
@@ -144,6 +145,13 @@ class CudaMambaModel final : public CausalLM {
   // xdbl16 [T, R + 2N], y16 [T, I] (bf16).
   Scratch hidden_, out_, normed_, xz_, xc_, xdbl_, delta_, y_, xc16_, xdbl16_, y16_;
   Scratch scan_ws_;  // the chunked scan's workspace (prefill steps only)
+  // The persistent decode kernel: its workspace (zeroed once) and, for the whole-stack form, the device array of
+  // layer descriptors (rebuilt when the state buffers move).
+  DeviceBuffer persist_ws_, persist_layers_;
+  std::vector<Mamba1DecodeLayer> persist_host_;
+  /// Decode-only step on the persistent kernel if it takes it (see CudaModelOptions::persistent_decode).
+  bool persistent_mixer(int layer, const StepMeta& dm, int64_t T);
+  Mamba1DecodeLayer persist_layer(int layer) const;
 };
 
 void CudaMambaModel::gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride,
@@ -196,6 +204,8 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   auto* xdbl16 = static_cast<uint16_t*>(xdbl16_.get(T * XD * 2));
   auto* y16 = static_cast<uint16_t*>(y16_.get(T * I * 2));
   const bool pdl = opt_.pdl;
+  // Decode-only steps of up to 8 rows on the persistent kernel (the whole layer, same bits), if it takes them.
+  if (np == 0 && b16 && opt_.persistent_decode != 0 && !tp_.on() && persistent_mixer(layer, dm, T)) return;
 
   // 1. hidden += previous mixer output (none before layer 0); normed = rms_norm(hidden) in the GEMM dtype.
   SSM_CUDA_CHECK(add_rms_norm_rows(layer == 0 ? nullptr : out, H, hidden, H, L.norm.as<float>(), cfg_.layer_norm_epsilon,
@@ -271,6 +281,62 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   tp_.all_reduce(out, T * H);  // out_proj is row-parallel
 }
 
+Mamba1DecodeLayer CudaMambaModel::persist_layer(int layer) const {
+  const LayerDev& L = layers_[layer];
+  return {L.norm.as<float>(), L.in_proj.buf.data(), L.conv_weight.as<float>(),
+          L.conv_bias.data() ? L.conv_bias.as<float>() : nullptr, L.x_proj.buf.data(), L.dt_proj.buf.data(),
+          L.dt_bias.as<float>(), L.A.as<float>(), L.D.as<float>(), L.out_proj.buf.data(), states_.conv_state(layer),
+          states_.ssm_state(layer)};
+}
+
+bool CudaMambaModel::persistent_mixer(int layer, const StepMeta& dm, int64_t T) {
+  const Mamba1DecodeShape sh{cfg_.hidden_size, m_.d_inner, m_.d_state, m_.dt_rank, m_.d_conv, cfg_.layer_norm_epsilon};
+  const StateView cs = states_.conv_state(layer), ss = states_.ssm_state(layer);
+  if (cs.dtype != ss.dtype || !mamba1_persistent_supported(sh, T, ss.dtype)) return false;
+  const int64_t H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2LL * m_.d_state;
+  if (persist_ws_.bytes() < mamba1_persistent_workspace(sh)) {
+    persist_ws_ = DeviceBuffer(mamba1_persistent_workspace(sh));
+    persist_ws_.fill_bytes(0);
+  }
+  const Mamba1DecodeBuffers buf{hidden_.f32(T * H), out_.f32(T * H), xz_.f32(T * 2 * I), xdbl_.f32(T * XD),
+                                xdbl16_.get(T * XD * 2), y16_.get(T * I * 2), dm.state_indices_d, persist_ws_.data(),
+                                persist_ws_.bytes()};
+  const Mamba1PersistentOptions po{opt_.persistent_prefetch};
+  cudaStream_t s = stream_.get();
+  if (opt_.persistent_decode == 2) {  // the whole stack at layer 0
+    if (layer > 0) return true;
+    const int nl = cfg_.num_hidden_layers;
+    std::vector<Mamba1DecodeLayer> want;
+    for (int l = 0; l < nl; ++l) want.push_back(persist_layer(l));
+    auto same_view = [](const StateView& a, const StateView& b) {
+      return a.data == b.data && a.dtype == b.dtype && a.block_stride == b.block_stride;
+    };
+    bool same = persist_host_.size() == want.size();
+    for (size_t l = 0; same && l < want.size(); ++l) {
+      const Mamba1DecodeLayer &a = persist_host_[l], &b = want[l];
+      same = a.norm == b.norm && a.in_proj == b.in_proj && a.conv_weight == b.conv_weight &&
+             a.conv_bias == b.conv_bias && a.x_proj == b.x_proj && a.dt_proj == b.dt_proj && a.dt_bias == b.dt_bias &&
+             a.A == b.A && a.D == b.D && a.out_proj == b.out_proj && same_view(a.conv_states, b.conv_states) &&
+             same_view(a.ssm_states, b.ssm_states);
+    }
+    if (!same) {
+      cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      SSM_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+      SSM_CHECK(cap == cudaStreamCaptureStatusNone, "persistent decode: state buffers moved during a graph capture");
+      SSM_CUDA_CHECK(cudaStreamSynchronize(s));  // a previous launch may still read the old array
+      persist_layers_ = DeviceBuffer(want.size() * sizeof(Mamba1DecodeLayer));
+      persist_layers_.upload(want.data(), persist_layers_.bytes());
+      persist_host_ = std::move(want);
+    }
+    SSM_CUDA_CHECK(mamba1_persistent_decode(sh, static_cast<const Mamba1DecodeLayer*>(persist_layers_.data()),
+                                            persist_host_[0], nl, true, static_cast<int>(T), buf, po, s));
+    return true;
+  }
+  SSM_CUDA_CHECK(mamba1_persistent_decode(sh, nullptr, persist_layer(layer), 1, layer == 0, static_cast<int>(T), buf,
+                                          po, s));
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<CausalLM> load_mamba_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt, const dist::TpRank& tp) {
@@ -309,6 +375,15 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_PDL", o.pdl);
   flag("SSMSERVE_BATCH_INVARIANT", o.batch_invariant);
   flag("SSMSERVE_DECODE_FUSED", o.fused_decode);
+  auto small_int = [](const char* name, int& v, int hi) {
+    if (const char* e = std::getenv(name); e && *e) {
+      const std::string s(e);
+      SSM_CHECK(s.size() == 1 && s[0] >= '0' && s[0] <= '0' + hi, "{}={}: expected an integer in [0, {}]", name, s, hi);
+      v = s[0] - '0';
+    }
+  };
+  small_int("SSMSERVE_DECODE_PERSISTENT", o.persistent_decode, 2);
+  small_int("SSMSERVE_PERSISTENT_PREFETCH", o.persistent_prefetch, 5);
   if (const char* e = std::getenv("SSMSERVE_SKINNY_MAX_M"); e && *e) {
     char* end = nullptr;
     const long long v = std::strtoll(e, &end, 10);

@@ -33,9 +33,17 @@ struct CudaModelOptions {
   /// in in_proj's epilogue (Mamba-2). Same results bit for bit as the unfused kernels. Off by default: on the
   /// H200 the fused chain measured slower (mamba-2.8b layer 50.1 vs 47.5 us; docs/benchmarks.md).
   bool fused_decode = false;
+  /// Decode-only steps of up to 8 rows (bf16 weights, no tensor parallelism) on the persistent decode kernel
+  /// (kernels/cuda/persistent_decode.h): 1 = one launch per layer, 2 = the whole layer stack in one launch.
+  /// Same results bit for bit as the op-by-op chain (tested on the H200). 0 (off) by default: measured slower there
+  /// (mamba-2.8b 54.1 vs 43.0 us per layer, 282 vs 349 tokens/s at batch 1; docs/benchmarks.md).
+  int persistent_decode = 0;
+  /// The persistent kernel's L2 prefetch mode (Mamba1PersistentOptions::prefetch).
+  int persistent_prefetch = 0;
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
-  /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1. Throws Error on a malformed value.
+  /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_PERSISTENT=0|1|2,
+  /// SSMSERVE_PERSISTENT_PREFETCH=0..5. Throws Error on a malformed value.
   static CudaModelOptions from_env();
 };
 
