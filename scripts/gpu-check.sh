@@ -87,6 +87,19 @@ if [ -x "$bin/test_cuda_model" ]; then
     grep -hE "ERROR SUMMARY" "$out/memcheck-model.log" >>"$summary"
   fi
 fi
+# 3a. Device sampling (issue 7): sample_rows against the CPU sampler, engine device vs host sampling, memcheck +
+#     racecheck on small rows.
+if [ -x "$bin/test_cuda_sampling" ]; then
+  run_step "sampling tests" sampling.log env SSMSERVE_SOURCE_DIR="$PWD" "$bin/test_cuda_sampling"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|sample_rows V=|engine .*identical" "$out/sampling.log" | head -30 >>"$summary"
+  if command -v compute-sanitizer >/dev/null; then
+    run_step "memcheck (sampling)" sampling-memcheck.log env SSMSERVE_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
+      --report-api-errors no --error-exitcode 3 "$bin/test_cuda_sampling" --gtest_filter='CudaSampling.*'
+    run_step "racecheck (sampling)" sampling-racecheck.log env SSMSERVE_CUDA_TEST_QUICK=2 compute-sanitizer --tool racecheck \
+      --report-api-errors no --error-exitcode 3 "$bin/test_cuda_sampling" --gtest_filter='CudaSampling.*'
+    grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sampling-memcheck.log" "$out/sampling-racecheck.log" >>"$summary"
+  fi
+fi
 # 3b. MiniMax hybrid (issue 8): op harness (lightning attention, MoE, RoPE, paged attention), the GPU runner against
 #     the CPU model (dummy weights, tiny-minimax shape; decode graphs == eager), memcheck + racecheck on the small
 #     shapes, and the op benchmark.

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 
 #include "config/hf_json.h"
 #include "core/error.h"
+#include "engine/device_sampling.h"
 #include "model/tensor_parallel.h"
 
 namespace ssmserve {
@@ -61,6 +63,7 @@ struct LLMEngine::RowPlan {
 
 LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.validate();
+  if (const char* v = std::getenv("SSMSERVE_DEVICE_SAMPLING"); v && std::string(v) == "0") device_sampling_ = false;
   if (cfg_.num_threads > 0) omp_set_num_threads(cfg_.num_threads);
   model_ = load_model(cfg_.model, cfg_.load_format, cfg_.device, cfg_.tensor_parallel_size);
   const auto tok_dir = cfg_.tokenizer.empty() ? cfg_.model : cfg_.tokenizer;
@@ -238,6 +241,29 @@ std::vector<RequestOutput> LLMEngine::step() {
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (device_greedy) device_greedy = model_->forward_greedy(batch, *cache_, num_top, picks_);
+  // 3b. Otherwise, with no prompt logprobs in the step, every row is sampled on the device from packed parameters
+  //     and the request's next uniform (drawn here, exactly as sample_token would), again only ids + logprobs back.
+  sample_drawn_ = false;
+  bool device_sample = false;
+  if (!device_greedy && device_sampling_ && !batch.logits_indices.empty()) {
+    bool eligible = true;
+    for (size_t i = 0; i < order.size() && eligible; ++i) eligible = !order[i].req->request.params.prompt_logprobs.has_value();
+    if (eligible) {
+      sample_.rows.assign(batch.logits_indices.size(), SampleRowParams{});
+      sample_.mods.clear();
+      for (size_t i = 0; i < order.size(); ++i) {
+        RequestState& r = *order[i].req;
+        if (plans[i].positions.empty()) continue;
+        const SamplingParams& sp = r.request.params;
+        pack_sample_row(sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids, V,
+                        sp.greedy() ? 0.0 : r.rng.uniform(), sample_.rows[plans[i].first_logit_row], sample_.mods);
+      }
+      sample_drawn_ = true;
+      device_sample = model_->forward_sample(batch, *cache_, sample_, picks_);
+      if (!device_sample) device_sampling_ = false;  // no device sampler: host path from now on
+    }
+  }
+  device_greedy = device_greedy || device_sample;
   if (!device_greedy) {
     logits_.resize(batch.logits_indices.size() * static_cast<size_t>(V));
     model_->forward(batch, *cache_, logits_.data());
@@ -271,13 +297,20 @@ void LLMEngine::process_request(RequestState& r, int num_tokens, const float* lo
     }
     // 2. Sample the next token from the last position.
     SampleResult s;
-    if (picks) {  // picked on the device (step 3)
+    const double uniform = sample_drawn_ ? sample_.rows[plan.first_logit_row + k].uniform : 0.0;
+    if (picks && picks[plan.first_logit_row + k].token == kPickOnHost) {  // left to the host by the device sampler
+      s = sample_token_with_uniform(picks[plan.first_logit_row + k].logits, sp, r.request.prompt_token_ids,
+                                    r.output_token_ids, model_->config().eos_token_ids, uniform, scratch_);
+    } else if (picks) {  // picked on the device (step 3)
       const GreedyPick& g = picks[plan.first_logit_row + k];
       SSM_CHECK(g.token >= 0, "sampler: the logits of request {} hold a NaN or +inf, or are all -inf", r.request.request_id);
       s.token = g.token;
       s.logprob = g.logprob;
       for (int j = 0; j < std::min<int>(sp.logprobs.value_or(0), static_cast<int>(g.top.size())); ++j)
         s.top.push_back({g.top[j].first, g.top[j].second});
+    } else if (sample_drawn_) {  // the uniform was drawn for a device step the model declined
+      s = sample_token_with_uniform(row(), sp, r.request.prompt_token_ids, r.output_token_ids,
+                                    model_->config().eos_token_ids, uniform, scratch_);
     } else {
       s = sample_token(row(), sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids, r.rng,
                        scratch_);

@@ -74,6 +74,9 @@ class LLMEngine {
   std::vector<float> logits_;   // [num_logit_rows, vocab]
   std::vector<GreedyPick> picks_;  // device greedy steps: [num_logit_rows]
   std::vector<float> scratch_;  // sampler scratch
+  DeviceSampleBatch sample_;    // device sampling steps: the packed rows (uniforms drawn) and logit modifications
+  bool sample_drawn_ = false;   // this step's uniforms are in sample_.rows
+  bool device_sampling_ = true; // try CausalLM::forward_sample (SSMSERVE_DEVICE_SAMPLING=0: never)
   StepStats stats_;
 };
 

@@ -287,8 +287,8 @@ int pick(const float* w, int n, double u) {
 }
 
 /// Temperature / top-k / top-p / min-p sampling over processed logits l[0..vocab); w[0..vocab) is workspace.
-/// One rng draw.
-int sample_random(const float* l, float* w, int vocab, const SamplingParams& p, RequestRng& rng) {
+/// u: the request's uniform draw for this step.
+int sample_random(const float* l, float* w, int vocab, const SamplingParams& p, double u) {
   const float m = lane_max(l, vocab);
   SSM_CHECK(m != kNegInf, "sampler: every logit is -inf after masking (min_tokens / penalties)");
   const float temp = static_cast<float>(p.temperature);
@@ -297,7 +297,6 @@ int sample_random(const float* l, float* w, int vocab, const SamplingParams& p, 
   const int k = p.effective_top_k(vocab);
   const bool use_top_k = k < vocab;
   const bool use_top_p = p.top_p < 1.0;
-  const double u = rng.uniform();
 
   if (!use_top_k && !use_top_p) {  // full vocabulary in id order; w_max = 1 so min-p drops w < min_p
     if (p.min_p > 0.0) {
@@ -415,6 +414,13 @@ void process_logits(std::span<float> logits, const SamplingParams& params, std::
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& params,
                           std::span<const int> prompt_ids, std::span<const int> output_ids,
                           std::span<const int> eos_token_ids, RequestRng& rng, std::vector<float>& scratch) {
+  return sample_token_with_uniform(logits, params, prompt_ids, output_ids, eos_token_ids,
+                                   params.greedy() ? 0.0 : rng.uniform(), scratch);
+}
+
+SampleResult sample_token_with_uniform(std::span<const float> logits, const SamplingParams& params,
+                                       std::span<const int> prompt_ids, std::span<const int> output_ids,
+                                       std::span<const int> eos_token_ids, double uniform, std::vector<float>& scratch) {
   const int vocab = static_cast<int>(logits.size());
   const double lse = log_sum_exp(logits);  // validates: non-empty, no NaN / +inf, not all -inf
   check_ids(prompt_ids, vocab, "prompt_ids");
@@ -426,7 +432,7 @@ SampleResult sample_token(std::span<const float> logits, const SamplingParams& p
   process_logits_unchecked(l, vocab, params, prompt_ids, output_ids, eos_token_ids);
 
   SampleResult r;
-  r.token = params.greedy() ? argmax_lowest_id(l, vocab) : sample_random(l, l + vocab, vocab, params, rng);
+  r.token = params.greedy() ? argmax_lowest_id(l, vocab) : sample_random(l, l + vocab, vocab, params, uniform);
   r.logprob = static_cast<float>(static_cast<double>(logits[r.token]) - lse);
   r.top = top_k_logprobs(logits, params.logprobs.value_or(0), lse);
   return r;

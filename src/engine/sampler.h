@@ -74,6 +74,12 @@ SampleResult sample_token(std::span<const float> logits, const SamplingParams& p
                           std::span<const int> prompt_ids, std::span<const int> output_ids,
                           std::span<const int> eos_token_ids, RequestRng& rng, std::vector<float>& scratch);
 
+/// sample_token with the request's uniform already drawn (`uniform` = rng.uniform(), ignored when greedy): the
+/// host fallback of device sampling, which draws the uniform before the device runs. Same result and errors.
+SampleResult sample_token_with_uniform(std::span<const float> logits, const SamplingParams& params,
+                                       std::span<const int> prompt_ids, std::span<const int> output_ids,
+                                       std::span<const int> eos_token_ids, double uniform, std::vector<float>& scratch);
+
 /// Steps 0-2 of sample_token (logit_bias, min_tokens masking, then repetition / frequency / presence penalties) applied
 /// in place to logits: [vocab] fp32. Same arguments and errors as sample_token (history ids out of range).
 void process_logits(std::span<float> logits, const SamplingParams& params, std::span<const int> prompt_ids,

@@ -12,6 +12,7 @@
 
 #include "cache/state_cache.h"
 #include "config/model_config.h"
+#include "model/device_sampling.h"
 #include "model/forward_batch.h"
 
 namespace ssmserve {
@@ -29,6 +30,8 @@ struct GreedyPick {
   int token = -1;
   float logprob = 0.0f;
   std::vector<std::pair<int, float>> top;
+  /// forward_sample rows with token == kPickOnHost: the row's raw logits [vocab] fp32 for the host sampler.
+  std::vector<float> logits;
 };
 
 /// A causal language model with recurrent layers.
@@ -58,6 +61,18 @@ class CausalLM {
   /// engine then calls forward).
   virtual bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) {
     (void)batch, (void)cache, (void)num_top, (void)out;
+    return false;
+  }
+  /// Device backends (issue 7): runs the batch like forward but samples every logits row on the device with
+  /// sample.rows[i] (packed by engine/device_sampling.h pack_sample_row, uniform pre-drawn from the request's
+  /// RequestRng) and returns only out[i] for row i: what sample_token_with_uniform gives for those params (token,
+  /// raw logprob, rows[i].num_top top pairs). token == -1: NaN / +inf logits or every processed logit -inf;
+  /// token == kPickOnHost: the device left the row to the host and out[i].logits holds its raw logits. Returns
+  /// false, doing nothing, when the model has no device sampler (the engine then calls forward).
+  /// sample.rows.size() must equal batch.logits_indices.size() (Error otherwise).
+  virtual bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
+                              std::vector<GreedyPick>& out) {
+    (void)batch, (void)cache, (void)sample, (void)out;
     return false;
   }
   /// Device backends: bytes of device memory left for the recurrent-state pool when the engine may use

@@ -111,6 +111,12 @@ class CudaMambaModel final : public CausalLM {
     step(batch, cache, nullptr, num_top, &out);
     return true;
   }
+  bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
+                      std::vector<GreedyPick>& out) override {
+    if (tp_.on()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
+    step(batch, cache, nullptr, -1, &out, &sample);
+    return true;
+  }
   std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
     const double H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2.0 * m_.d_state, V = cfg_.vocab_size;
     const double ab = dtype_size(opt_.weight_dtype);
@@ -125,7 +131,8 @@ class CudaMambaModel final : public CausalLM {
             void* y2 = nullptr);
   void mixer(int layer, const ForwardBatch& batch, const StepMeta& dm, int64_t T);
   /// One step: logits into `logits` (greedy_top < 0) or greedy picks with greedy_top top log-probabilities.
-  void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks);
+  void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks,
+            const DeviceSampleBatch* sample = nullptr);
   /// Sizes every scratch buffer for T tokens and nlog logits rows.
   void reserve(int64_t T, int64_t nlog);
 
@@ -161,7 +168,7 @@ void CudaMambaModel::gemm(const void* x, int64_t M, int64_t x_stride, const DevW
 }
 
 void CudaMambaModel::step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top,
-                          std::vector<GreedyPick>* picks) {
+                          std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample) {
   StepFrameArgs a;
   a.arch = "Mamba", a.num_layers = cfg_.num_hidden_layers, a.hidden_size = cfg_.hidden_size;
   a.vocab_size = cfg_.vocab_size, a.eps = cfg_.layer_norm_epsilon, a.cuda_graphs = opt_.cuda_graphs;
@@ -170,7 +177,7 @@ void CudaMambaModel::step(const ForwardBatch& batch, StateCache& cache, float* l
   a.scratch = {&hidden_, &out_, &normed_, &xz_, &xc_, &xdbl_, &delta_, &y_, &xc16_, &xdbl16_, &y16_};
   a.reserve = [&](int64_t T, int64_t nlog) { reserve(T, nlog); };
   a.mixer = [&](int layer, const StepMeta& dm, int64_t T) { mixer(layer, batch, dm, T); };
-  run_step(a, batch, cache, stream_.get(), logits, greedy_top, picks);
+  run_step(a, batch, cache, stream_.get(), logits, greedy_top, picks, sample);
 }
 
 void CudaMambaModel::reserve(int64_t T, int64_t nlog) {

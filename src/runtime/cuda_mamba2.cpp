@@ -167,10 +167,17 @@ class CudaMamba2Model final : public CausalLM {
     step(batch, cache, nullptr, num_top, &out);
     return true;
   }
+  bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
+                      std::vector<GreedyPick>& out) override {
+    if (tp_.on()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
+    step(batch, cache, nullptr, -1, &out, &sample);
+    return true;
+  }
 
  private:
   /// One step: logits into `logits` (greedy_top < 0) or greedy picks with greedy_top top log-probabilities.
-  void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks) {
+  void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks,
+            const DeviceSampleBatch* sample = nullptr) {
     StepFrameArgs a;
     a.arch = "Mamba2", a.num_layers = cfg_.num_hidden_layers, a.hidden_size = cfg_.hidden_size;
     a.vocab_size = cfg_.vocab_size, a.eps = cfg_.layer_norm_epsilon, a.cuda_graphs = opt_.cuda_graphs;
@@ -179,7 +186,7 @@ class CudaMamba2Model final : public CausalLM {
     a.scratch = {&hidden_, &out_, &normed_, &proj_, &xbc_, &y_, &gated_};
     a.reserve = [&](int64_t T, int64_t nlog) { reserve(T, nlog); };
     a.mixer = [&](int layer, const StepMeta& sm, int64_t T) { mixer(layer, batch, sm, T); };
-    run_step(a, batch, cache, stream_.get(), logits, greedy_top, picks);
+    run_step(a, batch, cache, stream_.get(), logits, greedy_top, picks, sample);
   }
 
   /// Sizes every scratch buffer for T tokens and nlog logits rows.

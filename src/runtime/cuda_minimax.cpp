@@ -135,6 +135,19 @@ class CudaMiniMaxModel final : public CausalLM {
   int kv_block_size() const override { return kv_block_size_; }
 
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override {
+    run(batch, cache, logits, nullptr, nullptr);
+  }
+  bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
+                      std::vector<GreedyPick>& out) override {
+    out.clear();
+    run(batch, cache, nullptr, &sample, &out);
+    return true;
+  }
+
+ private:
+  /// One step: logits into `logits`, or (sample non-null) every logits row sampled on the device into *picks.
+  void run(const ForwardBatch& batch, StateCache& cache, float* logits, const DeviceSampleBatch* sample,
+           std::vector<GreedyPick>* picks) {
     check_batch_against_cache(batch, cache, num_state_layers(), "MiniMax");
     const LinearAttentionMetadata& lm = batch.linear_meta;
     const PagedAttentionMetadata& am = batch.attn_meta;
@@ -190,7 +203,12 @@ class CudaMiniMaxModel final : public CausalLM {
     } else {
       body();
     }
-    frame_.download(nlog, V, logits, s);
+    if (sample) {
+      frame_.enqueue_sample(nlog, V, *sample, s);
+      frame_.download_sample(nlog, V, *sample, *picks, s);
+    } else {
+      frame_.download(nlog, V, logits, s);
+    }
   }
 
  private:

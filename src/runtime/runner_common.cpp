@@ -111,6 +111,57 @@ void LmFrame::download_greedy(int64_t n_logits, int num_top, std::vector<GreedyP
   }
 }
 
+void LmFrame::enqueue_sample(int64_t n_logits, int64_t V, const DeviceSampleBatch& sample, cudaStream_t s) {
+  SSM_CHECK(static_cast<int64_t>(sample.rows.size()) == n_logits, "device sampling: {} parameter rows for {} logits rows",
+            sample.rows.size(), n_logits);
+  if (n_logits == 0) return;
+  bool any_mods = false;
+  for (const SampleRowParams& r : sample.rows) {
+    SSM_CHECK(r.mods_begin >= 0 && r.mods_count >= 0 &&
+                  static_cast<size_t>(r.mods_begin) + static_cast<size_t>(r.mods_count) <= sample.mods.size(),
+              "device sampling: a row's logit modifications [{}, +{}) lie outside the {} entries", r.mods_begin,
+              r.mods_count, sample.mods.size());
+    any_mods = any_mods || r.mods_count > 0;
+  }
+  const size_t rows_bytes = sample.rows.size() * sizeof(SampleRowParams);
+  const size_t mods_off = (rows_bytes + 15) / 16 * 16;
+  const size_t bytes = mods_off + sample.mods.size() * sizeof(LogitMod);
+  auto* base = static_cast<uint8_t*>(sample_in.get(bytes));
+  SSM_CUDA_CHECK(cudaMemcpyAsync(base, sample.rows.data(), rows_bytes, cudaMemcpyHostToDevice, s));
+  if (!sample.mods.empty())
+    SSM_CUDA_CHECK(cudaMemcpyAsync(base + mods_off, sample.mods.data(), sample.mods.size() * sizeof(LogitMod),
+                                   cudaMemcpyHostToDevice, s));
+  float* work = any_mods ? sample_work.f32(static_cast<size_t>(n_logits * V)) : nullptr;
+  SSM_CUDA_CHECK(sample_rows(logits.f32(n_logits * V), V, static_cast<int>(n_logits), V,
+                             reinterpret_cast<const SampleRowParams*>(base),
+                             reinterpret_cast<const LogitMod*>(base + mods_off), work,
+                             static_cast<GreedyRow*>(picks.get(n_logits * sizeof(GreedyRow))), s));
+}
+
+void LmFrame::download_sample(int64_t n_logits, int64_t V, const DeviceSampleBatch& sample, std::vector<GreedyPick>& out,
+                              cudaStream_t s) {
+  picks_host.resize(static_cast<size_t>(n_logits));
+  if (n_logits > 0)
+    SSM_CUDA_CHECK(cudaMemcpyAsync(picks_host.data(), picks.buf.data(), n_logits * sizeof(GreedyRow),
+                                   cudaMemcpyDeviceToHost, s));
+  SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+  out.resize(static_cast<size_t>(n_logits));
+  for (int64_t i = 0; i < n_logits; ++i) {
+    const GreedyRow& g = picks_host[i];
+    GreedyPick& p = out[i];
+    p.token = g.token, p.logprob = g.logprob;
+    p.top.clear();
+    p.logits.clear();
+    const int num_top = std::clamp(sample.rows[i].num_top, 0, static_cast<int>(std::min<int64_t>(V, kMaxDeviceTopLogprobs)));
+    for (int j = 0; j < num_top && g.token >= 0; ++j) p.top.emplace_back(g.top_ids[j], g.top_logprobs[j]);
+    if (g.token == kPickOnHost) {  // rare: the candidate set did not fit on chip
+      p.logits.resize(static_cast<size_t>(V));
+      SSM_CUDA_CHECK(cudaMemcpy(p.logits.data(), logits.f32(n_logits * V) + i * V, V * sizeof(float),
+                                cudaMemcpyDeviceToHost));
+    }
+  }
+}
+
 void LmFrame::pointers(std::vector<const void*>& out) const {
   for (const Scratch* s : {&cast, &logits, &picks}) out.push_back(s->buf.data());
 }
@@ -203,7 +254,8 @@ void DecodeGraphs::run(cudaStream_t s, uint64_t key, uint64_t signature, const s
 }
 
 void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cache, cudaStream_t s, float* logits,
-              int greedy_top, std::vector<GreedyPick>* picks) {
+              int greedy_top, std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample) {
+  SSM_CHECK(!sample || (greedy_top < 0 && picks && !a.tp->on()), "device sampling: bad run_step arguments");
   check_batch_against_cache(batch, cache, a.num_layers, a.arch);
   const int64_t T = batch.num_tokens(), H = a.hidden_size, V = a.vocab_size;
   for (int32_t id : batch.input_ids) SSM_CHECK(id >= 0 && id < V, "token id {} outside the vocabulary [0, {})", id, V);
@@ -230,7 +282,10 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
   } else {
     body();
   }
-  if (a.tp->on()) a.tp->gather_logits(*a.frame, nlog, V, logits, s);
+  if (sample) {
+    a.frame->enqueue_sample(nlog, V, *sample, s);
+    a.frame->download_sample(nlog, V, *sample, *picks, s);
+  } else if (a.tp->on()) a.tp->gather_logits(*a.frame, nlog, V, logits, s);
   else if (greedy_top >= 0) a.frame->download_greedy(nlog, greedy_top, *picks, s);
   else a.frame->download(nlog, V, logits, s);
 }

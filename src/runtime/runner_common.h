@@ -79,6 +79,8 @@ struct LmFrame {
   DeviceBuffer norm_f;
   Scratch cast, logits;  ///< cast: the normed logits rows [n_logits, H] in the head's dtype
   Scratch picks;         ///< device greedy picks [n_logits] GreedyRow
+  Scratch sample_in;     ///< device sampling input: rows [n_logits] SampleRowParams, then the LogitMod entries
+  Scratch sample_work;   ///< processed logits [n_logits, V] of rows with logit modifications
   std::vector<GreedyRow> picks_host;
 
   /// Sizes the scratch for T tokens and n_logits rows (so a captured step never reallocates).
@@ -95,6 +97,13 @@ struct LmFrame {
   void enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s);
   /// Copies the picks to the host (waiting for the stream) into out [n_logits].
   void download_greedy(int64_t n_logits, int num_top, std::vector<GreedyPick>& out, cudaStream_t s);
+  /// Uploads `sample` and enqueues the full device sampling of every logits row (kernels/cuda/sampling.h
+  /// sample_rows) after enqueue_head; not part of a captured graph (its inputs change every step).
+  void enqueue_sample(int64_t n_logits, int64_t V, const DeviceSampleBatch& sample, cudaStream_t s);
+  /// Copies the picks to the host (waiting for the stream) into out [n_logits]; rows left to the host
+  /// (kPickOnHost) get their raw logits row in out[i].logits.
+  void download_sample(int64_t n_logits, int64_t V, const DeviceSampleBatch& sample, std::vector<GreedyPick>& out,
+                       cudaStream_t s);
   /// Device pointers the enqueued work depends on (for DecodeGraphs signatures).
   void pointers(std::vector<const void*>& out) const;
 };
@@ -165,7 +174,9 @@ struct StepFrameArgs {
 /// reserves the scratch, uploads the metadata once, enqueues embedding -> mixers -> final norm -> LM head
 /// (-> greedy picks when greedy_top >= 0) on `s` (decode-only steps through a CUDA graph keyed by shape), and
 /// returns the logits [n_logits, V] into `logits` or the picks into *picks (tensor parallel: all-gathered).
+/// sample (non-null, greedy_top = -1): the logits rows are sampled on the device after the (graph) step and the
+/// picks returned into *picks (LmFrame::enqueue_sample); not with tensor parallelism.
 void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cache, cudaStream_t s, float* logits,
-              int greedy_top, std::vector<GreedyPick>* picks);
+              int greedy_top, std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample = nullptr);
 
 }  // namespace ssmserve::cuda

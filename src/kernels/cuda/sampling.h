@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "model/device_sampling.h"
+
 namespace ssmserve::cuda {
 
 /// Most top log-probabilities greedy_sample returns per row (vLLM's default max_logprobs).
@@ -28,5 +30,25 @@ struct GreedyRow {
 /// num_top in [0, kMaxDeviceTopLogprobs], clamped to V.
 cudaError_t greedy_sample(const float* logits, int64_t ld, int n, int64_t V, int num_top, GreedyRow* out,
                           cudaStream_t stream);
+
+/// Candidate capacity of sample_rows' sorted path (top-k / top-p rows): a row whose candidate set is larger is
+/// left to the host (token = kPickOnHost).
+inline constexpr int kDeviceSampleCapacity = 4096;
+
+/// Full sampling of each of n rows of raw logits [n, V] fp32 (row stride ld >= V), as engine/sampler.h's
+/// sample_token_with_uniform(logits row, params, history, rows[i].uniform) for the params the row was packed from
+/// (engine/device_sampling.h): the row's LogitMod entries (logit_bias, min_tokens masking, repetition / frequency /
+/// presence penalties, in that order, into work [n, V] fp32 for rows that have entries), greedy argmax when
+/// temperature == 0, else temperature, top-k, top-p, min-p in the CPU sampler's order and one inverse-CDF draw with
+/// rows[i].uniform over the same candidate order (id order without top-k / top-p; (logit desc, id asc) with).
+/// Top-k / top-p use a threshold search (masses above m - d * T, d = 1/16 ... 128) and a bitonic sort of at most
+/// kDeviceSampleCapacity candidates on chip, never a full-vocabulary sort. out[i]: the token, its raw logprob and
+/// rows[i].num_top raw top logprobs (log_softmax of the unmodified row), like greedy_sample. token = -1: NaN / +inf
+/// raw logits, or every processed logit -inf; token = kPickOnHost: the candidate set exceeded the capacity.
+/// Sums use double accumulators in a different order than the CPU, so a draw can differ from the CPU only when the
+/// uniform lies within ~1e-12 relative of a CDF boundary. rows, mods, work, out: device memory; work may be null
+/// when no row has entries. One CTA of 1024 threads per row, 64 KiB dynamic shared memory.
+cudaError_t sample_rows(const float* logits, int64_t ld, int n, int64_t V, const SampleRowParams* rows,
+                        const LogitMod* mods, float* work, GreedyRow* out, cudaStream_t stream);
 
 }  // namespace ssmserve::cuda
