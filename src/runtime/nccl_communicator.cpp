@@ -6,10 +6,12 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "device/cuda_check.h"
 #include "device/device.h"
+#include "kernels/cuda/p2p_all_reduce.h"
 
 #ifndef SSMSERVE_HAVE_NCCL
 #define SSMSERVE_HAVE_NCCL 0
@@ -85,10 +87,12 @@ void nccl_check(ncclResult_t r, const char* what) {
   fail("NCCL error {} ({}) in {}", static_cast<int>(r), nccl().error_string(r), what);
 }
 
-/// One rank: its ncclComm_t, its device and the stream its collectives go on.
+/// One rank: its ncclComm_t, its device and the stream its collectives go on; small all-reduces take the one-shot
+/// peer-to-peer kernel when the group set it up (p2p.world > 1).
 class NcclRank final : public dist::Communicator {
  public:
-  NcclRank(ncclComm_t comm, int rank, int world) : comm_(comm), rank_(rank), world_(world) {}
+  NcclRank(ncclComm_t comm, int rank, int world, const P2pAllReduceRank& p2p)
+      : comm_(comm), rank_(rank), world_(world), p2p_(p2p) {}
   ~NcclRank() override {
     if (comm_) nccl().comm_destroy(comm_);
   }
@@ -99,6 +103,10 @@ class NcclRank final : public dist::Communicator {
   void all_reduce_sum(float* data, int64_t count) override {
     SSM_CHECK(count >= 0, "all_reduce_sum: negative count {}", count);
     if (world_ == 1 || count == 0) return;
+    if (p2p_.world > 1 && count <= p2p_.max_count) {
+      SSM_CUDA_CHECK(p2p_all_reduce_sum(p2p_, data, count, stream_));
+      return;
+    }
     nccl_check(nccl().all_reduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
   }
 
@@ -119,7 +127,24 @@ class NcclRank final : public dist::Communicator {
   int rank_ = 0, world_ = 1;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer scratch_;
+  P2pAllReduceRank p2p_;
 };
+
+/// Floats per one-shot staging buffer: decode steps' all-reduces (x_proj / out_proj rows of a few sequences) fit;
+/// larger ones (prefill) go to NCCL.
+constexpr int64_t kP2pMaxCount = 16384;
+
+/// Whether every pair of GPUs 0..world-1 can access each other (and SSMSERVE_TP_P2P_ALLREDUCE is not "0").
+bool p2p_usable(int world) {
+  if (const char* e = std::getenv("SSMSERVE_TP_P2P_ALLREDUCE"); e && std::string(e) == "0") return false;
+  if (world < 2 || world > kP2pMaxRanks) return false;
+  for (int a = 0; a < world; ++a)
+    for (int b = 0; b < world; ++b) {
+      int ok = 0;
+      if (a != b && (cudaDeviceCanAccessPeer(&ok, a, b) != cudaSuccess || !ok)) return false;
+    }
+  return true;
+}
 
 }  // namespace
 
@@ -132,7 +157,39 @@ NcclGroup::NcclGroup(int world_size) {
   std::vector<int> devs(static_cast<size_t>(world_size));
   for (int r = 0; r < world_size; ++r) devs[r] = r;
   nccl_check(api.comm_init_all(comms.data(), world_size, devs.data()), "ncclCommInitAll");
-  for (int r = 0; r < world_size; ++r) ranks_.push_back(std::make_unique<NcclRank>(comms[r], r, world_size));
+  std::vector<P2pAllReduceRank> p2p(static_cast<size_t>(world_size));
+  if (p2p_usable(world_size)) {
+    int prev = 0;
+    SSM_CUDA_CHECK(cudaGetDevice(&prev));
+    P2pAllReduceRank shared;
+    shared.world = world_size, shared.max_count = kP2pMaxCount;
+    for (int r = 0; r < world_size; ++r) {
+      SSM_CUDA_CHECK(cudaSetDevice(r));
+      for (int p = 0; p < world_size; ++p)
+        if (p != r) {
+          const cudaError_t e = cudaDeviceEnablePeerAccess(p, 0);
+          if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+          else SSM_CUDA_CHECK(e);
+        }
+      // Per rank: two staging buffers, the flags, the epoch counter, zeroed.
+      const size_t bytes = 2 * kP2pMaxCount * sizeof(float) + (kP2pMaxRanks + 1) * sizeof(uint64_t);
+      void* base = nullptr;
+      SSM_CUDA_CHECK(cudaMalloc(&base, bytes));
+      SSM_CUDA_CHECK(cudaMemset(base, 0, bytes));
+      p2p_memory_.push_back(base);
+      auto* f = static_cast<float*>(base);
+      shared.staging[r][0] = f, shared.staging[r][1] = f + kP2pMaxCount;
+      shared.flags[r] = reinterpret_cast<uint64_t*>(f + 2 * kP2pMaxCount);
+    }
+    for (int r = 0; r < world_size; ++r) {
+      p2p[r] = shared;
+      p2p[r].rank = r;
+      p2p[r].epoch = shared.flags[r] + kP2pMaxRanks;
+    }
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    SSM_CUDA_CHECK(cudaSetDevice(prev));
+  }
+  for (int r = 0; r < world_size; ++r) ranks_.push_back(std::make_unique<NcclRank>(comms[r], r, world_size, p2p[r]));
 }
 
 #else  // built without nccl.h
@@ -144,7 +201,10 @@ NcclGroup::NcclGroup(int world_size) {
 
 #endif
 
-NcclGroup::~NcclGroup() = default;
+NcclGroup::~NcclGroup() {
+  ranks_.clear();
+  for (void* p : p2p_memory_) cudaFree(p);
+}
 
 dist::Communicator& NcclGroup::communicator(int rank) {
   SSM_CHECK(rank >= 0 && rank < world_size(), "NcclGroup: rank {} outside [0, {})", rank, world_size());

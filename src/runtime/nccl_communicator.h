@@ -19,7 +19,10 @@ std::vector<std::string> nccl_library_candidates();
 
 /// `world_size` ranks on GPUs 0..world_size-1 of this process. Collectives (Communicator API) take device pointers
 /// of the rank's GPU and are enqueued on the stream given by set_stream (default: the legacy stream); fp32 sums
-/// are NCCL's ncclSum (ring / tree order: identical on every rank, but not TP = 1's order). Each rank's
+/// are NCCL's ncclSum (ring / tree order: identical on every rank, but not TP = 1's order). When every pair of GPUs
+/// has peer access, all-reduces of up to 16,384 floats (decode steps) take the one-shot peer-to-peer kernel
+/// instead (kernels/cuda/p2p_all_reduce.h: rank-order sums, also identical on every rank);
+/// SSMSERVE_TP_P2P_ALLREDUCE=0 keeps NCCL for all. Each rank's
 /// communicator must be driven by one thread with that rank's GPU current (cudaSetDevice(rank)).
 class NcclGroup {
  public:
@@ -36,6 +39,7 @@ class NcclGroup {
 
  private:
   std::vector<std::unique_ptr<dist::Communicator>> ranks_;
+  std::vector<void*> p2p_memory_;  ///< per rank: the one-shot all-reduce's staging buffers, flags and epoch
 };
 
 }  // namespace ssmserve::cuda
