@@ -10,6 +10,7 @@ out=${1:?usage: scripts/gpu-tp-check.sh OUTDIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
+export SSMSERVE_SOURCE_DIR="$PWD"  # prebuilt test binaries find this checkout's models and configs
 summary="$out/tp-summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
