@@ -49,12 +49,19 @@ Mamba2Config Mamba2Config::from_json(const ModelConfig& cfg) {
   const int expand = positive_int(j, "expand", 2);
   m.num_heads = positive_int(j, "num_heads");
   m.head_dim = positive_int(j, "head_dim", 64);
-  m.d_inner = m.num_heads * m.head_dim;
-  SSM_CHECK(expand * cfg.hidden_size == m.d_inner || !j.contains("expand"),
-            "config.json: num_heads * head_dim = {} must equal expand * hidden_size = {}", m.d_inner, expand * cfg.hidden_size);
+  // Bounds far above real models (codestral-mamba-7b: d_inner 8192, 8 groups of d_state 128) that keep d_inner,
+  // conv_dim and the projection widths clear of int overflow and the dummy weights clear of absurd allocations.
+  constexpr int64_t kMaxWidth = 1 << 16;
+  const int64_t d_inner = int64_t{m.num_heads} * m.head_dim, expanded = int64_t{expand} * cfg.hidden_size;
+  SSM_CHECK(d_inner <= kMaxWidth, "config.json: num_heads * head_dim = {} must be <= {}", d_inner, kMaxWidth);
+  m.d_inner = static_cast<int>(d_inner);
+  SSM_CHECK(expanded == d_inner || !j.contains("expand"), "config.json: num_heads * head_dim = {} must equal expand * hidden_size = {}",
+            d_inner, expanded);
   m.d_state = positive_int(j, "state_size", 128);
   m.n_groups = positive_int(j, "n_groups", 1);
   SSM_CHECK(m.num_heads % m.n_groups == 0, "config.json: num_heads {} must be a multiple of n_groups {}", m.num_heads, m.n_groups);
+  SSM_CHECK(int64_t{m.n_groups} * m.d_state <= kMaxWidth, "config.json: n_groups * state_size = {} must be <= {}",
+            int64_t{m.n_groups} * m.d_state, kMaxWidth);
   m.d_conv = positive_int(j, "conv_kernel", 4);
   SSM_CHECK(m.d_conv <= cpu::kMaxConvWidth, "config.json: conv_kernel {} must be in [1, {}]", m.d_conv, cpu::kMaxConvWidth);
   m.chunk_size = positive_int(j, "chunk_size", 256);
