@@ -95,12 +95,16 @@ void LmFrame::enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStrea
                                static_cast<GreedyRow*>(picks.get(n_logits * sizeof(GreedyRow))), s));
 }
 
-void LmFrame::download_greedy(int64_t n_logits, int num_top, std::vector<GreedyPick>& out, cudaStream_t s) {
+void LmFrame::fetch_picks(int64_t n_logits, cudaStream_t s) {
   picks_host.resize(static_cast<size_t>(n_logits));
   if (n_logits > 0)
     SSM_CUDA_CHECK(cudaMemcpyAsync(picks_host.data(), picks.buf.data(), n_logits * sizeof(GreedyRow),
                                    cudaMemcpyDeviceToHost, s));
   SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void LmFrame::download_greedy(int64_t n_logits, int num_top, std::vector<GreedyPick>& out, cudaStream_t s) {
+  fetch_picks(n_logits, s);
   out.resize(static_cast<size_t>(n_logits));
   for (int64_t i = 0; i < n_logits; ++i) {
     const GreedyRow& g = picks_host[i];
@@ -140,11 +144,7 @@ void LmFrame::enqueue_sample(int64_t n_logits, int64_t V, const DeviceSampleBatc
 
 void LmFrame::download_sample(int64_t n_logits, int64_t V, const DeviceSampleBatch& sample, std::vector<GreedyPick>& out,
                               cudaStream_t s) {
-  picks_host.resize(static_cast<size_t>(n_logits));
-  if (n_logits > 0)
-    SSM_CUDA_CHECK(cudaMemcpyAsync(picks_host.data(), picks.buf.data(), n_logits * sizeof(GreedyRow),
-                                   cudaMemcpyDeviceToHost, s));
-  SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+  fetch_picks(n_logits, s);
   out.resize(static_cast<size_t>(n_logits));
   for (int64_t i = 0; i < n_logits; ++i) {
     const GreedyRow& g = picks_host[i];
