@@ -17,6 +17,7 @@
 #include "model/archs/mamba2.h"
 #include "model/checkpoint.h"
 #include "model/lm_common.h"
+#include "model/parallel_layers.h"
 #include "model/weight_source.h"
 #include "runtime/cuda_mamba.h"
 #include "runtime/device_state.h"
@@ -68,36 +69,12 @@ HostWeights2 shard_host_weights(const HostWeights2& w, const Mamba2Config& m, in
 }
 
 HostWeights2 load_host_weights(const ModelConfig& cfg, const Mamba2Config& m, WeightSource& src) {
-  const int64_t Hd = cfg.hidden_size, I = m.d_inner, C = m.conv_dim(), NH = m.num_heads, K = m.d_conv, V = cfg.vocab_size;
-  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
+  const int64_t Hd = cfg.hidden_size, V = cfg.vocab_size;
   HostWeights2 w;
   w.embedding = src.matrix("backbone.embeddings.weight", {V, Hd}, DummyInit::uniform(0.1f));
-  // Layers in parallel (dummy values are seeded per tensor name); the lowest failing layer's error is rethrown.
-  const int64_t nl = cfg.num_hidden_layers;
-  w.layers.resize(static_cast<size_t>(nl));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(nl));
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t l = 0; l < nl; ++l) {
-   try {
-    const std::string p = fmt::format("backbone.layers.{}.", l);
-    Mamba2LayerWeights L;
-    L.norm = src.vector(p + "norm.weight", {Hd}, DummyInit::constant(1.0f));
-    L.in_proj = src.matrix(p + "mixer.in_proj.weight", {I + C + NH, Hd}, DummyInit::uniform(in_scale));
-    L.conv_weight = src.vector(p + "mixer.conv1d.weight", {C, 1, K}, DummyInit::uniform(0.5f));
-    if (m.use_conv_bias) L.conv_bias = src.vector(p + "mixer.conv1d.bias", {C}, DummyInit::uniform(0.1f));
-    L.dt_bias = src.vector(p + "mixer.dt_bias", {NH}, DummyInit::constant(-4.0f));
-    L.A = src.vector(p + "mixer.A_log", {NH}, DummyInit::log_arange());
-    for (float& a : L.A) a = -std::exp(a);
-    L.D = src.vector(p + "mixer.D", {NH}, DummyInit::constant(1.0f));
-    L.gate_norm = src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f));
-    L.out_proj = src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale));
-    w.layers[static_cast<size_t>(l)] = std::move(L);
-   } catch (...) {
-    errors[static_cast<size_t>(l)] = std::current_exception();
-   }
-  }
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  w.layers.resize(static_cast<size_t>(cfg.num_hidden_layers));
+  for_each_layer_parallel(cfg.num_hidden_layers,
+                          [&](int64_t l) { w.layers[static_cast<size_t>(l)] = read_mamba2_layer(src, cfg, m, l); });
   w.norm_f = src.vector("backbone.norm_f.weight", {Hd}, DummyInit::constant(1.0f));
   w.lm_head = (cfg.tie_word_embeddings && !src.has("lm_head.weight"))
                   ? w.embedding

@@ -17,6 +17,7 @@
 #include "dist/gathered_linear.h"
 #include "dist/vocab_parallel.h"
 #include "model/lm_common.h"
+#include "model/parallel_layers.h"
 
 namespace ssmserve {
 
@@ -30,14 +31,10 @@ MambaWeights MambaWeights::load(const ModelConfig& cfg, WeightSource& src, const
   const std::vector<dist::Range> xz_rows = {c, {I + c.begin, I + c.end}};  // in_proj: x rows then z rows
   MambaWeights w;
   w.embedding = dist::slice_rows(src.matrix("backbone.embeddings.weight", {V, H}, DummyInit::uniform(0.1f)), {v});
-  // Layers in parallel (dummy weights are seeded per tensor name, so the values do not depend on the order); an
-  // error is rethrown for the lowest failing layer, as the sequential loop would.
-  const int64_t nl = cfg.num_hidden_layers;
-  w.layers.resize(static_cast<size_t>(nl));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(nl));
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t l = 0; l < nl; ++l) {
-   try {
+  // Layers in parallel (model/parallel_layers.h: values do not depend on the order; the lowest failing layer's
+  // error is rethrown).
+  w.layers.resize(static_cast<size_t>(cfg.num_hidden_layers));
+  for_each_layer_parallel(cfg.num_hidden_layers, [&](int64_t l) {
     const std::string p = fmt::format("backbone.layers.{}.", l);
     MambaLayerWeights L;
     L.norm = src.vector(p + "norm.weight", {H}, DummyInit::constant(1.0f));
@@ -57,12 +54,7 @@ MambaWeights MambaWeights::load(const ModelConfig& cfg, WeightSource& src, const
     if (m.use_bias) L.out_proj_bias = dist::slice_rows(src.vector(p + "mixer.out_proj.bias", {H}, DummyInit::constant(0.0f)), 1, {o});
     for (Weight* proj : {&L.in_proj, &L.x_proj, &L.dt_proj, &L.out_proj}) cpu::pack_for_linear(*proj);
     w.layers[static_cast<size_t>(l)] = std::move(L);
-   } catch (...) {
-    errors[static_cast<size_t>(l)] = std::current_exception();
-   }
-  }
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  });
   w.norm_f = src.vector("backbone.norm_f.weight", {H}, DummyInit::constant(1.0f));
   if (cfg.tie_word_embeddings && !src.has("lm_head.weight")) w.lm_head = w.embedding;
   else w.lm_head = dist::slice_rows(src.matrix("lm_head.weight", {V, H}, DummyInit::uniform(0.1f)), {v});

@@ -21,6 +21,7 @@
 #include "dist/gathered_linear.h"
 #include "dist/vocab_parallel.h"
 #include "model/lm_common.h"
+#include "model/parallel_layers.h"
 
 namespace ssmserve {
 namespace {
@@ -284,6 +285,26 @@ void Mamba2Model::gated_norm_and_out_proj_gathered(const Mamba2LayerWeights& L, 
 
 }  // namespace
 
+Mamba2LayerWeights read_mamba2_layer(WeightSource& src, const ModelConfig& cfg, const Mamba2Config& m, int64_t layer) {
+  const int64_t Hd = cfg.hidden_size, I = m.d_inner, C = m.conv_dim(), NH = m.num_heads, K = m.d_conv;
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
+  const std::string p = fmt::format("backbone.layers.{}.", layer);
+  Mamba2LayerWeights L;
+  L.norm = src.vector(p + "norm.weight", {Hd}, DummyInit::constant(1.0f));
+  L.in_proj = src.matrix(p + "mixer.in_proj.weight", {I + C + NH, Hd}, DummyInit::uniform(in_scale));
+  if (m.use_bias) L.in_proj_bias = src.vector(p + "mixer.in_proj.bias", {I + C + NH}, DummyInit::constant(0.0f));
+  L.conv_weight = src.vector(p + "mixer.conv1d.weight", {C, 1, K}, DummyInit::uniform(0.5f));
+  if (m.use_conv_bias) L.conv_bias = src.vector(p + "mixer.conv1d.bias", {C}, DummyInit::uniform(0.1f));
+  L.dt_bias = src.vector(p + "mixer.dt_bias", {NH}, DummyInit::constant(-4.0f));
+  L.A = src.vector(p + "mixer.A_log", {NH}, DummyInit::log_arange());
+  for (float& a : L.A) a = -std::exp(a);
+  L.D = src.vector(p + "mixer.D", {NH}, DummyInit::constant(1.0f));
+  L.gate_norm = src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f));
+  L.out_proj = src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale));
+  if (m.use_bias) L.out_proj_bias = src.vector(p + "mixer.out_proj.bias", {Hd}, DummyInit::constant(0.0f));
+  return L;
+}
+
 std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format, const dist::TpRank& tp) {
   const Mamba2Config m = Mamba2Config::from_json(cfg);
   SSM_CHECK(tp.world == 1 || tp.comm, "load_mamba2: tensor-parallel size {} needs a communicator", tp.world);
@@ -299,7 +320,6 @@ std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format,
   }
   const int64_t Hd = cfg.hidden_size, I = m.d_inner, C = m.conv_dim(), NH = m.num_heads, K = m.d_conv, V = cfg.vocab_size;
   const int64_t N = m.d_state, GN = static_cast<int64_t>(m.n_groups) * N;
-  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
   // This rank's heads h, channels c (= heads x head_dim) and B/C group rows g (all of them when replicated); the
   // in_proj rows are [z | x | B | C | dt], the conv channels [x | B | C] (everything when tp.world == 1).
   const dist::Range h = dist::even_shard(NH, tp.rank, tp.world, "Mamba-2 num_heads");
@@ -312,29 +332,24 @@ std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format,
   for (const dist::Range& r : conv_rows) proj_rows.push_back({I + r.begin, I + r.end});
   proj_rows.push_back({I + C + h.begin, I + C + h.end});
   Weight emb = dist::slice_rows(src.matrix("backbone.embeddings.weight", {V, Hd}, DummyInit::uniform(0.1f)), {v});
-  std::vector<Mamba2LayerWeights> layers;
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    const std::string p = fmt::format("backbone.layers.{}.", l);
-    Mamba2LayerWeights L;
-    L.norm = src.vector(p + "norm.weight", {Hd}, DummyInit::constant(1.0f));
-    L.in_proj = dist::slice_rows(src.matrix(p + "mixer.in_proj.weight", {I + C + NH, Hd}, DummyInit::uniform(in_scale)), proj_rows);
-    if (m.use_bias) L.in_proj_bias = dist::slice_rows(src.vector(p + "mixer.in_proj.bias", {I + C + NH}, DummyInit::constant(0.0f)), 1, proj_rows);
-    L.conv_weight = dist::slice_rows(src.vector(p + "mixer.conv1d.weight", {C, 1, K}, DummyInit::uniform(0.5f)), K, conv_rows);
-    if (m.use_conv_bias) L.conv_bias = dist::slice_rows(src.vector(p + "mixer.conv1d.bias", {C}, DummyInit::uniform(0.1f)), 1, conv_rows);
-    L.dt_bias = dist::slice_rows(src.vector(p + "mixer.dt_bias", {NH}, DummyInit::constant(-4.0f)), 1, {h});
-    L.A = dist::slice_rows(src.vector(p + "mixer.A_log", {NH}, DummyInit::log_arange()), 1, {h});
-    for (float& a : L.A) a = -std::exp(a);
-    L.D = dist::slice_rows(src.vector(p + "mixer.D", {NH}, DummyInit::constant(1.0f)), 1, {h});
-    // The gated norm runs over the whole d_inner on every rank, out_proj split by output rows
-    // (dist/gathered_linear.h).
-    L.gate_norm = src.vector(p + "mixer.norm.weight", {I}, DummyInit::constant(1.0f));
-    const dist::Range o = dist::output_shard(Hd, tp.rank, tp.world);
-    L.out_proj = dist::slice_rows(src.matrix(p + "mixer.out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale)), {o});
-    if (m.use_bias) L.out_proj_bias = dist::slice_rows(src.vector(p + "mixer.out_proj.bias", {Hd}, DummyInit::constant(0.0f)), 1, {o});
+  // The gated norm runs over the whole d_inner on every rank, out_proj split by output rows (dist/gathered_linear.h).
+  const dist::Range o = dist::output_shard(Hd, tp.rank, tp.world);
+  std::vector<Mamba2LayerWeights> layers(static_cast<size_t>(cfg.num_hidden_layers));
+  for_each_layer_parallel(cfg.num_hidden_layers, [&](int64_t l) {
+    Mamba2LayerWeights L = read_mamba2_layer(src, cfg, m, l);
+    L.in_proj = dist::slice_rows(L.in_proj, proj_rows);
+    if (!L.in_proj_bias.empty()) L.in_proj_bias = dist::slice_rows(L.in_proj_bias, 1, proj_rows);
+    L.conv_weight = dist::slice_rows(L.conv_weight, K, conv_rows);
+    if (!L.conv_bias.empty()) L.conv_bias = dist::slice_rows(L.conv_bias, 1, conv_rows);
+    L.dt_bias = dist::slice_rows(L.dt_bias, 1, {h});
+    L.A = dist::slice_rows(L.A, 1, {h});
+    L.D = dist::slice_rows(L.D, 1, {h});
+    L.out_proj = dist::slice_rows(L.out_proj, {o});
+    if (!L.out_proj_bias.empty()) L.out_proj_bias = dist::slice_rows(L.out_proj_bias, 1, {o});
     cpu::pack_for_linear(L.in_proj);
     cpu::pack_for_linear(L.out_proj);
-    layers.push_back(std::move(L));
-  }
+    layers[static_cast<size_t>(l)] = std::move(L);
+  });
   std::vector<float> norm_f = src.vector("backbone.norm_f.weight", {Hd}, DummyInit::constant(1.0f));
   Weight head = (cfg.tie_word_embeddings && !src.has("lm_head.weight"))
                     ? emb

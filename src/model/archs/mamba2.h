@@ -47,6 +47,14 @@ struct Mamba2LayerWeights {
   std::vector<float> out_proj_bias; ///< or empty
 };
 
+/// Reads every parameter of Mamba-2 layer `layer` at full size (no tensor-parallel slicing, no packing): the
+/// checkpoint's `backbone.layers.{layer}.*` tensors (HF `Mamba2ForCausalLM` names; shapes in Mamba2LayerWeights,
+/// with C = conv_dim(), H = num_heads of the whole model), or dummy values seeded per tensor name; A = -exp(A_log).
+/// The biases only when m.use_bias / m.use_conv_bias. One copy of the names, shapes and dummy initializers for the
+/// CPU model (which then slices its rank's rows) and the GPU runner. Thread-safe for distinct layers.
+/// Throws Error naming the tensor when it is missing, misshapen or of an unsupported dtype.
+Mamba2LayerWeights read_mamba2_layer(WeightSource& src, const ModelConfig& cfg, const Mamba2Config& m, int64_t layer);
+
 /// Loads a Mamba-2 model (checkpoint or dummy weights), or rank tp.rank's shard of it (vllm-ssm-design.md §3.1,
 /// §5.2): heads H / tp per rank (x, z, dt rows of in_proj, conv channels, dt_bias, A, D); B / C groups G / tp per
 /// rank when G % tp == 0, the single group replicated on every rank when G == 1; embedding and LM head split by
