@@ -1,0 +1,273 @@
+// GPU fused decode kernels (issue 7): add + RMSNorm over all or gathered rows, the PDL gated norm, the dual-output
+// conv update, the scan update with its output cast, and dt_proj fused into the scan update, each against its CPU
+// reference and, bit for bit, against the kernels it replaces. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "decode_test_util.h"
+#include "device/cuda_check.h"
+#include "kernels/cpu/causal_conv1d.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/selective_scan.h"
+#include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/decode_ops.h"
+#include "kernels/cuda/norms.h"
+#include "kernels/cuda/selective_scan.h"
+#include "kernels/cuda/skinny_gemm.h"
+
+namespace ssmserve {
+namespace {
+using namespace cudatest;
+using cuda::DeviceBuffer;
+using cuda::to_device;
+using cuda::to_host;
+
+TEST(CudaDecodeOps, NormRowsMatchCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int64_t H : {256, 768, 2560, 1000, 5120})
+  for (int64_t pad : {2, 4}) {  // pad 4: 16-byte aligned rows (the float4 form for H % 4 == 0, H <= 4096)
+    SCOPED_TRACE(::testing::Message() << "pad " << pad);
+    const int64_t T = 9, xs = H + 4, rs = H + pad, os = H + 1;
+    auto x = rand_vec(rng, T * xs), res = rand_vec(rng, T * rs), w = rand_vec(rng, H, 0.5f, 1.5f);
+    std::vector<float> sum(T * H), ref(T * H);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) sum[t * H + h] = res[t * rs + h] + x[t * xs + h];
+    cpu::rms_norm(sum.data(), w.data(), 1e-5f, T, H, ref.data());
+    DeviceBuffer dx = to_device(x), dr = to_device(res), dw = to_device(w);
+    // All rows, residual written back, fp32 out.
+    DeviceBuffer dout = poisoned_bytes(T * os * 4);
+    SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx.as<float>(), xs, dr.as<float>(), rs, dw.as<float>(), 1e-5f, nullptr, T, H,
+                                           true, dout.data(), DType::F32, os, true, nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    auto got = to_host<float>(dout, T * os);
+    EXPECT_LT(rel_err(got.data(), os, ref.data(), H, T, H), 1e-5) << "H=" << H;
+    auto r = to_host<float>(dr, T * rs);
+    EXPECT_LT(rel_err(r.data(), rs, sum.data(), H, T, H), 1e-7) << "residual H=" << H;
+    // Gathered rows (the LM head's logits rows), residual untouched, bf16 out.
+    dr.upload(res.data(), res.size() * 4);
+    const std::vector<int32_t> rows = {8, 0, 3};
+    DeviceBuffer drows = to_device(rows), dob = poisoned_bytes(3 * os * 2);
+    SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx.as<float>(), xs, dr.as<float>(), rs, dw.as<float>(), 1e-5f,
+                                           drows.as<int32_t>(), 3, H, false, dob.data(), DType::BF16, os, false, nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    auto gb = bf16_bits_to_f32(to_host<uint16_t>(dob, 3 * os));
+    std::vector<float> refg(3 * H);
+    for (int i = 0; i < 3; ++i) std::copy_n(ref.data() + rows[i] * H, H, refg.data() + i * H);
+    EXPECT_LT(rel_err(gb.data(), os, refg.data(), H, 3, H), 8e-3) << "gathered H=" << H;
+    EXPECT_EQ(to_host<float>(dr, T * rs), res) << "residual modified with rows given";
+  }
+  EXPECT_EQ(cuda::add_rms_norm_rows(nullptr, 0, nullptr, 8, nullptr, 1e-5f, nullptr, 1, 8, true, nullptr, DType::F32, 8,
+                                    false, nullptr),
+            cudaErrorInvalidValue);
+}
+
+TEST(CudaDecodeOps, GatedNormPdlEqualsGatedNorm) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int64_t D : {512, 5120}) {
+    for (int layout = 0; layout < 4; ++layout) {  // bit 0: norm_before_gate; bit 1: strides of 4 (float4 kernel)
+      const bool nbg = layout & 1, vec = layout & 2;
+      const int64_t T = 5, ys = D + (vec ? 4 : 3), zs = D + (vec ? 8 : 7), group = D / 2;
+      auto y = rand_vec(rng, T * ys), z = rand_vec(rng, T * zs, -3, 3), w = rand_vec(rng, D, 0.5f, 1.5f);
+      DeviceBuffer dy = to_device(y), dz = to_device(z), dw = to_device(w);
+      DeviceBuffer o1 = poisoned_bytes(T * D * 4), o2 = poisoned_bytes(T * D * 4);
+      SSM_CUDA_CHECK(cuda::gated_rms_norm(dy.as<float>(), ys, dz.as<float>(), zs, dw.as<float>(), 1e-5f, T, D, group, nbg,
+                                          o1.data(), DType::F32, D, nullptr));
+      SSM_CUDA_CHECK(cuda::gated_rms_norm_pdl(dy.as<float>(), ys, dz.as<float>(), zs, dw.as<float>(), 1e-5f, T, D, group,
+                                              nbg, o2.data(), DType::F32, D, true, nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(to_host<float>(o1, T * D), to_host<float>(o2, T * D))
+          << "D=" << D << " norm_before_gate " << nbg << " float4 " << vec;
+    }
+  }
+}
+
+TEST(CudaDecodeOps, ConvUpdateDualEqualsConvUpdateAndCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int64_t dim : {1536, 5120, 200}) {
+    for (DType sd : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << " state " << dtype_name(sd));
+      const int width = 4;
+      const Batch b = make_batch({1, 1, 1, 1, 1}, {2});
+      const int B = b.num_seqs();
+      const int64_t xs = 2 * dim, os = dim + 3;
+      auto x = rand_vec(rng, B * xs), w = rand_vec(rng, dim * width), bias = rand_vec(rng, dim, -0.1f, 0.1f);
+      StatePool pool(sd, (width - 1) * dim, B + 1, rng);
+      StatePool pool2(sd, (width - 1) * dim, B + 1, rng);
+      pool2.host = pool.host;
+      pool2.dev.upload(pool.host.data(), pool.host.size());
+      DeviceBuffer dx = to_device(x), dw = to_device(w), dbias = to_device(bias), dsi = to_device(b.state_indices);
+      cpu::ConvParams cp{dim, width, w.data(), bias.data(), pool.host_view(), true};
+      cuda::ConvParams g1{dim, width, dw.as<float>(), dbias.as<float>(), pool.dev_view(), true};
+      cuda::ConvParams g2{dim, width, dw.as<float>(), dbias.as<float>(), pool2.dev_view(), true};
+      std::vector<float> ref(B * os, 0.0f);
+      cpu::causal_conv1d_update(x.data(), xs, ref.data(), os, cp, sp(b.state_indices));
+      DeviceBuffer o1 = poisoned_bytes(B * os * 4), o2 = poisoned_bytes(B * os * 4), o2b = poisoned_bytes(B * os * 2);
+      SSM_CUDA_CHECK(cuda::causal_conv1d_update(dx.as<float>(), xs, o1.as<float>(), os, g1, dsi.as<int32_t>(), B, nullptr));
+      SSM_CUDA_CHECK(cuda::conv1d_update_dual(dx.as<float>(), xs, o2.as<float>(), os, o2b.data(), os, g2,
+                                              dsi.as<int32_t>(), B, true, nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      auto a1 = to_host<float>(o1, B * os), a2 = to_host<float>(o2, B * os);
+      auto a2b = to_host<uint16_t>(o2b, B * os);
+      EXPECT_EQ(std::memcmp(a1.data(), a2.data(), a1.size() * 4), 0) << "differs from causal_conv1d_update";
+      std::vector<uint8_t> mask(B);
+      for (int i = 0; i < B; ++i) mask[i] = b.state_indices[i] != 0;
+      EXPECT_LT(rel_err(a2.data(), os, ref.data(), os, B, dim, &mask), 1e-6) << "vs cpu";
+      for (int i = 0; i < B; ++i)
+        for (int64_t c = 0; c < dim && mask[i]; ++c) ASSERT_EQ(a2b[i * os + c], f32_to_bf16(a2[i * os + c]));
+      std::vector<uint8_t> s1(pool.host.size()), s2(pool.host.size());
+      pool.dev.download(s1.data(), s1.size());
+      pool2.dev.download(s2.data(), s2.size());
+      EXPECT_EQ(s1, s2) << "window update differs";
+      pool2.host = pool.host;  // the CPU-updated windows
+      EXPECT_LT(pool2.rel_err_blocks(b.state_indices), 1e-7) << "windows vs cpu";
+    }
+  }
+}
+
+TEST(CudaDecodeOps, ScanUpdateOutEqualsStateUpdateAndCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& s : mamba1_shapes()) {
+    for (DType sd : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(::testing::Message() << s.name << " state " << dtype_name(sd));
+      const int64_t dim = s.d_inner;
+      const int N = s.d_state;
+      const Batch b = make_batch({1, 1, 1, 1}, {1});
+      const int B = b.num_seqs();
+      const int64_t us = dim + 3, ds = dim + 5, bcs = s.dt_rank + 2 * N, zs = 2 * dim, ys = dim + 2;
+      auto u = rand_vec(rng, B * us), delta = rand_vec(rng, B * ds, -4.0f, 1.0f), bc = rand_vec(rng, B * bcs),
+           z = rand_vec(rng, B * zs, -3, 3);
+      std::vector<float> A(dim * N), D = rand_vec(rng, dim), dbias = rand_vec(rng, dim, -1, 0.5f);
+      for (int64_t c = 0; c < dim; ++c)
+        for (int n = 0; n < N; ++n) A[c * N + n] = -static_cast<float>(n + 1) * (0.5f + 0.001f * (c % 97));
+      StatePool pool(sd, dim * N, B + 1, rng, 0.5f), pool2(sd, dim * N, B + 1, rng, 0.5f);
+      pool2.host = pool.host;
+      pool2.dev.upload(pool.host.data(), pool.host.size());
+      const std::vector<uint8_t> initial = pool.host;
+      DeviceBuffer du = to_device(u), dd = to_device(delta), dbc = to_device(bc), dz = to_device(z), dA = to_device(A),
+                   dD = to_device(D), dbi = to_device(dbias), dsi = to_device(b.state_indices);
+      cpu::ScanInputs ci{{u.data(), us}, {delta.data(), ds}, {bc.data() + s.dt_rank, bcs},
+                         {bc.data() + s.dt_rank + N, bcs}, {z.data() + dim, zs}};
+      cuda::ScanInputs gi{{du.as<float>(), us}, {dd.as<float>(), ds}, {dbc.as<float>() + s.dt_rank, bcs},
+                          {dbc.as<float>() + s.dt_rank + N, bcs}, {dz.as<float>() + dim, zs}};
+      cpu::ScanParams cp{dim, N, A.data(), D.data(), dbias.data(), true, pool.host_view()};
+      cuda::ScanParams g1{dim, N, dA.as<float>(), dD.as<float>(), dbi.as<float>(), true, pool.dev_view()};
+      cuda::ScanParams g2{dim, N, dA.as<float>(), dD.as<float>(), dbi.as<float>(), true, pool2.dev_view()};
+      std::vector<float> ref(B * ys, 0.0f);
+      cpu::selective_state_update(ci, cp, ref.data(), ys, sp(b.state_indices));
+      DeviceBuffer y1 = poisoned_bytes(B * ys * 4), y2 = poisoned_bytes(B * ys * 4);
+      SSM_CUDA_CHECK(cuda::selective_state_update(gi, g1, y1.as<float>(), ys, dsi.as<int32_t>(), B, nullptr));
+      SSM_CUDA_CHECK(cuda::selective_state_update_out(gi, g2, y2.data(), DType::F32, ys, dsi.as<int32_t>(), B, true, nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      auto a1 = to_host<float>(y1, B * ys), a2 = to_host<float>(y2, B * ys);
+      EXPECT_EQ(std::memcmp(a1.data(), a2.data(), a1.size() * 4), 0) << "differs from selective_state_update";
+      std::vector<uint8_t> mask(B);
+      for (int i = 0; i < B; ++i) mask[i] = b.state_indices[i] != 0;
+      EXPECT_LT(rel_err(a2.data(), ys, ref.data(), ys, B, dim, &mask), sd == DType::F32 ? 1e-4 : 1e-2) << "vs cpu";
+      EXPECT_TRUE(untouched(a2.data(), ys, B, dim, mask)) << "null rows written";
+      std::vector<uint8_t> s1(pool.host.size()), s2(pool.host.size());
+      pool.dev.download(s1.data(), s1.size());
+      pool2.dev.download(s2.data(), s2.size());
+      EXPECT_EQ(s1, s2) << "state update differs";
+      // bf16 output: the rounding of the fp32 one (states restored first).
+      pool2.dev.upload(initial.data(), initial.size());
+      DeviceBuffer y3 = poisoned_bytes(B * ys * 2);
+      SSM_CUDA_CHECK(cuda::selective_state_update_out(gi, g2, y3.data(), DType::BF16, ys, dsi.as<int32_t>(), B, false, nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      auto a3 = to_host<uint16_t>(y3, B * ys);
+      for (int i = 0; i < B; ++i)
+        for (int64_t c = 0; c < dim && mask[i]; ++c) ASSERT_EQ(a3[i * ys + c], f32_to_bf16(a1[i * ys + c]));
+    }
+  }
+}
+
+/// dt_proj_scan_update == skinny dt_proj (fp32 delta) then selective_state_update_out, bit for bit (y and
+/// states), and within tolerance of the CPU's dt_proj + selective_state_update.
+TEST(CudaDecodeOps, DtProjScanEqualsSkinnyThenScanAndCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& s : mamba1_shapes()) {
+    for (DType sd : {DType::F32, DType::BF16}) {
+      for (int B : {1, 4, 13}) {
+        SCOPED_TRACE(::testing::Message() << s.name << " B=" << B << " state " << dtype_name(sd));
+        const int64_t dim = s.d_inner, R = s.dt_rank;
+        const int N = s.d_state;
+        ASSERT_EQ(cuda::skinny_gemm_splits(dim, R), 1);
+        std::vector<int> lens(B, 1);
+        const Batch b = make_batch(lens, B > 1 ? std::vector<int>{B / 2} : std::vector<int>{});
+        const int64_t XD = R + 2 * N, us = dim + 3, zs = 2 * dim, ys = dim + 2;
+        Operands op(rng, B, dim, R, XD);  // x = dt_low rows of xdbl (stride XD), w = dt_proj
+        for (float& v : op.w) v = bf16_to_f32(f32_to_bf16(v * 20.0f));
+        op.dw = to_device(to_bf16_bits(op.w));
+        auto bc = rand_vec(rng, B * XD), u = rand_vec(rng, B * us), z = rand_vec(rng, B * zs, -3, 3);
+        std::vector<float> A(dim * N), D = rand_vec(rng, dim), dbias = rand_vec(rng, dim, -1, 0.5f);
+        for (int64_t c = 0; c < dim; ++c)
+          for (int n = 0; n < N; ++n) A[c * N + n] = -static_cast<float>(n + 1) * (0.5f + 0.001f * (c % 97));
+        StatePool pool(sd, dim * N, B + 1, rng, 0.5f), pool2(sd, dim * N, B + 1, rng, 0.5f);
+        pool2.host = pool.host;
+        pool2.dev.upload(pool.host.data(), pool.host.size());
+        DeviceBuffer du = to_device(u), dbc = to_device(bc), dz = to_device(z), dA = to_device(A), dD = to_device(D),
+                     dbi = to_device(dbias), dsi = to_device(b.state_indices), delta(B * dim * 4);
+        // Reference chain on the GPU: skinny dt_proj -> delta fp32, then the state update.
+        SSM_CUDA_CHECK(skinny({B, dim, R, op.dx.data(), XD, op.dw.data(), R, DType::BF16, delta.data(), dim, DType::F32},
+                              nullptr, 0, true, nullptr));
+        cuda::ScanInputs gi{{du.as<float>(), us}, {delta.as<float>(), dim}, {dbc.as<float>() + R, XD},
+                            {dbc.as<float>() + R + N, XD}, {dz.as<float>() + dim, zs}};
+        cuda::ScanParams g1{dim, N, dA.as<float>(), dD.as<float>(), dbi.as<float>(), true, pool.dev_view()};
+        cuda::ScanParams g2{dim, N, dA.as<float>(), dD.as<float>(), dbi.as<float>(), true, pool2.dev_view()};
+        for (DType yd : {DType::F32, DType::BF16}) {
+          const size_t yb = B * ys * dtype_size(yd);
+          DeviceBuffer y1 = poisoned_bytes(yb), y2 = poisoned_bytes(yb);
+          SSM_CUDA_CHECK(cuda::selective_state_update_out(gi, g1, y1.data(), yd, ys, dsi.as<int32_t>(), B, true, nullptr));
+          SSM_CUDA_CHECK(cuda::dt_proj_scan_update(op.dx.data(), XD, op.dw.data(), R, gi, g2, y2.data(), yd, ys,
+                                                   dsi.as<int32_t>(), B, op.dw.data(), dim * R * 2, true, nullptr));
+          SSM_CUDA_CHECK(cudaDeviceSynchronize());
+          EXPECT_EQ(to_host<uint8_t>(y1, yb), to_host<uint8_t>(y2, yb)) << "y " << dtype_name(yd);
+          std::vector<uint8_t> s1(pool.host.size()), s2(pool.host.size());
+          pool.dev.download(s1.data(), s1.size());
+          pool2.dev.download(s2.data(), s2.size());
+          EXPECT_EQ(s1, s2) << "states";
+          if (yd != DType::F32) continue;
+          // CPU: delta = dt_low W^T (fp32), then the state update from the initial states.
+          std::vector<float> dref = op.reference(dim);
+          cpu::ScanInputs ci{{u.data(), us}, {dref.data(), dim}, {bc.data() + R, XD}, {bc.data() + R + N, XD},
+                             {z.data() + dim, zs}};
+          std::vector<uint8_t> init(pool.host);
+          StateView hv{init.data(), sd, dim * N};
+          cpu::ScanParams cp{dim, N, A.data(), D.data(), dbias.data(), true, hv};
+          std::vector<float> ref(B * ys, 0.0f);
+          cpu::selective_state_update(ci, cp, ref.data(), ys, sp(b.state_indices));
+          auto got = to_host<float>(y2, B * ys);
+          std::vector<uint8_t> mask(B);
+          for (int i = 0; i < B; ++i) mask[i] = b.state_indices[i] != 0;
+          EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, B, dim, &mask), sd == DType::F32 ? 1e-4 : 1e-2) << "vs cpu";
+          EXPECT_TRUE(untouched(got.data(), ys, B, dim, mask)) << "null rows written";
+          // Restore the initial states for the bf16-output pass.
+          pool.dev.upload(pool.host.data(), pool.host.size());
+          pool2.dev.upload(pool.host.data(), pool.host.size());
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ssmserve

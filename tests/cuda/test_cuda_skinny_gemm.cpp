@@ -1,0 +1,221 @@
+// GPU skinny GEMM (issue 7, decode latency and batch invariance): the batch-invariant skinny GEMM against the CPU
+// linear; its rows bit-identical for every batch size and offset; every tuning variant equal to the default's bits;
+// the fused conv epilogue equal to in_proj then conv1d_update_dual; bad arguments refused. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "decode_test_util.h"
+#include "device/cuda_check.h"
+#include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/decode_ops.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/skinny_gemm.h"
+
+namespace ssmserve {
+namespace {
+using namespace cudatest;
+using cuda::DeviceBuffer;
+using cuda::to_device;
+using cuda::to_host;
+
+TEST(CudaSkinnyGemm, MatchesCpuLinear) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& sh : gemm_shapes()) {
+    for (int64_t M : {1, 3, 8, 13, 16, 40}) {
+      for (int64_t pad : {0, 3}) {  // pad 3: x rows not 16-byte aligned (scalar loads)
+        SCOPED_TRACE(::testing::Message() << sh.name << " M=" << M << " x pad " << pad);
+        const int64_t xs = sh.K + pad, ys = sh.N + 4;
+        Operands op(rng, M, sh.N, sh.K, xs);
+        const auto ref = op.reference(ys);
+        // y fp32 + bf16 copy, then y bf16.
+        DeviceBuffer dy = poisoned_bytes(M * ys * 4), dy2 = poisoned_bytes(M * ys * 2);
+        SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, op.dx.data(), xs, op.dw.data(), sh.K, DType::BF16, dy.data(), ys,
+                                DType::F32}, dy2.data(), ys, true, nullptr));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        auto y = to_host<float>(dy, M * ys);
+        auto y2 = bf16_bits_to_f32(to_host<uint16_t>(dy2, M * ys));
+        EXPECT_LT(rel_err(y.data(), ys, ref.data(), ys, M, sh.N), 1e-4) << "y f32";
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < sh.N; ++n)
+            ASSERT_EQ(y2[m * ys + n], bf16_to_f32(f32_to_bf16(y[m * ys + n]))) << "bf16 copy " << m << "," << n;
+        DeviceBuffer dyb = poisoned_bytes(M * ys * 2);
+        SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, op.dx.data(), xs, op.dw.data(), sh.K, DType::BF16, dyb.data(), ys,
+                                DType::BF16}, nullptr, 0, false, nullptr));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        auto yb = bf16_bits_to_f32(to_host<uint16_t>(dyb, M * ys));
+        EXPECT_LT(rel_err(yb.data(), ys, ref.data(), ys, M, sh.N), 8e-3) << "y bf16";
+        // Columns past N (row padding) stay untouched.
+        for (int64_t m = 0; m < M; ++m) {
+          uint32_t u;
+          std::memcpy(&u, &y[m * ys + sh.N], 4);
+          ASSERT_EQ(u, 0xffffffffu) << "padding written, row " << m;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaSkinnyGemm, RowsAreBitIdenticalForEveryBatch) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  cuda::GemmHandle gemm;
+  gemm.set_batch_invariant(true);
+  for (const auto& sh : gemm_shapes()) {
+    SCOPED_TRACE(sh.name);
+    const int64_t Mmax = quick() ? 70 : 300;
+    Operands op(rng, Mmax, sh.N, sh.K, sh.K);
+    DeviceBuffer full(Mmax * sh.N * 4);
+    gemm.run({Mmax, sh.N, sh.K, op.dx.data(), sh.K, op.dw.data(), sh.K, DType::BF16, full.data(), sh.N, DType::F32}, nullptr);
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto want = to_host<float>(full, Mmax * sh.N);
+    for (int64_t M : {1, 2, 5, 8, 9, 16, 17, 33, 64}) {
+      const int64_t off = static_cast<int64_t>(rng() % (Mmax - M + 1));
+      DeviceBuffer part(M * sh.N * 4);
+      const auto* x0 = static_cast<const uint16_t*>(op.dx.data()) + off * sh.K;
+      gemm.run({M, sh.N, sh.K, x0, sh.K, op.dw.data(), sh.K, DType::BF16, part.data(), sh.N, DType::F32}, nullptr);
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = to_host<float>(part, M * sh.N);
+      ASSERT_EQ(std::memcmp(got.data(), want.data() + off * sh.N, M * sh.N * 4), 0) << "M=" << M << " offset " << off;
+    }
+  }
+  EXPECT_GT(gemm.skinny_calls(), 0);
+}
+
+/// True when tuning `tu` sums in the default's order for an N x K weight.
+bool same_order(const cuda::SkinnyTuning& tu, int64_t M, int64_t N, int64_t K) {
+  const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, N, K);
+  const int s0 = cuda::skinny_gemm_splits(N, K, d.split_shift), s1 = cuda::skinny_gemm_splits(N, K, tu.split_shift);
+  return s0 == s1 && std::min(s0, d.cta_splits) == std::min(s1, tu.cta_splits);
+}
+
+/// Every launch variant of the skinny GEMM (unroll, pipelining, register cap) gives the default's bits; other
+/// split counts stay within bf16-GEMM tolerance of the CPU.
+TEST(CudaSkinnyGemm, TuningVariantsEqualDefaultBits) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& sh : gemm_shapes()) {
+    for (int64_t M : {1, 5, 16}) {
+      SCOPED_TRACE(::testing::Message() << sh.name << " M=" << M);
+      const int64_t ys = sh.N;
+      Operands op(rng, M, sh.N, sh.K, sh.K);
+      const auto ref = op.reference(ys);
+      DeviceBuffer d0(M * ys * 4);
+      SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, op.dx.data(), sh.K, op.dw.data(), sh.K, DType::BF16, d0.data(), ys,
+                             DType::F32}, nullptr, 0, true, nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto want = to_host<float>(d0, M * ys);
+      for (const auto& tu : tunings()) {
+        SCOPED_TRACE(::testing::Message() << "unroll " << tu.unroll << " pipelined " << tu.pipelined << " cap "
+                                        << tu.reg_cap << " shift " << tu.split_shift << " cta " << tu.cta_splits);
+        cuda::SkinnyExtras ex;
+        ex.tuning = &tu;
+        DeviceBuffer d1 = poisoned_bytes(M * ys * 4);
+        SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, op.dx.data(), sh.K, op.dw.data(), sh.K, DType::BF16, d1.data(), ys,
+                               DType::F32}, nullptr, 0, true, nullptr, ex));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(d1, M * ys);
+        if (same_order(tu, M, sh.N, sh.K))
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+        else
+          EXPECT_LT(rel_err(got.data(), ys, ref.data(), ys, M, sh.N), 1e-4);
+      }
+    }
+  }
+}
+
+/// in_proj with the fused conv epilogue == in_proj, then conv1d_update_dual (y, conv output, bf16 copy, windows),
+/// for Mamba-1 (conv over the first d_inner columns) and Mamba-2 (conv over xBC in the middle) layouts.
+TEST(CudaSkinnyGemm, ConvEpilogueEqualsConvUpdateDual) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  struct Case {
+    const char* name;
+    int64_t N, K, lo, dim;
+  };
+  std::vector<Case> cases = {{"m1-130m", 3072, 768, 0, 1536}, {"m2-odd", 600, 256, 100, 300}};
+  if (!quick()) cases.push_back({"m2-2.7b", 10576, 2560, 5120, 5376});
+  for (const Case& cs : cases) {
+    for (DType sd : {DType::F32, DType::BF16}) {
+      for (int M : {1, 5, 16}) {
+        SCOPED_TRACE(::testing::Message() << cs.name << " M=" << M << " state " << dtype_name(sd));
+        const int width = 4;
+        std::vector<int> lens(M, 1);
+        const Batch b = make_batch(lens, M > 1 ? std::vector<int>{1} : std::vector<int>{});
+        Operands op(rng, M, cs.N, cs.K, cs.K);
+        auto w = rand_vec(rng, cs.dim * width), bias = rand_vec(rng, cs.dim, -0.1f, 0.1f);
+        StatePool pool(sd, (width - 1) * cs.dim, M + 1, rng), pool2(sd, (width - 1) * cs.dim, M + 1, rng);
+        pool2.host = pool.host;
+        pool2.dev.upload(pool.host.data(), pool.host.size());
+        DeviceBuffer dw = to_device(w), dbias = to_device(bias), dsi = to_device(b.state_indices);
+        cuda::ConvParams g1{cs.dim, width, dw.as<float>(), dbias.as<float>(), pool.dev_view(), true};
+        cuda::ConvParams g2{cs.dim, width, dw.as<float>(), dbias.as<float>(), pool2.dev_view(), true};
+        const int64_t ys = cs.N + 2, os = cs.dim + 1;
+        DeviceBuffer y1 = poisoned_bytes(M * ys * 4), y2 = poisoned_bytes(M * ys * 4);
+        DeviceBuffer o1 = poisoned_bytes(M * os * 4), o1b = poisoned_bytes(M * os * 2);
+        DeviceBuffer o2 = poisoned_bytes(M * os * 4), o2b = poisoned_bytes(M * os * 2);
+        const cuda::GemmArgs g{M, cs.N, cs.K, op.dx.data(), cs.K, op.dw.data(), cs.K, DType::BF16, y1.data(), ys, DType::F32};
+        SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr));
+        SSM_CUDA_CHECK(cuda::conv1d_update_dual(y1.as<float>() + cs.lo, ys, o1.as<float>(), os, o1b.data(), os, g1,
+                                                dsi.as<int32_t>(), M, true, nullptr));
+        const cuda::SkinnyConvEpilogue ce{g2, cs.lo, dsi.as<int32_t>(), o2.as<float>(), os, o2b.data(), os};
+        cuda::SkinnyExtras ex;
+        ex.conv = &ce;
+        cuda::GemmArgs g2a = g;
+        g2a.y = y2.data();
+        SSM_CUDA_CHECK(skinny(g2a, nullptr, 0, true, nullptr, ex));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(to_host<uint8_t>(y1, M * ys * 4), to_host<uint8_t>(y2, M * ys * 4)) << "y";
+        EXPECT_EQ(to_host<uint8_t>(o1, M * os * 4), to_host<uint8_t>(o2, M * os * 4)) << "conv out";
+        EXPECT_EQ(to_host<uint8_t>(o1b, M * os * 2), to_host<uint8_t>(o2b, M * os * 2)) << "conv out bf16";
+        std::vector<uint8_t> s1(pool.host.size()), s2(pool.host.size());
+        pool.dev.download(s1.data(), s1.size());
+        pool2.dev.download(s2.data(), s2.size());
+        EXPECT_EQ(s1, s2) << "windows";
+      }
+    }
+  }
+  // A malformed epilogue is refused.
+  DeviceBuffer x(16 * 2), w(8 * 16 * 2), y(8 * 4), out(8 * 4), si(4);
+  cuda::SkinnyConvEpilogue bad{{8, 4, w.as<float>(), nullptr, {}, true}, 4, si.as<int32_t>(), out.as<float>(), 8, nullptr, 0};
+  cuda::SkinnyExtras ex;
+  ex.conv = &bad;
+  EXPECT_EQ(cuda::skinny_gemm({1, 8, 16, x.data(), 16, w.data(), 16, DType::BF16, y.data(), 8, DType::F32}, nullptr, 0,
+                              false, nullptr, nullptr, 0, nullptr, ex),
+            cudaErrorInvalidValue);  // columns past N, no state pool
+}
+
+TEST(CudaSkinnyGemm, RejectsBadArguments) {
+  REQUIRE_GPU();
+  EXPECT_EQ(cuda::skinny_gemm({1, 8, 16, nullptr, 16, nullptr, 16, DType::F32, nullptr, 8, DType::F32}, nullptr, 0,
+                              false, nullptr),
+            cudaErrorInvalidValue);
+  DeviceBuffer w(8 * 16 * 2), y(64);
+  EXPECT_EQ(cuda::skinny_gemm({1, 8, 16, w.data(), 8, w.data(), 16, DType::BF16, y.data(), 8, DType::F32}, nullptr, 0,
+                              false, nullptr),
+            cudaErrorInvalidValue);  // x stride < K
+  EXPECT_EQ(cuda::skinny_gemm_splits(10240, 2560), 4);
+  EXPECT_EQ(cuda::skinny_gemm_splits(5120, 160), 1);
+  EXPECT_EQ(cuda::skinny_gemm_splits(192, 5120), 64);  // 4 blocks of 16 splits per tile
+  EXPECT_GT(cuda::skinny_gemm_workspace(1, 192, 5120), 0u);
+  DeviceBuffer x(5120 * 2), w2(192 * 5120 * 2), y2(192 * 4);
+  EXPECT_EQ(cuda::skinny_gemm({1, 192, 5120, x.data(), 5120, w2.data(), 5120, DType::BF16, y2.data(), 192, DType::F32},
+                              nullptr, 0, false, nullptr),
+            cudaErrorInvalidValue);  // needs its workspace
+}
+
+}  // namespace
+}  // namespace ssmserve
