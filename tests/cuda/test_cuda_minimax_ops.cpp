@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <span>
 
 #include "core/error.h"
@@ -178,8 +179,7 @@ std::vector<float> gpu_prefill_bf16(LightningLayer& L, const std::vector<float>&
 // The bf16 fast path against the same CPU reference (fp32 recurrence on the bf16-rounded inputs): same shapes, ragged
 // batch with initial states, null row (bf16 output), then chunked continuation (fp32 output); bf16 tolerance (one bf16
 // operand per product).
-TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
-  REQUIRE_GPU();
+void check_bf16_prefill() {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
@@ -234,6 +234,19 @@ TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
     EXPECT_LT(rel_err(all.data(), os2, ref2.data(), os2, n, os2), tol) << "chunked continuation";
     EXPECT_LT(L2.pool.rel_err_blocks({1}), state_tol) << "chunked continuation: final state";
   }
+}
+
+// Default: the range walk (per-range CTAs carrying the state through 64-token chunks).
+TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
+  REQUIRE_GPU();
+  check_bf16_prefill();
+}
+// SSMSERVE_LIGHTNING_WALK=0: per-block states through memory and the per-tile output kernel.
+TEST(CudaLightning, Bf16PrefillBlockStatesMatchesCpu) {
+  REQUIRE_GPU();
+  setenv("SSMSERVE_LIGHTNING_WALK", "0", 1);
+  check_bf16_prefill();
+  unsetenv("SSMSERVE_LIGHTNING_WALK");
 }
 
 TEST(CudaLightning, DecodeMatchesCpuAndSkipsNullRows) {
@@ -293,8 +306,9 @@ TEST(CudaLightningPlan, BlocksFollowTheSequenceGrid) {
   EXPECT_EQ(r.block_range, (std::vector<int32_t>{0, 0, 0, 64, 1, 0, 1, 64, 2, 0, 3, 0, 3, 28}));
   EXPECT_EQ(p.num_ranges, p.num_blocks);  // default: one block per range
   EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(1024, 256, 16), 1);
-  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(16384, 256, 16), 1);
-  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(65536, 256, 16), 4);
+  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(16384, 256, 16), 4);
+  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(4096, 256, 16), 1);
+  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(65536, 256, 16), 16);
   EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(1 << 22, 64, 64), cuda::LightningPlan::kMaxBlocksPerRange);
   EXPECT_THROW(cuda::LightningPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{0}, 64, 0), Error);
 }

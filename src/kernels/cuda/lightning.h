@@ -22,7 +22,10 @@
 // over ranges of blocks: 1. per (range, head) one CTA walks the range's blocks, carrying the range-local state
 // L_b (zero at the range start) in fp32 accumulators, storing it per block as bf16 and the range's aggregate in
 // fp32; 2. per (sequence, head) the ranges' entering states S_r are scanned (fp32), the final state stored and
-// each block's S_b = e^{-s (tokens since the range start)} S_r + L_b written as bf16; 3. output from S_b. The
+// each block's S_b = e^{-s (tokens since the range start)} S_r + L_b written as bf16; 3. output from S_b. By default
+// (SSMSERVE_LIGHTNING_WALK unset or not 0) steps 2b and 3 are one range walk instead: per (range, head) one CTA
+// carries the fp32 state from S_r through the range in 64-token chunks (o = decayed q S + the chunk's causal part,
+// then S <- decayed S + the chunk's k^T v), so no per-block state goes through memory and step 1 stores none. The
 // runner uses it with bf16 weights, the fp32-exact path with fp32 weights.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for bad sizes).
@@ -68,9 +71,9 @@ struct LightningPlan {
   /// blocks_per_range outside 1..kMaxBlocksPerRange).
   static LightningPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> num_computed,
                              int block_size, int blocks_per_range = 1);
-  /// Blocks per range for a prefill of num_tokens tokens over num_heads heads: about (blocks x heads) / 1024, so
-  /// step 1 keeps ~1024+ CTAs (4 waves of 2 per SM on 132 SMs), 1..kMaxBlocksPerRange (4 at 64k tokens x 16 heads,
-  /// block 256; 1 up to 16k; measured on the H200, docs/benchmarks.md).
+  /// Blocks per range for a prefill of num_tokens tokens over num_heads heads: about (blocks x heads) / 256, so
+  /// the range walk keeps ~256+ CTAs (2 waves of 1 per SM on 132 SMs), 1..kMaxBlocksPerRange (16 at 64k tokens x
+  /// 16 heads, block 256; 4 at 16k; 1 up to 4k; measured on the H200, docs/benchmarks.md).
   static int pick_blocks_per_range(int64_t num_tokens, int block_size, int num_heads);
   static constexpr int kMaxBlocksPerRange = 16;
 };
