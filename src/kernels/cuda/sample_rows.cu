@@ -1,6 +1,7 @@
 // Owns full device sampling (see sampling.h sample_rows): logit modifications, greedy / temperature / top-k / top-p /
 // min-p with a host-drawn uniform, raw logprobs; engine/sampler.cpp is the reference, mirrored step by step.
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/top_logprobs.cuh"
 
 #include <cfloat>
 #include <climits>
@@ -55,7 +56,7 @@ __device__ __forceinline__ float key_value(uint64_t k) {
 }
 __device__ __forceinline__ int key_id(uint64_t k) { return static_cast<int>(static_cast<uint32_t>(k)); }
 
-__device__ __forceinline__ bool before(float va, int ia, float vb, int ib) { return va > vb || (va == vb && ia < ib); }
+using detail::logit_before;
 
 /// Block-wide shared scratch of the reductions.
 struct Red {
@@ -70,24 +71,7 @@ struct Red {
 };
 
 /// Best (value desc, id asc) over the block; every thread gets it.
-__device__ void block_best(float& v, int& id, Red& s) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, id, o);
-    if (before(ov, oi, v, id)) v = ov, id = oi;
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) s.v[warp] = v, s.i[warp] = id;
-  __syncthreads();
-  v = lane < kWarps ? s.v[lane] : -INFINITY;
-  id = lane < kWarps ? s.i[lane] : INT_MAX;
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, id, o);
-    if (before(ov, oi, v, id)) v = ov, id = oi;
-  }
-}
+__device__ void block_best(float& v, int& id, Red& s) { detail::block_best<kT>(v, id, s.v, s.i); }
 
 /// Sum over the block in a fixed order; every thread gets it.
 __device__ double block_sum(double x, Red& s) {
@@ -463,7 +447,7 @@ __global__ void __launch_bounds__(kT) sample_rows_kernel(const float* __restrict
   for (int i = threadIdx.x; i < V; i += kT) {
     const float x = raw[i];
     if (isnan(x) || x == INFINITY) bad = true;
-    else if (before(x, i, bv, bi)) bv = x, bi = i;
+    else if (logit_before(x, i, bv, bi)) bv = x, bi = i;
   }
   bad = __syncthreads_or(bad);
   block_best(bv, bi, s);
@@ -475,25 +459,7 @@ __global__ void __launch_bounds__(kT) sample_rows_kernel(const float* __restrict
   for (int i = threadIdx.x; i < V; i += kT) acc += static_cast<double>(fast_exp(__fsub_rn(raw[i], bv)));
   const double lse = static_cast<double>(bv) + log(block_sum(acc, s));
   const int num_top = min(max(P.num_top, 0), min(V, kMaxDeviceTopLogprobs));
-  {
-    float pv = bv;
-    int pi = bi;
-    for (int j = 0; j < num_top; ++j) {
-      float v = -INFINITY;
-      int id = INT_MAX;
-      if (j == 0) {
-        v = bv, id = bi;
-      } else {
-        for (int i = threadIdx.x; i < V; i += kT) {
-          const float x = raw[i];
-          if (before(pv, pi, x, i) && before(x, i, v, id)) v = x, id = i;
-        }
-        block_best(v, id, s);
-      }
-      if (threadIdx.x == 0) r.top_ids[j] = id, r.top_logprobs[j] = static_cast<float>(static_cast<double>(v) - lse);
-      pv = v, pi = id;
-    }
-  }
+  detail::top_logprobs<kT>(raw, V, bv, bi, lse, num_top, s.v, s.i, r);
   // 2. Processed row: logit_bias, min_tokens masks and penalties applied to a copy (sample_token steps 0-2).
   const float* l = raw;
   float m = bv;
@@ -521,7 +487,7 @@ __global__ void __launch_bounds__(kT) sample_rows_kernel(const float* __restrict
     m = -INFINITY, mi = INT_MAX;
     for (int i = threadIdx.x; i < V; i += kT) {
       const float x = l[i];
-      if (before(x, i, m, mi)) m = x, mi = i;
+      if (logit_before(x, i, m, mi)) m = x, mi = i;
     }
     block_best(m, mi, s);
   }

@@ -2,6 +2,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/top_logprobs.cuh"
 
 #include <cfloat>
 
@@ -10,31 +11,6 @@ namespace {
 using namespace detail;
 
 constexpr int kThreads = 512;
-
-/// (value, id) ordered by value descending, then id ascending: a "before" b.
-__device__ __forceinline__ bool before(float va, int ia, float vb, int ib) {
-  return va > vb || (va == vb && ia < ib);
-}
-
-/// Block-wide best (value, id) by `before`; every thread gets it. sv / si: kThreads / 32 entries of shared memory.
-__device__ __forceinline__ void block_best(float& v, int& id, float* sv, int* si) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, id, o);
-    if (before(ov, oi, v, id)) v = ov, id = oi;
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) sv[warp] = v, si[warp] = id;
-  __syncthreads();
-  v = lane < kThreads / 32 ? sv[lane] : -INFINITY;
-  id = lane < kThreads / 32 ? si[lane] : INT_MAX;
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, id, o);
-    if (before(ov, oi, v, id)) v = ov, id = oi;
-  }
-}
 
 __global__ void __launch_bounds__(kThreads) greedy_kernel(const float* __restrict__ logits, int64_t ld, int V,
                                                           int num_top, GreedyRow* __restrict__ out) {
@@ -54,10 +30,10 @@ __global__ void __launch_bounds__(kThreads) greedy_kernel(const float* __restric
   for (int i = threadIdx.x; i < V; i += kThreads) {
     const float x = l[i];
     if (isnan(x) || x == INFINITY) bad = true;
-    else if (before(x, i, bv, bi)) bv = x, bi = i;
+    else if (logit_before(x, i, bv, bi)) bv = x, bi = i;
   }
   if (bad) atomicExch(&bad_any, 1);
-  block_best(bv, bi, sv, si);
+  block_best<kThreads>(bv, bi, sv, si);
   GreedyRow& r = out[blockIdx.x];
   if (bad_any || bv == -INFINITY) {
     if (threadIdx.x == 0) r.token = -1, r.logprob = NAN;
@@ -77,27 +53,8 @@ __global__ void __launch_bounds__(kThreads) greedy_kernel(const float* __restric
     r.token = bi;
     r.logprob = static_cast<float>(static_cast<double>(bv) - lse);
   }
-  // 3. Top num_top: repeatedly the best element strictly after the previous pick in (value desc, id asc) order.
-  float pv = bv;
-  int pi = bi;
-  for (int j = 0; j < num_top; ++j) {
-    float v = -INFINITY;
-    int id = INT_MAX;
-    if (j == 0) {
-      v = bv, id = bi;
-    } else {
-      for (int i = threadIdx.x; i < V; i += kThreads) {
-        const float x = l[i];
-        if (before(pv, pi, x, i) && before(x, i, v, id)) v = x, id = i;
-      }
-      block_best(v, id, sv, si);
-    }
-    if (threadIdx.x == 0) {
-      r.top_ids[j] = id;
-      r.top_logprobs[j] = static_cast<float>(static_cast<double>(v) - lse);
-    }
-    pv = v, pi = id;
-  }
+  // 3. Top num_top.
+  top_logprobs<kThreads>(l, V, bv, bi, lse, num_top, sv, si, r);
 }
 
 }  // namespace
