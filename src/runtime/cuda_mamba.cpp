@@ -62,7 +62,7 @@ struct LayerDev {
   DevWeight in_proj, x_proj, dt_proj, out_proj;
 };
 
-class CudaMambaModel final : public CausalLM {
+class CudaMambaModel final : public CudaCausalLM {
  public:
   /// w: the whole model, or (tp.world > 1) a rank's slices from shard_weights (the embedding whole).
   CudaMambaModel(ModelConfig cfg, const MambaWeights& w, CudaModelOptions opt, const dist::TpRank& tp = {})
@@ -101,22 +101,6 @@ class CudaMambaModel final : public CausalLM {
   StateShape state_shape() const override {
     return {static_cast<int64_t>(m_.d_conv - 1) * m_.d_inner, static_cast<int64_t>(m_.d_inner) * m_.d_state};
   }
-  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override {
-    step(batch, cache, logits, -1, nullptr);
-  }
-  bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) override {
-    SSM_CHECK(num_top >= 0 && num_top <= kMaxDeviceGreedyTop, "greedy top log-probabilities {} outside [0, {}]", num_top,
-              kMaxDeviceGreedyTop);
-    if (tp_.on()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
-    step(batch, cache, nullptr, num_top, &out);
-    return true;
-  }
-  bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
-                      std::vector<GreedyPick>& out) override {
-    if (tp_.on()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
-    step(batch, cache, nullptr, -1, &out, &sample);
-    return true;
-  }
   std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
     const double H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2.0 * m_.d_state, V = cfg_.vocab_size;
     const double ab = dtype_size(opt_.weight_dtype);
@@ -130,9 +114,9 @@ class CudaMambaModel final : public CausalLM {
   void gemm(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride,
             void* y2 = nullptr);
   void mixer(int layer, const ForwardBatch& batch, const StepMeta& dm, int64_t T);
-  /// One step: logits into `logits` (greedy_top < 0) or greedy picks with greedy_top top log-probabilities.
+  bool tensor_parallel() const override { return tp_.on(); }
   void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks,
-            const DeviceSampleBatch* sample = nullptr);
+            const DeviceSampleBatch* sample) override;
   /// Sizes every scratch buffer for T tokens and nlog logits rows.
   void reserve(int64_t T, int64_t nlog);
 

@@ -87,7 +87,7 @@ struct Layer2Dev {
   DevWeight in_proj, out_proj;
 };
 
-class CudaMamba2Model final : public CausalLM {
+class CudaMamba2Model final : public CudaCausalLM {
  public:
   /// m: this rank's shard of the mixer (d_inner, num_heads, n_groups per rank; all of them at tp.world == 1).
   CudaMamba2Model(ModelConfig cfg, Mamba2Config m, const HostWeights2& w, CudaModelOptions opt, const dist::TpRank& tp = {})
@@ -134,27 +134,10 @@ class CudaMamba2Model final : public CausalLM {
                                         static_cast<double>(max_seqs) * (4 * V + ab * Hd));
   }
 
-  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override {
-    step(batch, cache, logits, -1, nullptr);
-  }
-  bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) override {
-    SSM_CHECK(num_top >= 0 && num_top <= kMaxDeviceGreedyTop, "greedy top log-probabilities {} outside [0, {}]", num_top,
-              kMaxDeviceGreedyTop);
-    if (tp_.on()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
-    step(batch, cache, nullptr, num_top, &out);
-    return true;
-  }
-  bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
-                      std::vector<GreedyPick>& out) override {
-    if (tp_.on()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
-    step(batch, cache, nullptr, -1, &out, &sample);
-    return true;
-  }
-
  private:
-  /// One step: logits into `logits` (greedy_top < 0) or greedy picks with greedy_top top log-probabilities.
+  bool tensor_parallel() const override { return tp_.on(); }
   void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks,
-            const DeviceSampleBatch* sample = nullptr) {
+            const DeviceSampleBatch* sample) override {
     StepFrameArgs a;
     a.arch = "Mamba2", a.num_layers = cfg_.num_hidden_layers, a.hidden_size = cfg_.hidden_size;
     a.vocab_size = cfg_.vocab_size, a.eps = cfg_.layer_norm_epsilon, a.cuda_graphs = opt_.cuda_graphs;

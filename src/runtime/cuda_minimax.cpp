@@ -68,7 +68,7 @@ struct MetaLayout {
   size_t tables, seq_lens, attn_qsl, slots, positions, tasks, items, tc_tiles;  // softmax attention
 };
 
-class CudaMiniMaxModel final : public CausalLM {
+class CudaMiniMaxModel final : public CudaCausalLM {
  public:
   CudaMiniMaxModel(ModelConfig cfg, MiniMaxConfig m, CudaModelOptions opt) : cfg_(std::move(cfg)), m_(std::move(m)), opt_(opt) {
     const int64_t D = m_.head_dim;
@@ -134,20 +134,11 @@ class CudaMiniMaxModel final : public CausalLM {
   }
   int kv_block_size() const override { return kv_block_size_; }
 
-  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override {
-    run(batch, cache, logits, nullptr, nullptr);
-  }
-  bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
-                      std::vector<GreedyPick>& out) override {
-    out.clear();
-    run(batch, cache, nullptr, &sample, &out);
-    return true;
-  }
-
  private:
+  bool device_greedy() const override { return false; }  // greedy rows go through forward_sample
   /// One step: logits into `logits`, or (sample non-null) every logits row sampled on the device into *picks.
-  void run(const ForwardBatch& batch, StateCache& cache, float* logits, const DeviceSampleBatch* sample,
-           std::vector<GreedyPick>* picks) {
+  void step(const ForwardBatch& batch, StateCache& cache, float* logits, int /*greedy_top: always -1*/,
+            std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample) override {
     check_batch_against_cache(batch, cache, num_state_layers(), "MiniMax");
     const LinearAttentionMetadata& lm = batch.linear_meta;
     const PagedAttentionMetadata& am = batch.attn_meta;

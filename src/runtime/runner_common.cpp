@@ -290,4 +290,26 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
   else a.frame->download(nlog, V, logits, s);
 }
 
+void CudaCausalLM::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
+  step(batch, cache, logits, -1, nullptr, nullptr);
+}
+
+bool CudaCausalLM::forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top,
+                                  std::vector<GreedyPick>& out) {
+  if (!device_greedy()) return false;
+  SSM_CHECK(num_top >= 0 && num_top <= kMaxDeviceGreedyTop, "greedy top log-probabilities {} outside [0, {}]", num_top,
+            kMaxDeviceGreedyTop);
+  if (tensor_parallel()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
+  step(batch, cache, nullptr, num_top, &out, nullptr);
+  return true;
+}
+
+bool CudaCausalLM::forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
+                                  std::vector<GreedyPick>& out) {
+  if (tensor_parallel()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
+  out.clear();
+  step(batch, cache, nullptr, -1, &out, &sample);
+  return true;
+}
+
 }  // namespace ssmserve::cuda

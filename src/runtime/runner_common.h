@@ -181,4 +181,29 @@ struct StepFrameArgs {
 void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cache, cudaStream_t s, float* logits,
               int greedy_top, std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample = nullptr);
 
+/// The CausalLM forward entry points of a GPU runner, written once over its step: forward (logits),
+/// forward_greedy (greedy picks on the device) and forward_sample (full sampling on the device). A runner derives
+/// from it and says only what differs: its step, whether it runs tensor parallel (each rank then holds a vocab slice
+/// of the logits, so forward_greedy / forward_sample return false and the host sampler picks) and whether it has a
+/// device greedy path at all (without one forward_greedy returns false, CausalLM's default).
+class CudaCausalLM : public CausalLM {
+ public:
+  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
+  /// Error when num_top is outside [0, kMaxDeviceGreedyTop] (on a runner with a device greedy path).
+  bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) override;
+  bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
+                      std::vector<GreedyPick>& out) override;
+
+ protected:
+  /// One step: the logits [n_logits, V] fp32 into `logits` (greedy_top < 0, sample null), greedy picks with
+  /// greedy_top top log-probabilities into *picks (greedy_top >= 0), or the rows sampled on the device with
+  /// *sample into *picks (sample non-null, greedy_top = -1); see run_step.
+  virtual void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top,
+                    std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample) = 0;
+  /// True when this runner is one rank of a tensor-parallel group.
+  virtual bool tensor_parallel() const { return false; }
+  /// False when the runner has no device greedy path (the engine then samples through forward_sample / forward).
+  virtual bool device_greedy() const { return true; }
+};
+
 }  // namespace ssmserve::cuda
