@@ -236,10 +236,22 @@ void check_bf16_prefill() {
   }
 }
 
-// Default: the range walk (per-range CTAs carrying the state through 64-token chunks).
+// Default: the range walk (per-range CTAs carrying the state through 64-token chunks) on warpgroups (wgmma) for
+// head_dim 128, on mma.sync for 64.
 TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
   REQUIRE_GPU();
   check_bf16_prefill();
+}
+// SSMSERVE_LIGHTNING_WALK=1: the mma.sync range walk for both head dims; KV_WG=1: step 1 on warpgroups too.
+TEST(CudaLightning, Bf16PrefillWalkVariantsMatchCpu) {
+  REQUIRE_GPU();
+  setenv("SSMSERVE_LIGHTNING_WALK", "1", 1);
+  check_bf16_prefill();
+  setenv("SSMSERVE_LIGHTNING_WALK", "2", 1);
+  setenv("SSMSERVE_LIGHTNING_KV_WG", "1", 1);
+  check_bf16_prefill();
+  unsetenv("SSMSERVE_LIGHTNING_WALK");
+  unsetenv("SSMSERVE_LIGHTNING_KV_WG");
 }
 // SSMSERVE_LIGHTNING_WALK=0: per-block states through memory and the per-tile output kernel.
 TEST(CudaLightning, Bf16PrefillBlockStatesMatchesCpu) {

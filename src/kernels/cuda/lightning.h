@@ -25,8 +25,10 @@
 // each block's S_b = e^{-s (tokens since the range start)} S_r + L_b written as bf16; 3. output from S_b. By default
 // (SSMSERVE_LIGHTNING_WALK unset or not 0) steps 2b and 3 are one range walk instead: per (range, head) one CTA
 // carries the fp32 state from S_r through the range in 64-token chunks (o = decayed q S + the chunk's causal part,
-// then S <- decayed S + the chunk's k^T v), so no per-block state goes through memory and step 1 stores none. The
-// runner uses it with bf16 weights, the fp32-exact path with fp32 weights.
+// then S <- decayed S + the chunk's k^T v), so no per-block state goes through memory and step 1 stores none; for
+// head_dim 128 the walk runs on sm_90a warpgroups (wgmma: one warpgroup for the outputs, one for the state;
+// SSMSERVE_LIGHTNING_WALK=1 keeps the mma.sync walk). The runner uses it with bf16 weights, the fp32-exact path
+// with fp32 weights.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for bad sizes).
 #pragma once
