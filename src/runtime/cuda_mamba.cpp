@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -57,6 +58,62 @@ MambaWeights shard_weights(const MambaWeights& w, const MambaConfig& m, int64_t 
   return s;
 }
 
+/// The second graph branch of the decode overlap (CudaModelOptions::decode_overlap): its stream, its own GEMM
+/// handle (the skinny GEMM's cross-block workspace must not be shared by concurrent launches) and the fork / join
+/// events (recorded inside the decode graph captures, where they become graph edges).
+struct OverlapBranch {
+  Stream side;
+  GemmHandle gemm;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  OverlapBranch() {
+    SSM_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    SSM_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  }
+  ~OverlapBranch() {
+    if (fork) cudaEventDestroy(fork);
+    if (join) cudaEventDestroy(join);
+  }
+  OverlapBranch(const OverlapBranch&) = delete;
+  OverlapBranch& operator=(const OverlapBranch&) = delete;
+};
+
+/// Skinny tuning for an in_proj half ([I, K] of the [2I, K] weight) at M rows: with `same_bits`, the whole
+/// in_proj's split count (so each output element is summed exactly as the unsplit GEMM sums it), else the half's
+/// own default.
+SkinnyTuning half_in_proj_tuning(int64_t M, int64_t I, int64_t K, bool same_bits) {
+  if (!same_bits) return skinny_default_tuning(M, I, K);
+  SkinnyTuning t = skinny_default_tuning(M, 2 * I, K);
+  const int want = skinny_gemm_splits(2 * I, K, t.split_shift);
+  while (t.split_shift > -8 && skinny_gemm_splits(I, K, t.split_shift) > want) --t.split_shift;
+  while (t.split_shift < 8 && skinny_gemm_splits(I, K, t.split_shift) < want) ++t.split_shift;
+  return t;
+}
+
+/// Benchmark-only knobs of the decode overlap (environment, read once; results may be wrong under them):
+/// SSMSERVE_OVERLAP_DEBUG bits: 1 = skip the z rows' GEMM, 2 = the z rows on the main stream right after the x
+/// rows (no branch), 4 = the branch's GEMM launched with PDL; SSMSERVE_OVERLAP_PF_MB=<n>: prefetch only the
+/// first n MB of out_proj; SSMSERVE_OUTPROJ_TUNE="shift,cta": out_proj's skinny split shift / block splits.
+struct OverlapBench {
+  int debug = 0;
+  int64_t pf_bytes = 0;
+  bool outproj_tune = false;
+  SkinnyTuning outproj;
+};
+const OverlapBench& overlap_bench() {
+  static const OverlapBench b = [] {
+    OverlapBench o;
+    if (const char* e = std::getenv("SSMSERVE_OVERLAP_DEBUG")) o.debug = std::atoi(e);
+    if (const char* e = std::getenv("SSMSERVE_OVERLAP_PF_MB")) o.pf_bytes = static_cast<int64_t>(std::atoi(e)) << 20;
+    int shift = 0, cta = 0;
+    if (const char* e = std::getenv("SSMSERVE_OUTPROJ_TUNE"); e && std::sscanf(e, "%d,%d", &shift, &cta) == 2) {
+      o.outproj_tune = true;
+      o.outproj.split_shift = shift, o.outproj.cta_splits = cta;
+    }
+    return o;
+  }();
+  return b;
+}
+
 struct LayerDev {
   DeviceBuffer norm, conv_weight, conv_bias, dt_bias, A, D;
   DevWeight in_proj, x_proj, dt_proj, out_proj;
@@ -75,6 +132,11 @@ class CudaMambaModel final : public CudaCausalLM {
     // collectives in the same order as an eager one (NCCL allows mixing them).
     if (tp_.on()) tp.comm->set_stream(stream_.get());
     configure_gemm(gemm_, opt_);
+    if ((opt_.decode_overlap & 1) && !tp_.on()) {
+      branch_ = std::make_unique<OverlapBranch>();
+      configure_gemm(branch_->gemm, opt_);
+      branch_->gemm.set_pdl((overlap_bench().debug & 4) != 0);  // after an event wait: a plain dependency
+    }
     frame_.pdl = opt_.pdl;
     frame_.embedding = upload_weight(w.embedding, wd);
     frame_.tied = !tp_.on() && w.lm_head.data == w.embedding.data;
@@ -131,6 +193,7 @@ class CudaMambaModel final : public CudaCausalLM {
   StepMetaUploader meta_;
   DecodeGraphs graphs_;
   RunnerTp tp_;
+  std::unique_ptr<OverlapBranch> branch_;  // decode_overlap's second branch (null when off)
   // Scratch: hidden [T, H] residual (fp32), out [T, H] mixer output, normed [T, H] (GEMM dtype), xz [T, 2I],
   // xc [T, I], xdbl [T, R + 2N], delta [T, I], y [T, I]; with bf16 weights the next GEMMs' inputs xc16 [T, I],
   // xdbl16 [T, R + 2N], y16 [T, I] (bf16).
@@ -222,8 +285,35 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
     gemm(y16, T, I, L.out_proj, out, H);
     return;
   }
-  // 2. xz = in_proj(normed): x = xz[:, :I], z = xz[:, I:].
-  gemm(normed, T, H, L.in_proj, xz, 2 * I);
+  // 2. xz = in_proj(normed): x = xz[:, :I], z = xz[:, I:]. Decode overlap: the z rows on the second branch
+  //    (forked before or after the x rows), optionally followed there by out_proj's L2 prefetch; joined at 5.
+  const bool overlap = branch_ && np == 0 && b16 && T <= 16 && gemm_.takes_skinny(wd, T);
+  if (overlap) {
+    const int ov = opt_.decode_overlap;
+    const SkinnyTuning half = half_in_proj_tuning(T, I, H, !(ov & 4) || opt_.batch_invariant);
+    SkinnyExtras ex;
+    ex.tuning = &half;
+    const auto* w_in = static_cast<const uint16_t*>(L.in_proj.buf.data());
+    cudaStream_t side = branch_->side.get();
+    const OverlapBench& ob = overlap_bench();
+    auto fork_z = [&] {
+      const GemmArgs z{T, I, H, normed, H, w_in + I * L.in_proj.cols, L.in_proj.cols, wd, xz + I, 2 * I, DType::F32};
+      if (ob.debug & 2) gemm_.run(z, s, nullptr, 0, &ex);
+      SSM_CUDA_CHECK(cudaEventRecord(branch_->fork, s));
+      SSM_CUDA_CHECK(cudaStreamWaitEvent(side, branch_->fork, 0));
+      if (!(ob.debug & 3)) branch_->gemm.run(z, side, nullptr, 0, &ex);
+      if (ov & 2) {
+        const size_t bytes = ob.pf_bytes > 0 ? std::min<size_t>(ob.pf_bytes, L.out_proj.buf.bytes()) : L.out_proj.buf.bytes();
+        SSM_CUDA_CHECK(l2_prefetch(L.out_proj.buf.data(), bytes, opt_.overlap_prefetch, 66, side));
+      }
+      SSM_CUDA_CHECK(cudaEventRecord(branch_->join, side));
+    };
+    if (ov & 8) fork_z();
+    gemm_.run({T, I, H, normed, H, w_in, L.in_proj.cols, wd, xz, 2 * I, DType::F32}, s, nullptr, 0, &ex);
+    if (!(ov & 8)) fork_z();
+  } else {
+    gemm(normed, T, H, L.in_proj, xz, 2 * I);
+  }
   // 3. Causal conv1d + SiLU (xc, and its bf16 copy for x_proj): decode rows [0, nd), then the prefill rows.
   if (nd > 0)
     SSM_CUDA_CHECK(conv1d_update_dual(xz, 2 * I, xc, I, b16 ? xc16 : nullptr, I, conv, dm.state_indices_d,
@@ -239,6 +329,7 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   tp_.all_reduce(xdbl, T * XD);
   if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s));
   gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
+  if (overlap) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and the prefetch) done
   // 5. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly).
   ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
   // Large decode batches (> 16 rows, outside batch-invariant mode): the thread-per-channel kernel.
@@ -268,7 +359,15 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
     }
   }
   // 6. out = out_proj(y) (added to hidden by the next layer's norm or the final norm).
-  gemm(b16 ? static_cast<const void*>(y16) : y, T, I, L.out_proj, out, H);
+  if (overlap && overlap_bench().outproj_tune) {
+    SkinnyTuning t = skinny_default_tuning(T, H, I);
+    t.split_shift = overlap_bench().outproj.split_shift, t.cta_splits = overlap_bench().outproj.cta_splits;
+    SkinnyExtras ex;
+    ex.tuning = &t;
+    gemm_.run({T, H, I, y16, I, L.out_proj.buf.data(), L.out_proj.cols, wd, out, H, DType::F32}, s, nullptr, 0, &ex);
+  } else {
+    gemm(b16 ? static_cast<const void*>(y16) : y, T, I, L.out_proj, out, H);
+  }
   tp_.all_reduce(out, T * H);  // out_proj is row-parallel
 }
 
@@ -375,6 +474,13 @@ CudaModelOptions CudaModelOptions::from_env() {
   };
   small_int("SSMSERVE_DECODE_PERSISTENT", o.persistent_decode, 2);
   small_int("SSMSERVE_PERSISTENT_PREFETCH", o.persistent_prefetch, 5);
+  small_int("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 2);
+  if (const char* e = std::getenv("SSMSERVE_DECODE_OVERLAP"); e && *e) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 15, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 15]", e);
+    o.decode_overlap = static_cast<int>(v);
+  }
   if (const char* e = std::getenv("SSMSERVE_SKINNY_MAX_M"); e && *e) {
     char* end = nullptr;
     const long long v = std::strtoll(e, &end, 10);

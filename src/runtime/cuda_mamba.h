@@ -40,10 +40,21 @@ struct CudaModelOptions {
   int persistent_decode = 0;
   /// The persistent kernel's L2 prefetch mode (Mamba1PersistentOptions::prefetch).
   int persistent_prefetch = 0;
+  /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) with in_proj cut in two
+  /// (issue 7: the z half off the critical path): bit 1 = the x rows on the main stream, the z rows on a second
+  /// graph branch (stream + events, captured into the decode graphs) that runs while conv -> x_proj -> dt_proj
+  /// run, joined before the state update; bit 2 = that branch then prefetches out_proj's weights into L2
+  /// (l2_prefetch mode overlap_prefetch); bit 4 = the halves with their own K split count (faster, other bits)
+  /// instead of the whole in_proj's (bit-identical to the unsplit chain; forced in batch-invariant mode);
+  /// bit 8 = the branch forks before the x rows (z streams next to x) instead of after them.
+  int decode_overlap = 1;
+  /// decode_overlap's prefetch mode (decode_ops.h l2_prefetch: 0 lines, 1 lines evict_last, 2 TMA bulk).
+  int overlap_prefetch = 0;
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
   /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_PERSISTENT=0|1|2,
-  /// SSMSERVE_PERSISTENT_PREFETCH=0..5. Throws Error on a malformed value.
+  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..15, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
+  /// Error on a malformed value.
   static CudaModelOptions from_env();
 };
 

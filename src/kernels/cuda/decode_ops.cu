@@ -11,6 +11,31 @@ using namespace detail;
 
 constexpr int kNormThreads = 256;
 
+/// l2_prefetch's kernel: the lines (mode 0 / 1) or 64 KB pieces (mode 2) of [base, base + bytes), grid-strided.
+__global__ void l2_prefetch_kernel(const char* base, size_t bytes, int mode) {
+  const size_t nthreads = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (mode == 2) {
+    constexpr size_t kPiece = size_t{64} << 10;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(base), lo = (a + 15) & ~uintptr_t{15};
+    if (bytes <= lo - a + 16) return;
+    const size_t n = (bytes - (lo - a)) & ~size_t{15};
+    const char* q = reinterpret_cast<const char*>(lo);
+    for (size_t off = tid * kPiece; off < n; off += nthreads * kPiece) {
+      const unsigned piece = static_cast<unsigned>(n - off < kPiece ? n - off : kPiece);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(q + off), "r"(piece) : "memory");
+    }
+    return;
+  }
+  const size_t lines = (bytes + 127) / 128;
+  if (mode == 1) {
+    for (size_t l = tid; l < lines; l += nthreads)
+      asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(base + l * 128));
+  } else {
+    for (size_t l = tid; l < lines; l += nthreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + l * 128));
+  }
+}
+
 template <class TO>
 __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __restrict__ x, int64_t x_stride,
                                                                  float* residual, int64_t res_stride,
@@ -364,6 +389,13 @@ cudaError_t dt_proj_scan_update(const void* dt_low, int64_t dt_low_stride, const
       return vec ? go(dt_scan_kernel<TS, __nv_bfloat16, true>, yb) : go(dt_scan_kernel<TS, __nv_bfloat16, false>, yb);
     return vec ? go(dt_scan_kernel<TS, float, true>, yf) : go(dt_scan_kernel<TS, float, false>, yf);
   });
+}
+
+cudaError_t l2_prefetch(const void* p, size_t bytes, int mode, int blocks, cudaStream_t stream) {
+  if (mode < 0 || mode > 2 || blocks < 1 || blocks > 65535 || (bytes > 0 && !p)) return cudaErrorInvalidValue;
+  if (bytes == 0) return cudaSuccess;
+  l2_prefetch_kernel<<<blocks, 256, 0, stream>>>(static_cast<const char*>(p), bytes, mode);
+  return cudaGetLastError();
 }
 
 cudaError_t gated_rms_norm_pdl(const float* y, int64_t y_stride, const float* z, int64_t z_stride, const float* weight,

@@ -59,4 +59,11 @@ cudaError_t gated_rms_norm_pdl(const float* y, int64_t y_stride, const float* z,
                                float eps, int64_t T, int64_t D, int64_t group_size, bool norm_before_gate, void* out,
                                DType out_dtype, int64_t out_stride, bool pdl, cudaStream_t stream);
 
+/// Prefetches the device range [p, p + bytes) into L2 (no result; issue 7: the next GEMM's weights streamed
+/// while the decode's latency-bound kernels run on another graph branch). mode 0: one prefetch.global.L2 per
+/// 128-byte line; 1: the same with the L2::evict_last policy; 2: TMA bulk prefetches (cp.async.bulk.prefetch.L2,
+/// 64 KB pieces). blocks: grid size (>= 1; a few blocks suffice: the prefetches do not wait for the data).
+/// cudaErrorInvalidValue for a bad mode / grid; nothing is launched for bytes == 0.
+cudaError_t l2_prefetch(const void* p, size_t bytes, int mode, int blocks, cudaStream_t stream);
+
 }  // namespace ssmserve::cuda
