@@ -64,14 +64,15 @@ MambaWeights shard_weights(const MambaWeights& w, const MambaConfig& m, int64_t 
 struct OverlapBranch {
   Stream side;
   GemmHandle gemm;
-  cudaEvent_t fork = nullptr, join = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr, join_late = nullptr;  // join: before the scan; join_late: after out_proj
   OverlapBranch() {
     SSM_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     SSM_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    SSM_CUDA_CHECK(cudaEventCreateWithFlags(&join_late, cudaEventDisableTiming));
   }
   ~OverlapBranch() {
-    if (fork) cudaEventDestroy(fork);
-    if (join) cudaEventDestroy(join);
+    for (cudaEvent_t e : {fork, join, join_late})
+      if (e) cudaEventDestroy(e);
   }
   OverlapBranch(const OverlapBranch&) = delete;
   OverlapBranch& operator=(const OverlapBranch&) = delete;
@@ -92,12 +93,13 @@ SkinnyTuning half_in_proj_tuning(int64_t M, int64_t I, int64_t K, bool same_bits
 /// Benchmark-only knobs of the decode overlap (environment, read once; results may be wrong under them):
 /// SSMSERVE_OVERLAP_DEBUG bits: 1 = skip the z rows' GEMM, 2 = the z rows on the main stream right after the x
 /// rows (no branch), 4 = the branch's GEMM launched with PDL; SSMSERVE_OVERLAP_PF_MB=<n>: prefetch only the
-/// first n MB of out_proj; SSMSERVE_OUTPROJ_TUNE="shift,cta": out_proj's skinny split shift / block splits.
+/// first n MB of out_proj; SSMSERVE_OUTPROJ_TUNE="shift,cta": out_proj's skinny split shift / block splits;
+/// SSMSERVE_OVERLAP_HALF_TUNE="shift,cta": the in_proj halves' split shift (added) / block splits.
 struct OverlapBench {
   int debug = 0;
   int64_t pf_bytes = 0;
-  bool outproj_tune = false;
-  SkinnyTuning outproj;
+  bool outproj_tune = false, half_tune = false;
+  SkinnyTuning outproj, half;
 };
 const OverlapBench& overlap_bench() {
   static const OverlapBench b = [] {
@@ -108,6 +110,10 @@ const OverlapBench& overlap_bench() {
     if (const char* e = std::getenv("SSMSERVE_OUTPROJ_TUNE"); e && std::sscanf(e, "%d,%d", &shift, &cta) == 2) {
       o.outproj_tune = true;
       o.outproj.split_shift = shift, o.outproj.cta_splits = cta;
+    }
+    if (const char* e = std::getenv("SSMSERVE_OVERLAP_HALF_TUNE"); e && std::sscanf(e, "%d,%d", &shift, &cta) == 2) {
+      o.half_tune = true;
+      o.half.split_shift = shift, o.half.cta_splits = cta;
     }
     return o;
   }();
@@ -132,7 +138,7 @@ class CudaMambaModel final : public CudaCausalLM {
     // collectives in the same order as an eager one (NCCL allows mixing them).
     if (tp_.on()) tp.comm->set_stream(stream_.get());
     configure_gemm(gemm_, opt_);
-    if ((opt_.decode_overlap & 1) && !tp_.on()) {
+    if ((opt_.decode_overlap & 3) && !tp_.on()) {
       branch_ = std::make_unique<OverlapBranch>();
       configure_gemm(branch_->gemm, opt_);
       branch_->gemm.set_pdl((overlap_bench().debug & 4) != 0);  // after an event wait: a plain dependency
@@ -286,31 +292,40 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
     return;
   }
   // 2. xz = in_proj(normed): x = xz[:, :I], z = xz[:, I:]. Decode overlap: the z rows on the second branch
-  //    (forked before or after the x rows), optionally followed there by out_proj's L2 prefetch; joined at 5.
+  //    (forked before or after the x rows), optionally followed there by out_proj's L2 prefetch; joined at 5
+  //    (the prefetch, with bit 16, only after out_proj).
+  const int ov = opt_.decode_overlap;
   const bool overlap = branch_ && np == 0 && b16 && T <= 16 && gemm_.takes_skinny(wd, T);
+  const bool split_z = overlap && (ov & 1), late_pf = overlap && (ov & 2) && (ov & 16);
   if (overlap) {
-    const int ov = opt_.decode_overlap;
-    const SkinnyTuning half = half_in_proj_tuning(T, I, H, !(ov & 4) || opt_.batch_invariant);
+    SkinnyTuning half = half_in_proj_tuning(T, I, H, !(ov & 4) || opt_.batch_invariant);
+    const OverlapBench& ob = overlap_bench();
+    if (ob.half_tune && !opt_.batch_invariant) half.split_shift += ob.half.split_shift, half.cta_splits = ob.half.cta_splits;
     SkinnyExtras ex;
     ex.tuning = &half;
     const auto* w_in = static_cast<const uint16_t*>(L.in_proj.buf.data());
     cudaStream_t side = branch_->side.get();
-    const OverlapBench& ob = overlap_bench();
-    auto fork_z = [&] {
+    auto fork = [&] {
       const GemmArgs z{T, I, H, normed, H, w_in + I * L.in_proj.cols, L.in_proj.cols, wd, xz + I, 2 * I, DType::F32};
-      if (ob.debug & 2) gemm_.run(z, s, nullptr, 0, &ex);
+      if (split_z && (ob.debug & 2)) gemm_.run(z, s, nullptr, 0, &ex);
       SSM_CUDA_CHECK(cudaEventRecord(branch_->fork, s));
       SSM_CUDA_CHECK(cudaStreamWaitEvent(side, branch_->fork, 0));
-      if (!(ob.debug & 3)) branch_->gemm.run(z, side, nullptr, 0, &ex);
+      if (split_z && !(ob.debug & 3)) branch_->gemm.run(z, side, nullptr, 0, &ex);
+      if (late_pf) SSM_CUDA_CHECK(cudaEventRecord(branch_->join, side));
       if (ov & 2) {
         const size_t bytes = ob.pf_bytes > 0 ? std::min<size_t>(ob.pf_bytes, L.out_proj.buf.bytes()) : L.out_proj.buf.bytes();
         SSM_CUDA_CHECK(l2_prefetch(L.out_proj.buf.data(), bytes, opt_.overlap_prefetch, 66, side));
       }
-      SSM_CUDA_CHECK(cudaEventRecord(branch_->join, side));
+      SSM_CUDA_CHECK(cudaEventRecord(late_pf ? branch_->join_late : branch_->join, side));
     };
-    if (ov & 8) fork_z();
-    gemm_.run({T, I, H, normed, H, w_in, L.in_proj.cols, wd, xz, 2 * I, DType::F32}, s, nullptr, 0, &ex);
-    if (!(ov & 8)) fork_z();
+    if (!split_z) {
+      gemm(normed, T, H, L.in_proj, xz, 2 * I);
+      fork();
+    } else {
+      if (ov & 8) fork();
+      gemm_.run({T, I, H, normed, H, w_in, L.in_proj.cols, wd, xz, 2 * I, DType::F32}, s, nullptr, 0, &ex);
+      if (!(ov & 8)) fork();
+    }
   } else {
     gemm(normed, T, H, L.in_proj, xz, 2 * I);
   }
@@ -329,7 +344,7 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   tp_.all_reduce(xdbl, T * XD);
   if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s));
   gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
-  if (overlap) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and the prefetch) done
+  if (overlap) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and an early-joined prefetch) done
   // 5. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly).
   ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
   // Large decode batches (> 16 rows, outside batch-invariant mode): the thread-per-channel kernel.
@@ -368,6 +383,7 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   } else {
     gemm(b16 ? static_cast<const void*>(y16) : y, T, I, L.out_proj, out, H);
   }
+  if (late_pf) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join_late, 0));  // the branch rejoins (captures need it)
   tp_.all_reduce(out, T * H);  // out_proj is row-parallel
 }
 
@@ -478,7 +494,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   if (const char* e = std::getenv("SSMSERVE_DECODE_OVERLAP"); e && *e) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
-    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 15, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 15]", e);
+    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 31, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 31]", e);
     o.decode_overlap = static_cast<int>(v);
   }
   if (const char* e = std::getenv("SSMSERVE_SKINNY_MAX_M"); e && *e) {

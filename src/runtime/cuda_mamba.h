@@ -46,14 +46,16 @@ struct CudaModelOptions {
   /// run, joined before the state update; bit 2 = that branch then prefetches out_proj's weights into L2
   /// (l2_prefetch mode overlap_prefetch); bit 4 = the halves with their own K split count (faster, other bits)
   /// instead of the whole in_proj's (bit-identical to the unsplit chain; forced in batch-invariant mode);
-  /// bit 8 = the branch forks before the x rows (z streams next to x) instead of after them.
+  /// bit 8 = the branch forks before the x rows (z streams next to x) instead of after them; bit 16 = the
+  /// prefetch rejoins the main stream after out_proj instead of before the state update. Bit 2 without bit 1:
+  /// in_proj whole, then the branch prefetches.
   int decode_overlap = 1;
   /// decode_overlap's prefetch mode (decode_ops.h l2_prefetch: 0 lines, 1 lines evict_last, 2 TMA bulk).
   int overlap_prefetch = 0;
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
   /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_PERSISTENT=0|1|2,
-  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..15, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
+  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
   /// Error on a malformed value.
   static CudaModelOptions from_env();
 };
