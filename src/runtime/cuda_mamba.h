@@ -48,7 +48,9 @@ struct CudaModelOptions {
   /// instead of the whole in_proj's (bit-identical to the unsplit chain; forced in batch-invariant mode);
   /// bit 8 = the branch forks before the x rows (z streams next to x) instead of after them; bit 16 = the
   /// prefetch rejoins the main stream after out_proj instead of before the state update. Bit 2 without bit 1:
-  /// in_proj whole, then the branch prefetches.
+  /// in_proj whole, then the branch prefetches. Default 1 (bit-identical to 0, tested): on the H200 mamba-2.8b
+  /// batch-1 decode 351 vs 348 tokens/s (+0.8%, 3 runs); every prefetch / split-count variant measured slower
+  /// (docs/benchmarks.md, session 6).
   int decode_overlap = 1;
   /// decode_overlap's prefetch mode (decode_ops.h l2_prefetch: 0 lines, 1 lines evict_last, 2 TMA bulk).
   int overlap_prefetch = 0;
