@@ -94,7 +94,8 @@ SkinnyTuning half_in_proj_tuning(int64_t M, int64_t I, int64_t K, bool same_bits
 /// SSMSERVE_OVERLAP_DEBUG bits: 1 = skip the z rows' GEMM, 2 = the z rows on the main stream right after the x
 /// rows (no branch), 4 = the branch's GEMM launched with PDL; SSMSERVE_OVERLAP_PF_MB=<n>: prefetch only the
 /// first n MB of out_proj; SSMSERVE_OUTPROJ_TUNE="shift,cta": out_proj's skinny split shift / block splits;
-/// SSMSERVE_OVERLAP_HALF_TUNE="shift,cta": the in_proj halves' split shift (added) / block splits.
+/// SSMSERVE_OVERLAP_HALF_TUNE="shift,cta": the in_proj halves' split shift (added) / block splits; both take
+/// ",unroll,pipelined" after them for a fixed launch shape (never changes a result).
 struct OverlapBench {
   int debug = 0;
   int64_t pf_bytes = 0;
@@ -106,15 +107,18 @@ const OverlapBench& overlap_bench() {
     OverlapBench o;
     if (const char* e = std::getenv("SSMSERVE_OVERLAP_DEBUG")) o.debug = std::atoi(e);
     if (const char* e = std::getenv("SSMSERVE_OVERLAP_PF_MB")) o.pf_bytes = static_cast<int64_t>(std::atoi(e)) << 20;
-    int shift = 0, cta = 0;
-    if (const char* e = std::getenv("SSMSERVE_OUTPROJ_TUNE"); e && std::sscanf(e, "%d,%d", &shift, &cta) == 2) {
-      o.outproj_tune = true;
-      o.outproj.split_shift = shift, o.outproj.cta_splits = cta;
-    }
-    if (const char* e = std::getenv("SSMSERVE_OVERLAP_HALF_TUNE"); e && std::sscanf(e, "%d,%d", &shift, &cta) == 2) {
-      o.half_tune = true;
-      o.half.split_shift = shift, o.half.cta_splits = cta;
-    }
+    // "shift,cta[,unroll,pipelined]": with the last two, a fixed launch shape instead of the occupancy pick.
+    auto tune = [](const char* name, bool& on, SkinnyTuning& t) {
+      int shift = 0, cta = 0, unroll = 0, pipe = 0;
+      const char* e = std::getenv(name);
+      const int n = e ? std::sscanf(e, "%d,%d,%d,%d", &shift, &cta, &unroll, &pipe) : 0;
+      if (n < 2) return;
+      on = true;
+      t.split_shift = shift, t.cta_splits = cta, t.auto_shape = true;  // auto_shape: keep the occupancy pick
+      if (n == 4) t.auto_shape = false, t.unroll = unroll, t.pipelined = pipe != 0, t.reg_cap = false;
+    };
+    tune("SSMSERVE_OUTPROJ_TUNE", o.outproj_tune, o.outproj);
+    tune("SSMSERVE_OVERLAP_HALF_TUNE", o.half_tune, o.half);
     return o;
   }();
   return b;
@@ -300,7 +304,11 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   if (overlap) {
     SkinnyTuning half = half_in_proj_tuning(T, I, H, !(ov & 4) || opt_.batch_invariant);
     const OverlapBench& ob = overlap_bench();
-    if (ob.half_tune && !opt_.batch_invariant) half.split_shift += ob.half.split_shift, half.cta_splits = ob.half.cta_splits;
+    if (ob.half_tune && !opt_.batch_invariant) {
+      half.split_shift += ob.half.split_shift, half.cta_splits = ob.half.cta_splits;
+      if (!ob.half.auto_shape)
+        half.auto_shape = false, half.unroll = ob.half.unroll, half.pipelined = ob.half.pipelined, half.reg_cap = false;
+    }
     SkinnyExtras ex;
     ex.tuning = &half;
     const auto* w_in = static_cast<const uint16_t*>(L.in_proj.buf.data());
@@ -376,7 +384,9 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   // 6. out = out_proj(y) (added to hidden by the next layer's norm or the final norm).
   if (overlap && overlap_bench().outproj_tune) {
     SkinnyTuning t = skinny_default_tuning(T, H, I);
-    t.split_shift = overlap_bench().outproj.split_shift, t.cta_splits = overlap_bench().outproj.cta_splits;
+    const SkinnyTuning& o = overlap_bench().outproj;
+    t.split_shift = o.split_shift, t.cta_splits = o.cta_splits;
+    if (!o.auto_shape) t.auto_shape = false, t.unroll = o.unroll, t.pipelined = o.pipelined, t.reg_cap = false;
     SkinnyExtras ex;
     ex.tuning = &t;
     gemm_.run({T, H, I, y16, I, L.out_proj.buf.data(), L.out_proj.cols, wd, out, H, DType::F32}, s, nullptr, 0, &ex);
