@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
 #include <cstdlib>
 #include <span>
 
@@ -242,16 +243,17 @@ TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
   REQUIRE_GPU();
   check_bf16_prefill();
 }
-// SSMSERVE_LIGHTNING_WALK=1: the mma.sync range walk for both head dims; KV_WG=1: step 1 on warpgroups too.
+// The walk's switches: SSMSERVE_LIGHTNING_WALK=1 (the mma.sync range walk for both head dims), KV_WG=0 (step 1 on
+// mma.sync), WG_LOADER=0 (both warpgroups issue the walk's loads).
 TEST(CudaLightning, Bf16PrefillWalkVariantsMatchCpu) {
   REQUIRE_GPU();
-  setenv("SSMSERVE_LIGHTNING_WALK", "1", 1);
-  check_bf16_prefill();
-  setenv("SSMSERVE_LIGHTNING_WALK", "2", 1);
-  setenv("SSMSERVE_LIGHTNING_KV_WG", "1", 1);
-  check_bf16_prefill();
-  unsetenv("SSMSERVE_LIGHTNING_WALK");
-  unsetenv("SSMSERVE_LIGHTNING_KV_WG");
+  for (auto [var, val] : {std::pair{"SSMSERVE_LIGHTNING_WALK", "1"}, std::pair{"SSMSERVE_LIGHTNING_KV_WG", "0"},
+                          std::pair{"SSMSERVE_LIGHTNING_WG_LOADER", "0"}}) {
+    SCOPED_TRACE(var);
+    setenv(var, val, 1);
+    check_bf16_prefill();
+    unsetenv(var);
+  }
 }
 // SSMSERVE_LIGHTNING_WALK=0: per-block states through memory and the per-tile output kernel.
 TEST(CudaLightning, Bf16PrefillBlockStatesMatchesCpu) {

@@ -26,8 +26,8 @@
 // (SSMSERVE_LIGHTNING_WALK unset or not 0) steps 2b and 3 are one range walk instead: per (range, head) one CTA
 // carries the fp32 state from S_r through the range in 64-token chunks (o = decayed q S + the chunk's causal part,
 // then S <- decayed S + the chunk's k^T v), so no per-block state goes through memory and step 1 stores none; for
-// head_dim 128 the walk runs on sm_90a warpgroups (wgmma: one warpgroup for the outputs, one for the state;
-// SSMSERVE_LIGHTNING_WALK=1 keeps the mma.sync walk). The runner uses it with bf16 weights, the fp32-exact path
+// head_dim 128 the walk and step 1 run on sm_90a warpgroups (wgmma: one warpgroup for the outputs, one for the
+// state; SSMSERVE_LIGHTNING_WALK=1 keeps the mma.sync walk, SSMSERVE_LIGHTNING_KV_WG=0 the mma.sync step 1). The runner uses it with bf16 weights, the fp32-exact path
 // with fp32 weights.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for bad sizes).

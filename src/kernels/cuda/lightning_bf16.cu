@@ -563,11 +563,12 @@ constexpr size_t walk_wg_smem_bytes() { return (kWgStages * 3 + 4) * static_cast
 /// in registers, O += P V with P as the register A operand; warpgroup 1 concurrently: S <- e^{-s n} S + K~^T V
 /// (two m64n128 halves of the [128, 128] fp32 state in registers, decayed K^T fragments through ldmatrix as the A
 /// operand) and writes bf16(S) to the other S buffer for the next chunk. Q / K / V chunks stream through 3 cp.async
-/// stages in the core-matrix layout; one CTA barrier per chunk.
+/// stages in the core-matrix layout (issued by warpgroup 1 when loader is set); one CTA barrier per chunk.
 template <class TO>
 __global__ void __launch_bounds__(kWgThreads, 1) walk_wg_kernel(const bf16* __restrict__ qkv, int64_t qs,
                                                                 TO* __restrict__ out, int64_t os, LightningDevParams p,
-                                                                LightningPlanDev plan, const float* __restrict__ agg) {
+                                                                LightningPlanDev plan, const float* __restrict__ agg,
+                                                                int loader) {
   constexpr int D = 128, ST = kWgStages, T = kWgTile;
   extern __shared__ __align__(1024) unsigned char smem[];
   unsigned char* const stages = smem;            // [ST][Q, K, V] tiles [64][128]
@@ -586,9 +587,16 @@ __global__ void __launch_bounds__(kWgThreads, 1) walk_wg_kernel(const bf16* __re
   const bool has_state = b0 != plan.seq_first_block[seq] || plan.num_computed[seq] > 0;
   const bf16* const qbase = qkv + static_cast<int64_t>(tok0) * qs + static_cast<int64_t>(h) * 3 * D;
   const int nchunk = (ntok + kChunk - 1) / kChunk;
-  auto issue = [&](int c) {  // chunk c's Q, K, V into stage c % ST; rows past the range zero-filled
+  // Chunk c's Q, K, V into stage c % ST (rows past the range zero-filled), by both warpgroups or (loader) by the state
+  // warpgroup alone.
+  auto issue = [&](int c) {
     unsigned char* st = stages + (c % ST) * 3 * T;
-    for (int idx = threadIdx.x; idx < 3 * kChunk * 16; idx += kWgThreads) {
+    int first = threadIdx.x, step = kWgThreads;
+    if (loader) {
+      if (threadIdx.x < 128) return;
+      first = threadIdx.x - 128, step = 128;
+    }
+    for (int idx = first; idx < 3 * kChunk * 16; idx += step) {
       const int row = ((idx >> 7) & 7) * 8 + (idx & 7), c8 = (idx >> 3) & 15, m = idx >> 10, grow = kChunk * c + row;
       const bool ok = grow < ntok;
       cp_async16(st + m * T + core_off(row, c8), qbase + static_cast<int64_t>(ok ? grow : 0) * qs + m * D + c8 * 8,
@@ -785,10 +793,17 @@ __global__ void __launch_bounds__(kWgThreads, 1) walk_wg_kernel(const bf16* __re
 
 constexpr int kKvWgStages = 3;  // K / V chunk stages of the warpgroup range KV (96 KB: 2 CTAs per SM)
 
+/// Byte offset of the 16-byte chunk (row r, columns 8 c8..) in a [64][128] bf16 tile stored as two 128-byte-swizzled
+/// halves of 64 columns (8 KB each): row r of a half at (r / 8) 1024 + (r % 8) 128, chunk c at c ^ (r % 8).
+__device__ __forceinline__ int sw128_off(int r, int c8) {
+  return (c8 >> 3) * 8192 + (r >> 3) * 1024 + (r & 7) * 128 + (((c8 & 7) ^ (r & 7)) << 4);
+}
+
 /// 1 (warpgroup variant, head_dim 128, sm_90a wgmma). Grid (num_ranges, H), one warpgroup. The range aggregate
 /// A_r = sum over the range's tokens of e^{-s (tokens after it in the range)} k^T v, walked in 64-token chunks like
 /// the walk's state warpgroup (S <- e^{-s n} S + K~^T V: two m64n128 halves, decayed K^T fragments as the register
-/// A operand, V from shared memory); A_r -> agg[r, h] ([D, D] fp32). No block states.
+/// A operand, V from shared memory); A_r -> agg[r, h] ([D, D] fp32). No block states. K / V tiles are 128-byte
+/// swizzled (whole 128-byte row halves per load request, conflict-free shared-memory writes).
 __global__ void __launch_bounds__(128, 2) range_kv_wg_kernel(const bf16* __restrict__ qkv, int64_t qs,
                                                              LightningDevParams p, LightningPlanDev plan,
                                                              float* __restrict__ agg) {
@@ -805,9 +820,9 @@ __global__ void __launch_bounds__(128, 2) range_kv_wg_kernel(const bf16* __restr
   auto issue = [&](int c) {
     unsigned char* st = stages + (c % ST) * 2 * T;
     for (int idx = threadIdx.x; idx < 2 * kChunk * 16; idx += 128) {
-      const int row = ((idx >> 7) & 7) * 8 + (idx & 7), c8 = (idx >> 3) & 15, m = idx >> 10, grow = kChunk * c + row;
+      const int row = (idx >> 3) & 63, c8 = ((idx >> 9) & 1) * 8 + (idx & 7), m = idx >> 10, grow = kChunk * c + row;
       const bool ok = grow < ntok;
-      cp_async16(st + m * T + core_off(row, c8), kbase + static_cast<int64_t>(ok ? grow : 0) * qs + m * D + c8 * 8,
+      cp_async16(st + m * T + sw128_off(row, c8), kbase + static_cast<int64_t>(ok ? grow : 0) * qs + m * D + c8 * 8,
                  ok ? 16 : 0);
     }
   };
@@ -847,7 +862,7 @@ __global__ void __launch_bounds__(128, 2) range_kv_wg_kernel(const bf16* __restr
       const int key = 16 * kk + (lane & 7) + ((lane >> 4) << 3);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        ldsm_x4_t(a[kk][half], Ks + core_off(key, 8 * half + 2 * wl + ((lane >> 3) & 1)));
+        ldsm_x4_t(a[kk][half], Ks + sw128_off(key, 8 * half + 2 * wl + ((lane >> 3) & 1)));
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a[kk][half][q]));
@@ -858,7 +873,7 @@ __global__ void __launch_bounds__(128, 2) range_kv_wg_kernel(const bf16* __restr
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < kChunk / 16; ++kk) {
-      const uint64_t vd = wg_desc(Vs + 4096 * kk, 2048, 128);
+      const uint64_t vd = wg_desc(Vs + 2048 * kk, 8192, 1024, true);
       wgmma_rs_n128_t(S0, a[kk][0], vd, 1);
       wgmma_rs_n128_t(S1, a[kk][1], vd, 1);
     }
@@ -885,15 +900,18 @@ cudaError_t launch_walk_wg(const bf16* qkv, int64_t qs, TO* out, int64_t os, con
   const cudaError_t e = cudaFuncSetAttribute(walk_wg_kernel<TO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  walk_wg_kernel<TO><<<dim3(plan.num_ranges, p.num_heads), kWgThreads, smem, stream>>>(qkv, qs, out, os, p, plan, agg);
+  // The state warpgroup issues every load (the output warpgroup's chain is the longer one) unless
+  // SSMSERVE_LIGHTNING_WG_LOADER=0 (both issue).
+  const char* ld = std::getenv("SSMSERVE_LIGHTNING_WG_LOADER");
+  walk_wg_kernel<TO><<<dim3(plan.num_ranges, p.num_heads), kWgThreads, smem, stream>>>(qkv, qs, out, os, p, plan, agg,
+                                                                                     ld && *ld == '0' ? 0 : 1);
   return launch_status();
 }
 
-/// With the warpgroup walk, step 1 on warpgroups too when SSMSERVE_LIGHTNING_KV_WG=1 (off: slower, its 64-byte row
-/// loads keep L2 busy).
+/// With the warpgroup walk, step 1 on warpgroups too unless SSMSERVE_LIGHTNING_KV_WG=0.
 bool kv_wg_on() {
   const char* v = std::getenv("SSMSERVE_LIGHTNING_KV_WG");
-  return v && *v == '1';
+  return !(v && *v == '0');
 }
 
 /// Step 3: SSMSERVE_LIGHTNING_WALK=0: block states + per-tile output kernel; 1: the range walk (mma.sync); 2 (unset):
