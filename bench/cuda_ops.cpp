@@ -11,6 +11,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "device/cuda_check.h"
@@ -210,11 +211,23 @@ void mamba2_layer(int batch, int len, GemmHandle& gemm, cudaStream_t s, std::mt1
   cm.workspace = ssd_ws.data(), cm.workspace_bytes = ssd_ws.bytes();
   for (bool exact : {false, true}) {
     sp.exact_products = exact;
-    // The runner uses one TF32 pass with bf16 weights: the 3xTF32 variant is shown, not counted.
-    tm.op(exact ? "ssd chunked 3xTF32 (not in total)" : "ssd chunked TF32", [&] {
+    // The runner uses the bf16 tiles with bf16 weights: the TF32 variants are shown, not counted.
+    tm.op(exact ? "ssd chunked 3xTF32 (not in total)" : "ssd chunked TF32 (not in total)", [&] {
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, cm, y.as<float>(), I, nullptr, s));
-    }, ssd_flops, !exact);
+    }, ssd_flops, false);
   }
+  sp.exact_products = false, sp.bf16_products = true;
+  DeviceBuffer ssd_ws_bf16(ssd_workspace_bytes(sp, meta.nchunks, 256));
+  cm.workspace = ssd_ws_bf16.data(), cm.workspace_bytes = ssd_ws_bf16.bytes();
+  tm.op("ssd chunked bf16", [&] {
+    SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, cm, y.as<float>(), I, nullptr, s));
+  }, ssd_flops);
+  setenv("SSMSERVE_SSD_BF16_DECAY", "exp", 1);
+  tm.op("ssd chunked bf16, per-element decays (not in total)", [&] {
+    SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, cm, y.as<float>(), I, nullptr, s));
+  }, ssd_flops, false);
+  unsetenv("SSMSERVE_SSD_BF16_DECAY");
+  sp.bf16_products = false;
   sp.exact_products = false;
   setenv("SSMSERVE_SSD_SYNC_TILES", "1", 1);
   tm.op("ssd chunked TF32, previous register-prefetch tiles (not in total)", [&] {
@@ -289,7 +302,9 @@ void mamba2_decode_ssd(int batch, cudaStream_t s, std::mt19937& rng) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // `bench_cuda_ops mamba2`: the Mamba-2 layer only (both prompt shapes).
+  const bool only_mamba2 = argc > 1 && std::string_view(argv[1]) == "mamba2";
   if (!gpu_available()) {
     std::puts("{\"error\": \"no CUDA device\"}");
     return 1;
@@ -298,9 +313,10 @@ int main() {
   Stream stream;
   GemmHandle gemm;
   for (auto [b, l] : {std::pair{1, 8192}, std::pair{16, 2048}}) {
-    mamba1_layer(b, l, gemm, stream.get(), rng);
+    if (!only_mamba2) mamba1_layer(b, l, gemm, stream.get(), rng);
     mamba2_layer(b, l, gemm, stream.get(), rng);
   }
+  if (only_mamba2) return 0;
   for (int b : {64, 256}) mamba1_decode_scan(b, stream.get(), rng);
   for (int b : {1, 64, 256}) mamba2_decode_ssd(b, stream.get(), rng);
   return 0;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 
 #include "core/error.h"
@@ -209,6 +210,12 @@ class CudaMamba2Model final : public CudaCausalLM {
     sp.time_step_min = m_.time_step_min_limit, sp.time_step_max = m_.time_step_max_limit;
     sp.ssm_states = states_.ssm_state(layer);
     sp.exact_products = wd != DType::BF16;  // bf16 weights: one TF32 pass is well inside their tolerance
+    // bf16 weights: the chunked form on bf16 tensor cores (SSMSERVE_SSD_TF32=1 keeps the TF32 tiles).
+    static const bool ssd_tf32 = [] {
+      const char* v = std::getenv("SSMSERVE_SSD_TF32");
+      return v && v[0] == '1';
+    }();
+    sp.bf16_products = wd == DType::BF16 && !ssd_tf32;
     auto inputs_from = [&](int64_t r0) {
       return SsdInputs{{xbc + r0 * C, C}, {proj + r0 * PW + I + C, PW}, {xbc + r0 * C + I, C}, {xbc + r0 * C + I + GN, C}};
     };

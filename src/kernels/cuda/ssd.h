@@ -47,6 +47,10 @@ struct SsdParams {
   /// Chunked form's matrix products: true = 3xTF32 split (fp32-exact to ~1e-6, the op harness's 1e-4 bound);
   /// false = one TF32 pass (relative error ~5e-4, 3x fewer tensor-core instructions; bf16-weight models).
   bool exact_products = true;
+  /// Chunked form on bf16 tensor cores instead (mma.sync m16n8k16, fp32 accumulation; ssd_chunked_bf16.cu): x, B,
+  /// C, the decayed C B^T and the chunk-entry states rounded to bf16 (relative error ~3e-3); overrides
+  /// exact_products. Only for chunk_size % 8 == 0 and d_state % 8 == 0 (else the TF32 tiles run).
+  bool bf16_products = false;
 };
 
 /// Chunk metadata of the prefill tokens (see ChunkMetadataDev in selective_scan.h). With chunk_size in 1..256
@@ -63,7 +67,8 @@ cudaError_t ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const Ss
 
 /// Workspace bytes of the chunked form for these sizes (ChunkMetadataDev::workspace): dt and cumsum
 /// [nchunks, H, chunk_size], chunk-end cumsums [nchunks, H], states [nchunks, H, P, N], C B^T [nchunks, G,
-/// chunk_size, chunk_size], fp32.
+/// chunk_size, chunk_size], fp32; with bf16_products also bf16 copies of x, B, C (per token row, padded) and of the
+/// chunk-entry states.
 size_t ssd_workspace_bytes(const SsdParams& p, int64_t nchunks, int chunk_size);
 
 /// The chunked form alone (what ssd_chunk_scan_fwd runs for chunk_size 1..256; cudaErrorInvalidValue otherwise).

@@ -8,33 +8,24 @@
 // s_in in place), CB [nchunks, G, L, L]; from the stream-ordered pool, freed at the end of the call.
 // The chunk-state and chunk-scan tiles stream their operands through a 4-stage cp.async pipeline
 // (mma_tile.cuh, block_gemm_async): with one slice of register prefetch they waited on load latency.
+// SsdParams::bf16_products: chunk state and chunk scan on bf16 tensor cores instead (ssd_chunked_bf16.cu), with
+// bf16 copies of x, B, C and of the chunk-entry states (written instead of the fp32 ones) in the workspace.
 #include <cstdlib>
+#include <string_view>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/ssd.h"
+#include "kernels/cuda/ssd_chunked_common.cuh"
 
 namespace ssmserve::cuda {
 namespace {
 using namespace detail;
 
-constexpr int kMaxChunk = 256;
-
-struct Ws {
-  float* dt = nullptr;       // [nchunks, H, L]
-  float* cs = nullptr;       // [nchunks, H, L]
-  float* cs_last = nullptr;  // [nchunks, H]
-  float* states = nullptr;   // [nchunks, H, P, N]
-  float* cb = nullptr;       // [nchunks, G, L, L]
-};
-
-/// The chunk's sequence has a real state block (else every kernel skips the chunk).
-__device__ __forceinline__ bool live(const ChunkMetadataDev& m, int c) {
-  return m.state_indices[m.seq_idx[c]] != 0;
-}
-__device__ __forceinline__ int chunk_len(const ChunkMetadataDev& m, int c) {
-  return min(m.cu_chunk_seqlen[c + 1] - m.cu_chunk_seqlen[c], m.chunk_size);
-}
+constexpr int kMaxChunk = kSsdMaxChunk;
+using Ws = SsdWs;
+__device__ __forceinline__ bool live(const ChunkMetadataDev& m, int c) { return chunk_live(m, c); }
+__device__ __forceinline__ int chunk_len(const ChunkMetadataDev& m, int c) { return chunk_tokens(m, c); }
 
 /// Grid (nchunks, ceil(H / 8)), 256 threads: warp w does head blockIdx.y * 8 + w with a warp scan per 32 tokens.
 __global__ void __launch_bounds__(256) cumsum_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m, Ws ws) {
@@ -151,6 +142,42 @@ __global__ void __launch_bounds__(256) state_pass_kernel(SsdParams p, ChunkMetad
   store(st, S);
 }
 
+/// The bf16 tiles' state passing: as state_pass_kernel, but the entering states go to ws.states_h (bf16, the chunk
+/// scan's operand) only, so ws.states is read-only here and the loads of kAhead chunks are issued together.
+template <class TS>
+__global__ void __launch_bounds__(256) state_pass_bf16_kernel(SsdParams p, ChunkMetadataDev m, Ws ws,
+                                                              float* __restrict__ chunk_states) {
+  constexpr int kAhead = 8;
+  const int s = blockIdx.z, h = blockIdx.y;
+  const int32_t block = m.state_indices[s];
+  const int64_t PN = static_cast<int64_t>(p.head_dim) * p.d_state;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  if (block == 0 || e >= PN) return;
+  const int H = p.num_heads;
+  TS* st = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + h * PN + e;
+  float S = m.has_initial_states[s] ? load(st) : 0.0f;
+  const int c_first = s == 0 ? 0 : m.last_chunk_indices[s - 1] + 1, c_last = m.last_chunk_indices[s];
+  for (int c0 = c_first; c0 <= c_last; c0 += kAhead) {
+    float local[kAhead], cl[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int64_t ch = static_cast<int64_t>(c0 + j) * H + h;
+      const bool ok = c0 + j <= c_last;
+      local[j] = ok ? __ldg(ws.states + ch * PN + e) : 0.0f;
+      cl[j] = ok ? __ldg(ws.cs_last + ch) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      if (c0 + j > c_last) break;
+      const int64_t ch = static_cast<int64_t>(c0 + j) * H + h;
+      ws.states_h[ch * PN + e] = __float2bfloat16_rn(S);
+      S = expf(cl[j]) * S + local[j];
+      if (chunk_states) chunk_states[ch * PN + e] = S;
+    }
+  }
+  store(st, S);
+}
+
 /// Grid (nchunks, H, ceil(L / 64) * ceil(P / 64)): y rows [l0, l0 + 64), columns [p0, p0 + 64) of head h.
 template <bool kExact, bool kAsync>
 __global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
@@ -204,6 +231,43 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs i
   });
 }
 
+cudaError_t launch_state_pass(const SsdParams& p, const ChunkMetadataDev& m, const Ws& ws, float* chunk_states,
+                              cudaStream_t stream) {
+  const dim3 grid(ceil_div(static_cast<int64_t>(p.head_dim) * p.d_state, 256), static_cast<unsigned>(p.num_heads),
+                  static_cast<unsigned>(m.num_seqs));
+  return visit_dtype(p.ssm_states.dtype, [&](auto tag) {
+    if (ws.states_h)
+      state_pass_bf16_kernel<decltype(tag)><<<grid, 256, 0, stream>>>(p, m, ws, chunk_states);
+    else
+      state_pass_kernel<decltype(tag)><<<grid, 256, 0, stream>>>(p, m, ws, chunk_states);
+    return launch_status();
+  });
+}
+
+/// The bf16 tiles (ssd_chunked_bf16.cu): cumsum, bf16 copies of x / B / C, chunk states, C B^T (one TF32 pass,
+/// fp32 out), state passing (also writing the bf16 chunk-entry states), chunk scan. factored: see
+/// ssd_bf16_chunk_scan (SSMSERVE_SSD_BF16_DECAY=exp selects the per-element exponentials, for comparison).
+cudaError_t launch_bf16(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, const Ws& ws, float* y,
+                        int64_t y_stride, float* chunk_states, bool factored, cudaStream_t stream) {
+  const unsigned nc = static_cast<unsigned>(m.nchunks), H = static_cast<unsigned>(p.num_heads);
+  const int nt = ceil_div(m.chunk_size, kTileM);
+  LaunchProfile prof(stream);
+  cumsum_kernel<<<dim3(nc, ceil_div(H, 8)), 256, 0, stream>>>(in, p, m, ws);
+  prof.mark("ssd cumsum");
+  if (const cudaError_t e = ssd_bf16_convert(in, p, m, ws, stream); e != cudaSuccess) return e;
+  prof.mark("ssd bf16 convert");
+  if (const cudaError_t e = ssd_bf16_chunk_state(p, m, ws, stream); e != cudaSuccess) return e;
+  prof.mark("ssd bf16 chunk_state");
+  cb_kernel<false><<<dim3(nc, static_cast<unsigned>(p.n_groups), nt * nt), kTileThreads, 0, stream>>>(in, p, m, ws);
+  prof.mark("ssd cb");
+  if (const cudaError_t e = launch_status(); e != cudaSuccess) return e;
+  if (const cudaError_t e = launch_state_pass(p, m, ws, chunk_states, stream); e != cudaSuccess) return e;
+  prof.mark("ssd state_pass");
+  const cudaError_t e = ssd_bf16_chunk_scan(in, p, m, ws, y, y_stride, factored, stream);
+  prof.mark("ssd bf16 chunk_scan");
+  return e;
+}
+
 /// kAsync: the chunk-state / chunk-scan tiles through the cp.async pipeline (default), else with one slice of
 /// register prefetch (the previous form; SSMSERVE_SSD_SYNC_TILES=1 selects it, for comparison).
 template <bool kExact, bool kAsync>
@@ -228,12 +292,7 @@ cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetad
   cb_kernel<kExact><<<dim3(nc, static_cast<unsigned>(p.n_groups), nt * nt), kTileThreads, 0, stream>>>(in, p, m, ws);
   prof.mark("ssd cb");
   if (const cudaError_t e = launch_status(); e != cudaSuccess) return e;
-  const cudaError_t e = visit_dtype(p.ssm_states.dtype, [&](auto tag) {
-    state_pass_kernel<decltype(tag)>
-        <<<dim3(ceil_div(static_cast<int64_t>(p.head_dim) * p.d_state, 256), H, static_cast<unsigned>(m.num_seqs)),
-           256, 0, stream>>>(p, m, ws, chunk_states);
-    return launch_status();
-  });
+  const cudaError_t e = launch_state_pass(p, m, ws, chunk_states, stream);
   prof.mark("ssd state_pass");
   if (e != cudaSuccess) return e;
   chunk_scan_kernel<kExact, kAsync><<<dim3(nc, H, nt * ceil_div(p.head_dim, kTileN)), kTileThreads, kRawBytes, stream>>>(
@@ -247,13 +306,21 @@ cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetad
 namespace {
 struct WsLayout {
   int64_t n_cs, n_last, n_st, n_cb;
+  int64_t n_xh = 0, n_bh = 0, n_sh = 0;  // bf16 tiles only (floats: two bf16 each)
+  int Pp = 0, Np = 0;
   WsLayout(const SsdParams& p, int64_t nc, int64_t L) {
     const auto up = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
     const int64_t H = p.num_heads;
     n_cs = up(nc * H * L), n_last = up(nc * H), n_st = up(nc * H * p.head_dim * p.d_state),
     n_cb = up(nc * p.n_groups * L * L);
+    if (ssd_bf16_tiles(p, static_cast<int>(L))) {
+      Pp = ssd_pad_head_dim(p.head_dim), Np = ssd_pad_d_state(p.d_state);
+      n_xh = up((nc * L * H * Pp + 1) / 2), n_bh = up((nc * L * p.n_groups * Np + 1) / 2), n_sh = up((n_st + 1) / 2);
+    }
   }
-  size_t bytes() const { return static_cast<size_t>(2 * n_cs + n_last + n_st + n_cb) * sizeof(float); }
+  size_t bytes() const {
+    return static_cast<size_t>(2 * n_cs + n_last + n_st + n_cb + n_xh + 2 * n_bh + n_sh) * sizeof(float);
+  }
 };
 }  // namespace
 
@@ -278,14 +345,26 @@ cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdCh
   ws.cs_last = ws.cs + lay.n_cs;
   ws.states = ws.cs_last + lay.n_last;
   ws.cb = ws.states + lay.n_st;
-  const char* sync_env = std::getenv("SSMSERVE_SSD_SYNC_TILES");  // read per call (benchmarks compare both)
-  const bool async = !(sync_env && sync_env[0] == '1');
-  const cudaError_t e =
-      p.exact_products
-          ? (async ? launch_all<true, true>(in, p, m, ws, y, y_stride, chunk_states, stream)
-                   : launch_all<true, false>(in, p, m, ws, y, y_stride, chunk_states, stream))
-          : (async ? launch_all<false, true>(in, p, m, ws, y, y_stride, chunk_states, stream)
-                   : launch_all<false, false>(in, p, m, ws, y, y_stride, chunk_states, stream));
+  cudaError_t e = cudaSuccess;
+  if (lay.n_xh > 0) {
+    float* f = ws.cb + lay.n_cb;
+    ws.xh = reinterpret_cast<__nv_bfloat16*>(f);
+    ws.bh = reinterpret_cast<__nv_bfloat16*>(f + lay.n_xh);
+    ws.ch = reinterpret_cast<__nv_bfloat16*>(f + lay.n_xh + lay.n_bh);
+    ws.states_h = reinterpret_cast<__nv_bfloat16*>(f + lay.n_xh + 2 * lay.n_bh);
+    ws.Pp = lay.Pp, ws.Np = lay.Np;
+    const char* decay_env = std::getenv("SSMSERVE_SSD_BF16_DECAY");  // read per call (benchmarks compare both)
+    const bool factored = !(decay_env && std::string_view(decay_env) == "exp");
+    e = launch_bf16(in, p, m, ws, y, y_stride, chunk_states, factored, stream);
+  } else {
+    const char* sync_env = std::getenv("SSMSERVE_SSD_SYNC_TILES");  // read per call (benchmarks compare both)
+    const bool async = !(sync_env && sync_env[0] == '1');
+    e = p.exact_products
+            ? (async ? launch_all<true, true>(in, p, m, ws, y, y_stride, chunk_states, stream)
+                     : launch_all<true, false>(in, p, m, ws, y, y_stride, chunk_states, stream))
+            : (async ? launch_all<false, true>(in, p, m, ws, y, y_stride, chunk_states, stream)
+                     : launch_all<false, false>(in, p, m, ws, y, y_stride, chunk_states, stream));
+  }
   const cudaError_t f = own ? cudaFreeAsync(base, stream) : cudaSuccess;
   return e != cudaSuccess ? e : f;
 }
