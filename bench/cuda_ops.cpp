@@ -193,12 +193,19 @@ void mamba2_layer(int batch, int len, GemmHandle& gemm, cudaStream_t s, std::mt1
   tm.op("gemm in_proj", [&] { g(normed.data(), T, H, w_in, PW, proj_scratch.data(), PW); }, 2.0 * T * PW * H);
   ConvParams cp{C, static_cast<int>(K), conv_w.as<float>(), conv_b.as<float>(),
                 {conv_state.data(), DType::F32, (K - 1) * C}, true};
-  tm.op("causal_conv1d_fwd", [&] {
+  tm.op("causal_conv1d_fwd fp32 out (TF32 SSD; not in total)", [&] {
     SSM_CUDA_CHECK(causal_conv1d_fwd(proj.as<float>() + I, PW, xbc.as<float>(), C, cp, meta.qsl.as<int32_t>(),
                                      meta.si.as<int32_t>(), meta.hi.as<uint8_t>(), batch, T, s));
+  }, 0, false);
+  // The runner with bf16 weights: the conv writes only bf16 rows, the bf16 SSD tiles read them.
+  DeviceBuffer xbc_h(T * C * 2);
+  tm.op("causal_conv1d_fwd bf16 out only", [&] {
+    SSM_CUDA_CHECK(causal_conv1d_fwd_dual(proj.as<float>() + I, PW, nullptr, C, xbc_h.data(), C, cp,
+                                          meta.qsl.as<int32_t>(), meta.si.as<int32_t>(), meta.hi.as<uint8_t>(), batch,
+                                          T, s));
   });
   const float* xb = xbc.as<float>();
-  SsdInputs in{{xb, C}, {proj.as<float>() + I + C, PW}, {xb + I, C}, {xb + I + G * N, C}};
+  SsdInputs in{{xb, C}, {proj.as<float>() + I + C, PW}, {xb + I, C}, {xb + I + G * N, C}, {}, {}, {}};
   SsdParams sp;
   sp.num_heads = NH, sp.head_dim = P, sp.n_groups = G, sp.d_state = N, sp.A = A.as<float>(), sp.D = D.as<float>();
   sp.dt_bias = dtb.as<float>(), sp.ssm_states = {ssm_state.data(), DType::F32, NH * P * N};
@@ -219,12 +226,18 @@ void mamba2_layer(int batch, int len, GemmHandle& gemm, cudaStream_t s, std::mt1
   sp.exact_products = false, sp.bf16_products = true;
   DeviceBuffer ssd_ws_bf16(ssd_workspace_bytes(sp, meta.nchunks, 256));
   cm.workspace = ssd_ws_bf16.data(), cm.workspace_bytes = ssd_ws_bf16.bytes();
-  tm.op("ssd chunked bf16", [&] {
+  tm.op("ssd chunked bf16, own bf16 copies (not in total)", [&] {
     SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, cm, y.as<float>(), I, nullptr, s));
+  }, ssd_flops, false);
+  SsdInputs in_h = in;
+  const auto* xh = static_cast<const uint16_t*>(xbc_h.data());
+  in_h.x_h = {xh, C}, in_h.B_h = {xh + I, C}, in_h.C_h = {xh + I + G * N, C};
+  tm.op("ssd chunked bf16 (the conv's bf16 rows)", [&] {
+    SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in_h, sp, cm, y.as<float>(), I, nullptr, s));
   }, ssd_flops);
-  setenv("SSMSERVE_SSD_BF16_DECAY", "exp", 1);
-  tm.op("ssd chunked bf16, per-element decays (not in total)", [&] {
-    SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, cm, y.as<float>(), I, nullptr, s));
+  setenv("SSMSERVE_SSD_BF16_DECAY", "factored", 1);
+  tm.op("ssd chunked bf16, factored decays (not in total)", [&] {
+    SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in_h, sp, cm, y.as<float>(), I, nullptr, s));
   }, ssd_flops, false);
   unsetenv("SSMSERVE_SSD_BF16_DECAY");
   sp.bf16_products = false;
@@ -287,7 +300,8 @@ void mamba2_decode_ssd(int batch, cudaStream_t s, std::mt19937& rng) {
   for (int64_t b = 0; b < B; ++b) idx[b] = static_cast<int32_t>(b + 1);
   DeviceBuffer didx(B * 4);
   SSM_CUDA_CHECK(cudaMemcpy(didx.data(), idx.data(), B * 4, cudaMemcpyHostToDevice));
-  SsdInputs in{{xbc.as<float>(), W}, {dt.as<float>(), H}, {xbc.as<float>() + HP, W}, {xbc.as<float>() + HP + GN, W}};
+  SsdInputs in{{xbc.as<float>(), W}, {dt.as<float>(), H}, {xbc.as<float>() + HP, W}, {xbc.as<float>() + HP + GN, W},
+               {}, {}, {}};
   SsdParams sp{H, P, G, N, A.as<float>(), D.as<float>(), dtb.as<float>()};
   sp.ssm_states = {ssm_state.data(), DType::F32, HP * N};
   tm.op("ssd_state_update (small batches, not in total)", [&] {
@@ -303,8 +317,9 @@ void mamba2_decode_ssd(int batch, cudaStream_t s, std::mt19937& rng) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `bench_cuda_ops mamba2`: the Mamba-2 layer only (both prompt shapes).
-  const bool only_mamba2 = argc > 1 && std::string_view(argv[1]) == "mamba2";
+  // `bench_cuda_ops mamba2`: the Mamba-2 layer only (both prompt shapes); `mamba2-8k`: at 1 x 8192 only.
+  const std::string_view arg = argc > 1 ? argv[1] : "";
+  const bool only_mamba2 = arg == "mamba2" || arg == "mamba2-8k";
   if (!gpu_available()) {
     std::puts("{\"error\": \"no CUDA device\"}");
     return 1;
@@ -314,7 +329,7 @@ int main(int argc, char** argv) {
   GemmHandle gemm;
   for (auto [b, l] : {std::pair{1, 8192}, std::pair{16, 2048}}) {
     if (!only_mamba2) mamba1_layer(b, l, gemm, stream.get(), rng);
-    mamba2_layer(b, l, gemm, stream.get(), rng);
+    if (arg != "mamba2-8k" || b == 1) mamba2_layer(b, l, gemm, stream.get(), rng);
   }
   if (only_mamba2) return 0;
   for (int b : {64, 256}) mamba1_decode_scan(b, stream.get(), rng);

@@ -156,6 +156,7 @@ class CudaMamba2Model final : public CudaCausalLM {
     const size_t ab = dtype_size(opt_.weight_dtype);
     hidden_.f32(T * Hd), out_.f32(T * Hd), normed_.get(T * Hd * ab), proj_.f32(T * PW), xbc_.f32(T * C);
     y_.f32(T * I), gated_.get(T * I * ab);
+    if (opt_.weight_dtype == DType::BF16) xbc_h_.get(T * C * 2);
     frame_.reserve(T, Hd, cfg_.vocab_size, nlog);
   }
 
@@ -200,9 +201,6 @@ class CudaMamba2Model final : public CudaCausalLM {
     if (nd > 0 && !fused)
       SSM_CUDA_CHECK(conv1d_update_dual(proj + I, PW, xbc, C, nullptr, 0, conv, sm.state_indices_d, static_cast<int>(nd),
                                         opt_.pdl, s));
-    if (np > 0)
-      SSM_CUDA_CHECK(causal_conv1d_fwd(proj + P0 * PW + I, PW, xbc + P0 * C, C, conv, sm.query_start_loc_p,
-                                       sm.state_indices_p, sm.has_initial_states_p, np, T - P0, s));
     // 3. SSD: x = xBC[:, :I], B, C the next two G*N slices, dt = proj[:, I + C:].
     SsdParams sp;
     sp.num_heads = static_cast<int>(NH), sp.head_dim = m_.head_dim, sp.n_groups = m_.n_groups, sp.d_state = m_.d_state;
@@ -217,8 +215,24 @@ class CudaMamba2Model final : public CudaCausalLM {
     }();
     sp.bf16_products = wd == DType::BF16 && !ssd_tf32;
     auto inputs_from = [&](int64_t r0) {
-      return SsdInputs{{xbc + r0 * C, C}, {proj + r0 * PW + I + C, PW}, {xbc + r0 * C + I, C}, {xbc + r0 * C + I + GN, C}};
+      return SsdInputs{{xbc + r0 * C, C}, {proj + r0 * PW + I + C, PW}, {xbc + r0 * C + I, C},
+                       {xbc + r0 * C + I + GN, C}, {}, {}, {}};
     };
+    // Prefill rows: with the bf16 tiles on bf16 copies alone the conv writes only its bf16 output (no fp32 xBC rows,
+    // no copies made in the SSD); else fp32 rows.
+    SsdInputs prefill_in = inputs_from(P0);
+    bool conv_bf16_only = false;
+    if (np > 0 && sp.bf16_products && !opt_.batch_invariant) {
+      const uint16_t* h = static_cast<const uint16_t*>(xbc_h_.get(T * C * 2)) + P0 * C;  // bf16
+      prefill_in.x_h = {h, C}, prefill_in.B_h = {h + I, C}, prefill_in.C_h = {h + I + GN, C};
+      conv_bf16_only = ssd_uses_bf16_copies(prefill_in, sp, md.chunk_size);
+      if (!conv_bf16_only) prefill_in.x_h = prefill_in.B_h = prefill_in.C_h = {};
+    }
+    if (np > 0)
+      SSM_CUDA_CHECK(causal_conv1d_fwd_dual(proj + P0 * PW + I, PW, conv_bf16_only ? nullptr : xbc + P0 * C, C,
+                                            conv_bf16_only ? const_cast<void*>(prefill_in.x_h.data) : nullptr, C, conv,
+                                            sm.query_start_loc_p, sm.state_indices_p, sm.has_initial_states_p, np,
+                                            T - P0, s));
     // Large decode batches (> 16 rows, outside batch-invariant mode): the state-run kernel; else the one whose
     // math is the sequential prefill walk's.
     if (nd > 16 && !opt_.batch_invariant)
@@ -231,7 +245,7 @@ class CudaMamba2Model final : public CudaCausalLM {
       cm.workspace_bytes = ssd_workspace_bytes(sp, cm.nchunks, cm.chunk_size);
       cm.workspace = ssd_ws_.get(cm.workspace_bytes);
       if (opt_.batch_invariant) cm.chunk_size = 0;  // the sequential walk (the decode kernel's math): see cuda_mamba.cpp
-      SSM_CUDA_CHECK(ssd_chunk_scan_fwd(inputs_from(P0), sp, cm, y + P0 * I, I, nullptr, s));
+      SSM_CUDA_CHECK(ssd_chunk_scan_fwd(prefill_in, sp, cm, y + P0 * I, I, nullptr, s));
     }
     // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (added to hidden by the next norm).
     SSM_CUDA_CHECK(gated_rms_norm_pdl(y, I, proj, PW, L.gate_norm.as<float>(), cfg_.layer_norm_epsilon, T, I,
@@ -255,6 +269,7 @@ class CudaMamba2Model final : public CudaCausalLM {
   // proj [T, I + C + H], xbc [T, C], y [T, I] fp32.
   Scratch hidden_, out_, normed_, proj_, xbc_, y_, gated_;
   Scratch ssd_ws_;  // the chunked SSD's workspace (prefill steps only)
+  Scratch xbc_h_;   // [T, C] bf16: the conv's output for the bf16 SSD tiles (prefill steps with bf16 weights)
 };
 
 }  // namespace

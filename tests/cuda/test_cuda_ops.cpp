@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <span>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
 #include "kernels/cpu/causal_conv1d.h"
@@ -476,8 +477,10 @@ TEST(CudaSelectiveScan, PrefillAndDecodeMatchCpu) {
 /// the sequential per-sequence walk (chunk_size unknown to the op).
 enum class SsdMode { ChunkedExact, ChunkedFast, ChunkedBf16, Sequential };
 
+/// copies (ChunkedBf16): the prefill also gets bf16 copies of x, B, C (SsdInputs::x_h ...); where they are the only
+/// x, B, C it reads (ssd_uses_bf16_copies), its fp32 x, B, C are all NaN.
 void check_ssd(std::mt19937& rng, const Mamba2Shape& s, DType state_dtype, const Batch& b,
-               SsdMode mode = SsdMode::ChunkedExact, bool wide_decode = false) {
+               SsdMode mode = SsdMode::ChunkedExact, bool wide_decode = false, bool copies = false) {
   const int H = s.heads, P = s.head_dim, G = s.n_groups, N = s.d_state;
   const int64_t T = b.num_tokens(), HP = s.d_inner(), GN = static_cast<int64_t>(G) * N;
   // Packed like the model: x, B, C are slices of the conv output row [HP + 2GN]; dt of the projection row.
@@ -493,7 +496,7 @@ void check_ssd(std::mt19937& rng, const Mamba2Shape& s, DType state_dtype, const
                dsi = to_device(b.state_indices), dh = to_device(b.has_initial_states);
   cpu::SsdInputs ci{{xBC.data(), xbc}, {dt.data(), dts}, {xBC.data() + HP, xbc}, {xBC.data() + HP + GN, xbc}};
   cuda::SsdInputs gi{{dxbc.as<float>(), xbc}, {ddt.as<float>(), dts}, {dxbc.as<float>() + HP, xbc},
-                     {dxbc.as<float>() + HP + GN, xbc}};
+                     {dxbc.as<float>() + HP + GN, xbc}, {}, {}, {}};
   cpu::SsdParams cp{H, P, G, N, A.data(), D.data(), dtb.data(), 0.0f, 0.5f, pool.host_view()};
   cuda::SsdParams gp{H, P, G, N, dA.as<float>(), dD.as<float>(), ddtb.as<float>(), 0.0f, 0.5f, pool.dev_view()};
   gp.exact_products = mode != SsdMode::ChunkedFast && mode != SsdMode::ChunkedBf16;
@@ -510,12 +513,27 @@ void check_ssd(std::mt19937& rng, const Mamba2Shape& s, DType state_dtype, const
   std::vector<float> ref(T * ys, 0.0f), ref_cs(cs_elems, 0.0f);
   cpu::ssd_chunk_scan_fwd(ci, cp, cm, ref.data(), ys, ref_cs.data());
   DeviceBuffer dy = poisoned(T * ys), dcs = poisoned(cs_elems);
-  SSM_CUDA_CHECK(cuda::ssd_chunk_scan_fwd(gi, gp, gm, dy.as<float>(), ys, dcs.as<float>(), nullptr));
+  cuda::SsdInputs gpre = gi;  // the prefill's inputs
+  const int64_t hs = (HP + 2 * GN + 7) / 8 * 8;  // bf16 copy rows, 16-byte aligned
+  std::vector<uint16_t> xbc_h(copies ? T * hs : 0, 0);
+  for (int64_t t = 0; t < (copies ? T : 0); ++t)
+    for (int64_t i = 0; i < HP + 2 * GN; ++i) xbc_h[t * hs + i] = f32_to_bf16(xBC[t * xbc + i]);
+  DeviceBuffer dxbc_h = to_device(xbc_h), dnan = poisoned(copies ? T * xbc : 0);
+  bool fp32_unread = false;
+  if (copies) {
+    const auto* base = static_cast<const uint16_t*>(dxbc_h.data());
+    gpre.x_h = {base, hs}, gpre.B_h = {base + HP, hs}, gpre.C_h = {base + HP + GN, hs};
+    fp32_unread = cuda::ssd_uses_bf16_copies(gpre, gp, s.chunk_size);
+    if (fp32_unread)
+      gpre.x.data = dnan.as<float>(), gpre.B.data = dnan.as<float>() + HP, gpre.C.data = dnan.as<float>() + HP + GN;
+  }
+  SSM_CUDA_CHECK(cuda::ssd_chunk_scan_fwd(gpre, gp, gm, dy.as<float>(), ys, dcs.as<float>(), nullptr));
   SSM_CUDA_CHECK(cudaDeviceSynchronize());
   auto got = to_host<float>(dy, T * ys);
   const auto mask = b.token_mask();
   const double yerr = rel_err(got.data(), ys, ref.data(), ys, T, HP, &mask);
-  if (mode == SsdMode::ChunkedBf16) std::printf("ssd bf16 %s: prefill y rel err %.3g\n", s.name, yerr);
+  if (mode == SsdMode::ChunkedBf16)
+    std::printf("ssd bf16 %s%s: prefill y rel err %.3g\n", s.name, fp32_unread ? " (bf16 copies only)" : "", yerr);
   EXPECT_LT(yerr, tol) << "prefill y";
   EXPECT_TRUE(untouched(got.data(), ys, T, HP, mask)) << "null rows written";
   std::vector<uint8_t> cmask(nchunks);
@@ -589,8 +607,8 @@ TEST(CudaSsd, Bf16TilesMatchCpu) {
   std::mt19937 rng(seed);
   // bf16 tiles: every shape and schedule; small chunks with head_dim 20 and d_state 16; d_state 256; head_dim 80
   // (a partial second 64-column tile) with chunk 96 and d_state 48; head_dim 128; and the per-element decays
-  // (SSMSERVE_SSD_BF16_DECAY=exp). The test's A reaches -16 with dt up to 0.5, so both the factored and the steep
-  // (per-element) column blocks run. chunk 100 (not a multiple of 8) falls back to the TF32 tiles.
+  // (SSMSERVE_SSD_BF16_DECAY=factored). The test's A reaches -16 with dt up to 0.5, so both the factored and the
+  // steep (per-element) column blocks run there. chunk 100 (not a multiple of 8) falls back to the TF32 tiles.
   for (const auto& s : mamba2_shapes())
     for (const auto& sch : schedules())
       for (DType dt : {DType::F32, DType::BF16}) {
@@ -607,7 +625,16 @@ TEST(CudaSsd, Bf16TilesMatchCpu) {
             SsdMode::ChunkedBf16);
   check_ssd(rng, {"wide-head", 64, 2, 128, 1, 64, 4, 256}, DType::F32, make_batch({600, 1}, {}),
             SsdMode::ChunkedBf16);
-  setenv("SSMSERVE_SSD_BF16_DECAY", "exp", 1);
+  // The caller's bf16 copies (the runner's conv output) as the only x, B, C: the 2.7b / codestral shapes, a small
+  // one (head_dim 64, d_state 128, chunk 64) and head_dim 128 with d_state 256; tiny-mamba2 (d_state 64) makes its
+  // own padded copies.
+  for (const auto& s : mamba2_shapes())
+    check_ssd(rng, s, DType::F32, make_batch({5, 1, 37, 2, 64, 3}, {1, 4}), SsdMode::ChunkedBf16, false, true);
+  check_ssd(rng, {"copies", 64, 4, 64, 1, 128, 4, 64}, DType::F32, make_batch({3, 130, 1, 64}, {2}),
+            SsdMode::ChunkedBf16, false, true);
+  check_ssd(rng, {"copies-wide", 64, 2, 128, 2, 256, 4, 32}, DType::BF16, make_batch({90, 7}, {}),
+            SsdMode::ChunkedBf16, false, true);
+  setenv("SSMSERVE_SSD_BF16_DECAY", "factored", 1);
   check_ssd(rng, mamba2_shapes()[0], DType::F32, make_batch({5, 1, 37, 2, 64, 3}, {1, 4}), SsdMode::ChunkedBf16);
   check_ssd(rng, {"odd-tiles-96", 64, 8, 80, 2, 48, 4, 96}, DType::F32, make_batch({250, 3, 101}, {}),
             SsdMode::ChunkedBf16);

@@ -24,12 +24,21 @@
 
 namespace ssmserve::cuda {
 
+/// Rows of bf16 values (device): data[t * stride + i].
+struct DevRowsBf16 {
+  const void* data = nullptr;  ///< __nv_bfloat16
+  int64_t stride = 0;
+};
+
 /// Per-token inputs (device), indexed by packed token row t.
 struct SsdInputs {
   DevRows x;   ///< [num_tokens, H * P] post-conv x
   DevRows dt;  ///< [num_tokens, H] raw dt
   DevRows B;   ///< [num_tokens, G * N]
   DevRows C;   ///< [num_tokens, G * N]
+  /// Optional bf16 roundings of x, B, C (e.g. the conv's bf16 output) for the bf16 tiles: where
+  /// ssd_uses_bf16_copies holds they are the only x, B, C the prefill reads (no bf16 copies made).
+  DevRowsBf16 x_h, B_h, C_h;
 };
 
 /// Layer sizes, parameters (device) and the state pool.
@@ -64,6 +73,11 @@ using SsdChunkMetadataDev = ChunkMetadataDev;
 /// Sequences with state index 0 are written neither in y nor in chunk_states.
 cudaError_t ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
                                int64_t y_stride, float* chunk_states, cudaStream_t stream);
+
+/// Whether ssd_chunk_scan_fwd with chunk_size (the metadata's) runs the bf16 tiles on in.x_h / B_h / C_h alone,
+/// reading none of in.x, in.B, in.C (the caller may leave those rows unwritten): bf16_products, chunk_size in 8..256
+/// and a multiple of 8, head_dim % 64 == 0, d_state % 128 == 0, the three copies set with 16-byte aligned rows.
+bool ssd_uses_bf16_copies(const SsdInputs& in, const SsdParams& p, int chunk_size);
 
 /// Workspace bytes of the chunked form for these sizes (ChunkMetadataDev::workspace): dt and cumsum
 /// [nchunks, H, chunk_size], chunk-end cumsums [nchunks, H], states [nchunks, H, P, N], C B^T [nchunks, G,

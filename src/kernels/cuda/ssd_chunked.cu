@@ -244,23 +244,29 @@ cudaError_t launch_state_pass(const SsdParams& p, const ChunkMetadataDev& m, con
   });
 }
 
-/// The bf16 tiles (ssd_chunked_bf16.cu): cumsum, bf16 copies of x / B / C, chunk states, C B^T (one TF32 pass,
-/// fp32 out), state passing (also writing the bf16 chunk-entry states), chunk scan. factored: see
-/// ssd_bf16_chunk_scan (SSMSERVE_SSD_BF16_DECAY=exp selects the per-element exponentials, for comparison).
-cudaError_t launch_bf16(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, const Ws& ws, float* y,
-                        int64_t y_stride, float* chunk_states, bool factored, cudaStream_t stream) {
+/// The bf16 tiles (ssd_chunked_bf16.cu): cumsum, bf16 copies of x / B / C (unless ws already holds the caller's),
+/// C B^T (fp32 out), state passing (writing the bf16 chunk-entry states), chunk states, chunk scan. factored: see
+/// ssd_bf16_chunk_scan (SSMSERVE_SSD_BF16_DECAY=factored selects it, for comparison).
+cudaError_t launch_bf16(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, Ws ws, float* y,
+                        int64_t y_stride, float* chunk_states, bool factored, __nv_bfloat16* convert_to,
+                        cudaStream_t stream) {
   const unsigned nc = static_cast<unsigned>(m.nchunks), H = static_cast<unsigned>(p.num_heads);
-  const int nt = ceil_div(m.chunk_size, kTileM);
   LaunchProfile prof(stream);
   cumsum_kernel<<<dim3(nc, ceil_div(H, 8)), 256, 0, stream>>>(in, p, m, ws);
   prof.mark("ssd cumsum");
-  if (const cudaError_t e = ssd_bf16_convert(in, p, m, ws, stream); e != cudaSuccess) return e;
-  prof.mark("ssd bf16 convert");
+  if (convert_to) {  // ws.xh / bh / ch become the padded copies
+    const int64_t T = static_cast<int64_t>(m.nchunks) * m.chunk_size;
+    __nv_bfloat16* xh = convert_to;
+    __nv_bfloat16* bh = xh + T * ws.xh_stride;
+    __nv_bfloat16* ch = bh + T * ws.bh_stride;
+    ws.xh = xh, ws.bh = bh, ws.ch = ch;
+    if (const cudaError_t e = ssd_bf16_convert(in, p, m, ws, xh, bh, ch, stream); e != cudaSuccess) return e;
+    prof.mark("ssd bf16 convert");
+  }
   if (const cudaError_t e = ssd_bf16_chunk_state(p, m, ws, stream); e != cudaSuccess) return e;
   prof.mark("ssd bf16 chunk_state");
-  cb_kernel<false><<<dim3(nc, static_cast<unsigned>(p.n_groups), nt * nt), kTileThreads, 0, stream>>>(in, p, m, ws);
-  prof.mark("ssd cb");
-  if (const cudaError_t e = launch_status(); e != cudaSuccess) return e;
+  if (const cudaError_t e = ssd_bf16_cb(p, m, ws, stream); e != cudaSuccess) return e;
+  prof.mark("ssd bf16 cb");
   if (const cudaError_t e = launch_state_pass(p, m, ws, chunk_states, stream); e != cudaSuccess) return e;
   prof.mark("ssd state_pass");
   const cudaError_t e = ssd_bf16_chunk_scan(in, p, m, ws, y, y_stride, factored, stream);
@@ -306,7 +312,7 @@ cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetad
 namespace {
 struct WsLayout {
   int64_t n_cs, n_last, n_st, n_cb;
-  int64_t n_xh = 0, n_bh = 0, n_sh = 0;  // bf16 tiles only (floats: two bf16 each)
+  int64_t n_cv = 0, n_sh = 0;  // bf16 tiles only (floats: two bf16 each): convert's copies, chunk-entry states
   int Pp = 0, Np = 0;
   WsLayout(const SsdParams& p, int64_t nc, int64_t L) {
     const auto up = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
@@ -315,14 +321,24 @@ struct WsLayout {
     n_cb = up(nc * p.n_groups * L * L);
     if (ssd_bf16_tiles(p, static_cast<int>(L))) {
       Pp = ssd_pad_head_dim(p.head_dim), Np = ssd_pad_d_state(p.d_state);
-      n_xh = up((nc * L * H * Pp + 1) / 2), n_bh = up((nc * L * p.n_groups * Np + 1) / 2), n_sh = up((n_st + 1) / 2);
+      // x rows [nc * L, H * Pp], then B and C rows [nc * L, G * Np] (each piece a multiple of 16 bytes)
+      n_cv = up((nc * L * (H * Pp + 2 * p.n_groups * Np) + 1) / 2), n_sh = up((n_st + 1) / 2);
     }
   }
-  size_t bytes() const {
-    return static_cast<size_t>(2 * n_cs + n_last + n_st + n_cb + n_xh + 2 * n_bh + n_sh) * sizeof(float);
-  }
+  size_t bytes() const { return static_cast<size_t>(2 * n_cs + n_last + n_st + n_cb + n_cv + n_sh) * sizeof(float); }
 };
+
+bool aligned16(const void* ptr, int64_t stride) {
+  return ptr && reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && stride % 8 == 0 && stride > 0;
+}
 }  // namespace
+
+bool ssd_uses_bf16_copies(const SsdInputs& in, const SsdParams& p, int chunk_size) {
+  const int64_t HP = static_cast<int64_t>(p.num_heads) * p.head_dim, GN = static_cast<int64_t>(p.n_groups) * p.d_state;
+  return chunk_size >= 8 && chunk_size <= kMaxChunk && ssd_bf16_tiles(p, chunk_size) && p.head_dim % 64 == 0 &&
+         p.d_state % 128 == 0 && aligned16(in.x_h.data, in.x_h.stride) && aligned16(in.B_h.data, in.B_h.stride) &&
+         aligned16(in.C_h.data, in.C_h.stride) && in.x_h.stride >= HP && in.B_h.stride >= GN && in.C_h.stride >= GN;
+}
 
 size_t ssd_workspace_bytes(const SsdParams& p, int64_t nchunks, int chunk_size) {
   return WsLayout(p, nchunks, chunk_size).bytes();
@@ -346,16 +362,24 @@ cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdCh
   ws.states = ws.cs_last + lay.n_last;
   ws.cb = ws.states + lay.n_st;
   cudaError_t e = cudaSuccess;
-  if (lay.n_xh > 0) {
+  if (lay.n_cv > 0) {
     float* f = ws.cb + lay.n_cb;
-    ws.xh = reinterpret_cast<__nv_bfloat16*>(f);
-    ws.bh = reinterpret_cast<__nv_bfloat16*>(f + lay.n_xh);
-    ws.ch = reinterpret_cast<__nv_bfloat16*>(f + lay.n_xh + lay.n_bh);
-    ws.states_h = reinterpret_cast<__nv_bfloat16*>(f + lay.n_xh + 2 * lay.n_bh);
-    ws.Pp = lay.Pp, ws.Np = lay.Np;
+    ws.states_h = reinterpret_cast<__nv_bfloat16*>(f + lay.n_cv);
+    __nv_bfloat16* convert_to = nullptr;
+    if (ssd_uses_bf16_copies(in, p, m.chunk_size)) {
+      ws.xh = static_cast<const __nv_bfloat16*>(in.x_h.data), ws.xh_stride = in.x_h.stride;
+      ws.bh = static_cast<const __nv_bfloat16*>(in.B_h.data), ws.bh_stride = in.B_h.stride;
+      ws.ch = static_cast<const __nv_bfloat16*>(in.C_h.data), ws.ch_stride = in.C_h.stride;
+      ws.Pp = p.head_dim, ws.Np = p.d_state;
+    } else {
+      convert_to = reinterpret_cast<__nv_bfloat16*>(f);
+      ws.Pp = lay.Pp, ws.Np = lay.Np;
+      ws.xh_stride = static_cast<int64_t>(p.num_heads) * lay.Pp;
+      ws.bh_stride = ws.ch_stride = static_cast<int64_t>(p.n_groups) * lay.Np;
+    }
     const char* decay_env = std::getenv("SSMSERVE_SSD_BF16_DECAY");  // read per call (benchmarks compare both)
-    const bool factored = !(decay_env && std::string_view(decay_env) == "exp");
-    e = launch_bf16(in, p, m, ws, y, y_stride, chunk_states, factored, stream);
+    const bool factored = decay_env && std::string_view(decay_env) == "factored";
+    e = launch_bf16(in, p, m, ws, y, y_stride, chunk_states, factored, convert_to, stream);
   } else {
     const char* sync_env = std::getenv("SSMSERVE_SSD_SYNC_TILES");  // read per call (benchmarks compare both)
     const bool async = !(sync_env && sync_env[0] == '1');

@@ -2,18 +2,21 @@
 // ssd_chunked.cu's header comment). mma.sync m16n8k16 (bf16 operands, fp32 accumulation), operands staged through
 // a 3-stage cp.async pipeline (16-byte copies) and read with ldmatrix (mma_bf16.cuh):
 //   convert      x, B, C (fp32 rows of the call) -> bf16 copies, head_dim padded to 64 and d_state to 128 with zeros
-//                (16-byte aligned rows whatever the input strides; half the bytes for the tiles);
+//                (16-byte aligned rows whatever the input strides), unless the caller passes bf16 copies
+//                (SsdInputs::x_h ..., e.g. the conv's bf16 output; ssd_uses_bf16_copies);
+//   C B^T        fp32 out, from the bf16 B and C;
 //   chunk state  S_c[p, n] = sum_l (x[l, p] w_l) B[l, n], w_l = dt_l exp(cs_last - cs_l): the x fragments (from
 //                ldmatrix.trans) scaled by w in fp32 and re-rounded; 64 x 128 output tile per CTA;
 //   chunk scan   y[l, p] = exp(cs_l) sum_n C[l, n] s_in[p, n] (row factor applied to the accumulator)
-//                         + sum_{s <= l} (CB[l, s] exp(cs_l - cs_s) dt_s) x[s, p] + D x[l, p].
+//                         + sum_{s <= l} (CB[l, s] exp(cs_l - cs_s) dt_s) x[s, p] + D x[l, p]  (bf16 x).
 //                The decayed CB operand is built in registers from the fp32 C B^T tile. Per 16-token column block
 //                starting at kb: exp(cs_l - cs_s) = exp(cs_l - cs_kb) * exp(cs_kb - cs_s), so a thread takes two
 //                exponentials per block (its two rows) instead of eight, with the column factors (times dt) made
 //                once per CTA. A block whose cumsum spans more than 2^64 (steep heads) takes the per-element
 //                exponential (the row factor could underflow while the column factor overflows).
 // Rounding: x, B, C, the decayed CB, x * w and s_in are rounded to bf16 (2^-9 relative each): relative error of y
-// ~3e-3 on random inputs (the op harness bounds it by 1e-2).
+// ~2e-3 on random inputs (op harness, H200; its bound is 1e-2). The per-element exponentials are the default: on the
+// H200 the factored decays were not faster (1 x 8192 mamba2-2.7b chunk scan 0.406 ms factored, 0.394 per element).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/ssd_chunked_common.cuh"
@@ -41,7 +44,9 @@ __device__ __forceinline__ uint32_t scale_pair(uint32_t v, float2 w) {
 // ---- convert ----------------------------------------------------------------------------------------------------
 
 /// Grid (nchunks * L), 256 threads: token row t < cu_chunk_seqlen[nchunks], in bf16 pairs.
-__global__ void __launch_bounds__(256) convert_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m, SsdWs ws) {
+__global__ void __launch_bounds__(256) convert_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m, SsdWs ws,
+                                                      bf16* __restrict__ xh, bf16* __restrict__ bh,
+                                                      bf16* __restrict__ ch) {
   const int64_t t = blockIdx.x;
   if (t >= m.cu_chunk_seqlen[m.nchunks]) return;
   const int H = p.num_heads, P = p.head_dim, G = p.n_groups, N = p.d_state, Pp = ws.Pp, Np = ws.Np;
@@ -49,9 +54,9 @@ __global__ void __launch_bounds__(256) convert_kernel(SsdInputs in, SsdParams p,
   const float* x = in.x.data + t * in.x.stride;
   const float* B = in.B.data + t * in.B.stride;
   const float* C = in.C.data + t * in.C.stride;
-  __nv_bfloat162* xo = reinterpret_cast<__nv_bfloat162*>(ws.xh + t * H * Pp);
-  __nv_bfloat162* bo = reinterpret_cast<__nv_bfloat162*>(ws.bh + t * G * Np);
-  __nv_bfloat162* co = reinterpret_cast<__nv_bfloat162*>(ws.ch + t * G * Np);
+  __nv_bfloat162* xo = reinterpret_cast<__nv_bfloat162*>(xh + t * ws.xh_stride);
+  __nv_bfloat162* bo = reinterpret_cast<__nv_bfloat162*>(bh + t * ws.bh_stride);
+  __nv_bfloat162* co = reinterpret_cast<__nv_bfloat162*>(ch + t * ws.ch_stride);
   for (int i = threadIdx.x; i < nx + 2 * nb; i += 256) {
     float a = 0.0f, b = 0.0f;
     if (i < nx) {
@@ -99,14 +104,14 @@ __global__ void __launch_bounds__(kStThreads) chunk_state_kernel(SsdParams p, Ch
       {  // x: 32 rows x 8 pieces of 8 bf16
         const int r = tid >> 3, q = (tid & 7) * 8;
         const bool ok = k0 + r < len;
-        const bf16* src = ws.xh + ((t0 + k0 + r) * H + h) * Pp + p0 + q;
+        const bf16* src = ws.xh + (t0 + k0 + r) * ws.xh_stride + h * Pp + p0 + q;
         cp_async16(&sx[st][r][q], ok ? src : ws.xh, ok ? 16 : 0);
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {  // B: 32 rows x 16 pieces
         const int i = tid + j * kStThreads, r = i >> 4, q = (i & 15) * 8;
         const bool ok = k0 + r < len;
-        const bf16* src = ws.bh + ((t0 + k0 + r) * G + g) * Np + n0 + q;
+        const bf16* src = ws.bh + (t0 + k0 + r) * ws.bh_stride + g * Np + n0 + q;
         cp_async16(&sb[st][r][q], ok ? src : ws.bh, ok ? 16 : 0);
       }
     }
@@ -152,6 +157,58 @@ __global__ void __launch_bounds__(kStThreads) chunk_state_kernel(SsdParams p, Ch
     }
 }
 
+// ---- C B^T ------------------------------------------------------------------------------------------------------
+
+constexpr int kCbThreads = 128, kCbTile = 64;
+inline int cb_smem_bytes(int N) { return 2 * kCbTile * ((N + 15) / 16 * 16 + 8) * 2; }
+
+/// Grid (nchunks, G, ceil(L / 64)^2), 128 threads: CB[l, s] = C_l . B_s for the 64 x 64 tiles on or below the
+/// diagonal, the whole d_state extent staged at once; warp w owns rows l0 + 16 w .. + 16.
+__global__ void __launch_bounds__(kCbThreads) cb_kernel(SsdParams p, ChunkMetadataDev m, SsdWs ws) {
+  const int c = blockIdx.x, g = blockIdx.y;
+  if (!chunk_live(m, c)) return;
+  const int L = m.chunk_size, len = chunk_tokens(m, c), nt = (L + kCbTile - 1) / kCbTile, N = p.d_state;
+  const int l0 = (blockIdx.z / nt) * kCbTile, s0 = (blockIdx.z % nt) * kCbTile;
+  if (s0 > l0 || l0 >= len) return;
+  const int64_t t0 = m.cu_chunk_seqlen[c];
+  const int nk = (N + 15) / 16 * 16, ld = nk + 8, pieces = nk / 8, Np = ws.Np;
+  extern __shared__ __align__(16) unsigned char dyn[];
+  bf16* sC = reinterpret_cast<bf16*>(dyn);  // [64 rows l][ld]
+  bf16* sB = sC + kCbTile * ld;             // [64 rows s][ld]
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+  for (int i = tid; i < kCbTile * pieces; i += kCbThreads) {
+    const int r = i / pieces, q = (i - r * pieces) * 8;  // q < nk <= Np: padded columns are zeros
+    const bool okc = l0 + r < len, okb = s0 + r < len;
+    cp_async16(sC + r * ld + q, okc ? ws.ch + (t0 + l0 + r) * ws.ch_stride + g * Np + q : ws.ch, okc ? 16 : 0);
+    cp_async16(sB + r * ld + q, okb ? ws.bh + (t0 + s0 + r) * ws.bh_stride + g * Np + q : ws.bh, okb ? 16 : 0);
+  }
+  cp_async_commit_group();
+  cp_async_wait_group<0>();
+  __syncthreads();
+  const int wr = 16 * warp;
+  if (l0 + wr >= len) return;
+  float acc[8][4] = {};
+  for (int k = 0; k < nk; k += 16) {
+    uint32_t a[4];
+    load_a(a, sC, ld, wr, k);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t b[4];
+      load_b_nk(b, sB, ld, k, 16 * j);
+      mma_bf16(acc[2 * j], a, b[0], b[1]);
+      mma_bf16(acc[2 * j + 1], a, b[2], b[3]);
+    }
+  }
+  float* out = ws.cb + (static_cast<int64_t>(c) * p.n_groups + g) * L * L;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int l = l0 + wr + gq + (r >= 2 ? 8 : 0), s = s0 + 8 * j + 2 * tq + (r & 1);
+      if (l < len && s < len) out[static_cast<int64_t>(l) * L + s] = acc[j][r];
+    }
+}
+
 // ---- chunk scan -------------------------------------------------------------------------------------------------
 
 constexpr int kScThreads = 128, kScTile = 64;
@@ -168,7 +225,7 @@ inline int scan_smem_bytes(int N) {
 /// Grid (nchunks, H, ceil(L / 64) * (Pp / 64)), 128 threads: y rows [l0, l0 + 64) x head_dim columns
 /// [p0, p0 + 64) of head h; warp w owns rows l0 + 16 w .. + 16 and all 64 columns.
 template <bool kFactored>
-__global__ void __launch_bounds__(kScThreads) chunk_scan_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m, SsdWs ws,
+__global__ void __launch_bounds__(kScThreads, 4) chunk_scan_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m, SsdWs ws,
                                                                 float* __restrict__ y, int64_t y_stride) {
   const int c = blockIdx.x, h = blockIdx.y;
   if (!chunk_live(m, c)) return;
@@ -215,7 +272,7 @@ __global__ void __launch_bounds__(kScThreads) chunk_scan_kernel(SsdInputs in, Ss
     for (int i = tid; i < kScTile * pieces; i += kScThreads) {
       const int r = i / pieces, q = (i - r * pieces) * 8;
       const bool okc = l0 + r < len;  // Np >= nk: the padded columns are zeros
-      cp_async16(sC + r * ld + q, okc ? ws.ch + ((t0 + l0 + r) * G + g) * Np + q : ws.ch, okc ? 16 : 0);
+      cp_async16(sC + r * ld + q, okc ? ws.ch + (t0 + l0 + r) * ws.ch_stride + g * Np + q : ws.ch, okc ? 16 : 0);
       const bool oks = p0 + r < P && q < N;  // N % 8 == 0: whole pieces
       cp_async16(sS + r * ld + q, oks ? sin + static_cast<int64_t>(p0 + r) * N + q : sin, oks ? 16 : 0);
     }
@@ -263,7 +320,7 @@ __global__ void __launch_bounds__(kScThreads) chunk_scan_kernel(SsdInputs in, Ss
       for (int j = 0; j < 2; ++j) {  // x: 32 rows x 8 pieces of 8 bf16
         const int i = tid + j * kScThreads, r = i >> 3, q = (i & 7) * 8;
         const bool ok = k0 + r < len;
-        const bf16* src = ws.xh + ((t0 + k0 + r) * H + h) * Pp + p0 + q;
+        const bf16* src = ws.xh + (t0 + k0 + r) * ws.xh_stride + h * Pp + p0 + q;
         cp_async16(sx + r * kScLdX + q, ok ? src : ws.xh, ok ? 16 : 0);
       }
     }
@@ -328,23 +385,37 @@ __global__ void __launch_bounds__(kScThreads) chunk_scan_kernel(SsdInputs in, Ss
   cp_async_wait_group<0>();
   if (!warp_live) return;
   const float Dh = p.D ? p.D[h] : 0.0f;
-  const float* x = in.x.data + t0 * in.x.stride + static_cast<int64_t>(h) * P;
+  const bf16* x = ws.xh + t0 * ws.xh_stride + h * Pp;  // the D term's x (bf16)
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int l = (r >= 2 ? lb : la), pp = p0 + 8 * j + 2 * tq + (r & 1);
       if (l < len && pp < P)
-        y[(t0 + l) * y_stride + static_cast<int64_t>(h) * P + pp] = acc[j][r] + Dh * x[l * in.x.stride + pp];
+        y[(t0 + l) * y_stride + static_cast<int64_t>(h) * P + pp] =
+            acc[j][r] + Dh * __bfloat162float(x[l * ws.xh_stride + pp]);
     }
 }
 
 }  // namespace
 
 cudaError_t ssd_bf16_convert(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, const SsdWs& ws,
-                             cudaStream_t stream) {
-  convert_kernel<<<static_cast<unsigned>(static_cast<int64_t>(m.nchunks) * m.chunk_size), 256, 0, stream>>>(in, p, m,
-                                                                                                         ws);
+                             bf16* xh, bf16* bh, bf16* ch, cudaStream_t stream) {
+  convert_kernel<<<static_cast<unsigned>(static_cast<int64_t>(m.nchunks) * m.chunk_size), 256, 0, stream>>>(
+      in, p, m, ws, xh, bh, ch);
+  return launch_status();
+}
+
+cudaError_t ssd_bf16_cb(const SsdParams& p, const ChunkMetadataDev& m, const SsdWs& ws, cudaStream_t stream) {
+  const int smem = cb_smem_bytes(p.d_state);
+  if (const cudaError_t e =
+          cudaFuncSetAttribute(reinterpret_cast<const void*>(cb_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               smem);
+      e != cudaSuccess)
+    return e;
+  const unsigned nt = static_cast<unsigned>((m.chunk_size + kCbTile - 1) / kCbTile);
+  cb_kernel<<<dim3(static_cast<unsigned>(m.nchunks), static_cast<unsigned>(p.n_groups), nt * nt), kCbThreads, smem,
+              stream>>>(p, m, ws);
   return launch_status();
 }
 

@@ -19,9 +19,12 @@ struct SsdWs {
   float* cs_last = nullptr;  // [nchunks, H]
   float* states = nullptr;   // [nchunks, H, P, N] (S_c, then s_in in place)
   float* cb = nullptr;       // [nchunks, G, L, L]
-  __nv_bfloat16* xh = nullptr;      // [nchunks * L, H, Pp] token rows of the call, head_dim padded with zeros
-  __nv_bfloat16* bh = nullptr;      // [nchunks * L, G, Np]
-  __nv_bfloat16* ch = nullptr;      // [nchunks * L, G, Np]
+  // bf16 x, B, C per token row of the call: the caller's copies (SsdInputs::x_h ...) or the convert kernel's
+  // (head_dim padded with zeros to Pp, d_state to Np; rows [nchunks * L, H * Pp] / [nchunks * L, G * Np]).
+  const __nv_bfloat16* xh = nullptr;  // x[t, h, p] = xh[t * xh_stride + h * Pp + p]
+  const __nv_bfloat16* bh = nullptr;  // B[t, g, n] = bh[t * bh_stride + g * Np + n]
+  const __nv_bfloat16* ch = nullptr;  // C likewise
+  int64_t xh_stride = 0, bh_stride = 0, ch_stride = 0;
   __nv_bfloat16* states_h = nullptr;  // [nchunks, H, P, N] s_in rounded (state passing writes it)
   int Pp = 0, Np = 0;  // head_dim rounded up to 64, d_state rounded up to 128
 };
@@ -41,13 +44,15 @@ inline bool ssd_bf16_tiles(const SsdParams& p, int chunk_size) {
 inline int ssd_pad_head_dim(int P) { return (P + 63) / 64 * 64; }
 inline int ssd_pad_d_state(int N) { return (N + 127) / 128 * 128; }
 
-/// bf16 copies of x, B, C for the bf16 tiles (ws.xh / bh / ch).
+/// bf16 copies of x, B, C for the bf16 tiles into xh / bh / ch (the workspace; padded layout of SsdWs).
 cudaError_t ssd_bf16_convert(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, const SsdWs& ws,
-                             cudaStream_t stream);
+                             __nv_bfloat16* xh, __nv_bfloat16* bh, __nv_bfloat16* ch, cudaStream_t stream);
+/// C B^T (fp32, into ws.cb; the tiles on or below the diagonal) from ws.bh, ws.ch.
+cudaError_t ssd_bf16_cb(const SsdParams& p, const ChunkMetadataDev& m, const SsdWs& ws, cudaStream_t stream);
 /// The chunk states S_c (fp32, into ws.states) from ws.xh, ws.bh, ws.dt, ws.cs, ws.cs_last.
 cudaError_t ssd_bf16_chunk_state(const SsdParams& p, const ChunkMetadataDev& m, const SsdWs& ws, cudaStream_t stream);
-/// y from ws.cb (fp32), ws.xh, ws.ch, ws.states_h, ws.dt, ws.cs and the fp32 x (the D term). factored: decays as
-/// a row factor times a column factor per 16-token block where that is in range (else per element).
+/// y from ws.cb (fp32), ws.xh (also the D term's x), ws.ch, ws.states_h, ws.dt, ws.cs. factored: decays as a row
+/// factor times a column factor per 16-token block where that is in range (else per element).
 cudaError_t ssd_bf16_chunk_scan(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, const SsdWs& ws,
                                 float* y, int64_t y_stride, bool factored, cudaStream_t stream);
 
