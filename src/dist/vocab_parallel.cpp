@@ -17,7 +17,7 @@ void embed_tokens_vocab_parallel(const ForwardBatch& batch, const Weight& embedd
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = batch.input_ids[t];
     SSM_CHECK(id >= 0 && id < vocab, "token id {} is outside the vocabulary [0, {})", id, vocab);
-    if (id >= shard.begin && id < shard.end) embedding.row_to_f32(id - shard.begin, hidden + t * H);
+    if (id >= shard.begin && id < shard.end) cpu::weight_row_to_f32(embedding, id - shard.begin, hidden + t * H);
     else std::fill_n(hidden + t * H, H, 0.0f);
   }
   comm.all_reduce_sum(hidden, T * H);

@@ -24,7 +24,7 @@ void embed_tokens(const ForwardBatch& batch, const Weight& embedding, float* hid
   for (int64_t t = 0; t < batch.num_tokens(); ++t) {
     const int32_t id = batch.input_ids[t];
     SSM_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
-    embedding.row_to_f32(id, hidden + t * H);
+    cpu::weight_row_to_f32(embedding, id, hidden + t * H);
   }
 }
 

@@ -13,6 +13,10 @@
 
 #include <immintrin.h>
 #include <omp.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -374,6 +378,34 @@ void pack_for_linear(Weight& w) {
       }
   }
   w.cpu_panels = std::move(out);
+}
+
+void pack_for_linear_only(Weight& w) {
+  pack_for_linear(w);
+  if (!w.data) return;
+#if defined(__linux__) && defined(MADV_PAGEOUT)
+  if (!w.owned) {  // a view into a mapped checkpoint: its (clean, file-backed) pages may go
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<uintptr_t>(w.data) / page * page;
+    const auto end = reinterpret_cast<uintptr_t>(w.data) + static_cast<uintptr_t>(w.rows * w.cols) * dtype_size(w.dtype);
+    (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);  // advice only: a refusal is fine
+  }
+#endif
+  w.owned.reset();
+  w.data = nullptr;
+}
+
+void weight_row_to_f32(const Weight& w, int64_t r, float* dst) {
+  if (w.data || !w.cpu_panels) return w.row_to_f32(r, dst);
+  // Row r is column j of panel p: K values kPanel apart (bf16: at the interleaved slot).
+  const int64_t K = w.cols, p = r / kPanel, j = r % kPanel;
+  if (w.dtype == DType::BF16) {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(w.cpu_panels->data()) + p * K * kPanel + bf16_slot(j);
+    for (int64_t k = 0; k < K; ++k) dst[k] = bf16_to_f32(src[k * kPanel]);
+  } else {
+    const float* src = reinterpret_cast<const float*>(w.cpu_panels->data()) + p * K * kPanel + j;
+    for (int64_t k = 0; k < K; ++k) dst[k] = src[k * kPanel];
+  }
 }
 
 }  // namespace ssmserve::cpu

@@ -14,6 +14,16 @@ namespace ssmserve::cpu {
 /// Throws Error on an F16 weight.
 void pack_for_linear(Weight& w);
 
+/// pack_for_linear, then the panels become the only copy: the row-major storage is given up (`w.data` = null,
+/// `w.owned` released; the pages of a view into a mapped checkpoint are advised out, MADV_PAGEOUT, which keeps
+/// their contents). Rows stay readable through weight_row_to_f32 (the embedding lookup of a tied LM head).
+/// Idempotent. Throws Error as pack_for_linear.
+void pack_for_linear_only(Weight& w);
+
+/// Row r of w [N, K] as float into dst[0..K): from the row-major data, or from the panels of a weight packed by
+/// pack_for_linear_only (the same values, bit for bit). Requires 0 <= r < N.
+void weight_row_to_f32(const Weight& w, int64_t r, float* dst);
+
 /// y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]).
 ///   x: [M, K] fp32 with row stride x_stride (>= K);  w: [N, K] F32 or BF16 (K = w.cols, N = w.rows);
 ///   bias: [N] fp32 or nullptr;  y: [M, N] fp32 with row stride y_stride (>= N); y must not alias x.
