@@ -334,15 +334,16 @@ std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format,
   Weight emb = dist::slice_rows(src.matrix("backbone.embeddings.weight", {V, Hd}, DummyInit::uniform(0.1f)), {v});
   // The LM head streams from memory at every decode step (a quarter of the 130M model's bytes): the packed panels
   // read ~7% faster than the row-major kernel at batch 1 (one stream, prefetched). A tied head and the embedding
-  // share one copy, the panels (the lookup reads its rows from them); packed before the layers load, so the
-  // moment both layouts exist comes before the model's peak.
+  // share one copy, the panels (the lookup reads its rows from them); an untied head keeps only its panels too
+  // (nothing reads its rows). Packed before the layers load, so the moment both layouts exist comes before the
+  // model's peak.
   Weight head;
   if (cfg.tie_word_embeddings && !src.has("lm_head.weight")) {
     cpu::pack_for_linear_only(emb);
     head = emb;
   } else {
     head = dist::slice_rows(src.matrix("lm_head.weight", {V, Hd}, DummyInit::uniform(0.1f)), {v});
-    cpu::pack_for_linear(head);
+    cpu::pack_for_linear_only(head);
   }
   // The gated norm runs over the whole d_inner on every rank, out_proj split by output rows (dist/gathered_linear.h).
   const dist::Range o = dist::output_shard(Hd, tp.rank, tp.world);
