@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -293,6 +295,62 @@ TEST_P(PackedLinearTest, MatchesNaiveAndIsBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(Tiles, PackedLinearTest,
                          ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Values(1, 31, 32, 77, 200),
                                             ::testing::Values(1, 2, 5, 11, 12, 13, 25, 100)));
+
+// pack_for_linear_only: the panels become the only copy (row-major data dropped, owned storage released), every
+// row reads back from the panels bit for bit (weight_row_to_f32: the tied embedding's lookup, including the rows
+// of a partial last panel), `linear` gives pack_for_linear's bits, and a view of memory the weight does not own
+// (a mapped checkpoint, advised out) keeps its bytes.
+class PackedOnlyTest : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t>> {};
+
+TEST_P(PackedOnlyTest, RowsAndProductsBitIdenticalToPacked) {
+  const auto [dtype, N, K] = GetParam();
+  std::mt19937 rng(11);
+  const size_t es = dtype_size(dtype);
+  std::vector<std::byte> bytes(static_cast<size_t>(N * K) * es);
+  const auto vals = randn(N * K, rng);
+  for (int64_t i = 0; i < N * K; ++i) {
+    if (dtype == DType::BF16) reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_bf16(vals[i]);
+    else reinterpret_cast<float*>(bytes.data())[i] = vals[i];
+  }
+  const std::vector<std::byte> original = bytes;
+  Weight view;  // not owned, like a tensor of a mapped checkpoint
+  view.dtype = dtype, view.rows = N, view.cols = K, view.data = bytes.data();
+  Weight packed = Weight::allocate(dtype, N, K);
+  std::memcpy(packed.owned->data(), bytes.data(), bytes.size());
+  Weight owned_only = packed;  // shares `owned` until packed
+  pack_for_linear(packed);
+  const std::weak_ptr<HugeByteBuffer> storage = owned_only.owned;
+  pack_for_linear_only(owned_only);
+  pack_for_linear_only(view);
+  pack_for_linear_only(view);  // idempotent
+  for (const Weight* w : {&view, &owned_only}) {
+    EXPECT_EQ(w->data, nullptr);
+    EXPECT_EQ(w->owned, nullptr);
+    ASSERT_NE(w->cpu_panels, nullptr);
+  }
+  packed.owned.reset(), packed.data = nullptr;  // drop the last other reference: the rows' storage is freed
+  EXPECT_TRUE(storage.expired());
+  EXPECT_EQ(std::memcmp(bytes.data(), original.data(), bytes.size()), 0) << "the viewed bytes changed";
+  std::vector<float> want(K), got(K);
+  for (int64_t r = 0; r < N; ++r) {
+    to_f32(dtype, original.data() + static_cast<size_t>(r * K) * es, want.data(), K);
+    weight_row_to_f32(view, r, got.data());
+    ASSERT_EQ(std::memcmp(want.data(), got.data(), K * sizeof(float)), 0) << "row " << r;
+    weight_row_to_f32(owned_only, r, got.data());
+    ASSERT_EQ(std::memcmp(want.data(), got.data(), K * sizeof(float)), 0) << "row " << r;
+  }
+  for (const int64_t M : {1, 7}) {
+    const auto x = randn(M * K, rng), bias = randn(N, rng);
+    std::vector<float> y_packed(M * N), y_only(M * N);
+    linear(x.data(), M, packed, bias.data(), y_packed.data());
+    linear(x.data(), M, view, bias.data(), y_only.data());
+    ASSERT_EQ(std::memcmp(y_packed.data(), y_only.data(), y_only.size() * sizeof(float)), 0) << "M " << M;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PackedOnlyTest,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Values(1, 31, 33, 101),
+                                            ::testing::Values(1, 40, 131)));
 
 }  // namespace
 }  // namespace ssmserve::cpu
