@@ -1,7 +1,10 @@
 // Owns checkpoint-backed and dummy parameter sources (see weight_source.h).
 #include "model/weight_source.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -46,6 +49,41 @@ void fill(const DummyInit& init, uint64_t seed, int64_t n, int64_t cols, Store s
   }
 }
 
+// Count of the elements of p[0..n) whose exponent bits are all ones (NaN or Inf), and the index of the first.
+template <typename Bits>
+int64_t count_non_finite(const std::byte* p, int64_t n, Bits exponent, int64_t& first) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    Bits v;
+    std::memcpy(&v, p + i * sizeof(Bits), sizeof(Bits));
+    count += (v & exponent) == exponent;
+  }
+  for (int64_t i = 0; count > 0 && i < n; ++i) {
+    Bits v;
+    std::memcpy(&v, p + i * sizeof(Bits), sizeof(Bits));
+    if ((v & exponent) == exponent) {
+      first = i;
+      break;
+    }
+  }
+  return count;
+}
+
+// A checkpoint tensor holding NaN / Inf values loads (as in transformers), but every output that reads it turns
+// NaN and the sampler rejects those logits without knowing why: the warning names the tensor.
+void warn_if_not_finite(const TensorRef& t) {
+  int64_t first = 0, count = 0;
+  switch (t.dtype) {
+    case DType::F32: count = count_non_finite<uint32_t>(t.data, t.numel(), 0x7f800000u, first); break;
+    case DType::BF16: count = count_non_finite<uint16_t>(t.data, t.numel(), 0x7f80u, first); break;
+    case DType::F16: count = count_non_finite<uint16_t>(t.data, t.numel(), 0x7c00u, first); break;
+    default: return;
+  }
+  if (count > 0)
+    spdlog::warn("{}: tensor \"{}\" holds {} NaN / Inf value(s) (first at flat index {}): outputs that read it will likely be NaN",
+                 t.file, t.name, count, first);
+}
+
 }  // namespace
 
 WeightSource WeightSource::from_checkpoint(std::shared_ptr<const Checkpoint> ckpt) {
@@ -63,7 +101,11 @@ WeightSource WeightSource::dummy(uint64_t seed) {
 bool WeightSource::has(const std::string& name) const { return ckpt_ && ckpt_->has(name); }
 
 Weight WeightSource::matrix(const std::string& name, const std::vector<int64_t>& shape, DummyInit init) {
-  if (ckpt_) return Weight::from_tensor(ckpt_->get(name, shape));
+  if (ckpt_) {
+    const TensorRef& t = ckpt_->get(name, shape);
+    warn_if_not_finite(t);
+    return Weight::from_tensor(t);
+  }
   int64_t cols = 1;
   for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
   Weight w = Weight::allocate(DType::BF16, shape.at(0), cols);
@@ -73,7 +115,11 @@ Weight WeightSource::matrix(const std::string& name, const std::vector<int64_t>&
 }
 
 std::vector<float> WeightSource::vector(const std::string& name, const std::vector<int64_t>& shape, DummyInit init) {
-  if (ckpt_) return tensor_to_f32(ckpt_->get(name, shape));
+  if (ckpt_) {
+    const TensorRef& t = ckpt_->get(name, shape);
+    warn_if_not_finite(t);
+    return tensor_to_f32(t);
+  }
   std::vector<float> out(static_cast<size_t>(numel(shape)));
   const int64_t cols = shape.size() > 1 ? numel(shape) / shape[0] : numel(shape);
   // Round through bf16 so dummy vectors look like a bf16 checkpoint's.

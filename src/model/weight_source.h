@@ -29,6 +29,8 @@ class WeightSource {
   /// Generates deterministic random BF16 matrices (and fp32 vectors) from `seed` and the tensor name.
   static WeightSource dummy(uint64_t seed = 0);
 
+  /// Checkpoint tensors holding NaN / Inf values load, with a warning naming the tensor (the sampler later rejects
+  /// the NaN logits).
   /// A matrix parameter (kept in its stored dtype; F16 becomes F32). Throws Error if missing / wrong shape.
   Weight matrix(const std::string& name, const std::vector<int64_t>& shape, DummyInit init);
   /// A small parameter converted to fp32, flattened. Throws Error if missing / wrong shape.

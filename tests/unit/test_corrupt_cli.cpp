@@ -180,6 +180,18 @@ TEST_F(CorruptCli, MissingTensor) {
   expect_clean_failure({"backbone.layers.5.mixer.dt_proj.bias", "missing"});
 }
 
+TEST_F(CorruptCli, NanWeightIsNamed) {
+  // A NaN inside a tensor: the checkpoint loads (as in transformers), a warning names the tensor, and the NaN logits
+  // end the run with the sampler's error (exit status 1, no crash).
+  SafetensorsImage img = original();
+  const auto& entry = img.header.at("backbone.layers.5.mixer.x_proj.weight");
+  ASSERT_EQ(entry.at("dtype"), "BF16");
+  const size_t at = entry.at("data_offsets")[0].get<size_t>() + 2 * 700;  // element 700
+  img.data[at] = static_cast<char>(0xc0), img.data[at + 1] = static_cast<char>(0x7f);  // bf16 NaN 0x7fc0, little-endian
+  make_model(img.serialize());
+  expect_clean_failure({"backbone.layers.5.mixer.x_proj.weight", "1 NaN / Inf value(s) (first at flat index 700)", "NaN"});
+}
+
 TEST_F(CorruptCli, InvalidJsonConfig) {
   make_model(read_file(kTinyMamba / "model.safetensors"));
   write_file(dir_ / "config.json", "{\"hidden_size\": 256,, \"num_hidden_layers\": 8}");
