@@ -41,6 +41,22 @@ __device__ __forceinline__ uint32_t scale_pair(uint32_t v, float2 w) {
   return pack_bf16(f.x * w.x, f.y * w.y);
 }
 
+/// One warp's [16, 64] tile product: acc[8][4] (m16n8 fragments, columns 8 f..) += A[wr .. wr + 16, 0 .. nk) B^T
+/// with A and B bf16 [rows][ld] in shared memory (B's 64 rows are the output columns), nk a multiple of 16.
+__device__ __forceinline__ void warp_rows_x_nk(float (&acc)[8][4], const bf16* sA, const bf16* sB, int ld, int wr, int nk) {
+  for (int k = 0; k < nk; k += 16) {
+    uint32_t a[4];
+    load_a(a, sA, ld, wr, k);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t b[4];
+      load_b_nk(b, sB, ld, k, 16 * j);
+      mma_bf16(acc[2 * j], a, b[0], b[1]);
+      mma_bf16(acc[2 * j + 1], a, b[2], b[3]);
+    }
+  }
+}
+
 // ---- convert ----------------------------------------------------------------------------------------------------
 
 /// Grid (nchunks * L), 256 threads: token row t < cu_chunk_seqlen[nchunks], in bf16 pairs.
@@ -188,17 +204,7 @@ __global__ void __launch_bounds__(kCbThreads) cb_kernel(SsdParams p, ChunkMetada
   const int wr = 16 * warp;
   if (l0 + wr >= len) return;
   float acc[8][4] = {};
-  for (int k = 0; k < nk; k += 16) {
-    uint32_t a[4];
-    load_a(a, sC, ld, wr, k);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      uint32_t b[4];
-      load_b_nk(b, sB, ld, k, 16 * j);
-      mma_bf16(acc[2 * j], a, b[0], b[1]);
-      mma_bf16(acc[2 * j + 1], a, b[2], b[3]);
-    }
-  }
+  warp_rows_x_nk(acc, sC, sB, ld, wr, nk);
   float* out = ws.cb + (static_cast<int64_t>(c) * p.n_groups + g) * L * L;
 #pragma unroll
   for (int j = 0; j < 8; ++j)
@@ -280,17 +286,7 @@ __global__ void __launch_bounds__(kScThreads, 4) chunk_scan_kernel(SsdInputs in,
     cp_async_wait_group<0>();
     __syncthreads();
     if (warp_live) {
-      for (int k = 0; k < nk; k += 16) {
-        uint32_t a[4];
-        load_a(a, sC, ld, wr, k);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t b[4];
-          load_b_nk(b, sS, ld, k, 16 * j);
-          mma_bf16(acc[2 * j], a, b[0], b[1]);
-          mma_bf16(acc[2 * j + 1], a, b[2], b[3]);
-        }
-      }
+      warp_rows_x_nk(acc, sC, sS, ld, wr, nk);
       const float e0 = ex2(scs[l0 + wr + gq]), e1 = ex2(scs[l0 + wr + gq + 8]);
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[j][0] *= e0, acc[j][1] *= e0, acc[j][2] *= e1, acc[j][3] *= e1;
