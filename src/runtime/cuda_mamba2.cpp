@@ -242,7 +242,7 @@ class CudaMamba2Model final : public CudaCausalLM {
     if (np > 0) {
       SsdChunkMetadataDev cm{np, md.num_chunks(), sm.cu_chunk_seqlen_p, sm.seq_idx_p, sm.last_chunk_indices_p,
                                    sm.state_indices_p, sm.has_initial_states_p, md.chunk_size};
-      cm.workspace_bytes = ssd_workspace_bytes(sp, cm.nchunks, cm.chunk_size);
+      cm.workspace_bytes = ssd_workspace_bytes(sp, cm.nchunks, cm.chunk_size, &prefill_in);
       cm.workspace = ssd_ws_.get(cm.workspace_bytes);
       if (opt_.batch_invariant) cm.chunk_size = 0;  // the sequential walk (the decode kernel's math): see cuda_mamba.cpp
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(prefill_in, sp, cm, y + P0 * I, I, nullptr, s));

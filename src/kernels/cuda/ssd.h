@@ -81,9 +81,10 @@ bool ssd_uses_bf16_copies(const SsdInputs& in, const SsdParams& p, int chunk_siz
 
 /// Workspace bytes of the chunked form for these sizes (ChunkMetadataDev::workspace): dt and cumsum
 /// [nchunks, H, chunk_size], chunk-end cumsums [nchunks, H], states [nchunks, H, P, N], C B^T [nchunks, G,
-/// chunk_size, chunk_size], fp32; with bf16_products also bf16 copies of x, B, C (per token row, padded) and of the
-/// chunk-entry states.
-size_t ssd_workspace_bytes(const SsdParams& p, int64_t nchunks, int chunk_size);
+/// chunk_size, chunk_size], fp32; with bf16_products also bf16 copies of the chunk-entry states and, unless `in`
+/// is given and its bf16 rows are what the tiles read (ssd_uses_bf16_copies), bf16 copies of x, B, C (per token
+/// row, padded). A workspace sized without `in` fits every call.
+size_t ssd_workspace_bytes(const SsdParams& p, int64_t nchunks, int chunk_size, const SsdInputs* in = nullptr);
 
 /// The chunked form alone (what ssd_chunk_scan_fwd runs for chunk_size 1..256; cudaErrorInvalidValue otherwise).
 /// Sizes are not re-validated here.

@@ -314,7 +314,8 @@ struct WsLayout {
   int64_t n_cs, n_last, n_st, n_cb;
   int64_t n_cv = 0, n_sh = 0;  // bf16 tiles only (floats: two bf16 each): convert's copies, chunk-entry states
   int Pp = 0, Np = 0;
-  WsLayout(const SsdParams& p, int64_t nc, int64_t L) {
+  /// reads_copies: the bf16 tiles read the caller's x / B / C rows (ssd_uses_bf16_copies), so no converted copies.
+  WsLayout(const SsdParams& p, int64_t nc, int64_t L, bool reads_copies) {
     const auto up = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
     const int64_t H = p.num_heads;
     n_cs = up(nc * H * L), n_last = up(nc * H), n_st = up(nc * H * p.head_dim * p.d_state),
@@ -322,7 +323,8 @@ struct WsLayout {
     if (ssd_bf16_tiles(p, static_cast<int>(L))) {
       Pp = ssd_pad_head_dim(p.head_dim), Np = ssd_pad_d_state(p.d_state);
       // x rows [nc * L, H * Pp], then B and C rows [nc * L, G * Np] (each piece a multiple of 16 bytes)
-      n_cv = up((nc * L * (H * Pp + 2 * p.n_groups * Np) + 1) / 2), n_sh = up((n_st + 1) / 2);
+      if (!reads_copies) n_cv = up((nc * L * (H * Pp + 2 * p.n_groups * Np) + 1) / 2);
+      n_sh = up((n_st + 1) / 2);
     }
   }
   size_t bytes() const { return static_cast<size_t>(2 * n_cs + n_last + n_st + n_cb + n_cv + n_sh) * sizeof(float); }
@@ -340,15 +342,16 @@ bool ssd_uses_bf16_copies(const SsdInputs& in, const SsdParams& p, int chunk_siz
          aligned16(in.C_h.data, in.C_h.stride) && in.x_h.stride >= HP && in.B_h.stride >= GN && in.C_h.stride >= GN;
 }
 
-size_t ssd_workspace_bytes(const SsdParams& p, int64_t nchunks, int chunk_size) {
-  return WsLayout(p, nchunks, chunk_size).bytes();
+size_t ssd_workspace_bytes(const SsdParams& p, int64_t nchunks, int chunk_size, const SsdInputs* in) {
+  return WsLayout(p, nchunks, chunk_size, in && ssd_uses_bf16_copies(*in, p, chunk_size)).bytes();
 }
 
 cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& m, float* y,
                             int64_t y_stride, float* chunk_states, cudaStream_t stream) {
   if (m.chunk_size < 1 || m.chunk_size > kMaxChunk || !m.seq_idx) return cudaErrorInvalidValue;
   if (m.nchunks == 0 || m.num_seqs == 0) return cudaSuccess;
-  const WsLayout lay(p, m.nchunks, m.chunk_size);
+  const bool reads_copies = ssd_uses_bf16_copies(in, p, m.chunk_size);
+  const WsLayout lay(p, m.nchunks, m.chunk_size, reads_copies);
   void* base = m.workspace;
   const bool own = base == nullptr || m.workspace_bytes < lay.bytes();
   if (own) {
@@ -362,11 +365,11 @@ cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdCh
   ws.states = ws.cs_last + lay.n_last;
   ws.cb = ws.states + lay.n_st;
   cudaError_t e = cudaSuccess;
-  if (lay.n_cv > 0) {
+  if (lay.n_sh > 0) {
     float* f = ws.cb + lay.n_cb;
     ws.states_h = reinterpret_cast<__nv_bfloat16*>(f + lay.n_cv);
     __nv_bfloat16* convert_to = nullptr;
-    if (ssd_uses_bf16_copies(in, p, m.chunk_size)) {
+    if (reads_copies) {
       ws.xh = static_cast<const __nv_bfloat16*>(in.x_h.data), ws.xh_stride = in.x_h.stride;
       ws.bh = static_cast<const __nv_bfloat16*>(in.B_h.data), ws.bh_stride = in.B_h.stride;
       ws.ch = static_cast<const __nv_bfloat16*>(in.C_h.data), ws.ch_stride = in.C_h.stride;
