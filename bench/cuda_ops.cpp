@@ -235,18 +235,8 @@ void mamba2_layer(int batch, int len, GemmHandle& gemm, cudaStream_t s, std::mt1
   tm.op("ssd chunked bf16 (the conv's bf16 rows)", [&] {
     SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in_h, sp, cm, y.as<float>(), I, nullptr, s));
   }, ssd_flops);
-  setenv("SSMSERVE_SSD_BF16_DECAY", "factored", 1);
-  tm.op("ssd chunked bf16, factored decays (not in total)", [&] {
-    SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in_h, sp, cm, y.as<float>(), I, nullptr, s));
-  }, ssd_flops, false);
-  unsetenv("SSMSERVE_SSD_BF16_DECAY");
   sp.bf16_products = false;
   sp.exact_products = false;
-  setenv("SSMSERVE_SSD_SYNC_TILES", "1", 1);
-  tm.op("ssd chunked TF32, previous register-prefetch tiles (not in total)", [&] {
-    SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, cm, y.as<float>(), I, nullptr, s));
-  }, ssd_flops, false);
-  unsetenv("SSMSERVE_SSD_SYNC_TILES");
   const ChunkMetadataDev seq = meta.dev(batch, 0);  // chunk_size 0: the sequential walk
   tm.op("ssd sequential (not in total)",
         [&] { SSM_CUDA_CHECK(ssd_chunk_scan_fwd(in, sp, seq, y.as<float>(), I, nullptr, s)); }, 0, false);

@@ -592,12 +592,6 @@ TEST(CudaSsd, ChunkedPrefillAndDecodeMatchCpu) {
   // head_dim 80 and 128 (two 64-column tiles), chunk 100 (partial 64-row tiles), 4 heads per group.
   check_ssd(rng, {"odd-tiles", 64, 8, 80, 2, 48, 4, 100}, DType::F32, make_batch({250, 3, 101}, {}));
   check_ssd(rng, {"wide-head", 64, 2, 128, 1, 64, 4, 256}, DType::F32, make_batch({600, 1}, {}));
-  // The previous register-prefetch tiles (SSMSERVE_SSD_SYNC_TILES=1) stay selectable: the same checks.
-  setenv("SSMSERVE_SSD_SYNC_TILES", "1", 1);
-  for (SsdMode mode : {SsdMode::ChunkedExact, SsdMode::ChunkedFast})
-    check_ssd(rng, mamba2_shapes()[0], DType::F32, make_batch({5, 1, 37, 2, 64, 3}, {1, 4}), mode);
-  check_ssd(rng, {"odd-tiles", 64, 8, 80, 2, 48, 4, 100}, DType::F32, make_batch({250, 3, 101}, {}));
-  unsetenv("SSMSERVE_SSD_SYNC_TILES");
 }
 
 TEST(CudaSsd, Bf16TilesMatchCpu) {
@@ -606,9 +600,8 @@ TEST(CudaSsd, Bf16TilesMatchCpu) {
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   // bf16 tiles: every shape and schedule; small chunks with head_dim 20 and d_state 16; d_state 256; head_dim 80
-  // (a partial second 64-column tile) with chunk 96 and d_state 48; head_dim 128; and the per-element decays
-  // (SSMSERVE_SSD_BF16_DECAY=factored). The test's A reaches -16 with dt up to 0.5, so both the factored and the
-  // steep (per-element) column blocks run there. chunk 100 (not a multiple of 8) falls back to the TF32 tiles.
+  // (a partial second 64-column tile) with chunk 96 and d_state 48; head_dim 128. chunk 100 (not a multiple of 8)
+  // falls back to the TF32 tiles.
   for (const auto& s : mamba2_shapes())
     for (const auto& sch : schedules())
       for (DType dt : {DType::F32, DType::BF16}) {
@@ -634,11 +627,6 @@ TEST(CudaSsd, Bf16TilesMatchCpu) {
             SsdMode::ChunkedBf16, false, true);
   check_ssd(rng, {"copies-wide", 64, 2, 128, 2, 256, 4, 32}, DType::BF16, make_batch({90, 7}, {}),
             SsdMode::ChunkedBf16, false, true);
-  setenv("SSMSERVE_SSD_BF16_DECAY", "factored", 1);
-  check_ssd(rng, mamba2_shapes()[0], DType::F32, make_batch({5, 1, 37, 2, 64, 3}, {1, 4}), SsdMode::ChunkedBf16);
-  check_ssd(rng, {"odd-tiles-96", 64, 8, 80, 2, 48, 4, 96}, DType::F32, make_batch({250, 3, 101}, {}),
-            SsdMode::ChunkedBf16);
-  unsetenv("SSMSERVE_SSD_BF16_DECAY");
 }
 
 // ---- bad arguments ----------------------------------------------------------------------------------------------

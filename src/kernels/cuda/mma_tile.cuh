@@ -205,26 +205,4 @@ __device__ void block_gemm_async(TileAcc& acc, int K, PA&& pa, XA&& xa, PB&& pb,
   cp_async_wait<0>();
 }
 
-/// block_gemm_async (kAsync) or block_gemm with the same address loaders and transforms (element = p ? x(*p) : 0),
-/// so a kernel can keep both forms; `raw` and `dummy` are unused by the register-prefetch form.
-template <bool kAsync, bool kExact, bool kAFastM, bool kBFastN, class PA, class XA, class PB, class XB>
-__device__ void block_gemm_px(TileAcc& acc, int K, PA&& pa, XA&& xa, PB&& pb, XB&& xb, float* smem, float* raw,
-                              const float* dummy) {
-  if constexpr (kAsync) {
-    block_gemm_async<kExact, kAFastM, kBFastN>(acc, K, pa, xa, pb, xb, smem, raw, dummy);
-  } else {
-    block_gemm<kExact, kAFastM, kBFastN>(
-        acc, K,
-        [&](int m, int k) {
-          const float* q = pa(m, k);
-          return q ? xa(m, k, *q) : 0.0f;
-        },
-        [&](int k, int n) {
-          const float* q = pb(k, n);
-          return q ? xb(k, n, *q) : 0.0f;
-        },
-        smem);
-  }
-}
-
 }  // namespace ssmserve::cuda::detail

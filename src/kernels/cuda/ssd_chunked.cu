@@ -11,7 +11,6 @@
 // SsdParams::bf16_products: chunk state and chunk scan on bf16 tensor cores instead (ssd_chunked_bf16.cu), with
 // bf16 copies of x, B, C and of the chunk-entry states (written instead of the fp32 ones) in the workspace.
 #include <cstdlib>
-#include <string_view>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
@@ -57,7 +56,7 @@ __global__ void __launch_bounds__(256) cumsum_kernel(SsdInputs in, SsdParams p, 
 }
 
 /// Grid (nchunks, H, ceil(P / 64) * ceil(N / 64)): S_c[p0:+64, n0:+64] = sum_l x[l, p] w[l] B[l, n].
-template <bool kExact, bool kAsync>
+template <bool kExact>
 __global__ void __launch_bounds__(kTileThreads, 2) chunk_state_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
                                                                     Ws ws) {
   const int c = blockIdx.x, h = blockIdx.y;
@@ -68,7 +67,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_state_kernel(SsdInputs 
   const int64_t t0 = m.cu_chunk_seqlen[c], ch = static_cast<int64_t>(c) * H + h;
   __shared__ float smem[kTileSmemFloats];
   __shared__ float sw[kMaxChunk];
-  extern __shared__ float raw[];  // kAsyncSmemFloats (kAsync)
+  extern __shared__ float raw[];  // kAsyncSmemFloats: the cp.async stages
   const float csl = ws.cs_last[ch];
   for (int l = threadIdx.x; l < len; l += kTileThreads) sw[l] = ws.dt[ch * L + l] * __expf(csl - ws.cs[ch * L + l]);
   __syncthreads();
@@ -76,7 +75,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_state_kernel(SsdInputs 
   const float* B = in.B.data + t0 * in.B.stride + static_cast<int64_t>(g) * N;
   TileAcc acc;
   acc.zero();
-  block_gemm_px<kAsync, kExact, true, true>(
+  block_gemm_async<kExact, true, true>(
       acc, len,
       [&](int mi, int k) { return p0 + mi < P ? x + static_cast<int64_t>(k) * in.x.stride + p0 + mi : nullptr; },
       [&](int mi, int k, float v) { return p0 + mi < P ? v * sw[k] : 0.0f; },
@@ -179,7 +178,7 @@ __global__ void __launch_bounds__(256) state_pass_bf16_kernel(SsdParams p, Chunk
 }
 
 /// Grid (nchunks, H, ceil(L / 64) * ceil(P / 64)): y rows [l0, l0 + 64), columns [p0, p0 + 64) of head h.
-template <bool kExact, bool kAsync>
+template <bool kExact>
 __global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m,
                                                                    Ws ws, float* __restrict__ y, int64_t y_stride) {
   const int c = blockIdx.x, h = blockIdx.y;
@@ -193,7 +192,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs i
   const int lmax = min(len, l0 + kTileM);
   __shared__ float smem[kTileSmemFloats];
   __shared__ float scs[kMaxChunk], sdt[kMaxChunk];
-  extern __shared__ float raw[];  // kAsyncSmemFloats (kAsync)
+  extern __shared__ float raw[];  // kAsyncSmemFloats: the cp.async stages
   for (int l = threadIdx.x; l < lmax; l += kTileThreads) scs[l] = ws.cs[ch * L + l], sdt[l] = ws.dt[ch * L + l];
   __syncthreads();
   const float* x = in.x.data + t0 * in.x.stride + static_cast<int64_t>(h) * P;
@@ -201,7 +200,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs i
   TileAcc acc;
   acc.zero();
   // Intra-chunk: (CB . decay . dt)[l, s] x[s, p] over s < lmax (causal: s <= l).
-  block_gemm_px<kAsync, kExact, false, true>(
+  block_gemm_async<kExact, false, true>(
       acc, lmax,
       [&](int mi, int k) {
         const int l = l0 + mi;
@@ -217,7 +216,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) chunk_scan_kernel(SsdInputs i
   if (has_state) {
     const float* C = in.C.data + t0 * in.C.stride + static_cast<int64_t>(g) * N;
     const float* sin = ws.states + ch * P * N;
-    block_gemm_px<kAsync, kExact, false, false>(
+    block_gemm_async<kExact, false, false>(
         acc, N,
         [&](int mi, int k) { return l0 + mi < len ? C + static_cast<int64_t>(l0 + mi) * in.C.stride + k : nullptr; },
         [&](int mi, int, float v) { return l0 + mi < len ? v * __expf(scs[l0 + mi]) : 0.0f; },
@@ -245,10 +244,9 @@ cudaError_t launch_state_pass(const SsdParams& p, const ChunkMetadataDev& m, con
 }
 
 /// The bf16 tiles (ssd_chunked_bf16.cu): cumsum, bf16 copies of x / B / C (unless ws already holds the caller's),
-/// C B^T (fp32 out), state passing (writing the bf16 chunk-entry states), chunk states, chunk scan. factored: see
-/// ssd_bf16_chunk_scan (SSMSERVE_SSD_BF16_DECAY=factored selects it, for comparison).
+/// C B^T (fp32 out), state passing (writing the bf16 chunk-entry states), chunk states, chunk scan.
 cudaError_t launch_bf16(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, Ws ws, float* y,
-                        int64_t y_stride, float* chunk_states, bool factored, __nv_bfloat16* convert_to,
+                        int64_t y_stride, float* chunk_states, __nv_bfloat16* convert_to,
                         cudaStream_t stream) {
   const unsigned nc = static_cast<unsigned>(m.nchunks), H = static_cast<unsigned>(p.num_heads);
   LaunchProfile prof(stream);
@@ -269,14 +267,13 @@ cudaError_t launch_bf16(const SsdInputs& in, const SsdParams& p, const ChunkMeta
   prof.mark("ssd bf16 cb");
   if (const cudaError_t e = launch_state_pass(p, m, ws, chunk_states, stream); e != cudaSuccess) return e;
   prof.mark("ssd state_pass");
-  const cudaError_t e = ssd_bf16_chunk_scan(in, p, m, ws, y, y_stride, factored, stream);
+  const cudaError_t e = ssd_bf16_chunk_scan(in, p, m, ws, y, y_stride, stream);
   prof.mark("ssd bf16 chunk_scan");
   return e;
 }
 
-/// kAsync: the chunk-state / chunk-scan tiles through the cp.async pipeline (default), else with one slice of
-/// register prefetch (the previous form; SSMSERVE_SSD_SYNC_TILES=1 selects it, for comparison).
-template <bool kExact, bool kAsync>
+/// The chunk-state / chunk-scan tiles go through the cp.async pipeline (block_gemm_async).
+template <bool kExact>
 cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, Ws ws, float* y,
                        int64_t y_stride, float* chunk_states, cudaStream_t stream) {
   const unsigned nc = static_cast<unsigned>(m.nchunks), H = static_cast<unsigned>(p.num_heads);
@@ -284,15 +281,14 @@ cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetad
   LaunchProfile prof(stream);
   cumsum_kernel<<<dim3(nc, ceil_div(H, 8)), 256, 0, stream>>>(in, p, m, ws);
   prof.mark("ssd cumsum");
-  constexpr int kRawBytes = kAsync ? kAsyncSmemFloats * sizeof(float) : 0;  // the cp.async stages (dynamic)
+  constexpr int kRawBytes = kAsyncSmemFloats * sizeof(float);  // the cp.async stages (dynamic)
   // Per call, not once per process: the attribute belongs to the current device (tensor-parallel ranks).
-  if (kAsync)
-    for (const void* k : {reinterpret_cast<const void*>(chunk_state_kernel<kExact, kAsync>),
-                          reinterpret_cast<const void*>(chunk_scan_kernel<kExact, kAsync>)})
-      if (const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRawBytes);
-          e != cudaSuccess)
-        return e;
-  chunk_state_kernel<kExact, kAsync><<<dim3(nc, H, ceil_div(p.head_dim, kTileM) * ceil_div(p.d_state, kTileN)),
+  for (const void* k : {reinterpret_cast<const void*>(chunk_state_kernel<kExact>),
+                        reinterpret_cast<const void*>(chunk_scan_kernel<kExact>)})
+    if (const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRawBytes);
+        e != cudaSuccess)
+      return e;
+  chunk_state_kernel<kExact><<<dim3(nc, H, ceil_div(p.head_dim, kTileM) * ceil_div(p.d_state, kTileN)),
                                kTileThreads, kRawBytes, stream>>>(in, p, m, ws);
   prof.mark("ssd chunk_state");
   cb_kernel<kExact><<<dim3(nc, static_cast<unsigned>(p.n_groups), nt * nt), kTileThreads, 0, stream>>>(in, p, m, ws);
@@ -301,7 +297,7 @@ cudaError_t launch_all(const SsdInputs& in, const SsdParams& p, const ChunkMetad
   const cudaError_t e = launch_state_pass(p, m, ws, chunk_states, stream);
   prof.mark("ssd state_pass");
   if (e != cudaSuccess) return e;
-  chunk_scan_kernel<kExact, kAsync><<<dim3(nc, H, nt * ceil_div(p.head_dim, kTileN)), kTileThreads, kRawBytes, stream>>>(
+  chunk_scan_kernel<kExact><<<dim3(nc, H, nt * ceil_div(p.head_dim, kTileN)), kTileThreads, kRawBytes, stream>>>(
       in, p, m, ws, y, y_stride);
   prof.mark("ssd chunk_scan");
   return launch_status();
@@ -380,17 +376,10 @@ cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdCh
       ws.xh_stride = static_cast<int64_t>(p.num_heads) * lay.Pp;
       ws.bh_stride = ws.ch_stride = static_cast<int64_t>(p.n_groups) * lay.Np;
     }
-    const char* decay_env = std::getenv("SSMSERVE_SSD_BF16_DECAY");  // read per call (benchmarks compare both)
-    const bool factored = decay_env && std::string_view(decay_env) == "factored";
-    e = launch_bf16(in, p, m, ws, y, y_stride, chunk_states, factored, convert_to, stream);
+    e = launch_bf16(in, p, m, ws, y, y_stride, chunk_states, convert_to, stream);
   } else {
-    const char* sync_env = std::getenv("SSMSERVE_SSD_SYNC_TILES");  // read per call (benchmarks compare both)
-    const bool async = !(sync_env && sync_env[0] == '1');
-    e = p.exact_products
-            ? (async ? launch_all<true, true>(in, p, m, ws, y, y_stride, chunk_states, stream)
-                     : launch_all<true, false>(in, p, m, ws, y, y_stride, chunk_states, stream))
-            : (async ? launch_all<false, true>(in, p, m, ws, y, y_stride, chunk_states, stream)
-                     : launch_all<false, false>(in, p, m, ws, y, y_stride, chunk_states, stream));
+    e = p.exact_products ? launch_all<true>(in, p, m, ws, y, y_stride, chunk_states, stream)
+                         : launch_all<false>(in, p, m, ws, y, y_stride, chunk_states, stream);
   }
   const cudaError_t f = own ? cudaFreeAsync(base, stream) : cudaSuccess;
   return e != cudaSuccess ? e : f;

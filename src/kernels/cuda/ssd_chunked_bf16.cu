@@ -9,14 +9,11 @@
 //                ldmatrix.trans) scaled by w in fp32 and re-rounded; 64 x 128 output tile per CTA;
 //   chunk scan   y[l, p] = exp(cs_l) sum_n C[l, n] s_in[p, n] (row factor applied to the accumulator)
 //                         + sum_{s <= l} (CB[l, s] exp(cs_l - cs_s) dt_s) x[s, p] + D x[l, p]  (bf16 x).
-//                The decayed CB operand is built in registers from the fp32 C B^T tile. Per 16-token column block
-//                starting at kb: exp(cs_l - cs_s) = exp(cs_l - cs_kb) * exp(cs_kb - cs_s), so a thread takes two
-//                exponentials per block (its two rows) instead of eight, with the column factors (times dt) made
-//                once per CTA. A block whose cumsum spans more than 2^64 (steep heads) takes the per-element
-//                exponential (the row factor could underflow while the column factor overflows).
+//                The decayed CB operand is built in registers from the fp32 C B^T tile, one exponential per
+//                element (factoring exp(cs_l - cs_s) into row and column factors per 16-token block measured no
+//                faster on the H200: 0.406 vs 0.394 ms for the 1 x 8192 mamba2-2.7b chunk scan; removed).
 // Rounding: x, B, C, the decayed CB, x * w and s_in are rounded to bf16 (2^-9 relative each): relative error of y
-// ~2e-3 on random inputs (op harness, H200; its bound is 1e-2). The per-element exponentials are the default: on the
-// H200 the factored decays were not faster (1 x 8192 mamba2-2.7b chunk scan 0.406 ms factored, 0.394 per element).
+// ~2e-3 on random inputs (op harness, H200; its bound is 1e-2).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/ssd_chunked_common.cuh"
@@ -230,7 +227,6 @@ inline int scan_smem_bytes(int N) {
 
 /// Grid (nchunks, H, ceil(L / 64) * (Pp / 64)), 128 threads: y rows [l0, l0 + 64) x head_dim columns
 /// [p0, p0 + 64) of head h; warp w owns rows l0 + 16 w .. + 16 and all 64 columns.
-template <bool kFactored>
 __global__ void __launch_bounds__(kScThreads, 4) chunk_scan_kernel(SsdInputs in, SsdParams p, ChunkMetadataDev m, SsdWs ws,
                                                                 float* __restrict__ y, int64_t y_stride) {
   const int c = blockIdx.x, h = blockIdx.y;
@@ -248,8 +244,6 @@ __global__ void __launch_bounds__(kScThreads, 4) chunk_scan_kernel(SsdInputs in,
   const bool warp_live = l0 + wr < len;    // else its rows are all past the chunk (not stored)
   __shared__ alignas(16) float scs[kSsdMaxChunk];   // cs * log2(e), 0 past lmax
   __shared__ alignas(16) float sdt[kSsdMaxChunk];   // dt, 0 past lmax
-  __shared__ alignas(16) float colf[kSsdMaxChunk];  // kFactored: 2^(cs_kb - cs_s) dt_s, kb = s's block start
-  __shared__ int steep[kSsdMaxChunk / 16];          // kFactored: the block takes per-element exponentials
   extern __shared__ __align__(16) unsigned char dyn[];
   for (int l = tid; l < kSsdMaxChunk; l += kScThreads) {
     const bool ok = l < lmax;
@@ -257,16 +251,6 @@ __global__ void __launch_bounds__(kScThreads, 4) chunk_scan_kernel(SsdInputs in,
     sdt[l] = ok ? ws.dt[ch * L + l] : 0.0f;
   }
   __syncthreads();
-  if (kFactored) {
-    for (int l = tid; l < kSsdMaxChunk; l += kScThreads) colf[l] = l < lmax ? ex2(scs[l & ~15] - scs[l]) * sdt[l] : 0.0f;
-    if (tid < kSsdMaxChunk / 16) {
-      const int kb = tid * 16;
-      float span = 0.0f;
-      for (int j = 0; j < 16 && kb + j < lmax; ++j) span = fmaxf(span, fabsf(scs[kb] - scs[kb + j]));
-      steep[tid] = span > 64.0f;
-    }
-    // Visible before the first use: the pipeline loop below starts with __syncthreads.
-  }
   float acc[8][4] = {};
 
   // Inter-chunk: acc = C[l, :] s_in[p, :]^T, then rows times exp(cs_l).
@@ -344,21 +328,13 @@ __global__ void __launch_bounds__(kScThreads, 4) chunk_scan_kernel(SsdInputs in,
       const float2 v01 = *reinterpret_cast<const float2*>(scb + (wr + gq) * kScLdCb + ca + 8);
       const float2 v11 = *reinterpret_cast<const float2*>(scb + (wr + gq + 8) * kScLdCb + ca + 8);
       const int s0 = kb + 2 * tq, s1 = s0 + 8;  // chunk positions of the columns
-      float f00x, f00y, f10x, f10y, f01x, f01y, f11x, f11y;  // decay * dt per element
-      if (kFactored && !steep[kb >> 4]) {
-        const float ra = ex2(csa - scs[kb]), rb = ex2(csb - scs[kb]);
-        const float2 c0 = *reinterpret_cast<const float2*>(colf + s0);
-        const float2 c1 = *reinterpret_cast<const float2*>(colf + s1);
-        f00x = ra * c0.x, f00y = ra * c0.y, f10x = rb * c0.x, f10y = rb * c0.y;
-        f01x = ra * c1.x, f01y = ra * c1.y, f11x = rb * c1.x, f11y = rb * c1.y;
-      } else {
-        const float2 q0 = *reinterpret_cast<const float2*>(scs + s0), q1 = *reinterpret_cast<const float2*>(scs + s1);
-        const float2 d0 = *reinterpret_cast<const float2*>(sdt + s0), d1 = *reinterpret_cast<const float2*>(sdt + s1);
-        f00x = ex2(csa - q0.x) * d0.x, f00y = ex2(csa - q0.y) * d0.y;
-        f10x = ex2(csb - q0.x) * d0.x, f10y = ex2(csb - q0.y) * d0.y;
-        f01x = ex2(csa - q1.x) * d1.x, f01y = ex2(csa - q1.y) * d1.y;
-        f11x = ex2(csb - q1.x) * d1.x, f11y = ex2(csb - q1.y) * d1.y;
-      }
+      // decay * dt per element
+      const float2 q0 = *reinterpret_cast<const float2*>(scs + s0), q1 = *reinterpret_cast<const float2*>(scs + s1);
+      const float2 d0 = *reinterpret_cast<const float2*>(sdt + s0), d1 = *reinterpret_cast<const float2*>(sdt + s1);
+      const float f00x = ex2(csa - q0.x) * d0.x, f00y = ex2(csa - q0.y) * d0.y;
+      const float f10x = ex2(csb - q0.x) * d0.x, f10y = ex2(csb - q0.y) * d0.y;
+      const float f01x = ex2(csa - q1.x) * d1.x, f01y = ex2(csa - q1.y) * d1.y;
+      const float f11x = ex2(csb - q1.x) * d1.x, f11y = ex2(csb - q1.y) * d1.y;
       float a00x = v00.x * f00x, a00y = v00.y * f00y, a10x = v10.x * f10x, a10y = v10.y * f10y;
       float a01x = v01.x * f01x, a01y = v01.y * f01y, a11x = v11.x * f11x, a11y = v11.y * f11y;
       if (kb == l0 + wr) {  // the diagonal block: keep s <= l (selects: the masked products may be inf)
@@ -423,10 +399,9 @@ cudaError_t ssd_bf16_chunk_state(const SsdParams& p, const ChunkMetadataDev& m, 
 }
 
 cudaError_t ssd_bf16_chunk_scan(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, const SsdWs& ws,
-                                float* y, int64_t y_stride, bool factored, cudaStream_t stream) {
+                                float* y, int64_t y_stride, cudaStream_t stream) {
   const int smem = scan_smem_bytes(p.d_state);
-  const void* k = factored ? reinterpret_cast<const void*>(chunk_scan_kernel<true>)
-                           : reinterpret_cast<const void*>(chunk_scan_kernel<false>);
+  const void* k = reinterpret_cast<const void*>(chunk_scan_kernel);
   // Per call: the attribute belongs to the current device (tensor-parallel ranks).
   if (const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       e != cudaSuccess)
@@ -434,10 +409,7 @@ cudaError_t ssd_bf16_chunk_scan(const SsdInputs& in, const SsdParams& p, const C
   const int nt = (m.chunk_size + kScTile - 1) / kScTile;
   const dim3 grid(static_cast<unsigned>(m.nchunks), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(nt * (ws.Pp / kScTile)));
-  if (factored)
-    chunk_scan_kernel<true><<<grid, kScThreads, smem, stream>>>(in, p, m, ws, y, y_stride);
-  else
-    chunk_scan_kernel<false><<<grid, kScThreads, smem, stream>>>(in, p, m, ws, y, y_stride);
+  chunk_scan_kernel<<<grid, kScThreads, smem, stream>>>(in, p, m, ws, y, y_stride);
   return launch_status();
 }
 

@@ -51,9 +51,8 @@ cudaError_t ssd_bf16_convert(const SsdInputs& in, const SsdParams& p, const Chun
 cudaError_t ssd_bf16_cb(const SsdParams& p, const ChunkMetadataDev& m, const SsdWs& ws, cudaStream_t stream);
 /// The chunk states S_c (fp32, into ws.states) from ws.xh, ws.bh, ws.dt, ws.cs, ws.cs_last.
 cudaError_t ssd_bf16_chunk_state(const SsdParams& p, const ChunkMetadataDev& m, const SsdWs& ws, cudaStream_t stream);
-/// y from ws.cb (fp32), ws.xh (also the D term's x), ws.ch, ws.states_h, ws.dt, ws.cs. factored: decays as a row
-/// factor times a column factor per 16-token block where that is in range (else per element).
+/// y from ws.cb (fp32), ws.xh (also the D term's x), ws.ch, ws.states_h, ws.dt, ws.cs.
 cudaError_t ssd_bf16_chunk_scan(const SsdInputs& in, const SsdParams& p, const ChunkMetadataDev& m, const SsdWs& ws,
-                                float* y, int64_t y_stride, bool factored, cudaStream_t stream);
+                                float* y, int64_t y_stride, cudaStream_t stream);
 
 }  // namespace ssmserve::cuda::detail
