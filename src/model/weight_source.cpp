@@ -5,6 +5,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -79,8 +83,15 @@ void warn_if_not_finite(const TensorRef& t) {
     case DType::F16: count = count_non_finite<uint16_t>(t.data, t.numel(), 0x7c00u, first); break;
     default: return;
   }
-  if (count > 0)
-    spdlog::warn("{}: tensor \"{}\" holds {} NaN / Inf value(s) (first at flat index {}): outputs that read it will likely be NaN",
+  if (count == 0) return;
+  // Once per tensor and process: tensor-parallel ranks read the same tensor (their slices of it) each.
+  static std::mutex mu;
+  static std::set<std::pair<std::string, std::string>> warned;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!warned.emplace(t.file, t.name).second) return;
+  }
+  spdlog::warn("{}: tensor \"{}\" holds {} NaN / Inf value(s) (first at flat index {}): outputs that read it will likely be NaN",
                  t.file, t.name, count, first);
 }
 

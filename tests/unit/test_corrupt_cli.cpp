@@ -85,11 +85,12 @@ class CorruptCli : public ::testing::Test {
   }
 
   /// Runs `ssmserve generate` on the temp model folder.
-  RunResult generate() {
+  RunResult generate(const std::vector<std::string>& extra = {}) {
     const std::string bin = SSMSERVE_BINARY;
     if (!fs::exists(bin)) ADD_FAILURE() << "binary not built: " << bin;
-    return run_process({bin, "generate", "--model", dir_.path().string(), "--prompt", "hi", "--max-tokens", "1"},
-                       scratch_ / "stderr.txt");
+    std::vector<std::string> argv = {bin, "generate", "--model", dir_.path().string(), "--prompt", "hi", "--max-tokens", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return run_process(argv, scratch_ / "stderr.txt");
   }
 
   /// Asserts a clean failure: exit status exactly 1, no sanitizer report, stderr containing every `needles`.
@@ -190,6 +191,13 @@ TEST_F(CorruptCli, NanWeightIsNamed) {
   img.data[at] = static_cast<char>(0xc0), img.data[at + 1] = static_cast<char>(0x7f);  // bf16 NaN 0x7fc0, little-endian
   make_model(img.serialize());
   expect_clean_failure({"backbone.layers.5.mixer.x_proj.weight", "1 NaN / Inf value(s) (first at flat index 700)", "NaN"});
+  // Tensor-parallel ranks each read the tensor: the warning still comes once.
+  const RunResult tp = generate({"--tensor-parallel-size", "2"});
+  EXPECT_EQ(tp.code, 1) << tp.err;
+  const std::string needle = "tensor \"backbone.layers.5.mixer.x_proj.weight\" holds";
+  size_t count = 0;
+  for (size_t at = tp.err.find(needle); at != std::string::npos; at = tp.err.find(needle, at + 1)) ++count;
+  EXPECT_EQ(count, 1u) << tp.err;
 }
 
 TEST_F(CorruptCli, InvalidJsonConfig) {
