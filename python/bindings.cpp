@@ -3,8 +3,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <deque>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "core/error.h"
@@ -23,7 +26,7 @@ struct Logprob {
 };
 
 /// A prompt from Python: a string, a list of token ids, or {"prompt": str} / {"prompt_token_ids": [int]}.
-Request to_request(const py::handle& p) {
+Request to_request_unchecked(const py::handle& p) {
   Request r;
   if (py::isinstance<py::str>(p)) {
     r.prompt = p.cast<std::string>();
@@ -36,6 +39,17 @@ Request to_request(const py::handle& p) {
     r.prompt_token_ids = p.cast<std::vector<int>>();
   }
   return r;
+}
+
+/// A prompt from Python (see to_request_unchecked). Throws TypeError for anything else, or for token ids that are
+/// not ints fitting in 32 bits.
+Request to_request(const py::handle& p) {
+  try {
+    return to_request_unchecked(p);
+  } catch (const py::cast_error&) {
+    throw py::type_error("a prompt must be a str, a list of int token ids, or a dict with \"prompt\" (str) or "
+                         "\"prompt_token_ids\" (list of int); got " + py::repr(p).cast<std::string>().substr(0, 200));
+  }
 }
 
 /// Python-facing output: the C++ RequestOutput with logprobs as vLLM's list[dict[int, Logprob]].
@@ -57,6 +71,24 @@ py::object logprobs_to_py(const LLMEngine& eng, const std::vector<std::vector<To
   return out;
 }
 
+/// prompt_logprobs as vLLM's list[dict[int, Logprob] | None]: None for the first prompt token, else the prompt
+/// token (first) and the top-k, ranked as logprobs_to_py ranks them.
+py::object prompt_logprobs_to_py(const LLMEngine& eng, const RequestOutput& o) {
+  std::vector<std::vector<TokenLogprob>> entries;
+  py::list out;
+  for (size_t t = 0; t < o.prompt_logprobs.size(); ++t) {
+    if (!o.prompt_logprobs[t] || t >= o.prompt_token_ids.size()) {
+      out.append(py::none());
+      continue;
+    }
+    std::vector<TokenLogprob> e{TokenLogprob{o.prompt_token_ids[t], o.prompt_logprobs[t]->token_logprob}};
+    for (const auto& top : o.prompt_logprobs[t]->top)
+      if (top.id != o.prompt_token_ids[t]) e.push_back(top);
+    out.append(logprobs_to_py(eng, {e})[py::int_(0)]);
+  }
+  return out;
+}
+
 /// The Python RequestOutput object (a plain class with vLLM's attribute names).
 py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprobs) {
   py::module_ m = py::module_::import("ssmserve.outputs");
@@ -68,10 +100,15 @@ py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprob
     outputs.append(m.attr("CompletionOutput")(c.index, c.text, c.token_ids, want_logprobs ? logprobs_to_py(eng, c.logprobs) : py::none(),
                                               finish, stop));
   }
-  return m.attr("RequestOutput")(o.request_id, o.prompt, o.prompt_token_ids, outputs, o.finished, o.delta_text);
+  py::object prompt_lps = o.prompt_logprobs.empty() ? py::none() : prompt_logprobs_to_py(eng, o);
+  return m.attr("RequestOutput")(o.request_id, o.prompt, o.prompt_token_ids, outputs, o.finished, o.delta_text,
+                                 py::arg("prompt_logprobs") = prompt_lps);
 }
 
-/// The engine behind ssmserve.LLM.
+/// The engine behind ssmserve.LLM. Thread-safe: every use of the engine holds mu_ (taken with the GIL released),
+/// one engine step at a time, so generate() / stream() calls from several Python threads batch together in the
+/// engine; each step's outputs are filed by request id (stream requests queue every output, generate requests
+/// keep their final one) so no caller loses another's results.
 class PyLLM {
  public:
   explicit PyLLM(EngineConfig cfg) {
@@ -99,22 +136,46 @@ class PyLLM {
     std::vector<RequestOutput> outs(reqs.size());
     {
       py::gil_scoped_release release;
-      LLMEngine& eng = llm_->engine();
-      std::map<std::string, size_t> index;
-      for (auto& r : reqs) {
-        r.request_id = std::to_string(next_id_++);
-        const std::string id = r.request_id;
-        try {
-          eng.add_request(std::move(r));
-        } catch (...) {  // all or nothing: drop the ones already added
-          for (const auto& [added, unused] : index) eng.abort_request(added);
-          throw;
+      std::vector<std::string> ids;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        LLMEngine& eng = llm_->engine();
+        for (auto& r : reqs) {
+          r.request_id = std::to_string(next_id_++);
+          const std::string id = r.request_id;
+          try {
+            eng.add_request(std::move(r));
+          } catch (...) {  // all or nothing: drop the ones already added
+            for (const auto& added : ids) {
+              eng.abort_request(added);
+              batch_ids_.erase(added);
+            }
+            throw;
+          }
+          batch_ids_.insert(id);
+          ids.push_back(id);
         }
-        index[id] = index.size();
       }
-      while (eng.has_unfinished_requests())
-        for (auto& o : eng.step())
-          if (o.finished) outs[index.at(o.request_id)] = std::move(o);
+      size_t done = 0;
+      try {
+        while (done < ids.size()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (auto it = finished_.find(ids[done]); it != finished_.end()) {
+            outs[done++] = std::move(it->second);
+            finished_.erase(it);
+            continue;
+          }
+          SSM_CHECK(llm_->engine().has_unfinished_requests(), "generate: request {} was lost by the engine", ids[done]);
+          step_locked();
+        }
+      } catch (...) {  // the engine failed: drop this call's requests still running
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t k = done; k < ids.size(); ++k) {
+          if (batch_ids_.erase(ids[k])) llm_->engine().abort_request(ids[k]);
+          finished_.erase(ids[k]);
+        }
+        throw;
+      }
     }
     std::vector<RequestOutput> merged(prompts.size());
     for (size_t k = 0; k < outs.size(); ++k) {
@@ -132,49 +193,72 @@ class PyLLM {
     return result;
   }
 
-  /// Adds one request and returns its id; step_stream() then yields its outputs.
+  /// Adds one request and returns its id; next_output() then yields its outputs.
   std::string add(const py::handle& prompt, const SamplingParams& params) {
     Request r = to_request(prompt);
     r.params = params;
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
     r.request_id = std::to_string(next_id_++);
     const std::string id = r.request_id;
     llm_->engine().add_request(std::move(r));
-    logprobs_[id] = params.logprobs.has_value();
+    streams_[id] = params.logprobs.has_value();
     return id;
   }
   /// Runs engine steps (GIL released) until `id` has a new output; returns it, or None once it finished earlier.
   py::object next_output(const std::string& id) {
-    LLMEngine& eng = llm_->engine();
-    while (true) {
-      auto it = pending_.find(id);
-      if (it != pending_.end() && !it->second.empty()) {
-        RequestOutput o = std::move(it->second.front());
-        it->second.erase(it->second.begin());
-        if (o.finished && it->second.empty()) pending_.erase(it);
-        const bool lp = logprobs_[id];
-        if (o.finished) logprobs_.erase(id);
-        return to_py(eng, o, lp);
+    std::optional<RequestOutput> out;
+    bool want_logprobs = false;
+    {
+      py::gil_scoped_release release;
+      while (!out) {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = pending_.find(id);
+        if (it != pending_.end() && !it->second.empty()) {
+          out = std::move(it->second.front());
+          it->second.pop_front();
+          want_logprobs = streams_[id];
+          if (out->finished) {
+            pending_.erase(it);
+            streams_.erase(id);
+          }
+          break;
+        }
+        if (!llm_->engine().has_unfinished_requests() || !streams_.count(id)) break;
+        step_locked();
       }
-      if (!eng.has_unfinished_requests() || !logprobs_.count(id)) return py::none();
-      std::vector<RequestOutput> outs;
-      {
-        py::gil_scoped_release release;
-        outs = eng.step();
-      }
-      for (auto& o : outs) pending_[o.request_id].push_back(std::move(o));
     }
+    if (!out) return py::none();
+    return to_py(llm_->engine(), *out, want_logprobs);
   }
   void abort(const std::string& id) {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
     llm_->engine().abort_request(id);
     pending_.erase(id);
-    logprobs_.erase(id);
+    streams_.erase(id);
   }
 
  private:
+  /// One engine step (mu_ held); files its outputs for the callers waiting on them.
+  void step_locked() {
+    for (auto& o : llm_->engine().step()) {
+      if (streams_.count(o.request_id)) {
+        pending_[o.request_id].push_back(std::move(o));
+      } else if (o.finished && batch_ids_.erase(o.request_id)) {
+        const std::string id = o.request_id;
+        finished_[id] = std::move(o);
+      }
+    }
+  }
+
   std::unique_ptr<LLM> llm_;
+  std::mutex mu_;  // guards everything below and every use of llm_'s engine
   long long next_id_ = 0;
-  std::map<std::string, std::vector<RequestOutput>> pending_;
-  std::map<std::string, bool> logprobs_;
+  std::map<std::string, std::deque<RequestOutput>> pending_;  // stream requests' outputs not yet read
+  std::map<std::string, bool> streams_;                        // stream request id -> logprobs asked for
+  std::set<std::string> batch_ids_;                            // generate() requests still running
+  std::map<std::string, RequestOutput> finished_;              // generate() requests' final outputs
 };
 
 EngineConfig make_config(const std::string& model, const py::kwargs& kw) {

@@ -46,9 +46,17 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
             v = [v]
         if not hasattr(p, k):
             raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
-        if k == "logit_bias" and v is not None:
-            v = {int(t): float(b) for t, b in dict(v).items()}
-        setattr(p, k, list(v) if k in ("stop", "stop_token_ids") and v is not None else v)
+        if v is None and k in ("stop", "stop_token_ids", "logit_bias"):
+            continue  # vLLM's None: the default (none)
+        if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
+            raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
+        try:
+            if k == "logit_bias":
+                v = {int(t): float(b) for t, b in dict(v).items()}
+            setattr(p, k, list(v) if k in ("stop", "stop_token_ids") else v)
+        except (TypeError, ValueError) as e:
+            why = "" if "incompatible function arguments" in str(e) else ": " + str(e).splitlines()[0]
+            raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
     return p
 
 

@@ -21,7 +21,8 @@ class CompletionOutput:
 
 @dataclass
 class RequestOutput:
-    """A request's state: prompt, prompt_token_ids, outputs (n = 1), finished. In a stream, delta_text is the
+    """A request's state: prompt, prompt_token_ids, prompt_logprobs (when asked for: None for the first prompt
+    token, then a dict[token_id, Logprob] of the prompt token and the top-k), outputs (n choices), finished. In a stream, delta_text is the
     text that became final since the previous output (never half a character or part of a possible stop string)."""
     request_id: str
     prompt: str
@@ -29,4 +30,5 @@ class RequestOutput:
     outputs: list
     finished: bool
     delta_text: str = ""
+    prompt_logprobs: Optional[list] = None
     metrics: Any = field(default=None, repr=False)

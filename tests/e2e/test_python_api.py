@@ -105,3 +105,53 @@ def test_tensor_parallel_size(llm):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
     with pytest.raises(ValueError, match="tensor-parallel-size 3"):
         ssmserve.LLM(str(MODEL), tensor_parallel_size=3)
+
+
+def test_threads_share_one_llm(llm):
+    # generate() and stream() from several threads at once batch in the one engine; each gets its own results,
+    # equal to a solo run (this crashed with munmap_chunk(): invalid pointer before the engine had a lock).
+    params = ssmserve.SamplingParams(temperature=0, max_tokens=16)
+    solo = [o.outputs[0].text for o in llm.generate(PROMPTS, params)]
+    results, errors = {}, []
+
+    def gen(i):
+        try:
+            results[i] = [o.outputs[0].text for o in llm.generate(PROMPTS, params)]
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    def stream():
+        try:
+            results["stream"] = ["".join(o.delta_text for o in llm.stream(p, params)) for p in PROMPTS]
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=gen, args=(i,)) for i in range(4)] + [threading.Thread(target=stream)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 5
+    assert all(v == solo for v in results.values()), results
+
+
+def test_prompt_logprobs(llm):
+    out = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=2))[0]
+    assert len(out.prompt_logprobs) == len(out.prompt_token_ids) and out.prompt_logprobs[0] is None
+    for tok, lp in zip(out.prompt_token_ids[1:], out.prompt_logprobs[1:]):
+        assert tok in lp and 2 <= len(lp) <= 3 and lp[tok].logprob <= 0
+        assert list(lp)[0] == tok  # the prompt token first, then the top-2
+    assert llm.generate(PROMPTS[0], ssmserve.SamplingParams(max_tokens=2))[0].prompt_logprobs is None
+
+
+def test_bad_types_name_the_field(llm):
+    for kw, field in [({"max_tokens": "5"}, "max_tokens"), ({"temperature": "hot"}, "temperature"),
+                      ({"stop": 5}, "stop"), ({"logit_bias": {"x": 1}}, "logit_bias")]:
+        with pytest.raises(TypeError, match=f"SamplingParams.{field} cannot be"):
+            ssmserve.SamplingParams(**kw)
+    with pytest.raises(ValueError, match="seed"):
+        ssmserve.SamplingParams(seed=-1)
+    assert ssmserve.SamplingParams(stop=None, stop_token_ids=None, logit_bias=None).stop == []
+    for prompt in ([2 ** 40], [1.5], b"abc", {"prompt_token_ids": ["a"]}):
+        with pytest.raises(TypeError, match="a prompt must be"):
+            llm.generate(prompt, ssmserve.SamplingParams(max_tokens=2))
