@@ -47,6 +47,9 @@ Request to_request(const py::handle& p) {
   try {
     return to_request_unchecked(p);
   } catch (const py::cast_error&) {
+    const bool text = py::isinstance<py::str>(p) || (py::isinstance<py::dict>(p) && p.cast<py::dict>().contains("prompt") &&
+                                                     py::isinstance<py::str>(p.cast<py::dict>()["prompt"]));
+    if (text) throw py::value_error("the prompt is not valid Unicode (it cannot be encoded as UTF-8: a lone surrogate?)");
     throw py::type_error("a prompt must be a str, a list of int token ids, or a dict with \"prompt\" (str) or "
                          "\"prompt_token_ids\" (list of int); got " + py::repr(p).cast<std::string>().substr(0, 200));
   }
