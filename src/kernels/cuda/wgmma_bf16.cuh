@@ -17,7 +17,9 @@ namespace ssmserve::cuda::detail {
 /// Descriptor of an operand at shared address p with the given LBO / SBO in bytes: no swizzle (p 16-byte aligned),
 /// or with sw128 the 128-byte swizzle (8-row atoms of 1024 bytes, 1024-byte aligned; the 16-byte chunk c of row r of
 /// an atom sits at chunk c ^ (r % 8)). An MN-major 128-byte-swizzled operand has 64 MN elements per 128-byte row:
-/// LBO = the distance between 64-wide MN blocks, SBO = between 8-row K groups.
+/// LBO = the distance between 64-wide MN blocks, SBO = between 8-row K groups. A K-major 128-byte-swizzled operand has
+/// 64 K elements per 128-byte row: SBO = 1024 (8-row M / N groups), LBO unused; a 16-wide k step inside the row is a
+/// 32-byte start offset.
 __device__ __forceinline__ uint64_t wg_desc(const void* p, uint32_t lbo, uint32_t sbo, bool sw128 = false) {
   const uint64_t a = smem_addr(p);
   return ((a & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) | (static_cast<uint64_t>(sbo >> 4) << 32) |
