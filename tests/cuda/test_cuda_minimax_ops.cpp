@@ -244,11 +244,10 @@ TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
   check_bf16_prefill();
 }
 // The walk's switches: SSMSERVE_LIGHTNING_WALK=1 (the mma.sync range walk for both head dims), KV_WG=0 (step 1 on
-// mma.sync), WG_LOADER=0 (both warpgroups issue the walk's loads).
+// mma.sync).
 TEST(CudaLightning, Bf16PrefillWalkVariantsMatchCpu) {
   REQUIRE_GPU();
-  for (auto [var, val] : {std::pair{"SSMSERVE_LIGHTNING_WALK", "1"}, std::pair{"SSMSERVE_LIGHTNING_KV_WG", "0"},
-                          std::pair{"SSMSERVE_LIGHTNING_WG_LOADER", "0"}}) {
+  for (auto [var, val] : {std::pair{"SSMSERVE_LIGHTNING_WALK", "1"}, std::pair{"SSMSERVE_LIGHTNING_KV_WG", "0"}}) {
     SCOPED_TRACE(var);
     setenv(var, val, 1);
     check_bf16_prefill();
@@ -320,8 +319,8 @@ TEST(CudaLightningPlan, BlocksFollowTheSequenceGrid) {
   EXPECT_EQ(r.block_range, (std::vector<int32_t>{0, 0, 0, 64, 1, 0, 1, 64, 2, 0, 3, 0, 3, 28}));
   EXPECT_EQ(p.num_ranges, p.num_blocks);  // default: one block per range
   EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(1024, 256, 16), 1);
-  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(16384, 256, 16), 4);
-  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(4096, 256, 16), 1);
+  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(16384, 256, 16), 8);
+  EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(4096, 256, 16), 2);
   EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(65536, 256, 16), 16);
   EXPECT_EQ(cuda::LightningPlan::pick_blocks_per_range(1 << 22, 64, 64), cuda::LightningPlan::kMaxBlocksPerRange);
   EXPECT_THROW(cuda::LightningPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{0}, 64, 0), Error);

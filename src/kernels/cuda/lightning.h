@@ -73,9 +73,9 @@ struct LightningPlan {
   /// blocks_per_range outside 1..kMaxBlocksPerRange).
   static LightningPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> num_computed,
                              int block_size, int blocks_per_range = 1);
-  /// Blocks per range for a prefill of num_tokens tokens over num_heads heads: about (blocks x heads) / 256, so
-  /// the range walk keeps ~256+ CTAs (2 waves of 1 per SM on 132 SMs), 1..kMaxBlocksPerRange (16 at 64k tokens x
-  /// 16 heads, block 256; 4 at 16k; 1 up to 4k; measured on the H200, docs/benchmarks.md).
+  /// Blocks per range for a prefill of num_tokens tokens over num_heads heads: about (blocks x heads) / 128, so
+  /// the range walk runs ~128 CTAs (one wave of 1 per SM on 132 SMs; 256 = two at 64k), 1..kMaxBlocksPerRange (16 at
+  /// 64k tokens x 16 heads, block 256; 8 at 16k; 2 at 4k; 1 at 1k; measured on the H200, docs/benchmarks.md).
   static int pick_blocks_per_range(int64_t num_tokens, int block_size, int num_heads);
   static constexpr int kMaxBlocksPerRange = 16;
 };

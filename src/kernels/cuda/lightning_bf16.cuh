@@ -20,8 +20,7 @@ cudaError_t launch_range_kv_wg(const bf16* qkv, int64_t qs, const LightningDevPa
                                float* agg, cudaStream_t stream);
 
 /// Step 3 as the warpgroup range walk, head_dim 128 only (sm_90a): out [tokens][H][128] (bf16 or fp32, row stride
-/// os elements) from qkv and the entering range states S_r in agg. SSMSERVE_LIGHTNING_WG_LOADER=0: both warpgroups
-/// issue the loads. Returns the launch status.
+/// os elements) from qkv and the entering range states S_r in agg. Returns the launch status.
 cudaError_t launch_walk_wg(const bf16* qkv, int64_t qs, bf16* out, int64_t os, const LightningDevParams& p,
                            const LightningPlanDev& plan, const float* agg, cudaStream_t stream);
 cudaError_t launch_walk_wg(const bf16* qkv, int64_t qs, float* out, int64_t os, const LightningDevParams& p,

@@ -49,7 +49,7 @@ LightningPlan LightningPlan::build(std::span<const int32_t> query_start_loc, std
 int LightningPlan::pick_blocks_per_range(int64_t num_tokens, int block_size, int num_heads) {
   if (block_size <= 0 || num_heads <= 0 || num_tokens <= 0) return 1;
   const int64_t blocks = (num_tokens + block_size - 1) / block_size;
-  return static_cast<int>(std::clamp<int64_t>(blocks * num_heads / 256, 1, kMaxBlocksPerRange));
+  return static_cast<int>(std::clamp<int64_t>(blocks * num_heads / 128, 1, kMaxBlocksPerRange));
 }
 
 }  // namespace ssmserve::cuda
