@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -12,6 +13,7 @@
 
 #include "core/error.h"
 #include "engine/llm_engine.h"
+#include "server/chat_template.h"
 
 namespace py = pybind11;
 using namespace ssmserve;
@@ -115,8 +117,32 @@ py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprob
 class PyLLM {
  public:
   explicit PyLLM(EngineConfig cfg) {
+    template_dir_ = cfg.tokenizer.empty() ? cfg.model : cfg.tokenizer;
     py::gil_scoped_release release;
     llm_ = std::make_unique<LLM>(std::move(cfg));
+  }
+
+  /// LLM.chat's prompt text: `messages_json` (a JSON list of {"role", "content": str} messages) rendered with the
+  /// checkpoint's chat template (tokenizer_config.json, else ssmserve's plain default), or with `chat_template`
+  /// (Jinja source, or the path of a file holding it) when given. Throws Error for malformed JSON or a template
+  /// that fails to parse or render.
+  std::string render_chat(const std::string& messages_json, bool add_generation_prompt,
+                          const std::optional<std::string>& chat_template) {
+    nlohmann::ordered_json messages;
+    try {
+      messages = nlohmann::ordered_json::parse(messages_json);
+    } catch (const nlohmann::json::exception& e) {
+      fail("chat messages are not valid JSON text (lone surrogates?): {}", e.what());
+    }
+    if (!chat_template) {
+      if (!default_template_) default_template_ = server::ChatTemplate::load(template_dir_);
+      return default_template_->apply(messages, add_generation_prompt);
+    }
+    std::error_code ec;
+    if (chat_template->size() < 4096 && chat_template->find('\n') == std::string::npos &&
+        std::filesystem::is_regular_file(*chat_template, ec))
+      return server::ChatTemplate::load(template_dir_, *chat_template).apply(messages, add_generation_prompt);
+    return server::ChatTemplate::from_source(*chat_template).apply(messages, add_generation_prompt);
   }
 
   /// Runs every prompt to the end; n > 1 becomes n engine requests (seed + i when seeded) merged into one output
@@ -256,6 +282,8 @@ class PyLLM {
   }
 
   std::unique_ptr<LLM> llm_;
+  std::filesystem::path template_dir_;                 // where tokenizer_config.json (the chat template) lives
+  std::optional<server::ChatTemplate> default_template_;  // loaded on the first chat()
   std::mutex mu_;  // guards everything below and every use of llm_'s engine
   long long next_id_ = 0;
   std::map<std::string, std::deque<RequestOutput>> pending_;  // stream requests' outputs not yet read
@@ -334,5 +362,7 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def("generate", &PyLLM::generate)
       .def("add", &PyLLM::add)
       .def("next_output", &PyLLM::next_output)
-      .def("abort", &PyLLM::abort);
+      .def("abort", &PyLLM::abort)
+      .def("render_chat", &PyLLM::render_chat, py::arg("messages_json"), py::arg("add_generation_prompt"),
+           py::arg("chat_template"));
 }

@@ -7,6 +7,7 @@
 
 The C++ engine runs with the GIL released.
 """
+import json
 import os
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -60,6 +61,22 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
     return p
 
 
+def _chat_message(m) -> dict:
+    """One chat message as the server takes it: {"role": str, "content": str, ...}; text parts are joined."""
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise TypeError(f"each chat message must be a dict with a str 'role', got {m!r}"[:300])
+    content = m.get("content")
+    if content is None:
+        content = ""
+    elif isinstance(content, (list, tuple)):
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise ValueError('only text content parts ({"type": "text", "text": ...}) are supported')
+        content = "\n".join(p["text"] for p in content)
+    elif not isinstance(content, str):
+        raise TypeError(f"message content must be a str or a list of text parts, got {type(content).__name__}")
+    return dict(m, content=content)
+
+
 class LLM:
     """vLLM's offline LLM: LLM(model, **engine_args). Engine args: tokenizer, max_num_seqs,
     max_num_batched_tokens, num_state_blocks, threads, tensor_parallel_size, mamba_cache_dtype,
@@ -79,6 +96,20 @@ class LLM:
             sampling_params = SamplingParams()
         params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(prompts)
         return self._engine.generate(prompts, params)
+
+    def chat(self, messages, sampling_params=None, use_tqdm: bool = False, chat_template: Optional[str] = None,
+             add_generation_prompt: bool = True) -> List[RequestOutput]:
+        """vLLM's LLM.chat: one conversation (a list of {"role", "content"} dicts) or a list of conversations,
+        rendered with the checkpoint's chat template (tokenizer_config.json; without one ssmserve's plain default,
+        as `ssmserve serve` does) or with `chat_template` (Jinja source or a file path), then generated as
+        generate() does; one RequestOutput per conversation. content may be a string or a list of
+        {"type": "text", "text"} parts (joined with newlines). Malformed messages raise ValueError / TypeError."""
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise TypeError("chat() takes a non-empty list of messages (or a list of such lists)")
+        conversations = messages if isinstance(messages[0], (list, tuple)) else [messages]
+        prompts = [self._engine.render_chat(json.dumps([_chat_message(m) for m in conv]), add_generation_prompt,
+                                            chat_template) for conv in conversations]
+        return self.generate(prompts, sampling_params)
 
     def stream(self, prompt: PromptType, sampling_params=None) -> Iterator[RequestOutput]:
         """Yields the request's RequestOutput after every engine step that produced a token (cumulative text plus

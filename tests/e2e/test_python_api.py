@@ -157,3 +157,27 @@ def test_bad_types_name_the_field(llm):
             llm.generate(prompt, ssmserve.SamplingParams(max_tokens=2))
     with pytest.raises(ValueError, match="not valid Unicode"):
         llm.generate("ab\udc80", ssmserve.SamplingParams(max_tokens=2))
+
+
+def test_chat(llm, tmp_path):
+    # vLLM's LLM.chat: the checkpoint's template (the bundled model has none: ssmserve's plain default, as serve).
+    params = ssmserve.SamplingParams(temperature=0, max_tokens=8)
+    out = llm.chat([{"role": "user", "content": "Hello"}], params)[0]
+    assert out.prompt == "User: Hello\nAssistant:"
+    assert out.outputs[0].token_ids == llm.generate("User: Hello\nAssistant:", params)[0].outputs[0].token_ids
+    batch = llm.chat([[{"role": "user", "content": "Hello"}],
+                      [{"role": "system", "content": "x"}, {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                                        {"type": "text", "text": "b"}]}]],
+                     params)
+    assert [o.prompt for o in batch] == ["User: Hello\nAssistant:", "System: x\nUser: a\nb\nAssistant:"]
+    assert batch[0].outputs[0].token_ids == out.outputs[0].token_ids
+    src = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    assert llm.chat([{"role": "user", "content": "Hi"}], params, chat_template=src)[0].prompt == "<user>Hi"
+    (tmp_path / "t.jinja").write_text(src + "!")
+    assert llm.chat([{"role": "user", "content": "Hi"}], params, chat_template=str(tmp_path / "t.jinja"))[0].prompt == "<user>Hi!"
+    with pytest.raises(TypeError, match="role"):
+        llm.chat([{"content": "x"}], params)
+    with pytest.raises(ValueError, match="not valid JSON"):
+        llm.chat([{"role": "user", "content": "\udc80"}], params)
+    with pytest.raises(ValueError, match="template line 1"):
+        llm.chat([{"role": "user", "content": "x"}], params, chat_template="{% if %}")
