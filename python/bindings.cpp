@@ -292,27 +292,38 @@ class PyLLM {
   std::map<std::string, RequestOutput> finished_;              // generate() requests' final outputs
 };
 
+/// Sets one LLM(...) keyword argument on `c`. Throws TypeError for an unknown name, cast_error for a wrong type.
+void set_engine_arg(EngineConfig& c, const std::string& k, const py::handle& v) {
+  if (k == "tokenizer") c.tokenizer = v.cast<std::string>();
+  else if (k == "max_num_seqs") c.scheduler.max_num_seqs = v.cast<int>();
+  else if (k == "max_num_batched_tokens") c.scheduler.max_num_batched_tokens = v.cast<int>();
+  else if (k == "num_state_blocks") c.num_state_blocks = v.cast<int>();
+  else if (k == "threads" || k == "num_threads") c.num_threads = v.cast<int>();
+  else if (k == "tensor_parallel_size") c.tensor_parallel_size = v.cast<int>();
+  else if (k == "mamba_cache_dtype") c.mamba_cache_dtype = v.cast<std::string>();
+  else if (k == "mamba_ssm_cache_dtype") c.mamba_ssm_cache_dtype = v.cast<std::string>();
+  else if (k == "load_format") {
+    const auto f = v.cast<std::string>();
+    if (f == "auto" || f == "safetensors") c.load_format = LoadFormat::Auto;
+    else if (f == "dummy") c.load_format = LoadFormat::Dummy;
+    else throw py::value_error("load_format must be auto, safetensors or dummy (got " + f + ")");
+  } else {
+    throw py::type_error("LLM() got an unexpected engine argument '" + k + "'");
+  }
+}
+
+/// The EngineConfig of LLM(model, **kw). Throws TypeError naming the argument for an unknown name or wrong type.
 EngineConfig make_config(const std::string& model, const py::kwargs& kw) {
   EngineConfig c;
   c.model = model;
   for (auto item : kw) {
     const std::string k = item.first.cast<std::string>();
     const py::handle v = item.second;
-    if (k == "tokenizer") c.tokenizer = v.cast<std::string>();
-    else if (k == "max_num_seqs") c.scheduler.max_num_seqs = v.cast<int>();
-    else if (k == "max_num_batched_tokens") c.scheduler.max_num_batched_tokens = v.cast<int>();
-    else if (k == "num_state_blocks") c.num_state_blocks = v.cast<int>();
-    else if (k == "threads" || k == "num_threads") c.num_threads = v.cast<int>();
-    else if (k == "tensor_parallel_size") c.tensor_parallel_size = v.cast<int>();
-    else if (k == "mamba_cache_dtype") c.mamba_cache_dtype = v.cast<std::string>();
-    else if (k == "mamba_ssm_cache_dtype") c.mamba_ssm_cache_dtype = v.cast<std::string>();
-    else if (k == "load_format") {
-      const auto f = v.cast<std::string>();
-      if (f == "auto" || f == "safetensors") c.load_format = LoadFormat::Auto;
-      else if (f == "dummy") c.load_format = LoadFormat::Dummy;
-      else throw py::value_error("load_format must be auto, safetensors or dummy (got " + f + ")");
-    } else {
-      throw py::type_error("LLM() got an unexpected engine argument '" + k + "'");
+    try {
+      set_engine_arg(c, k, v);
+    } catch (const py::cast_error&) {
+      throw py::type_error("LLM() engine argument '" + k + "' cannot be " + py::repr(v).cast<std::string>().substr(0, 100) +
+                           " (" + py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>() + ")");
     }
   }
   return c;

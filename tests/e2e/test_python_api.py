@@ -155,6 +155,8 @@ def test_bad_types_name_the_field(llm):
     for prompt in ([2 ** 40], [1.5], b"abc", {"prompt_token_ids": ["a"]}):
         with pytest.raises(TypeError, match="a prompt must be"):
             llm.generate(prompt, ssmserve.SamplingParams(max_tokens=2))
+    with pytest.raises(TypeError, match="engine argument 'threads' cannot be '2'"):
+        ssmserve.LLM(str(MODEL), threads="2")
     with pytest.raises(ValueError, match="not valid Unicode"):
         llm.generate("ab\udc80", ssmserve.SamplingParams(max_tokens=2))
 
