@@ -401,6 +401,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, httplib::Respons
     CompletionRequest cr = parse_completion_request(b);
     inputs = std::move(cr.prompts);
     job->echo = cr.echo;
+    job->prompt_only = cr.prompt_only;
     job->logprobs = cr.params.logprobs;
     base = cr;
   }

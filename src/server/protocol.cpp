@@ -80,7 +80,8 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
   const json* mt = field(b, max_tokens_key);
   if (!mt && std::string(max_tokens_key) == "max_completion_tokens") mt = field(b, "max_tokens");
   if (mt) {
-    sp.max_tokens = static_cast<int>(as_int(*mt, "max_tokens", 1, std::numeric_limits<int>::max()));
+    // 0 is taken only by completions with echo (checked there).
+    sp.max_tokens = static_cast<int>(as_int(*mt, "max_tokens", 0, std::numeric_limits<int>::max()));
     r.max_tokens_given = true;
   }
   if (const json* v = field(b, "temperature")) {
@@ -218,6 +219,13 @@ CompletionRequest parse_completion_request(const json& b) {
   if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");
   if (const json* v = field(b, "logprobs")) r.params.logprobs = static_cast<int>(as_int(*v, "logprobs", 0, kMaxLogprobs));
   if (field(b, "suffix")) bad_request("suffix", "suffix is not supported");
+  if (r.max_tokens_given && r.params.max_tokens == 0) {  // vLLM: echo the prompt (and its logprobs) only
+    if (!r.echo) bad_request("max_tokens", "max_tokens must be in [1, 2147483647] (got 0; 0 is allowed only with echo)");
+    if (r.stream) bad_request("max_tokens", "max_tokens 0 with echo is not supported with stream");
+    if (r.params.min_tokens > 0) bad_request("min_tokens", "min_tokens must be 0 when max_tokens is 0");
+    r.prompt_only = true;
+    r.params.max_tokens = 1;  // the engine runs the prompt and one token, which the response leaves out
+  }
   return r;
 }
 
@@ -225,6 +233,8 @@ ChatRequest parse_chat_request(const json& b) {
   check_body(b);
   ChatRequest r;
   parse_common(b, r, "max_completion_tokens");
+  if (r.max_tokens_given && r.params.max_tokens == 0)
+    bad_request("max_tokens", "max_tokens must be in [1, 2147483647] (got 0)");
   const json* m = field(b, "messages");
   if (!m || !m->is_array() || m->empty()) bad_request("messages", "messages must be a non-empty list");
   r.messages = json::array();

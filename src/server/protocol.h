@@ -38,6 +38,7 @@ struct GenerationRequest {
 struct CompletionRequest : GenerationRequest {
   std::vector<PromptInput> prompts;    ///< "prompt": string, [string], [int] or [[int]]
   bool echo = false;
+  bool prompt_only = false;            ///< echo with max_tokens 0: the response holds the prompt (and its logprobs) only
 };
 
 /// POST /v1/chat/completions.
@@ -49,7 +50,7 @@ struct ChatRequest : GenerationRequest {
 };
 
 /// Parses a completions body. Throws ApiError 400 naming the field for a wrong type or value out of range
-/// (max_tokens < 1, temperature < 0, top_p outside (0, 1], n outside [1, kMaxN], empty prompt, ...).
+/// (max_tokens < 1 except 0 with echo, which sets prompt_only; temperature < 0, top_p outside (0, 1], n outside [1, kMaxN], empty prompt, ...).
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body);
 /// Parses a chat completions body (messages: non-empty array of {"role": string, "content": string | null |
 /// [{"type": "text", "text": string}]}). Throws ApiError 400 like parse_completion_request.

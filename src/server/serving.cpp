@@ -135,7 +135,7 @@ json ResponseBuilder::usage() const {
   long long prompt = 0, completion = 0;
   for (const auto& p : job_->prompts) prompt += static_cast<long long>(p.token_ids.size());
   for (const auto& o : last_)
-    if (o && !o->outputs.empty()) completion += static_cast<long long>(o->outputs[0].token_ids.size());
+    if (o && !o->outputs.empty() && !job_->prompt_only) completion += static_cast<long long>(o->outputs[0].token_ids.size());
   return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
 }
 
@@ -154,7 +154,7 @@ json ResponseBuilder::final_response() const {
     if (!last_[i] || last_[i]->outputs.empty()) continue;
     const RequestOutput& o = *last_[i];
     const CompletionOutput& c = o.outputs[0];
-    const json finish = std::string(finish_reason_name(c.finish_reason));
+    const json finish = job_->prompt_only ? "length" : std::string(finish_reason_name(c.finish_reason));
     if (job_->chat) {
       json lp = job_->logprobs ? chat_logprobs(c.logprobs, 0) : json(nullptr);
       choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.text}}}, {"logprobs", lp},
@@ -162,7 +162,7 @@ json ResponseBuilder::final_response() const {
       continue;
     }
     const ReadyPrompt& p = job_->prompts[i / job_->n];
-    std::string text = job_->echo ? p.text + c.text : c.text;
+    std::string text = job_->prompt_only ? p.text : job_->echo ? p.text + c.text : c.text;
     json lp = nullptr;
     if (job_->logprobs) {
       // text_offset: character offsets into the returned text, cumulative over the listed tokens (vLLM), so
@@ -187,14 +187,15 @@ json ResponseBuilder::final_response() const {
           tops.push_back(std::move(top));
         }
       }
-      const json gen = completion_logprobs(c.logprobs, 0, offset);
+      const json gen = completion_logprobs(c.logprobs, job_->prompt_only ? c.logprobs.size() : 0, offset);
       for (const auto& v : gen["tokens"]) tokens.push_back(v);
       for (const auto& v : gen["token_logprobs"]) token_lps.push_back(v);
       for (const auto& v : gen["top_logprobs"]) tops.push_back(v);
       for (const auto& v : gen["text_offset"]) offsets.push_back(v);
       lp = {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};
     }
-    choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop_reason_json(c)}});
+    choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish},
+                       {"stop_reason", job_->prompt_only ? json(nullptr) : stop_reason_json(c)}});
   }
   return {{"id", job_->id},
           {"object", job_->chat ? "chat.completion" : "text_completion"},

@@ -117,3 +117,22 @@ def test_text_offset_is_monotonic_character_offsets(server, client):
         if c.choices and c.choices[0].logprobs:
             offs += c.choices[0].logprobs.text_offset
     assert offs == sorted(offs) and offs[0] >= len(prompt)
+
+
+def test_echo_with_max_tokens_0_scores_the_prompt(client):
+    # vLLM's prompt scoring (lm-eval-harness loglikelihood): echo + max_tokens 0 returns the prompt and its logprobs
+    # only, equal to the prompt part of echo + max_tokens 1.
+    one = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=1, temperature=0, echo=True, logprobs=1)
+    zero = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=0, temperature=0, echo=True, logprobs=1)
+    c0, c1 = zero.choices[0], one.choices[0]
+    assert c0.text == PROMPTS[0] and c0.finish_reason == "length"
+    n = len(c1.logprobs.tokens) - 1  # the prompt's tokens
+    assert c0.logprobs.tokens == c1.logprobs.tokens[:n] and c0.logprobs.token_logprobs == c1.logprobs.token_logprobs[:n]
+    assert c0.logprobs.token_logprobs[0] is None and c0.logprobs.text_offset == c1.logprobs.text_offset[:n]
+    assert zero.usage.completion_tokens == 0 and zero.usage.prompt_tokens == n
+    assert client.completions.create(model=MODEL_NAME, prompt=[PROMPTS[0], PROMPTS[1]], max_tokens=0,
+                                     echo=True).choices[1].text == PROMPTS[1]
+    for extra in ({}, {"stream": True}, {"min_tokens": 1}):  # needs echo, no stream, no min_tokens
+        r = httpx.post(str(client.base_url) + "completions", timeout=30,
+                       json={"prompt": "hi", "max_tokens": 0, "echo": "stream" in extra or "min_tokens" in extra, **extra})
+        assert r.status_code == 400, r.text
