@@ -348,7 +348,7 @@ RequestOutput LLMEngine::make_output(RequestState& r) {
   o.prompt = r.request.prompt;
   o.prompt_token_ids = r.request.prompt_token_ids;
   o.finished = r.finished();
-  if (o.finished) o.prompt_logprobs = r.prompt_logprobs;
+  if (o.finished || r.output_token_ids.size() == 1) o.prompt_logprobs = r.prompt_logprobs;
   CompletionOutput c;
   c.text = r.text;
   c.token_ids = r.output_token_ids;

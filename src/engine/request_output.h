@@ -27,7 +27,8 @@ struct RequestOutput {
   std::string prompt;
   std::vector<int> prompt_token_ids;
   /// [prompt_len] when SamplingParams::prompt_logprobs is set: nullopt for position 0, else the prompt token's
-  /// logprob and the top-k of the distribution that predicted it.
+  /// logprob and the top-k of the distribution that predicted it. Set on the first output after the prefill (the
+  /// first generated token, so streams can send them early) and on the finished one; empty on the others.
   std::vector<std::optional<PromptLogprob>> prompt_logprobs;
   std::vector<CompletionOutput> outputs;
   bool finished = false;

@@ -442,7 +442,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, httplib::Respons
     }
     if (sp.min_tokens > sp.max_tokens)
       bad_request("min_tokens", fmt::format("min_tokens ({}) must be less than or equal to max_tokens ({})", sp.min_tokens, sp.max_tokens));
-    if (job->echo && job->logprobs && !job->stream) sp.prompt_logprobs = job->logprobs;
+    if (job->echo && job->logprobs) sp.prompt_logprobs = job->logprobs;
     sp.n = 1;
     try {
       sp.validate(vocab);

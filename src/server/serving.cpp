@@ -18,6 +18,7 @@ ResponseBuilder::ResponseBuilder(std::shared_ptr<GenerationJob> job) : job_(std:
   last_.resize(choices);
   sent_logprobs_.assign(choices, 0);
   next_offset_.assign(choices, 0);
+  sent_prompt_logprobs_.assign(choices, 0);
 }
 
 std::string ResponseBuilder::token_text(int id) const {
@@ -118,6 +119,17 @@ std::vector<json> ResponseBuilder::on_output(int index, const RequestOutput& out
                     : completion_logprobs(c.logprobs, sent_logprobs_[index], next_offset_[index]);
     sent_logprobs_[index] = c.logprobs.size();
   }
+  if (job_->echo && job_->logprobs && !sent_prompt_logprobs_[index] && !out.prompt_logprobs.empty()) {
+    // The prompt's logprobs (known once it is prefilled) go first, as in the non-streaming response; the prompt
+    // text itself went out in the opening chunk.
+    size_t offset = 0;
+    json merged = prompt_logprobs_json(job_->prompts[index / job_->n], out, offset);
+    if (!lp.is_null())
+      for (const char* k : {"text_offset", "token_logprobs", "tokens", "top_logprobs"})
+        for (const auto& v : lp[k]) merged[k].push_back(v);
+    lp = std::move(merged);
+    sent_prompt_logprobs_[index] = 1;
+  }
   if (out.delta_text.empty() && lp.is_null() && !out.finished) return chunks;
   const json finish = out.finished ? json(std::string(finish_reason_name(c.finish_reason))) : json(nullptr);
   const json stop = out.finished ? stop_reason_json(c) : json(nullptr);
@@ -148,6 +160,27 @@ json ResponseBuilder::usage_chunk() const {
           {"usage", usage()}};
 }
 
+json ResponseBuilder::prompt_logprobs_json(const ReadyPrompt& p, const RequestOutput& o, size_t& text_offset) const {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  for (size_t t = 0; t < p.token_ids.size(); ++t) {  // the first token has no logprob
+    const std::string tok = token_text(p.token_ids[t]);
+    tokens.push_back(tok);
+    offsets.push_back(text_offset);
+    text_offset += token_chars(p.token_ids[t]);
+    const auto& e = t < o.prompt_logprobs.size() ? o.prompt_logprobs[t] : std::nullopt;
+    if (!e) {
+      token_lps.push_back(nullptr), tops.push_back(nullptr);
+      continue;
+    }
+    token_lps.push_back(e->token_logprob);
+    json top = json::object();
+    top[tok] = e->token_logprob;
+    for (const auto& t2 : e->top) top[token_text(t2.id)] = t2.logprob;
+    tops.push_back(std::move(top));
+  }
+  return {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};
+}
+
 json ResponseBuilder::final_response() const {
   json choices = json::array();
   for (size_t i = 0; i < last_.size(); ++i) {
@@ -168,25 +201,11 @@ json ResponseBuilder::final_response() const {
       // text_offset: character offsets into the returned text, cumulative over the listed tokens (vLLM), so
       // monotonic even where a token holds part of a UTF-8 character.
       size_t offset = job_->echo && o.prompt_logprobs.empty() ? utf8_char_count(p.text) : 0;
-      json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
-      if (job_->echo && !o.prompt_logprobs.empty()) {  // prompt tokens first: the first has no logprob
-        for (size_t t = 0; t < p.token_ids.size(); ++t) {
-          const std::string tok = token_text(p.token_ids[t]);
-          tokens.push_back(tok);
-          offsets.push_back(offset);
-          offset += token_chars(p.token_ids[t]);
-          const auto& e = t < o.prompt_logprobs.size() ? o.prompt_logprobs[t] : std::nullopt;
-          if (!e) {
-            token_lps.push_back(nullptr), tops.push_back(nullptr);
-            continue;
-          }
-          token_lps.push_back(e->token_logprob);
-          json top = json::object();
-          top[tok] = e->token_logprob;
-          for (const auto& t2 : e->top) top[token_text(t2.id)] = t2.logprob;
-          tops.push_back(std::move(top));
-        }
-      }
+      json prompt_lp = job_->echo && !o.prompt_logprobs.empty() ? prompt_logprobs_json(p, o, offset) : json(nullptr);
+      json tokens = prompt_lp.is_null() ? json::array() : prompt_lp["tokens"];
+      json token_lps = prompt_lp.is_null() ? json::array() : prompt_lp["token_logprobs"];
+      json tops = prompt_lp.is_null() ? json::array() : prompt_lp["top_logprobs"];
+      json offsets = prompt_lp.is_null() ? json::array() : prompt_lp["text_offset"];
       const json gen = completion_logprobs(c.logprobs, job_->prompt_only ? c.logprobs.size() : 0, offset);
       for (const auto& v : gen["tokens"]) tokens.push_back(v);
       for (const auto& v : gen["token_logprobs"]) token_lps.push_back(v);

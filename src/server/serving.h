@@ -59,6 +59,8 @@ class ResponseBuilder {
   /// advances by each listed token's length.
   nlohmann::json completion_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from, size_t& text_offset) const;
   nlohmann::json chat_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from) const;
+  /// Completions logprobs of prompt `p`'s tokens (echo): the first null, text_offset from 0, advancing `text_offset`.
+  nlohmann::json prompt_logprobs_json(const ReadyPrompt& p, const RequestOutput& o, size_t& text_offset) const;
   std::string token_text(int id) const;
   /// Characters token `id` adds to the text: utf8_char_count of its raw bytes (a partial character counts where
   /// it starts), so text_offset indexes the returned text.
@@ -68,6 +70,7 @@ class ResponseBuilder {
   std::vector<std::optional<RequestOutput>> last_;  // [choices] latest cumulative output
   std::vector<size_t> sent_logprobs_;               // [choices] logprob entries already streamed
   std::vector<size_t> next_offset_;                 // [choices] text_offset (characters) of the next streamed token
+  std::vector<char> sent_prompt_logprobs_;          // [choices] echo: the prompt's logprobs were streamed
   int num_finished_ = 0;
 };
 

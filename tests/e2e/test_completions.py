@@ -116,7 +116,7 @@ def test_text_offset_is_monotonic_character_offsets(server, client):
                                        echo=True, stream=True):
         if c.choices and c.choices[0].logprobs:
             offs += c.choices[0].logprobs.text_offset
-    assert offs == sorted(offs) and offs[0] >= len(prompt)
+    assert offs == sorted(offs) and offs[0] == 0 and len(offs) > 12  # the prompt's logprobs come first
 
 
 def test_echo_with_max_tokens_0_scores_the_prompt(client):
@@ -136,3 +136,20 @@ def test_echo_with_max_tokens_0_scores_the_prompt(client):
         r = httpx.post(str(client.base_url) + "completions", timeout=30,
                        json={"prompt": "hi", "max_tokens": 0, "echo": "stream" in extra or "min_tokens" in extra, **extra})
         assert r.status_code == 400, r.text
+
+
+def test_stream_echo_logprobs_equal_non_stream(client):
+    # Streaming echo + logprobs sends the prompt's logprobs too (they were missing: only the generated tokens').
+    kw = dict(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=4, temperature=0, echo=True, logprobs=2)
+    ref = client.completions.create(**kw).choices[0]
+    text, tokens, lps, offsets = "", [], [], []
+    for ch in client.completions.create(stream=True, **kw):
+        if not ch.choices:
+            continue
+        text += ch.choices[0].text
+        if ch.choices[0].logprobs:
+            tokens += ch.choices[0].logprobs.tokens
+            lps += ch.choices[0].logprobs.token_logprobs
+            offsets += ch.choices[0].logprobs.text_offset
+    assert text == ref.text and tokens == ref.logprobs.tokens and lps == ref.logprobs.token_logprobs
+    assert offsets == ref.logprobs.text_offset and lps[0] is None
