@@ -52,6 +52,14 @@ void check_output_path(const std::string& path) {
   SSM_CHECK(!std::filesystem::is_directory(p, ec), "{}: cannot write the JSON output: it is a directory", path);
   const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
   SSM_CHECK(std::filesystem::is_directory(dir, ec), "{}: cannot write the JSON output: folder {} does not exist", path, dir.string());
+  // Open it now (appending: an existing file keeps its contents until the results replace them), so a benchmark
+  // does not run for minutes before finding its output unwritable; a file created here is removed again.
+  const bool existed = std::filesystem::exists(p, ec);
+  {
+    std::ofstream probe(path, std::ios::app);
+    SSM_CHECK(probe.good(), "{}: cannot write the JSON output (cannot open the file: {})", path, std::strerror(errno));
+  }
+  if (!existed) std::filesystem::remove(p, ec);
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& j) {

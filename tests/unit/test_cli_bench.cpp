@@ -131,6 +131,16 @@ TEST(CliBenchLatency, ErrorsExitWithOne) {
   }
 }
 
+TEST(CliBenchLatency, UnwritableOutputFailsBeforeTheRun) {
+  // A folder where no file can be created: the error comes before the benchmark runs (nothing printed).
+  for (const char* sub : {"latency --num-iters 1 --output-len 2", "throughput --num-prompts 1 --input-len 2 --output-len 2"}) {
+    const CliRun r = run(std::string("bench ") + sub + " --model " + kTiny + " --output-json /proc/ssmserve-bench.json");
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("/proc/ssmserve-bench.json: cannot write the JSON output (cannot open the file"));
+    EXPECT_EQ(r.out, "") << sub;
+  }
+}
+
 TEST(CliBenchLatency, WritesJson) {
   ssmserve::testing::TempDir tmp("clibench");
   const std::string json_path = (tmp / "lat.json").string();
