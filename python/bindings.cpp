@@ -188,16 +188,19 @@ class PyLLM {
       size_t done = 0;
       try {
         while (done < ids.size()) {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (auto it = finished_.find(ids[done]); it != finished_.end()) {
-            outs[done++] = std::move(it->second);
-            finished_.erase(it);
-            continue;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (auto it = finished_.find(ids[done]); it != finished_.end()) {
+              outs[done++] = std::move(it->second);
+              finished_.erase(it);
+              continue;
+            }
+            SSM_CHECK(llm_->engine().has_unfinished_requests(), "generate: request {} was lost by the engine", ids[done]);
+            step_locked();
           }
-          SSM_CHECK(llm_->engine().has_unfinished_requests(), "generate: request {} was lost by the engine", ids[done]);
-          step_locked();
+          check_signals();
         }
-      } catch (...) {  // the engine failed: drop this call's requests still running
+      } catch (...) {  // the engine failed, or Ctrl-C: drop this call's requests still running
         std::lock_guard<std::mutex> lock(mu_);
         for (size_t k = done; k < ids.size(); ++k) {
           if (batch_ids_.erase(ids[k])) llm_->engine().abort_request(ids[k]);
@@ -241,20 +244,23 @@ class PyLLM {
     {
       py::gil_scoped_release release;
       while (!out) {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = pending_.find(id);
-        if (it != pending_.end() && !it->second.empty()) {
-          out = std::move(it->second.front());
-          it->second.pop_front();
-          want_logprobs = streams_[id];
-          if (out->finished) {
-            pending_.erase(it);
-            streams_.erase(id);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          auto it = pending_.find(id);
+          if (it != pending_.end() && !it->second.empty()) {
+            out = std::move(it->second.front());
+            it->second.pop_front();
+            want_logprobs = streams_[id];
+            if (out->finished) {
+              pending_.erase(it);
+              streams_.erase(id);
+            }
+            break;
           }
-          break;
+          if (!llm_->engine().has_unfinished_requests() || !streams_.count(id)) break;
+          step_locked();
         }
-        if (!llm_->engine().has_unfinished_requests() || !streams_.count(id)) break;
-        step_locked();
+        check_signals();
       }
     }
     if (!out) return py::none();
@@ -269,6 +275,13 @@ class PyLLM {
   }
 
  private:
+  /// Between engine steps (GIL released, mu_ not held): runs Python's signal handlers, so Ctrl-C interrupts a
+  /// long generate() / stream step loop (KeyboardInterrupt; the caller's requests are aborted).
+  static void check_signals() {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+
   /// One engine step (mu_ held); files its outputs for the callers waiting on them.
   void step_locked() {
     for (auto& o : llm_->engine().step()) {

@@ -183,3 +183,27 @@ def test_chat(llm, tmp_path):
         llm.chat([{"role": "user", "content": "\udc80"}], params)
     with pytest.raises(ValueError, match="template line 1"):
         llm.chat([{"role": "user", "content": "x"}], params, chat_template="{% if %}")
+
+
+def test_ctrl_c_interrupts_generate_and_stream(llm):
+    # Python's signal handlers run between engine steps: Ctrl-C (here SIGALRM raising KeyboardInterrupt) stops a
+    # long generate() / stream() at once and aborts its requests; the LLM stays usable.
+    import signal
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    params = ssmserve.SamplingParams(temperature=0, max_tokens=100000, ignore_eos=True)
+    ref = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].text
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        for call in (lambda: llm.generate(PROMPTS, params), lambda: list(llm.stream(PROMPTS[0], params))):
+            start = time.time()
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(KeyboardInterrupt):
+                call()
+            assert time.time() - start < 10
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].text == ref
