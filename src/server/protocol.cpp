@@ -69,6 +69,25 @@ std::vector<int> as_token_ids(const json& v, const std::string& name) {
   return ids;
 }
 
+/// Features a client relies on that ssmserve does not have: a 400 naming them rather than output that silently
+/// ignores them (structured output, beam search, tool calling; `response_format` "text" and `tool_choice` "none"
+/// are the plain behaviour and pass).
+void reject_unsupported_features(const json& b) {
+  if (const json* v = field(b, "response_format")) {
+    const json* type = v->is_object() ? field(*v, "type") : nullptr;
+    if (!type || *type != "text")
+      bad_request("response_format", fmt::format("response_format {} is not supported (no structured output); only "
+                                                 "{{\"type\": \"text\"}}", type && type->is_string() ? type->get<std::string>() : v->dump().substr(0, 80)));
+  }
+  for (const char* k : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
+    if (field(b, k)) bad_request(k, fmt::format("{} is not supported (no structured output)", k));
+  if (const json* v = field(b, "use_beam_search"); v && *v != false) bad_request("use_beam_search", "beam search is not supported");
+  const json* choice = field(b, "tool_choice");
+  const bool tools = field(b, "tools") && !(field(b, "tools")->is_array() && field(b, "tools")->empty());
+  if ((choice && *choice != "none") || (tools && !choice))
+    bad_request(choice ? "tool_choice" : "tools", "tool calling is not supported (send no tools, or tool_choice \"none\")");
+}
+
 /// Sampling fields common to both endpoints (vLLM's names). Range checks that SamplingParams::validate also does
 /// are repeated here so the error names the OpenAI field.
 void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_key) {
@@ -153,6 +172,7 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
     if (!r.stream) bad_request("stream_options", "stream_options is only allowed when stream is true");
     if (const json* u = field(*v, "include_usage")) r.include_usage = as_bool(*u, "stream_options.include_usage");
   }
+  reject_unsupported_features(b);
 }
 
 void check_body(const json& b) {

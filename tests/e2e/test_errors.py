@@ -42,6 +42,11 @@ BAD = [
     ({"prompt": "hi", "logit_bias": {"abc": 5}}, 400, "logit_bias"),
     ({"prompt": "hi", "logit_bias": {"5": "x"}}, 400, "logit_bias"),
     ({"prompt": "hi", "logit_bias": [5]}, 400, "logit_bias"),
+    # Features ssmserve lacks are refused by name, not silently ignored.
+    ({"prompt": "hi", "response_format": {"type": "json_object"}}, 400, "response_format"),
+    ({"prompt": "hi", "guided_json": {"type": "object"}}, 400, "guided_json"),
+    ({"prompt": "hi", "guided_choice": ["a", "b"]}, 400, "guided_choice"),
+    ({"prompt": "hi", "use_beam_search": True}, 400, "use_beam_search"),
 ]
 
 
@@ -67,7 +72,20 @@ CHAT_BAD = [
     ({"messages": [{"role": "user", "content": "hi"}], "model": "nope"}, 404, "model"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 2, "min_tokens": 3}, 400, "min_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"50280": 1}}, 400, "logit_bias"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {}}}, 400,
+     "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+    ({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}, 400, "tool_choice"),
 ]
+
+
+def test_plain_defaults_of_unsupported_features_pass(client):
+    # response_format "text", tool_choice "none", empty tools and use_beam_search false are the plain behaviour.
+    r = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                       response_format={"type": "text"}, tool_choice="none",
+                                       tools=[{"type": "function", "function": {"name": "f"}}],
+                                       extra_body={"use_beam_search": False})
+    assert r.usage.completion_tokens == 2
 
 
 @pytest.mark.parametrize("body,status,param", CHAT_BAD)
