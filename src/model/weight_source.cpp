@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -109,9 +110,32 @@ WeightSource WeightSource::dummy(uint64_t seed) {
   return s;
 }
 
-bool WeightSource::has(const std::string& name) const { return ckpt_ && ckpt_->has(name); }
+bool WeightSource::has(const std::string& name) const {
+  used_->insert(name);
+  return ckpt_ && ckpt_->has(name);
+}
+
+std::vector<std::string> WeightSource::unused_tensors() const {
+  std::vector<std::string> out;
+  if (!ckpt_) return out;
+  for (const auto& n : ckpt_->names())
+    if (!used_->count(n)) out.push_back(n);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void WeightSource::warn_unused_tensors() const {
+  const auto unused = unused_tensors();
+  if (unused.empty()) return;
+  std::string first;
+  for (size_t i = 0; i < unused.size() && i < 3; ++i) first += (i ? ", \"" : "\"") + unused[i] + "\"";
+  spdlog::warn("{}: {} checkpoint tensor(s) are not used by the model as config.json describes it ({}{}): check "
+               "num_hidden_layers and the architecture's options against the checkpoint",
+               ckpt_->dir().string(), unused.size(), first, unused.size() > 3 ? ", ..." : "");
+}
 
 Weight WeightSource::matrix(const std::string& name, const std::vector<int64_t>& shape, DummyInit init) {
+  used_->insert(name);
   if (ckpt_) {
     const TensorRef& t = ckpt_->get(name, shape);
     warn_if_not_finite(t);
@@ -126,6 +150,7 @@ Weight WeightSource::matrix(const std::string& name, const std::vector<int64_t>&
 }
 
 std::vector<float> WeightSource::vector(const std::string& name, const std::vector<int64_t>& shape, DummyInit init) {
+  used_->insert(name);
   if (ckpt_) {
     const TensorRef& t = ckpt_->get(name, shape);
     warn_if_not_finite(t);

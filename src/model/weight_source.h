@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,9 +39,17 @@ class WeightSource {
   /// True when the checkpoint has the tensor (always false for dummy sources).
   bool has(const std::string& name) const;
   bool is_dummy() const { return ckpt_ == nullptr; }
+  /// Checkpoint tensors that no matrix() / vector() / has() call named, sorted. After a model has loaded, these
+  /// are weights it ignores: a config that does not match its checkpoint (num_hidden_layers below the stored
+  /// layers, use_conv_bias false with stored conv biases, ...). Empty for dummy sources.
+  std::vector<std::string> unused_tensors() const;
+  /// Logs one warning naming how many checkpoint tensors the model left unused and the first few (as transformers
+  /// warns "Some weights of the model checkpoint were not used"); nothing when all were used.
+  void warn_unused_tensors() const;
 
  private:
   std::shared_ptr<const Checkpoint> ckpt_;
+  std::shared_ptr<std::set<std::string>> used_ = std::make_shared<std::set<std::string>>();  // names asked for
   uint64_t seed_ = 0;
 };
 

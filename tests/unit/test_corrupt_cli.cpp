@@ -200,6 +200,29 @@ TEST_F(CorruptCli, NanWeightIsNamed) {
   EXPECT_EQ(count, 1u) << tp.err;
 }
 
+TEST_F(CorruptCli, UnusedCheckpointTensorsAreNamed) {
+  // A config that describes less than the checkpoint holds (4 of its 8 layers; conv biases it says are absent)
+  // loads as transformers does, with one warning naming the ignored tensors, instead of silently truncating.
+  make_model(read_file(kTinyMamba / "model.safetensors"));
+  const auto orig = nlohmann::json::parse(read_file(kTinyMamba / "config.json"));
+  auto cfg = orig;
+  cfg["num_hidden_layers"] = 4;
+  write_file(dir_ / "config.json", cfg.dump(2));
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{}, std::vector<std::string>{"--tensor-parallel-size", "2"}}) {
+    const RunResult r = generate(extra);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("checkpoint tensor(s) are not used by the model")) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("\"backbone.layers.4.mixer.A_log\"")) << r.err;
+    EXPECT_EQ(r.err.find("not used by the model"), r.err.rfind("not used by the model")) << "warned once:\n" << r.err;
+  }
+  cfg = orig;
+  cfg["use_conv_bias"] = false;
+  write_file(dir_ / "config.json", cfg.dump(2));
+  EXPECT_THAT(generate().err, HasSubstr("\"backbone.layers.0.mixer.conv1d.bias\""));
+  write_file(dir_ / "config.json", orig.dump(2));  // the checkpoint as it is: no warning
+  EXPECT_EQ(generate().err.find("not used by the model"), std::string::npos);
+}
+
 TEST_F(CorruptCli, InvalidJsonConfig) {
   make_model(read_file(kTinyMamba / "model.safetensors"));
   write_file(dir_ / "config.json", "{\"hidden_size\": 256,, \"num_hidden_layers\": 8}");

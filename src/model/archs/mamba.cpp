@@ -178,6 +178,7 @@ std::unique_ptr<CausalLM> load_mamba(const ModelConfig& cfg, LoadFormat format, 
   }
   SSM_CHECK(tp.world == 1 || tp.comm, "load_mamba: tensor-parallel size {} needs a communicator", tp.world);
   MambaWeights w = MambaWeights::load(cfg, src, tp);
+  if (tp.rank == 0) src.warn_unused_tensors();
   return std::make_unique<MambaModel>(cfg, std::move(w), std::move(ckpt), tp);
 }
 

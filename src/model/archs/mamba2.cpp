@@ -368,6 +368,7 @@ std::unique_ptr<CausalLM> load_mamba2(const ModelConfig& cfg, LoadFormat format,
   shard.d_inner = static_cast<int>(c.size());
   shard.num_heads = static_cast<int>(h.size());
   shard.n_groups = static_cast<int>(groups.size());
+  if (tp.rank == 0) src.warn_unused_tensors();
   return std::make_unique<Mamba2Model>(cfg, shard, m, std::move(emb), std::move(layers), std::move(norm_f), std::move(head),
                                        std::move(ckpt), tp);
 }

@@ -424,6 +424,9 @@ std::unique_ptr<CausalLM> load_minimax(const ModelConfig& cfg, LoadFormat format
       L.out_proj = dist::slice_rows(src.matrix(p + "self_attn.out_proj.weight", {Hd, HD}, DummyInit::uniform(hd_scale)), {o});
       L.norm = src.vector(p + "self_attn.norm.weight", {HD}, DummyInit::constant(1.0f));
       L.slopes = dist::slice_rows(m.slopes(l), 1, {h});
+      // transformers 5.x may save its decay buffers, rounded to bf16: known and recomputed from the config in fp32
+      // (m.slopes), so they do not count as unused tensors.
+      for (const char* buf : {"slope_rate", "query_decay", "key_decay", "diagonal_decay"}) (void)src.has(p + "self_attn." + buf);
     } else {
       L.full_index = nfull++;
       L.q_proj = dist::slice_rows(src.matrix(p + "self_attn.q_proj.weight", {HD, Hd}, DummyInit::uniform(in_scale)), {hd});
@@ -449,6 +452,7 @@ std::unique_ptr<CausalLM> load_minimax(const ModelConfig& cfg, LoadFormat format
   Weight head = (m.tie_word_embeddings && !src.has("lm_head.weight"))
                     ? emb
                     : dist::slice_rows(src.matrix("lm_head.weight", {V, Hd}, DummyInit::uniform(0.1f)), {v});
+  if (tp.rank == 0) src.warn_unused_tensors();
   return std::make_unique<MiniMaxModel>(cfg, m, std::move(emb), std::move(layers), std::move(norm_f), std::move(head), std::move(ckpt),
                                         tp, static_cast<int>(h.size()), static_cast<int>(kv.size()));
 }
