@@ -132,14 +132,34 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
 
 constexpr int kConvThreads = 128, kMaxWidth = kConvMaxWidth;
 
+/// Pre-wait L2 prefetch of the decode state update kernels' operands that no predecessor writes (weights, A, and
+/// the rows' states, whose indices were uploaded before the step's first kernel): a hint only, never a result.
+/// SSMSERVE_DECODE_PREWAIT=0 (benchmarks) turns it off; read once.
+bool prewait_prefetch() {
+  static const bool on = [] {
+    const char* e = std::getenv("SSMSERVE_DECODE_PREWAIT");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+__device__ __forceinline__ void l2_line(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 template <class TS>
 __global__ void conv_update_dual_kernel(const float* __restrict__ x, int64_t x_stride, float* __restrict__ out,
                                         int64_t out_stride, __nv_bfloat16* __restrict__ out2, int64_t out2_stride,
-                                        ConvParams p, const int32_t* __restrict__ state_indices) {
-  pdl_wait();
-  pdl_launch_dependents();
+                                        ConvParams p, const int32_t* __restrict__ state_indices, bool prewait) {
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kConvThreads + threadIdx.x;
   const int b = blockIdx.x;
+  if (prewait && c < p.dim) {
+    l2_line(p.weight + c * p.width);
+    const int32_t blk = state_indices[b];
+    if (blk != 0 && (threadIdx.x & 7) == 0)
+      for (int k = 0; k < p.width - 1; ++k)
+        l2_line(static_cast<const TS*>(p.conv_states.data) + blk * p.conv_states.block_stride + k * p.dim + c);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   if (c >= p.dim) return;
   const int32_t block = state_indices[b];
   if (block == 0) return;
@@ -157,7 +177,18 @@ template <class TS, class TY>
 __global__ void __launch_bounds__(kScanThreads) scan_update_kernel(ScanInputs in, ScanParams p, TY* __restrict__ y,
                                                                    int64_t y_stride,
                                                                    const int32_t* __restrict__ state_indices,
-                                                                   int lanes) {
+                                                                   int lanes, bool prewait) {
+  if (prewait && threadIdx.x % lanes == 0) {  // this lane group's channel: A, D, dt_bias, the row's state
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * (kScanThreads / lanes) + threadIdx.x / lanes;
+    const int32_t blk = state_indices[blockIdx.y];
+    if (c < p.dim && blk != 0) {
+      const int N = p.d_state;
+      l2_line(p.A + c * N);
+      l2_line(static_cast<const TS*>(p.ssm_states.data) + blk * p.ssm_states.block_stride + c * N);
+      if (p.delta_bias) l2_line(p.delta_bias + c);
+      if (p.D) l2_line(p.D + c);
+    }
+  }
   pdl_wait();
   pdl_launch_dependents();
   const int s = blockIdx.y;
@@ -334,7 +365,8 @@ cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int
   const dim3 grid(static_cast<unsigned>(batch), ceil_div(p.dim, kConvThreads));
   return visit_dtype(p.conv_states.dtype, [&](auto tag) {
     return launch_pdl(pdl, conv_update_dual_kernel<decltype(tag)>, grid, dim3(kConvThreads), 0, stream, x, x_stride,
-                      out, out_stride, static_cast<__nv_bfloat16*>(out_bf16), out_bf16_stride, p, state_indices);
+                      out, out_stride, static_cast<__nv_bfloat16*>(out_bf16), out_bf16_stride, p, state_indices,
+                      prewait_prefetch());
   });
 }
 
@@ -353,9 +385,9 @@ cudaError_t selective_state_update_out(const ScanInputs& in, const ScanParams& p
     using TS = decltype(tag);
     if (y_dtype == DType::BF16)
       return launch_pdl(pdl, scan_update_kernel<TS, __nv_bfloat16>, grid, dim3(kScanThreads), 0, stream, in, p,
-                        static_cast<__nv_bfloat16*>(y), y_stride, state_indices, lanes);
+                        static_cast<__nv_bfloat16*>(y), y_stride, state_indices, lanes, prewait_prefetch());
     return launch_pdl(pdl, scan_update_kernel<TS, float>, grid, dim3(kScanThreads), 0, stream, in, p,
-                      static_cast<float*>(y), y_stride, state_indices, lanes);
+                      static_cast<float*>(y), y_stride, state_indices, lanes, prewait_prefetch());
   });
 }
 
