@@ -15,7 +15,10 @@ using namespace detail;
 constexpr int kChunk = 32;           // k per chunk: two m16n8k16 steps
 constexpr int kCtaSplits = 16;       // most splits reduced inside one block (16 warps x 32 threads)
 constexpr int kMaxSplits = 64;       // more than kCtaSplits: kCtaSplits per block, groups of blocks per tile
-constexpr size_t kPrefetchBytes = 16u << 20;  // weight bytes the whole grid prefetches into L2 before its wait
+// Weight bytes the whole grid prefetches into L2 before its PDL wait (while its predecessor runs). 4 MB, measured
+// on the H200 (session 7): more competes with the predecessor's own weight stream (mamba-2.8b batch-1 decode
+// 0 / 4 / 8 / 12 / 16 MB: 384 / 396 / 387 / 371 / 361 tokens/s; batch 4 and mamba2-2.7b also best at 4).
+constexpr size_t kPrefetchBytes = 4u << 20;
 
 struct ConvEpi {               // SkinnyConvEpilogue flattened for the device (weight == nullptr: none)
   const float* weight;

@@ -72,7 +72,7 @@ struct SkinnyExtras {
 /// scales it (split_shift) and reduces up to cta_splits of them inside one block; with more, each group is one
 /// block and the last block of a tile to finish adds the group sums in group order (global workspace + arrival
 /// counters). Benchmark knobs (environment, read once): SSMSERVE_SKINNY_TUNE="unroll,pipelined,reg_cap,cta_splits",
-/// SSMSERVE_SKINNY_PREFETCH_MB (the pre-wait L2 prefetch, default 16), SSMSERVE_SKINNY_LATE_TRIGGER=1 (PDL
+/// SSMSERVE_SKINNY_PREFETCH_MB (the pre-wait L2 prefetch, default 4), SSMSERVE_SKINNY_LATE_TRIGGER=1 (PDL
 /// trigger after the main loop: measured no faster).
 int skinny_gemm_splits(int64_t N, int64_t K);
 
