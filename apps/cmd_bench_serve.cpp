@@ -57,6 +57,9 @@ Url split_url(const std::string& url) {
   const size_t slash = url.find('/', 7);
   Url u{slash == std::string::npos ? url : url.substr(0, slash), slash == std::string::npos ? "" : url.substr(slash)};
   while (!u.path_prefix.empty() && u.path_prefix.back() == '/') u.path_prefix.pop_back();
+  // An OpenAI client's base URL (".../v1") names the same server: the endpoints add /v1 themselves.
+  if (u.path_prefix.size() >= 3 && u.path_prefix.compare(u.path_prefix.size() - 3, 3, "/v1") == 0)
+    u.path_prefix.resize(u.path_prefix.size() - 3);
   return u;
 }
 
@@ -269,7 +272,8 @@ int run_bench_serve(BenchServeArgs& a) {
 Runner add_bench_serve(CLI::App& bench) {
   auto a = std::make_shared<BenchServeArgs>();
   CLI::App* cmd = bench.add_subcommand("serve", "Load a running server with Poisson arrivals; throughput, TTFT, TPOT, ITL");
-  cmd->add_option("--base-url", a->base_url, "Server URL")->capture_default_str();
+  cmd->add_option("--base-url", a->base_url, "Server URL: http://host:port, optionally a path prefix (a trailing /v1 is dropped)")
+      ->capture_default_str();
   cmd->add_option("--endpoint", a->endpoint, "Completions endpoint")->capture_default_str();
   cmd->add_option("--model", a->model, "Model id to send (default: the server's first)");
   cmd->add_option("--dataset", a->dataset, "JSONL file ({\"prompt\"} or {\"text\"} per line) or 'random'")->capture_default_str();

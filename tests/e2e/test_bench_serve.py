@@ -18,6 +18,13 @@ def test_bench_serve_random_prompts(server, tmp_path):
     assert 0 < res["median_ttft_ms"] <= res["p99_ttft_ms"] and res["mean_itl_ms"] > 0 and res["output_throughput"] > 0
 
 
+def test_bench_serve_takes_an_openai_base_url(server):
+    # The OpenAI client's base_url (".../v1") works too (it asked for /v1/v1/models before).
+    r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", server.base_url + "/v1/", "--num-prompts", "2",
+                        "--input-len", "4", "--output-len", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
 def test_bench_serve_reports_failures():
     r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", "http://127.0.0.1:1", "--model", "m", "--num-prompts", "2"],
                        capture_output=True, text=True, timeout=60)
