@@ -98,6 +98,11 @@ void warn_if_not_finite(const TensorRef& t) {
 
 }  // namespace
 
+void WeightSource::UsedNames::insert(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu);
+  names.insert(name);
+}
+
 WeightSource WeightSource::from_checkpoint(std::shared_ptr<const Checkpoint> ckpt) {
   WeightSource s;
   s.ckpt_ = std::move(ckpt);
@@ -118,8 +123,9 @@ bool WeightSource::has(const std::string& name) const {
 std::vector<std::string> WeightSource::unused_tensors() const {
   std::vector<std::string> out;
   if (!ckpt_) return out;
+  std::lock_guard<std::mutex> lock(used_->mu);
   for (const auto& n : ckpt_->names())
-    if (!used_->count(n)) out.push_back(n);
+    if (!used_->names.count(n)) out.push_back(n);
   std::sort(out.begin(), out.end());
   return out;
 }

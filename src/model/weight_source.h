@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <optional>
 #include <string>
@@ -49,7 +50,13 @@ class WeightSource {
 
  private:
   std::shared_ptr<const Checkpoint> ckpt_;
-  std::shared_ptr<std::set<std::string>> used_ = std::make_shared<std::set<std::string>>();  // names asked for
+  /// Names asked for; layers load in parallel (model/parallel_layers.h), hence the lock.
+  struct UsedNames {
+    std::mutex mu;
+    std::set<std::string> names;
+    void insert(const std::string& name);
+  };
+  std::shared_ptr<UsedNames> used_ = std::make_shared<UsedNames>();
   uint64_t seed_ = 0;
 };
 
