@@ -102,8 +102,15 @@ py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprob
     py::object finish = c.finish_reason == FinishReason::None ? py::none() : py::object(py::str(std::string(finish_reason_name(c.finish_reason))));
     py::object stop = !c.stop_reason.empty() ? py::object(py::str(c.stop_reason))
                       : c.stop_reason_token ? py::object(py::int_(*c.stop_reason_token)) : py::none();
+    py::object cumulative = py::none();  // vLLM's cumulative_logprob: the sampled tokens' logprobs summed
+    if (want_logprobs) {
+      double sum = 0.0;
+      for (const auto& entry : c.logprobs)
+        if (!entry.empty()) sum += entry[0].logprob;
+      cumulative = py::float_(sum);
+    }
     outputs.append(m.attr("CompletionOutput")(c.index, c.text, c.token_ids, want_logprobs ? logprobs_to_py(eng, c.logprobs) : py::none(),
-                                              finish, stop));
+                                              finish, stop, py::arg("cumulative_logprob") = cumulative));
   }
   py::object prompt_lps = o.prompt_logprobs.empty() ? py::none() : prompt_logprobs_to_py(eng, o);
   return m.attr("RequestOutput")(o.request_id, o.prompt, o.prompt_token_ids, outputs, o.finished, o.delta_text,

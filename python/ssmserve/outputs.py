@@ -14,6 +14,7 @@ class CompletionOutput:
     logprobs: Optional[list]
     finish_reason: Optional[str]
     stop_reason: Union[str, int, None] = None
+    cumulative_logprob: Optional[float] = None  # sum of the sampled tokens' logprobs (when logprobs are asked for)
 
     def finished(self) -> bool:
         return self.finish_reason is not None
@@ -22,8 +23,9 @@ class CompletionOutput:
 @dataclass
 class RequestOutput:
     """A request's state: prompt, prompt_token_ids, prompt_logprobs (when asked for: None for the first prompt
-    token, then a dict[token_id, Logprob] of the prompt token and the top-k), outputs (n choices), finished. In a stream, delta_text is the
-    text that became final since the previous output (never half a character or part of a possible stop string)."""
+    token, then a dict[token_id, Logprob] of the prompt token and the top-k), outputs (n choices), finished.
+    In a stream, delta_text is the text that became final since the previous output (never half a character or
+    part of a possible stop string)."""
     request_id: str
     prompt: str
     prompt_token_ids: list

@@ -34,6 +34,7 @@ def test_logprobs_and_stop(llm):
     assert len(out.logprobs) == 4
     for tok, lp in zip(out.token_ids, out.logprobs):
         assert tok in lp and lp[tok].rank == 1 and lp[tok].logprob <= 0 and len(lp) == 2
+    assert out.cumulative_logprob == pytest.approx(sum(lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs)), abs=1e-5)
     full = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=24))[0].outputs[0].text
     stopped = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=24, stop=full[5:8]))[0].outputs[0]
     assert stopped.finish_reason == "stop" and stopped.stop_reason == full[5:8] and stopped.text == full[:full.index(full[5:8])]
