@@ -60,7 +60,9 @@ int run_serve(ServeArgs& a) {
               "--max-model-len {} is larger than the model's context of {} tokens (max_position_embeddings)",
               a.server.max_model_len, mc.max_model_len);
   if (a.server.served_model_name.empty()) a.server.served_model_name = a.engine.model.string();
-  server::ChatTemplate tmpl = server::ChatTemplate::load(a.engine.model, a.chat_template);
+  // The chat template lives with the tokenizer (tokenizer_config.json), as in vLLM: --tokenizer DIR when given.
+  const std::filesystem::path& tokenizer_dir = a.engine.tokenizer.empty() ? a.engine.model : a.engine.tokenizer;
+  server::ChatTemplate tmpl = server::ChatTemplate::load(tokenizer_dir, a.chat_template);
   server::OpenAIServer http(engine, metrics, std::move(tmpl), a.server);
   const int port = http.bind();
 

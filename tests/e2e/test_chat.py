@@ -40,3 +40,20 @@ def test_chat_logprobs(client):
                                        top_logprobs=2)
     content = r.choices[0].logprobs.content
     assert len(content) == 4 and all(len(c.top_logprobs) == 2 for c in content)
+
+
+def test_chat_template_comes_from_the_tokenizer_folder(tmp_path):
+    # `--tokenizer DIR`: DIR's tokenizer_config.json chat template is used (it was read from the model folder).
+    import json
+    from conftest import MODEL, Server
+
+    (tmp_path / "tokenizer.json").symlink_to(MODEL / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"}))
+    s = Server("--tokenizer", tmp_path)
+    try:
+        t = httpx.post(s.base_url + "/tokenize", json={"messages": MESSAGES}).json()
+        d = httpx.post(s.base_url + "/detokenize", json={"tokens": t["tokens"]}).json()
+        assert d["prompt"] == "<system>You are a scribe.<user>Tell me of the flood."
+    finally:
+        s.stop()
