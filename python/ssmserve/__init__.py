@@ -80,7 +80,8 @@ def _chat_message(m) -> dict:
 class LLM:
     """vLLM's offline LLM: LLM(model, **engine_args). Engine args: tokenizer, max_num_seqs,
     max_num_batched_tokens, num_state_blocks, threads, tensor_parallel_size, mamba_cache_dtype,
-    mamba_ssm_cache_dtype, load_format."""
+    mamba_ssm_cache_dtype, load_format, device ("cpu", "cuda" or "auto", as `--device`),
+    gpu_memory_utilization."""
 
     def __init__(self, model: str, **engine_args):
         self._engine = _ssmserve.Engine(str(model), **engine_args)

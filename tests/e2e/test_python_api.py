@@ -156,6 +156,9 @@ def test_bad_types_name_the_field(llm):
     for prompt in ([2 ** 40], [1.5], b"abc", {"prompt_token_ids": ["a"]}):
         with pytest.raises(TypeError, match="a prompt must be"):
             llm.generate(prompt, ssmserve.SamplingParams(max_tokens=2))
+    with pytest.raises(ValueError, match="--device"):
+        ssmserve.LLM(str(MODEL), device="tpu")
+    assert ssmserve.LLM(str(MODEL), threads=2, device="cpu").generate("hi", ssmserve.SamplingParams(max_tokens=2))[0].finished
     with pytest.raises(TypeError, match="engine argument 'threads' cannot be '2'"):
         ssmserve.LLM(str(MODEL), threads="2")
     with pytest.raises(ValueError, match="not valid Unicode"):
