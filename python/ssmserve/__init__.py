@@ -80,8 +80,8 @@ def _chat_message(m) -> dict:
 class LLM:
     """vLLM's offline LLM: LLM(model, **engine_args). Engine args: tokenizer, max_num_seqs,
     max_num_batched_tokens, num_state_blocks, threads, tensor_parallel_size, mamba_cache_dtype,
-    mamba_ssm_cache_dtype, load_format, device ("cpu", "cuda" or "auto", as `--device`),
-    gpu_memory_utilization."""
+    mamba_ssm_cache_dtype, load_format, device ("cpu" or "auto", as `--device`; the module does not link the CUDA
+    backend, so "cuda" says it is not available in this build), gpu_memory_utilization."""
 
     def __init__(self, model: str, **engine_args):
         self._engine = _ssmserve.Engine(str(model), **engine_args)
