@@ -144,9 +144,16 @@ void LLMEngine::add_request(Request req) {
   SSM_CHECK(!req.prompt_token_ids.empty(), "the prompt is empty");
   for (int id : req.prompt_token_ids)
     SSM_CHECK(id >= 0 && id < mc.vocab_size, "prompt token id {} is outside the vocabulary [0, {})", id, mc.vocab_size);
-  if (mc.max_model_len > 0)
-    SSM_CHECK(static_cast<int>(req.prompt_token_ids.size()) < mc.max_model_len, "the prompt has {} tokens; the model's context is {}",
-              req.prompt_token_ids.size(), mc.max_model_len);
+  if (mc.max_model_len > 0) {
+    const int len = static_cast<int>(req.prompt_token_ids.size());
+    SSM_CHECK(len < mc.max_model_len, "the prompt has {} tokens; the model's context is {}", len, mc.max_model_len);
+    // As vLLM: generation stops at the context (finish_reason "length"). The CLI and the server cap first (with a
+    // warning / a 400); this covers the Python API, which generated past max_position_embeddings.
+    if (static_cast<long long>(len) + req.params.max_tokens > mc.max_model_len) {
+      req.params.max_tokens = mc.max_model_len - len;
+      req.params.min_tokens = std::min(req.params.min_tokens, req.params.max_tokens);
+    }
+  }
   if (const int bs = model_->kv_block_size(); bs > 0) {
     // Hybrid models: the prompt's KV blocks and a state block must fit in the pool at once.
     const int need = 1 + (static_cast<int>(req.prompt_token_ids.size()) + bs) / bs;

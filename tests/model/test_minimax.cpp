@@ -4,10 +4,14 @@
 // and KV blocks constantly recycled between the two kinds) give the outputs of the first run; the huge
 // MiniMax-Text-01 config is refused with a clear error instead of exhausting memory.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -138,6 +142,41 @@ TEST(MiniMax, PromptLargerThanThePoolIsRejected) {
         for (int i = 0; i < 1000 && engine.has_unfinished_requests(); ++i) engine.step();
       },
       Error);
+}
+
+TEST(MiniMax, GenerationStopsAtTheContext) {
+  // The checkpoint with max_position_embeddings 300: a prompt of 298 tokens with max_tokens 10 generates 2 tokens
+  // (finish "length"), as vLLM; the engine ran past the context when a caller (the Python API) did not cap
+  // max_tokens itself as the CLI and the server do.
+  const auto dir = model_dir("tiny-minimax");
+  SSM_SKIP_IF_NO_MODEL(dir);
+  const auto tmp = std::filesystem::temp_directory_path() / ("ssmserve-minimax-ctx-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::create_symlink(dir / f, tmp / f);
+  auto config = testing::read_json(dir / "config.json");
+  config["max_position_embeddings"] = 300;
+  std::ofstream(tmp / "config.json") << config.dump();
+  {
+    EngineConfig cfg;
+    cfg.model = tmp;
+    LLMEngine engine(cfg);
+    ASSERT_EQ(engine.model_config().max_model_len, 300);
+    Request r;
+    r.request_id = "long";
+    for (int i = 0; i < 298; ++i) r.prompt_token_ids.push_back(100 + (i * 7919) % 50000);
+    r.params.max_tokens = 10;
+    r.params.min_tokens = 5;
+    r.params.ignore_eos = true;
+    engine.add_request(r);
+    std::optional<RequestOutput> last;
+    while (engine.has_unfinished_requests())
+      for (auto& o : engine.step()) last = std::move(o);
+    ASSERT_TRUE(last && last->finished);
+    EXPECT_EQ(last->outputs[0].token_ids.size(), 2u);
+    EXPECT_EQ(last->outputs[0].finish_reason, FinishReason::Length);
+  }
+  std::filesystem::remove_all(tmp);
 }
 
 TEST(MiniMax, HugeDummyConfigIsRefusedClearly) {
