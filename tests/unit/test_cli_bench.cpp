@@ -141,6 +141,14 @@ TEST(CliBenchLatency, UnwritableOutputFailsBeforeTheRun) {
   }
 }
 
+TEST(CliBenchLatency, InputPlusOutputBeyondTheContextIsAnError) {
+  // configs/minimax-bench has max_position_embeddings 131072; the decode numbers assume every token is generated.
+  const CliRun r = run("bench latency --model " + std::string(SSMSERVE_SOURCE_DIR) + "/configs/minimax-bench" +
+                       " --load-format dummy --input-len 131000 --output-len 100 --num-iters 1 --num-iters-warmup 0");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--input-len 131000 + --output-len 100 exceed the model's maximum context length of 131072"));
+}
+
 TEST(CliBenchLatency, WritesJson) {
   ssmserve::testing::TempDir tmp("clibench");
   const std::string json_path = (tmp / "lat.json").string();
