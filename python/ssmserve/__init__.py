@@ -96,6 +96,9 @@ class LLM:
         if sampling_params is None:
             sampling_params = SamplingParams()
         params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(prompts)
+        for p in params:
+            if not isinstance(p, _ssmserve.SamplingParams):
+                raise TypeError(f"sampling_params must be a SamplingParams or a list of them, got {type(p).__name__}")
         return self._engine.generate(prompts, params)
 
     def chat(self, messages, sampling_params=None, use_tqdm: bool = False, chat_template: Optional[str] = None,

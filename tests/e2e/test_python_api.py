@@ -161,6 +161,8 @@ def test_bad_types_name_the_field(llm):
     assert ssmserve.LLM(str(MODEL), threads=2, device="cpu").generate("hi", ssmserve.SamplingParams(max_tokens=2))[0].finished
     with pytest.raises(TypeError, match="engine argument 'threads' cannot be '2'"):
         ssmserve.LLM(str(MODEL), threads="2")
+    with pytest.raises(TypeError, match="sampling_params must be a SamplingParams"):
+        llm.generate("hi", {"max_tokens": 2})
     with pytest.raises(ValueError, match="not valid Unicode"):
         llm.generate("ab\udc80", ssmserve.SamplingParams(max_tokens=2))
 
