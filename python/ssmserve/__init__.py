@@ -118,6 +118,8 @@ class LLM:
     def stream(self, prompt: PromptType, sampling_params=None) -> Iterator[RequestOutput]:
         """Yields the request's RequestOutput after every engine step that produced a token (cumulative text plus
         delta_text), the last one with finished=True. Closing the iterator early aborts the request."""
+        if sampling_params is not None and not isinstance(sampling_params, _ssmserve.SamplingParams):
+            raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
         rid = self._engine.add(prompt, sampling_params if sampling_params is not None else SamplingParams())
         finished = False
         try:

@@ -163,6 +163,8 @@ def test_bad_types_name_the_field(llm):
         ssmserve.LLM(str(MODEL), threads="2")
     with pytest.raises(TypeError, match="sampling_params must be a SamplingParams"):
         llm.generate("hi", {"max_tokens": 2})
+    with pytest.raises(TypeError, match="sampling_params must be a SamplingParams"):
+        next(llm.stream("hi", {"max_tokens": 2}))
     with pytest.raises(ValueError, match="not valid Unicode"):
         llm.generate("ab\udc80", ssmserve.SamplingParams(max_tokens=2))
 
