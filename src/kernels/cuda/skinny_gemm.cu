@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace ssmserve::cuda {
 namespace {
@@ -35,6 +38,26 @@ struct ConvEpi {               // SkinnyConvEpilogue flattened for the device (w
   int64_t out16_stride;
 };
 
+struct NormFold {  // SkinnyNormFold flattened for the device (res == nullptr: none)
+  const float* res;
+  int64_t rs;
+  const float* add;
+  int64_t as;
+  const float* w;
+  float eps;
+  float* rout;
+  int64_t ros;
+  __nv_bfloat16* xo;
+  int64_t xos;
+  int xn_stride;      // row stride (elements) of the block's normed rows in shared memory
+  int smem_off;       // their byte offset in the dynamic shared memory (after the split-sum region)
+  int smem_bytes;     // their bytes
+};
+
+constexpr int kFoldNormThreads = 256;  // decode_ops.cu's kNormThreads: the norm kernel's block (its order)
+constexpr int kFoldNormVec = 4;        // decode_ops.cu's kNormVec: float4 slots per norm thread
+constexpr int kFoldMaxRows = 16;
+
 struct Params {
   const __nv_bfloat16* x;
   int64_t xs;
@@ -51,6 +74,7 @@ struct Params {
   float* partials;                // groups > 1: [m-blocks, tiles, groups, MT * 4, 32] group sums
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
   ConvEpi conv;
+  NormFold fold;
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
 };
 
@@ -58,6 +82,78 @@ template <class TS>
 __device__ __forceinline__ float conv_epi_one(const ConvEpi& e, int32_t block, int64_t c, float xv) {
   TS* state = static_cast<TS*>(e.states) + block * e.block_stride + c;
   return conv_update_channel(state, e.dim, e.width, e.weight + c * e.width, e.bias ? e.bias[c] : 0.0f, xv, e.silu);
+}
+
+/// The norm fold's prologue (SkinnyNormFold): rows [m0, m0 + rows) of v = res + add normed into xn (shared
+/// memory, row stride f.xn_stride), with norm_rows_vec_kernel's exact operation order: virtual thread vt in
+/// [0, 256) sums the squares of its float4 slots vt, vt + 256, ... (x, y, z, w in order, from 0), its virtual
+/// warp (vt / 32) reduces them with warp_sum, and the 8 warp sums are reduced as block_sum's second stage does
+/// (warp_sum of scratch[lane < 8], zeros elsewhere). The block's threads play the 256 virtual threads in turns
+/// (any blockDim.x that is a multiple of 32). writer: this block also stores v and xn to global memory.
+/// Contains __syncthreads: reached by every thread of the block.
+__device__ __forceinline__ void norm_fold_rows(const NormFold& f, int K, int m0, int rows, bool writer,
+                                            __nv_bfloat16* xn) {
+  __shared__ float part[kFoldMaxRows][kFoldNormThreads / 32];
+  const int tid = threadIdx.x, lane = tid & 31, nt = blockDim.x, H4 = K / 4;
+  for (int r = 0; r < rows; ++r) {
+    const float4* res = reinterpret_cast<const float4*>(f.res + static_cast<int64_t>(m0 + r) * f.rs);
+    const float4* add = f.add ? reinterpret_cast<const float4*>(f.add + static_cast<int64_t>(m0 + r) * f.as) : nullptr;
+    for (int vt0 = 0; vt0 < kFoldNormThreads; vt0 += nt) {  // block-uniform: every lane reaches the shuffles
+      const int vt = vt0 + tid;
+      float ss = 0.0f;
+      if (vt < kFoldNormThreads) {
+#pragma unroll
+        for (int j = 0; j < kFoldNormVec; ++j) {
+          const int q = vt + j * kFoldNormThreads;
+          if (q < H4) {
+            float4 v = res[q];
+            if (add) {
+              const float4 a = add[q];
+              v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
+            }
+            ss += v.x * v.x;
+            ss += v.y * v.y;
+            ss += v.z * v.z;
+            ss += v.w * v.w;
+          }
+        }
+      }
+      ss = warp_sum(ss);
+      if (vt < kFoldNormThreads && lane == 0) part[r][vt >> 5] = ss;
+    }
+  }
+  __syncthreads();
+  for (int r = 0; r < rows; ++r) {
+    const float ss = warp_sum(lane < kFoldNormThreads / 32 ? part[r][lane] : 0.0f);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(K) + f.eps);
+    const int64_t m = m0 + r;
+    const float4* res = reinterpret_cast<const float4*>(f.res + m * f.rs);
+    const float4* add = f.add ? reinterpret_cast<const float4*>(f.add + m * f.as) : nullptr;
+    const float4* w = reinterpret_cast<const float4*>(f.w);
+    __nv_bfloat16* o = xn + static_cast<int64_t>(r) * f.xn_stride;
+    for (int q = tid; q < H4; q += nt) {
+      float4 v = res[q];
+      if (add) {
+        const float4 a = add[q];
+        v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
+      }
+      const float4 wv = w[q];
+      const __nv_bfloat162 lo = __halves2bfloat162(__float2bfloat16_rn(v.x * inv * wv.x),
+                                                   __float2bfloat16_rn(v.y * inv * wv.y));
+      const __nv_bfloat162 hi = __halves2bfloat162(__float2bfloat16_rn(v.z * inv * wv.z),
+                                                   __float2bfloat16_rn(v.w * inv * wv.w));
+      reinterpret_cast<__nv_bfloat162*>(o + 4 * q)[0] = lo;
+      reinterpret_cast<__nv_bfloat162*>(o + 4 * q)[1] = hi;
+      if (writer) {
+        if (f.rout) reinterpret_cast<float4*>(f.rout + m * f.ros)[q] = v;
+        if (f.xo) {
+          __nv_bfloat16* g = f.xo + m * f.xos + 4 * q;
+          g[0] = __low2bfloat16(lo), g[1] = __high2bfloat16(lo), g[2] = __low2bfloat16(hi), g[3] = __high2bfloat16(hi);
+        }
+      }
+    }
+  }
+  __syncthreads();
 }
 
 /// Loads of U chunks from chunk c (predicated off past c1): W rows g / g + 8 and the MT x rows.
@@ -105,13 +201,18 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   }
   pdl_wait();
   if (!p.late_trigger) pdl_launch_dependents();
+  // 1b. Norm fold: this block's x rows computed here (relative row r = m - m0 in shared memory).
+  const bool fold = p.fold.res != nullptr;
+  __nv_bfloat16* xn = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(red) + p.fold.smem_off);
+  if (fold) norm_fold_rows(p.fold, p.K, m0, min(8 * MT, p.M - m0), blockIdx.y == 0, xn);
   const __nv_bfloat16* xr[MT];
   bool xok[MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
     const int m = m0 + 8 * j + g;
     xok[j] = m < p.M;
-    xr[j] = p.x + static_cast<int64_t>(xok[j] ? m : 0) * p.xs;
+    xr[j] = fold ? xn + static_cast<int64_t>(xok[j] ? m - m0 : 0) * p.fold.xn_stride
+                 : p.x + static_cast<int64_t>(xok[j] ? m : 0) * p.xs;
   }
   float acc[MT][4];
 #pragma unroll
@@ -222,7 +323,8 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
 
 template <int MT, bool VEC, int U, bool PIPE, int MINB>
 cudaError_t launch(const Params& p, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
-  const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
+  const size_t smem = p.fold.res ? static_cast<size_t>(p.fold.smem_off) + p.fold.smem_bytes
+                      : p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
   auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB>;
   if (smem > 48 * 1024) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -252,9 +354,39 @@ cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 
     // The default launch shape: the pipelined form when the whole grid is resident at once (one wave), else the
     // plain unroll-4 form (fewer registers: a grid just over the pipelined form's wave fits in one of its own;
     // grids of several waves measured fastest with it too).
-    const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
+    const size_t smem = p.fold.res ? static_cast<size_t>(p.fold.smem_off) + p.fold.smem_bytes
+                        : p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
     const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y;
     static int per_sm[17] = {};  // blocks of w warps of the pipelined form one SM holds (occupancy API, cached)
+    if (p.fold.res && warps >= 1 && warps <= 16) {
+      // The fold's shared rows vary with M and K: occupancy per (warps, bytes), cached (so graph captures, which
+      // follow an eager run of the same shape, make no occupancy / attribute calls).
+      static std::mutex mu;
+      static std::map<std::pair<int, size_t>, int> fold_per_sm;
+      int b = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        const auto it = fold_per_sm.find({warps, smem});
+        if (it != fold_per_sm.end()) b = it->second;
+      }
+      if (b == 0) {
+        // Never below the default 48 KB: other launches of this kernel (no fold) rely on it.
+        if (const cudaError_t e = cudaFuncSetAttribute(skinny_kernel<MT, true, 2, true, 1>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(std::max<size_t>(smem, 48 * 1024)));
+            e != cudaSuccess)
+          return e;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1>, 32 * warps, smem) !=
+                cudaSuccess ||
+            b < 1)
+          b = 1;
+        std::lock_guard<std::mutex> lock(mu);
+        fold_per_sm[{warps, smem}] = b;
+      }
+      if (blocks <= static_cast<int64_t>(num_sms()) * b)
+        return launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
+      return launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
+    }
     if (warps >= 1 && warps <= 16 && per_sm[warps] == 0) {
       int b = 0;
       if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1>, 32 * warps, smem) !=
@@ -333,6 +465,10 @@ int cta_splits_of(const SkinnyTuning& t, int splits) {
 }
 }  // namespace
 
+bool skinny_norm_fold_supported(int64_t M, int64_t K) {
+  return M >= 0 && M <= kFoldMaxRows && K >= 4 && K % 4 == 0 && K <= 4LL * kFoldNormVec * kFoldNormThreads;
+}
+
 size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_bytes, const SkinnyTuning* tuning) {
   const SkinnyTuning tu = tuning ? *tuning : skinny_default_tuning(M, N, K);
   const int splits = skinny_gemm_splits(N, K, tu.split_shift), cta = cta_splits_of(tu, splits);
@@ -347,7 +483,7 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
                         void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
   if (a.ab_dtype != DType::BF16 || (a.y_dtype != DType::F32 && a.y_dtype != DType::BF16) || a.M < 0 || a.N < 1 ||
       a.K < 1 || a.x_stride < a.K || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
-      a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y)
+      a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y || (!a.x && !extras.norm && a.M > 0))
     return cudaErrorInvalidValue;
   const SkinnyTuning tu = extras.tuning ? *extras.tuning : skinny_default_tuning(a.M, a.N, a.K);
   Params p{};
@@ -361,6 +497,18 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
                      c.conv_states.dtype == DType::BF16 ? 1 : c.conv_states.dtype == DType::F16 ? 2 : 0,
                      c.conv_states.block_stride, ce->col_offset, c.dim, c.width, c.apply_silu, ce->state_indices,
                      ce->out, ce->out_stride, static_cast<__nv_bfloat16*>(ce->out_bf16), ce->out_bf16_stride};
+  }
+  if (const SkinnyNormFold* f = extras.norm) {
+    const auto al = [](const void* q, int64_t stride) {
+      return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 4 == 0;
+    };
+    if (!skinny_norm_fold_supported(a.M, a.K) || !f->residual || !f->weight || f->residual_stride < a.K ||
+        !al(f->residual, f->residual_stride) || !al(f->weight, 0) ||
+        (f->add && (f->add_stride < a.K || !al(f->add, f->add_stride))) ||
+        (f->residual_out && (f->residual_out_stride < a.K || !al(f->residual_out, f->residual_out_stride) ||
+                             f->residual_out == f->residual || f->residual_out == f->add)) ||
+        (f->xn_out && f->xn_out_stride < a.K))
+      return cudaErrorInvalidValue;
   }
   if (a.M == 0) return cudaSuccess;
   static const bool late = [] {
@@ -395,6 +543,16 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
     p.partials = static_cast<float*>(workspace);
     p.counters = counters;
   }
+  if (const SkinnyNormFold* f = extras.norm) {
+    // The block's rows (M <= 16: one block row) in shared memory after the split-sum region; the row stride is
+    // 64 bytes past a multiple of 128 so the 8 lanes of a quarter-warp (2 rows x 4 k offsets) hit distinct banks.
+    const int rows = static_cast<int>(std::min<int64_t>(a.M, 8 * mt));
+    const int stride = static_cast<int>((a.K + 63) / 64 * 64 + 32);
+    const size_t red = p.cta_splits > 1 ? static_cast<size_t>(warps) * mt * 4 * 32 * sizeof(float) : 0;
+    p.fold = NormFold{f->residual, f->residual_stride, f->add, f->add_stride, f->weight, f->eps, f->residual_out,
+                      f->residual_out_stride, static_cast<__nv_bfloat16*>(f->xn_out), f->xn_out_stride, stride,
+                      static_cast<int>(red), rows * stride * 2};
+  }
   const int64_t warps_total = tiles * p.splits;
   static const int64_t prefetch_bytes = [] {  // SSMSERVE_SKINNY_PREFETCH_MB=<n> (benchmarks): the pre-wait L2 prefetch
     const char* e = std::getenv("SSMSERVE_SKINNY_PREFETCH_MB");
@@ -405,7 +563,7 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   const auto al16 = [](const void* q, int64_t stride) {
     return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 8 == 0;
   };
-  const bool vec = a.K % 8 == 0 && al16(a.x, a.x_stride) && al16(a.w, a.w_stride);
+  const bool vec = a.K % 8 == 0 && (extras.norm || al16(a.x, a.x_stride)) && al16(a.w, a.w_stride);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
   if (!vec) {
     if (mt == 1) return launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
