@@ -88,67 +88,80 @@ __device__ __forceinline__ float conv_epi_one(const ConvEpi& e, int32_t block, i
 /// memory, row stride f.xn_stride), with norm_rows_vec_kernel's exact operation order: virtual thread vt in
 /// [0, 256) sums the squares of its float4 slots vt, vt + 256, ... (x, y, z, w in order, from 0), its virtual
 /// warp (vt / 32) reduces them with warp_sum, and the 8 warp sums are reduced as block_sum's second stage does
-/// (warp_sum of scratch[lane < 8], zeros elsewhere). The block's threads play the 256 virtual threads in turns
-/// (any blockDim.x that is a multiple of 32). writer: this block also stores v and xn to global memory.
-/// Contains __syncthreads: reached by every thread of the block.
+/// (warp_sum of scratch[lane < 8], zeros elsewhere). The block's threads (blockDim.x >= 128, a multiple of 32)
+/// play the 256 virtual threads in at most two rounds, every load of a row in flight at once, the values kept in
+/// registers for the output. writer: this block also stores v and xn to global memory. Contains __syncthreads:
+/// reached by every thread of the block.
 __device__ __forceinline__ void norm_fold_rows(const NormFold& f, int K, int m0, int rows, bool writer,
-                                            __nv_bfloat16* xn) {
+                                               __nv_bfloat16* xn) {
+  constexpr int kRounds = 2;  // 256 virtual threads / 128 threads at least
   __shared__ float part[kFoldMaxRows][kFoldNormThreads / 32];
   const int tid = threadIdx.x, lane = tid & 31, nt = blockDim.x, H4 = K / 4;
+  const float4* w4 = reinterpret_cast<const float4*>(f.w);
   for (int r = 0; r < rows; ++r) {
-    const float4* res = reinterpret_cast<const float4*>(f.res + static_cast<int64_t>(m0 + r) * f.rs);
-    const float4* add = f.add ? reinterpret_cast<const float4*>(f.add + static_cast<int64_t>(m0 + r) * f.as) : nullptr;
-    for (int vt0 = 0; vt0 < kFoldNormThreads; vt0 += nt) {  // block-uniform: every lane reaches the shuffles
-      const int vt = vt0 + tid;
-      float ss = 0.0f;
-      if (vt < kFoldNormThreads) {
-#pragma unroll
-        for (int j = 0; j < kFoldNormVec; ++j) {
-          const int q = vt + j * kFoldNormThreads;
-          if (q < H4) {
-            float4 v = res[q];
-            if (add) {
-              const float4 a = add[q];
-              v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
-            }
-            ss += v.x * v.x;
-            ss += v.y * v.y;
-            ss += v.z * v.z;
-            ss += v.w * v.w;
-          }
-        }
-      }
-      ss = warp_sum(ss);
-      if (vt < kFoldNormThreads && lane == 0) part[r][vt >> 5] = ss;
-    }
-  }
-  __syncthreads();
-  for (int r = 0; r < rows; ++r) {
-    const float ss = warp_sum(lane < kFoldNormThreads / 32 ? part[r][lane] : 0.0f);
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(K) + f.eps);
     const int64_t m = m0 + r;
     const float4* res = reinterpret_cast<const float4*>(f.res + m * f.rs);
     const float4* add = f.add ? reinterpret_cast<const float4*>(f.add + m * f.as) : nullptr;
-    const float4* w = reinterpret_cast<const float4*>(f.w);
-    __nv_bfloat16* o = xn + static_cast<int64_t>(r) * f.xn_stride;
-    for (int q = tid; q < H4; q += nt) {
-      float4 v = res[q];
-      if (add) {
-        const float4 a = add[q];
-        v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
+    float4 v[kRounds][kFoldNormVec];
+#pragma unroll
+    for (int h = 0; h < kRounds; ++h) {
+      const int vt = tid + h * nt;
+#pragma unroll
+      for (int j = 0; j < kFoldNormVec; ++j) {
+        const int q = vt + j * kFoldNormThreads;
+        if (vt < kFoldNormThreads && q < H4) {
+          v[h][j] = res[q];
+          if (add) {
+            const float4 a = add[q];
+            v[h][j].x += a.x, v[h][j].y += a.y, v[h][j].z += a.z, v[h][j].w += a.w;
+          }
+        }
       }
-      const float4 wv = w[q];
-      const __nv_bfloat162 lo = __halves2bfloat162(__float2bfloat16_rn(v.x * inv * wv.x),
-                                                   __float2bfloat16_rn(v.y * inv * wv.y));
-      const __nv_bfloat162 hi = __halves2bfloat162(__float2bfloat16_rn(v.z * inv * wv.z),
-                                                   __float2bfloat16_rn(v.w * inv * wv.w));
-      reinterpret_cast<__nv_bfloat162*>(o + 4 * q)[0] = lo;
-      reinterpret_cast<__nv_bfloat162*>(o + 4 * q)[1] = hi;
-      if (writer) {
-        if (f.rout) reinterpret_cast<float4*>(f.rout + m * f.ros)[q] = v;
-        if (f.xo) {
-          __nv_bfloat16* g = f.xo + m * f.xos + 4 * q;
-          g[0] = __low2bfloat16(lo), g[1] = __high2bfloat16(lo), g[2] = __low2bfloat16(hi), g[3] = __high2bfloat16(hi);
+    }
+#pragma unroll
+    for (int h = 0; h < kRounds; ++h) {
+      const int vt = tid + h * nt;
+      float ss = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kFoldNormVec; ++j) {
+        const int q = vt + j * kFoldNormThreads;
+        if (vt < kFoldNormThreads && q < H4) {
+          ss += v[h][j].x * v[h][j].x;
+          ss += v[h][j].y * v[h][j].y;
+          ss += v[h][j].z * v[h][j].z;
+          ss += v[h][j].w * v[h][j].w;
+        }
+      }
+      ss = warp_sum(ss);  // block-uniform: every lane reaches the shuffles
+      if (vt < kFoldNormThreads && lane == 0) part[r][vt >> 5] = ss;
+    }
+    __syncthreads();
+    const float ss = warp_sum(lane < kFoldNormThreads / 32 ? part[r][lane] : 0.0f);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(K) + f.eps);
+    __nv_bfloat16* o = xn + static_cast<int64_t>(r) * f.xn_stride;
+#pragma unroll
+    for (int h = 0; h < kRounds; ++h) {
+      const int vt = tid + h * nt;
+#pragma unroll
+      for (int j = 0; j < kFoldNormVec; ++j) {
+        const int q = vt + j * kFoldNormThreads;
+        if (vt < kFoldNormThreads && q < H4) {
+          const float4 wv = __ldg(w4 + q);
+          const float4 x = v[h][j];
+          const __nv_bfloat162 lo = __halves2bfloat162(__float2bfloat16_rn(x.x * inv * wv.x),
+                                                       __float2bfloat16_rn(x.y * inv * wv.y));
+          const __nv_bfloat162 hi = __halves2bfloat162(__float2bfloat16_rn(x.z * inv * wv.z),
+                                                       __float2bfloat16_rn(x.w * inv * wv.w));
+          reinterpret_cast<__nv_bfloat162*>(o + 4 * q)[0] = lo;
+          reinterpret_cast<__nv_bfloat162*>(o + 4 * q)[1] = hi;
+          if (writer) {
+            if (f.rout) reinterpret_cast<float4*>(f.rout + m * f.ros)[q] = x;
+            if (f.xo) {
+              __nv_bfloat16* g = f.xo + m * f.xos + 4 * q;
+              g[0] = __low2bfloat16(lo), g[1] = __high2bfloat16(lo);
+              g[2] = __low2bfloat16(hi), g[3] = __high2bfloat16(hi);
+            }
+          }
         }
       }
     }
@@ -544,6 +557,7 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
     p.counters = counters;
   }
   if (const SkinnyNormFold* f = extras.norm) {
+    if (warps < 4) return cudaErrorInvalidValue;  // norm_fold_rows plays 256 threads in at most two rounds
     // The block's rows (M <= 16: one block row) in shared memory after the split-sum region; the row stride is
     // 64 bytes past a multiple of 128 so the 8 lanes of a quarter-warp (2 rows x 4 k offsets) hit distinct banks.
     const int rows = static_cast<int>(std::min<int64_t>(a.M, 8 * mt));
