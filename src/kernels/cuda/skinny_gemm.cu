@@ -188,7 +188,8 @@ __device__ __forceinline__ void load_chunks(uint4 (&a0)[U], uint4 (&a1)[U], uint
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
 /// for rows m0..m0+8*MT-1 over its split's chunks. Lane (g = lane / 4, t = lane % 4) loads W rows n0+g, n0+g+8
 /// and x rows m0+8j+g at k = chunk*32 + 8t (8 values): the k permutation inside a chunk is the same for A and B.
-template <int MT, bool VEC, int U, bool PIPE, int MINB>
+/// FOLD: the norm fold's prologue (a separate instantiation, so the kernels without it keep their registers).
+template <int MT, bool VEC, int U, bool PIPE, int MINB, bool FOLD = false>
 __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   extern __shared__ float red[];  // [warps][MT*4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -215,9 +216,9 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   pdl_wait();
   if (!p.late_trigger) pdl_launch_dependents();
   // 1b. Norm fold: this block's x rows computed here (relative row r = m - m0 in shared memory).
-  const bool fold = p.fold.res != nullptr;
+  constexpr bool fold = FOLD;
   __nv_bfloat16* xn = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(red) + p.fold.smem_off);
-  if (fold) norm_fold_rows(p.fold, p.K, m0, min(8 * MT, p.M - m0), blockIdx.y == 0, xn);
+  if constexpr (FOLD) norm_fold_rows(p.fold, p.K, m0, min(8 * MT, p.M - m0), blockIdx.y == 0, xn);
   const __nv_bfloat16* xr[MT];
   bool xok[MT];
 #pragma unroll
@@ -334,11 +335,11 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
       }
 }
 
-template <int MT, bool VEC, int U, bool PIPE, int MINB>
+template <int MT, bool VEC, int U, bool PIPE, int MINB, bool FOLD = false>
 cudaError_t launch(const Params& p, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
-  const size_t smem = p.fold.res ? static_cast<size_t>(p.fold.smem_off) + p.fold.smem_bytes
+  const size_t smem = FOLD ? static_cast<size_t>(p.fold.smem_off) + p.fold.smem_bytes
                       : p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
-  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB>;
+  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB, FOLD>;
   if (smem > 48 * 1024) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(smem));
@@ -363,43 +364,44 @@ int num_sms() {
 template <int MT>
 cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   constexpr int kCap = MT == 1 ? 2 : 1;  // the first version's 64-register cap (MT 1)
+  if (p.fold.res) {  // the fold's instantiations, whatever the tuning's launch shape (never a result)
+    // The fold's shared rows vary with M and K: occupancy per (warps, bytes), cached (so graph captures, which
+    // follow an eager run of the same shape, make no occupancy / attribute calls).
+    static std::mutex mu;
+    static std::map<std::pair<int, size_t>, int> fold_per_sm;
+    const size_t smem = static_cast<size_t>(p.fold.smem_off) + p.fold.smem_bytes;
+    const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y;
+    int b = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      const auto it = fold_per_sm.find({warps, smem});
+      if (it != fold_per_sm.end()) b = it->second;
+    }
+    if (b == 0) {
+      // At least the default 48 KB (launch() raises it for larger rows).
+      if (const cudaError_t e = cudaFuncSetAttribute(skinny_kernel<MT, true, 2, true, 1, true>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     static_cast<int>(std::max<size_t>(smem, 48 * 1024)));
+          e != cudaSuccess)
+        return e;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1, true>, 32 * warps,
+                                                        smem) != cudaSuccess ||
+          b < 1)
+        b = 1;
+      std::lock_guard<std::mutex> lock(mu);
+      fold_per_sm[{warps, smem}] = b;
+    }
+    if (blocks <= static_cast<int64_t>(num_sms()) * b)
+      return launch<MT, true, 2, true, 1, true>(p, warps, grid, pdl, stream);
+    return launch<MT, true, 4, false, 1, true>(p, warps, grid, pdl, stream);
+  }
   if (tu.auto_shape) {
     // The default launch shape: the pipelined form when the whole grid is resident at once (one wave), else the
     // plain unroll-4 form (fewer registers: a grid just over the pipelined form's wave fits in one of its own;
     // grids of several waves measured fastest with it too).
-    const size_t smem = p.fold.res ? static_cast<size_t>(p.fold.smem_off) + p.fold.smem_bytes
-                        : p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
+    const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
     const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y;
     static int per_sm[17] = {};  // blocks of w warps of the pipelined form one SM holds (occupancy API, cached)
-    if (p.fold.res && warps >= 1 && warps <= 16) {
-      // The fold's shared rows vary with M and K: occupancy per (warps, bytes), cached (so graph captures, which
-      // follow an eager run of the same shape, make no occupancy / attribute calls).
-      static std::mutex mu;
-      static std::map<std::pair<int, size_t>, int> fold_per_sm;
-      int b = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        const auto it = fold_per_sm.find({warps, smem});
-        if (it != fold_per_sm.end()) b = it->second;
-      }
-      if (b == 0) {
-        // Never below the default 48 KB: other launches of this kernel (no fold) rely on it.
-        if (const cudaError_t e = cudaFuncSetAttribute(skinny_kernel<MT, true, 2, true, 1>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       static_cast<int>(std::max<size_t>(smem, 48 * 1024)));
-            e != cudaSuccess)
-          return e;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1>, 32 * warps, smem) !=
-                cudaSuccess ||
-            b < 1)
-          b = 1;
-        std::lock_guard<std::mutex> lock(mu);
-        fold_per_sm[{warps, smem}] = b;
-      }
-      if (blocks <= static_cast<int64_t>(num_sms()) * b)
-        return launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
-      return launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
-    }
     if (warps >= 1 && warps <= 16 && per_sm[warps] == 0) {
       int b = 0;
       if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1>, 32 * warps, smem) !=
@@ -580,8 +582,10 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   const bool vec = a.K % 8 == 0 && (extras.norm || al16(a.x, a.x_stride)) && al16(a.w, a.w_stride);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
   if (!vec) {
-    if (mt == 1) return launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
-    if (mt == 2) return launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);
+    if (mt == 1) return p.fold.res ? launch<1, false, 4, false, 2, true>(p, warps, grid, pdl, stream)
+                                   : launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
+    if (mt == 2) return p.fold.res ? launch<2, false, 4, false, 1, true>(p, warps, grid, pdl, stream)
+                                   : launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);
     return launch<4, false, 2, false, 1>(p, warps, grid, pdl, stream);
   }
   if (mt == 1) return launch_vec<1>(p, tu, warps, grid, pdl, stream);
