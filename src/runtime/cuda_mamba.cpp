@@ -176,8 +176,7 @@ class CudaMambaModel final : public CudaCausalLM {
   std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
     const double H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2.0 * m_.d_state, V = cfg_.vocab_size;
     const double ab = dtype_size(opt_.weight_dtype);
-    const double fold = opt_.decode_norm_fold ? 4 * H : 0;  // hidden2_
-    const double per_token = 8 * H + ab * H + 8 * I + 16 * I + 4 * XD + 4 * I + 2 * XD + fold;  // see reserve()
+    const double per_token = 8 * H + ab * H + 8 * I + 16 * I + 4 * XD + 4 * I + 2 * XD;  // see reserve()
     return state_budget_bytes(util, per_token * static_cast<double>(max_tokens) +
                                         static_cast<double>(max_seqs) * (4 * V + ab * H));
   }
@@ -209,7 +208,6 @@ class CudaMambaModel final : public CudaCausalLM {
   // xc [T, I], xdbl [T, R + 2N], delta [T, I], y [T, I]; with bf16 weights the next GEMMs' inputs xc16 [T, I],
   // xdbl16 [T, R + 2N], y16 [T, I] (bf16).
   Scratch hidden_, out_, normed_, xz_, xc_, xdbl_, delta_, y_, xc16_, xdbl16_, y16_;
-  Scratch hidden2_;  // decode_norm_fold's second residual buffer [T, H] fp32 (ping-pong with hidden_)
   Scratch scan_ws_;  // the chunked scan's workspace (prefill steps only)
   // The persistent decode kernel: its workspace (zeroed once) and, for the whole-stack form, the device array of
   // layer descriptors (rebuilt when the state buffers move).
@@ -233,7 +231,7 @@ void CudaMambaModel::step(const ForwardBatch& batch, StateCache& cache, float* l
   a.vocab_size = cfg_.vocab_size, a.eps = cfg_.layer_norm_epsilon, a.cuda_graphs = opt_.cuda_graphs;
   a.frame = &frame_, a.meta = &meta_, a.graphs = &graphs_, a.states = &states_, a.tp = &tp_, a.gemm = &gemm_;
   a.hidden = &hidden_, a.out = &out_;
-  a.scratch = {&hidden_, &out_, &normed_, &xz_, &xc_, &xdbl_, &delta_, &y_, &xc16_, &xdbl16_, &y16_, &hidden2_};
+  a.scratch = {&hidden_, &out_, &normed_, &xz_, &xc_, &xdbl_, &delta_, &y_, &xc16_, &xdbl16_, &y16_};
   a.reserve = [&](int64_t T, int64_t nlog) { reserve(T, nlog); };
   a.mixer = [&](int layer, const StepMeta& dm, int64_t T) { mixer(layer, batch, dm, T); };
   run_step(a, batch, cache, stream_.get(), logits, greedy_top, picks, sample);
@@ -245,7 +243,6 @@ void CudaMambaModel::reserve(int64_t T, int64_t nlog) {
   hidden_.f32(T * H), out_.f32(T * H), normed_.get(T * H * ab), xz_.f32(T * 2 * I), xc_.f32(T * I);
   xdbl_.f32(T * XD), delta_.f32(T * I), y_.f32(T * I), xc16_.get(T * I * 2), xdbl16_.get(T * XD * 2), y16_.get(T * I * 2);
   (void)ab;
-  if (opt_.decode_norm_fold) hidden2_.f32(T * H);
   frame_.reserve(T, H, cfg_.vocab_size, nlog);
 }
 
@@ -275,37 +272,8 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   if (np == 0 && b16 && opt_.persistent_decode != 0 && !tp_.on() && persistent_mixer(layer, dm, T)) return;
 
   // 1. hidden += previous mixer output (none before layer 0); normed = rms_norm(hidden) in the GEMM dtype.
-  //    Norm fold (decode_norm_fold): no kernel here; in_proj's GEMM computes both (the same bits). Layer l reads
-  //    the residual from res_buf(l - 1) (the embedding's hidden at layer 0) and writes res_buf(l), alternating
-  //    between hidden_ and hidden2_ so that no kernel writes a buffer its own blocks read, and the last layer's
-  //    lands in hidden_ (the final norm's input). The condition is the same for every layer of a step.
-  const int ov = opt_.decode_overlap;
-  const bool fold = opt_.decode_norm_fold && np == 0 && b16 && !tp_.on() && !opt_.fused_decode &&
-                    opt_.persistent_decode == 0 && T <= 16 && gemm_.takes_skinny(wd, T) &&
-                    skinny_norm_fold_supported(T, H);
-  SkinnyNormFold nf;
-  if (fold) {
-    float* hidden2 = hidden2_.f32(T * H);
-    const int nl = cfg_.num_hidden_layers;
-    auto res_buf = [&](int l) { return (nl - 1 - l) % 2 == 0 ? hidden : hidden2; };
-    float* src = layer == 0 ? hidden : res_buf(layer - 1);
-    float* dst = res_buf(layer);
-    nf.residual = src, nf.residual_stride = H;
-    nf.add = layer == 0 ? nullptr : out, nf.add_stride = H;
-    nf.weight = L.norm.as<float>(), nf.eps = cfg_.layer_norm_epsilon;
-    nf.residual_out = dst == src ? nullptr : dst, nf.residual_out_stride = H;  // layer 0 may just keep hidden
-  } else {
-    SSM_CUDA_CHECK(add_rms_norm_rows(layer == 0 ? nullptr : out, H, hidden, H, L.norm.as<float>(),
-                                     cfg_.layer_norm_epsilon, nullptr, T, H, true, normed, wd, H, pdl, s));
-  }
-  // in_proj whole: y = xz [T, 2I], the input normed or (fold) computed in the GEMM.
-  auto in_proj_whole = [&] {
-    if (!fold) return gemm(normed, T, H, L.in_proj, xz, 2 * I);
-    SkinnyExtras ex;
-    ex.norm = &nf;
-    gemm_.run({T, L.in_proj.rows, L.in_proj.cols, nullptr, H, L.in_proj.buf.data(), L.in_proj.cols, wd, xz, 2 * I,
-               DType::F32}, s, nullptr, 0, &ex);
-  };
+  SSM_CUDA_CHECK(add_rms_norm_rows(layer == 0 ? nullptr : out, H, hidden, H, L.norm.as<float>(), cfg_.layer_norm_epsilon,
+                                   nullptr, T, H, true, normed, wd, H, pdl, s));
   ConvParams conv{I, m_.d_conv, L.conv_weight.as<float>(), L.conv_bias.data() ? L.conv_bias.as<float>() : nullptr,
                   states_.conv_state(layer), true};
   ScanParams sp{I, static_cast<int>(N), L.A.as<float>(), L.D.as<float>(), L.dt_bias.as<float>(), true,
@@ -330,6 +298,7 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   // 2. xz = in_proj(normed): x = xz[:, :I], z = xz[:, I:]. Decode overlap: the z rows on the second branch
   //    (forked before or after the x rows), optionally followed there by out_proj's L2 prefetch; joined at 5
   //    (the prefetch, with bit 16, only after out_proj).
+  const int ov = opt_.decode_overlap;
   const bool overlap = branch_ && np == 0 && b16 && T <= 16 && gemm_.takes_skinny(wd, T);
   const bool split_z = overlap && (ov & 1), late_pf = overlap && (ov & 2) && (ov & 16);
   if (overlap) {
@@ -342,24 +311,14 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
     }
     SkinnyExtras ex;
     ex.tuning = &half;
-    // Norm fold: the x rows' GEMM also writes normed for the z rows' when the branch forks after it; when it
-    // forks first (bit 8) the z rows' GEMM folds the norm itself (the same reads, no writes).
-    SkinnyNormFold nf_x = nf, nf_z = nf;
-    nf_x.xn_out = (ov & 8) ? nullptr : normed, nf_x.xn_out_stride = H;
-    nf_z.residual_out = nullptr;
-    SkinnyExtras ex_x = ex, ex_z = ex;
-    if (fold) {
-      ex_x.norm = &nf_x;
-      if (ov & 8) ex_z.norm = &nf_z;
-    }
     const auto* w_in = static_cast<const uint16_t*>(L.in_proj.buf.data());
     cudaStream_t side = branch_->side.get();
     auto fork = [&] {
       const GemmArgs z{T, I, H, normed, H, w_in + I * L.in_proj.cols, L.in_proj.cols, wd, xz + I, 2 * I, DType::F32};
-      if (split_z && (ob.debug & 2)) gemm_.run(z, s, nullptr, 0, &ex_z);
+      if (split_z && (ob.debug & 2)) gemm_.run(z, s, nullptr, 0, &ex);
       SSM_CUDA_CHECK(cudaEventRecord(branch_->fork, s));
       SSM_CUDA_CHECK(cudaStreamWaitEvent(side, branch_->fork, 0));
-      if (split_z && !(ob.debug & 3)) branch_->gemm.run(z, side, nullptr, 0, &ex_z);
+      if (split_z && !(ob.debug & 3)) branch_->gemm.run(z, side, nullptr, 0, &ex);
       if (late_pf) SSM_CUDA_CHECK(cudaEventRecord(branch_->join, side));
       if (ov & 2) {
         const size_t bytes = ob.pf_bytes > 0 ? std::min<size_t>(ob.pf_bytes, L.out_proj.buf.bytes()) : L.out_proj.buf.bytes();
@@ -368,15 +327,15 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
       SSM_CUDA_CHECK(cudaEventRecord(late_pf ? branch_->join_late : branch_->join, side));
     };
     if (!split_z) {
-      in_proj_whole();
+      gemm(normed, T, H, L.in_proj, xz, 2 * I);
       fork();
     } else {
       if (ov & 8) fork();
-      gemm_.run({T, I, H, normed, H, w_in, L.in_proj.cols, wd, xz, 2 * I, DType::F32}, s, nullptr, 0, &ex_x);
+      gemm_.run({T, I, H, normed, H, w_in, L.in_proj.cols, wd, xz, 2 * I, DType::F32}, s, nullptr, 0, &ex);
       if (!(ov & 8)) fork();
     }
   } else {
-    in_proj_whole();
+    gemm(normed, T, H, L.in_proj, xz, 2 * I);
   }
   // 3. Causal conv1d + SiLU (xc, and its bf16 copy for x_proj): decode rows [0, nd), then the prefill rows.
   if (nd > 0)
@@ -533,7 +492,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_PDL", o.pdl);
   flag("SSMSERVE_BATCH_INVARIANT", o.batch_invariant);
   flag("SSMSERVE_DECODE_FUSED", o.fused_decode);
-  flag("SSMSERVE_DECODE_NORM_FOLD", o.decode_norm_fold);
   auto small_int = [](const char* name, int& v, int hi) {
     if (const char* e = std::getenv(name); e && *e) {
       const std::string s(e);

@@ -57,18 +57,10 @@ struct CudaModelOptions {
   int decode_overlap = 1;
   /// decode_overlap's prefetch mode (decode_ops.h l2_prefetch: 0 lines, 1 lines evict_last, 2 TMA bulk).
   int overlap_prefetch = 0;
-  /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism, neither fused_decode nor
-  /// persistent_decode) without the residual add + RMSNorm kernel (issue 7, the norm fold): in_proj's skinny GEMM
-  /// computes its normed input rows itself after its PDL wait (SkinnyNormFold: the norm kernel's exact order, so
-  /// the same bits), the residual sum goes to ping-pong buffers (the last layer's lands in the usual one for the
-  /// final norm), and the z rows' branch reads the x rows' normed copy (or folds itself when it forks first).
-  /// Also in batch-invariant mode (same bits per row). Off by default until measured on the H200.
-  bool decode_norm_fold = false;
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
   /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_PERSISTENT=0|1|2,
-  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_PERSISTENT_STAGE=0..15, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2,
-  /// SSMSERVE_DECODE_NORM_FOLD=1. Throws
+  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_PERSISTENT_STAGE=0..15, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
   /// Error on a malformed value.
   static CudaModelOptions from_env();
 };

@@ -7,9 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
-#include <mutex>
-#include <utility>
 
 namespace ssmserve::cuda {
 namespace {
@@ -38,26 +35,6 @@ struct ConvEpi {               // SkinnyConvEpilogue flattened for the device (w
   int64_t out16_stride;
 };
 
-struct NormFold {  // SkinnyNormFold flattened for the device (res == nullptr: none)
-  const float* res;
-  int64_t rs;
-  const float* add;
-  int64_t as;
-  const float* w;
-  float eps;
-  float* rout;
-  int64_t ros;
-  __nv_bfloat16* xo;
-  int64_t xos;
-  int xn_stride;      // row stride (elements) of the block's normed rows in shared memory
-  int smem_off;       // their byte offset in the dynamic shared memory (after the split-sum region)
-  int smem_bytes;     // their bytes
-};
-
-constexpr int kFoldNormThreads = 256;  // decode_ops.cu's kNormThreads: the norm kernel's block (its order)
-constexpr int kFoldNormVec = 4;        // decode_ops.cu's kNormVec: float4 slots per norm thread
-constexpr int kFoldMaxRows = 16;
-
 struct Params {
   const __nv_bfloat16* x;
   int64_t xs;
@@ -74,7 +51,6 @@ struct Params {
   float* partials;                // groups > 1: [m-blocks, tiles, groups, MT * 4, 32] group sums
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
   ConvEpi conv;
-  NormFold fold;
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
 };
 
@@ -82,91 +58,6 @@ template <class TS>
 __device__ __forceinline__ float conv_epi_one(const ConvEpi& e, int32_t block, int64_t c, float xv) {
   TS* state = static_cast<TS*>(e.states) + block * e.block_stride + c;
   return conv_update_channel(state, e.dim, e.width, e.weight + c * e.width, e.bias ? e.bias[c] : 0.0f, xv, e.silu);
-}
-
-/// The norm fold's prologue (SkinnyNormFold): rows [m0, m0 + rows) of v = res + add normed into xn (shared
-/// memory, row stride f.xn_stride), with norm_rows_vec_kernel's exact operation order: virtual thread vt in
-/// [0, 256) sums the squares of its float4 slots vt, vt + 256, ... (x, y, z, w in order, from 0), its virtual
-/// warp (vt / 32) reduces them with warp_sum, and the 8 warp sums are reduced as block_sum's second stage does
-/// (warp_sum of scratch[lane < 8], zeros elsewhere). The block's threads (blockDim.x >= 128, a multiple of 32)
-/// play the 256 virtual threads in at most two rounds, every load of a row in flight at once, the values kept in
-/// registers for the output. writer: this block also stores v and xn to global memory. Contains __syncthreads:
-/// reached by every thread of the block.
-__device__ __forceinline__ void norm_fold_rows(const NormFold& f, int K, int m0, int rows, bool writer,
-                                               __nv_bfloat16* xn) {
-  constexpr int kRounds = 2;  // 256 virtual threads / 128 threads at least
-  __shared__ float part[kFoldMaxRows][kFoldNormThreads / 32];
-  const int tid = threadIdx.x, lane = tid & 31, nt = blockDim.x, H4 = K / 4;
-  const float4* w4 = reinterpret_cast<const float4*>(f.w);
-  for (int r = 0; r < rows; ++r) {
-    const int64_t m = m0 + r;
-    const float4* res = reinterpret_cast<const float4*>(f.res + m * f.rs);
-    const float4* add = f.add ? reinterpret_cast<const float4*>(f.add + m * f.as) : nullptr;
-    float4 v[kRounds][kFoldNormVec];
-#pragma unroll
-    for (int h = 0; h < kRounds; ++h) {
-      const int vt = tid + h * nt;
-#pragma unroll
-      for (int j = 0; j < kFoldNormVec; ++j) {
-        const int q = vt + j * kFoldNormThreads;
-        if (vt < kFoldNormThreads && q < H4) {
-          v[h][j] = res[q];
-          if (add) {
-            const float4 a = add[q];
-            v[h][j].x += a.x, v[h][j].y += a.y, v[h][j].z += a.z, v[h][j].w += a.w;
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < kRounds; ++h) {
-      const int vt = tid + h * nt;
-      float ss = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kFoldNormVec; ++j) {
-        const int q = vt + j * kFoldNormThreads;
-        if (vt < kFoldNormThreads && q < H4) {
-          ss += v[h][j].x * v[h][j].x;
-          ss += v[h][j].y * v[h][j].y;
-          ss += v[h][j].z * v[h][j].z;
-          ss += v[h][j].w * v[h][j].w;
-        }
-      }
-      ss = warp_sum(ss);  // block-uniform: every lane reaches the shuffles
-      if (vt < kFoldNormThreads && lane == 0) part[r][vt >> 5] = ss;
-    }
-    __syncthreads();
-    const float ss = warp_sum(lane < kFoldNormThreads / 32 ? part[r][lane] : 0.0f);
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(K) + f.eps);
-    __nv_bfloat16* o = xn + static_cast<int64_t>(r) * f.xn_stride;
-#pragma unroll
-    for (int h = 0; h < kRounds; ++h) {
-      const int vt = tid + h * nt;
-#pragma unroll
-      for (int j = 0; j < kFoldNormVec; ++j) {
-        const int q = vt + j * kFoldNormThreads;
-        if (vt < kFoldNormThreads && q < H4) {
-          const float4 wv = __ldg(w4 + q);
-          const float4 x = v[h][j];
-          const __nv_bfloat162 lo = __halves2bfloat162(__float2bfloat16_rn(x.x * inv * wv.x),
-                                                       __float2bfloat16_rn(x.y * inv * wv.y));
-          const __nv_bfloat162 hi = __halves2bfloat162(__float2bfloat16_rn(x.z * inv * wv.z),
-                                                       __float2bfloat16_rn(x.w * inv * wv.w));
-          reinterpret_cast<__nv_bfloat162*>(o + 4 * q)[0] = lo;
-          reinterpret_cast<__nv_bfloat162*>(o + 4 * q)[1] = hi;
-          if (writer) {
-            if (f.rout) reinterpret_cast<float4*>(f.rout + m * f.ros)[q] = x;
-            if (f.xo) {
-              __nv_bfloat16* g = f.xo + m * f.xos + 4 * q;
-              g[0] = __low2bfloat16(lo), g[1] = __high2bfloat16(lo);
-              g[2] = __low2bfloat16(hi), g[3] = __high2bfloat16(hi);
-            }
-          }
-        }
-      }
-    }
-  }
-  __syncthreads();
 }
 
 /// Loads of U chunks from chunk c (predicated off past c1): W rows g / g + 8 and the MT x rows.
@@ -188,8 +79,7 @@ __device__ __forceinline__ void load_chunks(uint4 (&a0)[U], uint4 (&a1)[U], uint
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
 /// for rows m0..m0+8*MT-1 over its split's chunks. Lane (g = lane / 4, t = lane % 4) loads W rows n0+g, n0+g+8
 /// and x rows m0+8j+g at k = chunk*32 + 8t (8 values): the k permutation inside a chunk is the same for A and B.
-/// FOLD: the norm fold's prologue (a separate instantiation, so the kernels without it keep their registers).
-template <int MT, bool VEC, int U, bool PIPE, int MINB, bool FOLD = false>
+template <int MT, bool VEC, int U, bool PIPE, int MINB>
 __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   extern __shared__ float red[];  // [warps][MT*4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -215,18 +105,13 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   }
   pdl_wait();
   if (!p.late_trigger) pdl_launch_dependents();
-  // 1b. Norm fold: this block's x rows computed here (relative row r = m - m0 in shared memory).
-  constexpr bool fold = FOLD;
-  __nv_bfloat16* xn = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(red) + p.fold.smem_off);
-  if constexpr (FOLD) norm_fold_rows(p.fold, p.K, m0, min(8 * MT, p.M - m0), blockIdx.y == 0, xn);
   const __nv_bfloat16* xr[MT];
   bool xok[MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
     const int m = m0 + 8 * j + g;
     xok[j] = m < p.M;
-    xr[j] = fold ? xn + static_cast<int64_t>(xok[j] ? m - m0 : 0) * p.fold.xn_stride
-                 : p.x + static_cast<int64_t>(xok[j] ? m : 0) * p.xs;
+    xr[j] = p.x + static_cast<int64_t>(xok[j] ? m : 0) * p.xs;
   }
   float acc[MT][4];
 #pragma unroll
@@ -335,11 +220,10 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
       }
 }
 
-template <int MT, bool VEC, int U, bool PIPE, int MINB, bool FOLD = false>
+template <int MT, bool VEC, int U, bool PIPE, int MINB>
 cudaError_t launch(const Params& p, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
-  const size_t smem = FOLD ? static_cast<size_t>(p.fold.smem_off) + p.fold.smem_bytes
-                      : p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
-  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB, FOLD>;
+  const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
+  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB>;
   if (smem > 48 * 1024) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(smem));
@@ -364,37 +248,6 @@ int num_sms() {
 template <int MT>
 cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   constexpr int kCap = MT == 1 ? 2 : 1;  // the first version's 64-register cap (MT 1)
-  if (p.fold.res) {  // the fold's instantiations, whatever the tuning's launch shape (never a result)
-    // The fold's shared rows vary with M and K: occupancy per (warps, bytes), cached (so graph captures, which
-    // follow an eager run of the same shape, make no occupancy / attribute calls).
-    static std::mutex mu;
-    static std::map<std::pair<int, size_t>, int> fold_per_sm;
-    const size_t smem = static_cast<size_t>(p.fold.smem_off) + p.fold.smem_bytes;
-    const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y;
-    int b = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      const auto it = fold_per_sm.find({warps, smem});
-      if (it != fold_per_sm.end()) b = it->second;
-    }
-    if (b == 0) {
-      // At least the default 48 KB (launch() raises it for larger rows).
-      if (const cudaError_t e = cudaFuncSetAttribute(skinny_kernel<MT, true, 2, true, 1, true>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     static_cast<int>(std::max<size_t>(smem, 48 * 1024)));
-          e != cudaSuccess)
-        return e;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1, true>, 32 * warps,
-                                                        smem) != cudaSuccess ||
-          b < 1)
-        b = 1;
-      std::lock_guard<std::mutex> lock(mu);
-      fold_per_sm[{warps, smem}] = b;
-    }
-    if (blocks <= static_cast<int64_t>(num_sms()) * b)
-      return launch<MT, true, 2, true, 1, true>(p, warps, grid, pdl, stream);
-    return launch<MT, true, 4, false, 1, true>(p, warps, grid, pdl, stream);
-  }
   if (tu.auto_shape) {
     // The default launch shape: the pipelined form when the whole grid is resident at once (one wave), else the
     // plain unroll-4 form (fewer registers: a grid just over the pipelined form's wave fits in one of its own;
@@ -480,10 +333,6 @@ int cta_splits_of(const SkinnyTuning& t, int splits) {
 }
 }  // namespace
 
-bool skinny_norm_fold_supported(int64_t M, int64_t K) {
-  return M >= 0 && M <= kFoldMaxRows && K >= 4 && K % 4 == 0 && K <= 4LL * kFoldNormVec * kFoldNormThreads;
-}
-
 size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_bytes, const SkinnyTuning* tuning) {
   const SkinnyTuning tu = tuning ? *tuning : skinny_default_tuning(M, N, K);
   const int splits = skinny_gemm_splits(N, K, tu.split_shift), cta = cta_splits_of(tu, splits);
@@ -498,7 +347,7 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
                         void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
   if (a.ab_dtype != DType::BF16 || (a.y_dtype != DType::F32 && a.y_dtype != DType::BF16) || a.M < 0 || a.N < 1 ||
       a.K < 1 || a.x_stride < a.K || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
-      a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y || (!a.x && !extras.norm && a.M > 0))
+      a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y)
     return cudaErrorInvalidValue;
   const SkinnyTuning tu = extras.tuning ? *extras.tuning : skinny_default_tuning(a.M, a.N, a.K);
   Params p{};
@@ -512,18 +361,6 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
                      c.conv_states.dtype == DType::BF16 ? 1 : c.conv_states.dtype == DType::F16 ? 2 : 0,
                      c.conv_states.block_stride, ce->col_offset, c.dim, c.width, c.apply_silu, ce->state_indices,
                      ce->out, ce->out_stride, static_cast<__nv_bfloat16*>(ce->out_bf16), ce->out_bf16_stride};
-  }
-  if (const SkinnyNormFold* f = extras.norm) {
-    const auto al = [](const void* q, int64_t stride) {
-      return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 4 == 0;
-    };
-    if (!skinny_norm_fold_supported(a.M, a.K) || !f->residual || !f->weight || f->residual_stride < a.K ||
-        !al(f->residual, f->residual_stride) || !al(f->weight, 0) ||
-        (f->add && (f->add_stride < a.K || !al(f->add, f->add_stride))) ||
-        (f->residual_out && (f->residual_out_stride < a.K || !al(f->residual_out, f->residual_out_stride) ||
-                             f->residual_out == f->residual || f->residual_out == f->add)) ||
-        (f->xn_out && f->xn_out_stride < a.K))
-      return cudaErrorInvalidValue;
   }
   if (a.M == 0) return cudaSuccess;
   static const bool late = [] {
@@ -558,17 +395,6 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
     p.partials = static_cast<float*>(workspace);
     p.counters = counters;
   }
-  if (const SkinnyNormFold* f = extras.norm) {
-    if (warps < 4) return cudaErrorInvalidValue;  // norm_fold_rows plays 256 threads in at most two rounds
-    // The block's rows (M <= 16: one block row) in shared memory after the split-sum region; the row stride is
-    // 64 bytes past a multiple of 128 so the 8 lanes of a quarter-warp (2 rows x 4 k offsets) hit distinct banks.
-    const int rows = static_cast<int>(std::min<int64_t>(a.M, 8 * mt));
-    const int stride = static_cast<int>((a.K + 63) / 64 * 64 + 32);
-    const size_t red = p.cta_splits > 1 ? static_cast<size_t>(warps) * mt * 4 * 32 * sizeof(float) : 0;
-    p.fold = NormFold{f->residual, f->residual_stride, f->add, f->add_stride, f->weight, f->eps, f->residual_out,
-                      f->residual_out_stride, static_cast<__nv_bfloat16*>(f->xn_out), f->xn_out_stride, stride,
-                      static_cast<int>(red), rows * stride * 2};
-  }
   const int64_t warps_total = tiles * p.splits;
   static const int64_t prefetch_bytes = [] {  // SSMSERVE_SKINNY_PREFETCH_MB=<n> (benchmarks): the pre-wait L2 prefetch
     const char* e = std::getenv("SSMSERVE_SKINNY_PREFETCH_MB");
@@ -579,13 +405,11 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   const auto al16 = [](const void* q, int64_t stride) {
     return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 8 == 0;
   };
-  const bool vec = a.K % 8 == 0 && (extras.norm || al16(a.x, a.x_stride)) && al16(a.w, a.w_stride);
+  const bool vec = a.K % 8 == 0 && al16(a.x, a.x_stride) && al16(a.w, a.w_stride);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
   if (!vec) {
-    if (mt == 1) return p.fold.res ? launch<1, false, 4, false, 2, true>(p, warps, grid, pdl, stream)
-                                   : launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
-    if (mt == 2) return p.fold.res ? launch<2, false, 4, false, 1, true>(p, warps, grid, pdl, stream)
-                                   : launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);
+    if (mt == 1) return launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
+    if (mt == 2) return launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);
     return launch<4, false, 2, false, 1>(p, warps, grid, pdl, stream);
   }
   if (mt == 1) return launch_vec<1>(p, tu, warps, grid, pdl, stream);

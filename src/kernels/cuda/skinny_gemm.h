@@ -61,38 +61,10 @@ struct SkinnyConvEpilogue {
   int64_t out_bf16_stride = 0;
 };
 
-/// Decode prologue of an in_proj GEMM that computes its own input (issue 7, the norm fold: the residual add +
-/// RMSNorm kernel folded into the GEMM it feeds). After its PDL wait every block computes, for its rows m < M,
-///   v = residual[m] + (add ? add[m] : 0);   xn[m] = bf16(v / sqrt(mean(v^2) + eps) * weight)
-/// with exactly add_rms_norm_rows' vectorized summation order (decode_ops.h: 256 virtual threads, float4 slots
-/// i, i + 256, ..., x y z w in order, block_sum), so xn is bit-identical to that kernel's bf16 output; the block
-/// keeps xn in shared memory and multiplies it in place of x (GemmArgs::x is not read). The blocks of the first
-/// column of tiles also write v to residual_out (unless null) and xn to xn_out (unless null), once per row: so
-/// residual_out must alias neither residual nor add (every block reads those concurrently: ping-pong buffers).
-///   residual, add, residual_out: [M, K] fp32, 16-byte aligned rows (strides % 4 == 0); weight: [K] fp32, 16-byte
-///   aligned; xn_out: [M, K] bf16. Needs M <= 16, K % 4 == 0, K <= 4096 (skinny_norm_fold_supported).
-struct SkinnyNormFold {
-  const float* residual = nullptr;
-  int64_t residual_stride = 0;
-  const float* add = nullptr;  ///< or nullptr (layer 0: no previous mixer output)
-  int64_t add_stride = 0;
-  const float* weight = nullptr;
-  float eps = 0.0f;
-  float* residual_out = nullptr;
-  int64_t residual_out_stride = 0;
-  void* xn_out = nullptr;
-  int64_t xn_out_stride = 0;
-};
-
-/// True when skinny_gemm takes a SkinnyNormFold for M rows of K columns (M <= 16, K % 4 == 0, 4 <= K <= 4096:
-/// the shapes add_rms_norm_rows sends to its vectorized kernel, whose order the fold reproduces).
-bool skinny_norm_fold_supported(int64_t M, int64_t K);
-
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
   const SkinnyConvEpilogue* conv = nullptr;  ///< fused conv update (y must be F32)
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
-  const SkinnyNormFold* norm = nullptr;      ///< the input computed in the prologue (x unused)
 };
 
 /// The base K split count for a weight of N rows and K columns (a power of two in [1, 64]; depends on N and K
@@ -118,8 +90,7 @@ size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_by
 /// nullptr. Any M >= 0, N >= 1, K >= 1, any strides (16-byte loads when the rows and pointers allow them, scalar
 /// loads otherwise: same arithmetic). pdl: launch with Programmatic Dependent Launch (see pdl.cuh).
 /// workspace / counters: device buffers of skinny_gemm_workspace's sizes (may be null when those are 0).
-/// extras: the fused conv epilogue, the norm-fold prologue and / or a tuning override (cudaErrorInvalidValue for a
-/// malformed epilogue / prologue, or a prologue on an unsupported shape).
+/// extras: the fused conv epilogue and / or a tuning override (cudaErrorInvalidValue for a malformed epilogue).
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace = nullptr, size_t workspace_bytes = 0, unsigned* counters = nullptr,
                         const SkinnyExtras& extras = {});
