@@ -320,6 +320,7 @@ void set_engine_arg(EngineConfig& c, const std::string& k, const py::handle& v) 
   else if (k == "num_state_blocks") c.num_state_blocks = v.cast<int>();
   else if (k == "threads" || k == "num_threads") c.num_threads = v.cast<int>();
   else if (k == "tensor_parallel_size") c.tensor_parallel_size = v.cast<int>();
+  else if (k == "max_model_len") c.max_model_len = v.cast<int>();
   else if (k == "mamba_cache_dtype") c.mamba_cache_dtype = v.cast<std::string>();
   else if (k == "mamba_ssm_cache_dtype") c.mamba_ssm_cache_dtype = v.cast<std::string>();
   else if (k == "device") c.device = v.cast<std::string>();

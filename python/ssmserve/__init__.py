@@ -81,7 +81,9 @@ class LLM:
     """vLLM's offline LLM: LLM(model, **engine_args). Engine args: tokenizer, max_num_seqs,
     max_num_batched_tokens, num_state_blocks, threads, tensor_parallel_size, mamba_cache_dtype,
     mamba_ssm_cache_dtype, load_format, device ("cpu" or "auto", as `--device`; the module does not link the CUDA
-    backend, so "cuda" says it is not available in this build), gpu_memory_utilization."""
+    backend, so "cuda" says it is not available in this build), gpu_memory_utilization, max_model_len (most prompt +
+    generated tokens per request; default the model's max_position_embeddings; generation stops there with
+    finish_reason "length", a longer prompt is a ValueError)."""
 
     def __init__(self, model: str, **engine_args):
         self._engine = _ssmserve.Engine(str(model), **engine_args)

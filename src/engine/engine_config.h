@@ -30,6 +30,9 @@ struct EngineConfig {
   int num_state_blocks = 0;                  ///< state blocks incl. the null block; 0 = max_num_seqs + 1, capped at 25% of RAM
   int num_threads = 0;                       ///< CPU threads for the math; 0 = all cores
   int tensor_parallel_size = 1;              ///< ranks the model is split over (in-process threads on the CPU)
+  /// Most prompt + generated tokens per request (vLLM's max_model_len); 0 = the model's context
+  /// (max_position_embeddings). A value above the model's context is an error.
+  int max_model_len = 0;
   std::string mamba_cache_dtype = "auto";         ///< conv state dtype: auto (= fp32 on CPU), float32, bfloat16, float16
   std::string mamba_ssm_cache_dtype = "float32";  ///< SSM state dtype: float32, bfloat16, float16, auto (= conv's)
   /// Pad decode-only batches of up to this many rows to exactly this many, with null-block rows (what CUDA

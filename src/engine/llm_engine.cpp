@@ -41,6 +41,7 @@ void EngineConfig::validate() const {
             "--tensor-parallel-size must be in [1, {}] (got {})", kMaxTensorParallelSize, tensor_parallel_size);
   SSM_CHECK(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0,
             "--gpu-memory-utilization must be in (0, 1] (got {})", gpu_memory_utilization);
+  SSM_CHECK(max_model_len >= 0, "max_model_len must be >= 1 tokens, or 0 for the model's context (got {})", max_model_len);
   SSM_CHECK(pad_decode_batches_to >= 0, "pad_decode_batches_to must be >= 0 (got {})", pad_decode_batches_to);
   (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
 }
@@ -66,6 +67,9 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   if (const char* v = std::getenv("SSMSERVE_DEVICE_SAMPLING"); v && std::string(v) == "0") device_sampling_ = false;
   if (cfg_.num_threads > 0) omp_set_num_threads(cfg_.num_threads);
   model_ = load_model(cfg_.model, cfg_.load_format, cfg_.device, cfg_.tensor_parallel_size);
+  if (const int ctx = model_->config().max_model_len; cfg_.max_model_len > 0 && ctx > 0)
+    SSM_CHECK(cfg_.max_model_len <= ctx, "max_model_len {} is above the model's context ({}, max_position_embeddings)",
+              cfg_.max_model_len, ctx);
   const auto tok_dir = cfg_.tokenizer.empty() ? cfg_.model : cfg_.tokenizer;
   if (path_entry_exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());
@@ -144,13 +148,13 @@ void LLMEngine::add_request(Request req) {
   SSM_CHECK(!req.prompt_token_ids.empty(), "the prompt is empty");
   for (int id : req.prompt_token_ids)
     SSM_CHECK(id >= 0 && id < mc.vocab_size, "prompt token id {} is outside the vocabulary [0, {})", id, mc.vocab_size);
-  if (mc.max_model_len > 0) {
+  if (const int ctx = max_model_len(); ctx > 0) {
     const int len = static_cast<int>(req.prompt_token_ids.size());
-    SSM_CHECK(len < mc.max_model_len, "the prompt has {} tokens; the model's context is {}", len, mc.max_model_len);
+    SSM_CHECK(len < ctx, "the prompt has {} tokens; the context (max_model_len) is {}", len, ctx);
     // As vLLM: generation stops at the context (finish_reason "length"). The CLI and the server cap first (with a
     // warning / a 400); this covers the Python API, which generated past max_position_embeddings.
-    if (static_cast<long long>(len) + req.params.max_tokens > mc.max_model_len) {
-      req.params.max_tokens = mc.max_model_len - len;
+    if (static_cast<long long>(len) + req.params.max_tokens > ctx) {
+      req.params.max_tokens = ctx - len;
       req.params.min_tokens = std::min(req.params.min_tokens, req.params.max_tokens);
     }
   }

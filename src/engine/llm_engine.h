@@ -45,6 +45,8 @@ class LLMEngine {
   bool has_unfinished_requests() const { return scheduler_->has_unfinished(); }
 
   const ModelConfig& model_config() const { return model_->config(); }
+  /// Most prompt + generated tokens per request: EngineConfig::max_model_len, else the model's context (0 = none).
+  int max_model_len() const { return cfg_.max_model_len > 0 ? cfg_.max_model_len : model_->config().max_model_len; }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const EngineConfig& config() const { return cfg_; }
   const StepStats& last_step_stats() const { return stats_; }

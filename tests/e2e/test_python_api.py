@@ -1,5 +1,6 @@
 # The Python package (pip install .): LLM(...).generate(...) equals `ssmserve generate`, the streaming iterator,
 # vLLM's output names, errors, and the GIL being released while the engine runs.
+import json
 import threading
 import time
 
@@ -215,3 +216,28 @@ def test_ctrl_c_interrupts_generate_and_stream(llm):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     assert llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].text == ref
+
+
+def test_max_model_len(llm, tmp_path):
+    # LLM(max_model_len=N) as vLLM: prompt + generated tokens stop at N (finish_reason "length"), a prompt of N tokens
+    # or more is a ValueError, and N above the model's context (max_position_embeddings) is refused.
+    short = ssmserve.LLM(str(MODEL), max_num_seqs=2, threads=2, max_model_len=12)
+    out = short.generate("Hello there", ssmserve.SamplingParams(temperature=0, max_tokens=50, ignore_eos=True))[0]
+    assert len(out.prompt_token_ids) + len(out.outputs[0].token_ids) == 12 and out.outputs[0].finish_reason == "length"
+    full = llm.generate("Hello there", ssmserve.SamplingParams(temperature=0, max_tokens=50, ignore_eos=True))[0]
+    assert full.outputs[0].token_ids[:len(out.outputs[0].token_ids)] == out.outputs[0].token_ids
+    with pytest.raises(ValueError, match="max_model_len"):
+        short.generate("word " * 20)
+    with pytest.raises(ValueError, match="max_model_len"):
+        ssmserve.LLM(str(MODEL), max_model_len=-1)
+    ctx = tmp_path / "ctx16"
+    ctx.mkdir()
+    for f in MODEL.iterdir():
+        if f.name != "config.json":
+            (ctx / f.name).symlink_to(f)
+    cfg = json.loads((MODEL / "config.json").read_text())
+    cfg["max_position_embeddings"] = 16
+    (ctx / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="above the model's context"):
+        ssmserve.LLM(str(ctx), max_model_len=20)
+    assert ssmserve.LLM(str(ctx), threads=2, max_model_len=16) is not None
