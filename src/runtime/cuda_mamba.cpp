@@ -417,8 +417,7 @@ bool CudaMambaModel::persistent_mixer(int layer, const StepMeta& dm, int64_t T) 
   const Mamba1DecodeBuffers buf{hidden_.f32(T * H), out_.f32(T * H), xz_.f32(T * 2 * I), xdbl_.f32(T * XD),
                                 xdbl16_.get(T * XD * 2), y16_.get(T * I * 2), dm.state_indices_d, persist_ws_.data(),
                                 persist_ws_.bytes()};
-  Mamba1PersistentOptions po{opt_.persistent_prefetch};
-  po.stage = opt_.persistent_stage;
+  const Mamba1PersistentOptions po{opt_.persistent_prefetch};
   cudaStream_t s = stream_.get();
   if (opt_.persistent_decode == 2) {  // the whole stack at layer 0
     if (layer > 0) return true;
@@ -501,12 +500,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   };
   small_int("SSMSERVE_DECODE_PERSISTENT", o.persistent_decode, 2);
   small_int("SSMSERVE_PERSISTENT_PREFETCH", o.persistent_prefetch, 5);
-  if (const char* e = std::getenv("SSMSERVE_PERSISTENT_STAGE"); e && *e) {
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 15, "SSMSERVE_PERSISTENT_STAGE={}: expected an integer in [0, 15]", e);
-    o.persistent_stage = static_cast<int>(v);
-  }
   small_int("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 2);
   if (const char* e = std::getenv("SSMSERVE_DECODE_OVERLAP"); e && *e) {
     char* end = nullptr;

@@ -40,9 +40,6 @@ struct CudaModelOptions {
   int persistent_decode = 0;
   /// The persistent kernel's L2 prefetch mode (Mamba1PersistentOptions::prefetch).
   int persistent_prefetch = 0;
-  /// The persistent kernel's shared-memory weight staging (Mamba1PersistentOptions::stage, 0..15). 0 (off) by
-  /// default: every staging mode measured slower on the H200 (mamba-2.8b 63.8 vs 54.8 us per layer, session 7).
-  int persistent_stage = 0;
   /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) with in_proj cut in two
   /// (issue 7: the z half off the critical path): bit 1 = the x rows on the main stream, the z rows on a second
   /// graph branch (stream + events, captured into the decode graphs) that runs while conv -> x_proj -> dt_proj
@@ -60,7 +57,7 @@ struct CudaModelOptions {
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
   /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_PERSISTENT=0|1|2,
-  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_PERSISTENT_STAGE=0..15, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
+  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
   /// Error on a malformed value.
   static CudaModelOptions from_env();
 };

@@ -248,8 +248,6 @@ TEST(CudaDecodeBench, DISABLED_LayerChain) {
     }
   }
   tuning = nullptr;
-  if (chain_quick && std::getenv("SSMSERVE_PD_BENCH_STAGE"))
-    for (int64_t M : {2, 4, 8}) time_graph("default unfused", M, kNorm | kGemms | kSmall);
   time_graph("default norm only", 1, kNorm);
   time_graph("default small only", 1, kSmall);
   // The persistent kernel (persistent_decode.h): one launch per layer, or the whole stack in one launch.
@@ -267,17 +265,15 @@ TEST(CudaDecodeBench, DISABLED_LayerChain) {
   dls.upload(pls.data(), dls.bytes());
   const cuda::Mamba1DecodeBuffers pb{hidden.as<float>(), out.as<float>(), xz.as<float>(), xdbl.as<float>(),
                                      xdbl16.data(), y16.data(), dsi.as<int32_t>(), pws.data(), pws.bytes()};
-  auto time_persistent = [&](const char* name, int64_t M, bool stack, int prefetch, int stage = 0) {
-    cuda::Mamba1PersistentOptions po{prefetch};
-    po.stage = stage;
+  auto time_persistent = [&](const char* name, int64_t M, bool stack, int prefetch) {
     auto enqueue = [&] {
       if (stack) {
         SSM_CUDA_CHECK(cuda::mamba1_persistent_decode(psh, static_cast<const cuda::Mamba1DecodeLayer*>(dls.data()),
-                                                      pls[0], layers, true, static_cast<int>(M), pb, po, s));
+                                                      pls[0], layers, true, static_cast<int>(M), pb, {prefetch}, s));
       } else {
         for (int l = 0; l < layers; ++l)
           SSM_CUDA_CHECK(cuda::mamba1_persistent_decode(psh, nullptr, pls[l], 1, l == 0, static_cast<int>(M), pb,
-                                                        po, s));
+                                                        {prefetch}, s));
       }
     };
     enqueue();
@@ -295,15 +291,9 @@ TEST(CudaDecodeBench, DISABLED_LayerChain) {
                 ms * 1e3 / layers);
   };
   // Block 0's phase boundaries (clock64, shown at 1.98 GHz), the stack form, M = 1, mean over layers 1..63.
-  // SSMSERVE_PD_BENCH_STAGE: only the staging variants (pf0 without staging as the baseline).
-  const bool stage_only = std::getenv("SSMSERVE_PD_BENCH_STAGE") != nullptr;
-  for (int v : {0, 1, 4, 5, 100, 400, 500, 1300, 1500}) {
-    const int pf = v % 100, st = v / 100;
-    if (stage_only && pf != 0) continue;
-    if (!stage_only && st != 0) continue;
+  for (int pf : {0, 1, 4, 5}) {
     DeviceBuffer tim(layers * 9 * sizeof(long long));
     cuda::Mamba1PersistentOptions o{pf};
-    o.stage = st;
     o.timing = static_cast<long long*>(tim.data());
     for (int rep = 0; rep < 3; ++rep)
       SSM_CUDA_CHECK(cuda::mamba1_persistent_decode(psh, static_cast<const cuda::Mamba1DecodeLayer*>(dls.data()),
@@ -311,7 +301,7 @@ TEST(CudaDecodeBench, DISABLED_LayerChain) {
     SSM_CUDA_CHECK(cudaStreamSynchronize(s));
     const auto t = to_host<long long>(tim, layers * 9);
     const char* names[8] = {"norm", "in_proj", "barrier1", "conv+x_proj", "barrier2", "dt+scan", "barrier3", "out_proj"};
-    std::printf("phases pf%d stage%d (us, block 0):", pf, st);
+    std::printf("phases pf%d (us, block 0):", pf);
     for (int k = 0; k < 8; ++k) {
       double sum = 0;
       for (int l = 1; l < layers; ++l) sum += static_cast<double>(t[l * 9 + k + 1] - t[l * 9 + k]);
@@ -321,16 +311,7 @@ TEST(CudaDecodeBench, DISABLED_LayerChain) {
     for (int l = 1; l < layers; ++l) gap += static_cast<double>(t[l * 9] - t[(l - 1) * 9 + 8]);
     std::printf(" layer-barrier %.2f\n", gap / (layers - 1) / 1980.0);
   }
-  for (int64_t M : {1, 2, 4, 8}) {
-    if (stage_only) {
-      for (int st : {0, 1, 4, 5, 13, 15}) {
-        if (M > 1 && st != 0 && st != 13 && st != 15) continue;
-        if (M == 1) time_persistent(("persistent/layer stage" + std::to_string(st)).c_str(), M, false, 0, st);
-        time_persistent(("persistent/stack stage" + std::to_string(st)).c_str(), M, true, 0, st);
-      }
-      continue;
-    }
-    if (M == 2 || M == 8) continue;
+  for (int64_t M : {1, 4}) {
     for (int pf : {0, 1, 4}) time_persistent(("persistent/layer pf" + std::to_string(pf)).c_str(), M, false, pf);
     for (int pf : {0, 1, 3, 4, 5}) time_persistent(("persistent/stack pf" + std::to_string(pf)).c_str(), M, true, pf);
   }

@@ -42,74 +42,9 @@ struct KParams {
   int prefetch;
   long long* timing;
   int gch;  // x_proj group channels (cta * cps * 32)
-  int stage;       // Mamba1PersistentOptions::stage (bit 1 out_proj, bit 2 in_proj)
-  int f_in, f_out;  // chunks of each warp's split staged in shared memory (in_proj, out_proj)
-  int stg_bytes;    // shared memory bytes per warp for staged weights
   // dynamic shared memory offsets (bytes)
-  int off_red, off_xcs, off_bc, off_delta, off_si, off_mbar, off_stg;
+  int off_red, off_xcs, off_bc, off_delta, off_si;
 };
-
-// ---- Weight staging in shared memory (TMA 1D bulk copies global -> shared, one mbarrier per warp) ----
-// A warp stages the first F chunks of its split of its quad's first item of a GEMM: 16 row segments of F * 64
-// bytes, row r at r * F * 64 (+ (r + 1) / 2 * 64 when F is even, so that rows 2i and 2i + 1, read by one 8-lane
-// phase of a 16-byte load, start 64 bytes apart modulo 128 and hit disjoint banks).
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ int stage_row_off(int r, int F) { return r * F * 64 + (F % 2 == 0 ? (r + 1) / 2 * 64 : 0); }
-
-/// What quad_item needs to read a warp's staged chunks: base == nullptr when nothing is staged.
-struct StageRef {
-  const unsigned char* base = nullptr;
-  int F = 0;            // staged chunks (from the split's first)
-  uint32_t mbar = 0;    // shared address of the warp's mbarrier
-  uint32_t parity = 0;  // phase parity to wait for
-};
-
-/// Staged chunk count of split `split` of GEMM d when F chunks fit (0 when the split is empty): whole chunks only.
-__device__ __forceinline__ int staged_chunks(const GemmDesc& d, int split, int F) {
-  const int c0 = split * d.cps, c1 = min(d.chunks, c0 + d.cps);
-  return max(0, min(min(F, c1 - c0), d.K / 32 - c0));
-}
-
-/// Issues the bulk copies of warp qw's staged chunks of item `item` (tile, group) of GEMM d into `buf`, completing
-/// on the warp's mbarrier. Returns whether anything was issued (the caller then owes one wait). Whole warp.
-__device__ __forceinline__ bool stage_issue(const GemmDesc& d, const void* Wv, int item, int qw, int lane, int F,
-                                           unsigned char* buf, uint32_t mbar) {
-  if (F <= 0 || item >= d.tiles * d.groups || qw >= d.cta) return false;
-  const int tile = item / d.groups, split = (item % d.groups) * d.cta + qw;
-  const int Fe = staged_chunks(d, split, F);
-  if (Fe <= 0) return false;
-  const int n0 = tile * 16, rows = min(16, d.N - n0);
-  const unsigned bytes = static_cast<unsigned>(Fe) * 64;
-  __syncwarp();
-  // The warp's earlier generic-proxy reads of buf happen before the async-proxy writes below.
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  if (lane == 0)
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mbar), "r"(bytes * rows) : "memory");
-  __syncwarp();
-  if (lane < rows) {
-    const auto* src = static_cast<const __nv_bfloat16*>(Wv) + static_cast<int64_t>(n0 + lane) * d.K + split * d.cps * 32;
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smem_addr(buf + stage_row_off(lane, F))),
-        "l"(src), "r"(bytes), "r"(mbar)
-        : "memory");
-  }
-  return true;
-}
-
-__device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(mbar), "r"(parity)
-        : "memory");
-}
 
 __device__ __forceinline__ void named_bar(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
 
@@ -170,11 +105,9 @@ __device__ __forceinline__ float conv_out_channel(const TS* state, int64_t dim, 
 /// split order in shared memory, the group sums (groups > 1) in group order by the last quad to arrive; then
 /// ep(acc, n0, g, t) on the quad's warp 0 with acc[2h + e] = y[2t + e, n0 + g + 8h]. xl(k, on): 8 bf16 of x row
 /// g (lane / 4) at column k (zeros when !on or k >= K). Every warp of the quad must call it.
-/// st: the warp's staged first chunks (waited for here, after the first global loads are issued), or none.
 template <class XL, class EP>
 __device__ __forceinline__ void quad_item(const GemmDesc& d, const __nv_bfloat16* W, int tile, int group, int qw,
-                                          int lane, float* qred, int bar_id, XL&& xl, EP&& ep,
-                                          const StageRef& st = StageRef{}) {
+                                          int lane, float* qred, int bar_id, XL&& xl, EP&& ep) {
   const int g = lane >> 2, t = lane & 3;
   const int n0 = tile * 16;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -191,34 +124,10 @@ __device__ __forceinline__ void quad_item(const GemmDesc& d, const __nv_bfloat16
       A1 = load8<true, true>(w1, k, d.K, on && r1ok);
       B = xl(k, on && k < d.K);
     };
-    const int Fe = st.base ? staged_chunks(d, split, st.F) : 0;
-    const int cs = c0 + Fe;  // first chunk streamed from global memory
-    if (st.base) {
-      // The staged chunks c0 .. cs - 1 first (same mma order as the global loop); the rest of the split's rows
-      // is prefetched into L2 meanwhile (TMA bulk prefetch: no registers held across the wait).
-      if (cs < c1 && lane < 16 && n0 + lane < d.N)
-        bulk_prefetch(W + static_cast<int64_t>(n0 + lane) * d.K + cs * 32, (min(c1 * 32, d.K) - cs * 32) * 2);
-      mbar_wait(st.mbar, st.parity);
-      const unsigned char* s0 = st.base + stage_row_off(g, st.F) + 16 * t;
-      const unsigned char* s1 = st.base + stage_row_off(g + 8, st.F) + 16 * t;
-#pragma unroll 1
-      for (int j = 0; j < Fe; j += 5) {
-        uint4 sb[5];  // the x operands of 5 chunks in flight together (out_proj's come from L2)
-#pragma unroll
-        for (int u = 0; u < 5; ++u) sb[u] = xl((c0 + j + u) * 32 + 8 * t, j + u < Fe);
-#pragma unroll
-        for (int u = 0; u < 5; ++u) {
-          if (j + u >= Fe) break;
-          const uint4 sa0 = r0ok ? *reinterpret_cast<const uint4*>(s0 + (j + u) * 64) : make_uint4(0, 0, 0, 0);
-          const uint4 sa1 = r1ok ? *reinterpret_cast<const uint4*>(s1 + (j + u) * 64) : make_uint4(0, 0, 0, 0);
-          mma_chunk(acc, sa0, sa1, sb[u]);
-        }
-      }
-    }
     uint4 a0[2], a1[2], b[2];
-    ld(cs, a0[0], a1[0], b[0]);
-    ld(cs + 1, a0[1], a1[1], b[1]);
-    for (int c = cs; c < c1; c += 2) {
+    ld(c0, a0[0], a1[0], b[0]);
+    ld(c0 + 1, a0[1], a1[1], b[1]);
+    for (int c = c0; c < c1; c += 2) {
       uint4 na0[2], na1[2], nb[2];
       ld(c + 2, na0[0], na1[0], nb[0]);
       ld(c + 3, na0[1], na1[1], nb[1]);
@@ -298,30 +207,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_kernel(const __grid_co
   auto* si = reinterpret_cast<int32_t*>(smem + p.off_si);                // [M] state indices
   if (tid < M) si[tid] = p.state_indices[tid];
   const int bar_id = 1 + quad;
-  // Weight staging (p.stage): this warp's shared memory region and mbarrier; a staged copy is always waited for
-  // in the same launch (issue and use test the same item / split conditions).
-  // sflags: bit 0 in_proj staged, bit 1 out_proj staged, bit 2 the mbarrier phase parity to wait for next.
-  auto stg = [&] { return smem + p.off_stg + static_cast<size_t>(warp) * p.stg_bytes; };
-  auto mbar = [&] { return smem_addr(smem + p.off_mbar + warp * 8); };
-  unsigned sflags = 0;
-  if (p.stage) {
-    if (lane == 0) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mbar()) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncwarp();
-    if ((p.stage & 2) &&
-        stage_issue(p.gin, (p.layers ? p.layers[0] : p.one).in_proj, qid, qw, lane, p.f_in, stg(), mbar()))
-      sflags |= 1u;
-  }
-  auto take = [&](unsigned bit, int F) {  // the StageRef of a staged item (and the next phase parity)
-    StageRef r;
-    if (sflags & bit) {
-      r.base = stg(), r.F = F, r.mbar = mbar(), r.parity = (sflags >> 2) & 1u;
-      sflags = (sflags ^ 4u) & ~bit;
-    }
-    return r;
-  };
 
   for (int l = 0; l < p.num_layers; ++l) {
     const Mamba1DecodeLayer& L = p.layers ? p.layers[l] : p.one;
@@ -359,13 +244,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_kernel(const __grid_co
     // A. hidden + out (previous layer) -> RMSNorm -> xn (bf16), norm_rows_vec_kernel's order, every block.
     {
       const int H4 = H / 4;
-      // The norm weights into L2 now, not as a miss after the rows' reduction (no registers held).
-#pragma unroll
-      for (int j = 0; j < kNormVec; ++j) {
-        const int q = tid + j * kNormThreads;
-        if (tid < kNormThreads && q < H4 && (q & 7) == 0)
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const float4*>(L.norm) + q));
-      }
       for (int m = 0; m < M; ++m) {
         const float4* res = reinterpret_cast<const float4*>(p.hidden + static_cast<int64_t>(m) * H);
         const float4* xr = reinterpret_cast<const float4*>(p.out + static_cast<int64_t>(m) * H);
@@ -429,41 +307,12 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_kernel(const __grid_co
                   const int m = 2 * t + e, n = n0 + g + 8 * h;
                   if (m < M && n < d.N) __stcg(p.xz + static_cast<int64_t>(m) * 2 * I + n, acc[2 * h + e]);
                 }
-            },
-            take(1u, p.f_in));
+            });
       }
     }
-    // Stage bit 4: the small operands of phases B and C into L2 (this block's 1/G slice of each), ahead of the
-    // out_proj staging: x_proj / dt_proj weights, conv weights, A, dt_bias, D, the rows' conv and ssm states.
-    if ((p.stage & 4) && tid == 0) {
-      auto slice = [&](const void* base, size_t bytes) {
-        if (!base) return;
-        const size_t lo = bytes * blockIdx.x / G, hi = bytes * (blockIdx.x + 1) / G;
-        bulk_prefetch(static_cast<const char*>(base) + lo, hi - lo);
-      };
-      slice(Wx, static_cast<size_t>(XD) * I * 2);
-      slice(Wdt, static_cast<size_t>(I) * R * 2);
-      slice(L.conv_weight, static_cast<size_t>(I) * p.W * 4);
-      slice(L.A, static_cast<size_t>(I) * N * 4);
-      slice(L.dt_bias, static_cast<size_t>(I) * 4);
-      slice(L.D, static_cast<size_t>(I) * 4);
-      const size_t es = sizeof(TS);
-      for (int m = 0; m < M; ++m) {
-        const int32_t block = si[m];
-        if (block == 0) continue;
-        slice(static_cast<const TS*>(L.conv_states.data) + static_cast<int64_t>(block) * L.conv_states.block_stride,
-              static_cast<size_t>(p.W - 1) * I * es);
-        slice(static_cast<const TS*>(L.ssm_states.data) + static_cast<int64_t>(block) * L.ssm_states.block_stride,
-              static_cast<size_t>(I) * N * es);
-      }
-    }
-    // This warp's out_proj slice into its (now free) staging region: lands during phases B and C.
-    if ((p.stage & 9) == 1 && stage_issue(p.gout, Wout, qid, qw, lane, p.f_out, stg(), mbar())) sflags |= 2u;
     SSM_PD_MARK(2)
     grid_barrier(p.bar);
     SSM_PD_MARK(3)
-    // Stage bit 8: the out_proj staging issued here, after every block's in_proj, instead of after this warp's.
-    if ((p.stage & 9) == 9 && stage_issue(p.gout, Wout, qid, qw, lane, p.f_out, stg(), mbar())) sflags |= 2u;
     // The residual write-back (every block has read hidden and out by now).
     if (has_prev && blockIdx.x == 0) {
       float4* res = reinterpret_cast<float4*>(p.hidden);
@@ -621,14 +470,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_kernel(const __grid_co
                   const int m = 2 * t + e, n = n0 + g + 8 * h;
                   if (m < M && n < d.N) __stcg(p.out + static_cast<int64_t>(m) * H + n, acc[2 * h + e]);
                 }
-            },
-            take(2u, p.f_out));
+            });
       }
     }
-    // The next layer's in_proj head into the freed region: lands during the layer barrier and the norm.
-    if ((p.stage & 2) && l + 1 < p.num_layers &&
-        stage_issue(p.gin, p.layers[l + 1].in_proj, qid, qw, lane, p.f_in, stg(), mbar()))
-      sflags |= 1u;
     SSM_PD_MARK(8)
     if (l + 1 < p.num_layers) grid_barrier(p.bar);
   }
@@ -651,7 +495,7 @@ GemmDesc desc(int64_t N, int64_t K) {
 struct Layout {
   GemmDesc gin, gx, gdt, gout;
   int gch, lanes;
-  size_t off_red, off_xcs, off_bc, off_delta, off_si, off_mbar, off_stg, smem;
+  size_t off_red, off_xcs, off_bc, off_delta, off_si, smem;
   size_t ws_bar, ws_in_p, ws_in_c, ws_x_p, ws_x_c, ws_out_p, ws_out_c, ws_bytes;
 };
 
@@ -668,12 +512,8 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M) {
   L.off_red = o, o += up(kQuads * 512 * 4);
   L.off_xcs = o, o += up(static_cast<size_t>(kQuads) * M * L.gch * 2);
   L.off_bc = o, o += up(static_cast<size_t>(M * 2 * s.N * 4));
-  L.off_delta = L.off_red;  // phase C's delta tiles reuse the GEMM reduction space (no GEMM runs in phase C)
-  static_assert(kWarps * 128 == kQuads * 512, "delta tiles and reduction space have the same size");
+  L.off_delta = o, o += up(kWarps * 128 * 4);
   L.off_si = o, o += up(kPersistentMaxRows * 4);
-  L.off_mbar = o, o += up(kWarps * 8);
-  o = (o + 127) & ~size_t{127};
-  L.off_stg = o;  // weight staging regions (kWarps of stg_bytes each) follow, sized at launch
   L.smem = o;
   size_t w = 0;
   auto part = [&](const GemmDesc& d, size_t& pp, size_t& cc) {
@@ -720,7 +560,7 @@ cudaError_t mamba1_persistent_decode(const Mamba1DecodeShape& s, const Mamba1Dec
   if (!mamba1_persistent_supported(s, M, sd) || layer.conv_states.dtype != sd || num_layers < 1 ||
       (!layers_dev && num_layers != 1) || !buf.hidden || !buf.out || !buf.xz || !buf.xdbl || !buf.xdbl16 ||
       !buf.y16 || !buf.state_indices || !buf.workspace || buf.workspace_bytes < mamba1_persistent_workspace(s) ||
-      opt.prefetch < 0 || opt.prefetch > 5 || opt.stage < 0 || opt.stage > 15)
+      opt.prefetch < 0 || opt.prefetch > 5)
     return cudaErrorInvalidValue;
   const Layout L = layout(s, M);
   KParams p{};
@@ -740,49 +580,23 @@ cudaError_t mamba1_persistent_decode(const Mamba1DecodeShape& s, const Mamba1Dec
   p.prefetch = opt.prefetch, p.gch = L.gch, p.timing = opt.timing;
   p.off_red = static_cast<int>(L.off_red), p.off_xcs = static_cast<int>(L.off_xcs), p.off_bc = static_cast<int>(L.off_bc);
   p.off_delta = static_cast<int>(L.off_delta), p.off_si = static_cast<int>(L.off_si);
-  p.off_mbar = static_cast<int>(L.off_mbar), p.off_stg = static_cast<int>(L.off_stg);
   const int sms = sm_count();
   if (sms < 1) return cudaErrorNoDevice;
   auto go = [&](auto kernel) -> cudaError_t {
-    size_t smem = L.smem;
-    if (opt.stage != 0) {
-      // Staging: the rest of the block's shared memory opt-in limit, split over the warps (128-byte multiples);
-      // each GEMM stages as many whole chunks of a warp's split as fit.
-      int dev = 0, optin = 0;
-      cudaFuncAttributes fa{};
-      if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-      if (const cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-          e != cudaSuccess)
-        return e;
-      if (const cudaError_t e = cudaFuncGetAttributes(&fa, kernel); e != cudaSuccess) return e;
-      const size_t avail = static_cast<size_t>(optin) > L.smem + fa.sharedSizeBytes
-                               ? static_cast<size_t>(optin) - L.smem - fa.sharedSizeBytes : 0;
-      const int per = static_cast<int>(avail / kWarps) & ~127;
-      auto fit = [&](const GemmDesc& d) {
-        for (int F = std::min(d.cps, d.K / 32); F > 0; --F)
-          if (16 * F * 64 + (F % 2 == 0 ? 512 : 0) <= per) return F;
-        return 0;
-      };
-      p.stage = opt.stage, p.stg_bytes = per;
-      p.f_out = (opt.stage & 1) ? fit(L.gout) : 0, p.f_in = (opt.stage & 2) ? fit(L.gin) : 0;
-      const int F = std::max(p.f_out, p.f_in);
-      p.stg_bytes = F > 0 ? (16 * F * 64 + (F % 2 == 0 ? 512 : 0) + 127) & ~127 : 0;
-      smem = L.smem + static_cast<size_t>(kWarps) * p.stg_bytes;
-    }
-    if (smem > 48 * 1024)
+    if (L.smem > 48 * 1024)
       if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     static_cast<int>(smem));
+                                                     static_cast<int>(L.smem));
           e != cudaSuccess)
         return e;
     int per_sm = 0;
-    if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+    if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, L.smem);
         e != cudaSuccess)
       return e;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(static_cast<unsigned>(sms));
     cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
+    cfg.dynamicSmemBytes = L.smem;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeCooperative;

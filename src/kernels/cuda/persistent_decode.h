@@ -75,16 +75,6 @@ struct Mamba1DecodeBuffers {
 /// plus, in a multi-layer launch, the next layer's first 20 MB of in_proj during phase D (instead of at its start).
 struct Mamba1PersistentOptions {
   int prefetch = 0;
-  /// Weight staging in shared memory (speed only, same bits): bit 1 = each warp bulk-copies (TMA, mbarrier) the
-  /// first chunks of its out_proj split into its shared memory region right after its in_proj item, so that they
-  /// land during phases B and C and phase D reads them from shared memory; bit 2 = the same for the first chunks of
-  /// its in_proj split, issued after its out_proj item for the next layer of a multi-layer launch (and at the start
-  /// for the first layer). The rest of each split streams from global memory as without staging (its rows are
-  /// bulk-prefetched into L2 while the warp waits for its staged chunks). Bit 4 = right after its in_proj items
-  /// each block bulk-prefetches its 1/grid slice of the small operands of phases B and C into L2 (x_proj and
-  /// dt_proj weights, conv weights, A, dt_bias, D, the rows' conv and ssm states). Bit 8 = bit 1's copies issued
-  /// after the first grid barrier (every block's in_proj done) instead of right after the warp's in_proj items.
-  int stage = 0;
   /// Benchmarks: block 0's clock64 at 9 points of each layer (start, norm done, in_proj done, barrier 1 passed,
   /// x_proj done, barrier 2 passed, scan done, barrier 3 passed, out_proj done) into timing [num_layers, 9], or
   /// nullptr.
