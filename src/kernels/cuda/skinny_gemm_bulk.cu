@@ -45,11 +45,6 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, unsigne
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
-__device__ __forceinline__ uint4 lds128(uint32_t a) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-  return v;
-}
 
 /// Row pitch (bytes) of a stage: the item's k range (cta_splits * cps chunks of 64 bytes), plus 64 bytes when that
 /// is a multiple of 128, so rows 2i and 2i + 1 (one 8-lane phase of a 16-byte load) hit disjoint banks.
@@ -84,31 +79,56 @@ __device__ __forceinline__ void issue_item(const BulkParams& p, int item, uint32
               bytes, bar);
 }
 
+/// Loads of chunk i of splits s0 .. s0 + SB - 1 of the item (W fragments from the stage, x from global / L1); `on`
+/// false past a split's chunks (no mma then, as in skinny_kernel's loop).
+template <int SB>
+__device__ __forceinline__ void load_step(const BulkParams& p, const Item& it, const unsigned char* r0,
+                                          const unsigned char* r1, const __nv_bfloat16* xr, bool xok, int s0, int i,
+                                          int t, uint4 (&a0)[SB], uint4 (&a1)[SB], uint4 (&b)[SB], bool (&on)[SB]) {
+#pragma unroll
+  for (int s = 0; s < SB; ++s) {
+    const int c = it.clo + (s0 + s) * p.cps + i;
+    on[s] = i < p.cps && c < it.chi;
+    const int k = c * 32 + 8 * t;
+    const bool kin = on[s] && k < p.K;
+    const int off = (c - it.clo) * 64;
+    a0[s] = kin ? *reinterpret_cast<const uint4*>(r0 + off) : make_uint4(0, 0, 0, 0);
+    a1[s] = kin ? *reinterpret_cast<const uint4*>(r1 + off) : make_uint4(0, 0, 0, 0);
+    b[s] = load8<true, false>(xr, k, p.K, xok && on[s]);
+  }
+}
+
 /// Consumer (one warp): item `item` from its stage; writes y (and y2) or, for groups > 1, the group sum (the last
 /// block of the tile to arrive adds them in group order and writes y).
 template <int CTA>
-__device__ __forceinline__ void consume_item(const BulkParams& p, int item, uint32_t stage, int pitch, int lane) {
+__device__ __forceinline__ void consume_item(const BulkParams& p, int item, const unsigned char* stage, int pitch,
+                                             int lane) {
   const int g = lane >> 2, t = lane & 3;
   const Item it = item_of(p, item);
   const bool xok = g < p.M;
   const __nv_bfloat16* xr = static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(xok ? g : 0) * p.xs;
-  const uint32_t r0 = stage + g * pitch + 16 * t, r1 = r0 + 8 * pitch;
+  const unsigned char* r0 = stage + g * pitch + 16 * t;
+  const unsigned char* r1 = r0 + 8 * pitch;
   float acc[CTA][4];
 #pragma unroll
   for (int s = 0; s < CTA; ++s) acc[s][0] = acc[s][1] = acc[s][2] = acc[s][3] = 0.0f;
-  // Chunk i of every split of the group (the splits are independent chains: loads and mma steps interleave).
-  for (int i = 0; i < p.cps; ++i) {
+  // SB splits at a time, chunk by chunk (independent chains, so their loads and mma steps interleave); the next
+  // chunk's loads are issued before this chunk's mma steps. Each split still sums its chunks in increasing order.
+  constexpr int SB = CTA < 4 ? CTA : 4;
 #pragma unroll
-    for (int s = 0; s < CTA; ++s) {
-      const int c = it.clo + s * p.cps + i;
-      if (c >= it.chi) continue;  // past this split's (or the matrix's) chunks: skinny_kernel's loop ends there too
-      const int k = c * 32 + 8 * t;
-      const uint32_t off = static_cast<uint32_t>(c - it.clo) * 64;
-      const bool kin = k < p.K;
-      const uint4 a0 = kin ? lds128(r0 + off) : make_uint4(0, 0, 0, 0);
-      const uint4 a1 = kin ? lds128(r1 + off) : make_uint4(0, 0, 0, 0);
-      const uint4 b = load8<true, false>(xr, k, p.K, xok);
-      mma_chunk(acc[s], a0, a1, b);
+  for (int s0 = 0; s0 < CTA; s0 += SB) {
+    uint4 a0[SB], a1[SB], b[SB];
+    bool on[SB];
+    load_step<SB>(p, it, r0, r1, xr, xok, s0, 0, t, a0, a1, b, on);
+    for (int i = 0; i < p.cps; ++i) {
+      uint4 na0[SB], na1[SB], nb[SB];
+      bool non[SB];
+      load_step<SB>(p, it, r0, r1, xr, xok, s0, i + 1, t, na0, na1, nb, non);
+#pragma unroll
+      for (int s = 0; s < SB; ++s)
+        if (on[s]) mma_chunk(acc[s0 + s], a0[s], a1[s], b[s]);
+#pragma unroll
+      for (int s = 0; s < SB; ++s) a0[s] = na0[s], a1[s] = na1[s], b[s] = nb[s], on[s] = non[s];
     }
   }
 #pragma unroll
@@ -190,7 +210,7 @@ __global__ void __launch_bounds__((kMaxStages + 1) * 32, 1) skinny_bulk_kernel(B
     const int item = blockIdx.x + j * gridDim.x;
     if (item >= items) break;
     mbar_wait(full0 + 8 * s, static_cast<uint32_t>((j / nst) & 1));
-    consume_item<CTA>(p, item, stages + s * stage_bytes, pitch, lane);
+    consume_item<CTA>(p, item, smem + kBarrierBytes + s * stage_bytes, pitch, lane);
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * s);
   }
