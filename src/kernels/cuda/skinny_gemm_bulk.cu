@@ -17,10 +17,10 @@ namespace ssmserve::cuda::detail {
 namespace {
 
 constexpr int kMaxStages = 6;
-// Shared memory for the ring: ~176 KB, so that one block fits next to a small predecessor kernel on the same SM
-// (the producer's first copies are issued while the predecessor still runs, under PDL).
-constexpr size_t kRingBudget = 176u * 1024;
-constexpr int kBarrierBytes = 128;  // 2 x kMaxStages mbarriers of 8 bytes, rounded up
+// Shared memory for the x rows and the ring: at most 200 KB, so that one block fits next to a small predecessor
+// kernel on the same SM (the producer's first copies are issued while the predecessor still runs, under PDL).
+constexpr size_t kSmemBudget = 200u * 1024;
+constexpr int kBarrierBytes = 128;  // full[kMaxStages], empty[kMaxStages], x: 8 bytes each, rounded up
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -53,6 +53,20 @@ __host__ __device__ inline int row_pitch(int cta_splits, int cps) {
   return b % 128 == 0 ? b + 64 : b;
 }
 
+/// Row pitch (bytes) of the x rows in shared memory (K bf16, padded like row_pitch).
+__host__ __device__ inline int x_pitch(int K) {
+  const int b = K * 2;
+  return b % 128 == 0 ? b + 64 : b;
+}
+
+/// Ring stages that fit next to the M x rows (0 when fewer than two would).
+__host__ __device__ inline int ring_stages(int M, int K, int cta_splits, int cps) {
+  const size_t x = static_cast<size_t>(M) * x_pitch(K), stage = 16u * static_cast<size_t>(row_pitch(cta_splits, cps));
+  if (kBarrierBytes + x + 2 * stage > kSmemBudget) return 0;
+  const size_t n = (kSmemBudget - kBarrierBytes - x) / stage;
+  return static_cast<int>(n < kMaxStages ? n : kMaxStages);
+}
+
 /// Item `item` = (tile, group): chunk range [clo, chi) of the split group; k range [clo * 32, min(K, chi * 32)).
 struct Item {
   int tile, group, clo, chi;
@@ -83,7 +97,7 @@ __device__ __forceinline__ void issue_item(const BulkParams& p, int item, uint32
 /// false past a split's chunks (no mma then, as in skinny_kernel's loop).
 template <int SB>
 __device__ __forceinline__ void load_step(const BulkParams& p, const Item& it, const unsigned char* r0,
-                                          const unsigned char* r1, const __nv_bfloat16* xr, bool xok, int s0, int i,
+                                          const unsigned char* r1, const unsigned char* xr, bool xok, int s0, int i,
                                           int t, uint4 (&a0)[SB], uint4 (&a1)[SB], uint4 (&b)[SB], bool (&on)[SB]) {
 #pragma unroll
   for (int s = 0; s < SB; ++s) {
@@ -94,7 +108,7 @@ __device__ __forceinline__ void load_step(const BulkParams& p, const Item& it, c
     const int off = (c - it.clo) * 64;
     a0[s] = kin ? *reinterpret_cast<const uint4*>(r0 + off) : make_uint4(0, 0, 0, 0);
     a1[s] = kin ? *reinterpret_cast<const uint4*>(r1 + off) : make_uint4(0, 0, 0, 0);
-    b[s] = load8<true, false>(xr, k, p.K, xok && on[s]);
+    b[s] = xok && on[s] && k < p.K ? *reinterpret_cast<const uint4*>(xr + off) : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -102,11 +116,12 @@ __device__ __forceinline__ void load_step(const BulkParams& p, const Item& it, c
 /// block of the tile to arrive adds them in group order and writes y).
 template <int CTA>
 __device__ __forceinline__ void consume_item(const BulkParams& p, int item, const unsigned char* stage, int pitch,
-                                             int lane) {
+                                             const unsigned char* xs, int lane) {
   const int g = lane >> 2, t = lane & 3;
   const Item it = item_of(p, item);
   const bool xok = g < p.M;
-  const __nv_bfloat16* xr = static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(xok ? g : 0) * p.xs;
+  // x row g at the item's k range (xr + off addresses the same k as the W fragments).
+  const unsigned char* xr = xs + (xok ? g : 0) * x_pitch(p.K) + it.clo * 64 + 16 * t;
   const unsigned char* r0 = stage + g * pitch + 16 * t;
   const unsigned char* r1 = r0 + 8 * pitch;
   float acc[CTA][4];
@@ -171,46 +186,61 @@ __device__ __forceinline__ void consume_item(const BulkParams& p, int item, cons
 }
 
 /// Block = warp 0 (producer) + nst consumer warps; consumer warp w owns ring stage w - 1 and the block's items
-/// w - 1, w - 1 + nst, ... (item j of the block = blockIdx.x + j * gridDim.x).
+/// w - 1, w - 1 + nst, ... (item j of the block = blockIdx.x + j * gridDim.x). Shared memory: the mbarriers, the
+/// M x rows (copied after the PDL wait), the ring.
 template <int CTA>
 __global__ void __launch_bounds__((kMaxStages + 1) * 32, 1) skinny_bulk_kernel(BulkParams p, int nst, int pitch) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t base = smem_addr(smem);
-  const uint32_t full0 = base, empty0 = base + 8 * kMaxStages;
-  const uint32_t stages = base + kBarrierBytes;
+  const uint32_t full0 = base, empty0 = base + 8 * kMaxStages, xbar = base + 16 * kMaxStages;
+  const int xp = x_pitch(p.K);
+  unsigned char* xs = smem + kBarrierBytes;
+  unsigned char* ring = xs + p.M * xp;
   const int stage_bytes = 16 * pitch;
   const int items = p.tiles * p.groups;
   if (threadIdx.x == 0) {
     for (int s = 0; s < nst; ++s) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, 1);
+    mbar_init(xbar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   if (warp == 0) {
-    // Producer: the weights depend on no earlier kernel, so the first ring's copies go out before the PDL wait.
-    for (int j = 0;; ++j) {
+    // Producer: the weights depend on no earlier kernel, so the first ring's copies go out before the PDL wait;
+    // x (the previous kernel's output) right after it; then the refills as the consumers free their stages.
+    for (int j = 0; j < nst; ++j) {
       const int item = blockIdx.x + j * gridDim.x;
       if (item >= items) break;
-      const int s = j % nst;
-      if (j >= nst) {
-        mbar_wait(empty0 + 8 * s, static_cast<uint32_t>((j / nst - 1) & 1));
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // consumer reads before the next copy
-      }
-      issue_item(p, item, stages + s * stage_bytes, pitch, full0 + 8 * s, lane);
+      issue_item(p, item, smem_addr(ring + j * stage_bytes), pitch, full0 + 8 * j, lane);
     }
     pdl_wait();
     pdl_launch_dependents();
+    const unsigned xrow = static_cast<unsigned>(p.K) * 2;
+    if (lane == 0) mbar_expect_tx(xbar, xrow * p.M);
+    __syncwarp();
+    if (lane < p.M)
+      bulk_copy(smem_addr(xs + lane * xp), static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(lane) * p.xs,
+                xrow, xbar);
+    for (int j = nst;; ++j) {
+      const int item = blockIdx.x + j * gridDim.x;
+      if (item >= items) break;
+      const int s = j % nst;
+      mbar_wait(empty0 + 8 * s, static_cast<uint32_t>((j / nst - 1) & 1));
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // consumer reads before the next copy
+      issue_item(p, item, smem_addr(ring + s * stage_bytes), pitch, full0 + 8 * s, lane);
+    }
     return;
   }
-  pdl_wait();  // x and the outputs belong to the stream's order
+  pdl_wait();  // the outputs belong to the stream's order
   pdl_launch_dependents();
   const int s = warp - 1;
   if (s >= nst) return;
+  mbar_wait(xbar, 0);
   for (int j = s;; j += nst) {
     const int item = blockIdx.x + j * gridDim.x;
     if (item >= items) break;
     mbar_wait(full0 + 8 * s, static_cast<uint32_t>((j / nst) & 1));
-    consume_item<CTA>(p, item, smem + kBarrierBytes + s * stage_bytes, pitch, lane);
+    consume_item<CTA>(p, item, ring + s * stage_bytes, pitch, xs, lane);
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * s);
   }
@@ -229,17 +259,16 @@ int num_sms() {
 template <int CTA>
 cudaError_t launch(const BulkParams& p, bool pdl, cudaStream_t stream) {
   const int pitch = row_pitch(p.cta_splits, p.cps);
-  const size_t stage = skinny_bulk_stage_bytes(p.cta_splits, p.cps);
-  const int nst = static_cast<int>(std::min<size_t>(kMaxStages, kRingBudget / stage));
-  const size_t smem = kBarrierBytes + nst * stage;
+  const int nst = ring_stages(p.M, p.K, p.cta_splits, p.cps);
+  const size_t smem = kBarrierBytes + static_cast<size_t>(p.M) * x_pitch(p.K) + nst * 16u * static_cast<size_t>(pitch);
   auto kernel = skinny_bulk_kernel<CTA>;
-  static size_t raised = 0;  // the kernel's dynamic shared-memory limit raised so far (per instantiation)
-  if (smem > raised) {
+  static bool raised = false;  // the kernel's dynamic shared-memory limit raised to the budget (per instantiation)
+  if (!raised) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(kBarrierBytes + kRingBudget));
+                                                   static_cast<int>(kSmemBudget));
         e != cudaSuccess)
       return e;
-    raised = kBarrierBytes + kRingBudget;
+    raised = true;
   }
   const int items = p.tiles * p.groups;
   const int grid = std::min(items, num_sms());
@@ -257,7 +286,7 @@ bool skinny_bulk_eligible(const BulkParams& p) {
   const int c = p.cta_splits;
   return p.M >= 1 && p.M <= 8 && p.K % 8 == 0 && al16(p.x, p.xs) && al16(p.w, p.ws) &&
          (c == 1 || c == 2 || c == 4 || c == 8 || c == 16) && p.cps >= 1 && p.tiles >= 1 && p.groups >= 1 &&
-         kRingBudget / skinny_bulk_stage_bytes(c, p.cps) >= 2 && (p.groups == 1 || (p.partials && p.counters));
+         ring_stages(p.M, p.K, c, p.cps) >= 2 && (p.groups == 1 || (p.partials && p.counters));
 }
 
 cudaError_t skinny_bulk_launch(const BulkParams& p, bool pdl, cudaStream_t stream) {
