@@ -38,9 +38,6 @@ struct BulkParams {
   unsigned* counters;  ///< groups > 1: [tiles] arrivals, zero between launches
 };
 
-/// Shared-memory bytes of one ring stage (16 rows of one item, padded so rows 2i / 2i + 1 hit disjoint banks).
-size_t skinny_bulk_stage_bytes(int cta_splits, int cps);
-
 /// Whether the bulk form takes this plan: M <= 8, K % 8 == 0, 16-byte aligned x / w rows, at least two ring stages
 /// in the shared-memory budget, cta_splits in {1, 2, 4, 8, 16}.
 bool skinny_bulk_eligible(const BulkParams& p);
