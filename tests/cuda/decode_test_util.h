@@ -97,13 +97,6 @@ inline std::vector<cuda::SkinnyTuning> tunings() {
     t.push_back({2, true, false, shift, 4});
     t.push_back({4, false, false, shift, 4});
   }
-  // The bulk-copy form (M <= 8; other M and ineligible plans fall back to the register form): same bits.
-  for (int shift : {-1, 0, 1})
-    for (int cta : {4, 8, 16}) {
-      cuda::SkinnyTuning b{4, false, false, shift, cta};
-      b.bulk = true;
-      t.push_back(b);
-    }
   return t;
 }
 

@@ -3,7 +3,6 @@
 #include "kernels/cuda/decode_math.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
-#include "kernels/cuda/skinny_gemm_bulk.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -320,12 +319,6 @@ SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
   if (skinny_gemm_splits(N, K) == 1 && (K + kChunk - 1) / kChunk >= 64) t.split_shift = 1;
   // Launch shape (per M): decode rows picked by occupancy (SkinnyTuning::auto_shape), without the register cap.
   if (M <= 16) t.auto_shape = true, t.reg_cap = false;
-  // The bulk-copy form (same bits) for large weights at M <= 8.
-  static const int64_t bulk_min_bytes = [] {
-    const char* e = std::getenv("SSMSERVE_SKINNY_BULK");
-    return e && *e ? std::clamp<int64_t>(std::atoll(e), 0, 1 << 20) << 20 : int64_t{0};
-  }();
-  if (M <= 8 && bulk_min_bytes > 0 && N * K * 2 >= bulk_min_bytes) t.bulk = true;
   if (const SkinnyTuning* e = env_tuning()) {
     t.cta_splits = e->cta_splits;
     if (M <= 16) t.unroll = e->unroll, t.pipelined = e->pipelined, t.reg_cap = e->reg_cap, t.auto_shape = false;
@@ -414,11 +407,6 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   };
   const bool vec = a.K % 8 == 0 && al16(a.x, a.x_stride) && al16(a.w, a.w_stride);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  if (tu.bulk && mt == 1 && vec && !p.conv.weight) {
-    const detail::BulkParams b{p.x, p.xs, p.w, p.ws, p.y, p.ys, p.y_bf16, p.y2, p.y2s, p.M, p.N, p.K, p.chunks,
-                       p.chunks_per_split, p.cta_splits, p.groups, p.tiles, p.partials, p.counters};
-    if (detail::skinny_bulk_eligible(b)) return detail::skinny_bulk_launch(b, pdl, stream);
-  }
   if (!vec) {
     if (mt == 1) return launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
     if (mt == 2) return launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);

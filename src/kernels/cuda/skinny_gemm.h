@@ -40,9 +40,6 @@ struct SkinnyTuning {
   /// Launch shape from occupancy instead of unroll / pipelined / reg_cap (aligned decode rows only): the
   /// pipelined unroll-2 form when the grid fits in one wave of it, else plain unroll 4, both without the cap.
   bool auto_shape = false;
-  /// The bulk-copy form (skinny_gemm_bulk.h; same bits) for decode rows (M <= 8) when the plan fits it: W streamed
-  /// into shared memory by the copy engine, the first stages before the PDL wait.
-  bool bulk = false;
 };
 
 /// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200).
@@ -76,8 +73,7 @@ struct SkinnyExtras {
 /// block and the last block of a tile to finish adds the group sums in group order (global workspace + arrival
 /// counters). Benchmark knobs (environment, read once): SSMSERVE_SKINNY_TUNE="unroll,pipelined,reg_cap,cta_splits",
 /// SSMSERVE_SKINNY_PREFETCH_MB (the pre-wait L2 prefetch, default 4), SSMSERVE_SKINNY_LATE_TRIGGER=1 (PDL
-/// trigger after the main loop: measured no faster), SSMSERVE_SKINNY_BULK=<MB> (the bulk-copy form for weights of
-/// at least that many MB at M <= 8; 0 = off).
+/// trigger after the main loop: measured no faster).
 int skinny_gemm_splits(int64_t N, int64_t K);
 
 /// skinny_gemm_splits(N, K) scaled by 2^split_shift (clamped to [1, 64]; SkinnyTuning::split_shift).
