@@ -52,6 +52,7 @@ struct Params {
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
   ConvEpi conv;
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
+  bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
 };
 
 template <class TS>
@@ -60,20 +61,42 @@ __device__ __forceinline__ float conv_epi_one(const ConvEpi& e, int32_t block, i
   return conv_update_channel(state, e.dim, e.width, e.weight + c * e.width, e.bias ? e.bias[c] : 0.0f, xv, e.silu);
 }
 
-/// Loads of U chunks from chunk c (predicated off past c1): W rows g / g + 8 and the MT x rows.
-template <int MT, bool VEC, int U>
-__device__ __forceinline__ void load_chunks(uint4 (&a0)[U], uint4 (&a1)[U], uint4 (&b)[U][MT], const __nv_bfloat16* w0,
-                                            const __nv_bfloat16* w1, const __nv_bfloat16* const (&xr)[MT],
-                                            const bool (&xok)[MT], bool r0ok, bool r1ok, int c, int c1, int t, int K) {
+/// Loads of U chunks from chunk c (predicated off past c1) of W rows g / g + 8 (constant weights: may be issued
+/// before the PDL wait).
+template <bool VEC, int U>
+__device__ __forceinline__ void load_w_chunks(uint4 (&a0)[U], uint4 (&a1)[U], const __nv_bfloat16* w0,
+                                              const __nv_bfloat16* w1, bool r0ok, bool r1ok, int c, int c1, int t,
+                                              int K) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int k = (c + u) * kChunk + 8 * t;
     const bool on = c + u < c1;
     a0[u] = load8<VEC, true>(w0, k, K, on && r0ok);
     a1[u] = load8<VEC, true>(w1, k, K, on && r1ok);
+  }
+}
+
+/// Loads of U chunks from chunk c (predicated off past c1) of the MT x rows (the previous kernel's output: after
+/// the PDL wait).
+template <int MT, bool VEC, int U>
+__device__ __forceinline__ void load_x_chunks(uint4 (&b)[U][MT], const __nv_bfloat16* const (&xr)[MT],
+                                              const bool (&xok)[MT], int c, int c1, int t, int K) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int k = (c + u) * kChunk + 8 * t;
+    const bool on = c + u < c1;
 #pragma unroll
     for (int j = 0; j < MT; ++j) b[u][j] = load8<VEC, false>(xr[j], k, K, on && xok[j]);
   }
+}
+
+/// Loads of U chunks from chunk c (predicated off past c1): W rows g / g + 8 and the MT x rows.
+template <int MT, bool VEC, int U>
+__device__ __forceinline__ void load_chunks(uint4 (&a0)[U], uint4 (&a1)[U], uint4 (&b)[U][MT], const __nv_bfloat16* w0,
+                                            const __nv_bfloat16* w1, const __nv_bfloat16* const (&xr)[MT],
+                                            const bool (&xok)[MT], bool r0ok, bool r1ok, int c, int c1, int t, int K) {
+  load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, K);
+  load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, K);
 }
 
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
@@ -95,8 +118,11 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   const bool r0ok = n0 + g < p.N, r1ok = n0 + g + 8 < p.N;
   const __nv_bfloat16* w0 = p.w + static_cast<int64_t>(r0ok ? n0 + g : 0) * p.ws;
   const __nv_bfloat16* w1 = p.w + static_cast<int64_t>(r1ok ? n0 + g + 8 : 0) * p.ws;
-  // 1. Prefetch the start of this warp's weight slice into L2 (independent of the previous kernel).
-  for (int c = c0; c < min(c1, c0 + p.prefetch_chunks); ++c) {
+  // 1. Before the PDL wait (independent of the previous kernel): the split's first U chunks of W into registers,
+  //    the next ones prefetched into L2.
+  uint4 a0[U], a1[U];
+  if (p.preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
+  for (int c = c0 + U; c < min(c1, c0 + p.prefetch_chunks); ++c) {
     const int k = c * kChunk + 8 * t;
     if (k < p.K) {
       if (r0ok) asm volatile("prefetch.global.L2 [%0];" ::"l"(w0 + k));
@@ -105,6 +131,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   }
   pdl_wait();
   if (!p.late_trigger) pdl_launch_dependents();
+  if (!p.preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
   const __nv_bfloat16* xr[MT];
   bool xok[MT];
 #pragma unroll
@@ -119,8 +146,9 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   // 2. The split's chunks in order, U chunks of loads in flight (PIPE: the next U issued before these are used).
   if constexpr (!PIPE) {
     for (int c = c0; c < c1; c += U) {
-      uint4 a0[U], a1[U], b[U][MT];
-      load_chunks<MT, VEC, U>(a0, a1, b, w0, w1, xr, xok, r0ok, r1ok, c, c1, t, p.K);
+      uint4 b[U][MT];
+      if (c != c0) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, p.K);
+      load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -129,8 +157,8 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
       }
     }
   } else {
-    uint4 a0[U], a1[U], b[U][MT];
-    load_chunks<MT, VEC, U>(a0, a1, b, w0, w1, xr, xok, r0ok, r1ok, c0, c1, t, p.K);
+    uint4 b[U][MT];
+    load_x_chunks<MT, VEC, U>(b, xr, xok, c0, c1, t, p.K);
     for (int c = c0; c < c1; c += U) {
       uint4 na0[U], na1[U], nb[U][MT];
       load_chunks<MT, VEC, U>(na0, na1, nb, w0, w1, xr, xok, r0ok, r1ok, c + U, c1, t, p.K);
@@ -263,6 +291,14 @@ cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 
         b = 1;
       per_sm[warps] = b;
     }
+    // Splits of at most 8 chunks (the latency-bound x_proj / dt_proj): every chunk's W loads before the PDL wait,
+    // so after it only x is read (one round trip instead of two or three).
+    static const bool small_u8 = [] {  // SSMSERVE_SKINNY_SMALL_U8=0: the one-wave default for these too
+      const char* e = std::getenv("SSMSERVE_SKINNY_SMALL_U8");
+      return !(e && e[0] == '0');
+    }();
+    if constexpr (MT == 1)
+      if (p.chunks_per_split <= 8 && small_u8) return launch<1, true, 8, false, 1>(p, warps, grid, pdl, stream);
     if (warps >= 1 && warps <= 16 && blocks <= static_cast<int64_t>(num_sms()) * per_sm[warps])
       return launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
     return launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
@@ -368,6 +404,11 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
     return e && e[0] == '1';
   }();
   p.late_trigger = late;
+  static const bool preload = [] {
+    const char* e = std::getenv("SSMSERVE_SKINNY_PRELOAD");
+    return !(e && e[0] == '0');
+  }();
+  p.preload = preload;
   p.x = static_cast<const __nv_bfloat16*>(a.x), p.xs = a.x_stride;
   p.w = static_cast<const __nv_bfloat16*>(a.w), p.ws = a.w_stride;
   p.y = a.y, p.ys = a.y_stride, p.y_bf16 = a.y_dtype == DType::BF16;
