@@ -304,8 +304,6 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   // Bit 32: the SiLU(z) gate in out_proj's operand load (skinny_gemm's SkinnyGate, same bits), so the state update
   // runs before the z rows are done and the branch joins only before out_proj.
   const bool gate = split_z && (ov & 32);
-  // Bit 64 (with 32): dt_proj and the state update in one kernel (dt_proj_scan_update, same bits).
-  const bool dtscan = gate && (ov & 64) && b16 && skinny_gemm_splits(I, R, skinny_default_tuning(T, I, R).split_shift) == 1;
   if (overlap) {
     SkinnyTuning half = half_in_proj_tuning(T, I, H, !(ov & 4) || opt_.batch_invariant);
     const OverlapBench& ob = overlap_bench();
@@ -356,7 +354,7 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   gemm(b16 ? static_cast<const void*>(xc16) : xc, T, I, L.x_proj, xdbl, XD, fused_cast ? xdbl16 : nullptr);
   tp_.all_reduce(xdbl, T * XD);
   if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s));
-  if (!dtscan) gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
+  gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
   if (overlap && !gate) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and an early prefetch) done
   // 5. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly; with the
   //    gate in out_proj, the ungated fp32 y).
@@ -364,11 +362,7 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   if (gate) {
     ScanInputs ung = in;
     ung.z = {nullptr, 2 * I};
-    if (dtscan)
-      SSM_CUDA_CHECK(dt_proj_scan_update(xdbl16, XD, L.dt_proj.buf.data(), R, ung, sp, y, DType::F32, I,
-                                         dm.state_indices_d, static_cast<int>(nd), nullptr, 0, pdl, s));
-    else
-      SSM_CUDA_CHECK(selective_state_update_out(ung, sp, y, DType::F32, I, dm.state_indices_d, static_cast<int>(nd), pdl, s));
+    SSM_CUDA_CHECK(selective_state_update_out(ung, sp, y, DType::F32, I, dm.state_indices_d, static_cast<int>(nd), pdl, s));
     SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z done
     const SkinnyGate g{y, I, xz + I, 2 * I};
     SkinnyExtras ex;
@@ -526,7 +520,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   if (const char* e = std::getenv("SSMSERVE_DECODE_OVERLAP"); e && *e) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
-    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 127, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 127]", e);
+    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 63, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 63]", e);
     o.decode_overlap = static_cast<int>(v);
   }
   if (const char* e = std::getenv("SSMSERVE_SKINNY_MAX_M"); e && *e) {

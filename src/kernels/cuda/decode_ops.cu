@@ -227,56 +227,30 @@ __global__ void __launch_bounds__(kDtScanThreads) dt_scan_kernel(const __nv_bflo
                                                                  int64_t y_stride,
                                                                  const int32_t* __restrict__ state_indices, int batch,
                                                                  int lanes, const void* prefetch,
-                                                                 size_t prefetch_bytes, bool prewait) {
+                                                                 size_t prefetch_bytes) {
   __shared__ float delta_s[kDtScanRows][16];
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * 16;
   const int m0 = blockIdx.x * kDtScanRows;
   const int64_t dim = p.dim;
   prefetch_l2_grid(prefetch, prefetch_bytes);
-  // Before the PDL wait (nothing here is written by a predecessor): warp 0 loads the first chunks of its dt_proj
-  // rows into registers; the other threads prefetch their (row, channel) pairs' A rows, states, dt_bias and D
-  // into L2 (scan_update_kernel's pre-wait prefetch).
-  const bool r0ok = n0 + g < dim, r1ok = n0 + g + 8 < dim;
-  const __nv_bfloat16* w0 = w + (r0ok ? n0 + g : 0) * R;
-  const __nv_bfloat16* w1 = w + (r1ok ? n0 + g + 8 : 0) * R;
-  const int chunks = (R + 31) / 32;
-  uint4 a0[kDtScanUnroll], a1[kDtScanUnroll];
-  if (tid < 32) {
-#pragma unroll
-    for (int u = 0; u < kDtScanUnroll; ++u) {
-      const int k = u * 32 + 8 * t;
-      a0[u] = load8<VEC, true>(w0, k, R, u < chunks && r0ok);
-      a1[u] = load8<VEC, true>(w1, k, R, u < chunks && r1ok);
-    }
-  } else if (prewait) {
-    const int rows = min(kDtScanRows, batch - m0);
-    for (int pair = tid - 32; pair < rows * 16; pair += kDtScanThreads - 32) {
-      const int64_t c = n0 + pair % 16;
-      const int32_t blk = state_indices[m0 + pair / 16];
-      if (c >= dim || blk == 0) continue;
-      l2_line(p.A + c * p.d_state);
-      l2_line(static_cast<const TS*>(p.ssm_states.data) + blk * p.ssm_states.block_stride + c * p.d_state);
-      if (p.delta_bias) l2_line(p.delta_bias + c);
-      if (p.D) l2_line(p.D + c);
-    }
-  }
   pdl_wait();
   pdl_launch_dependents();
   if (tid < 32) {
-    const bool xok = m0 + g < batch;
+    const bool r0ok = n0 + g < dim, r1ok = n0 + g + 8 < dim, xok = m0 + g < batch;
+    const __nv_bfloat16* w0 = w + (r0ok ? n0 + g : 0) * R;
+    const __nv_bfloat16* w1 = w + (r1ok ? n0 + g + 8 : 0) * R;
     const __nv_bfloat16* xr = x + (xok ? m0 + g : 0) * xs;
+    const int chunks = (R + 31) / 32;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int c = 0; c < chunks; c += kDtScanUnroll) {
-      uint4 b[kDtScanUnroll];
+      uint4 a0[kDtScanUnroll], a1[kDtScanUnroll], b[kDtScanUnroll];
 #pragma unroll
       for (int u = 0; u < kDtScanUnroll; ++u) {
         const int k = (c + u) * 32 + 8 * t;
         const bool on = c + u < chunks;
-        if (c > 0) {  // past the preloaded first kDtScanUnroll chunks
-          a0[u] = load8<VEC, true>(w0, k, R, on && r0ok);
-          a1[u] = load8<VEC, true>(w1, k, R, on && r1ok);
-        }
+        a0[u] = load8<VEC, true>(w0, k, R, on && r0ok);
+        a1[u] = load8<VEC, true>(w1, k, R, on && r1ok);
         b[u] = load8<VEC, false>(xr, k, R, on && xok);
       }
 #pragma unroll
@@ -439,7 +413,7 @@ cudaError_t dt_proj_scan_update(const void* dt_low, int64_t dt_low_stride, const
     using TS = decltype(tag);
     auto go = [&](auto kernel, auto* yp) {
       return launch_pdl(pdl, kernel, grid, dim3(kDtScanThreads), 0, stream, x, dt_low_stride, w, r, in, p, yp,
-                        y_stride, state_indices, batch, lanes, prefetch, prefetch_bytes, prewait_prefetch());
+                        y_stride, state_indices, batch, lanes, prefetch, prefetch_bytes);
     };
     auto* yb = static_cast<__nv_bfloat16*>(y);
     auto* yf = static_cast<float*>(y);
