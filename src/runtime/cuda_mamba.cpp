@@ -301,9 +301,6 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   const int ov = opt_.decode_overlap;
   const bool overlap = branch_ && np == 0 && b16 && T <= 16 && gemm_.takes_skinny(wd, T);
   const bool split_z = overlap && (ov & 1), late_pf = overlap && (ov & 2) && (ov & 16);
-  // Bit 32: the SiLU(z) gate in out_proj's operand load (skinny_gemm's SkinnyGate, same bits), so the state update
-  // runs before the z rows are done and the branch joins only before out_proj.
-  const bool gate = split_z && (ov & 32);
   if (overlap) {
     SkinnyTuning half = half_in_proj_tuning(T, I, H, !(ov & 4) || opt_.batch_invariant);
     const OverlapBench& ob = overlap_bench();
@@ -355,22 +352,9 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   tp_.all_reduce(xdbl, T * XD);
   if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s));
   gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
-  if (overlap && !gate) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and an early prefetch) done
-  // 5. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly; with the
-  //    gate in out_proj, the ungated fp32 y).
+  if (overlap) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and an early-joined prefetch) done
+  // 5. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly).
   ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
-  if (gate) {
-    ScanInputs ung = in;
-    ung.z = {nullptr, 2 * I};
-    SSM_CUDA_CHECK(selective_state_update_out(ung, sp, y, DType::F32, I, dm.state_indices_d, static_cast<int>(nd), pdl, s));
-    SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z done
-    const SkinnyGate g{y, I, xz + I, 2 * I};
-    SkinnyExtras ex;
-    ex.gate = &g;
-    gemm_.run({T, H, I, y, I, L.out_proj.buf.data(), L.out_proj.cols, wd, out, H, DType::F32}, s, nullptr, 0, &ex);
-    if (late_pf) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join_late, 0));
-    return;
-  }
   // Large decode batches (> 16 rows, outside batch-invariant mode): the thread-per-channel kernel.
   if (nd > 16 && N <= 16 && !opt_.batch_invariant)
     SSM_CUDA_CHECK(selective_state_update_wide(in, sp, b16 ? static_cast<void*>(y16) : y, wd, I, dm.state_indices_d,
@@ -520,7 +504,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   if (const char* e = std::getenv("SSMSERVE_DECODE_OVERLAP"); e && *e) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
-    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 63, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 63]", e);
+    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 31, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 31]", e);
     o.decode_overlap = static_cast<int>(v);
   }
   if (const char* e = std::getenv("SSMSERVE_SKINNY_MAX_M"); e && *e) {

@@ -47,9 +47,7 @@ struct CudaModelOptions {
   /// (l2_prefetch mode overlap_prefetch); bit 4 = the halves with their own K split count (faster, other bits)
   /// instead of the whole in_proj's (bit-identical to the unsplit chain; forced in batch-invariant mode);
   /// bit 8 = the branch forks before the x rows (z streams next to x) instead of after them; bit 16 = the
-  /// prefetch rejoins the main stream after out_proj instead of before the state update; bit 32 (with bit 1) =
-  /// the SiLU(z) gate applied in out_proj's operand load (skinny_gemm's SkinnyGate: same bits) instead of in the
-  /// state update, so only out_proj waits for the z rows. Bit 2 without bit 1:
+  /// prefetch rejoins the main stream after out_proj instead of before the state update. Bit 2 without bit 1:
   /// in_proj whole, then the branch prefetches. Default 1 (bit-identical to 0, tested): on the H200 mamba-2.8b
   /// batch-1 decode 351 vs 348 tokens/s (+0.8%, 3 runs); every prefetch / split-count variant measured slower
   /// (docs/benchmarks.md, session 6).
@@ -59,7 +57,7 @@ struct CudaModelOptions {
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
   /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_PERSISTENT=0|1|2,
-  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..63, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
+  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
   /// Error on a malformed value.
   static CudaModelOptions from_env();
 };

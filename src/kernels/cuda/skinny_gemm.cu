@@ -53,10 +53,6 @@ struct Params {
   ConvEpi conv;
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
   bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
-  const float* gy;    // gate operand (GATE kernels): x[m, k] = bf16(gy[m, k] * silu(gz[m, k]))
-  int64_t gys;
-  const float* gz;
-  int64_t gzs;
 };
 
 template <class TS>
@@ -80,51 +76,33 @@ __device__ __forceinline__ void load_w_chunks(uint4 (&a0)[U], uint4 (&a1)[U], co
   }
 }
 
-/// The gated operand's 8 values at k (K % 8 == 0, 16-byte aligned rows): bf16(y * silu(z)), the rounding and
-/// order of the scan's gated bf16 store (scan_update_kernel), so the GEMM sees the bits it would have read.
-__device__ __forceinline__ uint4 load8_gated(const float* y, const float* z, int k, int K, bool ok) {
-  uint4 v = make_uint4(0, 0, 0, 0);
-  if (!ok || k >= K) return v;
-  const float4 y0 = *reinterpret_cast<const float4*>(y + k), y1 = *reinterpret_cast<const float4*>(y + k + 4);
-  const float4 z0 = *reinterpret_cast<const float4*>(z + k), z1 = *reinterpret_cast<const float4*>(z + k + 4);
-  auto pack = [](float a, float b) {
-    const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(a)), hi = __bfloat16_as_ushort(__float2bfloat16_rn(b));
-    return lo | (hi << 16);
-  };
-  v.x = pack(y0.x * silu(z0.x), y0.y * silu(z0.y));
-  v.y = pack(y0.z * silu(z0.z), y0.w * silu(z0.w));
-  v.z = pack(y1.x * silu(z1.x), y1.y * silu(z1.y));
-  v.w = pack(y1.z * silu(z1.z), y1.w * silu(z1.w));
-  return v;
-}
-
 /// Loads of U chunks from chunk c (predicated off past c1) of the MT x rows (the previous kernel's output: after
-/// the PDL wait). GATE: the rows are bf16(gy * silu(gz)) computed on the fly (rows of the fp32 gy / gz).
-template <int MT, bool VEC, int U, bool GATE = false>
+/// the PDL wait).
+template <int MT, bool VEC, int U>
 __device__ __forceinline__ void load_x_chunks(uint4 (&b)[U][MT], const __nv_bfloat16* const (&xr)[MT],
-                                              const bool (&xok)[MT], int c, int c1, int t, int K,
-                                              const Params* gp = nullptr, int m0 = 0) {
+                                              const bool (&xok)[MT], int c, int c1, int t, int K) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int k = (c + u) * kChunk + 8 * t;
     const bool on = c + u < c1;
 #pragma unroll
-    for (int j = 0; j < MT; ++j) {
-      if constexpr (GATE) {
-        const int64_t m = xok[j] ? m0 + 8 * j + (threadIdx.x & 31) / 4 : 0;
-        b[u][j] = load8_gated(gp->gy + m * gp->gys, gp->gz + m * gp->gzs, k, K, on && xok[j]);
-      } else {
-        b[u][j] = load8<VEC, false>(xr[j], k, K, on && xok[j]);
-      }
-    }
+    for (int j = 0; j < MT; ++j) b[u][j] = load8<VEC, false>(xr[j], k, K, on && xok[j]);
   }
 }
 
+/// Loads of U chunks from chunk c (predicated off past c1): W rows g / g + 8 and the MT x rows.
+template <int MT, bool VEC, int U>
+__device__ __forceinline__ void load_chunks(uint4 (&a0)[U], uint4 (&a1)[U], uint4 (&b)[U][MT], const __nv_bfloat16* w0,
+                                            const __nv_bfloat16* w1, const __nv_bfloat16* const (&xr)[MT],
+                                            const bool (&xok)[MT], bool r0ok, bool r1ok, int c, int c1, int t, int K) {
+  load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, K);
+  load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, K);
+}
 
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
 /// for rows m0..m0+8*MT-1 over its split's chunks. Lane (g = lane / 4, t = lane % 4) loads W rows n0+g, n0+g+8
 /// and x rows m0+8j+g at k = chunk*32 + 8t (8 values): the k permutation inside a chunk is the same for A and B.
-template <int MT, bool VEC, int U, bool PIPE, int MINB, bool GATE = false>
+template <int MT, bool VEC, int U, bool PIPE, int MINB>
 __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   extern __shared__ float red[];  // [warps][MT*4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -170,7 +148,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     for (int c = c0; c < c1; c += U) {
       uint4 b[U][MT];
       if (c != c0) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, p.K);
-      load_x_chunks<MT, VEC, U, GATE>(b, xr, xok, c, c1, t, p.K, &p, m0);
+      load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -180,11 +158,10 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     }
   } else {
     uint4 b[U][MT];
-    load_x_chunks<MT, VEC, U, GATE>(b, xr, xok, c0, c1, t, p.K, &p, m0);
+    load_x_chunks<MT, VEC, U>(b, xr, xok, c0, c1, t, p.K);
     for (int c = c0; c < c1; c += U) {
       uint4 na0[U], na1[U], nb[U][MT];
-      load_w_chunks<VEC, U>(na0, na1, w0, w1, r0ok, r1ok, c + U, c1, t, p.K);
-      load_x_chunks<MT, VEC, U, GATE>(nb, xr, xok, c + U, c1, t, p.K, &p, m0);
+      load_chunks<MT, VEC, U>(na0, na1, nb, w0, w1, xr, xok, r0ok, r1ok, c + U, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -271,10 +248,10 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
       }
 }
 
-template <int MT, bool VEC, int U, bool PIPE, int MINB, bool GATE = false>
+template <int MT, bool VEC, int U, bool PIPE, int MINB>
 cudaError_t launch(const Params& p, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
-  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB, GATE>;
+  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB>;
   if (smem > 48 * 1024) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(smem));
@@ -296,7 +273,7 @@ int num_sms() {
   return n;
 }
 
-template <int MT, bool GATE = false>
+template <int MT>
 cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   constexpr int kCap = MT == 1 ? 2 : 1;  // the first version's 64-register cap (MT 1)
   if (tu.auto_shape) {
@@ -314,18 +291,26 @@ cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 
         b = 1;
       per_sm[warps] = b;
     }
+    // Splits of at most 8 chunks (the latency-bound x_proj / dt_proj): every chunk's W loads before the PDL wait,
+    // so after it only x is read (one round trip instead of two or three).
+    static const bool small_u8 = [] {  // SSMSERVE_SKINNY_SMALL_U8=0: the one-wave default for these too
+      const char* e = std::getenv("SSMSERVE_SKINNY_SMALL_U8");
+      return !(e && e[0] == '0');
+    }();
+    if constexpr (MT == 1)
+      if (p.chunks_per_split <= 8 && small_u8) return launch<1, true, 8, false, 1>(p, warps, grid, pdl, stream);
     if (warps >= 1 && warps <= 16 && blocks <= static_cast<int64_t>(num_sms()) * per_sm[warps])
-      return launch<MT, true, 2, true, 1, GATE>(p, warps, grid, pdl, stream);
-    return launch<MT, true, 4, false, 1, GATE>(p, warps, grid, pdl, stream);
+      return launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
+    return launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
   }
   if (tu.pipelined) {
-    if (tu.unroll <= 2) return tu.reg_cap ? launch<MT, true, 2, true, kCap, GATE>(p, warps, grid, pdl, stream)
-                                          : launch<MT, true, 2, true, 1, GATE>(p, warps, grid, pdl, stream);
-    return launch<MT, true, 4, true, 1, GATE>(p, warps, grid, pdl, stream);
+    if (tu.unroll <= 2) return tu.reg_cap ? launch<MT, true, 2, true, kCap>(p, warps, grid, pdl, stream)
+                                          : launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
+    return launch<MT, true, 4, true, 1>(p, warps, grid, pdl, stream);
   }
-  if (tu.unroll >= 8) return launch<MT, true, 8, false, 1, GATE>(p, warps, grid, pdl, stream);
-  return tu.reg_cap ? launch<MT, true, 4, false, kCap, GATE>(p, warps, grid, pdl, stream)
-                    : launch<MT, true, 4, false, 1, GATE>(p, warps, grid, pdl, stream);
+  if (tu.unroll >= 8) return launch<MT, true, 8, false, 1>(p, warps, grid, pdl, stream);
+  return tu.reg_cap ? launch<MT, true, 4, false, kCap>(p, warps, grid, pdl, stream)
+                    : launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
 }
 
 }  // namespace
@@ -413,15 +398,6 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
                      c.conv_states.block_stride, ce->col_offset, c.dim, c.width, c.apply_silu, ce->state_indices,
                      ce->out, ce->out_stride, static_cast<__nv_bfloat16*>(ce->out_bf16), ce->out_bf16_stride};
   }
-  if (const SkinnyGate* gt = extras.gate) {
-    const auto al16 = [](const void* q, int64_t stride) {
-      return q && reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 4 == 0;
-    };
-    if (extras.conv || a.M > 16 || a.K % 8 != 0 || !al16(gt->y, gt->y_stride) || !al16(gt->z, gt->z_stride) ||
-        gt->y_stride < a.K || gt->z_stride < a.K)
-      return cudaErrorInvalidValue;
-    p.gy = gt->y, p.gys = gt->y_stride, p.gz = gt->z, p.gzs = gt->z_stride;
-  }
   if (a.M == 0) return cudaSuccess;
   static const bool late = [] {
     const char* e = std::getenv("SSMSERVE_SKINNY_LATE_TRIGGER");
@@ -472,12 +448,6 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   };
   const bool vec = a.K % 8 == 0 && al16(a.x, a.x_stride) && al16(a.w, a.w_stride);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  if (p.gz) {  // the gated operand (aligned decode rows, M <= 16, checked above): W needs 16-byte rows too
-    if (!al16(a.w, a.w_stride)) return cudaErrorInvalidValue;
-    SkinnyTuning ta = tu;
-    ta.auto_shape = true;
-    return mt == 1 ? launch_vec<1, true>(p, ta, warps, grid, pdl, stream) : launch_vec<2, true>(p, ta, warps, grid, pdl, stream);
-  }
   if (!vec) {
     if (mt == 1) return launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
     if (mt == 2) return launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);

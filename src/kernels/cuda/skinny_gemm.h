@@ -37,11 +37,11 @@ struct SkinnyTuning {
   bool reg_cap = true;
   int split_shift = 0;
   int cta_splits = 16;
-  /// Launch shape from occupancy instead of unroll / pipelined / reg_cap (aligned decode rows only): the
-  /// pipelined unroll-2 form when the grid fits in one wave of it, else plain unroll 4, both without the cap.
-  /// (Every form loads its first `unroll` chunks of W before the PDL wait: W does not depend on the previous
-  /// kernel; x is read after it. Small splits in the unroll-8 form, whole W slice before the wait, measured
-  /// slower on the H200: 394 vs 398 tokens/s.)
+  /// Launch shape from occupancy instead of unroll / pipelined / reg_cap (aligned decode rows only): at M <= 8,
+  /// splits of at most 8 chunks (latency-bound x_proj / dt_proj) in the plain unroll-8 form, whose whole split
+  /// of W is loaded before the PDL wait; else the pipelined unroll-2 form when the grid fits in one wave of it,
+  /// else plain unroll 4, all without the cap. (Every form loads its first `unroll` chunks of W before the PDL
+  /// wait: W does not depend on the previous kernel; x is read after it.)
   bool auto_shape = false;
 };
 
@@ -64,22 +64,10 @@ struct SkinnyConvEpilogue {
   int64_t out_bf16_stride = 0;
 };
 
-/// Gated operand (issue 7: Mamba-1's SiLU(z) gate moved from the state update into out_proj, so the scan no longer
-/// waits for in_proj's z rows): the GEMM's x[m, k] is bf16(y[m, k] * silu(z[m, k])), computed while loading with
-/// the scan's operation order and rounding (the bits of the scan's gated bf16 output). y, z: [M, K] fp32 device
-/// rows (16-byte aligned, strides multiples of 4 floats); GemmArgs::x is then not read.
-struct SkinnyGate {
-  const float* y = nullptr;
-  int64_t y_stride = 0;
-  const float* z = nullptr;
-  int64_t z_stride = 0;
-};
-
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
   const SkinnyConvEpilogue* conv = nullptr;  ///< fused conv update (y must be F32)
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
-  const SkinnyGate* gate = nullptr;          ///< gated operand (M <= 16, K % 8 == 0, no conv epilogue)
 };
 
 /// The base K split count for a weight of N rows and K columns (a power of two in [1, 64]; depends on N and K
@@ -89,7 +77,7 @@ struct SkinnyExtras {
 /// counters). Benchmark knobs (environment, read once): SSMSERVE_SKINNY_TUNE="unroll,pipelined,reg_cap,cta_splits",
 /// SSMSERVE_SKINNY_PREFETCH_MB (the pre-wait L2 prefetch, default 4), SSMSERVE_SKINNY_LATE_TRIGGER=1 (PDL
 /// trigger after the main loop: measured no faster), SSMSERVE_SKINNY_PRELOAD=0 (W's first chunks loaded after the
-/// PDL wait, as before session 8: mamba-2.8b batch-1 decode 383-388 vs 398 tokens/s).
+/// PDL wait, as before session 8), SSMSERVE_SKINNY_SMALL_U8=0 (small splits in the one-wave default form).
 int skinny_gemm_splits(int64_t N, int64_t K);
 
 /// skinny_gemm_splits(N, K) scaled by 2^split_shift (clamped to [1, 64]; SkinnyTuning::split_shift).
