@@ -100,7 +100,6 @@ struct OverlapBench {
   int debug = 0;
   int64_t pf_bytes = 0;
   bool outproj_tune = false, half_tune = false;
-  int outproj_pf_mb = -1;  // SSMSERVE_OUTPROJ_PF_MB=<n>: out_proj's pre-wait L2 prefetch (its predecessor is the scan)
   SkinnyTuning outproj, half;
 };
 const OverlapBench& overlap_bench() {
@@ -108,7 +107,6 @@ const OverlapBench& overlap_bench() {
     OverlapBench o;
     if (const char* e = std::getenv("SSMSERVE_OVERLAP_DEBUG")) o.debug = std::atoi(e);
     if (const char* e = std::getenv("SSMSERVE_OVERLAP_PF_MB")) o.pf_bytes = static_cast<int64_t>(std::atoi(e)) << 20;
-    if (const char* e = std::getenv("SSMSERVE_OUTPROJ_PF_MB"); e && *e) o.outproj_pf_mb = std::clamp(std::atoi(e), 0, 48);
     // "shift,cta[,unroll,pipelined]": with the last two, a fixed launch shape instead of the occupancy pick.
     auto tune = [](const char* name, bool& on, SkinnyTuning& t) {
       int shift = 0, cta = 0, unroll = 0, pipe = 0;
@@ -384,13 +382,7 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
     }
   }
   // 6. out = out_proj(y) (added to hidden by the next layer's norm or the final norm).
-  if (overlap && overlap_bench().outproj_pf_mb >= 0 && !overlap_bench().outproj_tune) {
-    SkinnyTuning t = skinny_default_tuning(T, H, I);
-    t.prefetch_mb = overlap_bench().outproj_pf_mb;
-    SkinnyExtras ex;
-    ex.tuning = &t;
-    gemm_.run({T, H, I, y16, I, L.out_proj.buf.data(), L.out_proj.cols, wd, out, H, DType::F32}, s, nullptr, 0, &ex);
-  } else if (overlap && overlap_bench().outproj_tune) {
+  if (overlap && overlap_bench().outproj_tune) {
     SkinnyTuning t = skinny_default_tuning(T, H, I);
     const SkinnyTuning& o = overlap_bench().outproj;
     t.split_shift = o.split_shift, t.cta_splits = o.cta_splits;

@@ -53,7 +53,6 @@ struct Params {
   ConvEpi conv;
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
   bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
-  bool preload2;      // pipelined form: the second U chunks too (SSMSERVE_SKINNY_PRELOAD=2)
 };
 
 template <class TS>
@@ -91,6 +90,14 @@ __device__ __forceinline__ void load_x_chunks(uint4 (&b)[U][MT], const __nv_bflo
   }
 }
 
+/// Loads of U chunks from chunk c (predicated off past c1): W rows g / g + 8 and the MT x rows.
+template <int MT, bool VEC, int U>
+__device__ __forceinline__ void load_chunks(uint4 (&a0)[U], uint4 (&a1)[U], uint4 (&b)[U][MT], const __nv_bfloat16* w0,
+                                            const __nv_bfloat16* w1, const __nv_bfloat16* const (&xr)[MT],
+                                            const bool (&xok)[MT], bool r0ok, bool r1ok, int c, int c1, int t, int K) {
+  load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, K);
+  load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, K);
+}
 
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
 /// for rows m0..m0+8*MT-1 over its split's chunks. Lane (g = lane / 4, t = lane % 4) loads W rows n0+g, n0+g+8
@@ -115,9 +122,6 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   //    the next ones prefetched into L2.
   uint4 a0[U], a1[U];
   if (p.preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
-  [[maybe_unused]] uint4 pa0[PIPE ? U : 1], pa1[PIPE ? U : 1];
-  if constexpr (PIPE)
-    if (p.preload2) load_w_chunks<VEC, U>(pa0, pa1, w0, w1, r0ok, r1ok, c0 + U, c1, t, p.K);
   for (int c = c0 + U; c < min(c1, c0 + p.prefetch_chunks); ++c) {
     const int k = c * kChunk + 8 * t;
     if (k < p.K) {
@@ -157,13 +161,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     load_x_chunks<MT, VEC, U>(b, xr, xok, c0, c1, t, p.K);
     for (int c = c0; c < c1; c += U) {
       uint4 na0[U], na1[U], nb[U][MT];
-      if (c == c0 && p.preload2) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) na0[u] = pa0[u], na1[u] = pa1[u];
-      } else {
-        load_w_chunks<VEC, U>(na0, na1, w0, w1, r0ok, r1ok, c + U, c1, t, p.K);
-      }
-      load_x_chunks<MT, VEC, U>(nb, xr, xok, c + U, c1, t, p.K);
+      load_chunks<MT, VEC, U>(na0, na1, nb, w0, w1, xr, xok, r0ok, r1ok, c + U, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -406,11 +404,11 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
     return e && e[0] == '1';
   }();
   p.late_trigger = late;
-  static const int preload = [] {
+  static const bool preload = [] {
     const char* e = std::getenv("SSMSERVE_SKINNY_PRELOAD");
-    return e && *e ? std::clamp(std::atoi(e), 0, 2) : 1;
+    return !(e && e[0] == '0');
   }();
-  p.preload = preload >= 1, p.preload2 = preload >= 2;
+  p.preload = preload;
   p.x = static_cast<const __nv_bfloat16*>(a.x), p.xs = a.x_stride;
   p.w = static_cast<const __nv_bfloat16*>(a.w), p.ws = a.w_stride;
   p.y = a.y, p.ys = a.y_stride, p.y_bf16 = a.y_dtype == DType::BF16;
@@ -443,9 +441,8 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
     const char* e = std::getenv("SSMSERVE_SKINNY_PREFETCH_MB");
     return e && *e ? std::clamp<int64_t>(std::atoll(e), 0, 48) << 20 : static_cast<int64_t>(kPrefetchBytes);
   }();
-  const int64_t pf = tu.prefetch_mb >= 0 ? std::min<int64_t>(tu.prefetch_mb, 48) << 20 : prefetch_bytes;
   p.prefetch_chunks = static_cast<int>(std::clamp<int64_t>(
-      pf / std::max<int64_t>(1, warps_total * 16 * kChunk * 2), 0, p.chunks_per_split));
+      prefetch_bytes / std::max<int64_t>(1, warps_total * 16 * kChunk * 2), 0, p.chunks_per_split));
   const auto al16 = [](const void* q, int64_t stride) {
     return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 8 == 0;
   };

@@ -43,8 +43,6 @@ struct SkinnyTuning {
   /// else plain unroll 4, all without the cap. (Every form loads its first `unroll` chunks of W before the PDL
   /// wait: W does not depend on the previous kernel; x is read after it.)
   bool auto_shape = false;
-  /// Pre-wait L2 prefetch of this call in MB (-1: the SSMSERVE_SKINNY_PREFETCH_MB / 4 MB default). Speed only.
-  int prefetch_mb = -1;
 };
 
 /// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200).
