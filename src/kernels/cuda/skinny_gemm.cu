@@ -90,14 +90,6 @@ __device__ __forceinline__ void load_x_chunks(uint4 (&b)[U][MT], const __nv_bflo
   }
 }
 
-/// Loads of U chunks from chunk c (predicated off past c1): W rows g / g + 8 and the MT x rows.
-template <int MT, bool VEC, int U>
-__device__ __forceinline__ void load_chunks(uint4 (&a0)[U], uint4 (&a1)[U], uint4 (&b)[U][MT], const __nv_bfloat16* w0,
-                                            const __nv_bfloat16* w1, const __nv_bfloat16* const (&xr)[MT],
-                                            const bool (&xok)[MT], bool r0ok, bool r1ok, int c, int c1, int t, int K) {
-  load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, K);
-  load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, K);
-}
 
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
 /// for rows m0..m0+8*MT-1 over its split's chunks. Lane (g = lane / 4, t = lane % 4) loads W rows n0+g, n0+g+8
@@ -161,7 +153,8 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     load_x_chunks<MT, VEC, U>(b, xr, xok, c0, c1, t, p.K);
     for (int c = c0; c < c1; c += U) {
       uint4 na0[U], na1[U], nb[U][MT];
-      load_chunks<MT, VEC, U>(na0, na1, nb, w0, w1, xr, xok, r0ok, r1ok, c + U, c1, t, p.K);
+      load_w_chunks<VEC, U>(na0, na1, w0, w1, r0ok, r1ok, c + U, c1, t, p.K);
+      load_x_chunks<MT, VEC, U>(nb, xr, xok, c + U, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -291,14 +284,6 @@ cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 
         b = 1;
       per_sm[warps] = b;
     }
-    // Splits of at most 8 chunks (the latency-bound x_proj / dt_proj): every chunk's W loads before the PDL wait,
-    // so after it only x is read (one round trip instead of two or three).
-    static const bool small_u8 = [] {  // SSMSERVE_SKINNY_SMALL_U8=0: the one-wave default for these too
-      const char* e = std::getenv("SSMSERVE_SKINNY_SMALL_U8");
-      return !(e && e[0] == '0');
-    }();
-    if constexpr (MT == 1)
-      if (p.chunks_per_split <= 8 && small_u8) return launch<1, true, 8, false, 1>(p, warps, grid, pdl, stream);
     if (warps >= 1 && warps <= 16 && blocks <= static_cast<int64_t>(num_sms()) * per_sm[warps])
       return launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
     return launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
