@@ -78,15 +78,15 @@ struct OverlapBranch {
   OverlapBranch& operator=(const OverlapBranch&) = delete;
 };
 
-/// Skinny tuning for an in_proj half ([I, K] of the [2I, K] weight) at M rows: with `same_bits`, the whole
-/// in_proj's split count (so each output element is summed exactly as the unsplit GEMM sums it), else the half's
-/// own default.
-SkinnyTuning half_in_proj_tuning(int64_t M, int64_t I, int64_t K, bool same_bits) {
-  if (!same_bits) return skinny_default_tuning(M, I, K);
+/// Skinny tuning for a row range of in_proj ([rows, K] of the [2I, K] weight) at M rows: with `same_bits`, the
+/// whole in_proj's split count (so each output element is summed exactly as the unsplit GEMM sums it), else the
+/// range's own default.
+SkinnyTuning part_in_proj_tuning(int64_t M, int64_t rows, int64_t I, int64_t K, bool same_bits) {
+  if (!same_bits) return skinny_default_tuning(M, rows, K);
   SkinnyTuning t = skinny_default_tuning(M, 2 * I, K);
   const int want = skinny_gemm_splits(2 * I, K, t.split_shift);
-  while (t.split_shift > -8 && skinny_gemm_splits(I, K, t.split_shift) > want) --t.split_shift;
-  while (t.split_shift < 8 && skinny_gemm_splits(I, K, t.split_shift) < want) ++t.split_shift;
+  while (t.split_shift > -8 && skinny_gemm_splits(rows, K, t.split_shift) > want) --t.split_shift;
+  while (t.split_shift < 8 && skinny_gemm_splits(rows, K, t.split_shift) < want) ++t.split_shift;
   return t;
 }
 
@@ -301,24 +301,35 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   const int ov = opt_.decode_overlap;
   const bool overlap = branch_ && np == 0 && b16 && T <= 16 && gemm_.takes_skinny(wd, T);
   const bool split_z = overlap && (ov & 1), late_pf = overlap && (ov & 2) && (ov & 16);
+  // The main stream's rows: x and the first zm z rows (overlap_z_main_rows); the branch the other I - zm.
+  const int64_t zm = split_z && !(ov & 4) ? std::clamp<int64_t>(opt_.overlap_z_main_rows / 16 * 16, 0, I - 16) : 0;
+  // Bit 32: the decode rows' conv update in the x rows' GEMM epilogue (SkinnyConvEpilogue, same bits).
+  const bool conv_epi = split_z && (ov & 32) && nd == T;
   if (overlap) {
-    SkinnyTuning half = half_in_proj_tuning(T, I, H, !(ov & 4) || opt_.batch_invariant);
+    const bool same_bits = !(ov & 4) || opt_.batch_invariant;
+    SkinnyTuning half = part_in_proj_tuning(T, I + zm, I, H, same_bits);
+    SkinnyTuning zhalf = part_in_proj_tuning(T, I - zm, I, H, same_bits);
     const OverlapBench& ob = overlap_bench();
     if (ob.half_tune && !opt_.batch_invariant) {
-      half.split_shift += ob.half.split_shift, half.cta_splits = ob.half.cta_splits;
-      if (!ob.half.auto_shape)
-        half.auto_shape = false, half.unroll = ob.half.unroll, half.pipelined = ob.half.pipelined, half.reg_cap = false;
+      for (SkinnyTuning* h : {&half, &zhalf}) {
+        h->split_shift += ob.half.split_shift, h->cta_splits = ob.half.cta_splits;
+        if (!ob.half.auto_shape)
+          h->auto_shape = false, h->unroll = ob.half.unroll, h->pipelined = ob.half.pipelined, h->reg_cap = false;
+      }
     }
-    SkinnyExtras ex;
-    ex.tuning = &half;
+    SkinnyExtras ex, zex;
+    ex.tuning = &half, zex.tuning = &zhalf;
+    const SkinnyConvEpilogue ce{conv, 0, dm.state_indices_d, xc, I, xc16, I};
+    if (conv_epi) ex.conv = &ce;
     const auto* w_in = static_cast<const uint16_t*>(L.in_proj.buf.data());
     cudaStream_t side = branch_->side.get();
     auto fork = [&] {
-      const GemmArgs z{T, I, H, normed, H, w_in + I * L.in_proj.cols, L.in_proj.cols, wd, xz + I, 2 * I, DType::F32};
-      if (split_z && (ob.debug & 2)) gemm_.run(z, s, nullptr, 0, &ex);
+      const GemmArgs z{T, I - zm, H, normed, H, w_in + (I + zm) * L.in_proj.cols, L.in_proj.cols, wd, xz + I + zm, 2 * I,
+                       DType::F32};
+      if (split_z && (ob.debug & 2)) gemm_.run(z, s, nullptr, 0, &zex);
       SSM_CUDA_CHECK(cudaEventRecord(branch_->fork, s));
       SSM_CUDA_CHECK(cudaStreamWaitEvent(side, branch_->fork, 0));
-      if (split_z && !(ob.debug & 3)) branch_->gemm.run(z, side, nullptr, 0, &ex);
+      if (split_z && !(ob.debug & 3)) branch_->gemm.run(z, side, nullptr, 0, &zex);
       if (late_pf) SSM_CUDA_CHECK(cudaEventRecord(branch_->join, side));
       if (ov & 2) {
         const size_t bytes = ob.pf_bytes > 0 ? std::min<size_t>(ob.pf_bytes, L.out_proj.buf.bytes()) : L.out_proj.buf.bytes();
@@ -331,14 +342,14 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
       fork();
     } else {
       if (ov & 8) fork();
-      gemm_.run({T, I, H, normed, H, w_in, L.in_proj.cols, wd, xz, 2 * I, DType::F32}, s, nullptr, 0, &ex);
+      gemm_.run({T, I + zm, H, normed, H, w_in, L.in_proj.cols, wd, xz, 2 * I, DType::F32}, s, nullptr, 0, &ex);
       if (!(ov & 8)) fork();
     }
   } else {
     gemm(normed, T, H, L.in_proj, xz, 2 * I);
   }
   // 3. Causal conv1d + SiLU (xc, and its bf16 copy for x_proj): decode rows [0, nd), then the prefill rows.
-  if (nd > 0)
+  if (nd > 0 && !conv_epi)
     SSM_CUDA_CHECK(conv1d_update_dual(xz, 2 * I, xc, I, b16 ? xc16 : nullptr, I, conv, dm.state_indices_d,
                                       static_cast<int>(nd), pdl, s));
   if (np > 0) {
@@ -501,10 +512,16 @@ CudaModelOptions CudaModelOptions::from_env() {
   small_int("SSMSERVE_DECODE_PERSISTENT", o.persistent_decode, 2);
   small_int("SSMSERVE_PERSISTENT_PREFETCH", o.persistent_prefetch, 5);
   small_int("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 2);
+  if (const char* e = std::getenv("SSMSERVE_OVERLAP_Z_MAIN"); e && *e) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    SSM_CHECK(end && *end == 0 && v >= 0 && v <= (1 << 20), "SSMSERVE_OVERLAP_Z_MAIN={}: expected a row count >= 0", e);
+    o.overlap_z_main_rows = static_cast<int>(v);
+  }
   if (const char* e = std::getenv("SSMSERVE_DECODE_OVERLAP"); e && *e) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
-    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 31, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 31]", e);
+    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 63, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 63]", e);
     o.decode_overlap = static_cast<int>(v);
   }
   if (const char* e = std::getenv("SSMSERVE_SKINNY_MAX_M"); e && *e) {

@@ -1,5 +1,5 @@
-// The Mamba-1 decode overlap (CudaModelOptions::decode_overlap; issue 7): in_proj's z rows on a second graph
-// branch, out_proj's L2 prefetch there. Against the op-by-op chain run eagerly without it: logits of a prefill +
+// The Mamba-1 decode overlap (CudaModelOptions::decode_overlap, overlap_z_main_rows; issue 7): in_proj's z rows
+// on a second graph branch, out_proj's L2 prefetch there, the conv update in the x rows' GEMM epilogue. Against the op-by-op chain run eagerly without it: logits of a prefill +
 // padded / unpadded decode steps bit-identical in the same-bits modes (eagerly and through CUDA graphs), within
 // float rounding in the modes with the halves' own split counts (whose graphs equal their eager runs bit for bit),
 // and bit-identical again under batch-invariant mode (which forces the same split counts). Skips without a GPU.
@@ -87,6 +87,20 @@ void check_overlap(const std::filesystem::path& dir, LoadFormat format) {
       } else {
         for (size_t s = 0; s < ref.size(); ++s) EXPECT_LT(rel(eager[s], ref[s]), 1e-3) << "step " << s;
       }
+    }
+  }
+  // Bit 32 (the conv update in the x rows' GEMM epilogue) and z rows moved to the main stream
+  // (overlap_z_main_rows; clamped to d_inner - 16): the unsplit chain's bits, eagerly and through graphs.
+  for (int mode : {33, 41, 35}) {
+    for (int zm : {0, 16, 112, 1 << 20}) {
+      SCOPED_TRACE(::testing::Message() << dir.filename().string() << " decode_overlap " << mode << " z main rows " << zm);
+      cuda::CudaModelOptions o;
+      o.decode_overlap = mode, o.overlap_z_main_rows = zm;
+      const auto graphed = run_steps(*cuda::load_mamba_cuda(cfg, format, o));
+      o.cuda_graphs = false;
+      const auto eager = run_steps(*cuda::load_mamba_cuda(cfg, format, o));
+      expect_same(graphed, eager, "graphs vs eager");
+      expect_same(eager, ref, "overlap vs the unsplit chain");
     }
   }
   // Batch-invariant mode keeps the whole in_proj's split count even when bit 4 asks for the halves' own.
