@@ -94,13 +94,14 @@ SkinnyTuning part_in_proj_tuning(int64_t M, int64_t rows, int64_t I, int64_t K, 
 /// SSMSERVE_OVERLAP_DEBUG bits: 1 = skip the z rows' GEMM, 2 = the z rows on the main stream right after the x
 /// rows (no branch), 4 = the branch's GEMM launched with PDL; SSMSERVE_OVERLAP_PF_MB=<n>: prefetch only the
 /// first n MB of out_proj; SSMSERVE_OUTPROJ_TUNE="shift,cta": out_proj's skinny split shift / block splits;
-/// SSMSERVE_OVERLAP_HALF_TUNE="shift,cta": the in_proj halves' split shift (added) / block splits; both take
-/// ",unroll,pipelined" after them for a fixed launch shape (never changes a result).
+/// SSMSERVE_OVERLAP_HALF_TUNE="shift,cta": the in_proj halves' split shift (added) / block splits;
+/// SSMSERVE_XPROJ_TUNE / SSMSERVE_DTPROJ_TUNE="shift,cta": x_proj's / dt_proj's split shift / block splits; all
+/// take ",unroll,pipelined" after them for a fixed launch shape (never changes a result).
 struct OverlapBench {
   int debug = 0;
   int64_t pf_bytes = 0;
-  bool outproj_tune = false, half_tune = false;
-  SkinnyTuning outproj, half;
+  bool outproj_tune = false, half_tune = false, xproj_tune = false, dtproj_tune = false;
+  SkinnyTuning outproj, half, xproj, dtproj;
 };
 const OverlapBench& overlap_bench() {
   static const OverlapBench b = [] {
@@ -119,6 +120,8 @@ const OverlapBench& overlap_bench() {
     };
     tune("SSMSERVE_OUTPROJ_TUNE", o.outproj_tune, o.outproj);
     tune("SSMSERVE_OVERLAP_HALF_TUNE", o.half_tune, o.half);
+    tune("SSMSERVE_XPROJ_TUNE", o.xproj_tune, o.xproj);
+    tune("SSMSERVE_DTPROJ_TUNE", o.dtproj_tune, o.dtproj);
     return o;
   }();
   return b;
@@ -359,10 +362,32 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   // 4. x_proj -> xdbl = [dt_low, B, C] (and its bf16 copy; under tensor parallelism after the all-reduce, since
   //    x_proj is row-parallel); delta = dt_proj(dt_low).
   const bool fused_cast = b16 && !tp_.on();
-  gemm(b16 ? static_cast<const void*>(xc16) : xc, T, I, L.x_proj, xdbl, XD, fused_cast ? xdbl16 : nullptr);
+  // Benchmark-only split tunings of the latency-bound x_proj / dt_proj (other bits; overlap path only).
+  auto tuned = [&](const SkinnyTuning& o, int64_t N, int64_t K) {
+    SkinnyTuning t = skinny_default_tuning(T, N, K);
+    t.split_shift = o.split_shift, t.cta_splits = o.cta_splits;
+    if (!o.auto_shape) t.auto_shape = false, t.unroll = o.unroll, t.pipelined = o.pipelined, t.reg_cap = false;
+    return t;
+  };
+  const OverlapBench& obx = overlap_bench();
+  if (overlap && obx.xproj_tune && fused_cast && !opt_.batch_invariant) {
+    const SkinnyTuning t = tuned(obx.xproj, XD, I);
+    SkinnyExtras ex;
+    ex.tuning = &t;
+    gemm_.run({T, XD, I, xc16, I, L.x_proj.buf.data(), L.x_proj.cols, wd, xdbl, XD, DType::F32}, s, xdbl16, XD, &ex);
+  } else {
+    gemm(b16 ? static_cast<const void*>(xc16) : xc, T, I, L.x_proj, xdbl, XD, fused_cast ? xdbl16 : nullptr);
+  }
   tp_.all_reduce(xdbl, T * XD);
   if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s));
-  gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
+  if (overlap && obx.dtproj_tune && b16 && !opt_.batch_invariant) {
+    const SkinnyTuning t = tuned(obx.dtproj, I, R);
+    SkinnyExtras ex;
+    ex.tuning = &t;
+    gemm_.run({T, I, R, xdbl16, XD, L.dt_proj.buf.data(), L.dt_proj.cols, wd, delta, I, DType::F32}, s, nullptr, 0, &ex);
+  } else {
+    gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
+  }
   if (overlap) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and an early-joined prefetch) done
   // 5. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly).
   ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
