@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Batch-1 decode A/B on the GPU (issue 7): the copy roofline, then `ssmserve bench latency` on a dummy-weight
+# model once per variant, the variants interleaved and the whole list repeated, so run-to-run drift (~3% on the
+# H200) does not masquerade as a difference. A variant is a space-separated list of VAR=value settings ("-" for
+# the defaults). Results: OUTDIR/ab.tsv (variant, repeat, tokens/s) and a median table on stdout.
+# Usage: scripts/gpu-decode-ab.sh OUTDIR VARIANT...
+#   SSMSERVE_PREBUILT=DIR  executables in DIR (scripts/gpu-package.sh), else build-gpu/;
+#   AB_MODEL=configs/mamba-2.8b  AB_BATCH=1  AB_REPEATS=2  AB_OUTPUT_LEN=256.
+# Example: scripts/gpu-decode-ab.sh out - "SSMSERVE_SKINNY_PRELOAD=0" "SSMSERVE_OVERLAP_Z_MAIN=1280"
+set -uo pipefail
+out=${1:?usage: scripts/gpu-decode-ab.sh OUTDIR VARIANT...}
+shift
+[ $# -ge 1 ] || { echo "no variants given" >&2; exit 2; }
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/.."
+export SSMSERVE_SOURCE_DIR="$PWD"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}" && break
+done
+bin=${SSMSERVE_PREBUILT:-build-gpu}
+[ -d "$bin/lib" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$(cd "$bin/lib" && pwd)"
+[ -x "$bin/ssmserve" ] || { echo "no $bin/ssmserve (build with SSMSERVE_CUDA=ON or set SSMSERVE_PREBUILT)" >&2; exit 2; }
+model=${AB_MODEL:-configs/mamba-2.8b}
+if [ -x "$bin/test_cuda_decode_bench" ]; then
+  SSMSERVE_CHAIN_QUICK=1 "$bin/test_cuda_decode_bench" --gtest_also_run_disabled_tests \
+    --gtest_filter='CudaDecodeBench.DISABLED_RooflinesAndGemms' >"$out/roofline.log" 2>&1
+  grep -E "^roofline copy" "$out/roofline.log"
+fi
+printf 'variant\trepeat\ttokens_per_s\n' >"$out/ab.tsv"
+for r in $(seq 1 "${AB_REPEATS:-2}"); do
+  i=0
+  for v in "$@"; do
+    i=$((i + 1))
+    envs=()
+    [ "$v" != "-" ] && read -r -a envs <<<"$v"
+    log="$out/v$i-r$r.log"
+    env "${envs[@]}" "$bin/ssmserve" bench latency --model "$model" --load-format dummy --device cuda \
+      --batch-size "${AB_BATCH:-1}" --input-len 32 --output-len "${AB_OUTPUT_LEN:-256}" --num-iters 5 \
+      --num-iters-warmup 1 >"$log" 2>&1
+    tps=$(sed -nE 's/^decode: +([0-9.]+) tokens\/s.*/\1/p' "$log" | head -1)
+    printf '%s\t%s\t%s\n' "$v" "$r" "${tps:-FAILED}" >>"$out/ab.tsv"
+  done
+done
+python3 - "$out/ab.tsv" <<'EOF'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+order = list(dict.fromkeys(r["variant"] for r in rows))
+for v in order:
+    vals = [float(r["tokens_per_s"]) for r in rows if r["variant"] == v and r["tokens_per_s"] != "FAILED"]
+    runs = " / ".join(r["tokens_per_s"] for r in rows if r["variant"] == v)
+    print(f"{v:60s} median {statistics.median(vals) if vals else float('nan'):8.1f} tok/s  ({runs})")
+EOF
