@@ -14,6 +14,9 @@
 #include "core/error.h"
 #include "engine/llm_engine.h"
 #include "server/chat_template.h"
+#ifdef SSMSERVE_HAVE_CUDA
+#include "runtime/cuda_mamba.h"  // SSMSERVE_PYTHON_CUDA=ON: the "cuda" device
+#endif
 
 namespace py = pybind11;
 using namespace ssmserve;
@@ -356,6 +359,15 @@ EngineConfig make_config(const std::string& model, const py::kwargs& kw) {
 
 PYBIND11_MODULE(_ssmserve, m) {
   m.doc() = "ssmserve C++ engine bindings (use the ssmserve package)";
+#ifdef SSMSERVE_HAVE_CUDA
+  cuda::register_cuda_backend();  // as the CLI does at start: device="cuda" / "auto" can pick the GPU runners
+#endif
+  m.attr("has_cuda") =
+#ifdef SSMSERVE_HAVE_CUDA
+      true;
+#else
+      false;
+#endif
   py::register_exception<Error>(m, "SsmserveError", PyExc_ValueError);
 
   py::class_<Logprob>(m, "Logprob")

@@ -31,6 +31,8 @@ __version__ = "0.1.0"
 
 Logprob = _ssmserve.Logprob
 SsmserveError = _ssmserve.SsmserveError
+#: True when the module was built with the CUDA backend (pip install . -C cmake.define.SSMSERVE_PYTHON_CUDA=ON).
+has_cuda = bool(getattr(_ssmserve, "has_cuda", False))
 
 PromptType = Union[str, Sequence[int], dict]
 
@@ -80,8 +82,9 @@ def _chat_message(m) -> dict:
 class LLM:
     """vLLM's offline LLM: LLM(model, **engine_args). Engine args: tokenizer, max_num_seqs,
     max_num_batched_tokens, num_state_blocks, threads, tensor_parallel_size, mamba_cache_dtype,
-    mamba_ssm_cache_dtype, load_format, device ("cpu" or "auto", as `--device`; the module does not link the CUDA
-    backend, so "cuda" says it is not available in this build), gpu_memory_utilization, max_model_len (most prompt +
+    mamba_ssm_cache_dtype, load_format, device ("cpu", "cuda" or "auto", as `--device`; "cuda" needs a module built
+    with the CUDA backend, pip install . -C cmake.define.SSMSERVE_PYTHON_CUDA=ON (ssmserve.has_cuda), else it says
+    it is not available in this build), gpu_memory_utilization, max_model_len (most prompt +
     generated tokens per request; default the model's max_position_embeddings; generation stops there with
     finish_reason "length", a longer prompt is a ValueError)."""
 

@@ -160,6 +160,12 @@ def test_bad_types_name_the_field(llm):
     with pytest.raises(ValueError, match="--device"):
         ssmserve.LLM(str(MODEL), device="tpu")
     assert ssmserve.LLM(str(MODEL), threads=2, device="cpu").generate("hi", ssmserve.SamplingParams(max_tokens=2))[0].finished
+    # device="cuda": "not available in this build" without the CUDA backend (the default pip build); with it
+    # (SSMSERVE_PYTHON_CUDA=ON) it loads on a GPU or names the missing device.
+    assert isinstance(ssmserve.has_cuda, bool)
+    if not ssmserve.has_cuda:
+        with pytest.raises(ValueError, match="not available in this build"):
+            ssmserve.LLM(str(MODEL), device="cuda")
     with pytest.raises(TypeError, match="engine argument 'threads' cannot be '2'"):
         ssmserve.LLM(str(MODEL), threads="2")
     with pytest.raises(TypeError, match="sampling_params must be a SamplingParams"):
