@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   //    the next ones prefetched into L2.
   uint4 a0[U], a1[U];
   if (p.preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
-  for (int c = c0 + U; c < min(c1, c0 + p.prefetch_chunks); ++c) {
+  for (int c = p.preload ? c0 + U : c0; c < min(c1, c0 + p.prefetch_chunks); ++c) {
     const int k = c * kChunk + 8 * t;
     if (k < p.K) {
       if (r0ok) asm volatile("prefetch.global.L2 [%0];" ::"l"(w0 + k));
