@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Batch-1 decode A/B on the GPU (issue 7): the copy roofline, then `ssmserve bench latency` on a dummy-weight
 # model once per variant, the variants interleaved and the whole list repeated, so run-to-run drift (~3% on the
-# H200) does not masquerade as a difference. A variant is a space-separated list of VAR=value settings ("-" for
-# the defaults). Results: OUTDIR/ab.tsv (variant, repeat, tokens/s) and a median table on stdout.
+# H200) does not masquerade as a difference. A variant is a space-separated list of VAR=value settings, no quotes
+# inside ("-" for the defaults); the same variant may be given twice (an A/A check of the noise). Results: OUTDIR/ab.tsv (variant, repeat, tokens/s) and a median table on stdout.
 # Usage: scripts/gpu-decode-ab.sh OUTDIR VARIANT...
 #   SSMSERVE_PREBUILT=DIR  executables in DIR (scripts/gpu-package.sh), else build-gpu/;
 #   AB_MODEL=configs/mamba-2.8b  AB_BATCH=1  AB_REPEATS=2  AB_OUTPUT_LEN=256.
@@ -13,13 +13,15 @@ shift
 [ $# -ge 1 ] || { echo "no variants given" >&2; exit 2; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+prebuilt=${SSMSERVE_PREBUILT:-}
+[ -n "$prebuilt" ] && { prebuilt=$(cd "$prebuilt" && pwd) || exit 2; }  # relative to the caller's directory
 cd "$(dirname "$0")/.."
 export SSMSERVE_SOURCE_DIR="$PWD"
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}" && break
 done
-bin=${SSMSERVE_PREBUILT:-build-gpu}
-[ -d "$bin/lib" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$(cd "$bin/lib" && pwd)"
+bin=${prebuilt:-build-gpu}
+[ -d "$bin/lib" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$bin/lib"
 [ -x "$bin/ssmserve" ] || { echo "no $bin/ssmserve (build with SSMSERVE_CUDA=ON or set SSMSERVE_PREBUILT)" >&2; exit 2; }
 model=${AB_MODEL:-configs/mamba-2.8b}
 if [ -x "$bin/test_cuda_decode_bench" ]; then
@@ -27,7 +29,13 @@ if [ -x "$bin/test_cuda_decode_bench" ]; then
     --gtest_filter='CudaDecodeBench.DISABLED_RooflinesAndGemms' >"$out/roofline.log" 2>&1
   grep -E "^roofline copy" "$out/roofline.log"
 fi
-printf 'variant\trepeat\ttokens_per_s\n' >"$out/ab.tsv"
+for v in "$@"; do  # VAR=value words only (quotes or a leading '-' would reach env as values / options)
+  [ "$v" = "-" ] && continue
+  for word in $v; do
+    [[ "$word" =~ ^[A-Za-z_][A-Za-z0-9_]*=[^\"\']*$ ]] || { echo "bad variant word '$word' in '$v' (VAR=value, no quotes)" >&2; exit 2; }
+  done
+done
+printf 'index\tvariant\trepeat\ttokens_per_s\n' >"$out/ab.tsv"
 for r in $(seq 1 "${AB_REPEATS:-2}"); do
   i=0
   for v in "$@"; do
@@ -39,15 +47,16 @@ for r in $(seq 1 "${AB_REPEATS:-2}"); do
       --batch-size "${AB_BATCH:-1}" --input-len 32 --output-len "${AB_OUTPUT_LEN:-256}" --num-iters 5 \
       --num-iters-warmup 1 >"$log" 2>&1
     tps=$(sed -nE 's/^decode: +([0-9.]+) tokens\/s.*/\1/p' "$log" | head -1)
-    printf '%s\t%s\t%s\n' "$v" "$r" "${tps:-FAILED}" >>"$out/ab.tsv"
+    printf '%s\t%s\t%s\t%s\n' "$i" "$v" "$r" "${tps:-FAILED}" >>"$out/ab.tsv"
   done
 done
 python3 - "$out/ab.tsv" <<'EOF'
 import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-order = list(dict.fromkeys(r["variant"] for r in rows))
-for v in order:
-    vals = [float(r["tokens_per_s"]) for r in rows if r["variant"] == v and r["tokens_per_s"] != "FAILED"]
-    runs = " / ".join(r["tokens_per_s"] for r in rows if r["variant"] == v)
-    print(f"{v:60s} median {statistics.median(vals) if vals else float('nan'):8.1f} tok/s  ({runs})")
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t", quoting=csv.QUOTE_NONE))
+for i in dict.fromkeys(r["index"] for r in rows):
+    mine = [r for r in rows if r["index"] == i]
+    vals = [float(r["tokens_per_s"]) for r in mine if r["tokens_per_s"] != "FAILED"]
+    runs = " / ".join(r["tokens_per_s"] for r in mine)
+    med = statistics.median(vals) if vals else float("nan")
+    print(f"{i:>2} {mine[0]['variant']:58s} median {med:8.1f} tok/s  ({runs})")
 EOF

@@ -78,17 +78,6 @@ struct OverlapBranch {
   OverlapBranch& operator=(const OverlapBranch&) = delete;
 };
 
-/// Skinny tuning for a row range of in_proj ([rows, K] of the [2I, K] weight) at M rows: with `same_bits`, the
-/// whole in_proj's split count (so each output element is summed exactly as the unsplit GEMM sums it), else the
-/// range's own default.
-SkinnyTuning part_in_proj_tuning(int64_t M, int64_t rows, int64_t I, int64_t K, bool same_bits) {
-  if (!same_bits) return skinny_default_tuning(M, rows, K);
-  SkinnyTuning t = skinny_default_tuning(M, 2 * I, K);
-  const int want = skinny_gemm_splits(2 * I, K, t.split_shift);
-  while (t.split_shift > -8 && skinny_gemm_splits(rows, K, t.split_shift) > want) --t.split_shift;
-  while (t.split_shift < 8 && skinny_gemm_splits(rows, K, t.split_shift) < want) ++t.split_shift;
-  return t;
-}
 
 /// Benchmark-only knobs of the decode overlap (environment, read once; results may be wrong under them):
 /// SSMSERVE_OVERLAP_DEBUG bits: 1 = skip the z rows' GEMM, 2 = the z rows on the main stream right after the x
@@ -305,13 +294,15 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   const bool overlap = branch_ && np == 0 && b16 && T <= 16 && gemm_.takes_skinny(wd, T);
   const bool split_z = overlap && (ov & 1), late_pf = overlap && (ov & 2) && (ov & 16);
   // The main stream's rows: x and the first zm z rows (overlap_z_main_rows); the branch the other I - zm.
-  const int64_t zm = split_z && !(ov & 4) ? std::clamp<int64_t>(opt_.overlap_z_main_rows / 16 * 16, 0, I - 16) : 0;
+  const int64_t zm = split_z && !(ov & 4) && opt_.overlap_z_main_rows > 0 && I >= 32
+                         ? std::min<int64_t>(opt_.overlap_z_main_rows / 16 * 16, (I - 16) / 16 * 16)
+                         : 0;
   // Bit 32: the decode rows' conv update in the x rows' GEMM epilogue (SkinnyConvEpilogue, same bits).
   const bool conv_epi = split_z && (ov & 32) && nd == T;
   if (overlap) {
     const bool same_bits = !(ov & 4) || opt_.batch_invariant;
-    SkinnyTuning half = part_in_proj_tuning(T, I + zm, I, H, same_bits);
-    SkinnyTuning zhalf = part_in_proj_tuning(T, I - zm, I, H, same_bits);
+    SkinnyTuning half = same_bits ? skinny_part_tuning(T, I + zm, 2 * I, H) : skinny_default_tuning(T, I + zm, H);
+    SkinnyTuning zhalf = same_bits ? skinny_part_tuning(T, I - zm, 2 * I, H) : skinny_default_tuning(T, I - zm, H);
     const OverlapBench& ob = overlap_bench();
     if (ob.half_tune && !opt_.batch_invariant) {
       for (SkinnyTuning* h : {&half, &zhalf}) {
@@ -540,7 +531,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   if (const char* e = std::getenv("SSMSERVE_OVERLAP_Z_MAIN"); e && *e) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
-    SSM_CHECK(end && *end == 0 && v >= 0 && v <= (1 << 20), "SSMSERVE_OVERLAP_Z_MAIN={}: expected a row count >= 0", e);
+    SSM_CHECK(end && *end == 0 && v >= 0 && v <= (1 << 20), "SSMSERVE_OVERLAP_Z_MAIN={}: expected a row count in [0, 2^20]", e);
     o.overlap_z_main_rows = static_cast<int>(v);
   }
   if (const char* e = std::getenv("SSMSERVE_DECODE_OVERLAP"); e && *e) {

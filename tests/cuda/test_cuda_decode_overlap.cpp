@@ -71,6 +71,7 @@ void check_overlap(const std::filesystem::path& dir, LoadFormat format) {
   const ModelConfig cfg = ModelConfig::load(dir);
   cuda::CudaModelOptions base;
   base.cuda_graphs = false;
+  base.decode_overlap = 0;  // the unsplit chain (the default is 1)
   const auto ref = run_steps(*cuda::load_mamba_cuda(cfg, format, base));
   for (int mode : {1, 3, 9, 11, 2, 18, 19, 5, 7, 13, 15, 23}) {
     for (int pf : {0, 1, 2}) {
@@ -91,8 +92,8 @@ void check_overlap(const std::filesystem::path& dir, LoadFormat format) {
   }
   // Bit 32 (the conv update in the x rows' GEMM epilogue) and z rows moved to the main stream
   // (overlap_z_main_rows; clamped to d_inner - 16): the unsplit chain's bits, eagerly and through graphs.
-  for (int mode : {33, 41, 35}) {
-    for (int zm : {0, 16, 112, 1 << 20}) {
+  for (int mode : {33, 41, 35, 51, 37}) {  // 37 (own split counts): bit 4 turns the z rows' move off
+    for (int zm : {0, 16, 120, 1 << 20}) {  // 120: rounded down to 112
       SCOPED_TRACE(::testing::Message() << dir.filename().string() << " decode_overlap " << mode << " z main rows " << zm);
       cuda::CudaModelOptions o;
       o.decode_overlap = mode, o.overlap_z_main_rows = zm;
@@ -100,7 +101,11 @@ void check_overlap(const std::filesystem::path& dir, LoadFormat format) {
       o.cuda_graphs = false;
       const auto eager = run_steps(*cuda::load_mamba_cuda(cfg, format, o));
       expect_same(graphed, eager, "graphs vs eager");
-      expect_same(eager, ref, "overlap vs the unsplit chain");
+      if (!(mode & 4)) {
+        expect_same(eager, ref, "overlap vs the unsplit chain");
+      } else {
+        for (size_t s = 0; s < ref.size(); ++s) EXPECT_LT(rel(eager[s], ref[s]), 1e-3) << "step " << s;
+      }
     }
   }
   // Batch-invariant mode keeps the whole in_proj's split count even when bit 4 asks for the halves' own.

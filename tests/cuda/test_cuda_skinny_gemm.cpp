@@ -198,6 +198,56 @@ TEST(CudaSkinnyGemm, ConvEpilogueEqualsConvUpdateDual) {
             cudaErrorInvalidValue);  // columns past N, no state pool
 }
 
+/// skinny_part_tuning (host only, runs without a GPU): for any row count of any decode-sized weight, the part's
+/// split count and block splits equal the whole weight's default ones (the condition for the same bits).
+TEST(CudaSkinnyGemm, PartTuningKeepsTheWholeSplitCount) {
+  for (int64_t K : {160, 768, 2560, 5120})
+    for (int64_t N : {192, 3072, 8192, 10240, 10576, 50280})
+      for (int64_t rows = 16; rows < N; rows += std::max<int64_t>(16, N / 37 / 16 * 16)) {
+        const cuda::SkinnyTuning w = cuda::skinny_default_tuning(1, N, K), p = cuda::skinny_part_tuning(1, rows, N, K);
+        ASSERT_EQ(cuda::skinny_gemm_splits(rows, K, p.split_shift), cuda::skinny_gemm_splits(N, K, w.split_shift))
+            << "N " << N << " K " << K << " rows " << rows;
+        ASSERT_EQ(p.cta_splits, w.cta_splits);
+      }
+}
+
+/// A weight cut into two row ranges run as separate GEMMs with skinny_part_tuning (the decode overlap's x + first
+/// z rows / remaining z rows of in_proj) == the whole GEMM bit for bit, for the decode shapes' in_proj (where the
+/// parts' own default split counts differ from the whole's, e.g. mamba-2.8b: 4 vs 8) at several cut points.
+TEST(CudaSkinnyGemm, PartTuningsSumLikeTheWholeWeight) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  // mamba-2.8b even in quick mode: its halves' own split count (8) differs from the whole in_proj's (4).
+  for (const Mamba1Shape& s : {Mamba1Shape{"mamba-130m", 768, 1536, 16, 4, 48}, Mamba1Shape{"mamba-2.8b", 2560, 5120, 16, 4, 160}}) {
+    const int64_t N = 2 * s.d_inner, K = s.d_model;
+    for (int64_t M : {1, 5, 16}) {
+      Operands op(rng, M, N, K, K);
+      DeviceBuffer whole(M * N * 4);
+      SSM_CUDA_CHECK(skinny({M, N, K, op.dx.data(), K, op.dw.data(), K, DType::BF16, whole.data(), N, DType::F32},
+                            nullptr, 0, true, nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto want = to_host<float>(whole, M * N);
+      for (int64_t cut : {int64_t{16}, s.d_inner, s.d_inner + s.d_inner / 4 / 16 * 16, N - 16}) {
+        SCOPED_TRACE(::testing::Message() << s.name << " M=" << M << " cut " << cut);
+        DeviceBuffer parts = poisoned_bytes(M * N * 4);
+        const cuda::SkinnyTuning t0 = cuda::skinny_part_tuning(M, cut, N, K), t1 = cuda::skinny_part_tuning(M, N - cut, N, K);
+        cuda::SkinnyExtras e0, e1;
+        e0.tuning = &t0, e1.tuning = &t1;
+        const auto* w = static_cast<const uint16_t*>(op.dw.data());
+        SSM_CUDA_CHECK(skinny({M, cut, K, op.dx.data(), K, w, K, DType::BF16, parts.data(), N, DType::F32}, nullptr, 0,
+                              true, nullptr, e0));
+        SSM_CUDA_CHECK(skinny({M, N - cut, K, op.dx.data(), K, w + cut * K, K, DType::BF16, parts.as<float>() + cut, N,
+                               DType::F32}, nullptr, 0, true, nullptr, e1));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(parts, M * N);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+      }
+    }
+  }
+}
+
 TEST(CudaSkinnyGemm, RejectsBadArguments) {
   REQUIRE_GPU();
   EXPECT_EQ(cuda::skinny_gemm({1, 8, 16, nullptr, 16, nullptr, 16, DType::F32, nullptr, 8, DType::F32}, nullptr, 0,

@@ -347,6 +347,14 @@ SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
   return t;
 }
 
+SkinnyTuning skinny_part_tuning(int64_t M, int64_t rows, int64_t N_whole, int64_t K) {
+  SkinnyTuning t = skinny_default_tuning(M, N_whole, K);
+  const int want = skinny_gemm_splits(N_whole, K, t.split_shift);
+  while (t.split_shift > -8 && skinny_gemm_splits(rows, K, t.split_shift) > want) --t.split_shift;
+  while (t.split_shift < 8 && skinny_gemm_splits(rows, K, t.split_shift) < want) ++t.split_shift;
+  return t;
+}
+
 namespace {
 int cta_splits_of(const SkinnyTuning& t, int splits) {
   const int c = t.cta_splits >= kCtaSplits ? kCtaSplits : t.cta_splits >= 8 ? 8 : 4;

@@ -40,7 +40,8 @@ struct SkinnyTuning {
   /// Launch shape from occupancy instead of unroll / pipelined / reg_cap (aligned decode rows only): the
   /// pipelined unroll-2 form when the grid fits in one wave of it, else plain unroll 4, both without the cap.
   /// Every form loads its first `unroll` chunks of W into registers before the PDL wait (W does not depend on
-  /// the previous kernel; x is read after it): mamba-2.8b batch-1 decode 398 vs 383-388 tokens/s on the H200.
+  /// the previous kernel; x is read after it): mamba-2.8b batch-1 decode 395-398 tokens/s on the H200 (session 7's
+  /// order: 393-395 in its runs; not yet compared in one run).
   bool auto_shape = false;
 };
 
@@ -76,11 +77,16 @@ struct SkinnyExtras {
 /// counters). Benchmark knobs (environment, read once): SSMSERVE_SKINNY_TUNE="unroll,pipelined,reg_cap,cta_splits",
 /// SSMSERVE_SKINNY_PREFETCH_MB (the pre-wait L2 prefetch, default 4), SSMSERVE_SKINNY_LATE_TRIGGER=1 (PDL
 /// trigger after the main loop: measured no faster), SSMSERVE_SKINNY_PRELOAD=0 (W's first chunks loaded after the
-/// PDL wait instead, as before session 8).
+/// PDL wait and only prefetched into L2 before it, as before session 8).
 int skinny_gemm_splits(int64_t N, int64_t K);
 
 /// skinny_gemm_splits(N, K) scaled by 2^split_shift (clamped to [1, 64]; SkinnyTuning::split_shift).
 int skinny_gemm_splits(int64_t N, int64_t K, int split_shift);
+
+/// Tuning for rows [r0, r0 + rows) of an N_whole x K weight run as their own GEMM (e.g. in_proj cut between two
+/// graph branches) so that every output element is summed exactly as the whole GEMM sums it: the whole weight's
+/// default split count (split_shift adjusted for the part's row count) and block splits. Any rows >= 1.
+SkinnyTuning skinny_part_tuning(int64_t M, int64_t rows, int64_t N_whole, int64_t K);
 
 /// Workspace bytes skinny_gemm needs for (M, N, K) (0 when the splits fit in one block), and in *counter_bytes
 /// the bytes of its arrival counters (zeroed once by the caller; every launch leaves them zero again).
