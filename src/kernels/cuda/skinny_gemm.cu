@@ -112,9 +112,13 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   const __nv_bfloat16* w1 = p.w + static_cast<int64_t>(r1ok ? n0 + g + 8 : 0) * p.ws;
   // 1. Before the PDL wait (independent of the previous kernel): the split's first U chunks of W into registers,
   //    the next ones prefetched into L2.
+  // The register-capped and unroll-8 forms (benchmark sweeps only) keep the old order: holding their W chunks
+  // across the wait made them spill.
+  constexpr bool kPreloadForm = MINB == 1 && U <= 4;
+  const bool preload = kPreloadForm && p.preload;
   uint4 a0[U], a1[U];
-  if (p.preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
-  for (int c = p.preload ? c0 + U : c0; c < min(c1, c0 + p.prefetch_chunks); ++c) {
+  if (preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
+  for (int c = preload ? c0 + U : c0; c < min(c1, c0 + p.prefetch_chunks); ++c) {
     const int k = c * kChunk + 8 * t;
     if (k < p.K) {
       if (r0ok) asm volatile("prefetch.global.L2 [%0];" ::"l"(w0 + k));
@@ -123,7 +127,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   }
   pdl_wait();
   if (!p.late_trigger) pdl_launch_dependents();
-  if (!p.preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
+  if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
   const __nv_bfloat16* xr[MT];
   bool xok[MT];
 #pragma unroll
