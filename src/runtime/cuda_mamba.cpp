@@ -78,7 +78,6 @@ struct OverlapBranch {
   OverlapBranch& operator=(const OverlapBranch&) = delete;
 };
 
-
 /// Benchmark-only knobs of the decode overlap (environment, read once; results may be wrong under them):
 /// SSMSERVE_OVERLAP_DEBUG bits: 1 = skip the z rows' GEMM, 2 = the z rows on the main stream right after the x
 /// rows (no branch), 4 = the branch's GEMM launched with PDL; SSMSERVE_OVERLAP_PF_MB=<n>: prefetch only the
@@ -114,6 +113,15 @@ const OverlapBench& overlap_bench() {
     return o;
   }();
   return b;
+}
+
+/// The default skinny tuning of an N x K weight at M rows with a bench knob's split shift / block splits (and its
+/// fixed launch shape, if it gave one).
+SkinnyTuning bench_tuning(const SkinnyTuning& o, int64_t M, int64_t N, int64_t K) {
+  SkinnyTuning t = skinny_default_tuning(M, N, K);
+  t.split_shift = o.split_shift, t.cta_splits = o.cta_splits;
+  if (!o.auto_shape) t.auto_shape = false, t.unroll = o.unroll, t.pipelined = o.pipelined, t.reg_cap = false;
+  return t;
 }
 
 struct LayerDev {
@@ -354,15 +362,9 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   //    x_proj is row-parallel); delta = dt_proj(dt_low).
   const bool fused_cast = b16 && !tp_.on();
   // Benchmark-only split tunings of the latency-bound x_proj / dt_proj (other bits; overlap path only).
-  auto tuned = [&](const SkinnyTuning& o, int64_t N, int64_t K) {
-    SkinnyTuning t = skinny_default_tuning(T, N, K);
-    t.split_shift = o.split_shift, t.cta_splits = o.cta_splits;
-    if (!o.auto_shape) t.auto_shape = false, t.unroll = o.unroll, t.pipelined = o.pipelined, t.reg_cap = false;
-    return t;
-  };
   const OverlapBench& obx = overlap_bench();
   if (overlap && obx.xproj_tune && fused_cast && !opt_.batch_invariant) {
-    const SkinnyTuning t = tuned(obx.xproj, XD, I);
+    const SkinnyTuning t = bench_tuning(obx.xproj, T, XD, I);
     SkinnyExtras ex;
     ex.tuning = &t;
     gemm_.run({T, XD, I, xc16, I, L.x_proj.buf.data(), L.x_proj.cols, wd, xdbl, XD, DType::F32}, s, xdbl16, XD, &ex);
@@ -372,7 +374,7 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   tp_.all_reduce(xdbl, T * XD);
   if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s));
   if (overlap && obx.dtproj_tune && b16 && !opt_.batch_invariant) {
-    const SkinnyTuning t = tuned(obx.dtproj, I, R);
+    const SkinnyTuning t = bench_tuning(obx.dtproj, T, I, R);
     SkinnyExtras ex;
     ex.tuning = &t;
     gemm_.run({T, I, R, xdbl16, XD, L.dt_proj.buf.data(), L.dt_proj.cols, wd, delta, I, DType::F32}, s, nullptr, 0, &ex);
@@ -410,10 +412,7 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   }
   // 6. out = out_proj(y) (added to hidden by the next layer's norm or the final norm).
   if (overlap && overlap_bench().outproj_tune) {
-    SkinnyTuning t = skinny_default_tuning(T, H, I);
-    const SkinnyTuning& o = overlap_bench().outproj;
-    t.split_shift = o.split_shift, t.cta_splits = o.cta_splits;
-    if (!o.auto_shape) t.auto_shape = false, t.unroll = o.unroll, t.pipelined = o.pipelined, t.reg_cap = false;
+    const SkinnyTuning t = bench_tuning(overlap_bench().outproj, T, H, I);
     SkinnyExtras ex;
     ex.tuning = &t;
     gemm_.run({T, H, I, y16, I, L.out_proj.buf.data(), L.out_proj.cols, wd, out, H, DType::F32}, s, nullptr, 0, &ex);
