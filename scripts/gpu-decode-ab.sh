@@ -6,7 +6,7 @@
 # Usage: scripts/gpu-decode-ab.sh OUTDIR VARIANT...
 #   SSMSERVE_PREBUILT=DIR  executables in DIR (scripts/gpu-package.sh), else build-gpu/;
 #   AB_MODEL=configs/mamba-2.8b  AB_BATCH=1  AB_REPEATS=2  AB_OUTPUT_LEN=256.
-# Example: scripts/gpu-decode-ab.sh out - "SSMSERVE_SKINNY_PRELOAD=0" "SSMSERVE_OVERLAP_Z_MAIN=1280"
+# Example: scripts/gpu-decode-ab.sh out - "SSMSERVE_SKINNY_PRELOAD=0" "SSMSERVE_SKINNY_PREFETCH_MB=8"
 set -uo pipefail
 out=${1:?usage: scripts/gpu-decode-ab.sh OUTDIR VARIANT...}
 shift

@@ -82,14 +82,13 @@ struct OverlapBranch {
 /// SSMSERVE_OVERLAP_DEBUG bits: 1 = skip the z rows' GEMM, 2 = the z rows on the main stream right after the x
 /// rows (no branch), 4 = the branch's GEMM launched with PDL; SSMSERVE_OVERLAP_PF_MB=<n>: prefetch only the
 /// first n MB of out_proj; SSMSERVE_OUTPROJ_TUNE="shift,cta": out_proj's skinny split shift / block splits;
-/// SSMSERVE_OVERLAP_HALF_TUNE="shift,cta": the in_proj halves' split shift (added) / block splits;
-/// SSMSERVE_XPROJ_TUNE / SSMSERVE_DTPROJ_TUNE="shift,cta": x_proj's / dt_proj's split shift / block splits; all
+/// SSMSERVE_OVERLAP_HALF_TUNE="shift,cta": the in_proj halves' split shift (added) / block splits; both
 /// take ",unroll,pipelined" after them for a fixed launch shape (never changes a result).
 struct OverlapBench {
   int debug = 0;
   int64_t pf_bytes = 0;
-  bool outproj_tune = false, half_tune = false, xproj_tune = false, dtproj_tune = false;
-  SkinnyTuning outproj, half, xproj, dtproj;
+  bool outproj_tune = false, half_tune = false;
+  SkinnyTuning outproj, half;
 };
 const OverlapBench& overlap_bench() {
   static const OverlapBench b = [] {
@@ -108,8 +107,6 @@ const OverlapBench& overlap_bench() {
     };
     tune("SSMSERVE_OUTPROJ_TUNE", o.outproj_tune, o.outproj);
     tune("SSMSERVE_OVERLAP_HALF_TUNE", o.half_tune, o.half);
-    tune("SSMSERVE_XPROJ_TUNE", o.xproj_tune, o.xproj);
-    tune("SSMSERVE_DTPROJ_TUNE", o.dtproj_tune, o.dtproj);
     return o;
   }();
   return b;
@@ -301,37 +298,25 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   const int ov = opt_.decode_overlap;
   const bool overlap = branch_ && np == 0 && b16 && T <= 16 && gemm_.takes_skinny(wd, T);
   const bool split_z = overlap && (ov & 1), late_pf = overlap && (ov & 2) && (ov & 16);
-  // The main stream's rows: x and the first zm z rows (overlap_z_main_rows); the branch the other I - zm.
-  const int64_t zm = split_z && !(ov & 4) && opt_.overlap_z_main_rows > 0 && I >= 32
-                         ? std::min<int64_t>(opt_.overlap_z_main_rows / 16 * 16, (I - 16) / 16 * 16)
-                         : 0;
-  // Bit 32: the decode rows' conv update in the x rows' GEMM epilogue (SkinnyConvEpilogue, same bits).
-  const bool conv_epi = split_z && (ov & 32) && nd == T;
   if (overlap) {
     const bool same_bits = !(ov & 4) || opt_.batch_invariant;
-    SkinnyTuning half = same_bits ? skinny_part_tuning(T, I + zm, 2 * I, H) : skinny_default_tuning(T, I + zm, H);
-    SkinnyTuning zhalf = same_bits ? skinny_part_tuning(T, I - zm, 2 * I, H) : skinny_default_tuning(T, I - zm, H);
+    SkinnyTuning half = same_bits ? skinny_part_tuning(T, I, 2 * I, H) : skinny_default_tuning(T, I, H);
     const OverlapBench& ob = overlap_bench();
     if (ob.half_tune && !opt_.batch_invariant) {
-      for (SkinnyTuning* h : {&half, &zhalf}) {
-        h->split_shift += ob.half.split_shift, h->cta_splits = ob.half.cta_splits;
-        if (!ob.half.auto_shape)
-          h->auto_shape = false, h->unroll = ob.half.unroll, h->pipelined = ob.half.pipelined, h->reg_cap = false;
-      }
+      half.split_shift += ob.half.split_shift, half.cta_splits = ob.half.cta_splits;
+      if (!ob.half.auto_shape)
+        half.auto_shape = false, half.unroll = ob.half.unroll, half.pipelined = ob.half.pipelined, half.reg_cap = false;
     }
-    SkinnyExtras ex, zex;
-    ex.tuning = &half, zex.tuning = &zhalf;
-    const SkinnyConvEpilogue ce{conv, 0, dm.state_indices_d, xc, I, xc16, I};
-    if (conv_epi) ex.conv = &ce;
+    SkinnyExtras ex;
+    ex.tuning = &half;
     const auto* w_in = static_cast<const uint16_t*>(L.in_proj.buf.data());
     cudaStream_t side = branch_->side.get();
     auto fork = [&] {
-      const GemmArgs z{T, I - zm, H, normed, H, w_in + (I + zm) * L.in_proj.cols, L.in_proj.cols, wd, xz + I + zm, 2 * I,
-                       DType::F32};
-      if (split_z && (ob.debug & 2)) gemm_.run(z, s, nullptr, 0, &zex);
+      const GemmArgs z{T, I, H, normed, H, w_in + I * L.in_proj.cols, L.in_proj.cols, wd, xz + I, 2 * I, DType::F32};
+      if (split_z && (ob.debug & 2)) gemm_.run(z, s, nullptr, 0, &ex);
       SSM_CUDA_CHECK(cudaEventRecord(branch_->fork, s));
       SSM_CUDA_CHECK(cudaStreamWaitEvent(side, branch_->fork, 0));
-      if (split_z && !(ob.debug & 3)) branch_->gemm.run(z, side, nullptr, 0, &zex);
+      if (split_z && !(ob.debug & 3)) branch_->gemm.run(z, side, nullptr, 0, &ex);
       if (late_pf) SSM_CUDA_CHECK(cudaEventRecord(branch_->join, side));
       if (ov & 2) {
         const size_t bytes = ob.pf_bytes > 0 ? std::min<size_t>(ob.pf_bytes, L.out_proj.buf.bytes()) : L.out_proj.buf.bytes();
@@ -344,14 +329,14 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
       fork();
     } else {
       if (ov & 8) fork();
-      gemm_.run({T, I + zm, H, normed, H, w_in, L.in_proj.cols, wd, xz, 2 * I, DType::F32}, s, nullptr, 0, &ex);
+      gemm_.run({T, I, H, normed, H, w_in, L.in_proj.cols, wd, xz, 2 * I, DType::F32}, s, nullptr, 0, &ex);
       if (!(ov & 8)) fork();
     }
   } else {
     gemm(normed, T, H, L.in_proj, xz, 2 * I);
   }
   // 3. Causal conv1d + SiLU (xc, and its bf16 copy for x_proj): decode rows [0, nd), then the prefill rows.
-  if (nd > 0 && !conv_epi)
+  if (nd > 0)
     SSM_CUDA_CHECK(conv1d_update_dual(xz, 2 * I, xc, I, b16 ? xc16 : nullptr, I, conv, dm.state_indices_d,
                                       static_cast<int>(nd), pdl, s));
   if (np > 0) {
@@ -361,26 +346,10 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   // 4. x_proj -> xdbl = [dt_low, B, C] (and its bf16 copy; under tensor parallelism after the all-reduce, since
   //    x_proj is row-parallel); delta = dt_proj(dt_low).
   const bool fused_cast = b16 && !tp_.on();
-  // Benchmark-only split tunings of the latency-bound x_proj / dt_proj (other bits; overlap path only).
-  const OverlapBench& obx = overlap_bench();
-  if (overlap && obx.xproj_tune && fused_cast && !opt_.batch_invariant) {
-    const SkinnyTuning t = bench_tuning(obx.xproj, T, XD, I);
-    SkinnyExtras ex;
-    ex.tuning = &t;
-    gemm_.run({T, XD, I, xc16, I, L.x_proj.buf.data(), L.x_proj.cols, wd, xdbl, XD, DType::F32}, s, xdbl16, XD, &ex);
-  } else {
-    gemm(b16 ? static_cast<const void*>(xc16) : xc, T, I, L.x_proj, xdbl, XD, fused_cast ? xdbl16 : nullptr);
-  }
+  gemm(b16 ? static_cast<const void*>(xc16) : xc, T, I, L.x_proj, xdbl, XD, fused_cast ? xdbl16 : nullptr);
   tp_.all_reduce(xdbl, T * XD);
   if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s));
-  if (overlap && obx.dtproj_tune && b16 && !opt_.batch_invariant) {
-    const SkinnyTuning t = bench_tuning(obx.dtproj, T, I, R);
-    SkinnyExtras ex;
-    ex.tuning = &t;
-    gemm_.run({T, I, R, xdbl16, XD, L.dt_proj.buf.data(), L.dt_proj.cols, wd, delta, I, DType::F32}, s, nullptr, 0, &ex);
-  } else {
-    gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
-  }
+  gemm(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, L.dt_proj, delta, I);
   if (overlap) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and an early-joined prefetch) done
   // 5. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly).
   ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
@@ -527,16 +496,10 @@ CudaModelOptions CudaModelOptions::from_env() {
   small_int("SSMSERVE_DECODE_PERSISTENT", o.persistent_decode, 2);
   small_int("SSMSERVE_PERSISTENT_PREFETCH", o.persistent_prefetch, 5);
   small_int("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 2);
-  if (const char* e = std::getenv("SSMSERVE_OVERLAP_Z_MAIN"); e && *e) {
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    SSM_CHECK(end && *end == 0 && v >= 0 && v <= (1 << 20), "SSMSERVE_OVERLAP_Z_MAIN={}: expected a row count in [0, 2^20]", e);
-    o.overlap_z_main_rows = static_cast<int>(v);
-  }
   if (const char* e = std::getenv("SSMSERVE_DECODE_OVERLAP"); e && *e) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
-    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 63, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 63]", e);
+    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 31, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 31]", e);
     o.decode_overlap = static_cast<int>(v);
   }
   if (const char* e = std::getenv("SSMSERVE_SKINNY_MAX_M"); e && *e) {

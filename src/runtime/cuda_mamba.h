@@ -47,26 +47,17 @@ struct CudaModelOptions {
   /// (l2_prefetch mode overlap_prefetch); bit 4 = the halves with their own K split count (faster, other bits)
   /// instead of the whole in_proj's (bit-identical to the unsplit chain; forced in batch-invariant mode);
   /// bit 8 = the branch forks before the x rows (z streams next to x) instead of after them; bit 16 = the
-  /// prefetch rejoins the main stream after out_proj instead of before the state update; bit 32 (with bit 1) =
-  /// the decode rows' conv update in the x rows' GEMM epilogue (skinny_gemm's SkinnyConvEpilogue: same bits, one
-  /// launch less on the main stream; session 8: not yet measured on the H200). Bit 2 without bit 1:
+  /// prefetch rejoins the main stream after out_proj instead of before the state update. Bit 2 without bit 1:
   /// in_proj whole, then the branch prefetches. Default 1 (bit-identical to 0, tested): on the H200 mamba-2.8b
   /// batch-1 decode 351 vs 348 tokens/s (+0.8%, 3 runs); every prefetch / split-count variant measured slower
   /// (docs/benchmarks.md, session 6).
   int decode_overlap = 1;
   /// decode_overlap's prefetch mode (decode_ops.h l2_prefetch: 0 lines, 1 lines evict_last, 2 TMA bulk).
   int overlap_prefetch = 0;
-  /// With decode_overlap bit 1 (not bit 4): the first overlap_z_main_rows z rows (rounded down to a multiple of
-  /// 16, at most d_inner - 16) are computed on the main stream with the x rows, the branch computes the rest;
-  /// balances the branch's GEMM against the main stream's conv -> x_proj -> dt_proj chain (the state update waits
-  /// for both). Every part keeps the whole in_proj's split count: same bits. Default 0 (session 8: not yet
-  /// measured on the H200).
-  int overlap_z_main_rows = 0;
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
   /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_PERSISTENT=0|1|2,
-  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..63, SSMSERVE_OVERLAP_Z_MAIN=<rows>,
-  /// SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
+  /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
   /// Error on a malformed value.
   static CudaModelOptions from_env();
 };

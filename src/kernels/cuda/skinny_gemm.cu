@@ -124,8 +124,9 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
       if (r1ok) asm volatile("prefetch.global.L2 [%0];" ::"l"(w1 + k));
     }
   }
+  if (kPdlEarlyTrigger && !p.late_trigger) pdl_launch_dependents();
   pdl_wait();
-  if (!p.late_trigger) pdl_launch_dependents();
+  if (!kPdlEarlyTrigger && !p.late_trigger) pdl_launch_dependents();
   if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
   const __nv_bfloat16* xr[MT];
   bool xok[MT];
