@@ -2,10 +2,12 @@
 # Batch-1 decode A/B on the GPU (issue 7): the copy roofline, then `ssmserve bench latency` on a dummy-weight
 # model once per variant, the variants interleaved and the whole list repeated, so run-to-run drift (~3% on the
 # H200) does not masquerade as a difference. A variant is a space-separated list of VAR=value settings, no quotes
-# inside ("-" for the defaults); the same variant may be given twice (an A/A check of the noise). Results: OUTDIR/ab.tsv (variant, repeat, tokens/s) and a median table on stdout.
+# inside ("-" for the defaults); the same variant may be given twice (an A/A check of the noise). A variant's
+# SSMSERVE_PREBUILT=DIR word runs that variant on DIR's executables (a build-switch A/B, e.g. two packages).
+# Results: OUTDIR/ab.tsv (variant, repeat, tokens/s) and a median table on stdout.
 # Usage: scripts/gpu-decode-ab.sh OUTDIR VARIANT...
 #   SSMSERVE_PREBUILT=DIR  executables in DIR (scripts/gpu-package.sh), else build-gpu/;
-#   AB_MODEL=configs/mamba-2.8b  AB_BATCH=1  AB_REPEATS=2  AB_OUTPUT_LEN=256.
+#   AB_MODEL=configs/mamba-2.8b  AB_BATCH=1  AB_REPEATS=2  AB_OUTPUT_LEN=256  AB_ROOFLINE=0 (skip the copy roofline).
 # Example: scripts/gpu-decode-ab.sh out - "SSMSERVE_SKINNY_PRELOAD=0" "SSMSERVE_SKINNY_PREFETCH_MB=8"
 set -uo pipefail
 out=${1:?usage: scripts/gpu-decode-ab.sh OUTDIR VARIANT...}
@@ -24,7 +26,7 @@ bin=${prebuilt:-build-gpu}
 [ -d "$bin/lib" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$bin/lib"
 [ -x "$bin/ssmserve" ] || { echo "no $bin/ssmserve (build with SSMSERVE_CUDA=ON or set SSMSERVE_PREBUILT)" >&2; exit 2; }
 model=${AB_MODEL:-configs/mamba-2.8b}
-if [ -x "$bin/test_cuda_decode_bench" ]; then
+if [ "${AB_ROOFLINE:-1}" != 0 ] && [ -x "$bin/test_cuda_decode_bench" ]; then
   SSMSERVE_CHAIN_QUICK=1 "$bin/test_cuda_decode_bench" --gtest_also_run_disabled_tests \
     --gtest_filter='CudaDecodeBench.DISABLED_RooflinesAndGemms' >"$out/roofline.log" 2>&1
   grep -E "^roofline copy" "$out/roofline.log"
@@ -42,8 +44,10 @@ for r in $(seq 1 "${AB_REPEATS:-2}"); do
     i=$((i + 1))
     envs=()
     [ "$v" != "-" ] && read -r -a envs <<<"$v"
+    vbin=$bin
+    for word in "${envs[@]}"; do [[ "$word" == SSMSERVE_PREBUILT=* ]] && vbin=${word#SSMSERVE_PREBUILT=}; done
     log="$out/v$i-r$r.log"
-    env "${envs[@]}" "$bin/ssmserve" bench latency --model "$model" --load-format dummy --device cuda \
+    env "${envs[@]}" "$vbin/ssmserve" bench latency --model "$model" --load-format dummy --device cuda \
       --batch-size "${AB_BATCH:-1}" --input-len 32 --output-len "${AB_OUTPUT_LEN:-256}" --num-iters 5 \
       --num-iters-warmup 1 >"$log" 2>&1
     tps=$(sed -nE 's/^decode: +([0-9.]+) tokens\/s.*/\1/p' "$log" | head -1)
