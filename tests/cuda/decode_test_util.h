@@ -97,9 +97,6 @@ inline std::vector<cuda::SkinnyTuning> tunings() {
     t.push_back({2, true, false, shift, 4});
     t.push_back({4, false, false, shift, 4});
   }
-  // W staged in shared memory before the PDL wait (occupancy-picked forms): part of a split, all of it.
-  for (int kb : {4, 16, 64, 192}) t.push_back({4, false, false, 0, 4, true, kb});
-  t.push_back({4, false, false, 0, 16, true, 48});
   return t;
 }
 

@@ -118,8 +118,7 @@ TEST(CudaSkinnyGemm, TuningVariantsEqualDefaultBits) {
       const auto want = to_host<float>(d0, M * ys);
       for (const auto& tu : tunings()) {
         SCOPED_TRACE(::testing::Message() << "unroll " << tu.unroll << " pipelined " << tu.pipelined << " cap "
-                                        << tu.reg_cap << " shift " << tu.split_shift << " cta " << tu.cta_splits
-                                        << " auto " << tu.auto_shape << " stage KB " << tu.stage_kb);
+                                        << tu.reg_cap << " shift " << tu.split_shift << " cta " << tu.cta_splits);
         cuda::SkinnyExtras ex;
         ex.tuning = &tu;
         DeviceBuffer d1 = poisoned_bytes(M * ys * 4);

@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
                                                                  const int32_t* __restrict__ rows, int64_t H,
                                                                  bool write_residual, TO* out, int64_t out_stride) {
   __shared__ float scratch[32];
-  pdl_wait_then_trigger();
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t i = blockIdx.x, r = rows ? rows[i] : i;
   float* res = residual + r * res_stride;
   const float* xr = x ? x + r * x_stride : nullptr;
@@ -86,7 +87,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
     const int64_t q = tid + j * kNormThreads;
     if (q < H4) wv[j] = reinterpret_cast<const float4*>(weight)[q];
   }
-  pdl_wait_then_trigger();
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t i = blockIdx.x, r = rows ? rows[i] : i;
   float4* res = reinterpret_cast<float4*>(residual + r * res_stride);
   const float4* xr = x ? reinterpret_cast<const float4*>(x + r * x_stride) : nullptr;
@@ -156,7 +158,8 @@ __global__ void conv_update_dual_kernel(const float* __restrict__ x, int64_t x_s
       for (int k = 0; k < p.width - 1; ++k)
         l2_line(static_cast<const TS*>(p.conv_states.data) + blk * p.conv_states.block_stride + k * p.dim + c);
   }
-  pdl_wait_then_trigger();
+  pdl_wait();
+  pdl_launch_dependents();
   if (c >= p.dim) return;
   const int32_t block = state_indices[b];
   if (block == 0) return;
@@ -186,7 +189,8 @@ __global__ void __launch_bounds__(kScanThreads) scan_update_kernel(ScanInputs in
       if (p.D) l2_line(p.D + c);
     }
   }
-  pdl_wait_then_trigger();
+  pdl_wait();
+  pdl_launch_dependents();
   const int s = blockIdx.y;
   const int32_t block = state_indices[s];
   if (block == 0) return;
@@ -230,7 +234,8 @@ __global__ void __launch_bounds__(kDtScanThreads) dt_scan_kernel(const __nv_bflo
   const int m0 = blockIdx.x * kDtScanRows;
   const int64_t dim = p.dim;
   prefetch_l2_grid(prefetch, prefetch_bytes);
-  pdl_wait_then_trigger();
+  pdl_wait();
+  pdl_launch_dependents();
   if (tid < 32) {
     const bool r0ok = n0 + g < dim, r1ok = n0 + g + 8 < dim, xok = m0 + g < batch;
     const __nv_bfloat16* w0 = w + (r0ok ? n0 + g : 0) * R;
@@ -291,7 +296,8 @@ __global__ void gated_norm_kernel(const float* y, int64_t y_stride, const float*
                                   const float* __restrict__ weight, float eps, int64_t group_size,
                                   bool norm_before_gate, TO* out, int64_t out_stride) {
   __shared__ float scratch[32];
-  pdl_wait_then_trigger();
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x, g0 = blockIdx.y * group_size;
   const float* yt = y + t * y_stride;
   const float* zt = z + t * z_stride;

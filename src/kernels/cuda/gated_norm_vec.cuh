@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kGatedNormVecMaxThreads) gated_norm_vec_kernel
     const float* y, int64_t y_stride, const float* __restrict__ z, int64_t z_stride, const float* __restrict__ weight,
     float eps, int64_t group_size, bool norm_before_gate, TO* out, int64_t out_stride) {
   __shared__ float scratch[32];
-  pdl_wait_then_trigger();
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x, g0 = blockIdx.y * group_size;
   const int n4 = static_cast<int>(group_size / 4);
   const float4* y4 = reinterpret_cast<const float4*>(y + t * y_stride + g0);

@@ -20,22 +20,6 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Where the decode kernels let their successor launch (benchmark build switch, never a result: every kernel still
-// waits before it reads or writes shared data, and its wait covers all earlier kernels transitively). 0: after the
-// wait (one kernel runs ahead); 1 (-DSSMSERVE_PDL_EARLY_TRIGGER=1): before it, so a chain of short kernels lets
-// later kernels become resident and issue their weight loads while several predecessors still run.
-#ifndef SSMSERVE_PDL_EARLY_TRIGGER
-#define SSMSERVE_PDL_EARLY_TRIGGER 0
-#endif
-constexpr bool kPdlEarlyTrigger = SSMSERVE_PDL_EARLY_TRIGGER != 0;
-
-/// pdl_wait() and pdl_launch_dependents() in the order kPdlEarlyTrigger picks.
-__device__ __forceinline__ void pdl_wait_then_trigger() {
-  if constexpr (kPdlEarlyTrigger) pdl_launch_dependents();
-  pdl_wait();
-  if constexpr (!kPdlEarlyTrigger) pdl_launch_dependents();
-}
-
 /// Launches kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when
 /// `pdl` is set. Returns the launch status.
 template <class... KArgs, class... Args>

@@ -18,7 +18,8 @@ __global__ void __launch_bounds__(kThreads) greedy_kernel(const float* __restric
   __shared__ int si[kThreads / 32];
   __shared__ double sd[kThreads / 32];
   __shared__ int bad_any;
-  pdl_wait_then_trigger();
+  pdl_wait();
+  pdl_launch_dependents();
   const float* l = logits + static_cast<int64_t>(blockIdx.x) * ld;
   if (threadIdx.x == 0) bad_any = 0;
   __syncthreads();

@@ -104,7 +104,8 @@ template <class TS, class TY>
 __global__ void __launch_bounds__(kWideThreads) scan_update_wide_kernel(ScanInputs in, ScanParams p,
                                                                         TY* __restrict__ y, int64_t y_stride,
                                                                         const int32_t* __restrict__ state_indices) {
-  pdl_wait_then_trigger();
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t b = blockIdx.y;
   const int32_t block = state_indices[b];
   if (block == 0) return;  // uniform over the block

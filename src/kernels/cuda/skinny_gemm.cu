@@ -53,16 +53,7 @@ struct Params {
   ConvEpi conv;
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
   bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
-  int stage_chunks;   // the split's first chunks copied into shared memory before the PDL wait (0: none)
-  int red_floats;     // floats of the split-sum buffer in front of the staging area (dynamic shared memory)
 };
-
-/// Staging of W in shared memory (SSMSERVE_SKINNY_STAGE_KB): lane-private 16-byte slots, [warp][chunk][row half
-/// 0 / 8][lane], so each lane reads back exactly what its own cp.async wrote (no barrier, no bank conflicts).
-__device__ __forceinline__ void stage_w16(uint4* slot, const __nv_bfloat16* src, bool ok) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(slot));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
 
 template <class TS>
 __device__ __forceinline__ float conv_epi_one(const ConvEpi& e, int32_t block, int64_t c, float xv) {
@@ -102,9 +93,9 @@ __device__ __forceinline__ void load_x_chunks(uint4 (&b)[U][MT], const __nv_bflo
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
 /// for rows m0..m0+8*MT-1 over its split's chunks. Lane (g = lane / 4, t = lane % 4) loads W rows n0+g, n0+g+8
 /// and x rows m0+8j+g at k = chunk*32 + 8t (8 values): the k permutation inside a chunk is the same for A and B.
-template <int MT, bool VEC, int U, bool PIPE, int MINB, bool STAGE = false>
+template <int MT, bool VEC, int U, bool PIPE, int MINB>
 __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
-  extern __shared__ __align__(16) float red[];  // [warps][MT*4][32], then the staging area (stage_chunks > 0)
+  extern __shared__ float red[];  // [warps][MT*4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   // Block y: tile group (groups == 1: tiles_per_cta tiles, all their splits) or (tile, split group).
@@ -118,35 +109,24 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   const bool r0ok = n0 + g < p.N, r1ok = n0 + g + 8 < p.N;
   const __nv_bfloat16* w0 = p.w + static_cast<int64_t>(r0ok ? n0 + g : 0) * p.ws;
   const __nv_bfloat16* w1 = p.w + static_cast<int64_t>(r1ok ? n0 + g + 8 : 0) * p.ws;
-  // 1. Before the PDL wait (independent of the previous kernel): the split's first stage_chunks chunks of W copied
-  //    into shared memory (VEC forms), the next U into registers, the next ones prefetched into L2.
-  const int cs = STAGE && VEC ? min(c1, c0 + p.stage_chunks) : c0;  // staged chunks: [c0, cs)
-  uint4* stage = reinterpret_cast<uint4*>(red + p.red_floats) + static_cast<int64_t>(warp) * p.stage_chunks * 64;
-  if (STAGE && cs > c0) {
-    for (int c = c0; c < cs; ++c) {
-      const int k = c * kChunk + 8 * t;
-      stage_w16(stage + (c - c0) * 64 + lane, w0 + k, r0ok && k < p.K);
-      stage_w16(stage + (c - c0) * 64 + 32 + lane, w1 + k, r1ok && k < p.K);
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
+  // 1. Before the PDL wait (independent of the previous kernel): the split's first U chunks of W into registers,
+  //    the next ones prefetched into L2.
   // The register-capped and unroll-8 forms (benchmark sweeps only) keep the old order: holding their W chunks
   // across the wait made them spill.
   constexpr bool kPreloadForm = MINB == 1 && U <= 4;
   const bool preload = kPreloadForm && p.preload;
   uint4 a0[U], a1[U];
-  if (preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, cs, c1, t, p.K);
-  for (int c = preload ? cs + U : cs; c < min(c1, cs + p.prefetch_chunks); ++c) {
+  if (preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
+  for (int c = preload ? c0 + U : c0; c < min(c1, c0 + p.prefetch_chunks); ++c) {
     const int k = c * kChunk + 8 * t;
     if (k < p.K) {
       if (r0ok) asm volatile("prefetch.global.L2 [%0];" ::"l"(w0 + k));
       if (r1ok) asm volatile("prefetch.global.L2 [%0];" ::"l"(w1 + k));
     }
   }
-  if (kPdlEarlyTrigger && !p.late_trigger) pdl_launch_dependents();
   pdl_wait();
-  if (!kPdlEarlyTrigger && !p.late_trigger) pdl_launch_dependents();
-  if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, cs, c1, t, p.K);
+  if (!p.late_trigger) pdl_launch_dependents();
+  if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
   const __nv_bfloat16* xr[MT];
   bool xok[MT];
 #pragma unroll
@@ -158,26 +138,11 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   float acc[MT][4];
 #pragma unroll
   for (int j = 0; j < MT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  // 2. The split's chunks in order: the staged ones from shared memory, then the rest with U chunks of loads in
-  //    flight (PIPE: the next U issued before these are used).
-  if (STAGE && cs > c0) {
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    for (int c = c0; c < cs; c += U) {
-      uint4 b[U][MT];
-      load_x_chunks<MT, VEC, U>(b, xr, xok, c, cs, t, p.K);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (c + u >= cs) break;
-        const uint4 s0 = stage[(c + u - c0) * 64 + lane], s1 = stage[(c + u - c0) * 64 + 32 + lane];
-#pragma unroll
-        for (int j = 0; j < MT; ++j) mma_chunk(acc[j], s0, s1, b[u][j]);
-      }
-    }
-  }
+  // 2. The split's chunks in order, U chunks of loads in flight (PIPE: the next U issued before these are used).
   if constexpr (!PIPE) {
-    for (int c = cs; c < c1; c += U) {
+    for (int c = c0; c < c1; c += U) {
       uint4 b[U][MT];
-      if (c != cs) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, p.K);
+      if (c != c0) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, p.K);
       load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -188,8 +153,8 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     }
   } else {
     uint4 b[U][MT];
-    load_x_chunks<MT, VEC, U>(b, xr, xok, cs, c1, t, p.K);
-    for (int c = cs; c < c1; c += U) {
+    load_x_chunks<MT, VEC, U>(b, xr, xok, c0, c1, t, p.K);
+    for (int c = c0; c < c1; c += U) {
       uint4 na0[U], na1[U], nb[U][MT];
       load_w_chunks<VEC, U>(na0, na1, w0, w1, r0ok, r1ok, c + U, c1, t, p.K);
       load_x_chunks<MT, VEC, U>(nb, xr, xok, c + U, c1, t, p.K);
@@ -279,15 +244,10 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
       }
 }
 
-/// Dynamic shared memory of a block of `warps` warps: the split-sum buffer, then the staging area.
-size_t block_smem(const Params& p, int warps) {
-  return static_cast<size_t>(p.red_floats) * sizeof(float) + static_cast<size_t>(warps) * p.stage_chunks * 64 * 16;
-}
-
-template <int MT, bool VEC, int U, bool PIPE, int MINB, bool STAGE = false>
+template <int MT, bool VEC, int U, bool PIPE, int MINB>
 cudaError_t launch(const Params& p, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
-  const size_t smem = block_smem(p, warps);
-  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB, STAGE>;
+  const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
+  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB>;
   if (smem > 48 * 1024) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(smem));
@@ -316,25 +276,19 @@ cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 
     // The default launch shape: the pipelined form when the whole grid is resident at once (one wave), else the
     // plain unroll-4 form (fewer registers: a grid just over the pipelined form's wave fits in one of its own;
     // grids of several waves measured fastest with it too).
-    const size_t smem = block_smem(p, warps);
+    const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
     const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y;
     static int per_sm[17] = {};  // blocks of w warps of the pipelined form one SM holds (occupancy API, cached)
-    if (warps >= 1 && warps <= 16 && (per_sm[warps] == 0 || p.stage_chunks > 0)) {  // staging: not cached
+    if (warps >= 1 && warps <= 16 && per_sm[warps] == 0) {
       int b = 0;
-      auto kernel = p.stage_chunks > 0 ? skinny_kernel<MT, true, 2, true, 1, true> : skinny_kernel<MT, true, 2, true, 1>;
-      if (smem > 48 * 1024)
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, 32 * warps, smem) !=
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1>, 32 * warps, smem) !=
               cudaSuccess ||
           b < 1)
         b = 1;
       per_sm[warps] = b;
     }
-    const bool one_wave = warps >= 1 && warps <= 16 && blocks <= static_cast<int64_t>(num_sms()) * per_sm[warps];
-    if (p.stage_chunks > 0)
-      return one_wave ? launch<MT, true, 2, true, 1, true>(p, warps, grid, pdl, stream)
-                      : launch<MT, true, 4, false, 1, true>(p, warps, grid, pdl, stream);
-    if (one_wave) return launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
+    if (warps >= 1 && warps <= 16 && blocks <= static_cast<int64_t>(num_sms()) * per_sm[warps])
+      return launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
     return launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
   }
   if (tu.pipelined) {
@@ -389,11 +343,6 @@ SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
   if (skinny_gemm_splits(N, K) == 1 && (K + kChunk - 1) / kChunk >= 64) t.split_shift = 1;
   // Launch shape (per M): decode rows picked by occupancy (SkinnyTuning::auto_shape), without the register cap.
   if (M <= 16) t.auto_shape = true, t.reg_cap = false;
-  static const int stage_kb = [] {  // SSMSERVE_SKINNY_STAGE_KB=<n> (benchmarks)
-    const char* e = std::getenv("SSMSERVE_SKINNY_STAGE_KB");
-    return e && *e ? std::clamp(std::atoi(e), 0, 192) : 0;
-  }();
-  if (M <= 16) t.stage_kb = stage_kb;
   if (const SkinnyTuning* e = env_tuning()) {
     t.cta_splits = e->cta_splits;
     if (M <= 16) t.unroll = e->unroll, t.pipelined = e->pipelined, t.reg_cap = e->reg_cap, t.auto_shape = false;
@@ -472,9 +421,6 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   p.groups = p.splits / p.cta_splits;
   p.tiles_per_cta = p.groups > 1 ? 1 : std::max(1, 4 / p.splits);
   const int warps = p.tiles_per_cta * p.cta_splits;
-  p.red_floats = p.cta_splits > 1 ? warps * mt * 4 * 32 : 0;
-  // 1 KB per warp and chunk; the decode launch shapes only (aligned rows, M <= 16, occupancy-picked form).
-  p.stage_chunks = mt <= 2 && tu.auto_shape ? std::min(p.chunks_per_split, std::clamp(tu.stage_kb, 0, 192) / warps) : 0;
   const int64_t grid_y = p.groups > 1 ? tiles * p.groups : (tiles + p.tiles_per_cta - 1) / p.tiles_per_cta;
   const int64_t grid_x = (a.M + 8 * mt - 1) / (8 * mt);
   if (grid_y > 65535 || grid_x > 2147483647) return cudaErrorInvalidValue;

@@ -43,11 +43,6 @@ struct SkinnyTuning {
   /// the previous kernel; x is read after it): mamba-2.8b batch-1 decode 395-398 tokens/s on the H200 (session 7's
   /// order: 393-395 in its runs; not yet compared in one run).
   bool auto_shape = false;
-  /// Shared memory per block (KB, auto_shape launches only) for W staged before the PDL wait: each warp copies
-  /// the first stage_kb / warps 1 KB chunks of its split into shared memory (cp.async, no registers held), so a
-  /// kernel that becomes resident early can have its slice in flight while its predecessors run. Same bits.
-  /// 0 (off) by default; SSMSERVE_SKINNY_STAGE_KB=<n> sets it (benchmarks; session 9: not yet measured).
-  int stage_kb = 0;
 };
 
 /// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200).
