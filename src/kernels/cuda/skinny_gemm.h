@@ -40,8 +40,8 @@ struct SkinnyTuning {
   /// Launch shape from occupancy instead of unroll / pipelined / reg_cap (aligned decode rows only): the
   /// pipelined unroll-2 form when the grid fits in one wave of it, else plain unroll 4, both without the cap.
   /// Every form loads its first `unroll` chunks of W into registers before the PDL wait (W does not depend on
-  /// the previous kernel; x is read after it): mamba-2.8b batch-1 decode 395-398 tokens/s on the H200 (session 7's
-  /// order: 393-395 in its runs; not yet compared in one run).
+  /// the previous kernel; x is read after it): mamba-2.8b batch-1 decode 397.4 vs 387.3 tokens/s with session 7's
+  /// order (SSMSERVE_SKINNY_PRELOAD=0) in the same H200 run (docs/benchmarks.md, session 9).
   bool auto_shape = false;
 };
 
