@@ -38,7 +38,8 @@ std::vector<std::vector<std::vector<float>>> decode_logits(CausalLM& m, const st
     const int len = 3 + 5 * (ids[i] % 4);
     std::vector<std::vector<int32_t>> toks(1, std::vector<int32_t>(len));
     for (auto& t : toks[0]) t = tok(rng[i]);
-    ForwardBatch fb = make_forward_batch({{ids[i], 0, len, true}}, toks, opt);
+    const std::vector<ScheduledSeq> one = {{ids[i], 0, len, true}};
+    ForwardBatch fb = make_forward_batch(one, toks, opt);
     fb.logits_indices.push_back(len - 1);
     m.forward(fb, cache, logits.data());
     seqs.push_back({ids[i], len, 1, false});
