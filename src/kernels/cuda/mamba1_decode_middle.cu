@@ -12,7 +12,7 @@ namespace {
 using namespace detail;
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kMaxState = 64, kMaxRank = 512;
+constexpr int kMaxState = 64, kMaxRank = 512, kMaxBlocks = 256;
 constexpr size_t kCounterBytes = 256;  // two 64-bit arrival counters, padded
 
 struct Params {
@@ -38,6 +38,7 @@ struct Params {
   int M, N, R, XD;
   int64_t I;
   int cpc;                          // channels per block (the last block may have fewer)
+  bool vec;                         // 16-byte weight loads (I, R and cpc multiples of 8, aligned weights)
   unsigned long long* counters;     // [2] arrivals, only ever incremented (a launch adds gridDim.x to each)
   float* partials;                  // [gridDim.x][M][XD] x_proj partial sums
   float* xdbl;                      // [M][XD] x_proj outputs
@@ -78,6 +79,47 @@ __device__ __forceinline__ void grid_arrive_wait(unsigned long long* ctr) {
 
 __device__ __forceinline__ float bf16_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+/// dst(i, v) for i < n with v = src(i): each thread's loads issued in batches of B before their stores (so B
+/// global loads per thread are in flight, not one).
+template <int B, class Src, class Dst>
+__device__ __forceinline__ void batched_copy(int n, Src src, Dst dst) {
+  for (int base = threadIdx.x; base < n; base += B * kThreads) {
+    float v[B];
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      const int i = base + j * kThreads;
+      v[j] = i < n ? src(i) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      const int i = base + j * kThreads;
+      if (i < n) dst(i, v[j]);
+    }
+  }
+}
+
+/// Eight bf16 values at 16-byte aligned src + 8 * unit(i) widened into dst + 8 * i, for i < n (batches of B).
+template <int B, class Unit, class DUnit>
+__device__ __forceinline__ void copy_bf16x8(int n, const __nv_bfloat16* src, Unit unit, float* dst, DUnit dunit) {
+  for (int base = threadIdx.x; base < n; base += B * kThreads) {
+    uint4 v[B];
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      const int i = base + j * kThreads;
+      if (i < n) v[j] = __ldg(reinterpret_cast<const uint4*>(src) + unit(i));
+    }
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      const int i = base + j * kThreads;
+      if (i >= n) continue;
+      const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&v[j]);
+      float* d = dst + 8 * dunit(i);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) d[e] = __bfloat162float(h[e]);
+    }
+  }
+}
+
 template <class TS>
 __global__ void __launch_bounds__(kThreads, 1) middle_kernel(Params p) {
   extern __shared__ __align__(16) float sm[];
@@ -92,30 +134,45 @@ __global__ void __launch_bounds__(kThreads, 1) middle_kernel(Params p) {
 
   // 0. Before the PDL wait: this slice's constants and its rows' states (only this kernel of this layer writes
   //    them, in an earlier step) into shared memory.
-  for (int i = tid; i < XD * nc; i += kThreads) {
-    const int r = i / nc, cl = i % nc;
-    wx[r * cpc + cl] = __bfloat162float(p.w_x[static_cast<int64_t>(r) * p.I + c0 + cl]);
+  if (p.vec) {  // I, R multiples of 8, cpc a multiple of 8: 16-byte rows pieces
+    const int v8 = nc / 8, cv8 = cpc / 8;
+    copy_bf16x8<4>(XD * v8, p.w_x, [&](int i) { return (static_cast<int64_t>(i / v8) * p.I + c0) / 8 + i % v8; }, wx,
+                   [&](int i) { return static_cast<int64_t>(i / v8) * cv8 + i % v8; });
+    copy_bf16x8<4>(nc * R / 8, p.w_dt, [&](int i) { return c0 * R / 8 + i; }, wdt,
+                   [&](int i) { return static_cast<int64_t>(i); });
+  } else {
+    batched_copy<8>(XD * nc, [&](int i) { return __bfloat162float(p.w_x[static_cast<int64_t>(i / nc) * p.I + c0 + i % nc]); },
+                    [&](int i, float v) { wx[(i / nc) * cpc + i % nc] = v; });
+    batched_copy<8>(nc * R, [&](int i) { return __bfloat162float(p.w_dt[c0 * R + i]); },
+                    [&](int i, float v) { wdt[i] = v; });
   }
-  for (int i = tid; i < nc * R; i += kThreads) wdt[i] = __bfloat162float(p.w_dt[c0 * R + i]);
-  for (int i = tid; i < nc * N; i += kThreads) As[i] = p.A[c0 * N + i];
-  for (int i = tid; i < nc * W; i += kThreads) cw[i] = p.conv_w[c0 * W + i];
-  for (int cl = tid; cl < nc; cl += kThreads) {
-    Ds[cl] = p.D ? p.D[c0 + cl] : 0.0f;
-    dtb[cl] = p.dt_bias ? p.dt_bias[c0 + cl] : 0.0f;
-    cb[cl] = p.conv_b ? p.conv_b[c0 + cl] : 0.0f;
-  }
-  for (int m = 0; m < M; ++m) {
-    const int32_t blk = p.state_indices[m];
-    const TS* cs = static_cast<const TS*>(p.conv_states) + blk * p.conv_block_stride;
-    for (int i = tid; i < S * nc; i += kThreads) {
-      const int k = i / nc, cl = i % nc;
-      cst[(m * S + k) * cpc + cl] = load(cs + k * p.I + c0 + cl);
-    }
-    const TS* ss = static_cast<const TS*>(p.ssm_states) + blk * p.ssm_block_stride + c0 * N;
-    for (int i = tid; i < nc * N; i += kThreads) sst[(m * cpc) * N + i] = load(ss + i);
-  }
+  batched_copy<4>(nc * N, [&](int i) { return p.A[c0 * N + i]; }, [&](int i, float v) { As[i] = v; });
+  batched_copy<4>(nc * W, [&](int i) { return p.conv_w[c0 * W + i]; }, [&](int i, float v) { cw[i] = v; });
+  batched_copy<4>(3 * nc,
+                  [&](int i) {
+                    const int64_t c = c0 + i % nc;
+                    const float* a = i < nc ? p.D : i < 2 * nc ? p.dt_bias : p.conv_b;
+                    return a ? a[c] : 0.0f;
+                  },
+                  [&](int i, float v) { (i < nc ? Ds : i < 2 * nc ? dtb : cb)[i % nc] = v; });
+  // The rows' states: conv windows [M][S][cpc], SSM states [M][cpc][N].
+  batched_copy<8>(M * S * nc,
+                  [&](int i) {
+                    const int m = i / (S * nc), k = (i / nc) % S, cl = i % nc;
+                    const TS* cs = static_cast<const TS*>(p.conv_states) + p.state_indices[m] * p.conv_block_stride;
+                    return load(cs + k * p.I + c0 + cl);
+                  },
+                  [&](int i, float v) { cst[(i / nc) * cpc + i % nc] = v; });
+  batched_copy<8>(M * nc * N,
+                  [&](int i) {
+                    const int m = i / (nc * N), j = i % (nc * N);
+                    const TS* ss = static_cast<const TS*>(p.ssm_states) + p.state_indices[m] * p.ssm_block_stride;
+                    return load(ss + c0 * N + j);
+                  },
+                  [&](int i, float v) { sst[(i / (nc * N)) * cpc * N + i % (nc * N)] = v; });
   pdl_wait();
   pdl_launch_dependents();
+  __syncthreads();  // the shared-memory constants above, written by other threads
 
   // 1. Conv update (conv_update_channel's order: bias, taps oldest to newest, SiLU), its bf16 rounding (x_proj's
   //    operand), the gate input z; the shifted window back to the state.
@@ -152,9 +209,15 @@ __global__ void __launch_bounds__(kThreads, 1) middle_kernel(Params p) {
   const int gwarps = gridDim.x * kWarps;
   for (int q = blockIdx.x * kWarps + warp; q < M * XD; q += gwarps) {
     const int m = q / XD, r = q % XD;
+    float v[kMaxBlocks / 32];
+#pragma unroll
+    for (int j = 0; j < kMaxBlocks / 32; ++j) {  // all loads in flight, then the sum in block order
+      const int k = lane + 32 * j;
+      v[j] = k < static_cast<int>(gridDim.x) ? __ldcg(p.partials + (static_cast<int64_t>(k) * M + m) * XD + r) : 0.0f;
+    }
     float acc = 0.0f;
-    for (int k = lane; k < static_cast<int>(gridDim.x); k += 32)
-      acc += __ldcg(p.partials + (static_cast<int64_t>(k) * M + m) * XD + r);
+#pragma unroll
+    for (int j = 0; j < kMaxBlocks / 32; ++j) acc += v[j];
     acc = warp_sum(acc);
     if (lane == 0) p.xdbl[q] = acc;
   }
@@ -207,7 +270,11 @@ int num_sms() {
   return n;
 }
 
-int channels_per_block(int64_t I) { return static_cast<int>((I + num_sms() - 1) / num_sms()); }
+/// Channels per block: a multiple of 8 (16-byte weight pieces) with at most one block per SM (<= kMaxBlocks).
+int channels_per_block(int64_t I) {
+  const int64_t blocks = std::min(num_sms(), kMaxBlocks);
+  return static_cast<int>(((I + blocks - 1) / blocks + 7) / 8 * 8);
+}
 
 size_t smem_bytes(int64_t I, int N, int64_t R, int W) {
   const Smem L(channels_per_block(I), kMiddleMaxRows, N, static_cast<int>(R), static_cast<int>(R) + 2 * N, W);
@@ -259,6 +326,8 @@ cudaError_t mamba1_decode_middle(const Mamba1DecodeMiddleArgs& a, bool pdl, cuda
   p.y = static_cast<__nv_bfloat16*>(a.y), p.y_stride = a.y_stride, p.state_indices = a.state_indices;
   p.M = a.batch, p.N = s.d_state, p.R = static_cast<int>(a.dt_rank), p.XD = p.R + 2 * p.N, p.I = I;
   p.cpc = channels_per_block(I);
+  p.vec = I % 8 == 0 && a.dt_rank % 8 == 0 && reinterpret_cast<uintptr_t>(a.w_x) % 16 == 0 &&
+          reinterpret_cast<uintptr_t>(a.w_dt) % 16 == 0;
   const int blocks = static_cast<int>((I + p.cpc - 1) / p.cpc);
   auto* base = static_cast<char*>(a.workspace);
   p.counters = reinterpret_cast<unsigned long long*>(base);
