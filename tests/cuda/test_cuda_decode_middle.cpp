@@ -5,7 +5,9 @@
 // GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -87,7 +89,8 @@ void check_middle(const std::filesystem::path& dir, LoadFormat format) {
   for (size_t s = 0; s < ref.size(); ++s)
     for (size_t i = 0; i < ids.size(); ++i) {
       EXPECT_TRUE(same(graphed[s][i], eager[s][i])) << "graphs vs eager, step " << s << " sequence " << ids[i];
-      EXPECT_LT(rel(eager[s][i], ref[s][i]), 2e-3) << "middle vs chain, step " << s << " sequence " << ids[i];
+      // bf16 roundings of dt_low (dt_proj's operand) flip with the summation order: ~0.3% on the 130m shape.
+      EXPECT_LT(rel(eager[s][i], ref[s][i]), 5e-3) << "middle vs chain, step " << s << " sequence " << ids[i];
     }
   // Batch independence: sequence 3 alone, with the others, padded to 8 rows (graphs on: each shape captured).
   mid.cuda_graphs = true;
@@ -110,6 +113,31 @@ TEST(CudaDecodeMiddle, TinyMambaMatchesOpChain) {
 TEST(CudaDecodeMiddle, Mamba130mShapeDummyMatchesOpChain) {
   REQUIRE_GPU();
   check_middle(source_dir() / "configs/mamba-130m", LoadFormat::Dummy);
+}
+
+/// Benchmark (SSMSERVE_MIDDLE_TIMING=1): phase times of the last layer's middle in a graph-replayed mamba-2.8b
+/// (dummy weights) decode step at batch 1: per phase the earliest / median / latest block, µs from the earliest
+/// block's start.
+TEST(CudaDecodeMiddle, DISABLED_PhaseTimes) {
+  REQUIRE_GPU();
+  const ModelConfig cfg = ModelConfig::load(source_dir() / "configs/mamba-2.8b");
+  cuda::CudaModelOptions o;
+  o.decode_middle = true;
+  auto model = cuda::load_mamba_cuda(cfg, LoadFormat::Dummy, o);
+  decode_logits(*model, {1}, 6, 0);
+  const auto t = cuda::mamba1_decode_middle_timing(cfg.mamba->d_inner);
+  if (t.empty()) GTEST_SKIP() << "set SSMSERVE_MIDDLE_TIMING=1";
+  const size_t blocks = t.size() / 8;
+  unsigned long long t0 = ~0ull;
+  for (size_t b = 0; b < blocks; ++b) t0 = std::min(t0, t[b * 8]);
+  const char* names[] = {"start", "pre-wait loaded", "after PDL wait", "conv + partials", "arrival 1", "arrival 2", "end"};
+  for (int k = 0; k < 7; ++k) {
+    std::vector<double> v;
+    for (size_t b = 0; b < blocks; ++b) v.push_back((t[b * 8 + k] - t0) * 1e-3);
+    std::sort(v.begin(), v.end());
+    std::printf("middle phase %-16s min %7.2f  median %7.2f  max %7.2f us (%zu blocks)\n", names[k], v.front(),
+                v[v.size() / 2], v.back(), blocks);
+  }
 }
 
 TEST(CudaDecodeMiddle, RejectsBadArguments) {

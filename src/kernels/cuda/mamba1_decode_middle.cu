@@ -2,6 +2,7 @@
 #include "kernels/cuda/mamba1_decode_middle.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_math.cuh"
@@ -11,7 +12,9 @@ namespace ssmserve::cuda {
 namespace {
 using namespace detail;
 
-constexpr int kThreads = 256, kWarps = kThreads / 32;
+// 128 threads: a block's registers fit next to in_proj's blocks on an SM, so the grid becomes resident (and loads its
+// constants) while in_proj streams.
+constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kMaxState = 64, kMaxRank = 512, kMaxBlocks = 256;
 constexpr size_t kCounterBytes = 256;  // two 64-bit arrival counters, padded
 
@@ -42,7 +45,16 @@ struct Params {
   unsigned long long* counters;     // [2] arrivals, only ever incremented (a launch adds gridDim.x to each)
   float* partials;                  // [gridDim.x][M][XD] x_proj partial sums
   float* xdbl;                      // [M][XD] x_proj outputs
+  unsigned long long* timing;       // [gridDim.x][8] phase timestamps (SSMSERVE_MIDDLE_TIMING=1), or nullptr
 };
+
+__device__ __forceinline__ void stamp(const Params& p, int k) {
+  if (p.timing && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    p.timing[blockIdx.x * 8 + k] = t;
+  }
+}
 
 /// Shared memory carve-up of one block (floats): sizes from (cpc, M, N, R, XD, width).
 struct Smem {
@@ -131,6 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1) middle_kernel(Params p) {
   float *wx = sm + L.wx, *wdt = sm + L.wdt, *As = sm + L.A, *Ds = sm + L.D, *dtb = sm + L.dtb, *cw = sm + L.cw;
   float *cb = sm + L.cb, *cst = sm + L.cst, *sst = sm + L.sst, *us = sm + L.u, *u16 = sm + L.u16, *zs = sm + L.z;
   float *xd = sm + L.xdbl, *dl = sm + L.delta;
+  stamp(p, 0);
 
   // 0. Before the PDL wait: this slice's constants and its rows' states (only this kernel of this layer writes
   //    them, in an earlier step) into shared memory.
@@ -170,9 +183,11 @@ __global__ void __launch_bounds__(kThreads, 1) middle_kernel(Params p) {
                     return load(ss + c0 * N + j);
                   },
                   [&](int i, float v) { sst[(i / (nc * N)) * cpc * N + i % (nc * N)] = v; });
+  stamp(p, 1);
   pdl_wait();
   pdl_launch_dependents();
   __syncthreads();  // the shared-memory constants above, written by other threads
+  stamp(p, 2);
 
   // 1. Conv update (conv_update_channel's order: bias, taps oldest to newest, SiLU), its bf16 rounding (x_proj's
   //    operand), the gate input z; the shifted window back to the state.
@@ -202,7 +217,9 @@ __global__ void __launch_bounds__(kThreads, 1) middle_kernel(Params p) {
     for (int cl = 0; cl < nc; ++cl) acc = fmaf(wx[r * cpc + cl], u16[m * cpc + cl], acc);
     p.partials[(static_cast<int64_t>(blockIdx.x) * M + m) * XD + r] = acc;
   }
+  stamp(p, 3);
   grid_arrive_wait(p.counters);
+  stamp(p, 4);
 
   // 3. x_proj outputs: pair (m, r) by one warp of the grid; lane k adds blocks k, k + 32, ... in order, then a
   //    fixed butterfly.
@@ -222,6 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1) middle_kernel(Params p) {
     if (lane == 0) p.xdbl[q] = acc;
   }
   grid_arrive_wait(p.counters + 1);
+  stamp(p, 5);
   for (int i = tid; i < M * XD; i += kThreads) xd[i] = __ldcg(p.xdbl + i);
   __syncthreads();
 
@@ -258,6 +276,17 @@ __global__ void __launch_bounds__(kThreads, 1) middle_kernel(Params p) {
     const float v = (acc + Ds[cl] * u) * silu(zs[m * cpc + cl]);
     p.y[static_cast<int64_t>(m) * p.y_stride + c0 + cl] = __float2bfloat16_rn(v);
   }
+  stamp(p, 6);
+}
+
+unsigned long long* timing_buffer() {  // SSMSERVE_MIDDLE_TIMING=1: the phase timestamps of the last launch
+  static unsigned long long* b = [] () -> unsigned long long* {
+    const char* e = std::getenv("SSMSERVE_MIDDLE_TIMING");
+    void* d = nullptr;
+    if (!(e && e[0] == '1') || cudaMalloc(&d, kMaxBlocks * 8 * sizeof(unsigned long long)) != cudaSuccess) return nullptr;
+    return static_cast<unsigned long long*>(d);
+  }();
+  return b;
 }
 
 int num_sms() {
@@ -271,8 +300,17 @@ int num_sms() {
 }
 
 /// Channels per block: a multiple of 8 (16-byte weight pieces) with at most one block per SM (<= kMaxBlocks).
+int max_blocks() {  // SSMSERVE_MIDDLE_BLOCKS=<n> (benchmarks; changes the summation order)
+  static const int n = [] {
+    const char* e = std::getenv("SSMSERVE_MIDDLE_BLOCKS");
+    const int v = e && *e ? std::atoi(e) : 0;
+    return std::clamp(v > 0 ? v : num_sms(), 1, std::min(num_sms(), kMaxBlocks));
+  }();
+  return n;
+}
+
 int channels_per_block(int64_t I) {
-  const int64_t blocks = std::min(num_sms(), kMaxBlocks);
+  const int64_t blocks = max_blocks();
   return static_cast<int>(((I + blocks - 1) / blocks + 7) / 8 * 8);
 }
 
@@ -293,6 +331,16 @@ int max_smem() {
 }
 
 }  // namespace
+
+std::vector<unsigned long long> mamba1_decode_middle_timing(int64_t I) {
+  std::vector<unsigned long long> t;
+  if (!timing_buffer()) return t;
+  const int blocks = static_cast<int>((I + channels_per_block(I) - 1) / channels_per_block(I));
+  t.resize(static_cast<size_t>(blocks) * 8);
+  if (cudaMemcpy(t.data(), timing_buffer(), t.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost) != cudaSuccess)
+    t.clear();
+  return t;
+}
 
 bool mamba1_decode_middle_supported(int64_t I, int N, int64_t R, int W) {
   if (I < 1 || I > (1 << 24) || N < 1 || N > kMaxState || R < 1 || R > kMaxRank || W < 1 || W > kConvMaxWidth)
@@ -326,6 +374,7 @@ cudaError_t mamba1_decode_middle(const Mamba1DecodeMiddleArgs& a, bool pdl, cuda
   p.y = static_cast<__nv_bfloat16*>(a.y), p.y_stride = a.y_stride, p.state_indices = a.state_indices;
   p.M = a.batch, p.N = s.d_state, p.R = static_cast<int>(a.dt_rank), p.XD = p.R + 2 * p.N, p.I = I;
   p.cpc = channels_per_block(I);
+  p.timing = timing_buffer();
   p.vec = I % 8 == 0 && a.dt_rank % 8 == 0 && reinterpret_cast<uintptr_t>(a.w_x) % 16 == 0 &&
           reinterpret_cast<uintptr_t>(a.w_dt) % 16 == 0;
   const int blocks = static_cast<int>((I + p.cpc - 1) / p.cpc);

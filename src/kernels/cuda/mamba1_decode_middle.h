@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/selective_scan.h"
@@ -57,6 +58,11 @@ bool mamba1_decode_middle_supported(int64_t I, int N, int64_t R, int W);
 /// Workspace bytes for a layer of d_inner I, d_state N, dt_rank R (arrival counters, x_proj partials and outputs
 /// for kMiddleMaxRows rows); reusable by every layer of a model launched on one stream.
 size_t mamba1_decode_middle_workspace(int64_t I, int N, int64_t R);
+
+/// Benchmarks: with SSMSERVE_MIDDLE_TIMING=1 in the environment every launch records, per block, %globaltimer (ns)
+/// at kernel start, after the pre-wait loads, after the PDL wait, before / after the two arrivals and at the end;
+/// this returns the last launch's [blocks][8] (slots 0-6 used; empty when off). Synchronous.
+std::vector<unsigned long long> mamba1_decode_middle_timing(int64_t I);
 
 /// Enqueues the decode middle (see the file comment). pdl: Programmatic Dependent Launch (pdl.cuh).
 cudaError_t mamba1_decode_middle(const Mamba1DecodeMiddleArgs& a, bool pdl, cudaStream_t stream);
