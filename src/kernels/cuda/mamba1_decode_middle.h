@@ -52,7 +52,8 @@ struct Mamba1DecodeMiddleArgs {
 };
 
 /// Whether the kernel takes a layer of d_inner I, d_state N, dt_rank R, conv width W on the current GPU (shared
-/// memory of one block per SM, N <= 64, R <= 512, W <= 8).
+/// memory of one block per SM, I and R multiples of 8, N <= 64, R <= 512, W <= 8). The launch also needs 16-byte
+/// aligned weights / per-channel arrays and 4-byte aligned state blocks (as the runner allocates them).
 bool mamba1_decode_middle_supported(int64_t I, int N, int64_t R, int W);
 
 /// Workspace bytes for a layer of d_inner I, d_state N, dt_rank R (arrival counters, x_proj partials and outputs
