@@ -166,7 +166,7 @@ fi
 #    (bench throughput, SSMSERVE_GPU_TPUT_PROMPTS prompts of 512 -> 256 tokens). SSMSERVE_GPU_DECODE=0 skips it;
 #    SSMSERVE_GPU_DECODE_MODELS / SSMSERVE_GPU_TPUT_MODELS pick the shapes (empty: none).
 if [ "${SSMSERVE_GPU_DECODE:-1}" = 1 ] && [ -x "$bin/test_cuda_skinny_gemm" ]; then
-  for t in skinny_gemm decode_ops decode_overlap decode_middle persistent_decode batch_invariance; do
+  for t in skinny_gemm decode_ops decode_overlap persistent_decode batch_invariance; do
     [ -x "$bin/test_cuda_$t" ] && run_step "decode tests ($t)" "decode-$t.log" "$bin/test_cuda_$t"
   done
   grep -hE "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|batch invariance" "$out"/decode-*.log | head -30 >>"$summary"

@@ -14,7 +14,6 @@
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/mamba1_decode_middle.h"
 #include "kernels/cuda/norms.h"
 #include "kernels/cuda/persistent_decode.h"
 #include "kernels/cuda/selective_scan.h"
@@ -210,7 +209,6 @@ class CudaMambaModel final : public CudaCausalLM {
   // The persistent decode kernel: its workspace (zeroed once) and, for the whole-stack form, the device array of
   // layer descriptors (rebuilt when the state buffers move).
   DeviceBuffer persist_ws_, persist_layers_;
-  DeviceBuffer middle_ws_;  // mamba1_decode_middle's workspace (zeroed once; CudaModelOptions::decode_middle)
   std::vector<Mamba1DecodeLayer> persist_host_;
   /// Decode-only step on the persistent kernel if it takes it (see CudaModelOptions::persistent_decode).
   bool persistent_mixer(int layer, const StepMeta& dm, int64_t T);
@@ -277,25 +275,6 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
                   states_.conv_state(layer), true};
   ScanParams sp{I, static_cast<int>(N), L.A.as<float>(), L.D.as<float>(), L.dt_bias.as<float>(), true,
                 states_.ssm_state(layer)};
-  // Decode-only steps with conv -> x_proj -> dt_proj -> state update in one kernel (mamba1_decode_middle.h: another
-  // summation order than the chain, the same bits for a row whatever the batch; not in batch-invariant mode,
-  // whose prefill must reproduce decode's bits): in_proj, the middle, out_proj.
-  if (np == 0 && b16 && opt_.decode_middle && !tp_.on() && !opt_.batch_invariant && T <= kMiddleMaxRows &&
-      gemm_.takes_skinny(wd, T) && mamba1_decode_middle_supported(I, static_cast<int>(N), R, m_.d_conv)) {
-    const size_t ws = mamba1_decode_middle_workspace(I, static_cast<int>(N), R);
-    if (middle_ws_.bytes() < ws) {
-      middle_ws_ = DeviceBuffer(ws);
-      middle_ws_.fill_bytes(0);
-    }
-    gemm(normed, T, H, L.in_proj, xz, 2 * I);
-    Mamba1DecodeMiddleArgs a;
-    a.xz = xz, a.xz_stride = 2 * I, a.conv = conv, a.w_x = L.x_proj.buf.data(), a.w_dt = L.dt_proj.buf.data();
-    a.dt_rank = R, a.scan = sp, a.y = y16, a.y_stride = I, a.state_indices = dm.state_indices_d;
-    a.batch = static_cast<int>(T), a.workspace = middle_ws_.data(), a.workspace_bytes = middle_ws_.bytes();
-    SSM_CUDA_CHECK(mamba1_decode_middle(a, pdl, s));
-    gemm(y16, T, I, L.out_proj, out, H);
-    return;
-  }
   // Decode-only steps on the fused kernels (same bits): in_proj + conv update, x_proj, dt_proj + state update
   // (prefetching out_proj's weights into L2), out_proj.
   if (np == 0 && b16 && opt_.fused_decode && !tp_.on() && gemm_.takes_skinny(wd, T) &&
@@ -515,9 +494,6 @@ CudaModelOptions CudaModelOptions::from_env() {
     }
   };
   small_int("SSMSERVE_DECODE_PERSISTENT", o.persistent_decode, 2);
-  int middle = o.decode_middle ? 1 : 0;
-  small_int("SSMSERVE_DECODE_MIDDLE", middle, 1);
-  o.decode_middle = middle != 0;
   small_int("SSMSERVE_PERSISTENT_PREFETCH", o.persistent_prefetch, 5);
   small_int("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 2);
   if (const char* e = std::getenv("SSMSERVE_DECODE_OVERLAP"); e && *e) {

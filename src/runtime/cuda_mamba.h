@@ -38,12 +38,6 @@ struct CudaModelOptions {
   /// Same results bit for bit as the op-by-op chain (tested on the H200). 0 (off) by default: measured slower there
   /// (mamba-2.8b 54.1 vs 43.0 us per layer, 282 vs 349 tokens/s at batch 1; docs/benchmarks.md).
   int persistent_decode = 0;
-  /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism, not in batch-invariant
-  /// mode) with the conv update, x_proj, dt_proj and the state update in one kernel (kernels/cuda/
-  /// mamba1_decode_middle.h) between in_proj and out_proj, instead of four launches: within float rounding of the
-  /// op chain (another summation order), a row's results bit-identical whatever the batch. Session 9: off until
-  /// measured on the H200.
-  bool decode_middle = false;
   /// The persistent kernel's L2 prefetch mode (Mamba1PersistentOptions::prefetch).
   int persistent_prefetch = 0;
   /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) with in_proj cut in two
@@ -62,7 +56,7 @@ struct CudaModelOptions {
   int overlap_prefetch = 0;
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
-  /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_PERSISTENT=0|1|2, SSMSERVE_DECODE_MIDDLE=0|1,
+  /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_PERSISTENT=0|1|2,
   /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
   /// Error on a malformed value.
   static CudaModelOptions from_env();
