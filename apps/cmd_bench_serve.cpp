@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "apps/commands.h"
+#include "config/hf_json.h"
 #include "core/error.h"
 
 namespace ssmserve::cli {
@@ -82,6 +83,7 @@ std::vector<json> make_prompts(const BenchServeArgs& a) {
   for (int lineno = 1; static_cast<int>(prompts.size()) < a.num_prompts && std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json j;
+    check_json_depth(line, fmt::format("{}:{}", a.dataset, lineno));
     try {
       j = json::parse(line);
     } catch (const json::exception& e) {
@@ -121,6 +123,12 @@ RequestResult run_request(const Url& url, const std::string& path, const std::st
       if (ev.rfind("data: ", 0) != 0) continue;
       const std::string payload = ev.substr(6);
       if (payload == "[DONE]") continue;
+      try {
+        check_json_depth(payload, "a stream event");  // a server's nesting must not exhaust our stack
+      } catch (const Error& e) {
+        error_body = e.what();
+        continue;
+      }
       const json j = json::parse(payload, nullptr, false);
       if (j.is_discarded()) continue;
       if (j.contains("error")) error_body = payload;
@@ -177,6 +185,7 @@ int run_bench_serve(BenchServeArgs& a) {
     auto res = cli.Get(url.path_prefix + "/v1/models");
     SSM_CHECK(res && res->status == 200, "cannot list the models at {}{}/v1/models (is the server running?)", url.scheme_host_port,
               url.path_prefix);
+    check_json_depth(res->body, "the server's /v1/models answer");
     const json j = json::parse(res->body, nullptr, false);
     SSM_CHECK(!j.is_discarded() && j.contains("data") && !j["data"].empty(), "{}/v1/models returned no model", a.base_url);
     a.model = j["data"][0]["id"].get<std::string>();

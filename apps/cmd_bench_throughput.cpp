@@ -11,6 +11,7 @@
 #include <random>
 
 #include "apps/commands.h"
+#include "config/hf_json.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
 
@@ -43,6 +44,7 @@ std::vector<std::string> read_dataset(const std::string& path, int n) {
   for (int lineno = 1; static_cast<int>(texts.size()) < n && std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j;
+    check_json_depth(line, fmt::format("{}:{}", path, lineno));
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <limits>
 
 #include "apps/commands.h"
+#include "config/hf_json.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
 
@@ -23,7 +25,7 @@ struct GenerateArgs {
   std::string prompt;
   bool prompt_given = false;  ///< --prompt was passed (possibly as "")
   std::string prompts_file;
-  long long seed = -1;        ///< --seed as parsed (checked >= 0 before it becomes params.seed)
+  std::string seed;            ///< --seed as given (parsed and range-checked before it becomes params.seed)
   bool seed_given = false;
   SamplingParams params;
   bool json = false;
@@ -111,6 +113,7 @@ std::vector<PromptJob> read_prompts_file(const std::string& path, const Sampling
   for (int lineno = 1; std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j;
+    check_json_depth(line, fmt::format("{}:{}", name, lineno));  // deep nesting must not exhaust the stack
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
@@ -201,8 +204,13 @@ void check_flags(GenerateArgs& a) {
                                                   {"--frequency-penalty", sp.frequency_penalty}};
   for (const auto& [flag, v] : reals) SSM_CHECK(std::isfinite(v), "{} must be finite (got {})", flag, v);
   if (a.seed_given) {
-    SSM_CHECK(a.seed >= 0, "--seed must be >= 0 (got {})", a.seed);
-    sp.seed = static_cast<uint64_t>(a.seed);
+    // As the server: an integer in [0, 2^63 - 1]; out-of-range values are an error, never clamped.
+    long long v = -1;
+    const char* end = a.seed.data() + a.seed.size();
+    const auto [ptr, ec] = std::from_chars(a.seed.data(), end, v);
+    SSM_CHECK(ec == std::errc() && ptr == end && !a.seed.empty() && v >= 0,
+              "--seed must be an integer in [0, {}] (got '{}')", std::numeric_limits<long long>::max(), a.seed);
+    sp.seed = static_cast<uint64_t>(v);
   }
   for (size_t i = 0; i < sp.stop_token_ids.size(); ++i)
     SSM_CHECK(sp.stop_token_ids[i] >= 0, "--stop-token-ids: entry {} is {}; token ids must be >= 0", i, sp.stop_token_ids[i]);

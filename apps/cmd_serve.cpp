@@ -59,6 +59,13 @@ int run_serve(ServeArgs& a) {
     SSM_CHECK(a.server.max_model_len <= mc.max_model_len,
               "--max-model-len {} is larger than the model's context of {} tokens (max_position_embeddings)",
               a.server.max_model_len, mc.max_model_len);
+  // As vLLM: refuse to start when one request of max_model_len tokens cannot fit in the block pool (it would
+  // otherwise fail mid-generation).
+  if (const int cap = engine.pool_token_capacity(); cap > 0)
+    SSM_CHECK(a.server.max_model_len <= cap,
+              "max_model_len {} does not fit in the block pool, which holds at most {} tokens of one request (its KV "
+              "blocks; the null block and a state block aside): raise --num-state-blocks or lower --max-model-len",
+              a.server.max_model_len, cap);
   if (a.server.served_model_name.empty()) a.server.served_model_name = a.engine.model.string();
   // The chat template lives with the tokenizer (tokenizer_config.json), as in vLLM: --tokenizer DIR when given.
   const std::filesystem::path& tokenizer_dir = a.engine.tokenizer.empty() ? a.engine.model : a.engine.tokenizer;
@@ -72,7 +79,9 @@ int run_serve(ServeArgs& a) {
     std::cerr << "ssmserve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": draining requests, then stopping" << std::endl;
     http.drain_and_stop(timeout);
   });
-  std::cerr << "ssmserve: serving " << a.server.served_model_name << " on http://" << a.server.host << ":" << port
+  // An IPv6 address goes in brackets in a URL (http://[::1]:8000).
+  const std::string host = a.server.host.find(':') != std::string::npos ? "[" + a.server.host + "]" : a.server.host;
+  std::cerr << "ssmserve: serving " << a.server.served_model_name << " on http://" << host << ":" << port
             << " (max_model_len " << a.server.max_model_len << ")" << std::endl;
   http.listen();
   signal_thread.join();

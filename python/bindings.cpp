@@ -144,15 +144,15 @@ class PyLLM {
     } catch (const nlohmann::json::exception& e) {
       fail("chat messages are not valid JSON text (lone surrogates?): {}", e.what());
     }
-    if (!chat_template) {
-      if (!default_template_) default_template_ = server::ChatTemplate::load(template_dir_);
-      return default_template_->apply(messages, add_generation_prompt);
-    }
+    if (!default_template_) default_template_ = server::ChatTemplate::load(template_dir_);
+    if (!chat_template) return default_template_->apply(messages, add_generation_prompt);
     std::error_code ec;
     if (chat_template->size() < 4096 && chat_template->find('\n') == std::string::npos &&
         std::filesystem::is_regular_file(*chat_template, ec))
       return server::ChatTemplate::load(template_dir_, *chat_template).apply(messages, add_generation_prompt);
-    return server::ChatTemplate::from_source(*chat_template).apply(messages, add_generation_prompt);
+    // Template source: the checkpoint's bos / eos strings, as the file and `serve --chat-template` forms get them.
+    return server::ChatTemplate::from_source(*chat_template, default_template_->bos_token(), default_template_->eos_token())
+        .apply(messages, add_generation_prompt);
   }
 
   /// Runs every prompt to the end; n > 1 becomes n engine requests (seed + i when seeded) merged into one output

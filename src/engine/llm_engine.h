@@ -1,6 +1,7 @@
 // Owns the engine loop: LLMEngine::step() = schedule -> build the packed batch -> run the model -> sample ->
 // update requests -> emit outputs (vLLM v1's EngineCore.step), and LLM, the offline API that runs it to the end.
 #pragma once
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,6 +54,11 @@ class LLMEngine {
   int num_free_blocks() const { return pool_->num_free(); }
   /// Tokens per KV block of a hybrid model (KV blocks share the state pool), 0 for pure recurrent models.
   int kv_block_size() const { return model_->kv_block_size(); }
+  /// Most tokens one request's KV blocks can hold (hybrid models: (blocks - 2) x kv_block_size, the null block
+  /// and the request's state block aside); 0 when the model has no KV blocks (a request's memory does not grow).
+  int pool_token_capacity() const {
+    return kv_block_size() > 0 ? std::max(0, pool_->num_blocks() - 2) * kv_block_size() : 0;
+  }
   /// Requests waiting for their first schedule (or re-schedule after preemption); running ones (for metrics).
   int num_waiting_requests() const { return scheduler_->num_waiting(); }
   int num_running_requests() const { return scheduler_->num_running(); }

@@ -70,6 +70,7 @@ AsyncEngine::AsyncEngine(EngineConfig cfg, AsyncEngineOptions opt, Metrics& metr
     try {
       engine_ = std::make_unique<LLMEngine>(cfg_);
       model_config_ = &engine_->model_config();
+      pool_token_capacity_ = engine_->pool_token_capacity();
       tokenizer_ = engine_->tokenizer();
       publish_gauges();
     } catch (...) {

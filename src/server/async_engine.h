@@ -74,6 +74,8 @@ class AsyncEngine {
   void shutdown();
 
   const ModelConfig& model_config() const { return *model_config_; }
+  /// LLMEngine::pool_token_capacity (0: no KV blocks).
+  int pool_token_capacity() const { return pool_token_capacity_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
   const EngineConfig& config() const { return cfg_; }
   /// Requests handed over and not yet finished (for graceful shutdown).
@@ -102,6 +104,7 @@ class AsyncEngine {
   std::unique_ptr<LLMEngine> engine_;       // touched only by the engine thread after construction
   const ModelConfig* model_config_ = nullptr;
   const Tokenizer* tokenizer_ = nullptr;
+  int pool_token_capacity_ = 0;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -32,6 +32,9 @@ class ChatTemplate {
   /// Renders `messages` ([{"role", "content"}...]). Throws Error when the template raises or fails.
   std::string apply(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
   const std::string& source() const { return source_; }
+  /// The special-token strings the template sees (the checkpoint's tokenizer_config.json, else empty).
+  const std::string& bos_token() const { return bos_token_; }
+  const std::string& eos_token() const { return eos_token_; }
   bool is_default() const { return is_default_; }
 
  private:

@@ -192,6 +192,11 @@ def test_chat(llm, tmp_path):
     assert llm.chat([{"role": "user", "content": "Hi"}], params, chat_template=src)[0].prompt == "<user>Hi"
     (tmp_path / "t.jinja").write_text(src + "!")
     assert llm.chat([{"role": "user", "content": "Hi"}], params, chat_template=str(tmp_path / "t.jinja"))[0].prompt == "<user>Hi!"
+    # Template source sees the checkpoint's bos / eos strings, as the file form and `serve --chat-template` do.
+    special = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ eos_token }}"
+    assert llm.chat([{"role": "user", "content": "Hi"}], params, chat_template=special)[0].prompt == "<|endoftext|>Hi<|endoftext|>"
+    (tmp_path / "s.jinja").write_text(special)
+    assert llm.chat([{"role": "user", "content": "Hi"}], params, chat_template=str(tmp_path / "s.jinja"))[0].prompt == "<|endoftext|>Hi<|endoftext|>"
     with pytest.raises(TypeError, match="role"):
         llm.chat([{"content": "x"}], params)
     with pytest.raises(ValueError, match="not valid JSON"):

@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
 
 #include "checkpoint_fixtures.h"
 #include "cli_runner.h"
+#include "test_util.h"
 
 namespace {
 
@@ -234,6 +236,9 @@ TEST(CliGenerate, PromptsFromStdin) {
 TEST(CliGenerate, FlagAndFileErrorsNameTheProblem) {
   ssmserve::testing::TempDir tmp("cli");
   ssmserve::testing::write_file(tmp / "empty_prompt.jsonl", "{\"prompt\": \"ok\"}\n{\"prompt\": \"\"}\n");
+  // A "stop" nested 300,000 deep (crashed the JSON value copy before the depth check).
+  ssmserve::testing::write_file(tmp / "deep_stop.jsonl",
+                                "{\"prompt\": \"x\", \"stop\": " + std::string(300000, '[') + std::string(300000, ']') + "}\n");
   struct Case {
     std::string args, expect;
   } cases[] = {
@@ -243,7 +248,12 @@ TEST(CliGenerate, FlagAndFileErrorsNameTheProblem) {
       {"generate --prompt hi --repetition-penalty nan", "--repetition-penalty must be finite"},
       {"generate --prompts-file " + (tmp / "empty_prompt.jsonl").string(), "empty_prompt.jsonl:2: the prompt is empty"},
       {"generate --prompts-file " + tmp.path().string(), "is a directory"},
-      {"generate --prompt hi --seed -1", "--seed must be >= 0"},
+      {"generate --prompt hi --seed -1", "--seed must be an integer in [0, 9223372036854775807]"},
+      // Beyond the server's range: an error naming the value, never clamped to 2^63 - 1.
+      {"generate --prompt hi --seed 9223372036854775808", "(got '9223372036854775808')"},
+      {"generate --prompt hi --seed 99999999999999999999", "--seed must be an integer"},
+      {"generate --prompt hi --seed 1x", "(got '1x')"},
+      {"generate --prompts-file " + (tmp / "deep_stop.jsonl").string(), "deep_stop.jsonl:1"},
   };
   for (const auto& c : cases) {
     const CliRun r = run(c.args);
@@ -252,6 +262,17 @@ TEST(CliGenerate, FlagAndFileErrorsNameTheProblem) {
     EXPECT_THAT(r.err, HasSubstr("error:")) << c.args;
     EXPECT_THAT(r.err, ::testing::Not(HasSubstr("1073741824"))) << c.args;
   }
+}
+
+// `serve` refuses to start, as vLLM does, when one request of max_model_len tokens cannot fit in the block pool
+// (a hybrid model's KV blocks), instead of failing the request mid-generation; it names the flags that fix it.
+TEST(CliServe, RefusesAPoolBelowMaxModelLen) {
+  const auto dir = ssmserve::testing::model_dir("tiny-minimax");
+  if (!std::filesystem::exists(dir / "config.json")) GTEST_SKIP() << "no " << dir;
+  const CliRun r = run("serve --model " + dir.string() + " --num-state-blocks 4 --port 0 --threads 1");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("does not fit in the block pool")) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--num-state-blocks")) << r.err;
 }
 
 }  // namespace
