@@ -355,6 +355,12 @@ void OpenAIServer::install_routes() {
       msg = "internal server error";
     }
     send_error(res, ApiError(status, msg));
+    // A request httplib could not parse (or a timeout) leaves the stream at an unknown position: answer once and
+    // close, instead of reading the rest as further requests (each another 400) on a kept-alive connection.
+    if (status != 404 && status != 405) {
+      if (Connection* conn = current_connection()) conn->close_after_response();
+      res.set_header("Connection", "close");
+    }
     return httplib::Server::HandlerResponse::Handled;
   }));
 }

@@ -223,6 +223,25 @@ def test_conflicting_framing_is_400(server):
 
 
 # 12. A wrong method on a known route is 405 with Allow.
+def test_malformed_request_line_is_answered_once_and_closed(server):
+    # httplib cannot parse the request: one 400 with the OpenAI body, then the connection closes (the rest of the
+    # bytes must not be read as further requests, each answered again, on a kept-alive connection).
+    for junk in (b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\nHost: x\n\n\n"):
+        with connect(server) as s:
+            s.sendall(junk)
+            s.settimeout(3)
+            data = b""
+            start = time.monotonic()
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            assert time.monotonic() - start < 2.5, data  # closed by the server, not by the 5 s keep-alive timeout
+        assert data.count(b"HTTP/1.1 ") == 1, data
+        assert data.startswith(b"HTTP/1.1 400") and b"Connection: close" in data, data
+
+
 def test_wrong_method_is_405_with_allow(server):
     for method, path, allow in [("GET", "/v1/completions", "POST"), ("PUT", "/v1/chat/completions", "POST"),
                                 ("POST", "/health", "GET, HEAD"), ("DELETE", "/v1/models", "GET, HEAD")]:
