@@ -131,7 +131,7 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   if (model_->device_state_budget(cfg_.gpu_memory_utilization, cfg_.scheduler.max_num_batched_tokens,
                                   cfg_.scheduler.max_num_seqs))
     scheduler_->set_zero_host_states(false);
-  spdlog::debug("engine: {} state blocks x {:.2f} MiB", blocks, cache_->bytes_per_block() / 1048576.0);
+  spdlog::info("engine: {} state blocks x {:.2f} MiB", blocks, cache_->bytes_per_block() / 1048576.0);
 }
 
 LLMEngine::~LLMEngine() = default;
