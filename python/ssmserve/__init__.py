@@ -41,8 +41,8 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
     """vLLM's SamplingParams: n, temperature (1.0), top_p, top_k, min_p, seed, presence_penalty,
     frequency_penalty, repetition_penalty, max_tokens (16), min_tokens, stop, stop_token_ids, ignore_eos,
     logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens, logit_bias ({token_id: bias}).
-    Unknown names raise TypeError;
-    values are checked when a request is added (ValueError naming the field)."""
+    Unknown names raise TypeError; values are checked here, as vLLM does (ValueError naming the field), and token
+    ids against the model's vocabulary when a request is added."""
     p = _ssmserve.SamplingParams()
     for k, v in kwargs.items():
         if k == "stop" and isinstance(v, str):
@@ -60,6 +60,7 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
         except (TypeError, ValueError) as e:
             why = "" if "incompatible function arguments" in str(e) else ": " + str(e).splitlines()[0]
             raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
+    p.validate(2**31 - 1)  # every range but the vocabulary's (SsmserveError is a ValueError)
     return p
 
 

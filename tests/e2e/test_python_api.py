@@ -74,6 +74,10 @@ def test_errors(llm):
         llm.generate("hi", ssmserve.SamplingParams(top_p=1.5))
     with pytest.raises(TypeError):
         ssmserve.SamplingParams(bogus=1)
+    # Checked at construction, as vLLM's SamplingParams.__post_init__ does.
+    for bad in ({"temperature": -1}, {"top_p": 0}, {"n": 0}, {"logprobs": 21}, {"max_tokens": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            ssmserve.SamplingParams(**bad)
     with pytest.raises(TypeError):
         ssmserve.LLM(str(MODEL), not_an_arg=3)
     with pytest.raises(ValueError):
