@@ -53,6 +53,8 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
             continue  # vLLM's None: the default (none)
         if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
             raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
+        if k != "seed" and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
+            raise ValueError(f"SamplingParams.{k} is out of range, got {v}")
         try:
             if k == "logit_bias":
                 v = {int(t): float(b) for t, b in dict(v).items()}

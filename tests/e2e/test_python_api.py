@@ -75,7 +75,7 @@ def test_errors(llm):
     with pytest.raises(TypeError):
         ssmserve.SamplingParams(bogus=1)
     # Checked at construction, as vLLM's SamplingParams.__post_init__ does.
-    for bad in ({"temperature": -1}, {"top_p": 0}, {"n": 0}, {"logprobs": 21}, {"max_tokens": 0}):
+    for bad in ({"temperature": -1}, {"top_p": 0}, {"n": 0}, {"logprobs": 21}, {"max_tokens": 0}, {"max_tokens": 2**40}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             ssmserve.SamplingParams(**bad)
     with pytest.raises(TypeError):
