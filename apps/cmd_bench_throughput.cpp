@@ -75,11 +75,13 @@ std::vector<Request> make_requests(const LLMEngine& engine, const ThroughputArgs
               engine.config().model.string());
     const std::vector<std::string> texts = read_dataset(a.dataset, a.num_prompts);
     if (static_cast<int>(texts.size()) < a.num_prompts)
-      std::cerr << "warning: " << a.dataset << " has only " << texts.size() << " records; using them all\n";
+      std::cerr << "warning: " << a.dataset << " has only " << texts.size() << " records; they are reused in order to make "
+                << a.num_prompts << " requests (as bench serve does)\n";
     for (const std::string& text : texts) {
       std::vector<int>& p = prompts.emplace_back(engine.tokenizer()->encode(text));
       if (a.input_len_given && static_cast<int>(p.size()) > a.input_len) p.resize(a.input_len);
     }
+    for (size_t i = 0; prompts.size() < static_cast<size_t>(a.num_prompts); ++i) prompts.push_back(prompts[i]);  // cycle
   }
   std::vector<Request> reqs;
   for (size_t i = 0; i < prompts.size(); ++i) {
