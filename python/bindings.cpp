@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "engine/llm_engine.h"
 #include "server/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #ifdef SSMSERVE_HAVE_CUDA
 #include "runtime/cuda_mamba.h"  // SSMSERVE_PYTHON_CUDA=ON: the "cuda" device
 #endif
@@ -131,6 +132,23 @@ class PyLLM {
     py::gil_scoped_release release;
     llm_ = std::make_unique<LLM>(std::move(cfg));
   }
+
+  /// The engine's tokenizer (LLM.get_tokenizer): Error when the engine has none (dummy weights without one).
+  const Tokenizer& tokenizer() const {
+    const Tokenizer* t = llm_->engine().tokenizer();
+    SSM_CHECK(t, "this engine has no tokenizer (dummy weights without tokenizer.json; pass tokenizer=DIR)");
+    return *t;
+  }
+  /// Token ids of `text` (the engine's BPE; no special tokens added, as the engine encodes prompts).
+  std::vector<int> encode(const std::string& text) const { return tokenizer().encode(text); }
+  /// Text of `ids` (ids outside the vocabulary are a ValueError).
+  std::string decode(const std::vector<int>& ids, bool skip_special_tokens) const {
+    const Tokenizer& t = tokenizer();
+    for (int id : ids) SSM_CHECK(t.has_id(id), "token id {} is not in the vocabulary", id);
+    return t.decode(ids, skip_special_tokens);
+  }
+  int vocab_size() const { return tokenizer().vocab_size(); }
+  std::vector<int> eos_token_ids() const { return llm_->engine().model_config().eos_token_ids; }
 
   /// LLM.chat's prompt text: `messages_json` (a JSON list of {"role", "content": str} messages) rendered with the
   /// checkpoint's chat template (tokenizer_config.json, else ssmserve's plain default), or with `chat_template`
@@ -400,7 +418,17 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def_readwrite("include_stop_str_in_output", &SamplingParams::include_stop_str_in_output)
       .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens)
       .def_readwrite("logit_bias", &SamplingParams::logit_bias)
-      .def("validate", &SamplingParams::validate, py::arg("vocab_size"));
+      .def("validate", &SamplingParams::validate, py::arg("vocab_size"))
+      .def("clone", [](const SamplingParams& p) { return p; }, "A copy (vLLM's SamplingParams.clone)")
+      .def("__repr__", [](const SamplingParams& p) {
+        return fmt::format("SamplingParams(n={}, temperature={}, top_p={}, top_k={}, min_p={}, seed={}, max_tokens={}, "
+                           "min_tokens={}, stop={}, stop_token_ids={}, ignore_eos={}, logprobs={}, prompt_logprobs={})",
+                           p.n, p.temperature, p.top_p, p.top_k, p.min_p, p.seed ? std::to_string(*p.seed) : "None",
+                           p.max_tokens, p.min_tokens, py::repr(py::cast(p.stop)).cast<std::string>(),
+                           py::repr(py::cast(p.stop_token_ids)).cast<std::string>(), p.ignore_eos ? "True" : "False",
+                           p.logprobs ? std::to_string(*p.logprobs) : "None",
+                           p.prompt_logprobs ? std::to_string(*p.prompt_logprobs) : "None");
+      });
 
   py::class_<PyLLM>(m, "Engine")
       .def(py::init([](const std::string& model, const py::kwargs& kw) { return std::make_unique<PyLLM>(make_config(model, kw)); }),
@@ -409,6 +437,10 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def("add", &PyLLM::add)
       .def("next_output", &PyLLM::next_output)
       .def("abort", &PyLLM::abort)
+      .def("encode", &PyLLM::encode, py::arg("text"))
+      .def("decode", &PyLLM::decode, py::arg("ids"), py::arg("skip_special_tokens") = false)
+      .def("vocab_size", &PyLLM::vocab_size)
+      .def("eos_token_ids", &PyLLM::eos_token_ids)
       .def("render_chat", &PyLLM::render_chat, py::arg("messages_json"), py::arg("add_generation_prompt"),
            py::arg("chat_template"));
 }

@@ -26,7 +26,7 @@ if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SSMSE
 from . import _ssmserve  # noqa: E402
 from .outputs import CompletionOutput, RequestOutput
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "SsmserveError"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "SsmserveError", "Tokenizer"]
 __version__ = "0.1.0"
 
 Logprob = _ssmserve.Logprob
@@ -82,6 +82,35 @@ def _chat_message(m) -> dict:
     return dict(m, content=content)
 
 
+class Tokenizer:
+    """The engine's byte-level BPE tokenizer (LLM.get_tokenizer), with the Hugging Face names users call:
+    encode(text) -> token ids (no special tokens added, as prompts are encoded), decode(ids,
+    skip_special_tokens=False) -> str, vocab_size, eos_token_id (the first of the model's EOS ids, or None)."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def encode(self, text: str) -> List[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"encode() takes a str, got {type(text).__name__}")
+        return self._engine.encode(text)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return self._engine.decode(list(ids), skip_special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._engine.vocab_size()
+
+    @property
+    def eos_token_id(self) -> Optional[int]:
+        ids = self._engine.eos_token_ids()
+        return ids[0] if ids else None
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+
 class LLM:
     """vLLM's offline LLM: LLM(model, **engine_args). Engine args: tokenizer, max_num_seqs,
     max_num_batched_tokens, num_state_blocks, threads, tensor_parallel_size, mamba_cache_dtype,
@@ -91,8 +120,27 @@ class LLM:
     generated tokens per request; default the model's max_position_embeddings; generation stops there with
     finish_reason "length", a longer prompt is a ValueError)."""
 
-    def __init__(self, model: str, **engine_args):
+    def __init__(self, model: str, seed: Optional[int] = None, **engine_args):
+        """seed: vLLM's engine seed: requests whose SamplingParams have no seed get seed + (a running count), so a
+        script's sampled outputs repeat from run to run; None (default): unseeded requests differ every run."""
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63):
+            raise ValueError(f"seed must be None or an integer in [0, 2**63), got {seed!r}")
         self._engine = _ssmserve.Engine(str(model), **engine_args)
+        self._seed = seed
+        self._seeded = 0  # requests given a seed from `seed` so far
+
+    def _with_seed(self, p):
+        """p, or a copy seeded from the engine seed when p has none."""
+        if self._seed is None or p.seed is not None:
+            return p
+        q = p.clone()
+        q.seed = (self._seed + self._seeded) % 2**64
+        self._seeded += max(1, q.n)
+        return q
+
+    def get_tokenizer(self) -> "Tokenizer":
+        """The engine's tokenizer (vLLM's LLM.get_tokenizer): encode / decode / vocab_size / eos_token_id."""
+        return Tokenizer(self._engine)
 
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
                  sampling_params=None, use_tqdm: bool = False) -> List[RequestOutput]:
@@ -107,7 +155,7 @@ class LLM:
         for p in params:
             if not isinstance(p, _ssmserve.SamplingParams):
                 raise TypeError(f"sampling_params must be a SamplingParams or a list of them, got {type(p).__name__}")
-        return self._engine.generate(prompts, params)
+        return self._engine.generate(prompts, [self._with_seed(p) for p in params])
 
     def chat(self, messages, sampling_params=None, use_tqdm: bool = False, chat_template: Optional[str] = None,
              add_generation_prompt: bool = True) -> List[RequestOutput]:
@@ -128,7 +176,7 @@ class LLM:
         delta_text), the last one with finished=True. Closing the iterator early aborts the request."""
         if sampling_params is not None and not isinstance(sampling_params, _ssmserve.SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
-        rid = self._engine.add(prompt, sampling_params if sampling_params is not None else SamplingParams())
+        rid = self._engine.add(prompt, self._with_seed(sampling_params if sampling_params is not None else SamplingParams()))
         finished = False
         try:
             while True:

@@ -180,6 +180,27 @@ def test_bad_types_name_the_field(llm):
         llm.generate("ab\udc80", ssmserve.SamplingParams(max_tokens=2))
 
 
+def test_tokenizer_clone_and_engine_seed(llm):
+    # vLLM's LLM.get_tokenizer (the engine's BPE: the prompt ids the engine reports), SamplingParams.clone / repr,
+    # and LLM(seed=...): unseeded requests get seed, seed + 1, ... so sampled outputs repeat across runs.
+    tok = llm.get_tokenizer()
+    out = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=4))[0]
+    assert tok.encode(PROMPTS[0]) == out.prompt_token_ids
+    assert tok.decode(out.prompt_token_ids) == PROMPTS[0] and tok.decode(out.outputs[0].token_ids) == out.outputs[0].text
+    assert tok.vocab_size == len(tok) > 50000 and tok.eos_token_id == 0
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        tok.decode([10 ** 7])
+    p = ssmserve.SamplingParams(temperature=0.9, max_tokens=8)
+    q = p.clone()
+    q.max_tokens = 3
+    assert p.max_tokens == 8 and q.max_tokens == 3 and "temperature=0.9" in repr(p)
+    runs = [ssmserve.LLM(str(MODEL), threads=2, seed=5) for _ in range(2)]
+    got = [[o.outputs[0].token_ids for o in r.generate(PROMPTS, p)] for r in runs]
+    assert got[0] == got[1] and p.seed is None  # the caller's params are not modified
+    with pytest.raises(ValueError, match="seed"):
+        ssmserve.LLM(str(MODEL), seed=-1)
+
+
 def test_chat(llm, tmp_path):
     # vLLM's LLM.chat: the checkpoint's template (the bundled model has none: ssmserve's plain default, as serve).
     params = ssmserve.SamplingParams(temperature=0, max_tokens=8)
