@@ -11,6 +11,27 @@
 #include "server/jinja_render.h"
 
 namespace ssmserve::server::jinja {
+namespace {
+
+/// Deepest statement + expression nesting one render may reach (the parser bounds each template's nesting to 256
+/// levels; recursive macros stack those up to 64 times). Past it rendering raises an Error, not a stack overflow.
+constexpr int kMaxRenderDepth = 1024;
+
+/// Counts one render frame for its scope; throws Error past kMaxRenderDepth.
+class RenderGuard {
+ public:
+  explicit RenderGuard(int& depth) : depth_(depth) {
+    SSM_CHECK(++depth_ <= kMaxRenderDepth, "template nesting too deep while rendering (more than {} levels)", kMaxRenderDepth);
+  }
+  ~RenderGuard() { --depth_; }
+  RenderGuard(const RenderGuard&) = delete;
+  RenderGuard& operator=(const RenderGuard&) = delete;
+
+ private:
+  int& depth_;
+};
+
+}  // namespace
 
 Renderer::Renderer(const json& ctx) {
   scopes_.emplace_back();
@@ -23,6 +44,7 @@ void Renderer::exec(const Body& body, std::string& out) {
 }
 
 void Renderer::exec(const Stmt& st, std::string& out) {
+  RenderGuard guard(render_depth_);
   switch (st.kind) {
     case Stmt::Text: out += st.text; return;
     case Stmt::Output: out += py_str(eval(*st.expr)); return;
@@ -101,6 +123,7 @@ Value* Renderer::lookup(const std::string& name) {
 }
 
 Value Renderer::eval(const Expr& e) {
+  RenderGuard guard(render_depth_);
   switch (e.kind) {
     case Expr::Literal: return Value::of(e.value);
     case Expr::Name: {
@@ -111,6 +134,13 @@ Value Renderer::eval(const Expr& e) {
       json a = json::array();
       for (const auto& x : e.args) a.push_back(eval(*x).data());
       return Value::of(std::move(a));
+    }
+    case Expr::Tuple: {
+      json a = json::array();
+      for (const auto& x : e.args) a.push_back(eval(*x).data());
+      Value v = Value::of(std::move(a));
+      v.tuple = true;
+      return v;
     }
     case Expr::Dict: {
       json o = json::object();
@@ -200,8 +230,9 @@ Value Renderer::binary(const Expr& e) {
   const Value av = eval(*e.args[0]), bv = eval(*e.args[1]);
   const json &a = av.data(), &b = bv.data();
   if (op == "~") return Value::of(py_str(av) + py_str(bv));
-  if (op == "==") return Value::of(equal(a, b));
-  if (op == "!=") return Value::of(!equal(a, b));
+  const bool same_kind = av.tuple == bv.tuple || !a.is_array() || !b.is_array();  // (1, 2) != [1, 2]
+  if (op == "==") return Value::of(same_kind && equal(a, b));
+  if (op == "!=") return Value::of(!(same_kind && equal(a, b)));
   if (op == "in" || op == "not in") {
     bool r = false;
     if (b.is_string()) r = b.get_ref<const std::string&>().find(py_str(av)) != std::string::npos;
@@ -312,7 +343,13 @@ Value Renderer::call_macro(const Stmt& m, const Expr& e, const std::vector<Value
   SSM_CHECK(++depth_ < 64, "template: macro recursion too deep");
   scopes_.push_back(std::move(frame));
   std::string out;
-  exec(m.body, out);
+  try {
+    exec(m.body, out);
+  } catch (const BreakSignal&) {
+    fail("template: break outside a loop (in macro {})", m.text);
+  } catch (const ContinueSignal&) {
+    fail("template: continue outside a loop (in macro {})", m.text);
+  }
   scopes_.pop_back();
   --depth_;
   return Value::of(out);

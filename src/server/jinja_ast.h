@@ -14,11 +14,12 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 /// An expression node. `kind` selects which fields are used.
 struct Expr {
-  enum Kind { Literal, Name, List, Dict, Attr, Index, Slice, Call, Filter, Test, Unary, Binary, Cond };
+  enum Kind { Literal, Name, List, Tuple, Dict, Attr, Index, Slice, Call, Filter, Test, Unary, Binary, Cond };
   Kind kind;
   nlohmann::ordered_json value;       // Literal
+  int height = 1;                     // nodes on the longest path down (bounded by the parser)
   std::string name;                   // Name, Attr (attribute), Call (method name when callee is Attr), Filter, Test, Unary/Binary op
-  std::vector<ExprPtr> args;          // List items, Dict keys/values interleaved, Call/Filter/Test arguments, operands
+  std::vector<ExprPtr> args;          // List / Tuple items, Dict keys/values interleaved, Call/Filter/Test arguments, operands
   std::vector<std::pair<std::string, ExprPtr>> kwargs;  // Call / Filter keyword arguments
   bool negated = false;               // Test: "is not"
   explicit Expr(Kind k) : kind(k) {}

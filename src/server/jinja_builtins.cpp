@@ -105,14 +105,26 @@ Value Renderer::filter_named(const std::string& f, const Value& x, const std::ve
     if (d.is_string()) return Value::of(static_cast<long long>(iterate(x).size()));
     return Value::of(static_cast<long long>(d.is_array() || d.is_object() ? d.size() : 0));
   }
-  if (f == "tojson") {
-    const Value ind = kwarg(e, "indent", a, 0, Value::of(nullptr));
+  if (f == "tojson") {  // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+    JsonDumpOptions opt;
+    opt.ensure_ascii = truthy(kwarg(e, "ensure_ascii", a, 0, Value::of(false)));
+    const json ind = kwarg(e, "indent", a, 1, Value::of(nullptr)).data();
+    SSM_CHECK(ind.is_null() || ind.is_number_integer(), "template: tojson indent must be an integer, got {}", py_repr(ind));
+    if (ind.is_number_integer()) opt.indent = static_cast<int>(std::clamp(ind.get<long long>(), 0LL, 1000LL));
+    const json sep = kwarg(e, "separators", a, 2, Value::of(nullptr)).data();
+    if (!sep.is_null()) {
+      SSM_CHECK(sep.is_array() && sep.size() == 2 && sep[0].is_string() && sep[1].is_string(),
+                "template: tojson separators must be an (item_separator, key_separator) pair of strings, got {}", py_repr(sep));
+      opt.item_sep = sep[0].get<std::string>(), opt.key_sep = sep[1].get<std::string>();
+    }
+    opt.sort_keys = truthy(kwarg(e, "sort_keys", a, 3, Value::of(false)));
     std::string out;
-    py_json(d, out, ind.data().is_number() ? static_cast<int>(ind.data().get<double>()) : -1, 0);
+    py_json(d, out, opt);
     return Value::of(out);
   }
   if (f == "string") return Value::of(py_str(x));
-  if (f == "safe" || f == "escape" || f == "e") return x;
+  if (f == "escape" || f == "e") return Value::of(html_escape(py_str(x)));
+  if (f == "safe") return x;
   if (f == "default" || f == "d") {
     const bool boolean = a.size() > 1 && truthy(a[1]);
     if (x.undefined() || (boolean && !truthy(x))) return a.empty() ? Value::of(std::string("")) : a[0];
@@ -207,10 +219,20 @@ Value Renderer::filter_named(const std::string& f, const Value& x, const std::ve
     for (const auto& it : iterate(x)) s += num(it, "sum"), ints = ints && it.is_number_integer();
     return Value::of(number_result(s, ints));
   }
-  if (f == "dictsort") {
-    json r = json::array();
-    for (auto it = d.begin(); d.is_object() && it != d.end(); ++it) r.push_back(json::array({it.key(), it.value()}));
-    return Value::of(r);  // nlohmann objects iterate in key order already
+  if (f == "dictsort") {  // Jinja2's dictsort(value, case_sensitive=False, by='key', reverse=False); stable like sorted()
+    const bool case_sensitive = truthy(kwarg(e, "case_sensitive", a, 0, Value::of(false)));
+    const std::string by = py_str(kwarg(e, "by", a, 1, Value::of(std::string("key"))));
+    SSM_CHECK(by == "key" || by == "value", "template: dictsort: you can only sort by either 'key' or 'value'");
+    const bool reverse = truthy(kwarg(e, "reverse", a, 2, Value::of(false)));
+    SSM_CHECK(d.is_object() || x.kind == Value::Namespace, "template: dictsort needs a dict, got {}", py_repr(d));
+    std::vector<json> items;
+    for (auto it = d.begin(); it != d.end(); ++it) items.push_back(json::array({it.key(), it.value()}));
+    const size_t k = by == "key" ? 0 : 1;
+    auto key = [&](const json& v) { return case_sensitive || !v.is_string() ? v : method(Value::of(v), "lower", {}, e).data(); };
+    std::stable_sort(items.begin(), items.end(), [&](const json& p, const json& q) {
+      return reverse ? py_less(key(q[k]), key(p[k])) : py_less(key(p[k]), key(q[k]));
+    });
+    return Value::of(json(items));
   }
   fail("template: unknown filter '{}'", f);
 }

@@ -1,6 +1,8 @@
 // Owns the Jinja lexer and parser: template source -> statements (jinja_ast.h). Follows Jinja2's grammar and
 // operator precedence for the subset chat templates use.
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "server/jinja_ast.h"
@@ -16,6 +18,33 @@ struct Segment {
 };
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/// Deepest nesting the parser accepts (brackets, unary operators, conditionals, expression tree height, block
+/// statements); deeper templates raise an Error instead of overflowing the stack while parsing or rendering.
+constexpr int kMaxNesting = 256;
+
+/// The position of the tag's `close` ("}}" or "%}") from `body`, skipping string literals and closers met while a
+/// bracket is open (as Jinja2's lexer does, so `{{ {'a': {'b': 1}} }}` and `{{ '}}' }}` work); npos if unclosed.
+size_t find_tag_end(const std::string& src, size_t body, const char* close, int line) {
+  std::string open;  // the open brackets' expected closers
+  for (size_t i = body; i < src.size(); ++i) {
+    const char c = src[i];
+    if (open.empty() && src.compare(i, 2, close) == 0) return i;
+    if (c == '\'' || c == '"') {
+      for (++i; i < src.size() && src[i] != c; ++i)
+        if (src[i] == '\\') ++i;
+      if (i >= src.size()) return std::string::npos;
+    } else if (c == '(' || c == '[' || c == '{') {
+      SSM_CHECK(open.size() < kMaxNesting, "template line {}: template nesting too deep (more than {} levels)", line, kMaxNesting);
+      open += c == '(' ? ')' : c == '[' ? ']' : '}';
+    } else if (c == ')' || c == ']' || c == '}') {
+      if (open.empty()) continue;  // the parser reports it
+      SSM_CHECK(c == open.back(), "template line {}: unexpected '{}', expected '{}'", line, c, open.back());
+      open.pop_back();
+    }
+  }
+  return std::string::npos;
+}
 
 /// Splits the source into segments, applying -/+ whitespace control, trim_blocks and lstrip_blocks.
 std::vector<Segment> split_segments(const std::string& src) {
@@ -55,7 +84,7 @@ std::vector<Segment> split_segments(const std::string& src) {
     const bool strip_before = body < src.size() && src[body] == '-';
     const bool keep_before = body < src.size() && src[body] == '+';
     if (strip_before || keep_before) ++body;
-    const size_t end = src.find(close, body);
+    const size_t end = type == '#' ? src.find(close, body) : find_tag_end(src, body, close, line);
     SSM_CHECK(end != std::string::npos, "template line {}: unclosed '{{{}'", line, type);
     size_t content_end = end;
     if (content_end > body && src[content_end - 1] == '-') --content_end, strip_next = true;
@@ -107,13 +136,22 @@ std::vector<Token> lex(const std::string& s, int line) {
       if (j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]))) {
         is_float = true;
         ++j;
-        while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+        while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      }
+      if (j < s.size() && (s[j] == 'e' || s[j] == 'E')) {  // exponent: 1e-7, 2.5E3 (a float, as in Jinja2)
+        size_t k = j + 1;
+        if (k < s.size() && (s[k] == '+' || s[k] == '-')) ++k;
+        if (k < s.size() && std::isdigit(static_cast<unsigned char>(s[k]))) {
+          is_float = true;
+          j = k;
+          while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+        }
       }
       std::string num;
       for (size_t k = i; k < j; ++k)
         if (s[k] != '_') num += s[k];
       try {
-        if (is_float) out.push_back({Token::Float, num, std::stod(num)});
+        if (is_float) out.push_back({Token::Float, num, std::strtod(num.c_str(), nullptr)});  // 1e999 = inf as in Python
         else out.push_back({Token::Int, num, std::stoll(num)});
       } catch (const std::exception&) {
         fail("template line {}: bad number '{}'", line, num);
@@ -153,7 +191,22 @@ std::vector<Token> lex(const std::string& s, int line) {
   return out;
 }
 
-/// Recursive-descent expression parser over one tag's tokens (Jinja2's precedence levels).
+/// Counts one nesting level for the scope of a parse function; throws Error past kMaxNesting.
+class NestGuard {
+ public:
+  NestGuard(int& depth, int line) : depth_(depth) {
+    SSM_CHECK(++depth_ <= kMaxNesting, "template line {}: template nesting too deep (more than {} levels)", line, kMaxNesting);
+  }
+  ~NestGuard() { --depth_; }
+  NestGuard(const NestGuard&) = delete;
+  NestGuard& operator=(const NestGuard&) = delete;
+
+ private:
+  int& depth_;
+};
+
+/// Recursive-descent expression parser over one tag's tokens (Jinja2's precedence levels). Recursion depth and the
+/// height of the built tree are both bounded by kMaxNesting (the renderer and the tree's destructor recurse on it).
 class ExprParser {
  public:
   ExprParser(std::vector<Token> toks, int line) : t_(std::move(toks)), line_(line) {}
@@ -193,21 +246,32 @@ class ExprParser {
   }
 
  private:
-  static ExprPtr binary(const std::string& op, ExprPtr a, ExprPtr b) {
+  /// Finishes a node: its height is one more than its tallest operand's; throws Error past kMaxNesting.
+  ExprPtr sealed(ExprPtr e) {
+    int h = 0;
+    for (const auto& a : e->args)
+      if (a) h = std::max(h, a->height);
+    for (const auto& kv : e->kwargs) h = std::max(h, kv.second->height);
+    e->height = h + 1;
+    SSM_CHECK(e->height <= kMaxNesting, "template line {}: template nesting too deep (more than {} levels)", line_, kMaxNesting);
+    return e;
+  }
+  ExprPtr binary(const std::string& op, ExprPtr a, ExprPtr b) {
     auto e = std::make_unique<Expr>(Expr::Binary);
     e->name = op;
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
-    return e;
+    return sealed(std::move(e));
   }
   ExprPtr conditional() {
+    NestGuard g(depth_, line_);
     ExprPtr a = or_expr();
     if (accept_name("if")) {
       auto e = std::make_unique<Expr>(Expr::Cond);
       e->args.push_back(or_expr());  // condition
       e->args.push_back(std::move(a));
       if (accept_name("else")) e->args.push_back(conditional());
-      return e;
+      return sealed(std::move(e));
     }
     return a;
   }
@@ -218,10 +282,11 @@ class ExprParser {
   }
   ExprPtr not_expr() {
     if (accept_name("not")) {
+      NestGuard g(depth_, line_);
       auto e = std::make_unique<Expr>(Expr::Unary);
       e->name = "not";
       e->args.push_back(not_expr());
-      return e;
+      return sealed(std::move(e));
     }
     return compare();
   }
@@ -273,10 +338,11 @@ class ExprParser {
   }
   ExprPtr unary() {
     if (peek_op("-") || peek_op("+")) {
+      NestGuard g(depth_, line_);
       auto e = std::make_unique<Expr>(Expr::Unary);
       e->name = t_[i_++].text;
       e->args.push_back(unary());
-      return e;
+      return sealed(std::move(e));
     }
     return postfix(primary());
   }
@@ -299,7 +365,7 @@ class ExprParser {
         auto e = std::make_unique<Expr>(Expr::Attr);
         e->name = name();
         e->args.push_back(std::move(a));
-        a = std::move(e);
+        a = sealed(std::move(e));
       } else if (accept_op("[")) {
         ExprPtr parts[3];
         int colons = 0;
@@ -315,18 +381,18 @@ class ExprParser {
         e->args.push_back(std::move(a));
         SSM_CHECK(colons || parts[0], "template line {}: empty subscript", line_);
         for (int k = 0; k < (colons ? 3 : 1); ++k) e->args.push_back(std::move(parts[k]));
-        a = std::move(e);
+        a = sealed(std::move(e));
       } else if (accept_op("(")) {
         auto e = std::make_unique<Expr>(Expr::Call);
         e->args.push_back(std::move(a));  // callee first
         call_args(*e);
-        a = std::move(e);
+        a = sealed(std::move(e));
       } else if (accept_op("|")) {
         auto e = std::make_unique<Expr>(Expr::Filter);
         e->name = name();
         e->args.push_back(std::move(a));
         if (accept_op("(")) call_args(*e);
-        a = std::move(e);
+        a = sealed(std::move(e));
       } else if (accept_name("is")) {
         auto e = std::make_unique<Expr>(Expr::Test);
         e->negated = accept_name("not");
@@ -338,7 +404,7 @@ class ExprParser {
                    (t_[i_].kind == Token::Name && !peek_name("and") && !peek_name("or") && !peek_name("else") && !peek_name("if"))) {
           e->args.push_back(primary());  // "is divisibleby 3", "is equalto x"
         }
-        a = std::move(e);
+        a = sealed(std::move(e));
       } else {
         return a;
       }
@@ -363,16 +429,17 @@ class ExprParser {
       return e;
     }
     if (accept_op("(")) {
+      auto e = std::make_unique<Expr>(Expr::Tuple);
+      if (accept_op(")")) return sealed(std::move(e));  // ()
       ExprPtr first = expression();
       if (accept_op(")")) return first;
-      auto e = std::make_unique<Expr>(Expr::List);  // tuple
       e->args.push_back(std::move(first));
       while (accept_op(",")) {
         if (peek_op(")")) break;
         e->args.push_back(expression());
       }
       expect_op(")");
-      return e;
+      return sealed(std::move(e));
     }
     if (accept_op("[")) {
       auto e = std::make_unique<Expr>(Expr::List);
@@ -380,7 +447,7 @@ class ExprParser {
         e->args.push_back(expression());
         if (!peek_op("]")) expect_op(",");
       }
-      return e;
+      return sealed(std::move(e));
     }
     if (accept_op("{")) {
       auto e = std::make_unique<Expr>(Expr::Dict);
@@ -390,7 +457,7 @@ class ExprParser {
         e->args.push_back(expression());
         if (!peek_op("}")) expect_op(",");
       }
-      return e;
+      return sealed(std::move(e));
     }
     fail("template line {}: unexpected '{}' in an expression", line_, t.kind == Token::End ? std::string("end of tag") : t.text);
   }
@@ -398,6 +465,7 @@ class ExprParser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int line_;
+  int depth_ = 0;  // open parse levels (NestGuard)
 };
 
 /// Builds the statement tree from segments; block statements recurse until their end tag.
@@ -439,6 +507,7 @@ class StmtParser {
 
  private:
   std::unique_ptr<Stmt> statement(const std::string& kw, ExprParser& p, int line) {
+    NestGuard g(depth_, line);  // block statements recurse through parse()
     std::string end;
     std::unique_ptr<ExprParser> ep;
     if (kw == "if") {
@@ -518,6 +587,7 @@ class StmtParser {
 
   std::vector<Segment> s_;
   size_t i_ = 0;
+  int depth_ = 0;  // open block statements (NestGuard)
 };
 
 }  // namespace

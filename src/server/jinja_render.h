@@ -37,7 +37,8 @@ class Renderer {
   bool test_named(const std::string& t, const Value& x, const std::vector<Value>& a);
 
   std::vector<std::unordered_map<std::string, Value>> scopes_;
-  int depth_ = 0;
+  int depth_ = 0;         // macro calls in progress
+  int render_depth_ = 0;  // exec(Stmt) / eval frames in progress (bounded: macros multiply the parser's bound)
 };
 
 }  // namespace ssmserve::server::jinja

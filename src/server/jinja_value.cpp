@@ -1,6 +1,7 @@
 // Owns the Python value semantics of ssmserve's Jinja engine (see jinja_value.h).
 #include "server/jinja_value.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -53,42 +54,88 @@ std::string py_str(const Value& v) {
   if (v.undefined()) return "";
   const json& d = v.data();
   if (d.is_string()) return d.get<std::string>();
+  if (v.tuple && d.is_array()) {  // Python's tuple repr: (), (1,), (1, 2)
+    std::string s = "(";
+    for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + py_repr(d[i]);
+    return s + (d.size() == 1 ? ",)" : ")");
+  }
   return py_repr(d);
 }
 
-/// json.dumps(v, ensure_ascii=False, indent=indent) with Python's separators.
-void py_json(const json& v, std::string& out, int indent, int depth) {
+/// json.dumps(v, ...) with Python's formatting.
+void py_json(const json& v, std::string& out, const JsonDumpOptions& opt, int depth) {
+  const int indent = opt.indent;
   auto newline = [&](int d) {
-    if (indent >= 0) out.append(1, '\n').append(static_cast<size_t>(indent * d), ' ');
+    if (indent >= 0) out.append(1, '\n').append(static_cast<size_t>(indent) * static_cast<size_t>(d), ' ');
   };
-  const char* item_sep = indent >= 0 ? "," : ", ";
+  const std::string item_sep = !opt.item_sep.empty() ? opt.item_sep : indent >= 0 ? "," : ", ";
+  const std::string key_sep = !opt.key_sep.empty() ? opt.key_sep : ": ";
+  auto scalar = [&](const json& x) { return x.dump(-1, ' ', opt.ensure_ascii, json::error_handler_t::replace); };
   if (v.is_array()) {
     if (v.empty()) return void(out += "[]");
     out += "[";
     for (size_t i = 0; i < v.size(); ++i) {
       if (i) out += item_sep;
       newline(depth + 1);
-      py_json(v[i], out, indent, depth + 1);
+      py_json(v[i], out, opt, depth + 1);
     }
     newline(depth);
     out += "]";
   } else if (v.is_object()) {
     if (v.empty()) return void(out += "{}");
     out += "{";
+    std::vector<json::const_iterator> items;
+    for (auto it = v.begin(); it != v.end(); ++it) items.push_back(it);
+    if (opt.sort_keys)  // UTF-8 byte order is code point order
+      std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
     bool first = true;
-    for (auto it = v.begin(); it != v.end(); ++it, first = false) {
+    for (const auto& it : items) {
       if (!first) out += item_sep;
+      first = false;
       newline(depth + 1);
-      out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ": ";
-      py_json(it.value(), out, indent, depth + 1);
+      out += scalar(json(it.key())) + key_sep;
+      py_json(it.value(), out, opt, depth + 1);
     }
     newline(depth);
     out += "}";
   } else if (v.is_number_float()) {
-    out += py_float(v.get<double>());
+    const double d = v.get<double>();
+    out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : py_float(d);
   } else {
-    out += v.dump(-1, ' ', false, json::error_handler_t::replace);
+    out += scalar(v);
   }
+}
+
+bool py_less(const json& a, const json& b) {
+  const bool an = a.is_number() || a.is_boolean(), bn = b.is_number() || b.is_boolean();
+  if (an && bn) {
+    if (a.is_number_integer() && b.is_number_integer()) return a.get<long long>() < b.get<long long>();
+    return num(a, "<") < num(b, "<");
+  }
+  if (a.is_string() && b.is_string()) return a.get_ref<const std::string&>() < b.get_ref<const std::string&>();
+  if (a.is_array() && b.is_array()) {
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      if (py_less(a[i], b[i])) return true;
+      if (py_less(b[i], a[i])) return false;
+    }
+    return a.size() < b.size();
+  }
+  fail("template: '<' not supported between {} and {}", py_repr(a), py_repr(b));
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
 }
 
 bool truthy(const Value& v) {

@@ -20,6 +20,7 @@ struct Value {
   json j;
   std::shared_ptr<json> ns;
   const Stmt* macro = nullptr;
+  bool tuple = false;  // Json array made by a tuple literal: str() gives (1, 2) (the flag is not kept inside containers)
   static Value of(json v) {
     Value x;
     x.kind = Json;
@@ -42,8 +43,20 @@ std::string py_str_quote(const std::string& s);
 std::string py_repr(const json& v);
 /// Python's str() of a value: strings as-is, undefined as "", the rest as py_repr.
 std::string py_str(const Value& v);
-/// json.dumps(v, ensure_ascii=False, indent=indent) with Python's separators, appended to out.
-void py_json(const json& v, std::string& out, int indent, int depth);
+/// json.dumps options (transformers' tojson filter: ensure_ascii, indent, separators, sort_keys).
+struct JsonDumpOptions {
+  int indent = -1;                // < 0: one line (Python's indent=None)
+  std::string item_sep, key_sep;  // empty item_sep: Python's defaults (", " or "," when indented; ": ")
+  bool sort_keys = false;         // object keys in code point order
+  bool ensure_ascii = false;      // non-ASCII as \uXXXX escapes
+};
+/// json.dumps(v, ...) with Python's formatting, appended to out. `depth` is the current indent level.
+void py_json(const json& v, std::string& out, const JsonDumpOptions& opt, int depth = 0);
+/// Python's a < b for sorting: numbers (booleans as 0 / 1), strings by code point, lists element-wise. Throws Error
+/// for other pairs (Python's TypeError: '<' not supported).
+bool py_less(const json& a, const json& b);
+/// markupsafe.escape(s): & < > " ' as &amp; &lt; &gt; &#34; &#39;.
+std::string html_escape(const std::string& s);
 /// Python truthiness (undefined, none, 0, "", [] and {} are false; namespaces and macros true).
 bool truthy(const Value& v);
 /// The items a for loop (or a filter) walks: list items, dict keys, string characters (bytes of UTF-8 sequences

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "server/chat_template.h"
@@ -51,6 +53,131 @@ TEST(ServerJinja, SyntaxAndRuntimeErrorsAreErrors) {
     const jinja::Template t(bad);
     EXPECT_THROW(t.render(ordered_json{{"x", {{"y", 1}}}}), Error);
   }
+}
+
+std::string repeat(const std::string& s, int n) {
+  std::string r;
+  for (int i = 0; i < n; ++i) r += s;
+  return r;
+}
+
+std::string render(const std::string& src, const ordered_json& ctx = ordered_json::object()) {
+  return jinja::Template(src).render(ctx);
+}
+
+/// Templates nested `n` deep in each construct the QA pass found overflowing the stack at n = 10000, with the
+/// rendering expected at any depth the engine accepts.
+std::vector<std::pair<std::string, std::string>> nested_templates(int n) {
+  const std::string ones = repeat("1 + ", n) + "1";
+  return {
+      {"{{ " + repeat("(", n) + "1" + repeat(")", n) + " }}", "1"},
+      {"{{ " + repeat("[", n) + repeat("]", n) + "|length }}", "1"},
+      {"{{ " + repeat("not ", n) + "false }}", n % 2 ? "True" : "False"},
+      {"{{ " + repeat("-", n) + "1 }}", n % 2 ? "-1" : "1"},
+      {"{{ " + repeat("- (", n) + "1" + repeat(")", n) + " }}", n % 2 ? "-1" : "1"},
+      {repeat("{% if true %}", n) + "x" + repeat("{% endif %}", n), "x"},
+      {repeat("{% for i in [1] %}", n) + "x" + repeat("{% endfor %}", n), "x"},
+      {repeat("{% if false %}{% else %}", n) + "x" + repeat("{% endif %}", n), "x"},
+      {repeat("{% macro m() %}", n) + repeat("{% endmacro %}", n) + "x", "x"},
+      {"{{ " + repeat("{'a': ", n) + "1" + repeat("}", n) + " is mapping }}", "True"},
+      {"{{ " + ones + " }}", std::to_string(n + 1)},
+      {"{{ ('a'" + repeat(" ~ 'a'", n) + ")|length }}", std::to_string(n + 1)},
+      {"{{ 'x'" + repeat("|trim", n) + " }}", "x"},
+      {"{{ 'x'" + repeat(".strip()", n) + " }}", "x"},
+      {"{{ " + repeat("true if false else ", n) + "1 }}", "1"},
+      {"{{ " + repeat("dict(a=", n) + "1" + repeat(")", n) + " is mapping }}", "True"},
+      {"{{ " + repeat("(", n) + "1," + repeat("),", n - 1) + ")|length }}", "1"},
+  };
+}
+
+TEST(ServerJinja, DeepNestingIsAnErrorNotACrash) {
+  for (const auto& [src, expected] : nested_templates(10000)) {
+    SCOPED_TRACE(src.substr(0, 40));
+    try {
+      render(src);
+      ADD_FAILURE() << "expected a nesting error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("template nesting too deep"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ServerJinja, OrdinaryDeepTemplatesStillRender) {
+  for (const auto& [src, expected] : nested_templates(100)) {
+    try {
+      EXPECT_EQ(render(src), expected) << src.substr(0, 40);
+    } catch (const Error& e) {
+      ADD_FAILURE() << src.substr(0, 40) << ": " << e.what();
+    }
+  }
+}
+
+TEST(ServerJinja, RecursiveMacrosOverDeepBodiesHitTheRenderLimit) {
+  // 60 macro levels (under the 64-call limit) each 200 blocks deep: fine for the parser, too deep to render
+  const std::string body = repeat("{% if true %}", 200) + "{{ m(n - 1) if n > 0 }}" + repeat("{% endif %}", 200);
+  const jinja::Template t("{% macro m(n) %}" + body + "{% endmacro %}{{ m(60) }}|");
+  try {
+    t.render(ordered_json::object());
+    ADD_FAILURE() << "expected a nesting error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("template nesting too deep while rendering"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(jinja::Template("{% macro m(n) %}" + body + "{% endmacro %}{{ m(2) }}|").render(ordered_json::object()), "|");
+}
+
+// Expected strings below are Python jinja2 3.1 renderings with transformers' environment (tojson overridden).
+TEST(ServerJinja, DictsortSortsLikeJinja2) {
+  const std::string d = "{'b': 1, 'a': 2, 'C': 0}";
+  EXPECT_EQ(render("{% for k, v in " + d + "|dictsort %}{{k}}{{v}}{% endfor %}"), "a2b1C0");
+  EXPECT_EQ(render("{% for k, v in " + d + "|dictsort(true) %}{{k}}{{v}}{% endfor %}"), "C0a2b1");
+  EXPECT_EQ(render("{% for k, v in " + d + "|dictsort(reverse=true) %}{{k}}{{v}}{% endfor %}"), "C0b1a2");
+  EXPECT_EQ(render("{% for k, v in " + d + "|dictsort(false, 'value') %}{{k}}{{v}}{% endfor %}"), "C0b1a2");
+  EXPECT_EQ(render("{% for k, v in " + d + "|dictsort(reverse=true, by='value') %}{{k}}{{v}}{% endfor %}"), "a2b1C0");
+  EXPECT_EQ(render("{% for k, v in {'b': 'y', 'a': 'Y', 'c': 'x'}|dictsort(by='value') %}{{k}}{{v}}{% endfor %}"), "cxbyaY");
+  EXPECT_EQ(render("{% for k, v in d|dictsort %}{{k}}{% endfor %}", {{"d", {{"z", 1}, {"y", 2}}}}), "yz");
+  EXPECT_THROW(render("{{ {'a': 1}|dictsort(by='other') }}"), Error);
+}
+
+TEST(ServerJinja, EscapeFiltersEscapeHtml) {
+  EXPECT_EQ(render("{{ '<a href=\"x\">&\\'</a>'|e }}|{{ '<'|escape }}|{{ 5|e }}|{{ none|e }}|{{ x|e }}"),
+            "&lt;a href=&#34;x&#34;&gt;&amp;&#39;&lt;/a&gt;|&lt;|5|None|");
+  EXPECT_EQ(render("{{ 'a&b'|e ~ '<' }}"), "a&amp;b<");
+}
+
+TEST(ServerJinja, TojsonTakesTransformersArguments) {
+  EXPECT_EQ(render("{{ {'b': 1, 'a': {'d': 1, 'c': 2}}|tojson(sort_keys=true) }}"), R"({"a": {"c": 2, "d": 1}, "b": 1})");
+  EXPECT_EQ(render("{{ {'b': 1, 'a': [1,2]}|tojson(indent=2, sort_keys=true) }}"), "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": 1\n}");
+  EXPECT_EQ(render("{{ [1, {'b': 2, 'a': 1}]|tojson(indent=0) }}"), "[\n1,\n{\n\"b\": 2,\n\"a\": 1\n}\n]");
+  EXPECT_EQ(render("{{ {'b': 1, 'a': [1,2]}|tojson(separators=(',', ':')) }}"), R"({"b":1,"a":[1,2]})");
+  EXPECT_EQ(render("{{ {'k': '<\u00e9\"'}|tojson }}"), "{\"k\": \"<\u00e9\\\"\"}");
+  EXPECT_EQ(render("{{ {'b': '\u00e9'}|tojson(true) }}"), R"({"b": "\u00e9"})");
+  EXPECT_EQ(render("{{ {'k': '\u00e9\U0001F600', 'z': [1.5, 1e-7, none, true]}|tojson(ensure_ascii=true, separators=(',', ':'), "
+                   "sort_keys=true) }}"),
+            R"({"k":"\u00e9\ud83d\ude00","z":[1.5,1e-07,null,true]})");
+  EXPECT_THROW(render("{{ 1|tojson(separators=',') }}"), Error);
+}
+
+TEST(ServerJinja, FloatLiteralsWithExponents) {
+  EXPECT_EQ(render("{{ 1e-7 }} {{ 1e5 }} {{ 2.5E-3 }} {{ 1_0e1_0 }} {{ 0.0001 }} {{ 1.5e-5 }} {{ 1e16 }} {{ 1.5e300 }}"),
+            "1e-07 100000.0 0.0025 100000000000.0 0.0001 1.5e-05 1e+16 1.5e+300");
+  EXPECT_EQ(render("{{ 1E+2 }} {{ -1e-7 }} {{ 3e0 }} {{ 1.5e3 * 2 }} {{ 1e999 }}"), "100.0 -1e-07 3.0 3000.0 inf");
+  EXPECT_THROW(render("{{ 1e }}"), Error);  // as in Jinja2: 1 followed by the name e
+}
+
+TEST(ServerJinja, ClosingBracesInsideExpressions) {
+  EXPECT_EQ(render("{{ {'a': {'b': 1}} }}"), "{'a': {'b': 1}}");
+  EXPECT_EQ(render("{{ {'a': {'b': [1, {'c': 2}]}}['a']['b'][1] }}|{{ '}}' ~ \"{{\" }}|{{ {'x': '}}'}.x }}"), "{'c': 2}|}}{{|}}");
+  EXPECT_EQ(render("{% set x = {'a': {'b': '%}'}} %}{{ x.a.b }}"), "%}");
+  EXPECT_EQ(render("{{ {'a': 1}['a'] -}}  \n x"), "1x");
+  EXPECT_THROW(render("{{ (1 }}"), Error);
+  EXPECT_THROW(render("{{ {'a': 1 }}"), Error);
+}
+
+TEST(ServerJinja, TuplesPrintAsTuples) {
+  EXPECT_EQ(render("{% set t = (1, 'a') %}{{ t }} {{ t ~ '' }} {{ t|string }} {{ (1,) }} {{ () }}"), "(1, 'a') (1, 'a') (1, 'a') (1,) ()");
+  EXPECT_EQ(render("{{ (1, 2)|length }} {{ (1, 2)|tojson }} {{ (1, 2)[0] }} {{ (1, 2) == (1, 2) }} {{ (1, 2) != [1, 2] }} "
+                   "{% for a, b in [(1, 2)] %}{{ a }}{{ b }}{% endfor %}"),
+            "2 [1, 2] 1 True True 12");
 }
 
 TEST(ServerChatTemplate, DefaultTemplateWithoutCheckpointTemplate) {
