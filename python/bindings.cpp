@@ -155,7 +155,7 @@ class PyLLM {
   /// (Jinja source, or the path of a file holding it) when given. Throws Error for malformed JSON or a template
   /// that fails to parse or render.
   std::string render_chat(const std::string& messages_json, bool add_generation_prompt,
-                          const std::optional<std::string>& chat_template) {
+                          const std::optional<std::string>& chat_template, bool continue_final_message) {
     nlohmann::ordered_json messages;
     try {
       messages = nlohmann::ordered_json::parse(messages_json);
@@ -163,14 +163,15 @@ class PyLLM {
       fail("chat messages are not valid JSON text (lone surrogates?): {}", e.what());
     }
     if (!default_template_) default_template_ = server::ChatTemplate::load(template_dir_);
-    if (!chat_template) return default_template_->apply(messages, add_generation_prompt);
+    if (!chat_template) return default_template_->apply(messages, add_generation_prompt, continue_final_message);
     std::error_code ec;
     if (chat_template->size() < 4096 && chat_template->find('\n') == std::string::npos &&
         std::filesystem::is_regular_file(*chat_template, ec))
-      return server::ChatTemplate::load(template_dir_, *chat_template).apply(messages, add_generation_prompt);
+      return server::ChatTemplate::load(template_dir_, *chat_template)
+          .apply(messages, add_generation_prompt, continue_final_message);
     // Template source: the checkpoint's bos / eos strings, as the file and `serve --chat-template` forms get them.
     return server::ChatTemplate::from_source(*chat_template, default_template_->bos_token(), default_template_->eos_token())
-        .apply(messages, add_generation_prompt);
+        .apply(messages, add_generation_prompt, continue_final_message);
   }
 
   /// Runs every prompt to the end; n > 1 becomes n engine requests (seed + i when seeded) merged into one output
@@ -442,5 +443,5 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def("vocab_size", &PyLLM::vocab_size)
       .def("eos_token_ids", &PyLLM::eos_token_ids)
       .def("render_chat", &PyLLM::render_chat, py::arg("messages_json"), py::arg("add_generation_prompt"),
-           py::arg("chat_template"));
+           py::arg("chat_template"), py::arg("continue_final_message") = false);
 }

@@ -158,17 +158,21 @@ class LLM:
         return self._engine.generate(prompts, [self._with_seed(p) for p in params])
 
     def chat(self, messages, sampling_params=None, use_tqdm: bool = False, chat_template: Optional[str] = None,
-             add_generation_prompt: bool = True) -> List[RequestOutput]:
+             add_generation_prompt: bool = True, continue_final_message: bool = False) -> List[RequestOutput]:
         """vLLM's LLM.chat: one conversation (a list of {"role", "content"} dicts) or a list of conversations,
         rendered with the checkpoint's chat template (tokenizer_config.json; without one ssmserve's plain default,
         as `ssmserve serve` does) or with `chat_template` (Jinja source or a file path), then generated as
         generate() does; one RequestOutput per conversation. content may be a string or a list of
-        {"type": "text", "text"} parts (joined with newlines). Malformed messages raise ValueError / TypeError."""
+        {"type": "text", "text"} parts (joined with newlines). continue_final_message: the prompt ends inside the
+        final message, which the model continues (needs add_generation_prompt=False). Malformed messages raise
+        ValueError / TypeError."""
+        if continue_final_message and add_generation_prompt:
+            raise ValueError("cannot set both continue_final_message and add_generation_prompt to True")
         if not isinstance(messages, (list, tuple)) or not messages:
             raise TypeError("chat() takes a non-empty list of messages (or a list of such lists)")
         conversations = messages if isinstance(messages[0], (list, tuple)) else [messages]
         prompts = [self._engine.render_chat(json.dumps([_chat_message(m) for m in conv]), add_generation_prompt,
-                                            chat_template) for conv in conversations]
+                                            chat_template, continue_final_message) for conv in conversations]
         return self.generate(prompts, sampling_params)
 
     def stream(self, prompt: PromptType, sampling_params=None) -> Iterator[RequestOutput]:

@@ -22,6 +22,14 @@ std::string token_string(const nlohmann::json& cfg, const char* key) {
   return "";
 }
 
+/// `s` without leading / trailing whitespace (Python's str.strip() for ASCII whitespace).
+std::string trim_whitespace(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
 }  // namespace
 
 ChatTemplate ChatTemplate::from_source(std::string source, std::string bos_token, std::string eos_token) {
@@ -62,12 +70,23 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const st
   return t;
 }
 
-std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
+std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                bool continue_final_message) const {
   nlohmann::ordered_json ctx = {{"messages", messages},
                         {"add_generation_prompt", add_generation_prompt},
                         {"bos_token", bos_token_},
                         {"eos_token", eos_token_}};
-  return template_->render(ctx);
+  std::string text = template_->render(ctx);
+  if (!continue_final_message || !messages.is_array() || messages.empty()) return text;
+  const auto& last = messages.back();
+  const std::string content = last.is_object() && last.contains("content") && last["content"].is_string()
+                                  ? last["content"].get<std::string>()
+                                  : std::string();
+  for (const std::string& needle : {content, trim_whitespace(content)}) {
+    if (const size_t at = text.rfind(needle); at != std::string::npos) return text.substr(0, at + needle.size());
+  }
+  fail("continue_final_message is set but the final message does not appear in the chat after applying the chat "
+       "template (a template that rewrites message content?)");
 }
 
 }  // namespace ssmserve::server

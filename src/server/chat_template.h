@@ -29,8 +29,11 @@ class ChatTemplate {
   /// From template source.
   static ChatTemplate from_source(std::string source, std::string bos_token = "", std::string eos_token = "");
 
-  /// Renders `messages` ([{"role", "content"}...]). Throws Error when the template raises or fails.
-  std::string apply(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  /// Renders `messages` ([{"role", "content"}...]). continue_final_message (vLLM / transformers): the text is cut
+  /// right after the final message's content (its last occurrence, else of its whitespace-stripped form), so the
+  /// model continues that message; Error when it does not appear. Throws Error when the template raises or fails.
+  std::string apply(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                    bool continue_final_message = false) const;
   const std::string& source() const { return source_; }
   /// The special-token strings the template sees (the checkpoint's tokenizer_config.json, else empty).
   const std::string& bos_token() const { return bos_token_; }

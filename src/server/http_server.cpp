@@ -227,6 +227,17 @@ std::string OpenAIServer::read_body(const httplib::Request&, const Reader& reade
   return body;
 }
 
+std::string OpenAIServer::render_chat(const ChatRequest& cr) const {
+  try {
+    if (!cr.chat_template) return chat_template_.apply(cr.messages, cr.add_generation_prompt, cr.continue_final_message);
+    // vLLM's per-request template, with the checkpoint's special-token strings.
+    return ChatTemplate::from_source(*cr.chat_template, chat_template_.bos_token(), chat_template_.eos_token())
+        .apply(cr.messages, cr.add_generation_prompt, cr.continue_final_message);
+  } catch (const Error& e) {
+    bad_request(cr.chat_template ? "chat_template" : "messages", fmt::format("cannot apply the chat template: {}", e.what()));
+  }
+}
+
 void OpenAIServer::install_routes() {
   using httplib::Request;
   using httplib::Response;
@@ -296,7 +307,7 @@ void OpenAIServer::install_routes() {
     if (b.contains("messages")) {
       ChatRequest cr = parse_chat_request(b);
       check_model(cr.model);
-      text = chat_template_.apply(cr.messages, cr.add_generation_prompt);
+      text = render_chat(cr);
     } else {
       if (b.contains("model") && !b["model"].is_null()) {
         if (!b["model"].is_string()) bad_request("model", "model must be a string");
@@ -395,11 +406,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, httplib::Respons
     ChatRequest cr = parse_chat_request(b);
     if (!tok) throw ApiError(400, "the model has no tokenizer; chat needs one");
     PromptInput in;
-    try {
-      in.text = chat_template_.apply(cr.messages, cr.add_generation_prompt);
-    } catch (const Error& e) {
-      bad_request("messages", fmt::format("cannot apply the chat template: {}", e.what()));
-    }
+    in.text = render_chat(cr);  // ApiError 400 when the template fails
     inputs.push_back(std::move(in));
     if (cr.logprobs) job->logprobs = cr.top_logprobs;
     base = cr;

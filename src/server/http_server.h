@@ -8,6 +8,7 @@
 #include "server/async_engine.h"
 #include "server/chat_template.h"
 #include "server/metrics.h"
+#include "server/protocol.h"
 
 namespace httplib {
 struct Request;
@@ -53,6 +54,9 @@ class OpenAIServer {
   /// Reads a POST body through httplib's content reader, at most opt_.max_body_bytes (413 beyond).
   template <class Reader>
   std::string read_body(const httplib::Request& req, const Reader& reader) const;
+  /// The prompt text of a chat request: its own chat_template or the server's, with add_generation_prompt /
+  /// continue_final_message. Throws ApiError 400 when the template fails.
+  std::string render_chat(const ChatRequest& cr) const;
   /// Answers a generation request (completions or chat) whose body is `body`.
   void generate(bool chat, const std::string& body, httplib::Response& res);
   AsyncEngine& engine_;

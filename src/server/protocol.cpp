@@ -283,7 +283,19 @@ ChatRequest parse_chat_request(const json& b) {
     out["content"] = content;
     r.messages.push_back(std::move(out));
   }
-  if (const json* v = field(b, "add_generation_prompt")) r.add_generation_prompt = as_bool(*v, "add_generation_prompt");
+  const json* agp = field(b, "add_generation_prompt");
+  if (agp) r.add_generation_prompt = as_bool(*agp, "add_generation_prompt");
+  if (const json* v = field(b, "continue_final_message")) r.continue_final_message = as_bool(*v, "continue_final_message");
+  if (r.continue_final_message) {
+    if (agp && r.add_generation_prompt)
+      bad_request("continue_final_message", "cannot set both continue_final_message and add_generation_prompt to true");
+    r.add_generation_prompt = false;
+  }
+  if (const json* v = field(b, "chat_template")) {
+    if (!v->is_string() || v->get<std::string>().empty())
+      bad_request("chat_template", "chat_template must be a non-empty string (Jinja source)");
+    r.chat_template = v->get<std::string>();
+  }
   if (const json* v = field(b, "logprobs")) r.logprobs = as_bool(*v, "logprobs");
   if (const json* v = field(b, "top_logprobs")) {
     r.top_logprobs = static_cast<int>(as_int(*v, "top_logprobs", 0, kMaxLogprobs));

@@ -17,6 +17,27 @@ def test_default_template_rendering(server):
     assert d["prompt"] == RENDERED
 
 
+def test_continue_final_message_and_request_template(server):
+    # vLLM's continue_final_message: the prompt ends inside the final (assistant) message; with add_generation_prompt
+    # also true it is a 400. vLLM's per-request chat_template replaces the server's (with the checkpoint's bos_token).
+    def render(**kw):
+        r = httpx.post(server.base_url + "/tokenize", json=kw)
+        if r.status_code != 200:
+            return r
+        return httpx.post(server.base_url + "/detokenize", json={"tokens": r.json()["tokens"]}).json()["prompt"]
+
+    prefill = MESSAGES + [{"role": "assistant", "content": "In the days of"}]
+    assert render(messages=prefill, continue_final_message=True) == RENDERED[: -len("Assistant:")] + "Assistant: In the days of"
+    bad = render(messages=prefill, continue_final_message=True, add_generation_prompt=True)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "continue_final_message"
+    tmpl = "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }} {% endfor %}"
+    assert render(messages=MESSAGES, chat_template=tmpl) == "<|endoftext|>[system] You are a scribe. [user] Tell me of the flood. "
+    assert render(messages=MESSAGES, chat_template="{% if %}").status_code == 400
+    r = httpx.post(server.base_url + "/v1/chat/completions",
+                   json={"messages": prefill, "continue_final_message": True, "max_tokens": 4, "temperature": 0})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"
+
+
 def test_chat_equals_completion_of_rendered_prompt(client):
     ref = client.completions.create(model=MODEL_NAME, prompt=RENDERED, max_tokens=20, temperature=0)
     r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=20, temperature=0)

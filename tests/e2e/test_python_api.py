@@ -217,6 +217,12 @@ def test_chat(llm, tmp_path):
     assert llm.chat([{"role": "user", "content": "Hi"}], params, chat_template=src)[0].prompt == "<user>Hi"
     (tmp_path / "t.jinja").write_text(src + "!")
     assert llm.chat([{"role": "user", "content": "Hi"}], params, chat_template=str(tmp_path / "t.jinja"))[0].prompt == "<user>Hi!"
+    # continue_final_message: the prompt ends inside the final message (not with add_generation_prompt).
+    prefill = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Well, "}]
+    assert llm.chat(prefill, params, add_generation_prompt=False, continue_final_message=True)[0].prompt == \
+        "User: Hello\nAssistant: Well, "
+    with pytest.raises(ValueError, match="continue_final_message"):
+        llm.chat(prefill, params, continue_final_message=True)
     # Template source sees the checkpoint's bos / eos strings, as the file form and `serve --chat-template` do.
     special = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ eos_token }}"
     assert llm.chat([{"role": "user", "content": "Hi"}], params, chat_template=special)[0].prompt == "<|endoftext|>Hi<|endoftext|>"
