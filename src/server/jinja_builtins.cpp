@@ -123,8 +123,12 @@ Value Renderer::filter_named(const std::string& f, const Value& x, const std::ve
     return Value::of(out);
   }
   if (f == "string") return Value::of(py_str(x));
-  if (f == "escape" || f == "e") return Value::of(html_escape(py_str(x)));
-  if (f == "safe") return x;
+  if (f == "escape" || f == "e" || f == "safe") {  // Markup: escaped once, however often |e is applied
+    if (x.markup) return x;
+    Value r = f == "safe" ? x : Value::of(html_escape(py_str(x)));
+    r.markup = true;
+    return r;
+  }
   if (f == "default" || f == "d") {
     const bool boolean = a.size() > 1 && truthy(a[1]);
     if (x.undefined() || (boolean && !truthy(x))) return a.empty() ? Value::of(std::string("")) : a[0];

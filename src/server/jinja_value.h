@@ -20,7 +20,8 @@ struct Value {
   json j;
   std::shared_ptr<json> ns;
   const Stmt* macro = nullptr;
-  bool tuple = false;  // Json array made by a tuple literal: str() gives (1, 2) (the flag is not kept inside containers)
+  bool tuple = false;   // Json array made by a tuple literal: str() gives (1, 2) (the flag is not kept inside containers)
+  bool markup = false;  // markupsafe.Markup (from |safe or |escape): escaping it again leaves it as it is
   static Value of(json v) {
     Value x;
     x.kind = Json;

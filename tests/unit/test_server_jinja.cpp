@@ -142,6 +142,8 @@ TEST(ServerJinja, EscapeFiltersEscapeHtml) {
   EXPECT_EQ(render("{{ '<a href=\"x\">&\\'</a>'|e }}|{{ '<'|escape }}|{{ 5|e }}|{{ none|e }}|{{ x|e }}"),
             "&lt;a href=&#34;x&#34;&gt;&amp;&#39;&lt;/a&gt;|&lt;|5|None|");
   EXPECT_EQ(render("{{ 'a&b'|e ~ '<' }}"), "a&amp;b<");
+  EXPECT_EQ(render("{{ '<'|e|e }}|{{ '<'|safe|e }}|{{ '<'|escape|escape }}|{{ ('<'|e ~ '<')|e }}|{% set s = '<b>'|e %}{{ s|e }}|{{ s|length }}"),
+            "&lt;|<|&lt;|&amp;lt;&lt;|&lt;b&gt;|9");
 }
 
 TEST(ServerJinja, TojsonTakesTransformersArguments) {
