@@ -24,10 +24,11 @@ cmake --build build-fuzz -j"$jobs"
 rm -rf build-fuzz/corpus && cp -r tests/fuzz/corpus build-fuzz/corpus  # libFuzzer adds to the corpus it is given
 ./build-fuzz/fuzz_request -max_total_time="${SSMSERVE_FUZZ_SECONDS:-30}" -max_len=4096 -timeout=10 -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -3
 
-# Hostile-input tests under sanitizers: a corrupt checkpoint or config must end in a clear error, never a signal.
+# Hostile-input tests under sanitizers: a corrupt checkpoint or config, or a hostile (deeply nested) chat template,
+# must end in a clear error, never a signal.
 # Builds the checkpoint/config/CLI tests, the binary the CLI tests run, and any other test executable that defines
 # a suite the -R filter selects (so none of them is left "not built").
-asan_filter='Checkpoint|Config|Corrupt'
+asan_filter='Checkpoint|Config|Corrupt|ServerJinja'
 asan_targets=(test_checkpoint test_model_config test_corrupt_cli ssmserve)
 for src in tests/unit/test_*.cpp tests/model/test_*.cpp; do
   [ -f "$src" ] || continue
