@@ -46,8 +46,8 @@ void Renderer::exec(const Body& body, std::string& out) {
 void Renderer::exec(const Stmt& st, std::string& out) {
   RenderGuard guard(render_depth_);
   switch (st.kind) {
-    case Stmt::Text: out += st.text; return;
-    case Stmt::Output: out += py_str(eval(*st.expr)); return;
+    case Stmt::Text: out += st.text; return check_string_size(out.size());
+    case Stmt::Output: out += py_str(eval(*st.expr)); return check_string_size(out.size());
     case Stmt::If:
       for (const auto& [cond, body] : st.branches)
         if (truthy(eval(*cond))) return exec(body, out);
@@ -55,6 +55,7 @@ void Renderer::exec(const Stmt& st, std::string& out) {
     case Stmt::For: return exec_for(st, out);
     case Stmt::Set: {
       Value v = eval(*st.expr);
+      check_data_depth(v.data());  // stored values are what a loop could wrap without bound
       if (st.attr.empty()) return void(scopes_.back()[st.text] = std::move(v));
       Value* target = lookup(st.text);
       SSM_CHECK(target && target->kind == Value::Namespace, "template: cannot set {}.{}: {} is not a namespace", st.text, st.attr, st.text);
@@ -74,7 +75,10 @@ void Renderer::exec(const Stmt& st, std::string& out) {
 }
 
 void Renderer::exec_for(const Stmt& st, std::string& out) {
-  std::vector<json> items = iterate(eval(*st.expr));
+  const Value iterable = eval(*st.expr);
+  loop_iterations_ += static_cast<long long>(item_count(iterable));  // before building the items
+  SSM_CHECK(loop_iterations_ <= kMaxLoopIterations, "template: too many loop iterations (more than {})", kMaxLoopIterations);
+  std::vector<json> items = iterate(iterable);
   if (st.cond) {  // the inline filter sees each item bound to the loop variables
     std::vector<json> kept;
     for (auto& it : items) {
@@ -197,7 +201,7 @@ Value Renderer::slice(const Value& obj, const Expr& e) {
   const long long n = static_cast<long long>(items.size());
   auto get = [&](int k, long long def) {
     if (!e.args[static_cast<size_t>(k)]) return def;
-    return static_cast<long long>(num(eval(*e.args[static_cast<size_t>(k)]).data(), "slice"));
+    return to_int(eval(*e.args[static_cast<size_t>(k)]).data(), "slice");
   };
   const long long step = get(3, 1);
   SSM_CHECK(step != 0, "template: slice step cannot be zero");
@@ -229,7 +233,12 @@ Value Renderer::binary(const Expr& e) {
   }
   const Value av = eval(*e.args[0]), bv = eval(*e.args[1]);
   const json &a = av.data(), &b = bv.data();
-  if (op == "~") return Value::of(py_str(av) + py_str(bv));
+  if (op == "~") {
+    std::string s = py_str(av);
+    const std::string t = py_str(bv);
+    check_string_size(s.size() + t.size());
+    return Value::of(s + t);
+  }
   const bool same_kind = av.tuple == bv.tuple || !a.is_array() || !b.is_array();  // (1, 2) != [1, 2]
   if (op == "==") return Value::of(same_kind && equal(a, b));
   if (op == "!=") return Value::of(!(same_kind && equal(a, b)));
@@ -250,16 +259,25 @@ Value Renderer::binary(const Expr& e) {
     return Value::of(op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0);
   }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::of(a.get<std::string>() + b.get<std::string>());
+    if (a.is_string() && b.is_string()) {
+      check_string_size(a.get_ref<const std::string&>().size() + b.get_ref<const std::string&>().size());
+      return Value::of(a.get<std::string>() + b.get<std::string>());
+    }
     if (a.is_array() && b.is_array()) {
+      SSM_CHECK(a.size() + b.size() <= kMaxListItems, "template: list too long (more than {} items)", kMaxListItems);
       json r = a;
       for (const auto& x : b) r.push_back(x);
       return Value::of(r);
     }
   }
   if (op == "*" && a.is_string() && b.is_number_integer()) {
-    std::string r;
-    for (long long i = 0; i < b.get<long long>(); ++i) r += a.get<std::string>();
+    const std::string& s = a.get_ref<const std::string&>();
+    const long long n = std::max(0LL, b.get<long long>());
+    if (s.empty() || n == 0) return Value::of(std::string());
+    const size_t total = static_cast<size_t>(std::min<long long>(n, static_cast<long long>(kMaxStringBytes) + 1)) * s.size();
+    check_string_size(total);
+    std::string r = s;
+    while (r.size() < total) r.append(r, 0, std::min(r.size(), total - r.size()));  // doubling
     return Value::of(r);
   }
   const double x = num(a, op.c_str()), y = num(b, op.c_str());
@@ -301,14 +319,14 @@ Value Renderer::call(const Expr& e) {
     if (f == "raise_exception") fail("template raised an exception: {}", a.empty() ? "" : py_str(a[0]));
     if (f == "range") {
       long long start = 0, stop = 0, step = 1;
-      if (a.size() == 1) stop = static_cast<long long>(num(a[0].data(), "range"));
-      else if (a.size() >= 2) start = static_cast<long long>(num(a[0].data(), "range")), stop = static_cast<long long>(num(a[1].data(), "range"));
-      if (a.size() >= 3) step = static_cast<long long>(num(a[2].data(), "range"));
+      if (a.size() == 1) stop = to_int(a[0].data(), "range");
+      else if (a.size() >= 2) start = to_int(a[0].data(), "range"), stop = to_int(a[1].data(), "range");
+      if (a.size() >= 3) step = to_int(a[2].data(), "range");
       SSM_CHECK(step != 0, "template: range() step cannot be zero");
       json r = json::array();
       for (long long i = start; step > 0 ? i < stop : i > stop; i += step) {
         r.push_back(i);
-        SSM_CHECK(r.size() <= 1000000, "template: range() too long");
+        SSM_CHECK(r.size() <= 100000, "template: range() too big: the sandbox allows at most 100000 items (Jinja2's MAX_RANGE)");
       }
       return Value::of(r);
     }
@@ -338,6 +356,7 @@ Value Renderer::call_macro(const Stmt& m, const Expr& e, const std::vector<Value
     Value v = k < a.size() ? a[k] : m.defaults[k] ? eval(*m.defaults[k]) : Value{};
     for (const auto& [name, x] : e.kwargs)
       if (name == m.vars[k]) v = eval(*x);
+    check_data_depth(v.data());  // a recursive macro could wrap its argument at each call
     frame[m.vars[k]] = v;
   }
   SSM_CHECK(++depth_ < 64, "template: macro recursion too deep");

@@ -101,10 +101,10 @@ Value Renderer::filter_named(const std::string& f, const Value& x, const std::ve
     }
     return Value::of(s);
   }
-  if (f == "length" || f == "count") {
-    if (d.is_string()) return Value::of(static_cast<long long>(iterate(x).size()));
-    return Value::of(static_cast<long long>(d.is_array() || d.is_object() ? d.size() : 0));
-  }
+  if (f == "length" || f == "count") return Value::of(static_cast<long long>(item_count(x)));
+  if (f == "list" || f == "reverse" || f == "selectattr" || f == "rejectattr" || f == "select" || f == "reject" || f == "map" ||
+      f == "unique" || f == "join" || f == "sum")  // lists built from a string's characters
+    SSM_CHECK(item_count(x) <= kMaxListItems, "template: {} of {} items (the limit is {})", f, item_count(x), kMaxListItems);
   if (f == "tojson") {  // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
     JsonDumpOptions opt;
     opt.ensure_ascii = truthy(kwarg(e, "ensure_ascii", a, 0, Value::of(false)));
@@ -147,6 +147,7 @@ Value Renderer::filter_named(const std::string& f, const Value& x, const std::ve
     for (const auto& it : iterate(x)) {
       out += (first ? "" : sep) + py_str(attr.undefined() ? Value::of(it) : subscript(Value::of(it), attr.data()));
       first = false;
+      check_string_size(out.size());
     }
     return Value::of(out);
   }
@@ -176,19 +177,20 @@ Value Renderer::filter_named(const std::string& f, const Value& x, const std::ve
         return Value::of(0);
       }
     }
-    return Value::of(d.is_number() || d.is_boolean() ? static_cast<long long>(num(d, "int")) : 0LL);
+    return Value::of(d.is_number() || d.is_boolean() ? to_int(d, "int") : 0LL);
   }
   if (f == "float") return Value::of(d.is_number() ? d.get<double>() : 0.0);
   if (f == "abs") return Value::of(number_result(std::fabs(num(d, "abs")), d.is_number_integer()));
   if (f == "round") return Value::of(std::round(num(d, "round")));
   if (f == "replace") return Value::of(replace_all(py_str(x), a.size() > 0 ? py_str(a[0]) : "", a.size() > 1 ? py_str(a[1]) : ""));
   if (f == "indent") {
-    const int width = a.empty() ? 4 : static_cast<int>(num(a[0].data(), "indent"));
-    const std::string pad(static_cast<size_t>(std::max(0, width)), ' ');
+    const long long width = a.empty() ? 4 : to_int(a[0].data(), "indent");
+    check_string_size(static_cast<size_t>(std::max(0LL, width)));
+    const std::string pad(static_cast<size_t>(std::max(0LL, width)), ' ');
     std::string s = py_str(x), out;
     for (size_t i = 0; i < s.size(); ++i) {
       out += s[i];
-      if (s[i] == '\n' && i + 1 < s.size()) out += pad;
+      if (s[i] == '\n' && i + 1 < s.size()) out += pad, check_string_size(out.size());
     }
     return Value::of(kwarg(e, "first", a, 1, Value::of(false)).data() == true ? pad + out : out);
   }

@@ -39,6 +39,7 @@ class Renderer {
   std::vector<std::unordered_map<std::string, Value>> scopes_;
   int depth_ = 0;         // macro calls in progress
   int render_depth_ = 0;  // exec(Stmt) / eval frames in progress (bounded: macros multiply the parser's bound)
+  long long loop_iterations_ = 0;  // for-loop items so far (bounded by kMaxLoopIterations)
 };
 
 }  // namespace ssmserve::server::jinja

@@ -179,6 +179,14 @@ std::vector<json> iterate(const Value& v) {
   return out;
 }
 
+size_t item_count(const Value& v) {
+  const json& d = v.data();
+  if (d.is_array() || d.is_object()) return d.size();
+  if (!d.is_string()) return 0;
+  size_t n = 0;
+  for (const char c : d.get_ref<const std::string&>()) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // lead bytes
+  return n;
+}
 
 std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right) {
   size_t a = 0, b = s.size();
@@ -192,8 +200,13 @@ std::string strip_chars(const std::string& s, const std::string& chars, bool lef
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   if (from.empty()) return s;
-  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
-  return s;
+  std::string out;
+  size_t p = 0;
+  for (size_t q; (q = s.find(from, p)) != std::string::npos; p = q + from.size()) {
+    out.append(s, p, q - p).append(to);
+    check_string_size(out.size());
+  }
+  return out.append(s, p);
 }
 
 double num(const json& v, const char* what) {
@@ -202,8 +215,37 @@ double num(const json& v, const char* what) {
 }
 
 json number_result(double d, bool integral) {
-  if (integral) return static_cast<long long>(d);
+  if (integral) {
+    SSM_CHECK(std::fabs(d) < 9.2e18, "template: integer result {} out of range", py_float(d));
+    return static_cast<long long>(d);
+  }
   return d;
+}
+
+long long to_int(const json& v, const char* what) {
+  if (v.is_number_integer()) {
+    const long long x = v.get<long long>();
+    SSM_CHECK(x >= -(1LL << 53) && x <= (1LL << 53), "template: {} argument {} out of range", what, x);
+    return x;
+  }
+  const double d = num(v, what);
+  SSM_CHECK(std::isfinite(d) && std::fabs(d) <= 9007199254740992.0, "template: {} argument {} out of range", what, py_float(d));
+  return static_cast<long long>(d);
+}
+
+void check_string_size(size_t bytes) {
+  SSM_CHECK(bytes <= kMaxStringBytes, "template: string too long ({} bytes; the limit is {} MiB)", bytes, kMaxStringBytes >> 20);
+}
+
+void check_data_depth(const json& v) {
+  std::vector<std::pair<const json*, int>> todo{{&v, 1}};
+  while (!todo.empty()) {
+    const auto [p, d] = todo.back();
+    todo.pop_back();
+    SSM_CHECK(d <= kMaxDataDepth, "template: value nested too deep (more than {} levels)", kMaxDataDepth);
+    for (const auto& c : *p)
+      if (c.is_structured()) todo.emplace_back(&c, d + 1);
+  }
 }
 
 }  // namespace ssmserve::server::jinja

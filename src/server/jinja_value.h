@@ -63,12 +63,28 @@ bool truthy(const Value& v);
 /// The items a for loop (or a filter) walks: list items, dict keys, string characters (bytes of UTF-8 sequences
 /// kept together), nothing for undefined / none.
 std::vector<json> iterate(const Value& v);
+/// How many items iterate(v) gives, without building them (code points of a string).
+size_t item_count(const Value& v);
 /// str.strip / lstrip / rstrip with `chars` (empty = whitespace).
 std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right);
 /// str.replace(from, to) (every occurrence; empty `from` leaves s unchanged).
 std::string replace_all(std::string s, const std::string& from, const std::string& to);
 /// A number operand (booleans as 0 / 1). Throws Error naming `what` otherwise.
 double num(const json& v, const char* what);
+/// An integer operand (a number truncated like Python's int()); throws Error naming `what` if it is not finite or
+/// beyond +-2^53 (where doubles stop being exact and loop arithmetic could overflow).
+long long to_int(const json& v, const char* what);
+
+/// Resource bounds for one render, so that a hostile template (the checkpoint's or a request's chat_template) ends in
+/// an Error instead of exhausting memory, the stack or the CPU:
+constexpr size_t kMaxStringBytes = size_t{64} << 20;  // any string the template builds, and the output
+constexpr size_t kMaxListItems = size_t{1} << 20;     // any list the template builds
+constexpr int kMaxDataDepth = 512;                    // containers in containers in a stored (set / macro argument) value
+constexpr long long kMaxLoopIterations = 1'000'000;  // for-loop items, summed over the render (counted as a loop starts)
+/// Throws Error if a string of `bytes` bytes would pass kMaxStringBytes.
+void check_string_size(size_t bytes);
+/// Throws Error if `v` nests containers deeper than kMaxDataDepth (iterative: safe on any depth).
+void check_data_depth(const json& v);
 /// An arithmetic result: an integer when both operands were integers, else a float.
 json number_result(double d, bool integral);
 

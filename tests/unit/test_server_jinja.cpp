@@ -126,6 +126,45 @@ TEST(ServerJinja, RecursiveMacrosOverDeepBodiesHitTheRenderLimit) {
   EXPECT_EQ(jinja::Template("{% macro m(n) %}" + body + "{% endmacro %}{{ m(2) }}|").render(ordered_json::object()), "|");
 }
 
+TEST(ServerJinja, HostileTemplatesHitResourceLimits) {
+  // Per-request chat templates reach the engine from the network: growth in memory, data depth, loop work and
+  // out-of-range integers must end in an Error (Python would raise MemoryError / RecursionError or use big ints).
+  const std::pair<const char*, const char*> cases[] = {
+      {"{{ 'a' * 1000000000000 }}", "string too long"},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "string too long"},
+      {"{% for i in range(100) %}{{ 'a' * 1000000 }}{% endfor %}", "string too long"},
+      {"{{ ('a' * 1000000)|replace('a', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa') }}", "string too long"},
+      {"{{ ('a\n' * 1000000)|indent(100) }}", "string too long"},
+      {"{{ 'a\nb'|indent(1000000000000) }}", "string too long"},
+      {"{{ ('a' * 600000)|list + ('b' * 600000)|list }}", "list too long"},
+      {"{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}", "nested too deep"},
+      {"{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}{% endfor %}", "nested too deep"},
+      {"{% for c in 'a' * 1000001 %}{% endfor %}", "too many loop iterations"},
+      {"{{ ('a' * 2000000)|list|length }}", "list of 2000000 items"},
+      {"{{ range(100001) }}", "range() too big"},
+      {"{{ 2 ** 100 }}", "out of range"},
+      {"{{ 1e300|int }}", "out of range"},
+      {"{{ range(1e300) }}", "out of range"},
+      {"{{ 'abc'[1e300:] }}", "out of range"},
+  };
+  const std::string wrap_macro = "{% macro m(x, n) %}{{ m(" + repeat("[", 20) + "x" + repeat("]", 20) +
+                                 ", n - 1) if n > 0 }}{% endmacro %}{{ m(1, 60) }}";  // 20 levels a call, 60 calls
+  std::vector<std::pair<std::string, std::string>> all(std::begin(cases), std::end(cases));
+  all.emplace_back(wrap_macro, "nested too deep");
+  for (const auto& [src, error] : all) {
+    SCOPED_TRACE(src.substr(0, 100));
+    try {
+      render(src);
+      ADD_FAILURE() << "expected an error: " << error;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(error), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ 'ab' * 3 }} {{ 'ab' * -1 }}|{{ 'a.b.a'|replace('a', 'xy') }} {{ range(3)|list }}"),
+            "4611686018427387904 ababab |xy.b.xy [0, 1, 2]");
+  EXPECT_EQ(render("{{ 'ab' * 0 }}|{{ 'abc' * 5 }}|{{ 'h\u00e9llo'|length }}|{{ [1,2]|length }}|{{ {'a':1}|count }}"), "|abcabcabcabcabc|5|2|1");
+}
+
 // Expected strings below are Python jinja2 3.1 renderings with transformers' environment (tojson overridden).
 TEST(ServerJinja, DictsortSortsLikeJinja2) {
   const std::string d = "{'b': 1, 'a': 2, 'C': 0}";
