@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 #include "server/jinja_render.h"
@@ -29,6 +30,39 @@ class RenderGuard {
 
  private:
   int& depth_;
+};
+
+/// Indexable items of a list or a string (a string's characters as iterate() splits them) without copying a list or
+/// building one JSON string per character: subscripts and slices of long message contents stay cheap.
+class Sequence {
+ public:
+  explicit Sequence(const json& d) : d_(d) {
+    if (!d.is_string()) return;
+    const std::string& s = d.get_ref<const std::string&>();
+    if (std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) return;
+    for (size_t i = 0; i < s.size();) {  // UTF-8 sequences by their lead byte, as iterate() does
+      offsets_.push_back(static_cast<uint32_t>(i));
+      const auto c = static_cast<unsigned char>(s[i]);
+      i += c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    }
+    offsets_.push_back(static_cast<uint32_t>(s.size()));
+  }
+  long long size() const {
+    if (!d_.is_string()) return static_cast<long long>(d_.size());
+    return static_cast<long long>(offsets_.empty() ? d_.get_ref<const std::string&>().size() : offsets_.size() - 1);
+  }
+  /// Item k (0 <= k < size()): a list element or a one-character string.
+  json at(long long k) const {
+    const auto i = static_cast<size_t>(k);
+    if (!d_.is_string()) return d_[i];
+    const std::string& s = d_.get_ref<const std::string&>();
+    if (offsets_.empty()) return s.substr(i, 1);
+    return s.substr(offsets_[i], std::min<size_t>(offsets_[i + 1], s.size()) - offsets_[i]);
+  }
+
+ private:
+  const json& d_;
+  std::vector<uint32_t> offsets_;  // non-ASCII strings: byte offset of each character, then the size
 };
 
 }  // namespace
@@ -186,19 +220,20 @@ Value Renderer::subscript(const Value& obj, const json& key) {
     return it == d.end() ? Value{} : Value::of(*it);
   }
   if ((d.is_array() || d.is_string()) && key.is_number_integer()) {
-    const std::vector<json> items = d.is_array() ? d.get<std::vector<json>>() : iterate(obj);
+    const Sequence items(d);
     long long i = key.get<long long>();
-    if (i < 0) i += static_cast<long long>(items.size());
-    if (i < 0 || i >= static_cast<long long>(items.size())) return Value{};
-    return Value::of(items[static_cast<size_t>(i)]);
+    if (i < 0) i += items.size();
+    if (i < 0 || i >= items.size()) return Value{};
+    return Value::of(items.at(i));
   }
   return Value{};
 }
 
 Value Renderer::slice(const Value& obj, const Expr& e) {
   const json& d = obj.data();
-  std::vector<json> items = d.is_array() ? d.get<std::vector<json>>() : iterate(obj);
-  const long long n = static_cast<long long>(items.size());
+  const json keys = d.is_array() || d.is_string() ? json() : json(iterate(obj));  // dict keys; nothing for undefined
+  const Sequence items(d.is_array() || d.is_string() ? d : keys);
+  const long long n = items.size();
   auto get = [&](int k, long long def) {
     if (!e.args[static_cast<size_t>(k)]) return def;
     return to_int(eval(*e.args[static_cast<size_t>(k)]).data(), "slice");
@@ -215,8 +250,8 @@ Value Renderer::slice(const Value& obj, const Expr& e) {
   json out = json::array();
   std::string s;
   for (long long i = start; step > 0 ? i < stop : i > stop; i += step) {
-    if (d.is_string()) s += items[static_cast<size_t>(i)].get<std::string>();
-    else out.push_back(items[static_cast<size_t>(i)]);
+    if (d.is_string()) s += items.at(i).get<std::string>();
+    else out.push_back(items.at(i));
   }
   return d.is_string() ? Value::of(s) : Value::of(out);
 }

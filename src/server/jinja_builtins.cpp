@@ -135,6 +135,7 @@ Value Renderer::filter_named(const std::string& f, const Value& x, const std::ve
     return x;
   }
   if (f == "first" || f == "last") {
+    if (d.is_array() || d.is_string()) return subscript(x, json(f == "first" ? 0 : -1));
     std::vector<json> items = iterate(x);
     if (items.empty()) return Value{};
     return Value::of(f == "first" ? items.front() : items.back());

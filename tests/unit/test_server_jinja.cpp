@@ -222,6 +222,12 @@ TEST(ServerJinja, TuplesPrintAsTuples) {
             "2 [1, 2] 1 True True 12");
 }
 
+TEST(ServerJinja, SubscriptsAndSlicesOfUtf8StringsAndLists) {
+  EXPECT_EQ(render(R"({{ 'héllo wörld'[1] }}|{{ 'héllo wörld'[-4] }}|{{ 'héllo wörld'[1:8] }}|{{ 'héllo wörld'[::-2] }}|{{ 'héllo'[10] is undefined }}|{{ 'héllo'|first }}{{ 'héllo'|last }}|{{ 'abc'[-1] }}{{ 'abc'[::-1] }}{{ 'abcdef'[1:-1:2] }}|{{ [1, 2, 3][-1] }}{{ [1, 2, 3][5:] }}{{ [1, 2, 3][::-1] }}|{{ []|first is undefined }}|{{ ''|last is undefined }}|{{ {'a': 1, 'b': 2}|first }}|{{ 'x😀y'[1] }}{{ 'x😀y'[-1:] }})"),
+            "\u00e9|\u00f6|\u00e9llo w\u00f6|drwolh|True|ho|ccbabd|3[][3, 2, 1]|True|True|a|\U0001F600y");
+  EXPECT_EQ(render("{{ ('a' * 60000000)[-1] }}{{ ('\u00e9' * 1000000)[-2:]|length }}"), "a2");  // no per-character copies
+}
+
 TEST(ServerChatTemplate, DefaultTemplateWithoutCheckpointTemplate) {
   const ChatTemplate t = ChatTemplate::load(std::string(SSMSERVE_SOURCE_DIR) + "/models/tiny-mamba");
   EXPECT_TRUE(t.is_default());
