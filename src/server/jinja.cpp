@@ -309,8 +309,9 @@ Value Renderer::binary(const Expr& e) {
     const std::string& s = a.get_ref<const std::string&>();
     const long long n = std::max(0LL, b.get<long long>());
     if (s.empty() || n == 0) return Value::of(std::string());
-    const size_t total = static_cast<size_t>(std::min<long long>(n, static_cast<long long>(kMaxStringBytes) + 1)) * s.size();
-    check_string_size(total);
+    SSM_CHECK(static_cast<double>(n) * static_cast<double>(s.size()) <= static_cast<double>(kMaxStringBytes),
+              "template: string too long ({} * {} bytes; the limit is {} MiB)", n, s.size(), kMaxStringBytes >> 20);
+    const size_t total = static_cast<size_t>(n) * s.size();
     std::string r = s;
     while (r.size() < total) r.append(r, 0, std::min(r.size(), total - r.size()));  // doubling
     return Value::of(r);
