@@ -71,8 +71,13 @@ void apply_line_fields(const nlohmann::json& j, SamplingParams& sp, const std::s
     else if (k == "logprobs") sp.logprobs = integer(k, v);
     else if (k == "prompt_logprobs") sp.prompt_logprobs = integer(k, v);
     else if (k == "seed") {
-      SSM_CHECK(v.is_number_integer() && v.get<long long>() >= 0, "{}: \"seed\" must be an integer >= 0", where);
-      sp.seed = static_cast<uint64_t>(v.get<long long>());
+      // As the server: an integer (or an integral float) in [0, 2^63 - 1].
+      const bool integral = v.is_number_unsigned() ? v.get<unsigned long long>() <= (1ull << 63) - 1
+                            : v.is_number_integer() ? v.get<long long>() >= 0
+                            : v.is_number_float() && v.get<double>() >= 0 && v.get<double>() < 9.2233720368547758e18 &&
+                                  v.get<double>() == std::floor(v.get<double>());
+      SSM_CHECK(integral, "{}: \"seed\" must be an integer in [0, {}]", where, std::numeric_limits<long long>::max());
+      sp.seed = v.is_number_float() ? static_cast<uint64_t>(v.get<double>()) : v.get<uint64_t>();
     } else if (k == "stop") {
       SSM_CHECK(v.is_string() || v.is_array(), "{}: \"stop\" must be a string or a list of strings", where);
       sp.stop.clear();
@@ -274,7 +279,7 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--top-p", sp.top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
   cmd->add_option("--top-k", sp.top_k, "Keep the k most likely tokens (0 or -1 = all)")->capture_default_str();
   cmd->add_option("--min-p", sp.min_p, "Drop tokens with p < min_p * p_max")->capture_default_str();
-  auto* seed = cmd->add_option("--seed", a->seed, "Per-request random seed, >= 0 (same seed, same output)");
+  auto* seed = cmd->add_option("--seed", a->seed, "Per-request random seed in [0, 2^63 - 1] (same seed, same output)");
   cmd->add_option("--repetition-penalty", sp.repetition_penalty, "HF repetition penalty (> 0, 1 = off)");
   cmd->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty");
   cmd->add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty");

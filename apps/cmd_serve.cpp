@@ -61,11 +61,18 @@ int run_serve(ServeArgs& a) {
               a.server.max_model_len, mc.max_model_len);
   // As vLLM: refuse to start when one request of max_model_len tokens cannot fit in the block pool (it would
   // otherwise fail mid-generation).
-  if (const int cap = engine.pool_token_capacity(); cap > 0)
-    SSM_CHECK(a.server.max_model_len <= cap,
-              "max_model_len {} does not fit in the block pool, which holds at most {} tokens of one request (its KV "
+  if (const int cap = engine.pool_token_capacity(); cap > 0 && a.server.max_model_len > cap) {
+    // Given explicitly: an error, as vLLM. From the model's context (e.g. 10M tokens, beyond the automatic pool):
+    // lowered to what the pool holds, with a warning.
+    SSM_CHECK(!a.max_model_len_given,
+              "--max-model-len {} does not fit in the block pool, which holds at most {} tokens of one request (its KV "
               "blocks; the null block and a state block aside): raise --num-state-blocks or lower --max-model-len",
               a.server.max_model_len, cap);
+    std::cerr << "ssmserve: warning: max_model_len lowered from the model's context (" << a.server.max_model_len
+              << ") to the " << cap << " tokens one request's KV blocks can take in the block pool (--num-state-blocks "
+              << "raises it)" << std::endl;
+    a.server.max_model_len = cap;
+  }
   if (a.server.served_model_name.empty()) a.server.served_model_name = a.engine.model.string();
   // The chat template lives with the tokenizer (tokenizer_config.json), as in vLLM: --tokenizer DIR when given.
   const std::filesystem::path& tokenizer_dir = a.engine.tokenizer.empty() ? a.engine.model : a.engine.tokenizer;
@@ -105,6 +112,8 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--max-num-waiting", a->max_num_waiting, "Waiting requests before new ones get 503 (0 = no limit)")
       ->capture_default_str();
   cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: tokenizer_config.json's, else plain)");
+  cmd->add_flag("--trust-request-chat-template", a->server.trust_request_chat_template,
+                "Render a chat request's own \"chat_template\" (else it is a 400; as vLLM)");
   cmd->add_option("--http-threads", a->server.http_threads, "Connections served at once")->capture_default_str();
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout,
                   "Seconds running requests may finish after SIGTERM (new ones get 503); then they are aborted")

@@ -162,15 +162,19 @@ class PyLLM {
     } catch (const nlohmann::json::exception& e) {
       fail("chat messages are not valid JSON text (lone surrogates?): {}", e.what());
     }
-    if (!default_template_) default_template_ = server::ChatTemplate::load(template_dir_);
-    if (!chat_template) return default_template_->apply(messages, add_generation_prompt, continue_final_message);
+    if (!chat_template) {
+      if (!default_template_) default_template_ = server::ChatTemplate::load(template_dir_);
+      return default_template_->apply(messages, add_generation_prompt, continue_final_message);
+    }
     std::error_code ec;
     if (chat_template->size() < 4096 && chat_template->find('\n') == std::string::npos &&
         std::filesystem::is_regular_file(*chat_template, ec))
       return server::ChatTemplate::load(template_dir_, *chat_template)
           .apply(messages, add_generation_prompt, continue_final_message);
-    // Template source: the checkpoint's bos / eos strings, as the file and `serve --chat-template` forms get them.
-    return server::ChatTemplate::from_source(*chat_template, default_template_->bos_token(), default_template_->eos_token())
+    // Template source: the checkpoint's bos / eos strings, as the file and `serve --chat-template` forms get them
+    // (its own chat template is not parsed: a broken one must not stop a caller who brings theirs).
+    const auto [bos, eos] = server::ChatTemplate::special_tokens(template_dir_);
+    return server::ChatTemplate::from_source(*chat_template, bos, eos)
         .apply(messages, add_generation_prompt, continue_final_message);
   }
 
@@ -421,14 +425,17 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def_readwrite("logit_bias", &SamplingParams::logit_bias)
       .def("validate", &SamplingParams::validate, py::arg("vocab_size"))
       .def("clone", [](const SamplingParams& p) { return p; }, "A copy (vLLM's SamplingParams.clone)")
-      .def("__repr__", [](const SamplingParams& p) {
-        return fmt::format("SamplingParams(n={}, temperature={}, top_p={}, top_k={}, min_p={}, seed={}, max_tokens={}, "
-                           "min_tokens={}, stop={}, stop_token_ids={}, ignore_eos={}, logprobs={}, prompt_logprobs={})",
-                           p.n, p.temperature, p.top_p, p.top_k, p.min_p, p.seed ? std::to_string(*p.seed) : "None",
-                           p.max_tokens, p.min_tokens, py::repr(py::cast(p.stop)).cast<std::string>(),
-                           py::repr(py::cast(p.stop_token_ids)).cast<std::string>(), p.ignore_eos ? "True" : "False",
-                           p.logprobs ? std::to_string(*p.logprobs) : "None",
-                           p.prompt_logprobs ? std::to_string(*p.prompt_logprobs) : "None");
+      .def("__repr__", [](const SamplingParams& p) {  // Python reprs of the values, as vLLM's repr shows them
+        py::object none = py::none();
+        auto opt = [&](const auto& o) -> py::object { return o ? py::cast(*o) : none; };
+        return py::str("SamplingParams(n={!r}, temperature={!r}, top_p={!r}, top_k={!r}, min_p={!r}, seed={!r}, "
+                       "presence_penalty={!r}, frequency_penalty={!r}, repetition_penalty={!r}, max_tokens={!r}, "
+                       "min_tokens={!r}, stop={!r}, stop_token_ids={!r}, ignore_eos={!r}, logprobs={!r}, "
+                       "prompt_logprobs={!r}, skip_special_tokens={!r}, logit_bias={!r})")
+            .format(p.n, p.temperature, p.top_p, p.top_k, p.min_p, opt(p.seed), p.presence_penalty,
+                    p.frequency_penalty, p.repetition_penalty, p.max_tokens, p.min_tokens, p.stop, p.stop_token_ids,
+                    p.ignore_eos, opt(p.logprobs), opt(p.prompt_logprobs), p.skip_special_tokens, p.logit_bias)
+            .cast<std::string>();
       });
 
   py::class_<PyLLM>(m, "Engine")
@@ -438,10 +445,11 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def("add", &PyLLM::add)
       .def("next_output", &PyLLM::next_output)
       .def("abort", &PyLLM::abort)
-      .def("encode", &PyLLM::encode, py::arg("text"))
-      .def("decode", &PyLLM::decode, py::arg("ids"), py::arg("skip_special_tokens") = false)
+      .def("encode", &PyLLM::encode, py::arg("text"), py::call_guard<py::gil_scoped_release>())
+      .def("decode", &PyLLM::decode, py::arg("ids"), py::arg("skip_special_tokens") = false,
+           py::call_guard<py::gil_scoped_release>())
       .def("vocab_size", &PyLLM::vocab_size)
       .def("eos_token_ids", &PyLLM::eos_token_ids)
       .def("render_chat", &PyLLM::render_chat, py::arg("messages_json"), py::arg("add_generation_prompt"),
-           py::arg("chat_template"), py::arg("continue_final_message") = false);
+           py::arg("chat_template"), py::arg("continue_final_message") = false, py::call_guard<py::gil_scoped_release>());
 }

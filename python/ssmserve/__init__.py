@@ -8,7 +8,9 @@
 The C++ engine runs with the GIL released.
 """
 import json
+import operator
 import os
+import threading
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 # libgomp reads its wait policy when it is loaded (importing the extension below): the same short-spin default as
@@ -37,6 +39,11 @@ has_cuda = bool(getattr(_ssmserve, "has_cuda", False))
 PromptType = Union[str, Sequence[int], dict]
 
 
+# The settable fields (the binding's properties; methods such as clone are not keyword arguments).
+_SAMPLING_FIELDS = frozenset(n for n, v in vars(_ssmserve.SamplingParams).items() if isinstance(v, property))
+_INT_FIELDS = frozenset({"n", "top_k", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs"})
+
+
 def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM's class name)
     """vLLM's SamplingParams: n, temperature (1.0), top_p, top_k, min_p, seed, presence_penalty,
     frequency_penalty, repetition_penalty, max_tokens (16), min_tokens, stop, stop_token_ids, ignore_eos,
@@ -47,14 +54,14 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
     for k, v in kwargs.items():
         if k == "stop" and isinstance(v, str):
             v = [v]
-        if not hasattr(p, k):
+        if k not in _SAMPLING_FIELDS:
             raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
         if v is None and k in ("stop", "stop_token_ids", "logit_bias"):
             continue  # vLLM's None: the default (none)
         if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
             raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
-        if k != "seed" and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
-            raise ValueError(f"SamplingParams.{k} is out of range, got {v}")
+        if k in _INT_FIELDS and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
+            raise ValueError(f"SamplingParams.{k} must fit in 32 bits, got {v}")
         try:
             if k == "logit_bias":
                 v = {int(t): float(b) for t, b in dict(v).items()}
@@ -64,6 +71,15 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
             raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
     p.validate(2**31 - 1)  # every range but the vocabulary's (SsmserveError is a ValueError)
     return p
+
+
+def _splitmix64(x: int) -> int:
+    """SplitMix64 (Steele et al., 2014): a 64-bit mix of x."""
+    m = 2**64 - 1
+    z = (x + 0x9E3779B97F4A7C15) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
 
 
 def _chat_message(m) -> dict:
@@ -121,21 +137,30 @@ class LLM:
     finish_reason "length", a longer prompt is a ValueError)."""
 
     def __init__(self, model: str, seed: Optional[int] = None, **engine_args):
-        """seed: vLLM's engine seed: requests whose SamplingParams have no seed get seed + (a running count), so a
-        script's sampled outputs repeat from run to run; None (default): unseeded requests differ every run."""
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63):
-            raise ValueError(f"seed must be None or an integer in [0, 2**63), got {seed!r}")
+        """seed: the engine seed (vLLM's): requests whose SamplingParams have no seed get seeds derived from it and
+        a running count (splitmix64, so they do not coincide with small explicit seeds), and a script's sampled
+        outputs repeat from run to run; None (the default here): unseeded requests differ every run."""
+        if seed is not None:
+            try:
+                seed = operator.index(seed)
+            except TypeError:
+                raise TypeError(f"seed must be None or an int, got {type(seed).__name__}") from None
+            if not 0 <= seed < 2**64:
+                raise ValueError(f"seed must be None or an integer in [0, 2**64), got {seed}")
         self._engine = _ssmserve.Engine(str(model), **engine_args)
         self._seed = seed
-        self._seeded = 0  # requests given a seed from `seed` so far
+        self._seeded = 0  # requests seeded from `seed` so far
+        self._seed_lock = threading.Lock()  # one LLM may be used from several threads
 
     def _with_seed(self, p):
         """p, or a copy seeded from the engine seed when p has none."""
         if self._seed is None or p.seed is not None:
             return p
+        with self._seed_lock:
+            i = self._seeded
+            self._seeded += 1
         q = p.clone()
-        q.seed = (self._seed + self._seeded) % 2**64
-        self._seeded += max(1, q.n)
+        q.seed = _splitmix64(_splitmix64(self._seed) + i)  # choices of n > 1 use seed + c (the engine)
         return q
 
     def get_tokenizer(self) -> "Tokenizer":

@@ -2,6 +2,7 @@
 // update requests -> emit outputs (vLLM v1's EngineCore.step), and LLM, the offline API that runs it to the end.
 #pragma once
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,8 +57,11 @@ class LLMEngine {
   int kv_block_size() const { return model_->kv_block_size(); }
   /// Most tokens one request's KV blocks can hold (hybrid models: (blocks - 2) x kv_block_size, the null block
   /// and the request's state block aside); 0 when the model has no KV blocks (a request's memory does not grow).
+  /// (Clamped to INT32_MAX.)
   int pool_token_capacity() const {
-    return kv_block_size() > 0 ? std::max(0, pool_->num_blocks() - 2) * kv_block_size() : 0;
+    if (kv_block_size() <= 0) return 0;
+    const long long t = static_cast<long long>(std::max(0, pool_->num_blocks() - 2)) * kv_block_size();
+    return static_cast<int>(std::min<long long>(t, std::numeric_limits<int>::max()));
   }
   /// Requests waiting for their first schedule (or re-schedule after preemption); running ones (for metrics).
   int num_waiting_requests() const { return scheduler_->num_waiting(); }

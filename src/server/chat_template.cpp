@@ -41,6 +41,13 @@ ChatTemplate ChatTemplate::from_source(std::string source, std::string bos_token
   return t;
 }
 
+std::pair<std::string, std::string> ChatTemplate::special_tokens(const std::filesystem::path& model_dir) {
+  const auto cfg_path = model_dir / "tokenizer_config.json";
+  if (!path_entry_exists(cfg_path)) return {};
+  const nlohmann::json cfg = parse_hf_json(read_text_file(cfg_path), cfg_path.string());
+  return {token_string(cfg, "bos_token"), token_string(cfg, "eos_token")};
+}
+
 ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const std::filesystem::path& override_path) {
   std::string bos, eos, source;
   bool is_default = false;
@@ -82,11 +89,17 @@ std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, bool add
   const std::string content = last.is_object() && last.contains("content") && last["content"].is_string()
                                   ? last["content"].get<std::string>()
                                   : std::string();
-  for (const std::string& needle : {content, trim_whitespace(content)}) {
-    if (const size_t at = text.rfind(needle); at != std::string::npos) return text.substr(0, at + needle.size());
-  }
-  fail("continue_final_message is set but the final message does not appear in the chat after applying the chat "
-       "template (a template that rewrites message content?)");
+  // transformers' apply_chat_template(continue_final_message=True): the last occurrence of the stripped content;
+  // the cut keeps the content's trailing whitespace when the template kept it there, else drops it.
+  const std::string stripped = trim_whitespace(content);
+  const size_t at = text.rfind(stripped);
+  SSM_CHECK(at != std::string::npos,
+            "continue_final_message is set but the final message does not appear in the chat after applying the chat "
+            "template (a template that rewrites message content?)");
+  const size_t lead = content.find_first_not_of(" \t\n\r\f\v");
+  const size_t lstripped = lead == std::string::npos ? 0 : content.size() - lead;
+  if (text.compare(at, lstripped, content) == 0) return text.substr(0, at + lstripped);
+  return text.substr(0, at + stripped.size());
 }
 
 }  // namespace ssmserve::server

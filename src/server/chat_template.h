@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 
 namespace ssmserve::server {
 
@@ -28,6 +29,9 @@ class ChatTemplate {
   static ChatTemplate load(const std::filesystem::path& model_dir, const std::filesystem::path& override_path = {});
   /// From template source.
   static ChatTemplate from_source(std::string source, std::string bos_token = "", std::string eos_token = "");
+  /// The bos / eos strings of `model_dir`/tokenizer_config.json ({"", ""} without one), without parsing its chat
+  /// template. Throws Error for an unreadable or malformed tokenizer_config.json.
+  static std::pair<std::string, std::string> special_tokens(const std::filesystem::path& model_dir);
 
   /// Renders `messages` ([{"role", "content"}...]). continue_final_message (vLLM / transformers): the text is cut
   /// right after the final message's content (its last occurrence, else of its whitespace-stripped form), so the

@@ -228,6 +228,9 @@ std::string OpenAIServer::read_body(const httplib::Request&, const Reader& reade
 }
 
 std::string OpenAIServer::render_chat(const ChatRequest& cr) const {
+  if (cr.chat_template && !opt_.trust_request_chat_template)
+    bad_request("chat_template", "a request's own chat_template is rendered only when the server runs with "
+                                 "--trust-request-chat-template");
   try {
     if (!cr.chat_template) return chat_template_.apply(cr.messages, cr.add_generation_prompt, cr.continue_final_message);
     // vLLM's per-request template, with the checkpoint's special-token strings.

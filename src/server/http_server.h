@@ -28,6 +28,10 @@ struct ServerOptions {
   int http_threads = 256;              ///< connections served at once (each streaming client holds one)
   size_t max_body_bytes = 32u << 20;   ///< larger request bodies (Content-Length or chunked) get 413
   double read_timeout_s = 60.0;        ///< a request's headers + body must arrive within it (else 408, closed)
+  /// vLLM's --trust-request-chat-template: a chat request's own `chat_template` is rendered (a template costs CPU
+  /// and memory up to the Jinja engine's bounds, so only when the operator trusts its clients); else such a
+  /// request is a 400.
+  bool trust_request_chat_template = false;
 };
 
 /// The HTTP front end: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models,

@@ -283,14 +283,12 @@ ChatRequest parse_chat_request(const json& b) {
     out["content"] = content;
     r.messages.push_back(std::move(out));
   }
-  const json* agp = field(b, "add_generation_prompt");
-  if (agp) r.add_generation_prompt = as_bool(*agp, "add_generation_prompt");
+  if (const json* v = field(b, "add_generation_prompt")) r.add_generation_prompt = as_bool(*v, "add_generation_prompt");
   if (const json* v = field(b, "continue_final_message")) r.continue_final_message = as_bool(*v, "continue_final_message");
-  if (r.continue_final_message) {
-    if (agp && r.add_generation_prompt)
-      bad_request("continue_final_message", "cannot set both continue_final_message and add_generation_prompt to true");
-    r.add_generation_prompt = false;
-  }
+  if (r.continue_final_message && r.add_generation_prompt)  // as transformers (via vLLM): the default true too
+    bad_request("continue_final_message",
+                "continue_final_message and add_generation_prompt cannot both be true (add_generation_prompt defaults "
+                "to true: send false to continue the final message)");
   if (const json* v = field(b, "chat_template")) {
     if (!v->is_string() || v->get<std::string>().empty())
       bad_request("chat_template", "chat_template must be a non-empty string (Jinja source)");

@@ -45,8 +45,8 @@ struct CompletionRequest : GenerationRequest {
 struct ChatRequest : GenerationRequest {
   nlohmann::ordered_json messages;             ///< [{"role", "content"}...], content already flattened to a string
   bool add_generation_prompt = true;
-  /// vLLM's continue_final_message: the prompt ends inside the final message (add_generation_prompt then false;
-  /// both set true is a 400).
+  /// vLLM's continue_final_message: the prompt ends inside the final message (needs add_generation_prompt false:
+  /// both true is a 400).
   bool continue_final_message = false;
   std::optional<std::string> chat_template;  ///< vLLM's per-request template source, instead of the server's
   bool logprobs = false;               ///< chat's logprobs is a bool; top_logprobs gives the count

@@ -5,7 +5,7 @@ try:
 except ImportError:  # openai >= 3 depends on the httpx2 fork
     import httpx2 as httpx
 
-from conftest import MODEL_NAME
+from conftest import MODEL_NAME, Server
 
 MESSAGES = [{"role": "system", "content": "You are a scribe."}, {"role": "user", "content": "Tell me of the flood."}]
 RENDERED = "System: You are a scribe.\nUser: Tell me of the flood.\nAssistant:"
@@ -17,25 +17,41 @@ def test_default_template_rendering(server):
     assert d["prompt"] == RENDERED
 
 
-def test_continue_final_message_and_request_template(server):
-    # vLLM's continue_final_message: the prompt ends inside the final (assistant) message; with add_generation_prompt
-    # also true it is a 400. vLLM's per-request chat_template replaces the server's (with the checkpoint's bos_token).
-    def render(**kw):
-        r = httpx.post(server.base_url + "/tokenize", json=kw)
-        if r.status_code != 200:
-            return r
-        return httpx.post(server.base_url + "/detokenize", json={"tokens": r.json()["tokens"]}).json()["prompt"]
+def _render(server, **kw):
+    r = httpx.post(server.base_url + "/tokenize", json=kw)
+    if r.status_code != 200:
+        return r
+    return httpx.post(server.base_url + "/detokenize", json={"tokens": r.json()["tokens"]}).json()["prompt"]
 
+
+def test_continue_final_message(server):
+    # vLLM's continue_final_message: the prompt ends inside the final (assistant) message; with add_generation_prompt
+    # true (its default) it is a 400, as transformers raises.
     prefill = MESSAGES + [{"role": "assistant", "content": "In the days of"}]
-    assert render(messages=prefill, continue_final_message=True) == RENDERED[: -len("Assistant:")] + "Assistant: In the days of"
-    bad = render(messages=prefill, continue_final_message=True, add_generation_prompt=True)
-    assert bad.status_code == 400 and bad.json()["error"]["param"] == "continue_final_message"
-    tmpl = "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }} {% endfor %}"
-    assert render(messages=MESSAGES, chat_template=tmpl) == "<|endoftext|>[system] You are a scribe. [user] Tell me of the flood. "
-    assert render(messages=MESSAGES, chat_template="{% if %}").status_code == 400
+    assert _render(server, messages=prefill, continue_final_message=True, add_generation_prompt=False) == \
+        RENDERED[: -len("Assistant:")] + "Assistant: In the days of"
+    for agp in ({}, {"add_generation_prompt": True}):
+        bad = _render(server, messages=prefill, continue_final_message=True, **agp)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "continue_final_message"
     r = httpx.post(server.base_url + "/v1/chat/completions",
-                   json={"messages": prefill, "continue_final_message": True, "max_tokens": 4, "temperature": 0})
+                   json={"messages": prefill, "continue_final_message": True, "add_generation_prompt": False,
+                         "max_tokens": 4, "temperature": 0})
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_request_chat_template_needs_trust(server):
+    # vLLM's per-request chat_template: a 400 unless the server runs with --trust-request-chat-template; then it
+    # replaces the server's template (with the checkpoint's bos_token).
+    tmpl = "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }} {% endfor %}"
+    bad = _render(server, messages=MESSAGES, chat_template=tmpl)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "chat_template"
+    s = Server("--trust-request-chat-template")
+    try:
+        assert _render(s, messages=MESSAGES, chat_template=tmpl) == \
+            "<|endoftext|>[system] You are a scribe. [user] Tell me of the flood. "
+        assert _render(s, messages=MESSAGES, chat_template="{% if %}").status_code == 400
+    finally:
+        s.stop()
 
 
 def test_chat_equals_completion_of_rendered_prompt(client):

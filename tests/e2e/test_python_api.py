@@ -74,6 +74,8 @@ def test_errors(llm):
         llm.generate("hi", ssmserve.SamplingParams(top_p=1.5))
     with pytest.raises(TypeError):
         ssmserve.SamplingParams(bogus=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'clone'"):  # methods are not fields
+        ssmserve.SamplingParams(clone=1)
     # Checked at construction, as vLLM's SamplingParams.__post_init__ does.
     for bad in ({"temperature": -1}, {"top_p": 0}, {"n": 0}, {"logprobs": 21}, {"max_tokens": 0}, {"max_tokens": 2**40}):
         with pytest.raises(ValueError, match=next(iter(bad))):
@@ -194,11 +196,39 @@ def test_tokenizer_clone_and_engine_seed(llm):
     q = p.clone()
     q.max_tokens = 3
     assert p.max_tokens == 8 and q.max_tokens == 3 and "temperature=0.9" in repr(p)
-    runs = [ssmserve.LLM(str(MODEL), threads=2, seed=5) for _ in range(2)]
+    runs = [ssmserve.LLM(str(MODEL), threads=2, seed=np_like(5)) for _ in range(2)]
     got = [[o.outputs[0].token_ids for o in r.generate(PROMPTS, p)] for r in runs]
     assert got[0] == got[1] and p.seed is None  # the caller's params are not modified
     with pytest.raises(ValueError, match="seed"):
         ssmserve.LLM(str(MODEL), seed=-1)
+    with pytest.raises(TypeError, match="seed"):
+        ssmserve.LLM(str(MODEL), seed="5")
+
+
+class np_like:
+    """An integer type that is not int (numpy.int64-like: only __index__)."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __index__(self):
+        return self.v
+
+
+def test_chat_template_source_despite_a_broken_checkpoint_template(tmp_path):
+    # LLM.chat(chat_template=...) only reads the checkpoint's bos / eos, so a checkpoint whose own template does not
+    # parse can still be chatted with through the caller's template.
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
+        (tmp_path / f).symlink_to(MODEL / f)
+    cfg = json.loads((MODEL / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = "{% if %}"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    llm = ssmserve.LLM(str(tmp_path), threads=2)
+    params = ssmserve.SamplingParams(temperature=0, max_tokens=2)
+    msgs = [{"role": "user", "content": "Hi"}]
+    assert llm.chat(msgs, params, chat_template="{{ bos_token }}{{ messages[0].content }}")[0].prompt == "<|endoftext|>Hi"
+    with pytest.raises(ValueError, match="chat template"):
+        llm.chat(msgs, params)
 
 
 def test_chat(llm, tmp_path):
@@ -223,6 +253,12 @@ def test_chat(llm, tmp_path):
         "User: Hello\nAssistant: Well, "
     with pytest.raises(ValueError, match="continue_final_message"):
         llm.chat(prefill, params, continue_final_message=True)
+    # As transformers: the stripped content's last occurrence; a template that trims content drops the trailing
+    # space (and an earlier message with the same text does not match).
+    trim = "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{% endfor %}"
+    same = [{"role": "user", "content": "Sure, go"}, {"role": "assistant", "content": "Sure, "}]
+    assert llm.chat(same, params, chat_template=trim, add_generation_prompt=False, continue_final_message=True)[0].prompt == \
+        "<user>Sure, go<assistant>Sure,"
     # Template source sees the checkpoint's bos / eos strings, as the file form and `serve --chat-template` do.
     special = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ eos_token }}"
     assert llm.chat([{"role": "user", "content": "Hi"}], params, chat_template=special)[0].prompt == "<|endoftext|>Hi<|endoftext|>"

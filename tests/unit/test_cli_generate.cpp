@@ -264,12 +264,13 @@ TEST(CliGenerate, FlagAndFileErrorsNameTheProblem) {
   }
 }
 
-// `serve` refuses to start, as vLLM does, when one request of max_model_len tokens cannot fit in the block pool
-// (a hybrid model's KV blocks), instead of failing the request mid-generation; it names the flags that fix it.
+// `serve` refuses to start, as vLLM does, when one request of the given --max-model-len cannot fit in the block
+// pool (a hybrid model's KV blocks), instead of failing the request mid-generation; it names the flags that fix it.
+// (Without --max-model-len the model's context is lowered to the pool's capacity with a warning.)
 TEST(CliServe, RefusesAPoolBelowMaxModelLen) {
   const auto dir = ssmserve::testing::model_dir("tiny-minimax");
   if (!std::filesystem::exists(dir / "config.json")) GTEST_SKIP() << "no " << dir;
-  const CliRun r = run("serve --model " + dir.string() + " --num-state-blocks 4 --port 0 --threads 1");
+  const CliRun r = run("serve --model " + dir.string() + " --num-state-blocks 4 --max-model-len 8192 --port 0 --threads 1");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("does not fit in the block pool")) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--num-state-blocks")) << r.err;
