@@ -70,9 +70,14 @@ std::string sse(const json& chunk) { return "data: " + dump(chunk) + "\n\n"; }
 bool provide(ResponseBuilder& builder, bool& opened, httplib::DataSink& sink, const std::atomic<bool>& stopping) {
   const GenerationJob& j = builder.job();
   auto write = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
+  // vLLM's continuous_usage_stats: every chunk also carries the usage so far (all choices).
+  auto event = [&](json c) {
+    if (j.continuous_usage) c["usage"] = builder.usage();
+    return sse(c);
+  };
   if (!opened) {
     for (const auto& c : builder.opening_chunks())
-      if (!write(sse(c))) return false;
+      if (!write(event(c))) return false;
   }
   opened = true;
   std::vector<OutputChannel::Item> items;
@@ -81,7 +86,7 @@ bool provide(ResponseBuilder& builder, bool& opened, httplib::DataSink& sink, co
   j.channel->pop_all(items, kPollInterval, &fatal, &fatal_status);
   for (const auto& it : items)
     for (const auto& c : builder.on_output(it.index, it.output))
-      if (!write(sse(c))) return false;
+      if (!write(event(c))) return false;
   if (builder.all_finished()) {
     std::string s;
     if (j.include_usage) s += sse(builder.usage_chunk());
@@ -426,6 +431,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, httplib::Respons
   job->n = base.params.n;
   job->stream = base.stream;
   job->include_usage = base.include_usage;
+  job->continuous_usage = base.include_usage && base.continuous_usage_stats;  // as vLLM: both
   // 1. Tokenize and check every prompt against the context.
   std::vector<ssmserve::Request> reqs;
   for (size_t p = 0; p < inputs.size(); ++p) {

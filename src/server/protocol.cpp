@@ -171,6 +171,8 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
     if (!v->is_object()) bad_request("stream_options", "stream_options must be an object");
     if (!r.stream) bad_request("stream_options", "stream_options is only allowed when stream is true");
     if (const json* u = field(*v, "include_usage")) r.include_usage = as_bool(*u, "stream_options.include_usage");
+    if (const json* u = field(*v, "continuous_usage_stats"))
+      r.continuous_usage_stats = as_bool(*u, "stream_options.continuous_usage_stats");
   }
   reject_unsupported_features(b);
 }

@@ -32,6 +32,7 @@ struct GenerationRequest {
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;          ///< stream_options.include_usage
+  bool continuous_usage_stats = false; ///< stream_options.continuous_usage_stats (vLLM: usage in every chunk)
 };
 
 /// POST /v1/completions.

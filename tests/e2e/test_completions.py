@@ -1,5 +1,7 @@
 # /v1/completions, /v1/models, /tokenize, /detokenize through the real `openai` client: greedy outputs equal
 # `ssmserve generate`, streaming equals non-streaming, usage, logprobs, n, echo, stop strings.
+import json
+
 try:
     import httpx
 except ImportError:  # openai >= 3 depends on the httpx2 fork
@@ -44,6 +46,20 @@ def test_stream_equals_non_stream(client):
     finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finals == [ref.choices[0].finish_reason]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == ref.usage.completion_tokens
+
+
+def test_continuous_usage_stats(server):
+    # vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far.
+    body = {"prompt": PROMPTS[0], "max_tokens": 6, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    with httpx.stream("POST", server.base_url + "/v1/completions", json=body, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    counts = [e["usage"]["completion_tokens"] for e in events]
+    assert all("usage" in e for e in events) and counts == sorted(counts) and counts[-1] == 6
+    assert all(e["usage"]["total_tokens"] == e["usage"]["prompt_tokens"] + e["usage"]["completion_tokens"] for e in events)
+    body["stream_options"] = {"continuous_usage_stats": True}  # without include_usage: none (as vLLM)
+    with httpx.stream("POST", server.base_url + "/v1/completions", json=body, timeout=60) as r:
+        assert not any("usage" in json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {"))
 
 
 def test_raw_sse_format(server):
