@@ -18,20 +18,6 @@ namespace {
 /// levels; recursive macros stack those up to 64 times). Past it rendering raises an Error, not a stack overflow.
 constexpr int kMaxRenderDepth = 1024;
 
-/// Counts one render frame for its scope; throws Error past kMaxRenderDepth.
-class RenderGuard {
- public:
-  explicit RenderGuard(int& depth) : depth_(depth) {
-    SSM_CHECK(++depth_ <= kMaxRenderDepth, "template nesting too deep while rendering (more than {} levels)", kMaxRenderDepth);
-  }
-  ~RenderGuard() { --depth_; }
-  RenderGuard(const RenderGuard&) = delete;
-  RenderGuard& operator=(const RenderGuard&) = delete;
-
- private:
-  int& depth_;
-};
-
 /// Indexable items of a list or a string (a string's characters as iterate() splits them) without copying a list or
 /// building one JSON string per character: subscripts and slices of long message contents stay cheap.
 class Sequence {
@@ -78,7 +64,7 @@ void Renderer::exec(const Body& body, std::string& out) {
 }
 
 void Renderer::exec(const Stmt& st, std::string& out) {
-  RenderGuard guard(render_depth_);
+  DepthGuard guard(render_depth_, kMaxRenderDepth, -1);
   switch (st.kind) {
     case Stmt::Text: out += st.text; return check_string_size(out.size());
     case Stmt::Output: out += py_str(eval(*st.expr)); return check_string_size(out.size());
@@ -161,7 +147,7 @@ Value* Renderer::lookup(const std::string& name) {
 }
 
 Value Renderer::eval(const Expr& e) {
-  RenderGuard guard(render_depth_);
+  DepthGuard guard(render_depth_, kMaxRenderDepth, -1);
   switch (e.kind) {
     case Expr::Literal: return Value::of(e.value);
     case Expr::Name: {

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+
 namespace ssmserve::server::jinja {
 
 struct Expr;
@@ -46,5 +48,24 @@ struct Stmt {
 /// Parses template source into statements (whitespace control, trim_blocks and lstrip_blocks as transformers
 /// renders chat templates). Throws Error with the line on a syntax error.
 Body parse_template(const std::string& source);
+
+/// Counts one recursion level (a parse function's or a render frame's) for its scope; throws Error past `limit`,
+/// naming the template line (parsing, line >= 0) or the rendering (line < 0). Bounds the engine's recursion so a
+/// deeply nested template is an error, not a stack overflow.
+class DepthGuard {
+ public:
+  DepthGuard(int& depth, int limit, int line) : depth_(depth) {
+    if (++depth_ <= limit) return;
+    --depth_;
+    if (line >= 0) fail("template line {}: template nesting too deep (more than {} levels)", line, limit);
+    fail("template nesting too deep while rendering (more than {} levels)", limit);
+  }
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int& depth_;
+};
 
 }  // namespace ssmserve::server::jinja

@@ -191,20 +191,6 @@ std::vector<Token> lex(const std::string& s, int line) {
   return out;
 }
 
-/// Counts one nesting level for the scope of a parse function; throws Error past kMaxNesting.
-class NestGuard {
- public:
-  NestGuard(int& depth, int line) : depth_(depth) {
-    SSM_CHECK(++depth_ <= kMaxNesting, "template line {}: template nesting too deep (more than {} levels)", line, kMaxNesting);
-  }
-  ~NestGuard() { --depth_; }
-  NestGuard(const NestGuard&) = delete;
-  NestGuard& operator=(const NestGuard&) = delete;
-
- private:
-  int& depth_;
-};
-
 /// Recursive-descent expression parser over one tag's tokens (Jinja2's precedence levels). Recursion depth and the
 /// height of the built tree are both bounded by kMaxNesting (the renderer and the tree's destructor recurse on it).
 class ExprParser {
@@ -264,7 +250,7 @@ class ExprParser {
     return sealed(std::move(e));
   }
   ExprPtr conditional() {
-    NestGuard g(depth_, line_);
+    DepthGuard g(depth_, kMaxNesting, line_);
     ExprPtr a = or_expr();
     if (accept_name("if")) {
       auto e = std::make_unique<Expr>(Expr::Cond);
@@ -282,7 +268,7 @@ class ExprParser {
   }
   ExprPtr not_expr() {
     if (accept_name("not")) {
-      NestGuard g(depth_, line_);
+      DepthGuard g(depth_, kMaxNesting, line_);
       auto e = std::make_unique<Expr>(Expr::Unary);
       e->name = "not";
       e->args.push_back(not_expr());
@@ -338,7 +324,7 @@ class ExprParser {
   }
   ExprPtr unary() {
     if (peek_op("-") || peek_op("+")) {
-      NestGuard g(depth_, line_);
+      DepthGuard g(depth_, kMaxNesting, line_);
       auto e = std::make_unique<Expr>(Expr::Unary);
       e->name = t_[i_++].text;
       e->args.push_back(unary());
@@ -465,7 +451,7 @@ class ExprParser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int line_;
-  int depth_ = 0;  // open parse levels (NestGuard)
+  int depth_ = 0;  // open parse levels (DepthGuard)
 };
 
 /// Builds the statement tree from segments; block statements recurse until their end tag.
@@ -507,7 +493,7 @@ class StmtParser {
 
  private:
   std::unique_ptr<Stmt> statement(const std::string& kw, ExprParser& p, int line) {
-    NestGuard g(depth_, line);  // block statements recurse through parse()
+    DepthGuard g(depth_, kMaxNesting, line);  // block statements recurse through parse()
     std::string end;
     std::unique_ptr<ExprParser> ep;
     if (kw == "if") {
@@ -587,7 +573,7 @@ class StmtParser {
 
   std::vector<Segment> s_;
   size_t i_ = 0;
-  int depth_ = 0;  // open block statements (NestGuard)
+  int depth_ = 0;  // open block statements (DepthGuard)
 };
 
 }  // namespace
