@@ -15,6 +15,7 @@
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norms.h"
+#include "kernels/cuda/dataflow_decode.h"
 #include "kernels/cuda/persistent_decode.h"
 #include "kernels/cuda/selective_scan.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -212,6 +213,14 @@ class CudaMambaModel final : public CudaCausalLM {
   std::vector<Mamba1DecodeLayer> persist_host_;
   /// Decode-only step on the persistent kernel if it takes it (see CudaModelOptions::persistent_decode).
   bool persistent_mixer(int layer, const StepMeta& dm, int64_t T);
+  // The dataflow decode kernel: x_proj transposed per layer (made at first use), the layer descriptors on the host
+  // and the device (rebuilt when the state buffers move), its workspace (zeroed once).
+  std::vector<DeviceBuffer> dataflow_xt_;
+  std::vector<Mamba1DataflowLayer> dataflow_host_;
+  DeviceBuffer dataflow_layers_, dataflow_ws_;
+  /// Decode-only step of up to 16 rows on the dataflow kernel, the whole stack at layer 0 (later layers: nothing
+  /// to do), if it takes it (see CudaModelOptions::dataflow_decode).
+  bool dataflow_mixer(int layer, const StepMeta& dm, int64_t T);
   Mamba1DecodeLayer persist_layer(int layer) const;
 };
 
@@ -267,6 +276,8 @@ void CudaMambaModel::mixer(int layer, const ForwardBatch& batch, const StepMeta&
   const bool pdl = opt_.pdl;
   // Decode-only steps of up to 8 rows on the persistent kernel (the whole layer, same bits), if it takes them.
   if (np == 0 && b16 && opt_.persistent_decode != 0 && !tp_.on() && persistent_mixer(layer, dm, T)) return;
+  // Decode-only steps of up to 16 rows on the dataflow kernel (the whole stack at layer 0), if it takes them.
+  if (np == 0 && b16 && opt_.dataflow_decode && !tp_.on() && dataflow_mixer(layer, dm, T)) return;
 
   // 1. hidden += previous mixer output (none before layer 0); normed = rms_norm(hidden) in the GEMM dtype.
   SSM_CUDA_CHECK(add_rms_norm_rows(layer == 0 ? nullptr : out, H, hidden, H, L.norm.as<float>(), cfg_.layer_norm_epsilon,
@@ -448,6 +459,57 @@ bool CudaMambaModel::persistent_mixer(int layer, const StepMeta& dm, int64_t T) 
   return true;
 }
 
+bool CudaMambaModel::dataflow_mixer(int layer, const StepMeta& dm, int64_t T) {
+  const Mamba1DecodeShape sh{cfg_.hidden_size, m_.d_inner, m_.d_state, m_.dt_rank, m_.d_conv, cfg_.layer_norm_epsilon};
+  const StateView ss = states_.ssm_state(0);
+  const int64_t per = std::min<int64_t>(T, kDataflowMaxRows);
+  if (T > 2 * kDataflowMaxRows || !mamba1_dataflow_supported(sh, per, ss.dtype)) return false;
+  if (layer > 0) return true;  // layer 0 ran the whole stack
+  const int nl = cfg_.num_hidden_layers;
+  const int64_t H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2LL * m_.d_state;
+  cudaStream_t s = stream_.get();
+  std::vector<Mamba1DataflowLayer> want;
+  for (int l = 0; l < nl; ++l) want.push_back({persist_layer(l), nullptr});
+  auto same_view = [](const StateView& a, const StateView& b) {
+    return a.data == b.data && a.dtype == b.dtype && a.block_stride == b.block_stride;
+  };
+  bool same = dataflow_host_.size() == want.size();
+  for (size_t l = 0; same && l < want.size(); ++l)
+    same = same_view(dataflow_host_[l].w.conv_states, want[l].w.conv_states) &&
+           same_view(dataflow_host_[l].w.ssm_states, want[l].w.ssm_states);
+  if (!same) {
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    SSM_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+    SSM_CHECK(cap == cudaStreamCaptureStatusNone, "dataflow decode: state buffers moved during a graph capture");
+    SSM_CUDA_CHECK(cudaStreamSynchronize(s));  // a previous launch may still read the old arrays
+    if (dataflow_xt_.empty())
+      for (int l = 0; l < nl; ++l) {
+        dataflow_xt_.emplace_back(static_cast<size_t>(XD * I * 2));
+        SSM_CUDA_CHECK(mamba1_dataflow_transpose_x_proj(layers_[l].x_proj.buf.data(), XD, I, dataflow_xt_.back().data(), s));
+      }
+    for (int l = 0; l < nl; ++l) want[l].x_proj_t = dataflow_xt_[l].data();
+    dataflow_layers_ = DeviceBuffer(want.size() * sizeof(Mamba1DataflowLayer));
+    dataflow_layers_.upload(want.data(), dataflow_layers_.bytes());
+    dataflow_host_ = std::move(want);
+    if (dataflow_ws_.bytes() < mamba1_dataflow_workspace(sh, nl)) {
+      dataflow_ws_ = DeviceBuffer(mamba1_dataflow_workspace(sh, nl));
+      dataflow_ws_.fill_bytes(0);
+    }
+    SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  float* hidden = hidden_.f32(T * H);
+  float* out = out_.f32(T * H);
+  for (int64_t r0 = 0; r0 < T; r0 += kDataflowMaxRows) {  // groups of up to 8 rows, each its own launch
+    const int rows = static_cast<int>(std::min<int64_t>(kDataflowMaxRows, T - r0));
+    const Mamba1DataflowBuffers buf{hidden + r0 * H, out + r0 * H, dm.state_indices_d + r0, dataflow_ws_.data(),
+                                    dataflow_ws_.bytes()};
+    SSM_CUDA_CHECK(mamba1_dataflow_decode(sh, dataflow_host_.data(),
+                                          static_cast<const Mamba1DataflowLayer*>(dataflow_layers_.data()), nl, rows,
+                                          buf, {}, s));
+  }
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<CausalLM> load_mamba_cuda(const ModelConfig& cfg, LoadFormat format, CudaModelOptions opt, const dist::TpRank& tp) {
@@ -486,6 +548,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_PDL", o.pdl);
   flag("SSMSERVE_BATCH_INVARIANT", o.batch_invariant);
   flag("SSMSERVE_DECODE_FUSED", o.fused_decode);
+  flag("SSMSERVE_DECODE_DATAFLOW", o.dataflow_decode);
   auto small_int = [](const char* name, int& v, int hi) {
     if (const char* e = std::getenv(name); e && *e) {
       const std::string s(e);

@@ -40,6 +40,11 @@ struct CudaModelOptions {
   int persistent_decode = 0;
   /// The persistent kernel's L2 prefetch mode (Mamba1PersistentOptions::prefetch).
   int persistent_prefetch = 0;
+  /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) on the dataflow decode
+  /// kernel (kernels/cuda/dataflow_decode.h: the whole stack in one launch per group of up to 8 rows, weights
+  /// streamed through shared memory). Batch-invariant (a row's bits are the same in any decode batch up to 16),
+  /// not the op chain's bits (another summation order; within bf16 tolerance, tested).
+  bool dataflow_decode = false;
   /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) with in_proj cut in two
   /// (issue 7: the z half off the critical path): bit 1 = the x rows on the main stream, the z rows on a second
   /// graph branch (stream + events, captured into the decode graphs) that runs while conv -> x_proj -> dt_proj
@@ -56,7 +61,7 @@ struct CudaModelOptions {
   int overlap_prefetch = 0;
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
-  /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_PERSISTENT=0|1|2,
+  /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_DATAFLOW=0|1, SSMSERVE_DECODE_PERSISTENT=0|1|2,
   /// SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
   /// Error on a malformed value.
   static CudaModelOptions from_env();
