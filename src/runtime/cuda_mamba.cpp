@@ -462,8 +462,10 @@ bool CudaMambaModel::persistent_mixer(int layer, const StepMeta& dm, int64_t T) 
 bool CudaMambaModel::dataflow_mixer(int layer, const StepMeta& dm, int64_t T) {
   const Mamba1DecodeShape sh{cfg_.hidden_size, m_.d_inner, m_.d_state, m_.dt_rank, m_.d_conv, cfg_.layer_norm_epsilon};
   const StateView ss = states_.ssm_state(0);
-  const int64_t per = std::min<int64_t>(T, kDataflowMaxRows);
-  if (T > 2 * kDataflowMaxRows || !mamba1_dataflow_supported(sh, per, ss.dtype)) return false;
+  // Launches of up to `per` rows: the most the kernel takes for this shape (a row's bits do not depend on it).
+  int per = kDataflowMaxRows;
+  while (per > 0 && !mamba1_dataflow_supported(sh, per, ss.dtype)) --per;
+  if (per == 0 || T > 2 * kDataflowMaxRows) return false;
   if (layer > 0) return true;  // layer 0 ran the whole stack
   const int nl = cfg_.num_hidden_layers;
   const int64_t H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2LL * m_.d_state;
@@ -499,8 +501,8 @@ bool CudaMambaModel::dataflow_mixer(int layer, const StepMeta& dm, int64_t T) {
   }
   float* hidden = hidden_.f32(T * H);
   float* out = out_.f32(T * H);
-  for (int64_t r0 = 0; r0 < T; r0 += kDataflowMaxRows) {  // groups of up to 8 rows, each its own launch
-    const int rows = static_cast<int>(std::min<int64_t>(kDataflowMaxRows, T - r0));
+  for (int64_t r0 = 0; r0 < T; r0 += per) {  // groups of up to `per` rows, each its own launch
+    const int rows = static_cast<int>(std::min<int64_t>(per, T - r0));
     const Mamba1DataflowBuffers buf{hidden + r0 * H, out + r0 * H, dm.state_indices_d + r0, dataflow_ws_.data(),
                                     dataflow_ws_.bytes()};
     SSM_CUDA_CHECK(mamba1_dataflow_decode(sh, dataflow_host_.data(),

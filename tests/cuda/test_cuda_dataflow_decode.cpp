@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -96,7 +97,10 @@ TEST(CudaDataflowDecode, MatchesOpChainAndIsDeterministic) {
     for (DType sd : {DType::F32, DType::BF16}) {
       for (int M : {1, 3, 8}) {
         SCOPED_TRACE(::testing::Message() << name << " M=" << M << " state " << dtype_name(sd));
-        ASSERT_TRUE(cuda::mamba1_dataflow_supported(sh, M, sd));
+        if (!cuda::mamba1_dataflow_supported(sh, M, sd)) {  // shared memory: large shapes take fewer rows
+          ASSERT_GT(M, 4);
+          continue;
+        }
         const int nl = 3;
         Mamba1DecodeCase pc(rng, sh, nl, M, sd);
         auto ref = pc.fresh();
@@ -225,7 +229,12 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
   cuda::Stream stream;
   const cudaStream_t s = stream.get();
   const int sets = 8, nl = 64;
+  const char* dbg = std::getenv("SSMSERVE_DATAFLOW_DEBUG");
+  const int debug = dbg ? std::atoi(dbg) : 0;
+  const char* inf = std::getenv("SSMSERVE_DATAFLOW_INFLIGHT");
+  const int inflight = inf ? std::atoi(inf) : cuda::Mamba1DataflowOptions{}.inflight;
   for (int M : {1, 2, 4}) {
+    if (debug && M > 1) break;
     Mamba1DecodeCase pc(rng, sh, sets, M, DType::F32);
     auto r = pc.fresh();
     Dataflow df(pc, r, s);
@@ -233,13 +242,14 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
     for (int l = 0; l < nl; ++l) host.push_back(df.host[l % sets]);
     DeviceBuffer dev(host.size() * sizeof(cuda::Mamba1DataflowLayer));
     dev.upload(host.data(), dev.bytes());
-    DeviceBuffer ws(cuda::mamba1_dataflow_workspace(sh, nl)), timing(nl * 8 * 8);
+    DeviceBuffer ws(cuda::mamba1_dataflow_workspace(sh, nl)), timing(nl * 19 * 8 + 64 * 3 * 8);
+    timing.fill_bytes(0);
     ws.fill_bytes(0);
     const cuda::Mamba1DataflowBuffers buf{r.hidden.as<float>(), r.out.as<float>(), r.si.as<int32_t>(), ws.data(),
                                           ws.bytes()};
     auto launch = [&](unsigned long long* t) {
       SSM_CUDA_CHECK(cuda::mamba1_dataflow_decode(sh, host.data(), static_cast<const cuda::Mamba1DataflowLayer*>(dev.data()),
-                                                  nl, M, buf, {t}, s));
+                                                  nl, M, buf, {t, debug, inflight}, s));
     };
     cudaEvent_t e0, e1;
     SSM_CUDA_CHECK(cudaEventCreate(&e0));
@@ -257,19 +267,49 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
     std::sort(us.begin(), us.end());
     launch(static_cast<unsigned long long*>(timing.data()));
     SSM_CUDA_CHECK(cudaStreamSynchronize(s));
-    const auto t = to_host<unsigned long long>(timing, nl * 8);
-    const char* names[8] = {"params + S3 wait + norm", "x rows", "conv + x_proj", "z rows + S1 + reduce + S1b",
-                            "dt + scan", "S2 wait", "y load + out rows", "publish + S3 arrive"};
+    constexpr int kP = 19, kB = 11;
+    const auto t = to_host<unsigned long long>(timing, nl * kP);
+    const char* names[kB] = {"params + S3 wait + norm", "x rows", "conv + x_proj + S1 arrive", "z rows", "S1 wait",
+                             "reduce-scatter + S1b", "dt", "scan + S2 arrive", "S2 wait", "y load + out rows",
+                             "publish + S3 arrive"};
     std::printf("dataflow M=%d: %.2f us per layer (median of 5; 82 MB of weights = 19.3 us at 4.25 TB/s)\n", M,
                 us[us.size() / 2]);
-    for (int k = 0; k < 8; ++k) {
+    auto median = [](std::vector<double> d) {
+      std::sort(d.begin(), d.end());
+      return d[d.size() / 2];
+    };
+    for (int k = 0; k < kB; ++k) {
       std::vector<double> d;
       for (int l = 1; l + 1 < nl; ++l) {
-        const unsigned long long a = t[l * 8 + k], b = k + 1 < 8 ? t[l * 8 + k + 1] : t[(l + 1) * 8];
+        const unsigned long long a = t[l * kP + k], b = k + 1 < kB ? t[l * kP + k + 1] : t[(l + 1) * kP];
         d.push_back(static_cast<double>(b - a) / 1000.0);
       }
-      std::sort(d.begin(), d.end());
-      std::printf("  %-24s %.2f us\n", names[k], d[d.size() / 2]);
+      std::printf("  %-28s %.2f us\n", names[k], median(d));
+    }
+    const char* waits[3] = {"x rows", "z rows", "out rows"};
+    for (int k = 0; k < 3; ++k) {
+      std::vector<double> d;
+      for (int l = 1; l + 1 < nl; ++l) d.push_back(static_cast<double>(t[l * kP + kB + k]) / 1000.0);
+      std::printf("  waited for slots in %-9s %.2f us\n", waits[k], median(d));
+    }
+    std::vector<double> yl;
+    for (int l = 1; l + 1 < nl; ++l) yl.push_back(static_cast<double>(t[l * kP + 14] - t[l * kP + 9]) / 1000.0);
+    std::printf("  y load                       %.2f us\n", median(yl));
+    std::vector<double> ghz, conv, xp;
+    for (int l = 1; l + 1 < nl; ++l) {
+      ghz.push_back(static_cast<double>(t[l * kP + 16] - t[l * kP + 15]) / static_cast<double>(t[l * kP + 10] - t[l * kP]));
+      conv.push_back(static_cast<double>(t[l * kP + 17] - t[l * kP + 2]) / 1000.0);
+      xp.push_back(static_cast<double>(t[l * kP + 18] - t[l * kP + 17]) / 1000.0);
+    }
+    std::printf("  SM clock %.3f GHz; conv (from x rows done) %.2f us, x_proj %.2f us\n", median(ghz), median(conv), median(xp));
+    {  // layer 1, block 0, warp 0: every slot's take start / take end / give (clock64), relative to the first
+      const auto tr = to_host<unsigned long long>(timing, nl * kP + 64 * 3);
+      const unsigned long long* q = tr.data() + nl * kP;
+      std::printf("  layer-1 slots (cycles from the first take: wait-start wait-end give):");
+      for (int i = 0; i < 64 && q[3 * i] != 0; ++i)
+        std::printf(" [%lld %lld %lld]", static_cast<long long>(q[3 * i] - q[0]), static_cast<long long>(q[3 * i + 1] - q[0]),
+                    static_cast<long long>(q[3 * i + 2] - q[0]));
+      std::printf("\n");
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

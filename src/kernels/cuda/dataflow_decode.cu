@@ -9,49 +9,28 @@ namespace ssmserve::cuda {
 namespace {
 using namespace detail;
 
-constexpr int kConsumerWarps = 8;
+constexpr int kConsumerWarps = 12;
 constexpr int kConsumers = kConsumerWarps * 32;  // consumer threads; warp kConsumerWarps is the producer
 constexpr int kThreads = kConsumers + 32;
 constexpr int kMaxSlots = 12;
 constexpr int kMinSlots = 3;
-constexpr int kSlotTarget = 20480;  // bytes: 4 in_proj rows or 2 out_proj rows of mamba-2.8b
-constexpr int kSegUnits = 160;      // 16-byte units of one GEMV task (5 per lane)
+constexpr int kSlotTarget = 40960;  // bytes: 8 in_proj rows or 4 out_proj rows of mamba-2.8b
 constexpr size_t kSmemLimit = 227 * 1024;
-constexpr int kTimePoints = 8;
+constexpr int kTimePoints = 19;  // 11 phase boundaries, 3 gemv wait sums, y loaded, 2 clock64, conv, x_proj
 constexpr int kMaxGrid = 256;  // blocks (SMs) the cross-block sums take
 
-/// Block b's channels [c0, c1) (units of 8) and out_proj rows [h0, h1).
+/// Block b's channels [c0, c1) (pairs: 4-byte aligned bf16 state slices) and out_proj rows [h0, h1): every phase
+/// between two grid syncs streams about the same bytes on every block (the syncs wait for the slowest).
 struct Part {
   int c0, c1, h0, h1;
 };
 
-__host__ __device__ inline int chan_begin(int b, int G, int I) {
-  return 8 * static_cast<int>(static_cast<long long>(b) * (I / 8) / G);
-}
-
-/// out_proj rows owned by blocks < b before the monotone fix-up: those that make the streamed bytes of blocks < b
-/// (their channels' in_proj, x_projᵀ, dt_proj rows and these out_proj rows) b / G of the layer's.
-__host__ __device__ inline int out_rows_before(int b, int G, int H, int I, int XD, int R) {
-  if (b >= G) return H;
-  const long long pcb = 2LL * (2LL * H + XD + R);  // weight bytes per channel
-  const long long total = static_cast<long long>(I) * pcb + 2LL * H * I;
-  const long long v = static_cast<long long>(b) * total / G - static_cast<long long>(chan_begin(b, G, I)) * pcb;
-  if (v <= 0) return 0;
-  const long long rows = (v + I) / (2LL * I);
-  return static_cast<int>(rows < H ? rows : H);
-}
-
-__host__ __device__ inline Part part_of(int b, int G, int H, int I, int XD, int R) {
+__host__ __device__ inline Part part_of(int b, int G, int H, int I) {
   Part p;
-  p.c0 = chan_begin(b, G, I), p.c1 = chan_begin(b + 1, G, I);
-  int h = 0;
-  for (int bb = 0; bb <= b; ++bb) {
-    const int v = out_rows_before(bb, G, H, I, XD, R);
-    h = v > h ? v : h;
-  }
-  p.h0 = h;
-  const int v = out_rows_before(b + 1, G, H, I, XD, R);
-  p.h1 = v > h ? v : h;
+  p.c0 = 2 * static_cast<int>(static_cast<long long>(b) * (I / 2) / G);
+  p.c1 = 2 * static_cast<int>(static_cast<long long>(b + 1) * (I / 2) / G);
+  p.h0 = static_cast<int>(static_cast<long long>(b) * H / G);
+  p.h1 = static_cast<int>(static_cast<long long>(b + 1) * H / G);
   return p;
 }
 
@@ -68,6 +47,7 @@ struct KP {
   __nv_bfloat16* y;  // [M, I]
   float* ssp;      // [G, M]
   unsigned long long* timing;
+  int debug, inflight;
   // shared memory offsets (bytes)
   int o_bar, o_act, o_xo, o_zo, o_u, o_rp, o_xp, o_xd, o_db, o_dt, o_res, o_os, o_inv, o_A, o_cw, o_cb, o_dtb, o_D,
       o_cst, o_sst, o_ring;
@@ -100,13 +80,23 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, unsigne
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
-__device__ __forceinline__ void cp16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr(dst)), "l"(src) : "memory");
-}
-/// bytes (a multiple of 16, both 16-byte aligned) from global to shared, spread over the consumer threads.
+/// bytes (a multiple of 4, both 4-byte aligned) from global to shared with cp.async, spread over the consumer
+/// threads: 16-byte pieces when both addresses and the size allow, else 4-byte ones.
 __device__ __forceinline__ void cp_bytes(void* dst, const void* src, int bytes, int tid) {
-  for (int o = tid * 16; o < bytes; o += kConsumers * 16)
-    cp16(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o);
+  char* d = static_cast<char*>(dst);
+  const char* g = static_cast<const char*>(src);
+  if (((reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(g) | static_cast<uintptr_t>(bytes)) & 15) == 0) {
+    for (int o = tid * 16; o < bytes; o += kConsumers * 16)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr(d + o)), "l"(g + o) : "memory");
+  } else {
+    for (int o = tid * 4; o < bytes; o += kConsumers * 4)
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(saddr(d + o)), "l"(g + o) : "memory");
+  }
+}
+/// bytes (a multiple of 4, 4-byte aligned) from shared to global, spread over the consumer threads.
+__device__ __forceinline__ void st_bytes(void* dst, const void* src, int bytes, int tid) {
+  for (int o = tid * 4; o < bytes; o += kConsumers * 4)
+    *reinterpret_cast<uint32_t*>(static_cast<char*>(dst) + o) = *reinterpret_cast<const uint32_t*>(static_cast<const char*>(src) + o);
 }
 __device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
@@ -147,23 +137,44 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
   acc = fmaf(bf_lo(w.w), bf_lo(x.w), acc), acc = fmaf(bf_hi(w.w), bf_hi(x.w), acc);
   return acc;
 }
+/// acc + the 4 products of two bf16 pairs of w and x, in order.
+__device__ __forceinline__ float dot4(uint32_t w0, uint32_t w1, uint32_t x0, uint32_t x1, float acc) {
+  acc = fmaf(bf_lo(w0), bf_lo(x0), acc), acc = fmaf(bf_hi(w0), bf_hi(x0), acc);
+  acc = fmaf(bf_lo(w1), bf_lo(x1), acc), acc = fmaf(bf_hi(w1), bf_hi(x1), acc);
+  return acc;
+}
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+/// Shared-memory pitch of a streamed row of rb bytes. Rows stay packed (one bulk copy per slot): padding them to
+/// spread the banks (one copy per row) measured slower on the H200 (39.96 vs 35.0 us per mamba-2.8b layer; the
+/// per-row copies of x_projᵀ cost more than the bank conflicts).
+__host__ __device__ inline int row_pitch(int rb) { return rb; }
+
+/// Rows of x_projᵀ per ring slot: a multiple of 4 (x_proj's four accumulator chains follow the channel index).
+__host__ __device__ inline int xproj_rows_per_slot(int slot, int XD) { return (slot / row_pitch(2 * XD)) & ~3; }
 
 /// The consumers' position in the ring (every consumer warp takes and gives back every slot).
 struct Ring {
   uint64_t* full;
   uint64_t* empty;
   unsigned char* base;
-  int ns, slot, it;
+  int ns, slot, s = 0;
+  uint32_t phase = 0;                // parity of the slot's current fill
+  unsigned long long* wait = nullptr;  // benchmarks: ns spent waiting for slots added here
+  unsigned long long* trace = nullptr;  // benchmarks: clock64 at take start, take end, give of each slot
   __device__ __forceinline__ const unsigned char* take() {
-    const int s = it % ns;
-    mbar_wait(saddr(full + s), static_cast<uint32_t>((it / ns) & 1));
+    const unsigned long long t0 = wait ? now_ns() : 0;
+    if (trace) trace[0] = clock64();
+    mbar_wait(saddr(full + s), phase);
+    if (trace) trace[1] = clock64();
+    if (wait) *wait += now_ns() - t0;
     return base + static_cast<size_t>(s) * slot;
   }
   __device__ __forceinline__ void give(int lane) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(saddr(empty + it % ns));
-    ++it;
+    if (trace) trace[2] = clock64(), trace += 3;
+    if (lane == 0) mbar_arrive(saddr(empty + s));
+    if (++s == ns) s = 0, phase ^= 1u;
   }
 };
 
@@ -178,7 +189,7 @@ __device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* e
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   const int CB = pt.c1 - pt.c0, HB = pt.h1 - pt.h0;
-  int it = 0;
+  int it = 0, landed = 0;  // slots issued; slots seen landed (copies in flight = it - landed)
   for (int l = 0; l < p.L; ++l) {
     const Mamba1DataflowLayer& Ly = p.layers[l];
     const char* inp = static_cast<const char*>(Ly.w.in_proj);
@@ -187,17 +198,27 @@ __device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* e
                          {inp + (static_cast<size_t>(p.I) + pt.c0) * p.H * 2, CB, p.H * 2},
                          {static_cast<const char*>(Ly.w.dt_proj) + static_cast<size_t>(pt.c0) * p.R * 2, CB, p.R * 2},
                          {static_cast<const char*>(Ly.w.out_proj) + static_cast<size_t>(pt.h0) * p.I * 2, HB, p.I * 2}};
-    for (const Seg& sg : segs) {
-      const int rps = p.slot / sg.rb;
+    for (int k = 0; k < 5; ++k) {
+      const Seg& sg = segs[k];
+      const int pitch = row_pitch(sg.rb);
+      const int rps = k == 1 ? xproj_rows_per_slot(p.slot, p.XD) : p.slot / pitch;
       for (int r = 0; r < sg.rows; r += rps) {
         const int nr = min(rps, sg.rows - r);
-        const unsigned bytes = static_cast<unsigned>(nr) * sg.rb;
         const int s = it % p.ns;
         if (it >= p.ns) mbar_wait(saddr(empty + s), static_cast<uint32_t>(((it / p.ns) - 1) & 1));
+        // At most p.inflight copies outstanding: deeper queues only delay the step's latency-bound loads.
+        for (; it - landed >= p.inflight; ++landed)
+          mbar_wait(saddr(full + landed % p.ns), static_cast<uint32_t>((landed / p.ns) & 1));
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        mbar_expect_tx(saddr(full + s), bytes);
-        bulk_copy(saddr(ring + static_cast<size_t>(s) * p.slot), sg.base + static_cast<size_t>(r) * sg.rb, bytes,
-                  saddr(full + s), policy);
+        mbar_expect_tx(saddr(full + s), static_cast<unsigned>(nr) * sg.rb);
+        const uint32_t dst = saddr(ring + static_cast<size_t>(s) * p.slot);
+        const char* src = sg.base + static_cast<size_t>(r) * sg.rb;
+        if (pitch == sg.rb) {
+          bulk_copy(dst, src, static_cast<unsigned>(nr) * sg.rb, saddr(full + s), policy);
+        } else {  // one copy per row into its padded place
+          for (int i = 0; i < nr; ++i)
+            bulk_copy(dst + i * pitch, src + static_cast<size_t>(i) * sg.rb, sg.rb, saddr(full + s), policy);
+        }
         ++it;
       }
     }
@@ -205,46 +226,61 @@ __device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* e
 }
 
 /// res[m * ldr + r] = Σ_k W[r, k] xs[m * K + k] for the `rows` rows of W streamed next (K bf16 each, `slot / 2K`
-/// rows per slot). Each (row, 1280-wide k segment) is one warp task (lanes on consecutive 16-byte units, then a
-/// warp sum); the segments are added in order. Fixed order for a given K: batch-invariant.
+/// rows per slot), on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate; decode_math.cuh's mma_chunk with
+/// its 8-value k order): consumer warp w owns the 32-wide k chunks [w cpw, (w + 1) cpw) of every row and runs
+/// them in order over 8-row tiles (W rows g as A rows 0-7, rows 8-15 zero; x row g < M as B column g); the 16
+/// warps' partials are then added in warp order. Fixed order for a given K, independent of M and of the other
+/// rows' values (one accumulator column per batch row): batch-invariant.
 template <int MT>
 __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
                      int tid) {
-  const int lane = tid & 31, warp = tid >> 5, M = p.M;
-  const int units = K / 8, nseg = (units + kSegUnits - 1) / kSegUnits, rps = p.slot / (K * 2);
+  const int lane = tid & 31, warp = tid >> 5, M = p.M, g = lane >> 2, t = lane & 3;
+  const int chunks = (K + 31) / 32, cpw = (chunks + kConsumerWarps - 1) / kConsumerWarps;
+  const int pitch = row_pitch(K * 2) / 2, rps = p.slot / (pitch * 2);  // pitch in elements
+  const int c0 = min(chunks, warp * cpw), c1 = min(chunks, c0 + cpw);
+  const bool xok = g < M;
+  const __nv_bfloat16* xg = xs + static_cast<size_t>(xok ? g : 0) * K;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int r0 = 0; r0 < rows; r0 += rps) {
     const int nr = min(rps, rows - r0);
-    const unsigned char* sl = rg.take();
-    for (int task = warp; task < nr * nseg; task += kConsumerWarps) {
-      const int rr = task / nseg, sg = task % nseg;
-      const uint4* w = reinterpret_cast<const uint4*>(sl) + static_cast<size_t>(rr) * units;
-      float acc[MT];
+    const auto* sl = reinterpret_cast<const __nv_bfloat16*>(rg.take());
+    for (int rep = 0; rep < (p.debug & 2 ? 2 : 1); ++rep)
+    for (int rt = 0; rt < (p.debug & 1 ? 0 : nr); rt += 8) {
+      const bool wok = rt + g < nr;
+      const __nv_bfloat16* wrow = sl + static_cast<size_t>(wok ? rt + g : 0) * pitch;
+      // Four independent accumulator chains (chunk c0 + 4i + q into chain q), added as (q0 + q1) + (q2 + q3).
+      float acc[4][4] = {};
+      for (int c = c0; c < c1; c += 4) {
+        uint4 a[4], bx[4];
 #pragma unroll
-      for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kSegUnits / 32; ++j) {
-        const int u = sg * kSegUnits + j * 32 + lane;
-        if (u < units) {
-          const uint4 wv = w[u];
-#pragma unroll
-          for (int m = 0; m < MT; ++m)
-            if (m < M) acc[m] = dot8(wv, reinterpret_cast<const uint4*>(xs + static_cast<size_t>(m) * K)[u], acc[m]);
+        for (int q = 0; q < 4; ++q) {
+          const int k = (c + q) * 32 + 8 * t;
+          const bool on = c + q < c1 && k < K;
+          a[q] = on && wok ? *reinterpret_cast<const uint4*>(wrow + k) : zero;
+          bx[q] = on && xok ? *reinterpret_cast<const uint4*>(xg + k) : zero;
         }
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (c + q < c1) mma_chunk(acc[q], a[q], zero, bx[q]);
       }
 #pragma unroll
-      for (int m = 0; m < MT; ++m)
-        if (m < M) {
-          const float v = warp_sum(acc[m]);
-          if (lane == 0) rp[(m * p.maxrows + r0 + rr) * p.nseg + sg] = v;
-        }
+      for (int e = 0; e < 4; ++e) acc[0][e] = (acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e]);
+      // acc[e] = row rt + g, batch row 2t + e (rows 8-15 of the tile are zero).
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = 2 * t + e;
+        if (m < M && rt + g < nr) rp[(m * p.maxrows + r0 + rt + g) * kConsumerWarps + warp] = acc[0][e];
+      }
     }
     rg.give(lane);
   }
   cbar();
   for (int e = tid; e < M * rows; e += kConsumers) {
     const int m = e / rows, r = e % rows;
+    const float* q = rp + (m * p.maxrows + r) * kConsumerWarps;
     float s = 0.0f;
-    for (int sg = 0; sg < nseg; ++sg) s += rp[(m * p.maxrows + r) * p.nseg + sg];
+    for (int w = 0; w < kConsumerWarps; ++w)
+      if (w * cpw < chunks) s += q[w];
     res[m * ldr + r] = s;
   }
   cbar();
@@ -283,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int G = gridDim.x, b = blockIdx.x;
   const int H = p.H, I = p.I, N = p.N, R = p.R, Wd = p.W, XD = p.XD, M = p.M;
-  const Part pt = part_of(b, G, H, I, XD, R);
+  const Part pt = part_of(b, G, H, I);
   const int c0 = pt.c0, CB = pt.c1 - pt.c0, h0 = pt.h0, HB = pt.h1 - pt.h0;
   auto* full = reinterpret_cast<uint64_t*>(smem + p.o_bar);
   uint64_t* empty = full + kMaxSlots;
@@ -297,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     if (lane == 0) produce(p, pt, full, empty, ring);
     return;
   }
-  Ring rg{full, empty, ring, p.ns, p.slot, 0};
+  Ring rg{full, empty, ring, p.ns, p.slot};
   auto* act = reinterpret_cast<__nv_bfloat16*>(smem + p.o_act);  // xn [M, H] or y [M, I]
   auto* xo = reinterpret_cast<float*>(smem + p.o_xo);              // [M, cbmax] in_proj x rows
   auto* zo = reinterpret_cast<float*>(smem + p.o_zo);              // [M, cbmax] in_proj z rows
@@ -331,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
 
   for (int l = 0; l < p.L; ++l) {
     unsigned long long* tm = timed ? p.timing + static_cast<size_t>(l) * kTimePoints : nullptr;
-    if (tm) tm[0] = now_ns();
+    if (tm) tm[0] = now_ns(), tm[15] = clock64();
     const Mamba1DecodeLayer& Lw = p.layers[l].w;
     unsigned* sy = p.sync + 1 + 4 * l;
     // A. The layer's per-channel parameters and the rows' states of the own channels into shared memory.
@@ -362,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     // B. After the previous layer (S0 / S3): 1 / rms of every row from the blocks' partials, xn = bf16(rms norm).
     wait_all(l == 0 ? p.sync : sy - 1, tid);
     {
-      constexpr int kV = 8;  // float4 loads in flight per thread per pass
+      constexpr int kV = 4;  // float4 loads in flight per thread per pass
       const int n4 = M * H / 4;
       const float4* h4 = reinterpret_cast<const float4*>(p.hidden);
       for (int base = 0; base < n4; base += kV * kConsumers) {
@@ -404,6 +440,8 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     if (tm) tm[1] = now_ns();
 
     // C. x rows of in_proj (own channels).
+    if (tm) tm[11] = tm[12] = tm[13] = 0, rg.wait = tm + 11;
+    if (tm && l == 1) rg.trace = p.timing + static_cast<size_t>(p.L) * kTimePoints;
     gemv<MT>(rg, p, CB, H, act, rp, xo, p.cbmax, tid);
     if (tm) tm[2] = now_ns();
 
@@ -418,44 +456,60 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       us[m * p.cbmax + c] = u;
     }
     cbar();
-    if (CB > 0) {
-      TS* cg = static_cast<TS*>(Lw.conv_states.data);
-      const int chunks = CB * static_cast<int>(sizeof(TS)) / 16;
-      for (int e = tid; e < M * S * chunks; e += kConsumers) {
-        const int m = e / (S * chunks), k = (e / chunks) % S, q = e % chunks;
-        const int64_t blk = p.si[m];
-        if (blk == 0) continue;
-        const uint4 v = reinterpret_cast<const uint4*>(cst + (m * S + k) * p.cbmax)[q];
-        reinterpret_cast<uint4*>(cg + blk * Lw.conv_states.block_stride + static_cast<int64_t>(k) * I + c0)[q] = v;
-      }
-    }
+    if (tm) tm[17] = now_ns();
 
     // E. x_proj partial sums over the own channels (bf16 u, as the op chain's x_proj input) -> part[b]; S1.
     {
-      for (int e = tid; e < M * XD; e += kConsumers) xp[e] = 0.0f;
-      const int rps = p.slot / (XD * 2);
+      // Channel c into accumulator c % 4 (four independent chains kept in xq [4, M, XD] across slots, whose
+      // first channels are multiples of 4), then (a0 + a1) + (a2 + a3): the same order for any slot size.
+      float* xq = xp;
+      const int E = M * XD;
+      for (int e = tid; e < 4 * E; e += kConsumers) xq[e] = 0.0f;
+      const int rps = xproj_rows_per_slot(p.slot, XD), XDp = row_pitch(XD * 2) / 2;
       for (int r0 = 0; r0 < CB; r0 += rps) {
         const int nr = min(rps, CB - r0);
         const auto* wt = reinterpret_cast<const __nv_bfloat16*>(rg.take());
-        for (int e = tid; e < M * XD; e += kConsumers) {
+        for (int e = tid; e < E; e += kConsumers) {
           const int m = e / XD, j = e % XD;
-          float a = xp[e];
-          for (int rr = 0; rr < nr; ++rr)
-            a = fmaf(round_bf16(us[m * p.cbmax + r0 + rr]), __bfloat162float(wt[rr * XD + j]), a);
-          xp[e] = a;
+          const float* ur = us + m * p.cbmax + r0;
+          auto term = [&](int rr, float acc) { return fmaf(round_bf16(ur[rr]), __bfloat162float(wt[rr * XDp + j]), acc); };
+          float a0 = xq[e], a1 = xq[E + e], a2 = xq[2 * E + e], a3 = xq[3 * E + e];
+          int rr = 0;
+          for (; rr + 4 <= nr; rr += 4) a0 = term(rr, a0), a1 = term(rr + 1, a1), a2 = term(rr + 2, a2), a3 = term(rr + 3, a3);
+          if (rr < nr) a0 = term(rr, a0);
+          if (rr + 1 < nr) a1 = term(rr + 1, a1);
+          if (rr + 2 < nr) a2 = term(rr + 2, a2);
+          xq[e] = a0, xq[E + e] = a1, xq[2 * E + e] = a2, xq[3 * E + e] = a3;
         }
         rg.give(lane);
       }
-      for (int e = tid; e < M * XD; e += kConsumers) __stcg(p.part + static_cast<size_t>(b) * M * XD + e, xp[e]);
+      for (int e = tid; e < E; e += kConsumers)
+        __stcg(p.part + static_cast<size_t>(b) * E + e, (xq[e] + xq[E + e]) + (xq[2 * E + e] + xq[3 * E + e]));
+      if (tm) tm[18] = now_ns();
       arrive(sy + 0, tid);
       if (tm) tm[3] = now_ns();
     }
+    // The shifted conv windows back to the state pool (after the arrival: the sync's fence does not wait for them).
+    if (CB > 0) {
+      TS* cg = static_cast<TS*>(Lw.conv_states.data);
+      for (int m = 0; m < M; ++m) {
+        const int64_t blk = p.si[m];
+        if (blk == 0) continue;
+        for (int k = 0; k < S; ++k)
+          st_bytes(cg + blk * Lw.conv_states.block_stride + static_cast<int64_t>(k) * I + c0, cst + (m * S + k) * p.cbmax,
+                   CB * static_cast<int>(sizeof(TS)), tid);
+      }
+    }
 
     // F. z rows of in_proj (own channels), while S1 completes.
+    if (tm) rg.wait = tm + 12;
     gemv<MT>(rg, p, CB, H, act, rp, zo, p.cbmax, tid);
+    rg.wait = nullptr;
+    if (tm) tm[4] = now_ns();
 
     // G. Reduce-scatter of the x_proj partials (element e summed over the blocks in order), S1b, xdbl.
     wait_all(sy + 0, tid);
+    if (tm) tm[5] = now_ns();
     {
       const int E = M * XD, e0 = static_cast<int>(static_cast<long long>(b) * E / G),
                 e1 = static_cast<int>(static_cast<long long>(b + 1) * E / G);
@@ -473,28 +527,34 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       }
       cbar();
     }
-    if (tm) tm[4] = now_ns();
+    if (tm) tm[6] = now_ns();
 
-    // H. dt = softplus(dt_proj bf16(dt_low) + dt_bias) for the own channels (a warp per channel).
+    // H. dt = softplus(dt_proj bf16(dt_low) + dt_bias) for the own channels: 4 lanes per channel (units
+    //    gl, gl + 4, ... in order, then a 2-level xor sum), 8 channels per warp at once.
     {
-      const int rps = p.slot / (R * 2), units = R / 8;
+      constexpr int kG = 4;
+      const int rps = p.slot / row_pitch(R * 2), units = R / 8, unitsp = row_pitch(R * 2) / 16, gl = lane % kG;
       for (int r0 = 0; r0 < CB; r0 += rps) {
         const int nr = min(rps, CB - r0);
         const auto* wt = reinterpret_cast<const uint4*>(rg.take());
-        for (int rr = warp; rr < nr; rr += kConsumerWarps) {
-          const int c = r0 + rr;
+        for (int cb0 = warp * (32 / kG); cb0 < nr; cb0 += kConsumerWarps * (32 / kG)) {  // warp-uniform
+          const int rr = cb0 + lane / kG;
+          const bool on = rr < nr;
           for (int m = 0; m < M; ++m) {
+            const uint4* xm = reinterpret_cast<const uint4*>(db + m * R);
             float a = 0.0f;
-            for (int u = lane; u < units; u += 32)
-              a = dot8(wt[rr * units + u], reinterpret_cast<const uint4*>(db + m * R)[u], a);
-            a = warp_sum(a);
-            if (lane == 0) dts[m * p.cbmax + c] = softplus(a + dtbs[c]);
+            if (on)
+              for (int u = gl; u < units; u += kG) a = dot8(wt[rr * unitsp + u], xm[u], a);
+            a += __shfl_xor_sync(0xffffffffu, a, 2);
+            a += __shfl_xor_sync(0xffffffffu, a, 1);
+            if (on && gl == 0) dts[m * p.cbmax + r0 + rr] = softplus(a + dtbs[r0 + rr]);
           }
         }
         rg.give(lane);
       }
       cbar();
     }
+    if (tm) tm[7] = now_ns();
 
     // I. Selective state update of the own channels, y = (Σ state C + D u) SiLU(z) -> bf16 y; states back; S2.
     {
@@ -514,25 +574,22 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
           p.y[static_cast<size_t>(m) * I + c0 + c] = __float2bfloat16_rn(yv);
         }
       }
-      cbar();
-      if (CB > 0) {
+      arrive(sy + 2, tid);
+      if (tm) tm[8] = now_ns();
+      if (CB > 0) {  // the updated states back to the pool (after the arrival, as the conv windows)
         TS* sg = static_cast<TS*>(Lw.ssm_states.data);
-        const int chunks = CB * N * static_cast<int>(sizeof(TS)) / 16;
-        for (int e = tid; e < M * chunks; e += kConsumers) {
-          const int m = e / chunks, q = e % chunks;
+        for (int m = 0; m < M; ++m) {
           const int64_t blk = p.si[m];
-          if (blk == 0) continue;
-          const uint4 v = reinterpret_cast<const uint4*>(sst + static_cast<size_t>(m) * p.cbmax * N)[q];
-          reinterpret_cast<uint4*>(sg + blk * Lw.ssm_states.block_stride + static_cast<int64_t>(c0) * N)[q] = v;
+          if (blk != 0)
+            st_bytes(sg + blk * Lw.ssm_states.block_stride + static_cast<int64_t>(c0) * N,
+                     sst + static_cast<size_t>(m) * p.cbmax * N, CB * N * static_cast<int>(sizeof(TS)), tid);
         }
       }
-      arrive(sy + 2, tid);
-      if (tm) tm[5] = now_ns();
     }
 
     // J. All of y into shared memory.
     wait_all(sy + 2, tid);
-    if (tm) tm[6] = now_ns();
+    if (tm) tm[9] = now_ns();
     {
       const int n16 = M * I / 8;
       const uint4* y4 = reinterpret_cast<const uint4*>(p.y);
@@ -541,7 +598,9 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     }
 
     // K. out_proj rows h0..h1: the next layer's residual rows and their sum of squares (S3), or `out`.
+    if (tm) tm[14] = now_ns(), rg.wait = tm + 13;
     gemv<MT>(rg, p, HB, I, act, rp, os, p.hbmax, tid);
+    rg.wait = nullptr, rg.trace = nullptr;
     const bool last = l + 1 == p.L;
     for (int e = tid; e < M * HB; e += kConsumers) {
       const int m = e / HB, r = e % HB;
@@ -554,7 +613,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
         __stcg(p.hidden + gi, v);
       }
     }
-    if (tm) tm[7] = now_ns();
+    if (tm) tm[10] = now_ns(), tm[16] = clock64();
     if (!last) {
       cbar();
       publish_ss(p, res_s, HB, tid);
@@ -611,16 +670,16 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G) {
   const int W = static_cast<int>(s.W), XD = R + 2 * N;
   L.G = G;
   for (int b = 0; b < G; ++b) {
-    const Part pt = part_of(b, G, H, I, XD, R);
+    const Part pt = part_of(b, G, H, I);
     L.cbmax = std::max(L.cbmax, pt.c1 - pt.c0), L.hbmax = std::max(L.hbmax, pt.h1 - pt.h0);
   }
   L.cbmax = std::max(L.cbmax, 8), L.hbmax = std::max(L.hbmax, 1);
   L.maxrows = std::max(L.cbmax, L.hbmax);
-  L.nseg = (std::max(H, I) / 8 + kSegUnits - 1) / kSegUnits;
+  L.nseg = kConsumerWarps;  // gemv partials per row: one per consumer warp
   while (L.lanes < 32 && L.lanes * kScanMaxPerLane < N) L.lanes *= 2;
   if (L.lanes < 4 && N >= 4) L.lanes = 4;
   const int maxrow = 2 * std::max({H, I, XD, R});
-  L.slot = std::max(kSlotTarget, (maxrow + 15) / 16 * 16);
+  L.slot = std::max({kSlotTarget, row_pitch(maxrow), 4 * row_pitch(2 * XD)});  // shape only, not M
   auto up = [](size_t v) { return (v + 127) & ~size_t{127}; };
   const size_t m = static_cast<size_t>(M), cb = L.cbmax, hb = L.hbmax;
   size_t o = 0;
@@ -630,7 +689,7 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G) {
   L.o_zo = o, o += up(m * cb * 4);
   L.o_u = o, o += up(m * cb * 4);
   L.o_rp = o, o += up(m * L.maxrows * L.nseg * 4);
-  L.o_xp = o, o += up(m * XD * 4);
+  L.o_xp = o, o += up(4 * m * XD * 4);
   L.o_xd = o, o += up(m * XD * 4);
   L.o_db = o, o += up(m * R * 2);
   L.o_dt = o, o += up(m * cb * 4);
@@ -711,7 +770,8 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   p.H = static_cast<int>(s.H), p.I = static_cast<int>(s.I), p.N = static_cast<int>(s.N), p.R = static_cast<int>(s.R);
   p.W = static_cast<int>(s.W), p.XD = p.R + 2 * p.N, p.M = M, p.L = num_layers, p.ns = L.ns, p.slot = L.slot;
   p.cbmax = L.cbmax, p.hbmax = L.hbmax, p.maxrows = L.maxrows, p.nseg = L.nseg, p.lanes = L.lanes, p.eps = s.eps;
-  p.layers = layers_dev, p.hidden = buf.hidden, p.out = buf.out, p.si = buf.state_indices, p.timing = opt.timing;
+  p.layers = layers_dev, p.hidden = buf.hidden, p.out = buf.out, p.si = buf.state_indices, p.timing = opt.timing, p.debug = opt.debug;
+  p.inflight = std::clamp(opt.inflight, 1, L.ns);
   auto up = [](size_t v) { return (v + 255) & ~size_t{255}; };
   auto* ws = static_cast<unsigned char*>(buf.workspace);
   const size_t XD = static_cast<size_t>(p.XD), MM = kDataflowMaxRows;

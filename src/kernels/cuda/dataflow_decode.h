@@ -10,7 +10,8 @@
 // session-5 persistent kernel kept the op chain's split GEMMs and grid barriers and so never streamed ahead.)
 //
 // Work split (fixed for a given grid size, independent of the batch): block b owns channels [c0, c1) of d_inner
-// (units of 8) and rows [h0, h1) of out_proj (chosen so that every block streams about the same bytes). Per layer,
+// (pairs, spread evenly) and rows [h0, h1) of out_proj (spread evenly), so that between two grid syncs every block
+// streams about the same bytes (a sync waits for the slowest block). Per layer,
 // block b streams in_proj's x rows c0..c1 (full K), x_projᵀ rows c0..c1, in_proj's z rows, dt_proj rows c0..c1 and
 // out_proj rows h0..h1, and:
 //   1. after the previous layer (grid sync S3, or S0 before layer 0): residual rows + the sum of squares partials
@@ -64,13 +65,22 @@ struct Mamba1DataflowBuffers {
   size_t workspace_bytes = 0;
 };
 
-/// Benchmarks: block 0's %globaltimer (ns) at 8 points of every layer into timing [num_layers, 8] (start, norm
-/// done, x rows done, S1 arrived, xdbl read, S2 arrived, S2 passed, out rows done), or nullptr.
+/// Benchmarks: block 0's %globaltimer (ns) at 11 points of every layer into timing [num_layers, 15] (start, norm
+/// done, x rows done, S1 arrived, z rows done, S1 passed, xdbl read, dt done, S2 arrived, S2 passed, out rows
+/// done), then the ns its first thread waited for ring slots in the x rows, z rows and out rows, then the time y
+/// was loaded; or nullptr.
 struct Mamba1DataflowOptions {
   unsigned long long* timing = nullptr;
+  /// Benchmarks only (wrong results): bit 1 skips the streamed GEMVs' arithmetic, bit 2 does it twice.
+  int debug = 0;
+  /// Bulk copies of weights in flight per block at most (speed only; clamped to the ring's slots). 1 measured
+  /// best on the H200 (mamba-2.8b 35.6 us per layer vs 36.5-36.9 for 2, 3, 5: shorter memory queues for the
+  /// latency-bound loads).
+  int inflight = 1;
 };
 
-/// Largest batch of one launch (the runner splits decode batches up to 16 into launches of at most 8 rows).
+/// Largest batch of one launch (the shared memory may allow fewer: mamba1_dataflow_supported; the runner splits
+/// decode batches of up to 16 rows into launches of the most it takes).
 constexpr int kDataflowMaxRows = 8;
 
 /// Whether the kernel takes this shape / batch on the current device: 1 <= M <= 8, H % 8 == 0, I % 8 == 0,
