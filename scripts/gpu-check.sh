@@ -166,7 +166,7 @@ fi
 #    (bench throughput, SSMSERVE_GPU_TPUT_PROMPTS prompts of 512 -> 256 tokens). SSMSERVE_GPU_DECODE=0 skips it;
 #    SSMSERVE_GPU_DECODE_MODELS / SSMSERVE_GPU_TPUT_MODELS pick the shapes (empty: none).
 if [ "${SSMSERVE_GPU_DECODE:-1}" = 1 ] && [ -x "$bin/test_cuda_skinny_gemm" ]; then
-  for t in skinny_gemm decode_ops decode_overlap persistent_decode batch_invariance; do
+  for t in skinny_gemm decode_ops decode_overlap persistent_decode dataflow_decode batch_invariance; do
     [ -x "$bin/test_cuda_$t" ] && run_step "decode tests ($t)" "decode-$t.log" "$bin/test_cuda_$t"
   done
   grep -hE "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|batch invariance" "$out"/decode-*.log | head -30 >>"$summary"
@@ -174,10 +174,12 @@ if [ "${SSMSERVE_GPU_DECODE:-1}" = 1 ] && [ -x "$bin/test_cuda_skinny_gemm" ]; t
     san=(env SSMSERVE_CUDA_TEST_QUICK=1 compute-sanitizer --report-api-errors no --error-exitcode 3)
     run_step "memcheck (skinny gemm)" memcheck-skinny.log "${san[@]}" --tool memcheck "$bin/test_cuda_skinny_gemm"
     run_step "memcheck (decode ops)" memcheck-decode.log "${san[@]}" --tool memcheck "$bin/test_cuda_decode_ops"
+    [ -x "$bin/test_cuda_dataflow_decode" ] &&
+      run_step "memcheck (dataflow decode)" memcheck-dataflow.log "${san[@]}" --tool memcheck "$bin/test_cuda_dataflow_decode"
     run_step "racecheck (skinny gemm)" racecheck-skinny.log "${san[@]}" --tool racecheck "$bin/test_cuda_skinny_gemm" \
       --gtest_filter='CudaSkinnyGemm.MatchesCpuLinear'
     run_step "racecheck (decode ops)" racecheck-decode.log "${san[@]}" --tool racecheck "$bin/test_cuda_decode_ops"
-    grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out"/memcheck-skinny.log "$out"/memcheck-decode.log \
+    grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out"/memcheck-skinny.log "$out"/memcheck-decode.log "$out"/memcheck-dataflow.log \
       "$out"/racecheck-skinny.log "$out"/racecheck-decode.log >>"$summary"
   fi
   run_step "gemm + roofline bench" gemm.log "$bin/test_cuda_decode_bench" --gtest_also_run_disabled_tests \

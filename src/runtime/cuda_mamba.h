@@ -41,9 +41,11 @@ struct CudaModelOptions {
   /// The persistent kernel's L2 prefetch mode (Mamba1PersistentOptions::prefetch).
   int persistent_prefetch = 0;
   /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) on the dataflow decode
-  /// kernel (kernels/cuda/dataflow_decode.h: the whole stack in one launch per group of up to 8 rows, weights
-  /// streamed through shared memory). Batch-invariant (a row's bits are the same in any decode batch up to 16),
-  /// not the op chain's bits (another summation order; within bf16 tolerance, tested).
+  /// kernel (kernels/cuda/dataflow_decode.h: the whole stack in one launch per group of rows, weights streamed
+  /// through shared memory). Batch-invariant (a row's bits are the same in any decode batch up to 16), not the op
+  /// chain's bits (another summation order; within bf16 tolerance, tested). Off by default: on the H200 it is
+  /// faster at batch 1 only (mamba-2.8b 408.8 vs 395.7 tokens/s) and slower at batch 4 (1,292 vs 1,384) and for
+  /// mamba-1.4b (599 vs 633); docs/benchmarks.md, session 10.
   bool dataflow_decode = false;
   /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) with in_proj cut in two
   /// (issue 7: the z half off the critical path): bit 1 = the x rows on the main stream, the z rows on a second
