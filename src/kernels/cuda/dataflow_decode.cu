@@ -464,7 +464,8 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       // first channels are multiples of 4), then (a0 + a1) + (a2 + a3): the same order for any slot size.
       float* xq = xp;
       const int E = M * XD;
-      for (int e = tid; e < 4 * E; e += kConsumers) xq[e] = 0.0f;
+      for (int e = tid; e < E; e += kConsumers)  // by the thread that owns element e below (no barrier needed)
+        xq[e] = xq[E + e] = xq[2 * E + e] = xq[3 * E + e] = 0.0f;
       const int rps = xproj_rows_per_slot(p.slot, XD), XDp = row_pitch(XD * 2) / 2;
       for (int r0 = 0; r0 < CB; r0 += rps) {
         const int nr = min(rps, CB - r0);
