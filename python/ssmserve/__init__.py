@@ -46,8 +46,9 @@ _INT_FIELDS = frozenset({"n", "top_k", "max_tokens", "min_tokens", "logprobs", "
 
 def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM's class name)
     """vLLM's SamplingParams: n, temperature (1.0), top_p, top_k, min_p, seed, presence_penalty,
-    frequency_penalty, repetition_penalty, max_tokens (16), min_tokens, stop, stop_token_ids, ignore_eos,
-    logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens, logit_bias ({token_id: bias}).
+    frequency_penalty, repetition_penalty, max_tokens (16; None: up to max_model_len), min_tokens, stop,
+    stop_token_ids, ignore_eos, logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens,
+    logit_bias ({token_id: bias}).
     Unknown names raise TypeError; values are checked here, as vLLM does (ValueError naming the field), and token
     ids against the model's vocabulary when a request is added."""
     p = _ssmserve.SamplingParams()
@@ -58,6 +59,8 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
             raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
         if v is None and k in ("stop", "stop_token_ids", "logit_bias"):
             continue  # vLLM's None: the default (none)
+        if v is None and k == "max_tokens":
+            v = 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
         if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
             raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
         if k in _INT_FIELDS and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:

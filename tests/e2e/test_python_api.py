@@ -304,6 +304,9 @@ def test_max_model_len(llm, tmp_path):
     assert len(out.prompt_token_ids) + len(out.outputs[0].token_ids) == 12 and out.outputs[0].finish_reason == "length"
     full = llm.generate("Hello there", ssmserve.SamplingParams(temperature=0, max_tokens=50, ignore_eos=True))[0]
     assert full.outputs[0].token_ids[:len(out.outputs[0].token_ids)] == out.outputs[0].token_ids
+    # max_tokens=None (vLLM): no limit but max_model_len.
+    unl = short.generate("Hello there", ssmserve.SamplingParams(temperature=0, max_tokens=None, ignore_eos=True))[0]
+    assert unl.outputs[0].token_ids == out.outputs[0].token_ids and unl.outputs[0].finish_reason == "length"
     with pytest.raises(ValueError, match="max_model_len"):
         short.generate("word " * 20)
     with pytest.raises(ValueError, match="max_model_len"):
