@@ -417,6 +417,8 @@ void OpenAIServer::generate(bool chat, const std::string& body, httplib::Respons
     in.text = render_chat(cr);  // ApiError 400 when the template fails
     inputs.push_back(std::move(in));
     if (cr.logprobs) job->logprobs = cr.top_logprobs;
+    if (cr.echo && cr.messages.back().value("role", "") == "assistant")  // vLLM: only the response's own role
+      job->chat_echo = cr.messages.back().value("content", "");
     base = cr;
   } else {
     CompletionRequest cr = parse_completion_request(b);

@@ -302,6 +302,7 @@ ChatRequest parse_chat_request(const json& b) {
     if (!r.logprobs) bad_request("top_logprobs", "top_logprobs needs logprobs = true");
   }
   if (r.logprobs) r.params.logprobs = r.top_logprobs;
+  if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");
   return r;
 }
 

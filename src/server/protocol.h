@@ -52,6 +52,8 @@ struct ChatRequest : GenerationRequest {
   std::optional<std::string> chat_template;  ///< vLLM's per-request template source, instead of the server's
   bool logprobs = false;               ///< chat's logprobs is a bool; top_logprobs gives the count
   int top_logprobs = 0;
+  /// vLLM's chat echo: when the last message is the assistant's, its content starts every choice's message.
+  bool echo = false;
 };
 
 /// Parses a completions body. Throws ApiError 400 naming the field for a wrong type or value out of range

@@ -96,6 +96,9 @@ std::vector<json> ResponseBuilder::opening_chunks() {
     if (job_->chat) {
       out.push_back(chunk({{"index", idx}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
                            {"finish_reason", nullptr}}));
+      if (!job_->chat_echo.empty())  // vLLM: the echoed content in a chunk of its own after the role
+        out.push_back(chunk({{"index", idx}, {"delta", {{"content", job_->chat_echo}}}, {"logprobs", nullptr},
+                             {"finish_reason", nullptr}}));
     } else if (job_->echo) {
       const std::string& text = job_->prompts[i / job_->n].text;
       out.push_back(chunk({{"index", idx}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"stop_reason", nullptr}}));
@@ -190,7 +193,8 @@ json ResponseBuilder::final_response() const {
     const json finish = job_->prompt_only ? "length" : std::string(finish_reason_name(c.finish_reason));
     if (job_->chat) {
       json lp = job_->logprobs ? chat_logprobs(c.logprobs, 0) : json(nullptr);
-      choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.text}}}, {"logprobs", lp},
+      const json message = {{"role", "assistant"}, {"content", job_->chat_echo + c.text}};
+      choices.push_back({{"index", i}, {"message", message}, {"logprobs", lp},
                          {"finish_reason", finish}, {"stop_reason", stop_reason_json(c)}});
       continue;
     }

@@ -31,6 +31,7 @@ struct GenerationJob {
   bool stream = false, include_usage = false, echo = false;
   bool continuous_usage = false;     ///< include_usage + continuous_usage_stats: usage (so far) in every chunk
   bool prompt_only = false;          ///< echo with max_tokens 0: the one generated token is left out of the response
+  std::string chat_echo;             ///< chat echo: the last (assistant) message's content, before each choice's text
   std::optional<int> logprobs;       ///< completions: top-k count; chat: top_logprobs when logprobs = true
   std::vector<std::string> request_ids;  ///< [prompts.size() * n], choice index = prompt * n + i
   std::shared_ptr<OutputChannel> channel;

@@ -1,5 +1,7 @@
 # /v1/chat/completions through the `openai` client: the plain default template (the bundled model has none), greedy
 # output equal to a completion of the rendered prompt, streaming equal to non-streaming.
+import json
+
 try:
     import httpx
 except ImportError:  # openai >= 3 depends on the httpx2 fork
@@ -37,6 +39,31 @@ def test_continue_final_message(server):
                    json={"messages": prefill, "continue_final_message": True, "add_generation_prompt": False,
                          "max_tokens": 4, "temperature": 0})
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_echo(server):
+    # vLLM's chat echo: the last message's content starts each choice's message when that message is the assistant's
+    # (non-streaming: prepended; streaming: a chunk of its own after the role chunk); nothing for another role.
+    prefill = MESSAGES + [{"role": "assistant", "content": "In the days of"}]
+    body = {"messages": prefill, "continue_final_message": True, "add_generation_prompt": False, "max_tokens": 4,
+            "temperature": 0, "n": 2}
+    plain = httpx.post(server.base_url + "/v1/chat/completions", json=body).json()
+    echoed = httpx.post(server.base_url + "/v1/chat/completions", json=dict(body, echo=True)).json()
+    for p, e in zip(plain["choices"], echoed["choices"]):
+        assert e["message"]["content"] == "In the days of" + p["message"]["content"]
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions",
+                      json=dict(body, echo=True, stream=True, n=1)) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert deltas[0].get("role") == "assistant" and deltas[1] == {"content": "In the days of"}
+    assert "".join(d.get("content") or "" for d in deltas) == echoed["choices"][0]["message"]["content"]
+    user_last = httpx.post(server.base_url + "/v1/chat/completions",
+                           json={"messages": MESSAGES, "max_tokens": 4, "temperature": 0, "echo": True}).json()
+    again = httpx.post(server.base_url + "/v1/chat/completions",
+                       json={"messages": MESSAGES, "max_tokens": 4, "temperature": 0}).json()
+    assert user_last["choices"][0]["message"]["content"] == again["choices"][0]["message"]["content"]
+    bad = httpx.post(server.base_url + "/v1/chat/completions", json=dict(body, echo="yes"))
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "echo"
 
 
 def test_request_chat_template_needs_trust(server):
