@@ -206,6 +206,11 @@ TEST(CudaDataflowDecode, RefusesWhatItDoesNotTake) {
   df.host[0].w.in_proj = static_cast<const char*>(df.host[0].w.in_proj) + 2;  // not 16-byte aligned
   EXPECT_EQ(cudaErrorInvalidValue, df.launch(pc, r, stream.get()));
   df.host[0].w.in_proj = static_cast<const char*>(df.host[0].w.in_proj) - 2;
+  const cuda::Mamba1DataflowBuffers odd{r.hidden.as<float>() + 1, r.out.as<float>(), r.si.as<int32_t>(), df.ws.data(),
+                                        df.ws.bytes()};  // hidden not 16-byte aligned
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::mamba1_dataflow_decode(sh, df.host.data(), static_cast<const cuda::Mamba1DataflowLayer*>(df.dev.data()),
+                                         1, 1, odd, {}, stream.get()));
   const cuda::Mamba1DataflowBuffers small{r.hidden.as<float>(), r.out.as<float>(), r.si.as<int32_t>(), df.ws.data(), 16};
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::mamba1_dataflow_decode(sh, df.host.data(), static_cast<const cuda::Mamba1DataflowLayer*>(df.dev.data()),

@@ -17,6 +17,7 @@ constexpr int kMinSlots = 3;
 constexpr int kSlotTarget = 40960;  // bytes: 8 in_proj rows or 4 out_proj rows of mamba-2.8b
 constexpr size_t kSmemLimit = 227 * 1024;
 constexpr int kTimePoints = 19;  // 11 phase boundaries, 3 gemv wait sums, y loaded, 2 clock64, conv, x_proj
+constexpr int kTraceSlots = 64;  // layer 1's first slots traced after the time points
 constexpr int kMaxGrid = 256;  // blocks (SMs) the cross-block sums take
 
 /// Block b's channels [c0, c1) (pairs: 4-byte aligned bf16 state slices) and out_proj rows [h0, h1): every phase
@@ -162,17 +163,18 @@ struct Ring {
   uint32_t phase = 0;                // parity of the slot's current fill
   unsigned long long* wait = nullptr;  // benchmarks: ns spent waiting for slots added here
   unsigned long long* trace = nullptr;  // benchmarks: clock64 at take start, take end, give of each slot
+  int trace_left = 0;                    // slots still to trace (kTraceSlots at most)
   __device__ __forceinline__ const unsigned char* take() {
     const unsigned long long t0 = wait ? now_ns() : 0;
-    if (trace) trace[0] = clock64();
+    if (trace && trace_left > 0) trace[0] = clock64();
     mbar_wait(saddr(full + s), phase);
-    if (trace) trace[1] = clock64();
+    if (trace && trace_left > 0) trace[1] = clock64();
     if (wait) *wait += now_ns() - t0;
     return base + static_cast<size_t>(s) * slot;
   }
   __device__ __forceinline__ void give(int lane) {
     __syncwarp();
-    if (trace) trace[2] = clock64(), trace += 3;
+    if (trace && trace_left > 0) trace[2] = clock64(), trace += 3, --trace_left;
     if (lane == 0) mbar_arrive(saddr(empty + s));
     if (++s == ns) s = 0, phase ^= 1u;
   }
@@ -441,7 +443,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
 
     // C. x rows of in_proj (own channels).
     if (tm) tm[11] = tm[12] = tm[13] = 0, rg.wait = tm + 11;
-    if (tm && l == 1) rg.trace = p.timing + static_cast<size_t>(p.L) * kTimePoints;
+    if (tm && l == 1) rg.trace = p.timing + static_cast<size_t>(p.L) * kTimePoints, rg.trace_left = kTraceSlots;
     gemv<MT>(rg, p, CB, H, act, rp, xo, p.cbmax, tid);
     if (tm) tm[2] = now_ns();
 
@@ -748,13 +750,14 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
                                    const Mamba1DataflowLayer* layers_dev, int num_layers, int M,
                                    const Mamba1DataflowBuffers& buf, const Mamba1DataflowOptions& opt,
                                    cudaStream_t stream) {
+  auto a16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
   if (num_layers < 1 || !layers_host || !layers_dev || !buf.hidden || !buf.out || !buf.state_indices ||
-      !buf.workspace || buf.workspace_bytes < mamba1_dataflow_workspace(s, num_layers))
+      !buf.workspace || buf.workspace_bytes < mamba1_dataflow_workspace(s, num_layers) || !a16(buf.hidden) ||
+      !a16(buf.workspace))  // hidden is read as float4, the workspace's y as uint4
     return cudaErrorInvalidValue;
   const DType sd = layers_host[0].w.ssm_states.dtype;
   if (!mamba1_dataflow_supported(s, M, sd)) return cudaErrorInvalidValue;
   const size_t esz = sd == DType::F32 ? 4 : 2;
-  auto a16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
   for (int l = 0; l < num_layers; ++l) {
     const Mamba1DataflowLayer& L = layers_host[l];
     const Mamba1DecodeLayer& w = L.w;

@@ -56,7 +56,7 @@ struct Mamba1DataflowLayer {
 /// The step's activations (device, fp32, contiguous rows): hidden [M, H] the residual stream on entry (the
 /// embeddings) and the last layer's residual input on return; out [M, H] the last layer's mixer output on return
 /// (so the final add + RMSNorm is the caller's, as after the op chain). state_indices [M] int32 (0 = null row:
-/// no state read-modify-write, y = 0).
+/// no state read-modify-write, y = 0). hidden and the workspace 16-byte aligned (else cudaErrorInvalidValue).
 struct Mamba1DataflowBuffers {
   float* hidden = nullptr;
   float* out = nullptr;
@@ -65,10 +65,11 @@ struct Mamba1DataflowBuffers {
   size_t workspace_bytes = 0;
 };
 
-/// Benchmarks: block 0's %globaltimer (ns) at 11 points of every layer into timing [num_layers, 15] (start, norm
-/// done, x rows done, S1 arrived, z rows done, S1 passed, xdbl read, dt done, S2 arrived, S2 passed, out rows
-/// done), then the ns its first thread waited for ring slots in the x rows, z rows and out rows, then the time y
-/// was loaded; or nullptr.
+/// Benchmarks: timing [num_layers * 19 + 64 * 3] or nullptr. Per layer, block 0's %globaltimer (ns) at 11 points
+/// (start, norm done, x rows done, S1 arrived, z rows done, S1 passed, xdbl read, dt done, S2 arrived, S2 passed,
+/// out rows done), the ns its first thread waited for ring slots in the x rows, z rows and out rows, the time y was
+/// loaded, clock64 at the layer's start and at its out rows' end, the times conv and x_proj were done; then, after
+/// all layers, warp 0's clock64 at take start / take end / give of layer 1's first 64 ring slots (num_layers >= 2).
 struct Mamba1DataflowOptions {
   unsigned long long* timing = nullptr;
   /// Benchmarks only (wrong results): bit 1 skips the streamed GEMVs' arithmetic, bit 2 does it twice.
