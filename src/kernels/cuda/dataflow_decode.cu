@@ -1,7 +1,9 @@
 // Owns the dataflow Mamba-1 decode kernel (see dataflow_decode.h).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cooperative_launch.cuh"
 #include "kernels/cuda/dataflow_decode.h"
 #include "kernels/cuda/decode_math.cuh"
+#include "kernels/cuda/tma_ring.cuh"
 
 #include <algorithm>
 
@@ -55,32 +57,6 @@ struct KP {
 };
 
 // ---- mbarriers, bulk copies, cp.async -------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t saddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, unsigned bytes, uint32_t bar,
-                                          uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-      : "memory");
-}
 /// bytes (a multiple of 4, both 4-byte aligned) from global to shared with cp.async, spread over the consumer
 /// threads: 16-byte pieces when both addresses and the size allow, else 4-byte ones.
 __device__ __forceinline__ void cp_bytes(void* dst, const void* src, int bytes, int tid) {
@@ -105,12 +81,6 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 /// Grid sync halves (consumer threads only): every block adds 1 after its writes; waiters spin until all G have.
 __device__ __forceinline__ void arrive(unsigned* c, int tid) {
   cbar();
@@ -138,47 +108,10 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
   acc = fmaf(bf_lo(w.w), bf_lo(x.w), acc), acc = fmaf(bf_hi(w.w), bf_hi(x.w), acc);
   return acc;
 }
-/// acc + the 4 products of two bf16 pairs of w and x, in order.
-__device__ __forceinline__ float dot4(uint32_t w0, uint32_t w1, uint32_t x0, uint32_t x1, float acc) {
-  acc = fmaf(bf_lo(w0), bf_lo(x0), acc), acc = fmaf(bf_hi(w0), bf_hi(x0), acc);
-  acc = fmaf(bf_lo(w1), bf_lo(x1), acc), acc = fmaf(bf_hi(w1), bf_hi(x1), acc);
-  return acc;
-}
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-/// Shared-memory pitch of a streamed row of rb bytes. Rows stay packed (one bulk copy per slot): padding them to
-/// spread the banks (one copy per row) measured slower on the H200 (39.96 vs 35.0 us per mamba-2.8b layer; the
-/// per-row copies of x_projᵀ cost more than the bank conflicts).
-__host__ __device__ inline int row_pitch(int rb) { return rb; }
-
 /// Rows of x_projᵀ per ring slot: a multiple of 4 (x_proj's four accumulator chains follow the channel index).
-__host__ __device__ inline int xproj_rows_per_slot(int slot, int XD) { return (slot / row_pitch(2 * XD)) & ~3; }
-
-/// The consumers' position in the ring (every consumer warp takes and gives back every slot).
-struct Ring {
-  uint64_t* full;
-  uint64_t* empty;
-  unsigned char* base;
-  int ns, slot, s = 0;
-  uint32_t phase = 0;                // parity of the slot's current fill
-  unsigned long long* wait = nullptr;  // benchmarks: ns spent waiting for slots added here
-  unsigned long long* trace = nullptr;  // benchmarks: clock64 at take start, take end, give of each slot
-  int trace_left = 0;                    // slots still to trace (kTraceSlots at most)
-  __device__ __forceinline__ const unsigned char* take() {
-    const unsigned long long t0 = wait ? now_ns() : 0;
-    if (trace && trace_left > 0) trace[0] = clock64();
-    mbar_wait(saddr(full + s), phase);
-    if (trace && trace_left > 0) trace[1] = clock64();
-    if (wait) *wait += now_ns() - t0;
-    return base + static_cast<size_t>(s) * slot;
-  }
-  __device__ __forceinline__ void give(int lane) {
-    __syncwarp();
-    if (trace && trace_left > 0) trace[2] = clock64(), trace += 3, --trace_left;
-    if (lane == 0) mbar_arrive(saddr(empty + s));
-    if (++s == ns) s = 0, phase ^= 1u;
-  }
-};
+__host__ __device__ inline int xproj_rows_per_slot(int slot, int XD) { return (slot / (2 * XD)) & ~3; }
 
 /// One streamed weight matrix of a layer: `rows` rows of `rb` bytes from `base`, `slot / rb` rows per slot.
 struct Seg {
@@ -202,8 +135,7 @@ __device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* e
                          {static_cast<const char*>(Ly.w.out_proj) + static_cast<size_t>(pt.h0) * p.I * 2, HB, p.I * 2}};
     for (int k = 0; k < 5; ++k) {
       const Seg& sg = segs[k];
-      const int pitch = row_pitch(sg.rb);
-      const int rps = k == 1 ? xproj_rows_per_slot(p.slot, p.XD) : p.slot / pitch;
+      const int rps = k == 1 ? xproj_rows_per_slot(p.slot, p.XD) : p.slot / sg.rb;
       for (int r = 0; r < sg.rows; r += rps) {
         const int nr = min(rps, sg.rows - r);
         const int s = it % p.ns;
@@ -212,15 +144,10 @@ __device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* e
         for (; it - landed >= p.inflight; ++landed)
           mbar_wait(saddr(full + landed % p.ns), static_cast<uint32_t>((landed / p.ns) & 1));
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        mbar_expect_tx(saddr(full + s), static_cast<unsigned>(nr) * sg.rb);
-        const uint32_t dst = saddr(ring + static_cast<size_t>(s) * p.slot);
-        const char* src = sg.base + static_cast<size_t>(r) * sg.rb;
-        if (pitch == sg.rb) {
-          bulk_copy(dst, src, static_cast<unsigned>(nr) * sg.rb, saddr(full + s), policy);
-        } else {  // one copy per row into its padded place
-          for (int i = 0; i < nr; ++i)
-            bulk_copy(dst + i * pitch, src + static_cast<size_t>(i) * sg.rb, sg.rb, saddr(full + s), policy);
-        }
+        const unsigned bytes = static_cast<unsigned>(nr) * sg.rb;  // whole rows, contiguous: one copy
+        mbar_expect_tx(saddr(full + s), bytes);
+        bulk_copy(saddr(ring + static_cast<size_t>(s) * p.slot), sg.base + static_cast<size_t>(r) * sg.rb, bytes,
+                  saddr(full + s), policy);
         ++it;
       }
     }
@@ -238,7 +165,7 @@ __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16
                      int tid) {
   const int lane = tid & 31, warp = tid >> 5, M = p.M, g = lane >> 2, t = lane & 3;
   const int chunks = (K + 31) / 32, cpw = (chunks + kConsumerWarps - 1) / kConsumerWarps;
-  const int pitch = row_pitch(K * 2) / 2, rps = p.slot / (pitch * 2);  // pitch in elements
+  const int rps = p.slot / (K * 2);
   const int c0 = min(chunks, warp * cpw), c1 = min(chunks, c0 + cpw);
   const bool xok = g < M;
   const __nv_bfloat16* xg = xs + static_cast<size_t>(xok ? g : 0) * K;
@@ -249,7 +176,7 @@ __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16
     for (int rep = 0; rep < (p.debug & 2 ? 2 : 1); ++rep)
     for (int rt = 0; rt < (p.debug & 1 ? 0 : nr); rt += 8) {
       const bool wok = rt + g < nr;
-      const __nv_bfloat16* wrow = sl + static_cast<size_t>(wok ? rt + g : 0) * pitch;
+      const __nv_bfloat16* wrow = sl + static_cast<size_t>(wok ? rt + g : 0) * K;
       // Four independent accumulator chains (chunk c0 + 4i + q into chain q), added as (q0 + q1) + (q2 + q3).
       float acc[4][4] = {};
       for (int c = c0; c < c1; c += 4) {
@@ -468,14 +395,14 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       const int E = M * XD;
       for (int e = tid; e < E; e += kConsumers)  // by the thread that owns element e below (no barrier needed)
         xq[e] = xq[E + e] = xq[2 * E + e] = xq[3 * E + e] = 0.0f;
-      const int rps = xproj_rows_per_slot(p.slot, XD), XDp = row_pitch(XD * 2) / 2;
+      const int rps = xproj_rows_per_slot(p.slot, XD);
       for (int r0 = 0; r0 < CB; r0 += rps) {
         const int nr = min(rps, CB - r0);
         const auto* wt = reinterpret_cast<const __nv_bfloat16*>(rg.take());
         for (int e = tid; e < E; e += kConsumers) {
           const int m = e / XD, j = e % XD;
           const float* ur = us + m * p.cbmax + r0;
-          auto term = [&](int rr, float acc) { return fmaf(round_bf16(ur[rr]), __bfloat162float(wt[rr * XDp + j]), acc); };
+          auto term = [&](int rr, float acc) { return fmaf(round_bf16(ur[rr]), __bfloat162float(wt[rr * XD + j]), acc); };
           float a0 = xq[e], a1 = xq[E + e], a2 = xq[2 * E + e], a3 = xq[3 * E + e];
           int rr = 0;
           for (; rr + 4 <= nr; rr += 4) a0 = term(rr, a0), a1 = term(rr + 1, a1), a2 = term(rr + 2, a2), a3 = term(rr + 3, a3);
@@ -536,7 +463,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     //    gl, gl + 4, ... in order, then a 2-level xor sum), 8 channels per warp at once.
     {
       constexpr int kG = 4;
-      const int rps = p.slot / row_pitch(R * 2), units = R / 8, unitsp = row_pitch(R * 2) / 16, gl = lane % kG;
+      const int rps = p.slot / (R * 2), units = R / 8, gl = lane % kG;
       for (int r0 = 0; r0 < CB; r0 += rps) {
         const int nr = min(rps, CB - r0);
         const auto* wt = reinterpret_cast<const uint4*>(rg.take());
@@ -547,7 +474,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
             const uint4* xm = reinterpret_cast<const uint4*>(db + m * R);
             float a = 0.0f;
             if (on)
-              for (int u = gl; u < units; u += kG) a = dot8(wt[rr * unitsp + u], xm[u], a);
+              for (int u = gl; u < units; u += kG) a = dot8(wt[rr * units + u], xm[u], a);
             a += __shfl_xor_sync(0xffffffffu, a, 2);
             a += __shfl_xor_sync(0xffffffffu, a, 1);
             if (on && gl == 0) dts[m * p.cbmax + r0 + rr] = softplus(a + dtbs[r0 + rr]);
@@ -651,15 +578,6 @@ __global__ void transpose_kernel(const __nv_bfloat16* __restrict__ in, int64_t r
   }
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 0;
-    return v;
-  }();
-  return n;
-}
 
 struct Layout {
   int G = 0, ns = 0, slot = 0, cbmax = 0, hbmax = 0, maxrows = 0, nseg = 0, lanes = 1;
@@ -682,7 +600,7 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G) {
   while (L.lanes < 32 && L.lanes * kScanMaxPerLane < N) L.lanes *= 2;
   if (L.lanes < 4 && N >= 4) L.lanes = 4;
   const int maxrow = 2 * std::max({H, I, XD, R});
-  L.slot = std::max({kSlotTarget, row_pitch(maxrow), 4 * row_pitch(2 * XD)});  // shape only, not M
+  L.slot = std::max({kSlotTarget, (maxrow + 15) / 16 * 16, 4 * 2 * XD});  // shape only, not M
   auto up = [](size_t v) { return (v + 127) & ~size_t{127}; };
   const size_t m = static_cast<size_t>(M), cb = L.cbmax, hb = L.hbmax;
   size_t o = 0;
@@ -791,28 +709,7 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   p.o_res = off(L.o_res), p.o_os = off(L.o_os), p.o_inv = off(L.o_inv), p.o_A = off(L.o_A), p.o_cw = off(L.o_cw);
   p.o_cb = off(L.o_cb), p.o_dtb = off(L.o_dtb), p.o_D = off(L.o_D), p.o_cst = off(L.o_cst), p.o_sst = off(L.o_sst);
   p.o_ring = off(L.o_ring);
-  auto go = [&](auto kernel) -> cudaError_t {
-    if (const cudaError_t e =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L.smem));
-        e != cudaSuccess)
-      return e;
-    int per_sm = 0;
-    if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, L.smem);
-        e != cudaSuccess)
-      return e;
-    if (per_sm < 1) return cudaErrorInvalidConfiguration;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(G));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = L.smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kernel, p);
-  };
+  auto go = [&](auto kernel) { return cooperative_launch_per_sm(kernel, kThreads, L.smem, stream, p); };
   auto by_m = [&](auto ts) -> cudaError_t {
     using TS = decltype(ts);
     if (M <= 1) return go(dataflow_kernel<TS, 1>);

@@ -1,5 +1,6 @@
 // Owns the persistent Mamba-1 decode kernel (see persistent_decode.h).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cooperative_launch.cuh"
 #include "kernels/cuda/decode_math.cuh"
 #include "kernels/cuda/persistent_decode.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -528,15 +529,6 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M) {
   return L;
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 0;
-    return v;
-  }();
-  return n;
-}
 
 }  // namespace
 
@@ -580,31 +572,7 @@ cudaError_t mamba1_persistent_decode(const Mamba1DecodeShape& s, const Mamba1Dec
   p.prefetch = opt.prefetch, p.gch = L.gch, p.timing = opt.timing;
   p.off_red = static_cast<int>(L.off_red), p.off_xcs = static_cast<int>(L.off_xcs), p.off_bc = static_cast<int>(L.off_bc);
   p.off_delta = static_cast<int>(L.off_delta), p.off_si = static_cast<int>(L.off_si);
-  const int sms = sm_count();
-  if (sms < 1) return cudaErrorNoDevice;
-  auto go = [&](auto kernel) -> cudaError_t {
-    if (L.smem > 48 * 1024)
-      if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     static_cast<int>(L.smem));
-          e != cudaSuccess)
-        return e;
-    int per_sm = 0;
-    if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, L.smem);
-        e != cudaSuccess)
-      return e;
-    if (per_sm < 1) return cudaErrorInvalidConfiguration;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(sms));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = L.smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kernel, p);
-  };
+  auto go = [&](auto kernel) { return cooperative_launch_per_sm(kernel, kThreads, L.smem, stream, p); };
   if (sd == DType::BF16) return go(persistent_kernel<__nv_bfloat16>);
   return go(persistent_kernel<float>);
 }
