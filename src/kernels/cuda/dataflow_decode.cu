@@ -3,11 +3,7 @@
 #include "kernels/cuda/cooperative_launch.cuh"
 #include "kernels/cuda/dataflow_decode.h"
 #include "kernels/cuda/decode_math.cuh"
-#include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/tma_ring.cuh"
-
-#include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include <algorithm>
 
@@ -43,7 +39,6 @@ __host__ __device__ inline Part part_of(int b, int G, int H, int I) {
 
 struct KP {
   int H, I, N, R, W, XD, M, L, ns, slot, cbmax, hbmax, maxrows, nseg, lanes;
-  int rb_in, kb_in, rb_out, kb_out;  // in_proj / out_proj: rows per slot (TMA box rows), 64-wide k blocks per row
   float eps;
   const Mamba1DataflowLayer* layers;
   float* hidden;
@@ -52,7 +47,7 @@ struct KP {
   unsigned* sync;  // [0] S0, [1 + 4 l + k] S1, S1b, S2, S3 of layer l, [1 + 4 L] done
   float* part;     // [G, M, XD]
   float* fin;      // [M, XD]
-  __nv_bfloat16* y;  // [M, pad32(I)], perm_k order
+  __nv_bfloat16* y;  // [M, I]
   float* ssp;      // [G, M]
   unsigned long long* timing;
   int debug, inflight;
@@ -118,121 +113,92 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 /// Rows of x_projᵀ per ring slot: a multiple of 4 (x_proj's four accumulator chains follow the channel index).
 __host__ __device__ inline int xproj_rows_per_slot(int slot, int XD) { return (slot / (2 * XD)) & ~3; }
 
-/// One streamed weight matrix of a layer: `rows` rows from row `row0`, `rps` rows per slot; either through the
-/// 2-D tensor map `map` (a box of 64 k x rps rows per 64-wide k block, kb blocks per row: slot layout [kb][rps][64]
-/// bf16, 128-byte swizzled) or, without a map, as one bulk copy of whole contiguous rows of `rb` bytes from `base`.
+/// One streamed weight matrix of a layer: `rows` rows of `rb` bytes from `base`, `slot / rb` rows per slot.
 struct Seg {
   const char* base;
-  const void* map;
-  int row0, rows, rb, rps, kb;
+  int rows, rb;
 };
 
-/// The producer warp: every layer's segments in the consumers' order, one ring slot at a time (lane 0 arms the
-/// slot's full barrier; the lanes issue a tensor segment's box copies, lane 0 a bulk copy).
-__device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* empty, unsigned char* ring, int lane) {
+/// The producer (one thread): every layer's segments in the consumers' order, as ring slots of whole rows.
+__device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* empty, unsigned char* ring) {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   const int CB = pt.c1 - pt.c0, HB = pt.h1 - pt.h0;
   int it = 0, landed = 0;  // slots issued; slots seen landed (copies in flight = it - landed)
   for (int l = 0; l < p.L; ++l) {
     const Mamba1DataflowLayer& Ly = p.layers[l];
-    const Seg segs[5] = {
-        {nullptr, &Ly.in_proj_map, pt.c0, CB, 0, p.rb_in, p.kb_in},
-        {static_cast<const char*>(Ly.x_proj_t) + static_cast<size_t>(pt.c0) * p.XD * 2, nullptr, 0, CB, p.XD * 2,
-         xproj_rows_per_slot(p.slot, p.XD), 0},
-        {nullptr, &Ly.in_proj_map, p.I + pt.c0, CB, 0, p.rb_in, p.kb_in},
-        {static_cast<const char*>(Ly.w.dt_proj) + static_cast<size_t>(pt.c0) * p.R * 2, nullptr, 0, CB, p.R * 2,
-         p.slot / (p.R * 2), 0},
-        {nullptr, &Ly.out_proj_map, pt.h0, HB, 0, p.rb_out, p.kb_out}};
+    const char* inp = static_cast<const char*>(Ly.w.in_proj);
+    const Seg segs[5] = {{inp + static_cast<size_t>(pt.c0) * p.H * 2, CB, p.H * 2},
+                         {static_cast<const char*>(Ly.x_proj_t) + static_cast<size_t>(pt.c0) * p.XD * 2, CB, p.XD * 2},
+                         {inp + (static_cast<size_t>(p.I) + pt.c0) * p.H * 2, CB, p.H * 2},
+                         {static_cast<const char*>(Ly.w.dt_proj) + static_cast<size_t>(pt.c0) * p.R * 2, CB, p.R * 2},
+                         {static_cast<const char*>(Ly.w.out_proj) + static_cast<size_t>(pt.h0) * p.I * 2, HB, p.I * 2}};
     for (int k = 0; k < 5; ++k) {
       const Seg& sg = segs[k];
-      for (int r = 0; r < sg.rows; r += sg.rps) {
-        const int nr = min(sg.rps, sg.rows - r);
+      const int rps = k == 1 ? xproj_rows_per_slot(p.slot, p.XD) : p.slot / sg.rb;
+      for (int r = 0; r < sg.rows; r += rps) {
+        const int nr = min(rps, sg.rows - r);
         const int s = it % p.ns;
         if (it >= p.ns) mbar_wait(saddr(empty + s), static_cast<uint32_t>(((it / p.ns) - 1) & 1));
-        // At most p.inflight slots outstanding: deeper queues only delay the step's latency-bound loads.
+        // At most p.inflight copies outstanding: deeper queues only delay the step's latency-bound loads.
         for (; it - landed >= p.inflight; ++landed)
           mbar_wait(saddr(full + landed % p.ns), static_cast<uint32_t>((landed / p.ns) & 1));
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        const uint32_t dst = saddr(ring + static_cast<size_t>(s) * p.slot);
-        // A tensor segment's boxes are whole (rows past the matrix zero-filled), so the bytes are the box's.
-        const unsigned bytes = sg.map ? static_cast<unsigned>(sg.kb * sg.rps * 128) : static_cast<unsigned>(nr) * sg.rb;
-        if (lane == 0) mbar_expect_tx(saddr(full + s), bytes);
-        __syncwarp();
-        if (sg.map) {
-          for (int b = lane; b < sg.kb; b += 32)
-            tensor_copy_2d(dst + b * sg.rps * 128, sg.map, b * 64, sg.row0 + r, saddr(full + s), policy);
-        } else if (lane == 0) {  // whole rows, contiguous: one copy
-          bulk_copy(dst, sg.base + static_cast<size_t>(r) * sg.rb, bytes, saddr(full + s), policy);
-        }
+        const unsigned bytes = static_cast<unsigned>(nr) * sg.rb;  // whole rows, contiguous: one copy
+        mbar_expect_tx(saddr(full + s), bytes);
+        bulk_copy(saddr(ring + static_cast<size_t>(s) * p.slot), sg.base + static_cast<size_t>(r) * sg.rb, bytes,
+                  saddr(full + s), policy);
         ++it;
       }
     }
   }
 }
 
-/// Position of element k of a GEMV input row in its permuted shared-memory copy (row length padded to a multiple
-/// of 32, pads zero): inside every 32-wide chunk, the 8 values lane t of an mma group needs (k = 8 j + 2 t + {0, 1},
-/// j = 0..3, ldmatrix's B element order) are contiguous, so one 16-byte load gives its A fragments for the chunk.
-__host__ __device__ inline int perm_k(int k) {
-  const int c = k & ~31, kk = k & 31;
-  return c + ((kk & 7) >> 1) * 8 + (kk >> 3) * 2 + (k & 1);
-}
-__host__ __device__ inline int pad32(int k) { return (k + 31) & ~31; }
-
-/// res[m * ldr + r] = Σ_k W[r, k] x[m, k] for the `rows` rows of W streamed next (K bf16 each, `rps` rows
-/// per slot, streamed through a tensor map: see Seg), on tensor cores (mma.sync m16n8k16, bf16 in, fp32
-/// accumulate) with the weights as the B operand: 8 W rows per n8 tile read with one ldmatrix.x4 per 32-wide k
-/// chunk (4 matrices at k offsets 0, 8, 16, 24; conflict-free thanks to the box swizzle), the
-/// batch rows as A rows (x from xs [M, pad32(K)] permuted by perm_k, one 16-byte load per chunk; A rows >= M zero).
-/// Consumer warp w owns the chunks [w cpw, (w + 1) cpw) of every row; chunk c0 + 4i + q goes into accumulator
-/// chain q, the chains are added as (q0 + q1) + (q2 + q3), then the 12 warps' partials in warp order. Fixed order
-/// for a given K, independent of M and of the other batch rows (one A row per batch row): batch-invariant.
+/// res[m * ldr + r] = Σ_k W[r, k] xs[m * K + k] for the `rows` rows of W streamed next (K bf16 each, `slot / 2K`
+/// rows per slot), on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate; decode_math.cuh's mma_chunk with
+/// its 8-value k order): consumer warp w owns the 32-wide k chunks [w cpw, (w + 1) cpw) of every row and runs
+/// them in order over 8-row tiles (W rows g as A rows 0-7, rows 8-15 zero; x row g < M as B column g); the 16
+/// warps' partials are then added in warp order. Fixed order for a given K, independent of M and of the other
+/// rows' values (one accumulator column per batch row): batch-invariant.
 template <int MT>
-__device__ void gemv(Ring& rg, const KP& p, int rows, int K, int rps, const __nv_bfloat16* xs, float* rp, float* res,
-                     int ldr, int tid) {
+__device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
+                     int tid) {
   const int lane = tid & 31, warp = tid >> 5, M = p.M, g = lane >> 2, t = lane & 3;
-  const int chunks = (K + 31) / 32, cpw = (chunks + kConsumerWarps - 1) / kConsumerWarps, Kp = chunks * 32;
+  const int chunks = (K + 31) / 32, cpw = (chunks + kConsumerWarps - 1) / kConsumerWarps;
+  const int rps = p.slot / (K * 2);
   const int c0 = min(chunks, warp * cpw), c1 = min(chunks, c0 + cpw);
   const bool xok = g < M;
-  const __nv_bfloat16* xg = xs + static_cast<size_t>(xok ? g : 0) * Kp + 8 * t;
-  const int lj = lane >> 3, li = lane & 7;  // ldmatrix: this lane addresses row li of matrix lj
+  const __nv_bfloat16* xg = xs + static_cast<size_t>(xok ? g : 0) * K;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int r0 = 0; r0 < rows; r0 += rps) {
     const int nr = min(rps, rows - r0);
-    const auto* sl = rg.take();
+    const auto* sl = reinterpret_cast<const __nv_bfloat16*>(rg.take());
     for (int rep = 0; rep < (p.debug & 2 ? 2 : 1); ++rep)
     for (int rt = 0; rt < (p.debug & 1 ? 0 : nr); rt += 8) {
-      // The slot is [kb][rps][64] bf16, 128-byte swizzled (tensor map boxes): chunk cc of row r is 16-byte units
-      // 4 (cc % 2) + 0..3 of line (cc / 2) rps + r. Rows past the slot's last read its last row again (outputs
-      // dropped); k past K is zero (the box's fill; x's pads are zero too).
-      const int wr = min(rt + li, nr - 1);
+      const bool wok = rt + g < nr;
+      const __nv_bfloat16* wrow = sl + static_cast<size_t>(wok ? rt + g : 0) * K;
+      // Four independent accumulator chains (chunk c0 + 4i + q into chain q), added as (q0 + q1) + (q2 + q3).
       float acc[4][4] = {};
       for (int c = c0; c < c1; c += 4) {
+        uint4 a[4], bx[4];
 #pragma unroll
-        for (int h = 0; h < 4; h += 2) {  // two chunks' loads at a time (registers: 128 per thread at 13 warps)
-          uint4 xa[2];
-          uint32_t b[2][4];
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const int cc = min(c + h + q, c1 - 1);
-            xa[q] = xok && c + h + q < c1 ? *reinterpret_cast<const uint4*>(xg + cc * 32) : zero;
-            ldsm_x4(b[q], sl + swizzle128((cc >> 1) * rps + wr, ((cc & 1) << 2) | lj));
-          }
-#pragma unroll
-          for (int q = 0; q < 2; ++q)
-            if (c + h + q < c1) {
-              mma_bf16(acc[h + q], xa[q].x, 0u, xa[q].y, 0u, b[q][0], b[q][1]);
-              mma_bf16(acc[h + q], xa[q].z, 0u, xa[q].w, 0u, b[q][2], b[q][3]);
-            }
+        for (int q = 0; q < 4; ++q) {
+          const int k = (c + q) * 32 + 8 * t;
+          const bool on = c + q < c1 && k < K;
+          a[q] = on && wok ? *reinterpret_cast<const uint4*>(wrow + k) : zero;
+          bx[q] = on && xok ? *reinterpret_cast<const uint4*>(xg + k) : zero;
         }
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (c + q < c1) mma_chunk(acc[q], a[q], zero, bx[q]);
       }
-      // acc[q][e] = batch row g, tile row 2t + e (accumulator rows 8-15 are zero A rows).
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[0][e] = (acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e]);
+      // acc[e] = row rt + g, batch row 2t + e (rows 8-15 of the tile are zero).
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float v = (acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e]);
-        const int r = rt + 2 * t + e;
-        if (g < M && r < nr) rp[(g * p.maxrows + r0 + r) * kConsumerWarps + warp] = v;
+        const int m = 2 * t + e;
+        if (m < M && rt + g < nr) rp[(m * p.maxrows + r0 + rt + g) * kConsumerWarps + warp] = acc[0][e];
       }
     }
     rg.give(lane);
@@ -287,18 +253,17 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
   auto* full = reinterpret_cast<uint64_t*>(smem + p.o_bar);
   uint64_t* empty = full + kMaxSlots;
   unsigned char* ring = smem + p.o_ring;
-  ring += (1024 - (saddr(ring) & 1023)) & 1023;  // the swizzled boxes want 1024-byte aligned slots
   if (tid == 0) {
     for (int s = 0; s < p.ns; ++s) mbar_init(saddr(full + s), 1), mbar_init(saddr(empty + s), kConsumerWarps);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   if (warp == kConsumerWarps) {
-    produce(p, pt, full, empty, ring, lane);
+    if (lane == 0) produce(p, pt, full, empty, ring);
     return;
   }
   Ring rg{full, empty, ring, p.ns, p.slot};
-  auto* act = reinterpret_cast<__nv_bfloat16*>(smem + p.o_act);  // xn [M, pad32(H)] or y [M, pad32(I)], perm_k order
+  auto* act = reinterpret_cast<__nv_bfloat16*>(smem + p.o_act);  // xn [M, H] or y [M, I]
   auto* xo = reinterpret_cast<float*>(smem + p.o_xo);              // [M, cbmax] in_proj x rows
   auto* zo = reinterpret_cast<float*>(smem + p.o_zo);              // [M, cbmax] in_proj z rows
   auto* us = reinterpret_cast<float*>(smem + p.o_u);               // [M, cbmax] conv outputs (SiLU)
@@ -324,11 +289,6 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
   for (int e = tid; e < M * HB; e += kConsumers) {
     const int m = e / HB, r = e % HB;
     res_s[m * p.hbmax + r] = __ldcg(p.hidden + static_cast<size_t>(m) * H + h0 + r);
-  }
-  if (b == 0) {  // y's pads (k in [I, pad32(I)): never written by the scans) zero for every layer's out_proj
-    const int Ip = pad32(I);
-    for (int e = tid; e < M * (Ip - I); e += kConsumers)
-      p.y[static_cast<size_t>(e / (Ip - I)) * Ip + perm_k(I + e % (Ip - I))] = __float2bfloat16_rn(0.0f);
   }
   cbar();
   publish_ss(p, res_s, HB, tid);
@@ -393,9 +353,8 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
             const float4 w = *reinterpret_cast<const float4*>(Lw.norm + h);
             __nv_bfloat162 lo = __floats2bfloat162_rn(v[j].x * iv * w.x, v[j].y * iv * w.y);
             __nv_bfloat162 hi = __floats2bfloat162_rn(v[j].z * iv * w.z, v[j].w * iv * w.w);
-            __nv_bfloat16* xr = act + static_cast<size_t>(m) * pad32(H);
-            *reinterpret_cast<__nv_bfloat162*>(xr + perm_k(h)) = lo;
-            *reinterpret_cast<__nv_bfloat162*>(xr + perm_k(h + 2)) = hi;
+            auto* dst = reinterpret_cast<__nv_bfloat162*>(act + static_cast<size_t>(m) * H + h);
+            dst[0] = lo, dst[1] = hi;
             if (h + 3 >= h0 && h < h0 + HB) {
               const float vv[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
 #pragma unroll
@@ -405,9 +364,6 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
           }
         }
       }
-      const int Hp = pad32(H);
-      for (int e = tid; e < M * (Hp - H); e += kConsumers)
-        act[(e / (Hp - H)) * Hp + perm_k(H + e % (Hp - H))] = __float2bfloat16_rn(0.0f);
       cbar();
     }
     if (tm) tm[1] = now_ns();
@@ -415,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     // C. x rows of in_proj (own channels).
     if (tm) tm[11] = tm[12] = tm[13] = 0, rg.wait = tm + 11;
     if (tm && l == 1) rg.trace = p.timing + static_cast<size_t>(p.L) * kTimePoints, rg.trace_left = kTraceSlots;
-    gemv<MT>(rg, p, CB, H, p.rb_in, act, rp, xo, p.cbmax, tid);
+    gemv<MT>(rg, p, CB, H, act, rp, xo, p.cbmax, tid);
     if (tm) tm[2] = now_ns();
 
     // D. Causal conv update of the own channels (state shifted in shared memory, written back), u = SiLU(conv).
@@ -477,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
 
     // F. z rows of in_proj (own channels), while S1 completes.
     if (tm) rg.wait = tm + 12;
-    gemv<MT>(rg, p, CB, H, p.rb_in, act, rp, zo, p.cbmax, tid);
+    gemv<MT>(rg, p, CB, H, act, rp, zo, p.cbmax, tid);
     rg.wait = nullptr;
     if (tm) tm[4] = now_ns();
 
@@ -545,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
         if (in && gl == 0) {
           float yv = 0.0f;
           if (on) yv = (a + Ds[c] * u) * silu(zo[m * p.cbmax + c]);
-          p.y[static_cast<size_t>(m) * pad32(I) + perm_k(c0 + c)] = __float2bfloat16_rn(yv);
+          p.y[static_cast<size_t>(m) * I + c0 + c] = __float2bfloat16_rn(yv);
         }
       }
       arrive(sy + 2, tid);
@@ -565,7 +521,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     wait_all(sy + 2, tid);
     if (tm) tm[9] = now_ns();
     {
-      const int n16 = M * pad32(I) / 8;
+      const int n16 = M * I / 8;
       const uint4* y4 = reinterpret_cast<const uint4*>(p.y);
       for (int q = tid; q < n16; q += kConsumers) reinterpret_cast<uint4*>(act)[q] = __ldcg(y4 + q);
       cbar();
@@ -573,7 +529,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
 
     // K. out_proj rows h0..h1: the next layer's residual rows and their sum of squares (S3), or `out`.
     if (tm) tm[14] = now_ns(), rg.wait = tm + 13;
-    gemv<MT>(rg, p, HB, I, p.rb_out, act, rp, os, p.hbmax, tid);
+    gemv<MT>(rg, p, HB, I, act, rp, os, p.hbmax, tid);
     rg.wait = nullptr, rg.trace = nullptr;
     const bool last = l + 1 == p.L;
     for (int e = tid; e < M * HB; e += kConsumers) {
@@ -623,20 +579,6 @@ __global__ void transpose_kernel(const __nv_bfloat16* __restrict__ in, int64_t r
 }
 
 
-/// Ring slot bytes for a shape (not M): 40 KB, or more for rows that do not fit; a multiple of 1024 (swizzled boxes).
-int slot_bytes(int H, int I, int R, int XD) {
-  const int maxrow = 2 * std::max({H, I, XD, R});
-  const int kbrow = 128 * std::max((H + 63) / 64, (I + 63) / 64);  // a row of 64-wide k blocks
-  const int slot = std::max({kSlotTarget, (maxrow + 15) / 16 * 16, 4 * 2 * XD, kbrow});
-  return (slot + 1023) & ~1023;
-}
-/// Rows per slot (TMA box rows) of a matrix with K-long rows: as many as fit, a multiple of 8 when 8 or more
-/// (the GEMV's n8 tiles), at most 256 (a box dimension's limit).
-int box_rows(int K, int slot) {
-  const int r = slot / (128 * ((K + 63) / 64));
-  return r >= 8 ? std::min(256, r & ~7) : r;
-}
-
 struct Layout {
   int G = 0, ns = 0, slot = 0, cbmax = 0, hbmax = 0, maxrows = 0, nseg = 0, lanes = 1;
   size_t o_bar, o_act, o_xo, o_zo, o_u, o_rp, o_xp, o_xd, o_db, o_dt, o_res, o_os, o_inv, o_A, o_cw, o_cb, o_dtb, o_D,
@@ -657,12 +599,13 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G) {
   L.nseg = kConsumerWarps;  // gemv partials per row: one per consumer warp
   while (L.lanes < 32 && L.lanes * kScanMaxPerLane < N) L.lanes *= 2;
   if (L.lanes < 4 && N >= 4) L.lanes = 4;
-  L.slot = slot_bytes(H, I, R, XD);  // shape only, not M
+  const int maxrow = 2 * std::max({H, I, XD, R});
+  L.slot = std::max({kSlotTarget, (maxrow + 15) / 16 * 16, 4 * 2 * XD});  // shape only, not M
   auto up = [](size_t v) { return (v + 127) & ~size_t{127}; };
   const size_t m = static_cast<size_t>(M), cb = L.cbmax, hb = L.hbmax;
   size_t o = 0;
   L.o_bar = o, o += up(2 * kMaxSlots * 8);
-  L.o_act = o, o += up(m * std::max(pad32(H), pad32(I)) * 2);
+  L.o_act = o, o += up(m * std::max(H, I) * 2);
   L.o_xo = o, o += up(m * cb * 4);
   L.o_zo = o, o += up(m * cb * 4);
   L.o_u = o, o += up(m * cb * 4);
@@ -681,7 +624,7 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G) {
   L.o_D = o, o += up(cb * 4);
   L.o_cst = o, o += up(m * (W - 1) * cb * esz);
   L.o_sst = o, o += up(m * cb * N * esz);
-  L.o_ring = o, o += 1024;  // the kernel aligns the ring to 1024 bytes inside this slack
+  L.o_ring = o;
   const size_t room = o < kSmemLimit ? kSmemLimit - o : 0;
   L.ns = static_cast<int>(std::min<size_t>(kMaxSlots, room / L.slot));
   L.smem = o + static_cast<size_t>(L.ns) * L.slot;
@@ -693,7 +636,7 @@ size_t ws_sync_bytes(int num_layers) { return (static_cast<size_t>(4 * num_layer
 }  // namespace
 
 bool mamba1_dataflow_supported(const Mamba1DecodeShape& s, int64_t M, DType state_dtype) {
-  if (M < 1 || M > kDataflowMaxRows || s.H < 64 || s.H % 8 != 0 || s.I < 64 || s.I % 8 != 0 || s.R < 8 ||
+  if (M < 1 || M > kDataflowMaxRows || s.H < 8 || s.H % 8 != 0 || s.I < 8 || s.I % 8 != 0 || s.R < 8 ||
       s.R % 8 != 0 || (s.R + 2 * s.N) % 8 != 0 || s.N < 1 || s.N > 32 * kScanMaxPerLane || s.W < 1 ||
       s.W > kConvMaxWidth || s.H > (1 << 16) || s.I > (1 << 17) || s.R > (1 << 12) ||
       (state_dtype != DType::F32 && state_dtype != DType::BF16))
@@ -708,8 +651,7 @@ size_t mamba1_dataflow_workspace(const Mamba1DecodeShape& s, int num_layers) {
   const size_t G = static_cast<size_t>(std::max(sm_count(), 1)), XD = static_cast<size_t>(s.R + 2 * s.N);
   const size_t M = kDataflowMaxRows;
   auto up = [](size_t v) { return (v + 255) & ~size_t{255}; };
-  return ws_sync_bytes(num_layers) + up(G * M * XD * 4) + up(M * XD * 4) +
-         up(M * static_cast<size_t>(pad32(static_cast<int>(s.I))) * 2) +
+  return ws_sync_bytes(num_layers) + up(G * M * XD * 4) + up(M * XD * 4) + up(M * static_cast<size_t>(s.I) * 2) +
          up(G * M * 4);
 }
 
@@ -720,39 +662,6 @@ cudaError_t mamba1_dataflow_transpose_x_proj(const void* x_proj, int64_t XD, int
   transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x_proj), XD, I,
                                                static_cast<__nv_bfloat16*>(x_proj_t));
   return launch_status();
-}
-
-static_assert(sizeof(TmaDescriptor) == sizeof(CUtensorMap) && alignof(TmaDescriptor) >= 64, "TmaDescriptor is a CUtensorMap");
-
-cudaError_t mamba1_dataflow_prepare_layer(const Mamba1DecodeShape& s, Mamba1DataflowLayer& layer) {
-  auto a16 = [](const void* ptr) { return ptr && (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
-  if (!a16(layer.w.in_proj) || !a16(layer.w.out_proj) || s.H < 8 || s.I < 8 || s.H % 8 != 0 || s.I % 8 != 0)
-    return cudaErrorInvalidValue;
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  if (!encode) return cudaErrorNotSupported;
-  const int H = static_cast<int>(s.H), I = static_cast<int>(s.I), R = static_cast<int>(s.R), XD = R + 2 * static_cast<int>(s.N);
-  const int slot = slot_bytes(H, I, R, XD);
-  // [rows, K] bf16, row stride 2K bytes; boxes of 64 k x box_rows rows, 128-byte swizzle, zero fill past the edges.
-  auto enc = [&](TmaDescriptor& d, const void* base, int K, int rows) {
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(K) * 2};
-    const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows(K, slot))}, es[2] = {1, 1};
-    return encode(reinterpret_cast<CUtensorMap*>(d.bytes), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
-                  dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-  };
-  layer.maps_ready = false;
-  if (!enc(layer.in_proj_map, layer.w.in_proj, H, 2 * I) || !enc(layer.out_proj_map, layer.w.out_proj, I, H))
-    return cudaErrorNotSupported;
-  layer.maps_ready = true;
-  return cudaSuccess;
 }
 
 cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1DataflowLayer* layers_host,
@@ -770,7 +679,7 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   for (int l = 0; l < num_layers; ++l) {
     const Mamba1DataflowLayer& L = layers_host[l];
     const Mamba1DecodeLayer& w = L.w;
-    if (!L.maps_ready || w.conv_states.dtype != sd || w.ssm_states.dtype != sd || !a16(w.in_proj) || !a16(L.x_proj_t) ||
+    if (w.conv_states.dtype != sd || w.ssm_states.dtype != sd || !a16(w.in_proj) || !a16(L.x_proj_t) ||
         !a16(w.dt_proj) || !a16(w.out_proj) || !a16(w.A) || !a16(w.conv_weight) || !a16(w.dt_bias) || !w.norm ||
         !a16(w.norm) || !a16(w.conv_states.data) || !a16(w.ssm_states.data) || (w.conv_bias && !a16(w.conv_bias)) ||
         (w.D && !a16(w.D)) || (w.conv_states.block_stride * esz) % 16 != 0 ||
@@ -785,8 +694,6 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   p.cbmax = L.cbmax, p.hbmax = L.hbmax, p.maxrows = L.maxrows, p.nseg = L.nseg, p.lanes = L.lanes, p.eps = s.eps;
   p.layers = layers_dev, p.hidden = buf.hidden, p.out = buf.out, p.si = buf.state_indices, p.timing = opt.timing, p.debug = opt.debug;
   p.inflight = std::clamp(opt.inflight, 1, L.ns);
-  p.kb_in = (p.H + 63) / 64, p.kb_out = (p.I + 63) / 64;
-  p.rb_in = box_rows(p.H, L.slot), p.rb_out = box_rows(p.I, L.slot);
   auto up = [](size_t v) { return (v + 255) & ~size_t{255}; };
   auto* ws = static_cast<unsigned char*>(buf.workspace);
   const size_t XD = static_cast<size_t>(p.XD), MM = kDataflowMaxRows;
@@ -794,7 +701,7 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   p.sync = reinterpret_cast<unsigned*>(ws + o), o += ws_sync_bytes(num_layers);
   p.part = reinterpret_cast<float*>(ws + o), o += up(static_cast<size_t>(G) * MM * XD * 4);
   p.fin = reinterpret_cast<float*>(ws + o), o += up(MM * XD * 4);
-  p.y = reinterpret_cast<__nv_bfloat16*>(ws + o), o += up(MM * static_cast<size_t>(pad32(p.I)) * 2);
+  p.y = reinterpret_cast<__nv_bfloat16*>(ws + o), o += up(MM * static_cast<size_t>(p.I) * 2);
   p.ssp = reinterpret_cast<float*>(ws + o);
   auto off = [](size_t v) { return static_cast<int>(v); };
   p.o_bar = off(L.o_bar), p.o_act = off(L.o_act), p.o_xo = off(L.o_xo), p.o_zo = off(L.o_zo), p.o_u = off(L.o_u);
