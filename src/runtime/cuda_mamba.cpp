@@ -8,8 +8,6 @@
 #include <cstring>
 #include <string>
 
-#include <spdlog/spdlog.h>
-
 #include "core/error.h"
 #include "device/cuda_check.h"
 #include "device/device.h"
@@ -219,7 +217,6 @@ class CudaMambaModel final : public CudaCausalLM {
   // and the device (rebuilt when the state buffers move), its workspace (zeroed once).
   std::vector<DeviceBuffer> dataflow_xt_;
   std::vector<Mamba1DataflowLayer> dataflow_host_;
-  bool dataflow_unavailable_ = false;  // the driver refused the kernel's tensor maps: the op chain runs instead
   DeviceBuffer dataflow_layers_, dataflow_ws_;
   /// Decode-only step of up to 16 rows on the dataflow kernel, the whole stack at layer 0 (later layers: nothing
   /// to do), if it takes it (see CudaModelOptions::dataflow_decode).
@@ -468,7 +465,7 @@ bool CudaMambaModel::dataflow_mixer(int layer, const StepMeta& dm, int64_t T) {
   // Launches of up to `per` rows: the most the kernel takes for this shape (a row's bits do not depend on it).
   int per = kDataflowMaxRows;
   while (per > 0 && !mamba1_dataflow_supported(sh, per, ss.dtype)) --per;
-  if (per == 0 || T > 2 * kDataflowMaxRows || dataflow_unavailable_) return false;
+  if (per == 0 || T > 2 * kDataflowMaxRows) return false;
   if (layer > 0) return true;  // layer 0 ran the whole stack
   const int nl = cfg_.num_hidden_layers;
   const int64_t H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2LL * m_.d_state;
@@ -492,17 +489,7 @@ bool CudaMambaModel::dataflow_mixer(int layer, const StepMeta& dm, int64_t T) {
         dataflow_xt_.emplace_back(static_cast<size_t>(XD * I * 2));
         SSM_CUDA_CHECK(mamba1_dataflow_transpose_x_proj(layers_[l].x_proj.buf.data(), XD, I, dataflow_xt_.back().data(), s));
       }
-    for (int l = 0; l < nl; ++l) {
-      want[l].x_proj_t = dataflow_xt_[l].data();
-      const cudaError_t err = mamba1_dataflow_prepare_layer(sh, want[l]);
-      if (err == cudaErrorNotSupported) {
-        spdlog::warn("dataflow decode: the driver has no TMA tensor maps for it ({}); using the op chain",
-                  cudaGetErrorString(err));
-        dataflow_unavailable_ = true;
-        return false;
-      }
-      SSM_CUDA_CHECK(err);
-    }
+    for (int l = 0; l < nl; ++l) want[l].x_proj_t = dataflow_xt_[l].data();
     dataflow_layers_ = DeviceBuffer(want.size() * sizeof(Mamba1DataflowLayer));
     dataflow_layers_.upload(want.data(), dataflow_layers_.bytes());
     dataflow_host_ = std::move(want);

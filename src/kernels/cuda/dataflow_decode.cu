@@ -4,20 +4,14 @@
 #include "kernels/cuda/dataflow_decode.h"
 #include "kernels/cuda/decode_math.cuh"
 #include "kernels/cuda/tma_ring.cuh"
-#include "kernels/cuda/wgmma_bf16.cuh"
-
-#include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <tuple>
-#include <utility>
 
 namespace ssmserve::cuda {
 namespace {
 using namespace detail;
 
-constexpr int kConsumerWarps = 12;  // three warpgroups (gemv: wgmma)
+constexpr int kConsumerWarps = 12;
 constexpr int kConsumers = kConsumerWarps * 32;  // consumer threads; warp kConsumerWarps is the producer
 constexpr int kThreads = kConsumers + 32;
 constexpr int kMaxSlots = 12;
@@ -45,7 +39,6 @@ __host__ __device__ inline Part part_of(int b, int G, int H, int I) {
 
 struct KP {
   int H, I, N, R, W, XD, M, L, ns, slot, cbmax, hbmax, maxrows, nseg, lanes;
-  int r8_in, ks_in, r8_out, ks_out;  // in_proj / out_proj slots: row stride in 128-byte lines, 64-wide k blocks
   float eps;
   const Mamba1DataflowLayer* layers;
   float* hidden;
@@ -120,118 +113,103 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 /// Rows of x_projᵀ per ring slot: a multiple of 4 (x_proj's four accumulator chains follow the channel index).
 __host__ __device__ inline int xproj_rows_per_slot(int slot, int XD) { return (slot / (2 * XD)) & ~3; }
 
-/// One streamed weight matrix of a layer: `rows` rows of `rb` bytes from `base`, `rps` per slot (one bulk copy of
-/// whole contiguous rows); or, with a tensor map, the block's rows from row `row0` (at most a box of them) as slots
-/// of `ks` 64-wide k blocks, block b of the slot at b r8 128-byte lines (see gemv).
+/// One streamed weight matrix of a layer: `rows` rows of `rb` bytes from `base`, `slot / rb` rows per slot.
 struct Seg {
   const char* base;
-  const void* map;
-  int rows, rb, rps, row0, K, r8, ks;
+  int rows, rb;
 };
 
-/// The producer warp: every layer's segments in the consumers' order, one ring slot at a time (lane 0 arms the
-/// slot's full barrier and issues a bulk copy; the lanes issue a tensor segment's box copies).
-__device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* empty, unsigned char* ring, int lane) {
+/// The producer (one thread): every layer's segments in the consumers' order, as ring slots of whole rows.
+__device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* empty, unsigned char* ring) {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   const int CB = pt.c1 - pt.c0, HB = pt.h1 - pt.h0;
   int it = 0, landed = 0;  // slots issued; slots seen landed (copies in flight = it - landed)
   for (int l = 0; l < p.L; ++l) {
     const Mamba1DataflowLayer& Ly = p.layers[l];
-    const Seg segs[5] = {
-        {nullptr, &Ly.in_proj_map, CB, 0, 0, pt.c0, p.H, p.r8_in, p.ks_in},
-        {static_cast<const char*>(Ly.x_proj_t) + static_cast<size_t>(pt.c0) * p.XD * 2, nullptr, CB, p.XD * 2,
-         xproj_rows_per_slot(p.slot, p.XD), 0, 0, 0, 0},
-        {nullptr, &Ly.in_proj_map, CB, 0, 0, p.I + pt.c0, p.H, p.r8_in, p.ks_in},
-        {static_cast<const char*>(Ly.w.dt_proj) + static_cast<size_t>(pt.c0) * p.R * 2, nullptr, CB, p.R * 2,
-         p.slot / (p.R * 2), 0, 0, 0, 0},
-        {nullptr, &Ly.out_proj_map, HB, 0, 0, pt.h0, p.I, p.r8_out, p.ks_out}};
+    const char* inp = static_cast<const char*>(Ly.w.in_proj);
+    const Seg segs[5] = {{inp + static_cast<size_t>(pt.c0) * p.H * 2, CB, p.H * 2},
+                         {static_cast<const char*>(Ly.x_proj_t) + static_cast<size_t>(pt.c0) * p.XD * 2, CB, p.XD * 2},
+                         {inp + (static_cast<size_t>(p.I) + pt.c0) * p.H * 2, CB, p.H * 2},
+                         {static_cast<const char*>(Ly.w.dt_proj) + static_cast<size_t>(pt.c0) * p.R * 2, CB, p.R * 2},
+                         {static_cast<const char*>(Ly.w.out_proj) + static_cast<size_t>(pt.h0) * p.I * 2, HB, p.I * 2}};
     for (int k = 0; k < 5; ++k) {
       const Seg& sg = segs[k];
-      const int kb_all = (sg.K + 63) / 64;
-      const int n = sg.rows == 0 ? 0 : sg.map ? (kb_all + sg.ks - 1) / sg.ks : (sg.rows + sg.rps - 1) / sg.rps;
-      for (int i = 0; i < n; ++i) {
+      const int rps = k == 1 ? xproj_rows_per_slot(p.slot, p.XD) : p.slot / sg.rb;
+      for (int r = 0; r < sg.rows; r += rps) {
+        const int nr = min(rps, sg.rows - r);
         const int s = it % p.ns;
         if (it >= p.ns) mbar_wait(saddr(empty + s), static_cast<uint32_t>(((it / p.ns) - 1) & 1));
-        // At most p.inflight slots outstanding: deeper queues only delay the step's latency-bound loads.
+        // At most p.inflight copies outstanding: deeper queues only delay the step's latency-bound loads.
         for (; it - landed >= p.inflight; ++landed)
           mbar_wait(saddr(full + landed % p.ns), static_cast<uint32_t>((landed / p.ns) & 1));
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        const uint32_t dst = saddr(ring + static_cast<size_t>(s) * p.slot);
-        if (sg.map) {  // k blocks [b0, b1) of the block's rows; whole boxes (edges zero-filled) count
-          const int b0 = i * sg.ks, b1 = min(kb_all, b0 + sg.ks), box_rows = sg.map == &Ly.out_proj_map ? p.hbmax : p.cbmax;
-          if (lane == 0) mbar_expect_tx(saddr(full + s), static_cast<unsigned>((b1 - b0) * box_rows * 128));
-          __syncwarp();
-          for (int b = b0 + lane; b < b1; b += 32)
-            tensor_copy_2d(dst + (b - b0) * sg.r8 * 128, sg.map, b * 64, sg.row0, saddr(full + s), policy);
-        } else if (lane == 0) {  // whole rows, contiguous: one copy
-          const int r = i * sg.rps, nr = min(sg.rps, sg.rows - r);
-          const unsigned bytes = static_cast<unsigned>(nr) * sg.rb;
-          mbar_expect_tx(saddr(full + s), bytes);
-          bulk_copy(dst, sg.base + static_cast<size_t>(r) * sg.rb, bytes, saddr(full + s), policy);
-        }
-        __syncwarp();
+        const unsigned bytes = static_cast<unsigned>(nr) * sg.rb;  // whole rows, contiguous: one copy
+        mbar_expect_tx(saddr(full + s), bytes);
+        bulk_copy(saddr(ring + static_cast<size_t>(s) * p.slot), sg.base + static_cast<size_t>(r) * sg.rb, bytes,
+                  saddr(full + s), policy);
         ++it;
       }
     }
   }
 }
 
-/// Element (m, k) of the GEMV input tile in shared memory: [k / 64][8 rows][64] bf16 with the 128-byte swizzle (16-byte
-/// unit u of row m at u ^ m), a K-major n8 wgmma B operand per 64-wide k block. Rows >= M are never written (their
-/// outputs are dropped); k past K is zero for the rows < M.
-__device__ __forceinline__ int xtile_at(int m, int k) {
-  return (k >> 6) * 512 + m * 64 + (((((k & 63) >> 3) ^ m)) << 3) + (k & 7);
-}
-
-/// res[m * ldr + r] = Σ_k W[r, k] x[m, k] for the block's `rows` (<= 64) rows of W streamed next through a tensor
-/// map: slots of ks 64-wide k blocks, block b of a slot at b r8 128-byte lines, each block's rows 128-byte swizzled
-/// (TMA CU_TENSOR_MAP_SWIZZLE_128B) = a K-major wgmma A operand of 64 rows (past `rows` whatever follows in shared
-/// memory, outputs dropped); x from the swizzled tile xt (xtile_at) as the n8 B operand. On warpgroup tensor cores
-/// (wgmma m64n8k16, bf16 in, fp32 accumulate), both operands from shared memory: slot sidx belongs to warpgroup
-/// sidx % 3, which runs its k blocks in order into its accumulators (the other warpgroups give the slot back once
-/// it landed, so three slots are in work at once); the warpgroups' partials are added in order. Fixed order for a
-/// given K and slot shape, independent of M and of the other batch rows: batch-invariant.
-__device__ void gemv(Ring& rg, const KP& p, int rows, int K, int r8, int ks, const __nv_bfloat16* xt, float* rp,
-                     float* res, int ldr, int tid) {
-  constexpr int kGroups = kConsumerWarps / 4;
-  const int lane = tid & 31, warp = tid >> 5, wg = warp >> 2, M = p.M, g = lane >> 2, t = lane & 3;
-  const int kb_all = (K + 63) / 64, nslots = rows == 0 ? 0 : (kb_all + ks - 1) / ks;
-  float d[4][4] = {};  // four independent accumulator chains (k16 step j of every k block into chain j)
-  for (int sidx = 0; sidx < nslots; ++sidx) {
-    const int b0 = sidx * ks, b1 = min(kb_all, b0 + ks);
-    const unsigned char* sl = rg.take();
-    if (sidx % kGroups == wg && !(p.debug & 1)) {  // warpgroup-uniform
-      wg_fence();
-      for (int b = b0; b < b1; ++b) {
-        const uint64_t da = wg_desc(sl + (b - b0) * r8 * 128, 16, 1024, true);
-        const uint64_t db = wg_desc(xt + b * 512, 16, 1024, true);
+/// res[m * ldr + r] = Σ_k W[r, k] xs[m * K + k] for the `rows` rows of W streamed next (K bf16 each, `slot / 2K`
+/// rows per slot), on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate; decode_math.cuh's mma_chunk with
+/// its 8-value k order): consumer warp w owns the 32-wide k chunks [w cpw, (w + 1) cpw) of every row and runs
+/// them in order over 8-row tiles (W rows g as A rows 0-7, rows 8-15 zero; x row g < M as B column g); the 16
+/// warps' partials are then added in warp order. Fixed order for a given K, independent of M and of the other
+/// rows' values (one accumulator column per batch row): batch-invariant.
+template <int MT>
+__device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
+                     int tid) {
+  const int lane = tid & 31, warp = tid >> 5, M = p.M, g = lane >> 2, t = lane & 3;
+  const int chunks = (K + 31) / 32, cpw = (chunks + kConsumerWarps - 1) / kConsumerWarps;
+  const int rps = p.slot / (K * 2);
+  const int c0 = min(chunks, warp * cpw), c1 = min(chunks, c0 + cpw);
+  const bool xok = g < M;
+  const __nv_bfloat16* xg = xs + static_cast<size_t>(xok ? g : 0) * K;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int r0 = 0; r0 < rows; r0 += rps) {
+    const int nr = min(rps, rows - r0);
+    const auto* sl = reinterpret_cast<const __nv_bfloat16*>(rg.take());
+    for (int rep = 0; rep < (p.debug & 2 ? 2 : 1); ++rep)
+    for (int rt = 0; rt < (p.debug & 1 ? 0 : nr); rt += 8) {
+      const bool wok = rt + g < nr;
+      const __nv_bfloat16* wrow = sl + static_cast<size_t>(wok ? rt + g : 0) * K;
+      // Four independent accumulator chains (chunk c0 + 4i + q into chain q), added as (q0 + q1) + (q2 + q3).
+      float acc[4][4] = {};
+      for (int c = c0; c < c1; c += 4) {
+        uint4 a[4], bx[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j)  // + 32 bytes per k16 step: the descriptors' address >> 4
-          wgmma_ss_n8_k(d[j], da + static_cast<uint64_t>(j * 2), db + static_cast<uint64_t>(j * 2), 1);
+        for (int q = 0; q < 4; ++q) {
+          const int k = (c + q) * 32 + 8 * t;
+          const bool on = c + q < c1 && k < K;
+          a[q] = on && wok ? *reinterpret_cast<const uint4*>(wrow + k) : zero;
+          bx[q] = on && xok ? *reinterpret_cast<const uint4*>(xg + k) : zero;
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (c + q < c1) mma_chunk(acc[q], a[q], zero, bx[q]);
       }
-      wg_commit();
-      wg_wait<0>();
 #pragma unroll
-      for (int j = 0; j < 4; ++j) wg_pin(d[j]);
+      for (int e = 0; e < 4; ++e) acc[0][e] = (acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e]);
+      // acc[e] = row rt + g, batch row 2t + e (rows 8-15 of the tile are zero).
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = 2 * t + e;
+        if (m < M && rt + g < nr) rp[(m * p.maxrows + r0 + rt + g) * kConsumerWarps + warp] = acc[0][e];
+      }
     }
     rg.give(lane);
   }
-  // d[2 h + e] = D[row 16 (warp % 4) + g + 8 h, column 2 t + e]: W row 16 (warp % 4) + g + 8 h, batch row 2 t + e.
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int r = 16 * (warp & 3) + g + 8 * h, m = 2 * t + e;
-      if (r < rows && m < M)
-        rp[(m * p.maxrows + r) * kGroups + wg] = (d[0][2 * h + e] + d[1][2 * h + e]) + (d[2][2 * h + e] + d[3][2 * h + e]);
-    }
   cbar();
   for (int e = tid; e < M * rows; e += kConsumers) {
     const int m = e / rows, r = e % rows;
-    const float* q = rp + (m * p.maxrows + r) * kGroups;
+    const float* q = rp + (m * p.maxrows + r) * kConsumerWarps;
     float s = 0.0f;
-    for (int w = 0; w < kGroups; ++w) s += q[w];
+    for (int w = 0; w < kConsumerWarps; ++w)
+      if (w * cpw < chunks) s += q[w];
     res[m * ldr + r] = s;
   }
   cbar();
@@ -275,19 +253,17 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
   auto* full = reinterpret_cast<uint64_t*>(smem + p.o_bar);
   uint64_t* empty = full + kMaxSlots;
   unsigned char* ring = smem + p.o_ring;
-  ring += (1024 - (saddr(ring) & 1023)) & 1023;  // the swizzled boxes want 1024-byte aligned slots
   if (tid == 0) {
     for (int s = 0; s < p.ns; ++s) mbar_init(saddr(full + s), 1), mbar_init(saddr(empty + s), kConsumerWarps);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   if (warp == kConsumerWarps) {
-    produce(p, pt, full, empty, ring, lane);
+    if (lane == 0) produce(p, pt, full, empty, ring);
     return;
   }
   Ring rg{full, empty, ring, p.ns, p.slot};
-  // xn or y as the swizzled GEMV input tile (xtile_at), 1024-byte aligned inside its slack.
-  auto* act = reinterpret_cast<__nv_bfloat16*>(smem + p.o_act + ((1024 - (saddr(smem + p.o_act) & 1023)) & 1023));
+  auto* act = reinterpret_cast<__nv_bfloat16*>(smem + p.o_act);  // xn [M, H] or y [M, I]
   auto* xo = reinterpret_cast<float*>(smem + p.o_xo);              // [M, cbmax] in_proj x rows
   auto* zo = reinterpret_cast<float*>(smem + p.o_zo);              // [M, cbmax] in_proj z rows
   auto* us = reinterpret_cast<float*>(smem + p.o_u);               // [M, cbmax] conv outputs (SiLU)
@@ -377,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
             const float4 w = *reinterpret_cast<const float4*>(Lw.norm + h);
             __nv_bfloat162 lo = __floats2bfloat162_rn(v[j].x * iv * w.x, v[j].y * iv * w.y);
             __nv_bfloat162 hi = __floats2bfloat162_rn(v[j].z * iv * w.z, v[j].w * iv * w.w);
-            auto* dst = reinterpret_cast<__nv_bfloat162*>(act + xtile_at(m, h));  // h % 4 == 0: one 16-byte unit
+            auto* dst = reinterpret_cast<__nv_bfloat162*>(act + static_cast<size_t>(m) * H + h);
             dst[0] = lo, dst[1] = hi;
             if (h + 3 >= h0 && h < h0 + HB) {
               const float vv[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
@@ -388,10 +364,6 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
           }
         }
       }
-      const int Hp = (H + 63) & ~63;  // k past H: zero (the box's zero fill times x must stay 0)
-      for (int e = tid; e < M * (Hp - H); e += kConsumers)
-        act[xtile_at(e / (Hp - H), H + e % (Hp - H))] = __float2bfloat16_rn(0.0f);
-      fence_proxy_async();  // the tile is read by wgmma (async proxy)
       cbar();
     }
     if (tm) tm[1] = now_ns();
@@ -399,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     // C. x rows of in_proj (own channels).
     if (tm) tm[11] = tm[12] = tm[13] = 0, rg.wait = tm + 11;
     if (tm && l == 1) rg.trace = p.timing + static_cast<size_t>(p.L) * kTimePoints, rg.trace_left = kTraceSlots;
-    gemv(rg, p, CB, H, p.r8_in, p.ks_in, act, rp, xo, p.cbmax, tid);
+    gemv<MT>(rg, p, CB, H, act, rp, xo, p.cbmax, tid);
     if (tm) tm[2] = now_ns();
 
     // D. Causal conv update of the own channels (state shifted in shared memory, written back), u = SiLU(conv).
@@ -461,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
 
     // F. z rows of in_proj (own channels), while S1 completes.
     if (tm) rg.wait = tm + 12;
-    gemv(rg, p, CB, H, p.r8_in, p.ks_in, act, rp, zo, p.cbmax, tid);
+    gemv<MT>(rg, p, CB, H, act, rp, zo, p.cbmax, tid);
     rg.wait = nullptr;
     if (tm) tm[4] = now_ns();
 
@@ -549,21 +521,15 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     wait_all(sy + 2, tid);
     if (tm) tm[9] = now_ns();
     {
-      const int n16 = M * I / 8, Ip = (I + 63) & ~63;
+      const int n16 = M * I / 8;
       const uint4* y4 = reinterpret_cast<const uint4*>(p.y);
-      for (int q = tid; q < n16; q += kConsumers) {
-        const int m = (q * 8) / I, k = (q * 8) % I;  // I % 8 == 0: one 16-byte unit
-        *reinterpret_cast<uint4*>(act + xtile_at(m, k)) = __ldcg(y4 + q);
-      }
-      for (int e = tid; e < M * (Ip - I); e += kConsumers)
-        act[xtile_at(e / (Ip - I), I + e % (Ip - I))] = __float2bfloat16_rn(0.0f);
-      fence_proxy_async();
+      for (int q = tid; q < n16; q += kConsumers) reinterpret_cast<uint4*>(act)[q] = __ldcg(y4 + q);
       cbar();
     }
 
     // K. out_proj rows h0..h1: the next layer's residual rows and their sum of squares (S3), or `out`.
     if (tm) tm[14] = now_ns(), rg.wait = tm + 13;
-    gemv(rg, p, HB, I, p.r8_out, p.ks_out, act, rp, os, p.hbmax, tid);
+    gemv<MT>(rg, p, HB, I, act, rp, os, p.hbmax, tid);
     rg.wait = nullptr, rg.trace = nullptr;
     const bool last = l + 1 == p.L;
     for (int e = tid; e < M * HB; e += kConsumers) {
@@ -613,22 +579,6 @@ __global__ void transpose_kernel(const __nv_bfloat16* __restrict__ in, int64_t r
 }
 
 
-/// The largest channel count and out_proj row count of a block (at least 8 and 1): the tensor maps' box rows.
-std::pair<int, int> block_rows(int H, int I, int G) {
-  int cb = 0, hb = 0;
-  for (int b = 0; b < G; ++b) {
-    const Part pt = part_of(b, G, H, I);
-    cb = std::max(cb, pt.c1 - pt.c0), hb = std::max(hb, pt.h1 - pt.h0);
-  }
-  return {std::max(cb, 8), std::max(hb, 1)};
-}
-/// 128-byte lines between two k blocks of a slot (box rows rounded up to whole 8-row swizzle atoms) and k blocks
-/// per slot.
-std::pair<int, int> slot_blocks(int box_rows, int slot) {
-  const int r8 = (box_rows + 7) / 8 * 8;
-  return {r8, slot / (r8 * 128)};
-}
-
 struct Layout {
   int G = 0, ns = 0, slot = 0, cbmax = 0, hbmax = 0, maxrows = 0, nseg = 0, lanes = 1;
   size_t o_bar, o_act, o_xo, o_zo, o_u, o_rp, o_xp, o_xd, o_db, o_dt, o_res, o_os, o_inv, o_A, o_cw, o_cb, o_dtb, o_D,
@@ -640,20 +590,22 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G) {
   const int H = static_cast<int>(s.H), I = static_cast<int>(s.I), N = static_cast<int>(s.N), R = static_cast<int>(s.R);
   const int W = static_cast<int>(s.W), XD = R + 2 * N;
   L.G = G;
-  std::tie(L.cbmax, L.hbmax) = block_rows(H, I, G);
+  for (int b = 0; b < G; ++b) {
+    const Part pt = part_of(b, G, H, I);
+    L.cbmax = std::max(L.cbmax, pt.c1 - pt.c0), L.hbmax = std::max(L.hbmax, pt.h1 - pt.h0);
+  }
+  L.cbmax = std::max(L.cbmax, 8), L.hbmax = std::max(L.hbmax, 1);
   L.maxrows = std::max(L.cbmax, L.hbmax);
-  L.nseg = kConsumerWarps / 4;  // gemv partials per row: one per warpgroup
+  L.nseg = kConsumerWarps;  // gemv partials per row: one per consumer warp
   while (L.lanes < 32 && L.lanes * kScanMaxPerLane < N) L.lanes *= 2;
   if (L.lanes < 4 && N >= 4) L.lanes = 4;
   const int maxrow = 2 * std::max({H, I, XD, R});
-  L.slot = (std::max({kSlotTarget, (maxrow + 15) / 16 * 16, 4 * 2 * XD}) + 1023) & ~1023;  // shape only, not M
+  L.slot = std::max({kSlotTarget, (maxrow + 15) / 16 * 16, 4 * 2 * XD});  // shape only, not M
   auto up = [](size_t v) { return (v + 127) & ~size_t{127}; };
   const size_t m = static_cast<size_t>(M), cb = L.cbmax, hb = L.hbmax;
-  // The ring first (1024-byte aligned inside the first 1024 bytes), the rest after it: gemv's wgmma B tiles read
-  // up to 63 lines past a slot's last k block (outputs dropped), which must stay inside the allocation.
   size_t o = 0;
   L.o_bar = o, o += up(2 * kMaxSlots * 8);
-  L.o_act = o, o += 1024 + static_cast<size_t>(8 * 2) * ((std::max(H, I) + 63) & ~63);  // + alignment slack
+  L.o_act = o, o += up(m * std::max(H, I) * 2);
   L.o_xo = o, o += up(m * cb * 4);
   L.o_zo = o, o += up(m * cb * 4);
   L.o_u = o, o += up(m * cb * 4);
@@ -672,15 +624,10 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G) {
   L.o_D = o, o += up(cb * 4);
   L.o_cst = o, o += up(m * (W - 1) * cb * esz);
   L.o_sst = o, o += up(m * cb * N * esz);
-  const size_t rest = o, tail = std::max<size_t>(rest, 64 * 128);
-  const size_t room = tail + 1024 < kSmemLimit ? kSmemLimit - tail - 1024 : 0;
+  L.o_ring = o;
+  const size_t room = o < kSmemLimit ? kSmemLimit - o : 0;
   L.ns = static_cast<int>(std::min<size_t>(kMaxSlots, room / L.slot));
-  const size_t base = 1024 + static_cast<size_t>(L.ns) * L.slot;
-  for (size_t* q : {&L.o_bar, &L.o_act, &L.o_xo, &L.o_zo, &L.o_u, &L.o_rp, &L.o_xp, &L.o_xd, &L.o_db, &L.o_dt,
-                    &L.o_res, &L.o_os, &L.o_inv, &L.o_A, &L.o_cw, &L.o_cb, &L.o_dtb, &L.o_D, &L.o_cst, &L.o_sst})
-    *q += base;
-  L.o_ring = 0;
-  L.smem = base + std::max<size_t>(rest, 64 * 128);  // room after the ring for gemv's overreach
+  L.smem = o + static_cast<size_t>(L.ns) * L.slot;
   return L;
 }
 
@@ -689,7 +636,7 @@ size_t ws_sync_bytes(int num_layers) { return (static_cast<size_t>(4 * num_layer
 }  // namespace
 
 bool mamba1_dataflow_supported(const Mamba1DecodeShape& s, int64_t M, DType state_dtype) {
-  if (M < 1 || M > kDataflowMaxRows || s.H < 64 || s.H % 8 != 0 || s.I < 64 || s.I % 8 != 0 || s.R < 8 ||
+  if (M < 1 || M > kDataflowMaxRows || s.H < 8 || s.H % 8 != 0 || s.I < 8 || s.I % 8 != 0 || s.R < 8 ||
       s.R % 8 != 0 || (s.R + 2 * s.N) % 8 != 0 || s.N < 1 || s.N > 32 * kScanMaxPerLane || s.W < 1 ||
       s.W > kConvMaxWidth || s.H > (1 << 16) || s.I > (1 << 17) || s.R > (1 << 12) ||
       (state_dtype != DType::F32 && state_dtype != DType::BF16))
@@ -697,7 +644,7 @@ bool mamba1_dataflow_supported(const Mamba1DecodeShape& s, int64_t M, DType stat
   const int G = sm_count();
   if (G < 1 || G > kMaxGrid) return false;
   const Layout L = layout(s, M, state_dtype == DType::F32 ? 4 : 2, G);
-  return L.ns >= kMinSlots && L.cbmax <= 64 && L.hbmax <= 64;  // one wgmma n64 tile of rows per block
+  return L.ns >= kMinSlots;
 }
 
 size_t mamba1_dataflow_workspace(const Mamba1DecodeShape& s, int num_layers) {
@@ -717,40 +664,6 @@ cudaError_t mamba1_dataflow_transpose_x_proj(const void* x_proj, int64_t XD, int
   return launch_status();
 }
 
-static_assert(sizeof(TmaDescriptor) == sizeof(CUtensorMap) && alignof(TmaDescriptor) >= 64, "TmaDescriptor is a CUtensorMap");
-
-cudaError_t mamba1_dataflow_prepare_layer(const Mamba1DecodeShape& s, Mamba1DataflowLayer& layer) {
-  layer.maps_ready = false;
-  auto a16 = [](const void* ptr) { return ptr && (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
-  if (!a16(layer.w.in_proj) || !a16(layer.w.out_proj) || s.H < 8 || s.I < 8 || s.H % 8 != 0 || s.I % 8 != 0)
-    return cudaErrorInvalidValue;
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  const int G = sm_count();
-  if (!encode || G < 1) return cudaErrorNotSupported;
-  const int H = static_cast<int>(s.H), I = static_cast<int>(s.I);
-  const auto [cbmax, hbmax] = block_rows(H, I, G);
-  // [rows, K] bf16, row stride 2K bytes; boxes of 64 k x a block's rows, 128-byte swizzle, zero fill past the edges.
-  auto enc = [&](TmaDescriptor& d, const void* base, int K, int rows, int box_rows) {
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(K) * 2};
-    const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(std::min(box_rows, 256))}, es[2] = {1, 1};
-    return encode(reinterpret_cast<CUtensorMap*>(d.bytes), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
-                  dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-  };
-  if (!enc(layer.in_proj_map, layer.w.in_proj, H, 2 * I, cbmax) || !enc(layer.out_proj_map, layer.w.out_proj, I, H, hbmax))
-    return cudaErrorNotSupported;
-  layer.maps_ready = true;
-  return cudaSuccess;
-}
-
 cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1DataflowLayer* layers_host,
                                    const Mamba1DataflowLayer* layers_dev, int num_layers, int M,
                                    const Mamba1DataflowBuffers& buf, const Mamba1DataflowOptions& opt,
@@ -766,7 +679,7 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   for (int l = 0; l < num_layers; ++l) {
     const Mamba1DataflowLayer& L = layers_host[l];
     const Mamba1DecodeLayer& w = L.w;
-    if (!L.maps_ready || w.conv_states.dtype != sd || w.ssm_states.dtype != sd || !a16(w.in_proj) || !a16(L.x_proj_t) ||
+    if (w.conv_states.dtype != sd || w.ssm_states.dtype != sd || !a16(w.in_proj) || !a16(L.x_proj_t) ||
         !a16(w.dt_proj) || !a16(w.out_proj) || !a16(w.A) || !a16(w.conv_weight) || !a16(w.dt_bias) || !w.norm ||
         !a16(w.norm) || !a16(w.conv_states.data) || !a16(w.ssm_states.data) || (w.conv_bias && !a16(w.conv_bias)) ||
         (w.D && !a16(w.D)) || (w.conv_states.block_stride * esz) % 16 != 0 ||
@@ -781,8 +694,6 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   p.cbmax = L.cbmax, p.hbmax = L.hbmax, p.maxrows = L.maxrows, p.nseg = L.nseg, p.lanes = L.lanes, p.eps = s.eps;
   p.layers = layers_dev, p.hidden = buf.hidden, p.out = buf.out, p.si = buf.state_indices, p.timing = opt.timing, p.debug = opt.debug;
   p.inflight = std::clamp(opt.inflight, 1, L.ns);
-  std::tie(p.r8_in, p.ks_in) = slot_blocks(L.cbmax, L.slot);
-  std::tie(p.r8_out, p.ks_out) = slot_blocks(L.hbmax, L.slot);
   auto up = [](size_t v) { return (v + 255) & ~size_t{255}; };
   auto* ws = static_cast<unsigned char*>(buf.workspace);
   const size_t XD = static_cast<size_t>(p.XD), MM = kDataflowMaxRows;

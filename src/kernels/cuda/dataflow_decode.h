@@ -47,19 +47,10 @@
 
 namespace ssmserve::cuda {
 
-/// An opaque TMA tensor map (CUtensorMap: 128 bytes, 64-byte aligned), encoded on the host.
-struct alignas(64) TmaDescriptor {
-  unsigned char bytes[128] = {};
-};
-
-/// One layer for the dataflow kernel: the decode layer plus x_proj transposed, and the TMA tensor maps of in_proj
-/// [2I, H] and out_proj [H, I] (bf16, boxes of 64 k x rows-per-slot, 128-byte swizzle: every 8 rows of a 128-byte
-/// k block land in different shared-memory banks) that mamba1_dataflow_prepare_layer writes.
+/// One layer for the dataflow kernel: the decode layer plus x_proj transposed.
 struct Mamba1DataflowLayer {
   Mamba1DecodeLayer w;
   const void* x_proj_t = nullptr;  ///< [I, R + 2N] bf16 (mamba1_dataflow_transpose_x_proj of w.x_proj)
-  TmaDescriptor in_proj_map, out_proj_map;
-  bool maps_ready = false;
 };
 
 /// The step's activations (device, fp32, contiguous rows): hidden [M, H] the residual stream on entry (the
@@ -105,14 +96,9 @@ size_t mamba1_dataflow_workspace(const Mamba1DecodeShape& s, int num_layers);
 cudaError_t mamba1_dataflow_transpose_x_proj(const void* x_proj, int64_t XD, int64_t I, void* x_proj_t,
                                              cudaStream_t stream);
 
-/// Encodes layer.in_proj_map / out_proj_map for w.in_proj / w.out_proj of shape s (host only; the weights must
-/// stay where they are while the layer is used) and sets maps_ready. cudaErrorInvalidValue for a null or not
-/// 16-byte aligned weight, cudaErrorNotSupported when the driver has no cuTensorMapEncodeTiled or refuses the map.
-cudaError_t mamba1_dataflow_prepare_layer(const Mamba1DecodeShape& s, Mamba1DataflowLayer& layer);
-
 /// Runs num_layers decode layers for M rows in one launch. layers_host / layers_dev: the same num_layers
-/// descriptors on the host (checked: 16-byte aligned weights and state blocks, one state dtype, tensor maps
-/// prepared) and on the device. Cooperative launch, one block per SM.
+/// descriptors on the host (checked: 16-byte aligned weights and state blocks, one state dtype) and on the
+/// device. Cooperative launch, one block per SM.
 cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1DataflowLayer* layers_host,
                                    const Mamba1DataflowLayer* layers_dev, int num_layers, int M,
                                    const Mamba1DataflowBuffers& buf, const Mamba1DataflowOptions& opt,

@@ -41,22 +41,6 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, unsigne
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
-/// TMA tensor copy global -> shared of the box at element coordinates (x, y) of the 2-D tensor map `map` (a
-/// CUtensorMap in global / constant / parameter memory; dst 128-byte aligned, 1024 for the 128-byte swizzle to
-/// follow the address bits), completing on mbarrier `bar` with the box's bytes (out-of-bounds elements zero-filled
-/// and counted), with an L2 cache policy.
-__device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const void* map, int x, int y, uint32_t bar,
-                                               uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
-      "%3}], [%4], %5;" ::"r"(dst),
-      "l"(map), "r"(x), "r"(y), "r"(bar), "l"(policy)
-      : "memory");
-}
-/// Byte offset of the 16-byte unit `unit` of 128-byte line `line` in a 128-byte-swizzled TMA box (the copy engine's
-/// CU_TENSOR_MAP_SWIZZLE_128B: unit ^= line % 8, with the box at a 1024-byte aligned address).
-__device__ __forceinline__ int swizzle128(int line, int unit) { return line * 128 + ((unit ^ (line & 7)) << 4); }
-
 /// %globaltimer in ns (benchmark timing).
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;

@@ -63,13 +63,4 @@ __device__ __forceinline__ void wgmma_rs_n128_t(float (&d)[64], const uint32_t (
       : "memory");
 }
 
-/// d (m64n8, fp32) = scale_d * d + A (64 x 16, K-major, descriptor da) B (16 x 8, K-major, descriptor db).
-__device__ __forceinline__ void wgmma_ss_n8_k(float (&d)[4], uint64_t da, uint64_t db, int scale_d = 1) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\nwgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "l"(da), "l"(db), "r"(scale_d)
-      : "memory");
-}
-
 }  // namespace ssmserve::cuda::detail
