@@ -563,21 +563,6 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
   }
 }
 
-__global__ void transpose_kernel(const __nv_bfloat16* __restrict__ in, int64_t rows, int64_t cols,
-                                 __nv_bfloat16* __restrict__ out) {
-  __shared__ __nv_bfloat16 tile[32][33];
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32, c0 = static_cast<int64_t>(blockIdx.x) * 32;
-  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-    const int64_t r = r0 + i, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[i][threadIdx.x] = in[r * cols + c];
-  }
-  __syncthreads();
-  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-    const int64_t c = c0 + i, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][i];
-  }
-}
-
 
 struct Layout {
   int G = 0, ns = 0, slot = 0, cbmax = 0, hbmax = 0, maxrows = 0, nseg = 0, lanes = 1;
@@ -653,15 +638,6 @@ size_t mamba1_dataflow_workspace(const Mamba1DecodeShape& s, int num_layers) {
   auto up = [](size_t v) { return (v + 255) & ~size_t{255}; };
   return ws_sync_bytes(num_layers) + up(G * M * XD * 4) + up(M * XD * 4) + up(M * static_cast<size_t>(s.I) * 2) +
          up(G * M * 4);
-}
-
-cudaError_t mamba1_dataflow_transpose_x_proj(const void* x_proj, int64_t XD, int64_t I, void* x_proj_t,
-                                             cudaStream_t stream) {
-  if (!x_proj || !x_proj_t || XD < 1 || I < 1) return cudaErrorInvalidValue;
-  const dim3 grid(ceil_div(I, 32), ceil_div(XD, 32)), block(32, 8);
-  transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x_proj), XD, I,
-                                               static_cast<__nv_bfloat16*>(x_proj_t));
-  return launch_status();
 }
 
 cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1DataflowLayer* layers_host,
