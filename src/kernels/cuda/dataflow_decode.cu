@@ -51,6 +51,7 @@ struct KP {
   float* ssp;      // [G, M]
   unsigned long long* timing;
   int debug, inflight;
+  long long runahead;  // bytes of L2 prefetch beyond the copies issued (0: none)
   // shared memory offsets (bytes)
   int o_bar, o_act, o_xo, o_zo, o_u, o_rp, o_xp, o_xd, o_db, o_dt, o_res, o_os, o_inv, o_A, o_cw, o_cb, o_dtb, o_D,
       o_cst, o_sst, o_ring;
@@ -113,44 +114,87 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 /// Rows of x_projᵀ per ring slot: a multiple of 4 (x_proj's four accumulator chains follow the channel index).
 __host__ __device__ inline int xproj_rows_per_slot(int slot, int XD) { return (slot / (2 * XD)) & ~3; }
 
-/// One streamed weight matrix of a layer: `rows` rows of `rb` bytes from `base`, `slot / rb` rows per slot.
+/// One streamed weight matrix of a layer: `rows` rows of `rb` bytes from `base`, `rps` rows per ring slot.
 struct Seg {
   const char* base;
-  int rows, rb;
+  int rows, rb, rps;
 };
 
-/// The producer (one thread): every layer's segments in the consumers' order, as ring slots of whole rows.
-__device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* empty, unsigned char* ring) {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  const int CB = pt.c1 - pt.c0, HB = pt.h1 - pt.h0;
-  int it = 0, landed = 0;  // slots issued; slots seen landed (copies in flight = it - landed)
-  for (int l = 0; l < p.L; ++l) {
-    const Mamba1DataflowLayer& Ly = p.layers[l];
-    const char* inp = static_cast<const char*>(Ly.w.in_proj);
-    const Seg segs[5] = {{inp + static_cast<size_t>(pt.c0) * p.H * 2, CB, p.H * 2},
-                         {static_cast<const char*>(Ly.x_proj_t) + static_cast<size_t>(pt.c0) * p.XD * 2, CB, p.XD * 2},
-                         {inp + (static_cast<size_t>(p.I) + pt.c0) * p.H * 2, CB, p.H * 2},
-                         {static_cast<const char*>(Ly.w.dt_proj) + static_cast<size_t>(pt.c0) * p.R * 2, CB, p.R * 2},
-                         {static_cast<const char*>(Ly.w.out_proj) + static_cast<size_t>(pt.h0) * p.I * 2, HB, p.I * 2}};
-    for (int k = 0; k < 5; ++k) {
-      const Seg& sg = segs[k];
-      const int rps = k == 1 ? xproj_rows_per_slot(p.slot, p.XD) : p.slot / sg.rb;
-      for (int r = 0; r < sg.rows; r += rps) {
-        const int nr = min(rps, sg.rows - r);
-        const int s = it % p.ns;
-        if (it >= p.ns) mbar_wait(saddr(empty + s), static_cast<uint32_t>(((it / p.ns) - 1) & 1));
-        // At most p.inflight copies outstanding: deeper queues only delay the step's latency-bound loads.
-        for (; it - landed >= p.inflight; ++landed)
-          mbar_wait(saddr(full + landed % p.ns), static_cast<uint32_t>((landed / p.ns) & 1));
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        const unsigned bytes = static_cast<unsigned>(nr) * sg.rb;  // whole rows, contiguous: one copy
-        mbar_expect_tx(saddr(full + s), bytes);
-        bulk_copy(saddr(ring + static_cast<size_t>(s) * p.slot), sg.base + static_cast<size_t>(r) * sg.rb, bytes,
-                  saddr(full + s), policy);
-        ++it;
+/// A block's weight stream: every layer's segments (in_proj x rows, x_projᵀ, in_proj z rows, dt_proj rows,
+/// out_proj rows) in the consumers' order, cut into pieces of whole rows that fill one ring slot each.
+struct WeightStream {
+  const KP* p;
+  Part pt;
+  int l = -1, k = 5, r = 0;
+  Seg segs[5];
+  /// The next piece (`bytes` from `src`); false at the end of the last layer.
+  __device__ bool next(const char*& src, unsigned& bytes) {
+    while (k == 5 || r >= segs[k].rows) {
+      if (k < 5) ++k, r = 0;
+      if (k == 5) {
+        if (++l == p->L) return false;
+        load_layer();
+        k = 0;
       }
     }
+    const Seg& sg = segs[k];
+    const int nr = min(sg.rps, sg.rows - r);
+    src = sg.base + static_cast<size_t>(r) * sg.rb;
+    bytes = static_cast<unsigned>(nr) * sg.rb;  // whole rows, contiguous: one copy
+    r += nr;
+    return true;
+  }
+  __device__ void load_layer() {
+    const Mamba1DataflowLayer& Ly = p->layers[l];
+    const int CB = pt.c1 - pt.c0, HB = pt.h1 - pt.h0, H = p->H, I = p->I, XD = p->XD, R = p->R;
+    const char* inp = static_cast<const char*>(Ly.w.in_proj);
+    segs[0] = {inp + static_cast<size_t>(pt.c0) * H * 2, CB, H * 2, p->slot / (H * 2)};
+    segs[1] = {static_cast<const char*>(Ly.x_proj_t) + static_cast<size_t>(pt.c0) * XD * 2, CB, XD * 2,
+               xproj_rows_per_slot(p->slot, XD)};
+    segs[2] = {inp + (static_cast<size_t>(I) + pt.c0) * H * 2, CB, H * 2, p->slot / (H * 2)};
+    segs[3] = {static_cast<const char*>(Ly.w.dt_proj) + static_cast<size_t>(pt.c0) * R * 2, CB, R * 2,
+               p->slot / (R * 2)};
+    segs[4] = {static_cast<const char*>(Ly.w.out_proj) + static_cast<size_t>(pt.h0) * I * 2, HB, I * 2,
+               p->slot / (I * 2)};
+  }
+};
+
+/// The producer (one thread): the block's weight stream into the ring slots, one bulk copy per slot. With
+/// p.runahead > 0 it also keeps TMA bulk prefetches (cp.async.bulk.prefetch.L2) of the stream's next pieces up to
+/// p.runahead bytes beyond the copies issued, so HBM keeps streaming while the ring is full during the step's
+/// latency-bound phases (the copies then read L2).
+__device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* empty, unsigned char* ring) {
+  uint64_t policy, pf_policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  if (p.debug & 4)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pf_policy));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pf_policy));
+  WeightStream cs{&p, pt}, ps{&p, pt};
+  long long copied = 0, fetched = 0;  // bytes of the stream copied / prefetched so far
+  bool more = p.runahead > 0;
+  int it = 0, landed = 0;  // slots issued; slots seen landed (copies in flight = it - landed)
+  const char* src;
+  unsigned bytes;
+  while (cs.next(src, bytes)) {
+    copied += bytes;
+    while (more && fetched < copied + p.runahead) {
+      const char* q;
+      unsigned b;
+      if (!(more = ps.next(q, b))) break;
+      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(q), "r"(b), "l"(pf_policy)
+                   : "memory");
+      fetched += b;
+    }
+    const int s = it % p.ns;
+    if (it >= p.ns) mbar_wait(saddr(empty + s), static_cast<uint32_t>(((it / p.ns) - 1) & 1));
+    // At most p.inflight copies outstanding: deeper queues only delay the step's latency-bound loads.
+    for (; it - landed >= p.inflight; ++landed)
+      mbar_wait(saddr(full + landed % p.ns), static_cast<uint32_t>((landed / p.ns) & 1));
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    mbar_expect_tx(saddr(full + s), bytes);
+    bulk_copy(saddr(ring + static_cast<size_t>(s) * p.slot), src, bytes, saddr(full + s), policy);
+    ++it;
   }
 }
 
@@ -670,6 +714,7 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   p.cbmax = L.cbmax, p.hbmax = L.hbmax, p.maxrows = L.maxrows, p.nseg = L.nseg, p.lanes = L.lanes, p.eps = s.eps;
   p.layers = layers_dev, p.hidden = buf.hidden, p.out = buf.out, p.si = buf.state_indices, p.timing = opt.timing, p.debug = opt.debug;
   p.inflight = std::clamp(opt.inflight, 1, L.ns);
+  p.runahead = std::max(opt.runahead_kb, 0) * 1024LL;
   auto up = [](size_t v) { return (v + 255) & ~size_t{255}; };
   auto* ws = static_cast<unsigned char*>(buf.workspace);
   const size_t XD = static_cast<size_t>(p.XD), MM = kDataflowMaxRows;
