@@ -198,51 +198,67 @@ __device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* e
   }
 }
 
+/// Position of element e of an activation row in the GEMVs' operand layout: in every 8-element block the bf16
+/// pairs (32-bit words) 1 and 2 swap places, so one 16-byte load gives a lane the A fragment {X0, X2, X1, X3} that
+/// gemv's two mma per chunk share (element e's bits 1 and 2 exchanged).
+__host__ __device__ __forceinline__ int act_pos(int e) { return (e & ~6) | ((e & 2) << 1) | ((e & 4) >> 1); }
+
+/// d += a b, mma.sync m16n8k16 (bf16 in, fp32 accumulate); not volatile, so the loads around it can be scheduled.
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
 /// res[m * ldr + r] = Σ_k W[r, k] xs[m * K + k] for the `rows` rows of W streamed next (K bf16 each, `slot / 2K`
-/// rows per slot), on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate; decode_math.cuh's mma_chunk with
-/// its 8-value k order): consumer warp w owns the 32-wide k chunks [w cpw, (w + 1) cpw) of every row and runs
-/// them in order over 8-row tiles (W rows g as A rows 0-7, rows 8-15 zero; x row g < M as B column g); the 16
-/// warps' partials are then added in warp order. Fixed order for a given K, independent of M and of the other
-/// rows' values (one accumulator column per batch row): batch-invariant.
+/// rows per slot; xs rows in act_pos order), on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate).
+/// Consumer warp w owns the 32-wide k chunks [w cpw, (w + 1) cpw) of every row and runs them over 8-row tiles
+/// with W as the B operand (lane (g, t) loads W row g's 16 bytes 8t..8t+7 of the chunk: B fragments {w0, w1}
+/// and {w2, w3} as they lie in registers) and x as the A operand (lane (g, t) loads batch row g's words in act_pos
+/// order {X0, X2, X1, X3}; A rows g + 8 are don't-care): the first mma's rows g give X0 W0 + X1 W1, the second's
+/// rows g + 8 give X2 W2 + X3 W3, so no register moves or zero fills. Even / odd chunks go to two accumulator
+/// pairs; the sum is ((a0 + b0) + (a1 + b1)) per (row, batch row), then the 12 warps' partials in warp order.
+/// Tile columns past the slot's rows and A rows past M read clamped rows and are ignored. Fixed order for a given
+/// K, independent of M and of the other rows' values: batch-invariant.
 template <int MT>
 __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
                      int tid) {
   const int lane = tid & 31, warp = tid >> 5, M = p.M, g = lane >> 2, t = lane & 3;
   const int chunks = (K + 31) / 32, cpw = (chunks + kConsumerWarps - 1) / kConsumerWarps;
   const int rps = p.slot / (K * 2);
-  const int c0 = min(chunks, warp * cpw), c1 = min(chunks, c0 + cpw);
-  const bool xok = g < M;
-  const __nv_bfloat16* xg = xs + static_cast<size_t>(xok ? g : 0) * K;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const int c0 = min(chunks, warp * cpw), c1 = min(chunks, c0 + cpw), cf = min(c1, K / 32);  // [c0, cf) whole
+  const uint4* xg = reinterpret_cast<const uint4*>(xs + static_cast<size_t>(g < M ? g : 0) * K) + t;  // 16 B units
+  const int K16 = K / 8;  // 16-byte units per row
   for (int r0 = 0; r0 < rows; r0 += rps) {
     const int nr = min(rps, rows - r0);
-    const auto* sl = reinterpret_cast<const __nv_bfloat16*>(rg.take());
+    const auto* sl = reinterpret_cast<const uint4*>(rg.take());
     for (int rep = 0; rep < (p.debug & 2 ? 2 : 1); ++rep)
     for (int rt = 0; rt < (p.debug & 1 ? 0 : nr); rt += 8) {
-      const bool wok = rt + g < nr;
-      const __nv_bfloat16* wrow = sl + static_cast<size_t>(wok ? rt + g : 0) * K;
-      // Four independent accumulator chains (chunk c0 + 4i + q into chain q), added as (q0 + q1) + (q2 + q3).
-      float acc[4][4] = {};
-      for (int c = c0; c < c1; c += 4) {
-        uint4 a[4], bx[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int k = (c + q) * 32 + 8 * t;
-          const bool on = c + q < c1 && k < K;
-          a[q] = on && wok ? *reinterpret_cast<const uint4*>(wrow + k) : zero;
-          bx[q] = on && xok ? *reinterpret_cast<const uint4*>(xg + k) : zero;
-        }
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          if (c + q < c1) mma_chunk(acc[q], a[q], zero, bx[q]);
+      const uint4* wg = sl + static_cast<size_t>(min(rt + g, nr - 1)) * K16 + t;
+      float e0[4] = {}, e1[4] = {}, o0[4] = {}, o1[4] = {};  // even / odd chunks; rows g of *0, rows g + 8 of *1
+      int c = c0;
+#pragma unroll 1
+      for (; c + 1 < cf; c += 2) {
+        const uint4 w0 = wg[4 * c], x0 = xg[4 * c], w1 = wg[4 * c + 4], x1 = xg[4 * c + 4];
+        mma16816(e0, x0, w0.x, w0.y);
+        mma16816(e1, x0, w0.z, w0.w);
+        mma16816(o0, x1, w1.x, w1.y);
+        mma16816(o1, x1, w1.z, w1.w);
       }
+      if (c < c1) {  // one last chunk, whole or cut at K
+        const bool on = c < cf || 32 * c + 8 * t < K;
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        const uint4 w0 = on ? wg[4 * c] : zero, x0 = on ? xg[4 * c] : zero;
+        mma16816(e0, x0, w0.x, w0.y);
+        mma16816(e1, x0, w0.z, w0.w);
+      }
+      // Lane (g, t): batch row g, tile rows 2t and 2t + 1.
+      if (g < M) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[0][e] = (acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e]);
-      // acc[e] = row rt + g, batch row 2t + e (rows 8-15 of the tile are zero).
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int m = 2 * t + e;
-        if (m < M && rt + g < nr) rp[(m * p.maxrows + r0 + rt + g) * kConsumerWarps + warp] = acc[0][e];
+        for (int e = 0; e < 2; ++e) {
+          const int r = rt + 2 * t + e;
+          if (r < nr) rp[(g * p.maxrows + r0 + r) * kConsumerWarps + warp] = (e0[e] + o0[e]) + (e1[2 + e] + o1[2 + e]);
+        }
       }
     }
     rg.give(lane);
@@ -397,8 +413,9 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
             const float4 w = *reinterpret_cast<const float4*>(Lw.norm + h);
             __nv_bfloat162 lo = __floats2bfloat162_rn(v[j].x * iv * w.x, v[j].y * iv * w.y);
             __nv_bfloat162 hi = __floats2bfloat162_rn(v[j].z * iv * w.z, v[j].w * iv * w.w);
-            auto* dst = reinterpret_cast<__nv_bfloat162*>(act + static_cast<size_t>(m) * H + h);
-            dst[0] = lo, dst[1] = hi;
+            __nv_bfloat16* row = act + static_cast<size_t>(m) * H;  // act_pos order (h % 4 == 0)
+            *reinterpret_cast<__nv_bfloat162*>(row + act_pos(h)) = lo;
+            *reinterpret_cast<__nv_bfloat162*>(row + act_pos(h + 2)) = hi;
             if (h + 3 >= h0 && h < h0 + HB) {
               const float vv[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
 #pragma unroll
@@ -545,7 +562,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
         if (in && gl == 0) {
           float yv = 0.0f;
           if (on) yv = (a + Ds[c] * u) * silu(zo[m * p.cbmax + c]);
-          p.y[static_cast<size_t>(m) * I + c0 + c] = __float2bfloat16_rn(yv);
+          p.y[static_cast<size_t>(m) * I + act_pos(c0 + c)] = __float2bfloat16_rn(yv);  // out_proj's operand order
         }
       }
       arrive(sy + 2, tid);
