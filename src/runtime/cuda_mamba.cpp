@@ -501,15 +501,13 @@ bool CudaMambaModel::dataflow_mixer(int layer, const StepMeta& dm, int64_t T) {
   }
   float* hidden = hidden_.f32(T * H);
   float* out = out_.f32(T * H);
-  Mamba1DataflowOptions df_opt;
-  df_opt.runahead_kb = opt_.dataflow_runahead_kb;
   for (int64_t r0 = 0; r0 < T; r0 += per) {  // groups of up to `per` rows, each its own launch
     const int rows = static_cast<int>(std::min<int64_t>(per, T - r0));
     const Mamba1DataflowBuffers buf{hidden + r0 * H, out + r0 * H, dm.state_indices_d + r0, dataflow_ws_.data(),
                                     dataflow_ws_.bytes()};
     SSM_CUDA_CHECK(mamba1_dataflow_decode(sh, dataflow_host_.data(),
                                           static_cast<const Mamba1DataflowLayer*>(dataflow_layers_.data()), nl, rows,
-                                          buf, df_opt, s));
+                                          buf, {}, s));
   }
   return true;
 }
@@ -568,12 +566,6 @@ CudaModelOptions CudaModelOptions::from_env() {
     const long v = std::strtol(e, &end, 10);
     SSM_CHECK(end && *end == 0 && v >= 0 && v <= 31, "SSMSERVE_DECODE_OVERLAP={}: expected an integer in [0, 31]", e);
     o.decode_overlap = static_cast<int>(v);
-  }
-  if (const char* e = std::getenv("SSMSERVE_DATAFLOW_RUNAHEAD_KB"); e && *e) {
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    SSM_CHECK(end && *end == 0 && v >= 0 && v <= 4096, "SSMSERVE_DATAFLOW_RUNAHEAD_KB={}: expected an integer in [0, 4096]", e);
-    o.dataflow_runahead_kb = static_cast<int>(v);
   }
   if (const char* e = std::getenv("SSMSERVE_SKINNY_MAX_M"); e && *e) {
     char* end = nullptr;

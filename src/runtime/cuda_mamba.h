@@ -47,9 +47,6 @@ struct CudaModelOptions {
   /// faster at batch 1 only (mamba-2.8b 408.8 vs 395.7 tokens/s) and slower at batch 4 (1,292 vs 1,384) and for
   /// mamba-1.4b (599 vs 633); docs/benchmarks.md, session 10.
   bool dataflow_decode = false;
-  /// The dataflow kernel's L2 run-ahead (Mamba1DataflowOptions::runahead_kb): KB per block of weights prefetched
-  /// into L2 beyond the ring's copies.
-  int dataflow_runahead_kb = 0;
   /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) with in_proj cut in two
   /// (issue 7: the z half off the critical path): bit 1 = the x rows on the main stream, the z rows on a second
   /// graph branch (stream + events, captured into the decode graphs) that runs while conv -> x_proj -> dt_proj
@@ -66,7 +63,7 @@ struct CudaModelOptions {
   int overlap_prefetch = 0;
 
   /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0, SSMSERVE_PDL=0, SSMSERVE_SKINNY_MAX_M=<n>,
-  /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_DATAFLOW=0|1, SSMSERVE_DATAFLOW_RUNAHEAD_KB=0..4096,
+  /// SSMSERVE_BATCH_INVARIANT=1, SSMSERVE_DECODE_FUSED=1, SSMSERVE_DECODE_DATAFLOW=0|1,
   /// SSMSERVE_DECODE_PERSISTENT=0|1|2, SSMSERVE_PERSISTENT_PREFETCH=0..5, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2. Throws
   /// Error on a malformed value.
   static CudaModelOptions from_env();

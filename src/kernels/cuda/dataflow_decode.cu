@@ -51,7 +51,6 @@ struct KP {
   float* ssp;      // [G, M]
   unsigned long long* timing;
   int debug, inflight;
-  long long runahead;  // bytes of L2 prefetch beyond the copies issued (0: none)
   // shared memory offsets (bytes)
   int o_bar, o_act, o_xo, o_zo, o_u, o_rp, o_xp, o_xd, o_db, o_dt, o_res, o_os, o_inv, o_A, o_cw, o_cb, o_dtb, o_D,
       o_cst, o_sst, o_ring;
@@ -159,33 +158,15 @@ struct WeightStream {
   }
 };
 
-/// The producer (one thread): the block's weight stream into the ring slots, one bulk copy per slot. With
-/// p.runahead > 0 it also keeps TMA bulk prefetches (cp.async.bulk.prefetch.L2) of the stream's next pieces up to
-/// p.runahead bytes beyond the copies issued, so HBM keeps streaming while the ring is full during the step's
-/// latency-bound phases (the copies then read L2).
+/// The producer (one thread): the block's weight stream into the ring slots, one bulk copy per slot.
 __device__ void produce(const KP& p, const Part& pt, uint64_t* full, uint64_t* empty, unsigned char* ring) {
-  uint64_t policy, pf_policy;
+  uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  if (p.debug & 4)
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pf_policy));
-  else
-    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pf_policy));
-  WeightStream cs{&p, pt}, ps{&p, pt};
-  long long copied = 0, fetched = 0;  // bytes of the stream copied / prefetched so far
-  bool more = p.runahead > 0;
+  WeightStream ws{&p, pt};
   int it = 0, landed = 0;  // slots issued; slots seen landed (copies in flight = it - landed)
   const char* src;
   unsigned bytes;
-  while (cs.next(src, bytes)) {
-    copied += bytes;
-    while (more && fetched < copied + p.runahead) {
-      const char* q;
-      unsigned b;
-      if (!(more = ps.next(q, b))) break;
-      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(q), "r"(b), "l"(pf_policy)
-                   : "memory");
-      fetched += b;
-    }
+  while (ws.next(src, bytes)) {
     const int s = it % p.ns;
     if (it >= p.ns) mbar_wait(saddr(empty + s), static_cast<uint32_t>(((it / p.ns) - 1) & 1));
     // At most p.inflight copies outstanding: deeper queues only delay the step's latency-bound loads.
@@ -731,7 +712,6 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   p.cbmax = L.cbmax, p.hbmax = L.hbmax, p.maxrows = L.maxrows, p.nseg = L.nseg, p.lanes = L.lanes, p.eps = s.eps;
   p.layers = layers_dev, p.hidden = buf.hidden, p.out = buf.out, p.si = buf.state_indices, p.timing = opt.timing, p.debug = opt.debug;
   p.inflight = std::clamp(opt.inflight, 1, L.ns);
-  p.runahead = std::max(opt.runahead_kb, 0) * 1024LL;
   auto up = [](size_t v) { return (v + 255) & ~size_t{255}; };
   auto* ws = static_cast<unsigned char*>(buf.workspace);
   const size_t XD = static_cast<size_t>(p.XD), MM = kDataflowMaxRows;

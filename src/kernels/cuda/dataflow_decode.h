@@ -72,16 +72,12 @@ struct Mamba1DataflowBuffers {
 /// all layers, warp 0's clock64 at take start / take end / give of layer 1's first 64 ring slots (num_layers >= 2).
 struct Mamba1DataflowOptions {
   unsigned long long* timing = nullptr;
-  /// Benchmarks only (wrong results): bit 1 skips the streamed GEMVs' arithmetic, bit 2 does it twice
-  /// (bit 4: see runahead_kb).
+  /// Benchmarks only (wrong results): bit 1 skips the streamed GEMVs' arithmetic, bit 2 does it twice.
   int debug = 0;
   /// Bulk copies of weights in flight per block at most (speed only; clamped to the ring's slots). 1 measured
   /// best on the H200 (mamba-2.8b 35.6 us per layer vs 36.5-36.9 for 2, 3, 5: shorter memory queues for the
   /// latency-bound loads).
   int inflight = 1;
-  /// KB per block of TMA bulk L2 prefetches (cp.async.bulk.prefetch.L2) kept ahead of the weight copies issued, so
-  /// HBM keeps streaming while the ring is full (speed only; 0: none). Debug bit 4 gives them L2::evict_last.
-  int runahead_kb = 0;
 };
 
 /// Largest batch of one launch (the shared memory may allow fewer: mamba1_dataflow_supported; the runner splits
