@@ -21,8 +21,6 @@ constexpr size_t kSmemLimit = 227 * 1024;
 constexpr int kTimePoints = 19;  // 11 phase boundaries, 3 gemv wait sums, y loaded, 2 clock64, conv, x_proj
 constexpr int kTraceSlots = 64;  // layer 1's first slots traced after the time points
 constexpr int kMaxGrid = 256;  // blocks (SMs) the cross-block sums take
-constexpr int kDirectSumRows = 2;  // batch rows up to which every block sums all x_proj partials itself
-constexpr int kDirectK = 5;        // ... for grids of at most 32 kDirectK blocks
 
 /// Block b's channels [c0, c1) (pairs: 4-byte aligned bf16 state slices) and out_proj rows [h0, h1): every phase
 /// between two grid syncs streams about the same bytes on every block (the syncs wait for the slowest).
@@ -481,55 +479,23 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     rg.wait = nullptr;
     if (tm) tm[4] = now_ns();
 
-    // G. xdbl = the x_proj partials summed over the blocks: element e as sum_over_blocks + warp_sum (block order
-    //    b = lane + 32k within a lane, then the butterfly), by one of two schedules with the same bits: every block
-    //    sums every element itself (M <= 2: one L2 pass of float4 quads, no second sync), or a reduce-scatter,
-    //    S1b and a read of the sums (more rows: fewer bytes per block).
+    // G. Reduce-scatter of the x_proj partials (element e summed over the blocks in order), S1b, xdbl.
     wait_all(sy + 0, tid);
     if (tm) tm[5] = now_ns();
     {
-      const int E = M * XD;
-      auto put = [&](int e, float v) {
+      const int E = M * XD, e0 = static_cast<int>(static_cast<long long>(b) * E / G),
+                e1 = static_cast<int>(static_cast<long long>(b + 1) * E / G);
+      for (int e = e0 + warp; e < e1; e += kConsumerWarps) {
+        const float s = warp_sum(sum_over_blocks(p.part + e, E, lane));
+        if (lane == 0) __stcg(p.fin + e, s);
+      }
+      arrive(sy + 1, tid);
+      wait_all(sy + 1, tid);
+      for (int e = tid; e < E; e += kConsumers) {
+        const float v = __ldcg(p.fin + e);
         xd[e] = v;
         const int m = e / XD, j = e % XD;
         if (j < R) db[m * R + j] = __float2bfloat16_rn(v);
-      };
-      if (M <= kDirectSumRows && G <= 32 * kDirectK && !(p.debug & 4)) {
-        constexpr int kQ = 2;  // element quads per warp per pass (their loads all in flight)
-        for (int q0 = warp * kQ; q0 < E / 4; q0 += kConsumerWarps * kQ) {
-          float4 x[kQ][kDirectK];
-#pragma unroll
-          for (int i = 0; i < kQ; ++i)
-#pragma unroll
-            for (int k = 0; k < kDirectK; ++k) {
-              const int bb = lane + 32 * k;
-              x[i][k] = q0 + i < E / 4 && bb < G
-                            ? __ldcg(reinterpret_cast<const float4*>(p.part + static_cast<size_t>(bb) * E) + q0 + i)
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            }
-#pragma unroll
-          for (int i = 0; i < kQ; ++i) {
-            float4 v = x[i][0];
-#pragma unroll
-            for (int k = 1; k < kMaxGrid / 32; ++k) {  // sum_over_blocks' adds, its zero terms included
-              const float4 a = k < kDirectK ? x[i][k] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-              v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
-            }
-            v.x = warp_sum(v.x), v.y = warp_sum(v.y), v.z = warp_sum(v.z), v.w = warp_sum(v.w);
-            const int e = 4 * (q0 + i);
-            if (lane < 4 && e < E) put(e + lane, lane == 0 ? v.x : lane == 1 ? v.y : lane == 2 ? v.z : v.w);
-          }
-        }
-      } else {
-        const int e0 = static_cast<int>(static_cast<long long>(b) * E / G),
-                  e1 = static_cast<int>(static_cast<long long>(b + 1) * E / G);
-        for (int e = e0 + warp; e < e1; e += kConsumerWarps) {
-          const float v = warp_sum(sum_over_blocks(p.part + e, E, lane));
-          if (lane == 0) __stcg(p.fin + e, v);
-        }
-        arrive(sy + 1, tid);
-        wait_all(sy + 1, tid);
-        for (int e = tid; e < E; e += kConsumers) put(e, __ldcg(p.fin + e));
       }
       cbar();
     }

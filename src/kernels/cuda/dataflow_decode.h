@@ -72,8 +72,7 @@ struct Mamba1DataflowBuffers {
 /// all layers, warp 0's clock64 at take start / take end / give of layer 1's first 64 ring slots (num_layers >= 2).
 struct Mamba1DataflowOptions {
   unsigned long long* timing = nullptr;
-  /// Benchmarks only (wrong results): bit 1 skips the streamed GEMVs' arithmetic, bit 2 does it twice;
-  /// bit 4 (same results) sums the x_proj partials by the reduce-scatter schedule at every batch size.
+  /// Benchmarks only (wrong results): bit 1 skips the streamed GEMVs' arithmetic, bit 2 does it twice.
   int debug = 0;
   /// Bulk copies of weights in flight per block at most (speed only; clamped to the ring's slots). 1 measured
   /// best on the H200 (mamba-2.8b 35.6 us per layer vs 36.5-36.9 for 2, 3, 5: shorter memory queues for the
