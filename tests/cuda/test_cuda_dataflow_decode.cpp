@@ -240,8 +240,6 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
   const int debug = dbg ? std::atoi(dbg) : 0;
   const char* inf = std::getenv("SSMSERVE_DATAFLOW_INFLIGHT");
   const int inflight = inf ? std::atoi(inf) : cuda::Mamba1DataflowOptions{}.inflight;
-  const char* sb = std::getenv("SSMSERVE_DATAFLOW_SLOT_KB");
-  const int slot_bytes = sb ? std::atoi(sb) * 1024 : 0;
   for (int M : {1, 2, 4}) {
     if ((debug & 3) && M > 1) break;
     Mamba1DecodeCase pc(rng, sh, sets, M, DType::F32);
@@ -258,7 +256,7 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
                                           ws.bytes()};
     auto launch = [&](unsigned long long* t) {
       SSM_CUDA_CHECK(cuda::mamba1_dataflow_decode(sh, host.data(), static_cast<const cuda::Mamba1DataflowLayer*>(dev.data()),
-                                                  nl, M, buf, {t, debug, inflight, slot_bytes}, s));
+                                                  nl, M, buf, {t, debug, inflight}, s));
     };
     cudaEvent_t e0, e1;
     SSM_CUDA_CHECK(cudaEventCreate(&e0));

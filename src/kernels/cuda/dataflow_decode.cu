@@ -612,7 +612,7 @@ struct Layout {
       o_cst, o_sst, o_ring, smem = 0;
 };
 
-Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G, int slot_target = kSlotTarget) {
+Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G) {
   Layout L{};
   const int H = static_cast<int>(s.H), I = static_cast<int>(s.I), N = static_cast<int>(s.N), R = static_cast<int>(s.R);
   const int W = static_cast<int>(s.W), XD = R + 2 * N;
@@ -627,7 +627,7 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G, int slot
   while (L.lanes < 32 && L.lanes * kScanMaxPerLane < N) L.lanes *= 2;
   if (L.lanes < 4 && N >= 4) L.lanes = 4;
   const int maxrow = 2 * std::max({H, I, XD, R});
-  L.slot = std::max({(slot_target + 127) / 128 * 128, (maxrow + 15) / 16 * 16, 4 * 2 * XD});  // shape only, not M
+  L.slot = std::max({kSlotTarget, (maxrow + 15) / 16 * 16, 4 * 2 * XD});  // shape only, not M
   auto up = [](size_t v) { return (v + 127) & ~size_t{127}; };
   const size_t m = static_cast<size_t>(M), cb = L.cbmax, hb = L.hbmax;
   size_t o = 0;
@@ -705,8 +705,7 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
       return cudaErrorInvalidValue;
   }
   const int G = sm_count();
-  const Layout L = layout(s, M, esz, G, opt.slot_bytes > 0 ? opt.slot_bytes : kSlotTarget);
-  if (L.ns < 2) return cudaErrorInvalidValue;
+  const Layout L = layout(s, M, esz, G);
   KP p{};
   p.H = static_cast<int>(s.H), p.I = static_cast<int>(s.I), p.N = static_cast<int>(s.N), p.R = static_cast<int>(s.R);
   p.W = static_cast<int>(s.W), p.XD = p.R + 2 * p.N, p.M = M, p.L = num_layers, p.ns = L.ns, p.slot = L.slot;

@@ -78,8 +78,6 @@ struct Mamba1DataflowOptions {
   /// best on the H200 (mamba-2.8b 35.6 us per layer vs 36.5-36.9 for 2, 3, 5: shorter memory queues for the
   /// latency-bound loads).
   int inflight = 1;
-  /// Ring slot bytes (benchmarks; 0: the default 40 KB). A launch fails if fewer than 2 slots fit.
-  int slot_bytes = 0;
 };
 
 /// Largest batch of one launch (the shared memory may allow fewer: mamba1_dataflow_supported; the runner splits
