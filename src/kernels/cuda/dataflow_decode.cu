@@ -21,7 +21,6 @@ constexpr size_t kSmemLimit = 227 * 1024;
 constexpr int kTimePoints = 19;  // 11 phase boundaries, 3 gemv wait sums, y loaded, 2 clock64, conv, x_proj
 constexpr int kTraceSlots = 64;  // layer 1's first slots traced after the time points
 constexpr int kMaxGrid = 256;  // blocks (SMs) the cross-block sums take
-constexpr int kXRegChunks = 8;  // GEMV: x kept in registers when a warp's k chunks are at most this many
 
 /// Block b's channels [c0, c1) (pairs: 4-byte aligned bf16 state slices) and out_proj rows [h0, h1): every phase
 /// between two grid syncs streams about the same bytes on every block (the syncs wait for the slowest).
@@ -203,7 +202,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t
 /// Tile columns past the slot's rows and A rows past M read clamped rows and are ignored. Fixed order for a given
 /// K, independent of M and of the other rows' values: batch-invariant.
 template <int MT>
-__device__ __noinline__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
+__device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
                      int tid) {
   const int lane = tid & 31, warp = tid >> 5, M = p.M, g = lane >> 2, t = lane & 3;
   const int chunks = (K + 31) / 32, cpw = (chunks + kConsumerWarps - 1) / kConsumerWarps;
@@ -211,14 +210,6 @@ __device__ __noinline__ void gemv(Ring& rg, const KP& p, int rows, int K, const 
   const int c0 = min(chunks, warp * cpw), c1 = min(chunks, c0 + cpw), cf = min(c1, K / 32);  // [c0, cf) whole
   const uint4* xg = reinterpret_cast<const uint4*>(xs + static_cast<size_t>(g < M ? g : 0) * K) + t;  // 16 B units
   const int K16 = K / 8;  // 16-byte units per row
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  // Chunk c0 + i is read by this lane (bit i): whole chunks, and the lanes of a chunk cut at K inside it.
-  unsigned on = 0;
-  for (int i = 0; i < kXRegChunks; ++i)
-    if (c0 + i < cf || (c0 + i < c1 && 32 * (c0 + i) + 8 * t < K)) on |= 1u << i;
-  uint4 xr[kXRegChunks];  // x's fragments of chunks c0 + i when cpw <= kXRegChunks (the same for every slot)
-#pragma unroll
-  for (int i = 0; i < kXRegChunks; ++i) xr[i] = cpw <= kXRegChunks && ((on >> i) & 1) ? xg[4 * (c0 + i)] : zero;
   for (int r0 = 0; r0 < rows; r0 += rps) {
     const int nr = min(rps, rows - r0);
     const auto* sl = reinterpret_cast<const uint4*>(rg.take());
@@ -226,35 +217,21 @@ __device__ __noinline__ void gemv(Ring& rg, const KP& p, int rows, int K, const 
     for (int rt = 0; rt < (p.debug & 1 ? 0 : nr); rt += 8) {
       const uint4* wg = sl + static_cast<size_t>(min(rt + g, nr - 1)) * K16 + t;
       float e0[4] = {}, e1[4] = {}, o0[4] = {}, o1[4] = {};  // even / odd chunks; rows g of *0, rows g + 8 of *1
-      if (cpw <= kXRegChunks) {  // x's fragments in registers; every W load of the slot issued before the mma
-#pragma unroll
-        for (int h = 0; h < kXRegChunks; h += 4) {  // 4 W loads in flight, then their 8 mma
-          uint4 w[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) w[i] = (on >> (h + i)) & 1 ? wg[4 * (c0 + h + i)] : zero;
-#pragma unroll
-          for (int i = 0; i < 4; i += 2) {
-            const int j = h + i;
-            if (c0 + j < c1) mma16816(e0, xr[j], w[i].x, w[i].y), mma16816(e1, xr[j], w[i].z, w[i].w);
-            if (c0 + j + 1 < c1) mma16816(o0, xr[j + 1], w[i + 1].x, w[i + 1].y), mma16816(o1, xr[j + 1], w[i + 1].z, w[i + 1].w);
-          }
-        }
-      } else {
-        int c = c0;
+      int c = c0;
 #pragma unroll 1
-        for (; c + 1 < cf; c += 2) {
-          const uint4 w0 = wg[4 * c], x0 = xg[4 * c], w1 = wg[4 * c + 4], x1 = xg[4 * c + 4];
-          mma16816(e0, x0, w0.x, w0.y);
-          mma16816(e1, x0, w0.z, w0.w);
-          mma16816(o0, x1, w1.x, w1.y);
-          mma16816(o1, x1, w1.z, w1.w);
-        }
-        for (; c < c1; ++c) {  // the last chunks (at most a whole one and one cut at K)
-          const bool in = c < cf || 32 * c + 8 * t < K;
-          const uint4 w0 = in ? wg[4 * c] : zero, x0 = in ? xg[4 * c] : zero;
-          mma16816(e0, x0, w0.x, w0.y);
-          mma16816(e1, x0, w0.z, w0.w);
-        }
+      for (; c + 1 < cf; c += 2) {
+        const uint4 w0 = wg[4 * c], x0 = xg[4 * c], w1 = wg[4 * c + 4], x1 = xg[4 * c + 4];
+        mma16816(e0, x0, w0.x, w0.y);
+        mma16816(e1, x0, w0.z, w0.w);
+        mma16816(o0, x1, w1.x, w1.y);
+        mma16816(o1, x1, w1.z, w1.w);
+      }
+      if (c < c1) {  // one last chunk, whole or cut at K
+        const bool on = c < cf || 32 * c + 8 * t < K;
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        const uint4 w0 = on ? wg[4 * c] : zero, x0 = on ? xg[4 * c] : zero;
+        mma16816(e0, x0, w0.x, w0.y);
+        mma16816(e1, x0, w0.z, w0.w);
       }
       // Lane (g, t): batch row g, tile rows 2t and 2t + 1.
       if (g < M) {
