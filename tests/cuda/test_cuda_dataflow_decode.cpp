@@ -91,7 +91,10 @@ TEST(CudaDataflowDecode, MatchesOpChainAndIsDeterministic) {
       {"tiny-mamba", {256, 512, 16, 16, 4, 1e-5f}}, {"odd", {520, 1048, 8, 24, 3, 1e-5f}},
       {"mamba-130m", {768, 1536, 16, 48, 4, 1e-5f}},
       // Fewer channel pairs and out_proj rows than SMs (blocks with no channels / rows), d_conv 2; d_state 256.
-      {"narrow", {64, 128, 8, 8, 2, 1e-5f}}, {"d_state 256", {256, 512, 256, 16, 4, 1e-5f}}};
+      {"narrow", {64, 128, 8, 8, 2, 1e-5f}}, {"d_state 256", {256, 512, 256, 16, 4, 1e-5f}},
+      // K not a multiple of 32 with an odd number of whole chunks before the cut one in the last warp's k range
+      // (in_proj's K = H 424; out_proj's K = I 3208).
+      {"ragged k", {424, 848, 8, 32, 4, 1e-5f}}, {"ragged wide k", {256, 3208, 8, 16, 4, 1e-5f}}};
   if (!quick()) shapes.push_back({"mamba-2.8b", {2560, 5120, 16, 160, 4, 1e-5f}});
   cuda::Stream stream;
   const cudaStream_t s = stream.get();

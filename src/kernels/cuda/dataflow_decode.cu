@@ -226,7 +226,8 @@ __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16
         mma16816(o0, x1, w1.x, w1.y);
         mma16816(o1, x1, w1.z, w1.w);
       }
-      if (c < c1) {  // one last chunk, whole or cut at K
+#pragma unroll 1
+      for (; c < c1; ++c) {  // the last chunks: at most one whole and one cut at K
         const bool on = c < cf || 32 * c + 8 * t < K;
         const uint4 zero = make_uint4(0, 0, 0, 0);
         const uint4 w0 = on ? wg[4 * c] : zero, x0 = on ? xg[4 * c] : zero;
