@@ -44,8 +44,8 @@ struct CudaModelOptions {
   /// kernel (kernels/cuda/dataflow_decode.h: the whole stack in one launch per group of rows, weights streamed
   /// through shared memory). Batch-invariant (a row's bits are the same in any decode batch up to 16), not the op
   /// chain's bits (another summation order; within bf16 tolerance, tested). Off by default: on the H200 it is
-  /// faster at batch 1 only (mamba-2.8b 408.8 vs 395.7 tokens/s) and slower at batch 4 (1,292 vs 1,384) and for
-  /// mamba-1.4b (599 vs 633); docs/benchmarks.md, session 10.
+  /// faster at batch 1 only (mamba-2.8b 411.8 vs 396.1 tokens/s) and slower at batch 4 (1,281 vs 1,407) and for
+  /// mamba-1.4b (612 vs 641); docs/benchmarks.md, session 12.
   bool dataflow_decode = false;
   /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) with in_proj cut in two
   /// (issue 7: the z half off the critical path): bit 1 = the x rows on the main stream, the z rows on a second
