@@ -193,13 +193,13 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t
 
 /// res[m * ldr + r] = Σ_k W[r, k] xs[m * K + k] for the `rows` rows of W streamed next (K bf16 each, `slot / 2K`
 /// rows per slot; xs rows in act_pos order), on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate).
-/// Consumer warp w owns the 32-wide k chunks [w cpw, (w + 1) cpw) of every row and runs them over tiles of 8
-/// consecutive rows (which may span ring slots) with W as the B operand (lane (g, t) loads W row g's 16 bytes
-/// 8t..8t+7 of the chunk: B fragments {w0, w1} and {w2, w3} as they lie in registers) and x as the A operand (lane (g, t) loads batch row g's words in act_pos
+/// Consumer warp w owns the 32-wide k chunks [w cpw, (w + 1) cpw) of every row and runs them over 8-row tiles
+/// with W as the B operand (lane (g, t) loads W row g's 16 bytes 8t..8t+7 of the chunk: B fragments {w0, w1}
+/// and {w2, w3} as they lie in registers) and x as the A operand (lane (g, t) loads batch row g's words in act_pos
 /// order {X0, X2, X1, X3}; A rows g + 8 are don't-care): the first mma's rows g give X0 W0 + X1 W1, the second's
 /// rows g + 8 give X2 W2 + X3 W3, so no register moves or zero fills. Even / odd chunks go to two accumulator
 /// pairs; the sum is ((a0 + b0) + (a1 + b1)) per (row, batch row), then the 12 warps' partials in warp order.
-/// Tile columns past the tile's rows and A rows past M read clamped rows and are ignored. Fixed order for a given
+/// Tile columns past the slot's rows and A rows past M read clamped rows and are ignored. Fixed order for a given
 /// K, independent of M and of the other rows' values: batch-invariant.
 template <int MT>
 __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
@@ -210,26 +210,12 @@ __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16
   const int c0 = min(chunks, warp * cpw), c1 = min(chunks, c0 + cpw), cf = min(c1, K / 32);  // [c0, cf) whole
   const uint4* xg = reinterpret_cast<const uint4*>(xs + static_cast<size_t>(g < M ? g : 0) * K) + t;  // 16 B units
   const int K16 = K / 8;  // 16-byte units per row
-  // Tiles of 8 consecutive rows; with rps >= 4 a tile may span the ring's current slot and the next one or two
-  // (so a slot of 4 rows, or a row count that is not a multiple of 8, does not leave tile columns idle), else
-  // tiles stay inside a slot. A row's partial sums are the same either way (its own chunk order).
-  const bool cross = rps >= 4;
-  const int nslots = (rows + rps - 1) / rps;
-  int cur = 0;  // the segment's slot that is the ring's current one (the earlier ones are given back)
-  for (int rt = 0; rt < rows;) {
-    const int te = cross ? min(rt + 8, rows) : min(min(rt + 8, rows), (rt / rps + 1) * rps);  // tile rows [rt, te)
-    const int last = (te - 1) / rps - cur;  // slots the tile reads: the current one and `last` more (<= 2)
-    const unsigned char* sl0 = rg.take();
-    for (int k = 1; k <= last; ++k) {
-      const int i = (rg.s + k) % rg.ns;
-      mbar_wait(saddr(rg.full + i), rg.phase ^ ((rg.s + k >= rg.ns) ? 1u : 0u));
-    }
-    const int r = min(rt + g, te - 1);  // this lane's row (tile columns past te repeat the last row, ignored)
-    const int k = r / rps - cur, i = (rg.s + k) % rg.ns;
-    const auto* sl = reinterpret_cast<const uint4*>(k == 0 ? sl0 : rg.base + static_cast<size_t>(i) * rg.slot);
+  for (int r0 = 0; r0 < rows; r0 += rps) {
+    const int nr = min(rps, rows - r0);
+    const auto* sl = reinterpret_cast<const uint4*>(rg.take());
     for (int rep = 0; rep < (p.debug & 2 ? 2 : 1); ++rep)
-    if (!(p.debug & 1)) {
-      const uint4* wg = sl + static_cast<size_t>(r % rps) * K16 + t;
+    for (int rt = 0; rt < (p.debug & 1 ? 0 : nr); rt += 8) {
+      const uint4* wg = sl + static_cast<size_t>(min(rt + g, nr - 1)) * K16 + t;
       float e0[4] = {}, e1[4] = {}, o0[4] = {}, o1[4] = {};  // even / odd chunks; rows g of *0, rows g + 8 of *1
       int c = c0;
 #pragma unroll 1
@@ -252,14 +238,12 @@ __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16
       if (g < M) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int rr = rt + 2 * t + e;
-          if (rr < te) rp[(g * p.maxrows + rr) * kConsumerWarps + warp] = (e0[e] + o0[e]) + (e1[2 + e] + o1[2 + e]);
+          const int r = rt + 2 * t + e;
+          if (r < nr) rp[(g * p.maxrows + r0 + r) * kConsumerWarps + warp] = (e0[e] + o0[e]) + (e1[2 + e] + o1[2 + e]);
         }
       }
     }
-    // Give back every slot whose rows are all done.
-    while (cur < nslots && min((cur + 1) * rps, rows) <= te) rg.give(lane), ++cur;
-    rt = te;
+    rg.give(lane);
   }
   cbar();
   for (int e = tid; e < M * rows; e += kConsumers) {
