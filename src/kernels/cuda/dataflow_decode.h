@@ -22,7 +22,7 @@
 //   5. reduce-scatter of the partials (every block sums a slice over the G blocks in block order) -> sync S1b ->
 //      every block reads xdbl [M, R + 2N]; dt = softplus(dt_proj bf16(dt_low) + dt_bias) (own channels);
 //   6. selective state update (own channels, fp32 math, state written back), y = (Σ state C + D u) SiLU(z) ->
-//      bf16 y to global; grid sync S2;
+//      bf16 y to global (in the GEMV operand order, act_pos); grid sync S2;
 //   7. out_proj rows h0..h1 over all of y (read into shared memory) -> hidden[h] += out[h] and the block's sum of
 //      squares of the new residual rows (the next layer's norm), or `out` for the last layer; grid sync S3.
 // Every sum runs in a fixed order that depends on the shape and the grid size only, never on the batch: a row's
