@@ -44,8 +44,9 @@ struct CudaModelOptions {
   /// kernel (kernels/cuda/dataflow_decode.h: the whole stack in one launch per group of rows, weights streamed
   /// through shared memory). Batch-invariant (a row's bits are the same in any decode batch up to 16), not the op
   /// chain's bits (another summation order; within bf16 tolerance, tested). Off by default: on the H200 it is
-  /// faster at batch 1 only (mamba-2.8b 411.8 vs 396.1 tokens/s) and slower at batch 4 (1,281 vs 1,407) and for
-  /// mamba-1.4b (612 vs 641); docs/benchmarks.md, session 12.
+  /// faster at batch 1 (mamba-2.8b 500.6 vs 396.0 tokens/s, mamba-1.4b 730.6 vs 634.2, mamba-130m 2,484 vs 2,008)
+  /// but slower from batch 4 (mamba-2.8b 1,243 vs 1,396; batch 16 1,287 vs 3,621), and switching kernels by batch
+  /// size would make a request's bits depend on its batch; docs/benchmarks.md, session 13.
   bool dataflow_decode = false;
   /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) with in_proj cut in two
   /// (issue 7: the z half off the critical path): bit 1 = the x rows on the main stream, the z rows on a second

@@ -35,11 +35,12 @@ struct Dataflow {
     ws = DeviceBuffer(cuda::mamba1_dataflow_workspace(pc.sh, pc.layers));
     ws.fill_bytes(0);
   }
-  cudaError_t launch(const Mamba1DecodeCase& pc, Mamba1DecodeCase::Run& r, cudaStream_t s) {
+  cudaError_t launch(const Mamba1DecodeCase& pc, Mamba1DecodeCase::Run& r, cudaStream_t s,
+                     const cuda::Mamba1DataflowOptions& opt = {}) {
     const cuda::Mamba1DataflowBuffers buf{r.hidden.as<float>(), r.out.as<float>(), r.si.as<int32_t>(), ws.data(),
                                           ws.bytes()};
     return cuda::mamba1_dataflow_decode(pc.sh, host.data(), static_cast<const cuda::Mamba1DataflowLayer*>(dev.data()),
-                                        pc.layers, pc.M, buf, {}, s);
+                                        pc.layers, pc.M, buf, opt, s);
   }
 };
 
@@ -124,7 +125,22 @@ TEST(CudaDataflowDecode, MatchesOpChainAndIsDeterministic) {
         EXPECT_LT(lmax, 5e-2) << "max error / max |value| against the op chain";
         for (float v : got) ASSERT_TRUE(std::isfinite(v));
 
-        // A second run (the workspace's counters were reset by the first): the same bits.
+        // The first run's workspace again (its launch generation moved on, its exchange words hold the first
+        // run's flags), with the flags' generation bits wrapping every 2 launches (a wrap zeroes the exchange
+        // words): the same bits every time.
+        for (int rep = 0; rep < 3; ++rep) {
+          auto r4 = pc.fresh();
+          Dataflow d4(pc, r4, s);
+          std::swap(d4.ws, df.ws);
+          cuda::Mamba1DataflowOptions o;
+          o.flag_wrap_log2 = 1;
+          SSM_CUDA_CHECK(d4.launch(pc, r4, s, o));
+          SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+          std::swap(d4.ws, df.ws);
+          EXPECT_TRUE(pc.result(r4) == pc.result(r)) << "workspace re-used, launch " << rep;
+        }
+
+        // A second run on a fresh workspace: the same bits.
         auto r2 = pc.fresh();
         Dataflow df2(pc, r2, s);
         SSM_CUDA_CHECK(df2.launch(pc, r2, s));
@@ -146,6 +162,20 @@ TEST(CudaDataflowDecode, MatchesOpChainAndIsDeterministic) {
         EXPECT_TRUE(pc.result(r3) == pc.result(r)) << "graph";
         cudaGraphExecDestroy(e);
         cudaGraphDestroy(g);
+
+        // GEMV slots taken in turn by 1 / 2 / 4 groups of consumer warps (default 3): another split order, within
+        // tolerance.
+        for (int groups : {1, 2, 4}) {
+          auto rg = pc.fresh();
+          Dataflow dg(pc, rg, s);
+          cuda::Mamba1DataflowOptions o;
+          o.slot_groups = groups;
+          SSM_CUDA_CHECK(dg.launch(pc, rg, s, o));
+          SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+          const auto [g2, gmax] = rel_err(floats(pc, rg), want);
+          EXPECT_LT(g2, 1e-2) << groups << " slot groups";
+          EXPECT_LT(gmax, 5e-2) << groups << " slot groups";
+        }
       }
     }
   }
@@ -178,8 +208,10 @@ TEST(CudaDataflowDecode, RowAloneEqualsRowInBatch) {
     one.out0.assign(out0.begin() + m * H, out0.begin() + (m + 1) * H);
     auto r1 = one.fresh();
     Dataflow d1(one, r1, s);
+    std::swap(d1.ws, db.ws);  // the batch's workspace (words of 5-row launches) for the 1-row launch
     SSM_CUDA_CHECK(d1.launch(one, r1, s));
     SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::swap(d1.ws, db.ws);
     const auto h1 = to_host<float>(r1.hidden, H), o1 = to_host<float>(r1.out, H);
     EXPECT_EQ(0, std::memcmp(h1.data(), hb.data() + m * H, H * 4)) << "hidden, row " << m;
     EXPECT_EQ(0, std::memcmp(o1.data(), ob.data() + m * H, H * 4)) << "out, row " << m;
@@ -243,6 +275,12 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
   const int debug = dbg ? std::atoi(dbg) : 0;
   const char* inf = std::getenv("SSMSERVE_DATAFLOW_INFLIGHT");
   const int inflight = inf ? std::atoi(inf) : cuda::Mamba1DataflowOptions{}.inflight;
+  const char* sg = std::getenv("SSMSERVE_DATAFLOW_GROUPS");
+  const int groups = sg ? std::atoi(sg) : cuda::Mamba1DataflowOptions{}.slot_groups;
+  const char* pn = std::getenv("SSMSERVE_DATAFLOW_POLL_NS");
+  const int poll_ns = pn ? std::atoi(pn) : cuda::Mamba1DataflowOptions{}.poll_ns;
+  int sms = 0;
+  SSM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   for (int M : {1, 2, 4}) {
     if ((debug & 3) && M > 1) break;
     Mamba1DecodeCase pc(rng, sh, sets, M, DType::F32);
@@ -252,14 +290,14 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
     for (int l = 0; l < nl; ++l) host.push_back(df.host[l % sets]);
     DeviceBuffer dev(host.size() * sizeof(cuda::Mamba1DataflowLayer));
     dev.upload(host.data(), dev.bytes());
-    DeviceBuffer ws(cuda::mamba1_dataflow_workspace(sh, nl)), timing(nl * 19 * 8 + 64 * 3 * 8);
+    DeviceBuffer ws(cuda::mamba1_dataflow_workspace(sh, nl)), timing((nl * 19 + 64 * 3 + sms * 10) * 8);
     timing.fill_bytes(0);
     ws.fill_bytes(0);
     const cuda::Mamba1DataflowBuffers buf{r.hidden.as<float>(), r.out.as<float>(), r.si.as<int32_t>(), ws.data(),
                                           ws.bytes()};
     auto launch = [&](unsigned long long* t) {
       SSM_CUDA_CHECK(cuda::mamba1_dataflow_decode(sh, host.data(), static_cast<const cuda::Mamba1DataflowLayer*>(dev.data()),
-                                                  nl, M, buf, {t, debug, inflight}, s));
+                                                  nl, M, buf, {t, debug, inflight, groups, 20, poll_ns}, s));
     };
     cudaEvent_t e0, e1;
     SSM_CUDA_CHECK(cudaEventCreate(&e0));
@@ -279,9 +317,9 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
     SSM_CUDA_CHECK(cudaStreamSynchronize(s));
     constexpr int kP = 19, kB = 11;
     const auto t = to_host<unsigned long long>(timing, nl * kP);
-    const char* names[kB] = {"params + S3 wait + norm", "x rows", "conv + x_proj + S1 arrive", "z rows", "S1 wait",
-                             "reduce-scatter + S1b", "dt", "scan + S2 arrive", "S2 wait", "y load + out rows",
-                             "publish + S3 arrive"};
+    const char* names[kB] = {"params + residual wait + norm", "x rows", "conv + x_proj partials", "z rows",
+                             "reduce-scatter (partials wait)", "xdbl wait", "dt", "scan + y publish", "-",
+                             "y wait + out rows", "publish residual"};
     std::printf("dataflow M=%d: %.2f us per layer (median of 5; 82 MB of weights = 19.3 us at 4.25 TB/s)\n", M,
                 us[us.size() / 2]);
     auto median = [](std::vector<double> d) {
@@ -304,7 +342,7 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
     }
     std::vector<double> yl;
     for (int l = 1; l + 1 < nl; ++l) yl.push_back(static_cast<double>(t[l * kP + 14] - t[l * kP + 9]) / 1000.0);
-    std::printf("  y load                       %.2f us\n", median(yl));
+    std::printf("  y wait + load                %.2f us\n", median(yl));
     std::vector<double> ghz, conv, xp;
     for (int l = 1; l + 1 < nl; ++l) {
       ghz.push_back(static_cast<double>(t[l * kP + 16] - t[l * kP + 15]) / static_cast<double>(t[l * kP + 10] - t[l * kP]));
@@ -320,6 +358,22 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
         std::printf(" [%lld %lld %lld]", static_cast<long long>(q[3 * i] - q[0]), static_cast<long long>(q[3 * i + 1] - q[0]),
                     static_cast<long long>(q[3 * i + 2] - q[0]));
       std::printf("\n");
+    }
+    {  // layer 1's points on every block: min / median / max over the blocks, µs after the earliest layer start
+      const auto all = to_host<unsigned long long>(timing, nl * kP + 64 * 3 + sms * 10);
+      const unsigned long long* q = all.data() + nl * kP + 64 * 3;
+      unsigned long long t0 = q[0];
+      for (int b = 0; b < sms; ++b) t0 = std::min(t0, q[b * 10]);
+      const char* pts[10] = {"start", "norm", "x rows", "partials", "z rows", "reduce-scatter", "xdbl", "y published",
+                             "y read", "out rows"};
+      std::printf("  layer 1 on all %d blocks (us from the first start: min / median / max, slowest block):\n", sms);
+      for (int k = 0; k < 10; ++k) {
+        std::vector<std::pair<double, int>> d;
+        for (int b = 0; b < sms; ++b) d.push_back({static_cast<double>(q[b * 10 + k] - t0) / 1000.0, b});
+        std::sort(d.begin(), d.end());
+        std::printf("    %-15s %7.2f %7.2f %7.2f  b%d\n", pts[k], d.front().first, d[d.size() / 2].first, d.back().first,
+                    d.back().second);
+      }
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

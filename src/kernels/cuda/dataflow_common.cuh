@@ -15,15 +15,17 @@ namespace ssmserve::cuda::dataflow {
 using namespace detail;
 
 constexpr int kConsumerWarps = 12;
-constexpr int kConsumers = kConsumerWarps * 32;  // consumer threads; warp kConsumerWarps is the producer
-constexpr int kThreads = kConsumers + 32;
+constexpr int kConsumers = kConsumerWarps * 32;  // consumer threads; then the producer warp, the exchange warp
+constexpr int kExchangePollNs = 128;  // the exchange warp's pause between reads of words not there yet
+constexpr int kThreads = kConsumers + 64;  // + the producer warp and the exchange warp
 constexpr int kMaxSlots = 12;
 constexpr int kMinSlots = 3;
 constexpr int kSlotTarget = 40960;  // bytes: 8 in_proj rows or 4 out_proj rows of mamba-2.8b
 constexpr size_t kSmemLimit = 227 * 1024;
 constexpr int kTimePoints = 19;  // 11 phase boundaries, 3 gemv wait sums, y loaded, 2 clock64, conv, x_proj
 constexpr int kTraceSlots = 64;  // layer 1's first slots traced after the time points
-constexpr int kMaxGrid = 256;  // blocks (SMs) the cross-block sums take
+constexpr int kSkewPoints = 10;  // then layer 1's time points of every block
+constexpr int kMaxGrid = 160;  // blocks (SMs) the cross-block sums take
 
 /// Block b's channels [c0, c1) (pairs: 4-byte aligned bf16 state slices) and out_proj rows [h0, h1): every phase
 /// between two grid syncs streams about the same bytes on every block (the syncs wait for the slowest).
@@ -47,13 +49,19 @@ struct KP {
   float* hidden;
   float* out;
   const int32_t* si;
-  unsigned* sync;  // [0] S0, [1 + 4 l + k] S1, S1b, S2, S3 of layer l, [1 + 4 L] done
-  float* part;     // [G, M, XD]
-  float* fin;      // [M, XD]
-  __nv_bfloat16* y;  // [M, I]
-  float* ssp;      // [G, M]
+  unsigned* ctl;   // [0] launch generation (the LL flags' high bits), [1] blocks done with the launch
+  // Exchanges between the blocks, in LL words (ll_st / ll_wait): 32 data bits + the exchange's 32-bit flag.
+  uint64_t* part;  // [G, M, XD] x_proj partial sums over each block's channels (fp32 bits)
+  uint64_t* fin;   // [M, XD] xdbl (fp32 bits)
+  uint64_t* y;     // [M, I / 2] y as bf16 pairs in the GEMV operand order (act_pos)
+  uint64_t* hid;   // [M, H] residual stream after the layer (fp32 bits)
+  uint64_t* ssp;   // [G, M] sums of squares of each block's residual rows (fp32 bits)
+  uint64_t* ll_all;  // every LL word above (ll_words of them), zeroed when the generation wraps
+  size_t ll_words;
+  int wrap_log2;     // the generation's bits in a flag (the rest: layer and exchange)
+  int poll_ns;       // pause between two reads of an LL word that is not there yet
   unsigned long long* timing;
-  int debug, inflight;
+  int debug, inflight, groups;
   // shared memory offsets (bytes)
   int o_bar, o_act, o_xo, o_zo, o_u, o_rp, o_xp, o_xd, o_db, o_dt, o_res, o_os, o_inv, o_A, o_cw, o_cb, o_dtb, o_D,
       o_cst, o_sst, o_ring;
@@ -84,21 +92,65 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-/// Grid sync halves (consumer threads only): every block adds 1 after its writes; waiters spin until all G have.
-__device__ __forceinline__ void arrive(unsigned* c, int tid) {
-  cbar();
-  if (tid == 0) {
-    __threadfence();
-    atomicAdd(c, 1u);
+// ---- LL exchanges between the blocks ---------------------------------------------------------------------------
+// A block publishes a value as one 64-bit word {data, flag} (NCCL's "LL" protocol): a 64-bit store is single-copy
+// atomic, so a reader that sees the flag it waits for also sees the data, with no fence, counter or grid barrier
+// in between. Each exchange of a launch has its own flag (ll_flag), so a word left from an earlier exchange never
+// passes for a new one. Re-using a buffer is safe because every exchange is all-to-all (or all-to-owner-to-all):
+// a block writes a buffer again only after reading data that every reader of the previous round produced after
+// its reads.
+__device__ __forceinline__ uint64_t ll_word(uint32_t data, uint32_t flag) {
+  return (static_cast<uint64_t>(flag) << 32) | data;
+}
+__device__ __forceinline__ void ll_st(uint64_t* p, uint32_t data, uint32_t flag) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(ll_word(data, flag)) : "memory");
+}
+__device__ __forceinline__ uint64_t ll_ld(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
+  return v;
+}
+/// Two LL words (p 16-byte aligned); each is its own single-copy-atomic 64-bit access.
+__device__ __forceinline__ void ll_ld2(const uint64_t* p, uint64_t& a, uint64_t& b) {
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p));
+}
+__device__ __forceinline__ bool ll_ok(uint64_t w, uint32_t flag) { return static_cast<uint32_t>(w >> 32) == flag; }
+__device__ __forceinline__ uint32_t ll_data(uint64_t w) { return static_cast<uint32_t>(w); }
+/// Re-reads the word pair at p (16-byte aligned) until both carry `flag`, sleep_ns apart; a, b: a first read of it.
+__device__ __forceinline__ void ll_wait2(const uint64_t* p, uint64_t& a, uint64_t& b, uint32_t flag, int sleep_ns) {
+  while (!(ll_ok(a, flag) && ll_ok(b, flag))) {
+    __nanosleep(sleep_ns);
+    ll_ld2(p, a, b);
   }
 }
-__device__ __forceinline__ void wait_all(const unsigned* c, int tid) {
-  if (tid == 0) {
-    while (ld_acquire(c) < gridDim.x) {
+/// Flag of exchange k (0 x_proj partials, 1 xdbl, 2 y, 3 residual + sums of squares) of layer l (l = -1: the
+/// input) in launch `gen`: never 0 (a zeroed word never passes).
+__device__ __forceinline__ uint32_t ll_flag(unsigned gen, int wrap_log2, int l, int k) {
+  return ((gen & ((1u << wrap_log2) - 1u)) << 12) | static_cast<uint32_t>(4 * (l + 1) + k + 1);
+}
+/// Waits for words [0, n) of src (n even, src 16-byte aligned) to carry `flag`; put(i, data) for each, spread
+/// over the consumer threads (4 word pairs in flight per thread).
+template <class Put>
+__device__ __forceinline__ void ll_gather(const uint64_t* src, int n, uint32_t flag, int sleep_ns, int tid, Put put) {
+  constexpr int kV = 4;
+  const int pairs = n / 2;
+  for (int base = 0; base < pairs; base += kV * kConsumers) {
+    uint64_t w[kV][2];
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int q = base + j * kConsumers + tid;
+      if (q < pairs) ll_ld2(src + 2 * q, w[j][0], w[j][1]);
     }
-    __threadfence();
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int q = base + j * kConsumers + tid;
+      if (q < pairs) {
+        ll_wait2(src + 2 * q, w[j][0], w[j][1], flag, sleep_ns);
+        put(2 * q, ll_data(w[j][0]));
+        put(2 * q + 1, ll_data(w[j][1]));
+      }
+    }
   }
-  cbar();
 }
 
 __device__ __forceinline__ float bf_lo(uint32_t v) { return __uint_as_float(v << 16); }

@@ -15,34 +15,52 @@ using namespace detail;
 using namespace dataflow;
 
 
-/// This lane's share of Σ_b v[b * stride] over the grid's blocks (b = lane, lane + 32, ...; at most
-/// kMaxGrid / 32 loads, all issued before the adds, which run in b order); a warp_sum completes it.
-__device__ __forceinline__ float sum_over_blocks(const float* v, int stride, int lane) {
-  float x[kMaxGrid / 32];
+/// This lane's share of Σ_b v[b * stride] over the grid's blocks (LL words carrying `flag`; b = lane, lane + 32,
+/// ...; at most kMaxGrid / 32 loads, all issued before the waits and adds, which run in b order); a warp_sum
+/// completes it.
+__device__ __forceinline__ float ll_sum_over_blocks(const uint64_t* v, int stride, uint32_t flag, int sleep_ns,
+                                                    int lane) {
+  constexpr int kN = kMaxGrid / 32;
+  const int G = static_cast<int>(gridDim.x);
+  uint64_t w[kN];
+  auto load = [&] {
 #pragma unroll
-  for (int k = 0; k < kMaxGrid / 32; ++k) {
-    const int bb = lane + 32 * k;
-    x[k] = bb < static_cast<int>(gridDim.x) ? __ldcg(v + static_cast<size_t>(bb) * stride) : 0.0f;
-  }
-  float s = x[0];
+    for (int k = 0; k < kN; ++k) {
+      const int bb = lane + 32 * k;
+      w[k] = bb < G ? ll_ld(v + static_cast<size_t>(bb) * stride) : ll_word(0u, flag);
+    }
+  };
+  auto ok = [&] {
+    bool all = true;
 #pragma unroll
-  for (int k = 1; k < kMaxGrid / 32; ++k) s += x[k];
+    for (int k = 0; k < kN; ++k) all = all && ll_ok(w[k], flag);
+    return all;
+  };
+  load();
+  while (!ok()) __nanosleep(sleep_ns), load();
+  float s = __uint_as_float(ll_data(w[0]));
+#pragma unroll
+  for (int k = 1; k < kN; ++k) s += __uint_as_float(ll_data(w[k]));
   return s;
 }
 
-/// Sum of squares of the block's own residual rows res_s [M, hbmax] (rows [0, HB)) -> ssp[b, m]; warp m sums lane
-/// strides in order, then a warp sum.
-__device__ __forceinline__ void publish_ss(const KP& p, const float* res_s, int HB, int tid) {
+/// The block's own residual rows res_s [M, hbmax] (rows [0, HB)) -> hid (LL), and their sum of squares -> ssp[b, m]
+/// (LL; warp m sums lane strides in order, then a warp sum). Call after a cbar that follows res_s's writes.
+__device__ __forceinline__ void publish_residual(const KP& p, const float* res_s, int h0, int HB, uint32_t flag, int tid) {
+  for (int e = tid; e < p.M * HB; e += kConsumers) {
+    const int m = e / HB, r = e % HB;
+    ll_st(p.hid + static_cast<size_t>(m) * p.H + h0 + r, __float_as_uint(res_s[m * p.hbmax + r]), flag);
+  }
   const int lane = tid & 31, warp = tid >> 5;
   if (warp < p.M) {
     float s = 0.0f;
     for (int r = lane; r < HB; r += 32) s = fmaf(res_s[warp * p.hbmax + r], res_s[warp * p.hbmax + r], s);
     s = warp_sum(s);
-    if (lane == 0) __stcg(p.ssp + blockIdx.x * p.M + warp, s);
+    if (lane == 0) ll_st(p.ssp + blockIdx.x * p.M + warp, __float_as_uint(s), flag);
   }
 }
 
-template <class TS, int MT>
+template <class TS, int MT, bool kTimed>
 __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_constant__ KP p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -57,12 +75,41 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     for (int s = 0; s < p.ns; ++s) mbar_init(saddr(full + s), 1), mbar_init(saddr(empty + s), kConsumerWarps);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
+  // The launch generation (set by the previous launch's last block), in shared memory: not a live register.
+  __shared__ unsigned gen_s;
+  if (tid == 0) {
+    gen_s = *reinterpret_cast<volatile unsigned*>(p.ctl);
+    *reinterpret_cast<int*>(smem + p.o_inv + 2 * kDataflowMaxRows * 4) = 0;
+  }
   __syncthreads();
+  auto flag = [&](int l, int k) { return ll_flag(*reinterpret_cast<volatile unsigned*>(&gen_s), p.wrap_log2, l, k); };
   if (warp == kConsumerWarps) {
     if (lane == 0) produce(p, pt, full, empty, ring);
     return;
   }
-  Ring rg{full, empty, ring, p.ns, p.slot};
+  auto* inv = reinterpret_cast<float*>(smem + p.o_inv);  // [2, kDataflowMaxRows] 1 / rms, by layer parity
+  auto* inv_ready = reinterpret_cast<volatile int*>(smem + p.o_inv + 2 * kDataflowMaxRows * 4);  // layers done
+  if (warp == kConsumerWarps + 1) {
+    // The exchange warp, layer after layer: 1 / rms of the layer's input rows from the blocks' sums of squares
+    // (into shared memory for the consumers), then this block's share of the x_proj reduce-scatter.
+    const int E = M * XD, e0 = static_cast<int>(static_cast<long long>(b) * E / G),
+              e1 = static_cast<int>(static_cast<long long>(b + 1) * E / G);
+    for (int l = 0; l < p.L; ++l) {
+      for (int m = 0; m < M; ++m) {
+        const float ss = warp_sum(ll_sum_over_blocks(p.ssp + m, M, flag(l - 1, 3), kExchangePollNs, lane));
+        if (lane == 0) inv[(l & 1) * kDataflowMaxRows + m] = 1.0f / sqrtf(ss / static_cast<float>(H) + p.eps);
+      }
+      __syncwarp();
+      if (lane == 0) __threadfence_block(), *inv_ready = l + 1;
+      const uint32_t f0 = flag(l, 0), f1 = flag(l, 1);
+      for (int e = e0; e < e1; ++e) {
+        const float s = warp_sum(ll_sum_over_blocks(p.part + e, E, f0, kExchangePollNs, lane));
+        if (lane == 0) ll_st(p.fin + e, __float_as_uint(s), f1);
+      }
+    }
+    return;
+  }
+  Ring<kTimed> rg{full, empty, ring, p.ns, p.slot};
   auto* act = reinterpret_cast<__nv_bfloat16*>(smem + p.o_act);  // xn [M, H] or y [M, I]
   auto* xo = reinterpret_cast<float*>(smem + p.o_xo);              // [M, cbmax] in_proj x rows
   auto* zo = reinterpret_cast<float*>(smem + p.o_zo);              // [M, cbmax] in_proj z rows
@@ -74,7 +121,6 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
   auto* dts = reinterpret_cast<float*>(smem + p.o_dt);             // [M, cbmax] softplus(dt)
   auto* res_s = reinterpret_cast<float*>(smem + p.o_res);          // [M, hbmax] own residual rows
   auto* os = reinterpret_cast<float*>(smem + p.o_os);              // [M, hbmax] own out_proj rows
-  auto* inv = reinterpret_cast<float*>(smem + p.o_inv);            // [M] 1 / rms
   auto* As = reinterpret_cast<float*>(smem + p.o_A);               // [cbmax, N]
   auto* cws = reinterpret_cast<float*>(smem + p.o_cw);             // [cbmax, W]
   auto* cbs = reinterpret_cast<float*>(smem + p.o_cb);             // [cbmax]
@@ -82,23 +128,26 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
   auto* Ds = reinterpret_cast<float*>(smem + p.o_D);               // [cbmax]
   auto* cst = reinterpret_cast<TS*>(smem + p.o_cst);               // [M, W - 1, cbmax]
   auto* sst = reinterpret_cast<TS*>(smem + p.o_sst);               // [M, cbmax, N]
-  const bool timed = p.timing && b == 0 && tid == 0;
+  const bool timed = kTimed && p.timing && b == 0 && tid == 0;
   const int S = Wd - 1;
 
-  // Layer 0's residual is the input: the block's rows and their sum of squares, then S0.
+  // Layer 0's residual is the input: the block's rows and their sum of squares, published as exchange (-1, 3).
   for (int e = tid; e < M * HB; e += kConsumers) {
     const int m = e / HB, r = e % HB;
     res_s[m * p.hbmax + r] = __ldcg(p.hidden + static_cast<size_t>(m) * H + h0 + r);
   }
   cbar();
-  publish_ss(p, res_s, HB, tid);
-  arrive(p.sync, tid);
+  publish_residual(p, res_s, h0, HB, flag(-1, 3), tid);
 
   for (int l = 0; l < p.L; ++l) {
     unsigned long long* tm = timed ? p.timing + static_cast<size_t>(l) * kTimePoints : nullptr;
+    // Layer 1's time points of every block (benchmarks: the skew between blocks at each exchange).
+    unsigned long long* sk = kTimed && p.timing && l == 1 && tid == 0
+                                 ? p.timing + static_cast<size_t>(p.L) * kTimePoints + 3 * kTraceSlots + b * kSkewPoints
+                                 : nullptr;
     if (tm) tm[0] = now_ns(), tm[15] = clock64();
+    if (sk) sk[0] = now_ns();
     const Mamba1DecodeLayer& Lw = p.layers[l].w;
-    unsigned* sy = p.sync + 1 + 4 * l;
     // A. The layer's per-channel parameters and the rows' states of the own channels into shared memory.
     if (CB > 0) {
       cp_bytes(As, Lw.A + static_cast<size_t>(c0) * N, CB * N * 4, tid);
@@ -124,40 +173,43 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     if (!Lw.D)
       for (int c = tid; c < CB; c += kConsumers) Ds[c] = 0.0f;
 
-    // B. After the previous layer (S0 / S3): 1 / rms of every row from the blocks' partials, xn = bf16(rms norm).
-    wait_all(l == 0 ? p.sync : sy - 1, tid);
+    // B. After the previous layer's exchange 3 (every block's residual rows, LL words) and the exchange warp's
+    //    1 / rms of every row: xn = bf16(rms norm).
     {
-      constexpr int kV = 4;  // float4 loads in flight per thread per pass
+      const uint32_t fr = flag(l - 1, 3);
+      const float* iv_l = inv + (l & 1) * kDataflowMaxRows;
+      constexpr int kV = 2;  // groups of 4 values (two 16-byte loads) in flight per thread per pass
       const int n4 = M * H / 4;
-      const float4* h4 = reinterpret_cast<const float4*>(p.hidden);
       for (int base = 0; base < n4; base += kV * kConsumers) {
-        float4 v[kV];
+        uint64_t w4[kV][4];
 #pragma unroll
         for (int j = 0; j < kV; ++j) {
           const int q = base + j * kConsumers + tid;
-          if (q < n4) v[j] = __ldcg(h4 + q);
+          if (q < n4) ll_ld2(p.hid + 4 * q, w4[j][0], w4[j][1]), ll_ld2(p.hid + 4 * q + 2, w4[j][2], w4[j][3]);
         }
-        if (base == 0) {  // the partials' loads after the first rows' (one round trip for both)
-          if (warp < M) {
-            const float ss = warp_sum(sum_over_blocks(p.ssp + warp, M, lane));
-            if (lane == 0) inv[warp] = 1.0f / sqrtf(ss / static_cast<float>(H) + p.eps);
+        if (base == 0) {
+          while (*inv_ready <= l) {
           }
-          cbar();
+          __threadfence_block();
         }
 #pragma unroll
         for (int j = 0; j < kV; ++j) {
           const int q = base + j * kConsumers + tid;
           if (q < n4) {
+            ll_wait2(p.hid + 4 * q, w4[j][0], w4[j][1], fr, p.poll_ns);
+            ll_wait2(p.hid + 4 * q + 2, w4[j][2], w4[j][3], fr, p.poll_ns);
+            const float4 v = make_float4(__uint_as_float(ll_data(w4[j][0])), __uint_as_float(ll_data(w4[j][1])),
+                                         __uint_as_float(ll_data(w4[j][2])), __uint_as_float(ll_data(w4[j][3])));
             const int m = (q * 4) / H, h = (q * 4) % H;
-            const float iv = inv[m];
-            const float4 w = *reinterpret_cast<const float4*>(Lw.norm + h);
-            __nv_bfloat162 lo = __floats2bfloat162_rn(v[j].x * iv * w.x, v[j].y * iv * w.y);
-            __nv_bfloat162 hi = __floats2bfloat162_rn(v[j].z * iv * w.z, v[j].w * iv * w.w);
+            const float iv = iv_l[m];
+            const float4 nw = *reinterpret_cast<const float4*>(Lw.norm + h);
+            __nv_bfloat162 lo = __floats2bfloat162_rn(v.x * iv * nw.x, v.y * iv * nw.y);
+            __nv_bfloat162 hi = __floats2bfloat162_rn(v.z * iv * nw.z, v.w * iv * nw.w);
             __nv_bfloat16* row = act + static_cast<size_t>(m) * H;  // act_pos order (h % 4 == 0)
             *reinterpret_cast<__nv_bfloat162*>(row + act_pos(h)) = lo;
             *reinterpret_cast<__nv_bfloat162*>(row + act_pos(h + 2)) = hi;
             if (h + 3 >= h0 && h < h0 + HB) {
-              const float vv[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+              const float vv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
               for (int i = 0; i < 4; ++i)
                 if (h + i >= h0 && h + i < h0 + HB) res_s[m * p.hbmax + h + i - h0] = vv[i];
@@ -168,12 +220,14 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       cbar();
     }
     if (tm) tm[1] = now_ns();
+    if (sk) sk[1] = now_ns();
 
     // C. x rows of in_proj (own channels).
     if (tm) tm[11] = tm[12] = tm[13] = 0, rg.wait = tm + 11;
     if (tm && l == 1) rg.trace = p.timing + static_cast<size_t>(p.L) * kTimePoints, rg.trace_left = kTraceSlots;
     gemv<MT>(rg, p, CB, H, act, rp, xo, p.cbmax, tid);
     if (tm) tm[2] = now_ns();
+    if (sk) sk[2] = now_ns();
 
     // D. Causal conv update of the own channels (state shifted in shared memory, written back), u = SiLU(conv).
     asm volatile("cp.async.wait_all;" ::: "memory");
@@ -188,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     cbar();
     if (tm) tm[17] = now_ns();
 
-    // E. x_proj partial sums over the own channels (bf16 u, as the op chain's x_proj input) -> part[b]; S1.
+    // E. x_proj partial sums over the own channels (bf16 u, as the op chain's x_proj input) -> part[b] (exchange 0).
     {
       // Channel c into accumulator c % 4 (four independent chains kept in xq [4, M, XD] across slots, whose
       // first channels are multiples of 4), then (a0 + a1) + (a2 + a3): the same order for any slot size.
@@ -214,13 +268,15 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
         }
         rg.give(lane);
       }
+      const uint32_t f0 = flag(l, 0);
       for (int e = tid; e < E; e += kConsumers)
-        __stcg(p.part + static_cast<size_t>(b) * E + e, (xq[e] + xq[E + e]) + (xq[2 * E + e] + xq[3 * E + e]));
+        ll_st(p.part + static_cast<size_t>(b) * E + e,
+              __float_as_uint((xq[e] + xq[E + e]) + (xq[2 * E + e] + xq[3 * E + e])), f0);
       if (tm) tm[18] = now_ns();
-      arrive(sy + 0, tid);
       if (tm) tm[3] = now_ns();
+      if (sk) sk[3] = now_ns();
     }
-    // The shifted conv windows back to the state pool (after the arrival: the sync's fence does not wait for them).
+    // The shifted conv windows back to the state pool (own channels; read again only by the next launch).
     if (CB > 0) {
       TS* cg = static_cast<TS*>(Lw.conv_states.data);
       for (int m = 0; m < M; ++m) {
@@ -232,33 +288,30 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       }
     }
 
-    // F. z rows of in_proj (own channels), while S1 completes.
+    // F. z rows of in_proj (own channels), while the other blocks' partials arrive.
     if (tm) rg.wait = tm + 12;
     gemv<MT>(rg, p, CB, H, act, rp, zo, p.cbmax, tid);
     rg.wait = nullptr;
     if (tm) tm[4] = now_ns();
+    if (sk) sk[4] = now_ns();
 
-    // G. Reduce-scatter of the x_proj partials (element e summed over the blocks in order), S1b, xdbl.
-    wait_all(sy + 0, tid);
-    if (tm) tm[5] = now_ns();
+    // G. All of xdbl from fin (exchange 1: the blocks' reduce-scatter warps sum each element over the blocks'
+    //    partials in block order as they arrive, while the consumers stream the z rows).
     {
-      const int E = M * XD, e0 = static_cast<int>(static_cast<long long>(b) * E / G),
-                e1 = static_cast<int>(static_cast<long long>(b + 1) * E / G);
-      for (int e = e0 + warp; e < e1; e += kConsumerWarps) {
-        const float s = warp_sum(sum_over_blocks(p.part + e, E, lane));
-        if (lane == 0) __stcg(p.fin + e, s);
-      }
-      arrive(sy + 1, tid);
-      wait_all(sy + 1, tid);
-      for (int e = tid; e < E; e += kConsumers) {
-        const float v = __ldcg(p.fin + e);
+      const int E = M * XD;
+      const uint32_t f1 = flag(l, 1);
+      if (tm) tm[5] = now_ns();
+      if (sk) sk[5] = now_ns();
+      ll_gather(p.fin, E, f1, p.poll_ns, tid, [&](int e, uint32_t d) {
+        const float v = __uint_as_float(d);
         xd[e] = v;
         const int m = e / XD, j = e % XD;
         if (j < R) db[m * R + j] = __float2bfloat16_rn(v);
-      }
+      });
       cbar();
     }
     if (tm) tm[6] = now_ns();
+    if (sk) sk[6] = now_ns();
 
     // H. dt = softplus(dt_proj bf16(dt_low) + dt_bias) for the own channels: 4 lanes per channel (units
     //    gl, gl + 4, ... in order, then a 2-level xor sum), 8 channels per warp at once.
@@ -287,7 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     }
     if (tm) tm[7] = now_ns();
 
-    // I. Selective state update of the own channels, y = (Σ state C + D u) SiLU(z) -> bf16 y; states back; S2.
+    // I. Selective state update of the own channels, y = (Σ state C + D u) SiLU(z) -> y (exchange 2: bf16 pairs in
+    //    out_proj's operand order); states back.
     {
       const int lanes = p.lanes, per = 32 / lanes, gl = lane % lanes, grp = lane / lanes;
       for (int pr0 = warp * per; pr0 < M * CB; pr0 += kConsumerWarps * per) {  // warp-uniform trip count
@@ -302,12 +356,19 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
         if (in && gl == 0) {
           float yv = 0.0f;
           if (on) yv = (a + Ds[c] * u) * silu(zo[m * p.cbmax + c]);
-          p.y[static_cast<size_t>(m) * I + act_pos(c0 + c)] = __float2bfloat16_rn(yv);  // out_proj's operand order
+          xo[m * p.cbmax + c] = yv;  // xo (the x rows) is free after the conv
         }
       }
-      arrive(sy + 2, tid);
+      cbar();
+      const uint32_t f2 = flag(l, 2);
+      for (int e = tid; e < M * CB / 2; e += kConsumers) {  // channel pairs (c0 and c1 are even)
+        const int m = e / (CB / 2), c = 2 * (e % (CB / 2));
+        const __nv_bfloat162 v2 = __floats2bfloat162_rn(xo[m * p.cbmax + c], xo[m * p.cbmax + c + 1]);
+        ll_st(p.y + (static_cast<size_t>(m) * I + act_pos(c0 + c)) / 2, *reinterpret_cast<const uint32_t*>(&v2), f2);
+      }
       if (tm) tm[8] = now_ns();
-      if (CB > 0) {  // the updated states back to the pool (after the arrival, as the conv windows)
+      if (sk) sk[7] = now_ns();
+      if (CB > 0) {  // the updated states back to the pool (as the conv windows)
         TS* sg = static_cast<TS*>(Lw.ssm_states.data);
         for (int m = 0; m < M; ++m) {
           const int64_t blk = p.si[m];
@@ -319,17 +380,16 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     }
 
     // J. All of y into shared memory.
-    wait_all(sy + 2, tid);
     if (tm) tm[9] = now_ns();
     {
-      const int n16 = M * I / 8;
-      const uint4* y4 = reinterpret_cast<const uint4*>(p.y);
-      for (int q = tid; q < n16; q += kConsumers) reinterpret_cast<uint4*>(act)[q] = __ldcg(y4 + q);
+      auto* act32 = reinterpret_cast<uint32_t*>(act);
+      ll_gather(p.y, M * I / 2, flag(l, 2), p.poll_ns, tid, [&](int i, uint32_t d) { act32[i] = d; });
       cbar();
     }
 
-    // K. out_proj rows h0..h1: the next layer's residual rows and their sum of squares (S3), or `out`.
+    // K. out_proj rows h0..h1: the next layer's residual rows and their sum of squares (exchange 3), or `out`.
     if (tm) tm[14] = now_ns(), rg.wait = tm + 13;
+    if (sk) sk[8] = now_ns();
     gemv<MT>(rg, p, HB, I, act, rp, os, p.hbmax, tid);
     rg.wait = nullptr, rg.trace = nullptr;
     const bool last = l + 1 == p.L;
@@ -345,20 +405,30 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       }
     }
     if (tm) tm[10] = now_ns(), tm[16] = clock64();
+    if (sk) sk[9] = now_ns();
     if (!last) {
       cbar();
-      publish_ss(p, res_s, HB, tid);
-      arrive(sy + 3, tid);
+      publish_residual(p, res_s, h0, HB, flag(l, 3), tid);
     }
   }
-  // Counters back to zero for the next launch once every block is past its last wait.
+  // The last block past its last read starts the next generation (new flags for the next launch); when the flags'
+  // generation bits wrap, it first zeroes every LL word so that no word left from 2^wrap_log2 launches ago passes.
+  __shared__ int is_last;
   cbar();
   if (tid == 0) {
     __threadfence();
-    unsigned* done = p.sync + 1 + 4 * p.L;
-    if (atomicAdd(done, 1u) == static_cast<unsigned>(G - 1)) {
-      for (int i = 0; i <= 4 * p.L; ++i) atomicExch(p.sync + i, 0u);
-      atomicExch(done, 0u);
+    is_last = atomicAdd(p.ctl + 1, 1u) == static_cast<unsigned>(G - 1);
+  }
+  cbar();
+  if (is_last) {
+    const unsigned next = gen_s + 1;
+    if ((next & ((1u << p.wrap_log2) - 1u)) == 0)
+      for (size_t i = tid; i < p.ll_words; i += kConsumers) p.ll_all[i] = 0;
+    cbar();
+    if (tid == 0) {
+      __threadfence();
+      atomicExch(p.ctl + 1, 0u);
+      atomicExch(p.ctl, next);
       __threadfence();
     }
   }
@@ -402,7 +472,7 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G) {
   L.o_dt = o, o += up(m * cb * 4);
   L.o_res = o, o += up(m * hb * 4);
   L.o_os = o, o += up(m * hb * 4);
-  L.o_inv = o, o += up(m * 4);
+  L.o_inv = o, o += up(2 * kDataflowMaxRows * 4 + 4);  // 1 / rms by layer parity, then the layers done
   L.o_A = o, o += up(cb * N * 4);
   L.o_cw = o, o += up(cb * W * 4);
   L.o_cb = o, o += up(cb * 4);
@@ -417,7 +487,26 @@ Layout layout(const Mamba1DecodeShape& s, int64_t M, size_t esz, int G) {
   return L;
 }
 
-size_t ws_sync_bytes(int num_layers) { return (static_cast<size_t>(4 * num_layers + 2) * 4 + 255) & ~size_t{255}; }
+constexpr size_t kCtlBytes = 256;  // the launch generation and the done counter
+
+/// The workspace's LL regions (bytes from its start): part [G, 8, XD], fin [8, XD], y [8, I / 2], hid [8, H],
+/// ssp [G, 8] words, each 256-byte aligned, after the control words.
+struct WsLayout {
+  size_t part, fin, y, hid, ssp, end;
+};
+WsLayout ws_layout(const Mamba1DecodeShape& s, size_t G) {
+  auto up = [](size_t v) { return (v + 255) & ~size_t{255}; };
+  const size_t XD = static_cast<size_t>(s.R + 2 * s.N), M = kDataflowMaxRows, w = sizeof(uint64_t);
+  WsLayout L{};
+  size_t o = kCtlBytes;
+  L.part = o, o += up(G * M * XD * w);
+  L.fin = o, o += up(M * XD * w);
+  L.y = o, o += up(M * static_cast<size_t>(s.I) / 2 * w);
+  L.hid = o, o += up(M * static_cast<size_t>(s.H) * w);
+  L.ssp = o, o += up(G * M * w);
+  L.end = o;
+  return L;
+}
 
 }  // namespace
 
@@ -433,12 +522,8 @@ bool mamba1_dataflow_supported(const Mamba1DecodeShape& s, int64_t M, DType stat
   return L.ns >= kMinSlots;
 }
 
-size_t mamba1_dataflow_workspace(const Mamba1DecodeShape& s, int num_layers) {
-  const size_t G = static_cast<size_t>(std::max(sm_count(), 1)), XD = static_cast<size_t>(s.R + 2 * s.N);
-  const size_t M = kDataflowMaxRows;
-  auto up = [](size_t v) { return (v + 255) & ~size_t{255}; };
-  return ws_sync_bytes(num_layers) + up(G * M * XD * 4) + up(M * XD * 4) + up(M * static_cast<size_t>(s.I) * 2) +
-         up(G * M * 4);
+size_t mamba1_dataflow_workspace(const Mamba1DecodeShape& s, int /*num_layers*/) {
+  return ws_layout(s, static_cast<size_t>(std::max(sm_count(), 1))).end;
 }
 
 cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1DataflowLayer* layers_host,
@@ -446,7 +531,7 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
                                    const Mamba1DataflowBuffers& buf, const Mamba1DataflowOptions& opt,
                                    cudaStream_t stream) {
   auto a16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
-  if (num_layers < 1 || !layers_host || !layers_dev || !buf.hidden || !buf.out || !buf.state_indices ||
+  if (num_layers < 1 || num_layers > kMaxLayers || !layers_host || !layers_dev || !buf.hidden || !buf.out || !buf.state_indices ||
       !buf.workspace || buf.workspace_bytes < mamba1_dataflow_workspace(s, num_layers) || !a16(buf.hidden) ||
       !a16(buf.workspace))  // hidden is read as float4, the workspace's y as uint4
     return cudaErrorInvalidValue;
@@ -471,15 +556,16 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   p.cbmax = L.cbmax, p.hbmax = L.hbmax, p.maxrows = L.maxrows, p.nseg = L.nseg, p.lanes = L.lanes, p.eps = s.eps;
   p.layers = layers_dev, p.hidden = buf.hidden, p.out = buf.out, p.si = buf.state_indices, p.timing = opt.timing, p.debug = opt.debug;
   p.inflight = std::clamp(opt.inflight, 1, L.ns);
-  auto up = [](size_t v) { return (v + 255) & ~size_t{255}; };
+  p.groups = opt.slot_groups == 2 || opt.slot_groups == 3 || opt.slot_groups == 4 ? opt.slot_groups : 1;
+  p.wrap_log2 = std::clamp(opt.flag_wrap_log2, 1, 20);
+  p.poll_ns = std::clamp(opt.poll_ns, 0, 1 << 20);
   auto* ws = static_cast<unsigned char*>(buf.workspace);
-  const size_t XD = static_cast<size_t>(p.XD), MM = kDataflowMaxRows;
-  size_t o = 0;
-  p.sync = reinterpret_cast<unsigned*>(ws + o), o += ws_sync_bytes(num_layers);
-  p.part = reinterpret_cast<float*>(ws + o), o += up(static_cast<size_t>(G) * MM * XD * 4);
-  p.fin = reinterpret_cast<float*>(ws + o), o += up(MM * XD * 4);
-  p.y = reinterpret_cast<__nv_bfloat16*>(ws + o), o += up(MM * static_cast<size_t>(p.I) * 2);
-  p.ssp = reinterpret_cast<float*>(ws + o);
+  const WsLayout W = ws_layout(s, static_cast<size_t>(G));
+  p.ctl = reinterpret_cast<unsigned*>(ws);
+  p.part = reinterpret_cast<uint64_t*>(ws + W.part), p.fin = reinterpret_cast<uint64_t*>(ws + W.fin);
+  p.y = reinterpret_cast<uint64_t*>(ws + W.y), p.hid = reinterpret_cast<uint64_t*>(ws + W.hid);
+  p.ssp = reinterpret_cast<uint64_t*>(ws + W.ssp);
+  p.ll_all = p.part, p.ll_words = (W.end - W.part) / sizeof(uint64_t);
   auto off = [](size_t v) { return static_cast<int>(v); };
   p.o_bar = off(L.o_bar), p.o_act = off(L.o_act), p.o_xo = off(L.o_xo), p.o_zo = off(L.o_zo), p.o_u = off(L.o_u);
   p.o_rp = off(L.o_rp), p.o_xp = off(L.o_xp), p.o_xd = off(L.o_xd), p.o_db = off(L.o_db), p.o_dt = off(L.o_dt);
@@ -489,10 +575,16 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   auto go = [&](auto kernel) { return cooperative_launch_per_sm(kernel, kThreads, L.smem, stream, p); };
   auto by_m = [&](auto ts) -> cudaError_t {
     using TS = decltype(ts);
-    if (M <= 1) return go(dataflow_kernel<TS, 1>);
-    if (M <= 2) return go(dataflow_kernel<TS, 2>);
-    if (M <= 4) return go(dataflow_kernel<TS, 4>);
-    return go(dataflow_kernel<TS, 8>);
+    if (p.timing) {
+      if (M <= 1) return go(dataflow_kernel<TS, 1, true>);
+      if (M <= 2) return go(dataflow_kernel<TS, 2, true>);
+      if (M <= 4) return go(dataflow_kernel<TS, 4, true>);
+      return go(dataflow_kernel<TS, 8, true>);
+    }
+    if (M <= 1) return go(dataflow_kernel<TS, 1, false>);
+    if (M <= 2) return go(dataflow_kernel<TS, 2, false>);
+    if (M <= 4) return go(dataflow_kernel<TS, 4, false>);
+    return go(dataflow_kernel<TS, 8, false>);
   };
   if (sd == DType::BF16) return by_m(__nv_bfloat16{});
   return by_m(float{});

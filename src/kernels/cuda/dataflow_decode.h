@@ -10,21 +10,26 @@
 // session-5 persistent kernel kept the op chain's split GEMMs and grid barriers and so never streamed ahead.)
 //
 // Work split (fixed for a given grid size, independent of the batch): block b owns channels [c0, c1) of d_inner
-// (pairs, spread evenly) and rows [h0, h1) of out_proj (spread evenly), so that between two grid syncs every block
-// streams about the same bytes (a sync waits for the slowest block). Per layer,
+// (pairs, spread evenly) and rows [h0, h1) of out_proj (spread evenly), so that between two exchanges every block
+// streams about the same bytes (an exchange waits for the slowest block). Per layer,
 // block b streams in_proj's x rows c0..c1 (full K), x_projᵀ rows c0..c1, in_proj's z rows, dt_proj rows c0..c1 and
 // out_proj rows h0..h1, and:
-//   1. after the previous layer (grid sync S3, or S0 before layer 0): residual rows + the sum of squares partials
-//      of every block -> RMSNorm -> bf16 xn [M, H] in shared memory;
+//   1. after the previous layer (exchange 3, or the input's before layer 0): every block's residual rows -> RMSNorm
+//      with the exchange warp's 1 / rms (from every block's sum of squares) -> bf16 xn [M, H] in shared memory;
 //   2. x = in_proj_x xn (own channels), causal conv update (own channels, state written back), u = SiLU(conv);
-//   3. x_proj partial sums over own channels -> global partials [G, M, R + 2N]; grid sync S1;
-//   4. z = in_proj_z xn (own channels) while S1 completes;
-//   5. reduce-scatter of the partials (every block sums a slice over the G blocks in block order) -> sync S1b ->
-//      every block reads xdbl [M, R + 2N]; dt = softplus(dt_proj bf16(dt_low) + dt_bias) (own channels);
+//   3. x_proj partial sums over own channels -> global partials [G, M, R + 2N] (exchange 0);
+//   4. z = in_proj_z xn (own channels), while every block's exchange warp sums its slice of the partials over the
+//      G blocks in block order (reduce-scatter) -> xdbl slice (exchange 1);
+//   5. every block reads xdbl [M, R + 2N]; dt = softplus(dt_proj bf16(dt_low) + dt_bias) (own channels);
 //   6. selective state update (own channels, fp32 math, state written back), y = (Σ state C + D u) SiLU(z) ->
-//      bf16 y to global (in the GEMV operand order, act_pos); grid sync S2;
+//      bf16 y to global (in the GEMV operand order, act_pos; exchange 2);
 //   7. out_proj rows h0..h1 over all of y (read into shared memory) -> hidden[h] += out[h] and the block's sum of
-//      squares of the new residual rows (the next layer's norm), or `out` for the last layer; grid sync S3.
+//      squares of the new residual rows (exchange 3: the next layer's norm), or `out` for the last layer.
+// The exchanges have no grid barrier: every published value is a 64-bit "LL" word {32 data bits, a flag naming
+// the launch, layer and exchange} (NCCL's low-latency protocol), and a reader re-reads a word until it carries the
+// flag it waits for (dataflow_common.cuh). On the H200 that took mamba-2.8b batch-1 decode from 412 to ~502
+// tokens/s (with the kernel templated on its benchmark timing, whose registers no longer weigh on the untimed
+// kernel; docs/benchmarks.md, session 13).
 // Every sum runs in a fixed order that depends on the shape and the grid size only, never on the batch: a row's
 // bits are the same alone or in any batch of up to kDataflowMaxRows rows (batch-invariant), and the same on every
 // run. They are not the op chain's bits (different summation order): tests compare within bf16 tolerance.
@@ -61,15 +66,20 @@ struct Mamba1DataflowBuffers {
   float* hidden = nullptr;
   float* out = nullptr;
   const int32_t* state_indices = nullptr;
-  void* workspace = nullptr;  ///< mamba1_dataflow_workspace bytes, zeroed once by the caller (left zeroed)
+  /// mamba1_dataflow_workspace bytes, zeroed once by the caller; the kernel keeps its exchange words and launch
+  /// generation there between launches, so one workspace serves one stream's launches (any shapes and batches in
+  /// turn), never two launches at once.
+  void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
 
-/// Benchmarks: timing [num_layers * 19 + 64 * 3] or nullptr. Per layer, block 0's %globaltimer (ns) at 11 points
+/// Benchmarks: timing [num_layers * 19 + 64 * 3 + grid * 10] or nullptr. Per layer, block 0's %globaltimer (ns) at 11 points
 /// (start, norm done, x rows done, S1 arrived, z rows done, S1 passed, xdbl read, dt done, S2 arrived, S2 passed,
 /// out rows done), the ns its first thread waited for ring slots in the x rows, z rows and out rows, the time y was
 /// loaded, clock64 at the layer's start and at its out rows' end, the times conv and x_proj were done; then, after
-/// all layers, warp 0's clock64 at take start / take end / give of layer 1's first 64 ring slots (num_layers >= 2).
+/// all layers, warp 0's clock64 at take start / take end / give of layer 1's first 64 ring slots (num_layers >= 2),
+/// then every block's %globaltimer at 10 points of layer 1 (start, norm done, x rows done, partials published,
+/// z rows done, reduce-scatter done, xdbl read, y published, y read, out rows done).
 struct Mamba1DataflowOptions {
   unsigned long long* timing = nullptr;
   /// Benchmarks only (wrong results): bit 1 skips the streamed GEMVs' arithmetic, bit 2 does it twice.
@@ -78,7 +88,17 @@ struct Mamba1DataflowOptions {
   /// best on the H200 (mamba-2.8b 35.6 us per layer vs 36.5-36.9 for 2, 3, 5: shorter memory queues for the
   /// latency-bound loads).
   int inflight = 1;
+  /// Groups of consumer warps that take the GEMV slots in turn (1, 2, 3 or 4; speed only, other bits).
+  int slot_groups = 3;
+  /// Tests only: launches per wrap of the exchange flags' generation bits, as a power of two (1 ... 20; the
+  /// wrap zeroes the workspace's exchange words, see dataflow_common.cuh).
+  int flag_wrap_log2 = 20;
+  /// Pause (ns) between two reads of another block's exchange word that has not arrived yet (speed only).
+  int poll_ns = 32;
 };
+
+/// Most layers of one launch (the exchange flags hold 4 per layer).
+constexpr int kMaxLayers = 1000;
 
 /// Largest batch of one launch (the shared memory may allow fewer: mamba1_dataflow_supported; the runner splits
 /// decode batches of up to 16 rows into launches of the most it takes).
@@ -89,7 +109,8 @@ constexpr int kDataflowMaxRows = 8;
 /// ring of at least 3 slots.
 bool mamba1_dataflow_supported(const Mamba1DecodeShape& s, int64_t M, DType state_dtype);
 
-/// Workspace bytes for num_layers layers (grid-sync counters, x_proj partials, xdbl, y, norm partials).
+/// Workspace bytes (launch generation, and the blocks' exchange words: x_proj partials, xdbl, y, residual rows and
+/// their sums of squares); num_layers does not change it.
 size_t mamba1_dataflow_workspace(const Mamba1DecodeShape& s, int num_layers);
 
 /// x_proj_t [I, XD] = x_projᵀ (x_proj [XD, I] bf16), on `stream`.

@@ -94,20 +94,24 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t
 /// pairs; the sum is ((a0 + b0) + (a1 + b1)) per (row, batch row), then the 12 warps' partials in warp order.
 /// Tile columns past the slot's rows and A rows past M read clamped rows and are ignored. Fixed order for a given
 /// K, independent of M and of the other rows' values: batch-invariant.
-template <int MT>
-__device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
+template <int MT, class RingT>
+__device__ void gemv(RingT& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
                      int tid) {
-  const int lane = tid & 31, warp = tid >> 5, M = p.M, g = lane >> 2, t = lane & 3;
-  const int chunks = (K + 31) / 32, cpw = (chunks + kConsumerWarps - 1) / kConsumerWarps;
+  const int lane = tid & 31, M = p.M, g = lane >> 2, t = lane & 3;
+  // p.groups groups of consumer warps take the slots in turn (group j % groups does slot j; the others only wait
+  // for it to land and give it back), so each warp's per-slot latency chain overlaps the other groups'.
+  const int gw = kConsumerWarps / p.groups, grp = (tid >> 5) / gw, warp = (tid >> 5) % gw;
+  const int chunks = (K + 31) / 32, cpw = (chunks + gw - 1) / gw;
   const int rps = p.slot / (K * 2);
   const int c0 = min(chunks, warp * cpw), c1 = min(chunks, c0 + cpw), cf = min(c1, K / 32);  // [c0, cf) whole
   const uint4* xg = reinterpret_cast<const uint4*>(xs + static_cast<size_t>(g < M ? g : 0) * K) + t;  // 16 B units
   const int K16 = K / 8;  // 16-byte units per row
-  for (int r0 = 0; r0 < rows; r0 += rps) {
+  for (int r0 = 0, j = 0; r0 < rows; r0 += rps, ++j) {
     const int nr = min(rps, rows - r0);
     const auto* sl = reinterpret_cast<const uint4*>(rg.take());
+    const bool mine = j % p.groups == grp;
     for (int rep = 0; rep < (p.debug & 2 ? 2 : 1); ++rep)
-    for (int rt = 0; rt < (p.debug & 1 ? 0 : nr); rt += 8) {
+    for (int rt = 0; rt < (p.debug & 1 || !mine ? 0 : nr); rt += 8) {
       const uint4* wg = sl + static_cast<size_t>(min(rt + g, nr - 1)) * K16 + t;
       float e0[4] = {}, e1[4] = {}, o0[4] = {}, o1[4] = {};  // even / odd chunks; rows g of *0, rows g + 8 of *1
       int c = c0;
@@ -143,7 +147,7 @@ __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16
     const int m = e / rows, r = e % rows;
     const float* q = rp + (m * p.maxrows + r) * kConsumerWarps;
     float s = 0.0f;
-    for (int w = 0; w < kConsumerWarps; ++w)
+    for (int w = 0; w < gw; ++w)
       if (w * cpw < chunks) s += q[w];
     res[m * ldr + r] = s;
   }
