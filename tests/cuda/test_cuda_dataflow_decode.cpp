@@ -263,7 +263,8 @@ using namespace cudatest;
 
 /// Benchmark (run with --gtest_also_run_disabled_tests): 64 mamba-2.8b-shape layers (8 random weight sets used in
 /// turn, 660 MB, so every layer streams from HBM) at M = 1, 2, 4: µs per layer of the whole launch (CUDA events,
-/// median of 5), and block 0's phase times (median over the layers).
+/// median of 5), then one timed launch: every block's phase times (median over layers and blocks) and how far the
+/// slowest block lags at each phase's end. Env: SSMSERVE_DATAFLOW_{DEBUG,INFLIGHT,GROUPS,POLL_NS} (options).
 TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
   REQUIRE_GPU();
   std::mt19937 rng(3);
@@ -290,7 +291,7 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
     for (int l = 0; l < nl; ++l) host.push_back(df.host[l % sets]);
     DeviceBuffer dev(host.size() * sizeof(cuda::Mamba1DataflowLayer));
     dev.upload(host.data(), dev.bytes());
-    DeviceBuffer ws(cuda::mamba1_dataflow_workspace(sh, nl)), timing((nl * 19 + 64 * 3 + sms * 10) * 8);
+    DeviceBuffer ws(cuda::mamba1_dataflow_workspace(sh, nl)), timing(static_cast<size_t>(nl) * sms * cuda::kDataflowTimePoints * 8);
     timing.fill_bytes(0);
     ws.fill_bytes(0);
     const cuda::Mamba1DataflowBuffers buf{r.hidden.as<float>(), r.out.as<float>(), r.si.as<int32_t>(), ws.data(),
@@ -315,65 +316,33 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
     std::sort(us.begin(), us.end());
     launch(static_cast<unsigned long long*>(timing.data()));
     SSM_CUDA_CHECK(cudaStreamSynchronize(s));
-    constexpr int kP = 19, kB = 11;
-    const auto t = to_host<unsigned long long>(timing, nl * kP);
-    const char* names[kB] = {"params + residual wait + norm", "x rows", "conv + x_proj partials", "z rows",
-                             "reduce-scatter (partials wait)", "xdbl wait", "dt", "scan + y publish", "-",
-                             "y wait + out rows", "publish residual"};
-    std::printf("dataflow M=%d: %.2f us per layer (median of 5; 82 MB of weights = 19.3 us at 4.25 TB/s)\n", M,
-                us[us.size() / 2]);
+    constexpr int kP = cuda::kDataflowTimePoints;
+    const auto t = to_host<unsigned long long>(timing, static_cast<size_t>(nl) * sms * kP);
+    auto at = [&](int l, int b, int k) { return t[(static_cast<size_t>(l) * sms + b) * kP + k]; };
+    std::printf("dataflow M=%d: %.2f us per layer (median of 5 untimed launches; 82 MB of weights = 19.3 us at 4.25 "
+                "TB/s)\n", M, us[us.size() / 2]);
     auto median = [](std::vector<double> d) {
       std::sort(d.begin(), d.end());
       return d[d.size() / 2];
     };
-    for (int k = 0; k < kB; ++k) {
-      std::vector<double> d;
+    const char* names[kP] = {"norm (residual + 1/rms wait)", "x rows", "conv", "x_proj partials", "z rows",
+                             "xdbl wait + read", "dt", "scan + y publish", "y wait + read", "out rows",
+                             "residual publish", "to the next layer's start"};
+    std::printf("  timed launch, layers 1..%d, every block: phase median (us) | median over layers of the slowest "
+                "block's lag behind the median block at the phase's end (us)\n", nl - 2);
+    for (int k = 0; k < kP; ++k) {
+      std::vector<double> d, lag;
       for (int l = 1; l + 1 < nl; ++l) {
-        const unsigned long long a = t[l * kP + k], b = k + 1 < kB ? t[l * kP + k + 1] : t[(l + 1) * kP];
-        d.push_back(static_cast<double>(b - a) / 1000.0);
+        std::vector<double> ends;
+        for (int b = 0; b < sms; ++b) {
+          const unsigned long long a = at(l, b, k), e = k + 1 < kP ? at(l, b, k + 1) : at(l + 1, b, 0);
+          d.push_back(static_cast<double>(e - a) / 1000.0);
+          ends.push_back(static_cast<double>(e) / 1000.0);
+        }
+        std::sort(ends.begin(), ends.end());
+        lag.push_back(ends.back() - ends[ends.size() / 2]);
       }
-      std::printf("  %-28s %.2f us\n", names[k], median(d));
-    }
-    const char* waits[3] = {"x rows", "z rows", "out rows"};
-    for (int k = 0; k < 3; ++k) {
-      std::vector<double> d;
-      for (int l = 1; l + 1 < nl; ++l) d.push_back(static_cast<double>(t[l * kP + kB + k]) / 1000.0);
-      std::printf("  waited for slots in %-9s %.2f us\n", waits[k], median(d));
-    }
-    std::vector<double> yl;
-    for (int l = 1; l + 1 < nl; ++l) yl.push_back(static_cast<double>(t[l * kP + 14] - t[l * kP + 9]) / 1000.0);
-    std::printf("  y wait + load                %.2f us\n", median(yl));
-    std::vector<double> ghz, conv, xp;
-    for (int l = 1; l + 1 < nl; ++l) {
-      ghz.push_back(static_cast<double>(t[l * kP + 16] - t[l * kP + 15]) / static_cast<double>(t[l * kP + 10] - t[l * kP]));
-      conv.push_back(static_cast<double>(t[l * kP + 17] - t[l * kP + 2]) / 1000.0);
-      xp.push_back(static_cast<double>(t[l * kP + 18] - t[l * kP + 17]) / 1000.0);
-    }
-    std::printf("  SM clock %.3f GHz; conv (from x rows done) %.2f us, x_proj %.2f us\n", median(ghz), median(conv), median(xp));
-    {  // layer 1, block 0, warp 0: every slot's take start / take end / give (clock64), relative to the first
-      const auto tr = to_host<unsigned long long>(timing, nl * kP + 64 * 3);
-      const unsigned long long* q = tr.data() + nl * kP;
-      std::printf("  layer-1 slots (cycles from the first take: wait-start wait-end give):");
-      for (int i = 0; i < 64 && q[3 * i] != 0; ++i)
-        std::printf(" [%lld %lld %lld]", static_cast<long long>(q[3 * i] - q[0]), static_cast<long long>(q[3 * i + 1] - q[0]),
-                    static_cast<long long>(q[3 * i + 2] - q[0]));
-      std::printf("\n");
-    }
-    {  // layer 1's points on every block: min / median / max over the blocks, µs after the earliest layer start
-      const auto all = to_host<unsigned long long>(timing, nl * kP + 64 * 3 + sms * 10);
-      const unsigned long long* q = all.data() + nl * kP + 64 * 3;
-      unsigned long long t0 = q[0];
-      for (int b = 0; b < sms; ++b) t0 = std::min(t0, q[b * 10]);
-      const char* pts[10] = {"start", "norm", "x rows", "partials", "z rows", "reduce-scatter", "xdbl", "y published",
-                             "y read", "out rows"};
-      std::printf("  layer 1 on all %d blocks (us from the first start: min / median / max, slowest block):\n", sms);
-      for (int k = 0; k < 10; ++k) {
-        std::vector<std::pair<double, int>> d;
-        for (int b = 0; b < sms; ++b) d.push_back({static_cast<double>(q[b * 10 + k] - t0) / 1000.0, b});
-        std::sort(d.begin(), d.end());
-        std::printf("    %-15s %7.2f %7.2f %7.2f  b%d\n", pts[k], d.front().first, d[d.size() / 2].first, d.back().first,
-                    d.back().second);
-      }
+      std::printf("  %-30s %6.2f | %5.2f\n", names[k], median(d), median(lag));
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

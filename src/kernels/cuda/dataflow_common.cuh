@@ -22,9 +22,7 @@ constexpr int kMaxSlots = 12;
 constexpr int kMinSlots = 3;
 constexpr int kSlotTarget = 40960;  // bytes: 8 in_proj rows or 4 out_proj rows of mamba-2.8b
 constexpr size_t kSmemLimit = 227 * 1024;
-constexpr int kTimePoints = 19;  // 11 phase boundaries, 3 gemv wait sums, y loaded, 2 clock64, conv, x_proj
-constexpr int kTraceSlots = 64;  // layer 1's first slots traced after the time points
-constexpr int kSkewPoints = 10;  // then layer 1's time points of every block
+constexpr int kTimePoints = kDataflowTimePoints;  // benchmarks: per layer and block
 constexpr int kMaxGrid = 160;  // blocks (SMs) the cross-block sums take
 
 /// Block b's channels [c0, c1) (pairs: 4-byte aligned bf16 state slices) and out_proj rows [h0, h1): every phase

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     }
     return;
   }
-  Ring<kTimed> rg{full, empty, ring, p.ns, p.slot};
+  Ring rg{full, empty, ring, p.ns, p.slot};
   auto* act = reinterpret_cast<__nv_bfloat16*>(smem + p.o_act);  // xn [M, H] or y [M, I]
   auto* xo = reinterpret_cast<float*>(smem + p.o_xo);              // [M, cbmax] in_proj x rows
   auto* zo = reinterpret_cast<float*>(smem + p.o_zo);              // [M, cbmax] in_proj z rows
@@ -128,7 +128,12 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
   auto* Ds = reinterpret_cast<float*>(smem + p.o_D);               // [cbmax]
   auto* cst = reinterpret_cast<TS*>(smem + p.o_cst);               // [M, W - 1, cbmax]
   auto* sst = reinterpret_cast<TS*>(smem + p.o_sst);               // [M, cbmax, N]
-  const bool timed = kTimed && p.timing && b == 0 && tid == 0;
+  // Benchmarks (kTimed): every block's %globaltimer at kTimePoints points of every layer; p.timing is a kernel
+  // parameter and l, b are live anyway, so a point costs no register.
+  auto mark = [&](int l, int k) {
+    if constexpr (kTimed)
+      if (tid == 0) p.timing[(static_cast<size_t>(l) * G + b) * kTimePoints + k] = now_ns();
+  };
   const int S = Wd - 1;
 
   // Layer 0's residual is the input: the block's rows and their sum of squares, published as exchange (-1, 3).
@@ -140,13 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
   publish_residual(p, res_s, h0, HB, flag(-1, 3), tid);
 
   for (int l = 0; l < p.L; ++l) {
-    unsigned long long* tm = timed ? p.timing + static_cast<size_t>(l) * kTimePoints : nullptr;
-    // Layer 1's time points of every block (benchmarks: the skew between blocks at each exchange).
-    unsigned long long* sk = kTimed && p.timing && l == 1 && tid == 0
-                                 ? p.timing + static_cast<size_t>(p.L) * kTimePoints + 3 * kTraceSlots + b * kSkewPoints
-                                 : nullptr;
-    if (tm) tm[0] = now_ns(), tm[15] = clock64();
-    if (sk) sk[0] = now_ns();
+    mark(l, 0);
     const Mamba1DecodeLayer& Lw = p.layers[l].w;
     // A. The layer's per-channel parameters and the rows' states of the own channels into shared memory.
     if (CB > 0) {
@@ -219,15 +218,11 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       }
       cbar();
     }
-    if (tm) tm[1] = now_ns();
-    if (sk) sk[1] = now_ns();
+    mark(l, 1);
 
     // C. x rows of in_proj (own channels).
-    if (tm) tm[11] = tm[12] = tm[13] = 0, rg.wait = tm + 11;
-    if (tm && l == 1) rg.trace = p.timing + static_cast<size_t>(p.L) * kTimePoints, rg.trace_left = kTraceSlots;
     gemv<MT>(rg, p, CB, H, act, rp, xo, p.cbmax, tid);
-    if (tm) tm[2] = now_ns();
-    if (sk) sk[2] = now_ns();
+    mark(l, 2);
 
     // D. Causal conv update of the own channels (state shifted in shared memory, written back), u = SiLU(conv).
     asm volatile("cp.async.wait_all;" ::: "memory");
@@ -240,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       us[m * p.cbmax + c] = u;
     }
     cbar();
-    if (tm) tm[17] = now_ns();
+    mark(l, 3);
 
     // E. x_proj partial sums over the own channels (bf16 u, as the op chain's x_proj input) -> part[b] (exchange 0).
     {
@@ -272,9 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       for (int e = tid; e < E; e += kConsumers)
         ll_st(p.part + static_cast<size_t>(b) * E + e,
               __float_as_uint((xq[e] + xq[E + e]) + (xq[2 * E + e] + xq[3 * E + e])), f0);
-      if (tm) tm[18] = now_ns();
-      if (tm) tm[3] = now_ns();
-      if (sk) sk[3] = now_ns();
+      mark(l, 4);
     }
     // The shifted conv windows back to the state pool (own channels; read again only by the next launch).
     if (CB > 0) {
@@ -289,19 +282,14 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     }
 
     // F. z rows of in_proj (own channels), while the other blocks' partials arrive.
-    if (tm) rg.wait = tm + 12;
     gemv<MT>(rg, p, CB, H, act, rp, zo, p.cbmax, tid);
-    rg.wait = nullptr;
-    if (tm) tm[4] = now_ns();
-    if (sk) sk[4] = now_ns();
+    mark(l, 5);
 
     // G. All of xdbl from fin (exchange 1: the blocks' reduce-scatter warps sum each element over the blocks'
     //    partials in block order as they arrive, while the consumers stream the z rows).
     {
       const int E = M * XD;
       const uint32_t f1 = flag(l, 1);
-      if (tm) tm[5] = now_ns();
-      if (sk) sk[5] = now_ns();
       ll_gather(p.fin, E, f1, p.poll_ns, tid, [&](int e, uint32_t d) {
         const float v = __uint_as_float(d);
         xd[e] = v;
@@ -310,8 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       });
       cbar();
     }
-    if (tm) tm[6] = now_ns();
-    if (sk) sk[6] = now_ns();
+    mark(l, 6);
 
     // H. dt = softplus(dt_proj bf16(dt_low) + dt_bias) for the own channels: 4 lanes per channel (units
     //    gl, gl + 4, ... in order, then a 2-level xor sum), 8 channels per warp at once.
@@ -338,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
       }
       cbar();
     }
-    if (tm) tm[7] = now_ns();
+    mark(l, 7);
 
     // I. Selective state update of the own channels, y = (Σ state C + D u) SiLU(z) -> y (exchange 2: bf16 pairs in
     //    out_proj's operand order); states back.
@@ -366,8 +353,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
         const __nv_bfloat162 v2 = __floats2bfloat162_rn(xo[m * p.cbmax + c], xo[m * p.cbmax + c + 1]);
         ll_st(p.y + (static_cast<size_t>(m) * I + act_pos(c0 + c)) / 2, *reinterpret_cast<const uint32_t*>(&v2), f2);
       }
-      if (tm) tm[8] = now_ns();
-      if (sk) sk[7] = now_ns();
+      mark(l, 8);
       if (CB > 0) {  // the updated states back to the pool (as the conv windows)
         TS* sg = static_cast<TS*>(Lw.ssm_states.data);
         for (int m = 0; m < M; ++m) {
@@ -380,7 +366,6 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     }
 
     // J. All of y into shared memory.
-    if (tm) tm[9] = now_ns();
     {
       auto* act32 = reinterpret_cast<uint32_t*>(act);
       ll_gather(p.y, M * I / 2, flag(l, 2), p.poll_ns, tid, [&](int i, uint32_t d) { act32[i] = d; });
@@ -388,10 +373,8 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     }
 
     // K. out_proj rows h0..h1: the next layer's residual rows and their sum of squares (exchange 3), or `out`.
-    if (tm) tm[14] = now_ns(), rg.wait = tm + 13;
-    if (sk) sk[8] = now_ns();
+    mark(l, 9);
     gemv<MT>(rg, p, HB, I, act, rp, os, p.hbmax, tid);
-    rg.wait = nullptr, rg.trace = nullptr;
     const bool last = l + 1 == p.L;
     for (int e = tid; e < M * HB; e += kConsumers) {
       const int m = e / HB, r = e % HB;
@@ -404,12 +387,12 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
         __stcg(p.hidden + gi, v);
       }
     }
-    if (tm) tm[10] = now_ns(), tm[16] = clock64();
-    if (sk) sk[9] = now_ns();
+    mark(l, 10);
     if (!last) {
       cbar();
       publish_residual(p, res_s, h0, HB, flag(l, 3), tid);
     }
+    mark(l, 11);
   }
   // The last block past its last read starts the next generation (new flags for the next launch); when the flags'
   // generation bits wrap, it first zeroes every LL word so that no word left from 2^wrap_log2 launches ago passes.

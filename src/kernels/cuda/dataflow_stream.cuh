@@ -94,8 +94,8 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t
 /// pairs; the sum is ((a0 + b0) + (a1 + b1)) per (row, batch row), then the 12 warps' partials in warp order.
 /// Tile columns past the slot's rows and A rows past M read clamped rows and are ignored. Fixed order for a given
 /// K, independent of M and of the other rows' values: batch-invariant.
-template <int MT, class RingT>
-__device__ void gemv(RingT& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
+template <int MT>
+__device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
                      int tid) {
   const int lane = tid & 31, M = p.M, g = lane >> 2, t = lane & 3;
   // p.groups groups of consumer warps take the slots in turn (group j % groups does slot j; the others only wait

@@ -48,34 +48,19 @@ __device__ __forceinline__ unsigned long long now_ns() {
   return t;
 }
 
-/// The consumers' position in the ring (every consumer warp takes and gives back every slot). kTimed: benchmarks'
-/// wait sums and slot trace (off: those members are never read, so they cost no registers).
-template <bool kTimed>
+/// The consumers' position in the ring (every consumer warp takes and gives back every slot).
 struct Ring {
   uint64_t* full;
   uint64_t* empty;
   unsigned char* base;
   int ns, slot, s = 0;
   uint32_t phase = 0;                // parity of the slot's current fill
-  unsigned long long* wait = nullptr;  // benchmarks: ns spent waiting for slots added here
-  unsigned long long* trace = nullptr;  // benchmarks: clock64 at take start, take end, give of each slot
-  int trace_left = 0;                    // slots still to trace (kTraceSlots at most)
   __device__ __forceinline__ const unsigned char* take() {
-    if constexpr (kTimed) {
-      const unsigned long long t0 = wait ? now_ns() : 0;
-      if (trace && trace_left > 0) trace[0] = clock64();
-      mbar_wait(saddr(full + s), phase);
-      if (trace && trace_left > 0) trace[1] = clock64();
-      if (wait) *wait += now_ns() - t0;
-    } else {
-      mbar_wait(saddr(full + s), phase);
-    }
+    mbar_wait(saddr(full + s), phase);
     return base + static_cast<size_t>(s) * slot;
   }
   __device__ __forceinline__ void give(int lane) {
     __syncwarp();
-    if constexpr (kTimed)
-      if (trace && trace_left > 0) trace[2] = clock64(), trace += 3, --trace_left;
     if (lane == 0) mbar_arrive(saddr(empty + s));
     if (++s == ns) s = 0, phase ^= 1u;
   }
