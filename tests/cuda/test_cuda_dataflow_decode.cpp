@@ -169,7 +169,7 @@ TEST(CudaDataflowDecode, MatchesOpChainAndIsDeterministic) {
           auto rg = pc.fresh();
           Dataflow dg(pc, rg, s);
           cuda::Mamba1DataflowOptions o;
-          o.slot_groups = groups;
+          o.slot_groups = o.slot_groups_out = groups;
           SSM_CUDA_CHECK(dg.launch(pc, rg, s, o));
           SSM_CUDA_CHECK(cudaStreamSynchronize(s));
           const auto [g2, gmax] = rel_err(floats(pc, rg), want);
@@ -264,7 +264,8 @@ using namespace cudatest;
 /// Benchmark (run with --gtest_also_run_disabled_tests): 64 mamba-2.8b-shape layers (8 random weight sets used in
 /// turn, 660 MB, so every layer streams from HBM) at M = 1, 2, 4: µs per layer of the whole launch (CUDA events,
 /// median of 5), then one timed launch: every block's phase times (median over layers and blocks) and how far the
-/// slowest block lags at each phase's end. Env: SSMSERVE_DATAFLOW_{DEBUG,INFLIGHT,GROUPS,POLL_NS} (options).
+/// slowest block lags at each phase's end. Env: SSMSERVE_DATAFLOW_{DEBUG,INFLIGHT,GROUPS,GROUPS_OUT,POLL_NS}
+/// (options), SSMSERVE_DATAFLOW_ONLY_M1.
 TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
   REQUIRE_GPU();
   std::mt19937 rng(3);
@@ -278,12 +279,15 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
   const int inflight = inf ? std::atoi(inf) : cuda::Mamba1DataflowOptions{}.inflight;
   const char* sg = std::getenv("SSMSERVE_DATAFLOW_GROUPS");
   const int groups = sg ? std::atoi(sg) : cuda::Mamba1DataflowOptions{}.slot_groups;
+  const char* sgo = std::getenv("SSMSERVE_DATAFLOW_GROUPS_OUT");
+  const int groups_out = sgo ? std::atoi(sgo) : cuda::Mamba1DataflowOptions{}.slot_groups_out;
   const char* pn = std::getenv("SSMSERVE_DATAFLOW_POLL_NS");
   const int poll_ns = pn ? std::atoi(pn) : cuda::Mamba1DataflowOptions{}.poll_ns;
   int sms = 0;
   SSM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const bool only_m1 = std::getenv("SSMSERVE_DATAFLOW_ONLY_M1") != nullptr;
   for (int M : {1, 2, 4}) {
-    if ((debug & 3) && M > 1) break;
+    if (((debug & 3) || only_m1) && M > 1) break;
     Mamba1DecodeCase pc(rng, sh, sets, M, DType::F32);
     auto r = pc.fresh();
     Dataflow df(pc, r, s);
@@ -298,7 +302,7 @@ TEST(CudaDataflowDecode, DISABLED_PhaseTimes) {
                                           ws.bytes()};
     auto launch = [&](unsigned long long* t) {
       SSM_CUDA_CHECK(cuda::mamba1_dataflow_decode(sh, host.data(), static_cast<const cuda::Mamba1DataflowLayer*>(dev.data()),
-                                                  nl, M, buf, {t, debug, inflight, groups, 20, poll_ns}, s));
+                                                  nl, M, buf, {t, debug, inflight, groups, groups_out, 20, poll_ns}, s));
     };
     cudaEvent_t e0, e1;
     SSM_CUDA_CHECK(cudaEventCreate(&e0));

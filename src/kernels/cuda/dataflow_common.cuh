@@ -59,7 +59,7 @@ struct KP {
   int wrap_log2;     // the generation's bits in a flag (the rest: layer and exchange)
   int poll_ns;       // pause between two reads of an LL word that is not there yet
   unsigned long long* timing;
-  int debug, inflight, groups;
+  int debug, inflight, groups, groups_out;
   // shared memory offsets (bytes)
   int o_bar, o_act, o_xo, o_zo, o_u, o_rp, o_xp, o_xd, o_db, o_dt, o_res, o_os, o_inv, o_A, o_cw, o_cb, o_dtb, o_D,
       o_cst, o_sst, o_ring;

@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     mark(l, 1);
 
     // C. x rows of in_proj (own channels).
-    gemv<MT>(rg, p, CB, H, act, rp, xo, p.cbmax, tid);
+    gemv<MT>(rg, p, CB, H, act, rp, xo, p.cbmax, p.groups, tid);
     mark(l, 2);
 
     // D. Causal conv update of the own channels (state shifted in shared memory, written back), u = SiLU(conv).
@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
     }
 
     // F. z rows of in_proj (own channels), while the other blocks' partials arrive.
-    gemv<MT>(rg, p, CB, H, act, rp, zo, p.cbmax, tid);
+    gemv<MT>(rg, p, CB, H, act, rp, zo, p.cbmax, p.groups, tid);
     mark(l, 5);
 
     // G. All of xdbl from fin (exchange 1: the blocks' reduce-scatter warps sum each element over the blocks'
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1) dataflow_kernel(const __grid_cons
 
     // K. out_proj rows h0..h1: the next layer's residual rows and their sum of squares (exchange 3), or `out`.
     mark(l, 9);
-    gemv<MT>(rg, p, HB, I, act, rp, os, p.hbmax, tid);
+    gemv<MT>(rg, p, HB, I, act, rp, os, p.hbmax, p.groups_out, tid);
     const bool last = l + 1 == p.L;
     for (int e = tid; e < M * HB; e += kConsumers) {
       const int m = e / HB, r = e % HB;
@@ -539,7 +539,8 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   p.cbmax = L.cbmax, p.hbmax = L.hbmax, p.maxrows = L.maxrows, p.nseg = L.nseg, p.lanes = L.lanes, p.eps = s.eps;
   p.layers = layers_dev, p.hidden = buf.hidden, p.out = buf.out, p.si = buf.state_indices, p.timing = opt.timing, p.debug = opt.debug;
   p.inflight = std::clamp(opt.inflight, 1, L.ns);
-  p.groups = opt.slot_groups == 2 || opt.slot_groups == 3 || opt.slot_groups == 4 ? opt.slot_groups : 1;
+  auto groups = [](int g) { return g == 2 || g == 3 || g == 4 ? g : 1; };
+  p.groups = groups(opt.slot_groups), p.groups_out = groups(opt.slot_groups_out);
   p.wrap_log2 = std::clamp(opt.flag_wrap_log2, 1, 20);
   p.poll_ns = std::clamp(opt.poll_ns, 0, 1 << 20);
   auto* ws = static_cast<unsigned char*>(buf.workspace);

@@ -96,20 +96,21 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t
 /// K, independent of M and of the other rows' values: batch-invariant.
 template <int MT>
 __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
-                     int tid) {
+                     int ng, int tid) {
   const int lane = tid & 31, M = p.M, g = lane >> 2, t = lane & 3;
-  // p.groups groups of consumer warps take the slots in turn (group j % groups does slot j; the others only wait
-  // for it to land and give it back), so each warp's per-slot latency chain overlaps the other groups'.
-  const int gw = kConsumerWarps / p.groups, grp = (tid >> 5) / gw, warp = (tid >> 5) % gw;
+  // ng groups of consumer warps take the slots in turn (group j % ng does slot j; the others only wait for it to
+  // land and give it back), so each warp's per-slot latency chain overlaps the other groups'.
+  const int gw = kConsumerWarps / ng, grp = (tid >> 5) / gw, warp = (tid >> 5) % gw;
   const int chunks = (K + 31) / 32, cpw = (chunks + gw - 1) / gw;
   const int rps = p.slot / (K * 2);
   const int c0 = min(chunks, warp * cpw), c1 = min(chunks, c0 + cpw), cf = min(c1, K / 32);  // [c0, cf) whole
   const uint4* xg = reinterpret_cast<const uint4*>(xs + static_cast<size_t>(g < M ? g : 0) * K) + t;  // 16 B units
+  const bool xon = g < M;  // A rows >= M stay zero: their outputs are never read
   const int K16 = K / 8;  // 16-byte units per row
   for (int r0 = 0, j = 0; r0 < rows; r0 += rps, ++j) {
     const int nr = min(rps, rows - r0);
     const auto* sl = reinterpret_cast<const uint4*>(rg.take());
-    const bool mine = j % p.groups == grp;
+    const bool mine = j % ng == grp;
     for (int rep = 0; rep < (p.debug & 2 ? 2 : 1); ++rep)
     for (int rt = 0; rt < (p.debug & 1 || !mine ? 0 : nr); rt += 8) {
       const uint4* wg = sl + static_cast<size_t>(min(rt + g, nr - 1)) * K16 + t;
@@ -117,7 +118,9 @@ __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16
       int c = c0;
 #pragma unroll 1
       for (; c + 1 < cf; c += 2) {
-        const uint4 w0 = wg[4 * c], x0 = xg[4 * c], w1 = wg[4 * c + 4], x1 = xg[4 * c + 4];
+        const uint4 w0 = wg[4 * c], w1 = wg[4 * c + 4];
+        uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
+        if (xon) x0 = xg[4 * c], x1 = xg[4 * c + 4];  // lanes of batch rows >= M skip (their quarter-warps too)
         mma16816(e0, x0, w0.x, w0.y);
         mma16816(e1, x0, w0.z, w0.w);
         mma16816(o0, x1, w1.x, w1.y);
@@ -127,7 +130,7 @@ __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16
       for (; c < c1; ++c) {  // the last chunks: at most one whole and one cut at K
         const bool on = c < cf || 32 * c + 8 * t < K;
         const uint4 zero = make_uint4(0, 0, 0, 0);
-        const uint4 w0 = on ? wg[4 * c] : zero, x0 = on ? xg[4 * c] : zero;
+        const uint4 w0 = on ? wg[4 * c] : zero, x0 = on && xon ? xg[4 * c] : zero;
         mma16816(e0, x0, w0.x, w0.y);
         mma16816(e1, x0, w0.z, w0.w);
       }
