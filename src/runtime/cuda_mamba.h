@@ -44,8 +44,8 @@ struct CudaModelOptions {
   /// kernel (kernels/cuda/dataflow_decode.h: the whole stack in one launch per group of rows, weights streamed
   /// through shared memory). Batch-invariant (a row's bits are the same in any decode batch up to 16), not the op
   /// chain's bits (another summation order; within bf16 tolerance, tested). Off by default: on the H200 it is
-  /// faster at batch 1 (mamba-2.8b 500.6 vs 396.0 tokens/s, mamba-1.4b 730.6 vs 634.2, mamba-130m 2,484 vs 2,008)
-  /// but slower from batch 4 (mamba-2.8b 1,243 vs 1,396; batch 16 1,287 vs 3,621), and switching kernels by batch
+  /// faster at batch 1 (mamba-2.8b 510.1 vs 396.7 tokens/s, mamba-1.4b 750.2 vs 633.1, mamba-130m 2,480 vs 1,989)
+  /// but slower from batch 4 (mamba-2.8b 1,248 vs 1,402; batch 16 1,287 vs 3,621), and switching kernels by batch
   /// size would make a request's bits depend on its batch; docs/benchmarks.md, session 13.
   bool dataflow_decode = false;
   /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) with in_proj cut in two

@@ -29,7 +29,7 @@
 // the launch, layer and exchange} (NCCL's low-latency protocol), and a reader re-reads a word until it carries the
 // flag it waits for (dataflow_common.cuh). On the H200 that took mamba-2.8b batch-1 decode from 412 to ~502
 // tokens/s (with the kernel templated on its benchmark timing, whose registers no longer weigh on the untimed
-// kernel; docs/benchmarks.md, session 13).
+// kernel), 510 with the GEMV's x loads limited to the batch's rows (docs/benchmarks.md, session 13).
 // Every sum runs in a fixed order that depends on the shape and the grid size only, never on the batch: a row's
 // bits are the same alone or in any batch of up to kDataflowMaxRows rows (batch-invariant), and the same on every
 // run. They are not the op chain's bits (different summation order): tests compare within bf16 tolerance.
