@@ -1,6 +1,7 @@
 // Owns what the dataflow Mamba-1 decode kernel's parts share (dataflow_decode.h): the block's thread layout
 // (consumer warps + one producer warp), the shared-memory ring's limits, the block's work split (Part), the kernel
-// parameters (KP), and the consumers' copy, barrier and grid-sync helpers. Included by dataflow_decode.cu only.
+// parameters (KP), the consumers' copy and barrier helpers, and the LL words the blocks exchange values in.
+// Included by dataflow_decode.cu only.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -26,7 +27,7 @@ constexpr int kTimePoints = kDataflowTimePoints;  // benchmarks: per layer and b
 constexpr int kMaxGrid = 160;  // blocks (SMs) the cross-block sums take
 
 /// Block b's channels [c0, c1) (pairs: 4-byte aligned bf16 state slices) and out_proj rows [h0, h1): every phase
-/// between two grid syncs streams about the same bytes on every block (the syncs wait for the slowest).
+/// between two exchanges streams about the same bytes on every block (an exchange waits for the slowest).
 struct Part {
   int c0, c1, h0, h1;
 };
@@ -85,11 +86,6 @@ __device__ __forceinline__ void st_bytes(void* dst, const void* src, int bytes, 
     *reinterpret_cast<uint32_t*>(static_cast<char*>(dst) + o) = *reinterpret_cast<const uint32_t*>(static_cast<const char*>(src) + o);
 }
 __device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 // ---- LL exchanges between the blocks ---------------------------------------------------------------------------
 // A block publishes a value as one 64-bit word {data, flag} (NCCL's "LL" protocol): a 64-bit store is single-copy
 // atomic, so a reader that sees the flag it waits for also sees the data, with no fence, counter or grid barrier
