@@ -465,7 +465,7 @@ bool CudaMambaModel::dataflow_mixer(int layer, const StepMeta& dm, int64_t T) {
   // Launches of up to `per` rows: the most the kernel takes for this shape (a row's bits do not depend on it).
   int per = kDataflowMaxRows;
   while (per > 0 && !mamba1_dataflow_supported(sh, per, ss.dtype)) --per;
-  if (per == 0 || T > 2 * kDataflowMaxRows) return false;
+  if (per == 0 || T > 2 * kDataflowMaxRows || cfg_.num_hidden_layers > kDataflowMaxLayers) return false;
   if (layer > 0) return true;  // layer 0 ran the whole stack
   const int nl = cfg_.num_hidden_layers;
   const int64_t H = cfg_.hidden_size, I = m_.d_inner, XD = m_.dt_rank + 2LL * m_.d_state;

@@ -248,6 +248,11 @@ TEST(CudaDataflowDecode, RefusesWhatItDoesNotTake) {
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::mamba1_dataflow_decode(sh, df.host.data(), static_cast<const cuda::Mamba1DataflowLayer*>(df.dev.data()),
                                          1, 1, odd, {}, stream.get()));
+  const cuda::Mamba1DataflowBuffers good{r.hidden.as<float>(), r.out.as<float>(), r.si.as<int32_t>(), df.ws.data(),
+                                         df.ws.bytes()};
+  EXPECT_EQ(cudaErrorInvalidValue,  // more layers than the exchange flags hold (checked before any layer is read)
+            cuda::mamba1_dataflow_decode(sh, df.host.data(), static_cast<const cuda::Mamba1DataflowLayer*>(df.dev.data()),
+                                         cuda::kDataflowMaxLayers + 1, 1, good, {}, stream.get()));
   const cuda::Mamba1DataflowBuffers small{r.hidden.as<float>(), r.out.as<float>(), r.si.as<int32_t>(), df.ws.data(), 16};
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::mamba1_dataflow_decode(sh, df.host.data(), static_cast<const cuda::Mamba1DataflowLayer*>(df.dev.data()),

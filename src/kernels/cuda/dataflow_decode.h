@@ -99,7 +99,7 @@ struct Mamba1DataflowOptions {
 };
 
 /// Most layers of one launch (the exchange flags hold 4 per layer).
-constexpr int kMaxLayers = 1000;
+constexpr int kDataflowMaxLayers = 1000;
 
 /// Largest batch of one launch (the shared memory may allow fewer: mamba1_dataflow_supported; the runner splits
 /// decode batches of up to 16 rows into launches of the most it takes).
