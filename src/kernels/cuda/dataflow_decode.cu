@@ -516,7 +516,7 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   auto a16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
   if (num_layers < 1 || num_layers > kDataflowMaxLayers || !layers_host || !layers_dev || !buf.hidden || !buf.out || !buf.state_indices ||
       !buf.workspace || buf.workspace_bytes < mamba1_dataflow_workspace(s, num_layers) || !a16(buf.hidden) ||
-      !a16(buf.workspace))  // hidden is read as float4, the workspace's y as uint4
+      !a16(buf.workspace))  // the workspace's LL words are read in 16-byte pairs
     return cudaErrorInvalidValue;
   const DType sd = layers_host[0].w.ssm_states.dtype;
   if (!mamba1_dataflow_supported(s, M, sd)) return cudaErrorInvalidValue;
