@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU tensor-parallel check (issue 9) on a machine with 2+ GPUs, in one command: the NCCL TP = 2 runners against
-# TP = 1 (test_cuda_tp: logits of ragged prefill + decode steps, greedy generation), then `bench latency` (batch 1,
-# 2048-token prompt, 128 decode steps: prefill and decode tok/s) for mamba-2.8b and codestral-mamba-7b at TP 1 and 2.
+# TP = 1 (test_cuda_tp: collectives, logits of ragged prefill + decode steps, greedy generation), the collectives'
+# microseconds per call (ours: one-shot peer-to-peer and NCCL; torch.distributed as the peer), then `bench latency` (batch 1, 16,
+# 64; 2048-token prompts, 128 decode steps: prefill and decode tok/s) for mamba-2.8b and codestral-mamba-7b at TP 1 and 2.
 # Usage: scripts/gpu-tp-check.sh OUTDIR   (SSMSERVE_PREBUILT=DIR as in gpu-check.sh; SSMSERVE_TP_BENCH_MODELS,
-# SSMSERVE_TP_SIZES override the models / sizes). NVLink multicast stays off (KINDS.md: mandatory on shared hosts).
+# SSMSERVE_TP_SIZES, SSMSERVE_TP_BATCHES override the models / sizes / batches). NVLink multicast stays off (KINDS.md: mandatory on shared hosts).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${1:?usage: scripts/gpu-tp-check.sh OUTDIR}
@@ -40,14 +41,21 @@ step() {  # name, log, timeout, command...
 }
 step "test_cuda_tp" tp-test.log 150 "$bin/test_cuda_tp"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel err|max greedy|Expected|error" "$out/tp-test.log" | head -40 >>"$summary"
+# Collective microbenchmark: the one-shot peer-to-peer kernels vs NCCL (ours), and torch.distributed's NCCL (peer).
+step "collective times" tp-collectives.log 120 "$bin/test_cuda_tp" --gtest_also_run_disabled_tests \
+  --gtest_filter='*DISABLED_CollectiveTimes'
+step "collective times (torch peer)" tp-collectives.log 120 python3 tools/tp_collective_peer.py
+grep -E " floats: " "$out/tp-collectives.log" >>"$summary"
 for m in ${SSMSERVE_TP_BENCH_MODELS:-mamba-2.8b codestral-mamba-7b}; do
-  for tp in ${SSMSERVE_TP_SIZES:-1 2}; do
-    echo "== $m tp $tp" >>"$out/tp-bench.log"
-    step "bench $m tp=$tp" tp-bench.log 150 "$bin/ssmserve" bench latency --model "configs/$m" --load-format dummy \
-      --device cuda --tensor-parallel-size "$tp" --batch-size 1 --input-len 2048 --output-len 128 --num-iters 3 \
-      --num-iters-warmup 1
+  for bs in ${SSMSERVE_TP_BATCHES:-1 16 64}; do
+    for tp in ${SSMSERVE_TP_SIZES:-1 2}; do
+      echo "== $m tp $tp batch $bs" >>"$out/tp-bench.log"
+      step "bench $m tp=$tp batch=$bs" tp-bench.log 150 "$bin/ssmserve" bench latency --model "configs/$m" \
+        --load-format dummy --device cuda --tensor-parallel-size "$tp" --batch-size "$bs" --input-len 2048 \
+        --output-len 128 --num-iters 3 --num-iters-warmup 1
+    done
   done
 done
-grep -vE "^\s*$" "$out/tp-bench.log" | tail -60 >>"$summary"
+grep -E "^== |prefill:|decode:|rror" "$out/tp-bench.log" >>"$summary"
 echo "---- $summary"
 cat "$summary"

@@ -73,7 +73,7 @@ std::optional<double> TensorParallelLM::device_state_budget(double gpu_memory_ut
   return budget;
 }
 
-void TensorParallelLM::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
+std::vector<char> TensorParallelLM::run_ranks(const ForwardBatch& batch, StateCache& cache, const RankJob& job) {
   // The checks each shard's forward makes first, done once here: a batch that fails them never reaches a rank.
   check_batch_against_cache(batch, cache, num_state_layers(), "tensor-parallel");
   SSM_CHECK(cache.shape().conv_elems >= page_.conv_elems && cache.shape().ssm_elems >= page_.ssm_elems,
@@ -88,15 +88,53 @@ void TensorParallelLM::forward(const ForwardBatch& batch, StateCache& cache, flo
   for (size_t r = 0; r < shards_.size(); ++r)
     views_.push_back(cache.shard(shards_[r]->state_shape(), offsets_[r].conv_elems, offsets_[r].ssm_elems));
   batch_ = &batch;
-  logits_ = logits;
+  job_ = &job;
+  results_.assign(shards_.size(), 0);
   std::fill(errors_.begin(), errors_.end(), nullptr);
   pending_ = static_cast<int>(shards_.size());
   ++generation_;
   work_cv_.notify_all();
   done_cv_.wait(lock, [&] { return pending_ == 0; });
   batch_ = nullptr;
+  job_ = nullptr;
   for (const auto& e : errors_)
     if (e) std::rethrow_exception(e);
+  return results_;
+}
+
+void TensorParallelLM::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
+  run_ranks(batch, cache, [&](int rank, CausalLM& shard, StateCache& view) {
+    shard.forward(batch, view, rank == 0 ? logits : nullptr);  // rank 0's logits are complete (all-gathered)
+    return true;
+  });
+}
+
+bool TensorParallelLM::run_device_picks(const ForwardBatch& batch, StateCache& cache, std::vector<GreedyPick>& out,
+                                        const std::function<bool(CausalLM&, StateCache&, std::vector<GreedyPick>&)>& pick) {
+  if (no_device_picks_) return false;  // CPU shards: known after the first step
+  rank_picks_.resize(shards_.size());
+  const std::vector<char> took = run_ranks(batch, cache, [&](int rank, CausalLM& shard, StateCache& view) {
+    return pick(shard, view, rank == 0 ? out : rank_picks_[rank]);
+  });
+  const auto n = std::count(took.begin(), took.end(), 1);
+  SSM_CHECK(n == 0 || n == static_cast<int64_t>(took.size()),
+            "tensor-parallel device sampling: {} of {} ranks took the step (the shards must agree)", n, took.size());
+  no_device_picks_ = n == 0;
+  return n > 0;
+}
+
+bool TensorParallelLM::forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top,
+                                      std::vector<GreedyPick>& out) {
+  return run_device_picks(batch, cache, out, [&](CausalLM& shard, StateCache& view, std::vector<GreedyPick>& picks) {
+    return shard.forward_greedy(batch, view, num_top, picks);
+  });
+}
+
+bool TensorParallelLM::forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
+                                      std::vector<GreedyPick>& out) {
+  return run_device_picks(batch, cache, out, [&](CausalLM& shard, StateCache& view, std::vector<GreedyPick>& picks) {
+    return shard.forward_sample(batch, view, sample, picks);
+  });
 }
 
 void TensorParallelLM::rank_loop(int rank, int omp_threads) {
@@ -108,18 +146,19 @@ void TensorParallelLM::rank_loop(int rank, int omp_threads) {
     work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
     if (stop_) return;
     seen = generation_;
-    const ForwardBatch& batch = *batch_;
+    const RankJob& job = *job_;
     StateCache& view = views_[rank];
-    float* logits = rank == 0 ? logits_ : nullptr;
     lock.unlock();
-    // Errors past the checks in forward() are the same on every rank (the shards run the same code on the same
+    // Errors past the checks in run_ranks() are the same on every rank (the shards run the same code on the same
     // batch), so every rank leaves its collectives at the same point.
+    bool took = false;
     try {
-      shards_[rank]->forward(batch, view, logits);
+      took = job(rank, *shards_[rank], view);
     } catch (...) {
       errors_[rank] = std::current_exception();
     }
     lock.lock();
+    results_[rank] = took ? 1 : 0;
     if (--pending_ == 0) done_cv_.notify_one();
   }
 }

@@ -58,6 +58,14 @@ class TensorParallelLM final : public CausalLM {
   /// Validates the batch against `cache` (the same checks every rank would make, so a bad batch throws here,
   /// before any rank starts a collective), then runs every rank. Throws Error on a bad batch or a rank's error.
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
+  /// Device ranks (GPU shards): every rank runs its shard's forward_greedy (the shards all-gather the logits on the
+  /// device and every rank picks the same tokens); `out` gets rank 0's picks. Returns false, doing nothing, when
+  /// the shards have no device sampler (CPU shards). Same checks and errors as forward; Error when the ranks
+  /// disagree on having one.
+  bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) override;
+  /// forward_sample on every rank (as forward_greedy): `out` gets rank 0's picks.
+  bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
+                      std::vector<GreedyPick>& out) override;
   /// Device ranks (GPU shards) keep only their shard of every state (cuda::DeviceStateMirror): the budget of the
   /// tightest rank (asked on its own device through thread_init), scaled by whole-page / rank-shard elements so
   /// the engine can divide it by the whole page's bytes. nullopt when the shards keep their states on the host.
@@ -67,6 +75,13 @@ class TensorParallelLM final : public CausalLM {
   int tensor_parallel_size() const { return static_cast<int>(shards_.size()); }
 
  private:
+  /// What a rank runs on its shard: forward, or a device pick (returns whether the shard took it).
+  using RankJob = std::function<bool(int rank, CausalLM& shard, StateCache& view)>;
+  /// Checks the batch, runs `job` on every rank at once and returns each rank's result. Throws a rank's error.
+  std::vector<char> run_ranks(const ForwardBatch& batch, StateCache& cache, const RankJob& job);
+  /// forward_greedy / forward_sample: rank 0's picks into out, the others' into scratch vectors.
+  bool run_device_picks(const ForwardBatch& batch, StateCache& cache, std::vector<GreedyPick>& out,
+                        const std::function<bool(CausalLM&, StateCache&, std::vector<GreedyPick>&)>& pick);
   void rank_loop(int rank, int omp_threads);
   void start();  // sizes the page and starts the rank threads
 
@@ -83,7 +98,10 @@ class TensorParallelLM final : public CausalLM {
   bool stop_ = false;
   const ForwardBatch* batch_ = nullptr;
   std::vector<StateCache> views_;
-  float* logits_ = nullptr;
+  const RankJob* job_ = nullptr;
+  std::vector<char> results_;
+  std::vector<std::vector<GreedyPick>> rank_picks_;  // ranks 1..N-1's device picks (discarded)
+  bool no_device_picks_ = false;                     // the shards declined a device pick (CPU shards)
   std::vector<std::exception_ptr> errors_;
   std::vector<std::thread> threads_;
 };

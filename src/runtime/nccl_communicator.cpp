@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <string>
 
@@ -87,8 +88,8 @@ void nccl_check(ncclResult_t r, const char* what) {
   fail("NCCL error {} ({}) in {}", static_cast<int>(r), nccl().error_string(r), what);
 }
 
-/// One rank: its ncclComm_t, its device and the stream its collectives go on; small all-reduces take the one-shot
-/// peer-to-peer kernel when the group set it up (p2p.world > 1).
+/// One rank: its ncclComm_t, its device and the stream its collectives go on; all-reduces and all-gathers up to
+/// kP2pMaxCount floats take the one-shot peer-to-peer kernels when the group set it up (p2p.world > 1).
 class NcclRank final : public dist::Communicator {
  public:
   NcclRank(ncclComm_t comm, int rank, int world, const P2pAllReduceRank& p2p)
@@ -113,6 +114,10 @@ class NcclRank final : public dist::Communicator {
   void all_gather(const float* send, int64_t count, float* recv) override {
     SSM_CHECK(count >= 0, "all_gather: negative count {}", count);
     if (count == 0) return;
+    if (p2p_.world > 1 && count <= p2p_.max_count) {
+      SSM_CUDA_CHECK(p2p_all_gather(p2p_, send, count, recv, stream_));
+      return;
+    }
     nccl_check(nccl().all_gather(send, recv, static_cast<size_t>(count), ncclFloat32, comm_, stream_), "ncclAllGather");
   }
 
@@ -130,9 +135,9 @@ class NcclRank final : public dist::Communicator {
   P2pAllReduceRank p2p_;
 };
 
-/// Floats per one-shot staging buffer: decode steps' all-reduces (x_proj / out_proj rows of a few sequences) fit;
-/// larger ones (prefill) go to NCCL.
-constexpr int64_t kP2pMaxCount = 16384;
+/// Floats per one-shot receive buffer (8 MB, vLLM's custom all-reduce limit): decode steps' all-reduces (x_proj /
+/// out_proj rows of up to a few hundred sequences) and logits all-gathers fit; larger ones (prefill) go to NCCL.
+constexpr int64_t kP2pMaxCount = int64_t{1} << 21;
 
 /// Whether every pair of GPUs 0..world-1 can access each other (and SSMSERVE_TP_P2P_ALLREDUCE is not "0").
 bool p2p_usable(int world) {
@@ -171,20 +176,19 @@ NcclGroup::NcclGroup(int world_size) {
           if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
           else SSM_CUDA_CHECK(e);
         }
-      // Per rank: two staging buffers, the flags, the epoch counter, zeroed.
-      const size_t bytes = 2 * kP2pMaxCount * sizeof(float) + (kP2pMaxRanks + 1) * sizeof(uint64_t);
+      // Per rank: the receive buffers, the flags, the epoch counters, zeroed.
+      const int64_t bytes = p2p_buffer_bytes(world_size, kP2pMaxCount);
       void* base = nullptr;
-      SSM_CUDA_CHECK(cudaMalloc(&base, bytes));
-      SSM_CUDA_CHECK(cudaMemset(base, 0, bytes));
+      SSM_CUDA_CHECK(cudaMalloc(&base, static_cast<size_t>(bytes)));
+      SSM_CUDA_CHECK(cudaMemset(base, 0, static_cast<size_t>(bytes)));
       p2p_memory_.push_back(base);
-      auto* f = static_cast<float*>(base);
-      shared.staging[r][0] = f, shared.staging[r][1] = f + kP2pMaxCount;
-      shared.flags[r] = reinterpret_cast<uint64_t*>(f + 2 * kP2pMaxCount);
+      shared.recv[r] = static_cast<float*>(base);
+      shared.flags[r] = reinterpret_cast<uint64_t*>(static_cast<std::byte*>(base) + p2p_flags_offset(world_size, kP2pMaxCount));
     }
     for (int r = 0; r < world_size; ++r) {
       p2p[r] = shared;
       p2p[r].rank = r;
-      p2p[r].epoch = shared.flags[r] + kP2pMaxRanks;
+      p2p[r].epoch = shared.flags[r] + kP2pBlocks * kP2pMaxRanks;
     }
     SSM_CUDA_CHECK(cudaDeviceSynchronize());
     SSM_CUDA_CHECK(cudaSetDevice(prev));

@@ -20,9 +20,10 @@ std::vector<std::string> nccl_library_candidates();
 /// `world_size` ranks on GPUs 0..world_size-1 of this process. Collectives (Communicator API) take device pointers
 /// of the rank's GPU and are enqueued on the stream given by set_stream (default: the legacy stream); fp32 sums
 /// are NCCL's ncclSum (ring / tree order: identical on every rank, but not TP = 1's order). When every pair of GPUs
-/// has peer access, all-reduces of up to 16,384 floats (decode steps) take the one-shot peer-to-peer kernel
-/// instead (kernels/cuda/p2p_all_reduce.h: rank-order sums, also identical on every rank);
-/// SSMSERVE_TP_P2P_ALLREDUCE=0 keeps NCCL for all. Each rank's
+/// has peer access, all-reduces and all-gathers of up to 2^21 floats (8 MB: decode steps, logits) take the
+/// one-shot peer-to-peer kernels instead (kernels/cuda/p2p_all_reduce.h: pushes over NVLink, rank-order sums, also
+/// identical on every rank; 16 MB of receive buffers per rank per peer); SSMSERVE_TP_P2P_ALLREDUCE=0 keeps NCCL
+/// for all. Each rank's
 /// communicator must be driven by one thread with that rank's GPU current (cudaSetDevice(rank)).
 class NcclGroup {
  public:

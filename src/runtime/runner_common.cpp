@@ -255,7 +255,7 @@ void DecodeGraphs::run(cudaStream_t s, uint64_t key, uint64_t signature, const s
 
 void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cache, cudaStream_t s, float* logits,
               int greedy_top, std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample) {
-  SSM_CHECK(!sample || (greedy_top < 0 && picks && !a.tp->on()), "device sampling: bad run_step arguments");
+  SSM_CHECK(!sample || (greedy_top < 0 && picks), "device sampling: bad run_step arguments");
   check_batch_against_cache(batch, cache, a.num_layers, a.arch);
   const int64_t T = batch.num_tokens(), H = a.hidden_size, V = a.vocab_size;
   for (int32_t id : batch.input_ids) SSM_CHECK(id >= 0 && id < V, "token id {} outside the vocabulary [0, {})", id, V);
@@ -264,6 +264,10 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
   if (T == 0) return;
   a.states->sync_layout(cache);
   a.reserve(T, nlog);
+  // Tensor parallelism with device picks: every rank all-gathers the logits slices into whole rows on the device
+  // and runs the same greedy / sampling kernels (no logits to the host).
+  const bool tp_picks = a.tp->on() && (greedy_top >= 0 || sample);
+  if (tp_picks) a.tp->reserve_gather(nlog, V);
   const StepMeta dm = a.meta->upload(batch, s);
   auto body = [&] {
     float* hidden = a.hidden->f32(T * H);
@@ -271,6 +275,7 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
     for (int l = 0; l < a.num_layers; ++l) a.mixer(l, dm, T);
     a.frame->enqueue_head(dm, T, H, a.tp->vocab_per_rank(V), a.eps, a.num_layers > 0 ? a.out->f32(T * H) : nullptr,
                           hidden, nlog, *a.gemm, s);
+    if (tp_picks) a.tp->gather_logits_device(*a.frame, nlog, V, s);
     if (greedy_top >= 0) a.frame->enqueue_greedy(nlog, V, greedy_top, s);
   };
   if (a.cuda_graphs && batch.meta.num_prefills == 0) {
@@ -278,15 +283,16 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
     for (const Scratch* sc : a.scratch) ptrs.push_back(sc->buf.data());
     a.frame->pointers(ptrs);
     a.states->pointers(ptrs);
-    a.graphs->run(s, step_key(T, nlog, greedy_top), pointer_signature(ptrs), body);
+    if (tp_picks) ptrs.push_back(a.tp->gathered.buf.data());
+    a.graphs->run(s, step_key(T, nlog, greedy_top, tp_picks), pointer_signature(ptrs), body);
   } else {
     body();
   }
   if (sample) {
     a.frame->enqueue_sample(nlog, V, *sample, s);
     a.frame->download_sample(nlog, V, *sample, *picks, s);
-  } else if (a.tp->on()) a.tp->gather_logits(*a.frame, nlog, V, logits, s);
-  else if (greedy_top >= 0) a.frame->download_greedy(nlog, greedy_top, *picks, s);
+  } else if (greedy_top >= 0) a.frame->download_greedy(nlog, greedy_top, *picks, s);
+  else if (a.tp->on()) a.tp->gather_logits(*a.frame, nlog, V, logits, s);
   else a.frame->download(nlog, V, logits, s);
 }
 
@@ -299,15 +305,13 @@ bool CudaCausalLM::forward_greedy(const ForwardBatch& batch, StateCache& cache, 
   if (!device_greedy()) return false;
   SSM_CHECK(num_top >= 0 && num_top <= kMaxDeviceGreedyTop, "greedy top log-probabilities {} outside [0, {}]", num_top,
             kMaxDeviceGreedyTop);
-  if (tensor_parallel()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
-  step(batch, cache, nullptr, num_top, &out, nullptr);
+  step(batch, cache, nullptr, num_top, &out, nullptr);  // (tensor parallel: on the all-gathered logits)
   return true;
 }
 
 bool CudaCausalLM::forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
                                   std::vector<GreedyPick>& out) {
-  if (tensor_parallel()) return false;  // each rank holds a vocab slice of the logits: the host sampler picks
-  out.clear();
+  out.clear();  // (tensor parallel: every rank samples the all-gathered logits)
   step(batch, cache, nullptr, -1, &out, &sample);
   return true;
 }

@@ -139,10 +139,11 @@ class DecodeGraphs {
 };
 
 /// DecodeGraphs key of a step: T tokens, n_logits rows, and the output mode (-1: logits; k >= 0: greedy picks
-/// with k top log-probabilities).
-inline uint64_t step_key(int64_t T, int64_t n_logits, int greedy_top) {
-  return (static_cast<uint64_t>(T) << 32) | (static_cast<uint64_t>(greedy_top + 1) << 24) |
-         static_cast<uint64_t>(n_logits & 0xffffff);
+/// with k top log-probabilities); tp_gather: a tensor-parallel rank's step that all-gathers the logits on the device
+/// (device picks).
+inline uint64_t step_key(int64_t T, int64_t n_logits, int greedy_top, bool tp_gather = false) {
+  return (static_cast<uint64_t>(T) << 32) | (static_cast<uint64_t>(tp_gather) << 31) |
+         (static_cast<uint64_t>(greedy_top + 1) << 24) | static_cast<uint64_t>(n_logits & 0xffffff);
 }
 
 /// FNV-1a hash of a pointer list.

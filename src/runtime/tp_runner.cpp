@@ -27,4 +27,19 @@ void RunnerTp::gather_logits(LmFrame& frame, int64_t n_logits, int64_t V, float*
   }
 }
 
+void RunnerTp::gather_logits_device(LmFrame& frame, int64_t n_logits, int64_t V, cudaStream_t s) {
+  const int W = tp.world;
+  const int64_t per = vocab_per_rank(V), n = n_logits * per;
+  if (n == 0) return;
+  float* all = gathered.f32(W * n);  // [W, n_logits, per]
+  float* logits = frame.logits.f32(n_logits * V);
+  tp.comm->all_gather(logits, n, all);
+  for (int r = 0; r < W; ++r) {  // rank r's columns [r * per, min(V, (r + 1) * per)) of every row
+    const int64_t v0 = r * per, cols = std::max<int64_t>(0, std::min(V, v0 + per) - v0);
+    if (cols == 0) continue;
+    SSM_CUDA_CHECK(cudaMemcpy2DAsync(logits + v0, V * sizeof(float), all + r * n, per * sizeof(float),
+                                     cols * sizeof(float), n_logits, cudaMemcpyDeviceToDevice, s));
+  }
+}
+
 }  // namespace ssmserve::cuda

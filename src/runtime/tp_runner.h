@@ -27,6 +27,13 @@ struct RunnerTp {
   /// enqueue_head with V = vocab_per_rank(V)), copies them into logits_host [n_logits, V] when it is not null,
   /// and waits for the stream. Collective. Throws Error on a device / NCCL failure.
   void gather_logits(LmFrame& frame, int64_t n_logits, int64_t V, float* logits_host, cudaStream_t s);
+  /// Sizes `gathered` for gather_logits_device (before a graph capture: the capture must not allocate).
+  void reserve_gather(int64_t n_logits, int64_t V) { gathered.f32(tp.world * n_logits * vocab_per_rank(V)); }
+  /// On the device, on stream s (capturable; no host synchronization): all-gathers every rank's frame.logits
+  /// [n_logits, per] and rearranges them into frame.logits [n_logits, V] (its capacity is the whole vocabulary's),
+  /// so the device greedy / sampling kernels see whole rows on every rank. Collective. Throws Error on a device /
+  /// NCCL failure.
+  void gather_logits_device(LmFrame& frame, int64_t n_logits, int64_t V, cudaStream_t s);
 };
 
 }  // namespace ssmserve::cuda

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -105,6 +106,22 @@ struct LaunchProfile {
     for (int i = 0; i <= n; ++i) cudaEventDestroy(ev[i]);
   }
 };
+
+/// Opts `kernel` in to `bytes` of dynamic shared memory on the current device, once per device (the attribute is
+/// per device: tensor-parallel ranks launch the same kernel on several GPUs). `opted_in`: the caller's per-kernel
+/// bitmask of devices done (a function-local static). Returns the cudaFuncSetAttribute / cudaGetDevice error.
+template <class Kernel>
+inline cudaError_t opt_in_dynamic_smem(Kernel kernel, size_t bytes, std::atomic<uint64_t>& opted_in) {
+  int dev = 0;
+  if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if (opted_in.load(std::memory_order_acquire) & bit) return cudaSuccess;
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+      e != cudaSuccess)
+    return e;
+  opted_in.fetch_or(bit, std::memory_order_acq_rel);
+  return cudaSuccess;
+}
 
 /// The launch's status: the error of the launch just made, if any.
 inline cudaError_t launch_status() { return cudaGetLastError(); }

@@ -165,15 +165,7 @@ cudaError_t launch(const bf16* A, const int32_t* offsets, int64_t P, int E, cons
   if (row_tiles > 65535) return cudaErrorInvalidValue;
   // The 80 KiB dynamic shared memory opt-in is per device: set once for each device this process launches on.
   static std::atomic<uint64_t> opted_in{0};
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (!(opted_in.load(std::memory_order_acquire) & bit)) {
-    const cudaError_t e = cudaFuncSetAttribute(grouped_kernel<kUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(kSmemBytes));
-    if (e != cudaSuccess) return e;
-    opted_in.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  if (const cudaError_t e = opt_in_dynamic_smem(grouped_kernel<kUp>, kSmemBytes, opted_in); e != cudaSuccess) return e;
   constexpr int kCols = kUp ? BB / 2 : BB;
   grouped_kernel<kUp><<<dim3(ceil_div(N, kCols), static_cast<unsigned>(row_tiles)), kThreads, kSmemBytes, stream>>>(
       A, offsets, E, wa, wb, N, K, act, y);
