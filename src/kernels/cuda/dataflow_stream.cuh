@@ -84,6 +84,52 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
+/// One slot of at most 4 rows (out_proj of mamba-2.8b), two chunks per mma: tile column n = 4 j + r is row r
+/// (clamped to the slot) of chunk c + j, A rows g = 4 j + m and g + 8 are batch row m0 + m's chunk c + j, so the
+/// mma's valid products are D[m][r] (chunk c) and D[4 + m][4 + r] (chunk c + 1): no tile column is wasted, half
+/// the loads and mma of gemv's 8-row tiles. Chunk pairs alternate between two accumulator sets; a lane's sum is
+/// ((a0 + a1) + (b0 + b1)) (rows g, then rows g + 8), and lane (m, t < 2) adds its partner (m + 4, t + 2)'s
+/// (the odd chunks) after its own: one order for every batch (passes of up to 4 batch rows).
+__device__ __forceinline__ void gemv_slot_paired(const uint4* sl, const __nv_bfloat16* xs, int nr, int K, int c0,
+                                                 int c1, int cf, int M, int lane, float* rp, int maxrows, int r0,
+                                                 int warp) {
+  const int g = lane >> 2, t = lane & 3, j = g >> 2, q = g & 3, K16 = K / 8;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const uint4* wg = sl + static_cast<size_t>(min(q, nr - 1)) * K16 + t;
+  for (int m0 = 0; m0 < M; m0 += 4) {
+    const bool xon = m0 + q < M;
+    const uint4* xg = reinterpret_cast<const uint4*>(xs + static_cast<size_t>(xon ? m0 + q : 0) * K) + t;
+    float a0[4] = {}, b0[4] = {}, a1[4] = {}, b1[4] = {};
+    int c = c0;
+#pragma unroll 1
+    for (; c + 3 < cf; c += 4) {  // two whole chunk pairs
+      const int k0 = 4 * (c + j), k1 = 4 * (c + 2 + j);
+      const uint4 w0 = wg[k0], w1 = wg[k1];
+      uint4 x0 = zero, x1 = zero;
+      if (xon) x0 = xg[k0], x1 = xg[k1];
+      mma16816(a0, x0, w0.x, w0.y);
+      mma16816(b0, x0, w0.z, w0.w);
+      mma16816(a1, x1, w1.x, w1.y);
+      mma16816(b1, x1, w1.z, w1.w);
+    }
+#pragma unroll 1
+    for (; c < c1; c += 2) {  // the last pairs: a chunk past the range or cut at K contributes zeros
+      const int cc = c + j;
+      const bool on = cc < c1 && (cc < cf || 32 * cc + 8 * t < K);
+      const uint4 w0 = on ? wg[4 * cc] : zero, x0 = on && xon ? xg[4 * cc] : zero;
+      mma16816(a0, x0, w0.x, w0.y);
+      mma16816(b0, x0, w0.z, w0.w);
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float v = (a0[e] + a1[e]) + (b0[2 + e] + b1[2 + e]);
+      const float odd = __shfl_down_sync(0xffffffffu, v, 18);  // lane (g + 4, t + 2): the same row's chunks c + 1
+      const int r = 2 * t + e;
+      if (g < 4 && t < 2 && xon && r < nr) rp[((m0 + g) * maxrows + r0 + r) * kConsumerWarps + warp] = v + odd;
+    }
+  }
+}
+
 /// res[m * ldr + r] = Σ_k W[r, k] xs[m * K + k] for the `rows` rows of W streamed next (K bf16 each, `slot / 2K`
 /// rows per slot; xs rows in act_pos order), on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate).
 /// Consumer warp w owns the 32-wide k chunks [w cpw, (w + 1) cpw) of every row and runs them over 8-row tiles
@@ -111,6 +157,12 @@ __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16
     const int nr = min(rps, rows - r0);
     const auto* sl = reinterpret_cast<const uint4*>(rg.take());
     const bool mine = j % ng == grp;
+    if (rps <= 4 && mine && !(p.debug & 1)) {  // a shape property: the same path for every batch
+      for (int rep = 0; rep < (p.debug & 2 ? 2 : 1); ++rep)
+        gemv_slot_paired(sl, xs, nr, K, c0, c1, cf, M, lane, rp, p.maxrows, r0, warp);
+      rg.give(lane);
+      continue;
+    }
     for (int rep = 0; rep < (p.debug & 2 ? 2 : 1); ++rep)
     for (int rt = 0; rt < (p.debug & 1 || !mine ? 0 : nr); rt += 8) {
       const uint4* wg = sl + static_cast<size_t>(min(rt + g, nr - 1)) * K16 + t;
