@@ -220,45 +220,51 @@ TEST(CudaSampling, GreedyPicksMatchCpuSampler) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  const int64_t V = 50280, ld = V + 7;
-  const int n = 7;
-  auto logits = rand_vec(rng, n * ld, -8.0f, 8.0f);
-  // Row 1: ties for the max (lowest id wins), row 2: masked tokens (-inf), row 3: coarse values (many ties in
-  // the top-k), row 5: a NaN (error row), row 6: all -inf (error row).
-  logits[1 * ld + 100] = logits[1 * ld + 40000] = logits[1 * ld + 7] = 20.0f;
-  for (int i = 0; i < 1000; ++i) logits[2 * ld + i * 13] = -INFINITY;
-  for (int64_t v = 0; v < V; ++v) logits[3 * ld + v] = std::round(logits[3 * ld + v]);
-  logits[5 * ld + 123] = NAN;
-  for (int64_t v = 0; v < V; ++v) logits[6 * ld + v] = -INFINITY;
-  DeviceBuffer dl = to_device(logits), dout(n * sizeof(cuda::GreedyRow));
-  for (int k : {0, 1, 5, 20}) {
-    SSM_CUDA_CHECK(cuda::greedy_sample(dl.as<float>(), ld, n, V, k, dout.as<cuda::GreedyRow>(), nullptr));
-    SSM_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto got = to_host<cuda::GreedyRow>(dout, n);
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.logprobs = k;
-    RequestRng r(1);
-    std::vector<float> scratch;
-    for (int i = 0; i < n; ++i) {
-      SCOPED_TRACE(::testing::Message() << "row " << i << " k " << k);
-      std::span<const float> row(logits.data() + i * ld, V);
-      if (i >= 5) {
-        EXPECT_EQ(got[i].token, -1);
-        continue;
-      }
-      const SampleResult want = sample_token(row, sp, {}, {}, {}, r, scratch);
-      EXPECT_EQ(got[i].token, want.token);
-      EXPECT_NEAR(got[i].logprob, want.logprob, 2e-6);
-      ASSERT_EQ(static_cast<int>(want.top.size()), k);
-      for (int j = 0; j < k; ++j) {
-        EXPECT_EQ(got[i].top_ids[j], want.top[j].id) << "top " << j;
-        EXPECT_NEAR(got[i].top_logprobs[j], want.top[j].logprob, 2e-6) << "top " << j;
+  // V: a GPT-NeoX vocabulary, one that leaves the 8 slices of a row ragged, one smaller than the 8 slices.
+  for (const int64_t V : {int64_t{5}, int64_t{4099}, int64_t{50280}}) {
+    SCOPED_TRACE(::testing::Message() << "V " << V);
+    const int64_t ld = V + 7;
+    const int n = 7;
+    auto logits = rand_vec(rng, n * ld, -8.0f, 8.0f);
+    // Row 1: ties for the max (lowest id wins), row 2: masked tokens (-inf), row 3: coarse values (many ties in
+    // the top-k), row 5: a NaN (error row), row 6: all -inf (error row).
+    logits[1 * ld + 100 % V] = logits[1 * ld + 40000 % V] = logits[1 * ld + 7 % V] = 20.0f;
+    for (int i = 0; i < 1000 && i * 13 < V - 1; ++i) logits[2 * ld + i * 13] = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) logits[3 * ld + v] = std::round(logits[3 * ld + v]);
+    logits[5 * ld + 123 % V] = NAN;
+    for (int64_t v = 0; v < V; ++v) logits[6 * ld + v] = -INFINITY;
+    DeviceBuffer dl = to_device(logits), dout(n * sizeof(cuda::GreedyRow));
+    for (int k : {0, 1, 5, 20}) {
+      if (k > V) continue;
+      SSM_CUDA_CHECK(cuda::greedy_sample(dl.as<float>(), ld, n, V, k, dout.as<cuda::GreedyRow>(), nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = to_host<cuda::GreedyRow>(dout, n);
+      SamplingParams sp;
+      sp.temperature = 0;
+      sp.logprobs = k;
+      RequestRng r(1);
+      std::vector<float> scratch;
+      for (int i = 0; i < n; ++i) {
+        SCOPED_TRACE(::testing::Message() << "row " << i << " k " << k);
+        std::span<const float> row(logits.data() + i * ld, V);
+        if (i >= 5) {
+          EXPECT_EQ(got[i].token, -1);
+          continue;
+        }
+        const SampleResult want = sample_token(row, sp, {}, {}, {}, r, scratch);
+        EXPECT_EQ(got[i].token, want.token);
+        EXPECT_NEAR(got[i].logprob, want.logprob, 2e-6);
+        ASSERT_EQ(static_cast<int>(want.top.size()), k);
+        for (int j = 0; j < k; ++j) {
+          EXPECT_EQ(got[i].top_ids[j], want.top[j].id) << "top " << j;
+          if (std::isinf(want.top[j].logprob)) EXPECT_EQ(got[i].top_logprobs[j], want.top[j].logprob) << "top " << j;
+          else EXPECT_NEAR(got[i].top_logprobs[j], want.top[j].logprob, 2e-6) << "top " << j;
+        }
       }
     }
+    EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), V - 1, n, V, 0, dout.as<cuda::GreedyRow>(), nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), ld, n, V, 21, dout.as<cuda::GreedyRow>(), nullptr), cudaErrorInvalidValue);
   }
-  EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), V - 1, n, V, 0, dout.as<cuda::GreedyRow>(), nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), ld, n, V, 21, dout.as<cuda::GreedyRow>(), nullptr), cudaErrorInvalidValue);
 }
 
 // ---- through the engine: device sampling == host sampling of the same GPU logits ----------------------------------

@@ -27,7 +27,9 @@ struct GreedyRow {
 };
 
 /// For each of n rows of logits [n, V] fp32 (row stride ld >= V), writes out[i] (device, [n]).
-/// num_top in [0, kMaxDeviceTopLogprobs], clamped to V.
+/// num_top in [0, kMaxDeviceTopLogprobs], clamped to V. Each row is read by a cluster of 8 blocks, one slice each
+/// (max, lowest-id argmax and sum of exp(l - slice max), fixed thread order), combined in slice order by the first
+/// block through distributed shared memory: the slices depend only on V, so a row's result does not depend on n.
 cudaError_t greedy_sample(const float* logits, int64_t ld, int n, int64_t V, int num_top, GreedyRow* out,
                           cudaStream_t stream);
 
