@@ -43,6 +43,9 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
       ->capture_default_str();
   cmd.add_option("--device", cfg.device, "cpu, cuda, or auto (cuda when built with it, a GPU is present and the architecture runs there)")
       ->capture_default_str();
+  cmd.add_option("--num-scheduler-steps", cfg.num_scheduler_steps,
+                 "Model steps per engine step for decode-only greedy batches (multi-step decode; tokens arrive in bursts)")
+      ->capture_default_str();
 }
 
 void check_output_path(const std::string& path) {

@@ -351,6 +351,7 @@ void set_engine_arg(EngineConfig& c, const std::string& k, const py::handle& v) 
   else if (k == "mamba_ssm_cache_dtype") c.mamba_ssm_cache_dtype = v.cast<std::string>();
   else if (k == "device") c.device = v.cast<std::string>();
   else if (k == "gpu_memory_utilization") c.gpu_memory_utilization = v.cast<double>();
+  else if (k == "num_scheduler_steps") c.num_scheduler_steps = v.cast<int>();
   else if (k == "load_format") {
     const auto f = v.cast<std::string>();
     if (f == "auto" || f == "safetensors") c.load_format = LoadFormat::Auto;

@@ -137,7 +137,8 @@ class LLM:
     with the CUDA backend, pip install . -C cmake.define.SSMSERVE_PYTHON_CUDA=ON (ssmserve.has_cuda), else it says
     it is not available in this build), gpu_memory_utilization, max_model_len (most prompt +
     generated tokens per request; default the model's max_position_embeddings; generation stops there with
-    finish_reason "length", a longer prompt is a ValueError)."""
+    finish_reason "length", a longer prompt is a ValueError), num_scheduler_steps (multi-step decode, as
+    `--num-scheduler-steps`)."""
 
     def __init__(self, model: str, seed: Optional[int] = None, **engine_args):
         """seed: the engine seed (vLLM's): requests whose SamplingParams have no seed get seeds derived from it and

@@ -22,6 +22,9 @@ inline constexpr double kAutoStateMemoryFraction = 0.25;
 int max_num_threads();
 
 /// Engine construction arguments (vLLM's EngineArgs names where they exist).
+/// Most model steps per engine step (EngineConfig::num_scheduler_steps).
+inline constexpr int kMaxSchedulerSteps = 64;
+
 struct EngineConfig {
   std::filesystem::path model;               ///< checkpoint folder
   std::filesystem::path tokenizer;           ///< folder with tokenizer.json; empty = the model folder
@@ -38,6 +41,14 @@ struct EngineConfig {
   /// Pad decode-only batches of up to this many rows to exactly this many, with null-block rows (what CUDA
   /// graphs need; on the CPU it only exercises the padding path). 0 = no padding.
   int pad_decode_batches_to = 0;
+  /// Model steps per engine step for decode-only batches of plain greedy requests (vLLM's --num-scheduler-steps,
+  /// multi-step scheduling): the model runs this many decode steps back to back, each step's picks feeding the
+  /// next step's inputs (on the device for GPU backends, so the GPU does not wait for the host between tokens),
+  /// and every request gets up to that many tokens at once (streams get them in bursts). Taken for decode-only
+  /// steps (models without KV blocks); a request that stops or reaches max_tokens inside the burst keeps only its
+  /// tokens up to there (its state, advanced further, is freed with it). The tokens are those of single steps.
+  /// 1 = off. In [1, kMaxSchedulerSteps].
+  int num_scheduler_steps = 1;
   /// Where the model runs: "cpu", "cuda" (a registered device backend) or "auto" (a registered device when
   /// available for the architecture, else the CPU); see resolve_device in model/causal_lm.h.
   std::string device = "auto";

@@ -43,6 +43,8 @@ void EngineConfig::validate() const {
             "--gpu-memory-utilization must be in (0, 1] (got {})", gpu_memory_utilization);
   SSM_CHECK(max_model_len >= 0, "max_model_len must be >= 1 tokens, or 0 for the model's context (got {})", max_model_len);
   SSM_CHECK(pad_decode_batches_to >= 0, "pad_decode_batches_to must be >= 0 (got {})", pad_decode_batches_to);
+  SSM_CHECK(num_scheduler_steps >= 1 && num_scheduler_steps <= kMaxSchedulerSteps,
+            "--num-scheduler-steps must be in [1, {}] (got {})", kMaxSchedulerSteps, num_scheduler_steps);
   (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
 }
 
@@ -250,6 +252,22 @@ std::vector<RequestOutput> LLMEngine::step() {
                     p.logprobs.value_or(0) <= kMaxDeviceGreedyTop;
     num_top = std::max(num_top, p.logprobs.value_or(0));
   }
+  // 3a. Multi-step decode (num_scheduler_steps): K model steps of plain greedy decode rows, picks fed forward.
+  if (const int steps = multi_step_count(sched, order, device_greedy); steps > 1) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!model_->forward_greedy_steps(batch, *cache_, num_top, steps, picks_))
+      host_greedy_steps(*model_, batch, *cache_, num_top, steps, logits_, scratch_, picks_);
+    stats_.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.num_decode_tokens = batch.meta.num_decode_tokens * steps;
+    stats_.num_prefill_tokens = 0;
+    stats_.num_model_steps = steps;
+    for (size_t i = 0; i < order.size(); ++i)
+      process_request_steps(*order[i].req, steps, batch.logits_indices.size(), plans[i], outs);
+    for (const auto& o : outs)
+      if (o.finished) requests_.erase(o.request_id);
+    return outs;
+  }
+  stats_.num_model_steps = 1;
   const auto t0 = std::chrono::steady_clock::now();
   if (device_greedy) device_greedy = model_->forward_greedy(batch, *cache_, num_top, picks_);
   // 3b. Otherwise, with no prompt logprobs in the step, every row is sampled on the device from packed parameters
@@ -326,18 +344,27 @@ void LLMEngine::process_request(RequestState& r, int num_tokens, const float* lo
       s = sample_token(row(), sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids, r.rng,
                        scratch_);
     }
-    r.output_token_ids.push_back(s.token);
-    if (sp.logprobs) {
-      std::vector<TokenLogprob> entry{{s.token, s.logprob}};
-      for (const auto& t : s.top)
-        if (t.id != s.token) entry.push_back(t);
-      r.logprobs.push_back(std::move(entry));
-    }
+    append_sample(r, s);
     sampled = true;
   }
   if (!sampled) return;
-  // 3. Detokenize and check stop conditions.
   const int token = r.output_token_ids.back();
+  check_stop(r, token);
+  outs.push_back(make_output(r));
+  outs.back().delta_token_ids = {token};
+}
+
+void LLMEngine::append_sample(RequestState& r, const SampleResult& s) {
+  r.output_token_ids.push_back(s.token);
+  if (r.request.params.logprobs) {
+    std::vector<TokenLogprob> entry{{s.token, s.logprob}};
+    for (const auto& t : s.top)
+      if (t.id != s.token) entry.push_back(t);
+    r.logprobs.push_back(std::move(entry));
+  }
+}
+
+void LLMEngine::check_stop(RequestState& r, int token) {
   const size_t new_start = r.text.size();
   if (r.detok) r.text += r.detok->push(token);
   StopDecision d = r.stop->on_token(token, r.text, new_start, static_cast<int>(r.output_token_ids.size()));
@@ -349,8 +376,66 @@ void LLMEngine::process_request(RequestState& r, int num_tokens, const float* lo
     r.stop_reason_token = d.stop_reason_token;
     scheduler_->finish_request(&r);
   }
+}
+
+int LLMEngine::multi_step_count(const SchedulerOutput& sched, const std::vector<ScheduledRequest>& order,
+                                bool plain_greedy) const {
+  const int K = cfg_.num_scheduler_steps;
+  // Hybrids (KV blocks) are excluded: the scheduler allocates KV blocks for one token per decode step.
+  if (K <= 1 || !plain_greedy || !sched.prefills.empty() || model_->kv_block_size() > 0) return 1;
+  // A request that reaches max_tokens (or a stop) inside the K steps keeps only its tokens up to there: the extra
+  // steps advanced a state that is freed with the request.
+  for (const ScheduledRequest& o : order) {
+    const RequestState& r = *o.req;
+    const bool decode = o.num_tokens == 1 && r.num_computed_tokens + 1 == r.num_tokens() && r.num_computed_tokens > 0;
+    if (!decode) return 1;
+  }
+  return K;
+}
+
+void LLMEngine::process_request_steps(RequestState& r, int steps, size_t n_logits, const RowPlan& plan,
+                                      std::vector<RequestOutput>& outs) {
+  const int num_top = r.request.params.logprobs.value_or(0);
+  std::vector<int> delta;
+  for (int j = 0; j < steps && !r.finished(); ++j) {
+    const GreedyPick& g = picks_.at(static_cast<size_t>(j) * n_logits + static_cast<size_t>(plan.first_logit_row));
+    SSM_CHECK(g.token >= 0, "sampler: the logits of request {} hold a NaN or +inf, or are all -inf", r.request.request_id);
+    r.num_computed_tokens += 1;
+    SampleResult s;
+    s.token = g.token;
+    s.logprob = g.logprob;
+    for (int k = 0; k < std::min<int>(num_top, static_cast<int>(g.top.size())); ++k) s.top.push_back({g.top[k].first, g.top[k].second});
+    append_sample(r, s);
+    delta.push_back(g.token);
+    check_stop(r, g.token);
+  }
   outs.push_back(make_output(r));
-  outs.back().delta_token_ids = {token};
+  outs.back().delta_token_ids = std::move(delta);
+}
+
+void host_greedy_steps(CausalLM& model, const ForwardBatch& batch, StateCache& cache, int num_top, int steps,
+                       std::vector<float>& logits, std::vector<float>& scratch, std::vector<GreedyPick>& out) {
+  const size_t n = batch.logits_indices.size();
+  const int V = model.config().vocab_size;
+  ForwardBatch b = batch;
+  SamplingParams greedy;
+  greedy.temperature = 0.0;
+  greedy.logprobs = num_top;
+  RequestRng rng(std::optional<uint64_t>(0));  // unused by greedy picks
+  logits.resize(n * static_cast<size_t>(V));
+  out.assign(static_cast<size_t>(steps) * n, GreedyPick{});
+  for (int j = 0; j < steps; ++j) {
+    model.forward(b, cache, logits.data());
+    for (size_t i = 0; i < n; ++i) {
+      std::span<const float> row(logits.data() + i * static_cast<size_t>(V), static_cast<size_t>(V));
+      const SampleResult s = sample_token(row, greedy, {}, {}, {}, rng, scratch);
+      GreedyPick& g = out[static_cast<size_t>(j) * n + i];
+      g.token = s.token;
+      g.logprob = s.logprob;
+      for (const auto& t : s.top) g.top.emplace_back(t.id, t.logprob);
+      b.input_ids[static_cast<size_t>(b.logits_indices[i])] = s.token;  // the next step's input of that row
+    }
+  }
 }
 
 RequestOutput LLMEngine::make_output(RequestState& r) {

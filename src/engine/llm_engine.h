@@ -12,6 +12,7 @@
 #include "engine/block_pool.h"
 #include "engine/engine_config.h"
 #include "engine/request_output.h"
+#include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
@@ -21,9 +22,17 @@ namespace ssmserve {
 /// Step timing and counters of the last step (for bench and metrics).
 struct StepStats {
   int num_prefill_tokens = 0;
-  int num_decode_tokens = 0;
+  int num_decode_tokens = 0;  ///< over all of the step's model steps
   double forward_seconds = 0.0;
+  int num_model_steps = 1;    ///< > 1: a multi-step decode (EngineConfig::num_scheduler_steps)
 };
+
+/// The host form of CausalLM::forward_greedy_steps, for models without one: `steps` forward() calls on a copy of
+/// the decode-only `batch`, each logits row's greedy pick (sample_token with temperature 0 and num_top logprobs)
+/// written into out [steps, n_logits] (step-major) and fed as that row's next input id. logits / scratch: reused
+/// host buffers. Throws what forward() and sample_token throw.
+void host_greedy_steps(CausalLM& model, const ForwardBatch& batch, StateCache& cache, int num_top, int steps,
+                       std::vector<float>& logits, std::vector<float>& scratch, std::vector<GreedyPick>& out);
 
 /// The engine: owns the model, tokenizer, state pool, scheduler and requests. Single-threaded.
 class LLMEngine {
@@ -75,6 +84,17 @@ class LLMEngine {
   void process_request(RequestState& r, int num_tokens, const float* logits, const GreedyPick* picks, const RowPlan& plan,
                        std::vector<RequestOutput>& outs);
   RequestOutput make_output(RequestState& r);
+  /// Appends a sampled token (and its logprobs entry when the request asks for them) to r.
+  void append_sample(RequestState& r, const SampleResult& s);
+  /// Detokenizes `token` (r's newest output) and finishes r when a stop condition holds.
+  void check_stop(RequestState& r, int token);
+  /// Model steps for this engine step: cfg_.num_scheduler_steps when the batch is decode-only, every row a plain
+  /// greedy pick (plain_greedy: the device greedy predicate) and the model has no KV blocks; else 1.
+  int multi_step_count(const SchedulerOutput& sched, const std::vector<ScheduledRequest>& order, bool plain_greedy) const;
+  /// Applies picks_ [steps, n_logits] (step-major) to r in order, stopping at its stop, and emits one output with
+  /// every new token in delta_token_ids.
+  void process_request_steps(RequestState& r, int steps, size_t n_logits, const RowPlan& plan,
+                             std::vector<RequestOutput>& outs);
 
   EngineConfig cfg_;
   std::unique_ptr<CausalLM> model_;

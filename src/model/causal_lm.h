@@ -63,6 +63,17 @@ class CausalLM {
     (void)batch, (void)cache, (void)num_top, (void)out;
     return false;
   }
+  /// Device backends (multi-step decode, EngineConfig::num_scheduler_steps): a decode-only batch (one token and one
+  /// logits row per sequence) run `num_steps` times back to back; step j + 1's input id of each sequence is its
+  /// step-j greedy pick, made as in forward_greedy. out: [num_steps, logits rows] step-major. The states advance
+  /// by num_steps tokens. Returns false, doing nothing, when the model has no such path (the engine then loops
+  /// forward itself, host_greedy_steps in engine/llm_engine.h). Throws Error as forward_greedy, or when the batch
+  /// is not decode-only.
+  virtual bool forward_greedy_steps(const ForwardBatch& batch, StateCache& cache, int num_top, int num_steps,
+                                    std::vector<GreedyPick>& out) {
+    (void)batch, (void)cache, (void)num_top, (void)num_steps, (void)out;
+    return false;
+  }
   /// Device backends (issue 7): runs the batch like forward but samples every logits row on the device with
   /// sample.rows[i] (packed by engine/device_sampling.h pack_sample_row, uniform pre-drawn from the request's
   /// RequestRng) and returns only out[i] for row i: what sample_token_with_uniform gives for those params (token,

@@ -130,6 +130,13 @@ bool TensorParallelLM::forward_greedy(const ForwardBatch& batch, StateCache& cac
   });
 }
 
+bool TensorParallelLM::forward_greedy_steps(const ForwardBatch& batch, StateCache& cache, int num_top, int num_steps,
+                                            std::vector<GreedyPick>& out) {
+  return run_device_picks(batch, cache, out, [&](CausalLM& shard, StateCache& view, std::vector<GreedyPick>& picks) {
+    return shard.forward_greedy_steps(batch, view, num_top, num_steps, picks);
+  });
+}
+
 bool TensorParallelLM::forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
                                       std::vector<GreedyPick>& out) {
   return run_device_picks(batch, cache, out, [&](CausalLM& shard, StateCache& view, std::vector<GreedyPick>& picks) {

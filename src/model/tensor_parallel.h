@@ -63,6 +63,9 @@ class TensorParallelLM final : public CausalLM {
   /// the shards have no device sampler (CPU shards). Same checks and errors as forward; Error when the ranks
   /// disagree on having one.
   bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) override;
+  /// forward_greedy_steps on every rank (as forward_greedy): `out` gets rank 0's picks.
+  bool forward_greedy_steps(const ForwardBatch& batch, StateCache& cache, int num_top, int num_steps,
+                            std::vector<GreedyPick>& out) override;
   /// forward_sample on every rank (as forward_greedy): `out` gets rank 0's picks.
   bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
                       std::vector<GreedyPick>& out) override;

@@ -235,7 +235,7 @@ void CudaMambaModel::step(const ForwardBatch& batch, StateCache& cache, float* l
   StepFrameArgs a;
   a.arch = "Mamba", a.num_layers = cfg_.num_hidden_layers, a.hidden_size = cfg_.hidden_size;
   a.vocab_size = cfg_.vocab_size, a.eps = cfg_.layer_norm_epsilon, a.cuda_graphs = opt_.cuda_graphs;
-  a.frame = &frame_, a.meta = &meta_, a.graphs = &graphs_, a.states = &states_, a.tp = &tp_, a.gemm = &gemm_;
+  a.num_steps = num_steps_, a.frame = &frame_, a.meta = &meta_, a.graphs = &graphs_, a.states = &states_, a.tp = &tp_, a.gemm = &gemm_;
   a.hidden = &hidden_, a.out = &out_;
   a.scratch = {&hidden_, &out_, &normed_, &xz_, &xc_, &xdbl_, &delta_, &y_, &xc16_, &xdbl16_, &y16_};
   a.reserve = [&](int64_t T, int64_t nlog) { reserve(T, nlog); };

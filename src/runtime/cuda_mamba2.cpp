@@ -142,7 +142,7 @@ class CudaMamba2Model final : public CudaCausalLM {
     StepFrameArgs a;
     a.arch = "Mamba2", a.num_layers = cfg_.num_hidden_layers, a.hidden_size = cfg_.hidden_size;
     a.vocab_size = cfg_.vocab_size, a.eps = cfg_.layer_norm_epsilon, a.cuda_graphs = opt_.cuda_graphs;
-    a.frame = &frame_, a.meta = &meta_, a.graphs = &graphs_, a.states = &states_, a.tp = &tp_, a.gemm = &gemm_;
+    a.num_steps = num_steps_, a.frame = &frame_, a.meta = &meta_, a.graphs = &graphs_, a.states = &states_, a.tp = &tp_, a.gemm = &gemm_;
     a.hidden = &hidden_, a.out = &out_;
     a.scratch = {&hidden_, &out_, &normed_, &proj_, &xbc_, &y_, &gated_};
     a.reserve = [&](int64_t T, int64_t nlog) { reserve(T, nlog); };

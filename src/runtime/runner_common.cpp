@@ -89,10 +89,10 @@ void LmFrame::reserve(int64_t T, int64_t H, int64_t V, int64_t n_logits) {
   picks.get(std::max<int64_t>(n_logits, 1) * sizeof(GreedyRow));
 }
 
-void LmFrame::enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s) {
+void LmFrame::enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s, int64_t row0) {
   if (n_logits == 0) return;
-  SSM_CUDA_CHECK(greedy_sample(logits.f32(n_logits * V), V, static_cast<int>(n_logits), V, num_top,
-                               static_cast<GreedyRow*>(picks.get(n_logits * sizeof(GreedyRow))), s));
+  auto* rows = static_cast<GreedyRow*>(picks.get((row0 + n_logits) * sizeof(GreedyRow)));
+  SSM_CUDA_CHECK(greedy_sample(logits.f32(n_logits * V), V, static_cast<int>(n_logits), V, num_top, rows + row0, s));
 }
 
 void LmFrame::fetch_picks(int64_t n_logits, cudaStream_t s) {
@@ -163,7 +163,7 @@ void LmFrame::download_sample(int64_t n_logits, int64_t V, const DeviceSampleBat
 }
 
 void LmFrame::pointers(std::vector<const void*>& out) const {
-  for (const Scratch* s : {&cast, &logits, &picks}) out.push_back(s->buf.data());
+  for (const Scratch* s : {&cast, &logits, &picks, &next_ids}) out.push_back(s->buf.data());
 }
 
 void LmFrame::enqueue_head(const StepMeta& m, int64_t T, int64_t H, int64_t V, float eps, const float* last_out,
@@ -268,15 +268,35 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
   // and runs the same greedy / sampling kernels (no logits to the host).
   const bool tp_picks = a.tp->on() && (greedy_top >= 0 || sample);
   if (tp_picks) a.tp->reserve_gather(nlog, V);
+  const int K = a.num_steps;
+  SSM_CHECK(K >= 1, "multi-step decode: {} steps", K);
+  SSM_CHECK(K == 1 || (greedy_top >= 0 && !sample && batch.meta.num_prefills == 0 && nlog > 0),
+            "multi-step decode needs a decode-only batch of greedy rows (prefills {}, logits rows {})",
+            batch.meta.num_prefills, nlog);
+  if (K > 1) {
+    a.frame->picks.get(K * nlog * sizeof(GreedyRow));
+    a.frame->next_ids.get(T * sizeof(int32_t));
+  }
   const StepMeta dm = a.meta->upload(batch, s);
   auto body = [&] {
-    float* hidden = a.hidden->f32(T * H);
-    a.frame->embed(dm, T, H, hidden, s);
-    for (int l = 0; l < a.num_layers; ++l) a.mixer(l, dm, T);
-    a.frame->enqueue_head(dm, T, H, a.tp->vocab_per_rank(V), a.eps, a.num_layers > 0 ? a.out->f32(T * H) : nullptr,
-                          hidden, nlog, *a.gemm, s);
-    if (tp_picks) a.tp->gather_logits_device(*a.frame, nlog, V, s);
-    if (greedy_top >= 0) a.frame->enqueue_greedy(nlog, V, greedy_top, s);
+    auto* next_ids = K > 1 ? static_cast<int32_t*>(a.frame->next_ids.get(T * sizeof(int32_t))) : nullptr;
+    for (int j = 0; j < K; ++j) {
+      StepMeta dj = dm;
+      if (j > 0) dj.input_ids = next_ids;  // the previous step's picks (feed_greedy_tokens below)
+      float* hidden = a.hidden->f32(T * H);
+      a.frame->embed(dj, T, H, hidden, s);
+      for (int l = 0; l < a.num_layers; ++l) a.mixer(l, dj, T);
+      a.frame->enqueue_head(dj, T, H, a.tp->vocab_per_rank(V), a.eps, a.num_layers > 0 ? a.out->f32(T * H) : nullptr,
+                            hidden, nlog, *a.gemm, s);
+      if (tp_picks) a.tp->gather_logits_device(*a.frame, nlog, V, s);
+      if (greedy_top >= 0) a.frame->enqueue_greedy(nlog, V, greedy_top, s, j * nlog);
+      if (j + 1 < K) {
+        if (j == 0)  // rows without a logits row (padding) keep their ids
+          SSM_CUDA_CHECK(cudaMemcpyAsync(next_ids, dm.input_ids, T * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+        const auto* picks_j = static_cast<const GreedyRow*>(a.frame->picks.buf.data()) + j * nlog;
+        SSM_CUDA_CHECK(feed_greedy_tokens(picks_j, static_cast<int>(nlog), dm.logits_indices, next_ids, s));
+      }
+    }
   };
   if (a.cuda_graphs && batch.meta.num_prefills == 0) {
     std::vector<const void*> ptrs = {a.meta->device_buffer()};
@@ -284,14 +304,16 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
     a.frame->pointers(ptrs);
     a.states->pointers(ptrs);
     if (tp_picks) ptrs.push_back(a.tp->gathered.buf.data());
-    a.graphs->run(s, step_key(T, nlog, greedy_top, tp_picks), pointer_signature(ptrs), body);
+    // T < 2^21 (kMaxNumBatchedTokens), so bits 56.. of the key are free for the step count.
+    const uint64_t key = step_key(T, nlog, greedy_top, tp_picks) | (static_cast<uint64_t>(K - 1) << 56);
+    a.graphs->run(s, key, pointer_signature(ptrs), body);
   } else {
     body();
   }
   if (sample) {
     a.frame->enqueue_sample(nlog, V, *sample, s);
     a.frame->download_sample(nlog, V, *sample, *picks, s);
-  } else if (greedy_top >= 0) a.frame->download_greedy(nlog, greedy_top, *picks, s);
+  } else if (greedy_top >= 0) a.frame->download_greedy(K * nlog, greedy_top, *picks, s);
   else if (a.tp->on()) a.tp->gather_logits(*a.frame, nlog, V, logits, s);
   else a.frame->download(nlog, V, logits, s);
 }
@@ -306,6 +328,23 @@ bool CudaCausalLM::forward_greedy(const ForwardBatch& batch, StateCache& cache, 
   SSM_CHECK(num_top >= 0 && num_top <= kMaxDeviceGreedyTop, "greedy top log-probabilities {} outside [0, {}]", num_top,
             kMaxDeviceGreedyTop);
   step(batch, cache, nullptr, num_top, &out, nullptr);  // (tensor parallel: on the all-gathered logits)
+  return true;
+}
+
+bool CudaCausalLM::forward_greedy_steps(const ForwardBatch& batch, StateCache& cache, int num_top, int num_steps,
+                                        std::vector<GreedyPick>& out) {
+  if (!device_greedy()) return false;
+  SSM_CHECK(num_top >= 0 && num_top <= kMaxDeviceGreedyTop, "greedy top log-probabilities {} outside [0, {}]", num_top,
+            kMaxDeviceGreedyTop);
+  SSM_CHECK(num_steps >= 1 && num_steps <= 255, "multi-step decode: num_steps {} outside [1, 255]", num_steps);
+  num_steps_ = num_steps;
+  try {
+    step(batch, cache, nullptr, num_top, &out, nullptr);
+  } catch (...) {
+    num_steps_ = 1;
+    throw;
+  }
+  num_steps_ = 1;
   return true;
 }
 

@@ -78,7 +78,8 @@ struct LmFrame {
   bool pdl = true;  ///< launch the final norm with Programmatic Dependent Launch
   DeviceBuffer norm_f;
   Scratch cast, logits;  ///< cast: the normed logits rows [n_logits, H] in the head's dtype
-  Scratch picks;         ///< device greedy picks [n_logits] GreedyRow
+  Scratch picks;         ///< device greedy picks [num_steps, n_logits] GreedyRow
+  Scratch next_ids;      ///< multi-step decode: the next step's input ids [T] int32
   Scratch sample_in;     ///< device sampling input: rows [n_logits] SampleRowParams, then the LogitMod entries
   Scratch sample_work;   ///< processed logits [n_logits, V] of rows with logit modifications
   std::vector<GreedyRow> picks_host;
@@ -93,8 +94,9 @@ struct LmFrame {
                     float* hidden, int64_t n_logits, GemmHandle& gemm, cudaStream_t s);
   /// Copies the logits to the host and waits for the stream (the step's one synchronization).
   void download(int64_t n_logits, int64_t V, float* logits_host, cudaStream_t s);
-  /// Enqueues the greedy pick of every logits row (kernels/cuda/sampling.h) after enqueue_head.
-  void enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s);
+  /// Enqueues the greedy pick of every logits row (kernels/cuda/sampling.h) after enqueue_head, into picks rows
+  /// [row0, row0 + n_logits).
+  void enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s, int64_t row0 = 0);
   /// Copies the picks to the host (waiting for the stream) into out [n_logits].
   /// Copies the n_logits GreedyRow picks to picks_host and waits for the stream (shared by the two downloads).
   void fetch_picks(int64_t n_logits, cudaStream_t s);
@@ -159,6 +161,7 @@ struct StepFrameArgs {
   int64_t hidden_size = 0, vocab_size = 0;
   float eps = 0.0f;       ///< the final RMSNorm's epsilon
   bool cuda_graphs = true;
+  int num_steps = 1;      ///< multi-step decode (CausalLM::forward_greedy_steps): decode steps per call
   LmFrame* frame = nullptr;
   StepMetaUploader* meta = nullptr;
   DecodeGraphs* graphs = nullptr;
@@ -178,7 +181,10 @@ struct StepFrameArgs {
 /// (-> greedy picks when greedy_top >= 0) on `s` (decode-only steps through a CUDA graph keyed by shape), and
 /// returns the logits [n_logits, V] into `logits` or the picks into *picks (tensor parallel: all-gathered).
 /// sample (non-null, greedy_top = -1): the logits rows are sampled on the device after the (graph) step and the
-/// picks returned into *picks (LmFrame::enqueue_sample); not with tensor parallelism.
+/// picks returned into *picks (LmFrame::enqueue_sample).
+/// a.num_steps > 1 (greedy_top >= 0, a decode-only batch, Error otherwise): the step runs a.num_steps times in one
+/// graph, each step's picks fed into the next step's input ids on the device (feed_greedy_tokens); *picks gets
+/// [num_steps, n_logits] step-major.
 void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cache, cudaStream_t s, float* logits,
               int greedy_top, std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample = nullptr);
 
@@ -205,6 +211,15 @@ class CudaCausalLM : public CausalLM {
   virtual bool tensor_parallel() const { return false; }
   /// False when the runner has no device greedy path (the engine then samples through forward_sample / forward).
   virtual bool device_greedy() const { return true; }
+
+ public:
+  /// Multi-step decode on the device (StepFrameArgs::num_steps): false without a device greedy path. Error when
+  /// num_top is outside [0, kMaxDeviceGreedyTop], num_steps < 1, or the batch is not decode-only.
+  bool forward_greedy_steps(const ForwardBatch& batch, StateCache& cache, int num_top, int num_steps,
+                            std::vector<GreedyPick>& out) override;
+
+ protected:
+  int num_steps_ = 1;  ///< the step() in flight runs this many decode steps (runners copy it into StepFrameArgs)
 };
 
 }  // namespace ssmserve::cuda

@@ -357,5 +357,37 @@ TEST(CudaTensorParallel, DeviceSamplingMatchesHostSampler) {
   }
 }
 
+// Multi-step decode at TP 2 (every rank runs K steps in one graph, feeding the all-gathered picks forward): the
+// same tokens and logprobs as single steps at TP 2.
+TEST(CudaTensorParallel, MultiStepDecodeEqualsSingleSteps) {
+  REQUIRE_TWO_GPUS();
+  const auto dir = model_dir("tiny-mamba");
+  SSM_SKIP_IF_NO_MODEL(dir);
+  cuda::register_cuda_backend();
+  std::vector<std::vector<int>> prompts = {{510, 5347, 273, 6181, 310}, {1231, 2220, 247, 673}, {42}};
+  SamplingParams sp;
+  sp.temperature = 0.0;
+  sp.ignore_eos = true;
+  sp.logprobs = 2;
+  sp.max_tokens = 17;
+  auto run = [&](int K) {
+    EngineConfig cfg;
+    cfg.model = dir;
+    cfg.device = "cuda";
+    cfg.tensor_parallel_size = 2;
+    cfg.num_scheduler_steps = K;
+    LLM llm(cfg);
+    return llm.generate_ids(prompts, sp);
+  };
+  const auto want = run(1), got = run(4);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].outputs.at(0).token_ids, want[i].outputs.at(0).token_ids) << "prompt " << i;
+    ASSERT_EQ(got[i].outputs.at(0).logprobs.size(), want[i].outputs.at(0).logprobs.size());
+    for (size_t t = 0; t < want[i].outputs[0].logprobs.size(); ++t)
+      EXPECT_EQ(got[i].outputs[0].logprobs[t].at(0).logprob, want[i].outputs[0].logprobs[t].at(0).logprob) << t;
+  }
+}
+
 }  // namespace
 }  // namespace ssmserve

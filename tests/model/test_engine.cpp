@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
+#include <map>
+
 #include "core/error.h"
 #include "engine/llm_engine.h"
 #include "test_util.h"
@@ -162,6 +164,106 @@ TEST(Engine, PaddedDecodeBatchesChangeNothing) {
       EXPECT_EQ(got[i].outputs[0].token_ids, want[i].outputs[0].token_ids) << "pad " << pad;
       EXPECT_EQ(got[i].outputs[0].logprobs.back().at(0).logprob, want[i].outputs[0].logprobs.back().at(0).logprob);
     }
+  }
+}
+
+}  // namespace
+}  // namespace ssmserve
+
+namespace ssmserve {
+namespace {
+
+/// Runs `prompts` through an engine step by step, checking that every request's streamed delta_token_ids add up
+/// to its final token ids; returns the final outputs in prompt order.
+std::vector<RequestOutput> run_streamed(LLMEngine& engine, const std::vector<std::string>& prompts,
+                                        const std::vector<SamplingParams>& params, int* multi_steps) {
+  std::map<std::string, size_t> index;
+  std::vector<std::vector<int>> streamed(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.request_id = "r" + std::to_string(i);
+    r.prompt = prompts[i];
+    r.params = params[i];
+    index[r.request_id] = i;
+    engine.add_request(std::move(r));
+  }
+  std::vector<RequestOutput> done(prompts.size());
+  while (engine.has_unfinished_requests()) {
+    for (auto& o : engine.step()) {
+      const size_t i = index.at(o.request_id);
+      streamed[i].insert(streamed[i].end(), o.delta_token_ids.begin(), o.delta_token_ids.end());
+      if (o.finished) done[i] = std::move(o);
+    }
+    if (engine.last_step_stats().num_model_steps > 1) ++*multi_steps;
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(streamed[i], done[i].outputs.at(0).token_ids) << "request " << i;
+  return done;
+}
+
+// Multi-step decode (num_scheduler_steps, vLLM's multi-step scheduling) on the CPU, where the engine loops the
+// model's forward itself (host_greedy_steps): every output equals the single-step run's -- token ids, logprobs
+// (bit for bit), text, finish reasons -- with max_tokens not a multiple of K (the tail runs single steps), a
+// stop string and EOS that end requests inside a K-step burst (tokens after the stop dropped), requests admitted
+// while others decode (mixed steps run single), and for Mamba-1 and Mamba-2.
+TEST(Engine, MultiStepDecodeMatchesSingleSteps) {
+  for (const char* name : {"tiny-mamba", "tiny-mamba2"}) {
+    SCOPED_TRACE(name);
+    EngineConfig base;
+    base.model = testing::model_dir(name);
+    SSM_SKIP_IF_NO_MODEL(base.model);
+    base.scheduler.max_num_seqs = 2;  // the later prompts start while the first ones decode
+    std::vector<SamplingParams> params(kPrompts.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i].temperature = 0;
+      params[i].max_tokens = std::vector<int>{13, 7, 24, 10}[i];
+      params[i].ignore_eos = i != 1;
+      params[i].logprobs = static_cast<int>(i % 3);
+    }
+    LLMEngine single_engine(base);
+    int multi = 0;
+    const auto want = run_streamed(single_engine, kPrompts, params, &multi);
+    EXPECT_EQ(multi, 0);
+    // A stop string inside prompt 2's greedy continuation, so it ends mid-burst.
+    const std::string& t2 = want[2].outputs[0].text;
+    if (t2.size() > 12) {
+      params[2].stop = {t2.substr(t2.size() / 2, 2)};
+    }
+    LLMEngine single_again(base);
+    const auto want_stop = run_streamed(single_again, kPrompts, params, &multi);
+    if (!params[2].stop.empty()) EXPECT_EQ(want_stop[2].outputs[0].finish_reason, FinishReason::Stop);
+    for (int K : {2, 4, 5}) {
+      SCOPED_TRACE(::testing::Message() << "K " << K);
+      EngineConfig cfg = base;
+      cfg.num_scheduler_steps = K;
+      LLMEngine engine(cfg);
+      int got_multi = 0;
+      const auto got = run_streamed(engine, kPrompts, params, &got_multi);
+      EXPECT_GT(got_multi, 0);
+      for (size_t i = 0; i < kPrompts.size(); ++i) {
+        const auto& g = got[i].outputs.at(0);
+        const auto& w = want_stop[i].outputs.at(0);
+        EXPECT_EQ(g.token_ids, w.token_ids) << "request " << i;
+        EXPECT_EQ(g.text, w.text) << "request " << i;
+        EXPECT_EQ(g.finish_reason, w.finish_reason) << "request " << i;
+        EXPECT_EQ(g.stop_reason, w.stop_reason) << "request " << i;
+        ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << "request " << i;
+        for (size_t s = 0; s < w.logprobs.size(); ++s) {
+          ASSERT_EQ(g.logprobs[s].size(), w.logprobs[s].size());
+          for (size_t k = 0; k < w.logprobs[s].size(); ++k) {
+            EXPECT_EQ(g.logprobs[s][k].id, w.logprobs[s][k].id);
+            EXPECT_EQ(g.logprobs[s][k].logprob, w.logprobs[s][k].logprob);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Engine, MultiStepDecodeRejectsBadStepCounts) {
+  for (int K : {0, -1, kMaxSchedulerSteps + 1}) {
+    EngineConfig cfg;
+    cfg.num_scheduler_steps = K;
+    EXPECT_THROW(cfg.validate(), Error) << K;
   }
 }
 

@@ -109,7 +109,23 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
   top_logprobs<kThreads>(l, V, best_v, best_i, lse_s, num_top, sv, si, r);
 }
 
+__global__ void feed_kernel(const GreedyRow* __restrict__ picks, int n, const int32_t* __restrict__ rows,
+                            int32_t* __restrict__ ids) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) {
+    const int32_t t = picks[i].token;
+    ids[rows[i]] = t >= 0 ? t : 0;
+  }
+}
+
 }  // namespace
+
+cudaError_t feed_greedy_tokens(const GreedyRow* picks, int n, const int32_t* rows, int32_t* ids, cudaStream_t stream) {
+  if (n < 0 || (n > 0 && (!picks || !rows || !ids))) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  feed_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(picks, n, rows, ids);
+  return launch_status();
+}
 
 cudaError_t greedy_sample(const float* logits, int64_t ld, int n, int64_t V, int num_top, GreedyRow* out,
                           cudaStream_t stream) {

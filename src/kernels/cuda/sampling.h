@@ -33,6 +33,12 @@ struct GreedyRow {
 cudaError_t greedy_sample(const float* logits, int64_t ld, int n, int64_t V, int num_top, GreedyRow* out,
                           cudaStream_t stream);
 
+/// Multi-step decode: ids[rows[i]] = picks[i].token for i < n (0 for an error row's -1, whose step the host
+/// reports), so the next decode step's embedding reads each sequence's pick. picks: [n] device; rows: [n] int32
+/// device (each logits row's token row, the step's logits_indices); ids: [T] int32 device. Returns
+/// cudaErrorInvalidValue for n < 0 or null pointers with n > 0.
+cudaError_t feed_greedy_tokens(const GreedyRow* picks, int n, const int32_t* rows, int32_t* ids, cudaStream_t stream);
+
 /// Candidate capacity of sample_rows' sorted path (top-k / top-p rows): a row whose candidate set is larger is
 /// left to the host (token = kPickOnHost).
 inline constexpr int kDeviceSampleCapacity = 4096;
