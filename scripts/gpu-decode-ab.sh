@@ -3,7 +3,8 @@
 # model once per variant, the variants interleaved and the whole list repeated, so run-to-run drift (~3% on the
 # H200) does not masquerade as a difference. A variant is a space-separated list of VAR=value settings, no quotes
 # inside ("-" for the defaults); the same variant may be given twice (an A/A check of the noise). A variant's
-# SSMSERVE_PREBUILT=DIR word runs that variant on DIR's executables (a build-switch A/B, e.g. two packages).
+# SSMSERVE_PREBUILT=DIR word runs that variant on DIR's executables (a build-switch A/B, e.g. two packages); an
+# ARGS=--flag=value word adds that command-line option to the variant's bench (e.g. ARGS=--num-scheduler-steps=8).
 # Results: OUTDIR/ab.tsv (variant, repeat, tokens/s) and a median table on stdout.
 # Usage: scripts/gpu-decode-ab.sh OUTDIR VARIANT...
 #   SSMSERVE_PREBUILT=DIR  executables in DIR (scripts/gpu-package.sh), else build-gpu/;
@@ -45,11 +46,15 @@ for r in $(seq 1 "${AB_REPEATS:-2}"); do
     envs=()
     [ "$v" != "-" ] && read -r -a envs <<<"$v"
     vbin=$bin
-    for word in "${envs[@]}"; do [[ "$word" == SSMSERVE_PREBUILT=* ]] && vbin=${word#SSMSERVE_PREBUILT=}; done
+    vargs=()
+    for word in "${envs[@]}"; do
+      [[ "$word" == SSMSERVE_PREBUILT=* ]] && vbin=${word#SSMSERVE_PREBUILT=}
+      [[ "$word" == ARGS=* ]] && vargs+=("${word#ARGS=}")
+    done
     log="$out/v$i-r$r.log"
     env "${envs[@]}" "$vbin/ssmserve" bench latency --model "$model" --load-format dummy --device cuda \
       --batch-size "${AB_BATCH:-1}" --input-len 32 --output-len "${AB_OUTPUT_LEN:-256}" --num-iters 5 \
-      --num-iters-warmup 1 >"$log" 2>&1
+      --num-iters-warmup 1 "${vargs[@]}" >"$log" 2>&1
     tps=$(sed -nE 's/^decode: +([0-9.]+) tokens\/s.*/\1/p' "$log" | head -1)
     printf '%s\t%s\t%s\t%s\n' "$i" "$v" "$r" "${tps:-FAILED}" >>"$out/ab.tsv"
   done
