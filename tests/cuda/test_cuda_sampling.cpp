@@ -257,8 +257,11 @@ TEST(CudaSampling, GreedyPicksMatchCpuSampler) {
         ASSERT_EQ(static_cast<int>(want.top.size()), k);
         for (int j = 0; j < k; ++j) {
           EXPECT_EQ(got[i].top_ids[j], want.top[j].id) << "top " << j;
-          if (std::isinf(want.top[j].logprob)) EXPECT_EQ(got[i].top_logprobs[j], want.top[j].logprob) << "top " << j;
-          else EXPECT_NEAR(got[i].top_logprobs[j], want.top[j].logprob, 2e-6) << "top " << j;
+          if (std::isinf(want.top[j].logprob)) {
+            EXPECT_EQ(got[i].top_logprobs[j], want.top[j].logprob) << "top " << j;
+          } else {
+            EXPECT_NEAR(got[i].top_logprobs[j], want.top[j].logprob, 2e-6) << "top " << j;
+          }
         }
       }
     }

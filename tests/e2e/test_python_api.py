@@ -115,6 +115,22 @@ def test_tensor_parallel_size(llm):
         ssmserve.LLM(str(MODEL), tensor_parallel_size=3)
 
 
+def test_num_scheduler_steps(llm):
+    # LLM(..., num_scheduler_steps=4): multi-step decode gives the single-step tokens and logprobs; a bad count is
+    # a ValueError naming the flag.
+    def flat(lps):  # Logprob has no __eq__
+        return [[(i, lp.logprob, lp.rank) for i, lp in d.items()] for d in lps]
+
+    params = ssmserve.SamplingParams(temperature=0, max_tokens=10, logprobs=1)
+    multi = ssmserve.LLM(str(MODEL), max_num_seqs=8, threads=2, num_scheduler_steps=4)
+    for a, b in zip(llm.generate(PROMPTS, params), multi.generate(PROMPTS, params)):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+        assert a.outputs[0].text == b.outputs[0].text
+        assert flat(a.outputs[0].logprobs) == flat(b.outputs[0].logprobs)
+    with pytest.raises(ValueError, match="num-scheduler-steps"):
+        ssmserve.LLM(str(MODEL), num_scheduler_steps=0)
+
+
 def test_threads_share_one_llm(llm):
     # generate() and stream() from several threads at once batch in the one engine; each gets its own results,
     # equal to a solo run (this crashed with munmap_chunk(): invalid pointer before the engine had a lock).
