@@ -45,9 +45,10 @@ struct EngineConfig {
   /// multi-step scheduling): the model runs this many decode steps back to back, each step's picks feeding the
   /// next step's inputs (on the device for GPU backends, so the GPU does not wait for the host between tokens),
   /// and every request gets up to that many tokens at once (streams get them in bursts). Taken for decode-only
-  /// steps (models without KV blocks); a request that stops or reaches max_tokens inside the burst keeps only its
-  /// tokens up to there (its state, advanced further, is freed with it). The tokens are those of single steps.
-  /// 1 = off. In [1, kMaxSchedulerSteps].
+  /// steps (models without KV blocks); a burst is capped at the fewest tokens a request still needs before
+  /// max_tokens (rounded down to a power of two), and a request that stops earlier (EOS, stop string) keeps only
+  /// its tokens up to there: the rest of the burst is computed for nothing, so K of 4-16 suits most workloads.
+  /// The tokens are those of single steps. 1 = off. In [1, kMaxSchedulerSteps].
   int num_scheduler_steps = 1;
   /// Where the model runs: "cpu", "cuda" (a registered device backend) or "auto" (a registered device when
   /// available for the architecture, else the CPU); see resolve_device in model/causal_lm.h.

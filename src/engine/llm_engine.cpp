@@ -258,11 +258,12 @@ std::vector<RequestOutput> LLMEngine::step() {
     if (!model_->forward_greedy_steps(batch, *cache_, num_top, steps, picks_))
       host_greedy_steps(*model_, batch, *cache_, num_top, steps, logits_, scratch_, picks_);
     stats_.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    stats_.num_decode_tokens = batch.meta.num_decode_tokens * steps;
     stats_.num_prefill_tokens = 0;
     stats_.num_model_steps = steps;
     for (size_t i = 0; i < order.size(); ++i)
       process_request_steps(*order[i].req, steps, batch.logits_indices.size(), plans[i], outs);
+    stats_.num_decode_tokens = 0;  // the tokens kept (a request's tokens after its stop are dropped)
+    for (const auto& o : outs) stats_.num_decode_tokens += static_cast<int>(o.delta_token_ids.size());
     for (const auto& o : outs)
       if (o.finished) requests_.erase(o.request_id);
     return outs;
@@ -383,14 +384,20 @@ int LLMEngine::multi_step_count(const SchedulerOutput& sched, const std::vector<
   const int K = cfg_.num_scheduler_steps;
   // Hybrids (KV blocks) are excluded: the scheduler allocates KV blocks for one token per decode step.
   if (K <= 1 || !plain_greedy || !sched.prefills.empty() || model_->kv_block_size() > 0) return 1;
-  // A request that reaches max_tokens (or a stop) inside the K steps keeps only its tokens up to there: the extra
-  // steps advanced a state that is freed with the request.
+  // A request that stops inside the K steps keeps only its tokens up to there (the extra steps advanced a state
+  // that is freed with it). So that no step runs for nothing, a burst is at most the fewest tokens any request
+  // still needs before max_tokens, rounded down to a power of two below K (a few graph shapes for the tails).
+  int left = K;
   for (const ScheduledRequest& o : order) {
     const RequestState& r = *o.req;
     const bool decode = o.num_tokens == 1 && r.num_computed_tokens + 1 == r.num_tokens() && r.num_computed_tokens > 0;
     if (!decode) return 1;
+    left = std::min(left, r.request.params.max_tokens - static_cast<int>(r.output_token_ids.size()));
   }
-  return K;
+  if (left >= K) return K;
+  int steps = 1;
+  while (steps * 2 <= left) steps *= 2;
+  return steps;
 }
 
 void LLMEngine::process_request_steps(RequestState& r, int steps, size_t n_logits, const RowPlan& plan,

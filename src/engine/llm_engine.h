@@ -22,7 +22,7 @@ namespace ssmserve {
 /// Step timing and counters of the last step (for bench and metrics).
 struct StepStats {
   int num_prefill_tokens = 0;
-  int num_decode_tokens = 0;  ///< over all of the step's model steps
+  int num_decode_tokens = 0;  ///< decode tokens the step produced (multi-step: those kept, over all model steps)
   double forward_seconds = 0.0;
   int num_model_steps = 1;    ///< > 1: a multi-step decode (EngineConfig::num_scheduler_steps)
 };
@@ -89,7 +89,8 @@ class LLMEngine {
   /// Detokenizes `token` (r's newest output) and finishes r when a stop condition holds.
   void check_stop(RequestState& r, int token);
   /// Model steps for this engine step: cfg_.num_scheduler_steps when the batch is decode-only, every row a plain
-  /// greedy pick (plain_greedy: the device greedy predicate) and the model has no KV blocks; else 1.
+  /// greedy pick (plain_greedy: the device greedy predicate) and the model has no KV blocks, capped at the fewest
+  /// tokens any request still needs before max_tokens (rounded down to a power of two when below it); else 1.
   int multi_step_count(const SchedulerOutput& sched, const std::vector<ScheduledRequest>& order, bool plain_greedy) const;
   /// Applies picks_ [steps, n_logits] (step-major) to r in order, stopping at its stop, and emits one output with
   /// every new token in delta_token_ids.

@@ -86,7 +86,7 @@ std::string Metrics::render(const std::string& model_name) const {
     out += fmt::format("ssmserve:{}_sum{{{}}} {}\nssmserve:{}_count{{{}}} {}\n", name, label, h.sum, name, label, h.count);
   };
   histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.", ttft_);
-  histogram("inter_token_latency_seconds", "Time between consecutive generated tokens of a request.", itl_);
+  histogram("inter_token_latency_seconds", "Time between consecutive token deliveries of a request (a --num-scheduler-steps burst counts once, as vLLM counts steps).", itl_);
   histogram("e2e_request_latency_seconds", "Time from arrival to the last token.", e2e_);
   return out;
 }

@@ -259,6 +259,30 @@ TEST(Engine, MultiStepDecodeMatchesSingleSteps) {
   }
 }
 
+// A burst never runs past the fewest tokens a request still needs: max_tokens 11 with K 8 runs the prefill (token
+// 1), a burst of 8, then 2 (the 2 left, a power of two) -- not a second burst of 8 for 2 tokens.
+TEST(Engine, MultiStepBurstsStopAtMaxTokens) {
+  SSM_SKIP_IF_NO_MODEL(tiny_config().model);
+  EngineConfig cfg = tiny_config();
+  cfg.num_scheduler_steps = 8;
+  LLMEngine engine(cfg);
+  Request r;
+  r.request_id = "a";
+  r.prompt = kPrompts[0];
+  r.params.temperature = 0;
+  r.params.ignore_eos = true;
+  r.params.max_tokens = 11;
+  engine.add_request(std::move(r));
+  std::vector<int> model_steps, tokens;
+  while (engine.has_unfinished_requests()) {
+    const auto outs = engine.step();
+    model_steps.push_back(engine.last_step_stats().num_model_steps);
+    tokens.push_back(outs.empty() ? 0 : static_cast<int>(outs[0].delta_token_ids.size()));
+  }
+  EXPECT_EQ(model_steps, (std::vector<int>{1, 8, 2}));
+  EXPECT_EQ(tokens, (std::vector<int>{1, 8, 2}));
+}
+
 TEST(Engine, MultiStepDecodeRejectsBadStepCounts) {
   for (int K : {0, -1, kMaxSchedulerSteps + 1}) {
     EngineConfig cfg;
