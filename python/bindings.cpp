@@ -424,6 +424,7 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def_readwrite("include_stop_str_in_output", &SamplingParams::include_stop_str_in_output)
       .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens)
       .def_readwrite("logit_bias", &SamplingParams::logit_bias)
+      .def_readwrite("allowed_token_ids", &SamplingParams::allowed_token_ids)
       .def("validate", &SamplingParams::validate, py::arg("vocab_size"))
       .def("clone", [](const SamplingParams& p) { return p; }, "A copy (vLLM's SamplingParams.clone)")
       .def("__repr__", [](const SamplingParams& p) {  // Python reprs of the values, as vLLM's repr shows them

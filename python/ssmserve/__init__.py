@@ -48,7 +48,7 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
     """vLLM's SamplingParams: n, temperature (1.0), top_p, top_k, min_p, seed, presence_penalty,
     frequency_penalty, repetition_penalty, max_tokens (16; None: up to max_model_len), min_tokens, stop,
     stop_token_ids, ignore_eos, logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens,
-    logit_bias ({token_id: bias}).
+    logit_bias ({token_id: bias}), allowed_token_ids (only these ids can be sampled).
     Unknown names raise TypeError; values are checked here, as vLLM does (ValueError naming the field), and token
     ids against the model's vocabulary when a request is added."""
     p = _ssmserve.SamplingParams()
@@ -57,7 +57,7 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
             v = [v]
         if k not in _SAMPLING_FIELDS:
             raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
-        if v is None and k in ("stop", "stop_token_ids", "logit_bias"):
+        if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids"):
             continue  # vLLM's None: the default (none)
         if v is None and k == "max_tokens":
             v = 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
@@ -68,7 +68,7 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
         try:
             if k == "logit_bias":
                 v = {int(t): float(b) for t, b in dict(v).items()}
-            setattr(p, k, list(v) if k in ("stop", "stop_token_ids") else v)
+            setattr(p, k, list(v) if k in ("stop", "stop_token_ids", "allowed_token_ids") else v)
         except (TypeError, ValueError) as e:
             why = "" if "incompatible function arguments" in str(e) else ": " + str(e).splitlines()[0]
             raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None

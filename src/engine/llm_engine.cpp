@@ -245,7 +245,8 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (size_t i = 0; i < order.size() && device_greedy; ++i) {
     const RequestState& r = *order[i].req;
     const SamplingParams& p = r.request.params;
-    device_greedy = p.greedy() && !p.prompt_logprobs.has_value() && p.logit_bias.empty() && p.repetition_penalty == 1.0 &&
+    device_greedy = p.greedy() && !p.prompt_logprobs.has_value() && p.logit_bias.empty() && p.allowed_token_ids.empty() &&
+                    p.repetition_penalty == 1.0 &&
                     p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 &&
                     (static_cast<int>(r.output_token_ids.size()) >= p.min_tokens ||
                      (p.ignore_eos && p.stop_token_ids.empty())) &&
@@ -277,7 +278,10 @@ std::vector<RequestOutput> LLMEngine::step() {
   bool device_sample = false;
   if (!device_greedy && device_sampling_ && !batch.logits_indices.empty()) {
     bool eligible = true;
-    for (size_t i = 0; i < order.size() && eligible; ++i) eligible = !order[i].req->request.params.prompt_logprobs.has_value();
+    for (size_t i = 0; i < order.size() && eligible; ++i) {
+      const SamplingParams& p = order[i].req->request.params;
+      eligible = !p.prompt_logprobs.has_value() && p.allowed_token_ids.empty();  // (the allowed set: host only)
+    }
     if (eligible) {
       sample_.rows.assign(batch.logits_indices.size(), SampleRowParams{});
       sample_.mods.clear();

@@ -233,6 +233,13 @@ void apply_penalties(float* l, int vocab, const SamplingParams& p, std::span<con
 /// logit_bias, min_tokens masking, then penalties, in place; prompt / output ids already range-checked.
 void process_logits_unchecked(float* l, int vocab, const SamplingParams& params, std::span<const int> prompt_ids,
                               std::span<const int> output_ids, std::span<const int> eos_token_ids) {
+  if (!params.allowed_token_ids.empty()) {  // vLLM applies the allowed set first
+    check_ids(params.allowed_token_ids, vocab, "allowed_token_ids");
+    thread_local std::vector<float> keep;
+    keep.assign(static_cast<size_t>(vocab), kNegInf);
+    for (const int t : params.allowed_token_ids) keep[t] = l[t];
+    std::copy(keep.begin(), keep.end(), l);
+  }
   for (const auto& [id, bias] : params.logit_bias) {
     SSM_CHECK(id >= 0 && id < vocab, "sampler: logit_bias token id {} is outside the vocabulary [0, {})", id, vocab);
     l[id] += bias;

@@ -48,6 +48,11 @@ void SamplingParams::validate(int vocab_size) const {
               vocab_size);
     SSM_CHECK(std::isfinite(bias), "SamplingParams.logit_bias[{}] must be finite, got {}", id, bias);
   }
+  for (size_t i = 0; i < allowed_token_ids.size(); ++i) {
+    const int t = allowed_token_ids[i];
+    SSM_CHECK(t >= 0 && t < vocab_size, "SamplingParams.allowed_token_ids[{}] = {} is out of vocabulary range [0, {})",
+              i, t, vocab_size);
+  }
 }
 
 int SamplingParams::effective_top_k(int vocab_size) const {

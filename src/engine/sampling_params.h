@@ -59,6 +59,10 @@ struct SamplingParams {
   /// Added to the raw logit of each listed token id before penalties and sampling (OpenAI / vLLM logit_bias;
   /// the server clamps values to [-100, 100]). Ids in [0, vocab_size), finite values.
   std::map<int, float> logit_bias;
+  /// When non-empty, only these token ids can be sampled: every other logit is masked to -inf before penalties
+  /// and sampling (vLLM's allowed_token_ids; logprobs stay those of the raw distribution). Ids in [0, vocab_size).
+  /// Rows with it are sampled on the host.
+  std::vector<int> allowed_token_ids;
 
   /// Checks every field against vLLM's limits (SamplingParams._verify_args plus the engine's
   /// max_logprobs = 20 and the processor's token-id range check).

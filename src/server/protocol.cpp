@@ -166,6 +166,16 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
       sp.logit_bias[static_cast<int>(id)] = static_cast<float>(std::clamp(as_number(bias, "logit_bias"), -100.0, 100.0));
     }
   }
+  if (const json* v = field(b, "allowed_token_ids")) {
+    if (!v->is_null()) {
+      if (!v->is_array()) bad_request("allowed_token_ids", "allowed_token_ids must be a list of integers");
+      sp.allowed_token_ids = as_token_ids(*v, "allowed_token_ids");
+    }
+  }
+  if (const json* v = field(b, "bad_words")) {  // refused rather than silently ignored
+    if (!v->is_null() && !(v->is_array() && v->empty()))
+      bad_request("bad_words", "bad_words is not supported by this server");
+  }
   if (const json* v = field(b, "stream")) r.stream = as_bool(*v, "stream");
   if (const json* v = field(b, "stream_options")) {
     if (!v->is_object()) bad_request("stream_options", "stream_options must be an object");

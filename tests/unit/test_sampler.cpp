@@ -161,6 +161,31 @@ TEST(Sampler, GreedyArgmaxAndTiesToLowestId) {
   EXPECT_EQ(rng.uniform(), fresh.uniform());
 }
 
+// allowed_token_ids (vLLM): only the listed ids can be picked, greedy or sampled; logprobs stay raw; ids are
+// range-checked.
+TEST(Sampler, AllowedTokenIdsMaskEveryOtherToken) {
+  Ctx c;
+  SamplingParams p;
+  p.temperature = 0.0;
+  RequestRng rng(1);
+  p.allowed_token_ids = {0, 2};
+  SampleResult r = run({0.1f, 2.0f, -1.0f, 1.9f}, p, rng, c);
+  EXPECT_EQ(r.token, 0);
+  const double lse = std::log(std::exp(0.1) + std::exp(2.0) + std::exp(-1.0) + std::exp(1.9));
+  EXPECT_NEAR(r.logprob, 0.1 - lse, 1e-5);
+  p.temperature = 1.0;
+  for (int i = 0; i < 50; ++i) {
+    const int t = run({0.1f, 2.0f, -1.0f, 1.9f}, p, rng, c).token;
+    EXPECT_TRUE(t == 0 || t == 2) << t;
+  }
+  std::vector<float> l = {0.0f, 1.0f, 2.0f};
+  process_logits(l, p, {}, {}, {});
+  EXPECT_EQ(l, (std::vector<float>{0.0f, -kInf, 2.0f}));
+  p.allowed_token_ids = {4};
+  EXPECT_THROW(p.validate(4), Error);
+  EXPECT_NO_THROW(p.validate(5));
+}
+
 TEST(Sampler, LogitBiasShiftsLogitsBeforeSamplingNotLogprobs) {
   Ctx c;
   SamplingParams p;
