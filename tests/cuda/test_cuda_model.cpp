@@ -11,6 +11,7 @@
 #include <random>
 
 #include "cuda_test_util.h"
+#include "engine_test_util.h"
 #include "engine/llm_engine.h"
 #include "model/causal_lm.h"
 #include "runtime/cuda_mamba.h"
@@ -279,28 +280,13 @@ TEST(CudaMultiStep, DecodeEqualsSingleSteps) {
       sp.logprobs = 3;
       sp.max_tokens = 19;
       auto run = [&](int K) {
-        EngineConfig cfg;
-        cfg.model = dir;
-        cfg.device = "cuda";
-        cfg.scheduler.max_num_seqs = 3;
-        cfg.num_scheduler_steps = K;
-        LLM llm(cfg);
-        return llm.generate_ids(prompts, sp);
+        return cudatest::generate_on_cuda(dir, prompts, sp, [&](EngineConfig& cfg) {
+          cfg.scheduler.max_num_seqs = 3;
+          cfg.num_scheduler_steps = K;
+        });
       };
       const auto want = run(1);
-      for (int K : {2, 4}) {
-        const auto got = run(K);
-        ASSERT_EQ(got.size(), want.size());
-        for (size_t i = 0; i < want.size(); ++i) {
-          const auto& w = want[i].outputs.at(0);
-          const auto& g = got[i].outputs.at(0);
-          EXPECT_EQ(g.token_ids, w.token_ids) << "K " << K << " prompt " << i;
-          ASSERT_EQ(g.logprobs.size(), w.logprobs.size());
-          for (size_t t = 0; t < w.logprobs.size(); ++t)
-            for (size_t k = 0; k < w.logprobs[t].size() && k < g.logprobs[t].size(); ++k)
-              EXPECT_EQ(g.logprobs[t][k].logprob, w.logprobs[t][k].logprob) << "K " << K << " prompt " << i << " token " << t;
-        }
-      }
+      for (int K : {2, 4}) cudatest::expect_identical_outputs(run(K), want, "K " + std::to_string(K));
       unsetenv("SSMSERVE_DECODE_DATAFLOW");
     }
   }

@@ -14,6 +14,7 @@
 
 #include "checkpoint_fixtures.h"
 #include "cuda_test_util.h"
+#include "engine_test_util.h"
 #include "device/cuda_check.h"
 #include "engine/llm_engine.h"
 #include "model/causal_lm.h"
@@ -214,7 +215,6 @@ TEST(CudaTensorParallel, DISABLED_CollectiveTimes) {
   REQUIRE_TWO_GPUS();
   const std::vector<int64_t> sizes = {192, 2560, 4 * 2560, 16 * 2560, 64 * 2560, 256 * 4096, 50280, 16 * 25140};
   {
-    const bool p2p = true;
     cuda::NcclGroup group(2);
     on_two_ranks(group, [&](int r, dist::Communicator& comm, cudaStream_t s) {
       float *d = nullptr, *g = nullptr;
@@ -242,7 +242,7 @@ TEST(CudaTensorParallel, DISABLED_CollectiveTimes) {
           float ms = 0;
           SSM_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
           if (r == 0)
-            std::printf("%s %-10s %9lld floats: %8.2f us\n", p2p ? "p2p " : "nccl", gather ? "all-gather" : "all-reduce",
+            std::printf("p2p  %-10s %9lld floats: %8.2f us\n", gather ? "all-gather" : "all-reduce",
                         static_cast<long long>(n), 1e3 * ms / kCalls);
           cudaEventDestroy(t0);
           cudaEventDestroy(t1);
@@ -291,13 +291,10 @@ TEST(CudaTensorParallel, GreedyGenerationTinyMamba) {
   sp.logprobs = 2;
   sp.max_tokens = 24;
   auto run = [&](int tp) {
-    EngineConfig cfg;
-    cfg.model = dir;
-    cfg.device = "cuda";
-    cfg.tensor_parallel_size = tp;
-    cfg.scheduler.max_num_batched_tokens = 29;  // chunked prefill next to decodes
-    LLM llm(cfg);
-    return llm.generate_ids(prompts, sp);
+    return cudatest::generate_on_cuda(dir, prompts, sp, [&](EngineConfig& cfg) {
+      cfg.tensor_parallel_size = tp;
+      cfg.scheduler.max_num_batched_tokens = 29;  // chunked prefill next to decodes
+    });
   };
   const auto ref = run(1), got = run(2);
   ASSERT_EQ(got.size(), ref.size());
@@ -337,14 +334,10 @@ TEST(CudaTensorParallel, DeviceSamplingMatchesHostSampler) {
   sp.logprobs = 1;
   sp.max_tokens = 20;
   auto run = [&](bool device) {
-    if (!device) setenv("SSMSERVE_DEVICE_SAMPLING", "0", 1);
-    EngineConfig cfg;
-    cfg.model = dir;
-    cfg.device = "cuda";
-    cfg.tensor_parallel_size = 2;
-    LLM llm(cfg);
+    if (!device) setenv("SSMSERVE_DEVICE_SAMPLING", "0", 1);  // read when the engine is built
+    auto out = cudatest::generate_on_cuda(dir, prompts, sp, [](EngineConfig& cfg) { cfg.tensor_parallel_size = 2; });
     unsetenv("SSMSERVE_DEVICE_SAMPLING");
-    return llm.generate_ids(prompts, sp);
+    return out;
   };
   const auto host = run(false), dev = run(true);
   ASSERT_EQ(dev.size(), host.size());
@@ -371,22 +364,12 @@ TEST(CudaTensorParallel, MultiStepDecodeEqualsSingleSteps) {
   sp.logprobs = 2;
   sp.max_tokens = 17;
   auto run = [&](int K) {
-    EngineConfig cfg;
-    cfg.model = dir;
-    cfg.device = "cuda";
-    cfg.tensor_parallel_size = 2;
-    cfg.num_scheduler_steps = K;
-    LLM llm(cfg);
-    return llm.generate_ids(prompts, sp);
+    return cudatest::generate_on_cuda(dir, prompts, sp, [&](EngineConfig& cfg) {
+      cfg.tensor_parallel_size = 2;
+      cfg.num_scheduler_steps = K;
+    });
   };
-  const auto want = run(1), got = run(4);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_EQ(got[i].outputs.at(0).token_ids, want[i].outputs.at(0).token_ids) << "prompt " << i;
-    ASSERT_EQ(got[i].outputs.at(0).logprobs.size(), want[i].outputs.at(0).logprobs.size());
-    for (size_t t = 0; t < want[i].outputs[0].logprobs.size(); ++t)
-      EXPECT_EQ(got[i].outputs[0].logprobs[t].at(0).logprob, want[i].outputs[0].logprobs[t].at(0).logprob) << t;
-  }
+  cudatest::expect_identical_outputs(run(4), run(1), "TP 2, K 4 vs 1");
 }
 
 }  // namespace
