@@ -314,6 +314,20 @@ std::vector<RequestOutput> LLMEngine::step() {
   return outs;
 }
 
+namespace {
+/// A device pick as the sampler's result for request r: its token, logprob and the first `logprobs` top entries.
+/// Error when the device flagged the row (token < 0: NaN / +inf logits, or all -inf).
+SampleResult device_pick_result(const GreedyPick& g, const RequestState& r) {
+  SSM_CHECK(g.token >= 0, "sampler: the logits of request {} hold a NaN or +inf, or are all -inf", r.request.request_id);
+  SampleResult s;
+  s.token = g.token;
+  s.logprob = g.logprob;
+  const int num_top = std::min<int>(r.request.params.logprobs.value_or(0), static_cast<int>(g.top.size()));
+  for (int j = 0; j < num_top; ++j) s.top.push_back({g.top[j].first, g.top[j].second});
+  return s;
+}
+}  // namespace
+
 void LLMEngine::process_request(RequestState& r, int num_tokens, const float* logits, const GreedyPick* picks, const RowPlan& plan,
                                 std::vector<RequestOutput>& outs) {
   const int V = model_->config().vocab_size;
@@ -336,12 +350,7 @@ void LLMEngine::process_request(RequestState& r, int num_tokens, const float* lo
       s = sample_token_with_uniform(picks[plan.first_logit_row + k].logits, sp, r.request.prompt_token_ids,
                                     r.output_token_ids, model_->config().eos_token_ids, uniform, scratch_);
     } else if (picks) {  // picked on the device (step 3)
-      const GreedyPick& g = picks[plan.first_logit_row + k];
-      SSM_CHECK(g.token >= 0, "sampler: the logits of request {} hold a NaN or +inf, or are all -inf", r.request.request_id);
-      s.token = g.token;
-      s.logprob = g.logprob;
-      for (int j = 0; j < std::min<int>(sp.logprobs.value_or(0), static_cast<int>(g.top.size())); ++j)
-        s.top.push_back({g.top[j].first, g.top[j].second});
+      s = device_pick_result(picks[plan.first_logit_row + k], r);
     } else if (sample_drawn_) {  // the uniform was drawn for a device step the model declined
       s = sample_token_with_uniform(row(), sp, r.request.prompt_token_ids, r.output_token_ids,
                                     model_->config().eos_token_ids, uniform, scratch_);
@@ -406,19 +415,14 @@ int LLMEngine::multi_step_count(const SchedulerOutput& sched, const std::vector<
 
 void LLMEngine::process_request_steps(RequestState& r, int steps, size_t n_logits, const RowPlan& plan,
                                       std::vector<RequestOutput>& outs) {
-  const int num_top = r.request.params.logprobs.value_or(0);
   std::vector<int> delta;
   for (int j = 0; j < steps && !r.finished(); ++j) {
     const GreedyPick& g = picks_.at(static_cast<size_t>(j) * n_logits + static_cast<size_t>(plan.first_logit_row));
-    SSM_CHECK(g.token >= 0, "sampler: the logits of request {} hold a NaN or +inf, or are all -inf", r.request.request_id);
+    const SampleResult s = device_pick_result(g, r);
     r.num_computed_tokens += 1;
-    SampleResult s;
-    s.token = g.token;
-    s.logprob = g.logprob;
-    for (int k = 0; k < std::min<int>(num_top, static_cast<int>(g.top.size())); ++k) s.top.push_back({g.top[k].first, g.top[k].second});
     append_sample(r, s);
-    delta.push_back(g.token);
-    check_stop(r, g.token);
+    delta.push_back(s.token);
+    check_stop(r, s.token);
   }
   outs.push_back(make_output(r));
   outs.back().delta_token_ids = std::move(delta);

@@ -89,10 +89,12 @@ void LmFrame::reserve(int64_t T, int64_t H, int64_t V, int64_t n_logits) {
   picks.get(std::max<int64_t>(n_logits, 1) * sizeof(GreedyRow));
 }
 
-void LmFrame::enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s, int64_t row0) {
+void LmFrame::enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s, int64_t row0,
+                             const GreedyFeed* feed) {
   if (n_logits == 0) return;
   auto* rows = static_cast<GreedyRow*>(picks.get((row0 + n_logits) * sizeof(GreedyRow)));
-  SSM_CUDA_CHECK(greedy_sample(logits.f32(n_logits * V), V, static_cast<int>(n_logits), V, num_top, rows + row0, s));
+  SSM_CUDA_CHECK(
+      greedy_sample(logits.f32(n_logits * V), V, static_cast<int>(n_logits), V, num_top, rows + row0, s, feed));
 }
 
 void LmFrame::fetch_picks(int64_t n_logits, cudaStream_t s) {
@@ -282,20 +284,19 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
     auto* next_ids = K > 1 ? static_cast<int32_t*>(a.frame->next_ids.get(T * sizeof(int32_t))) : nullptr;
     for (int j = 0; j < K; ++j) {
       StepMeta dj = dm;
-      if (j > 0) dj.input_ids = next_ids;  // the previous step's picks (feed_greedy_tokens below)
+      if (j > 0) dj.input_ids = next_ids;  // the previous step's picks (fed by its greedy kernel)
       float* hidden = a.hidden->f32(T * H);
       a.frame->embed(dj, T, H, hidden, s);
       for (int l = 0; l < a.num_layers; ++l) a.mixer(l, dj, T);
       a.frame->enqueue_head(dj, T, H, a.tp->vocab_per_rank(V), a.eps, a.num_layers > 0 ? a.out->f32(T * H) : nullptr,
                             hidden, nlog, *a.gemm, s);
       if (tp_picks) a.tp->gather_logits_device(*a.frame, nlog, V, s);
-      if (greedy_top >= 0) a.frame->enqueue_greedy(nlog, V, greedy_top, s, j * nlog);
-      if (j + 1 < K) {
-        if (j == 0)  // rows without a logits row (padding) keep their ids
-          SSM_CUDA_CHECK(cudaMemcpyAsync(next_ids, dm.input_ids, T * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
-        const auto* picks_j = static_cast<const GreedyRow*>(a.frame->picks.buf.data()) + j * nlog;
-        SSM_CUDA_CHECK(feed_greedy_tokens(picks_j, static_cast<int>(nlog), dm.logits_indices, next_ids, s));
-      }
+      // Steps before the last: rows without a logits row (padding) keep their ids; the greedy kernel writes each
+      // row's pick into the next step's input ids.
+      if (j == 0 && K > 1)
+        SSM_CUDA_CHECK(cudaMemcpyAsync(next_ids, dm.input_ids, T * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+      const GreedyFeed feed{dm.logits_indices, next_ids};
+      if (greedy_top >= 0) a.frame->enqueue_greedy(nlog, V, greedy_top, s, j * nlog, j + 1 < K ? &feed : nullptr);
     }
   };
   if (a.cuda_graphs && batch.meta.num_prefills == 0) {

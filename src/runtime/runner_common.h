@@ -96,7 +96,8 @@ struct LmFrame {
   void download(int64_t n_logits, int64_t V, float* logits_host, cudaStream_t s);
   /// Enqueues the greedy pick of every logits row (kernels/cuda/sampling.h) after enqueue_head, into picks rows
   /// [row0, row0 + n_logits).
-  void enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s, int64_t row0 = 0);
+  void enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s, int64_t row0 = 0,
+                      const GreedyFeed* feed = nullptr);
   /// Copies the picks to the host (waiting for the stream) into out [n_logits].
   /// Copies the n_logits GreedyRow picks to picks_host and waits for the stream (shared by the two downloads).
   void fetch_picks(int64_t n_logits, cudaStream_t s);
@@ -183,7 +184,7 @@ struct StepFrameArgs {
 /// sample (non-null, greedy_top = -1): the logits rows are sampled on the device after the (graph) step and the
 /// picks returned into *picks (LmFrame::enqueue_sample).
 /// a.num_steps > 1 (greedy_top >= 0, a decode-only batch, Error otherwise): the step runs a.num_steps times in one
-/// graph, each step's picks fed into the next step's input ids on the device (feed_greedy_tokens); *picks gets
+/// graph, each step's picks fed into the next step's input ids on the device (GreedyFeed); *picks gets
 /// [num_steps, n_logits] step-major.
 void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cache, cudaStream_t s, float* logits,
               int greedy_top, std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample = nullptr);

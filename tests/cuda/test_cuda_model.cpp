@@ -260,7 +260,7 @@ TEST(CudaMambaModel, GreedyGenerationMatchesCpuOnGoldenPrompts) {
 
 }  // namespace
 // Multi-step decode on the device (num_scheduler_steps: K steps in one graph, each step's picks fed into the next
-// step's input ids by feed_greedy_tokens): the same tokens and logprobs, bit for bit, as single steps, for
+// step's input ids by the greedy kernel, GreedyFeed): the same tokens and logprobs, bit for bit, as single steps, for
 // Mamba-1 (op chain and the dataflow kernel) and Mamba-2, with requests admitted while others decode and
 // max_tokens not a multiple of K.
 TEST(CudaMultiStep, DecodeEqualsSingleSteps) {

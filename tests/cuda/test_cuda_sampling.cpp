@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -264,6 +265,28 @@ TEST(CudaSampling, GreedyPicksMatchCpuSampler) {
           }
         }
       }
+    }
+    // With a feed (multi-step decode): each row's pick also lands in ids[rows[i]] (0 for error rows); other ids
+    // untouched; the picks the same bits.
+    {
+      const std::vector<int32_t> rows = {3, 0, 8, 1, 5, 9, 2};  // logits row i -> token row rows[i] of 10
+      DeviceBuffer drows = to_device(rows), dids = to_device(std::vector<int32_t>(10, -7));
+      DeviceBuffer dout2(n * sizeof(cuda::GreedyRow));
+      const cuda::GreedyFeed feed{drows.as<int32_t>(), dids.as<int32_t>()};
+      SSM_CUDA_CHECK(cuda::greedy_sample(dl.as<float>(), ld, n, V, 0, dout.as<cuda::GreedyRow>(), nullptr));
+      SSM_CUDA_CHECK(cuda::greedy_sample(dl.as<float>(), ld, n, V, 0, dout2.as<cuda::GreedyRow>(), nullptr, &feed));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto a = to_host<cuda::GreedyRow>(dout, n), b = to_host<cuda::GreedyRow>(dout2, n);
+      const auto ids = to_host<int32_t>(dids, 10);
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(a[i].token, b[i].token) << "row " << i;
+        EXPECT_EQ(0, std::memcmp(&a[i].logprob, &b[i].logprob, 4)) << "row " << i;
+        EXPECT_EQ(ids[rows[i]], a[i].token >= 0 ? a[i].token : 0) << "row " << i;
+      }
+      for (int t : {4, 6, 7}) EXPECT_EQ(ids[t], -7) << "id " << t << " has no logits row";
+      const cuda::GreedyFeed half{drows.as<int32_t>(), nullptr};
+      EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), ld, n, V, 0, dout2.as<cuda::GreedyRow>(), nullptr, &half),
+                cudaErrorInvalidValue);
     }
     EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), V - 1, n, V, 0, dout.as<cuda::GreedyRow>(), nullptr), cudaErrorInvalidValue);
     EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), ld, n, V, 21, dout.as<cuda::GreedyRow>(), nullptr), cudaErrorInvalidValue);

@@ -28,7 +28,8 @@ struct SlicePart {
 /// block 0 combines the slices in order (argmax by logit_before, total = sum_c sum_c * exp(max_c - best)) and, for
 /// num_top > 0, walks the whole row for the top log-probabilities.
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
-    greedy_kernel(const float* __restrict__ logits, int64_t ld, int V, int num_top, GreedyRow* __restrict__ out) {
+    greedy_kernel(const float* __restrict__ logits, int64_t ld, int V, int num_top, GreedyRow* __restrict__ out,
+                  GreedyFeed feed) {
   __shared__ float sv[kThreads / 32];
   __shared__ int si[kThreads / 32];
   __shared__ double sd[kThreads / 32];
@@ -97,6 +98,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
   }
   cluster.sync();  // the parts are read (the other blocks may exit)
   GreedyRow& r = out[blockIdx.y];
+  if (feed.ids && threadIdx.x == 0) feed.ids[feed.rows[blockIdx.y]] = row_bad ? 0 : best_i;
   if (row_bad) {
     if (threadIdx.x == 0) r.token = -1, r.logprob = NAN;
     return;
@@ -109,29 +111,14 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
   top_logprobs<kThreads>(l, V, best_v, best_i, lse_s, num_top, sv, si, r);
 }
 
-__global__ void feed_kernel(const GreedyRow* __restrict__ picks, int n, const int32_t* __restrict__ rows,
-                            int32_t* __restrict__ ids) {
-  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i < n) {
-    const int32_t t = picks[i].token;
-    ids[rows[i]] = t >= 0 ? t : 0;
-  }
-}
-
 }  // namespace
 
-cudaError_t feed_greedy_tokens(const GreedyRow* picks, int n, const int32_t* rows, int32_t* ids, cudaStream_t stream) {
-  if (n < 0 || (n > 0 && (!picks || !rows || !ids))) return cudaErrorInvalidValue;
-  if (n == 0) return cudaSuccess;
-  feed_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(picks, n, rows, ids);
-  return launch_status();
-}
-
 cudaError_t greedy_sample(const float* logits, int64_t ld, int n, int64_t V, int num_top, GreedyRow* out,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const GreedyFeed* feed) {
   if (n < 0 || V < 1 || V > 2147483647 || ld < V || num_top < 0 || num_top > kMaxDeviceTopLogprobs ||
-      n > 2147483647 || (n > 0 && (!logits || !out)))
+      n > 2147483647 || (n > 0 && (!logits || !out)) || (feed && (!feed->rows != !feed->ids)))
     return cudaErrorInvalidValue;
+  const GreedyFeed fd = feed ? *feed : GreedyFeed{};
   if (n == 0) return cudaSuccess;
   const int k = static_cast<int>(num_top < V ? num_top : V);
   constexpr int kMaxRowsPerLaunch = 65535;  // gridDim.y
@@ -139,7 +126,7 @@ cudaError_t greedy_sample(const float* logits, int64_t ld, int n, int64_t V, int
     const int rows = n - r0 < kMaxRowsPerLaunch ? n - r0 : kMaxRowsPerLaunch;
     if (const cudaError_t e = launch_pdl(true, greedy_kernel, dim3(kCluster, static_cast<unsigned>(rows)), dim3(kThreads),
                                          0, stream, logits + static_cast<int64_t>(r0) * ld, ld, static_cast<int>(V), k,
-                                         out + r0);
+                                         out + r0, GreedyFeed{fd.rows ? fd.rows + r0 : nullptr, fd.ids});
         e != cudaSuccess)
       return e;
   }

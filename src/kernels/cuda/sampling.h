@@ -26,18 +26,22 @@ struct GreedyRow {
   float top_logprobs[kMaxDeviceTopLogprobs];
 };
 
-/// For each of n rows of logits [n, V] fp32 (row stride ld >= V), writes out[i] (device, [n]).
-/// num_top in [0, kMaxDeviceTopLogprobs], clamped to V. Each row is read by a cluster of 8 blocks, one slice each
-/// (max, lowest-id argmax and sum of exp(l - slice max), fixed thread order), combined in slice order by the first
-/// block through distributed shared memory: the slices depend only on V, so a row's result does not depend on n.
-cudaError_t greedy_sample(const float* logits, int64_t ld, int n, int64_t V, int num_top, GreedyRow* out,
-                          cudaStream_t stream);
+/// Multi-step decode: where greedy_sample also writes each row's pick as the next step's input id.
+/// ids[rows[i]] = out[i].token (0 for an error row's -1, whose step the host reports), so the next decode step's
+/// embedding reads each sequence's pick. rows: [n] int32 device (each logits row's token row, the step's
+/// logits_indices); ids: [T] int32 device.
+struct GreedyFeed {
+  const int32_t* rows = nullptr;
+  int32_t* ids = nullptr;
+};
 
-/// Multi-step decode: ids[rows[i]] = picks[i].token for i < n (0 for an error row's -1, whose step the host
-/// reports), so the next decode step's embedding reads each sequence's pick. picks: [n] device; rows: [n] int32
-/// device (each logits row's token row, the step's logits_indices); ids: [T] int32 device. Returns
-/// cudaErrorInvalidValue for n < 0 or null pointers with n > 0.
-cudaError_t feed_greedy_tokens(const GreedyRow* picks, int n, const int32_t* rows, int32_t* ids, cudaStream_t stream);
+/// For each of n rows of logits [n, V] fp32 (row stride ld >= V), writes out[i] (device, [n]), and with feed the
+/// picks into feed->ids (GreedyFeed). num_top in [0, kMaxDeviceTopLogprobs], clamped to V. Each row is read by a
+/// cluster of 8 blocks, one slice each (max, lowest-id argmax and sum of exp(l - slice max), fixed thread order),
+/// combined in slice order by the first block through distributed shared memory: the slices depend only on V, so a
+/// row's result does not depend on n. cudaErrorInvalidValue for bad sizes or null pointers (feed: both or neither).
+cudaError_t greedy_sample(const float* logits, int64_t ld, int n, int64_t V, int num_top, GreedyRow* out,
+                          cudaStream_t stream, const GreedyFeed* feed = nullptr);
 
 /// Candidate capacity of sample_rows' sorted path (top-k / top-p rows): a row whose candidate set is larger is
 /// left to the host (token = kPickOnHost).
