@@ -95,12 +95,12 @@ struct LmFrame {
   /// Copies the logits to the host and waits for the stream (the step's one synchronization).
   void download(int64_t n_logits, int64_t V, float* logits_host, cudaStream_t s);
   /// Enqueues the greedy pick of every logits row (kernels/cuda/sampling.h) after enqueue_head, into picks rows
-  /// [row0, row0 + n_logits).
+  /// [row0, row0 + n_logits); with feed, each pick also into the next step's input ids (GreedyFeed).
   void enqueue_greedy(int64_t n_logits, int64_t V, int num_top, cudaStream_t s, int64_t row0 = 0,
                       const GreedyFeed* feed = nullptr);
-  /// Copies the picks to the host (waiting for the stream) into out [n_logits].
   /// Copies the n_logits GreedyRow picks to picks_host and waits for the stream (shared by the two downloads).
   void fetch_picks(int64_t n_logits, cudaStream_t s);
+  /// Copies the picks to the host (waiting for the stream) into out [n_logits].
   void download_greedy(int64_t n_logits, int num_top, std::vector<GreedyPick>& out, cudaStream_t s);
   /// Uploads `sample` and enqueues the full device sampling of every logits row (kernels/cuda/sampling.h
   /// sample_rows) after enqueue_head; not part of a captured graph (its inputs change every step).

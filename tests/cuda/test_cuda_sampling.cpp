@@ -284,9 +284,9 @@ TEST(CudaSampling, GreedyPicksMatchCpuSampler) {
         EXPECT_EQ(ids[rows[i]], a[i].token >= 0 ? a[i].token : 0) << "row " << i;
       }
       for (int t : {4, 6, 7}) EXPECT_EQ(ids[t], -7) << "id " << t << " has no logits row";
-      const cuda::GreedyFeed half{drows.as<int32_t>(), nullptr};
-      EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), ld, n, V, 0, dout2.as<cuda::GreedyRow>(), nullptr, &half),
-                cudaErrorInvalidValue);
+      for (const cuda::GreedyFeed bad : {cuda::GreedyFeed{drows.as<int32_t>(), nullptr}, cuda::GreedyFeed{}})
+        EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), ld, n, V, 0, dout2.as<cuda::GreedyRow>(), nullptr, &bad),
+                  cudaErrorInvalidValue);
     }
     EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), V - 1, n, V, 0, dout.as<cuda::GreedyRow>(), nullptr), cudaErrorInvalidValue);
     EXPECT_EQ(cuda::greedy_sample(dl.as<float>(), ld, n, V, 21, dout.as<cuda::GreedyRow>(), nullptr), cudaErrorInvalidValue);

@@ -116,7 +116,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
 cudaError_t greedy_sample(const float* logits, int64_t ld, int n, int64_t V, int num_top, GreedyRow* out,
                           cudaStream_t stream, const GreedyFeed* feed) {
   if (n < 0 || V < 1 || V > 2147483647 || ld < V || num_top < 0 || num_top > kMaxDeviceTopLogprobs ||
-      n > 2147483647 || (n > 0 && (!logits || !out)) || (feed && (!feed->rows != !feed->ids)))
+      n > 2147483647 || (n > 0 && (!logits || !out)) || (feed && (!feed->rows || !feed->ids)))
     return cudaErrorInvalidValue;
   const GreedyFeed fd = feed ? *feed : GreedyFeed{};
   if (n == 0) return cudaSuccess;

@@ -29,7 +29,8 @@ struct GreedyRow {
 /// Multi-step decode: where greedy_sample also writes each row's pick as the next step's input id.
 /// ids[rows[i]] = out[i].token (0 for an error row's -1, whose step the host reports), so the next decode step's
 /// embedding reads each sequence's pick. rows: [n] int32 device (each logits row's token row, the step's
-/// logits_indices); ids: [T] int32 device.
+/// logits_indices); ids: [T] int32 device. The greedy kernel lets a PDL successor launch at its start: whatever
+/// reads ids next must be a plain launch or pdl_wait() first (the embedding kernel is a plain launch).
 struct GreedyFeed {
   const int32_t* rows = nullptr;
   int32_t* ids = nullptr;
@@ -39,7 +40,7 @@ struct GreedyFeed {
 /// picks into feed->ids (GreedyFeed). num_top in [0, kMaxDeviceTopLogprobs], clamped to V. Each row is read by a
 /// cluster of 8 blocks, one slice each (max, lowest-id argmax and sum of exp(l - slice max), fixed thread order),
 /// combined in slice order by the first block through distributed shared memory: the slices depend only on V, so a
-/// row's result does not depend on n. cudaErrorInvalidValue for bad sizes or null pointers (feed: both or neither).
+/// row's result does not depend on n. cudaErrorInvalidValue for bad sizes or null pointers (a feed needs both).
 cudaError_t greedy_sample(const float* logits, int64_t ld, int n, int64_t V, int num_top, GreedyRow* out,
                           cudaStream_t stream, const GreedyFeed* feed = nullptr);
 
