@@ -148,8 +148,9 @@ void sweep(int V, int n, uint32_t seed, SweepStats& st) {
     ASSERT_EQ(static_cast<int>(want.top.size()), std::min(V, c.p.logprobs.value_or(0)));
     for (size_t j = 0; j < want.top.size(); ++j) {
       EXPECT_EQ(got[r].top_ids[j], want.top[j].id) << "top " << j;
-      if (std::isfinite(want.top[j].logprob))
+      if (std::isfinite(want.top[j].logprob)) {
         EXPECT_NEAR(got[r].top_logprobs[j], want.top[j].logprob, 1e-5 * std::max(1.0f, std::fabs(want.top[j].logprob)));
+      }
     }
   }
 }
@@ -174,7 +175,9 @@ TEST(CudaSampling, SampleRowsMatchCpuSamplerAllParams) {
                 "%d error rows\n", s.V, st.rows, st.exact, st.boundary, st.on_host, st.errors);
     EXPECT_LE(st.boundary, std::max(1, st.rows / 1000)) << "V " << s.V;
     const char* b = std::getenv("SSMSERVE_SAMPLE_BUCKETS");
-    if (!(b && b[0] == '0')) EXPECT_LE(st.on_host, st.rows / 10) << "V " << s.V;  // only huge exact-tie buckets
+    if (!(b && b[0] == '0')) {
+      EXPECT_LE(st.on_host, st.rows / 10) << "V " << s.V;  // only huge exact-tie buckets
+    }
   }
 }
 
