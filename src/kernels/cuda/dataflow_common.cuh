@@ -15,7 +15,7 @@
 namespace ssmserve::cuda::dataflow {
 using namespace detail;
 
-constexpr int kConsumerWarps = 12;
+constexpr int kConsumerWarps = 10;
 constexpr int kConsumers = kConsumerWarps * 32;  // consumer threads; then the producer warp, the exchange warp
 constexpr int kExchangePollNs = 128;  // the exchange warp's pause between reads of words not there yet
 constexpr int kThreads = kConsumers + 64;  // + the producer warp and the exchange warp

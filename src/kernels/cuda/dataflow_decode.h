@@ -88,9 +88,9 @@ struct Mamba1DataflowOptions {
   /// latency-bound loads).
   int inflight = 1;
   /// Groups of consumer warps that take the GEMV slots in turn (1, 2, 3 or 4; speed only, other bits).
-  int slot_groups = 3;
+  int slot_groups = 2;
   /// The same for out_proj's GEMV.
-  int slot_groups_out = 3;
+  int slot_groups_out = 2;
   /// Tests only: launches per wrap of the exchange flags' generation bits, as a power of two (1 ... 20; the
   /// wrap zeroes the workspace's exchange words, see dataflow_common.cuh).
   int flag_wrap_log2 = 20;
