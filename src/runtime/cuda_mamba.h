@@ -44,7 +44,8 @@ struct CudaModelOptions {
   /// kernel (kernels/cuda/dataflow_decode.h: the whole stack in one launch per group of rows, weights streamed
   /// through shared memory). Batch-invariant (a row's bits are the same in any decode batch up to 16), not the op
   /// chain's bits (another summation order; within bf16 tolerance, tested). Off by default: on the H200 it is
-  /// faster at batch 1 (mamba-2.8b 510.1 vs 396.7 tokens/s, mamba-1.4b 750.2 vs 633.1, mamba-130m 2,480 vs 1,989)
+  /// faster at batch 1 (mamba-2.8b 510.1 vs 396.7 tokens/s, mamba-1.4b 750.2 vs 633.1, mamba-130m 2,480 vs 1,989;
+  /// mamba-2.8b 555.3 with --num-scheduler-steps 16 since session 16, 72% of the copy roofline)
   /// but slower from batch 4 (mamba-2.8b 1,248 vs 1,402; batch 16 1,287 vs 3,621), and switching kernels by batch
   /// size would make a request's bits depend on its batch; docs/benchmarks.md, session 13.
   bool dataflow_decode = false;

@@ -163,9 +163,9 @@ TEST(CudaDataflowDecode, MatchesOpChainAndIsDeterministic) {
         cudaGraphExecDestroy(e);
         cudaGraphDestroy(g);
 
-        // GEMV slots taken in turn by 1 / 2 / 4 groups of consumer warps (default 3): another split order, within
+        // GEMV slots taken in turn by 1 / 3 / 4 groups of consumer warps (default 2): another split order, within
         // tolerance.
-        for (int groups : {1, 2, 4}) {
+        for (int groups : {1, 3, 4}) {
           auto rg = pc.fresh();
           Dataflow dg(pc, rg, s);
           cuda::Mamba1DataflowOptions o;

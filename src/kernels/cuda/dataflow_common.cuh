@@ -15,6 +15,10 @@
 namespace ssmserve::cuda::dataflow {
 using namespace detail;
 
+// 10 consumer warps: with the producer and exchange warps that is 12 warps, 3 per SM sub-partition, so a thread
+// may hold 168 registers (the kernel needs 167, no spills). 12 consumer warps (14 warps, 4 per sub-partition) cap it
+// at 128 registers with spills: 27.8 against 26.4-26.6 us per mamba-2.8b layer, 532.4 against 555.3 tokens/s at
+// batch 1 on the H200 (docs/benchmarks.md, session 16).
 constexpr int kConsumerWarps = 10;
 constexpr int kConsumers = kConsumerWarps * 32;  // consumer threads; then the producer warp, the exchange warp
 constexpr int kExchangePollNs = 128;  // the exchange warp's pause between reads of words not there yet

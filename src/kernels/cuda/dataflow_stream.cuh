@@ -137,7 +137,7 @@ __device__ __forceinline__ void gemv_slot_paired(const uint4* sl, const __nv_bfl
 /// and {w2, w3} as they lie in registers) and x as the A operand (lane (g, t) loads batch row g's words in act_pos
 /// order {X0, X2, X1, X3}; A rows g + 8 are don't-care): the first mma's rows g give X0 W0 + X1 W1, the second's
 /// rows g + 8 give X2 W2 + X3 W3, so no register moves or zero fills. Even / odd chunks go to two accumulator
-/// pairs; the sum is ((a0 + b0) + (a1 + b1)) per (row, batch row), then the 12 warps' partials in warp order.
+/// pairs; the sum is ((a0 + b0) + (a1 + b1)) per (row, batch row), then the consumer warps' partials in warp order.
 /// Tile columns past the slot's rows and A rows past M read clamped rows and are ignored. Fixed order for a given
 /// K, independent of M and of the other rows' values: batch-invariant.
 template <int MT>
