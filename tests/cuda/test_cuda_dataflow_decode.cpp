@@ -93,8 +93,9 @@ TEST(CudaDataflowDecode, MatchesOpChainAndIsDeterministic) {
       {"mamba-130m", {768, 1536, 16, 48, 4, 1e-5f}},
       // Fewer channel pairs and out_proj rows than SMs (blocks with no channels / rows), d_conv 2; d_state 256.
       {"narrow", {64, 128, 8, 8, 2, 1e-5f}}, {"d_state 256", {256, 512, 256, 16, 4, 1e-5f}},
-      // K not a multiple of 32 with an odd number of whole chunks before the cut one in the last warp's k range
-      // (in_proj's K = H 424; out_proj's K = I 3208).
+      // K not a multiple of 32, so the last warp's k range ends in a cut chunk (in_proj's K = H 424, out_proj's
+      // K = I 3208); before it an odd number of whole chunks for some of the warps-per-group counts the test runs
+      // (in_proj: 10 and 5 warps; out_proj: 10 and 2), which the GEMVs' chunk-pair loops handle apart.
       {"ragged k", {424, 848, 8, 32, 4, 1e-5f}}, {"ragged wide k", {256, 3208, 8, 16, 4, 1e-5f}}};
   if (!quick()) shapes.push_back({"mamba-2.8b", {2560, 5120, 16, 160, 4, 1e-5f}});
   cuda::Stream stream;
@@ -163,9 +164,9 @@ TEST(CudaDataflowDecode, MatchesOpChainAndIsDeterministic) {
         cudaGraphExecDestroy(e);
         cudaGraphDestroy(g);
 
-        // GEMV slots taken in turn by 1 / 3 / 4 groups of consumer warps (default 2): another split order, within
-        // tolerance.
-        for (int groups : {1, 3, 4}) {
+        // GEMV slots taken in turn by 1 / 5 groups of consumer warps (default 2; 3 runs as 1): another split
+        // order, within tolerance.
+        for (int groups : {1, 5, 3}) {
           auto rg = pc.fresh();
           Dataflow dg(pc, rg, s);
           cuda::Mamba1DataflowOptions o;

@@ -20,6 +20,7 @@ using namespace detail;
 // at 128 registers with spills: 27.8 against 26.4-26.6 us per mamba-2.8b layer, 532.4 against 555.3 tokens/s at
 // batch 1 on the H200 (docs/benchmarks.md, session 16).
 constexpr int kConsumerWarps = 10;
+static_assert(kConsumerWarps >= kDataflowMaxRows, "publish_residual: one consumer warp per batch row's sum of squares");
 constexpr int kConsumers = kConsumerWarps * 32;  // consumer threads; then the producer warp, the exchange warp
 constexpr int kExchangePollNs = 128;  // the exchange warp's pause between reads of words not there yet
 constexpr int kThreads = kConsumers + 64;  // + the producer warp and the exchange warp

@@ -539,7 +539,8 @@ cudaError_t mamba1_dataflow_decode(const Mamba1DecodeShape& s, const Mamba1Dataf
   p.cbmax = L.cbmax, p.hbmax = L.hbmax, p.maxrows = L.maxrows, p.nseg = L.nseg, p.lanes = L.lanes, p.eps = s.eps;
   p.layers = layers_dev, p.hidden = buf.hidden, p.out = buf.out, p.si = buf.state_indices, p.timing = opt.timing, p.debug = opt.debug;
   p.inflight = std::clamp(opt.inflight, 1, L.ns);
-  auto groups = [](int g) { return g == 2 || g == 3 || g == 4 ? g : 1; };
+  // A group count must divide the consumer warps (else some warps would idle in every GEMV): 1, 2 or 5.
+  auto groups = [](int g) { return g >= 2 && g <= kConsumerWarps / 2 && kConsumerWarps % g == 0 ? g : 1; };
   p.groups = groups(opt.slot_groups), p.groups_out = groups(opt.slot_groups_out);
   p.wrap_log2 = std::clamp(opt.flag_wrap_log2, 1, 20);
   p.poll_ns = std::clamp(opt.poll_ns, 0, 1 << 20);

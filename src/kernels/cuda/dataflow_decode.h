@@ -84,11 +84,13 @@ struct Mamba1DataflowOptions {
   /// Benchmarks only (wrong results): bit 1 skips the streamed GEMVs' arithmetic, bit 2 does it twice.
   int debug = 0;
   /// Bulk copies of weights in flight per block at most (speed only; clamped to the ring's slots). 1 measured
-  /// best on the H200 (mamba-2.8b 35.6 us per layer vs 36.5-36.9 for 2, 3, 5: shorter memory queues for the
-  /// latency-bound loads).
+  /// best on the H200 (session 16: mamba-2.8b 27.8 us per layer vs 32.2 / 33.2 for 2 / 3, and slower still with
+  /// 2 only while a GEMV streams: more bytes in flight slow the latency-bound exchanges more than they speed the
+  /// streams).
   int inflight = 1;
-  /// Groups of consumer warps that take the GEMV slots in turn (1, 2, 3 or 4; speed only, other bits; with 10
-  /// consumer warps 2 groups of 5 measured fastest: 26.4-26.6 us per mamba-2.8b layer against 26.9 for 1).
+  /// Groups of consumer warps that take the GEMV slots in turn: 1, 2 or 5 (a divisor of the 10 consumer warps;
+  /// any other value runs as 1); speed only, other bits. 2 groups of 5 measured fastest: 26.4-26.6 us per
+  /// mamba-2.8b layer against 26.9 for 1.
   int slot_groups = 2;
   /// The same for out_proj's GEMV.
   int slot_groups_out = 2;

@@ -144,8 +144,9 @@ template <int MT>
 __device__ void gemv(Ring& rg, const KP& p, int rows, int K, const __nv_bfloat16* xs, float* rp, float* res, int ldr,
                      int ng, int tid) {
   const int lane = tid & 31, M = p.M, g = lane >> 2, t = lane & 3;
-  // ng groups of consumer warps take the slots in turn (group j % ng does slot j; the others only wait for it to
-  // land and give it back), so each warp's per-slot latency chain overlaps the other groups'.
+  // ng groups of consumer warps (ng divides kConsumerWarps: mamba1_dataflow_decode) take the slots in turn (group
+  // j % ng does slot j; the others only wait for it to land and give it back), so each warp's per-slot latency
+  // chain overlaps the other groups'.
   const int gw = kConsumerWarps / ng, grp = (tid >> 5) / gw, warp = (tid >> 5) % gw;
   const int chunks = (K + 31) / 32, cpw = (chunks + gw - 1) / gw;
   const int rps = p.slot / (K * 2);
