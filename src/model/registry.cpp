@@ -8,31 +8,19 @@
 #include "model/archs/mamba2.h"
 #include "model/archs/minimax.h"
 #include "model/causal_lm.h"
+#include "model/decoder/decoder_lm.h"
 #include "model/tensor_parallel.h"
 
 namespace ssmserve {
 namespace {
 
-using Loader = std::function<std::unique_ptr<CausalLM>(const ModelConfig&, LoadFormat)>;
-
-const std::map<std::string, Loader>& registry() {
-  static const std::map<std::string, Loader> r = {
-      {"MambaForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba(c, f); }},
-      {"Mamba2ForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_mamba2(c, f); }},
-      {"MiniMaxForCausalLM", [](const ModelConfig& c, LoadFormat f) { return load_minimax(c, f); }},
-  };
-  return r;
-}
-
-/// Tensor-parallel shard loaders (issue 9): architectures whose weights and states split over ranks. A hybrid
-/// adds its entry here once its shard loader exists.
-using ShardLoader = std::function<std::unique_ptr<CausalLM>(const ModelConfig&, LoadFormat, const dist::TpRank&)>;
-
-const std::map<std::string, ShardLoader>& shard_registry() {
-  static const std::map<std::string, ShardLoader> r = {
-      {"MambaForCausalLM", [](const ModelConfig& c, LoadFormat f, const dist::TpRank& tp) { return load_mamba(c, f, tp); }},
-      {"Mamba2ForCausalLM", [](const ModelConfig& c, LoadFormat f, const dist::TpRank& tp) { return load_mamba2(c, f, tp); }},
-      {"MiniMaxForCausalLM", [](const ModelConfig& c, LoadFormat f, const dist::TpRank& tp) { return load_minimax(c, f, tp); }},
+/// The architectures: `architectures[0]` -> its mapping onto the decoder stack (one line each; every architecture
+/// runs on DecoderLM, and splits over tensor-parallel ranks as its modules do).
+const std::map<std::string, ArchitectureSpecFn>& registry() {
+  static const std::map<std::string, ArchitectureSpecFn> r = {
+      {"MambaForCausalLM", &mamba_spec},
+      {"Mamba2ForCausalLM", &mamba2_spec},
+      {"MiniMaxForCausalLM", &minimax_spec},
   };
   return r;
 }
@@ -41,12 +29,12 @@ const std::map<std::string, ShardLoader>& shard_registry() {
 
 std::vector<std::string> tensor_parallel_architectures() {
   std::vector<std::string> names;
-  for (const auto& [k, v] : shard_registry()) names.push_back(k);
+  for (const auto& [k, v] : registry()) names.push_back(k);
   return names;
 }
 
 std::unique_ptr<CausalLM> load_model_shard(const ModelConfig& config, LoadFormat format, const dist::TpRank& tp) {
-  const auto& r = shard_registry();
+  const auto& r = registry();
   auto it = r.find(config.architecture);
   if (it == r.end()) {
     std::string known;
@@ -54,7 +42,7 @@ std::unique_ptr<CausalLM> load_model_shard(const ModelConfig& config, LoadFormat
     fail("--tensor-parallel-size {}: architecture \"{}\" does not support tensor parallelism yet (supported: {})", tp.world,
          config.architecture, known);
   }
-  return it->second(config, format, tp);
+  return load_decoder(config, it->second(config), format, tp);
 }
 
 std::vector<std::string> supported_architectures() {
@@ -72,7 +60,7 @@ std::unique_ptr<CausalLM> load_model(const ModelConfig& config, LoadFormat forma
     fail("{}: architecture \"{}\" is not supported (supported: {})", (config.dir / "config.json").string(),
          config.architecture, known);
   }
-  return it->second(config, format);
+  return load_decoder(config, it->second(config), format);
 }
 
 std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format) {

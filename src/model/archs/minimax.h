@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "model/causal_lm.h"
+#include "config/model_config.h"
+#include "model/decoder/decoder_spec.h"
 
 namespace ssmserve {
 
@@ -41,20 +41,10 @@ struct MiniMaxConfig {
   static MiniMaxConfig from_json(const ModelConfig& cfg);
 };
 
-/// Loads a MiniMax model (checkpoint or dummy weights), or rank tp.rank's tensor-parallel shard of it
-/// (vllm-ssm-design.md §5.3; vLLM's MiniMaxText01 sharding): lightning heads split over the ranks (qkv_proj /
-/// output_gate column-parallel, their slopes and states); softmax-attention query heads split, KV heads split
-/// when num_key_value_heads % tp == 0 and otherwise replicated (tp % num_key_value_heads == 0; rank r keeps KV
-/// head r * K / tp, as vLLM's QKVParallelLinear); MoE experts tensor-parallel (vLLM's FusedMoE default, not
-/// expert parallelism: the router replicated, every rank holding every expert's rows [I/tp] of w1 / w3);
-/// vocab-parallel embedding and LM head. Where vLLM all-reduces row-parallel partial sums (out_proj, o_proj, w2,
-/// the output norm's statistics), the CPU shard keeps TP = 1's arithmetic (dist/gathered_linear.h): the head
-/// outputs / gates / expert activations are all-gathered, the norm runs over all heads (weight replicated), and
-/// out_proj, o_proj and w2 are split by output rows over the whole input. Each rank's page holds only its
-/// heads' lightning states and its KV heads' blocks; the KV block size is the unsharded model's, so every rank
-/// (and TP = 1) cuts sequences into the same blocks. Throws Error on any checkpoint / config defect, when dummy
-/// weights would not fit in memory, or when tp does not divide num_attention_heads / intermediate_size (or
-/// neither divides nor is a multiple of num_key_value_heads).
-std::unique_ptr<CausalLM> load_minimax(const ModelConfig& cfg, LoadFormat format, const dist::TpRank& tp = {});
+/// MiniMaxForCausalLM as a decoder: per layer input_layernorm -> "lightning" (linear_attention) or "attention"
+/// (full_attention) with h = alpha x^ + beta Attn(x^), then post_attention_layernorm -> "moe" with
+/// out = alpha h^ + beta MoE(h^) (residuals from the normed input, as transformers' MiniMaxDecoderLayer); the
+/// embedding model.embed_tokens, model.norm, lm_head (untied by default). Throws Error naming an invalid field.
+DecoderSpec minimax_spec(const ModelConfig& cfg);
 
 }  // namespace ssmserve

@@ -1,0 +1,301 @@
+// Owns DecoderLM: the CPU forward pass of any DecoderSpec over a packed batch, its weight loading and the placement
+// of its modules' states in the block pool (see decoder_lm.h).
+#include "model/decoder/decoder_lm.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "dist/shard.h"
+#include "dist/vocab_parallel.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rms_norm.h"
+#include "model/decoder/module.h"
+#include "model/lm_common.h"
+#include "model/parallel_layers.h"
+
+namespace ssmserve {
+namespace {
+
+/// One sublayer as loaded.
+struct Sublayer {
+  SublayerSpec spec;
+  std::vector<float> norm;  ///< [hidden]
+  std::unique_ptr<CpuModule> module;
+  int placement = -1;       ///< index into DecoderLM::placements_ for stateful modules
+};
+
+/// Where one stateful module's state lives in the pool.
+struct Placement {
+  int cache_layer = 0;      ///< pool layer
+  int64_t conv_offset = 0;  ///< elements into the page's conv part
+  int64_t ssm_offset = 0;   ///< elements into the page's SSM part
+  int kv_index = -1;        ///< softmax layers: position among them (K / V offset within a KV block)
+  int64_t kv_offset_bytes = 0;
+};
+
+StateView shifted(StateView v, int64_t elems) {
+  v.data = static_cast<std::byte*>(v.data) + elems * static_cast<int64_t>(dtype_size(v.dtype));
+  return v;
+}
+
+class DecoderLM final : public CausalLM {
+ public:
+  DecoderLM(ModelConfig cfg, DecoderSpec spec, Weight emb, Weight head, std::vector<float> norm_f, std::vector<Sublayer> subs,
+            std::shared_ptr<const Checkpoint> ckpt, const dist::TpRank& tp)
+      : cfg_(std::move(cfg)), spec_(std::move(spec)), embedding_(std::move(emb)), lm_head_(std::move(head)),
+        norm_f_(std::move(norm_f)), subs_(std::move(subs)), ckpt_(std::move(ckpt)), tp_(tp) {
+    place_states();
+    find_stack_decode();
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  int num_state_layers() const override { return num_state_layers_; }
+  StateShape state_shape() const override { return shape_; }
+  int chunk_size() const override { return spec_.chunk_size; }
+  int kv_block_size() const override { return kv_block_size_; }
+  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
+
+ private:
+  void place_states();
+  void find_stack_decode();
+  void check_batch(const ForwardBatch& batch, const StateCache& cache) const;
+  ModuleState module_state(const Sublayer& s, StateCache& cache) const;
+  /// Bytes of this rank's K and V for one KV block across all softmax layers.
+  int64_t kv_page_bytes() const { return static_cast<int64_t>(kv_block_size_) * kv_token_bytes_; }
+
+  ModelConfig cfg_;
+  DecoderSpec spec_;
+  Weight embedding_, lm_head_;
+  std::vector<float> norm_f_;
+  std::vector<Sublayer> subs_;  // [layers x (mixer, ffn)] in order, absent sublayers left out
+  std::shared_ptr<const Checkpoint> ckpt_;  // keeps mapped weights alive
+  dist::TpRank tp_;                         // world 1: no communication
+  std::vector<Placement> placements_;
+  int num_state_layers_ = 0;
+  StateShape shape_;
+  int kv_block_size_ = 0;
+  int64_t kv_token_bytes_ = 0;  // this rank, all softmax layers
+  bool has_linear_ = false, has_attention_ = false;
+  StackDecodeFn stack_decode_ = nullptr;
+  // Per-forward buffers for T packed tokens (one forward at a time):
+  std::vector<float> hidden_, normed_, out_;  // [T, hidden] residual stream (fp32), sublayer input, module output
+  std::vector<ModuleState> states_;           // per sublayer
+  Scratch scratch_;
+};
+
+void DecoderLM::place_states() {
+  std::vector<ModuleStateSpec> rec, att;
+  for (const Sublayer& s : subs_) {
+    const ModuleStateSpec st = s.module->state_spec();
+    if (st.recurrent()) rec.push_back(st);
+    if (st.attention()) att.push_back(st);
+    has_linear_ |= s.spec.kind == "lightning";
+  }
+  has_attention_ = !att.empty();
+  const bool uniform = !rec.empty() && att.empty() && std::all_of(rec.begin(), rec.end(), [&](const ModuleStateSpec& s) {
+    return s.conv_elems == rec[0].conv_elems && s.ssm_elems == rec[0].ssm_elems;
+  });
+  int64_t conv = 0, ssm = 0, full_state = 0, full_kv_token = 0;
+  int r = 0, a = 0;
+  for (Sublayer& s : subs_) {
+    const ModuleStateSpec st = s.module->state_spec();
+    if (!st.recurrent() && !st.attention()) continue;
+    Placement p;
+    if (st.recurrent()) {
+      if (uniform) {
+        p.cache_layer = r++;
+      } else {
+        p.conv_offset = conv, p.ssm_offset = ssm;
+        conv += st.conv_elems, ssm += st.ssm_elems;
+      }
+      full_state += st.full_state_elems;
+    } else {
+      p.kv_index = a++;
+      p.kv_offset_bytes = kv_token_bytes_;  // times the block size, below
+      kv_token_bytes_ += st.kv_token_bytes;
+      full_kv_token += st.full_kv_token_bytes;
+    }
+    s.placement = static_cast<int>(placements_.size());
+    placements_.push_back(p);
+  }
+  if (uniform) {
+    num_state_layers_ = r;
+    shape_ = {rec[0].conv_elems, rec[0].ssm_elems, 0};
+    return;
+  }
+  num_state_layers_ = 1;  // one page spans every layer
+  if (full_kv_token > 0)
+    kv_block_size_ = static_cast<int>(std::max<int64_t>(1, full_state > 0 ? full_state * 4 / full_kv_token : 64));
+  for (Placement& p : placements_)
+    if (p.kv_index >= 0) p.kv_offset_bytes *= kv_block_size_;
+  // TP 1: a KV block is the whole page (at least kv_page_bytes). A shard: its KV block lives in its part of the
+  // SSM region (TensorParallelLM places the ranks' regions side by side), counted in fp32 elements.
+  if (tp_.world == 1) shape_ = {conv, ssm, kv_page_bytes()};
+  else shape_ = {conv, std::max(ssm, (kv_page_bytes() + 3) / 4), 0};
+}
+
+void DecoderLM::find_stack_decode() {
+  if (subs_.empty()) return;
+  const std::string& kind = subs_[0].spec.kind;
+  for (const Sublayer& s : subs_)
+    if (s.spec.kind != kind || !s.spec.plain_residual()) return;
+  if (static_cast<int>(subs_.size()) != static_cast<int>(spec_.layers.size())) return;  // an FFN somewhere
+  stack_decode_ = cpu_module_type(kind).stack_decode;
+}
+
+ModuleState DecoderLM::module_state(const Sublayer& s, StateCache& cache) const {
+  ModuleState st;
+  st.num_blocks = cache.num_blocks();
+  if (s.placement < 0) return st;
+  const Placement& p = placements_[static_cast<size_t>(s.placement)];
+  if (p.kv_index >= 0) {
+    st.kv.base = static_cast<std::byte*>(tp_.world == 1 ? cache.conv_state(0).data : cache.ssm_state(0).data);
+    st.kv.page_bytes = cache.page_bytes();
+    st.kv.block_size = kv_block_size_;
+    st.kv.layer_offset_bytes = p.kv_offset_bytes;
+    return st;
+  }
+  st.conv = shifted(cache.conv_state(p.cache_layer), p.conv_offset);
+  st.ssm = shifted(cache.ssm_state(p.cache_layer), p.ssm_offset);
+  return st;
+}
+
+void DecoderLM::check_batch(const ForwardBatch& batch, const StateCache& cache) const {
+  check_batch_against_cache(batch, cache, num_state_layers(), spec_.label);
+  const LinearAttentionMetadata& lm = batch.linear_meta;
+  const PagedAttentionMetadata& am = batch.attn_meta;
+  const int B = batch.meta.num_reqs;
+  if (has_linear_ || has_attention_) {
+    SSM_CHECK(static_cast<int>(lm.state_indices_tensor.size()) == B && static_cast<int>(lm.query_start_loc.size()) == B + 1,
+              "{} forward: the batch has no linear-attention metadata for its {} rows (build_attention_metadata)", spec_.label, B);
+    for (int32_t b : lm.state_indices_tensor)
+      SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: state index {} out of range", spec_.label, b);
+  }
+  if (has_attention_) {
+    SSM_CHECK(am.block_size == kv_block_size_ && static_cast<int>(am.seq_lens.size()) == B &&
+                  static_cast<int>(am.slot_mapping.size()) == batch.num_tokens(),
+              "{} forward: paged-attention metadata missing or for block size {} (model: {})", spec_.label, am.block_size,
+              kv_block_size_);
+    for (int32_t b : am.block_tables)
+      SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: KV block {} out of range", spec_.label, b);
+    SSM_CHECK(tp_.world == 1 || cache.shape().ssm_elems * static_cast<int64_t>(dtype_size(cache.dtypes().ssm)) >= kv_page_bytes(),
+              "{} tensor-parallel forward: a rank's part of the page ({} elements of the SSM state dtype) cannot hold "
+              "its {} bytes of KV block (use --mamba-ssm-cache-dtype float32 with --tensor-parallel-size > 1)",
+              spec_.label, cache.shape().ssm_elems, kv_page_bytes());
+  }
+}
+
+void DecoderLM::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
+  check_batch(batch, cache);
+  const int64_t T = batch.num_tokens(), H = cfg_.hidden_size;
+  const float eps = spec_.norm_eps;
+  hidden_.resize(T * H), normed_.resize(T * H), out_.resize(T * H);
+  // 1. Embedding lookup (times the embedding multiplier).
+  if (tp_.world > 1) dist::embed_tokens_vocab_parallel(batch, embedding_, cfg_.vocab_size, *tp_.comm, hidden_.data());
+  else embed_tokens(batch, embedding_, hidden_.data());
+  if (spec_.embedding_multiplier != 1.0f)
+    for (float& h : hidden_) h *= spec_.embedding_multiplier;
+  // 2. Sublayers: h <- alpha r + beta module(norm(h)), r = h or norm(h).
+  states_.clear();
+  for (const Sublayer& s : subs_) states_.push_back(module_state(s, cache));
+  bool done = false;
+  if (stack_decode_) {
+    std::vector<CpuModule*> mods;
+    std::vector<const float*> norms;
+    for (const Sublayer& s : subs_) mods.push_back(s.module.get()), norms.push_back(s.norm.data());
+    done = stack_decode_(mods, norms, eps, batch, states_, hidden_.data(), T, H, scratch_);
+  }
+  for (size_t i = 0; i < subs_.size() && !done; ++i) {
+    const Sublayer& s = subs_[i];
+    cpu::rms_norm(hidden_.data(), s.norm.data(), eps, T, H, normed_.data());
+    s.module->forward(normed_.data(), T, out_.data(), ModuleStep{batch, states_[i], scratch_});
+    if (s.spec.plain_residual()) {
+      for (int64_t j = 0; j < T * H; ++j) hidden_[j] += out_[j];
+    } else {
+      const float a = s.spec.alpha, b = s.spec.beta;
+      const float* r = s.spec.residual_is_normed ? normed_.data() : hidden_.data();
+      for (int64_t j = 0; j < T * H; ++j) hidden_[j] = r[j] * a + out_[j] * b;
+    }
+  }
+  // 3. Final norm + LM head on the requested rows (divided by logits_scaling).
+  if (tp_.world > 1)
+    dist::final_norm_and_lm_head_vocab_parallel(batch, hidden_.data(), H, norm_f_.data(), eps, lm_head_, cfg_.vocab_size, *tp_.comm,
+                                                logits);
+  else final_norm_and_lm_head(batch, hidden_.data(), H, norm_f_.data(), eps, lm_head_, logits);
+  if (logits && spec_.logits_scaling != 1.0f) {
+    const int64_t n = static_cast<int64_t>(batch.logits_indices.size()) * cfg_.vocab_size;
+    for (int64_t j = 0; j < n; ++j) logits[j] /= spec_.logits_scaling;
+  }
+}
+
+void check_dummy_fits(const ModelConfig& cfg, const DecoderSpec& spec) {
+  if (spec.dummy_bytes <= 0) return;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const double ram = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  SSM_CHECK(ram == 0 || spec.dummy_bytes <= 0.8 * ram,
+            "{}: dummy {} weights need {:.1f} GiB (bf16), more than 80% of the {:.1f} GiB of physical RAM",
+            (cfg.dir / "config.json").string(), spec.label, spec.dummy_bytes / kGiB, ram / kGiB);
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_decoder(const ModelConfig& cfg, const DecoderSpec& spec, LoadFormat format, const dist::TpRank& tp) {
+  SSM_CHECK(tp.world == 1 || tp.comm, "{}: tensor-parallel size {} needs a communicator", spec.label, tp.world);
+  SSM_CHECK(static_cast<int>(spec.layers.size()) == cfg.num_hidden_layers, "{}: {} layer specs for num_hidden_layers {}", spec.label,
+            spec.layers.size(), cfg.num_hidden_layers);
+  for (const LayerSpec& l : spec.layers)  // unknown kinds fail before any weight is read
+    for (const SublayerSpec* s : {&l.mixer, &l.ffn})
+      if (s->present()) (void)cpu_module_type(s->kind);
+  std::shared_ptr<const Checkpoint> ckpt;
+  WeightSource src = WeightSource::dummy();
+  if (format != LoadFormat::Dummy) {
+    ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
+    src = WeightSource::from_checkpoint(ckpt);
+  } else {
+    check_dummy_fits(cfg, spec);
+  }
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
+  const dist::Range v = dist::vocab_shard(V, tp.rank, tp.world);
+  Weight emb = dist::slice_rows(src.matrix(spec.embedding, {V, H}, DummyInit::uniform(0.1f)), {v});
+  // The LM head streams from memory at every decode step: the packed panels read faster than the row-major kernel
+  // at batch 1 (same bits: every element one FMA chain over k, kernels/cpu/linear.h). A tied head and the embedding
+  // share one copy, the panels (the lookup reads its rows from them); an untied head keeps only its panels. Packed
+  // before the layers load, so the moment both layouts exist comes before the model's peak.
+  Weight head;
+  if (spec.tie_word_embeddings && !src.has(spec.lm_head)) {
+    cpu::pack_for_linear_only(emb);
+    head = emb;
+  } else {
+    head = dist::slice_rows(src.matrix(spec.lm_head, {V, H}, DummyInit::uniform(0.1f)), {v});
+    cpu::pack_for_linear_only(head);
+  }
+  // Layers in parallel (model/parallel_layers.h: values do not depend on the order; the lowest failing layer's error
+  // is rethrown).
+  const int L = cfg.num_hidden_layers;
+  std::vector<std::array<Sublayer, 2>> layers(static_cast<size_t>(L));
+  for_each_layer_parallel(L, [&](int64_t l) {
+    const LayerSpec& ls = spec.layers[static_cast<size_t>(l)];
+    int k = 0;
+    for (const SublayerSpec* s : {&ls.mixer, &ls.ffn}) {
+      Sublayer& sub = layers[static_cast<size_t>(l)][k++];
+      sub.spec = *s;
+      if (!s->present()) continue;
+      sub.norm = src.vector(s->norm, {H}, DummyInit::constant(1.0f));
+      const ModuleArgs args{cfg, spec.params(s->kind, cfg), src, s->prefix, static_cast<int>(l), tp, spec.label};
+      sub.module = cpu_module_type(s->kind).make(args);
+    }
+  });
+  std::vector<Sublayer> subs;
+  for (auto& pair : layers)
+    for (Sublayer& s : pair)
+      if (s.module) subs.push_back(std::move(s));
+  std::vector<float> norm_f = src.vector(spec.final_norm, {H}, DummyInit::constant(1.0f));
+  if (tp.rank == 0) src.warn_unused_tensors();
+  return std::make_unique<DecoderLM>(cfg, spec, std::move(emb), std::move(head), std::move(norm_f), std::move(subs), std::move(ckpt), tp);
+}
+
+}  // namespace ssmserve

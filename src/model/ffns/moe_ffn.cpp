@@ -1,0 +1,112 @@
+// Owns the sparse MoE FFN on the CPU: weights (the rank's expert rows) and the forward (cpu::sparse_moe, or its
+// tensor-parallel form with TP = 1's arithmetic).
+#include "model/ffns/moe_ffn.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "dist/gathered_linear.h"
+#include "dist/shard.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/moe.h"
+#include "model/decoder/params.h"
+
+namespace ssmserve {
+namespace {
+
+class MoeFfn final : public CpuModule {
+ public:
+  int top_k = 2;
+  int64_t hidden = 0, intermediate = 0;  // intermediate: the whole I
+  Weight gate;                           ///< [E, hidden] (replicated)
+  std::vector<cpu::ExpertWeights> experts;
+  dist::TpRank tp;
+
+  void forward(const float* x, int64_t T, float* out, const ModuleStep& step) override {
+    if (tp.world > 1) forward_gathered(x, T, out, step.scratch);
+    else cpu::sparse_moe(x, T, hidden, gate, experts, top_k, out);
+  }
+
+ private:
+  // cpu::sparse_moe on a tensor-parallel rank with TP = 1's arithmetic: the replicated router picks the same experts
+  // on every rank; per expert (ascending), each rank computes its I / tp rows of w1 / w3, the ranks all-gather
+  // silu(w1 x) * (w3 x) into the whole I, and each computes its output rows of w2 over the whole I and adds them,
+  // weighted, into its output columns exactly as sparse_moe does; the columns are all-gathered last.
+  void forward_gathered(const float* x, int64_t T, float* out, Scratch& s) const {
+    const int E = static_cast<int>(experts.size()), K = top_k;
+    const int64_t Hd = hidden, IF = intermediate, W = tp.world;
+    const int64_t per = (Hd + W - 1) / W, oc = dist::output_shard(Hd, tp.comm->rank(), tp.world).size();
+    std::vector<float> logits(static_cast<size_t>(T * E)), wts(static_cast<size_t>(T * K));
+    std::vector<int32_t> ids(static_cast<size_t>(T * K));
+    cpu::linear(x, T, gate, nullptr, logits.data());
+    cpu::moe_route(logits.data(), T, E, K, ids.data(), wts.data());
+    std::vector<float>& part = s.vec(0);
+    part.assign(static_cast<size_t>(T * per), 0.0f);
+    std::vector<int64_t> tok;
+    std::vector<float> tw;
+    for (int e = 0; e < E; ++e) {
+      tok.clear(), tw.clear();
+      for (int64_t t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k)
+          if (ids[t * K + k] == e) tok.push_back(t), tw.push_back(wts[t * K + k]);
+      if (tok.empty()) continue;  // the same on every rank: no collective
+      const cpu::ExpertWeights& w = experts[e];
+      const int64_t n = static_cast<int64_t>(tok.size()), I = w.w1.rows;
+      float* xe = s.f32(1, n * Hd);
+      float* g = s.f32(2, n * I);
+      float* u = s.f32(3, n * I);
+      float* gf = s.f32(4, n * IF);
+      float* ye = s.f32(5, n * std::max<int64_t>(oc, 1));
+      for (int64_t i = 0; i < n; ++i) std::copy_n(x + tok[i] * Hd, Hd, xe + i * Hd);
+      cpu::linear(xe, n, w.w1, nullptr, g);
+      cpu::linear(xe, n, w.w3, nullptr, u);
+      for (int64_t i = 0; i < n * I; ++i) g[i] = cpu::silu(g[i]) * u[i];
+      dist::all_gather_columns(g, n, I, I, *tp.comm, gf, IF, s.vec(6));
+      if (oc == 0) continue;
+      cpu::linear(gf, n, IF, w.w2, nullptr, ye, oc);
+      for (int64_t i = 0; i < n; ++i) {
+        float* o = part.data() + tok[i] * per;
+        const float* yi = ye + i * oc;
+        for (int64_t c = 0; c < oc; ++c) o[c] += yi[c] * tw[i];
+      }
+    }
+    dist::all_gather_output_columns(part.data(), T, Hd, *tp.comm, out, Hd, s.vec(6));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<CpuModule> make_moe_ffn(const ModuleArgs& a) {
+  const nlohmann::json& j = a.params;
+  auto m = std::make_unique<MoeFfn>();
+  const int E = param_int(j, "num_local_experts", 8);
+  m->top_k = param_int(j, "num_experts_per_tok", 2);
+  SSM_CHECK(m->top_k <= E, "config.json: num_experts_per_tok {} exceeds num_local_experts {}", m->top_k, E);
+  SSM_CHECK(E <= 4096, "config.json: num_local_experts must be <= 4096 (got {})", E);
+  const std::string act = j.contains("hidden_act") && j["hidden_act"].is_string() ? j["hidden_act"].get<std::string>() : "silu";
+  SSM_CHECK(act == "silu", "config.json: hidden_act \"{}\" is not supported for MoE experts (silu)", text_excerpt(act));
+  m->hidden = a.cfg.hidden_size;
+  m->intermediate = param_int(j, "intermediate_size", -1);
+  m->tp = a.tp;
+  const int64_t Hd = m->hidden, I = m->intermediate;
+  const dist::Range i = dist::even_shard(I, a.tp.rank, a.tp.world, a.label + " intermediate_size (tensor-parallel experts)");
+  const dist::Range o = dist::output_shard(Hd, a.tp.rank, a.tp.world);
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), i_scale = 1.0f / std::sqrt(static_cast<float>(I));
+  m->gate = a.src.matrix(a.prefix + "gate.weight", {E, Hd}, DummyInit::uniform(in_scale));
+  cpu::pack_for_linear(m->gate);
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string q = fmt::format("{}experts.{}.", a.prefix, e);
+    cpu::ExpertWeights w;
+    w.w1 = dist::slice_rows(a.src.matrix(q + "w1.weight", {I, Hd}, DummyInit::uniform(in_scale)), {i});
+    w.w2 = dist::slice_rows(a.src.matrix(q + "w2.weight", {Hd, I}, DummyInit::uniform(i_scale)), {o});  // output rows
+    w.w3 = dist::slice_rows(a.src.matrix(q + "w3.weight", {I, Hd}, DummyInit::uniform(in_scale)), {i});
+    for (Weight* proj : {&w.w1, &w.w2, &w.w3}) cpu::pack_for_linear(*proj);
+    m->experts.push_back(std::move(w));
+  }
+  return m;
+}
+
+}  // namespace ssmserve

@@ -1,0 +1,110 @@
+// Owns the softmax-attention mixer on the CPU: q / k / v projections, RoPE, the write of the new K / V into their
+// slots, paged attention over each sequence's blocks, o_proj.
+#include "model/mixers/attention_mixer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "dist/gathered_linear.h"
+#include "dist/shard.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rope.h"
+#include "model/decoder/params.h"
+
+namespace ssmserve {
+namespace {
+
+class AttentionMixer final : public CpuModule {
+ public:
+  int num_heads = 0, num_kv_heads = 0, heads = 0, kv_heads = 0, head_dim = 0;  // all, this rank's
+  int64_t hidden = 0;
+  float scale = 1.0f;
+  bool rope = true;
+  std::vector<float> inv_freq;
+  Weight q_proj, k_proj, v_proj, o_proj;  ///< [h D, hidden], [k D, hidden] x2, [output rows, H D]
+  dist::TpRank tp;
+
+  ModuleStateSpec state_spec() const override {
+    ModuleStateSpec s;
+    s.kv_token_bytes = 2 * static_cast<int64_t>(kv_heads) * head_dim * 4;
+    s.full_kv_token_bytes = 2 * static_cast<int64_t>(num_kv_heads) * head_dim * 4;
+    return s;
+  }
+
+  void forward(const float* x, int64_t T, float* out, const ModuleStep& step) override {
+    const PagedAttentionMetadata& md = step.batch.attn_meta;
+    const int D = head_dim;
+    const int64_t QW = static_cast<int64_t>(heads) * D, KW = static_cast<int64_t>(kv_heads) * D;
+    Scratch& s = step.scratch;
+    float* q = s.f32(0, T * (QW + 2 * KW));
+    float* k = q + T * QW;
+    float* v = k + T * KW;
+    float* o = s.f32(1, T * QW);
+    // 1. Projections and RoPE at each token's sequence position.
+    cpu::linear(x, T, q_proj, nullptr, q);
+    cpu::linear(x, T, k_proj, nullptr, k);
+    cpu::linear(x, T, v_proj, nullptr, v);
+    if (rope) {
+      cpu::apply_rope(q, QW, T, heads, D, md.positions, inv_freq);
+      cpu::apply_rope(k, KW, T, kv_heads, D, md.positions, inv_freq);
+    }
+    // 2. Write the new K/V into their slots, then attend over the cache (same path for prefill and decode rows).
+    KvCacheView kv = step.state.kv;
+    kv.num_kv_heads = kv_heads, kv.head_dim = D;
+    cpu::reshape_and_cache(k, KW, v, KW, T, md.slot_mapping, kv, step.state.num_blocks);
+    cpu::paged_attention(q, QW, o, QW, heads, scale, kv, md.query_start_loc, md.seq_lens, md.block_tables, md.max_num_blocks_per_seq);
+    if (tp.world > 1) {  // o_proj split by output rows over every rank's heads (dist/gathered_linear.h)
+      const int64_t QF = static_cast<int64_t>(num_heads) * D;
+      float* of = s.f32(2, T * QF);
+      dist::all_gather_columns(o, T, QW, QW, *tp.comm, of, QF, s.vec(3));
+      dist::output_split_linear(of, T, QF, o_proj, nullptr, hidden, *tp.comm, out, hidden, s.vec(3));
+      return;
+    }
+    cpu::linear(o, T, o_proj, nullptr, out);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<CpuModule> make_attention_mixer(const ModuleArgs& a) {
+  const nlohmann::json& j = a.params;
+  const dist::TpRank& tp = a.tp;
+  auto m = std::make_unique<AttentionMixer>();
+  m->hidden = a.cfg.hidden_size;
+  m->num_heads = param_int(j, "num_attention_heads", -1);
+  m->num_kv_heads = param_int(j, "num_key_value_heads", m->num_heads);
+  SSM_CHECK(m->num_heads % m->num_kv_heads == 0, "config.json: num_attention_heads {} must be a multiple of num_key_value_heads {}",
+            m->num_heads, m->num_kv_heads);
+  m->head_dim = param_int(j, "head_dim", a.cfg.hidden_size % m->num_heads == 0 ? a.cfg.hidden_size / m->num_heads : -1);
+  SSM_CHECK(m->num_heads <= 4096 && m->head_dim <= 1024 && m->head_dim % 2 == 0,
+            "config.json: num_attention_heads must be <= 4096 and head_dim even and <= 1024 (got {} and {})", m->num_heads, m->head_dim);
+  const bool nope = j.contains("position_embedding_type") && j["position_embedding_type"] == "nope";
+  m->rope = !nope;
+  if (m->rope) m->inv_freq = cpu::rope_inv_freq(param_rope_theta(j, 10000.0), m->head_dim);
+  m->scale = param_float(j, {"attention_multiplier"}, 1.0f / std::sqrt(static_cast<float>(m->head_dim)));
+  m->tp = tp;
+  // This rank's query heads h and KV heads kv (split, or one replicated head when tp is a multiple of K).
+  const dist::Range h = dist::even_shard(m->num_heads, tp.rank, tp.world, a.label + " num_attention_heads");
+  dist::Range kv{0, m->num_kv_heads};
+  if (m->num_kv_heads % tp.world == 0) {
+    kv = dist::even_shard(m->num_kv_heads, tp.rank, tp.world, a.label + " num_key_value_heads");
+  } else {
+    SSM_CHECK(tp.world % m->num_kv_heads == 0, "--tensor-parallel-size {}: {} num_key_value_heads {} must be a multiple of it or divide it",
+              tp.world, a.label, m->num_kv_heads);
+    kv.begin = static_cast<int64_t>(tp.rank) * m->num_kv_heads / tp.world, kv.end = kv.begin + 1;
+  }
+  m->heads = static_cast<int>(h.size()), m->kv_heads = static_cast<int>(kv.size());
+  const int64_t Hd = a.cfg.hidden_size, D = m->head_dim, HD = int64_t{m->num_heads} * D, KD = int64_t{m->num_kv_heads} * D;
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), hd_scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const dist::Range hd{h.begin * D, h.end * D}, kvd{kv.begin * D, kv.end * D}, o = dist::output_shard(Hd, tp.rank, tp.world);
+  const std::string& p = a.prefix;
+  m->q_proj = dist::slice_rows(a.src.matrix(p + "q_proj.weight", {HD, Hd}, DummyInit::uniform(in_scale)), {hd});
+  m->k_proj = dist::slice_rows(a.src.matrix(p + "k_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale)), {kvd});
+  m->v_proj = dist::slice_rows(a.src.matrix(p + "v_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale)), {kvd});
+  m->o_proj = dist::slice_rows(a.src.matrix(p + "o_proj.weight", {Hd, HD}, DummyInit::uniform(hd_scale)), {o});
+  for (Weight* w : {&m->q_proj, &m->k_proj, &m->v_proj, &m->o_proj}) cpu::pack_for_linear(*w);
+  return m;
+}
+
+}  // namespace ssmserve

@@ -1,0 +1,19 @@
+// Owns the softmax-attention mixer: causal GQA attention over the paged KV cache that shares the block pool with the
+// recurrent states (vllm-ssm-design.md §3.5), with RoPE at each token's sequence position (transformers'
+// MiniMaxAttention / LlamaAttention: q, k, v, o projections without bias).
+#pragma once
+#include <memory>
+
+#include "model/decoder/module.h"
+
+namespace ssmserve {
+
+/// The registry's factory ("attention"): hyperparameters num_attention_heads, num_key_value_heads (= heads),
+/// head_dim (hidden / heads), rope_theta / rope_parameters (10000, type "default"), position_embedding_type ("nope":
+/// no RoPE), attention_multiplier (the softmax scale; default 1 / sqrt(head_dim)); weights `prefix`{q_proj, k_proj,
+/// v_proj, o_proj}. Rank tp.rank keeps its query heads (H / tp) and its KV heads (K / tp, or one replicated head
+/// r * K / tp when tp is a multiple of K, as vLLM's QKVParallelLinear); o_proj split by output rows over the
+/// all-gathered heads (dist/gathered_linear.h). Throws Error on a bad field or tensor or a non-dividing tp.
+std::unique_ptr<CpuModule> make_attention_mixer(const ModuleArgs& args);
+
+}  // namespace ssmserve
