@@ -13,6 +13,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
 #include "model/decoder/module.h"
+#include "model/decoder/state_layout.h"
 #include "model/lm_common.h"
 #include "model/parallel_layers.h"
 
@@ -24,22 +25,7 @@ struct Sublayer {
   SublayerSpec spec;
   std::vector<float> norm;  ///< [hidden]
   std::unique_ptr<CpuModule> module;
-  int placement = -1;       ///< index into DecoderLM::placements_ for stateful modules
 };
-
-/// Where one stateful module's state lives in the pool.
-struct Placement {
-  int cache_layer = 0;      ///< pool layer
-  int64_t conv_offset = 0;  ///< elements into the page's conv part
-  int64_t ssm_offset = 0;   ///< elements into the page's SSM part
-  int kv_index = -1;        ///< softmax layers: position among them (K / V offset within a KV block)
-  int64_t kv_offset_bytes = 0;
-};
-
-StateView shifted(StateView v, int64_t elems) {
-  v.data = static_cast<std::byte*>(v.data) + elems * static_cast<int64_t>(dtype_size(v.dtype));
-  return v;
-}
 
 class DecoderLM final : public CausalLM {
  public:
@@ -47,24 +33,25 @@ class DecoderLM final : public CausalLM {
             std::shared_ptr<const Checkpoint> ckpt, const dist::TpRank& tp)
       : cfg_(std::move(cfg)), spec_(std::move(spec)), embedding_(std::move(emb)), lm_head_(std::move(head)),
         norm_f_(std::move(norm_f)), subs_(std::move(subs)), ckpt_(std::move(ckpt)), tp_(tp) {
-    place_states();
+    std::vector<ModuleStateSpec> specs;
+    for (const Sublayer& s : subs_) {
+      specs.push_back(s.module->state_spec());
+      has_linear_ |= s.spec.kind == "lightning";
+    }
+    layout_ = StateLayout(specs, tp_.world);
     find_stack_decode();
   }
 
   const ModelConfig& config() const override { return cfg_; }
-  int num_state_layers() const override { return num_state_layers_; }
-  StateShape state_shape() const override { return shape_; }
+  int num_state_layers() const override { return layout_.num_state_layers(); }
+  StateShape state_shape() const override { return layout_.shape(); }
   int chunk_size() const override { return spec_.chunk_size; }
-  int kv_block_size() const override { return kv_block_size_; }
+  int kv_block_size() const override { return layout_.kv_block_size(); }
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
 
  private:
-  void place_states();
   void find_stack_decode();
   void check_batch(const ForwardBatch& batch, const StateCache& cache) const;
-  ModuleState module_state(const Sublayer& s, StateCache& cache) const;
-  /// Bytes of this rank's K and V for one KV block across all softmax layers.
-  int64_t kv_page_bytes() const { return static_cast<int64_t>(kv_block_size_) * kv_token_bytes_; }
 
   ModelConfig cfg_;
   DecoderSpec spec_;
@@ -73,69 +60,14 @@ class DecoderLM final : public CausalLM {
   std::vector<Sublayer> subs_;  // [layers x (mixer, ffn)] in order, absent sublayers left out
   std::shared_ptr<const Checkpoint> ckpt_;  // keeps mapped weights alive
   dist::TpRank tp_;                         // world 1: no communication
-  std::vector<Placement> placements_;
-  int num_state_layers_ = 0;
-  StateShape shape_;
-  int kv_block_size_ = 0;
-  int64_t kv_token_bytes_ = 0;  // this rank, all softmax layers
-  bool has_linear_ = false, has_attention_ = false;
+  StateLayout layout_;
+  bool has_linear_ = false;
   StackDecodeFn stack_decode_ = nullptr;
   // Per-forward buffers for T packed tokens (one forward at a time):
   std::vector<float> hidden_, normed_, out_;  // [T, hidden] residual stream (fp32), sublayer input, module output
   std::vector<ModuleState> states_;           // per sublayer
   Scratch scratch_;
 };
-
-void DecoderLM::place_states() {
-  std::vector<ModuleStateSpec> rec, att;
-  for (const Sublayer& s : subs_) {
-    const ModuleStateSpec st = s.module->state_spec();
-    if (st.recurrent()) rec.push_back(st);
-    if (st.attention()) att.push_back(st);
-    has_linear_ |= s.spec.kind == "lightning";
-  }
-  has_attention_ = !att.empty();
-  const bool uniform = !rec.empty() && att.empty() && std::all_of(rec.begin(), rec.end(), [&](const ModuleStateSpec& s) {
-    return s.conv_elems == rec[0].conv_elems && s.ssm_elems == rec[0].ssm_elems;
-  });
-  int64_t conv = 0, ssm = 0, full_state = 0, full_kv_token = 0;
-  int r = 0, a = 0;
-  for (Sublayer& s : subs_) {
-    const ModuleStateSpec st = s.module->state_spec();
-    if (!st.recurrent() && !st.attention()) continue;
-    Placement p;
-    if (st.recurrent()) {
-      if (uniform) {
-        p.cache_layer = r++;
-      } else {
-        p.conv_offset = conv, p.ssm_offset = ssm;
-        conv += st.conv_elems, ssm += st.ssm_elems;
-      }
-      full_state += st.full_state_elems;
-    } else {
-      p.kv_index = a++;
-      p.kv_offset_bytes = kv_token_bytes_;  // times the block size, below
-      kv_token_bytes_ += st.kv_token_bytes;
-      full_kv_token += st.full_kv_token_bytes;
-    }
-    s.placement = static_cast<int>(placements_.size());
-    placements_.push_back(p);
-  }
-  if (uniform) {
-    num_state_layers_ = r;
-    shape_ = {rec[0].conv_elems, rec[0].ssm_elems, 0};
-    return;
-  }
-  num_state_layers_ = 1;  // one page spans every layer
-  if (full_kv_token > 0)
-    kv_block_size_ = static_cast<int>(std::max<int64_t>(1, full_state > 0 ? full_state * 4 / full_kv_token : 64));
-  for (Placement& p : placements_)
-    if (p.kv_index >= 0) p.kv_offset_bytes *= kv_block_size_;
-  // TP 1: a KV block is the whole page (at least kv_page_bytes). A shard: its KV block lives in its part of the
-  // SSM region (TensorParallelLM places the ranks' regions side by side), counted in fp32 elements.
-  if (tp_.world == 1) shape_ = {conv, ssm, kv_page_bytes()};
-  else shape_ = {conv, std::max(ssm, (kv_page_bytes() + 3) / 4), 0};
-}
 
 void DecoderLM::find_stack_decode() {
   if (subs_.empty()) return;
@@ -146,45 +78,28 @@ void DecoderLM::find_stack_decode() {
   stack_decode_ = cpu_module_type(kind).stack_decode;
 }
 
-ModuleState DecoderLM::module_state(const Sublayer& s, StateCache& cache) const {
-  ModuleState st;
-  st.num_blocks = cache.num_blocks();
-  if (s.placement < 0) return st;
-  const Placement& p = placements_[static_cast<size_t>(s.placement)];
-  if (p.kv_index >= 0) {
-    st.kv.base = static_cast<std::byte*>(tp_.world == 1 ? cache.conv_state(0).data : cache.ssm_state(0).data);
-    st.kv.page_bytes = cache.page_bytes();
-    st.kv.block_size = kv_block_size_;
-    st.kv.layer_offset_bytes = p.kv_offset_bytes;
-    return st;
-  }
-  st.conv = shifted(cache.conv_state(p.cache_layer), p.conv_offset);
-  st.ssm = shifted(cache.ssm_state(p.cache_layer), p.ssm_offset);
-  return st;
-}
-
 void DecoderLM::check_batch(const ForwardBatch& batch, const StateCache& cache) const {
   check_batch_against_cache(batch, cache, num_state_layers(), spec_.label);
   const LinearAttentionMetadata& lm = batch.linear_meta;
   const PagedAttentionMetadata& am = batch.attn_meta;
   const int B = batch.meta.num_reqs;
-  if (has_linear_ || has_attention_) {
+  if (has_linear_ || layout_.has_attention()) {
     SSM_CHECK(static_cast<int>(lm.state_indices_tensor.size()) == B && static_cast<int>(lm.query_start_loc.size()) == B + 1,
               "{} forward: the batch has no linear-attention metadata for its {} rows (build_attention_metadata)", spec_.label, B);
     for (int32_t b : lm.state_indices_tensor)
       SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: state index {} out of range", spec_.label, b);
   }
-  if (has_attention_) {
-    SSM_CHECK(am.block_size == kv_block_size_ && static_cast<int>(am.seq_lens.size()) == B &&
+  if (layout_.has_attention()) {
+    SSM_CHECK(am.block_size == layout_.kv_block_size() && static_cast<int>(am.seq_lens.size()) == B &&
                   static_cast<int>(am.slot_mapping.size()) == batch.num_tokens(),
               "{} forward: paged-attention metadata missing or for block size {} (model: {})", spec_.label, am.block_size,
-              kv_block_size_);
+              layout_.kv_block_size());
     for (int32_t b : am.block_tables)
       SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: KV block {} out of range", spec_.label, b);
-    SSM_CHECK(tp_.world == 1 || cache.shape().ssm_elems * static_cast<int64_t>(dtype_size(cache.dtypes().ssm)) >= kv_page_bytes(),
+    SSM_CHECK(tp_.world == 1 || cache.shape().ssm_elems * static_cast<int64_t>(dtype_size(cache.dtypes().ssm)) >= layout_.kv_page_bytes(),
               "{} tensor-parallel forward: a rank's part of the page ({} elements of the SSM state dtype) cannot hold "
               "its {} bytes of KV block (use --mamba-ssm-cache-dtype float32 with --tensor-parallel-size > 1)",
-              spec_.label, cache.shape().ssm_elems, kv_page_bytes());
+              spec_.label, cache.shape().ssm_elems, layout_.kv_page_bytes());
   }
 }
 
@@ -200,7 +115,9 @@ void DecoderLM::forward(const ForwardBatch& batch, StateCache& cache, float* log
     for (float& h : hidden_) h *= spec_.embedding_multiplier;
   // 2. Sublayers: h <- alpha r + beta module(norm(h)), r = h or norm(h).
   states_.clear();
-  for (const Sublayer& s : subs_) states_.push_back(module_state(s, cache));
+  for (size_t i = 0; i < subs_.size(); ++i)
+    states_.push_back(layout_.views(i, cache.num_blocks(), [&](int l) { return cache.conv_state(l); },
+                                    [&](int l) { return cache.ssm_state(l); }));
   bool done = false;
   if (stack_decode_) {
     std::vector<CpuModule*> mods;
