@@ -79,32 +79,53 @@ class MoeFfn final : public CpuModule {
 
 }  // namespace
 
-std::unique_ptr<CpuModule> make_moe_ffn(const ModuleArgs& a) {
-  const nlohmann::json& j = a.params;
-  auto m = std::make_unique<MoeFfn>();
-  const int E = param_int(j, "num_local_experts", 8);
-  m->top_k = param_int(j, "num_experts_per_tok", 2);
-  SSM_CHECK(m->top_k <= E, "config.json: num_experts_per_tok {} exceeds num_local_experts {}", m->top_k, E);
-  SSM_CHECK(E <= 4096, "config.json: num_local_experts must be <= 4096 (got {})", E);
+MoeConfig MoeConfig::from_json(const nlohmann::json& j) {
+  MoeConfig c;
+  c.num_experts = param_int(j, "num_local_experts", 8);
+  c.top_k = param_int(j, "num_experts_per_tok", 2);
+  SSM_CHECK(c.top_k <= c.num_experts, "config.json: num_experts_per_tok {} exceeds num_local_experts {}", c.top_k, c.num_experts);
+  SSM_CHECK(c.num_experts <= 4096, "config.json: num_local_experts must be <= 4096 (got {})", c.num_experts);
   const std::string act = j.contains("hidden_act") && j["hidden_act"].is_string() ? j["hidden_act"].get<std::string>() : "silu";
   SSM_CHECK(act == "silu", "config.json: hidden_act \"{}\" is not supported for MoE experts (silu)", text_excerpt(act));
-  m->hidden = a.cfg.hidden_size;
-  m->intermediate = param_int(j, "intermediate_size", -1);
-  m->tp = a.tp;
-  const int64_t Hd = m->hidden, I = m->intermediate;
-  const dist::Range i = dist::even_shard(I, a.tp.rank, a.tp.world, a.label + " intermediate_size (tensor-parallel experts)");
-  const dist::Range o = dist::output_shard(Hd, a.tp.rank, a.tp.world);
+  c.intermediate_size = param_int(j, "intermediate_size", -1);
+  return c;
+}
+
+MoeWeights read_moe_weights(WeightSource& src, const std::string& p, int64_t Hd, const MoeConfig& c) {
+  const int64_t I = c.intermediate_size, E = c.num_experts;
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), i_scale = 1.0f / std::sqrt(static_cast<float>(I));
-  m->gate = a.src.matrix(a.prefix + "gate.weight", {E, Hd}, DummyInit::uniform(in_scale));
-  cpu::pack_for_linear(m->gate);
+  MoeWeights w;
+  w.gate = src.matrix(p + "gate.weight", {E, Hd}, DummyInit::uniform(in_scale));
   for (int64_t e = 0; e < E; ++e) {
-    const std::string q = fmt::format("{}experts.{}.", a.prefix, e);
-    cpu::ExpertWeights w;
-    w.w1 = dist::slice_rows(a.src.matrix(q + "w1.weight", {I, Hd}, DummyInit::uniform(in_scale)), {i});
-    w.w2 = dist::slice_rows(a.src.matrix(q + "w2.weight", {Hd, I}, DummyInit::uniform(i_scale)), {o});  // output rows
-    w.w3 = dist::slice_rows(a.src.matrix(q + "w3.weight", {I, Hd}, DummyInit::uniform(in_scale)), {i});
-    for (Weight* proj : {&w.w1, &w.w2, &w.w3}) cpu::pack_for_linear(*proj);
-    m->experts.push_back(std::move(w));
+    const std::string q = fmt::format("{}experts.{}.", p, e);
+    cpu::ExpertWeights x;
+    x.w1 = src.matrix(q + "w1.weight", {I, Hd}, DummyInit::uniform(in_scale));
+    x.w2 = src.matrix(q + "w2.weight", {Hd, I}, DummyInit::uniform(i_scale));
+    x.w3 = src.matrix(q + "w3.weight", {I, Hd}, DummyInit::uniform(in_scale));
+    w.experts.push_back(std::move(x));
+  }
+  return w;
+}
+
+std::unique_ptr<CpuModule> make_moe_ffn(const ModuleArgs& a) {
+  const MoeConfig c = MoeConfig::from_json(a.params);
+  auto m = std::make_unique<MoeFfn>();
+  m->top_k = c.top_k;
+  m->hidden = a.cfg.hidden_size;
+  m->intermediate = c.intermediate_size;
+  m->tp = a.tp;
+  const int64_t Hd = m->hidden;
+  const dist::Range i = dist::even_shard(c.intermediate_size, a.tp.rank, a.tp.world, a.label + " intermediate_size (tensor-parallel experts)");
+  const dist::Range o = dist::output_shard(Hd, a.tp.rank, a.tp.world);
+  MoeWeights w = read_moe_weights(a.src, a.prefix, Hd, c);
+  m->gate = std::move(w.gate);
+  cpu::pack_for_linear(m->gate);
+  for (cpu::ExpertWeights& x : w.experts) {
+    x.w1 = dist::slice_rows(x.w1, {i});
+    x.w2 = dist::slice_rows(x.w2, {o});  // output rows
+    x.w3 = dist::slice_rows(x.w3, {i});
+    for (Weight* proj : {&x.w1, &x.w2, &x.w3}) cpu::pack_for_linear(*proj);
+    m->experts.push_back(std::move(x));
   }
   return m;
 }

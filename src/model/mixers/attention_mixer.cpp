@@ -67,22 +67,41 @@ class AttentionMixer final : public CpuModule {
 
 }  // namespace
 
+AttentionConfig AttentionConfig::from_json(const nlohmann::json& j, const ModelConfig& cfg) {
+  AttentionConfig c;
+  c.num_heads = param_int(j, "num_attention_heads", -1);
+  c.num_kv_heads = param_int(j, "num_key_value_heads", c.num_heads);
+  SSM_CHECK(c.num_heads % c.num_kv_heads == 0, "config.json: num_attention_heads {} must be a multiple of num_key_value_heads {}",
+            c.num_heads, c.num_kv_heads);
+  c.head_dim = param_int(j, "head_dim", cfg.hidden_size % c.num_heads == 0 ? cfg.hidden_size / c.num_heads : -1);
+  SSM_CHECK(c.num_heads <= 4096 && c.head_dim <= 1024 && c.head_dim % 2 == 0,
+            "config.json: num_attention_heads must be <= 4096 and head_dim even and <= 1024 (got {} and {})", c.num_heads, c.head_dim);
+  c.rope = !(j.contains("position_embedding_type") && j["position_embedding_type"] == "nope");
+  if (c.rope) c.rope_theta = param_rope_theta(j, 10000.0);
+  c.scale = param_float(j, {"attention_multiplier"}, 1.0f / std::sqrt(static_cast<float>(c.head_dim)));
+  return c;
+}
+
+AttentionWeights read_attention_weights(WeightSource& src, const std::string& p, int64_t Hd, const AttentionConfig& c) {
+  const int64_t D = c.head_dim, HD = int64_t{c.num_heads} * D, KD = int64_t{c.num_kv_heads} * D;
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), hd_scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  AttentionWeights w;
+  w.q_proj = src.matrix(p + "q_proj.weight", {HD, Hd}, DummyInit::uniform(in_scale));
+  w.k_proj = src.matrix(p + "k_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale));
+  w.v_proj = src.matrix(p + "v_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale));
+  w.o_proj = src.matrix(p + "o_proj.weight", {Hd, HD}, DummyInit::uniform(hd_scale));
+  return w;
+}
+
 std::unique_ptr<CpuModule> make_attention_mixer(const ModuleArgs& a) {
-  const nlohmann::json& j = a.params;
+  const AttentionConfig c = AttentionConfig::from_json(a.params, a.cfg);
   const dist::TpRank& tp = a.tp;
   auto m = std::make_unique<AttentionMixer>();
   m->hidden = a.cfg.hidden_size;
-  m->num_heads = param_int(j, "num_attention_heads", -1);
-  m->num_kv_heads = param_int(j, "num_key_value_heads", m->num_heads);
-  SSM_CHECK(m->num_heads % m->num_kv_heads == 0, "config.json: num_attention_heads {} must be a multiple of num_key_value_heads {}",
-            m->num_heads, m->num_kv_heads);
-  m->head_dim = param_int(j, "head_dim", a.cfg.hidden_size % m->num_heads == 0 ? a.cfg.hidden_size / m->num_heads : -1);
-  SSM_CHECK(m->num_heads <= 4096 && m->head_dim <= 1024 && m->head_dim % 2 == 0,
-            "config.json: num_attention_heads must be <= 4096 and head_dim even and <= 1024 (got {} and {})", m->num_heads, m->head_dim);
-  const bool nope = j.contains("position_embedding_type") && j["position_embedding_type"] == "nope";
-  m->rope = !nope;
-  if (m->rope) m->inv_freq = cpu::rope_inv_freq(param_rope_theta(j, 10000.0), m->head_dim);
-  m->scale = param_float(j, {"attention_multiplier"}, 1.0f / std::sqrt(static_cast<float>(m->head_dim)));
+  m->num_heads = c.num_heads, m->num_kv_heads = c.num_kv_heads, m->head_dim = c.head_dim;
+  m->rope = c.rope;
+  if (m->rope) m->inv_freq = cpu::rope_inv_freq(c.rope_theta, m->head_dim);
+  m->scale = c.scale;
   m->tp = tp;
   // This rank's query heads h and KV heads kv (split, or one replicated head when tp is a multiple of K).
   const dist::Range h = dist::even_shard(m->num_heads, tp.rank, tp.world, a.label + " num_attention_heads");
@@ -95,15 +114,14 @@ std::unique_ptr<CpuModule> make_attention_mixer(const ModuleArgs& a) {
     kv.begin = static_cast<int64_t>(tp.rank) * m->num_kv_heads / tp.world, kv.end = kv.begin + 1;
   }
   m->heads = static_cast<int>(h.size()), m->kv_heads = static_cast<int>(kv.size());
-  const int64_t Hd = a.cfg.hidden_size, D = m->head_dim, HD = int64_t{m->num_heads} * D, KD = int64_t{m->num_kv_heads} * D;
-  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), hd_scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const int64_t Hd = a.cfg.hidden_size, D = m->head_dim;
   const dist::Range hd{h.begin * D, h.end * D}, kvd{kv.begin * D, kv.end * D}, o = dist::output_shard(Hd, tp.rank, tp.world);
-  const std::string& p = a.prefix;
-  m->q_proj = dist::slice_rows(a.src.matrix(p + "q_proj.weight", {HD, Hd}, DummyInit::uniform(in_scale)), {hd});
-  m->k_proj = dist::slice_rows(a.src.matrix(p + "k_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale)), {kvd});
-  m->v_proj = dist::slice_rows(a.src.matrix(p + "v_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale)), {kvd});
-  m->o_proj = dist::slice_rows(a.src.matrix(p + "o_proj.weight", {Hd, HD}, DummyInit::uniform(hd_scale)), {o});
-  for (Weight* w : {&m->q_proj, &m->k_proj, &m->v_proj, &m->o_proj}) cpu::pack_for_linear(*w);
+  AttentionWeights w = read_attention_weights(a.src, a.prefix, Hd, c);
+  m->q_proj = dist::slice_rows(w.q_proj, {hd});
+  m->k_proj = dist::slice_rows(w.k_proj, {kvd});
+  m->v_proj = dist::slice_rows(w.v_proj, {kvd});
+  m->o_proj = dist::slice_rows(w.o_proj, {o});
+  for (Weight* x : {&m->q_proj, &m->k_proj, &m->v_proj, &m->o_proj}) cpu::pack_for_linear(*x);
   return m;
 }
 

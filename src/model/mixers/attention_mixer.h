@@ -5,8 +5,27 @@
 #include <memory>
 
 #include "model/decoder/module.h"
+#include "model/weight_source.h"
 
 namespace ssmserve {
+
+/// Softmax-attention hyperparameters (see make_attention_mixer).
+struct AttentionConfig {
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  bool rope = true;
+  double rope_theta = 10000.0;
+  float scale = 0.0f;  ///< softmax scale
+  /// Reads and validates them from `j`; throws Error naming the field.
+  static AttentionConfig from_json(const nlohmann::json& j, const ModelConfig& cfg);
+};
+
+/// One softmax layer's projections at full size: q [H D, hidden], k and v [K D, hidden], o [hidden, H D].
+struct AttentionWeights {
+  Weight q_proj, k_proj, v_proj, o_proj;
+};
+
+/// Reads `prefix`{q_proj, k_proj, v_proj, o_proj} (or dummy values seeded per name). Throws Error naming a tensor.
+AttentionWeights read_attention_weights(WeightSource& src, const std::string& prefix, int64_t hidden, const AttentionConfig& c);
 
 /// The registry's factory ("attention"): hyperparameters num_attention_heads, num_key_value_heads (= heads),
 /// head_dim (hidden / heads), rope_theta / rope_parameters (10000, type "default"), position_embedding_type ("nope":

@@ -85,33 +85,49 @@ class LightningMixer final : public CpuModule {
 
 }  // namespace
 
+LightningConfig LightningConfig::from_json(const nlohmann::json& j, const ModelConfig& cfg) {
+  LightningConfig c;
+  c.num_heads = param_int(j, "num_attention_heads", -1);
+  c.head_dim = param_int(j, "head_dim", cfg.hidden_size % c.num_heads == 0 ? cfg.hidden_size / c.num_heads : -1);
+  c.block_size = param_int(j, "block_size", 256);
+  SSM_CHECK(c.num_heads <= 4096 && c.head_dim <= 1024, "config.json: num_attention_heads must be <= 4096 and head_dim <= 1024 "
+            "(got {} and {})", c.num_heads, c.head_dim);
+  SSM_CHECK(c.block_size <= 4096, "config.json: block_size must be <= 4096 (got {})", c.block_size);
+  return c;
+}
+
+LightningWeights read_lightning_weights(WeightSource& src, const std::string& p, int64_t Hd, const LightningConfig& c) {
+  const int64_t HD = int64_t{c.num_heads} * c.head_dim;
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), hd_scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  LightningWeights w;
+  w.qkv_proj = src.matrix(p + "qkv_proj.weight", {3 * HD, Hd}, DummyInit::uniform(in_scale));
+  w.output_gate = src.matrix(p + "output_gate.weight", {HD, Hd}, DummyInit::uniform(in_scale));
+  w.out_proj = src.matrix(p + "out_proj.weight", {Hd, HD}, DummyInit::uniform(hd_scale));
+  w.norm = src.vector(p + "norm.weight", {HD}, DummyInit::constant(1.0f));
+  // transformers 5.x may save its decay buffers, rounded to bf16: known and recomputed from the config in fp32, so
+  // they do not count as unused tensors.
+  for (const char* buf : {"slope_rate", "query_decay", "key_decay", "diagonal_decay"}) (void)src.has(p + buf);
+  return w;
+}
+
 std::unique_ptr<CpuModule> make_lightning_mixer(const ModuleArgs& a) {
-  const nlohmann::json& j = a.params;
+  const LightningConfig c = LightningConfig::from_json(a.params, a.cfg);
   auto m = std::make_unique<LightningMixer>();
   m->hidden = a.cfg.hidden_size;
-  m->num_heads = param_int(j, "num_attention_heads", -1);
-  m->head_dim = param_int(j, "head_dim", a.cfg.hidden_size % m->num_heads == 0 ? a.cfg.hidden_size / m->num_heads : -1);
-  m->block_size = param_int(j, "block_size", 256);
-  SSM_CHECK(m->num_heads <= 4096 && m->head_dim <= 1024, "config.json: num_attention_heads must be <= 4096 and head_dim <= 1024 "
-            "(got {} and {})", m->num_heads, m->head_dim);
-  SSM_CHECK(m->block_size <= 4096, "config.json: block_size must be <= 4096 (got {})", m->block_size);
+  m->num_heads = c.num_heads, m->head_dim = c.head_dim, m->block_size = c.block_size;
   m->tp = a.tp;
   const dist::Range h = dist::even_shard(m->num_heads, a.tp.rank, a.tp.world, a.label + " num_attention_heads");
   m->heads = static_cast<int>(h.size());
-  const int64_t Hd = a.cfg.hidden_size, D = m->head_dim, HD = int64_t{m->num_heads} * D;
-  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), hd_scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const int64_t Hd = a.cfg.hidden_size, D = m->head_dim;
   const dist::Range hd{h.begin * D, h.end * D}, o = dist::output_shard(Hd, a.tp.rank, a.tp.world);
-  const std::string& p = a.prefix;
+  LightningWeights w = read_lightning_weights(a.src, a.prefix, Hd, c);
   // qkv_proj rows are [H, 3D] (q | k | v per head): a rank's heads are one contiguous row range.
-  m->qkv_proj = dist::slice_rows(a.src.matrix(p + "qkv_proj.weight", {3 * HD, Hd}, DummyInit::uniform(in_scale)), {{3 * hd.begin, 3 * hd.end}});
-  m->output_gate = dist::slice_rows(a.src.matrix(p + "output_gate.weight", {HD, Hd}, DummyInit::uniform(in_scale)), {hd});
-  m->out_proj = dist::slice_rows(a.src.matrix(p + "out_proj.weight", {Hd, HD}, DummyInit::uniform(hd_scale)), {o});
-  m->norm = a.src.vector(p + "norm.weight", {HD}, DummyInit::constant(1.0f));
+  m->qkv_proj = dist::slice_rows(w.qkv_proj, {{3 * hd.begin, 3 * hd.end}});
+  m->output_gate = dist::slice_rows(w.output_gate, {hd});
+  m->out_proj = dist::slice_rows(w.out_proj, {o});
+  m->norm = std::move(w.norm);
   m->slopes = dist::slice_rows(lightning_slopes(m->num_heads, a.layer, a.cfg.num_hidden_layers), 1, {h});
-  // transformers 5.x may save its decay buffers, rounded to bf16: known and recomputed from the config in fp32, so
-  // they do not count as unused tensors.
-  for (const char* buf : {"slope_rate", "query_decay", "key_decay", "diagonal_decay"}) (void)a.src.has(p + buf);
-  for (Weight* w : {&m->qkv_proj, &m->output_gate, &m->out_proj}) cpu::pack_for_linear(*w);
+  for (Weight* x : {&m->qkv_proj, &m->output_gate, &m->out_proj}) cpu::pack_for_linear(*x);
   return m;
 }
 

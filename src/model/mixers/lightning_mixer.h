@@ -6,12 +6,32 @@
 #include <vector>
 
 #include "model/decoder/module.h"
+#include "model/weight_source.h"
 
 namespace ssmserve {
 
 /// Per-head decay slopes of decoder layer `layer` of `num_layers`, as transformers computes them:
 /// s_h = (1 / 2^(8/H))^(h+1) * (1 - layer / (L - 1 + 1e-5) + 1e-5). Returns [num_heads].
 std::vector<float> lightning_slopes(int num_heads, int layer, int num_layers);
+
+/// Lightning hyperparameters: num_attention_heads, head_dim (hidden / heads), block_size (256).
+struct LightningConfig {
+  int num_heads = 0, head_dim = 0, block_size = 256;
+  /// Reads and validates them from `j`; throws Error naming the field.
+  static LightningConfig from_json(const nlohmann::json& j, const ModelConfig& cfg);
+};
+
+/// One lightning layer's parameters at full size (HD = heads x head_dim).
+struct LightningWeights {
+  Weight qkv_proj;          ///< [3 HD, hidden]: per head q | k | v
+  Weight output_gate;       ///< [HD, hidden]
+  Weight out_proj;          ///< [hidden, HD]
+  std::vector<float> norm;  ///< [HD]
+};
+
+/// Reads `prefix`{qkv_proj, output_gate, out_proj, norm} (or dummy values seeded per name); the decay buffers
+/// transformers 5 may save are marked known (recomputed in fp32 from the config). Throws Error naming a tensor.
+LightningWeights read_lightning_weights(WeightSource& src, const std::string& prefix, int64_t hidden, const LightningConfig& c);
 
 /// The registry's factory ("lightning"): hyperparameters num_attention_heads, head_dim (hidden / heads), block_size
 /// (256); weights `prefix`{qkv_proj, output_gate, out_proj, norm}; rank tp.rank's heads (H / tp), the norm over all

@@ -14,7 +14,7 @@
 namespace ssmserve {
 
 MambaLayerWeights read_mamba1_layer(WeightSource& src, const std::string& p, int64_t H, const MambaConfig& m,
-                                    const dist::TpRank& tp) {
+                                    const dist::TpRank& tp, bool pack) {
   const int64_t I = m.d_inner, N = m.d_state, K = m.d_conv, R = m.dt_rank;
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(H)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
   const dist::Range c = dist::even_shard(I, tp.rank, tp.world, "Mamba-1 d_inner (intermediate_size)");
@@ -34,7 +34,8 @@ MambaLayerWeights read_mamba1_layer(WeightSource& src, const std::string& p, int
   const dist::Range o = dist::output_shard(H, tp.rank, tp.world);
   L.out_proj = dist::slice_rows(src.matrix(p + "out_proj.weight", {H, I}, DummyInit::uniform(inner_scale)), {o});
   if (m.use_bias) L.out_proj_bias = dist::slice_rows(src.vector(p + "out_proj.bias", {H}, DummyInit::constant(0.0f)), 1, {o});
-  for (Weight* proj : {&L.in_proj, &L.x_proj, &L.dt_proj, &L.out_proj}) cpu::pack_for_linear(*proj);
+  if (pack)
+    for (Weight* proj : {&L.in_proj, &L.x_proj, &L.dt_proj, &L.out_proj}) cpu::pack_for_linear(*proj);
   return L;
 }
 

@@ -30,10 +30,10 @@ struct MambaLayerWeights {
 /// Reads the mixer tensors `prefix`{in_proj, conv1d, x_proj, dt_proj, A_log, D, out_proj} of one layer with their
 /// shapes from `m` and keeps rank tp.rank's slice: channels c = d_inner / tp (in_proj x and z rows, conv, dt_proj
 /// rows, dt_bias, A, D); x_proj replicated; out_proj split by output rows over the whole d_inner
-/// (dist/gathered_linear.h). Projections are packed for cpu::linear. Throws Error naming a missing / misshapen
-/// tensor or when tp.world does not divide d_inner.
+/// (dist/gathered_linear.h). Projections are packed for cpu::linear when `pack` (the CPU module; the GPU runner
+/// reads them row-major). Throws Error naming a missing / misshapen tensor or when tp.world does not divide d_inner.
 MambaLayerWeights read_mamba1_layer(WeightSource& src, const std::string& prefix, int64_t hidden, const MambaConfig& m,
-                                    const dist::TpRank& tp);
+                                    const dist::TpRank& tp, bool pack = true);
 
 /// The registry's factory ("mamba1"): hyperparameters from args.params (HF MambaConfig fields).
 std::unique_ptr<CpuModule> make_mamba1_mixer(const ModuleArgs& args);

@@ -1,0 +1,111 @@
+// Owns the interface every GPU decoder module implements (the CUDA side of model/decoder/module.h: one per mixer or
+// FFN kind, the same weights, names and state layout as the CPU module) and the GPU module registry. A new layer type
+// on the GPU is one file implementing CudaModule plus one line in cuda_module_registry.cpp.
+#pragma once
+#include <array>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/decoder/module.h"
+#include "runtime/cuda_options.h"
+#include "runtime/runner_common.h"
+#include "runtime/tp_runner.h"
+
+namespace ssmserve::cuda {
+
+struct StepPlans;  // runtime/step_plans.h
+
+/// Device scratch shared by the modules of one runner: slot -> grow-only buffer. Layers run one after another on one
+/// stream, so any module may use any slot within a step; reserve() sizes every slot before the step (a captured step
+/// must not allocate).
+class ScratchPool {
+ public:
+  static constexpr int kSlots = 12;
+  Scratch& operator[](int slot) { return s_.at(static_cast<size_t>(slot)); }
+  /// Every slot's device pointer (DecodeGraphs signatures).
+  void pointers(std::vector<const void*>& out) const {
+    for (const Scratch& s : s_) out.push_back(s.buf.data());
+  }
+
+ private:
+  std::array<Scratch, kSlots> s_;
+};
+
+/// What a module's forward sees of the step.
+struct CudaStep {
+  const ForwardBatch& batch;
+  const StepMeta& meta;      ///< the batch's arrays on the device
+  const StepPlans* plans;    ///< per-step plans of the lightning / attention layers (null when the model has none)
+  int64_t T = 0;             ///< tokens (decode rows incl. padding, then prefill tokens)
+  cudaStream_t stream = nullptr;
+};
+
+/// Resources a runner shares with its modules.
+struct CudaRunnerContext {
+  CudaModelOptions opt;
+  GemmHandle* gemm = nullptr;
+  RunnerTp* tp = nullptr;
+  ScratchPool* scratch = nullptr;
+  cudaStream_t stream = nullptr;
+  /// y [M, w.rows] fp32 (row stride y_stride) = x [M, w.cols] (the weight dtype, row stride x_stride) w^T; y2:
+  /// optional bf16 copy with y's row stride.
+  void gemm_run(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride,
+                void* y2 = nullptr) const {
+    gemm->run({M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32}, stream, y2, y_stride);
+  }
+};
+
+/// The input a module reads: its sublayer's normed rows in the GEMM dtype, in fp32, or both.
+enum class ModuleInput { GemmDtype, F32 };
+
+/// One decoder module on the GPU. forward maps the normed rows to the module's output rows [T, hidden] fp32; the
+/// runner adds the residual. Everything it enqueues goes on the step's stream and may be captured in a CUDA graph:
+/// no allocation and no host synchronization inside forward.
+class CudaModule {
+ public:
+  virtual ~CudaModule() = default;
+  /// What this module keeps per request (the CPU module's declaration: block ids address the same bytes).
+  virtual ModuleStateSpec state_spec() const { return {}; }
+  /// Which form of the normed input forward reads.
+  virtual ModuleInput input() const { return ModuleInput::GemmDtype; }
+  /// Sizes the scratch slots forward uses for T tokens (before the step, outside any capture).
+  virtual void reserve(int64_t T) = 0;
+  /// Bytes of scratch per token (the state budget's workspace estimate).
+  virtual double scratch_bytes_per_token() const = 0;
+  /// x: [T, hidden] normed rows in the weight dtype (input() == GemmDtype) or fp32 (F32); out: [T, hidden] fp32.
+  virtual void forward(const CudaStep& step, const ModuleState& state, const void* x, float* out) = 0;
+};
+
+/// Everything a GPU module factory reads: the CPU module's arguments (weights by the same names and dummy
+/// initializers) and the runner's resources.
+struct CudaModuleArgs {
+  const ModuleArgs& host;
+  const CudaRunnerContext& ctx;
+};
+
+/// Builds one layer's GPU module. Throws Error as the CPU factory does, and for shapes or options the GPU kernels do
+/// not cover (naming them).
+using CudaModuleFactory = std::unique_ptr<CudaModule> (*)(const CudaModuleArgs& args);
+
+/// Whole-stack decode path a mixer kind may offer (Mamba-1's dataflow kernel): for models whose layers are all this
+/// mixer with pre-norm residuals and no FFN. Enqueues the whole stack for a decode-only step, leaving the last
+/// layer's output in `out` un-added (the LM head's norm adds it), and returns true; false, doing nothing, when it does
+/// not take the step.
+using CudaStackDecodeFn = bool (*)(std::span<CudaModule* const> layers, std::span<const float* const> norms, float eps,
+                                   const CudaStep& step, std::span<const ModuleState> states, float* hidden, float* out);
+
+struct CudaModuleType {
+  std::string_view kind;  ///< the CPU registry's kind
+  CudaModuleFactory make = nullptr;
+  CudaStackDecodeFn stack_decode = nullptr;
+};
+
+/// The module kinds the GPU runs (cuda_module_registry.cpp).
+std::span<const CudaModuleType> cuda_module_types();
+/// The entry of `kind`. Throws Error naming --device cuda and the kinds it runs when it has none.
+const CudaModuleType& cuda_module_type(std::string_view kind);
+
+}  // namespace ssmserve::cuda

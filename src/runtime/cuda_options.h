@@ -1,0 +1,52 @@
+// Owns the options of the GPU runner (CudaModelOptions): read once (CLI flags / environment, docs/environment.md),
+// then passed down; no kernel reads the environment.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ssmserve::cuda {
+
+/// Options of the GPU runner; every one applies to every architecture (a mixer that has no use for one ignores it).
+struct CudaModelOptions {
+  /// Weights and GEMM operands: BF16 (tensor cores, the default) or F32 (exact fp32 GEMMs: matches the CPU
+  /// backend to rounding; tests and small models).
+  DType weight_dtype = DType::BF16;
+  /// Decode-only steps through CUDA graphs (captured per step shape on its second occurrence; see DecodeGraphs).
+  bool cuda_graphs = true;
+  /// Kernels of the decode path launched with Programmatic Dependent Launch (kernels/cuda/pdl.cuh).
+  bool pdl = true;
+  /// BF16 GEMMs with at most this many rows run on the batch-invariant skinny kernel (kernels/cuda/skinny_gemm.h),
+  /// larger ones on cuBLASLt.
+  int64_t skinny_max_m = 16;
+  /// Every BF16 GEMM on the skinny kernel, whatever M (vLLM's VLLM_BATCH_INVARIANT): a request's outputs are
+  /// then bit-identical whatever it is batched with, prefill chunks included; slower prefill (the sequential
+  /// scans instead of the chunk-parallel ones).
+  bool batch_invariant = false;
+  /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) on the dataflow decode
+  /// kernel (kernels/cuda/dataflow_decode.h: the whole stack in one launch per group of rows, weights streamed
+  /// through shared memory): the batch-1 latency option. Batch-invariant (a row's bits are the same in any decode
+  /// batch up to 16), not the op chain's bits (another summation order; within bf16 tolerance, tested). Off by
+  /// default: on the H200 faster at batch 1 (mamba-2.8b 510.1 vs 396.7 tokens/s; 555.3 with
+  /// --num-scheduler-steps 16, 72% of the copy roofline) but slower from batch 4 (docs/benchmarks.md, session 13).
+  bool dataflow_decode = false;
+  /// Mamba-1 decode-only steps of up to 16 rows (bf16 weights, no tensor parallelism) with in_proj cut in two
+  /// (the z half off the critical path): bit 1 = the x rows on the main stream, the z rows on a second graph
+  /// branch that runs while conv -> x_proj -> dt_proj run, joined before the state update; bit 2 = that branch
+  /// then prefetches out_proj's weights into L2 (overlap_prefetch's mode); bit 4 = the halves with their own K
+  /// split count (other bits) instead of the whole in_proj's (bit-identical to the unsplit chain; forced in
+  /// batch-invariant mode); bit 8 = the branch forks before the x rows; bit 16 = the prefetch rejoins after
+  /// out_proj. Default 1 (bit-identical to 0, tested; +0.8% at mamba-2.8b batch 1, docs/benchmarks.md session 6).
+  int decode_overlap = 1;
+  /// decode_overlap's prefetch mode (decode_ops.h l2_prefetch: 0 lines, 1 lines evict_last, 2 TMA bulk).
+  int overlap_prefetch = 0;
+  /// Mamba-2 prefill SSD with bf16 weights: keep the TF32 tensor-core tiles instead of the bf16 ones.
+  bool ssd_tf32 = false;
+
+  /// Defaults, overridden by the environment: SSMSERVE_CUDA_GRAPHS=0|1, SSMSERVE_PDL=0|1, SSMSERVE_SKINNY_MAX_M=<n>,
+  /// SSMSERVE_BATCH_INVARIANT=0|1, SSMSERVE_DECODE_DATAFLOW=0|1, SSMSERVE_DECODE_OVERLAP=0..31,
+  /// SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1. Throws Error naming the variable on a malformed value.
+  static CudaModelOptions from_env();
+};
+
+}  // namespace ssmserve::cuda
