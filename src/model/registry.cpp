@@ -51,7 +51,7 @@ std::vector<std::string> supported_architectures() {
   return names;
 }
 
-std::unique_ptr<CausalLM> load_model(const ModelConfig& config, LoadFormat format) {
+DecoderSpec architecture_spec(const ModelConfig& config) {
   const auto& r = registry();
   auto it = r.find(config.architecture);
   if (it == r.end()) {
@@ -60,7 +60,11 @@ std::unique_ptr<CausalLM> load_model(const ModelConfig& config, LoadFormat forma
     fail("{}: architecture \"{}\" is not supported (supported: {})", (config.dir / "config.json").string(),
          config.architecture, known);
   }
-  return load_decoder(config, it->second(config), format);
+  return it->second(config);
+}
+
+std::unique_ptr<CausalLM> load_model(const ModelConfig& config, LoadFormat format) {
+  return load_decoder(config, architecture_spec(config), format);
 }
 
 std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format) {

@@ -71,8 +71,11 @@ class CudaModule {
   virtual ModuleStateSpec state_spec() const { return {}; }
   /// Which form of the normed input forward reads.
   virtual ModuleInput input() const { return ModuleInput::GemmDtype; }
-  /// Sizes the scratch slots forward uses for T tokens (before the step, outside any capture).
-  virtual void reserve(int64_t T) = 0;
+  /// Sizes the scratch slots (and own workspaces) forward uses for T tokens and this step's plans (before the step,
+  /// outside any capture: a captured step must not allocate).
+  virtual void reserve(int64_t T, const StepPlans* plans) = 0;
+  /// Device pointers of the module's own buffers that a captured step bakes in (DecodeGraphs signatures).
+  virtual void pointers(std::vector<const void*>& out) const { (void)out; }
   /// Bytes of scratch per token (the state budget's workspace estimate).
   virtual double scratch_bytes_per_token() const = 0;
   /// x: [T, hidden] normed rows in the weight dtype (input() == GemmDtype) or fp32 (F32); out: [T, hidden] fp32.

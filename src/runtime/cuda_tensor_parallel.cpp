@@ -10,6 +10,7 @@
 #include "device/cuda_check.h"
 #include "device/device.h"
 #include "model/tensor_parallel.h"
+#include "runtime/cuda_decoder.h"
 #include "runtime/cuda_mamba.h"
 #include "runtime/nccl_communicator.h"
 
@@ -43,16 +44,15 @@ std::unique_ptr<CausalLM> load_tensor_parallel(int tp, const ShardLoader& load) 
 }  // namespace
 
 std::unique_ptr<CausalLM> load_cuda_tensor_parallel(const ModelConfig& c, LoadFormat f, int tp, CudaModelOptions opt) {
-  if (c.architecture == "MambaForCausalLM")
-    return load_tensor_parallel(tp, [&](const dist::TpRank& r) { return load_mamba_cuda(c, f, opt, r); });
-  SSM_CHECK(c.architecture == "Mamba2ForCausalLM", "--device cuda: --tensor-parallel-size {} is not supported for \"{}\"",
-            tp, c.architecture);
-  return load_tensor_parallel(tp, [&](const dist::TpRank& r) { return load_mamba2_cuda(c, f, opt, r); });
+  const DecoderSpec spec = architecture_spec(c);  // errors before any GPU work
+  return load_tensor_parallel(tp, [&](const dist::TpRank& r) { return load_cuda_decoder(c, spec, f, opt, r); });
 }
 
 void register_cuda_tensor_parallel() {
-  for (const char* arch : {"MambaForCausalLM", "Mamba2ForCausalLM"})
-    register_device_tp_model("cuda", arch, [](const ModelConfig& c, LoadFormat f, int tp) { return load_cuda_tensor_parallel(c, f, tp); });
+  for (const std::string& arch : supported_architectures())
+    register_device_tp_model("cuda", arch, [](const ModelConfig& c, LoadFormat f, int tp) {
+      return load_cuda_tensor_parallel(c, f, tp, CudaModelOptions::from_env());
+    });
 }
 
 }  // namespace ssmserve::cuda

@@ -201,7 +201,7 @@ DecodeGraphs::~DecodeGraphs() {
     if (e.exec) cudaGraphExecDestroy(e.exec);
 }
 
-void DecodeGraphs::run(cudaStream_t s, uint64_t key, uint64_t signature, const std::function<void()>& body) {
+void DecodeGraphs::run(cudaStream_t s, std::pair<uint64_t, uint64_t> key, uint64_t signature, const std::function<void()>& body) {
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     if (graphs_.size() >= max_graphs_) return body();  // enough shapes captured: run the rest eagerly
@@ -258,7 +258,7 @@ void DecodeGraphs::run(cudaStream_t s, uint64_t key, uint64_t signature, const s
 void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cache, cudaStream_t s, float* logits,
               int greedy_top, std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample) {
   SSM_CHECK(!sample || (greedy_top < 0 && picks), "device sampling: bad run_step arguments");
-  check_batch_against_cache(batch, cache, a.num_layers, a.arch);
+  check_batch_against_cache(batch, cache, a.num_state_layers >= 0 ? a.num_state_layers : a.num_layers, a.arch);
   const int64_t T = batch.num_tokens(), H = a.hidden_size, V = a.vocab_size;
   for (int32_t id : batch.input_ids) SSM_CHECK(id >= 0 && id < V, "token id {} outside the vocabulary [0, {})", id, V);
   const int64_t nlog = static_cast<int64_t>(batch.logits_indices.size());
@@ -288,7 +288,8 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
       float* hidden = a.hidden->f32(T * H);
       a.frame->embed(dj, T, H, hidden, s);
       for (int l = 0; l < a.num_layers; ++l) a.mixer(l, dj, T);
-      a.frame->enqueue_head(dj, T, H, a.tp->vocab_per_rank(V), a.eps, a.num_layers > 0 ? a.out->f32(T * H) : nullptr,
+      a.frame->enqueue_head(dj, T, H, a.tp->vocab_per_rank(V), a.eps,
+                            a.num_layers > 0 && a.last_out_pending ? a.out->f32(T * H) : nullptr,
                             hidden, nlog, *a.gemm, s);
       if (tp_picks) a.tp->gather_logits_device(*a.frame, nlog, V, s);
       // Steps before the last: rows without a logits row (padding) keep their ids; the greedy kernel writes each
@@ -305,9 +306,10 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
     a.frame->pointers(ptrs);
     a.states->pointers(ptrs);
     if (tp_picks) ptrs.push_back(a.tp->gathered.buf.data());
+    if (a.pointers) a.pointers(ptrs);
     // T < 2^21 (kMaxNumBatchedTokens), so bits 56.. of the key are free for the step count.
     const uint64_t key = step_key(T, nlog, greedy_top, tp_picks) | (static_cast<uint64_t>(K - 1) << 56);
-    a.graphs->run(s, key, pointer_signature(ptrs), body);
+    a.graphs->run(s, {key, a.key_extra}, pointer_signature(ptrs), body);
   } else {
     body();
   }

@@ -125,7 +125,10 @@ class DecodeGraphs {
   DecodeGraphs& operator=(const DecodeGraphs&) = delete;
   /// Enqueues `body` (device work only: no allocation, no host synchronization) on `s` for step shape `key`
   /// whose baked-in device pointers hash to `signature`.
-  void run(cudaStream_t s, uint64_t key, uint64_t signature, const std::function<void()>& body);
+  void run(cudaStream_t s, uint64_t key, uint64_t signature, const std::function<void()>& body) { run(s, {key, 0}, signature, body); }
+  /// Same, with a two-part key (the step shape, and what else its captured work depends on: e.g. the KV block-table
+  /// width of a hybrid's decode work list).
+  void run(cudaStream_t s, std::pair<uint64_t, uint64_t> key, uint64_t signature, const std::function<void()>& body);
   int64_t replays() const { return replays_; }
   int64_t captures() const { return captures_; }
 
@@ -137,7 +140,7 @@ class DecodeGraphs {
     bool failed = false;  // capture refused: eager for good
   };
   size_t max_graphs_;
-  std::map<uint64_t, Entry> graphs_;
+  std::map<std::pair<uint64_t, uint64_t>, Entry> graphs_;
   int64_t replays_ = 0, captures_ = 0;
 };
 
@@ -158,7 +161,8 @@ struct RunnerTp;          // runtime/tp_runner.h
 /// What a GPU runner hands the shared step frame (run_step): its pieces and its two per-model hooks.
 struct StepFrameArgs {
   const char* arch = "";  ///< model family for error messages ("Mamba", "Mamba2")
-  int num_layers = 0;
+  int num_layers = 0;        ///< layers (sublayers) the mixer hook runs
+  int num_state_layers = -1; ///< the pool's layer count the batch is checked against (-1: num_layers)
   int64_t hidden_size = 0, vocab_size = 0;
   float eps = 0.0f;       ///< the final RMSNorm's epsilon
   bool cuda_graphs = true;
@@ -172,8 +176,14 @@ struct StepFrameArgs {
   Scratch* hidden = nullptr;  ///< [T, H] fp32 residual stream
   Scratch* out = nullptr;     ///< [T, H] fp32 last mixer output
   std::vector<const Scratch*> scratch;  ///< every scratch buffer the mixers use (decode graphs' signature)
+  /// Further device pointers a captured step bakes in (called after reserve; may be empty).
+  std::function<void(std::vector<const void*>& out)> pointers;
+  uint64_t key_extra = 0;  ///< what else the captured work depends on besides the step shape (DecodeGraphs key)
+  /// True when the last layer's output is still to be added to the residual (the LM head's norm adds `out`); false
+  /// when the last layer applied its residual itself.
+  bool last_out_pending = true;
   std::function<void(int64_t T, int64_t n_logits)> reserve;  ///< sizes the runner's scratch
-  std::function<void(int layer, const StepMeta& meta, int64_t T)> mixer;  ///< enqueues one layer's mixer
+  std::function<void(int layer, const StepMeta& meta, int64_t T)> mixer;  ///< enqueues one layer (sublayer)
 };
 
 /// One step of a GPU runner (the frame both runners shared line for line): checks the batch against the cache,

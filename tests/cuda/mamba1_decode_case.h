@@ -1,4 +1,4 @@
-// Owns the Mamba-1 decode test case the persistent and dataflow decode kernel tests share: random layers on the
+// Owns the Mamba-1 decode test case the dataflow decode kernel tests and benchmarks share: random layers on the
 // device (bf16 GEMM weights, fp32 rest, states in a chosen dtype), fresh per-run device state, the runner's op-by-op
 // decode chain as the reference, and the results as bytes / floats.
 #pragma once
@@ -13,7 +13,7 @@
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/norms.h"
-#include "kernels/cuda/persistent_decode.h"
+#include "kernels/cuda/mamba1_decode_layer.h"
 #include "kernels/cuda/selective_scan.h"
 
 namespace ssmserve::cudatest {
@@ -22,7 +22,7 @@ using cuda::to_device;
 using cuda::to_host;
 
 /// Random Mamba-1 decode layers (bf16 GEMM weights, fp32 rest, states in `sd`) on the device, and both ways of
-/// running them: the runner's op-by-op decode chain and the persistent kernel.
+/// running them: the runner's op-by-op decode chain.
 struct Mamba1DecodeCase {
   cuda::Mamba1DecodeShape sh;
   int layers, M, blocks;
@@ -62,7 +62,7 @@ struct Mamba1DecodeCase {
   /// Per-run device state: states, hidden, out, scratch.
   struct Run {
     std::vector<DeviceBuffer> conv, ssm;
-    DeviceBuffer hidden, out, normed, xz, xc, xc16, xdbl, xdbl16, delta, y16, si, ws;
+    DeviceBuffer hidden, out, normed, xz, xc, xc16, xdbl, xdbl16, delta, y16, si;
   };
   Run fresh() const {
     const int64_t H = sh.H, I = sh.I, XD = sh.R + 2 * sh.N;
@@ -73,8 +73,6 @@ struct Mamba1DecodeCase {
     r.xc16 = DeviceBuffer(M * I * 2), r.xdbl = DeviceBuffer(M * XD * 4), r.xdbl16 = DeviceBuffer(M * XD * 2);
     r.delta = DeviceBuffer(M * I * 4), r.y16 = DeviceBuffer(M * I * 2), r.si = to_device(si);
     for (DeviceBuffer* b : {&r.xz, &r.xc, &r.xc16, &r.xdbl, &r.xdbl16, &r.delta, &r.y16}) b->fill_bytes(0);
-    r.ws = DeviceBuffer(cuda::mamba1_persistent_workspace(sh));
-    r.ws.fill_bytes(0);
     return r;
   }
   cuda::Mamba1DecodeLayer layer(const Run& r, int l) const {
@@ -104,10 +102,6 @@ struct Mamba1DecodeCase {
     cuda::ScanParams sp{I, static_cast<int>(N), L.A, L.D, L.dt_bias, true, L.ssm_states};
     SSM_CUDA_CHECK(cuda::selective_state_update_out(in, sp, r.y16.data(), DType::BF16, I, r.si.as<int32_t>(), M, true, s));
     gemm(r.y16.data(), I, L.out_proj, H, I, r.out.data(), H, nullptr);
-  }
-  cuda::Mamba1DecodeBuffers buffers(Run& r) const {
-    return {r.hidden.as<float>(), r.out.as<float>(), r.xz.as<float>(), r.xdbl.as<float>(), r.xdbl16.data(),
-            r.y16.data(), r.si.as<int32_t>(), r.ws.data(), r.ws.bytes()};
   }
   /// Non-null rows of hidden and out, and every layer's states, as bytes.
   std::vector<uint8_t> result(const Run& r) const {

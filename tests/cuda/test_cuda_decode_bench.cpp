@@ -1,6 +1,6 @@
 // GPU decode benchmarks (issue 7; DISABLED_, scripts/gpu-check.sh runs them with --gtest_also_run_disabled_tests):
 // copy bandwidth and the bf16 GEMM rate, the skinny GEMM vs cuBLASLt per M at the decode projections and LM heads
-// (and every tuning variant), and the mamba-2.8b decode layer chain in CUDA graphs (unfused / fused / persistent).
+// (and every tuning variant), and the mamba-2.8b decode layer chain in CUDA graphs (unfused / fused).
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norms.h"
-#include "kernels/cuda/persistent_decode.h"
+#include "kernels/cuda/mamba1_decode_layer.h"
 #include "kernels/cuda/selective_scan.h"
 #include "kernels/cuda/skinny_gemm.h"
 
@@ -250,71 +250,6 @@ TEST(CudaDecodeBench, DISABLED_LayerChain) {
   tuning = nullptr;
   time_graph("default norm only", 1, kNorm);
   time_graph("default small only", 1, kSmall);
-  // The persistent kernel (persistent_decode.h): one launch per layer, or the whole stack in one launch.
-  const cuda::Mamba1DecodeShape psh{H, I, N, R, W, eps};
-  DeviceBuffer pws(cuda::mamba1_persistent_workspace(psh));
-  pws.fill_bytes(0);
-  std::vector<cuda::Mamba1DecodeLayer> pls;
-  for (int l = 0; l < layers; ++l) {
-    const LayerW& L = Ls[l];
-    pls.push_back({L.norm.as<float>(), L.in.data(), L.cw.as<float>(), L.cb.as<float>(), L.x.data(), L.dt.data(),
-                   L.dtb.as<float>(), L.A.as<float>(), L.D.as<float>(), L.out.data(),
-                   StateView{L.conv_state.data(), DType::F32, (W - 1) * I}, StateView{L.ssm_state.data(), DType::F32, I * N}});
-  }
-  DeviceBuffer dls(pls.size() * sizeof(cuda::Mamba1DecodeLayer));
-  dls.upload(pls.data(), dls.bytes());
-  const cuda::Mamba1DecodeBuffers pb{hidden.as<float>(), out.as<float>(), xz.as<float>(), xdbl.as<float>(),
-                                     xdbl16.data(), y16.data(), dsi.as<int32_t>(), pws.data(), pws.bytes()};
-  auto time_persistent = [&](const char* name, int64_t M, bool stack, int prefetch) {
-    auto enqueue = [&] {
-      if (stack) {
-        SSM_CUDA_CHECK(cuda::mamba1_persistent_decode(psh, static_cast<const cuda::Mamba1DecodeLayer*>(dls.data()),
-                                                      pls[0], layers, true, static_cast<int>(M), pb, {prefetch}, s));
-      } else {
-        for (int l = 0; l < layers; ++l)
-          SSM_CUDA_CHECK(cuda::mamba1_persistent_decode(psh, nullptr, pls[l], 1, l == 0, static_cast<int>(M), pb,
-                                                        {prefetch}, s));
-      }
-    };
-    enqueue();
-    SSM_CUDA_CHECK(cudaStreamSynchronize(s));
-    cudaGraph_t g = nullptr;
-    cudaGraphExec_t e = nullptr;
-    SSM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    enqueue();
-    SSM_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-    SSM_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-    const double ms = time_ms([&] { SSM_CUDA_CHECK(cudaGraphLaunch(e, s)); }, 10, s);
-    cudaGraphExecDestroy(e);
-    cudaGraphDestroy(g);
-    std::printf("chain %-26s M=%-3ld %8.1f us/step %6.2f us/layer\n", name, static_cast<long>(M), ms * 1e3,
-                ms * 1e3 / layers);
-  };
-  // Block 0's phase boundaries (clock64, shown at 1.98 GHz), the stack form, M = 1, mean over layers 1..63.
-  for (int pf : {0, 1, 4, 5}) {
-    DeviceBuffer tim(layers * 9 * sizeof(long long));
-    cuda::Mamba1PersistentOptions o{pf};
-    o.timing = static_cast<long long*>(tim.data());
-    for (int rep = 0; rep < 3; ++rep)
-      SSM_CUDA_CHECK(cuda::mamba1_persistent_decode(psh, static_cast<const cuda::Mamba1DecodeLayer*>(dls.data()),
-                                                    pls[0], layers, true, 1, pb, o, s));
-    SSM_CUDA_CHECK(cudaStreamSynchronize(s));
-    const auto t = to_host<long long>(tim, layers * 9);
-    const char* names[8] = {"norm", "in_proj", "barrier1", "conv+x_proj", "barrier2", "dt+scan", "barrier3", "out_proj"};
-    std::printf("phases pf%d (us, block 0):", pf);
-    for (int k = 0; k < 8; ++k) {
-      double sum = 0;
-      for (int l = 1; l < layers; ++l) sum += static_cast<double>(t[l * 9 + k + 1] - t[l * 9 + k]);
-      std::printf(" %s %.2f", names[k], sum / (layers - 1) / 1980.0);
-    }
-    double gap = 0;
-    for (int l = 1; l < layers; ++l) gap += static_cast<double>(t[l * 9] - t[(l - 1) * 9 + 8]);
-    std::printf(" layer-barrier %.2f\n", gap / (layers - 1) / 1980.0);
-  }
-  for (int64_t M : {1, 4}) {
-    for (int pf : {0, 1, 4}) time_persistent(("persistent/layer pf" + std::to_string(pf)).c_str(), M, false, pf);
-    for (int pf : {0, 1, 3, 4, 5}) time_persistent(("persistent/stack pf" + std::to_string(pf)).c_str(), M, true, pf);
-  }
 }
 
 }  // namespace

@@ -168,24 +168,6 @@ TEST(CudaGraphs, DecodeStepsEqualEagerMamba1) {
   check_graphs_equal_eager(*eager, *graphed);
 }
 
-/// The persistent decode kernel (one launch per layer, and the whole stack in one launch) inside the decode
-/// graphs gives the same logits, bit for bit, as the op-by-op chain run eagerly.
-TEST(CudaGraphs, PersistentDecodeEqualsOpChainMamba1) {
-  REQUIRE_GPU();
-  const auto dir = model_dir("tiny-mamba");
-  SSM_SKIP_IF_NO_MODEL(dir);
-  const ModelConfig cfg = ModelConfig::load(dir);
-  for (int mode : {1, 2}) {
-    SCOPED_TRACE(::testing::Message() << "persistent_decode " << mode);
-    cuda::CudaModelOptions eager_opt, persistent_opt;
-    eager_opt.cuda_graphs = false;
-    persistent_opt.persistent_decode = mode;
-    auto eager = cuda::load_mamba_cuda(cfg, LoadFormat::Auto, eager_opt);
-    auto persistent = cuda::load_mamba_cuda(cfg, LoadFormat::Auto, persistent_opt);
-    check_graphs_equal_eager(*eager, *persistent);
-  }
-}
-
 /// The dataflow decode kernel: inside the decode graphs the same logits as eagerly, bit for bit, and within bf16
 /// tolerance of the op-by-op chain (another summation order).
 TEST(CudaGraphs, DataflowDecodeMamba1) {

@@ -1,4 +1,4 @@
-// Owns the host side of the grid-resident (cooperative) kernels shared by the persistent and dataflow decode
+// Owns the host side of the grid-resident (cooperative) kernels of the dataflow decode
 // kernels: the device's SM count and a cooperative launch of one block per SM.
 #pragma once
 #include <cuda_runtime.h>

@@ -48,7 +48,7 @@
 #include <cstdint>
 
 #include "cache/state_view.h"
-#include "kernels/cuda/persistent_decode.h"
+#include "kernels/cuda/mamba1_decode_layer.h"
 
 namespace ssmserve::cuda {
 

@@ -65,4 +65,8 @@ struct DecoderSpec {
 /// An architecture: config.json -> DecoderSpec. Throws Error naming the field on an invalid config.
 using ArchitectureSpecFn = DecoderSpec (*)(const ModelConfig& cfg);
 
+/// The spec of cfg.architecture from the architecture registry (model/registry.cpp), for every backend. Throws
+/// Error naming config.json and the supported architectures when it is not registered, or as the mapping does.
+DecoderSpec architecture_spec(const ModelConfig& cfg);
+
 }  // namespace ssmserve

@@ -13,7 +13,6 @@ namespace ssmserve {
 
 /// Parameters of one Mamba-1 mixer layer (I = d_inner, H = hidden, N = d_state, K = d_conv, R = dt_rank).
 struct MambaLayerWeights {
-  std::vector<float> norm;           ///< [H] the layer's pre-norm (filled by MambaWeights::load only)
   Weight in_proj;                    ///< [2I, H]
   std::vector<float> in_proj_bias;   ///< [2I] or empty
   std::vector<float> conv_weight;    ///< [I, K]

@@ -79,7 +79,7 @@ class CudaMamba1 final : public CudaModule {
     return 8 * I + 16 * I + 4 * XD + 4 * I + 2 * XD;
   }
 
-  void reserve(int64_t T) override {
+  void reserve(int64_t T, const StepPlans*) override {
     ScratchPool& p = *ctx_.scratch;
     const int64_t I = m_.d_inner, XD = m_.dt_rank + 2LL * m_.d_state;
     p[0].f32(T * 2 * I), p[1].f32(T * I), p[2].f32(T * XD), p[3].f32(T * I), p[4].f32(T * I);

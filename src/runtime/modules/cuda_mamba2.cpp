@@ -43,7 +43,7 @@ class CudaMamba2 final : public CudaModule {
     return 4 * proj_width() + 4 * C + 4 * I + ab * I + 2 * C;
   }
 
-  void reserve(int64_t T) override {
+  void reserve(int64_t T, const StepPlans*) override {
     ScratchPool& p = *ctx_.scratch;
     const int64_t I = m_.d_inner, C = m_.conv_dim();
     p[0].f32(T * proj_width()), p[1].f32(T * C), p[2].f32(T * I), p[3].get(T * I * dtype_size(ctx_.opt.weight_dtype));

@@ -1,0 +1,292 @@
+// Owns the GPU decoder runner (see cuda_decoder.h): loading, the state layout, the per-step checks and plans, and
+// the sublayer step (norm with the pending residual add, module, residual rule).
+#include "runtime/cuda_decoder.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "device/cuda_check.h"
+#include "device/device.h"
+#include "dist/shard.h"
+#include "kernels/cuda/decode_ops.h"
+#include "kernels/cuda/minimax_ops.h"
+#include "kernels/cuda/norms.h"
+#include "model/checkpoint.h"
+#include "model/decoder/state_layout.h"
+#include "model/lm_common.h"
+#include "model/parallel_layers.h"
+#include "model/weight_source.h"
+#include "runtime/cuda_module.h"
+#include "runtime/device_state.h"
+#include "runtime/step_plans.h"
+
+namespace ssmserve::cuda {
+namespace {
+
+struct CudaSublayer {
+  SublayerSpec spec;
+  DeviceBuffer norm;  ///< [hidden] fp32
+  std::unique_ptr<CudaModule> module;
+};
+
+class CudaDecoderLM final : public CudaCausalLM {
+ public:
+  CudaDecoderLM(ModelConfig cfg, DecoderSpec spec, CudaModelOptions opt, const dist::TpRank& tp)
+      : cfg_(std::move(cfg)), spec_(std::move(spec)) {
+    tp_.tp = tp;
+    // TP ranks capture their decode steps in CUDA graphs too: the collectives are recorded on this stream, every
+    // rank sees the same batches (so the same capture decisions), and a captured step runs the same collectives in
+    // the same order as an eager one.
+    if (tp_.on()) tp.comm->set_stream(stream_.get());
+    ctx_.opt = opt;
+    ctx_.gemm = &gemm_, ctx_.tp = &tp_, ctx_.scratch = &pool_, ctx_.stream = stream_.get();
+    configure_gemm(gemm_, opt);
+    frame_.pdl = opt.pdl;
+  }
+
+  void load(WeightSource& src);
+
+  const ModelConfig& config() const override { return cfg_; }
+  int num_state_layers() const override { return layout_.num_state_layers(); }
+  StateShape state_shape() const override { return layout_.shape(); }
+  int chunk_size() const override { return spec_.chunk_size; }
+  int kv_block_size() const override { return layout_.kv_block_size(); }
+  std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
+    const double H = cfg_.hidden_size, V = cfg_.vocab_size, ab = dtype_size(ctx_.opt.weight_dtype);
+    double modules = 0;
+    for (const CudaSublayer& s : subs_) modules = std::max(modules, s.module->scratch_bytes_per_token());
+    const double per_token = 12 * H + ab * H + modules;  // hidden, out, normed (fp32 and GEMM dtype), the slots
+    return state_budget_bytes(util, per_token * static_cast<double>(max_tokens) + static_cast<double>(max_seqs) * (4 * V + ab * H));
+  }
+
+ private:
+  bool tensor_parallel() const override { return tp_.on(); }
+  void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks,
+            const DeviceSampleBatch* sample) override;
+  void check_hybrid_metadata(const ForwardBatch& batch, const StateCache& cache) const;
+  void reserve(int64_t T, int64_t nlog);
+  void sublayer(size_t i, const ForwardBatch& batch, const StepMeta& dm, int64_t T);
+
+  ModelConfig cfg_;
+  DecoderSpec spec_;
+  CudaRunnerContext ctx_;
+  LmFrame frame_;
+  std::vector<CudaSublayer> subs_;
+  StateLayout layout_;
+  bool has_linear_ = false;
+  CudaStackDecodeFn stack_decode_ = nullptr;
+  Stream stream_;
+  GemmHandle gemm_;
+  DeviceStateMirror states_;
+  StepMetaUploader meta_;
+  DecodeGraphs graphs_;
+  RunnerTp tp_;
+  ScratchPool pool_;
+  StepPlans plans_;
+  std::vector<ModuleState> views_;  // per sublayer, this step's state views (device mirror)
+  bool stack_took_ = false;         // the stack decode path ran this step's layers
+  // Scratch for T tokens: hidden / out [T, H] fp32 (residual stream, last module output), normed_c [T, H] in the GEMM
+  // dtype, normed_f [T, H] fp32 (sublayers reading fp32 or with MiniMax's residual from the normed input).
+  Scratch hidden_, out_, normed_c_, normed_f_;
+};
+
+void CudaDecoderLM::load(WeightSource& src) {
+  const DType wd = ctx_.opt.weight_dtype;
+  const dist::TpRank& tp = tp_.tp;
+  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+  Weight emb = src.matrix(spec_.embedding, {V, H}, DummyInit::uniform(0.1f));
+  frame_.embedding = upload_weight(emb, wd);  // replicated on every rank (a row lookup: no collective)
+  const bool tied = spec_.tie_word_embeddings && !src.has(spec_.lm_head);
+  frame_.tied = tied && !tp_.on();
+  if (!frame_.tied) {
+    const Weight head = tied ? emb : src.matrix(spec_.lm_head, {V, H}, DummyInit::uniform(0.1f));
+    frame_.lm_head = upload_weight(dist::slice_rows(head, {dist::vocab_shard(V, tp.rank, tp.world)}), wd);
+  }
+  // Sublayers in parallel (each thread on this runner's GPU); host copies live only while a module uploads them.
+  int device = 0;
+  SSM_CUDA_CHECK(cudaGetDevice(&device));
+  const int L = cfg_.num_hidden_layers;
+  std::vector<std::array<CudaSublayer, 2>> layers(static_cast<size_t>(L));
+  for_each_layer_parallel(L, [&](int64_t l) {
+    SSM_CUDA_CHECK(cudaSetDevice(device));
+    const LayerSpec& ls = spec_.layers[static_cast<size_t>(l)];
+    int k = 0;
+    for (const SublayerSpec* s : {&ls.mixer, &ls.ffn}) {
+      CudaSublayer& sub = layers[static_cast<size_t>(l)][k++];
+      sub.spec = *s;
+      if (!s->present()) continue;
+      sub.norm = to_device(src.vector(s->norm, {H}, DummyInit::constant(1.0f)));
+      const ModuleArgs host{cfg_, spec_.params(s->kind, cfg_), src, s->prefix, static_cast<int>(l), tp, spec_.label};
+      sub.module = cuda_module_type(s->kind).make({host, ctx_});
+    }
+  });
+  for (auto& pair : layers)
+    for (CudaSublayer& s : pair)
+      if (s.module) subs_.push_back(std::move(s));
+  frame_.norm_f = to_device(src.vector(spec_.final_norm, {H}, DummyInit::constant(1.0f)));
+  std::vector<ModuleStateSpec> specs;
+  StepPlanShape ps;
+  for (const CudaSublayer& s : subs_) {
+    specs.push_back(s.module->state_spec());
+    if (s.spec.kind == "lightning" && !ps.linear) {
+      const nlohmann::json& j = spec_.params("lightning", cfg_);
+      ps.linear = has_linear_ = true;
+      ps.linear_block_size = j.value("block_size", 256);
+      ps.linear_heads = j.value("num_attention_heads", 1);
+    }
+    if (s.spec.kind == "attention" && !ps.attention) {
+      const nlohmann::json& j = spec_.params("attention", cfg_);
+      const int heads = j.value("num_attention_heads", 1);
+      ps.attention = true;
+      ps.attention_group = heads / std::max(1, j.value("num_key_value_heads", heads));
+      ps.attention_tc = wd == DType::BF16;
+    }
+  }
+  layout_ = StateLayout(specs, tp.world);
+  ps.kv_block_size = layout_.kv_block_size();
+  plans_.shape = ps;
+  // The whole-stack decode path: every sublayer the same mixer kind, pre-norm residuals, no FFN.
+  const std::string& kind = subs_.empty() ? std::string() : subs_[0].spec.kind;
+  bool uniform = !subs_.empty() && static_cast<int>(subs_.size()) == L;
+  for (const CudaSublayer& s : subs_) uniform = uniform && s.spec.kind == kind && s.spec.plain_residual();
+  if (uniform) stack_decode_ = cuda_module_type(kind).stack_decode;
+}
+
+void CudaDecoderLM::check_hybrid_metadata(const ForwardBatch& batch, const StateCache& cache) const {
+  const LinearAttentionMetadata& lm = batch.linear_meta;
+  const PagedAttentionMetadata& am = batch.attn_meta;
+  const int B = batch.meta.num_reqs;
+  const int64_t T = batch.num_tokens();
+  const std::string& label = spec_.label;
+  if (has_linear_ || layout_.has_attention()) {
+    SSM_CHECK(static_cast<int>(lm.state_indices_tensor.size()) == B && static_cast<int>(lm.query_start_loc.size()) == B + 1 &&
+                  static_cast<int>(lm.num_computed_tokens.size()) == B,
+              "{} forward: the batch has no linear-attention metadata for its {} rows (build_attention_metadata)", label, B);
+    for (int32_t b : lm.state_indices_tensor) SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: state index {} out of range", label, b);
+  }
+  if (layout_.has_attention()) {
+    const int bs = layout_.kv_block_size();
+    SSM_CHECK(am.block_size == bs && static_cast<int>(am.seq_lens.size()) == B && static_cast<int>(am.slot_mapping.size()) == T &&
+                  static_cast<int>(am.positions.size()) == T && static_cast<int>(am.query_start_loc.size()) == B + 1 &&
+                  static_cast<int64_t>(am.block_tables.size()) >= static_cast<int64_t>(B) * am.max_num_blocks_per_seq,
+              "{} forward: paged-attention metadata missing or for block size {} (model: {})", label, am.block_size, bs);
+    for (int32_t b : am.block_tables) SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: KV block {} out of range", label, b);
+    for (int32_t s : am.slot_mapping)
+      SSM_CHECK(s >= -1 && s < static_cast<int64_t>(cache.num_blocks()) * bs, "{} forward: slot {} out of range", label, s);
+    for (int r = 0; r < B; ++r)
+      SSM_CHECK((am.seq_lens[r] + bs - 1) / bs <= am.max_num_blocks_per_seq, "{} forward: row {} needs more than {} KV blocks", label, r,
+                am.max_num_blocks_per_seq);
+    SSM_CHECK(!tp_.on() || cache.shape().ssm_elems * static_cast<int64_t>(dtype_size(cache.dtypes().ssm)) >= layout_.kv_page_bytes(),
+              "{} tensor-parallel forward: a rank's part of the page cannot hold its {} bytes of KV block (use "
+              "--mamba-ssm-cache-dtype float32 with --tensor-parallel-size > 1)", label, layout_.kv_page_bytes());
+  }
+}
+
+void CudaDecoderLM::reserve(int64_t T, int64_t nlog) {
+  const int64_t H = cfg_.hidden_size;
+  hidden_.f32(T * H), out_.f32(T * H), normed_c_.get(T * H * dtype_size(ctx_.opt.weight_dtype)), normed_f_.f32(T * H);
+  for (CudaSublayer& s : subs_) s.module->reserve(T, &plans_);
+  frame_.reserve(T, H, cfg_.vocab_size, nlog);
+}
+
+void CudaDecoderLM::step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks,
+                         const DeviceSampleBatch* sample) {
+  check_hybrid_metadata(batch, cache);
+  cudaStream_t s = stream_.get();
+  if (batch.num_tokens() > 0 && (has_linear_ || layout_.has_attention())) {  // the lightning / attention plans, uploaded once
+    const bool decode_only = batch.linear_meta.num_prefills == 0 && batch.meta.num_prefills == 0;
+    plans_.build(batch, decode_only);
+    plans_.upload(s);
+  }
+  StepFrameArgs a;
+  a.arch = spec_.label.c_str(), a.num_layers = static_cast<int>(subs_.size()), a.hidden_size = cfg_.hidden_size;
+  a.num_state_layers = layout_.num_state_layers();
+  a.vocab_size = cfg_.vocab_size, a.eps = spec_.norm_eps, a.cuda_graphs = ctx_.opt.cuda_graphs;
+  a.num_steps = num_steps_, a.frame = &frame_, a.meta = &meta_, a.graphs = &graphs_, a.states = &states_, a.tp = &tp_, a.gemm = &gemm_;
+  a.hidden = &hidden_, a.out = &out_;
+  a.scratch = {&hidden_, &out_, &normed_c_, &normed_f_};
+  a.pointers = [&](std::vector<const void*>& out) {
+    pool_.pointers(out);
+    for (const CudaSublayer& sub : subs_) sub.module->pointers(out);
+    out.push_back(plans_.device_buffer());
+  };
+  a.key_extra = layout_.has_attention() ? static_cast<uint64_t>(batch.attn_meta.max_num_blocks_per_seq) : 0;
+  a.last_out_pending = subs_.empty() || subs_.back().spec.plain_residual();
+  a.reserve = [&](int64_t T, int64_t nlog) {
+    reserve(T, nlog);
+    views_.clear();  // the mirror's layout is synced by now (run_step syncs it before reserving)
+    for (size_t i = 0; i < subs_.size(); ++i)
+      views_.push_back(layout_.views(i, cache.num_blocks(), [&](int l) { return states_.conv_state(l); },
+                                     [&](int l) { return states_.ssm_state(l); }));
+  };
+  a.mixer = [&](int i, const StepMeta& dm, int64_t T) { sublayer(static_cast<size_t>(i), batch, dm, T); };
+  run_step(a, batch, cache, s, logits, greedy_top, picks, sample);
+}
+
+void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta& dm, int64_t T) {
+  const CudaSublayer& S = subs_[i];
+  const int64_t H = cfg_.hidden_size;
+  const CudaModelOptions& opt = ctx_.opt;
+  const DType wd = opt.weight_dtype;
+  cudaStream_t s = stream_.get();
+  float* hidden = hidden_.f32(T * H);
+  float* out = out_.f32(T * H);
+  const CudaStep st{batch, dm, &plans_, T, s};
+  if (i == 0) {
+    if (spec_.embedding_multiplier != 1.0f) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, spec_.embedding_multiplier, hidden, 0.0f, T * H, s));
+    stack_took_ = false;
+    if (stack_decode_ && batch.meta.num_prefills == 0) {
+      std::vector<CudaModule*> mods;
+      std::vector<const float*> norms;
+      for (const CudaSublayer& x : subs_) mods.push_back(x.module.get()), norms.push_back(x.norm.as<float>());
+      stack_took_ = stack_decode_(mods, norms, spec_.norm_eps, st, views_, hidden, out);
+    }
+  }
+  if (stack_took_) return;  // the whole stack ran at sublayer 0
+  // 1. The sublayer's norm, adding the previous module's output first when its residual is still pending.
+  const float* prev = i > 0 && subs_[i - 1].spec.plain_residual() ? out : nullptr;
+  const bool f32_in = S.module->input() == ModuleInput::F32;
+  const bool need_f32 = f32_in || S.spec.residual_is_normed;
+  void* normed_c = normed_c_.get(T * H * dtype_size(wd));
+  float* normed_f = need_f32 ? normed_f_.f32(T * H) : nullptr;
+  if (!need_f32) {
+    SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c, wd, H, opt.pdl, s));
+  } else {
+    SSM_CUDA_CHECK(fused_add_rms_norm(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, T, H, normed_f, DType::F32, H, s));
+    if (!f32_in) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s));
+  }
+  // 2. The module; 3. its residual rule (the plain one is left to the next norm or the LM head's).
+  S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, out);
+  if (!S.spec.plain_residual())
+    SSM_CUDA_CHECK(scaled_residual(hidden, S.spec.residual_is_normed ? normed_f : hidden, S.spec.alpha, out, S.spec.beta, T * H, s));
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_cuda_decoder(const ModelConfig& cfg, const DecoderSpec& spec, LoadFormat format, CudaModelOptions opt,
+                                            const dist::TpRank& tp) {
+  SSM_CHECK(gpu_available(), "--device cuda: no usable CUDA device");
+  SSM_CHECK(opt.weight_dtype == DType::BF16 || opt.weight_dtype == DType::F32, "cuda weight dtype must be BF16 or F32");
+  SSM_CHECK(tp.world == 1 || tp.comm, "{}: tensor-parallel size {} needs a communicator", spec.label, tp.world);
+  SSM_CHECK(static_cast<int>(spec.layers.size()) == cfg.num_hidden_layers, "{}: {} layer specs for num_hidden_layers {}", spec.label,
+            spec.layers.size(), cfg.num_hidden_layers);
+  SSM_CHECK(spec.logits_scaling == 1.0f, "--device cuda: logits_scaling {} is not supported there yet (use --device cpu)",
+            spec.logits_scaling);
+  for (const LayerSpec& l : spec.layers)  // kinds the GPU does not run fail before any weight is read
+    for (const SublayerSpec* s : {&l.mixer, &l.ffn})
+      if (s->present()) (void)cuda_module_type(s->kind);
+  std::shared_ptr<const Checkpoint> ckpt;
+  WeightSource src = WeightSource::dummy();
+  if (format != LoadFormat::Dummy) {
+    ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
+    src = WeightSource::from_checkpoint(ckpt);
+  }
+  auto model = std::make_unique<CudaDecoderLM>(cfg, spec, opt, tp);
+  model->load(src);
+  if (tp.rank == 0) src.warn_unused_tensors();
+  return model;
+}
+
+}  // namespace ssmserve::cuda

@@ -1,0 +1,99 @@
+// Owns the softmax-attention mixer on the GPU (the CPU module: model/mixers/attention_mixer.h): q / k / v projections,
+// RoPE, reshape_and_cache into the KV blocks of the shared pool, split-KV paged attention over the step's work list,
+// o_proj.
+#include <cmath>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "device/cuda_check.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/norms.h"
+#include "kernels/cuda/paged_attention.h"
+#include "model/mixers/attention_mixer.h"
+#include "runtime/modules/cuda_modules.h"
+#include "runtime/step_plans.h"
+
+namespace ssmserve::cuda {
+namespace {
+
+class CudaAttention final : public CudaModule {
+ public:
+  CudaAttention(const CudaRunnerContext& ctx, AttentionConfig c, int64_t hidden, const AttentionWeights& w) : ctx_(ctx), c_(c), H_(hidden) {
+    const DType wd = ctx_.opt.weight_dtype;
+    q_proj_ = upload_weight(w.q_proj, wd), k_proj_ = upload_weight(w.k_proj, wd), v_proj_ = upload_weight(w.v_proj, wd);
+    o_proj_ = upload_weight(w.o_proj, wd);
+    if (c_.rope) inv_freq_ = to_device(cpu::rope_inv_freq(c_.rope_theta, c_.head_dim));
+  }
+
+  ModuleStateSpec state_spec() const override {
+    ModuleStateSpec s;
+    s.kv_token_bytes = s.full_kv_token_bytes = 2 * static_cast<int64_t>(c_.num_kv_heads) * c_.head_dim * 4;
+    return s;
+  }
+  double scratch_bytes_per_token() const override {
+    const double QW = static_cast<double>(c_.num_heads) * c_.head_dim, KW = static_cast<double>(c_.num_kv_heads) * c_.head_dim;
+    return 4 * (QW + 2 * KW) + 4 * QW + dtype_size(ctx_.opt.weight_dtype) * QW;
+  }
+  void reserve(int64_t T, const StepPlans* plans) override {
+    ScratchPool& p = *ctx_.scratch;
+    const int64_t QW = int64_t{c_.num_heads} * c_.head_dim, KW = int64_t{c_.num_kv_heads} * c_.head_dim;
+    p[0].f32(T * (QW + 2 * KW)), p[1].f32(T * QW), p[3].get(T * QW * dtype_size(ctx_.opt.weight_dtype));
+    ws_.f32(std::max<size_t>(4, paged_attention_workspace_floats(plans->aplan.num_items, c_.num_kv_heads, c_.head_dim)));
+  }
+  void pointers(std::vector<const void*>& out) const override { out.push_back(ws_.buf.data()); }
+
+  void forward(const CudaStep& st, const ModuleState& state, const void* normed_c, float* out) override {
+    const PagedAttentionMetadata& md = st.batch.attn_meta;
+    const StepPlans& plans = *st.plans;
+    const PagedAttentionPlan& ap = plans.aplan;
+    const int D = c_.head_dim;
+    const int64_t T = st.T, Hd = H_, QW = int64_t{c_.num_heads} * D, KW = int64_t{c_.num_kv_heads} * D;
+    const DType wd = ctx_.opt.weight_dtype;
+    cudaStream_t s = st.stream;
+    ScratchPool& p = *ctx_.scratch;
+    float* q = p[0].f32(T * (QW + 2 * KW));
+    float* k = q + T * QW;
+    float* v = k + T * KW;
+    float* o = p[1].f32(T * QW);
+    ctx_.gemm_run(normed_c, T, Hd, q_proj_, q, QW);
+    ctx_.gemm_run(normed_c, T, Hd, k_proj_, k, KW);
+    ctx_.gemm_run(normed_c, T, Hd, v_proj_, v, KW);
+    if (c_.rope) {
+      SSM_CUDA_CHECK(apply_rope(q, QW, T, c_.num_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(), D / 2, s));
+      SSM_CUDA_CHECK(apply_rope(k, KW, T, c_.num_kv_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(), D / 2, s));
+    }
+    KvCacheView kv = state.kv;
+    kv.num_kv_heads = c_.num_kv_heads, kv.head_dim = D;
+    SSM_CUDA_CHECK(reshape_and_cache(k, KW, v, KW, T, plans.dev(plans.slots), kv, s));
+    PagedAttentionArgs a{c_.num_heads, c_.scale, md.max_num_blocks_per_seq, plans.dev(plans.attn_qsl), plans.dev(plans.seq_lens),
+                         plans.dev(plans.tables), plans.dev(plans.tasks), plans.dev(plans.items), ap.num_tasks, ap.num_items,
+                         ap.tokens_per_task, ap.key_split, plans.dev(plans.tc_tiles), ap.num_tc_tiles, ap.tc_tokens};
+    SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a, ws_.f32(paged_attention_workspace_floats(ap.num_items, c_.num_kv_heads, D)), s));
+    void* oc = p[3].get(T * QW * dtype_size(wd));
+    SSM_CUDA_CHECK(cast_rows(o, QW, T, QW, oc, wd, QW, s));
+    ctx_.gemm_run(oc, T, QW, o_proj_, out, Hd);
+  }
+
+ private:
+  const CudaRunnerContext& ctx_;
+  AttentionConfig c_;
+  int64_t H_;
+  DevWeight q_proj_, k_proj_, v_proj_, o_proj_;
+  DeviceBuffer inv_freq_;
+  Scratch ws_;  // the attention splits' workspace (its size follows the step's work list)
+};
+
+}  // namespace
+
+std::unique_ptr<CudaModule> make_cuda_attention(const CudaModuleArgs& a) {
+  const ModuleArgs& h = a.host;
+  const AttentionConfig c = AttentionConfig::from_json(h.params, h.cfg);
+  const std::string where = (h.cfg.dir / "config.json").string();
+  SSM_CHECK(h.tp.world == 1, "--device cuda: --tensor-parallel-size {} is not supported for softmax attention yet", h.tp.world);
+  SSM_CHECK(c.head_dim == 64 || c.head_dim == 128, "{}: head_dim {} is not supported on cuda (64 or 128)", where, c.head_dim);
+  SSM_CHECK(c.num_heads / c.num_kv_heads <= 16, "{}: more than 16 query heads per KV head are not supported on cuda", where);
+  return std::make_unique<CudaAttention>(a.ctx, c, h.cfg.hidden_size, read_attention_weights(h.src, h.prefix, h.cfg.hidden_size, c));
+}
+
+}  // namespace ssmserve::cuda
