@@ -128,6 +128,17 @@ if [ -x "$bin/test_cuda_minimax_ops" ]; then
     run_step "minimax model benchmark" minimax-bench-model.log "$bin/bench_cuda_minimax_model" configs/minimax-bench \
       1024 4096 16384 65536 && cat "$out/minimax-bench-model.log" >>"$summary"
 fi
+# 3c. A hybrid built from a config alone (issue 27: Mamba-2 + attention + MoE on the one GPU runner) against the CPU
+#     decoder, decode graphs == eager, device greedy == argmax; memcheck on it.
+if [ -x "$bin/test_cuda_hybrid" ]; then
+  run_step "hybrid decoder tests" hybrid.log "$bin/test_cuda_hybrid"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel err|Expected" "$out/hybrid.log" | head -30 >>"$summary"
+  if command -v compute-sanitizer >/dev/null; then
+    run_step "memcheck (hybrid)" hybrid-memcheck.log compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
+      "$bin/test_cuda_hybrid" --gtest_filter='CudaHybrid.MatchesCpuDecoderBf16'
+    grep -hE "ERROR SUMMARY" "$out/hybrid-memcheck.log" >>"$summary"
+  fi
+fi
 if [ -x "$bin/ssmserve" ] && [ -f models/tiny-mamba/config.json ]; then
   cli() { "$bin/ssmserve" generate --model models/tiny-mamba --prompt "The capital of France is" --max-tokens 24 \
             --ignore-eos --json --device "$1"; }
@@ -166,7 +177,7 @@ fi
 #    (bench throughput, SSMSERVE_GPU_TPUT_PROMPTS prompts of 512 -> 256 tokens). SSMSERVE_GPU_DECODE=0 skips it;
 #    SSMSERVE_GPU_DECODE_MODELS / SSMSERVE_GPU_TPUT_MODELS pick the shapes (empty: none).
 if [ "${SSMSERVE_GPU_DECODE:-1}" = 1 ] && [ -x "$bin/test_cuda_skinny_gemm" ]; then
-  for t in skinny_gemm decode_ops decode_overlap persistent_decode dataflow_decode batch_invariance; do
+  for t in skinny_gemm decode_ops decode_overlap dataflow_decode batch_invariance; do
     [ -x "$bin/test_cuda_$t" ] && run_step "decode tests ($t)" "decode-$t.log" "$bin/test_cuda_$t"
   done
   grep -hE "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|batch invariance" "$out"/decode-*.log | head -30 >>"$summary"

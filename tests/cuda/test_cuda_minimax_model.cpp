@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <utility>
 
 #include "cuda_test_util.h"
 #include "model/attention_metadata.h"
@@ -105,11 +106,12 @@ struct Schedule {
 
 /// logits_tol: relative error of the logits; row_bound: largest top-5 |logprob difference| of a row, exceeded by at
 /// most 2% of the rows; max_tol: the largest over all rows.
-void check_against_cpu(DType wd, double logits_tol, double row_bound, double max_tol) {
+void check_against_cpu(DType wd, double logits_tol, double row_bound, double max_tol, cuda::CudaModelOptions opt = {}) {
   REQUIRE_GPU();
   const ModelConfig cfg = ModelConfig::load(src_dir() / "tests/cuda/configs/tiny-minimax");
   auto cpu = load_model(cfg, LoadFormat::Dummy);
-  auto gpu = cuda::load_minimax_cuda(cfg, LoadFormat::Dummy, {wd});
+  opt.weight_dtype = wd;
+  auto gpu = cuda::load_minimax_cuda(cfg, LoadFormat::Dummy, opt);
   ASSERT_EQ(gpu->kv_block_size(), cpu->kv_block_size());
   const int V = cfg.vocab_size;
   StateCache cc(1, cpu->state_shape(), 24), gc(1, gpu->state_shape(), 24);
@@ -133,6 +135,19 @@ void check_against_cpu(DType wd, double logits_tol, double row_bound, double max
 
 TEST(CudaMiniMaxModel, TinyShapeDummyWeightsF32) { check_against_cpu(DType::F32, 2e-2, 0.05, 0.3); }
 TEST(CudaMiniMaxModel, TinyShapeDummyWeightsBf16) { check_against_cpu(DType::BF16, 5e-2, 0.1, 0.3); }
+
+/// The runner's options apply to MiniMax as to every family (issue 27): without PDL, every bf16 GEMM on cuBLASLt
+/// (skinny_max_m 0), and every bf16 GEMM on the batch-invariant skinny kernel, the same tolerances hold.
+TEST(CudaMiniMaxModel, EveryRunnerOptionApplies) {
+  cuda::CudaModelOptions no_pdl, no_skinny, invariant;
+  no_pdl.pdl = false;
+  no_skinny.skinny_max_m = 0;
+  invariant.batch_invariant = true;
+  for (const auto& [name, o] : {std::pair{"pdl off", no_pdl}, {"skinny_max_m 0", no_skinny}, {"batch_invariant", invariant}}) {
+    SCOPED_TRACE(name);
+    check_against_cpu(DType::BF16, 5e-2, 0.1, 0.3, o);
+  }
+}
 
 TEST(CudaMiniMaxModel, DecodeGraphsEqualEager) {
   REQUIRE_GPU();
