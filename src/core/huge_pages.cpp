@@ -1,6 +1,8 @@
 // Owns huge-page allocation of large host buffers (see huge_pages.h for why and the measurements).
 #include "core/huge_pages.h"
 
+#include "core/env_options.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -15,11 +17,7 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;  // x86-64 transparent h
 constexpr std::size_t kLineAlign = 64;
 
 bool advice_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("SSMSERVE_HUGE_PAGES");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return enabled;
+  return env_options().huge_pages;
 }
 
 std::size_t alignment_for(std::size_t bytes) { return bytes >= kHugePage ? kHugePage : kLineAlign; }

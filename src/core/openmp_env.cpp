@@ -6,6 +6,8 @@
 // against 44-55 for libgomp's default, so the short spin is only chosen when the machine is already busy.
 #include "core/openmp_env.h"
 
+#include "core/env_options.h"
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -26,7 +28,7 @@ bool cores_busy() {
 }  // namespace
 
 void apply_openmp_wait_defaults(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT") || std::getenv("SSMSERVE_NO_OMP_DEFAULTS")) return;
+  if (!env_options().omp_defaults) return;
   if (!cores_busy()) return;
   // Marks the re-executed process so it cannot loop, whatever the exec did with the variables above.
   setenv("SSMSERVE_NO_OMP_DEFAULTS", "1", 1);

@@ -1,6 +1,8 @@
 // Owns the engine step and the offline LLM API (see llm_engine.h).
 #include "engine/llm_engine.h"
 
+#include "core/env_options.h"
+
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
@@ -66,7 +68,7 @@ struct LLMEngine::RowPlan {
 
 LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.validate();
-  if (const char* v = std::getenv("SSMSERVE_DEVICE_SAMPLING"); v && std::string(v) == "0") device_sampling_ = false;
+  if (!env_options().device_sampling) device_sampling_ = false;
   if (cfg_.num_threads > 0) omp_set_num_threads(cfg_.num_threads);
   model_ = load_model(cfg_.model, cfg_.load_format, cfg_.device, cfg_.tensor_parallel_size);
   if (const int ctx = model_->config().max_model_len; cfg_.max_model_len > 0 && ctx > 0)

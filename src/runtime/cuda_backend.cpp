@@ -1,7 +1,10 @@
 // Owns the GPU backend's loaders and registration (see cuda_mamba.h) and the options' environment reader.
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
+#include "core/env_options.h"
 #include "core/error.h"
 #include "device/device.h"
 #include "model/archs/mamba.h"
@@ -27,12 +30,20 @@ std::unique_ptr<CausalLM> load_minimax_cuda(const ModelConfig& cfg, LoadFormat f
 }
 
 CudaModelOptions CudaModelOptions::from_env() {
+  const EnvOptions& env = env_options();
   CudaModelOptions o;
-  auto flag = [](const char* name, bool& v) {
-    if (const char* e = std::getenv(name); e && *e) {
-      const std::string s(e);
-      SSM_CHECK(s == "0" || s == "1", "{}={}: expected 0 or 1", name, s);
-      v = s == "1";
+  auto flag = [&](const char* name, bool& v) {
+    if (const auto e = env.gpu_value(name)) {
+      SSM_CHECK(*e == "0" || *e == "1", "{}={}: expected 0 or 1", name, *e);
+      v = *e == "1";
+    }
+  };
+  auto int_in = [&](const char* name, auto& v, long long lo, long long hi) {
+    if (const auto e = env.gpu_value(name)) {
+      char* end = nullptr;
+      const long long x = std::strtoll(e->c_str(), &end, 10);
+      SSM_CHECK(end && *end == 0 && x >= lo && x <= hi, "{}={}: expected an integer in [{}, {}]", name, *e, lo, hi);
+      v = static_cast<std::remove_reference_t<decltype(v)>>(x);
     }
   };
   flag("SSMSERVE_CUDA_GRAPHS", o.cuda_graphs);
@@ -40,17 +51,31 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_BATCH_INVARIANT", o.batch_invariant);
   flag("SSMSERVE_DECODE_DATAFLOW", o.dataflow_decode);
   flag("SSMSERVE_SSD_TF32", o.ssd_tf32);
-  auto int_in = [](const char* name, auto& v, long long hi) {
-    if (const char* e = std::getenv(name); e && *e) {
-      char* end = nullptr;
-      const long long x = std::strtoll(e, &end, 10);
-      SSM_CHECK(end && *end == 0 && x >= 0 && x <= hi, "{}={}: expected an integer in [0, {}]", name, e, hi);
-      v = static_cast<std::remove_reference_t<decltype(v)>>(x);
-    }
-  };
-  int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 2);
-  int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 31);
-  int_in("SSMSERVE_SKINNY_MAX_M", o.skinny_max_m, 1 << 20);
+  int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
+  int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);
+  int_in("SSMSERVE_SKINNY_MAX_M", o.skinny_max_m, 0, 1 << 20);
+  // Kernel paths (comparisons and benchmarks).
+  KernelTuning& k = o.kernels;
+  if (const auto e = env.gpu_value("SSMSERVE_SKINNY_TUNE")) {  // "unroll,pipelined,reg_cap,cta_splits"
+    int u = 0, p = 0, c = 0, cta = 0;
+    SSM_CHECK(std::sscanf(e->c_str(), "%d,%d,%d,%d", &u, &p, &c, &cta) == 4,
+              "SSMSERVE_SKINNY_TUNE={}: expected unroll,pipelined,reg_cap,cta_splits", *e);
+    SkinnyTuning t;
+    t.unroll = u, t.pipelined = p != 0, t.reg_cap = c != 0, t.cta_splits = cta;
+    k.skinny_tune = t;
+  }
+  flag("SSMSERVE_SKINNY_LATE_TRIGGER", k.skinny_late_trigger);
+  flag("SSMSERVE_SKINNY_PRELOAD", k.skinny_preload);
+  if (env.gpu_value("SSMSERVE_SKINNY_PREFETCH_MB")) {
+    int64_t mb = 0;
+    int_in("SSMSERVE_SKINNY_PREFETCH_MB", mb, 0, 48);
+    k.skinny_prefetch_bytes = mb << 20;
+  }
+  flag("SSMSERVE_KERNEL_PROFILE", k.kernel_profile);
+  flag("SSMSERVE_LIGHTNING_KV_WG", k.lightning_kv_wg);
+  int_in("SSMSERVE_LIGHTNING_WALK", k.lightning_walk, 0, 2);
+  flag("SSMSERVE_DECODE_PREWAIT", k.decode_prewait);
+  flag("SSMSERVE_SAMPLE_BUCKETS", k.sample_buckets);
   return o;
 }
 

@@ -43,6 +43,7 @@ class CudaDecoderLM final : public CudaCausalLM {
     ctx_.opt = opt;
     ctx_.gemm = &gemm_, ctx_.tp = &tp_, ctx_.scratch = &pool_, ctx_.stream = stream_.get();
     configure_gemm(gemm_, opt);
+    set_kernel_tuning(opt.kernels);
     frame_.pdl = opt.pdl;
   }
 

@@ -2,6 +2,8 @@
 // the group, ncclAllReduce / ncclAllGather on the rank's stream.
 #include "runtime/nccl_communicator.h"
 
+#include "core/env_options.h"
+
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -31,7 +33,7 @@ bool nccl_compiled() { return SSMSERVE_HAVE_NCCL != 0; }
 
 std::vector<std::string> nccl_library_candidates() {
   std::vector<std::string> c;
-  if (const char* env = std::getenv("SSMSERVE_NCCL_LIB"); env && *env) c.push_back(env);
+  if (!env_options().nccl_lib.empty()) c.push_back(env_options().nccl_lib);
   if (*SSMSERVE_NCCL_LIBRARY) c.push_back(SSMSERVE_NCCL_LIBRARY);
   c.push_back("libnccl.so.2");
   c.push_back("libnccl.so");
@@ -141,7 +143,7 @@ constexpr int64_t kP2pMaxCount = int64_t{1} << 21;
 
 /// Whether every pair of GPUs 0..world-1 can access each other (and SSMSERVE_TP_P2P_ALLREDUCE is not "0").
 bool p2p_usable(int world) {
-  if (const char* e = std::getenv("SSMSERVE_TP_P2P_ALLREDUCE"); e && std::string(e) == "0") return false;
+  if (!env_options().tp_p2p_allreduce) return false;
   if (world < 2 || world > kP2pMaxRanks) return false;
   for (int a = 0; a < world; ++a)
     for (int b = 0; b < world; ++b) {

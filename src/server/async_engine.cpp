@@ -1,6 +1,8 @@
 // Owns the engine thread and the per-request output channels (see async_engine.h).
 #include "server/async_engine.h"
 
+#include "core/env_options.h"
+
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
@@ -63,7 +65,7 @@ bool OutputChannel::pop_all(std::vector<Item>& out, std::chrono::milliseconds ti
 
 AsyncEngine::AsyncEngine(EngineConfig cfg, AsyncEngineOptions opt, Metrics& metrics)
     : cfg_(std::move(cfg)), opt_(opt), metrics_(metrics) {
-  if (const char* f = std::getenv("SSMSERVE_FAULT_STEP")) fault_step_ = std::atoll(f);
+  if (env_options().fault_step >= 0) fault_step_ = env_options().fault_step;
   std::promise<void> ready;
   auto started = ready.get_future();
   thread_ = std::thread([this, &ready] {

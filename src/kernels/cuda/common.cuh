@@ -1,6 +1,7 @@
 // Owns the device-side helpers shared by the CUDA kernels: activations with the CPU kernels' conventions, state
 // element load/store (fp32 / bf16 / fp16, round to nearest even), warp and block reductions, launch checks.
 #pragma once
+#include "kernels/cuda/kernel_tuning.h"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -80,11 +81,7 @@ struct LaunchProfile {
   cudaEvent_t ev[9] = {};
   int n = -1;  // -1: off
   explicit LaunchProfile(cudaStream_t s) : stream(s) {
-    static const bool on = [] {
-      const char* v = std::getenv("SSMSERVE_KERNEL_PROFILE");
-      return v && *v && *v != '0';
-    }();
-    if (!on) return;
+    if (!kernel_tuning().kernel_profile) return;
     n = 0;
     cudaEventCreate(&ev[0]);
     cudaEventRecord(ev[0], stream);

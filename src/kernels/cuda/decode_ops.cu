@@ -1,4 +1,5 @@
 // Owns the fused decode kernels (see decode_ops.h).
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_math.cuh"
 #include "kernels/cuda/decode_ops.h"
@@ -134,14 +135,8 @@ constexpr int kConvThreads = 128, kMaxWidth = kConvMaxWidth;
 
 /// Pre-wait L2 prefetch of the decode state update kernels' operands that no predecessor writes (weights, A, and
 /// the rows' states, whose indices were uploaded before the step's first kernel): a hint only, never a result.
-/// SSMSERVE_DECODE_PREWAIT=0 (benchmarks) turns it off; read once.
-bool prewait_prefetch() {
-  static const bool on = [] {
-    const char* e = std::getenv("SSMSERVE_DECODE_PREWAIT");
-    return !(e && e[0] == '0');
-  }();
-  return on;
-}
+/// KernelTuning::decode_prewait off (benchmarks) turns it off.
+bool prewait_prefetch() { return kernel_tuning().decode_prewait; }
 
 __device__ __forceinline__ void l2_line(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 

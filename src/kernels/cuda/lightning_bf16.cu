@@ -4,6 +4,7 @@
 // range walk on sm_90a wgmma) live in lightning_bf16_wg.cu.
 #include <cstdlib>
 
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/lightning_bf16.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 
@@ -544,19 +545,12 @@ cudaError_t launch_walk(const bf16* qkv, int64_t qs, TO* out, int64_t os, const 
   return launch_status();
 }
 
-/// With the warpgroup walk, step 1 on warpgroups too unless SSMSERVE_LIGHTNING_KV_WG=0.
-bool kv_wg_on() {
-  const char* v = std::getenv("SSMSERVE_LIGHTNING_KV_WG");
-  return !(v && *v == '0');
-}
+/// With the warpgroup walk, step 1 on warpgroups too unless KernelTuning::lightning_kv_wg is off.
+bool kv_wg_on() { return kernel_tuning().lightning_kv_wg; }
 
-/// Step 3: SSMSERVE_LIGHTNING_WALK=0: block states + per-tile output kernel; 1: the range walk (mma.sync); 2 (unset):
-/// the warpgroup walk (head_dim 128; else the range walk).
-int walk_mode() {
-  const char* v = std::getenv("SSMSERVE_LIGHTNING_WALK");
-  if (v == nullptr || *v == 0) return 2;
-  return *v == '0' ? 0 : *v == '2' ? 2 : 1;
-}
+/// Step 3 (KernelTuning::lightning_walk): 0 block states + per-tile output kernel; 1 the range walk (mma.sync); 2 the
+/// warpgroup walk (head_dim 128; else the range walk).
+int walk_mode() { return kernel_tuning().lightning_walk; }
 
 template <int D, class TO>
 cudaError_t launch_out(const bf16* qkv, int64_t qs, TO* out, int64_t os, const LightningDevParams& p,

@@ -1,5 +1,6 @@
 // Owns full device sampling (see sampling.h sample_rows): logit modifications, greedy / temperature / top-k / top-p /
 // min-p with a host-drawn uniform, raw logprobs; engine/sampler.cpp is the reference, mirrored step by step.
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/top_logprobs.cuh"
@@ -524,10 +525,7 @@ cudaError_t sample_rows(const float* logits, int64_t ld, int n, int64_t V, const
   static std::atomic<uint64_t> opted_in{0};  // per device (tensor-parallel ranks sample on every GPU)
   if (const cudaError_t e = detail::opt_in_dynamic_smem(sample_rows_kernel, kSmemBytes, opted_in); e != cudaSuccess)
     return e;
-  static const bool buckets = [] {  // SSMSERVE_SAMPLE_BUCKETS=0: large candidate sets go to the host sampler
-    const char* e = std::getenv("SSMSERVE_SAMPLE_BUCKETS");
-    return !(e && e[0] == '0');
-  }();
+  const bool buckets = kernel_tuning().sample_buckets;  // off: large candidate sets go to the host sampler
   sample_rows_kernel<<<dim3(static_cast<unsigned>(n)), dim3(kT), kSmemBytes, stream>>>(logits, ld, static_cast<int>(V),
                                                                                      rows, mods, work, out, buckets);
   return cudaGetLastError();

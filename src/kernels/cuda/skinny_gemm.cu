@@ -3,6 +3,7 @@
 #include "kernels/cuda/decode_math.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/kernel_tuning.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -318,19 +319,10 @@ int skinny_gemm_splits(int64_t N, int64_t K, int split_shift) {
 }
 
 namespace {
-/// SSMSERVE_SKINNY_TUNE="unroll,pipelined,reg_cap,cta_splits" (e.g. "2,1,0,4"): the decode launch shape and the
-/// block split count for benchmarking; read once. Malformed or absent: nullptr.
+/// KernelTuning::skinny_tune (benchmarks): the decode launch shape and block split count for every call, or nullptr.
 const SkinnyTuning* env_tuning() {
-  static const SkinnyTuning* t = [] () -> const SkinnyTuning* {
-    const char* e = std::getenv("SSMSERVE_SKINNY_TUNE");
-    if (!e || !*e) return nullptr;
-    int u = 0, p = 0, c = 0, cta = 0;
-    if (std::sscanf(e, "%d,%d,%d,%d", &u, &p, &c, &cta) != 4) return nullptr;
-    static SkinnyTuning v;
-    v.unroll = u, v.pipelined = p != 0, v.reg_cap = c != 0, v.cta_splits = cta;
-    return &v;
-  }();
-  return t;
+  const auto& t = kernel_tuning().skinny_tune;
+  return t ? &*t : nullptr;
 }
 }  // namespace
 
@@ -395,16 +387,8 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
                      ce->out, ce->out_stride, static_cast<__nv_bfloat16*>(ce->out_bf16), ce->out_bf16_stride};
   }
   if (a.M == 0) return cudaSuccess;
-  static const bool late = [] {
-    const char* e = std::getenv("SSMSERVE_SKINNY_LATE_TRIGGER");
-    return e && e[0] == '1';
-  }();
-  p.late_trigger = late;
-  static const bool preload = [] {
-    const char* e = std::getenv("SSMSERVE_SKINNY_PRELOAD");
-    return !(e && e[0] == '0');
-  }();
-  p.preload = preload;
+  p.late_trigger = kernel_tuning().skinny_late_trigger;
+  p.preload = kernel_tuning().skinny_preload;
   p.x = static_cast<const __nv_bfloat16*>(a.x), p.xs = a.x_stride;
   p.w = static_cast<const __nv_bfloat16*>(a.w), p.ws = a.w_stride;
   p.y = a.y, p.ys = a.y_stride, p.y_bf16 = a.y_dtype == DType::BF16;
@@ -433,10 +417,9 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
     p.counters = counters;
   }
   const int64_t warps_total = tiles * p.splits;
-  static const int64_t prefetch_bytes = [] {  // SSMSERVE_SKINNY_PREFETCH_MB=<n> (benchmarks): the pre-wait L2 prefetch
-    const char* e = std::getenv("SSMSERVE_SKINNY_PREFETCH_MB");
-    return e && *e ? std::clamp<int64_t>(std::atoll(e), 0, 48) << 20 : static_cast<int64_t>(kPrefetchBytes);
-  }();
+  // The pre-wait L2 prefetch (KernelTuning::skinny_prefetch_bytes for benchmarks).
+  const int64_t prefetch_bytes = kernel_tuning().skinny_prefetch_bytes >= 0 ? kernel_tuning().skinny_prefetch_bytes
+                                                                            : static_cast<int64_t>(kPrefetchBytes);
   p.prefetch_chunks = static_cast<int>(std::clamp<int64_t>(
       prefetch_bytes / std::max<int64_t>(1, warps_total * 16 * kChunk * 2), 0, p.chunks_per_split));
   const auto al16 = [](const void* q, int64_t stride) {

@@ -1,0 +1,41 @@
+// Owns the reading of the environment (see env_options.h): the only getenv calls of the engine.
+#include "core/env_options.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace ssmserve {
+namespace {
+
+const char* get(const char* name) { return std::getenv(name); }
+
+bool off(const char* name) {  // "0" turns a default-on switch off; anything else leaves it on
+  const char* v = get(name);
+  return v && std::strcmp(v, "0") == 0;
+}
+
+EnvOptions read_env() {
+  EnvOptions o;
+  o.huge_pages = !off("SSMSERVE_HUGE_PAGES");
+  o.device_sampling = !off("SSMSERVE_DEVICE_SAMPLING");
+  if (const char* f = get("SSMSERVE_FAULT_STEP")) o.fault_step = std::atoll(f);
+  o.omp_defaults = !(get("OMP_WAIT_POLICY") || get("GOMP_SPINCOUNT") || get("SSMSERVE_NO_OMP_DEFAULTS"));
+  if (const char* v = get("SSMSERVE_NCCL_LIB")) o.nccl_lib = v;
+  o.tp_p2p_allreduce = !off("SSMSERVE_TP_P2P_ALLREDUCE");
+  for (const char* name : {"SSMSERVE_CUDA_GRAPHS", "SSMSERVE_PDL", "SSMSERVE_BATCH_INVARIANT", "SSMSERVE_DECODE_DATAFLOW",
+                           "SSMSERVE_DECODE_OVERLAP", "SSMSERVE_OVERLAP_PREFETCH", "SSMSERVE_SKINNY_MAX_M", "SSMSERVE_SSD_TF32",
+                           "SSMSERVE_SKINNY_TUNE", "SSMSERVE_SKINNY_LATE_TRIGGER", "SSMSERVE_SKINNY_PRELOAD",
+                           "SSMSERVE_SKINNY_PREFETCH_MB", "SSMSERVE_KERNEL_PROFILE", "SSMSERVE_LIGHTNING_KV_WG",
+                           "SSMSERVE_LIGHTNING_WALK", "SSMSERVE_DECODE_PREWAIT", "SSMSERVE_SAMPLE_BUCKETS"})
+    if (const char* v = get(name)) o.gpu[name] = v;
+  return o;
+}
+
+}  // namespace
+
+const EnvOptions& env_options() {
+  static const EnvOptions o = read_env();
+  return o;
+}
+
+}  // namespace ssmserve

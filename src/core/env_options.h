@@ -1,0 +1,36 @@
+// Owns the one place the engine reads its environment: every SSMSERVE_* switch (docs/environment.md) read once into
+// EnvOptions, which the engine, the server, the CPU allocator and the GPU backend's options (CudaModelOptions) take
+// their values from. No other file calls getenv.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace ssmserve {
+
+/// The environment's switches, read once at first use.
+struct EnvOptions {
+  bool huge_pages = true;        ///< SSMSERVE_HUGE_PAGES=0: CPU weights / pool on 4 KiB pages
+  bool device_sampling = true;   ///< SSMSERVE_DEVICE_SAMPLING=0: sample on the host from downloaded logits
+  int64_t fault_step = -1;       ///< SSMSERVE_FAULT_STEP=N: the server engine's N-th step fails (error-path tests)
+  /// False when OMP_WAIT_POLICY, GOMP_SPINCOUNT or SSMSERVE_NO_OMP_DEFAULTS is set: keep libgomp's own spin policy.
+  bool omp_defaults = true;
+  std::string nccl_lib;          ///< SSMSERVE_NCCL_LIB: the libnccl to load first
+  bool tp_p2p_allreduce = true;  ///< SSMSERVE_TP_P2P_ALLREDUCE=0: NCCL for every GPU all-reduce
+  /// The GPU backend's switches as set (name -> value; SSMSERVE_CUDA_GRAPHS, SSMSERVE_SKINNY_TUNE, ...), parsed and
+  /// validated by CudaModelOptions::from_env.
+  std::map<std::string, std::string> gpu;
+
+  /// The value of `name` in `gpu`, if set and non-empty.
+  std::optional<std::string> gpu_value(const std::string& name) const {
+    auto it = gpu.find(name);
+    return it == gpu.end() || it->second.empty() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+};
+
+/// The process's switches (read from the environment on the first call; later changes to the environment are not
+/// seen).
+const EnvOptions& env_options();
+
+}  // namespace ssmserve

@@ -1,0 +1,35 @@
+// Owns the switches that select among kernel paths measured against each other (comparisons and benchmarks; every
+// path is tested against the default): set once by the GPU runner from its options (CudaModelOptions::kernels, read
+// from the environment in one place, core/env_options.h); the kernels' host code reads them here, never the
+// environment. A switch changes speed, never a result, except where its doc says otherwise.
+#pragma once
+#include <cstdint>
+#include <optional>
+
+#include "kernels/cuda/skinny_gemm.h"
+
+namespace ssmserve::cuda {
+
+struct KernelTuning {
+  /// Skinny GEMM decode launch shape and block split count for every call (SSMSERVE_SKINNY_TUNE
+  /// "unroll,pipelined,reg_cap,cta_splits"); unset: per shape class.
+  std::optional<SkinnyTuning> skinny_tune;
+  bool skinny_late_trigger = false;   ///< PDL trigger after the GEMM instead of before it (SSMSERVE_SKINNY_LATE_TRIGGER=1)
+  bool skinny_preload = true;         ///< W loads before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0 turns off)
+  int64_t skinny_prefetch_bytes = -1; ///< the pre-wait L2 prefetch (SSMSERVE_SKINNY_PREFETCH_MB, 0..48); -1: default
+  bool kernel_profile = false;        ///< per-launch CUDA event times of multi-kernel ops (SSMSERVE_KERNEL_PROFILE=1)
+  bool lightning_kv_wg = true;        ///< lightning bf16 range KV on warpgroup MMAs (SSMSERVE_LIGHTNING_KV_WG=0: mma.sync)
+  /// Lightning bf16 prefill step 3: 0 block states + per-tile outputs, 1 the mma.sync range walk, 2 the warpgroup walk
+  /// (head_dim 128; else the range walk) (SSMSERVE_LIGHTNING_WALK).
+  int lightning_walk = 2;
+  bool decode_prewait = true;         ///< decode updates' pre-PDL-wait L2 prefetch (SSMSERVE_DECODE_PREWAIT=0 turns off)
+  bool sample_buckets = true;         ///< device sampling's bucket histogram for large candidate sets (SSMSERVE_SAMPLE_BUCKETS=0)
+};
+
+/// The switches in force (the defaults until set_kernel_tuning).
+const KernelTuning& kernel_tuning();
+/// Sets them for the process (the GPU runner does, at load, from its options). Not thread-safe against kernels being
+/// enqueued: call before any.
+void set_kernel_tuning(const KernelTuning& t);
+
+}  // namespace ssmserve::cuda
