@@ -10,7 +10,7 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "server/async_engine.h"
-#include "server/chat_template.h"
+#include "chat/chat_template.h"
 #include "server/http_server.h"
 
 namespace ssmserve::cli {

@@ -18,7 +18,7 @@
 #include "device/device.h"
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/norms.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/selective_scan.h"
 #include "kernels/cuda/ssd.h"
 

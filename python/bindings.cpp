@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "engine/llm_engine.h"
-#include "server/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #ifdef SSMSERVE_HAVE_CUDA
 #include "runtime/cuda_mamba.h"  // SSMSERVE_PYTHON_CUDA=ON: the "cuda" device

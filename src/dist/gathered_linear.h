@@ -11,7 +11,7 @@
 
 #include "dist/communicator.h"
 #include "dist/shard.h"
-#include "model/weight.h"
+#include "core/weight.h"
 
 namespace ssmserve::dist {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/weight.h"
+#include "core/weight.h"
 
 namespace ssmserve::dist {
 

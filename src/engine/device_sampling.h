@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
-#include "model/device_sampling.h"
+#include "core/device_sampling.h"
 
 namespace ssmserve {
 

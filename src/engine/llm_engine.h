@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cache/state_cache.h"
-#include "engine/block_pool.h"
+#include "cache/block_pool.h"
 #include "engine/engine_config.h"
 #include "engine/request_output.h"
 #include "engine/sampler.h"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cache/state_cache.h"
-#include "engine/block_pool.h"
+#include "cache/block_pool.h"
 #include "engine/request.h"
 
 namespace ssmserve {

@@ -12,7 +12,7 @@
 
 #include "cache/state_cache.h"
 #include "config/model_config.h"
-#include "model/device_sampling.h"
+#include "core/device_sampling.h"
 #include "model/forward_batch.h"
 
 namespace ssmserve {

@@ -1,4 +1,4 @@
-// Owns Weight construction from checkpoint tensors and owned storage.
+// Owns Weight construction from checkpoint tensors (see weight.h).
 #include "model/weight.h"
 
 #include "core/error.h"
@@ -6,23 +6,12 @@
 
 namespace ssmserve {
 
-Weight Weight::allocate(DType dtype, int64_t rows, int64_t cols) {
-  SSM_CHECK(dtype != DType::F16, "Weight::allocate: F16 weights are stored as F32");
-  Weight w;
-  w.dtype = dtype;
-  w.rows = rows;
-  w.cols = cols;
-  w.owned = std::make_shared<HugeByteBuffer>(static_cast<size_t>(rows * cols) * dtype_size(dtype));
-  w.data = w.owned->data();
-  return w;
-}
-
-Weight Weight::from_tensor(const TensorRef& t) {
+Weight weight_from_tensor(const TensorRef& t) {
   SSM_CHECK(!t.shape.empty(), "{}: tensor {} has no dimensions", t.file, t.name);
   int64_t rows = t.shape[0], cols = 1;
   for (size_t i = 1; i < t.shape.size(); ++i) cols *= t.shape[i];
   if (t.dtype == DType::F16) {
-    Weight w = allocate(DType::F32, rows, cols);
+    Weight w = Weight::allocate(DType::F32, rows, cols);
     to_f32(DType::F16, t.data, reinterpret_cast<float*>(w.owned->data()), static_cast<size_t>(rows * cols));
     return w;
   }

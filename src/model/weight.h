@@ -1,45 +1,16 @@
-// Owns the Weight type: a 2-D (or 1-D) parameter tensor the math reads, either a view into a memory-mapped
-// checkpoint or storage owned by the model (dummy weights, converted dtypes).
+// Owns the reading of Weights from checkpoint tensors (the Weight type itself: core/weight.h).
 #pragma once
-#include <cstddef>
-#include <cstdint>
-#include <memory>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/huge_pages.h"
+#include "core/weight.h"
 
 namespace ssmserve {
 
 struct TensorRef;
 
-/// A parameter matrix `[rows, cols]` (outermost first, row-major) in F32 or BF16. F16 checkpoint tensors are
-/// converted to F32 at load. `data` points into a mapped file or into `owned`.
-struct Weight {
-  DType dtype = DType::F32;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  const void* data = nullptr;
-  std::shared_ptr<HugeByteBuffer> owned;  ///< set when the model owns the bytes (on huge pages)
-  /// The same matrix repacked for the CPU GEMM's broadcast kernel (cpu::pack_for_linear, layout private to
-  /// kernels/cpu/linear.cpp), or null: then cpu::linear reads `data` row-major.
-  std::shared_ptr<const HugeByteBuffer> cpu_panels;
-
-  /// Views a checkpoint tensor as [shape[0], prod(shape[1:])]; F16 is converted to an owned F32 copy.
-  static Weight from_tensor(const TensorRef& t);
-  /// Owned weight of the given dtype, zero-filled.
-  static Weight allocate(DType dtype, int64_t rows, int64_t cols);
-
-  const float* f32() const { return static_cast<const float*>(data); }
-  const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
-  /// Element (r, c) as float.
-  float at(int64_t r, int64_t c) const {
-    const int64_t i = r * cols + c;
-    return dtype == DType::F32 ? f32()[i] : bf16_to_f32(bf16()[i]);
-  }
-  /// Row r converted to float into dst[0..cols).
-  void row_to_f32(int64_t r, float* dst) const { to_f32(dtype, static_cast<const std::byte*>(data) + r * cols * dtype_size(dtype), dst, cols); }
-};
+/// Views a checkpoint tensor as a Weight [shape[0], prod(shape[1:])]; F16 is converted to an owned F32 copy. Throws
+/// Error naming the tensor when it has no dimensions.
+Weight weight_from_tensor(const TensorRef& t);
 
 /// Reads a checkpoint tensor fully into float (for small parameters: norms, biases, A_log, D, conv weights).
 std::vector<float> tensor_to_f32(const TensorRef& t);

@@ -145,7 +145,7 @@ Weight WeightSource::matrix(const std::string& name, const std::vector<int64_t>&
   if (ckpt_) {
     const TensorRef& t = ckpt_->get(name, shape);
     warn_if_not_finite(t);
-    return Weight::from_tensor(t);
+    return weight_from_tensor(t);
   }
   int64_t cols = 1;
   for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "device/cuda_check.h"
 #include "kernels/cuda/decode_ops.h"
-#include "kernels/cuda/norms.h"
+#include "kernels/cuda/rms_norm.h"
 #include "model/lm_common.h"
 #include "runtime/device_state.h"
 #include "runtime/tp_runner.h"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "server/async_engine.h"
-#include "server/chat_template.h"
+#include "chat/chat_template.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
 

@@ -12,7 +12,7 @@
 #include "device/cuda_check.h"
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
-#include "kernels/cuda/norms.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/mamba1_decode_layer.h"
 #include "kernels/cuda/selective_scan.h"
 

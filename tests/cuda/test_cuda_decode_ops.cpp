@@ -16,7 +16,7 @@
 #include "kernels/cpu/selective_scan.h"
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
-#include "kernels/cuda/norms.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/selective_scan.h"
 #include "kernels/cuda/skinny_gemm.h"
 

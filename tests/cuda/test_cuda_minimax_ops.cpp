@@ -17,7 +17,7 @@
 #include "kernels/cuda/lightning.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/paged_attention.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/linear.h"
 #include "model/weight.h"

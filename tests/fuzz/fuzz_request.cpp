@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
-#include "server/jinja.h"
+#include "chat/jinja.h"
 #include "server/protocol.h"
 
 namespace {

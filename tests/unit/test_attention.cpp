@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rope.h"
 
 namespace ssmserve::cpu {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "server/chat_template.h"
-#include "server/jinja.h"
+#include "chat/chat_template.h"
+#include "chat/jinja.h"
 
 namespace ssmserve::server {
 namespace {

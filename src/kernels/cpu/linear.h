@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "model/weight.h"
+#include "core/weight.h"
 
 namespace ssmserve::cpu {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/weight.h"
+#include "core/weight.h"
 
 namespace ssmserve::cpu {
 

@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kDtScanThreads) dt_scan_kernel(const __nv_bflo
   }
 }
 
-/// norms.cu's gated_rms_norm_kernel with the PDL wait: one block per (row, group).
+/// rms_norm.cu's gated_rms_norm_kernel with the PDL wait: one block per (row, group).
 template <class TO>
 __global__ void gated_norm_kernel(const float* y, int64_t y_stride, const float* __restrict__ z, int64_t z_stride,
                                   const float* __restrict__ weight, float eps, int64_t group_size,
@@ -433,7 +433,7 @@ cudaError_t gated_rms_norm_pdl(const float* y, int64_t y_stride, const float* z,
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(D / group_size));
-  // norms.cu's gated_rms_norm picks the same kernel under the same conditions: bit-identical results.
+  // rms_norm.cu's gated_rms_norm picks the same kernel under the same conditions: bit-identical results.
   if (const GatedNormVecPlan plan = gated_norm_vec_plan(y, y_stride, z, z_stride, weight, out, out_stride, out_dtype,
                                                         group_size);
       plan.vpt > 0)
@@ -441,7 +441,7 @@ cudaError_t gated_rms_norm_pdl(const float* y, int64_t y_stride, const float* z,
       return launch_pdl(pdl, kernel, grid, dim3(plan.threads), 0, stream, y, y_stride, z, z_stride, weight, eps,
                         group_size, norm_before_gate, o, out_stride);
     });
-  int threads = 32;  // norms.cu's threads_for(group_size / 4): the same block shape, so the same sums
+  int threads = 32;  // rms_norm.cu's threads_for(group_size / 4): the same block shape, so the same sums
   while (threads < 1024 && threads < group_size / 4) threads *= 2;
   if (out_dtype == DType::BF16)
     return launch_pdl(pdl, gated_norm_kernel<__nv_bfloat16>, grid, dim3(threads), 0, stream, y, y_stride, z, z_stride,

@@ -1,7 +1,7 @@
 // Owns the fused small kernels of the GPU decode path (issue 7, decode latency): each one replaces a kernel plus
 // a cast launch of the first version and is launched with Programmatic Dependent Launch (pdl.cuh) so its start
 // overlaps the previous kernel's tail. Per row they compute exactly what the kernels they replace compute
-// (norms.h, causal_conv1d.h, selective_scan.h: same operation order), plus a bf16 copy for the next GEMM.
+// (rms_norm.h, causal_conv1d.h, selective_scan.h: same operation order), plus a bf16 copy for the next GEMM.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for bad sizes).
 #pragma once
@@ -53,7 +53,7 @@ cudaError_t dt_proj_scan_update(const void* dt_low, int64_t dt_low_stride, const
                                 const int32_t* state_indices, int batch, const void* prefetch, size_t prefetch_bytes,
                                 bool pdl, cudaStream_t stream);
 
-/// gated_rms_norm (norms.h: the Mamba-2 gated RMSNorm over groups, same operation order) launched with
+/// gated_rms_norm (rms_norm.h: the Mamba-2 gated RMSNorm over groups, same operation order) launched with
 /// Programmatic Dependent Launch when `pdl` is set.
 cudaError_t gated_rms_norm_pdl(const float* y, int64_t y_stride, const float* z, int64_t z_stride, const float* weight,
                                float eps, int64_t T, int64_t D, int64_t group_size, bool norm_before_gate, void* out,

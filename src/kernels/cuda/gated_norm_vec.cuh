@@ -1,4 +1,4 @@
-// Owns the vectorized gated RMSNorm kernel shared by norms.cu (gated_rms_norm) and decode_ops.cu
+// Owns the vectorized gated RMSNorm kernel shared by rms_norm.cu (gated_rms_norm) and decode_ops.cu
 // (gated_rms_norm_pdl): one block per (row, group), the group's y and z read once as float4 runs held in registers
 // (a thread owns VPT runs), then normalized and written from those registers. Both entry points pick it under the
 // same conditions and run the same code, so their results stay bit-identical. Math: transformers'

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "device/cuda_check.h"
-#include "kernels/cuda/norms.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/skinny_gemm.h"
 
 namespace ssmserve::cuda {

@@ -1,4 +1,4 @@
-// Owns softmax attention over the paged KV cache on the GPU (the CUDA counterpart of kernels/cpu/attention.h and
+// Owns softmax attention over the paged KV cache on the GPU (the CUDA counterpart of kernels/cpu/paged_attention.h and
 // kernels/cpu/rope.h, same cache layout: a KV block is one page of the shared pool holding, per softmax layer, K
 // then V for block_size tokens, each [block_size, num_kv_heads, head_dim] fp32): RoPE (neox / rotate_half),
 // reshape_and_cache, and causal GQA attention for prefill and decode rows with one code path. Attention is a

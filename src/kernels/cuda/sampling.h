@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "model/device_sampling.h"
+#include "core/device_sampling.h"
 
 namespace ssmserve::cuda {
 

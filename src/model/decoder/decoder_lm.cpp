@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "dist/shard.h"
-#include "dist/vocab_parallel.h"
+#include "model/vocab_parallel.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
 #include "model/decoder/module.h"

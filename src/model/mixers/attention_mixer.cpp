@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "dist/gathered_linear.h"
 #include "dist/shard.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rope.h"
 #include "model/decoder/params.h"

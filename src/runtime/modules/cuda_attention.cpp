@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "device/cuda_check.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cuda/norms.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/paged_attention.h"
 #include "model/mixers/attention_mixer.h"
 #include "runtime/modules/cuda_modules.h"

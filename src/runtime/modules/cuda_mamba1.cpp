@@ -11,7 +11,7 @@
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/dataflow_decode.h"
 #include "kernels/cuda/decode_ops.h"
-#include "kernels/cuda/norms.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/selective_scan.h"
 #include "kernels/cuda/skinny_gemm.h"
 #include "model/mixers/mamba1_mixer.h"

@@ -9,7 +9,7 @@
 #include "dist/shard.h"
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
-#include "kernels/cuda/norms.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/ssd.h"
 #include "model/mixers/mamba2_mixer.h"
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "server/jinja_ast.h"
+#include "chat/jinja_ast.h"
 
 namespace ssmserve::server::jinja {
 namespace {

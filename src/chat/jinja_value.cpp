@@ -1,5 +1,5 @@
 // Owns the Python value semantics of ssmserve's Jinja engine (see jinja_value.h).
-#include "server/jinja_value.h"
+#include "chat/jinja_value.h"
 
 #include <algorithm>
 #include <cmath>

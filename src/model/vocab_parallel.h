@@ -1,5 +1,5 @@
-// Owns the vocab-parallel embedding and LM head (vLLM's VocabParallelEmbedding / ParallelLMHead): each rank
-// holds the rows [shard.begin, shard.end) of the [vocab, H] matrix; the embedding all-reduces the rows (the
+// Owns the vocab-parallel embedding and LM head (vLLM's VocabParallelEmbedding / ParallelLMHead; in model/, since
+// they read the ForwardBatch; dist/ holds the collectives): each rank holds the rows [shard.begin, shard.end) of the [vocab, H] matrix; the embedding all-reduces the rows (the
 // owning rank contributes the row, the others zeros, so the sum is exact), the LM head all-gathers the logits.
 #pragma once
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include "dist/communicator.h"
 #include "dist/shard.h"
 #include "model/forward_batch.h"
-#include "model/weight.h"
+#include "core/weight.h"
 
 namespace ssmserve::dist {
 

@@ -2,14 +2,14 @@
 // with Python/Jinja2 semantics for the subset chat templates use: output, if/elif/else, for (loop.*, else, inline
 // if, break/continue), set (incl. namespace attributes), macros, calls, raise_exception. Methods, filters and tests
 // are in jinja_builtins.cpp; values render as Python's str() does (jinja_value.cpp: True, None, ['a', 1]).
-#include "server/jinja.h"
+#include "chat/jinja.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "core/error.h"
-#include "server/jinja_render.h"
+#include "chat/jinja_render.h"
 
 namespace ssmserve::server::jinja {
 namespace {

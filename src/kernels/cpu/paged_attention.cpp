@@ -1,5 +1,5 @@
 // Owns the CPU paged-attention kernels (see attention.h).
-#include "kernels/cpu/attention.h"
+#include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
 #include <cstring>

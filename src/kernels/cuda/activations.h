@@ -1,6 +1,6 @@
-// Owns the elementwise GPU steps of the MiniMax decoder layer (model/archs/minimax.cpp): SiLU over the qkv
-// projection, the sigmoid output gate of the lightning layers, and the scaled residual h = alpha x + beta y that
-// transformers' MiniMaxDecoderLayer uses. Framework-free: device pointers, sizes, row strides (elements), a
+// Owns the elementwise GPU activations and residual steps of the decoder modules (the CUDA side of
+// kernels/cpu/activations.h): SiLU in place (the lightning qkv projection), the sigmoid output gate (lightning), and
+// the scaled residual h = alpha x + beta y (MiniMax's residuals, muP multipliers). Framework-free: device pointers, sizes, row strides (elements), a
 // stream; each returns the launch status (cudaErrorInvalidValue for bad sizes).
 #pragma once
 #include <cuda_runtime_api.h>

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "server/jinja_render.h"
+#include "chat/jinja_render.h"
 
 namespace ssmserve::server::jinja {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "server/jinja_ast.h"
+#include "chat/jinja_ast.h"
 
 namespace ssmserve::server::jinja {
 

@@ -1,5 +1,5 @@
 // Owns the vocab-parallel embedding and LM head (see vocab_parallel.h).
-#include "dist/vocab_parallel.h"
+#include "model/vocab_parallel.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,7 +1,7 @@
-// Owns the GPU norms and the embedding gather (see norms.h).
+// Owns the GPU norms and the embedding gather (see rms_norm.h).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gated_norm_vec.cuh"
-#include "kernels/cuda/norms.h"
+#include "kernels/cuda/rms_norm.h"
 
 #include <algorithm>
 

@@ -1,9 +1,9 @@
 // Owns chat-template loading and rendering (see chat_template.h).
-#include "server/chat_template.h"
+#include "chat/chat_template.h"
 
 #include "config/hf_json.h"
 #include "core/error.h"
-#include "server/jinja.h"
+#include "chat/jinja.h"
 
 namespace ssmserve::server {
 

@@ -5,8 +5,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "server/jinja_ast.h"
-#include "server/jinja_value.h"
+#include "chat/jinja_ast.h"
+#include "chat/jinja_value.h"
 
 namespace ssmserve::server::jinja {
 

@@ -1,6 +1,6 @@
-// Owns the elementwise GPU steps of the MiniMax decoder layer (see minimax_ops.h).
+// Owns the elementwise GPU activations and residual steps (see activations.h).
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/minimax_ops.h"
+#include "kernels/cuda/activations.h"
 
 namespace ssmserve::cuda {
 namespace {
