@@ -2,6 +2,7 @@
 #include "engine/llm_engine.h"
 
 #include "core/env_options.h"
+#include "model/batch_builder.h"
 
 #include <omp.h>
 #include <spdlog/spdlog.h>
@@ -210,20 +211,18 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (size_t i = 0; i < order.size(); ++i) {
     const RequestState& r = *order[i].req;
     const int begin = r.num_computed_tokens, end = begin + order[i].num_tokens;
-    const bool is_decode = begin > 0 && end == r.num_tokens() && order[i].num_tokens == 1;
+    const bool is_decode = is_decode_row(begin, r.num_tokens()) && order[i].num_tokens == 1;  // (then end == num_tokens)
     seqs[i] = {r.state_block, begin, order[i].num_tokens, !is_decode};
     for (int p = begin; p < end; ++p) tokens[i].push_back(r.token_at(p));
   }
-  MetadataOptions opt;
-  opt.chunk_size = model_->chunk_size();
-  opt.pad_decodes_to = cfg_.pad_decode_batches_to;
-  ForwardBatch batch = make_forward_batch(seqs, tokens, opt);
-  {  // Linear-attention and (hybrids) paged-attention metadata, same step, same row order.
-    const int bs = model_->kv_block_size();
-    std::vector<std::vector<int32_t>> tables(bs > 0 ? order.size() : 0);
-    for (size_t i = 0; i < tables.size(); ++i) tables[i].assign(order[i].req->kv_blocks.begin(), order[i].req->kv_blocks.end());
-    build_attention_metadata(seqs, tables, bs, batch.meta, batch.linear_meta, batch.attn_meta);
-  }
+  BatchBuilderOptions opt;
+  opt.meta.chunk_size = model_->chunk_size();
+  opt.meta.pad_decodes_to = cfg_.pad_decode_batches_to;
+  opt.kv_block_size = model_->kv_block_size();
+  opt.linear_attention = model_->has_linear_attention();
+  std::vector<std::vector<int32_t>> tables(opt.kv_block_size > 0 ? order.size() : 0);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i].assign(order[i].req->kv_blocks.begin(), order[i].req->kv_blocks.end());
+  ForwardBatch batch = build_forward_batch(seqs, tokens, tables, opt);
   // Logits rows: every position that scores a not-yet-scored prompt token, and the last position (sampling).
   std::vector<RowPlan> plans(order.size());
   for (size_t i = 0; i < order.size(); ++i) {

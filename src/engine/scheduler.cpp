@@ -1,4 +1,5 @@
 // Owns the scheduler (see scheduler.h).
+#include "model/batch_builder.h"
 #include "engine/scheduler.h"
 
 #include <algorithm>
@@ -30,7 +31,7 @@ SchedulerOutput Scheduler::schedule() {
   int seqs = 0;
   // 1. Running requests: decodes first (one token each, state present), then the next chunk of the others
   //    (unfinished prompts, or prompt + output being recomputed after a preemption).
-  auto is_decode = [](const RequestState* r) { return r->num_computed_tokens > 0 && r->num_tokens() - r->num_computed_tokens == 1; };
+  auto is_decode = [](const RequestState* r) { return is_decode_row(r->num_computed_tokens, r->num_tokens()); };
   //    Indexed loops: reserve_kv may preempt (erase) requests from the back of running_.
   preempted_this_step_ = false;
   for (size_t i = 0; i < running_.size(); ++i) {

@@ -50,6 +50,9 @@ class CausalLM {
   /// KV blocks come from the same pool as state blocks (one page each; docs/architecture.md); the engine then
   /// allocates them as sequences grow and fills ForwardBatch::linear_meta / attn_meta every step.
   virtual int kv_block_size() const { return 0; }
+  /// True when the model has layers that read ForwardBatch::linear_meta (lightning or softmax attention): the batch
+  /// builder (model/batch_builder.h) then fills it. Models with softmax layers (kv_block_size() > 0) always do.
+  virtual bool has_linear_attention() const { return kv_block_size() > 0; }
   /// Runs the packed batch, updating the states of its blocks in `cache`, and writes logits for
   /// batch.logits_indices into `logits`: [logits_indices.size(), vocab_size] fp32.
   /// Throws Error on an inconsistent batch or a token id outside [0, vocab_size).

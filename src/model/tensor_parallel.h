@@ -55,6 +55,7 @@ class TensorParallelLM final : public CausalLM {
   /// The shards' (all equal): a hybrid's (MiniMax) shard keeps the unsharded model's KV block size and reports a
   /// state region large enough for its KV heads' block, so page_ holds every rank's KV part too.
   int kv_block_size() const override { return shards_[0]->kv_block_size(); }
+  bool has_linear_attention() const override { return shards_[0]->has_linear_attention(); }
   /// Validates the batch against `cache` (the same checks every rank would make, so a bad batch throws here,
   /// before any rank starts a collective), then runs every rank. Throws Error on a bad batch or a rank's error.
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;

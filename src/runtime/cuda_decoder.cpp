@@ -54,6 +54,7 @@ class CudaDecoderLM final : public CudaCausalLM {
   StateShape state_shape() const override { return layout_.shape(); }
   int chunk_size() const override { return spec_.chunk_size; }
   int kv_block_size() const override { return layout_.kv_block_size(); }
+  bool has_linear_attention() const override { return has_linear_ || layout_.has_attention(); }
   std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
     const double H = cfg_.hidden_size, V = cfg_.vocab_size, ab = dtype_size(ctx_.opt.weight_dtype);
     double modules = 0;
@@ -164,7 +165,7 @@ void CudaDecoderLM::check_hybrid_metadata(const ForwardBatch& batch, const State
   if (has_linear_ || layout_.has_attention()) {
     SSM_CHECK(static_cast<int>(lm.state_indices_tensor.size()) == B && static_cast<int>(lm.query_start_loc.size()) == B + 1 &&
                   static_cast<int>(lm.num_computed_tokens.size()) == B,
-              "{} forward: the batch has no linear-attention metadata for its {} rows (build_attention_metadata)", label, B);
+              "{} forward: the batch has no linear-attention metadata for its {} rows (build_forward_batch)", label, B);
     for (int32_t b : lm.state_indices_tensor) SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: state index {} out of range", label, b);
   }
   if (layout_.has_attention()) {

@@ -14,7 +14,7 @@
 #include "checkpoint_fixtures.h"
 #include "core/error.h"
 #include "dist/communicator.h"
-#include "model/attention_metadata.h"
+#include "model/batch_builder.h"
 #include "model/causal_lm.h"
 #include "model/decoder/decoder_lm.h"
 #include "model/decoder/layer_types.h"
@@ -311,10 +311,11 @@ std::vector<std::vector<std::vector<float>>> step(CausalLM& m, StateCache& cache
     tokens.emplace_back(s.ids.begin() + s.done, s.ids.begin() + s.done + n[i]);
     tables.push_back(s.kv_blocks);
   }
-  MetadataOptions opt;
-  opt.chunk_size = m.chunk_size();
-  ForwardBatch batch = make_forward_batch(sched, tokens, opt);
-  build_attention_metadata(sched, tables, m.kv_block_size(), batch.meta, batch.linear_meta, batch.attn_meta);
+  BatchBuilderOptions opt;
+  opt.meta.chunk_size = m.chunk_size();
+  opt.kv_block_size = m.kv_block_size();
+  opt.linear_attention = m.has_linear_attention();
+  ForwardBatch batch = build_forward_batch(sched, tokens, tables, opt);
   std::vector<std::vector<std::vector<float>>> out(seqs.size());
   // Every token row's logits, then split back per sequence through seq_first_token.
   for (int t = 0; t < batch.num_tokens(); ++t) batch.logits_indices.push_back(t);

@@ -47,6 +47,7 @@ class DecoderLM final : public CausalLM {
   StateShape state_shape() const override { return layout_.shape(); }
   int chunk_size() const override { return spec_.chunk_size; }
   int kv_block_size() const override { return layout_.kv_block_size(); }
+  bool has_linear_attention() const override { return has_linear_ || layout_.has_attention(); }
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
 
  private:
@@ -85,7 +86,7 @@ void DecoderLM::check_batch(const ForwardBatch& batch, const StateCache& cache) 
   const int B = batch.meta.num_reqs;
   if (has_linear_ || layout_.has_attention()) {
     SSM_CHECK(static_cast<int>(lm.state_indices_tensor.size()) == B && static_cast<int>(lm.query_start_loc.size()) == B + 1,
-              "{} forward: the batch has no linear-attention metadata for its {} rows (build_attention_metadata)", spec_.label, B);
+              "{} forward: the batch has no linear-attention metadata for its {} rows (build_forward_batch)", spec_.label, B);
     for (int32_t b : lm.state_indices_tensor)
       SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: state index {} out of range", spec_.label, b);
   }
