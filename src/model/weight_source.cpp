@@ -109,6 +109,12 @@ WeightSource WeightSource::from_checkpoint(std::shared_ptr<const Checkpoint> ckp
   return s;
 }
 
+WeightSource WeightSource::open(const std::filesystem::path& dir, bool dummy, std::shared_ptr<const Checkpoint>* ckpt) {
+  if (dummy) return WeightSource::dummy();
+  *ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  return from_checkpoint(*ckpt);
+}
+
 WeightSource WeightSource::dummy(uint64_t seed) {
   WeightSource s;
   s.seed_ = seed;

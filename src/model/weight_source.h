@@ -30,6 +30,9 @@ class WeightSource {
   static WeightSource from_checkpoint(std::shared_ptr<const Checkpoint> ckpt);
   /// Generates deterministic random BF16 matrices (and fp32 vectors) from `seed` and the tensor name.
   static WeightSource dummy(uint64_t seed = 0);
+  /// The checkpoint in `dir` (kept open in *ckpt, which must outlive the mapped weights), or dummy values when
+  /// `dummy`. Throws Error as Checkpoint::open.
+  static WeightSource open(const std::filesystem::path& dir, bool dummy, std::shared_ptr<const Checkpoint>* ckpt);
 
   /// Checkpoint tensors holding NaN / Inf values load, with a warning naming the tensor (the sampler later rejects
   /// the NaN logits).

@@ -272,19 +272,11 @@ std::unique_ptr<CausalLM> load_cuda_decoder(const ModelConfig& cfg, const Decode
   SSM_CHECK(gpu_available(), "--device cuda: no usable CUDA device");
   SSM_CHECK(opt.weight_dtype == DType::BF16 || opt.weight_dtype == DType::F32, "cuda weight dtype must be BF16 or F32");
   SSM_CHECK(tp.world == 1 || tp.comm, "{}: tensor-parallel size {} needs a communicator", spec.label, tp.world);
-  SSM_CHECK(static_cast<int>(spec.layers.size()) == cfg.num_hidden_layers, "{}: {} layer specs for num_hidden_layers {}", spec.label,
-            spec.layers.size(), cfg.num_hidden_layers);
   SSM_CHECK(spec.logits_scaling == 1.0f, "--device cuda: logits_scaling {} is not supported there yet (use --device cpu)",
             spec.logits_scaling);
-  for (const LayerSpec& l : spec.layers)  // kinds the GPU does not run fail before any weight is read
-    for (const SublayerSpec* s : {&l.mixer, &l.ffn})
-      if (s->present()) (void)cuda_module_type(s->kind);
+  check_spec(cfg, spec, [](const std::string& kind) { (void)cuda_module_type(kind); });
   std::shared_ptr<const Checkpoint> ckpt;
-  WeightSource src = WeightSource::dummy();
-  if (format != LoadFormat::Dummy) {
-    ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
-    src = WeightSource::from_checkpoint(ckpt);
-  }
+  WeightSource src = WeightSource::open(cfg.dir, format == LoadFormat::Dummy, &ckpt);
   auto model = std::make_unique<CudaDecoderLM>(cfg, spec, opt, tp);
   model->load(src);
   if (tp.rank == 0) src.warn_unused_tensors();

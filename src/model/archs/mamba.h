@@ -7,6 +7,10 @@
 
 namespace ssmserve {
 
+/// The layout of transformers' Mamba / Mamba-2 checkpoints with mixer `kind` in every layer: backbone.embeddings,
+/// backbone.layers.{l}.norm + .mixer., backbone.norm_f, lm_head (tied by default), layer_norm_epsilon.
+DecoderSpec mamba_backbone_spec(const ModelConfig& cfg, const char* label, const char* kind);
+
 /// MambaForCausalLM as a decoder: backbone.embeddings, backbone.layers.{l}.norm + .mixer ("mamba1"),
 /// backbone.norm_f, lm_head (tied by default). Throws Error when the config has no Mamba-1 section.
 DecoderSpec mamba_spec(const ModelConfig& cfg);

@@ -7,32 +7,10 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/decoder/params.h"
 #include "model/mixers/lightning_mixer.h"
 
 namespace ssmserve {
-namespace {
-
-int field_int(const nlohmann::json& j, const char* field, int fallback) {
-  if (!j.contains(field) || j[field].is_null()) {
-    SSM_CHECK(fallback > 0, "config.json: MiniMax field \"{}\" is missing", field);
-    return fallback;
-  }
-  SSM_CHECK(j[field].is_number_integer() && j[field].get<int64_t>() > 0 && j[field].get<int64_t>() < (1 << 24),
-            "config.json: field \"{}\" must be a positive integer (got {})", field, json_excerpt(j[field]));
-  return j[field].get<int>();
-}
-
-float field_float(const nlohmann::json& j, std::initializer_list<const char*> names, float fallback) {
-  for (const char* n : names)
-    if (j.contains(n) && !j[n].is_null()) {
-      const double v = json_float(j[n], n);
-      SSM_CHECK(std::isfinite(v), "config.json: field \"{}\" must be a finite number", n);
-      return static_cast<float>(v);
-    }
-  return fallback;
-}
-
-}  // namespace
 
 int MiniMaxConfig::num_linear_layers() const {
   int n = 0;
@@ -47,16 +25,16 @@ std::vector<float> MiniMaxConfig::slopes(int layer) const {
 MiniMaxConfig MiniMaxConfig::from_json(const ModelConfig& cfg) {
   const nlohmann::json& j = cfg.raw;
   MiniMaxConfig m;
-  m.num_heads = field_int(j, "num_attention_heads", -1);
-  m.num_kv_heads = field_int(j, "num_key_value_heads", m.num_heads);
+  m.num_heads = param_int(j, "num_attention_heads", -1);
+  m.num_kv_heads = param_int(j, "num_key_value_heads", m.num_heads);
   SSM_CHECK(m.num_heads % m.num_kv_heads == 0, "config.json: num_attention_heads {} must be a multiple of num_key_value_heads {}",
             m.num_heads, m.num_kv_heads);
-  m.head_dim = field_int(j, "head_dim", cfg.hidden_size % m.num_heads == 0 ? cfg.hidden_size / m.num_heads : -1);
-  m.intermediate_size = field_int(j, "intermediate_size", -1);
-  m.num_experts = field_int(j, "num_local_experts", 8);
-  m.top_k = field_int(j, "num_experts_per_tok", 2);
+  m.head_dim = param_int(j, "head_dim", cfg.hidden_size % m.num_heads == 0 ? cfg.hidden_size / m.num_heads : -1);
+  m.intermediate_size = param_int(j, "intermediate_size", -1);
+  m.num_experts = param_int(j, "num_local_experts", 8);
+  m.top_k = param_int(j, "num_experts_per_tok", 2);
   SSM_CHECK(m.top_k <= m.num_experts, "config.json: num_experts_per_tok {} exceeds num_local_experts {}", m.top_k, m.num_experts);
-  m.block_size = field_int(j, "block_size", 256);
+  m.block_size = param_int(j, "block_size", 256);
   // Bounds far above real models (MiniMax-Text-01: 64 heads of 128, 32 experts, block 256) that keep the state,
   // scratch and page sizes clear of overflow and absurd allocations.
   SSM_CHECK(m.num_heads <= 4096 && m.head_dim <= 1024 && m.head_dim % 2 == 0,
@@ -95,12 +73,12 @@ MiniMaxConfig MiniMaxConfig::from_json(const ModelConfig& cfg) {
   if (rp && rp->contains("rope_theta")) m.rope_theta = json_float((*rp)["rope_theta"], "rope_parameters.rope_theta");
   else if (j.contains("rope_theta") && !j["rope_theta"].is_null()) m.rope_theta = json_float(j["rope_theta"], "rope_theta");
   SSM_CHECK(std::isfinite(m.rope_theta) && m.rope_theta > 0, "config.json: rope_theta must be a positive number");
-  m.linear_alpha = field_float(j, {"linear_attn_alpha_factor", "layernorm_linear_attention_alpha"}, 1);
-  m.linear_beta = field_float(j, {"linear_attn_beta_factor", "layernorm_linear_attention_beta"}, 1);
-  m.full_alpha = field_float(j, {"full_attn_alpha_factor", "layernorm_full_attention_alpha"}, 1);
-  m.full_beta = field_float(j, {"full_attn_beta_factor", "layernorm_full_attention_beta"}, 1);
-  m.mlp_alpha = field_float(j, {"mlp_alpha_factor", "layernorm_mlp_alpha"}, 1);
-  m.mlp_beta = field_float(j, {"mlp_beta_factor", "layernorm_mlp_beta"}, 1);
+  m.linear_alpha = param_float(j, {"linear_attn_alpha_factor", "layernorm_linear_attention_alpha"}, 1);
+  m.linear_beta = param_float(j, {"linear_attn_beta_factor", "layernorm_linear_attention_beta"}, 1);
+  m.full_alpha = param_float(j, {"full_attn_alpha_factor", "layernorm_full_attention_alpha"}, 1);
+  m.full_beta = param_float(j, {"full_attn_beta_factor", "layernorm_full_attention_beta"}, 1);
+  m.mlp_alpha = param_float(j, {"mlp_alpha_factor", "layernorm_mlp_alpha"}, 1);
+  m.mlp_beta = param_float(j, {"mlp_beta_factor", "layernorm_mlp_beta"}, 1);
   m.tie_word_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() && j["tie_word_embeddings"].get<bool>();
   return m;
 }

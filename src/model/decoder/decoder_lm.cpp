@@ -163,19 +163,10 @@ void check_dummy_fits(const ModelConfig& cfg, const DecoderSpec& spec) {
 
 std::unique_ptr<CausalLM> load_decoder(const ModelConfig& cfg, const DecoderSpec& spec, LoadFormat format, const dist::TpRank& tp) {
   SSM_CHECK(tp.world == 1 || tp.comm, "{}: tensor-parallel size {} needs a communicator", spec.label, tp.world);
-  SSM_CHECK(static_cast<int>(spec.layers.size()) == cfg.num_hidden_layers, "{}: {} layer specs for num_hidden_layers {}", spec.label,
-            spec.layers.size(), cfg.num_hidden_layers);
-  for (const LayerSpec& l : spec.layers)  // unknown kinds fail before any weight is read
-    for (const SublayerSpec* s : {&l.mixer, &l.ffn})
-      if (s->present()) (void)cpu_module_type(s->kind);
+  check_spec(cfg, spec, [](const std::string& kind) { (void)cpu_module_type(kind); });
+  if (format == LoadFormat::Dummy) check_dummy_fits(cfg, spec);
   std::shared_ptr<const Checkpoint> ckpt;
-  WeightSource src = WeightSource::dummy();
-  if (format != LoadFormat::Dummy) {
-    ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(cfg.dir));
-    src = WeightSource::from_checkpoint(ckpt);
-  } else {
-    check_dummy_fits(cfg, spec);
-  }
+  WeightSource src = WeightSource::open(cfg.dir, format == LoadFormat::Dummy, &ckpt);
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
   const dist::Range v = dist::vocab_shard(V, tp.rank, tp.world);
   Weight emb = dist::slice_rows(src.matrix(spec.embedding, {V, H}, DummyInit::uniform(0.1f)), {v});

@@ -1,7 +1,13 @@
 // Owns the DecoderSpec helpers (see decoder_spec.h).
 #include "model/decoder/decoder_spec.h"
 
+#include "core/error.h"
+
 namespace ssmserve {
+
+void spec_layer_count_error(const ModelConfig& cfg, const DecoderSpec& spec) {
+  fail("{}: {} layer specs for num_hidden_layers {}", spec.label, spec.layers.size(), cfg.num_hidden_layers);
+}
 
 int DecoderSpec::count(const std::string& kind) const {
   int n = 0;

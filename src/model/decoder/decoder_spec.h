@@ -65,6 +65,17 @@ struct DecoderSpec {
 /// An architecture: config.json -> DecoderSpec. Throws Error naming the field on an invalid config.
 using ArchitectureSpecFn = DecoderSpec (*)(const ModelConfig& cfg);
 
+/// Throws Error unless `spec` has one layer per num_hidden_layers and `known(kind)` accepts every kind it names
+/// (a backend's registry lookup, which throws naming the kinds it has): before any weight is read.
+[[noreturn]] void spec_layer_count_error(const ModelConfig& cfg, const DecoderSpec& spec);
+template <class KnownFn>
+void check_spec(const ModelConfig& cfg, const DecoderSpec& spec, KnownFn known) {
+  if (static_cast<int>(spec.layers.size()) != cfg.num_hidden_layers) spec_layer_count_error(cfg, spec);
+  for (const LayerSpec& l : spec.layers)
+    for (const SublayerSpec* s : {&l.mixer, &l.ffn})
+      if (s->present()) known(s->kind);
+}
+
 /// The spec of cfg.architecture from the architecture registry (model/registry.cpp), for every backend. Throws
 /// Error naming config.json and the supported architectures when it is not registered, or as the mapping does.
 DecoderSpec architecture_spec(const ModelConfig& cfg);

@@ -39,6 +39,14 @@ MambaLayerWeights read_mamba1_layer(WeightSource& src, const std::string& p, int
   return L;
 }
 
+ModuleStateSpec mamba1_state_spec(const MambaConfig& m, int full_d_inner) {
+  ModuleStateSpec s;
+  s.conv_elems = static_cast<int64_t>(m.d_conv - 1) * m.d_inner;
+  s.ssm_elems = static_cast<int64_t>(m.d_inner) * m.d_state;
+  s.full_state_elems = static_cast<int64_t>(full_d_inner) * (m.d_conv - 1 + m.d_state);
+  return s;
+}
+
 namespace {
 
 /// One Mamba-1 layer (or a rank's shard: I = d_inner / tp channels).
@@ -49,13 +57,7 @@ class Mamba1Mixer final : public CpuModule {
     m_.d_inner /= tp.world;  // read_mamba1_layer checked the division
   }
 
-  ModuleStateSpec state_spec() const override {
-    ModuleStateSpec s;
-    s.conv_elems = static_cast<int64_t>(m_.d_conv - 1) * m_.d_inner;
-    s.ssm_elems = static_cast<int64_t>(m_.d_inner) * m_.d_state;
-    s.full_state_elems = static_cast<int64_t>(full_d_inner_) * (m_.d_conv - 1 + m_.d_state);
-    return s;
-  }
+  ModuleStateSpec state_spec() const override { return mamba1_state_spec(m_, full_d_inner_); }
 
   void forward(const float* x, int64_t T, float* out, const ModuleStep& step) override {
     const MambaLayerWeights& L = w_;

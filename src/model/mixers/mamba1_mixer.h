@@ -34,6 +34,10 @@ struct MambaLayerWeights {
 MambaLayerWeights read_mamba1_layer(WeightSource& src, const std::string& prefix, int64_t hidden, const MambaConfig& m,
                                     const dist::TpRank& tp, bool pack = true);
 
+/// What one Mamba-1 layer keeps per request (CPU and GPU modules alike): conv [d_conv-1, I] and SSM [I, N] of this
+/// rank's channels I = shard.d_inner, and the unsharded layer's elements.
+ModuleStateSpec mamba1_state_spec(const MambaConfig& shard, int full_d_inner);
+
 /// The registry's factory ("mamba1"): hyperparameters from args.params (HF MambaConfig fields).
 std::unique_ptr<CpuModule> make_mamba1_mixer(const ModuleArgs& args);
 

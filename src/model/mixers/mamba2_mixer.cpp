@@ -105,6 +105,14 @@ Mamba2LayerWeights read_mamba2_layer(WeightSource& src, const ModelConfig& cfg, 
   return L;
 }
 
+ModuleStateSpec mamba2_state_spec(const Mamba2Config& m, const Mamba2Config& full) {
+  ModuleStateSpec s;
+  s.conv_elems = static_cast<int64_t>(m.d_conv - 1) * m.conv_dim();
+  s.ssm_elems = static_cast<int64_t>(m.num_heads) * m.head_dim * m.d_state;
+  s.full_state_elems = static_cast<int64_t>(full.d_conv - 1) * full.conv_dim() + static_cast<int64_t>(full.d_inner) * full.d_state;
+  return s;
+}
+
 namespace {
 
 /// One Mamba-2 layer, or a rank's shard of it (m_: this rank's d_inner, num_heads, n_groups; full_: unsharded).
@@ -113,13 +121,7 @@ class Mamba2Mixer final : public CpuModule {
   Mamba2Mixer(Mamba2Config m, Mamba2Config full, int64_t hidden, Mamba2LayerWeights w, const dist::TpRank& tp)
       : m_(m), full_(full), H_(hidden), w_(std::move(w)), tp_(tp) {}
 
-  ModuleStateSpec state_spec() const override {
-    ModuleStateSpec s;
-    s.conv_elems = static_cast<int64_t>(m_.d_conv - 1) * m_.conv_dim();
-    s.ssm_elems = static_cast<int64_t>(m_.num_heads) * m_.head_dim * m_.d_state;
-    s.full_state_elems = static_cast<int64_t>(full_.d_conv - 1) * full_.conv_dim() + static_cast<int64_t>(full_.d_inner) * full_.d_state;
-    return s;
-  }
+  ModuleStateSpec state_spec() const override { return mamba2_state_spec(m_, full_); }
 
   void forward(const float* x, int64_t T, float* out, const ModuleStep& step) override {
     const MambaBatchMetadata& md = step.batch.meta;

@@ -61,6 +61,10 @@ Mamba2LayerWeights read_mamba2_mixer(WeightSource& src, const std::string& prefi
 /// `backbone.layers.{layer}.norm.weight` (the GPU runner's reader). Same errors.
 Mamba2LayerWeights read_mamba2_layer(WeightSource& src, const ModelConfig& cfg, const Mamba2Config& m, int64_t layer);
 
+/// What one Mamba-2 layer keeps per request (CPU and GPU modules alike): conv [d_conv-1, conv_dim] and SSM
+/// [H, P, N] of this rank's shard, and the unsharded layer's elements.
+ModuleStateSpec mamba2_state_spec(const Mamba2Config& shard, const Mamba2Config& full);
+
 /// The registry's factory ("mamba2"): rank tp.rank's shard (heads H / tp; B / C groups G / tp, or the single group
 /// replicated; out_proj split by output rows over the all-gathered gated norm, dist/gathered_linear.h). Throws
 /// Error when tp does not divide num_heads or n_groups is neither 1 nor a multiple of tp.

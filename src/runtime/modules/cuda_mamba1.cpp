@@ -66,13 +66,7 @@ class CudaMamba1 final : public CudaModule {
     }
   }
 
-  ModuleStateSpec state_spec() const override {
-    ModuleStateSpec s;
-    s.conv_elems = static_cast<int64_t>(m_.d_conv - 1) * m_.d_inner;
-    s.ssm_elems = static_cast<int64_t>(m_.d_inner) * m_.d_state;
-    s.full_state_elems = static_cast<int64_t>(full_d_inner_) * (m_.d_conv - 1 + m_.d_state);
-    return s;
-  }
+  ModuleStateSpec state_spec() const override { return mamba1_state_spec(m_, full_d_inner_); }
 
   double scratch_bytes_per_token() const override {
     const double I = m_.d_inner, XD = m_.dt_rank + 2.0 * m_.d_state;

@@ -28,13 +28,7 @@ class CudaMamba2 final : public CudaModule {
     out_proj_ = upload_weight(w.out_proj, wd);
   }
 
-  ModuleStateSpec state_spec() const override {
-    ModuleStateSpec s;
-    s.conv_elems = static_cast<int64_t>(m_.d_conv - 1) * m_.conv_dim();
-    s.ssm_elems = static_cast<int64_t>(m_.num_heads) * m_.head_dim * m_.d_state;
-    s.full_state_elems = static_cast<int64_t>(full_.d_conv - 1) * full_.conv_dim() + static_cast<int64_t>(full_.d_inner) * full_.d_state;
-    return s;
-  }
+  ModuleStateSpec state_spec() const override { return mamba2_state_spec(m_, full_); }
 
   int64_t proj_width() const { return int64_t{m_.d_inner} + m_.conv_dim() + m_.num_heads; }
 
