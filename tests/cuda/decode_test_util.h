@@ -1,5 +1,5 @@
-// Owns the helpers shared by the decode-path GPU tests and benchmarks (skinny GEMM, fused decode ops, persistent
-// decode kernel, DISABLED_ decode benchmarks): poisoned buffers, bf16 bit conversion, the skinny GEMM with its
+// Owns the helpers shared by the decode-path GPU tests and benchmarks (skinny GEMM, decode ops, dataflow decode
+// kernel, DISABLED_ decode benchmarks): poisoned buffers, bf16 bit conversion, the skinny GEMM with its
 // workspace, the model GEMM shapes, random bf16 operands with their CPU reference, and the skinny tuning variants.
 #pragma once
 #include <cstring>

@@ -82,7 +82,7 @@ struct Mamba1DecodeCase {
             L.dtb.as<float>(), L.A.as<float>(), L.D.as<float>(), L.out.data(), view(r.conv[l], (W - 1) * I),
             view(r.ssm[l], I * N)};
   }
-  /// The runner's unfused decode chain (cuda_mamba.cpp, bf16 weights), layer l.
+  /// The runner's decode chain (runtime/modules/cuda_mamba1.cpp, bf16 weights), layer l.
   void chain(Run& r, int l, cudaStream_t s) const {
     const int64_t H = sh.H, I = sh.I, N = sh.N, R = sh.R, XD = R + 2 * N;
     const cuda::Mamba1DecodeLayer L = layer(r, l);

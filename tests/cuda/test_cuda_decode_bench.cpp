@@ -1,6 +1,6 @@
 // GPU decode benchmarks (issue 7; DISABLED_, scripts/gpu-check.sh runs them with --gtest_also_run_disabled_tests):
 // copy bandwidth and the bf16 GEMM rate, the skinny GEMM vs cuBLASLt per M at the decode projections and LM heads
-// (and every tuning variant), and the mamba-2.8b decode layer chain in CUDA graphs (unfused / fused).
+// (and every tuning variant), and the mamba-2.8b decode layer chain in CUDA graphs (the op chain).
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -126,7 +126,7 @@ TEST(CudaDecodeBench, DISABLED_RooflinesAndGemms) {
 
 /// The mamba-2.8b decode layer stack (64 layers, random bf16 weights, fp32 states) as the runner enqueues it,
 /// captured into one CUDA graph per variant and replayed: where a decode step's time goes inside a graph (GEMMs
-/// alone, the unfused / fused kernel chains, with and without the L2 prefetch, per GEMM tuning).
+/// alone, the op chain, per GEMM tuning).
 TEST(CudaDecodeBench, DISABLED_LayerChain) {
   REQUIRE_GPU();
   {  // the decode roofline's bandwidth in the same run: device-to-device copy (bytes read + written)
@@ -169,12 +169,12 @@ TEST(CudaDecodeBench, DISABLED_LayerChain) {
   const cudaStream_t s = stream.get();
   const cuda::SkinnyTuning* tuning = nullptr;
   auto gemm = [&](int64_t M, const void* x, int64_t xs, const DeviceBuffer& w, int64_t Nn, int64_t K, void* y,
-                  int64_t ys, void* y2 = nullptr, const cuda::SkinnyConvEpilogue* ce = nullptr) {
+                  int64_t ys, void* y2 = nullptr) {
     cuda::SkinnyExtras ex;
-    ex.tuning = tuning, ex.conv = ce;
+    ex.tuning = tuning;
     SSM_CUDA_CHECK(skinny({M, Nn, K, x, xs, w.data(), K, DType::BF16, y, ys, DType::F32}, y2, ys, true, s, ex));
   };
-  enum Part { kNorm = 1, kGemms = 2, kSmall = 4, kFused = 8, kPrefetch = 16, kInOnly = 32, kOutOnly = 64 };
+  enum Part { kNorm = 1, kGemms = 2, kSmall = 4, kInOnly = 32, kOutOnly = 64 };
   auto layer = [&](int l, int64_t M, int parts) {
     const LayerW& L = Ls[l];
     const StateView cs{L.conv_state.data(), DType::F32, (W - 1) * I}, ss{L.ssm_state.data(), DType::F32, I * N};
@@ -188,17 +188,6 @@ TEST(CudaDecodeBench, DISABLED_LayerChain) {
                                              H, true, s));
     cuda::ScanInputs in{{xc.as<float>(), I}, {delta.as<float>(), I}, {xdbl.as<float>() + R, XD},
                         {xdbl.as<float>() + R + N, XD}, {xz.as<float>() + I, 2 * I}};
-    if (parts & kFused) {
-      const cuda::SkinnyConvEpilogue ce{conv, 0, dsi.as<int32_t>(), xc.as<float>(), I, xc16.data(), I};
-      gemm(M, normed.data(), H, L.in, 2 * I, H, xz.data(), 2 * I, nullptr, &ce);
-      gemm(M, xc16.data(), I, L.x, XD, I, xdbl.data(), XD, xdbl16.data());
-      SSM_CUDA_CHECK(cuda::dt_proj_scan_update(xdbl16.data(), XD, L.dt.data(), R, in, sp, y16.data(), DType::BF16, I,
-                                               dsi.as<int32_t>(), static_cast<int>(M),
-                                               (parts & kPrefetch) ? L.out.data() : nullptr,
-                                               (parts & kPrefetch) ? L.out.bytes() : 0, true, s));
-      gemm(M, y16.data(), I, L.out, H, I, out.data(), H);
-      return;
-    }
     if (parts & kGemms) gemm(M, normed.data(), H, L.in, 2 * I, H, xz.data(), 2 * I);
     if (parts & kSmall)
       SSM_CUDA_CHECK(cuda::conv1d_update_dual(xz.as<float>(), 2 * I, xc.as<float>(), I, xc16.data(), I, conv,
@@ -241,9 +230,7 @@ TEST(CudaDecodeBench, DISABLED_LayerChain) {
       time_graph((t + " in_proj only").c_str(), M, kInOnly);
       time_graph((t + " out_proj only").c_str(), M, kOutOnly);
       time_graph((t + " gemms").c_str(), M, kGemms);
-      time_graph((t + " unfused").c_str(), M, kNorm | kGemms | kSmall);
-      time_graph((t + " fused").c_str(), M, kNorm | kFused);
-      time_graph((t + " fused+prefetch").c_str(), M, kNorm | kFused | kPrefetch);
+      time_graph((t + " chain").c_str(), M, kNorm | kGemms | kSmall);
       if (M > 1) break;
     }
   }

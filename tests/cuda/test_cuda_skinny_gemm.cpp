@@ -1,6 +1,6 @@
 // GPU skinny GEMM (issue 7, decode latency and batch invariance): the batch-invariant skinny GEMM against the CPU
 // linear; its rows bit-identical for every batch size and offset; every tuning variant equal to the default's bits;
-// the fused conv epilogue equal to in_proj then conv1d_update_dual; bad arguments refused. Skips without a GPU.
+// bad arguments refused. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -133,69 +133,6 @@ TEST(CudaSkinnyGemm, TuningVariantsEqualDefaultBits) {
       }
     }
   }
-}
-
-/// in_proj with the fused conv epilogue == in_proj, then conv1d_update_dual (y, conv output, bf16 copy, windows),
-/// for Mamba-1 (conv over the first d_inner columns) and Mamba-2 (conv over xBC in the middle) layouts.
-TEST(CudaSkinnyGemm, ConvEpilogueEqualsConvUpdateDual) {
-  REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  struct Case {
-    const char* name;
-    int64_t N, K, lo, dim;
-  };
-  std::vector<Case> cases = {{"m1-130m", 3072, 768, 0, 1536}, {"m2-odd", 600, 256, 100, 300}};
-  if (!quick()) cases.push_back({"m2-2.7b", 10576, 2560, 5120, 5376});
-  for (const Case& cs : cases) {
-    for (DType sd : {DType::F32, DType::BF16}) {
-      for (int M : {1, 5, 16}) {
-        SCOPED_TRACE(::testing::Message() << cs.name << " M=" << M << " state " << dtype_name(sd));
-        const int width = 4;
-        std::vector<int> lens(M, 1);
-        const Batch b = make_batch(lens, M > 1 ? std::vector<int>{1} : std::vector<int>{});
-        Operands op(rng, M, cs.N, cs.K, cs.K);
-        auto w = rand_vec(rng, cs.dim * width), bias = rand_vec(rng, cs.dim, -0.1f, 0.1f);
-        StatePool pool(sd, (width - 1) * cs.dim, M + 1, rng), pool2(sd, (width - 1) * cs.dim, M + 1, rng);
-        pool2.host = pool.host;
-        pool2.dev.upload(pool.host.data(), pool.host.size());
-        DeviceBuffer dw = to_device(w), dbias = to_device(bias), dsi = to_device(b.state_indices);
-        cuda::ConvParams g1{cs.dim, width, dw.as<float>(), dbias.as<float>(), pool.dev_view(), true};
-        cuda::ConvParams g2{cs.dim, width, dw.as<float>(), dbias.as<float>(), pool2.dev_view(), true};
-        const int64_t ys = cs.N + 2, os = cs.dim + 1;
-        DeviceBuffer y1 = poisoned_bytes(M * ys * 4), y2 = poisoned_bytes(M * ys * 4);
-        DeviceBuffer o1 = poisoned_bytes(M * os * 4), o1b = poisoned_bytes(M * os * 2);
-        DeviceBuffer o2 = poisoned_bytes(M * os * 4), o2b = poisoned_bytes(M * os * 2);
-        const cuda::GemmArgs g{M, cs.N, cs.K, op.dx.data(), cs.K, op.dw.data(), cs.K, DType::BF16, y1.data(), ys, DType::F32};
-        SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr));
-        SSM_CUDA_CHECK(cuda::conv1d_update_dual(y1.as<float>() + cs.lo, ys, o1.as<float>(), os, o1b.data(), os, g1,
-                                                dsi.as<int32_t>(), M, true, nullptr));
-        const cuda::SkinnyConvEpilogue ce{g2, cs.lo, dsi.as<int32_t>(), o2.as<float>(), os, o2b.data(), os};
-        cuda::SkinnyExtras ex;
-        ex.conv = &ce;
-        cuda::GemmArgs g2a = g;
-        g2a.y = y2.data();
-        SSM_CUDA_CHECK(skinny(g2a, nullptr, 0, true, nullptr, ex));
-        SSM_CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_EQ(to_host<uint8_t>(y1, M * ys * 4), to_host<uint8_t>(y2, M * ys * 4)) << "y";
-        EXPECT_EQ(to_host<uint8_t>(o1, M * os * 4), to_host<uint8_t>(o2, M * os * 4)) << "conv out";
-        EXPECT_EQ(to_host<uint8_t>(o1b, M * os * 2), to_host<uint8_t>(o2b, M * os * 2)) << "conv out bf16";
-        std::vector<uint8_t> s1(pool.host.size()), s2(pool.host.size());
-        pool.dev.download(s1.data(), s1.size());
-        pool2.dev.download(s2.data(), s2.size());
-        EXPECT_EQ(s1, s2) << "windows";
-      }
-    }
-  }
-  // A malformed epilogue is refused.
-  DeviceBuffer x(16 * 2), w(8 * 16 * 2), y(8 * 4), out(8 * 4), si(4);
-  cuda::SkinnyConvEpilogue bad{{8, 4, w.as<float>(), nullptr, {}, true}, 4, si.as<int32_t>(), out.as<float>(), 8, nullptr, 0};
-  cuda::SkinnyExtras ex;
-  ex.conv = &bad;
-  EXPECT_EQ(cuda::skinny_gemm({1, 8, 16, x.data(), 16, w.data(), 16, DType::BF16, y.data(), 8, DType::F32}, nullptr, 0,
-                              false, nullptr, nullptr, 0, nullptr, ex),
-            cudaErrorInvalidValue);  // columns past N, no state pool
 }
 
 /// skinny_part_tuning (host only, runs without a GPU): for any row count of any decode-sized weight, the part's

@@ -209,82 +209,6 @@ __global__ void __launch_bounds__(kScanThreads) scan_update_kernel(ScanInputs in
   }
 }
 
-constexpr int kDtScanThreads = 256, kDtScanRows = 8, kDtScanUnroll = 8;
-
-/// dt_proj (skinny_gemm's one-split mma order) + scan_update_kernel for kDtScanRows rows x 16 channels: warp 0
-/// computes the delta tile into shared memory, then every thread runs the state update of (row, channel) pairs
-/// in groups of `lanes` lanes. Before its PDL wait the grid prefetches [prefetch, prefetch + prefetch_bytes)
-/// into L2 (the next GEMM's weights: the latency-bound part of the layer keeps HBM busy).
-template <class TS, class TY, bool VEC>
-__global__ void __launch_bounds__(kDtScanThreads) dt_scan_kernel(const __nv_bfloat16* __restrict__ x, int64_t xs,
-                                                                 const __nv_bfloat16* __restrict__ w, int R,
-                                                                 ScanInputs in, ScanParams p, TY* __restrict__ y,
-                                                                 int64_t y_stride,
-                                                                 const int32_t* __restrict__ state_indices, int batch,
-                                                                 int lanes, const void* prefetch,
-                                                                 size_t prefetch_bytes) {
-  __shared__ float delta_s[kDtScanRows][16];
-  const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * 16;
-  const int m0 = blockIdx.x * kDtScanRows;
-  const int64_t dim = p.dim;
-  prefetch_l2_grid(prefetch, prefetch_bytes);
-  pdl_wait();
-  pdl_launch_dependents();
-  if (tid < 32) {
-    const bool r0ok = n0 + g < dim, r1ok = n0 + g + 8 < dim, xok = m0 + g < batch;
-    const __nv_bfloat16* w0 = w + (r0ok ? n0 + g : 0) * R;
-    const __nv_bfloat16* w1 = w + (r1ok ? n0 + g + 8 : 0) * R;
-    const __nv_bfloat16* xr = x + (xok ? m0 + g : 0) * xs;
-    const int chunks = (R + 31) / 32;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int c = 0; c < chunks; c += kDtScanUnroll) {
-      uint4 a0[kDtScanUnroll], a1[kDtScanUnroll], b[kDtScanUnroll];
-#pragma unroll
-      for (int u = 0; u < kDtScanUnroll; ++u) {
-        const int k = (c + u) * 32 + 8 * t;
-        const bool on = c + u < chunks;
-        a0[u] = load8<VEC, true>(w0, k, R, on && r0ok);
-        a1[u] = load8<VEC, true>(w1, k, R, on && r1ok);
-        b[u] = load8<VEC, false>(xr, k, R, on && xok);
-      }
-#pragma unroll
-      for (int u = 0; u < kDtScanUnroll; ++u) {
-        if (c + u >= chunks) break;
-        mma_chunk(acc, a0[u], a1[u], b[u]);
-      }
-    }
-    // acc[2h + e] = delta[m0 + 2t + e, n0 + g + 8h] (skinny_gemm's epilogue mapping).
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) delta_s[2 * t + e][g + 8 * h] = acc[2 * h + e];
-  }
-  __syncthreads();
-  const int N = p.d_state, groups = kDtScanThreads / lanes, group = tid / lanes, gl = tid % lanes;
-  const int rows = min(kDtScanRows, batch - m0);
-  const int iters = (rows * 16 + groups - 1) / groups;  // block-uniform: every lane reaches the shuffles
-  for (int it = 0; it < iters; ++it) {
-    const int pair = it * groups + group, mi = pair / 16, cl = pair % 16;
-    const int64_t c = n0 + cl;
-    const int row = m0 + min(mi, rows - 1);
-    const int32_t block = mi < rows ? state_indices[row] : 0;
-    const bool on = mi < rows && c < dim && block != 0;
-    const int64_t cc = on ? c : 0;
-    TS* state = static_cast<TS*>(p.ssm_states.data) + (on ? block : 0) * p.ssm_states.block_stride + cc * N;
-    float dt = delta_s[min(mi, kDtScanRows - 1)][cl] + (p.delta_bias ? p.delta_bias[cc] : 0.0f);
-    if (p.delta_softplus) dt = softplus(dt);
-    const float u = in.u.data[row * in.u.stride + cc];
-    const float acc = scan_update_channel(state, p.A + cc * N, in.B.data + row * in.B.stride,
-                                          in.C.data + row * in.C.stride, N, dt, u, gl, lanes, on);
-    if (on && gl == 0) {
-      float outv = acc + (p.D ? p.D[cc] : 0.0f) * u;
-      if (in.z.data) outv *= silu(in.z.data[row * in.z.stride + cc]);
-      store(y + row * y_stride + cc, outv);
-    }
-  }
-}
-
 /// rms_norm.cu's gated_rms_norm_kernel with the PDL wait: one block per (row, group).
 template <class TO>
 __global__ void gated_norm_kernel(const float* y, int64_t y_stride, const float* __restrict__ z, int64_t z_stride,
@@ -383,38 +307,6 @@ cudaError_t selective_state_update_out(const ScanInputs& in, const ScanParams& p
                         static_cast<__nv_bfloat16*>(y), y_stride, state_indices, lanes, prewait_prefetch());
     return launch_pdl(pdl, scan_update_kernel<TS, float>, grid, dim3(kScanThreads), 0, stream, in, p,
                       static_cast<float*>(y), y_stride, state_indices, lanes, prewait_prefetch());
-  });
-}
-
-cudaError_t dt_proj_scan_update(const void* dt_low, int64_t dt_low_stride, const void* w_dt, int64_t R,
-                                const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype, int64_t y_stride,
-                                const int32_t* state_indices, int batch, const void* prefetch, size_t prefetch_bytes,
-                                bool pdl, cudaStream_t stream) {
-  if (p.dim < 1 || p.d_state < 1 || p.d_state > 32 * kMaxPerLane || !p.A || y_stride < p.dim || R < 1 ||
-      R > (1 << 20) || !dt_low || !w_dt || dt_low_stride < R || in.u.stride < p.dim || in.B.stride < p.d_state ||
-      in.C.stride < p.d_state || (in.z.data && in.z.stride < p.dim) || !p.ssm_states.data || batch < 0 ||
-      (y_dtype != DType::F32 && y_dtype != DType::BF16) || ceil_div(p.dim, 16) > 65535u ||
-      ceil_div(batch, kDtScanRows) > 65535u)
-    return cudaErrorInvalidValue;
-  if (batch == 0) return cudaSuccess;
-  const int lanes = lanes_for(p.d_state);
-  const dim3 grid(ceil_div(batch, kDtScanRows), ceil_div(p.dim, 16));
-  const bool vec = R % 8 == 0 && dt_low_stride % 8 == 0 && reinterpret_cast<uintptr_t>(dt_low) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(w_dt) % 16 == 0;
-  const auto* x = static_cast<const __nv_bfloat16*>(dt_low);
-  const auto* w = static_cast<const __nv_bfloat16*>(w_dt);
-  const int r = static_cast<int>(R);
-  return visit_dtype(p.ssm_states.dtype, [&](auto tag) {
-    using TS = decltype(tag);
-    auto go = [&](auto kernel, auto* yp) {
-      return launch_pdl(pdl, kernel, grid, dim3(kDtScanThreads), 0, stream, x, dt_low_stride, w, r, in, p, yp,
-                        y_stride, state_indices, batch, lanes, prefetch, prefetch_bytes);
-    };
-    auto* yb = static_cast<__nv_bfloat16*>(y);
-    auto* yf = static_cast<float*>(y);
-    if (y_dtype == DType::BF16)
-      return vec ? go(dt_scan_kernel<TS, __nv_bfloat16, true>, yb) : go(dt_scan_kernel<TS, __nv_bfloat16, false>, yb);
-    return vec ? go(dt_scan_kernel<TS, float, true>, yf) : go(dt_scan_kernel<TS, float, false>, yf);
   });
 }
 

@@ -41,18 +41,6 @@ cudaError_t selective_state_update_out(const ScanInputs& in, const ScanParams& p
                                        int64_t y_stride, const int32_t* state_indices, int batch, bool pdl,
                                        cudaStream_t stream);
 
-/// Mamba-1 decode rows after x_proj, in one kernel: delta = dt_low w_dt^T computed exactly as skinny_gemm
-/// computes it with one K split (the caller checks skinny_gemm_splits(p.dim, R) == 1; bf16 operands, fp32
-/// accumulation in 32-wide chunks in order), then selective_state_update_out's math on every row (in.delta is
-/// not read): state updated in place, y [batch, dim] in y_dtype (F32 or BF16), rows with state index 0 skipped.
-///   dt_low: [batch, R] bf16, row stride dt_low_stride; w_dt: [dim, R] bf16 (dt_proj's weight, contiguous).
-/// prefetch / prefetch_bytes: a device range (the next GEMM's weights) the grid prefetches into L2 before its
-/// PDL wait, or nullptr / 0. So decode's dt_proj and scan are one launch and the HBM stays busy during them.
-cudaError_t dt_proj_scan_update(const void* dt_low, int64_t dt_low_stride, const void* w_dt, int64_t R,
-                                const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype, int64_t y_stride,
-                                const int32_t* state_indices, int batch, const void* prefetch, size_t prefetch_bytes,
-                                bool pdl, cudaStream_t stream);
-
 /// gated_rms_norm (rms_norm.h: the Mamba-2 gated RMSNorm over groups, same operation order) launched with
 /// Programmatic Dependent Launch when `pdl` is set.
 cudaError_t gated_rms_norm_pdl(const float* y, int64_t y_stride, const float* z, int64_t z_stride, const float* weight,

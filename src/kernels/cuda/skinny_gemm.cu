@@ -21,21 +21,6 @@ constexpr int kMaxSplits = 64;       // more than kCtaSplits: kCtaSplits per blo
 // 0 / 4 / 8 / 12 / 16 MB: 384 / 396 / 387 / 371 / 361 tokens/s; batch 4 and mamba2-2.7b also best at 4).
 constexpr size_t kPrefetchBytes = 4u << 20;
 
-struct ConvEpi {               // SkinnyConvEpilogue flattened for the device (weight == nullptr: none)
-  const float* weight;
-  const float* bias;
-  void* states;
-  int state_dtype;  // 0 F32, 1 BF16, 2 F16
-  int64_t block_stride, lo, dim;
-  int width;
-  bool silu;
-  const int32_t* state_indices;
-  float* out;
-  int64_t out_stride;
-  __nv_bfloat16* out16;
-  int64_t out16_stride;
-};
-
 struct Params {
   const __nv_bfloat16* x;
   int64_t xs;
@@ -51,16 +36,9 @@ struct Params {
   int cta_splits, groups, tiles;  // splits per block; blocks (split groups) per tile; 16-row tiles
   float* partials;                // groups > 1: [m-blocks, tiles, groups, MT * 4, 32] group sums
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
-  ConvEpi conv;
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
   bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
 };
-
-template <class TS>
-__device__ __forceinline__ float conv_epi_one(const ConvEpi& e, int32_t block, int64_t c, float xv) {
-  TS* state = static_cast<TS*>(e.states) + block * e.block_stride + c;
-  return conv_update_channel(state, e.dim, e.width, e.weight + c * e.width, e.bias ? e.bias[c] : 0.0f, xv, e.silu);
-}
 
 /// Loads of U chunks from chunk c (predicated off past c1) of W rows g / g + 8 (constant weights: may be issued
 /// before the PDL wait).
@@ -230,18 +208,6 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
         if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = __float2bfloat16_rn(v);
         else static_cast<float*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = v;
         if (p.y2) p.y2[static_cast<int64_t>(m) * p.y2s + n] = __float2bfloat16_rn(v);
-        // 5. Fused conv update of the conv columns (conv1d_update_dual's math for channel c of row m).
-        const ConvEpi& ce = p.conv;
-        if (ce.weight && n >= ce.lo && n < ce.lo + ce.dim) {
-          const int32_t block = ce.state_indices[m];
-          if (block == 0) continue;
-          const int64_t c = n - ce.lo;
-          const float o = ce.state_dtype == 1   ? conv_epi_one<__nv_bfloat16>(ce, block, c, v)
-                          : ce.state_dtype == 2 ? conv_epi_one<__half>(ce, block, c, v)
-                                                : conv_epi_one<float>(ce, block, c, v);
-          ce.out[static_cast<int64_t>(m) * ce.out_stride + c] = o;
-          if (ce.out16) ce.out16[static_cast<int64_t>(m) * ce.out16_stride + c] = __float2bfloat16_rn(o);
-        }
       }
 }
 
@@ -375,17 +341,6 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
     return cudaErrorInvalidValue;
   const SkinnyTuning tu = extras.tuning ? *extras.tuning : skinny_default_tuning(a.M, a.N, a.K);
   Params p{};
-  if (const SkinnyConvEpilogue* ce = extras.conv) {
-    const ConvParams& c = ce->conv;
-    if (a.y_dtype != DType::F32 || c.dim < 1 || c.width < 1 || c.width > kConvMaxWidth || !c.weight ||
-        (c.width > 1 && !c.conv_states.data) || ce->col_offset < 0 || ce->col_offset + c.dim > a.N ||
-        !ce->state_indices || !ce->out || ce->out_stride < c.dim || (ce->out_bf16 && ce->out_bf16_stride < c.dim))
-      return cudaErrorInvalidValue;
-    p.conv = ConvEpi{c.weight, c.bias, c.conv_states.data,
-                     c.conv_states.dtype == DType::BF16 ? 1 : c.conv_states.dtype == DType::F16 ? 2 : 0,
-                     c.conv_states.block_stride, ce->col_offset, c.dim, c.width, c.apply_silu, ce->state_indices,
-                     ce->out, ce->out_stride, static_cast<__nv_bfloat16*>(ce->out_bf16), ce->out_bf16_stride};
-  }
   if (a.M == 0) return cudaSuccess;
   p.late_trigger = kernel_tuning().skinny_late_trigger;
   p.preload = kernel_tuning().skinny_preload;

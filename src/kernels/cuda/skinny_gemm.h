@@ -20,7 +20,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/gemm.h"
 
 namespace ssmserve::cuda {
@@ -48,25 +47,8 @@ struct SkinnyTuning {
 /// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200).
 SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K);
 
-/// Decode epilogue of an in_proj GEMM (issue 7: the conv kernel folded into the GEMM that feeds it): for each
-/// row m < M whose state_indices[m] != 0, the output columns [col_offset, col_offset + conv.dim) are the conv
-/// inputs x[m, c] (c = column - col_offset) and get causal_conv1d_update's math (causal_conv1d.h; same
-/// operation order, so the same bits as conv1d_update_dual): conv.conv_states[state_indices[m]] updated in
-/// place, out [M, conv.dim] fp32 (row stride out_stride) and, unless out_bf16 is null, its bf16 rounding
-/// (row stride out_bf16_stride). y is still written for every column. Two rows must not share a state index.
-struct SkinnyConvEpilogue {
-  ConvParams conv;
-  int64_t col_offset = 0;
-  const int32_t* state_indices = nullptr;  ///< [M] device
-  float* out = nullptr;
-  int64_t out_stride = 0;
-  void* out_bf16 = nullptr;
-  int64_t out_bf16_stride = 0;
-};
-
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
-  const SkinnyConvEpilogue* conv = nullptr;  ///< fused conv update (y must be F32)
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
 };
 
@@ -99,7 +81,7 @@ size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_by
 /// nullptr. Any M >= 0, N >= 1, K >= 1, any strides (16-byte loads when the rows and pointers allow them, scalar
 /// loads otherwise: same arithmetic). pdl: launch with Programmatic Dependent Launch (see pdl.cuh).
 /// workspace / counters: device buffers of skinny_gemm_workspace's sizes (may be null when those are 0).
-/// extras: the fused conv epilogue and / or a tuning override (cudaErrorInvalidValue for a malformed epilogue).
+/// extras: a tuning override (benchmarks).
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace = nullptr, size_t workspace_bytes = 0, unsigned* counters = nullptr,
                         const SkinnyExtras& extras = {});
