@@ -14,7 +14,7 @@
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/rms_norm.h"
 #include "model/checkpoint.h"
-#include "model/decoder/state_layout.h"
+#include "model/decoder/decoder_shape.h"
 #include "model/lm_common.h"
 #include "model/parallel_layers.h"
 #include "model/weight_source.h"
@@ -31,10 +31,10 @@ struct CudaSublayer {
   std::unique_ptr<CudaModule> module;
 };
 
-class CudaDecoderLM final : public CudaCausalLM {
+class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
  public:
   CudaDecoderLM(ModelConfig cfg, DecoderSpec spec, CudaModelOptions opt, const dist::TpRank& tp)
-      : cfg_(std::move(cfg)), spec_(std::move(spec)) {
+      : DecoderShape(std::move(cfg), std::move(spec)) {
     tp_.tp = tp;
     // TP ranks capture their decode steps in CUDA graphs too: the collectives are recorded on this stream, every
     // rank sees the same batches (so the same capture decisions), and a captured step runs the same collectives in
@@ -49,12 +49,6 @@ class CudaDecoderLM final : public CudaCausalLM {
 
   void load(WeightSource& src);
 
-  const ModelConfig& config() const override { return cfg_; }
-  int num_state_layers() const override { return layout_.num_state_layers(); }
-  StateShape state_shape() const override { return layout_.shape(); }
-  int chunk_size() const override { return spec_.chunk_size; }
-  int kv_block_size() const override { return layout_.kv_block_size(); }
-  bool has_linear_attention() const override { return has_linear_ || layout_.has_attention(); }
   std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
     const double H = cfg_.hidden_size, V = cfg_.vocab_size, ab = dtype_size(ctx_.opt.weight_dtype);
     double modules = 0;
@@ -67,17 +61,12 @@ class CudaDecoderLM final : public CudaCausalLM {
   bool tensor_parallel() const override { return tp_.on(); }
   void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks,
             const DeviceSampleBatch* sample) override;
-  void check_hybrid_metadata(const ForwardBatch& batch, const StateCache& cache) const;
   void reserve(int64_t T, int64_t nlog);
   void sublayer(size_t i, const ForwardBatch& batch, const StepMeta& dm, int64_t T);
 
-  ModelConfig cfg_;
-  DecoderSpec spec_;
   CudaRunnerContext ctx_;
   LmFrame frame_;
   std::vector<CudaSublayer> subs_;
-  StateLayout layout_;
-  bool has_linear_ = false;
   CudaStackDecodeFn stack_decode_ = nullptr;
   Stream stream_;
   GemmHandle gemm_;
@@ -129,12 +118,13 @@ void CudaDecoderLM::load(WeightSource& src) {
       if (s.module) subs_.push_back(std::move(s));
   frame_.norm_f = to_device(src.vector(spec_.final_norm, {H}, DummyInit::constant(1.0f)));
   std::vector<ModuleStateSpec> specs;
+  std::vector<std::string> kinds;
   StepPlanShape ps;
   for (const CudaSublayer& s : subs_) {
-    specs.push_back(s.module->state_spec());
+    specs.push_back(s.module->state_spec()), kinds.push_back(s.spec.kind);
     if (s.spec.kind == "lightning" && !ps.linear) {
       const nlohmann::json& j = spec_.params("lightning", cfg_);
-      ps.linear = has_linear_ = true;
+      ps.linear = true;
       ps.linear_block_size = j.value("block_size", 256);
       ps.linear_heads = j.value("num_attention_heads", 1);
     }
@@ -146,7 +136,7 @@ void CudaDecoderLM::load(WeightSource& src) {
       ps.attention_tc = wd == DType::BF16;
     }
   }
-  layout_ = StateLayout(specs, tp.world);
+  set_layout(specs, kinds, tp.world);
   ps.kv_block_size = layout_.kv_block_size();
   plans_.shape = ps;
   // The whole-stack decode path: every sublayer the same mixer kind, pre-norm residuals, no FFN.
@@ -154,36 +144,6 @@ void CudaDecoderLM::load(WeightSource& src) {
   bool uniform = !subs_.empty() && static_cast<int>(subs_.size()) == L;
   for (const CudaSublayer& s : subs_) uniform = uniform && s.spec.kind == kind && s.spec.plain_residual();
   if (uniform) stack_decode_ = cuda_module_type(kind).stack_decode;
-}
-
-void CudaDecoderLM::check_hybrid_metadata(const ForwardBatch& batch, const StateCache& cache) const {
-  const LinearAttentionMetadata& lm = batch.linear_meta;
-  const PagedAttentionMetadata& am = batch.attn_meta;
-  const int B = batch.meta.num_reqs;
-  const int64_t T = batch.num_tokens();
-  const std::string& label = spec_.label;
-  if (has_linear_ || layout_.has_attention()) {
-    SSM_CHECK(static_cast<int>(lm.state_indices_tensor.size()) == B && static_cast<int>(lm.query_start_loc.size()) == B + 1 &&
-                  static_cast<int>(lm.num_computed_tokens.size()) == B,
-              "{} forward: the batch has no linear-attention metadata for its {} rows (build_forward_batch)", label, B);
-    for (int32_t b : lm.state_indices_tensor) SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: state index {} out of range", label, b);
-  }
-  if (layout_.has_attention()) {
-    const int bs = layout_.kv_block_size();
-    SSM_CHECK(am.block_size == bs && static_cast<int>(am.seq_lens.size()) == B && static_cast<int>(am.slot_mapping.size()) == T &&
-                  static_cast<int>(am.positions.size()) == T && static_cast<int>(am.query_start_loc.size()) == B + 1 &&
-                  static_cast<int64_t>(am.block_tables.size()) >= static_cast<int64_t>(B) * am.max_num_blocks_per_seq,
-              "{} forward: paged-attention metadata missing or for block size {} (model: {})", label, am.block_size, bs);
-    for (int32_t b : am.block_tables) SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: KV block {} out of range", label, b);
-    for (int32_t s : am.slot_mapping)
-      SSM_CHECK(s >= -1 && s < static_cast<int64_t>(cache.num_blocks()) * bs, "{} forward: slot {} out of range", label, s);
-    for (int r = 0; r < B; ++r)
-      SSM_CHECK((am.seq_lens[r] + bs - 1) / bs <= am.max_num_blocks_per_seq, "{} forward: row {} needs more than {} KV blocks", label, r,
-                am.max_num_blocks_per_seq);
-    SSM_CHECK(!tp_.on() || cache.shape().ssm_elems * static_cast<int64_t>(dtype_size(cache.dtypes().ssm)) >= layout_.kv_page_bytes(),
-              "{} tensor-parallel forward: a rank's part of the page cannot hold its {} bytes of KV block (use "
-              "--mamba-ssm-cache-dtype float32 with --tensor-parallel-size > 1)", label, layout_.kv_page_bytes());
-  }
 }
 
 void CudaDecoderLM::reserve(int64_t T, int64_t nlog) {
@@ -195,7 +155,7 @@ void CudaDecoderLM::reserve(int64_t T, int64_t nlog) {
 
 void CudaDecoderLM::step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks,
                          const DeviceSampleBatch* sample) {
-  check_hybrid_metadata(batch, cache);
+  check_metadata(batch, cache);
   cudaStream_t s = stream_.get();
   if (batch.num_tokens() > 0 && (has_linear_ || layout_.has_attention())) {  // the lightning / attention plans, uploaded once
     const bool decode_only = batch.linear_meta.num_prefills == 0 && batch.meta.num_prefills == 0;

@@ -12,8 +12,8 @@
 #include "model/vocab_parallel.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
+#include "model/decoder/decoder_shape.h"
 #include "model/decoder/module.h"
-#include "model/decoder/state_layout.h"
 #include "model/lm_common.h"
 #include "model/parallel_layers.h"
 
@@ -27,42 +27,29 @@ struct Sublayer {
   std::unique_ptr<CpuModule> module;
 };
 
-class DecoderLM final : public CausalLM {
+class DecoderLM final : public DecoderShape<CausalLM> {
  public:
   DecoderLM(ModelConfig cfg, DecoderSpec spec, Weight emb, Weight head, std::vector<float> norm_f, std::vector<Sublayer> subs,
             std::shared_ptr<const Checkpoint> ckpt, const dist::TpRank& tp)
-      : cfg_(std::move(cfg)), spec_(std::move(spec)), embedding_(std::move(emb)), lm_head_(std::move(head)),
+      : DecoderShape(std::move(cfg), std::move(spec)), embedding_(std::move(emb)), lm_head_(std::move(head)),
         norm_f_(std::move(norm_f)), subs_(std::move(subs)), ckpt_(std::move(ckpt)), tp_(tp) {
     std::vector<ModuleStateSpec> specs;
-    for (const Sublayer& s : subs_) {
-      specs.push_back(s.module->state_spec());
-      has_linear_ |= s.spec.kind == "lightning";
-    }
-    layout_ = StateLayout(specs, tp_.world);
+    std::vector<std::string> kinds;
+    for (const Sublayer& s : subs_) specs.push_back(s.module->state_spec()), kinds.push_back(s.spec.kind);
+    set_layout(specs, kinds, tp_.world);
     find_stack_decode();
   }
 
-  const ModelConfig& config() const override { return cfg_; }
-  int num_state_layers() const override { return layout_.num_state_layers(); }
-  StateShape state_shape() const override { return layout_.shape(); }
-  int chunk_size() const override { return spec_.chunk_size; }
-  int kv_block_size() const override { return layout_.kv_block_size(); }
-  bool has_linear_attention() const override { return has_linear_ || layout_.has_attention(); }
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
 
  private:
   void find_stack_decode();
-  void check_batch(const ForwardBatch& batch, const StateCache& cache) const;
 
-  ModelConfig cfg_;
-  DecoderSpec spec_;
   Weight embedding_, lm_head_;
   std::vector<float> norm_f_;
   std::vector<Sublayer> subs_;  // [layers x (mixer, ffn)] in order, absent sublayers left out
   std::shared_ptr<const Checkpoint> ckpt_;  // keeps mapped weights alive
   dist::TpRank tp_;                         // world 1: no communication
-  StateLayout layout_;
-  bool has_linear_ = false;
   StackDecodeFn stack_decode_ = nullptr;
   // Per-forward buffers for T packed tokens (one forward at a time):
   std::vector<float> hidden_, normed_, out_;  // [T, hidden] residual stream (fp32), sublayer input, module output
@@ -79,33 +66,9 @@ void DecoderLM::find_stack_decode() {
   stack_decode_ = cpu_module_type(kind).stack_decode;
 }
 
-void DecoderLM::check_batch(const ForwardBatch& batch, const StateCache& cache) const {
-  check_batch_against_cache(batch, cache, num_state_layers(), spec_.label);
-  const LinearAttentionMetadata& lm = batch.linear_meta;
-  const PagedAttentionMetadata& am = batch.attn_meta;
-  const int B = batch.meta.num_reqs;
-  if (has_linear_ || layout_.has_attention()) {
-    SSM_CHECK(static_cast<int>(lm.state_indices_tensor.size()) == B && static_cast<int>(lm.query_start_loc.size()) == B + 1,
-              "{} forward: the batch has no linear-attention metadata for its {} rows (build_forward_batch)", spec_.label, B);
-    for (int32_t b : lm.state_indices_tensor)
-      SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: state index {} out of range", spec_.label, b);
-  }
-  if (layout_.has_attention()) {
-    SSM_CHECK(am.block_size == layout_.kv_block_size() && static_cast<int>(am.seq_lens.size()) == B &&
-                  static_cast<int>(am.slot_mapping.size()) == batch.num_tokens(),
-              "{} forward: paged-attention metadata missing or for block size {} (model: {})", spec_.label, am.block_size,
-              layout_.kv_block_size());
-    for (int32_t b : am.block_tables)
-      SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: KV block {} out of range", spec_.label, b);
-    SSM_CHECK(tp_.world == 1 || cache.shape().ssm_elems * static_cast<int64_t>(dtype_size(cache.dtypes().ssm)) >= layout_.kv_page_bytes(),
-              "{} tensor-parallel forward: a rank's part of the page ({} elements of the SSM state dtype) cannot hold "
-              "its {} bytes of KV block (use --mamba-ssm-cache-dtype float32 with --tensor-parallel-size > 1)",
-              spec_.label, cache.shape().ssm_elems, layout_.kv_page_bytes());
-  }
-}
-
 void DecoderLM::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
-  check_batch(batch, cache);
+  check_batch_against_cache(batch, cache, num_state_layers(), spec_.label);
+  check_metadata(batch, cache);
   const int64_t T = batch.num_tokens(), H = cfg_.hidden_size;
   const float eps = spec_.norm_eps;
   hidden_.resize(T * H), normed_.resize(T * H), out_.resize(T * H);
