@@ -116,7 +116,11 @@ void CudaDecoderLM::load(WeightSource& src) {
   for (auto& pair : layers)
     for (CudaSublayer& s : pair)
       if (s.module) subs_.push_back(std::move(s));
-  frame_.norm_f = to_device(src.vector(spec_.final_norm, {H}, DummyInit::constant(1.0f)));
+  // logits / logits_scaling (Granite): folded into the final norm's weight, which feeds only the LM head.
+  std::vector<float> norm_f = src.vector(spec_.final_norm, {H}, DummyInit::constant(1.0f));
+  if (spec_.logits_scaling != 1.0f)
+    for (float& w : norm_f) w /= spec_.logits_scaling;
+  frame_.norm_f = to_device(norm_f);
   std::vector<ModuleStateSpec> specs;
   std::vector<std::string> kinds;
   StepPlanShape ps;
@@ -232,8 +236,6 @@ std::unique_ptr<CausalLM> load_cuda_decoder(const ModelConfig& cfg, const Decode
   SSM_CHECK(gpu_available(), "--device cuda: no usable CUDA device");
   SSM_CHECK(opt.weight_dtype == DType::BF16 || opt.weight_dtype == DType::F32, "cuda weight dtype must be BF16 or F32");
   SSM_CHECK(tp.world == 1 || tp.comm, "{}: tensor-parallel size {} needs a communicator", spec.label, tp.world);
-  SSM_CHECK(spec.logits_scaling == 1.0f, "--device cuda: logits_scaling {} is not supported there yet (use --device cpu)",
-            spec.logits_scaling);
   check_spec(cfg, spec, [](const std::string& kind) { (void)cuda_module_type(kind); });
   std::shared_ptr<const Checkpoint> ckpt;
   WeightSource src = WeightSource::open(cfg.dir, format == LoadFormat::Dummy, &ckpt);

@@ -1,5 +1,5 @@
 // A hybrid built from a config alone on the GPU (issue 27): Mamba-2 and softmax-attention mixers interleaved, MoE
-// FFNs on some layers and none on others, an embedding multiplier, dummy weights (the same values on both backends):
+// FFNs on some layers and none on others, an embedding multiplier and logits scaling, dummy weights (the same values on both backends):
 // the one GPU runner against the CPU decoder over ragged prefills, a continuing prefill and padded decode steps; decode
 // steps through CUDA graphs bit-identical to eager; device greedy picks equal to the argmax of the logits. Skips
 // without a GPU.
@@ -40,6 +40,7 @@ DecoderSpec hybrid_spec(const ModelConfig& cfg) {
   s.tie_word_embeddings = true;
   s.norm_eps = 1e-5f;
   s.embedding_multiplier = 1.5f;
+  s.logits_scaling = 2.0f;
   s.chunk_size = 16;
   s.module_params["mamba2"] = {{"num_heads", 4}, {"head_dim", 32}, {"state_size", 16}, {"n_groups", 2}, {"conv_kernel", 4}, {"chunk_size", 16}};
   s.module_params["moe"] = {{"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"intermediate_size", 64}};
