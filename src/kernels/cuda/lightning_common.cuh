@@ -1,4 +1,4 @@
-// Owns the pieces the two GPU lightning prefill paths share (lightning_attention.cu: fp32 activations with hi / lo
+// Owns the pieces the two GPU lightning prefill paths share (lightning.cu: fp32 activations with hi / lo
 // bf16 splits; lightning_bf16.cu: bf16 activations): the decay factor, the hi / lo split and the state-passing
 // kernel (see lightning.h).
 #pragma once
