@@ -1,6 +1,8 @@
 // Owns loading and validating ModelConfig / MambaConfig from a Hugging Face config.json (+ generation_config.json).
 #include "config/model_config.h"
 
+#include <map>
+
 #include <climits>
 #include <cmath>
 
@@ -144,6 +146,14 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
   c.model_type = f.string_or("model_type", "");
   SSM_CHECK(!c.architecture.empty() || !c.model_type.empty(),
             "{}: required field \"architectures\" (or \"model_type\") is missing", what);
+  if (c.architecture.empty()) {  // as transformers' AutoModelForCausalLM maps a config's model_type to its class
+    static const std::map<std::string, std::string> by_model_type = {
+        {"mamba", "MambaForCausalLM"}, {"mamba2", "Mamba2ForCausalLM"}, {"minimax", "MiniMaxForCausalLM"}};
+    auto it = by_model_type.find(c.model_type);
+    SSM_CHECK(it != by_model_type.end(), "{}: field \"architectures\" is missing and model_type \"{}\" names no supported "
+              "architecture (give \"architectures\")", what, text_excerpt(c.model_type));
+    c.architecture = it->second;
+  }
   c.vocab_size = f.positive_int("vocab_size");
   c.hidden_size = f.positive_int("hidden_size");
   c.num_hidden_layers = f.positive_int("num_hidden_layers");

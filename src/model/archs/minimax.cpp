@@ -41,7 +41,7 @@ MiniMaxConfig MiniMaxConfig::from_json(const ModelConfig& cfg) {
             "config.json: num_attention_heads must be <= 4096 and head_dim even and <= 1024 (got {} and {})", m.num_heads, m.head_dim);
   SSM_CHECK(m.block_size <= 4096, "config.json: block_size must be <= 4096 (got {})", m.block_size);
   SSM_CHECK(m.num_experts <= 4096, "config.json: num_local_experts must be <= 4096 (got {})", m.num_experts);
-  const std::string act = j.contains("hidden_act") && j["hidden_act"].is_string() ? j["hidden_act"].get<std::string>() : "silu";
+  const std::string act = param_string(j, "hidden_act", "silu");
   SSM_CHECK(act == "silu", "config.json: hidden_act \"{}\" is not supported (MiniMax uses silu)", text_excerpt(act));
   SSM_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(),
             "config.json: sliding_window is not supported for MiniMax (must be null)");
@@ -66,13 +66,7 @@ MiniMaxConfig MiniMaxConfig::from_json(const ModelConfig& cfg) {
     for (int i = 0; i < L; ++i) m.is_linear.push_back((i + 1) % 2 == 0);  // transformers' default
   }
   // RoPE (default type only; transformers' MiniMax rotates the whole head_dim).
-  const nlohmann::json* rp = j.contains("rope_parameters") && j["rope_parameters"].is_object() ? &j["rope_parameters"] : nullptr;
-  if (rp && rp->contains("rope_type") && !(*rp)["rope_type"].is_null())
-    SSM_CHECK((*rp)["rope_type"] == "default", "config.json: rope_type {} is not supported (only \"default\")",
-              json_excerpt((*rp)["rope_type"]));
-  if (rp && rp->contains("rope_theta")) m.rope_theta = json_float((*rp)["rope_theta"], "rope_parameters.rope_theta");
-  else if (j.contains("rope_theta") && !j["rope_theta"].is_null()) m.rope_theta = json_float(j["rope_theta"], "rope_theta");
-  SSM_CHECK(std::isfinite(m.rope_theta) && m.rope_theta > 0, "config.json: rope_theta must be a positive number");
+  m.rope_theta = param_rope_theta(j, 10000.0);
   m.linear_alpha = param_float(j, {"linear_attn_alpha_factor", "layernorm_linear_attention_alpha"}, 1);
   m.linear_beta = param_float(j, {"linear_attn_beta_factor", "layernorm_linear_attention_beta"}, 1);
   m.full_alpha = param_float(j, {"full_attn_alpha_factor", "layernorm_full_attention_alpha"}, 1);

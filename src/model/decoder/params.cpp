@@ -34,8 +34,17 @@ bool param_bool(const nlohmann::json& j, const char* field, bool fallback) {
   return j[field].get<bool>();
 }
 
+std::string param_string(const nlohmann::json& j, const char* field, const std::string& fallback) {
+  if (!j.contains(field) || j[field].is_null()) return fallback;
+  SSM_CHECK(j[field].is_string(), "config.json: field \"{}\" must be a string (got {})", field, json_excerpt(j[field]));
+  return j[field].get<std::string>();
+}
+
 double param_rope_theta(const nlohmann::json& j, double fallback) {
-  const nlohmann::json* rp = j.contains("rope_parameters") && j["rope_parameters"].is_object() ? &j["rope_parameters"] : nullptr;
+  const bool has_rp = j.contains("rope_parameters") && !j["rope_parameters"].is_null();
+  SSM_CHECK(!has_rp || j["rope_parameters"].is_object(), "config.json: field \"rope_parameters\" must be an object (got {})",
+            json_excerpt(j["rope_parameters"]));
+  const nlohmann::json* rp = has_rp ? &j["rope_parameters"] : nullptr;
   if (rp && rp->contains("rope_type") && !(*rp)["rope_type"].is_null())
     SSM_CHECK((*rp)["rope_type"] == "default", "config.json: rope_type {} is not supported (only \"default\")",
               json_excerpt((*rp)["rope_type"]));

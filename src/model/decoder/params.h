@@ -2,6 +2,7 @@
 // names the field in its error.
 #pragma once
 #include <initializer_list>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,8 @@ int param_int(const nlohmann::json& j, const char* field, int fallback);
 float param_float(const nlohmann::json& j, std::initializer_list<const char*> names, float fallback);
 /// j[field] as a boolean, `fallback` when absent or null. Throws Error naming the field when it is not a boolean.
 bool param_bool(const nlohmann::json& j, const char* field, bool fallback);
+/// j[field] as a string, `fallback` when absent or null. Throws Error naming the field when it is not a string.
+std::string param_string(const nlohmann::json& j, const char* field, const std::string& fallback);
 /// rope_theta from `rope_parameters.rope_theta` or `rope_theta` (default `fallback`); only rope_type "default".
 /// Throws Error naming the field on another rope type or a non-positive theta.
 double param_rope_theta(const nlohmann::json& j, double fallback);

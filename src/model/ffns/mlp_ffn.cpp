@@ -50,7 +50,7 @@ class MlpFfn final : public CpuModule {
 std::unique_ptr<CpuModule> make_mlp_ffn(const ModuleArgs& a) {
   const nlohmann::json& j = a.params;
   auto m = std::make_unique<MlpFfn>();
-  const std::string act = j.contains("hidden_act") && j["hidden_act"].is_string() ? j["hidden_act"].get<std::string>() : "silu";
+  const std::string act = param_string(j, "hidden_act", "silu");
   SSM_CHECK(act == "silu" || act == "relu2", "config.json: hidden_act \"{}\" is not supported for the MLP (silu, relu2)",
             text_excerpt(act));
   m->gated = act == "silu";

@@ -85,7 +85,7 @@ MoeConfig MoeConfig::from_json(const nlohmann::json& j) {
   c.top_k = param_int(j, "num_experts_per_tok", 2);
   SSM_CHECK(c.top_k <= c.num_experts, "config.json: num_experts_per_tok {} exceeds num_local_experts {}", c.top_k, c.num_experts);
   SSM_CHECK(c.num_experts <= 4096, "config.json: num_local_experts must be <= 4096 (got {})", c.num_experts);
-  const std::string act = j.contains("hidden_act") && j["hidden_act"].is_string() ? j["hidden_act"].get<std::string>() : "silu";
+  const std::string act = param_string(j, "hidden_act", "silu");
   SSM_CHECK(act == "silu", "config.json: hidden_act \"{}\" is not supported for MoE experts (silu)", text_excerpt(act));
   c.intermediate_size = param_int(j, "intermediate_size", -1);
   return c;
