@@ -68,6 +68,8 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
   LmFrame frame_;
   std::vector<CudaSublayer> subs_;
   CudaStackDecodeFn stack_decode_ = nullptr;
+  std::vector<CudaModule*> stack_mods_;     // its arguments: every sublayer's module and pre-norm weight
+  std::vector<const float*> stack_norms_;
   Stream stream_;
   GemmHandle gemm_;
   DeviceStateMirror states_;
@@ -148,6 +150,7 @@ void CudaDecoderLM::load(WeightSource& src) {
   bool uniform = !subs_.empty() && static_cast<int>(subs_.size()) == L;
   for (const CudaSublayer& s : subs_) uniform = uniform && s.spec.kind == kind && s.spec.plain_residual();
   if (uniform) stack_decode_ = cuda_module_type(kind).stack_decode;
+  for (const CudaSublayer& s : subs_) stack_mods_.push_back(s.module.get()), stack_norms_.push_back(s.norm.as<float>());
 }
 
 void CudaDecoderLM::reserve(int64_t T, int64_t nlog) {
@@ -203,12 +206,8 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   if (i == 0) {
     if (spec_.embedding_multiplier != 1.0f) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, spec_.embedding_multiplier, hidden, 0.0f, T * H, s));
     stack_took_ = false;
-    if (stack_decode_ && batch.meta.num_prefills == 0) {
-      std::vector<CudaModule*> mods;
-      std::vector<const float*> norms;
-      for (const CudaSublayer& x : subs_) mods.push_back(x.module.get()), norms.push_back(x.norm.as<float>());
-      stack_took_ = stack_decode_(mods, norms, spec_.norm_eps, st, views_, hidden, out);
-    }
+    if (stack_decode_ && batch.meta.num_prefills == 0)
+      stack_took_ = stack_decode_(stack_mods_, stack_norms_, spec_.norm_eps, st, views_, hidden, out);
   }
   if (stack_took_) return;  // the whole stack ran at sublayer 0
   // 1. The sublayer's norm, adding the previous module's output first when its residual is still pending.

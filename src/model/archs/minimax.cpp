@@ -8,19 +8,8 @@
 
 #include "core/error.h"
 #include "model/decoder/params.h"
-#include "model/mixers/lightning_mixer.h"
 
 namespace ssmserve {
-
-int MiniMaxConfig::num_linear_layers() const {
-  int n = 0;
-  for (bool b : is_linear) n += b ? 1 : 0;
-  return n;
-}
-
-std::vector<float> MiniMaxConfig::slopes(int layer) const {
-  return lightning_slopes(num_heads, layer, static_cast<int>(is_linear.size()));
-}
 
 MiniMaxConfig MiniMaxConfig::from_json(const ModelConfig& cfg) {
   const nlohmann::json& j = cfg.raw;

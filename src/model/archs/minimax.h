@@ -30,12 +30,6 @@ struct MiniMaxConfig {
   float linear_alpha = 1, linear_beta = 1, full_alpha = 1, full_beta = 1, mlp_alpha = 1, mlp_beta = 1;
   bool tie_word_embeddings = false;
 
-  int num_linear_layers() const;
-  int num_full_layers() const { return static_cast<int>(is_linear.size()) - num_linear_layers(); }
-  /// Per-head decay slopes of layer `layer` as transformers computes them:
-  /// s_h = (1 / 2^(8/H))^(h+1) * (1 - layer / (L - 1 + 1e-5) + 1e-5).
-  std::vector<float> slopes(int layer) const;
-
   /// Reads and validates the MiniMax fields (layer_types, or the original attn_type_list 0/1); throws Error
   /// naming the field.
   static MiniMaxConfig from_json(const ModelConfig& cfg);

@@ -51,6 +51,8 @@ class DecoderLM final : public DecoderShape<CausalLM> {
   std::shared_ptr<const Checkpoint> ckpt_;  // keeps mapped weights alive
   dist::TpRank tp_;                         // world 1: no communication
   StackDecodeFn stack_decode_ = nullptr;
+  std::vector<CpuModule*> stack_mods_;     // its arguments: every sublayer's module and pre-norm weight
+  std::vector<const float*> stack_norms_;
   // Per-forward buffers for T packed tokens (one forward at a time):
   std::vector<float> hidden_, normed_, out_;  // [T, hidden] residual stream (fp32), sublayer input, module output
   std::vector<ModuleState> states_;           // per sublayer
@@ -64,6 +66,7 @@ void DecoderLM::find_stack_decode() {
     if (s.spec.kind != kind || !s.spec.plain_residual()) return;
   if (static_cast<int>(subs_.size()) != static_cast<int>(spec_.layers.size())) return;  // an FFN somewhere
   stack_decode_ = cpu_module_type(kind).stack_decode;
+  for (const Sublayer& s : subs_) stack_mods_.push_back(s.module.get()), stack_norms_.push_back(s.norm.data());
 }
 
 void DecoderLM::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
@@ -83,12 +86,7 @@ void DecoderLM::forward(const ForwardBatch& batch, StateCache& cache, float* log
     states_.push_back(layout_.views(i, cache.num_blocks(), [&](int l) { return cache.conv_state(l); },
                                     [&](int l) { return cache.ssm_state(l); }));
   bool done = false;
-  if (stack_decode_) {
-    std::vector<CpuModule*> mods;
-    std::vector<const float*> norms;
-    for (const Sublayer& s : subs_) mods.push_back(s.module.get()), norms.push_back(s.norm.data());
-    done = stack_decode_(mods, norms, eps, batch, states_, hidden_.data(), T, H, scratch_);
-  }
+  if (stack_decode_) done = stack_decode_(stack_mods_, stack_norms_, eps, batch, states_, hidden_.data(), T, H, scratch_);
   for (size_t i = 0; i < subs_.size() && !done; ++i) {
     const Sublayer& s = subs_[i];
     cpu::rms_norm(hidden_.data(), s.norm.data(), eps, T, H, normed_.data());
