@@ -128,6 +128,12 @@ MambaConfig MambaConfig::from_json_labeled(const json& cfg, int hidden_size, con
   m.use_bias = f.boolean_or("use_bias", false);
   m.use_conv_bias = f.boolean_or("use_conv_bias", true);
   m.residual_in_fp32 = f.boolean_or("residual_in_fp32", true);
+  m.inner_layernorms = f.boolean_or("inner_layernorms", false);
+  if (const json* e = f.find("inner_layernorm_eps")) {
+    const double eps = json_float(*e, "inner_layernorm_eps");
+    SSM_CHECK(eps > 0 && eps < 1, "{}: field \"inner_layernorm_eps\" must be in (0, 1) (got {})", what, eps);
+    m.inner_layernorm_eps = static_cast<float>(eps);
+  }
   return m;
 }
 
@@ -148,7 +154,9 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
             "{}: required field \"architectures\" (or \"model_type\") is missing", what);
   if (c.architecture.empty()) {  // as transformers' AutoModelForCausalLM maps a config's model_type to its class
     static const std::map<std::string, std::string> by_model_type = {
-        {"mamba", "MambaForCausalLM"}, {"mamba2", "Mamba2ForCausalLM"}, {"minimax", "MiniMaxForCausalLM"}};
+        {"mamba", "MambaForCausalLM"}, {"mamba2", "Mamba2ForCausalLM"}, {"minimax", "MiniMaxForCausalLM"},
+        {"granitemoehybrid", "GraniteMoeHybridForCausalLM"}, {"bamba", "BambaForCausalLM"},
+        {"nemotron_h", "NemotronHForCausalLM"}, {"jamba", "JambaForCausalLM"}};
     auto it = by_model_type.find(c.model_type);
     SSM_CHECK(it != by_model_type.end(), "{}: field \"architectures\" is missing and model_type \"{}\" names no supported "
               "architecture (give \"architectures\")", what, text_excerpt(c.model_type));
@@ -156,7 +164,17 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
   }
   c.vocab_size = f.positive_int("vocab_size");
   c.hidden_size = f.positive_int("hidden_size");
-  c.num_hidden_layers = f.positive_int("num_hidden_layers");
+  // Nemotron-H configs written by transformers 5.x drop num_hidden_layers (deprecated there): the length of the
+  // per-layer type list is the layer count.
+  if (f.find("num_hidden_layers") == nullptr) {
+    for (const char* key : {"layers_block_type", "layer_types", "hybrid_override_pattern"}) {
+      const json* v = f.find(key);
+      if (v == nullptr || !(v->is_array() || v->is_string()) || v->empty()) continue;
+      c.num_hidden_layers = static_cast<int>(v->is_string() ? v->get<std::string>().size() : v->size());
+      break;
+    }
+  }
+  if (c.num_hidden_layers == 0) c.num_hidden_layers = f.positive_int("num_hidden_layers");
 
   for (const char* key : {"layer_norm_epsilon", "rms_norm_eps", "norm_epsilon", "layer_norm_eps"}) {
     if (const json* v = f.find(key)) {

@@ -21,6 +21,10 @@ struct MambaConfig {
   bool use_bias = false;       ///< in_proj / out_proj bias
   bool use_conv_bias = true;   ///< conv1d bias
   bool residual_in_fp32 = true;
+  /// Jamba's RMSNorms (with weights, epsilon inner_layernorm_eps) over dt_low, B and C after x_proj
+  /// (`inner_layernorms`: an ssmserve field an architecture sets; transformers' JambaMambaMixer always has them).
+  bool inner_layernorms = false;
+  float inner_layernorm_eps = 1e-6f;
 
   /// Reads the Mamba fields from a parsed config.json. Throws Error naming a missing or invalid field.
   static MambaConfig from_json(const nlohmann::json& cfg, int hidden_size);

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "model/archs/hybrids.h"
 #include "model/archs/mamba.h"
 #include "model/archs/mamba2.h"
 #include "model/archs/minimax.h"
@@ -21,6 +22,10 @@ const std::map<std::string, ArchitectureSpecFn>& registry() {
       {"MambaForCausalLM", &mamba_spec},
       {"Mamba2ForCausalLM", &mamba2_spec},
       {"MiniMaxForCausalLM", &minimax_spec},
+      {"GraniteMoeHybridForCausalLM", &granitemoehybrid_spec},
+      {"BambaForCausalLM", &bamba_spec},
+      {"NemotronHForCausalLM", &nemotron_h_spec},
+      {"JambaForCausalLM", &jamba_spec},
   };
   return r;
 }

@@ -121,6 +121,12 @@ WeightSource WeightSource::dummy(uint64_t seed) {
   return s;
 }
 
+WeightSource WeightSource::dummy_recorded(std::shared_ptr<DummyRecord> record, uint64_t seed) {
+  WeightSource s = dummy(seed);
+  s.record_ = std::move(record);
+  return s;
+}
+
 bool WeightSource::has(const std::string& name) const {
   used_->insert(name);
   return ckpt_ && ckpt_->has(name);
@@ -158,6 +164,10 @@ Weight WeightSource::matrix(const std::string& name, const std::vector<int64_t>&
   Weight w = Weight::allocate(DType::BF16, shape.at(0), cols);
   auto* dst = reinterpret_cast<uint16_t*>(w.owned->data());
   fill(init, name_seed(seed_, name), numel(shape), cols, [&](int64_t i, float v) { dst[i] = f32_to_bf16(v); });
+  if (record_) {
+    std::lock_guard<std::mutex> lock(record_->mu);
+    record_->tensors[name] = {shape, std::vector<uint16_t>(dst, dst + numel(shape))};
+  }
   return w;
 }
 
@@ -172,6 +182,12 @@ std::vector<float> WeightSource::vector(const std::string& name, const std::vect
   const int64_t cols = shape.size() > 1 ? numel(shape) / shape[0] : numel(shape);
   // Round through bf16 so dummy vectors look like a bf16 checkpoint's.
   fill(init, name_seed(seed_, name), numel(shape), cols, [&](int64_t i, float v) { out[i] = bf16_to_f32(f32_to_bf16(v)); });
+  if (record_) {
+    std::vector<uint16_t> bits(out.size());
+    for (size_t i = 0; i < out.size(); ++i) bits[i] = f32_to_bf16(out[i]);
+    std::lock_guard<std::mutex> lock(record_->mu);
+    record_->tensors[name] = {shape, std::move(bits)};
+  }
   return out;
 }
 

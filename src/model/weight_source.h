@@ -1,6 +1,8 @@
 // Owns where a model's parameters come from: a checkpoint (validated name, shape and dtype) or dummy random
 // values generated from the config alone (`--load-format dummy`, for benchmarks at real shapes).
 #pragma once
+#include <map>
+#include <mutex>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -23,6 +25,13 @@ struct DummyInit {
   static DummyInit log_arange() { return {LogArange, 0.0f}; }
 };
 
+/// Dummy tensors as generated (bf16 bits; vectors rounded through bf16 as they are), by name: what
+/// save_dummy_checkpoint (model/dummy_checkpoint.h) writes so that transformers can run the same weights.
+struct DummyRecord {
+  std::mutex mu;
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<uint16_t>>> tensors;  ///< name -> (shape, bf16)
+};
+
 /// Hands out parameters by name with their expected shape (outermost first).
 class WeightSource {
  public:
@@ -30,6 +39,8 @@ class WeightSource {
   static WeightSource from_checkpoint(std::shared_ptr<const Checkpoint> ckpt);
   /// Generates deterministic random BF16 matrices (and fp32 vectors) from `seed` and the tensor name.
   static WeightSource dummy(uint64_t seed = 0);
+  /// The same, also recording every generated tensor into *record.
+  static WeightSource dummy_recorded(std::shared_ptr<DummyRecord> record, uint64_t seed = 0);
   /// The checkpoint in `dir` (kept open in *ckpt, which must outlive the mapped weights), or dummy values when
   /// `dummy`. Throws Error as Checkpoint::open.
   static WeightSource open(const std::filesystem::path& dir, bool dummy, std::shared_ptr<const Checkpoint>* ckpt);
@@ -61,6 +72,7 @@ class WeightSource {
   };
   std::shared_ptr<UsedNames> used_ = std::make_shared<UsedNames>();
   uint64_t seed_ = 0;
+  std::shared_ptr<DummyRecord> record_;
 };
 
 }  // namespace ssmserve

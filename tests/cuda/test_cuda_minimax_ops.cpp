@@ -434,7 +434,7 @@ TEST(CudaMoe, SparseMoeMatchesCpu) {
       std::vector<float> x = rand_vec(rng, T * Hd);
       round_bf16(x);
       std::vector<float> ref(T * Hd), logits(T * E);
-      cpu::sparse_moe(x.data(), T, Hd, gate, experts, sh.k, ref.data());
+      { cpu::MoeRouting r; r.top_k = sh.k; cpu::sparse_moe(x.data(), T, Hd, gate, experts, r, ref.data()); }
       cpu::linear(x.data(), T, gate, nullptr, logits.data());
       std::vector<float> xpad(T * xs, 0.0f);
       for (int64_t t = 0; t < T; ++t) std::copy_n(x.data() + t * Hd, Hd, xpad.data() + t * xs);

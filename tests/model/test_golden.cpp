@@ -116,7 +116,12 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                                            GoldenCase{"tiny-mamba2", 2048, false}, GoldenCase{"tiny-mamba2", 2048, true},
                                            GoldenCase{"tiny-mamba2", 61, true}, GoldenCase{"tiny-mamba2", 7, true},
                                            GoldenCase{"tiny-minimax", 2048, false}, GoldenCase{"tiny-minimax", 2048, true},
-                                           GoldenCase{"tiny-minimax", 61, true}, GoldenCase{"tiny-minimax", 7, true}),
+                                           GoldenCase{"tiny-minimax", 61, true}, GoldenCase{"tiny-minimax", 7, true},
+                                           GoldenCase{"tiny-granitemoehybrid", 2048, false},
+                                           GoldenCase{"tiny-granitemoehybrid", 2048, true},
+                                           GoldenCase{"tiny-granitemoehybrid", 61, true}, GoldenCase{"tiny-granitemoehybrid", 7, true},
+                                           GoldenCase{"tiny-nemotron_h", 2048, false}, GoldenCase{"tiny-nemotron_h", 2048, true},
+                                           GoldenCase{"tiny-nemotron_h", 61, true}, GoldenCase{"tiny-nemotron_h", 7, true}),
                          case_name);
 
 }  // namespace

@@ -18,4 +18,8 @@ void rms_norm(const float* x, const float* weight, float eps, int64_t T, int64_t
   }
 }
 
+void rms_norm_strided(float* x, int64_t stride, const float* weight, float eps, int64_t T, int64_t H) {
+  for (int64_t t = 0; t < T; ++t) rms_norm(x + t * stride, weight, eps, 1, H, x + t * stride);
+}
+
 }  // namespace ssmserve::cpu

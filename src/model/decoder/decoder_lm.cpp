@@ -128,6 +128,12 @@ std::unique_ptr<CausalLM> load_decoder(const ModelConfig& cfg, const DecoderSpec
   if (format == LoadFormat::Dummy) check_dummy_fits(cfg, spec);
   std::shared_ptr<const Checkpoint> ckpt;
   WeightSource src = WeightSource::open(cfg.dir, format == LoadFormat::Dummy, &ckpt);
+  return load_decoder_from(cfg, spec, src, std::move(ckpt), tp);
+}
+
+std::unique_ptr<CausalLM> load_decoder_from(const ModelConfig& cfg, const DecoderSpec& spec, WeightSource& src,
+                                            std::shared_ptr<const Checkpoint> ckpt, const dist::TpRank& tp) {
+  check_spec(cfg, spec, [](const std::string& kind) { (void)cpu_module_type(kind); });
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
   const dist::Range v = dist::vocab_shard(V, tp.rank, tp.world);
   Weight emb = dist::slice_rows(src.matrix(spec.embedding, {V, H}, DummyInit::uniform(0.1f)), {v});

@@ -14,6 +14,7 @@
 #include "dist/communicator.h"
 #include "model/causal_lm.h"
 #include "model/decoder/decoder_spec.h"
+#include "model/weight_source.h"
 
 namespace ssmserve {
 
@@ -24,5 +25,10 @@ namespace ssmserve {
 /// tensor-parallel size a module cannot split.
 std::unique_ptr<CausalLM> load_decoder(const ModelConfig& cfg, const DecoderSpec& spec, LoadFormat format,
                                        const dist::TpRank& tp = {});
+
+/// The same from an opened weight source (ckpt: the checkpoint it maps, kept alive by the model; null for dummy
+/// sources). Same errors.
+std::unique_ptr<CausalLM> load_decoder_from(const ModelConfig& cfg, const DecoderSpec& spec, WeightSource& src,
+                                            std::shared_ptr<const Checkpoint> ckpt, const dist::TpRank& tp = {});
 
 }  // namespace ssmserve

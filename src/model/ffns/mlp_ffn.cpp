@@ -18,6 +18,7 @@ class MlpFfn final : public CpuModule {
  public:
   bool gated = true;  // silu-gated, else relu^2
   int64_t hidden = 0, intermediate = 0;  // the whole I
+  float gate_multiplier = 1.0f, down_multiplier = 1.0f;  // Falcon-H1's mlp_multipliers
   Weight gate_proj, up_proj, down_proj;  ///< [I / tp, hidden] x2, [output rows, I]
   std::vector<float> gate_bias, up_bias, down_bias;
   dist::TpRank tp;
@@ -30,6 +31,8 @@ class MlpFfn final : public CpuModule {
     if (gated) {
       float* g = s.f32(1, T * I);
       cpu::linear(x, T, gate_proj, gate_bias.empty() ? nullptr : gate_bias.data(), g);
+      if (gate_multiplier != 1.0f)
+        for (int64_t i = 0; i < T * I; ++i) g[i] *= gate_multiplier;
       for (int64_t i = 0; i < T * I; ++i) u[i] = cpu::silu(g[i]) * u[i];
     } else {
       for (int64_t i = 0; i < T * I; ++i) u[i] = u[i] > 0.0f ? u[i] * u[i] : 0.0f;
@@ -39,39 +42,76 @@ class MlpFfn final : public CpuModule {
       float* full = s.f32(2, T * intermediate);
       dist::all_gather_columns(u, T, I, I, *tp.comm, full, intermediate, s.vec(3));
       dist::output_split_linear(full, T, intermediate, down_proj, bias, hidden, *tp.comm, out, hidden, s.vec(3));
-      return;
+    } else {
+      cpu::linear(u, T, down_proj, bias, out);
     }
-    cpu::linear(u, T, down_proj, bias, out);
+    if (down_multiplier != 1.0f)
+      for (int64_t i = 0; i < T * hidden; ++i) out[i] *= down_multiplier;
   }
 };
 
 }  // namespace
 
-std::unique_ptr<CpuModule> make_mlp_ffn(const ModuleArgs& a) {
-  const nlohmann::json& j = a.params;
-  auto m = std::make_unique<MlpFfn>();
+MlpConfig MlpConfig::from_json(const nlohmann::json& j) {
+  MlpConfig c;
   const std::string act = param_string(j, "hidden_act", "silu");
   SSM_CHECK(act == "silu" || act == "relu2", "config.json: hidden_act \"{}\" is not supported for the MLP (silu, relu2)",
             text_excerpt(act));
-  m->gated = act == "silu";
+  c.gated = act == "silu";
+  c.intermediate_size = param_int(j, "intermediate_size", -1);
+  c.bias = param_bool(j, "mlp_bias", false);
+  c.layout = param_string(j, "mlp_layout", "gate_up_proj");
+  SSM_CHECK(c.layout == "gate_up_proj" || c.layout == "input_linear",
+            "decoder: mlp_layout \"{}\" is not known (gate_up_proj, input_linear)", text_excerpt(c.layout));
+  SSM_CHECK(c.layout == "gate_up_proj" || (c.gated && !c.bias), "decoder: the input_linear MLP layout is SiLU-gated without bias");
+  c.gate_multiplier = param_float(j, {"mlp_gate_multiplier"}, 1.0f);
+  c.down_multiplier = param_float(j, {"mlp_down_multiplier"}, 1.0f);
+  return c;
+}
+
+MlpWeights read_mlp_weights(WeightSource& src, const std::string& p, int64_t Hd, const MlpConfig& c) {
+  const int64_t I = c.intermediate_size;
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), i_scale = 1.0f / std::sqrt(static_cast<float>(I));
+  MlpWeights w;
+  if (c.layout == "input_linear") {  // Granite: input_linear [2I, hidden] = [gate; up], output_linear [hidden, I]
+    const Weight in = src.matrix(p + "input_linear.weight", {2 * I, Hd}, DummyInit::uniform(in_scale));
+    w.gate_proj = dist::slice_rows(in, {dist::Range{0, I}});
+    w.up_proj = dist::slice_rows(in, {dist::Range{I, 2 * I}});
+    w.down_proj = src.matrix(p + "output_linear.weight", {Hd, I}, DummyInit::uniform(i_scale));
+    return w;
+  }
+  w.up_proj = src.matrix(p + "up_proj.weight", {I, Hd}, DummyInit::uniform(in_scale));
+  if (c.bias) w.up_bias = src.vector(p + "up_proj.bias", {I}, DummyInit::constant(0.0f));
+  if (c.gated) {
+    w.gate_proj = src.matrix(p + "gate_proj.weight", {I, Hd}, DummyInit::uniform(in_scale));
+    if (c.bias) w.gate_bias = src.vector(p + "gate_proj.bias", {I}, DummyInit::constant(0.0f));
+  }
+  w.down_proj = src.matrix(p + "down_proj.weight", {Hd, I}, DummyInit::uniform(i_scale));
+  if (c.bias) w.down_bias = src.vector(p + "down_proj.bias", {Hd}, DummyInit::constant(0.0f));
+  return w;
+}
+
+std::unique_ptr<CpuModule> make_mlp_ffn(const ModuleArgs& a) {
+  const MlpConfig c = MlpConfig::from_json(a.params);
+  auto m = std::make_unique<MlpFfn>();
+  m->gated = c.gated;
+  m->gate_multiplier = c.gate_multiplier, m->down_multiplier = c.down_multiplier;
   m->hidden = a.cfg.hidden_size;
-  m->intermediate = param_int(j, "intermediate_size", -1);
+  m->intermediate = c.intermediate_size;
   m->tp = a.tp;
-  const bool bias = param_bool(j, "mlp_bias", false);
   const int64_t Hd = m->hidden, I = m->intermediate;
   const dist::Range i = dist::even_shard(I, a.tp.rank, a.tp.world, a.label + " MLP intermediate_size");
   const dist::Range o = dist::output_shard(Hd, a.tp.rank, a.tp.world);
-  const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), i_scale = 1.0f / std::sqrt(static_cast<float>(I));
-  const std::string& p = a.prefix;
-  m->up_proj = dist::slice_rows(a.src.matrix(p + "up_proj.weight", {I, Hd}, DummyInit::uniform(in_scale)), {i});
-  if (bias) m->up_bias = dist::slice_rows(a.src.vector(p + "up_proj.bias", {I}, DummyInit::constant(0.0f)), 1, {i});
+  MlpWeights w = read_mlp_weights(a.src, a.prefix, Hd, c);
+  m->up_proj = dist::slice_rows(w.up_proj, {i});
+  if (!w.up_bias.empty()) m->up_bias = dist::slice_rows(w.up_bias, 1, {i});
   if (m->gated) {
-    m->gate_proj = dist::slice_rows(a.src.matrix(p + "gate_proj.weight", {I, Hd}, DummyInit::uniform(in_scale)), {i});
-    if (bias) m->gate_bias = dist::slice_rows(a.src.vector(p + "gate_proj.bias", {I}, DummyInit::constant(0.0f)), 1, {i});
+    m->gate_proj = dist::slice_rows(w.gate_proj, {i});
+    if (!w.gate_bias.empty()) m->gate_bias = dist::slice_rows(w.gate_bias, 1, {i});
     cpu::pack_for_linear(m->gate_proj);
   }
-  m->down_proj = dist::slice_rows(a.src.matrix(p + "down_proj.weight", {Hd, I}, DummyInit::uniform(i_scale)), {o});
-  if (bias) m->down_bias = dist::slice_rows(a.src.vector(p + "down_proj.bias", {Hd}, DummyInit::constant(0.0f)), 1, {o});
+  m->down_proj = dist::slice_rows(w.down_proj, {o});
+  if (!w.down_bias.empty()) m->down_bias = dist::slice_rows(w.down_bias, 1, {o});
   cpu::pack_for_linear(m->up_proj);
   cpu::pack_for_linear(m->down_proj);
   return m;

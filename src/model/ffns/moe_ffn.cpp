@@ -13,21 +13,28 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/moe.h"
 #include "model/decoder/params.h"
+#include "model/ffns/mlp_ffn.h"
 
 namespace ssmserve {
 namespace {
 
 class MoeFfn final : public CpuModule {
  public:
-  int top_k = 2;
+  cpu::MoeRouting routing;
   int64_t hidden = 0, intermediate = 0;  // intermediate: the whole I
   Weight gate;                           ///< [E, hidden] (replicated)
   std::vector<cpu::ExpertWeights> experts;
   dist::TpRank tp;
+  std::unique_ptr<CpuModule> shared;  ///< the shared expert (a dense MLP), or null
 
   void forward(const float* x, int64_t T, float* out, const ModuleStep& step) override {
     if (tp.world > 1) forward_gathered(x, T, out, step.scratch);
-    else cpu::sparse_moe(x, T, hidden, gate, experts, top_k, out);
+    else cpu::sparse_moe(x, T, hidden, gate, experts, routing, out);
+    if (shared) {  // out += shared_expert(x)
+      float* y = step.scratch.f32(7, T * hidden);
+      shared->forward(x, T, y, step);
+      for (int64_t i = 0; i < T * hidden; ++i) out[i] += y[i];
+    }
   }
 
  private:
@@ -36,13 +43,13 @@ class MoeFfn final : public CpuModule {
   // silu(w1 x) * (w3 x) into the whole I, and each computes its output rows of w2 over the whole I and adds them,
   // weighted, into its output columns exactly as sparse_moe does; the columns are all-gathered last.
   void forward_gathered(const float* x, int64_t T, float* out, Scratch& s) const {
-    const int E = static_cast<int>(experts.size()), K = top_k;
+    const int E = static_cast<int>(experts.size()), K = routing.top_k;
     const int64_t Hd = hidden, IF = intermediate, W = tp.world;
     const int64_t per = (Hd + W - 1) / W, oc = dist::output_shard(Hd, tp.comm->rank(), tp.world).size();
     std::vector<float> logits(static_cast<size_t>(T * E)), wts(static_cast<size_t>(T * K));
     std::vector<int32_t> ids(static_cast<size_t>(T * K));
     cpu::linear(x, T, gate, nullptr, logits.data());
-    cpu::moe_route(logits.data(), T, E, K, ids.data(), wts.data());
+    cpu::moe_route(logits.data(), T, E, routing, ids.data(), wts.data());
     std::vector<float>& part = s.vec(0);
     part.assign(static_cast<size_t>(T * per), 0.0f);
     std::vector<int64_t> tok;
@@ -62,8 +69,12 @@ class MoeFfn final : public CpuModule {
       float* ye = s.f32(5, n * std::max<int64_t>(oc, 1));
       for (int64_t i = 0; i < n; ++i) std::copy_n(x + tok[i] * Hd, Hd, xe + i * Hd);
       cpu::linear(xe, n, w.w1, nullptr, g);
-      cpu::linear(xe, n, w.w3, nullptr, u);
-      for (int64_t i = 0; i < n * I; ++i) g[i] = cpu::silu(g[i]) * u[i];
+      if (w.gated()) {
+        cpu::linear(xe, n, w.w3, nullptr, u);
+        for (int64_t i = 0; i < n * I; ++i) g[i] = cpu::silu(g[i]) * u[i];
+      } else {
+        for (int64_t i = 0; i < n * I; ++i) g[i] = g[i] > 0.0f ? g[i] * g[i] : 0.0f;
+      }
       dist::all_gather_columns(g, n, I, I, *tp.comm, gf, IF, s.vec(6));
       if (oc == 0) continue;
       cpu::linear(gf, n, IF, w.w2, nullptr, ye, oc);
@@ -79,6 +90,19 @@ class MoeFfn final : public CpuModule {
 
 }  // namespace
 
+namespace {
+
+/// Expert e's [rows, cols] matrix of a stacked [E, rows, cols] tensor (a view).
+Weight expert_view(const Weight& stacked, int64_t e, int64_t rows, int64_t cols) {
+  Weight v = stacked;
+  v.cpu_panels.reset();
+  v.rows = rows, v.cols = cols;
+  v.data = static_cast<const std::byte*>(stacked.data) + e * rows * cols * static_cast<int64_t>(dtype_size(stacked.dtype));
+  return v;
+}
+
+}  // namespace
+
 MoeConfig MoeConfig::from_json(const nlohmann::json& j) {
   MoeConfig c;
   c.num_experts = param_int(j, "num_local_experts", 8);
@@ -86,22 +110,76 @@ MoeConfig MoeConfig::from_json(const nlohmann::json& j) {
   SSM_CHECK(c.top_k <= c.num_experts, "config.json: num_experts_per_tok {} exceeds num_local_experts {}", c.top_k, c.num_experts);
   SSM_CHECK(c.num_experts <= 4096, "config.json: num_local_experts must be <= 4096 (got {})", c.num_experts);
   const std::string act = param_string(j, "hidden_act", "silu");
-  SSM_CHECK(act == "silu", "config.json: hidden_act \"{}\" is not supported for MoE experts (silu)", text_excerpt(act));
+  SSM_CHECK(act == "silu" || act == "relu2", "config.json: hidden_act \"{}\" is not supported for MoE experts (silu, relu2)",
+            text_excerpt(act));
+  c.gated = act == "silu";
   c.intermediate_size = param_int(j, "intermediate_size", -1);
+  const std::string scoring = param_string(j, "scoring_func", "softmax");
+  SSM_CHECK(scoring == "softmax" || scoring == "sigmoid", "config.json: scoring_func \"{}\" is not supported (softmax, sigmoid)",
+            text_excerpt(scoring));
+  c.scoring = scoring == "sigmoid" ? cpu::MoeRouting::Scoring::Sigmoid : cpu::MoeRouting::Scoring::Softmax;
+  c.renormalize = param_bool(j, "norm_topk_prob", true);
+  c.routed_scaling_factor = param_float(j, {"routed_scaling_factor"}, 1.0f);
+  c.n_group = param_int(j, "n_group", 1);
+  c.topk_group = param_int(j, "topk_group", 1);
+  SSM_CHECK(c.num_experts % c.n_group == 0 && c.topk_group <= c.n_group && (c.n_group == 1 || c.num_experts / c.n_group >= 2) &&
+                c.top_k <= c.topk_group * (c.num_experts / c.n_group),
+            "config.json: n_group {} / topk_group {} do not fit {} experts with num_experts_per_tok {}", c.n_group, c.topk_group,
+            c.num_experts, c.top_k);
+  c.layout = param_string(j, "moe_layout", "mixtral");
+  SSM_CHECK(c.layout == "mixtral" || c.layout == "granite" || c.layout == "nemotron" || c.layout == "jamba",
+            "decoder: moe_layout \"{}\" is not known (mixtral, granite, nemotron, jamba)", text_excerpt(c.layout));
+  SSM_CHECK(c.gated == (c.layout != "nemotron"), "config.json: {} experts must be {}", c.layout, c.gated ? "relu2" : "SiLU-gated");
+  if (j.contains("shared_intermediate_size") && !j["shared_intermediate_size"].is_null())
+    c.shared_intermediate_size = param_int(j, "shared_intermediate_size", 0);
+  c.shared_gated = param_string(j, "shared_hidden_act", act) == "silu";
+  c.shared_prefix = param_string(j, "shared_prefix", "shared_experts.");
   return c;
+}
+
+cpu::MoeRouting MoeConfig::routing() const {
+  cpu::MoeRouting r;
+  r.scoring = scoring, r.top_k = top_k, r.renormalize = renormalize, r.routed_scaling_factor = routed_scaling_factor;
+  r.n_group = n_group, r.topk_group = topk_group;
+  return r;
+}
+
+nlohmann::json shared_mlp_params(const MoeConfig& c) {
+  return {{"intermediate_size", c.shared_intermediate_size}, {"hidden_act", c.shared_gated ? "silu" : "relu2"},
+          {"mlp_layout", c.layout == "granite" ? "input_linear" : "gate_up_proj"}};
 }
 
 MoeWeights read_moe_weights(WeightSource& src, const std::string& p, int64_t Hd, const MoeConfig& c) {
   const int64_t I = c.intermediate_size, E = c.num_experts;
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), i_scale = 1.0f / std::sqrt(static_cast<float>(I));
   MoeWeights w;
-  w.gate = src.matrix(p + "gate.weight", {E, Hd}, DummyInit::uniform(in_scale));
+  if (c.layout == "granite") {
+    const std::string q = p + "block_sparse_moe.";
+    w.gate = src.matrix(q + "router.layer.weight", {E, Hd}, DummyInit::uniform(in_scale));
+    const Weight in = src.matrix(q + "input_linear.weight", {E, 2 * I, Hd}, DummyInit::uniform(in_scale));
+    const Weight outw = src.matrix(q + "output_linear.weight", {E, Hd, I}, DummyInit::uniform(i_scale));
+    for (int64_t e = 0; e < E; ++e) {
+      cpu::ExpertWeights x;
+      const Weight gu = expert_view(in, e, 2 * I, Hd);
+      x.w1 = dist::slice_rows(gu, {dist::Range{0, I}});
+      x.w3 = dist::slice_rows(gu, {dist::Range{I, 2 * I}});
+      x.w2 = expert_view(outw, e, Hd, I);
+      w.experts.push_back(std::move(x));
+    }
+    return w;
+  }
+  const bool jamba = c.layout == "jamba", nemotron = c.layout == "nemotron";
+  w.gate = src.matrix(p + (jamba ? "router.weight" : "gate.weight"), {E, Hd}, DummyInit::uniform(in_scale));
+  if (nemotron) w.correction_bias = src.vector(p + "gate.e_score_correction_bias", {E}, DummyInit::constant(0.0f));
+  const char* n1 = nemotron ? "up_proj" : jamba ? "gate_proj" : "w1";
+  const char* n2 = nemotron || jamba ? "down_proj" : "w2";
+  const char* n3 = jamba ? "up_proj" : "w3";
   for (int64_t e = 0; e < E; ++e) {
     const std::string q = fmt::format("{}experts.{}.", p, e);
     cpu::ExpertWeights x;
-    x.w1 = src.matrix(q + "w1.weight", {I, Hd}, DummyInit::uniform(in_scale));
-    x.w2 = src.matrix(q + "w2.weight", {Hd, I}, DummyInit::uniform(i_scale));
-    x.w3 = src.matrix(q + "w3.weight", {I, Hd}, DummyInit::uniform(in_scale));
+    x.w1 = src.matrix(q + n1 + ".weight", {I, Hd}, DummyInit::uniform(in_scale));
+    x.w2 = src.matrix(q + n2 + ".weight", {Hd, I}, DummyInit::uniform(i_scale));
+    if (c.gated) x.w3 = src.matrix(q + n3 + ".weight", {I, Hd}, DummyInit::uniform(in_scale));
     w.experts.push_back(std::move(x));
   }
   return w;
@@ -110,7 +188,7 @@ MoeWeights read_moe_weights(WeightSource& src, const std::string& p, int64_t Hd,
 std::unique_ptr<CpuModule> make_moe_ffn(const ModuleArgs& a) {
   const MoeConfig c = MoeConfig::from_json(a.params);
   auto m = std::make_unique<MoeFfn>();
-  m->top_k = c.top_k;
+  m->routing = c.routing();
   m->hidden = a.cfg.hidden_size;
   m->intermediate = c.intermediate_size;
   m->tp = a.tp;
@@ -119,13 +197,19 @@ std::unique_ptr<CpuModule> make_moe_ffn(const ModuleArgs& a) {
   const dist::Range o = dist::output_shard(Hd, a.tp.rank, a.tp.world);
   MoeWeights w = read_moe_weights(a.src, a.prefix, Hd, c);
   m->gate = std::move(w.gate);
+  m->routing.correction_bias = std::move(w.correction_bias);
   cpu::pack_for_linear(m->gate);
   for (cpu::ExpertWeights& x : w.experts) {
     x.w1 = dist::slice_rows(x.w1, {i});
     x.w2 = dist::slice_rows(x.w2, {o});  // output rows
-    x.w3 = dist::slice_rows(x.w3, {i});
-    for (Weight* proj : {&x.w1, &x.w2, &x.w3}) cpu::pack_for_linear(*proj);
+    if (x.gated()) x.w3 = dist::slice_rows(x.w3, {i});
+    for (Weight* proj : {&x.w1, &x.w2, &x.w3})
+      if (proj->rows > 0) cpu::pack_for_linear(*proj);
     m->experts.push_back(std::move(x));
+  }
+  if (c.shared_intermediate_size > 0) {
+    const nlohmann::json sp = shared_mlp_params(c);
+    m->shared = make_mlp_ffn(ModuleArgs{a.cfg, sp, a.src, a.prefix + c.shared_prefix, a.layer, a.tp, a.label});
   }
   return m;
 }

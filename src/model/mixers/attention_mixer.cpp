@@ -78,6 +78,13 @@ AttentionConfig AttentionConfig::from_json(const nlohmann::json& j, const ModelC
             "config.json: num_attention_heads must be <= 4096 and head_dim even and <= 1024 (got {} and {})", c.num_heads, c.head_dim);
   c.rope = !(j.contains("position_embedding_type") && j["position_embedding_type"] == "nope");
   if (c.rope) c.rope_theta = param_rope_theta(j, 10000.0);
+  float partial = param_float(j, {"partial_rotary_factor"}, 1.0f);
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("partial_rotary_factor"))
+    partial = param_float(j["rope_parameters"], {"partial_rotary_factor"}, partial);
+  SSM_CHECK(partial > 0.0f && partial <= 1.0f, "config.json: partial_rotary_factor must be in (0, 1] (got {})", partial);
+  c.rotary_dim = static_cast<int>(c.head_dim * partial);
+  c.rotary_dim -= c.rotary_dim % 2;
+  SSM_CHECK(!c.rope || c.rotary_dim >= 2, "config.json: partial_rotary_factor {} leaves no dims to rotate", partial);
   c.scale = param_float(j, {"attention_multiplier"}, 1.0f / std::sqrt(static_cast<float>(c.head_dim)));
   return c;
 }
@@ -100,7 +107,7 @@ std::unique_ptr<CpuModule> make_attention_mixer(const ModuleArgs& a) {
   m->hidden = a.cfg.hidden_size;
   m->num_heads = c.num_heads, m->num_kv_heads = c.num_kv_heads, m->head_dim = c.head_dim;
   m->rope = c.rope;
-  if (m->rope) m->inv_freq = cpu::rope_inv_freq(c.rope_theta, m->head_dim);
+  if (m->rope) m->inv_freq = cpu::rope_inv_freq(c.rope_theta, c.rotary_dim);
   m->scale = c.scale;
   m->tp = tp;
   // This rank's query heads h and KV heads kv (split, or one replicated head when tp is a multiple of K).

@@ -9,6 +9,7 @@
 #include "dist/shard.h"
 #include "kernels/cpu/causal_conv1d.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/selective_scan.h"
 
 namespace ssmserve {
@@ -34,6 +35,11 @@ MambaLayerWeights read_mamba1_layer(WeightSource& src, const std::string& p, int
   const dist::Range o = dist::output_shard(H, tp.rank, tp.world);
   L.out_proj = dist::slice_rows(src.matrix(p + "out_proj.weight", {H, I}, DummyInit::uniform(inner_scale)), {o});
   if (m.use_bias) L.out_proj_bias = dist::slice_rows(src.vector(p + "out_proj.bias", {H}, DummyInit::constant(0.0f)), 1, {o});
+  if (m.inner_layernorms) {
+    L.dt_norm = src.vector(p + "dt_layernorm.weight", {R}, DummyInit::constant(1.0f));
+    L.b_norm = src.vector(p + "b_layernorm.weight", {N}, DummyInit::constant(1.0f));
+    L.c_norm = src.vector(p + "c_layernorm.weight", {N}, DummyInit::constant(1.0f));
+  }
   if (pack)
     for (Weight* proj : {&L.in_proj, &L.x_proj, &L.dt_proj, &L.out_proj}) cpu::pack_for_linear(*proj);
   return L;
@@ -86,6 +92,11 @@ class Mamba1Mixer final : public CpuModule {
       cpu::linear(full, T, L.x_proj, nullptr, xdbl);
     } else {
       cpu::linear(xc, T, L.x_proj, nullptr, xdbl);
+    }
+    if (!L.dt_norm.empty()) {  // Jamba: RMSNorm over dt_low, B and C in place (strided rows of xdbl)
+      cpu::rms_norm_strided(xdbl, XD, L.dt_norm.data(), m_.inner_layernorm_eps, T, R);
+      cpu::rms_norm_strided(xdbl + R, XD, L.b_norm.data(), m_.inner_layernorm_eps, T, N);
+      cpu::rms_norm_strided(xdbl + R + N, XD, L.c_norm.data(), m_.inner_layernorm_eps, T, N);
     }
     cpu::linear(xdbl, T, XD, L.dt_proj, nullptr, delta, I);
     // 4. Selective scan with D skip and SiLU(z) gate.

@@ -24,9 +24,11 @@ struct MambaLayerWeights {
   std::vector<float> D;              ///< [I]
   Weight out_proj;                   ///< [H, I]; a rank: its output rows output_shard(H) x the whole d_inner
   std::vector<float> out_proj_bias;  ///< [H] or empty; a rank: its output rows
+  std::vector<float> dt_norm, b_norm, c_norm;  ///< [R], [N], [N] Jamba's inner RMSNorm weights, or empty
 };
 
-/// Reads the mixer tensors `prefix`{in_proj, conv1d, x_proj, dt_proj, A_log, D, out_proj} of one layer with their
+/// Reads the mixer tensors `prefix`{in_proj, conv1d, x_proj, dt_proj, A_log, D, out_proj} (and with
+/// m.inner_layernorms {dt_layernorm, b_layernorm, c_layernorm}) of one layer with their
 /// shapes from `m` and keeps rank tp.rank's slice: channels c = d_inner / tp (in_proj x and z rows, conv, dt_proj
 /// rows, dt_bias, A, D); x_proj replicated; out_proj split by output rows over the whole d_inner
 /// (dist/gathered_linear.h). Projections are packed for cpu::linear when `pack` (the CPU module; the GPU runner

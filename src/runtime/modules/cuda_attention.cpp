@@ -23,7 +23,7 @@ class CudaAttention final : public CudaModule {
     const DType wd = ctx_.opt.weight_dtype;
     q_proj_ = upload_weight(w.q_proj, wd), k_proj_ = upload_weight(w.k_proj, wd), v_proj_ = upload_weight(w.v_proj, wd);
     o_proj_ = upload_weight(w.o_proj, wd);
-    if (c_.rope) inv_freq_ = to_device(cpu::rope_inv_freq(c_.rope_theta, c_.head_dim));
+    if (c_.rope) inv_freq_ = to_device(cpu::rope_inv_freq(c_.rope_theta, c_.rotary_dim));
   }
 
   ModuleStateSpec state_spec() const override {
@@ -60,8 +60,8 @@ class CudaAttention final : public CudaModule {
     ctx_.gemm_run(normed_c, T, Hd, k_proj_, k, KW);
     ctx_.gemm_run(normed_c, T, Hd, v_proj_, v, KW);
     if (c_.rope) {
-      SSM_CUDA_CHECK(apply_rope(q, QW, T, c_.num_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(), D / 2, s));
-      SSM_CUDA_CHECK(apply_rope(k, KW, T, c_.num_kv_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(), D / 2, s));
+      SSM_CUDA_CHECK(apply_rope(q, QW, T, c_.num_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(), c_.rotary_dim / 2, s));
+      SSM_CUDA_CHECK(apply_rope(k, KW, T, c_.num_kv_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(), c_.rotary_dim / 2, s));
     }
     KvCacheView kv = state.kv;
     kv.num_kv_heads = c_.num_kv_heads, kv.head_dim = D;

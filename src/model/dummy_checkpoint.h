@@ -1,0 +1,16 @@
+// Owns writing a model's dummy weights (--load-format dummy) as a Hugging Face checkpoint, so that transformers can
+// run exactly the weights ssmserve generates: the goldens of architectures without a small trained checkpoint
+// (tools/make_dummy_goldens.sh) come from these files, and the tests load the same weights with --load-format dummy.
+#pragma once
+#include <filesystem>
+
+#include "config/model_config.h"
+
+namespace ssmserve {
+
+/// Loads cfg's architecture on the CPU with dummy weights and writes every tensor it generated, in bf16, to
+/// `out_file` (safetensors; tensor names as the checkpoint's). Throws Error as load_model does, or naming the file
+/// when it cannot be written.
+void save_dummy_checkpoint(const ModelConfig& cfg, const std::filesystem::path& out_file);
+
+}  // namespace ssmserve
