@@ -156,7 +156,7 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
     static const std::map<std::string, std::string> by_model_type = {
         {"mamba", "MambaForCausalLM"}, {"mamba2", "Mamba2ForCausalLM"}, {"minimax", "MiniMaxForCausalLM"},
         {"granitemoehybrid", "GraniteMoeHybridForCausalLM"}, {"bamba", "BambaForCausalLM"},
-        {"nemotron_h", "NemotronHForCausalLM"}, {"jamba", "JambaForCausalLM"}};
+        {"nemotron_h", "NemotronHForCausalLM"}, {"jamba", "JambaForCausalLM"}, {"falcon_h1", "FalconH1ForCausalLM"}};
     auto it = by_model_type.find(c.model_type);
     SSM_CHECK(it != by_model_type.end(), "{}: field \"architectures\" is missing and model_type \"{}\" names no supported "
               "architecture (give \"architectures\")", what, text_excerpt(c.model_type));

@@ -26,6 +26,7 @@ const std::map<std::string, ArchitectureSpecFn>& registry() {
       {"BambaForCausalLM", &bamba_spec},
       {"NemotronHForCausalLM", &nemotron_h_spec},
       {"JambaForCausalLM", &jamba_spec},
+      {"FalconH1ForCausalLM", &falcon_h1_spec},
   };
   return r;
 }

@@ -30,3 +30,20 @@ std::vector<float> tensor_to_f32(const TensorRef& t) {
 }
 
 }  // namespace ssmserve
+
+namespace ssmserve {
+
+Weight scale_rows(const Weight& w, const std::function<float(int64_t)>& row_scale) {
+  bool identity = true;
+  for (int64_t r = 0; r < w.rows && identity; ++r) identity = row_scale(r) == 1.0f;
+  if (identity) return w;
+  Weight out = Weight::allocate(DType::F32, w.rows, w.cols);
+  auto* dst = reinterpret_cast<float*>(out.owned->data());
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const float s = row_scale(r);
+    for (int64_t c = 0; c < w.cols; ++c) dst[r * w.cols + c] = w.at(r, c) * s;
+  }
+  return out;
+}
+
+}  // namespace ssmserve

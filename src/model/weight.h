@@ -1,5 +1,6 @@
 // Owns the reading of Weights from checkpoint tensors (the Weight type itself: core/weight.h).
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "core/weight.h"
@@ -14,5 +15,10 @@ Weight weight_from_tensor(const TensorRef& t);
 
 /// Reads a checkpoint tensor fully into float (for small parameters: norms, biases, A_log, D, conv weights).
 std::vector<float> tensor_to_f32(const TensorRef& t);
+
+/// An owned fp32 copy of w with row r multiplied by row_scale(r) (muP multipliers folded into a projection:
+/// Falcon-H1's ssm_multipliers, attention_in / key multipliers, mlp_multipliers). Returns w itself when every scale
+/// is 1.
+Weight scale_rows(const Weight& w, const std::function<float(int64_t)>& row_scale);
 
 }  // namespace ssmserve

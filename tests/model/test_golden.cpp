@@ -23,10 +23,11 @@ struct GoldenCase {
   std::string model;
   int max_num_batched_tokens;  // budget per step (small = chunked prefill)
   bool batched;                // all prompts in one engine run, or one engine run per prompt
+  bool dummy = false;          // tests/data/tiny-hybrids/<model>: dummy weights (tools/make_dummy_goldens.sh)
 };
 
 std::string case_name(const ::testing::TestParamInfo<GoldenCase>& info) {
-  std::string n = info.param.model + "_budget" + std::to_string(info.param.max_num_batched_tokens) +
+  std::string n = info.param.model + (info.param.dummy ? "_dummy" : "") + "_budget" + std::to_string(info.param.max_num_batched_tokens) +
                   (info.param.batched ? "_batched" : "_alone");
   for (char& c : n)
     if (!isalnum(static_cast<unsigned char>(c))) c = '_';
@@ -77,7 +78,7 @@ void check_against_golden(const nlohmann::json& g, const RequestOutput& o) {
 
 TEST_P(GoldenTest, MatchesTransformers) {
   const GoldenCase& gc = GetParam();
-  const auto dir = model_dir(gc.model);
+  const auto dir = gc.dummy ? source_dir() / "tests/data/tiny-hybrids" / gc.model : model_dir(gc.model);
   SSM_SKIP_IF_NO_MODEL(dir);
   const auto golden = read_json(source_dir() / "tests/data/goldens" / (gc.model + ".json"));
   const std::string arch = read_json(dir / "config.json")["architectures"][0];
@@ -86,6 +87,10 @@ TEST_P(GoldenTest, MatchesTransformers) {
 
   EngineConfig cfg;
   cfg.model = dir;
+  if (gc.dummy) {  // the weights transformers ran, regenerated; the tiny-mamba tokenizer
+    cfg.load_format = LoadFormat::Dummy;
+    cfg.tokenizer = model_dir("tiny-mamba");
+  }
   cfg.scheduler.max_num_batched_tokens = gc.max_num_batched_tokens;
   LLM llm(cfg);
   SamplingParams sp;
@@ -121,7 +126,15 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                                            GoldenCase{"tiny-granitemoehybrid", 2048, true},
                                            GoldenCase{"tiny-granitemoehybrid", 61, true}, GoldenCase{"tiny-granitemoehybrid", 7, true},
                                            GoldenCase{"tiny-nemotron_h", 2048, false}, GoldenCase{"tiny-nemotron_h", 2048, true},
-                                           GoldenCase{"tiny-nemotron_h", 61, true}, GoldenCase{"tiny-nemotron_h", 7, true}),
+                                           GoldenCase{"tiny-nemotron_h", 61, true}, GoldenCase{"tiny-nemotron_h", 7, true},
+                                           // Dummy weights (no small trained checkpoint of these layouts).
+                                           GoldenCase{"tiny-bamba", 2048, true, true}, GoldenCase{"tiny-bamba", 7, true, true},
+                                           GoldenCase{"tiny-jamba", 2048, true, true}, GoldenCase{"tiny-jamba", 7, true, true},
+                                           GoldenCase{"tiny-granite-dense", 2048, true, true},
+                                           GoldenCase{"tiny-granite-dense", 7, true, true},
+                                           GoldenCase{"tiny-nemotron_h-pattern", 2048, true, true},
+                                           GoldenCase{"tiny-nemotron_h-pattern", 7, true, true},
+                                           GoldenCase{"tiny-falcon_h1", 2048, true, true}, GoldenCase{"tiny-falcon_h1", 7, true, true}),
                          case_name);
 
 }  // namespace

@@ -14,6 +14,10 @@ void gated_rms_norm(const float* y, int64_t y_stride, const float* z, int64_t z_
     const float* yt = y + t * y_stride;
     const float* zt = z + t * z_stride;
     float* ot = out + t * D;
+    if (weight == nullptr) {  // no norm: the gate alone
+      for (int64_t d = 0; d < D; ++d) ot[d] = yt[d] * silu_ps(zt[d]);
+      continue;
+    }
     for (int64_t g0 = 0; g0 < D; g0 += group_size) {
       // 1. The normalized quantity: y * silu(z) (gate first) or y (norm first).
       // (Vectorized; the reduction order is fixed by the code, not by the batch, so rows stay batch-invariant.)

@@ -8,7 +8,8 @@
 namespace ssmserve::cpu {
 
 /// y: [T, D] (row stride y_stride), z: [T, D] gate (row stride z_stride), weight: [D], out: [T, D] contiguous
-/// (may alias y when y_stride == D). D must be a multiple of group_size. fp32 throughout.
+/// (may alias y when y_stride == D). D must be a multiple of group_size. fp32 throughout. weight == nullptr: no norm,
+/// out = y * silu(z) (Falcon-H1's mamba_rms_norm false).
 void gated_rms_norm(const float* y, int64_t y_stride, const float* z, int64_t z_stride, const float* weight,
                     float eps, int64_t T, int64_t D, int64_t group_size, bool norm_before_gate, float* out);
 

@@ -54,7 +54,8 @@ DecoderSpec granitemoehybrid_spec(const ModelConfig& cfg) {
   SSM_CHECK(pos.empty() || pos == "rope" || pos == "nope", "config.json: position_embedding_type \"{}\" is not supported (rope, nope)",
             text_excerpt(pos));
   s.module_params["attention"] = with_field(j, "position_embedding_type", pos == "rope" ? "rope" : "nope");
-  s.module_params["moe"] = {{"num_local_experts", experts}, {"num_experts_per_tok", param_int(j, "num_experts_per_tok", 2)},
+  if (experts > 0)
+    s.module_params["moe"] = {{"num_local_experts", experts}, {"num_experts_per_tok", param_int(j, "num_experts_per_tok", 2)},
                             {"intermediate_size", param_int(j, "intermediate_size", -1)}, {"hidden_act", act},
                             {"moe_layout", "granite"}, {"shared_intermediate_size", shared}, {"shared_prefix", "shared_mlp."}};
   s.module_params["mlp"] = {{"intermediate_size", shared}, {"hidden_act", act}, {"mlp_layout", "input_linear"}};

@@ -9,8 +9,14 @@
 //    mixer, attention without RoPE, a relu^2 MLP or a sigmoid-routed relu^2 MoE with a shared expert.
 //  - JambaForCausalLM (modeling_jamba.py): Mamba-1 with RMSNorms on dt / B / C, or attention without RoPE, then a
 //    SiLU-gated MLP or a softmax MoE without renormalization (every expert_layer_period-th layer).
+//  - FalconH1ForCausalLM (modeling_falcon_h1.py): Mamba-2 and RoPE attention in parallel on one normed input, then a
+//    SiLU-gated MLP; muP multipliers folded into the projections (falcon_h1.cpp).
 // Each throws Error naming the field when the config is malformed or names a layer type the family does not have.
 #pragma once
+#include <initializer_list>
+#include <string>
+#include <vector>
+
 #include "model/decoder/decoder_spec.h"
 
 namespace ssmserve {
@@ -19,6 +25,7 @@ DecoderSpec granitemoehybrid_spec(const ModelConfig& cfg);
 DecoderSpec bamba_spec(const ModelConfig& cfg);
 DecoderSpec nemotron_h_spec(const ModelConfig& cfg);
 DecoderSpec jamba_spec(const ModelConfig& cfg);
+DecoderSpec falcon_h1_spec(const ModelConfig& cfg);
 
 /// The per-layer mixer types of a Mamba hybrid ("mamba" or "attention"): read_layer_types, where transformers 5.x's
 /// "linear_attention" spelling of a Mamba layer means "mamba"; `allowed` lists the other kinds the family may have

@@ -89,7 +89,8 @@ void DecoderLM::forward(const ForwardBatch& batch, StateCache& cache, float* log
   if (stack_decode_) done = stack_decode_(stack_mods_, stack_norms_, eps, batch, states_, hidden_.data(), T, H, scratch_);
   for (size_t i = 0; i < subs_.size() && !done; ++i) {
     const Sublayer& s = subs_[i];
-    cpu::rms_norm(hidden_.data(), s.norm.data(), eps, T, H, normed_.data());
+    // A parallel mixer reads the normed input of the mixer before it (computed before that mixer's residual add).
+    if (!s.spec.parallel) cpu::rms_norm(hidden_.data(), s.norm.data(), eps, T, H, normed_.data());
     s.module->forward(normed_.data(), T, out_.data(), ModuleStep{batch, states_[i], scratch_});
     if (s.spec.plain_residual()) {
       for (int64_t j = 0; j < T * H; ++j) hidden_[j] += out_[j];
@@ -152,15 +153,15 @@ std::unique_ptr<CausalLM> load_decoder_from(const ModelConfig& cfg, const Decode
   // Layers in parallel (model/parallel_layers.h: values do not depend on the order; the lowest failing layer's error
   // is rethrown).
   const int L = cfg.num_hidden_layers;
-  std::vector<std::array<Sublayer, 2>> layers(static_cast<size_t>(L));
+  std::vector<std::array<Sublayer, 3>> layers(static_cast<size_t>(L));
   for_each_layer_parallel(L, [&](int64_t l) {
     const LayerSpec& ls = spec.layers[static_cast<size_t>(l)];
     int k = 0;
-    for (const SublayerSpec* s : {&ls.mixer, &ls.ffn}) {
+    for (const SublayerSpec* s : ls.sublayers()) {
       Sublayer& sub = layers[static_cast<size_t>(l)][k++];
       sub.spec = *s;
       if (!s->present()) continue;
-      sub.norm = src.vector(s->norm, {H}, DummyInit::constant(1.0f));
+      if (!s->parallel) sub.norm = src.vector(s->norm, {H}, DummyInit::constant(1.0f));
       const ModuleArgs args{cfg, spec.params(s->kind, cfg), src, s->prefix, static_cast<int>(l), tp, spec.label};
       sub.module = cpu_module_type(s->kind).make(args);
     }

@@ -3,6 +3,7 @@
 // (model/decoder/module.h) and a residual rule. An architecture is a function from config.json to a DecoderSpec
 // (src/model/archs/*.cpp); DecoderLM (decoder_lm.h) runs any spec on the CPU.
 #pragma once
+#include <array>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,15 +23,21 @@ struct SublayerSpec {
   float alpha = 1.0f;  ///< residual scale
   float beta = 1.0f;   ///< module-output scale (Granite's residual_multiplier, MiniMax's *_beta_factor)
   bool residual_is_normed = false;
+  /// A second mixer beside the layer's first (Falcon-H1's attention beside its Mamba-2): it reads the first mixer's
+  /// normed input (its `norm` is unused) and adds beta * module(...) to the same residual, h = h + b1 m1(n) + b2 m2(n).
+  bool parallel = false;
   bool present() const { return !kind.empty(); }
   /// True for the plain pre-norm residual h += module(norm(h)).
   bool plain_residual() const { return alpha == 1.0f && beta == 1.0f && !residual_is_normed; }
 };
 
-/// One decoder layer.
+/// One decoder layer: a mixer sublayer, optionally a second mixer in parallel with it, and an FFN sublayer.
 struct LayerSpec {
   SublayerSpec mixer;
+  SublayerSpec parallel_mixer;  ///< parallel = true; empty for every architecture but Falcon-H1
   SublayerSpec ffn;
+  /// The sublayers in execution order (absent ones included; check present()).
+  std::array<const SublayerSpec*, 3> sublayers() const { return {&mixer, &parallel_mixer, &ffn}; }
 };
 
 /// A whole model as data (per-layer structure, weight names, muP-style scalars).
@@ -68,11 +75,14 @@ using ArchitectureSpecFn = DecoderSpec (*)(const ModelConfig& cfg);
 /// Throws Error unless `spec` has one layer per num_hidden_layers and `known(kind)` accepts every kind it names
 /// (a backend's registry lookup, which throws naming the kinds it has): before any weight is read.
 [[noreturn]] void spec_layer_count_error(const ModelConfig& cfg, const DecoderSpec& spec);
+/// Throws Error unless every parallel mixer follows a first mixer and both have plain residuals (alpha 1, r = h).
+void check_parallel_sublayers(const DecoderSpec& spec);
 template <class KnownFn>
 void check_spec(const ModelConfig& cfg, const DecoderSpec& spec, KnownFn known) {
   if (static_cast<int>(spec.layers.size()) != cfg.num_hidden_layers) spec_layer_count_error(cfg, spec);
+  check_parallel_sublayers(spec);
   for (const LayerSpec& l : spec.layers)
-    for (const SublayerSpec* s : {&l.mixer, &l.ffn})
+    for (const SublayerSpec* s : l.sublayers())
       if (s->present()) known(s->kind);
 }
 

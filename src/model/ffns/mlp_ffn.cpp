@@ -9,6 +9,7 @@
 #include "dist/shard.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/linear.h"
+#include "model/weight.h"
 #include "model/decoder/params.h"
 
 namespace ssmserve {
@@ -18,7 +19,6 @@ class MlpFfn final : public CpuModule {
  public:
   bool gated = true;  // silu-gated, else relu^2
   int64_t hidden = 0, intermediate = 0;  // the whole I
-  float gate_multiplier = 1.0f, down_multiplier = 1.0f;  // Falcon-H1's mlp_multipliers
   Weight gate_proj, up_proj, down_proj;  ///< [I / tp, hidden] x2, [output rows, I]
   std::vector<float> gate_bias, up_bias, down_bias;
   dist::TpRank tp;
@@ -31,8 +31,6 @@ class MlpFfn final : public CpuModule {
     if (gated) {
       float* g = s.f32(1, T * I);
       cpu::linear(x, T, gate_proj, gate_bias.empty() ? nullptr : gate_bias.data(), g);
-      if (gate_multiplier != 1.0f)
-        for (int64_t i = 0; i < T * I; ++i) g[i] *= gate_multiplier;
       for (int64_t i = 0; i < T * I; ++i) u[i] = cpu::silu(g[i]) * u[i];
     } else {
       for (int64_t i = 0; i < T * I; ++i) u[i] = u[i] > 0.0f ? u[i] * u[i] : 0.0f;
@@ -45,8 +43,6 @@ class MlpFfn final : public CpuModule {
     } else {
       cpu::linear(u, T, down_proj, bias, out);
     }
-    if (down_multiplier != 1.0f)
-      for (int64_t i = 0; i < T * hidden; ++i) out[i] *= down_multiplier;
   }
 };
 
@@ -66,6 +62,7 @@ MlpConfig MlpConfig::from_json(const nlohmann::json& j) {
   SSM_CHECK(c.layout == "gate_up_proj" || (c.gated && !c.bias), "decoder: the input_linear MLP layout is SiLU-gated without bias");
   c.gate_multiplier = param_float(j, {"mlp_gate_multiplier"}, 1.0f);
   c.down_multiplier = param_float(j, {"mlp_down_multiplier"}, 1.0f);
+  SSM_CHECK(!c.bias || (c.gate_multiplier == 1.0f && c.down_multiplier == 1.0f), "config.json: mlp_multipliers with mlp_bias are not supported");
   return c;
 }
 
@@ -80,13 +77,14 @@ MlpWeights read_mlp_weights(WeightSource& src, const std::string& p, int64_t Hd,
     w.down_proj = src.matrix(p + "output_linear.weight", {Hd, I}, DummyInit::uniform(i_scale));
     return w;
   }
+  const float gm = c.gate_multiplier, dm = c.down_multiplier;
   w.up_proj = src.matrix(p + "up_proj.weight", {I, Hd}, DummyInit::uniform(in_scale));
   if (c.bias) w.up_bias = src.vector(p + "up_proj.bias", {I}, DummyInit::constant(0.0f));
   if (c.gated) {
-    w.gate_proj = src.matrix(p + "gate_proj.weight", {I, Hd}, DummyInit::uniform(in_scale));
+    w.gate_proj = scale_rows(src.matrix(p + "gate_proj.weight", {I, Hd}, DummyInit::uniform(in_scale)), [&](int64_t) { return gm; });
     if (c.bias) w.gate_bias = src.vector(p + "gate_proj.bias", {I}, DummyInit::constant(0.0f));
   }
-  w.down_proj = src.matrix(p + "down_proj.weight", {Hd, I}, DummyInit::uniform(i_scale));
+  w.down_proj = scale_rows(src.matrix(p + "down_proj.weight", {Hd, I}, DummyInit::uniform(i_scale)), [&](int64_t) { return dm; });
   if (c.bias) w.down_bias = src.vector(p + "down_proj.bias", {Hd}, DummyInit::constant(0.0f));
   return w;
 }
@@ -95,7 +93,6 @@ std::unique_ptr<CpuModule> make_mlp_ffn(const ModuleArgs& a) {
   const MlpConfig c = MlpConfig::from_json(a.params);
   auto m = std::make_unique<MlpFfn>();
   m->gated = c.gated;
-  m->gate_multiplier = c.gate_multiplier, m->down_multiplier = c.down_multiplier;
   m->hidden = a.cfg.hidden_size;
   m->intermediate = c.intermediate_size;
   m->tp = a.tp;

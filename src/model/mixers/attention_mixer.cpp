@@ -10,6 +10,7 @@
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rope.h"
+#include "model/weight.h"
 #include "model/decoder/params.h"
 
 namespace ssmserve {
@@ -85,6 +86,9 @@ AttentionConfig AttentionConfig::from_json(const nlohmann::json& j, const ModelC
   c.rotary_dim = static_cast<int>(c.head_dim * partial);
   c.rotary_dim -= c.rotary_dim % 2;
   SSM_CHECK(!c.rope || c.rotary_dim >= 2, "config.json: partial_rotary_factor {} leaves no dims to rotate", partial);
+  c.in_multiplier = param_float(j, {"attention_in_multiplier"}, 1.0f);
+  c.key_multiplier = param_float(j, {"key_multiplier"}, 1.0f);
+  SSM_CHECK(!param_bool(j, "attention_bias", false), "config.json: attention_bias true is not supported");
   c.scale = param_float(j, {"attention_multiplier"}, 1.0f / std::sqrt(static_cast<float>(c.head_dim)));
   return c;
 }
@@ -93,9 +97,10 @@ AttentionWeights read_attention_weights(WeightSource& src, const std::string& p,
   const int64_t D = c.head_dim, HD = int64_t{c.num_heads} * D, KD = int64_t{c.num_kv_heads} * D;
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), hd_scale = 1.0f / std::sqrt(static_cast<float>(HD));
   AttentionWeights w;
-  w.q_proj = src.matrix(p + "q_proj.weight", {HD, Hd}, DummyInit::uniform(in_scale));
-  w.k_proj = src.matrix(p + "k_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale));
-  w.v_proj = src.matrix(p + "v_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale));
+  const float in = c.in_multiplier, key = c.in_multiplier * c.key_multiplier;
+  w.q_proj = scale_rows(src.matrix(p + "q_proj.weight", {HD, Hd}, DummyInit::uniform(in_scale)), [&](int64_t) { return in; });
+  w.k_proj = scale_rows(src.matrix(p + "k_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale)), [&](int64_t) { return key; });
+  w.v_proj = scale_rows(src.matrix(p + "v_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale)), [&](int64_t) { return in; });
   w.o_proj = src.matrix(p + "o_proj.weight", {Hd, HD}, DummyInit::uniform(hd_scale));
   return w;
 }

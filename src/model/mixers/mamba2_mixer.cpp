@@ -17,6 +17,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/ssd.h"
+#include "model/weight.h"
 
 namespace ssmserve {
 namespace {
@@ -65,6 +66,15 @@ Mamba2Config Mamba2Config::from_json(const nlohmann::json& j, const ModelConfig&
   m.use_bias = boolean(j, "use_bias", false);
   m.use_conv_bias = boolean(j, "use_conv_bias", true);
   m.norm_before_gate = boolean(j, "norm_before_gate", false);
+  m.rms_norm = boolean(j, "rms_norm", true);
+  if (j.contains("ssm_multipliers") && !j["ssm_multipliers"].is_null()) {
+    const auto& v = j["ssm_multipliers"];
+    SSM_CHECK(v.is_array() && v.size() == 5, "config.json: ssm_multipliers must list 5 numbers (z, x, B, C, dt)");
+    for (size_t i = 0; i < 5; ++i) m.ssm_multipliers[i] = static_cast<float>(json_float(v[i], "ssm_multipliers"));
+  }
+  if (j.contains("ssm_in_multiplier") && !j["ssm_in_multiplier"].is_null())
+    m.ssm_in_multiplier = static_cast<float>(json_float(j["ssm_in_multiplier"], "ssm_in_multiplier"));
+  SSM_CHECK(m.ssm_in_multiplier == 1.0f || !m.use_bias, "config.json: ssm_in_multiplier with an in_proj bias is not supported");
   SSM_CHECK(!j.contains("hidden_act") || j["hidden_act"] == "silu", "config.json: hidden_act {} is not supported (Mamba-2 uses silu)",
             j["hidden_act"].dump().substr(0, 40));
   if (j.contains("time_step_limit") && !j["time_step_limit"].is_null()) {
@@ -82,15 +92,24 @@ Mamba2LayerWeights read_mamba2_mixer(WeightSource& src, const std::string& p, in
   const int64_t I = m.d_inner, C = m.conv_dim(), NH = m.num_heads, K = m.d_conv;
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), inner_scale = 1.0f / std::sqrt(static_cast<float>(I));
   Mamba2LayerWeights L;
-  L.in_proj = src.matrix(p + "in_proj.weight", {I + C + NH, Hd}, DummyInit::uniform(in_scale));
-  if (m.use_bias) L.in_proj_bias = src.vector(p + "in_proj.bias", {I + C + NH}, DummyInit::constant(0.0f));
+  // muP (Falcon-H1): row r of [z | x | B | C | dt] scaled by its section's multiplier (and the input multiplier).
+  const int64_t GN = int64_t{m.n_groups} * m.d_state;
+  const auto section = [&](int64_t r) {
+    return m.ssm_multipliers[r < I ? 0 : r < 2 * I ? 1 : r < 2 * I + GN ? 2 : r < 2 * I + 2 * GN ? 3 : 4];
+  };
+  L.in_proj = scale_rows(src.matrix(p + "in_proj.weight", {I + C + NH, Hd}, DummyInit::uniform(in_scale)),
+                         [&](int64_t r) { return section(r) * m.ssm_in_multiplier; });
+  if (m.use_bias) {
+    L.in_proj_bias = src.vector(p + "in_proj.bias", {I + C + NH}, DummyInit::constant(0.0f));
+    for (int64_t r = 0; r < I + C + NH; ++r) L.in_proj_bias[r] *= section(r);
+  }
   L.conv_weight = src.vector(p + "conv1d.weight", {C, 1, K}, DummyInit::uniform(0.5f));
   if (m.use_conv_bias) L.conv_bias = src.vector(p + "conv1d.bias", {C}, DummyInit::uniform(0.1f));
   L.dt_bias = src.vector(p + "dt_bias", {NH}, DummyInit::constant(-4.0f));
   L.A = src.vector(p + "A_log", {NH}, DummyInit::log_arange());
   for (float& a : L.A) a = -std::exp(a);
   L.D = src.vector(p + "D", {NH}, DummyInit::constant(1.0f));
-  L.gate_norm = src.vector(p + "norm.weight", {I}, DummyInit::constant(1.0f));
+  if (m.rms_norm) L.gate_norm = src.vector(p + "norm.weight", {I}, DummyInit::constant(1.0f));
   L.out_proj = src.matrix(p + "out_proj.weight", {Hd, I}, DummyInit::uniform(inner_scale));
   if (m.use_bias) L.out_proj_bias = src.vector(p + "out_proj.bias", {Hd}, DummyInit::constant(0.0f));
   return L;
@@ -155,7 +174,7 @@ class Mamba2Mixer final : public CpuModule {
       gated_norm_and_out_proj_gathered(proj, y, T, out, s);
     } else {
       float* gated = s.f32(3, T * I);
-      cpu::gated_rms_norm(y, I, proj, PW, w_.gate_norm.data(), eps_, T, I, I / m_.n_groups, m_.norm_before_gate, gated);
+      cpu::gated_rms_norm(y, I, proj, PW, w_.gate_norm.empty() ? nullptr : w_.gate_norm.data(), eps_, T, I, I / m_.n_groups, m_.norm_before_gate, gated);
       cpu::linear(gated, T, w_.out_proj, w_.out_proj_bias.empty() ? nullptr : w_.out_proj_bias.data(), out);
     }
   }
@@ -194,7 +213,7 @@ class Mamba2Mixer final : public CpuModule {
     float* gf = s.f32(6, T * IF);
     dist::all_gather_columns(y, T, I, I, *tp_.comm, yf, IF, s.vec(7));
     dist::all_gather_columns(proj, T, I, PW, *tp_.comm, zf, IF, s.vec(7));  // z = proj[:, :I]
-    cpu::gated_rms_norm(yf, IF, zf, IF, w_.gate_norm.data(), eps_, T, IF, IF / full_.n_groups, full_.norm_before_gate, gf);
+    cpu::gated_rms_norm(yf, IF, zf, IF, w_.gate_norm.empty() ? nullptr : w_.gate_norm.data(), eps_, T, IF, IF / full_.n_groups, full_.norm_before_gate, gf);
     dist::output_split_linear(gf, T, IF, w_.out_proj, w_.out_proj_bias.empty() ? nullptr : w_.out_proj_bias.data(), H_, *tp_.comm,
                               out, H_, s.vec(7));
   }
@@ -311,7 +330,7 @@ bool mamba2_stack_decode(std::span<CpuModule* const> layers, std::span<const flo
 #pragma omp barrier
       cpu::ssd_state_update_part(inputs, ssd[l], y, I, blocks, t, nt);
 #pragma omp barrier
-      cpu::gated_rms_norm(y, I, proj, PW, L.gate_norm.data(), eps, T, I, I / m.n_groups, m.norm_before_gate, gated);
+      cpu::gated_rms_norm(y, I, proj, PW, L.gate_norm.empty() ? nullptr : L.gate_norm.data(), eps, T, I, I / m.n_groups, m.norm_before_gate, gated);
       cpu::linear_part(gated, T, I, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out, Hd, t, nt);
       const cpu::LinearColumns out_cols = cpu::linear_part_columns(L.out_proj, t, nt);
       for (int64_t r = 0; r < T; ++r)

@@ -2,6 +2,7 @@
 // conv1d + SiLU over xBC; SSD scan per head (B, C shared per group); gated RMSNorm (norm(y * silu(z)) per group, or
 // norm-before-gate); out_proj. Its hyperparameters, its weight reader (shared with the GPU runner) and its factory.
 #pragma once
+#include <array>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -27,6 +28,11 @@ struct Mamba2Config {
   bool use_bias = false;
   bool use_conv_bias = true;
   bool norm_before_gate = false;
+  bool rms_norm = true;     ///< the gated RMSNorm (Falcon-H1's mamba_rms_norm false: y * silu(z), no norm weight)
+  /// Falcon-H1's muP: in_proj's output sections z, x, B, C, dt scaled by ssm_multipliers[0..4] and its input by
+  /// ssm_in_multiplier (both folded into in_proj's rows at load; in_proj must then have no bias).
+  std::array<float, 5> ssm_multipliers = {1, 1, 1, 1, 1};
+  float ssm_in_multiplier = 1.0f;
   float time_step_min_limit = 0.0f;          ///< time_step_limit[0]
   float time_step_max_limit = INFINITY;      ///< time_step_limit[1]
   int conv_dim() const { return d_inner + 2 * n_groups * d_state; }
@@ -47,7 +53,7 @@ struct Mamba2LayerWeights {
   std::vector<float> dt_bias;       ///< [H]
   std::vector<float> A;             ///< [H] = -exp(A_log)
   std::vector<float> D;             ///< [H]
-  std::vector<float> gate_norm;     ///< [I] gated RMSNorm weight
+  std::vector<float> gate_norm;     ///< [I] gated RMSNorm weight (empty without rms_norm)
   Weight out_proj;                  ///< [hidden, I]
   std::vector<float> out_proj_bias; ///< or empty
 };
