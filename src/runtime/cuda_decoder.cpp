@@ -101,16 +101,16 @@ void CudaDecoderLM::load(WeightSource& src) {
   int device = 0;
   SSM_CUDA_CHECK(cudaGetDevice(&device));
   const int L = cfg_.num_hidden_layers;
-  std::vector<std::array<CudaSublayer, 2>> layers(static_cast<size_t>(L));
+  std::vector<std::array<CudaSublayer, 3>> layers(static_cast<size_t>(L));
   for_each_layer_parallel(L, [&](int64_t l) {
     SSM_CUDA_CHECK(cudaSetDevice(device));
     const LayerSpec& ls = spec_.layers[static_cast<size_t>(l)];
     int k = 0;
-    for (const SublayerSpec* s : {&ls.mixer, &ls.ffn}) {
+    for (const SublayerSpec* s : ls.sublayers()) {
       CudaSublayer& sub = layers[static_cast<size_t>(l)][k++];
       sub.spec = *s;
       if (!s->present()) continue;
-      sub.norm = to_device(src.vector(s->norm, {H}, DummyInit::constant(1.0f)));
+      if (!s->parallel) sub.norm = to_device(src.vector(s->norm, {H}, DummyInit::constant(1.0f)));
       const ModuleArgs host{cfg_, spec_.params(s->kind, cfg_), src, s->prefix, static_cast<int>(l), tp, spec_.label};
       sub.module = cuda_module_type(s->kind).make({host, ctx_});
     }
@@ -210,17 +210,26 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
       stack_took_ = stack_decode_(stack_mods_, stack_norms_, spec_.norm_eps, st, views_, hidden, out);
   }
   if (stack_took_) return;  // the whole stack ran at sublayer 0
-  // 1. The sublayer's norm, adding the previous module's output first when its residual is still pending.
+  // 1. The sublayer's norm, adding the previous module's output first when its residual is still pending. A parallel
+  //    mixer (Falcon-H1) reads the normed input of the mixer before it instead, once that mixer's output is added.
   const float* prev = i > 0 && subs_[i - 1].spec.plain_residual() ? out : nullptr;
   const bool f32_in = S.module->input() == ModuleInput::F32;
-  const bool need_f32 = f32_in || S.spec.residual_is_normed;
   void* normed_c = normed_c_.get(T * H * dtype_size(wd));
-  float* normed_f = need_f32 ? normed_f_.f32(T * H) : nullptr;
-  if (!need_f32) {
-    SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c, wd, H, opt.pdl, s));
+  float* normed_f = normed_f_.f32(T * H);
+  if (S.spec.parallel) {
+    if (prev) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, 1.0f, prev, 1.0f, T * H, s));
   } else {
-    SSM_CUDA_CHECK(fused_add_rms_norm(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, T, H, normed_f, DType::F32, H, s));
-    if (!f32_in) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s));
+    // The fp32 form when this module or a parallel one after it reads fp32, or the residual rule needs it.
+    const CudaSublayer* next = i + 1 < subs_.size() && subs_[i + 1].spec.parallel ? &subs_[i + 1] : nullptr;
+    const bool next_f32 = next && next->module->input() == ModuleInput::F32;
+    const bool need_f32 = f32_in || S.spec.residual_is_normed || next_f32;
+    const bool need_c = !f32_in || (next && !next_f32);
+    if (!need_f32) {
+      SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c, wd, H, opt.pdl, s));
+    } else {
+      SSM_CUDA_CHECK(fused_add_rms_norm(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, T, H, normed_f, DType::F32, H, s));
+      if (need_c) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s));
+    }
   }
   // 2. The module; 3. its residual rule (the plain one is left to the next norm or the LM head's).
   S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, out);

@@ -172,12 +172,12 @@ TEST_F(CudaHybrid, DecodeGraphsEqualEagerAndGreedyIsArgmax) {
 
 TEST_F(CudaHybrid, LayerTypeTheGpuLacksIsAClearError) {
   REQUIRE_GPU();
-  spec_.layers[1].ffn = {"mlp", "model.layers.1.post_attention_layernorm.weight", "model.layers.1.mlp."};
+  spec_.layers[1].ffn = {"gated_deltanet", "model.layers.1.post_attention_layernorm.weight", "model.layers.1.mlp."};
   try {
     cuda::load_cuda_decoder(cfg_, spec_, LoadFormat::Dummy);
-    ADD_FAILURE() << "mlp accepted on cuda";
+    ADD_FAILURE() << "an unregistered layer type accepted on cuda";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("layer type \"mlp\" does not run on the GPU yet"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer type \"gated_deltanet\" does not run on the GPU yet"), std::string::npos) << e.what();
   }
 }
 

@@ -1,7 +1,7 @@
-// GPU op harness of the MiniMax hybrid (issue 8): lightning attention prefill / decode and the MoE block, each
+// GPU op harness of the MiniMax hybrid (issue 8): lightning attention prefill / decode and paged attention, each
 // against its CPU kernel (the reference) on the issue's shapes (head_dim 64 and 128, block sizes 64 and 256, slopes
 // up to 0.95, lengths 1, 255, 256, 257, 700, initial states, null rows, chunked continuation), with fresh random
-// inputs per run and poisoned outputs. Skips without a GPU; SSMSERVE_CUDA_TEST_QUICK=1 keeps the small cases.
+// inputs per run and poisoned outputs (the MoE block: test_cuda_moe_ops.cpp). Skips without a GPU; SSMSERVE_CUDA_TEST_QUICK=1 keeps the small cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,9 +13,7 @@
 #include "cuda_test_util.h"
 #include "device/cuda_check.h"
 #include "kernels/cpu/lightning.h"
-#include "kernels/cpu/moe.h"
 #include "kernels/cuda/lightning.h"
-#include "kernels/cuda/moe.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rope.h"
@@ -367,97 +365,6 @@ TEST(CudaLightning, RejectsBadArguments) {
   EXPECT_THROW(cuda::LightningPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{0}, 0), Error);
 }
 
-// ---- MoE ----------------------------------------------------------------------------------------------------------
-
-TEST(CudaMoe, RouteMatchesCpuIncludingTies) {
-  REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  for (int E : {4, 8, 32, 256}) {
-    for (int k : {1, 2, 4}) {
-      if (k > E) continue;
-      SCOPED_TRACE(testing::Message() << "E=" << E << " k=" << k);
-      const int64_t T = 97;
-      auto logits = rand_vec(rng, T * E, -3.0f, 3.0f);
-      for (int e = 0; e < E; ++e) logits[e] = 0.5f;  // token 0: all tied -> ids 0, 1, ...
-      logits[E + E - 1] = logits[E + 0] = 9.0f;        // token 1: a tie at the top
-      std::vector<int32_t> ids(T * k);
-      std::vector<float> w(T * k);
-      cpu::moe_route(logits.data(), T, E, k, ids.data(), w.data());
-      DeviceBuffer dl = to_device(logits), di(T * k * 4), dw(T * k * 4);
-      SSM_CUDA_CHECK(cuda::moe_route(dl.as<float>(), T, E, k, di.as<int32_t>(), dw.as<float>(), nullptr));
-      SSM_CUDA_CHECK(cudaDeviceSynchronize());
-      EXPECT_EQ(to_host<int32_t>(di, T * k), ids);
-      auto gw = to_host<float>(dw, T * k);
-      for (int64_t i = 0; i < T * k; ++i) EXPECT_NEAR(gw[i], w[i], 1e-6f) << i;
-    }
-  }
-}
-
-struct MoeShape {
-  const char* name;
-  int64_t hidden, inter;
-  int E, k;
-};
-
-TEST(CudaMoe, SparseMoeMatchesCpu) {
-  REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  // "odd": k and n tails of the 128 x 128 x 32 grouped tiles (hidden 200, I 72), top-3 of 8 (some experts empty).
-  std::vector<MoeShape> shapes = {{"tiny-minimax", 256, 256, 4, 2}, {"odd", 200, 72, 8, 3}};
-  if (!quick()) shapes.push_back({"minimax-bench", 2048, 1024, 8, 2});
-  for (const auto& sh : shapes) {
-    for (int64_t T : {int64_t{1}, int64_t{7}, int64_t{9}, quick() ? int64_t{70} : int64_t{300}}) {  // <= 8: GEMV path
-      SCOPED_TRACE(testing::Message() << sh.name << " T=" << T);
-      const int64_t Hd = sh.hidden, I = sh.inter, xs = Hd + 4, os = Hd + 8;
-      const int E = sh.E;
-      Weight gate = Weight::allocate(DType::F32, E, Hd);
-      auto g = rand_vec(rng, E * Hd, -0.1f, 0.1f);
-      std::memcpy(const_cast<void*>(gate.data), g.data(), g.size() * 4);
-      std::vector<cpu::ExpertWeights> experts(E);
-      std::vector<uint16_t> w1s, w3s, w2s;
-      auto fill = [&](Weight& W, int64_t r, int64_t c, std::vector<uint16_t>& stack) {
-        W = Weight::allocate(DType::BF16, r, c);
-        auto v = rand_vec(rng, r * c, -0.05f, 0.05f);
-        auto b = to_bf16_bits(v);
-        std::memcpy(const_cast<void*>(W.data), b.data(), b.size() * 2);
-        stack.insert(stack.end(), b.begin(), b.end());
-      };
-      for (int e = 0; e < E; ++e) {
-        fill(experts[e].w1, I, Hd, w1s);
-        fill(experts[e].w3, I, Hd, w3s);
-        fill(experts[e].w2, Hd, I, w2s);
-      }
-      std::vector<float> x = rand_vec(rng, T * Hd);
-      round_bf16(x);
-      std::vector<float> ref(T * Hd), logits(T * E);
-      { cpu::MoeRouting r; r.top_k = sh.k; cpu::sparse_moe(x.data(), T, Hd, gate, experts, r, ref.data()); }
-      cpu::linear(x.data(), T, gate, nullptr, logits.data());
-      std::vector<float> xpad(T * xs, 0.0f);
-      for (int64_t t = 0; t < T; ++t) std::copy_n(x.data() + t * Hd, Hd, xpad.data() + t * xs);
-      DeviceBuffer dx = to_device(xpad), dl = to_device(logits), d1 = to_device(w1s), d3 = to_device(w3s),
-                   d2 = to_device(w2s), dout = poisoned(T * os);
-      cuda::MoeDevWeights w{E, sh.k, Hd, I, d1.data(), d3.data(), d2.data()};
-      DeviceBuffer ws(cuda::moe_workspace_bytes(T, w));
-      SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), xs, T, dl.as<float>(), w, dout.as<float>(), os, ws.data(), nullptr));
-      SSM_CUDA_CHECK(cudaDeviceSynchronize());
-      auto got = to_host<float>(dout, T * os);
-      std::vector<float> refp(T * os, 0.0f);
-      for (int64_t t = 0; t < T; ++t) std::copy_n(ref.data() + t * Hd, Hd, refp.data() + t * os);
-      EXPECT_LT(rel_err(got.data(), os, refp.data(), os, T, Hd), 1e-2);
-    }
-  }
-}
-
-TEST(CudaMoe, RejectsBadArguments) {
-  REQUIRE_GPU();
-  cuda::MoeDevWeights w{4, 5, 256, 256, nullptr, nullptr, nullptr};  // top_k > E, no weights
-  EXPECT_EQ(cuda::sparse_moe(nullptr, 256, 1, nullptr, w, nullptr, 256, nullptr, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::moe_route(nullptr, 1, 4, 5, nullptr, nullptr, nullptr), cudaErrorInvalidValue);
-}
 
 // ---- paged softmax attention ---------------------------------------------------------------------------------------
 

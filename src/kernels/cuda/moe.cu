@@ -1,6 +1,7 @@
 // Owns the GPU sparse MoE (see moe.h): router, device-side sort by expert, grouped GEMMs (moe_grouped_gemm.h), combine.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/activations.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
 
 namespace ssmserve::cuda {
@@ -14,7 +15,7 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 /// Workspace layout (byte offsets).
 struct MoeLayout {
-  size_t ids, wts, offsets, sorted, pair_row, xg, act, y, total;
+  size_t ids, wts, offsets, sorted, pair_row, xg, act, y, u, total;
   MoeLayout(int64_t T, const MoeDevWeights& w) {
     const size_t P = static_cast<size_t>(T) * w.top_k;
     ids = 0;
@@ -25,64 +26,113 @@ struct MoeLayout {
     xg = align256(pair_row + P * 4);
     act = align256(xg + P * w.hidden * 2);
     y = align256(act + P * w.intermediate * 2);
-    total = align256(y + P * w.hidden * 4);
+    u = align256(y + P * w.hidden * 4);
+    total = align256(u + (w.w3 ? 0 : P * w.intermediate * 4));
   }
 };
 
-/// Grid (ceil(T / 8)), 8 warps: one warp per token.
+/// Grid (ceil(T / 8)), 8 warps: one warp per token (cpu::moe_route's arithmetic order).
 __global__ void __launch_bounds__(256) route_kernel(const float* __restrict__ logits, int64_t T, int E, int top_k,
-                                                   int32_t* __restrict__ ids, float* __restrict__ wts) {
+                                                   MoeRouteParams r, int32_t* __restrict__ ids, float* __restrict__ wts) {
   constexpr int PER = kMaxRouteE / 32;
-  const int lane = threadIdx.x & 31;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  __shared__ float choice_s[8][kMaxRouteE];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * 8 + warp;
   if (t >= T) return;
   const float* l = logits + t * E;
-  float v[PER];
-  float m = -INFINITY;
+  float sc[PER], ch[PER];  // scores (the weights) and choice scores (-inf: not a candidate)
+  if (r.sigmoid) {
 #pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = lane + 32 * i;
-    v[i] = e < E ? l[e] : -INFINITY;
-    m = fmaxf(m, v[i]);
+    for (int i = 0; i < PER; ++i) {
+      const int e = lane + 32 * i;
+      sc[i] = e < E ? 1.0f / (1.0f + expf(-l[e])) : 0.0f;
+      ch[i] = e < E ? sc[i] + (r.correction_bias ? r.correction_bias[e] : 0.0f) : -INFINITY;
+    }
+    if (r.n_group > 1) {  // keep the topk_group groups whose two best choice scores sum highest (ties: lower group)
+      const int per = E / r.n_group;
+#pragma unroll
+      for (int i = 0; i < PER; ++i)
+        if (lane + 32 * i < E) choice_s[warp][lane + 32 * i] = ch[i];
+      __syncwarp();
+      float gs = -INFINITY;
+      if (lane < r.n_group) {
+        float a = -INFINITY, b = -INFINITY;
+        for (int e = lane * per; e < (lane + 1) * per; ++e) {
+          const float c = choice_s[warp][e];
+          if (c > a) b = a, a = c;
+          else if (c > b) b = c;
+        }
+        gs = a + b;
+      }
+      bool keep = false;
+      for (int k = 0; k < r.topk_group; ++k) {
+        float best = gs;
+        int bg = lane < r.n_group ? lane : INT32_MAX;
+        for (int o = 16; o > 0; o >>= 1) {
+          const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+          const int og = __shfl_xor_sync(0xffffffffu, bg, o);
+          if (ob > best || (ob == best && og < bg)) best = ob, bg = og;
+        }
+        if (lane == bg) keep = true, gs = -INFINITY;
+      }
+      const unsigned kept = __ballot_sync(0xffffffffu, keep);
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const int e = lane + 32 * i;
+        if (e < E && !((kept >> (e / per)) & 1u)) ch[i] = -INFINITY;
+      }
+    }
+  } else {
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int e = lane + 32 * i;
+      sc[i] = e < E ? l[e] : -INFINITY;
+      m = fmaxf(m, sc[i]);
+    }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      sc[i] = lane + 32 * i < E ? expf(sc[i] - m) : 0.0f;
+      sum += sc[i];
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      sc[i] = sc[i] / sum;
+      ch[i] = lane + 32 * i < E ? sc[i] : -INFINITY;
+    }
   }
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    v[i] = lane + 32 * i < E ? expf(v[i] - m) : 0.0f;
-    sum += v[i];
-  }
-  sum = warp_sum(sum);
-#pragma unroll
-  for (int i = 0; i < PER; ++i) v[i] = lane + 32 * i < E ? v[i] / sum : -1.0f;
   float pk[kMaxTopK];
   int ek[kMaxTopK];
   float tot = 0.0f;
   for (int k = 0; k < top_k; ++k) {
-    // Arg max (probability descending, ties to the lower id) over unchosen experts.
-    float best = -2.0f;
+    // Arg max (choice score descending, ties to the lower id) over the remaining candidates.
+    float best = -INFINITY, bs = 0.0f;
     int be = INT32_MAX;
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
       const int e = lane + 32 * i;
-      if (v[i] > best || (v[i] == best && e < be)) best = v[i], be = e;
+      if (e < E && (ch[i] > best || (ch[i] == best && e < be))) best = ch[i], be = e, bs = sc[i];
     }
     for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o), os = __shfl_xor_sync(0xffffffffu, bs, o);
       const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-      if (ob > best || (ob == best && oe < be)) best = ob, be = oe;
+      if (ob > best || (ob == best && oe < be)) best = ob, be = oe, bs = os;
     }
 #pragma unroll
     for (int i = 0; i < PER; ++i)
-      if (lane + 32 * i == be) v[i] = -2.0f;
-    pk[k < kMaxTopK ? k : 0] = best;
+      if (lane + 32 * i == be) ch[i] = -INFINITY;
+    pk[k < kMaxTopK ? k : 0] = bs;
     ek[k < kMaxTopK ? k : 0] = be;
-    tot += best;
+    tot += bs;
   }
+  const float denom = !r.renormalize ? 1.0f : r.sigmoid ? tot + 1e-20f : tot;
   if (lane == 0)
     for (int k = 0; k < top_k; ++k) {
       ids[t * top_k + k] = ek[k];
-      wts[t * top_k + k] = pk[k] / tot;
+      wts[t * top_k + k] = pk[k] / denom * r.routed_scaling_factor;
     }
 }
 
@@ -154,7 +204,7 @@ __global__ void __launch_bounds__(256) small_up_kernel(const float* __restrict__
   const int64_t e = ids[p];
   const float* xr = x + static_cast<int64_t>(p / top_k) * xs;
   const bf16* a = w1 + (e * I + n) * K;
-  const bf16* b = w3 + (e * I + n) * K;
+  const bf16* b = w3 ? w3 + (e * I + n) * K : a;  // relu^2 experts: no up, u unused
   float g = 0.0f, u = 0.0f;
   for (int64_t k = lane * 8; k < K; k += 32 * 8) {
     const float4 x0 = *reinterpret_cast<const float4*>(xr + k), x1 = *reinterpret_cast<const float4*>(xr + k + 4);
@@ -171,7 +221,7 @@ __global__ void __launch_bounds__(256) small_up_kernel(const float* __restrict__
   }
   g = warp_sum(g);
   u = warp_sum(u);
-  if (lane == 0) act[static_cast<int64_t>(p) * I + n] = __float2bfloat16_rn(silu(g) * u);
+  if (lane == 0) act[static_cast<int64_t>(p) * I + n] = __float2bfloat16_rn(w3 ? silu(g) * u : (g > 0.0f ? g * g : 0.0f));
 }
 
 /// Grid (ceil(hidden / 8), P), 8 warps: y[p, n] = act[p] . w2[e, n].
@@ -199,7 +249,8 @@ __global__ void __launch_bounds__(256) small_down_kernel(const bf16* __restrict_
 bool valid(const MoeDevWeights& w) {
   return w.num_experts >= 1 && w.num_experts <= kMaxE && w.top_k >= 1 && w.top_k <= kMaxTopK &&
          w.top_k <= w.num_experts && w.hidden > 0 && w.hidden % 8 == 0 && w.intermediate > 0 &&
-         w.intermediate % 8 == 0 && w.w1 && w.w2 && w.w3;
+         w.intermediate % 8 == 0 && w.w1 && w.w2 && w.routing.n_group >= 1 && w.routing.n_group <= 32 &&
+         w.num_experts % w.routing.n_group == 0 && w.routing.topk_group >= 1 && w.routing.topk_group <= w.routing.n_group;
 }
 
 }  // namespace
@@ -208,9 +259,16 @@ size_t moe_workspace_bytes(int64_t T, const MoeDevWeights& w) { return MoeLayout
 
 cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, int32_t* ids, float* weights,
                       cudaStream_t stream) {
-  if (T < 0 || E < 1 || E > kMaxRouteE || top_k < 1 || top_k > kMaxTopK || top_k > E) return cudaErrorInvalidValue;
+  return moe_route(logits, T, E, top_k, MoeRouteParams{}, ids, weights, stream);
+}
+
+cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, const MoeRouteParams& r, int32_t* ids, float* weights,
+                      cudaStream_t stream) {
+  if (T < 0 || E < 1 || E > kMaxRouteE || top_k < 1 || top_k > kMaxTopK || top_k > E || r.n_group < 1 || r.n_group > 32 ||
+      E % r.n_group != 0 || r.topk_group < 1 || r.topk_group > r.n_group || (r.n_group > 1 && !r.sigmoid))
+    return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  route_kernel<<<ceil_div(T, 8), 256, 0, stream>>>(logits, T, E, top_k, ids, weights);
+  route_kernel<<<ceil_div(T, 8), 256, 0, stream>>>(logits, T, E, top_k, r, ids, weights);
   return launch_status();
 }
 
@@ -231,7 +289,7 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   auto* y = reinterpret_cast<float*>(base + L.y);
   const int E = w.num_experts, k = w.top_k;
   const int64_t P = T * k;
-  cudaError_t e = moe_route(logits, T, E, k, ids, wts, stream);
+  cudaError_t e = moe_route(logits, T, E, k, w.routing, ids, wts, stream);
   if (e != cudaSuccess) return e;
   if (P <= kSmallPairs) {
     small_up_kernel<<<dim3(ceil_div(w.intermediate, 8), static_cast<unsigned>(P)), 256, 0, stream>>>(
@@ -248,9 +306,17 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   if ((e = launch_status()) != cudaSuccess) return e;
   auto* xg = reinterpret_cast<bf16*>(base + L.xg);
   if ((e = moe_gather_rows(x, x_stride, sorted, P, k, w.hidden, xg, stream)) != cudaSuccess) return e;
-  if ((e = moe_grouped_up(xg, offsets, P, E, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3),
-                          w.intermediate, w.hidden, act, stream)) != cudaSuccess)
-    return e;
+  if (w.w3) {
+    if ((e = moe_grouped_up(xg, offsets, P, E, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3),
+                            w.intermediate, w.hidden, act, stream)) != cudaSuccess)
+      return e;
+  } else {  // relu^2 experts: u = xg . w1^T by the plain grouped GEMM, then act = bf16(relu(u)^2)
+    auto* u = reinterpret_cast<float*>(base + L.u);
+    if ((e = moe_grouped_down(xg, offsets, P, E, static_cast<const bf16*>(w.w1), w.intermediate, w.hidden, u, stream)) != cudaSuccess)
+      return e;
+    if ((e = mlp_activation(u, w.intermediate, P, w.intermediate, false, act, DType::BF16, w.intermediate, stream)) != cudaSuccess)
+      return e;
+  }
   if ((e = moe_grouped_down(act, offsets, P, E, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, y,
                             stream)) != cudaSuccess)
     return e;

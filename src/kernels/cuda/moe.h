@@ -15,15 +15,27 @@
 
 namespace ssmserve::cuda {
 
+/// How tokens pick their experts (cpu::MoeRouting): softmax (renormalized or not) or sigmoid scores with an optional
+/// correction bias [E] (device) for the choice, group-limited choice (n_group <= 32 groups, the topk_group best by the
+/// sum of their two best), weights times routed_scaling_factor.
+struct MoeRouteParams {
+  bool sigmoid = false;
+  bool renormalize = true;
+  float routed_scaling_factor = 1.0f;
+  int n_group = 1, topk_group = 1;
+  const float* correction_bias = nullptr;
+};
+
 /// Stacked expert weights (device, bf16, row-major as Linear weights are stored).
 struct MoeDevWeights {
   int num_experts = 0;   ///< E, 1..1024
   int top_k = 0;         ///< 1..min(E, 8)
   int64_t hidden = 0;    ///< multiple of 8
   int64_t intermediate = 0;  ///< I, multiple of 8
-  const void* w1 = nullptr;  ///< [E, I, hidden] gate_proj
-  const void* w3 = nullptr;  ///< [E, I, hidden] up_proj
+  const void* w1 = nullptr;  ///< [E, I, hidden] gate_proj (relu^2 experts: up_proj)
+  const void* w3 = nullptr;  ///< [E, I, hidden] up_proj (null: relu^2 experts, w2(relu(w1 x)^2))
   const void* w2 = nullptr;  ///< [E, hidden, I] down_proj
+  MoeRouteParams routing;
 };
 
 /// Workspace bytes sparse_moe needs for T tokens (ids, weights, offsets, sorted rows, activations, expert outputs).
@@ -33,8 +45,12 @@ size_t moe_workspace_bytes(int64_t T, const MoeDevWeights& w);
 /// and their renormalized weights [T, top_k] fp32. E <= 256.
 cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, int32_t* ids, float* weights,
                       cudaStream_t stream);
+/// The same with any routing (MoeRouteParams); ids by descending choice score.
+cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, const MoeRouteParams& r, int32_t* ids, float* weights,
+                      cudaStream_t stream);
 
-/// out[t] = sum over token t's top_k experts e (ascending e) of weight_e * w2_e(silu(w1_e x) * (w3_e x)).
+/// out[t] = sum over token t's top_k experts e (ascending e) of weight_e * w2_e(silu(w1_e x) * (w3_e x)) (relu^2
+/// experts: weight_e * w2_e(relu(w1_e x)^2)).
 ///   x: [T, hidden] fp32 (row stride x_stride, multiple of 4); logits: [T, E] fp32 contiguous; out: [T, hidden]
 ///   fp32 (row stride out_stride; must not alias x); workspace: moe_workspace_bytes(T, w) bytes.
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,

@@ -58,6 +58,7 @@ class CudaMamba1 final : public CudaModule {
     x_proj = upload_weight(w.x_proj, wd);
     dt_proj = upload_weight(w.dt_proj, wd);
     dt_bias = to_device(w.dt_bias), A = to_device(w.A), D = to_device(w.D);
+    if (!w.dt_norm.empty()) dt_norm_ = to_device(w.dt_norm), b_norm_ = to_device(w.b_norm), c_norm_ = to_device(w.c_norm);
     out_proj = upload_weight(w.out_proj, wd);
     if ((ctx_.opt.decode_overlap & 3) && ctx_.tp->tp.world == 1) {
       branch_ = std::make_unique<OverlapBranch>();
@@ -90,13 +91,14 @@ class CudaMamba1 final : public CudaModule {
   }
   Mamba1DecodeShape decode_shape() const { return {H_, m_.d_inner, m_.d_state, m_.dt_rank, m_.d_conv, eps_}; }
   bool dataflow_enabled() const {
-    return ctx_.opt.dataflow_decode && ctx_.opt.weight_dtype == DType::BF16 && ctx_.tp->tp.world == 1;
+    return ctx_.opt.dataflow_decode && ctx_.opt.weight_dtype == DType::BF16 && ctx_.tp->tp.world == 1 && !dt_norm_.data();
   }
 
   DataflowCache dataflow;  ///< the whole-stack path's state, kept by the first layer
   // Device weights (the dataflow path reads them too).
   DevWeight in_proj, x_proj, dt_proj, out_proj;
   DeviceBuffer conv_weight, conv_bias, dt_bias, A, D;
+  DeviceBuffer dt_norm_, b_norm_, c_norm_;  ///< Jamba's inner RMSNorm weights [R], [N], [N], or empty
 
  private:
   const CudaRunnerContext& ctx_;
@@ -173,9 +175,16 @@ void CudaMamba1::forward(const CudaStep& st, const ModuleState& state, const voi
                                           dm.query_start_loc_p, dm.state_indices_p, dm.has_initial_states_p, np, T - P0, s));
   // 3. x_proj -> xdbl = [dt_low, B, C] (and its bf16 copy; under TP after the all-reduce, x_proj being row-parallel);
   //    delta = dt_proj(dt_low).
-  const bool fused_cast = b16 && !tp_on;
+  const bool inner_norms = dt_norm_.data() != nullptr;
+  const bool fused_cast = b16 && !tp_on && !inner_norms;
   ctx_.gemm_run(b16 ? static_cast<const void*>(xc16) : xc, T, I, x_proj, xdbl, XD, fused_cast ? xdbl16 : nullptr);
   ctx_.tp->all_reduce(xdbl, T * XD);
+  if (inner_norms) {  // Jamba: RMSNorm over dt_low, B and C in place
+    const float eps = m_.inner_layernorm_eps;
+    SSM_CUDA_CHECK(fused_add_rms_norm(nullptr, XD, xdbl, XD, dt_norm_.as<float>(), eps, T, R, xdbl, DType::F32, XD, s));
+    SSM_CUDA_CHECK(fused_add_rms_norm(nullptr, XD, xdbl + R, XD, b_norm_.as<float>(), eps, T, N, xdbl + R, DType::F32, XD, s));
+    SSM_CUDA_CHECK(fused_add_rms_norm(nullptr, XD, xdbl + R + N, XD, c_norm_.as<float>(), eps, T, N, xdbl + R + N, DType::F32, XD, s));
+  }
   if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s));
   ctx_.gemm_run(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, dt_proj, delta, I);
   if (overlap) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and an early-joined prefetch) done

@@ -131,6 +131,8 @@ std::unique_ptr<CudaModule> make_cuda_mamba2(const CudaModuleArgs& a) {
   const dist::TpRank& tp = h.tp;
   SSM_CHECK(m.d_conv >= 1 && m.d_conv <= 8, "config.json: conv_kernel {} outside [1, 8] on cuda", m.d_conv);
   SSM_CHECK(m.d_state <= 256, "config.json: state_size {} > 256 is not supported on cuda", m.d_state);
+  SSM_CHECK(m.rms_norm, "{}: a Mamba-2 mixer without its gated RMSNorm (mamba_rms_norm false) is not supported on cuda yet",
+            (h.cfg.dir / "config.json").string());
   SSM_CHECK(!m.use_bias, "{}: use_bias = true (in_proj / out_proj biases) is not supported on cuda yet",
             (h.cfg.dir / "config.json").string());
   SSM_CHECK(tp.world == 1 || m.n_groups % tp.world == 0,

@@ -12,6 +12,7 @@ std::unique_ptr<CudaModule> make_cuda_mamba2(const CudaModuleArgs& args);
 std::unique_ptr<CudaModule> make_cuda_lightning(const CudaModuleArgs& args);
 std::unique_ptr<CudaModule> make_cuda_attention(const CudaModuleArgs& args);
 std::unique_ptr<CudaModule> make_cuda_moe(const CudaModuleArgs& args);
+std::unique_ptr<CudaModule> make_cuda_mlp(const CudaModuleArgs& args);
 /// Mamba-1's whole-stack decode path (the dataflow kernel, CudaModelOptions::dataflow_decode).
 CudaStackDecodeFn cuda_mamba1_stack_decode();
 

@@ -1,11 +1,13 @@
 // Owns the sparse MoE FFN on the GPU (the CPU module: model/ffns/moe_ffn.h): the router GEMM in fp32 (so expert
-// choices match the CPU's), then kernels/cuda/moe.h (device-side sort by expert, grouped GEMMs over bf16 stacked
-// experts, weighted combine; no host synchronization).
+// choices match the CPU's), then kernels/cuda/moe.h (softmax or sigmoid routing, device-side sort by expert, grouped
+// GEMMs over bf16 stacked experts, weighted combine; no host synchronization), plus the shared expert (cuda_mlp.cpp).
 #include <cstring>
 
 #include "core/error.h"
 #include "device/cuda_check.h"
+#include "kernels/cuda/activations.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/rms_norm.h"
 #include "model/ffns/moe_ffn.h"
 #include "runtime/modules/cuda_modules.h"
 
@@ -30,41 +32,74 @@ DeviceBuffer stack_bf16(const std::vector<const Weight*>& ws) {
 
 class CudaMoe final : public CudaModule {
  public:
-  CudaMoe(const CudaRunnerContext& ctx, MoeConfig c, int64_t hidden, const MoeWeights& w) : ctx_(ctx), c_(c), H_(hidden) {
+  CudaMoe(const CudaRunnerContext& ctx, MoeConfig c, int64_t hidden, const MoeWeights& w, std::unique_ptr<CudaModule> shared)
+      : ctx_(ctx), c_(c), H_(hidden), shared_(std::move(shared)) {
     gate_ = upload_weight(w.gate, DType::F32);
+    if (!w.correction_bias.empty()) bias_ = to_device(w.correction_bias);
     std::vector<const Weight*> w1, w2, w3;
-    for (const cpu::ExpertWeights& x : w.experts) w1.push_back(&x.w1), w2.push_back(&x.w2), w3.push_back(&x.w3);
-    w1_ = stack_bf16(w1), w2_ = stack_bf16(w2), w3_ = stack_bf16(w3);
+    for (const cpu::ExpertWeights& x : w.experts) {
+      w1.push_back(&x.w1), w2.push_back(&x.w2);
+      if (x.gated()) w3.push_back(&x.w3);
+    }
+    w1_ = stack_bf16(w1), w2_ = stack_bf16(w2);
+    if (c_.gated) w3_ = stack_bf16(w3);
   }
 
   ModuleInput input() const override { return ModuleInput::F32; }
   double scratch_bytes_per_token() const override {
-    return 4.0 * c_.num_experts + static_cast<double>(moe_workspace_bytes(1024, weights())) / 1024;
+    return 4.0 * c_.num_experts + static_cast<double>(moe_workspace_bytes(1024, weights())) / 1024 +
+           (shared_ ? 4.0 * H_ + dtype_size(ctx_.opt.weight_dtype) * H_ + shared_->scratch_bytes_per_token() : 0.0);
   }
-  void reserve(int64_t T, const StepPlans*) override {
+  void reserve(int64_t T, const StepPlans* plans) override {
     (*ctx_.scratch)[0].f32(T * c_.num_experts);
     ws_.get(moe_workspace_bytes(T, weights()));
+    if (shared_) {
+      shared_->reserve(T, plans);
+      shared_out_.f32(T * H_), shared_in_.get(T * H_ * dtype_size(ctx_.opt.weight_dtype));
+    }
   }
-  void pointers(std::vector<const void*>& out) const override { out.push_back(ws_.buf.data()); }
+  void pointers(std::vector<const void*>& out) const override {
+    out.push_back(ws_.buf.data());
+    if (shared_) {
+      out.push_back(shared_out_.buf.data()), out.push_back(shared_in_.buf.data());
+      shared_->pointers(out);
+    }
+  }
 
-  void forward(const CudaStep& st, const ModuleState&, const void* x, float* out) override {
+  void forward(const CudaStep& st, const ModuleState& state, const void* x, float* out) override {
     const int64_t T = st.T;
     const auto* normed = static_cast<const float*>(x);
     float* router = (*ctx_.scratch)[0].f32(T * c_.num_experts);
     ctx_.gemm_run(normed, T, H_, gate_, router, c_.num_experts);
     SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_, ws_.get(moe_workspace_bytes(T, weights())), st.stream));
+    if (shared_) {  // out += shared_expert(x): the dense MLP reads the normed rows in the GEMM dtype
+      const DType wd = ctx_.opt.weight_dtype;
+      void* xc = shared_in_.get(T * H_ * dtype_size(wd));
+      float* y = shared_out_.f32(T * H_);
+      SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, st.stream));
+      shared_->forward(st, state, xc, y);
+      SSM_CUDA_CHECK(scaled_residual(out, out, 1.0f, y, 1.0f, T * H_, st.stream));
+    }
   }
 
  private:
   MoeDevWeights weights() const {
-    return {c_.num_experts, c_.top_k, H_, c_.intermediate_size, w1_.data(), w3_.data(), w2_.data()};
+    MoeRouteParams r;
+    r.sigmoid = c_.scoring == cpu::MoeRouting::Scoring::Sigmoid;
+    r.renormalize = c_.renormalize, r.routed_scaling_factor = c_.routed_scaling_factor;
+    r.n_group = r.sigmoid ? c_.n_group : 1, r.topk_group = r.sigmoid ? c_.topk_group : 1;
+    r.correction_bias = bias_.data() ? bias_.as<float>() : nullptr;
+    return {c_.num_experts, c_.top_k, H_, c_.intermediate_size, w1_.data(), c_.gated ? w3_.data() : nullptr, w2_.data(), r};
   }
   const CudaRunnerContext& ctx_;
   MoeConfig c_;
   int64_t H_;
   DevWeight gate_;
+  DeviceBuffer bias_;  ///< [E] e_score_correction_bias (sigmoid routing), or empty
   DeviceBuffer w1_, w2_, w3_;
   Scratch ws_;
+  std::unique_ptr<CudaModule> shared_;  ///< the shared expert (a GPU dense MLP), or null
+  Scratch shared_out_, shared_in_;
 };
 
 }  // namespace
@@ -77,7 +112,16 @@ std::unique_ptr<CudaModule> make_cuda_moe(const CudaModuleArgs& a) {
   SSM_CHECK(c.num_experts <= 256 && c.top_k <= 8, "{}: more than 256 experts or top_k > 8 are not supported on cuda", where);
   SSM_CHECK(h.cfg.hidden_size % 8 == 0 && c.intermediate_size % 8 == 0,
             "{}: hidden_size and intermediate_size must be multiples of 8 on cuda", where);
-  return std::make_unique<CudaMoe>(a.ctx, c, h.cfg.hidden_size, read_moe_weights(h.src, h.prefix, h.cfg.hidden_size, c));
+  SSM_CHECK(c.scoring != cpu::MoeRouting::Scoring::Sigmoid || c.n_group <= 32, "{}: more than 32 expert groups are not supported on cuda",
+            where);
+  std::unique_ptr<CudaModule> shared;
+  if (c.shared_intermediate_size > 0) {
+    const nlohmann::json sp = shared_mlp_params(c);
+    const ModuleArgs sh{h.cfg, sp, h.src, h.prefix + c.shared_prefix, h.layer, h.tp, h.label};
+    shared = make_cuda_mlp({sh, a.ctx});
+  }
+  return std::make_unique<CudaMoe>(a.ctx, c, h.cfg.hidden_size, read_moe_weights(h.src, h.prefix, h.cfg.hidden_size, c),
+                                   std::move(shared));
 }
 
 }  // namespace ssmserve::cuda

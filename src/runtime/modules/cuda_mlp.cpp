@@ -1,0 +1,78 @@
+// Owns the dense MLP FFN on the GPU (the CPU module: model/ffns/mlp_ffn.h): one GEMM for gate and up (stacked rows),
+// the SiLU-gated or relu^2 activation into the down projection's input dtype, the down GEMM. Also the MoE's shared
+// expert (cuda_moe.cpp).
+#include <cstring>
+
+#include "core/error.h"
+#include "device/cuda_check.h"
+#include "kernels/cuda/activations.h"
+#include "model/ffns/mlp_ffn.h"
+#include "runtime/modules/cuda_modules.h"
+
+namespace ssmserve::cuda {
+namespace {
+
+/// Stacks gate over up ([I, hidden] each) into [2I, hidden] in the dtype of the first.
+Weight stack_rows(const Weight& a, const Weight& b) {
+  SSM_CHECK(a.cols == b.cols && a.dtype == b.dtype, "mlp: gate and up must have the same width and dtype");
+  Weight out = Weight::allocate(a.dtype, a.rows + b.rows, a.cols);
+  const size_t ra = static_cast<size_t>(a.rows * a.cols) * dtype_size(a.dtype), rb = static_cast<size_t>(b.rows * b.cols) * dtype_size(b.dtype);
+  std::memcpy(out.owned->data(), a.data, ra);
+  std::memcpy(out.owned->data() + ra, b.data, rb);
+  return out;
+}
+
+class CudaMlp final : public CudaModule {
+ public:
+  CudaMlp(const CudaRunnerContext& ctx, const MlpConfig& c, int64_t hidden, const MlpWeights& w)
+      : ctx_(ctx), gated_(c.gated), H_(hidden), I_(c.intermediate_size) {
+    const DType wd = ctx_.opt.weight_dtype;
+    // Scaled rows (Falcon-H1's gate multiplier) are F32 while up may be BF16: stacked in F32 when the dtypes differ.
+    gate_up_ = upload_weight(gated_ ? stack_rows(w.gate_proj.dtype == w.up_proj.dtype ? w.gate_proj : as_f32(w.gate_proj),
+                                                 w.gate_proj.dtype == w.up_proj.dtype ? w.up_proj : as_f32(w.up_proj))
+                                    : w.up_proj,
+                             wd);
+    down_ = upload_weight(w.down_proj, wd);
+  }
+
+  double scratch_bytes_per_token() const override { return 4.0 * 2 * I_ + dtype_size(ctx_.opt.weight_dtype) * I_; }
+  void reserve(int64_t T, const StepPlans*) override {
+    ScratchPool& p = *ctx_.scratch;
+    p[0].f32(T * 2 * I_), p[3].get(T * I_ * dtype_size(ctx_.opt.weight_dtype));
+  }
+
+  void forward(const CudaStep& st, const ModuleState&, const void* normed_c, float* out) override {
+    const int64_t T = st.T, GW = gated_ ? 2 * I_ : I_;
+    const DType wd = ctx_.opt.weight_dtype;
+    ScratchPool& p = *ctx_.scratch;
+    float* gu = p[0].f32(T * 2 * I_);
+    void* act = p[3].get(T * I_ * dtype_size(wd));
+    ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
+    SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream));
+    ctx_.gemm_run(act, T, I_, down_, out, H_);
+  }
+
+ private:
+  static Weight as_f32(const Weight& x) {
+    Weight out = Weight::allocate(DType::F32, x.rows, x.cols);
+    auto* d = reinterpret_cast<float*>(out.owned->data());
+    for (int64_t r = 0; r < x.rows; ++r) x.row_to_f32(r, d + r * x.cols);
+    return out;
+  }
+  const CudaRunnerContext& ctx_;
+  bool gated_;
+  int64_t H_, I_;
+  DevWeight gate_up_, down_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaModule> make_cuda_mlp(const CudaModuleArgs& a) {
+  const ModuleArgs& h = a.host;
+  const MlpConfig c = MlpConfig::from_json(h.params);
+  SSM_CHECK(h.tp.world == 1, "--device cuda: --tensor-parallel-size {} is not supported for dense MLP layers yet", h.tp.world);
+  SSM_CHECK(!c.bias, "{}: mlp_bias true is not supported on cuda yet", (h.cfg.dir / "config.json").string());
+  return std::make_unique<CudaMlp>(a.ctx, c, h.cfg.hidden_size, read_mlp_weights(h.src, h.prefix, h.cfg.hidden_size, c));
+}
+
+}  // namespace ssmserve::cuda

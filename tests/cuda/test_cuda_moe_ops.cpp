@@ -1,0 +1,216 @@
+// GPU sparse MoE (kernels/cuda/moe.h) against the CPU reference (kernels/cpu/moe.h): every routing the supported
+// families use (softmax renormalized or not, sigmoid with correction bias, grouped choice and routed scaling), ties,
+// SiLU-gated and relu^2 experts on the per-pair (decode) and grouped-GEMM paths, bad arguments.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "cuda_test_util.h"
+#include "device/cuda_check.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/moe.h"
+#include "kernels/cuda/moe.h"
+#include "model/weight.h"
+
+namespace ssmserve {
+namespace {
+using namespace cudatest;
+using cuda::DeviceBuffer;
+using cuda::to_device;
+using cuda::to_host;
+
+// ---- MoE ----------------------------------------------------------------------------------------------------------
+
+TEST(CudaMoe, RouteMatchesCpuIncludingTies) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int E : {4, 8, 32, 256}) {
+    for (int k : {1, 2, 4}) {
+      if (k > E) continue;
+      SCOPED_TRACE(testing::Message() << "E=" << E << " k=" << k);
+      const int64_t T = 97;
+      auto logits = rand_vec(rng, T * E, -3.0f, 3.0f);
+      for (int e = 0; e < E; ++e) logits[e] = 0.5f;  // token 0: all tied -> ids 0, 1, ...
+      logits[E + E - 1] = logits[E + 0] = 9.0f;        // token 1: a tie at the top
+      std::vector<int32_t> ids(T * k);
+      std::vector<float> w(T * k);
+      cpu::moe_route(logits.data(), T, E, k, ids.data(), w.data());
+      DeviceBuffer dl = to_device(logits), di(T * k * 4), dw(T * k * 4);
+      SSM_CUDA_CHECK(cuda::moe_route(dl.as<float>(), T, E, k, di.as<int32_t>(), dw.as<float>(), nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(to_host<int32_t>(di, T * k), ids);
+      auto gw = to_host<float>(dw, T * k);
+      for (int64_t i = 0; i < T * k; ++i) EXPECT_NEAR(gw[i], w[i], 1e-6f) << i;
+    }
+  }
+}
+
+struct MoeShape {
+  const char* name;
+  int64_t hidden, inter;
+  int E, k;
+};
+
+TEST(CudaMoe, SparseMoeMatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  // "odd": k and n tails of the 128 x 128 x 32 grouped tiles (hidden 200, I 72), top-3 of 8 (some experts empty).
+  std::vector<MoeShape> shapes = {{"tiny-minimax", 256, 256, 4, 2}, {"odd", 200, 72, 8, 3}};
+  if (!quick()) shapes.push_back({"minimax-bench", 2048, 1024, 8, 2});
+  for (const auto& sh : shapes) {
+    for (int64_t T : {int64_t{1}, int64_t{7}, int64_t{9}, quick() ? int64_t{70} : int64_t{300}}) {  // <= 8: GEMV path
+      SCOPED_TRACE(testing::Message() << sh.name << " T=" << T);
+      const int64_t Hd = sh.hidden, I = sh.inter, xs = Hd + 4, os = Hd + 8;
+      const int E = sh.E;
+      Weight gate = Weight::allocate(DType::F32, E, Hd);
+      auto g = rand_vec(rng, E * Hd, -0.1f, 0.1f);
+      std::memcpy(const_cast<void*>(gate.data), g.data(), g.size() * 4);
+      std::vector<cpu::ExpertWeights> experts(E);
+      std::vector<uint16_t> w1s, w3s, w2s;
+      auto fill = [&](Weight& W, int64_t r, int64_t c, std::vector<uint16_t>& stack) {
+        W = Weight::allocate(DType::BF16, r, c);
+        auto v = rand_vec(rng, r * c, -0.05f, 0.05f);
+        auto b = to_bf16_bits(v);
+        std::memcpy(const_cast<void*>(W.data), b.data(), b.size() * 2);
+        stack.insert(stack.end(), b.begin(), b.end());
+      };
+      for (int e = 0; e < E; ++e) {
+        fill(experts[e].w1, I, Hd, w1s);
+        fill(experts[e].w3, I, Hd, w3s);
+        fill(experts[e].w2, Hd, I, w2s);
+      }
+      std::vector<float> x = rand_vec(rng, T * Hd);
+      round_bf16(x);
+      std::vector<float> ref(T * Hd), logits(T * E);
+      { cpu::MoeRouting r; r.top_k = sh.k; cpu::sparse_moe(x.data(), T, Hd, gate, experts, r, ref.data()); }
+      cpu::linear(x.data(), T, gate, nullptr, logits.data());
+      std::vector<float> xpad(T * xs, 0.0f);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(x.data() + t * Hd, Hd, xpad.data() + t * xs);
+      DeviceBuffer dx = to_device(xpad), dl = to_device(logits), d1 = to_device(w1s), d3 = to_device(w3s),
+                   d2 = to_device(w2s), dout = poisoned(T * os);
+      cuda::MoeDevWeights w{E, sh.k, Hd, I, d1.data(), d3.data(), d2.data()};
+      DeviceBuffer ws(cuda::moe_workspace_bytes(T, w));
+      SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), xs, T, dl.as<float>(), w, dout.as<float>(), os, ws.data(), nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      auto got = to_host<float>(dout, T * os);
+      std::vector<float> refp(T * os, 0.0f);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(ref.data() + t * Hd, Hd, refp.data() + t * os);
+      EXPECT_LT(rel_err(got.data(), os, refp.data(), os, T, Hd), 1e-2);
+    }
+  }
+}
+
+TEST(CudaMoe, RejectsBadArguments) {
+  REQUIRE_GPU();
+  cuda::MoeDevWeights w{4, 5, 256, 256, nullptr, nullptr, nullptr};  // top_k > E, no weights
+  EXPECT_EQ(cuda::sparse_moe(nullptr, 256, 1, nullptr, w, nullptr, 256, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::moe_route(nullptr, 1, 4, 5, nullptr, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+/// The GPU routing of `r` (the device copy of its correction bias).
+cuda::MoeRouteParams device_routing(const cpu::MoeRouting& r, const DeviceBuffer& bias) {
+  cuda::MoeRouteParams d;
+  d.sigmoid = r.scoring == cpu::MoeRouting::Scoring::Sigmoid;
+  d.renormalize = r.renormalize, d.routed_scaling_factor = r.routed_scaling_factor;
+  d.n_group = r.n_group, d.topk_group = r.topk_group;
+  d.correction_bias = r.correction_bias.empty() ? nullptr : bias.as<float>();
+  return d;
+}
+
+TEST(CudaMoe, EveryRoutingMatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  struct Case {
+    const char* name;
+    bool sigmoid, renorm;
+    float scale;
+    int E, k, groups, topk_group;
+    bool bias;
+  };
+  const Case cases[] = {
+      {"softmax no renorm (Jamba)", false, false, 1.0f, 16, 2, 1, 1, false},
+      {"sigmoid renorm (Nemotron-H, 1 group)", true, true, 1.0f, 8, 2, 1, 1, true},
+      {"sigmoid grouped, scaled (Nemotron 3)", true, true, 2.5f, 128, 6, 8, 4, true},
+      {"sigmoid grouped, no renorm", true, false, 1.0f, 64, 4, 4, 2, false},
+      {"sigmoid, 256 experts top-8", true, true, 1.5f, 256, 8, 1, 1, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t T = 61;
+    cpu::MoeRouting r;
+    r.scoring = c.sigmoid ? cpu::MoeRouting::Scoring::Sigmoid : cpu::MoeRouting::Scoring::Softmax;
+    r.top_k = c.k, r.renormalize = c.renorm, r.routed_scaling_factor = c.scale, r.n_group = c.groups, r.topk_group = c.topk_group;
+    if (c.bias) r.correction_bias = rand_vec(rng, c.E, -0.2f, 0.2f);
+    auto logits = rand_vec(rng, T * c.E, -3.0f, 3.0f);
+    for (int e = 0; e < c.E; ++e) logits[e] = 0.25f;  // token 0: all tied
+    std::vector<int32_t> ids(T * c.k);
+    std::vector<float> w(T * c.k);
+    cpu::moe_route(logits.data(), T, c.E, r, ids.data(), w.data());
+    DeviceBuffer bias = c.bias ? to_device(r.correction_bias) : DeviceBuffer(4);
+    DeviceBuffer dl = to_device(logits), di(T * c.k * 4), dw(T * c.k * 4);
+    SSM_CUDA_CHECK(cuda::moe_route(dl.as<float>(), T, c.E, c.k, device_routing(r, bias), di.as<int32_t>(), dw.as<float>(), nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto gi = to_host<int32_t>(di, T * c.k);
+    const auto gw = to_host<float>(dw, T * c.k);
+    for (int64_t t = 0; t < T; ++t) {  // the same experts with the same weights (order within a token may differ
+      std::vector<std::pair<int32_t, float>> a, b;  // only between equal choice scores)
+      for (int k = 0; k < c.k; ++k) a.push_back({ids[t * c.k + k], w[t * c.k + k]}), b.push_back({gi[t * c.k + k], gw[t * c.k + k]});
+      std::sort(a.begin(), a.end()), std::sort(b.begin(), b.end());
+      for (int k = 0; k < c.k; ++k) {
+        EXPECT_EQ(b[k].first, a[k].first) << "token " << t;
+        EXPECT_NEAR(b[k].second, a[k].second, 2e-6f * c.scale) << "token " << t;
+      }
+    }
+  }
+}
+
+TEST(CudaMoe, Relu2ExpertsWithSigmoidRoutingMatchCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int64_t Hd = 136, I = 72;
+  const int E = 8, K = 3;
+  cpu::MoeRouting r;
+  r.scoring = cpu::MoeRouting::Scoring::Sigmoid;
+  r.top_k = K, r.routed_scaling_factor = 2.0f, r.n_group = 2, r.topk_group = 1;
+  r.correction_bias = rand_vec(rng, E, -0.1f, 0.1f);
+  Weight gate = Weight::allocate(DType::F32, E, Hd);
+  auto g = rand_vec(rng, E * Hd, -0.1f, 0.1f);
+  std::memcpy(const_cast<void*>(gate.data), g.data(), g.size() * 4);
+  std::vector<cpu::ExpertWeights> experts(E);
+  std::vector<uint16_t> w1s, w2s;
+  auto fill = [&](Weight& W, int64_t rows, int64_t cols, std::vector<uint16_t>& stack) {
+    W = Weight::allocate(DType::BF16, rows, cols);
+    auto b = to_bf16_bits(rand_vec(rng, rows * cols, -0.1f, 0.1f));
+    std::memcpy(const_cast<void*>(W.data), b.data(), b.size() * 2);
+    stack.insert(stack.end(), b.begin(), b.end());
+  };
+  for (int e = 0; e < E; ++e) fill(experts[e].w1, I, Hd, w1s), fill(experts[e].w2, Hd, I, w2s);
+  DeviceBuffer d1 = to_device(w1s), d2 = to_device(w2s), bias = to_device(r.correction_bias);
+  cuda::MoeDevWeights w{E, K, Hd, I, d1.data(), nullptr, d2.data(), device_routing(r, bias)};
+  for (int64_t T : {int64_t{1}, int64_t{5}, int64_t{40}}) {  // 3 and 15 pairs: per-pair kernels; 120: grouped GEMMs
+    SCOPED_TRACE(testing::Message() << "T=" << T);
+    std::vector<float> x = rand_vec(rng, T * Hd);
+    round_bf16(x);
+    std::vector<float> ref(T * Hd), logits(T * E);
+    cpu::sparse_moe(x.data(), T, Hd, gate, experts, r, ref.data());
+    cpu::linear(x.data(), T, gate, nullptr, logits.data());
+    DeviceBuffer dx = to_device(x), dl = to_device(logits), dout = poisoned(T * Hd), ws(cuda::moe_workspace_bytes(T, w));
+    SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), Hd, T, dl.as<float>(), w, dout.as<float>(), Hd, ws.data(), nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    auto got = to_host<float>(dout, T * Hd);
+    EXPECT_LT(rel_err(got.data(), Hd, ref.data(), Hd, T, Hd), 1e-2);
+  }
+}
+
+}  // namespace
+}  // namespace ssmserve
