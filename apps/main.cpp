@@ -35,7 +35,7 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                  "Recurrent-state blocks incl. the null block (0 = max-num-seqs + 1)")->capture_default_str();
   cmd.add_option("--threads", cfg.num_threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd.add_option("--tensor-parallel-size", cfg.tensor_parallel_size,
-                 "Split the model over N ranks (in-process threads on the CPU; Mamba-1, Mamba-2)")->capture_default_str();
+                 "Split the model over N ranks (in-process threads on the CPU; every architecture; the GPU: Mamba-1 and Mamba-2)")->capture_default_str();
   cmd.add_option("--mamba-cache-dtype", cfg.mamba_cache_dtype, "Conv state dtype: auto (fp32 on CPU), float32, bfloat16, float16")->capture_default_str();
   cmd.add_option("--mamba-ssm-cache-dtype", cfg.mamba_ssm_cache_dtype, "SSM state dtype: float32, bfloat16, float16, auto (= conv)")->capture_default_str();
   cmd.add_option("--gpu-memory-utilization", cfg.gpu_memory_utilization,
