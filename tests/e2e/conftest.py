@@ -22,10 +22,10 @@ MODEL_NAME = "tiny-mamba"
 class Server:
     """A running `ssmserve serve` process."""
 
-    def __init__(self, *extra_args, threads=2, env=None):
+    def __init__(self, *extra_args, threads=2, env=None, model=MODEL, model_name=MODEL_NAME):
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"ssmserve-e2e-{os.getpid()}-{time.monotonic_ns()}.log"
         self.log = open(self.log_path, "w+")
-        cmd = [str(BINARY), "serve", "--model", str(MODEL), "--served-model-name", MODEL_NAME, "--port", "0",
+        cmd = [str(BINARY), "serve", "--model", str(model), "--served-model-name", model_name, "--port", "0",
                "--threads", str(threads), *map(str, extra_args)]
         env = dict(os.environ, OMP_WAIT_POLICY="passive", **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
@@ -99,12 +99,12 @@ def client(server):
     return openai.OpenAI(base_url=server.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
 
 
-def cli_generate(prompts, max_tokens):
+def cli_generate(prompts, max_tokens, model=MODEL):
     """Greedy `ssmserve generate --json` outputs for `prompts` (the reference for server outputs)."""
     import json
 
     lines = "".join(json.dumps({"prompt": p}) + "\n" for p in prompts)
-    out = subprocess.run([str(BINARY), "generate", "--model", str(MODEL), "--prompts-file", "-", "--json",
+    out = subprocess.run([str(BINARY), "generate", "--model", str(model), "--prompts-file", "-", "--json",
                           "--max-tokens", str(max_tokens), "--threads", "2"],
                          input=lines, capture_output=True, text=True, check=True,
                          env=dict(os.environ, OMP_WAIT_POLICY="passive"))

@@ -1,6 +1,8 @@
-// Batch invariance (issue: engine core; Mamba-1, Mamba-2 and the MiniMax hybrid): for random sets of 1-16 prompts of random lengths (1-700 tokens),
-// random arrival steps, token budgets {1, 7, 13, 61, 512, 4096}, max_num_seqs {1, 3, 16} and state pools of
-// 2-3 blocks with forced preemptions, every request's greedy output equals running it alone: identical ids and
+// Batch invariance (issue: engine core; Mamba-1, Mamba-2, the MiniMax hybrid, and the Mamba hybrids: Granite-4.0-H and
+// Nemotron-H checkpoints, dummy-weight Falcon-H1 (Mamba-2 state and KV in every layer) and Jamba (Mamba-1 + MoE)):
+// for random sets of 1-16 prompts of random lengths (1-700 tokens), random arrival steps, token budgets
+// {1, 7, 13, 61, 512, 4096}, max_num_seqs {1, 3, 16} and state pools of the fewest blocks one request needs (+0-1)
+// with forced preemptions, every request's greedy output equals running it alone: identical ids and
 // logprobs within 1e-4. Bit-identical whenever the prompts are cut the same way (every kernel is batch-invariant:
 // BatchedUncutEqualsAloneBitForBit); Mamba-1's scan also gives the same bits for any cut, while the chunked forms
 // (Mamba-2 SSD, lightning attention) round differently when a prompt is cut mid-chunk (gaps of ~4e-6 on
@@ -21,17 +23,49 @@ struct Outcome {
   std::vector<float> logprobs;
 };
 
-class BatchInvariance : public ::testing::TestWithParam<std::string> {
+// A model under test: a checkpoint (shared models folder), or a dummy-weight config of tests/data/tiny-hybrids
+// (weights seeded per tensor name; no tokenizer: the prompts are ids). `trials`: random schedules run.
+struct ModelCase {
+  std::string name;
+  bool dummy = false;
+  int trials = 12;
+};
+
+std::ostream& operator<<(std::ostream& os, const ModelCase& m) { return os << m.name; }
+
+// An engine configuration for `m` (budget, max_num_seqs and pool size left at their defaults).
+EngineConfig base_config(const ModelCase& m) {
+  EngineConfig cfg;
+  if (m.dummy) {
+    cfg.model = testing::source_dir() / "tests/data/tiny-hybrids" / m.name;
+    cfg.load_format = LoadFormat::Dummy;
+  } else {
+    cfg.model = testing::model_dir(m.name);
+  }
+  return cfg;
+}
+
+bool available(const ModelCase& m) { return std::filesystem::exists(base_config(m).model / "config.json"); }
+
+class BatchInvariance : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
     cache_.clear();
     delete reference_;
     reference_ = nullptr;
-    if (!std::filesystem::exists(testing::model_dir(GetParam()) / "config.json")) return;
-    EngineConfig cfg;
-    cfg.model = testing::model_dir(GetParam());
+    if (!available(GetParam())) return;
+    // One request at a time: the null block, its state block and the KV blocks of up to 712 tokens (not the default
+    // 257 pages, ~1 MB each on the hybrids, zeroed for every test).
+    EngineConfig cfg = base_config(GetParam());
+    cfg.num_state_blocks = 32;
     reference_ = new LLMEngine(cfg);
+    if (const int kv = reference_->kv_block_size(); kv > 0 && 3 + 712 / kv > cfg.num_state_blocks) {
+      delete reference_;
+      cfg.num_state_blocks = 3 + 712 / kv;
+      reference_ = new LLMEngine(cfg);
+    }
   }
+  static EngineConfig config() { return base_config(GetParam()); }
   static void TearDownTestSuite() {
     delete reference_;
     reference_ = nullptr;
@@ -77,17 +111,19 @@ std::map<std::pair<std::vector<int>, int>, Outcome> BatchInvariance::cache_;
 
 TEST_P(BatchInvariance, RandomSchedulesEqualRunningAlone) {
   if (!reference_) GTEST_SKIP() << GetParam() << " not found under " << testing::shared_models_dir().string();
+  // The fewest blocks one 700-token request (+ 12 generated) needs: the null block, its state block and, with
+  // softmax layers, its KV blocks (MiniMax: 192 tokens per block, 4 of them). With several requests' KV in such a
+  // pool the scheduler also preempts on its own.
+  const int kv = reference_->kv_block_size();
+  const int min_blocks = 2 + (kv > 0 ? (712 + kv - 1) / kv : 0);
   const int budgets[] = {1, 7, 13, 61, 512, 4096};
   const int max_seqs[] = {1, 3, 16};
   std::mt19937 rng(20261129);
   int total_requests = 0, total_preemptions = 0, total_engine_preemptions = 0;
-  for (int trial = 0; trial < 12; ++trial) {
+  for (int trial = 0; trial < GetParam().trials; ++trial) {
     // 1. A random workload: short prompts mostly, some long; the tiny budget gets short prompts only (time).
     const int budget = budgets[trial % 6];
     const int seqs = max_seqs[(trial / 2) % 3];
-    // Small pools. MiniMax also keeps KV blocks of 192 tokens in the pool: 6-7 blocks hold one 700-token
-    // request (state + 4 KV blocks) but not all requests' KV, so the scheduler preempts on its own too.
-    const int min_blocks = GetParam() == "tiny-minimax" ? 6 : 2;
     const int blocks = trial % 3 == 2 ? min_blocks + static_cast<int>(rng() % 2) : 0;
     const int n = 1 + static_cast<int>(rng() % 16);
     const int max_len = budget == 1 ? 40 : 700;
@@ -102,8 +138,7 @@ TEST_P(BatchInvariance, RandomSchedulesEqualRunningAlone) {
     SCOPED_TRACE("trial " + std::to_string(trial) + ": budget " + std::to_string(budget) + ", max_num_seqs " +
                  std::to_string(seqs) + ", blocks " + std::to_string(blocks) + ", " + std::to_string(n) + " prompts");
     // 2. Run them together with staggered arrivals and (with a small pool) forced preemptions.
-    EngineConfig cfg;
-    cfg.model = testing::model_dir(GetParam());
+    EngineConfig cfg = config();
     cfg.scheduler.max_num_batched_tokens = budget;
     cfg.scheduler.max_num_seqs = seqs;
     cfg.num_state_blocks = blocks;
@@ -151,8 +186,7 @@ TEST_P(BatchInvariance, BatchedUncutEqualsAloneBitForBit) {
   std::vector<std::vector<int>> prompts(6);
   for (size_t i = 0; i < prompts.size(); ++i)
     for (int t = 0, len = 1 + static_cast<int>(rng() % 150); t < len; ++t) prompts[i].push_back(2 + static_cast<int>(rng() % 50000));
-  EngineConfig cfg;
-  cfg.model = testing::model_dir(GetParam());
+  EngineConfig cfg = config();
   cfg.scheduler.max_num_batched_tokens = 4096;
   LLMEngine engine(cfg);
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -173,22 +207,23 @@ TEST_P(BatchInvariance, BatchedUncutEqualsAloneBitForBit) {
   }
 }
 
-// Hybrid only: prompts just under the 192-token KV block boundary, a pool of 8 blocks (7 usable: three requests
-// of a state block + one KV block each). While decoding they cross the boundary and need a second KV block: the
-// pool runs out and the scheduler preempts the newest request by itself (no forced preemption), which later
-// recomputes; every output still equals running the request alone.
+// Hybrids only: prompts just under a KV block boundary (MiniMax: 192 tokens), a pool of 8 blocks (7 usable: three
+// requests of a state block + one KV block each). While decoding they cross the boundary and need a second KV
+// block: the pool runs out and the scheduler preempts the newest request by itself (no forced preemption), which
+// later recomputes; every output still equals running the request alone.
 TEST_P(BatchInvariance, KvExhaustionPreemptsAndRecomputes) {
-  if (GetParam() != "tiny-minimax") GTEST_SKIP() << "no KV blocks in " << GetParam();
   if (!reference_) GTEST_SKIP() << GetParam() << " not found";
+  const int kv = reference_->kv_block_size();
+  if (kv <= 0) GTEST_SKIP() << "no KV blocks in " << GetParam();
+  ASSERT_GT(kv, 22);
   std::mt19937 rng(192);
   const int n = 6;
   std::vector<std::vector<int>> prompts(n);
   for (int i = 0; i < n; ++i)
-    for (int t = 0, len = 170 + static_cast<int>(rng() % 20); t < len; ++t) prompts[i].push_back(2 + static_cast<int>(rng() % 50000));
+    for (int t = 0, len = kv - 22 + static_cast<int>(rng() % 20); t < len; ++t) prompts[i].push_back(2 + static_cast<int>(rng() % 50000));
   for (int budget : {61, 4096}) {
     SCOPED_TRACE("budget " + std::to_string(budget));
-    EngineConfig cfg;
-    cfg.model = testing::model_dir(GetParam());
+    EngineConfig cfg = config();
     cfg.scheduler.max_num_batched_tokens = budget;
     cfg.num_state_blocks = 8;
     LLMEngine engine(cfg);
@@ -217,10 +252,18 @@ TEST_P(BatchInvariance, KvExhaustionPreemptsAndRecomputes) {
   }
 }
 
-// tiny-mamba2 has chunk_size 64: budgets 7, 13 and 61 cut sequences mid-chunk.
-INSTANTIATE_TEST_SUITE_P(Models, BatchInvariance, ::testing::Values("tiny-mamba", "tiny-mamba2", "tiny-minimax"),
+// tiny-mamba2, tiny-granitemoehybrid and tiny-nemotron_h have chunk_size 64 (the dummy configs 16): budgets 7, 13 and
+// 61 cut sequences mid-chunk. KV blocks: MiniMax 192 tokens, Granite 406, Nemotron-H 205 (the dummy configs': from
+// their shapes, e.g. ~50-120). Fewer random trials for the hybrids (6: each budget once, two with small pools).
+INSTANTIATE_TEST_SUITE_P(Models, BatchInvariance,
+                         ::testing::Values(ModelCase{"tiny-mamba"}, ModelCase{"tiny-mamba2"}, ModelCase{"tiny-minimax"},
+                                           ModelCase{"tiny-granitemoehybrid", false, 6}, ModelCase{"tiny-nemotron_h", false, 6},
+                                           ModelCase{"tiny-falcon_h1", true, 6}, ModelCase{"tiny-jamba", true, 6}),
                          [](const auto& info) {
-                           return std::string(info.param == "tiny-mamba" ? "mamba1" : info.param == "tiny-mamba2" ? "mamba2" : "minimax");
+                           const std::string& n = info.param.name;
+                           std::string s = n == "tiny-mamba" ? "mamba1" : n == "tiny-mamba2" ? "mamba2" : n.substr(5);
+                           if (info.param.dummy) s += "_dummy";
+                           return s;
                          });
 
 }  // namespace

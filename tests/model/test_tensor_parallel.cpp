@@ -133,17 +133,78 @@ std::vector<std::vector<int>> prompts(int vocab) {
   return p;
 }
 
-class TensorParallelModels : public ::testing::TestWithParam<std::string> {};
+// A model and the TP sizes it splits into: a checkpoint of the shared models folder, or a dummy-weight config of
+// tests/data/tiny-hybrids (weights seeded per tensor name, identical on every rank and at TP 1) with `patch` merged
+// into it (the sizes the ranks split, so the case does not depend on the shapes the goldens use). `long_prompt`: the
+// length of a fourth prompt (0: none), past a hybrid's KV block (so a sequence's KV spans blocks on every rank).
+struct TpCase {
+  std::string name;
+  bool dummy;
+  std::vector<int> tp_sizes;
+  std::string patch = "{}";
+  int long_prompt = 0;
+};
 
-TEST_P(TensorParallelModels, SameGreedyOutputsAndLogprobsAsOneRank) {
-  const auto dir = testing::model_dir(GetParam());
-  SSM_SKIP_IF_NO_MODEL(dir);
-  const auto p = prompts(50000);
-  const auto ref = run(dir, LoadFormat::Auto, 1, p, 29);
-  for (int tp : {2, 4}) expect_same(ref, run(dir, LoadFormat::Auto, tp, p, 29), tp);
+std::ostream& operator<<(std::ostream& os, const TpCase& c) { return os << c.name; }
+
+// `name`'s dummy config of tests/data/tiny-hybrids with `patch` merged into it.
+nlohmann::json hybrid_config(const std::string& name, const nlohmann::json& patch = nlohmann::json::object()) {
+  nlohmann::json j = testing::read_json(testing::source_dir() / "tests/data/tiny-hybrids" / name / "config.json");
+  j.merge_patch(patch);
+  return j;
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, TensorParallelModels, ::testing::Values("tiny-mamba", "tiny-mamba2", "tiny-minimax"));
+class TensorParallelModels : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(TensorParallelModels, SameGreedyOutputsAndLogprobsAsOneRank) {
+  const TpCase& c = GetParam();
+  testing::TempDir tmp("tp-hybrid");
+  std::filesystem::path dir = testing::model_dir(c.name);
+  if (c.dummy) {
+    dir = tmp.path();
+    std::ofstream(dir / "config.json") << hybrid_config(c.name, nlohmann::json::parse(c.patch)).dump(2);
+  }
+  SSM_SKIP_IF_NO_MODEL(dir);
+  const LoadFormat format = c.dummy ? LoadFormat::Dummy : LoadFormat::Auto;
+  auto p = prompts(50000);
+  if (c.long_prompt > 0) {
+    p.emplace_back();
+    for (int t = 0; t < c.long_prompt; ++t) p.back().push_back((t * 104729 + 7) % 50000);
+  }
+  const auto ref = run(dir, format, 1, p, 29);
+  for (int tp : c.tp_sizes) expect_same(ref, run(dir, format, tp, p, 29), tp);
+}
+
+std::string case_name(const ::testing::TestParamInfo<TpCase>& info) {
+  std::string n = info.param.name.substr(5) + (info.param.dummy ? "_dummy" : "");
+  for (char& ch : n)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, TensorParallelModels,
+                         ::testing::Values(TpCase{"tiny-mamba", false, {2, 4}}, TpCase{"tiny-mamba2", false, {2, 4}},
+                                           TpCase{"tiny-minimax", false, {2, 4}}),
+                         case_name);
+
+// The Mamba hybrids (a suite of its own, kept out of the sanitizer run's "Checkpoint" filter). Split sizes:
+// tiny-granitemoehybrid Mamba-2 heads 8 (1 group, replicated), attention heads 4 / KV 2 (KV replicated at TP 4),
+// experts I 128, shared MLP 256; tiny-nemotron_h heads 8 in n_groups 2 (so TP 2 only), MLP 512, experts 128 and
+// shared expert 128; a 430-token prompt spans their KV blocks (406 and 205 tokens). Dummy Falcon-H1 (parallel Mamba-2 + attention in every layer): heads 4 in 2 groups, attention
+// 4 / KV 2, MLP 256; Jamba (Mamba-1 + MoE): d_inner 256, attention 4 / KV 2 (replicated at TP 4), experts and MLP
+// 256; Bamba: heads 4 in 2 groups, attention 2 / KV 1 (replicated), MLP 256.
+INSTANTIATE_TEST_SUITE_P(
+    Hybrids, TensorParallelModels,
+    ::testing::Values(TpCase{"tiny-granitemoehybrid", false, {2, 4}, "{}", 430}, TpCase{"tiny-nemotron_h", false, {2}, "{}", 430},
+                      TpCase{"tiny-falcon_h1", true, {2},
+                             R"({"mamba_d_ssm": 192, "mamba_n_heads": 4, "mamba_d_head": 48, "mamba_n_groups": 2,
+                                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 256})"},
+                      TpCase{"tiny-jamba", true, {2, 4},
+                             R"({"mamba_expand": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 256})"},
+                      TpCase{"tiny-bamba", true, {2},
+                             R"({"mamba_n_heads": 4, "mamba_d_head": "auto", "mamba_n_groups": 2, "num_attention_heads": 2,
+                                 "num_key_value_heads": 1, "intermediate_size": 256})"}),
+    case_name);
 
 // A small Mamba-2 shape for dummy weights: hidden 64, 8 heads x 16, d_state 16, 2 layers, chunk_size 16, and a
 // vocabulary (301) no TP size divides, so the last vocab shard is short.
@@ -294,6 +355,59 @@ TEST(TensorParallelErrors, SizesThatDoNotDivideTheShardedDimensions) {
   EngineConfig ec;
   ec.tensor_parallel_size = 0;
   EXPECT_THROW(ec.validate(), Error);
+}
+
+// The hybrids: a size a TP rank count does not divide is an error naming the size (at load, before any step): the
+// checkpoints at TP sizes they do not split into, and the dummy configs with one size made odd, at TP 2.
+std::string tp_error(const ModelConfig& cfg, int tp) {
+  try {
+    TensorParallelLM model(cfg, LoadFormat::Dummy, tp);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TensorParallelErrors, HybridSizesThatDoNotDivide) {
+  const auto granite = testing::model_dir("tiny-granitemoehybrid"), nemotron = testing::model_dir("tiny-nemotron_h");
+  if (std::filesystem::exists(nemotron / "config.json")) {
+    EXPECT_THAT(tp_error(ModelConfig::load(nemotron), 4),
+                HasSubstr("--tensor-parallel-size 4: Mamba-2 n_groups 2 must be 1 (replicated on every rank) or a multiple of it"));
+  }
+  if (std::filesystem::exists(granite / "config.json")) {
+    EXPECT_THAT(tp_error(ModelConfig::load(granite), 3), HasSubstr("--tensor-parallel-size 3 does not divide Mamba-2 num_heads 8"));
+  }
+  const auto hybrid = [](const std::string& name, const nlohmann::json& patch) {
+    return ModelConfig::from_json(hybrid_config(name, patch));
+  };
+  // Mamba-2 heads (Falcon-H1: 3 of 64 in one group), attention heads (Falcon-H1's parallel attention), KV heads that
+  // neither divide nor are a multiple of the TP size (Granite), the MLP (Bamba), the experts (Jamba), the shared
+  // expert (Nemotron-H), Mamba-1's d_inner (Jamba).
+  const nlohmann::json falcon = {{"mamba_d_ssm", 192},         {"mamba_n_heads", 4},         {"mamba_d_head", 48},
+                                 {"mamba_n_groups", 2},        {"num_attention_heads", 4},   {"num_key_value_heads", 2},
+                                 {"head_dim", 32},             {"intermediate_size", 256}};
+  EXPECT_EQ(tp_error(hybrid("tiny-falcon_h1", falcon), 2), "");
+  nlohmann::json bad = falcon;
+  bad.merge_patch({{"mamba_n_heads", 3}, {"mamba_d_head", 64}, {"mamba_n_groups", 1}});
+  EXPECT_THAT(tp_error(hybrid("tiny-falcon_h1", bad), 2), HasSubstr("--tensor-parallel-size 2 does not divide Mamba-2 num_heads 3"));
+  bad = falcon;
+  bad.merge_patch({{"num_attention_heads", 3}, {"num_key_value_heads", 1}});
+  EXPECT_THAT(tp_error(hybrid("tiny-falcon_h1", bad), 2), HasSubstr("--tensor-parallel-size 2 does not divide Falcon-H1 num_attention_heads 3"));
+  EXPECT_THAT(tp_error(hybrid("tiny-granite-dense", {{"mamba_n_heads", 8}, {"mamba_d_head", 32}, {"mamba_n_groups", 1},
+                                                     {"num_attention_heads", 6}, {"num_key_value_heads", 3}, {"head_dim", 32}}), 2),
+              HasSubstr("--tensor-parallel-size 2: Granite-4.0-H num_key_value_heads 3 must be a multiple of it or divide it"));
+  EXPECT_THAT(tp_error(hybrid("tiny-bamba", {{"mamba_n_heads", 4}, {"mamba_d_head", "auto"}, {"mamba_n_groups", 2},
+                                             {"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"intermediate_size", 255}}), 2),
+              HasSubstr("--tensor-parallel-size 2 does not divide Bamba MLP intermediate_size 255"));
+  EXPECT_THAT(tp_error(hybrid("tiny-jamba", {{"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"intermediate_size", 255}}), 2),
+              HasSubstr("--tensor-parallel-size 2 does not divide Jamba"));
+  EXPECT_THAT(tp_error(hybrid("tiny-jamba", {{"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"mamba_expand", 3},
+                                             {"hidden_size", 125}}), 2),
+              HasSubstr("--tensor-parallel-size 2 does not divide Mamba-1 d_inner (intermediate_size) 375"));
+  EXPECT_THAT(tp_error(hybrid("tiny-nemotron_h-pattern", {{"mamba_num_heads", 4}, {"mamba_head_dim", 64}, {"n_groups", 2},
+                                                          {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                                                          {"moe_shared_expert_intermediate_size", 95}}), 2),
+              HasSubstr("--tensor-parallel-size 2 does not divide Nemotron-H MLP intermediate_size 95"));
 }
 
 TEST(TensorParallelErrors, BadTokenRejectedBeforeAnyRankRuns) {

@@ -264,6 +264,37 @@ TEST(CliGenerate, FlagAndFileErrorsNameTheProblem) {
   }
 }
 
+// The hybrid checkpoints run with `--model DIR --json` and a prompt, nothing else (default pool, context, budget, greedy 64
+// tokens) and give transformers' greedy continuation: the golden's 32 tokens (tests/data/goldens; this prompt has
+// no near-tie in them) start the output.
+void expect_generate_matches_golden(const std::string& model) {
+  const auto dir = ssmserve::testing::model_dir(model);
+  SSM_SKIP_IF_NO_MODEL(dir);
+  const auto golden = ssmserve::testing::read_json(ssmserve::testing::source_dir() / "tests/data/goldens" / (model + ".json"));
+  const nlohmann::json* g = nullptr;
+  for (const auto& p : golden["prompts"])
+    if (p["name"] == "kjv_moses") g = &p;
+  ASSERT_NE(g, nullptr);
+  ASSERT_EQ((*g)["prompt"], "And the LORD said unto Moses,");
+  const CliRun r = run("generate --model " + dir.string() + " --prompt 'And the LORD said unto Moses,' --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto objs = json_lines(r.out);
+  ASSERT_EQ(objs.size(), 1u) << r.out;
+  const nlohmann::json& o = objs[0];
+  EXPECT_EQ(o["prompt_token_ids"], (*g)["prompt_token_ids"]);
+  const auto ids = o["token_ids"].get<std::vector<int>>(), want = (*g)["greedy_token_ids"].get<std::vector<int>>();
+  if (o["finish_reason"] == "length") {
+    EXPECT_EQ(ids.size(), 64u);  // the default --max-tokens
+  }
+  ASSERT_GE(ids.size(), want.size()) << "stopped early: " << o.dump();
+  EXPECT_EQ(std::vector<int>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(want.size())), want);
+  EXPECT_FALSE(o["text"].get<std::string>().empty());
+}
+
+TEST(CliGenerate, GraniteMoeHybridWithNoOtherFlag) { expect_generate_matches_golden("tiny-granitemoehybrid"); }
+
+TEST(CliGenerate, NemotronHWithNoOtherFlag) { expect_generate_matches_golden("tiny-nemotron_h"); }
+
 // `serve` refuses to start, as vLLM does, when one request of the given --max-model-len cannot fit in the block
 // pool (a hybrid model's KV blocks), instead of failing the request mid-generation; it names the flags that fix it.
 // (Without --max-model-len the model's context is lowered to the pool's capacity with a warning.)

@@ -34,12 +34,19 @@ TEST(ConfigSpellings, ModelTypeStandsInForArchitectures) {
   nlohmann::json j = tiny_minimax();
   j.erase("architectures");
   EXPECT_EQ(ModelConfig::from_json(j).architecture, "MiniMaxForCausalLM");
-  j["model_type"] = "jamba";
+  // The Mamba hybrids' model_type names (transformers' CONFIG_MAPPING keys).
+  for (const auto& [type, arch] : std::vector<std::pair<std::string, std::string>>{
+           {"granitemoehybrid", "GraniteMoeHybridForCausalLM"}, {"bamba", "BambaForCausalLM"},
+           {"nemotron_h", "NemotronHForCausalLM"}, {"jamba", "JambaForCausalLM"}, {"falcon_h1", "FalconH1ForCausalLM"}}) {
+    j["model_type"] = type;
+    EXPECT_EQ(ModelConfig::from_json(j).architecture, arch) << type;
+  }
+  j["model_type"] = "llama";
   try {
     (void)ModelConfig::from_json(j);
     ADD_FAILURE() << "unknown model_type accepted";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("model_type \"jamba\" names no supported architecture"));
+    EXPECT_THAT(e.what(), HasSubstr("model_type \"llama\" names no supported architecture"));
   }
 }
 
