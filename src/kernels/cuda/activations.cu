@@ -20,12 +20,15 @@ __global__ void gate_kernel(const float* __restrict__ o, int64_t os, const float
 }
 
 /// gated: out = silu(gu[:, :I]) * gu[:, I:2I]; else out = relu(gu[:, :I])^2.
+/// Grid (T, ceil(I / kActCols)): each block a slice of one row, so a decode row of a wide MLP spreads over the GPU.
+constexpr int kActCols = 1024;
 template <class TO>
 __global__ void mlp_act_kernel(const float* __restrict__ gu, int64_t gs, int64_t I, bool gated, TO* __restrict__ out,
                                int64_t outs) {
   const int64_t t = blockIdx.x;
   const float* r = gu + t * gs;
-  for (int64_t c = threadIdx.x; c < I; c += blockDim.x) {
+  const int64_t end = min(I, static_cast<int64_t>(blockIdx.y + 1) * kActCols);
+  for (int64_t c = static_cast<int64_t>(blockIdx.y) * kActCols + threadIdx.x; c < end; c += blockDim.x) {
     const float g = r[c];
     store(out + t * outs + c, gated ? silu(g) * r[I + c] : (g > 0.0f ? g * g : 0.0f));
   }
@@ -62,12 +65,14 @@ cudaError_t sigmoid_gate(const float* o, int64_t o_stride, const float* g, int64
 
 cudaError_t mlp_activation(const float* gu, int64_t gu_stride, int64_t T, int64_t I, bool gated, void* out, DType out_dtype,
                            int64_t out_stride, cudaStream_t stream) {
-  if (T < 0 || I < 0 || gu_stride < (gated ? 2 * I : I) || out_stride < I || out_dtype == DType::F16) return cudaErrorInvalidValue;
+  if (T < 0 || I < 0 || T > 2147483647 || ceil_div(I, kActCols) > 65535 || gu_stride < (gated ? 2 * I : I) || out_stride < I || out_dtype == DType::F16)
+    return cudaErrorInvalidValue;
   if (T == 0 || I == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(ceil_div(I, kActCols)));
   if (out_dtype == DType::BF16)
-    mlp_act_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(gu, gu_stride, I, gated, static_cast<__nv_bfloat16*>(out), out_stride);
+    mlp_act_kernel<<<grid, 256, 0, stream>>>(gu, gu_stride, I, gated, static_cast<__nv_bfloat16*>(out), out_stride);
   else
-    mlp_act_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(gu, gu_stride, I, gated, static_cast<float*>(out), out_stride);
+    mlp_act_kernel<<<grid, 256, 0, stream>>>(gu, gu_stride, I, gated, static_cast<float*>(out), out_stride);
   return launch_status();
 }
 
