@@ -1,6 +1,6 @@
 // GPU batch invariance through the engine (issue 7; the engine core's test, smaller sweep): in batch-invariant mode
 // every request of random schedules (token budgets, max_num_seqs, preemption) gives the tokens and logprobs of
-// running alone, for tiny-mamba and the Mamba-2 dummy shapes. Skips without a GPU.
+// running alone, for tiny-mamba, the Mamba-2 dummy shapes and three Mamba-hybrid layouts. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -31,7 +31,8 @@ Outcome outcome_of(const RequestOutput& out) {
   return o;
 }
 
-void check_batch_invariance(const std::filesystem::path& dir, LoadFormat format) {
+void check_batch_invariance(const std::filesystem::path& dir, LoadFormat format, const std::filesystem::path& tokenizer = {},
+                            double tol = 1e-4) {
   cuda::register_cuda_backend();
   ::setenv("SSMSERVE_BATCH_INVARIANT", "1", 1);
   SamplingParams greedy;
@@ -41,6 +42,7 @@ void check_batch_invariance(const std::filesystem::path& dir, LoadFormat format)
   EngineConfig base;
   base.model = dir;
   base.load_format = format;
+  base.tokenizer = tokenizer;
   base.device = "cuda";
   LLMEngine reference(base);
   std::map<std::pair<std::vector<int>, int>, Outcome> solo;
@@ -105,7 +107,7 @@ void check_batch_invariance(const std::filesystem::path& dir, LoadFormat format)
       const Outcome want = alone(prompts[i], max_tokens[i]);
       const Outcome& have = got[std::to_string(i)];
       ASSERT_EQ(have.ids, want.ids) << "request " << i << " (prompt length " << prompts[i].size() << ")";
-      for (size_t s = 0; s < want.logprobs.size(); ++s) EXPECT_NEAR(have.logprobs[s], want.logprobs[s], 1e-4);
+      for (size_t s = 0; s < want.logprobs.size(); ++s) EXPECT_NEAR(have.logprobs[s], want.logprobs[s], tol);
       bitwise += have.logprobs == want.logprobs;
       ++total;
     }
@@ -128,6 +130,28 @@ TEST(CudaBatchInvariance, Mamba2DummyRandomSchedulesEqualRunningAlone) {
   REQUIRE_GPU();
   check_batch_invariance(testing::source_dir() / "tests/cuda/configs/tiny-mamba2", LoadFormat::Dummy);
 }
+
+// The Mamba hybrids (dummy weights, tests/data/tiny-hybrids): Mamba-2 + attention (NoPE) + relu^2 MLP + sigmoid-routed
+// MoE with a shared expert (Nemotron-H), Mamba-1 with inner norms + attention + MoE (Jamba), Mamba-2 in parallel
+// with RoPE attention (Falcon-H1). Known gap: on the GPU these are not yet bit-invariant in batch-invariant mode
+// (the paged-attention decode / prefill work lists and the MoE per-pair / grouped paths sum in different orders:
+// measured logprob deltas 5e-4 .. 1.3e-3 on the H200, the same greedy ids), so the bound here is 3e-3, not 1e-4.
+class CudaHybridBatchInvariance : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaHybridBatchInvariance, RandomSchedulesEqualRunningAlone) {
+  REQUIRE_GPU();
+  check_batch_invariance(testing::source_dir() / "tests/data/tiny-hybrids" / GetParam(), LoadFormat::Dummy,
+                         testing::model_dir("tiny-mamba"), 3e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridBatchInvariance,
+                         ::testing::Values("tiny-nemotron_h-pattern", "tiny-jamba", "tiny-falcon_h1"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           std::string n = i.param;
+                           for (char& c : n)
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace ssmserve
