@@ -2,6 +2,8 @@
 // checkpoint is an Error naming the field (or tensor) at fault, never a silent default or a crash. The configs are the
 // tiny checkpoints' (../shared/models, skipped when absent) and the dummy-weight ones of tests/data/tiny-hybrids,
 // each with one field changed.
+#include <unistd.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +14,7 @@
 #include "engine/llm_engine.h"
 #include "model/causal_lm.h"
 #include "model/decoder/decoder_spec.h"
+#include "model/decoder/param_estimate.h"
 #include "model/ffns/moe_ffn.h"
 #include "model/mixers/attention_mixer.h"
 #include "model/mixers/mamba2_mixer.h"
@@ -231,6 +234,35 @@ void expect_missing_tensor_named(const std::string& model, const std::string& te
 TEST(HybridConfigs, MissingTensorIsNamed) {
   expect_missing_tensor_named("tiny-granitemoehybrid", "model.layers.0.shared_mlp.output_linear.weight");
   expect_missing_tensor_named("tiny-nemotron_h", "backbone.layers.5.mixer.gate.e_score_correction_bias");
+}
+
+// The dummy-load memory check counts parameters from the modules' hyperparameters: the real-shape configs give the
+// counts transformers gives for the same configs (a meta-device model, tools/bench_hybrids_reference.py).
+TEST(HybridConfigs, ParameterEstimateMatchesTransformers) {
+  const std::pair<const char*, double> cases[] = {
+      {"granite-4.0-h-tiny", 6939037248.0},
+      {"nemotron-nano-9b-v2", 8888227328.0},
+      {"nemotron-3-nano-30b-a3b", 31577937344.0},
+      {"falcon-h1-7b", 7585654880.0},
+  };
+  for (const auto& [name, want] : cases) {
+    const ModelConfig cfg = ModelConfig::load(testing::source_dir() / "configs" / name);
+    const double got = estimate_param_count(cfg, architecture_spec(cfg));
+    EXPECT_NEAR(got / want, 1.0, 0.01) << name << ": " << got << " vs " << want;
+  }
+}
+
+// A dummy load that cannot fit in memory is refused before it allocates (here: 59 GiB of bf16 weights).
+TEST(HybridConfigs, DummyLoadLargerThanMemoryIsRefused) {
+  const ModelConfig cfg = ModelConfig::load(testing::source_dir() / "configs/nemotron-3-nano-30b-a3b");
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0 || 2 * 31.6e9 <= 0.8 * static_cast<double>(pages) * page) GTEST_SKIP() << "this machine has the memory";
+  try {
+    load_model(cfg, LoadFormat::Dummy);
+    ADD_FAILURE() << "a 31.6 B-parameter dummy load was not refused";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("dummy Nemotron-H weights need"));
+  }
 }
 
 }  // namespace

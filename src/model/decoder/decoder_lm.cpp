@@ -1,6 +1,7 @@
 // Owns DecoderLM: the CPU forward pass of any DecoderSpec over a packed batch, its weight loading and the placement
 // of its modules' states in the block pool (see decoder_lm.h).
 #include "model/decoder/decoder_lm.h"
+#include "model/decoder/param_estimate.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -112,13 +113,14 @@ void DecoderLM::forward(const ForwardBatch& batch, StateCache& cache, float* log
 }
 
 void check_dummy_fits(const ModelConfig& cfg, const DecoderSpec& spec) {
-  if (spec.dummy_bytes <= 0) return;
+  // bf16 matrices (2 bytes per parameter); the architectures without their own estimate get one from their modules.
+  const double bytes = spec.dummy_bytes > 0 ? spec.dummy_bytes : 2 * estimate_param_count(cfg, spec);
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   const double ram = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  SSM_CHECK(ram == 0 || spec.dummy_bytes <= 0.8 * ram,
+  SSM_CHECK(ram == 0 || bytes <= 0.8 * ram,
             "{}: dummy {} weights need {:.1f} GiB (bf16), more than 80% of the {:.1f} GiB of physical RAM",
-            (cfg.dir / "config.json").string(), spec.label, spec.dummy_bytes / kGiB, ram / kGiB);
+            (cfg.dir / "config.json").string(), spec.label, bytes / kGiB, ram / kGiB);
 }
 
 }  // namespace
