@@ -119,7 +119,7 @@ TEST(HybridConfigs, LayerTypeListLengthDiffersFromNumHiddenLayers) {
   EXPECT_THAT(spec_error(n), HasSubstr("\"layers_block_type\" must list 9 layer types (num_hidden_layers)"));
   nlohmann::json p = dummy_config("tiny-nemotron_h-pattern");
   p["hybrid_override_pattern"] = "ME*-MM";
-  EXPECT_THAT(spec_error(p), HasSubstr("\"hybrid_override_pattern\" must be a string of 5 characters (num_hidden_layers)"));
+  EXPECT_THAT(spec_error(p), HasSubstr("\"hybrid_override_pattern\" has 6 characters, expected 5 (num_hidden_layers)"));
   nlohmann::json b = dummy_config("tiny-bamba");
   b["attn_layer_indices"] = {2, 4};
   EXPECT_THAT(spec_error(b), HasSubstr("\"attn_layer_indices\" entry 4 is not a layer index in [0, 4)"));
@@ -236,6 +236,19 @@ TEST(HybridConfigs, MissingTensorIsNamed) {
   expect_missing_tensor_named("tiny-nemotron_h", "backbone.layers.5.mixer.gate.e_score_correction_bias");
 }
 
+// From a break test: heads that do not divide hidden_size name both fields (not a head_dim the family never writes);
+// Nemotron-H with n_shared_experts 0 has no shared expert (not an error about a field the user never wrote).
+TEST(HybridConfigs, HeadsNotDividingHiddenAndNoSharedExperts) {
+  nlohmann::json g = dummy_config("tiny-granite-dense");
+  g["num_attention_heads"] = 3, g["num_key_value_heads"] = 1;
+  EXPECT_THAT(module_error(g, "attention"), HasSubstr("hidden_size 128 is not a multiple of num_attention_heads 3"));
+  nlohmann::json n = dummy_config("tiny-nemotron_h-pattern");
+  n["n_shared_experts"] = 0;
+  EXPECT_EQ(module_error(n, "moe"), "");
+  const ModelConfig cfg = ModelConfig::from_json(n);
+  EXPECT_EQ(MoeConfig::from_json(architecture_spec(cfg).module_params.at("moe")).shared_intermediate_size, 0);
+}
+
 // The dummy-load memory check counts parameters from the modules' hyperparameters: the real-shape configs give the
 // counts transformers gives for the same configs (a meta-device model, tools/bench_hybrids_reference.py).
 TEST(HybridConfigs, ParameterEstimateMatchesTransformers) {
@@ -252,11 +265,11 @@ TEST(HybridConfigs, ParameterEstimateMatchesTransformers) {
   }
 }
 
-// A dummy load that cannot fit in memory is refused before it allocates (here: 59 GiB of bf16 weights).
+// A dummy load that cannot fit in memory is refused before it allocates (here: 118 GiB of weights and panels).
 TEST(HybridConfigs, DummyLoadLargerThanMemoryIsRefused) {
   const ModelConfig cfg = ModelConfig::load(testing::source_dir() / "configs/nemotron-3-nano-30b-a3b");
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0 || 2 * 31.6e9 <= 0.8 * static_cast<double>(pages) * page) GTEST_SKIP() << "this machine has the memory";
+  if (pages <= 0 || page <= 0 || 4 * 31.6e9 <= 0.8 * static_cast<double>(pages) * page) GTEST_SKIP() << "this machine has the memory";
   try {
     load_model(cfg, LoadFormat::Dummy);
     ADD_FAILURE() << "a 31.6 B-parameter dummy load was not refused";

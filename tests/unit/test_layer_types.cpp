@@ -50,7 +50,7 @@ TEST(LayerTypes, MalformedSpellingsNameTheField) {
   expect_error(json{{"layer_types", {"mamba", "conv"}}}, 2, "\"layer_types\" entry \"conv\" is not a known layer type");
   expect_error(json{{"layer_types", {"mamba", 3}}}, 2, "entries must be strings");
   expect_error(json{{"layers_block_type", "mamba"}}, 1, "\"layers_block_type\" must list 1 layer types");
-  expect_error(json{{"hybrid_override_pattern", "M*"}}, 3, "must be a string of 3 characters");
+  expect_error(json{{"hybrid_override_pattern", "M*"}}, 3, "has 2 characters, expected 3");
   expect_error(json{{"hybrid_override_pattern", "MX"}}, 2, "character 'X' is not one of");
   expect_error(json{{"attn_type_list", {0, 2}}}, 2, "attn_type_list entries must be 0");
   expect_error(json{{"attn_layer_indices", {0, 5}}}, 4, "entry 5 is not a layer index in [0, 4)");

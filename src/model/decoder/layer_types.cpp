@@ -56,8 +56,7 @@ std::vector<std::string> read_layer_types(const nlohmann::json& j, int L, const 
   if (has(j, "layers_block_type")) return canonical_layer_types(j["layers_block_type"], L, "layers_block_type");
   if (has(j, "hybrid_override_pattern")) {
     const auto& p = j["hybrid_override_pattern"];
-    SSM_CHECK(p.is_string() && static_cast<int>(p.get<std::string>().size()) == L,
-              "config.json: \"hybrid_override_pattern\" must be a string of {} characters (num_hidden_layers)", L);
+    SSM_CHECK(p.is_string(), "config.json: \"hybrid_override_pattern\" must be a string such as \"M-M*-ME\"");
     std::vector<std::string> out;
     for (char c : p.get<std::string>()) {
       switch (c) {
@@ -70,6 +69,8 @@ std::vector<std::string> read_layer_types(const nlohmann::json& j, int L, const 
                "- (MLP), E (MoE)", std::isprint(static_cast<unsigned char>(c)) ? std::string(1, c) : "?");
       }
     }
+    SSM_CHECK(static_cast<int>(out.size()) == L,
+              "config.json: \"hybrid_override_pattern\" has {} characters, expected {} (num_hidden_layers)", out.size(), L);
     return out;
   }
   if (has(j, "attn_type_list")) {

@@ -130,8 +130,8 @@ MoeConfig MoeConfig::from_json(const nlohmann::json& j) {
   SSM_CHECK(c.layout == "mixtral" || c.layout == "granite" || c.layout == "nemotron" || c.layout == "jamba",
             "decoder: moe_layout \"{}\" is not known (mixtral, granite, nemotron, jamba)", text_excerpt(c.layout));
   SSM_CHECK(c.gated == (c.layout != "nemotron"), "config.json: {} experts must be {}", c.layout, c.gated ? "relu2" : "SiLU-gated");
-  if (j.contains("shared_intermediate_size") && !j["shared_intermediate_size"].is_null())
-    c.shared_intermediate_size = param_int(j, "shared_intermediate_size", 0);
+  if (j.contains("shared_intermediate_size") && !j["shared_intermediate_size"].is_null() && j["shared_intermediate_size"] != 0)
+    c.shared_intermediate_size = param_int(j, "shared_intermediate_size", 0);  // 0: no shared expert
   c.shared_gated = param_string(j, "shared_hidden_act", act) == "silu";
   c.shared_prefix = param_string(j, "shared_prefix", "shared_experts.");
   return c;

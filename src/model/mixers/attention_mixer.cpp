@@ -74,7 +74,11 @@ AttentionConfig AttentionConfig::from_json(const nlohmann::json& j, const ModelC
   c.num_kv_heads = param_int(j, "num_key_value_heads", c.num_heads);
   SSM_CHECK(c.num_heads % c.num_kv_heads == 0, "config.json: num_attention_heads {} must be a multiple of num_key_value_heads {}",
             c.num_heads, c.num_kv_heads);
-  c.head_dim = param_int(j, "head_dim", cfg.hidden_size % c.num_heads == 0 ? cfg.hidden_size / c.num_heads : -1);
+  const bool has_head_dim = j.contains("head_dim") && !j["head_dim"].is_null();
+  SSM_CHECK(has_head_dim || cfg.hidden_size % c.num_heads == 0,
+            "config.json: hidden_size {} is not a multiple of num_attention_heads {} (and no head_dim is given)", cfg.hidden_size,
+            c.num_heads);
+  c.head_dim = param_int(j, "head_dim", cfg.hidden_size / c.num_heads);
   SSM_CHECK(c.num_heads <= 4096 && c.head_dim <= 1024 && c.head_dim % 2 == 0,
             "config.json: num_attention_heads must be <= 4096 and head_dim even and <= 1024 (got {} and {})", c.num_heads, c.head_dim);
   c.rope = !(j.contains("position_embedding_type") && j["position_embedding_type"] == "nope");
