@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "config/hf_json.h"
@@ -170,6 +171,18 @@ void LLMEngine::add_request(Request req) {
               "the prompt has {} tokens and needs {} blocks (a state block + KV blocks of {} tokens), but the pool has {} usable "
               "blocks; raise --num-state-blocks",
               req.prompt_token_ids.size(), need, bs, pool_->num_blocks() - 1);
+    // Generation stops where one request's KV blocks would no longer fit in the pool (finish_reason "length"), as
+    // at max_model_len, instead of failing the whole run mid-generation (`serve` lowers max_model_len up front).
+    const int cap = pool_token_capacity(), len = static_cast<int>(req.prompt_token_ids.size());
+    if (cap > len && static_cast<long long>(len) + req.params.max_tokens > cap) {
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        spdlog::warn("a request's prompt + max_tokens exceed the {} tokens one request's KV blocks can take in the block pool: "
+                     "generation stops there (finish_reason \"length\"); --num-state-blocks raises it", cap);
+      });
+      req.params.max_tokens = cap - len;
+      req.params.min_tokens = std::min(req.params.min_tokens, req.params.max_tokens);
+    }
   }
   auto st = std::make_unique<RequestState>(std::move(req));
   if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, st->request.params.skip_special_tokens);

@@ -92,6 +92,29 @@ TEST(Engine, FewerStateBlocksThanRequests) {
   EXPECT_EQ(small.engine().num_free_blocks(), 1);
 }
 
+// A hybrid whose pool holds fewer KV tokens than a request asks for: that request stops at the pool's capacity
+// (finish_reason "length", as at max_model_len) and the others of the batch still come back (a break test lost them).
+TEST(Engine, HybridRequestBeyondThePoolStopsAtItsCapacity) {
+  EngineConfig cfg;
+  cfg.model = testing::model_dir("tiny-granitemoehybrid");
+  SSM_SKIP_IF_NO_MODEL(cfg.model);
+  cfg.num_state_blocks = 3;  // the null block, a state block and one KV block
+  LLM llm(cfg);
+  const int cap = llm.engine().pool_token_capacity();
+  ASSERT_GT(cap, 8);
+  SamplingParams shortp, longp;
+  shortp.temperature = longp.temperature = 0;
+  shortp.max_tokens = 5;
+  longp.max_tokens = cap + 100;
+  longp.ignore_eos = true;
+  const auto got = llm.generate({"In the beginning", "hi", "Call me"}, {shortp, longp, shortp});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].outputs[0].token_ids.size(), 5u);
+  EXPECT_EQ(got[2].outputs[0].token_ids.size(), 5u);
+  EXPECT_EQ(got[1].outputs[0].finish_reason, FinishReason::Length);
+  EXPECT_EQ(got[1].prompt_token_ids.size() + got[1].outputs[0].token_ids.size(), static_cast<size_t>(cap));
+}
+
 TEST(Engine, AbortFreesTheBlock) {
   SSM_SKIP_IF_NO_MODEL(tiny_config().model);
   LLMEngine engine(tiny_config());
