@@ -401,8 +401,8 @@ TEST(TensorParallelErrors, HybridSizesThatDoNotDivide) {
               HasSubstr("--tensor-parallel-size 2 does not divide Bamba MLP intermediate_size 255"));
   EXPECT_THAT(tp_error(hybrid("tiny-jamba", {{"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"intermediate_size", 255}}), 2),
               HasSubstr("--tensor-parallel-size 2 does not divide Jamba"));
-  EXPECT_THAT(tp_error(hybrid("tiny-jamba", {{"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"mamba_expand", 3},
-                                             {"hidden_size", 125}}), 2),
+  EXPECT_THAT(tp_error(hybrid("tiny-jamba", {{"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"head_dim", 64},
+                                             {"mamba_expand", 3}, {"hidden_size", 125}}), 2),
               HasSubstr("--tensor-parallel-size 2 does not divide Mamba-1 d_inner (intermediate_size) 375"));
   EXPECT_THAT(tp_error(hybrid("tiny-nemotron_h-pattern", {{"mamba_num_heads", 4}, {"mamba_head_dim", 64}, {"n_groups", 2},
                                                           {"num_attention_heads", 2}, {"num_key_value_heads", 1},
