@@ -21,10 +21,19 @@
 
 namespace ssmserve {
 
+/// GraniteMoeHybridForCausalLM: model.{embed_tokens, layers.{l}.{input_layernorm, mamba. | self_attn.,
+/// post_attention_layernorm, block_sparse_moe., shared_mlp.}, norm}, lm_head (tied by default in the checkpoints).
 DecoderSpec granitemoehybrid_spec(const ModelConfig& cfg);
+/// BambaForCausalLM: model.{embed_tokens, layers.{l}.{input_layernorm, mamba. | self_attn., pre_ff_layernorm,
+/// feed_forward.}, final_layernorm}, lm_head.
 DecoderSpec bamba_spec(const ModelConfig& cfg);
+/// NemotronHForCausalLM: backbone.{embeddings, layers.{l}.{norm, mixer.}, norm_f}, lm_head (never tied).
 DecoderSpec nemotron_h_spec(const ModelConfig& cfg);
+/// JambaForCausalLM: model.{embed_tokens, layers.{l}.{input_layernorm, mamba. | self_attn., pre_ff_layernorm,
+/// feed_forward.}, final_layernorm}, lm_head.
 DecoderSpec jamba_spec(const ModelConfig& cfg);
+/// FalconH1ForCausalLM: model.{embed_tokens, layers.{l}.{input_layernorm, mamba., self_attn., pre_ff_layernorm,
+/// feed_forward.}, final_layernorm}, lm_head.
 DecoderSpec falcon_h1_spec(const ModelConfig& cfg);
 
 /// The per-layer mixer types of a Mamba hybrid ("mamba" or "attention"): read_layer_types, where transformers 5.x's
