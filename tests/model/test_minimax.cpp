@@ -122,7 +122,7 @@ TEST(MiniMax, FiftyRequestsThroughASmallPoolMatchTheFirstRun) {
   }
 }
 
-TEST(MiniMax, PromptLargerThanThePoolIsRejected) {
+TEST(MiniMax, PromptLargerThanThePoolIsRejectedAndGenerationStopsAtItsCapacity) {
   const auto dir = model_dir("tiny-minimax");
   SSM_SKIP_IF_NO_MODEL(dir);
   EngineConfig cfg;
@@ -134,14 +134,16 @@ TEST(MiniMax, PromptLargerThanThePoolIsRejected) {
   r.prompt_token_ids.assign(400, 5);
   EXPECT_THROW(engine.add_request(r), Error);
   r.prompt_token_ids.assign(100, 5);
-  r.params.max_tokens = 200;  // fits at first, outgrows the pool while decoding
+  r.params.max_tokens = 200;  // fits at first, would outgrow the pool while decoding: stops at its capacity
   r.params.ignore_eos = true;
   engine.add_request(r);
-  EXPECT_THROW(
-      {
-        for (int i = 0; i < 1000 && engine.has_unfinished_requests(); ++i) engine.step();
-      },
-      Error);
+  RequestOutput last;
+  for (int i = 0; i < 1000 && engine.has_unfinished_requests(); ++i)
+    for (const RequestOutput& o : engine.step())
+      if (o.finished) last = o;
+  ASSERT_TRUE(last.finished);
+  EXPECT_EQ(last.outputs[0].finish_reason, FinishReason::Length);
+  EXPECT_EQ(100 + static_cast<int>(last.outputs[0].token_ids.size()), engine.pool_token_capacity());
 }
 
 TEST(MiniMax, GenerationStopsAtTheContext) {
