@@ -27,14 +27,10 @@ def expert_param_split(model, cfg):
     """(routed expert params in total, routed expert params active per token) over the MoE layers."""
     total = active = 0
     for name, p in model.named_parameters():
-        n = p.numel()
         lname = name.lower()
-        if ".experts." in lname or lname.endswith(".experts.gate_up_proj") or lname.endswith(".experts.down_proj") \
-                or "input_linear" in lname and "block_sparse_moe" in lname or "output_linear" in lname and "block_sparse_moe" in lname \
-                or ".experts.up_proj" in lname:
-            if "shared" in lname:
-                continue
-            total += n
+        routed = ".experts." in lname or ("block_sparse_moe" in lname and ("input_linear" in lname or "output_linear" in lname))
+        if routed and "shared" not in lname:
+            total += p.numel()
     E = getattr(cfg, "num_local_experts", None) or getattr(cfg, "n_routed_experts", None) or getattr(cfg, "num_experts", None) or 0
     k = getattr(cfg, "num_experts_per_tok", 0) or 0
     if E and total:

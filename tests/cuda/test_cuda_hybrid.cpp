@@ -13,6 +13,7 @@
 #include "checkpoint_fixtures.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
+#include "hybrid_schedule.h"
 #include "model/attention_metadata.h"
 #include "model/causal_lm.h"
 #include "model/decoder/decoder_lm.h"
@@ -55,55 +56,6 @@ DecoderSpec hybrid_spec(const ModelConfig& cfg) {
   return s;
 }
 
-/// Two sequences on state blocks 1 and 2 with KV blocks from 3 up; step 0 prefills 40 and 7 tokens, step 1 continues
-/// the second with 12 while the first decodes, later steps decode both (padded to 4 rows).
-struct Schedule {
-  std::vector<ScheduledSeq> seqs = {{1, 0, 40, true}, {2, 0, 7, true}};
-  std::vector<std::vector<int32_t>> tables;
-  std::vector<std::vector<int32_t>> toks;
-  std::mt19937 rng{3};
-  explicit Schedule(int kv_block_size) {
-    const int per = 80 / kv_block_size + 2;
-    for (int s = 0; s < 2; ++s) {
-      tables.emplace_back();
-      for (int b = 0; b < per; ++b) tables.back().push_back(3 + s + 2 * b);
-    }
-    for (const auto& s : seqs) toks.push_back(ids(s.num_scheduled_tokens));
-  }
-  std::vector<int32_t> ids(int n) {
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (auto& t : v) t = static_cast<int32_t>(rng() % kVocab);
-    return v;
-  }
-  ForwardBatch batch(int step, const CausalLM& m) {
-    MetadataOptions opt;
-    opt.pad_decodes_to = step >= 2 ? 4 : 0;
-    opt.chunk_size = m.chunk_size();
-    ForwardBatch b = make_forward_batch(seqs, toks, opt);
-    build_attention_metadata(seqs, tables, m.kv_block_size(), b.meta, b.linear_meta, b.attn_meta);
-    for (int i = 0; i < b.num_tokens(); ++i)
-      if (i < b.meta.num_decodes || i >= b.prefill_token_offset()) b.logits_indices.push_back(i);  // no padded rows
-    return b;
-  }
-  void advance(int step) {
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      const int n = step == 0 && s == 1 ? 12 : 1;
-      seqs[s] = {seqs[s].state_block, seqs[s].num_computed_tokens + seqs[s].num_scheduled_tokens, n, n > 1};
-      toks[s] = ids(n);
-    }
-  }
-};
-
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
 class CudaHybrid : public ::testing::Test {
  protected:
   testing::TempDir dir_{"cuda-hybrid"};
@@ -117,14 +69,14 @@ void check_against_cpu(const ModelConfig& cfg, const DecoderSpec& spec, cuda::Cu
   ASSERT_EQ(gpu->kv_block_size(), cpu->kv_block_size());
   ASSERT_EQ(gpu->num_state_layers(), cpu->num_state_layers());
   StateCache cc(1, cpu->state_shape(), 32), gc(1, gpu->state_shape(), 32);
-  Schedule sched(cpu->kv_block_size());
+  cudatest::HybridSchedule sched(cpu->kv_block_size(), kVocab, 3);
   for (int step = 0; step < 6; ++step) {
     SCOPED_TRACE(::testing::Message() << "step " << step);
     ForwardBatch b = sched.batch(step, *cpu);
     std::vector<float> lc(b.logits_indices.size() * kVocab), lg(lc.size());
     cpu->forward(b, cc, lc.data());
     gpu->forward(b, gc, lg.data());
-    const double e = rel_err(lg, lc);
+    const double e = cudatest::logits_rel_err(lg, lc);
     std::printf("hybrid %s step %d: %zu rows, logits rel err %.3g\n", opt.weight_dtype == DType::F32 ? "f32" : "bf16", step,
                 b.logits_indices.size(), e);
     EXPECT_LT(e, tol);
@@ -149,7 +101,7 @@ TEST_F(CudaHybrid, DecodeGraphsEqualEagerAndGreedyIsArgmax) {
   auto eager = cuda::load_cuda_decoder(cfg_, spec_, LoadFormat::Dummy, eager_opt);
   auto graphed = cuda::load_cuda_decoder(cfg_, spec_, LoadFormat::Dummy, graph_opt);
   StateCache a(1, eager->state_shape(), 32), b(1, graphed->state_shape(), 32);
-  Schedule sched(eager->kv_block_size());
+  cudatest::HybridSchedule sched(eager->kv_block_size(), kVocab, 3);
   for (int step = 0; step < 8; ++step) {
     SCOPED_TRACE(::testing::Message() << "step " << step);
     ForwardBatch fb = sched.batch(step, *eager);

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "cuda_test_util.h"
+#include "hybrid_schedule.h"
 #include "engine/llm_engine.h"
 #include "model/attention_metadata.h"
 #include "model/causal_lm.h"
@@ -41,54 +42,6 @@ std::filesystem::path case_dir(const HybridCase& c) {
   return c.dummy ? source_dir() / "tests/data/tiny-hybrids" / c.name : model_dir(c.name);
 }
 
-/// Two sequences: prefills of 40 and 7 tokens, a continuing 12-token prefill, decodes padded to 4 rows.
-struct Schedule {
-  std::vector<ScheduledSeq> seqs = {{1, 0, 40, true}, {2, 0, 7, true}};
-  std::vector<std::vector<int32_t>> tables, toks;
-  std::mt19937 rng{5};
-  int vocab;
-  Schedule(int kv_block_size, int vocab_size) : vocab(vocab_size) {
-    const int per = kv_block_size > 0 ? 80 / kv_block_size + 2 : 1;
-    for (int s = 0; s < 2; ++s) {
-      tables.emplace_back();
-      for (int b = 0; b < per; ++b) tables.back().push_back(3 + s + 2 * b);
-    }
-    for (const auto& s : seqs) toks.push_back(ids(s.num_scheduled_tokens));
-  }
-  std::vector<int32_t> ids(int n) {
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (auto& t : v) t = static_cast<int32_t>(rng() % 50000);
-    return v;
-  }
-  ForwardBatch batch(int step, const CausalLM& m) {
-    MetadataOptions opt;
-    opt.pad_decodes_to = step >= 2 ? 4 : 0;
-    opt.chunk_size = m.chunk_size();
-    ForwardBatch b = make_forward_batch(seqs, toks, opt);
-    build_attention_metadata(seqs, tables, m.kv_block_size(), b.meta, b.linear_meta, b.attn_meta);
-    for (int i = 0; i < b.num_tokens(); ++i)
-      if (i < b.meta.num_decodes || i >= b.prefill_token_offset()) b.logits_indices.push_back(i);  // no padded rows
-    return b;
-  }
-  void advance(int step) {
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      const int n = step == 0 && s == 1 ? 12 : 1;
-      seqs[s] = {seqs[s].state_block, seqs[s].num_computed_tokens + seqs[s].num_scheduled_tokens, n, n > 1};
-      toks[s] = ids(n);
-    }
-  }
-};
-
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
 class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
  protected:
   void SetUp() override {
@@ -102,7 +55,7 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
     auto gpu = cuda::load_cuda_decoder(cfg_, architecture_spec(cfg_), format_, {wd});
     ASSERT_EQ(gpu->kv_block_size(), cpu->kv_block_size());
     StateCache cc(cpu->num_state_layers(), cpu->state_shape(), 32), gc(gpu->num_state_layers(), gpu->state_shape(), 32);
-    Schedule sched(cpu->kv_block_size(), cfg_.vocab_size);
+    cudatest::HybridSchedule sched(cpu->kv_block_size(), 50000, 5);
     const int V = cfg_.vocab_size;
     for (int step = 0; step < 6; ++step) {
       SCOPED_TRACE(::testing::Message() << "step " << step);
@@ -110,7 +63,7 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
       std::vector<float> lc(b.logits_indices.size() * V), lg(lc.size());
       cpu->forward(b, cc, lc.data());
       gpu->forward(b, gc, lg.data());
-      const double e = rel_err(lg, lc);
+      const double e = cudatest::logits_rel_err(lg, lc);
       std::printf("%s %s step %d: logits rel err %.3g\n", GetParam().name, wd == DType::F32 ? "f32" : "bf16", step, e);
       EXPECT_LT(e, tol);
       sched.advance(step);
@@ -121,10 +74,11 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
   LoadFormat format_ = LoadFormat::Auto;
 };
 
-// fp32 weights: the MoE experts still run in bf16 on the GPU (kernels/cuda/moe.h), hence 1e-2 rather than 1e-4.
+// fp32 weights: the MoE experts still run in bf16 on the GPU (kernels/cuda/moe.h), hence 5e-3 rather than 1e-4
+// (measured on the H200: <= 1.6e-3 with MoE, <= 1e-6 without).
 TEST_P(CudaHybridModel, MatchesCpuF32) {
   REQUIRE_GPU();
-  against_cpu(DType::F32, 1e-2);
+  against_cpu(DType::F32, 5e-3);
 }
 
 TEST_P(CudaHybridModel, MatchesCpuBf16) {
@@ -140,7 +94,7 @@ TEST_P(CudaHybridModel, DecodeGraphsEqualEager) {
   auto eager = cuda::load_cuda_decoder(cfg_, spec, format_, eager_opt);
   auto graphed = cuda::load_cuda_decoder(cfg_, spec, format_, graph_opt);
   StateCache a(eager->num_state_layers(), eager->state_shape(), 32), b(graphed->num_state_layers(), graphed->state_shape(), 32);
-  Schedule sched(eager->kv_block_size(), cfg_.vocab_size);
+  cudatest::HybridSchedule sched(eager->kv_block_size(), 50000, 5);
   for (int step = 0; step < 6; ++step) {
     SCOPED_TRACE(::testing::Message() << "step " << step);
     ForwardBatch fb = sched.batch(step, *eager);
