@@ -1,6 +1,7 @@
 // Owns the Nemotron-H (NemotronHForCausalLM) mapping (see hybrids.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
