@@ -137,13 +137,32 @@ MambaConfig MambaConfig::from_json_labeled(const json& cfg, int hidden_size, con
   return m;
 }
 
+namespace {
+
+json text_config_view(const json& cfg, const std::string& what) {
+  auto it = cfg.find("text_config");
+  if (it == cfg.end() || it->is_null() || cfg.contains("hidden_size")) return cfg;
+  SSM_CHECK(it->is_object(), "{}: field \"text_config\" must be an object (got {})", what, Fields::show(*it));
+  json flat = *it;
+  for (const char* key : {"architectures", "model_type", "tie_word_embeddings"})
+    if (cfg.contains(key)) flat[key] = cfg[key];
+  for (auto kv = cfg.begin(); kv != cfg.end(); ++kv)  // wrapper-only fields (token ids, dtype) where text_config lacks them
+    if (!flat.contains(kv.key()) && kv.key() != "text_config" && kv.key() != "vision_config") flat[kv.key()] = kv.value();
+  return flat;
+}
+
+}  // namespace
+
 ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path& dir) {
   const std::string what = config_label(dir);
   SSM_CHECK(cfg.is_object(), "{}: must be a JSON object (got {})", what, Fields::show(cfg));
-  const Fields f{cfg, what};
+  // A multimodal wrapper (Qwen3.5's *ForConditionalGeneration) keeps the language model's fields in text_config:
+  // the text decoder reads them, with the wrapper's architectures and tie_word_embeddings (vLLM's get_text_config).
+  const json flat = text_config_view(cfg, what);
+  const Fields f{flat, what};
   ModelConfig c;
   c.dir = dir;
-  c.raw = cfg;
+  c.raw = flat;
   if (const json* a = f.find("architectures")) {
     SSM_CHECK(a->is_array() && !a->empty() && (*a)[0].is_string() && !(*a)[0].get<std::string>().empty(),
               "{}: field \"architectures\" must be a non-empty list of class names (got {})", what, Fields::show(*a));
@@ -156,7 +175,9 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
     static const std::map<std::string, std::string> by_model_type = {
         {"mamba", "MambaForCausalLM"}, {"mamba2", "Mamba2ForCausalLM"}, {"minimax", "MiniMaxForCausalLM"},
         {"granitemoehybrid", "GraniteMoeHybridForCausalLM"}, {"bamba", "BambaForCausalLM"},
-        {"nemotron_h", "NemotronHForCausalLM"}, {"jamba", "JambaForCausalLM"}, {"falcon_h1", "FalconH1ForCausalLM"}};
+        {"nemotron_h", "NemotronHForCausalLM"}, {"jamba", "JambaForCausalLM"}, {"falcon_h1", "FalconH1ForCausalLM"},
+        {"qwen3_5", "Qwen3_5ForConditionalGeneration"}, {"qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration"},
+        {"qwen3_5_text", "Qwen3_5ForCausalLM"}, {"qwen3_5_moe_text", "Qwen3_5MoeForCausalLM"}, {"qwen3_next", "Qwen3NextForCausalLM"}};
     auto it = by_model_type.find(c.model_type);
     SSM_CHECK(it != by_model_type.end(), "{}: field \"architectures\" is missing and model_type \"{}\" names no supported "
               "architecture (give \"architectures\")", what, text_excerpt(c.model_type));

@@ -8,6 +8,7 @@
 #include "model/archs/mamba.h"
 #include "model/archs/mamba2.h"
 #include "model/archs/minimax.h"
+#include "model/archs/qwen.h"
 #include "model/causal_lm.h"
 #include "model/decoder/decoder_lm.h"
 #include "model/tensor_parallel.h"
@@ -27,6 +28,11 @@ const std::map<std::string, ArchitectureSpecFn>& registry() {
       {"NemotronHForCausalLM", &nemotron_h_spec},
       {"JambaForCausalLM", &jamba_spec},
       {"FalconH1ForCausalLM", &falcon_h1_spec},
+      {"Qwen3_5ForConditionalGeneration", &qwen3_5_spec},
+      {"Qwen3_5MoeForConditionalGeneration", &qwen3_5_spec},
+      {"Qwen3_5ForCausalLM", &qwen3_5_spec},
+      {"Qwen3_5MoeForCausalLM", &qwen3_5_spec},
+      {"Qwen3NextForCausalLM", &qwen3_next_spec},
   };
   return r;
 }

@@ -1,6 +1,8 @@
 // Owns Weight construction from checkpoint tensors (see weight.h).
 #include "model/weight.h"
 
+#include <cstring>
+
 #include "core/error.h"
 #include "model/checkpoint.h"
 
@@ -42,6 +44,28 @@ Weight scale_rows(const Weight& w, const std::function<float(int64_t)>& row_scal
   for (int64_t r = 0; r < w.rows; ++r) {
     const float s = row_scale(r);
     for (int64_t c = 0; c < w.cols; ++c) dst[r * w.cols + c] = w.at(r, c) * s;
+  }
+  return out;
+}
+
+Weight stack_rows(const std::vector<RowRun>& runs) {
+  SSM_CHECK(!runs.empty(), "stack_rows: no rows");
+  const Weight& w0 = *runs[0].w;
+  int64_t rows = 0;
+  for (const RowRun& r : runs) {
+    SSM_CHECK(r.w->dtype == w0.dtype && r.w->cols == w0.cols, "stack_rows: pieces differ in dtype or columns ({} vs {})", r.w->cols,
+              w0.cols);
+    SSM_CHECK(r.begin >= 0 && r.begin <= r.end && r.end <= r.w->rows, "stack_rows: rows [{}, {}) outside [0, {})", r.begin, r.end,
+              r.w->rows);
+    rows += r.end - r.begin;
+  }
+  Weight out = Weight::allocate(w0.dtype, rows, w0.cols);
+  const size_t row_bytes = static_cast<size_t>(w0.cols) * dtype_size(w0.dtype);
+  std::byte* dst = out.owned->data();
+  for (const RowRun& r : runs) {
+    const size_t n = static_cast<size_t>(r.end - r.begin) * row_bytes;
+    if (n) std::memcpy(dst, static_cast<const std::byte*>(r.w->data) + r.begin * row_bytes, n);
+    dst += n;
   }
   return out;
 }

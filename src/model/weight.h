@@ -21,4 +21,14 @@ std::vector<float> tensor_to_f32(const TensorRef& t);
 /// is 1.
 Weight scale_rows(const Weight& w, const std::function<float(int64_t)>& row_scale);
 
+/// Rows [begin, end) of one weight: a piece of a stacked matrix.
+struct RowRun {
+  const Weight* w = nullptr;
+  int64_t begin = 0, end = 0;
+};
+/// The pieces stacked in the given order into one owned matrix [sum of run sizes, cols] in the pieces' dtype (one
+/// projection GEMM for what a checkpoint stores as several tensors, or a checkpoint's interleaved rows put in the
+/// order the math reads them). Throws Error when the pieces differ in dtype or columns or a run is out of range.
+Weight stack_rows(const std::vector<RowRun>& runs);
+
 }  // namespace ssmserve

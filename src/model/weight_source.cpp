@@ -132,6 +132,12 @@ bool WeightSource::has(const std::string& name) const {
   return ckpt_ && ckpt_->has(name);
 }
 
+void WeightSource::ignore_prefix(const std::string& prefix) {
+  if (!ckpt_) return;
+  for (const auto& n : ckpt_->names())
+    if (n.compare(0, prefix.size(), prefix) == 0) used_->insert(n);
+}
+
 std::vector<std::string> WeightSource::unused_tensors() const {
   std::vector<std::string> out;
   if (!ckpt_) return out;

@@ -54,6 +54,9 @@ class WeightSource {
   /// True when the checkpoint has the tensor (always false for dummy sources).
   bool has(const std::string& name) const;
   bool is_dummy() const { return ckpt_ == nullptr; }
+  /// Marks every checkpoint tensor whose name starts with `prefix` as known (parts of a checkpoint the model does not
+  /// run, e.g. a vision tower), so unused_tensors() leaves them out.
+  void ignore_prefix(const std::string& prefix);
   /// Checkpoint tensors that no matrix() / vector() / has() call named, sorted. After a model has loaded, these
   /// are weights it ignores: a config that does not match its checkpoint (num_hidden_layers below the stored
   /// layers, use_conv_bias false with stored conv biases, ...). Empty for dummy sources.

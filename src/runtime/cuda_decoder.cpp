@@ -110,7 +110,7 @@ void CudaDecoderLM::load(WeightSource& src) {
       CudaSublayer& sub = layers[static_cast<size_t>(l)][k++];
       sub.spec = *s;
       if (!s->present()) continue;
-      if (!s->parallel) sub.norm = to_device(src.vector(s->norm, {H}, DummyInit::constant(1.0f)));
+      if (!s->parallel) sub.norm = to_device(read_decoder_norm(src, spec_, s->norm, H));
       const ModuleArgs host{cfg_, spec_.params(s->kind, cfg_), src, s->prefix, static_cast<int>(l), tp, spec_.label};
       sub.module = cuda_module_type(s->kind).make({host, ctx_});
     }
@@ -119,7 +119,7 @@ void CudaDecoderLM::load(WeightSource& src) {
     for (CudaSublayer& s : pair)
       if (s.module) subs_.push_back(std::move(s));
   // logits / logits_scaling (Granite): folded into the final norm's weight, which feeds only the LM head.
-  std::vector<float> norm_f = src.vector(spec_.final_norm, {H}, DummyInit::constant(1.0f));
+  std::vector<float> norm_f = read_decoder_norm(src, spec_, spec_.final_norm, H);
   if (spec_.logits_scaling != 1.0f)
     for (float& w : norm_f) w /= spec_.logits_scaling;
   frame_.norm_f = to_device(norm_f);
@@ -249,6 +249,7 @@ std::unique_ptr<CausalLM> load_cuda_decoder(const ModelConfig& cfg, const Decode
   WeightSource src = WeightSource::open(cfg.dir, format == LoadFormat::Dummy, &ckpt);
   auto model = std::make_unique<CudaDecoderLM>(cfg, spec, opt, tp);
   model->load(src);
+  for (const std::string& p : spec_.ignored_tensor_prefixes) src.ignore_prefix(p);
   if (tp.rank == 0) src.warn_unused_tensors();
   return model;
 }

@@ -127,6 +127,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                                            GoldenCase{"tiny-granitemoehybrid", 61, true}, GoldenCase{"tiny-granitemoehybrid", 7, true},
                                            GoldenCase{"tiny-nemotron_h", 2048, false}, GoldenCase{"tiny-nemotron_h", 2048, true},
                                            GoldenCase{"tiny-nemotron_h", 61, true}, GoldenCase{"tiny-nemotron_h", 7, true},
+                                           GoldenCase{"tiny-qwen3_5_moe", 2048, false}, GoldenCase{"tiny-qwen3_5_moe", 2048, true},
+                                           GoldenCase{"tiny-qwen3_5_moe", 61, true}, GoldenCase{"tiny-qwen3_5_moe", 7, true},
                                            // Dummy weights (no small trained checkpoint of these layouts).
                                            GoldenCase{"tiny-bamba", 2048, true, true}, GoldenCase{"tiny-bamba", 7, true, true},
                                            GoldenCase{"tiny-jamba", 2048, true, true}, GoldenCase{"tiny-jamba", 7, true, true},

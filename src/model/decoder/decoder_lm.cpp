@@ -164,7 +164,7 @@ std::unique_ptr<CausalLM> load_decoder_from(const ModelConfig& cfg, const Decode
       Sublayer& sub = layers[static_cast<size_t>(l)][k++];
       sub.spec = *s;
       if (!s->present()) continue;
-      if (!s->parallel) sub.norm = src.vector(s->norm, {H}, DummyInit::constant(1.0f));
+      if (!s->parallel) sub.norm = read_decoder_norm(src, spec, s->norm, H);
       const ModuleArgs args{cfg, spec.params(s->kind, cfg), src, s->prefix, static_cast<int>(l), tp, spec.label};
       sub.module = cpu_module_type(s->kind).make(args);
     }
@@ -173,7 +173,8 @@ std::unique_ptr<CausalLM> load_decoder_from(const ModelConfig& cfg, const Decode
   for (auto& pair : layers)
     for (Sublayer& s : pair)
       if (s.module) subs.push_back(std::move(s));
-  std::vector<float> norm_f = src.vector(spec.final_norm, {H}, DummyInit::constant(1.0f));
+  std::vector<float> norm_f = read_decoder_norm(src, spec, spec.final_norm, H);
+  for (const std::string& p : spec.ignored_tensor_prefixes) src.ignore_prefix(p);
   if (tp.rank == 0) src.warn_unused_tensors();
   return std::make_unique<DecoderLM>(cfg, spec, std::move(emb), std::move(head), std::move(norm_f), std::move(subs), std::move(ckpt), tp);
 }

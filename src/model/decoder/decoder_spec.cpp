@@ -2,6 +2,7 @@
 #include "model/decoder/decoder_spec.h"
 
 #include "core/error.h"
+#include "model/weight_source.h"
 
 namespace ssmserve {
 
@@ -18,6 +19,13 @@ void check_parallel_sublayers(const DecoderSpec& spec) {
 
 void spec_layer_count_error(const ModelConfig& cfg, const DecoderSpec& spec) {
   fail("{}: {} layer specs for num_hidden_layers {}", spec.label, spec.layers.size(), cfg.num_hidden_layers);
+}
+
+std::vector<float> read_decoder_norm(WeightSource& src, const DecoderSpec& spec, const std::string& name, int64_t hidden) {
+  std::vector<float> w = src.vector(name, {hidden}, DummyInit::constant(1.0f));
+  if (spec.norm_weight_offset != 0.0f)
+    for (float& x : w) x += spec.norm_weight_offset;
+  return w;
 }
 
 int DecoderSpec::count(const std::string& kind) const {

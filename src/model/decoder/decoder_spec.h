@@ -51,6 +51,12 @@ struct DecoderSpec {
   float norm_eps = 1e-5f;             ///< every RMSNorm of the stack
   float embedding_multiplier = 1.0f;  ///< hidden = embedding[id] * multiplier (Granite)
   float logits_scaling = 1.0f;        ///< logits = lm_head(...) / logits_scaling (Granite)
+  /// Every decoder RMSNorm weight (the sublayers' pre-norms and the final norm) is used as offset + w: 1 for the
+  /// zero-centred norms of Qwen3.5 / Qwen3-Next (transformers' `x_normed * (1 + w)`), 0 otherwise.
+  float norm_weight_offset = 0.0f;
+  /// Checkpoint tensors under these name prefixes belong to parts the text decoder does not run (a vision tower
+  /// `model.visual.`, an MTP head `mtp.`): not reported as unused.
+  std::vector<std::string> ignored_tensor_prefixes;
   /// Hyperparameters per module kind, as that module reads them (field names of the module's own family); a kind
   /// without an entry reads config.json. An architecture whose config spells them differently maps them here.
   std::map<std::string, nlohmann::json> module_params;
@@ -68,6 +74,11 @@ struct DecoderSpec {
   /// Number of layers whose mixer or FFN is `kind`.
   int count(const std::string& kind) const;
 };
+
+class WeightSource;
+/// The decoder norm `name` [hidden] of `spec` (offset + w; DummyInit constant 1 for dummy weights), read by both
+/// backends. Throws Error as WeightSource::vector.
+std::vector<float> read_decoder_norm(WeightSource& src, const DecoderSpec& spec, const std::string& name, int64_t hidden);
 
 /// An architecture: config.json -> DecoderSpec. Throws Error naming the field on an invalid config.
 using ArchitectureSpecFn = DecoderSpec (*)(const ModelConfig& cfg);

@@ -6,6 +6,7 @@
 #include "model/ffns/mlp_ffn.h"
 #include "model/ffns/moe_ffn.h"
 #include "model/mixers/attention_mixer.h"
+#include "model/mixers/gated_delta_mixer.h"
 #include "model/mixers/lightning_mixer.h"
 #include "model/mixers/mamba1_mixer.h"
 #include "model/mixers/mamba2_mixer.h"
@@ -13,11 +14,12 @@
 namespace ssmserve {
 namespace {
 
-const std::array<ModuleType, 6> kModules = {{
+const std::array<ModuleType, 7> kModules = {{
     // Mixers (state per request: conv window + SSM / linear-attention state, or KV pages).
     {"mamba1", &make_mamba1_mixer, nullptr},
     {"mamba2", &make_mamba2_mixer, &mamba2_stack_decode},
     {"lightning", &make_lightning_mixer, nullptr},
+    {"gated_delta", &make_gated_delta_mixer, nullptr},
     {"attention", &make_attention_mixer, nullptr},
     // FFNs (stateless).
     {"mlp", &make_mlp_ffn, nullptr},

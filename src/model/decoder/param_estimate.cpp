@@ -4,6 +4,7 @@
 #include "model/ffns/mlp_ffn.h"
 #include "model/ffns/moe_ffn.h"
 #include "model/mixers/attention_mixer.h"
+#include "model/mixers/gated_delta_mixer.h"
 #include "model/mixers/lightning_mixer.h"
 #include "model/mixers/mamba2_mixer.h"
 
@@ -28,6 +29,11 @@ double module_params(const ModelConfig& cfg, const std::string& kind, const nloh
     const LightningConfig l = LightningConfig::from_json(j, cfg);
     const double HD = static_cast<double>(l.num_heads) * l.head_dim;
     return 5 * HD * H + HD;
+  }
+  if (kind == "gated_delta") {
+    const GatedDeltaConfig g = GatedDeltaConfig::from_json(j, cfg);
+    return static_cast<double>(g.proj_rows()) * H + static_cast<double>(g.conv_dim()) * g.conv_kernel + 2.0 * g.num_v_heads +
+           g.head_v_dim + H * static_cast<double>(g.value_dim());
   }
   if (kind == "attention") {
     const AttentionConfig a = AttentionConfig::from_json(j, cfg);
