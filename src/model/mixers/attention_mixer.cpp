@@ -1,5 +1,6 @@
-// Owns the softmax-attention mixer on the CPU: q / k / v projections, RoPE, the write of the new K / V into their
-// slots, paged attention over each sequence's blocks, o_proj.
+// Owns the softmax-attention mixer on the CPU: q / k / v (and output gate) projections, the per-head q / k RMSNorms,
+// RoPE, the write of the new K / V into their slots, paged attention over each sequence's blocks, the sigmoid output
+// gate, o_proj.
 #include "model/mixers/attention_mixer.h"
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "dist/shard.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
 #include "model/weight.h"
 #include "model/decoder/params.h"
@@ -24,6 +26,9 @@ class AttentionMixer final : public CpuModule {
   bool rope = true;
   std::vector<float> inv_freq;
   Weight q_proj, k_proj, v_proj, o_proj;  ///< [h D, hidden], [k D, hidden] x2, [output rows, H D]
+  Weight gate;                            ///< [h D, hidden] (attn_output_gate), or empty
+  std::vector<float> q_norm, k_norm;      ///< [D] effective weights (qk_norm), or empty
+  float qk_norm_eps = 1e-6f;
   dist::TpRank tp;
 
   ModuleStateSpec state_spec() const override {
@@ -38,14 +43,21 @@ class AttentionMixer final : public CpuModule {
     const int D = head_dim;
     const int64_t QW = static_cast<int64_t>(heads) * D, KW = static_cast<int64_t>(kv_heads) * D;
     Scratch& s = step.scratch;
-    float* q = s.f32(0, T * (QW + 2 * KW));
+    const bool gated = gate.rows > 0;
+    float* q = s.f32(0, T * ((gated ? 2 : 1) * QW + 2 * KW));  // q [T, QW], k, v [T, KW], g [T, QW]
     float* k = q + T * QW;
     float* v = k + T * KW;
+    float* g = v + T * KW;
     float* o = s.f32(1, T * QW);
-    // 1. Projections and RoPE at each token's sequence position.
+    // 1. Projections, the per-head q / k norms (each head's D values a row), RoPE at each token's sequence position.
     cpu::linear(x, T, q_proj, nullptr, q);
     cpu::linear(x, T, k_proj, nullptr, k);
     cpu::linear(x, T, v_proj, nullptr, v);
+    if (gated) cpu::linear(x, T, gate, nullptr, g);
+    if (!q_norm.empty()) {
+      cpu::rms_norm(q, q_norm.data(), qk_norm_eps, T * heads, D, q);
+      cpu::rms_norm(k, k_norm.data(), qk_norm_eps, T * kv_heads, D, k);
+    }
     if (rope) {
       cpu::apply_rope(q, QW, T, heads, D, md.positions, inv_freq);
       cpu::apply_rope(k, KW, T, kv_heads, D, md.positions, inv_freq);
@@ -55,6 +67,9 @@ class AttentionMixer final : public CpuModule {
     kv.num_kv_heads = kv_heads, kv.head_dim = D;
     cpu::reshape_and_cache(k, KW, v, KW, T, md.slot_mapping, kv, step.state.num_blocks);
     cpu::paged_attention(q, QW, o, QW, heads, scale, kv, md.query_start_loc, md.seq_lens, md.block_tables, md.max_num_blocks_per_seq);
+    // 3. Output gate: o *= sigmoid(g), elementwise in the same [heads, D] order.
+    if (gated)
+      for (int64_t i = 0; i < T * QW; ++i) o[i] *= 1.0f / (1.0f + std::exp(-g[i]));
     if (tp.world > 1) {  // o_proj split by output rows over every rank's heads (dist/gathered_linear.h)
       const int64_t QF = static_cast<int64_t>(num_heads) * D;
       float* of = s.f32(2, T * QF);
@@ -94,6 +109,15 @@ AttentionConfig AttentionConfig::from_json(const nlohmann::json& j, const ModelC
   c.key_multiplier = param_float(j, {"key_multiplier"}, 1.0f);
   SSM_CHECK(!param_bool(j, "attention_bias", false), "config.json: attention_bias true is not supported");
   c.scale = param_float(j, {"attention_multiplier"}, 1.0f / std::sqrt(static_cast<float>(c.head_dim)));
+  c.attn_output_gate = param_bool(j, "attn_output_gate", false);
+  c.qk_norm = param_bool(j, "qk_norm", false);
+  c.qk_norm_eps = param_float(j, {"rms_norm_eps"}, 1e-6f);
+  SSM_CHECK(!c.qk_norm || c.qk_norm_eps >= 0.0f, "config.json: rms_norm_eps must be >= 0 (got {})", c.qk_norm_eps);
+  c.qk_norm_weight_offset = param_float(j, {"qk_norm_weight_offset"}, 0.0f);
+  // Qwen3.5's multimodal RoPE (rope_parameters.mrope_section, mrope_interleaved) gives each rotary frequency the
+  // temporal, height or width position id; a text token's three ids are all its sequence position, so every frequency
+  // sees that position and M-RoPE is the plain RoPE over rotary_dim above. The fields are accepted (text only) and
+  // ignored; rope_type other than "default" is refused by param_rope_theta.
   return c;
 }
 
@@ -102,7 +126,21 @@ AttentionWeights read_attention_weights(WeightSource& src, const std::string& p,
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), hd_scale = 1.0f / std::sqrt(static_cast<float>(HD));
   AttentionWeights w;
   const float in = c.in_multiplier, key = c.in_multiplier * c.key_multiplier;
-  w.q_proj = scale_rows(src.matrix(p + "q_proj.weight", {HD, Hd}, DummyInit::uniform(in_scale)), [&](int64_t) { return in; });
+  if (c.attn_output_gate) {  // [2 H D, hidden]: per head h, rows [2hD, 2hD + D) are q_h, [2hD + D, 2(h + 1)D) gate_h
+    const Weight qg = src.matrix(p + "q_proj.weight", {2 * HD, Hd}, DummyInit::uniform(in_scale));
+    std::vector<dist::Range> qr, gr;
+    for (int64_t h = 0; h < c.num_heads; ++h) qr.push_back({2 * h * D, 2 * h * D + D}), gr.push_back({2 * h * D + D, 2 * (h + 1) * D});
+    w.q_proj = scale_rows(dist::slice_rows(qg, qr), [&](int64_t) { return in; });
+    w.gate = scale_rows(dist::slice_rows(qg, gr), [&](int64_t) { return in; });
+  } else {
+    w.q_proj = scale_rows(src.matrix(p + "q_proj.weight", {HD, Hd}, DummyInit::uniform(in_scale)), [&](int64_t) { return in; });
+  }
+  if (c.qk_norm) {  // the effective weights offset + w (Qwen's zero-centred RMSNorm: offset 1)
+    w.q_norm = src.vector(p + "q_norm.weight", {D}, DummyInit::uniform(0.5f));
+    w.k_norm = src.vector(p + "k_norm.weight", {D}, DummyInit::uniform(0.5f));
+    for (std::vector<float>* n : {&w.q_norm, &w.k_norm})
+      for (float& x : *n) x += c.qk_norm_weight_offset;
+  }
   w.k_proj = scale_rows(src.matrix(p + "k_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale)), [&](int64_t) { return key; });
   w.v_proj = scale_rows(src.matrix(p + "v_proj.weight", {KD, Hd}, DummyInit::uniform(in_scale)), [&](int64_t) { return in; });
   w.o_proj = src.matrix(p + "o_proj.weight", {Hd, HD}, DummyInit::uniform(hd_scale));
@@ -118,6 +156,7 @@ std::unique_ptr<CpuModule> make_attention_mixer(const ModuleArgs& a) {
   m->rope = c.rope;
   if (m->rope) m->inv_freq = cpu::rope_inv_freq(c.rope_theta, c.rotary_dim);
   m->scale = c.scale;
+  m->qk_norm_eps = c.qk_norm_eps;
   m->tp = tp;
   // This rank's query heads h and KV heads kv (split, or one replicated head when tp is a multiple of K).
   const dist::Range h = dist::even_shard(m->num_heads, tp.rank, tp.world, a.label + " num_attention_heads");
@@ -137,6 +176,11 @@ std::unique_ptr<CpuModule> make_attention_mixer(const ModuleArgs& a) {
   m->k_proj = dist::slice_rows(w.k_proj, {kvd});
   m->v_proj = dist::slice_rows(w.v_proj, {kvd});
   m->o_proj = dist::slice_rows(w.o_proj, {o});
+  if (c.attn_output_gate) {
+    m->gate = dist::slice_rows(w.gate, {hd});
+    cpu::pack_for_linear(m->gate);
+  }
+  m->q_norm = std::move(w.q_norm), m->k_norm = std::move(w.k_norm);
   for (Weight* x : {&m->q_proj, &m->k_proj, &m->v_proj, &m->o_proj}) cpu::pack_for_linear(*x);
   return m;
 }
