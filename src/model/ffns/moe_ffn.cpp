@@ -26,14 +26,26 @@ class MoeFfn final : public CpuModule {
   std::vector<cpu::ExpertWeights> experts;
   dist::TpRank tp;
   std::unique_ptr<CpuModule> shared;  ///< the shared expert (a dense MLP), or null
+  std::vector<float> shared_gate;     ///< [hidden] the shared expert's sigmoid gate (replicated), or empty
 
   void forward(const float* x, int64_t T, float* out, const ModuleStep& step) override {
     if (tp.world > 1) forward_gathered(x, T, out, step.scratch);
     else cpu::sparse_moe(x, T, hidden, gate, experts, routing, out);
-    if (shared) {  // out += shared_expert(x)
+    if (shared) {  // out += s_t * shared_expert(x), s_t = sigmoid(x_t . w_g) with a gate, else 1
       float* y = step.scratch.f32(7, T * hidden);
       shared->forward(x, T, y, step);
-      for (int64_t i = 0; i < T * hidden; ++i) out[i] += y[i];
+      for (int64_t t = 0; t < T; ++t) {
+        const float* xt = x + t * hidden;
+        float st = 1.0f;
+        if (!shared_gate.empty()) {  // one fp32 dot in column order: the same for any batch
+          float d = 0.0f;
+          for (int64_t c = 0; c < hidden; ++c) d += xt[c] * shared_gate[c];
+          st = 1.0f / (1.0f + std::exp(-d));
+        }
+        float* o = out + t * hidden;
+        const float* yt = y + t * hidden;
+        for (int64_t c = 0; c < hidden; ++c) o[c] += st * yt[c];
+      }
     }
   }
 
@@ -101,6 +113,20 @@ Weight expert_view(const Weight& stacked, int64_t e, int64_t rows, int64_t cols)
   return v;
 }
 
+/// The experts of stacked tensors gate_up [E, 2I, hidden] (gate rows then up rows) and down [E, hidden, I] (views).
+std::vector<cpu::ExpertWeights> split_stacked_experts(const Weight& gate_up, const Weight& down, int64_t E, int64_t I, int64_t Hd) {
+  std::vector<cpu::ExpertWeights> out;
+  for (int64_t e = 0; e < E; ++e) {
+    cpu::ExpertWeights x;
+    const Weight gu = expert_view(gate_up, e, 2 * I, Hd);
+    x.w1 = dist::slice_rows(gu, {dist::Range{0, I}});
+    x.w3 = dist::slice_rows(gu, {dist::Range{I, 2 * I}});
+    x.w2 = expert_view(down, e, Hd, I);
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
 }  // namespace
 
 MoeConfig MoeConfig::from_json(const nlohmann::json& j) {
@@ -127,13 +153,16 @@ MoeConfig MoeConfig::from_json(const nlohmann::json& j) {
             "config.json: n_group {} / topk_group {} do not fit {} experts with num_experts_per_tok {}", c.n_group, c.topk_group,
             c.num_experts, c.top_k);
   c.layout = param_string(j, "moe_layout", "mixtral");
-  SSM_CHECK(c.layout == "mixtral" || c.layout == "granite" || c.layout == "nemotron" || c.layout == "jamba",
-            "decoder: moe_layout \"{}\" is not known (mixtral, granite, nemotron, jamba)", text_excerpt(c.layout));
+  SSM_CHECK(c.layout == "mixtral" || c.layout == "granite" || c.layout == "nemotron" || c.layout == "jamba" || c.layout == "qwen",
+            "decoder: moe_layout \"{}\" is not known (mixtral, granite, nemotron, jamba, qwen)", text_excerpt(c.layout));
   SSM_CHECK(c.gated == (c.layout != "nemotron"), "config.json: {} experts must be {}", c.layout, c.gated ? "relu2" : "SiLU-gated");
   if (j.contains("shared_intermediate_size") && !j["shared_intermediate_size"].is_null() && j["shared_intermediate_size"] != 0)
     c.shared_intermediate_size = param_int(j, "shared_intermediate_size", 0);  // 0: no shared expert
   c.shared_gated = param_string(j, "shared_hidden_act", act) == "silu";
-  c.shared_prefix = param_string(j, "shared_prefix", "shared_experts.");
+  c.shared_prefix = param_string(j, "shared_prefix", c.layout == "qwen" ? "shared_expert." : "shared_experts.");
+  c.shared_expert_gate = param_bool(j, "shared_expert_gate", false);
+  SSM_CHECK(!c.shared_expert_gate || c.shared_intermediate_size > 0,
+            "config.json: shared_expert_gate needs a shared expert (shared_intermediate_size > 0)");
   return c;
 }
 
@@ -153,27 +182,27 @@ MoeWeights read_moe_weights(WeightSource& src, const std::string& p, int64_t Hd,
   const int64_t I = c.intermediate_size, E = c.num_experts;
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(Hd)), i_scale = 1.0f / std::sqrt(static_cast<float>(I));
   MoeWeights w;
+  if (c.shared_expert_gate) w.shared_gate = src.vector(p + "shared_expert_gate.weight", {1, Hd}, DummyInit::uniform(in_scale));
   if (c.layout == "granite") {
     const std::string q = p + "block_sparse_moe.";
     w.gate = src.matrix(q + "router.layer.weight", {E, Hd}, DummyInit::uniform(in_scale));
     const Weight in = src.matrix(q + "input_linear.weight", {E, 2 * I, Hd}, DummyInit::uniform(in_scale));
     const Weight outw = src.matrix(q + "output_linear.weight", {E, Hd, I}, DummyInit::uniform(i_scale));
-    for (int64_t e = 0; e < E; ++e) {
-      cpu::ExpertWeights x;
-      const Weight gu = expert_view(in, e, 2 * I, Hd);
-      x.w1 = dist::slice_rows(gu, {dist::Range{0, I}});
-      x.w3 = dist::slice_rows(gu, {dist::Range{I, 2 * I}});
-      x.w2 = expert_view(outw, e, Hd, I);
-      w.experts.push_back(std::move(x));
-    }
+    w.experts = split_stacked_experts(in, outw, E, I, Hd);
     return w;
   }
-  const bool jamba = c.layout == "jamba", nemotron = c.layout == "nemotron";
+  const bool jamba = c.layout == "jamba", nemotron = c.layout == "nemotron", qwen = c.layout == "qwen";
   w.gate = src.matrix(p + (jamba ? "router.weight" : "gate.weight"), {E, Hd}, DummyInit::uniform(in_scale));
   if (nemotron) w.correction_bias = src.vector(p + "gate.e_score_correction_bias", {E}, DummyInit::constant(0.0f));
-  const char* n1 = nemotron ? "up_proj" : jamba ? "gate_proj" : "w1";
-  const char* n2 = nemotron || jamba ? "down_proj" : "w2";
-  const char* n3 = jamba ? "up_proj" : "w3";
+  if (qwen && !src.has(p + "experts.0.gate_proj.weight") && src.has(p + "experts.gate_up_proj")) {  // transformers 5
+    const Weight gu = src.matrix(p + "experts.gate_up_proj", {E, 2 * I, Hd}, DummyInit::uniform(in_scale));
+    const Weight down = src.matrix(p + "experts.down_proj", {E, Hd, I}, DummyInit::uniform(i_scale));
+    w.experts = split_stacked_experts(gu, down, E, I, Hd);
+    return w;
+  }
+  const char* n1 = nemotron ? "up_proj" : jamba || qwen ? "gate_proj" : "w1";
+  const char* n2 = nemotron || jamba || qwen ? "down_proj" : "w2";
+  const char* n3 = jamba || qwen ? "up_proj" : "w3";
   for (int64_t e = 0; e < E; ++e) {
     const std::string q = fmt::format("{}experts.{}.", p, e);
     cpu::ExpertWeights x;
@@ -210,6 +239,7 @@ std::unique_ptr<CpuModule> make_moe_ffn(const ModuleArgs& a) {
   if (c.shared_intermediate_size > 0) {
     const nlohmann::json sp = shared_mlp_params(c);
     m->shared = make_mlp_ffn(ModuleArgs{a.cfg, sp, a.src, a.prefix + c.shared_prefix, a.layer, a.tp, a.label});
+    m->shared_gate = std::move(w.shared_gate);
   }
   return m;
 }
