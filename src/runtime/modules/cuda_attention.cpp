@@ -1,6 +1,7 @@
-// Owns the softmax-attention mixer on the GPU (the CPU module: model/mixers/attention_mixer.h): q / k / v projections,
-// RoPE, reshape_and_cache into the KV blocks of the shared pool, split-KV paged attention over the step's work list,
-// o_proj.
+// Owns the softmax-attention mixer on the GPU (the CPU module: model/mixers/attention_mixer.h): q / k / v (and output
+// gate) projections, the per-head q / k RMSNorms (head_rms_norm.h), RoPE, reshape_and_cache into the KV blocks of the
+// shared pool, split-KV paged attention over the step's work list, the sigmoid output gate fused with the cast to the
+// GEMM dtype (activations.h), o_proj.
 #include <cmath>
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include "core/error.h"
 #include "device/cuda_check.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cuda/activations.h"
+#include "kernels/cuda/head_rms_norm.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/paged_attention.h"
 #include "model/mixers/attention_mixer.h"
@@ -23,6 +26,8 @@ class CudaAttention final : public CudaModule {
     const DType wd = ctx_.opt.weight_dtype;
     q_proj_ = upload_weight(w.q_proj, wd), k_proj_ = upload_weight(w.k_proj, wd), v_proj_ = upload_weight(w.v_proj, wd);
     o_proj_ = upload_weight(w.o_proj, wd);
+    if (c_.attn_output_gate) gate_ = upload_weight(w.gate, wd);
+    if (c_.qk_norm) q_norm_ = to_device(w.q_norm), k_norm_ = to_device(w.k_norm);
     if (c_.rope) inv_freq_ = to_device(cpu::rope_inv_freq(c_.rope_theta, c_.rotary_dim));
   }
 
@@ -33,12 +38,12 @@ class CudaAttention final : public CudaModule {
   }
   double scratch_bytes_per_token() const override {
     const double QW = static_cast<double>(c_.num_heads) * c_.head_dim, KW = static_cast<double>(c_.num_kv_heads) * c_.head_dim;
-    return 4 * (QW + 2 * KW) + 4 * QW + dtype_size(ctx_.opt.weight_dtype) * QW;
+    return 4 * (QW * (c_.attn_output_gate ? 2 : 1) + 2 * KW) + 4 * QW + dtype_size(ctx_.opt.weight_dtype) * QW;
   }
   void reserve(int64_t T, const StepPlans* plans) override {
     ScratchPool& p = *ctx_.scratch;
     const int64_t QW = int64_t{c_.num_heads} * c_.head_dim, KW = int64_t{c_.num_kv_heads} * c_.head_dim;
-    p[0].f32(T * (QW + 2 * KW)), p[1].f32(T * QW), p[3].get(T * QW * dtype_size(ctx_.opt.weight_dtype));
+    p[0].f32(T * (qg_width() + 2 * KW)), p[1].f32(T * QW), p[3].get(T * QW * dtype_size(ctx_.opt.weight_dtype));
     ws_.f32(std::max<size_t>(4, paged_attention_workspace_floats(plans->aplan.num_items, c_.num_kv_heads, c_.head_dim)));
   }
   void pointers(std::vector<const void*>& out) const override { out.push_back(ws_.buf.data()); }
@@ -52,17 +57,25 @@ class CudaAttention final : public CudaModule {
     const DType wd = ctx_.opt.weight_dtype;
     cudaStream_t s = st.stream;
     ScratchPool& p = *ctx_.scratch;
-    float* q = p[0].f32(T * (QW + 2 * KW));
+    float* q = p[0].f32(T * (qg_width() + 2 * KW));  // q [T, QW], k, v [T, KW], g [T, QW] (attn_output_gate)
     float* k = q + T * QW;
     float* v = k + T * KW;
+    float* g = v + T * KW;
     float* o = p[1].f32(T * QW);
+    // 1. Projections, the per-head q / k norms, RoPE.
     ctx_.gemm_run(normed_c, T, Hd, q_proj_, q, QW);
     ctx_.gemm_run(normed_c, T, Hd, k_proj_, k, KW);
     ctx_.gemm_run(normed_c, T, Hd, v_proj_, v, KW);
+    if (c_.attn_output_gate) ctx_.gemm_run(normed_c, T, Hd, gate_, g, QW);
+    if (c_.qk_norm) {
+      SSM_CUDA_CHECK(head_rms_norm(q, QW, T, c_.num_heads, D, q_norm_.as<float>(), c_.qk_norm_eps, s));
+      SSM_CUDA_CHECK(head_rms_norm(k, KW, T, c_.num_kv_heads, D, k_norm_.as<float>(), c_.qk_norm_eps, s));
+    }
     if (c_.rope) {
       SSM_CUDA_CHECK(apply_rope(q, QW, T, c_.num_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(), c_.rotary_dim / 2, s));
       SSM_CUDA_CHECK(apply_rope(k, KW, T, c_.num_kv_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(), c_.rotary_dim / 2, s));
     }
+    // 2. The new K / V into their slots, attention over the cache.
     KvCacheView kv = state.kv;
     kv.num_kv_heads = c_.num_kv_heads, kv.head_dim = D;
     SSM_CUDA_CHECK(reshape_and_cache(k, KW, v, KW, T, plans.dev(plans.slots), kv, s));
@@ -70,16 +83,22 @@ class CudaAttention final : public CudaModule {
                          plans.dev(plans.tables), plans.dev(plans.tasks), plans.dev(plans.items), ap.num_tasks, ap.num_items,
                          ap.tokens_per_task, ap.key_split, plans.dev(plans.tc_tiles), ap.num_tc_tiles, ap.tc_tokens};
     SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a, ws_.f32(paged_attention_workspace_floats(ap.num_items, c_.num_kv_heads, D)), s));
+    // 3. The output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, o_proj.
     void* oc = p[3].get(T * QW * dtype_size(wd));
-    SSM_CUDA_CHECK(cast_rows(o, QW, T, QW, oc, wd, QW, s));
+    if (c_.attn_output_gate) SSM_CUDA_CHECK(sigmoid_gate(o, QW, g, QW, T, QW, oc, wd, QW, s));
+    else SSM_CUDA_CHECK(cast_rows(o, QW, T, QW, oc, wd, QW, s));
     ctx_.gemm_run(oc, T, QW, o_proj_, out, Hd);
   }
 
  private:
+  /// Columns of q (and the gate) per token in scratch slot 0.
+  int64_t qg_width() const { return int64_t{c_.num_heads} * c_.head_dim * (c_.attn_output_gate ? 2 : 1); }
   const CudaRunnerContext& ctx_;
   AttentionConfig c_;
   int64_t H_;
   DevWeight q_proj_, k_proj_, v_proj_, o_proj_;
+  DevWeight gate_;                 ///< [H D, hidden] (attn_output_gate), or empty
+  DeviceBuffer q_norm_, k_norm_;   ///< [D] effective weights (qk_norm), or empty
   DeviceBuffer inv_freq_;
   Scratch ws_;  // the attention splits' workspace (its size follows the step's work list)
 };
