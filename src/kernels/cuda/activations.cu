@@ -40,6 +40,20 @@ __global__ void residual_kernel(float* h, const float* x, float a, const float* 
     h[i] = x[i] * a + y[i] * b;
 }
 
+/// Grid (T), 256 threads: the block's dot x[t] . w (thread-strided partial sums, then block_sum), then the gated add.
+__global__ void __launch_bounds__(256) gated_add_kernel(float* __restrict__ out, int64_t os, const float* __restrict__ y,
+                                                        int64_t ys, const float* __restrict__ x, int64_t xs,
+                                                        const float* __restrict__ w, int64_t H) {
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x;
+  const float* xt = x + t * xs;
+  float d = 0.0f;
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) d += xt[c] * w[c];
+  d = block_sum(d, scratch);
+  const float s = 1.0f / (1.0f + expf(-d));
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) out[t * os + c] += s * y[t * ys + c];
+}
+
 }  // namespace
 
 cudaError_t silu_inplace(float* x, int64_t x_stride, int64_t T, int64_t cols, cudaStream_t stream) {
@@ -81,6 +95,14 @@ cudaError_t scaled_residual(float* h, const float* x, float a, const float* y, f
   if (n == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, 256), 4096));
   residual_kernel<<<blocks, 256, 0, stream>>>(h, x, a, y, b, n);
+  return launch_status();
+}
+
+cudaError_t sigmoid_gated_add(float* out, int64_t out_stride, const float* y, int64_t y_stride, const float* x, int64_t x_stride,
+                              const float* w, int64_t T, int64_t H, cudaStream_t stream) {
+  if (T < 0 || T > 2147483647 || H < 0 || out_stride < H || y_stride < H || x_stride < H) return cudaErrorInvalidValue;
+  if (T == 0 || H == 0) return cudaSuccess;
+  gated_add_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(out, out_stride, y, y_stride, x, x_stride, w, H);
   return launch_status();
 }
 

@@ -1,6 +1,7 @@
 // Owns the elementwise GPU activations and residual steps of the decoder modules (the CUDA side of
-// kernels/cpu/activations.h): SiLU in place (the lightning qkv projection), the sigmoid output gate (lightning), the dense MLP's SiLU-gated / relu^2 activation, and
-// the scaled residual h = alpha x + beta y (MiniMax's residuals, muP multipliers). Framework-free: device pointers, sizes, row strides (elements), a
+// kernels/cpu/activations.h): SiLU in place (the lightning qkv projection), the sigmoid output gate (lightning, Qwen's
+// gated attention), the dense MLP's SiLU-gated / relu^2 activation, the scaled residual h = alpha x + beta y (MiniMax's
+// residuals, muP multipliers) and the per-token sigmoid-gated add of Qwen's shared expert. Framework-free: device pointers, sizes, row strides (elements), a
 // stream; each returns the launch status (cudaErrorInvalidValue for bad sizes).
 #pragma once
 #include <cuda_runtime_api.h>
@@ -26,5 +27,11 @@ cudaError_t mlp_activation(const float* gu, int64_t gu_stride, int64_t T, int64_
                            int64_t out_stride, cudaStream_t stream);
 /// h = a * x + b * y over n contiguous fp32 elements (h may alias x or y).
 cudaError_t scaled_residual(float* h, const float* x, float a, const float* y, float b, int64_t n, cudaStream_t stream);
+
+/// Qwen's gated shared expert (model/ffns/moe_ffn.cpp), per row t: out[t] += sigmoid(x[t] . w) * y[t].
+///   out, y: [T, H] fp32 (row strides out_stride, y_stride); x: [T, H] fp32 (row stride x_stride), the MoE's normed
+///   input; w: [H] fp32 (shared_expert_gate.weight). One block per row, the dot in a fixed order (for any T).
+cudaError_t sigmoid_gated_add(float* out, int64_t out_stride, const float* y, int64_t y_stride, const float* x, int64_t x_stride,
+                              const float* w, int64_t T, int64_t H, cudaStream_t stream);
 
 }  // namespace ssmserve::cuda

@@ -9,7 +9,7 @@ namespace {
 using namespace detail;
 using bf16 = __nv_bfloat16;
 
-constexpr int kMaxE = 1024, kMaxRouteE = 256, kMaxTopK = 8;
+constexpr int kMaxE = 1024, kMaxRouteE = 512, kMaxTopK = 16;  // Qwen3-Next: 512 experts, top-10
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const float* __restrict__ 
   const int64_t t = blockIdx.x;
   int order[kMaxTopK];
   for (int k = 0; k < top_k; ++k) order[k] = k;
-  for (int a = 1; a < top_k; ++a)  // insertion sort by expert id (top_k <= 8)
+  for (int a = 1; a < top_k; ++a)  // insertion sort by expert id (top_k <= 16)
     for (int b = a; b > 0 && ids[t * top_k + order[b]] < ids[t * top_k + order[b - 1]]; --b) {
       const int tmp = order[b];
       order[b] = order[b - 1];

@@ -28,8 +28,8 @@ struct MoeRouteParams {
 
 /// Stacked expert weights (device, bf16, row-major as Linear weights are stored).
 struct MoeDevWeights {
-  int num_experts = 0;   ///< E, 1..1024
-  int top_k = 0;         ///< 1..min(E, 8)
+  int num_experts = 0;   ///< E, 1..512 (the router's limit)
+  int top_k = 0;         ///< 1..min(E, 16)
   int64_t hidden = 0;    ///< multiple of 8
   int64_t intermediate = 0;  ///< I, multiple of 8
   const void* w1 = nullptr;  ///< [E, I, hidden] gate_proj (relu^2 experts: up_proj)
@@ -42,7 +42,7 @@ struct MoeDevWeights {
 size_t moe_workspace_bytes(int64_t T, const MoeDevWeights& w);
 
 /// Router only: logits [T, E] fp32 (contiguous) -> ids [T, top_k] (descending probability, ties to the lower id)
-/// and their renormalized weights [T, top_k] fp32. E <= 256.
+/// and their renormalized weights [T, top_k] fp32. E <= 512, top_k <= 16.
 cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, int32_t* ids, float* weights,
                       cudaStream_t stream);
 /// The same with any routing (MoeRouteParams); ids by descending choice score.

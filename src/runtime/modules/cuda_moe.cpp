@@ -1,6 +1,7 @@
 // Owns the sparse MoE FFN on the GPU (the CPU module: model/ffns/moe_ffn.h): the router GEMM in fp32 (so expert
 // choices match the CPU's), then kernels/cuda/moe.h (softmax or sigmoid routing, device-side sort by expert, grouped
-// GEMMs over bf16 stacked experts, weighted combine; no host synchronization), plus the shared expert (cuda_mlp.cpp).
+// GEMMs over bf16 stacked experts, weighted combine; no host synchronization), plus the shared expert (cuda_mlp.cpp),
+// added as is or, with shared_expert_gate (Qwen), scaled per token by sigmoid(x . w_g) (activations.h).
 #include <cstring>
 
 #include "core/error.h"
@@ -36,6 +37,7 @@ class CudaMoe final : public CudaModule {
       : ctx_(ctx), c_(c), H_(hidden), shared_(std::move(shared)) {
     gate_ = upload_weight(w.gate, DType::F32);
     if (!w.correction_bias.empty()) bias_ = to_device(w.correction_bias);
+    if (!w.shared_gate.empty()) shared_gate_ = to_device(w.shared_gate);
     std::vector<const Weight*> w1, w2, w3;
     for (const cpu::ExpertWeights& x : w.experts) {
       w1.push_back(&x.w1), w2.push_back(&x.w2);
@@ -72,13 +74,14 @@ class CudaMoe final : public CudaModule {
     float* router = (*ctx_.scratch)[0].f32(T * c_.num_experts);
     ctx_.gemm_run(normed, T, H_, gate_, router, c_.num_experts);
     SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_, ws_.get(moe_workspace_bytes(T, weights())), st.stream));
-    if (shared_) {  // out += shared_expert(x): the dense MLP reads the normed rows in the GEMM dtype
+    if (shared_) {  // out += shared_expert(x) (gated: times sigmoid(x . w_g)); the MLP reads the rows in the GEMM dtype
       const DType wd = ctx_.opt.weight_dtype;
       void* xc = shared_in_.get(T * H_ * dtype_size(wd));
       float* y = shared_out_.f32(T * H_);
       SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, st.stream));
       shared_->forward(st, state, xc, y);
-      SSM_CUDA_CHECK(scaled_residual(out, out, 1.0f, y, 1.0f, T * H_, st.stream));
+      if (shared_gate_.data()) SSM_CUDA_CHECK(sigmoid_gated_add(out, H_, y, H_, normed, H_, shared_gate_.as<float>(), T, H_, st.stream));
+      else SSM_CUDA_CHECK(scaled_residual(out, out, 1.0f, y, 1.0f, T * H_, st.stream));
     }
   }
 
@@ -96,6 +99,7 @@ class CudaMoe final : public CudaModule {
   int64_t H_;
   DevWeight gate_;
   DeviceBuffer bias_;  ///< [E] e_score_correction_bias (sigmoid routing), or empty
+  DeviceBuffer shared_gate_;  ///< [hidden] fp32 shared_expert_gate.weight (Qwen), or empty
   DeviceBuffer w1_, w2_, w3_;
   Scratch ws_;
   std::unique_ptr<CudaModule> shared_;  ///< the shared expert (a GPU dense MLP), or null
@@ -109,7 +113,7 @@ std::unique_ptr<CudaModule> make_cuda_moe(const CudaModuleArgs& a) {
   const MoeConfig c = MoeConfig::from_json(h.params);
   const std::string where = (h.cfg.dir / "config.json").string();
   SSM_CHECK(h.tp.world == 1, "--device cuda: --tensor-parallel-size {} is not supported for MoE layers yet", h.tp.world);
-  SSM_CHECK(c.num_experts <= 256 && c.top_k <= 8, "{}: more than 256 experts or top_k > 8 are not supported on cuda", where);
+  SSM_CHECK(c.num_experts <= 512 && c.top_k <= 16, "{}: more than 512 experts or top_k > 16 are not supported on cuda", where);
   SSM_CHECK(h.cfg.hidden_size % 8 == 0 && c.intermediate_size % 8 == 0,
             "{}: hidden_size and intermediate_size must be multiples of 8 on cuda", where);
   SSM_CHECK(c.scoring != cpu::MoeRouting::Scoring::Sigmoid || c.n_group <= 32, "{}: more than 32 expert groups are not supported on cuda",
