@@ -1,9 +1,13 @@
 // GPU sparse MoE (kernels/cuda/moe.h) against the CPU reference (kernels/cpu/moe.h): every routing the supported
 // families use (softmax renormalized or not, sigmoid with correction bias, grouped choice and routed scaling), ties,
-// SiLU-gated and relu^2 experts on the per-pair (decode) and grouped-GEMM paths, bad arguments.
+// SiLU-gated and relu^2 experts on the per-pair (decode) and grouped-GEMM paths, bad arguments; Qwen's many small
+// experts (Qwen3.5-35B-A3B: 256 experts top-8; Qwen3-Next-80B-A3B: 512 experts top-10), with timings of the
+// Qwen3.5-35B-A3B layer shape (hidden 2048, moe_intermediate 512) printed for docs/benchmarks.md.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -210,6 +214,123 @@ TEST(CudaMoe, Relu2ExpertsWithSigmoidRoutingMatchCpu) {
     auto got = to_host<float>(dout, T * Hd);
     EXPECT_LT(rel_err(got.data(), Hd, ref.data(), Hd, T, Hd), 1e-2);
   }
+}
+
+/// Random bf16 experts (host Weights for the CPU, stacked bits for the device) and an fp32 router.
+struct RandomExperts {
+  Weight gate;
+  std::vector<cpu::ExpertWeights> experts;
+  DeviceBuffer d1, d3, d2;
+  RandomExperts(std::mt19937& rng, int E, int64_t Hd, int64_t I) : experts(E) {
+    gate = Weight::allocate(DType::F32, E, Hd);
+    const float hs = 1.0f / std::sqrt(static_cast<float>(Hd)), is = 1.0f / std::sqrt(static_cast<float>(I));
+    auto g = rand_vec(rng, E * Hd, -2 * hs, 2 * hs);
+    std::memcpy(const_cast<void*>(gate.data), g.data(), g.size() * 4);
+    std::vector<uint16_t> w1s, w3s, w2s;
+    auto fill = [&](Weight& W, int64_t r, int64_t c, float a, std::vector<uint16_t>& stack) {
+      W = Weight::allocate(DType::BF16, r, c);
+      auto b = to_bf16_bits(rand_vec(rng, r * c, -a, a));
+      std::memcpy(const_cast<void*>(W.data), b.data(), b.size() * 2);
+      stack.insert(stack.end(), b.begin(), b.end());
+    };
+    for (int e = 0; e < E; ++e) fill(experts[e].w1, I, Hd, hs, w1s), fill(experts[e].w3, I, Hd, hs, w3s), fill(experts[e].w2, Hd, I, is, w2s);
+    d1 = to_device(w1s), d3 = to_device(w3s), d2 = to_device(w2s);
+  }
+};
+
+// Qwen's many small experts: softmax top-k renormalized (norm_topk_prob) over 256 experts top-8 (Qwen3.5) and 512
+// top-10 (Qwen3-Next), on the per-pair path (T * top_k <= 16) and the grouped GEMMs (most experts hold 0-2 rows).
+TEST(CudaMoe, QwenManySmallExpertsMatchCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  struct Case {
+    const char* name;
+    int E, k;
+  };
+  for (const Case& c : {Case{"Qwen3.5 256 experts top-8", 256, 8}, Case{"Qwen3-Next 512 experts top-10", 512, 10}}) {
+    SCOPED_TRACE(c.name);
+    const int64_t Hd = 128, I = 32;  // small widths, the real expert counts
+    RandomExperts rx(rng, c.E, Hd, I);
+    cpu::MoeRouting r;
+    r.top_k = c.k;
+    cuda::MoeDevWeights w{c.E, c.k, Hd, I, rx.d1.data(), rx.d3.data(), rx.d2.data(), cuda::MoeRouteParams{}};
+    for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{5}, quick() ? int64_t{40} : int64_t{300}}) {
+      SCOPED_TRACE(testing::Message() << "T=" << T);
+      std::vector<float> x = rand_vec(rng, T * Hd);
+      round_bf16(x);
+      std::vector<float> ref(T * Hd), logits(T * c.E);
+      cpu::sparse_moe(x.data(), T, Hd, rx.gate, rx.experts, r, ref.data());
+      cpu::linear(x.data(), T, rx.gate, nullptr, logits.data());
+      // The router alone: the same experts with the same weights.
+      std::vector<int32_t> ids(T * c.k);
+      std::vector<float> wts(T * c.k);
+      cpu::moe_route(logits.data(), T, c.E, r, ids.data(), wts.data());
+      DeviceBuffer dx = to_device(x), dl = to_device(logits), dout = poisoned(T * Hd), ws(cuda::moe_workspace_bytes(T, w));
+      DeviceBuffer di(T * c.k * 4), dw(T * c.k * 4);
+      SSM_CUDA_CHECK(cuda::moe_route(dl.as<float>(), T, c.E, c.k, cuda::MoeRouteParams{}, di.as<int32_t>(), dw.as<float>(), nullptr));
+      SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), Hd, T, dl.as<float>(), w, dout.as<float>(), Hd, ws.data(), nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(to_host<int32_t>(di, T * c.k), ids);
+      const auto gw = to_host<float>(dw, T * c.k);
+      for (int64_t i = 0; i < T * c.k; ++i) EXPECT_NEAR(gw[i], wts[i], 1e-6f) << i;
+      const auto got = to_host<float>(dout, T * Hd);
+      EXPECT_LT(rel_err(got.data(), Hd, ref.data(), Hd, T, Hd), 1e-2);
+    }
+  }
+  DeviceBuffer dummy(16);  // 513 experts or top-17: refused before any pointer is read
+  cuda::MoeDevWeights big{513, 8, 128, 32, dummy.data(), dummy.data(), dummy.data(), cuda::MoeRouteParams{}};
+  EXPECT_EQ(cuda::sparse_moe(nullptr, 128, 1, nullptr, big, nullptr, 128, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::moe_route(nullptr, 1, 512, 17, nullptr, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+// The Qwen3.5-35B-A3B layer (hidden 2048, 256 experts of I = 512, top-8) against the CPU at a decode and a prefill
+// batch, then the GPU time of sparse_moe per batch size (printed: the per-pair path at T <= 2, the grouped GEMMs above;
+// every expert's row tile is 128 rows, so small batches pay mostly padding). Not in quick mode (1.6 GB of experts).
+TEST(CudaMoe, Qwen35LayerShapeMatchesCpuAndTimings) {
+  REQUIRE_GPU();
+  if (quick()) GTEST_SKIP() << "large shape";
+  std::mt19937 rng(1234);
+  const int E = 256, K = 8;
+  const int64_t Hd = 2048, I = 512;
+  RandomExperts rx(rng, E, Hd, I);
+  cpu::MoeRouting r;
+  r.top_k = K;
+  cuda::MoeDevWeights w{E, K, Hd, I, rx.d1.data(), rx.d3.data(), rx.d2.data(), cuda::MoeRouteParams{}};
+  for (int64_t T : {int64_t{2}, int64_t{64}}) {
+    SCOPED_TRACE(testing::Message() << "T=" << T);
+    std::vector<float> x = rand_vec(rng, T * Hd);
+    round_bf16(x);
+    std::vector<float> ref(T * Hd), logits(T * E);
+    cpu::sparse_moe(x.data(), T, Hd, rx.gate, rx.experts, r, ref.data());
+    cpu::linear(x.data(), T, rx.gate, nullptr, logits.data());
+    DeviceBuffer dx = to_device(x), dl = to_device(logits), dout = poisoned(T * Hd), ws(cuda::moe_workspace_bytes(T, w));
+    SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), Hd, T, dl.as<float>(), w, dout.as<float>(), Hd, ws.data(), nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = to_host<float>(dout, T * Hd);
+    EXPECT_LT(rel_err(got.data(), Hd, ref.data(), Hd, T, Hd), 1e-2);
+  }
+  cudaEvent_t a, b;
+  SSM_CUDA_CHECK(cudaEventCreate(&a));
+  SSM_CUDA_CHECK(cudaEventCreate(&b));
+  for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{16}, int64_t{64}, int64_t{256}, int64_t{2048}, int64_t{8192}}) {
+    std::vector<float> x = rand_vec(rng, T * Hd), logits = rand_vec(rng, T * E, -2.0f, 2.0f);
+    DeviceBuffer dx = to_device(x), dl = to_device(logits), dout(T * Hd * 4), ws(cuda::moe_workspace_bytes(T, w));
+    auto run = [&] { SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), Hd, T, dl.as<float>(), w, dout.as<float>(), Hd, ws.data(), nullptr)); };
+    run();
+    const int reps = 20;
+    SSM_CUDA_CHECK(cudaEventRecord(a));
+    for (int i = 0; i < reps; ++i) run();
+    SSM_CUDA_CHECK(cudaEventRecord(b));
+    SSM_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    SSM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    std::printf("qwen3.5-35b-a3b moe layer (E 256, top-8, I 512, hidden 2048): T %5lld  %.3f ms  (%.1f us / token)\n",
+                static_cast<long long>(T), ms / reps, 1000.0 * ms / reps / static_cast<double>(T));
+  }
+  SSM_CUDA_CHECK(cudaEventDestroy(a));
+  SSM_CUDA_CHECK(cudaEventDestroy(b));
 }
 
 }  // namespace
