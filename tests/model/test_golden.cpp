@@ -136,7 +136,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                                            GoldenCase{"tiny-granite-dense", 7, true, true},
                                            GoldenCase{"tiny-nemotron_h-pattern", 2048, true, true},
                                            GoldenCase{"tiny-nemotron_h-pattern", 7, true, true},
-                                           GoldenCase{"tiny-falcon_h1", 2048, true, true}, GoldenCase{"tiny-falcon_h1", 7, true, true}),
+                                           GoldenCase{"tiny-falcon_h1", 2048, true, true}, GoldenCase{"tiny-falcon_h1", 7, true, true},
+                                           GoldenCase{"tiny-qwen3_5", 2048, true, true}, GoldenCase{"tiny-qwen3_5", 7, true, true},
+                                           GoldenCase{"tiny-qwen3_next", 2048, true, true}, GoldenCase{"tiny-qwen3_next", 7, true, true}),
                          case_name);
 
 }  // namespace
