@@ -51,7 +51,8 @@ StepMeta StepMetaUploader::upload(const ForwardBatch& batch, cudaStream_t stream
   const MambaBatchMetadata& md = batch.meta;
   const std::vector<const std::vector<int32_t>*> ints = {
       &batch.input_ids,     &md.query_start_loc_p, &md.state_indices_tensor_p, &md.state_indices_tensor_d,
-      &batch.logits_indices, &md.cu_chunk_seqlen_p, &md.seq_idx_p,             &md.last_chunk_indices_p};
+      &batch.logits_indices, &md.cu_chunk_seqlen_p, &md.seq_idx_p,             &md.last_chunk_indices_p,
+      &md.num_computed_tokens_p};
   size_t n_int = 0;
   for (const auto* v : ints) n_int += v->size() + 1;  // +1 keeps every view distinct and non-empty
   const size_t bytes = n_int * 4 + md.has_initial_states_p.size() + 16;
@@ -73,6 +74,7 @@ StepMeta StepMetaUploader::upload(const ForwardBatch& batch, cudaStream_t stream
   StepMeta m;
   m.input_ids = i32(0), m.query_start_loc_p = i32(1), m.state_indices_p = i32(2), m.state_indices_d = i32(3);
   m.logits_indices = i32(4), m.cu_chunk_seqlen_p = i32(5), m.seq_idx_p = i32(6), m.last_chunk_indices_p = i32(7);
+  m.num_computed_tokens_p = i32(8);
   m.has_initial_states_p = base + hi_off;
   return m;
 }

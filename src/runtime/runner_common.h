@@ -57,6 +57,7 @@ struct StepMeta {
   const int32_t* seq_idx_p = nullptr;           ///< [nchunks]
   const int32_t* last_chunk_indices_p = nullptr;///< [num_prefills]
   const uint8_t* has_initial_states_p = nullptr;///< [num_prefills]
+  const int32_t* num_computed_tokens_p = nullptr;///< [num_prefills] (Gated DeltaNet's sequence-aligned chunks)
 };
 
 /// Packs and uploads the step's arrays (asynchronously on `stream`; the host staging stays valid until the

@@ -38,13 +38,14 @@ double module_params(const ModelConfig& cfg, const std::string& kind, const nloh
   if (kind == "attention") {
     const AttentionConfig a = AttentionConfig::from_json(j, cfg);
     const double D = a.head_dim;
-    return (2.0 * a.num_heads + 2.0 * a.num_kv_heads) * D * H;
+    return ((a.attn_output_gate ? 3.0 : 2.0) * a.num_heads + 2.0 * a.num_kv_heads) * D * H + (a.qk_norm ? 2.0 * D : 0.0);
   }
   if (kind == "mlp") return mlp_params(H, MlpConfig::from_json(j));
   if (kind == "moe") {
     const MoeConfig m = MoeConfig::from_json(j);
     double n = static_cast<double>(m.num_experts) * (H + (m.gated ? 3.0 : 2.0) * H * m.intermediate_size);
     if (m.shared_intermediate_size > 0) n += mlp_params(H, MlpConfig::from_json(shared_mlp_params(m)));
+    if (m.shared_expert_gate) n += H;
     return n;
   }
   return 0.0;  // a kind this estimate does not know: not counted

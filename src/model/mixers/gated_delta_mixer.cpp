@@ -69,8 +69,7 @@ GatedDeltaWeights read_gated_delta_weights(WeightSource& src, const std::string&
     w.in_proj = stack_rows(runs);
   }
   w.conv_weight = src.vector(p + "conv1d.weight", {c.conv_dim(), 1, c.conv_kernel}, DummyInit::uniform(0.5f));
-  w.A = src.vector(p + "A_log", {Hv}, DummyInit::log_arange());
-  for (float& x : w.A) x = -std::exp(x);
+  w.A_log = src.vector(p + "A_log", {Hv}, DummyInit::log_arange());
   w.dt_bias = src.vector(p + "dt_bias", {Hv}, DummyInit::uniform(1.0f));
   w.norm = src.vector(p + "norm.weight", {c.head_v_dim}, DummyInit::constant(1.0f));
   w.out_proj = src.matrix(p + "out_proj.weight", {Hd, Vd}, DummyInit::uniform(v_scale));
@@ -206,7 +205,8 @@ std::unique_ptr<CpuModule> make_gated_delta_mixer(const ModuleArgs& a) {
   h.in_proj = dist::slice_rows(w.in_proj, proj_rows);
   h.conv_weight = dist::slice_rows(w.conv_weight, full.conv_kernel, conv_rows);
   const dist::Range hv{rows[4].first - (2 * full.key_dim() + 2 * full.value_dim()), rows[4].second - (2 * full.key_dim() + 2 * full.value_dim())};
-  h.A = dist::slice_rows(w.A, 1, {hv});
+  h.A = dist::slice_rows(w.A_log, 1, {hv});
+  for (float& x : h.A) x = -std::exp(x);
   h.dt_bias = dist::slice_rows(w.dt_bias, 1, {hv});
   for (int i = 0; i < m.num_v_heads; ++i) h.norm_full.insert(h.norm_full.end(), w.norm.begin(), w.norm.end());
   h.out_proj = dist::slice_rows(w.out_proj, {dist::output_shard(a.cfg.hidden_size, a.tp.rank, world)});

@@ -36,7 +36,7 @@ struct GatedDeltaConfig {
 struct GatedDeltaWeights {
   Weight in_proj;                  ///< [proj_rows, hidden]: q | k | v | z | b | a
   std::vector<float> conv_weight;  ///< [conv_dim, K]
-  std::vector<float> A;            ///< [Hv] = -exp(A_log) (fp32)
+  std::vector<float> A_log;        ///< [Hv] (the decay rate is -exp(A_log), formed in fp32 by each backend)
   std::vector<float> dt_bias;      ///< [Hv]
   std::vector<float> norm;         ///< [Dv] the gated RMSNorm's weight (plain w, shared by every value head)
   Weight out_proj;                 ///< [hidden, value_dim]
