@@ -1,0 +1,256 @@
+// Owns the gated delta rule's decode kernel and the fused input preparation on the GPU (math and layout in
+// kernels/cuda/gated_delta.h; the prefill is gated_delta_prefill.cu).
+//
+// Decode napkin math (Qwen3.5-9B layer: Hv = 32, Dk = Dv = 128, fp32 state): 2 MiB read + 2 MiB written per row,
+// ~3 * 0.5 M FMAs per row, so ~0.4 FLOP/byte: bound by HBM (4.8 TB/s peak: ~0.9 us per row per layer, ~0.2 ms
+// at batch 256).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gated_delta.h"
+
+namespace ssmserve::cuda {
+namespace {
+
+using detail::launch_status;
+
+// ---- 4-element state loads / stores (16 bytes for fp32, 8 for the 16-bit types) ---------------------------------
+
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ void store4(__nv_bfloat16* p, float4 v) {
+  const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&a);
+  u.y = *reinterpret_cast<const uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = u;
+}
+__device__ __forceinline__ float4 load4(const __half* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ void store4(__half* p, float4 v) {
+  const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&a);
+  u.y = *reinterpret_cast<const uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = u;
+}
+
+// ---- decode -----------------------------------------------------------------------------------------------------
+
+constexpr int kRowsPerThread = 4;
+
+/// Block (row r = blockIdx.x, value head h = blockIdx.y, column slice blockIdx.z of kCols columns). Thread t owns
+/// the 4 columns cg * 4 .. +3 (cg = t % kCG) of the key rows rg + kRG * i (rg = t / kCG, i < 4): a warp reads
+/// 32 / kCG rows x kCols contiguous elements per load.
+template <class TS, int kDk, int kCols>
+__global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
+    decode_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
+                  const int32_t* __restrict__ state_indices) {
+  constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread, kThreads = kCG * kRG, kWarps = kThreads / 32;
+  static_assert(kThreads % 32 == 0 && kCG <= 32, "a warp holds whole row groups");
+  __shared__ float sq[kDk], sk[kDk];
+  __shared__ float red[kWarps][2 * kCols + 1];
+  __shared__ float su[kCols];
+  const int r = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kCols, tid = threadIdx.x;
+  const int Dv = p.head_v_dim, kh = h / (p.num_v_heads / p.num_k_heads);
+  float* o = out + static_cast<int64_t>(r) * out_stride + static_cast<int64_t>(h) * Dv + col0;
+  const int32_t idx = state_indices[r];
+  if (idx == 0) {  // padding / null block: no state I/O, zero outputs
+    if (tid < kCols) o[tid] = 0.0f;
+    return;
+  }
+  // 1. This row's q, k (key head kh), decay and learning rate.
+  for (int i = tid; i < kDk; i += kThreads) {
+    sq[i] = in.q[static_cast<int64_t>(r) * in.q_stride + static_cast<int64_t>(kh) * kDk + i];
+    sk[i] = in.k[static_cast<int64_t>(r) * in.k_stride + static_cast<int64_t>(kh) * kDk + i];
+  }
+  const float eg = expf(in.g[static_cast<int64_t>(r) * in.g_stride + h]);
+  const float beta = in.beta[static_cast<int64_t>(r) * in.beta_stride + h];
+  // 2. The slice's state, all loads in flight before the first use.
+  const int cg = tid % kCG, rg = tid / kCG;
+  TS* S = static_cast<TS*>(p.states.data) + idx * p.states.block_stride + static_cast<int64_t>(h) * kDk * Dv + col0 +
+          cg * 4;
+  float4 s[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) s[i] = load4(S + static_cast<int64_t>(rg + kRG * i) * Dv);
+  __syncthreads();
+  // 3. Partial k^T S, q^T S over this thread's rows, and q . k (the same in every column group).
+  float a[4] = {0, 0, 0, 0}, b[4] = {0, 0, 0, 0}, qk = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const float kv = sk[rg + kRG * i], qv = sq[rg + kRG * i];
+    const float e[4] = {s[i].x, s[i].y, s[i].z, s[i].w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      a[c] = fmaf(e[c], kv, a[c]);
+      b[c] = fmaf(e[c], qv, b[c]);
+    }
+    qk = fmaf(qv, kv, qk);
+  }
+  // 4. Reduce over the row groups: lanes of one column group within the warp, then across warps.
+#pragma unroll
+  for (int off = kCG; off < 32; off <<= 1) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      a[c] += __shfl_xor_sync(0xffffffffu, a[c], off);
+      b[c] += __shfl_xor_sync(0xffffffffu, b[c], off);
+    }
+    qk += __shfl_xor_sync(0xffffffffu, qk, off);
+  }
+  const int lane = tid & 31, warp = tid >> 5;
+  if (lane < kCG) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      red[warp][cg * 4 + c] = a[c];
+      red[warp][kCols + cg * 4 + c] = b[c];
+    }
+    if (lane == 0) red[warp][2 * kCols] = qk;
+  }
+  __syncthreads();
+  // 5. Per column j: u_j = beta (v_j - e^g (k^T S)_j), o_j = e^g (q^T S)_j + u_j (q . k).
+  if (tid < kCols) {
+    float at = 0.0f, bt = 0.0f, qkt = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      at += red[w][tid];
+      bt += red[w][kCols + tid];
+      qkt += red[w][2 * kCols];
+    }
+    const float v = in.v[static_cast<int64_t>(r) * in.v_stride + static_cast<int64_t>(h) * Dv + col0 + tid];
+    const float u = beta * (v - eg * at);
+    su[tid] = u;
+    o[tid] = fmaf(u, qkt, eg * bt);
+  }
+  __syncthreads();
+  // 6. S <- e^g S + k u^T, written back in place.
+  const float u[4] = {su[cg * 4], su[cg * 4 + 1], su[cg * 4 + 2], su[cg * 4 + 3]};
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const float kv = sk[rg + kRG * i];
+    const float4 n = make_float4(fmaf(kv, u[0], eg * s[i].x), fmaf(kv, u[1], eg * s[i].y),
+                                 fmaf(kv, u[2], eg * s[i].z), fmaf(kv, u[3], eg * s[i].w));
+    store4(S + static_cast<int64_t>(rg + kRG * i) * Dv, n);
+  }
+}
+
+template <class TS, int kDk>
+cudaError_t launch_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
+                          const int32_t* state_indices, int batch, cudaStream_t stream) {
+  // 32-column slices when that still gives ~2 blocks per SM (132 SMs), else 16 (more, smaller blocks at batch 1).
+  const int64_t blocks32 = static_cast<int64_t>(batch) * p.num_v_heads * (p.head_v_dim / 32);
+  if (p.head_v_dim % 32 == 0 && blocks32 >= 256) {
+    constexpr int kCols = 32;
+    decode_kernel<TS, kDk, kCols><<<dim3(batch, p.num_v_heads, p.head_v_dim / kCols), (kCols / 4) * (kDk / 4), 0,
+                                    stream>>>(in, p, out, out_stride, state_indices);
+  } else {
+    constexpr int kCols = 16;
+    decode_kernel<TS, kDk, kCols><<<dim3(batch, p.num_v_heads, p.head_v_dim / kCols), (kCols / 4) * (kDk / 4), 0,
+                                    stream>>>(in, p, out, out_stride, state_indices);
+  }
+  return launch_status();
+}
+
+// ---- prepare ----------------------------------------------------------------------------------------------------
+
+/// One warp per (token, key head) = global warp index; lanes stride over Dk.
+__global__ void prepare_kernel(GatedDeltaPrepareArgs a, int64_t num_tokens, int Hk, int Hv, int Dk) {
+  const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (gw >= num_tokens * Hk) return;
+  const int64_t t = gw / Hk;
+  const int kh = static_cast<int>(gw % Hk);
+  const float* q = a.q + t * a.q_stride + static_cast<int64_t>(kh) * Dk;
+  const float* k = a.k + t * a.k_stride + static_cast<int64_t>(kh) * Dk;
+  float sq = 0.0f, sk = 0.0f;
+  for (int i = lane; i < Dk; i += 32) {
+    sq = fmaf(q[i], q[i], sq);
+    sk = fmaf(k[i], k[i], sk);
+  }
+  sq = detail::warp_sum(sq);
+  sk = detail::warp_sum(sk);
+  // All lanes hold the sums before any lane overwrites its elements (in-place use).
+  const float rq = 1.0f / sqrtf(sq + 1e-6f) / sqrtf(static_cast<float>(Dk)), rk = 1.0f / sqrtf(sk + 1e-6f);
+  float* qo = a.q_out + t * a.q_out_stride + static_cast<int64_t>(kh) * Dk;
+  float* ko = a.k_out + t * a.k_out_stride + static_cast<int64_t>(kh) * Dk;
+  for (int i = lane; i < Dk; i += 32) {
+    const float qv = q[i], kv = k[i];
+    qo[i] = qv * rq;
+    ko[i] = kv * rk;
+  }
+  const int ratio = Hv / Hk;
+  if (lane < ratio) {
+    const int h = kh * ratio + lane;
+    const float x = a.a[t * a.a_stride + h] + a.dt_bias[h];
+    a.g[t * a.g_stride + h] = -expf(a.A_log[h]) * detail::softplus(x);
+    a.beta[t * a.beta_stride + h] = 1.0f / (1.0f + expf(-a.b[t * a.b_stride + h]));
+  }
+}
+
+bool strides_ok(const GatedDeltaInputs& in, const GatedDeltaParams& p) {
+  const int64_t qk = static_cast<int64_t>(p.num_k_heads) * p.head_k_dim;
+  const int64_t vw = static_cast<int64_t>(p.num_v_heads) * p.head_v_dim;
+  return in.q_stride >= qk && in.k_stride >= qk && in.v_stride >= vw && in.g_stride >= p.num_v_heads &&
+         in.beta_stride >= p.num_v_heads;
+}
+
+bool heads_ok(const GatedDeltaParams& p) {
+  return p.num_k_heads > 0 && p.num_v_heads > 0 && p.num_v_heads % p.num_k_heads == 0 && p.head_k_dim > 0 &&
+         p.head_v_dim > 0 && p.states.data != nullptr && p.states.block_stride >= static_cast<int64_t>(p.num_v_heads) *
+         p.head_k_dim * p.head_v_dim;
+}
+
+}  // namespace
+
+bool gated_delta_decode_supported(const GatedDeltaParams& p) {
+  const int dk = p.head_k_dim;
+  return heads_ok(p) && (dk == 32 || dk == 64 || dk == 128 || dk == 256) && p.head_v_dim % 16 == 0 &&
+         p.states.block_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.states.data) % 16 == 0;
+}
+
+bool gated_delta_prefill_supported(const GatedDeltaParams& p) {
+  return heads_ok(p) && p.head_k_dim % 4 == 0 && p.head_k_dim <= 128 && p.head_v_dim % 4 == 0 &&
+         p.chunk_size >= 1 && p.chunk_size <= 64;
+}
+
+cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
+                               const int32_t* state_indices, int batch, cudaStream_t stream) {
+  if (!gated_delta_decode_supported(p) || !strides_ok(in, p) || batch < 0 ||
+      out_stride < static_cast<int64_t>(p.num_v_heads) * p.head_v_dim || p.num_v_heads > 65535)
+    return cudaErrorInvalidValue;
+  if (batch == 0) return cudaSuccess;
+  return detail::visit_dtype(p.states.dtype, [&](auto tag) -> cudaError_t {
+    using TS = decltype(tag);
+    switch (p.head_k_dim) {
+      case 32: return launch_decode<TS, 32>(in, p, out, out_stride, state_indices, batch, stream);
+      case 64: return launch_decode<TS, 64>(in, p, out, out_stride, state_indices, batch, stream);
+      case 128: return launch_decode<TS, 128>(in, p, out, out_stride, state_indices, batch, stream);
+      default: return launch_decode<TS, 256>(in, p, out, out_stride, state_indices, batch, stream);
+    }
+  });
+}
+
+cudaError_t gated_delta_prepare(const GatedDeltaPrepareArgs& a, int64_t num_tokens, int num_k_heads, int num_v_heads,
+                                int head_k_dim, cudaStream_t stream) {
+  const int64_t qk = static_cast<int64_t>(num_k_heads) * head_k_dim;
+  if (num_tokens < 0 || num_k_heads <= 0 || num_v_heads <= 0 || num_v_heads % num_k_heads != 0 ||
+      num_v_heads / num_k_heads > 32 || head_k_dim <= 0 || head_k_dim > 1024 || a.q_stride < qk ||
+      a.k_stride < qk || a.q_out_stride < qk || a.k_out_stride < qk || a.a_stride < num_v_heads ||
+      a.b_stride < num_v_heads || a.g_stride < num_v_heads || a.beta_stride < num_v_heads)
+    return cudaErrorInvalidValue;
+  if (num_tokens == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  const int64_t warps = num_tokens * num_k_heads;
+  prepare_kernel<<<detail::ceil_div(warps * 32, kThreads), kThreads, 0, stream>>>(a, num_tokens, num_k_heads,
+                                                                                  num_v_heads, head_k_dim);
+  return launch_status();
+}
+
+}  // namespace ssmserve::cuda

@@ -1,0 +1,267 @@
+// Owns the two-pass form of the gated delta rule's varlen prefill on the GPU (gated_delta_prefill_two_pass in
+// kernels/cuda/gated_delta.h): the state-independent part of every chunk is computed chunk-parallel first, so the
+// sequential walk over a sequence's chunks does only the products with the state.
+//   0. offsets:  per sequence the index of its first chunk (null rows and empty sequences have none);
+//   1. WY pass:  per (chunk, value head), 256 threads: A = strictly lower (beta_i e^{c_i - c_j} k_i . k_j),
+//                T = (I + A)^{-1} (forward substitution on the identity), W = T diag(beta e^c) K [64, Dk],
+//                U = T diag(beta) V [64, Dv], P = lower (e^{c_i - c_j} q_i . k_j) [64, 64], stored in the workspace;
+//   2. walk:     per (sequence, value head, 64-column tile), the fused kernel's loop without its K K^T, Q K^T and
+//                solve: V~ = U - W S, O = diag(e^c) Q S + P V~, S <- e^{c_m} S + K^T diag(e^{c_m - c}) V~.
+// Same math as gated_delta_prefill.cu (V~ = U - W S is the CPU's form); the tile products are the same TF32
+// mma.sync tiles (3xTF32 by default).
+//
+// Napkin math (Dk = Dv = 128, per chunk of 64 tokens and value head): pass 1 does K K^T, Q K^T (0.5 M MACs each),
+// T W-RHS, T V (0.5 M each) once per head instead of once per column tile; pass 2 does W S, Q S, K^T V~ (0.5 M each
+// per tile) and P V~ (0.25 M). The workspace is 64 (Dk + Dv + 64) floats per chunk and value head (1.3 GB at 32k
+// tokens x 32 heads): pass 1 writes it once and pass 2 reads it once.
+#include <atomic>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gated_delta.h"
+#include "kernels/cuda/gated_delta_common.cuh"
+#include "kernels/cuda/mma_tile.cuh"
+
+namespace ssmserve::cuda {
+namespace {
+
+using detail::block_gemm;
+using detail::kGdChunk;
+using detail::kTileSmemFloats;
+using detail::kTileThreads;
+using detail::TileAcc;
+
+constexpr int kCols = 64, kLd = kCols + 8, kMaxDk = 128;
+
+/// Floats before the first chunk slot (the int32 chunk offsets, 64-float aligned).
+__host__ __device__ inline int64_t offsets_floats(int num_seqs) {
+  return (static_cast<int64_t>(num_seqs) + 1 + 63) / 64 * 64;
+}
+/// Floats of one (chunk, value head) slot: W [64, Dk], U [64, Dv], P [64, 64].
+__host__ __device__ inline int64_t slot_floats(int dk, int dv) {
+  return static_cast<int64_t>(kGdChunk) * (dk + dv + kGdChunk);
+}
+inline int64_t max_chunks(int64_t num_tokens, int num_seqs, int C) { return num_tokens / C + 2LL * num_seqs; }
+
+/// Shared memory (floats) of pass 1 (sK, sA, sT, staging, factors) and pass 2 (sS, sX, staging, factors), plus
+/// 64 doubles of decay sums.
+inline size_t wy_smem_bytes(int dk) {
+  return (static_cast<size_t>(kGdChunk) * dk + 2 * kGdChunk * kLd + kTileSmemFloats + 3 * kGdChunk) * 4 + kGdChunk * 8;
+}
+inline size_t walk_smem_bytes(int dk) {
+  return (static_cast<size_t>(dk) * kLd + kGdChunk * kLd + kTileSmemFloats + 3 * kGdChunk) * 4 + kGdChunk * 8;
+}
+
+__global__ void offsets_kernel(const int32_t* __restrict__ qsl, const int32_t* __restrict__ nc,
+                               const int32_t* __restrict__ idx, int num_seqs, int C, int32_t* __restrict__ off) {
+  if (threadIdx.x != 0) return;
+  int32_t acc = 0;
+  off[0] = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    acc += idx[s] != 0 ? detail::gd_num_chunks(nc[s], qsl[s + 1] - qsl[s], C) : 0;
+    off[s + 1] = acc;
+  }
+}
+
+template <bool kExact>
+__global__ void __launch_bounds__(kTileThreads, 2)
+    wy_kernel(GatedDeltaInputs in, GatedDeltaParams p, const int32_t* __restrict__ qsl,
+              const int32_t* __restrict__ num_computed, int num_seqs, float* __restrict__ ws) {
+  extern __shared__ __align__(16) float smem[];
+  const int q = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int32_t* off = reinterpret_cast<const int32_t*>(ws);
+  if (q >= off[num_seqs]) return;
+  // 1. Which sequence and chunk: the last sequence whose first chunk is <= q (empty ones share their offset).
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (off[mid] <= q) lo = mid;
+    else hi = mid - 1;
+  }
+  const int s = lo, k = q - off[s], Dk = p.head_k_dim, Dv = p.head_v_dim, C = p.chunk_size;
+  const int nc = num_computed[s], len = qsl[s + 1] - qsl[s];
+  const int first = detail::gd_chunk_len(nc, 0, len, C);
+  const int t0 = k == 0 ? 0 : first + (k - 1) * C, m = detail::gd_chunk_len(nc, t0, len, C);
+  const int64_t row0 = qsl[s] + t0;
+  const int kh = h / (p.num_v_heads / p.num_k_heads);
+  float *sK = smem, *sA = sK + kGdChunk * Dk, *sTm = sA + kGdChunk * kLd, *sT = sTm + kGdChunk * kLd;
+  float *sEc = sT + kTileSmemFloats, *sBeta = sEc + kGdChunk, *sDm = sBeta + kGdChunk;
+  double* sC = reinterpret_cast<double*>(sDm + kGdChunk);
+  float* W = ws + offsets_floats(num_seqs) + (static_cast<int64_t>(q) * p.num_v_heads + h) * slot_floats(Dk, Dv);
+  float *U = W + kGdChunk * Dk, *P = U + kGdChunk * Dv;
+  const float* kp = in.k + static_cast<int64_t>(kh) * Dk;
+  const float* qp = in.q + static_cast<int64_t>(kh) * Dk;
+  const float* vp = in.v + static_cast<int64_t>(h) * Dv;
+  // 2. Keys (rows >= m zero), decays, T = I.
+  for (int e = tid; e < kGdChunk * Dk; e += kTileThreads) {
+    const int i = e / Dk, d = e % Dk;
+    sK[e] = i < m ? kp[(row0 + i) * in.k_stride + d] : 0.0f;
+  }
+  for (int e = tid; e < kGdChunk * kGdChunk; e += kTileThreads) {
+    const int i = e / kGdChunk, j = e % kGdChunk;
+    sTm[i * kLd + j] = i == j ? 1.0f : 0.0f;
+  }
+  if (tid < 32) detail::gd_chunk_decays(in, row0, h, m, sC, sEc, sBeta, sDm);
+  __syncthreads();
+  const auto dec = [&](int i, int j) { return static_cast<float>(exp(sC[i] - sC[j])); };
+  // 3. A from K K^T; P from Q K^T (stored).
+  TileAcc acc;
+  acc.zero();
+  block_gemm<kExact, false, false>(
+      acc, Dk, [&](int i, int d) { return sK[i * Dk + d]; }, [&](int d, int j) { return sK[j * Dk + d]; }, sT);
+  acc.for_each([&](int i, int j, float x) { sA[i * kLd + j] = j < i && i < m ? sBeta[i] * dec(i, j) * x : 0.0f; });
+  acc.zero();
+  block_gemm<kExact, false, false>(
+      acc, Dk, [&](int i, int d) { return i < m ? qp[(row0 + i) * in.q_stride + d] : 0.0f; },
+      [&](int d, int j) { return sK[j * Dk + d]; }, sT);
+  acc.for_each([&](int i, int j, float x) { P[i * kGdChunk + j] = j <= i && i < m ? dec(i, j) * x : 0.0f; });
+  __syncthreads();
+  // 4. T = (I + A)^{-1}: rows >= m stay identity rows (their A rows are zero).
+  detail::gd_forward_substitute(sA, sTm, kLd, m);
+  __syncthreads();
+  // 5. W = T diag(beta e^c) K and U = T diag(beta) V in 64-column parts (only rows / columns j < m of T are used).
+  for (int d0 = 0; d0 < Dk; d0 += kCols) {
+    acc.zero();
+    block_gemm<kExact, false, true>(
+        acc, m, [&](int i, int j) { return sTm[i * kLd + j]; },
+        [&](int j, int d) { return d0 + d < Dk ? sBeta[j] * sEc[j] * sK[j * Dk + d0 + d] : 0.0f; }, sT);
+    acc.for_each([&](int i, int d, float x) {
+      if (d0 + d < Dk) W[i * Dk + d0 + d] = x;
+    });
+  }
+  for (int c0 = 0; c0 < Dv; c0 += kCols) {
+    acc.zero();
+    block_gemm<kExact, false, true>(
+        acc, m, [&](int i, int j) { return sTm[i * kLd + j]; },
+        [&](int j, int c) { return c0 + c < Dv ? sBeta[j] * vp[(row0 + j) * in.v_stride + c0 + c] : 0.0f; }, sT);
+    acc.for_each([&](int i, int c, float x) {
+      if (c0 + c < Dv) U[i * Dv + c0 + c] = x;
+    });
+  }
+}
+
+template <class TS, bool kExact>
+__global__ void __launch_bounds__(kTileThreads)
+    walk_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
+                const int32_t* __restrict__ qsl, const int32_t* __restrict__ num_computed,
+                const int32_t* __restrict__ state_indices, int num_seqs, const float* __restrict__ ws) {
+  extern __shared__ __align__(16) float smem[];
+  const int s = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kCols, tid = threadIdx.x;
+  const int Dk = p.head_k_dim, Dv = p.head_v_dim, C = p.chunk_size;
+  const int kh = h / (p.num_v_heads / p.num_k_heads), ncols = min(kCols, Dv - col0);
+  float *sS = smem, *sX = sS + Dk * kLd, *sT = sX + kGdChunk * kLd;
+  float *sEc = sT + kTileSmemFloats, *sBeta = sEc + kGdChunk, *sDm = sBeta + kGdChunk;
+  double* sC = reinterpret_cast<double*>(sDm + kGdChunk);
+  const int64_t tok0 = qsl[s];
+  const int len = qsl[s + 1] - static_cast<int>(tok0);
+  const int32_t idx = state_indices[s];
+  const int64_t head_out = static_cast<int64_t>(h) * Dv + col0;
+  if (idx == 0) {  // null row: zero outputs, no state I/O
+    for (int64_t e = tid; e < static_cast<int64_t>(len) * ncols; e += kTileThreads)
+      out[(tok0 + e / ncols) * out_stride + head_out + e % ncols] = 0.0f;
+    return;
+  }
+  const int nc = num_computed[s];
+  TS* S = static_cast<TS*>(p.states.data) + idx * p.states.block_stride + static_cast<int64_t>(h) * Dk * Dv + col0;
+  for (int e = tid; e < Dk * kCols; e += kTileThreads) {
+    const int d = e / kCols, c = e % kCols;
+    sS[d * kLd + c] = nc > 0 && c < ncols ? detail::load(S + static_cast<int64_t>(d) * Dv + c) : 0.0f;
+  }
+  const int32_t first_chunk = reinterpret_cast<const int32_t*>(ws)[s];
+  const float* slots = ws + offsets_floats(num_seqs);
+  const float* kp = in.k + static_cast<int64_t>(kh) * Dk;
+  const float* qp = in.q + static_cast<int64_t>(kh) * Dk;
+  for (int t0 = 0, k = 0; t0 < len; ++k) {
+    const int m = detail::gd_chunk_len(nc, t0, len, C);
+    const int64_t row0 = tok0 + t0;
+    const float* W = slots + (static_cast<int64_t>(first_chunk + k) * p.num_v_heads + h) * slot_floats(Dk, Dv);
+    const float *U = W + kGdChunk * Dk + col0, *P = W + kGdChunk * (Dk + Dv);
+    __syncthreads();  // the previous chunk's readers of sX and the factors and its writes of sS are done
+    if (tid < 32) detail::gd_chunk_decays(in, row0, h, m, sC, sEc, sBeta, sDm);
+    // 1. V~ = U - W S (rows >= m and columns >= ncols zero).
+    TileAcc acc, acc_o;
+    acc.zero();
+    block_gemm<kExact, false, true>(
+        acc, Dk, [&](int i, int d) { return W[i * Dk + d]; }, [&](int d, int c) { return sS[d * kLd + c]; }, sT);
+    acc.for_each([&](int i, int c, float x) { sX[i * kLd + c] = i < m && c < ncols ? U[i * Dv + c] - x : 0.0f; });
+    // 2. O = diag(e^c) Q S + P V~ (the block_gemm's first barrier orders the factors written above).
+    acc_o.zero();
+    block_gemm<kExact, false, true>(
+        acc_o, Dk, [&](int i, int d) { return i < m ? sEc[i] * qp[(row0 + i) * in.q_stride + d] : 0.0f; },
+        [&](int d, int c) { return sS[d * kLd + c]; }, sT);
+    __syncthreads();
+    block_gemm<kExact, false, true>(
+        acc_o, m, [&](int i, int j) { return P[i * kGdChunk + j]; }, [&](int j, int c) { return sX[j * kLd + c]; }, sT);
+    acc_o.for_each([&](int i, int c, float x) {
+      if (i < m && c < ncols) out[(row0 + i) * out_stride + head_out + c] = x;
+    });
+    // 3. S <- e^{c_m} S + K^T diag(e^{c_m - c}) V~ in 64-row parts of Dk.
+    const float ecm = sEc[m - 1];
+    for (int d0 = 0; d0 < Dk; d0 += kGdChunk) {
+      acc.zero();
+      block_gemm<kExact, true, true>(
+          acc, m, [&](int d, int j) { return d0 + d < Dk ? sDm[j] * kp[(row0 + j) * in.k_stride + d0 + d] : 0.0f; },
+          [&](int j, int c) { return sX[j * kLd + c]; }, sT);
+      acc.for_each([&](int d, int c, float x) {
+        if (d0 + d < Dk) sS[(d0 + d) * kLd + c] = fmaf(ecm, sS[(d0 + d) * kLd + c], x);
+      });
+    }
+    t0 += m;
+  }
+  __syncthreads();
+  for (int e = tid; e < Dk * ncols; e += kTileThreads) {
+    const int d = e / ncols, c = e % ncols;
+    detail::store(S + static_cast<int64_t>(d) * Dv + c, sS[d * kLd + c]);
+  }
+}
+
+template <class TS, bool kExact>
+cudaError_t launch(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
+                   const int32_t* qsl, const int32_t* nc, const int32_t* idx, int num_seqs, int64_t num_tokens,
+                   float* ws, cudaStream_t stream) {
+  static std::atomic<uint64_t> wy_opted{0}, walk_opted{0};
+  auto* wy = wy_kernel<kExact>;
+  auto* walk = walk_kernel<TS, kExact>;
+  if (cudaError_t e = detail::opt_in_dynamic_smem(wy, wy_smem_bytes(kMaxDk), wy_opted); e != cudaSuccess) return e;
+  if (cudaError_t e = detail::opt_in_dynamic_smem(walk, walk_smem_bytes(kMaxDk), walk_opted); e != cudaSuccess)
+    return e;
+  offsets_kernel<<<1, 32, 0, stream>>>(qsl, nc, idx, num_seqs, p.chunk_size, reinterpret_cast<int32_t*>(ws));
+  const int64_t chunks = max_chunks(num_tokens, num_seqs, p.chunk_size);
+  wy<<<dim3(static_cast<unsigned>(chunks), p.num_v_heads), kTileThreads, wy_smem_bytes(p.head_k_dim), stream>>>(
+      in, p, qsl, nc, num_seqs, ws);
+  walk<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(p.head_v_dim, kCols)), kTileThreads,
+         walk_smem_bytes(p.head_k_dim), stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws);
+  return detail::launch_status();
+}
+
+}  // namespace
+
+size_t gated_delta_prefill_workspace_floats(int64_t num_tokens, int num_seqs, const GatedDeltaParams& p) {
+  if (num_tokens < 0 || num_seqs < 0 || p.chunk_size <= 0 || p.num_v_heads <= 0) return 0;
+  return static_cast<size_t>(offsets_floats(num_seqs) + max_chunks(num_tokens, num_seqs, p.chunk_size) *
+                                                            p.num_v_heads * slot_floats(p.head_k_dim, p.head_v_dim));
+}
+
+cudaError_t gated_delta_prefill_two_pass(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out,
+                                         int64_t out_stride, const int32_t* query_start_loc,
+                                         const int32_t* num_computed, const int32_t* state_indices, int num_seqs,
+                                         int64_t num_tokens, float* workspace, cudaStream_t stream,
+                                         GatedDeltaPrecision precision) {
+  const int64_t qk = static_cast<int64_t>(p.num_k_heads) * p.head_k_dim;
+  const int64_t vw = static_cast<int64_t>(p.num_v_heads) * p.head_v_dim;
+  if (!gated_delta_prefill_supported(p) || num_seqs < 0 || num_tokens < 0 || in.q_stride < qk || in.k_stride < qk ||
+      in.v_stride < vw || in.g_stride < p.num_v_heads || in.beta_stride < p.num_v_heads || out_stride < vw ||
+      p.num_v_heads > 65535 || max_chunks(num_tokens, num_seqs, p.chunk_size) >= (int64_t{1} << 31) ||
+      workspace == nullptr)
+    return cudaErrorInvalidValue;
+  if (num_seqs == 0) return cudaSuccess;
+  return detail::visit_dtype(p.states.dtype, [&](auto tag) -> cudaError_t {
+    using TS = decltype(tag);
+    return precision == GatedDeltaPrecision::kTf32
+               ? launch<TS, false>(in, p, out, out_stride, query_start_loc, num_computed, state_indices, num_seqs,
+                                   num_tokens, workspace, stream)
+               : launch<TS, true>(in, p, out, out_stride, query_start_loc, num_computed, state_indices, num_seqs,
+                                  num_tokens, workspace, stream);
+  });
+}
+
+}  // namespace ssmserve::cuda

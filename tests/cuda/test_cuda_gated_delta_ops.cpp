@@ -1,0 +1,416 @@
+// GPU op harness of the gated delta rule (Gated DeltaNet, kernels/cuda/gated_delta.h) against the CPU kernels
+// (kernels/cpu/gated_delta.h: the fp32 chunked prefill and decode, and the double-precision recurrence), plus the
+// fused preparation against its own CPU reference (below). Shapes: the tiny test model (Hk 4, Hv 8, D 32),
+// Qwen3.5-9B / 35B-A3B (Hk 16, Hv 32, D 128) and GQA ratios 1, 2, 4 with Dv not a multiple of 64; packed prompts of
+// lengths 1..700 with num_computed > 0 (non-zero initial states, chunk boundaries inside the step and on its start),
+// null rows, decode batches with padding rows, bf16 states. Fresh random inputs per run (seed printed on failure),
+// poisoned outputs. Skips without a GPU (the argument checks run everywhere); SSMSERVE_CUDA_TEST_QUICK=1 keeps the
+// small cases.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "cuda_test_util.h"
+#include "device/cuda_check.h"
+#include "kernels/cpu/gated_delta.h"
+#include "kernels/cuda/gated_delta.h"
+
+namespace ssmserve {
+namespace {
+using namespace cudatest;
+using cuda::DeviceBuffer;
+using cuda::to_device;
+using cuda::to_host;
+
+struct GdnShape {
+  const char* name;
+  int Hk, Hv, Dk, Dv;
+};
+std::vector<GdnShape> gdn_shapes() {
+  std::vector<GdnShape> s = {{"tiny-qwen3_5", 4, 8, 32, 32}, {"gqa1-d64", 2, 2, 64, 64}};
+  if (!quick()) {
+    s.push_back({"qwen3.5-9b", 16, 32, 128, 128});
+    s.push_back({"gqa4-dv96", 2, 8, 128, 96});
+    s.push_back({"gqa2-dk64-dv160", 3, 6, 64, 160});
+  }
+  return s;
+}
+
+/// Per-token inputs on host and device with padded row strides: q / k L2-normalised per head (q / sqrt(Dk)), v in
+/// [-1, 1), g = -exp(u), u in [-6, 1) (decays from ~1 to e^-2.7 per token), beta in (0, 1).
+struct Tokens {
+  int64_t T;
+  int64_t qs, ks, vs, gs, bs;
+  std::vector<float> q, k, v, g, beta;
+  DeviceBuffer dq, dk, dv, dg, db;
+  Tokens(const GdnShape& sh, int64_t t, std::mt19937& rng) : T(t) {
+    qs = int64_t{sh.Hk} * sh.Dk + 4, ks = int64_t{sh.Hk} * sh.Dk + 8, vs = int64_t{sh.Hv} * sh.Dv + 4;
+    gs = sh.Hv + 3, bs = sh.Hv + 1;
+    q = rand_vec(rng, std::max<int64_t>(1, T * qs));
+    k = rand_vec(rng, std::max<int64_t>(1, T * ks));
+    v = rand_vec(rng, std::max<int64_t>(1, T * vs));
+    g = rand_vec(rng, std::max<int64_t>(1, T * gs), -6.0f, 1.0f);
+    for (auto& x : g) x = -std::exp(x);
+    beta = rand_vec(rng, std::max<int64_t>(1, T * bs), 0.0f, 1.0f);
+    for (int64_t i = 0; i < T; ++i)
+      for (int h = 0; h < sh.Hk; ++h) {
+        normalize(q.data() + i * qs + int64_t{h} * sh.Dk, sh.Dk, 1.0 / std::sqrt(double(sh.Dk)));
+        normalize(k.data() + i * ks + int64_t{h} * sh.Dk, sh.Dk, 1.0);
+      }
+    upload();
+  }
+  /// Rows [r0, r0 + n) of `src` (a later step of the same prompt).
+  Tokens(const Tokens& src, int64_t r0, int64_t n)
+      : T(n), qs(src.qs), ks(src.ks), vs(src.vs), gs(src.gs), bs(src.bs) {
+    const auto rows = [&](const std::vector<float>& x, int64_t stride) {
+      return std::vector<float>(x.begin() + r0 * stride, x.begin() + (r0 + n) * stride);
+    };
+    q = rows(src.q, qs), k = rows(src.k, ks), v = rows(src.v, vs), g = rows(src.g, gs), beta = rows(src.beta, bs);
+    upload();
+  }
+  void upload() { dq = to_device(q), dk = to_device(k), dv = to_device(v), dg = to_device(g), db = to_device(beta); }
+  static void normalize(float* x, int n, double scale) {
+    double s = 0;
+    for (int i = 0; i < n; ++i) s += double(x[i]) * x[i];
+    for (int i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] * scale / std::sqrt(s + 1e-6));
+  }
+  /// Row offset `r0` of the host inputs (the reference walks one sequence).
+  cpu::GatedDeltaInputs host(int64_t r0 = 0) const {
+    return {q.data() + r0 * qs, qs, k.data() + r0 * ks, ks, v.data() + r0 * vs, vs,
+            g.data() + r0 * gs, gs, beta.data() + r0 * bs, bs};
+  }
+  cuda::GatedDeltaInputs dev() const {
+    return {dq.as<float>(), qs, dk.as<float>(), ks, dv.as<float>(), vs, dg.as<float>(), gs, db.as<float>(), bs};
+  }
+};
+
+/// One layer's state pool (random initial states, block 0 the null block) and its parameters.
+struct GdnLayer {
+  GdnShape sh;
+  StatePool pool;
+  GdnLayer(const GdnShape& s, DType t, int blocks, std::mt19937& rng)
+      : sh(s), pool(t, int64_t{s.Hv} * s.Dk * s.Dv, blocks, rng, 0.5f) {}
+  cpu::GatedDeltaParams host() { return {sh.Hk, sh.Hv, sh.Dk, sh.Dv, 64, pool.host_view()}; }
+  cuda::GatedDeltaParams dev() { return {sh.Hk, sh.Hv, sh.Dk, sh.Dv, 64, pool.dev_view()}; }
+};
+
+// ---- decode -------------------------------------------------------------------------------------------------------
+
+void check_decode(DType state_dtype, double tol) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<int> batches = quick() ? std::vector<int>{1, 7} : std::vector<int>{1, 7, 64, 256};
+  for (const auto& sh : gdn_shapes()) {
+    for (int B : batches) {
+      SCOPED_TRACE(testing::Message() << sh.name << " batch " << B << " state " << dtype_name(state_dtype));
+      GdnLayer L(sh, state_dtype, B + 1, rng);
+      // Blocks in shuffled order; rows 2 and 5 are padding (the null block).
+      std::vector<int32_t> idx(B);
+      std::iota(idx.begin(), idx.end(), 1);
+      std::shuffle(idx.begin(), idx.end(), rng);
+      for (int r : {2, 5})
+        if (r < B) idx[r] = 0;
+      std::vector<uint8_t> mask(B);
+      for (int r = 0; r < B; ++r) mask[r] = idx[r] != 0;
+      DeviceBuffer didx = to_device(idx);
+      const int64_t os = int64_t{sh.Hv} * sh.Dv + 4;
+      double worst = 0;
+      for (int step = 0; step < 3; ++step) {  // three tokens, so errors in the written state show up
+        Tokens tk(sh, B, rng);
+        std::vector<float> ref(B * os, 0.0f);
+        cpu::gated_delta_decode(tk.host(), L.host(), ref.data(), os, idx);
+        DeviceBuffer dout = poisoned(B * os);
+        SSM_CUDA_CHECK(
+            cuda::gated_delta_decode(tk.dev(), L.dev(), dout.as<float>(), os, didx.as<int32_t>(), B, nullptr));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        auto got = to_host<float>(dout, B * os);
+        const double e = rel_err(got.data(), os, ref.data(), os, B, int64_t{sh.Hv} * sh.Dv, &mask);
+        worst = std::max(worst, e);
+        EXPECT_LT(e, tol) << "outputs, step " << step;
+        for (int r = 0; r < B; ++r) {
+          if (mask[r]) continue;
+          for (int64_t c = 0; c < int64_t{sh.Hv} * sh.Dv; ++c) ASSERT_EQ(got[r * os + c], 0.0f) << "padding row " << r;
+        }
+      }
+      const double se = L.pool.rel_err_blocks(idx);
+      EXPECT_LT(se, tol) << "final states";
+      EXPECT_TRUE(L.pool.null_block_intact());
+      std::printf("[gdn decode] %-16s B=%-4d %s: out rel err %.2e, state rel err %.2e\n", sh.name, B,
+                  std::string(dtype_name(state_dtype)).c_str(), worst, se);
+    }
+  }
+}
+
+TEST(CudaGatedDelta, DecodeMatchesCpuWithPaddingRows) {
+  REQUIRE_GPU();
+  check_decode(DType::F32, 1e-5);
+}
+
+TEST(CudaGatedDelta, DecodeBf16StateMatchesCpu) {
+  REQUIRE_GPU();
+  check_decode(DType::BF16, 1e-3);
+}
+
+// ---- prefill ------------------------------------------------------------------------------------------------------
+
+/// A packed prefill step: lengths, tokens already computed, state blocks (0 = null row).
+struct Step {
+  std::vector<int32_t> qsl{0}, nc, idx;
+  Step(const std::vector<int32_t>& lens, const std::vector<int32_t>& computed, int null_at) : nc(computed) {
+    for (size_t s = 0; s < lens.size(); ++s) {
+      qsl.push_back(qsl.back() + lens[s]);
+      idx.push_back(static_cast<int>(s) == null_at ? 0 : static_cast<int32_t>(s + 1));
+    }
+  }
+  int64_t T() const { return qsl.back(); }
+  int n() const { return static_cast<int>(idx.size()); }
+};
+
+/// The two GPU prefill paths: the fused walk (gated_delta_prefill) and the two-pass form (chunk-parallel WY pass,
+/// then the walk with only the state products: gated_delta_prefill_two_pass).
+enum class Algo { kFused, kTwoPass };
+const char* algo_name(Algo a) { return a == Algo::kFused ? "fused" : "two-pass"; }
+constexpr Algo kAlgos[] = {Algo::kFused, Algo::kTwoPass};
+
+/// Runs the GPU prefill of `st` on L's pool; returns the outputs [T, os].
+std::vector<float> gpu_prefill(GdnLayer& L, const Tokens& tk, const Step& st, int64_t os,
+                               cuda::GatedDeltaPrecision prec = cuda::GatedDeltaPrecision::kFp32,
+                               Algo algo = Algo::kFused) {
+  DeviceBuffer dq = to_device(st.qsl), dn = to_device(st.nc), di = to_device(st.idx);
+  DeviceBuffer dout = poisoned(std::max<int64_t>(1, st.T() * os));
+  if (algo == Algo::kFused) {
+    SSM_CUDA_CHECK(cuda::gated_delta_prefill(tk.dev(), L.dev(), dout.as<float>(), os, dq.as<int32_t>(),
+                                             dn.as<int32_t>(), di.as<int32_t>(), st.n(), nullptr, prec));
+  } else {
+    const size_t wsf = cuda::gated_delta_prefill_workspace_floats(st.T(), st.n(), L.dev());
+    DeviceBuffer ws = poisoned(std::max<size_t>(4, wsf));
+    SSM_CUDA_CHECK(cuda::gated_delta_prefill_two_pass(tk.dev(), L.dev(), dout.as<float>(), os, dq.as<int32_t>(),
+                                                      dn.as<int32_t>(), di.as<int32_t>(), st.n(), st.T(),
+                                                      ws.as<float>(), nullptr, prec));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());  // before ws goes
+  }
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  return to_host<float>(dout, st.T() * os);
+}
+
+void check_prefill(DType state_dtype, cuda::GatedDeltaPrecision prec, double tol, bool with_reference) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  // Chunk boundaries inside the step and on its start (computed 64, 128), continued prompts off the grid (5, 37, 3),
+  // lengths around the chunk (63, 64, 65) and a long one; one null row.
+  const Step st = quick() ? Step({1, 65, 130, 3}, {5, 0, 70, 0}, 3)
+                          : Step({1, 63, 64, 65, 700, 130, 9, 200}, {0, 5, 64, 0, 37, 128, 0, 3}, 6);
+  for (const auto& sh : gdn_shapes()) {
+    for (const Algo algo : kAlgos) {
+      SCOPED_TRACE(testing::Message() << sh.name << " state " << dtype_name(state_dtype) << " " << algo_name(algo));
+      GdnLayer L(sh, state_dtype, st.n() + 1, rng);
+      Tokens tk(sh, st.T(), rng);
+      const int64_t os = int64_t{sh.Hv} * sh.Dv + 8, W = int64_t{sh.Hv} * sh.Dv;
+      // The double reference from the initial states (before the CPU kernel updates the host pool).
+      std::vector<std::vector<double>> ref_out(st.n());
+      if (with_reference) {
+        for (int s = 0; s < st.n(); ++s) {
+          if (st.idx[s] == 0) continue;
+          const int64_t len = st.qsl[s + 1] - st.qsl[s], n = int64_t{sh.Hv} * sh.Dk * sh.Dv;
+          std::vector<double> state(n, 0.0);
+          if (st.nc[s] > 0) {
+            auto f = state_to_f32(L.pool.host_view(), st.idx[s], n);
+            std::copy(f.begin(), f.end(), state.begin());
+          }
+          ref_out[s].resize(len * W);
+          cpu::gated_delta_reference(tk.host(st.qsl[s]), L.host(), len, state.data(), ref_out[s].data());
+        }
+      }
+      std::vector<float> ref(st.T() * os, 0.0f);
+      cpu::gated_delta_prefill(tk.host(), L.host(), ref.data(), os, st.qsl, st.nc, st.idx);
+      auto got = gpu_prefill(L, tk, st, os, prec, algo);
+      double worst = 0, worst_ref = 0;
+      for (int s = 0; s < st.n(); ++s) {  // per sequence, so a wrong short row is not hidden by a long one
+        const int64_t t0 = st.qsl[s], len = st.qsl[s + 1] - t0;
+        const double e = rel_err(got.data() + t0 * os, os, ref.data() + t0 * os, os, len, W);
+        EXPECT_LT(e, st.idx[s] ? tol : 1e-30)
+            << "out of sequence " << s << " (len " << len << ", computed " << st.nc[s] << ")";
+        worst = std::max(worst, e);
+        if (with_reference && st.idx[s]) {
+          double num = 0, den = 0;
+          for (int64_t t = 0; t < len; ++t)
+            for (int64_t c = 0; c < W; ++c) {
+              const double d = got[(t0 + t) * os + c] - ref_out[s][t * W + c];
+              num += d * d;
+              den += ref_out[s][t * W + c] * ref_out[s][t * W + c];
+            }
+          const double er = den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+          EXPECT_LT(er, 10 * tol) << "against the double recurrence, sequence " << s;
+          worst_ref = std::max(worst_ref, er);
+        }
+      }
+      const double se = L.pool.rel_err_blocks(st.idx);
+      EXPECT_LT(se, tol) << "final states";
+      EXPECT_TRUE(L.pool.null_block_intact());
+      std::printf("[gdn prefill] %-16s %-8s %s %s: out rel err %.2e (vs double %.2e), state rel err %.2e\n", sh.name,
+                  algo_name(algo), std::string(dtype_name(state_dtype)).c_str(),
+                  prec == cuda::GatedDeltaPrecision::kFp32 ? "3xTF32" : "TF32", worst, worst_ref, se);
+    }
+  }
+}
+
+TEST(CudaGatedDelta, PrefillMatchesCpuPackedWithInitialStates) {
+  REQUIRE_GPU();
+  check_prefill(DType::F32, cuda::GatedDeltaPrecision::kFp32, 2e-5, true);
+}
+
+TEST(CudaGatedDelta, PrefillTf32MatchesCpuLoosely) {
+  REQUIRE_GPU();
+  check_prefill(DType::F32, cuda::GatedDeltaPrecision::kTf32, 5e-3, false);
+}
+
+TEST(CudaGatedDelta, PrefillBf16StateMatchesCpu) {
+  REQUIRE_GPU();
+  check_prefill(DType::BF16, cuda::GatedDeltaPrecision::kFp32, 1e-3, false);
+}
+
+// A prompt cut into steps (cuts on and off the chunk grid) on the GPU equals the uncut prompt on the CPU.
+TEST(CudaGatedDelta, ChunkedContinuationMatchesOneShotCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& sh : gdn_shapes()) {
+    for (const Algo algo : kAlgos) {
+      SCOPED_TRACE(testing::Message() << sh.name << " " << algo_name(algo));
+      const int n = quick() ? 200 : 700;
+      GdnLayer L(sh, DType::F32, 2, rng);
+      Tokens tk(sh, n, rng);
+      const int64_t os = int64_t{sh.Hv} * sh.Dv, W = os;
+      std::vector<float> ref(n * os);
+      cpu::gated_delta_prefill(tk.host(), L.host(), ref.data(), os, std::vector<int32_t>{0, n}, std::vector<int32_t>{0},
+                               std::vector<int32_t>{1});
+      const std::vector<int32_t> cuts{0, 1, 64, quick() ? 120 : 164, quick() ? 192 : 421, n};
+      std::vector<float> got(n * os);
+      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+        const int32_t a = cuts[c], len = cuts[c + 1] - a;
+        Tokens part(tk, a, len);
+        Step st({len}, {a}, -1);
+        auto o = gpu_prefill(L, part, st, os, cuda::GatedDeltaPrecision::kFp32, algo);
+        std::copy(o.begin(), o.end(), got.begin() + a * os);
+      }
+      const double e = rel_err(got.data(), os, ref.data(), os, n, W);
+      EXPECT_LT(e, 2e-5);
+      const double se = L.pool.rel_err_blocks({1});
+      EXPECT_LT(se, 2e-5) << "final state";
+      std::printf("[gdn continuation] %-16s %-8s: out rel err %.2e, state rel err %.2e\n", sh.name, algo_name(algo), e,
+                  se);
+    }
+  }
+}
+
+// ---- prepare ------------------------------------------------------------------------------------------------------
+
+/// The preparation on the CPU (double sums, fp32 results): as cuda::gated_delta_prepare's doc comment.
+void prepare_reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& a,
+                       const std::vector<float>& b, const std::vector<float>& A_log, const std::vector<float>& dt_bias,
+                       int64_t T, int Hk, int Hv, int Dk, int64_t qk_stride, int64_t ab_stride, std::vector<float>& qo,
+                       std::vector<float>& ko, std::vector<float>& g, std::vector<float>& beta) {
+  qo = q, ko = k;
+  g.assign(T * Hv, 0.0f), beta.assign(T * Hv, 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int h = 0; h < Hk; ++h) {
+      for (auto* x : {&qo, &ko}) {
+        float* r = x->data() + t * qk_stride + int64_t{h} * Dk;
+        double s = 0;
+        for (int i = 0; i < Dk; ++i) s += double(r[i]) * r[i];
+        const double scale = (x == &qo ? 1.0 / std::sqrt(double(Dk)) : 1.0) / std::sqrt(s + 1e-6);
+        for (int i = 0; i < Dk; ++i) r[i] = static_cast<float>(r[i] * scale);
+      }
+    }
+    for (int h = 0; h < Hv; ++h) {
+      const double x = double(a[t * ab_stride + h]) + dt_bias[h];
+      const double sp = x > 20 ? x : std::log1p(std::exp(x));
+      g[t * Hv + h] = static_cast<float>(-std::exp(double(A_log[h])) * sp);
+      beta[t * Hv + h] = static_cast<float>(1.0 / (1.0 + std::exp(-double(b[t * ab_stride + h]))));
+    }
+  }
+}
+
+TEST(CudaGatedDelta, PrepareMatchesCpuReference) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& sh : gdn_shapes()) {
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(testing::Message() << sh.name << (in_place ? " in place" : ""));
+      const int64_t T = 37, qk_stride = int64_t{sh.Hk} * sh.Dk + 4, ab_stride = sh.Hv + 2;
+      auto q = rand_vec(rng, T * qk_stride, -2.0f, 2.0f), k = rand_vec(rng, T * qk_stride, -2.0f, 2.0f);
+      auto a = rand_vec(rng, T * ab_stride, -10.0f, 25.0f), b = rand_vec(rng, T * ab_stride, -6.0f, 6.0f);
+      auto A_log = rand_vec(rng, sh.Hv, -3.0f, 2.0f), dt_bias = rand_vec(rng, sh.Hv, -1.0f, 1.0f);
+      std::vector<float> rq, rk, rg, rb;
+      prepare_reference(q, k, a, b, A_log, dt_bias, T, sh.Hk, sh.Hv, sh.Dk, qk_stride, ab_stride, rq, rk, rg, rb);
+      DeviceBuffer dq = to_device(q), dk = to_device(k), da = to_device(a), dbb = to_device(b), dA = to_device(A_log),
+                   ddt = to_device(dt_bias);
+      DeviceBuffer dqo = poisoned(T * qk_stride), dko = poisoned(T * qk_stride), dg = poisoned(T * sh.Hv),
+                   dbeta = poisoned(T * sh.Hv);
+      cuda::GatedDeltaPrepareArgs args{dq.as<float>(), qk_stride, dk.as<float>(), qk_stride, da.as<float>(), ab_stride,
+                                       dbb.as<float>(), ab_stride, dA.as<float>(), ddt.as<float>(),
+                                       in_place ? dq.as<float>() : dqo.as<float>(), qk_stride,
+                                       in_place ? dk.as<float>() : dko.as<float>(), qk_stride, dg.as<float>(), sh.Hv,
+                                       dbeta.as<float>(), sh.Hv};
+      SSM_CUDA_CHECK(cuda::gated_delta_prepare(args, T, sh.Hk, sh.Hv, sh.Dk, nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      auto gq = to_host<float>(in_place ? dq : dqo, T * qk_stride);
+      auto gk = to_host<float>(in_place ? dk : dko, T * qk_stride);
+      auto gg = to_host<float>(dg, T * sh.Hv), gb = to_host<float>(dbeta, T * sh.Hv);
+      const int64_t W = int64_t{sh.Hk} * sh.Dk;
+      EXPECT_LT(rel_err(gq.data(), qk_stride, rq.data(), qk_stride, T, W), 1e-6) << "q";
+      EXPECT_LT(rel_err(gk.data(), qk_stride, rk.data(), qk_stride, T, W), 1e-6) << "k";
+      EXPECT_LT(rel_err(gg.data(), sh.Hv, rg.data(), sh.Hv, T, sh.Hv), 1e-6) << "g";
+      EXPECT_LT(rel_err(gb.data(), sh.Hv, rb.data(), sh.Hv, T, sh.Hv), 1e-6) << "beta";
+      for (int64_t t = 0; t < T; ++t)  // elementwise too: each gate within a few ulps
+        for (int h = 0; h < sh.Hv; ++h) {
+          ASSERT_NEAR(gg[t * sh.Hv + h], rg[t * sh.Hv + h], 1e-5 * (1 + std::abs(rg[t * sh.Hv + h]))) << t << " " << h;
+          ASSERT_NEAR(gb[t * sh.Hv + h], rb[t * sh.Hv + h], 1e-6) << t << " " << h;
+        }
+    }
+  }
+}
+
+// ---- arguments (no GPU needed: rejected before any launch) -------------------------------------------------------
+
+TEST(CudaGatedDelta, RejectsUnsupportedShapes) {
+  alignas(16) static float fake[16];
+  const auto params = [&](int hk, int hv, int dk, int dv, int chunk) {
+    return cuda::GatedDeltaParams{hk, hv, dk, dv, chunk, StateView{fake, DType::F32, int64_t{hv} * dk * dv}};
+  };
+  EXPECT_TRUE(cuda::gated_delta_decode_supported(params(16, 32, 128, 128, 64)));
+  EXPECT_TRUE(cuda::gated_delta_prefill_supported(params(16, 32, 128, 128, 64)));
+  EXPECT_FALSE(cuda::gated_delta_decode_supported(params(16, 32, 48, 128, 64)));   // Dk not 32/64/128/256
+  EXPECT_FALSE(cuda::gated_delta_decode_supported(params(16, 32, 128, 40, 64)));   // Dv % 16
+  EXPECT_FALSE(cuda::gated_delta_decode_supported(params(3, 32, 128, 128, 64)));   // Hv % Hk
+  EXPECT_FALSE(cuda::gated_delta_prefill_supported(params(16, 32, 256, 128, 64))); // Dk > 128
+  EXPECT_FALSE(cuda::gated_delta_prefill_supported(params(16, 32, 128, 128, 65))); // chunk > 64
+  auto small = params(16, 32, 128, 128, 64);
+  small.states.block_stride = 10;  // smaller than one block's state
+  EXPECT_FALSE(cuda::gated_delta_prefill_supported(small));
+  const cuda::GatedDeltaInputs in{fake, 16 * 128, fake, 16 * 128, fake, 32 * 128, fake, 32, fake, 32};
+  const int32_t* none = nullptr;
+  // A short output stride or input stride is refused before any launch.
+  EXPECT_EQ(cuda::gated_delta_decode(in, params(16, 32, 128, 128, 64), fake, 32 * 128 - 1, none, 1, nullptr),
+            cudaErrorInvalidValue);
+  auto short_v = in;
+  short_v.v_stride = 100;
+  EXPECT_EQ(cuda::gated_delta_prefill(short_v, params(16, 32, 128, 128, 64), fake, 32 * 128, none, none, none, 1,
+                                      nullptr),
+            cudaErrorInvalidValue);
+  cuda::GatedDeltaPrepareArgs pa;
+  EXPECT_EQ(cuda::gated_delta_prepare(pa, 4, 16, 32, 128, nullptr), cudaErrorInvalidValue);  // zero strides
+}
+
+}  // namespace
+}  // namespace ssmserve
