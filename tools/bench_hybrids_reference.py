@@ -42,9 +42,12 @@ def roofline(cfg_dir):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     cfg = AutoConfig.from_pretrained(cfg_dir)
+    arch = cfg.architectures[0]
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    total = sum(p.numel() for p in model.parameters())
+    # A multimodal wrapper (Qwen3.5): the text decoder's parameters only (the vision tower is not read per token).
+    total = sum(p.numel() for n, p in model.named_parameters() if "visual" not in n)
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     emb = model.get_input_embeddings().weight.numel()
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     e_total, e_active = expert_param_split(model, cfg)
@@ -58,10 +61,18 @@ def roofline(cfg_dir):
         if isinstance(v, (list, tuple)) and v:
             types = list(v)
             break
-    arch = cfg.architectures[0]
     if arch == "FalconH1ForCausalLM":
         types = ["hybrid"] * cfg.num_hidden_layers
+    delta_net = hasattr(cfg, "linear_num_value_heads")  # Qwen3.5 / Qwen3-Next: "linear_attention" is Gated DeltaNet
+    if delta_net and not types:
+        every = getattr(cfg, "full_attention_interval", 4)
+        types = ["full_attention" if (l + 1) % every == 0 else "linear_attention" for l in range(cfg.num_hidden_layers)]
     for t in types:
+        if delta_net and t == "linear_attention":
+            hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+            dk, dv, K = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim
+            state += 4 * (hv * dk * dv + (K - 1) * (2 * hk * dk + hv * dv))
+            continue
         if t in ("mamba", "linear_attention", "hybrid"):
             heads = getattr(cfg, "mamba_num_heads", None) or getattr(cfg, "mamba_n_heads", None)
             hd = getattr(cfg, "mamba_head_dim", None) or getattr(cfg, "mamba_d_head", None)
@@ -80,6 +91,7 @@ def roofline(cfg_dir):
         "state_bytes_per_request": state,
         "kv_bytes_per_token": kv_per_token,
         "decode_b1_roofline_tok_s_ctx2k": HBM_BYTES_PER_S / (2 * active + 2 * state + kv_per_token * 2048),
+        "decode_b1_roofline_tok_s_ctx128k": HBM_BYTES_PER_S / (2 * active + 2 * state + kv_per_token * 131072),
         "prefill_roofline_tok_s": BF16_PEAK_FLOPS / (2 * active),
     }
 

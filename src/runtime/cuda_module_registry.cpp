@@ -8,10 +8,11 @@
 namespace ssmserve::cuda {
 
 std::span<const CudaModuleType> cuda_module_types() {
-  static const std::array<CudaModuleType, 6> kModules = {{
+  static const std::array<CudaModuleType, 7> kModules = {{
       {"mamba1", &make_cuda_mamba1, cuda_mamba1_stack_decode()},
       {"mamba2", &make_cuda_mamba2, nullptr},
       {"lightning", &make_cuda_lightning, nullptr},
+      {"gated_delta", &make_cuda_gated_delta, nullptr},
       {"attention", &make_cuda_attention, nullptr},
       {"mlp", &make_cuda_mlp, nullptr},
       {"moe", &make_cuda_moe, nullptr},

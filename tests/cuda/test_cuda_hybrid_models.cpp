@@ -110,19 +110,21 @@ INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
                          ::testing::Values(HybridCase{"tiny-granitemoehybrid", false}, HybridCase{"tiny-nemotron_h", false},
                                            HybridCase{"tiny-bamba", true}, HybridCase{"tiny-jamba", true},
                                            HybridCase{"tiny-granite-dense", true}, HybridCase{"tiny-nemotron_h-pattern", true},
-                                           HybridCase{"tiny-falcon_h1", true}),
+                                           HybridCase{"tiny-falcon_h1", true}, HybridCase{"tiny-qwen3_5_moe", false},
+                                           HybridCase{"tiny-qwen3_5", true}, HybridCase{"tiny-qwen3_next", true}),
                          case_name);
 
 /// The engine on the GPU against the transformers goldens: greedy ids identical (a divergence only at a reference
 /// top-2 gap below 0.05) and greedy logprobs within 0.05, all prompts batched, with and without chunked prefill.
-class CudaHybridGolden : public ::testing::TestWithParam<const char*> {};
+class CudaHybridGolden : public ::testing::TestWithParam<HybridCase> {};
 
 TEST_P(CudaHybridGolden, GreedyMatchesTransformers) {
   REQUIRE_GPU();
-  const auto dir = model_dir(GetParam());
+  const auto dir = case_dir(GetParam());
   SSM_SKIP_IF_NO_MODEL(dir);
   cuda::register_cuda_backend();
-  const auto golden = read_json(source_dir() / "tests/data/goldens" / (std::string(GetParam()) + ".json"));
+  const std::string name = GetParam().name;
+  const auto golden = read_json(source_dir() / "tests/data/goldens" / (name + ".json"));
   std::vector<std::vector<int>> prompts;
   for (const auto& p : golden["prompts"]) prompts.push_back(p["prompt_token_ids"].get<std::vector<int>>());
   SamplingParams sp;
@@ -135,6 +137,10 @@ TEST_P(CudaHybridGolden, GreedyMatchesTransformers) {
     EngineConfig cfg;
     cfg.model = dir;
     cfg.device = "cuda";
+    if (GetParam().dummy) {  // the weights transformers ran (tools/make_dummy_goldens.sh), regenerated
+      cfg.load_format = LoadFormat::Dummy;
+      cfg.tokenizer = model_dir("tiny-mamba");
+    }
     cfg.scheduler.max_num_batched_tokens = budget;
     LLM llm(cfg);
     const auto got = llm.generate_ids(prompts, sp);
@@ -154,11 +160,15 @@ TEST_P(CudaHybridGolden, GreedyMatchesTransformers) {
       }
       identical += same;
     }
-    std::printf("%s budget %d: %d of %zu greedy continuations identical to transformers\n", GetParam(), budget, identical, got.size());
+    std::printf("%s budget %d: %d of %zu greedy continuations identical to transformers\n", name.c_str(), budget, identical, got.size());
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Trained, CudaHybridGolden, ::testing::Values("tiny-granitemoehybrid", "tiny-nemotron_h"));
+INSTANTIATE_TEST_SUITE_P(Goldens, CudaHybridGolden,
+                         ::testing::Values(HybridCase{"tiny-granitemoehybrid", false}, HybridCase{"tiny-nemotron_h", false},
+                                           HybridCase{"tiny-qwen3_5_moe", false}, HybridCase{"tiny-qwen3_5", true},
+                                           HybridCase{"tiny-qwen3_next", true}),
+                         case_name);
 
 }  // namespace
 }  // namespace ssmserve

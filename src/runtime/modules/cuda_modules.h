@@ -10,6 +10,7 @@ namespace ssmserve::cuda {
 std::unique_ptr<CudaModule> make_cuda_mamba1(const CudaModuleArgs& args);
 std::unique_ptr<CudaModule> make_cuda_mamba2(const CudaModuleArgs& args);
 std::unique_ptr<CudaModule> make_cuda_lightning(const CudaModuleArgs& args);
+std::unique_ptr<CudaModule> make_cuda_gated_delta(const CudaModuleArgs& args);
 std::unique_ptr<CudaModule> make_cuda_attention(const CudaModuleArgs& args);
 std::unique_ptr<CudaModule> make_cuda_moe(const CudaModuleArgs& args);
 std::unique_ptr<CudaModule> make_cuda_mlp(const CudaModuleArgs& args);
