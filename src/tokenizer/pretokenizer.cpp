@@ -1,10 +1,12 @@
-// Owns the utf8proc NFC call and the PCRE2-compiled GPT-2 split regex (see pretokenizer.h).
+// Owns the utf8proc NFC call, the Oniguruma-to-PCRE2 regex translation and the PCRE2 splitters (see pretokenizer.h).
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/pretokenizer.h"
 
 #include <pcre2.h>
 #include <utf8proc.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -67,47 +69,137 @@ std::string nfc_normalize(std::string_view text) {
 
 namespace {
 
-/// The GPT-2 pattern with Oniguruma's Unicode \s spelled out and \p{L}, \p{N} widened to HF's Unicode version.
-std::string gpt2_pattern() {
-  const std::string ws = R"(\t-\r\x{85}\p{Z})";
-  const std::string letter = "\\p{L}" + std::string(unicode_compat::extra_letters());
-  const std::string number = "\\p{N}" + std::string(unicode_compat::extra_numbers());
-  return "'s|'t|'re|'ve|'m|'ll|'d| ?[" + letter + "]+| ?[" + number + "]+| ?[^" + ws + letter + number + "]+|[" + ws +
-         "]+(?![^" + ws + "])|[" + ws + "]+";
+/// Oniguruma's Unicode `\s` as PCRE2 class items (without brackets).
+constexpr std::string_view kOnigSpace = R"(\t-\r\x{85}\p{Z})";
+
+/// PCRE2 class items for \p{L}, \p{N} or \p{M} widened to Oniguruma's Unicode version (see unicode_compat.h).
+std::string widened_property(char property) {
+  switch (property) {
+    case 'L': return "\\p{L}" + std::string(unicode_compat::extra_letters());
+    case 'N': return "\\p{N}" + std::string(unicode_compat::extra_numbers());
+    default: return "\\p{M}" + std::string(unicode_compat::extra_marks());
+  }
 }
 
-}  // namespace
-
-struct GptSplitter::Impl {
-  pcre2_code* code = nullptr;
-  ~Impl() { pcre2_code_free(code); }
-};
-
-GptSplitter::GptSplitter() : impl_(std::make_unique<Impl>()) {
-  const std::string pattern = gpt2_pattern();
+/// Compiles a PCRE2 pattern (UTF, UCP) and JIT-compiles it when possible. Throws Error naming the offset on failure.
+pcre2_code* compile_pcre2(const std::string& pattern) {
   int err = 0;
   PCRE2_SIZE err_off = 0;
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
-                              &err, &err_off, nullptr);
-  if (impl_->code == nullptr) {
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                                   &err, &err_off, nullptr);
+  if (code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
     fail("PCRE2 cannot compile the pre-tokenizer regex at offset {}: {}", err_off, reinterpret_cast<char*>(msg));
   }
   // JIT is an optimization only: when unavailable, pcre2_match interprets the pattern.
-  (void)pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE);
+  (void)pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  return code;
 }
 
-GptSplitter::~GptSplitter() = default;
-GptSplitter::GptSplitter(GptSplitter&&) noexcept = default;
-GptSplitter& GptSplitter::operator=(GptSplitter&&) noexcept = default;
+}  // namespace
 
-void GptSplitter::split(std::string_view text, std::vector<std::string_view>& out) const {
+std::string onig_to_pcre2(std::string_view p) {
+  const std::string ws(kOnigSpace);
+  std::string out;
+  out.reserve(p.size() * 2);
+  bool in_class = false;
+  std::size_t class_body = 0;  // index of the first character inside the current class (after '[' or '[^')
+  for (std::size_t i = 0; i < p.size();) {
+    const char c = p[i];
+    if (c == '\\') {
+      SSM_CHECK(i + 1 < p.size(), "pre-tokenizer regex ends with a lone backslash");
+      const char e = p[i + 1];
+      if (e == 's') {
+        out += in_class ? ws : "[" + ws + "]";
+        i += 2;
+        continue;
+      }
+      if (e == 'S') {
+        SSM_CHECK(!in_class, "unsupported \\S inside a character class in pre-tokenizer regex '{}'", p);
+        out += "[^" + ws + "]";
+        i += 2;
+        continue;
+      }
+      SSM_CHECK(e != 'h' && e != 'H', "unsupported \\{} (Oniguruma hex-digit class) in pre-tokenizer regex '{}'", e, p);
+      if ((e == 'p' || e == 'P') && i + 4 < p.size() && p[i + 2] == '{' && p[i + 4] == '}' &&
+          (p[i + 3] == 'L' || p[i + 3] == 'N' || p[i + 3] == 'M')) {
+        const std::string items = widened_property(p[i + 3]);
+        if (e == 'p') {
+          out += in_class ? items : "[" + items + "]";
+        } else {
+          SSM_CHECK(!in_class, "unsupported \\P{{{}}} inside a character class in pre-tokenizer regex '{}'", p[i + 3], p);
+          out += "[^" + items + "]";
+        }
+        i += 5;
+        continue;
+      }
+      out.append(p.substr(i, 2));  // any other escape means the same in both engines (\r, \n, \x{..}, \p{Lu}, ...)
+      i += 2;
+      continue;
+    }
+    if (in_class) {
+      if (c == '[') {
+        SSM_CHECK(i + 1 < p.size() && p[i + 1] == ':', "unsupported nested character class in pre-tokenizer regex '{}'", p);
+        const std::size_t close = p.find(":]", i + 2);
+        SSM_CHECK(close != std::string_view::npos, "unterminated POSIX class in pre-tokenizer regex '{}'", p);
+        out.append(p.substr(i, close + 2 - i));
+        i = close + 2;
+        continue;
+      }
+      if (c == ']' && i > class_body) in_class = false;  // a ']' right after '[' or '[^' is a literal
+      out += c;
+      ++i;
+      continue;
+    }
+    out += c;
+    ++i;
+    if (c == '[') {
+      in_class = true;
+      if (i < p.size() && p[i] == '^') out += p[i++];
+      class_body = i;
+    }
+  }
+  SSM_CHECK(!in_class, "unterminated character class in pre-tokenizer regex '{}'", p);
+  return out;
+}
+
+std::string_view gpt2_split_pattern() {
+  return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+}
+
+struct RegexSplitter::Impl {
+  pcre2_code* code = nullptr;
+  ~Impl() { pcre2_code_free(code); }
+};
+
+RegexSplitter::RegexSplitter(PcreTag, const std::string& pcre2_pattern) : impl_(std::make_unique<Impl>()) {
+  impl_->code = compile_pcre2(pcre2_pattern);
+}
+
+RegexSplitter::RegexSplitter(std::string_view onig_pattern) : RegexSplitter(PcreTag{}, onig_to_pcre2(onig_pattern)) {}
+
+RegexSplitter RegexSplitter::literal(std::string_view literal) {
+  std::string pattern;
+  for (char c : literal) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x80 && !std::isalnum(u)) pattern += '\\';  // PCRE2 allows escaping any ASCII non-alphanumeric
+    pattern += c;
+  }
+  return RegexSplitter(PcreTag{}, pattern);
+}
+
+RegexSplitter::~RegexSplitter() = default;
+RegexSplitter::RegexSplitter(RegexSplitter&&) noexcept = default;
+RegexSplitter& RegexSplitter::operator=(RegexSplitter&&) noexcept = default;
+
+void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& out) const {
   if (text.empty()) return;
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
   SSM_CHECK(md != nullptr, "PCRE2 could not allocate match data");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  std::size_t pos = 0;
+  std::size_t pos = 0;   // where the next search starts
+  std::size_t prev = 0;  // end of the text already emitted
   while (pos < text.size()) {
     const int rc = pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
@@ -117,15 +209,17 @@ void GptSplitter::split(std::string_view text, std::vector<std::string_view>& ou
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const std::size_t start = ov[0], end = ov[1];
-    if (start > pos) out.push_back(text.substr(pos, start - pos));
-    if (end == start) {  // cannot happen with this pattern; avoid looping forever
-      pos = start;
-      break;
+    if (start > prev) out.push_back(text.substr(prev, start - prev));
+    if (end > start) {
+      out.push_back(text.substr(start, end - start));
+      pos = end;
+    } else {  // an empty match emits nothing; search again from the next code point (as Oniguruma's find_iter)
+      const auto b0 = static_cast<unsigned char>(text[start < text.size() ? start : text.size() - 1]);
+      pos = start + (b0 < 0x80 ? 1 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4);
     }
-    out.push_back(text.substr(start, end - start));
-    pos = end;
+    prev = std::max(prev, start == end ? start : end);
   }
-  if (pos < text.size()) out.push_back(text.substr(pos));
+  if (prev < text.size()) out.push_back(text.substr(prev));
   pcre2_match_data_free(md);
 }
 

@@ -1,4 +1,4 @@
-// Owns text preparation before BPE: the NFC normalizer (utf8proc) and the GPT-2 split regex of the ByteLevel pre-tokenizer (PCRE2).
+// Owns text preparation before BPE: the NFC normalizer (utf8proc) and the regex splitters of the Split / ByteLevel pre-tokenizers (PCRE2).
 #pragma once
 #include <memory>
 #include <string>
@@ -13,27 +13,47 @@ namespace ssmserve {
 /// input is already well-formed).
 std::string nfc_normalize(std::string_view text);
 
-/// Splits text into pre-tokens with the GPT-2 regex used by HF's ByteLevel pre-tokenizer (use_regex=true):
-///   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-/// HF runs it with Oniguruma, whose Unicode `\s` is U+0009..U+000D, U+0085 and \p{Z}; PCRE2's UCP `\s` differs
-/// (it adds U+180E), so `\s` is spelled out as that class; \p{L} and \p{N} are widened with the letters and numbers
-/// of Unicode 15/16 that PCRE2 10.42 does not know (unicode_compat). Compiled with PCRE2_UTF|PCRE2_UCP, JIT if available.
-/// Thread-safe: split() allocates its own match data.
-class GptSplitter {
- public:
-  /// Throws Error if PCRE2 cannot compile the pattern.
-  GptSplitter();
-  ~GptSplitter();
-  GptSplitter(GptSplitter&&) noexcept;
-  GptSplitter& operator=(GptSplitter&&) noexcept;
+/// Translates a regex written for Oniguruma (the engine HF `tokenizers` runs Split and ByteLevel patterns with) into
+/// an equivalent PCRE2 pattern: `\s` / `\S` become Oniguruma's Unicode whitespace class (U+0009..U+000D, U+0085 and
+/// \p{Z}; PCRE2's UCP `\s` adds U+180E), and `\p{L}`, `\p{N}`, `\p{M}` (`\P{..}` outside classes) are widened with
+/// the Unicode 15/16 code points PCRE2 10.42 does not know (unicode_compat). Everything else passes through.
+/// Throws Error for constructs it cannot translate faithfully: `\S` or `\P{L|N|M}` inside a character class, and
+/// nested character classes.
+std::string onig_to_pcre2(std::string_view onig_pattern);
 
-  /// Appends the pre-tokens of `text` (well-formed UTF-8) to `out`, in order, covering all of `text`
-  /// (unmatched gaps, which this pattern cannot leave, would be kept as pieces like HF's Isolated split).
+/// The GPT-2 split regex of HF's ByteLevel pre-tokenizer (use_regex=true), in Oniguruma syntax:
+///   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+std::string_view gpt2_split_pattern();
+
+/// A `tokenizers` Split pre-tokenizer with behavior Isolated and invert=false: every regex match becomes a pre-token,
+/// and so does every non-empty gap between matches. Empty matches produce no piece (they only cut a gap, as in
+/// `tokenizers`). The pattern is an Oniguruma regex (translated by onig_to_pcre2) or a literal string; compiled with
+/// PCRE2_UTF|PCRE2_UCP, JIT if available. Thread-safe: split() allocates its own match data.
+class RegexSplitter {
+ public:
+  /// Compiles an Oniguruma-syntax regex. Throws Error if it cannot be translated or PCRE2 cannot compile it.
+  explicit RegexSplitter(std::string_view onig_pattern);
+  /// Matches `literal` verbatim (tokenizer.json `"pattern": {"String": ...}`).
+  static RegexSplitter literal(std::string_view literal);
+  ~RegexSplitter();
+  RegexSplitter(RegexSplitter&&) noexcept;
+  RegexSplitter& operator=(RegexSplitter&&) noexcept;
+
+  /// Appends the pre-tokens of `text` (well-formed UTF-8) to `out`, in order, covering all of `text`.
   void split(std::string_view text, std::vector<std::string_view>& out) const;
 
  private:
   struct Impl;
+  struct PcreTag {};
+  RegexSplitter(PcreTag, const std::string& pcre2_pattern);
   std::unique_ptr<Impl> impl_;
+};
+
+/// The GPT-2 splitter of HF's ByteLevel pre-tokenizer (use_regex=true): RegexSplitter(gpt2_split_pattern()).
+class GptSplitter : public RegexSplitter {
+ public:
+  /// Throws Error if PCRE2 cannot compile the pattern.
+  GptSplitter() : RegexSplitter(gpt2_split_pattern()) {}
 };
 
 }  // namespace ssmserve

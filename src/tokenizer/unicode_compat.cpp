@@ -45,4 +45,11 @@ std::string_view extra_numbers() {
          R"(\x{16D70}-\x{16D79}\x{1CCF0}-\x{1CCF9}\x{1D2C0}-\x{1D2D3}\x{1E4F0}-\x{1E4F9}\x{1E5F1}-\x{1E5FA})";
 }
 
+std::string_view extra_marks() {
+  return R"(\x{897}\x{CF3}\x{ECE}\x{10D69}-\x{10D6D}\x{10EFC}-\x{10EFF}\x{11241}\x{113B8}-\x{113C0}\x{113C2}\x{113C5})"
+         R"(\x{113C7}-\x{113CA}\x{113CC}-\x{113D0}\x{113D2}\x{113E1}-\x{113E2}\x{11F00}-\x{11F01}\x{11F03})"
+         R"(\x{11F34}-\x{11F3A}\x{11F3E}-\x{11F42}\x{11F5A}\x{13440}\x{13447}-\x{13455}\x{1611E}-\x{1612F}\x{1E08F})"
+         R"(\x{1E4EC}-\x{1E4EF}\x{1E5EE}-\x{1E5EF})";
+}
+
 }  // namespace ssmserve::unicode_compat

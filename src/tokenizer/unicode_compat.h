@@ -18,4 +18,10 @@ bool hf_nfc_unknown(char32_t cp);
 std::string_view extra_letters();
 std::string_view extra_numbers();
 
+/// PCRE2 class items for combining marks (\p{M}) of Unicode 15 and 16 that PCRE2 10.42 reports as unassigned, while
+/// Oniguruma classifies them \p{M} (Qwen3.5's pattern uses [\p{L}\p{M}]). Derived by comparing every code point under
+/// `tokenizers`' Split(Regex(r"\p{M}")) with PCRE2's \p{M} (re-checked by test_tokenizer_qwen.cpp against
+/// tests/data/tokenizer/onig_classes.txt).
+std::string_view extra_marks();
+
 }  // namespace ssmserve::unicode_compat
