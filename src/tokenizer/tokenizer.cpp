@@ -17,7 +17,7 @@ std::vector<int> Tokenizer::encode(std::string_view text) const {
   std::vector<int> ids;
   ids.reserve(text.size() / 4 + 4);
   std::vector<TextSegment> raw_segments, norm_segments;
-  std::vector<std::string_view> words;
+  std::vector<std::string_view> words, scratch;
   std::string normalized;
   m.raw_added.split(text, raw_segments);
   for (const TextSegment& seg : raw_segments) {
@@ -33,8 +33,7 @@ std::vector<int> Tokenizer::encode(std::string_view text) const {
         ids.push_back(piece.id);
         continue;
       }
-      words.clear();
-      m.splitter.split(piece.text, words);
+      m.pre_tokenize(piece.text, words, scratch);
       for (std::string_view w : words) m.bpe->encode_word(w, ids);
     }
   }

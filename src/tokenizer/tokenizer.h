@@ -1,4 +1,4 @@
-// Owns ssmserve's public tokenizer API: Hugging Face tokenizer.json byte-level BPE (GPT-NeoX-20B, GPT-2 family) and streaming detokenization.
+// Owns ssmserve's public tokenizer API: Hugging Face tokenizer.json byte-level BPE (GPT-NeoX-20B, GPT-2, Qwen families) and streaming detokenization.
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -11,20 +11,30 @@
 namespace ssmserve {
 
 /// A byte-level BPE tokenizer loaded from a Hugging Face `tokenizer.json`, reproducing `tokenizers` (Rust, 0.23)
-/// exactly for the supported pipeline: normalizer NFC or none; pre-tokenizer ByteLevel (add_prefix_space=false,
-/// GPT-2 regex); model BPE (no dropout, no unk, no subword prefix/suffix); post-processor ByteLevel or none (adds
+/// exactly for the supported pipeline: normalizer NFC or none; pre-tokenizer ByteLevel (add_prefix_space=false;
+/// GPT-2 regex, or none with use_regex=false), or a Sequence of Split (Isolated, not inverted; Oniguruma regex or
+/// literal string) pre-tokenizers ending in ByteLevel; model BPE (no dropout, no unk, no subword prefix/suffix); post-processor ByteLevel or none (adds
 /// nothing); decoder ByteLevel or none; added tokens without lstrip/rstrip/single_word.
 /// Copies share the loaded tables (cheap); every method is const and thread-safe.
 class Tokenizer {
  public:
-  /// Loads `tokenizer_json`. Throws Error naming the file when it cannot be read, is not valid JSON, or uses a
-  /// model type or pipeline option outside the supported set above.
+  /// Loads `tokenizer_json` as transformers 5.x `AutoTokenizer.from_pretrained(folder)` builds it: the tokenizer class
+  /// is chosen from the folder's config.json (`model_type`) and tokenizer_config.json (`tokenizer_class`), and
+  /// Qwen2Tokenizer / Qwen3_5Tokenizer replace tokenizer.json's pipeline by their own (see transformers_class.h:
+  /// e.g. a qwen3_5_moe checkpoint shipping a GPT-NeoX tokenizer.json gets the Qwen3.5 split regex). Throws Error
+  /// naming the file when it cannot be read, is not valid JSON, or uses a model type or pipeline option outside the
+  /// supported set above.
   static Tokenizer from_file(const std::filesystem::path& tokenizer_json);
+
+  /// Loads `tokenizer_json` as transformers' tokenizer class `tokenizer_class` would ("" or any class that keeps
+  /// tokenizer.json's pipeline: exactly as the file says; "Qwen2Tokenizer" / "Qwen3_5Tokenizer": the file's vocabulary,
+  /// merges and added tokens with that class's pipeline). Throws Error as from_file(tokenizer_json).
+  static Tokenizer from_file(const std::filesystem::path& tokenizer_json, std::string_view tokenizer_class);
 
   /// Token ids of `text`, like HF `tokenizer.encode(text, add_special_tokens=True)` (nothing is added for this
   /// pipeline). Steps: repair ill-formed UTF-8 like Python's `decode('utf-8', errors='replace')`; split out
   /// non-normalized added tokens (e.g. `<|endoftext|>`) anywhere in the raw text; NFC each remaining piece; split out
-  /// normalized added tokens (e.g. runs of spaces); split the rest with the GPT-2 regex; BPE each pre-token.
+  /// normalized added tokens (e.g. runs of spaces); split the rest with the pre-tokenizer's regexes; BPE each pre-token.
   std::vector<int> encode(std::string_view text) const;
 
   /// Text of `ids`, like HF `decode(ids, skip_special_tokens)`: the bytes of every token (see token_bytes) are

@@ -24,10 +24,23 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int> vocab;  // BPE model vocabulary
   std::unordered_map<std::string, int> added;  // added token content -> id
   std::unique_ptr<BpeModel> bpe;
-  GptSplitter splitter;
+  std::vector<RegexSplitter> splitters;  // pre-tokenizer: each splits every piece of the one before (none: no split)
   AddedTokenMatcher raw_added;         // normalized=false: matched in the raw text
   AddedTokenMatcher normalized_added;  // normalized=true: matched after NFC
   bool nfc = false;
+
+  /// Pre-tokens of `text` after every splitter in turn (all of `text` when there is none). `scratch` is reused.
+  void pre_tokenize(std::string_view text, std::vector<std::string_view>& out,
+                    std::vector<std::string_view>& scratch) const {
+    out.clear();
+    if (text.empty()) return;
+    out.push_back(text);
+    for (const RegexSplitter& s : splitters) {
+      scratch.clear();
+      for (std::string_view piece : out) s.split(piece, scratch);
+      out.swap(scratch);
+    }
+  }
 
   bool has(int id) const {
     return id >= 0 && static_cast<std::size_t>(id) < kinds.size() && kinds[static_cast<std::size_t>(id)] != kNone;

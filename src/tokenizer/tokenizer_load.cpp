@@ -1,4 +1,5 @@
-// Owns Tokenizer::from_file: parsing and validating a Hugging Face tokenizer.json into Tokenizer::Impl.
+// Owns Tokenizer::from_file: parsing and validating a Hugging Face tokenizer.json into Tokenizer::Impl (with the
+// pipeline transformers' tokenizer class rebuilds, where it does).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/transformers_class.h"
 
 namespace ssmserve {
 namespace {
@@ -24,8 +26,55 @@ bool is_empty_string_or_absent(const json& obj, const char* key) {
   return !obj.contains(key) || obj.at(key).is_null() || (obj.at(key).is_string() && obj.at(key).get<std::string>().empty());
 }
 
-/// Validates the pipeline parts around the model; returns whether NFC normalization is on.
-bool check_pipeline(const json& root) {
+/// One `Split` pre-tokenizer: pattern {"Regex": ...} or {"String": ...}, behavior Isolated, invert false.
+RegexSplitter parse_split(const json& split) {
+  const std::string behavior = split.value("behavior", std::string());
+  SSM_CHECK(behavior == "Isolated", "unsupported pre_tokenizer Split behavior '{}' (only Isolated)", behavior);
+  SSM_CHECK(is_false_or_absent(split, "invert"), "unsupported pre_tokenizer Split invert=true");
+  const json& pattern = split.value("pattern", json());
+  SSM_CHECK(pattern.is_object() && pattern.size() == 1 && (pattern.contains("Regex") || pattern.contains("String")),
+            "pre_tokenizer Split pattern must be {{\"Regex\": ...}} or {{\"String\": ...}} (got {})", json_excerpt(pattern));
+  if (pattern.contains("Regex")) return RegexSplitter(pattern.at("Regex").get<std::string>());
+  return RegexSplitter::literal(pattern.at("String").get<std::string>());
+}
+
+/// ByteLevel pre-tokenizer: the GPT-2 split when use_regex is true (the default), else the byte mapping only.
+void parse_byte_level(const json& pre, std::vector<RegexSplitter>& splitters) {
+  SSM_CHECK(is_false_or_absent(pre, "add_prefix_space"), "unsupported pre_tokenizer ByteLevel add_prefix_space=true");
+  if (!pre.contains("use_regex") || pre.at("use_regex").get<bool>()) splitters.emplace_back(gpt2_split_pattern());
+}
+
+/// The pre-tokenizer as a chain of splitters applied in order: ByteLevel alone, or a Sequence of Split pre-tokenizers
+/// ending in ByteLevel (which must come last: it maps bytes to the byte-level alphabet the vocabulary is written in).
+std::vector<RegexSplitter> parse_pre_tokenizer(const json& pre) {
+  std::vector<RegexSplitter> splitters;
+  const std::string t = type_of(pre);
+  if (t == "ByteLevel") {
+    parse_byte_level(pre, splitters);
+  } else if (t == "Sequence") {
+    const json& list = pre.value("pretokenizers", json());
+    SSM_CHECK(list.is_array() && !list.empty(), "pre_tokenizer Sequence needs a non-empty 'pretokenizers' list");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string ti = type_of(list[i]);
+      if (ti == "Split" && i + 1 < list.size()) {
+        splitters.push_back(parse_split(list[i]));
+      } else if (ti == "ByteLevel" && i + 1 == list.size()) {
+        parse_byte_level(list[i], splitters);
+      } else {
+        fail("unsupported pre_tokenizer '{}' at position {} of Sequence (supported: Split ..., then ByteLevel last)",
+             ti, i);
+      }
+    }
+  } else if (t == "Split") {
+    fail("unsupported pre_tokenizer Split without ByteLevel (byte-level BPE needs Sequence[Split, ByteLevel])");
+  } else {
+    fail("unsupported pre_tokenizer '{}' (supported: ByteLevel, Sequence of Split and ByteLevel)", t);
+  }
+  return splitters;
+}
+
+/// Validates the pipeline parts around the model; sets impl.nfc and impl.splitters.
+void check_pipeline(const json& root, Tokenizer::Impl& impl) {
   bool nfc = false;
   const json& norm = root.value("normalizer", json());
   if (!norm.is_null()) {
@@ -41,15 +90,12 @@ bool check_pipeline(const json& root) {
       fail("unsupported normalizer '{}'", t);
     }
   }
-  const json& pre = root.value("pre_tokenizer", json());
-  SSM_CHECK(type_of(pre) == "ByteLevel", "unsupported pre_tokenizer '{}' (only ByteLevel)", type_of(pre));
-  SSM_CHECK(is_false_or_absent(pre, "add_prefix_space"), "unsupported pre_tokenizer ByteLevel add_prefix_space=true");
-  SSM_CHECK(!pre.contains("use_regex") || pre.at("use_regex").get<bool>(), "unsupported ByteLevel use_regex=false");
+  impl.nfc = nfc;
+  impl.splitters = parse_pre_tokenizer(root.value("pre_tokenizer", json()));
   const json& post = root.value("post_processor", json());
   SSM_CHECK(post.is_null() || type_of(post) == "ByteLevel", "unsupported post_processor '{}'", type_of(post));
   const json& dec = root.value("decoder", json());
   SSM_CHECK(type_of(dec) == "ByteLevel", "unsupported decoder '{}' (only ByteLevel)", type_of(dec));
-  return nfc;
 }
 
 std::vector<std::pair<std::string, std::string>> parse_merges(const json& merges) {
@@ -90,7 +136,7 @@ int read_token_id(const json& id, const std::string& content, const char* what, 
 }
 
 void build(const json& root, Tokenizer::Impl& impl) {
-  impl.nfc = check_pipeline(root);
+  check_pipeline(root, impl);
   const json& model = root.at("model");
   const std::string mtype = model.value("type", std::string("BPE"));
   SSM_CHECK(mtype == "BPE", "unsupported model type '{}' (only BPE)", mtype);
@@ -159,13 +205,25 @@ void build(const json& root, Tokenizer::Impl& impl) {
 }  // namespace
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
+  std::string cls;
+  try {
+    cls = transformers_class::of_folder(tokenizer_json.parent_path());
+  } catch (const Error& e) {
+    fail("tokenizer file {}: {}", tokenizer_json.string(), e.what());
+  }
+  return from_file(tokenizer_json, cls);
+}
+
+Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json, std::string_view tokenizer_class) {
   // Missing, not a regular file (directory, /dev/zero, fifo), symlink loop, or over the size cap: a clear Error.
   const std::string text = read_text_file(tokenizer_json, kMaxTokenizerFileBytes);
   auto impl = std::make_shared<Impl>();
   try {
     check_json_depth(text, "invalid tokenizer JSON");
-    const json root = json::parse(text);
+    json root = json::parse(text);
     SSM_CHECK(root.is_object(), "top level is not an object");
+    if (const auto pattern = transformers_class::rebuilt_pattern(tokenizer_class))
+      transformers_class::rebuild_pipeline(root, *pattern);
     build(root, *impl);
   } catch (const json::exception& e) {
     fail("tokenizer file {}: invalid tokenizer JSON: {}", tokenizer_json.string(), e.what());
