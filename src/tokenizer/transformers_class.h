@@ -35,7 +35,8 @@ std::optional<std::string_view> rebuilt_pattern(std::string_view class_name);
 /// Rewrites a parsed tokenizer.json into the pipeline the class's __init__ builds: NFC normalizer, pre-tokenizer
 /// Sequence[Split(Regex(pattern), Isolated), ByteLevel(add_prefix_space=false, use_regex=false)], ByteLevel decoder,
 /// BPE without dropout/unk/prefix/suffix/byte_fallback/ignore_merges. Vocabulary, merges, added tokens and the
-/// post-processor stay (transformers passes them through convert_to_native_format).
+/// post-processor stay (transformers passes them through convert_to_native_format). Not mirrored: special tokens that
+/// tokenizer_config.json names but tokenizer.json's added_tokens lacks (the class's __init__ would add them).
 void rebuild_pipeline(nlohmann::json& tokenizer_json, std::string_view pattern);
 
 }  // namespace ssmserve::transformers_class
