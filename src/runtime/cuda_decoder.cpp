@@ -249,7 +249,7 @@ std::unique_ptr<CausalLM> load_cuda_decoder(const ModelConfig& cfg, const Decode
   WeightSource src = WeightSource::open(cfg.dir, format == LoadFormat::Dummy, &ckpt);
   auto model = std::make_unique<CudaDecoderLM>(cfg, spec, opt, tp);
   model->load(src);
-  for (const std::string& p : spec_.ignored_tensor_prefixes) src.ignore_prefix(p);
+  for (const std::string& p : spec.ignored_tensor_prefixes) src.ignore_prefix(p);
   if (tp.rank == 0) src.warn_unused_tensors();
   return model;
 }
