@@ -1,6 +1,7 @@
 // GPU op harness of the MiniMax hybrid (issue 8): lightning attention prefill / decode and paged attention, each
 // against its CPU kernel (the reference) on the issue's shapes (head_dim 64 and 128, block sizes 64 and 256, slopes
-// up to 0.95, lengths 1, 255, 256, 257, 700, initial states, null rows, chunked continuation), with fresh random
+// up to 0.95, lengths 1, 255, 256, 257, 700, initial states, null rows, chunked continuation; paged attention also at
+// head_dim 256, Qwen3-Next / Qwen3.5's GQA shapes, contexts up to 5000 tokens), with fresh random
 // inputs per run and poisoned outputs (the MoE block: test_cuda_moe_ops.cpp). Skips without a GPU; SSMSERVE_CUDA_TEST_QUICK=1 keeps the small cases.
 #include <gtest/gtest.h>
 
@@ -373,7 +374,7 @@ TEST(CudaRope, MatchesCpu) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  for (int D : {64, 128}) {
+  for (int D : {64, 128, 256}) {
     const int H = 6, T = 50;
     const int64_t xs = H * D + 4;
     auto x = rand_vec(rng, T * xs);
@@ -395,6 +396,117 @@ struct AttnShape {
   int heads, kv_heads, D, block_size;
 };
 
+/// One attention shape over rows of (new tokens, seq_len; seq_len 0 = padding) in a pool of randomly permuted KV
+/// blocks: reshape_and_cache bit-identical to the CPU's, then paged_attention against cpu::paged_attention through
+/// the prefill plan, the same with one split per task, the fixed-size decode plan (one-token rows) and the
+/// tensor-core pass (rows of 16+ new tokens, bf16 tolerance), each into a poisoned output.
+void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int, int>>& rows, std::mt19937& rng) {
+  SCOPED_TRACE(sh.name);
+  const int R = static_cast<int>(rows.size()), D = sh.D, KVH = sh.kv_heads, bs = sh.block_size;
+  const int64_t W = static_cast<int64_t>(KVH) * D;
+  int max_blocks = 0, total_blocks = 1;
+  for (auto [n, sl] : rows) max_blocks = std::max(max_blocks, (sl + bs - 1) / bs), total_blocks += (sl + bs - 1) / bs;
+  // Block tables: a random permutation of blocks 1..total_blocks-1.
+  std::vector<int32_t> perm(total_blocks - 1);
+  for (int i = 0; i < total_blocks - 1; ++i) perm[i] = i + 1;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> tables(static_cast<size_t>(R) * max_blocks, 0), qsl{0}, sls, slots;
+  size_t next = 0;
+  for (int r = 0; r < R; ++r) {
+    const auto [n, sl] = rows[r];
+    for (int b = 0; b < (sl + bs - 1) / bs; ++b) tables[r * max_blocks + b] = perm[next++];
+    qsl.push_back(qsl.back() + n);
+    sls.push_back(sl);
+    for (int i = 0; i < n; ++i) {
+      const int pos = sl - n + i;
+      slots.push_back(sl == 0 ? -1 : tables[r * max_blocks + pos / bs] * bs + pos % bs);
+    }
+  }
+  const int64_t T = qsl.back(), page_bytes = 2 * bs * W * 4;
+  std::vector<std::byte> host(static_cast<size_t>(page_bytes) * total_blocks);
+  KvCacheView hv{host.data(), page_bytes, 0, bs, KVH, D};
+  // Previously cached tokens: random K / V straight into the pages (NaN elsewhere: never read).
+  std::fill(reinterpret_cast<float*>(host.data()), reinterpret_cast<float*>(host.data() + host.size()), NAN);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int r = 0; r < R; ++r) {
+    const auto [n, sl] = rows[r];
+    for (int pos = 0; pos < sl - n; ++pos) {
+      const int32_t b = tables[r * max_blocks + pos / bs];
+      for (int64_t c = 0; c < W; ++c) hv.k(b)[(pos % bs) * W + c] = u(rng), hv.v(b)[(pos % bs) * W + c] = u(rng);
+    }
+  }
+  cuda::DeviceBuffer dcache(host.size());
+  dcache.upload(host.data(), host.size());
+  KvCacheView dv{static_cast<std::byte*>(dcache.data()), page_bytes, 0, bs, KVH, D};
+  // This step's q, k, v.
+  const int64_t qs = sh.heads * D + 4, ks = W + 4, os = sh.heads * D + 8;
+  auto q = rand_vec(rng, T * qs, -2.0f, 2.0f), k = rand_vec(rng, T * ks), v = rand_vec(rng, T * ks);
+  cpu::reshape_and_cache(k.data(), ks, v.data(), ks, T, slots, hv, total_blocks);
+  DeviceBuffer dq = to_device(q), dk = to_device(k), dvv = to_device(v), dslots = to_device(slots);
+  SSM_CUDA_CHECK(cuda::reshape_and_cache(dk.as<float>(), ks, dvv.as<float>(), ks, T, dslots.as<int32_t>(), dv, nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  {
+    std::vector<std::byte> back(host.size());
+    dcache.download(back.data(), back.size());
+    EXPECT_EQ(std::memcmp(back.data(), host.data(), host.size()), 0) << "KV cache after reshape_and_cache";
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> ref(T * os, 0.0f);
+  cpu::paged_attention(q.data(), qs, ref.data(), os, sh.heads, scale, hv, qsl, sls, tables, max_blocks);
+  const int group = sh.heads / KVH;
+  // Prefill plan, the same with one split per task, fixed-size decode plan, tensor-core pass for rows of 16+ new
+  // tokens (bf16 operands: bf16 tolerance on those rows).
+  for (int mode : {0, 1, 2, 3}) {
+    const bool as_decode_plan = mode == 2;
+    // The fixed-size decode plan serves only one-token rows: check it on the decode rows alone.
+    std::vector<int32_t> rq{0}, rs, rt;
+    std::vector<int> keep;
+    for (int r = 0; r < R; ++r)
+      if (!as_decode_plan || rows[r].first == 1) keep.push_back(r);
+    int64_t Tk = 0;
+    std::vector<float> qk, refk;
+    for (int r : keep) {
+      const int n = rows[r].first;
+      rq.push_back(rq.back() + n);
+      rs.push_back(sls[r]);
+      rt.insert(rt.end(), tables.begin() + r * max_blocks, tables.begin() + (r + 1) * max_blocks);
+      qk.insert(qk.end(), q.begin() + qsl[r] * qs, q.begin() + qsl[r + 1] * qs);
+      refk.insert(refk.end(), ref.begin() + qsl[r] * os, ref.begin() + qsl[r + 1] * os);
+      Tk += n;
+    }
+    SCOPED_TRACE(mode == 3 ? "tensor-core prefill" : mode == 2 ? "decode plan" : mode == 1 ? "prefill plan, one split" : "prefill plan");
+    auto plan = as_decode_plan ? cuda::PagedAttentionPlan::decode(static_cast<int>(keep.size()), max_blocks * bs, group)
+                               : cuda::PagedAttentionPlan::build(rq, rs, group, mode == 3 ? cuda::kTcMinTokens : 0);
+    if (mode == 3) {
+      EXPECT_GT(plan.num_tc_tiles, 0);
+    }
+    if (mode == 1) {  // what a plan of kManyTasks tasks or more does
+      plan.key_split = (*std::max_element(rs.begin(), rs.end()) + 31) / 32 * 32;
+      plan.items.clear();
+      for (int t = 0; t < plan.num_tasks; ++t) plan.tasks[4 * t + 3] = t, plan.items.insert(plan.items.end(), {t, 0});
+      plan.num_items = plan.num_tasks;
+    }
+    DeviceBuffer dq2 = to_device(qk), dqsl = to_device(rq), dsl = to_device(rs), dtab = to_device(rt),
+                 dtasks = to_device(plan.tasks), ditems = to_device(plan.items), dout = poisoned(Tk * os),
+                 ws(std::max<size_t>(4, cuda::paged_attention_workspace_floats(plan.num_items, KVH, D) * 4)),
+                 dtc = to_device(plan.tc_tiles.empty() ? std::vector<int32_t>{0} : plan.tc_tiles);
+    cuda::PagedAttentionArgs a{sh.heads, scale, max_blocks, dqsl.as<int32_t>(), dsl.as<int32_t>(), dtab.as<int32_t>(),
+                               dtasks.as<int32_t>(), ditems.as<int32_t>(), plan.num_tasks, plan.num_items,
+                               plan.tokens_per_task, plan.key_split, dtc.as<int32_t>(), plan.num_tc_tiles, plan.tc_tokens};
+    SSM_CUDA_CHECK(cuda::paged_attention(dq2.as<float>(), qs, dout.as<float>(), os, dv, a, ws.as<float>(), nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    auto got = to_host<float>(dout, Tk * os);
+    int64_t t = 0;
+    for (size_t i = 0; i < keep.size(); ++i) {
+      const int n = rows[keep[i]].first;
+      const double tol = mode == 3 && n >= cuda::kTcMinTokens ? 1e-2 : 1e-5;
+      EXPECT_LT(rel_err(got.data() + t * os, os, refk.data() + t * os, os, n, sh.heads * D), rows[keep[i]].second ? tol : 1e-30)
+          << "row " << keep[i] << " (new " << n << ", seq_len " << rows[keep[i]].second << ")";
+      t += n;
+    }
+  }
+}
+
 TEST(CudaPagedAttention, MatchesCpuOnMixedPrefillDecodeRows) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -405,116 +517,45 @@ TEST(CudaPagedAttention, MatchesCpuOnMixedPrefillDecodeRows) {
     shapes.push_back({"minimax-bench", 16, 8, 128, 64});
     shapes.push_back({"gqa8", 8, 1, 128, 16});
   }
-  for (const auto& sh : shapes) {
-    SCOPED_TRACE(sh.name);
-    // Rows: (new tokens, seq_len). Prefill from scratch, prefill continuing over cached pages, decode rows with
-    // short and long (several splits) contexts, a padded row.
-    std::vector<std::pair<int, int>> rows = quick() ? std::vector<std::pair<int, int>>{{37, 37}, {5, 600}, {1, 1}, {1, 0}, {1, 77}}
-                                                    : std::vector<std::pair<int, int>>{{300, 300}, {70, 1100}, {1, 1}, {1, 1500}, {1, 0}, {17, 17}, {1, 513}};
-    const int R = static_cast<int>(rows.size()), D = sh.D, KVH = sh.kv_heads, bs = sh.block_size;
-    const int64_t W = static_cast<int64_t>(KVH) * D;
-    int max_blocks = 0, total_blocks = 1;
-    for (auto [n, sl] : rows) max_blocks = std::max(max_blocks, (sl + bs - 1) / bs), total_blocks += (sl + bs - 1) / bs;
-    // Block tables: a random permutation of blocks 1..total_blocks-1.
-    std::vector<int32_t> perm(total_blocks - 1);
-    for (int i = 0; i < total_blocks - 1; ++i) perm[i] = i + 1;
-    std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int32_t> tables(static_cast<size_t>(R) * max_blocks, 0), qsl{0}, sls, slots;
-    size_t next = 0;
-    for (int r = 0; r < R; ++r) {
-      const auto [n, sl] = rows[r];
-      for (int b = 0; b < (sl + bs - 1) / bs; ++b) tables[r * max_blocks + b] = perm[next++];
-      qsl.push_back(qsl.back() + n);
-      sls.push_back(sl);
-      for (int i = 0; i < n; ++i) {
-        const int pos = sl - n + i;
-        slots.push_back(sl == 0 ? -1 : tables[r * max_blocks + pos / bs] * bs + pos % bs);
-      }
-    }
-    const int64_t T = qsl.back(), page_bytes = 2 * bs * W * 4;
-    std::vector<std::byte> host(static_cast<size_t>(page_bytes) * total_blocks);
-    KvCacheView hv{host.data(), page_bytes, 0, bs, KVH, D};
-    // Previously cached tokens: random K / V straight into the pages (NaN elsewhere: never read).
-    std::fill(reinterpret_cast<float*>(host.data()), reinterpret_cast<float*>(host.data() + host.size()), NAN);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (int r = 0; r < R; ++r) {
-      const auto [n, sl] = rows[r];
-      for (int pos = 0; pos < sl - n; ++pos) {
-        const int32_t b = tables[r * max_blocks + pos / bs];
-        for (int64_t c = 0; c < W; ++c) hv.k(b)[(pos % bs) * W + c] = u(rng), hv.v(b)[(pos % bs) * W + c] = u(rng);
-      }
-    }
-    cuda::DeviceBuffer dcache(host.size());
-    dcache.upload(host.data(), host.size());
-    KvCacheView dv{static_cast<std::byte*>(dcache.data()), page_bytes, 0, bs, KVH, D};
-    // This step's q, k, v.
-    const int64_t qs = sh.heads * D + 4, ks = W + 4, os = sh.heads * D + 8;
-    auto q = rand_vec(rng, T * qs, -2.0f, 2.0f), k = rand_vec(rng, T * ks), v = rand_vec(rng, T * ks);
-    cpu::reshape_and_cache(k.data(), ks, v.data(), ks, T, slots, hv, total_blocks);
-    DeviceBuffer dq = to_device(q), dk = to_device(k), dvv = to_device(v), dslots = to_device(slots);
-    SSM_CUDA_CHECK(cuda::reshape_and_cache(dk.as<float>(), ks, dvv.as<float>(), ks, T, dslots.as<int32_t>(), dv, nullptr));
-    SSM_CUDA_CHECK(cudaDeviceSynchronize());
-    {
-      std::vector<std::byte> back(host.size());
-      dcache.download(back.data(), back.size());
-      EXPECT_EQ(std::memcmp(back.data(), host.data(), host.size()), 0) << "KV cache after reshape_and_cache";
-    }
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    std::vector<float> ref(T * os, 0.0f);
-    cpu::paged_attention(q.data(), qs, ref.data(), os, sh.heads, scale, hv, qsl, sls, tables, max_blocks);
-    const int group = sh.heads / KVH;
-    // Prefill plan, the same with one split per task, fixed-size decode plan, tensor-core pass for rows of 16+ new
-    // tokens (bf16 operands: bf16 tolerance on those rows).
-    for (int mode : {0, 1, 2, 3}) {
-      const bool as_decode_plan = mode == 2;
-      // The fixed-size decode plan serves only one-token rows: check it on the decode rows alone.
-      std::vector<int32_t> rq{0}, rs, rt;
-      std::vector<int> keep;
-      for (int r = 0; r < R; ++r)
-        if (!as_decode_plan || rows[r].first == 1) keep.push_back(r);
-      int64_t Tk = 0;
-      std::vector<float> qk, refk;
-      for (int r : keep) {
-        const int n = rows[r].first;
-        rq.push_back(rq.back() + n);
-        rs.push_back(sls[r]);
-        rt.insert(rt.end(), tables.begin() + r * max_blocks, tables.begin() + (r + 1) * max_blocks);
-        qk.insert(qk.end(), q.begin() + qsl[r] * qs, q.begin() + qsl[r + 1] * qs);
-        refk.insert(refk.end(), ref.begin() + qsl[r] * os, ref.begin() + qsl[r + 1] * os);
-        Tk += n;
-      }
-      SCOPED_TRACE(mode == 3 ? "tensor-core prefill" : mode == 2 ? "decode plan" : mode == 1 ? "prefill plan, one split" : "prefill plan");
-      auto plan = as_decode_plan ? cuda::PagedAttentionPlan::decode(static_cast<int>(keep.size()), max_blocks * bs, group)
-                                 : cuda::PagedAttentionPlan::build(rq, rs, group, mode == 3 ? cuda::kTcMinTokens : 0);
-      if (mode == 3) {
-        EXPECT_GT(plan.num_tc_tiles, 0);
-      }
-      if (mode == 1) {  // what a plan of kManyTasks tasks or more does
-        plan.key_split = (*std::max_element(rs.begin(), rs.end()) + 31) / 32 * 32;
-        plan.items.clear();
-        for (int t = 0; t < plan.num_tasks; ++t) plan.tasks[4 * t + 3] = t, plan.items.insert(plan.items.end(), {t, 0});
-        plan.num_items = plan.num_tasks;
-      }
-      DeviceBuffer dq2 = to_device(qk), dqsl = to_device(rq), dsl = to_device(rs), dtab = to_device(rt),
-                   dtasks = to_device(plan.tasks), ditems = to_device(plan.items), dout = poisoned(Tk * os),
-                   ws(std::max<size_t>(4, cuda::paged_attention_workspace_floats(plan.num_items, KVH, D) * 4)),
-                   dtc = to_device(plan.tc_tiles.empty() ? std::vector<int32_t>{0} : plan.tc_tiles);
-      cuda::PagedAttentionArgs a{sh.heads, scale, max_blocks, dqsl.as<int32_t>(), dsl.as<int32_t>(), dtab.as<int32_t>(),
-                                 dtasks.as<int32_t>(), ditems.as<int32_t>(), plan.num_tasks, plan.num_items,
-                                 plan.tokens_per_task, plan.key_split, dtc.as<int32_t>(), plan.num_tc_tiles, plan.tc_tokens};
-      SSM_CUDA_CHECK(cuda::paged_attention(dq2.as<float>(), qs, dout.as<float>(), os, dv, a, ws.as<float>(), nullptr));
-      SSM_CUDA_CHECK(cudaDeviceSynchronize());
-      auto got = to_host<float>(dout, Tk * os);
-      int64_t t = 0;
-      for (size_t i = 0; i < keep.size(); ++i) {
-        const int n = rows[keep[i]].first;
-        const double tol = mode == 3 && n >= cuda::kTcMinTokens ? 1e-2 : 1e-5;
-        EXPECT_LT(rel_err(got.data() + t * os, os, refk.data() + t * os, os, n, sh.heads * D), rows[keep[i]].second ? tol : 1e-30)
-            << "row " << keep[i] << " (new " << n << ", seq_len " << rows[keep[i]].second << ")";
-        t += n;
-      }
-    }
+  // Rows: (new tokens, seq_len). Prefill from scratch, prefill continuing over cached pages, decode rows with
+  // short and long (several splits) contexts, a padded row.
+  const auto rows = quick() ? std::vector<std::pair<int, int>>{{37, 37}, {5, 600}, {1, 1}, {1, 0}, {1, 77}}
+                            : std::vector<std::pair<int, int>>{{300, 300}, {70, 1100}, {1, 1}, {1, 1500}, {1, 0}, {17, 17}, {1, 513}};
+  for (const auto& sh : shapes) check_paged_attention(sh, rows, rng);
+}
+
+// head_dim 256 (Qwen3-Next, Qwen3.5 / 3.6: dynamic shared memory on both passes, Q fragments re-read on the tensor
+// cores): GQA 1, 4, 6, 8, 16; decode rows with contexts 1 .. 5000 over many KV blocks (up to 10 splits), prefill
+// chunks continuing a cached context (split-KV and tensor-core rows), prefills from scratch, padding rows.
+TEST(CudaPagedAttention, HeadDim256MatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<AttnShape> shapes = {{"qwen3-next-gqa8", 16, 2, 256, 16}};
+  if (!quick()) {
+    shapes.push_back({"mha-gqa1", 2, 2, 256, 16});
+    shapes.push_back({"gqa4", 8, 2, 256, 64});
+    shapes.push_back({"qwen3.6-gqa6", 24, 4, 256, 32});
+    shapes.push_back({"gqa16", 16, 1, 256, 16});
   }
+  const auto rows = quick() ? std::vector<std::pair<int, int>>{{40, 40}, {9, 700}, {1, 1}, {1, 0}, {1, 2100}, {20, 1300}}
+                            : std::vector<std::pair<int, int>>{{1, 1},    {1, 2},     {1, 31},    {1, 513},  {1, 0},
+                                                               {1, 1024}, {1, 2049},  {1, 5000},  {100, 100}, {64, 3000},
+                                                               {17, 4113}, {5, 600},  {15, 2500}, {1, 0},     {3, 3}};
+  for (const auto& sh : shapes) check_paged_attention(sh, rows, rng);
+}
+
+TEST(CudaPagedAttention, RejectsUnsupportedHeadDim) {
+  EXPECT_TRUE(cuda::paged_attention_head_dim_ok(256));
+  EXPECT_FALSE(cuda::paged_attention_head_dim_ok(96));
+  EXPECT_FALSE(cuda::paged_attention_head_dim_ok(512));
+  REQUIRE_GPU();
+  DeviceBuffer cache(4096);
+  const KvCacheView kv{static_cast<std::byte*>(cache.data()), 2048, 0, 1, 1, 96};
+  cuda::PagedAttentionArgs a;
+  a.num_heads = 1, a.num_tasks = 1, a.num_items = 1, a.tokens_per_task = 1;
+  EXPECT_EQ(cuda::paged_attention(nullptr, 96, nullptr, 96, kv, a, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -54,13 +54,21 @@ __global__ void cache_kernel(const float* __restrict__ k, int64_t ks, const floa
 
 /// One item's partial softmax: queries of the task's tile x keys [split * key_split, ...) of its row, written to
 /// ws[item, g, qi] = (acc[D], running max m, running sum l). Grid (num_items, num_kv_heads).
+/// Shared memory (dynamic: 82 KB at head_dim 256, over the 48 KB static limit): Qs [kQ][D], Ks [kChunk][D + 1]
+/// (padded: lane j reads key row j), Vs [kChunk][D].
+template <int D>
+constexpr size_t partial_smem_bytes() {
+  return sizeof(float) * (static_cast<size_t>(kQ) * D + static_cast<size_t>(kChunk) * (D + 1) + static_cast<size_t>(kChunk) * D);
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restrict__ q, int64_t qs, KvCacheView cache,
                                                            PagedAttentionArgs a, float* __restrict__ ws) {
   constexpr int C = D / 32;
-  __shared__ float Qs[kQ][D];
-  __shared__ float Ks[kChunk][D + 1];
-  __shared__ float Vs[kChunk][D];
+  extern __shared__ __align__(16) float smem[];
+  auto Qs = reinterpret_cast<float (*)[D]>(smem);
+  auto Ks = reinterpret_cast<float (*)[D + 1]>(smem + kQ * D);
+  auto Vs = reinterpret_cast<float (*)[D]>(smem + kQ * D + kChunk * (D + 1));
   const int item = blockIdx.x, g = blockIdx.y, KVH = cache.num_kv_heads, group = a.num_heads / KVH;
   const int task = a.items[2 * item], split = a.items[2 * item + 1];
   const int row = a.tasks[4 * task], off = a.tasks[4 * task + 1];
@@ -198,6 +206,21 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(float* __restrict__ o
   }
 }
 
+/// The split-KV pass: partial_kernel over the items, then combine_kernel over the tasks.
+template <int D>
+cudaError_t launch_split_kv(const float* q, int64_t qs, float* out, int64_t os, const KvCacheView& cache,
+                            const PagedAttentionArgs& a, float* ws, cudaStream_t stream) {
+  constexpr size_t sm = partial_smem_bytes<D>();
+  if constexpr (sm > 48 * 1024) {  // not a stream operation: allowed while a graph is being captured
+    const cudaError_t e = cudaFuncSetAttribute(partial_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
+    if (e != cudaSuccess) return e;
+  }
+  const int KVH = cache.num_kv_heads;
+  partial_kernel<D><<<dim3(a.num_items, KVH), kThreads, sm, stream>>>(q, qs, cache, a, ws);
+  combine_kernel<D><<<dim3(a.num_tasks, KVH), kThreads, 0, stream>>>(out, os, KVH, a, ws);
+  return launch_status();
+}
+
 }  // namespace
 
 cudaError_t apply_rope(float* x, int64_t x_stride, int64_t T, int num_heads, int head_dim, const int32_t* positions,
@@ -221,7 +244,7 @@ cudaError_t reshape_and_cache(const float* k, int64_t k_stride, const float* v, 
 cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
                             const PagedAttentionArgs& a, float* workspace, cudaStream_t stream) {
   const int D = cache.head_dim, KVH = cache.num_kv_heads;
-  if ((D != 64 && D != 128) || KVH <= 0 || a.num_heads % KVH != 0 || a.num_heads / KVH > kQ ||
+  if (!paged_attention_head_dim_ok(D) || KVH <= 0 || a.num_heads % KVH != 0 || a.num_heads / KVH > kQ ||
       a.tokens_per_task * (a.num_heads / KVH) > kQ || a.key_split < 32 || a.key_split % 32 != 0 || cache.block_size <= 0 ||
       a.num_tasks < 0 || a.num_items < 0)
     return cudaErrorInvalidValue;
@@ -230,14 +253,9 @@ cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_
     if (e != cudaSuccess) return e;
   }
   if (a.num_tasks == 0) return cudaSuccess;
-  if (D == 64) {
-    partial_kernel<64><<<dim3(a.num_items, KVH), kThreads, 0, stream>>>(q, q_stride, cache, a, workspace);
-    combine_kernel<64><<<dim3(a.num_tasks, KVH), kThreads, 0, stream>>>(out, out_stride, KVH, a, workspace);
-  } else {
-    partial_kernel<128><<<dim3(a.num_items, KVH), kThreads, 0, stream>>>(q, q_stride, cache, a, workspace);
-    combine_kernel<128><<<dim3(a.num_tasks, KVH), kThreads, 0, stream>>>(out, out_stride, KVH, a, workspace);
-  }
-  return launch_status();
+  if (D == 64) return launch_split_kv<64>(q, q_stride, out, out_stride, cache, a, workspace, stream);
+  if (D == 128) return launch_split_kv<128>(q, q_stride, out, out_stride, cache, a, workspace, stream);
+  return launch_split_kv<256>(q, q_stride, out, out_stride, cache, a, workspace, stream);
 }
 
 }  // namespace ssmserve::cuda

@@ -77,12 +77,17 @@ inline size_t paged_attention_workspace_floats(int num_items, int num_kv_heads, 
   return static_cast<size_t>(num_items) * num_kv_heads * 16 * (head_dim + 2);
 }
 
+/// Head sizes the attention passes are built for (64, 128; 256 for Qwen3-Next / Qwen3.5, whose tiles live in dynamic
+/// shared memory above the 48 KB static limit: 82 KB per split-KV block, 101 KB per tensor-core block).
+constexpr bool paged_attention_head_dim_ok(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+
 /// Prefill rows are best served by the tensor-core pass: rows with at least this many new tokens use it when the
 /// caller opts in (bf16 operands: scores and values rounded to bf16, fp32 softmax and accumulation).
 inline constexpr int kTcMinTokens = 16;
 
 /// Causal attention (cpu::paged_attention): q [T, num_heads * head_dim] (row stride q_stride) -> out (row stride
-/// out_stride), keys / values read from `cache` (already holding this step's tokens). head_dim 64 or 128.
+/// out_stride), keys / values read from `cache` (already holding this step's tokens). head_dim 64, 128 or 256
+/// (paged_attention_head_dim_ok).
 /// The split-KV fp32 pass runs the plan's tasks, the tensor-core pass (paged_attention_tc) its tc_tiles.
 cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
                             const PagedAttentionArgs& a, float* workspace, cudaStream_t stream);

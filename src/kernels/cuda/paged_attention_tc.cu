@@ -54,9 +54,14 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(const float* __restrict__ 
   }
   stage_rows<D>(Qs, nq, [&](int r) { return q + qrow(r); });
   __syncthreads();
-  uint32_t qf[KD][4];
+  // Q's A fragments stay in registers up to head_dim 128; at 256 the 128 accumulators of a thread need the room, so
+  // the fragments are re-read from Qs (never overwritten) for every key tile, as FlashAttention-2 does at that size.
+  constexpr bool kQInRegs = D <= 128;
+  uint32_t qf[kQInRegs ? KD : 1][4];
+  if constexpr (kQInRegs) {
 #pragma unroll
-  for (int k = 0; k < KD; ++k) load_a(qf[k], Qs, LD, wr, 16 * k);
+    for (int k = 0; k < KD; ++k) load_a(qf[k], Qs, LD, wr, 16 * k);
+  }
   // This thread's two query rows: positions (masks) and running max / sum.
   const int qa = wr + gr, qb = qa + 8;
   const int pa = qa < nq ? pos0 + qa / group : -1, pb = qb < nq ? pos0 + qb / group : -1;
@@ -80,14 +85,22 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(const float* __restrict__ 
     __syncthreads();
     float sc[NK][4] = {};
 #pragma unroll
-    for (int k = 0; k < KD; ++k)
+    for (int k = 0; k < KD; ++k) {
+      uint32_t qk[4];
+      if constexpr (kQInRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) qk[e] = qf[k][e];
+      } else {
+        load_a(qk, Qs, LD, wr, 16 * k);
+      }
 #pragma unroll
       for (int nn = 0; nn < NK; nn += 2) {
         uint32_t bb[4];
         load_b_nk(bb, Ks, LD, 16 * k, 8 * nn);
-        mma_bf16(sc[nn], qf[k], bb[0], bb[1]);
-        mma_bf16(sc[nn + 1], qf[k], bb[2], bb[3]);
+        mma_bf16(sc[nn], qk, bb[0], bb[1]);
+        mma_bf16(sc[nn + 1], qk, bb[2], bb[3]);
       }
+    }
     // Mask (causal; keys past the tile) and scale; row maxima over the quad.
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -149,26 +162,33 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(const float* __restrict__ 
   }
 }
 
+/// One launch of tc_kernel<D>: Qs, Ks, Vs of [64][D + 8] bf16 in dynamic shared memory (27, 52, 101 KB).
+template <int D>
+cudaError_t launch_tc(dim3 grid, const float* q, int64_t qs, float* out, int64_t os, const KvCacheView& cache,
+                      const PagedAttentionArgs& a, cudaStream_t stream) {
+  constexpr size_t sm = 3 * static_cast<size_t>(kRows) * (D + 8) * sizeof(bf16);
+  static_assert(kKeys == kRows, "Ks and Vs are staged with the 64-row helper");
+  if constexpr (sm > 48 * 1024) {  // not a stream operation: allowed while a graph is being captured
+    const cudaError_t e = cudaFuncSetAttribute(tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
+    if (e != cudaSuccess) return e;
+  }
+  tc_kernel<D><<<grid, kThreads, sm, stream>>>(q, qs, out, os, cache, a);
+  return launch_status();
+}
+
 }  // namespace
 
 cudaError_t paged_attention_tc(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
                                const PagedAttentionArgs& a, cudaStream_t stream) {
   const int D = cache.head_dim, KVH = cache.num_kv_heads;
   if (a.num_tc_tiles == 0) return cudaSuccess;
-  if ((D != 64 && D != 128) || KVH <= 0 || a.num_heads % KVH != 0 || a.num_tc_tiles < 0 || a.tc_tiles == nullptr ||
+  if (!paged_attention_head_dim_ok(D) || KVH <= 0 || a.num_heads % KVH != 0 || a.num_tc_tiles < 0 || a.tc_tiles == nullptr ||
       a.tc_tokens * (a.num_heads / KVH) > kRows || q_stride % 4 != 0 || out_stride % 2 != 0)
     return cudaErrorInvalidValue;
   const dim3 grid(a.num_tc_tiles, KVH);
-  if (D == 64) {
-    constexpr size_t sm = 3 * kRows * (64 + 8) * sizeof(bf16);
-    tc_kernel<64><<<grid, kThreads, sm, stream>>>(q, q_stride, out, out_stride, cache, a);
-  } else {
-    constexpr size_t sm = 3 * kRows * (128 + 8) * sizeof(bf16);
-    cudaError_t e = cudaFuncSetAttribute(tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
-    if (e != cudaSuccess) return e;
-    tc_kernel<128><<<grid, kThreads, sm, stream>>>(q, q_stride, out, out_stride, cache, a);
-  }
-  return launch_status();
+  if (D == 64) return launch_tc<64>(grid, q, q_stride, out, out_stride, cache, a, stream);
+  if (D == 128) return launch_tc<128>(grid, q, q_stride, out, out_stride, cache, a, stream);
+  return launch_tc<256>(grid, q, q_stride, out, out_stride, cache, a, stream);
 }
 
 }  // namespace ssmserve::cuda

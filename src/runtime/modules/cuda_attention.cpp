@@ -110,7 +110,7 @@ std::unique_ptr<CudaModule> make_cuda_attention(const CudaModuleArgs& a) {
   const AttentionConfig c = AttentionConfig::from_json(h.params, h.cfg);
   const std::string where = (h.cfg.dir / "config.json").string();
   SSM_CHECK(h.tp.world == 1, "--device cuda: --tensor-parallel-size {} is not supported for softmax attention yet", h.tp.world);
-  SSM_CHECK(c.head_dim == 64 || c.head_dim == 128, "{}: head_dim {} is not supported on cuda (64 or 128)", where, c.head_dim);
+  SSM_CHECK(paged_attention_head_dim_ok(c.head_dim), "{}: head_dim {} is not supported on cuda (64, 128 or 256)", where, c.head_dim);
   SSM_CHECK(c.num_heads / c.num_kv_heads <= 16, "{}: more than 16 query heads per KV head are not supported on cuda", where);
   return std::make_unique<CudaAttention>(a.ctx, c, h.cfg.hidden_size, read_attention_weights(h.src, h.prefix, h.cfg.hidden_size, c));
 }
