@@ -1,13 +1,19 @@
-// Bad input to the Mamba hybrids (Granite-4.0-H, Bamba, Nemotron-H, Jamba, Falcon-H1): every malformed config or
-// checkpoint is an Error naming the field (or tensor) at fault, never a silent default or a crash. The configs are the
-// tiny checkpoints' (../shared/models, skipped when absent) and the dummy-weight ones of tests/data/tiny-hybrids,
-// each with one field changed.
+// Bad input to the Mamba hybrids (Granite-4.0-H, Bamba, Nemotron-H, Jamba, Falcon-H1) and the Gated DeltaNet hybrids
+// (Qwen3.5 / Qwen3.6, Qwen3-Next): every malformed config or checkpoint is an Error naming the field (or tensor) at
+// fault, never a silent default or a crash, from the library and from `ssmserve generate`. The configs are the tiny
+// checkpoints' (../shared/models, skipped when absent) and the dummy-weight ones of tests/data/tiny-hybrids, each with
+// one field changed.
 #include <unistd.h>
 
+#include <fstream>
+#include <functional>
+
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "checkpoint_fixtures.h"
+#include "cli_runner.h"
 #include "config/hf_json.h"
 #include "config/model_config.h"
 #include "core/error.h"
@@ -17,6 +23,7 @@
 #include "model/decoder/param_estimate.h"
 #include "model/ffns/moe_ffn.h"
 #include "model/mixers/attention_mixer.h"
+#include "model/mixers/gated_delta_mixer.h"
 #include "model/mixers/mamba2_mixer.h"
 #include "test_util.h"
 
@@ -275,6 +282,170 @@ TEST(HybridConfigs, DummyLoadLargerThanMemoryIsRefused) {
     ADD_FAILURE() << "a 31.6 B-parameter dummy load was not refused";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("dummy Nemotron-H weights need"));
+  }
+}
+
+// ---- Qwen3.5 / Qwen3.6 / Qwen3-Next ----
+
+// What loading `j` with dummy weights says (empty: loaded). Modules validate their own fields when built.
+std::string load_error(const nlohmann::json& j) {
+  try {
+    (void)load_model(ModelConfig::from_json(j), LoadFormat::Dummy);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The dense dummy config wrapped as Qwen3.5's multimodal checkpoints write it (the decoder's fields in text_config).
+nlohmann::json qwen_wrapper(const nlohmann::json& text) {
+  return {{"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"model_type", "qwen3_5"}, {"text_config", text},
+          {"tie_word_embeddings", true}};
+}
+
+TEST(QwenConfigs, TheConfigsAsGivenAreAccepted) {
+  for (const char* name : {"tiny-qwen3_5", "tiny-qwen3_next"}) EXPECT_EQ(load_error(dummy_config(name)), "") << name;
+  EXPECT_EQ(load_error(qwen_wrapper(dummy_config("tiny-qwen3_5"))), "");
+  const nlohmann::json moe = checkpoint_config("tiny-qwen3_5_moe");
+  if (!moe.is_null()) {
+    EXPECT_EQ(spec_error(moe), "");
+  }
+}
+
+TEST(QwenConfigs, ValueHeadsMustBeAMultipleOfKeyHeads) {
+  nlohmann::json j = dummy_config("tiny-qwen3_5");
+  j["linear_num_value_heads"] = 3;  // 2 key heads
+  EXPECT_THAT(load_error(j), HasSubstr("linear_num_value_heads 3 must be a multiple of linear_num_key_heads 2"));
+  nlohmann::json n = dummy_config("tiny-qwen3_next");
+  n["linear_num_key_heads"] = 3;  // 4 value heads
+  EXPECT_THAT(load_error(n), HasSubstr("linear_num_value_heads 4 must be a multiple of linear_num_key_heads 3"));
+  nlohmann::json w = qwen_wrapper(dummy_config("tiny-qwen3_5"));
+  w["text_config"]["linear_num_value_heads"] = 5;
+  EXPECT_THAT(load_error(w), HasSubstr("linear_num_value_heads 5 must be a multiple of linear_num_key_heads 2"));
+  j = dummy_config("tiny-qwen3_5");
+  j["linear_num_key_heads"] = 0;
+  EXPECT_THAT(load_error(j), HasSubstr("field \"linear_num_key_heads\" must be a positive integer (got 0)"));
+}
+
+TEST(QwenConfigs, LayerTypesAreLinearOrFullAttention) {
+  nlohmann::json j = dummy_config("tiny-qwen3_5");
+  for (const char* bad : {"sliding_attention", "mamba", "attention", "linear"}) {
+    j["layer_types"][1] = bad;
+    EXPECT_THAT(spec_error(j), HasSubstr(fmt::format("config.json: \"layer_types\" entry \"{}\" is not a Qwen3.5 layer type "
+                                                     "(linear_attention or full_attention)", bad)));
+  }
+  j["layer_types"][1] = 3;
+  EXPECT_THAT(spec_error(j), HasSubstr("\"layer_types\" entries must be strings (got 3)"));
+  j["layer_types"] = {"linear_attention", "full_attention"};  // 4 layers
+  EXPECT_THAT(spec_error(j), HasSubstr("\"layer_types\" must list 4 layer types (num_hidden_layers)"));
+  // Qwen3-Next places attention by full_attention_interval unless layer_types is given.
+  nlohmann::json n = dummy_config("tiny-qwen3_next");
+  n["layer_types"] = {"linear_attention", "moe", "linear_attention", "full_attention"};
+  EXPECT_THAT(spec_error(n), HasSubstr("\"layer_types\" entry \"moe\" is not a Qwen3-Next layer type"));
+  n.erase("layer_types");
+  n["full_attention_interval"] = 0;
+  EXPECT_THAT(spec_error(n), HasSubstr("field \"full_attention_interval\" must be a positive integer (got 0)"));
+  nlohmann::json w = qwen_wrapper(dummy_config("tiny-qwen3_5"));
+  w["text_config"]["layer_types"][0] = "linear_attn";
+  EXPECT_THAT(spec_error(w), HasSubstr("\"layer_types\" entry \"linear_attn\" is not a Qwen3.5 layer type"));
+}
+
+TEST(QwenConfigs, TextConfigMustBeAnObject) {
+  nlohmann::json w = qwen_wrapper(dummy_config("tiny-qwen3_5"));
+  w["text_config"] = "qwen3_5_text";
+  EXPECT_THAT(spec_error(w), HasSubstr("field \"text_config\" must be an object (got \"qwen3_5_text\")"));
+  w["text_config"] = {1, 2};
+  EXPECT_THAT(spec_error(w), HasSubstr("field \"text_config\" must be an object"));
+  w["text_config"] = nullptr;  // no decoder fields anywhere
+  EXPECT_THAT(spec_error(w), HasSubstr("vocab_size"));
+}
+
+TEST(QwenConfigs, MissingDeltaNetFieldIsNamed) {
+  for (const char* field : {"linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads"}) {
+    nlohmann::json j = dummy_config("tiny-qwen3_5");
+    j.erase(field);
+    EXPECT_THAT(load_error(j), HasSubstr(fmt::format("field \"{}\" is missing", field)));
+    nlohmann::json w = qwen_wrapper(dummy_config("tiny-qwen3_5"));
+    w["text_config"].erase(field);
+    EXPECT_THAT(load_error(w), HasSubstr(fmt::format("field \"{}\" is missing", field)));
+  }
+  nlohmann::json j = dummy_config("tiny-qwen3_next");
+  j["linear_key_head_dim"] = "32";
+  EXPECT_THAT(load_error(j), HasSubstr("field \"linear_key_head_dim\" must be a positive integer (got \"32\")"));
+}
+
+// The projection layout is the architecture's (qwen3_5: in_proj_qkv / in_proj_z / in_proj_b / in_proj_a; qwen3_next:
+// fused in_proj_qkvz / in_proj_ba): another is refused by the mixer, and a checkpoint in the other layout names the
+// tensor its architecture expects.
+TEST(QwenConfigs, ProjectionLayout) {
+  const nlohmann::json j = dummy_config("tiny-qwen3_5");
+  const ModelConfig cfg = ModelConfig::from_json(j);
+  try {
+    nlohmann::json params = j;
+    params["projection_layout"] = "qwen4";
+    (void)GatedDeltaConfig::from_json(params, cfg);
+    ADD_FAILURE() << "projection_layout qwen4 accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("Gated DeltaNet projection_layout must be \"qwen3_5\" or \"qwen3_next\" (got \"qwen4\")"));
+  }
+  const auto dir = testing::model_dir("tiny-qwen3_5_moe");
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "tiny-qwen3_5_moe not found";
+  testing::TempDir tmp("qwen-layout");
+  std::filesystem::copy_file(dir / "config.json", tmp / "config.json");
+  // Layer 0's in_proj_qkv and in_proj_z fused into one in_proj_qkvz (Qwen3-Next's name), the rest as they were.
+  testing::SafetensorsImage img = testing::SafetensorsImage::load(dir / "model.safetensors");
+  const std::string p = "model.language_model.layers.0.linear_attn.";
+  ASSERT_TRUE(img.header.contains(p + "in_proj_qkv.weight"));
+  std::vector<testing::FixtureTensor> tensors;
+  const auto bytes = [&](const nlohmann::json& meta) {
+    const size_t begin = meta["data_offsets"][0], end = meta["data_offsets"][1];
+    return img.data.substr(begin, end - begin);
+  };
+  for (const auto& [name, meta] : img.header.items()) {
+    if (name == "__metadata__" || name == p + "in_proj_z.weight") continue;
+    if (name == p + "in_proj_qkv.weight") {
+      const nlohmann::json& z = img.header[p + "in_proj_z.weight"];
+      std::vector<int64_t> shape = meta["shape"].get<std::vector<int64_t>>();
+      shape[0] += z["shape"][0].get<int64_t>();
+      tensors.push_back({p + "in_proj_qkvz.weight", meta["dtype"], shape, bytes(meta) + bytes(z)});
+      continue;
+    }
+    tensors.push_back({name, meta["dtype"], meta["shape"].get<std::vector<int64_t>>(), bytes(meta)});
+  }
+  testing::write_safetensors(tmp / "model.safetensors", tensors);
+  try {
+    (void)load_model(tmp.path(), LoadFormat::Auto);
+    ADD_FAILURE() << "a Qwen3.5 checkpoint with a fused in_proj_qkvz loaded";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(p + "in_proj_qkv.weight"));
+  }
+}
+
+// The same defects through `ssmserve generate` on a copy of tiny-qwen3_5_moe (weights and tokenizer linked): exit
+// status 1 and one "error:" line naming the field.
+TEST(QwenConfigs, GenerateNamesTheField) {
+  const auto dir = testing::model_dir("tiny-qwen3_5_moe");
+  SSM_SKIP_IF_NO_MODEL(dir);
+  const nlohmann::json base = read_config(dir);
+  const std::pair<std::function<void(nlohmann::json&)>, std::string> cases[] = {
+      {[](nlohmann::json& j) { j["text_config"]["linear_num_value_heads"] = 6; },
+       "linear_num_value_heads 6 must be a multiple of linear_num_key_heads 4"},
+      {[](nlohmann::json& j) { j["text_config"]["layer_types"][2] = "sliding_attention"; },
+       "\"layer_types\" entry \"sliding_attention\" is not a Qwen3.5-MoE layer type (linear_attention or full_attention)"},
+      {[](nlohmann::json& j) { j["text_config"] = "text"; }, "field \"text_config\" must be an object (got \"text\")"},
+      {[](nlohmann::json& j) { j["text_config"].erase("linear_key_head_dim"); }, "field \"linear_key_head_dim\" is missing"},
+  };
+  for (const auto& [mutate, needle] : cases) {
+    testing::TempDir tmp("qwen-cli");
+    for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+      if (std::filesystem::exists(dir / f)) std::filesystem::create_symlink(dir / f, tmp / f);
+    nlohmann::json j = base;
+    mutate(j);
+    std::ofstream(tmp / "config.json") << j.dump(2);
+    const auto r = testing::run_cli("generate --model " + tmp.path().string() + " --prompt hello --max-tokens 2 --threads 1");
+    EXPECT_EQ(r.status, 1) << needle << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error: ")) << needle;
+    EXPECT_THAT(r.err, HasSubstr(needle));
   }
 }
 

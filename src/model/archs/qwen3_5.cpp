@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "config/hf_json.h"
 #include "core/error.h"
 #include "model/archs/hybrid_fields.h"
 #include "model/archs/qwen.h"
@@ -17,11 +18,14 @@ std::vector<std::string> qwen_mixer_kinds(const ModelConfig& cfg, const char* fa
   const nlohmann::json& j = cfg.raw;
   std::vector<std::string> kinds;
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-    for (const std::string& t : read_layer_types(j, cfg.num_hidden_layers, "linear_attention")) {
-      SSM_CHECK(t == "linear_attention" || t == "attention", "config.json: layer_types lists a \"{}\" layer, which {} does not have", t,
-                family);
+    // transformers' Qwen decoder layers know exactly these two types (any other builds a layer without a mixer).
+    if (j["layer_types"].is_array())
+      for (const auto& t : j["layer_types"])
+        SSM_CHECK(!t.is_string() || t == "linear_attention" || t == "full_attention",
+                  "config.json: \"layer_types\" entry {} is not a {} layer type (linear_attention or full_attention)",
+                  json_excerpt(t), family);
+    for (const std::string& t : read_layer_types(j, cfg.num_hidden_layers, "linear_attention"))
       kinds.push_back(t == "attention" ? "attention" : "gated_delta");
-    }
     return kinds;
   }
   const int interval = param_int(j, "full_attention_interval", 4);
