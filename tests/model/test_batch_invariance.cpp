@@ -1,14 +1,19 @@
-// Batch invariance (issue: engine core; Mamba-1, Mamba-2, the MiniMax hybrid, and the Mamba hybrids: Granite-4.0-H and
-// Nemotron-H checkpoints, dummy-weight Falcon-H1 (Mamba-2 state and KV in every layer) and Jamba (Mamba-1 + MoE)):
+// Batch invariance (issue: engine core; Mamba-1, Mamba-2, the MiniMax hybrid, the Mamba hybrids: Granite-4.0-H and
+// Nemotron-H checkpoints, dummy-weight Falcon-H1 (Mamba-2 state and KV in every layer) and Jamba (Mamba-1 + MoE), and
+// the Gated DeltaNet hybrids: the tiny-qwen3_5_moe checkpoint, dummy-weight Qwen3.5 (dense) and Qwen3-Next):
 // for random sets of 1-16 prompts of random lengths (1-700 tokens), random arrival steps, token budgets
 // {1, 7, 13, 61, 512, 4096}, max_num_seqs {1, 3, 16} and state pools of the fewest blocks one request needs (+0-1)
 // with forced preemptions, every request's greedy output equals running it alone: identical ids and
 // logprobs within 1e-4. Bit-identical whenever the prompts are cut the same way (every kernel is batch-invariant:
 // BatchedUncutEqualsAloneBitForBit); Mamba-1's scan also gives the same bits for any cut, while the chunked forms
 // (Mamba-2 SSD, lightning attention) round differently when a prompt is cut mid-chunk (gaps of ~4e-6 on
-// tiny-mamba2 at budget 7).
+// tiny-mamba2 at budget 7). PromptCutIntoStepsEqualsWhole cuts one prompt at a time inside and on the chunk grid;
+// the gated delta rule counts its chunks from the sequence start, so cuts on the grid give the uncut bits (unless the
+// last piece is one token: a decode row).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -24,11 +29,14 @@ struct Outcome {
 };
 
 // A model under test: a checkpoint (shared models folder), or a dummy-weight config of tests/data/tiny-hybrids
-// (weights seeded per tensor name; no tokenizer: the prompts are ids). `trials`: random schedules run.
+// (weights seeded per tensor name; no tokenizer: the prompts are ids). `trials`: random schedules run, trial t with
+// token budget budgets[t % size]. `exact_chunk` > 0: a prompt cut only on multiples of it gives the uncut run's bits.
 struct ModelCase {
   std::string name;
   bool dummy = false;
   int trials = 12;
+  std::vector<int> budgets = {1, 7, 13, 61, 512, 4096};
+  int exact_chunk = 0;
 };
 
 std::ostream& operator<<(std::ostream& os, const ModelCase& m) { return os << m.name; }
@@ -116,13 +124,13 @@ TEST_P(BatchInvariance, RandomSchedulesEqualRunningAlone) {
   // pool the scheduler also preempts on its own.
   const int kv = reference_->kv_block_size();
   const int min_blocks = 2 + (kv > 0 ? (712 + kv - 1) / kv : 0);
-  const int budgets[] = {1, 7, 13, 61, 512, 4096};
+  const std::vector<int>& budgets = GetParam().budgets;
   const int max_seqs[] = {1, 3, 16};
   std::mt19937 rng(20261129);
   int total_requests = 0, total_preemptions = 0, total_engine_preemptions = 0;
   for (int trial = 0; trial < GetParam().trials; ++trial) {
     // 1. A random workload: short prompts mostly, some long; the tiny budget gets short prompts only (time).
-    const int budget = budgets[trial % 6];
+    const int budget = budgets[static_cast<size_t>(trial) % budgets.size()];
     const int seqs = max_seqs[(trial / 2) % 3];
     const int blocks = trial % 3 == 2 ? min_blocks + static_cast<int>(rng() % 2) : 0;
     const int n = 1 + static_cast<int>(rng() % 16);
@@ -207,6 +215,70 @@ TEST_P(BatchInvariance, BatchedUncutEqualsAloneBitForBit) {
   }
 }
 
+// One prompt at a time, cut into steps by the token budget (alone in the engine, so every step but the last is a
+// full budget): inside the chunk grid (7, 61, 63, 65) and, where the model has one, on it (64, 128: every cut a
+// multiple of the DeltaNet chunk). Prompt lengths around one chunk and past several: the prompt tokens' logprobs,
+// the greedy ids and their logprobs equal the prompt prefilled whole (identical ids, logprobs within 1e-4; the
+// same bits when every cut falls on a multiple of `exact_chunk` and the last piece is longer than one token; a
+// one-token last piece runs as a decode row, whose recurrence rounds apart from the chunked form by ~2e-6).
+TEST_P(BatchInvariance, PromptCutIntoStepsEqualsWhole) {
+  if (!reference_) GTEST_SKIP() << GetParam() << " not found under " << testing::shared_models_dir().string();
+  const int chunk = GetParam().exact_chunk, kv = reference_->kv_block_size();
+  std::mt19937 rng(64);
+  std::vector<std::vector<int>> prompts;
+  for (int len : {63, 65, 129, 300}) {
+    prompts.emplace_back();
+    for (int t = 0; t < len; ++t) prompts.back().push_back(2 + static_cast<int>(rng() % 50000));
+  }
+  // One engine run of `prompt` with the given budget: the prompt tokens' logprobs, then the greedy tokens'.
+  const auto run = [&](LLMEngine& engine, const std::vector<int>& prompt) {
+    Request r;
+    r.request_id = "cut";
+    r.prompt_token_ids = prompt;
+    r.params = greedy(6);
+    r.params.prompt_logprobs = 0;
+    engine.add_request(r);
+    Outcome o;
+    while (engine.has_unfinished_requests())
+      for (const auto& out : engine.step()) {
+        if (!out.finished) continue;
+        for (const auto& p : out.prompt_logprobs)
+          if (p) o.logprobs.push_back(p->token_logprob);
+        const std::vector<float> gen = logprobs_of(out);
+        o.logprobs.insert(o.logprobs.end(), gen.begin(), gen.end());
+        o.ids = out.outputs[0].token_ids;
+      }
+    return o;
+  };
+  std::vector<Outcome> whole;
+  for (const auto& p : prompts) whole.push_back(run(*reference_, p));
+  double worst_cut = 0;
+  for (int budget : {7, 61, 63, 64, 65, 128}) {  // on 65 and 129 tokens, 64 and 128 leave a last piece of one token
+    EngineConfig cfg = config();
+    cfg.scheduler.max_num_batched_tokens = budget;
+    cfg.num_state_blocks = std::max(32, kv > 0 ? 3 + 306 / kv : 0);  // the state block and the KV of 306 tokens
+    LLMEngine engine(cfg);
+    const bool on_grid = chunk > 0 && budget % chunk == 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SCOPED_TRACE("budget " + std::to_string(budget) + ", prompt length " + std::to_string(prompts[i].size()));
+      const Outcome cut = run(engine, prompts[i]);
+      ASSERT_EQ(cut.ids, whole[i].ids);
+      ASSERT_EQ(cut.logprobs.size(), whole[i].logprobs.size());
+      // A last piece of one token is a decode row (is_decode_row): the recurrence rounds apart from the chunk form.
+      const int last_piece = (static_cast<int>(prompts[i].size()) - 1) % budget + 1;
+      if (on_grid && last_piece > 1) {
+        EXPECT_EQ(cut.logprobs, whole[i].logprobs) << "cut only on multiples of the chunk " << chunk;
+        continue;
+      }
+      for (size_t s = 0; s < cut.logprobs.size(); ++s) {
+        EXPECT_NEAR(cut.logprobs[s], whole[i].logprobs[s], 1e-4) << "logprob " << s;
+        worst_cut = std::max(worst_cut, static_cast<double>(std::abs(cut.logprobs[s] - whole[i].logprobs[s])));
+      }
+    }
+  }
+  RecordProperty("max_gap_not_bitwise", std::to_string(worst_cut));
+}
+
 // Hybrids only: prompts just under a KV block boundary (MiniMax: 192 tokens), a pool of 8 blocks (7 usable: three
 // requests of a state block + one KV block each). While decoding they cross the boundary and need a second KV
 // block: the pool runs out and the scheduler preempts the newest request by itself (no forced preemption), which
@@ -254,11 +326,18 @@ TEST_P(BatchInvariance, KvExhaustionPreemptsAndRecomputes) {
 
 // tiny-mamba2, tiny-granitemoehybrid and tiny-nemotron_h have chunk_size 64 (the dummy configs 16): budgets 7, 13 and
 // 61 cut sequences mid-chunk. KV blocks: MiniMax 192 tokens, Granite 406, Nemotron-H 205 (the dummy configs': from
-// their shapes, e.g. ~50-120). Fewer random trials for the hybrids (6: each budget once, two with small pools).
+// their shapes, e.g. ~50-120). Fewer random trials for the hybrids (6: each budget once, two with small pools). The
+// Qwen models (Gated DeltaNet chunk 64, every fourth layer gated attention; tiny-qwen3_5_moe and the dummy Qwen3-Next
+// with sparse MoE FFNs) get budgets 64 and 128 as well: a prefill chunk then ends on the chunk grid unless decodes
+// share the step.
+const std::vector<int> kQwenBudgets = {1, 7, 13, 61, 512, 4096, 64, 128};
 INSTANTIATE_TEST_SUITE_P(Models, BatchInvariance,
                          ::testing::Values(ModelCase{"tiny-mamba"}, ModelCase{"tiny-mamba2"}, ModelCase{"tiny-minimax"},
                                            ModelCase{"tiny-granitemoehybrid", false, 6}, ModelCase{"tiny-nemotron_h", false, 6},
-                                           ModelCase{"tiny-falcon_h1", true, 6}, ModelCase{"tiny-jamba", true, 6}),
+                                           ModelCase{"tiny-falcon_h1", true, 6}, ModelCase{"tiny-jamba", true, 6},
+                                           ModelCase{"tiny-qwen3_5_moe", false, 8, kQwenBudgets, 64},
+                                           ModelCase{"tiny-qwen3_5", true, 8, kQwenBudgets, 64},
+                                           ModelCase{"tiny-qwen3_next", true, 8, kQwenBudgets, 64}),
                          [](const auto& info) {
                            const std::string& n = info.param.name;
                            std::string s = n == "tiny-mamba" ? "mamba1" : n == "tiny-mamba2" ? "mamba2" : n.substr(5);

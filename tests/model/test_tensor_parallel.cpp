@@ -206,6 +206,19 @@ INSTANTIATE_TEST_SUITE_P(
                                  "num_key_value_heads": 1, "intermediate_size": 256})"}),
     case_name);
 
+// The Gated DeltaNet hybrids (Qwen3.5 / Qwen3.6, Qwen3-Next): DeltaNet key heads sharded with their value heads (the
+// q / k / v / z / b / a rows of in_proj, the conv channels, the state), gated attention with q / k norms (query heads
+// and their output gates split, KV heads split or replicated), the MoE's experts and its sigmoid-gated shared expert.
+// tiny-qwen3_5_moe (checkpoint): DeltaNet 4 key / 8 value heads, attention 4 / KV 2 (replicated at TP 4), 8 experts of
+// 128, shared expert 128: TP 2 and 4. Dummy tiny-qwen3_5 (dense MLP 256) and tiny-qwen3_next (fused in_proj_qkvz /
+// in_proj_ba, experts 64, shared 64, an mlp_only layer): 2 key / 4 value heads, attention 4 / KV 2: TP 2. A 300-token
+// prompt spans several KV blocks (~114 tokens on tiny-qwen3_5_moe, ~57 on the dummy configs) and DeltaNet chunks (64).
+INSTANTIATE_TEST_SUITE_P(Qwen, TensorParallelModels,
+                         ::testing::Values(TpCase{"tiny-qwen3_5_moe", false, {2, 4}, "{}", 300},
+                                           TpCase{"tiny-qwen3_5", true, {2}, "{}", 300},
+                                           TpCase{"tiny-qwen3_next", true, {2}, "{}", 300}),
+                         case_name);
+
 // A small Mamba-2 shape for dummy weights: hidden 64, 8 heads x 16, d_state 16, 2 layers, chunk_size 16, and a
 // vocabulary (301) no TP size divides, so the last vocab shard is short.
 void write_mamba2_config(const std::filesystem::path& dir, int n_groups, bool norm_before_gate) {
@@ -408,6 +421,18 @@ TEST(TensorParallelErrors, HybridSizesThatDoNotDivide) {
                                                           {"num_attention_heads", 2}, {"num_key_value_heads", 1},
                                                           {"moe_shared_expert_intermediate_size", 95}}), 2),
               HasSubstr("--tensor-parallel-size 2 does not divide Nemotron-H MLP intermediate_size 95"));
+  // Gated DeltaNet key heads (2 in the dummy Qwen configs, 4 in tiny-qwen3_5_moe).
+  EXPECT_THAT(tp_error(hybrid("tiny-qwen3_5", nlohmann::json::object()), 4),
+              HasSubstr("--tensor-parallel-size 4: Qwen3.5 linear_num_key_heads 2 must be a multiple of it"));
+  EXPECT_THAT(tp_error(hybrid("tiny-qwen3_next", nlohmann::json::object()), 4),
+              HasSubstr("--tensor-parallel-size 4: Qwen3-Next linear_num_key_heads 2 must be a multiple of it"));
+  EXPECT_THAT(tp_error(hybrid("tiny-qwen3_5", {{"linear_num_key_heads", 1}, {"linear_num_value_heads", 2},
+                                               {"linear_value_head_dim", 64}}), 2),
+              HasSubstr("--tensor-parallel-size 2: Qwen3.5 linear_num_key_heads 1 must be a multiple of it"));
+  if (const auto qwen = testing::model_dir("tiny-qwen3_5_moe"); std::filesystem::exists(qwen / "config.json")) {
+    EXPECT_THAT(tp_error(ModelConfig::load(qwen), 8),
+                HasSubstr("--tensor-parallel-size 8: Qwen3.5-MoE linear_num_key_heads 4 must be a multiple of it"));
+  }
 }
 
 TEST(TensorParallelErrors, BadTokenRejectedBeforeAnyRankRuns) {
