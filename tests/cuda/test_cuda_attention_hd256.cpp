@@ -1,6 +1,7 @@
 // Softmax attention with 256-wide heads on the GPU at model level (Qwen3-Next / Qwen3.5's head_dim; the op level is
-// CudaPagedAttention.HeadDim256MatchesCpu in test_cuda_minimax_ops.cpp): a hybrid built from a spec (Mamba-2 + MoE,
-// attention + MoE, Mamba-2, attention + MoE) whose attention has 8 query heads over 2 KV heads of head_dim 256 with
+// CudaPagedAttention.HeadDim256MatchesCpu in test_cuda_minimax_ops.cpp): a hybrid built from a spec (Mamba-2 + MLP,
+// attention + MLP, Mamba-2, attention + MLP: dense FFNs, since the GPU's MoE experts run in bf16 even with fp32 weights
+// and would hide attention errors below ~1e-2) whose attention has 8 query heads over 2 KV heads of head_dim 256 with
 // Qwen's options (output gate, q / k RMSNorm, a quarter of each head rotated); dummy weights (the same values on both
 // backends): the GPU runner against the CPU decoder (fp32 weights: the split-KV fp32 pass; bf16: prefill rows on the
 // tensor-core pass) over ragged prefills, a continuing prefill and padded decode steps (tests/cuda/hybrid_schedule.h),
@@ -54,14 +55,13 @@ DecoderSpec hd256_spec(const ModelConfig& cfg) {
       {"num_attention_heads", 8}, {"num_key_value_heads", 2}, {"head_dim", 256},
       {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}}},
       {"attn_output_gate", true}, {"qk_norm", true}, {"qk_norm_weight_offset", 1.0}, {"rms_norm_eps", 1e-6}};
-  s.module_params["moe"] = {{"num_local_experts", 8}, {"num_experts_per_tok", 2}, {"intermediate_size", 64}, {"moe_layout", "qwen"},
-                            {"shared_intermediate_size", 32}, {"shared_expert_gate", true}};
+  s.module_params["mlp"] = {{"intermediate_size", 128}, {"hidden_act", "silu"}};
   for (int l = 0; l < cfg.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerSpec layer;
     const bool attn = l % 2 == 1;
     layer.mixer = {attn ? "attention" : "mamba2", p + "input_layernorm.weight", p + (attn ? "self_attn." : "mamba.")};
-    layer.ffn = {"moe", p + "post_attention_layernorm.weight", p + "mlp."};
+    layer.ffn = {"mlp", p + "post_attention_layernorm.weight", p + "mlp."};
     s.layers.push_back(layer);
   }
   return s;
@@ -104,7 +104,7 @@ void check_against_cpu(const ModelConfig& cfg, const DecoderSpec& spec, cuda::Cu
 // The bounds of tests/cuda/test_cuda_qwen_modules.cpp (the same schedule, 64-wide heads there).
 TEST_F(CudaAttentionHd256, MatchesCpuDecoderF32) {
   REQUIRE_GPU();
-  check_against_cpu(cfg_, spec_, {DType::F32}, 1e-3);
+  check_against_cpu(cfg_, spec_, {DType::F32}, 1e-4);
 }
 
 TEST_F(CudaAttentionHd256, MatchesCpuDecoderBf16) {

@@ -29,6 +29,11 @@ using testing::source_dir;
 struct HybridCase {
   const char* name;
   bool dummy;  // tests/data/tiny-hybrids/<name> with dummy weights, else ../shared/models/<name>
+  // Logits bounds against the CPU decoder with fp32 / bf16 weights. The GPU's MoE experts run in bf16 even with fp32
+  // weights (kernels/cuda/moe.h); on random weights in a 128-wide model that can flip a top-k choice, and the DeltaNet
+  // states carry the difference on: tiny-qwen3_next measured <= 0.029 (fp32) and <= 0.21 (bf16) on the H200, and
+  // <= 2.4e-6 (fp32) with its MoE layers made dense (mlp_only_layers all), so the mixers themselves are exact.
+  double f32_tol = 5e-3, bf16_tol = 5e-2;
 };
 
 std::string case_name(const ::testing::TestParamInfo<HybridCase>& info) {
@@ -78,12 +83,12 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
 // (measured on the H200: <= 1.6e-3 with MoE, <= 1e-6 without).
 TEST_P(CudaHybridModel, MatchesCpuF32) {
   REQUIRE_GPU();
-  against_cpu(DType::F32, 5e-3);
+  against_cpu(DType::F32, GetParam().f32_tol);
 }
 
 TEST_P(CudaHybridModel, MatchesCpuBf16) {
   REQUIRE_GPU();
-  against_cpu(DType::BF16, 5e-2);
+  against_cpu(DType::BF16, GetParam().bf16_tol);
 }
 
 TEST_P(CudaHybridModel, DecodeGraphsEqualEager) {
@@ -111,11 +116,12 @@ INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
                                            HybridCase{"tiny-bamba", true}, HybridCase{"tiny-jamba", true},
                                            HybridCase{"tiny-granite-dense", true}, HybridCase{"tiny-nemotron_h-pattern", true},
                                            HybridCase{"tiny-falcon_h1", true}, HybridCase{"tiny-qwen3_5_moe", false},
-                                           HybridCase{"tiny-qwen3_5", true}, HybridCase{"tiny-qwen3_next", true}),
+                                           HybridCase{"tiny-qwen3_5", true}, HybridCase{"tiny-qwen3_next", true, 5e-2, 3e-1}),
                          case_name);
 
 /// The engine on the GPU against the transformers goldens: greedy ids identical (a divergence only at a reference
 /// top-2 gap below 0.05) and greedy logprobs within 0.05, all prompts batched, with and without chunked prefill.
+/// Trained checkpoints only: the engine runs bf16 weights, whose rounding flips near-ties on random dummy weights.
 class CudaHybridGolden : public ::testing::TestWithParam<HybridCase> {};
 
 TEST_P(CudaHybridGolden, GreedyMatchesTransformers) {
@@ -137,10 +143,6 @@ TEST_P(CudaHybridGolden, GreedyMatchesTransformers) {
     EngineConfig cfg;
     cfg.model = dir;
     cfg.device = "cuda";
-    if (GetParam().dummy) {  // the weights transformers ran (tools/make_dummy_goldens.sh), regenerated
-      cfg.load_format = LoadFormat::Dummy;
-      cfg.tokenizer = model_dir("tiny-mamba");
-    }
     cfg.scheduler.max_num_batched_tokens = budget;
     LLM llm(cfg);
     const auto got = llm.generate_ids(prompts, sp);
@@ -166,8 +168,7 @@ TEST_P(CudaHybridGolden, GreedyMatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaHybridGolden,
                          ::testing::Values(HybridCase{"tiny-granitemoehybrid", false}, HybridCase{"tiny-nemotron_h", false},
-                                           HybridCase{"tiny-qwen3_5_moe", false}, HybridCase{"tiny-qwen3_5", true},
-                                           HybridCase{"tiny-qwen3_next", true}),
+                                           HybridCase{"tiny-qwen3_5_moe", false}),
                          case_name);
 
 }  // namespace
