@@ -40,6 +40,9 @@ int run_serve(ServeArgs& a) {
               "--served-model-name must not be empty (clients send it as \"model\")");
   SSM_CHECK(a.server.read_timeout_s > 0 && a.server.read_timeout_s <= 3600, "--http-read-timeout must be in (0, 3600] seconds");
   SSM_CHECK(a.max_num_waiting >= 0, "--max-num-waiting must be >= 0 (got {})", a.max_num_waiting);
+  SSM_CHECK(a.server.max_logprobs >= 0 && a.server.max_logprobs <= kMaxLogprobs,
+            "--max-logprobs must be in [0, {}] (got {}; the engine returns at most {} logprobs per token)", kMaxLogprobs,
+            a.server.max_logprobs, kMaxLogprobs);
   SSM_CHECK(a.server.http_threads >= 1 && a.server.http_threads <= 4096, "--http-threads must be in [1, 4096] (got {})",
             a.server.http_threads);
   SSM_CHECK(a.shutdown_timeout >= 0 && a.shutdown_timeout <= 3600, "--shutdown-timeout must be in [0, 3600] seconds");
@@ -109,7 +112,12 @@ Runner add_serve(CLI::App& app) {
   auto* mml = cmd->add_option("--max-model-len", a->max_model_len,
                               "Most prompt + generated tokens per request, >= 1 (default: the model's max_position_embeddings, "
                               "or 8192 for models without a limit)");
-  cmd->add_option("--max-num-waiting", a->max_num_waiting, "Waiting requests before new ones get 503 (0 = no limit)")
+  cmd->add_option("--max-num-waiting", a->max_num_waiting,
+                  "Waiting sequences (prompts x n) before new requests get 503; a request with more on its own gets 400 "
+                  "(0 = no limit)")
+      ->capture_default_str();
+  cmd->add_option("--max-logprobs", a->server.max_logprobs,
+                  "Most logprobs / prompt_logprobs / top_logprobs a request may ask for (more: 400)")
       ->capture_default_str();
   cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: tokenizer_config.json's, else plain)");
   cmd->add_flag("--trust-request-chat-template", a->server.trust_request_chat_template,

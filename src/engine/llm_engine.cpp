@@ -354,6 +354,9 @@ void LLMEngine::process_request(RequestState& r, int num_tokens, const float* lo
     if (p + 1 < r.prompt_len()) {  // 1. Score prompt token p+1 (never a device greedy step).
       PromptLogprob lp;
       lp.top = top_logprobs(row(), *sp.prompt_logprobs, &lp.token_logprob, r.token_at(p + 1));
+      const std::span<const float> logits_p = row();  // [vocab]
+      const float tok_logit = logits_p[r.token_at(p + 1)];
+      lp.rank = 1 + static_cast<int>(std::count_if(logits_p.begin(), logits_p.end(), [&](float x) { return x > tok_logit; }));
       r.prompt_logprobs[p + 1] = std::move(lp);
       continue;
     }

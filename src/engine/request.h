@@ -30,6 +30,7 @@ enum class RequestStatus { Waiting, Running, Preempted, Finished };
 /// One prompt position's logprob entry: the prompt token's logprob and the top-k of that distribution.
 struct PromptLogprob {
   float token_logprob = 0.0f;
+  int rank = 0;  ///< 1-based rank of the prompt token in its distribution: 1 + tokens with a larger logit (vLLM)
   std::vector<TokenLogprob> top;
 };
 

@@ -94,14 +94,22 @@ AsyncEngine::~AsyncEngine() { shutdown(); }
 
 std::shared_ptr<OutputChannel> AsyncEngine::submit(std::vector<Request> reqs) {
   auto ch = std::make_shared<OutputChannel>();
+  // --max-num-waiting counts sequences (one engine request per prompt x n): a group that could never fit is the
+  // client's error (400, naming the limit); one that fits later is told to retry (503).
+  const long long num_seqs = static_cast<long long>(reqs.size());
+  if (opt_.max_num_waiting > 0 && num_seqs > opt_.max_num_waiting)
+    throw ApiError(400, fmt::format("the request has {} sequences (prompts x n), more than the server's limit of {} waiting "
+                                    "sequences (--max-num-waiting {}); send fewer prompts or a smaller n",
+                                    num_seqs, opt_.max_num_waiting, opt_.max_num_waiting));
   {
     std::lock_guard lk(mu_);
     if (stop_) throw ApiError(503, "the server is shutting down");
     const int waiting = engine_waiting_.load() + pending_count_;
-    if (opt_.max_num_waiting > 0 && waiting >= opt_.max_num_waiting)
+    if (opt_.max_num_waiting > 0 && waiting + num_seqs > opt_.max_num_waiting)
       throw ApiError(503,
-                     fmt::format("the server is overloaded: {} requests are already waiting (--max-num-waiting {}); retry later",
-                                 waiting, opt_.max_num_waiting));
+                     fmt::format("the server is overloaded: {} sequences are already waiting and this request adds {} "
+                                 "(--max-num-waiting {}); retry later",
+                                 waiting, num_seqs, opt_.max_num_waiting));
     pending_count_ += static_cast<int>(reqs.size());
     pending_.push_back({std::move(reqs), ch});
   }

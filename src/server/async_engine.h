@@ -52,7 +52,8 @@ class OutputChannel {
 
 /// Limits of the loop.
 struct AsyncEngineOptions {
-  /// Most requests waiting (handed over but not yet running) before new ones get 503; 0 = no limit.
+  /// Most sequences (engine requests: prompts x n) waiting, handed over but not yet running; 0 = no limit. A
+  /// group that would pass it gets 503, one larger than it on its own 400.
   int max_num_waiting = 0;
 };
 
@@ -66,7 +67,8 @@ class AsyncEngine {
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
   /// Queues a group of requests (ids must be unique; the engine thread adds them all or none). Throws ApiError
-  /// 503 when the waiting queue is full or the engine is stopping.
+  /// 400 when the group alone exceeds max_num_waiting, 503 when it does not fit in the waiting queue now or the
+  /// engine is stopping.
   std::shared_ptr<OutputChannel> submit(std::vector<Request> reqs);
   /// Aborts requests (finished or unknown ids are ignored); their state blocks are freed at the next iteration.
   void abort(std::vector<std::string> request_ids);

@@ -411,7 +411,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, httplib::Respons
   GenerationRequest base;
   std::vector<PromptInput> inputs;
   if (chat) {
-    ChatRequest cr = parse_chat_request(b);
+    ChatRequest cr = parse_chat_request(b, opt_.max_logprobs);
     if (!tok) throw ApiError(400, "the model has no tokenizer; chat needs one");
     PromptInput in;
     in.text = render_chat(cr);  // ApiError 400 when the template fails
@@ -421,11 +421,12 @@ void OpenAIServer::generate(bool chat, const std::string& body, httplib::Respons
       job->chat_echo = cr.messages.back().value("content", "");
     base = cr;
   } else {
-    CompletionRequest cr = parse_completion_request(b);
+    CompletionRequest cr = parse_completion_request(b, opt_.max_logprobs);
     inputs = std::move(cr.prompts);
     job->echo = cr.echo;
     job->prompt_only = cr.prompt_only;
     job->logprobs = cr.params.logprobs;
+    job->prompt_logprobs = cr.prompt_logprobs;
     base = cr;
   }
   if (base.model && *base.model != opt_.served_model_name)
@@ -466,7 +467,9 @@ void OpenAIServer::generate(bool chat, const std::string& body, httplib::Respons
     }
     if (sp.min_tokens > sp.max_tokens)
       bad_request("min_tokens", fmt::format("min_tokens ({}) must be less than or equal to max_tokens ({})", sp.min_tokens, sp.max_tokens));
+    // The engine scores the prompt once for both echo's logprobs and prompt_logprobs (each rendering takes its top-k).
     if (job->echo && job->logprobs) sp.prompt_logprobs = job->logprobs;
+    if (job->prompt_logprobs) sp.prompt_logprobs = std::max(sp.prompt_logprobs.value_or(0), *job->prompt_logprobs);
     sp.n = 1;
     try {
       sp.validate(vocab);

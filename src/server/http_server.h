@@ -32,6 +32,8 @@ struct ServerOptions {
   /// and memory up to the Jinja engine's bounds, so only when the operator trusts its clients); else such a
   /// request is a 400.
   bool trust_request_chat_template = false;
+  /// vLLM's --max-logprobs: most logprobs / prompt_logprobs / top_logprobs a request may ask for (larger: 400).
+  int max_logprobs = kMaxLogprobs;
 };
 
 /// The HTTP front end: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models,

@@ -69,6 +69,19 @@ std::vector<int> as_token_ids(const json& v, const std::string& name) {
   return ids;
 }
 
+/// A logprobs count (`name`: logprobs, prompt_logprobs, top_logprobs) within the server's --max-logprobs; vLLM's
+/// -1 (the whole vocabulary) only where `allow_all`, and then always above the limit.
+int as_logprobs(const json& v, const std::string& name, int max_logprobs, bool allow_all = false) {
+  const long long x = as_int(v, name, allow_all ? -1 : 0, std::numeric_limits<int>::max());
+  if (x == -1)
+    bad_request(name, fmt::format("{} -1 asks for the whole vocabulary, more than the server's limit of {} (--max-logprobs)",
+                                  name, max_logprobs));
+  if (x > max_logprobs)
+    bad_request(name, fmt::format("{} must be at most {} (got {}): the server's --max-logprobs is {}", name, max_logprobs, x,
+                                  max_logprobs));
+  return static_cast<int>(x);
+}
+
 /// Features a client relies on that ssmserve does not have: a 400 naming them rather than output that silently
 /// ignores them (structured output, beam search, tool calling; `response_format` "text" and `tool_choice` "none"
 /// are the plain behaviour and pass).
@@ -170,6 +183,8 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
     if (!v->is_null()) {
       if (!v->is_array()) bad_request("allowed_token_ids", "allowed_token_ids must be a list of integers");
       sp.allowed_token_ids = as_token_ids(*v, "allowed_token_ids");
+      if (sp.allowed_token_ids.empty())  // as vLLM: an empty list would allow nothing, not everything
+        bad_request("allowed_token_ids", "allowed_token_ids must not be empty (leave it out to allow every token)");
     }
   }
   if (const json* v = field(b, "bad_words")) {  // refused rather than silently ignored
@@ -209,7 +224,7 @@ nlohmann::ordered_json parse_body(const std::string& body) {
   return j;
 }
 
-CompletionRequest parse_completion_request(const json& b) {
+CompletionRequest parse_completion_request(const json& b, int max_logprobs) {
   check_body(b);
   CompletionRequest r;
   parse_common(b, r, "max_tokens");
@@ -249,7 +264,11 @@ CompletionRequest parse_completion_request(const json& b) {
     bad_request("prompt", fmt::format("prompt must be a string or a list (got {})", type_name(*p)));
   }
   if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");
-  if (const json* v = field(b, "logprobs")) r.params.logprobs = static_cast<int>(as_int(*v, "logprobs", 0, kMaxLogprobs));
+  if (const json* v = field(b, "logprobs")) r.params.logprobs = as_logprobs(*v, "logprobs", max_logprobs);
+  if (const json* v = field(b, "prompt_logprobs")) {
+    r.prompt_logprobs = as_logprobs(*v, "prompt_logprobs", max_logprobs, /*allow_all=*/true);
+    if (r.stream) bad_request("prompt_logprobs", "prompt_logprobs is not available with stream (send stream false)");
+  }
   if (field(b, "suffix")) bad_request("suffix", "suffix is not supported");
   if (r.max_tokens_given && r.params.max_tokens == 0) {  // vLLM: echo the prompt (and its logprobs) only
     if (!r.echo) bad_request("max_tokens", "max_tokens must be in [1, 2147483647] (got 0; 0 is allowed only with echo)");
@@ -261,7 +280,7 @@ CompletionRequest parse_completion_request(const json& b) {
   return r;
 }
 
-ChatRequest parse_chat_request(const json& b) {
+ChatRequest parse_chat_request(const json& b, int max_logprobs) {
   check_body(b);
   ChatRequest r;
   parse_common(b, r, "max_completion_tokens");
@@ -308,11 +327,12 @@ ChatRequest parse_chat_request(const json& b) {
   }
   if (const json* v = field(b, "logprobs")) r.logprobs = as_bool(*v, "logprobs");
   if (const json* v = field(b, "top_logprobs")) {
-    r.top_logprobs = static_cast<int>(as_int(*v, "top_logprobs", 0, kMaxLogprobs));
+    r.top_logprobs = as_logprobs(*v, "top_logprobs", max_logprobs);
     if (!r.logprobs) bad_request("top_logprobs", "top_logprobs needs logprobs = true");
   }
   if (r.logprobs) r.params.logprobs = r.top_logprobs;
   if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");
+  if (field(b, "prompt_logprobs")) bad_request("prompt_logprobs", "prompt_logprobs is not supported on /v1/chat/completions");
   return r;
 }
 

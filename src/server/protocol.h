@@ -40,6 +40,9 @@ struct CompletionRequest : GenerationRequest {
   std::vector<PromptInput> prompts;    ///< "prompt": string, [string], [int] or [[int]]
   bool echo = false;
   bool prompt_only = false;            ///< echo with max_tokens 0: the response holds the prompt (and its logprobs) only
+  /// vLLM's prompt_logprobs: the top-k of every prompt position, returned in each choice's "prompt_logprobs"
+  /// (not with stream, as vLLM).
+  std::optional<int> prompt_logprobs;
 };
 
 /// POST /v1/chat/completions.
@@ -57,11 +60,13 @@ struct ChatRequest : GenerationRequest {
 };
 
 /// Parses a completions body. Throws ApiError 400 naming the field for a wrong type or value out of range
-/// (max_tokens < 1 except 0 with echo, which sets prompt_only; temperature < 0, top_p outside (0, 1], n outside [1, kMaxN], empty prompt, ...).
-CompletionRequest parse_completion_request(const nlohmann::ordered_json& body);
+/// (max_tokens < 1 except 0 with echo, which sets prompt_only; temperature < 0, top_p outside (0, 1], n outside [1, kMaxN], empty prompt,
+/// logprobs / prompt_logprobs above `max_logprobs` (the server's --max-logprobs, at most kMaxLogprobs), ...).
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, int max_logprobs = kMaxLogprobs);
 /// Parses a chat completions body (messages: non-empty array of {"role": string, "content": string | null |
-/// [{"type": "text", "text": string}]}). Throws ApiError 400 like parse_completion_request.
-ChatRequest parse_chat_request(const nlohmann::ordered_json& body);
+/// [{"type": "text", "text": string}]}). Throws ApiError 400 like parse_completion_request (top_logprobs above
+/// `max_logprobs`; prompt_logprobs, which chat does not return, is refused).
+ChatRequest parse_chat_request(const nlohmann::ordered_json& body, int max_logprobs = kMaxLogprobs);
 /// Parses a request body as JSON; throws ApiError 400 for invalid JSON (including ill-formed UTF-8) or a
 /// non-object.
 nlohmann::ordered_json parse_body(const std::string& body);

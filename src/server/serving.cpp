@@ -178,10 +178,38 @@ json ResponseBuilder::prompt_logprobs_json(const ReadyPrompt& p, const RequestOu
     token_lps.push_back(e->token_logprob);
     json top = json::object();
     top[tok] = e->token_logprob;
-    for (const auto& t2 : e->top) top[token_text(t2.id)] = t2.logprob;
+    // The engine's top-k may be prompt_logprobs' larger k: echo lists its own `logprobs` count.
+    const size_t k = std::min(e->top.size(), static_cast<size_t>(job_->logprobs.value_or(0)));
+    for (size_t j = 0; j < k; ++j) top[token_text(e->top[j].id)] = e->top[j].logprob;
     tops.push_back(std::move(top));
   }
   return {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};
+}
+
+json ResponseBuilder::vllm_prompt_logprobs(const RequestOutput& o) const {
+  json out = json::array();
+  const size_t k_max = static_cast<size_t>(job_->prompt_logprobs.value_or(0));
+  for (size_t t = 0; t < o.prompt_token_ids.size(); ++t) {
+    const auto& e = t < o.prompt_logprobs.size() ? o.prompt_logprobs[t] : std::nullopt;
+    if (!e) {  // position 0: nothing predicts it
+      out.push_back(nullptr);
+      continue;
+    }
+    const int id = o.prompt_token_ids[t];
+    json entry = json::object();
+    entry[std::to_string(id)] = {{"logprob", e->token_logprob}, {"rank", e->rank}, {"decoded_token", token_text(id)}};
+    const size_t k = std::min(e->top.size(), k_max);
+    for (size_t j = 0; j < k; ++j) {
+      const std::string key = std::to_string(e->top[j].id);
+      if (e->top[j].id == id) {
+        entry[key]["rank"] = e->rank;  // the prompt token is listed once, with its own rank
+        continue;
+      }
+      entry[key] = {{"logprob", e->top[j].logprob}, {"rank", static_cast<int>(j) + 1}, {"decoded_token", token_text(e->top[j].id)}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 json ResponseBuilder::final_response() const {
@@ -219,6 +247,7 @@ json ResponseBuilder::final_response() const {
     }
     choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish},
                        {"stop_reason", job_->prompt_only ? json(nullptr) : stop_reason_json(c)}});
+    if (job_->prompt_logprobs) choices.back()["prompt_logprobs"] = vllm_prompt_logprobs(o);
   }
   return {{"id", job_->id},
           {"object", job_->chat ? "chat.completion" : "text_completion"},

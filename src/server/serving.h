@@ -33,6 +33,7 @@ struct GenerationJob {
   bool prompt_only = false;          ///< echo with max_tokens 0: the one generated token is left out of the response
   std::string chat_echo;             ///< chat echo: the last (assistant) message's content, before each choice's text
   std::optional<int> logprobs;       ///< completions: top-k count; chat: top_logprobs when logprobs = true
+  std::optional<int> prompt_logprobs;  ///< completions' prompt_logprobs (top-k count): each choice's "prompt_logprobs"
   std::vector<std::string> request_ids;  ///< [prompts.size() * n], choice index = prompt * n + i
   std::shared_ptr<OutputChannel> channel;
   const Tokenizer* tokenizer = nullptr;
@@ -63,6 +64,9 @@ class ResponseBuilder {
   nlohmann::json chat_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from) const;
   /// Completions logprobs of prompt `p`'s tokens (echo): the first null, text_offset from 0, advancing `text_offset`.
   nlohmann::json prompt_logprobs_json(const ReadyPrompt& p, const RequestOutput& o, size_t& text_offset) const;
+  /// vLLM's per-choice "prompt_logprobs": [null, {"token id": {logprob, rank, decoded_token}}, ...], the prompt
+  /// token first, then the top job_->prompt_logprobs of its distribution.
+  nlohmann::json vllm_prompt_logprobs(const RequestOutput& o) const;
   std::string token_text(int id) const;
   /// Characters token `id` adds to the text: utf8_char_count of its raw bytes (a partial character counts where
   /// it starts), so text_offset indexes the returned text.
