@@ -196,6 +196,9 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
     }
   }
   if (c.num_hidden_layers == 0) c.num_hidden_layers = f.positive_int("num_hidden_layers");
+  // Far above any published model (hundreds of layers), and low enough that per-layer lists stay small before the
+  // memory estimate refuses a model too large.
+  SSM_CHECK(c.num_hidden_layers <= 4096, "{}: field \"num_hidden_layers\" must be <= 4096 (got {})", what, c.num_hidden_layers);
 
   for (const char* key : {"layer_norm_epsilon", "rms_norm_eps", "norm_epsilon", "layer_norm_eps"}) {
     if (const json* v = f.find(key)) {

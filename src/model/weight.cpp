@@ -52,12 +52,21 @@ Weight stack_rows(const std::vector<RowRun>& runs) {
   SSM_CHECK(!runs.empty(), "stack_rows: no rows");
   const Weight& w0 = *runs[0].w;
   int64_t rows = 0;
+  bool same_dtype = true;
   for (const RowRun& r : runs) {
-    SSM_CHECK(r.w->dtype == w0.dtype && r.w->cols == w0.cols, "stack_rows: pieces differ in dtype or columns ({} vs {})", r.w->cols,
-              w0.cols);
+    SSM_CHECK(r.w->cols == w0.cols, "stack_rows: the stacked tensors have {} and {} columns (one projection's pieces must "
+              "share the input width)", r.w->cols, w0.cols);
+    same_dtype &= r.w->dtype == w0.dtype;
     SSM_CHECK(r.begin >= 0 && r.begin <= r.end && r.end <= r.w->rows, "stack_rows: rows [{}, {}) outside [0, {})", r.begin, r.end,
               r.w->rows);
     rows += r.end - r.begin;
+  }
+  if (!same_dtype) {  // a checkpoint storing the pieces in different dtypes (e.g. one in F32): stacked in F32
+    Weight out = Weight::allocate(DType::F32, rows, w0.cols);
+    auto* dst = reinterpret_cast<float*>(out.owned->data());
+    for (const RowRun& r : runs)
+      for (int64_t i = r.begin; i < r.end; ++i, dst += w0.cols) r.w->row_to_f32(i, dst);
+    return out;
   }
   Weight out = Weight::allocate(w0.dtype, rows, w0.cols);
   const size_t row_bytes = static_cast<size_t>(w0.cols) * dtype_size(w0.dtype);

@@ -28,7 +28,8 @@ struct RowRun {
 };
 /// The pieces stacked in the given order into one owned matrix [sum of run sizes, cols] in the pieces' dtype (one
 /// projection GEMM for what a checkpoint stores as several tensors, or a checkpoint's interleaved rows put in the
-/// order the math reads them). Throws Error when the pieces differ in dtype or columns or a run is out of range.
+/// order the math reads them); pieces of different dtypes are stacked in F32. Throws Error when the pieces differ in
+/// columns or a run is out of range.
 Weight stack_rows(const std::vector<RowRun>& runs);
 
 }  // namespace ssmserve

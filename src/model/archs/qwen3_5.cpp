@@ -49,6 +49,8 @@ DecoderSpec qwen_common(const ModelConfig& cfg, const char* label, const std::st
   s.norm_weight_offset = 1.0f;
   s.ignored_tensor_prefixes = {"mtp.", "model.visual.", "visual."};
   nlohmann::json attn = j;
+  // transformers' Qwen3_5TextConfig / Qwen3NextConfig default head_dim to 256 (not hidden_size / heads).
+  if (!attn.contains("head_dim") || attn["head_dim"].is_null()) attn["head_dim"] = 256;
   attn["attn_output_gate"] = param_bool(j, "attn_output_gate", true);
   attn["qk_norm"] = true;
   attn["qk_norm_weight_offset"] = 1.0;
