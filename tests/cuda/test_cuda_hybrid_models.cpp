@@ -29,11 +29,6 @@ using testing::source_dir;
 struct HybridCase {
   const char* name;
   bool dummy;  // tests/data/tiny-hybrids/<name> with dummy weights, else ../shared/models/<name>
-  // Logits bounds against the CPU decoder with fp32 / bf16 weights. The GPU's MoE experts run in bf16 even with fp32
-  // weights (kernels/cuda/moe.h); on random weights in a 128-wide model that can flip a top-k choice, and the DeltaNet
-  // states carry the difference on: tiny-qwen3_next measured <= 0.029 (fp32) and <= 0.21 (bf16) on the H200, and
-  // <= 2.4e-6 (fp32) with its MoE layers made dense (mlp_only_layers all), so the mixers themselves are exact.
-  double f32_tol = 5e-3, bf16_tol = 5e-2;
 };
 
 std::string case_name(const ::testing::TestParamInfo<HybridCase>& info) {
@@ -80,15 +75,18 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
 };
 
 // fp32 weights: the MoE experts still run in bf16 on the GPU (kernels/cuda/moe.h), hence 5e-3 rather than 1e-4
-// (measured on the H200: <= 1.6e-3 with MoE, <= 1e-6 without).
+// (measured on the H200: <= 1.6e-3 with MoE, <= 1e-6 without). Known gap, held at the same bounds: dummy
+// tiny-qwen3_next measured 0.029 (fp32) and 0.21 (bf16) on the H200, its bf16 experts flipping top-k choices on
+// random weights in a 128-wide model and the DeltaNet states carrying the difference on; tiny-qwen3_next-dense (the
+// same model with every layer in mlp_only_layers) isolates the mixers (measured 2.4e-6 fp32).
 TEST_P(CudaHybridModel, MatchesCpuF32) {
   REQUIRE_GPU();
-  against_cpu(DType::F32, GetParam().f32_tol);
+  against_cpu(DType::F32, 5e-3);
 }
 
 TEST_P(CudaHybridModel, MatchesCpuBf16) {
   REQUIRE_GPU();
-  against_cpu(DType::BF16, GetParam().bf16_tol);
+  against_cpu(DType::BF16, 5e-2);
 }
 
 TEST_P(CudaHybridModel, DecodeGraphsEqualEager) {
@@ -116,7 +114,8 @@ INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
                                            HybridCase{"tiny-bamba", true}, HybridCase{"tiny-jamba", true},
                                            HybridCase{"tiny-granite-dense", true}, HybridCase{"tiny-nemotron_h-pattern", true},
                                            HybridCase{"tiny-falcon_h1", true}, HybridCase{"tiny-qwen3_5_moe", false},
-                                           HybridCase{"tiny-qwen3_5", true}, HybridCase{"tiny-qwen3_next", true, 5e-2, 3e-1}),
+                                           HybridCase{"tiny-qwen3_5", true}, HybridCase{"tiny-qwen3_next", true},
+                                           HybridCase{"tiny-qwen3_next-dense", true}),
                          case_name);
 
 /// The engine on the GPU against the transformers goldens: greedy ids identical (a divergence only at a reference
