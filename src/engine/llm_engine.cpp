@@ -470,29 +470,6 @@ void host_greedy_steps(CausalLM& model, const ForwardBatch& batch, StateCache& c
   }
 }
 
-RequestOutput LLMEngine::make_output(RequestState& r) {
-  RequestOutput o;
-  o.request_id = r.request.request_id;
-  o.prompt = r.request.prompt;
-  o.prompt_token_ids = r.request.prompt_token_ids;
-  o.finished = r.finished();
-  if (o.finished || r.output_token_ids.size() == 1) o.prompt_logprobs = r.prompt_logprobs;
-  CompletionOutput c;
-  c.text = r.text;
-  c.token_ids = r.output_token_ids;
-  c.logprobs = r.logprobs;
-  c.finish_reason = r.finish_reason;
-  c.stop_reason = r.stop_reason;
-  c.stop_reason_token = r.stop_reason_token;
-  o.outputs.push_back(std::move(c));
-  const size_t safe = o.finished ? r.text.size() : r.stop->streamable_chars(r.text);
-  if (safe > r.streamed_chars) {
-    o.delta_text = r.text.substr(r.streamed_chars, safe - r.streamed_chars);
-    r.streamed_chars = safe;
-  }
-  return o;
-}
-
 std::vector<RequestOutput> LLM::run(std::vector<Request> reqs) {
   std::map<std::string, size_t> index;
   for (auto& r : reqs) {

@@ -10,6 +10,7 @@
 
 #include "cache/state_cache.h"
 #include "cache/block_pool.h"
+#include "cache/prefix_cache_stats.h"
 #include "engine/engine_config.h"
 #include "engine/request_output.h"
 #include "engine/sampler.h"
@@ -51,6 +52,8 @@ class LLMEngine {
   /// it resumes later from its tokens with identical results. Returns false when nothing is running.
   bool preempt_newest_request();
   int num_preemptions() const { return scheduler_->num_preemptions(); }
+  /// Prefix-cache counters since the engine started (all zero with --no-enable-prefix-caching).
+  PrefixCacheStats prefix_cache_stats() const { return scheduler_->prefix_cache_stats(); }
   /// Runs one iteration; returns an output for every request that produced tokens or finished this step.
   std::vector<RequestOutput> step();
   bool has_unfinished_requests() const { return scheduler_->has_unfinished(); }

@@ -39,6 +39,7 @@ struct RequestState {
   Request request;
   RequestStatus status = RequestStatus::Waiting;
   int num_computed_tokens = 0;               ///< tokens (prompt + output) whose effect is in the state block
+  int num_cached_tokens = -1;                ///< prompt tokens the prefix cache supplied at the first schedule (-1: not yet scheduled)
   std::vector<int> output_token_ids;
   std::vector<std::vector<TokenLogprob>> logprobs;  ///< per output token: [chosen, top...] when requested
   std::vector<std::optional<PromptLogprob>> prompt_logprobs;  ///< [prompt_len], entry 0 is nullopt

@@ -34,6 +34,9 @@ struct RequestOutput {
   bool finished = false;
   std::string delta_text;                           ///< new streamable text since the previous output
   std::vector<int> delta_token_ids;                 ///< tokens generated this step
+  /// Prompt tokens served from the prefix cache at the request's first schedule (vLLM's
+  /// RequestOutput.num_cached_tokens; OpenAI usage.prompt_tokens_details.cached_tokens); 0 without a hit.
+  int num_cached_tokens = 0;
 };
 
 }  // namespace ssmserve

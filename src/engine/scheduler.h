@@ -8,6 +8,7 @@
 
 #include "cache/state_cache.h"
 #include "cache/block_pool.h"
+#include "cache/prefix_cache_stats.h"
 #include "engine/request.h"
 
 namespace ssmserve {
@@ -55,6 +56,8 @@ class Scheduler {
   /// The running request vLLM would preempt first (the most recently scheduled), or nullptr.
   RequestState* preemption_candidate() const { return running_.empty() ? nullptr : running_.back(); }
   int num_preemptions() const { return num_preemptions_; }
+  /// Prefix-cache counters (tokens queried / served from the cache).
+  PrefixCacheStats prefix_cache_stats() const { return prefix_stats_; }
   /// Whether a block handed to a waiting request gets its host page zeroed (default true). Device backends keep
   /// and reset their states in device memory and never read the host pages, so the engine turns it off for them.
   void set_zero_host_states(bool on) { zero_host_states_ = on; }
@@ -81,6 +84,7 @@ class Scheduler {
   std::deque<RequestState*> waiting_;
   std::vector<RequestState*> running_;
   int num_preemptions_ = 0;
+  PrefixCacheStats prefix_stats_;
 };
 
 }  // namespace ssmserve
