@@ -2,8 +2,10 @@
 // shutdown on SIGTERM / SIGINT (new requests get 503, running ones finish for up to --shutdown-timeout seconds).
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <iostream>
 #include <thread>
 
@@ -16,6 +18,22 @@
 namespace ssmserve::cli {
 namespace {
 
+/// Raises the open-file limit towards what --max-connections needs (each connection is a descriptor), up to the
+/// hard limit; warns when that is not enough (connections past it are refused by accept until others close).
+void raise_fd_limit(int max_connections) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  const rlim_t want = static_cast<rlim_t>(max_connections) + 256;  // model files, pipes, the listener
+  if (rl.rlim_cur < want) {
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur < want)
+    std::cerr << "ssmserve: warning: the open-file limit (" << rl.rlim_cur << ") is below --max-connections "
+              << max_connections << " + 256; raise `ulimit -n` to hold that many connections" << std::endl;
+}
+
 /// Used when the model has no context limit (recurrent models): prompt + max_tokens must stay within it.
 constexpr int kDefaultMaxModelLen = 8192;
 
@@ -27,6 +45,8 @@ struct ServeArgs {
   bool max_model_len_given = false;
   bool served_model_name_given = false;
   int max_num_waiting = 1024;
+  /// Per request: output bytes buffered for a client that does not read before the request is aborted.
+  size_t max_pending_output_bytes = 64u << 20;
   std::string chat_template;
   double shutdown_timeout = 30.0;
 };
@@ -45,6 +65,15 @@ int run_serve(ServeArgs& a) {
             a.server.max_logprobs, kMaxLogprobs);
   SSM_CHECK(a.server.http_threads >= 1 && a.server.http_threads <= 4096, "--http-threads must be in [1, 4096] (got {})",
             a.server.http_threads);
+  SSM_CHECK(a.server.io_threads >= 1 && a.server.io_threads <= 256, "--http-io-threads must be in [1, 256] (got {})",
+            a.server.io_threads);
+  SSM_CHECK(a.server.max_connections >= 1 && a.server.max_connections <= (1 << 20),
+            "--max-connections must be in [1, 1048576] (got {})", a.server.max_connections);
+  SSM_CHECK(a.server.header_timeout_s > 0 && a.server.header_timeout_s <= 3600, "--http-header-timeout must be in (0, 3600] seconds");
+  SSM_CHECK(a.server.keep_alive_timeout_s > 0 && a.server.keep_alive_timeout_s <= 3600,
+            "--http-keep-alive-timeout must be in (0, 3600] seconds");
+  SSM_CHECK(a.server.write_timeout_s > 0 && a.server.write_timeout_s <= 3600, "--http-write-timeout must be in (0, 3600] seconds");
+  raise_fd_limit(a.server.max_connections);
   SSM_CHECK(a.shutdown_timeout >= 0 && a.shutdown_timeout <= 3600, "--shutdown-timeout must be in [0, 3600] seconds");
   // Signals go to one thread (sigwait) only: block them before any other thread exists.
   sigset_t sigs;
@@ -55,7 +84,7 @@ int run_serve(ServeArgs& a) {
   signal(SIGPIPE, SIG_IGN);  // a client that went away must make a write fail, not kill the server
 
   server::Metrics metrics;
-  server::AsyncEngine engine(a.engine, server::AsyncEngineOptions{a.max_num_waiting}, metrics);
+  server::AsyncEngine engine(a.engine, server::AsyncEngineOptions{a.max_num_waiting, a.max_pending_output_bytes}, metrics);
   const ModelConfig& mc = engine.model_config();
   a.server.max_model_len = a.max_model_len_given ? a.max_model_len : mc.max_model_len > 0 ? mc.max_model_len : kDefaultMaxModelLen;
   if (mc.max_model_len > 0)
@@ -116,13 +145,33 @@ Runner add_serve(CLI::App& app) {
                   "Waiting sequences (prompts x n) before new requests get 503; a request with more on its own gets 400 "
                   "(0 = no limit)")
       ->capture_default_str();
+  cmd->add_option("--max-pending-output-bytes", a->max_pending_output_bytes,
+                  "Output bytes buffered per request while its client does not read (a stalled stream); past it the "
+                  "request is aborted with an error event (0 = no limit)")
+      ->capture_default_str();
   cmd->add_option("--max-logprobs", a->server.max_logprobs,
                   "Most logprobs / prompt_logprobs / top_logprobs a request may ask for (more: 400)")
       ->capture_default_str();
   cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: tokenizer_config.json's, else plain)");
   cmd->add_flag("--trust-request-chat-template", a->server.trust_request_chat_template,
                 "Render a chat request's own \"chat_template\" (else it is a 400; as vLLM)");
-  cmd->add_option("--http-threads", a->server.http_threads, "Connections served at once")->capture_default_str();
+  cmd->add_option("--http-threads", a->server.http_threads,
+                  "Threads that parse and tokenize requests and render chat templates")
+      ->capture_default_str();
+  cmd->add_option("--http-io-threads", a->server.io_threads, "Threads running every connection's network I/O")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", a->server.max_connections,
+                  "Open connections at once; more are answered 503 and closed")
+      ->capture_default_str();
+  cmd->add_option("--http-header-timeout", a->server.header_timeout_s,
+                  "Seconds a client has to send a request's line and headers once it started (else 408)")
+      ->capture_default_str();
+  cmd->add_option("--http-keep-alive-timeout", a->server.keep_alive_timeout_s,
+                  "Seconds an idle connection (or a new one that sends nothing) stays open")
+      ->capture_default_str();
+  cmd->add_option("--http-write-timeout", a->server.write_timeout_s,
+                  "Seconds a client may read nothing of its response before it is dropped")
+      ->capture_default_str();
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout,
                   "Seconds running requests may finish after SIGTERM (new ones get 503); then they are aborted")
       ->capture_default_str();

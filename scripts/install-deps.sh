@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
       libutf8proc-dev libpcre2-dev libopenblas-openmp-dev libgtest-dev libgmock-dev
-      libcpp-httplib-dev clang libclang-rt-14-dev)  # httplib: ssmserve serve; clang + its runtime: libFuzzer (tests/fuzz)
+      libcpp-httplib-dev libboost1.81-dev clang libclang-rt-14-dev)
+# httplib: bench serve's client; Boost (Beast / Asio): ssmserve serve's HTTP transport; clang + its runtime: libFuzzer
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

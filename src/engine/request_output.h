@@ -22,6 +22,9 @@ struct CompletionOutput {
 };
 
 /// A request's state after a step (cumulative), plus the text that became safe to stream since the last one.
+/// In the delta form (to_delta; vLLM's RequestOutputKind.DELTA), outputs[0].text / token_ids / logprobs hold only
+/// the new part (text == delta_text), and prompt, prompt_token_ids and prompt_logprobs are kept on the request's
+/// first output only.
 struct RequestOutput {
   std::string request_id;
   std::string prompt;
@@ -38,5 +41,18 @@ struct RequestOutput {
   /// RequestOutput.num_cached_tokens; OpenAI usage.prompt_tokens_details.cached_tokens); 0 without a hit.
   int num_cached_tokens = 0;
 };
+
+/// Turns the cumulative output `o` of a step into its delta form: only its delta_token_ids' tokens and logprobs
+/// and delta_text stay; the prompt fields too when `first` (the request's first output), else they are dropped.
+/// Cost: linear in the output's size (no per-entry copies).
+void to_delta(RequestOutput& o, bool first);
+
+/// Appends the delta output `next` (to_delta) of the same request to `acc` (an earlier delta, or a running
+/// cumulative output): text, token ids, logprobs and delta fields grow by next's; finish state and stop reasons
+/// become next's; prompt fields are kept from whichever has them. Cost: linear in next's size only.
+void append_delta(RequestOutput& acc, RequestOutput&& next);
+
+/// Approximate heap bytes `o` holds (text, token ids, logprobs, prompt logprobs): what buffering it costs.
+size_t output_bytes(const RequestOutput& o);
 
 }  // namespace ssmserve

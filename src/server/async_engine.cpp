@@ -20,46 +20,79 @@ void OutputChannel::set_accepted(std::string error) {
     reject_ = std::move(error);
   }
   cv_.notify_all();
+  if (notify_) notify_();
 }
 
-void OutputChannel::push(int index, RequestOutput out) {
+size_t OutputChannel::push(int index, RequestOutput out) {
+  size_t pending = 0;
   {
     std::lock_guard lk(mu_);
-    items_.push_back({index, std::move(out)});
+    auto it = pending_.find(index);
+    if (it == pending_.end()) {
+      pending_bytes_ += output_bytes(out);
+      pending_.emplace(index, std::move(out));
+      order_.push_back(index);
+    } else {
+      pending_bytes_ -= output_bytes(it->second);
+      append_delta(it->second, std::move(out));
+      pending_bytes_ += output_bytes(it->second);
+    }
+    pending = pending_bytes_;
   }
   cv_.notify_all();
+  if (notify_) notify_();
+  return pending;
 }
 
-void OutputChannel::fail(std::string error, int status) {
+void OutputChannel::fail(std::string error, int status, bool discard) {
   {
     std::lock_guard lk(mu_);
     if (!decided_) decided_ = true, reject_ = error;
     fatal_ = std::move(error);
     fatal_status_ = status;
+    if (discard) {
+      pending_.clear();
+      order_.clear();
+      pending_bytes_ = 0;
+    }
   }
   cv_.notify_all();
+  if (notify_) notify_();
 }
 
 std::optional<std::string> OutputChannel::wait_accepted() {
   std::unique_lock lk(mu_);
   cv_.wait(lk, [&] { return decided_; });
-  if (reject_.empty()) return std::nullopt;
+  return reject_.empty() ? std::nullopt : std::optional<std::string>(reject_);
+}
+
+std::optional<std::string> OutputChannel::try_accepted() {
+  std::lock_guard lk(mu_);
+  if (!decided_) return std::nullopt;
   return reject_;
+}
+
+size_t OutputChannel::pending_bytes() {
+  std::lock_guard lk(mu_);
+  return pending_bytes_;
 }
 
 bool OutputChannel::pop_all(std::vector<Item>& out, std::chrono::milliseconds timeout, std::string* failed,
                             int* failed_status) {
   std::unique_lock lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return !items_.empty() || !fatal_.empty(); });
-  if (items_.empty() && !fatal_.empty()) {
+  if (timeout.count() > 0) cv_.wait_for(lk, timeout, [&] { return !order_.empty() || !fatal_.empty(); });
+  if (order_.empty() && !fatal_.empty()) {
     if (failed) *failed = fatal_;
     if (failed_status) *failed_status = fatal_status_;
   }
-  if (items_.empty()) return false;
-  while (!items_.empty()) {
-    out.push_back(std::move(items_.front()));
-    items_.pop_front();
+  if (order_.empty()) return false;
+  for (int index : order_) {
+    auto it = pending_.find(index);
+    out.push_back({index, std::move(it->second)});
+    pending_.erase(it);
   }
+  order_.clear();
+  pending_bytes_ = 0;
   return true;
 }
 
@@ -92,8 +125,9 @@ AsyncEngine::AsyncEngine(EngineConfig cfg, AsyncEngineOptions opt, Metrics& metr
 
 AsyncEngine::~AsyncEngine() { shutdown(); }
 
-std::shared_ptr<OutputChannel> AsyncEngine::submit(std::vector<Request> reqs) {
+std::shared_ptr<OutputChannel> AsyncEngine::submit(std::vector<Request> reqs, std::function<void()> notify) {
   auto ch = std::make_shared<OutputChannel>();
+  if (notify) ch->set_notify(std::move(notify));
   // --max-num-waiting counts sequences (one engine request per prompt x n): a group that could never fit is the
   // client's error (400, naming the limit); one that fits later is told to retry (503).
   const long long num_seqs = static_cast<long long>(reqs.size());
@@ -203,6 +237,7 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
     if (it == live_.end()) continue;
     Live& l = it->second;
     const size_t n_new = o.delta_token_ids.size();
+    to_delta(o, l.num_tokens == 0);  // channels hold (and coalesce) only what is new
     if (n_new > 0) {
       if (l.num_tokens == 0) {
         metrics_.observe_ttft(std::chrono::duration<double>(now - l.arrival).count());
@@ -216,12 +251,27 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
     }
     const bool finished = o.finished;
     const std::string reason = finished && !o.outputs.empty() ? std::string(finish_reason_name(o.outputs[0].finish_reason)) : "";
-    l.channel->push(l.index, std::move(o));
+    const size_t pending = l.channel->push(l.index, std::move(o));
     if (finished) {
       metrics_.observe_e2e(std::chrono::duration<double>(now - l.arrival).count());
       finish_live(it->first, reason);
+    } else if (opt_.max_pending_output_bytes > 0 && pending > opt_.max_pending_output_bytes) {
+      abort_unread(l.channel, pending);
     }
   }
+}
+
+void AsyncEngine::abort_unread(const std::shared_ptr<OutputChannel>& ch, size_t pending) {
+  std::vector<std::string> ids;
+  for (const auto& [id, l] : live_)
+    if (l.channel == ch) ids.push_back(id);
+  spdlog::warn("aborting {} requests: their client left {} bytes of output unread (--max-pending-output-bytes {})",
+               ids.size(), pending, opt_.max_pending_output_bytes);
+  for (const auto& id : ids) engine_->abort_request(id), finish_live(id, "abort");
+  ch->fail(fmt::format("the client did not read its response: {} bytes of output were waiting, more than the server's "
+                       "limit of {} (--max-pending-output-bytes); the request was aborted",
+                       pending, opt_.max_pending_output_bytes),
+           429, /*discard=*/true);
 }
 
 void AsyncEngine::finish_live(const std::string& id, const std::string& reason) {
@@ -241,6 +291,9 @@ void AsyncEngine::publish_gauges() {
   g.state_blocks_total = engine_->num_state_blocks() - 1;
   g.state_blocks_used = g.state_blocks_total - engine_->num_free_blocks();
   g.num_preemptions = engine_->num_preemptions();
+  const PrefixCacheStats pc = engine_->prefix_cache_stats();
+  g.prefix_cache_queries = pc.queries;
+  g.prefix_cache_hits = pc.hits;
   metrics_.set_gauges(g);
 }
 

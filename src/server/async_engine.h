@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -18,36 +19,50 @@
 
 namespace ssmserve::server {
 
-/// What the engine thread hands to one HTTP request: outputs of its engine requests (several for n > 1 or a
-/// list of prompts), tagged with the request's index in the submitted group. Thread-safe.
+/// What the engine thread hands to one HTTP request: delta outputs (to_delta) of its engine requests
+/// (several for n > 1 or a list of prompts), tagged with the request's index in the submitted group. Outputs not
+/// yet taken are coalesced per index (a stalled reader's pending output grows by the new tokens only), and their
+/// size is tracked so the engine can abort a request whose client stopped reading. Thread-safe.
 class OutputChannel {
  public:
   struct Item {
     int index = 0;
-    RequestOutput output;
+    RequestOutput output;  ///< every delta of this index since the previous take, merged (append_delta)
   };
+  /// Called after every change the engine makes (accepted / rejected, an output, a failure), on the engine
+  /// thread, outside the channel's lock; it must not block. Set it before the channel is submitted.
+  void set_notify(std::function<void()> fn) { notify_ = std::move(fn); }
+
   /// Engine side: the group was added (error empty) or rejected (error = the engine's message).
   void set_accepted(std::string error);
-  void push(int index, RequestOutput out);
+  /// Engine side: appends a delta output of choice `index`. Returns the bytes (output_bytes) now pending.
+  size_t push(int index, RequestOutput out);
   /// Engine side: the requests ended without a result: `error` answered with HTTP `status` (500 engine failure,
-  /// 503 shutdown).
-  void fail(std::string error, int status = 500);
+  /// 503 shutdown, 429 output not read). With `discard`, outputs not yet taken are dropped (their memory freed).
+  void fail(std::string error, int status = 500, bool discard = false);
 
   /// Handler side: blocks until the group was accepted or rejected; returns the rejection message, if any.
   std::optional<std::string> wait_accepted();
-  /// Handler side: moves every output available now into `out`, waiting up to `timeout` for the first one.
-  /// Returns false when nothing came (timeout). `failed` (and `failed_status`) receive a fatal error once every
-  /// output before it was taken.
+  /// Handler side, non-blocking: nullopt while undecided, else the rejection message ("" when accepted).
+  std::optional<std::string> try_accepted();
+  /// Handler side: moves every output available now into `out` (one item per index with pending output),
+  /// waiting up to `timeout` for the first one. Returns false when nothing came. `failed` (and `failed_status`)
+  /// receive a fatal error once every output before it was taken.
   bool pop_all(std::vector<Item>& out, std::chrono::milliseconds timeout, std::string* failed, int* failed_status = nullptr);
+  /// Bytes of output not yet taken (output_bytes).
+  size_t pending_bytes();
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
+  std::function<void()> notify_;
   bool decided_ = false;
   std::string reject_;
   std::string fatal_;
   int fatal_status_ = 500;
-  std::deque<Item> items_;
+  std::deque<int> order_;                          // indices with pending output, in arrival order
+  std::unordered_map<int, RequestOutput> pending_;  // index -> merged deltas not yet taken
+  size_t pending_bytes_ = 0;
 };
 
 /// Limits of the loop.
@@ -55,6 +70,9 @@ struct AsyncEngineOptions {
   /// Most sequences (engine requests: prompts x n) waiting, handed over but not yet running; 0 = no limit. A
   /// group that would pass it gets 503, one larger than it on its own 400.
   int max_num_waiting = 0;
+  /// Most bytes (output_bytes) of one request's output the engine buffers while its client does not read; past
+  /// it the request (its whole group) is aborted and its channel fails with 429. 0 = no limit.
+  size_t max_pending_output_bytes = 0;
 };
 
 /// The engine thread. Constructing it builds the engine on that thread (OpenMP thread settings are per thread);
@@ -69,7 +87,8 @@ class AsyncEngine {
   /// Queues a group of requests (ids must be unique; the engine thread adds them all or none). Throws ApiError
   /// 400 when the group alone exceeds max_num_waiting, 503 when it does not fit in the waiting queue now or the
   /// engine is stopping.
-  std::shared_ptr<OutputChannel> submit(std::vector<Request> reqs);
+  /// `notify`, when given, is the channel's notify callback (OutputChannel::set_notify).
+  std::shared_ptr<OutputChannel> submit(std::vector<Request> reqs, std::function<void()> notify = {});
   /// Aborts requests (finished or unknown ids are ignored); their state blocks are freed at the next iteration.
   void abort(std::vector<std::string> request_ids);
   /// Stops the loop (unfinished requests end with an error) and joins the thread. Idempotent.
@@ -98,6 +117,8 @@ class AsyncEngine {
   void admit(Pending& p);
   void dispatch(std::vector<RequestOutput>& outs);
   void finish_live(const std::string& id, const std::string& reason);
+  /// Aborts every live request of `ch` (a client that stopped reading) and fails the channel with 429.
+  void abort_unread(const std::shared_ptr<OutputChannel>& ch, size_t pending);
   void publish_gauges();
 
   EngineConfig cfg_;

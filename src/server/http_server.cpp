@@ -1,11 +1,7 @@
 // Owns the HTTP routes of the OpenAI-compatible server (see http_server.h).
 #include "server/http_server.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <cctype>
@@ -16,7 +12,6 @@
 
 #include "core/error.h"
 #include "core/version.h"
-#include "server/http_connection.h"
 #include "server/protocol.h"
 #include "server/serving.h"
 
@@ -30,10 +25,19 @@ constexpr auto kPollInterval = std::chrono::milliseconds(50);
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  if (e.status == 503) res.set_header("Retry-After", "1");
-  res.set_content(dump(e.body()), "application/json");
+HttpResponse json_response(const json& j, int status = 200) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = dump(j);
+  return r;
+}
+
+/// The OpenAI error response of `e` (503 adds Retry-After).
+HttpResponse error_response(const ApiError& e) {
+  HttpResponse r = json_response(e.body(), e.status);
+  if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
 long long unix_now() {
@@ -63,51 +67,6 @@ class InflightGuard {
 /// The SSE text of one event.
 std::string sse(const json& chunk) { return "data: " + dump(chunk) + "\n\n"; }
 
-/// Writes what the engine produced for a streaming job since the last call as SSE chunks; ends the stream with
-/// `data: [DONE]` once every choice finished, after an engine error (error event first), or when `stopping` (the
-/// shutdown timeout passed: error event, [DONE]). Returns false when the client went away (checked while waiting,
-/// so a disconnect during a long prefill is seen before the first token); the releaser then aborts.
-bool provide(ResponseBuilder& builder, bool& opened, httplib::DataSink& sink, const std::atomic<bool>& stopping) {
-  const GenerationJob& j = builder.job();
-  auto write = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
-  // vLLM's continuous_usage_stats: every chunk also carries the usage so far (all choices).
-  auto event = [&](json c) {
-    if (j.continuous_usage) c["usage"] = builder.usage();
-    return sse(c);
-  };
-  if (!opened) {
-    for (const auto& c : builder.opening_chunks())
-      if (!write(event(c))) return false;
-  }
-  opened = true;
-  std::vector<OutputChannel::Item> items;
-  std::string fatal;
-  int fatal_status = 500;
-  j.channel->pop_all(items, kPollInterval, &fatal, &fatal_status);
-  for (const auto& it : items)
-    for (const auto& c : builder.on_output(it.index, it.output))
-      if (!write(event(c))) return false;
-  if (builder.all_finished()) {
-    std::string s;
-    if (j.include_usage) s += sse(builder.usage_chunk());
-    s += "data: [DONE]\n\n";
-    if (!write(s)) return false;
-    sink.done();
-    return true;
-  }
-  if (!fatal.empty() || stopping) {
-    const ApiError e = fatal.empty() ? ApiError(503, "the server is shutting down; the request was aborted")
-                                     : ApiError(fatal_status, fatal);
-    write(sse(e.body()) + "data: [DONE]\n\n");
-    sink.done();
-    return true;
-  }
-  if (items.empty()) {
-    if (const Connection* conn = current_connection(); conn && conn->peer_closed()) return false;
-  }
-  return true;
-}
-
 /// Routes and their methods (HEAD is served by GET routes); other methods on them get 405 with Allow.
 const std::vector<std::pair<std::string, std::string>>& known_routes() {
   static const std::vector<std::pair<std::string, std::string>> r = {
@@ -116,61 +75,120 @@ const std::vector<std::pair<std::string, std::string>>& known_routes() {
   return r;
 }
 
-bool iequals(const std::string& a, const char* b) {
-  return a.size() == std::strlen(b) && std::equal(a.begin(), a.end(), b, [](char x, char y) { return std::tolower(x) == std::tolower(y); });
-}
-
-/// A Content-Length value: 1-19 ASCII digits (no sign, spaces or lists), else nullopt.
-std::optional<unsigned long long> parse_content_length(const std::string& v) {
-  if (v.empty() || v.size() > 19) return std::nullopt;
-  unsigned long long x = 0;
-  for (char c : v) {
-    if (c < '0' || c > '9') return std::nullopt;
-    x = x * 10 + static_cast<unsigned>(c - '0');
-  }
-  return x;
+bool starts_with_ci(const std::string& s, const char* prefix) {
+  const size_t n = std::strlen(prefix);
+  return s.size() >= n && std::equal(prefix, prefix + n, s.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); });
 }
 
 }  // namespace
 
+/// Produces a generation's response on the connection's I/O thread as the engine's outputs arrive: the whole JSON
+/// once every choice finished (non-streaming: the status is the real outcome), or SSE chunks (streaming). Asked
+/// again only when the previous write finished, so a client that does not read leaves its outputs coalescing in
+/// the channel (bounded by --max-pending-output-bytes). Closing before the end aborts the engine requests.
+class OpenAIServer::GenerationProducer final : public Producer {
+ public:
+  GenerationProducer(OpenAIServer& srv, std::shared_ptr<Exchange> ex, std::shared_ptr<GenerationJob> job,
+                     std::shared_ptr<std::atomic<int>> inflight)
+      : srv_(srv), ex_(std::move(ex)), job_(job), builder_(std::move(job)), inflight_(std::move(inflight)) {}
+
+  void produce(ProducerOutput& out) override {
+    const GenerationJob& j = *job_;
+    // 1. Admission.
+    if (!accepted_) {
+      const auto decided = j.channel->try_accepted();
+      if (!decided) {
+        if (srv_.force_stop_) out.head = error_response(ApiError(503, "the server is shutting down; the request was aborted"));
+        return;
+      }
+      if (!decided->empty()) {
+        out.head = error_response(ApiError(400, *decided));
+        return;
+      }
+      accepted_ = true;
+    }
+    std::vector<OutputChannel::Item> items;
+    std::string fatal;
+    int fatal_status = 500;
+    j.channel->pop_all(items, std::chrono::milliseconds(0), &fatal, &fatal_status);
+    // 2a. Not streaming: the whole response once every choice finished.
+    if (!j.stream) {
+      for (auto& it : items) builder_.on_output(it.index, std::move(it.output));
+      if (builder_.all_finished()) out.head = json_response(builder_.final_response());
+      else if (!fatal.empty()) out.head = error_response(ApiError(fatal_status, fatal));
+      else if (srv_.force_stop_) out.head = error_response(ApiError(503, "the server is shutting down; the request was aborted"));
+      return;
+    }
+    // 2b. Streaming: SSE events. vLLM's continuous_usage_stats: every chunk carries the usage so far.
+    auto event = [&](json c) {
+      if (j.continuous_usage) c["usage"] = builder_.usage();
+      out.data += sse(c);
+    };
+    if (!opened_) {
+      HttpResponse head;
+      head.content_type = "text/event-stream";
+      head.headers.emplace_back("Cache-Control", "no-cache");
+      out.head = std::move(head);
+      out.stream = true;
+      for (const auto& c : builder_.opening_chunks()) event(c);
+      opened_ = true;
+    }
+    for (auto& it : items)
+      for (const auto& c : builder_.on_output(it.index, std::move(it.output))) event(c);
+    if (builder_.all_finished()) {
+      if (j.include_usage) out.data += sse(builder_.usage_chunk());
+      out.data += "data: [DONE]\n\n";
+      out.done = true;
+    } else if (!fatal.empty() || srv_.force_stop_) {
+      const ApiError e = fatal.empty() ? ApiError(503, "the server is shutting down; the request was aborted")
+                                       : ApiError(fatal_status, fatal);
+      out.data += sse(e.body()) + "data: [DONE]\n\n";
+      out.done = true;
+    }
+  }
+
+  void close(bool) override {
+    if (!builder_.all_finished()) srv_.engine_.abort(job_->request_ids);
+    --*inflight_;
+  }
+
+ private:
+  OpenAIServer& srv_;
+  std::shared_ptr<Exchange> ex_;  // kept alive for the channel's wake-ups (they hold it weakly)
+  std::shared_ptr<GenerationJob> job_;
+  ResponseBuilder builder_;
+  std::shared_ptr<std::atomic<int>> inflight_;
+  bool accepted_ = false, opened_ = false;
+};
+
 OpenAIServer::OpenAIServer(AsyncEngine& engine, Metrics& metrics, ChatTemplate chat_template, ServerOptions opt)
-    : engine_(engine), metrics_(metrics), chat_template_(std::move(chat_template)), opt_(std::move(opt)),
-      svr_(std::make_unique<HttpServer>(HttpTimeouts{opt_.read_timeout_s, 5.0})) {
-  const int threads = opt_.http_threads;
-  svr_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  svr_->set_payload_max_length(opt_.max_body_bytes);
-  svr_->set_keep_alive_max_count(1000);
-  install_routes();
+    : engine_(engine), metrics_(metrics), chat_template_(std::move(chat_template)), opt_(std::move(opt)) {
+  HttpLimits lim;
+  lim.max_connections = opt_.max_connections;
+  lim.max_body_bytes = opt_.max_body_bytes;
+  lim.header_timeout_s = opt_.header_timeout_s;
+  lim.read_timeout_s = opt_.read_timeout_s;
+  lim.keep_alive_timeout_s = opt_.keep_alive_timeout_s;
+  lim.write_timeout_s = opt_.write_timeout_s;
+  lim.io_threads = opt_.io_threads;
+  lim.worker_threads = opt_.http_threads;
+  transport_ = std::make_unique<HttpTransport>(
+      lim, [this](const HttpRequest& r) { return precheck(r); }, [this](const std::shared_ptr<Exchange>& ex) { handle(ex); },
+      [](int status, const std::string& msg) { return error_response(ApiError(status, msg)); });
 }
 
 OpenAIServer::~OpenAIServer() = default;
 
 int OpenAIServer::bind() {
-  int listen_fd = -1;
-  svr_->set_socket_options([&listen_fd](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));  // inherited by accepted sockets: no Nagle delay per SSE chunk
-    listen_fd = sock;
-  });
-  int port = opt_.port;
-  if (port == 0) {
-    port = svr_->bind_to_any_port(opt_.host);
-    SSM_CHECK(port > 0, "cannot bind {} to a free port", opt_.host);
-  } else {
-    SSM_CHECK(svr_->bind_to_port(opt_.host, port), "cannot listen on {}:{} (address in use or not available)", opt_.host, port);
-  }
-  // cpp-httplib listens with a backlog of 5; many clients connecting at once would wait for SYN retries.
-  if (listen_fd >= 0) ::listen(listen_fd, 1024);
-  opt_.port = port;
-  return port;
+  opt_.port = transport_->bind(opt_.host, opt_.port);
+  return opt_.port;
 }
 
-void OpenAIServer::listen() { svr_->listen_after_bind(); }
+void OpenAIServer::listen() { transport_->run(); }
 
 void OpenAIServer::drain_and_stop(double timeout_s) {
   draining_ = true;  // from now on precheck() answers every request with 503
-  svr_->set_closing(true);
+  transport_->set_draining(true);
   auto wait_until = [this](std::chrono::steady_clock::time_point deadline) {
     while (inflight_->load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(kPollInterval);
   };
@@ -178,58 +196,35 @@ void OpenAIServer::drain_and_stop(double timeout_s) {
              std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s)));
   if (inflight_->load() > 0) {
     spdlog::warn("shutdown: {} requests still running after {} s; aborting them", inflight_->load(), timeout_s);
-    force_stop_ = true;  // streams end with an error event + [DONE], waiting handlers answer 503; all abort
-    wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    force_stop_ = true;  // producers end streams with an error event + [DONE] and answer waiting requests 503
+    wait_until(std::chrono::steady_clock::now() + std::chrono::milliseconds(600));
   }
-  svr_->stop();
+  transport_->stop();  // closes every connection, whatever its state
 }
 
-void OpenAIServer::precheck(const httplib::Request& req, httplib::Response& res) const {
-  if (draining_ && req.path != "/metrics") throw ApiError(503, "the server is shutting down");
-  // Message framing (RFC 9112 6.3): a request with both, or with several / malformed lengths, is a smuggling
-  // vector; refuse it rather than guess which framing a proxy in front of us used.
-  const size_t n_te = req.get_header_value_count("Transfer-Encoding"), n_cl = req.get_header_value_count("Content-Length");
-  if (n_te > 0 && n_cl > 0) throw ApiError(400, "a request must not have both Transfer-Encoding and Content-Length");
-  if (n_te > 1 || (n_te == 1 && !iequals(req.get_header_value("Transfer-Encoding"), "chunked")))
-    throw ApiError(400, "only Transfer-Encoding: chunked is supported");
-  if (n_cl > 1) throw ApiError(400, "a request must not have several Content-Length headers");
-  std::optional<unsigned long long> length;
-  if (n_cl == 1) {
-    length = parse_content_length(req.get_header_value("Content-Length"));
-    if (!length) throw ApiError(400, fmt::format("invalid Content-Length '{}'", req.get_header_value("Content-Length")));
-    if (*length > opt_.max_body_bytes)
-      throw ApiError(413, fmt::format("the request body has {} bytes; the limit is {} bytes", *length, opt_.max_body_bytes));
-  }
-  for (const auto& [path, method] : known_routes()) {
-    if (path != req.path) continue;
-    if (req.method == method || (method == "GET" && req.method == "HEAD")) break;
-    res.set_header("Allow", method == "GET" ? "GET, HEAD" : method);
-    throw ApiError(405, fmt::format("Method Not Allowed: {} {} (allowed: {})", req.method, req.path, method));
-  }
-  if (req.method == "POST") {
-    if (n_te == 0 && n_cl == 0) throw ApiError(411, "a POST request needs a Content-Length header (or chunked encoding)");
-    if (req.is_multipart_form_data()) throw ApiError(415, "multipart bodies are not supported; send a JSON body");
-  }
-}
-
-template <class Reader>
-std::string OpenAIServer::read_body(const httplib::Request&, const Reader& reader) const {
-  std::string body;
-  bool too_large = false;
-  const bool ok = reader([&](const char* data, size_t len) {
-    if (body.size() + len > opt_.max_body_bytes) {
-      too_large = true;
-      return false;
+std::optional<HttpResponse> OpenAIServer::precheck(const HttpRequest& req) const {
+  try {
+    if (draining_ && req.path != "/metrics") throw ApiError(503, "the server is shutting down");
+    for (const auto& [path, method] : known_routes()) {
+      if (path != req.path) continue;
+      if (req.method == method || (method == "GET" && req.method == "HEAD")) break;
+      HttpResponse r = error_response(
+          ApiError(405, fmt::format("Method Not Allowed: {} {} (allowed: {})", req.method, req.path, method)));
+      r.headers.emplace_back("Allow", method == "GET" ? "GET, HEAD" : method);
+      return r;
     }
-    body.append(data, len);
-    return true;
-  });
-  if (too_large || !ok) {
-    if (Connection* conn = current_connection()) conn->close_after_response();  // the rest of the body is unread
-    if (too_large) throw ApiError(413, fmt::format("the request body is larger than the limit of {} bytes", opt_.max_body_bytes));
-    throw ApiError(400, "the request body could not be read (truncated, malformed chunked encoding, or too slow)");
+    if (req.method == "POST") {
+      if (req.header_count("Transfer-Encoding") == 0 && req.header_count("Content-Length") == 0)
+        throw ApiError(411, "a POST request needs a Content-Length header (or chunked encoding)");
+      if (starts_with_ci(req.header("Content-Type").value_or(""), "multipart/form-data"))
+        throw ApiError(415, "multipart bodies are not supported; send a JSON body");
+    }
+  } catch (const ApiError& e) {
+    HttpResponse r = error_response(e);
+    if (e.status == 503 || e.status == 411 || e.status == 415) r.close = true;
+    return r;
   }
-  return body;
+  return std::nullopt;
 }
 
 std::string OpenAIServer::render_chat(const ChatRequest& cr) const {
@@ -246,157 +241,95 @@ std::string OpenAIServer::render_chat(const ChatRequest& cr) const {
   }
 }
 
-void OpenAIServer::install_routes() {
-  using httplib::Request;
-  using httplib::Response;
-  // Every handler runs inside this guard: nothing a client sends escapes as an exception.
-  auto guarded = [](auto fn) {
-    return [fn](const Request& req, Response& res) {
-      try {
-        fn(req, res);
-      } catch (const ApiError& e) {
-        send_error(res, e);
-      } catch (const Error& e) {
-        send_error(res, ApiError(400, e.what()));
-      } catch (const std::bad_alloc&) {
-        send_error(res, ApiError(500, "out of memory"));
-      } catch (const std::exception& e) {
-        send_error(res, ApiError(500, e.what()));
-      }
-    };
-  };
-  // POST routes read their body through httplib's content reader: a chunked body is bounded like a sized one,
-  // and a body is JSON whatever its Content-Type says (no form-urlencoded parsing or its 8 KiB cap).
-  auto with_body = [this, guarded](auto fn) {
-    return httplib::Server::HandlerWithContentReader(
-        [this, guarded, fn](const Request& req, Response& res, const httplib::ContentReader& reader) {
-          guarded([&](const Request& r, Response& out) { fn(read_body(r, reader), out); })(req, res);
-        });
-  };
+HttpResponse OpenAIServer::tokenize(const std::string& body) const {
   const std::string& name = opt_.served_model_name;
-  auto check_model = [name](const std::optional<std::string>& model) {
+  auto check_model = [&name](const std::optional<std::string>& model) {
     if (model && *model != name) throw ApiError(404, fmt::format("The model `{}` does not exist.", *model), "model");
   };
-
-  // Framing, method and drain checks run before any body is read; a refused request's connection is closed.
-  svr_->set_pre_routing_handler([this](const Request& req, Response& res) {
-    try {
-      precheck(req, res);
-      return httplib::Server::HandlerResponse::Unhandled;
-    } catch (const ApiError& e) {
-      send_error(res, e);
-      if (Connection* conn = current_connection()) conn->close_after_response();
-      return httplib::Server::HandlerResponse::Handled;
-    }
-  });
-  // A connection that ends after this response says so.
-  svr_->set_post_routing_handler([](const Request&, Response& res) {
-    if (const Connection* conn = current_connection(); conn && conn->closing() && !res.has_header("Connection"))
-      res.set_header("Connection", "close");
-  });
-
-  svr_->Get("/health", [](const Request&, Response& res) { res.status = 200; });
-  svr_->Get("/version", [](const Request&, Response& res) { res.set_content(dump({{"version", version()}}), "application/json"); });
-  svr_->Get("/metrics", guarded([this](const Request&, Response& res) {
-    res.set_content(metrics_.render(opt_.served_model_name), "text/plain; version=0.0.4; charset=utf-8");
-  }));
-  svr_->Get("/v1/models", guarded([this](const Request&, Response& res) {
-    json model = {{"id", opt_.served_model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "ssmserve"},
-                  {"root", engine_.config().model.string()}, {"parent", nullptr}, {"max_model_len", opt_.max_model_len}};
-    res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
-  }));
-
-  // Tokenization: {"prompt": str} or {"messages": [...], "add_generation_prompt": bool}.
-  svr_->Post("/tokenize", with_body([this, check_model](const std::string& body, Response& res) {
-    const auto b = parse_body(body);
-    const Tokenizer* tok = engine_.tokenizer();
-    if (!tok) throw ApiError(400, "the model has no tokenizer");
-    std::string text;
-    if (b.contains("messages")) {
-      ChatRequest cr = parse_chat_request(b);
-      check_model(cr.model);
-      text = render_chat(cr);
-    } else {
-      if (b.contains("model") && !b["model"].is_null()) {
-        if (!b["model"].is_string()) bad_request("model", "model must be a string");
-        check_model(b["model"].get<std::string>());
-      }
-      if (!b.contains("prompt") || !b["prompt"].is_string()) bad_request("prompt", "prompt must be a string");
-      text = b["prompt"].get<std::string>();
-    }
-    const std::vector<int> ids = tok->encode(text);
-    json strs = json::array();
-    if (b.value("return_token_strs", false) == true)
-      for (int id : ids) strs.push_back(tok->id_to_token(id));
-    res.set_content(dump({{"count", ids.size()}, {"max_model_len", opt_.max_model_len}, {"tokens", ids},
-                          {"token_strs", strs.empty() ? json(nullptr) : strs}}),
-                    "application/json");
-  }));
-  svr_->Post("/detokenize", with_body([this, check_model](const std::string& body, Response& res) {
-    const auto b = parse_body(body);
-    const Tokenizer* tok = engine_.tokenizer();
-    if (!tok) throw ApiError(400, "the model has no tokenizer");
+  const auto b = parse_body(body);
+  const Tokenizer* tok = engine_.tokenizer();
+  if (!tok) throw ApiError(400, "the model has no tokenizer");
+  std::string text;
+  if (b.contains("messages")) {
+    ChatRequest cr = parse_chat_request(b);
+    check_model(cr.model);
+    text = render_chat(cr);
+  } else {
     if (b.contains("model") && !b["model"].is_null()) {
       if (!b["model"].is_string()) bad_request("model", "model must be a string");
       check_model(b["model"].get<std::string>());
     }
-    if (!b.contains("tokens") || !b["tokens"].is_array()) bad_request("tokens", "tokens must be a list of integers");
-    std::vector<int> ids;
-    for (const auto& v : b["tokens"]) {
-      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() >= engine_.model_config().vocab_size)
-        bad_request("tokens", fmt::format("tokens must be integers in [0, {})", engine_.model_config().vocab_size));
-      ids.push_back(v.get<int>());
-    }
-    res.set_content(dump({{"prompt", tok->decode(ids)}}), "application/json");
-  }));
-
-  svr_->Post("/v1/completions", with_body([this](const std::string& body, Response& res) { generate(false, body, res); }));
-  svr_->Post("/v1/chat/completions", with_body([this](const std::string& body, Response& res) { generate(true, body, res); }));
-
-  // Unknown routes and httplib's own errors (400 on a malformed request line or headers, 408 for a client too
-  // slow to send its request, 414 for a long URI) get an OpenAI body too.
-  svr_->set_error_handler(httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    int status = res.status;
-    std::string msg;
-    if (const Connection* conn = current_connection(); conn && conn->timed_out()) {
-      status = 408;
-      msg = "the request was not received in time";
-    } else if (status == 404) {
-      msg = fmt::format("Not Found: {} {}", req.method, req.path);
-    } else if (status == 414) {
-      msg = "the request URI is too long";
-    } else if (status == 413) {
-      msg = "the request body is too large";
-    } else if (status < 500) {
-      msg = "malformed HTTP request";
-    } else {
-      msg = "internal server error";
-    }
-    send_error(res, ApiError(status, msg));
-    // A request httplib could not parse (or a timeout) leaves the stream at an unknown position: answer once and
-    // close, instead of reading the rest as further requests (each another 400) on a kept-alive connection.
-    if (status != 404 && status != 405) {
-      if (Connection* conn = current_connection()) conn->close_after_response();
-      res.set_header("Connection", "close");
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+    if (!b.contains("prompt") || !b["prompt"].is_string()) bad_request("prompt", "prompt must be a string");
+    text = b["prompt"].get<std::string>();
+  }
+  const std::vector<int> ids = tok->encode(text);
+  json strs = json::array();
+  if (b.value("return_token_strs", false) == true)
+    for (int id : ids) strs.push_back(tok->id_to_token(id));
+  return json_response(json({{"count", ids.size()}, {"max_model_len", opt_.max_model_len}, {"tokens", ids},
+                        {"token_strs", strs.empty() ? json(nullptr) : strs}}));
 }
 
-namespace {
-/// Aborts a job's engine requests when dropped before release() (a handler that throws or returns early).
-struct AbortGuard {
-  AsyncEngine& engine;
-  const std::vector<std::string>& ids;
-  bool armed = true;
-  ~AbortGuard() {
-    if (armed) engine.abort(ids);
+HttpResponse OpenAIServer::detokenize(const std::string& body) const {
+  const std::string& name = opt_.served_model_name;
+  auto check_model = [&name](const std::optional<std::string>& model) {
+    if (model && *model != name) throw ApiError(404, fmt::format("The model `{}` does not exist.", *model), "model");
+  };
+  const auto b = parse_body(body);
+  const Tokenizer* tok = engine_.tokenizer();
+  if (!tok) throw ApiError(400, "the model has no tokenizer");
+  if (b.contains("model") && !b["model"].is_null()) {
+    if (!b["model"].is_string()) bad_request("model", "model must be a string");
+    check_model(b["model"].get<std::string>());
   }
-};
-}  // namespace
+  if (!b.contains("tokens") || !b["tokens"].is_array()) bad_request("tokens", "tokens must be a list of integers");
+  std::vector<int> ids;
+  for (const auto& v : b["tokens"]) {
+    if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() >= engine_.model_config().vocab_size)
+      bad_request("tokens", fmt::format("tokens must be integers in [0, {})", engine_.model_config().vocab_size));
+    ids.push_back(v.get<int>());
+  }
+  return json_response(json({{"prompt", tok->decode(ids)}}));
+}
 
-void OpenAIServer::generate(bool chat, const std::string& body, httplib::Response& res) {
+void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
+  const HttpRequest& req = ex->request();
+  // Every route runs inside this guard: nothing a client sends escapes as an exception.
+  try {
+    const std::string& p = req.path;
+    const bool get = req.method == "GET" || req.method == "HEAD";
+    if (p == "/health" && get) return ex->respond(HttpResponse{});
+    if (p == "/version" && get) return ex->respond(json_response({{"version", version()}}));
+    if (p == "/metrics" && get) {
+      HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = metrics_.render(opt_.served_model_name);
+      return ex->respond(std::move(r));
+    }
+    if (p == "/v1/models" && get) {
+      json model = {{"id", opt_.served_model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "ssmserve"},
+                    {"root", engine_.config().model.string()}, {"parent", nullptr}, {"max_model_len", opt_.max_model_len}};
+      return ex->respond(json_response({{"object", "list"}, {"data", json::array({model})}}));
+    }
+    if (req.method == "POST") {
+      if (p == "/tokenize") return ex->respond(tokenize(req.body));
+      if (p == "/detokenize") return ex->respond(detokenize(req.body));
+      if (p == "/v1/completions") return generate(false, req.body, ex);
+      if (p == "/v1/chat/completions") return generate(true, req.body, ex);
+    }
+    throw ApiError(404, fmt::format("Not Found: {} {}", req.method, req.path));
+  } catch (const ApiError& e) {
+    ex->respond(error_response(e));
+  } catch (const Error& e) {
+    ex->respond(error_response(ApiError(400, e.what())));
+  } catch (const std::bad_alloc&) {
+    ex->respond(error_response(ApiError(500, "out of memory")));
+  } catch (const std::exception& e) {
+    ex->respond(error_response(ApiError(500, e.what())));
+  }
+}
+
+void OpenAIServer::generate(bool chat, const std::string& body, const std::shared_ptr<Exchange>& ex) {
   InflightGuard inflight(inflight_);
   if (draining_) throw ApiError(503, "the server is shutting down");
   const auto b = parse_body(body);
@@ -488,52 +421,13 @@ void OpenAIServer::generate(bool chat, const std::string& body, httplib::Respons
     }
     job->prompts.push_back(std::move(rp));
   }
-  // 2. Hand the group to the engine thread; it accepts all or none.
-  job->channel = engine_.submit(std::move(reqs));
-  if (auto err = job->channel->wait_accepted()) throw ApiError(400, *err);
-  auto builder = std::make_shared<ResponseBuilder>(job);
-  // 3a. Not streaming: wait for the whole result before choosing the status, watching the connection (a client
-  // that went away aborts its requests) and the shutdown timeout.
-  if (!job->stream) {
-    AbortGuard abort_on_exit{engine_, job->request_ids};
-    Connection* conn = current_connection();
-    std::vector<OutputChannel::Item> items;
-    while (!builder->all_finished()) {
-      std::string fatal;
-      int fatal_status = 500;
-      items.clear();
-      job->channel->pop_all(items, kPollInterval, &fatal, &fatal_status);
-      for (const auto& it : items) builder->on_output(it.index, it.output);
-      if (builder->all_finished()) break;
-      if (!fatal.empty()) throw ApiError(fatal_status, fatal);
-      if (force_stop_) throw ApiError(503, "the server is shutting down; the request was aborted");
-      if (conn && conn->peer_closed()) {
-        spdlog::info("{}: the client disconnected; aborting", job->id);
-        conn->close_after_response();
-        return;  // the guard aborts; nothing can be delivered
-      }
-    }
-    abort_on_exit.armed = false;
-    res.set_content(dump(builder->final_response()), "application/json");
-    return;
-  }
-  // 3b. Streaming: SSE chunks as outputs arrive. A client that goes away ends the provider: the releaser aborts.
-  auto opened = std::make_shared<bool>(false);
-  auto provider = [this, builder, opened](size_t, httplib::DataSink& sink) -> bool {
-    try {
-      return provide(*builder, *opened, sink, force_stop_);
-    } catch (const std::exception& e) {  // never let an exception into httplib's connection thread
-      spdlog::error("response to {} failed: {}", builder->job().id, e.what());
-      return false;
-    }
-  };
-  auto counter = inflight.release();
-  auto releaser = [this, builder, counter](bool) {
-    if (!builder->all_finished()) engine_.abort(builder->job().request_ids);
-    --*counter;
-  };
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", provider, releaser);
+  // 2. Hand the group to the engine thread (it accepts all or none) and the exchange to a producer, woken by the
+  // channel whenever the engine has something for it.
+  std::weak_ptr<Exchange> wex = ex;
+  job->channel = engine_.submit(std::move(reqs), [wex] {
+    if (auto e = wex.lock()) e->wake();
+  });
+  ex->respond_later(std::make_shared<GenerationProducer>(*this, ex, job, inflight.release()));
 }
 
 }  // namespace ssmserve::server

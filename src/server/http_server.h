@@ -1,5 +1,5 @@
-// Owns the OpenAI-compatible HTTP server (cpp-httplib, one thread per connection from a large pool): routes,
-// request validation against the model, SSE streaming, client-disconnect aborts and graceful draining.
+// Owns the OpenAI-compatible HTTP server over the event-driven transport (http_transport.h): routes, request
+// validation against the model, SSE streaming with backpressure, client-disconnect aborts and graceful draining.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -8,12 +8,8 @@
 #include "server/async_engine.h"
 #include "chat/chat_template.h"
 #include "server/metrics.h"
+#include "server/http_transport.h"
 #include "server/protocol.h"
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace ssmserve::server {
 
@@ -25,9 +21,14 @@ struct ServerOptions {
   int port = 8000;                     ///< 0 = any free port (see OpenAIServer::bind)
   std::string served_model_name;       ///< the id clients send as "model"
   int max_model_len = 0;               ///< prompt + max_tokens limit (resolved by the caller, > 0)
-  int http_threads = 256;              ///< connections served at once (each streaming client holds one)
+  int http_threads = 4;                ///< handler threads (parsing, tokenizing, chat templates)
+  int io_threads = 2;                  ///< threads running every connection's I/O
+  int max_connections = 16384;         ///< open connections (more: 503 and closed)
   size_t max_body_bytes = 32u << 20;   ///< larger request bodies (Content-Length or chunked) get 413
   double read_timeout_s = 60.0;        ///< a request's headers + body must arrive within it (else 408, closed)
+  double header_timeout_s = 10.0;      ///< a request's line + headers must arrive within it (else 408, closed)
+  double keep_alive_timeout_s = 5.0;   ///< idle connections are closed after it
+  double write_timeout_s = 60.0;       ///< a client that reads nothing of its response for this long is dropped
   /// vLLM's --trust-request-chat-template: a chat request's own `chat_template` is rendered (a template costs CPU
   /// and memory up to the Jinja engine's bounds, so only when the operator trusts its clients); else such a
   /// request is a 400.
@@ -54,22 +55,24 @@ class OpenAIServer {
   int num_inflight() const { return inflight_->load(); }
 
  private:
-  void install_routes();
-  /// Framing, method and drain checks before httplib reads a body (pre-routing). Throws ApiError.
-  void precheck(const httplib::Request& req, httplib::Response& res) const;
-  /// Reads a POST body through httplib's content reader, at most opt_.max_body_bytes (413 beyond).
-  template <class Reader>
-  std::string read_body(const httplib::Request& req, const Reader& reader) const;
+  class GenerationProducer;
+  /// Drain, method and body-framing checks on the headers, before a body is read; a response refuses.
+  std::optional<HttpResponse> precheck(const HttpRequest& req) const;
+  /// Routes a complete request (worker thread); every failure becomes an OpenAI error response.
+  void handle(const std::shared_ptr<Exchange>& ex);
   /// The prompt text of a chat request: its own chat_template or the server's, with add_generation_prompt /
   /// continue_final_message. Throws ApiError 400 when the template fails.
   std::string render_chat(const ChatRequest& cr) const;
-  /// Answers a generation request (completions or chat) whose body is `body`.
-  void generate(bool chat, const std::string& body, httplib::Response& res);
+  HttpResponse tokenize(const std::string& body) const;
+  HttpResponse detokenize(const std::string& body) const;
+  /// Answers a generation request (completions or chat) whose body is `body`: validates, submits to the engine
+  /// and hands the exchange a producer (whole JSON or SSE). Throws ApiError.
+  void generate(bool chat, const std::string& body, const std::shared_ptr<Exchange>& ex);
   AsyncEngine& engine_;
   Metrics& metrics_;
   ChatTemplate chat_template_;
   ServerOptions opt_;
-  std::unique_ptr<HttpServer> svr_;
+  std::unique_ptr<HttpTransport> transport_;
   std::shared_ptr<std::atomic<int>> inflight_ = std::make_shared<std::atomic<int>>(0);
   std::atomic<bool> draining_{false};
   std::atomic<bool> force_stop_{false};  ///< drain timeout passed: running requests end now

@@ -70,6 +70,10 @@ std::string Metrics::render(const std::string& model_name) const {
   metric("state_cache_usage_perc", "gauge", "Fraction of state blocks in use (vLLM's kv_cache_usage_perc).",
          gauges_.state_blocks_total ? static_cast<double>(gauges_.state_blocks_used) / gauges_.state_blocks_total : 0.0);
   metric("num_preemptions_total", "counter", "Cumulative preemptions.", gauges_.num_preemptions);
+  metric("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+         static_cast<double>(gauges_.prefix_cache_queries));
+  metric("prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.",
+         static_cast<double>(gauges_.prefix_cache_hits));
   metric("prompt_tokens_total", "counter", "Prefilled prompt tokens.", static_cast<double>(prompt_tokens_));
   metric("generation_tokens_total", "counter", "Generated tokens.", static_cast<double>(generation_tokens_));
   out += "# HELP ssmserve:request_success_total Finished requests by finish reason.\n# TYPE ssmserve:request_success_total counter\n";

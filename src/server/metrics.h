@@ -26,6 +26,8 @@ struct EngineGauges {
   int state_blocks_used = 0;
   int state_blocks_total = 0;     ///< blocks that can be handed out (the null block excluded)
   int num_preemptions = 0;        ///< cumulative
+  int64_t prefix_cache_queries = 0;  ///< cumulative prompt tokens looked up in the prefix cache
+  int64_t prefix_cache_hits = 0;     ///< cumulative of those served from it
 };
 
 /// Thread-safe metrics store: the engine thread records, HTTP handlers render.

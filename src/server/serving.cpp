@@ -15,8 +15,10 @@ json stop_reason_json(const CompletionOutput& c) {
 
 ResponseBuilder::ResponseBuilder(std::shared_ptr<GenerationJob> job) : job_(std::move(job)) {
   const size_t choices = job_->request_ids.size();
-  last_.resize(choices);
-  sent_logprobs_.assign(choices, 0);
+  acc_.resize(choices);
+  finished_.assign(choices, 0);
+  num_tokens_.assign(choices, 0);
+  num_cached_.assign(choices, 0);
   next_offset_.assign(choices, 0);
   sent_prompt_logprobs_.assign(choices, 0);
 }
@@ -91,7 +93,7 @@ json ResponseBuilder::chat_logprobs(const std::vector<std::vector<TokenLogprob>>
 
 std::vector<json> ResponseBuilder::opening_chunks() {
   std::vector<json> out;
-  for (size_t i = 0; i < last_.size(); ++i) {
+  for (size_t i = 0; i < finished_.size(); ++i) {
     const int idx = static_cast<int>(i);
     if (job_->chat) {
       out.push_back(chunk({{"index", idx}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
@@ -108,20 +110,21 @@ std::vector<json> ResponseBuilder::opening_chunks() {
   return out;
 }
 
-std::vector<json> ResponseBuilder::on_output(int index, const RequestOutput& out) {
+std::vector<json> ResponseBuilder::on_output(int index, RequestOutput&& out) {
   std::vector<json> chunks;
-  if (index < 0 || static_cast<size_t>(index) >= last_.size() || out.outputs.empty()) return chunks;
-  const bool was_finished = last_[index] && last_[index]->finished;
-  last_[index] = out;
-  if (out.finished && !was_finished) ++num_finished_;
-  if (!job_->stream) return chunks;
+  if (index < 0 || static_cast<size_t>(index) >= finished_.size() || out.outputs.empty() || finished_[index]) return chunks;
+  if (out.finished) finished_[index] = 1, ++num_finished_;
+  num_tokens_[index] += out.outputs[0].token_ids.size();
+  num_cached_[index] = std::max(num_cached_[index], out.num_cached_tokens);
+  if (!job_->stream) {
+    if (!acc_[index]) acc_[index] = std::move(out);
+    else append_delta(*acc_[index], std::move(out));
+    return chunks;
+  }
   const CompletionOutput& c = out.outputs[0];
   json lp = nullptr;
-  if (job_->logprobs && c.logprobs.size() > sent_logprobs_[index]) {
-    lp = job_->chat ? chat_logprobs(c.logprobs, sent_logprobs_[index])
-                    : completion_logprobs(c.logprobs, sent_logprobs_[index], next_offset_[index]);
-    sent_logprobs_[index] = c.logprobs.size();
-  }
+  if (job_->logprobs && !c.logprobs.empty())
+    lp = job_->chat ? chat_logprobs(c.logprobs, 0) : completion_logprobs(c.logprobs, 0, next_offset_[index]);
   if (job_->echo && job_->logprobs && !sent_prompt_logprobs_[index] && !out.prompt_logprobs.empty()) {
     // The prompt's logprobs (known once it is prefilled) go first, as in the non-streaming response; the prompt
     // text itself went out in the opening chunk.
@@ -149,9 +152,15 @@ std::vector<json> ResponseBuilder::on_output(int index, const RequestOutput& out
 json ResponseBuilder::usage() const {
   long long prompt = 0, completion = 0;
   for (const auto& p : job_->prompts) prompt += static_cast<long long>(p.token_ids.size());
-  for (const auto& o : last_)
-    if (o && !o->outputs.empty() && !job_->prompt_only) completion += static_cast<long long>(o->outputs[0].token_ids.size());
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  if (!job_->prompt_only)
+    for (size_t n : num_tokens_) completion += static_cast<long long>(n);
+  // Prompt tokens served from the prefix cache: each prompt counted once (its first choice), as prompt_tokens.
+  long long cached = 0;
+  for (size_t i = 0; i < num_cached_.size(); i += static_cast<size_t>(std::max(1, job_->n))) cached += num_cached_[i];
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 json ResponseBuilder::usage_chunk() const {
@@ -214,9 +223,9 @@ json ResponseBuilder::vllm_prompt_logprobs(const RequestOutput& o) const {
 
 json ResponseBuilder::final_response() const {
   json choices = json::array();
-  for (size_t i = 0; i < last_.size(); ++i) {
-    if (!last_[i] || last_[i]->outputs.empty()) continue;
-    const RequestOutput& o = *last_[i];
+  for (size_t i = 0; i < acc_.size(); ++i) {
+    if (!acc_[i] || acc_[i]->outputs.empty()) continue;
+    const RequestOutput& o = *acc_[i];
     const CompletionOutput& c = o.outputs[0];
     const json finish = job_->prompt_only ? "length" : std::string(finish_reason_name(c.finish_reason));
     if (job_->chat) {

@@ -39,18 +39,21 @@ struct GenerationJob {
   const Tokenizer* tokenizer = nullptr;
 };
 
-/// Accumulates a job's outputs and renders them. Not thread-safe (one HTTP handler owns it).
+/// Accumulates a job's delta outputs (to_delta) and renders them. Not thread-safe (one HTTP handler owns
+/// it). A streaming job keeps only counters (each output is rendered and dropped); a non-streaming one keeps the
+/// whole output per choice.
 class ResponseBuilder {
  public:
   explicit ResponseBuilder(std::shared_ptr<GenerationJob> job);
-  /// Takes one engine output (index = choice index). Returns the SSE chunk objects it produces (streaming).
-  std::vector<nlohmann::json> on_output(int index, const RequestOutput& out);
+  /// Takes one engine delta output (index = choice index; deltas merged by OutputChannel are fine). Returns the
+  /// SSE chunk objects it produces (streaming).
+  std::vector<nlohmann::json> on_output(int index, RequestOutput&& out);
   /// SSE chunks to send before any output (chat: the assistant role; echo: the prompt text).
   std::vector<nlohmann::json> opening_chunks();
-  bool all_finished() const { return num_finished_ == static_cast<int>(last_.size()); }
+  bool all_finished() const { return num_finished_ == static_cast<int>(finished_.size()); }
   /// The whole non-streaming response body (call when all_finished()).
   nlohmann::json final_response() const;
-  /// The usage object {prompt_tokens, completion_tokens, total_tokens}.
+  /// The usage object {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}.
   nlohmann::json usage() const;
   /// The streaming usage chunk (choices: []).
   nlohmann::json usage_chunk() const;
@@ -73,8 +76,10 @@ class ResponseBuilder {
   size_t token_chars(int id) const;
 
   std::shared_ptr<GenerationJob> job_;
-  std::vector<std::optional<RequestOutput>> last_;  // [choices] latest cumulative output
-  std::vector<size_t> sent_logprobs_;               // [choices] logprob entries already streamed
+  std::vector<std::optional<RequestOutput>> acc_;   // [choices] non-streaming: the whole output so far
+  std::vector<char> finished_;                      // [choices]
+  std::vector<size_t> num_tokens_;                  // [choices] generated tokens so far
+  std::vector<int> num_cached_;                     // [choices] prompt tokens served from the prefix cache
   std::vector<size_t> next_offset_;                 // [choices] text_offset (characters) of the next streamed token
   std::vector<char> sent_prompt_logprobs_;          // [choices] echo: the prompt's logprobs were streamed
   int num_finished_ = 0;
