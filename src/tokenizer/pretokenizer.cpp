@@ -16,16 +16,23 @@ namespace ssmserve {
 
 namespace {
 
-/// NFC of well-formed UTF-8 with utf8proc (lengths passed explicitly, so embedded NULs are kept).
-std::string utf8proc_nfc(std::string_view text) {
+/// `form` of well-formed UTF-8 with utf8proc (lengths passed explicitly, so embedded NULs are kept).
+std::string utf8proc_normalize(std::string_view text, NormalForm form) {
   if (text.empty()) return {};
+  int options = UTF8PROC_STABLE;
+  switch (form) {
+    case NormalForm::kNFC: options |= UTF8PROC_COMPOSE; break;
+    case NormalForm::kNFD: options |= UTF8PROC_DECOMPOSE; break;
+    case NormalForm::kNFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::kNFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+  }
   utf8proc_uint8_t* dst = nullptr;
   const utf8proc_ssize_t n =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
-                   &dst, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+                   &dst, static_cast<utf8proc_option_t>(options));
   if (n < 0) {
     std::free(dst);
-    fail("NFC normalization failed: {}", utf8proc_errmsg(n));
+    fail("Unicode normalization failed: {}", utf8proc_errmsg(n));
   }
   std::string out(reinterpret_cast<const char*>(dst), static_cast<std::size_t>(n));
   std::free(dst);
@@ -34,18 +41,19 @@ std::string utf8proc_nfc(std::string_view text) {
 
 }  // namespace
 
-std::string nfc_normalize(std::string_view text) {
-  // Fast path: code points below U+0300 are NFC-stable and never compose with a preceding character; only marks and
-  // characters from U+0300 on (lead bytes >= 0xCC) can change under NFC.
+std::string unicode_normalize(std::string_view text, NormalForm form) {
+  // Fast path: ASCII is stable under every form; code points below U+0300 are also NFC-stable and never compose with
+  // a preceding character (only marks and characters from U+0300 on, lead bytes >= 0xCC, can change under NFC).
+  const unsigned char limit = form == NormalForm::kNFC ? 0xCC : 0x80;
   bool simple = true;
   for (char c : text) {
-    if (static_cast<unsigned char>(c) >= 0xCC) {
+    if (static_cast<unsigned char>(c) >= limit) {
       simple = false;
       break;
     }
   }
   if (simple) return std::string(text);
-  // Characters HF's NFC does not know act as plain starters there: normalize the runs between them separately.
+  // Characters HF's normalizer does not know act as plain starters there: normalize the runs between them separately.
   std::string out;
   out.reserve(text.size());
   std::size_t run = 0;
@@ -56,16 +64,18 @@ std::string nfc_normalize(std::string_view text) {
       char32_t cp = len == 2 ? (b0 & 0x1F) : len == 3 ? (b0 & 0x0F) : (b0 & 0x07);
       for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
       if (unicode_compat::hf_nfc_unknown(cp)) {
-        out += utf8proc_nfc(text.substr(run, i - run));
+        out += utf8proc_normalize(text.substr(run, i - run), form);
         out.append(text.substr(i, len));
         run = i + len;
       }
     }
     i += len;
   }
-  out += utf8proc_nfc(text.substr(run));
+  out += utf8proc_normalize(text.substr(run), form);
   return out;
 }
+
+std::string nfc_normalize(std::string_view text) { return unicode_normalize(text, NormalForm::kNFC); }
 
 namespace {
 
@@ -221,6 +231,46 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
   }
   if (prev < text.size()) out.push_back(text.substr(prev));
   pcre2_match_data_free(md);
+}
+
+void RegexSplitter::find_matches(std::string_view text, std::vector<PatternPiece>& out) const {
+  if (text.empty()) {
+    out.push_back({0, 0, false});
+    return;
+  }
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
+  SSM_CHECK(md != nullptr, "PCRE2 could not allocate match data");
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  std::size_t last_end = 0;   // where the next search starts
+  std::size_t prev = 0;       // end of the pieces already emitted
+  bool matched = false;       // a match was found before (last_match_end is valid)
+  std::size_t last_match_end = 0;
+  while (last_end <= text.size()) {
+    const int rc = pcre2_match(impl_->code, subject, text.size(), last_end, PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      pcre2_match_data_free(md);
+      fail("PCRE2 match failed with code {}", rc);
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const std::size_t start = ov[0], end = ov[1];
+    if (start == end && matched && last_match_end == end) {  // no empty match right after the previous match
+      last_end += last_end < text.size() ? (static_cast<unsigned char>(text[last_end]) < 0x80   ? 1
+                                            : static_cast<unsigned char>(text[last_end]) < 0xE0 ? 2
+                                            : static_cast<unsigned char>(text[last_end]) < 0xF0 ? 3
+                                                                                                : 4)
+                                         : 1;
+      continue;
+    }
+    last_end = end;
+    matched = true;
+    last_match_end = end;
+    if (prev != start) out.push_back({prev, start, false});
+    out.push_back({start, end, true});
+    prev = end;
+  }
+  pcre2_match_data_free(md);
+  if (prev != text.size()) out.push_back({prev, text.size(), false});
 }
 
 }  // namespace ssmserve

@@ -13,6 +13,13 @@ namespace ssmserve {
 /// input is already well-formed).
 std::string nfc_normalize(std::string_view text);
 
+/// The Unicode normalization forms of HF's NFC / NFD / NFKC / NFKD normalizers.
+enum class NormalForm { kNFC, kNFD, kNFKC, kNFKD };
+
+/// `form` of well-formed UTF-8, computed as nfc_normalize does (utf8proc, with the characters HF's tables do not know
+/// kept as plain starters). Throws Error if utf8proc fails.
+std::string unicode_normalize(std::string_view text, NormalForm form);
+
 /// Translates a regex written for Oniguruma (the engine HF `tokenizers` runs Split and ByteLevel patterns with) into
 /// an equivalent PCRE2 pattern: `\s` / `\S` become Oniguruma's Unicode whitespace class (U+0009..U+000D, U+0085 and
 /// \p{Z}; PCRE2's UCP `\s` adds U+180E), and `\p{L}`, `\p{N}`, `\p{M}` (`\P{..}` outside classes) are widened with
@@ -24,6 +31,14 @@ std::string onig_to_pcre2(std::string_view onig_pattern);
 /// The GPT-2 split regex of HF's ByteLevel pre-tokenizer (use_regex=true), in Oniguruma syntax:
 ///   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 std::string_view gpt2_split_pattern();
+
+/// One piece of a pattern search over a text (HF's Pattern::find_matches): bytes [start, end) and whether they are a
+/// match or a gap between matches.
+struct PatternPiece {
+  std::size_t start;
+  std::size_t end;
+  bool is_match;
+};
 
 /// A `tokenizers` Split pre-tokenizer with behavior Isolated and invert=false: every regex match becomes a pre-token,
 /// and so does every non-empty gap between matches. Empty matches produce no piece (they only cut a gap, as in
@@ -41,6 +56,11 @@ class RegexSplitter {
 
   /// Appends the pre-tokens of `text` (well-formed UTF-8) to `out`, in order, covering all of `text`.
   void split(std::string_view text, std::vector<std::string_view>& out) const;
+
+  /// HF's `Pattern::find_matches` for this regex, run as the `onig` crate's find_iter runs it: the matches and the
+  /// gaps between them in order, covering all of `text` (an empty match is an empty piece, except right after the
+  /// previous match; an empty `text` gives one empty gap). Appends to `out`.
+  void find_matches(std::string_view text, std::vector<PatternPiece>& out) const;
 
  private:
   struct Impl;

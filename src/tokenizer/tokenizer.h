@@ -1,4 +1,5 @@
-// Owns ssmserve's public tokenizer API: Hugging Face tokenizer.json byte-level BPE (GPT-NeoX-20B, GPT-2, Qwen families) and streaming detokenization.
+// Owns ssmserve's public tokenizer API: Hugging Face tokenizer.json BPE pipelines and SentencePiece models of the
+// supported checkpoint families, and streaming detokenization.
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -10,12 +11,15 @@
 
 namespace ssmserve {
 
-/// A byte-level BPE tokenizer loaded from a Hugging Face `tokenizer.json`, reproducing `tokenizers` (Rust, 0.23)
-/// exactly for the supported pipeline: normalizer NFC or none; pre-tokenizer ByteLevel (add_prefix_space=false;
-/// GPT-2 regex, or none with use_regex=false), or a Sequence of Split (Isolated, not inverted; Oniguruma regex or
-/// literal string) pre-tokenizers ending in ByteLevel; model BPE (no dropout, no unk, no subword prefix/suffix); post-processor ByteLevel or none (adds
-/// nothing); decoder ByteLevel or none; added tokens without lstrip/rstrip/single_word.
-/// Copies share the loaded tables (cheap); every method is const and thread-safe.
+/// A tokenizer loaded from a Hugging Face `tokenizer.json`, reproducing `tokenizers` (Rust, 0.23) exactly for the
+/// components the supported checkpoints use: normalizers NFC / NFD / NFKC / NFKD / Lowercase / Strip / Prepend /
+/// Replace / Sequence; pre-tokenizers ByteLevel (with or without its regex, add_prefix_space) / Split (any regex or
+/// string, every behaviour, invert) / Metaspace (prepend_scheme, split) / Digits / Punctuation / WhitespaceSplit /
+/// Sequence; model BPE (byte_fallback, ignore_merges, unk_token + fuse_unk, continuing_subword_prefix,
+/// end_of_word_suffix; dropout refused); post-processors TemplateProcessing / ByteLevel / Bert / Roberta / Sequence;
+/// decoders ByteLevel / Metaspace / Replace / ByteFallback / Fuse / Strip / Sequence; added tokens with lstrip / rstrip
+/// / single_word / normalized / special. Any other component is an Error naming it. Or from a SentencePiece
+/// `tokenizer.model` (libsentencepiece). Copies share the loaded tables (cheap); every method is const and thread-safe.
 class Tokenizer {
  public:
   /// Loads `tokenizer_json` as transformers 5.x `AutoTokenizer.from_pretrained(folder)` builds it: the tokenizer class
@@ -31,14 +35,26 @@ class Tokenizer {
   /// merges and added tokens with that class's pipeline). Throws Error as from_file(tokenizer_json).
   static Tokenizer from_file(const std::filesystem::path& tokenizer_json, std::string_view tokenizer_class);
 
-  /// Token ids of `text`, like HF `tokenizer.encode(text, add_special_tokens=True)` (nothing is added for this
-  /// pipeline). Steps: repair ill-formed UTF-8 like Python's `decode('utf-8', errors='replace')`; split out
-  /// non-normalized added tokens (e.g. `<|endoftext|>`) anywhere in the raw text; NFC each remaining piece; split out
-  /// normalized added tokens (e.g. runs of spaces); split the rest with the pre-tokenizer's regexes; BPE each pre-token.
-  std::vector<int> encode(std::string_view text) const;
+  /// Loads a SentencePiece model file (`tokenizer.model`, protobuf) through libsentencepiece: encode() gives the ids of
+  /// the `sentencepiece` package's encode(text), plus the model's BOS first when special tokens are added (as
+  /// transformers' Llama-style classes do); decode() is its decode(ids). Throws Error naming the file when it cannot
+  /// be read or is not a valid model (truncated, lying lengths, ...).
+  static Tokenizer from_sentencepiece(const std::filesystem::path& model_file);
 
-  /// Text of `ids`, like HF `decode(ids, skip_special_tokens)`: the bytes of every token (see token_bytes) are
-  /// joined and decoded as UTF-8 with U+FFFD for ill-formed or incomplete sequences. Ids outside the vocabulary
+  /// The tokenizer of a checkpoint folder: tokenizer.json (from_file) when present, else a SentencePiece
+  /// tokenizer.model / tokenizer.model.v3 / tokenizer.model.v1 (from_sentencepiece). Throws Error naming the folder
+  /// when it has none.
+  static Tokenizer from_pretrained(const std::filesystem::path& folder);
+
+  /// Token ids of `text`, like HF `tokenizer.encode(text, add_special_tokens=add_special_tokens)`. Steps: repair
+  /// ill-formed UTF-8 like Python's `decode('utf-8', errors='replace')`; split out non-normalized added tokens
+  /// anywhere in the raw text; normalize each remaining piece; split out normalized added tokens; pre-tokenize the
+  /// rest; BPE each word; then, with `add_special_tokens`, the post-processor's tokens around the sequence (e.g. BOS).
+  std::vector<int> encode(std::string_view text, bool add_special_tokens = true) const;
+
+  /// Text of `ids`, like HF `decode(ids, skip_special_tokens)`: the token strings of the ids go through the decoder
+  /// (byte-level: the bytes of every token, see token_bytes, joined and decoded as UTF-8 with U+FFFD for ill-formed or
+  /// incomplete sequences). Ids outside the vocabulary
   /// (negative, or padding ids of a larger embedding, e.g. 50277..50279) contribute nothing, as in HF. No
   /// clean_up_tokenization_spaces: tokenizer_config.json does not set it, and transformers >= 4.45 defaults it to
   /// false (the `tokenizers` library never applies it).
@@ -57,8 +73,8 @@ class Tokenizer {
   /// True for added tokens marked special (e.g. `<|endoftext|>`); false otherwise, including out-of-range ids.
   bool is_special(int id) const;
 
-  /// Raw bytes `id` stands for, as HF's ByteLevel decoder maps it (added tokens: their content). May be an
-  /// incomplete UTF-8 fragment. Throws Error when `id` is outside [0, vocab_size()) or names no token.
+  /// Raw bytes `id` stands for in the middle of a text, as the decoder maps it (ByteLevel: its bytes; `<0xHH>`
+  /// byte-fallback tokens: that byte; Metaspace / Replace applied). May be an incomplete UTF-8 fragment. Throws Error when `id` is outside [0, vocab_size()) or names no token.
   std::string token_bytes(int id) const;
 
   /// True when `id` names a token (0 <= id < vocab_size() and not a gap in the id space).
@@ -68,14 +84,17 @@ class Tokenizer {
   struct Impl;
 
  private:
+  friend class IncrementalDetokenizer;
   explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };
 
 /// Streaming decoder for generated ids: push() returns only text that is complete UTF-8 (never half a character);
 /// flush() returns what remains (incomplete leftovers as U+FFFD). The concatenation of all push() and flush()
-/// outputs equals Tokenizer::decode of the same ids, for any ids (ill-formed bytes become U+FFFD as soon as they are
-/// known to be ill-formed). Ids outside the vocabulary yield nothing. Keeps a reference to `tok`: it must outlive
+/// outputs equals Tokenizer::decode of the same ids (ill-formed bytes become U+FFFD as soon as they are known to be
+/// ill-formed). Ids outside the vocabulary yield nothing. Byte-level decoders stream token bytes; other decoders
+/// (Metaspace, ByteFallback, Strip, SentencePiece) stream as `tokenizers`' DecodeStream does: the new text is
+/// decode(window) minus decode(window without the new ids), held back while it ends in U+FFFD. Keeps a reference to `tok`: it must outlive
 /// this object.
 class IncrementalDetokenizer {
  public:
@@ -95,6 +114,10 @@ class IncrementalDetokenizer {
   bool skip_special_;
   std::string pending_;  // bytes of an incomplete UTF-8 character (at most 3)
   std::string text_;
+  // Generic decoders: ids since the last emitted context, their first prefix_index_ already emitted as prefix_.
+  std::vector<int> window_;
+  std::size_t prefix_index_ = 0;
+  std::string prefix_;
 };
 
 }  // namespace ssmserve

@@ -16,86 +16,17 @@ namespace {
 
 using nlohmann::json;
 
-std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j.at("type").get<std::string>() : ""; }
-
-bool is_false_or_absent(const json& obj, const char* key) {
-  return !obj.contains(key) || obj.at(key).is_null() || (obj.at(key).is_boolean() && !obj.at(key).get<bool>());
+/// The string at obj[key], "" when absent or null. Throws Error when it is something else.
+std::string optional_string(const json& obj, const char* key, const char* what) {
+  if (!obj.contains(key) || obj.at(key).is_null()) return {};
+  SSM_CHECK(obj.at(key).is_string(), "{} '{}' must be a string (got {})", what, key, json_excerpt(obj.at(key)));
+  return obj.at(key).get<std::string>();
 }
 
-bool is_empty_string_or_absent(const json& obj, const char* key) {
-  return !obj.contains(key) || obj.at(key).is_null() || (obj.at(key).is_string() && obj.at(key).get<std::string>().empty());
-}
-
-/// One `Split` pre-tokenizer: pattern {"Regex": ...} or {"String": ...}, behavior Isolated, invert false.
-RegexSplitter parse_split(const json& split) {
-  const std::string behavior = split.value("behavior", std::string());
-  SSM_CHECK(behavior == "Isolated", "unsupported pre_tokenizer Split behavior '{}' (only Isolated)", behavior);
-  SSM_CHECK(is_false_or_absent(split, "invert"), "unsupported pre_tokenizer Split invert=true");
-  const json& pattern = split.value("pattern", json());
-  SSM_CHECK(pattern.is_object() && pattern.size() == 1 && (pattern.contains("Regex") || pattern.contains("String")),
-            "pre_tokenizer Split pattern must be {{\"Regex\": ...}} or {{\"String\": ...}} (got {})", json_excerpt(pattern));
-  if (pattern.contains("Regex")) return RegexSplitter(pattern.at("Regex").get<std::string>());
-  return RegexSplitter::literal(pattern.at("String").get<std::string>());
-}
-
-/// ByteLevel pre-tokenizer: the GPT-2 split when use_regex is true (the default), else the byte mapping only.
-void parse_byte_level(const json& pre, std::vector<RegexSplitter>& splitters) {
-  SSM_CHECK(is_false_or_absent(pre, "add_prefix_space"), "unsupported pre_tokenizer ByteLevel add_prefix_space=true");
-  if (!pre.contains("use_regex") || pre.at("use_regex").get<bool>()) splitters.emplace_back(gpt2_split_pattern());
-}
-
-/// The pre-tokenizer as a chain of splitters applied in order: ByteLevel alone, or a Sequence of Split pre-tokenizers
-/// ending in ByteLevel (which must come last: it maps bytes to the byte-level alphabet the vocabulary is written in).
-std::vector<RegexSplitter> parse_pre_tokenizer(const json& pre) {
-  std::vector<RegexSplitter> splitters;
-  const std::string t = type_of(pre);
-  if (t == "ByteLevel") {
-    parse_byte_level(pre, splitters);
-  } else if (t == "Sequence") {
-    const json& list = pre.value("pretokenizers", json());
-    SSM_CHECK(list.is_array() && !list.empty(), "pre_tokenizer Sequence needs a non-empty 'pretokenizers' list");
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::string ti = type_of(list[i]);
-      if (ti == "Split" && i + 1 < list.size()) {
-        splitters.push_back(parse_split(list[i]));
-      } else if (ti == "ByteLevel" && i + 1 == list.size()) {
-        parse_byte_level(list[i], splitters);
-      } else {
-        fail("unsupported pre_tokenizer '{}' at position {} of Sequence (supported: Split ..., then ByteLevel last)",
-             ti, i);
-      }
-    }
-  } else if (t == "Split") {
-    fail("unsupported pre_tokenizer Split without ByteLevel (byte-level BPE needs Sequence[Split, ByteLevel])");
-  } else {
-    fail("unsupported pre_tokenizer '{}' (supported: ByteLevel, Sequence of Split and ByteLevel)", t);
-  }
-  return splitters;
-}
-
-/// Validates the pipeline parts around the model; sets impl.nfc and impl.splitters.
-void check_pipeline(const json& root, Tokenizer::Impl& impl) {
-  bool nfc = false;
-  const json& norm = root.value("normalizer", json());
-  if (!norm.is_null()) {
-    const std::string t = type_of(norm);
-    if (t == "NFC") {
-      nfc = true;
-    } else if (t == "Sequence" && norm.contains("normalizers")) {
-      for (const json& n : norm.at("normalizers")) {
-        SSM_CHECK(type_of(n) == "NFC", "unsupported normalizer '{}' in Sequence", type_of(n));
-        nfc = true;
-      }
-    } else {
-      fail("unsupported normalizer '{}'", t);
-    }
-  }
-  impl.nfc = nfc;
-  impl.splitters = parse_pre_tokenizer(root.value("pre_tokenizer", json()));
-  const json& post = root.value("post_processor", json());
-  SSM_CHECK(post.is_null() || type_of(post) == "ByteLevel", "unsupported post_processor '{}'", type_of(post));
-  const json& dec = root.value("decoder", json());
-  SSM_CHECK(type_of(dec) == "ByteLevel", "unsupported decoder '{}' (only ByteLevel)", type_of(dec));
+bool optional_bool(const json& obj, const char* key, bool def, const char* what) {
+  if (!obj.contains(key) || obj.at(key).is_null()) return def;
+  SSM_CHECK(obj.at(key).is_boolean(), "{} '{}' must be true or false (got {})", what, key, json_excerpt(obj.at(key)));
+  return obj.at(key).get<bool>();
 }
 
 std::vector<std::pair<std::string, std::string>> parse_merges(const json& merges) {
@@ -135,19 +66,103 @@ int read_token_id(const json& id, const std::string& content, const char* what, 
   return static_cast<int>(id.get<std::int64_t>());
 }
 
-void build(const json& root, Tokenizer::Impl& impl) {
-  check_pipeline(root, impl);
-  const json& model = root.at("model");
-  const std::string mtype = model.value("type", std::string("BPE"));
-  SSM_CHECK(mtype == "BPE", "unsupported model type '{}' (only BPE)", mtype);
-  SSM_CHECK(model.value("dropout", json()).is_null() || model.at("dropout").get<double>() == 0.0,
-            "unsupported BPE dropout");
-  SSM_CHECK(is_empty_string_or_absent(model, "continuing_subword_prefix") &&
-                is_empty_string_or_absent(model, "end_of_word_suffix"),
-            "unsupported BPE continuing_subword_prefix/end_of_word_suffix");
-  SSM_CHECK(is_false_or_absent(model, "byte_fallback") && is_false_or_absent(model, "ignore_merges"),
-            "unsupported BPE byte_fallback/ignore_merges");
+/// A post-processor's token id: a non-negative integer naming a token (checked later against the tables).
+int post_id(const json& id, const char* what) {
+  SSM_CHECK(id.is_number_integer() && (id.is_number_unsigned() || id.get<std::int64_t>() >= 0) &&
+                id.get<std::int64_t>() <= kMaxTokenId,
+            "post_processor {} has a bad token id {}", what, json_excerpt(id));
+  return static_cast<int>(id.get<std::int64_t>());
+}
 
+/// The ids a post-processor adds around a single sequence (HF's TemplateProcessing `single`, Bert / Roberta
+/// processors' cls / sep, ByteLevel nothing, Sequence all in turn).
+void parse_post_processor(const json& post, std::vector<int>& prefix, std::vector<int>& suffix, int depth) {
+  if (post.is_null()) return;
+  SSM_CHECK(depth < 16, "post_processor Sequences nested too deeply");
+  SSM_CHECK(post.is_object() && post.contains("type") && post.at("type").is_string(),
+            "post_processor must be an object with a 'type' (got {})", json_excerpt(post));
+  const std::string t = post.at("type").get<std::string>();
+  if (t == "ByteLevel") return;
+  if (t == "Sequence") {
+    const json& list = post.value("processors", json());
+    SSM_CHECK(list.is_array(), "post_processor Sequence needs a 'processors' list (got {})", json_excerpt(list));
+    for (const json& p : list) parse_post_processor(p, prefix, suffix, depth + 1);
+    return;
+  }
+  if (t == "BertProcessing" || t == "RobertaProcessing") {
+    const json& cls = post.value("cls", json()), sep = post.value("sep", json());
+    SSM_CHECK(cls.is_array() && cls.size() == 2 && sep.is_array() && sep.size() == 2,
+              "post_processor {} needs 'cls' and 'sep' as [token, id]", t);
+    prefix.insert(prefix.begin(), post_id(cls[1], t.c_str()));
+    suffix.push_back(post_id(sep[1], t.c_str()));
+    return;
+  }
+  SSM_CHECK(t == "TemplateProcessing", "unsupported post_processor '{}' (supported: TemplateProcessing, ByteLevel, "
+            "BertProcessing, RobertaProcessing, Sequence)", t);
+  const json& single = post.value("single", json());
+  const json& specials = post.value("special_tokens", json::object());
+  SSM_CHECK(single.is_array(), "post_processor TemplateProcessing needs a 'single' list (got {})", json_excerpt(single));
+  SSM_CHECK(specials.is_object(), "post_processor TemplateProcessing special_tokens must be an object");
+  std::vector<int> before, after;
+  bool seen_sequence = false;
+  for (const json& piece : single) {
+    SSM_CHECK(piece.is_object() && piece.size() == 1, "bad TemplateProcessing piece {}", json_excerpt(piece));
+    if (piece.contains("Sequence")) {
+      const json& seq = piece.at("Sequence");
+      SSM_CHECK(seq.is_object() && seq.value("id", json()) == "A" && !seen_sequence,
+                "post_processor TemplateProcessing 'single' must name sequence A once (got {})", json_excerpt(piece));
+      seen_sequence = true;
+      continue;
+    }
+    SSM_CHECK(piece.contains("SpecialToken") && piece.at("SpecialToken").is_object() &&
+                  piece.at("SpecialToken").contains("id") && piece.at("SpecialToken").at("id").is_string(),
+              "bad TemplateProcessing piece {}", json_excerpt(piece));
+    const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+    SSM_CHECK(specials.contains(name) && specials.at(name).is_object() && specials.at(name).contains("ids") &&
+                  specials.at(name).at("ids").is_array(),
+              "post_processor TemplateProcessing uses special token '{}' missing from special_tokens",
+              text_excerpt(name));
+    for (const json& id : specials.at(name).at("ids")) (seen_sequence ? after : before).push_back(post_id(id, name.c_str()));
+  }
+  SSM_CHECK(seen_sequence, "post_processor TemplateProcessing 'single' has no sequence $A");
+  prefix.insert(prefix.end(), before.begin(), before.end());
+  suffix.insert(suffix.begin(), after.begin(), after.end());
+}
+
+/// The BPE model's options, refusing dropout (HF samples merges at random: not reproducible).
+BpeOptions parse_bpe_options(const json& model, bool byte_input) {
+  const json& dropout = model.value("dropout", json());
+  SSM_CHECK(dropout.is_null() || (dropout.is_number() && dropout.get<double>() == 0.0),
+            "unsupported BPE dropout {} (sampled merges cannot match a deterministic tokenizer)", json_excerpt(dropout));
+  BpeOptions o;
+  o.byte_input = byte_input;
+  o.byte_fallback = optional_bool(model, "byte_fallback", false, "BPE");
+  o.ignore_merges = optional_bool(model, "ignore_merges", false, "BPE");
+  o.fuse_unk = optional_bool(model, "fuse_unk", false, "BPE");
+  o.continuing_subword_prefix = optional_string(model, "continuing_subword_prefix", "BPE");
+  o.end_of_word_suffix = optional_string(model, "end_of_word_suffix", "BPE");
+  return o;
+}
+
+void build(const json& root, Tokenizer::Impl& impl) {
+  // 1. The pipeline components around the model.
+  impl.normalizer = Normalizer::from_json(root.value("normalizer", json()));
+  impl.pre_tokenizer = PreTokenizerChain::from_json(root.value("pre_tokenizer", json()));
+  impl.decoder = Decoder::from_json(root.value("decoder", json()));
+  impl.byte_level_decoder = impl.decoder.is_byte_level();
+  parse_post_processor(root.value("post_processor", json()), impl.prefix_ids, impl.suffix_ids, 0);
+
+  // 2. The model.
+  SSM_CHECK(root.contains("model") && root.at("model").is_object(), "tokenizer.json has no 'model' object");
+  const json& model = root.at("model");
+  const json& mtype_json = model.value("type", json("BPE"));
+  const std::string mtype = mtype_json.is_string() ? mtype_json.get<std::string>() : json_excerpt(mtype_json);
+  SSM_CHECK(mtype == "BPE", "unsupported model type '{}' (only BPE)", mtype);
+  BpeOptions options = parse_bpe_options(model, impl.pre_tokenizer.raw_bytes_out());
+  const std::string unk_token = optional_string(model, "unk_token", "BPE");
+
+  // 3. Vocabulary and added tokens, with bounded ids.
+  SSM_CHECK(model.contains("vocab"), "model has no 'vocab'");
   const json& vocab = model.at("vocab");
   SSM_CHECK(vocab.is_object(), "model.vocab must be an object of token -> id (got {})", json_excerpt(vocab));
   static const json kNoAddedTokens = json::array();
@@ -163,43 +178,74 @@ void build(const json& root, Tokenizer::Impl& impl) {
     impl.vocab.emplace(tok, i);
     max_id = std::max(max_id, i);
   }
+  if (!unk_token.empty()) {
+    auto it = impl.vocab.find(unk_token);
+    SSM_CHECK(it != impl.vocab.end(), "BPE unk_token '{}' is not in the vocabulary", text_excerpt(unk_token));
+    options.unk_id = it->second;
+  }
   struct Added {
     std::string content;
     int id;
     bool special, normalized;
+    AddedTokenFlags flags;
   };
   std::vector<Added> added;
+  added.reserve(added_json.size());
   for (const json& a : added_json) {
     SSM_CHECK(a.is_object(), "added_tokens entry must be an object (got {})", json_excerpt(a));
+    SSM_CHECK(a.contains("content") && a.at("content").is_string() && a.contains("id"),
+              "added_tokens entry needs a string 'content' and an 'id' (got {})", json_excerpt(a));
     std::string content = a.at("content").get<std::string>();
     const int id = read_token_id(a.at("id"), content, "added token", id_limit, entries);
-    Added t{std::move(content), id, a.value("special", false), a.value("normalized", false)};
-    SSM_CHECK(!a.value("single_word", false) && !a.value("lstrip", false) && !a.value("rstrip", false),
-              "unsupported added token options (single_word/lstrip/rstrip) on '{}'", text_excerpt(t.content));
+    const char* what = "added token";
+    const bool special = optional_bool(a, "special", false, what);
+    Added t{std::move(content), id, special, optional_bool(a, "normalized", !special, what),
+            AddedTokenFlags{optional_bool(a, "lstrip", false, what), optional_bool(a, "rstrip", false, what),
+                            optional_bool(a, "single_word", false, what)}};
     max_id = std::max(max_id, t.id);
     added.push_back(std::move(t));
   }
+
+  // 4. Per-id tables.
   const std::size_t n = max_id < 0 ? 0 : static_cast<std::size_t>(max_id) + 1;  // max_id <= kMaxTokenId
   impl.token_strings.assign(n, std::string());
-  impl.token_raw.assign(n, std::string());
+  impl.decode_strings.assign(n, std::string());
   impl.kinds.assign(n, Tokenizer::Impl::kNone);
   for (const auto& [tok, id] : impl.vocab) {
     impl.token_strings[id] = tok;
-    impl.token_raw[id] = byte_level::token_string_to_bytes(tok);
+    impl.decode_strings[id] = tok;
     impl.kinds[id] = Tokenizer::Impl::kNormal;
   }
   for (const Added& t : added) {
+    if (impl.added.count(t.content) != 0) continue;  // a repeated content keeps its first entry
     impl.token_strings[t.id] = t.content;
-    impl.token_raw[t.id] = byte_level::token_string_to_bytes(t.content);
     impl.kinds[t.id] = t.special ? Tokenizer::Impl::kSpecial : Tokenizer::Impl::kNormal;
     impl.added.emplace(t.content, t.id);
     if (t.normalized) {
-      impl.normalized_added.add(impl.nfc ? nfc_normalize(t.content) : t.content, t.id);
+      // As HF: matched, and handed to the decoder, in its normalized form.
+      std::string norm = impl.normalizer.apply(t.content);
+      impl.decode_strings[t.id] = norm;
+      impl.normalized_added.add(norm, t.id, t.flags);
     } else {
-      impl.raw_added.add(t.content, t.id);
+      impl.decode_strings[t.id] = t.content;
+      impl.raw_added.add(t.content, t.id, t.flags);
     }
   }
-  impl.bpe = std::make_unique<BpeModel>(impl.vocab, parse_merges(model.at("merges")));
+  impl.token_raw.assign(n, std::string());
+  impl.fallback_byte.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (impl.kinds[i] == Tokenizer::Impl::kNone) continue;
+    impl.token_raw[i] = impl.decoder.token_bytes(impl.decode_strings[i]);
+    impl.fallback_byte[i] = impl.decoder.is_fallback_byte(impl.decode_strings[i]) ? 1 : 0;
+  }
+  for (const int id : impl.prefix_ids)
+    SSM_CHECK(impl.has(id), "post_processor adds token id {}, which names no token", id);
+  for (const int id : impl.suffix_ids)
+    SSM_CHECK(impl.has(id), "post_processor adds token id {}, which names no token", id);
+
+  SSM_CHECK(model.contains("merges"), "model has no 'merges'");
+  SSM_CHECK(model.at("merges").is_array(), "model.merges must be a list (got {})", json_excerpt(model.at("merges")));
+  impl.bpe = std::make_unique<BpeModel>(impl.vocab, parse_merges(model.at("merges")), std::move(options));
 }
 
 }  // namespace
@@ -231,6 +277,50 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json, std:
     fail("tokenizer file {}: {}", tokenizer_json.string(), e.what());
   }
   return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::from_sentencepiece(const std::filesystem::path& model_file) {
+  const std::string bytes = read_text_file(model_file, kMaxTokenizerFileBytes);
+  auto impl = std::make_shared<Impl>();
+  auto spm = std::make_shared<const SentencePieceModel>(bytes, "tokenizer file " + model_file.string());
+  const auto n = static_cast<std::size_t>(spm->size());
+  impl->token_strings.resize(n);
+  impl->token_raw.resize(n);
+  impl->kinds.assign(n, Impl::kNormal);
+  impl->fallback_byte.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const int id = static_cast<int>(i);
+    std::string piece = spm->piece(id);
+    if (spm->is_control(id)) impl->kinds[i] = Impl::kSpecial;
+    // Mid-text bytes: byte pieces <0xHH> are that byte, U+2581 stands for a space.
+    if (spm->is_byte(id) && piece.size() == 6) {
+      impl->fallback_byte[i] = 1;  // byte runs decode as a whole: streaming waits for their end
+      impl->token_raw[i].assign(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+    } else if (!spm->is_control(id)) {
+      std::string raw;
+      for (std::size_t k = 0; k < piece.size();) {
+        if (piece.compare(k, 3, "\xE2\x96\x81") == 0) {
+          raw += ' ';
+          k += 3;
+        } else {
+          raw += piece[k++];
+        }
+      }
+      impl->token_raw[i] = std::move(raw);
+    }
+    impl->vocab.emplace(piece, id);
+    impl->token_strings[i] = std::move(piece);
+  }
+  if (const int bos = spm->bos_id(); bos >= 0 && static_cast<std::size_t>(bos) < n) impl->prefix_ids.push_back(bos);
+  impl->spm = std::move(spm);
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& folder) {
+  if (path_entry_exists(folder / "tokenizer.json")) return from_file(folder / "tokenizer.json");
+  for (const char* name : {"tokenizer.model", "tokenizer.model.v3", "tokenizer.model.v1"})
+    if (path_entry_exists(folder / name)) return from_sentencepiece(folder / name);
+  fail("{}: no tokenizer.json or SentencePiece tokenizer.model", folder.string());
 }
 
 }  // namespace ssmserve
