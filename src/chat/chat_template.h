@@ -4,9 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ssmserve::server {
 
@@ -20,12 +22,29 @@ class Template;
 ///   {% if add_generation_prompt %}Assistant:{% endif %}
 extern const char* const kDefaultChatTemplate;
 
-/// A loaded chat template plus the special-token strings templates may use (bos_token, eos_token).
+/// What a chat template renders besides the messages: transformers' apply_chat_template arguments (vLLM's chat
+/// request fields of the same names).
+struct ChatTemplateInputs {
+  bool add_generation_prompt = false;
+  /// The text ends inside the final message (transformers 5: cut at a tag appended to its content). Error with
+  /// add_generation_prompt, on an empty conversation, or when the template drops the final message's content.
+  bool continue_final_message = false;
+  nlohmann::ordered_json tools;      ///< list of tool schemas, or null (the template sees `tools` = none)
+  nlohmann::ordered_json documents;  ///< list of documents, or null
+  /// chat_template_kwargs: extra template variables (e.g. {"enable_thinking": false}); they may replace bos_token /
+  /// eos_token but not messages, tools, documents or add_generation_prompt (ignored, as transformers refuses them).
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  /// A named template of the checkpoint; "" picks "tool_use" when tools are given and it exists, else "default".
+  std::string template_name;
+};
+
+/// A loaded chat template (or several named ones) plus the special-token strings templates may use.
 class ChatTemplate {
  public:
-  /// The template of `model_dir`/tokenizer_config.json ("chat_template": a string, or a list of {name,
-  /// template} where "default" is used) or the default. `override_path` (a file) wins when non-empty.
-  /// Throws Error for an unreadable override file or a template that does not parse.
+  /// The templates of `model_dir` as transformers 5 loads them: `chat_template.jinja` (the default) and
+  /// `additional_chat_templates/<name>.jinja` when any of these files exist; else tokenizer_config.json
+  /// "chat_template" (a string, or a list of {name, template}); else ssmserve's default. `override_path` (a file)
+  /// wins as the default when non-empty. Throws Error for an unreadable file or a template that does not parse.
   static ChatTemplate load(const std::filesystem::path& model_dir, const std::filesystem::path& override_path = {});
   /// From template source.
   static ChatTemplate from_source(std::string source, std::string bos_token = "", std::string eos_token = "");
@@ -38,6 +57,16 @@ class ChatTemplate {
   /// model continues that message; Error when it does not appear. Throws Error when the template raises or fails.
   std::string apply(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                     bool continue_final_message = false) const;
+
+  /// Renders `messages` exactly as transformers' apply_chat_template(messages, tools=..., documents=...,
+  /// add_generation_prompt=..., continue_final_message=..., chat_template=name, **kwargs, tokenize=False): the
+  /// template picked by name (see ChatTemplateInputs::template_name), a context of messages (reasoning_content /
+  /// thinking / reasoning aliased into each other, as transformers does), tools, documents, add_generation_prompt,
+  /// bos_token, eos_token and the kwargs. Throws Error when the template raises, fails, or the name is unknown.
+  std::string apply(const nlohmann::ordered_json& messages, const ChatTemplateInputs& inputs) const;
+
+  /// Names of the checkpoint's templates ("default" for a single one).
+  std::vector<std::string> template_names() const;
   const std::string& source() const { return source_; }
   /// The special-token strings the template sees (the checkpoint's tokenizer_config.json, else empty).
   const std::string& bos_token() const { return bos_token_; }
@@ -46,7 +75,8 @@ class ChatTemplate {
 
  private:
   std::string source_;
-  std::shared_ptr<const jinja::Template> template_;
+  std::shared_ptr<const jinja::Template> template_;  // the default (null when only named templates exist)
+  std::map<std::string, std::pair<std::string, std::shared_ptr<const jinja::Template>>> named_;  // name -> source
   std::string bos_token_, eos_token_;
   bool is_default_ = false;
 };

@@ -81,9 +81,9 @@ std::string streamed(const Tokenizer& tok, const std::vector<int>& ids, bool ski
   return out;
 }
 
-class TokenizerConfig : public ::testing::TestWithParam<std::string> {};
+class TokenizerFamily : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(TokenizerConfig, MatchesTokenizersOnGeneratedStrings) {
+TEST_P(TokenizerFamily, MatchesTokenizersOnGeneratedStrings) {
   const std::filesystem::path dir = kData / GetParam();
   const Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
   const std::vector<std::string> expected = lines(dir / "expected.jsonl");
@@ -117,7 +117,7 @@ TEST_P(TokenizerConfig, MatchesTokenizersOnGeneratedStrings) {
   EXPECT_EQ(bad, 0);
 }
 
-TEST_P(TokenizerConfig, MatchesTokenizersOnLambada) {
+TEST_P(TokenizerFamily, MatchesTokenizersOnLambada) {
   const char* env = std::getenv("SSMSERVE_SHARED_DIR");
   const std::filesystem::path shared = env != nullptr && *env != '\0' ? std::filesystem::path(env) : kRoot / ".." / "shared";
   const std::filesystem::path passages_path = shared / "data" / "lambada_test.jsonl";
@@ -152,7 +152,7 @@ TEST_P(TokenizerConfig, MatchesTokenizersOnLambada) {
               static_cast<double>(bytes) / secs / 1e6);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TokenizerConfig,
+INSTANTIATE_TEST_SUITE_P(Families, TokenizerFamily,
                          ::testing::Values("llama_legacy", "metaspace_first", "bytelevel_llama3", "falcon_digits",
                                            "normalizer_mix"),
                          [](const auto& info) { return info.param; });

@@ -142,7 +142,7 @@ TEST(SentencePieceFolder, FromPretrainedPrefersTokenizerJsonThenModel) {
   EXPECT_THAT(error_of([&] { Tokenizer::from_pretrained(empty.path()); }), HasSubstr("no tokenizer.json or SentencePiece"));
 }
 
-TEST(SentencePieceFolder, HostileModelsAreErrorsNeverCrashes) {
+TEST(CorruptSentencePiece, HostileModelsAreErrorsNeverCrashes) {
   TempDir dir("spm-hostile");
   const std::string good = read_bytes(kData / "spm_unigram/tokenizer.model");
   auto load_error = [&](const std::string& bytes) {
