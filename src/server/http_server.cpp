@@ -303,6 +303,7 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
     if (p == "/metrics" && get) {
       HttpResponse r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      metrics_.set_http_connections(transport_->num_connections());
       r.body = metrics_.render(opt_.served_model_name);
       return ex->respond(std::move(r));
     }

@@ -268,14 +268,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (hparser_->is_done()) return dispatch();
     // 3. The body: "Expect: 100-continue" clients wait for a go-ahead first.
     if (req_.version >= 11 && iequals(req_.header("Expect").value_or(""), "100-continue")) {
-      wbuf_ = "HTTP/1.1 100 Continue\r\n\r\n";
-      arm_write();
-      net::async_write(sock_, net::buffer(wbuf_), [self = shared_from_this()](beast::error_code ec, size_t) {
-        self->timer_.cancel();
-        if (ec || self->closed_) return self->close();
-        self->read_body();
-      });
-      return;
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      beast::error_code ec;
+      net::write(sock_, net::buffer(kContinue.data(), kContinue.size()), ec);  // 25 bytes: fits an empty socket buffer
+      if (ec) return close();
     }
     read_body();
   }
@@ -311,10 +307,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // 4. Hand the request to a worker; watch the client meanwhile.
   void dispatch();
 
+  /// While a request is handled (or a response written): every 200 ms, checks the client is still there and the
+  /// write deadline, and lets the producer see server-wide changes (shutdown).
   void start_tick() {
+    if (tick_running_ || closed_) return;
+    tick_running_ = true;
     tick_.expires_after(std::chrono::milliseconds(200));
     tick_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      self->tick_running_ = false;
       if (ec || self->closed_ || !self->exchanging_) return;
+      if (self->writing_ && Clock::now() - self->write_started_ > seconds(self->t_.limits.write_timeout_s)) {
+        spdlog::debug("a client read nothing for {} s; closing", self->t_.limits.write_timeout_s);
+        return self->close();
+      }
       if (!self->writing_ && self->peer_closed()) {
         spdlog::debug("client went away during its request; closing");
         return self->close();
@@ -403,24 +408,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
     write(last);
   }
 
-  void arm_write() { arm(t_.limits.write_timeout_s); }
-
   void write(bool last) {
+    // Most writes fit in the socket's buffer: write at once (no event-loop round trip), and wait only for the rest.
+    beast::error_code ec;
+    size_t n = 0;
+    sock_.non_blocking(true, ec);
+    if (!ec) n = sock_.write_some(net::buffer(wbuf_), ec);
+    if (ec == net::error::would_block || ec == net::error::try_again) ec = {};
+    if (ec) return close();
+    if (n == wbuf_.size()) return after_write(last);
+    wbuf_.erase(0, n);
     writing_ = true;
-    arm_write();
+    write_started_ = Clock::now();
+    start_tick();  // enforces the write deadline
     net::async_write(sock_, net::buffer(wbuf_), [self = shared_from_this(), last](beast::error_code ec, size_t) {
       self->writing_ = false;
-      self->timer_.cancel();
       if (self->closed_) return;
-      if (ec) return self->close();  // the client went away or stopped reading past the write timeout
-      self->wbuf_.clear();
-      self->wbuf_.shrink_to_fit();
-      if (!last) {
-        if (self->wake_pending_) self->pump();
-        return;
-      }
-      self->end_exchange();
+      if (ec) return self->close();  // the client went away, or stopped reading past the write timeout
+      self->after_write(last);
     });
+  }
+
+  void after_write(bool last) {
+    wbuf_.clear();
+    if (wbuf_.capacity() > (64u << 10)) wbuf_.shrink_to_fit();
+    if (!last) {
+      if (wake_pending_) pump();
+      return;
+    }
+    end_exchange();
   }
 
   void end_exchange() {
@@ -430,7 +446,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     exchanging_ = false;
     head_sent_ = false;
-    tick_.cancel();
     if (closing_) return linger_ ? linger_close() : graceful_close();
     wait_request();
   }
@@ -507,7 +522,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::empty_body>> hparser_;
   std::optional<http::request_parser<http::string_body>> bparser_;
   HttpRequest req_;
-  Clock::time_point request_start_;
+  Clock::time_point request_start_, write_started_;
   std::shared_ptr<Producer> producer_;
   std::string wbuf_;
   std::unique_ptr<char[]> scratch_;
@@ -515,7 +530,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int served_ = 0;
   bool keep_alive_ = true, closing_ = false, chunked_ = false, linger_ = false, lingering_ = false;
   bool exchanging_ = false, head_sent_ = false, writing_ = false, wake_pending_ = false;
-  bool timed_out_ = false, closed_ = false;
+  bool timed_out_ = false, closed_ = false, tick_running_ = false;
 };
 
 namespace {

@@ -53,6 +53,11 @@ void Metrics::count_finished(const std::string& reason) {
   ++finished_[reason];
 }
 
+void Metrics::set_http_connections(int n) {
+  std::lock_guard lk(mu_);
+  http_connections_ = n;
+}
+
 std::string Metrics::render(const std::string& model_name) const {
   std::lock_guard lk(mu_);
   std::string out;
@@ -70,6 +75,7 @@ std::string Metrics::render(const std::string& model_name) const {
   metric("state_cache_usage_perc", "gauge", "Fraction of state blocks in use (vLLM's kv_cache_usage_perc).",
          gauges_.state_blocks_total ? static_cast<double>(gauges_.state_blocks_used) / gauges_.state_blocks_total : 0.0);
   metric("num_preemptions_total", "counter", "Cumulative preemptions.", gauges_.num_preemptions);
+  metric("http_connections", "gauge", "Open HTTP connections.", http_connections_);
   metric("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
          static_cast<double>(gauges_.prefix_cache_queries));
   metric("prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.",

@@ -41,6 +41,8 @@ class Metrics {
   void observe_ttft(double seconds);
   void observe_itl(double seconds);
   void observe_e2e(double seconds);
+  /// Open HTTP connections now (set before rendering).
+  void set_http_connections(int n);
   /// Counts a finished request by finish reason ("stop", "length", "abort").
   void count_finished(const std::string& reason);
   /// The Prometheus text exposition (version 0.0.4) of everything above, labelled with model_name.
@@ -49,6 +51,7 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   EngineGauges gauges_;
+  int http_connections_ = 0;
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram ttft_, itl_, e2e_;
   std::map<std::string, uint64_t> finished_;

@@ -1,0 +1,138 @@
+# HTTP details of the event-driven transport (issue 34): HTTP/1.0 streams without chunked encoding, HTTP/1.1
+# without Host, chunked bodies with trailers, a short body answered 408 at the read timeout, shutdown within
+# --shutdown-timeout whatever half-open connections do, --max-connections, 100-continue, the keep-alive timeout.
+import json
+import signal
+import socket
+import time
+
+try:
+    import httpx
+except ImportError:  # openai >= 3 depends on the httpx2 fork
+    import httpx2 as httpx
+
+from conftest import Server
+
+
+def exchange(port, data, timeout=10.0):
+    """Sends raw bytes on a new connection and reads until the server closes it (or `timeout`)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    out = b""
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < timeout:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    except socket.timeout:
+        pass
+    s.close()
+    return out, time.monotonic() - start
+
+
+def post(path, body, version="1.1", headers=()):
+    head = [f"POST {path} HTTP/{version}", *headers, f"Content-Length: {len(body)}"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def test_http10_stream_is_close_delimited_not_chunked(server):
+    body = json.dumps({"prompt": "Hello", "max_tokens": 4, "stream": True}).encode()
+    out, _ = exchange(server.port, post("/v1/completions", body, version="1.0"))
+    head, _, payload = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"transfer-encoding" not in head.lower() and b"Connection: close" in head, head
+    events = [line for line in payload.split(b"\n") if line.startswith(b"data: ")]
+    assert events[-1] == b"data: [DONE]" and len(events) >= 2
+    # An HTTP/1.0 request without Host is fine; a non-streaming 1.0 response has a length.
+    out, _ = exchange(server.port, b"GET /v1/models HTTP/1.0\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200") and b"Content-Length:" in out
+
+
+def test_http11_without_host_is_400(server):
+    out, _ = exchange(server.port, b"GET /health HTTP/1.1\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 400"), out
+    assert b"Host" in out and b"Connection: close" in out
+    out, _ = exchange(server.port, b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 400"), out
+
+
+def test_chunked_body_with_trailer_is_accepted(server):
+    body = json.dumps({"prompt": "Hello", "max_tokens": 2}).encode()
+    chunked = f"{len(body) - 5:x}\r\n".encode() + body[:-5] + b"\r\n5\r\n" + body[-5:] + b"\r\n0\r\nX-Checksum: 1\r\n\r\n"
+    req = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked
+    out, _ = exchange(server.port, req)
+    head, _, payload = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), out
+    assert json.loads(payload)["usage"]["completion_tokens"] == 2
+
+
+def test_content_length_longer_than_body_is_408_after_the_read_timeout():
+    s = Server("--http-read-timeout", 1.5, threads=1)
+    try:
+        body = b'{"prompt": "Hi", "max_tokens": 2}'
+        req = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + body
+        out, took = exchange(s.port, req)
+        assert out.startswith(b"HTTP/1.1 408"), out
+        assert json.loads(out.partition(b"\r\n\r\n")[2])["error"]["code"] == 408
+        assert 1.0 < took < 5.0, took
+    finally:
+        s.stop()
+
+
+def test_expect_100_continue(server):
+    body = json.dumps({"prompt": "Hello"}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    s.sendall(f"POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+    assert s.recv(100).startswith(b"HTTP/1.1 100 Continue")
+    s.sendall(body)
+    data = s.recv(65536)
+    s.close()
+    assert data.startswith(b"HTTP/1.1 200") and b'"count"' in data
+
+
+def test_idle_connections_close_at_the_keep_alive_timeout_and_max_connections():
+    s = Server("--http-keep-alive-timeout", 1, "--max-connections", 20, threads=1)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(20)]
+        time.sleep(0.3)
+        # Over the limit: a 503 at once.
+        out, took = exchange(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 503") and b"max-connections" in out and took < 2, out
+        # The idle ones are closed by the server after the keep-alive timeout, freeing the slots.
+        start = time.monotonic()
+        for c in idle:
+            c.settimeout(10)
+            assert c.recv(10) == b""
+            c.close()
+        assert time.monotonic() - start < 5
+        time.sleep(0.2)
+        assert httpx.get(s.base_url + "/health", timeout=10).status_code == 200
+    finally:
+        s.stop()
+
+
+def test_sigterm_exits_within_the_timeout_despite_half_open_connections():
+    s = Server("--shutdown-timeout", 2, "--http-read-timeout", 60, "--http-header-timeout", 60, threads=1)
+    socks = []
+    try:
+        for _ in range(5):
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+            c.sendall(b"POST /v1/compl")  # half a request line, never finished
+            socks.append(c)
+        body = json.dumps({"prompt": "Hi", "max_tokens": 8000, "ignore_eos": True, "stream": True}).encode()
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect(("127.0.0.1", s.port))
+        stalled.sendall(post("/v1/completions", body, headers=["Host: x"]))  # a stream that is never read
+        socks.append(stalled)
+        time.sleep(1.0)
+        start = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(timeout=30) == 0
+        assert time.monotonic() - start < 2 + 1.5, time.monotonic() - start
+    finally:
+        for c in socks:
+            c.close()
+        s.stop()
