@@ -47,6 +47,7 @@ struct ServeArgs {
   int max_num_waiting = 1024;
   /// Per request: output bytes buffered for a client that does not read before the request is aborted.
   size_t max_pending_output_bytes = 64u << 20;
+  int max_seqs_per_request = 0;  ///< fair admission: one request's sequences in the engine at once (0 = max_num_seqs / 2)
   std::string chat_template;
   double shutdown_timeout = 30.0;
 };
@@ -59,6 +60,7 @@ int run_serve(ServeArgs& a) {
     SSM_CHECK(a.server.served_model_name.find_first_not_of(" \t\r\n") != std::string::npos,
               "--served-model-name must not be empty (clients send it as \"model\")");
   SSM_CHECK(a.server.read_timeout_s > 0 && a.server.read_timeout_s <= 3600, "--http-read-timeout must be in (0, 3600] seconds");
+  SSM_CHECK(a.max_seqs_per_request >= 0, "--max-num-seqs-per-request must be >= 0 (got {})", a.max_seqs_per_request);
   SSM_CHECK(a.max_num_waiting >= 0, "--max-num-waiting must be >= 0 (got {})", a.max_num_waiting);
   SSM_CHECK(a.server.max_logprobs >= 0 && a.server.max_logprobs <= kMaxLogprobs,
             "--max-logprobs must be in [0, {}] (got {}; the engine returns at most {} logprobs per token)", kMaxLogprobs,
@@ -84,7 +86,7 @@ int run_serve(ServeArgs& a) {
   signal(SIGPIPE, SIG_IGN);  // a client that went away must make a write fail, not kill the server
 
   server::Metrics metrics;
-  server::AsyncEngine engine(a.engine, server::AsyncEngineOptions{a.max_num_waiting, a.max_pending_output_bytes}, metrics);
+  server::AsyncEngine engine(a.engine, server::AsyncEngineOptions{a.max_num_waiting, a.max_pending_output_bytes, a.max_seqs_per_request}, metrics);
   const ModelConfig& mc = engine.model_config();
   a.server.max_model_len = a.max_model_len_given ? a.max_model_len : mc.max_model_len > 0 ? mc.max_model_len : kDefaultMaxModelLen;
   if (mc.max_model_len > 0)
@@ -144,6 +146,10 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--max-num-waiting", a->max_num_waiting,
                   "Waiting sequences (prompts x n) before new requests get 503; a request with more on its own gets 400 "
                   "(0 = no limit)")
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs-per-request", a->max_seqs_per_request,
+                  "Fair admission: most sequences of one request in the engine at once; the rest wait and requests take "
+                  "turns (0 = half of --max-num-seqs)")
       ->capture_default_str();
   cmd->add_option("--max-pending-output-bytes", a->max_pending_output_bytes,
                   "Output bytes buffered per request while its client does not read (a stalled stream); past it the "

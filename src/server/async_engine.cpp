@@ -104,6 +104,8 @@ AsyncEngine::AsyncEngine(EngineConfig cfg, AsyncEngineOptions opt, Metrics& metr
   thread_ = std::thread([this, &ready] {
     try {
       engine_ = std::make_unique<LLMEngine>(cfg_);
+      max_seqs_per_request_ = opt_.max_seqs_per_request > 0 ? opt_.max_seqs_per_request
+                                                             : std::max(1, engine_->config().scheduler.max_num_seqs / 2);
       model_config_ = &engine_->model_config();
       pool_token_capacity_ = engine_->pool_token_capacity();
       tokenizer_ = engine_->tokenizer();
@@ -174,20 +176,34 @@ void AsyncEngine::loop() {
     std::vector<std::string> aborts;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !pending_.empty() || !aborts_.empty() || engine_->has_unfinished_requests(); });
+      cv_.wait(lk, [&] {
+        return stop_ || !pending_.empty() || !aborts_.empty() || !queue_.empty() || engine_->has_unfinished_requests();
+      });
       if (stop_) break;
       pend.swap(pending_);
       aborts.swap(aborts_);
-      pending_count_ = 0;
-      engine_waiting_ += [&] { int n = 0; for (auto& p : pend) n += static_cast<int>(p.reqs.size()); return n; }();
     }
-    // 1. Admit new requests, then abort (an abort may name a request admitted just now).
-    for (auto& p : pend) admit(p);
-    for (const auto& id : aborts) {
-      if (!live_.count(id)) continue;
-      engine_->abort_request(id);
-      finish_live(id, "abort");
+    // 1. New groups join the fair queue; aborts apply to sequences in the engine and to those still queued.
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& p : pend) {
+      auto g = std::make_shared<Group>();
+      g->reqs = std::move(p.reqs);
+      g->channel = std::move(p.channel);
+      g->arrival = now;
+      queue_.push_back(std::move(g));
     }
+    if (!aborts.empty()) {
+      std::unordered_map<std::string, Group*> queued;  // id of a sequence not yet added -> its group
+      for (const auto& g : queue_)
+        for (size_t i = g->next; i < g->reqs.size(); ++i) queued.emplace(g->reqs[i].request_id, g.get());
+      for (const auto& id : aborts) {
+        if (auto it = queued.find(id); it != queued.end()) drop_queued(*it->second);  // a job aborts all its requests
+        if (!live_.count(id)) continue;
+        engine_->abort_request(id);
+        finish_live(id, "abort");
+      }
+    }
+    admit_fair();
     // 2. One engine step; route its outputs.
     if (engine_->has_unfinished_requests()) {
       std::vector<RequestOutput> outs;
@@ -197,7 +213,11 @@ void AsyncEngine::loop() {
       } catch (const std::exception& e) {
         spdlog::error("engine step failed: {}; aborting {} requests", e.what(), live_.size());
         std::vector<std::string> ids;
-        for (auto& [id, l] : live_) ids.push_back(id), l.channel->fail(std::string("engine error: ") + e.what());
+        for (auto& [id, l] : live_) {
+          ids.push_back(id);
+          drop_queued(*l.group);
+          l.channel->fail(std::string("engine error: ") + e.what());
+        }
         for (const auto& id : ids) engine_->abort_request(id), finish_live(id, "abort");
       }
       dispatch(outs);
@@ -208,26 +228,73 @@ void AsyncEngine::loop() {
   std::lock_guard lk(mu_);
   for (auto& p : pending_) p.channel->fail("the server is shutting down", 503);
   pending_.clear();
+  for (auto& g : queue_) g->channel->fail("the server is shutting down", 503);
   for (auto& [id, l] : live_) l.channel->fail("the server is shutting down", 503);
 }
 
-void AsyncEngine::admit(Pending& p) {
-  const auto now = std::chrono::steady_clock::now();
-  std::vector<std::string> added;
-  for (size_t i = 0; i < p.reqs.size(); ++i) {
-    const std::string id = p.reqs[i].request_id;
-    try {
-      engine_->add_request(std::move(p.reqs[i]));
-    } catch (const std::exception& e) {
-      for (const auto& a : added) engine_->abort_request(a), live_.erase(a), --num_unfinished_;
-      p.channel->set_accepted(e.what());
-      return;
-    }
-    added.push_back(id);
-    live_[id] = Live{p.channel, static_cast<int>(i), now, now, 0};
-    ++num_unfinished_;
+int AsyncEngine::drop_queued(Group& g) {
+  const int n = static_cast<int>(g.reqs.size() - std::min(g.next, g.reqs.size()));
+  g.next = g.reqs.size();
+  g.dropped = true;
+  if (n > 0) {
+    std::lock_guard lk(mu_);
+    pending_count_ -= n;
   }
-  p.channel->set_accepted("");
+  return n;
+}
+
+void AsyncEngine::admit_fair() {
+  // 1. Round-robin: one sequence from each group in turn, while the engine's waiting queue is short and the
+  // group holds fewer than max_seqs_per_request_ sequences in the engine.
+  const int queue_cap = std::max(1, cfg_.scheduler.max_num_seqs);
+  const auto now = std::chrono::steady_clock::now();
+  int added_total = 0;
+  bool progress = true;
+  while (progress && !queue_.empty() && engine_->num_waiting_requests() < queue_cap) {
+    progress = false;
+    for (size_t k = 0; k < queue_.size() && engine_->num_waiting_requests() < queue_cap; ++k) {
+      const std::shared_ptr<Group>& gp = queue_[(rr_ + k) % queue_.size()];
+      Group& g = *gp;
+      if (g.dropped || g.next >= g.reqs.size() || g.in_engine >= max_seqs_per_request_) continue;
+      const size_t i = g.next++;
+      const std::string id = g.reqs[i].request_id;
+      {
+        std::lock_guard lk(mu_);
+        --pending_count_;
+      }
+      try {
+        engine_->add_request(std::move(g.reqs[i]));
+      } catch (const std::exception& e) {
+        // The server validated the group, so this is rare: the whole group fails (400), its added sequences abort.
+        std::vector<std::string> ids;
+        for (const auto& [lid, l] : live_)
+          if (l.group.get() == &g) ids.push_back(lid);
+        for (const auto& a : ids) engine_->abort_request(a), finish_live(a, "abort");
+        drop_queued(g);
+        if (!g.accepted) g.channel->set_accepted(e.what());
+        else g.channel->fail(e.what(), 400);
+        continue;
+      }
+      ++added_total;
+      ++g.in_engine;
+      ++num_unfinished_;
+      live_[id] = Live{g.channel, gp, static_cast<int>(i), g.arrival, now, 0};
+      if (!g.accepted) g.accepted = true, g.channel->set_accepted("");
+      progress = true;
+    }
+    rr_ = queue_.empty() ? 0 : (rr_ + 1) % queue_.size();
+  }
+  if (added_total > 0) engine_waiting_ += added_total;
+  // 2. Groups with nothing left to add leave the queue (their sequences in the engine stay live).
+  for (size_t q = 0; q < queue_.size();) {
+    if (queue_[q]->dropped || queue_[q]->next >= queue_[q]->reqs.size()) {
+      queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(q));
+      if (rr_ > q) --rr_;
+    } else {
+      ++q;
+    }
+  }
+  if (rr_ >= queue_.size()) rr_ = 0;
 }
 
 void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
@@ -264,7 +331,7 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
 void AsyncEngine::abort_unread(const std::shared_ptr<OutputChannel>& ch, size_t pending) {
   std::vector<std::string> ids;
   for (const auto& [id, l] : live_)
-    if (l.channel == ch) ids.push_back(id);
+    if (l.channel == ch) ids.push_back(id), drop_queued(*l.group);
   spdlog::warn("aborting {} requests: their client left {} bytes of output unread (--max-pending-output-bytes {})",
                ids.size(), pending, opt_.max_pending_output_bytes);
   for (const auto& id : ids) engine_->abort_request(id), finish_live(id, "abort");
@@ -275,7 +342,10 @@ void AsyncEngine::abort_unread(const std::shared_ptr<OutputChannel>& ch, size_t 
 }
 
 void AsyncEngine::finish_live(const std::string& id, const std::string& reason) {
-  if (live_.erase(id) == 0) return;
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  --it->second.group->in_engine;
+  live_.erase(it);
   metrics_.count_finished(reason);
   --num_unfinished_;
 }

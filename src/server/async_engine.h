@@ -73,6 +73,10 @@ struct AsyncEngineOptions {
   /// Most bytes (output_bytes) of one request's output the engine buffers while its client does not read; past
   /// it the request (its whole group) is aborted and its channel fails with 429. 0 = no limit.
   size_t max_pending_output_bytes = 0;
+  /// Fair admission: most sequences of one request in the engine (running or in its waiting queue) at once; the
+  /// rest wait in the server's queue, which feeds the engine round-robin over requests (one sequence from each in
+  /// turn) while the engine's waiting queue is shorter than max_num_seqs. 0 = max(1, max_num_seqs / 2).
+  int max_seqs_per_request = 0;
 };
 
 /// The engine thread. Constructing it builds the engine on that thread (OpenMP thread settings are per thread);
@@ -107,14 +111,28 @@ class AsyncEngine {
     std::vector<Request> reqs;
     std::shared_ptr<OutputChannel> channel;
   };
+  /// A submitted request (group) in the fair queue: its sequences not yet in the engine are reqs[next..].
+  struct Group {
+    std::vector<Request> reqs;
+    std::shared_ptr<OutputChannel> channel;
+    std::chrono::steady_clock::time_point arrival;
+    size_t next = 0;
+    int in_engine = 0;       // sequences added and not finished
+    bool accepted = false;   // the channel was told (at the first sequence added)
+    bool dropped = false;    // aborted or failed: its remaining sequences are never added
+  };
   struct Live {
     std::shared_ptr<OutputChannel> channel;
+    std::shared_ptr<Group> group;
     int index = 0;
     std::chrono::steady_clock::time_point arrival, last_token;
     size_t num_tokens = 0;
   };
   void loop();
-  void admit(Pending& p);
+  /// Adds queued sequences to the engine, round-robin over groups (see AsyncEngineOptions::max_seqs_per_request).
+  void admit_fair();
+  /// Drops the sequences of `g` not yet added (they are never run); returns how many.
+  int drop_queued(Group& g);
   void dispatch(std::vector<RequestOutput>& outs);
   void finish_live(const std::string& id, const std::string& reason);
   /// Aborts every live request of `ch` (a client that stopped reading) and fails the channel with 429.
@@ -138,6 +156,9 @@ class AsyncEngine {
   std::atomic<int> engine_waiting_{0};
   std::atomic<int> num_unfinished_{0};
   std::unordered_map<std::string, Live> live_;  // engine thread only
+  std::deque<std::shared_ptr<Group>> queue_;      // engine thread only: groups with sequences not yet added
+  size_t rr_ = 0;                                 // engine thread only: round-robin position in queue_
+  int max_seqs_per_request_ = 1;
   // Test hook: with SSMSERVE_FAULT_STEP=N in the environment, the N-th engine step fails (an engine error).
   long long fault_step_ = 0, num_steps_ = 0;
 };
