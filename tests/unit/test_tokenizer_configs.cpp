@@ -4,6 +4,7 @@
 // random id sequences and every LAMBADA passage. Reference data: tools/make_tokenizer_configs_expected.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -130,9 +131,14 @@ TEST_P(TokenizerFamily, MatchesTokenizersOnLambada) {
   const Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
   std::size_t bytes = 0;
   std::vector<std::vector<int>> got(passages.size());
-  const auto t0 = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < passages.size(); ++i) got[i] = tok.encode(passages[i]);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The cold pass (the BPE word cache fills), then the best of two warm passes.
+  double secs[2] = {0, 1e30};
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < passages.size(); ++i) got[i] = tok.encode(passages[i]);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (pass == 0) secs[0] = s; else secs[1] = std::min(secs[1], s);
+  }
   int bad = 0;
   for (std::size_t i = 0; i < passages.size(); ++i) {
     bytes += passages[i].size();
@@ -148,8 +154,8 @@ TEST_P(TokenizerFamily, MatchesTokenizersOnLambada) {
     if (streamed(tok, got[i], true, valid) != dec && ++bad <= 5) ADD_FAILURE() << "streamed decode differs on passage " << i;
   }
   EXPECT_EQ(bad, 0);
-  std::printf("[tokenizer] %s LAMBADA: %zu bytes encoded in %.3f s (%.1f MB/s)\n", GetParam().c_str(), bytes, secs,
-              static_cast<double>(bytes) / secs / 1e6);
+  std::printf("[tokenizer] %s LAMBADA: %zu bytes, encode %.1f MB/s cold, %.1f MB/s warm\n", GetParam().c_str(), bytes,
+              static_cast<double>(bytes) / secs[0] / 1e6, static_cast<double>(bytes) / secs[1] / 1e6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TokenizerFamily,
