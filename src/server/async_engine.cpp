@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <malloc.h>
 #include <future>
 #include <stdexcept>
 
@@ -176,9 +177,18 @@ void AsyncEngine::loop() {
     std::vector<std::string> aborts;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] {
+      auto has_work = [&] {
         return stop_ || !pending_.empty() || !aborts_.empty() || !queue_.empty() || engine_->has_unfinished_requests();
-      });
+      };
+      // Idle after requests ended: give the freed output buffers back to the system (glibc keeps them in its
+      // arenas otherwise, so RSS would stay at the peak of, e.g., many stalled streams).
+      if (trim_due_ && !cv_.wait_for(lk, std::chrono::milliseconds(500), has_work)) {
+        lk.unlock();
+        malloc_trim(0);
+        trim_due_ = false;
+        continue;
+      }
+      cv_.wait(lk, has_work);
       if (stop_) break;
       pend.swap(pending_);
       aborts.swap(aborts_);
@@ -221,8 +231,10 @@ void AsyncEngine::loop() {
         for (const auto& id : ids) engine_->abort_request(id), finish_live(id, "abort");
       }
       dispatch(outs);
+      ++num_steps_since_trim_;
     }
     publish_gauges();
+    if (live_.empty() && queue_.empty() && num_steps_since_trim_ > 0) trim_due_ = true, num_steps_since_trim_ = 0;
   }
   // Stopping: everything still open ends with an error.
   std::lock_guard lk(mu_);

@@ -159,6 +159,8 @@ class AsyncEngine {
   std::deque<std::shared_ptr<Group>> queue_;      // engine thread only: groups with sequences not yet added
   size_t rr_ = 0;                                 // engine thread only: round-robin position in queue_
   int max_seqs_per_request_ = 1;
+  long long num_steps_since_trim_ = 0;            // engine thread only
+  bool trim_due_ = false;                         // engine thread only: malloc_trim once idle
   // Test hook: with SSMSERVE_FAULT_STEP=N in the environment, the N-th engine step fails (an engine error).
   long long fault_step_ = 0, num_steps_ = 0;
 };
