@@ -86,7 +86,7 @@ bool starts_with_ci(const std::string& s, const char* prefix) {
 /// once every choice finished (non-streaming: the status is the real outcome), or SSE chunks (streaming). Asked
 /// again only when the previous write finished, so a client that does not read leaves its outputs coalescing in
 /// the channel (bounded by --max-pending-output-bytes). Closing before the end aborts the engine requests.
-class OpenAIServer::GenerationProducer final : public Producer {
+class OpenAIServer::GenerationProducer final : public Producer, public std::enable_shared_from_this<GenerationProducer> {
  public:
   GenerationProducer(OpenAIServer& srv, std::shared_ptr<Exchange> ex, std::shared_ptr<GenerationJob> job,
                      std::shared_ptr<std::atomic<int>> inflight)
@@ -113,9 +113,23 @@ class OpenAIServer::GenerationProducer final : public Producer {
     j.channel->pop_all(items, std::chrono::milliseconds(0), &fatal, &fatal_status);
     // 2a. Not streaming: the whole response once every choice finished.
     if (!j.stream) {
+      if (rendering_) {  // the body is rendered on a worker (it can be tens of MB: logprobs, echo)
+        if (rendered_.load(std::memory_order_acquire)) out.head = std::move(final_);
+        return;
+      }
       for (auto& it : items) builder_.on_output(it.index, std::move(it.output));
-      if (builder_.all_finished()) out.head = json_response(builder_.final_response());
-      else if (!fatal.empty()) out.head = error_response(ApiError(fatal_status, fatal));
+      if (builder_.all_finished()) {
+        rendering_ = true;
+        srv_.transport_->post_work([self = shared_from_this()] {
+          try {
+            self->final_ = json_response(self->builder_.final_response());
+          } catch (const std::exception& e) {
+            self->final_ = error_response(ApiError(500, e.what()));
+          }
+          self->rendered_.store(true, std::memory_order_release);
+          self->ex_->wake();
+        });
+      } else if (!fatal.empty()) out.head = error_response(ApiError(fatal_status, fatal));
       else if (srv_.force_stop_) out.head = error_response(ApiError(503, "the server is shutting down; the request was aborted"));
       return;
     }
@@ -158,7 +172,9 @@ class OpenAIServer::GenerationProducer final : public Producer {
   std::shared_ptr<GenerationJob> job_;
   ResponseBuilder builder_;
   std::shared_ptr<std::atomic<int>> inflight_;
-  bool accepted_ = false, opened_ = false;
+  bool accepted_ = false, opened_ = false, rendering_ = false;
+  std::atomic<bool> rendered_{false};
+  HttpResponse final_;  // written by the worker before rendered_ is set
 };
 
 OpenAIServer::OpenAIServer(AsyncEngine& engine, Metrics& metrics, ChatTemplate chat_template, ServerOptions opt)
@@ -417,6 +433,8 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
       r.prompt_token_ids = rp.token_ids;
       r.params = sp;
       if (sp.seed) r.params.seed = *sp.seed + static_cast<uint64_t>(i);
+      // The n choices of a prompt share its logprobs: a whole response scores the prompt once (its first choice).
+      if (i > 0 && !job->stream) r.params.prompt_logprobs.reset();
       job->request_ids.push_back(r.request_id);
       reqs.push_back(std::move(r));
     }

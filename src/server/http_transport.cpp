@@ -668,6 +668,10 @@ void HttpTransport::run() {
 
 void HttpTransport::set_draining(bool on) { impl_->draining = on; }
 
+void HttpTransport::post_work(std::function<void()> fn) {
+  if (impl_->workers && !impl_->stopped) impl_->workers->post(std::move(fn));
+}
+
 void HttpTransport::stop() {
   auto& im = *impl_;
   if (im.stopped.exchange(true)) return;

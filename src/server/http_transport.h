@@ -111,7 +111,10 @@ class HttpTransport {
   /// Serves until stop(): returns after the I/O and worker threads ended and every connection was closed (open
   /// producers get close(false)).
   void run();
-  /// Thread-safe. While set, every response closes its connection and idle connections are closed.
+  /// Thread-safe: runs `fn` on a worker thread (e.g. rendering a large response off the I/O threads); dropped when
+  /// the transport has stopped.
+  void post_work(std::function<void()> fn);
+  /// Thread-safe. While set, every response closes its connection.
   void set_draining(bool on);
   /// Thread-safe: ends run().
   void stop();

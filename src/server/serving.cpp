@@ -236,13 +236,16 @@ json ResponseBuilder::final_response() const {
       continue;
     }
     const ReadyPrompt& p = job_->prompts[i / job_->n];
+    // The prompt's logprobs come with the prompt's first choice (the others share them; see generate()).
+    const size_t first = i / static_cast<size_t>(job_->n) * static_cast<size_t>(job_->n);
+    const RequestOutput& po = acc_[first] ? *acc_[first] : o;
     std::string text = job_->prompt_only ? p.text : job_->echo ? p.text + c.text : c.text;
     json lp = nullptr;
     if (job_->logprobs) {
       // text_offset: character offsets into the returned text, cumulative over the listed tokens (vLLM), so
       // monotonic even where a token holds part of a UTF-8 character.
-      size_t offset = job_->echo && o.prompt_logprobs.empty() ? utf8_char_count(p.text) : 0;
-      json prompt_lp = job_->echo && !o.prompt_logprobs.empty() ? prompt_logprobs_json(p, o, offset) : json(nullptr);
+      size_t offset = job_->echo && po.prompt_logprobs.empty() ? utf8_char_count(p.text) : 0;
+      json prompt_lp = job_->echo && !po.prompt_logprobs.empty() ? prompt_logprobs_json(p, po, offset) : json(nullptr);
       json tokens = prompt_lp.is_null() ? json::array() : prompt_lp["tokens"];
       json token_lps = prompt_lp.is_null() ? json::array() : prompt_lp["token_logprobs"];
       json tops = prompt_lp.is_null() ? json::array() : prompt_lp["top_logprobs"];
@@ -256,7 +259,7 @@ json ResponseBuilder::final_response() const {
     }
     choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish},
                        {"stop_reason", job_->prompt_only ? json(nullptr) : stop_reason_json(c)}});
-    if (job_->prompt_logprobs) choices.back()["prompt_logprobs"] = vllm_prompt_logprobs(o);
+    if (job_->prompt_logprobs) choices.back()["prompt_logprobs"] = vllm_prompt_logprobs(po);
   }
   return {{"id", job_->id},
           {"object", job_->chat ? "chat.completion" : "text_completion"},

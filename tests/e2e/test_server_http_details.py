@@ -136,3 +136,47 @@ def test_sigterm_exits_within_the_timeout_despite_half_open_connections():
         for c in socks:
             c.close()
         s.stop()
+
+
+def test_mutated_requests_never_crash_the_server():
+    # Hostile bytes at the HTTP layer: flipped bytes, truncations, odd chunk sizes, huge or binary headers. Each gets
+    # an answer or a close; the server keeps serving.
+    import random
+
+    s = Server("--http-read-timeout", 1, "--http-header-timeout", 1, "--http-keep-alive-timeout", 1, threads=1)
+    try:
+        rng = random.Random(34)
+        body = json.dumps({"prompt": "Hi", "max_tokens": 1}).encode()
+        seeds = [
+            post("/v1/completions", body, headers=["Host: x"]),
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n",
+            b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        ]
+        extras = [b"ffffffffffffffffffff\r\n", b"-1\r\n", b"\x00\xff\r\n\r\n", b"X: " + b"a" * 70000 + b"\r\n",
+                  b"Content-Length: 99999999999999999999\r\n", b"\r\n\r\n\r\n", b"HTTP/9.9\r\n", b" \t\r\n"]
+        for i in range(300):
+            data = bytearray(rng.choice(seeds))
+            op = rng.randrange(4)
+            if op == 0:
+                for _ in range(rng.randrange(1, 6)):
+                    data[rng.randrange(len(data))] = rng.randrange(256)
+            elif op == 1:
+                data = data[: rng.randrange(len(data))]
+            else:
+                pos = rng.randrange(len(data))
+                data[pos:pos] = rng.choice(extras)
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+            try:
+                c.sendall(bytes(data))
+                c.settimeout(0.02 if i % 20 else 2)
+                while c.recv(65536):
+                    pass
+            except OSError:
+                pass
+            c.close()
+        assert s.proc.poll() is None, s.output()[-2000:]
+        r = httpx.post(s.base_url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=30)
+        assert r.status_code == 200
+    finally:
+        s.stop()
