@@ -23,16 +23,18 @@ namespace ssmserve {
 class Tokenizer {
  public:
   /// Loads `tokenizer_json` as transformers 5.x `AutoTokenizer.from_pretrained(folder)` builds it: the tokenizer class
-  /// is chosen from the folder's config.json (`model_type`) and tokenizer_config.json (`tokenizer_class`), and
-  /// Qwen2Tokenizer / Qwen3_5Tokenizer replace tokenizer.json's pipeline by their own (see transformers_class.h:
-  /// e.g. a qwen3_5_moe checkpoint shipping a GPT-NeoX tokenizer.json gets the Qwen3.5 split regex). Throws Error
-  /// naming the file when it cannot be read, is not valid JSON, or uses a model type or pipeline option outside the
-  /// supported set above.
+  /// is chosen from the folder's config.json (`model_type`) and tokenizer_config.json (`tokenizer_class`), the classes
+  /// that rebuild the pipeline from tokenizer.json's vocabulary and merges do so (Qwen2Tokenizer / Qwen3_5Tokenizer:
+  /// their split regex; LlamaTokenizer: Metaspace + byte fallback; GPT2Tokenizer / GPTNeoXTokenizer: ByteLevel with
+  /// the GPT-2 regex; see transformers_class.h), and special tokens tokenizer_config.json names but tokenizer.json
+  /// lacks are added. Throws Error naming the file when it cannot be read, is not valid JSON, or uses a component
+  /// outside the supported set above.
   static Tokenizer from_file(const std::filesystem::path& tokenizer_json);
 
   /// Loads `tokenizer_json` as transformers' tokenizer class `tokenizer_class` would ("" or any class that keeps
-  /// tokenizer.json's pipeline: exactly as the file says; "Qwen2Tokenizer" / "Qwen3_5Tokenizer": the file's vocabulary,
-  /// merges and added tokens with that class's pipeline). Throws Error as from_file(tokenizer_json).
+  /// tokenizer.json's pipeline: exactly as the file says; a rebuilding class: the file's vocabulary, merges and added
+  /// tokens with that class's pipeline), with the special tokens of the folder's tokenizer_config.json. Throws Error
+  /// as from_file(tokenizer_json).
   static Tokenizer from_file(const std::filesystem::path& tokenizer_json, std::string_view tokenizer_class);
 
   /// Loads a SentencePiece model file (`tokenizer.model`, protobuf) through libsentencepiece: encode() gives the ids of

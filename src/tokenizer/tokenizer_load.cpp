@@ -253,7 +253,15 @@ void build(const json& root, Tokenizer::Impl& impl) {
 Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
   std::string cls;
   try {
-    cls = transformers_class::of_folder(tokenizer_json.parent_path());
+    // transformers' own test: the file's text mentions "ByteLevel" (a missing file fails later with a clear error).
+    bool byte_level = false;
+    if (path_entry_exists(tokenizer_json)) {
+      try {
+        byte_level = read_text_file(tokenizer_json, kMaxTokenizerFileBytes).find("\"ByteLevel\"") != std::string::npos;
+      } catch (const Error&) {
+      }
+    }
+    cls = transformers_class::of_folder(tokenizer_json.parent_path(), byte_level);
   } catch (const Error& e) {
     fail("tokenizer file {}: {}", tokenizer_json.string(), e.what());
   }
@@ -268,8 +276,10 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json, std:
     check_json_depth(text, "invalid tokenizer JSON");
     json root = json::parse(text);
     SSM_CHECK(root.is_object(), "top level is not an object");
-    if (const auto pattern = transformers_class::rebuilt_pattern(tokenizer_class))
-      transformers_class::rebuild_pipeline(root, *pattern);
+    const json tokenizer_config = transformers_class::tokenizer_config_of(tokenizer_json.parent_path());
+    if (transformers_class::rebuilds_pipeline(tokenizer_class))
+      transformers_class::rebuild_for_class(root, tokenizer_class, tokenizer_config);
+    transformers_class::add_special_tokens(root, tokenizer_class, tokenizer_config);
     build(root, *impl);
   } catch (const json::exception& e) {
     fail("tokenizer file {}: invalid tokenizer JSON: {}", tokenizer_json.string(), e.what());
