@@ -11,8 +11,8 @@ the family is set. Outputs under tests/data/tokenizers/:
   texts.jsonl              generated test strings, one {"hex": raw bytes} a line (may be ill-formed UTF-8: the
                            tokenizers side sees bytes.decode('utf-8', 'replace'), as ssmserve repairs input)
   <config>/tokenizer.json  the tokenizer
-  <config>/expected.jsonl  per text: {"ids": encode(add_special_tokens=True), "plain": encode(add_special_tokens=False)
-                           when it differs, "dec": fnv(decode(ids)), "skip": fnv(decode(ids, skip_special_tokens=True)) when it
+  <config>/expected.jsonl  per text: {"ids": fnv of encode(add_special_tokens=True) joined by ',', "n": its length,
+                           "plain": the same of encode(add_special_tokens=False) when it differs, "dec": fnv(decode(ids)), "skip": fnv(decode(ids, skip_special_tokens=True)) when it
                            differs from "dec"};
                            then per random id sequence: {"rand": ids, "dec": ..., "skip": ...}
   <config>/lambada.txt     per LAMBADA passage: fnv(ids joined by ',') len(ids) fnv(decode(ids, skip_special_tokens=True))
@@ -227,9 +227,9 @@ def main():
                 s = t.decode("utf-8", "replace")
                 ids = tok.encode(s).ids
                 plain = tok.encode(s, add_special_tokens=False).ids
-                rec = {"ids": ids}
+                rec = {"ids": fnv(",".join(map(str, ids))), "n": len(ids)}
                 if plain != ids:
-                    rec["plain"] = plain
+                    rec["plain"] = fnv(",".join(map(str, plain)))
                 rec["dec"] = fnv(tok.decode(ids, skip_special_tokens=False))
                 skip = fnv(tok.decode(ids, skip_special_tokens=True))
                 if skip != rec["dec"]:

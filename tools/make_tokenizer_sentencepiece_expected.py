@@ -10,8 +10,8 @@ way (2 of the 2000 texts here: "...." as "..." + "." rather than "." + "..."), B
 
 Outputs under tests/data/tokenizers/spm_<type>/:
   tokenizer.model  the model (vocab 1000)
-  expected.jsonl   per line of texts.jsonl: {"ids": sp.encode(text), "dec": fnv(sp.decode(ids))}, the text being the
-                   bytes decoded with errors='replace'
+  expected.jsonl   per line of texts.jsonl: {"ids": fnv(sp.encode(text) joined by ','), "n": its length,
+                   "dec": fnv(sp.decode(ids))}, the text being the bytes decoded with errors='replace'
   lambada.txt      per LAMBADA passage: fnv(ids joined by ',') len(ids) fnv(sp.decode(ids))
 """
 import argparse
@@ -53,7 +53,7 @@ def main():
         with open(d / "expected.jsonl", "w") as f:
             for t in texts:
                 ids = sp.encode(t)
-                f.write(json.dumps({"ids": ids, "dec": fnv(sp.decode(ids))}) + "\n")
+                f.write(json.dumps({"ids": fnv(",".join(map(str, ids))), "n": len(ids), "dec": fnv(sp.decode(ids))}) + "\n")
         with open(d / "lambada.txt", "w") as f:
             for p in lambada:
                 ids = sp.encode(p)

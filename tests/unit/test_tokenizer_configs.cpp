@@ -95,13 +95,16 @@ TEST_P(TokenizerFamily, MatchesTokenizersOnGeneratedStrings) {
     std::vector<int> ids;
     std::string what;
     if (i < texts().size()) {
+      // Ids are stored as digests (the generator prints HF's ids of a text when a mismatch needs a look).
       const std::string& text = texts()[i];
       what = "text #" + std::to_string(i) + " " + json(utf8::repair(text)).dump();
-      ids = e.at("ids").get<std::vector<int>>();
-      const std::vector<int> got = tok.encode(text);
-      if (got != ids && ++bad <= 10) ADD_FAILURE() << "encode differs on " << what << ": got " << ids_key(got) << " want " << ids_key(ids);
-      const std::vector<int> plain = e.contains("plain") ? e.at("plain").get<std::vector<int>>() : ids;
-      if (tok.encode(text, false) != plain && ++bad <= 10) ADD_FAILURE() << "encode(add_special_tokens=false) differs on " << what;
+      ids = tok.encode(text);
+      if ((fnv(ids_key(ids)) != e.at("ids").get<std::string>() || ids.size() != e.at("n").get<std::size_t>()) &&
+          ++bad <= 10)
+        ADD_FAILURE() << "encode differs on " << what << ": got " << ids_key(ids);
+      const std::string want_plain = e.value("plain", e.at("ids").get<std::string>());
+      if (fnv(ids_key(tok.encode(text, false))) != want_plain && ++bad <= 10)
+        ADD_FAILURE() << "encode(add_special_tokens=false) differs on " << what;
     } else {
       ids = e.at("rand").get<std::vector<int>>();
       what = "random ids " + ids_key(ids);

@@ -82,9 +82,12 @@ TEST_P(SentencePiece, MatchesThePythonPackage) {
   int bad = 0;
   for (std::size_t i = 0; i < texts.size(); ++i) {
     const json e = json::parse(expected[i]);
-    const auto want = e.at("ids").get<std::vector<int>>();
     const std::string what = "text #" + std::to_string(i) + " " + json(utf8::repair(texts[i])).dump();
-    if (tok.encode(texts[i], false) != want && ++bad <= 10) ADD_FAILURE() << "encode differs on " << what;
+    const std::vector<int> want = tok.encode(texts[i], false);
+    std::string key;
+    for (std::size_t k = 0; k < want.size(); ++k) key += (k > 0 ? "," : "") + std::to_string(want[k]);
+    if ((fnv(key) != e.at("ids").get<std::string>() || want.size() != e.at("n").get<std::size_t>()) && ++bad <= 10)
+      ADD_FAILURE() << "encode differs on " << what << ": got " << key;
     std::vector<int> with_bos = want;
     with_bos.insert(with_bos.begin(), bos);
     if (tok.encode(texts[i]) != with_bos && ++bad <= 10) ADD_FAILURE() << "encode with BOS differs on " << what;
