@@ -17,6 +17,8 @@ the family is set. Outputs under tests/data/tokenizers/:
                            then per random id sequence: {"rand": ids, "dec": ..., "skip": ...}
   <config>/lambada.txt     per LAMBADA passage: fnv(ids joined by ',') len(ids) fnv(decode(ids, skip_special_tokens=True))
 fnv = FNV-1a 64 of the UTF-8 bytes, as 16 hex digits.
+Re-running may train a different normalizer_mix vocabulary (tokenizers' BpeTrainer breaks some ties with the
+continuing_subword_prefix in hash order); its files stay consistent with each other, and the tests read them.
 """
 import argparse
 import json
