@@ -163,7 +163,14 @@ Runner add_bench(CLI::App& app) {
   lat->add_option("--num-iters-warmup", a->num_iters_warmup, "Untimed warmup repeats")->capture_default_str();
   lat->add_option("--output-json", a->output_json, "Also write the results to this JSON file");
   Runner throughput = add_bench_throughput(*bench);
-  return [a, lat, throughput] { return lat->parsed() ? run_latency(*a) : throughput(); };
+  CLI::App* multiturn_cmd = nullptr;
+  Runner multiturn = add_bench_multiturn(*bench);
+  multiturn_cmd = bench->get_subcommand("multiturn");
+  return [a, lat, throughput, multiturn, multiturn_cmd] {
+    if (lat->parsed()) return run_latency(*a);
+    if (multiturn_cmd->parsed()) return multiturn();
+    return throughput();
+  };
 }
 
 }  // namespace ssmserve::cli

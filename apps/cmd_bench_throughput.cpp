@@ -170,8 +170,14 @@ int run_throughput(ThroughputArgs& a) {
               << " s), " << 1e3 * pt.seconds / pt.steps << " ms/step, " << std::setprecision(1)
               << static_cast<double>(pt.tokens) / pt.steps << " tokens/step\n";
   }
+  const PrefixCacheStats pc = engine.prefix_cache_stats();
+  if (engine.prefix_cache_config().enabled())
+    std::cout << "prefix cache: hit rate " << std::setprecision(1) << 100.0 * pc.hit_rate() << "% (" << pc.hits << " of "
+              << pc.queries << " prompt tokens)\n";
   if (!a.output_json.empty()) {
     nlohmann::json j = {{"model", a.engine.model.string()},
+                        {"prefix_cache_hit_rate", pc.hit_rate()},
+                        {"prefix_cache_hit_tokens", pc.hits},
                         {"dataset", a.dataset.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.dataset)},
                         {"num_requests", n},
                         {"input_len", a.dataset.empty() || a.input_len_given ? nlohmann::json(a.input_len) : nlohmann::json(nullptr)},

@@ -197,6 +197,7 @@ nlohmann::json to_json(const RequestOutput& o, const SamplingParams& sp) {
     }
   }
   j["stop_reason"] = stop_reason(c);
+  j["num_cached_tokens"] = o.num_cached_tokens;  // prompt tokens served from the prefix cache (vLLM's name)
   return j;
 }
 

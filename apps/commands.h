@@ -25,6 +25,9 @@ Runner add_bench_serve(CLI::App& bench);
 Runner add_serve(CLI::App& app);
 /// Adds `throughput` under the `bench` subcommand; the runner executes it (apps/cmd_bench_throughput.cpp).
 Runner add_bench_throughput(CLI::App& bench);
+/// Adds `multiturn` under the `bench` subcommand (prefix-cache TTFT per history length, apps/cmd_bench_multiturn.cpp);
+/// its runner returns -1 when that subcommand was not the one parsed.
+Runner add_bench_multiturn(CLI::App& bench);
 
 /// Adds the engine knobs shared by every subcommand (--model, --load-format, --max-num-batched-tokens,
 /// --max-num-seqs, --num-state-blocks, --threads, --tensor-parallel-size, --tokenizer) bound to `cfg`. `load_format` receives the

@@ -46,6 +46,17 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
   cmd.add_option("--num-scheduler-steps", cfg.num_scheduler_steps,
                  "Model steps per engine step for decode-only greedy batches (multi-step decode; tokens arrive in bursts)")
       ->capture_default_str();
+  cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", cfg.enable_prefix_caching,
+               "Prefix caching of recurrent states (and shared KV blocks): a request whose tokens start with a cached prefix "
+               "continues from its state (default on, as vLLM)");
+  cmd.add_option("--mamba-cache-mode", cfg.mamba_cache_mode,
+                 "Prefix caching of states: all (at every block boundary), align (at block boundaries ending a step; prefill "
+                 "chunks cut on them) or none")
+      ->capture_default_str();
+  cmd.add_option("--mamba-block-size", cfg.mamba_block_size,
+                 "Tokens per cached state (0 = the model's chunk length, or its KV block size for hybrids if larger); a "
+                 "multiple of both")
+      ->capture_default_str();
 }
 
 void check_output_path(const std::string& path) {

@@ -118,7 +118,7 @@ py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprob
   }
   py::object prompt_lps = o.prompt_logprobs.empty() ? py::none() : prompt_logprobs_to_py(eng, o);
   return m.attr("RequestOutput")(o.request_id, o.prompt, o.prompt_token_ids, outputs, o.finished, o.delta_text,
-                                 py::arg("prompt_logprobs") = prompt_lps);
+                                 py::arg("prompt_logprobs") = prompt_lps, py::arg("num_cached_tokens") = o.num_cached_tokens);
 }
 
 /// The engine behind ssmserve.LLM. Thread-safe: every use of the engine holds mu_ (taken with the GIL released),
@@ -352,6 +352,9 @@ void set_engine_arg(EngineConfig& c, const std::string& k, const py::handle& v) 
   else if (k == "device") c.device = v.cast<std::string>();
   else if (k == "gpu_memory_utilization") c.gpu_memory_utilization = v.cast<double>();
   else if (k == "num_scheduler_steps") c.num_scheduler_steps = v.cast<int>();
+  else if (k == "enable_prefix_caching") c.enable_prefix_caching = v.is_none() ? true : v.cast<bool>();
+  else if (k == "mamba_cache_mode") c.mamba_cache_mode = v.cast<std::string>();
+  else if (k == "mamba_block_size") c.mamba_block_size = v.is_none() ? 0 : v.cast<int>();
   else if (k == "load_format") {
     const auto f = v.cast<std::string>();
     if (f == "auto" || f == "safetensors") c.load_format = LoadFormat::Auto;

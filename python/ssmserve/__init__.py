@@ -138,7 +138,10 @@ class LLM:
     it is not available in this build), gpu_memory_utilization, max_model_len (most prompt +
     generated tokens per request; default the model's max_position_embeddings; generation stops there with
     finish_reason "length", a longer prompt is a ValueError), num_scheduler_steps (multi-step decode, as
-    `--num-scheduler-steps`)."""
+    `--num-scheduler-steps`), enable_prefix_caching (default True, as vLLM: a prompt that starts with a cached prefix
+    continues from its cached state; RequestOutput.num_cached_tokens says how many tokens it saved), mamba_cache_mode
+    ("all", "align" or "none") and mamba_block_size (tokens per cached state), as `--mamba-cache-mode` /
+    `--mamba-block-size`."""
 
     def __init__(self, model: str, seed: Optional[int] = None, **engine_args):
         """seed: the engine seed (vLLM's): requests whose SamplingParams have no seed get seeds derived from it and

@@ -34,3 +34,4 @@ class RequestOutput:
     delta_text: str = ""
     prompt_logprobs: Optional[list] = None
     metrics: Any = field(default=None, repr=False)
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (vLLM's name)

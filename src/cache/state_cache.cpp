@@ -85,6 +85,23 @@ void StateCache::zero_block(int block) {
   for (auto& buf : buffers_) std::memset(buf.get() + block * page_bytes_, 0, static_cast<size_t>(page_bytes_));
 }
 
+void StateCache::copy_block(int src, int dst) {
+  SSM_CHECK(src > 0 && src < num_blocks_ && dst > 0 && dst < num_blocks_, "StateCache: copying block {} to {}: outside [1, {})",
+            src, dst, num_blocks_);
+  if (src == dst) return;
+  if (parent_) {
+    for (int l = 0; l < num_layers(); ++l) {
+      std::byte* c = conv_state(l).block<std::byte>(0);
+      std::byte* s = ssm_state(l).block<std::byte>(0);
+      std::memcpy(c + dst * page_bytes_, c + src * page_bytes_, shape_.conv_elems * dtype_size(dtypes_.conv));
+      std::memcpy(s + dst * page_bytes_, s + src * page_bytes_, shape_.ssm_elems * dtype_size(dtypes_.ssm));
+    }
+    return;
+  }
+  for (auto& buf : buffers_)
+    std::memcpy(buf.get() + dst * page_bytes_, buf.get() + src * page_bytes_, static_cast<size_t>(page_bytes_));
+}
+
 }  // namespace ssmserve
 
 namespace ssmserve {

@@ -57,6 +57,10 @@ class StateCache {
   /// Zeroes block `block`'s whole page in every layer (called before a freed block is handed out again).
   /// Throws Error when block is outside [0, num_blocks).
   void zero_block(int block);
+  /// Copies block `src`'s page onto block `dst`'s in every layer (a shard view: only its own conv / SSM ranges), so
+  /// dst holds the same states (prefix caching: a cached state into a running block, or a boundary snapshot).
+  /// Throws Error when a block is outside [1, num_blocks).
+  void copy_block(int src, int dst);
   /// Bytes of one layer's page (conv + ssm + alignment padding).
   int64_t page_bytes() const { return page_bytes_; }
   /// True for a tensor-parallel rank's view (shard()): its states are a slice of every page of the parent.

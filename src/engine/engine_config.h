@@ -18,6 +18,10 @@ inline constexpr double kStateMemoryFraction = 0.8;
 /// With --num-state-blocks 0 (automatic), the pool is max_num_seqs + 1 blocks capped at this fraction of RAM.
 inline constexpr double kAutoStateMemoryFraction = 0.25;
 
+/// Prefix caching's default block (tokens per cached state) is the smallest multiple of the model's unit (chunk
+/// length, KV block size) of at least this many tokens.
+inline constexpr int kDefaultMambaBlockSize = 256;
+
 /// Most --threads accepted: 4 x the hardware threads, at least 64.
 int max_num_threads();
 
@@ -58,6 +62,17 @@ struct EngineConfig {
   /// already in use on the device (other processes included), capped at the blocks the engine can use
   /// (num_state_blocks, or max_num_seqs + 1). In (0, 1]; ignored on the CPU.
   double gpu_memory_utilization = 0.9;
+  /// Prefix caching of recurrent states (vLLM's --enable-prefix-caching, on by default as in vLLM): a request whose
+  /// tokens start with a cached prefix continues from that prefix's state (and shares its KV blocks).
+  bool enable_prefix_caching = true;
+  /// vLLM's --mamba-cache-mode: "all" (states at every block boundary; the default), "align" (states at block
+  /// boundaries reached at the end of a step, prefill chunks cut on them) or "none" (no caching). "all" needs every
+  /// recurrent mixer to store boundary states inside a prefill; models whose mixers cannot run "align" (as vLLM does).
+  std::string mamba_cache_mode = "all";
+  /// vLLM's --mamba-block-size: tokens per cached state; 0 = the model's default (a multiple of its unit of at least
+  /// kDefaultMambaBlockSize). Must be a multiple of the chunk length of its chunked prefill forms and, for hybrids,
+  /// of its KV block size.
+  int mamba_block_size = 0;
 
   /// Throws Error naming the knob when a value is out of range (see the kMax* bounds above).
   void validate() const;

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "config/hf_json.h"
@@ -50,6 +51,11 @@ void EngineConfig::validate() const {
   SSM_CHECK(num_scheduler_steps >= 1 && num_scheduler_steps <= kMaxSchedulerSteps,
             "--num-scheduler-steps must be in [1, {}] (got {})", kMaxSchedulerSteps, num_scheduler_steps);
   (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
+  SSM_CHECK(mamba_cache_mode == "none" || mamba_cache_mode == "align" || mamba_cache_mode == "all",
+            "--mamba-cache-mode must be none, align or all (got \"{}\")", mamba_cache_mode);
+  SSM_CHECK(mamba_block_size >= 0 && mamba_block_size <= kMaxNumBatchedTokens,
+            "--mamba-block-size must be in [1, {}] tokens, or 0 for the model's default (got {})", kMaxNumBatchedTokens,
+            mamba_block_size);
 }
 
 namespace {
@@ -79,7 +85,11 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   const auto tok_dir = cfg_.tokenizer.empty() ? cfg_.model : cfg_.tokenizer;
   if (path_entry_exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());
+  const PrefixCacheConfig prefix = resolve_prefix_cache();
   int blocks = cfg_.resolved_num_state_blocks();
+  // Cached states live in the same pool: by default, room for as many cached blocks as running ones (at least 64).
+  if (prefix.enabled() && cfg_.num_state_blocks == 0)
+    blocks = static_cast<int>(std::min<int64_t>(kMaxNumStateBlocks, int64_t{blocks} + std::max(64, cfg_.scheduler.max_num_seqs)));
   if (const int bs = model_->kv_block_size(); bs > 0 && cfg_.num_state_blocks == 0) {
     // Hybrid models draw KV blocks from the same pool: by default a state block and one KV block per sequence,
     // plus room for one sequence of the model's whole context (capped below like any automatic size).
@@ -131,13 +141,52 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   }
   cache_ = std::make_unique<StateCache>(model_->num_state_layers(), model_->state_shape(), blocks, dtypes);
   pool_ = std::make_unique<BlockPool>(blocks);
-  scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *pool_, *cache_, model_->kv_block_size());
+  scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *pool_, *cache_, model_->kv_block_size(), prefix);
   // A device backend's states live in its device mirror (a new request starts with has_initial_states = 0 and
   // never reads its page): zeroing the host page per request (25 MB at the mamba-2.8b shape) is wasted time.
   if (model_->device_state_budget(cfg_.gpu_memory_utilization, cfg_.scheduler.max_num_batched_tokens,
                                   cfg_.scheduler.max_num_seqs))
     scheduler_->set_zero_host_states(false);
   spdlog::info("engine: {} state blocks x {:.2f} MiB", blocks, cache_->bytes_per_block() / 1048576.0);
+  if (prefix.enabled())
+    spdlog::info("prefix caching: mamba_cache_mode {}, mamba_block_size {} tokens{}",
+                 prefix.mode == MambaCacheMode::All ? "all" : "align", prefix.block_size,
+                 model_->kv_block_size() > 0 ? fmt::format(" (KV blocks of {} tokens shared)", model_->kv_block_size()) : "");
+}
+
+PrefixCacheConfig LLMEngine::resolve_prefix_cache() const {
+  PrefixCacheConfig pc;
+  const bool user_size = cfg_.mamba_block_size > 0;
+  if (!cfg_.enable_prefix_caching || cfg_.mamba_cache_mode == "none") {
+    SSM_CHECK(!user_size, "--mamba-block-size needs prefix caching (--enable-prefix-caching and a --mamba-cache-mode "
+                          "other than none), as in vLLM");
+    pc.decode_rounds_apart = model_->prefix_block_alignment() > 1;
+    return pc;
+  }
+  // "all" needs kernels that store the state at every block boundary inside a prefill; until every mixer does,
+  // a model runs "align" (vLLM does the same for models without SupportsMambaPrefixCaching).
+  pc.mode = MambaCacheMode::Align;
+  if (cfg_.mamba_cache_mode == "all") spdlog::debug("prefix caching: mamba_cache_mode all runs as align for this model");
+  const int chunk = std::max(1, model_->prefix_block_alignment()), kv = model_->kv_block_size();
+  const int unit = kv > 0 ? std::lcm(chunk, kv) : chunk;
+  if (user_size) {
+    SSM_CHECK(cfg_.mamba_block_size % unit == 0,
+              "--mamba-block-size {} must be a multiple of {} tokens for this model (its chunk length {}{})", cfg_.mamba_block_size,
+              unit, chunk, kv > 0 ? fmt::format(" and its KV block size {}", kv) : "");
+    SSM_CHECK(cfg_.mamba_block_size <= cfg_.scheduler.max_num_batched_tokens,
+              "--mamba-block-size {} must be at most --max-num-batched-tokens {} (a prefill chunk ends on a block boundary)",
+              cfg_.mamba_block_size, cfg_.scheduler.max_num_batched_tokens);
+  }
+  // Default: the smallest multiple of the unit of at least kDefaultMambaBlockSize tokens (a snapshot copy per block
+  // of decode, and a cached block per block of history, stay cheap next to the tokens they save).
+  pc.block_size = user_size ? cfg_.mamba_block_size : unit * ((kDefaultMambaBlockSize + unit - 1) / unit);
+  pc.hash_granularity = kv > 0 ? kv : pc.block_size;
+  // What else makes a state: the model and the state dtypes (one engine has one of each; the salt keeps hashes of
+  // different configurations apart should caches ever be shared).
+  pc.decode_rounds_apart = model_->prefix_block_alignment() > 1;
+  pc.salt = std::hash<std::string>{}(cfg_.model.string() + "|" + cfg_.mamba_cache_dtype + "|" + cfg_.mamba_ssm_cache_dtype + "|" +
+                                     std::to_string(cfg_.tensor_parallel_size));
+  return pc;
 }
 
 LLMEngine::~LLMEngine() = default;
@@ -211,11 +260,15 @@ std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outs;
   // 1. Schedule.
   SchedulerOutput sched = scheduler_->schedule();
+  auto copy_states = [&](std::span<const BlockCopy> c) { model_->copy_state_blocks(c, *cache_); };
   if (sched.empty()) {
+    scheduler_->finish_step(sched, {}, copy_states);
     SSM_CHECK(!scheduler_->has_unfinished() || scheduler_->num_running() > 0,
               "no state block is free for the waiting requests (num_state_blocks = {})", pool_->num_blocks());
     return outs;
   }
+  // Prefix-cache hits start from a copy of the cached state.
+  if (!sched.state_copies.empty()) copy_states(sched.state_copies);
   // 2. Build the packed batch and its metadata (the builder reorders decodes first).
   std::vector<ScheduledRequest> order = sched.decodes;
   order.insert(order.end(), sched.prefills.begin(), sched.prefills.end());
@@ -224,7 +277,9 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (size_t i = 0; i < order.size(); ++i) {
     const RequestState& r = *order[i].req;
     const int begin = r.num_computed_tokens, end = begin + order[i].num_tokens;
-    const bool is_decode = is_decode_row(begin, r.num_tokens()) && order[i].num_tokens == 1;  // (then end == num_tokens)
+    // A one-token row past the prompt is a decode row (also when it recomputes a generated token after a preemption,
+    // one per step: Scheduler::prefill_chunk); a prompt's last one-token chunk is a prefill row (is_decode_row).
+    const bool is_decode = begin >= r.prompt_len() && begin > 0 && order[i].num_tokens == 1;
     seqs[i] = {r.state_block, begin, order[i].num_tokens, !is_decode};
     for (int p = begin; p < end; ++p) tokens[i].push_back(r.token_at(p));
   }
@@ -277,6 +332,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     stats_.num_model_steps = steps;
     for (size_t i = 0; i < order.size(); ++i)
       process_request_steps(*order[i].req, steps, batch.logits_indices.size(), plans[i], outs);
+    scheduler_->finish_step(sched, std::vector<int>(order.size(), steps), copy_states);
     stats_.num_decode_tokens = 0;  // the tokens kept (a request's tokens after its stop are dropped)
     for (const auto& o : outs) stats_.num_decode_tokens += static_cast<int>(o.delta_token_ids.size());
     for (const auto& o : outs)
@@ -323,9 +379,27 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (size_t i = 0; i < order.size(); ++i)
     process_request(*order[i].req, order[i].num_tokens, logits_.data(), device_greedy ? picks_.data() : nullptr, plans[i],
                     outs);
+  // 5. Cache the states that reached a block boundary (and full KV blocks); free what finished requests held.
+  std::vector<int> state_tokens(order.size());
+  for (size_t i = 0; i < order.size(); ++i) state_tokens[i] = order[i].num_tokens;
+  scheduler_->finish_step(sched, state_tokens, copy_states);
+  log_pool_split();
   for (const auto& o : outs)
     if (o.finished) requests_.erase(o.request_id);
   return outs;
+}
+
+void LLMEngine::log_pool_split() {
+  if (!spdlog::should_log(spdlog::level::info) || !scheduler_->prefix_config().enabled()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_pool_log_ < std::chrono::seconds(10)) return;
+  last_pool_log_ = now;
+  const PrefixCacheStats st = scheduler_->prefix_cache_stats();
+  const int total = pool_->num_blocks() - 1, avail = scheduler_->num_available_blocks();
+  spdlog::info("block pool: {} held by running requests, {} cached ({} of them evictable), {} free of {}; prefix cache hit "
+               "rate {:.1f}% ({} of {} prompt tokens)",
+               total - avail, scheduler_->num_cached_blocks(), avail - pool_->num_free(), pool_->num_free(), total,
+               100.0 * st.hit_rate(), st.hits, st.queries);
 }
 
 namespace {
@@ -423,6 +497,9 @@ int LLMEngine::multi_step_count(const SchedulerOutput& sched, const std::vector<
     const bool decode = o.num_tokens == 1 && r.num_computed_tokens + 1 == r.num_tokens() && r.num_computed_tokens > 0;
     if (!decode) return 1;
     left = std::min(left, r.request.params.max_tokens - static_cast<int>(r.output_token_ids.size()));
+    // Prefix caching: a burst ends on the next block boundary at the latest, so the state there can be cached.
+    if (const int bs = scheduler_->prefix_config().block_size; scheduler_->prefix_config().enabled())
+      left = std::min(left, bs - r.num_computed_tokens % bs);
   }
   if (left >= K) return K;
   int steps = 1;

@@ -2,6 +2,7 @@
 // update requests -> emit outputs (vLLM v1's EngineCore.step), and LLM, the offline API that runs it to the end.
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <memory>
@@ -64,7 +65,12 @@ class LLMEngine {
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const EngineConfig& config() const { return cfg_; }
   const StepStats& last_step_stats() const { return stats_; }
-  int num_free_blocks() const { return pool_->num_free(); }
+  /// Blocks a new request could get now: free ones and cached ones no request holds (evicted on demand).
+  int num_free_blocks() const { return scheduler_->num_available_blocks(); }
+  /// Blocks holding cached prefix states or KV pages (prefix caching).
+  int num_cached_blocks() const { return scheduler_->num_cached_blocks(); }
+  /// Resolved prefix-caching settings (mode None when off).
+  const PrefixCacheConfig& prefix_cache_config() const { return scheduler_->prefix_config(); }
   /// Tokens per KV block of a hybrid model (KV blocks share the state pool), 0 for pure recurrent models.
   int kv_block_size() const { return model_->kv_block_size(); }
   /// Most tokens one request's KV blocks can hold (hybrid models: (blocks - 2) x kv_block_size, the null block
@@ -87,6 +93,10 @@ class LLMEngine {
   void process_request(RequestState& r, int num_tokens, const float* logits, const GreedyPick* picks, const RowPlan& plan,
                        std::vector<RequestOutput>& outs);
   RequestOutput make_output(RequestState& r);
+  /// Prefix caching from cfg_ and the model (mode, block size, hash granularity); throws Error naming the flag.
+  PrefixCacheConfig resolve_prefix_cache() const;
+  /// --log-level info: the pool's split (running / cached / free blocks) and the hit rate, at most every 10 s.
+  void log_pool_split();
   /// Appends a sampled token (and its logprobs entry when the request asks for them) to r.
   void append_sample(RequestState& r, const SampleResult& s);
   /// Detokenizes `token` (r's newest output) and finishes r when a stop condition holds.
@@ -114,6 +124,7 @@ class LLMEngine {
   bool sample_drawn_ = false;   // this step's uniforms are in sample_.rows
   bool device_sampling_ = true; // try CausalLM::forward_sample (SSMSERVE_DEVICE_SAMPLING=0: never)
   StepStats stats_;
+  std::chrono::steady_clock::time_point last_pool_log_{};
 };
 
 /// Offline API (vLLM's `LLM`): LLM(cfg).generate(prompts, params) runs every prompt through the engine with

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/prefix_cache.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
@@ -45,6 +46,8 @@ struct RequestState {
   std::vector<std::optional<PromptLogprob>> prompt_logprobs;  ///< [prompt_len], entry 0 is nullopt
   int state_block = 0;                       ///< 0 = none held
   std::vector<int> kv_blocks;                ///< KV block table (hybrid models): block i holds positions [i*bs, (i+1)*bs)
+  std::vector<BlockHash> block_hashes;       ///< prefix caching: token-chain hashes of its full hash blocks so far
+  int num_kv_registered = 0;                 ///< prefix caching: leading kv_blocks already in the cached-block table
   FinishReason finish_reason = FinishReason::None;
   std::string stop_reason;                   ///< the stop string that matched, if any
   std::optional<int> stop_reason_token;      ///< the stop_token_ids entry that ended the sequence, if any

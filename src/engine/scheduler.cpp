@@ -3,6 +3,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace ssmserve {
 
@@ -13,9 +14,15 @@ int SchedulerOutput::num_scheduled_tokens() const {
   return n;
 }
 
-Scheduler::Scheduler(SchedulerConfig cfg, BlockPool& pool, StateCache& cache, int kv_block_size)
-    : cfg_(cfg), kv_block_size_(kv_block_size), pool_(pool), cache_(cache) {
+Scheduler::Scheduler(SchedulerConfig cfg, BlockPool& pool, StateCache& cache, int kv_block_size, PrefixCacheConfig prefix)
+    : cfg_(cfg), kv_block_size_(kv_block_size), pool_(pool), cache_(cache), prefix_(prefix), blocks_(pool, prefix.enabled()) {
   SSM_CHECK(kv_block_size >= 0, "kv_block_size must be >= 0 (got {})", kv_block_size);
+  if (prefix_.enabled()) {
+    const int g = prefix_.hash_granularity, bs = prefix_.block_size;
+    SSM_CHECK(g >= 1 && bs >= g && bs % g == 0 && (kv_block_size == 0 || g == kv_block_size),
+              "prefix caching: block size {} must be a multiple of the hash granularity {} (the KV block size {} for hybrids)", bs,
+              g, kv_block_size);
+  }
   SSM_CHECK(cfg.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1 (got {})", cfg.max_num_batched_tokens);
   SSM_CHECK(cfg.max_num_seqs >= 1, "max_num_seqs must be >= 1 (got {})", cfg.max_num_seqs);
 }
@@ -26,12 +33,14 @@ void Scheduler::add_request(RequestState* req) {
 }
 
 SchedulerOutput Scheduler::schedule() {
+  if (in_step_) release_step_holds();  // the previous step ended without finish_step (an error)
   SchedulerOutput out;
+  in_step_ = true;
   int budget = cfg_.max_num_batched_tokens;
   int seqs = 0;
   // 1. Running requests: decodes first (one token each, state present), then the next chunk of the others
   //    (unfinished prompts, or prompt + output being recomputed after a preemption).
-  auto is_decode = [](const RequestState* r) { return is_decode_row(r->num_computed_tokens, r->num_tokens()); };
+  auto is_decode = [](const RequestState* r) { return is_decode_row(r->num_computed_tokens, r->num_tokens(), r->prompt_len()); };
   //    Indexed loops: reserve_kv may preempt (erase) requests from the back of running_.
   preempted_this_step_ = false;
   for (size_t i = 0; i < running_.size(); ++i) {
@@ -39,7 +48,7 @@ SchedulerOutput Scheduler::schedule() {
     if (budget == 0 || seqs == cfg_.max_num_seqs) break;
     if (is_decode(r)) {
       if (!reserve_kv(r, 1, out, budget, seqs)) break;
-      out.decodes.push_back({r, 1});
+      out.decodes.push_back({r, 1, r->num_computed_tokens});
       --budget, ++seqs;
     }
   }
@@ -47,9 +56,10 @@ SchedulerOutput Scheduler::schedule() {
     RequestState* r = running_[i];
     if (budget == 0 || seqs == cfg_.max_num_seqs) break;
     if (!is_decode(r)) {
-      const int n = std::min(budget, r->num_tokens() - r->num_computed_tokens);
+      const int n = prefill_chunk(r, budget, out.prefills.empty());
+      if (n == 0) continue;  // align mode: no block boundary within the budget left; next step
       if (!reserve_kv(r, n, out, budget, seqs)) break;
-      out.prefills.push_back({r, n});
+      out.prefills.push_back({r, n, r->num_computed_tokens});
       budget -= n, ++seqs;
     }
   }
@@ -57,18 +67,46 @@ SchedulerOutput Scheduler::schedule() {
   //    chunk: admitted only when both fit). None when this step preempted someone (vLLM v1).
   while (!waiting_.empty() && budget > 0 && seqs < cfg_.max_num_seqs && !preempted_this_step_) {
     RequestState* r = waiting_.front();
-    const int n_first = std::min(budget, r->num_tokens() - r->num_computed_tokens);
-    if (pool_.num_free() < 1 + kv_blocks_for(n_first)) break;
-    const int block = pool_.allocate();
-    if (block == 0) break;
-    while (static_cast<int>(r->kv_blocks.size()) < kv_blocks_for(n_first)) r->kv_blocks.push_back(pool_.allocate());
-    if (zero_host_states_) cache_.zero_block(block);
+    // Prefix cache: start from the longest cached prefix (its state copied into a fresh running block, its KV blocks
+    // shared). The hit blocks are held from here on so that nothing below evicts them.
+    int hit_state = 0;
+    std::vector<int> hit_kv;
+    const int hit = r->num_computed_tokens == 0 && prefix_.enabled() ? find_cached_prefix(r, hit_state, hit_kv) : 0;
+    if (hit_state) blocks_.acquire(hit_state);
+    for (int b : hit_kv) blocks_.acquire(b);
+    const int saved_computed = r->num_computed_tokens;
+    r->num_computed_tokens = hit;
+    const int n = prefill_chunk(r, budget, out.prefills.empty());
+    const int shared = static_cast<int>(hit_kv.size());
+    if (n == 0 || blocks_.num_available() < 1 + kv_blocks_for(hit + n) - shared) {
+      r->num_computed_tokens = saved_computed;
+      blocks_.release(hit_state);
+      for (int b : hit_kv) blocks_.release(b);
+      break;
+    }
+    const int block = blocks_.allocate();
+    r->kv_blocks = hit_kv;
+    while (static_cast<int>(r->kv_blocks.size()) < kv_blocks_for(hit + n)) r->kv_blocks.push_back(blocks_.allocate());
+    r->num_kv_registered = shared;
+    if (hit_state) {
+      out.state_copies.push_back({hit_state, block});
+      held_for_step_.push_back(hit_state);  // released by finish_step, after the copy ran
+    } else if (zero_host_states_) {
+      cache_.zero_block(block);
+    }
+    if (r->num_cached_tokens < 0) {  // first schedule: count the lookup (a resumed preemption is not a new query)
+      r->num_cached_tokens = hit;
+      if (prefix_.enabled() && !r->request.params.prompt_logprobs) {
+        prefix_stats_.requests += 1;
+        prefix_stats_.queries += r->prompt_len();
+        prefix_stats_.hits += hit;
+      }
+    }
     waiting_.pop_front();
     r->state_block = block;
     r->status = RequestStatus::Running;
     running_.push_back(r);
-    const int n = std::min(budget, r->num_tokens() - r->num_computed_tokens);
-    out.prefills.push_back({r, n});
+    out.prefills.push_back({r, n, r->num_computed_tokens});
     budget -= n, ++seqs;
   }
   return out;
@@ -77,7 +115,7 @@ SchedulerOutput Scheduler::schedule() {
 bool Scheduler::reserve_kv(RequestState* r, int n, SchedulerOutput& out, int& budget, int& seqs) {
   const int need = kv_blocks_for(r->num_computed_tokens + n) - static_cast<int>(r->kv_blocks.size());
   if (need <= 0) return true;
-  while (pool_.num_free() < need) {
+  while (blocks_.num_available() < need) {
     RequestState* victim = running_.back();
     if (victim == r && running_.size() == 1)
       fail("the block pool ({} blocks incl. the null block) cannot hold request \"{}\": {} tokens need {} KV blocks of {} tokens "
@@ -96,15 +134,17 @@ bool Scheduler::reserve_kv(RequestState* r, int n, SchedulerOutput& out, int& bu
     preempted_this_step_ = true;
     if (victim == r) return false;
   }
-  for (int i = 0; i < need; ++i) r->kv_blocks.push_back(pool_.allocate());
+  for (int i = 0; i < need; ++i) r->kv_blocks.push_back(blocks_.allocate());
   return true;
 }
 
 void Scheduler::free_blocks(RequestState* req) {
-  pool_.free(req->state_block);
+  blocks_.release(req->state_block);
   req->state_block = 0;
-  for (int b : req->kv_blocks) pool_.free(b);  // KV blocks are not zeroed: every slot is written before it is read
+  // KV blocks are not zeroed: every slot is written before it is read. A cached one stays in the table (evictable).
+  for (int b : req->kv_blocks) blocks_.release(b);
   req->kv_blocks.clear();
+  req->num_kv_registered = 0;
 }
 
 void Scheduler::preempt(RequestState* req) {
@@ -118,10 +158,131 @@ void Scheduler::preempt(RequestState* req) {
 }
 
 void Scheduler::finish_request(RequestState* req) {
-  free_blocks(req);
+  if (in_step_ && prefix_.enabled() && req->status == RequestStatus::Running) {
+    // Inside a step: keep the blocks until finish_step has cached the request's boundary state and KV pages.
+    finished_in_step_.push_back(req);
+  } else {
+    free_blocks(req);
+  }
   req->status = RequestStatus::Finished;
   std::erase(running_, req);
   std::erase(waiting_, req);
+}
+
+}  // namespace ssmserve
+
+namespace ssmserve {
+
+int Scheduler::prefill_chunk(const RequestState* r, int budget, bool allow_unaligned) const {
+  const int c = r->num_computed_tokens, len = r->num_tokens(), rem = len - c, prompt = r->prompt_len();
+  int n = std::min(budget, rem);
+  if (prefix_.decode_rounds_apart && rem > 1) {
+    // Recomputing after a preemption: the prompt as a prefill, then each generated token as the decode row it was.
+    if (c >= prompt) return std::min(n, 1);
+    if (len > prompt) return n = std::min(n, prompt - c), prefill_chunk_aligned(c, prompt, n, allow_unaligned);
+  }
+  return prefill_chunk_aligned(c, len, n, allow_unaligned);
+}
+
+int Scheduler::prefill_chunk_aligned(int c, int len, int n, bool allow_unaligned) const {
+  const int rem = len - c;
+  if (prefix_.mode != MambaCacheMode::Align || n <= 1) return n;
+  const int bs = prefix_.block_size;
+  // The chunk ends on the last block boundary it reaches; a final chunk that crosses one stops there (the state at
+  // the boundary is the step's end state, cached by finish_step), its tail runs next step.
+  const int b = (c + n) / bs * bs;
+  if (n < rem) return b > c ? b - c : (allow_unaligned ? n : 0);
+  return b > c && b < len ? b - c : n;
+}
+
+void Scheduler::extend_hashes(RequestState* r, int tokens) const {
+  const int g = prefix_.hash_granularity;
+  // Blocks past the prompt of a model whose decode form rounds apart: the state depends on where decoding began.
+  const int split = prefix_.decode_rounds_apart ? r->prompt_len() : std::numeric_limits<int>::max();
+  const uint64_t decode_salt = prefix_.salt ^ (0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(split) + 1));
+  std::vector<int32_t> ids(static_cast<size_t>(g));
+  while (static_cast<int>(r->block_hashes.size() + 1) * g <= tokens) {
+    const int start = static_cast<int>(r->block_hashes.size()) * g;
+    for (int i = 0; i < g; ++i) ids[static_cast<size_t>(i)] = r->token_at(start + i);
+    const BlockHash parent = r->block_hashes.empty() ? BlockHash{} : r->block_hashes.back();
+    r->block_hashes.push_back(hash_block_tokens(parent, ids, start + g > split ? decode_salt : prefix_.salt));
+  }
+}
+
+int Scheduler::find_cached_prefix(RequestState* r, int& state_block, std::vector<int>& kv_blocks) {
+  state_block = 0;
+  kv_blocks.clear();
+  // A request that wants prompt logprobs needs every prompt position's logits: no hit (as vLLM).
+  if (r->request.params.prompt_logprobs) return 0;
+  const int bs = prefix_.block_size, g = prefix_.hash_granularity;
+  int k = (r->num_tokens() - 1) / bs;  // the last token is always recomputed (its logits are needed)
+  if (k <= 0) return 0;
+  extend_hashes(r, k * bs);
+  if (kv_block_size_ > 0) {  // every KV block of the prefix must be cached: the hit ends at the first missing one
+    int m = 0;
+    while (m < k * bs / g && blocks_.lookup(CachedKind::Kv, r->block_hashes[static_cast<size_t>(m)])) ++m;
+    k = std::min(k, m * g / bs);
+  }
+  for (; k > 0; --k) {
+    const int b = blocks_.lookup(CachedKind::State, r->block_hashes[static_cast<size_t>(k * bs / g - 1)]);
+    if (b == 0) continue;
+    state_block = b;
+    blocks_.touch(b);
+    for (int j = 0; j < k * bs / std::max(1, kv_block_size_) && kv_block_size_ > 0; ++j) {
+      const int kb = blocks_.lookup(CachedKind::Kv, r->block_hashes[static_cast<size_t>(j)]);
+      blocks_.touch(kb);
+      kv_blocks.push_back(kb);
+    }
+    return k * bs;
+  }
+  return 0;
+}
+
+void Scheduler::finish_step(const SchedulerOutput& out, std::span<const int> state_tokens,
+                            const std::function<void(std::span<const BlockCopy>)>& copy) {
+  in_step_ = false;
+  if (prefix_.enabled()) {
+    const int bs = prefix_.block_size, g = prefix_.hash_granularity;
+    std::vector<BlockCopy> copies;
+    std::vector<std::pair<BlockHash, int>> to_insert;
+    size_t i = 0;
+    for (const auto* list : {&out.decodes, &out.prefills})
+      for (const ScheduledRequest& s : *list) {
+        RequestState* r = s.req;
+        const int pos = s.num_computed_before + state_tokens[i++];
+        // The state (and KV) hold tokens [0, pos) only when the request's bookkeeping agrees.
+        if (pos != r->num_computed_tokens || pos <= 0) continue;
+        extend_hashes(r, pos);
+        if (kv_block_size_ > 0) {
+          for (; r->num_kv_registered < pos / g && r->num_kv_registered < static_cast<int>(r->kv_blocks.size()); ++r->num_kv_registered)
+            blocks_.insert(CachedKind::Kv, r->block_hashes[static_cast<size_t>(r->num_kv_registered)],
+                           r->kv_blocks[static_cast<size_t>(r->num_kv_registered)]);
+        }
+        if (pos % bs != 0) continue;
+        const BlockHash& h = r->block_hashes[static_cast<size_t>(pos / g - 1)];
+        if (blocks_.lookup(CachedKind::State, h)) continue;
+        const int src = r->state_block;
+        if (src == 0) continue;
+        const int dst = blocks_.allocate();
+        if (dst == 0) continue;  // every block is held by running requests: skip (they win over the cache)
+        copies.push_back({src, dst});
+        to_insert.emplace_back(h, dst);
+      }
+    if (!copies.empty()) copy(copies);
+    for (const auto& [h, b] : to_insert) {
+      blocks_.insert(CachedKind::State, h, b);
+      blocks_.release(b);  // unheld: evictable, most recently used
+    }
+  }
+  release_step_holds();
+}
+
+void Scheduler::release_step_holds() {
+  in_step_ = false;
+  for (int b : held_for_step_) blocks_.release(b);
+  held_for_step_.clear();
+  for (RequestState* r : finished_in_step_) free_blocks(r);
+  finished_in_step_.clear();
 }
 
 }  // namespace ssmserve

@@ -4,12 +4,16 @@
 // preempted (preemption by recompute: the request later prefills its prompt and generated tokens again).
 #pragma once
 #include <deque>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "cache/state_cache.h"
 #include "cache/block_pool.h"
+#include "cache/prefix_cache.h"
 #include "cache/prefix_cache_stats.h"
 #include "engine/request.h"
+#include "model/causal_lm.h"
 
 namespace ssmserve {
 
@@ -19,16 +23,46 @@ struct SchedulerConfig {
   int max_num_seqs = 256;             ///< requests per step
 };
 
+/// Prefix caching of states (vLLM's mamba_cache_mode, vllm-ssm-design.md §3.2-§3.4).
+enum class MambaCacheMode {
+  None,   ///< no prefix caching: one running state block per request
+  Align,  ///< states cached at block boundaries reached at the end of a step; prefill chunks cut on boundaries
+  All,    ///< states cached at every block boundary inside a step (kernels store them); chunks cut anywhere
+};
+
+/// Resolved prefix-caching settings of one engine.
+struct PrefixCacheConfig {
+  MambaCacheMode mode = MambaCacheMode::None;
+  /// mamba_block_size: tokens per cached state (a multiple of hash_granularity, the model's chunk length and, for
+  /// hybrids, of the KV block size). Unused with mode None.
+  int block_size = 0;
+  /// Tokens per block of the token-chain hashes: the KV block size for hybrids (so KV pages are cached too), else
+  /// block_size.
+  int hash_granularity = 0;
+  uint64_t salt = 0;  ///< folded into every hash (model, state dtypes)
+  /// The model's one-token decode form rounds apart from its chunked prefill form (SSD, lightning attention, the gated
+  /// delta rule; not Mamba-1's scan), so a state depends on which tokens ran as decode rows, not only on the tokens.
+  /// Then (with or without caching) a request recomputing generated tokens after a preemption runs them as decode rows,
+  /// one per step, as they were generated; and hashes of blocks past a request's prompt fold in its prompt length, so a
+  /// state reached while decoding is a hit only for that request's own recompute (a new request prefills those tokens).
+  bool decode_rounds_apart = false;
+  bool enabled() const { return mode != MambaCacheMode::None; }
+};
+
 /// One request's share of a step: tokens [num_computed_tokens, num_computed_tokens + num_tokens).
 struct ScheduledRequest {
   RequestState* req = nullptr;
   int num_tokens = 0;
+  int num_computed_before = 0;  ///< req->num_computed_tokens when scheduled (after a prefix-cache hit)
 };
 
 /// The step's batch: decodes (1 token, state present) and prefill chunks, each in scheduling order.
 struct SchedulerOutput {
   std::vector<ScheduledRequest> decodes;
   std::vector<ScheduledRequest> prefills;
+  /// Prefix-cache hits: cached states copied into the hit requests' running blocks before this step's forward
+  /// (CausalLM::copy_state_blocks). The sources stay held until Scheduler::finish_step.
+  std::vector<BlockCopy> state_copies;
   int num_scheduled_tokens() const;
   bool empty() const { return decodes.empty() && prefills.empty(); }
 };
@@ -40,15 +74,31 @@ class Scheduler {
   /// kv_block_size tokens, allocated as they grow; a request is admitted only when its state block and the KV
   /// blocks of its first chunk are free; when a running request cannot grow, the newest running request is
   /// preempted (vLLM v1), possibly itself.
-  Scheduler(SchedulerConfig cfg, BlockPool& pool, StateCache& cache, int kv_block_size = 0);
+  ///
+  /// prefix (enabled): a request admitted from the waiting queue first looks up the longest cached prefix of its
+  /// tokens (a multiple of prefix.block_size, at most its length - 1: the last token is always recomputed),
+  /// with every KV block of that prefix cached too for hybrids; it then starts from a copy of the cached state
+  /// (SchedulerOutput::state_copies) and shares the KV blocks. States reached at block boundaries are cached by
+  /// finish_step. Align mode cuts prefill chunks on block boundaries (and a final chunk at the last boundary
+  /// before its end), so a boundary state is the end state of a step.
+  Scheduler(SchedulerConfig cfg, BlockPool& pool, StateCache& cache, int kv_block_size = 0, PrefixCacheConfig prefix = {});
 
   /// Queues a new request (FCFS).
   void add_request(RequestState* req);
   /// Picks this step's work. A prefill chunk never exceeds the remaining budget; a waiting request that
   /// finds no free block stays waiting (FCFS: nothing behind it jumps ahead).
   SchedulerOutput schedule();
-  /// Releases a finished or aborted request's block and forgets it.
+  /// Releases a finished or aborted request's blocks and forgets it. Inside a step (between schedule() and
+  /// finish_step()) the blocks are released by finish_step, after the request's boundary state is cached.
   void finish_request(RequestState* req);
+  /// After the step's forward and the requests' updates: caches the states that reached a block boundary this
+  /// step (copies running block -> a new cached block through `copy`, then registers their hashes), registers the
+  /// KV blocks that became full (hybrids), releases the step's copy sources and the blocks of requests that
+  /// finished in the step. `state_tokens[i]` is how many tokens scheduled request i (decodes, then prefills) folded
+  /// into its state (its num_tokens, or the steps of a multi-step decode); a request's boundary state is cached only
+  /// when its state holds exactly its num_computed_tokens (a multi-step burst cut short by a stop is not).
+  void finish_step(const SchedulerOutput& out, std::span<const int> state_tokens,
+                   const std::function<void(std::span<const BlockCopy>)>& copy);
   /// Preempts a running request by recompute (vLLM v1): frees its state block, resets num_computed_tokens to 0
   /// and puts it at the front of the waiting queue; when rescheduled it prefills prompt + output so far and
   /// continues exactly where it stopped. No-op for a request that is not running.
@@ -58,6 +108,10 @@ class Scheduler {
   int num_preemptions() const { return num_preemptions_; }
   /// Prefix-cache counters (tokens queried / served from the cache).
   PrefixCacheStats prefix_cache_stats() const { return prefix_stats_; }
+  const PrefixCacheConfig& prefix_config() const { return prefix_; }
+  /// Blocks a new request could be given now (free + cached-and-unheld), and the cached ones of them.
+  int num_available_blocks() const { return blocks_.num_available(); }
+  int num_cached_blocks() const { return blocks_.num_cached(); }
   /// Whether a block handed to a waiting request gets its host page zeroed (default true). Device backends keep
   /// and reset their states in device memory and never read the host pages, so the engine turns it off for them.
   void set_zero_host_states(bool on) { zero_host_states_ = on; }
@@ -74,12 +128,29 @@ class Scheduler {
   /// KV blocks a request needs to hold `tokens` tokens.
   int kv_blocks_for(int tokens) const { return kv_block_size_ > 0 ? (tokens + kv_block_size_ - 1) / kv_block_size_ : 0; }
   void free_blocks(RequestState* req);
+  /// Ends a step's holds: releases the copy sources and the blocks of requests finished in the step.
+  void release_step_holds();
+  /// Tokens of r's next prefill chunk within `budget` (prefix caching's align mode cuts on block boundaries); 0 when
+  /// no aligned chunk fits and `allow_unaligned` is false.
+  int prefill_chunk(const RequestState* r, int budget, bool allow_unaligned) const;
+  /// The align-mode cut of a chunk of n tokens from c toward len (len: where this run of prefill tokens ends).
+  int prefill_chunk_aligned(int c, int len, int n, bool allow_unaligned) const;
+  /// Extends r->block_hashes to cover every full hash block of its first `tokens` tokens.
+  void extend_hashes(RequestState* r, int tokens) const;
+  /// The longest cached prefix of r usable now (see the constructor); fills the state block to copy and the KV
+  /// blocks to share. 0 when none.
+  int find_cached_prefix(RequestState* r, int& state_block, std::vector<int>& kv_blocks);
 
   SchedulerConfig cfg_;
   int kv_block_size_ = 0;
   bool preempted_this_step_ = false;
   BlockPool& pool_;
   StateCache& cache_;
+  PrefixCacheConfig prefix_;
+  PrefixCache blocks_;                      // reference counts, cached-block table and LRU over pool_
+  std::vector<int> held_for_step_;          // copy sources, released by finish_step
+  std::vector<RequestState*> finished_in_step_;  // finished inside the step: blocks freed by finish_step
+  bool in_step_ = false;                    // between schedule() and finish_step()
   bool zero_host_states_ = true;
   std::deque<RequestState*> waiting_;
   std::vector<RequestState*> running_;

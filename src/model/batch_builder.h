@@ -11,12 +11,15 @@
 
 namespace ssmserve {
 
-/// The one decode rule (vLLM's split_decodes_and_prefills with treat_short_extends_as_decodes=False): a request is
-/// a decode row iff its state already holds every token but the last one it knows (num_computed_tokens > 0 and
-/// num_tokens - num_computed_tokens == 1), and so it schedules exactly that one token. The scheduler orders its
-/// running requests by it and the engine marks ScheduledSeq::is_prefilling with it.
-inline bool is_decode_row(int32_t num_computed_tokens, int32_t num_tokens) {
-  return num_computed_tokens > 0 && num_tokens - num_computed_tokens == 1;
+/// The one decode rule (vLLM's split_decodes_and_prefills with treat_short_extends_as_decodes=False, and its
+/// is_prefilling = computed < prompt length): a request is a decode row iff it is past its prompt (num_computed_tokens
+/// >= prompt_len) and its state holds every token but the last one it knows (num_tokens - num_computed_tokens == 1),
+/// so it schedules exactly that one token. A prompt's last one-token chunk is a (one-token) prefill row: the chunked
+/// forms (SSD, lightning, the gated delta rule) then round it as an uncut prompt does, which prefix-cache hits and
+/// chunk cuts on the chunk grid rely on for bit-identical results. The scheduler orders its running requests by it and
+/// the engine marks ScheduledSeq::is_prefilling with it.
+inline bool is_decode_row(int32_t num_computed_tokens, int32_t num_tokens, int32_t prompt_len) {
+  return num_computed_tokens >= prompt_len && num_computed_tokens > 0 && num_tokens - num_computed_tokens == 1;
 }
 
 /// What the builder builds besides the recurrent-layer metadata (from the model: CausalLM::kv_block_size and

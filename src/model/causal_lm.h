@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,12 @@ struct GreedyPick {
   std::vector<float> logits;
 };
 
+/// One state-block copy (prefix caching): block `src`'s states onto block `dst`, in every recurrent layer.
+struct BlockCopy {
+  int src = 0;
+  int dst = 0;
+};
+
 /// A causal language model with recurrent layers.
 class CausalLM {
  public:
@@ -46,6 +53,10 @@ class CausalLM {
   /// Tokens per chunk of the chunked prefill scan (Mamba-2's `chunk_size`); the metadata builder cuts prefill
   /// rows at multiples of it from each sequence's start. Models without a chunked scan keep the default.
   virtual int chunk_size() const { return 256; }
+  /// Tokens a prefix-cache block must be a multiple of so that a state cached at a block boundary equals the state
+  /// an uncached prefill passes through there: the chunk length of chunked prefill forms (their chunks are counted
+  /// from the sequence start), 1 for models whose prefill is token by token (Mamba-1).
+  virtual int prefix_block_alignment() const { return chunk_size(); }
   /// Tokens per KV block of the softmax-attention layers (hybrids such as MiniMax), or 0 when the model has none.
   /// KV blocks come from the same pool as state blocks (one page each; docs/architecture.md); the engine then
   /// allocates them as sequences grow and fills ForwardBatch::linear_meta / attn_meta every step.
@@ -88,6 +99,13 @@ class CausalLM {
                               std::vector<GreedyPick>& out) {
     (void)batch, (void)cache, (void)sample, (void)out;
     return false;
+  }
+  /// Copies states between blocks of the pool (prefix caching: a cached state into a request's running block before
+  /// the step that continues from it, or a running state into a block that caches it), in order, in every layer,
+  /// where the model keeps its states (host pages: StateCache::copy_block; device backends: their mirror, ordered
+  /// before the next forward on the device). Throws Error on a block outside [1, num_blocks).
+  virtual void copy_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) {
+    for (const BlockCopy& c : copies) cache.copy_block(c.src, c.dst);
   }
   /// Device backends: bytes of device memory left for the recurrent-state pool when the engine may use
   /// `gpu_memory_utilization` of the device's total memory, after what is in use now (weights, other

@@ -102,6 +102,20 @@ std::vector<char> TensorParallelLM::run_ranks(const ForwardBatch& batch, StateCa
   return results_;
 }
 
+void TensorParallelLM::copy_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) {
+  if (copies.empty()) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  // The ranks' views as forward() builds them (same objects, so device mirrors keyed on their address stay put).
+  if (views_.size() != shards_.size()) {
+    views_.clear();
+    views_.reserve(shards_.size());
+    for (size_t r = 0; r < shards_.size(); ++r)
+      views_.push_back(cache.shard(shards_[r]->state_shape(), offsets_[r].conv_elems, offsets_[r].ssm_elems));
+  }
+  // On this thread: a CPU rank copies its part of the host pages, a device rank selects its device itself.
+  for (size_t r = 0; r < shards_.size(); ++r) shards_[r]->copy_state_blocks(copies, views_[r]);
+}
+
 void TensorParallelLM::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {
   run_ranks(batch, cache, [&](int rank, CausalLM& shard, StateCache& view) {
     shard.forward(batch, view, rank == 0 ? logits : nullptr);  // rank 0's logits are complete (all-gathered)

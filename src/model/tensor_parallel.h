@@ -52,6 +52,7 @@ class TensorParallelLM final : public CausalLM {
   /// The sum over ranks of each rank's (padded) state shard.
   StateShape state_shape() const override { return page_; }
   int chunk_size() const override { return shards_[0]->chunk_size(); }
+  int prefix_block_alignment() const override { return shards_[0]->prefix_block_alignment(); }
   /// The shards' (all equal): a hybrid's (MiniMax) shard keeps the unsharded model's KV block size and reports a
   /// state region large enough for its KV heads' block, so page_ holds every rank's KV part too.
   int kv_block_size() const override { return shards_[0]->kv_block_size(); }
@@ -59,6 +60,8 @@ class TensorParallelLM final : public CausalLM {
   /// Validates the batch against `cache` (the same checks every rank would make, so a bad batch throws here,
   /// before any rank starts a collective), then runs every rank. Throws Error on a bad batch or a rank's error.
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
+  /// Each rank copies its own part of the blocks (its shard view; device ranks in their mirrors, on their threads).
+  void copy_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) override;
   /// Device ranks (GPU shards): every rank runs its shard's forward_greedy (the shards all-gather the logits on the
   /// device and every rank picks the same tokens); `out` gets rank 0's picks. Returns false, doing nothing, when
   /// the shards have no device sampler (CPU shards). Same checks and errors as forward; Error when the ranks

@@ -45,6 +45,14 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
     configure_gemm(gemm_, opt);
     set_kernel_tuning(opt.kernels);
     frame_.pdl = opt.pdl;
+    SSM_CUDA_CHECK(cudaGetDevice(&device_));
+  }
+
+  void copy_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) override {
+    if (copies.empty()) return;
+    SSM_CUDA_CHECK(cudaSetDevice(device_));
+    states_.sync_layout(cache);
+    states_.copy_blocks(copies, stream_.get());
   }
 
   void load(WeightSource& src);
@@ -73,6 +81,7 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
   Stream stream_;
   GemmHandle gemm_;
   DeviceStateMirror states_;
+  int device_ = 0;  // this runner's GPU
   StepMetaUploader meta_;
   DecodeGraphs graphs_;
   RunnerTp tp_;

@@ -1,6 +1,9 @@
 // Owns the device mirror of the state pool (see device_state.h).
 #include "runtime/device_state.h"
 
+#include "core/error.h"
+#include "device/cuda_check.h"
+
 namespace ssmserve::cuda {
 namespace {
 
@@ -42,7 +45,21 @@ void DeviceStateMirror::sync_layout(const StateCache& cache) {
   cache_ = &cache;
   num_blocks_ = cache.num_blocks();
   page_bytes_ = cache.page_bytes();
+  device_page_bytes_ = page;
   shape_ = shape;
+}
+
+void DeviceStateMirror::copy_blocks(std::span<const BlockCopy> copies, cudaStream_t stream) const {
+  for (const BlockCopy& c : copies) {
+    SSM_CHECK(c.src > 0 && c.src < num_blocks_ && c.dst > 0 && c.dst < num_blocks_,
+              "device states: copying block {} to {}: outside [1, {})", c.src, c.dst, num_blocks_);
+    if (c.src == c.dst) continue;
+    for (const DeviceBuffer& b : buffers_) {
+      auto* base = static_cast<std::byte*>(b.data());
+      SSM_CUDA_CHECK(cudaMemcpyAsync(base + c.dst * device_page_bytes_, base + c.src * device_page_bytes_,
+                                     static_cast<size_t>(device_page_bytes_), cudaMemcpyDeviceToDevice, stream));
+    }
+  }
 }
 
 }  // namespace ssmserve::cuda

@@ -9,7 +9,12 @@
 #pragma once
 #include <vector>
 
+#include <cuda_runtime.h>
+
+#include <span>
+
 #include "cache/state_cache.h"
+#include "model/causal_lm.h"
 #include "device/device.h"
 
 namespace ssmserve::cuda {
@@ -21,6 +26,9 @@ class DeviceStateMirror {
   void sync_layout(const StateCache& cache);
   /// Bytes of one block's page in the mirror for `shape`, with `dtypes`, when compact (a rank's shard).
   static int64_t compact_page_bytes(const StateShape& shape, const StateDtypes& dtypes);
+  /// Copies block c.src's page onto block c.dst's in every layer, for each copy in order, on `stream` (ordered before
+  /// the kernels queued after it). Call sync_layout first. Throws Error on a block outside [1, num_blocks).
+  void copy_blocks(std::span<const BlockCopy> copies, cudaStream_t stream) const;
   /// Device views of layer `layer` (same dtype and block stride as the host views).
   StateView conv_state(int layer) const { return conv_[layer]; }
   StateView ssm_state(int layer) const { return ssm_[layer]; }
@@ -33,6 +41,7 @@ class DeviceStateMirror {
   const StateCache* cache_ = nullptr;
   int num_blocks_ = 0;
   int64_t page_bytes_ = 0;
+  int64_t device_page_bytes_ = 0;  // bytes per block in the device buffers (compact for a shard)
   StateShape shape_;
   std::vector<DeviceBuffer> buffers_;
   std::vector<StateView> conv_, ssm_;

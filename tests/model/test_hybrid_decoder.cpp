@@ -360,11 +360,12 @@ std::vector<int32_t> prompt(int n, int seed) {
 TEST_F(HybridDecoder, LayoutFollowsTheModules) {
   auto m = load_decoder(cfg_, spec_, LoadFormat::Auto);
   // Two Mamba-2 layers: conv (4 - 1) x 160 and state 4 x 32 x 8 each, in one page; two attention layers of
-  // 2 x 4 KV heads x 16 x 4 bytes per token: block = (2 x (480 + 1024)) x 4 / 1024 = 11 tokens.
+  // 2 x 4 KV heads x 16 x 4 bytes per token: (2 x (480 + 1024)) x 4 / 1024 = 11 tokens fit, rounded down to a
+  // power of two (so that a prefix-cache block is the larger of it and the chunk): 8.
   EXPECT_EQ(m->num_state_layers(), 1);
   EXPECT_EQ(m->state_shape().conv_elems, 2 * 3 * kConv);
   EXPECT_EQ(m->state_shape().ssm_elems, 2 * kNH * kP * kN);
-  EXPECT_EQ(m->kv_block_size(), 11);
+  EXPECT_EQ(m->kv_block_size(), 8);
   EXPECT_EQ(m->chunk_size(), 8);
 }
 
@@ -372,7 +373,7 @@ TEST_F(HybridDecoder, MatchesPerLayerReferenceOverPrefillChunksAndDecodes) {
   auto m = load_decoder(cfg_, spec_, LoadFormat::Auto);
   const int bs = m->kv_block_size();
   StateCache cache(m->num_state_layers(), m->state_shape(), 16);
-  Seq a{prompt(30, 1), 1, {3, 4, 5}}, b{prompt(26, 2), 2, {6, 7, 8}};
+  Seq a{prompt(30, 1), 1, {3, 4, 5, 9}}, b{prompt(26, 2), 2, {6, 7, 8, 10}};
   ASSERT_GE(static_cast<int>(a.kv_blocks.size()) * bs, 30);
   const auto want_a = ref_logits(w_, a.ids), want_b = ref_logits(w_, b.ids);
   std::vector<std::vector<float>> got_a, got_b;
@@ -406,7 +407,7 @@ TEST_F(HybridDecoder, TensorParallelTwoRanksBitIdenticalToOne) {
   TensorParallelLM two(std::move(shards), group, nullptr);
   ASSERT_EQ(two.kv_block_size(), one->kv_block_size());
   StateCache c1(one->num_state_layers(), one->state_shape(), 8), c2(two.num_state_layers(), two.state_shape(), 8);
-  Seq a1{prompt(20, 3), 1, {2, 3}}, a2 = a1;
+  Seq a1{prompt(20, 3), 1, {2, 3, 4}}, a2 = a1;
   for (int n : {12, 5, 1, 1, 1}) {
     const auto x = step(*one, c1, {&a1}, {n}), y = step(two, c2, {&a2}, {n});
     for (size_t t = 0; t < x[0].size(); ++t) ASSERT_EQ(x[0][t], y[0][t]) << "token " << t << " of a " << n << "-token step";

@@ -42,22 +42,23 @@ TEST(MiniMax, PoolLayoutAndUnwrittenKvPagesAreNeverRead) {
   const auto dir = model_dir("tiny-minimax");
   SSM_SKIP_IF_NO_MODEL(dir);
   auto model = load_model(dir);
-  // One page per block: 6 lightning layers x 4 heads x 64 x 64 fp32 = 384 KiB = 192 tokens of K and V in 2 layers.
-  EXPECT_EQ(model->kv_block_size(), 192);
+  // One page per block: 6 lightning layers x 4 heads x 64 x 64 fp32 = 384 KiB = 192 tokens of K and V in 2 layers,
+  // rounded down to a power of two: 128.
+  EXPECT_EQ(model->kv_block_size(), 128);
   EXPECT_EQ(model->num_state_layers(), 1);
   std::vector<int32_t> prompt(300);
   std::mt19937 rng(1);
   for (auto& t : prompt) t = 2 + static_cast<int32_t>(rng() % 50000);
   StateCache clean(1, model->state_shape(), 8);
   EXPECT_EQ(clean.page_bytes(), 384 * 1024);
-  const auto want = prefill_logits(*model, clean, prompt, 1, {2, 3});
+  const auto want = prefill_logits(*model, clean, prompt, 1, {2, 3, 4});
   // Every byte of the pool NaN; only the state block is zeroed (as the scheduler does); the KV blocks are used
   // as they are, in another order.
   StateCache dirty(1, model->state_shape(), 8);
   std::vector<float> nan(static_cast<size_t>(dirty.page_bytes() / 4), NAN);
   for (int b = 0; b < 8; ++b) std::memcpy(static_cast<std::byte*>(dirty.ssm_state(0).data) + b * dirty.page_bytes(), nan.data(), dirty.page_bytes());
   dirty.zero_block(5);
-  const auto got = prefill_logits(*model, dirty, prompt, 5, {7, 1});
+  const auto got = prefill_logits(*model, dirty, prompt, 5, {7, 1, 6});
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "logit " << i;
 }
 
@@ -127,7 +128,7 @@ TEST(MiniMax, PromptLargerThanThePoolIsRejectedAndGenerationStopsAtItsCapacity) 
   SSM_SKIP_IF_NO_MODEL(dir);
   EngineConfig cfg;
   cfg.model = dir;
-  cfg.num_state_blocks = 3;  // a state block + one KV block of 192 tokens
+  cfg.num_state_blocks = 3;  // a state block + one KV block of 128 tokens
   LLMEngine engine(cfg);
   Request r;
   r.request_id = "big";
@@ -220,7 +221,7 @@ TEST(MiniMax, ConfigValidation) {
   orig.erase("layer_types");
   orig["attn_type_list"] = {0, 0, 0, 1, 0, 0, 0, 1};
   auto m = load_model(ModelConfig::from_json(orig, dir), LoadFormat::Dummy);
-  EXPECT_EQ(m->kv_block_size(), 192);
+  EXPECT_EQ(m->kv_block_size(), 128);
 }
 
 }  // namespace

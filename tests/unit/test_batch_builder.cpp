@@ -43,10 +43,11 @@ TEST(BatchBuilder, HybridsGetTheSeparateBuildersArrays) {
 }
 
 TEST(BatchBuilder, TheOneDecodeRule) {
-  EXPECT_TRUE(is_decode_row(4, 5));    // every token but the last one known is in the state
-  EXPECT_FALSE(is_decode_row(0, 1));   // nothing computed yet: a 1-token prompt is a prefill
-  EXPECT_FALSE(is_decode_row(3, 5));   // two tokens left: a prefill chunk (or a recompute after preemption)
-  EXPECT_FALSE(is_decode_row(5, 5));   // nothing left to feed
+  EXPECT_TRUE(is_decode_row(4, 5, 4));    // past the prompt, every token but the last one known is in the state
+  EXPECT_FALSE(is_decode_row(4, 5, 5));   // the prompt's last token (a one-token chunk): a prefill row
+  EXPECT_FALSE(is_decode_row(0, 1, 1));   // nothing computed yet: a 1-token prompt is a prefill
+  EXPECT_FALSE(is_decode_row(3, 5, 3));   // two tokens left: a prefill chunk (or a recompute after preemption)
+  EXPECT_FALSE(is_decode_row(5, 5, 4));   // nothing left to feed
 }
 
 }  // namespace

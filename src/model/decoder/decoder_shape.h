@@ -27,6 +27,7 @@ class DecoderShape : public Base {
   int chunk_size() const override { return spec_.chunk_size; }
   int kv_block_size() const override { return layout_.kv_block_size(); }
   bool has_linear_attention() const override { return has_linear_ || layout_.has_attention(); }
+  int prefix_block_alignment() const override { return has_chunked_ ? spec_.chunk_size : 1; }
 
  protected:
   DecoderShape(ModelConfig cfg, DecoderSpec spec) : cfg_(std::move(cfg)), spec_(std::move(spec)) {}
@@ -34,7 +35,10 @@ class DecoderShape : public Base {
   void set_layout(std::span<const ModuleStateSpec> specs, std::span<const std::string> kinds, int tp_world) {
     layout_ = StateLayout(specs, tp_world);
     tp_world_ = tp_world;
-    for (const std::string& k : kinds) has_linear_ |= k == "lightning";
+    for (const std::string& k : kinds) {
+      has_linear_ |= k == "lightning";
+      has_chunked_ |= k == "lightning" || k == "mamba2" || k == "gated_delta";  // prefill in sequence-aligned chunks
+    }
   }
   void check_metadata(const ForwardBatch& batch, const StateCache& cache) const {
     check_decoder_metadata(spec_.label, batch, cache, layout_, has_linear_, tp_world_);
@@ -44,6 +48,7 @@ class DecoderShape : public Base {
   DecoderSpec spec_;
   StateLayout layout_;
   bool has_linear_ = false;
+  bool has_chunked_ = false;
   int tp_world_ = 1;
 };
 

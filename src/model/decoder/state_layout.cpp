@@ -42,8 +42,14 @@ StateLayout::StateLayout(std::span<const ModuleStateSpec> specs, int tp_world) :
     return;
   }
   num_state_layers_ = 1;  // one page spans every layer
-  if (full_kv_token > 0)
-    kv_block_size_ = static_cast<int>(std::max<int64_t>(1, full_state > 0 ? full_state * 4 / full_kv_token : 64));
+  if (full_kv_token > 0) {
+    // As many tokens as the state page holds, rounded down to a power of two so that the prefix cache's block (a
+    // multiple of this and of the mixers' power-of-two chunk lengths) stays their maximum, not their lcm.
+    const int64_t fit = std::max<int64_t>(1, full_state > 0 ? full_state * 4 / full_kv_token : 64);
+    int64_t pow2 = 1;
+    while (pow2 * 2 <= fit && pow2 < (int64_t{1} << 20)) pow2 *= 2;
+    kv_block_size_ = static_cast<int>(pow2);
+  }
   for (Placement& p : placements_)
     if (p.kind == Placement::Kv) p.kv_offset_bytes *= kv_block_size_;
   // TP 1: a KV block is the whole page (at least kv_page_bytes). A shard: its KV block lives in its part of the SSM
