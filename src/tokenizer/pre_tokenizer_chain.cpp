@@ -214,7 +214,7 @@ void PreTokenizerChain::run(std::string_view text, bool first, std::vector<PreTo
       pieces.clear();
       switch (st.kind) {
         case Step::kByteLevel: {
-          if (st.add_prefix_space && (p.text.empty() || p.text[0] != ' ')) p.text.insert(0, " ");
+          if (st.add_prefix_space && (p.text.empty() || p.text[0] != ' ')) p.text = ' ' + p.text;
           const std::size_t from = next.size();
           if (st.use_regex) {
             st.pattern->find_matches(p.text, pieces);
@@ -243,7 +243,7 @@ void PreTokenizerChain::run(std::string_view text, bool first, std::vector<PreTo
             }
           }
           const bool starts = s.compare(0, st.replacement.size(), st.replacement) == 0;
-          if (!starts && (st.scheme == Step::kAlways || (st.scheme == Step::kFirst && p.first))) s.insert(0, st.replacement);
+          if (!starts && (st.scheme == Step::kAlways || (st.scheme == Step::kFirst && p.first))) s = st.replacement + s;
           if (st.split) {
             char_matches(s, [&](char32_t c) { return c == st.replacement_cp; }, pieces);
             split_by(s, p.first, pieces, SplitBehavior::kMergedWithNext, next);
