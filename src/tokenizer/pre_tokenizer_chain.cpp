@@ -198,7 +198,25 @@ PreTokenizerChain PreTokenizerChain::from_json(const json& j) {
   PreTokenizerChain c;
   parse_into(j, c.steps_, 0);
   c.raw_bytes_out_ = !c.steps_.empty() && c.steps_.back()->kind == Step::kByteLevel;
+  c.splits_only_ = c.raw_bytes_out_ && !c.steps_.back()->add_prefix_space;
+  for (std::size_t i = 0; i + 1 < c.steps_.size(); ++i) {
+    const Step& st = *c.steps_[i];
+    c.splits_only_ = c.splits_only_ && st.kind == Step::kSplit && st.behavior == SplitBehavior::kIsolated && !st.invert;
+  }
   return c;
+}
+
+void PreTokenizerChain::run_views(std::string_view text, std::vector<std::string_view>& out,
+                                  std::vector<std::string_view>& scratch) const {
+  out.clear();
+  if (text.empty()) return;
+  out.push_back(text);
+  for (const auto& sp : steps_) {
+    if (sp->pattern == nullptr) continue;  // ByteLevel without its regex: no cut
+    scratch.clear();
+    for (std::string_view piece : out) sp->pattern->split(piece, scratch);
+    out.swap(scratch);
+  }
 }
 
 void PreTokenizerChain::run(std::string_view text, bool first, std::vector<PreToken>& out) const {

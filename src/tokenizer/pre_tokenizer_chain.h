@@ -34,6 +34,15 @@ class PreTokenizerChain {
   /// the byte-level alphabet itself (faster; same result). Otherwise words are in the vocabulary's alphabet.
   bool raw_bytes_out() const { return raw_bytes_out_; }
 
+  /// True when every step only cuts text into substrings: Split steps with behaviour Isolated (not inverted), then
+  /// ByteLevel last without add_prefix_space (GPT-NeoX, GPT-2, Qwen, Llama-3 style). run_views() then gives the words
+  /// without copying them.
+  bool splits_only() const { return splits_only_; }
+
+  /// The words of `text` as views into it, when splits_only() (same words as run()). `scratch` is reused.
+  void run_views(std::string_view text, std::vector<std::string_view>& out,
+                 std::vector<std::string_view>& scratch) const;
+
   /// Appends the words of `text` (one normalized segment; `first`: the segment starts the input) to `out`.
   void run(std::string_view text, bool first, std::vector<PreToken>& out) const;
 
@@ -41,6 +50,7 @@ class PreTokenizerChain {
   struct Step;
   std::vector<std::shared_ptr<const Step>> steps_;
   bool raw_bytes_out_ = false;
+  bool splits_only_ = false;
   static void parse_into(const nlohmann::json& j, std::vector<std::shared_ptr<const Step>>& steps, int depth);
 };
 

@@ -23,6 +23,7 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool add_special_token
   } else {
     std::vector<TextSegment> raw_segments, norm_segments;
     std::vector<PreToken> words;
+    std::vector<std::string_view> views, scratch;
     std::string normalized;
     m.raw_added.split(text, raw_segments);
     for (const TextSegment& seg : raw_segments) {
@@ -36,6 +37,11 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool add_special_token
       for (const TextSegment& piece : norm_segments) {
         if (piece.id >= 0) {
           ids.push_back(piece.id);
+          continue;
+        }
+        if (m.pre_tokenizer.splits_only()) {  // byte-level pipelines: words are views, no copies
+          m.pre_tokenizer.run_views(piece.text, views, scratch);
+          for (std::string_view w : views) m.bpe->encode_word(w, ids);
           continue;
         }
         words.clear();
