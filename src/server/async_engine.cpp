@@ -340,7 +340,7 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
   }
 }
 
-void AsyncEngine::abort_unread(const std::shared_ptr<OutputChannel>& ch, size_t pending) {
+void AsyncEngine::abort_unread(std::shared_ptr<OutputChannel> ch, size_t pending) {  // by value: finish_live drops live_ copies
   std::vector<std::string> ids;
   for (const auto& [id, l] : live_)
     if (l.channel == ch) ids.push_back(id), drop_queued(*l.group);

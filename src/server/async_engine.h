@@ -136,7 +136,7 @@ class AsyncEngine {
   void dispatch(std::vector<RequestOutput>& outs);
   void finish_live(const std::string& id, const std::string& reason);
   /// Aborts every live request of `ch` (a client that stopped reading) and fails the channel with 429.
-  void abort_unread(const std::shared_ptr<OutputChannel>& ch, size_t pending);
+  void abort_unread(std::shared_ptr<OutputChannel> ch, size_t pending);
   void publish_gauges();
 
   EngineConfig cfg_;
