@@ -453,10 +453,8 @@ void LLMEngine::process_request(RequestState& r, int num_tokens, const float* lo
     sampled = true;
   }
   if (!sampled) return;
-  const int token = r.output_token_ids.back();
-  check_stop(r, token);
-  outs.push_back(make_output(r));
-  outs.back().delta_token_ids = {token};
+  check_stop(r, r.output_token_ids.back());
+  outs.push_back(make_output(r, 1));
 }
 
 void LLMEngine::append_sample(RequestState& r, const SampleResult& s) {
@@ -518,8 +516,7 @@ void LLMEngine::process_request_steps(RequestState& r, int steps, size_t n_logit
     delta.push_back(s.token);
     check_stop(r, s.token);
   }
-  outs.push_back(make_output(r));
-  outs.back().delta_token_ids = std::move(delta);
+  outs.push_back(make_output(r, delta.size()));
 }
 
 void host_greedy_steps(CausalLM& model, const ForwardBatch& batch, StateCache& cache, int num_top, int steps,

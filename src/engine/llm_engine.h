@@ -86,13 +86,17 @@ class LLMEngine {
   int num_running_requests() const { return scheduler_->num_running(); }
   /// State blocks in the pool including the null block (block 0), so num_state_blocks() - 1 can be handed out.
   int num_state_blocks() const { return pool_->num_blocks(); }
+  /// What step()'s outputs hold: OutputKind::Cumulative (the default) or Delta (see RequestOutput).
+  void set_output_kind(OutputKind k) { output_kind_ = k; }
 
  private:
   struct RowPlan;
   /// picks: the step's device greedy picks (one per logits row) instead of logits, or nullptr.
   void process_request(RequestState& r, int num_tokens, const float* logits, const GreedyPick* picks, const RowPlan& plan,
                        std::vector<RequestOutput>& outs);
-  RequestOutput make_output(RequestState& r);
+  /// r's output after a step that added its newest `num_new_tokens` tokens, as output_kind_ says
+  /// (request_output.cpp).
+  RequestOutput make_output(RequestState& r, size_t num_new_tokens);
   /// Prefix caching from cfg_ and the model (mode, block size, hash granularity); throws Error naming the flag.
   PrefixCacheConfig resolve_prefix_cache() const;
   /// --log-level info: the pool's split (running / cached / free blocks) and the hit rate, at most every 10 s.
@@ -125,6 +129,7 @@ class LLMEngine {
   bool device_sampling_ = true; // try CausalLM::forward_sample (SSMSERVE_DEVICE_SAMPLING=0: never)
   StepStats stats_;
   std::chrono::steady_clock::time_point last_pool_log_{};
+  OutputKind output_kind_ = OutputKind::Cumulative;
 };
 
 /// Offline API (vLLM's `LLM`): LLM(cfg).generate(prompts, params) runs every prompt through the engine with

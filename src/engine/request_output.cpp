@@ -7,27 +7,41 @@
 
 namespace ssmserve {
 
-RequestOutput LLMEngine::make_output(RequestState& r) {
+RequestOutput LLMEngine::make_output(RequestState& r, size_t num_new_tokens) {
+  const bool delta = output_kind_ == OutputKind::Delta;
+  const size_t num_out = r.output_token_ids.size();
+  num_new_tokens = std::min(num_new_tokens, num_out);
+  const bool first = num_out == num_new_tokens;  // the request's first output (its first sampled tokens)
   RequestOutput o;
   o.request_id = r.request.request_id;
-  o.prompt = r.request.prompt;
-  o.prompt_token_ids = r.request.prompt_token_ids;
+  if (!delta || first) {
+    o.prompt = r.request.prompt;
+    o.prompt_token_ids = r.request.prompt_token_ids;
+  }
   o.finished = r.finished();
   o.num_cached_tokens = std::max(0, r.num_cached_tokens);
-  if (o.finished || r.output_token_ids.size() == 1) o.prompt_logprobs = r.prompt_logprobs;
-  CompletionOutput c;
-  c.text = r.text;
-  c.token_ids = r.output_token_ids;
-  c.logprobs = r.logprobs;
-  c.finish_reason = r.finish_reason;
-  c.stop_reason = r.stop_reason;
-  c.stop_reason_token = r.stop_reason_token;
-  o.outputs.push_back(std::move(c));
+  if (first || (o.finished && !delta)) o.prompt_logprobs = r.prompt_logprobs;
+  o.delta_token_ids.assign(r.output_token_ids.end() - static_cast<std::ptrdiff_t>(num_new_tokens), r.output_token_ids.end());
   const size_t safe = o.finished ? r.text.size() : r.stop->streamable_chars(r.text);
   if (safe > r.streamed_chars) {
     o.delta_text = r.text.substr(r.streamed_chars, safe - r.streamed_chars);
     r.streamed_chars = safe;
   }
+  CompletionOutput c;
+  if (delta) {  // only the new part: no copy of the whole output per step
+    c.text = o.delta_text;
+    c.token_ids = o.delta_token_ids;
+    const size_t n_lp = std::min(num_new_tokens, r.logprobs.size());  // one entry per token, when requested
+    c.logprobs.assign(r.logprobs.end() - static_cast<std::ptrdiff_t>(n_lp), r.logprobs.end());
+  } else {
+    c.text = r.text;
+    c.token_ids = r.output_token_ids;
+    c.logprobs = r.logprobs;
+  }
+  c.finish_reason = r.finish_reason;
+  c.stop_reason = r.stop_reason;
+  c.stop_reason_token = r.stop_reason_token;
+  o.outputs.push_back(std::move(c));
   return o;
 }
 

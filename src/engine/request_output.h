@@ -21,6 +21,11 @@ struct CompletionOutput {
   std::optional<int> stop_reason_token;             ///< the stop_token_ids entry that ended the sequence
 };
 
+/// What an output holds (vLLM's RequestOutputKind): Cumulative, the request's whole output so far (text, token ids,
+/// logprobs) on every output; Delta, only what is new since the request's previous output, in the form to_delta
+/// gives (the server: no per-step copies of a long output).
+enum class OutputKind { Cumulative, Delta };
+
 /// A request's state after a step (cumulative), plus the text that became safe to stream since the last one.
 /// In the delta form (to_delta; vLLM's RequestOutputKind.DELTA), outputs[0].text / token_ids / logprobs hold only
 /// the new part (text == delta_text), and prompt, prompt_token_ids and prompt_logprobs are kept on the request's
@@ -44,7 +49,7 @@ struct RequestOutput {
 
 /// Turns the cumulative output `o` of a step into its delta form: only its delta_token_ids' tokens and logprobs
 /// and delta_text stay; the prompt fields too when `first` (the request's first output), else they are dropped.
-/// Cost: linear in the output's size (no per-entry copies).
+/// Cost: linear in the output's size (no per-entry copies); a no-op on an output already in delta form.
 void to_delta(RequestOutput& o, bool first);
 
 /// Appends the delta output `next` (to_delta) of the same request to `acc` (an earlier delta, or a running

@@ -105,6 +105,7 @@ AsyncEngine::AsyncEngine(EngineConfig cfg, AsyncEngineOptions opt, Metrics& metr
   thread_ = std::thread([this, &ready] {
     try {
       engine_ = std::make_unique<LLMEngine>(cfg_);
+      engine_->set_output_kind(OutputKind::Delta);  // no per-step copies of long outputs
       max_seqs_per_request_ = opt_.max_seqs_per_request > 0 ? opt_.max_seqs_per_request
                                                              : std::max(1, engine_->config().scheduler.max_num_seqs / 2);
       model_config_ = &engine_->model_config();
@@ -316,7 +317,7 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
     if (it == live_.end()) continue;
     Live& l = it->second;
     const size_t n_new = o.delta_token_ids.size();
-    to_delta(o, l.num_tokens == 0);  // channels hold (and coalesce) only what is new
+    to_delta(o, l.num_tokens == 0);  // channels hold (and coalesce) only what is new (a no-op on delta outputs)
     if (n_new > 0) {
       if (l.num_tokens == 0) {
         metrics_.observe_ttft(std::chrono::duration<double>(now - l.arrival).count());
