@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
@@ -191,6 +192,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     arm(t_.limits.keep_alive_timeout_s);
     sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
       self->timer_.cancel();
+      ++self->timer_gen_;
       if (ec || self->closed_) return self->close();
       self->read_header();
     });
@@ -205,6 +207,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     arm(std::min(t_.limits.header_timeout_s, t_.limits.read_timeout_s));
     http::async_read_header(sock_, buf_, *hparser_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->timer_.cancel();
+      ++self->timer_gen_;
       self->on_header(ec);
     });
   }
@@ -284,6 +287,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     arm(std::max(0.0, left));
     http::async_read(sock_, buf_, *bparser_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->timer_.cancel();
+      ++self->timer_gen_;
       self->on_body(ec);
     });
   }
@@ -503,10 +507,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// Starts the phase deadline: on expiry pending socket operations are cancelled and timed_out_ is set.
   void arm(double s) {
     timed_out_ = false;
+    const uint64_t gen = ++timer_gen_;  // a deadline that expired as its phase ended must not hit the next phase
     timer_.expires_after(seconds(s));
-    timer_.async_wait([w = weak_from_this()](beast::error_code ec) {
+    timer_.async_wait([w = weak_from_this(), gen](beast::error_code ec) {
       auto self = w.lock();
-      if (ec || !self || self->closed_) return;
+      if (ec || !self || self->closed_ || gen != self->timer_gen_) return;
       self->timed_out_ = true;
       beast::error_code ignored;
       if (self->lingering_) return self->close();
@@ -527,6 +532,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string wbuf_;
   std::unique_ptr<char[]> scratch_;
   size_t drained_ = 0;
+  uint64_t timer_gen_ = 0;
   int served_ = 0;
   bool keep_alive_ = true, closing_ = false, chunked_ = false, linger_ = false, lingering_ = false;
   bool exchanging_ = false, head_sent_ = false, writing_ = false, wake_pending_ = false;
