@@ -54,8 +54,8 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                  "chunks cut on them) or none")
       ->capture_default_str();
   cmd.add_option("--mamba-block-size", cfg.mamba_block_size,
-                 "Tokens per cached state (0 = the model's chunk length, or its KV block size for hybrids if larger); a "
-                 "multiple of both")
+                 "Tokens per cached state (0 = the smallest multiple of the model's chunk length and KV block size of at "
+                 "least 256)")
       ->capture_default_str();
 }
 

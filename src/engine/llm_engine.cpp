@@ -148,6 +148,10 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
                                   cfg_.scheduler.max_num_seqs))
     scheduler_->set_zero_host_states(false);
   spdlog::info("engine: {} state blocks x {:.2f} MiB", blocks, cache_->bytes_per_block() / 1048576.0);
+  if (prefix.enabled() && blocks - 1 <= cfg_.scheduler.max_num_seqs && model_->kv_block_size() == 0)
+    spdlog::warn("prefix caching: the pool's {} usable blocks leave no room for cached states next to --max-num-seqs {} "
+                 "running requests once they are all running; raise --num-state-blocks",
+                 blocks - 1, cfg_.scheduler.max_num_seqs);
   if (prefix.enabled())
     spdlog::info("prefix caching: mamba_cache_mode {}, mamba_block_size {} tokens{}",
                  prefix.mode == MambaCacheMode::All ? "all" : "align", prefix.block_size,

@@ -188,11 +188,17 @@ int Scheduler::prefill_chunk_aligned(int c, int len, int n, bool allow_unaligned
   const int rem = len - c;
   if (prefix_.mode != MambaCacheMode::Align || n <= 1) return n;
   const int bs = prefix_.block_size;
-  // The chunk ends on the last block boundary it reaches; a final chunk that crosses one stops there (the state at
-  // the boundary is the step's end state, cached by finish_step), its tail runs next step.
-  const int b = (c + n) / bs * bs;
-  if (n < rem) return b > c ? b - c : (allow_unaligned ? n : 0);
-  return b > c && b < len ? b - c : n;
+  // The chunk ends on the last block boundary it reaches (the state there is the step's end state, cached by
+  // finish_step).
+  if (n < rem) {
+    const int b = (c + n) / bs * bs;
+    return b > c ? b - c : (allow_unaligned ? n : 0);
+  }
+  // The final chunk stops at the last boundary before its end (the state a repeat of these tokens can use: a hit
+  // leaves the last token to recompute); its tail, up to one block, runs next step (and its end state is cached too
+  // when it ends on a boundary).
+  const int b = (len - 1) / bs * bs;
+  return b > c ? b - c : n;
 }
 
 void Scheduler::extend_hashes(RequestState* r, int tokens) const {

@@ -1,7 +1,9 @@
 // Prefix caching on the GPU (issue 28): cached states are copied in the device mirror (CausalLM::copy_state_blocks on
 // the runner's stream). For Mamba-1, Mamba-2, MiniMax and Mamba / DeltaNet hybrids, requests served from the cache
 // (shared prefixes around block boundaries, a multi-turn conversation, a preemption) give the greedy ids of the same
-// requests run alone with --no-enable-prefix-caching, logprobs within 2e-3, and the cache must hit. Skips without a GPU.
+// requests run alone with --no-enable-prefix-caching, logprobs within 2e-2 (bf16 activations: a prompt cut on a
+// block boundary rounds apart from an uncut one; 8.4e-3 measured on the H200; the engine GPU tests use 5e-2), and
+// the cache must hit. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,7 +97,7 @@ TEST_P(CudaPrefixCache, CachedEqualsUncached) {
     ASSERT_EQ(got.ids, want.ids) << what << " (" << p.size() << " tokens, " << got.cached << " cached)";
     for (size_t k = 0; k < want.logprobs.size(); ++k) {
       worst = std::max(worst, static_cast<double>(std::abs(got.logprobs[k] - want.logprobs[k])));
-      EXPECT_NEAR(got.logprobs[k], want.logprobs[k], 2e-3) << what << " token " << k;
+      EXPECT_NEAR(got.logprobs[k], want.logprobs[k], 2e-2) << what << " token " << k;
     }
   };
   const std::vector<int> base = tokens(2 * bs + 9);
