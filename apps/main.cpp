@@ -50,8 +50,8 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                "Prefix caching of recurrent states (and shared KV blocks): a request whose tokens start with a cached prefix "
                "continues from its state (default on, as vLLM)");
   cmd.add_option("--mamba-cache-mode", cfg.mamba_cache_mode,
-                 "Prefix caching of states: all (at every block boundary), align (at block boundaries ending a step; prefill "
-                 "chunks cut on them) or none")
+                 "Prefix caching of states: all (at every block boundary; runs as align until the prefill kernels store "
+                 "states inside a step), align (at block boundaries ending a step; prefill chunks cut on them) or none")
       ->capture_default_str();
   cmd.add_option("--mamba-block-size", cfg.mamba_block_size,
                  "Tokens per cached state (0 = the smallest multiple of the model's chunk length and KV block size of at "
