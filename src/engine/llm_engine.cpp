@@ -165,6 +165,7 @@ PrefixCacheConfig LLMEngine::resolve_prefix_cache() const {
     SSM_CHECK(!user_size, "--mamba-block-size needs prefix caching (--enable-prefix-caching and a --mamba-cache-mode "
                           "other than none), as in vLLM");
     pc.decode_rounds_apart = model_->prefix_block_alignment() > 1;
+    pc.chunk_alignment = model_->prefix_block_alignment();
     return pc;
   }
   // "all" needs kernels that store the state at every block boundary inside a prefill; until every mixer does,
@@ -188,6 +189,7 @@ PrefixCacheConfig LLMEngine::resolve_prefix_cache() const {
   // What else makes a state: the model and the state dtypes (one engine has one of each; the salt keeps hashes of
   // different configurations apart should caches ever be shared).
   pc.decode_rounds_apart = model_->prefix_block_alignment() > 1;
+  pc.chunk_alignment = model_->prefix_block_alignment();
   pc.salt = std::hash<std::string>{}(cfg_.model.string() + "|" + cfg_.mamba_cache_dtype + "|" + cfg_.mamba_ssm_cache_dtype + "|" +
                                      std::to_string(cfg_.tensor_parallel_size));
   return pc;

@@ -186,6 +186,11 @@ int Scheduler::prefill_chunk(const RequestState* r, int budget, bool allow_unali
 
 int Scheduler::prefill_chunk_aligned(int c, int len, int n, bool allow_unaligned) const {
   const int rem = len - c;
+  if (const int a = prefix_.chunk_alignment; a > 1 && n < rem) {
+    const int g = (c + n) / a * a;
+    if (g > c) n = g - c;
+    else if (!allow_unaligned) return 0;  // no grid point within the budget left: next step (the oldest goes on)
+  }
   if (prefix_.mode != MambaCacheMode::Align || n <= 1) return n;
   const int bs = prefix_.block_size;
   // The chunk ends on the last block boundary it reaches (the state there is the step's end state, cached by

@@ -46,6 +46,10 @@ struct PrefixCacheConfig {
   /// one per step, as they were generated; and hashes of blocks past a request's prompt fold in its prompt length, so a
   /// state reached while decoding is a hit only for that request's own recompute (a new request prefills those tokens).
   bool decode_rounds_apart = false;
+  /// Chunk length of the model's chunked prefill forms (1: none). A prefill chunk that does not finish a request's
+  /// tokens ends on this grid (counted from the sequence start) whenever the budget reaches a grid point, with or
+  /// without caching: a chunked form cut on its grid rounds exactly as uncut.
+  int chunk_alignment = 1;
   bool enabled() const { return mode != MambaCacheMode::None; }
 };
 

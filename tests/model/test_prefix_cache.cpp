@@ -286,12 +286,13 @@ TEST_P(PrefixCaching, ConcurrentEvictionAndPreemptionEqualUncached) {
 }
 
 // What the cache relies on, without it: a prompt cut into steps on block boundaries (a last piece of one token
-// included) gives the bits of the uncut prompt, for every architecture.
+// included) gives the bits of the uncut prompt, for every architecture; and a budget off the chunk grid (bs + 13) is
+// cut on the grid (Scheduler chunk_alignment), so it does too.
 TEST_P(PrefixCaching, CutsOnBlockBoundariesEqualUncut) {
   const int bs = block_size();
   for (int extra : {1, 5}) {
     const std::vector<int> p = random_tokens(2 * bs + extra);
-    for (int budget : {bs, 2 * bs}) {
+    for (int budget : {bs, 2 * bs, bs + 13}) {
       EngineConfig cfg = case_config(GetParam());
       cfg.enable_prefix_caching = false;
       cfg.scheduler.max_num_batched_tokens = budget;
