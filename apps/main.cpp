@@ -25,7 +25,7 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
   cfg.model = SSMSERVE_DEFAULT_MODEL;
   cmd.add_option("--model", cfg.model, "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json)")
       ->capture_default_str();
-  cmd.add_option("--tokenizer", cfg.tokenizer, "Folder with tokenizer.json (default: the model folder)");
+  cmd.add_option("--tokenizer", cfg.tokenizer, "Folder with tokenizer.json or a SentencePiece tokenizer.model (default: the model folder)");
   cmd.add_option("--load-format", load_format, "auto (safetensors) or dummy (random weights from config.json)")
       ->capture_default_str();
   cmd.add_option("--max-num-batched-tokens", cfg.scheduler.max_num_batched_tokens, "Token budget per engine step")

@@ -83,8 +83,12 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
     SSM_CHECK(cfg_.max_model_len <= ctx, "max_model_len {} is above the model's context ({}, max_position_embeddings)",
               cfg_.max_model_len, ctx);
   const auto tok_dir = cfg_.tokenizer.empty() ? cfg_.model : cfg_.tokenizer;
-  if (path_entry_exists(tok_dir / "tokenizer.json")) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok_dir / "tokenizer.json"));
-  else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found", tok_dir.string());
+  // tokenizer.json, else a SentencePiece tokenizer.model (Codestral-Mamba ships only that): Tokenizer::from_pretrained.
+  bool has_tokenizer = false;
+  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer.model.v3", "tokenizer.model.v1"})
+    has_tokenizer = has_tokenizer || path_entry_exists(tok_dir / f);
+  if (has_tokenizer) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(tok_dir));
+  else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found (nor a SentencePiece tokenizer.model)", tok_dir.string());
   const PrefixCacheConfig prefix = resolve_prefix_cache();
   int blocks = cfg_.resolved_num_state_blocks();
   // Cached states live in the same pool: by default, room for as many cached blocks as running ones (at least 64).

@@ -72,3 +72,21 @@ def test_generate_respects_max_position_embeddings(tmp_path):
     assert "maximum context length of 12" in r.stderr
     r = run("generate", "--model", m, "--prompt", "word " * 20)
     assert r.returncode == 1 and "maximum context length of 12" in r.stderr, r.stderr
+
+
+def test_generate_with_a_sentencepiece_only_checkpoint(tmp_path):
+    """A folder with tokenizer.model and no tokenizer.json (as Codestral-Mamba ships) loads its SentencePiece model."""
+    d = tmp_path / "spm"
+    d.mkdir()
+    for f in MODEL.iterdir():
+        if not f.name.startswith(("tokenizer", "special_tokens")):
+            (d / f.name).symlink_to(f)
+    spm = MODEL.parents[1] / "tests" / "data" / "tokenizers" / "spm_bpe" / "tokenizer.model"
+    (d / "tokenizer.model").symlink_to(spm)
+    r = run("generate", "--model", d, "--prompt", "It is a truth universally", "--max-tokens", "4", "--threads", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[0])
+    assert len(out["prompt_token_ids"]) > 0 and len(out["token_ids"]) == 4
+    (d / "tokenizer.model").unlink()
+    r = run("generate", "--model", d, "--prompt", "x", "--max-tokens", "1")
+    assert r.returncode == 1 and "tokenizer.json not found" in r.stderr
