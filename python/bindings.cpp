@@ -38,9 +38,12 @@ Request to_request_unchecked(const py::handle& p) {
     r.prompt = p.cast<std::string>();
   } else if (py::isinstance<py::dict>(p)) {
     auto d = p.cast<py::dict>();
-    if (d.contains("prompt_token_ids")) r.prompt_token_ids = d["prompt_token_ids"].cast<std::vector<int>>();
-    else if (d.contains("prompt")) r.prompt = d["prompt"].cast<std::string>();
-    else throw py::value_error("a prompt dict needs \"prompt\" or \"prompt_token_ids\"");
+    if (d.contains("prompt_token_ids")) {
+      r.prompt_token_ids = d["prompt_token_ids"].cast<std::vector<int>>();
+      if (d.contains("prompt")) r.prompt = d["prompt"].cast<std::string>();  // the text those ids came from (outputs)
+    } else if (d.contains("prompt")) {
+      r.prompt = d["prompt"].cast<std::string>();
+    } else throw py::value_error("a prompt dict needs \"prompt\" or \"prompt_token_ids\"");
   } else {
     r.prompt_token_ids = p.cast<std::vector<int>>();
   }
@@ -139,8 +142,11 @@ class PyLLM {
     SSM_CHECK(t, "this engine has no tokenizer (dummy weights without tokenizer.json; pass tokenizer=DIR)");
     return *t;
   }
-  /// Token ids of `text` (the engine's BPE; no special tokens added, as the engine encodes prompts).
-  std::vector<int> encode(const std::string& text) const { return tokenizer().encode(text); }
+  /// Token ids of `text` (as the engine encodes prompts: with the tokenizer's special tokens, e.g. BOS, unless
+  /// add_special_tokens is false, as for chat prompts whose template writes them).
+  std::vector<int> encode(const std::string& text, bool add_special_tokens) const {
+    return tokenizer().encode(text, add_special_tokens);
+  }
   /// Text of `ids` (ids outside the vocabulary are a ValueError).
   std::string decode(const std::vector<int>& ids, bool skip_special_tokens) const {
     const Tokenizer& t = tokenizer();
@@ -450,7 +456,8 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def("add", &PyLLM::add)
       .def("next_output", &PyLLM::next_output)
       .def("abort", &PyLLM::abort)
-      .def("encode", &PyLLM::encode, py::arg("text"), py::call_guard<py::gil_scoped_release>())
+      .def("encode", &PyLLM::encode, py::arg("text"), py::arg("add_special_tokens") = true,
+           py::call_guard<py::gil_scoped_release>())
       .def("decode", &PyLLM::decode, py::arg("ids"), py::arg("skip_special_tokens") = false,
            py::call_guard<py::gil_scoped_release>())
       .def("vocab_size", &PyLLM::vocab_size)

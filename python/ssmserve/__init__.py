@@ -205,6 +205,8 @@ class LLM:
         conversations = messages if isinstance(messages[0], (list, tuple)) else [messages]
         prompts = [self._engine.render_chat(json.dumps([_chat_message(m) for m in conv]), add_generation_prompt,
                                             chat_template, continue_final_message) for conv in conversations]
+        # The template writes its own special tokens (BOS): encoded without adding them again (vLLM's chat default).
+        prompts = [{"prompt": p, "prompt_token_ids": self._engine.encode(p, False)} for p in prompts]
         return self.generate(prompts, sampling_params)
 
     def stream(self, prompt: PromptType, sampling_params=None) -> Iterator[RequestOutput]:

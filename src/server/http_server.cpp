@@ -278,7 +278,7 @@ HttpResponse OpenAIServer::tokenize(const std::string& body) const {
     if (!b.contains("prompt") || !b["prompt"].is_string()) bad_request("prompt", "prompt must be a string");
     text = b["prompt"].get<std::string>();
   }
-  const std::vector<int> ids = tok->encode(text);
+  const std::vector<int> ids = tok->encode(text, /*add_special_tokens=*/!b.contains("messages"));
   json strs = json::array();
   if (b.value("return_token_strs", false) == true)
     for (int id : ids) strs.push_back(tok->id_to_token(id));
@@ -397,7 +397,9 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     } else {
       if (!tok) throw ApiError(400, "the model has no tokenizer; send token ids", "prompt");
       rp.text = std::move(inputs[p].text);
-      rp.token_ids = tok->encode(rp.text);
+      // Chat prompts are rendered by the template, which writes its own BOS: encoded without special tokens (vLLM's
+      // default add_special_tokens=False for chat); completions get them (True, as vLLM).
+      rp.token_ids = tok->encode(rp.text, /*add_special_tokens=*/!chat);
     }
     const int len = static_cast<int>(rp.token_ids.size());
     if (len == 0) bad_request(chat ? "messages" : "prompt", "the prompt is empty");
