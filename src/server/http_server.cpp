@@ -247,11 +247,16 @@ std::string OpenAIServer::render_chat(const ChatRequest& cr) const {
   if (cr.chat_template && !opt_.trust_request_chat_template)
     bad_request("chat_template", "a request's own chat_template is rendered only when the server runs with "
                                  "--trust-request-chat-template");
+  ChatTemplateInputs in;
+  in.add_generation_prompt = cr.add_generation_prompt;
+  in.continue_final_message = cr.continue_final_message;
+  in.kwargs = cr.chat_template_kwargs;
+  in.documents = cr.documents;
   try {
-    if (!cr.chat_template) return chat_template_.apply(cr.messages, cr.add_generation_prompt, cr.continue_final_message);
+    if (!cr.chat_template) return chat_template_.apply(cr.messages, in);
     // vLLM's per-request template, with the checkpoint's special-token strings.
     return ChatTemplate::from_source(*cr.chat_template, chat_template_.bos_token(), chat_template_.eos_token())
-        .apply(cr.messages, cr.add_generation_prompt, cr.continue_final_message);
+        .apply(cr.messages, in);
   } catch (const Error& e) {
     bad_request(cr.chat_template ? "chat_template" : "messages", fmt::format("cannot apply the chat template: {}", e.what()));
   }

@@ -325,6 +325,14 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs) {
       bad_request("chat_template", "chat_template must be a non-empty string (Jinja source)");
     r.chat_template = v->get<std::string>();
   }
+  if (const json* v = field(b, "chat_template_kwargs")) {
+    if (!v->is_object()) bad_request("chat_template_kwargs", "chat_template_kwargs must be an object of template variables");
+    r.chat_template_kwargs = *v;
+  }
+  if (const json* v = field(b, "documents")) {
+    if (!v->is_array()) bad_request("documents", "documents must be a list");
+    r.documents = *v;
+  }
   if (const json* v = field(b, "logprobs")) r.logprobs = as_bool(*v, "logprobs");
   if (const json* v = field(b, "top_logprobs")) {
     r.top_logprobs = as_logprobs(*v, "top_logprobs", max_logprobs);

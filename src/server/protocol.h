@@ -53,6 +53,9 @@ struct ChatRequest : GenerationRequest {
   /// both true is a 400).
   bool continue_final_message = false;
   std::optional<std::string> chat_template;  ///< vLLM's per-request template source, instead of the server's
+  /// vLLM's chat_template_kwargs: extra template variables (e.g. {"enable_thinking": false}); an object.
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  nlohmann::ordered_json documents;  ///< vLLM's documents (a list, for RAG templates), or null
   bool logprobs = false;               ///< chat's logprobs is a bool; top_logprobs gives the count
   int top_logprobs = 0;
   /// vLLM's chat echo: when the last message is the assistant's, its content starts every choice's message.

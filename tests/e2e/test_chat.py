@@ -81,6 +81,24 @@ def test_request_chat_template_needs_trust(server):
         s.stop()
 
 
+def test_chat_template_kwargs_and_documents_reach_the_template():
+    # vLLM's chat_template_kwargs (e.g. enable_thinking) and documents are template variables; wrong types are 400s.
+    tmpl = ("{% if enable_thinking %}<think>{% endif %}{% for d in documents or [] %}[{{ d.title }}]{% endfor %}"
+            "{% for m in messages %}{{ m.content }}{% endfor %}")
+    s = Server("--trust-request-chat-template")
+    try:
+        base = dict(messages=MESSAGES, chat_template=tmpl)
+        assert _render(s, **base) == "You are a scribe.Tell me of the flood."
+        assert _render(s, **base, chat_template_kwargs={"enable_thinking": True}).startswith("<think>You are")
+        assert _render(s, **base, documents=[{"title": "Genesis"}]).startswith("[Genesis]You are")
+        bad = _render(s, **base, chat_template_kwargs=["enable_thinking"])
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "chat_template_kwargs"
+        bad = _render(s, **base, documents="Genesis")
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "documents"
+    finally:
+        s.stop()
+
+
 def test_chat_equals_completion_of_rendered_prompt(client):
     ref = client.completions.create(model=MODEL_NAME, prompt=RENDERED, max_tokens=20, temperature=0)
     r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=20, temperature=0)
