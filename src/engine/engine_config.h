@@ -67,7 +67,8 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   /// vLLM's --mamba-cache-mode: "all" (states at every block boundary; the default), "align" (states at block
   /// boundaries reached at the end of a step, prefill chunks cut on them) or "none" (no caching). "all" needs every
-  /// recurrent mixer to store boundary states inside a prefill; models whose mixers cannot run "align" (as vLLM does).
+  /// recurrent mixer to store boundary states inside a prefill; until the kernels do, "all" runs as "align" (vLLM
+  /// likewise runs models without that support in "align").
   std::string mamba_cache_mode = "all";
   /// vLLM's --mamba-block-size: tokens per cached state; 0 = the model's default (a multiple of its unit of at least
   /// kDefaultMambaBlockSize). Must be a multiple of the chunk length of its chunked prefill forms and, for hybrids,
