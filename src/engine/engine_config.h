@@ -74,6 +74,9 @@ struct EngineConfig {
   /// kDefaultMambaBlockSize). Must be a multiple of the chunk length of its chunked prefill forms and, for hybrids,
   /// of its KV block size.
   int mamba_block_size = 0;
+  /// vLLM's --speculative-config: JSON text ("" = off), e.g. {"method": "ngram", "num_speculative_tokens": 4,
+  /// "prompt_lookup_max": 4}; parsed by SpeculativeConfig::parse (engine/spec_decode.h).
+  std::string speculative_config;
 
   /// Throws Error naming the knob when a value is out of range (see the kMax* bounds above).
   void validate() const;

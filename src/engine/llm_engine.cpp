@@ -53,6 +53,7 @@ void EngineConfig::validate() const {
   (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
   SSM_CHECK(mamba_cache_mode == "none" || mamba_cache_mode == "align" || mamba_cache_mode == "all",
             "--mamba-cache-mode must be none, align or all (got \"{}\")", mamba_cache_mode);
+  (void)SpeculativeConfig::parse(speculative_config);  // throws naming the field
   SSM_CHECK(mamba_block_size >= 0 && mamba_block_size <= kMaxNumBatchedTokens,
             "--mamba-block-size must be in [1, {}] tokens, or 0 for the model's default (got {})", kMaxNumBatchedTokens,
             mamba_block_size);
@@ -90,7 +91,20 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   if (has_tokenizer) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(tok_dir));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found (nor a SentencePiece tokenizer.model)", tok_dir.string());
   const PrefixCacheConfig prefix = resolve_prefix_cache();
+  spec_ = SpeculativeConfig::parse(cfg_.speculative_config);
+  if (spec_.enabled()) {
+    SSM_CHECK(model_->supports_speculative_decoding(),
+              "--speculative-config: speculative decoding is not available on device {} for {} yet (use --device cpu)",
+              cfg_.device, model_->config().architecture);
+    proposer_ = make_proposer(spec_);
+    cfg_.scheduler.num_speculative_tokens = spec_.num_speculative_tokens;
+    spec_stats_.accepted_per_pos.assign(static_cast<size_t>(spec_.num_speculative_tokens), 0);
+  }
   int blocks = cfg_.resolved_num_state_blocks();
+  // Speculative decoding: k more state columns per running request.
+  if (spec_.enabled() && cfg_.num_state_blocks == 0)
+    blocks = static_cast<int>(std::min<int64_t>(kMaxNumStateBlocks, int64_t{blocks} + int64_t{cfg_.scheduler.max_num_seqs} *
+                                                                                        spec_.num_speculative_tokens));
   // Cached states live in the same pool: by default, room for as many cached blocks as running ones (at least 64).
   if (prefix.enabled() && cfg_.num_state_blocks == 0)
     blocks = static_cast<int>(std::min<int64_t>(kMaxNumStateBlocks, int64_t{blocks} + std::max(64, cfg_.scheduler.max_num_seqs)));
@@ -201,6 +215,12 @@ PrefixCacheConfig LLMEngine::resolve_prefix_cache() const {
 
 LLMEngine::~LLMEngine() = default;
 
+void LLMEngine::set_proposer(std::unique_ptr<Proposer> p) {
+  SSM_CHECK(spec_.enabled(), "set_proposer: speculative decoding is off (no --speculative-config)");
+  SSM_CHECK(p != nullptr, "set_proposer: null proposer");
+  proposer_ = std::move(p);
+}
+
 void LLMEngine::add_request(Request req) {
   SSM_CHECK(!requests_.count(req.request_id), "request id \"{}\" is already in use", req.request_id);
   const ModelConfig& mc = model_->config();
@@ -268,6 +288,11 @@ void LLMEngine::abort_request(const std::string& request_id) {
 
 std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outs;
+  // 0. Speculative decoding: draft tokens for the requests that decode this step (the scheduler fits them).
+  if (proposer_) {
+    const std::vector<RequestState*> dec = scheduler_->decoding_requests();
+    if (!dec.empty()) proposer_->propose(dec, spec_.num_speculative_tokens);
+  }
   // 1. Schedule.
   SchedulerOutput sched = scheduler_->schedule();
   auto copy_states = [&](std::span<const BlockCopy> c) { model_->copy_state_blocks(c, *cache_); };
@@ -288,9 +313,17 @@ std::vector<RequestOutput> LLMEngine::step() {
     const RequestState& r = *order[i].req;
     const int begin = r.num_computed_tokens, end = begin + order[i].num_tokens;
     // A one-token row past the prompt is a decode row (also when it recomputes a generated token after a preemption,
-    // one per step: Scheduler::prefill_chunk); a prompt's last one-token chunk is a prefill row (is_decode_row).
-    const bool is_decode = begin >= r.prompt_len() && begin > 0 && order[i].num_tokens == 1;
+    // one per step: Scheduler::prefill_chunk); a prompt's last one-token chunk is a prefill row (is_decode_row). A
+    // verify row (speculative decoding) is a decode row of its last token and its drafts, one state column each.
+    const int drafts = order[i].num_draft_tokens;
+    const bool is_decode = begin >= r.prompt_len() && begin > 0 && (order[i].num_tokens == 1 || drafts > 0);
     seqs[i] = {r.state_block, begin, order[i].num_tokens, !is_decode};
+    if (drafts > 0) {
+      seqs[i].spec_state_blocks = std::span<const int32_t>(r.spec_blocks.data(), static_cast<size_t>(drafts));
+      tokens[i].push_back(r.token_at(begin));
+      tokens[i].insert(tokens[i].end(), r.draft_token_ids.begin(), r.draft_token_ids.begin() + drafts);
+      continue;
+    }
     for (int p = begin; p < end; ++p) tokens[i].push_back(r.token_at(p));
   }
   BatchBuilderOptions opt;
@@ -310,7 +343,8 @@ std::vector<RequestOutput> LLMEngine::step() {
     const bool want_prompt_lp = r.request.params.prompt_logprobs.has_value();
     for (int p = begin; p < end; ++p) {
       const bool score_prompt = want_prompt_lp && p + 1 < r.prompt_len() && !r.prompt_logprobs[p + 1].has_value();
-      if (score_prompt || p == r.num_tokens() - 1) {
+      // p >= num_tokens - 1: the last known token and, in a verify row, each draft (drafts are not tokens yet).
+      if (score_prompt || p >= r.num_tokens() - 1) {
         plans[i].positions.push_back(p);
         batch.logits_indices.push_back(batch.seq_first_token[i] + (p - begin));
       }
@@ -385,13 +419,12 @@ std::vector<RequestOutput> LLMEngine::step() {
   stats_.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats_.num_decode_tokens = batch.meta.num_decode_tokens;
   stats_.num_prefill_tokens = batch.meta.num_prefill_tokens;
-  // 4. Sample, update and emit.
-  for (size_t i = 0; i < order.size(); ++i)
-    process_request(*order[i].req, order[i].num_tokens, logits_.data(), device_greedy ? picks_.data() : nullptr, plans[i],
-                    outs);
-  // 5. Cache the states that reached a block boundary (and full KV blocks); free what finished requests held.
+  // 4. Sample (verify the drafts of verify rows), update and emit.
   std::vector<int> state_tokens(order.size());
-  for (size_t i = 0; i < order.size(); ++i) state_tokens[i] = order[i].num_tokens;
+  for (size_t i = 0; i < order.size(); ++i)
+    state_tokens[i] = process_request(*order[i].req, order[i], logits_.data(), device_greedy ? picks_.data() : nullptr,
+                                      plans[i], outs);
+  // 5. Cache the states that reached a block boundary (and full KV blocks); free what finished requests held.
   scheduler_->finish_step(sched, state_tokens, copy_states);
   log_pool_split();
   for (const auto& o : outs)
@@ -426,11 +459,54 @@ SampleResult device_pick_result(const GreedyPick& g, const RequestState& r) {
 }
 }  // namespace
 
-void LLMEngine::process_request(RequestState& r, int num_tokens, const float* logits, const GreedyPick* picks, const RowPlan& plan,
-                                std::vector<RequestOutput>& outs) {
+SampleResult LLMEngine::sample_row(RequestState& r, const float* logits, const GreedyPick* picks, int row) {
   const int V = model_->config().vocab_size;
   const SamplingParams& sp = r.request.params;
-  r.num_computed_tokens += num_tokens;
+  const std::span<const float> logits_row(logits + static_cast<size_t>(row) * V, static_cast<size_t>(V));
+  const double uniform = sample_drawn_ ? sample_.rows[row].uniform : 0.0;
+  if (picks && picks[row].token == kPickOnHost)  // left to the host by the device sampler
+    return sample_token_with_uniform(picks[row].logits, sp, r.request.prompt_token_ids, r.output_token_ids,
+                                     model_->config().eos_token_ids, uniform, scratch_);
+  if (picks) return device_pick_result(picks[row], r);  // picked on the device (step 3)
+  if (sample_drawn_)  // the uniform was drawn for a device step the model declined
+    return sample_token_with_uniform(logits_row, sp, r.request.prompt_token_ids, r.output_token_ids,
+                                     model_->config().eos_token_ids, uniform, scratch_);
+  return sample_token(logits_row, sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids, r.rng,
+                      scratch_);
+}
+
+int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const float* logits, const GreedyPick* picks,
+                               const RowPlan& plan, std::vector<RequestOutput>& outs) {
+  const int V = model_->config().vocab_size;
+  const SamplingParams& sp = r.request.params;
+  if (s.num_draft_tokens > 0) {
+    // Verify row (vllm-ssm-design.md §6.1): position j's logits give the token after draft j - 1. Each token is
+    // sampled exactly as a plain decode step would sample it (same logits, history and RNG draw), and draft j is
+    // accepted when it equals the token sampled at its position: for a proposer that drafts one token per position
+    // (n-gram, a greedy drafter), this is the rejection rule of Leviathan et al. 2023 (accept with probability
+    // min(1, p/q) = p(draft), else draw from the residual), so the output distribution is the target's, and a seeded
+    // request's tokens are identical with and without speculation. The state after the last kept token is in its
+    // column: swapped into state_block (no copy). A stop inside the row ends it there.
+    const int drafts = s.num_draft_tokens, c = s.num_computed_before;
+    int kept = 0, accepted_drafts = 0;
+    for (int j = 0; j <= drafts && !r.finished(); ++j) {
+      const SampleResult res = sample_row(r, logits, picks, plan.first_logit_row + j);
+      append_sample(r, res);
+      ++kept;
+      r.num_computed_tokens = c + kept;  // token c + j (the last known token or draft j) is in column j
+      if (j > 0) std::swap(r.state_block, r.spec_blocks[static_cast<size_t>(j - 1)]);
+      const bool accepted = j < drafts && res.token == r.draft_token_ids[static_cast<size_t>(j)];
+      if (accepted) ++spec_stats_.accepted_per_pos[static_cast<size_t>(j)], ++accepted_drafts;
+      check_stop(r, res.token);
+      if (!accepted) break;
+    }
+    spec_stats_.num_drafts += 1;
+    spec_stats_.num_draft_tokens += drafts;
+    spec_stats_.num_accepted_tokens += accepted_drafts;
+    outs.push_back(make_output(r, static_cast<size_t>(kept)));
+    return kept;
+  }
+  r.num_computed_tokens += s.num_tokens;
   bool sampled = false;
   for (size_t k = 0; k < plan.positions.size(); ++k) {
     const int p = plan.positions[k];
@@ -445,26 +521,13 @@ void LLMEngine::process_request(RequestState& r, int num_tokens, const float* lo
       continue;
     }
     // 2. Sample the next token from the last position.
-    SampleResult s;
-    const double uniform = sample_drawn_ ? sample_.rows[plan.first_logit_row + k].uniform : 0.0;
-    if (picks && picks[plan.first_logit_row + k].token == kPickOnHost) {  // left to the host by the device sampler
-      s = sample_token_with_uniform(picks[plan.first_logit_row + k].logits, sp, r.request.prompt_token_ids,
-                                    r.output_token_ids, model_->config().eos_token_ids, uniform, scratch_);
-    } else if (picks) {  // picked on the device (step 3)
-      s = device_pick_result(picks[plan.first_logit_row + k], r);
-    } else if (sample_drawn_) {  // the uniform was drawn for a device step the model declined
-      s = sample_token_with_uniform(row(), sp, r.request.prompt_token_ids, r.output_token_ids,
-                                    model_->config().eos_token_ids, uniform, scratch_);
-    } else {
-      s = sample_token(row(), sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids, r.rng,
-                       scratch_);
-    }
-    append_sample(r, s);
+    append_sample(r, sample_row(r, logits, picks, plan.first_logit_row + static_cast<int>(k)));
     sampled = true;
   }
-  if (!sampled) return;
+  if (!sampled) return s.num_tokens;
   check_stop(r, r.output_token_ids.back());
   outs.push_back(make_output(r, 1));
+  return s.num_tokens;
 }
 
 void LLMEngine::append_sample(RequestState& r, const SampleResult& s) {

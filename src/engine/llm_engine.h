@@ -16,6 +16,7 @@
 #include "engine/request_output.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode.h"
 #include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
 
@@ -55,6 +56,13 @@ class LLMEngine {
   int num_preemptions() const { return scheduler_->num_preemptions(); }
   /// Prefix-cache counters since the engine started (all zero with --no-enable-prefix-caching).
   PrefixCacheStats prefix_cache_stats() const { return scheduler_->prefix_cache_stats(); }
+  /// Speculative decoding counters since the engine started (all zero without --speculative-config).
+  const SpecDecodeStats& spec_decode_stats() const { return spec_stats_; }
+  /// The parsed --speculative-config (method empty when off).
+  const SpeculativeConfig& speculative_config() const { return spec_; }
+  /// Replaces the proposer (tests and benchmarks: a drafter that is always right, always wrong, or replays a known
+  /// continuation). Needs speculative decoding on (num_speculative_tokens > 0): throws Error otherwise.
+  void set_proposer(std::unique_ptr<Proposer> p);
   /// Runs one iteration; returns an output for every request that produced tokens or finished this step.
   std::vector<RequestOutput> step();
   bool has_unfinished_requests() const { return scheduler_->has_unfinished(); }
@@ -91,9 +99,12 @@ class LLMEngine {
 
  private:
   struct RowPlan;
-  /// picks: the step's device greedy picks (one per logits row) instead of logits, or nullptr.
-  void process_request(RequestState& r, int num_tokens, const float* logits, const GreedyPick* picks, const RowPlan& plan,
-                       std::vector<RequestOutput>& outs);
+  /// picks: the step's device greedy picks (one per logits row) instead of logits, or nullptr. Returns the tokens
+  /// folded into r's state this step (num_tokens, or for a verify row 1 + its accepted drafts).
+  int process_request(RequestState& r, const ScheduledRequest& s, const float* logits, const GreedyPick* picks, const RowPlan& plan,
+                      std::vector<RequestOutput>& outs);
+  /// The next token of r from logits row `row` of the step (sampled on the host, or the device's pick).
+  SampleResult sample_row(RequestState& r, const float* logits, const GreedyPick* picks, int row);
   /// r's output after a step that added its newest `num_new_tokens` tokens, as output_kind_ says
   /// (request_output.cpp).
   RequestOutput make_output(RequestState& r, size_t num_new_tokens);
@@ -128,6 +139,9 @@ class LLMEngine {
   bool sample_drawn_ = false;   // this step's uniforms are in sample_.rows
   bool device_sampling_ = true; // try CausalLM::forward_sample (SSMSERVE_DEVICE_SAMPLING=0: never)
   StepStats stats_;
+  SpeculativeConfig spec_;              // --speculative-config (off: method empty)
+  std::unique_ptr<Proposer> proposer_;  // drafts for the decoding requests (null when off)
+  SpecDecodeStats spec_stats_;
   std::chrono::steady_clock::time_point last_pool_log_{};
   OutputKind output_kind_ = OutputKind::Cumulative;
 };

@@ -46,6 +46,11 @@ struct RequestState {
   std::vector<std::optional<PromptLogprob>> prompt_logprobs;  ///< [prompt_len], entry 0 is nullopt
   int state_block = 0;                       ///< 0 = none held
   std::vector<int> kv_blocks;                ///< KV block table (hybrid models): block i holds positions [i*bs, (i+1)*bs)
+  /// Speculative decoding: state columns 1..k of the request's verify rows (column 0 is state_block; after a verify
+  /// step the engine swaps the column of the last accepted token into state_block). Held from the first verify row
+  /// until the request finishes or is preempted.
+  std::vector<int> spec_blocks;
+  std::vector<int32_t> draft_token_ids;      ///< speculative decoding: this step's drafts (the proposer's, cut to fit)
   std::vector<BlockHash> block_hashes;       ///< prefix caching: token-chain hashes of its full hash blocks so far
   int num_kv_registered = 0;                 ///< prefix caching: leading kv_blocks already in the cached-block table
   FinishReason finish_reason = FinishReason::None;

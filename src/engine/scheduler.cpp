@@ -47,9 +47,12 @@ SchedulerOutput Scheduler::schedule() {
     RequestState* r = running_[i];
     if (budget == 0 || seqs == cfg_.max_num_seqs) break;
     if (is_decode(r)) {
-      if (!reserve_kv(r, 1, out, budget, seqs)) break;
-      out.decodes.push_back({r, 1, r->num_computed_tokens});
-      --budget, ++seqs;
+      const int drafts = fit_drafts(r, budget);
+      if (!reserve_kv(r, 1 + drafts, out, budget, seqs)) break;
+      out.decodes.push_back({r, 1 + drafts, r->num_computed_tokens, drafts});
+      budget -= 1 + drafts, ++seqs;
+    } else {
+      r->draft_token_ids.clear();
     }
   }
   for (size_t i = 0; i < running_.size(); ++i) {
@@ -138,7 +141,32 @@ bool Scheduler::reserve_kv(RequestState* r, int n, SchedulerOutput& out, int& bu
   return true;
 }
 
+int Scheduler::fit_drafts(RequestState* r, int budget) {
+  std::vector<int32_t>& d = r->draft_token_ids;
+  const int k = cfg_.num_speculative_tokens;
+  if (k <= 0) {
+    d.clear();
+    return 0;
+  }
+  int n = std::min({static_cast<int>(d.size()), k, budget - 1});
+  // State columns 1..n: held from the first verify row on; new ones only from blocks nobody needs (free or cached).
+  while (static_cast<int>(r->spec_blocks.size()) < n && blocks_.num_available() > 0) r->spec_blocks.push_back(blocks_.allocate());
+  n = std::max(0, std::min(n, static_cast<int>(r->spec_blocks.size())));
+  d.resize(static_cast<size_t>(n));
+  return n;
+}
+
+std::vector<RequestState*> Scheduler::decoding_requests() const {
+  std::vector<RequestState*> out;
+  for (RequestState* r : running_)
+    if (is_decode_row(r->num_computed_tokens, r->num_tokens(), r->prompt_len())) out.push_back(r);
+  return out;
+}
+
 void Scheduler::free_blocks(RequestState* req) {
+  for (int b : req->spec_blocks) blocks_.release(b);
+  req->spec_blocks.clear();
+  req->draft_token_ids.clear();
   blocks_.release(req->state_block);
   req->state_block = 0;
   // KV blocks are not zeroed: every slot is written before it is read. A cached one stays in the table (evictable).

@@ -21,6 +21,10 @@ namespace ssmserve {
 struct SchedulerConfig {
   int max_num_batched_tokens = 2048;  ///< token budget per step
   int max_num_seqs = 256;             ///< requests per step
+  /// Speculative decoding (vllm-ssm-design.md §6): most draft tokens per decode row (k); 0 = off. A decode request
+  /// with drafts (RequestState::draft_token_ids) is scheduled as a verify row of 1 + drafts tokens, holding k more
+  /// state blocks (RequestState::spec_blocks) for the states after each verified token.
+  int num_speculative_tokens = 0;
 };
 
 /// Prefix caching of states (vLLM's mamba_cache_mode, vllm-ssm-design.md §3.2-§3.4).
@@ -58,6 +62,9 @@ struct ScheduledRequest {
   RequestState* req = nullptr;
   int num_tokens = 0;
   int num_computed_before = 0;  ///< req->num_computed_tokens when scheduled (after a prefix-cache hit)
+  /// Speculative decoding: a verify row's drafts (num_tokens - 1 of req->draft_token_ids, state columns in
+  /// req->spec_blocks); 0 for every other row.
+  int num_draft_tokens = 0;
 };
 
 /// The step's batch: decodes (1 token, state present) and prefill chunks, each in scheduling order.
@@ -113,6 +120,9 @@ class Scheduler {
   /// Prefix-cache counters (tokens queried / served from the cache).
   PrefixCacheStats prefix_cache_stats() const { return prefix_stats_; }
   const PrefixCacheConfig& prefix_config() const { return prefix_; }
+  /// Running requests that decode next step (their state holds every token but the last): the ones a speculative
+  /// proposer drafts for, in scheduling order.
+  std::vector<RequestState*> decoding_requests() const;
   /// Blocks a new request could be given now (free + cached-and-unheld), and the cached ones of them.
   int num_available_blocks() const { return blocks_.num_available(); }
   int num_cached_blocks() const { return blocks_.num_cached(); }
@@ -132,6 +142,9 @@ class Scheduler {
   /// KV blocks a request needs to hold `tokens` tokens.
   int kv_blocks_for(int tokens) const { return kv_block_size_ > 0 ? (tokens + kv_block_size_ - 1) / kv_block_size_ : 0; }
   void free_blocks(RequestState* req);
+  /// Speculative decoding: the drafts of decode request r that fit (budget - 1 tokens, state columns it holds or can
+  /// get now: running requests' spec blocks come from free / evictable blocks only). Trims r->draft_token_ids.
+  int fit_drafts(RequestState* r, int budget);
   /// Ends a step's holds: releases the copy sources and the blocks of requests finished in the step.
   void release_step_holds();
   /// Tokens of r's next prefill chunk within `budget` (prefix caching's align mode cuts on block boundaries); 0 when

@@ -22,7 +22,7 @@ void build_attention_metadata(std::span<const ScheduledSeq> seqs, std::span<cons
   linear.num_prefills = meta.num_prefills;
   linear.num_prefill_tokens = meta.num_prefill_tokens;
   linear.num_decodes = nd;
-  linear.num_decode_tokens = nd;
+  linear.num_decode_tokens = meta.query_start_loc[nd];
   linear.query_start_loc = meta.query_start_loc;
   linear.seq_lens.assign(B, 0);
   linear.state_indices_tensor.assign(B, 0);

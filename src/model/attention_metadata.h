@@ -16,7 +16,7 @@ struct LinearAttentionMetadata {
   int num_prefills = 0;
   int num_prefill_tokens = 0;
   int num_decodes = 0;        ///< decode rows incl. padded ones (padded rows hold state index 0)
-  int num_decode_tokens = 0;  ///< == num_decodes
+  int num_decode_tokens = 0;  ///< tokens of the decode rows (== num_decodes without speculative verify rows)
   std::vector<int32_t> query_start_loc;       ///< [B + 1] token offsets of every row
   std::vector<int32_t> seq_lens;              ///< [B] tokens in the sequence after this step (0 for padded rows)
   std::vector<int32_t> state_indices_tensor;  ///< [B] state block of every row (0 = null block, skipped)

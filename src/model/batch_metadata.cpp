@@ -12,8 +12,9 @@ namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
-/// vLLM's decode test (treat_short_extends_as_decodes=False, no #42430 exception; see the header).
-bool is_decode(const ScheduledSeq& s) { return !s.is_prefilling && s.num_scheduled_tokens == 1; }
+/// vLLM's decode test (treat_short_extends_as_decodes=False, no #42430 exception; see the header): a row that is not
+/// prefilling; more than one token only as a speculative verify row (one state column per token).
+bool is_decode(const ScheduledSeq& s) { return !s.is_prefilling; }
 
 /// ceil(a / b) for a >= 0, b >= 1.
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -36,7 +37,15 @@ void validate(std::span<const ScheduledSeq> seqs, const MetadataOptions& opt) {
     SSM_CHECK(s.num_scheduled_tokens >= 1, "batch metadata: request {} has num_scheduled_tokens {} (must be >= 1)", i,
               s.num_scheduled_tokens);
     SSM_CHECK(!is_decode(s) || s.num_computed_tokens >= 1,
-              "batch metadata: request {} is a decode (not prefilling, 1 token) with num_computed_tokens 0", i);
+              "batch metadata: request {} is a decode (not prefilling) with num_computed_tokens 0", i);
+    SSM_CHECK(!is_decode(s) || s.num_scheduled_tokens == 1 ||
+                  static_cast<int64_t>(s.spec_state_blocks.size()) >= s.num_scheduled_tokens - 1,
+              "batch metadata: decode request {} schedules {} tokens but has {} speculative state columns (needs {})", i,
+              s.num_scheduled_tokens, s.spec_state_blocks.size(), s.num_scheduled_tokens - 1);
+    if (is_decode(s))
+      for (int j = 0; j + 1 < s.num_scheduled_tokens; ++j)
+        SSM_CHECK(s.spec_state_blocks[j] >= 1, "batch metadata: request {} has speculative state column {} in block {} "
+                  "(must be >= 1)", i, j + 1, s.spec_state_blocks[j]);
     SSM_CHECK(int64_t{s.num_computed_tokens} + s.num_scheduled_tokens <= kInt32Max,
               "batch metadata: request {} ends at position {} (overflows int32)", i,
               int64_t{s.num_computed_tokens} + s.num_scheduled_tokens);
@@ -85,26 +94,44 @@ void build_mamba_metadata(std::span<const ScheduledSeq> seqs, const MetadataOpti
       m.num_prefill_tokens += seqs[i].num_scheduled_tokens;
       max_chunks += static_cast<size_t>(cdiv(seqs[i].num_scheduled_tokens, cs)) + 1;
     }
-  m.num_decode_tokens = m.num_decodes;
+  m.num_decode_tokens = 0;
+  m.spec_cols = 1;
+  for (int r = 0; r < m.num_decodes; ++r) {
+    m.num_decode_tokens += seqs[m.order[r]].num_scheduled_tokens;
+    m.spec_cols = std::max(m.spec_cols, seqs[m.order[r]].num_scheduled_tokens);
+  }
 
-  // 2. Decode CUDA-graph padding: decode-only batches of 1..pad_decodes_to rows grow to pad_decodes_to.
-  const bool pad = m.num_prefills == 0 && m.num_decodes >= 1 && m.num_decodes <= opt.pad_decodes_to;
+  // 2. Decode CUDA-graph padding: decode-only batches of 1..pad_decodes_to one-token rows grow to pad_decodes_to.
+  const bool pad = m.num_prefills == 0 && m.num_decodes >= 1 && m.num_decodes <= opt.pad_decodes_to && m.spec_cols == 1;
   m.num_padded_decodes = pad ? opt.pad_decodes_to - m.num_decodes : 0;
   m.num_reqs = m.num_decodes + m.num_padded_decodes + m.num_prefills;
   const int D = m.num_decode_rows();
 
-  // 3. Decode part: one token per row (padded rows included), null block for padded rows.
+  // 3. Decode part: one token per row (padded rows included: null block), or 1 + drafts per verify row, each token
+  //    with its state column (spec_cols > 1).
   m.query_start_loc.clear();
   m.query_start_loc.reserve(m.num_reqs + 1);
   m.query_start_loc_d.clear();
   m.query_start_loc_d.reserve(D + 1);
   m.state_indices_tensor_d.clear();
   m.state_indices_tensor_d.reserve(D);
+  m.state_indices_spec_d.clear();
+  if (m.spec_cols > 1) m.state_indices_spec_d.assign(static_cast<size_t>(D) * m.spec_cols, 0);
+  int32_t tok = 0;
   for (int r = 0; r <= D; ++r) {
-    m.query_start_loc.push_back(r);
-    m.query_start_loc_d.push_back(r);
+    m.query_start_loc.push_back(tok);
+    m.query_start_loc_d.push_back(tok);
+    if (r == D) break;
+    tok += r < m.num_decodes ? seqs[m.order[r]].num_scheduled_tokens : 1;
   }
-  for (int r = 0; r < m.num_decodes; ++r) m.state_indices_tensor_d.push_back(seqs[m.order[r]].state_block);
+  for (int r = 0; r < m.num_decodes; ++r) {
+    const ScheduledSeq& s = seqs[m.order[r]];
+    m.state_indices_tensor_d.push_back(s.state_block);
+    if (m.spec_cols == 1) continue;
+    m.state_indices_spec_d[static_cast<size_t>(r) * m.spec_cols] = s.state_block;
+    for (int j = 1; j < s.num_scheduled_tokens; ++j)
+      m.state_indices_spec_d[static_cast<size_t>(r) * m.spec_cols + j] = s.spec_state_blocks[j - 1];
+  }
   m.state_indices_tensor_d.resize(D, 0);
   m.num_accepted_tokens.assign(D, 1);
 
@@ -161,6 +188,11 @@ void build_mamba_metadata(std::span<const ScheduledSeq> seqs, const MetadataOpti
     push_row(s);
     m.block_idx_first_scheduled_token_p.push_back(static_cast<int32_t>(cdiv(int64_t{s.num_computed_tokens} + 1, bs) - 1));
   }
+}
+
+DecodeRows MambaBatchMetadata::decode_rows() const {
+  if (spec_cols == 1) return DecodeRows(state_indices_tensor_d);
+  return DecodeRows(state_indices_spec_d, spec_cols, query_start_loc_d);
 }
 
 MambaBatchMetadata build_mamba_metadata(std::span<const ScheduledSeq> seqs, const MetadataOptions& opt) {

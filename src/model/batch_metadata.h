@@ -6,6 +6,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/decode_rows.h"
+
 namespace ssmserve {
 
 /// One scheduled request as the builder sees it. This step feeds sequence positions
@@ -15,6 +17,10 @@ struct ScheduledSeq {
   int32_t num_computed_tokens;   ///< tokens already folded into the state before this step (>= 0)
   int32_t num_scheduled_tokens;  ///< tokens this step (>= 1)
   bool is_prefilling;            ///< num_computed_tokens < prompt length (vLLM's is_prefilling)
+  /// Speculative decoding: a decode row (not prefilling) of 1 + k tokens (the last sampled token and k drafts, a
+  /// verify row) leaves the state after token j in column j: column 0 is state_block, column j >= 1 is
+  /// spec_state_blocks[j - 1] ([>= num_scheduled_tokens - 1] block ids >= 1; kernels/decode_rows.h).
+  std::span<const int32_t> spec_state_blocks = {};
 };
 
 /// Builder options (derived once from the model and engine config by the caller).
@@ -36,8 +42,8 @@ struct MetadataOptions {
 /// Padding only happens when num_prefills == 0, so the two never coexist.
 ///
 /// Classification (vLLM's split_decodes_and_prefills with treat_short_extends_as_decodes=False, §2.1): a row
-/// is a decode iff !is_prefilling && num_scheduled_tokens == 1. A still-prefilling 1-token row stays a
-/// prefill. vLLM's #42430 exception (a 1-token prefill with prior state turned into a decode) is NOT
+/// is a decode iff !is_prefilling: one token, or 1 + k tokens as a speculative verify row with a state column per
+/// token (§6.1). A still-prefilling 1-token row stays a prefill. vLLM's #42430 exception (a 1-token prefill with prior state turned into a decode) is NOT
 /// applied: it exists only because vLLM picks a full decode graph from the batch *shape*; here graph
 /// padding is decided from this classification (num_prefills == 0), so a prefill row never lands in a
 /// decode graph, and our prefill path (conv + scan from has_initial_states_p) handles 1-token chunks exactly.
@@ -54,7 +60,7 @@ struct MambaBatchMetadata {
   int num_prefills = 0;         ///< prefill rows
   int num_prefill_tokens = 0;   ///< tokens of the prefill rows
   int num_decodes = 0;          ///< real decode rows (1 token each)
-  int num_decode_tokens = 0;    ///< tokens of the real decode rows (== num_decodes; padding not counted)
+  int num_decode_tokens = 0;    ///< tokens of the real decode rows (== num_decodes without verify rows; padding not counted)
   int num_reqs = 0;             ///< num_decodes + num_padded_decodes + num_prefills
   int num_padded_decodes = 0;   ///< null-block decode rows added beyond num_decodes
 
@@ -64,13 +70,19 @@ struct MambaBatchMetadata {
                                          ///< rows (1 token each); query_start_loc[0] = 0
   std::vector<int32_t> query_start_loc_p;  ///< [num_prefills + 1] prefill part of query_start_loc minus
                                            ///< num_decode_tokens (starts at 0); empty if num_prefills == 0
-  std::vector<int32_t> query_start_loc_d;  ///< [num_decode_rows() + 1] = 0, 1, ..., num_decode_rows() (one
-                                           ///< token per row now; variable with spec decode later)
+  std::vector<int32_t> query_start_loc_d;  ///< [num_decode_rows() + 1] token offsets of the decode rows (0, 1, 2,
+                                           ///< ... without verify rows)
   std::vector<uint8_t> has_initial_states_p;   ///< [num_prefills] num_computed_tokens > 0: load the state
   std::vector<int32_t> num_computed_tokens_p;  ///< [num_prefills]
   std::vector<int32_t> state_indices_tensor_p; ///< [num_prefills] running-state block ids
   std::vector<int32_t> state_indices_tensor_d; ///< [num_decode_rows()] block ids; padded rows = 0 (null block)
-  std::vector<int32_t> num_accepted_tokens;    ///< [num_decode_rows()] all 1 (room for spec decode, §6.1)
+  std::vector<int32_t> num_accepted_tokens;    ///< [num_decode_rows()] all 1: the engine swaps the column of the
+                                               ///< last accepted token into column 0 (§6.1), so every row continues
+                                               ///< from column 0
+  int spec_cols = 1;                           ///< state columns per decode row: the longest decode row's tokens
+  std::vector<int32_t> state_indices_spec_d;   ///< [num_decode_rows(), spec_cols] when spec_cols > 1 (else empty):
+                                               ///< column j of row r is the block of its token j's state (0 past
+                                               ///< the row's tokens); column 0 = state_indices_tensor_d
   bool prep_initial_states = false;            ///< any(has_initial_states_p) (Mamba2: skip the state gather)
 
   // Chunk metadata over the prefill tokens, sequence-relative (§2.3): a chunk never spans two sequences and
@@ -89,6 +101,8 @@ struct MambaBatchMetadata {
 
   /// Decode rows the decode kernels run over, padding included.
   int num_decode_rows() const { return num_decodes + num_padded_decodes; }
+  /// The decode rows as the recurrent decode kernels take them (kernels/decode_rows.h).
+  DecodeRows decode_rows() const;
   /// Number of chunks over the prefill tokens.
   int num_chunks() const { return static_cast<int>(seq_idx_p.size()); }
 };

@@ -100,6 +100,10 @@ class CausalLM {
     (void)batch, (void)cache, (void)sample, (void)out;
     return false;
   }
+  /// Whether forward() runs speculative verify rows (decode rows of 1 + k tokens with a state column per token,
+  /// MambaBatchMetadata::spec_cols > 1). The CPU decoder does; a backend that does not returns false and the engine
+  /// refuses --speculative-config for it.
+  virtual bool supports_speculative_decoding() const { return true; }
   /// Copies states between blocks of the pool (prefix caching: a cached state into a request's running block before
   /// the step that continues from it, or a running state into a block that caches it), in order, in every layer,
   /// where the model keeps its states (host pages: StateCache::copy_block; device backends: their mirror, ordered

@@ -35,7 +35,11 @@ void ForwardBatch::validate() const {
                 static_cast<int>(meta.state_indices_tensor_p.size()) == meta.num_prefills &&
                 static_cast<int>(meta.has_initial_states_p.size()) == meta.num_prefills,
             "ForwardBatch: inconsistent metadata sizes");
-  SSM_CHECK(prefill_token_offset() == meta.num_decode_rows(), "ForwardBatch: decode rows must hold one token each");
+  SSM_CHECK(prefill_token_offset() == meta.num_decode_tokens + meta.num_padded_decodes,
+            "ForwardBatch: the decode rows hold {} tokens but the metadata says {}", prefill_token_offset(),
+            meta.num_decode_tokens + meta.num_padded_decodes);
+  SSM_CHECK(meta.spec_cols == 1 || static_cast<int>(meta.state_indices_spec_d.size()) == meta.num_decode_rows() * meta.spec_cols,
+            "ForwardBatch: inconsistent speculative state columns");
   for (int32_t i : logits_indices)
     SSM_CHECK(i >= 0 && i < num_tokens(), "ForwardBatch: logits index {} out of range", i);
 }

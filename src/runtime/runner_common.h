@@ -207,6 +207,8 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
 /// device greedy path at all (without one forward_greedy returns false, CausalLM's default).
 class CudaCausalLM : public CausalLM {
  public:
+  /// The device decode kernels take one token per decode row so far (kernels/decode_rows.h is CPU-only).
+  bool supports_speculative_decoding() const override { return false; }
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
   /// Error when num_top is outside [0, kMaxDeviceGreedyTop] (on a runner with a device greedy path).
   bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) override;

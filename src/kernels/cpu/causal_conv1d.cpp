@@ -72,17 +72,19 @@ void conv_fwd(const float* x, int64_t x_stride, float* out, int64_t out_stride, 
   }
 }
 
-/// One-token decode update of row b, channels [c0, c1), with the window stored as T.
+/// One-token decode update of one token, channels [c0, c1), with the window stored as T: reads the window of block
+/// `src`, writes the shifted window into block `dst` (src == dst: in place, as a plain decode step).
 template <class T>
-void conv_update_row(const float* xb, float* ob, const ConvParams& p, int32_t block, int64_t c0, int64_t c1) {
+void conv_update_row(const float* xb, float* ob, const ConvParams& p, int32_t src, int32_t dst, int64_t c0, int64_t c1) {
   const int64_t D = p.dim;
   const int W = p.width, S = W - 1;
-  T* state = p.conv_states.block<T>(block);  // [S, D]
+  const T* in = p.conv_states.block<T>(src);  // [S, D]
+  T* state = p.conv_states.block<T>(dst);     // [S, D]
   for (int64_t c = c0; c < c1; ++c) {
     float acc = p.bias ? p.bias[c] : 0.0f;
-    for (int k = 0; k < S; ++k) acc = std::fma(p.weight[c * W + k], load_f32(state[k * D + c]), acc);
+    for (int k = 0; k < S; ++k) acc = std::fma(p.weight[c * W + k], load_f32(in[k * D + c]), acc);
     acc = std::fma(p.weight[c * W + S], xb[c], acc);
-    for (int k = 0; k + 1 < S; ++k) state[k * D + c] = state[(k + 1) * D + c];
+    for (int k = 0; k + 1 < S; ++k) state[k * D + c] = in[(k + 1) * D + c];
     if (S > 0) store_f32(state[(S - 1) * D + c], xb[c]);
     ob[c] = acc;
   }
@@ -92,18 +94,25 @@ void conv_update_row(const float* xb, float* ob, const ConvParams& p, int32_t bl
   }
 }
 
-/// One-token decode update with the window stored as T.
+/// Row b's tokens one after another (DecodeRows), channels [c0, c1).
+template <class T>
+void conv_update_tokens(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
+                        const DecodeRows& rows, int64_t b, int64_t c0, int64_t c1) {
+  if (rows.is_null(b)) return;
+  for (int j = 0; j < rows.num_tokens(b); ++j) {
+    const int64_t t = rows.token_row(b, j);
+    conv_update_row<T>(x + t * x_stride, out + t * out_stride, p, rows.src_block(b, j), rows.dst_block(b, j), c0, c1);
+  }
+}
+
+/// Decode update (DecodeRows) with the window stored as T.
 template <class T>
 void conv_update(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
-                 std::span<const int32_t> state_indices) {
+                 const DecodeRows& rows) {
   const int64_t D = p.dim;
-  const int64_t batch = static_cast<int64_t>(state_indices.size());
+  const int64_t batch = rows.num_rows();
 #pragma omp parallel for schedule(static) if (batch * D > 4096)
-  for (int64_t b = 0; b < batch; ++b) {
-    const int32_t block = state_indices[b];
-    if (block == 0) continue;
-    conv_update_row<T>(x + b * x_stride, out + b * out_stride, p, block, 0, D);
-  }
+  for (int64_t b = 0; b < batch; ++b) conv_update_tokens<T>(x, x_stride, out, out_stride, p, rows, b, 0, D);
 }
 
 }  // namespace
@@ -119,17 +128,15 @@ void causal_conv1d_fwd(const float* x, int64_t x_stride, float* out, int64_t out
 }
 
 void causal_conv1d_update(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
-                          std::span<const int32_t> state_indices) {
-  visit_state_dtype(p.conv_states.dtype,
-                    [&](auto tag) { conv_update<decltype(tag)>(x, x_stride, out, out_stride, p, state_indices); });
+                          const DecodeRows& rows) {
+  visit_state_dtype(p.conv_states.dtype, [&](auto tag) { conv_update<decltype(tag)>(x, x_stride, out, out_stride, p, rows); });
 }
 
 void causal_conv1d_update_channels(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
-                                   std::span<const int32_t> state_indices, int64_t c0, int64_t c1) {
+                                   const DecodeRows& rows, int64_t c0, int64_t c1) {
+  if (c0 >= c1) return;
   visit_state_dtype(p.conv_states.dtype, [&](auto tag) {
-    for (size_t b = 0; b < state_indices.size(); ++b)
-      if (state_indices[b] != 0 && c0 < c1)
-        conv_update_row<decltype(tag)>(x + b * x_stride, out + b * out_stride, p, state_indices[b], c0, c1);
+    for (int64_t b = 0; b < rows.num_rows(); ++b) conv_update_tokens<decltype(tag)>(x, x_stride, out, out_stride, p, rows, b, c0, c1);
   });
 }
 

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "cache/state_view.h"
+#include "kernels/decode_rows.h"
 
 namespace ssmserve::cpu {
 
@@ -36,16 +37,18 @@ void causal_conv1d_fwd(const float* x, int64_t x_stride, float* out, int64_t out
                        std::span<const int32_t> query_start_loc, std::span<const int32_t> state_indices,
                        std::span<const uint8_t> has_initial_states);
 
-/// Decode: one new input per row. x: [batch, dim] (row stride x_stride), out: [batch, dim] (row stride
-/// out_stride). Row b reads and updates conv_states[state_indices[b]] in place; rows with index 0 are skipped.
+/// Decode. x: [rows.num_tokens(), dim] (row stride x_stride), out: the same shape (row stride out_stride). Each
+/// token of a row shifts its input into the window: token j reads the window of rows.src_block(b, j) and writes
+/// rows.dst_block(b, j) (a plain decode row: one block, updated in place; a speculative verify row: one window
+/// per verified token, see kernels/decode_rows.h). Null rows (block 0) are skipped.
 void causal_conv1d_update(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
-                          std::span<const int32_t> state_indices);
+                          const DecodeRows& rows);
 
 /// causal_conv1d_update restricted to channels [c0, c1) (0 <= c0, c1 <= dim), with no OpenMP region of its own:
 /// the threads of an enclosing region each update their own channel range (channels are independent; disjoint
 /// ranges touch disjoint window entries). Same arithmetic per channel. Keep c0 and c1 multiples of 16 so the
 /// SiLU pass splits into the same vector lanes as the whole-row call.
 void causal_conv1d_update_channels(const float* x, int64_t x_stride, float* out, int64_t out_stride, const ConvParams& p,
-                                   std::span<const int32_t> state_indices, int64_t c0, int64_t c1);
+                                   const DecodeRows& rows, int64_t c0, int64_t c1);
 
 }  // namespace ssmserve::cpu

@@ -175,10 +175,10 @@ void gated_delta_prefill(const GatedDeltaInputs& in, const GatedDeltaParams& p, 
 }
 
 void gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                        std::span<const int32_t> state_indices) {
+                        const DecodeRows& rows) {
   check_params(p);
   const TokenView tv{in, p, p.num_v_heads / p.num_k_heads};
-  const int64_t R = static_cast<int64_t>(state_indices.size());
+  const int64_t R = rows.num_rows();
   const int Hv = p.num_v_heads, Dk = p.head_k_dim, Dv = p.head_v_dim;
   visit_state_dtype(p.states.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -188,37 +188,41 @@ void gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, f
 #pragma omp for collapse(2) schedule(static)
       for (int64_t r = 0; r < R; ++r) {
         for (int h = 0; h < Hv; ++h) {
-          float* o = out + r * out_stride + int64_t{h} * Dv;
-          const int64_t b = state_indices[r];
-          if (b == 0) {
+          // Token j: the state after token j - 1 (its column) -> one delta-rule step -> column j, with the loads and
+          // stores of that many plain decode steps.
+          for (int j = 0; j < rows.num_tokens(r); ++j) {
+            const int64_t t = rows.token_row(r, j);
+            float* o = out + t * out_stride + int64_t{h} * Dv;
+            if (rows.is_null(r)) {
+              std::fill_n(o, Dv, 0.0f);
+              continue;
+            }
+            load_state<T>(p, rows.src_block(r, j), h, true, S.data());
+            const float e = static_cast<float>(std::exp(static_cast<double>(tv.g(t, h))));
+            const float* q = tv.q(t, h);
+            const float* k = tv.k(t, h);
+            const float* v = tv.v(t, h);
+            const float beta = tv.beta(t, h);
+            // S' = e S; kv = S'^T k; delta = beta (v - kv); S = S' + k delta^T; o = S^T q.
+            std::fill(kv.begin(), kv.end(), 0.0f);
+            for (int d = 0; d < Dk; ++d) {
+              float* Sd = S.data() + int64_t{d} * Dv;
+              for (int c = 0; c < Dv; ++c) {
+                Sd[c] *= e;
+                kv[c] = std::fma(Sd[c], k[d], kv[c]);
+              }
+            }
+            for (int c = 0; c < Dv; ++c) kv[c] = beta * (v[c] - kv[c]);  // delta
             std::fill_n(o, Dv, 0.0f);
-            continue;
-          }
-          load_state<T>(p, b, h, true, S.data());
-          const float e = static_cast<float>(std::exp(static_cast<double>(tv.g(r, h))));
-          const float* q = tv.q(r, h);
-          const float* k = tv.k(r, h);
-          const float* v = tv.v(r, h);
-          const float beta = tv.beta(r, h);
-          // S' = e S; kv = S'^T k; delta = beta (v - kv); S = S' + k delta^T; o = S^T q.
-          std::fill(kv.begin(), kv.end(), 0.0f);
-          for (int d = 0; d < Dk; ++d) {
-            float* Sd = S.data() + int64_t{d} * Dv;
-            for (int c = 0; c < Dv; ++c) {
-              Sd[c] *= e;
-              kv[c] = std::fma(Sd[c], k[d], kv[c]);
+            for (int d = 0; d < Dk; ++d) {
+              float* Sd = S.data() + int64_t{d} * Dv;
+              for (int c = 0; c < Dv; ++c) {
+                Sd[c] = std::fma(k[d], kv[c], Sd[c]);
+                o[c] = std::fma(Sd[c], q[d], o[c]);
+              }
             }
+            store_state<T>(p, rows.dst_block(r, j), h, S.data());
           }
-          for (int c = 0; c < Dv; ++c) kv[c] = beta * (v[c] - kv[c]);  // delta
-          std::fill_n(o, Dv, 0.0f);
-          for (int d = 0; d < Dk; ++d) {
-            float* Sd = S.data() + int64_t{d} * Dv;
-            for (int c = 0; c < Dv; ++c) {
-              Sd[c] = std::fma(k[d], kv[c], Sd[c]);
-              o[c] = std::fma(Sd[c], q[d], o[c]);
-            }
-          }
-          store_state<T>(p, b, h, S.data());
         }
       }
     }

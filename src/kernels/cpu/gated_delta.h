@@ -21,6 +21,7 @@
 #include <span>
 
 #include "cache/state_view.h"
+#include "kernels/decode_rows.h"
 
 namespace ssmserve::cpu {
 
@@ -57,10 +58,12 @@ void gated_delta_prefill(const GatedDeltaInputs& in, const GatedDeltaParams& p, 
                          std::span<const int32_t> query_start_loc, std::span<const int32_t> num_computed,
                          std::span<const int32_t> state_indices);
 
-/// Decode rows: one token each (row r = token r), the recurrence above on block state_indices[r]; rows whose state
-/// index is 0 (padding / the null block) are skipped: no state read or written, outputs zero.
+/// Decode rows: each row's tokens one after another through the recurrence above, token j reading the state of
+/// rows.src_block(r, j) and storing the new one into rows.dst_block(r, j) (plain decode rows: one token, in place;
+/// speculative verify rows: one state per verified token, kernels/decode_rows.h); token row t of `in` -> out row t.
+/// Null rows (padding) read and write no state and output zeros.
 void gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                        std::span<const int32_t> state_indices);
+                        const DecodeRows& rows);
 
 /// The token-by-token recurrence in double precision on one sequence (tests' reference): state [Hv, Dk, Dv] is
 /// read and updated in place; out: [T, Hv, Dv].

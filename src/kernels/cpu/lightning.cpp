@@ -146,9 +146,9 @@ void lightning_prefill(const float* qkv, int64_t qkv_stride, float* out, int64_t
 }
 
 void lightning_decode(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride, const LightningParams& p,
-                      std::span<const int32_t> state_indices) {
+                      const DecodeRows& rows) {
   check_params(p);
-  const int64_t rows = static_cast<int64_t>(state_indices.size());
+  const int64_t nrows = rows.num_rows();
   const int H = p.num_heads, D = p.head_dim;
   visit_state_dtype(p.states.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -156,27 +156,31 @@ void lightning_decode(const float* qkv, int64_t qkv_stride, float* out, int64_t 
     {
       std::vector<float> S(static_cast<size_t>(D) * D);
 #pragma omp for schedule(static)
-      for (int64_t rh = 0; rh < rows * H; ++rh) {
+      for (int64_t rh = 0; rh < nrows * H; ++rh) {
         const int64_t r = rh / H;
         const int h = static_cast<int>(rh % H);
-        const int32_t b = state_indices[r];
-        float* o = out + r * out_stride + static_cast<int64_t>(h) * D;
-        std::fill(o, o + D, 0.0f);
-        if (b == 0) continue;
-        const float* q = qkv + r * qkv_stride + static_cast<int64_t>(h) * 3 * D;
-        const float *k = q + D, *v = q + 2 * D;
-        load_state<T>(p.states, b, h, D, true, S.data());
-        const float decay = lightning_decay(p.slopes[h], 1.0);
-        for (int d = 0; d < D; ++d) {
-          float* Sd = S.data() + static_cast<int64_t>(d) * D;
-          const float kv = k[d], qv = q[d];
+        // Token j: the state after token j - 1 (its column) -> one decay-and-add step -> column j, with the loads and
+        // stores of that many plain decode steps.
+        for (int j = 0; j < rows.num_tokens(r); ++j) {
+          const int64_t t = rows.token_row(r, j);
+          float* o = out + t * out_stride + static_cast<int64_t>(h) * D;
+          std::fill(o, o + D, 0.0f);
+          if (rows.is_null(r)) continue;
+          const float* q = qkv + t * qkv_stride + static_cast<int64_t>(h) * 3 * D;
+          const float *k = q + D, *v = q + 2 * D;
+          load_state<T>(p.states, rows.src_block(r, j), h, D, true, S.data());
+          const float decay = lightning_decay(p.slopes[h], 1.0);
+          for (int d = 0; d < D; ++d) {
+            float* Sd = S.data() + static_cast<int64_t>(d) * D;
+            const float kv = k[d], qv = q[d];
 #pragma omp simd
-          for (int e = 0; e < D; ++e) {
-            Sd[e] = decay * Sd[e] + kv * v[e];
-            o[e] += qv * Sd[e];
+            for (int e = 0; e < D; ++e) {
+              Sd[e] = decay * Sd[e] + kv * v[e];
+              o[e] += qv * Sd[e];
+            }
           }
+          store_state<T>(p.states, rows.dst_block(r, j), h, D, S.data());
         }
-        store_state<T>(p.states, b, h, D, S.data());
       }
     }
   });

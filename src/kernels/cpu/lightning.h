@@ -14,6 +14,7 @@
 #include <span>
 
 #include "cache/state_view.h"
+#include "kernels/decode_rows.h"
 
 namespace ssmserve::cpu {
 
@@ -35,10 +36,12 @@ void lightning_prefill(const float* qkv, int64_t qkv_stride, float* out, int64_t
                        std::span<const int32_t> query_start_loc, std::span<const int32_t> num_computed,
                        std::span<const int32_t> state_indices);
 
-/// Decode rows: one token each, row r = token r. S <- e^{-s} S + k^T v; o = q S. Rows whose state index is 0
-/// (padding / null block) are skipped: no state read or written, output zeros.
+/// Decode rows: each row's tokens one after another through S <- e^{-s} S + k^T v; o = q S, token j reading the
+/// state of rows.src_block(r, j) and storing the new one into rows.dst_block(r, j) (plain decode rows: one token,
+/// in place; speculative verify rows: one state per verified token, kernels/decode_rows.h). Token row t of qkv ->
+/// out row t. Null rows (padding) read and write no state and output zeros.
 void lightning_decode(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride, const LightningParams& p,
-                      std::span<const int32_t> state_indices);
+                      const DecodeRows& rows);
 
 /// e^{-s k} as lightning uses it: computed in double, rounded to fp32.
 float lightning_decay(float s, double k);

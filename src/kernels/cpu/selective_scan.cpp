@@ -97,18 +97,21 @@ void scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_str
 }
 
 template <class T>
-void state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride, std::span<const int32_t> state_indices) {
-  const int64_t batch = static_cast<int64_t>(state_indices.size());
+void state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride, const DecodeRows& rows) {
+  const int64_t batch = rows.num_rows();
   const int64_t num_blocks = (p.dim + kLanes - 1) / kLanes;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t cb = 0; cb < num_blocks; ++cb) {
-      const int32_t block = state_indices[b];
-      if (block == 0) continue;
-      T* states = p.ssm_states.block<T>(block);  // [dim, N]
-      ChannelBlock blk(p, cb * kLanes, states, true);
-      blk.advance(in, p, b, b + 1, y, y_stride, b);
-      blk.store(p, states);
+      if (rows.is_null(b)) continue;
+      // Token j: load the state after token j - 1 (its column), advance, store into column j: the loads and stores
+      // of that many plain decode steps (a bf16 state rounds after every token in both).
+      for (int j = 0; j < rows.num_tokens(b); ++j) {
+        const int64_t t = rows.token_row(b, j);
+        ChannelBlock blk(p, cb * kLanes, p.ssm_states.block<T>(rows.src_block(b, j)), true);
+        blk.advance(in, p, t, t + 1, y, y_stride, t);
+        blk.store(p, p.ssm_states.block<T>(rows.dst_block(b, j)));
+      }
     }
   }
 }
@@ -124,10 +127,9 @@ void selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int
   });
 }
 
-void selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
-                            std::span<const int32_t> state_indices) {
+void selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride, const DecodeRows& rows) {
   SSM_CHECK(p.d_state <= kMaxState, "selective_state_update: d_state {} > {}", p.d_state, kMaxState);
-  visit_state_dtype(p.ssm_states.dtype, [&](auto tag) { state_update<decltype(tag)>(in, p, y, y_stride, state_indices); });
+  visit_state_dtype(p.ssm_states.dtype, [&](auto tag) { state_update<decltype(tag)>(in, p, y, y_stride, rows); });
 }
 
 }  // namespace ssmserve::cpu

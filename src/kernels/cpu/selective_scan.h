@@ -10,6 +10,7 @@
 #include <span>
 
 #include "cache/state_view.h"
+#include "kernels/decode_rows.h"
 
 namespace ssmserve::cpu {
 
@@ -48,9 +49,10 @@ void selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int
                         std::span<const int32_t> query_start_loc, std::span<const int32_t> state_indices,
                         std::span<const uint8_t> has_initial_states);
 
-/// Decode: row b of `in` is one token of the request whose state is ssm_states[state_indices[b]], updated in
-/// place. y: [batch, dim]. Rows with state index 0 are skipped.
-void selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
-                            std::span<const int32_t> state_indices);
+/// Decode: the tokens of each row of `rows` one after another through the one-token update, token j reading the
+/// state in rows.src_block(b, j) and storing the state after it into rows.dst_block(b, j) (a plain decode row:
+/// one token, its block updated in place; a speculative verify row: one state per verified token,
+/// kernels/decode_rows.h). Token row t of `in` -> y row t: y is [rows.num_tokens(), dim]. Null rows are skipped.
+void selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride, const DecodeRows& rows);
 
 }  // namespace ssmserve::cpu

@@ -278,9 +278,11 @@ void chunk_scan(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata&
 
 constexpr int64_t kStatePrefetchBytes = 2048;
 
-/// The decode update of row b, head h (one token, one head's [P, N] state).
+/// The decode update of token row b, head h (one token, one head's [P, N] state): reads the state of block `src`,
+/// writes the new state into block `dst` (the same block: in place).
 template <class T>
-void state_update_head(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride, int64_t b, int h, int32_t block) {
+void state_update_head(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride, int64_t b, int h, int32_t src,
+                       int32_t dst) {
   const int P = p.head_dim, N = p.d_state;
   const int heads_per_group = p.num_heads / p.n_groups;
   const int64_t PN = int64_t{P} * N;
@@ -290,11 +292,13 @@ void state_update_head(const SsdInputs& in, const SsdParams& p, float* y, int64_
   const float* x = in.x.row(b) + int64_t{h} * P;
   const float* B = in.B.row(b) + int64_t{g} * N;
   const float* C = in.C.row(b) + int64_t{g} * N;
-  T* S = p.ssm_states.block<T>(block) + h * PN;
+  const T* S = p.ssm_states.block<T>(src) + h * PN;
+  T* Sd = p.ssm_states.block<T>(dst) + h * PN;
   float* yt = y + b * y_stride + int64_t{h} * P;
   const float Dh = p.D ? p.D[h] : 0.0f;
   for (int i = 0; i < P; ++i) {
-    T* Si = S + int64_t{i} * N;
+    const T* Si = S + int64_t{i} * N;
+    T* Sdi = Sd + int64_t{i} * N;
     // The state streams from memory once per token: prefetch ~2 KiB ahead (into the next head's state at the
     // end of this one; the heads of a block are contiguous). No effect on the arithmetic.
     const char* ahead = reinterpret_cast<const char*>(Si) + kStatePrefetchBytes;
@@ -304,33 +308,35 @@ void state_update_head(const SsdInputs& in, const SsdParams& p, float* y, int64_
 #pragma omp simd reduction(+ : acc)
     for (int n = 0; n < N; ++n) {
       const float v = dA * load_f32(Si[n]) + dx * B[n];
-      store_f32(Si[n], v);
+      store_f32(Sdi[n], v);
       acc += v * C[n];
     }
     yt[i] = acc + Dh * x[i];
   }
 }
 
-/// Rows x heads [begin, end) of the flattened (b, h) index b * H + h.
+/// Rows x heads [begin, end) of the flattened (b, h) index b * H + h; each (row, head) runs the row's tokens one
+/// after another (DecodeRows).
 template <class T>
-void state_update_range(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                        std::span<const int32_t> state_indices, int64_t begin, int64_t end) {
+void state_update_range(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride, const DecodeRows& rows,
+                        int64_t begin, int64_t end) {
   const int H = p.num_heads;
   for (int64_t bh = begin; bh < end; ++bh) {
     const int64_t b = bh / H;
     const int h = static_cast<int>(bh % H);
-    if (state_indices[b] != 0) state_update_head<T>(in, p, y, y_stride, b, h, state_indices[b]);
+    if (rows.is_null(b)) continue;
+    for (int j = 0; j < rows.num_tokens(b); ++j)
+      state_update_head<T>(in, p, y, y_stride, rows.token_row(b, j), h, rows.src_block(b, j), rows.dst_block(b, j));
   }
 }
 
 template <class T>
-void state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                  std::span<const int32_t> state_indices) {
-  const int64_t total = static_cast<int64_t>(state_indices.size()) * p.num_heads;
+void state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride, const DecodeRows& rows) {
+  const int64_t total = rows.num_rows() * p.num_heads;
 #pragma omp parallel
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    state_update_range<T>(in, p, y, y_stride, state_indices, total * t / nt, total * (t + 1) / nt);
+    state_update_range<T>(in, p, y, y_stride, rows, total * t / nt, total * (t + 1) / nt);
   }
 }
 
@@ -353,19 +359,18 @@ void ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkM
   });
 }
 
-void ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                      std::span<const int32_t> state_indices) {
+void ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride, const DecodeRows& rows) {
   check_sizes(p, "ssd_state_update");
-  visit_state_dtype(p.ssm_states.dtype, [&](auto tag) { state_update<decltype(tag)>(in, p, y, y_stride, state_indices); });
+  visit_state_dtype(p.ssm_states.dtype, [&](auto tag) { state_update<decltype(tag)>(in, p, y, y_stride, rows); });
 }
 
 void ssd_check_params(const SsdParams& p) { check_sizes(p, "ssd_state_update_part"); }
 
 void ssd_state_update_part(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                           std::span<const int32_t> state_indices, int part, int num_parts) {
-  const int64_t total = static_cast<int64_t>(state_indices.size()) * p.num_heads;
+                           const DecodeRows& rows, int part, int num_parts) {
+  const int64_t total = rows.num_rows() * p.num_heads;
   visit_state_dtype(p.ssm_states.dtype, [&](auto tag) {
-    state_update_range<decltype(tag)>(in, p, y, y_stride, state_indices, total * part / num_parts, total * (part + 1) / num_parts);
+    state_update_range<decltype(tag)>(in, p, y, y_stride, rows, total * part / num_parts, total * (part + 1) / num_parts);
   });
 }
 

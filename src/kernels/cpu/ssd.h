@@ -65,11 +65,12 @@ struct SsdChunkMetadata {
 void ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata& meta, float* y,
                         int64_t y_stride, float* chunk_states = nullptr);
 
-/// Decode: row b of `in` is one token of the request whose state is ssm_states[state_indices[b]] ([batch]),
-/// updated in place. y: [batch, H * P] fp32, row stride y_stride. Rows with state index 0 are skipped (their
-/// y rows are not written, no state is read or written). Throws ssmserve::Error on bad sizes or A[h] > 0.
-void ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                      std::span<const int32_t> state_indices);
+/// Decode: the tokens of each row of `rows` one after another through the one-token update, token j reading the
+/// state of rows.src_block(b, j) and storing the state after it into rows.dst_block(b, j) (a plain decode row: one
+/// token, updated in place; a speculative verify row: one state per verified token, kernels/decode_rows.h). Token row
+/// t of `in` -> y row t: y is [rows.num_tokens(), H * P] fp32, row stride y_stride. Null rows are skipped (their y
+/// rows are not written, no state is read or written). Throws ssmserve::Error on bad sizes or A[h] > 0.
+void ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride, const DecodeRows& rows);
 
 /// Throws ssmserve::Error when ssd_state_update would on these parameters (bad sizes, A[h] > 0).
 void ssd_check_params(const SsdParams& p);
@@ -79,6 +80,6 @@ void ssd_check_params(const SsdParams& p);
 /// enclosing region each update their own pairs (disjoint heads touch disjoint state and y). Same arithmetic
 /// per (row, head). Checks nothing (call ssd_check_params first, outside the region).
 void ssd_state_update_part(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                           std::span<const int32_t> state_indices, int part, int num_parts);
+                           const DecodeRows& rows, int part, int num_parts);
 
 }  // namespace ssmserve::cpu

@@ -128,7 +128,7 @@ class GatedDeltaMixer final : public CpuModule {
     cpu::linear(x, T, w_.in_proj, nullptr, proj);
     // 2. Causal conv1d + SiLU over [q | k | v].
     const cpu::ConvParams conv{C, m_.conv_kernel, w_.conv_weight.data(), nullptr, step.state.conv, true};
-    if (nd > 0) cpu::causal_conv1d_update(proj, PW, qkv, C, conv, md.state_indices_tensor_d);
+    if (nd > 0) cpu::causal_conv1d_update(proj, PW, qkv, C, conv, md.decode_rows());
     if (md.num_prefills > 0)
       cpu::causal_conv1d_fwd(proj + P0 * PW, PW, qkv + P0 * C, C, conv, md.query_start_loc_p, md.state_indices_tensor_p,
                              md.has_initial_states_p);
@@ -162,7 +162,7 @@ class GatedDeltaMixer final : public CpuModule {
       const float* g = gb + row0 * 2 * Hv;
       return cpu::GatedDeltaInputs{r, C, r + Kd, C, r + 2 * Kd, C, g, 2 * Hv, g + Hv, 2 * Hv};
     };
-    if (nd > 0) cpu::gated_delta_decode(inputs(0), gp, o, Vd, md.state_indices_tensor_d);
+    if (nd > 0) cpu::gated_delta_decode(inputs(0), gp, o, Vd, md.decode_rows());
     if (md.num_prefills > 0)
       cpu::gated_delta_prefill(inputs(P0), gp, o + P0 * Vd, Vd, md.query_start_loc_p, md.num_computed_tokens_p,
                                md.state_indices_tensor_p);

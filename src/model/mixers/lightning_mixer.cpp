@@ -58,7 +58,7 @@ class LightningMixer final : public CpuModule {
     p.num_heads = heads, p.head_dim = head_dim, p.block_size = block_size, p.slopes = slopes.data();
     p.states = step.state.ssm;
     const int nd = md.num_decodes;
-    if (nd > 0) cpu::lightning_decode(proj, W, o, HD, p, std::span(md.state_indices_tensor).first(nd));
+    if (nd > 0) cpu::lightning_decode(proj, W, o, HD, p, step.batch.meta.decode_rows());
     if (md.num_prefills > 0)
       cpu::lightning_prefill(proj, W, o, HD, p, std::span(md.query_start_loc).subspan(nd), std::span(md.num_computed_tokens).subspan(nd),
                              std::span(md.state_indices_tensor).subspan(nd));

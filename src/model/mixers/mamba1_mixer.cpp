@@ -80,7 +80,7 @@ class Mamba1Mixer final : public CpuModule {
     cpu::linear(x, T, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), xz);
     // 2. Causal conv1d + SiLU: decode rows [0, nd) update their window, prefill rows scan theirs.
     cpu::ConvParams conv{I, m_.d_conv, L.conv_weight.data(), L.conv_bias.empty() ? nullptr : L.conv_bias.data(), step.state.conv, true};
-    if (nd > 0) cpu::causal_conv1d_update(xz, 2 * I, xc, I, conv, md.state_indices_tensor_d);
+    if (nd > 0) cpu::causal_conv1d_update(xz, 2 * I, xc, I, conv, md.decode_rows());
     if (md.num_prefills > 0)
       cpu::causal_conv1d_fwd(xz + P0 * 2 * I, 2 * I, xc + P0 * I, I, conv, md.query_start_loc_p, md.state_indices_tensor_p,
                              md.has_initial_states_p);
@@ -102,7 +102,7 @@ class Mamba1Mixer final : public CpuModule {
     // 4. Selective scan with D skip and SiLU(z) gate.
     cpu::ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
     cpu::ScanParams sp{I, static_cast<int>(N), L.A.data(), L.D.data(), L.dt_bias.data(), true, step.state.ssm};
-    if (nd > 0) cpu::selective_state_update(in, sp, y, I, md.state_indices_tensor_d);
+    if (nd > 0) cpu::selective_state_update(in, sp, y, I, md.decode_rows());
     if (md.num_prefills > 0) {  // the same views shifted to the first prefill row; query_start_loc_p starts at 0 there
       cpu::ScanInputs inp{{in.u.data + P0 * I, I}, {in.delta.data + P0 * I, I}, {in.B.data + P0 * XD, XD},
                           {in.C.data + P0 * XD, XD}, {in.z.data + P0 * 2 * I, 2 * I}};

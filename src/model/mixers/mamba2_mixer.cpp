@@ -157,13 +157,13 @@ class Mamba2Mixer final : public CpuModule {
     // 2. Causal conv1d + SiLU over xBC (decode rows update their window; prefill rows scan theirs).
     const cpu::ConvParams conv = conv_params(step.state);
     const float* xbc_in = proj + I;
-    if (nd > 0) cpu::causal_conv1d_update(xbc_in, PW, xbc, C, conv, md.state_indices_tensor_d);
+    if (nd > 0) cpu::causal_conv1d_update(xbc_in, PW, xbc, C, conv, md.decode_rows());
     if (md.num_prefills > 0)
       cpu::causal_conv1d_fwd(xbc_in + P0 * PW, PW, xbc + P0 * C, C, conv, md.query_start_loc_p, md.state_indices_tensor_p,
                              md.has_initial_states_p);
     // 3. SSD over x = xBC[:, :I] as [H, P], B and C (n_groups * d_state each), dt = proj[:, I + C:].
     const cpu::SsdParams sp = ssd_params(step.state);
-    if (nd > 0) cpu::ssd_state_update(ssd_inputs(proj, xbc, 0), sp, y, I, md.state_indices_tensor_d);
+    if (nd > 0) cpu::ssd_state_update(ssd_inputs(proj, xbc, 0), sp, y, I, md.decode_rows());
     if (md.num_prefills > 0) {
       const cpu::SsdChunkMetadata cm{md.chunk_size, md.query_start_loc_p, md.cu_chunk_seqlen_p, md.seq_idx_p,
                                      md.last_chunk_indices_p, md.state_indices_tensor_p, md.has_initial_states_p};
@@ -314,7 +314,7 @@ bool mamba2_stack_decode(std::span<CpuModule* const> layers, std::span<const flo
     cpu::check_linear_part(mix[l]->weights().out_proj, I, Hd);
   }
   const cpu::SsdInputs inputs = mix[0]->ssd_inputs(proj, xbc, 0);
-  const std::span<const int32_t> blocks = md.state_indices_tensor_d;
+  const DecodeRows blocks = md.decode_rows();  // plain decode rows or speculative verify rows
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
