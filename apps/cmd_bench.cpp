@@ -88,7 +88,9 @@ int run_latency(BenchArgs& a) {
   a.engine.scheduler.max_num_seqs = std::max(a.engine.scheduler.max_num_seqs, a.batch_size);
   // The whole batch must hold state at once: size the pool for it (the engine checks it fits in RAM).
   const bool auto_blocks = a.engine.num_state_blocks == 0;
-  if (auto_blocks) a.engine.num_state_blocks = a.batch_size + 1;
+  // One block per sequence, plus its state columns for speculative verify rows.
+  const int spec_k = SpeculativeConfig::parse(a.engine.speculative_config).num_speculative_tokens;
+  if (auto_blocks) a.engine.num_state_blocks = a.batch_size * (1 + spec_k) + 1;
   std::unique_ptr<LLMEngine> engine_ptr;
   try {
     engine_ptr = std::make_unique<LLMEngine>(a.engine);
@@ -98,7 +100,7 @@ int run_latency(BenchArgs& a) {
   }
   if (const int bs = engine_ptr->kv_block_size(); bs > 0 && auto_blocks) {
     // Hybrid model: its KV blocks share the pool, so size it for the whole batch's KV as well.
-    a.engine.num_state_blocks = a.batch_size * (1 + (a.input_len + a.output_len + bs - 1) / bs) + 1;
+    a.engine.num_state_blocks = a.batch_size * (1 + spec_k + (a.input_len + a.output_len + spec_k + bs - 1) / bs) + 1;
     engine_ptr.reset();
     engine_ptr = std::make_unique<LLMEngine>(a.engine);
   }

@@ -174,8 +174,15 @@ int run_throughput(ThroughputArgs& a) {
   if (engine.prefix_cache_config().enabled())
     std::cout << "prefix cache: hit rate " << std::setprecision(1) << 100.0 * pc.hit_rate() << "% (" << pc.hits << " of "
               << pc.queries << " prompt tokens)\n";
+  const SpecDecodeStats& sd = engine.spec_decode_stats();
+  if (engine.speculative_config().enabled())
+    std::cout << "speculative decoding: acceptance rate " << std::setprecision(1) << 100.0 * sd.acceptance_rate() << "% ("
+              << sd.num_accepted_tokens << " of " << sd.num_draft_tokens << " draft tokens), mean acceptance length "
+              << std::setprecision(2) << sd.mean_acceptance_length() << " tokens per verify row\n";
   if (!a.output_json.empty()) {
     nlohmann::json j = {{"model", a.engine.model.string()},
+                        {"spec_decode_acceptance_rate", sd.acceptance_rate()},
+                        {"spec_decode_mean_acceptance_length", sd.mean_acceptance_length()},
                         {"prefix_cache_hit_rate", pc.hit_rate()},
                         {"prefix_cache_hit_tokens", pc.hits},
                         {"dataset", a.dataset.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.dataset)},

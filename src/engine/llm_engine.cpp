@@ -96,7 +96,12 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
     SSM_CHECK(model_->supports_speculative_decoding(),
               "--speculative-config: speculative decoding is not available on device {} for {} yet (use --device cpu)",
               cfg_.device, model_->config().architecture);
-    proposer_ = make_proposer(spec_);
+    ProposerContext pc;
+    pc.target_vocab = model_->config().vocab_size;
+    pc.target_tokenizer = tok_dir;
+    pc.max_num_seqs = cfg_.scheduler.max_num_seqs;
+    pc.max_model_len = max_model_len();
+    proposer_ = make_proposer(spec_, pc);
     cfg_.scheduler.num_speculative_tokens = spec_.num_speculative_tokens;
     spec_stats_.accepted_per_pos.assign(static_cast<size_t>(spec_.num_speculative_tokens), 0);
   }
@@ -283,6 +288,7 @@ void LLMEngine::abort_request(const std::string& request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   scheduler_->finish_request(it->second.get());
+  if (proposer_) proposer_->release(request_id);
   requests_.erase(it);
 }
 
@@ -380,7 +386,10 @@ std::vector<RequestOutput> LLMEngine::step() {
     stats_.num_decode_tokens = 0;  // the tokens kept (a request's tokens after its stop are dropped)
     for (const auto& o : outs) stats_.num_decode_tokens += static_cast<int>(o.delta_token_ids.size());
     for (const auto& o : outs)
-      if (o.finished) requests_.erase(o.request_id);
+      if (o.finished) {
+      if (proposer_) proposer_->release(o.request_id);
+      requests_.erase(o.request_id);
+    }
     return outs;
   }
   stats_.num_model_steps = 1;
@@ -428,7 +437,10 @@ std::vector<RequestOutput> LLMEngine::step() {
   scheduler_->finish_step(sched, state_tokens, copy_states);
   log_pool_split();
   for (const auto& o : outs)
-    if (o.finished) requests_.erase(o.request_id);
+    if (o.finished) {
+      if (proposer_) proposer_->release(o.request_id);
+      requests_.erase(o.request_id);
+    }
   return outs;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/draft_model_proposer.h"
 #include "engine/request.h"
 
 namespace ssmserve {
@@ -97,8 +98,11 @@ void NgramProposer::propose(std::span<RequestState* const> reqs, int k) {
   }
 }
 
-std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& cfg) {
+std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& cfg, const ProposerContext& ctx) {
   if (cfg.method == "ngram") return std::make_unique<NgramProposer>(cfg.prompt_lookup_min, cfg.prompt_lookup_max);
+  if (cfg.method == "draft_model")
+    return std::make_unique<DraftModelProposer>(cfg.model, ctx.target_vocab, ctx.target_tokenizer, ctx.max_num_seqs,
+                                                ctx.max_model_len);
   fail("--speculative-config: method \"{}\" is not available in this build", cfg.method);
 }
 

@@ -5,6 +5,7 @@
 // engine/scheduler.cpp and run by the decode kernels through kernels/decode_rows.h.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,6 +39,8 @@ class Proposer {
  public:
   virtual ~Proposer() = default;
   virtual void propose(std::span<RequestState* const> reqs, int k) = 0;
+  /// The request finished or was aborted: drop what the proposer keeps for it.
+  virtual void release(const std::string& request_id) { (void)request_id; }
 };
 
 /// Prompt lookup (vLLM's NgramProposer): for n from prompt_lookup_max down to prompt_lookup_min, the last n tokens of
@@ -54,8 +57,17 @@ class NgramProposer final : public Proposer {
   int min_n_, max_n_;
 };
 
-/// Builds the proposer a config asks for (ngram). Throws Error for a method this build cannot run.
-std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& cfg);
+/// What a proposer may need to know of the target engine.
+struct ProposerContext {
+  int target_vocab = 0;                      ///< the target's vocabulary size
+  std::filesystem::path target_tokenizer;    ///< the target's tokenizer folder
+  int max_num_seqs = 1;                      ///< most running requests
+  int max_model_len = 0;                     ///< most tokens per request (0: unknown)
+};
+
+/// Builds the proposer a config asks for (ngram, draft_model). Throws Error naming --speculative-config when it
+/// cannot (a draft model that does not load or has another vocabulary).
+std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& cfg, const ProposerContext& ctx);
 
 /// Counters since the engine started (vLLM's spec_decode metrics).
 struct SpecDecodeStats {

@@ -377,6 +377,11 @@ void AsyncEngine::publish_gauges() {
   const PrefixCacheStats pc = engine_->prefix_cache_stats();
   g.prefix_cache_queries = pc.queries;
   g.prefix_cache_hits = pc.hits;
+  const SpecDecodeStats& sd = engine_->spec_decode_stats();
+  g.spec_decode_num_drafts = sd.num_drafts;
+  g.spec_decode_num_draft_tokens = sd.num_draft_tokens;
+  g.spec_decode_num_accepted_tokens = sd.num_accepted_tokens;
+  g.spec_decode_accepted_per_pos = sd.accepted_per_pos;
   metrics_.set_gauges(g);
 }
 

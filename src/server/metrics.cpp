@@ -80,6 +80,19 @@ std::string Metrics::render(const std::string& model_name) const {
          static_cast<double>(gauges_.prefix_cache_queries));
   metric("prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.",
          static_cast<double>(gauges_.prefix_cache_hits));
+  metric("spec_decode_num_drafts_total", "counter", "Speculative decoding: verify rows that carried drafts.",
+         static_cast<double>(gauges_.spec_decode_num_drafts));
+  metric("spec_decode_num_draft_tokens_total", "counter", "Speculative decoding: draft tokens verified.",
+         static_cast<double>(gauges_.spec_decode_num_draft_tokens));
+  metric("spec_decode_num_accepted_tokens_total", "counter", "Speculative decoding: draft tokens accepted.",
+         static_cast<double>(gauges_.spec_decode_num_accepted_tokens));
+  if (!gauges_.spec_decode_accepted_per_pos.empty()) {
+    out += "# HELP ssmserve:spec_decode_num_accepted_tokens_per_pos_total Accepted draft tokens by position in their verify row.\n"
+           "# TYPE ssmserve:spec_decode_num_accepted_tokens_per_pos_total counter\n";
+    for (size_t i = 0; i < gauges_.spec_decode_accepted_per_pos.size(); ++i)
+      out += fmt::format("ssmserve:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", label, i,
+                         gauges_.spec_decode_accepted_per_pos[i]);
+  }
   metric("prompt_tokens_total", "counter", "Prefilled prompt tokens.", static_cast<double>(prompt_tokens_));
   metric("generation_tokens_total", "counter", "Generated tokens.", static_cast<double>(generation_tokens_));
   out += "# HELP ssmserve:request_success_total Finished requests by finish reason.\n# TYPE ssmserve:request_success_total counter\n";

@@ -28,6 +28,10 @@ struct EngineGauges {
   int num_preemptions = 0;        ///< cumulative
   int64_t prefix_cache_queries = 0;  ///< cumulative prompt tokens looked up in the prefix cache
   int64_t prefix_cache_hits = 0;     ///< cumulative of those served from it
+  int64_t spec_decode_num_drafts = 0;           ///< speculative decoding: verify rows with drafts (cumulative)
+  int64_t spec_decode_num_draft_tokens = 0;     ///< draft tokens verified (cumulative)
+  int64_t spec_decode_num_accepted_tokens = 0;  ///< draft tokens accepted (cumulative)
+  std::vector<int64_t> spec_decode_accepted_per_pos;  ///< [k] accepted drafts by position in their row (cumulative)
 };
 
 /// Thread-safe metrics store: the engine thread records, HTTP handlers render.

@@ -1,0 +1,424 @@
+// Speculative decoding with one recurrent state per draft position (issue 29), for every registered architecture (a
+// new one without a case here fails EveryArchitectureHasACase): greedy output with speculation equals greedy output
+// without it, ids and logprobs bit for bit on the CPU, under drafters that are always right, always wrong, right for a
+// random number of positions per request and step, and the real n-gram proposer; with requests joining mid-run (one
+// with a one-token prompt tail), random token budgets, preemption and prefix-cache hits. Seeded sampling gives the same
+// tokens with and without speculation, and the first token sampled after a draft follows the target distribution
+// (chi-square over seeds: a rule that accepts drafts unchecked fails it). The acceptance counters must match what the
+// drafter did (an engine that never verifies a draft fails).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+
+#include "engine/llm_engine.h"
+#include "engine/spec_decode.h"
+#include "test_util.h"
+
+namespace ssmserve {
+namespace {
+
+struct SpecCase {
+  std::string name;
+  bool dummy = false;
+};
+std::ostream& operator<<(std::ostream& os, const SpecCase& c) { return os << c.name; }
+
+const std::vector<SpecCase>& cases() {
+  static const std::vector<SpecCase> v = {
+      {"tiny-mamba", false},        {"tiny-mamba2", false},     {"tiny-minimax", false}, {"tiny-granitemoehybrid", false},
+      {"tiny-nemotron_h", false},   {"tiny-bamba", true},       {"tiny-jamba", true},    {"tiny-falcon_h1", true},
+      {"tiny-qwen3_5_moe", false},  {"tiny-qwen3_5", true},     {"tiny-qwen3_next", true},
+  };
+  return v;
+}
+
+std::filesystem::path case_dir(const SpecCase& c) {
+  return c.dummy ? testing::source_dir() / "tests/data/tiny-hybrids" / c.name : testing::model_dir(c.name);
+}
+
+constexpr int kK = 3;  // num_speculative_tokens
+
+EngineConfig case_config(const SpecCase& c) {
+  EngineConfig cfg;
+  cfg.model = case_dir(c);
+  if (c.dummy) cfg.load_format = LoadFormat::Dummy;
+  cfg.num_threads = 2;
+  return cfg;
+}
+
+std::string spec_json(int k) {
+  return "{\"method\": \"ngram\", \"num_speculative_tokens\": " + std::to_string(k) +
+         ", \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 3}";
+}
+
+struct Outcome {
+  std::vector<int> ids;
+  std::vector<float> logprobs;
+};
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = max_tokens;
+  sp.ignore_eos = true;
+  sp.logprobs = 0;
+  return sp;
+}
+
+Outcome outcome_of(const RequestOutput& o) {
+  Outcome r{o.outputs[0].token_ids, {}};
+  for (const auto& step : o.outputs[0].logprobs) r.logprobs.push_back(step.at(0).logprob);
+  return r;
+}
+
+/// Drafts from the known greedy continuation of each prompt: `right(req, step)` of the next k tokens are correct, the
+/// one after them (if any) is wrong. Counts what it drafted so the test can check the engine's counters.
+class ScriptedProposer final : public Proposer {
+ public:
+  using Rule = std::function<int(const RequestState&, std::mt19937&)>;  // correct drafts to propose, in [0, k]
+  ScriptedProposer(const std::map<std::vector<int>, std::vector<int>>* answers, int vocab, Rule right)
+      : answers_(answers), vocab_(vocab), right_(std::move(right)) {}
+
+  void propose(std::span<RequestState* const> reqs, int k) override {
+    for (RequestState* r : reqs) {
+      r->draft_token_ids.clear();
+      const auto it = answers_->find(r->request.prompt_token_ids);
+      if (it == answers_->end()) continue;
+      const std::vector<int>& ans = it->second;
+      const size_t g = r->output_token_ids.size();
+      const int right = std::min(k, right_(*r, rng_));
+      for (int j = 0; j < k && g + static_cast<size_t>(j) < ans.size(); ++j) {
+        const int t = ans[g + static_cast<size_t>(j)];
+        r->draft_token_ids.push_back(j < right ? t : (t + 1) % vocab_);
+        if (j >= right) break;
+      }
+    }
+  }
+
+ private:
+  const std::map<std::vector<int>, std::vector<int>>* answers_;
+  int vocab_;
+  Rule right_;
+  std::mt19937 rng_{29};
+};
+
+class SpecDecode : public ::testing::TestWithParam<SpecCase> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(case_dir(GetParam()) / "config.json")) GTEST_SKIP() << "no model " << GetParam().name;
+    EngineConfig ref = case_config(GetParam());
+    ref.enable_prefix_caching = false;
+    ref.scheduler.max_num_batched_tokens = 8192;  // every prompt in one prefill step
+    ref.num_state_blocks = 16;
+    reference_ = std::make_unique<LLMEngine>(ref);
+    vocab_ = reference_->model_config().vocab_size;
+    // Chunked prefill forms (SSD, lightning, the delta rule) are bit-exact only for prefills cut on their chunk grid:
+    // those models get budgets that prefill every prompt here in one step (cut budgets are tested on the others).
+    chunked_ = reference_->prefix_cache_config().chunk_alignment > 1;
+  }
+
+  /// A speculative engine; a small pool (allocating the default one dominates these tiny runs).
+  std::unique_ptr<LLMEngine> spec_engine(int budget, int blocks = 64, bool prefix_caching = false, int k = kK) const {
+    EngineConfig cfg = case_config(GetParam());
+    cfg.scheduler.max_num_batched_tokens = budget;
+    cfg.num_state_blocks = blocks;
+    cfg.enable_prefix_caching = prefix_caching;
+    cfg.speculative_config = spec_json(k);
+    auto e = std::make_unique<LLMEngine>(cfg);
+    EXPECT_EQ(e->speculative_config().num_speculative_tokens, k);
+    return e;
+  }
+
+  /// The request run alone without speculation (memoized); records its ids as the drafters' answer key.
+  Outcome reference(const std::vector<int>& prompt, int max_tokens) {
+    const auto key = std::make_pair(prompt, max_tokens);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    Request r;
+    r.request_id = "ref";
+    r.prompt_token_ids = prompt;
+    r.params = greedy(max_tokens);
+    reference_->add_request(r);
+    Outcome o;
+    while (reference_->has_unfinished_requests())
+      for (const auto& out : reference_->step())
+        if (out.finished) o = outcome_of(out);
+    answers_[prompt] = o.ids;
+    return memo_[key] = o;
+  }
+
+  /// Runs the prompts through `e`, request i added before step arrive[i] (all at once when empty), preempting the
+  /// newest running request before each step in `preempt_at`.
+  static std::vector<Outcome> run(LLMEngine& e, const std::vector<std::vector<int>>& prompts, int max_tokens,
+                                  std::vector<int> arrive = {}, std::set<int> preempt_at = {}) {
+    static int counter = 0;
+    if (arrive.empty()) arrive.assign(prompts.size(), 0);
+    std::map<std::string, size_t> index;
+    std::vector<Outcome> out(prompts.size());
+    size_t done = 0;
+    for (int step = 0; done < prompts.size(); ++step) {
+      for (size_t i = 0; i < prompts.size(); ++i)
+        if (arrive[i] == step) {
+          Request r;
+          r.request_id = "s" + std::to_string(counter++);
+          r.prompt_token_ids = prompts[i];
+          r.params = greedy(max_tokens);
+          index[r.request_id] = i;
+          e.add_request(r);
+        }
+      if (preempt_at.count(step)) e.preempt_newest_request();
+      if (!e.has_unfinished_requests()) continue;
+      for (const auto& o : e.step())
+        if (o.finished) out[index.at(o.request_id)] = outcome_of(o), ++done;
+      if (step > 100000) ADD_FAILURE() << "runaway";
+    }
+    return out;
+  }
+
+  void expect_matches_reference(const std::vector<std::vector<int>>& prompts, const std::vector<Outcome>& got, int max_tokens,
+                                const std::string& what) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const Outcome want = reference(prompts[i], max_tokens);
+      ASSERT_EQ(got[i].ids, want.ids) << what << ": prompt " << i << " (" << prompts[i].size() << " tokens)";
+      ASSERT_EQ(got[i].logprobs.size(), want.logprobs.size());
+      for (size_t k = 0; k < want.logprobs.size(); ++k)
+        ASSERT_EQ(got[i].logprobs[k], want.logprobs[k]) << what << ": prompt " << i << " token " << k;
+    }
+  }
+
+  std::vector<int> random_tokens(int n) {
+    std::vector<int> v(static_cast<size_t>(std::max(0, n)));
+    for (int& t : v) t = 2 + static_cast<int>(rng_() % static_cast<uint32_t>(std::min(vocab_ - 2, 5000)));
+    return v;
+  }
+
+  /// Prompts of several lengths (a few with a repeated phrase, so the n-gram proposer finds matches).
+  std::vector<std::vector<int>> prompts(int n) {
+    std::vector<std::vector<int>> v;
+    for (int i = 0; i < n; ++i) {
+      std::vector<int> p = random_tokens(3 + static_cast<int>(rng_() % 40));
+      if (i % 2 == 0) {
+        const std::vector<int> phrase = random_tokens(4);
+        for (int r = 0; r < 3; ++r) p.insert(p.end(), phrase.begin(), phrase.end());
+      }
+      v.push_back(p);
+    }
+    return v;
+  }
+
+  std::unique_ptr<LLMEngine> reference_;
+  std::map<std::pair<std::vector<int>, int>, Outcome> memo_;
+  std::map<std::vector<int>, std::vector<int>> answers_;
+  std::mt19937 rng_{29};
+  int vocab_ = 0;
+  bool chunked_ = false;
+};
+
+TEST(SpecDecodeCoverage, EveryArchitectureHasACase) {
+  const std::map<std::string, std::string> same_spec = {{"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"},
+                                                        {"Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"}};
+  std::set<std::string> covered;
+  for (const SpecCase& c : cases()) {
+    const auto cfg = case_dir(c) / "config.json";
+    if (!std::filesystem::exists(cfg)) continue;
+    const nlohmann::json j = testing::read_json(cfg);
+    for (const auto& a : j.at("architectures")) covered.insert(a.get<std::string>());
+  }
+  for (const std::string& a : supported_architectures()) {
+    const auto alias = same_spec.find(a);
+    EXPECT_TRUE(covered.count(a) || (alias != same_spec.end() && covered.count(alias->second)))
+        << a << " has no speculative-decoding case (add its small checkpoint or dummy config to cases())";
+  }
+}
+
+// Always-right and always-wrong drafters: identical output; every draft accepted / none.
+TEST_P(SpecDecode, AlwaysRightAndAlwaysWrongDraftersEqualPlain) {
+  const auto ps = prompts(3);
+  constexpr int kTokens = 10;
+  for (const auto& p : ps) reference(p, kTokens);
+  for (const bool right : {true, false}) {
+    auto e = spec_engine(8192);
+    e->set_proposer(std::make_unique<ScriptedProposer>(&answers_, vocab_, [&](const RequestState&, std::mt19937&) {
+      return right ? kK : 0;
+    }));
+    const auto got = run(*e, ps, kTokens);
+    expect_matches_reference(ps, got, kTokens, right ? "always right" : "always wrong");
+    const SpecDecodeStats& st = e->spec_decode_stats();
+    EXPECT_GT(st.num_drafts, 0);
+    if (right) {
+      EXPECT_EQ(st.num_accepted_tokens, st.num_draft_tokens);
+      EXPECT_GT(st.mean_acceptance_length(), 3.0);  // 1 + k per row but the last ones
+    } else {
+      EXPECT_EQ(st.num_accepted_tokens, 0);
+      EXPECT_EQ(st.num_draft_tokens, st.num_drafts);  // one (wrong) draft per row
+    }
+  }
+}
+
+// 0..k right drafts, varying per request and per step; requests joining mid-run; random budgets (prompts cut into
+// chunks, with one-token tails, for models without chunked forms); preemptions; then the real n-gram proposer.
+TEST_P(SpecDecode, MixedAcceptanceJoiningBudgetsAndPreemptionEqualPlain) {
+  const auto ps = prompts(4);
+  constexpr int kTokens = 17;
+  for (const auto& p : ps) reference(p, kTokens);
+  const std::vector<int> budgets = chunked_ ? std::vector<int>{128} : std::vector<int>{5, 9, 64};
+  for (int budget : budgets) {
+    auto e = spec_engine(budget);
+    e->set_proposer(std::make_unique<ScriptedProposer>(&answers_, vocab_, [](const RequestState&, std::mt19937& g) {
+      return static_cast<int>(g() % (kK + 1));
+    }));
+    const auto got = run(*e, ps, kTokens, {0, 2, 3, 7}, std::set<int>{6, 11});
+    expect_matches_reference(ps, got, kTokens, "mixed drafter, budget " + std::to_string(budget));
+    EXPECT_GT(e->spec_decode_stats().num_accepted_tokens, 0);
+    EXPECT_LT(e->spec_decode_stats().num_accepted_tokens, e->spec_decode_stats().num_draft_tokens);
+    EXPECT_GT(e->num_preemptions(), 0);
+    // The same engine with the real n-gram proposer (prompts with a repeated phrase get matches).
+    const int64_t before = e->spec_decode_stats().num_drafts;
+    e->set_proposer(make_proposer(SpeculativeConfig::parse(spec_json(kK)), {}));
+    const auto got2 = run(*e, ps, kTokens, {0, 1, 1, 4});
+    expect_matches_reference(ps, got2, kTokens, "n-gram proposer, budget " + std::to_string(budget));
+    if (!GetParam().dummy) EXPECT_GT(e->spec_decode_stats().num_drafts, before);  // (random weights may never repeat)
+  }
+}
+
+// Prefix caching on: a second pass of the same prompts hits the cache and still equals the plain output.
+TEST_P(SpecDecode, PrefixCacheHitsEqualPlain) {
+  auto e = spec_engine(64, 0, /*prefix_caching=*/true);
+  if (!e->prefix_cache_config().enabled()) GTEST_SKIP() << "prefix caching off for this model";
+  const int bs = e->prefix_cache_config().block_size;
+  std::vector<int> base = random_tokens(bs + 1);  // the second pass hits bs tokens: a one-token prompt tail
+  const std::vector<std::vector<int>> ps = {base, base};
+  constexpr int kTokens = 11;
+  reference(base, kTokens);
+  e->set_proposer(std::make_unique<ScriptedProposer>(&answers_, vocab_, [](const RequestState&, std::mt19937& g) {
+    return static_cast<int>(g() % (kK + 1));
+  }));
+  const auto first = run(*e, {base}, kTokens);
+  const auto second = run(*e, {base}, kTokens);
+  expect_matches_reference({base}, first, kTokens, "first pass");
+  expect_matches_reference({base}, second, kTokens, "second pass");
+  EXPECT_GT(e->prefix_cache_stats().hits, 0);
+  EXPECT_GT(e->spec_decode_stats().num_accepted_tokens, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, SpecDecode, ::testing::ValuesIn(cases()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// Seeded sampling: the same tokens with and without speculation (each position's token is sampled as a plain step
+// would, from the same logits and RNG draw); and, over many seeds, the token sampled where a draft was proposed
+// follows the target distribution (chi-square against the plain engine's counts; accepting drafts unchecked would put
+// all the mass on the draft and fail it).
+TEST(SpecDecodeSampling, SeededTokensAndDistributionEqualPlain) {
+  const SpecCase c{"tiny-mamba", false};
+  if (!std::filesystem::exists(case_dir(c) / "config.json")) GTEST_SKIP() << "no model";
+  EngineConfig plain_cfg = case_config(c);
+  plain_cfg.enable_prefix_caching = false;
+  plain_cfg.scheduler.max_num_seqs = 300;
+  EngineConfig spec_cfg = plain_cfg;
+  spec_cfg.speculative_config = spec_json(2);
+  LLMEngine plain(plain_cfg), spec(spec_cfg);
+  const std::vector<int> prompt = {510, 2146, 273, 253, 1533, 310};
+  // The drafter always proposes the same two tokens after the first output token.
+  struct Fixed final : Proposer {
+    void propose(std::span<RequestState* const> reqs, int) override {
+      for (RequestState* r : reqs) r->draft_token_ids = {253, 273};
+    }
+  };
+  spec.set_proposer(std::make_unique<Fixed>());
+  // Every seed is its own request, all in one batch (sampling is per request and batch-invariant).
+  constexpr int kSeeds = 300;
+  auto sample_all = [&](LLMEngine& e) {
+    std::map<std::string, std::vector<int>> ids;
+    for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+      Request r;
+      r.request_id = "r" + std::to_string(seed);
+      r.prompt_token_ids = prompt;
+      r.params.temperature = 1.3;
+      r.params.top_k = 12;
+      r.params.seed = seed;
+      r.params.max_tokens = 4;
+      r.params.ignore_eos = true;
+      e.add_request(r);
+    }
+    while (e.has_unfinished_requests())
+      for (const auto& o : e.step())
+        if (o.finished) ids[o.request_id] = o.outputs[0].token_ids;
+    return ids;
+  };
+  const auto plain_ids = sample_all(plain), spec_ids = sample_all(spec);
+  std::map<int, int> count_plain, count_spec;
+  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    const std::string id = "r" + std::to_string(seed);
+    const std::vector<int>& a = plain_ids.at(id);
+    const std::vector<int>& b = spec_ids.at(id);
+    ASSERT_EQ(a, b) << "seed " << seed;
+    ++count_plain[a.at(1)], ++count_spec[b.at(1)];  // token 1: the first sampled where a draft was verified
+  }
+  EXPECT_GT(spec.spec_decode_stats().num_drafts, 0);
+  // Chi-square of the spec counts against the plain frequencies (tokens seen fewer than 5 times pooled).
+  double chi2 = 0;
+  int dof = -1, pooled_plain = 0, pooled_spec = 0;
+  for (const auto& [tok, n] : count_plain) {
+    const int s = count_spec.count(tok) ? count_spec.at(tok) : 0;
+    if (n < 5) {
+      pooled_plain += n, pooled_spec += s;
+      continue;
+    }
+    chi2 += (s - n) * (s - n) / static_cast<double>(n), ++dof;
+  }
+  for (const auto& [tok, s] : count_spec)
+    if (!count_plain.count(tok)) pooled_spec += s;
+  if (pooled_plain > 0) chi2 += (pooled_spec - pooled_plain) * (pooled_spec - pooled_plain) / static_cast<double>(pooled_plain), ++dof;
+  EXPECT_GE(dof, 1);
+  EXPECT_LT(chi2, 3.0 * std::max(1, dof) + 10.0) << "dof " << dof;
+}
+
+TEST(SpecDecodeConfig, BadConfigsNameTheField) {
+  auto err = [](const std::string& json) {
+    try {
+      (void)SpeculativeConfig::parse(json);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(err("{").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(err("[1]").find("JSON object"), std::string::npos);
+  EXPECT_NE(err(R"({"method": "eagle9", "num_speculative_tokens": 2})").find("unknown method"), std::string::npos);
+  EXPECT_NE(err(R"({"method": "ngram"})").find("num_speculative_tokens"), std::string::npos);
+  EXPECT_NE(err(R"({"method": "ngram", "num_speculative_tokens": 0})").find("[1, 16]"), std::string::npos);
+  EXPECT_NE(err(R"({"method": "ngram", "num_speculative_tokens": 17})").find("[1, 16]"), std::string::npos);
+  EXPECT_NE(err(R"({"method": "ngram", "num_speculative_tokens": "4"})").find("integer"), std::string::npos);
+  EXPECT_NE(err(R"({"method": "ngram", "num_speculative_tokens": 4, "typo": 1})").find("unknown field \"typo\""), std::string::npos);
+  EXPECT_NE(err(R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 5, "prompt_lookup_max": 2})")
+                .find("prompt_lookup_min"), std::string::npos);
+  EXPECT_NE(err(R"({"method": "draft_model", "num_speculative_tokens": 4})").find("\"model\""), std::string::npos);
+  const SpeculativeConfig d = SpeculativeConfig::parse(R"({"method": "ngram", "num_speculative_tokens": 4})");
+  EXPECT_EQ(d.prompt_lookup_min, 5);
+  EXPECT_EQ(d.prompt_lookup_max, 5);
+  const SpeculativeConfig one = SpeculativeConfig::parse(R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3})");
+  EXPECT_EQ(one.prompt_lookup_min, 3);
+}
+
+TEST(SpecDecodeNgram, LatestEarlierMatchOfTheLongestNgram) {
+  using V = std::vector<int32_t>;
+  // Last 2-gram (7, 8) occurs at 1 and 5: the latest (5) is followed by 9, 7, 8.
+  const V seq = {1, 7, 8, 2, 3, 7, 8, 9, 7, 8};
+  EXPECT_EQ(NgramProposer::lookup(seq, 1, 2, 3), (V{9, 7, 8}));
+  EXPECT_EQ(NgramProposer::lookup(seq, 1, 2, 1), (V{9}));
+  // No 3-gram match with min 3: nothing.
+  EXPECT_TRUE(NgramProposer::lookup(seq, 3, 3, 4).empty());
+  // The continuation is cut at the sequence end.
+  EXPECT_EQ(NgramProposer::lookup(V{4, 5, 4}, 1, 1, 5), (V{5, 4}));
+  EXPECT_TRUE(NgramProposer::lookup(V{4}, 1, 3, 2).empty());
+}
+
+}  // namespace
+}  // namespace ssmserve
