@@ -13,8 +13,10 @@ namespace {
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 /// vLLM's decode test (treat_short_extends_as_decodes=False, no #42430 exception; see the header): a row that is not
-/// prefilling; more than one token only as a speculative verify row (one state column per token).
-bool is_decode(const ScheduledSeq& s) { return !s.is_prefilling; }
+/// prefilling of one token, or a speculative verify row (more tokens, with state columns for them).
+bool is_decode(const ScheduledSeq& s) {
+  return !s.is_prefilling && (s.num_scheduled_tokens == 1 || !s.spec_state_blocks.empty());
+}
 
 /// ceil(a / b) for a >= 0, b >= 1.
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

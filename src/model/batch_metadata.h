@@ -42,8 +42,9 @@ struct MetadataOptions {
 /// Padding only happens when num_prefills == 0, so the two never coexist.
 ///
 /// Classification (vLLM's split_decodes_and_prefills with treat_short_extends_as_decodes=False, §2.1): a row
-/// is a decode iff !is_prefilling: one token, or 1 + k tokens as a speculative verify row with a state column per
-/// token (§6.1). A still-prefilling 1-token row stays a prefill. vLLM's #42430 exception (a 1-token prefill with prior state turned into a decode) is NOT
+/// is a decode iff !is_prefilling and it has one token, or 1 + k tokens as a speculative verify row (with
+/// spec_state_blocks: a state column per token, §6.1). A still-prefilling 1-token row stays a prefill, and so does a
+/// row of several tokens without state columns. vLLM's #42430 exception (a 1-token prefill with prior state turned into a decode) is NOT
 /// applied: it exists only because vLLM picks a full decode graph from the batch *shape*; here graph
 /// padding is decided from this classification (num_prefills == 0), so a prefill row never lands in a
 /// decode graph, and our prefill path (conv + scan from has_initial_states_p) handles 1-token chunks exactly.
