@@ -47,6 +47,9 @@ struct ServeArgs {
   int max_num_waiting = 1024;
   /// Per request: output bytes buffered for a client that does not read before the request is aborted.
   size_t max_pending_output_bytes = 64u << 20;
+  /// Prompt tokens scored per engine step (prompt_logprobs / echo + logprobs), so scoring a long prompt does not
+  /// make every concurrent request's steps slow (SchedulerConfig::max_num_scored_tokens).
+  int max_num_scored_tokens = 512;
   int max_seqs_per_request = 0;  ///< fair admission: one request's sequences in the engine at once (0 = max_num_seqs / 2)
   std::string chat_template;
   double shutdown_timeout = 30.0;
@@ -62,6 +65,9 @@ int run_serve(ServeArgs& a) {
   SSM_CHECK(a.server.read_timeout_s > 0 && a.server.read_timeout_s <= 3600, "--http-read-timeout must be in (0, 3600] seconds");
   SSM_CHECK(a.max_seqs_per_request >= 0, "--max-num-seqs-per-request must be >= 0 (got {})", a.max_seqs_per_request);
   SSM_CHECK(a.max_num_waiting >= 0, "--max-num-waiting must be >= 0 (got {})", a.max_num_waiting);
+  SSM_CHECK(a.max_num_scored_tokens >= 0 && a.max_num_scored_tokens <= kMaxNumBatchedTokens,
+            "--max-num-scored-tokens must be in [0, {}] (got {})", kMaxNumBatchedTokens, a.max_num_scored_tokens);
+  a.engine.scheduler.max_num_scored_tokens = a.max_num_scored_tokens;
   SSM_CHECK(a.server.max_logprobs >= 0 && a.server.max_logprobs <= kMaxLogprobs,
             "--max-logprobs must be in [0, {}] (got {}; the engine returns at most {} logprobs per token)", kMaxLogprobs,
             a.server.max_logprobs, kMaxLogprobs);
@@ -150,6 +156,11 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--max-num-seqs-per-request", a->max_seqs_per_request,
                   "Fair admission: most sequences of one request in the engine at once; the rest wait and requests take "
                   "turns (0 = half of --max-num-seqs)")
+      ->capture_default_str();
+  cmd->add_option("--max-num-scored-tokens", a->max_num_scored_tokens,
+                  "Prompt tokens scored (prompt_logprobs, echo with logprobs) per engine step, so a long prompt's "
+                  "scoring is spread over steps instead of slowing everyone's (0 = no limit beyond "
+                  "--max-num-batched-tokens)")
       ->capture_default_str();
   cmd->add_option("--max-pending-output-bytes", a->max_pending_output_bytes,
                   "Output bytes buffered per request while its client does not read (a stalled stream); past it the "

@@ -8,6 +8,8 @@ Starts its own servers and runs four scenarios, printing one JSON object (and a 
                 them), while a well-behaved client measures request latency (GET /health and a 1-token completion).
   big_small:    one maximal request (--max-num-waiting sequences) and small streaming requests: the small ones'
                 time to first token against their unloaded value.
+  echo:         a prompt-scoring request (30 x 1,000-token prompts, echo + logprobs 20; then 8,000 tokens x n 16)
+                while 4-token completions run one after another: their latency, and the big request's time and size.
   shutdown:     SIGTERM with half-open connections and a stalled stream: seconds to exit vs --shutdown-timeout.
 
 Usage: scripts/stress_serve.py [--binary build/ssmserve] [--model models/tiny-mamba] [--quick] [--markdown]
@@ -278,6 +280,43 @@ def big_small(srv, seqs, small):
             "ratio_p99": round(pct(loaded, 99) / max(1e-9, pct(alone, 99)), 2)}
 
 
+def echo_scoring(srv, prompts, prompt_tokens, n, probe_s):
+    """A prompt-scoring request (`prompts` prompts of ~prompt_tokens tokens, echo + logprobs 20 + prompt_logprobs 20,
+    n) while a well-behaved client sends 4-token completions one after another: their latency while it runs."""
+    alone = []
+    for _ in range(5):
+        t = time.time()
+        srv.post("/v1/completions", {"prompt": "A small request", "max_tokens": 4, "ignore_eos": True})
+        alone.append(time.time() - t)
+    words = " ".join(f"w{i % 97}" for i in range(prompt_tokens))  # ~prompt_tokens tokens each ("w12" -> 2 tokens)
+    ids = [int(x) for x in range(prompt_tokens)]
+    res = {}
+
+    def big():
+        t = time.time()
+        st, body = srv.post("/v1/completions", {"prompt": [[(i * 7 + j) % 50000 + 100 for i in ids] for j in range(prompts)],
+                                                "max_tokens": 1, "echo": True, "logprobs": 20, "n": n}, timeout=900)
+        res["big_s"] = time.time() - t
+        res["big_bytes"] = len(body)
+        res["big_status"] = st
+
+    th = threading.Thread(target=big)
+    th.start()
+    time.sleep(0.3)
+    loaded = []
+    t_end = time.time() + probe_s
+    while th.is_alive() and time.time() < t_end:
+        t = time.time()
+        srv.post("/v1/completions", {"prompt": "A small request", "max_tokens": 4, "ignore_eos": True}, timeout=900)
+        loaded.append(time.time() - t)
+    th.join()
+    ms = lambda x: round(x * 1000, 1)
+    return {"prompts": prompts, "prompt_tokens": prompt_tokens, "n": n, "small_alone_p50_ms": ms(pct(alone, 50)),
+            "small_loaded_p50_ms": ms(pct(loaded, 50)), "small_loaded_max_ms": ms(max(loaded)), "probes": len(loaded),
+            "big_s": round(res.get("big_s", -1), 2), "big_mb": round(res.get("big_bytes", 0) / 1e6, 2),
+            "rss_mib": round(srv.rss_mib(), 1)}
+
+
 def shutdown(binary, model, timeout_s):
     srv = Server(binary, model, "--shutdown-timeout", timeout_s, "--http-header-timeout", 60, "--http-read-timeout", 60)
     socks = []
@@ -307,7 +346,7 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "tiny-mamba"))
     ap.add_argument("--quick", action="store_true", help="small bounded run (the e2e suite)")
     ap.add_argument("--markdown", action="store_true")
-    ap.add_argument("--only", default="slow_readers,flood,big_small,shutdown")
+    ap.add_argument("--only", default="slow_readers,flood,big_small,echo,shutdown")
     a = ap.parse_args()
     fds = raise_fd_limit()
     q = a.quick
@@ -326,6 +365,12 @@ def main():
     if "big_small" in only:
         srv = Server(a.binary, a.model, "--max-num-seqs", 256)
         res["big_small"] = big_small(srv, 256 if q else 1024, 16 if q else 64)
+        srv.stop()
+    if "echo" in only:
+        srv = Server(a.binary, a.model)
+        res["echo"] = echo_scoring(srv, 4 if q else 30, 1000, 1, 20 if q else 120)
+        if not q:
+            res["echo_n16"] = echo_scoring(srv, 1, 8000, 16, 300)
         srv.stop()
     if "shutdown" in only:
         res["shutdown"] = shutdown(a.binary, a.model, 2 if q else 5)

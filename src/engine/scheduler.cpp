@@ -38,6 +38,7 @@ SchedulerOutput Scheduler::schedule() {
   in_step_ = true;
   int budget = cfg_.max_num_batched_tokens;
   int seqs = 0;
+  int score_left = scoring_budget();
   // 1. Running requests: decodes first (one token each, state present), then the next chunk of the others
   //    (unfinished prompts, or prompt + output being recomputed after a preemption).
   auto is_decode = [](const RequestState* r) { return is_decode_row(r->num_computed_tokens, r->num_tokens(), r->prompt_len()); };
@@ -59,17 +60,23 @@ SchedulerOutput Scheduler::schedule() {
     RequestState* r = running_[i];
     if (budget == 0 || seqs == cfg_.max_num_seqs) break;
     if (!is_decode(r)) {
-      const int n = prefill_chunk(r, budget, out.prefills.empty());
+      const int n = prefill_chunk(r, chunk_budget(r, budget, score_left), out.prefills.empty());
       if (n == 0) continue;  // align mode: no block boundary within the budget left; next step
       if (!reserve_kv(r, n, out, budget, seqs)) break;
       out.prefills.push_back({r, n, r->num_computed_tokens});
       budget -= n, ++seqs;
+      charge_scored(r, n, score_left);
     }
   }
   // 2. Waiting requests, FCFS, each getting a zeroed state block (and, for hybrids, the KV blocks of its first
   //    chunk: admitted only when both fit). None when this step preempted someone (vLLM v1).
-  while (!waiting_.empty() && budget > 0 && seqs < cfg_.max_num_seqs && !preempted_this_step_) {
-    RequestState* r = waiting_.front();
+  //    A request scoring its prompt waits in place while the step's scoring budget is spent; those behind it go on.
+  for (size_t w = 0; w < waiting_.size() && budget > 0 && seqs < cfg_.max_num_seqs && !preempted_this_step_;) {
+    RequestState* r = waiting_[w];
+    if (chunk_budget(r, budget, score_left) == 0) {
+      ++w;
+      continue;
+    }
     // Prefix cache: start from the longest cached prefix (its state copied into a fresh running block, its KV blocks
     // shared). The hit blocks are held from here on so that nothing below evicts them.
     int hit_state = 0;
@@ -79,7 +86,7 @@ SchedulerOutput Scheduler::schedule() {
     for (int b : hit_kv) blocks_.acquire(b);
     const int saved_computed = r->num_computed_tokens;
     r->num_computed_tokens = hit;
-    const int n = prefill_chunk(r, budget, out.prefills.empty());
+    const int n = prefill_chunk(r, chunk_budget(r, budget, score_left), out.prefills.empty());
     const int shared = static_cast<int>(hit_kv.size());
     if (n == 0 || blocks_.num_available() < 1 + kv_blocks_for(hit + n) - shared) {
       r->num_computed_tokens = saved_computed;
@@ -105,14 +112,37 @@ SchedulerOutput Scheduler::schedule() {
         prefix_stats_.hits += hit;
       }
     }
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
     r->state_block = block;
     r->status = RequestStatus::Running;
     running_.push_back(r);
     out.prefills.push_back({r, n, r->num_computed_tokens});
     budget -= n, ++seqs;
+    charge_scored(r, n, score_left);
   }
   return out;
+}
+
+int Scheduler::scoring_budget() const {
+  if (cfg_.max_num_scored_tokens <= 0) return std::numeric_limits<int>::max();
+  int b = std::max(cfg_.max_num_scored_tokens, prefix_.chunk_alignment);
+  if (prefix_.mode == MambaCacheMode::Align) b = std::max(b, prefix_.block_size);
+  return b;
+}
+
+namespace {
+/// Whether r's next prefill chunk scores prompt tokens (position p scores token p + 1 of the prompt).
+bool scores_prompt(const RequestState* r) {
+  return r->request.params.prompt_logprobs.has_value() && r->num_computed_tokens + 1 < r->prompt_len();
+}
+}  // namespace
+
+int Scheduler::chunk_budget(const RequestState* r, int budget, int score_left) {
+  return scores_prompt(r) ? std::min(budget, score_left) : budget;
+}
+
+void Scheduler::charge_scored(const RequestState* r, int n, int& score_left) {
+  if (scores_prompt(r) && score_left != std::numeric_limits<int>::max()) score_left = std::max(0, score_left - n);
 }
 
 bool Scheduler::reserve_kv(RequestState* r, int n, SchedulerOutput& out, int& budget, int& seqs) {

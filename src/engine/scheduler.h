@@ -25,6 +25,11 @@ struct SchedulerConfig {
   /// with drafts (RequestState::draft_token_ids) is scheduled as a verify row of 1 + drafts tokens, holding k more
   /// state blocks (RequestState::spec_blocks) for the states after each verified token.
   int num_speculative_tokens = 0;
+  /// Prompt tokens scored per step (requests with prompt_logprobs: each scored token costs a logits row and a top-k
+  /// over the vocabulary): a scoring request's prefill chunk is cut to what is left of it, so a long prompt is scored
+  /// over several steps and other requests' steps stay short. At least one prefix-cache block / chunk-grid step is
+  /// allowed (see Scheduler::scoring_budget). 0 = no limit beyond max_num_batched_tokens.
+  int max_num_scored_tokens = 0;
 };
 
 /// Prefix caching of states (vLLM's mamba_cache_mode, vllm-ssm-design.md §3.2-§3.4).
@@ -152,6 +157,14 @@ class Scheduler {
   int prefill_chunk(const RequestState* r, int budget, bool allow_unaligned) const;
   /// The align-mode cut of a chunk of n tokens from c toward len (len: where this run of prefill tokens ends).
   int prefill_chunk_aligned(int c, int len, int n, bool allow_unaligned) const;
+  /// Scoring budget of one step (cfg_.max_num_scored_tokens raised to one align-mode block and one chunk-grid step,
+  /// so cuts stay aligned); INT_MAX when unlimited.
+  int scoring_budget() const;
+  /// The token budget r's next prefill chunk may use: `budget`, or less for a request scoring its prompt (the
+  /// step's scoring budget left, `score_left`).
+  static int chunk_budget(const RequestState* r, int budget, int score_left);
+  /// Charges a scheduled chunk of n tokens of r against the step's scoring budget.
+  static void charge_scored(const RequestState* r, int n, int& score_left);
   /// Extends r->block_hashes to cover every full hash block of its first `tokens` tokens.
   void extend_hashes(RequestState* r, int tokens) const;
   /// The longest cached prefix of r usable now (see the constructor); fills the state block to copy and the KV
