@@ -12,6 +12,7 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "server/async_engine.h"
+#include "server/tool_parsers.h"
 #include "chat/chat_template.h"
 #include "server/http_server.h"
 
@@ -49,8 +50,8 @@ struct ServeArgs {
   size_t max_pending_output_bytes = 64u << 20;
   /// Prompt tokens scored per engine step (prompt_logprobs / echo + logprobs), so scoring a long prompt does not
   /// make every concurrent request's steps slow (SchedulerConfig::max_num_scored_tokens).
-  int max_num_scored_tokens = 512;
-  int max_seqs_per_request = 0;  ///< fair admission: one request's sequences in the engine at once (0 = max_num_seqs / 2)
+  int max_num_scored_tokens = 256;
+  int max_seqs_per_request = 0;  ///< fair admission: one request's sequences in the engine at once (0 = max_num_seqs / 4)
   std::string chat_template;
   double shutdown_timeout = 30.0;
 };
@@ -68,6 +69,9 @@ int run_serve(ServeArgs& a) {
   SSM_CHECK(a.max_num_scored_tokens >= 0 && a.max_num_scored_tokens <= kMaxNumBatchedTokens,
             "--max-num-scored-tokens must be in [0, {}] (got {})", kMaxNumBatchedTokens, a.max_num_scored_tokens);
   a.engine.scheduler.max_num_scored_tokens = a.max_num_scored_tokens;
+  SSM_CHECK(!a.server.enable_auto_tool_choice || !a.server.tool_call_parser.empty(),
+            "--enable-auto-tool-choice needs --tool-call-parser (the format of the model's tool calls)");
+  if (!a.server.tool_call_parser.empty()) server::make_tool_parser(a.server.tool_call_parser);  // an unknown name: error
   SSM_CHECK(a.server.max_logprobs >= 0 && a.server.max_logprobs <= kMaxLogprobs,
             "--max-logprobs must be in [0, {}] (got {}; the engine returns at most {} logprobs per token)", kMaxLogprobs,
             a.server.max_logprobs, kMaxLogprobs);
@@ -155,7 +159,7 @@ Runner add_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-num-seqs-per-request", a->max_seqs_per_request,
                   "Fair admission: most sequences of one request in the engine at once; the rest wait and requests take "
-                  "turns (0 = half of --max-num-seqs)")
+                  "turns; while others are active, also at most --max-num-seqs / active requests (0 = a quarter of --max-num-seqs)")
       ->capture_default_str();
   cmd->add_option("--max-num-scored-tokens", a->max_num_scored_tokens,
                   "Prompt tokens scored (prompt_logprobs, echo with logprobs) per engine step, so a long prompt's "
@@ -169,6 +173,12 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--max-logprobs", a->server.max_logprobs,
                   "Most logprobs / prompt_logprobs / top_logprobs a request may ask for (more: 400)")
       ->capture_default_str();
+  cmd->add_flag("--enable-auto-tool-choice", a->server.enable_auto_tool_choice,
+                "Chat requests with tools and tool_choice \"auto\" get the model's tool calls parsed (needs "
+                "--tool-call-parser; as vLLM)");
+  cmd->add_option("--tool-call-parser", a->server.tool_call_parser,
+                  "Format of the tool calls the model writes: hermes (Qwen, Hermes, Granite 4.0 <tool_call>), granite "
+                  "(<|tool_call|>), jamba, minimax, nemotron_json (<TOOLCALL>)");
   cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: tokenizer_config.json's, else plain)");
   cmd->add_flag("--trust-request-chat-template", a->server.trust_request_chat_template,
                 "Render a chat request's own \"chat_template\" (else it is a 400; as vLLM)");

@@ -251,6 +251,8 @@ def ttft_streams(srv, n, max_tokens=8):
             if not c:
                 break
             buf += c
+        if b'"text"' not in buf:
+            print("small request failed:", buf[:300], file=sys.stderr)
         out[i] = time.time() - t
         while c:
             c = s.recv(65536)
@@ -346,6 +348,7 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "tiny-mamba"))
     ap.add_argument("--quick", action="store_true", help="small bounded run (the e2e suite)")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--big-small-args", default="", help="extra server flags for big_small (e.g. --max-num-seqs-per-request 64)")
     ap.add_argument("--only", default="slow_readers,flood,big_small,echo,shutdown")
     a = ap.parse_args()
     fds = raise_fd_limit()
@@ -363,7 +366,7 @@ def main():
         res["flood"] = flood(srv, idle, slow, 8 if q else 30)
         srv.stop()
     if "big_small" in only:
-        srv = Server(a.binary, a.model, "--max-num-seqs", 256)
+        srv = Server(a.binary, a.model, "--max-num-seqs", 256, *a.big_small_args.split())
         res["big_small"] = big_small(srv, 256 if q else 1024, 16 if q else 64)
         srv.stop()
     if "echo" in only:

@@ -9,6 +9,7 @@
 #include <malloc.h>
 #include <future>
 #include <stdexcept>
+#include <utility>
 
 #include "server/api_error.h"
 
@@ -107,7 +108,7 @@ AsyncEngine::AsyncEngine(EngineConfig cfg, AsyncEngineOptions opt, Metrics& metr
       engine_ = std::make_unique<LLMEngine>(cfg_);
       engine_->set_output_kind(OutputKind::Delta);  // no per-step copies of long outputs
       max_seqs_per_request_ = opt_.max_seqs_per_request > 0 ? opt_.max_seqs_per_request
-                                                             : std::max(1, engine_->config().scheduler.max_num_seqs / 2);
+                                                             : std::max(1, engine_->config().scheduler.max_num_seqs / 4);
       model_config_ = &engine_->model_config();
       pool_token_capacity_ = engine_->pool_token_capacity();
       tokenizer_ = engine_->tokenizer();
@@ -261,6 +262,11 @@ void AsyncEngine::admit_fair() {
   // group holds fewer than max_seqs_per_request_ sequences in the engine.
   const int queue_cap = std::max(1, cfg_.scheduler.max_num_seqs);
   const auto now = std::chrono::steady_clock::now();
+  // Fair share while several requests are active: seats and not-yet-prefilled prompt tokens in the engine.
+  const int active = static_cast<int>(queue_.size()) + num_draining_groups_;
+  const int share = active > 1 ? std::max(1, std::min(max_seqs_per_request_, cfg_.scheduler.max_num_seqs / active))
+                               : max_seqs_per_request_;
+  const long long token_cap = 2LL * cfg_.scheduler.max_num_batched_tokens;
   int added_total = 0;
   bool progress = true;
   while (progress && !queue_.empty() && engine_->num_waiting_requests() < queue_cap) {
@@ -268,7 +274,9 @@ void AsyncEngine::admit_fair() {
     for (size_t k = 0; k < queue_.size() && engine_->num_waiting_requests() < queue_cap; ++k) {
       const std::shared_ptr<Group>& gp = queue_[(rr_ + k) % queue_.size()];
       Group& g = *gp;
-      if (g.dropped || g.next >= g.reqs.size() || g.in_engine >= max_seqs_per_request_) continue;
+      if (g.dropped || g.next >= g.reqs.size() || g.in_engine >= share) continue;
+      const int prompt_len = static_cast<int>(g.reqs[g.next].prompt_token_ids.size());
+      if (g.unprefilled > 0 && g.unprefilled + prompt_len > token_cap) continue;
       const size_t i = g.next++;
       const std::string id = g.reqs[i].request_id;
       {
@@ -290,17 +298,24 @@ void AsyncEngine::admit_fair() {
       }
       ++added_total;
       ++g.in_engine;
+      g.unprefilled += prompt_len;
       ++num_unfinished_;
-      live_[id] = Live{g.channel, gp, static_cast<int>(i), g.arrival, now, 0};
+      live_[id] = Live{g.channel, gp, static_cast<int>(i), g.arrival, now, 0, prompt_len};
       if (!g.accepted) g.accepted = true, g.channel->set_accepted("");
       progress = true;
     }
     rr_ = queue_.empty() ? 0 : (rr_ + 1) % queue_.size();
   }
-  if (added_total > 0) engine_waiting_ += added_total;
+  // (engine_waiting_ is not raised here: sequences just added are scheduled by the coming step, and counting them
+  // as waiting during it would refuse requests (503) for as long as that step runs; publish_gauges recounts after.)
+  if (added_total > 0)
+    spdlog::debug("admit: {} added, {} groups active, share {}, engine waiting {} running {}", added_total, active, share,
+                  engine_->num_waiting_requests(), engine_->num_running_requests());
   // 2. Groups with nothing left to add leave the queue (their sequences in the engine stay live).
   for (size_t q = 0; q < queue_.size();) {
     if (queue_[q]->dropped || queue_[q]->next >= queue_[q]->reqs.size()) {
+      queue_[q]->in_queue = false;
+      if (queue_[q]->in_engine > 0) ++num_draining_groups_;
       queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(q));
       if (rr_ > q) --rr_;
     } else {
@@ -320,6 +335,7 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
     to_delta(o, l.num_tokens == 0);  // channels hold (and coalesce) only what is new (a no-op on delta outputs)
     if (n_new > 0) {
       if (l.num_tokens == 0) {
+        l.group->unprefilled -= std::exchange(l.prompt_len, 0);
         metrics_.observe_ttft(std::chrono::duration<double>(now - l.arrival).count());
         metrics_.add_prompt_tokens(o.prompt_token_ids.size());
       } else {
@@ -357,7 +373,9 @@ void AsyncEngine::abort_unread(std::shared_ptr<OutputChannel> ch, size_t pending
 void AsyncEngine::finish_live(const std::string& id, const std::string& reason) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
-  --it->second.group->in_engine;
+  Group& g = *it->second.group;
+  g.unprefilled -= it->second.prompt_len;
+  if (--g.in_engine == 0 && !g.in_queue) --num_draining_groups_;
   live_.erase(it);
   metrics_.count_finished(reason);
   --num_unfinished_;

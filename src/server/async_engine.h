@@ -75,7 +75,13 @@ struct AsyncEngineOptions {
   size_t max_pending_output_bytes = 0;
   /// Fair admission: most sequences of one request in the engine (running or in its waiting queue) at once; the
   /// rest wait in the server's queue, which feeds the engine round-robin over requests (one sequence from each in
-  /// turn) while the engine's waiting queue is shorter than max_num_seqs. 0 = max(1, max_num_seqs / 2).
+  /// turn) while the engine's waiting queue is shorter than max_num_seqs. 0 = max(1, max_num_seqs / 4): a quarter, so
+  /// that the sequences a request already runs when others arrive (they are not preempted) keep those others'
+  /// steps within about 2x of their cost alone.
+  /// While other requests are active (queued or in the engine), a request's share is also at most
+  /// max(1, max_num_seqs / active requests), and its prompt tokens not yet prefilled in the engine at most
+  /// 2 x max_num_batched_tokens (its first sequence always goes in), so a newcomer (the engine runs prefills in
+  /// arrival order) waits at most about two steps behind it.
   int max_seqs_per_request = 0;
 };
 
@@ -118,6 +124,8 @@ class AsyncEngine {
     std::chrono::steady_clock::time_point arrival;
     size_t next = 0;
     int in_engine = 0;       // sequences added and not finished
+    long long unprefilled = 0;  // prompt tokens of its sequences in the engine that have no output yet
+    bool in_queue = true;    // in queue_ (else: active while in_engine > 0, counted in num_draining_groups_)
     bool accepted = false;   // the channel was told (at the first sequence added)
     bool dropped = false;    // aborted or failed: its remaining sequences are never added
   };
@@ -127,6 +135,7 @@ class AsyncEngine {
     int index = 0;
     std::chrono::steady_clock::time_point arrival, last_token;
     size_t num_tokens = 0;
+    int prompt_len = 0;      // counted in its group's unprefilled until its first output
   };
   void loop();
   /// Adds queued sequences to the engine, round-robin over groups (see AsyncEngineOptions::max_seqs_per_request).
@@ -159,6 +168,7 @@ class AsyncEngine {
   std::deque<std::shared_ptr<Group>> queue_;      // engine thread only: groups with sequences not yet added
   size_t rr_ = 0;                                 // engine thread only: round-robin position in queue_
   int max_seqs_per_request_ = 1;
+  int num_draining_groups_ = 0;                   // engine thread only: groups out of queue_ with sequences in the engine
   long long num_steps_since_trim_ = 0;            // engine thread only
   bool trim_due_ = false;                         // engine thread only: malloc_trim once idle
   // Test hook: with SSMSERVE_FAULT_STEP=N in the environment, the N-th engine step fails (an engine error).

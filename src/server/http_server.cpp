@@ -252,6 +252,7 @@ std::string OpenAIServer::render_chat(const ChatRequest& cr) const {
   in.continue_final_message = cr.continue_final_message;
   in.kwargs = cr.chat_template_kwargs;
   in.documents = cr.documents;
+  in.tools = cr.tools;
   try {
     if (!cr.chat_template) return chat_template_.apply(cr.messages, in);
     // vLLM's per-request template, with the checkpoint's special-token strings.
@@ -368,6 +369,11 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
   if (chat) {
     ChatRequest cr = parse_chat_request(b, opt_.max_logprobs);
     if (!tok) throw ApiError(400, "the model has no tokenizer; chat needs one");
+    if (cr.tool_choice == "auto") {
+      if (!opt_.enable_auto_tool_choice || opt_.tool_call_parser.empty())
+        bad_request("tool_choice", "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
+      job->tool_parser = opt_.tool_call_parser;
+    }
     PromptInput in;
     in.text = render_chat(cr);  // ApiError 400 when the template fails
     inputs.push_back(std::move(in));

@@ -35,6 +35,11 @@ struct ServerOptions {
   bool trust_request_chat_template = false;
   /// vLLM's --max-logprobs: most logprobs / prompt_logprobs / top_logprobs a request may ask for (larger: 400).
   int max_logprobs = kMaxLogprobs;
+  /// vLLM's --enable-auto-tool-choice and --tool-call-parser: chat requests with tool_choice "auto" (the default
+  /// with tools) get the calls the model writes parsed into `tool_calls` (make_tool_parser names the formats);
+  /// without both, such a request is a 400, as vLLM.
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
 };
 
 /// The HTTP front end: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models,

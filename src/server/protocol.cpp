@@ -85,7 +85,7 @@ int as_logprobs(const json& v, const std::string& name, int max_logprobs, bool a
 /// Features a client relies on that ssmserve does not have: a 400 naming them rather than output that silently
 /// ignores them (structured output, beam search, tool calling; `response_format` "text" and `tool_choice` "none"
 /// are the plain behaviour and pass).
-void reject_unsupported_features(const json& b) {
+void reject_unsupported_features(const json& b, bool chat) {
   if (const json* v = field(b, "response_format")) {
     const json* type = v->is_object() ? field(*v, "type") : nullptr;
     if (!type || *type != "text")
@@ -95,15 +95,55 @@ void reject_unsupported_features(const json& b) {
   for (const char* k : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
     if (field(b, k)) bad_request(k, fmt::format("{} is not supported (no structured output)", k));
   if (const json* v = field(b, "use_beam_search"); v && *v != false) bad_request("use_beam_search", "beam search is not supported");
+  if (chat) return;  // tools: parse_tools
   const json* choice = field(b, "tool_choice");
   const bool tools = field(b, "tools") && !(field(b, "tools")->is_array() && field(b, "tools")->empty());
   if ((choice && *choice != "none") || (tools && !choice))
-    bad_request(choice ? "tool_choice" : "tools", "tool calling is not supported (send no tools, or tool_choice \"none\")");
+    bad_request(choice ? "tool_choice" : "tools", "tools are a chat completions feature (send no tools, or tool_choice \"none\")");
+}
+
+/// Chat `tools` and `tool_choice`, validated as vLLM's ChatCompletionRequest does. "required" and named tool
+/// choices need guided decoding (vLLM's structured outputs), which ssmserve does not have: a 400 naming them.
+void parse_tools(const json& b, ChatRequest& r) {
+  if (const json* v = field(b, "tools")) {
+    if (!v->is_array()) bad_request("tools", fmt::format("tools must be a list (got {})", type_name(*v)));
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& t = (*v)[i];
+      const json* fn = t.is_object() ? field(t, "function") : nullptr;
+      const json* type = t.is_object() ? field(t, "type") : nullptr;
+      if (!fn || !fn->is_object() || !field(*fn, "name") || !(*fn)["name"].is_string() || (type && *type != "function"))
+        bad_request("tools", fmt::format("tools[{}] must be {{\"type\": \"function\", \"function\": {{\"name\": string, "
+                                         "\"description\"?, \"parameters\"?}}}}", i));
+      if (const json* p = field(*fn, "parameters"); p && !p->is_object())
+        bad_request("tools", fmt::format("tools[{}].function.parameters must be an object (a JSON schema)", i));
+    }
+    if (!v->empty()) r.tools = *v;
+  }
+  const json* choice = field(b, "tool_choice");
+  if (!choice) {
+    r.tool_choice = r.tools.is_null() ? "none" : "auto";  // vLLM / OpenAI: "auto" when tools are given
+    return;
+  }
+  if (*choice == "none") {
+    r.tool_choice = "none";
+    return;
+  }
+  if (!field(b, "tools")) bad_request("tool_choice", "When using `tool_choice`, `tools` must be set.");
+  if (*choice == "auto") {
+    r.tool_choice = "auto";
+    return;
+  }
+  if (*choice == "required" || choice->is_object())
+    bad_request("tool_choice", fmt::format("tool_choice {} is not supported: it needs guided decoding (structured outputs), "
+                                           "which this server does not have; send \"auto\" or \"none\"",
+                                           choice->is_string() ? "\"required\"" : "with a named function"));
+  bad_request("tool_choice", fmt::format("Invalid value for `tool_choice`: {}! Only named tools, \"none\", \"auto\" or "
+                                         "\"required\" are supported.", choice->dump()));
 }
 
 /// Sampling fields common to both endpoints (vLLM's names). Range checks that SamplingParams::validate also does
 /// are repeated here so the error names the OpenAI field.
-void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_key) {
+void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_key, bool chat) {
   SamplingParams& sp = r.params;
   if (const json* v = field(b, "model")) {
     if (!v->is_string()) bad_request("model", fmt::format("model must be a string (got {})", type_name(*v)));
@@ -199,7 +239,7 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
     if (const json* u = field(*v, "continuous_usage_stats"))
       r.continuous_usage_stats = as_bool(*u, "stream_options.continuous_usage_stats");
   }
-  reject_unsupported_features(b);
+  reject_unsupported_features(b, chat);
 }
 
 void check_body(const json& b) {
@@ -227,7 +267,7 @@ nlohmann::ordered_json parse_body(const std::string& body) {
 CompletionRequest parse_completion_request(const json& b, int max_logprobs) {
   check_body(b);
   CompletionRequest r;
-  parse_common(b, r, "max_tokens");
+  parse_common(b, r, "max_tokens", /*chat=*/false);
   if (!r.max_tokens_given) r.params.max_tokens = 16;  // OpenAI's completions default
   const json* p = field(b, "prompt");
   if (!p) bad_request("prompt", "prompt is required");
@@ -283,7 +323,8 @@ CompletionRequest parse_completion_request(const json& b, int max_logprobs) {
 ChatRequest parse_chat_request(const json& b, int max_logprobs) {
   check_body(b);
   ChatRequest r;
-  parse_common(b, r, "max_completion_tokens");
+  parse_common(b, r, "max_completion_tokens", /*chat=*/true);
+  parse_tools(b, r);
   if (r.max_tokens_given && r.params.max_tokens == 0)
     bad_request("max_tokens", "max_tokens must be in [1, 2147483647] (got 0)");
   const json* m = field(b, "messages");
@@ -312,6 +353,22 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs) {
       bad_request("messages", fmt::format("message content must be a string or a list of parts (got {})", type_name(*c)));
     }
     out["content"] = content;
+    // vLLM (as transformers' templates expect): an assistant's tool-call arguments reach the template as an object,
+    // not the JSON text the OpenAI format carries; null or "" is {}.
+    if (json* calls = out.contains("tool_calls") ? &out["tool_calls"] : nullptr; calls && calls->is_array() && *role == "assistant")
+      for (auto& call : *calls) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+        json& args = call["function"]["arguments"];
+        if (args.is_null() || (args.is_string() && args.get<std::string>().empty())) {
+          args = json::object();
+        } else if (args.is_string()) {
+          const std::string text = args.get<std::string>();
+          json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+          if (parsed.is_discarded())
+            bad_request("messages", fmt::format("a tool call's function.arguments is not valid JSON: {}", text.substr(0, 80)));
+          args = std::move(parsed);
+        }
+      }
     r.messages.push_back(std::move(out));
   }
   if (const json* v = field(b, "add_generation_prompt")) r.add_generation_prompt = as_bool(*v, "add_generation_prompt");

@@ -56,6 +56,11 @@ struct ChatRequest : GenerationRequest {
   /// vLLM's chat_template_kwargs: extra template variables (e.g. {"enable_thinking": false}); an object.
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   nlohmann::ordered_json documents;  ///< vLLM's documents (a list, for RAG templates), or null
+  /// vLLM's tools: [{"type": "function", "function": {"name", "description", "parameters"}}], or null (none or []).
+  /// Passed to the chat template also with tool_choice "none", as vLLM does.
+  nlohmann::ordered_json tools;
+  /// "none" or "auto" (default "auto" with tools, else "none"); "required" and named choices are a 400.
+  std::string tool_choice = "none";
   bool logprobs = false;               ///< chat's logprobs is a bool; top_logprobs gives the count
   int top_logprobs = 0;
   /// vLLM's chat echo: when the last message is the assistant's, its content starts every choice's message.

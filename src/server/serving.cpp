@@ -21,6 +21,9 @@ ResponseBuilder::ResponseBuilder(std::shared_ptr<GenerationJob> job) : job_(std:
   num_cached_.assign(choices, 0);
   next_offset_.assign(choices, 0);
   sent_prompt_logprobs_.assign(choices, 0);
+  num_tool_calls_.assign(choices, 0);
+  if (job_->chat && job_->stream && !job_->tool_parser.empty())
+    for (size_t i = 0; i < choices; ++i) tool_parsers_.push_back(make_tool_parser(job_->tool_parser));
 }
 
 std::string ResponseBuilder::token_text(int id) const {
@@ -137,8 +140,26 @@ std::vector<json> ResponseBuilder::on_output(int index, RequestOutput&& out) {
     sent_prompt_logprobs_[index] = 1;
   }
   if (out.delta_text.empty() && lp.is_null() && !out.finished) return chunks;
-  const json finish = out.finished ? json(std::string(finish_reason_name(c.finish_reason))) : json(nullptr);
+  json finish = out.finished ? json(std::string(finish_reason_name(c.finish_reason))) : json(nullptr);
   const json stop = out.finished ? stop_reason_json(c) : json(nullptr);
+  if (job_->chat && !tool_parsers_.empty()) {
+    // Tool calls: content streams as it comes (a possible start tag held back); a call goes out whole, in one
+    // delta with its id, name and arguments, once its end tag arrived (vLLM streams the arguments in pieces; the
+    // accumulated message is the same).
+    ToolParser& tp = *tool_parsers_[index];
+    ToolParser::Delta d = tp.feed(out.delta_text, out.finished);
+    if (out.finished && tp.called()) finish = "tool_calls";
+    if (d.content.empty() && d.calls.empty() && lp.is_null() && !out.finished) return chunks;
+    json delta = json::object();
+    if (!d.content.empty() || (d.calls.empty() && !out.finished)) delta["content"] = d.content;
+    if (!d.calls.empty()) {
+      json calls = json::array();
+      for (const auto& call : d.calls) calls.push_back(call.to_json(num_tool_calls_[index]++));
+      delta["tool_calls"] = std::move(calls);
+    }
+    chunks.push_back(chunk({{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
+    return chunks;
+  }
   if (job_->chat) {
     json delta = json::object();
     if (!out.delta_text.empty() || !out.finished) delta["content"] = out.delta_text;
@@ -227,10 +248,20 @@ json ResponseBuilder::final_response() const {
     if (!acc_[i] || acc_[i]->outputs.empty()) continue;
     const RequestOutput& o = *acc_[i];
     const CompletionOutput& c = o.outputs[0];
-    const json finish = job_->prompt_only ? "length" : std::string(finish_reason_name(c.finish_reason));
+    json finish = job_->prompt_only ? "length" : std::string(finish_reason_name(c.finish_reason));
     if (job_->chat) {
       json lp = job_->logprobs ? chat_logprobs(c.logprobs, 0) : json(nullptr);
-      const json message = {{"role", "assistant"}, {"content", job_->chat_echo + c.text}};
+      json message = {{"role", "assistant"}, {"content", job_->chat_echo + c.text}};
+      if (!job_->tool_parser.empty()) {  // vLLM: tool_calls (a list) and content before them, or null
+        const ExtractedToolCalls tc = make_tool_parser(job_->tool_parser)->extract(c.text);
+        json calls = json::array();
+        for (const auto& call : tc.calls) calls.push_back(call.to_json());
+        if (tc.tools_called) {
+          message["content"] = tc.has_content ? json(job_->chat_echo + tc.content) : json(nullptr);
+          finish = "tool_calls";
+        }
+        message["tool_calls"] = std::move(calls);
+      }
       choices.push_back({{"index", i}, {"message", message}, {"logprobs", lp},
                          {"finish_reason", finish}, {"stop_reason", stop_reason_json(c)}});
       continue;

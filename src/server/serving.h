@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/async_engine.h"
+#include "server/tool_parsers.h"
 
 namespace ssmserve::server {
 
@@ -34,6 +35,7 @@ struct GenerationJob {
   std::string chat_echo;             ///< chat echo: the last (assistant) message's content, before each choice's text
   std::optional<int> logprobs;       ///< completions: top-k count; chat: top_logprobs when logprobs = true
   std::optional<int> prompt_logprobs;  ///< completions' prompt_logprobs (top-k count): each choice's "prompt_logprobs"
+  std::string tool_parser;           ///< chat with tool_choice "auto": the --tool-call-parser name, else ""
   std::vector<std::string> request_ids;  ///< [prompts.size() * n], choice index = prompt * n + i
   std::shared_ptr<OutputChannel> channel;
   const Tokenizer* tokenizer = nullptr;
@@ -82,6 +84,8 @@ class ResponseBuilder {
   std::vector<int> num_cached_;                     // [choices] prompt tokens served from the prefix cache
   std::vector<size_t> next_offset_;                 // [choices] text_offset (characters) of the next streamed token
   std::vector<char> sent_prompt_logprobs_;          // [choices] echo: the prompt's logprobs were streamed
+  std::vector<std::unique_ptr<ToolParser>> tool_parsers_;  // [choices] streaming chat with a tool parser
+  std::vector<int> num_tool_calls_;                 // [choices] tool calls streamed so far (their delta index)
   int num_finished_ = 0;
 };
 
