@@ -371,7 +371,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     if (!tok) throw ApiError(400, "the model has no tokenizer; chat needs one");
     if (cr.tool_choice == "auto") {
       if (!opt_.enable_auto_tool_choice || opt_.tool_call_parser.empty())
-        bad_request("tool_choice", "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
+        bad_request(cr.tool_choice_given ? "tool_choice" : "tools", "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
       job->tool_parser = opt_.tool_call_parser;
     }
     PromptInput in;

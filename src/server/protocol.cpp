@@ -124,6 +124,7 @@ void parse_tools(const json& b, ChatRequest& r) {
     r.tool_choice = r.tools.is_null() ? "none" : "auto";  // vLLM / OpenAI: "auto" when tools are given
     return;
   }
+  r.tool_choice_given = true;
   if (*choice == "none") {
     r.tool_choice = "none";
     return;

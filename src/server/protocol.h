@@ -61,6 +61,7 @@ struct ChatRequest : GenerationRequest {
   nlohmann::ordered_json tools;
   /// "none" or "auto" (default "auto" with tools, else "none"); "required" and named choices are a 400.
   std::string tool_choice = "none";
+  bool tool_choice_given = false;  ///< "tool_choice" was in the body (else it defaulted)
   bool logprobs = false;               ///< chat's logprobs is a bool; top_logprobs gives the count
   int top_logprobs = 0;
   /// vLLM's chat echo: when the last message is the assistant's, its content starts every choice's message.
