@@ -122,7 +122,10 @@ class OpenAIServer::GenerationProducer final : public Producer, public std::enab
         rendering_ = true;
         srv_.transport_->post_work([self = shared_from_this()] {
           try {
-            self->final_ = json_response(self->builder_.final_response());
+            HttpResponse r;
+            r.content_type = "application/json";
+            r.body = self->builder_.final_body();
+            self->final_ = std::move(r);
           } catch (const std::exception& e) {
             self->final_ = error_response(ApiError(500, e.what()));
           }

@@ -2,6 +2,10 @@
 #include "server/serving.h"
 
 #include <algorithm>
+#include <random>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 namespace ssmserve::server {
 
@@ -22,6 +26,7 @@ ResponseBuilder::ResponseBuilder(std::shared_ptr<GenerationJob> job) : job_(std:
   next_offset_.assign(choices, 0);
   sent_prompt_logprobs_.assign(choices, 0);
   num_tool_calls_.assign(choices, 0);
+  placeholder_ = fmt::format("ssm-lp-{:016x}-", std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}());
   if (job_->chat && job_->stream && !job_->tool_parser.empty())
     for (size_t i = 0; i < choices; ++i) tool_parsers_.push_back(make_tool_parser(job_->tool_parser));
 }
@@ -242,8 +247,73 @@ json ResponseBuilder::vllm_prompt_logprobs(const RequestOutput& o) const {
   return out;
 }
 
-json ResponseBuilder::final_response() const {
+namespace {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+/// Completions logprobs as four comma-joined element lists (text_offset, token_logprobs, tokens, top_logprobs),
+/// so a prompt's part can be serialized once and spliced into each of its choices.
+struct LogprobParts {
+  std::string lists[4];
+  void append(const json& lp) {
+    static const char* kKeys[4] = {"text_offset", "token_logprobs", "tokens", "top_logprobs"};
+    for (int k = 0; k < 4; ++k)
+      for (const auto& v : lp[kKeys[k]]) {
+        if (!lists[k].empty()) lists[k] += ',';
+        lists[k] += dump(v);
+      }
+  }
+  /// The logprobs object of `a` followed by `b` (keys in nlohmann::json's order, as dump writes them).
+  static std::string join(const LogprobParts& a, const LogprobParts& b) {
+    static const char* kOpen[4] = {"{\"text_offset\":[", "],\"token_logprobs\":[", "],\"tokens\":[", "],\"top_logprobs\":["};
+    std::string out;
+    size_t n = 16;
+    for (int k = 0; k < 4; ++k) n += a.lists[k].size() + b.lists[k].size() + 24;
+    out.reserve(n);
+    for (int k = 0; k < 4; ++k) {
+      out += kOpen[k];
+      out += a.lists[k];
+      if (!a.lists[k].empty() && !b.lists[k].empty()) out += ',';
+      out += b.lists[k];
+    }
+    out += "]}";
+    return out;
+  }
+};
+
+}  // namespace
+
+json ResponseBuilder::final_response() const { return build_final(nullptr); }
+
+std::string ResponseBuilder::final_body() const {
+  // Completions logprobs (echo: the prompt's, repeated in each of its n choices) can be tens of MB: each choice's
+  // logprobs object is serialized apart, the prompt's part once per prompt, and spliced in where a placeholder
+  // string stands in the response (a per-call random tag, so no text a client controls can match it).
+  std::vector<std::string> fragments;
+  const json r = build_final(&fragments);
+  std::string body = dump(r);
+  if (fragments.empty()) return body;
+  std::string out;
+  size_t total = body.size();
+  for (const auto& f : fragments) total += f.size();
+  out.reserve(total);
+  size_t at = 0;
+  for (size_t i = 0; i < fragments.size(); ++i) {
+    const std::string needle = "\"logprobs\":\"" + placeholder_ + std::to_string(i) + "\"";
+    const size_t pos = body.find(needle, at);
+    if (pos == std::string::npos) throw std::runtime_error("response rendering: a logprobs placeholder is missing");
+    out.append(body, at, pos - at);
+    out += "\"logprobs\":";
+    out += fragments[i];
+    at = pos + needle.size();
+  }
+  out.append(body, at, std::string::npos);
+  return out;
+}
+
+json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
   json choices = json::array();
+  std::vector<std::optional<std::pair<LogprobParts, size_t>>> prompt_parts(job_->prompts.size());  // parts, offset after
   for (size_t i = 0; i < acc_.size(); ++i) {
     if (!acc_[i] || acc_[i]->outputs.empty()) continue;
     const RequestOutput& o = *acc_[i];
@@ -266,27 +336,33 @@ json ResponseBuilder::final_response() const {
                          {"finish_reason", finish}, {"stop_reason", stop_reason_json(c)}});
       continue;
     }
-    const ReadyPrompt& p = job_->prompts[i / job_->n];
+    const size_t prompt = i / static_cast<size_t>(job_->n);
+    const ReadyPrompt& p = job_->prompts[prompt];
     // The prompt's logprobs come with the prompt's first choice (the others share them; see generate()).
-    const size_t first = i / static_cast<size_t>(job_->n) * static_cast<size_t>(job_->n);
+    const size_t first = prompt * static_cast<size_t>(job_->n);
     const RequestOutput& po = acc_[first] ? *acc_[first] : o;
     std::string text = job_->prompt_only ? p.text : job_->echo ? p.text + c.text : c.text;
     json lp = nullptr;
     if (job_->logprobs) {
       // text_offset: character offsets into the returned text, cumulative over the listed tokens (vLLM), so
       // monotonic even where a token holds part of a UTF-8 character.
-      size_t offset = job_->echo && po.prompt_logprobs.empty() ? utf8_char_count(p.text) : 0;
-      json prompt_lp = job_->echo && !po.prompt_logprobs.empty() ? prompt_logprobs_json(p, po, offset) : json(nullptr);
-      json tokens = prompt_lp.is_null() ? json::array() : prompt_lp["tokens"];
-      json token_lps = prompt_lp.is_null() ? json::array() : prompt_lp["token_logprobs"];
-      json tops = prompt_lp.is_null() ? json::array() : prompt_lp["top_logprobs"];
-      json offsets = prompt_lp.is_null() ? json::array() : prompt_lp["text_offset"];
-      const json gen = completion_logprobs(c.logprobs, job_->prompt_only ? c.logprobs.size() : 0, offset);
-      for (const auto& v : gen["tokens"]) tokens.push_back(v);
-      for (const auto& v : gen["token_logprobs"]) token_lps.push_back(v);
-      for (const auto& v : gen["top_logprobs"]) tops.push_back(v);
-      for (const auto& v : gen["text_offset"]) offsets.push_back(v);
-      lp = {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};
+      auto& pp = prompt_parts[prompt];
+      if (!pp) {
+        pp.emplace();
+        size_t offset = job_->echo && po.prompt_logprobs.empty() ? utf8_char_count(p.text) : 0;
+        if (job_->echo && !po.prompt_logprobs.empty()) pp->first.append(prompt_logprobs_json(p, po, offset));
+        pp->second = offset;
+      }
+      size_t offset = pp->second;
+      LogprobParts gen;
+      gen.append(completion_logprobs(c.logprobs, job_->prompt_only ? c.logprobs.size() : 0, offset));
+      std::string whole = LogprobParts::join(pp->first, gen);
+      if (fragments) {
+        lp = placeholder_ + std::to_string(fragments->size());
+        fragments->push_back(std::move(whole));
+      } else {
+        lp = json::parse(whole);
+      }
     }
     choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish},
                        {"stop_reason", job_->prompt_only ? json(nullptr) : stop_reason_json(c)}});

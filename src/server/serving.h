@@ -53,8 +53,11 @@ class ResponseBuilder {
   /// SSE chunks to send before any output (chat: the assistant role; echo: the prompt text).
   std::vector<nlohmann::json> opening_chunks();
   bool all_finished() const { return num_finished_ == static_cast<int>(finished_.size()); }
-  /// The whole non-streaming response body (call when all_finished()).
+  /// The whole non-streaming response (call when all_finished()).
   nlohmann::json final_response() const;
+  /// final_response() serialized (as nlohmann::json::dump(-1) with invalid UTF-8 replaced), built so that large
+  /// completions logprobs are serialized once per prompt rather than built as JSON per choice and copied.
+  std::string final_body() const;
   /// The usage object {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}.
   nlohmann::json usage() const;
   /// The streaming usage chunk (choices: []).
@@ -63,6 +66,9 @@ class ResponseBuilder {
 
  private:
   nlohmann::json chunk(nlohmann::json choice) const;
+  /// The response; with `fragments`, each completions choice's "logprobs" is placeholder_ + its index in
+  /// `fragments`, which receives the serialized logprobs object.
+  nlohmann::json build_final(std::vector<std::string>* fragments) const;
   /// Completions logprobs of entries [from, end); text_offset (characters) is the first token's offset and
   /// advances by each listed token's length.
   nlohmann::json completion_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from, size_t& text_offset) const;
@@ -87,6 +93,7 @@ class ResponseBuilder {
   std::vector<std::unique_ptr<ToolParser>> tool_parsers_;  // [choices] streaming chat with a tool parser
   std::vector<int> num_tool_calls_;                 // [choices] tool calls streamed so far (their delta index)
   int num_finished_ = 0;
+  std::string placeholder_;                         // final_body's splice tag (random per builder)
 };
 
 /// Characters (Unicode code points) in UTF-8 text: bytes that do not continue a sequence, so a partial character
