@@ -43,9 +43,14 @@ class Tokenizer {
   /// be read or is not a valid model (truncated, lying lengths, ...).
   static Tokenizer from_sentencepiece(const std::filesystem::path& model_file);
 
-  /// The tokenizer of a checkpoint folder: tokenizer.json (from_file) when present, else a SentencePiece
-  /// tokenizer.model / tokenizer.model.v3 / tokenizer.model.v1 (from_sentencepiece). Throws Error naming the folder
-  /// when it has none.
+  /// Loads Mistral's `tekken.json` (tiktoken-style byte-level BPE; tekken::convert): encode() gives the ids of
+  /// mistral_common's Tekkenizer.encode(text, bos=add_special_tokens, eos=False) (special-token strings in the text are
+  /// plain text); decode() skips or keeps its special tokens. Throws Error naming the file and the field.
+  static Tokenizer from_tekken(const std::filesystem::path& tekken_json);
+
+  /// The tokenizer of a checkpoint folder: tokenizer.json (from_file) when present, else tekken.json (from_tekken),
+  /// else a SentencePiece tokenizer.model / tokenizer.model.v3 / tokenizer.model.v1 (from_sentencepiece). Throws Error
+  /// naming the folder when it has none.
   static Tokenizer from_pretrained(const std::filesystem::path& folder);
 
   /// Token ids of `text`, like HF `tokenizer.encode(text, add_special_tokens=add_special_tokens)`. Steps: repair

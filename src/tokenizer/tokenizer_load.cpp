@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/tekken.h"
 #include "tokenizer/transformers_class.h"
 
 namespace ssmserve {
@@ -326,11 +327,40 @@ Tokenizer Tokenizer::from_sentencepiece(const std::filesystem::path& model_file)
   return Tokenizer(std::move(impl));
 }
 
+Tokenizer Tokenizer::from_tekken(const std::filesystem::path& tekken_json) {
+  const std::string text = read_text_file(tekken_json, kMaxTokenizerFileBytes);
+  auto impl = std::make_shared<Impl>();
+  try {
+    check_json_depth(text, "invalid tekken JSON");
+    const tekken::Converted c = tekken::convert(json::parse(text));
+    build(c.tokenizer_json, *impl);
+    // Special tokens take ids [0, n): decoded (kept or skipped) as specials, never matched in text (tiktoken encodes
+    // their strings as plain text, as mistral_common does).
+    const size_t n = c.specials.size();
+    SSM_CHECK(impl->token_strings.size() >= n, "tekken file has no normal tokens");
+    for (size_t i = 0; i < n; ++i) {
+      impl->token_strings[i] = c.specials[i];
+      impl->decode_strings[i] = c.specials[i];
+      impl->token_raw[i] = c.specials[i];
+      impl->kinds[i] = Impl::kSpecial;
+      impl->added.emplace(c.specials[i], static_cast<int>(i));
+    }
+    impl->prefix_ids.clear();
+    if (c.bos_id >= 0) impl->prefix_ids.push_back(c.bos_id);  // mistral_common's encode(text, bos=True)
+  } catch (const json::exception& e) {
+    fail("tokenizer file {}: invalid tekken JSON: {}", tekken_json.string(), e.what());
+  } catch (const Error& e) {
+    fail("tokenizer file {}: {}", tekken_json.string(), e.what());
+  }
+  return Tokenizer(std::move(impl));
+}
+
 Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& folder) {
   if (path_entry_exists(folder / "tokenizer.json")) return from_file(folder / "tokenizer.json");
+  if (path_entry_exists(folder / "tekken.json")) return from_tekken(folder / "tekken.json");
   for (const char* name : {"tokenizer.model", "tokenizer.model.v3", "tokenizer.model.v1"})
     if (path_entry_exists(folder / name)) return from_sentencepiece(folder / name);
-  fail("{}: no tokenizer.json or SentencePiece tokenizer.model", folder.string());
+  fail("{}: no tokenizer.json, tekken.json or SentencePiece tokenizer.model", folder.string());
 }
 
 }  // namespace ssmserve
