@@ -1,8 +1,10 @@
-// Owns the Python bindings (module ssmserve._ssmserve): the offline engine API with vLLM's names. The engine runs
-// with the GIL released (generate, and each step of a stream), so other Python threads keep running.
+// Owns the Python bindings (module ssmserve._ssmserve): the offline engine API with vLLM's names, and the request
+// queue of AsyncLLM's engine loop (add_async / step_async). The engine runs with the GIL released (generate, each
+// step of a stream or of the async loop), so other Python threads (and the asyncio event loop) keep running.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -101,8 +103,27 @@ py::object prompt_logprobs_to_py(const LLMEngine& eng, const RequestOutput& o) {
   return out;
 }
 
+/// vLLM's RequestMetrics of one request: wall-clock times in seconds since the epoch (time.time()), 0 = not yet.
+struct Timing {
+  double arrival_time = 0, first_token_time = 0, last_token_time = 0, finished_time = 0;
+};
+
+/// Seconds since the epoch (Python's time.time()).
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+/// The Python RequestMetrics (ssmserve.outputs) of `t`, for an output with `num_generation_tokens` tokens.
+py::object metrics_to_py(const Timing& t, size_t num_generation_tokens) {
+  py::module_ m = py::module_::import("ssmserve.outputs");
+  auto opt = [](double v) -> py::object { return v > 0 ? py::object(py::float_(v)) : py::none(); };
+  return m.attr("RequestMetrics")(py::arg("arrival_time") = t.arrival_time, py::arg("first_token_time") = opt(t.first_token_time),
+                                  py::arg("last_token_time") = opt(t.last_token_time), py::arg("finished_time") = opt(t.finished_time),
+                                  py::arg("num_generation_tokens") = num_generation_tokens);
+}
+
 /// The Python RequestOutput object (a plain class with vLLM's attribute names).
-py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprobs) {
+py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprobs, const Timing* timing = nullptr) {
   py::module_ m = py::module_::import("ssmserve.outputs");
   py::list outputs;
   for (const auto& c : o.outputs) {
@@ -120,8 +141,10 @@ py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprob
                                               finish, stop, py::arg("cumulative_logprob") = cumulative));
   }
   py::object prompt_lps = o.prompt_logprobs.empty() ? py::none() : prompt_logprobs_to_py(eng, o);
+  py::object metrics = timing ? metrics_to_py(*timing, o.outputs.empty() ? 0 : o.outputs[0].token_ids.size()) : py::none();
   return m.attr("RequestOutput")(o.request_id, o.prompt, o.prompt_token_ids, outputs, o.finished, o.delta_text,
-                                 py::arg("prompt_logprobs") = prompt_lps, py::arg("num_cached_tokens") = o.num_cached_tokens);
+                                 py::arg("prompt_logprobs") = prompt_lps, py::arg("num_cached_tokens") = o.num_cached_tokens,
+                                 py::arg("metrics") = metrics);
 }
 
 /// The engine behind ssmserve.LLM. Thread-safe: every use of the engine holds mu_ (taken with the GIL released),
@@ -160,33 +183,43 @@ class PyLLM {
   /// checkpoint's chat template (tokenizer_config.json, else ssmserve's plain default), or with `chat_template`
   /// (Jinja source, or the path of a file holding it) when given. Throws Error for malformed JSON or a template
   /// that fails to parse or render.
+  /// kwargs_json: chat_template_kwargs (a JSON object of extra template variables, e.g. {"enable_thinking":
+  /// false}); tools_json: a JSON list of tool schemas or "" (the template sees tools = none).
   std::string render_chat(const std::string& messages_json, bool add_generation_prompt,
-                          const std::optional<std::string>& chat_template, bool continue_final_message) {
-    nlohmann::ordered_json messages;
-    try {
-      messages = nlohmann::ordered_json::parse(messages_json);
-    } catch (const nlohmann::json::exception& e) {
-      fail("chat messages are not valid JSON text (lone surrogates?): {}", e.what());
-    }
+                          const std::optional<std::string>& chat_template, bool continue_final_message,
+                          const std::string& kwargs_json, const std::string& tools_json) {
+    auto parse = [](const std::string& text, const char* what) {
+      try {
+        return nlohmann::ordered_json::parse(text);
+      } catch (const nlohmann::json::exception& e) {
+        fail("{} are not valid JSON text (lone surrogates?): {}", what, e.what());
+      }
+    };
+    const nlohmann::ordered_json messages = parse(messages_json, "chat messages");
+    server::ChatTemplateInputs in;
+    in.add_generation_prompt = add_generation_prompt;
+    in.continue_final_message = continue_final_message;
+    if (!kwargs_json.empty()) in.kwargs = parse(kwargs_json, "chat_template_kwargs");
+    SSM_CHECK(in.kwargs.is_object(), "chat_template_kwargs must be a dict of template variables");
+    if (!tools_json.empty()) in.tools = parse(tools_json, "tools");
     if (!chat_template) {
       if (!default_template_) default_template_ = server::ChatTemplate::load(template_dir_);
-      return default_template_->apply(messages, add_generation_prompt, continue_final_message);
+      return default_template_->apply(messages, in);
     }
     std::error_code ec;
     if (chat_template->size() < 4096 && chat_template->find('\n') == std::string::npos &&
         std::filesystem::is_regular_file(*chat_template, ec))
-      return server::ChatTemplate::load(template_dir_, *chat_template)
-          .apply(messages, add_generation_prompt, continue_final_message);
+      return server::ChatTemplate::load(template_dir_, *chat_template).apply(messages, in);
     // Template source: the checkpoint's bos / eos strings, as the file and `serve --chat-template` forms get them
     // (its own chat template is not parsed: a broken one must not stop a caller who brings theirs).
     const auto [bos, eos] = server::ChatTemplate::special_tokens(template_dir_);
-    return server::ChatTemplate::from_source(*chat_template, bos, eos)
-        .apply(messages, add_generation_prompt, continue_final_message);
+    return server::ChatTemplate::from_source(*chat_template, bos, eos).apply(messages, in);
   }
 
   /// Runs every prompt to the end; n > 1 becomes n engine requests (seed + i when seeded) merged into one output
-  /// with outputs[i].index = i, as vLLM returns them.
-  py::list generate(const py::list& prompts, const std::vector<SamplingParams>& params) {
+  /// with outputs[i].index = i, as vLLM returns them. progress: None, or a callable called (with the GIL) with
+  /// the number of this call's engine requests that finished since its previous call (the tqdm bar).
+  py::list generate(const py::list& prompts, const std::vector<SamplingParams>& params, const py::object& progress) {
     SSM_CHECK(params.size() == prompts.size(), "generate: {} prompts but {} sampling params", prompts.size(), params.size());
     std::vector<Request> reqs;
     std::vector<std::pair<size_t, int>> slot;  // [engine request] -> (prompt, choice)
@@ -202,6 +235,9 @@ class PyLLM {
       }
     }
     std::vector<RequestOutput> outs(reqs.size());
+    std::vector<Timing> timings(reqs.size());
+    auto finished_count = std::make_shared<size_t>(0);  // this call's requests finished so far (under mu_)
+    size_t reported = 0;
     {
       py::gil_scoped_release release;
       std::vector<std::string> ids;
@@ -217,50 +253,65 @@ class PyLLM {
             for (const auto& added : ids) {
               eng.abort_request(added);
               batch_ids_.erase(added);
+              timing_.erase(added);
             }
             throw;
           }
-          batch_ids_.insert(id);
+          batch_ids_[id] = finished_count;
+          timing_[id].arrival_time = now_s();
           ids.push_back(id);
         }
       }
       size_t done = 0;
       try {
         while (done < ids.size()) {
+          size_t now_finished = 0;
           {
             std::lock_guard<std::mutex> lock(mu_);
             if (auto it = finished_.find(ids[done]); it != finished_.end()) {
-              outs[done++] = std::move(it->second);
+              outs[done] = std::move(it->second);
               finished_.erase(it);
+              timings[done] = timing_[ids[done]];
+              timing_.erase(ids[done]);
+              ++done;
               continue;
             }
             SSM_CHECK(llm_->engine().has_unfinished_requests(), "generate: request {} was lost by the engine", ids[done]);
             step_locked();
+            now_finished = *finished_count;
           }
-          check_signals();
+          check_signals(progress, now_finished - reported);
+          reported = now_finished;
         }
       } catch (...) {  // the engine failed, or Ctrl-C: drop this call's requests still running
         std::lock_guard<std::mutex> lock(mu_);
         for (size_t k = done; k < ids.size(); ++k) {
           if (batch_ids_.erase(ids[k])) llm_->engine().abort_request(ids[k]);
           finished_.erase(ids[k]);
+          timing_.erase(ids[k]);
         }
         throw;
       }
     }
+    if (!progress.is_none() && reqs.size() > reported) progress(reqs.size() - reported);
     std::vector<RequestOutput> merged(prompts.size());
+    std::vector<Timing> merged_timing(prompts.size());
     for (size_t k = 0; k < outs.size(); ++k) {
       const auto [p, c] = slot[k];
       if (c == 0) {
         merged[p] = std::move(outs[k]);
         merged[p].outputs.resize(1);
+        merged_timing[p] = timings[k];
       } else {
         merged[p].outputs.push_back(std::move(outs[k].outputs.at(0)));
+        merged_timing[p].finished_time = std::max(merged_timing[p].finished_time, timings[k].finished_time);
+        merged_timing[p].last_token_time = std::max(merged_timing[p].last_token_time, timings[k].last_token_time);
       }
       merged[p].outputs.back().index = c;
     }
     py::list result;
-    for (size_t i = 0; i < merged.size(); ++i) result.append(to_py(llm_->engine(), merged[i], params[i].logprobs.has_value()));
+    for (size_t i = 0; i < merged.size(); ++i)
+      result.append(to_py(llm_->engine(), merged[i], params[i].logprobs.has_value(), &merged_timing[i]));
     return result;
   }
 
@@ -274,12 +325,14 @@ class PyLLM {
     const std::string id = r.request_id;
     llm_->engine().add_request(std::move(r));
     streams_[id] = params.logprobs.has_value();
+    timing_[id].arrival_time = now_s();
     return id;
   }
   /// Runs engine steps (GIL released) until `id` has a new output; returns it, or None once it finished earlier.
   py::object next_output(const std::string& id) {
     std::optional<RequestOutput> out;
     bool want_logprobs = false;
+    Timing timing;
     {
       py::gil_scoped_release release;
       while (!out) {
@@ -287,12 +340,14 @@ class PyLLM {
           std::lock_guard<std::mutex> lock(mu_);
           auto it = pending_.find(id);
           if (it != pending_.end() && !it->second.empty()) {
-            out = std::move(it->second.front());
+            out = std::move(it->second.front().first);
+            timing = it->second.front().second;
             it->second.pop_front();
             want_logprobs = streams_[id];
             if (out->finished) {
               pending_.erase(it);
               streams_.erase(id);
+              timing_.erase(id);
             }
             break;
           }
@@ -303,32 +358,125 @@ class PyLLM {
       }
     }
     if (!out) return py::none();
-    return to_py(llm_->engine(), *out, want_logprobs);
+    return to_py(llm_->engine(), *out, want_logprobs, &timing);
   }
+  /// Aborts a request of add() or add_async() (no-op when unknown or finished): its engine state is freed at once.
   void abort(const std::string& id) {
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(mu_);
     llm_->engine().abort_request(id);
     pending_.erase(id);
     streams_.erase(id);
+    async_ids_.erase(id);
+    timing_.erase(id);
+  }
+
+  /// AsyncLLM: adds a request under the caller's `request_id` (unique among running ones, else a ValueError); its
+  /// outputs come out of step_async().
+  void add_async(const py::handle& prompt, const SamplingParams& params, const std::string& request_id) {
+    Request r = to_request(prompt);
+    r.params = params;
+    r.request_id = request_id;
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    SSM_CHECK(!async_ids_.count(request_id) && !streams_.count(request_id) && !batch_ids_.count(request_id),
+              "request_id '{}' is already running", request_id);
+    llm_->engine().add_request(std::move(r));
+    async_ids_[request_id] = params.logprobs.has_value();
+    timing_[request_id].arrival_time = now_s();
+  }
+  /// AsyncLLM's engine loop: one engine step (GIL released) when any request is unfinished; returns the
+  /// add_async() requests' outputs (cumulative RequestOutputs, the last one of each with finished=True).
+  py::list step_async() {
+    std::vector<std::pair<RequestOutput, Timing>> outs;
+    std::vector<bool> want;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (async_out_.empty() && llm_->engine().has_unfinished_requests()) step_locked();
+      outs.swap(async_out_);
+      for (const auto& [o, t] : outs) {
+        auto it = async_ids_.find(o.request_id);
+        want.push_back(it != async_ids_.end() && it->second);
+        if (o.finished && it != async_ids_.end()) {
+          async_ids_.erase(it);
+          timing_.erase(o.request_id);
+        }
+      }
+    }
+    py::list result;
+    for (size_t i = 0; i < outs.size(); ++i) result.append(to_py(llm_->engine(), outs[i].first, want[i], &outs[i].second));
+    return result;
+  }
+  bool has_unfinished() {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return llm_->engine().has_unfinished_requests();
+  }
+  /// The engine's pool and request counters, and how many requests this binding still tracks (all zero / all
+  /// blocks free once every request finished or was aborted).
+  py::dict stats() {
+    int running, waiting, free_blocks, blocks, cached;
+    size_t tracked, timing;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      const LLMEngine& e = llm_->engine();
+      running = e.num_running_requests();
+      waiting = e.num_waiting_requests();
+      free_blocks = e.num_free_blocks();
+      blocks = e.num_state_blocks();
+      cached = e.num_cached_blocks();
+      tracked = pending_.size() + streams_.size() + async_ids_.size() + batch_ids_.size() + finished_.size() + async_out_.size();
+      timing = timing_.size();
+    }
+    py::dict d;
+    d["num_running_requests"] = running;
+    d["num_waiting_requests"] = waiting;
+    d["num_free_blocks"] = free_blocks;      // blocks a new request could get: free + cached unheld ones
+    d["num_state_blocks"] = blocks;          // the pool, incl. the null block
+    d["num_cached_blocks"] = cached;
+    d["num_tracked_requests"] = tracked;     // the binding's per-request queues and maps
+    d["num_timed_requests"] = timing;
+    return d;
   }
 
  private:
   /// Between engine steps (GIL released, mu_ not held): runs Python's signal handlers, so Ctrl-C interrupts a
-  /// long generate() / stream step loop (KeyboardInterrupt; the caller's requests are aborted).
-  static void check_signals() {
+  /// long generate() / stream step loop (KeyboardInterrupt; the caller's requests are aborted), and reports
+  /// `newly_finished` requests to `progress` (a callable, or None) when non-zero.
+  static void check_signals(const py::object& progress = py::object(), size_t newly_finished = 0) {
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (newly_finished > 0 && progress && !progress.is_none()) progress(newly_finished);
   }
 
-  /// One engine step (mu_ held); files its outputs for the callers waiting on them.
+  /// One engine step (mu_ held); files its outputs for the callers waiting on them and stamps their times.
   void step_locked() {
-    for (auto& o : llm_->engine().step()) {
+    auto outs = llm_->engine().step();
+    const double now = now_s();
+    for (auto& o : outs) {
+      Timing* t = nullptr;
+      if (auto it = timing_.find(o.request_id); it != timing_.end()) {
+        t = &it->second;
+        if (!o.outputs.empty() && !o.outputs[0].token_ids.empty()) {
+          if (t->first_token_time == 0) t->first_token_time = now;
+          t->last_token_time = now;
+        }
+        if (o.finished) t->finished_time = now;
+      }
+      const Timing snap = t ? *t : Timing{};
       if (streams_.count(o.request_id)) {
-        pending_[o.request_id].push_back(std::move(o));
-      } else if (o.finished && batch_ids_.erase(o.request_id)) {
-        const std::string id = o.request_id;
-        finished_[id] = std::move(o);
+        pending_[o.request_id].emplace_back(std::move(o), snap);
+      } else if (async_ids_.count(o.request_id)) {
+        async_out_.emplace_back(std::move(o), snap);
+      } else if (o.finished) {
+        if (auto it = batch_ids_.find(o.request_id); it != batch_ids_.end()) {
+          ++*it->second;
+          batch_ids_.erase(it);
+          const std::string id = o.request_id;
+          finished_[id] = std::move(o);
+        }
       }
     }
   }
@@ -338,10 +486,13 @@ class PyLLM {
   std::optional<server::ChatTemplate> default_template_;  // loaded on the first chat()
   std::mutex mu_;  // guards everything below and every use of llm_'s engine
   long long next_id_ = 0;
-  std::map<std::string, std::deque<RequestOutput>> pending_;  // stream requests' outputs not yet read
+  std::map<std::string, std::deque<std::pair<RequestOutput, Timing>>> pending_;  // stream outputs not yet read
   std::map<std::string, bool> streams_;                        // stream request id -> logprobs asked for
-  std::set<std::string> batch_ids_;                            // generate() requests still running
+  std::map<std::string, bool> async_ids_;                      // add_async request id -> logprobs asked for
+  std::vector<std::pair<RequestOutput, Timing>> async_out_;    // add_async outputs not yet taken by step_async
+  std::map<std::string, std::shared_ptr<size_t>> batch_ids_;  // generate() requests still running -> call's count
   std::map<std::string, RequestOutput> finished_;              // generate() requests' final outputs
+  std::map<std::string, Timing> timing_;                       // every running request's times
 };
 
 /// Sets one LLM(...) keyword argument on `c`. Throws TypeError for an unknown name, cast_error for a wrong type.
@@ -452,10 +603,14 @@ PYBIND11_MODULE(_ssmserve, m) {
   py::class_<PyLLM>(m, "Engine")
       .def(py::init([](const std::string& model, const py::kwargs& kw) { return std::make_unique<PyLLM>(make_config(model, kw)); }),
            py::arg("model"))
-      .def("generate", &PyLLM::generate)
+      .def("generate", &PyLLM::generate, py::arg("prompts"), py::arg("params"), py::arg("progress") = py::none())
       .def("add", &PyLLM::add)
       .def("next_output", &PyLLM::next_output)
       .def("abort", &PyLLM::abort)
+      .def("add_async", &PyLLM::add_async, py::arg("prompt"), py::arg("params"), py::arg("request_id"))
+      .def("step_async", &PyLLM::step_async)
+      .def("has_unfinished", &PyLLM::has_unfinished)
+      .def("stats", &PyLLM::stats)
       .def("encode", &PyLLM::encode, py::arg("text"), py::arg("add_special_tokens") = true,
            py::call_guard<py::gil_scoped_release>())
       .def("decode", &PyLLM::decode, py::arg("ids"), py::arg("skip_special_tokens") = false,
@@ -463,5 +618,6 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def("vocab_size", &PyLLM::vocab_size)
       .def("eos_token_ids", &PyLLM::eos_token_ids)
       .def("render_chat", &PyLLM::render_chat, py::arg("messages_json"), py::arg("add_generation_prompt"),
-           py::arg("chat_template"), py::arg("continue_final_message") = false, py::call_guard<py::gil_scoped_release>());
+           py::arg("chat_template"), py::arg("continue_final_message") = false, py::arg("kwargs_json") = "",
+           py::arg("tools_json") = "", py::call_guard<py::gil_scoped_release>());
 }

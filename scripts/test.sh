@@ -12,9 +12,11 @@ cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 # End-to-end tests (pytest, tests/e2e/): `ssmserve serve` driven by the real `openai` client, `bench serve`, and the
-# Python package, built by `pip install .` (engine libraries + module only, Release).
+# Python package, built by `pip install .` (engine libraries, module and the `ssmserve` command, Release), here without
+# the CUDA backend (the build above already compiled it; this keeps the suite's time down on machines with nvcc).
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai pytest
-CMAKE_BUILD_PARALLEL_LEVEL="$jobs" python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore .
+CMAKE_BUILD_PARALLEL_LEVEL="$jobs" python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+  -C cmake.define.SSMSERVE_CUDA=OFF .
 SSMSERVE_BINARY="$PWD/build/ssmserve" python3 -m pytest -q tests/e2e
 
 # Request-parser fuzzing for a bounded time: libFuzzer with clang, else a mutation driver; both under ASan + UBSan.

@@ -1,17 +1,24 @@
-"""ssmserve: inference for recurrent-state language models (Mamba-1, Mamba-2) with vLLM's offline API.
+"""ssmserve: inference for recurrent-state language models (Mamba-1, Mamba-2, hybrids) with vLLM's offline and
+async APIs.
 
     from ssmserve import LLM, SamplingParams
     llm = LLM("models/tiny-mamba")
     out = llm.generate(["In the beginning"], SamplingParams(temperature=0, max_tokens=32))
     print(out[0].outputs[0].text)
 
-The C++ engine runs with the GIL released.
+    from ssmserve import AsyncLLM, AsyncEngineArgs
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model="models/tiny-mamba"))
+    async for out in engine.generate("In the beginning", SamplingParams(max_tokens=32), request_id="r1"):
+        print(out.outputs[0].text)
+
+The C++ engine runs with the GIL released. The `ssmserve` console command (serve / generate / bench) is the CLI
+binary shipped in the package (ssmserve/bin/ssmserve).
 """
 import json
 import operator
 import os
 import threading
-from typing import Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 # libgomp reads its wait policy when it is loaded (importing the extension below): the same short-spin default as
 # the ssmserve binary on busy cores (src/core/openmp_env.h), unless the user chose one.
@@ -26,14 +33,15 @@ if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SSMSE
     os.environ["GOMP_SPINCOUNT"] = "1000"
 
 from . import _ssmserve  # noqa: E402
-from .outputs import CompletionOutput, RequestOutput
+from .outputs import CompletionOutput, RequestMetrics, RequestOutput
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "SsmserveError", "Tokenizer"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "RequestMetrics", "Logprob", "SsmserveError",
+           "Tokenizer", "AsyncLLM", "AsyncEngineArgs", "EngineArgs", "has_cuda"]
 __version__ = "0.1.0"
 
 Logprob = _ssmserve.Logprob
 SsmserveError = _ssmserve.SsmserveError
-#: True when the module was built with the CUDA backend (pip install . -C cmake.define.SSMSERVE_PYTHON_CUDA=ON).
+#: True when the package was built with the CUDA backend (`pip install .` with nvcc found; device="cuda").
 has_cuda = bool(getattr(_ssmserve, "has_cuda", False))
 
 PromptType = Union[str, Sequence[int], dict]
@@ -130,88 +138,220 @@ class Tokenizer:
         return self.vocab_size
 
 
-class LLM:
-    """vLLM's offline LLM: LLM(model, **engine_args). Engine args: tokenizer, max_num_seqs,
-    max_num_batched_tokens, num_state_blocks, threads, tensor_parallel_size, mamba_cache_dtype,
-    mamba_ssm_cache_dtype, load_format, device ("cpu", "cuda" or "auto", as `--device`; "cuda" needs a module built
-    with the CUDA backend, pip install . -C cmake.define.SSMSERVE_PYTHON_CUDA=ON (ssmserve.has_cuda), else it says
-    it is not available in this build), gpu_memory_utilization, max_model_len (most prompt +
-    generated tokens per request; default the model's max_position_embeddings; generation stops there with
-    finish_reason "length", a longer prompt is a ValueError), num_scheduler_steps (multi-step decode, as
-    `--num-scheduler-steps`), enable_prefix_caching (default True, as vLLM: a prompt that starts with a cached prefix
-    continues from its cached state; RequestOutput.num_cached_tokens says how many tokens it saved), mamba_cache_mode
-    ("all", "align" or "none") and mamba_block_size (tokens per cached state), as `--mamba-cache-mode` /
-    `--mamba-block-size`."""
+# LLM(...) keyword arguments beyond vLLM's named ones that the engine takes (as the CLI's flags).
+_SSMSERVE_ENGINE_ARGS = ("num_state_blocks", "threads", "num_threads", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
+                         "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size")
 
-    def __init__(self, model: str, seed: Optional[int] = None, **engine_args):
-        """seed: the engine seed (vLLM's): requests whose SamplingParams have no seed get seeds derived from it and
-        a running count (splitmix64, so they do not coincide with small explicit seeds), and a script's sampled
-        outputs repeat from run to run; None (the default here): unseeded requests differ every run."""
-        if seed is not None:
-            try:
-                seed = operator.index(seed)
-            except TypeError:
-                raise TypeError(f"seed must be None or an int, got {type(seed).__name__}") from None
-            if not 0 <= seed < 2**64:
-                raise ValueError(f"seed must be None or an integer in [0, 2**64), got {seed}")
-        self._engine = _ssmserve.Engine(str(model), **engine_args)
-        self._seed = seed
-        self._seeded = 0  # requests seeded from `seed` so far
-        self._seed_lock = threading.Lock()  # one LLM may be used from several threads
 
-    def _with_seed(self, p):
+def _check_seed(seed) -> Optional[int]:
+    if seed is None:
+        return None
+    try:
+        seed = operator.index(seed)
+    except TypeError:
+        raise TypeError(f"seed must be None or an int, got {type(seed).__name__}") from None
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be None or an integer in [0, 2**64), got {seed}")
+    return seed
+
+
+def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_batched_tokens, gpu_memory_utilization,
+                 tensor_parallel_size, enable_prefix_caching, speculative_config, device, load_format, extra):
+    """The C++ engine of LLM / AsyncLLM: vLLM's named arguments (None = the engine's default) plus ssmserve's own
+    (extra). TypeError for an unknown name or a wrong type, ValueError for a bad value or a missing model folder."""
+    if speculative_config is not None:
+        raise NotImplementedError("speculative_config: speculative decoding is not supported by ssmserve yet "
+                                  "(leave it None)")
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model must be a str (a checkpoint folder), got {type(model).__name__}")
+    if dtype not in (None, "auto"):
+        raise ValueError(f"dtype={dtype!r} is not supported: ssmserve computes in the checkpoint's dtype "
+                         "(use dtype='auto'; the state cache dtypes are mamba_cache_dtype / mamba_ssm_cache_dtype)")
+    model = os.fspath(model)
+    if not os.path.isdir(model):
+        raise ValueError(f"model folder {model!r} does not exist (LLM(model=...) takes a local checkpoint folder "
+                         "with config.json)")
+    for k in extra:
+        if k not in _SSMSERVE_ENGINE_ARGS:
+            raise TypeError(f"LLM() got an unexpected keyword argument '{k}'")
+    named = dict(tokenizer=None if tokenizer is None else os.fspath(tokenizer), max_model_len=max_model_len,
+                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                 gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
+                 enable_prefix_caching=enable_prefix_caching, device=device, load_format=load_format)
+    args = {k: v for k, v in named.items() if v is not None}
+    args.update(extra)
+    return _ssmserve.Engine(model, **args)
+
+
+class _Seeder:
+    """vLLM's engine seed: requests whose SamplingParams have no seed get seeds derived from it and a running count
+    (splitmix64, so they do not coincide with small explicit seeds). Thread-safe."""
+
+    def __init__(self, seed: Optional[int]):
+        self.seed = seed
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, p):
         """p, or a copy seeded from the engine seed when p has none."""
-        if self._seed is None or p.seed is not None:
+        if self.seed is None or p.seed is not None:
             return p
-        with self._seed_lock:
-            i = self._seeded
-            self._seeded += 1
+        with self._lock:
+            i = self._count
+            self._count += 1
         q = p.clone()
-        q.seed = _splitmix64(_splitmix64(self._seed) + i)  # choices of n > 1 use seed + c (the engine)
+        q.seed = _splitmix64(_splitmix64(self.seed) + i)  # choices of n > 1 use seed + c (the engine)
         return q
+
+
+def _progress_bar(use_tqdm, total: int):
+    """The tqdm bar of generate(use_tqdm=...): None when off, tqdm is not installed, or there is nothing to do."""
+    if not use_tqdm or total == 0:
+        return None
+    if callable(use_tqdm):  # vLLM: a tqdm-like class to use instead
+        return use_tqdm(total=total, desc="Processed prompts", dynamic_ncols=True)
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pip install tqdm (a dependency of the package; absent only in hand-made installs)
+        return None
+    return tqdm(total=total, desc="Processed prompts", dynamic_ncols=True)
+
+
+def _as_prompt_list(prompts) -> list:
+    """generate()'s prompts as a list: one prompt (str, dict, list of int) becomes a list of one."""
+    if isinstance(prompts, (str, dict)):
+        return [prompts]
+    if isinstance(prompts, (list, tuple)):
+        if prompts and isinstance(prompts[0], int) and not isinstance(prompts[0], bool):
+            return [list(prompts)]
+        return list(prompts)
+    raise TypeError("prompts must be a str, a list of int token ids, a {\"prompt\": ...} / {\"prompt_token_ids\": "
+                    f"...}} dict, or a list of these; got {type(prompts).__name__}")
+
+
+def _check_params(p):
+    if not isinstance(p, _ssmserve.SamplingParams):
+        raise TypeError(f"sampling_params must be a SamplingParams or a list of them, got {type(p).__name__}")
+    return p
+
+
+class LLM:
+    """vLLM's offline LLM: loads a checkpoint folder and runs batches of prompts with continuous batching.
+
+    vLLM's arguments (None = the engine's default):
+      model: the checkpoint folder (config.json, *.safetensors, tokenizer.json); a missing folder is a ValueError.
+      tokenizer: a folder with tokenizer.json (default: the model folder).
+      dtype: "auto" only (the checkpoint's dtype).
+      seed: the engine seed: requests without their own SamplingParams.seed get seeds derived from it, so a script's
+        sampled outputs repeat from run to run; None (the default): unseeded requests differ every run.
+      max_model_len: most prompt + generated tokens per request (default: the model's max_position_embeddings);
+        generation stops there with finish_reason "length", a longer prompt is a ValueError.
+      max_num_seqs: most requests in one batch. max_num_batched_tokens: most tokens one engine step computes.
+      gpu_memory_utilization: share of GPU memory the engine may take (0.9).
+      tensor_parallel_size: ranks the model is split over (in-process threads on the CPU, GPUs with NCCL).
+      enable_prefix_caching: reuse the state of a cached prompt prefix (default True, as vLLM);
+        RequestOutput.num_cached_tokens says how many tokens it saved.
+      speculative_config: not supported (must be None; anything else is a NotImplementedError).
+      device: "auto" (the GPU when the package has the CUDA backend and a GPU is present, else the CPU), "cuda" or
+        "cpu". load_format: "auto", "safetensors" or "dummy" (random weights from config.json).
+    ssmserve's own (the CLI's flags): threads (CPU threads, default all cores), num_state_blocks,
+    mamba_cache_dtype, mamba_ssm_cache_dtype, num_scheduler_steps (multi-step decode), mamba_cache_mode ("all",
+    "align" or "none") and mamba_block_size (tokens per cached state). Unknown keyword arguments are a TypeError.
+    One LLM may be used from several threads: their requests batch together in the one engine."""
+
+    def __init__(self, model: str, *, tokenizer: Optional[str] = None, dtype: str = "auto", seed: Optional[int] = None,
+                 max_model_len: Optional[int] = None, max_num_seqs: Optional[int] = None,
+                 max_num_batched_tokens: Optional[int] = None, gpu_memory_utilization: float = 0.9,
+                 tensor_parallel_size: int = 1, enable_prefix_caching: Optional[bool] = None,
+                 speculative_config: Optional[dict] = None, device: str = "auto", load_format: str = "auto",
+                 **kwargs):
+        seed = _check_seed(seed)
+        self._engine = _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_batched_tokens,
+                                    gpu_memory_utilization, tensor_parallel_size, enable_prefix_caching,
+                                    speculative_config, device, load_format, kwargs)
+        self._with_seed = _Seeder(seed)
 
     def get_tokenizer(self) -> "Tokenizer":
         """The engine's tokenizer (vLLM's LLM.get_tokenizer): encode / decode / vocab_size / eos_token_id."""
         return Tokenizer(self._engine)
 
+    def get_engine_stats(self) -> Dict[str, int]:
+        """The engine's counters: num_running_requests, num_waiting_requests, num_free_blocks (state blocks a new
+        request could get), num_state_blocks (the pool, incl. the null block), num_cached_blocks, and
+        num_tracked_requests / num_timed_requests (requests the binding still holds outputs or times for). Once every
+        request finished or was aborted: no running, waiting or tracked requests and num_free_blocks ==
+        num_state_blocks - 1."""
+        return self._engine.stats()
+
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
-                 sampling_params=None, use_tqdm: bool = False) -> List[RequestOutput]:
-        """Runs every prompt (str, token ids, or {"prompt"} / {"prompt_token_ids"} dicts) through the engine with
-        continuous batching; returns one finished RequestOutput per prompt, in input order."""
-        if isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        prompts = list(prompts)
+                 sampling_params: Union["_ssmserve.SamplingParams", Sequence["_ssmserve.SamplingParams"], None] = None,
+                 use_tqdm: Union[bool, Callable[..., Any]] = True) -> List[RequestOutput]:
+        """Runs every prompt through the engine with continuous batching; returns one finished RequestOutput per
+        prompt, in input order (vLLM's LLM.generate).
+
+        prompts: one prompt or a list; a prompt is a str, a list of int token ids, {"prompt": str} or
+        {"prompt_token_ids": [int], optionally "prompt": str}. sampling_params: one SamplingParams for all, a list
+        with one per prompt, or None (SamplingParams()). use_tqdm: a "Processed prompts" progress bar (tqdm) on
+        stderr while the batch runs (True, the default), none (False), or a tqdm-like class to use."""
+        prompts = _as_prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
-        params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(prompts)
-        for p in params:
-            if not isinstance(p, _ssmserve.SamplingParams):
-                raise TypeError(f"sampling_params must be a SamplingParams or a list of them, got {type(p).__name__}")
-        return self._engine.generate(prompts, [self._with_seed(p) for p in params])
+        if isinstance(sampling_params, (list, tuple)):
+            params = [_check_params(p) for p in sampling_params]
+            if len(params) != len(prompts):
+                raise ValueError(f"the lengths of prompts ({len(prompts)}) and sampling_params ({len(params)}) "
+                                 "must be the same")
+        else:
+            params = [_check_params(sampling_params)] * len(prompts)
+        bar = _progress_bar(use_tqdm, sum(p.n for p in params))
+        try:
+            return self._engine.generate(prompts, [self._with_seed(p) for p in params],
+                                         None if bar is None else bar.update)
+        finally:
+            if bar is not None:
+                bar.close()
 
-    def chat(self, messages, sampling_params=None, use_tqdm: bool = False, chat_template: Optional[str] = None,
-             add_generation_prompt: bool = True, continue_final_message: bool = False) -> List[RequestOutput]:
+    def chat(self, messages, sampling_params=None, use_tqdm: Union[bool, Callable[..., Any]] = True,
+             chat_template: Optional[str] = None, add_generation_prompt: bool = True,
+             continue_final_message: bool = False, tools: Optional[List[dict]] = None,
+             chat_template_kwargs: Optional[Dict[str, Any]] = None) -> List[RequestOutput]:
         """vLLM's LLM.chat: one conversation (a list of {"role", "content"} dicts) or a list of conversations,
-        rendered with the checkpoint's chat template (tokenizer_config.json; without one ssmserve's plain default,
-        as `ssmserve serve` does) or with `chat_template` (Jinja source or a file path), then generated as
-        generate() does; one RequestOutput per conversation. content may be a string or a list of
-        {"type": "text", "text"} parts (joined with newlines). continue_final_message: the prompt ends inside the
-        final message, which the model continues (needs add_generation_prompt=False). Malformed messages raise
-        ValueError / TypeError."""
+        rendered with the checkpoint's chat template (chat_template.jinja or tokenizer_config.json; without one
+        ssmserve's plain default, as `ssmserve serve` does) or with `chat_template` (Jinja source or a file path),
+        then generated as generate() does; one RequestOutput per conversation. content may be a string or a list of
+        {"type": "text", "text"} parts (joined with newlines). add_generation_prompt: end the prompt with the
+        assistant turn's header. continue_final_message: the prompt ends inside the final message, which the model
+        continues (needs add_generation_prompt=False). tools: a list of tool schemas the template sees as `tools`.
+        chat_template_kwargs: extra template variables (a dict, e.g. {"enable_thinking": False}). Malformed messages
+        raise ValueError / TypeError; a template that fails raises ValueError naming its line."""
         if continue_final_message and add_generation_prompt:
             raise ValueError("cannot set both continue_final_message and add_generation_prompt to True")
         if not isinstance(messages, (list, tuple)) or not messages:
             raise TypeError("chat() takes a non-empty list of messages (or a list of such lists)")
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise TypeError(f"chat_template must be a str (Jinja source or a file path), got {type(chat_template).__name__}")
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+            raise TypeError("chat_template_kwargs must be a dict of template variables, got "
+                            f"{type(chat_template_kwargs).__name__}")
+        if tools is not None and not isinstance(tools, (list, tuple)):
+            raise TypeError(f"tools must be a list of tool schemas (dicts), got {type(tools).__name__}")
+        try:
+            kwargs_json = json.dumps(chat_template_kwargs) if chat_template_kwargs else ""
+            tools_json = json.dumps(list(tools)) if tools is not None else ""
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"chat_template_kwargs and tools must be JSON-serializable: {e}") from None
         conversations = messages if isinstance(messages[0], (list, tuple)) else [messages]
         prompts = [self._engine.render_chat(json.dumps([_chat_message(m) for m in conv]), add_generation_prompt,
-                                            chat_template, continue_final_message) for conv in conversations]
+                                            chat_template, continue_final_message, kwargs_json, tools_json)
+                   for conv in conversations]
         # The template writes its own special tokens (BOS): encoded without adding them again (vLLM's chat default).
         prompts = [{"prompt": p, "prompt_token_ids": self._engine.encode(p, False)} for p in prompts]
-        return self.generate(prompts, sampling_params)
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def stream(self, prompt: PromptType, sampling_params=None) -> Iterator[RequestOutput]:
         """Yields the request's RequestOutput after every engine step that produced a token (cumulative text plus
-        delta_text), the last one with finished=True. Closing the iterator early aborts the request."""
+        delta_text), the last one with finished=True. Closing the iterator early aborts the request. (ssmserve's
+        own; AsyncLLM.generate is the asyncio form.)"""
         if sampling_params is not None and not isinstance(sampling_params, _ssmserve.SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
         rid = self._engine.add(prompt, self._with_seed(sampling_params if sampling_params is not None else SamplingParams()))
@@ -228,3 +368,6 @@ class LLM:
         finally:
             if not finished:
                 self._engine.abort(rid)
+
+
+from .async_llm import AsyncEngineArgs, AsyncLLM, EngineArgs  # noqa: E402  (uses the names above)

@@ -1,0 +1,131 @@
+# Type stubs of the ssmserve package (the extension module's classes are declared here, so editors complete them).
+from typing import Any, AsyncGenerator, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+from .async_llm import AsyncEngineArgs as AsyncEngineArgs, AsyncLLM as AsyncLLM, EngineArgs as EngineArgs
+from .outputs import CompletionOutput as CompletionOutput, RequestMetrics as RequestMetrics, RequestOutput as RequestOutput
+
+__version__: str
+#: True when the package was built with the CUDA backend (device="cuda").
+has_cuda: bool
+
+class SsmserveError(ValueError):
+    """An engine error (bad config, checkpoint, request): a ValueError."""
+
+class Logprob:
+    """vLLM's Logprob: a candidate token's natural-log probability, its rank (1 = most likely) and its text."""
+    @property
+    def logprob(self) -> float: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def decoded_token(self) -> str: ...
+
+class _SamplingParams:
+    """vLLM's SamplingParams (build one with ssmserve.SamplingParams(**kwargs))."""
+    n: int
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    seed: Optional[int]
+    presence_penalty: float
+    frequency_penalty: float
+    repetition_penalty: float
+    max_tokens: int
+    min_tokens: int
+    stop: List[str]
+    stop_token_ids: List[int]
+    ignore_eos: bool
+    logprobs: Optional[int]
+    prompt_logprobs: Optional[int]
+    include_stop_str_in_output: bool
+    skip_special_tokens: bool
+    logit_bias: Dict[int, float]
+    allowed_token_ids: List[int]
+    def clone(self) -> "_SamplingParams": ...
+    def validate(self, vocab_size: int) -> None: ...
+
+def SamplingParams(
+    *,
+    n: int = ...,
+    temperature: float = ...,
+    top_p: float = ...,
+    top_k: int = ...,
+    min_p: float = ...,
+    seed: Optional[int] = ...,
+    presence_penalty: float = ...,
+    frequency_penalty: float = ...,
+    repetition_penalty: float = ...,
+    max_tokens: Optional[int] = ...,
+    min_tokens: int = ...,
+    stop: Union[str, List[str], None] = ...,
+    stop_token_ids: Optional[List[int]] = ...,
+    ignore_eos: bool = ...,
+    logprobs: Optional[int] = ...,
+    prompt_logprobs: Optional[int] = ...,
+    include_stop_str_in_output: bool = ...,
+    skip_special_tokens: bool = ...,
+    logit_bias: Optional[Dict[int, float]] = ...,
+    allowed_token_ids: Optional[List[int]] = ...,
+) -> _SamplingParams:
+    """vLLM's SamplingParams: temperature 1.0, max_tokens 16 (None: up to max_model_len), ...; unknown names raise
+    TypeError, bad values ValueError naming the field."""
+
+PromptType = Union[str, Sequence[int], Dict[str, Any]]
+
+class Tokenizer:
+    """The engine's tokenizer: encode(text) -> ids, decode(ids) -> text, vocab_size, eos_token_id."""
+    def encode(self, text: str) -> List[int]: ...
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def eos_token_id(self) -> Optional[int]: ...
+    def __len__(self) -> int: ...
+
+class LLM:
+    """vLLM's offline LLM (see the class docstring for every argument)."""
+    def __init__(
+        self,
+        model: str,
+        *,
+        tokenizer: Optional[str] = None,
+        dtype: str = "auto",
+        seed: Optional[int] = None,
+        max_model_len: Optional[int] = None,
+        max_num_seqs: Optional[int] = None,
+        max_num_batched_tokens: Optional[int] = None,
+        gpu_memory_utilization: float = 0.9,
+        tensor_parallel_size: int = 1,
+        enable_prefix_caching: Optional[bool] = None,
+        speculative_config: Optional[dict] = None,
+        device: str = "auto",
+        load_format: str = "auto",
+        threads: int = ...,
+        num_state_blocks: int = ...,
+        mamba_cache_dtype: str = ...,
+        mamba_ssm_cache_dtype: str = ...,
+        num_scheduler_steps: int = ...,
+        mamba_cache_mode: str = ...,
+        mamba_block_size: int = ...,
+    ) -> None: ...
+    def get_tokenizer(self) -> Tokenizer: ...
+    def get_engine_stats(self) -> Dict[str, int]: ...
+    def generate(
+        self,
+        prompts: Union[PromptType, Sequence[PromptType]],
+        sampling_params: Union[_SamplingParams, Sequence[_SamplingParams], None] = None,
+        use_tqdm: Union[bool, Callable[..., Any]] = True,
+    ) -> List[RequestOutput]: ...
+    def chat(
+        self,
+        messages: Union[List[Dict[str, Any]], List[List[Dict[str, Any]]]],
+        sampling_params: Union[_SamplingParams, Sequence[_SamplingParams], None] = None,
+        use_tqdm: Union[bool, Callable[..., Any]] = True,
+        chat_template: Optional[str] = None,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        tools: Optional[List[Dict[str, Any]]] = None,
+        chat_template_kwargs: Optional[Dict[str, Any]] = None,
+    ) -> List[RequestOutput]: ...
+    def stream(self, prompt: PromptType, sampling_params: Optional[_SamplingParams] = None) -> Iterator[RequestOutput]: ...

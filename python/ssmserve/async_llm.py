@@ -1,0 +1,303 @@
+"""vLLM v1's asyncio engine (vllm.v1.engine.async_llm.AsyncLLM) over the ssmserve engine.
+
+One background thread runs the engine loop: it adds the requests generate() queued, runs an engine step (the C++
+engine, with the GIL released, so the event loop keeps running) and hands each step's outputs to the event loops
+of the waiting generate() calls. Every request of every caller shares that one continuous-batching engine.
+"""
+import asyncio
+import dataclasses
+import threading
+import weakref
+from typing import Any, AsyncGenerator, Dict, Iterable, List, Optional, Union
+
+from . import _ssmserve
+from .outputs import CompletionOutput, RequestOutput
+
+_ABORTED = object()  # stream item: the request was aborted (AsyncLLM.abort)
+
+
+@dataclasses.dataclass
+class EngineArgs:
+    """vLLM's EngineArgs: the arguments of LLM(...) as one object (see ssmserve.LLM for each one's meaning).
+    Unknown field names are a TypeError (dataclass)."""
+    model: str
+    tokenizer: Optional[str] = None
+    dtype: str = "auto"
+    seed: Optional[int] = None
+    max_model_len: Optional[int] = None
+    max_num_seqs: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+    enable_prefix_caching: Optional[bool] = None
+    speculative_config: Optional[dict] = None
+    device: str = "auto"
+    load_format: str = "auto"
+    # ssmserve's own (the CLI's flags); None = the engine's default.
+    threads: Optional[int] = None
+    num_state_blocks: Optional[int] = None
+    mamba_cache_dtype: Optional[str] = None
+    mamba_ssm_cache_dtype: Optional[str] = None
+    num_scheduler_steps: Optional[int] = None
+    mamba_cache_mode: Optional[str] = None
+    mamba_block_size: Optional[int] = None
+
+    def _engine_and_seeder(self):
+        from . import _check_seed, _make_engine, _Seeder, _SSMSERVE_ENGINE_ARGS
+
+        own = {k: getattr(self, k) for k in _SSMSERVE_ENGINE_ARGS if hasattr(self, k) and getattr(self, k) is not None}
+        engine = _make_engine(self.model, self.tokenizer, self.dtype, self.max_model_len, self.max_num_seqs,
+                              self.max_num_batched_tokens, self.gpu_memory_utilization, self.tensor_parallel_size,
+                              self.enable_prefix_caching, self.speculative_config, self.device, self.load_format, own)
+        return engine, _Seeder(_check_seed(self.seed))
+
+
+@dataclasses.dataclass
+class AsyncEngineArgs(EngineArgs):
+    """vLLM's AsyncEngineArgs (AsyncLLM.from_engine_args): the same fields as EngineArgs."""
+
+
+class _Stream:
+    """One generate() call's queue, on its event loop."""
+    __slots__ = ("loop", "queue")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+
+class _Core:
+    """The engine, its background loop thread and the request streams (what the thread holds: AsyncLLM itself can
+    be garbage-collected, which shuts the core down)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.cv = threading.Condition()
+        self.inbox: List[tuple] = []              # ("add", id, prompt, params) / ("abort", id), in call order
+        self.streams: Dict[str, _Stream] = {}     # running request id -> its generate() call's stream (under cv)
+        self.closed = False
+        self.dead: Optional[BaseException] = None  # why the loop stopped (an engine failure)
+        self.thread = threading.Thread(target=self._run, name="ssmserve-async-engine", daemon=True)
+        self.thread.start()
+
+    def submit(self, op: tuple) -> None:
+        with self.cv:
+            if self.closed:
+                raise RuntimeError("the AsyncLLM is shut down")
+            self.inbox.append(op)
+            self.cv.notify()
+
+    def _deliver(self, items: List[tuple]) -> None:
+        """Hands (request id, item) pairs to their streams' event loops; a finished request's stream is dropped."""
+        by_loop: Dict[asyncio.AbstractEventLoop, List[tuple]] = {}
+        with self.cv:
+            for rid, item in items:
+                s = self.streams.get(rid)
+                if s is None:
+                    continue  # aborted or closed meanwhile
+                if item is _ABORTED or isinstance(item, BaseException) or item.finished:
+                    del self.streams[rid]
+                by_loop.setdefault(s.loop, []).append((s.queue, item))
+        for loop, batch in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, batch)
+            except RuntimeError:  # that event loop is closed: nobody waits for these
+                pass
+
+    def _run(self) -> None:
+        engine = self.engine
+        busy = False
+        try:
+            while True:
+                with self.cv:
+                    while not self.inbox and not busy and not self.closed:
+                        self.cv.wait()
+                    if self.closed:
+                        return
+                    ops, self.inbox = self.inbox, []
+                items = []
+                for op in ops:
+                    if op[0] == "add":
+                        try:
+                            engine.add_async(op[2], op[3], op[1])
+                        except Exception as e:  # noqa: BLE001 (a bad request: its caller gets the error)
+                            items.append((op[1], e))
+                    else:
+                        engine.abort(op[1])
+                        items.append((op[1], _ABORTED))
+                outs = engine.step_async()
+                busy = engine.has_unfinished()
+                items.extend((o.request_id, o) for o in outs)
+                if items:
+                    self._deliver(items)
+        except BaseException as e:  # noqa: BLE001 (the engine failed: every caller gets the error)
+            err = RuntimeError(f"the AsyncLLM engine loop stopped: {e}")
+            err.__cause__ = e
+            self.dead = err
+            with self.cv:
+                rids = list(self.streams)
+            self._deliver([(rid, err) for rid in rids])
+
+    def shutdown(self) -> None:
+        with self.cv:
+            self.closed = True
+            rids = list(self.streams)
+            self.cv.notify()
+        if self.thread is not threading.current_thread():
+            self.thread.join()
+        self._deliver([(rid, RuntimeError("the AsyncLLM was shut down")) for rid in rids])
+        for rid in rids:
+            self.engine.abort(rid)
+
+
+def _put_all(batch: List[tuple]) -> None:
+    for queue, item in batch:
+        queue.put_nowait(item)
+
+
+def _aborted_output(request_id: str, prompt, last: Optional[RequestOutput]) -> RequestOutput:
+    """The final output of an aborted request: its last output (or an empty one) with finish_reason "abort"."""
+    if last is None:
+        text = prompt if isinstance(prompt, str) else (prompt.get("prompt", "") if isinstance(prompt, dict) else "")
+        return RequestOutput(request_id, text, [], [CompletionOutput(0, "", [], None, "abort")], True)
+    outs = [dataclasses.replace(c, finish_reason=c.finish_reason or "abort") for c in last.outputs]
+    return dataclasses.replace(last, outputs=outs, finished=True, delta_text="")
+
+
+class AsyncLLM:
+    """vLLM v1's AsyncLLM: an asyncio engine for applications that stream.
+
+        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model="models/tiny-mamba"))
+        async for out in engine.generate("Hello", SamplingParams(max_tokens=32), request_id="r1"):
+            print(out.outputs[0].text)  # cumulative text; out.delta_text is what is new
+        engine.shutdown()
+
+    Many concurrent generate() calls (from any number of tasks or event loops) share one continuous-batching
+    engine, run by a background thread with the GIL released while it computes. Thread-safe. Also a context manager
+    (shutdown on exit)."""
+
+    def __init__(self, model: str, **engine_args: Any):
+        """AsyncLLM(model, **kwargs): the keyword arguments of ssmserve.LLM (EngineArgs' fields)."""
+        engine, self._with_seed = EngineArgs(model, **engine_args)._engine_and_seeder()
+        self._core = _Core(engine)
+        weakref.finalize(self, _Core.shutdown, self._core)
+
+    @classmethod
+    def from_engine_args(cls, engine_args: EngineArgs, **_ignored: Any) -> "AsyncLLM":
+        """vLLM's constructor: AsyncLLM.from_engine_args(AsyncEngineArgs(model=..., ...)). Keyword arguments vLLM
+        takes here (usage_context, start_engine_loop, ...) are accepted and ignored."""
+        if not isinstance(engine_args, EngineArgs):
+            raise TypeError(f"from_engine_args takes an AsyncEngineArgs, got {type(engine_args).__name__}")
+        self = cls.__new__(cls)
+        engine, self._with_seed = engine_args._engine_and_seeder()
+        self._core = _Core(engine)
+        weakref.finalize(self, _Core.shutdown, self._core)
+        return self
+
+    async def generate(self, prompt, sampling_params=None, request_id: Optional[str] = None, *,
+                       lora_request: Any = None, trace_headers: Any = None,
+                       priority: int = 0) -> AsyncGenerator[RequestOutput, None]:
+        """Streams one request's outputs: a cumulative RequestOutput after every engine step that produced text
+        for it (when the caller falls behind, outputs are merged: the newest one, delta_text joined), the last one
+        with finished=True. prompt: a str, a list of int token ids, or a {"prompt"} / {"prompt_token_ids"} dict.
+        request_id: unique among running requests (a ValueError otherwise). Leaving the `async for` early (break,
+        task cancelled) aborts the request. An aborted request (abort()) ends with finish_reason "abort". Bad
+        sampling params or prompts raise ValueError / TypeError from the first iteration. lora_request must be None
+        (no LoRA adapters); trace_headers and priority are accepted and ignored (vLLM's signature)."""
+        from . import SamplingParams
+
+        if lora_request is not None:
+            raise NotImplementedError("lora_request: LoRA adapters are not supported by ssmserve")
+        if request_id is None or not isinstance(request_id, str):
+            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        if not isinstance(sampling_params, _ssmserve.SamplingParams):
+            raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
+        if not isinstance(prompt, (str, dict, list, tuple)):
+            raise TypeError("a prompt must be a str, a list of int token ids, or a dict with \"prompt\" or "
+                            f"\"prompt_token_ids\"; got {type(prompt).__name__}")
+        core = self._core
+        if core.dead is not None:
+            raise core.dead
+        stream = _Stream(asyncio.get_running_loop())
+        with core.cv:
+            if request_id in core.streams:
+                raise ValueError(f"request_id '{request_id}' is already running")
+            core.streams[request_id] = stream
+        try:
+            core.submit(("add", request_id, list(prompt) if isinstance(prompt, tuple) else prompt,
+                         self._with_seed(sampling_params)))
+        except BaseException:
+            with core.cv:
+                core.streams.pop(request_id, None)
+            raise
+        finished = False
+        last: Optional[RequestOutput] = None
+        try:
+            while not finished:
+                item = await stream.queue.get()
+                delta = ""
+                while not stream.queue.empty() and isinstance(item, RequestOutput) and not item.finished:
+                    delta += item.delta_text  # merge outputs the caller fell behind on (they are cumulative)
+                    item = stream.queue.get_nowait()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                if item is _ABORTED:
+                    finished = True
+                    yield _aborted_output(request_id, prompt, last)
+                    return
+                if delta:
+                    item.delta_text = delta + item.delta_text
+                finished = item.finished
+                last = item
+                yield item
+        finally:
+            if not finished:  # the caller left early: free the request's engine state
+                with core.cv:
+                    if core.streams.get(request_id) is stream:
+                        del core.streams[request_id]
+                try:
+                    core.submit(("abort", request_id))
+                except RuntimeError:
+                    pass
+
+    async def abort(self, request_id: Union[str, Iterable[str]]) -> None:
+        """Aborts requests (vLLM's AsyncLLM.abort): their engine state is freed and their generate() streams end
+        with a final output whose finish_reason is "abort". Unknown or finished ids are ignored."""
+        ids = [request_id] if isinstance(request_id, str) else list(request_id)
+        for rid in ids:
+            if not isinstance(rid, str):
+                raise TypeError(f"request_id must be a str, got {type(rid).__name__}")
+            self._core.submit(("abort", rid))
+
+    async def get_tokenizer(self):
+        """The engine's tokenizer (vLLM's AsyncLLM.get_tokenizer)."""
+        from . import Tokenizer
+
+        return Tokenizer(self._core.engine)
+
+    def get_engine_stats(self) -> Dict[str, int]:
+        """The engine's counters (see ssmserve.LLM.get_engine_stats). Blocks for up to one engine step."""
+        return self._core.engine.stats()
+
+    @property
+    def is_running(self) -> bool:
+        """True while the engine loop runs (not shut down, not failed)."""
+        return self._core.thread.is_alive() and not self._core.closed
+
+    @property
+    def errored(self) -> bool:
+        """True when the engine loop stopped on an error."""
+        return self._core.dead is not None
+
+    def shutdown(self) -> None:
+        """Stops the engine loop; running requests end with a RuntimeError. Idempotent."""
+        self._core.shutdown()
+
+    def __enter__(self) -> "AsyncLLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()

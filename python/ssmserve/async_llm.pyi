@@ -1,0 +1,76 @@
+from typing import Any, AsyncGenerator, Dict, Iterable, Optional, Union
+
+from . import PromptType, Tokenizer, _SamplingParams
+from .outputs import RequestOutput
+
+class EngineArgs:
+    model: str
+    tokenizer: Optional[str]
+    dtype: str
+    seed: Optional[int]
+    max_model_len: Optional[int]
+    max_num_seqs: Optional[int]
+    max_num_batched_tokens: Optional[int]
+    gpu_memory_utilization: float
+    tensor_parallel_size: int
+    enable_prefix_caching: Optional[bool]
+    speculative_config: Optional[dict]
+    device: str
+    load_format: str
+    threads: Optional[int]
+    num_state_blocks: Optional[int]
+    mamba_cache_dtype: Optional[str]
+    mamba_ssm_cache_dtype: Optional[str]
+    num_scheduler_steps: Optional[int]
+    mamba_cache_mode: Optional[str]
+    mamba_block_size: Optional[int]
+    def __init__(
+        self,
+        model: str,
+        tokenizer: Optional[str] = None,
+        dtype: str = "auto",
+        seed: Optional[int] = None,
+        max_model_len: Optional[int] = None,
+        max_num_seqs: Optional[int] = None,
+        max_num_batched_tokens: Optional[int] = None,
+        gpu_memory_utilization: float = 0.9,
+        tensor_parallel_size: int = 1,
+        enable_prefix_caching: Optional[bool] = None,
+        speculative_config: Optional[dict] = None,
+        device: str = "auto",
+        load_format: str = "auto",
+        threads: Optional[int] = None,
+        num_state_blocks: Optional[int] = None,
+        mamba_cache_dtype: Optional[str] = None,
+        mamba_ssm_cache_dtype: Optional[str] = None,
+        num_scheduler_steps: Optional[int] = None,
+        mamba_cache_mode: Optional[str] = None,
+        mamba_block_size: Optional[int] = None,
+    ) -> None: ...
+
+class AsyncEngineArgs(EngineArgs): ...
+
+class AsyncLLM:
+    def __init__(self, model: str, **engine_args: Any) -> None: ...
+    @classmethod
+    def from_engine_args(cls, engine_args: EngineArgs, **_ignored: Any) -> "AsyncLLM": ...
+    def generate(
+        self,
+        prompt: PromptType,
+        sampling_params: Optional[_SamplingParams] = None,
+        request_id: Optional[str] = None,
+        *,
+        lora_request: Any = None,
+        trace_headers: Any = None,
+        priority: int = 0,
+    ) -> AsyncGenerator[RequestOutput, None]: ...
+    async def abort(self, request_id: Union[str, Iterable[str]]) -> None: ...
+    async def get_tokenizer(self) -> Tokenizer: ...
+    def get_engine_stats(self) -> Dict[str, int]: ...
+    @property
+    def is_running(self) -> bool: ...
+    @property
+    def errored(self) -> bool: ...
+    def shutdown(self) -> None: ...
+    def __enter__(self) -> "AsyncLLM": ...
+    def __exit__(self, *exc: Any) -> None: ...

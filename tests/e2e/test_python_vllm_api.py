@@ -1,0 +1,287 @@
+# The Python package as vLLM users use it (issue 33): vLLM's LLM / generate / chat names and defaults, the fields of
+# RequestOutput / CompletionOutput, the tqdm bar, AsyncLLM (64 concurrent streams == offline results, abort frees the
+# request's state), clear exceptions for bad input, and the `ssmserve` console command of the pip install.
+import asyncio
+import dataclasses
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import MODEL
+
+import ssmserve  # installed by `pip install .` (scripts/test.sh does it)
+from ssmserve import AsyncEngineArgs, AsyncLLM, LLM, SamplingParams
+
+PROMPTS = ["And the LORD said unto Moses,", "It is a truth universally acknowledged", "Call me Ishmael.", "a"]
+GREEDY = SamplingParams(temperature=0, max_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM(str(MODEL), max_num_seqs=8, threads=2)
+
+
+def idle(stats):
+    """True when the engine holds no request: nothing running, waiting or tracked, every block free."""
+    return (stats["num_running_requests"] == 0 and stats["num_waiting_requests"] == 0 and stats["num_tracked_requests"] == 0
+            and stats["num_timed_requests"] == 0 and stats["num_free_blocks"] == stats["num_state_blocks"] - 1)
+
+
+def test_vllm_names_and_defaults(llm):
+    sig = inspect.signature(LLM.__init__).parameters
+    want = {"tokenizer": None, "dtype": "auto", "seed": None, "max_model_len": None, "max_num_seqs": None,
+            "max_num_batched_tokens": None, "gpu_memory_utilization": 0.9, "tensor_parallel_size": 1,
+            "enable_prefix_caching": None, "speculative_config": None, "device": "auto", "load_format": "auto"}
+    for name, default in want.items():
+        assert sig[name].default == default, name
+    assert inspect.signature(LLM.generate).parameters["use_tqdm"].default is True
+    chat = inspect.signature(LLM.chat).parameters
+    assert chat["chat_template"].default is None and chat["add_generation_prompt"].default is True
+    assert chat["chat_template_kwargs"].default is None and chat["use_tqdm"].default is True
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=5, logprobs=1), use_tqdm=False)[0]
+    for f in ("request_id", "prompt", "prompt_token_ids", "prompt_logprobs", "outputs", "finished", "num_cached_tokens",
+              "metrics", "lora_request", "encoder_prompt", "encoder_prompt_token_ids"):
+        assert hasattr(out, f), f
+    c = out.outputs[0]
+    for f in ("index", "text", "token_ids", "cumulative_logprob", "logprobs", "finish_reason", "stop_reason"):
+        assert hasattr(c, f), f
+    assert isinstance(out.request_id, str) and out.finished and out.prompt == PROMPTS[0] and out.prompt_logprobs is None
+    assert c.index == 0 and len(c.token_ids) == 5 and c.finish_reason == "length" and c.stop_reason is None
+    assert c.finished()
+    m = out.metrics
+    assert m.arrival_time <= m.first_token_time <= m.last_token_time <= m.finished_time and m.num_generation_tokens == 5
+    assert 0 <= m.first_token_latency < 60
+
+
+def test_cumulative_logprob(llm):
+    # cumulative_logprob == the sum of the sampled tokens' logprobs (every choice of n), None without logprobs.
+    out = llm.generate(PROMPTS[1], SamplingParams(temperature=0.8, seed=3, n=2, max_tokens=8, logprobs=3), use_tqdm=False)[0]
+    assert len(out.outputs) == 2
+    for c in out.outputs:
+        assert c.cumulative_logprob == pytest.approx(sum(lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)), abs=1e-4)
+        assert c.cumulative_logprob < 0
+    assert llm.generate(PROMPTS[1], GREEDY, use_tqdm=False)[0].outputs[0].cumulative_logprob is None
+
+
+def test_prompt_forms_and_lists_of_params(llm):
+    ref = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
+    ids = [r.prompt_token_ids for r in ref]
+    forms = [PROMPTS[0], ids[1], {"prompt": PROMPTS[2]}, {"prompt_token_ids": ids[3]}]
+    mixed = llm.generate(forms, GREEDY, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in mixed] == [o.outputs[0].token_ids for o in ref]
+    assert [o.prompt_token_ids for o in mixed] == ids
+    # One prompt of each form alone (a list of ints is one prompt, not a batch).
+    assert llm.generate(ids[0], GREEDY, use_tqdm=False)[0].outputs[0].token_ids == ref[0].outputs[0].token_ids
+    assert llm.generate(tuple(ids[0]), GREEDY, use_tqdm=False)[0].outputs[0].token_ids == ref[0].outputs[0].token_ids
+    assert llm.generate({"prompt": PROMPTS[1]}, GREEDY, use_tqdm=False)[0].outputs[0].text == ref[1].outputs[0].text
+    # A list of SamplingParams: one per prompt, in order.
+    params = [SamplingParams(temperature=0, max_tokens=k) for k in (1, 2, 3, 4)]
+    outs = llm.generate(PROMPTS, params, use_tqdm=False)
+    assert [len(o.outputs[0].token_ids) for o in outs] == [1, 2, 3, 4]
+    for o, r in zip(outs, ref):
+        assert r.outputs[0].token_ids[:len(o.outputs[0].token_ids)] == o.outputs[0].token_ids
+    with pytest.raises(ValueError, match="lengths of prompts"):
+        llm.generate(PROMPTS, params[:2], use_tqdm=False)
+
+
+def test_use_tqdm(llm, capsys):
+    llm.generate(PROMPTS, GREEDY, use_tqdm=False)
+    assert "Processed prompts" not in capsys.readouterr().err
+    llm.generate(PROMPTS, GREEDY)  # vLLM's default: a progress bar
+    err = capsys.readouterr().err
+    assert "Processed prompts" in err and "4/4" in err
+    seen = []
+
+    class Bar:  # use_tqdm may be a tqdm-like class (vLLM)
+        def __init__(self, total, **kw):
+            seen.append(("total", total))
+
+        def update(self, n):
+            seen.append(("update", n))
+
+        def close(self):
+            seen.append(("close",))
+
+    llm.generate(PROMPTS, GREEDY, use_tqdm=Bar)
+    assert seen[0] == ("total", 4) and seen[-1] == ("close",) and sum(e[1] for e in seen if e[0] == "update") == 4
+
+
+def test_chat_template_kwargs(llm):
+    src = ("{% if enable_thinking %}<think>{% else %}<nothink>{% endif %}{% for m in messages %}{{ m.content }}"
+           "{% endfor %}{% if tools %}[{{ tools[0].name }}]{% endif %}{% if add_generation_prompt %}|A:{% endif %}")
+    msgs = [{"role": "user", "content": "Hi"}]
+    p = SamplingParams(temperature=0, max_tokens=3)
+    assert llm.chat(msgs, p, chat_template=src, use_tqdm=False)[0].prompt == "<nothink>Hi|A:"
+    on = llm.chat(msgs, p, chat_template=src, chat_template_kwargs={"enable_thinking": True}, use_tqdm=False)[0]
+    assert on.prompt == "<think>Hi|A:"
+    assert on.outputs[0].token_ids == llm.generate("<think>Hi|A:", p, use_tqdm=False)[0].outputs[0].token_ids
+    off = llm.chat(msgs, p, chat_template=src, add_generation_prompt=False, tools=[{"name": "f"}],
+                   chat_template_kwargs={"enable_thinking": False}, use_tqdm=False)[0]
+    assert off.prompt == "<nothink>Hi[f]"
+    with pytest.raises(TypeError, match="chat_template_kwargs must be a dict"):
+        llm.chat(msgs, p, chat_template_kwargs="enable_thinking", use_tqdm=False)
+    with pytest.raises(TypeError, match="JSON-serializable"):
+        llm.chat(msgs, p, chat_template_kwargs={"x": object()}, use_tqdm=False)
+
+
+def test_bad_input_raises_clear_exceptions(llm, tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        LLM(str(tmp_path / "missing"))
+    with pytest.raises(TypeError, match="model must be a str"):
+        LLM(123)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        LLM(str(MODEL), bogus=1)
+    with pytest.raises(TypeError, match="max_num_seqs"):
+        LLM(str(MODEL), max_num_seqs="8")
+    with pytest.raises(NotImplementedError, match="speculative_config"):
+        LLM(str(MODEL), speculative_config={"method": "ngram"})
+    with pytest.raises(ValueError, match="dtype"):
+        LLM(str(MODEL), dtype="float16")
+    with pytest.raises(TypeError, match="prompts must be"):
+        llm.generate(5)
+    with pytest.raises(TypeError, match="a prompt must be"):
+        llm.generate([1.5], use_tqdm=False)
+    with pytest.raises(TypeError, match="sampling_params"):
+        llm.generate(PROMPTS, [GREEDY, "x", GREEDY, GREEDY])
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        SamplingParams(max_token=3)
+    with pytest.raises(TypeError):
+        AsyncEngineArgs(model=str(MODEL), bogus=1)
+    with pytest.raises(TypeError, match="AsyncEngineArgs"):
+        AsyncLLM.from_engine_args({"model": str(MODEL)})
+    with pytest.raises(ValueError, match="does not exist"):
+        AsyncLLM.from_engine_args(AsyncEngineArgs(model=str(tmp_path / "missing")))
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    e = AsyncLLM.from_engine_args(AsyncEngineArgs(model=str(MODEL), max_num_seqs=16, threads=2))
+    yield e
+    e.shutdown()
+
+
+def test_async_64_concurrent_streams_equal_offline(llm, engine):
+    prompts = [PROMPTS[i % 4] + " " * (i // 4 % 3) for i in range(64)]
+    params = [SamplingParams(temperature=0, max_tokens=4 + i % 13) for i in range(64)]
+    want = llm.generate(prompts, params, use_tqdm=False)
+
+    async def one(i):
+        deltas, last, n = [], None, 0
+        async for out in engine.generate(prompts[i], params[i], request_id=f"req-{i}"):
+            assert out.request_id == f"req-{i}" and not (last and last.finished)
+            deltas.append(out.delta_text)
+            last, n = out, n + 1
+        return last, "".join(deltas), n
+
+    async def main():
+        return await asyncio.gather(*(one(i) for i in range(64)))
+
+    got = run(main())
+    assert sum(n for _, _, n in got) > 64  # streamed: more than one output per request
+    for (last, joined, _), w in zip(got, want):
+        assert last.finished and last.outputs[0].finish_reason == w.outputs[0].finish_reason
+        assert last.outputs[0].token_ids == w.outputs[0].token_ids
+        assert last.outputs[0].text == w.outputs[0].text == joined
+        assert last.prompt_token_ids == w.prompt_token_ids and last.metrics.finished_time is not None
+    assert idle(engine.get_engine_stats())
+
+
+def test_async_abort_frees_state(engine):
+    long = SamplingParams(temperature=0, max_tokens=100000, ignore_eos=True)
+
+    async def main():
+        outs = []
+
+        async def consume():
+            async for out in engine.generate(PROMPTS[0], long, request_id="long"):
+                outs.append(out)
+                if len(outs) == 3:
+                    await engine.abort("long")
+
+        await asyncio.wait_for(consume(), 60)
+        assert outs[-1].finished and outs[-1].outputs[0].finish_reason == "abort"
+        assert len(outs[-1].outputs[0].token_ids) >= 3
+        assert idle(engine.get_engine_stats())
+        # Leaving the loop early (break) aborts too; so does cancelling the task.
+        async for out in engine.generate(PROMPTS[1], long, request_id="brk"):
+            break
+        task = asyncio.ensure_future(consume_forever())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(200):
+            if idle(engine.get_engine_stats()):
+                break
+            await asyncio.sleep(0.05)
+        assert idle(engine.get_engine_stats())
+        # A reused request id and the engine still work.
+        last = None
+        async for last in engine.generate(PROMPTS[0], GREEDY, request_id="long"):
+            pass
+        return last
+
+    async def consume_forever():
+        async for _ in engine.generate(PROMPTS[2], long, request_id="cancel"):
+            pass
+
+    assert run(main()).finished
+
+
+def test_async_bad_input(engine):
+    async def first(*args, **kw):
+        async for out in engine.generate(*args, **kw):
+            return out
+
+    with pytest.raises(TypeError, match="request_id"):
+        run(first(PROMPTS[0], GREEDY, 5))
+    with pytest.raises(TypeError, match="sampling_params"):
+        run(first(PROMPTS[0], {"max_tokens": 2}, "x"))
+    with pytest.raises(TypeError, match="a prompt must be"):
+        run(first(3.5, GREEDY, "x"))
+    with pytest.raises(ValueError, match="top_p"):
+        run(first(PROMPTS[0], SamplingParams(top_p=1.5), "x"))
+
+    async def dup():
+        gen = engine.generate(PROMPTS[0], SamplingParams(max_tokens=1000, ignore_eos=True), request_id="dup")
+        await gen.__anext__()
+        try:
+            with pytest.raises(ValueError, match="already running"):
+                await first(PROMPTS[0], GREEDY, "dup")
+        finally:
+            await gen.aclose()
+
+    run(dup())
+    assert engine.is_running and not engine.errored
+
+
+def test_async_tokenizer_and_context_manager():
+    with AsyncLLM(str(MODEL), threads=2) as e:
+        tok = run(e.get_tokenizer())
+        assert tok.decode(tok.encode("Hello")) == "Hello"
+    assert not e.is_running
+
+
+def test_console_command():
+    # `pip install .` installs the `ssmserve` command: the CLI binary shipped in the package.
+    from ssmserve import _cli
+
+    if not _cli.binary_path().exists():
+        pytest.skip("package not installed from a wheel (no ssmserve/bin/ssmserve)")
+    script = os.path.join(os.path.dirname(sys.executable), "ssmserve")  # pip's console script next to python
+    cmd = [script] if os.path.exists(script) else [sys.executable, "-m", "ssmserve"]
+    help_text = subprocess.run(cmd + ["--help"], capture_output=True, text=True, timeout=60).stdout
+    assert "serve" in help_text and "generate" in help_text and "bench" in help_text
+    out = subprocess.run(cmd + ["generate", "--model", str(MODEL), "--prompt", PROMPTS[0], "--max-tokens", "8",
+                                "--threads", "2"], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+    assert out.returncode == 0, out.stderr
+    want = LLM(str(MODEL), threads=2).generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)
+    assert want[0].outputs[0].text.strip() in out.stdout
