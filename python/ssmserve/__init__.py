@@ -225,8 +225,7 @@ def _as_prompt_list(prompts) -> list:
         if prompts and isinstance(prompts[0], int) and not isinstance(prompts[0], bool):
             return [list(prompts)]
         return list(prompts)
-    raise TypeError("prompts must be a str, a list of int token ids, a {\"prompt\": ...} / {\"prompt_token_ids\": "
-                    f"...}} dict, or a list of these; got {type(prompts).__name__}")
+    return [prompts]  # anything else: the engine's TypeError names what a prompt may be
 
 
 def _check_params(p):

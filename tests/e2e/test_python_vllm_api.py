@@ -140,7 +140,7 @@ def test_bad_input_raises_clear_exceptions(llm, tmp_path):
         LLM(str(MODEL), speculative_config={"method": "ngram"})
     with pytest.raises(ValueError, match="dtype"):
         LLM(str(MODEL), dtype="float16")
-    with pytest.raises(TypeError, match="prompts must be"):
+    with pytest.raises(TypeError, match="a prompt must be"):
         llm.generate(5)
     with pytest.raises(TypeError, match="a prompt must be"):
         llm.generate([1.5], use_tqdm=False)
