@@ -16,7 +16,7 @@ import ssmserve  # installed by `pip install .` (scripts/test.sh does it)
 from ssmserve import AsyncEngineArgs, AsyncLLM, LLM, SamplingParams
 
 PROMPTS = ["And the LORD said unto Moses,", "It is a truth universally acknowledged", "Call me Ishmael.", "a"]
-GREEDY = SamplingParams(temperature=0, max_tokens=12)
+GREEDY = SamplingParams(temperature=0, max_tokens=6)
 
 
 @pytest.fixture(scope="module")
@@ -162,15 +162,15 @@ def run(coro):
 
 @pytest.fixture(scope="module")
 def engine():
-    e = AsyncLLM.from_engine_args(AsyncEngineArgs(model=str(MODEL), max_num_seqs=16, threads=2))
+    e = AsyncLLM.from_engine_args(AsyncEngineArgs(model=str(MODEL), max_num_seqs=64, threads=2))
     yield e
     e.shutdown()
 
 
-def test_async_64_concurrent_streams_equal_offline(llm, engine):
+def test_async_64_concurrent_streams_equal_offline(engine):
     prompts = [PROMPTS[i % 4] + " " * (i // 4 % 3) for i in range(64)]
-    params = [SamplingParams(temperature=0, max_tokens=4 + i % 13) for i in range(64)]
-    want = llm.generate(prompts, params, use_tqdm=False)
+    params = [SamplingParams(temperature=0, max_tokens=2 + i % 5) for i in range(64)]
+    want = LLM(str(MODEL), max_num_seqs=64, threads=2).generate(prompts, params, use_tqdm=False)
 
     async def one(i):
         deltas, last, n = [], None, 0
