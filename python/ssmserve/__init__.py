@@ -159,9 +159,9 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
                  tensor_parallel_size, enable_prefix_caching, speculative_config, device, load_format, extra):
     """The C++ engine of LLM / AsyncLLM: vLLM's named arguments (None = the engine's default) plus ssmserve's own
     (extra). TypeError for an unknown name or a wrong type, ValueError for a bad value or a missing model folder."""
-    if speculative_config is not None:
-        raise NotImplementedError("speculative_config: speculative decoding is not supported by ssmserve yet "
-                                  "(leave it None)")
+    if speculative_config is not None and not isinstance(speculative_config, dict):
+        raise TypeError("speculative_config must be None or a dict such as {'method': 'ngram', "
+                        f"'num_speculative_tokens': 4}}, got {type(speculative_config).__name__}")
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"model must be a str (a checkpoint folder), got {type(model).__name__}")
     if dtype not in (None, "auto"):
@@ -177,7 +177,8 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
     named = dict(tokenizer=None if tokenizer is None else os.fspath(tokenizer), max_model_len=max_model_len,
                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                  gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
-                 enable_prefix_caching=enable_prefix_caching, device=device, load_format=load_format)
+                 enable_prefix_caching=enable_prefix_caching, device=device, load_format=load_format,
+                 speculative_config=None if speculative_config is None else json.dumps(speculative_config))
     args = {k: v for k, v in named.items() if v is not None}
     args.update(extra)
     return _ssmserve.Engine(model, **args)
@@ -250,7 +251,9 @@ class LLM:
       tensor_parallel_size: ranks the model is split over (in-process threads on the CPU, GPUs with NCCL).
       enable_prefix_caching: reuse the state of a cached prompt prefix (default True, as vLLM);
         RequestOutput.num_cached_tokens says how many tokens it saved.
-      speculative_config: not supported (must be None; anything else is a NotImplementedError).
+      speculative_config: vLLM's speculative decoding config, e.g. {"method": "ngram", "num_speculative_tokens": 4,
+        "prompt_lookup_max": 4} or {"method": "draft_model", "model": DIR, "num_speculative_tokens": 4} (CPU);
+        None = off. The outputs equal those without it; a bad config raises ValueError naming the field.
       device: "auto" (the GPU when the package has the CUDA backend and a GPU is present, else the CPU), "cuda" or
         "cpu". load_format: "auto", "safetensors" or "dummy" (random weights from config.json).
     ssmserve's own (the CLI's flags): threads (CPU threads, default all cores), num_state_blocks,

@@ -136,8 +136,10 @@ def test_bad_input_raises_clear_exceptions(llm, tmp_path):
         LLM(str(MODEL), bogus=1)
     with pytest.raises(TypeError, match="max_num_seqs"):
         LLM(str(MODEL), max_num_seqs="8")
-    with pytest.raises(NotImplementedError, match="speculative_config"):
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
         LLM(str(MODEL), speculative_config={"method": "ngram"})
+    with pytest.raises(TypeError, match="speculative_config"):
+        LLM(str(MODEL), speculative_config="ngram")
     with pytest.raises(ValueError, match="dtype"):
         LLM(str(MODEL), dtype="float16")
     with pytest.raises(TypeError, match="a prompt must be"):
@@ -285,3 +287,17 @@ def test_console_command():
     assert out.returncode == 0, out.stderr
     want = LLM(str(MODEL), threads=2).generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)
     assert want[0].outputs[0].text.strip() in out.stdout
+
+
+def test_speculative_config_gives_the_same_outputs(llm):
+    """LLM(speculative_config=...) (vLLM's dict): n-gram drafts verified with one state per draft position; the
+    outputs equal those without speculation."""
+    quote = "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The cat"
+    spec = LLM(str(MODEL), max_num_seqs=8, threads=2,
+               speculative_config={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3,
+                                               "prompt_lookup_min": 1})
+    params = SamplingParams(temperature=0, max_tokens=16, logprobs=1)
+    a = llm.generate([quote], params, use_tqdm=False)[0].outputs[0]
+    b = spec.generate([quote], params, use_tqdm=False)[0].outputs[0]
+    assert (a.token_ids, a.text) == (b.token_ids, b.text)
+    assert [lp[t].logprob for lp, t in zip(a.logprobs, a.token_ids)] == [lp[t].logprob for lp, t in zip(b.logprobs, b.token_ids)]
