@@ -31,7 +31,8 @@ DraftModelProposer::DraftModelProposer(const std::filesystem::path& dir, int tar
                                        const std::filesystem::path& target_tokenizer, int max_seqs, int max_model_len)
     : target_vocab_(target_vocab) {
   std::error_code ec;
-  SSM_CHECK(std::filesystem::is_directory(dir, ec), "--speculative-config: draft model folder \"{}\" does not exist", dir.string());
+  SSM_CHECK(std::filesystem::exists(dir, ec), "--speculative-config: draft model folder \"{}\" does not exist", dir.string());
+  SSM_CHECK(std::filesystem::is_directory(dir, ec), "--speculative-config: draft model \"{}\" is not a folder", dir.string());
   try {
     model_ = load_model(dir, LoadFormat::Auto, "cpu", 1);
   } catch (const Error& e) {
@@ -43,9 +44,12 @@ DraftModelProposer::DraftModelProposer(const std::filesystem::path& dir, int tar
   // The same tokenizer: the same vocabulary size and the same ids for a probe text.
   if (has_tokenizer(dir) && !target_tokenizer.empty() && has_tokenizer(target_tokenizer)) {
     const Tokenizer a = Tokenizer::from_pretrained(target_tokenizer), b = Tokenizer::from_pretrained(dir);
-    SSM_CHECK(a.vocab_size() == b.vocab_size() && a.encode(kProbe) == b.encode(kProbe),
-              "--speculative-config: the draft model \"{}\" has another tokenizer than the target (vocabulary {} vs {} tokens, "
-              "or other ids for the same text)", dir.string(), b.vocab_size(), a.vocab_size());
+    SSM_CHECK(a.vocab_size() == b.vocab_size(),
+              "--speculative-config: the draft model \"{}\" has another tokenizer than the target (a vocabulary of {} tokens "
+              "against {})", dir.string(), b.vocab_size(), a.vocab_size());
+    SSM_CHECK(a.encode(kProbe) == b.encode(kProbe),
+              "--speculative-config: the draft model \"{}\" has another tokenizer than the target (the same text gets other "
+              "token ids)", dir.string());
   }
   // Blocks: a committed and a scratch state per request, plus (hybrid drafts) KV pages for the model's context.
   int64_t blocks = 2LL * max_seqs + 1;

@@ -293,6 +293,17 @@ void LLMEngine::abort_request(const std::string& request_id) {
 }
 
 std::vector<RequestOutput> LLMEngine::step() {
+  try {
+    return step_impl();
+  } catch (...) {
+    // A failed step (a model or sampler error): end the scheduler's step so that the requests can be aborted (the
+    // server aborts them) without dangling holds.
+    scheduler_->abandon_step();
+    throw;
+  }
+}
+
+std::vector<RequestOutput> LLMEngine::step_impl() {
   std::vector<RequestOutput> outs;
   // 0. Speculative decoding: draft tokens for the requests that decode this step (the scheduler fits them).
   if (proposer_) {

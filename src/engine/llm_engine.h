@@ -99,6 +99,8 @@ class LLMEngine {
 
  private:
   struct RowPlan;
+  /// step()'s body (step() ends the scheduler's step when it throws).
+  std::vector<RequestOutput> step_impl();
   /// picks: the step's device greedy picks (one per logits row) instead of logits, or nullptr. Returns the tokens
   /// folded into r's state this step (num_tokens, or for a verify row 1 + its accepted drafts).
   int process_request(RequestState& r, const ScheduledRequest& s, const float* logits, const GreedyPick* picks, const RowPlan& plan,

@@ -33,6 +33,17 @@ void Scheduler::add_request(RequestState* req) {
 }
 
 SchedulerOutput Scheduler::schedule() {
+  try {
+    return schedule_step();
+  } catch (...) {
+    release_step_holds();  // nothing of this step runs: its holds end now (callers may free requests next)
+    throw;
+  }
+}
+
+void Scheduler::abandon_step() { release_step_holds(); }
+
+SchedulerOutput Scheduler::schedule_step() {
   if (in_step_) release_step_holds();  // the previous step ended without finish_step (an error)
   SchedulerOutput out;
   in_step_ = true;
@@ -48,8 +59,8 @@ SchedulerOutput Scheduler::schedule() {
     RequestState* r = running_[i];
     if (budget == 0 || seqs == cfg_.max_num_seqs) break;
     if (is_decode(r)) {
-      const int drafts = fit_drafts(r, budget);
-      if (!reserve_kv(r, 1 + drafts, out, budget, seqs)) break;
+      if (!reserve_kv(r, 1 + fit_drafts(r, budget), out, budget, seqs)) break;
+      const int drafts = static_cast<int>(r->draft_token_ids.size());  // reserve_kv may have taken them back
       out.decodes.push_back({r, 1 + drafts, r->num_computed_tokens, drafts});
       budget -= 1 + drafts, ++seqs;
     } else {
@@ -146,9 +157,19 @@ void Scheduler::charge_scored(const RequestState* r, int n, int& score_left) {
 }
 
 bool Scheduler::reserve_kv(RequestState* r, int n, SchedulerOutput& out, int& budget, int& seqs) {
-  const int need = kv_blocks_for(r->num_computed_tokens + n) - static_cast<int>(r->kv_blocks.size());
+  int need = kv_blocks_for(r->num_computed_tokens + n) - static_cast<int>(r->kv_blocks.size());
   if (need <= 0) return true;
   while (blocks_.num_available() < need) {
+    // Speculative state columns are optional: take them back (other requests' first, their verify rows shrunk to one
+    // token, then r's own drafts) before preempting anyone.
+    if (release_spec_blocks(r, out, budget)) continue;
+    if (!r->spec_blocks.empty()) {
+      release_own_spec_blocks(r);
+      n = 1;
+      need = kv_blocks_for(r->num_computed_tokens + n) - static_cast<int>(r->kv_blocks.size());
+      if (need <= 0) return true;
+      continue;
+    }
     RequestState* victim = running_.back();
     if (victim == r && running_.size() == 1)
       fail("the block pool ({} blocks incl. the null block) cannot hold request \"{}\": {} tokens need {} KV blocks of {} tokens "
@@ -171,6 +192,27 @@ bool Scheduler::reserve_kv(RequestState* r, int n, SchedulerOutput& out, int& bu
   return true;
 }
 
+bool Scheduler::release_spec_blocks(const RequestState* r, SchedulerOutput& out, int& budget) {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    RequestState* q = *it;
+    if (q == r || q->spec_blocks.empty()) continue;
+    for (ScheduledRequest& d : out.decodes)
+      if (d.req == q && d.num_draft_tokens > 0) {  // its verify row becomes a plain decode row
+        budget += d.num_draft_tokens;
+        d.num_tokens = 1, d.num_draft_tokens = 0;
+      }
+    release_own_spec_blocks(q);
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::release_own_spec_blocks(RequestState* r) {
+  for (int b : r->spec_blocks) blocks_.release(b);
+  r->spec_blocks.clear();
+  r->draft_token_ids.clear();
+}
+
 int Scheduler::fit_drafts(RequestState* r, int budget) {
   std::vector<int32_t>& d = r->draft_token_ids;
   const int k = cfg_.num_speculative_tokens;
@@ -178,7 +220,9 @@ int Scheduler::fit_drafts(RequestState* r, int budget) {
     d.clear();
     return 0;
   }
-  int n = std::min({static_cast<int>(d.size()), k, budget - 1});
+  // Drafts past max_tokens would be verified for nothing: the request stops before them.
+  const int left = r->request.params.max_tokens - static_cast<int>(r->output_token_ids.size()) - 1;
+  int n = std::min({static_cast<int>(d.size()), k, budget - 1, std::max(0, left)});
   // State columns 1..n: held from the first verify row on; new ones only from blocks nobody needs (free or cached).
   while (static_cast<int>(r->spec_blocks.size()) < n && blocks_.num_available() > 0) r->spec_blocks.push_back(blocks_.allocate());
   n = std::max(0, std::min(n, static_cast<int>(r->spec_blocks.size())));
@@ -194,9 +238,7 @@ std::vector<RequestState*> Scheduler::decoding_requests() const {
 }
 
 void Scheduler::free_blocks(RequestState* req) {
-  for (int b : req->spec_blocks) blocks_.release(b);
-  req->spec_blocks.clear();
-  req->draft_token_ids.clear();
+  release_own_spec_blocks(req);
   blocks_.release(req->state_block);
   req->state_block = 0;
   // KV blocks are not zeroed: every slot is written before it is read. A cached one stays in the table (evictable).

@@ -115,6 +115,9 @@ class Scheduler {
   /// when its state holds exactly its num_computed_tokens (a multi-step burst cut short by a stop is not).
   void finish_step(const SchedulerOutput& out, std::span<const int> state_tokens,
                    const std::function<void(std::span<const BlockCopy>)>& copy);
+  /// Ends a step whose forward failed (an exception between schedule() and finish_step()): releases its holds and
+  /// frees the blocks of requests that finished in it, so the requests can then be aborted safely. Nothing is cached.
+  void abandon_step();
   /// Preempts a running request by recompute (vLLM v1): frees its state block, resets num_computed_tokens to 0
   /// and puts it at the front of the waiting queue; when rescheduled it prefills prompt + output so far and
   /// continues exactly where it stopped. No-op for a request that is not running.
@@ -140,6 +143,8 @@ class Scheduler {
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
 
  private:
+  /// schedule()'s body (schedule() ends the step's holds when it throws).
+  SchedulerOutput schedule_step();
   /// Makes r hold KV blocks for num_computed_tokens + n tokens, preempting the newest running requests (and
   /// unscheduling them from `out`) while the pool is short. False when r itself had to be preempted. Throws
   /// Error when r is the only running request and still does not fit (the pool is too small for it).
@@ -150,6 +155,11 @@ class Scheduler {
   /// Speculative decoding: the drafts of decode request r that fit (budget - 1 tokens, state columns it holds or can
   /// get now: running requests' spec blocks come from free / evictable blocks only). Trims r->draft_token_ids.
   int fit_drafts(RequestState* r, int budget);
+  /// Takes the speculative state columns back from the newest running request other than r that holds some (its
+  /// verify row this step, if any, shrinks to its one token); false when none holds any.
+  bool release_spec_blocks(const RequestState* r, SchedulerOutput& out, int& budget);
+  /// Releases r's speculative state columns and drops its drafts.
+  void release_own_spec_blocks(RequestState* r);
   /// Ends a step's holds: releases the copy sources and the blocks of requests finished in the step.
   void release_step_holds();
   /// Tokens of r's next prefill chunk within `budget` (prefix caching's align mode cuts on block boundaries); 0 when

@@ -13,12 +13,15 @@ namespace ssmserve {
 
 namespace {
 
-/// An integer field of the config object (absent: `def`). Throws naming the field when it is not an integer.
+/// An integer field of the config object (absent: `def`). Throws naming the field when it is not an integer or is
+/// outside [-2^30, 2^30] (the callers check their own ranges).
 int int_field(const nlohmann::json& j, const char* key, int def) {
-  if (!j.contains(key) || j[key].is_null()) return def;
+  if (!j.contains(key)) return def;
   const auto& v = j[key];
-  SSM_CHECK(v.is_number_integer() && v.get<int64_t>() >= -(1LL << 30) && v.get<int64_t>() <= (1LL << 30),
-            "--speculative-config: \"{}\" must be an integer (got {})", key, v.dump());
+  SSM_CHECK(v.is_number_integer(), "--speculative-config: \"{}\" must be an integer (got {})", key, v.dump());
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= (1ULL << 30)
+                                           : v.get<int64_t>() >= -(1LL << 30) && v.get<int64_t>() <= (1LL << 30);
+  SSM_CHECK(fits, "--speculative-config: \"{}\" is out of range (got {})", key, v.dump());
   return static_cast<int>(v.get<int64_t>());
 }
 
@@ -55,8 +58,7 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& json_text) {
   if (c.method == "ngram") {
     // vLLM's defaults: both 5 when neither is given, else the one given for both.
     int lo = int_field(j, "prompt_lookup_min", 0), hi = int_field(j, "prompt_lookup_max", 0);
-    const bool has_lo = j.contains("prompt_lookup_min") && !j["prompt_lookup_min"].is_null();
-    const bool has_hi = j.contains("prompt_lookup_max") && !j["prompt_lookup_max"].is_null();
+    const bool has_lo = j.contains("prompt_lookup_min"), has_hi = j.contains("prompt_lookup_max");
     if (!has_lo && !has_hi) lo = hi = 5;
     else if (!has_lo) lo = hi;
     else if (!has_hi) hi = lo;
@@ -66,8 +68,10 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& json_text) {
     c.prompt_lookup_min = lo, c.prompt_lookup_max = hi;
     SSM_CHECK(!j.contains("model"), "--speculative-config: \"model\" is for method draft_model, not ngram");
   } else {
-    SSM_CHECK(j.contains("model") && j["model"].is_string() && !j["model"].get<std::string>().empty(),
-              "--speculative-config: method draft_model needs \"model\": the draft checkpoint folder");
+    SSM_CHECK(j.contains("model"), "--speculative-config: method draft_model needs \"model\": the draft checkpoint folder");
+    SSM_CHECK(j["model"].is_string() && !j["model"].get<std::string>().empty(),
+              "--speculative-config: \"model\" must be the draft checkpoint folder, a non-empty string (got {})",
+              j["model"].dump());
     c.model = j["model"].get<std::string>();
     SSM_CHECK(!j.contains("prompt_lookup_min") && !j.contains("prompt_lookup_max"),
               "--speculative-config: \"prompt_lookup_min\" / \"prompt_lookup_max\" are for method ngram");

@@ -284,6 +284,19 @@ TEST_P(SpecDecode, MixedAcceptanceJoiningBudgetsAndPreemptionEqualPlain) {
   }
 }
 
+// A pool with room for one request's state and KV blocks but not for its k state columns on top: speculative columns
+// give way (drafts dropped) instead of failing the request or preempting it forever; the output still equals plain.
+TEST_P(SpecDecode, SmallPoolGivesWayToRunningRequests) {
+  const std::vector<int> p = random_tokens(40);
+  constexpr int kTokens = 12;
+  reference(p, kTokens);
+  const int kv = reference_->kv_block_size();
+  const int blocks = 2 + (kv > 0 ? (static_cast<int>(p.size()) + kTokens + kK + kv - 1) / kv : 0) + 1;
+  auto e = spec_engine(64, blocks);
+  e->set_proposer(std::make_unique<ScriptedProposer>(&answers_, vocab_, [](const RequestState&, std::mt19937&) { return kK; }));
+  expect_matches_reference({p, p}, run(*e, {p, p}, kTokens, {0, 1}), kTokens, "pool of " + std::to_string(blocks) + " blocks");
+}
+
 // Prefix caching on: a second pass of the same prompts hits the cache and still equals the plain output.
 TEST_P(SpecDecode, PrefixCacheHitsEqualPlain) {
   auto e = spec_engine(64, 0, /*prefix_caching=*/true);
