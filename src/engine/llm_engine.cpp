@@ -191,10 +191,14 @@ PrefixCacheConfig LLMEngine::resolve_prefix_cache() const {
     pc.chunk_alignment = model_->prefix_block_alignment();
     return pc;
   }
-  // "all" needs kernels that store the state at every block boundary inside a prefill; until every mixer does,
-  // a model runs "align" (vLLM does the same for models without SupportsMambaPrefixCaching).
-  pc.mode = MambaCacheMode::Align;
-  if (cfg_.mamba_cache_mode == "all") spdlog::debug("prefix caching: mamba_cache_mode all runs as align for this model");
+  // "all" needs a model whose prefill stores the state at every block boundary inside a chunk; one that does not
+  // (the GPU runner, for now) runs "align" (vLLM does the same for models without SupportsMambaPrefixCaching).
+  pc.mode = cfg_.mamba_cache_mode == "all" ? MambaCacheMode::All : MambaCacheMode::Align;
+  if (pc.mode == MambaCacheMode::All && !model_->stores_prefill_states()) {
+    pc.mode = MambaCacheMode::Align;
+    spdlog::info("prefix caching: mamba_cache_mode all runs as align on this backend (its prefill does not store "
+                 "states inside a chunk yet)");
+  }
   const int chunk = std::max(1, model_->prefix_block_alignment()), kv = model_->kv_block_size();
   const int unit = kv > 0 ? std::lcm(chunk, kv) : chunk;
   if (user_size) {
@@ -335,6 +339,7 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
     const int drafts = order[i].num_draft_tokens;
     const bool is_decode = begin >= r.prompt_len() && begin > 0 && (order[i].num_tokens == 1 || drafts > 0);
     seqs[i] = {r.state_block, begin, order[i].num_tokens, !is_decode};
+    seqs[i].state_stores = order[i].state_stores;  // "all" mode: prefill rows store boundary states
     if (drafts > 0) {
       seqs[i].spec_state_blocks = std::span<const int32_t>(r.spec_blocks.data(), static_cast<size_t>(drafts));
       tokens[i].push_back(r.token_at(begin));

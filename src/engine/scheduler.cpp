@@ -131,6 +131,7 @@ SchedulerOutput Scheduler::schedule_step() {
     budget -= n, ++seqs;
     charge_scored(r, n, score_left);
   }
+  if (prefix_.mode == MambaCacheMode::All) plan_state_stores(out);
   return out;
 }
 
@@ -349,6 +350,23 @@ int Scheduler::find_cached_prefix(RequestState* r, int& state_block, std::vector
   return 0;
 }
 
+void Scheduler::plan_state_stores(SchedulerOutput& out) {
+  const int bs = prefix_.block_size, g = prefix_.hash_granularity;
+  for (ScheduledRequest& s : out.prefills) {
+    RequestState* r = s.req;
+    const int c = s.num_computed_before, end = c + s.num_tokens;
+    // Boundaries in (c, end): the one at `end` is the step's end state, cached by finish_step.
+    for (int b = (c / bs + 1) * bs; b < end; b += bs) {
+      extend_hashes(r, b);
+      if (blocks_.lookup(CachedKind::State, r->block_hashes[static_cast<size_t>(b / g - 1)])) continue;
+      const int dst = blocks_.allocate();
+      if (dst == 0) return;  // every block is held by running requests: they win over the cache
+      held_for_step_.push_back(dst);  // released by finish_step: cached there when the step ran, else freed
+      s.state_stores.push_back({b - c, dst});
+    }
+  }
+}
+
 void Scheduler::finish_step(const SchedulerOutput& out, std::span<const int> state_tokens,
                             const std::function<void(std::span<const BlockCopy>)>& copy) {
   in_step_ = false;
@@ -364,6 +382,10 @@ void Scheduler::finish_step(const SchedulerOutput& out, std::span<const int> sta
         // The state (and KV) hold tokens [0, pos) only when the request's bookkeeping agrees.
         if (pos != r->num_computed_tokens || pos <= 0) continue;
         extend_hashes(r, pos);
+        // "all" mode: the states the prefill stored at the boundaries inside its chunk (their blocks are held for
+        // the step and become evictable cached blocks when release_step_holds drops that hold).
+        for (const StateStore& st : s.state_stores)
+          blocks_.insert(CachedKind::State, r->block_hashes[static_cast<size_t>((s.num_computed_before + st.offset) / g - 1)], st.block);
         if (kv_block_size_ > 0) {
           for (; r->num_kv_registered < pos / g && r->num_kv_registered < static_cast<int>(r->kv_blocks.size()); ++r->num_kv_registered)
             blocks_.insert(CachedKind::Kv, r->block_hashes[static_cast<size_t>(r->num_kv_registered)],

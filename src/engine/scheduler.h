@@ -36,7 +36,8 @@ struct SchedulerConfig {
 enum class MambaCacheMode {
   None,   ///< no prefix caching: one running state block per request
   Align,  ///< states cached at block boundaries reached at the end of a step; prefill chunks cut on boundaries
-  All,    ///< states cached at every block boundary inside a step (kernels store them); chunks cut anywhere
+  All,    ///< states cached at every block boundary: the prefill stores those inside a chunk (ScheduledSeq::state_stores),
+          ///< finish_step those a step ends on; chunks are not cut on boundaries (only on the model's chunk grid)
 };
 
 /// Resolved prefix-caching settings of one engine.
@@ -70,6 +71,9 @@ struct ScheduledRequest {
   /// Speculative decoding: a verify row's drafts (num_tokens - 1 of req->draft_token_ids, state columns in
   /// req->spec_blocks); 0 for every other row.
   int num_draft_tokens = 0;
+  /// "all" mode, prefill chunks: the block boundaries strictly inside the chunk whose states the prefill stores
+  /// (ScheduledSeq::state_stores), each into a block allocated for it; registered by finish_step.
+  std::vector<StateStore> state_stores;
 };
 
 /// The step's batch: decodes (1 token, state present) and prefill chunks, each in scheduling order.
@@ -177,6 +181,9 @@ class Scheduler {
   static void charge_scored(const RequestState* r, int n, int& score_left);
   /// Extends r->block_hashes to cover every full hash block of its first `tokens` tokens.
   void extend_hashes(RequestState* r, int tokens) const;
+  /// "all" mode: gives each prefill chunk of `out` a cached block for every block boundary strictly inside it whose
+  /// state is not cached yet (ScheduledRequest::state_stores), after the step's admissions (running requests first).
+  void plan_state_stores(SchedulerOutput& out);
   /// The longest cached prefix of r usable now (see the constructor); fills the state block to copy and the KV
   /// blocks to share. 0 when none.
   int find_cached_prefix(RequestState* r, int& state_block, std::vector<int>& kv_blocks);

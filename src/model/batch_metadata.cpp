@@ -51,6 +51,17 @@ void validate(std::span<const ScheduledSeq> seqs, const MetadataOptions& opt) {
     SSM_CHECK(int64_t{s.num_computed_tokens} + s.num_scheduled_tokens <= kInt32Max,
               "batch metadata: request {} ends at position {} (overflows int32)", i,
               int64_t{s.num_computed_tokens} + s.num_scheduled_tokens);
+    int32_t prev = 0;
+    for (const StateStore& st : s.state_stores) {
+      SSM_CHECK(!is_decode(s), "batch metadata: request {} is a decode row with state stores", i);
+      SSM_CHECK(st.offset > prev && st.offset < s.num_scheduled_tokens,
+                "batch metadata: request {} stores a state after {} of its {} tokens (offsets must increase within (0, {}))", i,
+                st.offset, s.num_scheduled_tokens, s.num_scheduled_tokens);
+      SSM_CHECK(st.block >= 1 && st.block != s.state_block,
+                "batch metadata: request {} stores a state into block {} (must be >= 1 and not its state block {})", i, st.block,
+                s.state_block);
+      prev = st.offset;
+    }
     total += s.num_scheduled_tokens;
   }
   SSM_CHECK(total + opt.pad_decodes_to <= kInt32Max, "batch metadata: {} scheduled tokens overflow int32", total);
@@ -168,6 +179,23 @@ void build_mamba_metadata(std::span<const ScheduledSeq> seqs, const MetadataOpti
     m.state_indices_tensor_p.push_back(s.state_block);
   }
   if (m.num_prefills > 0) m.cu_chunk_seqlen_p.push_back(m.num_prefill_tokens);
+
+  // 4b. "all"-mode state stores (CSR over the prefill rows), empty when no row stores.
+  m.state_store_start_p.clear();
+  m.state_store_offset_p.clear();
+  m.state_store_block_p.clear();
+  bool stores = false;
+  for (int p = 0; p < m.num_prefills; ++p) stores |= !seqs[m.order[m.num_decodes + p]].state_stores.empty();
+  if (stores) {
+    m.state_store_start_p.push_back(0);
+    for (int p = 0; p < m.num_prefills; ++p) {
+      for (const StateStore& st : seqs[m.order[m.num_decodes + p]].state_stores) {
+        m.state_store_offset_p.push_back(st.offset);
+        m.state_store_block_p.push_back(st.block);
+      }
+      m.state_store_start_p.push_back(static_cast<int32_t>(m.state_store_offset_p.size()));
+    }
+  }
 
   // 5. 'all'-mode block indices (§2.2 formulas), over all rows; padded rows 0.
   m.block_idx_last_computed_token.clear();

@@ -10,6 +10,15 @@
 
 namespace ssmserve {
 
+/// Prefix caching's "all" mode (docs/architecture.md §3a): after the first `offset` tokens a prefill row schedules
+/// this step (0 < offset < num_scheduled_tokens), the prefill copies every recurrent layer's state (conv window and
+/// SSM state) into cached block `block` (>= 1, not the row's own state block). The scheduler allocated the block for
+/// the block boundary at sequence position num_computed_tokens + offset.
+struct StateStore {
+  int32_t offset = 0;
+  int32_t block = 0;
+};
+
 /// One scheduled request as the builder sees it. This step feeds sequence positions
 /// [num_computed_tokens, num_computed_tokens + num_scheduled_tokens).
 struct ScheduledSeq {
@@ -21,6 +30,9 @@ struct ScheduledSeq {
   /// verify row) leaves the state after token j in column j: column 0 is state_block, column j >= 1 is
   /// spec_state_blocks[j - 1] ([>= num_scheduled_tokens - 1] block ids >= 1; kernels/decode_rows.h).
   std::span<const int32_t> spec_state_blocks = {};
+  /// Prefill rows only ("all" mode): states to store inside this row, offsets strictly increasing (not owned: the
+  /// scheduler's ScheduledRequest outlives the build).
+  std::span<const StateStore> state_stores = {};
 };
 
 /// Builder options (derived once from the model and engine config by the caller).
@@ -100,6 +112,15 @@ struct MambaBatchMetadata {
   std::vector<int32_t> block_idx_first_scheduled_token_p;  ///< [num_prefills] cdiv(c + 1, bs) - 1
   std::vector<int32_t> block_idx_last_scheduled_token;     ///< [num_reqs] max(cdiv(s, bs) - 1, 0)
 
+  // "all"-mode state stores of the prefill rows (StateStore), in CSR form; all three empty when no row stores.
+  // Kernels that take them split each prefill row at its store offsets and copy the state after each piece
+  // (model/mixers/prefill_segments.h); the pieces start on the chunk grid (block sizes are multiples of the chunk).
+  std::vector<int32_t> state_store_start_p;   ///< [num_prefills + 1] prefill row p's stores are [start[p], start[p+1])
+  std::vector<int32_t> state_store_offset_p;  ///< [stores] tokens of the row before the store, in (0, row length)
+  std::vector<int32_t> state_store_block_p;   ///< [stores] destination block ids
+
+  /// Whether any prefill row stores states inside itself ("all" mode).
+  bool has_state_stores() const { return !state_store_offset_p.empty(); }
   /// Decode rows the decode kernels run over, padding included.
   int num_decode_rows() const { return num_decodes + num_padded_decodes; }
   /// The decode rows as the recurrent decode kernels take them (kernels/decode_rows.h).
@@ -111,7 +132,8 @@ struct MambaBatchMetadata {
 /// Builds one step's metadata. seqs: [num_scheduled_requests] in scheduling order (any mix of decodes and
 /// prefills; may be empty). Throws ssmserve::Error on a state_block < 1, num_computed_tokens < 0,
 /// num_scheduled_tokens < 1, a decode row (not prefilling, 1 token) with num_computed_tokens == 0 (nothing
-/// to continue from), a step whose token total or sequence end overflows int32, or invalid options
+/// to continue from), state stores on a decode row or with offsets outside (0, num_scheduled_tokens), not increasing,
+/// or a block < 1 or equal to the row's state block, a step whose token total or sequence end overflows int32, or invalid options
 /// (chunk_size < 1, mamba_block_size < 0 or not a multiple of chunk_size, pad_decodes_to < 0).
 MambaBatchMetadata build_mamba_metadata(std::span<const ScheduledSeq> seqs, const MetadataOptions& opt);
 

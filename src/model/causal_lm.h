@@ -57,6 +57,10 @@ class CausalLM {
   /// an uncached prefill passes through there: the chunk length of chunked prefill forms (their chunks are counted
   /// from the sequence start), 1 for models whose prefill is token by token (Mamba-1).
   virtual int prefix_block_alignment() const { return chunk_size(); }
+  /// Whether forward stores states inside prefill rows (MambaBatchMetadata::state_store_*_p, prefix caching's "all"
+  /// mode): every recurrent layer copies its state at each store offset into the store's block. Models that do not
+  /// (the default) run "all" as "align" (vLLM likewise for models without the support).
+  virtual bool stores_prefill_states() const { return false; }
   /// Tokens per KV block of the softmax-attention layers (hybrids such as MiniMax), or 0 when the model has none.
   /// KV blocks come from the same pool as state blocks (one page each; docs/architecture.md); the engine then
   /// allocates them as sequences grow and fills ForwardBatch::linear_meta / attn_meta every step.

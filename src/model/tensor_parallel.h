@@ -53,6 +53,7 @@ class TensorParallelLM final : public CausalLM {
   StateShape state_shape() const override { return page_; }
   int chunk_size() const override { return shards_[0]->chunk_size(); }
   int prefix_block_alignment() const override { return shards_[0]->prefix_block_alignment(); }
+  bool stores_prefill_states() const override { return shards_[0]->stores_prefill_states(); }
   /// The shards' (all equal): a hybrid's (MiniMax) shard keeps the unsharded model's KV block size and reports a
   /// state region large enough for its KV heads' block, so page_ holds every rank's KV part too.
   int kv_block_size() const override { return shards_[0]->kv_block_size(); }

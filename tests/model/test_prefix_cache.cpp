@@ -83,14 +83,15 @@ class PrefixCaching : public ::testing::TestWithParam<CacheCase> {
   }
 
   /// The caching engine under test: budget, pool size (0: default) and max_num_seqs.
-  std::unique_ptr<LLMEngine> cached_engine(int budget, int blocks = 0, int max_seqs = 256) const {
+  std::unique_ptr<LLMEngine> cached_engine(int budget, int blocks = 0, int max_seqs = 256, const std::string& mode = "all") const {
     EngineConfig cfg = case_config(GetParam());
+    cfg.mamba_cache_mode = mode;
     cfg.mamba_block_size = GetParam().block_size;
     cfg.scheduler.max_num_batched_tokens = budget;
     cfg.scheduler.max_num_seqs = max_seqs;
     cfg.num_state_blocks = blocks;
     auto e = std::make_unique<LLMEngine>(cfg);
-    EXPECT_TRUE(e->prefix_cache_config().enabled());
+    EXPECT_EQ(e->prefix_cache_config().mode, mode == "all" ? MambaCacheMode::All : MambaCacheMode::Align);  // the CPU does "all"
     return e;
   }
 
@@ -283,6 +284,36 @@ TEST_P(PrefixCaching, ConcurrentEvictionAndPreemptionEqualUncached) {
       expect_matches_reference(prompts, got, 5, "small pool, round " + std::to_string(round));
     }
   }
+}
+
+// "all" mode stores the states at the block boundaries inside a prefill chunk: a prompt prefilled in one step caches
+// every boundary it crosses, so prompts sharing only its first blocks hit there (align caches only the boundary the
+// step ends on); both modes give the bits of the uncached run, also for the shared-prefix prompts admitted in one step
+// with the long one (same-step: no hit) and at a budget off the block grid.
+TEST_P(PrefixCaching, AllModeStoresBoundariesInsideAChunk) {
+  const int bs = block_size();
+  const std::vector<int> base = random_tokens(3 * bs + 20);
+  std::vector<std::vector<int>> shorter;
+  for (int k = 1; k <= 3; ++k)
+    shorter.push_back(cat(std::vector<int>(base.begin(), base.begin() + k * bs), random_tokens(2 + k)));
+  for (const std::string mode : {"all", "align"}) {
+    auto e = cached_engine(8192, 0, 256, mode);
+    const Outcome first = run(*e, {base}, 4)[0];
+    expect_matches_reference({base}, {first}, 4, mode + ": the long prompt");
+    const auto got = run(*e, shorter, 4, {0, 30, 60});
+    expect_matches_reference(shorter, got, 4, mode + ": prompts sharing 1, 2, 3 blocks");
+    for (int k = 1; k <= 3; ++k) {
+      // align: the long prompt cached only 3 bs (where its step ended); each shorter prompt its own last boundary.
+      const int want = mode == "all" || k == 3 ? k * bs : (k - 1) * bs;
+      EXPECT_EQ(got[static_cast<size_t>(k - 1)].num_cached_tokens, want) << mode << ": prompt sharing " << k << " blocks";
+    }
+  }
+  auto e = cached_engine(2 * bs + 13);  // chunks cross boundaries anywhere, on the model's chunk grid
+  const std::vector<int> other = random_tokens(3 * bs + 9);
+  const std::vector<std::vector<int>> pair = {other, cat(std::vector<int>(other.begin(), other.begin() + 2 * bs), random_tokens(5))};
+  expect_matches_reference(pair, run(*e, pair, 4, {0, 1}), 4, "budget 2 bs + 13");
+  const Outcome again = run(*e, {cat(std::vector<int>(other.begin(), other.begin() + 2 * bs + 1), random_tokens(3))}, 4)[0];
+  EXPECT_EQ(again.num_cached_tokens, 2 * bs);
 }
 
 // What the cache relies on, without it: a prompt cut into steps on block boundaries (a last piece of one token

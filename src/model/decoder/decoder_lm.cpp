@@ -41,6 +41,8 @@ class DecoderLM final : public DecoderShape<CausalLM> {
     find_stack_decode();
   }
 
+  /// Every CPU mixer stores "all"-mode states inside its prefill rows (model/mixers/prefill_segments.h).
+  bool stores_prefill_states() const override { return true; }
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
 
  private:

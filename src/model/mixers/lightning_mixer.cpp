@@ -12,6 +12,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
 #include "model/decoder/params.h"
+#include "model/mixers/prefill_segments.h"
 
 namespace ssmserve {
 
@@ -59,9 +60,19 @@ class LightningMixer final : public CpuModule {
     p.states = step.state.ssm;
     const int nd = md.num_decodes;
     if (nd > 0) cpu::lightning_decode(proj, W, o, HD, p, step.batch.meta.decode_rows());
-    if (md.num_prefills > 0)
+    const MambaBatchMetadata& mm = step.batch.meta;  // the same prefill rows, in the same order
+    if (md.num_prefills > 0 && !mm.has_state_stores())
       cpu::lightning_prefill(proj, W, o, HD, p, std::span(md.query_start_loc).subspan(nd), std::span(md.num_computed_tokens).subspan(nd),
                              std::span(md.state_indices_tensor).subspan(nd));
+    if (md.num_prefills > 0 && mm.has_state_stores()) {  // "all" mode: the block state at each boundary is stored
+      const int32_t P0 = md.query_start_loc[nd];
+      const int64_t elems = state_spec().ssm_elems;
+      for (const PrefillSegment& g : split_prefill_rows(mm)) {
+        const int32_t qsl[2] = {P0 + g.begin, P0 + g.end};
+        cpu::lightning_prefill(proj, W, o, HD, p, qsl, std::span(&g.num_computed, 1), std::span(&g.state_block, 1));
+        if (g.store_block) copy_state_block(step.state.ssm, elems, g.state_block, g.store_block);
+      }
+    }
     // 3. RMSNorm over all heads, sigmoid gate from x, out_proj.
     cpu::linear(x, T, output_gate, nullptr, gate);
     if (tp.world > 1) {

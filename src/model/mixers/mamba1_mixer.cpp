@@ -11,6 +11,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/selective_scan.h"
+#include "model/mixers/prefill_segments.h"
 
 namespace ssmserve {
 
@@ -81,9 +82,18 @@ class Mamba1Mixer final : public CpuModule {
     // 2. Causal conv1d + SiLU: decode rows [0, nd) update their window, prefill rows scan theirs.
     cpu::ConvParams conv{I, m_.d_conv, L.conv_weight.data(), L.conv_bias.empty() ? nullptr : L.conv_bias.data(), step.state.conv, true};
     if (nd > 0) cpu::causal_conv1d_update(xz, 2 * I, xc, I, conv, md.decode_rows());
-    if (md.num_prefills > 0)
+    const ModuleStateSpec spec = state_spec();
+    const std::vector<PrefillSegment> pieces = md.has_state_stores() ? split_prefill_rows(md) : std::vector<PrefillSegment>{};
+    if (md.num_prefills > 0 && pieces.empty())
       cpu::causal_conv1d_fwd(xz + P0 * 2 * I, 2 * I, xc + P0 * I, I, conv, md.query_start_loc_p, md.state_indices_tensor_p,
                              md.has_initial_states_p);
+    for (const PrefillSegment& g : pieces) {  // "all" mode: store the conv window at each block boundary
+      segment_metadata(g, md, seg_md_);
+      const int64_t r0 = P0 + g.begin;
+      cpu::causal_conv1d_fwd(xz + r0 * 2 * I, 2 * I, xc + r0 * I, I, conv, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
+                             seg_md_.has_initial_states_p);
+      if (g.store_block) copy_state_block(step.state.conv, spec.conv_elems, g.state_block, g.store_block);
+    }
     // 3. x_proj -> [dt_low, B, C]; delta = dt_proj(dt_low) (bias and softplus inside the scan).
     const int64_t IF = I * tp_.world;  // the whole d_inner
     float* full = tp_.world > 1 ? s.f32(5, T * IF) : nullptr;
@@ -103,10 +113,19 @@ class Mamba1Mixer final : public CpuModule {
     cpu::ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
     cpu::ScanParams sp{I, static_cast<int>(N), L.A.data(), L.D.data(), L.dt_bias.data(), true, step.state.ssm};
     if (nd > 0) cpu::selective_state_update(in, sp, y, I, md.decode_rows());
-    if (md.num_prefills > 0) {  // the same views shifted to the first prefill row; query_start_loc_p starts at 0 there
-      cpu::ScanInputs inp{{in.u.data + P0 * I, I}, {in.delta.data + P0 * I, I}, {in.B.data + P0 * XD, XD},
-                          {in.C.data + P0 * XD, XD}, {in.z.data + P0 * 2 * I, 2 * I}};
-      cpu::selective_scan_fwd(inp, sp, y + P0 * I, I, md.query_start_loc_p, md.state_indices_tensor_p, md.has_initial_states_p);
+    // The same views shifted to token row r0 (the first prefill row: query_start_loc_p starts at 0 there).
+    const auto shifted = [&](int64_t r0) {
+      return cpu::ScanInputs{{in.u.data + r0 * I, I}, {in.delta.data + r0 * I, I}, {in.B.data + r0 * XD, XD},
+                             {in.C.data + r0 * XD, XD}, {in.z.data + r0 * 2 * I, 2 * I}};
+    };
+    if (md.num_prefills > 0 && pieces.empty())
+      cpu::selective_scan_fwd(shifted(P0), sp, y + P0 * I, I, md.query_start_loc_p, md.state_indices_tensor_p, md.has_initial_states_p);
+    for (const PrefillSegment& g : pieces) {  // "all" mode: store the SSM state at each block boundary
+      segment_metadata(g, md, seg_md_);
+      const int64_t r0 = P0 + g.begin;
+      cpu::selective_scan_fwd(shifted(r0), sp, y + r0 * I, I, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
+                              seg_md_.has_initial_states_p);
+      if (g.store_block) copy_state_block(step.state.ssm, spec.ssm_elems, g.state_block, g.store_block);
     }
     // 5. Output projection.
     const float* out_bias = L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data();
@@ -124,6 +143,7 @@ class Mamba1Mixer final : public CpuModule {
   int64_t H_;
   MambaLayerWeights w_;
   dist::TpRank tp_;
+  MambaBatchMetadata seg_md_;  // one prefill piece's metadata ("all"-mode state stores)
 };
 
 }  // namespace

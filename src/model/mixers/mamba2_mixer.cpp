@@ -17,6 +17,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/ssd.h"
+#include "model/mixers/prefill_segments.h"
 #include "model/weight.h"
 
 namespace ssmserve {
@@ -158,16 +159,31 @@ class Mamba2Mixer final : public CpuModule {
     const cpu::ConvParams conv = conv_params(step.state);
     const float* xbc_in = proj + I;
     if (nd > 0) cpu::causal_conv1d_update(xbc_in, PW, xbc, C, conv, md.decode_rows());
-    if (md.num_prefills > 0)
+    const ModuleStateSpec spec = state_spec();
+    const std::vector<PrefillSegment> pieces = md.has_state_stores() ? split_prefill_rows(md) : std::vector<PrefillSegment>{};
+    if (md.num_prefills > 0 && pieces.empty())
       cpu::causal_conv1d_fwd(xbc_in + P0 * PW, PW, xbc + P0 * C, C, conv, md.query_start_loc_p, md.state_indices_tensor_p,
                              md.has_initial_states_p);
+    for (const PrefillSegment& g : pieces) {  // "all" mode: store the conv window at each block boundary
+      segment_metadata(g, md, seg_md_);
+      const int64_t r0 = P0 + g.begin;
+      cpu::causal_conv1d_fwd(xbc_in + r0 * PW, PW, xbc + r0 * C, C, conv, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
+                             seg_md_.has_initial_states_p);
+      if (g.store_block) copy_state_block(step.state.conv, spec.conv_elems, g.state_block, g.store_block);
+    }
     // 3. SSD over x = xBC[:, :I] as [H, P], B and C (n_groups * d_state each), dt = proj[:, I + C:].
     const cpu::SsdParams sp = ssd_params(step.state);
     if (nd > 0) cpu::ssd_state_update(ssd_inputs(proj, xbc, 0), sp, y, I, md.decode_rows());
-    if (md.num_prefills > 0) {
-      const cpu::SsdChunkMetadata cm{md.chunk_size, md.query_start_loc_p, md.cu_chunk_seqlen_p, md.seq_idx_p,
-                                     md.last_chunk_indices_p, md.state_indices_tensor_p, md.has_initial_states_p};
-      cpu::ssd_chunk_scan_fwd(ssd_inputs(proj, xbc, P0), sp, cm, y + P0 * I, I);
+    const auto chunk_scan = [&](const MambaBatchMetadata& pm, int64_t r0) {
+      const cpu::SsdChunkMetadata cm{pm.chunk_size, pm.query_start_loc_p, pm.cu_chunk_seqlen_p, pm.seq_idx_p,
+                                     pm.last_chunk_indices_p, pm.state_indices_tensor_p, pm.has_initial_states_p};
+      cpu::ssd_chunk_scan_fwd(ssd_inputs(proj, xbc, r0), sp, cm, y + r0 * I, I);
+    };
+    if (md.num_prefills > 0 && pieces.empty()) chunk_scan(md, P0);
+    for (const PrefillSegment& g : pieces) {  // "all" mode: the chunk state at each boundary chunk's end is stored
+      segment_metadata(g, md, seg_md_);
+      chunk_scan(seg_md_, P0 + g.begin);
+      if (g.store_block) copy_state_block(step.state.ssm, spec.ssm_elems, g.state_block, g.store_block);
     }
     // 4. Gated RMSNorm with z, then the output projection.
     if (tp_.world > 1) {
@@ -223,6 +239,7 @@ class Mamba2Mixer final : public CpuModule {
   Mamba2LayerWeights w_;
   dist::TpRank tp_;
   float eps_ = 1e-5f;  // the gated norm's epsilon: the model's layer_norm_epsilon
+  MambaBatchMetadata seg_md_;  // one prefill piece's metadata ("all"-mode state stores)
 };
 
 /// Decode-only batches of at most this many rows (TP 1) take mamba2_stack_decode.
