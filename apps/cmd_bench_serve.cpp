@@ -44,6 +44,7 @@ struct RequestResult {
   bool ok = false;
   std::string error;
   int prompt_tokens = 0, output_tokens = 0;
+  int cached_tokens = 0;       ///< usage.prompt_tokens_details.cached_tokens (prompt tokens served from the prefix cache)
   double ttft = 0, latency = 0;
   std::vector<double> itl;     ///< gaps between consecutive content chunks
 };
@@ -135,6 +136,8 @@ RequestResult run_request(const Url& url, const std::string& path, const std::st
       if (j.contains("usage") && j["usage"].is_object()) {
         r.prompt_tokens = j["usage"].value("prompt_tokens", 0);
         r.output_tokens = j["usage"].value("completion_tokens", 0);
+        if (const auto d = j["usage"].find("prompt_tokens_details"); d != j["usage"].end() && d->is_object())
+          r.cached_tokens = d->value("cached_tokens", 0);
       }
       if (!j.contains("choices") || j["choices"].empty() || !j["choices"][0].contains("text")) continue;
       if (j["choices"][0]["text"].get<std::string>().empty()) continue;
@@ -216,7 +219,7 @@ int run_bench_serve(BenchServeArgs& a) {
 
   // Aggregate.
   int completed = 0;
-  long long in_tokens = 0, out_tokens = 0;
+  long long in_tokens = 0, out_tokens = 0, cached_tokens = 0;
   std::vector<double> ttft, tpot, itl, e2e;
   std::string first_error;
   for (const auto& r : results) {
@@ -227,6 +230,7 @@ int run_bench_serve(BenchServeArgs& a) {
     ++completed;
     in_tokens += r.prompt_tokens;
     out_tokens += r.output_tokens;
+    cached_tokens += r.cached_tokens;
     ttft.push_back(r.ttft);
     e2e.push_back(r.latency);
     if (r.output_tokens > 1) tpot.push_back((r.latency - r.ttft) / (r.output_tokens - 1));
@@ -236,7 +240,9 @@ int run_bench_serve(BenchServeArgs& a) {
   json out = {{"base_url", a.base_url}, {"model", a.model}, {"dataset", a.dataset}, {"num_prompts", a.num_prompts},
               {"request_rate", std::isinf(a.request_rate) ? json("inf") : json(a.request_rate)}, {"max_concurrency", a.max_concurrency},
               {"completed", completed}, {"failed", failed}, {"duration_s", duration}, {"total_input_tokens", in_tokens},
-              {"total_output_tokens", out_tokens}, {"request_throughput", completed / duration},
+              {"total_output_tokens", out_tokens}, {"total_cached_tokens", cached_tokens},
+              {"prefix_cache_hit_rate", in_tokens > 0 ? static_cast<double>(cached_tokens) / static_cast<double>(in_tokens) : 0.0},
+              {"request_throughput", completed / duration},
               {"output_throughput", static_cast<double>(out_tokens) / duration},
               {"total_token_throughput", static_cast<double>(in_tokens + out_tokens) / duration}};
   auto stats = [&](const char* name, const std::vector<double>& v) {
@@ -255,6 +261,9 @@ int run_bench_serve(BenchServeArgs& a) {
   row("Benchmark duration (s):", fmt::format("{:.2f}", duration));
   row("Total input tokens:", std::to_string(in_tokens));
   row("Total generated tokens:", std::to_string(out_tokens));
+  // From usage.prompt_tokens_details.cached_tokens: the share of prompt tokens the server's prefix cache served.
+  row("Cached prompt tokens:", std::to_string(cached_tokens));
+  row("Prefix cache hit rate (%):", fmt::format("{:.2f}", 100.0 * out["prefix_cache_hit_rate"].get<double>()));
   row("Request throughput (req/s):", fmt::format("{:.2f}", completed / duration));
   row("Output token throughput (tok/s):", fmt::format("{:.2f}", out_tokens / duration));
   row("Total token throughput (tok/s):", fmt::format("{:.2f}", (in_tokens + out_tokens) / duration));

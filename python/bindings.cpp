@@ -513,6 +513,7 @@ void set_engine_arg(EngineConfig& c, const std::string& k, const py::handle& v) 
   else if (k == "mamba_cache_mode") c.mamba_cache_mode = v.cast<std::string>();
   else if (k == "mamba_block_size") c.mamba_block_size = v.is_none() ? 0 : v.cast<int>();
   else if (k == "speculative_config") c.speculative_config = v.cast<std::string>();  // JSON text (the Python side dumps the dict)
+  else if (k == "swap_space") c.swap_space = v.cast<double>();
   else if (k == "load_format") {
     const auto f = v.cast<std::string>();
     if (f == "auto" || f == "safetensors") c.load_format = LoadFormat::Auto;

@@ -140,7 +140,7 @@ class Tokenizer:
 
 # LLM(...) keyword arguments beyond vLLM's named ones that the engine takes (as the CLI's flags).
 _SSMSERVE_ENGINE_ARGS = ("num_state_blocks", "threads", "num_threads", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
-                         "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size")
+                         "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size", "swap_space")
 
 
 def _check_seed(seed) -> Optional[int]:

@@ -48,6 +48,10 @@ int PrefixCache::allocate() {
     b = lru_.front();
     lru_.pop_front();
     in_lru_[static_cast<size_t>(b)] = 0;
+    if (on_evict_) {
+      const Key& k = block_key_[static_cast<size_t>(b)];
+      on_evict_(b, k.kind, k.hash);
+    }
     drop_key(b);
     ++evictions_;
   }

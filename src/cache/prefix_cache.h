@@ -60,6 +60,9 @@ class PrefixCache {
   int num_cached() const { return static_cast<int>(keys_.size()); }
   int num_evictable() const { return static_cast<int>(lru_.size()); }
   int64_t num_evictions() const { return evictions_; }
+  /// Called by allocate() for every cached block it evicts, before the block's key is dropped and the block handed
+  /// out again (the host tier copies the state out there: --swap-space). Empty: nothing is called.
+  void set_on_evict(std::function<void(int block, CachedKind kind, const BlockHash& hash)> f) { on_evict_ = std::move(f); }
 
  private:
   struct Key {
@@ -82,6 +85,7 @@ class PrefixCache {
   std::vector<std::list<int>::iterator> lru_pos_;      // [num_blocks] position in lru_ when there
   std::vector<int8_t> in_lru_;
   int64_t evictions_ = 0;
+  std::function<void(int, CachedKind, const BlockHash&)> on_evict_;
 };
 
 }  // namespace ssmserve

@@ -66,10 +66,14 @@ struct EngineConfig {
   /// tokens start with a cached prefix continues from that prefix's state (and shares its KV blocks).
   bool enable_prefix_caching = true;
   /// vLLM's --mamba-cache-mode: "all" (states at every block boundary; the default), "align" (states at block
-  /// boundaries reached at the end of a step, prefill chunks cut on them) or "none" (no caching). "all" needs every
-  /// recurrent mixer to store boundary states inside a prefill; until the kernels do, "all" runs as "align" (vLLM
-  /// likewise runs models without that support in "align").
+  /// boundaries reached at the end of a step, prefill chunks cut on them) or "none" (no caching). "all" needs a
+  /// model whose prefill stores boundary states inside a chunk (CausalLM::stores_prefill_states: the CPU backend);
+  /// others run "align" (vLLM likewise runs models without that support in "align").
   std::string mamba_cache_mode = "all";
+  /// vLLM's --swap-space: GiB of pinned host memory that keep cached states evicted from a device pool; a later hit
+  /// on one copies it back (asynchronously, before the forward that needs it). 0 = off. No effect on the CPU
+  /// backend (its pool is host memory already) or without prefix caching. At most 70% of physical RAM (vLLM's limit).
+  double swap_space = 0.0;
   /// vLLM's --mamba-block-size: tokens per cached state; 0 = the model's default (a multiple of its unit of at least
   /// kDefaultMambaBlockSize). Must be a multiple of the chunk length of its chunked prefill forms and, for hybrids,
   /// of its KV block size.

@@ -54,6 +54,7 @@ void EngineConfig::validate() const {
   SSM_CHECK(mamba_cache_mode == "none" || mamba_cache_mode == "align" || mamba_cache_mode == "all",
             "--mamba-cache-mode must be none, align or all (got \"{}\")", mamba_cache_mode);
   (void)SpeculativeConfig::parse(speculative_config);  // throws naming the field
+  SSM_CHECK(std::isfinite(swap_space) && swap_space >= 0.0, "--swap-space must be >= 0 GiB (got {})", swap_space);
   SSM_CHECK(mamba_block_size >= 0 && mamba_block_size <= kMaxNumBatchedTokens,
             "--mamba-block-size must be in [1, {}] tokens, or 0 for the model's default (got {})", kMaxNumBatchedTokens,
             mamba_block_size);
@@ -171,14 +172,51 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
                                   cfg_.scheduler.max_num_seqs))
     scheduler_->set_zero_host_states(false);
   spdlog::info("engine: {} state blocks x {:.2f} MiB", blocks, cache_->bytes_per_block() / 1048576.0);
+  // A pool that cannot hold one cached block next to one running request caches nothing: an error, as vLLM's
+  // "no space for the cache" (the flag that sizes it is named; caching can be turned off instead).
+  if (prefix.enabled() && blocks - 1 < 2)
+    fail("--num-state-blocks {} leaves {} usable block{} (block 0 is the null block): a running request's state block and no "
+         "room for one cached state; prefix caching needs at least 3 (raise --num-state-blocks{}, or pass "
+         "--no-enable-prefix-caching)",
+         blocks, blocks - 1, blocks - 1 == 1 ? "" : "s", cfg_.num_state_blocks == 0 ? " or --gpu-memory-utilization" : "");
   if (prefix.enabled() && blocks - 1 <= cfg_.scheduler.max_num_seqs && model_->kv_block_size() == 0)
     spdlog::warn("prefix caching: the pool's {} usable blocks leave no room for cached states next to --max-num-seqs {} "
                  "running requests once they are all running; raise --num-state-blocks",
                  blocks - 1, cfg_.scheduler.max_num_seqs);
+  if (cfg_.swap_space > 0) enable_swap_space(prefix, ram);
   if (prefix.enabled())
     spdlog::info("prefix caching: mamba_cache_mode {}, mamba_block_size {} tokens{}",
                  prefix.mode == MambaCacheMode::All ? "all" : "align", prefix.block_size,
                  model_->kv_block_size() > 0 ? fmt::format(" (KV blocks of {} tokens shared)", model_->kv_block_size()) : "");
+}
+
+void LLMEngine::enable_swap_space(const PrefixCacheConfig& prefix, double ram) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const double bytes = cfg_.swap_space * kGiB;
+  // vLLM's check: the swap space may take at most 70% of the machine's memory.
+  if (ram > 0 && bytes > 0.7 * ram)
+    fail("--swap-space {} GiB is more than 70% of the {:.1f} GiB of physical RAM; lower it", cfg_.swap_space, ram / kGiB);
+  if (!prefix.enabled()) {
+    spdlog::info("--swap-space: no effect without prefix caching");
+    return;
+  }
+  const double block = static_cast<double>(cache_->bytes_per_block());
+  const int slots = static_cast<int>(std::min<double>(kMaxNumStateBlocks, std::floor(bytes / block)));
+  if (!model_->device_state_budget(cfg_.gpu_memory_utilization, cfg_.scheduler.max_num_batched_tokens, cfg_.scheduler.max_num_seqs)) {
+    spdlog::info("--swap-space: no effect on this backend: its state pool is host memory already");
+    return;
+  }
+  SSM_CHECK(slots >= 1, "--swap-space {} GiB holds no cached state ({:.3f} MiB per block); raise it or pass 0", cfg_.swap_space,
+            block / 1048576.0);
+  if (!model_->allocate_host_state_tier(slots, *cache_)) {
+    spdlog::info("--swap-space: this backend has no host tier (tensor parallel); ignored");
+    return;
+  }
+  StateSwapper sw;
+  sw.swap_out = [this](std::span<const BlockCopy> c) { model_->swap_out_state_blocks(c, *cache_); };
+  sw.swap_in = [this](std::span<const BlockCopy> c) { model_->swap_in_state_blocks(c, *cache_); };
+  scheduler_->enable_host_tier(slots, std::move(sw));
+  spdlog::info("--swap-space: {} cached states ({:.2f} GiB) in pinned host memory", slots, slots * block / kGiB);
 }
 
 PrefixCacheConfig LLMEngine::resolve_prefix_cache() const {

@@ -63,6 +63,8 @@ class LLMEngine {
   /// Replaces the proposer (tests and benchmarks: a drafter that is always right, always wrong, or replays a known
   /// continuation). Needs speculative decoding on (num_speculative_tokens > 0): throws Error otherwise.
   void set_proposer(std::unique_ptr<Proposer> p);
+  /// Host-tier counters (--swap-space): states swapped out of / back into the device pool.
+  HostTierStats host_tier_stats() const { return scheduler_->host_tier_stats(); }
   /// Runs one iteration; returns an output for every request that produced tokens or finished this step.
   std::vector<RequestOutput> step();
   bool has_unfinished_requests() const { return scheduler_->has_unfinished(); }
@@ -112,6 +114,8 @@ class LLMEngine {
   RequestOutput make_output(RequestState& r, size_t num_new_tokens);
   /// Prefix caching from cfg_ and the model (mode, block size, hash granularity); throws Error naming the flag.
   PrefixCacheConfig resolve_prefix_cache() const;
+  /// --swap-space: checks it against `ram` bytes and gives the scheduler a host tier when the model has one.
+  void enable_swap_space(const PrefixCacheConfig& prefix, double ram);
   /// --log-level info: the pool's split (running / cached / free blocks) and the hit rate, at most every 10 s.
   void log_pool_split();
   /// Appends a sampled token (and its logprobs entry when the request asks for them) to r.

@@ -90,10 +90,11 @@ SchedulerOutput Scheduler::schedule_step() {
     }
     // Prefix cache: start from the longest cached prefix (its state copied into a fresh running block, its KV blocks
     // shared). The hit blocks are held from here on so that nothing below evicts them.
-    int hit_state = 0;
+    int hit_state = 0, hit_slot = -1;
     std::vector<int> hit_kv;
-    const int hit = r->num_computed_tokens == 0 && prefix_.enabled() ? find_cached_prefix(r, hit_state, hit_kv) : 0;
+    const int hit = r->num_computed_tokens == 0 && prefix_.enabled() ? find_cached_prefix(r, hit_state, hit_slot, hit_kv) : 0;
     if (hit_state) blocks_.acquire(hit_state);
+    if (hit_slot >= 0) host_.pin(hit_slot);  // no swap-out below may reuse the slot this request reads
     for (int b : hit_kv) blocks_.acquire(b);
     const int saved_computed = r->num_computed_tokens;
     r->num_computed_tokens = hit;
@@ -102,6 +103,7 @@ SchedulerOutput Scheduler::schedule_step() {
     if (n == 0 || blocks_.num_available() < 1 + kv_blocks_for(hit + n) - shared) {
       r->num_computed_tokens = saved_computed;
       blocks_.release(hit_state);
+      if (hit_slot >= 0) host_.unpin(hit_slot);
       for (int b : hit_kv) blocks_.release(b);
       break;
     }
@@ -112,6 +114,9 @@ SchedulerOutput Scheduler::schedule_step() {
     if (hit_state) {
       out.state_copies.push_back({hit_state, block});
       held_for_step_.push_back(hit_state);  // released by finish_step, after the copy ran
+    } else if (hit_slot >= 0) {
+      swap_ins_.push_back({r, {hit_slot, block}});  // the host tier's copy, ordered before the forward
+      pinned_slots_.push_back(hit_slot);             // unpinned by finish_step
     } else if (zero_host_states_) {
       cache_.zero_block(block);
     }
@@ -132,6 +137,15 @@ SchedulerOutput Scheduler::schedule_step() {
     charge_scored(r, n, score_left);
   }
   if (prefix_.mode == MambaCacheMode::All) plan_state_stores(out);
+  if (!swap_ins_.empty()) {
+    // Hits on host slots: copied into the running blocks of the requests still scheduled (not preempted above).
+    std::vector<BlockCopy> copies;
+    for (const SwapIn& s : swap_ins_)
+      if (s.req->status == RequestStatus::Running && s.req->state_block == s.copy.dst) copies.push_back(s.copy);
+    swap_ins_.clear();
+    if (!copies.empty()) swapper_.swap_in(copies);
+    host_stats_.swap_ins += static_cast<int64_t>(copies.size());
+  }
   return out;
 }
 
@@ -155,6 +169,22 @@ int Scheduler::chunk_budget(const RequestState* r, int budget, int score_left) {
 
 void Scheduler::charge_scored(const RequestState* r, int n, int& score_left) {
   if (scores_prompt(r) && score_left != std::numeric_limits<int>::max()) score_left = std::max(0, score_left - n);
+}
+
+void Scheduler::enable_host_tier(int num_slots, StateSwapper swapper) {
+  SSM_CHECK(prefix_.enabled() && num_slots >= 1 && swapper.swap_out && swapper.swap_in,
+            "the host tier needs prefix caching, at least one slot and both copies");
+  host_ = HostStateTier(num_slots);
+  swapper_ = std::move(swapper);
+  blocks_.set_on_evict([this](int block, CachedKind kind, const BlockHash& hash) {
+    if (kind != CachedKind::State) return;  // KV pages are not swapped
+    if (const int s = host_.lookup(hash); s >= 0) return host_.touch(s);
+    const int slot = host_.insert(hash);
+    if (slot < 0) return;  // every slot is read by this step's swap-ins
+    const BlockCopy c{block, slot};
+    swapper_.swap_out(std::span(&c, 1));  // before the block is handed out and written again
+    ++host_stats_.swap_outs;
+  });
 }
 
 bool Scheduler::reserve_kv(RequestState* r, int n, SchedulerOutput& out, int& budget, int& seqs) {
@@ -321,8 +351,9 @@ void Scheduler::extend_hashes(RequestState* r, int tokens) const {
   }
 }
 
-int Scheduler::find_cached_prefix(RequestState* r, int& state_block, std::vector<int>& kv_blocks) {
+int Scheduler::find_cached_prefix(RequestState* r, int& state_block, int& host_slot, std::vector<int>& kv_blocks) {
   state_block = 0;
+  host_slot = -1;
   kv_blocks.clear();
   // A request that wants prompt logprobs needs every prompt position's logits: no hit (as vLLM).
   if (r->request.params.prompt_logprobs) return 0;
@@ -336,10 +367,14 @@ int Scheduler::find_cached_prefix(RequestState* r, int& state_block, std::vector
     k = std::min(k, m * g / bs);
   }
   for (; k > 0; --k) {
-    const int b = blocks_.lookup(CachedKind::State, r->block_hashes[static_cast<size_t>(k * bs / g - 1)]);
-    if (b == 0) continue;
+    const BlockHash& h = r->block_hashes[static_cast<size_t>(k * bs / g - 1)];
+    const int b = blocks_.lookup(CachedKind::State, h);
+    const int slot = b == 0 && host_.num_slots() > 0 ? host_.lookup(h) : -1;  // the host tier (--swap-space)
+    if (b == 0 && slot < 0) continue;
     state_block = b;
-    blocks_.touch(b);
+    host_slot = slot;
+    if (b) blocks_.touch(b);
+    else host_.touch(slot);
     for (int j = 0; j < k * bs / std::max(1, kv_block_size_) && kv_block_size_ > 0; ++j) {
       const int kb = blocks_.lookup(CachedKind::Kv, r->block_hashes[static_cast<size_t>(j)]);
       blocks_.touch(kb);
@@ -414,6 +449,9 @@ void Scheduler::release_step_holds() {
   in_step_ = false;
   for (int b : held_for_step_) blocks_.release(b);
   held_for_step_.clear();
+  for (int s : pinned_slots_) host_.unpin(s);
+  pinned_slots_.clear();
+  swap_ins_.clear();
   for (RequestState* r : finished_in_step_) free_blocks(r);
   finished_in_step_.clear();
 }

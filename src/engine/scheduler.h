@@ -10,6 +10,7 @@
 
 #include "cache/state_cache.h"
 #include "cache/block_pool.h"
+#include "cache/host_state_tier.h"
 #include "cache/prefix_cache.h"
 #include "cache/prefix_cache_stats.h"
 #include "engine/request.h"
@@ -61,6 +62,20 @@ struct PrefixCacheConfig {
   /// without caching: a chunked form cut on its grid rounds exactly as uncut.
   int chunk_alignment = 1;
   bool enabled() const { return mode != MambaCacheMode::None; }
+};
+
+/// The copies of the host tier (--swap-space), done by the model (CausalLM::swap_out_state_blocks /
+/// swap_in_state_blocks): swap_out gets {device block, host slot} pairs and runs before anything queued after it on
+/// the device; swap_in gets {host slot, device block} pairs and is ordered before the next forward.
+struct StateSwapper {
+  std::function<void(std::span<const BlockCopy>)> swap_out;
+  std::function<void(std::span<const BlockCopy>)> swap_in;
+};
+
+/// Host-tier counters (blocks).
+struct HostTierStats {
+  int64_t swap_outs = 0;  ///< evicted cached states copied to host slots
+  int64_t swap_ins = 0;   ///< prefix hits served from a host slot
 };
 
 /// One request's share of a step: tokens [num_computed_tokens, num_computed_tokens + num_tokens).
@@ -138,6 +153,12 @@ class Scheduler {
   /// Blocks a new request could be given now (free + cached-and-unheld), and the cached ones of them.
   int num_available_blocks() const { return blocks_.num_available(); }
   int num_cached_blocks() const { return blocks_.num_cached(); }
+  /// Turns on the host tier (--swap-space): `num_slots` host slots; a cached state evicted from the pool is copied
+  /// to a slot (swapper.swap_out, at once) and a later hit on it is copied back into the request's running block
+  /// (swapper.swap_in, at the end of schedule(), before the step's forward). Needs prefix caching; num_slots >= 1.
+  /// Hybrids: the hit still needs every KV block of the prefix in the pool (KV pages are not swapped).
+  void enable_host_tier(int num_slots, StateSwapper swapper);
+  HostTierStats host_tier_stats() const { return host_stats_; }
   /// Whether a block handed to a waiting request gets its host page zeroed (default true). Device backends keep
   /// and reset their states in device memory and never read the host pages, so the engine turns it off for them.
   void set_zero_host_states(bool on) { zero_host_states_ = on; }
@@ -186,7 +207,7 @@ class Scheduler {
   void plan_state_stores(SchedulerOutput& out);
   /// The longest cached prefix of r usable now (see the constructor); fills the state block to copy and the KV
   /// blocks to share. 0 when none.
-  int find_cached_prefix(RequestState* r, int& state_block, std::vector<int>& kv_blocks);
+  int find_cached_prefix(RequestState* r, int& state_block, int& host_slot, std::vector<int>& kv_blocks);
 
   SchedulerConfig cfg_;
   int kv_block_size_ = 0;
@@ -203,6 +224,15 @@ class Scheduler {
   std::vector<RequestState*> running_;
   int num_preemptions_ = 0;
   PrefixCacheStats prefix_stats_;
+  HostStateTier host_;                      // host slots of evicted states (--swap-space); 0 slots: off
+  StateSwapper swapper_;
+  struct SwapIn {
+    RequestState* req;
+    BlockCopy copy;  // {host slot, the request's running block}
+  };
+  std::vector<SwapIn> swap_ins_;            // this step's, run at the end of schedule()
+  std::vector<int> pinned_slots_;           // host slots read by this step's swap-ins, unpinned by finish_step
+  HostTierStats host_stats_;
 };
 
 }  // namespace ssmserve

@@ -55,6 +55,25 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
     states_.copy_blocks(copies, stream_.get());
   }
 
+  bool allocate_host_state_tier(int num_slots, const StateCache& cache) override {
+    SSM_CUDA_CHECK(cudaSetDevice(device_));
+    states_.sync_layout(cache);
+    states_.allocate_host_tier(num_slots);
+    return states_.num_host_slots() > 0;
+  }
+  void swap_out_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) override {
+    if (copies.empty()) return;
+    SSM_CUDA_CHECK(cudaSetDevice(device_));
+    states_.sync_layout(cache);
+    states_.swap_out(copies, stream_.get());
+  }
+  void swap_in_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) override {
+    if (copies.empty()) return;
+    SSM_CUDA_CHECK(cudaSetDevice(device_));
+    states_.sync_layout(cache);
+    states_.swap_in(copies, stream_.get());
+  }
+
   void load(WeightSource& src);
 
   std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {

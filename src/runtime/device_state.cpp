@@ -62,4 +62,61 @@ void DeviceStateMirror::copy_blocks(std::span<const BlockCopy> copies, cudaStrea
   }
 }
 
+void DeviceStateMirror::allocate_host_tier(int num_slots) {
+  SSM_CHECK(cache_ != nullptr, "device states: the host tier needs the layout first (sync_layout)");
+  free_host_tier();
+  if (num_slots <= 0) return;
+  const size_t bytes = static_cast<size_t>(num_slots) * buffers_.size() * static_cast<size_t>(device_page_bytes_);
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("--swap-space: cannot allocate {:.2f} GiB of pinned host memory for {} cached states", bytes / 1073741824.0, num_slots);
+  }
+  host_ = static_cast<std::byte*>(p);
+  host_slots_ = num_slots;
+  SSM_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  SSM_CUDA_CHECK(cudaEventCreateWithFlags(&before_, cudaEventDisableTiming));
+  SSM_CUDA_CHECK(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming));
+}
+
+void DeviceStateMirror::free_host_tier() {
+  if (side_) cudaStreamSynchronize(side_);
+  if (host_) cudaFreeHost(host_);
+  if (before_) cudaEventDestroy(before_);
+  if (after_) cudaEventDestroy(after_);
+  if (side_) cudaStreamDestroy(side_);
+  host_ = nullptr, side_ = nullptr, before_ = nullptr, after_ = nullptr;
+  host_slots_ = 0;
+}
+
+DeviceStateMirror::~DeviceStateMirror() { free_host_tier(); }
+
+void DeviceStateMirror::swap_out(std::span<const BlockCopy> copies, cudaStream_t stream) const {
+  const size_t page = static_cast<size_t>(device_page_bytes_), L = buffers_.size();
+  for (const BlockCopy& c : copies) {
+    SSM_CHECK(c.src > 0 && c.src < num_blocks_ && c.dst >= 0 && c.dst < host_slots_,
+              "device states: swapping block {} out to host slot {}: outside [1, {}) / [0, {})", c.src, c.dst, num_blocks_, host_slots_);
+    for (size_t l = 0; l < L; ++l)
+      SSM_CUDA_CHECK(cudaMemcpyAsync(host_ + (static_cast<size_t>(c.dst) * L + l) * page,
+                                     static_cast<const std::byte*>(buffers_[l].data()) + static_cast<size_t>(c.src) * page, page,
+                                     cudaMemcpyDeviceToHost, stream));
+  }
+}
+
+void DeviceStateMirror::swap_in(std::span<const BlockCopy> copies, cudaStream_t stream) const {
+  if (copies.empty()) return;
+  const size_t page = static_cast<size_t>(device_page_bytes_), L = buffers_.size();
+  SSM_CUDA_CHECK(cudaEventRecord(before_, stream));
+  SSM_CUDA_CHECK(cudaStreamWaitEvent(side_, before_, 0));
+  for (const BlockCopy& c : copies) {
+    SSM_CHECK(c.src >= 0 && c.src < host_slots_ && c.dst > 0 && c.dst < num_blocks_,
+              "device states: swapping host slot {} in to block {}: outside [0, {}) / [1, {})", c.src, c.dst, host_slots_, num_blocks_);
+    for (size_t l = 0; l < L; ++l)
+      SSM_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(buffers_[l].data()) + static_cast<size_t>(c.dst) * page,
+                                     host_ + (static_cast<size_t>(c.src) * L + l) * page, page, cudaMemcpyHostToDevice, side_));
+  }
+  SSM_CUDA_CHECK(cudaEventRecord(after_, side_));
+  SSM_CUDA_CHECK(cudaStreamWaitEvent(stream, after_, 0));
+}
+
 }  // namespace ssmserve::cuda

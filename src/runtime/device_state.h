@@ -7,11 +7,11 @@
 // StateCache::zero_block is not mirrored: a block handed out again starts with has_initial_states = 0, and
 // the prefill kernels then never read its old contents.
 #pragma once
+#include <cstddef>
+#include <span>
 #include <vector>
 
 #include <cuda_runtime.h>
-
-#include <span>
 
 #include "cache/state_cache.h"
 #include "model/causal_lm.h"
@@ -29,6 +29,22 @@ class DeviceStateMirror {
   /// Copies block c.src's page onto block c.dst's in every layer, for each copy in order, on `stream` (ordered before
   /// the kernels queued after it). Call sync_layout first. Throws Error on a block outside [1, num_blocks).
   void copy_blocks(std::span<const BlockCopy> copies, cudaStream_t stream) const;
+  /// The host tier (--swap-space): (re)allocates `num_slots` pinned host pages of num_layers x the device page bytes
+  /// (a block's states in every layer, as the mirror keeps them), and a side stream with its events. Call
+  /// sync_layout first. Throws Error when pinned memory cannot be allocated.
+  void allocate_host_tier(int num_slots);
+  /// Copies device block c.src -> host slot c.dst in every layer on `stream` (ordered after the work queued on it
+  /// before, and before the work queued after: the block may be written again). Throws Error out of range.
+  void swap_out(std::span<const BlockCopy> copies, cudaStream_t stream) const;
+  /// Copies host slot c.src -> device block c.dst in every layer on the side stream, which first waits for `stream`'s
+  /// work so far (a swap-out may have just read the block); `stream` then waits for the copies (the next forward
+  /// needs them) without blocking the host. Throws Error out of range.
+  void swap_in(std::span<const BlockCopy> copies, cudaStream_t stream) const;
+  int num_host_slots() const { return host_slots_; }
+  ~DeviceStateMirror();
+  DeviceStateMirror() = default;
+  DeviceStateMirror(const DeviceStateMirror&) = delete;
+  DeviceStateMirror& operator=(const DeviceStateMirror&) = delete;
   /// Device views of layer `layer` (same dtype and block stride as the host views).
   StateView conv_state(int layer) const { return conv_[layer]; }
   StateView ssm_state(int layer) const { return ssm_[layer]; }
@@ -45,6 +61,12 @@ class DeviceStateMirror {
   StateShape shape_;
   std::vector<DeviceBuffer> buffers_;
   std::vector<StateView> conv_, ssm_;
+  // Host tier: slot s, layer l at host_ + (s * layers + l) * device_page_bytes_ (pinned).
+  std::byte* host_ = nullptr;
+  int host_slots_ = 0;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t before_ = nullptr, after_ = nullptr;  // stream -> side, side -> stream ordering
+  void free_host_tier();
 };
 
 }  // namespace ssmserve::cuda

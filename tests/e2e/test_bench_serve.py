@@ -29,3 +29,20 @@ def test_bench_serve_reports_failures():
     r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", "http://127.0.0.1:1", "--model", "m", "--num-prompts", "2"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "requests failed" in r.stderr
+
+
+def test_bench_serve_reports_the_prefix_cache_hit_rate(server, tmp_path):
+    # Prompts sharing a long prefix, one at a time: every one after the first is served partly from the prefix cache
+    # (usage.prompt_tokens_details.cached_tokens), and bench serve reports the share.
+    shared = " ".join(f"word{i} and more text" for i in range(150))
+    data = tmp_path / "shared.jsonl"
+    data.write_text("".join(json.dumps({"prompt": shared + f" question {i}?"}) + "\n" for i in range(4)))
+    out = tmp_path / "bench.json"
+    r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", server.base_url, "--dataset", str(data), "--num-prompts", "4",
+                        "--max-concurrency", "1", "--output-len", "2", "--output-json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Prefix cache hit rate (%):" in r.stdout
+    res = json.loads(out.read_text())
+    assert res["total_cached_tokens"] > 0 and 0 < res["prefix_cache_hit_rate"] < 1
+    assert res["total_cached_tokens"] <= res["total_input_tokens"]

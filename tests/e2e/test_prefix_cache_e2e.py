@@ -46,6 +46,9 @@ def test_generate_json_reports_cached_tokens():
     (["--mamba-block-size", "-4"], "--mamba-block-size"),
     (["--mamba-block-size", "4096", "--max-num-batched-tokens", "2048"], "--mamba-block-size"),
     (["--no-enable-prefix-caching", "--mamba-block-size", "64"], "--mamba-block-size"),
+    (["--num-state-blocks", "2"], "--num-state-blocks"),
+    (["--swap-space", "-1"], "--swap-space"),
+    (["--swap-space", "1e9"], "--swap-space"),
 ])
 def test_bad_prefix_cache_flags_are_named(flags, needle):
     r = run("generate", "--model", MODEL, "--prompt", "Hello", "--max-tokens", "2", *flags)
@@ -64,3 +67,9 @@ def test_python_llm_prefix_caching():
     off = ssmserve.LLM(str(MODEL), threads=2, enable_prefix_caching=False)
     off.generate([LONG], sp)
     assert off.generate([LONG], sp)[0].num_cached_tokens == 0
+
+
+def test_swap_space_is_a_no_op_on_the_cpu():
+    r = run("generate", "--model", MODEL, "--prompt", "Hello", "--max-tokens", "2", "--threads", "2", "--swap-space", "1")
+    assert r.returncode == 0, r.stderr
+    assert "--swap-space: no effect on this backend" in r.stderr
