@@ -15,7 +15,8 @@ void check_batch_against_cache(const ForwardBatch& batch, const StateCache& cach
   batch.validate();
   SSM_CHECK(cache.num_layers() == num_state_layers, "{} forward: state cache has {} layers, model {}", model,
             cache.num_layers(), num_state_layers);
-  for (const auto* v : {&batch.meta.state_indices_tensor_d, &batch.meta.state_indices_tensor_p, &batch.meta.state_indices_spec_d})
+  for (const auto* v : {&batch.meta.state_indices_tensor_d, &batch.meta.state_indices_tensor_p, &batch.meta.state_indices_spec_d,
+                        &batch.meta.state_store_block_p})
     for (int32_t b : *v) SSM_CHECK(b >= 0 && b < cache.num_blocks(), "{} forward: state index {} out of range", model, b);
 }
 

@@ -1,8 +1,11 @@
 // Owns the device mirror of the state pool (see device_state.h).
 #include "runtime/device_state.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "device/cuda_check.h"
+#include "runtime/device_state_copy.h"
 
 namespace ssmserve::cuda {
 namespace {
@@ -42,6 +45,10 @@ void DeviceStateMirror::sync_layout(const StateCache& cache) {
     ssm_.push_back({static_cast<std::byte*>(b.data()) + ssm_offset, hs.dtype, page / static_cast<int64_t>(dtype_size(hs.dtype))});
     buffers_.push_back(std::move(b));
   }
+  std::vector<const void*> bases;
+  for (const DeviceBuffer& b : buffers_) bases.push_back(b.data());
+  layer_bases_ = DeviceBuffer(bases.size() * sizeof(void*));
+  layer_bases_.upload(bases.data(), bases.size() * sizeof(void*));
   cache_ = &cache;
   num_blocks_ = cache.num_blocks();
   page_bytes_ = cache.page_bytes();
@@ -50,16 +57,28 @@ void DeviceStateMirror::sync_layout(const StateCache& cache) {
 }
 
 void DeviceStateMirror::copy_blocks(std::span<const BlockCopy> copies, cudaStream_t stream) const {
+  // One launch per group of copies (every layer at once); a copy touching a block an earlier copy of the group
+  // writes, or writing one it reads, starts a new group, so the copies keep their order.
+  PageCopyList list;
+  std::vector<int> written, read;
+  auto flush = [&] {
+    copy_state_pages(static_cast<const void* const*>(layer_bases_.data()), static_cast<int>(buffers_.size()), list,
+                     device_page_bytes_, stream);
+    list.n = 0;
+    written.clear();
+    read.clear();
+  };
+  auto has = [](const std::vector<int>& v, int b) { return std::find(v.begin(), v.end(), b) != v.end(); };
   for (const BlockCopy& c : copies) {
     SSM_CHECK(c.src > 0 && c.src < num_blocks_ && c.dst > 0 && c.dst < num_blocks_,
               "device states: copying block {} to {}: outside [1, {})", c.src, c.dst, num_blocks_);
     if (c.src == c.dst) continue;
-    for (const DeviceBuffer& b : buffers_) {
-      auto* base = static_cast<std::byte*>(b.data());
-      SSM_CUDA_CHECK(cudaMemcpyAsync(base + c.dst * device_page_bytes_, base + c.src * device_page_bytes_,
-                                     static_cast<size_t>(device_page_bytes_), cudaMemcpyDeviceToDevice, stream));
-    }
+    if (list.n == kMaxPageCopies || has(written, c.src) || has(written, c.dst) || has(read, c.dst)) flush();
+    list.src[list.n] = c.src, list.dst[list.n] = c.dst, ++list.n;
+    written.push_back(c.dst);
+    read.push_back(c.src);
   }
+  if (list.n > 0) flush();
 }
 
 void DeviceStateMirror::allocate_host_tier(int num_slots) {

@@ -61,6 +61,7 @@ class DeviceStateMirror {
   StateShape shape_;
   std::vector<DeviceBuffer> buffers_;
   std::vector<StateView> conv_, ssm_;
+  DeviceBuffer layer_bases_;  // [layers] device pointers of buffers_ (copy_blocks' one launch)
   // Host tier: slot s, layer l at host_ + (s * layers + l) * device_page_bytes_ (pinned).
   std::byte* host_ = nullptr;
   int host_slots_ = 0;

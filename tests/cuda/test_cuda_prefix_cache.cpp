@@ -82,6 +82,8 @@ TEST_P(CudaPrefixCache, CachedEqualsUncached) {
   LLMEngine plain(config(false)), cached(config(true));
   const int bs = cached.prefix_cache_config().block_size;
   ASSERT_GT(bs, 0);
+  // The GPU prefill does not store states inside a chunk yet: mamba_cache_mode all (the default) runs as align.
+  EXPECT_EQ(cached.prefix_cache_config().mode, MambaCacheMode::Align);
   std::mt19937 rng(28);
   auto tokens = [&](int n) {
     std::vector<int> v(static_cast<size_t>(n));
@@ -119,6 +121,40 @@ TEST_P(CudaPrefixCache, CachedEqualsUncached) {
   EXPECT_GE(hits, 5) << "the cache should have served most of these requests";
   RecordProperty("max_logprob_gap", std::to_string(worst));
   std::printf("%s: block %d, %d hits, max logprob gap %.3g\n", GetParam().name.c_str(), bs, hits, worst);
+}
+
+// --swap-space: a pool of 4 blocks (one running request, two cached states) and many distinct prompts evict the
+// first prompt's states, which go to pinned host memory; a later request with that prefix gets them back (a swap-in
+// on the side stream before its forward) and gives the greedy ids of the uncached run. Models without KV blocks
+// (a hybrid's hit also needs its KV pages in the pool, which are not swapped).
+TEST_P(CudaPrefixCache, SwapSpaceBringsEvictedStatesBack) {
+  EngineConfig c = config(true);
+  c.num_state_blocks = 4;
+  c.scheduler.max_num_seqs = 1;
+  c.swap_space = 0.25;
+  LLMEngine plain(config(false)), cached(c);
+  if (cached.kv_block_size() > 0) GTEST_SKIP() << "hybrid: KV pages are not swapped";
+  const int bs = cached.prefix_cache_config().block_size;
+  std::mt19937 rng(29);
+  auto tokens = [&](int n) {
+    std::vector<int> v(static_cast<size_t>(n));
+    for (int& t : v) t = 2 + static_cast<int>(rng() % 4000);
+    return v;
+  };
+  const std::vector<int> first = tokens(2 * bs + 9);
+  run(cached, first, 2);
+  for (int i = 0; i < 4; ++i) run(cached, tokens(2 * bs + 3), 2);  // evicts the first prompt's states
+  ASSERT_GT(cached.host_tier_stats().swap_outs, 0);
+  for (int len : {2 * bs + 5, 2 * bs + 9}) {  // align (the GPU's mode) cached the first prompt's 2 bs state
+    std::vector<int> p(first.begin(), first.begin() + len);
+    const Outcome want = run(plain, p, 6), got = run(cached, p, 6);
+    EXPECT_EQ(got.cached, (len - 1) / bs * bs) << "prefix of " << len;
+    ASSERT_EQ(got.ids, want.ids) << "prefix of " << len << " (" << got.cached << " cached)";
+    for (size_t k = 0; k < want.logprobs.size(); ++k) EXPECT_NEAR(got.logprobs[k], want.logprobs[k], 2e-2) << "token " << k;
+  }
+  EXPECT_EQ(cached.host_tier_stats().swap_ins, 2);
+  std::printf("%s: swap-space: %lld swapped out, %lld swapped in\n", GetParam().name.c_str(),
+              static_cast<long long>(cached.host_tier_stats().swap_outs), static_cast<long long>(cached.host_tier_stats().swap_ins));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaPrefixCache,
