@@ -62,8 +62,8 @@ void DeviceStateMirror::copy_blocks(std::span<const BlockCopy> copies, cudaStrea
   PageCopyList list;
   std::vector<int> written, read;
   auto flush = [&] {
-    copy_state_pages(static_cast<const void* const*>(layer_bases_.data()), static_cast<int>(buffers_.size()), list,
-                     device_page_bytes_, stream);
+    SSM_CUDA_CHECK(copy_state_pages(static_cast<const void* const*>(layer_bases_.data()), static_cast<int>(buffers_.size()),
+                                    list, device_page_bytes_, stream));
     list.n = 0;
     written.clear();
     read.clear();

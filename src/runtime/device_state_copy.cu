@@ -2,8 +2,6 @@
 // kernel launch instead of one cudaMemcpyAsync per layer per copy (prefix caching's snapshots, issue 28).
 #include "runtime/device_state_copy.h"
 
-#include "device/cuda_check.h"
-
 namespace ssmserve::cuda {
 namespace {
 
@@ -18,12 +16,12 @@ __global__ void copy_pages_kernel(const uint4* const* __restrict__ layers, PageC
 
 }  // namespace
 
-void copy_state_pages(const void* const* layer_bases, int num_layers, const PageCopyList& list, int64_t page_bytes,
-                      cudaStream_t stream) {
-  if (list.n <= 0 || num_layers <= 0) return;
+cudaError_t copy_state_pages(const void* const* layer_bases, int num_layers, const PageCopyList& list, int64_t page_bytes,
+                             cudaStream_t stream) {
+  if (list.n <= 0 || num_layers <= 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(list.n), static_cast<unsigned>(num_layers));
   copy_pages_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<const uint4* const*>(layer_bases), list, page_bytes / 16);
-  SSM_CUDA_CHECK(cudaGetLastError());
+  return cudaGetLastError();
 }
 
 }  // namespace ssmserve::cuda

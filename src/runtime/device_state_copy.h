@@ -18,8 +18,9 @@ struct PageCopyList {
 
 /// For every copy i and layer l: copies page_bytes bytes from layer_bases[l] + src[i] * page_bytes to
 /// layer_bases[l] + dst[i] * page_bytes, on `stream`. layer_bases: a device array of num_layers device pointers, each
-/// 16-byte aligned; page_bytes a multiple of 16; no copy's dst may be another's src (the copies run in parallel).
-void copy_state_pages(const void* const* layer_bases, int num_layers, const PageCopyList& list, int64_t page_bytes,
-                      cudaStream_t stream);
+/// 16-byte aligned; page_bytes a multiple of 16; no copy's dst may be another's src or dst (the copies run in
+/// parallel). Returns the launch's status.
+cudaError_t copy_state_pages(const void* const* layer_bases, int num_layers, const PageCopyList& list, int64_t page_bytes,
+                             cudaStream_t stream);
 
 }  // namespace ssmserve::cuda
