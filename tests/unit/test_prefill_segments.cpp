@@ -10,10 +10,16 @@
 namespace ssmserve {
 namespace {
 
+ScheduledSeq seq(int32_t block, int32_t computed, int32_t n, bool prefilling, std::span<const StateStore> stores = {}) {
+  ScheduledSeq s{block, computed, n, prefilling};
+  s.state_stores = stores;
+  return s;
+}
+
 TEST(PrefillSegments, StoresBecomeCsrAndPieces) {
   const std::vector<StateStore> a = {{3, 9}, {7, 10}}, none;
   // A decode (first after reordering), a prefill with two stores, a prefill without.
-  const std::vector<ScheduledSeq> seqs = {{1, 5, 10, true, a}, {2, 4, 1, false}, {3, 0, 6, true, none}};
+  const std::vector<ScheduledSeq> seqs = {seq(1, 5, 10, true, a), seq(2, 4, 1, false), seq(3, 0, 6, true, none)};
   MetadataOptions opt;
   opt.chunk_size = 4;
   const MambaBatchMetadata m = build_mamba_metadata(seqs, opt);
@@ -24,10 +30,11 @@ TEST(PrefillSegments, StoresBecomeCsrAndPieces) {
   const std::vector<PrefillSegment> p = split_prefill_rows(m);
   ASSERT_EQ(p.size(), 4u);
   // Row 0 (computed 5, 10 tokens): [0,3) then store 9, [3,7) then store 10, [7,10); row 1 whole.
-  EXPECT_EQ(p[0].begin, 0), EXPECT_EQ(p[0].end, 3), EXPECT_EQ(p[0].num_computed, 5), EXPECT_EQ(p[0].store_block, 9);
-  EXPECT_EQ(p[1].begin, 3), EXPECT_EQ(p[1].end, 7), EXPECT_EQ(p[1].num_computed, 8), EXPECT_EQ(p[1].store_block, 10);
-  EXPECT_EQ(p[2].begin, 7), EXPECT_EQ(p[2].end, 10), EXPECT_EQ(p[2].num_computed, 12), EXPECT_EQ(p[2].store_block, 0);
-  EXPECT_EQ(p[3].row, 1), EXPECT_EQ(p[3].begin, 10), EXPECT_EQ(p[3].end, 16), EXPECT_EQ(p[3].num_computed, 0);
+  const auto piece = [](const PrefillSegment& g) { return std::vector<int32_t>{g.row, g.begin, g.end, g.num_computed, g.store_block}; };
+  EXPECT_EQ(piece(p[0]), (std::vector<int32_t>{0, 0, 3, 5, 9}));
+  EXPECT_EQ(piece(p[1]), (std::vector<int32_t>{0, 3, 7, 8, 10}));
+  EXPECT_EQ(piece(p[2]), (std::vector<int32_t>{0, 7, 10, 12, 0}));
+  EXPECT_EQ(piece(p[3]), (std::vector<int32_t>{1, 10, 16, 0, 0}));
   MambaBatchMetadata one;
   segment_metadata(p[1], m, one);
   EXPECT_EQ(one.num_prefills, 1);
@@ -42,11 +49,11 @@ TEST(PrefillSegments, BadStoresAreNamed) {
   MetadataOptions opt;
   opt.chunk_size = 4;
   for (const std::vector<StateStore>& bad : std::vector<std::vector<StateStore>>{{{0, 9}}, {{6, 9}}, {{3, 9}, {2, 10}}, {{3, 1}}, {{3, 0}}}) {
-    const std::vector<ScheduledSeq> seqs = {{1, 0, 6, true, bad}};
+    const std::vector<ScheduledSeq> seqs = {seq(1, 0, 6, true, bad)};
     EXPECT_THROW(build_mamba_metadata(seqs, opt), Error);
   }
   const std::vector<StateStore> ok = {{1, 9}};
-  const std::vector<ScheduledSeq> decode = {{1, 4, 1, false, ok}};
+  const std::vector<ScheduledSeq> decode = {seq(1, 4, 1, false, ok)};
   EXPECT_THROW(build_mamba_metadata(decode, opt), Error);
 }
 
