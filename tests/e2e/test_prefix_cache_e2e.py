@@ -70,6 +70,7 @@ def test_python_llm_prefix_caching():
 
 
 def test_swap_space_is_a_no_op_on_the_cpu():
-    r = run("generate", "--model", MODEL, "--prompt", "Hello", "--max-tokens", "2", "--threads", "2", "--swap-space", "1")
+    r = run("--log-level", "info", "generate", "--model", MODEL, "--prompt", "Hello", "--max-tokens", "2", "--threads", "2",
+            "--swap-space", "1")
     assert r.returncode == 0, r.stderr
     assert "--swap-space: no effect on this backend" in r.stderr
