@@ -88,9 +88,9 @@ int run_latency(BenchArgs& a) {
   a.engine.scheduler.max_num_seqs = std::max(a.engine.scheduler.max_num_seqs, a.batch_size);
   // The whole batch must hold state at once: size the pool for it (the engine checks it fits in RAM).
   const bool auto_blocks = a.engine.num_state_blocks == 0;
-  // One block per sequence, plus its state columns for speculative verify rows.
   const int spec_k = SpeculativeConfig::parse(a.engine.speculative_config).num_speculative_tokens;
-  if (auto_blocks) a.engine.num_state_blocks = a.batch_size * (1 + spec_k) + 1;
+  // One block per sequence, its speculative state columns, and (prefix caching) room for one cached state.
+  if (auto_blocks) a.engine.num_state_blocks = a.batch_size * (1 + spec_k) + 1 + (a.engine.enable_prefix_caching ? 1 : 0);
   std::unique_ptr<LLMEngine> engine_ptr;
   try {
     engine_ptr = std::make_unique<LLMEngine>(a.engine);

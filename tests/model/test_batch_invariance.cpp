@@ -120,10 +120,11 @@ std::map<std::pair<std::vector<int>, int>, Outcome> BatchInvariance::cache_;
 TEST_P(BatchInvariance, RandomSchedulesEqualRunningAlone) {
   if (!reference_) GTEST_SKIP() << GetParam() << " not found under " << testing::shared_models_dir().string();
   // The fewest blocks one 700-token request (+ 12 generated) needs: the null block, its state block and, with
-  // softmax layers, its KV blocks (MiniMax: 192 tokens per block, 4 of them). With several requests' KV in such a
-  // pool the scheduler also preempts on its own.
+  // softmax layers, its KV blocks (MiniMax: 192 tokens per block, 4 of them), or else one block for a cached state
+  // (prefix caching, on by default, needs room for one). With several requests' KV in such a pool the scheduler also
+  // preempts on its own.
   const int kv = reference_->kv_block_size();
-  const int min_blocks = 2 + (kv > 0 ? (712 + kv - 1) / kv : 0);
+  const int min_blocks = 2 + (kv > 0 ? (712 + kv - 1) / kv : 1);
   const std::vector<int>& budgets = GetParam().budgets;
   const int max_seqs[] = {1, 3, 16};
   std::mt19937 rng(20261129);

@@ -155,7 +155,7 @@ TEST(SentencePieceFolder, FromPretrainedPrefersTokenizerJsonThenModel) {
   write_file(dir / "tokenizer.json", read_bytes(kData / "llama_legacy/tokenizer.json"));
   EXPECT_EQ(Tokenizer::from_pretrained(dir.path()).vocab_size(), 1004);
   TempDir empty("spm-empty");
-  EXPECT_THAT(error_of([&] { Tokenizer::from_pretrained(empty.path()); }), HasSubstr("no tokenizer.json or SentencePiece"));
+  EXPECT_THAT(error_of([&] { Tokenizer::from_pretrained(empty.path()); }), HasSubstr("no tokenizer.json, tekken.json or SentencePiece"));
 }
 
 TEST(CorruptSentencePiece, HostileModelsAreErrorsNeverCrashes) {
