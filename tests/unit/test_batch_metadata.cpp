@@ -239,6 +239,43 @@ TEST(BatchMetadata, NotPrefillingMultiTokenRowIsPrefill) {
   check_invariants(seqs, {}, m);
 }
 
+TEST(BatchMetadata, VerifyRowsAreDecodesWithAStateColumnPerToken) {
+  // Speculative decoding (§6.1): a decode of 1 + 3 tokens with 3 state columns, a plain decode, a verify row of 1 + 1,
+  // and a prefill. Decodes come first with their tokens contiguous; column 0 is the state block.
+  const std::vector<int32_t> cols_a = {21, 22, 23}, cols_c = {31};
+  std::vector<ScheduledSeq> seqs{{5, 40, 4, false}, decode(2, 7), {6, 9, 2, false}, {8, 0, 3, true}};
+  seqs[0].spec_state_blocks = cols_a;
+  seqs[2].spec_state_blocks = cols_c;
+  const auto m = build(seqs);
+  EXPECT_THAT(m.order, ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(m.num_decodes, 3);
+  EXPECT_EQ(m.num_decode_tokens, 7);
+  EXPECT_EQ(m.spec_cols, 4);
+  EXPECT_THAT(m.query_start_loc_d, ElementsAre(0, 4, 5, 7));
+  EXPECT_THAT(m.query_start_loc, ElementsAre(0, 4, 5, 7, 10));
+  EXPECT_THAT(m.state_indices_tensor_d, ElementsAre(5, 2, 6));
+  EXPECT_THAT(m.state_indices_spec_d, ElementsAre(5, 21, 22, 23, 2, 0, 0, 0, 6, 31, 0, 0));
+  const DecodeRows rows = m.decode_rows();
+  ASSERT_EQ(rows.num_rows(), 3);
+  EXPECT_EQ(rows.num_tokens(), 7);
+  EXPECT_EQ(rows.num_tokens(0), 4);
+  EXPECT_EQ(rows.token_row(0, 3), 3);
+  EXPECT_EQ(rows.token_row(2, 1), 6);
+  EXPECT_EQ(rows.src_block(0, 0), 5);  // token 0 updates column 0 in place
+  EXPECT_EQ(rows.dst_block(0, 0), 5);
+  EXPECT_EQ(rows.src_block(0, 2), 21);  // token 2 reads column 1, writes column 2
+  EXPECT_EQ(rows.dst_block(0, 2), 22);
+  EXPECT_EQ(rows.max_tokens(), 4);
+  // No padding with verify rows (they run eagerly).
+  MetadataOptions opt;
+  opt.pad_decodes_to = 8;
+  EXPECT_EQ(build_mamba_metadata(std::vector<ScheduledSeq>(seqs.begin(), seqs.begin() + 3), opt).num_padded_decodes, 0);
+  // Too few state columns for the tokens: an error naming the request.
+  std::vector<ScheduledSeq> bad{{5, 40, 4, false}};
+  bad[0].spec_state_blocks = cols_c;
+  EXPECT_THROW(build(bad), Error);
+}
+
 TEST(BatchMetadata, PadsDecodeOnlyBatchWithNullBlockRows) {
   const std::vector<ScheduledSeq> seqs{decode(4, 10), decode(6, 16), decode(2, 1)};
   MetadataOptions opt;
