@@ -6,6 +6,7 @@ of the waiting generate() calls. Every request of every caller shares that one c
 """
 import asyncio
 import dataclasses
+import itertools
 import threading
 import weakref
 from typing import Any, AsyncGenerator, Dict, Iterable, List, Optional, Union
@@ -58,12 +59,13 @@ class AsyncEngineArgs(EngineArgs):
 
 
 class _Stream:
-    """One generate() call's queue, on its event loop."""
-    __slots__ = ("loop", "queue")
+    """One generate() call's queue, on its event loop, and the caller's request id."""
+    __slots__ = ("loop", "queue", "user_id")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, user_id: str):
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.user_id = user_id
 
 
 class _Core:
@@ -74,7 +76,11 @@ class _Core:
         self.engine = engine
         self.cv = threading.Condition()
         self.inbox: List[tuple] = []              # ("add", id, prompt, params) / ("abort", id), in call order
-        self.streams: Dict[str, _Stream] = {}     # running request id -> its generate() call's stream (under cv)
+        # The engine sees a unique id per generate() call ("<request_id>#<n>"), so a caller may reuse a request_id as
+        # soon as its previous stream ended, without the old request's late outputs or abort reaching the new stream.
+        self.streams: Dict[str, _Stream] = {}     # running engine id -> its generate() call's stream (under cv)
+        self.users: Dict[str, str] = {}           # running caller request_id -> its engine id (under cv)
+        self.counter = itertools.count()
         self.closed = False
         self.dead: Optional[BaseException] = None  # why the loop stopped (an engine failure)
         self.thread = threading.Thread(target=self._run, name="ssmserve-async-engine", daemon=True)
@@ -97,6 +103,8 @@ class _Core:
                     continue  # aborted or closed meanwhile
                 if item is _ABORTED or isinstance(item, BaseException) or item.finished:
                     del self.streams[rid]
+                    if self.users.get(s.user_id) == rid:
+                        del self.users[s.user_id]
                 by_loop.setdefault(s.loop, []).append((s.queue, item))
         for loop, batch in by_loop.items():
             try:
@@ -220,17 +228,20 @@ class AsyncLLM:
         core = self._core
         if core.dead is not None:
             raise core.dead
-        stream = _Stream(asyncio.get_running_loop())
+        stream = _Stream(asyncio.get_running_loop(), request_id)
         with core.cv:
-            if request_id in core.streams:
+            if request_id in core.users:
                 raise ValueError(f"request_id '{request_id}' is already running")
-            core.streams[request_id] = stream
+            engine_id = f"{request_id}#{next(core.counter)}"
+            core.users[request_id] = engine_id
+            core.streams[engine_id] = stream
         try:
-            core.submit(("add", request_id, list(prompt) if isinstance(prompt, tuple) else prompt,
+            core.submit(("add", engine_id, list(prompt) if isinstance(prompt, tuple) else prompt,
                          self._with_seed(sampling_params)))
         except BaseException:
             with core.cv:
-                core.streams.pop(request_id, None)
+                core.streams.pop(engine_id, None)
+                core.users.pop(request_id, None)
             raise
         finished = False
         last: Optional[RequestOutput] = None
@@ -250,16 +261,19 @@ class AsyncLLM:
                     return
                 if delta:
                     item.delta_text = delta + item.delta_text
+                item.request_id = request_id  # the caller's id, not the engine's
                 finished = item.finished
                 last = item
                 yield item
         finally:
             if not finished:  # the caller left early: free the request's engine state
                 with core.cv:
-                    if core.streams.get(request_id) is stream:
-                        del core.streams[request_id]
+                    if core.streams.get(engine_id) is stream:
+                        del core.streams[engine_id]
+                    if core.users.get(request_id) == engine_id:
+                        del core.users[request_id]
                 try:
-                    core.submit(("abort", request_id))
+                    core.submit(("abort", engine_id))
                 except RuntimeError:
                     pass
 
@@ -270,7 +284,11 @@ class AsyncLLM:
         for rid in ids:
             if not isinstance(rid, str):
                 raise TypeError(f"request_id must be a str, got {type(rid).__name__}")
-            self._core.submit(("abort", rid))
+        for rid in ids:
+            with self._core.cv:
+                engine_id = self._core.users.get(rid)
+            if engine_id is not None:
+                self._core.submit(("abort", engine_id))
 
     async def get_tokenizer(self):
         """The engine's tokenizer (vLLM's AsyncLLM.get_tokenizer)."""

@@ -237,6 +237,34 @@ def test_async_abort_frees_state(engine):
     assert run(main()).finished
 
 
+def test_async_request_id_reused_after_leaving_early(engine):
+    """A request_id may be reused as soon as its stream ended (the caller left early): the old request's late outputs
+    and abort never reach the new stream, and nothing keeps running."""
+    want = None
+
+    async def main():
+        nonlocal want
+        async for o in engine.generate(PROMPTS[1], SamplingParams(temperature=0, max_tokens=8), "ref-reuse"):
+            want = o
+        for _ in range(3):
+            g = engine.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=50), "reuse")
+            async for _o in g:
+                break
+            await g.aclose()
+            last = None
+            async for o in engine.generate(PROMPTS[1], SamplingParams(temperature=0, max_tokens=8), "reuse"):
+                last = o
+            assert last.request_id == "reuse" and last.outputs[0].finish_reason == want.outputs[0].finish_reason
+            assert last.outputs[0].text == want.outputs[0].text
+        for _ in range(100):
+            if idle(engine.get_engine_stats()):
+                break
+            await asyncio.sleep(0.02)
+
+    run(main())
+    assert idle(engine.get_engine_stats())
+
+
 def test_async_bad_input(engine):
     async def first(*args, **kw):
         async for out in engine.generate(*args, **kw):
