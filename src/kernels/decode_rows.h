@@ -38,12 +38,6 @@ struct DecodeRows {
   bool is_null(int64_t b) const { return state_indices[b * cols] == 0; }
   int32_t src_block(int64_t b, int j) const { return state_indices[b * cols + (j > 0 ? j - 1 : 0)]; }
   int32_t dst_block(int64_t b, int j) const { return state_indices[b * cols + j]; }
-  /// Longest row (1 for plain decode rows).
-  int max_tokens() const {
-    int m = num_rows() > 0 ? 1 : 0;
-    for (int64_t b = 0; b < num_rows(); ++b) m = num_tokens(b) > m ? num_tokens(b) : m;
-    return m;
-  }
 };
 
 }  // namespace ssmserve

@@ -62,11 +62,12 @@ struct MetadataOptions {
 /// decode graph, and our prefill path (conv + scan from has_initial_states_p) handles 1-token chunks exactly.
 ///
 /// Padded rows (§6.2): each owns exactly ONE dummy token (the runner feeds any valid token id there), state
-/// block 0, num_accepted_tokens 1 and block indices 0. So the decode part is uniform: decode row r (real or
-/// padded) is token row r, and the token count the kernels see is query_start_loc.back()
-/// = num_decode_tokens + num_padded_decodes. Decode-kernel contract: x is [num_decode_rows(), ...] with
-/// row r <-> state_indices_tensor_d[r]; a row whose block id is 0 reads and writes no state (its output
-/// row is don't-care). (vLLM instead gives padded rows 0 tokens; we keep 1 so token and row counts agree.)
+/// block 0, num_accepted_tokens 1 and block indices 0. Without verify rows the decode part is uniform: decode
+/// row r (real or padded) is token row r, and the token count the kernels see is query_start_loc.back()
+/// = num_decode_tokens + num_padded_decodes. With verify rows (spec_cols > 1; never padded) decode row r owns
+/// tokens [query_start_loc_d[r], query_start_loc_d[r + 1]). Decode-kernel contract: decode_rows()
+/// (kernels/decode_rows.h); a row whose block id is 0 reads and writes no state (its output row is don't-care).
+/// (vLLM instead gives padded rows 0 tokens; we keep 1 so token and row counts agree.)
 ///
 /// All index arrays are int32 (has_initial_states_p: uint8 0/1), host memory.
 struct MambaBatchMetadata {

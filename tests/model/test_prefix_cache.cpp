@@ -13,6 +13,7 @@
 #include <set>
 
 #include "engine/llm_engine.h"
+#include "architecture_coverage.h"
 #include "test_util.h"
 
 namespace ssmserve {
@@ -179,22 +180,10 @@ class PrefixCaching : public ::testing::TestWithParam<CacheCase> {
 };
 
 TEST(PrefixCacheCoverage, EveryArchitectureHasACase) {
-  // Architectures whose spec function another registered architecture with a case shares (same layers, other
-  // checkpoint wrapper): covered by that case.
-  const std::map<std::string, std::string> same_spec = {{"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"},
-                                                        {"Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"}};
-  std::set<std::string> covered;
-  for (const CacheCase& c : cases()) {
-    const auto cfg = case_dir(c) / "config.json";
-    if (!std::filesystem::exists(cfg)) continue;
-    const nlohmann::json j = testing::read_json(cfg);
-    for (const auto& a : j.at("architectures")) covered.insert(a.get<std::string>());
-  }
-  for (const std::string& a : supported_architectures()) {
-    const auto alias = same_spec.find(a);
-    EXPECT_TRUE(covered.count(a) || (alias != same_spec.end() && covered.count(alias->second)))
-        << a << " has no prefix-caching case (add its small checkpoint or dummy config to cases())";
-  }
+  std::vector<std::filesystem::path> dirs;
+  for (const CacheCase& c : cases()) dirs.push_back(case_dir(c));
+  for (const std::string& a : testing::uncovered_architectures(dirs))
+    ADD_FAILURE() << a << " has no prefix-caching case (add its small checkpoint or dummy config to cases())";
 }
 
 // Shared prefixes ending just before, on and just after the first three block boundaries, one request at a time

@@ -16,6 +16,7 @@
 
 #include "engine/llm_engine.h"
 #include "engine/spec_decode.h"
+#include "architecture_coverage.h"
 #include "test_util.h"
 
 namespace ssmserve {
@@ -218,20 +219,10 @@ class SpecDecode : public ::testing::TestWithParam<SpecCase> {
 };
 
 TEST(SpecDecodeCoverage, EveryArchitectureHasACase) {
-  const std::map<std::string, std::string> same_spec = {{"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"},
-                                                        {"Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"}};
-  std::set<std::string> covered;
-  for (const SpecCase& c : cases()) {
-    const auto cfg = case_dir(c) / "config.json";
-    if (!std::filesystem::exists(cfg)) continue;
-    const nlohmann::json j = testing::read_json(cfg);
-    for (const auto& a : j.at("architectures")) covered.insert(a.get<std::string>());
-  }
-  for (const std::string& a : supported_architectures()) {
-    const auto alias = same_spec.find(a);
-    EXPECT_TRUE(covered.count(a) || (alias != same_spec.end() && covered.count(alias->second)))
-        << a << " has no speculative-decoding case (add its small checkpoint or dummy config to cases())";
-  }
+  std::vector<std::filesystem::path> dirs;
+  for (const SpecCase& c : cases()) dirs.push_back(case_dir(c));
+  for (const std::string& a : testing::uncovered_architectures(dirs))
+    ADD_FAILURE() << a << " has no speculative-decoding case (add its small checkpoint or dummy config to cases())";
 }
 
 // Always-right and always-wrong drafters: identical output; every draft accepted / none.

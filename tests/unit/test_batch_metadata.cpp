@@ -265,7 +265,6 @@ TEST(BatchMetadata, VerifyRowsAreDecodesWithAStateColumnPerToken) {
   EXPECT_EQ(rows.dst_block(0, 0), 5);
   EXPECT_EQ(rows.src_block(0, 2), 21);  // token 2 reads column 1, writes column 2
   EXPECT_EQ(rows.dst_block(0, 2), 22);
-  EXPECT_EQ(rows.max_tokens(), 4);
   // No padding with verify rows (they run eagerly).
   MetadataOptions opt;
   opt.pad_decodes_to = 8;
