@@ -457,7 +457,8 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
     bool eligible = true;
     for (size_t i = 0; i < order.size() && eligible; ++i) {
       const SamplingParams& p = order[i].req->request.params;
-      eligible = !p.prompt_logprobs.has_value() && p.allowed_token_ids.empty();  // (the allowed set: host only)
+      // (the allowed set: host only; a verify row samples each position with its own history and draw: host only)
+      eligible = !p.prompt_logprobs.has_value() && p.allowed_token_ids.empty() && order[i].num_draft_tokens == 0;
     }
     if (eligible) {
       sample_.rows.assign(batch.logits_indices.size(), SampleRowParams{});

@@ -193,7 +193,8 @@ void CudaDecoderLM::step(const ForwardBatch& batch, StateCache& cache, float* lo
   check_metadata(batch, cache);
   cudaStream_t s = stream_.get();
   if (batch.num_tokens() > 0 && (has_linear_ || layout_.has_attention())) {  // the lightning / attention plans, uploaded once
-    const bool decode_only = batch.linear_meta.num_prefills == 0 && batch.meta.num_prefills == 0;
+    // (a step with speculative verify rows takes the general attention plan: rows of several query tokens)
+    const bool decode_only = batch.linear_meta.num_prefills == 0 && batch.meta.num_prefills == 0 && batch.meta.spec_cols == 1;
     plans_.build(batch, decode_only);
     plans_.upload(s);
   }
@@ -210,6 +211,7 @@ void CudaDecoderLM::step(const ForwardBatch& batch, StateCache& cache, float* lo
     out.push_back(plans_.device_buffer());
   };
   a.key_extra = layout_.has_attention() ? static_cast<uint64_t>(batch.attn_meta.max_num_blocks_per_seq) : 0;
+  a.capture_verify = !layout_.has_attention();  // the attention plan of a verify step follows its rows' lengths
   a.last_out_pending = subs_.empty() || subs_.back().spec.plain_residual();
   a.reserve = [&](int64_t T, int64_t nlog) {
     reserve(T, nlog);

@@ -52,7 +52,7 @@ StepMeta StepMetaUploader::upload(const ForwardBatch& batch, cudaStream_t stream
   const std::vector<const std::vector<int32_t>*> ints = {
       &batch.input_ids,     &md.query_start_loc_p, &md.state_indices_tensor_p, &md.state_indices_tensor_d,
       &batch.logits_indices, &md.cu_chunk_seqlen_p, &md.seq_idx_p,             &md.last_chunk_indices_p,
-      &md.num_computed_tokens_p};
+      &md.num_computed_tokens_p, &md.query_start_loc_d, &md.state_indices_spec_d};
   size_t n_int = 0;
   for (const auto* v : ints) n_int += v->size() + 1;  // +1 keeps every view distinct and non-empty
   const size_t bytes = n_int * 4 + md.has_initial_states_p.size() + 16;
@@ -75,6 +75,8 @@ StepMeta StepMetaUploader::upload(const ForwardBatch& batch, cudaStream_t stream
   m.input_ids = i32(0), m.query_start_loc_p = i32(1), m.state_indices_p = i32(2), m.state_indices_d = i32(3);
   m.logits_indices = i32(4), m.cu_chunk_seqlen_p = i32(5), m.seq_idx_p = i32(6), m.last_chunk_indices_p = i32(7);
   m.num_computed_tokens_p = i32(8);
+  m.query_start_loc_d = i32(9), m.state_indices_spec_d = i32(10);
+  m.spec_cols = md.spec_cols;
   m.has_initial_states_p = base + hi_off;
   return m;
 }
@@ -302,7 +304,8 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
       if (greedy_top >= 0) a.frame->enqueue_greedy(nlog, V, greedy_top, s, j * nlog, j + 1 < K ? &feed : nullptr);
     }
   };
-  if (a.cuda_graphs && batch.meta.num_prefills == 0) {
+  const bool verify = batch.meta.spec_cols > 1;  // speculative verify rows (several tokens per decode row)
+  if (a.cuda_graphs && batch.meta.num_prefills == 0 && (!verify || a.capture_verify)) {
     std::vector<const void*> ptrs = {a.meta->device_buffer()};
     for (const Scratch* sc : a.scratch) ptrs.push_back(sc->buf.data());
     a.frame->pointers(ptrs);
@@ -311,7 +314,11 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
     if (a.pointers) a.pointers(ptrs);
     // T < 2^21 (kMaxNumBatchedTokens), so bits 56.. of the key are free for the step count.
     const uint64_t key = step_key(T, nlog, greedy_top, tp_picks) | (static_cast<uint64_t>(K - 1) << 56);
-    a.graphs->run(s, {key, a.key_extra}, pointer_signature(ptrs), body);
+    // A verify step's kernels also depend on its row count and state columns (rows < 2^20, columns <= 17).
+    const uint64_t rows_key = verify ? (static_cast<uint64_t>(batch.meta.num_decode_rows()) << 32) |
+                                           (static_cast<uint64_t>(batch.meta.spec_cols) << 52)
+                                     : 0;
+    a.graphs->run(s, {key, a.key_extra ^ rows_key}, pointer_signature(ptrs), body);
   } else {
     body();
   }

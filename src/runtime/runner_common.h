@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "device/device.h"
+#include "kernels/cuda/device_decode_rows.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/sampling.h"
 #include "model/causal_lm.h"
@@ -58,6 +59,16 @@ struct StepMeta {
   const int32_t* last_chunk_indices_p = nullptr;///< [num_prefills]
   const uint8_t* has_initial_states_p = nullptr;///< [num_prefills]
   const int32_t* num_computed_tokens_p = nullptr;///< [num_prefills] (Gated DeltaNet's sequence-aligned chunks)
+  const int32_t* query_start_loc_d = nullptr;   ///< [num_decode_rows + 1] token offsets of the decode rows
+  const int32_t* state_indices_spec_d = nullptr;///< [num_decode_rows, spec_cols] (speculative verify rows)
+  int spec_cols = 1;                            ///< MambaBatchMetadata::spec_cols
+
+  /// The decode rows as the decode kernels take them: plain rows (state_indices_d, one token each) or, in a step
+  /// with speculative verify rows (spec_cols > 1), every row's tokens and state columns.
+  DeviceDecodeRows decode_rows() const {
+    return spec_cols > 1 ? DeviceDecodeRows{state_indices_spec_d, spec_cols, query_start_loc_d}
+                         : DeviceDecodeRows{state_indices_d};
+  }
 };
 
 /// Packs and uploads the step's arrays (asynchronously on `stream`; the host staging stays valid until the
@@ -180,6 +191,9 @@ struct StepFrameArgs {
   /// Further device pointers a captured step bakes in (called after reserve; may be empty).
   std::function<void(std::vector<const void*>& out)> pointers;
   uint64_t key_extra = 0;  ///< what else the captured work depends on besides the step shape (DecodeGraphs key)
+  /// Whether steps with speculative verify rows may be captured: their work depends only on the step shape, the
+  /// row count and the state columns (false when a layer's plan depends on the rows' lengths, e.g. attention).
+  bool capture_verify = true;
   /// True when the last layer's output is still to be added to the residual (the LM head's norm adds `out`); false
   /// when the last layer applied its residual itself.
   bool last_out_pending = true;
@@ -207,8 +221,9 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
 /// device greedy path at all (without one forward_greedy returns false, CausalLM's default).
 class CudaCausalLM : public CausalLM {
  public:
-  /// The device decode kernels take one token per decode row so far (kernels/decode_rows.h is CPU-only).
-  bool supports_speculative_decoding() const override { return false; }
+  /// Speculative verify rows run on the device decode kernels (kernels/cuda/device_decode_rows.h) on one GPU; the
+  /// tensor-parallel GPU runners refuse them (not tested across ranks yet).
+  bool supports_speculative_decoding() const override { return !tensor_parallel(); }
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
   /// Error when num_top is outside [0, kMaxDeviceGreedyTop] (on a runner with a device greedy path).
   bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) override;

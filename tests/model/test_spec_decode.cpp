@@ -17,10 +17,12 @@
 #include "engine/llm_engine.h"
 #include "engine/spec_decode.h"
 #include "architecture_coverage.h"
+#include "scripted_proposer.h"
 #include "test_util.h"
 
 namespace ssmserve {
 namespace {
+using testing::ScriptedProposer;
 
 struct SpecCase {
   std::string name;
@@ -75,37 +77,6 @@ Outcome outcome_of(const RequestOutput& o) {
   for (const auto& step : o.outputs[0].logprobs) r.logprobs.push_back(step.at(0).logprob);
   return r;
 }
-
-/// Drafts from the known greedy continuation of each prompt: `right(req, step)` of the next k tokens are correct, the
-/// one after them (if any) is wrong. Counts what it drafted so the test can check the engine's counters.
-class ScriptedProposer final : public Proposer {
- public:
-  using Rule = std::function<int(const RequestState&, std::mt19937&)>;  // correct drafts to propose, in [0, k]
-  ScriptedProposer(const std::map<std::vector<int>, std::vector<int>>* answers, int vocab, Rule right)
-      : answers_(answers), vocab_(vocab), right_(std::move(right)) {}
-
-  void propose(std::span<RequestState* const> reqs, int k) override {
-    for (RequestState* r : reqs) {
-      r->draft_token_ids.clear();
-      const auto it = answers_->find(r->request.prompt_token_ids);
-      if (it == answers_->end()) continue;
-      const std::vector<int>& ans = it->second;
-      const size_t g = r->output_token_ids.size();
-      const int right = std::min(k, right_(*r, rng_));
-      for (int j = 0; j < k && g + static_cast<size_t>(j) < ans.size(); ++j) {
-        const int t = ans[g + static_cast<size_t>(j)];
-        r->draft_token_ids.push_back(j < right ? t : (t + 1) % vocab_);
-        if (j >= right) break;
-      }
-    }
-  }
-
- private:
-  const std::map<std::vector<int>, std::vector<int>>* answers_;
-  int vocab_;
-  Rule right_;
-  std::mt19937 rng_{29};
-};
 
 class SpecDecode : public ::testing::TestWithParam<SpecCase> {
  protected:

@@ -53,53 +53,67 @@ __device__ __forceinline__ void mma_chunk(float (&c)[4], const uint4& a0, const 
 
 constexpr int kConvMaxWidth = 8;
 
-/// causal_conv1d_update for one channel c of one row: window = state[0..S) (S = width - 1, element k at
-/// state[k * dim]), new input xv; returns the (SiLU'd) output and shifts the window in place. Order: bias, then
-/// taps oldest to newest (causal_conv1d.cu's).
+/// causal_conv1d_update for one channel c of one row: window = src[0..S) (S = width - 1, element k at src[k * dim]),
+/// new input xv; returns the (SiLU'd) output and writes the shifted window to dst (dst == src: in place; a speculative
+/// verify token writes the next column's window). Order: bias, then taps oldest to newest (causal_conv1d.cu's).
 template <class TS>
-__device__ __forceinline__ float conv_update_channel(TS* state, int64_t dim, int width, const float* w_row, float bias,
-                                                     float xv, bool apply_silu) {
+__device__ __forceinline__ float conv_update_channel(const TS* src, TS* dst, int64_t dim, int width, const float* w_row,
+                                                     float bias, float xv, bool apply_silu) {
   const int S = width - 1;
   float acc = bias;
   float win[kConvMaxWidth];
 #pragma unroll
   for (int k = 0; k < kConvMaxWidth - 1; ++k) {
     if (k >= S) break;
-    win[k] = load(state + k * dim);
+    win[k] = load(src + k * dim);
     acc = fmaf(w_row[k], win[k], acc);
   }
   acc = fmaf(w_row[S], xv, acc);
 #pragma unroll
   for (int k = 0; k < kConvMaxWidth - 1; ++k) {
     if (k >= S) break;
-    store(state + k * dim, k + 1 < S ? win[k + 1] : xv);
+    store(dst + k * dim, k + 1 < S ? win[k + 1] : xv);
   }
   return apply_silu ? silu(acc) : acc;
+}
+/// The in-place form (a plain decode row).
+template <class TS>
+__device__ __forceinline__ float conv_update_channel(TS* state, int64_t dim, int width, const float* w_row, float bias,
+                                                     float xv, bool apply_silu) {
+  return conv_update_channel(static_cast<const TS*>(state), state, dim, width, w_row, bias, xv, apply_silu);
 }
 
 constexpr int kScanMaxPerLane = 8;
 
 /// Selective state update of one (row, channel) by a group of `lanes` lanes (a power of two <= 32, >= N / 8;
-/// every lane of the warp must call it: the sum uses shuffles): state[n] = exp(dt A[n]) state[n] + dt B[n] u
-/// for n = lane + k * lanes, returns sum_n state[n] C[n] (valid on every lane of the group). dt already has its
-/// bias and softplus. on = false: no loads / stores, returns 0.
+/// every lane of the warp must call it: the sum uses shuffles): dst[n] = exp(dt A[n]) src[n] + dt B[n] u
+/// for n = lane + k * lanes, returns sum_n dst[n] C[n] (valid on every lane of the group). dt already has its
+/// bias and softplus. dst == src: in place; a speculative verify token writes the next column. on = false: no
+/// loads / stores, returns 0.
 template <class TS>
-__device__ __forceinline__ float scan_update_channel(TS* state, const float* A_row, const float* Bt, const float* Ct,
-                                                     int N, float dt, float u, int lane, int lanes, bool on) {
+__device__ __forceinline__ float scan_update_channel(const TS* src, TS* dst, const float* A_row, const float* Bt,
+                                                     const float* Ct, int N, float dt, float u, int lane, int lanes,
+                                                     bool on) {
   float acc = 0.0f;
 #pragma unroll
   for (int k = 0; k < kScanMaxPerLane; ++k) {
     const int n = lane + k * lanes;
     if (n < N) {
       const float a = on ? A_row[n] : 0.0f;
-      const float st = on ? load(state + n) : 0.0f;
+      const float st = on ? load(src + n) : 0.0f;
       const float sn = expf(dt * a) * st + dt * Bt[n] * u;
-      if (on) store(state + n, sn);
+      if (on) store(dst + n, sn);
       acc += sn * Ct[n];
     }
   }
   for (int o = lanes >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o, lanes);
   return acc;
+}
+/// The in-place form (a plain decode row).
+template <class TS>
+__device__ __forceinline__ float scan_update_channel(TS* state, const float* A_row, const float* Bt, const float* Ct,
+                                                     int N, float dt, float u, int lane, int lanes, bool on) {
+  return scan_update_channel(static_cast<const TS*>(state), state, A_row, Bt, Ct, N, dt, u, lane, lanes, on);
 }
 
 /// L2 prefetch of bytes [0, bytes) of `base` spread over the whole grid (128-byte lines; a hint: never faults

@@ -143,39 +143,46 @@ __device__ __forceinline__ void l2_line(const void* p) { asm volatile("prefetch.
 template <class TS>
 __global__ void conv_update_dual_kernel(const float* __restrict__ x, int64_t x_stride, float* __restrict__ out,
                                         int64_t out_stride, __nv_bfloat16* __restrict__ out2, int64_t out2_stride,
-                                        ConvParams p, const int32_t* __restrict__ state_indices, bool prewait) {
+                                        ConvParams p, DeviceDecodeRows rows, bool prewait) {
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kConvThreads + threadIdx.x;
   const int b = blockIdx.x;
   if (prewait && c < p.dim) {
     l2_line(p.weight + c * p.width);
-    const int32_t blk = state_indices[b];
+    const int32_t blk = rows.src_block(b, 0);
     if (blk != 0 && (threadIdx.x & 7) == 0)
       for (int k = 0; k < p.width - 1; ++k)
         l2_line(static_cast<const TS*>(p.conv_states.data) + blk * p.conv_states.block_stride + k * p.dim + c);
   }
   pdl_wait();
   pdl_launch_dependents();
-  if (c >= p.dim) return;
-  const int32_t block = state_indices[b];
-  if (block == 0) return;
-  TS* state = static_cast<TS*>(p.conv_states.data) + block * p.conv_states.block_stride + c;
-  const float v = conv_update_channel(state, p.dim, p.width, p.weight + c * p.width, p.bias ? p.bias[c] : 0.0f,
-                                      x[b * x_stride + c], p.apply_silu);
-  out[b * out_stride + c] = v;
-  if (out2) out2[b * out2_stride + c] = __float2bfloat16_rn(v);
+  if (c >= p.dim || rows.is_null(b)) return;
+  TS* base = static_cast<TS*>(p.conv_states.data) + c;
+  const int n = rows.num_tokens(b);
+  const int64_t t0 = rows.first_token(b);
+  // Token j reads the window of column j - 1 and writes column j (one token: column 0 in place); the same thread
+  // owns channel c in every column, so it reads back what it wrote.
+  for (int j = 0; j < n; ++j) {
+    const int64_t t = t0 + j;
+    const float v = conv_update_channel(base + rows.src_block(b, j) * p.conv_states.block_stride,
+                                        base + rows.dst_block(b, j) * p.conv_states.block_stride, p.dim, p.width,
+                                        p.weight + c * p.width, p.bias ? p.bias[c] : 0.0f, x[t * x_stride + c],
+                                        p.apply_silu);
+    out[t * out_stride + c] = v;
+    if (out2) out2[t * out2_stride + c] = __float2bfloat16_rn(v);
+  }
 }
 
 constexpr int kScanThreads = 128, kMaxPerLane = kScanMaxPerLane;
 
-/// selective_scan.cu's scan_kernel for one token per row (same operation order).
+/// selective_scan.cu's scan_kernel for one token at a time (same operation order); a verify row's tokens one after
+/// another, token j reading column j - 1's state and writing column j's.
 template <class TS, class TY>
 __global__ void __launch_bounds__(kScanThreads) scan_update_kernel(ScanInputs in, ScanParams p, TY* __restrict__ y,
-                                                                   int64_t y_stride,
-                                                                   const int32_t* __restrict__ state_indices,
+                                                                   int64_t y_stride, DeviceDecodeRows rows,
                                                                    int lanes, bool prewait) {
   if (prewait && threadIdx.x % lanes == 0) {  // this lane group's channel: A, D, dt_bias, the row's state
     const int64_t c = static_cast<int64_t>(blockIdx.x) * (kScanThreads / lanes) + threadIdx.x / lanes;
-    const int32_t blk = state_indices[blockIdx.y];
+    const int32_t blk = rows.src_block(blockIdx.y, 0);
     if (c < p.dim && blk != 0) {
       const int N = p.d_state;
       l2_line(p.A + c * N);
@@ -187,25 +194,30 @@ __global__ void __launch_bounds__(kScanThreads) scan_update_kernel(ScanInputs in
   pdl_wait();
   pdl_launch_dependents();
   const int s = blockIdx.y;
-  const int32_t block = state_indices[s];
-  if (block == 0) return;
+  if (rows.is_null(s)) return;
   const int N = p.d_state;
   const int group = threadIdx.x / lanes, lane = threadIdx.x % lanes;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * (kScanThreads / lanes) + group;
   const bool valid = c < p.dim;
   const int64_t cc = valid ? c : 0;
-  const int64_t t = s;
-  TS* state = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + cc * N;
-  float dt = in.delta.data[t * in.delta.stride + cc] + (p.delta_bias ? p.delta_bias[cc] : 0.0f);
-  if (p.delta_softplus) dt = softplus(dt);
-  const float u = in.u.data[t * in.u.stride + cc];
-  const float* Bt = in.B.data + t * in.B.stride;
-  const float* Ct = in.C.data + t * in.C.stride;
-  const float acc = scan_update_channel(state, p.A + cc * N, Bt, Ct, N, dt, u, lane, lanes, valid);
-  if (valid && lane == 0) {
-    float outv = acc + (p.D ? p.D[cc] : 0.0f) * u;
-    if (in.z.data) outv *= silu(in.z.data[t * in.z.stride + cc]);
-    store(y + t * y_stride + cc, outv);
+  TS* base = static_cast<TS*>(p.ssm_states.data) + cc * N;
+  const int n = rows.num_tokens(s);
+  const int64_t t0 = rows.first_token(s);
+  for (int j = 0; j < n; ++j) {
+    const int64_t t = t0 + j;
+    float dt = in.delta.data[t * in.delta.stride + cc] + (p.delta_bias ? p.delta_bias[cc] : 0.0f);
+    if (p.delta_softplus) dt = softplus(dt);
+    const float u = in.u.data[t * in.u.stride + cc];
+    const float* Bt = in.B.data + t * in.B.stride;
+    const float* Ct = in.C.data + t * in.C.stride;
+    const float acc = scan_update_channel(base + rows.src_block(s, j) * p.ssm_states.block_stride,
+                                          base + rows.dst_block(s, j) * p.ssm_states.block_stride, p.A + cc * N, Bt,
+                                          Ct, N, dt, u, lane, lanes, valid);
+    if (valid && lane == 0) {
+      float outv = acc + (p.D ? p.D[cc] : 0.0f) * u;
+      if (in.z.data) outv *= silu(in.z.data[t * in.z.stride + cc]);
+      store(y + t * y_stride + cc, outv);
+    }
   }
 }
 
@@ -274,7 +286,7 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
 }
 
 cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,
-                               int64_t out_bf16_stride, const ConvParams& p, const int32_t* state_indices, int batch,
+                               int64_t out_bf16_stride, const ConvParams& p, DeviceDecodeRows rows, int batch,
                                bool pdl, cudaStream_t stream) {
   if (p.dim < 1 || p.width < 1 || p.width > kMaxWidth || !p.weight || (p.width > 1 && !p.conv_states.data) ||
       p.dim > 65535LL * kConvThreads || x_stride < p.dim || out_stride < p.dim || batch < 0 ||
@@ -284,13 +296,13 @@ cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int
   const dim3 grid(static_cast<unsigned>(batch), ceil_div(p.dim, kConvThreads));
   return visit_dtype(p.conv_states.dtype, [&](auto tag) {
     return launch_pdl(pdl, conv_update_dual_kernel<decltype(tag)>, grid, dim3(kConvThreads), 0, stream, x, x_stride,
-                      out, out_stride, static_cast<__nv_bfloat16*>(out_bf16), out_bf16_stride, p, state_indices,
+                      out, out_stride, static_cast<__nv_bfloat16*>(out_bf16), out_bf16_stride, p, rows,
                       prewait_prefetch());
   });
 }
 
 cudaError_t selective_state_update_out(const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype,
-                                       int64_t y_stride, const int32_t* state_indices, int batch, bool pdl,
+                                       int64_t y_stride, DeviceDecodeRows rows, int batch, bool pdl,
                                        cudaStream_t stream) {
   if (p.dim < 1 || p.d_state < 1 || p.d_state > 32 * kMaxPerLane || !p.A || y_stride < p.dim ||
       in.u.stride < p.dim || in.delta.stride < p.dim || in.B.stride < p.d_state || in.C.stride < p.d_state ||
@@ -304,9 +316,9 @@ cudaError_t selective_state_update_out(const ScanInputs& in, const ScanParams& p
     using TS = decltype(tag);
     if (y_dtype == DType::BF16)
       return launch_pdl(pdl, scan_update_kernel<TS, __nv_bfloat16>, grid, dim3(kScanThreads), 0, stream, in, p,
-                        static_cast<__nv_bfloat16*>(y), y_stride, state_indices, lanes, prewait_prefetch());
+                        static_cast<__nv_bfloat16*>(y), y_stride, rows, lanes, prewait_prefetch());
     return launch_pdl(pdl, scan_update_kernel<TS, float>, grid, dim3(kScanThreads), 0, stream, in, p,
-                      static_cast<float*>(y), y_stride, state_indices, lanes, prewait_prefetch());
+                      static_cast<float*>(y), y_stride, rows, lanes, prewait_prefetch());
   });
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/device_decode_rows.h"
 #include "kernels/cuda/selective_scan.h"
 
 namespace ssmserve::cuda {
@@ -28,17 +29,21 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
                               cudaStream_t stream);
 
-/// causal_conv1d_update (one new input per row; causal_conv1d.h) that also writes out_bf16 [batch, dim] (row
-/// stride out_bf16_stride), the bf16 rounding of `out` (x_proj's input), or skips it when out_bf16 is nullptr.
+/// causal_conv1d_update (causal_conv1d.h) over `batch` decode rows (device_decode_rows.h: a plain row is one input
+/// and its window updated in place; a speculative verify row's tokens go one after another, token j reading column
+/// j - 1's window and writing column j's) that also writes out_bf16 [tokens, dim] (row stride out_bf16_stride), the
+/// bf16 rounding of `out` (x_proj's input), or skips it when out_bf16 is nullptr. x, out: [tokens, dim] (token rows
+/// as `rows` gives them). Per token the arithmetic is the CPU kernel's (kernels/cpu/causal_conv1d.h).
 cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,
-                               int64_t out_bf16_stride, const ConvParams& p, const int32_t* state_indices, int batch,
+                               int64_t out_bf16_stride, const ConvParams& p, DeviceDecodeRows rows, int batch,
                                bool pdl, cudaStream_t stream);
 
-/// selective_state_update (selective_scan.h: one token per row, D skip, SiLU(z) gate, state updated in place)
-/// writing y [batch, dim] in y_dtype (F32 or BF16: out_proj's input), row stride y_stride. Rows with state
-/// index 0 are skipped.
+/// selective_state_update (selective_scan.h: D skip, SiLU(z) gate) over `batch` decode rows (device_decode_rows.h:
+/// a plain row's state updated in place; a verify row's tokens one after another, token j reading column j - 1's
+/// state and writing column j's) writing y [tokens, dim] in y_dtype (F32 or BF16: out_proj's input), row stride
+/// y_stride. Null rows (block 0) are skipped.
 cudaError_t selective_state_update_out(const ScanInputs& in, const ScanParams& p, void* y, DType y_dtype,
-                                       int64_t y_stride, const int32_t* state_indices, int batch, bool pdl,
+                                       int64_t y_stride, DeviceDecodeRows rows, int batch, bool pdl,
                                        cudaStream_t stream);
 
 /// gated_rms_norm (rms_norm.h: the Mamba-2 gated RMSNorm over groups, same operation order) launched with

@@ -47,113 +47,130 @@ __device__ __forceinline__ void store4(__half* p, float4 v) {
 
 constexpr int kRowsPerThread = 4;
 
-/// Block (row r = blockIdx.x, value head h = blockIdx.y, column slice blockIdx.z of kCols columns). Thread t owns
+/// Block (row b = blockIdx.x, value head h = blockIdx.y, column slice blockIdx.z of kCols columns). Thread t owns
 /// the 4 columns cg * 4 .. +3 (cg = t % kCG) of the key rows rg + kRG * i (rg = t / kCG, i < 4): a warp reads
-/// 32 / kCG rows x kCols contiguous elements per load.
+/// 32 / kCG rows x kCols contiguous elements per load. A verify row's tokens run one after another
+/// (device_decode_rows.h), the state kept in registers between them, rounded as stored.
 template <class TS, int kDk, int kCols>
 __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
     decode_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
-                  const int32_t* __restrict__ state_indices) {
+                  DeviceDecodeRows rows) {
   constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread, kThreads = kCG * kRG, kWarps = kThreads / 32;
   static_assert(kThreads % 32 == 0 && kCG <= 32, "a warp holds whole row groups");
   __shared__ float sq[kDk], sk[kDk];
   __shared__ float red[kWarps][2 * kCols + 1];
   __shared__ float su[kCols];
-  const int r = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kCols, tid = threadIdx.x;
+  const int b = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kCols, tid = threadIdx.x;
   const int Dv = p.head_v_dim, kh = h / (p.num_v_heads / p.num_k_heads);
-  float* o = out + static_cast<int64_t>(r) * out_stride + static_cast<int64_t>(h) * Dv + col0;
-  const int32_t idx = state_indices[r];
-  if (idx == 0) {  // padding / null block: no state I/O, zero outputs
-    if (tid < kCols) o[tid] = 0.0f;
+  const int nt = rows.num_tokens(b);
+  const int64_t t0 = rows.first_token(b);
+  auto out_row = [&](int64_t t) { return out + t * out_stride + static_cast<int64_t>(h) * Dv + col0; };
+  if (rows.is_null(b)) {  // padding / null block: no state I/O, zero outputs
+    for (int j = 0; j < nt; ++j)
+      if (tid < kCols) out_row(t0 + j)[tid] = 0.0f;
     return;
   }
-  // 1. This row's q, k (key head kh), decay and learning rate.
-  for (int i = tid; i < kDk; i += kThreads) {
-    sq[i] = in.q[static_cast<int64_t>(r) * in.q_stride + static_cast<int64_t>(kh) * kDk + i];
-    sk[i] = in.k[static_cast<int64_t>(r) * in.k_stride + static_cast<int64_t>(kh) * kDk + i];
-  }
-  const float eg = expf(in.g[static_cast<int64_t>(r) * in.g_stride + h]);
-  const float beta = in.beta[static_cast<int64_t>(r) * in.beta_stride + h];
-  // 2. The slice's state, all loads in flight before the first use.
   const int cg = tid % kCG, rg = tid / kCG;
-  TS* S = static_cast<TS*>(p.states.data) + idx * p.states.block_stride + static_cast<int64_t>(h) * kDk * Dv + col0 +
-          cg * 4;
+  auto state_at = [&](int32_t blk) {
+    return static_cast<TS*>(p.states.data) + blk * p.states.block_stride + static_cast<int64_t>(h) * kDk * Dv + col0 +
+           cg * 4;
+  };
+  // The slice's state, all loads in flight before the first use.
   float4 s[kRowsPerThread];
+  {
+    const TS* S = state_at(rows.src_block(b, 0));
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) s[i] = load4(S + static_cast<int64_t>(rg + kRG * i) * Dv);
-  __syncthreads();
-  // 3. Partial k^T S, q^T S over this thread's rows, and q . k (the same in every column group).
-  float a[4] = {0, 0, 0, 0}, b[4] = {0, 0, 0, 0}, qk = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const float kv = sk[rg + kRG * i], qv = sq[rg + kRG * i];
-    const float e[4] = {s[i].x, s[i].y, s[i].z, s[i].w};
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      a[c] = fmaf(e[c], kv, a[c]);
-      b[c] = fmaf(e[c], qv, b[c]);
-    }
-    qk = fmaf(qv, kv, qk);
+    for (int i = 0; i < kRowsPerThread; ++i) s[i] = load4(S + static_cast<int64_t>(rg + kRG * i) * Dv);
   }
-  // 4. Reduce over the row groups: lanes of one column group within the warp, then across warps.
-#pragma unroll
-  for (int off = kCG; off < 32; off <<= 1) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      a[c] += __shfl_xor_sync(0xffffffffu, a[c], off);
-      b[c] += __shfl_xor_sync(0xffffffffu, b[c], off);
+  for (int j = 0; j < nt; ++j) {
+    const int64_t r = t0 + j;
+    float* o = out_row(r);
+    if (j > 0) __syncthreads();  // the previous token is done with sq, sk, red and su
+    // 1. This token's q, k (key head kh), decay and learning rate.
+    for (int i = tid; i < kDk; i += kThreads) {
+      sq[i] = in.q[r * in.q_stride + static_cast<int64_t>(kh) * kDk + i];
+      sk[i] = in.k[r * in.k_stride + static_cast<int64_t>(kh) * kDk + i];
     }
-    qk += __shfl_xor_sync(0xffffffffu, qk, off);
-  }
-  const int lane = tid & 31, warp = tid >> 5;
-  if (lane < kCG) {
+    const float eg = expf(in.g[r * in.g_stride + h]);
+    const float beta = in.beta[r * in.beta_stride + h];
+    __syncthreads();
+    // 2. Partial k^T S, q^T S over this thread's rows, and q . k (the same in every column group).
+    float a[4] = {0, 0, 0, 0}, bq[4] = {0, 0, 0, 0}, qk = 0.0f;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      red[warp][cg * 4 + c] = a[c];
-      red[warp][kCols + cg * 4 + c] = b[c];
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const float kv = sk[rg + kRG * i], qv = sq[rg + kRG * i];
+      const float e[4] = {s[i].x, s[i].y, s[i].z, s[i].w};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        a[c] = fmaf(e[c], kv, a[c]);
+        bq[c] = fmaf(e[c], qv, bq[c]);
+      }
+      qk = fmaf(qv, kv, qk);
     }
-    if (lane == 0) red[warp][2 * kCols] = qk;
-  }
-  __syncthreads();
-  // 5. Per column j: u_j = beta (v_j - e^g (k^T S)_j), o_j = e^g (q^T S)_j + u_j (q . k).
-  if (tid < kCols) {
-    float at = 0.0f, bt = 0.0f, qkt = 0.0f;
+    // 3. Reduce over the row groups: lanes of one column group within the warp, then across warps.
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      at += red[w][tid];
-      bt += red[w][kCols + tid];
-      qkt += red[w][2 * kCols];
+    for (int off = kCG; off < 32; off <<= 1) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        a[c] += __shfl_xor_sync(0xffffffffu, a[c], off);
+        bq[c] += __shfl_xor_sync(0xffffffffu, bq[c], off);
+      }
+      qk += __shfl_xor_sync(0xffffffffu, qk, off);
     }
-    const float v = in.v[static_cast<int64_t>(r) * in.v_stride + static_cast<int64_t>(h) * Dv + col0 + tid];
-    const float u = beta * (v - eg * at);
-    su[tid] = u;
-    o[tid] = fmaf(u, qkt, eg * bt);
-  }
-  __syncthreads();
-  // 6. S <- e^g S + k u^T, written back in place.
-  const float u[4] = {su[cg * 4], su[cg * 4 + 1], su[cg * 4 + 2], su[cg * 4 + 3]};
+    const int lane = tid & 31, warp = tid >> 5;
+    if (lane < kCG) {
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const float kv = sk[rg + kRG * i];
-    const float4 n = make_float4(fmaf(kv, u[0], eg * s[i].x), fmaf(kv, u[1], eg * s[i].y),
-                                 fmaf(kv, u[2], eg * s[i].z), fmaf(kv, u[3], eg * s[i].w));
-    store4(S + static_cast<int64_t>(rg + kRG * i) * Dv, n);
+      for (int c = 0; c < 4; ++c) {
+        red[warp][cg * 4 + c] = a[c];
+        red[warp][kCols + cg * 4 + c] = bq[c];
+      }
+      if (lane == 0) red[warp][2 * kCols] = qk;
+    }
+    __syncthreads();
+    // 4. Per column c: u_c = beta (v_c - e^g (k^T S)_c), o_c = e^g (q^T S)_c + u_c (q . k).
+    if (tid < kCols) {
+      float at = 0.0f, bt = 0.0f, qkt = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        at += red[w][tid];
+        bt += red[w][kCols + tid];
+        qkt += red[w][2 * kCols];
+      }
+      const float v = in.v[r * in.v_stride + static_cast<int64_t>(h) * Dv + col0 + tid];
+      const float u = beta * (v - eg * at);
+      su[tid] = u;
+      o[tid] = fmaf(u, qkt, eg * bt);
+    }
+    __syncthreads();
+    // 5. S <- e^g S + k u^T, written to this token's column (column 0 in place for a plain row); the next token
+    //    continues from the stored (rounded) values.
+    const float u[4] = {su[cg * 4], su[cg * 4 + 1], su[cg * 4 + 2], su[cg * 4 + 3]};
+    TS* S = state_at(rows.dst_block(b, j));
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const float kv = sk[rg + kRG * i];
+      const float4 n = make_float4(fmaf(kv, u[0], eg * s[i].x), fmaf(kv, u[1], eg * s[i].y),
+                                   fmaf(kv, u[2], eg * s[i].z), fmaf(kv, u[3], eg * s[i].w));
+      TS* dst = S + static_cast<int64_t>(rg + kRG * i) * Dv;
+      store4(dst, n);
+      if (j + 1 < nt) s[i] = load4(dst);
+    }
   }
 }
 
 template <class TS, int kDk>
 cudaError_t launch_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                          const int32_t* state_indices, int batch, cudaStream_t stream) {
+                          DeviceDecodeRows rows, int batch, cudaStream_t stream) {
   // 32-column slices when that still gives ~2 blocks per SM (132 SMs), else 16 (more, smaller blocks at batch 1).
   const int64_t blocks32 = static_cast<int64_t>(batch) * p.num_v_heads * (p.head_v_dim / 32);
   if (p.head_v_dim % 32 == 0 && blocks32 >= 256) {
     constexpr int kCols = 32;
     decode_kernel<TS, kDk, kCols><<<dim3(batch, p.num_v_heads, p.head_v_dim / kCols), (kCols / 4) * (kDk / 4), 0,
-                                    stream>>>(in, p, out, out_stride, state_indices);
+                                    stream>>>(in, p, out, out_stride, rows);
   } else {
     constexpr int kCols = 16;
     decode_kernel<TS, kDk, kCols><<<dim3(batch, p.num_v_heads, p.head_v_dim / kCols), (kCols / 4) * (kDk / 4), 0,
-                                    stream>>>(in, p, out, out_stride, state_indices);
+                                    stream>>>(in, p, out, out_stride, rows);
   }
   return launch_status();
 }
@@ -221,18 +238,18 @@ bool gated_delta_prefill_supported(const GatedDeltaParams& p) {
 }
 
 cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                               const int32_t* state_indices, int batch, cudaStream_t stream) {
-  if (!gated_delta_decode_supported(p) || !strides_ok(in, p) || batch < 0 ||
+                               DeviceDecodeRows rows, int batch, cudaStream_t stream) {
+  if (!gated_delta_decode_supported(p) || !strides_ok(in, p) || batch < 0 || !rows.state_indices || rows.cols < 1 ||
       out_stride < static_cast<int64_t>(p.num_v_heads) * p.head_v_dim || p.num_v_heads > 65535)
     return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
   return detail::visit_dtype(p.states.dtype, [&](auto tag) -> cudaError_t {
     using TS = decltype(tag);
     switch (p.head_k_dim) {
-      case 32: return launch_decode<TS, 32>(in, p, out, out_stride, state_indices, batch, stream);
-      case 64: return launch_decode<TS, 64>(in, p, out, out_stride, state_indices, batch, stream);
-      case 128: return launch_decode<TS, 128>(in, p, out, out_stride, state_indices, batch, stream);
-      default: return launch_decode<TS, 256>(in, p, out, out_stride, state_indices, batch, stream);
+      case 32: return launch_decode<TS, 32>(in, p, out, out_stride, rows, batch, stream);
+      case 64: return launch_decode<TS, 64>(in, p, out, out_stride, rows, batch, stream);
+      case 128: return launch_decode<TS, 128>(in, p, out, out_stride, rows, batch, stream);
+      default: return launch_decode<TS, 256>(in, p, out, out_stride, rows, batch, stream);
     }
   });
 }

@@ -46,6 +46,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/gated_delta.h"
+#include "kernels/cuda/device_decode_rows.h"
 
 namespace ssmserve::cuda {
 
@@ -68,12 +69,14 @@ bool gated_delta_decode_supported(const GatedDeltaParams& p);
 /// value; tiles of 64 columns), chunk_size in 1..64, Hv a multiple of Hk (any state dtype).
 bool gated_delta_prefill_supported(const GatedDeltaParams& p);
 
-/// Decode: row r (token r of `in`) advances state block state_indices[r] ([batch] int32, device) by one token in
-/// place; rows with state index 0 (padding, the null block) read and write no state and output zeros.
-/// out: [batch, Hv, Dv] fp32 with row stride out_stride (>= Hv * Dv). Inputs' row strides >= their row widths.
-/// Returns cudaErrorInvalidValue when !gated_delta_decode_supported(p) or a stride is too small.
+/// Decode over `batch` rows (device_decode_rows.h): a plain row (token r of `in`) advances state block
+/// state_indices[r] by one token in place; a speculative verify row's tokens run one after another, token j
+/// continuing from column j - 1's state and storing the state after it (rounded to the state dtype) into column j.
+/// Null rows (block 0: padding) read and write no state and output zeros. out: [tokens, Hv, Dv] fp32 with row
+/// stride out_stride (>= Hv * Dv). Inputs' row strides >= their row widths. Returns cudaErrorInvalidValue when
+/// !gated_delta_decode_supported(p) or a stride is too small.
 cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                               const int32_t* state_indices, int batch, cudaStream_t stream);
+                               DeviceDecodeRows rows, int batch, cudaStream_t stream);
 
 /// Varlen prefill (tokens relative to `in`), the CPU kernel's metadata as device arrays: sequence s owns tokens
 /// [query_start_loc[s], query_start_loc[s+1]) ([num_seqs + 1]), has num_computed[s] tokens already in its state

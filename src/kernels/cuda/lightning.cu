@@ -252,60 +252,70 @@ __global__ void __launch_bounds__(kThreads, 2) output_kernel(const float* __rest
   }
 }
 
-/// Decode. Grid (batch, H); thread t owns 4 value columns (t % (D/4)) and every (256/(D/4))-th key row.
+/// Decode. Grid (batch, H); thread t owns 4 value columns (t % (D/4)) and every (256/(D/4))-th key row, in every
+/// state column of the row (device_decode_rows.h: a verify row's token j reads column j - 1, writes column j).
 template <class TS, int D>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const float* __restrict__ qkv, int64_t qs,
                                                           float* __restrict__ out, int64_t os, LightningDevParams p,
-                                                          const int32_t* __restrict__ state_indices) {
+                                                          DeviceDecodeRows rows) {
   constexpr int L = D / 4, R = kThreads / L;
   __shared__ float red[R][D];
-  const int r = blockIdx.x, h = blockIdx.y;
-  float* o = out + static_cast<int64_t>(r) * os + static_cast<int64_t>(h) * D;
-  const int32_t sb = state_indices[r];
-  if (sb == 0) {
-    if (threadIdx.x < D) o[threadIdx.x] = 0.0f;
+  const int b = blockIdx.x, h = blockIdx.y;
+  const int nt = rows.num_tokens(b);
+  const int64_t t0 = rows.first_token(b);
+  if (rows.is_null(b)) {
+    for (int j = 0; j < nt; ++j)
+      if (threadIdx.x < D) out[(t0 + j) * os + static_cast<int64_t>(h) * D + threadIdx.x] = 0.0f;
     return;
   }
-  const float* q = qkv + static_cast<int64_t>(r) * qs + static_cast<int64_t>(h) * 3 * D;
-  const float *k = q + D, *v = q + 2 * D;
   const int c4 = threadIdx.x % L, r0 = threadIdx.x / L;
-  const float4 vv = *reinterpret_cast<const float4*>(v + c4 * 4);
-  const float vx[4] = {vv.x, vv.y, vv.z, vv.w};
   const float dec = decay(p.slopes[h], 1.0);
-  TS* S = static_cast<TS*>(p.states.data) + sb * p.states.block_stride + static_cast<int64_t>(h) * D * D + c4 * 4;
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  TS* const base = static_cast<TS*>(p.states.data) + static_cast<int64_t>(h) * D * D + c4 * 4;
+  for (int j = 0; j < nt; ++j) {
+    const int64_t t = t0 + j;
+    float* o = out + t * os + static_cast<int64_t>(h) * D;
+    const float* q = qkv + t * qs + static_cast<int64_t>(h) * 3 * D;
+    const float *k = q + D, *v = q + 2 * D;
+    const float4 vv = *reinterpret_cast<const float4*>(v + c4 * 4);
+    const float vx[4] = {vv.x, vv.y, vv.z, vv.w};
+    const TS* S_in = base + rows.src_block(b, j) * p.states.block_stride;
+    TS* S = base + rows.dst_block(b, j) * p.states.block_stride;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
-  for (int d = r0; d < D; d += R) {
-    TS* row = S + d * D;
-    const float kd = k[d], qd = q[d];
-    float x[4];
-    if constexpr (sizeof(TS) == 4) {
-      const float4 t = *reinterpret_cast<const float4*>(row);
-      x[0] = t.x, x[1] = t.y, x[2] = t.z, x[3] = t.w;
-    } else {
+    for (int d = r0; d < D; d += R) {
+      const TS* row_in = S_in + d * D;
+      TS* row = S + d * D;
+      const float kd = k[d], qd = q[d];
+      float x[4];
+      if constexpr (sizeof(TS) == 4) {
+        const float4 tv = *reinterpret_cast<const float4*>(row_in);
+        x[0] = tv.x, x[1] = tv.y, x[2] = tv.z, x[3] = tv.w;
+      } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) x[i] = load(row + i);
+        for (int i = 0; i < 4; ++i) x[i] = load(row_in + i);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        x[i] = dec * x[i] + kd * vx[i];
+        acc[i] += qd * x[i];
+      }
+      if constexpr (sizeof(TS) == 4) {
+        *reinterpret_cast<float4*>(row) = make_float4(x[0], x[1], x[2], x[3]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) store(row + i, x[i]);
+      }
     }
+    if (j > 0) __syncthreads();  // the previous token's sums are read before `red` is overwritten
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      x[i] = dec * x[i] + kd * vx[i];
-      acc[i] += qd * x[i];
+    for (int i = 0; i < 4; ++i) red[r0][c4 * 4 + i] = acc[i];
+    __syncthreads();
+    if (threadIdx.x < D) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int g = 0; g < R; ++g) sum += red[g][threadIdx.x];
+      o[threadIdx.x] = sum;
     }
-    if constexpr (sizeof(TS) == 4) {
-      *reinterpret_cast<float4*>(row) = make_float4(x[0], x[1], x[2], x[3]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) store(row + i, x[i]);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) red[r0][c4 * 4 + i] = acc[i];
-  __syncthreads();
-  if (threadIdx.x < D) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int g = 0; g < R; ++g) sum += red[g][threadIdx.x];
-    o[threadIdx.x] = sum;
   }
 }
 
@@ -354,18 +364,17 @@ cudaError_t lightning_prefill(const float* qkv, int64_t qkv_stride, float* out, 
 }
 
 cudaError_t lightning_decode(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
-                             const LightningDevParams& p, const int32_t* state_indices, int batch,
-                             cudaStream_t stream) {
-  if (!valid(p) || batch < 0 || qkv_stride % 4 != 0 || qkv_stride < 3LL * p.num_heads * p.head_dim ||
+                             const LightningDevParams& p, DeviceDecodeRows rows, int batch, cudaStream_t stream) {
+  if (!valid(p) || batch < 0 || !rows.state_indices || rows.cols < 1 || qkv_stride % 4 != 0 || qkv_stride < 3LL * p.num_heads * p.head_dim ||
       out_stride < static_cast<int64_t>(p.num_heads) * p.head_dim)
     return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
   return visit_dtype(p.states.dtype, [&](auto tag) {
     using TS = decltype(tag);
     if (p.head_dim == 64)
-      decode_kernel<TS, 64><<<dim3(batch, p.num_heads), kThreads, 0, stream>>>(qkv, qkv_stride, out, out_stride, p, state_indices);
+      decode_kernel<TS, 64><<<dim3(batch, p.num_heads), kThreads, 0, stream>>>(qkv, qkv_stride, out, out_stride, p, rows);
     else
-      decode_kernel<TS, 128><<<dim3(batch, p.num_heads), kThreads, 0, stream>>>(qkv, qkv_stride, out, out_stride, p, state_indices);
+      decode_kernel<TS, 128><<<dim3(batch, p.num_heads), kThreads, 0, stream>>>(qkv, qkv_stride, out, out_stride, p, rows);
     return launch_status();
   });
 }

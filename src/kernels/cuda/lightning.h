@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "cache/state_view.h"
+#include "kernels/cuda/device_decode_rows.h"
 
 namespace ssmserve::cuda {
 
@@ -123,10 +124,11 @@ cudaError_t lightning_prefill_bf16(const __nv_bfloat16* qkv, int64_t qkv_stride,
                                    const LightningDevParams& p, const LightningPlanDev& plan, float* workspace,
                                    cudaStream_t stream);
 
-/// Decode: row r is one token of the request whose state is states[state_indices[r]] ([batch], device), updated
-/// in place: S <- e^{-s} S + k^T v; o = q S. Rows with state index 0 are skipped (outputs zero).
+/// Decode over `batch` rows (device_decode_rows.h): S <- e^{-s} S + k^T v; o = q S per token, a plain row's state
+/// (states[state_indices[r]]) updated in place, a speculative verify row's tokens one after another (token j
+/// continuing from column j - 1's state, storing the state after it into column j). qkv: [tokens, H * 3D]; out:
+/// [tokens, H * D]. Null rows (block 0) are skipped (outputs zero). Math: kernels/cpu/lightning.h lightning_decode.
 cudaError_t lightning_decode(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
-                             const LightningDevParams& p, const int32_t* state_indices, int batch,
-                             cudaStream_t stream);
+                             const LightningDevParams& p, DeviceDecodeRows rows, int batch, cudaStream_t stream);
 
 }  // namespace ssmserve::cuda

@@ -55,22 +55,33 @@ __device__ __forceinline__ void advance(const SsdInputs& in, const SsdParams& p,
   }
 }
 
-/// Grid (ceil(P / 16), H, sequences or decode rows). Prefill walks the sequence's chunks in order.
+/// Rounds v to the state dtype TS and back (a verify row's state between its tokens equals the stored one).
+template <class TS>
+__device__ __forceinline__ float state_round(float v) {
+  TS t;
+  store(&t, v);
+  return load(&t);
+}
+
+/// Grid (ceil(P / 16), H, sequences or decode rows). Prefill walks the sequence's chunks in order (its state block:
+/// rows.state_indices[s]); decode walks the row's tokens (device_decode_rows.h), token j reading column j - 1's state
+/// (held in registers) and storing the state after it into column j.
 template <class TS>
 __global__ void __launch_bounds__(kWarps * 32) ssd_kernel(SsdInputs in, SsdParams p, SsdChunkMetadataDev meta,
                                                            float* __restrict__ y, int64_t y_stride,
                                                            float* __restrict__ chunk_states, bool decode,
-                                                           const int32_t* __restrict__ state_indices) {
+                                                           DeviceDecodeRows rows) {
   const int s = blockIdx.z, h = blockIdx.y;
-  const int32_t block = state_indices[s];
-  if (block == 0) return;
+  if (rows.is_null(s)) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int p0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
   if (p0 >= p.head_dim) return;  // whole warp
   const int N = p.d_state, P = p.head_dim;
   const int g = h / (p.num_heads / p.n_groups);
   const int64_t head_elems = static_cast<int64_t>(P) * N;
-  TS* state = static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + h * head_elems;
+  TS* const base = static_cast<TS*>(p.ssm_states.data) + h * head_elems;
+  auto block_state = [&](int32_t blk) { return base + blk * p.ssm_states.block_stride; };
+  TS* state = block_state(rows.src_block(s, 0));
   const bool init = decode ? true : meta.has_initial_states[s] != 0;
 
   float st[kRowsPerWarp][kMaxPerLane];
@@ -83,7 +94,23 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_kernel(SsdInputs in, SsdParam
     }
 
   if (decode) {
-    advance(in, p, h, g, p0, lane, st, s, s + 1, y, y_stride, s);
+    const int nt = rows.num_tokens(s);
+    const int64_t t0 = rows.first_token(s);
+    for (int j = 0; j < nt; ++j) {
+      advance(in, p, h, g, p0, lane, st, t0 + j, t0 + j + 1, y, y_stride, t0 + j);
+      state = block_state(rows.dst_block(s, j));
+      if (j + 1 == nt) break;  // the last token's state is stored below
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+        for (int k = 0; k < kMaxPerLane; ++k) {
+          const int n = lane + 32 * k, pr = p0 + r;
+          if (n < N && pr < P) {
+            store(state + static_cast<int64_t>(pr) * N + n, st[r][k]);
+            st[r][k] = state_round<TS>(st[r][k]);  // the next token continues from the stored state
+          }
+        }
+    }
   } else {
     const int c_first = s == 0 ? 0 : meta.last_chunk_indices[s - 1] + 1, c_last = meta.last_chunk_indices[s];
     for (int c = c_first; c <= c_last; ++c) {
@@ -211,12 +238,12 @@ bool bad(const SsdInputs& in, const SsdParams& p, int64_t y_stride) {
 }
 
 cudaError_t launch(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
-                   int64_t y_stride, float* chunk_states, bool decode, const int32_t* state_indices, int rows,
+                   int64_t y_stride, float* chunk_states, bool decode, DeviceDecodeRows state_rows, int rows,
                    cudaStream_t stream) {
   const dim3 grid(ceil_div(p.head_dim, kRowsPerBlock), static_cast<unsigned>(p.num_heads), static_cast<unsigned>(rows));
   return visit_dtype(p.ssm_states.dtype, [&](auto tag) {
     ssd_kernel<decltype(tag)><<<grid, kWarps * 32, 0, stream>>>(in, p, meta, y, y_stride, chunk_states, decode,
-                                                                 state_indices);
+                                                                 state_rows);
     return launch_status();
   });
 }
@@ -236,10 +263,11 @@ cudaError_t ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const Ss
 }
 
 cudaError_t ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                             const int32_t* state_indices, int batch, cudaStream_t stream) {
-  if (bad(in, p, y_stride) || batch < 0 || batch > 65535) return cudaErrorInvalidValue;
+                             DeviceDecodeRows rows, int batch, cudaStream_t stream) {
+  if (bad(in, p, y_stride) || batch < 0 || batch > 65535 || !rows.state_indices || rows.cols < 1)
+    return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
-  return launch(in, p, SsdChunkMetadataDev{}, y, y_stride, nullptr, true, state_indices, batch, stream);
+  return launch(in, p, SsdChunkMetadataDev{}, y, y_stride, nullptr, true, rows, batch, stream);
 }
 
 cudaError_t ssd_state_update_wide(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,

@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "cache/state_view.h"
+#include "kernels/cuda/device_decode_rows.h"
 #include "kernels/cuda/selective_scan.h"  // DevRows
 
 namespace ssmserve::cuda {
@@ -91,10 +92,13 @@ size_t ssd_workspace_bytes(const SsdParams& p, int64_t nchunks, int chunk_size, 
 cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
                             int64_t y_stride, float* chunk_states, cudaStream_t stream);
 
-/// Decode: row b is one token of the request whose state is ssm_states[state_indices[b]] ([batch], device),
-/// updated in place. y: [batch, H * P] fp32. Rows with state index 0 are skipped; no two rows share a block.
+/// Decode over `batch` rows (device_decode_rows.h): a plain row is one token of the request whose state is
+/// ssm_states[state_indices[b]], updated in place; a speculative verify row's tokens run one after another, token j
+/// continuing from column j - 1's state and storing the state after it (rounded to the state dtype, as a plain
+/// step stores it) into column j. y: [tokens, H * P] fp32. Null rows (block 0) are skipped; no two rows share a
+/// block. Per token the math is the sequential prefill walk's (kernels/cpu/ssd.h ssd_state_update).
 cudaError_t ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                             const int32_t* state_indices, int batch, cudaStream_t stream);
+                             DeviceDecodeRows rows, int batch, cudaStream_t stream);
 
 /// ssd_state_update for large decode batches (the runner uses it for more than 16 rows outside batch-invariant
 /// mode): same math and arguments; for d_state 128 / 256 with fp32 or bf16 states (16- / 8-byte aligned blocks) each

@@ -67,7 +67,7 @@ class CudaGatedDelta final : public CudaModule {
     ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);
     // 2. Causal conv1d + SiLU over [q | k | v].
     const ConvParams conv{C, m_.conv_kernel, conv_weight_.as<float>(), nullptr, state.conv, true};
-    if (nd > 0) SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.state_indices_d, static_cast<int>(nd), opt.pdl, s));
+    if (nd > 0) SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
     if (np > 0)
       SSM_CUDA_CHECK(causal_conv1d_fwd(proj + P0 * PW, PW, qkv + P0 * C, C, conv, sm.query_start_loc_p, sm.state_indices_p,
                                        sm.has_initial_states_p, np, T - P0, s));
@@ -88,7 +88,7 @@ class CudaGatedDelta final : public CudaModule {
       const float* g = gb + r0 * 2 * Hv;
       return GatedDeltaInputs{r, C, r + Kd, C, r + 2 * Kd, C, g, 2 * Hv, g + Hv, 2 * Hv};
     };
-    if (nd > 0) SSM_CUDA_CHECK(gated_delta_decode(inputs(0), gp, o, Vd, sm.state_indices_d, static_cast<int>(nd), s));
+    if (nd > 0) SSM_CUDA_CHECK(gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s));
     if (np > 0) {
       // bf16 weights: one TF32 pass per chunk product is well inside their tolerance; fp32 weights: 3xTF32.
       const GatedDeltaPrecision prec = wd == DType::BF16 && !opt.batch_invariant ? GatedDeltaPrecision::kTf32 : GatedDeltaPrecision::kFp32;

@@ -59,14 +59,18 @@ class CudaLightning final : public CudaModule {
     SSM_CUDA_CHECK(silu_inplace(proj, W, T, W, s));
     // 2. Lightning attention on this layer's state in each block.
     LightningDevParams lp{c_.num_heads, c_.head_dim, c_.block_size, slopes_.as<float>(), state.ssm};
+    // Decode rows (verify rows of speculative decoding: one state column per token, StepMeta::decode_rows), then
+    // the prefill rows from token P0 on.
     const int nd = md.num_decodes;
-    if (nd > 0) SSM_CUDA_CHECK(lightning_decode(proj, W, o, HD, lp, plans.dev(plans.lin_idx), nd, s));
+    const int64_t P0 = st.batch.prefill_token_offset();
+    const DeviceDecodeRows rows = st.meta.spec_cols > 1 ? st.meta.decode_rows() : DeviceDecodeRows(plans.dev(plans.lin_idx));
+    if (nd > 0) SSM_CUDA_CHECK(lightning_decode(proj, W, o, HD, lp, rows, nd, s));
     if (md.num_prefills > 0) {
       const LightningPlanDev pd = plans.lightning_prefill(nd);
       float* ws = ws_.f32(lightning_workspace_floats(plans.lplan.num_blocks, c_.num_heads, c_.head_dim));
       if (bf16()) {  // the prefill rows' q | k | v as bf16 (rows keep their absolute index), bf16 tensor-core path
         auto* qkv16 = static_cast<__nv_bfloat16*>(p[3].get(T * W * 2));
-        SSM_CUDA_CHECK(cast_rows(proj + nd * W, W, T - nd, W, qkv16 + nd * W, DType::BF16, W, s));
+        SSM_CUDA_CHECK(cast_rows(proj + P0 * W, W, T - P0, W, qkv16 + P0 * W, DType::BF16, W, s));
         SSM_CUDA_CHECK(lightning_prefill_bf16(qkv16, W, o, HD, lp, pd, ws, s));
       } else {
         SSM_CUDA_CHECK(lightning_prefill(proj, W, o, HD, lp, pd, ws, s));

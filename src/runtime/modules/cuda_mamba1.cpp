@@ -169,7 +169,7 @@ void CudaMamba1::forward(const CudaStep& st, const ModuleState& state, const voi
   }
   // 2. Causal conv1d + SiLU (xc, and its bf16 copy for x_proj): decode rows [0, nd), then the prefill rows.
   if (nd > 0)
-    SSM_CUDA_CHECK(conv1d_update_dual(xz, 2 * I, xc, I, b16 ? xc16 : nullptr, I, conv, dm.state_indices_d, static_cast<int>(nd), pdl, s));
+    SSM_CUDA_CHECK(conv1d_update_dual(xz, 2 * I, xc, I, b16 ? xc16 : nullptr, I, conv, dm.decode_rows(), static_cast<int>(nd), pdl, s));
   if (np > 0)
     SSM_CUDA_CHECK(causal_conv1d_fwd_dual(xz + P0 * 2 * I, 2 * I, xc + P0 * I, I, b16 ? xc16 + P0 * I : nullptr, I, conv,
                                           dm.query_start_loc_p, dm.state_indices_p, dm.has_initial_states_p, np, T - P0, s));
@@ -190,12 +190,12 @@ void CudaMamba1::forward(const CudaStep& st, const ModuleState& state, const voi
   if (overlap) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and an early-joined prefetch) done
   // 4. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly).
   ScanInputs in{{xc, I}, {delta, I}, {xdbl + R, XD}, {xdbl + R + N, XD}, {xz + I, 2 * I}};
-  // Large decode batches (> 16 rows, outside batch-invariant mode): the thread-per-channel kernel.
-  if (nd > 16 && N <= 16 && !opt.batch_invariant)
+  // Large decode batches (> 16 plain rows, outside batch-invariant mode): the thread-per-channel kernel.
+  if (nd > 16 && N <= 16 && !opt.batch_invariant && dm.spec_cols == 1)
     SSM_CUDA_CHECK(selective_state_update_wide(in, sp, b16 ? static_cast<void*>(y16) : y, wd, I, dm.state_indices_d,
                                                static_cast<int>(nd), pdl, s));
   else if (nd > 0)
-    SSM_CUDA_CHECK(selective_state_update_out(in, sp, b16 ? static_cast<void*>(y16) : y, wd, I, dm.state_indices_d,
+    SSM_CUDA_CHECK(selective_state_update_out(in, sp, b16 ? static_cast<void*>(y16) : y, wd, I, dm.decode_rows(),
                                               static_cast<int>(nd), pdl, s));
   if (np > 0) {
     ScanInputs inp{{xc + P0 * I, I}, {delta + P0 * I, I}, {xdbl + P0 * XD + R, XD}, {xdbl + P0 * XD + R + N, XD},
@@ -232,7 +232,7 @@ bool mamba1_dataflow_stack(std::span<CudaModule* const> layers, std::span<const 
   for (size_t l = 0; l < layers.size(); ++l)
     if (!(mix[l] = dynamic_cast<CudaMamba1*>(layers[l])) || !mix[l]->dataflow_enabled()) return false;
   const int64_t T = st.T;
-  if (st.batch.meta.num_prefills > 0 || mix.empty()) return false;
+  if (st.batch.meta.num_prefills > 0 || st.batch.meta.spec_cols > 1 || mix.empty()) return false;  // (verify rows: per module)
   const Mamba1DecodeShape sh = mix[0]->decode_shape();
   const StateView ss = states[0].ssm;
   // Launches of up to `per` rows: the most the kernel takes for this shape (a row's bits do not depend on it).

@@ -66,7 +66,7 @@ class CudaMamba2 final : public CudaModule {
     // 2. Causal conv1d + SiLU over xBC (decode rows update their window; prefill rows below).
     ConvParams conv{C, m_.d_conv, conv_weight_.as<float>(), conv_bias_.data() ? conv_bias_.as<float>() : nullptr, state.conv, true};
     if (nd > 0)
-      SSM_CUDA_CHECK(conv1d_update_dual(proj + I, PW, xbc, C, nullptr, 0, conv, sm.state_indices_d, static_cast<int>(nd), opt.pdl, s));
+      SSM_CUDA_CHECK(conv1d_update_dual(proj + I, PW, xbc, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
     // 3. SSD: x = xBC[:, :I], B, C the next two G*N slices, dt = proj[:, I + C:].
     SsdParams sp;
     sp.num_heads = static_cast<int>(NH), sp.head_dim = m_.head_dim, sp.n_groups = m_.n_groups, sp.d_state = m_.d_state;
@@ -92,12 +92,12 @@ class CudaMamba2 final : public CudaModule {
       SSM_CUDA_CHECK(causal_conv1d_fwd_dual(proj + P0 * PW + I, PW, conv_bf16_only ? nullptr : xbc + P0 * C, C,
                                             conv_bf16_only ? const_cast<void*>(prefill_in.x_h.data) : nullptr, C, conv,
                                             sm.query_start_loc_p, sm.state_indices_p, sm.has_initial_states_p, np, T - P0, s));
-    // Large decode batches (> 16 rows, outside batch-invariant mode): the state-run kernel; else the one whose math
-    // is the sequential prefill walk's.
-    if (nd > 16 && !opt.batch_invariant)
+    // Large decode batches (> 16 plain rows, outside batch-invariant mode): the state-run kernel; else (and for
+    // speculative verify rows) the one whose math is the sequential prefill walk's.
+    if (nd > 16 && !opt.batch_invariant && sm.spec_cols == 1)
       SSM_CUDA_CHECK(ssd_state_update_wide(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s));
     else if (nd > 0)
-      SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s));
+      SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.decode_rows(), static_cast<int>(nd), s));
     if (np > 0) {
       SsdChunkMetadataDev cm{np, md.num_chunks(), sm.cu_chunk_seqlen_p, sm.seq_idx_p, sm.last_chunk_indices_p,
                              sm.state_indices_p, sm.has_initial_states_p, md.chunk_size};
