@@ -7,12 +7,24 @@ Run: /work/venv-tok/bin/python tools/make_chat_template_family_cases.py   (venv:
 Templates (tests/data/tokenizers/chat/*.jinja, as published; found with the search tool):
   qwen3.jinja             Qwen3 / Qwen3-Next (hermes-style JSON tool calls, reasoning_content, enable_thinking)
                           (ggml-org/llama.cpp models/templates/Qwen-Qwen3-0.6B.jinja)
-  qwen3_coder_xml.jinja   the XML tool-call format of Qwen3-Coder / Qwen3.5 (macros, |items, loop.previtem/nextitem)
+  qwen3_coder_xml.jinja   the XML tool-call format of Qwen3-Coder (macros, |items, loop.previtem/nextitem)
                           (vllm-project/vllm examples/tool_chat_template_qwen3coder.jinja)
+  qwen3_5.jinja           Qwen3.5 (image / video content items, XML tool calls, reasoning, enable_thinking): the
+                          chat_template.jinja of the Qwen/Qwen3.5-* checkpoints, 7756 bytes, SHA-256
+                          a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715 (the hash pinned for
+                          Qwen/Qwen3.5-4B, -9B and -35B-A3B by several public projects; the text as quoted from
+                          mlx-community/Qwen3.5-35B-A3B-4bit/chat_template.jinja, matched to that hash byte for byte)
+  qwen3_6.jinja           Qwen3.6 (Qwen3.5's plus preserve_thinking and tojson for every non-string argument): the
+                          chat_template.jinja of Qwen/Qwen3.6-27B (revision 6a9e13bd6fc8f0983b9b99948120bc37f49c13e9),
+                          7764 bytes, SHA-256 e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259
+                          (the same hash pinned for Qwen3.6-35B-A3B; text matched to it byte for byte)
   granite4.jinja          Granite-4.0-H (tools, documents, content lists, namespaces)
                           (as quoted in the Berkeley function-calling leaderboard's Granite-4 handler)
   nemotron_nano_v2.jinja  Nemotron-H Nano v2 (/think and /no_think, tool calls, continue_final_message)
                           (ggml-org/llama.cpp models/templates/NVIDIA-Nemotron-Nano-v2.jinja)
+
+Expected strings last generated with transformers 5.24.0, Jinja2 3.1.6, tokenizers 0.23.3 (the earlier families'
+cases came out byte-identical under these versions).
 
 Each case renders through AutoTokenizer.from_pretrained of a folder holding tests/data/tokenizers/bytelevel_llama3's
 tokenizer.json and a tokenizer_config.json with the template and bos/eos tokens, exactly as a checkpoint ships it.
@@ -20,6 +32,7 @@ Output: tests/data/tokenizers/chat/cases.jsonl, one case a line: {"template", "m
 "kwargs", "add_generation_prompt", "continue_final_message", "expected"} ("expected" null when transformers raises).
 """
 import copy
+import hashlib
 import json
 import pathlib
 import tempfile
@@ -29,7 +42,11 @@ from transformers import AutoTokenizer
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "tokenizers"
 CHAT = DATA / "chat"
-TEMPLATES = ["qwen3", "qwen3_coder_xml", "granite4", "nemotron_nano_v2"]
+TEMPLATES = ["qwen3", "qwen3_coder_xml", "granite4", "nemotron_nano_v2", "qwen3_5", "qwen3_6"]
+QWEN35 = {"qwen3_5", "qwen3_6"}  # templates that also get the Qwen3.5-only conversations and variants
+# Published templates whose exact bytes are pinned (a stray edit, e.g. an added final newline, changes renders).
+SHA256 = {"qwen3_5": "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",
+          "qwen3_6": "e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259"}
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 
 TOOLS = [
@@ -75,6 +92,51 @@ CONVERSATIONS = [
                                                    {"type": "text", "text": "Be kind."}]},
                       {"role": "user", "content": [{"type": "text", "text": "One"}, {"type": "text", "text": "Two"}]}]),
 ]
+# Qwen3.5 / 3.6 only: image / video items, tool arguments of every JSON type, multi-turn reasoning with tool rounds,
+# tool results given as a user message, and the conversations these templates refuse (expected null).
+IMAGE = {"type": "image", "image": "file:///duck.png"}
+CALLS_TYPED = {"role": "assistant", "content": None, "reasoning_content": "  Need both.\n", "tool_calls": [
+    {"type": "function", "function": {"name": "search", "arguments": {
+        "query": "line one\nline two", "filters": ["a", "b"], "opts": {"deep": True, "n": 3}, "exact": False,
+        "limit": 10, "score": 0.5, "missing": None, "empty": ""}}},
+    {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": {}}},
+    {"name": "get_weather", "arguments": {"city": "Rome"}}]}
+QWEN35_CONVERSATIONS = [
+    ("vision", [{"role": "system", "content": [{"type": "text", "text": "  Describe media.  "}]},
+                {"role": "user", "content": [IMAGE, {"type": "text", "text": "What is this?"},
+                                             {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                                             {"type": "video", "video": "file:///v.mp4"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "A duck."}]},
+                {"role": "user", "content": [{"image": "file:///b.png"}, {"type": "text", "text": "And this?"},
+                                             {"type": "video"}]}]),
+    ("reasoning_tool_rounds", [SYSTEM, USER1, REASONED, USER2, CALLS_TYPED, TOOL1, TOOL2,
+                               {"role": "assistant", "content": "<think>\n  Compare.  \n</think>\n\n  Both mild.  ",
+                                "tool_calls": [{"type": "function", "function": {"name": "search",
+                                                                                   "arguments": {"query": "x"}}}]},
+                               {"role": "tool", "content": [{"type": "text", "text": "ok"}]},
+                               {"role": "assistant", "content": "Done", "reasoning_content": ""}]),
+    ("tool_response_as_user", [USER2, CALLS_ONLY, {"role": "user", "content": "<tool_response>\n42\n</tool_response>"},
+                               {"role": "assistant", "content": "It is 42.", "reasoning_content": "Read it."}]),
+    ("no_user_query", [SYSTEM, {"role": "user", "content": "<tool_response>x</tool_response>"}]),
+    ("system_not_first", [USER1, SYSTEM]),
+    ("image_in_system", [{"role": "system", "content": [IMAGE]}, USER1]),
+    ("unknown_item", [{"role": "user", "content": [{"type": "audio", "audio": "a.wav"}]}]),
+    ("unknown_role", [USER1, {"role": "developer", "content": "x"}]),
+    ("empty", []),
+    ("odd_content", [{"role": "tool", "content": "early"}, {"role": "user", "content": None},
+                     {"role": "assistant", "content": "<think>unclosed", "tool_calls": [
+                         {"type": "function", "function": {"name": "search"}}]},
+                     {"role": "user", "content": []}]),
+    ("content_strings", [{"role": "user", "content": ["an image", "text"]}]),
+    ("content_mapping", [{"role": "user", "content": {"type": "text", "text": "x"}}]),
+    ("content_number", [{"role": "user", "content": 42}]),
+]
+QWEN35_VARIANTS = [
+    dict(add_generation_prompt=True, kwargs={"enable_thinking": True}),
+    dict(add_generation_prompt=True, kwargs={"preserve_thinking": True, "enable_thinking": False}),
+    dict(add_generation_prompt=True, tools=TOOLS, kwargs={"add_vision_id": True, "preserve_thinking": False}),
+    dict(add_generation_prompt=True, kwargs={"enable_thinking": 0, "preserve_thinking": 1, "add_vision_id": "yes"}),
+]
 VARIANTS = [
     dict(add_generation_prompt=True),
     dict(add_generation_prompt=False),
@@ -97,10 +159,14 @@ def main():
     with open(CHAT / "cases.jsonl", "w") as f:
         n = errors = 0
         for name in TEMPLATES:
+            if name in SHA256:
+                got = hashlib.sha256((CHAT / f"{name}.jinja").read_bytes()).hexdigest()
+                assert got == SHA256[name], f"{name}.jinja is not the published text (sha256 {got})"
             tok = tokenizer_with((CHAT / f"{name}.jinja").read_text())
-            for conv_name, messages in CONVERSATIONS:
-                for v in VARIANTS:
-                    if v.get("continue_final_message") and messages[-1]["role"] != "assistant":
+            qwen35 = name in QWEN35
+            for conv_name, messages in CONVERSATIONS + (QWEN35_CONVERSATIONS if qwen35 else []):
+                for v in VARIANTS + (QWEN35_VARIANTS if qwen35 else []):
+                    if v.get("continue_final_message") and (not messages or messages[-1]["role"] != "assistant"):
                         continue
                     case = {"template": name, "conversation": conv_name, "messages": messages,
                             "tools": v.get("tools"), "documents": v.get("documents"), "kwargs": v.get("kwargs", {}),

@@ -1,5 +1,5 @@
-// Owns the tests of the supported families' published chat templates (Qwen3, the Qwen3-Coder / Qwen3.5 XML tool
-// format, Granite-4.0, Nemotron Nano v2) against transformers' apply_chat_template (expected strings from
+// Owns the tests of the supported families' published chat templates (Qwen3, the Qwen3-Coder XML tool format,
+// Qwen3.5, Qwen3.6, Granite-4.0, Nemotron Nano v2) against transformers' apply_chat_template (expected strings from
 // tools/make_chat_template_family_cases.py), and of how templates are found in a checkpoint folder
 // (chat_template.jinja, additional_chat_templates/, named templates in tokenizer_config.json).
 #include <gmock/gmock.h>
@@ -115,6 +115,36 @@ TEST(ChatFamilies, TemplatesAreFoundAsTransformersFindsThem) {
   // A template that does not parse names its file.
   write_file(dir / "additional_chat_templates" / "tool_use.jinja", "{% if %}");
   EXPECT_THAT(error_of([&] { ChatTemplate::load(dir.path()); }), HasSubstr("chat template 'tool_use'"));
+}
+
+TEST(ChatFamilies, Qwen35CheckpointLayout) {
+  // Qwen3.5 / 3.6 checkpoints ship the template as chat_template.jinja next to a tokenizer_config.json without one
+  // (bos_token null, eos_token <|im_end|>); enable_thinking / preserve_thinking arrive as chat_template_kwargs.
+  const ordered_json msgs = ordered_json::parse(R"([
+      {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]},
+      {"role": "assistant", "content": "Yo", "reasoning_content": "greet"},
+      {"role": "user", "content": "Again"}])");
+  for (const char* name : {"qwen3_5", "qwen3_6"}) {
+    SCOPED_TRACE(name);
+    TempDir dir("qwen35-layout");
+    write_file(dir / "chat_template.jinja", read_text(kChat / (std::string(name) + ".jinja")));
+    write_file(dir / "tokenizer_config.json", R"({"bos_token": null, "eos_token": "<|im_end|>"})");
+    const ChatTemplate t = ChatTemplate::load(dir.path());
+    EXPECT_EQ(t.source(), read_text(kChat / (std::string(name) + ".jinja")));
+    // The published bytes (no trailing newline; tools/make_chat_template_family_cases.py checks their SHA-256).
+    EXPECT_EQ(t.source().size(), std::string(name) == "qwen3_5" ? 7756u : 7764u);
+    ChatTemplateInputs in;
+    in.add_generation_prompt = true;
+    const std::string head = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Hi<|im_end|>\n";
+    const std::string tail = "<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n";
+    EXPECT_EQ(t.apply(msgs, in), head + "<|im_start|>assistant\nYo<|im_end|>\n" + tail + "<think>\n");
+    in.kwargs = {{"enable_thinking", false}, {"preserve_thinking", true}};
+    const std::string kept = std::string(name) == "qwen3_6" ? "<think>\ngreet\n</think>\n\n" : "";
+    EXPECT_EQ(t.apply(msgs, in),
+              head + "<|im_start|>assistant\n" + kept + "Yo<|im_end|>\n" + tail + "<think>\n\n</think>\n\n");
+    EXPECT_THAT(error_of([&] { t.apply(ordered_json::array({{{"role", "assistant"}, {"content", "x"}}}), in); }),
+                HasSubstr("No user query found in messages."));
+  }
 }
 
 TEST(ChatFamilies, KwargsAndReasoningAliases) {
