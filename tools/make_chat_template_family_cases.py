@@ -5,8 +5,16 @@ the expected strings, for tests/unit/test_chat_families.cpp.
 Run: /work/venv-tok/bin/python tools/make_chat_template_family_cases.py   (venv: see make_tokenizer_configs_expected.py)
 
 Templates (tests/data/tokenizers/chat/*.jinja, as published; found with the search tool):
-  qwen3.jinja             Qwen3 / Qwen3-Next (hermes-style JSON tool calls, reasoning_content, enable_thinking)
+  qwen3.jinja             Qwen3 (hermes-style JSON tool calls, reasoning_content, enable_thinking)
                           (ggml-org/llama.cpp models/templates/Qwen-Qwen3-0.6B.jinja)
+  qwen3_next_instruct.jinja / qwen3_next_thinking.jinja
+                          Qwen3-Next-80B-A3B-Instruct / -Thinking (hermes JSON tool calls; content lists read as '';
+                          Thinking: always-open <think> generation prompt, reasoning kept after the last query). Their
+                          checkpoints ship the template inside tokenizer_config.json, so no file hash is published; the
+                          best-sourced copies found are the "chat_template" values of the Qwen3-Next-Instruct and
+                          Qwen3-Next-Thinking entries of xorbitsai/inference xinference/model/llm/llm_family.json
+                          (commit b9734447dbd07d117232f3ae91955e3b0ea7b60b), which registers them for those checkpoints;
+                          the Thinking text equals the Qwen3-*-Thinking-2507 template as quoted elsewhere.
   qwen3_coder_xml.jinja   the XML tool-call format of Qwen3-Coder (macros, |items, loop.previtem/nextitem)
                           (vllm-project/vllm examples/tool_chat_template_qwen3coder.jinja)
   qwen3_5.jinja           Qwen3.5 (image / video content items, XML tool calls, reasoning, enable_thinking): the
@@ -42,7 +50,8 @@ from transformers import AutoTokenizer
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "tokenizers"
 CHAT = DATA / "chat"
-TEMPLATES = ["qwen3", "qwen3_coder_xml", "granite4", "nemotron_nano_v2", "qwen3_5", "qwen3_6"]
+TEMPLATES = ["qwen3", "qwen3_coder_xml", "granite4", "nemotron_nano_v2", "qwen3_5", "qwen3_6", "qwen3_next_instruct",
+             "qwen3_next_thinking"]
 QWEN35 = {"qwen3_5", "qwen3_6"}  # templates that also get the Qwen3.5-only conversations and variants
 # Published templates whose exact bytes are pinned (a stray edit, e.g. an added final newline, changes renders).
 SHA256 = {"qwen3_5": "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",

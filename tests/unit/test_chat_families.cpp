@@ -1,7 +1,7 @@
 // Owns the tests of the supported families' published chat templates (Qwen3, the Qwen3-Coder XML tool format,
-// Qwen3.5, Qwen3.6, Granite-4.0, Nemotron Nano v2) against transformers' apply_chat_template (expected strings from
-// tools/make_chat_template_family_cases.py), and of how templates are found in a checkpoint folder
-// (chat_template.jinja, additional_chat_templates/, named templates in tokenizer_config.json).
+// Qwen3.5, Qwen3.6, Qwen3-Next Instruct / Thinking, Granite-4.0, Nemotron Nano v2) against transformers'
+// apply_chat_template (expected strings from tools/make_chat_template_family_cases.py), and of how templates are found
+// in a checkpoint folder (chat_template.jinja, additional_chat_templates/, named templates in tokenizer_config.json).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
