@@ -351,6 +351,11 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
   if (proposer_) {
     const std::vector<RequestState*> dec = scheduler_->decoding_requests();
     if (!dec.empty()) proposer_->propose(dec, spec_.num_speculative_tokens);
+    if (spec_.adaptive_draft_length)
+      for (RequestState* r : dec) {
+        const size_t d = static_cast<size_t>(r->draft_length.limit(spec_.num_speculative_tokens));
+        if (r->draft_token_ids.size() > d) r->draft_token_ids.resize(d);
+      }
   }
   // 1. Schedule.
   SchedulerOutput sched = scheduler_->schedule();
@@ -567,6 +572,7 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
       check_stop(r, res.token);
       if (!accepted) break;
     }
+    r.draft_length.observe(drafts, accepted_drafts);
     spec_stats_.num_drafts += 1;
     spec_stats_.num_draft_tokens += drafts;
     spec_stats_.num_accepted_tokens += accepted_drafts;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cache/prefix_cache.h"
+#include "engine/draft_length.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
@@ -51,6 +52,7 @@ struct RequestState {
   /// until the request finishes or is preempted.
   std::vector<int> spec_blocks;
   std::vector<int32_t> draft_token_ids;      ///< speculative decoding: this step's drafts (the proposer's, cut to fit)
+  DraftLength draft_length;                  ///< speculative decoding: how many drafts it verifies (adaptive_draft_length)
   std::vector<BlockHash> block_hashes;       ///< prefix caching: token-chain hashes of its full hash blocks so far
   int num_kv_registered = 0;                 ///< prefix caching: leading kv_blocks already in the cached-block table
   FinishReason finish_reason = FinishReason::None;

@@ -38,12 +38,13 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& json_text) {
   }
   SSM_CHECK(j.is_object(), "--speculative-config must be a JSON object, e.g. {{\"method\": \"ngram\", "
                            "\"num_speculative_tokens\": 4}} (got {})", j.dump());
-  static const char* kKeys[] = {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "model"};
+  static const char* kKeys[] = {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "model",
+                                "adaptive_draft_length"};
   for (const auto& [key, value] : j.items()) {
     (void)value;
     SSM_CHECK(std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) != std::end(kKeys),
               "--speculative-config: unknown field \"{}\" (known: method, num_speculative_tokens, prompt_lookup_min, "
-              "prompt_lookup_max, model)", key);
+              "prompt_lookup_max, model, adaptive_draft_length)", key);
   }
   SSM_CHECK(j.contains("method") && j["method"].is_string(),
             "--speculative-config: \"method\" must be a string: \"ngram\" or \"draft_model\"");
@@ -75,6 +76,11 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& json_text) {
     c.model = j["model"].get<std::string>();
     SSM_CHECK(!j.contains("prompt_lookup_min") && !j.contains("prompt_lookup_max"),
               "--speculative-config: \"prompt_lookup_min\" / \"prompt_lookup_max\" are for method ngram");
+  }
+  if (j.contains("adaptive_draft_length")) {
+    SSM_CHECK(j["adaptive_draft_length"].is_boolean(), "--speculative-config: \"adaptive_draft_length\" must be true or "
+              "false (got {})", j["adaptive_draft_length"].dump());
+    c.adaptive_draft_length = j["adaptive_draft_length"].get<bool>();
   }
   return c;
 }

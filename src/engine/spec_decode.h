@@ -25,6 +25,10 @@ struct SpeculativeConfig {
   int prompt_lookup_min = 0;       ///< ngram: shortest n-gram matched (vLLM's default: both 5 when neither is set)
   int prompt_lookup_max = 0;       ///< ngram: longest n-gram matched
   std::string model;               ///< draft_model: the draft checkpoint folder
+  /// Each request verifies as many of its k drafts as its acceptance so far makes worthwhile (engine/draft_length.h),
+  /// down to none with a periodic one-draft probe; false: always every draft the proposer gives (vLLM's behaviour).
+  /// Output is the same either way; only the cost of rejected drafts changes.
+  bool adaptive_draft_length = true;
   bool enabled() const { return num_speculative_tokens > 0; }
 
   /// Parses the JSON text of --speculative-config ("" = off). Throws Error naming the field for malformed JSON, an

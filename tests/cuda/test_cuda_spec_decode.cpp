@@ -80,7 +80,7 @@ class CudaSpecDecode : public ::testing::TestWithParam<GpuSpecCase> {
   }
   static std::string ngram(int k) {
     return "{\"method\": \"ngram\", \"num_speculative_tokens\": " + std::to_string(k) +
-           ", \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 3}";
+           ", \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 3, \"adaptive_draft_length\": false}";  // every draft verified
   }
   /// Runs the prompts, request i added before step arrive[i], preempting the newest request before steps in preempt.
   static std::vector<Outcome> run(LLMEngine& e, const std::vector<std::vector<int>>& prompts, int max_tokens,

@@ -53,9 +53,11 @@ EngineConfig case_config(const SpecCase& c) {
   return cfg;
 }
 
-std::string spec_json(int k) {
+/// adaptive = false: every draft the proposer gives is verified (the suites below script how many are right).
+std::string spec_json(int k, bool adaptive = false) {
   return "{\"method\": \"ngram\", \"num_speculative_tokens\": " + std::to_string(k) +
-         ", \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 3}";
+         ", \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 3, \"adaptive_draft_length\": " +
+         (adaptive ? "true}" : "false}");
 }
 
 struct Outcome {
@@ -94,12 +96,13 @@ class SpecDecode : public ::testing::TestWithParam<SpecCase> {
   }
 
   /// A speculative engine; a small pool (allocating the default one dominates these tiny runs).
-  std::unique_ptr<LLMEngine> spec_engine(int budget, int blocks = 64, bool prefix_caching = false, int k = kK) const {
+  std::unique_ptr<LLMEngine> spec_engine(int budget, int blocks = 64, bool prefix_caching = false, int k = kK,
+                                         bool adaptive = false) const {
     EngineConfig cfg = case_config(GetParam());
     cfg.scheduler.max_num_batched_tokens = budget;
     cfg.num_state_blocks = blocks;
     cfg.enable_prefix_caching = prefix_caching;
-    cfg.speculative_config = spec_json(k);
+    cfg.speculative_config = spec_json(k, adaptive);
     auto e = std::make_unique<LLMEngine>(cfg);
     EXPECT_EQ(e->speculative_config().num_speculative_tokens, k);
     return e;
@@ -216,6 +219,32 @@ TEST_P(SpecDecode, AlwaysRightAndAlwaysWrongDraftersEqualPlain) {
     } else {
       EXPECT_EQ(st.num_accepted_tokens, 0);
       EXPECT_EQ(st.num_draft_tokens, st.num_drafts);  // one (wrong) draft per row
+    }
+  }
+}
+
+// adaptive_draft_length: the output is the plain one whatever the drafts; always-right drafters keep every draft,
+// always-wrong ones are backed off to a one-draft probe every few steps (far fewer verified drafts than rows).
+TEST_P(SpecDecode, AdaptiveDraftLengthEqualsPlainAndBacksOffWrongDrafters) {
+  const auto ps = prompts(3);
+  constexpr int kTokens = 40;
+  for (const auto& p : ps) reference(p, kTokens);
+  for (const bool right : {true, false}) {
+    auto e = spec_engine(8192, 64, false, kK, /*adaptive=*/true);
+    e->set_proposer(std::make_unique<ScriptedProposer>(&answers_, vocab_, [&](const RequestState&, std::mt19937&) {
+      return right ? kK : 0;
+    }));
+    const auto got = run(*e, ps, kTokens);
+    expect_matches_reference(ps, got, kTokens, right ? "adaptive, always right" : "adaptive, always wrong");
+    const SpecDecodeStats& st = e->spec_decode_stats();
+    if (right) {
+      EXPECT_EQ(st.num_accepted_tokens, st.num_draft_tokens);
+      EXPECT_GT(st.mean_acceptance_length(), 3.0);  // 1 + k per row but the last ones: never backed off
+    } else {
+      EXPECT_EQ(st.num_accepted_tokens, 0);
+      // Fixed k verifies a draft in each of the ~40 rows per request; adaptive ~7 rows to back off, then a probe per 8.
+      EXPECT_GT(st.num_drafts, 0);
+      EXPECT_LE(st.num_drafts, 3 * 14) << "wrong drafts were not backed off";
     }
   }
 }
@@ -380,6 +409,43 @@ TEST(SpecDecodeConfig, BadConfigsNameTheField) {
   EXPECT_EQ(d.prompt_lookup_max, 5);
   const SpeculativeConfig one = SpeculativeConfig::parse(R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3})");
   EXPECT_EQ(one.prompt_lookup_min, 3);
+}
+
+// The adaptive draft length's rule (engine/draft_length.h) at constant acceptance rates.
+TEST(SpecDecodeDraftLength, FollowsTheAcceptanceRate) {
+  // d after `steps` rows whose drafts are all right (rate 1), or right then wrong (rate 0.5: the first draft of a row
+  // is accepted and the second rejected, so the positions tested are accepted half the time).
+  auto settle = [](double rate, int k, int steps) {
+    DraftLength dl;
+    int d = k;
+    for (int s = 0; s < steps; ++s) {
+      d = dl.limit(k);
+      dl.observe(d, rate >= 1.0 ? d : std::min(d, 1));
+    }
+    return std::make_pair(d, dl.acceptance);
+  };
+  EXPECT_EQ(settle(1.0, 4, 50).first, 4);             // always right: every draft
+  EXPECT_EQ(settle(1.0, 16, 50).first, 16);
+  const auto half = settle(0.5, 4, 50);
+  EXPECT_NEAR(half.second, 0.5, 0.05);
+  EXPECT_EQ(half.first, 3);                            // 0.5^3 >= 0.1 > 0.5^4
+  // Always wrong: backs off to no drafts, then a one-draft probe every kProbeInterval steps.
+  DraftLength dl;
+  std::vector<int> ds;
+  for (int s = 0; s < 40; ++s) {
+    ds.push_back(dl.limit(4));
+    dl.observe(ds.back(), 0);
+  }
+  EXPECT_EQ(ds.front(), 4);
+  const int rows_with_drafts = static_cast<int>(std::count_if(ds.begin(), ds.end(), [](int d) { return d > 0; }));
+  EXPECT_LE(rows_with_drafts, 8 + (40 - 8) / DraftLength::kProbeInterval + 1);
+  EXPECT_EQ(*std::max_element(ds.begin() + 20, ds.end()), 1);  // probes only
+  // A probe that is accepted brings the drafts back.
+  for (int s = 0; s < 10; ++s) {
+    const int d = dl.limit(4);
+    dl.observe(d, d);
+  }
+  EXPECT_EQ(dl.limit(4), 4);
 }
 
 TEST(SpecDecodeNgram, LatestEarlierMatchOfTheLongestNgram) {
