@@ -30,6 +30,32 @@ Templates (tests/data/tokenizers/chat/*.jinja, as published; found with the sear
                           (as quoted in the Berkeley function-calling leaderboard's Granite-4 handler)
   nemotron_nano_v2.jinja  Nemotron-H Nano v2 (/think and /no_think, tool calls, continue_final_message)
                           (ggml-org/llama.cpp models/templates/NVIDIA-Nemotron-Nano-v2.jinja)
+  nemotron3_nano.jinja    NVIDIA-Nemotron-3-Nano-30B-A3B (differs from Nano v2: Qwen3-Coder-style XML tools and tool
+                          calls, reasoning_content, enable_thinking / truncate_history_thinking kwargs, <think></think>
+                          on history turns): ggml-org/llama.cpp models/templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja
+                          as of llama.cpp commit c15395f73c42805d9609a55749a1d4b5b2251379 (LF line endings; the file
+                          added in c05aa69f32ee87b2019a1b39979d89302c2d6b7b had CRLF), 10504 bytes, SHA-256
+                          ab7813c3abdd9cb655905a410728b26c7884eca45ddfab8d9f931553485a7862 (read from the
+                          Raudbjorn/ggml-llama.cpp mirror)
+  falcon_h1.jinja         Falcon-H1-*-Instruct (tiiuae; ChatML, hermes-style tool list, bos_token first): the
+                          "chat_template" of the Falcon-H1 tokenizer_config.json, as quoted by the Hub pages of
+                          onnx-internal-testing/tiny-random-FalconH1ForCausalLM/tokenizer_config.json and
+                          NexVeridian/Falcon-H1-7B-Instruct-8bit/chat_template.jinja (identical text). The pages collapse
+                          leading indentation, so the 4-space indentation here is a reconstruction (every indented line
+                          starts with {{- or {%-, so renders do not depend on it) and no hash is pinned.
+  jamba.jinja             AI21-Jamba-Mini-1.7 (and 1.5; macros, namespace, tools / documents / knobs, citations,
+                          macro values called with *args): the tokenizer.chat_template metadata of
+                          bartowski/ai21labs_AI21-Jamba-Mini-1.7-GGUF as extracted byte for byte by r-rojo/rampipe
+                          tests/fixtures/jamba_mini_1_7_chat_template.jinja (commit
+                          3c7722e3161b0b15312e3d78b203df4955cba762), 9632 bytes, SHA-256
+                          62d5a4d1d662a1c8d3f48077c4307e5e0f5502b63830dbd40f467d14a26146bf
+  minimax_text_01.jinja   MiniMaxAI/MiniMax-Text-01 (content lists only, 'function' role, {% generation %} blocks):
+                          the "chat_template" of its tokenizer_config.json at Hub commit 7466de1 ("Guide document for
+                          function calling (#32)"), quoted in full (one line, JSON-escaped) by the Hub page of that file;
+                          no hash is pinned.
+Not covered: Bamba (ibm-ai-platform/Bamba-9B-v2 and ibm-fms/Bamba-9B* are base models; no chat_template found in their
+model cards or tokenizer_config.json pages) and Mamba-Codestral-7B-v0.1 (Mistral tokenizer v3 through mistral_common,
+tokenizer.model.v3 / params.json; no Jinja template found in the repo pages or Mistral's docs).
 
 Expected strings last generated with transformers 5.24.0, Jinja2 3.1.6, tokenizers 0.23.3 (the earlier families'
 cases came out byte-identical under these versions).
@@ -51,11 +77,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "tokenizers"
 CHAT = DATA / "chat"
 TEMPLATES = ["qwen3", "qwen3_coder_xml", "granite4", "nemotron_nano_v2", "qwen3_5", "qwen3_6", "qwen3_next_instruct",
-             "qwen3_next_thinking"]
+             "qwen3_next_thinking", "falcon_h1", "jamba", "minimax_text_01", "nemotron3_nano"]
 QWEN35 = {"qwen3_5", "qwen3_6"}  # templates that also get the Qwen3.5-only conversations and variants
 # Published templates whose exact bytes are pinned (a stray edit, e.g. an added final newline, changes renders).
 SHA256 = {"qwen3_5": "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",
-          "qwen3_6": "e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259"}
+          "qwen3_6": "e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259",
+          "jamba": "62d5a4d1d662a1c8d3f48077c4307e5e0f5502b63830dbd40f467d14a26146bf",
+          "nemotron3_nano": "ab7813c3abdd9cb655905a410728b26c7884eca45ddfab8d9f931553485a7862"}
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 
 TOOLS = [
@@ -146,6 +174,40 @@ QWEN35_VARIANTS = [
     dict(add_generation_prompt=True, tools=TOOLS, kwargs={"add_vision_id": True, "preserve_thinking": False}),
     dict(add_generation_prompt=True, kwargs={"enable_thinking": 0, "preserve_thinking": 1, "add_vision_id": "yes"}),
 ]
+# Conversations / variants for one template only (the shapes those templates read: MiniMax's content lists and
+# 'function' role, Jamba's names, citations and knobs, Nemotron-3's truncate_history_thinking).
+def _text(t):
+    return [{"type": "text", "text": t}]
+
+
+LIST_CONVERSATIONS = [
+    ("content_lists", [{"role": "system", "content": _text("You are terse.")},
+                       {"role": "user", "content": _text("Weather in Z\u00fcrich?") + [{"type": "image"}]},
+                       {"role": "assistant", "content": _text("Checking.") + [{"type": "image"}] + _text(" Done.")},
+                       {"role": "function", "name": "get_weather", "content": _text("{\"temp\": 21}")},
+                       {"role": "user", "content": _text("Thanks")}]),
+    ("content_lists_no_system", [{"role": "user", "content": _text("Hi")},
+                                 {"role": "assistant", "content": []},
+                                 {"role": "user", "content": _text("Again")}]),
+]
+JAMBA_CONVERSATIONS = [
+    ("names_citations", [SYSTEM, {"role": "user", "name": "ann", "content": "Which bird quacks?"},
+                         {"role": "assistant", "content": "Ducks.", "citations": [{"document_id": 0}, {"document_id": 1}]},
+                         {"role": "user", "content": "And honks?"}]),
+]
+EXTRA_CONVERSATIONS = {"minimax_text_01": LIST_CONVERSATIONS, "jamba": JAMBA_CONVERSATIONS + LIST_CONVERSATIONS,
+                       "falcon_h1": LIST_CONVERSATIONS, "nemotron3_nano": LIST_CONVERSATIONS}
+EXTRA_VARIANTS = {
+    "jamba": [dict(add_generation_prompt=True, documents=DOCS,
+                   kwargs={"knobs": {"is_set": True, "citation_mode": "fast", "response_format": "json_object"}}),
+              dict(add_generation_prompt=True, kwargs={"knobs": {"is_set": True, "citation_mode": "off"},
+                                                        "generation_preamble": " Sure:", "role_to_predict": "tool"}),
+              dict(add_generation_prompt=False, tools=TOOLS, kwargs={"default_system_message": "Be nice.",
+                                                                      "bom_str": "<B>", "eom_str": "<E>"})],
+    "nemotron3_nano": [dict(add_generation_prompt=True, tools=TOOLS, kwargs={"truncate_history_thinking": False}),
+                       dict(add_generation_prompt=True, kwargs={"enable_thinking": False,
+                                                                "truncate_history_thinking": True})],
+}
 VARIANTS = [
     dict(add_generation_prompt=True),
     dict(add_generation_prompt=False),
@@ -173,8 +235,9 @@ def main():
                 assert got == SHA256[name], f"{name}.jinja is not the published text (sha256 {got})"
             tok = tokenizer_with((CHAT / f"{name}.jinja").read_text())
             qwen35 = name in QWEN35
-            for conv_name, messages in CONVERSATIONS + (QWEN35_CONVERSATIONS if qwen35 else []):
-                for v in VARIANTS + (QWEN35_VARIANTS if qwen35 else []):
+            for conv_name, messages in (CONVERSATIONS + (QWEN35_CONVERSATIONS if qwen35 else []) +
+                                        EXTRA_CONVERSATIONS.get(name, [])):
+                for v in VARIANTS + (QWEN35_VARIANTS if qwen35 else []) + EXTRA_VARIANTS.get(name, []):
                     if v.get("continue_final_message") and (not messages or messages[-1]["role"] != "assistant"):
                         continue
                     case = {"template": name, "conversation": conv_name, "messages": messages,

@@ -88,6 +88,8 @@ void Renderer::exec(const Stmt& st, std::string& out) {
       Value m;
       m.kind = Value::Macro;
       m.macro = &st;
+      m.j = json::object({{kMacroMarker, macros_.size()}});
+      macros_.push_back(&st);
       scopes_.back()[st.text] = m;
       return;
     }
@@ -171,8 +173,18 @@ Value Renderer::eval(const Expr& e) {
       for (size_t k = 0; k + 1 < e.args.size(); k += 2) o[py_str(eval(*e.args[k]))] = eval(*e.args[k + 1]).data();
       return Value::of(std::move(o));
     }
-    case Expr::Attr: return subscript(eval(*e.args[0]), json(e.name));
-    case Expr::Index: return subscript(eval(*e.args[0]), eval(*e.args[1]).data());
+    case Expr::Attr:
+    case Expr::Index: {
+      // Jinja2's Undefined raises on any attribute or item access (`knobs.is_set` with no knobs); a missing
+      // attribute of a defined value is undefined without an error.
+      const Value obj = eval(*e.args[0]);
+      if (obj.undefined()) {
+        const Expr& o = *e.args[0];
+        if (o.kind == Expr::Name) fail("template: '{}' is undefined", o.name);
+        fail("template: cannot read {} of an undefined value", e.kind == Expr::Attr ? "attribute '" + e.name + "'" : "an item");
+      }
+      return subscript(obj, e.kind == Expr::Attr ? json(e.name) : eval(*e.args[1]).data());
+    }
     case Expr::Slice: return slice(eval(*e.args[0]), e);
     case Expr::Call: return call(e);
     case Expr::Filter: return filter(e);
@@ -183,6 +195,7 @@ Value Renderer::eval(const Expr& e) {
     case Expr::Unary: {
       Value v = eval(*e.args[0]);
       if (e.name == "not") return Value::of(!truthy(v));
+      SSM_CHECK(e.name != "*", "template: *{} is only allowed as a call argument", "args");
       const json& d = v.data();
       const double x = num(d, "unary -");
       return Value::of(number_result(e.name == "-" ? -x : x, d.is_number_integer()));
@@ -322,8 +335,27 @@ bool Renderer::equal(const json& a, const json& b) {
 
 std::vector<Value> Renderer::args(const Expr& e, size_t first) {
   std::vector<Value> v;
-  for (size_t k = first; k < e.args.size(); ++k) v.push_back(eval(*e.args[k]));
+  for (size_t k = first; k < e.args.size(); ++k) {
+    const Expr& x = *e.args[k];
+    if (x.kind == Expr::Unary && x.name == "*") {  // f(*items): the items as positional arguments
+      const Value items = eval(*x.args[0]);
+      SSM_CHECK(!items.undefined() && !items.data().is_null(), "template: argument after * must be an iterable");
+      for (json& item : iterate(items)) v.push_back(Value::of(std::move(item)));
+      SSM_CHECK(v.size() <= kMaxListItems, "template: too many call arguments");
+      continue;
+    }
+    v.push_back(eval(x));
+  }
   return v;
+}
+
+const Stmt* Renderer::as_macro(const Value& v) const {
+  if (v.kind == Value::Macro) return v.macro;
+  const json& d = v.data();
+  if (!d.is_object() || d.size() != 1) return nullptr;
+  const auto it = d.find(kMacroMarker);
+  if (it == d.end() || !it->is_number_unsigned() || it->get<size_t>() >= macros_.size()) return nullptr;
+  return macros_[it->get<size_t>()];
 }
 
 Value Renderer::kwarg(const Expr& e, const std::string& name, const std::vector<Value>& pos, size_t index, Value def) {
@@ -369,6 +401,7 @@ Value Renderer::call(const Expr& e) {
     fail("template: unknown function {}()", f);
   }
   if (callee.kind == Expr::Attr) return method(eval(*callee.args[0]), callee.name, a, e);
+  if (const Stmt* m = as_macro(eval(callee))) return call_macro(*m, e, a);  // macros[i](...)
   fail("template: this expression cannot be called");
 }
 

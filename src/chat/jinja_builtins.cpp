@@ -263,7 +263,7 @@ bool Renderer::test_named(const std::string& t, const Value& x, const std::vecto
   if (t == "false") return d.is_boolean() && !d.get<bool>();
   if (t == "mapping") return d.is_object() || x.kind == Value::Namespace;
   if (t == "sequence" || t == "iterable") return d.is_array() || d.is_string() || d.is_object();
-  if (t == "callable") return x.kind == Value::Macro;
+  if (t == "callable") return as_macro(x) != nullptr;
   if (t == "even" || t == "odd") return d.is_number_integer() && (d.get<long long>() % 2 == 0) == (t == "even");
   if (t == "divisibleby") return d.is_number_integer() && !a.empty() && a[0].data().is_number_integer() && a[0].data().get<long long>() != 0 &&
                                  d.get<long long>() % a[0].data().get<long long>() == 0;

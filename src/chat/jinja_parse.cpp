@@ -339,6 +339,11 @@ class ExprParser {
         std::string k = t_[i_].text;
         i_ += 2;
         e.kwargs.emplace_back(std::move(k), expression());
+      } else if (accept_op("*")) {  // f(*items)
+        auto splat = std::make_unique<Expr>(Expr::Unary);
+        splat->name = "*";
+        splat->args.push_back(expression());
+        e.args.push_back(sealed(std::move(splat)));
       } else {
         e.args.push_back(expression());
       }

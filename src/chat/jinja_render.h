@@ -30,6 +30,8 @@ class Renderer {
   Value kwarg(const Expr& e, const std::string& name, const std::vector<Value>& pos, size_t index, Value def = {});
   Value call(const Expr& e);
   Value call_macro(const Stmt& m, const Expr& e, const std::vector<Value>& a);
+  /// The macro `v` stands for (a macro value, or its marker inside a container); nullptr if it is none.
+  const Stmt* as_macro(const Value& v) const;
   Value method(const Value& obj, const std::string& name, const std::vector<Value>& a, const Expr& e);
   Value filter(const Expr& e);
   Value filter_named(const std::string& f, const Value& x, const std::vector<Value>& a, const Expr& e);
@@ -37,6 +39,7 @@ class Renderer {
   bool test_named(const std::string& t, const Value& x, const std::vector<Value>& a);
 
   std::vector<std::unordered_map<std::string, Value>> scopes_;
+  std::vector<const Stmt*> macros_;  // macros defined so far, indexed by their kMacroMarker
   int depth_ = 0;         // macro calls in progress
   int render_depth_ = 0;  // exec(Stmt) / eval frames in progress (bounded: macros multiply the parser's bound)
   long long loop_iterations_ = 0;  // for-loop items so far (bounded by kMaxLoopIterations)

@@ -15,6 +15,10 @@ namespace ssmserve::server::jinja {
 using json = nlohmann::ordered_json;
 
 /// A runtime value: JSON data, Jinja's Undefined, a namespace() object (mutable, shared) or a macro.
+/// The key of the object that stands for a macro inside a container (`[handle_documents]`): its value is the index of
+/// the macro in the rendering's macro list. A forged marker can only name one of the template's own macros.
+inline constexpr const char* kMacroMarker = "\x01ssmserve-macro";
+
 struct Value {
   enum Kind { Undefined, Json, Namespace, Macro } kind = Undefined;
   json j;
@@ -29,10 +33,11 @@ struct Value {
     return x;
   }
   bool undefined() const { return kind == Undefined; }
-  /// The JSON view (namespaces as their attribute object, undefined as null).
+  /// The JSON view (namespaces as their attribute object, undefined as null, a macro as its marker object
+  /// {kMacroMarker: index} so that it survives inside lists: see Renderer::as_macro).
   const json& data() const {
     static const json null_json;
-    return kind == Json ? j : kind == Namespace ? *ns : null_json;
+    return kind == Json || kind == Macro ? j : kind == Namespace ? *ns : null_json;
   }
 };
 
