@@ -1,5 +1,6 @@
 // Owns the tests of the supported families' published chat templates (Qwen3, the Qwen3-Coder XML tool format,
-// Qwen3.5, Qwen3.6, Qwen3-Next Instruct / Thinking, Granite-4.0, Nemotron Nano v2) against transformers'
+// Qwen3.5, Qwen3.6, Qwen3-Next Instruct / Thinking, Granite-4.0, Nemotron Nano v2, Nemotron-3-Nano, Falcon-H1,
+// Jamba-Mini-1.7, MiniMax-Text-01) against transformers'
 // apply_chat_template (expected strings from tools/make_chat_template_family_cases.py), and of how templates are found
 // in a checkpoint folder (chat_template.jinja, additional_chat_templates/, named templates in tokenizer_config.json).
 #include <gmock/gmock.h>

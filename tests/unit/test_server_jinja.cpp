@@ -228,6 +228,33 @@ TEST(ServerJinja, SubscriptsAndSlicesOfUtf8StringsAndLists) {
   EXPECT_EQ(render("{{ ('a' * 60000000)[-1] }}{{ ('\u00e9' * 1000000)[-2:]|length }}"), "a2");  // no per-character copies
 }
 
+TEST(ServerJinja, MacrosAsValuesAndStarArguments) {
+  // Jamba-1.5 / 1.7 keep macros in a list and call them with a list of arguments (Python jinja2 gives these).
+  EXPECT_EQ(render("{% macro a(x, y) %}A{{ x }}{{ y }}{% endmacro %}{% macro b(x) %}B{{ x }}{% endmacro %}"
+                   "{% set ms = [a] + [b] %}{% set ps = [[1, 2], ['z']] %}"
+                   "{% for i in range(ms|length) %}{{ ms[i](*ps[i]) }}|{% endfor %}{{ a(*'pq') }}{{ a(*[7], y=8) }}"),
+            "A12|Bz|ApqA78");
+  EXPECT_EQ(render("{% macro a() %}{% endmacro %}{{ a is callable }}{{ [a][0] is callable }}{{ {'k': 1} is callable }}"),
+            "TrueTrueFalse");
+  EXPECT_THROW(render("{% macro f() %}{% endmacro %}{{ f(*none) }}"), Error);
+  EXPECT_THROW(render("{{ [1][0]() }}"), Error);
+}
+
+TEST(ServerJinja, AttributeOfUndefinedRaises) {
+  // Jinja2's Undefined raises on attribute and item access; a missing attribute of a defined value is undefined.
+  for (const char* src : {"{{ knobs.is_set }}", "{{ knobs['x'] }}", "{% if x.y %}{% endif %}", "{{ d.missing.x }}"}) {
+    SCOPED_TRACE(src);
+    try {
+      render(src, ordered_json{{"d", {{"a", 1}}}});
+      ADD_FAILURE() << "rendered";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("undefined"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(render("{{ d.missing is defined }}|{{ d.missing | default('u') }}", ordered_json{{"d", {{"a", 1}}}}),
+            "False|u");
+}
+
 TEST(ServerChatTemplate, DefaultTemplateWithoutCheckpointTemplate) {
   const ChatTemplate t = ChatTemplate::load(std::string(SSMSERVE_SOURCE_DIR) + "/models/tiny-mamba");
   EXPECT_TRUE(t.is_default());
