@@ -37,6 +37,10 @@ Templates (tests/data/tokenizers/chat/*.jinja, as published; found with the sear
                           added in c05aa69f32ee87b2019a1b39979d89302c2d6b7b had CRLF), 10504 bytes, SHA-256
                           ab7813c3abdd9cb655905a410728b26c7884eca45ddfab8d9f931553485a7862 (read from the
                           Raudbjorn/ggml-llama.cpp mirror)
+  nemotron3_nano_crlf.jinja the same template as first added to llama.cpp (commit c05aa69f32ee87b2019a1b39979d89302c2d6b7b),
+                          CRLF line endings, 10708 bytes, SHA-256
+                          650b9d301337fd103f9014f6f6ae89b46660ae92e4421d95bd3157115e5b02ce: Jinja2 reads CRLF as LF, so
+                          its renders equal nemotron3_nano's (checks that ssmserve's lexer does the same)
   falcon_h1.jinja         Falcon-H1-*-Instruct (tiiuae; ChatML, hermes-style tool list, bos_token first): the
                           "chat_template" of the Falcon-H1 tokenizer_config.json, as quoted by the Hub pages of
                           onnx-internal-testing/tiny-random-FalconH1ForCausalLM/tokenizer_config.json and
@@ -77,13 +81,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "tokenizers"
 CHAT = DATA / "chat"
 TEMPLATES = ["qwen3", "qwen3_coder_xml", "granite4", "nemotron_nano_v2", "qwen3_5", "qwen3_6", "qwen3_next_instruct",
-             "qwen3_next_thinking", "falcon_h1", "jamba", "minimax_text_01", "nemotron3_nano"]
+             "qwen3_next_thinking", "falcon_h1", "jamba", "minimax_text_01", "nemotron3_nano",
+             "nemotron3_nano_crlf"]
 QWEN35 = {"qwen3_5", "qwen3_6"}  # templates that also get the Qwen3.5-only conversations and variants
 # Published templates whose exact bytes are pinned (a stray edit, e.g. an added final newline, changes renders).
 SHA256 = {"qwen3_5": "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",
           "qwen3_6": "e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259",
           "jamba": "62d5a4d1d662a1c8d3f48077c4307e5e0f5502b63830dbd40f467d14a26146bf",
-          "nemotron3_nano": "ab7813c3abdd9cb655905a410728b26c7884eca45ddfab8d9f931553485a7862"}
+          "nemotron3_nano": "ab7813c3abdd9cb655905a410728b26c7884eca45ddfab8d9f931553485a7862",
+          "nemotron3_nano_crlf": "650b9d301337fd103f9014f6f6ae89b46660ae92e4421d95bd3157115e5b02ce"}
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 
 TOOLS = [
@@ -196,7 +202,8 @@ JAMBA_CONVERSATIONS = [
                          {"role": "user", "content": "And honks?"}]),
 ]
 EXTRA_CONVERSATIONS = {"minimax_text_01": LIST_CONVERSATIONS, "jamba": JAMBA_CONVERSATIONS + LIST_CONVERSATIONS,
-                       "falcon_h1": LIST_CONVERSATIONS, "nemotron3_nano": LIST_CONVERSATIONS}
+                       "falcon_h1": LIST_CONVERSATIONS, "nemotron3_nano": LIST_CONVERSATIONS,
+                       "nemotron3_nano_crlf": LIST_CONVERSATIONS}
 EXTRA_VARIANTS = {
     "jamba": [dict(add_generation_prompt=True, documents=DOCS,
                    kwargs={"knobs": {"is_set": True, "citation_mode": "fast", "response_format": "json_object"}}),
@@ -233,7 +240,7 @@ def main():
             if name in SHA256:
                 got = hashlib.sha256((CHAT / f"{name}.jinja").read_bytes()).hexdigest()
                 assert got == SHA256[name], f"{name}.jinja is not the published text (sha256 {got})"
-            tok = tokenizer_with((CHAT / f"{name}.jinja").read_text())
+            tok = tokenizer_with((CHAT / f"{name}.jinja").read_bytes().decode())  # bytes as published (CRLF kept)
             qwen35 = name in QWEN35
             for conv_name, messages in (CONVERSATIONS + (QWEN35_CONVERSATIONS if qwen35 else []) +
                                         EXTRA_CONVERSATIONS.get(name, [])):

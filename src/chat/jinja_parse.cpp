@@ -584,7 +584,15 @@ class StmtParser {
 }  // namespace
 
 Body parse_template(const std::string& source) {
-  StmtParser p(split_segments(source));
+  // Jinja2's lexer reads \r\n and \r as \n (in text and in string literals), so a template saved with CRLF line
+  // endings renders as the LF one does.
+  std::string src;
+  src.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] != '\r') src += source[i];
+    else if (i + 1 >= source.size() || source[i + 1] != '\n') src += '\n';
+  }
+  StmtParser p(split_segments(src));
   std::string end;
   std::unique_ptr<ExprParser> ep;
   return p.parse({}, &end, &ep);

@@ -255,6 +255,14 @@ TEST(ServerJinja, AttributeOfUndefinedRaises) {
             "False|u");
 }
 
+TEST(ServerJinja, CrLfReadAsLf) {
+  // Jinja2 reads \r\n and \r as \n in text and string literals (a template saved with CRLF line endings renders
+  // as the LF one; trim_blocks eats the \r\n after a block); an escaped "\r" stays.
+  EXPECT_EQ(render("{{ 'a\r\nb' }}|x\r\ny\rz"), "a\nb|x\ny\nz");
+  EXPECT_EQ(render("{% if 1 %}\r\nA{% endif %}\r\n"), "A");
+  EXPECT_EQ(render("{{ '\\r' }}"), "\r");
+}
+
 TEST(ServerChatTemplate, DefaultTemplateWithoutCheckpointTemplate) {
   const ChatTemplate t = ChatTemplate::load(std::string(SSMSERVE_SOURCE_DIR) + "/models/tiny-mamba");
   EXPECT_TRUE(t.is_default());
