@@ -76,6 +76,12 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
 
   void load(WeightSource& src);
 
+  /// "all"-mode prefix caching on the GPU: when every module of the stack writes the state stores (CudaModule).
+  bool stores_prefill_states() const override {
+    return std::all_of(subs_.begin(), subs_.end(),
+                       [](const CudaSublayer& s) { return !s.module || s.module->stores_prefill_states(); });
+  }
+
   std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
     const double H = cfg_.hidden_size, V = cfg_.vocab_size, ab = dtype_size(ctx_.opt.weight_dtype);
     double modules = 0;

@@ -69,6 +69,11 @@ class CudaModule {
   virtual ~CudaModule() = default;
   /// What this module keeps per request (the CPU module's declaration: block ids address the same bytes).
   virtual ModuleStateSpec state_spec() const { return {}; }
+  /// Whether forward writes the step's "all"-mode state stores (StepMeta::stores: the conv window and recurrent state
+  /// after each store offset of a prefill row into the store's block; prefix caching, docs/architecture.md §3a). A
+  /// module without a recurrent state has nothing to store; a recurrent one overrides this once its kernels store.
+  /// The runner stores prefill states (CausalLM::stores_prefill_states) only when every module does.
+  virtual bool stores_prefill_states() const { return !state_spec().recurrent(); }
   /// Which form of the normed input forward reads.
   virtual ModuleInput input() const { return ModuleInput::GemmDtype; }
   /// Sizes the scratch slots (and own workspaces) forward uses for T tokens and this step's plans (before the step,

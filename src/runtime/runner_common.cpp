@@ -47,12 +47,37 @@ DevWeight upload_weight(const Weight& w, DType dtype) {
   return d;
 }
 
+bool chunk_store_blocks(const MambaBatchMetadata& md, std::vector<int32_t>& chunk_store, std::vector<int32_t>& store_row) {
+  chunk_store.clear(), store_row.clear();
+  if (!md.has_state_stores()) return true;
+  const int np = md.num_prefills, nc = md.num_chunks();
+  SSM_CHECK(static_cast<int>(md.state_store_start_p.size()) == np + 1 && md.state_store_block_p.size() == md.state_store_offset_p.size(),
+            "state stores: start has {} entries for {} prefill rows", md.state_store_start_p.size(), np);
+  chunk_store.assign(static_cast<size_t>(nc), 0);
+  store_row.resize(md.state_store_offset_p.size());
+  bool on_ends = true;
+  int c = 0;  // chunks are in row order, so one pass over them serves every row's increasing offsets
+  for (int p = 0; p < np; ++p) {
+    const int32_t q = md.query_start_loc_p[p];
+    for (int32_t i = md.state_store_start_p[p]; i < md.state_store_start_p[p + 1]; ++i) {
+      store_row[i] = p;
+      const int32_t end = q + md.state_store_offset_p[i];
+      while (c < nc && (md.seq_idx_p[c] < p || (md.seq_idx_p[c] == p && md.cu_chunk_seqlen_p[c + 1] < end))) ++c;
+      if (c < nc && md.seq_idx_p[c] == p && md.cu_chunk_seqlen_p[c + 1] == end) chunk_store[c] = md.state_store_block_p[i];
+      else on_ends = false;
+    }
+  }
+  return on_ends;
+}
+
 StepMeta StepMetaUploader::upload(const ForwardBatch& batch, cudaStream_t stream) {
   const MambaBatchMetadata& md = batch.meta;
+  const bool on_ends = chunk_store_blocks(md, chunk_store_, store_row_);
   const std::vector<const std::vector<int32_t>*> ints = {
       &batch.input_ids,     &md.query_start_loc_p, &md.state_indices_tensor_p, &md.state_indices_tensor_d,
       &batch.logits_indices, &md.cu_chunk_seqlen_p, &md.seq_idx_p,             &md.last_chunk_indices_p,
-      &md.num_computed_tokens_p, &md.query_start_loc_d, &md.state_indices_spec_d};
+      &md.num_computed_tokens_p, &md.query_start_loc_d, &md.state_indices_spec_d,
+      &md.state_store_start_p, &md.state_store_offset_p, &md.state_store_block_p, &store_row_, &chunk_store_};
   size_t n_int = 0;
   for (const auto* v : ints) n_int += v->size() + 1;  // +1 keeps every view distinct and non-empty
   const size_t bytes = n_int * 4 + md.has_initial_states_p.size() + 16;
@@ -78,6 +103,11 @@ StepMeta StepMetaUploader::upload(const ForwardBatch& batch, cudaStream_t stream
   m.query_start_loc_d = i32(9), m.state_indices_spec_d = i32(10);
   m.spec_cols = md.spec_cols;
   m.has_initial_states_p = base + hi_off;
+  if (md.has_state_stores()) {
+    m.stores = {static_cast<int>(md.state_store_offset_p.size()), i32(11), i32(12), i32(13), i32(14)};
+    m.chunk_store_blocks_p = i32(15);
+    m.stores_on_chunk_ends = on_ends;
+  }
   return m;
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/cuda/device_decode_rows.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/state_stores.h"
 #include "model/causal_lm.h"
 #include "model/forward_batch.h"
 #include "model/weight.h"
@@ -62,6 +63,14 @@ struct StepMeta {
   const int32_t* query_start_loc_d = nullptr;   ///< [num_decode_rows + 1] token offsets of the decode rows
   const int32_t* state_indices_spec_d = nullptr;///< [num_decode_rows, spec_cols] (speculative verify rows)
   int spec_cols = 1;                            ///< MambaBatchMetadata::spec_cols
+  /// Prefix caching's "all"-mode state stores of the prefill rows (MambaBatchMetadata::state_store_*_p, plus each
+  /// store's row); stores.num == 0 when the step has none.
+  DevStateStores stores = {};
+  /// [nchunks] per chunk of the prefill chunk metadata: the block its end state is stored into (0: none); null when
+  /// the step has no stores.
+  const int32_t* chunk_store_blocks_p = nullptr;
+  /// Every store offset ends a chunk of cu_chunk_seqlen_p (what the SSD's chunk-end stores need; true without stores).
+  bool stores_on_chunk_ends = true;
 
   /// The decode rows as the decode kernels take them: plain rows (state_indices_d, one token each) or, in a step
   /// with speculative verify rows (spec_cols > 1), every row's tokens and state columns.
@@ -81,7 +90,13 @@ class StepMetaUploader {
  private:
   std::vector<uint8_t> host_;
   DeviceBuffer dev_;
+  std::vector<int32_t> store_row_, chunk_store_;  // derived from the state stores (StepMeta::stores.row, chunk_store_blocks_p)
 };
+
+/// The per-chunk store blocks of `md`'s state stores ([nchunks], 0: none) into `chunk_store`, and each store's row
+/// into `store_row`; returns whether every store offset ends a chunk of md's chunk metadata (a store that does not
+/// gets no chunk entry). Both cleared when md has no stores.
+bool chunk_store_blocks(const MambaBatchMetadata& md, std::vector<int32_t>& chunk_store, std::vector<int32_t>& store_row);
 
 /// The embedding -> mixers -> final norm -> LM head frame shared by the runners.
 struct LmFrame {

@@ -3,7 +3,9 @@
 // (shared prefixes around block boundaries, a multi-turn conversation, a preemption) give the greedy ids of the same
 // requests run alone with --no-enable-prefix-caching, logprobs within 2e-2 (bf16 activations: a prompt cut on a
 // block boundary rounds apart from an uncut one; 8.4e-3 measured on the H200; the engine GPU tests use 5e-2), and
-// the cache must hit. Skips without a GPU.
+// the cache must hit. mamba_cache_mode "all" (the default) runs as "all" where every recurrent family of the model
+// stores states inside prefill rows on the GPU (Mamba-1 and Mamba-2 layers: CudaModule::stores_prefill_states), else
+// as "align"; AllModeStoresInsideAChunk checks hits on boundaries inside a one-step prefill. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +26,7 @@ using namespace cudatest;
 struct Case {
   std::string name;
   bool dummy = false;
+  bool all = false;  ///< every recurrent layer family stores prefill states on the GPU: "all" runs as "all"
 };
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
 
@@ -82,8 +85,8 @@ TEST_P(CudaPrefixCache, CachedEqualsUncached) {
   LLMEngine plain(config(false)), cached(config(true));
   const int bs = cached.prefix_cache_config().block_size;
   ASSERT_GT(bs, 0);
-  // The GPU prefill does not store states inside a chunk yet: mamba_cache_mode all (the default) runs as align.
-  EXPECT_EQ(cached.prefix_cache_config().mode, MambaCacheMode::Align);
+  // mamba_cache_mode all (the default) runs as all where the GPU prefill stores states inside a chunk, else as align.
+  EXPECT_EQ(cached.prefix_cache_config().mode, GetParam().all ? MambaCacheMode::All : MambaCacheMode::Align);
   std::mt19937 rng(28);
   auto tokens = [&](int n) {
     std::vector<int> v(static_cast<size_t>(n));
@@ -132,6 +135,7 @@ TEST_P(CudaPrefixCache, SwapSpaceBringsEvictedStatesBack) {
   c.num_state_blocks = 4;
   c.scheduler.max_num_seqs = 1;
   c.swap_space = 0.25;
+  c.mamba_cache_mode = "align";  // one cached state per prompt: the eviction order the swap counts below assume
   LLMEngine plain(config(false)), cached(c);
   if (cached.kv_block_size() > 0) GTEST_SKIP() << "hybrid: KV pages are not swapped";
   const int bs = cached.prefix_cache_config().block_size;
@@ -157,12 +161,57 @@ TEST_P(CudaPrefixCache, SwapSpaceBringsEvictedStatesBack) {
               static_cast<long long>(cached.host_tier_stats().swap_outs), static_cast<long long>(cached.host_tier_stats().swap_ins));
 }
 
+// "all" mode: a prompt of 3 blocks + 9 tokens prefilled in one step stores the states at its 3 inner block
+// boundaries (the kernels' stores: conv_store_windows, the SSD's chunk-end stores, the Mamba-1 scans' token-walk
+// stores); later requests sharing a prefix that ends inside that prompt hit on them (align mode would have cached only
+// the state at 3 blocks) and give the greedy ids of --no-enable-prefix-caching, logprobs within the same 2e-2.
+TEST_P(CudaPrefixCache, AllModeStoresInsideAChunk) {
+  if (!GetParam().all) GTEST_SKIP() << "runs mamba_cache_mode all as align on the GPU";
+  EngineConfig pc = config(false), cc = config(true);
+  pc.scheduler.max_num_batched_tokens = cc.scheduler.max_num_batched_tokens = 4096;
+  cc.mamba_cache_mode = "all";
+  LLMEngine plain(pc), cached(cc);
+  ASSERT_EQ(cached.prefix_cache_config().mode, MambaCacheMode::All);
+  const int bs = cached.prefix_cache_config().block_size;
+  ASSERT_GT(bs, 0);
+  ASSERT_LE(3 * bs + 9, 4096) << "the prompt must prefill in one step";
+  std::mt19937 rng(30);
+  auto tokens = [&](int n) {
+    std::vector<int> v(static_cast<size_t>(n));
+    for (int& t : v) t = 2 + static_cast<int>(rng() % 4000);
+    return v;
+  };
+  double worst = 0;
+  auto check = [&](const std::vector<int>& p, int want_cached, const std::string& what) {
+    const Outcome want = run(plain, p, 4);
+    const Outcome got = run(cached, p, 4);
+    EXPECT_EQ(got.cached, want_cached) << what;
+    ASSERT_EQ(got.ids, want.ids) << what << " (" << p.size() << " tokens, " << got.cached << " cached)";
+    for (size_t k = 0; k < want.logprobs.size(); ++k) {
+      worst = std::max(worst, static_cast<double>(std::abs(got.logprobs[k] - want.logprobs[k])));
+      EXPECT_NEAR(got.logprobs[k], want.logprobs[k], 2e-2) << what << " token " << k;
+    }
+  };
+  const std::vector<int> base = tokens(3 * bs + 9);
+  check(base, 0, "base (one prefill step, stores at bs, 2 bs, 3 bs)");
+  // Shared prefixes ending just before, on and just after the inner boundaries, then a different tail.
+  for (int len : {bs + 1, bs + 5, 2 * bs - 1, 2 * bs, 2 * bs + 1, 3 * bs + 2}) {
+    std::vector<int> p(base.begin(), base.begin() + len);
+    const std::vector<int> tail = tokens(3);
+    p.insert(p.end(), tail.begin(), tail.end());
+    check(p, len / bs * bs, "prefix of " + std::to_string(len));
+  }
+  RecordProperty("max_logprob_gap", std::to_string(worst));
+  std::printf("%s: all mode, block %d, max logprob gap %.3g\n", GetParam().name.c_str(), bs, worst);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaPrefixCache,
                          // tiny-mamba travels with the repository; the others are dummy weights of small configs (the
                          // trained checkpoints' configs for Mamba-2 and MiniMax) so the suite runs on a device machine
                          // that gets only the repository.
-                         ::testing::Values(Case{"tiny-mamba"}, Case{"tiny-mamba2-dummy", true}, Case{"tiny-minimax-dummy", true},
-                                           Case{"tiny-bamba", true}, Case{"tiny-jamba", true}, Case{"tiny-qwen3_5", true}),
+                         ::testing::Values(Case{"tiny-mamba", false, true}, Case{"tiny-mamba2-dummy", true, true},
+                                           Case{"tiny-minimax-dummy", true, false}, Case{"tiny-bamba", true, true},
+                                           Case{"tiny-jamba", true, true}, Case{"tiny-qwen3_5", true, false}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            std::string s = i.param.name.substr(5);
                            std::replace(s.begin(), s.end(), '-', '_');

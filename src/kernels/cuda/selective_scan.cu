@@ -16,7 +16,8 @@ template <class TS>
 __global__ void __launch_bounds__(kThreads) scan_kernel(ScanInputs in, ScanParams p, float* __restrict__ y,
                                                          int64_t y_stride, const int32_t* __restrict__ qsl,
                                                          const int32_t* __restrict__ state_indices,
-                                                         const uint8_t* __restrict__ has_init, int lanes) {
+                                                         const uint8_t* __restrict__ has_init, int lanes,
+                                                         DevStateStores stores) {
   const int s = blockIdx.y;
   const int32_t block = state_indices[s];
   if (block == 0) return;  // uniform over the block
@@ -39,6 +40,10 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ScanInputs in, ScanParam
   }
   const float dbias = p.delta_bias ? p.delta_bias[cc] : 0.0f;
   const float Dc = p.D ? p.D[cc] : 0.0f;
+  // "all" mode: the next store of this sequence (row offset `next`, -1: none left).
+  int si = 0, si_end = 0;
+  if (qsl && stores.num > 0) si = stores.start[s], si_end = stores.start[s + 1];
+  int64_t next = si < si_end ? stores.offset[si] : -1;
   for (int64_t t = t0; t < t1; ++t) {
     float dt = in.delta.data[t * in.delta.stride + cc] + dbias;
     if (p.delta_softplus) dt = softplus(dt);
@@ -61,6 +66,16 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ScanInputs in, ScanParam
       if (in.z.data) out *= silu(in.z.data[t * in.z.stride + cc]);
       y[(qsl ? t : s) * y_stride + cc] = out;
     }
+    if (t - t0 + 1 == next) {  // uniform over the block
+      TS* dst = static_cast<TS*>(p.ssm_states.data) + stores.block[si] * p.ssm_states.block_stride + cc * N;
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        const int n = lane + k * lanes;
+        if (valid && n < N) store(dst + n, st[k]);
+      }
+      ++si;
+      next = si < si_end ? stores.offset[si] : -1;
+    }
   }
 #pragma unroll
   for (int k = 0; k < kMaxPerLane; ++k) {
@@ -82,11 +97,13 @@ bool bad(const ScanInputs& in, const ScanParams& p, int64_t y_stride) {
 }
 
 cudaError_t launch(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride, const int32_t* qsl,
-                   const int32_t* state_indices, const uint8_t* has_init, int rows, cudaStream_t stream) {
+                   const int32_t* state_indices, const uint8_t* has_init, int rows, cudaStream_t stream,
+                   const DevStateStores& stores = {}) {
   const int lanes = lanes_for(p.d_state);
   const dim3 grid(ceil_div(p.dim, kThreads / lanes), static_cast<unsigned>(rows));
   return visit_dtype(p.ssm_states.dtype, [&](auto tag) {
-    scan_kernel<decltype(tag)><<<grid, kThreads, 0, stream>>>(in, p, y, y_stride, qsl, state_indices, has_init, lanes);
+    scan_kernel<decltype(tag)><<<grid, kThreads, 0, stream>>>(in, p, y, y_stride, qsl, state_indices, has_init, lanes,
+                                                              stores);
     return launch_status();
   });
 }
@@ -163,10 +180,13 @@ __global__ void __launch_bounds__(kWideThreads) scan_update_wide_kernel(ScanInpu
 
 cudaError_t selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
                                const int32_t* query_start_loc, const int32_t* state_indices,
-                               const uint8_t* has_initial_states, int num_seqs, cudaStream_t stream) {
-  if (bad(in, p, y_stride) || num_seqs < 0 || num_seqs > 65535 || !query_start_loc) return cudaErrorInvalidValue;
+                               const uint8_t* has_initial_states, int num_seqs, cudaStream_t stream,
+                               const DevStateStores& stores) {
+  if (bad(in, p, y_stride) || num_seqs < 0 || num_seqs > 65535 || !query_start_loc ||
+      (stores.num > 0 && (!stores.start || !stores.offset || !stores.block)))
+    return cudaErrorInvalidValue;
   if (num_seqs == 0) return cudaSuccess;
-  return launch(in, p, y, y_stride, query_start_loc, state_indices, has_initial_states, num_seqs, stream);
+  return launch(in, p, y, y_stride, query_start_loc, state_indices, has_initial_states, num_seqs, stream, stores);
 }
 
 cudaError_t selective_state_update(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,

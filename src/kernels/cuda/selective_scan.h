@@ -14,6 +14,7 @@
 
 #include "cache/state_view.h"
 #include "core/dtype.h"
+#include "kernels/cuda/state_stores.h"
 
 namespace ssmserve::cuda {
 
@@ -50,6 +51,12 @@ struct ChunkMetadataDev {
   /// sizes), reused across calls by the caller; nullptr: taken from the stream-ordered pool for each call.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  /// Prefix caching's "all" mode: [nchunks] the block each chunk's end state is also written into (0: none), or
+  /// nullptr. The SSD writes them (every store offset ends a chunk: block sizes are multiples of the chunk).
+  const int32_t* chunk_store_blocks = nullptr;
+  /// The same stores by row offset (state_stores.h); the Mamba-1 scans write them in their token walks, wherever the
+  /// offsets fall.
+  DevStateStores stores = {};
 };
 
 /// Layer parameters (device) and the state pool.
@@ -66,9 +73,12 @@ struct ScanParams {
 /// Varlen prefill over sequences delimited by query_start_loc [num_seqs+1] (device). Sequence s starts from
 /// ssm_states[state_indices[s]] when has_initial_states[s] (else zeros) and writes its final state back.
 /// y: [num_tokens, dim] fp32 (row stride y_stride). Sequences whose state index is 0 are skipped (y not written).
+/// stores: "all"-mode state stores of the sequences (state_stores.h; rows = sequences): the running state after
+/// each store's offset is written into its block, rounded to the state dtype as the final state.
 cudaError_t selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
                                const int32_t* query_start_loc, const int32_t* state_indices,
-                               const uint8_t* has_initial_states, int num_seqs, cudaStream_t stream);
+                               const uint8_t* has_initial_states, int num_seqs, cudaStream_t stream,
+                               const DevStateStores& stores = {});
 
 /// Chunk-parallel varlen prefill over the sequence-aligned chunks of `meta` (same inputs, outputs and state
 /// semantics as selective_scan_fwd, y fp32): pass 1 scans every chunk from a zero state in parallel (one thread
@@ -76,6 +86,8 @@ cudaError_t selective_scan_fwd(const ScanInputs& in, const ScanParams& p, float*
 /// each sequence's chunks (s_in(c+1) = exp(A * sum dt(c)) s_in(c) + s_local(c)) and writes the final state back;
 /// pass 3 rescans every chunk from its carried-in state and writes y. Falls back to selective_scan_fwd when
 /// d_state > 16 or meta.chunk_size is outside 1..256. Workspace from the stream-ordered pool (cudaMallocAsync).
+/// meta.stores ("all" mode): pass 3 writes the running state at each store offset into its block (rounded to the
+/// state dtype); the offsets need not end chunks.
 /// Workspace bytes selective_scan_chunked_fwd needs for `nchunks` chunks of a `dim`-channel layer.
 size_t scan_workspace_bytes(int64_t dim, int64_t nchunks);
 

@@ -28,6 +28,14 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ bool live(const ChunkMetadataDev& m, int c) { return m.state_indices[m.seq_idx[c]] != 0; }
 
+/// Element i of a state buffer of dtype `t` = v, rounded as store() rounds (pass 3's "all"-mode stores: the kernel is
+/// not templated on the state dtype).
+__device__ __forceinline__ void store_as(DType t, void* base, int64_t i, float v) {
+  if (t == DType::BF16) store(static_cast<__nv_bfloat16*>(base) + i, v);
+  else if (t == DType::F16) store(static_cast<__half*>(base) + i, v);
+  else store(static_cast<float*>(base) + i, v);
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
@@ -52,12 +60,22 @@ __device__ __forceinline__ void stage(float (*s)[kNS], const DevRows& src, int64
 template <bool kOut, class TY>
 __global__ void __launch_bounds__(kThreads) chunk_kernel(ScanInputs in, ScanParams p, ChunkMetadataDev m,
                                                           float* __restrict__ hs, float* __restrict__ sumdt,
-                                                          TY* __restrict__ y, int64_t y_stride) {
+                                                          TY* __restrict__ y, int64_t y_stride,
+                                                          const int32_t* __restrict__ qsl) {
   const int c = blockIdx.y;
   if (!live(m, c)) return;
   const int N = p.d_state;
   const int64_t dim = p.dim, t0 = m.cu_chunk_seqlen[c];
   const int len = min(m.cu_chunk_seqlen[c + 1] - m.cu_chunk_seqlen[c], m.chunk_size);
+  // "all" mode (pass 3): the stores of the chunk's row that fall in it, by row offset (`next` = -1: none left).
+  int si = 0, si_end = 0, r0 = 0;  // r0: the chunk's first token as a row offset
+  if (kOut && m.stores.num > 0) {
+    const int row = m.seq_idx[c];
+    r0 = static_cast<int>(t0 - qsl[row]);
+    si = m.stores.start[row], si_end = m.stores.start[row + 1];
+    while (si < si_end && m.stores.offset[si] <= r0) ++si;
+  }
+  int next = si < si_end ? m.stores.offset[si] : -1;
   __shared__ float sB[kStage][kNS];
   __shared__ float sC[kOut ? kStage : 1][kNS];
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
@@ -115,6 +133,15 @@ __global__ void __launch_bounds__(kThreads) chunk_kernel(ScanInputs in, ScanPara
             float out = acc + Dc * u;
             if (gate) out *= silu_fast(cz[i]);
             if (valid) store(y + (t0 + l0 + j) * y_stride + ch, out);
+            if (r0 + l0 + j + 1 == next) {  // uniform over the block
+              const int64_t at = m.stores.block[si] * p.ssm_states.block_stride + ch * N;
+              if (valid)
+#pragma unroll
+                for (int n = 0; n < kNS; ++n)
+                  if (n < N) store_as(p.ssm_states.dtype, p.ssm_states.data, at + n, st[n]);
+              ++si;
+              next = si < si_end ? m.stores.offset[si] : -1;
+            }
           } else {
             sum += dt;
           }
@@ -181,12 +208,13 @@ cudaError_t selective_scan_chunked_fwd_out(const ScanInputs& in, const ScanParam
       !m.last_chunk_indices) {
     if (y_dtype != DType::F32) return cudaErrorInvalidValue;  // the sequential form writes fp32 only
     return selective_scan_fwd(in, p, static_cast<float*>(y), y_stride, query_start_loc, m.state_indices,
-                              m.has_initial_states, m.num_seqs, stream);
+                              m.has_initial_states, m.num_seqs, stream, m.stores);
   }
   if (p.dim < 1 || p.d_state < 1 || p.A == nullptr || y_stride < p.dim || in.u.stride < p.dim ||
       in.delta.stride < p.dim || in.B.stride < p.d_state || in.C.stride < p.d_state ||
       (in.z.data && in.z.stride < p.dim) || p.ssm_states.data == nullptr || m.num_seqs < 0 || m.num_seqs > 65535 ||
-      m.nchunks < 0 || m.nchunks > 65535 || !m.state_indices || !m.has_initial_states)
+      m.nchunks < 0 || m.nchunks > 65535 || !m.state_indices || !m.has_initial_states ||
+      (m.stores.num > 0 && (!query_start_loc || !m.stores.start || !m.stores.offset || !m.stores.block)))
     return cudaErrorInvalidValue;
   if (m.num_seqs == 0 || m.nchunks == 0) return cudaSuccess;
   const int64_t nc = m.nchunks, dim = p.dim;
@@ -202,7 +230,7 @@ cudaError_t selective_scan_chunked_fwd_out(const ScanInputs& in, const ScanParam
   float* sumdt = hs + n_hs;
   const dim3 grid(ceil_div(dim, kThreads), static_cast<unsigned>(nc));
   LaunchProfile prof(stream);
-  chunk_kernel<false, float><<<grid, kThreads, 0, stream>>>(in, p, m, hs, sumdt, nullptr, y_stride);
+  chunk_kernel<false, float><<<grid, kThreads, 0, stream>>>(in, p, m, hs, sumdt, nullptr, y_stride, query_start_loc);
   prof.mark("scan pass 1 (local)");
   cudaError_t e = launch_status();
   if (e == cudaSuccess)
@@ -215,9 +243,11 @@ cudaError_t selective_scan_chunked_fwd_out(const ScanInputs& in, const ScanParam
   if (e == cudaSuccess) {
     if (y_dtype == DType::BF16)
       chunk_kernel<true, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(in, p, m, hs, sumdt,
-                                                                      static_cast<__nv_bfloat16*>(y), y_stride);
+                                                                      static_cast<__nv_bfloat16*>(y), y_stride,
+                                                                      query_start_loc);
     else
-      chunk_kernel<true, float><<<grid, kThreads, 0, stream>>>(in, p, m, hs, sumdt, static_cast<float*>(y), y_stride);
+      chunk_kernel<true, float><<<grid, kThreads, 0, stream>>>(in, p, m, hs, sumdt, static_cast<float*>(y), y_stride,
+                                                              query_start_loc);
     e = launch_status();
   }
   prof.mark("scan pass 3 (output)");

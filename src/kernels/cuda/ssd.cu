@@ -126,6 +126,16 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_kernel(SsdInputs in, SsdParam
             if (n < N && pr < P) cs[static_cast<int64_t>(pr) * N + n] = st[r][k];
           }
       }
+      if (const int32_t sb = meta.chunk_store_blocks ? meta.chunk_store_blocks[c] : 0; sb != 0) {  // "all" mode
+        TS* dst = block_state(sb);
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+          for (int k = 0; k < kMaxPerLane; ++k) {
+            const int n = lane + 32 * k, pr = p0 + r;
+            if (n < N && pr < P) store(dst + static_cast<int64_t>(pr) * N + n, st[r][k]);
+          }
+      }
     }
   }
 #pragma unroll

@@ -72,6 +72,8 @@ using SsdChunkMetadataDev = ChunkMetadataDev;
 ///   y: [num_tokens, H * P] fp32 (row stride y_stride, not aliasing the inputs);
 ///   chunk_states: [nchunks, H, P, N] fp32 state at the end of every chunk, or nullptr.
 /// Sequences with state index 0 are written neither in y nor in chunk_states.
+/// meta.chunk_store_blocks ("all" mode): the state at the end of chunk c is also written into ssm_states block
+/// chunk_store_blocks[c] when nonzero, rounded to the state dtype as the final state.
 cudaError_t ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
                                int64_t y_stride, float* chunk_states, cudaStream_t stream);
 

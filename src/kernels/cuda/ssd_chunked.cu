@@ -111,6 +111,12 @@ __global__ void __launch_bounds__(kTileThreads, 2) cb_kernel(SsdInputs in, SsdPa
   });
 }
 
+/// "all" mode: element `at` of block `block`'s state (block 0: no store) = S in the state dtype TS.
+template <class TS>
+__device__ __forceinline__ void store_chunk_end(const SsdParams& p, int32_t block, int64_t at, float S) {
+  if (block != 0) store(static_cast<TS*>(p.ssm_states.data) + block * p.ssm_states.block_stride + at, S);
+}
+
 /// Grid (ceil(P * N / 256), H, num_seqs): walks sequence s's chunks, replacing S_c by the state entering chunk c,
 /// writing chunk-end states when asked and the final state to the pool.
 template <class TS>
@@ -136,6 +142,7 @@ __global__ void __launch_bounds__(256) state_pass_kernel(SsdParams p, ChunkMetad
     ws.states[ch * PN + e] = S;
     S = decay * S + local;
     if (chunk_states) chunk_states[ch * PN + e] = S;
+    if (m.chunk_store_blocks) store_chunk_end<TS>(p, m.chunk_store_blocks[c], h * PN + e, S);
     ch = ch_next, local = local_next, decay = decay_next;
   }
   store(st, S);
@@ -172,6 +179,7 @@ __global__ void __launch_bounds__(256) state_pass_bf16_kernel(SsdParams p, Chunk
       ws.states_h[ch * PN + e] = __float2bfloat16_rn(S);
       S = expf(cl[j]) * S + local[j];
       if (chunk_states) chunk_states[ch * PN + e] = S;
+      if (m.chunk_store_blocks) store_chunk_end<TS>(p, m.chunk_store_blocks[c0 + j], h * PN + e, S);
     }
   }
   store(st, S);

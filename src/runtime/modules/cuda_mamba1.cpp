@@ -13,6 +13,7 @@
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/selective_scan.h"
+#include "kernels/cuda/state_stores.h"
 #include "kernels/cuda/skinny_gemm.h"
 #include "model/mixers/mamba1_mixer.h"
 #include "runtime/modules/cuda_modules.h"
@@ -68,6 +69,7 @@ class CudaMamba1 final : public CudaModule {
   }
 
   ModuleStateSpec state_spec() const override { return mamba1_state_spec(m_, full_d_inner_); }
+  bool stores_prefill_states() const override { return true; }  // conv_store_windows + the scans' token-walk stores
 
   double scratch_bytes_per_token() const override {
     const double I = m_.d_inner, XD = m_.dt_rank + 2.0 * m_.d_state;
@@ -170,6 +172,10 @@ void CudaMamba1::forward(const CudaStep& st, const ModuleState& state, const voi
   // 2. Causal conv1d + SiLU (xc, and its bf16 copy for x_proj): decode rows [0, nd), then the prefill rows.
   if (nd > 0)
     SSM_CUDA_CHECK(conv1d_update_dual(xz, 2 * I, xc, I, b16 ? xc16 : nullptr, I, conv, dm.decode_rows(), static_cast<int>(nd), pdl, s));
+  // "all"-mode stores: the conv windows at the store offsets first (the prefill conv overwrites the rows' windows).
+  if (np > 0 && dm.stores.any())
+    SSM_CUDA_CHECK(conv_store_windows(xz + P0 * 2 * I, 2 * I, I, m_.d_conv, conv.conv_states, dm.query_start_loc_p,
+                                      dm.state_indices_p, dm.has_initial_states_p, dm.stores, s));
   if (np > 0)
     SSM_CUDA_CHECK(causal_conv1d_fwd_dual(xz + P0 * 2 * I, 2 * I, xc + P0 * I, I, b16 ? xc16 + P0 * I : nullptr, I, conv,
                                           dm.query_start_loc_p, dm.state_indices_p, dm.has_initial_states_p, np, T - P0, s));
@@ -204,6 +210,7 @@ void CudaMamba1::forward(const CudaStep& st, const ModuleState& state, const voi
                         dm.state_indices_p, dm.has_initial_states_p, md.chunk_size};
     cm.workspace_bytes = scan_workspace_bytes(I, cm.nchunks);
     cm.workspace = scan_ws_.get(cm.workspace_bytes);
+    cm.stores = dm.stores;  // "all" mode: the scans write the running state at each store offset
     // Batch-invariant mode: the sequential scan (chunk_size 0), whose per-token math is the decode update's, so a
     // prompt gives the same bits however the scheduler splits it into prefill chunks.
     if (opt.batch_invariant) cm.chunk_size = 0;

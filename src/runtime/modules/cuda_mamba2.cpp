@@ -11,6 +11,7 @@
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/ssd.h"
+#include "kernels/cuda/state_stores.h"
 #include "model/mixers/mamba2_mixer.h"
 
 namespace ssmserve::cuda {
@@ -29,6 +30,7 @@ class CudaMamba2 final : public CudaModule {
   }
 
   ModuleStateSpec state_spec() const override { return mamba2_state_spec(m_, full_); }
+  bool stores_prefill_states() const override { return true; }  // conv_store_windows + the SSD's chunk-end stores
 
   int64_t proj_width() const { return int64_t{m_.d_inner} + m_.conv_dim() + m_.num_heads; }
 
@@ -88,6 +90,10 @@ class CudaMamba2 final : public CudaModule {
       conv_bf16_only = ssd_uses_bf16_copies(prefill_in, sp, md.chunk_size);
       if (!conv_bf16_only) prefill_in.x_h = prefill_in.B_h = prefill_in.C_h = {};
     }
+    // "all"-mode stores: the conv windows at the store offsets first (the prefill conv overwrites the rows' windows).
+    if (np > 0 && sm.stores.any())
+      SSM_CUDA_CHECK(conv_store_windows(proj + P0 * PW + I, PW, C, m_.d_conv, state.conv, sm.query_start_loc_p,
+                                        sm.state_indices_p, sm.has_initial_states_p, sm.stores, s));
     if (np > 0)
       SSM_CUDA_CHECK(causal_conv1d_fwd_dual(proj + P0 * PW + I, PW, conv_bf16_only ? nullptr : xbc + P0 * C, C,
                                             conv_bf16_only ? const_cast<void*>(prefill_in.x_h.data) : nullptr, C, conv,
@@ -103,6 +109,11 @@ class CudaMamba2 final : public CudaModule {
                              sm.state_indices_p, sm.has_initial_states_p, md.chunk_size};
       cm.workspace_bytes = ssd_workspace_bytes(sp, cm.nchunks, cm.chunk_size, &prefill_in);
       cm.workspace = ssd_ws_.get(cm.workspace_bytes);
+      // "all"-mode stores: the SSD writes the state at the end of each store's chunk (block boundaries are chunk
+      // boundaries: the engine's block size is a multiple of the chunk).
+      SSM_CHECK(sm.stores_on_chunk_ends, "Mamba-2 forward: a state store offset does not end a chunk of {} tokens",
+                md.chunk_size);
+      cm.chunk_store_blocks = sm.chunk_store_blocks_p, cm.stores = sm.stores;
       if (opt.batch_invariant) cm.chunk_size = 0;  // the sequential walk (the decode kernel's math)
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(prefill_in, sp, cm, y + P0 * I, I, nullptr, s));
     }
