@@ -17,6 +17,7 @@
 #include "cuda_test_util.h"
 #include "engine/llm_engine.h"
 #include "engine/spec_decode.h"
+#include "runtime/cuda_mamba.h"
 #include "scripted_proposer.h"
 #include "test_util.h"
 
@@ -65,6 +66,7 @@ class CudaSpecDecode : public ::testing::TestWithParam<GpuSpecCase> {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     dir_ = testing::source_dir() / GetParam().dir;
     if (!std::filesystem::exists(dir_ / "config.json")) GTEST_SKIP() << "no model at " << dir_;
+    cuda::register_cuda_backend();
   }
   EngineConfig config(const std::string& spec) const {
     EngineConfig cfg;
@@ -161,8 +163,8 @@ TEST_P(CudaSpecDecode, DraftersEqualPlainGreedy) {
     const int64_t drafts = spec.spec_decode_stats().num_draft_tokens - drafts0;
     const int64_t acc = spec.spec_decode_stats().num_accepted_tokens - acc0;
     EXPECT_GT(drafts, 0);
-    if (mode == 0) EXPECT_EQ(acc, drafts);
-    if (mode == 1) EXPECT_EQ(acc, 0);
+    if (mode == 0) { EXPECT_EQ(acc, drafts); }
+    if (mode == 1) { EXPECT_EQ(acc, 0); }
   }
   // The real n-gram proposer.
   spec.set_proposer(make_proposer(SpeculativeConfig::parse(ngram(kK)), {}));

@@ -214,7 +214,7 @@ TEST(CudaVerifyRows, LightningDecodeMatchesCpu) {
         const auto mask = vr.token_mask();
         EXPECT_LT(rel_err(got.data(), os, ref.data(), os, T, int64_t{H} * D, &mask), sd == DType::F32 ? 1e-5 : 1e-2) << "outputs";
         for (int64_t t = 0; t < T; ++t)
-          if (!mask[t]) ASSERT_EQ(got[t * os], 0.0f) << "null row output";
+          if (!mask[t]) { ASSERT_EQ(got[t * os], 0.0f) << "null row output"; }
         EXPECT_LT(pool.rel_err_blocks(vr.used), state_tol(sd)) << "states";
         EXPECT_TRUE(pool.null_block_intact());
       }
@@ -254,7 +254,7 @@ TEST(CudaVerifyRows, GatedDeltaDecodeMatchesCpu) {
         EXPECT_LT(rel_err(got.data(), os, ref.data(), os, T, int64_t{s.Hv} * s.Dv, &mask), sd == DType::F32 ? 1e-5 : 1e-2)
             << "outputs";
         for (int64_t t = 0; t < T; ++t)
-          if (!mask[t]) ASSERT_EQ(got[t * os], 0.0f) << "null row output";
+          if (!mask[t]) { ASSERT_EQ(got[t * os], 0.0f) << "null row output"; }
         EXPECT_LT(pool.rel_err_blocks(vr.used), state_tol(sd)) << "states";
         EXPECT_TRUE(pool.null_block_intact());
       }
