@@ -1,5 +1,7 @@
 // Owns `ssmserve bench latency`: prefill and decode throughput of one batch of random prompts through the
-// engine (vLLM's benchmark_latency), median over repeats, optionally written as JSON.
+// engine (vLLM's benchmark_latency), median over repeats, optionally written as JSON; with the replay drafter
+// (--speculative-config '{"method": "replay", ...}' --replay-acceptance-rates ...), speculative decode tokens/s
+// against the acceptance rate next to the plain rate (issue 29).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -7,11 +9,15 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <iomanip>
+#include <map>
 #include <random>
+#include <sstream>
 
 #include "apps/commands.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
+#include "engine/replay_proposer.h"
 
 namespace ssmserve::cli {
 namespace {
@@ -26,6 +32,8 @@ struct BenchArgs {
   int num_iters = 5;
   int num_iters_warmup = 1;
   std::string output_json;
+  /// --replay-acceptance-rates: one replay run per rate (method replay; empty = the config's acceptance_rate)
+  std::vector<double> replay_rates;
 };
 
 constexpr int kMaxOutputLen = 1 << 20;  ///< --output-len
@@ -37,8 +45,11 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// One timed run: returns {prefill seconds, decode seconds} for the whole batch.
-std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int iter) {
+/// One timed run: returns {prefill seconds, decode seconds} for the whole batch. The prompts depend on `iter` only
+/// (request b of a batch is the same for every batch size). `record`: when given, each request's output token ids
+/// are stored under its prompt (the continuations the replay drafter replays).
+std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int iter,
+                                   ReplayProposer::Continuations* record = nullptr) {
   std::mt19937 rng(1234 + iter);
   std::uniform_int_distribution<int> tok(0, std::min(engine.model_config().vocab_size, 50000) - 1);
   for (int b = 0; b < a.batch_size; ++b) {
@@ -53,11 +64,128 @@ std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int it
   double prefill = 0.0, decode = 0.0;
   while (engine.has_unfinished_requests()) {
     const auto t0 = std::chrono::steady_clock::now();
-    engine.step();
+    std::vector<RequestOutput> outs = engine.step();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     (engine.last_step_stats().num_prefill_tokens > 0 ? prefill : decode) += s;
+    if (record)
+      for (RequestOutput& o : outs)
+        if (o.finished) (*record)[o.prompt_token_ids] = std::move(o.outputs.at(0).token_ids);
   }
   return {prefill, decode};
+}
+
+/// Tokens/s of the timed iterations (the warmup ones are run but not kept).
+struct Measured {
+  std::vector<double> prefill_tps, decode_tps;
+};
+
+/// Runs the warmup and timed iterations at a.batch_size on `engine` (a progress bar on stderr).
+Measured measure(LLMEngine& engine, const BenchArgs& a, ReplayProposer::Continuations* record = nullptr) {
+  Measured m;
+  const int total = a.num_iters_warmup + a.num_iters;
+  for (int it = 0; it < total; ++it) {
+    std::cerr << "\r[" << std::string(it * 30 / total, '#') << std::string(30 - it * 30 / total, ' ') << "] " << it << "/" << total
+              << (it < a.num_iters_warmup ? " (warmup)" : "         ") << std::flush;
+    auto [p, d] = run_once(engine, a, it, record);
+    if (it < a.num_iters_warmup) continue;
+    m.prefill_tps.push_back(a.batch_size * static_cast<double>(a.input_len) / p);
+    m.decode_tps.push_back(a.batch_size * static_cast<double>(a.output_len - 1) / d);
+  }
+  std::cerr << "\r[" << std::string(30, '#') << "] " << total << "/" << total << "           \n";
+  return m;
+}
+
+/// The engine for a.engine, its state pool sized for a.batch_size requests held at once (with their speculative
+/// state columns and, for hybrids, their KV blocks). `seqs_raised`: max-num-seqs was raised to the batch size.
+std::unique_ptr<LLMEngine> build_engine(BenchArgs& a, bool seqs_raised) {
+  const bool auto_blocks = a.engine.num_state_blocks == 0;
+  const int spec_k = SpeculativeConfig::parse(a.engine.speculative_config).num_speculative_tokens;
+  // One block per sequence, its speculative state columns, and (prefix caching) room for one cached state.
+  if (auto_blocks) a.engine.num_state_blocks = a.batch_size * (1 + spec_k) + 1 + (a.engine.enable_prefix_caching ? 1 : 0);
+  std::unique_ptr<LLMEngine> engine_ptr;
+  try {
+    engine_ptr = std::make_unique<LLMEngine>(a.engine);
+  } catch (const Error& e) {
+    if (!seqs_raised) throw;
+    fail("--batch-size {} (max-num-seqs is raised to the batch size): {}", a.batch_size, e.what());
+  }
+  if (const int bs = engine_ptr->kv_block_size(); bs > 0 && auto_blocks) {
+    // Hybrid model: its KV blocks share the pool, so size it for the whole batch's KV as well.
+    a.engine.num_state_blocks = a.batch_size * (1 + spec_k + (a.input_len + a.output_len + spec_k + bs - 1) / bs) + 1;
+    engine_ptr.reset();
+    engine_ptr = std::make_unique<LLMEngine>(a.engine);
+  }
+  return engine_ptr;
+}
+
+/// The speculative-decoding counters gathered between `before` and `after`.
+SpecDecodeStats stats_since(const SpecDecodeStats& before, const SpecDecodeStats& after) {
+  SpecDecodeStats d;
+  d.num_drafts = after.num_drafts - before.num_drafts;
+  d.num_draft_tokens = after.num_draft_tokens - before.num_draft_tokens;
+  d.num_accepted_tokens = after.num_accepted_tokens - before.num_accepted_tokens;
+  return d;
+}
+
+/// --speculative-config with method replay: per batch size, a plain greedy pass (a second engine without
+/// speculation) records every prompt's continuation and its decode tokens/s; then, per acceptance rate, the
+/// speculative engine runs the same prompts with a ReplayProposer at that rate. Prints and (--output-json) writes
+/// plain and speculative decode tokens/s, the speedup, the measured acceptance rate and mean acceptance length.
+int run_replay(BenchArgs& a, const SpeculativeConfig& spec, bool seqs_raised) {
+  std::vector<double> rates = a.replay_rates;
+  if (rates.empty()) rates.push_back(spec.acceptance_rate);
+  std::map<int, std::shared_ptr<ReplayProposer::Continuations>> recorded;  // batch size -> continuations
+  std::map<int, Measured> plain;
+  {
+    BenchArgs p = a;
+    p.engine.speculative_config.clear();
+    std::cerr << "plain greedy pass (records the continuations the replay drafter replays)\n";
+    std::unique_ptr<LLMEngine> engine = build_engine(p, seqs_raised);
+    for (int b : a.batch_sizes) {
+      p.batch_size = b;
+      recorded[b] = std::make_shared<ReplayProposer::Continuations>();
+      plain[b] = measure(*engine, p, recorded[b].get());
+    }
+  }  // the plain engine is freed before the speculative one is built (device memory)
+  std::unique_ptr<LLMEngine> engine = build_engine(a, seqs_raised);
+  const int vocab = engine->model_config().vocab_size;
+  nlohmann::json results = nlohmann::json::array();
+  std::cout << "model: " << a.engine.model.string() << " (" << (a.engine.load_format == LoadFormat::Dummy ? "dummy" : "checkpoint")
+            << " weights), device " << a.engine.device << "\n"
+            << "speculative decoding: replay drafter, k = " << spec.num_speculative_tokens << ", seed " << spec.seed
+            << " (each draft is the recorded greedy token with probability = rate)\n";
+  for (int b : a.batch_sizes) {
+    a.batch_size = b;
+    const double plain_d = median(plain[b].decode_tps);
+    std::cout << "batch " << b << ", input " << a.input_len << ", output " << a.output_len << ", " << a.num_iters
+              << " iterations (median)\n"
+              << std::fixed << std::setprecision(1) << "  plain:      decode " << plain_d << " tokens/s\n";
+    nlohmann::json row = {{"model", a.engine.model.string()}, {"device", a.engine.device}, {"batch_size", b},
+                          {"input_len", a.input_len}, {"output_len", a.output_len}, {"num_iters", a.num_iters},
+                          {"num_speculative_tokens", spec.num_speculative_tokens}, {"plain_decode_tokens_per_s", plain_d},
+                          {"plain_decode_tokens_per_s_all", plain[b].decode_tps}, {"replay", nlohmann::json::array()}};
+    for (double rate : rates) {
+      engine->set_proposer(std::make_unique<ReplayProposer>(recorded[b], vocab, rate, spec.seed));
+      const SpecDecodeStats before = engine->spec_decode_stats();
+      const Measured m = measure(*engine, a);
+      const SpecDecodeStats sd = stats_since(before, engine->spec_decode_stats());
+      const double d = median(m.decode_tps);
+      std::ostringstream label;
+      label << "rate " << rate << ":";
+      std::cout << "  " << std::left << std::setw(11) << label.str() << std::right << " decode " << std::setprecision(1) << d
+                << " tokens/s, speedup " << std::setprecision(2) << d / plain_d << "x, acceptance rate "
+                << std::setprecision(1) << 100.0 * sd.acceptance_rate() << "%, mean acceptance length "
+                << std::setprecision(2) << sd.mean_acceptance_length() << "\n";
+      row["replay"].push_back({{"rate", rate}, {"decode_tokens_per_s", d}, {"decode_tokens_per_s_all", m.decode_tps},
+                               {"speedup", d / plain_d}, {"acceptance_rate", sd.acceptance_rate()},
+                               {"mean_acceptance_length", sd.mean_acceptance_length()}, {"num_drafts", sd.num_drafts},
+                               {"num_draft_tokens", sd.num_draft_tokens}, {"num_accepted_tokens", sd.num_accepted_tokens}});
+    }
+    std::cout << std::defaultfloat << std::setprecision(6);
+    results.push_back(row);
+  }
+  if (!a.output_json.empty()) write_json_file(a.output_json, nlohmann::json{{"results", results}});
+  return 0;
 }
 
 int run_latency_one(BenchArgs& a, LLMEngine& engine, nlohmann::json* results);
@@ -86,24 +214,18 @@ int run_latency(BenchArgs& a) {
       a.engine.scheduler.max_num_batched_tokens, std::min<int64_t>(batch_tokens, kMaxNumBatchedTokens)));
   const bool seqs_raised = a.batch_size > a.engine.scheduler.max_num_seqs;
   a.engine.scheduler.max_num_seqs = std::max(a.engine.scheduler.max_num_seqs, a.batch_size);
+  const SpeculativeConfig spec = SpeculativeConfig::parse(a.engine.speculative_config);
+  SSM_CHECK(a.replay_rates.empty() || spec.method == "replay",
+            "--replay-acceptance-rates needs --speculative-config with method replay, e.g. "
+            "'{{\"method\": \"replay\", \"num_speculative_tokens\": 4}}'");
+  for (double r : a.replay_rates)
+    SSM_CHECK(r >= 0.0 && r <= 1.0, "--replay-acceptance-rates: each rate must be in [0, 1] (got {})", r);
+  if (spec.benchmark_only()) {
+    a.engine.allow_benchmark_proposers = true;
+    return run_replay(a, spec, seqs_raised);
+  }
   // The whole batch must hold state at once: size the pool for it (the engine checks it fits in RAM).
-  const bool auto_blocks = a.engine.num_state_blocks == 0;
-  const int spec_k = SpeculativeConfig::parse(a.engine.speculative_config).num_speculative_tokens;
-  // One block per sequence, its speculative state columns, and (prefix caching) room for one cached state.
-  if (auto_blocks) a.engine.num_state_blocks = a.batch_size * (1 + spec_k) + 1 + (a.engine.enable_prefix_caching ? 1 : 0);
-  std::unique_ptr<LLMEngine> engine_ptr;
-  try {
-    engine_ptr = std::make_unique<LLMEngine>(a.engine);
-  } catch (const Error& e) {
-    if (!seqs_raised) throw;
-    fail("--batch-size {} (max-num-seqs is raised to the batch size): {}", a.batch_size, e.what());
-  }
-  if (const int bs = engine_ptr->kv_block_size(); bs > 0 && auto_blocks) {
-    // Hybrid model: its KV blocks share the pool, so size it for the whole batch's KV as well.
-    a.engine.num_state_blocks = a.batch_size * (1 + spec_k + (a.input_len + a.output_len + spec_k + bs - 1) / bs) + 1;
-    engine_ptr.reset();
-    engine_ptr = std::make_unique<LLMEngine>(a.engine);
-  }
+  std::unique_ptr<LLMEngine> engine_ptr = build_engine(a, seqs_raised);
   LLMEngine& engine = *engine_ptr;
   if (a.batch_sizes.size() == 1) return run_latency_one(a, engine, nullptr);
   // Several sizes (a decode-vs-batch sweep): the engine sized for the largest serves every one.
@@ -121,17 +243,9 @@ int run_latency(BenchArgs& a) {
 /// Runs the warmup and timed iterations at a.batch_size on `engine`, prints the medians and writes / appends
 /// them as JSON (a.output_json, or `results` when given).
 int run_latency_one(BenchArgs& a, LLMEngine& engine, nlohmann::json* results) {
-  std::vector<double> prefill_tps, decode_tps;
-  const int total = a.num_iters_warmup + a.num_iters;
-  for (int it = 0; it < total; ++it) {
-    std::cerr << "\r[" << std::string(it * 30 / total, '#') << std::string(30 - it * 30 / total, ' ') << "] " << it << "/" << total
-              << (it < a.num_iters_warmup ? " (warmup)" : "         ") << std::flush;
-    auto [p, d] = run_once(engine, a, it);
-    if (it < a.num_iters_warmup) continue;
-    prefill_tps.push_back(a.batch_size * static_cast<double>(a.input_len) / p);
-    decode_tps.push_back(a.batch_size * static_cast<double>(a.output_len - 1) / d);
-  }
-  std::cerr << "\r[" << std::string(30, '#') << "] " << total << "/" << total << "           \n";
+  const Measured m = measure(engine, a);
+  const std::vector<double>& prefill_tps = m.prefill_tps;
+  const std::vector<double>& decode_tps = m.decode_tps;
   const double p = median(prefill_tps), d = median(decode_tps);
   std::cout << "model: " << a.engine.model.string() << " (" << (a.engine.load_format == LoadFormat::Dummy ? "dummy" : "checkpoint")
             << " weights)\n"
@@ -139,6 +253,9 @@ int run_latency_one(BenchArgs& a, LLMEngine& engine, nlohmann::json* results) {
             << " iterations (median)\n"
             << "prefill: " << p << " tokens/s\n"
             << "decode:  " << d << " tokens/s (" << 1000.0 * a.batch_size / d << " ms per step)\n";
+  if (const SpecDecodeStats& sd = engine.spec_decode_stats(); engine.speculative_config().enabled())
+    std::cout << "speculative decoding (all runs so far): acceptance rate " << 100.0 * sd.acceptance_rate()
+              << "%, mean acceptance length " << sd.mean_acceptance_length() << "\n";
   if (!a.output_json.empty() || results) {
     nlohmann::json j = {{"model", a.engine.model.string()}, {"batch_size", a.batch_size}, {"input_len", a.input_len},
                         {"output_len", a.output_len}, {"num_iters", a.num_iters}, {"prefill_tokens_per_s", p},
@@ -164,6 +281,10 @@ Runner add_bench(CLI::App& app) {
   lat->add_option("--num-iters", a->num_iters, "Timed repeats")->capture_default_str();
   lat->add_option("--num-iters-warmup", a->num_iters_warmup, "Untimed warmup repeats")->capture_default_str();
   lat->add_option("--output-json", a->output_json, "Also write the results to this JSON file");
+  lat->add_option("--replay-acceptance-rates", a->replay_rates,
+                  "With --speculative-config '{\"method\": \"replay\", \"num_speculative_tokens\": K}' (benchmark-only "
+                  "drafter): acceptance rates in [0, 1] (e.g. 0 0.5 1); a plain greedy pass records the continuations, "
+                  "then one replay run per rate reports decode tokens/s, speedup and measured acceptance");
   Runner throughput = add_bench_throughput(*bench);
   CLI::App* multiturn_cmd = nullptr;
   Runner multiturn = add_bench_multiturn(*bench);

@@ -60,7 +60,8 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
   cmd.add_option("--speculative-config", cfg.speculative_config,
                  "Speculative decoding, as JSON (vLLM's): {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
                  "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5} drafts by prompt lookup; verify rows keep one "
-                 "recurrent state per draft position");
+                 "recurrent state per draft position; method draft_model: {\"model\": DIR} drafts with a smaller checkpoint "
+                 "(method replay is bench latency's benchmark-only drafter)");
   cmd.add_option("--mamba-block-size", cfg.mamba_block_size,
                  "Tokens per cached state (0 = the smallest multiple of the model's chunk length and KV block size of at "
                  "least 256)")

@@ -82,6 +82,9 @@ struct EngineConfig {
   /// vLLM's --speculative-config: JSON text ("" = off), e.g. {"method": "ngram", "num_speculative_tokens": 4,
   /// "prompt_lookup_max": 4}; parsed by SpeculativeConfig::parse (engine/spec_decode.h).
   std::string speculative_config;
+  /// Accept benchmark-only drafters in speculative_config (method "replay", engine/replay_proposer.h). Only
+  /// `ssmserve bench latency` sets it; generate, serve and the Python API leave it off and refuse them.
+  bool allow_benchmark_proposers = false;
 
   /// Throws Error naming the knob when a value is out of range (see the kMax* bounds above).
   void validate() const;

@@ -53,7 +53,11 @@ void EngineConfig::validate() const {
   (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
   SSM_CHECK(mamba_cache_mode == "none" || mamba_cache_mode == "align" || mamba_cache_mode == "all",
             "--mamba-cache-mode must be none, align or all (got \"{}\")", mamba_cache_mode);
-  (void)SpeculativeConfig::parse(speculative_config);  // throws naming the field
+  const SpeculativeConfig spec = SpeculativeConfig::parse(speculative_config);  // throws naming the field
+  SSM_CHECK(!spec.benchmark_only() || allow_benchmark_proposers,
+            "--speculative-config: method \"{}\" is a benchmark-only drafter (it replays a recorded continuation at a "
+            "chosen acceptance rate); only `ssmserve bench latency --speculative-config ... --replay-acceptance-rates` "
+            "runs it. Use method ngram or draft_model", spec.method);
   SSM_CHECK(std::isfinite(swap_space) && swap_space >= 0.0, "--swap-space must be >= 0 GiB (got {})", swap_space);
   SSM_CHECK(mamba_block_size >= 0 && mamba_block_size <= kMaxNumBatchedTokens,
             "--mamba-block-size must be in [1, {}] tokens, or 0 for the model's default (got {})", kMaxNumBatchedTokens,

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "engine/draft_model_proposer.h"
+#include "engine/replay_proposer.h"
 #include "engine/request.h"
 
 namespace ssmserve {
@@ -39,24 +40,42 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& json_text) {
   SSM_CHECK(j.is_object(), "--speculative-config must be a JSON object, e.g. {{\"method\": \"ngram\", "
                            "\"num_speculative_tokens\": 4}} (got {})", j.dump());
   static const char* kKeys[] = {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "model",
-                                "adaptive_draft_length"};
+                                "adaptive_draft_length", "acceptance_rate", "seed"};
   for (const auto& [key, value] : j.items()) {
     (void)value;
     SSM_CHECK(std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) != std::end(kKeys),
               "--speculative-config: unknown field \"{}\" (known: method, num_speculative_tokens, prompt_lookup_min, "
-              "prompt_lookup_max, model, adaptive_draft_length)", key);
+              "prompt_lookup_max, model, adaptive_draft_length, acceptance_rate, seed)", key);
   }
   SSM_CHECK(j.contains("method") && j["method"].is_string(),
             "--speculative-config: \"method\" must be a string: \"ngram\" or \"draft_model\"");
   c.method = j["method"].get<std::string>();
-  SSM_CHECK(c.method == "ngram" || c.method == "draft_model",
-            "--speculative-config: unknown method \"{}\" (known: ngram, draft_model)", c.method);
+  SSM_CHECK(c.method == "ngram" || c.method == "draft_model" || c.method == "replay",
+            "--speculative-config: unknown method \"{}\" (known: ngram, draft_model; replay in ssmserve bench latency)",
+            c.method);
   SSM_CHECK(j.contains("num_speculative_tokens"), "--speculative-config: \"num_speculative_tokens\" is required");
   c.num_speculative_tokens = int_field(j, "num_speculative_tokens", 0);
   SSM_CHECK(c.num_speculative_tokens >= 1 && c.num_speculative_tokens <= kMaxSpeculativeTokens,
             "--speculative-config: \"num_speculative_tokens\" must be in [1, {}] (got {})", kMaxSpeculativeTokens,
             c.num_speculative_tokens);
-  if (c.method == "ngram") {
+  if (c.method != "replay")
+    SSM_CHECK(!j.contains("acceptance_rate") && !j.contains("seed"),
+              "--speculative-config: \"acceptance_rate\" / \"seed\" are for method replay (bench latency), not {}", c.method);
+  if (c.method == "replay") {
+    if (j.contains("acceptance_rate")) {
+      const auto& v = j["acceptance_rate"];
+      SSM_CHECK(v.is_number(), "--speculative-config: \"acceptance_rate\" must be a number in [0, 1] (got {})", v.dump());
+      c.acceptance_rate = v.get<double>();
+      SSM_CHECK(c.acceptance_rate >= 0.0 && c.acceptance_rate <= 1.0,
+                "--speculative-config: \"acceptance_rate\" must be in [0, 1] (got {})", v.dump());
+    }
+    const int seed = int_field(j, "seed", 0);
+    SSM_CHECK(seed >= 0, "--speculative-config: \"seed\" must be >= 0 (got {})", seed);
+    c.seed = static_cast<uint64_t>(seed);
+    SSM_CHECK(!j.contains("model") && !j.contains("prompt_lookup_min") && !j.contains("prompt_lookup_max"),
+              "--speculative-config: method replay takes num_speculative_tokens, acceptance_rate and seed only "
+              "(\"model\" is for draft_model, \"prompt_lookup_*\" for ngram)");
+  } else if (c.method == "ngram") {
     // vLLM's defaults: both 5 when neither is given, else the one given for both.
     int lo = int_field(j, "prompt_lookup_min", 0), hi = int_field(j, "prompt_lookup_max", 0);
     const bool has_lo = j.contains("prompt_lookup_min"), has_hi = j.contains("prompt_lookup_max");
@@ -113,6 +132,8 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& cfg, const Prop
   if (cfg.method == "draft_model")
     return std::make_unique<DraftModelProposer>(cfg.model, ctx.target_vocab, ctx.target_tokenizer, ctx.max_num_seqs,
                                                 ctx.max_model_len);
+  if (cfg.method == "replay")
+    return std::make_unique<ReplayProposer>(nullptr, ctx.target_vocab, cfg.acceptance_rate, cfg.seed);
   fail("--speculative-config: method \"{}\" is not available in this build", cfg.method);
 }
 

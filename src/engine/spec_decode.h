@@ -20,7 +20,9 @@ inline constexpr int kMaxSpeculativeTokens = 16;
 
 /// --speculative-config, parsed (vLLM's field names).
 struct SpeculativeConfig {
-  std::string method;              ///< "ngram" (prompt lookup) or "draft_model"; empty = off
+  /// "ngram" (prompt lookup), "draft_model", or "replay" (benchmark only: EngineConfig::allow_benchmark_proposers);
+  /// empty = off
+  std::string method;
   int num_speculative_tokens = 0;  ///< k: drafts per request per step, in [1, kMaxSpeculativeTokens]
   int prompt_lookup_min = 0;       ///< ngram: shortest n-gram matched (vLLM's default: both 5 when neither is set)
   int prompt_lookup_max = 0;       ///< ngram: longest n-gram matched
@@ -29,10 +31,15 @@ struct SpeculativeConfig {
   /// down to none with a periodic one-draft probe; false: always every draft the proposer gives (vLLM's behaviour).
   /// Output is the same either way; only the cost of rejected drafts changes.
   bool adaptive_draft_length = true;
+  double acceptance_rate = 1.0;    ///< replay: chance that each draft is the true next token, in [0, 1]
+  uint64_t seed = 0;               ///< replay: seed of the right / wrong choice per position
   bool enabled() const { return num_speculative_tokens > 0; }
+  /// Whether the method is a benchmark-only drafter (replay), which only `ssmserve bench latency` may use.
+  bool benchmark_only() const { return method == "replay"; }
 
   /// Parses the JSON text of --speculative-config ("" = off). Throws Error naming the field for malformed JSON, an
-  /// unknown method or key, k outside [1, 16], bad lookup sizes, or a draft_model without "model".
+  /// unknown method or key, k outside [1, 16], bad lookup sizes, a draft_model without "model", a replay
+  /// acceptance_rate outside [0, 1] or a negative seed, or a field of another method.
   static SpeculativeConfig parse(const std::string& json_text);
 };
 
@@ -69,7 +76,8 @@ struct ProposerContext {
   int max_model_len = 0;                     ///< most tokens per request (0: unknown)
 };
 
-/// Builds the proposer a config asks for (ngram, draft_model). Throws Error naming --speculative-config when it
+/// Builds the proposer a config asks for (ngram, draft_model, replay: a ReplayProposer without continuations, which
+/// drafts nothing until the benchmark installs one that has them with LLMEngine::set_proposer). Throws Error naming --speculative-config when it
 /// cannot (a draft model that does not load or has another vocabulary).
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& cfg, const ProposerContext& ctx);
 

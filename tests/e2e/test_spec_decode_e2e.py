@@ -78,6 +78,8 @@ def test_serve_reports_spec_decode_metrics():
     ('{"method": "ngram", "num_speculative_tokens": 2, "lookahead": 3}', "unknown field \"lookahead\""),
     ('{"method": "draft_model", "num_speculative_tokens": 2}', "\"model\""),
     ('{"method": "draft_model", "model": "/nonexistent/draft", "num_speculative_tokens": 2}', "does not exist"),
+    ('{"method": "replay", "num_speculative_tokens": 2}', "method \"replay\" is a benchmark-only drafter"),
+    ('{"method": "replay", "num_speculative_tokens": 2, "acceptance_rate": 2}', "\"acceptance_rate\""),
 ])
 def test_bad_speculative_configs_are_named(config, needle):
     r = run("generate", "--model", MODEL, "--prompt", "Hello", "--max-tokens", "2", "--speculative-config", config)
@@ -93,3 +95,37 @@ def test_draft_model_with_another_tokenizer_is_refused():
     r = run("generate", "--model", MODEL, "--prompt", "Hello", "--max-tokens", "2", "--speculative-config", draft)
     assert r.returncode == 1
     assert "--speculative-config" in r.stderr and ("tokenizer" in r.stderr or "vocabulary" in r.stderr), r.stderr
+
+
+REPLAY = json.dumps({"method": "replay", "num_speculative_tokens": 3, "seed": 1})
+
+
+@pytest.mark.parametrize("model", ["tiny-mamba", "tiny-minimax-dummy"])
+def test_bench_latency_replay_rates(model, tmp_path):
+    # The benchmark-only replay drafter: a plain greedy pass records the continuations, then rate 1 accepts every
+    # draft (rows of k + 1 tokens) and rate 0 none (rows of 1 token), per batch size.
+    flags = ["--model", MODEL] if model == "tiny-mamba" else [
+        "--model", ROOT / "tests/data/tiny-hybrids/tiny-minimax-dummy", "--load-format", "dummy"]
+    out = tmp_path / "replay.json"
+    r = run("bench", "latency", *flags, "--device", "cpu", "--input-len", "8", "--output-len", "24", "--batch-size", "1",
+            "2", "--num-iters", "1", "--num-iters-warmup", "0", "--threads", "2", "--speculative-config", REPLAY,
+            "--replay-acceptance-rates", "0", "1", "--output-json", out)
+    assert r.returncode == 0, r.stderr
+    assert "speculative decoding: replay drafter, k = 3" in r.stdout, r.stdout
+    assert "plain:" in r.stdout and "rate 1:" in r.stdout and "acceptance rate 100.0%" in r.stdout, r.stdout
+    rows = json.loads(out.read_text())["results"]
+    assert [row["batch_size"] for row in rows] == [1, 2]
+    for row in rows:
+        assert row["plain_decode_tokens_per_s"] > 0 and row["num_speculative_tokens"] == 3
+        by_rate = {x["rate"]: x for x in row["replay"]}
+        assert by_rate[0]["acceptance_rate"] == 0 and by_rate[0]["mean_acceptance_length"] == 1
+        assert by_rate[1]["acceptance_rate"] == 1 and by_rate[1]["mean_acceptance_length"] > 3
+        assert by_rate[1]["decode_tokens_per_s"] > 0 and by_rate[1]["speedup"] > 0
+
+
+def test_bench_latency_replay_rates_need_the_replay_method():
+    r = run("bench", "latency", "--model", MODEL, "--replay-acceptance-rates", "1", "--num-iters", "1")
+    assert r.returncode == 1 and "--replay-acceptance-rates needs --speculative-config with method replay" in r.stderr, r.stderr
+    r = run("bench", "latency", "--model", MODEL, "--speculative-config", REPLAY, "--replay-acceptance-rates", "1.5",
+            "--num-iters", "1")
+    assert r.returncode == 1 and "[0, 1]" in r.stderr, r.stderr
