@@ -2,7 +2,15 @@
 # Speculative decoding on the CPU (issue 29): offline throughput with and without the n-gram proposer on the small
 # real checkpoints, on a workload that quotes its prompt ("repeat the passage" prompts from LAMBADA), batch 1 and 8,
 # median of 3 repeats. Usage: scripts/spec-decode-cpu-bench.sh [BINARY] [SHARED_MODELS_DIR]
+# With --replay: the replay-drafter sweep of scripts/spec-decode-gpu-bench.sh on the CPU (decode tokens/s against the
+# acceptance rate, dummy weights at tiny shapes): scripts/spec-decode-cpu-bench.sh --replay --bin BINARY --out DIR
+# [more spec-decode-gpu-bench.sh options, e.g. --models "mamba-130m" --quick].
 set -euo pipefail
+if [ "${1:-}" = "--replay" ]; then
+  shift
+  exec "$(dirname "$0")/spec-decode-gpu-bench.sh" --device cpu --threads 2 --batches "1 8" --ks "2 4" --output-len 32 \
+    --models "models/tiny-mamba tests/data/tiny-hybrids/tiny-mamba2-dummy tests/data/tiny-hybrids/tiny-minimax-dummy" "$@"
+fi
 BIN=${1:-build/ssmserve}
 SHARED=${2:-../shared/models}
 DATA=$(mktemp -d)/quote.jsonl
