@@ -8,6 +8,7 @@
 set -euo pipefail
 if [ "${1:-}" = "--replay" ]; then
   shift
+  export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}  # shared cores: OpenMP threads sleep instead of spinning
   exec "$(dirname "$0")/spec-decode-gpu-bench.sh" --device cpu --threads 2 --batches "1 8" --ks "2 4" --output-len 32 \
     --models "models/tiny-mamba tests/data/tiny-hybrids/tiny-mamba2-dummy tests/data/tiny-hybrids/tiny-minimax-dummy" "$@"
 fi

@@ -138,6 +138,8 @@ def test_bad_input_raises_clear_exceptions(llm, tmp_path):
         LLM(str(MODEL), max_num_seqs="8")
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         LLM(str(MODEL), speculative_config={"method": "ngram"})
+    with pytest.raises(ValueError, match="method \"replay\" is a benchmark-only drafter"):
+        LLM(str(MODEL), speculative_config={"method": "replay", "num_speculative_tokens": 2})
     with pytest.raises(TypeError, match="speculative_config"):
         LLM(str(MODEL), speculative_config="ngram")
     with pytest.raises(ValueError, match="dtype"):
