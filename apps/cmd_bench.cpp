@@ -165,7 +165,9 @@ int run_replay(BenchArgs& a, const SpeculativeConfig& spec, bool seqs_raised) {
                           {"num_speculative_tokens", spec.num_speculative_tokens}, {"plain_decode_tokens_per_s", plain_d},
                           {"plain_decode_tokens_per_s_all", plain[b].decode_tps}, {"replay", nlohmann::json::array()}};
     for (double rate : rates) {
-      engine->set_proposer(std::make_unique<ReplayProposer>(recorded[b], vocab, rate, spec.seed));
+      auto proposer = std::make_unique<ReplayProposer>(recorded[b], vocab, rate, spec.seed);
+      const ReplayProposer& replay = *proposer;  // owned by the engine until the next set_proposer
+      engine->set_proposer(std::move(proposer));
       const SpecDecodeStats before = engine->spec_decode_stats();
       const Measured m = measure(*engine, a);
       const SpecDecodeStats sd = stats_since(before, engine->spec_decode_stats());
@@ -176,10 +178,15 @@ int run_replay(BenchArgs& a, const SpeculativeConfig& spec, bool seqs_raised) {
                 << " tokens/s, speedup " << std::setprecision(2) << d / plain_d << "x, acceptance rate "
                 << std::setprecision(1) << 100.0 * sd.acceptance_rate() << "%, mean acceptance length "
                 << std::setprecision(2) << sd.mean_acceptance_length() << "\n";
+      if (replay.num_diverged() > 0)
+        std::cout << "    note: " << replay.num_diverged() << " of " << b * (a.num_iters_warmup + a.num_iters)
+                  << " requests left their recorded continuation (the speculative run's greedy tokens differ from the "
+                     "plain pass's), so acceptance is below the rate\n";
       row["replay"].push_back({{"rate", rate}, {"decode_tokens_per_s", d}, {"decode_tokens_per_s_all", m.decode_tps},
                                {"speedup", d / plain_d}, {"acceptance_rate", sd.acceptance_rate()},
                                {"mean_acceptance_length", sd.mean_acceptance_length()}, {"num_drafts", sd.num_drafts},
-                               {"num_draft_tokens", sd.num_draft_tokens}, {"num_accepted_tokens", sd.num_accepted_tokens}});
+                               {"num_draft_tokens", sd.num_draft_tokens}, {"num_accepted_tokens", sd.num_accepted_tokens},
+                               {"num_diverged_requests", replay.num_diverged()}});
     }
     std::cout << std::defaultfloat << std::setprecision(6);
     results.push_back(row);

@@ -40,11 +40,13 @@ bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 if [ "$quick" = 1 ]; then ks=4 rates="0 1" output_len=64 num_iters=2; fi
 cd "$(dirname "$0")/.."
+model_dir() { if [ -f "$1/config.json" ]; then echo "$1"; else echo "configs/$1"; fi; }
+for m in $models; do  # every model checked before the first run
+  [ -f "$(model_dir "$m")/config.json" ] || { echo "error: model $m: neither $m/config.json nor configs/$m/config.json exists (paths are relative to the repository root)" >&2; exit 2; }
+done
 start=$(date +%s)
 for m in $models; do
-  dir=$m
-  [ -f "$dir/config.json" ] || dir=configs/$m
-  [ -f "$dir/config.json" ] || { echo "error: model $m: neither $m/config.json nor configs/$m/config.json exists" >&2; exit 2; }
+  dir=$(model_dir "$m")
   name=$(basename "$dir")
   for k in $ks; do
     tag="$name-k$k"
@@ -56,7 +58,7 @@ for m in $models; do
     rc=$?
     echo "$tag rc=$rc ($(($(date +%s) - start)) s so far)"
     [ $rc -eq 0 ] || tail -5 "$out/$tag.log"
-    grep -E '^ +(plain|rate)' "$out/$tag.log" | sed "s/^/  /"
+    grep -E '^ +(plain|rate|note)' "$out/$tag.log" | sed "s/^/  /"
   done
 done
 python3 - "$out" "$device" "$models" "$ks" <<'PY'

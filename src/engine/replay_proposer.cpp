@@ -53,6 +53,9 @@ void ReplayProposer::propose(std::span<RequestState* const> reqs, int k) {
     if (it == continuations_->end()) continue;
     const std::vector<int>& cont = it->second;
     const size_t g = r->output_token_ids.size();
+    Checked& c = checked_[r->request.request_id];
+    for (; c.tokens < g && !c.diverged; ++c.tokens)
+      if (c.tokens >= cont.size() || r->output_token_ids[c.tokens] != cont[c.tokens]) c.diverged = true, ++num_diverged_;
     const uint64_t key = prompt_key(r->request.prompt_token_ids);
     for (int j = 0; j < k && g + static_cast<size_t>(j) < cont.size(); ++j) {
       const int pos = static_cast<int>(g) + j;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/spec_decode.h"
@@ -29,7 +30,13 @@ class ReplayProposer final : public Proposer {
   /// `acceptance_rate` in [0, 1]. Throws Error naming --speculative-config otherwise.
   ReplayProposer(std::shared_ptr<const Continuations> continuations, int vocab, double acceptance_rate, uint64_t seed);
   void propose(std::span<RequestState* const> reqs, int k) override;
+  void release(const std::string& request_id) override { checked_.erase(request_id); }
 
+  /// Requests whose output left their recorded continuation so far (each counted once). A nonzero count means the
+  /// target's greedy tokens are not those of the recording pass (e.g. GPU logits of a verify row and of a plain step
+  /// differ in the last bits and flip a near tie): drafts after that point replay the wrong tokens, so the measured
+  /// acceptance falls below the chosen rate.
+  int64_t num_diverged() const { return num_diverged_; }
   /// The draft for output position `pos` of `prompt` whose true token is `truth` (exposed for tests).
   int32_t draft(std::span<const int> prompt, int pos, int truth) const;
 
@@ -41,6 +48,12 @@ class ReplayProposer final : public Proposer {
   int vocab_;
   double rate_;
   uint64_t seed_;
+  struct Checked {
+    size_t tokens = 0;      ///< output tokens compared with the continuation so far
+    bool diverged = false;
+  };
+  std::map<std::string, Checked> checked_;  ///< per running request
+  int64_t num_diverged_ = 0;
 };
 
 }  // namespace ssmserve

@@ -67,6 +67,16 @@ TEST(ReplayProposer, DraftsTheContinuationAtTheChosenRate) {
   RequestState* reqs2[] = {&unknown};
   p.propose(reqs2, kK);
   EXPECT_TRUE(unknown.draft_token_ids.empty());
+  EXPECT_EQ(p.num_diverged(), 0);
+  Request req2 = req;
+  req2.request_id = "r2";
+  RequestState left(req2);
+  left.output_token_ids = {cont[0], (cont[1] + 1) % 100, cont[2]};  // left its continuation at output token 1
+  RequestState* reqs3[] = {&left};
+  p.propose(reqs3, kK);
+  left.output_token_ids.push_back(cont[3]);
+  p.propose(reqs3, kK);
+  EXPECT_EQ(p.num_diverged(), 1);  // counted once
   ReplayProposer empty(nullptr, 100, 1.0, 0);
   empty.propose(reqs, kK);
   EXPECT_TRUE(st.draft_token_ids.empty());
@@ -161,9 +171,12 @@ TEST_F(ReplayEngine, AcceptanceFollowsTheRateAndOutputEqualsPlain) {
   EXPECT_EQ(spec.spec_decode_stats().num_drafts, 0);
   const int vocab = spec.model_config().vocab_size;
   for (const double rate : {1.0, 0.0, 0.5}) {
-    spec.set_proposer(std::make_unique<ReplayProposer>(conts, vocab, rate, 1));
     const SpecDecodeStats before = spec.spec_decode_stats();
+    auto proposer = std::make_unique<ReplayProposer>(conts, vocab, rate, 1);
+    const ReplayProposer& replay = *proposer;
+    spec.set_proposer(std::move(proposer));
     EXPECT_EQ(run(spec, prompts_), want) << "rate " << rate;  // ids and logprobs bit for bit
+    EXPECT_EQ(replay.num_diverged(), 0);
     const SpecDecodeStats& after = spec.spec_decode_stats();
     const int64_t drafts = after.num_drafts - before.num_drafts, tokens = after.num_draft_tokens - before.num_draft_tokens,
                   accepted = after.num_accepted_tokens - before.num_accepted_tokens;
