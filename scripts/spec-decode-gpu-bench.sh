@@ -104,5 +104,9 @@ for m in models:
     else:
         parts.append("rate 0: not measured")
     print(f"{name}: " + ", ".join(parts))
+    div = sum(x.get("num_diverged_requests", 0) for n, b, k, x, r in rows if x and n == name)
+    if div:
+        print(f"  note: {div} {name} requests left their recorded continuation (the speculative run's greedy tokens "
+              "differ from the plain pass's): acceptance is below the rate there (see the logs)")
 PY
 echo "wrote $out/spec-decode-$device.md ($(($(date +%s) - start)) s)"
