@@ -10,7 +10,8 @@
 # Usage: scripts/spec-decode-gpu-bench.sh --bin PATH/ssmserve --out DIR [--models "mamba-2.8b mamba2-2.7b minimax-bench"]
 #          [--batches "1 8"] [--ks "2 4 8"] [--rates "0 0.5 1"] [--device cuda|cpu] [--input-len 32] [--output-len 128]
 #          [--num-iters 3] [--threads N] [--quick]
-# A model is a folder (with config.json) or a name under configs/. --quick: k = 4, rates 0 and 1, 64 output tokens,
+# --bin may be a scripts/gpu-package.sh folder's ssmserve (its lib/ goes on LD_LIBRARY_PATH). A model is a folder (with
+# config.json, relative to the repository root) or a name under configs/. --quick: k = 4, rates 0 and 1, 64 output tokens,
 # 2 iterations (the two targets only).
 set -uo pipefail
 usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
@@ -37,6 +38,8 @@ done
 [ -n "$bin" ] && [ -n "$out" ] || { echo "error: --bin and --out are required" >&2; usage; }
 [ -x "$bin" ] || { echo "error: --bin $bin is not an executable" >&2; exit 2; }
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+# A scripts/gpu-package.sh folder keeps its shared libraries in lib/ next to the executables.
+[ -d "$(dirname "$bin")/lib" ] && export LD_LIBRARY_PATH="$(dirname "$bin")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 if [ "$quick" = 1 ]; then ks=4 rates="0 1" output_len=64 num_iters=2; fi
 cd "$(dirname "$0")/.."
