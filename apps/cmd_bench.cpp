@@ -153,6 +153,7 @@ int run_replay(BenchArgs& a, const SpeculativeConfig& spec, bool seqs_raised) {
   std::cout << "model: " << a.engine.model.string() << " (" << (a.engine.load_format == LoadFormat::Dummy ? "dummy" : "checkpoint")
             << " weights), device " << a.engine.device << "\n"
             << "speculative decoding: replay drafter, k = " << spec.num_speculative_tokens << ", seed " << spec.seed
+            << ", adaptive draft length " << (spec.adaptive_draft_length ? "on" : "off")
             << " (each draft is the recorded greedy token with probability = rate)\n";
   for (int b : a.batch_sizes) {
     a.batch_size = b;
@@ -162,7 +163,8 @@ int run_replay(BenchArgs& a, const SpeculativeConfig& spec, bool seqs_raised) {
               << std::fixed << std::setprecision(1) << "  plain:      decode " << plain_d << " tokens/s\n";
     nlohmann::json row = {{"model", a.engine.model.string()}, {"device", a.engine.device}, {"batch_size", b},
                           {"input_len", a.input_len}, {"output_len", a.output_len}, {"num_iters", a.num_iters},
-                          {"num_speculative_tokens", spec.num_speculative_tokens}, {"plain_decode_tokens_per_s", plain_d},
+                          {"num_speculative_tokens", spec.num_speculative_tokens},
+                          {"adaptive_draft_length", spec.adaptive_draft_length}, {"plain_decode_tokens_per_s", plain_d},
                           {"plain_decode_tokens_per_s_all", plain[b].decode_tps}, {"replay", nlohmann::json::array()}};
     for (double rate : rates) {
       auto proposer = std::make_unique<ReplayProposer>(recorded[b], vocab, rate, spec.seed);

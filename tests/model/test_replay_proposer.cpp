@@ -165,7 +165,8 @@ TEST_F(ReplayEngine, AcceptanceFollowsTheRateAndOutputEqualsPlain) {
   auto conts = std::make_shared<ReplayProposer::Continuations>();
   for (const auto& [prompt, o] : want) (*conts)[prompt] = o.first;
 
-  LLMEngine spec(config(R"({"method": "replay", "num_speculative_tokens": 4})"));
+  // Every draft verified (no adaptive draft length), so the counters follow the rate exactly.
+  LLMEngine spec(config(R"({"method": "replay", "num_speculative_tokens": 4, "adaptive_draft_length": false})"));
   // The engine's own replay proposer has no continuations: it drafts nothing.
   EXPECT_EQ(run(spec, prompts_), want);
   EXPECT_EQ(spec.spec_decode_stats().num_drafts, 0);
@@ -192,6 +193,25 @@ TEST_F(ReplayEngine, AcceptanceFollowsTheRateAndOutputEqualsPlain) {
     } else {
       // Each position is right with chance 1/2 given the ones before it were.
       EXPECT_NEAR(double(first_accepted) / double(drafts), 0.5, 0.2) << first_accepted << " of " << drafts;
+    }
+  }
+
+  // The engine's default adaptive draft length: at rate 0 a request soon verifies no drafts but a probe now and
+  // then; at rate 1 every draft. Output unchanged.
+  LLMEngine adaptive(config(R"({"method": "replay", "num_speculative_tokens": 4})"));
+  for (const double rate : {0.0, 1.0}) {
+    adaptive.set_proposer(std::make_unique<ReplayProposer>(conts, vocab, rate, 1));
+    const SpecDecodeStats before = adaptive.spec_decode_stats();
+    EXPECT_EQ(run(adaptive, prompts_), want) << "adaptive, rate " << rate;
+    const SpecDecodeStats& after = adaptive.spec_decode_stats();
+    const int64_t tokens = after.num_draft_tokens - before.num_draft_tokens,
+                  accepted = after.num_accepted_tokens - before.num_accepted_tokens;
+    if (rate == 0.0) {
+      EXPECT_EQ(accepted, 0);
+      EXPECT_GT(tokens, 0);
+      EXPECT_LT(tokens, 3 * (kTokens - 1));  // fewer than one draft per token (the non-adaptive count is k per token)
+    } else {
+      EXPECT_EQ(accepted, tokens);
     }
   }
 }
