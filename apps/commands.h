@@ -39,7 +39,8 @@ void check_output_path(const std::string& path);
 /// Writes `j` (2-space indented) to `path`; throws Error "cannot write ..." when opening or writing fails.
 void write_json_file(const std::string& path, const nlohmann::json& j);
 
-/// Applies string options to cfg (load format); throws Error on an unknown value.
+/// Applies string options to cfg (load format); throws Error on an unknown value, or when no --model was given (the
+/// pip package's binary has no default model).
 void resolve_engine_config(EngineConfig& cfg, const std::string& load_format);
 
 }  // namespace ssmserve::cli

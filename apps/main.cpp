@@ -22,9 +22,13 @@
 namespace ssmserve::cli {
 
 void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_format) {
+#ifdef SSMSERVE_DEFAULT_MODEL  // a source build: the repository's bundled checkpoint (none in the pip package)
   cfg.model = SSMSERVE_DEFAULT_MODEL;
   cmd.add_option("--model", cfg.model, "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json)")
       ->capture_default_str();
+#else
+  cmd.add_option("--model", cfg.model, "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json); required");
+#endif
   cmd.add_option("--tokenizer", cfg.tokenizer, "Folder with tokenizer.json or a SentencePiece tokenizer.model (default: the model folder)");
   cmd.add_option("--load-format", load_format, "auto (safetensors) or dummy (random weights from config.json)")
       ->capture_default_str();
@@ -94,6 +98,7 @@ void write_json_file(const std::string& path, const nlohmann::json& j) {
 }
 
 void resolve_engine_config(EngineConfig& cfg, const std::string& load_format) {
+  SSM_CHECK(!cfg.model.empty(), "--model is required (a checkpoint folder with config.json)");
   if (load_format == "auto" || load_format == "safetensors") cfg.load_format = LoadFormat::Auto;
   else if (load_format == "dummy") cfg.load_format = LoadFormat::Dummy;
   else fail("--load-format must be auto, safetensors or dummy (got \"{}\")", load_format);
