@@ -4,6 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cxxabi.h>
+
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -26,6 +28,54 @@ using namespace ssmserve;
 
 namespace {
 
+/// True once CPython began ending this thread (pthread_exit at interpreter finalization: a daemon thread that takes
+/// the GIL back while Python exits); the forced unwind (abi::__forced_unwind) is then under way.
+thread_local bool t_thread_exiting = false;
+
+/// Releases the GIL for its scope, as py::gil_scoped_release, for code that may meet interpreter finalization:
+/// CPython ends a daemon thread that takes the GIL back while Python exits with pthread_exit, whose forced unwind
+/// must pass through to the thread's start. So the destructor may itself exit the thread (noexcept(false): never
+/// std::terminate), and nothing takes the GIL back while that unwind is under way (a second pthread_exit inside it
+/// would terminate the process).
+class GilRelease {
+ public:
+  GilRelease() : state_(PyEval_SaveThread()) {}
+  ~GilRelease() noexcept(false) {
+    if (!t_thread_exiting) restore();
+  }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+  /// Runs f() with the GIL held, then releases it again. May end the thread (forced unwind) at finalization.
+  template <class F>
+  void with_gil(F&& f) {
+    restore();
+    struct Release {
+      PyThreadState*& state;
+      ~Release() {
+        if (!t_thread_exiting) state = PyEval_SaveThread();
+      }
+    } release{state_};
+    try {
+      f();
+    } catch (abi::__forced_unwind&) {  // Python code in f() took the GIL back during finalization
+      t_thread_exiting = true;
+      throw;
+    }
+  }
+
+ private:
+  void restore() {
+    try {
+      PyEval_RestoreThread(state_);
+    } catch (abi::__forced_unwind&) {
+      t_thread_exiting = true;
+      throw;
+    }
+  }
+  PyThreadState* state_;
+};
+
 /// vLLM's Logprob: one candidate token's log-probability, its rank in the distribution, and its text.
 struct Logprob {
   float logprob = 0.0f;
@@ -40,6 +90,19 @@ Request to_request_unchecked(const py::handle& p) {
     r.prompt = p.cast<std::string>();
   } else if (py::isinstance<py::dict>(p)) {
     auto d = p.cast<py::dict>();
+    for (auto item : d) {  // vLLM's TextPrompt / TokensPrompt keys: unknown ones are a mistake, not to be ignored
+      const py::handle key = item.first;
+      const std::string name = py::isinstance<py::str>(key) ? key.cast<std::string>() : py::repr(key).cast<std::string>();
+      if (name == "prompt" || name == "prompt_token_ids") continue;
+      static const std::set<std::string> unsupported = {"multi_modal_data", "mm_processor_kwargs", "multi_modal_uuids",
+                                                        "prompt_embeds", "token_type_ids", "cache_salt"};
+      if (unsupported.count(name) && item.second.is_none()) continue;  // vLLM's "not given"
+      if (unsupported.count(name))
+        throw py::value_error("prompt key '" + name + "' is not supported by ssmserve (a prompt dict takes \"prompt\" "
+                              "and/or \"prompt_token_ids\")");
+      throw py::value_error("unknown prompt key '" + name.substr(0, 100) + "' (a prompt dict takes \"prompt\" and/or "
+                            "\"prompt_token_ids\")");
+    }
     if (d.contains("prompt_token_ids")) {
       r.prompt_token_ids = d["prompt_token_ids"].cast<std::vector<int>>();
       if (d.contains("prompt")) r.prompt = d["prompt"].cast<std::string>();  // the text those ids came from (outputs)
@@ -155,7 +218,7 @@ class PyLLM {
  public:
   explicit PyLLM(EngineConfig cfg) {
     template_dir_ = cfg.tokenizer.empty() ? cfg.model : cfg.tokenizer;
-    py::gil_scoped_release release;
+    GilRelease release;
     llm_ = std::make_unique<LLM>(std::move(cfg));
   }
 
@@ -239,7 +302,7 @@ class PyLLM {
     auto finished_count = std::make_shared<size_t>(0);  // this call's requests finished so far (under mu_)
     size_t reported = 0;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       std::vector<std::string> ids;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -249,6 +312,8 @@ class PyLLM {
           const std::string id = r.request_id;
           try {
             eng.add_request(std::move(r));
+          } catch (abi::__forced_unwind&) {
+            throw;
           } catch (...) {  // all or nothing: drop the ones already added
             for (const auto& added : ids) {
               eng.abort_request(added);
@@ -280,9 +345,11 @@ class PyLLM {
             step_locked();
             now_finished = *finished_count;
           }
-          check_signals(progress, now_finished - reported);
+          check_signals(release, progress, now_finished - reported);
           reported = now_finished;
         }
+      } catch (abi::__forced_unwind&) {  // Python is exiting and ends this (daemon) thread: let the unwind through
+        throw;
       } catch (...) {  // the engine failed, or Ctrl-C: drop this call's requests still running
         std::lock_guard<std::mutex> lock(mu_);
         for (size_t k = done; k < ids.size(); ++k) {
@@ -319,7 +386,7 @@ class PyLLM {
   std::string add(const py::handle& prompt, const SamplingParams& params) {
     Request r = to_request(prompt);
     r.params = params;
-    py::gil_scoped_release release;
+    GilRelease release;
     std::lock_guard<std::mutex> lock(mu_);
     r.request_id = std::to_string(next_id_++);
     const std::string id = r.request_id;
@@ -334,7 +401,7 @@ class PyLLM {
     bool want_logprobs = false;
     Timing timing;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       while (!out) {
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -354,7 +421,7 @@ class PyLLM {
           if (!llm_->engine().has_unfinished_requests() || !streams_.count(id)) break;
           step_locked();
         }
-        check_signals();
+        check_signals(release);
       }
     }
     if (!out) return py::none();
@@ -362,7 +429,7 @@ class PyLLM {
   }
   /// Aborts a request of add() or add_async() (no-op when unknown or finished): its engine state is freed at once.
   void abort(const std::string& id) {
-    py::gil_scoped_release release;
+    GilRelease release;
     std::lock_guard<std::mutex> lock(mu_);
     llm_->engine().abort_request(id);
     pending_.erase(id);
@@ -377,7 +444,7 @@ class PyLLM {
     Request r = to_request(prompt);
     r.params = params;
     r.request_id = request_id;
-    py::gil_scoped_release release;
+    GilRelease release;
     std::lock_guard<std::mutex> lock(mu_);
     SSM_CHECK(!async_ids_.count(request_id) && !streams_.count(request_id) && !batch_ids_.count(request_id),
               "request_id '{}' is already running", request_id);
@@ -391,7 +458,7 @@ class PyLLM {
     std::vector<std::pair<RequestOutput, Timing>> outs;
     std::vector<bool> want;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       std::lock_guard<std::mutex> lock(mu_);
       if (async_out_.empty() && llm_->engine().has_unfinished_requests()) step_locked();
       outs.swap(async_out_);
@@ -409,7 +476,7 @@ class PyLLM {
     return result;
   }
   bool has_unfinished() {
-    py::gil_scoped_release release;
+    GilRelease release;
     std::lock_guard<std::mutex> lock(mu_);
     return llm_->engine().has_unfinished_requests();
   }
@@ -419,7 +486,7 @@ class PyLLM {
     int running, waiting, free_blocks, blocks, cached;
     size_t tracked, timing;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       std::lock_guard<std::mutex> lock(mu_);
       const LLMEngine& e = llm_->engine();
       running = e.num_running_requests();
@@ -445,10 +512,13 @@ class PyLLM {
   /// Between engine steps (GIL released, mu_ not held): runs Python's signal handlers, so Ctrl-C interrupts a
   /// long generate() / stream step loop (KeyboardInterrupt; the caller's requests are aborted), and reports
   /// `newly_finished` requests to `progress` (a callable, or None) when non-zero.
-  static void check_signals(const py::object& progress = py::object(), size_t newly_finished = 0) {
-    py::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-    if (newly_finished > 0 && progress && !progress.is_none()) progress(newly_finished);
+  /// `unlocked`: the caller's GIL release, taken back for the checks (at interpreter finalization this ends a daemon
+  /// thread: see GilRelease).
+  static void check_signals(GilRelease& unlocked, const py::object& progress = py::object(), size_t newly_finished = 0) {
+    unlocked.with_gil([&] {
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (newly_finished > 0 && progress && !progress.is_none()) progress(newly_finished);
+    });
   }
 
   /// One engine step (mu_ held); files its outputs for the callers waiting on them and stamps their times.
@@ -557,36 +627,70 @@ PYBIND11_MODULE(_ssmserve, m) {
   py::register_exception<Error>(m, "SsmserveError", PyExc_ValueError);
 
   py::class_<Logprob>(m, "Logprob")
+      .def(py::init([](float logprob, int rank, std::string decoded_token) {
+             return Logprob{logprob, rank, std::move(decoded_token)};
+           }),
+           py::arg("logprob"), py::arg("rank") = 0, py::arg("decoded_token") = "")
       .def_readonly("logprob", &Logprob::logprob)
       .def_readonly("rank", &Logprob::rank)
       .def_readonly("decoded_token", &Logprob::decoded_token)
+      .def("__eq__", [](const Logprob& a, const py::object& b) -> py::object {
+        if (!py::isinstance<Logprob>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+        const auto& o = b.cast<const Logprob&>();
+        return py::bool_(a.logprob == o.logprob && a.rank == o.rank && a.decoded_token == o.decoded_token);
+      })
+      .def("__hash__", [](const Logprob& l) { return py::hash(py::make_tuple(l.logprob, l.rank, l.decoded_token)); })
+      // pickle / copy.deepcopy (multiprocessing, Ray): the three fields.
+      .def(py::pickle([](const Logprob& l) { return py::make_tuple(l.logprob, l.rank, l.decoded_token); },
+                      [](const py::tuple& t) {
+                        if (t.size() != 3) throw py::value_error("Logprob: bad pickle state (want 3 fields)");
+                        return Logprob{t[0].cast<float>(), t[1].cast<int>(), t[2].cast<std::string>()};
+                      }))
       .def("__repr__", [](const Logprob& l) {
         return "Logprob(logprob=" + std::to_string(l.logprob) + ", rank=" + std::to_string(l.rank) + ", decoded_token=" +
                py::repr(py::str(l.decoded_token)).cast<std::string>() + ")";
       });
 
-  py::class_<SamplingParams>(m, "SamplingParams")
-      .def(py::init<>())
-      .def_readwrite("n", &SamplingParams::n)
-      .def_readwrite("temperature", &SamplingParams::temperature)
-      .def_readwrite("top_p", &SamplingParams::top_p)
-      .def_readwrite("top_k", &SamplingParams::top_k)
-      .def_readwrite("min_p", &SamplingParams::min_p)
-      .def_readwrite("seed", &SamplingParams::seed)
-      .def_readwrite("presence_penalty", &SamplingParams::presence_penalty)
-      .def_readwrite("frequency_penalty", &SamplingParams::frequency_penalty)
-      .def_readwrite("repetition_penalty", &SamplingParams::repetition_penalty)
-      .def_readwrite("max_tokens", &SamplingParams::max_tokens)
-      .def_readwrite("min_tokens", &SamplingParams::min_tokens)
-      .def_readwrite("stop", &SamplingParams::stop)
-      .def_readwrite("stop_token_ids", &SamplingParams::stop_token_ids)
-      .def_readwrite("ignore_eos", &SamplingParams::ignore_eos)
-      .def_readwrite("logprobs", &SamplingParams::logprobs)
-      .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
-      .def_readwrite("include_stop_str_in_output", &SamplingParams::include_stop_str_in_output)
-      .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens)
-      .def_readwrite("logit_bias", &SamplingParams::logit_bias)
-      .def_readwrite("allowed_token_ids", &SamplingParams::allowed_token_ids)
+  // Every field of SamplingParams, once: its attribute, its pickle state and its equality.
+#define SSM_SAMPLING_FIELDS(X)                                                                                        \
+  X(n) X(temperature) X(top_p) X(top_k) X(min_p) X(seed) X(presence_penalty) X(frequency_penalty)                     \
+  X(repetition_penalty) X(max_tokens) X(min_tokens) X(stop) X(stop_token_ids) X(ignore_eos) X(logprobs)             \
+  X(prompt_logprobs) X(include_stop_str_in_output) X(skip_special_tokens) X(logit_bias) X(allowed_token_ids)
+  auto sampling_state = [](const SamplingParams& p) {
+    py::dict d;
+#define SSM_GET(f) d[#f] = py::cast(p.f);
+    SSM_SAMPLING_FIELDS(SSM_GET)
+#undef SSM_GET
+    return d;
+  };
+  py::class_<SamplingParams> sampling(m, "SamplingParams");
+  sampling.def(py::init<>());
+#define SSM_FIELD(f) sampling.def_readwrite(#f, &SamplingParams::f);
+  SSM_SAMPLING_FIELDS(SSM_FIELD)
+#undef SSM_FIELD
+  sampling
+      .def("__eq__", [sampling_state](const SamplingParams& a, const py::object& b) -> py::object {
+        if (!py::isinstance<SamplingParams>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+        return py::bool_(sampling_state(a).equal(sampling_state(b.cast<const SamplingParams&>())));
+      })
+      .attr("__hash__") = py::none();  // mutable, as vLLM's
+  // pickle / copy.deepcopy (multiprocessing, Ray): a dict of every field; unknown or missing fields are a ValueError.
+  sampling.def(py::pickle(sampling_state, [](const py::dict& d) {
+    SamplingParams p;
+    size_t known = 0;
+#define SSM_SET(f)                                                            \
+  if (d.contains(#f)) {                                                       \
+    p.f = d[#f].cast<decltype(p.f)>();                                        \
+    ++known;                                                                  \
+  } else {                                                                    \
+    throw py::value_error("SamplingParams: pickle state lacks field '" #f "'"); \
+  }
+    SSM_SAMPLING_FIELDS(SSM_SET)
+#undef SSM_SET
+    if (known != d.size()) throw py::value_error("SamplingParams: pickle state has unknown fields");
+    return p;
+  }));
+  sampling
       .def("validate", &SamplingParams::validate, py::arg("vocab_size"))
       .def("clone", [](const SamplingParams& p) { return p; }, "A copy (vLLM's SamplingParams.clone)")
       .def("__repr__", [](const SamplingParams& p) {  // Python reprs of the values, as vLLM's repr shows them
@@ -614,12 +718,12 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def("has_unfinished", &PyLLM::has_unfinished)
       .def("stats", &PyLLM::stats)
       .def("encode", &PyLLM::encode, py::arg("text"), py::arg("add_special_tokens") = true,
-           py::call_guard<py::gil_scoped_release>())
+           py::call_guard<GilRelease>())
       .def("decode", &PyLLM::decode, py::arg("ids"), py::arg("skip_special_tokens") = false,
-           py::call_guard<py::gil_scoped_release>())
+           py::call_guard<GilRelease>())
       .def("vocab_size", &PyLLM::vocab_size)
       .def("eos_token_ids", &PyLLM::eos_token_ids)
       .def("render_chat", &PyLLM::render_chat, py::arg("messages_json"), py::arg("add_generation_prompt"),
            py::arg("chat_template"), py::arg("continue_final_message") = false, py::arg("kwargs_json") = "",
-           py::arg("tools_json") = "", py::call_guard<py::gil_scoped_release>());
+           py::arg("tools_json") = "", py::call_guard<GilRelease>());
 }

@@ -56,7 +56,7 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
     """vLLM's SamplingParams: n, temperature (1.0), top_p, top_k, min_p, seed, presence_penalty,
     frequency_penalty, repetition_penalty, max_tokens (16; None: up to max_model_len), min_tokens, stop,
     stop_token_ids, ignore_eos, logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens,
-    logit_bias ({token_id: bias}), allowed_token_ids (only these ids can be sampled).
+    logit_bias ({token_id: bias}), allowed_token_ids (only these ids can be sampled; not empty).
     Unknown names raise TypeError; values are checked here, as vLLM does (ValueError naming the field), and token
     ids against the model's vocabulary when a request is added."""
     p = _ssmserve.SamplingParams()
@@ -80,6 +80,8 @@ def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM'
         except (TypeError, ValueError) as e:
             why = "" if "incompatible function arguments" in str(e) else ": " + str(e).splitlines()[0]
             raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
+        if k == "allowed_token_ids" and not p.allowed_token_ids:  # vLLM refuses an empty list
+            raise ValueError("SamplingParams.allowed_token_ids must not be empty (None allows every token)")
     p.validate(2**31 - 1)  # every range but the vocabulary's (SsmserveError is a ValueError)
     return p
 
@@ -229,6 +231,12 @@ def _as_prompt_list(prompts) -> list:
     return [prompts]  # anything else: the engine's TypeError names what a prompt may be
 
 
+def _is_text_prompt(p) -> bool:
+    """True when the prompt carries its text (a str, or a dict with "prompt"): RequestOutput.prompt is that text;
+    for token ids alone it is None (vLLM)."""
+    return isinstance(p, str) or (isinstance(p, dict) and p.get("prompt") is not None)
+
+
 def _check_params(p):
     if not isinstance(p, _ssmserve.SamplingParams):
         raise TypeError(f"sampling_params must be a SamplingParams or a list of them, got {type(p).__name__}")
@@ -277,6 +285,10 @@ class LLM:
         """The engine's tokenizer (vLLM's LLM.get_tokenizer): encode / decode / vocab_size / eos_token_id."""
         return Tokenizer(self._engine)
 
+    def __reduce__(self):
+        raise TypeError("ssmserve.LLM objects cannot be pickled or copied (they own a loaded engine); pass the model "
+                        "folder and arguments instead and create the LLM where it is used")
+
     def get_engine_stats(self) -> Dict[str, int]:
         """The engine's counters: num_running_requests, num_waiting_requests, num_free_blocks (state blocks a new
         request could get), num_state_blocks (the pool, incl. the null block), num_cached_blocks, and
@@ -307,11 +319,15 @@ class LLM:
             params = [_check_params(sampling_params)] * len(prompts)
         bar = _progress_bar(use_tqdm, sum(p.n for p in params))
         try:
-            return self._engine.generate(prompts, [self._with_seed(p) for p in params],
+            outs = self._engine.generate(prompts, [self._with_seed(p) for p in params],
                                          None if bar is None else bar.update)
         finally:
             if bar is not None:
                 bar.close()
+        for p, o in zip(prompts, outs):
+            if not _is_text_prompt(p):
+                o.prompt = None
+        return outs
 
     def chat(self, messages, sampling_params=None, use_tqdm: Union[bool, Callable[..., Any]] = True,
              chat_template: Optional[str] = None, add_generation_prompt: bool = True,
@@ -363,6 +379,8 @@ class LLM:
                 out = self._engine.next_output(rid)
                 if out is None:
                     return
+                if not _is_text_prompt(prompt):
+                    out.prompt = None
                 finished = out.finished
                 yield out
                 if finished:

@@ -12,7 +12,9 @@ class SsmserveError(ValueError):
     """An engine error (bad config, checkpoint, request): a ValueError."""
 
 class Logprob:
-    """vLLM's Logprob: a candidate token's natural-log probability, its rank (1 = most likely) and its text."""
+    """vLLM's Logprob: a candidate token's natural-log probability, its rank (1 = most likely) and its text.
+    Compares by value; picklable and deep-copyable."""
+    def __init__(self, logprob: float, rank: int = 0, decoded_token: str = "") -> None: ...
     @property
     def logprob(self) -> float: ...
     @property
@@ -21,7 +23,8 @@ class Logprob:
     def decoded_token(self) -> str: ...
 
 class _SamplingParams:
-    """vLLM's SamplingParams (build one with ssmserve.SamplingParams(**kwargs))."""
+    """vLLM's SamplingParams (build one with ssmserve.SamplingParams(**kwargs)). Compares by value (every field);
+    picklable and deep-copyable."""
     n: int
     temperature: float
     top_p: float

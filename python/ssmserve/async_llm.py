@@ -76,22 +76,32 @@ class _Core:
         self.engine = engine
         self.cv = threading.Condition()
         self.inbox: List[tuple] = []              # ("add", id, prompt, params) / ("abort", id), in call order
-        # The engine sees a unique id per generate() call ("<request_id>#<n>"), so a caller may reuse a request_id as
-        # soon as its previous stream ended, without the old request's late outputs or abort reaching the new stream.
+        # The engine sees a unique id per generate() call ("<request_id>#<n>", and "<request_id>#<n>.<c>" for choice c
+        # of n > 1: one engine request per choice), so a caller may reuse a request_id as soon as its previous stream
+        # ended, without the old request's late outputs or abort reaching the new stream.
         self.streams: Dict[str, _Stream] = {}     # running engine id -> its generate() call's stream (under cv)
-        self.users: Dict[str, str] = {}           # running caller request_id -> its engine id (under cv)
+        self.users: Dict[str, List[str]] = {}     # running caller request_id -> its running engine ids (under cv)
         self.counter = itertools.count()
         self.closed = False
         self.dead: Optional[BaseException] = None  # why the loop stopped (an engine failure)
         self.thread = threading.Thread(target=self._run, name="ssmserve-async-engine", daemon=True)
         self.thread.start()
 
-    def submit(self, op: tuple) -> None:
+    def submit(self, *ops: tuple) -> None:
+        """Queues ops for the engine loop, all at once (the choices of n > 1 join the same engine step)."""
         with self.cv:
             if self.closed:
                 raise RuntimeError("the AsyncLLM is shut down")
-            self.inbox.append(op)
+            self.inbox.extend(ops)
             self.cv.notify()
+
+    def forget(self, user_id: str, engine_id: str) -> None:
+        """Drops a finished or abandoned engine id from its caller's running ids (cv held)."""
+        ids = self.users.get(user_id)
+        if ids is not None and engine_id in ids:
+            ids.remove(engine_id)
+            if not ids:
+                del self.users[user_id]
 
     def _deliver(self, items: List[tuple]) -> None:
         """Hands (request id, item) pairs to their streams' event loops; a finished request's stream is dropped."""
@@ -103,8 +113,7 @@ class _Core:
                     continue  # aborted or closed meanwhile
                 if item is _ABORTED or isinstance(item, BaseException) or item.finished:
                     del self.streams[rid]
-                    if self.users.get(s.user_id) == rid:
-                        del self.users[s.user_id]
+                    self.forget(s.user_id, rid)
                 by_loop.setdefault(s.loop, []).append((s.queue, item))
         for loop, batch in by_loop.items():
             try:
@@ -163,13 +172,44 @@ def _put_all(batch: List[tuple]) -> None:
         queue.put_nowait(item)
 
 
-def _aborted_output(request_id: str, prompt, last: Optional[RequestOutput]) -> RequestOutput:
-    """The final output of an aborted request: its last output (or an empty one) with finish_reason "abort"."""
+def _aborted_output(request_id: str, prompt, last: Optional[RequestOutput], n: int = 1,
+                    want_logprobs: bool = False) -> RequestOutput:
+    """The final output of an aborted request: its last output (or an empty one with n choices) with finish_reason
+    "abort" on every choice that had not finished."""
     if last is None:
-        text = prompt if isinstance(prompt, str) else (prompt.get("prompt", "") if isinstance(prompt, dict) else "")
-        return RequestOutput(request_id, text, [], [CompletionOutput(0, "", [], None, "abort")], True)
+        text = prompt if isinstance(prompt, str) else (prompt.get("prompt") if isinstance(prompt, dict) else None)
+        ids = list(prompt) if isinstance(prompt, (list, tuple)) else (
+            list(prompt.get("prompt_token_ids") or []) if isinstance(prompt, dict) else [])
+        outs = [CompletionOutput(c, "", [], [] if want_logprobs else None, "abort",
+                                 cumulative_logprob=0.0 if want_logprobs else None) for c in range(n)]
+        return RequestOutput(request_id, text, ids, outs, True)
     outs = [dataclasses.replace(c, finish_reason=c.finish_reason or "abort") for c in last.outputs]
     return dataclasses.replace(last, outputs=outs, finished=True, delta_text="")
+
+
+def _merge_choices(latest: List[Optional[RequestOutput]], want_logprobs: bool) -> RequestOutput:
+    """One RequestOutput of the n choices' newest outputs (each its own engine request): outputs[c] is choice c
+    (empty until its first output), finished once every choice finished. delta_text is "" (each choice's text is in
+    outputs[c].text). Metrics: choice 0's arrival, the latest token / finish times over the choices."""
+    base = next(o for o in latest if o is not None)
+    outs = []
+    for c, o in enumerate(latest):
+        if o is None:
+            outs.append(CompletionOutput(c, "", [], [] if want_logprobs else None, None,
+                                         cumulative_logprob=0.0 if want_logprobs else None))
+        else:
+            outs.append(dataclasses.replace(o.outputs[0], index=c))
+    finished = all(o is not None and o.finished for o in latest)
+    metrics = base.metrics
+    if metrics is not None:
+        def latest_of(name):
+            vals = [getattr(o.metrics, name) for o in latest if o is not None and o.metrics is not None]
+            vals = [v for v in vals if v is not None]
+            return max(vals) if vals else None
+
+        metrics = dataclasses.replace(metrics, last_token_time=latest_of("last_token_time"),
+                                      finished_time=latest_of("finished_time") if finished else None)
+    return dataclasses.replace(base, outputs=outs, finished=finished, delta_text="", metrics=metrics)
 
 
 class AsyncLLM:
@@ -209,7 +249,10 @@ class AsyncLLM:
         for it (when the caller falls behind, outputs are merged: the newest one, delta_text joined), the last one
         with finished=True. prompt: a str, a list of int token ids, or a {"prompt"} / {"prompt_token_ids"} dict.
         request_id: unique among running requests (a ValueError otherwise). Leaving the `async for` early (break,
-        task cancelled) aborts the request. An aborted request (abort()) ends with finish_reason "abort". Bad
+        task cancelled) aborts the request. An aborted request (abort()) ends with finish_reason "abort". n > 1 (as
+        vLLM and LLM.generate): each choice is its own engine request (choice c seeded seed + c when seeded), every
+        output holds all n choices (outputs[c]; not yet started ones empty) with delta_text "", finished once all
+        are; abort() and leaving early abort every choice. Bad
         sampling params or prompts raise ValueError / TypeError from the first iteration. lora_request must be None
         (no LoRA adapters); trace_headers and priority are accepted and ignored (vLLM's signature)."""
         from . import SamplingParams
@@ -228,52 +271,84 @@ class AsyncLLM:
         core = self._core
         if core.dead is not None:
             raise core.dead
+        params = self._with_seed(sampling_params)
+        n = params.n
+        if not isinstance(n, int) or not 1 <= n <= 1024:
+            raise ValueError(f"SamplingParams.n must be in [1, 1024], got {n}")
+        if n > 1:  # one engine request per choice, choice c seeded seed + c (as LLM.generate)
+            choices = []
+            for c in range(n):
+                q = params.clone()
+                q.n = 1
+                if q.seed is not None:
+                    q.seed = (q.seed + c) % 2**64
+                choices.append(q)
+        else:
+            choices = [params]
         stream = _Stream(asyncio.get_running_loop(), request_id)
         with core.cv:
             if request_id in core.users:
                 raise ValueError(f"request_id '{request_id}' is already running")
-            engine_id = f"{request_id}#{next(core.counter)}"
-            core.users[request_id] = engine_id
-            core.streams[engine_id] = stream
+            base = f"{request_id}#{next(core.counter)}"
+            engine_ids = [base] if n == 1 else [f"{base}.{c}" for c in range(n)]
+            core.users[request_id] = list(engine_ids)
+            for e in engine_ids:
+                core.streams[e] = stream
+        engine_prompt = list(prompt) if isinstance(prompt, tuple) else prompt
         try:
-            core.submit(("add", engine_id, list(prompt) if isinstance(prompt, tuple) else prompt,
-                         self._with_seed(sampling_params)))
+            core.submit(*(("add", e, engine_prompt, q) for e, q in zip(engine_ids, choices)))
         except BaseException:
             with core.cv:
-                core.streams.pop(engine_id, None)
+                for e in engine_ids:
+                    core.streams.pop(e, None)
                 core.users.pop(request_id, None)
             raise
-        finished = False
+        from . import _is_text_prompt
+
+        text_prompt = _is_text_prompt(prompt)
+        choice_of = {e: c for c, e in enumerate(engine_ids)}
+        latest: List[Optional[RequestOutput]] = [None] * n  # each choice's newest output
         last: Optional[RequestOutput] = None
         try:
-            while not finished:
-                item = await stream.queue.get()
-                delta = ""
-                while not stream.queue.empty() and isinstance(item, RequestOutput) and not item.finished:
-                    delta += item.delta_text  # merge outputs the caller fell behind on (they are cumulative)
-                    item = stream.queue.get_nowait()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                if item is _ABORTED:
-                    finished = True
-                    yield _aborted_output(request_id, prompt, last)
-                    return
-                if delta:
-                    item.delta_text = delta + item.delta_text
-                item.request_id = request_id  # the caller's id, not the engine's
-                finished = item.finished
-                last = item
-                yield item
+            while last is None or not last.finished:
+                items = [await stream.queue.get()]
+                while not stream.queue.empty():  # outputs the caller fell behind on: merged into one (cumulative)
+                    items.append(stream.queue.get_nowait())
+                delta, changed = "", False
+                for item in items:
+                    if isinstance(item, BaseException):
+                        raise item
+                    if item is _ABORTED:  # abort() aborts every choice
+                        yield _aborted_output(request_id, prompt, last, n, params.logprobs is not None)
+                        return
+                    c = choice_of.get(item.request_id)
+                    if c is None:
+                        continue
+                    delta += item.delta_text
+                    latest[c] = item
+                    changed = True
+                if not changed:
+                    continue
+                if n == 1:
+                    out = latest[0]
+                    out.delta_text = delta
+                else:
+                    out = _merge_choices(latest, params.logprobs is not None)
+                out.request_id = request_id  # the caller's id, not the engine's
+                if not text_prompt:
+                    out.prompt = None  # token ids alone (vLLM)
+                last = out
+                yield out
         finally:
-            if not finished:  # the caller left early: free the request's engine state
-                with core.cv:
-                    if core.streams.get(engine_id) is stream:
-                        del core.streams[engine_id]
-                    if core.users.get(request_id) == engine_id:
-                        del core.users[request_id]
+            # Choices still running (the caller left early, an error, an abort): free their engine state.
+            with core.cv:
+                left = [e for e in engine_ids if core.streams.get(e) is stream]
+                for e in left:
+                    del core.streams[e]
+                    core.forget(request_id, e)
+            if left:
                 try:
-                    core.submit(("abort", engine_id))
+                    core.submit(*(("abort", e) for e in left))
                 except RuntimeError:
                     pass
 
@@ -286,9 +361,9 @@ class AsyncLLM:
                 raise TypeError(f"request_id must be a str, got {type(rid).__name__}")
         for rid in ids:
             with self._core.cv:
-                engine_id = self._core.users.get(rid)
-            if engine_id is not None:
-                self._core.submit(("abort", engine_id))
+                engine_ids = list(self._core.users.get(rid, ()))
+            if engine_ids:
+                self._core.submit(*(("abort", e) for e in engine_ids))  # every choice of n > 1
 
     async def get_tokenizer(self):
         """The engine's tokenizer (vLLM's AsyncLLM.get_tokenizer)."""
@@ -313,6 +388,9 @@ class AsyncLLM:
     def shutdown(self) -> None:
         """Stops the engine loop; running requests end with a RuntimeError. Idempotent."""
         self._core.shutdown()
+
+    def __reduce__(self):
+        raise TypeError("ssmserve.AsyncLLM objects cannot be pickled or copied (they own a running engine)")
 
     def __enter__(self) -> "AsyncLLM":
         return self

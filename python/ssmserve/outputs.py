@@ -48,14 +48,15 @@ class RequestMetrics:
 class RequestOutput:
     """A request's state (vLLM's RequestOutput).
 
-    request_id (str); prompt (the prompt text; for a token-id prompt the text given with it, else ""); prompt_token_ids
+    request_id (str); prompt (the prompt text; for a token-id prompt the text given with it, else None); prompt_token_ids
     (list[int]); outputs (list[CompletionOutput], one per choice of n); finished (bool). prompt_logprobs: None
     unless SamplingParams.prompt_logprobs was set, else one entry per prompt token: None for the first, then a
     dict[token_id, Logprob] of the prompt token and the top-k. num_cached_tokens: prompt tokens served from the
     prefix cache. metrics: a RequestMetrics. In a stream, delta_text is the text that became final since the
-    previous output (never half a character or part of a possible stop string)."""
+    previous output (never half a character or part of a possible stop string); "" in AsyncLLM streams of n > 1
+    (each choice's cumulative text is outputs[c].text)."""
     request_id: str
-    prompt: str
+    prompt: Optional[str]
     prompt_token_ids: List[int]
     outputs: List[CompletionOutput]
     finished: bool
