@@ -314,31 +314,34 @@ class AsyncLLM:
                 items = [await stream.queue.get()]
                 while not stream.queue.empty():  # outputs the caller fell behind on: merged into one (cumulative)
                     items.append(stream.queue.get_nowait())
-                delta, changed = "", False
+                delta, changed, aborted = "", False, False
                 for item in items:
                     if isinstance(item, BaseException):
                         raise item
                     if item is _ABORTED:  # abort() aborts every choice
-                        yield _aborted_output(request_id, prompt, last, n, params.logprobs is not None)
-                        return
+                        aborted = True
+                        break
                     c = choice_of.get(item.request_id)
                     if c is None:
                         continue
                     delta += item.delta_text
                     latest[c] = item
                     changed = True
-                if not changed:
-                    continue
-                if n == 1:
-                    out = latest[0]
-                    out.delta_text = delta
-                else:
-                    out = _merge_choices(latest, params.logprobs is not None)
-                out.request_id = request_id  # the caller's id, not the engine's
-                if not text_prompt:
-                    out.prompt = None  # token ids alone (vLLM)
-                last = out
-                yield out
+                if changed:
+                    if n == 1:
+                        out = latest[0]
+                        out.delta_text = delta
+                    else:
+                        out = _merge_choices(latest, params.logprobs is not None)
+                    out.request_id = request_id  # the caller's id, not the engine's
+                    if not text_prompt:
+                        out.prompt = None  # token ids alone (vLLM)
+                    last = out
+                if aborted:
+                    yield _aborted_output(request_id, prompt, last, n, params.logprobs is not None)
+                    return
+                if changed:
+                    yield last
         finally:
             # Choices still running (the caller left early, an error, an abort): free their engine state.
             with core.cv:
