@@ -8,12 +8,14 @@
 
 #include <chrono>
 #include <deque>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
 #include "engine/llm_engine.h"
@@ -32,6 +34,15 @@ namespace {
 /// the GIL back while Python exits); the forced unwind (abi::__forced_unwind) is then under way.
 thread_local bool t_thread_exiting = false;
 
+/// True once the interpreter is finalizing (Python is exiting).
+bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 /// Releases the GIL for its scope, as py::gil_scoped_release, for code that may meet interpreter finalization:
 /// CPython ends a daemon thread that takes the GIL back while Python exits with pthread_exit, whose forced unwind
 /// must pass through to the thread's start. So the destructor may itself exit the thread (noexcept(false): never
@@ -41,7 +52,13 @@ class GilRelease {
  public:
   GilRelease() : state_(PyEval_SaveThread()) {}
   ~GilRelease() noexcept(false) {
-    if (!t_thread_exiting) restore();
+    if (t_thread_exiting) return;
+    if (std::uncaught_exceptions() > 0 && python_finalizing()) {
+      // An engine error is under way while Python exits: taking the GIL back would end the thread inside this
+      // unwind (std::terminate), so the thread waits for the process to end (as CPython 3.14 parks such threads).
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    restore();
   }
   GilRelease(const GilRelease&) = delete;
   GilRelease& operator=(const GilRelease&) = delete;
