@@ -3,8 +3,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,38 @@ inline void expect_identical_outputs(const std::vector<RequestOutput>& got, cons
       }
     }
   }
+}
+
+/// Per generated token (entries of SamplingParams::logprobs >= 2: [chosen, top...]): the chosen token's logprob minus
+/// the best other listed token's, +inf when none is listed. A greedy run's margin is how far its pick was from a tie.
+inline std::vector<float> greedy_margins(const std::vector<std::vector<TokenLogprob>>& lps) {
+  std::vector<float> m;
+  for (const auto& e : lps) {
+    float other = -std::numeric_limits<float>::infinity();
+    for (size_t k = 1; k < e.size(); ++k)
+      if (e[k].id != e.at(0).id) other = std::max(other, e[k].logprob);
+    m.push_back(e.at(0).logprob - other);
+  }
+  return m;
+}
+
+/// Greedy ids of two GPU paths whose GEMMs see different row counts (bf16 sums in another order, so logits differ in
+/// the last bits): equal, or equal up to a first difference where the reference `want` was at a near tie (margin <
+/// `tie`: the other path picked the runner-up; not a bug) and after which the sequences are not comparable. Fails
+/// the test on any other difference. Returns the number of leading tokens the caller may compare logprobs on.
+inline size_t greedy_prefix_up_to_tie(const std::vector<int>& got, const std::vector<int>& want,
+                                      const std::vector<float>& want_margins, double tie, const std::string& what) {
+  const size_t n = std::min(got.size(), want.size());
+  for (size_t t = 0; t < n; ++t) {
+    if (got[t] == want[t]) continue;
+    const float margin = t < want_margins.size() ? want_margins[t] : std::numeric_limits<float>::infinity();
+    EXPECT_LT(margin, tie) << what << ": token " << t << " differs (" << got[t] << " vs " << want[t]
+                           << ") where the reference's pick was " << margin << " from the runner-up, not a near tie";
+    if (margin < tie) std::printf("[tie] %s: token %zu flipped at a near tie (margin %.3g)\n", what.c_str(), t, margin);
+    return t;
+  }
+  EXPECT_EQ(got.size(), want.size()) << what;
+  return n;
 }
 
 }  // namespace ssmserve::cudatest
