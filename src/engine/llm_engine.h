@@ -100,7 +100,11 @@ class LLMEngine {
   void set_output_kind(OutputKind k) { output_kind_ = k; }
 
  private:
-  struct RowPlan;
+  /// Which positions of a scheduled request need logits, and where its rows start in the logits buffer.
+  struct RowPlan {
+    int first_logit_row = 0;
+    std::vector<int> positions;  ///< sequence positions whose next-token distribution is needed
+  };
   /// step()'s body (step() ends the scheduler's step when it throws).
   std::vector<RequestOutput> step_impl();
   /// picks: the step's device greedy picks (one per logits row) instead of logits, or nullptr. Returns the tokens

@@ -1,0 +1,50 @@
+// Owns EngineConfig's checks (see engine_config.h): every flag's range, named as the CLI spells it.
+#include "engine/engine_config.h"
+
+#include <cmath>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/spec_decode.h"
+#include "model/tensor_parallel.h"
+
+namespace ssmserve {
+
+int max_num_threads() {
+  return std::max(64, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+void EngineConfig::validate() const {
+  SSM_CHECK(scheduler.max_num_batched_tokens >= 1 && scheduler.max_num_batched_tokens <= kMaxNumBatchedTokens,
+            "--max-num-batched-tokens must be in [1, {}] (got {})", kMaxNumBatchedTokens, scheduler.max_num_batched_tokens);
+  SSM_CHECK(scheduler.max_num_seqs >= 1 && scheduler.max_num_seqs <= kMaxNumSeqs, "--max-num-seqs must be in [1, {}] (got {})",
+            kMaxNumSeqs, scheduler.max_num_seqs);
+  SSM_CHECK(num_state_blocks == 0 || (num_state_blocks >= 2 && num_state_blocks <= kMaxNumStateBlocks),
+            "--num-state-blocks must be 0 (= max-num-seqs + 1) or in [2, {}] (block 0 is the null block), got {}",
+            kMaxNumStateBlocks, num_state_blocks);
+  SSM_CHECK(num_threads >= 0 && num_threads <= max_num_threads(),
+            "--threads must be in [0, {}] (0 = all cores; this machine has {} hardware threads), got {}", max_num_threads(),
+            std::thread::hardware_concurrency(), num_threads);
+  SSM_CHECK(tensor_parallel_size >= 1 && tensor_parallel_size <= kMaxTensorParallelSize,
+            "--tensor-parallel-size must be in [1, {}] (got {})", kMaxTensorParallelSize, tensor_parallel_size);
+  SSM_CHECK(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0,
+            "--gpu-memory-utilization must be in (0, 1] (got {})", gpu_memory_utilization);
+  SSM_CHECK(max_model_len >= 0, "max_model_len must be >= 1 tokens, or 0 for the model's context (got {})", max_model_len);
+  SSM_CHECK(pad_decode_batches_to >= 0, "pad_decode_batches_to must be >= 0 (got {})", pad_decode_batches_to);
+  SSM_CHECK(num_scheduler_steps >= 1 && num_scheduler_steps <= kMaxSchedulerSteps,
+            "--num-scheduler-steps must be in [1, {}] (got {})", kMaxSchedulerSteps, num_scheduler_steps);
+  (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
+  SSM_CHECK(mamba_cache_mode == "none" || mamba_cache_mode == "align" || mamba_cache_mode == "all",
+            "--mamba-cache-mode must be none, align or all (got \"{}\")", mamba_cache_mode);
+  const SpeculativeConfig spec = SpeculativeConfig::parse(speculative_config);  // throws naming the field
+  SSM_CHECK(!spec.benchmark_only() || allow_benchmark_proposers,
+            "--speculative-config: method \"{}\" is a benchmark-only drafter (it replays a recorded continuation at a "
+            "chosen acceptance rate); only `ssmserve bench latency --speculative-config ... --replay-acceptance-rates` "
+            "runs it. Use method ngram or draft_model", spec.method);
+  SSM_CHECK(std::isfinite(swap_space) && swap_space >= 0.0, "--swap-space must be >= 0 GiB (got {})", swap_space);
+  SSM_CHECK(mamba_block_size >= 0 && mamba_block_size <= kMaxNumBatchedTokens,
+            "--mamba-block-size must be in [1, {}] tokens, or 0 for the model's default (got {})", kMaxNumBatchedTokens,
+            mamba_block_size);
+}
+
+}  // namespace ssmserve
