@@ -3,7 +3,7 @@
 // columns written, d more rows in every GEMM), and a draft that is rejected buys nothing, so a request whose drafts
 // keep failing verifies fewer of them, down to none, with a one-draft probe now and then to notice when they start to
 // match again (a quoting passage after free text). Output never depends on it: every verified position is sampled as a
-// plain step would sample it (llm_engine.cpp), whatever d is.
+// plain step would sample it (engine/step_outputs.cpp), whatever d is.
 #pragma once
 #include <algorithm>
 #include <cmath>
