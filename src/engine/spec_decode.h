@@ -1,8 +1,9 @@
 // Owns speculative decoding's engine-side pieces (vllm-ssm-design.md §6): the parsed --speculative-config (vLLM's
 // SpeculativeConfig names), the proposer interface that drafts tokens for the running requests (n-gram prompt lookup
 // here; a draft model or an MTP head is one more Proposer), and the acceptance counters. The verify rows themselves
-// (1 + k tokens, one state column per token) are built by the engine (engine/llm_engine.cpp; accepted in engine/step_outputs.cpp), scheduled by
-// engine/scheduler.cpp and run by the decode kernels through kernels/decode_rows.h.
+// (1 + k tokens, one state column per token) are built by the engine (engine/llm_engine.cpp), scheduled by
+// engine/scheduler.cpp, run by the decode kernels through kernels/decode_rows.h and accepted in
+// engine/step_outputs.cpp.
 #pragma once
 #include <cstdint>
 #include <filesystem>
