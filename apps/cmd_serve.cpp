@@ -178,7 +178,8 @@ Runner add_serve(CLI::App& app) {
                 "--tool-call-parser; as vLLM)");
   cmd->add_option("--tool-call-parser", a->server.tool_call_parser,
                   "Format of the tool calls the model writes: hermes (Qwen, Hermes, Granite 4.0 <tool_call>), granite "
-                  "(<|tool_call|>), jamba, minimax, nemotron_json (<TOOLCALL>)");
+                  "(<|tool_call|>), jamba, minimax, nemotron_json (<TOOLCALL>), qwen3_coder / qwen3_xml (Qwen3-Coder, "
+                  "Qwen3.5, Qwen3.6, Qwen3-Next: <tool_call><function=NAME><parameter=ARG>)");
   cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: tokenizer_config.json's, else plain)");
   cmd->add_flag("--trust-request-chat-template", a->server.trust_request_chat_template,
                 "Render a chat request's own \"chat_template\" (else it is a 400; as vLLM)");

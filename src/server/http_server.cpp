@@ -376,6 +376,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
       if (!opt_.enable_auto_tool_choice || opt_.tool_call_parser.empty())
         bad_request(cr.tool_choice_given ? "tool_choice" : "tools", "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
       job->tool_parser = opt_.tool_call_parser;
+      job->tools = cr.tools;
     }
     PromptInput in;
     in.text = render_chat(cr);  // ApiError 400 when the template fails

@@ -28,7 +28,7 @@ ResponseBuilder::ResponseBuilder(std::shared_ptr<GenerationJob> job) : job_(std:
   num_tool_calls_.assign(choices, 0);
   placeholder_ = fmt::format("ssm-lp-{:016x}-", std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}());
   if (job_->chat && job_->stream && !job_->tool_parser.empty())
-    for (size_t i = 0; i < choices; ++i) tool_parsers_.push_back(make_tool_parser(job_->tool_parser));
+    for (size_t i = 0; i < choices; ++i) tool_parsers_.push_back(make_tool_parser(job_->tool_parser, job_->tools));
 }
 
 std::string ResponseBuilder::token_text(int id) const {
@@ -148,9 +148,10 @@ std::vector<json> ResponseBuilder::on_output(int index, RequestOutput&& out) {
   json finish = out.finished ? json(std::string(finish_reason_name(c.finish_reason))) : json(nullptr);
   const json stop = out.finished ? stop_reason_json(c) : json(nullptr);
   if (job_->chat && !tool_parsers_.empty()) {
-    // Tool calls: content streams as it comes (a possible start tag held back); a call goes out whole, in one
-    // delta with its id, name and arguments, once its end tag arrived (vLLM streams the arguments in pieces; the
-    // accumulated message is the same).
+    // Tool calls: content streams as it comes (a possible start tag held back). A call begins with a piece that
+    // has its id and name; JSON formats send it whole, in one delta once its end tag arrived (vLLM streams the
+    // arguments in pieces; the accumulated message is the same); qwen3_coder sends the arguments in later pieces
+    // ({"index", "function": {"arguments"}}), as vLLM.
     ToolParser& tp = *tool_parsers_[index];
     ToolParser::Delta d = tp.feed(out.delta_text, out.finished);
     if (out.finished && tp.called()) finish = "tool_calls";
@@ -159,7 +160,10 @@ std::vector<json> ResponseBuilder::on_output(int index, RequestOutput&& out) {
     if (!d.content.empty() || (d.calls.empty() && !out.finished)) delta["content"] = d.content;
     if (!d.calls.empty()) {
       json calls = json::array();
-      for (const auto& call : d.calls) calls.push_back(call.to_json(num_tool_calls_[index]++));
+      for (const auto& call : d.calls) {
+        if (!call.id.empty()) calls.push_back(call.to_json(num_tool_calls_[index]++));
+        else calls.push_back({{"index", num_tool_calls_[index] - 1}, {"function", {{"arguments", call.arguments}}}});
+      }
       delta["tool_calls"] = std::move(calls);
     }
     chunks.push_back(chunk({{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
@@ -323,7 +327,7 @@ json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
       json lp = job_->logprobs ? chat_logprobs(c.logprobs, 0) : json(nullptr);
       json message = {{"role", "assistant"}, {"content", job_->chat_echo + c.text}};
       if (!job_->tool_parser.empty()) {  // vLLM: tool_calls (a list) and content before them, or null
-        const ExtractedToolCalls tc = make_tool_parser(job_->tool_parser)->extract(c.text);
+        const ExtractedToolCalls tc = make_tool_parser(job_->tool_parser, job_->tools)->extract(c.text);
         json calls = json::array();
         for (const auto& call : tc.calls) calls.push_back(call.to_json());
         if (tc.tools_called) {

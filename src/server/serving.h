@@ -36,6 +36,7 @@ struct GenerationJob {
   std::optional<int> logprobs;       ///< completions: top-k count; chat: top_logprobs when logprobs = true
   std::optional<int> prompt_logprobs;  ///< completions' prompt_logprobs (top-k count): each choice's "prompt_logprobs"
   std::string tool_parser;           ///< chat with tool_choice "auto": the --tool-call-parser name, else ""
+  nlohmann::ordered_json tools;      ///< the request's tools (with tool_parser: qwen3_coder types values by them)
   std::vector<std::string> request_ids;  ///< [prompts.size() * n], choice index = prompt * n + i
   std::shared_ptr<OutputChannel> channel;
   const Tokenizer* tokenizer = nullptr;

@@ -1,6 +1,7 @@
 // Owns the tool-call parsers of the chat endpoint (vLLM's --tool-call-parser): they find the tool calls a model
-// wrote in its output text (e.g. Hermes / Qwen `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), whole
-// or while the text streams, and split them from the message content.
+// wrote in its output text (e.g. Hermes / Qwen `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, or the
+// Qwen3-Coder / Qwen3.5 XML form `<tool_call><function=NAME><parameter=ARG>VALUE</parameter></function></tool_call>`),
+// whole or while the text streams, and split them from the message content.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -28,41 +29,63 @@ struct ExtractedToolCalls {
   std::vector<ToolCall> calls;
 };
 
-/// A tool-call format: calls written as JSON after a start tag, up to an end tag (or the end of the text when the
-/// format has none). The JSON is one call `{"name", "arguments" | "parameters"}` or a list of them. Stateless but
-/// for the streaming position, so use one per choice.
+/// A tool-call parser (one per output: it keeps the streaming position). Subclasses are the formats registered in
+/// tool_parsers.cpp (make_tool_parser).
 class ToolParser {
  public:
-  /// A streamed piece: content to send and calls completed by it.
+  /// A streamed piece: content to send and call pieces. A piece with an id begins a call (its id, name and the
+  /// start of its arguments); a piece without one (empty id and name) appends `arguments` text to the last begun
+  /// call. Formats that send calls whole send one piece per call; qwen3_coder sends the name, then the arguments as
+  /// they complete. The concatenated arguments of a call are its JSON text.
   struct Delta {
     std::string content;
     std::vector<ToolCall> calls;
   };
-  ToolParser(std::string name, std::string start_tag, std::string end_tag);
-  /// The calls in a whole output (vLLM's extract_tool_calls): the content is the text before the first start tag
-  /// (null when empty). A call that is not valid JSON leaves the whole text as content with no calls, as vLLM.
-  ExtractedToolCalls extract(const std::string& text) const;
+  virtual ~ToolParser() = default;
+  /// The calls in a whole output (vLLM's extract_tool_calls): the content is the text before the first call
+  /// (has_content false when empty); without any valid call the whole text is content.
+  virtual ExtractedToolCalls extract(const std::string& text) const = 0;
   /// Streaming: takes the next piece of the output; returns the content it can send now (text that may begin a
-  /// start tag is held back) and the calls whose end tag arrived. `final`: the output ended (an unterminated call
-  /// is parsed as it is; if it is not valid JSON its text is sent as content).
-  Delta feed(std::string_view text, bool final);
-  /// Whether feed() returned any call so far.
+  /// tag is held back) and call pieces. `final`: the output ended (unterminated calls are closed, or sent as
+  /// content when they are not calls).
+  virtual Delta feed(std::string_view text, bool final) = 0;
+  /// Whether feed() began any call so far.
   bool called() const { return num_calls_ > 0; }
   const std::string& name() const { return name_; }
+
+ protected:
+  explicit ToolParser(std::string name) : name_(std::move(name)) {}
+  std::string name_;
+  int num_calls_ = 0;  // calls begun by feed()
+};
+
+/// A tag + JSON format (hermes, granite, jamba, minimax, nemotron_json): calls written as JSON after a start tag,
+/// up to an end tag (or the end of the text when the format has none). The JSON is one call
+/// `{"name", "arguments" | "parameters"}` or a list of them (or one per line). Streamed calls go out whole once
+/// their end tag arrived.
+class JsonToolParser : public ToolParser {
+ public:
+  JsonToolParser(std::string name, std::string start_tag, std::string end_tag);
+  /// As ToolParser::extract; a call that is not valid JSON leaves the whole text as content with no calls, as vLLM.
+  ExtractedToolCalls extract(const std::string& text) const override;
+  /// As ToolParser::feed; an unterminated call at `final` is parsed as it is (not valid JSON: sent as content).
+  Delta feed(std::string_view text, bool final) override;
 
  private:
   /// Parses the JSON of one tagged block into calls; false when it is not a call or a list of calls.
   bool parse_block(std::string_view body, std::vector<ToolCall>& out) const;
 
-  std::string name_, start_, end_;
+  std::string start_, end_;
   std::string buf_;        // streamed text not yet sent or parsed
   bool in_call_ = false;   // buf_ holds the inside of a call (after its start tag)
-  int num_calls_ = 0;
 };
 
-/// A new parser of the format `name` (hermes, granite, nemotron: see tool_parser_names()). Throws Error for an
-/// unknown name, listing the known ones.
-std::unique_ptr<ToolParser> make_tool_parser(const std::string& name);
+/// A new parser of the format `name` (hermes, granite, jamba, minimax, nemotron_json, qwen3_coder / qwen3_xml: see
+/// tool_parser_names()). `tools`: the request's tools (OpenAI `[{"type": "function", "function": {"name",
+/// "parameters"}}]`, or null); qwen3_coder converts parameter values by their JSON-schema types there, the others
+/// ignore it. Throws Error for an unknown name, listing the known ones.
+std::unique_ptr<ToolParser> make_tool_parser(const std::string& name,
+                                             const nlohmann::ordered_json& tools = nlohmann::ordered_json());
 /// The registered parser names.
 std::vector<std::string> tool_parser_names();
 /// JSON text as Python's json.dumps(x, ensure_ascii=False) writes it (", " and ": " separators), which is how vLLM
