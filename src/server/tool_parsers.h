@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,10 +87,17 @@ class JsonToolParser : public ToolParser {
 /// ignore it. Throws Error for an unknown name, listing the known ones.
 std::unique_ptr<ToolParser> make_tool_parser(const std::string& name,
                                              const nlohmann::ordered_json& tools = nlohmann::ordered_json());
+/// The qwen3_coder / qwen3_xml parser (tool_parser_qwen3_coder.cpp), as make_tool_parser("qwen3_coder", tools).
+std::unique_ptr<ToolParser> make_qwen3_coder_tool_parser(const std::string& name, const nlohmann::ordered_json& tools);
 /// The registered parser names.
 std::vector<std::string> tool_parser_names();
 /// JSON text as Python's json.dumps(x, ensure_ascii=False) writes it (", " and ": " separators), which is how vLLM
 /// renders a call's arguments.
 std::string python_json_dumps(const nlohmann::ordered_json& x);
+/// A new tool-call id, as vLLM's: "chatcmpl-tool-" and 32 random hex digits.
+std::string new_tool_call_id();
+/// `text` parsed as JSON, or nullopt when it is not JSON or nests deeper than 256 [ / { levels (parsing and
+/// rendering recurse; vLLM's json.loads stops at Python's recursion limit too).
+std::optional<nlohmann::ordered_json> parse_json_bounded(std::string_view text);
 
 }  // namespace ssmserve::server

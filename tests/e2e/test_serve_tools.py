@@ -1,8 +1,9 @@
 # Tools on /v1/chat/completions (issue 32), as vLLM: `tools` reach the chat template (also with tool_choice
 # "none"); tool_choice "auto" (the default with tools) needs --enable-auto-tool-choice and --tool-call-parser, and
 # then the response carries `tool_calls` (a list); "required" and named choices (guided decoding) are 400s naming
-# tool_choice; assistant tool-call arguments reach the template as objects. The parsers themselves (calls found in
-# whole and streamed outputs) are checked in tests/unit/test_server_tool_calls.cpp: tiny-mamba writes no calls.
+# tool_choice; assistant tool-call arguments reach the template as objects; qwen3_coder (Qwen3.5's XML calls) serves
+# as hermes does. The parsers themselves (calls found in whole and streamed outputs) are checked in
+# tests/unit/test_server_tool_calls.cpp: tiny-mamba writes no calls.
 import json
 import subprocess
 
@@ -16,6 +17,7 @@ except ImportError:  # openai >= 3 depends on the httpx2 fork
 from conftest import BINARY, MODEL, MODEL_NAME, ROOT, Server
 
 QWEN_TEMPLATE = ROOT / "tests" / "data" / "tokenizers" / "chat" / "qwen3.jinja"
+QWEN3_5_TEMPLATE = ROOT / "tests" / "data" / "tokenizers" / "chat" / "qwen3_5.jinja"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
 MESSAGES = [{"role": "user", "content": "Weather in Paris?"}]
@@ -109,6 +111,37 @@ def test_without_the_flags_auto_is_refused_and_none_renders_the_tools():
         assert '"get_weather"' in rendered(s, {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "none"})
         r = httpx.post(s.base_url + "/v1/chat/completions", json={"messages": MESSAGES, "tool_choice": "auto"})
         assert r.status_code == 400 and "`tools` must be set" in r.json()["error"]["message"]
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("parser", ["qwen3_coder", "qwen3_xml"])
+def test_qwen3_coder_parser_with_the_qwen3_5_template(parser):
+    s = Server("--enable-auto-tool-choice", "--tool-call-parser", parser, "--chat-template", QWEN3_5_TEMPLATE)
+    try:
+        import openai
+
+        client = openai.OpenAI(base_url=s.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+        r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, tools=tools, max_tokens=12,
+                                           temperature=0, seed=1)
+        m = r.choices[0].message
+        assert m.tool_calls == [] and isinstance(m.content, str) and m.content
+        text = ""
+        for chunk in client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, tools=tools, max_tokens=12,
+                                                    temperature=0, seed=1, stream=True):
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+                assert not chunk.choices[0].delta.tool_calls
+        assert text == m.content
+        # The template writes past calls in the XML form the parser reads (arguments as objects).
+        history = MESSAGES + [{"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "days": 2})}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+        prompt = rendered(s, {"messages": history, "tools": tools})
+        assert "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n" in prompt
+        assert "<function=example_function_name>" in prompt  # the format the model is told to write
     finally:
         s.stop()
 

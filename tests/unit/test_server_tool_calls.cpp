@@ -271,7 +271,9 @@ TEST(ToolParsersQwen3Coder, MalformedInputNeverCrashes) {
     std::string text;
     for (int k = rng() % 12; k >= 0; --k) text += parts[rng() % parts.size()];
     const ExtractedToolCalls whole = make_tool_parser("qwen3_coder", tools)->extract(text);
-    if (!whole.tools_called) EXPECT_EQ(whole.content, text);
+    if (!whole.tools_called) {
+      EXPECT_EQ(whole.content, text);
+    }
     const size_t cut = text.empty() ? 0 : rng() % text.size();
     const auto [content, calls] = stream("qwen3_coder", text, {cut, cut + rng() % 5}, tools);
     ASSERT_EQ(content, whole.tools_called ? whole.content : text) << text;
@@ -316,12 +318,14 @@ RequestOutput output(const std::string& text, bool finished) {
   return o;
 }
 
-std::shared_ptr<GenerationJob> chat_job(bool stream) {
+std::shared_ptr<GenerationJob> chat_job(bool stream, const std::string& parser = "hermes",
+                                        const nlohmann::ordered_json& tools = nullptr) {
   auto job = std::make_shared<GenerationJob>();
   job->chat = true;
   job->id = "chatcmpl-1";
   job->stream = stream;
-  job->tool_parser = "hermes";
+  job->tool_parser = parser;
+  job->tools = tools;
   job->request_ids = {"r"};
   job->prompts.resize(1);
   return job;
@@ -361,6 +365,58 @@ TEST(ToolParsers, ResponseBuilderWholeAndStreamed) {
     ASSERT_EQ(calls.size(), 1u);
     EXPECT_EQ(calls[0]["index"], 0);
     EXPECT_EQ(calls[0]["function"]["arguments"], "{\"x\": 1}");
+    EXPECT_EQ(finish, "tool_calls");
+  }
+}
+
+TEST(ToolParsersQwen3Coder, ResponseBuilderWholeAndStreamed) {
+  const std::vector<std::string> pieces = {"Checking.<tool_", "call>\n<function=get_weather>\n<parameter=city>\nOslo\n</param",
+                                           "eter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+                                           "<function=f>\n<parameter=b>\ntrue\n</parameter>\n</function>\n</tool_call>"};
+  {
+    ResponseBuilder rb(chat_job(false, "qwen3_coder", qwen_tools()));
+    for (size_t i = 0; i < pieces.size(); ++i) rb.on_output(0, output(pieces[i], i + 1 == pieces.size()));
+    ASSERT_TRUE(rb.all_finished());
+    const json r = rb.final_response();
+    const json& choice = r["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls");
+    EXPECT_EQ(choice["message"]["content"], "Checking.");
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), 2u);
+    EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Oslo\", \"days\": 2}");
+    EXPECT_EQ(choice["message"]["tool_calls"][1]["function"]["arguments"], "{\"b\": true}");
+  }
+  {
+    ResponseBuilder rb(chat_job(true, "qwen3_coder", qwen_tools()));
+    std::vector<json> chunks;
+    for (size_t i = 0; i < pieces.size(); ++i)
+      for (auto& c : rb.on_output(0, output(pieces[i], i + 1 == pieces.size()))) chunks.push_back(std::move(c));
+    std::string content;
+    std::vector<json> calls;  // merged by index, as OpenAI clients do
+    json finish;
+    for (const auto& c : chunks) {
+      const json& d = c["choices"][0]["delta"];
+      if (d.contains("content")) content += d["content"].get<std::string>();
+      if (d.contains("tool_calls"))
+        for (const auto& t : d["tool_calls"]) {
+          const size_t i = t["index"].get<size_t>();
+          if (t.contains("id")) {  // a call begins: id, type and name, once
+            ASSERT_EQ(i, calls.size());
+            EXPECT_EQ(t["type"], "function");
+            calls.push_back(t);
+          } else {
+            ASSERT_LT(i, calls.size());
+            EXPECT_FALSE(t["function"].contains("name"));
+            calls[i]["function"]["arguments"] = calls[i]["function"]["arguments"].get<std::string>() + t["function"]["arguments"].get<std::string>();
+          }
+        }
+      if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(content, "Checking.");
+    ASSERT_EQ(calls.size(), 2u);
+    EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(calls[0]["function"]["arguments"], "{\"city\": \"Oslo\", \"days\": 2}");
+    EXPECT_EQ(calls[1]["function"]["arguments"], "{\"b\": true}");
     EXPECT_EQ(finish, "tool_calls");
   }
 }
