@@ -116,15 +116,18 @@ class Tokenizer:
     encode(text) -> token ids (no special tokens added, as prompts are encoded), decode(ids,
     skip_special_tokens=False) -> str, vocab_size, eos_token_id (the first of the model's EOS ids, or None)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, pid: Optional[int] = None):
         self._engine = engine
+        self._pid = os.getpid() if pid is None else pid  # the process that created the engine (see _check_process)
 
     def encode(self, text: str) -> List[int]:
         if not isinstance(text, str):
             raise TypeError(f"encode() takes a str, got {type(text).__name__}")
+        _check_process(self._pid, "tokenizer's LLM")
         return self._engine.encode(text)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        _check_process(self._pid, "tokenizer's LLM")
         return self._engine.decode(list(ids), skip_special_tokens)
 
     @property
@@ -143,6 +146,14 @@ class Tokenizer:
 # LLM(...) keyword arguments beyond vLLM's named ones that the engine takes (as the CLI's flags).
 _SSMSERVE_ENGINE_ARGS = ("num_state_blocks", "threads", "num_threads", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
                          "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size", "swap_space")
+
+
+def _check_process(pid: int, what: str = "LLM") -> None:
+    """RuntimeError when called in another process than the one (pid) that created the engine: after os.fork() the
+    child has none of the engine's threads (libgomp's pool, the AsyncLLM loop), so using it would hang."""
+    if os.getpid() != pid:
+        raise RuntimeError(f"this {what} was created in process {pid}; an LLM cannot be used across fork(): create it "
+                           "in the child, or use the 'spawn' start method (multiprocessing.set_start_method('spawn'))")
 
 
 def _check_seed(seed) -> Optional[int]:
@@ -276,6 +287,7 @@ class LLM:
                  speculative_config: Optional[dict] = None, device: str = "auto", load_format: str = "auto",
                  **kwargs):
         seed = _check_seed(seed)
+        self._pid = os.getpid()  # an LLM is used only in this process (not in a fork()ed child: _check_process)
         self._engine = _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_batched_tokens,
                                     gpu_memory_utilization, tensor_parallel_size, enable_prefix_caching,
                                     speculative_config, device, load_format, kwargs)
@@ -283,7 +295,8 @@ class LLM:
 
     def get_tokenizer(self) -> "Tokenizer":
         """The engine's tokenizer (vLLM's LLM.get_tokenizer): encode / decode / vocab_size / eos_token_id."""
-        return Tokenizer(self._engine)
+        _check_process(self._pid)
+        return Tokenizer(self._engine, self._pid)
 
     def __reduce__(self):
         raise TypeError("ssmserve.LLM objects cannot be pickled or copied (they own a loaded engine); pass the model "
@@ -295,6 +308,7 @@ class LLM:
         num_tracked_requests / num_timed_requests (requests the binding still holds outputs or times for). Once every
         request finished or was aborted: no running, waiting or tracked requests and num_free_blocks ==
         num_state_blocks - 1."""
+        _check_process(self._pid)
         return self._engine.stats()
 
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
@@ -306,7 +320,9 @@ class LLM:
         prompts: one prompt or a list; a prompt is a str, a list of int token ids, {"prompt": str} or
         {"prompt_token_ids": [int], optionally "prompt": str}. sampling_params: one SamplingParams for all, a list
         with one per prompt, or None (SamplingParams()). use_tqdm: a "Processed prompts" progress bar (tqdm) on
-        stderr while the batch runs (True, the default), none (False), or a tqdm-like class to use."""
+        stderr while the batch runs (True, the default), none (False), or a tqdm-like class to use. RuntimeError in
+        a fork()ed child of the process that created the LLM."""
+        _check_process(self._pid)
         prompts = _as_prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
@@ -342,6 +358,7 @@ class LLM:
         continues (needs add_generation_prompt=False). tools: a list of tool schemas the template sees as `tools`.
         chat_template_kwargs: extra template variables (a dict, e.g. {"enable_thinking": False}). Malformed messages
         raise ValueError / TypeError; a template that fails raises ValueError naming its line."""
+        _check_process(self._pid)
         if continue_final_message and add_generation_prompt:
             raise ValueError("cannot set both continue_final_message and add_generation_prompt to True")
         if not isinstance(messages, (list, tuple)) or not messages:
@@ -370,6 +387,7 @@ class LLM:
         """Yields the request's RequestOutput after every engine step that produced a token (cumulative text plus
         delta_text), the last one with finished=True. Closing the iterator early aborts the request. (ssmserve's
         own; AsyncLLM.generate is the asyncio form.)"""
+        _check_process(self._pid)
         if sampling_params is not None and not isinstance(sampling_params, _ssmserve.SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
         rid = self._engine.add(prompt, self._with_seed(sampling_params if sampling_params is not None else SamplingParams()))

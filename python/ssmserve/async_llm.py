@@ -7,6 +7,7 @@ of the waiting generate() calls. Every request of every caller shares that one c
 import asyncio
 import dataclasses
 import itertools
+import os
 import threading
 import weakref
 from typing import Any, AsyncGenerator, Dict, Iterable, List, Optional, Union
@@ -74,6 +75,7 @@ class _Core:
 
     def __init__(self, engine):
         self.engine = engine
+        self.pid = os.getpid()  # the process whose threads run the engine (a fork()ed child has none of them)
         self.cv = threading.Condition()
         self.inbox: List[tuple] = []              # ("add", id, prompt, params) / ("abort", id), in call order
         # The engine sees a unique id per generate() call ("<request_id>#<n>", and "<request_id>#<n>.<c>" for choice c
@@ -156,6 +158,9 @@ class _Core:
             self._deliver([(rid, err) for rid in rids])
 
     def shutdown(self) -> None:
+        if os.getpid() != self.pid:  # a fork()ed child (its finalizer at exit): the engine is the parent's
+            self.closed = True
+            return
         with self.cv:
             self.closed = True
             rids = list(self.streams)
@@ -255,8 +260,9 @@ class AsyncLLM:
         are; abort() and leaving early abort every choice. Bad
         sampling params or prompts raise ValueError / TypeError from the first iteration. lora_request must be None
         (no LoRA adapters); trace_headers and priority are accepted and ignored (vLLM's signature)."""
-        from . import SamplingParams
+        from . import SamplingParams, _check_process
 
+        _check_process(self._core.pid, "AsyncLLM")
         if lora_request is not None:
             raise NotImplementedError("lora_request: LoRA adapters are not supported by ssmserve")
         if request_id is None or not isinstance(request_id, str):
@@ -358,6 +364,9 @@ class AsyncLLM:
     async def abort(self, request_id: Union[str, Iterable[str]]) -> None:
         """Aborts requests (vLLM's AsyncLLM.abort): their engine state is freed and their generate() streams end
         with a final output whose finish_reason is "abort". Unknown or finished ids are ignored."""
+        from . import _check_process
+
+        _check_process(self._core.pid, "AsyncLLM")
         ids = [request_id] if isinstance(request_id, str) else list(request_id)
         for rid in ids:
             if not isinstance(rid, str):
@@ -370,12 +379,16 @@ class AsyncLLM:
 
     async def get_tokenizer(self):
         """The engine's tokenizer (vLLM's AsyncLLM.get_tokenizer)."""
-        from . import Tokenizer
+        from . import Tokenizer, _check_process
 
-        return Tokenizer(self._core.engine)
+        _check_process(self._core.pid, "AsyncLLM")
+        return Tokenizer(self._core.engine, self._core.pid)
 
     def get_engine_stats(self) -> Dict[str, int]:
         """The engine's counters (see ssmserve.LLM.get_engine_stats). Blocks for up to one engine step."""
+        from . import _check_process
+
+        _check_process(self._core.pid, "AsyncLLM")
         return self._core.engine.stats()
 
     @property

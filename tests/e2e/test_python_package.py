@@ -215,3 +215,51 @@ def test_unknown_prompt_keys_are_refused(llm, engine):
     with pytest.raises(ValueError, match="'foo'"):
         asyncio.run(first())
     assert idle(llm.get_engine_stats()) and wait_idle(engine)
+
+
+@pytest.mark.parametrize("used_first", [False, True])
+def test_llm_used_in_a_forked_child_is_a_clear_error(used_first):
+    """An LLM / AsyncLLM created in a parent is not usable in an os.fork()ed child (libgomp's thread pool and the
+    AsyncLLM loop thread do not survive fork): every entry point raises RuntimeError naming the creating process and
+    the 'spawn' start method, instead of hanging; the child exits normally, and the parent's engine still works."""
+    code = textwrap.dedent(f"""
+        import asyncio, os, sys, ssmserve
+        from ssmserve import LLM, AsyncLLM, SamplingParams
+        llm = LLM({str(MODEL)!r}, threads=2)
+        engine = AsyncLLM({str(MODEL)!r}, threads=2)
+        p = SamplingParams(temperature=0, max_tokens=4)
+        if {used_first}:
+            want = llm.generate("Hi", p, use_tqdm=False)[0].outputs[0].text
+        calls = {{
+            "generate": lambda: llm.generate("Hi", p, use_tqdm=False),
+            "chat": lambda: llm.chat([{{"role": "user", "content": "Hi"}}], p, use_tqdm=False),
+            "stream": lambda: list(llm.stream("Hi", p)),
+            "get_tokenizer": lambda: llm.get_tokenizer(),
+            "get_engine_stats": lambda: llm.get_engine_stats(),
+            "async generate": lambda: asyncio.run(engine.generate("Hi", p, request_id="r").__anext__()),
+            "async stats": lambda: engine.get_engine_stats(),
+        }}
+        tok = llm.get_tokenizer()
+        pid = os.fork()
+        if pid == 0:
+            import signal
+            signal.alarm(20)  # a hung child ends itself (the old behaviour)
+            bad = []
+            for name, call in list(calls.items()) + [("encode", lambda: tok.encode("Hi"))]:
+                try:
+                    call()
+                    bad.append(name + ": no error")
+                except RuntimeError as e:
+                    if "created in process " + str(os.getppid()) not in str(e) or "spawn" not in str(e):
+                        bad.append(name + ": " + str(e))
+            print("child", bad, flush=True)
+            sys.exit(0)  # a normal exit: the finalizers must not touch the parent's engine
+        _, status = os.waitpid(pid, 0)
+        print("child status", status, flush=True)
+        print("parent", len(llm.generate("Hi", p, use_tqdm=False)[0].outputs[0].token_ids), flush=True)
+        engine.shutdown()
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "child []" in p.stdout and "child status 0" in p.stdout and "parent 4" in p.stdout, (p.stdout, p.stderr[-2000:])
