@@ -52,38 +52,48 @@ _SAMPLING_FIELDS = frozenset(n for n, v in vars(_ssmserve.SamplingParams).items(
 _INT_FIELDS = frozenset({"n", "top_k", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs"})
 
 
-def SamplingParams(**kwargs) -> "_ssmserve.SamplingParams":  # noqa: N802 (vLLM's class name)
+class SamplingParams(_ssmserve.SamplingParams):
     """vLLM's SamplingParams: n, temperature (1.0), top_p, top_k, min_p, seed, presence_penalty,
     frequency_penalty, repetition_penalty, max_tokens (16; None: up to max_model_len), min_tokens, stop,
     stop_token_ids, ignore_eos, logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens,
     logit_bias ({token_id: bias}), allowed_token_ids (only these ids can be sampled; not empty).
-    Unknown names raise TypeError; values are checked here, as vLLM does (ValueError naming the field), and token
-    ids against the model's vocabulary when a request is added."""
-    p = _ssmserve.SamplingParams()
-    for k, v in kwargs.items():
-        if k == "stop" and isinstance(v, str):
-            v = [v]
-        if k not in _SAMPLING_FIELDS:
-            raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
-        if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids"):
-            continue  # vLLM's None: the default (none)
-        if v is None and k == "max_tokens":
-            v = 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
-        if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
-            raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
-        if k in _INT_FIELDS and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
-            raise ValueError(f"SamplingParams.{k} must fit in 32 bits, got {v}")
-        try:
-            if k == "logit_bias":
-                v = {int(t): float(b) for t, b in dict(v).items()}
-            setattr(p, k, list(v) if k in ("stop", "stop_token_ids", "allowed_token_ids") else v)
-        except (TypeError, ValueError) as e:
-            why = "" if "incompatible function arguments" in str(e) else ": " + str(e).splitlines()[0]
-            raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
-        if k == "allowed_token_ids" and not p.allowed_token_ids:  # vLLM refuses an empty list
-            raise ValueError("SamplingParams.allowed_token_ids must not be empty (None allows every token)")
-    p.validate(2**31 - 1)  # every range but the vocabulary's (SsmserveError is a ValueError)
-    return p
+    Keyword arguments only. Unknown names raise TypeError; values are checked here, as vLLM does (ValueError naming
+    the field), and token ids against the model's vocabulary when a request is added. A class (isinstance,
+    subclassing and annotations work, as vLLM's); compares by value, pickles and deep-copies."""
+
+    __slots__ = ()  # no attributes beyond the fields (a misspelt one is an AttributeError)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        for k, v in kwargs.items():
+            if k == "stop" and isinstance(v, str):
+                v = [v]
+            if k not in _SAMPLING_FIELDS:
+                raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
+            if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids"):
+                continue  # vLLM's None: the default (none)
+            if v is None and k == "max_tokens":
+                v = 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
+            if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
+                raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
+            if k in _INT_FIELDS and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
+                raise ValueError(f"SamplingParams.{k} must fit in 32 bits, got {v}")
+            try:
+                if k == "logit_bias":
+                    v = {int(t): float(b) for t, b in dict(v).items()}
+                setattr(self, k, list(v) if k in ("stop", "stop_token_ids", "allowed_token_ids") else v)
+            except (TypeError, ValueError) as e:
+                why = "" if "incompatible function arguments" in str(e) else ": " + str(e).splitlines()[0]
+                raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
+            if k == "allowed_token_ids" and not self.allowed_token_ids:  # vLLM refuses an empty list
+                raise ValueError("SamplingParams.allowed_token_ids must not be empty (None allows every token)")
+        self.validate(2**31 - 1)  # every range but the vocabulary's (SsmserveError is a ValueError)
+
+    def clone(self) -> "SamplingParams":
+        """A copy of the same class (vLLM's SamplingParams.clone)."""
+        q = type(self).__new__(type(self))
+        q.__setstate__(self.__getstate__())
+        return q
 
 
 def _splitmix64(x: int) -> int:
@@ -312,7 +322,7 @@ class LLM:
         return self._engine.stats()
 
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
-                 sampling_params: Union["_ssmserve.SamplingParams", Sequence["_ssmserve.SamplingParams"], None] = None,
+                 sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
                  use_tqdm: Union[bool, Callable[..., Any]] = True) -> List[RequestOutput]:
         """Runs every prompt through the engine with continuous batching; returns one finished RequestOutput per
         prompt, in input order (vLLM's LLM.generate).

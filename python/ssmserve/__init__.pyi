@@ -22,9 +22,9 @@ class Logprob:
     @property
     def decoded_token(self) -> str: ...
 
-class _SamplingParams:
-    """vLLM's SamplingParams (build one with ssmserve.SamplingParams(**kwargs)). Compares by value (every field);
-    picklable and deep-copyable."""
+class SamplingParams:
+    """vLLM's SamplingParams: temperature 1.0, max_tokens 16 (None: up to max_model_len), ...; unknown names raise
+    TypeError, bad values ValueError naming the field. Compares by value (every field); picklable and deep-copyable."""
     n: int
     temperature: float
     top_p: float
@@ -45,34 +45,31 @@ class _SamplingParams:
     skip_special_tokens: bool
     logit_bias: Dict[int, float]
     allowed_token_ids: List[int]
-    def clone(self) -> "_SamplingParams": ...
+    def __init__(self,
+        *,
+        n: int = ...,
+        temperature: float = ...,
+        top_p: float = ...,
+        top_k: int = ...,
+        min_p: float = ...,
+        seed: Optional[int] = ...,
+        presence_penalty: float = ...,
+        frequency_penalty: float = ...,
+        repetition_penalty: float = ...,
+        max_tokens: Optional[int] = ...,
+        min_tokens: int = ...,
+        stop: Union[str, List[str], None] = ...,
+        stop_token_ids: Optional[List[int]] = ...,
+        ignore_eos: bool = ...,
+        logprobs: Optional[int] = ...,
+        prompt_logprobs: Optional[int] = ...,
+        include_stop_str_in_output: bool = ...,
+        skip_special_tokens: bool = ...,
+        logit_bias: Optional[Dict[int, float]] = ...,
+        allowed_token_ids: Optional[List[int]] = ...,
+    ) -> None: ...
+    def clone(self) -> "SamplingParams": ...
     def validate(self, vocab_size: int) -> None: ...
-
-def SamplingParams(
-    *,
-    n: int = ...,
-    temperature: float = ...,
-    top_p: float = ...,
-    top_k: int = ...,
-    min_p: float = ...,
-    seed: Optional[int] = ...,
-    presence_penalty: float = ...,
-    frequency_penalty: float = ...,
-    repetition_penalty: float = ...,
-    max_tokens: Optional[int] = ...,
-    min_tokens: int = ...,
-    stop: Union[str, List[str], None] = ...,
-    stop_token_ids: Optional[List[int]] = ...,
-    ignore_eos: bool = ...,
-    logprobs: Optional[int] = ...,
-    prompt_logprobs: Optional[int] = ...,
-    include_stop_str_in_output: bool = ...,
-    skip_special_tokens: bool = ...,
-    logit_bias: Optional[Dict[int, float]] = ...,
-    allowed_token_ids: Optional[List[int]] = ...,
-) -> _SamplingParams:
-    """vLLM's SamplingParams: temperature 1.0, max_tokens 16 (None: up to max_model_len), ...; unknown names raise
-    TypeError, bad values ValueError naming the field."""
 
 PromptType = Union[str, Sequence[int], Dict[str, Any]]
 
@@ -117,13 +114,13 @@ class LLM:
     def generate(
         self,
         prompts: Union[PromptType, Sequence[PromptType]],
-        sampling_params: Union[_SamplingParams, Sequence[_SamplingParams], None] = None,
+        sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
         use_tqdm: Union[bool, Callable[..., Any]] = True,
     ) -> List[RequestOutput]: ...
     def chat(
         self,
         messages: Union[List[Dict[str, Any]], List[List[Dict[str, Any]]]],
-        sampling_params: Union[_SamplingParams, Sequence[_SamplingParams], None] = None,
+        sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
         use_tqdm: Union[bool, Callable[..., Any]] = True,
         chat_template: Optional[str] = None,
         add_generation_prompt: bool = True,
@@ -131,4 +128,4 @@ class LLM:
         tools: Optional[List[Dict[str, Any]]] = None,
         chat_template_kwargs: Optional[Dict[str, Any]] = None,
     ) -> List[RequestOutput]: ...
-    def stream(self, prompt: PromptType, sampling_params: Optional[_SamplingParams] = None) -> Iterator[RequestOutput]: ...
+    def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None) -> Iterator[RequestOutput]: ...

@@ -1,6 +1,6 @@
 from typing import Any, AsyncGenerator, Dict, Iterable, Optional, Union
 
-from . import PromptType, Tokenizer, _SamplingParams
+from . import PromptType, Tokenizer, SamplingParams
 from .outputs import RequestOutput
 
 class EngineArgs:
@@ -57,7 +57,7 @@ class AsyncLLM:
     def generate(
         self,
         prompt: PromptType,
-        sampling_params: Optional[_SamplingParams] = None,
+        sampling_params: Optional[SamplingParams] = None,
         request_id: Optional[str] = None,
         *,
         lora_request: Any = None,

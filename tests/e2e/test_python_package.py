@@ -263,3 +263,27 @@ def test_llm_used_in_a_forked_child_is_a_clear_error(used_first):
                        env=dict(os.environ, OMP_WAIT_POLICY="passive"))
     assert p.returncode == 0, p.stderr[-2000:]
     assert "child []" in p.stdout and "child status 0" in p.stdout and "parent 4" in p.stdout, (p.stdout, p.stderr[-2000:])
+
+
+def test_sampling_params_is_a_class():
+    """ssmserve.SamplingParams is a class, as vLLM's: isinstance, subclassing and PEP 604 / typing annotations work;
+    clone, pickle and deepcopy keep the class; fields stay the only attributes."""
+    from typing import List, Optional
+
+    p = SamplingParams(temperature=0.5, max_tokens=4, stop="x")
+    assert isinstance(SamplingParams, type) and isinstance(p, SamplingParams) and type(p) is SamplingParams
+    assert Optional[SamplingParams] and List[SamplingParams] and (SamplingParams | None)
+    for q in (p.clone(), copy.deepcopy(p), copy.copy(p), pickle.loads(pickle.dumps(p))):
+        assert type(q) is SamplingParams and q == p and q is not p
+
+    class Mine(SamplingParams):
+        pass
+
+    m = Mine(max_tokens=4, temperature=0.5, stop=["x"])
+    assert isinstance(m, SamplingParams) and m == p and type(m.clone()) is Mine
+    with pytest.raises(AttributeError):
+        p.max_token = 3  # a misspelt field
+    with pytest.raises(TypeError, match="unexpected keyword argument 'foo'"):
+        SamplingParams(foo=1)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=-1)
