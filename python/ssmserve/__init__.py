@@ -203,7 +203,7 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
                  enable_prefix_caching=enable_prefix_caching, device=device, load_format=load_format,
                  speculative_config=None if speculative_config is None else json.dumps(speculative_config))
     args = {k: v for k, v in named.items() if v is not None}
-    args.update(extra)
+    args.update((k, v) for k, v in extra.items() if v is not None)  # None: the engine's default, as for vLLM's names
     return _ssmserve.Engine(model, **args)
 
 
@@ -287,7 +287,8 @@ class LLM:
         "cpu". load_format: "auto", "safetensors" or "dummy" (random weights from config.json).
     ssmserve's own (the CLI's flags): threads (CPU threads, default all cores), num_state_blocks,
     mamba_cache_dtype, mamba_ssm_cache_dtype, num_scheduler_steps (multi-step decode), mamba_cache_mode ("all",
-    "align" or "none") and mamba_block_size (tokens per cached state). Unknown keyword arguments are a TypeError.
+    "align" or "none"), mamba_block_size (tokens per cached state) and swap_space (GiB of host memory for cached
+    states); None for any of them is the engine's default. Unknown keyword arguments are a TypeError.
     One LLM may be used from several threads: their requests batch together in the one engine."""
 
     def __init__(self, model: str, *, tokenizer: Optional[str] = None, dtype: str = "auto", seed: Optional[int] = None,

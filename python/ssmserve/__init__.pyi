@@ -101,13 +101,14 @@ class LLM:
         speculative_config: Optional[dict] = None,
         device: str = "auto",
         load_format: str = "auto",
-        threads: int = ...,
-        num_state_blocks: int = ...,
-        mamba_cache_dtype: str = ...,
-        mamba_ssm_cache_dtype: str = ...,
-        num_scheduler_steps: int = ...,
-        mamba_cache_mode: str = ...,
-        mamba_block_size: int = ...,
+        threads: Optional[int] = None,
+        num_state_blocks: Optional[int] = None,
+        mamba_cache_dtype: Optional[str] = None,
+        mamba_ssm_cache_dtype: Optional[str] = None,
+        num_scheduler_steps: Optional[int] = None,
+        mamba_cache_mode: Optional[str] = None,
+        mamba_block_size: Optional[int] = None,
+        swap_space: Optional[float] = None,
     ) -> None: ...
     def get_tokenizer(self) -> Tokenizer: ...
     def get_engine_stats(self) -> Dict[str, int]: ...

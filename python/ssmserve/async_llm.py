@@ -43,6 +43,7 @@ class EngineArgs:
     num_scheduler_steps: Optional[int] = None
     mamba_cache_mode: Optional[str] = None
     mamba_block_size: Optional[int] = None
+    swap_space: Optional[float] = None
 
     def _engine_and_seeder(self):
         from . import _check_seed, _make_engine, _Seeder, _SSMSERVE_ENGINE_ARGS

@@ -24,6 +24,7 @@ class EngineArgs:
     num_scheduler_steps: Optional[int]
     mamba_cache_mode: Optional[str]
     mamba_block_size: Optional[int]
+    swap_space: Optional[float]
     def __init__(
         self,
         model: str,
@@ -46,6 +47,7 @@ class EngineArgs:
         num_scheduler_steps: Optional[int] = None,
         mamba_cache_mode: Optional[str] = None,
         mamba_block_size: Optional[int] = None,
+        swap_space: Optional[float] = None,
     ) -> None: ...
 
 class AsyncEngineArgs(EngineArgs): ...

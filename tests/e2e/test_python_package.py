@@ -287,3 +287,17 @@ def test_sampling_params_is_a_class():
         SamplingParams(foo=1)
     with pytest.raises(ValueError, match="temperature"):
         SamplingParams(temperature=-1)
+
+
+def test_none_engine_arguments_are_the_defaults():
+    """None for any LLM / AsyncLLM keyword argument (vLLM's and ssmserve's own) is the engine's default."""
+    nones = dict(threads=None, num_state_blocks=None, mamba_cache_dtype=None, mamba_ssm_cache_dtype=None,
+                 num_scheduler_steps=None, mamba_cache_mode=None, mamba_block_size=None, swap_space=None,
+                 gpu_memory_utilization=None, tensor_parallel_size=None, device=None, load_format=None, dtype=None)
+    params = SamplingParams(temperature=0, max_tokens=3)
+    want = LLM(str(MODEL), threads=2).generate(PROMPT, params, use_tqdm=False)[0].outputs[0].token_ids
+    assert LLM(str(MODEL), **nones).generate(PROMPT, params, use_tqdm=False)[0].outputs[0].token_ids == want
+    with AsyncLLM(str(MODEL), **nones) as e:
+        assert e.is_running
+    with AsyncLLM(str(MODEL), threads=2, swap_space=1) as e:  # swap_space is an EngineArgs field too
+        assert e.is_running
