@@ -122,6 +122,20 @@ class _Core:
             try:
                 loop.call_soon_threadsafe(_put_all, batch)
             except RuntimeError:  # that event loop is closed: nobody waits for these
+                self._abort_orphans(loop)
+
+    def _abort_orphans(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Aborts every running request whose generate() call waits on `loop`, a closed event loop (closed without
+        shutdown_asyncgens, so those generators never ran their cleanup): frees their engine state and their request
+        ids. Called by the engine loop thread (or after it stopped)."""
+        with self.cv:
+            orphans = [rid for rid, s in self.streams.items() if s.loop is loop]
+            for rid in orphans:
+                self.forget(self.streams.pop(rid).user_id, rid)
+        for rid in orphans:
+            try:
+                self.engine.abort(rid)
+            except Exception:  # noqa: BLE001 (a failed engine: nothing left to free)
                 pass
 
     def _run(self) -> None:

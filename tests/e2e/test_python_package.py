@@ -301,3 +301,23 @@ def test_none_engine_arguments_are_the_defaults():
         assert e.is_running
     with AsyncLLM(str(MODEL), threads=2, swap_space=1) as e:  # swap_space is an EngineArgs field too
         assert e.is_running
+
+
+def test_async_stream_on_a_closed_event_loop_is_aborted(engine):
+    """A generate() stream whose event loop was closed without shutdown_asyncgens (its generator never runs its
+    cleanup) is aborted at its next output: the engine frees it and its request_id can be used again."""
+    async def first():
+        g = engine.generate(PROMPT, SamplingParams(max_tokens=100000, ignore_eos=True), request_id="orphan")
+        await g.__anext__()
+        return g
+
+    loop = asyncio.new_event_loop()
+    g = loop.run_until_complete(first())
+    loop.close()
+    assert wait_idle(engine), engine.get_engine_stats()
+
+    async def again():
+        return [o async for o in engine.generate(PROMPT, SamplingParams(max_tokens=2), request_id="orphan")]
+
+    assert asyncio.run(again())[-1].finished
+    del g
