@@ -362,7 +362,8 @@ class LLM:
              chat_template_kwargs: Optional[Dict[str, Any]] = None) -> List[RequestOutput]:
         """vLLM's LLM.chat: one conversation (a list of {"role", "content"} dicts) or a list of conversations,
         rendered with the checkpoint's chat template (chat_template.jinja or tokenizer_config.json; without one
-        ssmserve's plain default, as `ssmserve serve` does) or with `chat_template` (Jinja source or a file path),
+        ssmserve's plain default, as `ssmserve serve` does) or with `chat_template` (Jinja source, or a file path: as
+        vLLM, a string without "{", "}" or a newline is a path, and a ValueError names it when it cannot be opened),
         then generated as generate() does; one RequestOutput per conversation. content may be a string or a list of
         {"type": "text", "text"} parts (joined with newlines). add_generation_prompt: end the prompt with the
         assistant turn's header. continue_final_message: the prompt ends inside the final message, which the model
@@ -374,8 +375,19 @@ class LLM:
             raise ValueError("cannot set both continue_final_message and add_generation_prompt to True")
         if not isinstance(messages, (list, tuple)) or not messages:
             raise TypeError("chat() takes a non-empty list of messages (or a list of such lists)")
+        if isinstance(chat_template, os.PathLike):
+            chat_template = os.fspath(chat_template)
         if chat_template is not None and not isinstance(chat_template, str):
             raise TypeError(f"chat_template must be a str (Jinja source or a file path), got {type(chat_template).__name__}")
+        if chat_template is not None and not any(c in chat_template for c in "{}\n"):
+            # vLLM's rule: a string without Jinja's characters is a file path, and one that cannot be read is an error
+            # (not template text).
+            try:
+                with open(chat_template, "rb"):
+                    pass
+            except OSError as e:
+                raise ValueError(f"chat_template {chat_template!r} looks like a file path, but it failed to be "
+                                 f"opened: {e.strerror or e}") from None
         if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
             raise TypeError("chat_template_kwargs must be a dict of template variables, got "
                             f"{type(chat_template_kwargs).__name__}")

@@ -321,3 +321,17 @@ def test_async_stream_on_a_closed_event_loop_is_aborted(engine):
 
     assert asyncio.run(again())[-1].finished
     del g
+
+
+def test_chat_template_path_that_cannot_be_opened_is_an_error(llm, tmp_path):
+    """vLLM's rule for chat(chat_template=...): a string without "{", "}" or a newline is a file path; one that does
+    not exist or is a folder is a ValueError naming it (not literal template text); a readable file (str or Path)
+    gives its contents."""
+    msgs = [{"role": "user", "content": "Hi"}]
+    params = SamplingParams(temperature=0, max_tokens=1)
+    for bad in (str(tmp_path / "missing.jinja"), "templates/chatml.jinja", str(tmp_path)):
+        with pytest.raises(ValueError, match="looks like a file path"):
+            llm.chat(msgs, params, chat_template=bad, use_tqdm=False)
+    (tmp_path / "t.jinja").write_text("<u>{{ messages[0].content }}")
+    assert llm.chat(msgs, params, chat_template=tmp_path / "t.jinja", use_tqdm=False)[0].prompt == "<u>Hi"
+    assert llm.chat(msgs, params, chat_template=str(tmp_path / "t.jinja"), use_tqdm=False)[0].prompt == "<u>Hi"
