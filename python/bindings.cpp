@@ -644,8 +644,30 @@ PYBIND11_MODULE(_ssmserve, m) {
   py::register_exception<Error>(m, "SsmserveError", PyExc_ValueError);
 
   py::class_<Logprob>(m, "Logprob")
-      .def(py::init([](float logprob, int rank, std::string decoded_token) {
-             return Logprob{logprob, rank, std::move(decoded_token)};
+      // Arguments checked here (TypeError naming the argument, not pybind11's signature dump): logprob a real
+      // number (not a str), rank a 32-bit int (not a bool), decoded_token a str.
+      .def(py::init([](const py::object& logprob, const py::object& rank, const py::object& decoded_token) {
+             auto type_name = [](const py::handle& v) { return py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>(); };
+             auto bad = [&](const char* arg, const char* want, const py::handle& v) {
+               return py::type_error(std::string("Logprob() ") + arg + " must be " + want + ", got " +
+                                     py::repr(v).cast<std::string>().substr(0, 100) + " (" + type_name(v) + ")");
+             };
+             if (py::isinstance<py::str>(logprob) || py::isinstance<py::bytes>(logprob)) throw bad("logprob", "a float", logprob);
+             float lp = 0;
+             try {
+               lp = logprob.cast<float>();
+             } catch (const py::cast_error&) {
+               throw bad("logprob", "a float", logprob);
+             }
+             if (py::isinstance<py::bool_>(rank)) throw bad("rank", "an int", rank);
+             int r = 0;
+             try {
+               r = rank.cast<int>();
+             } catch (const py::cast_error&) {
+               throw bad("rank", "an int in 32 bits", rank);
+             }
+             if (!py::isinstance<py::str>(decoded_token)) throw bad("decoded_token", "a str", decoded_token);
+             return Logprob{lp, r, decoded_token.cast<std::string>()};
            }),
            py::arg("logprob"), py::arg("rank") = 0, py::arg("decoded_token") = "")
       .def_readonly("logprob", &Logprob::logprob)

@@ -96,6 +96,13 @@ class SamplingParams(_ssmserve.SamplingParams):
         return q
 
 
+def _check_bool(value, where: str) -> bool:
+    """value when it is a bool (or numpy's bool_); TypeError naming `where` otherwise (no truthiness of strings)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise TypeError(f"{where} must be a bool, got {value!r} ({type(value).__name__})"[:300])
+
+
 def _splitmix64(x: int) -> int:
     """SplitMix64 (Steele et al., 2014): a 64-bit mix of x."""
     m = 2**64 - 1
@@ -136,9 +143,28 @@ class Tokenizer:
         _check_process(self._pid, "tokenizer's LLM")
         return self._engine.encode(text)
 
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+    def decode(self, ids: Union[int, Sequence[int]], skip_special_tokens: bool = False) -> str:
+        """The text of token ids (one id or a sequence). TypeError for ids that are not ints or a
+        skip_special_tokens that is not a bool; ValueError for an id outside the vocabulary."""
+        skip_special_tokens = _check_bool(skip_special_tokens, "decode() skip_special_tokens")
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            try:
+                ids = [operator.index(ids)]  # one id (Hugging Face's decode takes an int too)
+            except TypeError:
+                raise TypeError(f"decode() takes a list of int token ids, got {type(ids).__name__}") from None
+        checked = []
+        for t in ids:
+            if isinstance(t, bool):
+                raise TypeError("decode() takes int token ids, got a bool")
+            try:
+                t = operator.index(t)
+            except TypeError:
+                raise TypeError(f"decode() takes int token ids, got {t!r} ({type(t).__name__})"[:300]) from None
+            if not 0 <= t < 2**31:
+                raise ValueError(f"token id {t} is not in the vocabulary")
+            checked.append(t)
         _check_process(self._pid, "tokenizer's LLM")
-        return self._engine.decode(list(ids), skip_special_tokens)
+        return self._engine.decode(checked, skip_special_tokens)
 
     @property
     def vocab_size(self) -> int:
@@ -371,6 +397,8 @@ class LLM:
         chat_template_kwargs: extra template variables (a dict, e.g. {"enable_thinking": False}). Malformed messages
         raise ValueError / TypeError; a template that fails raises ValueError naming its line."""
         _check_process(self._pid)
+        add_generation_prompt = _check_bool(add_generation_prompt, "chat() add_generation_prompt")
+        continue_final_message = _check_bool(continue_final_message, "chat() continue_final_message")
         if continue_final_message and add_generation_prompt:
             raise ValueError("cannot set both continue_final_message and add_generation_prompt to True")
         if not isinstance(messages, (list, tuple)) or not messages:

@@ -335,3 +335,32 @@ def test_chat_template_path_that_cannot_be_opened_is_an_error(llm, tmp_path):
     (tmp_path / "t.jinja").write_text("<u>{{ messages[0].content }}")
     assert llm.chat(msgs, params, chat_template=tmp_path / "t.jinja", use_tqdm=False)[0].prompt == "<u>Hi"
     assert llm.chat(msgs, params, chat_template=str(tmp_path / "t.jinja"), use_tqdm=False)[0].prompt == "<u>Hi"
+
+
+def test_wrong_argument_types_name_the_argument(llm):
+    """Wrong types for chat's flags, the tokenizer's decode and Logprob(...) raise TypeError / ValueError naming the
+    argument and the type it takes, never pybind11's "incompatible function arguments" dump of internal signatures."""
+    msgs = [{"role": "user", "content": "Hi"}]
+    tok = llm.get_tokenizer()
+    cases = [
+        (lambda: llm.chat(msgs, add_generation_prompt="no", use_tqdm=False), TypeError, "add_generation_prompt must be a bool"),
+        (lambda: llm.chat(msgs, add_generation_prompt=False, continue_final_message="y", use_tqdm=False), TypeError,
+         "continue_final_message must be a bool"),
+        (lambda: tok.decode([2**40]), ValueError, "not in the vocabulary"),
+        (lambda: tok.decode([-1]), ValueError, "not in the vocabulary"),
+        (lambda: tok.decode(["a"]), TypeError, "int token ids"),
+        (lambda: tok.decode("ab"), TypeError, "list of int token ids"),
+        (lambda: tok.decode([1], skip_special_tokens="x"), TypeError, "skip_special_tokens must be a bool"),
+        (lambda: ssmserve.Logprob("x"), TypeError, "logprob must be a float"),
+        (lambda: ssmserve.Logprob(-1.0, rank="1"), TypeError, "rank must be an int"),
+        (lambda: ssmserve.Logprob(-1.0, rank=2**40), TypeError, "rank must be an int"),
+        (lambda: ssmserve.Logprob(-1.0, 1, 5), TypeError, "decoded_token must be a str"),
+    ]
+    for call, exc, match in cases:
+        with pytest.raises(exc, match=match) as e:
+            call()
+        assert "incompatible function arguments" not in str(e.value)
+    ids = tok.encode("Hi there")
+    assert tok.decode(ids) == "Hi there" and tok.decode(ids[0]) == tok.decode(ids[:1])
+    assert ssmserve.Logprob(-1, 2, "a") == ssmserve.Logprob(logprob=-1.0, rank=2, decoded_token="a")
+
