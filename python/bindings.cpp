@@ -3,6 +3,7 @@
 // step of a stream or of the async loop), so other Python threads (and the asyncio event loop) keep running.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <spdlog/spdlog.h>
 
 #include <cxxabi.h>
 
@@ -642,6 +643,22 @@ PYBIND11_MODULE(_ssmserve, m) {
       false;
 #endif
   py::register_exception<Error>(m, "SsmserveError", PyExc_ValueError);
+  // The engine's log level (spdlog's default logger, process-wide): trace, debug, info, warning (warn), error,
+  // critical or off. The package sets it on import (SSMSERVE_LOG_LEVEL, default warning) and LLM(log_level=...).
+  m.def(
+      "set_log_level",
+      [](const std::string& level) {
+        static const std::map<std::string, spdlog::level::level_enum> levels{
+            {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug}, {"info", spdlog::level::info},
+            {"warning", spdlog::level::warn}, {"warn", spdlog::level::warn}, {"error", spdlog::level::err},
+            {"critical", spdlog::level::critical}, {"off", spdlog::level::off}};
+        const auto it = levels.find(level);
+        if (it == levels.end())
+          throw py::value_error("log level must be one of trace, debug, info, warning, error, critical, off (got '" +
+                                level + "')");
+        spdlog::set_level(it->second);
+      },
+      py::arg("level"));
 
   py::class_<Logprob>(m, "Logprob")
       // Arguments checked here (TypeError naming the argument, not pybind11's signature dump): logprob a real

@@ -46,6 +46,28 @@ has_cuda = bool(getattr(_ssmserve, "has_cuda", False))
 
 PromptType = Union[str, Sequence[int], dict]
 
+_LOG_LEVELS = ("trace", "debug", "info", "warning", "warn", "error", "critical", "off")
+
+
+def _set_log_level(level, where: str) -> None:
+    """Sets the engine's (process-wide) log level; TypeError / ValueError naming `where` for a bad one."""
+    if not isinstance(level, str):
+        raise TypeError(f"{where} must be a str (one of {', '.join(_LOG_LEVELS)}), got {type(level).__name__}")
+    if level.lower() not in _LOG_LEVELS:
+        raise ValueError(f"{where} must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
+    _ssmserve.set_log_level(level.lower())
+
+
+# The engine's log lines (state pool size, prefix caching, ...) print at "warning" and above by default, as the CLI's
+# --log-level; SSMSERVE_LOG_LEVEL=info (or debug, ...) shows more, and LLM(log_level=...) sets it too.
+try:
+    _set_log_level(os.environ.get("SSMSERVE_LOG_LEVEL", "warning"), "SSMSERVE_LOG_LEVEL")
+except ValueError as _e:
+    import warnings
+
+    warnings.warn(f"{_e}; using warning", RuntimeWarning, stacklevel=2)
+    _set_log_level("warning", "SSMSERVE_LOG_LEVEL")
+
 
 # The settable fields (the binding's properties; methods such as clone are not keyword arguments).
 _SAMPLING_FIELDS = frozenset(n for n, v in vars(_ssmserve.SamplingParams).items() if isinstance(v, property))
@@ -181,7 +203,7 @@ class Tokenizer:
 
 # LLM(...) keyword arguments beyond vLLM's named ones that the engine takes (as the CLI's flags).
 _SSMSERVE_ENGINE_ARGS = ("num_state_blocks", "threads", "num_threads", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
-                         "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size", "swap_space")
+                         "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size", "swap_space", "log_level")
 
 
 def _check_process(pid: int, what: str = "LLM") -> None:
@@ -230,6 +252,8 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
                  speculative_config=None if speculative_config is None else json.dumps(speculative_config))
     args = {k: v for k, v in named.items() if v is not None}
     args.update((k, v) for k, v in extra.items() if v is not None)  # None: the engine's default, as for vLLM's names
+    if "log_level" in args:  # process-wide (spdlog's level), set before the engine logs its setup
+        _set_log_level(args.pop("log_level"), "log_level")
     return _ssmserve.Engine(model, **args)
 
 
@@ -314,7 +338,9 @@ class LLM:
     ssmserve's own (the CLI's flags): threads (CPU threads, default all cores), num_state_blocks,
     mamba_cache_dtype, mamba_ssm_cache_dtype, num_scheduler_steps (multi-step decode), mamba_cache_mode ("all",
     "align" or "none"), mamba_block_size (tokens per cached state) and swap_space (GiB of host memory for cached
-    states); None for any of them is the engine's default. Unknown keyword arguments are a TypeError.
+    states); None for any of them is the engine's default. log_level: the engine's log level for the whole process
+    ("trace", "debug", "info", "warning", "error", "critical" or "off"; default "warning", or the
+    SSMSERVE_LOG_LEVEL environment variable read at import). Unknown keyword arguments are a TypeError.
     One LLM may be used from several threads: their requests batch together in the one engine."""
 
     def __init__(self, model: str, *, tokenizer: Optional[str] = None, dtype: str = "auto", seed: Optional[int] = None,

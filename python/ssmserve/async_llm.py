@@ -44,6 +44,7 @@ class EngineArgs:
     mamba_cache_mode: Optional[str] = None
     mamba_block_size: Optional[int] = None
     swap_space: Optional[float] = None
+    log_level: Optional[str] = None  # the process's engine log level (see ssmserve.LLM)
 
     def _engine_and_seeder(self):
         from . import _check_seed, _make_engine, _Seeder, _SSMSERVE_ENGINE_ARGS

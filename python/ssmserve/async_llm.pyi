@@ -25,6 +25,7 @@ class EngineArgs:
     mamba_cache_mode: Optional[str]
     mamba_block_size: Optional[int]
     swap_space: Optional[float]
+    log_level: Optional[str]
     def __init__(
         self,
         model: str,
@@ -48,6 +49,7 @@ class EngineArgs:
         mamba_cache_mode: Optional[str] = None,
         mamba_block_size: Optional[int] = None,
         swap_space: Optional[float] = None,
+        log_level: Optional[str] = None,
     ) -> None: ...
 
 class AsyncEngineArgs(EngineArgs): ...

@@ -364,3 +364,25 @@ def test_wrong_argument_types_name_the_argument(llm):
     assert tok.decode(ids) == "Hi there" and tok.decode(ids[0]) == tok.decode(ids[:1])
     assert ssmserve.Logprob(-1, 2, "a") == ssmserve.Logprob(logprob=-1.0, rank=2, decoded_token="a")
 
+
+def test_engine_log_level_defaults_to_warning():
+    """The engine's info lines (state pool, prefix caching) are off by default, as the CLI's --log-level warn;
+    SSMSERVE_LOG_LEVEL or LLM(log_level=...) turns them on; a bad level is a ValueError naming the argument."""
+    def run(env=None, kwargs=""):
+        code = f"import ssmserve; ssmserve.LLM({str(MODEL)!r}, threads=1{kwargs})"
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, OMP_WAIT_POLICY="passive", **(env or {})))
+        assert p.returncode == 0, p.stderr[-2000:]
+        return p.stdout + p.stderr
+
+    env = {k: v for k, v in os.environ.items() if k != "SSMSERVE_LOG_LEVEL"}
+    p = subprocess.run([sys.executable, "-c", f"import ssmserve; ssmserve.LLM({str(MODEL)!r}, threads=1)"],
+                       capture_output=True, text=True, timeout=120, env=dict(env, OMP_WAIT_POLICY="passive"))
+    assert p.returncode == 0 and "[info]" not in p.stdout + p.stderr, p.stdout + p.stderr
+    assert "[info] engine:" in run({"SSMSERVE_LOG_LEVEL": "info"})
+    assert "[info] engine:" in run(kwargs=", log_level='INFO'")
+    assert "[info]" not in run({"SSMSERVE_LOG_LEVEL": "info"}, kwargs=", log_level='error'")
+    assert "SSMSERVE_LOG_LEVEL" in run({"SSMSERVE_LOG_LEVEL": "loud"})  # a warning, then the default
+    with pytest.raises(ValueError, match="log_level must be one of"):
+        LLM(str(MODEL), threads=1, log_level="loud")
+    ssmserve._set_log_level("warning", "log_level")
