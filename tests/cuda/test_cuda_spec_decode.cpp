@@ -118,12 +118,17 @@ class CudaSpecDecode : public ::testing::TestWithParam<GpuSpecCase> {
     }
     return out;
   }
-  void expect_close(const std::vector<Outcome>& got, const std::vector<Outcome>& want, const std::string& what) {
+  /// Identical greedy ids and logprobs within kLogprobTol. tie_flips (runs whose steps mix rows of other requests
+  /// joining and leaving, so their GEMMs see other row counts): ids identical but where such a step flips a near tie
+  /// of dummy weights (cudatest::greedy_prefix_up_to_tie); seen once, on Nemotron-H, at a margin of 1e-4.
+  void expect_close(const std::vector<Outcome>& got, const std::vector<Outcome>& want, const std::string& what,
+                    bool tie_flips = false) {
     double worst = 0;
     for (size_t i = 0; i < want.size(); ++i) {
-      // Identical ids but where a step with other row counts flips a near tie (dummy weights have many).
-      const size_t n = cudatest::greedy_prefix_up_to_tie(got[i].ids, want[i].ids, want[i].margins, kTieMargin,
-                                                         what + ": prompt " + std::to_string(i));
+      const std::string w = what + ": prompt " + std::to_string(i);
+      if (!tie_flips) ASSERT_EQ(got[i].ids, want[i].ids) << w;
+      const size_t n = tie_flips ? cudatest::greedy_prefix_up_to_tie(got[i].ids, want[i].ids, want[i].margins, kTieMargin, w)
+                                 : want[i].ids.size();
       ASSERT_GE(got[i].logprobs.size(), n) << what;
       for (size_t t = 0; t < n; ++t)
         worst = std::max(worst, std::abs(double(got[i].logprobs[t]) - want[i].logprobs[t]));
@@ -165,7 +170,8 @@ TEST_P(CudaSpecDecode, DraftersEqualPlainGreedy) {
     }));
     const int64_t drafts0 = spec.spec_decode_stats().num_draft_tokens, acc0 = spec.spec_decode_stats().num_accepted_tokens;
     const auto got = mode < 2 ? run(spec, ps, kTokens) : run(spec, ps, kTokens, {0, 2, 3, 5}, std::set<int>{6});
-    expect_close(got, want, mode == 0 ? "always right" : mode == 1 ? "always wrong" : "mixed, joining, preempted");
+    expect_close(got, want, mode == 0 ? "always right" : mode == 1 ? "always wrong" : "mixed, joining, preempted",
+                 /*tie_flips=*/mode == 2);
     const int64_t drafts = spec.spec_decode_stats().num_draft_tokens - drafts0;
     const int64_t acc = spec.spec_decode_stats().num_accepted_tokens - acc0;
     EXPECT_GT(drafts, 0);
