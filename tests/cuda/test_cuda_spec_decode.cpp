@@ -85,7 +85,8 @@ class CudaSpecDecode : public ::testing::TestWithParam<GpuSpecCase> {
   }
   static std::string ngram(int k) {
     return "{\"method\": \"ngram\", \"num_speculative_tokens\": " + std::to_string(k) +
-           ", \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 3, \"adaptive_draft_length\": false}";  // every draft verified
+           ", \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 3, "
+           "\"adaptive_draft_length\": false}";  // every draft verified
   }
   /// Runs the prompts, request i added before step arrive[i], preempting the newest request before steps in preempt.
   static std::vector<Outcome> run(LLMEngine& e, const std::vector<std::vector<int>>& prompts, int max_tokens,
@@ -127,8 +128,9 @@ class CudaSpecDecode : public ::testing::TestWithParam<GpuSpecCase> {
     for (size_t i = 0; i < want.size(); ++i) {
       const std::string w = what + ": prompt " + std::to_string(i);
       if (!tie_flips) ASSERT_EQ(got[i].ids, want[i].ids) << w;
-      const size_t n = tie_flips ? cudatest::greedy_prefix_up_to_tie(got[i].ids, want[i].ids, want[i].margins, kTieMargin, w)
-                                 : want[i].ids.size();
+      const size_t n = tie_flips
+                           ? cudatest::greedy_prefix_up_to_tie(got[i].ids, want[i].ids, want[i].margins, kTieMargin, w)
+                           : want[i].ids.size();
       ASSERT_GE(got[i].logprobs.size(), n) << what;
       for (size_t t = 0; t < n; ++t)
         worst = std::max(worst, std::abs(double(got[i].logprobs[t]) - want[i].logprobs[t]));
