@@ -36,6 +36,9 @@ struct SampleRowParams {
   int32_t num_top = 0;    ///< top log-probabilities to return, [0, 20]
   int32_t mods_begin = 0; ///< this row's entries are DeviceSampleBatch::mods[mods_begin, mods_begin + mods_count)
   int32_t mods_count = 0;
+  /// Prompt scoring (prompt_logprobs): the next prompt token, whose raw logprob and rank the device returns
+  /// (GreedyRow::score_logprob / score_rank); -1 = none. Such a row's pick is unused (pack it greedy).
+  int32_t score_token = -1;
 };
 
 /// A step's device sampling input: rows[i] for logits row i, and the concatenated per-row modification lists.

@@ -416,8 +416,9 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
   stats_.num_model_steps = 1;
   const auto t0 = std::chrono::steady_clock::now();
   if (device_greedy) device_greedy = model_->forward_greedy(batch, *cache_, num_top, picks_);
-  // 3b. Otherwise, with no prompt logprobs in the step, every row is sampled on the device from packed parameters
-  //     and the request's next uniform (drawn here, exactly as sample_token would), again only ids + logprobs back.
+  // 3b. Otherwise every row is sampled on the device from packed parameters and the request's next uniform (drawn
+  //     here, exactly as sample_token would), again only ids + logprobs back. A prompt-scoring row (prompt_logprobs)
+  //     gets its top-k, the next prompt token's logprob and its rank there too (SampleRowParams::score_token).
   sample_drawn_ = false;
   bool device_sample = false;
   if (!device_greedy && device_sampling_ && !batch.logits_indices.empty()) {
@@ -425,17 +426,27 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
     for (size_t i = 0; i < order.size() && eligible; ++i) {
       const SamplingParams& p = order[i].req->request.params;
       // (the allowed set: host only; a verify row samples each position with its own history and draw: host only)
-      eligible = !p.prompt_logprobs.has_value() && p.allowed_token_ids.empty() && order[i].num_draft_tokens == 0;
+      eligible = p.allowed_token_ids.empty() && order[i].num_draft_tokens == 0 &&
+                 p.prompt_logprobs.value_or(0) <= kMaxDeviceGreedyTop;
     }
     if (eligible) {
       sample_.rows.assign(batch.logits_indices.size(), SampleRowParams{});
       sample_.mods.clear();
       for (size_t i = 0; i < order.size(); ++i) {
         RequestState& r = *order[i].req;
-        if (plans[i].positions.empty()) continue;
         const SamplingParams& sp = r.request.params;
-        pack_sample_row(sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids, V,
-                        sp.greedy() ? 0.0 : r.rng.uniform(), sample_.rows[plans[i].first_logit_row], sample_.mods);
+        for (size_t k = 0; k < plans[i].positions.size(); ++k) {
+          const int p = plans[i].positions[k];
+          SampleRowParams& row = sample_.rows[static_cast<size_t>(plans[i].first_logit_row) + k];
+          if (p + 1 < r.prompt_len()) {  // scores prompt token p + 1 (greedy pick, unused)
+            row.top_k = V;
+            row.num_top = *sp.prompt_logprobs;
+            row.score_token = r.token_at(p + 1);
+            continue;
+          }
+          pack_sample_row(sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids, V,
+                          sp.greedy() ? 0.0 : r.rng.uniform(), row, sample_.mods);
+        }
       }
       sample_drawn_ = true;
       device_sample = model_->forward_sample(batch, *cache_, sample_, picks_);

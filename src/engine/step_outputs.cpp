@@ -78,6 +78,16 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
     auto row = [&] { return std::span<const float>(logits + static_cast<size_t>(plan.first_logit_row + k) * V, V); };
     if (p + 1 < r.prompt_len()) {  // 1. Score prompt token p+1 (never a device greedy step).
       PromptLogprob lp;
+      if (picks) {  // scored on the device (step 3b: SampleRowParams::score_token)
+        const GreedyPick& g = picks[plan.first_logit_row + static_cast<int>(k)];
+        SSM_CHECK(g.token >= 0, "prompt logprobs: the logits of request {} hold a NaN or +inf, or are all -inf",
+                  r.request.request_id);
+        for (const auto& [id, lpv] : g.top) lp.top.push_back({id, lpv});
+        lp.token_logprob = g.score_logprob;
+        lp.rank = g.score_rank;
+        r.prompt_logprobs[p + 1] = std::move(lp);
+        continue;
+      }
       lp.top = top_logprobs(row(), *sp.prompt_logprobs, &lp.token_logprob, r.token_at(p + 1));
       const std::span<const float> logits_p = row();  // [vocab]
       const float tok_logit = logits_p[r.token_at(p + 1)];

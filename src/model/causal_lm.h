@@ -33,6 +33,10 @@ struct GreedyPick {
   std::vector<std::pair<int, float>> top;
   /// forward_sample rows with token == kPickOnHost: the row's raw logits [vocab] fp32 for the host sampler.
   std::vector<float> logits;
+  /// forward_sample rows with SampleRowParams::score_token set (prompt scoring): that token's raw logprob and rank
+  /// (1 + the number of logits strictly above it).
+  float score_logprob = 0.0f;
+  int score_rank = 0;
 };
 
 /// One state-block copy (prefix caching): block `src`'s states onto block `dst`, in every recurrent layer.

@@ -186,6 +186,7 @@ void LmFrame::download_sample(int64_t n_logits, int64_t V, const DeviceSampleBat
     const GreedyRow& g = picks_host[i];
     GreedyPick& p = out[i];
     p.token = g.token, p.logprob = g.logprob;
+    p.score_logprob = g.score_logprob, p.score_rank = g.score_rank;
     p.top.clear();
     p.logits.clear();
     const int num_top = std::clamp(sample.rows[i].num_top, 0, static_cast<int>(std::min<int64_t>(V, kMaxDeviceTopLogprobs)));

@@ -4,9 +4,11 @@
 // uniform lies within 1e-9 of a CDF boundary (counted and bounded), logprobs within 1e-5 relative; error rows; and
 // through the engine, device sampling equal to host sampling of the same GPU logits (tiny-mamba, Mamba-2 dummy).
 // greedy_sample (argmax and top-k logprobs) against the CPU sampler: ties, masked tokens, coarse values, error rows.
+// Prompt scoring rows (score_token: logprob, rank, top-k) against the CPU, and prompt_logprobs through the engine.
 // DISABLED_ benchmark: sampling cost per step at batch 1 / 64 / 256 against the host path. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -217,6 +219,57 @@ TEST(CudaSampling, SampleRowsErrorRowsAndBadArguments) {
   EXPECT_EQ(cuda::sample_rows(dl.as<float>(), V, 0, V, nullptr, nullptr, nullptr, nullptr, nullptr), cudaSuccess);
 }
 
+// Prompt scoring rows (SampleRowParams::score_token, issue 34 item 4): the scored token's raw logprob and rank and
+// the raw top logprobs against the CPU's top_logprobs and rank count (what the engine computes on the host), on rows
+// with ties, -inf entries and the scored token anywhere (the argmax, a tie, the bottom).
+TEST(CudaSampling, ScoreRowsMatchCpuTopLogprobsAndRank) {
+  REQUIRE_GPU();
+  for (const int V : {50280, 13, 1027}) {
+    SCOPED_TRACE(V);
+    const int n = 24;
+    std::mt19937 rng(static_cast<uint32_t>(V));
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> logits(static_cast<size_t>(n) * V);
+    for (auto& x : logits) x = nd(rng);
+    DeviceSampleBatch sb;
+    sb.rows.resize(n);
+    for (int r = 0; r < n; ++r) {
+      float* row = logits.data() + static_cast<size_t>(r) * V;
+      if (r % 4 == 1) for (int v = 0; v < V; v += 3) row[v] = std::round(row[v]);  // many exact ties
+      if (r % 4 == 2) for (int v = 1; v < V; v += 5) row[v] = -INFINITY;           // masked entries
+      const int amax = static_cast<int>(std::max_element(row, row + V) - row);
+      SampleRowParams& p = sb.rows[static_cast<size_t>(r)];
+      p.top_k = V;
+      p.num_top = std::vector<int>{0, 1, 5, 20}[static_cast<size_t>(r % 4)];
+      p.score_token = r % 6 == 0 ? amax : static_cast<int>(rng() % V);
+      if (r % 4 == 1) p.score_token = (p.score_token / 3) * 3;  // a tied (rounded) entry
+    }
+    DeviceBuffer dl = to_device(logits), drows = to_device(sb.rows), dout(n * sizeof(cuda::GreedyRow));
+    SSM_CUDA_CHECK(cuda::sample_rows(dl.as<float>(), V, n, V, drows.as<SampleRowParams>(), nullptr, nullptr,
+                                     dout.as<cuda::GreedyRow>(), nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = to_host<cuda::GreedyRow>(dout, n);
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE(r);
+      const std::span<const float> row(logits.data() + static_cast<size_t>(r) * V, static_cast<size_t>(V));
+      const SampleRowParams& p = sb.rows[static_cast<size_t>(r)];
+      float want_lp = 0.0f;
+      const auto want_top = top_logprobs(row, p.num_top, &want_lp, p.score_token);
+      const float t = row[static_cast<size_t>(p.score_token)];
+      const int want_rank = 1 + static_cast<int>(std::count_if(row.begin(), row.end(), [&](float x) { return x > t; }));
+      ASSERT_GE(got[r].token, 0);
+      EXPECT_EQ(got[r].score_rank, want_rank);
+      if (std::isinf(want_lp)) EXPECT_EQ(got[r].score_logprob, want_lp);  // a masked (-inf) token
+      else EXPECT_NEAR(got[r].score_logprob, want_lp, 1e-5 * std::max(1.0f, std::fabs(want_lp)));
+      ASSERT_EQ(static_cast<int>(want_top.size()), std::min(p.num_top, V));
+      for (size_t k = 0; k < want_top.size(); ++k) {
+        EXPECT_EQ(got[r].top_ids[k], want_top[k].id) << k;
+        EXPECT_NEAR(got[r].top_logprobs[k], want_top[k].logprob, 1e-5 * std::max(1.0f, std::fabs(want_top[k].logprob)));
+      }
+    }
+  }
+}
+
 // ---- greedy sampling (greedy_sample: argmax + top-k logprobs) against the CPU sampler ----------------------------
 
 TEST(CudaSampling, GreedyPicksMatchCpuSampler) {
@@ -376,6 +429,62 @@ TEST(CudaSamplingEngine, Mamba2DummyDeviceSamplingEqualsHostSampling) {
 TEST(CudaSamplingEngine, MiniMaxDummyDeviceSamplingEqualsHostSampling) {
   REQUIRE_GPU();
   check_engine_device_vs_host(testing::source_dir() / "tests/cuda/configs/tiny-minimax", LoadFormat::Dummy);
+}
+
+// Prompt logprobs through the engine: scored on the device (score rows) equal to scored on the host from the same
+// GPU logits (SSMSERVE_DEVICE_SAMPLING=0): rank and top ids exact, logprobs within 1e-5, chunked scoring.
+TEST(CudaSamplingEngine, PromptLogprobsOnTheDeviceEqualTheHost) {
+  REQUIRE_GPU();
+  const auto dir = testing::model_dir("tiny-mamba");
+  SSM_SKIP_IF_NO_MODEL(dir);
+  cuda::register_cuda_backend();
+  EngineConfig cfg;
+  cfg.model = dir;
+  cfg.device = "cuda";
+  cfg.scheduler.max_num_batched_tokens = 96;
+  cfg.scheduler.max_num_scored_tokens = 64;
+  const auto run = [&](bool device) {
+    ::setenv("SSMSERVE_DEVICE_SAMPLING", device ? "1" : "0", 1);
+    LLMEngine engine(cfg);
+    ::unsetenv("SSMSERVE_DEVICE_SAMPLING");
+    for (int i = 0; i < 6; ++i) {
+      Request r;
+      r.request_id = std::to_string(i);
+      for (int t = 0; t < 20 + 41 * i; ++t) r.prompt_token_ids.push_back(50 + (t * 31 + 7 * i) % 20000);
+      r.params.max_tokens = 5;
+      r.params.temperature = i % 3 == 2 ? 0.7 : 0.0;
+      r.params.seed = 11 + i;
+      r.params.logprobs = 2;
+      if (i != 4) r.params.prompt_logprobs = std::vector<int>{0, 1, 5, 20, 0, 3}[static_cast<size_t>(i)];
+      engine.add_request(r);
+    }
+    std::map<std::string, RequestOutput> got;
+    while (engine.has_unfinished_requests())
+      for (auto& o : engine.step())
+        if (o.finished) got[o.request_id] = std::move(o);
+    return got;
+  };
+  const auto host = run(false), dev = run(true);
+  ASSERT_EQ(host.size(), 6u);
+  ASSERT_EQ(dev.size(), 6u);
+  for (const auto& [id, h] : host) {
+    SCOPED_TRACE(id);
+    const RequestOutput& d = dev.at(id);
+    EXPECT_EQ(d.outputs[0].token_ids, h.outputs[0].token_ids);
+    ASSERT_EQ(d.prompt_logprobs.size(), h.prompt_logprobs.size());
+    for (size_t p = 0; p < h.prompt_logprobs.size(); ++p) {
+      ASSERT_EQ(d.prompt_logprobs[p].has_value(), h.prompt_logprobs[p].has_value()) << p;
+      if (!h.prompt_logprobs[p]) continue;
+      const PromptLogprob &x = *h.prompt_logprobs[p], &y = *d.prompt_logprobs[p];
+      EXPECT_EQ(y.rank, x.rank) << p;
+      EXPECT_NEAR(y.token_logprob, x.token_logprob, 1e-5 * std::max(1.0f, std::fabs(x.token_logprob))) << p;
+      ASSERT_EQ(y.top.size(), x.top.size()) << p;
+      for (size_t k = 0; k < x.top.size(); ++k) {
+        EXPECT_EQ(y.top[k].id, x.top[k].id) << p << " " << k;
+        EXPECT_NEAR(y.top[k].logprob, x.top[k].logprob, 1e-5 * std::max(1.0f, std::fabs(x.top[k].logprob)));
+      }
+    }
+  }
 }
 
 // ---- benchmark: sampling cost per step, device vs host (download logits + sample_token per row) -------------------

@@ -462,6 +462,16 @@ __global__ void __launch_bounds__(kT) sample_rows_kernel(const float* __restrict
   const double lse = static_cast<double>(bv) + log(block_sum(acc, s));
   const int num_top = min(max(P.num_top, 0), min(V, kMaxDeviceTopLogprobs));
   detail::top_logprobs<kT>(raw, V, bv, bi, lse, num_top, s.v, s.i, r);
+  if (P.score_token >= 0 && P.score_token < V) {  // prompt scoring: the next prompt token's logprob and rank
+    const float t = raw[P.score_token];
+    int above = 0;
+    for (int i = threadIdx.x; i < V; i += kT) above += raw[i] > t ? 1 : 0;
+    const double total_above = block_sum(static_cast<double>(above), s);  // exact: integers < 2^53
+    if (threadIdx.x == 0) {
+      r.score_logprob = static_cast<float>(static_cast<double>(t) - lse);
+      r.score_rank = 1 + static_cast<int32_t>(total_above);
+    }
+  }
   // 2. Processed row: logit_bias, min_tokens masks and penalties applied to a copy (sample_token steps 0-2).
   const float* l = raw;
   float m = bv;

@@ -24,6 +24,10 @@ struct GreedyRow {
   float logprob;
   int32_t top_ids[kMaxDeviceTopLogprobs];
   float top_logprobs[kMaxDeviceTopLogprobs];
+  /// sample_rows rows with SampleRowParams::score_token = t in [0, V): log_softmax(raw)[t] (double sum, as
+  /// top_logprobs) and 1 + the number of raw logits strictly greater than raw[t] (vLLM's prompt-token rank).
+  float score_logprob;
+  int32_t score_rank;
 };
 
 /// Multi-step decode: where greedy_sample also writes each row's pick as the next step's input id.
@@ -56,8 +60,10 @@ inline constexpr int kDeviceSampleCapacity = 4096;
 /// rows[i].uniform over the same candidate order (id order without top-k / top-p; (logit desc, id asc) with).
 /// Top-k / top-p use a threshold search (masses above m - d * T, d = 1/16 ... 128) and a bitonic sort of at most
 /// kDeviceSampleCapacity candidates on chip, never a full-vocabulary sort. out[i]: the token, its raw logprob and
-/// rows[i].num_top raw top logprobs (log_softmax of the unmodified row), like greedy_sample. token = -1: NaN / +inf
-/// raw logits, or every processed logit -inf; token = kPickOnHost: the candidate set exceeded the capacity.
+/// rows[i].num_top raw top logprobs (log_softmax of the unmodified row), like greedy_sample; a prompt-scoring row
+/// (rows[i].score_token >= 0) also gets that token's raw logprob and rank (GreedyRow::score_logprob / score_rank).
+/// token = -1: NaN / +inf raw logits, or every processed logit -inf; token = kPickOnHost: the candidate set
+/// exceeded the capacity.
 /// Sums use double accumulators in a different order than the CPU, so a draw can differ from the CPU only when the
 /// uniform lies within ~1e-12 relative of a CDF boundary. rows, mods, work, out: device memory; work may be null
 /// when no row has entries. One CTA of 1024 threads per row, 64 KiB dynamic shared memory.
