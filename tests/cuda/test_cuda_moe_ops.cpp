@@ -1,8 +1,9 @@
 // GPU sparse MoE (kernels/cuda/moe.h) against the CPU reference (kernels/cpu/moe.h): every routing the supported
 // families use (softmax renormalized or not, sigmoid with correction bias, grouped choice and routed scaling), ties,
-// SiLU-gated and relu^2 experts on the per-pair (decode) and grouped-GEMM paths, bad arguments; Qwen's many small
-// experts (Qwen3.5-35B-A3B: 256 experts top-8; Qwen3-Next-80B-A3B: 512 experts top-10), with timings of the
-// Qwen3.5-35B-A3B layer shape (hidden 2048, moe_intermediate 512) printed for docs/benchmarks.md.
+// SiLU-gated and relu^2 experts on the per-pair (decode) and grouped-GEMM paths, fp32 experts at fp32 accuracy, bad
+// arguments; Qwen's many small experts (Qwen3.5-35B-A3B: 256 experts top-8; Qwen3-Next-80B-A3B: 512 experts top-10),
+// with timings of the Qwen3.5-35B-A3B layer shape (hidden 2048, moe_intermediate 512) printed for
+// docs/benchmarks.md.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -213,6 +214,78 @@ TEST(CudaMoe, Relu2ExpertsWithSigmoidRoutingMatchCpu) {
     SSM_CUDA_CHECK(cudaDeviceSynchronize());
     auto got = to_host<float>(dout, T * Hd);
     EXPECT_LT(rel_err(got.data(), Hd, ref.data(), Hd, T, Hd), 1e-2);
+  }
+}
+
+// fp32 experts (MoeDevWeights::f32, the fp32-weight model): fp32 weights and inputs that are not bf16 values, so any
+// bf16 rounding on the way (x, the activations, the weights: ~3e-3) would show against the CPU's fp32 arithmetic
+// (only the summation order differs: ~1e-6). SiLU-gated and relu^2 experts, softmax and grouped sigmoid routing, on
+// the unsorted per-pair rows (T * top_k <= 16), the rows sorted by expert, and more than 65535 pairs (the kernels'
+// row loop past the grid's y limit); odd widths (hidden 200, I 72: not multiples of the 128-wide lane stride).
+TEST(CudaMoe, Fp32ExpertsMatchCpuAtFp32Accuracy) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  struct Case {
+    const char* name;
+    bool gated, sigmoid;
+    int E, k;
+    int64_t Hd, I;
+    std::vector<int64_t> Ts;
+  };
+  const Case cases[] = {
+      {"gated, softmax top-2 of 8", true, false, 8, 2, 200, 72, {1, 7, 8, 9, 61}},  // 2, 14, 16 pairs unsorted; 18, 122 sorted
+      {"relu^2, grouped sigmoid top-3 of 8", false, true, 8, 3, 136, 72, {1, 5, 40}},
+      {"gated, top-8 of 16, > 65535 pairs", true, false, 16, 8, 64, 32, {8200}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int E = c.E;
+    const int64_t Hd = c.Hd, I = c.I, xs = Hd + 4, os = Hd + 8;
+    cpu::MoeRouting r;
+    r.top_k = c.k;
+    if (c.sigmoid) {
+      r.scoring = cpu::MoeRouting::Scoring::Sigmoid;
+      r.routed_scaling_factor = 2.0f, r.n_group = 2, r.topk_group = 1;
+      r.correction_bias = rand_vec(rng, E, -0.1f, 0.1f);
+    }
+    Weight gate = Weight::allocate(DType::F32, E, Hd);
+    auto g = rand_vec(rng, E * Hd, -0.1f, 0.1f);
+    std::memcpy(const_cast<void*>(gate.data), g.data(), g.size() * 4);
+    std::vector<cpu::ExpertWeights> experts(E);
+    std::vector<float> w1s, w3s, w2s;
+    auto fill = [&](Weight& W, int64_t rows, int64_t cols, float a, std::vector<float>& stack) {
+      W = Weight::allocate(DType::F32, rows, cols);
+      auto v = rand_vec(rng, rows * cols, -a, a);
+      std::memcpy(const_cast<void*>(W.data), v.data(), v.size() * 4);
+      stack.insert(stack.end(), v.begin(), v.end());
+    };
+    const float hs = 1.0f / std::sqrt(static_cast<float>(Hd)), is = 1.0f / std::sqrt(static_cast<float>(I));
+    for (int e = 0; e < E; ++e) {
+      fill(experts[e].w1, I, Hd, hs, w1s);
+      if (c.gated) fill(experts[e].w3, I, Hd, hs, w3s);
+      fill(experts[e].w2, Hd, I, is, w2s);
+    }
+    DeviceBuffer d1 = to_device(w1s), d3 = c.gated ? to_device(w3s) : DeviceBuffer(4), d2 = to_device(w2s),
+                 bias = c.sigmoid ? to_device(r.correction_bias) : DeviceBuffer(4);
+    cuda::MoeDevWeights w{E, c.k, Hd, I, d1.data(), c.gated ? d3.data() : nullptr, d2.data(), device_routing(r, bias), true};
+    for (int64_t T : c.Ts) {
+      SCOPED_TRACE(testing::Message() << "T=" << T);
+      std::vector<float> x = rand_vec(rng, T * Hd);
+      std::vector<float> ref(T * Hd), logits(T * E);
+      cpu::sparse_moe(x.data(), T, Hd, gate, experts, r, ref.data());
+      cpu::linear(x.data(), T, gate, nullptr, logits.data());
+      std::vector<float> xpad(T * xs, 0.0f);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(x.data() + t * Hd, Hd, xpad.data() + t * xs);
+      DeviceBuffer dx = to_device(xpad), dl = to_device(logits), dout = poisoned(T * os), ws(cuda::moe_workspace_bytes(T, w));
+      SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), xs, T, dl.as<float>(), w, dout.as<float>(), os, ws.data(), nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = to_host<float>(dout, T * os);
+      std::vector<float> refp(T * os, 0.0f);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(ref.data() + t * Hd, Hd, refp.data() + t * os);
+      EXPECT_LT(rel_err(got.data(), os, refp.data(), os, T, Hd), 2e-5);
+    }
   }
 }
 

@@ -24,10 +24,10 @@ struct MoeLayout {
     sorted = align256(offsets + (w.num_experts + 1) * 4);
     pair_row = align256(sorted + P * 4);
     xg = align256(pair_row + P * 4);
-    act = align256(xg + P * w.hidden * 2);
-    y = align256(act + P * w.intermediate * 2);
+    act = align256(xg + (w.f32 ? 0 : P * w.hidden * 2));  // fp32 experts read x directly
+    y = align256(act + P * w.intermediate * (w.f32 ? 4 : 2));
     u = align256(y + P * w.hidden * 4);
-    total = align256(u + (w.w3 ? 0 : P * w.intermediate * 4));
+    total = align256(u + (w.w3 || w.f32 ? 0 : P * w.intermediate * 4));
   }
 };
 
@@ -246,6 +246,61 @@ __global__ void __launch_bounds__(256) small_down_kernel(const bf16* __restrict_
   if (lane == 0) y[static_cast<int64_t>(p) * N + n] = acc;
 }
 
+/// fp32 experts (MoeDevWeights::f32), every batch size: per-row GEMVs as above with fp32 operands, nothing rounded.
+/// Row r of [0, P) is pair p = sorted[r] (pairs in expert order, so consecutive blocks share an expert's weights in
+/// L2), or p = r without `sorted` (then pair_row[p] = p is written here); t = p / top_k, e = ids[p]. Each output is
+/// one fp32 sum per lane over k = lane * 4 + 128 j (4 FMAs each), then the warp's butterfly sum.
+/// Grid (ceil(I / 8), min(P, 65535)), 8 warps, rows r = blockIdx.y, + gridDim.y, ...:
+/// act[r, n] = silu(x_t . w1[e, n]) * (x_t . w3[e, n]) (relu^2 experts, w3 null: relu(x_t . w1[e, n])^2).
+__global__ void __launch_bounds__(256) f32_up_kernel(const float* __restrict__ x, int64_t xs, const int32_t* __restrict__ ids,
+                                                    const int32_t* __restrict__ sorted, int64_t P, int top_k,
+                                                    const float* __restrict__ w1, const float* __restrict__ w3, int64_t I,
+                                                    int64_t K, float* __restrict__ act, int32_t* __restrict__ pair_row) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  if (n >= I) return;  // whole warps: the butterfly below has all 32 lanes
+  for (int64_t r = blockIdx.y; r < P; r += gridDim.y) {
+    const int64_t p = sorted ? sorted[r] : r;
+    if (!sorted && n == 0 && lane == 0) pair_row[p] = static_cast<int32_t>(p);
+    const int64_t e = ids[p];
+    const float* xr = x + (p / top_k) * xs;
+    const float* a = w1 + (e * I + n) * K;
+    const float* b = w3 ? w3 + (e * I + n) * K : a;  // relu^2 experts: no up, u unused
+    float g = 0.0f, u = 0.0f;
+    for (int64_t k = lane * 4; k < K; k += 32 * 4) {
+      const float4 xv = *reinterpret_cast<const float4*>(xr + k);
+      const float4 av = *reinterpret_cast<const float4*>(a + k), bv = *reinterpret_cast<const float4*>(b + k);
+      g = fmaf(xv.x, av.x, g), g = fmaf(xv.y, av.y, g), g = fmaf(xv.z, av.z, g), g = fmaf(xv.w, av.w, g);
+      u = fmaf(xv.x, bv.x, u), u = fmaf(xv.y, bv.y, u), u = fmaf(xv.z, bv.z, u), u = fmaf(xv.w, bv.w, u);
+    }
+    g = warp_sum(g);
+    u = warp_sum(u);
+    if (lane == 0) act[r * I + n] = w3 ? silu(g) * u : (g > 0.0f ? g * g : 0.0f);
+  }
+}
+
+/// Grid (ceil(hidden / 8), min(P, 65535)), 8 warps, rows as f32_up_kernel: y[r, n] = act[r] . w2[e, n] (fp32).
+__global__ void __launch_bounds__(256) f32_down_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids,
+                                                      const int32_t* __restrict__ sorted, int64_t P,
+                                                      const float* __restrict__ w2, int64_t N, int64_t K,
+                                                      float* __restrict__ y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  if (n >= N) return;
+  for (int64_t r = blockIdx.y; r < P; r += gridDim.y) {
+    const int64_t e = ids[sorted ? sorted[r] : r];
+    const float* a = act + r * K;
+    const float* w = w2 + (e * N + n) * K;
+    float acc = 0.0f;
+    for (int64_t k = lane * 4; k < K; k += 32 * 4) {
+      const float4 av = *reinterpret_cast<const float4*>(a + k), wv = *reinterpret_cast<const float4*>(w + k);
+      acc = fmaf(av.x, wv.x, acc), acc = fmaf(av.y, wv.y, acc), acc = fmaf(av.z, wv.z, acc), acc = fmaf(av.w, wv.w, acc);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[r * N + n] = acc;
+  }
+}
+
 bool valid(const MoeDevWeights& w) {
   return w.num_experts >= 1 && w.num_experts <= kMaxE && w.top_k >= 1 && w.top_k <= kMaxTopK &&
          w.top_k <= w.num_experts && w.hidden > 0 && w.hidden % 8 == 0 && w.intermediate > 0 &&
@@ -291,6 +346,25 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   const int64_t P = T * k;
   cudaError_t e = moe_route(logits, T, E, k, w.routing, ids, wts, stream);
   if (e != cudaSuccess) return e;
+  if (w.f32) {  // fp32 experts: the fp32 GEMVs for any P (in expert order above kSmallPairs)
+    const int32_t* rows = nullptr;
+    if (P > kSmallPairs) {
+      sort_kernel<<<1, 1024, 0, stream>>>(ids, P, E, offsets, sorted, pair_row);
+      if ((e = launch_status()) != cudaSuccess) return e;
+      rows = sorted;
+    }
+    auto* actf = reinterpret_cast<float*>(base + L.act);
+    const unsigned gy = static_cast<unsigned>(P < 65535 ? P : 65535);
+    f32_up_kernel<<<dim3(ceil_div(w.intermediate, 8), gy), 256, 0, stream>>>(
+        x, x_stride, ids, rows, P, k, static_cast<const float*>(w.w1), static_cast<const float*>(w.w3), w.intermediate,
+        w.hidden, actf, pair_row);
+    if ((e = launch_status()) != cudaSuccess) return e;
+    f32_down_kernel<<<dim3(ceil_div(w.hidden, 8), gy), 256, 0, stream>>>(actf, ids, rows, P, static_cast<const float*>(w.w2),
+                                                                          w.hidden, w.intermediate, y);
+    if ((e = launch_status()) != cudaSuccess) return e;
+    combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(y, w.hidden, ids, wts, pair_row, k, out, out_stride);
+    return launch_status();
+  }
   if (P <= kSmallPairs) {
     small_up_kernel<<<dim3(ceil_div(w.intermediate, 8), static_cast<unsigned>(P)), 256, 0, stream>>>(
         x, x_stride, ids, k, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3), w.intermediate, w.hidden,

@@ -3,7 +3,10 @@
 // renormalized to sum 1), tokens sorted by expert on the device, grouped expert GEMMs on tensor cores (one launch
 // per projection for all experts: bf16 operands, fp32 accumulation; gate and up fused with SiLU(g) * u), and the
 // weighted combine adding each token's experts in ascending id order (as the CPU); up to 16 (token, expert) pairs
-// (decode) take per-pair GEMV kernels instead of the tile grid. Nothing is copied to the host,
+// (decode) take per-pair GEMV kernels instead of the tile grid. fp32 experts (MoeDevWeights::f32, the fp32-weight
+// model) run fp32 per-pair GEMVs for every batch instead (x and the activations unrounded, fp32 FMA chains: the
+// CPU's arithmetic up to summation order), over the pairs in expert order so an expert's weights stay in L2: slower
+// than the bf16 tiles at prefill, but an fp32 model is for accuracy. Nothing is copied to the host,
 // so the whole block can be captured in a CUDA graph. Router logits (x W_gate^T) come from the caller's GEMM.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for bad sizes).
@@ -26,7 +29,7 @@ struct MoeRouteParams {
   const float* correction_bias = nullptr;
 };
 
-/// Stacked expert weights (device, bf16, row-major as Linear weights are stored).
+/// Stacked expert weights (device, bf16 or fp32 (f32), row-major as Linear weights are stored).
 struct MoeDevWeights {
   int num_experts = 0;   ///< E, 1..512 (the router's limit)
   int top_k = 0;         ///< 1..min(E, 16)
@@ -36,6 +39,7 @@ struct MoeDevWeights {
   const void* w3 = nullptr;  ///< [E, I, hidden] up_proj (null: relu^2 experts, w2(relu(w1 x)^2))
   const void* w2 = nullptr;  ///< [E, hidden, I] down_proj
   MoeRouteParams routing;
+  bool f32 = false;  ///< w1 / w3 / w2 are fp32 and the experts compute in fp32 (else bf16 operands)
 };
 
 /// Workspace bytes sparse_moe needs for T tokens (ids, weights, offsets, sorted rows, activations, expert outputs).

@@ -1,7 +1,10 @@
 // Owns the sparse MoE FFN on the GPU (the CPU module: model/ffns/moe_ffn.h): the router GEMM in fp32 (so expert
 // choices match the CPU's), then kernels/cuda/moe.h (softmax or sigmoid routing, device-side sort by expert, grouped
-// GEMMs over bf16 stacked experts, weighted combine; no host synchronization), plus the shared expert (cuda_mlp.cpp),
-// added as is or, with shared_expert_gate (Qwen), scaled per token by sigmoid(x . w_g) (activations.h).
+// GEMMs over the stacked experts, weighted combine; no host synchronization), plus the shared expert (cuda_mlp.cpp),
+// added as is or, with shared_expert_gate (Qwen), scaled per token by sigmoid(x . w_g) (activations.h). The experts
+// are stacked in the model's weight dtype: bf16 (tensor-core grouped GEMMs, x and the activations rounded to bf16 as
+// every bf16 GEMM input) or fp32 (fp32 GEMVs, nothing rounded: an fp32 model's experts compute as the CPU's do, so a
+// router near a tie picks the CPU's experts in the layers after).
 #include <cstring>
 
 #include "core/error.h"
@@ -31,6 +34,14 @@ DeviceBuffer stack_bf16(const std::vector<const Weight*>& ws) {
   return to_device(h);
 }
 
+/// Stacks E expert matrices [rows, cols] into one fp32 device buffer [E, rows, cols] (bf16 values widened exactly).
+DeviceBuffer stack_f32(const std::vector<const Weight*>& ws) {
+  const size_t n = static_cast<size_t>(ws[0]->rows * ws[0]->cols);
+  std::vector<float> h(n * ws.size());
+  for (size_t e = 0; e < ws.size(); ++e) to_f32(ws[e]->dtype, ws[e]->data, h.data() + e * n, n);
+  return to_device(h);
+}
+
 class CudaMoe final : public CudaModule {
  public:
   CudaMoe(const CudaRunnerContext& ctx, MoeConfig c, int64_t hidden, const MoeWeights& w, std::unique_ptr<CudaModule> shared)
@@ -43,8 +54,9 @@ class CudaMoe final : public CudaModule {
       w1.push_back(&x.w1), w2.push_back(&x.w2);
       if (x.gated()) w3.push_back(&x.w3);
     }
-    w1_ = stack_bf16(w1), w2_ = stack_bf16(w2);
-    if (c_.gated) w3_ = stack_bf16(w3);
+    const auto stack = f32_ ? stack_f32 : stack_bf16;
+    w1_ = stack(w1), w2_ = stack(w2);
+    if (c_.gated) w3_ = stack(w3);
   }
 
   ModuleInput input() const override { return ModuleInput::F32; }
@@ -92,11 +104,12 @@ class CudaMoe final : public CudaModule {
     r.renormalize = c_.renormalize, r.routed_scaling_factor = c_.routed_scaling_factor;
     r.n_group = r.sigmoid ? c_.n_group : 1, r.topk_group = r.sigmoid ? c_.topk_group : 1;
     r.correction_bias = bias_.data() ? bias_.as<float>() : nullptr;
-    return {c_.num_experts, c_.top_k, H_, c_.intermediate_size, w1_.data(), c_.gated ? w3_.data() : nullptr, w2_.data(), r};
+    return {c_.num_experts, c_.top_k, H_, c_.intermediate_size, w1_.data(), c_.gated ? w3_.data() : nullptr, w2_.data(), r, f32_};
   }
   const CudaRunnerContext& ctx_;
   MoeConfig c_;
   int64_t H_;
+  bool f32_ = ctx_.opt.weight_dtype != DType::BF16;  ///< fp32 experts (an fp32-weight model), else bf16
   DevWeight gate_;
   DeviceBuffer bias_;  ///< [E] e_score_correction_bias (sigmoid routing), or empty
   DeviceBuffer shared_gate_;  ///< [hidden] fp32 shared_expert_gate.weight (Qwen), or empty
