@@ -235,7 +235,8 @@ TEST(CudaMoe, Fp32ExpertsMatchCpuAtFp32Accuracy) {
     std::vector<int64_t> Ts;
   };
   const Case cases[] = {
-      {"gated, softmax top-2 of 8", true, false, 8, 2, 200, 72, {1, 7, 8, 9, 61}},  // 2, 14, 16 pairs unsorted; 18, 122 sorted
+      // 2, 14 and 16 pairs: unsorted rows; 18 and 122: sorted
+      {"gated, softmax top-2 of 8", true, false, 8, 2, 200, 72, {1, 7, 8, 9, 61}},
       {"relu^2, grouped sigmoid top-3 of 8", false, true, 8, 3, 136, 72, {1, 5, 40}},
       {"gated, top-8 of 16, > 65535 pairs", true, false, 16, 8, 64, 32, {8200}},
   };
@@ -269,7 +270,8 @@ TEST(CudaMoe, Fp32ExpertsMatchCpuAtFp32Accuracy) {
     }
     DeviceBuffer d1 = to_device(w1s), d3 = c.gated ? to_device(w3s) : DeviceBuffer(4), d2 = to_device(w2s),
                  bias = c.sigmoid ? to_device(r.correction_bias) : DeviceBuffer(4);
-    cuda::MoeDevWeights w{E, c.k, Hd, I, d1.data(), c.gated ? d3.data() : nullptr, d2.data(), device_routing(r, bias), true};
+    cuda::MoeDevWeights w{E, c.k, Hd, I, d1.data(), c.gated ? d3.data() : nullptr, d2.data(), device_routing(r, bias),
+                          true};
     for (int64_t T : c.Ts) {
       SCOPED_TRACE(testing::Message() << "T=" << T);
       std::vector<float> x = rand_vec(rng, T * Hd);
@@ -278,8 +280,10 @@ TEST(CudaMoe, Fp32ExpertsMatchCpuAtFp32Accuracy) {
       cpu::linear(x.data(), T, gate, nullptr, logits.data());
       std::vector<float> xpad(T * xs, 0.0f);
       for (int64_t t = 0; t < T; ++t) std::copy_n(x.data() + t * Hd, Hd, xpad.data() + t * xs);
-      DeviceBuffer dx = to_device(xpad), dl = to_device(logits), dout = poisoned(T * os), ws(cuda::moe_workspace_bytes(T, w));
-      SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), xs, T, dl.as<float>(), w, dout.as<float>(), os, ws.data(), nullptr));
+      DeviceBuffer dx = to_device(xpad), dl = to_device(logits), dout = poisoned(T * os);
+      DeviceBuffer ws(cuda::moe_workspace_bytes(T, w));
+      SSM_CUDA_CHECK(
+          cuda::sparse_moe(dx.as<float>(), xs, T, dl.as<float>(), w, dout.as<float>(), os, ws.data(), nullptr));
       SSM_CUDA_CHECK(cudaDeviceSynchronize());
       const auto got = to_host<float>(dout, T * os);
       std::vector<float> refp(T * os, 0.0f);

@@ -252,10 +252,11 @@ __global__ void __launch_bounds__(256) small_down_kernel(const bf16* __restrict_
 /// one fp32 sum per lane over k = lane * 4 + 128 j (4 FMAs each), then the warp's butterfly sum.
 /// Grid (ceil(I / 8), min(P, 65535)), 8 warps, rows r = blockIdx.y, + gridDim.y, ...:
 /// act[r, n] = silu(x_t . w1[e, n]) * (x_t . w3[e, n]) (relu^2 experts, w3 null: relu(x_t . w1[e, n])^2).
-__global__ void __launch_bounds__(256) f32_up_kernel(const float* __restrict__ x, int64_t xs, const int32_t* __restrict__ ids,
-                                                    const int32_t* __restrict__ sorted, int64_t P, int top_k,
-                                                    const float* __restrict__ w1, const float* __restrict__ w3, int64_t I,
-                                                    int64_t K, float* __restrict__ act, int32_t* __restrict__ pair_row) {
+__global__ void __launch_bounds__(256) f32_up_kernel(const float* __restrict__ x, int64_t xs,
+                                                    const int32_t* __restrict__ ids, const int32_t* __restrict__ sorted,
+                                                    int64_t P, int top_k, const float* __restrict__ w1,
+                                                    const float* __restrict__ w3, int64_t I, int64_t K,
+                                                    float* __restrict__ act, int32_t* __restrict__ pair_row) {
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
   if (n >= I) return;  // whole warps: the butterfly below has all 32 lanes
@@ -294,7 +295,8 @@ __global__ void __launch_bounds__(256) f32_down_kernel(const float* __restrict__
     float acc = 0.0f;
     for (int64_t k = lane * 4; k < K; k += 32 * 4) {
       const float4 av = *reinterpret_cast<const float4*>(a + k), wv = *reinterpret_cast<const float4*>(w + k);
-      acc = fmaf(av.x, wv.x, acc), acc = fmaf(av.y, wv.y, acc), acc = fmaf(av.z, wv.z, acc), acc = fmaf(av.w, wv.w, acc);
+      acc = fmaf(av.x, wv.x, acc), acc = fmaf(av.y, wv.y, acc);
+      acc = fmaf(av.z, wv.z, acc), acc = fmaf(av.w, wv.w, acc);
     }
     acc = warp_sum(acc);
     if (lane == 0) y[r * N + n] = acc;
@@ -359,8 +361,8 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
         x, x_stride, ids, rows, P, k, static_cast<const float*>(w.w1), static_cast<const float*>(w.w3), w.intermediate,
         w.hidden, actf, pair_row);
     if ((e = launch_status()) != cudaSuccess) return e;
-    f32_down_kernel<<<dim3(ceil_div(w.hidden, 8), gy), 256, 0, stream>>>(actf, ids, rows, P, static_cast<const float*>(w.w2),
-                                                                          w.hidden, w.intermediate, y);
+    f32_down_kernel<<<dim3(ceil_div(w.hidden, 8), gy), 256, 0, stream>>>(
+        actf, ids, rows, P, static_cast<const float*>(w.w2), w.hidden, w.intermediate, y);
     if ((e = launch_status()) != cudaSuccess) return e;
     combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(y, w.hidden, ids, wts, pair_row, k, out, out_stride);
     return launch_status();

@@ -104,7 +104,8 @@ class CudaMoe final : public CudaModule {
     r.renormalize = c_.renormalize, r.routed_scaling_factor = c_.routed_scaling_factor;
     r.n_group = r.sigmoid ? c_.n_group : 1, r.topk_group = r.sigmoid ? c_.topk_group : 1;
     r.correction_bias = bias_.data() ? bias_.as<float>() : nullptr;
-    return {c_.num_experts, c_.top_k, H_, c_.intermediate_size, w1_.data(), c_.gated ? w3_.data() : nullptr, w2_.data(), r, f32_};
+    return {c_.num_experts, c_.top_k, H_, c_.intermediate_size, w1_.data(), c_.gated ? w3_.data() : nullptr, w2_.data(),
+            r, f32_};
   }
   const CudaRunnerContext& ctx_;
   MoeConfig c_;
