@@ -221,7 +221,8 @@ TEST(CudaMoe, Relu2ExpertsWithSigmoidRoutingMatchCpu) {
 // bf16 rounding on the way (x, the activations, the weights: ~3e-3) would show against the CPU's fp32 arithmetic
 // (only the summation order differs: ~1e-6). SiLU-gated and relu^2 experts, softmax and grouped sigmoid routing, on
 // the unsorted per-pair rows (T * top_k <= 16), the rows sorted by expert, and more than 65535 pairs (the kernels'
-// row loop past the grid's y limit); odd widths (hidden 200, I 72: not multiples of the 128-wide lane stride).
+// row loop past the grid's y limit); odd widths (hidden 200, I 72: not multiples of the 128-wide lane stride). Each
+// token's result is the same bits alone as in any batch.
 TEST(CudaMoe, Fp32ExpertsMatchCpuAtFp32Accuracy) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -289,6 +290,17 @@ TEST(CudaMoe, Fp32ExpertsMatchCpuAtFp32Accuracy) {
       std::vector<float> refp(T * os, 0.0f);
       for (int64_t t = 0; t < T; ++t) std::copy_n(ref.data() + t * Hd, Hd, refp.data() + t * os);
       EXPECT_LT(rel_err(got.data(), os, refp.data(), os, T, Hd), 2e-5);
+      if (T < 2) continue;
+      // Batch-invariant: the last token alone (its top_k pairs on the unsorted rows) gives the bits of the batch.
+      const int64_t t = T - 1;
+      DeviceBuffer ox = to_device(std::vector<float>(xpad.begin() + t * xs, xpad.begin() + (t + 1) * xs)),
+                   ol = to_device(std::vector<float>(logits.begin() + t * E, logits.begin() + (t + 1) * E)),
+                   oo = poisoned(os), ows(cuda::moe_workspace_bytes(1, w));
+      SSM_CUDA_CHECK(
+          cuda::sparse_moe(ox.as<float>(), xs, 1, ol.as<float>(), w, oo.as<float>(), os, ows.data(), nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto alone = to_host<float>(oo, os);
+      EXPECT_EQ(std::memcmp(alone.data(), got.data() + t * os, Hd * sizeof(float)), 0) << "token " << t << " alone";
     }
   }
 }
