@@ -48,7 +48,8 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
   cmd.add_option("--device", cfg.device, "cpu, cuda, or auto (cuda when built with it, a GPU is present and the architecture runs there)")
       ->capture_default_str();
   cmd.add_option("--num-scheduler-steps", cfg.num_scheduler_steps,
-                 "Model steps per engine step for decode-only greedy batches (multi-step decode; tokens arrive in bursts)")
+                 "Model steps per engine step for decode-only greedy batches (multi-step decode; tokens arrive in "
+                 "bursts; with --speculative-config, steps that verify drafts run one model step)")
       ->capture_default_str();
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", cfg.enable_prefix_caching,
                "Prefix caching of recurrent states (and shared KV blocks): a request whose tokens start with a cached prefix "

@@ -52,7 +52,8 @@ struct EngineConfig {
   /// steps (models without KV blocks); a burst is capped at the fewest tokens a request still needs before
   /// max_tokens (rounded down to a power of two), and a request that stops earlier (EOS, stop string) keeps only
   /// its tokens up to there: the rest of the burst is computed for nothing, so K of 4-16 suits most workloads.
-  /// The tokens are those of single steps. 1 = off. In [1, kMaxSchedulerSteps].
+  /// The tokens are those of single steps. With speculative_config, a step in which any request verifies drafts
+  /// runs one model step (the verify pass) and steps without drafts run the burst. 1 = off. In [1, kMaxSchedulerSteps].
   int num_scheduler_steps = 1;
   /// Where the model runs: "cpu", "cuda" (a registered device backend) or "auto" (a registered device when
   /// available for the architecture, else the CPU); see resolve_device in model/causal_lm.h.

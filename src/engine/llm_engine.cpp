@@ -393,7 +393,8 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
                     p.logprobs.value_or(0) <= kMaxDeviceGreedyTop;
     num_top = std::max(num_top, p.logprobs.value_or(0));
   }
-  // 3a. Multi-step decode (num_scheduler_steps): K model steps of plain greedy decode rows, picks fed forward.
+  // 3a. Multi-step decode (num_scheduler_steps): K model steps of plain greedy decode rows, picks fed forward. Not
+  //     taken when a request verifies drafts this step (speculative decoding: its verify row is the step).
   if (const int steps = multi_step_count(sched, order, device_greedy); steps > 1) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!model_->forward_greedy_steps(batch, *cache_, num_top, steps, picks_))

@@ -127,8 +127,9 @@ class LLMEngine {
   /// Detokenizes `token` (r's newest output) and finishes r when a stop condition holds.
   void check_stop(RequestState& r, int token);
   /// Model steps for this engine step: cfg_.num_scheduler_steps when the batch is decode-only, every row a plain
-  /// greedy pick (plain_greedy: the device greedy predicate) and the model has no KV blocks, capped at the fewest
-  /// tokens any request still needs before max_tokens (rounded down to a power of two when below it); else 1.
+  /// greedy pick (plain_greedy: the device greedy predicate), no row a speculative verify row and the model has no
+  /// KV blocks, capped at the fewest tokens any request still needs before max_tokens (rounded down to a power of
+  /// two when below it); else 1 (a step with verify rows runs the one verify pass).
   int multi_step_count(const SchedulerOutput& sched, const std::vector<ScheduledRequest>& order, bool plain_greedy) const;
   /// Applies picks_ [steps, n_logits] (step-major) to r in order, stopping at its stop, and emits one output with
   /// every new token in delta_token_ids.

@@ -140,6 +140,9 @@ int LLMEngine::multi_step_count(const SchedulerOutput& sched, const std::vector<
   int left = K;
   for (const ScheduledRequest& o : order) {
     const RequestState& r = *o.req;
+    // Speculative decoding: a step with a verify row runs one model step (the verify pass); the burst is for
+    // steps in which no request has drafts (none proposed or fitted, or the adaptive draft length at 0).
+    if (o.num_draft_tokens > 0) return 1;
     const bool decode = o.num_tokens == 1 && r.num_computed_tokens + 1 == r.num_tokens() && r.num_computed_tokens > 0;
     if (!decode) return 1;
     left = std::min(left, r.request.params.max_tokens - static_cast<int>(r.output_token_ids.size()));

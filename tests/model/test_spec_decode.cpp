@@ -5,11 +5,14 @@
 // with a one-token prompt tail), random token budgets, preemption and prefix-cache hits. Seeded sampling gives the same
 // tokens with and without speculation, and the first token sampled after a draft follows the target distribution
 // (chi-square over seeds: a rule that accepts drafts unchecked fails it). The acceptance counters must match what the
-// drafter did (an engine that never verifies a draft fails).
+// drafter did (an engine that never verifies a draft fails). With multi-step decode (num_scheduler_steps), steps with
+// verify rows run one model step and steps without drafts burst, the output still the plain one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -80,6 +83,27 @@ Outcome outcome_of(const RequestOutput& o) {
   return r;
 }
 
+/// Steps of a run by kind: with verify rows, multi-step bursts (LLMEngine::last_step_stats().num_model_steps > 1),
+/// and both at once (never: a step with verify rows runs one model step).
+struct StepKinds {
+  int verify = 0, burst = 0, verify_and_burst = 0;
+};
+
+/// Passes `inner`'s drafts on every third engine step only: on the other steps no request has drafts.
+class EveryThirdStep final : public Proposer {
+ public:
+  explicit EveryThirdStep(std::unique_ptr<Proposer> inner) : inner_(std::move(inner)) {}
+  void propose(std::span<RequestState* const> reqs, int k) override {
+    if (calls_++ % 3 == 0) return inner_->propose(reqs, k);
+    for (RequestState* r : reqs) r->draft_token_ids.clear();
+  }
+  void release(const std::string& request_id) override { inner_->release(request_id); }
+
+ private:
+  std::unique_ptr<Proposer> inner_;
+  int calls_ = 0;
+};
+
 class SpecDecode : public ::testing::TestWithParam<SpecCase> {
  protected:
   void SetUp() override {
@@ -97,8 +121,9 @@ class SpecDecode : public ::testing::TestWithParam<SpecCase> {
 
   /// A speculative engine; a small pool (allocating the default one dominates these tiny runs).
   std::unique_ptr<LLMEngine> spec_engine(int budget, int blocks = 64, bool prefix_caching = false, int k = kK,
-                                         bool adaptive = false) const {
+                                         bool adaptive = false, int scheduler_steps = 1) const {
     EngineConfig cfg = case_config(GetParam());
+    cfg.num_scheduler_steps = scheduler_steps;
     cfg.scheduler.max_num_batched_tokens = budget;
     cfg.num_state_blocks = blocks;
     cfg.enable_prefix_caching = prefix_caching;
@@ -126,9 +151,10 @@ class SpecDecode : public ::testing::TestWithParam<SpecCase> {
   }
 
   /// Runs the prompts through `e`, request i added before step arrive[i] (all at once when empty), preempting the
-  /// newest running request before each step in `preempt_at`.
+  /// newest running request before each step in `preempt_at`; counts the kinds of steps into *kinds when given.
   static std::vector<Outcome> run(LLMEngine& e, const std::vector<std::vector<int>>& prompts, int max_tokens,
-                                  std::vector<int> arrive = {}, std::set<int> preempt_at = {}) {
+                                  std::vector<int> arrive = {}, std::set<int> preempt_at = {},
+                                  StepKinds* kinds = nullptr) {
     static int counter = 0;
     if (arrive.empty()) arrive.assign(prompts.size(), 0);
     std::map<std::string, size_t> index;
@@ -146,8 +172,14 @@ class SpecDecode : public ::testing::TestWithParam<SpecCase> {
         }
       if (preempt_at.count(step)) e.preempt_newest_request();
       if (!e.has_unfinished_requests()) continue;
+      const int64_t drafts_before = e.spec_decode_stats().num_drafts;
       for (const auto& o : e.step())
         if (o.finished) out[index.at(o.request_id)] = outcome_of(o), ++done;
+      if (kinds) {
+        const bool verify = e.spec_decode_stats().num_drafts > drafts_before;
+        const bool burst = e.last_step_stats().num_model_steps > 1;
+        kinds->verify += verify, kinds->burst += burst, kinds->verify_and_burst += verify && burst;
+      }
       if (step > 100000) ADD_FAILURE() << "runaway";
     }
     return out;
@@ -306,6 +338,52 @@ TEST_P(SpecDecode, PrefixCacheHitsEqualPlain) {
   expect_matches_reference({base}, second, kTokens, "second pass");
   EXPECT_GT(e->prefix_cache_stats().hits, 0);
   EXPECT_GT(e->spec_decode_stats().num_accepted_tokens, 0);
+}
+
+// Multi-step decode (num_scheduler_steps 4) with speculation: a step in which a request verifies drafts runs one
+// model step (the verify pass); a step in which no request has drafts (the drafter gave none, the adaptive draft
+// length backed off to 0, no n-gram match) runs the multi-step burst. Output equals plain greedy, ids and logprobs
+// bit for bit, with requests joining mid-run; both kinds of step occur, never in one step (models with KV blocks
+// never burst: their steps stay single).
+TEST_P(SpecDecode, MultiStepDecodeWithVerifyRowsEqualsPlain) {
+  const auto ps = prompts(3);
+  constexpr int kTokens = 30, kSteps = 4;
+  for (const auto& p : ps) reference(p, kTokens);
+  const bool bursts = reference_->kv_block_size() == 0;
+  auto scripted = [&](bool always_wrong) {
+    return std::make_unique<ScriptedProposer>(&answers_, vocab_, [always_wrong](const RequestState&, std::mt19937& g) {
+      return always_wrong ? 0 : static_cast<int>(g() % (kK + 1));
+    });
+  };
+  struct Drafter {
+    std::string what;
+    bool adaptive;
+    std::function<std::unique_ptr<Proposer>()> make;
+    bool must_verify;  // the drafter surely drafts (the real n-gram proposer may find no match on dummy weights)
+  };
+  const std::vector<Drafter> drafters = {
+      {"drafts on every third step", false, [&] { return std::make_unique<EveryThirdStep>(scripted(false)); }, true},
+      {"adaptive, always wrong", true, [&] { return scripted(true); }, true},
+      {"adaptive n-gram", true, [] { return make_proposer(SpeculativeConfig::parse(spec_json(kK, true)), {}); }, false},
+  };
+  for (const Drafter& d : drafters) {
+    auto e = spec_engine(8192, 64, false, kK, d.adaptive, kSteps);
+    e->set_proposer(d.make());
+    StepKinds kinds;
+    const auto got = run(*e, ps, kTokens, {0, 3, 9}, {}, &kinds);
+    expect_matches_reference(ps, got, kTokens, "K " + std::to_string(kSteps) + ", " + d.what);
+    std::printf("[spec + multi-step] %s %s: %d verify steps, %d bursts\n", GetParam().name.c_str(), d.what.c_str(),
+                kinds.verify, kinds.burst);
+    EXPECT_EQ(kinds.verify_and_burst, 0) << d.what;
+    if (d.must_verify) {
+      EXPECT_GT(kinds.verify, 0) << d.what;
+    }
+    if (bursts) {
+      EXPECT_GT(kinds.burst, 0) << d.what;
+    } else {
+      EXPECT_EQ(kinds.burst, 0) << d.what;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, SpecDecode, ::testing::ValuesIn(cases()),
