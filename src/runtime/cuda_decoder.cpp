@@ -91,7 +91,6 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
   }
 
  private:
-  bool tensor_parallel() const override { return tp_.on(); }
   void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top, std::vector<GreedyPick>* picks,
             const DeviceSampleBatch* sample) override;
   void reserve(int64_t T, int64_t nlog);

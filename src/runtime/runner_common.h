@@ -231,14 +231,16 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
 
 /// The CausalLM forward entry points of a GPU runner, written once over its step: forward (logits),
 /// forward_greedy (greedy picks on the device) and forward_sample (full sampling on the device). A runner derives
-/// from it and says only what differs: its step, whether it runs tensor parallel (each rank then holds a vocab slice
-/// of the logits, so forward_greedy / forward_sample return false and the host sampler picks) and whether it has a
-/// device greedy path at all (without one forward_greedy returns false, CausalLM's default).
+/// from it and says only what differs: its step (a tensor-parallel rank's all-gathers the logits slices, so every
+/// rank picks from whole rows) and whether it has a device greedy path at all (without one forward_greedy returns
+/// false, CausalLM's default).
 class CudaCausalLM : public CausalLM {
  public:
-  /// Speculative verify rows run on the device decode kernels (kernels/cuda/device_decode_rows.h) on one GPU; the
-  /// tensor-parallel GPU runners refuse them (not tested across ranks yet).
-  bool supports_speculative_decoding() const override { return !tensor_parallel(); }
+  /// Speculative verify rows run on the device decode kernels (kernels/cuda/device_decode_rows.h), on one GPU and
+  /// on tensor-parallel ranks alike: every rank runs the same verify rows on its head / channel shard with its shard
+  /// of every state column, the row-parallel all-reduces sum every token row, and the logits all-gather (host or
+  /// device picks) covers every verify position.
+  bool supports_speculative_decoding() const override { return true; }
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
   /// Error when num_top is outside [0, kMaxDeviceGreedyTop] (on a runner with a device greedy path).
   bool forward_greedy(const ForwardBatch& batch, StateCache& cache, int num_top, std::vector<GreedyPick>& out) override;
@@ -251,8 +253,6 @@ class CudaCausalLM : public CausalLM {
   /// *sample into *picks (sample non-null, greedy_top = -1); see run_step.
   virtual void step(const ForwardBatch& batch, StateCache& cache, float* logits, int greedy_top,
                     std::vector<GreedyPick>* picks, const DeviceSampleBatch* sample) = 0;
-  /// True when this runner is one rank of a tensor-parallel group.
-  virtual bool tensor_parallel() const { return false; }
   /// False when the runner has no device greedy path (the engine then samples through forward_sample / forward).
   virtual bool device_greedy() const { return true; }
 
