@@ -1,6 +1,6 @@
 # Speculative decoding (issue 29) as users see it: `--speculative-config` (vLLM's JSON) on generate and serve, the
 # same text and ids as without it (n-gram and draft-model proposers, greedy and seeded sampling), the spec_decode_*
-# Prometheus counters, and clear errors naming the field for bad configs.
+# Prometheus counters, and clear errors naming the field for bad configs; with --num-scheduler-steps too.
 import json
 import os
 import subprocess
@@ -37,6 +37,14 @@ def strip(outs):
 def test_generate_with_ngram_equals_plain(sampling):
     plain = generate_json(*sampling)
     spec = generate_json("--speculative-config", NGRAM, *sampling)
+    assert strip(spec) == strip(plain)
+
+
+def test_generate_with_ngram_and_multi_step_equals_plain():
+    # --num-scheduler-steps with speculation: a step that verifies drafts runs one model step, steps without drafts
+    # (no n-gram match, or the adaptive draft length at 0) run the multi-step burst; greedy output is unchanged.
+    plain = generate_json()
+    spec = generate_json("--speculative-config", NGRAM, "--num-scheduler-steps", "4")
     assert strip(spec) == strip(plain)
 
 
