@@ -171,7 +171,7 @@ void LLMEngine::enable_swap_space(const PrefixCacheConfig& prefix, double ram) {
   SSM_CHECK(slots >= 1, "--swap-space {} GiB holds no cached state ({:.3f} MiB per block); raise it or pass 0", cfg_.swap_space,
             block / 1048576.0);
   if (!model_->allocate_host_state_tier(slots, *cache_)) {
-    spdlog::info("--swap-space: this backend has no host tier (tensor parallel); ignored");
+    spdlog::info("--swap-space: this backend has no host tier; ignored");
     return;
   }
   StateSwapper sw;

@@ -102,18 +102,46 @@ std::vector<char> TensorParallelLM::run_ranks(const ForwardBatch& batch, StateCa
   return results_;
 }
 
+void TensorParallelLM::ensure_views(const StateCache& cache) {
+  // The ranks' views as forward() builds them (same objects, so device mirrors keyed on their address stay put).
+  if (views_.size() == shards_.size()) return;
+  views_.clear();
+  views_.reserve(shards_.size());
+  for (size_t r = 0; r < shards_.size(); ++r)
+    views_.push_back(cache.shard(shards_[r]->state_shape(), offsets_[r].conv_elems, offsets_[r].ssm_elems));
+}
+
 void TensorParallelLM::copy_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) {
   if (copies.empty()) return;
   std::unique_lock<std::mutex> lock(mu_);
-  // The ranks' views as forward() builds them (same objects, so device mirrors keyed on their address stay put).
-  if (views_.size() != shards_.size()) {
-    views_.clear();
-    views_.reserve(shards_.size());
-    for (size_t r = 0; r < shards_.size(); ++r)
-      views_.push_back(cache.shard(shards_[r]->state_shape(), offsets_[r].conv_elems, offsets_[r].ssm_elems));
-  }
+  ensure_views(cache);
   // On this thread: a CPU rank copies its part of the host pages, a device rank selects its device itself.
   for (size_t r = 0; r < shards_.size(); ++r) shards_[r]->copy_state_blocks(copies, views_[r]);
+}
+
+bool TensorParallelLM::allocate_host_state_tier(int num_slots, const StateCache& cache) {
+  std::unique_lock<std::mutex> lock(mu_);
+  ensure_views(cache);
+  for (size_t r = 0; r < shards_.size(); ++r)
+    if (!shards_[r]->allocate_host_state_tier(num_slots, views_[r])) {
+      SSM_CHECK(r == 0, "--swap-space: tensor-parallel rank {} has no host tier but rank 0 has one", r);
+      return false;
+    }
+  return true;
+}
+
+void TensorParallelLM::swap_out_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) {
+  if (copies.empty()) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  ensure_views(cache);
+  for (size_t r = 0; r < shards_.size(); ++r) shards_[r]->swap_out_state_blocks(copies, views_[r]);
+}
+
+void TensorParallelLM::swap_in_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) {
+  if (copies.empty()) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  ensure_views(cache);
+  for (size_t r = 0; r < shards_.size(); ++r) shards_[r]->swap_in_state_blocks(copies, views_[r]);
 }
 
 void TensorParallelLM::forward(const ForwardBatch& batch, StateCache& cache, float* logits) {

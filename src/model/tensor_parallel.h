@@ -65,6 +65,12 @@ class TensorParallelLM final : public CausalLM {
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;
   /// Each rank copies its own part of the blocks (its shard view; device ranks in their mirrors, on their threads).
   void copy_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) override;
+  /// The host tier of cached states (--swap-space) on device ranks: every rank allocates `num_slots` pinned host pages
+  /// of its own shard of a block (together one block's bytes per slot), and swaps its part of each copy on its
+  /// device. False (nothing kept) when a rank has no host tier (CPU shards: their pool is host memory).
+  bool allocate_host_state_tier(int num_slots, const StateCache& cache) override;
+  void swap_out_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) override;
+  void swap_in_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) override;
   /// Device ranks (GPU shards): every rank runs its shard's forward_greedy (the shards all-gather the logits on the
   /// device and every rank picks the same tokens); `out` gets rank 0's picks. Returns false, doing nothing, when
   /// the shards have no device sampler (CPU shards). Same checks and errors as forward; Error when the ranks
@@ -108,6 +114,8 @@ class TensorParallelLM final : public CausalLM {
   bool stop_ = false;
   const ForwardBatch* batch_ = nullptr;
   std::vector<StateCache> views_;
+  /// Builds views_ from `cache` unless forward() or a copy already did (call under mu_).
+  void ensure_views(const StateCache& cache);
   const RankJob* job_ = nullptr;
   std::vector<char> results_;
   std::vector<std::vector<GreedyPick>> rank_picks_;  // ranks 1..N-1's device picks (discarded)

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <cstring>
@@ -657,6 +658,69 @@ TEST(CudaTensorParallel, SpecDecodeEngineMamba2DummyGroupsSplit) {
   testing::TempDir tmp("cuda-tp-m2-spec");
   write_mamba2_groups_split(tmp.path());
   check_spec_engine(tmp.path(), LoadFormat::Dummy, /*vs_single_gpu=*/false, "mamba2 g8");
+}
+
+// --swap-space at TP 2 (issue 28 item 4): every rank keeps its shard of an evicted cached state in its own pinned host
+// slots and brings it back on a hit. A pool of 4 blocks and distinct prompts evict the first prompt's states; a
+// later request with that prefix swaps them in on both ranks and gives the ids of the uncached TP 2 run.
+TEST(CudaTensorParallel, SwapSpaceBringsEvictedStatesBackOnEveryRank) {
+  REQUIRE_TWO_GPUS();
+  const auto dir = model_dir("tiny-mamba");
+  SSM_SKIP_IF_NO_MODEL(dir);
+  cuda::register_cuda_backend();
+  auto config = [&](bool caching) {
+    EngineConfig c;
+    c.model = dir;
+    c.device = "cuda";
+    c.tensor_parallel_size = 2;
+    c.enable_prefix_caching = caching;
+    c.mamba_cache_mode = "align";
+    c.num_state_blocks = caching ? 4 : 8;
+    c.scheduler.max_num_seqs = 1;
+    c.swap_space = caching ? 0.25 : 0.0;
+    return c;
+  };
+  LLMEngine plain(config(false)), cached(config(true));
+  const int bs = cached.prefix_cache_config().block_size;
+  ASSERT_GT(bs, 0);
+  std::mt19937 rng(31);
+  auto tokens = [&](int n) {
+    std::vector<int> v(static_cast<size_t>(n));
+    for (int& t : v) t = 2 + static_cast<int>(rng() % 4000);
+    return v;
+  };
+  auto run = [](LLMEngine& e, const std::vector<int>& prompt, int max_tokens) {
+    Request r;
+    static int n = 0;
+    r.request_id = "tp-swap-" + std::to_string(n++);
+    r.prompt_token_ids = prompt;
+    r.params.temperature = 0.0;
+    r.params.max_tokens = max_tokens;
+    r.params.ignore_eos = true;
+    r.params.logprobs = 0;
+    e.add_request(r);
+    RequestOutput out;
+    while (e.has_unfinished_requests())
+      for (auto& o : e.step())
+        if (o.finished) out = std::move(o);
+    return out;
+  };
+  const std::vector<int> first = tokens(2 * bs + 9);
+  run(cached, first, 2);
+  for (int i = 0; i < 4; ++i) run(cached, tokens(2 * bs + 3), 2);  // evicts the first prompt's states
+  ASSERT_GT(cached.host_tier_stats().swap_outs, 0) << "no host tier at TP 2";
+  for (int len : {2 * bs + 5, 2 * bs + 9}) {
+    std::vector<int> p(first.begin(), first.begin() + len);
+    const RequestOutput want = run(plain, p, 6), got = run(cached, p, 6);
+    EXPECT_EQ(got.num_cached_tokens, (len - 1) / bs * bs) << "prefix of " << len;
+    ASSERT_EQ(got.outputs.at(0).token_ids, want.outputs.at(0).token_ids) << "prefix of " << len;
+    for (size_t k = 0; k < want.outputs[0].logprobs.size(); ++k)
+      EXPECT_NEAR(got.outputs[0].logprobs[k].at(0).logprob, want.outputs[0].logprobs[k].at(0).logprob, 2e-2) << k;
+  }
+  EXPECT_EQ(cached.host_tier_stats().swap_ins, 2);
+  std::printf("[tp swap] tiny-mamba TP 2: %lld swapped out, %lld swapped in\n",
+              static_cast<long long>(cached.host_tier_stats().swap_outs),
+              static_cast<long long>(cached.host_tier_stats().swap_ins));
 }
 
 // Hybrids with softmax attention (or lightning, MLP, MoE layers) do not run tensor parallel on the GPU yet: their load
