@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <span>
 
+#include "core/error.h"
 #include "device/cuda_check.h"
 
 namespace ssmserve::cuda {
@@ -27,13 +28,23 @@ void StepPlans::build(const ForwardBatch& batch, bool decode_only) {
     const int bpr = qsl_p.empty() ? 1
                                   : LightningPlan::pick_blocks_per_range(qsl_p.back() - qsl_p.front(), shape.linear_block_size,
                                                                          shape.linear_heads);
-    lplan = LightningPlan::build(qsl_p, std::span(lm.num_computed_tokens).subspan(nd), shape.linear_block_size, bpr);
+    // Prefix caching's "all" mode: the state stores of the prefill rows (the same rows, in the same order, as the
+    // Mamba metadata's prefill rows) cut the plan's blocks and ranges.
+    const MambaBatchMetadata& mm = batch.meta;
+    const bool stores = mm.has_state_stores();
+    SSM_CHECK(!stores || mm.num_prefills == lm.num_prefills,
+              "lightning plan: {} prefill rows with state stores, {} linear ones", mm.num_prefills, lm.num_prefills);
+    const auto nc_p = std::span(lm.num_computed_tokens).subspan(nd);
+    lplan = stores ? LightningPlan::build(qsl_p, nc_p, shape.linear_block_size, bpr, mm.state_store_start_p,
+                                          mm.state_store_offset_p, mm.state_store_block_p)
+                   : LightningPlan::build(qsl_p, nc_p, shape.linear_block_size, bpr);
     blocks = put(lplan.blocks);
     seq_first = put(lplan.seq_first_block);
     qtiles = put(lplan.qtiles);
     ranges = put(lplan.ranges);
     seq_first_range = put(lplan.seq_first_range);
     block_range = put(lplan.block_range);
+    if (lplan.has_stores()) block_store = put(lplan.block_store), range_store = put(lplan.range_store);
   }
   if (shape.attention) {
     tables = put(am.block_tables);
@@ -59,7 +70,8 @@ void StepPlans::upload(cudaStream_t s) {
 
 LightningPlanDev StepPlans::lightning_prefill(int nd) const {
   return {lplan.num_seqs, lplan.num_blocks, lplan.num_qtiles, dev(blocks), dev(seq_first), dev(qtiles), dev(lin_idx) + nd,
-          dev(lin_nc) + nd, lplan.num_ranges, dev(ranges), dev(seq_first_range), dev(block_range)};
+          dev(lin_nc) + nd, lplan.num_ranges, dev(ranges), dev(seq_first_range), dev(block_range),
+          lplan.has_stores() ? dev(block_store) : nullptr, lplan.has_stores() ? dev(range_store) : nullptr};
 }
 
 }  // namespace ssmserve::cuda

@@ -30,7 +30,7 @@ struct StepPlans {
   PagedAttentionPlan aplan;
   /// Element offsets of each array in the uploaded buffer.
   size_t lin_idx = 0, lin_qsl = 0, lin_nc = 0, blocks = 0, seq_first = 0, qtiles = 0, ranges = 0, seq_first_range = 0,
-         block_range = 0;
+         block_range = 0, block_store = 0, range_store = 0;
   size_t tables = 0, seq_lens = 0, attn_qsl = 0, slots = 0, positions = 0, tasks = 0, items = 0, tc_tiles = 0;
 
   /// Builds the plans of `batch` (decode_only: the decode work list of the attention layers) into the host array.
@@ -42,7 +42,8 @@ struct StepPlans {
   const int32_t* dev(size_t off) const { return static_cast<const int32_t*>(dev_.buf.data()) + off; }
   /// The device buffer (DecodeGraphs signatures).
   const void* device_buffer() const { return dev_.buf.data(); }
-  /// The LightningPlanDev of the prefill rows (decode rows first: nd of them).
+  /// The LightningPlanDev of the prefill rows (decode rows first: nd of them), with the "all"-mode stores of
+  /// batch.meta (state_store_*_p) when the step has any.
   LightningPlanDev lightning_prefill(int nd) const;
 
  private:

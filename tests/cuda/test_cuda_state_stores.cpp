@@ -2,9 +2,11 @@
 // writes against the CPU's stored block. The CPU mixers store by running a prefill row as pieces split at the store
 // offsets (model/mixers/prefill_segments.h), so the reference of a store after `o` tokens of row r is the CPU kernel
 // run over the row's first o tokens from the row's initial state (conv windows, Mamba-1 scan), or the CPU SSD's
-// chunk-end state of the chunk the store ends (the same computation: the store offsets end chunks). Every store
-// block of a null row stays untouched. Also the host side: the per-chunk store blocks the runner uploads. The GPU
-// cases skip without a GPU.
+// chunk-end state of the chunk the store ends (the same computation: the store offsets end chunks); lightning
+// attention and the gated delta rule likewise against their CPU prefill over the row's first o tokens (from the row's
+// computed tokens and initial state). Every store block of a null row stays untouched. Also the host side: the
+// per-chunk store blocks the runner uploads, the lightning plan's cuts at the stores. The GPU cases skip without a
+// GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,12 +14,18 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "cuda_test_util.h"
 #include "device/cuda_check.h"
 #include "kernels/cpu/causal_conv1d.h"
+#include "kernels/cpu/gated_delta.h"
+#include "kernels/cpu/lightning.h"
 #include "kernels/cpu/selective_scan.h"
 #include "kernels/cpu/ssd.h"
 #include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/gated_delta.h"
+#include "kernels/cuda/kernel_tuning.h"
+#include "kernels/cuda/lightning.h"
 #include "kernels/cuda/selective_scan.h"
 #include "kernels/cuda/ssd.h"
 #include "kernels/cuda/state_stores.h"
@@ -286,6 +294,234 @@ TEST(CudaStateStores, SsdChunkEndStoresMatchCpuChunkStates) {
       }
   check_ssd_stores(rng, {"small-chunks", 64, 6, 20, 3, 16, 4, 8}, DType::F32, make_batch({1, 30, 7, 65}, {}),
                    SsdForm::Exact);
+}
+
+// ---- lightning attention ---------------------------------------------------------------------------------------------
+
+/// Lightning prefill of a packed batch (lens, computed tokens nc, null row at null_at) with `offsets` stores per row:
+/// the fp32 path (bf16_path false: state passing per block) or the bf16 path (range scan; blocks_per_range bpr). The
+/// stored blocks and the final states against the CPU's pieces (the row's first `offset` tokens from its computed
+/// tokens and initial state), the outputs against the CPU's uncut rows.
+void check_lightning_stores(std::mt19937& rng, int D, int bs, DType dtype, bool bf16_path, int bpr,
+                            const std::vector<int32_t>& lens, const std::vector<int32_t>& nc, int null_at,
+                            const std::vector<std::vector<int>>& offsets) {
+  const int H = 4, nseq = static_cast<int>(lens.size());
+  std::vector<int32_t> qsl{0}, idx;
+  for (int s = 0; s < nseq; ++s) qsl.push_back(qsl.back() + lens[s]), idx.push_back(s == null_at ? 0 : s + 1);
+  const int64_t T = qsl.back(), qs = 3LL * H * D + 8, os = static_cast<int64_t>(H) * D + 8;
+  const Stores st = make_stores(offsets, nseq + 1);
+  const int nblocks = nseq + 1 + st.num();
+  std::vector<float> slopes;
+  for (int h = 0; h < H; ++h) slopes.push_back(std::vector<float>{0.95f, 0.3f, 0.05f, 0.001f}[h % 4]);
+  StatePool pool(dtype, static_cast<int64_t>(H) * D * D, nblocks, rng, 0.5f);
+  auto qkv = rand_vec(rng, T * qs);
+  round_bf16(qkv);  // bf16-valued inputs: both paths see the CPU's values
+  const cpu::LightningParams cp{H, D, bs, slopes.data(), pool.host_view()};
+  std::vector<float> ref(T * os, 0.0f), scratch(T * os);
+  for (int i = 0; i < st.num(); ++i) {
+    const int r = st.row[i];
+    if (idx[r] == 0) continue;
+    copy_host_block(pool, idx[r], st.block[i]);
+    const std::vector<int32_t> q{0, st.offset[i]}, c{nc[r]}, blk{st.block[i]};
+    cpu::lightning_prefill(qkv.data() + qsl[r] * qs, qs, scratch.data(), os, cp, q, c, blk);
+  }
+  cpu::lightning_prefill(qkv.data(), qs, ref.data(), os, cp, qsl, nc, idx);
+  const auto plan = cuda::LightningPlan::build(qsl, nc, bs, bpr, st.start, st.offset, st.block);
+  ASSERT_TRUE(plan.has_stores());
+  DeviceBuffer dslopes = to_device(slopes), db = to_device(plan.blocks), df = to_device(plan.seq_first_block),
+               dqt = to_device(plan.qtiles), di = to_device(idx), dn = to_device(nc), dr = to_device(plan.ranges),
+               dfr = to_device(plan.seq_first_range), dbr = to_device(plan.block_range),
+               dbs = to_device(plan.block_store), drs = to_device(plan.range_store);
+  DeviceBuffer ws(std::max<size_t>(16, cuda::lightning_workspace_floats(plan.num_blocks, H, D) * 4));
+  const cuda::LightningDevParams gp{H, D, bs, dslopes.as<float>(), pool.dev_view()};
+  cuda::LightningPlanDev pd{plan.num_seqs,      plan.num_blocks,    plan.num_qtiles,    db.as<int32_t>(),
+                            df.as<int32_t>(),   dqt.as<int32_t>(),  di.as<int32_t>(),   dn.as<int32_t>(),
+                            plan.num_ranges,    dr.as<int32_t>(),   dfr.as<int32_t>(),  dbr.as<int32_t>(),
+                            dbs.as<int32_t>(),  drs.as<int32_t>()};
+  DeviceBuffer dout = poisoned(T * os);
+  if (bf16_path) {
+    DeviceBuffer dq16 = to_device(to_bf16_bits(qkv));
+    SSM_CUDA_CHECK(cuda::lightning_prefill_bf16(static_cast<const __nv_bfloat16*>(dq16.data()), qs, dout.as<float>(), os,
+                                                gp, pd, ws.as<float>(), nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  } else {
+    DeviceBuffer dq = to_device(qkv);
+    SSM_CUDA_CHECK(cuda::lightning_prefill(dq.as<float>(), qs, dout.as<float>(), os, gp, pd, ws.as<float>(), nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  const double tol = bf16_path ? 2e-2 : 1e-4, state_tol = bf16_path || dtype != DType::F32 ? 1e-2 : 1e-4;
+  const auto got = to_host<float>(dout, T * os);
+  for (int s = 0; s < nseq; ++s)
+    if (idx[s] != 0)
+      EXPECT_LT(rel_err(got.data() + qsl[s] * os, os, ref.data() + qsl[s] * os, os, lens[s], H * D), tol)
+          << "out of sequence " << s;
+  for (int i = 0; i < st.num(); ++i)  // each store on its own, so a wrong one is not hidden by the others
+    EXPECT_LT(pool.rel_err_blocks({st.block[i]}), idx[st.row[i]] ? state_tol : 1e-30)
+        << "store " << i << " (row " << st.row[i] << ", offset " << st.offset[i] << ")";
+  EXPECT_LT(pool.rel_err_blocks(idx), state_tol) << "final states";
+  EXPECT_TRUE(pool.null_block_intact());
+}
+
+void check_lightning_all(std::mt19937& rng, bool bf16_path) {
+  // Row 0 fresh; row 1 continues from 100 tokens (its stores at sequence positions 256 and 512: offsets 156, 412);
+  // row 2 is null; row 3 continues from 64 with stores off the block grid (cuts inside blocks) and one token apart;
+  // row 4 has no store; row 5 stores after its first token.
+  const std::vector<int32_t> lens{700, 520, 300, 400, 90, 257}, nc{0, 100, 0, 64, 7, 256};
+  const std::vector<std::vector<int>> offsets = {{256, 512}, {156, 412}, {64, 200}, {1, 2, 192, 300}, {}, {1, 256}};
+  for (int D : {64, 128})
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int bpr : bf16_path ? std::vector<int>{1, 3} : std::vector<int>{1}) {
+        SCOPED_TRACE(testing::Message() << "D=" << D << " state " << dtype_name(dt) << " blocks_per_range " << bpr);
+        check_lightning_stores(rng, D, 256, dt, bf16_path, bpr, lens, nc, 2, offsets);
+      }
+  // Block size 64 (several blocks between stores).
+  check_lightning_stores(rng, 64, 64, DType::F32, bf16_path, bf16_path ? 2 : 1, lens, nc, 2, offsets);
+}
+
+TEST(CudaStateStores, LightningFp32PathStoresMatchCpuPieces) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  check_lightning_all(rng, false);
+}
+
+// The stores come from the range scan, which every step-3 variant shares; the variants' outputs follow the cut ranges.
+TEST(CudaStateStores, LightningBf16PathStoresMatchCpuPieces) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const cuda::KernelTuning saved = cuda::kernel_tuning();
+  for (int walk : {2, 1, 0}) {  // warpgroup walk (head_dim 128), mma.sync walk, block states + per-tile outputs
+    SCOPED_TRACE(testing::Message() << "lightning_walk " << walk);
+    cuda::KernelTuning t = saved;
+    t.lightning_walk = walk;
+    cuda::set_kernel_tuning(t);
+    check_lightning_all(rng, true);
+  }
+  cuda::set_kernel_tuning(saved);
+}
+
+// ---- gated delta rule ------------------------------------------------------------------------------------------------
+
+/// Gated DeltaNet prefill (the two-pass form the GPU module runs) of a packed batch with `offsets` stores per row
+/// (offsets end chunks of 64 counted from the sequence start: nc + offset a multiple of 64): stored blocks and final
+/// states against the CPU's pieces, outputs against the CPU's uncut rows.
+void check_gated_delta_stores(std::mt19937& rng, int Hk, int Hv, int Dk, int Dv, DType dtype,
+                              cuda::GatedDeltaPrecision prec, const std::vector<int32_t>& lens,
+                              const std::vector<int32_t>& nc, int null_at, const std::vector<std::vector<int>>& offsets) {
+  constexpr int kChunk = 64;
+  const int nseq = static_cast<int>(lens.size());
+  std::vector<int32_t> qsl{0}, idx;
+  for (int s = 0; s < nseq; ++s) qsl.push_back(qsl.back() + lens[s]), idx.push_back(s == null_at ? 0 : s + 1);
+  for (int s = 0; s < nseq; ++s)
+    for (int o : offsets[s]) ASSERT_EQ((nc[s] + o) % kChunk, 0) << "test setup: store off the chunk grid";
+  const int64_t T = qsl.back(), qs = int64_t{Hk} * Dk + 4, ks = int64_t{Hk} * Dk + 8, vs = int64_t{Hv} * Dv + 4;
+  const int64_t gs = Hv + 3, bts = Hv + 1, os = int64_t{Hv} * Dv + 4;
+  auto q = rand_vec(rng, T * qs), k = rand_vec(rng, T * ks), v = rand_vec(rng, T * vs);
+  auto g = rand_vec(rng, T * gs, -6.0f, 1.0f), beta = rand_vec(rng, T * bts, 0.0f, 1.0f);
+  for (auto& x : g) x = -std::exp(x);
+  const auto normalize = [](float* x, int n, double scale) {
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+    for (int i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] * scale / std::sqrt(ss + 1e-6));
+  };
+  for (int64_t t = 0; t < T; ++t)
+    for (int h = 0; h < Hk; ++h) {
+      normalize(q.data() + t * qs + int64_t{h} * Dk, Dk, 1.0 / std::sqrt(double(Dk)));
+      normalize(k.data() + t * ks + int64_t{h} * Dk, Dk, 1.0);
+    }
+  const Stores st = make_stores(offsets, nseq + 1);
+  const int nblocks = nseq + 1 + st.num();
+  StatePool pool(dtype, int64_t{Hv} * Dk * Dv, nblocks, rng, 0.5f);
+  const auto host_in = [&](int64_t r0) {
+    return cpu::GatedDeltaInputs{q.data() + r0 * qs, qs, k.data() + r0 * ks, ks, v.data() + r0 * vs, vs,
+                                 g.data() + r0 * gs, gs, beta.data() + r0 * bts, bts};
+  };
+  const cpu::GatedDeltaParams cp{Hk, Hv, Dk, Dv, kChunk, pool.host_view()};
+  std::vector<float> ref(T * os, 0.0f), scratch(T * os);
+  for (int i = 0; i < st.num(); ++i) {
+    const int r = st.row[i];
+    if (idx[r] == 0) continue;
+    copy_host_block(pool, idx[r], st.block[i]);
+    const std::vector<int32_t> qq{0, st.offset[i]}, c{nc[r]}, blk{st.block[i]};
+    cpu::gated_delta_prefill(host_in(qsl[r]), cp, scratch.data(), os, qq, c, blk);
+  }
+  cpu::gated_delta_prefill(host_in(0), cp, ref.data(), os, qsl, nc, idx);
+  DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v), dg = to_device(g), dbt = to_device(beta);
+  DeviceBuffer dqsl = to_device(qsl), dn = to_device(nc), di = to_device(idx);
+  const cuda::GatedDeltaInputs gi{dq.as<float>(), qs, dk.as<float>(), ks, dv.as<float>(), vs,
+                                  dg.as<float>(), gs, dbt.as<float>(), bts};
+  const cuda::GatedDeltaParams gp{Hk, Hv, Dk, Dv, kChunk, pool.dev_view()};
+  const DevStores dst(st);
+  DeviceBuffer ws = poisoned(std::max<size_t>(4, cuda::gated_delta_prefill_workspace_floats(T, nseq, gp)));
+  DeviceBuffer dout = poisoned(T * os);
+  SSM_CUDA_CHECK(cuda::gated_delta_prefill_two_pass(gi, gp, dout.as<float>(), os, dqsl.as<int32_t>(), dn.as<int32_t>(),
+                                                    di.as<int32_t>(), nseq, T, ws.as<float>(), nullptr, prec,
+                                                    dst.view(st)));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  const bool tf32 = prec == cuda::GatedDeltaPrecision::kTf32;
+  const double tol = tf32 ? 1e-2 : 1e-4, state_tol = tf32 ? 1e-2 : dtype != DType::F32 ? 5e-3 : 1e-4;
+  const auto got = to_host<float>(dout, T * os);
+  for (int s = 0; s < nseq; ++s)
+    if (idx[s] != 0)
+      EXPECT_LT(rel_err(got.data() + qsl[s] * os, os, ref.data() + qsl[s] * os, os, lens[s], int64_t{Hv} * Dv), tol)
+          << "out of sequence " << s;
+  for (int i = 0; i < st.num(); ++i)
+    EXPECT_LT(pool.rel_err_blocks({st.block[i]}), idx[st.row[i]] ? state_tol : 1e-30)
+        << "store " << i << " (row " << st.row[i] << ", offset " << st.offset[i] << ")";
+  EXPECT_LT(pool.rel_err_blocks(idx), state_tol) << "final states";
+  EXPECT_TRUE(pool.null_block_intact());
+}
+
+TEST(CudaStateStores, GatedDeltaStoresMatchCpuPieces) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  // Row 0 fresh with stores at every chunk end and later ones; row 1 continues from 40 tokens (stores at positions
+  // 64, 128, 256: offsets 24, 88, 216); row 2 null; row 3 continues from 128 (a chunk boundary); row 4 no store;
+  // row 5 a single chunk plus one token.
+  const std::vector<int32_t> lens{300, 250, 200, 130, 50, 65}, nc{0, 40, 0, 128, 3, 0};
+  const std::vector<std::vector<int>> offsets = {{64, 128, 192, 256}, {24, 88, 216}, {64, 128}, {64}, {}, {64}};
+  struct Shape {
+    int Hk, Hv, Dk, Dv;
+  };
+  for (const Shape sh : {Shape{4, 8, 32, 32}, Shape{2, 4, 128, 128}, Shape{2, 4, 64, 96}})
+    for (DType dt : {DType::F32, DType::BF16})
+      for (auto prec : {cuda::GatedDeltaPrecision::kFp32, cuda::GatedDeltaPrecision::kTf32}) {
+        SCOPED_TRACE(testing::Message() << "Hk " << sh.Hk << " Hv " << sh.Hv << " Dk " << sh.Dk << " Dv " << sh.Dv
+                                        << " state " << dtype_name(dt) << " tf32 "
+                                        << (prec == cuda::GatedDeltaPrecision::kTf32));
+        check_gated_delta_stores(rng, sh.Hk, sh.Hv, sh.Dk, sh.Dv, dt, prec, lens, nc, 2, offsets);
+      }
+}
+
+// ---- host side: the lightning plan's cuts at the stores ----------------------------------------------------------------
+
+TEST(LightningPlanStores, StoresCutBlocksAndEndRanges) {
+  // Row 0: 600 fresh tokens, stores at 256 (on the grid) and 300 (inside a block); row 1: 100 tokens from 200
+  // computed, a store after 56 (position 256, on the grid); block 256, 4 blocks per range.
+  const std::vector<int32_t> qsl{0, 600, 700}, nc{0, 200}, start{0, 2, 3}, offset{256, 300, 56}, block{7, 8, 9};
+  const auto p = cuda::LightningPlan::build(qsl, nc, 256, 4, start, offset, block);
+  // Row 0: [0, 256) [256, 300) [300, 512) [512, 600); row 1: [600, 656) [656, 700).
+  EXPECT_EQ(p.blocks, (std::vector<int32_t>{0, 256, 0, 256, 44, 0, 300, 212, 0, 512, 88, 0, 600, 56, 1, 656, 44, 1}));
+  EXPECT_EQ(p.block_store, (std::vector<int32_t>{7, 8, 0, 0, 9, 0}));
+  // Ranges end at the stores: {0}, {1}, {2, 3}; {4}, {5}.
+  EXPECT_EQ(p.ranges, (std::vector<int32_t>{0, 1, 256, 1, 1, 44, 2, 2, 300, 4, 1, 56, 5, 1, 44}));
+  EXPECT_EQ(p.range_store, (std::vector<int32_t>{7, 8, 0, 9, 0}));
+  EXPECT_EQ(p.seq_first_range, (std::vector<int32_t>{0, 3, 5}));
+  EXPECT_EQ(p.block_range, (std::vector<int32_t>{0, 0, 1, 0, 2, 0, 2, 212, 3, 0, 4, 0}));
+  // Without stores: the plain plan, no store arrays.
+  const auto q = cuda::LightningPlan::build(qsl, nc, 256, 4);
+  EXPECT_FALSE(q.has_stores());
+  EXPECT_EQ(q.num_blocks, 5);
+  EXPECT_EQ(q.num_ranges, 2);
+  // Malformed stores: not increasing, at the row's end, block 0.
+  EXPECT_THROW(cuda::LightningPlan::build(qsl, nc, 256, 4, start, std::vector<int32_t>{300, 256, 56}, block), Error);
+  EXPECT_THROW(cuda::LightningPlan::build(qsl, nc, 256, 4, start, std::vector<int32_t>{256, 300, 100}, block), Error);
+  EXPECT_THROW(cuda::LightningPlan::build(qsl, nc, 256, 4, start, offset, std::vector<int32_t>{7, 0, 9}), Error);
 }
 
 // ---- host side: the per-chunk store blocks the runner uploads ---------------------------------------------------------

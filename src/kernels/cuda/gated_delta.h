@@ -47,6 +47,7 @@
 
 #include "kernels/cpu/gated_delta.h"
 #include "kernels/cuda/device_decode_rows.h"
+#include "kernels/cuda/state_stores.h"
 
 namespace ssmserve::cuda {
 
@@ -100,11 +101,16 @@ size_t gated_delta_prefill_workspace_floats(int64_t num_tokens, int num_seqs, co
 /// over the chunks with only the state products (V~ = U - W S, O = diag(e^c) Q S + P V~, S update). Arguments as
 /// gated_delta_prefill, plus num_tokens (>= query_start_loc[num_seqs], sizes the first pass's grid) and workspace
 /// (device, gated_delta_prefill_workspace_floats(num_tokens, num_seqs, p) floats, 16-byte aligned).
+/// stores: prefix caching's "all"-mode state stores of the sequences (state_stores.h; rows = sequences): the state
+/// after each store's offset is written into its block, rounded to the state dtype as the final state. Every store
+/// offset must end a chunk (num_computed[s] + offset a multiple of chunk_size; the caller checks: a store elsewhere
+/// is not written). cudaErrorInvalidValue when stores.num > 0 and an array is missing.
 cudaError_t gated_delta_prefill_two_pass(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out,
                                          int64_t out_stride, const int32_t* query_start_loc,
                                          const int32_t* num_computed, const int32_t* state_indices, int num_seqs,
                                          int64_t num_tokens, float* workspace, cudaStream_t stream,
-                                         GatedDeltaPrecision precision = GatedDeltaPrecision::kFp32);
+                                         GatedDeltaPrecision precision = GatedDeltaPrecision::kFp32,
+                                         const DevStateStores& stores = {});
 
 /// Inputs of the fused preparation (device pointers, fp32, row strides in elements).
 struct GatedDeltaPrepareArgs {

@@ -143,7 +143,8 @@ template <class TS, bool kExact>
 __global__ void __launch_bounds__(kTileThreads)
     walk_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
                 const int32_t* __restrict__ qsl, const int32_t* __restrict__ num_computed,
-                const int32_t* __restrict__ state_indices, int num_seqs, const float* __restrict__ ws) {
+                const int32_t* __restrict__ state_indices, int num_seqs, const float* __restrict__ ws,
+                DevStateStores stores) {
   extern __shared__ __align__(16) float smem[];
   const int s = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kCols, tid = threadIdx.x;
   const int Dk = p.head_k_dim, Dv = p.head_v_dim, C = p.chunk_size;
@@ -170,6 +171,11 @@ __global__ void __launch_bounds__(kTileThreads)
   const float* slots = ws + offsets_floats(num_seqs);
   const float* kp = in.k + static_cast<int64_t>(kh) * Dk;
   const float* qp = in.q + static_cast<int64_t>(kh) * Dk;
+  // "all" mode: the next store of this sequence (row offset `next`, -1: none left); offsets end chunks (the caller
+  // checks), so the state after the chunk ending there is written into the store's block.
+  int si = 0, si_end = 0;
+  if (stores.num > 0) si = stores.start[s], si_end = stores.start[s + 1];
+  int next = si < si_end ? stores.offset[si] : -1;
   for (int t0 = 0, k = 0; t0 < len; ++k) {
     const int m = detail::gd_chunk_len(nc, t0, len, C);
     const int64_t row0 = tok0 + t0;
@@ -206,6 +212,19 @@ __global__ void __launch_bounds__(kTileThreads)
       });
     }
     t0 += m;
+    while (next >= 0 && next <= t0) {  // uniform over the block
+      if (next == t0) {
+        __syncthreads();  // the update's writes of sS are done (the next chunk's first barrier orders these reads)
+        TS* dst = static_cast<TS*>(p.states.data) + stores.block[si] * p.states.block_stride +
+                  static_cast<int64_t>(h) * Dk * Dv + col0;
+        for (int e = tid; e < Dk * ncols; e += kTileThreads) {
+          const int d = e / ncols, c = e % ncols;
+          detail::store(dst + static_cast<int64_t>(d) * Dv + c, sS[d * kLd + c]);
+        }
+      }
+      ++si;
+      next = si < si_end ? stores.offset[si] : -1;
+    }
   }
   __syncthreads();
   for (int e = tid; e < Dk * ncols; e += kTileThreads) {
@@ -217,7 +236,7 @@ __global__ void __launch_bounds__(kTileThreads)
 template <class TS, bool kExact>
 cudaError_t launch(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
                    const int32_t* qsl, const int32_t* nc, const int32_t* idx, int num_seqs, int64_t num_tokens,
-                   float* ws, cudaStream_t stream) {
+                   float* ws, cudaStream_t stream, const DevStateStores& stores) {
   static std::atomic<uint64_t> wy_opted{0}, walk_opted{0};
   auto* wy = wy_kernel<kExact>;
   auto* walk = walk_kernel<TS, kExact>;
@@ -229,7 +248,7 @@ cudaError_t launch(const GatedDeltaInputs& in, const GatedDeltaParams& p, float*
   wy<<<dim3(static_cast<unsigned>(chunks), p.num_v_heads), kTileThreads, wy_smem_bytes(p.head_k_dim), stream>>>(
       in, p, qsl, nc, num_seqs, ws);
   walk<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(p.head_v_dim, kCols)), kTileThreads,
-         walk_smem_bytes(p.head_k_dim), stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws);
+         walk_smem_bytes(p.head_k_dim), stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores);
   return detail::launch_status();
 }
 
@@ -245,22 +264,22 @@ cudaError_t gated_delta_prefill_two_pass(const GatedDeltaInputs& in, const Gated
                                          int64_t out_stride, const int32_t* query_start_loc,
                                          const int32_t* num_computed, const int32_t* state_indices, int num_seqs,
                                          int64_t num_tokens, float* workspace, cudaStream_t stream,
-                                         GatedDeltaPrecision precision) {
+                                         GatedDeltaPrecision precision, const DevStateStores& stores) {
   const int64_t qk = static_cast<int64_t>(p.num_k_heads) * p.head_k_dim;
   const int64_t vw = static_cast<int64_t>(p.num_v_heads) * p.head_v_dim;
   if (!gated_delta_prefill_supported(p) || num_seqs < 0 || num_tokens < 0 || in.q_stride < qk || in.k_stride < qk ||
       in.v_stride < vw || in.g_stride < p.num_v_heads || in.beta_stride < p.num_v_heads || out_stride < vw ||
       p.num_v_heads > 65535 || max_chunks(num_tokens, num_seqs, p.chunk_size) >= (int64_t{1} << 31) ||
-      workspace == nullptr)
+      workspace == nullptr || (stores.num > 0 && (!stores.start || !stores.offset || !stores.block)))
     return cudaErrorInvalidValue;
   if (num_seqs == 0) return cudaSuccess;
   return detail::visit_dtype(p.states.dtype, [&](auto tag) -> cudaError_t {
     using TS = decltype(tag);
     return precision == GatedDeltaPrecision::kTf32
                ? launch<TS, false>(in, p, out, out_stride, query_start_loc, num_computed, state_indices, num_seqs,
-                                   num_tokens, workspace, stream)
+                                   num_tokens, workspace, stream, stores)
                : launch<TS, true>(in, p, out, out_stride, query_start_loc, num_computed, state_indices, num_seqs,
-                                  num_tokens, workspace, stream);
+                                  num_tokens, workspace, stream, stores);
   });
 }
 

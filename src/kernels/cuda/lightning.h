@@ -70,10 +70,20 @@ struct LightningPlan {
   std::vector<int32_t> ranges;           ///< [num_ranges, 3] first block, number of blocks, tokens
   std::vector<int32_t> seq_first_range;  ///< [num_seqs + 1]
   std::vector<int32_t> block_range;      ///< [num_blocks, 2] range, tokens from the range's first token to the block's
+  /// Prefix caching's "all"-mode stores (empty without stores): the cached block the state after block b / range r
+  /// is also written into (0: none). A store cuts its row's block there (as the CPU runs the row in pieces cut at
+  /// its stores) and ends the block's range, so the state passing kernels hold the state at every store.
+  std::vector<int32_t> block_store;      ///< [num_blocks]
+  std::vector<int32_t> range_store;      ///< [num_ranges]
   /// Throws Error on malformed spans (sizes disagree, negative lengths / computed counts, block_size <= 0,
-  /// blocks_per_range outside 1..kMaxBlocksPerRange).
+  /// blocks_per_range outside 1..kMaxBlocksPerRange, stores not strictly increasing inside (0, row length) or
+  /// store blocks < 1). Stores (MambaBatchMetadata::state_store_*_p of the same rows): store_start
+  /// [num_seqs + 1] (empty: no stores), store_offset / store_block [stores]: after store_offset[i] tokens of its row
+  /// the state goes to block store_block[i].
   static LightningPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> num_computed,
-                             int block_size, int blocks_per_range = 1);
+                             int block_size, int blocks_per_range = 1, std::span<const int32_t> store_start = {},
+                             std::span<const int32_t> store_offset = {}, std::span<const int32_t> store_block = {});
+  bool has_stores() const { return !block_store.empty(); }
   /// Blocks per range for a prefill of num_tokens tokens over num_heads heads: about (blocks x heads) / 128, so
   /// the range walk runs ~128 CTAs (one wave of 1 per SM on 132 SMs; 256 = two at 64k), 1..kMaxBlocksPerRange (16 at
   /// 64k tokens x 16 heads, block 256; 8 at 16k; 2 at 4k; 1 at 1k; measured on the H200, docs/benchmarks.md).
@@ -93,6 +103,11 @@ struct LightningPlanDev {
   const int32_t* ranges = nullptr;           ///< [num_ranges, 3]
   const int32_t* seq_first_range = nullptr;  ///< [num_seqs + 1]
   const int32_t* block_range = nullptr;      ///< [num_blocks, 2]
+  /// "all"-mode stores (LightningPlan::block_store / range_store), or nullptr when the step has none: the fp32
+  /// path's state passing writes the state after block b into block_store[b], the bf16 path's range scan the state
+  /// after range r into range_store[r] (when nonzero), rounded to the state dtype as the final state.
+  const int32_t* block_store = nullptr;      ///< [num_blocks]
+  const int32_t* range_store = nullptr;      ///< [num_ranges]
 };
 
 /// fp32 workspace elements lightning_prefill needs: 2 * num_blocks * H * D * D (each block's KV_b in fp32, then
@@ -104,7 +119,8 @@ inline size_t lightning_workspace_floats(int num_blocks, int num_heads, int head
 
 /// Varlen prefill. qkv: [T, H * 3D] fp32 (q | k | v per head, after SiLU), row stride qkv_stride (a multiple of 4);
 /// out: [T, H * D] fp32, row stride out_stride (multiple of 4; must not alias qkv); workspace: at least
-/// lightning_workspace_floats(...) floats. Writes every token's output (zeros on null rows) and the final states.
+/// lightning_workspace_floats(...) floats. Writes every token's output (zeros on null rows) and the final states, and
+/// with plan.block_store ("all" mode) the state after each such block (both paths: the bf16 path by plan.range_store).
 cudaError_t lightning_prefill(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
                               const LightningDevParams& p, const LightningPlanDev& plan, float* workspace,
                               cudaStream_t stream);

@@ -140,7 +140,8 @@ __global__ void __launch_bounds__(kKvThreads, 2) range_kv_kernel(const bf16* __r
 
 /// 2. Grid (ceil(D*D / 4 / 256), H, num_seqs). Each thread carries 4 state elements through the sequence's ranges:
 /// S_r (the state entering range r, from the initial state or zeros) overwrites agg[r] (read first: the range's
-/// aggregate A_r); S <- e^{-s tokens_r} S + A_r. The final S goes to the state pool.
+/// aggregate A_r); S <- e^{-s tokens_r} S + A_r. The final S goes to the state pool; "all" mode: the S after range r
+/// also to pool block plan.range_store[r] when nonzero (rounded as the final S).
 template <class TS>
 __global__ void __launch_bounds__(kScanThreads) range_scan_kernel(LightningDevParams p, LightningPlanDev plan,
                                                                   float* __restrict__ agg) {
@@ -169,6 +170,7 @@ __global__ void __launch_bounds__(kScanThreads) range_scan_kernel(LightningDevPa
       *reinterpret_cast<float4*>(at(r + i)) = S;
       const float bd = decay(s, static_cast<double>(plan.ranges[3 * (r + i) + 2]));
       S = make_float4(bd * S.x + a.x, bd * S.y + a.y, bd * S.z + a.z, bd * S.w + a.w);
+      if (plan.range_store) store_state4<TS>(p, plan.range_store[r + i], h * DD + e, S.x, S.y, S.z, S.w);
     }
   }
   store(st, S.x), store(st + 1, S.y), store(st + 2, S.z), store(st + 3, S.w);

@@ -26,9 +26,19 @@ __device__ __forceinline__ void split4(const float (&v)[4], bf16* hi, bf16* lo) 
   reinterpret_cast<__nv_bfloat162*>(lo)[0] = __floats2bfloat162_rn(l[0], l[1]);
   reinterpret_cast<__nv_bfloat162*>(lo)[1] = __floats2bfloat162_rn(l[2], l[3]);
 }
+/// "all" mode: elements at..at+3 of pool block `block`'s state = v0..v3 in the state dtype (block 0: no store).
+template <class TS>
+__device__ __forceinline__ void store_state4(const LightningDevParams& p, int32_t block, int64_t at, float v0, float v1,
+                                             float v2, float v3) {
+  if (block == 0) return;
+  TS* dst = static_cast<TS*>(p.states.data) + block * p.states.block_stride + at;
+  store(dst, v0), store(dst + 1, v1), store(dst + 2, v2), store(dst + 3, v3);
+}
+
 /// 2. Grid (ceil(D*D / 4 / 256), H, num_seqs). Each thread carries 4 state elements through the sequence's
 /// blocks: S_b (state entering block b) -> sin[b] as bf16 hi / lo parts (kSplit; else one bf16 copy [nb, H, D, D]); S <- e^{-s m_b} S + KV_b. Final S -> state
 /// pool. The next blocks' KV_b are loaded ahead (they do not depend on S), so the chain is bound by arithmetic.
+/// "all" mode: the S after block b also goes to pool block plan.block_store[b] when nonzero (rounded as the final S).
 template <class TS, bool kSplit>
 __global__ void __launch_bounds__(kScanThreads) state_scan_kernel(LightningDevParams p, LightningPlanDev plan,
                                                               const float* __restrict__ kvb, bf16* __restrict__ sin) {
@@ -70,6 +80,7 @@ __global__ void __launch_bounds__(kScanThreads) state_scan_kernel(LightningDevPa
       S[1] = bd * S[1] + kv.y;
       S[2] = bd * S[2] + kv.z;
       S[3] = bd * S[3] + kv.w;
+      if (plan.block_store) store_state4<TS>(p, plan.block_store[b + i], h * DD + e, S[0], S[1], S[2], S[3]);
     }
   }
 #pragma unroll

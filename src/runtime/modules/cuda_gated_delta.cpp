@@ -11,6 +11,7 @@
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gated_delta.h"
+#include "kernels/cuda/state_stores.h"
 #include "model/mixers/gated_delta_mixer.h"
 
 namespace ssmserve::cuda {
@@ -33,6 +34,8 @@ class CudaGatedDelta final : public CudaModule {
   }
 
   ModuleStateSpec state_spec() const override { return gated_delta_state_spec(m_, full_); }
+  /// conv_store_windows + the two-pass walk's chunk-end stores.
+  bool stores_prefill_states() const override { return true; }
 
   double scratch_bytes_per_token() const override {
     const double PW = m_.proj_rows(), C = m_.conv_dim(), Vd = m_.value_dim(), ab = dtype_size(ctx_.opt.weight_dtype);
@@ -68,6 +71,10 @@ class CudaGatedDelta final : public CudaModule {
     // 2. Causal conv1d + SiLU over [q | k | v].
     const ConvParams conv{C, m_.conv_kernel, conv_weight_.as<float>(), nullptr, state.conv, true};
     if (nd > 0) SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
+    // "all"-mode stores: the conv windows at the store offsets first (the prefill conv overwrites the rows' windows).
+    if (np > 0 && sm.stores.any())
+      SSM_CUDA_CHECK(conv_store_windows(proj + P0 * PW, PW, C, m_.conv_kernel, state.conv, sm.query_start_loc_p,
+                                        sm.state_indices_p, sm.has_initial_states_p, sm.stores, s));
     if (np > 0)
       SSM_CUDA_CHECK(causal_conv1d_fwd(proj + P0 * PW, PW, qkv + P0 * C, C, conv, sm.query_start_loc_p, sm.state_indices_p,
                                        sm.has_initial_states_p, np, T - P0, s));
@@ -95,8 +102,11 @@ class CudaGatedDelta final : public CudaModule {
       // The two-pass form (chunk-parallel WY pass, then the state walk; ~1.35x the fused walk at 32k tokens) with its
       // workspace in a shared slot: layers run one after another, and prefill steps are not captured.
       float* ws = p[5].f32(gated_delta_prefill_workspace_floats(T - P0, np, gp));
+      // "all"-mode stores: the walk writes the state at the end of each store's chunk (store positions are multiples of
+      // the engine's block size, a multiple of the model's chunk length).
+      if (sm.stores.any()) check_stores_on_chunk_ends(md);
       SSM_CUDA_CHECK(gated_delta_prefill_two_pass(inputs(P0), gp, o + P0 * Vd, Vd, sm.query_start_loc_p, sm.num_computed_tokens_p,
-                                                  sm.state_indices_p, np, T - P0, ws, s, prec));
+                                                  sm.state_indices_p, np, T - P0, ws, s, prec, sm.stores));
     }
     // 5. RMSNorm per value head gated by silu(z) (norm before gate), in the GEMM dtype; out_proj (all-reduced under TP).
     SSM_CUDA_CHECK(gated_rms_norm_pdl(o, Vd, proj + C, PW, norm_.as<float>(), m_.eps, T, Vd, m_.head_v_dim, true, gated, wd, Vd,
@@ -106,6 +116,18 @@ class CudaGatedDelta final : public CudaModule {
   }
 
  private:
+  /// Throws Error when a state store's sequence position (num_computed + offset) does not end a chunk of this
+  /// mixer's chunk_size (the walk stores only at chunk ends).
+  void check_stores_on_chunk_ends(const MambaBatchMetadata& md) const {
+    for (int p = 0; p < md.num_prefills; ++p)
+      for (int32_t i = md.state_store_start_p[p]; i < md.state_store_start_p[p + 1]; ++i) {
+        const int64_t pos = int64_t{md.num_computed_tokens_p[p]} + md.state_store_offset_p[i];
+        SSM_CHECK(pos % m_.chunk_size == 0,
+                  "Gated DeltaNet forward: a state store at sequence position {} does not end a chunk of {} tokens", pos,
+                  m_.chunk_size);
+      }
+  }
+
   const CudaRunnerContext& ctx_;
   GatedDeltaConfig m_, full_;  // this rank's heads, the unsharded mixer
   int64_t H_;

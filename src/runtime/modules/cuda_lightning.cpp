@@ -32,6 +32,8 @@ class CudaLightning final : public CudaModule {
     s.ssm_elems = s.full_state_elems = static_cast<int64_t>(c_.num_heads) * c_.head_dim * c_.head_dim;
     return s;
   }
+  /// The state passing kernels write the stores: StepPlans cuts the plan's blocks and ranges at them (no conv).
+  bool stores_prefill_states() const override { return true; }
   double scratch_bytes_per_token() const override {
     const double HD = static_cast<double>(c_.num_heads) * c_.head_dim;
     return 4 * 3 * HD + 4 * HD + 4 * HD + 2 * 3 * HD;
