@@ -70,8 +70,8 @@ struct EngineConfig {
   /// vLLM's --mamba-cache-mode: "all" (states at every block boundary; the default), "align" (states at block
   /// boundaries reached at the end of a step, prefill chunks cut on them) or "none" (no caching). "all" needs a
   /// model whose prefill stores boundary states inside a chunk (CausalLM::stores_prefill_states: the CPU backend, and
-  /// GPU models whose recurrent layers are all Mamba-1 / Mamba-2); others run "align" (vLLM likewise runs models
-  /// without that support in "align").
+  /// GPU models whose every module stores, CudaModule::stores_prefill_states: every family now); others run "align"
+  /// (vLLM likewise runs models without that support in "align").
   std::string mamba_cache_mode = "all";
   /// vLLM's --swap-space: GiB of pinned host memory that keep cached states evicted from a device pool; a later hit
   /// on one copies it back (asynchronously, before the forward that needs it). 0 = off. No effect on the CPU

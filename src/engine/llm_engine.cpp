@@ -192,8 +192,8 @@ PrefixCacheConfig LLMEngine::resolve_prefix_cache() const {
     return pc;
   }
   // "all" needs a model whose prefill stores the state at every block boundary inside a chunk; one that does not
-  // (a GPU model with lightning or gated DeltaNet layers, for now) runs "align" (vLLM does the same for models without
-  // SupportsMambaPrefixCaching).
+  // (a GPU model with a module whose kernels do not store: CudaModule::stores_prefill_states) runs "align" (vLLM does
+  // the same for models without SupportsMambaPrefixCaching).
   pc.mode = cfg_.mamba_cache_mode == "all" ? MambaCacheMode::All : MambaCacheMode::Align;
   if (pc.mode == MambaCacheMode::All && !model_->stores_prefill_states()) {
     pc.mode = MambaCacheMode::Align;

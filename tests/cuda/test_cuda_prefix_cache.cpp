@@ -4,8 +4,9 @@
 // requests run alone with --no-enable-prefix-caching, logprobs within 2e-2 (bf16 activations: a prompt cut on a
 // block boundary rounds apart from an uncut one; 8.4e-3 measured on the H200; the engine GPU tests use 5e-2), and
 // the cache must hit. mamba_cache_mode "all" (the default) runs as "all" where every recurrent family of the model
-// stores states inside prefill rows on the GPU (Mamba-1 and Mamba-2 layers: CudaModule::stores_prefill_states), else
-// as "align"; AllModeStoresInsideAChunk checks hits on boundaries inside a one-step prefill. Skips without a GPU.
+// stores states inside prefill rows on the GPU (CudaModule::stores_prefill_states: Mamba-1, Mamba-2, lightning and
+// gated DeltaNet layers, i.e. every model here), else as "align"; AllModeStoresInsideAChunk checks hits on boundaries
+// inside a one-step prefill. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -177,8 +178,9 @@ TEST_P(CudaPrefixCache, SwapSpaceBringsEvictedStatesBack) {
 
 // "all" mode: a prompt of 3 blocks + 9 tokens prefilled in one step stores the states at its 3 inner block
 // boundaries (the kernels' stores: conv_store_windows, the SSD's chunk-end stores, the Mamba-1 scans' token-walk
-// stores); later requests sharing a prefix that ends inside that prompt hit on them (align mode would have cached only
-// the state at 3 blocks) and give the greedy ids of --no-enable-prefix-caching, logprobs within the same 2e-2.
+// stores, lightning's state passing over a plan cut at the stores, the gated delta walk's chunk-end stores); later
+// requests sharing a prefix that ends inside that prompt hit on them (align mode would have cached only the state at
+// 3 blocks) and give the greedy ids of --no-enable-prefix-caching, logprobs within the same 2e-2.
 TEST_P(CudaPrefixCache, AllModeStoresInsideAChunk) {
   if (!GetParam().all) GTEST_SKIP() << "runs mamba_cache_mode all as align on the GPU";
   EngineConfig pc = config(false), cc = config(true);
@@ -221,8 +223,8 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaPrefixCache,
                          // trained checkpoints' configs for Mamba-2 and MiniMax) so the suite runs on a device machine
                          // that gets only the repository.
                          ::testing::Values(Case{"tiny-mamba", false, true}, Case{"tiny-mamba2-dummy", true, true},
-                                           Case{"tiny-minimax-dummy", true, false}, Case{"tiny-bamba", true, true},
-                                           Case{"tiny-jamba", true, true}, Case{"tiny-qwen3_5", true, false}),
+                                           Case{"tiny-minimax-dummy", true, true}, Case{"tiny-bamba", true, true},
+                                           Case{"tiny-jamba", true, true}, Case{"tiny-qwen3_5", true, true}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            std::string s = i.param.name.substr(5);
                            std::replace(s.begin(), s.end(), '-', '_');
