@@ -349,7 +349,9 @@ void check_lightning_stores(std::mt19937& rng, int D, int bs, DType dtype, bool 
     SSM_CUDA_CHECK(cuda::lightning_prefill(dq.as<float>(), qs, dout.as<float>(), os, gp, pd, ws.as<float>(), nullptr));
     SSM_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  const double tol = bf16_path ? 2e-2 : 1e-4, state_tol = bf16_path || dtype != DType::F32 ? 1e-2 : 1e-4;
+  // The tolerances of test_cuda_minimax_ops (bf16 path: one bf16 operand per product; bf16 states: their rounding).
+  const double tol = bf16_path ? 2e-2 : dtype == DType::F32 ? 1e-4 : 1e-2;
+  const double state_tol = bf16_path || dtype != DType::F32 ? 1e-2 : 1e-4;
   const auto got = to_host<float>(dout, T * os);
   for (int s = 0; s < nseq; ++s)
     if (idx[s] != 0)
@@ -462,7 +464,9 @@ void check_gated_delta_stores(std::mt19937& rng, int Hk, int Hv, int Dk, int Dv,
                                                     dst.view(st)));
   SSM_CUDA_CHECK(cudaDeviceSynchronize());
   const bool tf32 = prec == cuda::GatedDeltaPrecision::kTf32;
-  const double tol = tf32 ? 1e-2 : 1e-4, state_tol = tf32 ? 1e-2 : dtype != DType::F32 ? 5e-3 : 1e-4;
+  // Looser than test_cuda_gated_delta_ops (2e-5 / 5e-3 / 1e-3): longer rows, TF32 with bf16 states.
+  const double tol = tf32 ? 1e-2 : dtype == DType::F32 ? 1e-4 : 1e-3;
+  const double state_tol = tf32 ? 1e-2 : dtype == DType::F32 ? 1e-4 : 5e-3;
   const auto got = to_host<float>(dout, T * os);
   for (int s = 0; s < nseq; ++s)
     if (idx[s] != 0)
