@@ -50,6 +50,11 @@ struct ModelConfig {
   int max_model_len = 0;           ///< 0 = unbounded (recurrent models have no positional limit)
   std::string torch_dtype;         ///< "bfloat16" / "float16" / "float32" ("dtype" or "torch_dtype"; empty if absent)
   std::optional<MambaConfig> mamba;
+  /// Not from config.json: a CPU reference mode for GPU tests (off by default; nothing else changes when off). The CPU
+  /// decoder then rounds each GEMM input (activation) to bf16 where the GPU does with bf16 weights: every projection
+  /// of the mixers and dense MLPs, the MoE experts' x and activations, the LM head; not the MoE router (fp32 on the
+  /// GPU). Weights stay as loaded (Weight::round_input_bf16 marks the matrices, cpu::linear rounds).
+  bool round_gemm_inputs_bf16 = false;
 
   /// Loads `dir`/config.json (and generation_config.json when present), validating every field used.
   /// Throws Error naming the file and field on invalid JSON, a missing or mistyped field, or a value out of range.

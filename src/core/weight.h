@@ -22,6 +22,10 @@ struct Weight {
   /// The same matrix repacked for the CPU GEMM's broadcast kernel (cpu::pack_for_linear, layout private to
   /// kernels/cpu/linear.cpp), or null: then cpu::linear reads `data` row-major.
   std::shared_ptr<const HugeByteBuffer> cpu_panels;
+  /// cpu::linear rounds every input element to bf16 (round to nearest even) before the product, as the GPU's bf16
+  /// GEMMs read their activations: a CPU reference for bf16-weight GPU runs (ModelConfig::round_gemm_inputs_bf16).
+  /// Off by default (the CPU keeps fp32 activations).
+  bool round_input_bf16 = false;
 
   /// Owned weight of the given dtype, zero-filled.
   static Weight allocate(DType dtype, int64_t rows, int64_t cols);

@@ -352,5 +352,55 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PackedOnlyTest,
                          ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Values(1, 31, 33, 101),
                                             ::testing::Values(1, 40, 131)));
 
+// Weight::round_input_bf16 (the GPU reference mode, ModelConfig::round_gemm_inputs_bf16): `linear` and every
+// `linear_part` give, bit for bit, the product of x rounded to bf16 first (row-major and packed weights, strided x,
+// x itself unchanged), which differs from the product of x when x has bits below bf16 precision.
+class RoundInputTest : public ::testing::TestWithParam<std::tuple<DType, bool, int64_t>> {};
+
+TEST_P(RoundInputTest, EqualsPreRoundedInput) {
+  const auto [dtype, packed, M] = GetParam();
+  const int64_t N = 45, K = 131, x_stride = K + 3, y_stride = N + 2;
+  std::mt19937 rng(13);
+  Weight w = Weight::allocate(dtype, N, K);
+  const auto vals = randn(N * K, rng);
+  for (int64_t i = 0; i < N * K; ++i) {
+    if (dtype == DType::BF16) reinterpret_cast<uint16_t*>(w.owned->data())[i] = f32_to_bf16(vals[i]);
+    else reinterpret_cast<float*>(w.owned->data())[i] = vals[i];
+  }
+  if (packed) pack_for_linear(w);
+  auto x = randn(M * x_stride, rng);
+  for (float& v : x) v *= 1.0f + 1.0f / 1024;  // nudge the mantissas off any bf16 grid
+  const std::vector<float> x_before = x;
+  std::vector<float> x_rounded(x.size());
+  int64_t off_grid = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    x_rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    off_grid += x_rounded[i] != x[i];
+  }
+  ASSERT_GT(off_grid, M * K / 2) << "the input must have bits below bf16 precision";
+  const auto bias = randn(N, rng);
+  Weight wr = w;
+  wr.round_input_bf16 = true;
+  std::vector<float> y_plain(M * y_stride), y_pre(M * y_stride), y_round(M * y_stride), y_parts(M * y_stride);
+  linear(x.data(), M, x_stride, w, bias.data(), y_plain.data(), y_stride);
+  linear(x_rounded.data(), M, x_stride, w, bias.data(), y_pre.data(), y_stride);
+  linear(x.data(), M, x_stride, wr, bias.data(), y_round.data(), y_stride);
+  check_linear_part(wr, x_stride, y_stride);
+  for (int part = 0; part < 3; ++part) linear_part(x.data(), M, x_stride, wr, bias.data(), y_parts.data(), y_stride, part, 3);
+  EXPECT_EQ(x, x_before) << "linear must not change its input";
+  int64_t differ = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t i = m * y_stride + n;
+      ASSERT_EQ(y_round[i], y_pre[i]) << "m " << m << " n " << n;
+      ASSERT_EQ(y_parts[i], y_pre[i]) << "linear_part, m " << m << " n " << n;
+      differ += y_round[i] != y_plain[i];
+    }
+  EXPECT_GT(differ, M * N / 2) << "rounding the input must change the product";
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, RoundInputTest,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Bool(), ::testing::Values(1, 5, 13)));
+
 }  // namespace
 }  // namespace ssmserve::cpu

@@ -331,9 +331,19 @@ LinearColumns linear_part_columns(const Weight& w, int part, int num_parts) {
   return {std::min(w.rows, units * part / num_parts * unit), std::min(w.rows, units * (part + 1) / num_parts * unit)};
 }
 
-void linear_part(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride,
-                 int part, int num_parts) {
-  if (M <= 0) return;
+namespace {
+
+/// x [M, K] (row stride x_stride) with every element rounded to bf16 (nearest even), contiguous [M, K] in `out`.
+const float* round_rows_bf16(const float* x, int64_t M, int64_t K, int64_t x_stride, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(M * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) out[m * K + k] = bf16_to_f32(f32_to_bf16(x[m * x_stride + k]));
+  return out.data();
+}
+
+/// linear_part on inputs already rounded as w asks.
+void linear_part_rounded(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y,
+                         int64_t y_stride, int part, int num_parts) {
   if (w.cpu_panels) {
     const int64_t np = num_panels(w.rows);
     run_panels(x, M, x_stride, w, bias, y, y_stride, np * part / num_parts, np * (part + 1) / num_parts);
@@ -343,15 +353,29 @@ void linear_part(const float* x, int64_t M, int64_t x_stride, const Weight& w, c
   run_groups(x, M, x_stride, w, bias, y, y_stride, num_groups * part / num_parts, num_groups * (part + 1) / num_parts);
 }
 
+}  // namespace
+
+void linear_part(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride,
+                 int part, int num_parts) {
+  if (M <= 0) return;
+  if (w.round_input_bf16) {  // each part rounds its own copy (a reference mode: the copy costs M * K per part)
+    thread_local std::vector<float> xr;
+    x = round_rows_bf16(x, M, w.cols, x_stride, xr), x_stride = w.cols;
+  }
+  linear_part_rounded(x, M, x_stride, w, bias, y, y_stride, part, num_parts);
+}
+
 void check_linear_part(const Weight& w, int64_t x_stride, int64_t y_stride) { check_linear_args(w, x_stride, y_stride, "linear_part"); }
 
 void linear(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride) {
   if (M <= 0) return;
   check_linear_args(w, x_stride, y_stride, "linear");
+  std::vector<float> xr;
+  if (w.round_input_bf16) x = round_rows_bf16(x, M, w.cols, x_stride, xr), x_stride = w.cols;
   const bool parallel = w.rows * w.cols * std::max<int64_t>(M, 4) > (int64_t{1} << 18);
   // Contiguous ranges per thread (linear_part): each thread streams its own slice of the weight once per row block.
 #pragma omp parallel if (parallel)
-  linear_part(x, M, x_stride, w, bias, y, y_stride, omp_get_thread_num(), omp_get_num_threads());
+  linear_part_rounded(x, M, x_stride, w, bias, y, y_stride, omp_get_thread_num(), omp_get_num_threads());
 }
 
 void pack_for_linear(Weight& w) {

@@ -30,6 +30,8 @@ void weight_row_to_f32(const Weight& w, int64_t r, float* dst);
 /// Accumulates in fp32. Batch-invariant: row m of y is bit-identical whatever M is and whatever other rows
 /// x holds (each element is reduced in one fixed order; see linear.cpp). Threads split the weight rows.
 /// Packed weights (pack_for_linear) take the panel kernel, others the row-major one; the two round differently.
+/// With w.round_input_bf16 (a GPU reference mode, Weight::round_input_bf16) x is first rounded to bf16, element
+/// by element (a copy; x itself is not changed): the result is then that of the pre-rounded x.
 /// Throws Error on strides smaller than the row lengths or an F16 weight (converted to F32 at load).
 void linear(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride);
 
@@ -46,7 +48,7 @@ LinearColumns linear_part_columns(const Weight& w, int part, int num_parts);
 
 /// `linear` restricted to the output columns linear_part_columns(w, part, num_parts), with no OpenMP region of
 /// its own: the threads of an enclosing region call it with their own part (the split `linear` itself uses).
-/// Same arithmetic as `linear`, element for element. Arguments as for `linear`; it checks nothing (call
+/// Same arithmetic as `linear`, element for element (w.round_input_bf16 included: each part rounds its own copy). Arguments as for `linear`; it checks nothing (call
 /// check_linear_part first, outside the region: nothing may throw inside one).
 void linear_part(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride,
                  int part, int num_parts);

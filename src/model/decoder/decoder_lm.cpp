@@ -155,6 +155,7 @@ std::unique_ptr<CausalLM> load_decoder_from(const ModelConfig& cfg, const Decode
     head = dist::slice_rows(src.matrix(spec.lm_head, {V, H}, DummyInit::uniform(0.1f)), {v});
     cpu::pack_for_linear_only(head);
   }
+  head.round_input_bf16 = cfg.round_gemm_inputs_bf16;  // the GPU's LM head reads bf16 rows with bf16 weights
   // Layers in parallel (model/parallel_layers.h: values do not depend on the order; the lowest failing layer's error
   // is rethrown).
   const int L = cfg.num_hidden_layers;

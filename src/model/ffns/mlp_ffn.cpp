@@ -111,6 +111,7 @@ std::unique_ptr<CpuModule> make_mlp_ffn(const ModuleArgs& a) {
   if (!w.down_bias.empty()) m->down_bias = dist::slice_rows(w.down_bias, 1, {o});
   cpu::pack_for_linear(m->up_proj);
   cpu::pack_for_linear(m->down_proj);
+  for (Weight* x : {&m->gate_proj, &m->up_proj, &m->down_proj}) x->round_input_bf16 = a.cfg.round_gemm_inputs_bf16;
   return m;
 }
 

@@ -227,13 +227,15 @@ std::unique_ptr<CpuModule> make_moe_ffn(const ModuleArgs& a) {
   MoeWeights w = read_moe_weights(a.src, a.prefix, Hd, c);
   m->gate = std::move(w.gate);
   m->routing.correction_bias = std::move(w.correction_bias);
-  cpu::pack_for_linear(m->gate);
+  cpu::pack_for_linear(m->gate);  // the router reads fp32 x also in the GPU reference mode (round_gemm_inputs_bf16)
   for (cpu::ExpertWeights& x : w.experts) {
     x.w1 = dist::slice_rows(x.w1, {i});
     x.w2 = dist::slice_rows(x.w2, {o});  // output rows
     if (x.gated()) x.w3 = dist::slice_rows(x.w3, {i});
-    for (Weight* proj : {&x.w1, &x.w2, &x.w3})
+    for (Weight* proj : {&x.w1, &x.w2, &x.w3}) {
       if (proj->rows > 0) cpu::pack_for_linear(*proj);
+      proj->round_input_bf16 = a.cfg.round_gemm_inputs_bf16;  // the GPU's bf16 experts: x and the activations
+    }
     m->experts.push_back(std::move(x));
   }
   if (c.shared_intermediate_size > 0) {

@@ -179,9 +179,13 @@ std::unique_ptr<CpuModule> make_attention_mixer(const ModuleArgs& a) {
   if (c.attn_output_gate) {
     m->gate = dist::slice_rows(w.gate, {hd});
     cpu::pack_for_linear(m->gate);
+    m->gate.round_input_bf16 = a.cfg.round_gemm_inputs_bf16;
   }
   m->q_norm = std::move(w.q_norm), m->k_norm = std::move(w.k_norm);
-  for (Weight* x : {&m->q_proj, &m->k_proj, &m->v_proj, &m->o_proj}) cpu::pack_for_linear(*x);
+  for (Weight* x : {&m->q_proj, &m->k_proj, &m->v_proj, &m->o_proj}) {
+    cpu::pack_for_linear(*x);
+    x->round_input_bf16 = a.cfg.round_gemm_inputs_bf16;
+  }
   return m;
 }
 

@@ -230,6 +230,7 @@ std::unique_ptr<CpuModule> make_gated_delta_mixer(const ModuleArgs& a) {
   h.out_proj = dist::slice_rows(w.out_proj, {dist::output_shard(a.cfg.hidden_size, a.tp.rank, world)});
   cpu::pack_for_linear(h.in_proj);
   cpu::pack_for_linear(h.out_proj);
+  h.in_proj.round_input_bf16 = h.out_proj.round_input_bf16 = a.cfg.round_gemm_inputs_bf16;
   return std::make_unique<GatedDeltaMixer>(m, full, a.cfg.hidden_size, std::move(h), a.tp);
 }
 

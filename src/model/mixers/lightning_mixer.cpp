@@ -138,7 +138,10 @@ std::unique_ptr<CpuModule> make_lightning_mixer(const ModuleArgs& a) {
   m->out_proj = dist::slice_rows(w.out_proj, {o});
   m->norm = std::move(w.norm);
   m->slopes = dist::slice_rows(lightning_slopes(m->num_heads, a.layer, a.cfg.num_hidden_layers), 1, {h});
-  for (Weight* x : {&m->qkv_proj, &m->output_gate, &m->out_proj}) cpu::pack_for_linear(*x);
+  for (Weight* x : {&m->qkv_proj, &m->output_gate, &m->out_proj}) {
+    cpu::pack_for_linear(*x);
+    x->round_input_bf16 = a.cfg.round_gemm_inputs_bf16;
+  }
   return m;
 }
 

@@ -153,7 +153,9 @@ std::unique_ptr<CpuModule> make_mamba1_mixer(const ModuleArgs& a) {
   SSM_CHECK(m.d_state <= 256, "config.json: state_size {} > 256 is not supported", m.d_state);
   SSM_CHECK(m.d_conv >= 1 && m.d_conv <= cpu::kMaxConvWidth, "config.json: conv_kernel {} must be in [1, {}]", m.d_conv,
             cpu::kMaxConvWidth);
-  return std::make_unique<Mamba1Mixer>(m, a.cfg.hidden_size, read_mamba1_layer(a.src, a.prefix, a.cfg.hidden_size, m, a.tp), a.tp);
+  MambaLayerWeights w = read_mamba1_layer(a.src, a.prefix, a.cfg.hidden_size, m, a.tp);
+  for (Weight* proj : {&w.in_proj, &w.x_proj, &w.dt_proj, &w.out_proj}) proj->round_input_bf16 = a.cfg.round_gemm_inputs_bf16;
+  return std::make_unique<Mamba1Mixer>(m, a.cfg.hidden_size, std::move(w), a.tp);
 }
 
 }  // namespace ssmserve

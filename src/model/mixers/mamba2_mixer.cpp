@@ -280,6 +280,7 @@ std::unique_ptr<CpuModule> make_mamba2_mixer(const ModuleArgs& a) {
   if (!L.out_proj_bias.empty()) L.out_proj_bias = dist::slice_rows(L.out_proj_bias, 1, {o});
   cpu::pack_for_linear_only(L.in_proj);  // the forward reads only the panels: no row-major copy kept
   cpu::pack_for_linear_only(L.out_proj);
+  L.in_proj.round_input_bf16 = L.out_proj.round_input_bf16 = a.cfg.round_gemm_inputs_bf16;
   Mamba2Config shard = m;  // this rank's mixer dimensions
   shard.d_inner = static_cast<int>(c.size());
   shard.num_heads = static_cast<int>(h.size());
