@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 
@@ -412,6 +413,35 @@ TEST_F(HybridDecoder, TensorParallelTwoRanksBitIdenticalToOne) {
     const auto x = step(*one, c1, {&a1}, {n}), y = step(two, c2, {&a2}, {n});
     for (size_t t = 0; t < x[0].size(); ++t) ASSERT_EQ(x[0][t], y[0][t]) << "token " << t << " of a " << n << "-token step";
   }
+}
+
+// The GPU reference mode (ModelConfig::round_gemm_inputs_bf16, off by default): loaded without it the decoder is the
+// default one bit for bit; with it the logits move by about bf16's rounding (every GEMM input rounded) and no more,
+// and TP 2 stays bit-identical to TP 1 (the gathered paths round the same inputs).
+TEST_F(HybridDecoder, RoundGemmInputsBf16IsOffByDefaultAndRoundsEverywhere) {
+  EXPECT_FALSE(cfg_.round_gemm_inputs_bf16);
+  ModelConfig rc = cfg_;
+  rc.round_gemm_inputs_bf16 = true;
+  auto plain = load_decoder(cfg_, spec_, LoadFormat::Auto), rounded = load_decoder(rc, spec_, LoadFormat::Auto);
+  auto group = std::make_shared<dist::InProcessGroup>(2);
+  std::vector<std::unique_ptr<CausalLM>> shards;
+  for (int r = 0; r < 2; ++r) shards.push_back(load_decoder(rc, spec_, LoadFormat::Auto, {r, 2, &group->communicator(r)}));
+  TensorParallelLM two(std::move(shards), group, nullptr);
+  StateCache cp(plain->num_state_layers(), plain->state_shape(), 8), cr(rounded->num_state_layers(), rounded->state_shape(), 8),
+      c2(two.num_state_layers(), two.state_shape(), 8);
+  Seq ap{prompt(20, 3), 1, {2, 3, 4}}, ar = ap, a2 = ap;
+  double num = 0, den = 0;
+  for (int n : {12, 5, 1, 1, 1}) {
+    const auto p = step(*plain, cp, {&ap}, {n}), r = step(*rounded, cr, {&ar}, {n}), t = step(two, c2, {&a2}, {n});
+    for (size_t k = 0; k < p[0].size(); ++k) {
+      ASSERT_EQ(r[0][k], t[0][k]) << "TP 2: token " << k << " of a " << n << "-token step";
+      for (int i = 0; i < kV; ++i) num += double(r[0][k][i] - p[0][k][i]) * (r[0][k][i] - p[0][k][i]), den += double(p[0][k][i]) * p[0][k][i];
+    }
+  }
+  const double rel = std::sqrt(num / den);
+  EXPECT_GT(rel, 1e-4) << "the mode must round";
+  EXPECT_LT(rel, 2e-2) << "bf16 rounding of the inputs moves the logits by about 2^-9";
+  std::printf("round_gemm_inputs_bf16: logits rel err %.3g against fp32 activations\n", rel);
 }
 
 TEST_F(HybridDecoder, UnknownModuleKindIsAClearError) {
