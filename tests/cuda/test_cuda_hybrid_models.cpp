@@ -6,6 +6,7 @@
 // transformers goldens, alone and under chunked prefill. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -29,6 +30,9 @@ using testing::source_dir;
 struct HybridCase {
   const char* name;
   bool dummy;  // tests/data/tiny-hybrids/<name> with dummy weights, else ../shared/models/<name>
+  /// bf16 weights against the CPU reference mode (see MatchesCpuBf16): every step's logits rel err below bf16_step,
+  /// their median over the 6 steps below bf16_median (0: bf16_step).
+  double bf16_step = 1e-2, bf16_median = 0;
 };
 
 std::string case_name(const ::testing::TestParamInfo<HybridCase>& info) {
@@ -50,23 +54,46 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
     cfg_ = ModelConfig::load(dir_);
     format_ = GetParam().dummy ? LoadFormat::Dummy : LoadFormat::Auto;
   }
-  void against_cpu(DType wd, double tol) {
-    auto cpu = load_model(cfg_, format_);
+  /// The GPU runner with weights `wd` against the CPU decoder over the hybrid schedule: logits rel err < tol at every
+  /// step. bf16: the reference is the CPU decoder in its GPU reference mode (ModelConfig::round_gemm_inputs_bf16:
+  /// the GEMM inputs rounded to bf16 where the GPU rounds them); the error against the plain CPU decoder (fp32
+  /// activations) is printed beside it, not checked.
+  void against_cpu(DType wd, double tol, double median_tol = 0) {
+    const bool bf16 = wd == DType::BF16;
+    ModelConfig ref_cfg = cfg_;
+    ref_cfg.round_gemm_inputs_bf16 = bf16;
+    auto cpu = load_model(ref_cfg, format_);
+    auto plain = bf16 ? load_model(cfg_, format_) : nullptr;
     auto gpu = cuda::load_cuda_decoder(cfg_, architecture_spec(cfg_), format_, {wd});
     ASSERT_EQ(gpu->kv_block_size(), cpu->kv_block_size());
     StateCache cc(cpu->num_state_layers(), cpu->state_shape(), 32), gc(gpu->num_state_layers(), gpu->state_shape(), 32);
+    StateCache pc(cpu->num_state_layers(), cpu->state_shape(), 32);
     cudatest::HybridSchedule sched(cpu->kv_block_size(), 50000, 5);
     const int V = cfg_.vocab_size;
+    std::vector<double> errs;
     for (int step = 0; step < 6; ++step) {
       SCOPED_TRACE(::testing::Message() << "step " << step);
       ForwardBatch b = sched.batch(step, *cpu);
-      std::vector<float> lc(b.logits_indices.size() * V), lg(lc.size());
+      std::vector<float> lc(b.logits_indices.size() * V), lg(lc.size()), lp(bf16 ? lc.size() : 0);
       cpu->forward(b, cc, lc.data());
       gpu->forward(b, gc, lg.data());
       const double e = cudatest::logits_rel_err(lg, lc);
-      std::printf("%s %s step %d: logits rel err %.3g\n", GetParam().name, wd == DType::F32 ? "f32" : "bf16", step, e);
+      if (bf16) {
+        plain->forward(b, pc, lp.data());
+        std::printf("%s bf16 step %d: logits rel err %.3g (against the fp32-activation CPU decoder: %.3g)\n", GetParam().name, step,
+                    e, cudatest::logits_rel_err(lg, lp));
+      } else {
+        std::printf("%s f32 step %d: logits rel err %.3g\n", GetParam().name, step, e);
+      }
       EXPECT_LT(e, tol);
+      errs.push_back(e);
       sched.advance(step);
+    }
+    if (median_tol > 0) {
+      std::sort(errs.begin(), errs.end());
+      const double median = (errs[2] + errs[3]) / 2;
+      std::printf("%s bf16: median logits rel err %.3g\n", GetParam().name, median);
+      EXPECT_LT(median, median_tol) << "median over the steps";
     }
   }
   std::filesystem::path dir_;
@@ -84,16 +111,24 @@ TEST_P(CudaHybridModel, MatchesCpuF32) {
   against_cpu(DType::F32, 1e-4);
 }
 
-// bf16 weights: every GEMM input rounded to bf16 on the GPU (the CPU keeps fp32 activations), 5e-2. Known gap: dummy
-// tiny-qwen3_next exceeds it, and not through its MoE. A CPU decoder with its GEMM inputs rounded to bf16 (all but the
-// router's) reproduces the numbers measured on the H200 (0.21 and 0.073 at steps 4 and 5; with fp32 weights and bf16
-// experts only, 0.029 and 0.0106 at steps 0 and 5) and gives 0.058 for tiny-qwen3_next-dense (no MoE) and 0.08 with
-// every expert chosen (top_k = num_experts: no choice to flip), against <= 0.03 for dummy tiny-qwen3_5: the random
-// Qwen3-Next weights amplify bf16 rounding; the random router then flips near-ties (first flips at logit margins 5e-4
-// to 2e-2), and computing the experts from fp32 activations changes neither.
+// bf16 weights: the GPU rounds every GEMM input to bf16 (projections, the MoE experts' x and activations, the LM head;
+// the router stays fp32), so the reference is the CPU decoder rounding at the same points (round_gemm_inputs_bf16).
+// Against the plain CPU decoder (fp32 activations; printed) the H200 measured up to 0.21 on dummy tiny-qwen3_next
+// (0.042 0.026 0.022 0.079 0.208 0.070) and 0.06 on tiny-qwen3_next-dense, the random Qwen3-Next weights amplifying
+// the rounding; the CPU reference mode reproduces those numbers (0.05 0.026 0.024 0.079 0.211 0.073 and 0.031 0.017
+// 0.023 0.058 0.041 0.036). What is left against it: summation order and the GPU's reduced-precision scans (the GDN
+// prefill's TF32 products, the SSD's bf16 tiles), which a rounded comparison turns into whole-ulp flips of single
+// elements. Emulated by noise on every CPU GEMM output (1e-7 to 1e-4 of the row's rms, 5 seeds each), worst step:
+// 7e-4 granitemoehybrid, 2.6e-3 nemotron_h, 3e-3 granite-dense, 5e-3 bamba, nemotron_h-pattern and falcon_h1, 0.0099
+// tiny-qwen3_5_moe, 0.0133 tiny-qwen3_5, 0.0145 tiny-qwen3_next-dense (median over the steps <= 0.011). The random
+// routers of Jamba and Qwen3-Next sit at near-ties that such noise flips: Jamba's step 0 gave 0.042-0.049 in most
+// runs from 1e-6 (the median <= 0.0132); tiny-qwen3_next 0.02-0.05 at step 0 and, in 6 of 20 runs from 1e-6, one or
+// two steps at 0.083-0.182 (the median <= 0.032). So those two get a per-step bound that admits a flip and a median
+// that does not: the plain comparison's median is 0.056 on the H200 for tiny-qwen3_next.
 TEST_P(CudaHybridModel, MatchesCpuBf16) {
   REQUIRE_GPU();
-  against_cpu(DType::BF16, 5e-2);
+  const HybridCase& c = GetParam();
+  against_cpu(DType::BF16, c.bf16_step, c.bf16_median > 0 ? c.bf16_median : c.bf16_step);
 }
 
 TEST_P(CudaHybridModel, DecodeGraphsEqualEager) {
@@ -118,11 +153,11 @@ TEST_P(CudaHybridModel, DecodeGraphsEqualEager) {
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
                          ::testing::Values(HybridCase{"tiny-granitemoehybrid", false}, HybridCase{"tiny-nemotron_h", false},
-                                           HybridCase{"tiny-bamba", true}, HybridCase{"tiny-jamba", true},
+                                           HybridCase{"tiny-bamba", true}, HybridCase{"tiny-jamba", true, 7e-2, 2e-2},
                                            HybridCase{"tiny-granite-dense", true}, HybridCase{"tiny-nemotron_h-pattern", true},
-                                           HybridCase{"tiny-falcon_h1", true}, HybridCase{"tiny-qwen3_5_moe", false},
-                                           HybridCase{"tiny-qwen3_5", true}, HybridCase{"tiny-qwen3_next", true},
-                                           HybridCase{"tiny-qwen3_next-dense", true}),
+                                           HybridCase{"tiny-falcon_h1", true}, HybridCase{"tiny-qwen3_5_moe", false, 2e-2},
+                                           HybridCase{"tiny-qwen3_5", true, 2e-2}, HybridCase{"tiny-qwen3_next", true, 0.25, 4e-2},
+                                           HybridCase{"tiny-qwen3_next-dense", true, 2.5e-2, 2e-2}),
                          case_name);
 
 /// The engine on the GPU against the transformers goldens: greedy ids identical (a divergence only at a reference
