@@ -123,7 +123,7 @@ void check_against_cpu(const ModelConfig& cfg, const DecoderSpec& spec, cuda::Cu
   }
 }
 
-// The bounds of tests/cuda/test_cuda_hybrid.cpp (the same schedule and the same GPU paths around the new options).
+// fp32 weights: the bound of tests/cuda/test_cuda_hybrid.cpp (the same schedule and the same GPU paths around the new options).
 TEST_F(CudaQwenModules, MatchesCpuDecoderF32) {
   REQUIRE_GPU();
   check_against_cpu(cfg_, spec_, {DType::F32}, 1e-3);
