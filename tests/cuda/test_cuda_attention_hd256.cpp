@@ -108,8 +108,8 @@ void check_against_cpu(const ModelConfig& cfg, const DecoderSpec& spec, cuda::Cu
       plain->forward(b, pc, lp.data());
       e_plain = logits_rel_err(lg, lp);
     }
-    std::printf("head_dim 256 %s step %d: %zu rows, logits rel err %.3g (fp32 activations: %.3g)\n", bf16 ? "bf16" : "f32",
-                step, b.logits_indices.size(), e, e_plain);
+    std::printf("head_dim 256 %s step %d: %zu rows, logits rel err %.3g (fp32 activations: %.3g)\n",
+                bf16 ? "bf16" : "f32", step, b.logits_indices.size(), e, e_plain);
     EXPECT_LT(e, tol);
     sched.advance(step);
   }

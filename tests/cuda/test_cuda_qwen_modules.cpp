@@ -109,8 +109,8 @@ void check_against_cpu(const ModelConfig& cfg, const DecoderSpec& spec, cuda::Cu
       plain->forward(b, pc, lp.data());
       e_plain = logits_rel_err(lg, lp);
     }
-    std::printf("qwen modules %s step %d: %zu rows, logits rel err %.3g (fp32 activations: %.3g)\n", bf16 ? "bf16" : "f32", step,
-                b.logits_indices.size(), e, e_plain);
+    std::printf("qwen modules %s step %d: %zu rows, logits rel err %.3g (fp32 activations: %.3g)\n",
+                bf16 ? "bf16" : "f32", step, b.logits_indices.size(), e, e_plain);
     EXPECT_LT(e, tol);
     errs.push_back(e);
     sched.advance(step);
@@ -123,7 +123,8 @@ void check_against_cpu(const ModelConfig& cfg, const DecoderSpec& spec, cuda::Cu
   }
 }
 
-// fp32 weights: the bound of tests/cuda/test_cuda_hybrid.cpp (the same schedule and the same GPU paths around the new options).
+// fp32 weights: the bound of tests/cuda/test_cuda_hybrid.cpp (the same schedule and the same GPU paths around the new
+// options).
 TEST_F(CudaQwenModules, MatchesCpuDecoderF32) {
   REQUIRE_GPU();
   check_against_cpu(cfg_, spec_, {DType::F32}, 1e-3);

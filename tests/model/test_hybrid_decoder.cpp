@@ -425,17 +425,22 @@ TEST_F(HybridDecoder, RoundGemmInputsBf16IsOffByDefaultAndRoundsEverywhere) {
   auto plain = load_decoder(cfg_, spec_, LoadFormat::Auto), rounded = load_decoder(rc, spec_, LoadFormat::Auto);
   auto group = std::make_shared<dist::InProcessGroup>(2);
   std::vector<std::unique_ptr<CausalLM>> shards;
-  for (int r = 0; r < 2; ++r) shards.push_back(load_decoder(rc, spec_, LoadFormat::Auto, {r, 2, &group->communicator(r)}));
+  for (int r = 0; r < 2; ++r)
+    shards.push_back(load_decoder(rc, spec_, LoadFormat::Auto, {r, 2, &group->communicator(r)}));
   TensorParallelLM two(std::move(shards), group, nullptr);
-  StateCache cp(plain->num_state_layers(), plain->state_shape(), 8), cr(rounded->num_state_layers(), rounded->state_shape(), 8),
-      c2(two.num_state_layers(), two.state_shape(), 8);
+  StateCache cp(plain->num_state_layers(), plain->state_shape(), 8);
+  StateCache cr(rounded->num_state_layers(), rounded->state_shape(), 8);
+  StateCache c2(two.num_state_layers(), two.state_shape(), 8);
   Seq ap{prompt(20, 3), 1, {2, 3, 4}}, ar = ap, a2 = ap;
   double num = 0, den = 0;
   for (int n : {12, 5, 1, 1, 1}) {
     const auto p = step(*plain, cp, {&ap}, {n}), r = step(*rounded, cr, {&ar}, {n}), t = step(two, c2, {&a2}, {n});
     for (size_t k = 0; k < p[0].size(); ++k) {
       ASSERT_EQ(r[0][k], t[0][k]) << "TP 2: token " << k << " of a " << n << "-token step";
-      for (int i = 0; i < kV; ++i) num += double(r[0][k][i] - p[0][k][i]) * (r[0][k][i] - p[0][k][i]), den += double(p[0][k][i]) * p[0][k][i];
+      for (int i = 0; i < kV; ++i) {
+        const double d = double(r[0][k][i]) - p[0][k][i];
+        num += d * d, den += double(p[0][k][i]) * p[0][k][i];
+      }
     }
   }
   const double rel = std::sqrt(num / den);

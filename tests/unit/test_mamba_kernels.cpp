@@ -386,7 +386,8 @@ TEST_P(RoundInputTest, EqualsPreRoundedInput) {
   linear(x_rounded.data(), M, x_stride, w, bias.data(), y_pre.data(), y_stride);
   linear(x.data(), M, x_stride, wr, bias.data(), y_round.data(), y_stride);
   check_linear_part(wr, x_stride, y_stride);
-  for (int part = 0; part < 3; ++part) linear_part(x.data(), M, x_stride, wr, bias.data(), y_parts.data(), y_stride, part, 3);
+  for (int part = 0; part < 3; ++part)
+    linear_part(x.data(), M, x_stride, wr, bias.data(), y_parts.data(), y_stride, part, 3);
   EXPECT_EQ(x, x_before) << "linear must not change its input";
   int64_t differ = 0;
   for (int64_t m = 0; m < M; ++m)
@@ -400,7 +401,8 @@ TEST_P(RoundInputTest, EqualsPreRoundedInput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, RoundInputTest,
-                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Bool(), ::testing::Values(1, 5, 13)));
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Bool(),
+                                            ::testing::Values(1, 5, 13)));
 
 }  // namespace
 }  // namespace ssmserve::cpu

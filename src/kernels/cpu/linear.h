@@ -48,7 +48,8 @@ LinearColumns linear_part_columns(const Weight& w, int part, int num_parts);
 
 /// `linear` restricted to the output columns linear_part_columns(w, part, num_parts), with no OpenMP region of
 /// its own: the threads of an enclosing region call it with their own part (the split `linear` itself uses).
-/// Same arithmetic as `linear`, element for element (w.round_input_bf16 included: each part rounds its own copy). Arguments as for `linear`; it checks nothing (call
+/// Same arithmetic as `linear`, element for element (w.round_input_bf16 included: each part rounds its own copy).
+/// Arguments as for `linear`; it checks nothing (call
 /// check_linear_part first, outside the region: nothing may throw inside one).
 void linear_part(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y, int64_t y_stride,
                  int part, int num_parts);

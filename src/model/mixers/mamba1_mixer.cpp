@@ -154,7 +154,8 @@ std::unique_ptr<CpuModule> make_mamba1_mixer(const ModuleArgs& a) {
   SSM_CHECK(m.d_conv >= 1 && m.d_conv <= cpu::kMaxConvWidth, "config.json: conv_kernel {} must be in [1, {}]", m.d_conv,
             cpu::kMaxConvWidth);
   MambaLayerWeights w = read_mamba1_layer(a.src, a.prefix, a.cfg.hidden_size, m, a.tp);
-  for (Weight* proj : {&w.in_proj, &w.x_proj, &w.dt_proj, &w.out_proj}) proj->round_input_bf16 = a.cfg.round_gemm_inputs_bf16;
+  for (Weight* proj : {&w.in_proj, &w.x_proj, &w.dt_proj, &w.out_proj})
+    proj->round_input_bf16 = a.cfg.round_gemm_inputs_bf16;
   return std::make_unique<Mamba1Mixer>(m, a.cfg.hidden_size, std::move(w), a.tp);
 }
 
