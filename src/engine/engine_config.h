@@ -1,7 +1,6 @@
 // Owns EngineConfig: every engine knob, validated once (style habit 8), with the sizes derived from them.
 #pragma once
 #include <filesystem>
-#include <optional>
 #include <string>
 
 #include "engine/scheduler.h"
@@ -87,11 +86,6 @@ struct EngineConfig {
   /// Accept benchmark-only drafters in speculative_config (method "replay", engine/replay_proposer.h). Only
   /// `ssmserve bench latency` sets it; generate, serve and the Python API leave it off and refuse them.
   bool allow_benchmark_proposers = false;
-  /// Speculative decoding: pad the draft lists of a step's decode rows to the step's longest one with filler drafts
-  /// (CausalLM::prefers_uniform_verify_rows); nullopt = the model's preference (GPU runners with CUDA graphs: on).
-  /// Fillers repeat the row's last token; one is kept only when it equals the token sampled there, so the output is
-  /// the same either way. Speculative-decoding counters count the proposer's drafts only.
-  std::optional<bool> uniform_verify_rows;
 
   /// Throws Error naming the knob when a value is out of range (see the kMax* bounds above).
   void validate() const;

@@ -66,7 +66,6 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
     proposer_ = make_proposer(spec_, pc);
     cfg_.scheduler.num_speculative_tokens = spec_.num_speculative_tokens;
     spec_stats_.accepted_per_pos.assign(static_cast<size_t>(spec_.num_speculative_tokens), 0);
-    uniform_verify_rows_ = cfg_.uniform_verify_rows.value_or(model_->prefers_uniform_verify_rows());
   }
   int blocks = cfg_.resolved_num_state_blocks();
   // Speculative decoding: k more state columns per running request.
@@ -308,22 +307,6 @@ std::vector<RequestOutput> LLMEngine::step() {
   }
 }
 
-void LLMEngine::pad_drafts(std::span<RequestState* const> dec) const {
-  size_t width = 0;
-  for (RequestState* r : dec) {
-    r->num_proposed_drafts = static_cast<int>(r->draft_token_ids.size());
-    width = std::max(width, r->draft_token_ids.size());
-  }
-  if (!uniform_verify_rows_ || width == 0) return;
-  // Fillers repeat the row's last token (its last draft or last known token): a guess like any other, kept only when
-  // it equals the token sampled at its position. The scheduler may still cut a row (budget, max_tokens, columns).
-  for (RequestState* r : dec) {
-    std::vector<int32_t>& d = r->draft_token_ids;
-    const int32_t filler = d.empty() ? r->token_at(r->num_tokens() - 1) : d.back();
-    d.resize(width, filler);
-  }
-}
-
 std::vector<RequestOutput> LLMEngine::step_impl() {
   std::vector<RequestOutput> outs;
   // 0. Speculative decoding: draft tokens for the requests that decode this step (the scheduler fits them).
@@ -335,7 +318,6 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
         const size_t d = static_cast<size_t>(r->draft_length.limit(spec_.num_speculative_tokens));
         if (r->draft_token_ids.size() > d) r->draft_token_ids.resize(d);
       }
-    pad_drafts(dec);
   }
   // 1. Schedule.
   SchedulerOutput sched = scheduler_->schedule();

@@ -105,9 +105,6 @@ class LLMEngine {
     int first_logit_row = 0;
     std::vector<int> positions;  ///< sequence positions whose next-token distribution is needed
   };
-  /// Speculative decoding: records each decoding request's proposed draft count and, with uniform_verify_rows_, pads
-  /// every draft list of the step to the longest one with fillers (EngineConfig::uniform_verify_rows).
-  void pad_drafts(std::span<RequestState* const> dec) const;
   /// step()'s body (step() ends the scheduler's step when it throws).
   std::vector<RequestOutput> step_impl();
   /// picks: the step's device greedy picks (one per logits row) instead of logits, or nullptr. Returns the tokens
@@ -155,7 +152,6 @@ class LLMEngine {
   StepStats stats_;
   SpeculativeConfig spec_;              // --speculative-config (off: method empty)
   std::unique_ptr<Proposer> proposer_;  // drafts for the decoding requests (null when off)
-  bool uniform_verify_rows_ = false;    // EngineConfig::uniform_verify_rows resolved against the model
   SpecDecodeStats spec_stats_;
   std::chrono::steady_clock::time_point last_pool_log_{};
   OutputKind output_kind_ = OutputKind::Cumulative;

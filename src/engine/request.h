@@ -53,8 +53,6 @@ struct RequestState {
   std::vector<int> spec_blocks;
   std::vector<int32_t> draft_token_ids;      ///< speculative decoding: this step's drafts (the proposer's, cut to fit)
   DraftLength draft_length;                  ///< speculative decoding: how many drafts it verifies (adaptive_draft_length)
-  int num_proposed_drafts = 0;               ///< speculative decoding: leading draft_token_ids from the proposer (the
-                                             ///< rest are fillers, EngineConfig::uniform_verify_rows)
   std::vector<BlockHash> block_hashes;       ///< prefix caching: token-chain hashes of its full hash blocks so far
   int num_kv_registered = 0;                 ///< prefix caching: leading kv_blocks already in the cached-block table
   FinishReason finish_reason = FinishReason::None;

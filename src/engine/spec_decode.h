@@ -88,8 +88,6 @@ struct SpecDecodeStats {
   int64_t num_draft_tokens = 0;     ///< draft tokens verified
   int64_t num_accepted_tokens = 0;  ///< draft tokens accepted
   std::vector<int64_t> accepted_per_pos;  ///< [k] drafts accepted at position i of their row
-  int64_t num_filler_tokens = 0;    ///< filler drafts verified (EngineConfig::uniform_verify_rows; not in the above)
-  int64_t num_filler_accepted = 0;  ///< filler drafts that matched the sampled token (kept)
   /// Accepted / drafted (0 when nothing was drafted).
   double acceptance_rate() const { return num_draft_tokens ? double(num_accepted_tokens) / double(num_draft_tokens) : 0.0; }
   /// Mean tokens a verify row produced: 1 + accepted drafts per row (vLLM's mean acceptance length).

@@ -51,11 +51,8 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
     // min(1, p/q) = p(draft), else draw from the residual), so the output distribution is the target's, and a seeded
     // request's tokens are identical with and without speculation. The state after the last kept token is in its
     // column: swapped into state_block (no copy). A stop inside the row ends it there.
-    // Drafts past the proposer's are fillers (EngineConfig::uniform_verify_rows): verified and kept alike, counted
-    // apart.
     const int drafts = s.num_draft_tokens, c = s.num_computed_before;
-    const int proposed = std::min(drafts, r.num_proposed_drafts);
-    int kept = 0, accepted_drafts = 0, accepted_fillers = 0;
+    int kept = 0, accepted_drafts = 0;
     for (int j = 0; j <= drafts && !r.finished(); ++j) {
       const SampleResult res = sample_row(r, logits, picks, plan.first_logit_row + j);
       append_sample(r, res);
@@ -63,18 +60,13 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
       r.num_computed_tokens = c + kept;  // token c + j (the last known token or draft j) is in column j
       if (j > 0) std::swap(r.state_block, r.spec_blocks[static_cast<size_t>(j - 1)]);
       const bool accepted = j < drafts && res.token == r.draft_token_ids[static_cast<size_t>(j)];
-      if (accepted && j < proposed) ++spec_stats_.accepted_per_pos[static_cast<size_t>(j)], ++accepted_drafts;
-      if (accepted && j >= proposed) ++accepted_fillers;
+      if (accepted) ++spec_stats_.accepted_per_pos[static_cast<size_t>(j)], ++accepted_drafts;
       check_stop(r, res.token);
       if (!accepted) break;
     }
-    spec_stats_.num_filler_tokens += drafts - proposed;
-    spec_stats_.num_filler_accepted += accepted_fillers;
-    if (proposed > 0) {  // a row of fillers only carried no draft of the proposer's
-      r.draft_length.observe(proposed, accepted_drafts);
-      spec_stats_.num_drafts += 1;
-    }
-    spec_stats_.num_draft_tokens += proposed;
+    r.draft_length.observe(drafts, accepted_drafts);
+    spec_stats_.num_drafts += 1;
+    spec_stats_.num_draft_tokens += drafts;
     spec_stats_.num_accepted_tokens += accepted_drafts;
     outs.push_back(make_output(r, static_cast<size_t>(kept)));
     return kept;

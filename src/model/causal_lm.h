@@ -112,12 +112,6 @@ class CausalLM {
   /// MambaBatchMetadata::spec_cols > 1). The CPU decoder does; a backend that does not returns false and the engine
   /// refuses --speculative-config for it.
   virtual bool supports_speculative_decoding() const { return true; }
-  /// Whether verify steps run markedly faster when every verify row of a step has the same number of drafts: a device
-  /// backend whose verify steps replay CUDA graphs keyed by the step's shape (mixed draft counts would give every step
-  /// a new shape, run eagerly). The engine then pads shorter draft lists of a step with filler drafts
-  /// (EngineConfig::uniform_verify_rows); a filler is accepted only when it equals the token sampled at its
-  /// position, so the output does not change.
-  virtual bool prefers_uniform_verify_rows() const { return false; }
   /// Copies states between blocks of the pool (prefix caching: a cached state into a request's running block before
   /// the step that continues from it, or a running state into a block that caches it), in order, in every layer,
   /// where the model keeps its states (host pages: StateCache::copy_block; device backends: their mirror, ordered

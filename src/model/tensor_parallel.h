@@ -59,7 +59,6 @@ class TensorParallelLM final : public CausalLM {
   int kv_block_size() const override { return shards_[0]->kv_block_size(); }
   bool has_linear_attention() const override { return shards_[0]->has_linear_attention(); }
   bool supports_speculative_decoding() const override { return shards_[0]->supports_speculative_decoding(); }
-  bool prefers_uniform_verify_rows() const override { return shards_[0]->prefers_uniform_verify_rows(); }
   /// Validates the batch against `cache` (the same checks every rank would make, so a bad batch throws here,
   /// before any rank starts a collective), then runs every rank. Throws Error on a bad batch or a rank's error.
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override;

@@ -76,10 +76,6 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
 
   void load(WeightSource& src);
 
-  /// Verify steps replay CUDA graphs keyed by their shape when graphs are on and no attention plan follows the
-  /// rows' lengths (StepFrameArgs::capture_verify): uniform draft counts keep the shapes few.
-  bool prefers_uniform_verify_rows() const override { return ctx_.opt.cuda_graphs && !layout_.has_attention(); }
-
   /// "all"-mode prefix caching on the GPU: when every module of the stack writes the state stores (CudaModule).
   bool stores_prefill_states() const override {
     return std::all_of(subs_.begin(), subs_.end(),

@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <functional>
 #include <map>
-#include <optional>
 #include <random>
 #include <set>
 
@@ -122,10 +121,8 @@ class SpecDecode : public ::testing::TestWithParam<SpecCase> {
 
   /// A speculative engine; a small pool (allocating the default one dominates these tiny runs).
   std::unique_ptr<LLMEngine> spec_engine(int budget, int blocks = 64, bool prefix_caching = false, int k = kK,
-                                         bool adaptive = false, int scheduler_steps = 1,
-                                         std::optional<bool> uniform = std::nullopt) const {
+                                         bool adaptive = false, int scheduler_steps = 1) const {
     EngineConfig cfg = case_config(GetParam());
-    cfg.uniform_verify_rows = uniform;
     cfg.num_scheduler_steps = scheduler_steps;
     cfg.scheduler.max_num_batched_tokens = budget;
     cfg.num_state_blocks = blocks;
@@ -301,36 +298,12 @@ TEST_P(SpecDecode, MixedAcceptanceJoiningBudgetsAndPreemptionEqualPlain) {
     EXPECT_GT(e->spec_decode_stats().num_accepted_tokens, 0);
     EXPECT_LT(e->spec_decode_stats().num_accepted_tokens, e->spec_decode_stats().num_draft_tokens);
     EXPECT_GT(e->num_preemptions(), 0);
-    EXPECT_EQ(e->spec_decode_stats().num_filler_tokens, 0);  // uniform_verify_rows: off on the CPU by default
     // The same engine with the real n-gram proposer (prompts with a repeated phrase get matches).
     const int64_t before = e->spec_decode_stats().num_drafts;
     e->set_proposer(make_proposer(SpeculativeConfig::parse(spec_json(kK)), {}));
     const auto got2 = run(*e, ps, kTokens, {0, 1, 1, 4});
     expect_matches_reference(ps, got2, kTokens, "n-gram proposer, budget " + std::to_string(budget));
     if (!GetParam().dummy) EXPECT_GT(e->spec_decode_stats().num_drafts, before);  // (random weights may never repeat)
-  }
-}
-
-// Uniform verify rows (EngineConfig::uniform_verify_rows, the GPU runners' default with CUDA graphs): a step's draft
-// lists are padded with fillers to its longest one. Output equals plain (ids and logprobs bit for bit); fillers are
-// verified and counted apart from the proposer's drafts; off (the CPU's default), nothing is padded.
-TEST_P(SpecDecode, UniformVerifyRowsEqualPlain) {
-  const auto ps = prompts(4);
-  constexpr int kTokens = 17;
-  for (const auto& p : ps) reference(p, kTokens);
-  for (const bool adaptive : {false, true}) {
-    auto e = spec_engine(chunked_ ? 128 : 9, 64, false, kK, adaptive, 1, /*uniform=*/true);
-    e->set_proposer(std::make_unique<ScriptedProposer>(&answers_, vocab_, [](const RequestState& r, std::mt19937& g) {
-      return r.request.prompt_token_ids.size() % 2 ? static_cast<int>(g() % (kK + 1)) : 0;  // half always wrong
-    }));
-    const auto got = run(*e, ps, kTokens, {0, 1, 1, 3});
-    const std::string what = adaptive ? "uniform, adaptive" : "uniform";
-    expect_matches_reference(ps, got, kTokens, what);
-    const SpecDecodeStats& st = e->spec_decode_stats();
-    EXPECT_GT(st.num_draft_tokens, 0) << what;
-    EXPECT_LE(st.num_accepted_tokens, st.num_draft_tokens) << what;
-    EXPECT_GT(st.num_filler_tokens, 0) << what;
-    EXPECT_LE(st.num_filler_accepted, st.num_filler_tokens) << what;
   }
 }
 
