@@ -14,6 +14,7 @@
 #include "cuda_test_util.h"
 #include "device/cuda_check.h"
 #include "kernels/cpu/lightning.h"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/lightning.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cpu/paged_attention.h"
@@ -242,23 +243,31 @@ TEST(CudaLightning, Bf16PrefillMatchesCpuWithinBf16Tolerance) {
   REQUIRE_GPU();
   check_bf16_prefill();
 }
-// The walk's switches: SSMSERVE_LIGHTNING_WALK=1 (the mma.sync range walk for both head dims), KV_WG=0 (step 1 on
-// mma.sync).
+// The walk's switches (KernelTuning, set from SSMSERVE_LIGHTNING_WALK / _KV_WG by the backend): lightning_walk = 1
+// (the mma.sync range walk for both head dims), lightning_kv_wg = false (step 1 on mma.sync). The kernels read
+// kernel_tuning(), so the test sets it directly (setting the environment here would change nothing).
 TEST(CudaLightning, Bf16PrefillWalkVariantsMatchCpu) {
   REQUIRE_GPU();
-  for (auto [var, val] : {std::pair{"SSMSERVE_LIGHTNING_WALK", "1"}, std::pair{"SSMSERVE_LIGHTNING_KV_WG", "0"}}) {
-    SCOPED_TRACE(var);
-    setenv(var, val, 1);
+  const cuda::KernelTuning saved = cuda::kernel_tuning();
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE(variant == 0 ? "lightning_walk 1" : "lightning_kv_wg off");
+    cuda::KernelTuning t = saved;
+    if (variant == 0) t.lightning_walk = 1;
+    else t.lightning_kv_wg = false;
+    cuda::set_kernel_tuning(t);
     check_bf16_prefill();
-    unsetenv(var);
   }
+  cuda::set_kernel_tuning(saved);
 }
-// SSMSERVE_LIGHTNING_WALK=0: per-block states through memory and the per-tile output kernel.
+// lightning_walk = 0: per-block states through memory and the per-tile output kernel.
 TEST(CudaLightning, Bf16PrefillBlockStatesMatchesCpu) {
   REQUIRE_GPU();
-  setenv("SSMSERVE_LIGHTNING_WALK", "0", 1);
+  const cuda::KernelTuning saved = cuda::kernel_tuning();
+  cuda::KernelTuning t = saved;
+  t.lightning_walk = 0;
+  cuda::set_kernel_tuning(t);
   check_bf16_prefill();
-  unsetenv("SSMSERVE_LIGHTNING_WALK");
+  cuda::set_kernel_tuning(saved);
 }
 
 TEST(CudaLightning, DecodeMatchesCpuAndSkipsNullRows) {
