@@ -59,6 +59,7 @@ void StepPlans::build(const ForwardBatch& batch, bool decode_only) {
     tasks = put(aplan.tasks);
     items = put(aplan.items);
     tc_tiles = put(aplan.tc_tiles);
+    tc_items = put(aplan.tc_items);
   }
   if (host_.empty()) host_.resize(4);
 }

@@ -249,7 +249,8 @@ cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_
       a.num_tasks < 0 || a.num_items < 0)
     return cudaErrorInvalidValue;
   if (a.num_tc_tiles > 0) {
-    const cudaError_t e = paged_attention_tc(q, q_stride, out, out_stride, cache, a, stream);
+    float* tc_ws = workspace == nullptr ? nullptr : workspace + paged_attention_workspace_floats(a.num_items, KVH, D);
+    const cudaError_t e = paged_attention_tc(q, q_stride, out, out_stride, cache, a, stream, tc_ws);
     if (e != cudaSuccess) return e;
   }
   if (a.num_tasks == 0) return cudaSuccess;

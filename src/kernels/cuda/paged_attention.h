@@ -5,7 +5,11 @@
 // split-KV FlashAttention-style pass in fp32 (online softmax per split of key_split keys, then a combine in split
 // order), so long contexts spread over the whole GPU; a query tile of up to 16 query heads x tokens of one KV head
 // shares every key / value load. Prefill rows of 16+ new tokens can go through a tensor-core pass instead
-// (paged_attention_tc: bf16 operands, mma.sync, fp32 online softmax; the runner's choice with bf16 weights).
+// (paged_attention_tc: bf16 operands, mma.sync, fp32 online softmax; the runner's choice with bf16 weights). The
+// tensor-core pass walks each tile's keys in chunks (tc_chunk_keys: a function of the row's own seq_len only) and
+// merges the chunks in order, so its result does not depend on whether a step runs the chunks in one block or splits
+// them over blocks (tc_items, a combine kernel): long cached contexts behind a short prefill fill the GPU, and a row's
+// bits stay the same alone or in any batch.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each
 // returns the launch status (cudaErrorInvalidValue for bad sizes).
 #pragma once
@@ -24,6 +28,24 @@ namespace ssmserve::cuda {
 /// kManyTasks tasks has parallelism enough and uses one split per task (no combine traffic, small workspace).
 inline constexpr int kKeySplit = 512;
 inline constexpr int kManyTasks = 2048;
+
+/// Tensor-core pass: query rows per tile (tokens x the KV head's query heads) and key chunking. A tile's keys
+/// [0, last] are walked in chunks of tc_chunk_keys(seq_len) keys (a multiple of 64: at least kTcChunkKeys, at most
+/// kTcMaxChunks chunks per row), each with its own online softmax, merged in chunk order (a context of one chunk gives
+/// exactly the unchunked pass). When a step's tiles have kTcSplitMaxItems chunks or fewer in all and some tile has
+/// two or more, every chunk gets its own block (PagedAttentionPlan::tc_items) writing a partial to the workspace and a
+/// combine kernel merges them in the same order with the same arithmetic: bit-identical to one block per tile.
+inline constexpr int kTcRows = 64;
+inline constexpr int kTcChunkKeys = 1024;
+inline constexpr int kTcMaxChunks = 16;
+inline constexpr int kTcSplitMaxItems = 512;
+
+/// Keys per chunk of the tensor-core pass for a row of seq_len keys: max(kTcChunkKeys, ceil(seq_len / kTcMaxChunks)
+/// rounded up to 64). Depends on nothing but seq_len (batch-invariant).
+__host__ __device__ constexpr int tc_chunk_keys(int seq_len) {
+  const int c = ((seq_len + kTcMaxChunks - 1) / kTcMaxChunks + 63) / 64 * 64;
+  return c > kTcChunkKeys ? c : kTcChunkKeys;
+}
 
 /// Rotates the first 2 * half dims of every head in place (cpu::apply_rope): x: [T, num_heads * head_dim] fp32,
 /// row stride x_stride; positions: [T] (device); inv_freq: [half] (device, cpu::rope_inv_freq).
@@ -44,11 +66,16 @@ struct PagedAttentionPlan {
   std::vector<int32_t> items;  ///< [num_items, 2] task, split
   int num_tc_tiles = 0, tc_tokens = 0;
   std::vector<int32_t> tc_tiles;  ///< [num_tc_tiles, 3] row, first token, tokens: the tensor-core pass's tiles
+  /// [num_tc_items, 2] tile, chunk: one block per chunk of every tile (tiles in order, chunks 0 .. n - 1 contiguous),
+  /// or empty (num_tc_items 0): one block per tile walks all its chunks.
+  int num_tc_items = 0;
+  std::vector<int32_t> tc_items;
   /// Every row's tokens in tiles of max(1, 16 / group) tokens; a tile of last position p gets ceil((p + 1) /
   /// key_split) splits (key_split = kKeySplit, or the longest context when there are kManyTasks tasks or more).
   /// Rows with seq_len 0 get tiles with one split (zeros). Rows with at least tc_min_tokens new tokens
-  /// (tc_min_tokens > 0) go to the tensor-core pass instead: tiles of 64 / group tokens (tc_tiles). Throws Error
-  /// on malformed spans.
+  /// (tc_min_tokens > 0) go to the tensor-core pass instead: tiles of 64 / group tokens (tc_tiles), split over
+  /// chunks (tc_items) when they have kTcSplitMaxItems chunks or fewer in all and some tile has several. Throws
+  /// Error on malformed spans.
   static PagedAttentionPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
                                   int group, int tc_min_tokens = 0);
   /// Decode rows (one token each) with room for contexts up to max_context: fixed size, so a CUDA graph can be
@@ -70,11 +97,21 @@ struct PagedAttentionArgs {
   int key_split = kKeySplit;  ///< plan.key_split
   const int32_t* tc_tiles = nullptr;  ///< plan.tc_tiles
   int num_tc_tiles = 0, tc_tokens = 0;
+  const int32_t* tc_items = nullptr;  ///< plan.tc_items (null when num_tc_items is 0)
+  int num_tc_items = 0;
 };
 
 /// Workspace floats paged_attention needs for a plan: num_items * num_kv_heads * 16 * (head_dim + 2).
 inline size_t paged_attention_workspace_floats(int num_items, int num_kv_heads, int head_dim) {
   return static_cast<size_t>(num_items) * num_kv_heads * 16 * (head_dim + 2);
+}
+
+/// Workspace floats paged_attention needs for a plan with both passes: the split-KV pass's (above) followed by the
+/// tensor-core pass's chunk partials, num_tc_items * num_kv_heads * kTcRows * (head_dim + 2) (at most
+/// kTcSplitMaxItems items: 136 MB at 8 KV heads of 128 or 4 of 256).
+inline size_t paged_attention_workspace_floats(const PagedAttentionPlan& plan, int num_kv_heads, int head_dim) {
+  return paged_attention_workspace_floats(plan.num_items, num_kv_heads, head_dim) +
+         static_cast<size_t>(plan.num_tc_items) * num_kv_heads * kTcRows * (head_dim + 2);
 }
 
 /// Head sizes the attention passes are built for (64, 128; 256 for Qwen3-Next / Qwen3.5, whose tiles live in dynamic
@@ -88,14 +125,18 @@ inline constexpr int kTcMinTokens = 16;
 /// Causal attention (cpu::paged_attention): q [T, num_heads * head_dim] (row stride q_stride) -> out (row stride
 /// out_stride), keys / values read from `cache` (already holding this step's tokens). head_dim 64, 128 or 256
 /// (paged_attention_head_dim_ok).
-/// The split-KV fp32 pass runs the plan's tasks, the tensor-core pass (paged_attention_tc) its tc_tiles.
+/// The split-KV fp32 pass runs the plan's tasks, the tensor-core pass (paged_attention_tc) its tc_tiles (tc_items).
+/// workspace: paged_attention_workspace_floats(plan, ...) floats.
 cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
                             const PagedAttentionArgs& a, float* workspace, cudaStream_t stream);
 
 /// The tensor-core pass alone (paged_attention_tc.cu): FlashAttention-2 style, one 4-warp block per (tile, KV
 /// head) over 64 query rows (tokens x the KV head's query heads) and 64-key tiles of the paged cache; q / K / V
-/// rounded to bf16, mma.sync m16n8k16, fp32 online softmax. q_stride a multiple of 4, out_stride of 2.
+/// rounded to bf16, mma.sync m16n8k16, fp32 online softmax per key chunk, chunks merged in order. With
+/// a.num_tc_items > 0 one block per (chunk, KV head) and a combine kernel; workspace then holds num_tc_items *
+/// num_kv_heads * kTcRows * (head_dim + 2) floats (cudaErrorInvalidValue when null). q_stride a multiple of 4,
+/// out_stride of 2.
 cudaError_t paged_attention_tc(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
-                               const PagedAttentionArgs& a, cudaStream_t stream);
+                               const PagedAttentionArgs& a, cudaStream_t stream, float* workspace = nullptr);
 
 }  // namespace ssmserve::cuda

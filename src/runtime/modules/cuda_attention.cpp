@@ -44,7 +44,7 @@ class CudaAttention final : public CudaModule {
     ScratchPool& p = *ctx_.scratch;
     const int64_t QW = int64_t{c_.num_heads} * c_.head_dim, KW = int64_t{c_.num_kv_heads} * c_.head_dim;
     p[0].f32(T * (qg_width() + 2 * KW)), p[1].f32(T * QW), p[3].get(T * QW * dtype_size(ctx_.opt.weight_dtype));
-    ws_.f32(std::max<size_t>(4, paged_attention_workspace_floats(plans->aplan.num_items, c_.num_kv_heads, c_.head_dim)));
+    ws_.f32(std::max<size_t>(4, paged_attention_workspace_floats(plans->aplan, c_.num_kv_heads, c_.head_dim)));
   }
   void pointers(std::vector<const void*>& out) const override { out.push_back(ws_.buf.data()); }
 
@@ -81,8 +81,9 @@ class CudaAttention final : public CudaModule {
     SSM_CUDA_CHECK(reshape_and_cache(k, KW, v, KW, T, plans.dev(plans.slots), kv, s));
     PagedAttentionArgs a{c_.num_heads, c_.scale, md.max_num_blocks_per_seq, plans.dev(plans.attn_qsl), plans.dev(plans.seq_lens),
                          plans.dev(plans.tables), plans.dev(plans.tasks), plans.dev(plans.items), ap.num_tasks, ap.num_items,
-                         ap.tokens_per_task, ap.key_split, plans.dev(plans.tc_tiles), ap.num_tc_tiles, ap.tc_tokens};
-    SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a, ws_.f32(paged_attention_workspace_floats(ap.num_items, c_.num_kv_heads, D)), s));
+                         ap.tokens_per_task, ap.key_split, plans.dev(plans.tc_tiles), ap.num_tc_tiles, ap.tc_tokens,
+                         plans.dev(plans.tc_items), ap.num_tc_items};
+    SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a, ws_.f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s));
     // 3. The output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, o_proj.
     void* oc = p[3].get(T * QW * dtype_size(wd));
     if (c_.attn_output_gate) SSM_CUDA_CHECK(sigmoid_gate(o, QW, g, QW, T, QW, oc, wd, QW, s));
