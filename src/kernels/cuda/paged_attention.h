@@ -32,9 +32,10 @@ inline constexpr int kManyTasks = 2048;
 /// Tensor-core pass: query rows per tile (tokens x the KV head's query heads) and key chunking. A tile's keys
 /// [0, last] are walked in chunks of tc_chunk_keys(seq_len) keys (a multiple of 64: at least kTcChunkKeys, at most
 /// kTcMaxChunks chunks per row), each with its own online softmax, merged in chunk order (a context of one chunk gives
-/// exactly the unchunked pass). When a step's tiles have kTcSplitMaxItems chunks or fewer in all and some tile has
-/// two or more, every chunk gets its own block (PagedAttentionPlan::tc_items) writing a partial to the workspace and a
-/// combine kernel merges them in the same order with the same arithmetic: bit-identical to one block per tile.
+/// exactly the unchunked pass). When some tile of a step has two or more chunks, those chunks get their own blocks
+/// (PagedAttentionPlan::tc_items), each writing a partial to a workspace slot, while the step's slots stay within
+/// kTcSplitMaxItems (tiles in order; a tile past that walks its chunks in one block), and a combine kernel merges them
+/// in the same order with the same arithmetic: bit-identical to one block per tile.
 inline constexpr int kTcRows = 64;
 inline constexpr int kTcChunkKeys = 1024;
 inline constexpr int kTcMaxChunks = 16;
@@ -66,16 +67,16 @@ struct PagedAttentionPlan {
   std::vector<int32_t> items;  ///< [num_items, 2] task, split
   int num_tc_tiles = 0, tc_tokens = 0;
   std::vector<int32_t> tc_tiles;  ///< [num_tc_tiles, 3] row, first token, tokens: the tensor-core pass's tiles
-  /// [num_tc_items, 2] tile, chunk: one block per chunk of every tile (tiles in order, chunks 0 .. n - 1 contiguous),
-  /// or empty (num_tc_items 0): one block per tile walks all its chunks.
-  int num_tc_items = 0;
+  /// [num_tc_items, 3] tile, chunk, workspace slot: the tensor-core pass's blocks when some tile has several chunks
+  /// (else empty: one block per tile). Tiles in order; a split tile's chunks 0 .. n - 1 with slots s .. s + n - 1 are
+  /// contiguous; (tile, 0, -1) a tile of one chunk, (tile, -1, -1) one walking all its chunks (over the slot budget).
+  int num_tc_items = 0, num_tc_slots = 0;
   std::vector<int32_t> tc_items;
   /// Every row's tokens in tiles of max(1, 16 / group) tokens; a tile of last position p gets ceil((p + 1) /
   /// key_split) splits (key_split = kKeySplit, or the longest context when there are kManyTasks tasks or more).
   /// Rows with seq_len 0 get tiles with one split (zeros). Rows with at least tc_min_tokens new tokens
-  /// (tc_min_tokens > 0) go to the tensor-core pass instead: tiles of 64 / group tokens (tc_tiles), split over
-  /// chunks (tc_items) when they have kTcSplitMaxItems chunks or fewer in all and some tile has several. Throws
-  /// Error on malformed spans.
+  /// (tc_min_tokens > 0) go to the tensor-core pass instead: tiles of 64 / group tokens (tc_tiles), tiles of several
+  /// key chunks split over blocks (tc_items) up to kTcSplitMaxItems workspace slots. Throws Error on malformed spans.
   static PagedAttentionPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
                                   int group, int tc_min_tokens = 0);
   /// Decode rows (one token each) with room for contexts up to max_context: fixed size, so a CUDA graph can be
@@ -107,11 +108,11 @@ inline size_t paged_attention_workspace_floats(int num_items, int num_kv_heads, 
 }
 
 /// Workspace floats paged_attention needs for a plan with both passes: the split-KV pass's (above) followed by the
-/// tensor-core pass's chunk partials, num_tc_items * num_kv_heads * kTcRows * (head_dim + 2) (at most
-/// kTcSplitMaxItems items: 136 MB at 8 KV heads of 128 or 4 of 256).
+/// tensor-core pass's chunk partials, num_tc_slots * num_kv_heads * kTcRows * (head_dim + 2) (at most
+/// kTcSplitMaxItems slots: 136 MB at 8 KV heads of 128 or 4 of 256).
 inline size_t paged_attention_workspace_floats(const PagedAttentionPlan& plan, int num_kv_heads, int head_dim) {
   return paged_attention_workspace_floats(plan.num_items, num_kv_heads, head_dim) +
-         static_cast<size_t>(plan.num_tc_items) * num_kv_heads * kTcRows * (head_dim + 2);
+         static_cast<size_t>(plan.num_tc_slots) * num_kv_heads * kTcRows * (head_dim + 2);
 }
 
 /// Head sizes the attention passes are built for (64, 128; 256 for Qwen3-Next / Qwen3.5, whose tiles live in dynamic
@@ -133,8 +134,8 @@ cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_
 /// The tensor-core pass alone (paged_attention_tc.cu): FlashAttention-2 style, one 4-warp block per (tile, KV
 /// head) over 64 query rows (tokens x the KV head's query heads) and 64-key tiles of the paged cache; q / K / V
 /// rounded to bf16, mma.sync m16n8k16, fp32 online softmax per key chunk, chunks merged in order. With
-/// a.num_tc_items > 0 one block per (chunk, KV head) and a combine kernel; workspace then holds num_tc_items *
-/// num_kv_heads * kTcRows * (head_dim + 2) floats (cudaErrorInvalidValue when null). q_stride a multiple of 4,
+/// a.num_tc_items > 0 one block per (item, KV head) and a combine kernel; workspace then holds the plan's
+/// num_tc_slots * num_kv_heads * kTcRows * (head_dim + 2) floats (cudaErrorInvalidValue when null). q_stride a multiple of 4,
 /// out_stride of 2.
 cudaError_t paged_attention_tc(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
                                const PagedAttentionArgs& a, cudaStream_t stream, float* workspace = nullptr);

@@ -44,21 +44,29 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
   p.num_tasks = static_cast<int>(p.tasks.size() / 4);
   p.num_items = static_cast<int>(p.items.size() / 2);
   p.num_tc_tiles = static_cast<int>(p.tc_tiles.size() / 3);
-  // The tensor-core tiles' key chunks (tc_chunk_keys of the row's seq_len): one block per chunk when there are few.
+  // The tensor-core tiles' key chunks (tc_chunk_keys of the row's seq_len): one block per chunk while the workspace
+  // slots last (the result is the same either way).
   std::vector<int32_t> chunks(p.num_tc_tiles);
-  int64_t total = 0;
   bool several = false;
   for (int i = 0; i < p.num_tc_tiles; ++i) {
     const int32_t r = p.tc_tiles[3 * i], off = p.tc_tiles[3 * i + 1], nt = p.tc_tiles[3 * i + 2];
     const int32_t n = query_start_loc[r + 1] - query_start_loc[r], sl = seq_lens[r];
     chunks[i] = sl == 0 ? 1 : (sl - n + off + nt - 1) / tc_chunk_keys(sl) + 1;
-    total += chunks[i];
     several = several || chunks[i] > 1;
   }
-  if (several && total <= kTcSplitMaxItems)
-    for (int i = 0; i < p.num_tc_tiles; ++i)
-      for (int32_t c = 0; c < chunks[i]; ++c) p.tc_items.insert(p.tc_items.end(), {i, c});
-  p.num_tc_items = static_cast<int>(p.tc_items.size() / 2);
+  if (several) {
+    for (int32_t i = 0; i < p.num_tc_tiles; ++i) {
+      if (chunks[i] == 1) {
+        p.tc_items.insert(p.tc_items.end(), {i, 0, -1});
+      } else if (p.num_tc_slots + chunks[i] <= kTcSplitMaxItems) {
+        for (int32_t c = 0; c < chunks[i]; ++c) p.tc_items.insert(p.tc_items.end(), {i, c, p.num_tc_slots + c});
+        p.num_tc_slots += chunks[i];
+      } else {
+        p.tc_items.insert(p.tc_items.end(), {i, -1, -1});
+      }
+    }
+  }
+  p.num_tc_items = static_cast<int>(p.tc_items.size() / 3);
   return p;
 }
 

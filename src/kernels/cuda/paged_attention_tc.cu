@@ -53,9 +53,10 @@ __device__ __forceinline__ float merge_acc(float run, float sa, float x, float s
 
 /// Grid (num_tc_tiles or num_tc_items, num_kv_heads). Tile (row, first token off, tokens nt): query row qi = token
 /// qi / group, head g * group + qi % group; keys 0 .. last position of the tile, causal per query token, in chunks
-/// of tc_chunk_keys(seq_len) keys. Without items a block walks all chunks of its tile, keeping the merged unnormalized
-/// accumulators in its own rows of `out` between chunks; with items it runs one chunk and, when the tile has more,
-/// writes the chunk's partial to ws[item, g, qi] = (acc[D], max, sum) for tc_combine_kernel.
+/// of tc_chunk_keys(seq_len) keys. A block of a whole tile (no items, or item (tile, -1, -1)) walks all its chunks,
+/// keeping the merged unnormalized accumulators in its own rows of `out` between chunks; an item (tile, chunk, slot)
+/// of a tile of several chunks writes that chunk's partial to ws[slot, g, qi] = (acc[D], max, sum) for
+/// tc_combine_kernel.
 /// Blocks per SM as before the chunking (registers: 3 at head_dim 128, 4 at 64).
 template <int D>
 __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : D == 128 ? 3 : 4)
@@ -68,7 +69,8 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : D == 128 ? 3 : 4)
   bf16* Vs = Ks + kKeys * LD;
   // Longest contexts first (tiles and items are in row order, a row's tiles by position).
   const int item = a.num_tc_items > 0 ? a.num_tc_items - 1 - static_cast<int>(blockIdx.x) : -1;
-  const int tile = item >= 0 ? a.tc_items[2 * item] : a.num_tc_tiles - 1 - static_cast<int>(blockIdx.x);
+  const int tile = item >= 0 ? a.tc_items[3 * item] : a.num_tc_tiles - 1 - static_cast<int>(blockIdx.x);
+  const int ichunk = item >= 0 ? a.tc_items[3 * item + 1] : -1, slot = item >= 0 ? a.tc_items[3 * item + 2] : -1;
   const int g = blockIdx.y, KVH = cache.num_kv_heads, group = a.num_heads / KVH;
   const int row = a.tc_tiles[3 * tile], off = a.tc_tiles[3 * tile + 1], nt = a.tc_tiles[3 * tile + 2];
   const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
@@ -82,8 +84,8 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : D == 128 ? 3 : 4)
     return;
   }
   const int last = pos0 + nt - 1, chunk = tc_chunk_keys(sl), nchunks = last / chunk + 1;
-  const int c_begin = item >= 0 ? a.tc_items[2 * item + 1] : 0, c_end = item >= 0 ? c_begin + 1 : nchunks;
-  const bool partial = c_end - c_begin < nchunks;  // one chunk of several: to the workspace
+  const int c_begin = ichunk >= 0 ? ichunk : 0, c_end = ichunk >= 0 ? ichunk + 1 : nchunks;
+  const bool partial = c_end - c_begin < nchunks && slot >= 0;  // one chunk of several: to the workspace
   stage_rows<D>(Qs, nq, [&](int r) { return q + qrow(r); });
   __syncthreads();
   // Q's A fragments stay in registers up to head_dim 128; at 256 the 128 accumulators of a thread need the room, so
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : D == 128 ? 3 : 4)
       l1 += __shfl_xor_sync(0xffffffffu, l1, o);
     }
     if (partial) {  // this chunk's (acc, max, sum) for tc_combine_kernel
-      float* w = ws + (static_cast<int64_t>(item) * KVH + g) * kRows * (D + 2);
+      float* w = ws + (static_cast<int64_t>(slot) * KVH + g) * kRows * (D + 2);
 #pragma unroll
       for (int nn = 0; nn < NO; ++nn) {
         const int c = 8 * nn + 2 * t;
@@ -229,22 +231,24 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : D == 128 ? 3 : 4)
   }
 }
 
-/// Grid (num_tc_items, num_kv_heads): the block of a tile's chunk c merges, for its slice of the tile's query rows
-/// ([c nq / nchunks, (c + 1) nq / nchunks): every block of the tile shares the work), the chunk partials (items
-/// item - c .. item - c + nchunks - 1) in chunk order with tc_kernel's arithmetic and writes the normalized rows. A
-/// warp per row, lanes over head dims. Tiles of one chunk (written by tc_kernel) return at once.
+/// Grid (num_tc_items, num_kv_heads): the block of a split tile's chunk c merges, for its slice of the tile's query
+/// rows ([c nq / nchunks, (c + 1) nq / nchunks): every block of the tile shares the work), the chunk partials (slots
+/// slot - c .. slot - c + nchunks - 1) in chunk order with tc_kernel's arithmetic and writes the normalized rows. A
+/// warp per row, lanes over head dims. Items without a slot (written by tc_kernel) return at once.
 template <int D>
 __global__ void __launch_bounds__(kThreads) tc_combine_kernel(float* __restrict__ out, int64_t os, int num_kv_heads,
                                                               PagedAttentionArgs a, const float* __restrict__ ws) {
   constexpr int C = D / 32;
   const int item = blockIdx.x, g = blockIdx.y;
-  const int tile = a.tc_items[2 * item], c = a.tc_items[2 * item + 1], group = a.num_heads / num_kv_heads;
+  const int tile = a.tc_items[3 * item], c = a.tc_items[3 * item + 1], slot = a.tc_items[3 * item + 2];
+  if (c < 0 || slot < 0) return;
+  const int group = a.num_heads / num_kv_heads;
   const int row = a.tc_tiles[3 * tile], off = a.tc_tiles[3 * tile + 1], nt = a.tc_tiles[3 * tile + 2];
   const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
   if (sl == 0 || nt <= 0) return;
   const int nchunks = (sl - n + off + nt - 1) / tc_chunk_keys(sl) + 1;
   if (nchunks == 1) return;
-  const int nq = nt * group, item0 = item - c;
+  const int nq = nt * group, slot0 = slot - c;
   const int64_t t0 = a.query_start_loc[row] + off;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int qi = c * nq / nchunks + warp; qi < (c + 1) * nq / nchunks; qi += kThreads / 32) {
@@ -253,7 +257,7 @@ __global__ void __launch_bounds__(kThreads) tc_combine_kernel(float* __restrict_
     for (int k = 0; k < C; ++k) acc[k] = 0.0f;
 #pragma unroll 4
     for (int s = 0; s < nchunks; ++s) {
-      const float* w = ws + ((static_cast<int64_t>(item0 + s) * num_kv_heads + g) * kRows + qi) * (D + 2);
+      const float* w = ws + ((static_cast<int64_t>(slot0 + s) * num_kv_heads + g) * kRows + qi) * (D + 2);
       float sa, sb;
       merge_stats(M, L, w[D], w[D + 1], sa, sb);
 #pragma unroll
