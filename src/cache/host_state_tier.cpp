@@ -8,20 +8,20 @@
 namespace ssmserve {
 
 HostStateTier::HostStateTier(int num_slots)
-    : hash_of_(static_cast<size_t>(std::max(0, num_slots))),
-      used_(hash_of_.size(), 0),
-      pins_(hash_of_.size(), 0),
-      lru_pos_(hash_of_.size()) {
+    : key_of_(static_cast<size_t>(std::max(0, num_slots))),
+      used_(key_of_.size(), 0),
+      pins_(key_of_.size(), 0),
+      lru_pos_(key_of_.size()) {
   for (int s = num_slots - 1; s >= 0; --s) free_.push_back(s);
 }
 
-int HostStateTier::lookup(const BlockHash& hash) const {
-  const auto it = slot_of_.find(hash);
+int HostStateTier::lookup(CachedKind kind, const BlockHash& hash) const {
+  const auto it = slot_of_.find(Key{hash, kind});
   return it == slot_of_.end() ? -1 : it->second;
 }
 
-int HostStateTier::insert(const BlockHash& hash) {
-  SSM_CHECK(lookup(hash) < 0, "host state tier: the state is held already");
+int HostStateTier::insert(CachedKind kind, const BlockHash& hash) {
+  SSM_CHECK(lookup(kind, hash) < 0, "host state tier: the {} is held already", kind == CachedKind::Kv ? "KV page" : "state");
   int s = -1;
   if (!free_.empty()) {
     s = free_.back();
@@ -34,11 +34,12 @@ int HostStateTier::insert(const BlockHash& hash) {
         break;
       }
     if (s < 0) return -1;
-    slot_of_.erase(hash_of_[static_cast<size_t>(s)]);
+    slot_of_.erase(key_of_[static_cast<size_t>(s)]);
   }
-  hash_of_[static_cast<size_t>(s)] = hash;
+  const Key k{hash, kind};
+  key_of_[static_cast<size_t>(s)] = k;
   used_[static_cast<size_t>(s)] = 1;
-  slot_of_[hash] = s;
+  slot_of_[k] = s;
   lru_pos_[static_cast<size_t>(s)] = lru_.insert(lru_.end(), s);
   return s;
 }
@@ -49,7 +50,8 @@ void HostStateTier::touch(int slot) {
 }
 
 void HostStateTier::pin(int slot) {
-  SSM_CHECK(slot >= 0 && slot < num_slots() && used_[static_cast<size_t>(slot)], "host state tier: pinning slot {}, which holds no state", slot);
+  SSM_CHECK(slot >= 0 && slot < num_slots() && used_[static_cast<size_t>(slot)], "host state tier: pinning slot {}, which holds nothing",
+            slot);
   ++pins_[static_cast<size_t>(slot)];
 }
 

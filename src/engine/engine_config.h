@@ -72,9 +72,10 @@ struct EngineConfig {
   /// GPU models whose every module stores, CudaModule::stores_prefill_states: every family now); others run "align"
   /// (vLLM likewise runs models without that support in "align").
   std::string mamba_cache_mode = "all";
-  /// vLLM's --swap-space: GiB of pinned host memory that keep cached states evicted from a device pool; a later hit
-  /// on one copies it back (asynchronously, before the forward that needs it). 0 = off. No effect on the CPU
-  /// backend (its pool is host memory already) or without prefix caching. At most 70% of physical RAM (vLLM's limit).
+  /// vLLM's --swap-space: GiB of pinned host memory that keep cached blocks (states, and hybrids' KV pages) evicted
+  /// from a device pool, one pool page per slot; a later hit on one copies it back (asynchronously, before the
+  /// forward that needs it). 0 = off. No effect on the CPU backend (its pool is host memory already) or without
+  /// prefix caching. At most 70% of physical RAM (vLLM's limit).
   double swap_space = 0.0;
   /// vLLM's --mamba-block-size: tokens per cached state; 0 = the model's default (a multiple of its unit of at least
   /// kDefaultMambaBlockSize). Must be a multiple of the chunk length of its chunked prefill forms and, for hybrids,

@@ -167,7 +167,7 @@ void LLMEngine::enable_swap_space(const PrefixCacheConfig& prefix, double ram) {
     spdlog::info("--swap-space: no effect on this backend: its state pool is host memory already");
     return;
   }
-  SSM_CHECK(slots >= 1, "--swap-space {} GiB holds no cached state ({:.3f} MiB per block); raise it or pass 0", cfg_.swap_space,
+  SSM_CHECK(slots >= 1, "--swap-space {} GiB holds no cached block ({:.3f} MiB per block); raise it or pass 0", cfg_.swap_space,
             block / 1048576.0);
   if (!model_->allocate_host_state_tier(slots, *cache_)) {
     spdlog::info("--swap-space: this backend has no host tier; ignored");
@@ -177,7 +177,8 @@ void LLMEngine::enable_swap_space(const PrefixCacheConfig& prefix, double ram) {
   sw.swap_out = [this](std::span<const BlockCopy> c) { model_->swap_out_state_blocks(c, *cache_); };
   sw.swap_in = [this](std::span<const BlockCopy> c) { model_->swap_in_state_blocks(c, *cache_); };
   scheduler_->enable_host_tier(slots, std::move(sw));
-  spdlog::info("--swap-space: {} cached states ({:.2f} GiB) in pinned host memory", slots, slots * block / kGiB);
+  spdlog::info("--swap-space: {} cached blocks ({}, {:.2f} GiB) in pinned host memory", slots,
+               model_->kv_block_size() > 0 ? "states and KV pages" : "states", slots * block / kGiB);
 }
 
 PrefixCacheConfig LLMEngine::resolve_prefix_cache() const {

@@ -63,7 +63,7 @@ class LLMEngine {
   /// Replaces the proposer (tests and benchmarks: a drafter that is always right, always wrong, or replays a known
   /// continuation). Needs speculative decoding on (num_speculative_tokens > 0): throws Error otherwise.
   void set_proposer(std::unique_ptr<Proposer> p);
-  /// Host-tier counters (--swap-space): states swapped out of / back into the device pool.
+  /// Host-tier counters (--swap-space): states and KV pages swapped out of / back into the device pool.
   HostTierStats host_tier_stats() const { return scheduler_->host_tier_stats(); }
   /// Runs one iteration; returns an output for every request that produced tokens or finished this step.
   std::vector<RequestOutput> step();

@@ -89,28 +89,47 @@ SchedulerOutput Scheduler::schedule_step() {
       continue;
     }
     // Prefix cache: start from the longest cached prefix (its state copied into a fresh running block, its KV blocks
-    // shared). The hit blocks are held from here on so that nothing below evicts them.
+    // shared; those on the host tier swapped into fresh blocks). The hit blocks are held and the host slots pinned
+    // from here on so that nothing below evicts or reuses them.
     int hit_state = 0, hit_slot = -1;
-    std::vector<int> hit_kv;
+    std::vector<KvHit> hit_kv;
     const int hit = r->num_computed_tokens == 0 && prefix_.enabled() ? find_cached_prefix(r, hit_state, hit_slot, hit_kv) : 0;
     if (hit_state) blocks_.acquire(hit_state);
     if (hit_slot >= 0) host_.pin(hit_slot);  // no swap-out below may reuse the slot this request reads
-    for (int b : hit_kv) blocks_.acquire(b);
+    int shared = 0;                           // KV blocks shared from the pool (the others need fresh blocks)
+    for (const KvHit& k : hit_kv) {
+      if (k.block) blocks_.acquire(k.block), ++shared;
+      else host_.pin(k.slot);
+    }
     const int saved_computed = r->num_computed_tokens;
     r->num_computed_tokens = hit;
     const int n = prefill_chunk(r, chunk_budget(r, budget, score_left), out.prefills.empty());
-    const int shared = static_cast<int>(hit_kv.size());
     if (n == 0 || blocks_.num_available() < 1 + kv_blocks_for(hit + n) - shared) {
       r->num_computed_tokens = saved_computed;
       blocks_.release(hit_state);
       if (hit_slot >= 0) host_.unpin(hit_slot);
-      for (int b : hit_kv) blocks_.release(b);
+      for (const KvHit& k : hit_kv) {
+        if (k.block) blocks_.release(k.block);
+        else host_.unpin(k.slot);
+      }
       break;
     }
     const int block = blocks_.allocate();
-    r->kv_blocks = hit_kv;
+    r->kv_blocks.clear();
+    // KV blocks from the first one swapped in on are registered by finish_step (the pool's ones are kept as they are).
+    r->num_kv_registered = static_cast<int>(hit_kv.size());
+    for (const KvHit& k : hit_kv) {
+      if (k.block) {
+        r->kv_blocks.push_back(k.block);
+        continue;
+      }
+      const int kb = blocks_.allocate();
+      r->num_kv_registered = std::min(r->num_kv_registered, static_cast<int>(r->kv_blocks.size()));
+      r->kv_blocks.push_back(kb);
+      swap_ins_.push_back({r, {k.slot, kb}, true});  // the host tier's copy, ordered before the forward
+      pinned_slots_.push_back(k.slot);               // unpinned by finish_step
+    }
     while (static_cast<int>(r->kv_blocks.size()) < kv_blocks_for(hit + n)) r->kv_blocks.push_back(blocks_.allocate());
-    r->num_kv_registered = shared;
     if (hit_state) {
       out.state_copies.push_back({hit_state, block});
       held_for_step_.push_back(hit_state);  // released by finish_step, after the copy ran
@@ -138,13 +157,19 @@ SchedulerOutput Scheduler::schedule_step() {
   }
   if (prefix_.mode == MambaCacheMode::All) plan_state_stores(out);
   if (!swap_ins_.empty()) {
-    // Hits on host slots: copied into the running blocks of the requests still scheduled (not preempted above).
+    // Hits on host slots: copied into the running blocks (states) and KV blocks of the requests still scheduled (not
+    // preempted above).
     std::vector<BlockCopy> copies;
-    for (const SwapIn& s : swap_ins_)
-      if (s.req->status == RequestStatus::Running && s.req->state_block == s.copy.dst) copies.push_back(s.copy);
+    for (const SwapIn& s : swap_ins_) {
+      const RequestState* q = s.req;
+      if (q->status != RequestStatus::Running) continue;
+      if (s.kv ? std::find(q->kv_blocks.begin(), q->kv_blocks.end(), s.copy.dst) == q->kv_blocks.end() : q->state_block != s.copy.dst)
+        continue;
+      copies.push_back(s.copy);
+      ++(s.kv ? host_stats_.kv_swap_ins : host_stats_.swap_ins);
+    }
     swap_ins_.clear();
     if (!copies.empty()) swapper_.swap_in(copies);
-    host_stats_.swap_ins += static_cast<int64_t>(copies.size());
   }
   return out;
 }
@@ -177,13 +202,13 @@ void Scheduler::enable_host_tier(int num_slots, StateSwapper swapper) {
   host_ = HostStateTier(num_slots);
   swapper_ = std::move(swapper);
   blocks_.set_on_evict([this](int block, CachedKind kind, const BlockHash& hash) {
-    if (kind != CachedKind::State) return;  // KV pages are not swapped
-    if (const int s = host_.lookup(hash); s >= 0) return host_.touch(s);
-    const int slot = host_.insert(hash);
+    // A state or a hybrid's KV page: either is one pool page, swapped whole.
+    if (const int s = host_.lookup(kind, hash); s >= 0) return host_.touch(s);
+    const int slot = host_.insert(kind, hash);
     if (slot < 0) return;  // every slot is read by this step's swap-ins
     const BlockCopy c{block, slot};
     swapper_.swap_out(std::span(&c, 1));  // before the block is handed out and written again
-    ++host_stats_.swap_outs;
+    ++(kind == CachedKind::Kv ? host_stats_.kv_swap_outs : host_stats_.swap_outs);
   });
 }
 
@@ -351,34 +376,42 @@ void Scheduler::extend_hashes(RequestState* r, int tokens) const {
   }
 }
 
-int Scheduler::find_cached_prefix(RequestState* r, int& state_block, int& host_slot, std::vector<int>& kv_blocks) {
+bool Scheduler::kv_cached(const RequestState* r, int j) const {
+  const BlockHash& h = r->block_hashes[static_cast<size_t>(j)];
+  return blocks_.lookup(CachedKind::Kv, h) != 0 || (host_.num_slots() > 0 && host_.lookup(CachedKind::Kv, h) >= 0);
+}
+
+int Scheduler::find_cached_prefix(RequestState* r, int& state_block, int& host_slot, std::vector<KvHit>& kv) {
   state_block = 0;
   host_slot = -1;
-  kv_blocks.clear();
+  kv.clear();
   // A request that wants prompt logprobs needs every prompt position's logits: no hit (as vLLM).
   if (r->request.params.prompt_logprobs) return 0;
   const int bs = prefix_.block_size, g = prefix_.hash_granularity;
   int k = (r->num_tokens() - 1) / bs;  // the last token is always recomputed (its logits are needed)
   if (k <= 0) return 0;
   extend_hashes(r, k * bs);
-  if (kv_block_size_ > 0) {  // every KV block of the prefix must be cached: the hit ends at the first missing one
+  if (kv_block_size_ > 0) {  // every KV block of the prefix must be cached (pool or host): the hit ends at the first missing one
     int m = 0;
-    while (m < k * bs / g && blocks_.lookup(CachedKind::Kv, r->block_hashes[static_cast<size_t>(m)])) ++m;
+    while (m < k * bs / g && kv_cached(r, m)) ++m;
     k = std::min(k, m * g / bs);
   }
   for (; k > 0; --k) {
     const BlockHash& h = r->block_hashes[static_cast<size_t>(k * bs / g - 1)];
     const int b = blocks_.lookup(CachedKind::State, h);
-    const int slot = b == 0 && host_.num_slots() > 0 ? host_.lookup(h) : -1;  // the host tier (--swap-space)
+    const int slot = b == 0 && host_.num_slots() > 0 ? host_.lookup(CachedKind::State, h) : -1;  // the host tier (--swap-space)
     if (b == 0 && slot < 0) continue;
     state_block = b;
     host_slot = slot;
     if (b) blocks_.touch(b);
     else host_.touch(slot);
     for (int j = 0; j < k * bs / std::max(1, kv_block_size_) && kv_block_size_ > 0; ++j) {
-      const int kb = blocks_.lookup(CachedKind::Kv, r->block_hashes[static_cast<size_t>(j)]);
-      blocks_.touch(kb);
-      kv_blocks.push_back(kb);
+      const BlockHash& kh = r->block_hashes[static_cast<size_t>(j)];
+      KvHit x;
+      x.block = blocks_.lookup(CachedKind::Kv, kh);
+      if (x.block) blocks_.touch(x.block);
+      else x.slot = host_.lookup(CachedKind::Kv, kh), host_.touch(x.slot);  // present: kv_cached above
+      kv.push_back(x);
     }
     return k * bs;
   }

@@ -65,8 +65,9 @@ struct PrefixCacheConfig {
 };
 
 /// The copies of the host tier (--swap-space), done by the model (CausalLM::swap_out_state_blocks /
-/// swap_in_state_blocks): swap_out gets {device block, host slot} pairs and runs before anything queued after it on
-/// the device; swap_in gets {host slot, device block} pairs and is ordered before the next forward.
+/// swap_in_state_blocks), each of a whole pool page (a cached state, or a hybrid's KV page): swap_out gets {device
+/// block, host slot} pairs and runs before anything queued after it on the device; swap_in gets {host slot, device
+/// block} pairs and is ordered before the next forward.
 struct StateSwapper {
   std::function<void(std::span<const BlockCopy>)> swap_out;
   std::function<void(std::span<const BlockCopy>)> swap_in;
@@ -74,8 +75,10 @@ struct StateSwapper {
 
 /// Host-tier counters (blocks).
 struct HostTierStats {
-  int64_t swap_outs = 0;  ///< evicted cached states copied to host slots
-  int64_t swap_ins = 0;   ///< prefix hits served from a host slot
+  int64_t swap_outs = 0;     ///< evicted cached states copied to host slots
+  int64_t swap_ins = 0;      ///< prefix hits whose state came from a host slot
+  int64_t kv_swap_outs = 0;  ///< hybrids: evicted cached KV pages copied to host slots
+  int64_t kv_swap_ins = 0;   ///< hybrids: KV pages of prefix hits copied back from host slots into fresh pool blocks
 };
 
 /// One request's share of a step: tokens [num_computed_tokens, num_computed_tokens + num_tokens).
@@ -153,10 +156,12 @@ class Scheduler {
   /// Blocks a new request could be given now (free + cached-and-unheld), and the cached ones of them.
   int num_available_blocks() const { return blocks_.num_available(); }
   int num_cached_blocks() const { return blocks_.num_cached(); }
-  /// Turns on the host tier (--swap-space): `num_slots` host slots; a cached state evicted from the pool is copied
-  /// to a slot (swapper.swap_out, at once) and a later hit on it is copied back into the request's running block
-  /// (swapper.swap_in, at the end of schedule(), before the step's forward). Needs prefix caching; num_slots >= 1.
-  /// Hybrids: the hit still needs every KV block of the prefix in the pool (KV pages are not swapped).
+  /// Turns on the host tier (--swap-space): `num_slots` host slots of one pool page each; a cached block (a state,
+  /// or a hybrid's KV page) evicted from the pool is copied to a slot (swapper.swap_out, at once) and a later hit on
+  /// it is copied back (swapper.swap_in, at the end of schedule(), before the step's forward): a state into the
+  /// request's running block, a KV page into a fresh pool block the request holds (registered in the pool again by
+  /// finish_step). Hybrids: a KV block of a prefix counts as cached when it is in the pool or on the host. Needs
+  /// prefix caching; num_slots >= 1 (Error otherwise).
   void enable_host_tier(int num_slots, StateSwapper swapper);
   HostTierStats host_tier_stats() const { return host_stats_; }
   /// Whether a block handed to a waiting request gets its host page zeroed (default true). Device backends keep
@@ -205,9 +210,16 @@ class Scheduler {
   /// "all" mode: gives each prefill chunk of `out` a cached block for every block boundary strictly inside it whose
   /// state is not cached yet (ScheduledRequest::state_stores), after the step's admissions (running requests first).
   void plan_state_stores(SchedulerOutput& out);
-  /// The longest cached prefix of r usable now (see the constructor); fills the state block to copy and the KV
-  /// blocks to share. 0 when none.
-  int find_cached_prefix(RequestState* r, int& state_block, int& host_slot, std::vector<int>& kv_blocks);
+  /// One KV block of a prefix hit: a cached pool block to share (block > 0), else the host slot holding its page.
+  struct KvHit {
+    int block = 0;
+    int slot = -1;
+  };
+  /// The longest cached prefix of r usable now (see the constructor); fills the state block to copy (or the host
+  /// slot holding the state) and, for hybrids, each KV block of the prefix (pool or host tier). 0 when none.
+  int find_cached_prefix(RequestState* r, int& state_block, int& host_slot, std::vector<KvHit>& kv);
+  /// Whether the KV page of hash block j of r is cached (in the pool, or on the host with the host tier on).
+  bool kv_cached(const RequestState* r, int j) const;
 
   SchedulerConfig cfg_;
   int kv_block_size_ = 0;
@@ -224,11 +236,12 @@ class Scheduler {
   std::vector<RequestState*> running_;
   int num_preemptions_ = 0;
   PrefixCacheStats prefix_stats_;
-  HostStateTier host_;                      // host slots of evicted states (--swap-space); 0 slots: off
+  HostStateTier host_;                      // host slots of evicted states and KV pages (--swap-space); 0 slots: off
   StateSwapper swapper_;
   struct SwapIn {
     RequestState* req;
-    BlockCopy copy;  // {host slot, the request's running block}
+    BlockCopy copy;  // {host slot, the request's running block (a state) or one of its KV blocks}
+    bool kv = false;
   };
   std::vector<SwapIn> swap_ins_;            // this step's, run at the end of schedule()
   std::vector<int> pinned_slots_;           // host slots read by this step's swap-ins, unpinned by finish_step

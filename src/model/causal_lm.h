@@ -119,18 +119,19 @@ class CausalLM {
   virtual void copy_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) {
     for (const BlockCopy& c : copies) cache.copy_block(c.src, c.dst);
   }
-  /// Device backends, the host tier of cached states (--swap-space): allocates `num_slots` pinned host pages, each
-  /// holding one block's states of every layer as the device keeps them, and returns true; false (the default, and
-  /// models whose states already live in host memory) when the model has no such tier. Throws Error when the host
-  /// memory cannot be allocated.
+  /// Device backends, the host tier of cached blocks (--swap-space): allocates `num_slots` pinned host pages, each
+  /// holding one block's page of every layer as the device keeps them (a cached state, or a hybrid's KV page: both
+  /// live in the pool's pages), and returns true; false (the default, and models whose states already live in host
+  /// memory) when the model has no such tier. Throws Error when the host memory cannot be allocated.
   virtual bool allocate_host_state_tier(int num_slots, const StateCache& cache) {
     (void)num_slots, (void)cache;
     return false;
   }
-  /// Host tier: copies device block c.src's states into host slot c.dst for each copy, ordered after everything
-  /// queued on the device before and before everything queued after (an evicted block is written again later).
+  /// Host tier: copies device block c.src's page (states or KV) into host slot c.dst for each copy, ordered after
+  /// everything queued on the device before and before everything queued after (an evicted block is written again
+  /// later).
   virtual void swap_out_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) { (void)copies, (void)cache; }
-  /// Host tier: copies host slot c.src's states into device block c.dst for each copy, asynchronously (a side stream),
+  /// Host tier: copies host slot c.src's page into device block c.dst for each copy, asynchronously (a side stream),
   /// ordered before the next forward and state copy. Throws Error on a slot or block out of range.
   virtual void swap_in_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) { (void)copies, (void)cache; }
   /// Device backends: bytes of device memory left for the recurrent-state pool when the engine may use

@@ -89,7 +89,7 @@ void DeviceStateMirror::allocate_host_tier(int num_slots) {
   void* p = nullptr;
   if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
     (void)cudaGetLastError();
-    fail("--swap-space: cannot allocate {:.2f} GiB of pinned host memory for {} cached states", bytes / 1073741824.0, num_slots);
+    fail("--swap-space: cannot allocate {:.2f} GiB of pinned host memory for {} cached blocks", bytes / 1073741824.0, num_slots);
   }
   host_ = static_cast<std::byte*>(p);
   host_slots_ = num_slots;

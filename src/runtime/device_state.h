@@ -30,10 +30,11 @@ class DeviceStateMirror {
   /// the kernels queued after it). Call sync_layout first. Throws Error on a block outside [1, num_blocks).
   void copy_blocks(std::span<const BlockCopy> copies, cudaStream_t stream) const;
   /// The host tier (--swap-space): (re)allocates `num_slots` pinned host pages of num_layers x the device page bytes
-  /// (a block's states in every layer, as the mirror keeps them), and a side stream with its events. Call
+  /// (a block's whole page in every layer, as the mirror keeps them: its states, or a hybrid's KV block, which is
+  /// the page at TP 1 and lies in a shard's compact page at TP > 1), and a side stream with its events. Call
   /// sync_layout first. Throws Error when pinned memory cannot be allocated.
   void allocate_host_tier(int num_slots);
-  /// Copies device block c.src -> host slot c.dst in every layer on `stream` (ordered after the work queued on it
+  /// Copies device block c.src's page -> host slot c.dst in every layer on `stream` (ordered after the work queued on it
   /// before, and before the work queued after: the block may be written again). Throws Error out of range.
   void swap_out(std::span<const BlockCopy> copies, cudaStream_t stream) const;
   /// Copies host slot c.src -> device block c.dst in every layer on the side stream, which first waits for `stream`'s

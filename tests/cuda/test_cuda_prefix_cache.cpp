@@ -141,19 +141,23 @@ TEST_P(CudaPrefixCache, CachedEqualsUncached) {
   std::printf("%s: block %d, %d hits, max logprob gap %.3g\n", GetParam().name.c_str(), bs, hits, worst);
 }
 
-// --swap-space: a pool of 4 blocks (one running request, two cached states) and many distinct prompts evict the
-// first prompt's states, which go to pinned host memory; a later request with that prefix gets them back (a swap-in
-// on the side stream before its forward) and gives the greedy ids of the uncached run. Models without KV blocks
-// (a hybrid's hit also needs its KV pages in the pool, which are not swapped).
+// --swap-space: a pool of one running request's blocks and two more (4 blocks without KV pages) and distinct prompts
+// evict the first prompt's cached state and, for hybrids, its KV pages, which go to pinned host memory; a later
+// request with that prefix gets them back (swap-ins on the side stream before its forward: the state into its running
+// block, each KV page into a fresh pool block) and gives the greedy ids of the uncached run. The first such request
+// swaps in the KV pages (they are then cached in the pool again), both swap in the state (align mode caches none at
+// their ends). tests/model/test_host_tier_swap.cpp runs the same scenario on the CPU through a test backend.
 TEST_P(CudaPrefixCache, SwapSpaceBringsEvictedStatesBack) {
   EngineConfig c = config(true);
-  c.num_state_blocks = 4;
   c.scheduler.max_num_seqs = 1;
-  c.swap_space = 0.25;
   c.mamba_cache_mode = "align";  // one cached state per prompt: the eviction order the swap counts below assume
-  LLMEngine plain(config(false)), cached(c);
-  if (cached.kv_block_size() > 0) GTEST_SKIP() << "hybrid: KV pages are not swapped";
-  const int bs = cached.prefix_cache_config().block_size;
+  LLMEngine plain(config(false));
+  const int kv = plain.kv_block_size();
+  const int bs = LLMEngine(c).prefix_cache_config().block_size;  // the pool of config(): a probe for the block size
+  ASSERT_GT(bs, 0);
+  c.num_state_blocks = 1 + 1 + (kv > 0 ? (2 * bs + 9 + 6 + kv - 1) / kv : 0) + 2;
+  c.swap_space = 0.25;
+  LLMEngine cached(c);
   std::mt19937 rng(29);
   auto tokens = [&](int n) {
     std::vector<int> v(static_cast<size_t>(n));
@@ -162,8 +166,9 @@ TEST_P(CudaPrefixCache, SwapSpaceBringsEvictedStatesBack) {
   };
   const std::vector<int> first = tokens(2 * bs + 9);
   run(cached, first, 2);
-  for (int i = 0; i < 4; ++i) run(cached, tokens(2 * bs + 3), 2);  // evicts the first prompt's states
+  for (int i = 0; i < 4; ++i) run(cached, tokens(2 * bs + 3), 2);  // evicts the first prompt's states and KV pages
   ASSERT_GT(cached.host_tier_stats().swap_outs, 0);
+  if (kv > 0) ASSERT_GE(cached.host_tier_stats().kv_swap_outs, 2 * bs / kv);
   for (int len : {2 * bs + 5, 2 * bs + 9}) {  // align (the GPU's mode) cached the first prompt's 2 bs state
     std::vector<int> p(first.begin(), first.begin() + len);
     const Outcome want = run(plain, p, 6), got = run(cached, p, 6);
@@ -171,9 +176,12 @@ TEST_P(CudaPrefixCache, SwapSpaceBringsEvictedStatesBack) {
     ASSERT_EQ(got.ids, want.ids) << "prefix of " << len << " (" << got.cached << " cached)";
     for (size_t k = 0; k < want.logprobs.size(); ++k) EXPECT_NEAR(got.logprobs[k], want.logprobs[k], 2e-2) << "token " << k;
   }
-  EXPECT_EQ(cached.host_tier_stats().swap_ins, 2);
-  std::printf("%s: swap-space: %lld swapped out, %lld swapped in\n", GetParam().name.c_str(),
-              static_cast<long long>(cached.host_tier_stats().swap_outs), static_cast<long long>(cached.host_tier_stats().swap_ins));
+  const HostTierStats st = cached.host_tier_stats();
+  EXPECT_EQ(st.swap_ins, 2);
+  EXPECT_EQ(st.kv_swap_ins, kv > 0 ? 2 * bs / kv : 0);
+  std::printf("%s: swap-space: %lld states and %lld KV pages swapped out, %lld and %lld swapped in\n", GetParam().name.c_str(),
+              static_cast<long long>(st.swap_outs), static_cast<long long>(st.kv_swap_outs), static_cast<long long>(st.swap_ins),
+              static_cast<long long>(st.kv_swap_ins));
 }
 
 // "all" mode: a prompt of 3 blocks + 9 tokens prefilled in one step stores the states at its 3 inner block

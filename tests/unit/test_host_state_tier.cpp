@@ -20,20 +20,33 @@ constexpr int kBlock = 4;  // tokens per cached state
 BlockHash h(uint64_t v) { return {v, v * 7 + 1}; }
 
 TEST(HostStateTier, EvictsLeastRecentlyUsedUnpinnedSlots) {
+  constexpr CachedKind S = CachedKind::State;
   HostStateTier t(2);
-  const int a = t.insert(h(1)), b = t.insert(h(2));
+  const int a = t.insert(S, h(1)), b = t.insert(S, h(2));
   EXPECT_NE(a, b);
-  EXPECT_EQ(t.lookup(h(1)), a);
+  EXPECT_EQ(t.lookup(S, h(1)), a);
   t.touch(a);                  // b is now the least recently used
-  EXPECT_EQ(t.insert(h(3)), b);
-  EXPECT_EQ(t.lookup(h(2)), -1);
+  EXPECT_EQ(t.insert(S, h(3)), b);
+  EXPECT_EQ(t.lookup(S, h(2)), -1);
   t.pin(a);
   t.pin(b);
-  EXPECT_EQ(t.insert(h(4)), -1);  // every slot is read by a swap-in
+  EXPECT_EQ(t.insert(S, h(4)), -1);  // every slot is read by a swap-in
   t.unpin(a);
-  EXPECT_EQ(t.insert(h(4)), a);
+  EXPECT_EQ(t.insert(S, h(4)), a);
   EXPECT_THROW(t.unpin(a), Error);
+  EXPECT_THROW(t.insert(S, h(4)), Error);  // held already
   EXPECT_EQ(t.num_used(), 2);
+}
+
+// A state and the KV page ending at the same token share a hash: they are kept apart.
+TEST(HostStateTier, StatesAndKvPagesAreKeyedApart) {
+  HostStateTier t(3);
+  const int s = t.insert(CachedKind::State, h(5));
+  EXPECT_EQ(t.lookup(CachedKind::Kv, h(5)), -1);
+  const int k = t.insert(CachedKind::Kv, h(5));
+  EXPECT_NE(s, k);
+  EXPECT_EQ(t.lookup(CachedKind::State, h(5)), s);
+  EXPECT_EQ(t.lookup(CachedKind::Kv, h(5)), k);
 }
 
 /// A scheduler over a pool of `blocks` blocks and a fake model: "running" a step sets each scheduled request's state
