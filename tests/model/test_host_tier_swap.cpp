@@ -72,7 +72,8 @@ class HostTierLM final : public CausalLM {
       const auto it = host_.find(c.src);
       ASSERT_TRUE(it != host_.end()) << "swap-in from slot " << c.src << ", which was never written";
       ASSERT_TRUE(c.dst > 0 && c.dst < cache.num_blocks()) << c.dst;
-      for (int l = 0; l < cache.num_layers(); ++l) std::memcpy(page(cache, l, c.dst), it->second.data() + l * page_, static_cast<size_t>(page_));
+      for (int l = 0; l < cache.num_layers(); ++l)
+        std::memcpy(page(cache, l, c.dst), it->second.data() + l * page_, static_cast<size_t>(page_));
       ++swapped_in;
     }
   }

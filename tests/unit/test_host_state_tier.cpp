@@ -50,33 +50,39 @@ TEST(HostStateTier, StatesAndKvPagesAreKeyedApart) {
 }
 
 /// A scheduler over a pool of `blocks` blocks and a fake model: "running" a step sets each scheduled request's state
-/// to its new position (and each state store to its boundary), the host tier is a map slot -> state.
+/// to its new position (and each state store to its boundary) and, with KV blocks of `kv` tokens (a fake hybrid),
+/// each KV block it writes to the number of tokens written up to its end; the host tier is a map slot -> page value.
+/// A swapped-out page is poisoned (-1): only a swap-in gives it back.
 struct Harness {
   BlockPool pool;
   StateCache cache;
   Scheduler sched;
+  int kv = 0;
   std::map<int, float> host;
   int swap_outs = 0, swap_ins = 0;
   std::vector<std::unique_ptr<RequestState>> reqs;
 
-  Harness(int blocks, MambaCacheMode mode, int budget)
-      : pool(blocks), cache(1, StateShape{0, 16}, blocks), sched(config(budget), pool, cache, 0, prefix(mode)) {}
+  Harness(int blocks, MambaCacheMode mode, int budget, int kv_block = 0)
+      : pool(blocks),
+        cache(1, StateShape{0, 16}, blocks),
+        sched(config(budget), pool, cache, kv_block, prefix(mode, kv_block)),
+        kv(kv_block) {}
   static SchedulerConfig config(int budget) {
     SchedulerConfig c;
     c.max_num_batched_tokens = budget;
     c.max_num_seqs = 1;
     return c;
   }
-  static PrefixCacheConfig prefix(MambaCacheMode mode) {
+  static PrefixCacheConfig prefix(MambaCacheMode mode, int kv_block) {
     PrefixCacheConfig p;
-    p.mode = mode, p.block_size = kBlock, p.hash_granularity = kBlock, p.salt = 3;
+    p.mode = mode, p.block_size = kBlock, p.hash_granularity = kv_block > 0 ? kv_block : kBlock, p.salt = 3;
     return p;
   }
   float& state(int block) { return cache.ssm_state(0).block<float>(block)[0]; }
   void enable_host(int slots) {
     StateSwapper sw;
     sw.swap_out = [this](std::span<const BlockCopy> c) {
-      for (const BlockCopy& x : c) host[x.dst] = state(x.src), ++swap_outs;
+      for (const BlockCopy& x : c) host[x.dst] = state(x.src), state(x.src) = -1, ++swap_outs;
     };
     sw.swap_in = [this](std::span<const BlockCopy> c) {
       for (const BlockCopy& x : c) state(x.dst) = host.at(x.src), ++swap_ins;
@@ -101,9 +107,14 @@ struct Harness {
         RequestState* x = s.req;
         // The state holds exactly the tokens before this step (a hit restored it: copy or swap-in).
         if (x->num_computed_tokens > 0) EXPECT_EQ(state(x->state_block), static_cast<float>(x->num_computed_tokens)) << "request " << x->request.request_id;
+        // Every full KV block before the step holds its tokens (a hit shared it or swapped it in).
+        for (int j = 0; kv > 0 && j < x->num_computed_tokens / kv; ++j)
+          EXPECT_EQ(state(x->kv_blocks.at(static_cast<size_t>(j))), static_cast<float>((j + 1) * kv)) << "KV block " << j;
         for (const StateStore& st : s.state_stores) state(st.block) = static_cast<float>(x->num_computed_tokens + st.offset);
         x->num_computed_tokens += s.num_tokens;
         state(x->state_block) = static_cast<float>(x->num_computed_tokens);
+        for (int j = (x->num_computed_tokens - s.num_tokens) / std::max(1, kv); kv > 0 && j * kv < x->num_computed_tokens; ++j)
+          state(x->kv_blocks.at(static_cast<size_t>(j))) = static_cast<float>(std::min((j + 1) * kv, x->num_computed_tokens));
         toks.push_back(s.num_tokens);
         if (x->num_computed_tokens == x->num_tokens()) x->output_token_ids.push_back(1), x->status = RequestStatus::Finished;
       }
@@ -135,6 +146,36 @@ TEST(HostStateTierScheduler, WithoutTheTierEvictedStatesAreGone) {
   EXPECT_EQ(t.run(1000, 9), 0);
   for (int i = 0; i < 6; ++i) t.run(2000 + 100 * i, 9);
   EXPECT_EQ(t.run(1000, 11), 0);
+}
+
+// A fake hybrid (KV blocks of 2 tokens, states every 4): a second prompt evicts the first prompt's cached state and
+// its first KV pages (least recently used first: the state, cached before the request finished, then KV blocks 0, 1,
+// 2) to host slots; the first prompt again hits 8 tokens with KV blocks 0-2 swapped into fresh blocks and block 3
+// shared from the pool, and sees every page it had. finish_step registers the swapped-in KV blocks, so a third run
+// shares all four from the pool (its state comes from the host again: align mode caches none at 9 tokens).
+TEST(HostStateTierScheduler, HybridKvPagesComeBackFromHostSlots) {
+  // 8 usable blocks: the first request holds a state block and 5 KV blocks, and caches a state.
+  Harness t(9, MambaCacheMode::Align, 64, 2);
+  t.enable_host(64);
+  EXPECT_EQ(t.run(1000, 9), 0);  // caches the state at 8 and KV blocks 0-3
+  EXPECT_EQ(t.run(2000, 9), 0);
+  HostTierStats st = t.sched.host_tier_stats();
+  EXPECT_EQ(st.swap_outs, 1);
+  EXPECT_EQ(st.kv_swap_outs, 3);
+  EXPECT_EQ(t.run(1000, 9), 8);
+  st = t.sched.host_tier_stats();
+  EXPECT_EQ(st.swap_ins, 1);
+  EXPECT_EQ(st.kv_swap_ins, 3);
+  EXPECT_EQ(t.swap_ins, 4);
+  EXPECT_EQ(t.run(1000, 9), 8);
+  st = t.sched.host_tier_stats();
+  EXPECT_EQ(st.swap_ins, 2);
+  EXPECT_EQ(st.kv_swap_ins, 3);
+
+  Harness off(9, MambaCacheMode::Align, 64, 2);  // without the tier the hit is gone with the KV pages
+  EXPECT_EQ(off.run(1000, 9), 0);
+  EXPECT_EQ(off.run(2000, 9), 0);
+  EXPECT_EQ(off.run(1000, 9), 0);
 }
 
 TEST(AllModeScheduler, StoresEveryBoundaryInsideAChunk) {
