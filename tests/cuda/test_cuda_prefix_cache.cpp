@@ -168,7 +168,9 @@ TEST_P(CudaPrefixCache, SwapSpaceBringsEvictedStatesBack) {
   run(cached, first, 2);
   for (int i = 0; i < 4; ++i) run(cached, tokens(2 * bs + 3), 2);  // evicts the first prompt's states and KV pages
   ASSERT_GT(cached.host_tier_stats().swap_outs, 0);
-  if (kv > 0) ASSERT_GE(cached.host_tier_stats().kv_swap_outs, 2 * bs / kv);
+  if (kv > 0) {
+    ASSERT_GE(cached.host_tier_stats().kv_swap_outs, 2 * bs / kv);
+  }
   for (int len : {2 * bs + 5, 2 * bs + 9}) {  // align (the GPU's mode) cached the first prompt's 2 bs state
     std::vector<int> p(first.begin(), first.begin() + len);
     const Outcome want = run(plain, p, 6), got = run(cached, p, 6);
