@@ -59,7 +59,7 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                  "GPU for now), align (at block boundaries ending a step; prefill chunks cut on them) or none")
       ->capture_default_str();
   cmd.add_option("--swap-space", cfg.swap_space,
-                 "GiB of pinned host memory keeping cached states (and hybrids' KV pages) evicted from the GPU's pool "
+                 "GiB of pinned host memory keeping cached states evicted from the GPU's pool "
                  "(brought back on a hit; no effect on the CPU backend)")
       ->capture_default_str();
   cmd.add_option("--speculative-config", cfg.speculative_config,

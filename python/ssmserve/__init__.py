@@ -338,7 +338,7 @@ class LLM:
     ssmserve's own (the CLI's flags): threads (CPU threads, default all cores), num_state_blocks,
     mamba_cache_dtype, mamba_ssm_cache_dtype, num_scheduler_steps (multi-step decode), mamba_cache_mode ("all",
     "align" or "none"), mamba_block_size (tokens per cached state) and swap_space (GiB of host memory for cached
-    states and KV pages); None for any of them is the engine's default. log_level: the engine's log level for the whole process
+    states); None for any of them is the engine's default. log_level: the engine's log level for the whole process
     ("trace", "debug", "info", "warning", "error", "critical" or "off"; default "warning", or the
     SSMSERVE_LOG_LEVEL environment variable read at import). Unknown keyword arguments are a TypeError.
     One LLM may be used from several threads: their requests batch together in the one engine."""

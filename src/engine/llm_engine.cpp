@@ -176,6 +176,7 @@ void LLMEngine::enable_swap_space(const PrefixCacheConfig& prefix, double ram) {
   StateSwapper sw;
   sw.swap_out = [this](std::span<const BlockCopy> c) { model_->swap_out_state_blocks(c, *cache_); };
   sw.swap_in = [this](std::span<const BlockCopy> c) { model_->swap_in_state_blocks(c, *cache_); };
+  sw.swap_kv_pages = cfg_.swap_kv_pages;
   scheduler_->enable_host_tier(slots, std::move(sw));
   spdlog::info("--swap-space: {} cached blocks ({}, {:.2f} GiB) in pinned host memory", slots,
                model_->kv_block_size() > 0 ? "states and KV pages" : "states", slots * block / kGiB);

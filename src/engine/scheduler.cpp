@@ -202,7 +202,8 @@ void Scheduler::enable_host_tier(int num_slots, StateSwapper swapper) {
   host_ = HostStateTier(num_slots);
   swapper_ = std::move(swapper);
   blocks_.set_on_evict([this](int block, CachedKind kind, const BlockHash& hash) {
-    // A state or a hybrid's KV page: either is one pool page, swapped whole.
+    // A state or (swap_kv_pages) a hybrid's KV page: either is one pool page, swapped whole.
+    if (kind == CachedKind::Kv && !swapper_.swap_kv_pages) return;
     if (const int s = host_.lookup(kind, hash); s >= 0) return host_.touch(s);
     const int slot = host_.insert(kind, hash);
     if (slot < 0) return;  // every slot is read by this step's swap-ins

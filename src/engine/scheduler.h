@@ -71,6 +71,8 @@ struct PrefixCacheConfig {
 struct StateSwapper {
   std::function<void(std::span<const BlockCopy>)> swap_out;
   std::function<void(std::span<const BlockCopy>)> swap_in;
+  /// Hybrids: evicted cached KV pages go to host slots too (EngineConfig::swap_kv_pages); false: states only.
+  bool swap_kv_pages = false;
 };
 
 /// Host-tier counters (blocks).

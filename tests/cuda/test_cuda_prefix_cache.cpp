@@ -157,6 +157,9 @@ TEST_P(CudaPrefixCache, SwapSpaceBringsEvictedStatesBack) {
   ASSERT_GT(bs, 0);
   c.num_state_blocks = 1 + 1 + (kv > 0 ? (2 * bs + 9 + 6 + kv - 1) / kv : 0) + 2;
   c.swap_space = 0.25;
+  c.swap_kv_pages = true;
+  // Session 24 on the H200: tiny-jamba's greedy ids differed from uncached after the swap-ins (MiniMax was 0.022 off
+  // in logprob at 2e-2, the others passed), so swap_kv_pages is off by default until this passes for every hybrid.
   LLMEngine cached(c);
   std::mt19937 rng(29);
   auto tokens = [&](int n) {

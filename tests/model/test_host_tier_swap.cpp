@@ -153,6 +153,7 @@ class HostTierSwap : public ::testing::TestWithParam<std::string> {
       c.mamba_cache_mode = "align";  // one cached state per prompt (its last boundary): the counts below assume it
       if (GetParam() == "tiny-mamba") c.mamba_block_size = 32;
       c.swap_space = device == "hostsim" ? 0.05 : 0.0;
+      c.swap_kv_pages = true;
     }
     return c;
   }

@@ -81,6 +81,7 @@ struct Harness {
   float& state(int block) { return cache.ssm_state(0).block<float>(block)[0]; }
   void enable_host(int slots) {
     StateSwapper sw;
+    sw.swap_kv_pages = true;  // (hybrids' KV pages too)
     sw.swap_out = [this](std::span<const BlockCopy> c) {
       for (const BlockCopy& x : c) host[x.dst] = state(x.src), state(x.src) = -1, ++swap_outs;
     };
