@@ -100,12 +100,16 @@ if [ -x "$bin/test_cuda_sampling" ]; then
     grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sampling-memcheck.log" "$out/sampling-racecheck.log" >>"$summary"
   fi
 fi
-# 3b. MiniMax hybrid (issue 8): op harness (lightning attention, MoE, RoPE, paged attention), the GPU runner against
+# 3b. MiniMax hybrid (issue 8): op harnesses (lightning attention; RoPE and paged attention), the GPU runner against
 #     the CPU model (dummy weights, tiny-minimax shape; decode graphs == eager), memcheck + racecheck on the small
 #     shapes, and the op benchmark.
 if [ -x "$bin/test_cuda_minimax_ops" ]; then
   run_step "minimax op harness" minimax-ops.log "$bin/test_cuda_minimax_ops"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|seed" "$out/minimax-ops.log" | head -30 >>"$summary"
+  if [ -x "$bin/test_cuda_paged_attention" ]; then
+    run_step "paged attention op harness" paged-attention.log "$bin/test_cuda_paged_attention"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|seed" "$out/paged-attention.log" | head -30 >>"$summary"
+  fi
   if [ -x "$bin/test_cuda_minimax_model" ]; then
     run_step "minimax model tests" minimax-model.log env SSMSERVE_SOURCE_DIR="$PWD" "$bin/test_cuda_minimax_model"
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel err|Expected" "$out/minimax-model.log" | head -30 >>"$summary"

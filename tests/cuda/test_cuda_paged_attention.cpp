@@ -1,0 +1,415 @@
+// GPU op harness of softmax attention over the paged KV cache (issues 8, 28, 31): RoPE, the attention work-list plans
+// (split-KV tasks, tensor-core tiles and their key chunks) and paged attention (the split-KV fp32 pass and the
+// tensor-core pass, split over key chunks or not) against the CPU kernels: mixed prefill / decode rows, head_dim 64 /
+// 128 / 256 with Qwen3-Next / Qwen3.5 / Falcon-H1 GQA shapes, long cached contexts next to short rows, split vs
+// unsplit and alone vs batched bit-identical; a DISABLED_ benchmark of a short prefill over a long context. Fresh
+// random inputs per run. Skips without a GPU; SSMSERVE_CUDA_TEST_QUICK=1 keeps the small cases.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
+#include <cstdlib>
+#include <span>
+
+#include "core/error.h"
+#include "cuda_test_util.h"
+#include "device/cuda_check.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/rope.h"
+
+namespace ssmserve {
+namespace {
+using namespace cudatest;
+using cuda::DeviceBuffer;
+using cuda::to_device;
+using cuda::to_host;
+
+TEST(CudaPagedAttentionPlan, SplitsAndDecodeLayout) {
+  // group 2: 8 tokens per task. Row 0: 20 new tokens of a 1100-token context; row 1: decode at 513; row 2 padding.
+  const auto p = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 20, 21, 22}, std::vector<int32_t>{1100, 513, 0}, 2);
+  EXPECT_EQ(p.tokens_per_task, 8);
+  EXPECT_EQ(p.key_split, cuda::kKeySplit);
+  // Row 0 tasks end at positions 1087, 1095, 1099 -> 3 splits each; row 1 ends at 512 -> 2; padding -> 1.
+  EXPECT_EQ(p.tasks, (std::vector<int32_t>{0, 0, 8, 0, 0, 8, 8, 3, 0, 16, 4, 6, 1, 0, 1, 9, 2, 0, 1, 11}));
+  EXPECT_EQ(p.num_items, 12);
+  // Many tasks: one split per task sized to the longest context.
+  std::vector<int32_t> qsl{0}, sl;
+  for (int r = 0; r < 300; ++r) qsl.push_back(qsl.back() + 64), sl.push_back(64 + r);
+  const auto m = cuda::PagedAttentionPlan::build(qsl, sl, 2);
+  EXPECT_EQ(m.num_tasks, 2400);
+  EXPECT_EQ(m.num_items, 2400);
+  EXPECT_EQ(m.key_split, 384);  // 363 rounded up to 32
+  const auto d = cuda::PagedAttentionPlan::decode(3, 1100, 4);
+  EXPECT_EQ(d.num_items, 9);
+  EXPECT_EQ(d.tasks, (std::vector<int32_t>{0, 0, 1, 0, 1, 0, 1, 3, 2, 0, 1, 6}));
+  // Tensor-core tiles: rows of 16+ new tokens in tiles of 64 / group tokens; the rest keep their tasks.
+  const auto tc = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 70, 71}, std::vector<int32_t>{100, 9}, 2, 16);
+  EXPECT_EQ(tc.tc_tiles, (std::vector<int32_t>{0, 0, 32, 0, 32, 32, 0, 64, 6}));
+  EXPECT_EQ(tc.num_tc_tiles, 3);
+  EXPECT_EQ(tc.num_tasks, 1);
+  EXPECT_THROW(cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{3}, 2), Error);
+  EXPECT_THROW(cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{5}, 17), Error);
+}
+
+// ---- paged softmax attention ---------------------------------------------------------------------------------------
+
+TEST(CudaRope, MatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int D : {64, 128, 256}) {
+    const int H = 6, T = 50;
+    const int64_t xs = H * D + 4;
+    auto x = rand_vec(rng, T * xs);
+    std::vector<int32_t> pos(T);
+    std::uniform_int_distribution<int32_t> dp(0, 70000);
+    for (auto& v : pos) v = dp(rng);
+    auto inv = cpu::rope_inv_freq(1e6, D);
+    DeviceBuffer dx = to_device(x), dpos = to_device(pos), dinv = to_device(inv);
+    cpu::apply_rope(x.data(), xs, T, H, D, pos, inv);
+    SSM_CUDA_CHECK(cuda::apply_rope(dx.as<float>(), xs, T, H, D, dpos.as<int32_t>(), dinv.as<float>(), D / 2, nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    auto got = to_host<float>(dx, T * xs);
+    EXPECT_LT(rel_err(got.data(), xs, x.data(), xs, T, H * D), 1e-5) << "D=" << D;
+  }
+}
+
+struct AttnShape {
+  const char* name;
+  int heads, kv_heads, D, block_size;
+};
+
+/// One attention shape over rows of (new tokens, seq_len; seq_len 0 = padding) in a pool of randomly permuted KV
+/// blocks: reshape_and_cache bit-identical to the CPU's, then paged_attention against cpu::paged_attention through
+/// the prefill plan, the same with one split per task, the fixed-size decode plan (one-token rows) and the
+/// tensor-core pass (rows of 16+ new tokens, bf16 tolerance), each into a poisoned output.
+void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int, int>>& rows, std::mt19937& rng) {
+  SCOPED_TRACE(sh.name);
+  const int R = static_cast<int>(rows.size()), D = sh.D, KVH = sh.kv_heads, bs = sh.block_size;
+  const int64_t W = static_cast<int64_t>(KVH) * D;
+  int max_blocks = 0, total_blocks = 1;
+  for (auto [n, sl] : rows) max_blocks = std::max(max_blocks, (sl + bs - 1) / bs), total_blocks += (sl + bs - 1) / bs;
+  // Block tables: a random permutation of blocks 1..total_blocks-1.
+  std::vector<int32_t> perm(total_blocks - 1);
+  for (int i = 0; i < total_blocks - 1; ++i) perm[i] = i + 1;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> tables(static_cast<size_t>(R) * max_blocks, 0), qsl{0}, sls, slots;
+  size_t next = 0;
+  for (int r = 0; r < R; ++r) {
+    const auto [n, sl] = rows[r];
+    for (int b = 0; b < (sl + bs - 1) / bs; ++b) tables[r * max_blocks + b] = perm[next++];
+    qsl.push_back(qsl.back() + n);
+    sls.push_back(sl);
+    for (int i = 0; i < n; ++i) {
+      const int pos = sl - n + i;
+      slots.push_back(sl == 0 ? -1 : tables[r * max_blocks + pos / bs] * bs + pos % bs);
+    }
+  }
+  const int64_t T = qsl.back(), page_bytes = 2 * bs * W * 4;
+  std::vector<std::byte> host(static_cast<size_t>(page_bytes) * total_blocks);
+  KvCacheView hv{host.data(), page_bytes, 0, bs, KVH, D};
+  // Previously cached tokens: random K / V straight into the pages (NaN elsewhere: never read).
+  std::fill(reinterpret_cast<float*>(host.data()), reinterpret_cast<float*>(host.data() + host.size()), NAN);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int r = 0; r < R; ++r) {
+    const auto [n, sl] = rows[r];
+    for (int pos = 0; pos < sl - n; ++pos) {
+      const int32_t b = tables[r * max_blocks + pos / bs];
+      for (int64_t c = 0; c < W; ++c) hv.k(b)[(pos % bs) * W + c] = u(rng), hv.v(b)[(pos % bs) * W + c] = u(rng);
+    }
+  }
+  cuda::DeviceBuffer dcache(host.size());
+  dcache.upload(host.data(), host.size());
+  KvCacheView dv{static_cast<std::byte*>(dcache.data()), page_bytes, 0, bs, KVH, D};
+  // This step's q, k, v.
+  const int64_t qs = sh.heads * D + 4, ks = W + 4, os = sh.heads * D + 8;
+  auto q = rand_vec(rng, T * qs, -2.0f, 2.0f), k = rand_vec(rng, T * ks), v = rand_vec(rng, T * ks);
+  cpu::reshape_and_cache(k.data(), ks, v.data(), ks, T, slots, hv, total_blocks);
+  DeviceBuffer dq = to_device(q), dk = to_device(k), dvv = to_device(v), dslots = to_device(slots);
+  SSM_CUDA_CHECK(cuda::reshape_and_cache(dk.as<float>(), ks, dvv.as<float>(), ks, T, dslots.as<int32_t>(), dv, nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  {
+    std::vector<std::byte> back(host.size());
+    dcache.download(back.data(), back.size());
+    EXPECT_EQ(std::memcmp(back.data(), host.data(), host.size()), 0) << "KV cache after reshape_and_cache";
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> ref(T * os, 0.0f);
+  cpu::paged_attention(q.data(), qs, ref.data(), os, sh.heads, scale, hv, qsl, sls, tables, max_blocks);
+  const int group = sh.heads / KVH;
+  // Runs rows `keep` (in that order, as one step) through a plan of `mode`: 0 prefill plan, 1 the same with one split
+  // per task, 2 the fixed-size decode plan, 3 tensor-core pass for rows of 16+ new tokens (plan as built), 4 the same
+  // with one block per tile (no chunk split), 5 the same with every tile's chunks split over blocks. Returns the
+  // outputs of those rows ([sum n, os], from a poisoned buffer).
+  auto run = [&](const std::vector<int>& keep, int mode) {
+    std::vector<int32_t> rq{0}, rs, rt;
+    std::vector<float> qk;
+    int64_t Tk = 0;
+    for (int r : keep) {
+      const int n = rows[r].first;
+      rq.push_back(rq.back() + n);
+      rs.push_back(sls[r]);
+      rt.insert(rt.end(), tables.begin() + r * max_blocks, tables.begin() + (r + 1) * max_blocks);
+      qk.insert(qk.end(), q.begin() + qsl[r] * qs, q.begin() + qsl[r + 1] * qs);
+      Tk += n;
+    }
+    auto plan = mode == 2 ? cuda::PagedAttentionPlan::decode(static_cast<int>(keep.size()), max_blocks * bs, group)
+                          : cuda::PagedAttentionPlan::build(rq, rs, group, mode >= 3 ? cuda::kTcMinTokens : 0);
+    if (mode >= 3) {
+      EXPECT_GT(plan.num_tc_tiles, 0);
+    }
+    if (mode == 1) {  // what a plan of kManyTasks tasks or more does
+      plan.key_split = (*std::max_element(rs.begin(), rs.end()) + 31) / 32 * 32;
+      plan.items.clear();
+      for (int t = 0; t < plan.num_tasks; ++t) plan.tasks[4 * t + 3] = t, plan.items.insert(plan.items.end(), {t, 0});
+      plan.num_items = plan.num_tasks;
+    }
+    if (mode == 4) plan.tc_items.clear(), plan.num_tc_items = plan.num_tc_slots = 0;  // one block per tile
+    if (mode == 5) {  // every tile's chunks over blocks, whatever the number of slots
+      plan.tc_items.clear();
+      plan.num_tc_slots = 0;
+      for (int i = 0; i < plan.num_tc_tiles; ++i) {
+        const int32_t r = plan.tc_tiles[3 * i], off = plan.tc_tiles[3 * i + 1], nt = plan.tc_tiles[3 * i + 2];
+        const int32_t n = rq[r + 1] - rq[r], sl = rs[r];
+        const int32_t chunks = sl == 0 ? 1 : (sl - n + off + nt - 1) / cuda::tc_chunk_keys(sl) + 1;
+        for (int32_t c = 0; c < chunks; ++c) plan.tc_items.insert(plan.tc_items.end(), {i, c, chunks > 1 ? plan.num_tc_slots + c : -1});
+        if (chunks > 1) plan.num_tc_slots += chunks;
+      }
+      plan.num_tc_items = static_cast<int>(plan.tc_items.size() / 3);
+    }
+    DeviceBuffer dq2 = to_device(qk), dqsl = to_device(rq), dsl = to_device(rs), dtab = to_device(rt),
+                 dtasks = to_device(plan.tasks.empty() ? std::vector<int32_t>{0} : plan.tasks),
+                 ditems = to_device(plan.items.empty() ? std::vector<int32_t>{0} : plan.items), dout = poisoned(Tk * os),
+                 ws(std::max<size_t>(4, cuda::paged_attention_workspace_floats(plan, KVH, D) * 4)),
+                 dtc = to_device(plan.tc_tiles.empty() ? std::vector<int32_t>{0} : plan.tc_tiles),
+                 dti = to_device(plan.tc_items.empty() ? std::vector<int32_t>{0} : plan.tc_items);
+    cuda::PagedAttentionArgs a{sh.heads, scale, max_blocks, dqsl.as<int32_t>(), dsl.as<int32_t>(), dtab.as<int32_t>(),
+                               dtasks.as<int32_t>(), ditems.as<int32_t>(), plan.num_tasks, plan.num_items,
+                               plan.tokens_per_task, plan.key_split, dtc.as<int32_t>(), plan.num_tc_tiles, plan.tc_tokens,
+                               dti.as<int32_t>(), plan.num_tc_items};
+    SSM_CUDA_CHECK(cuda::paged_attention(dq2.as<float>(), qs, dout.as<float>(), os, dv, a, ws.as<float>(), nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    return to_host<float>(dout, Tk * os);
+  };
+  std::vector<int> all;
+  for (int r = 0; r < R; ++r) all.push_back(r);
+  std::vector<std::vector<float>> outs(6);
+  for (int mode : {0, 1, 2, 3, 4, 5}) {
+    // The fixed-size decode plan serves only one-token rows: check it on the decode rows alone.
+    std::vector<int> keep;
+    for (int r = 0; r < R; ++r)
+      if (mode != 2 || rows[r].first == 1) keep.push_back(r);
+    if (keep.empty()) continue;
+    const char* names[] = {"prefill plan", "prefill plan, one split", "decode plan", "tensor-core prefill",
+                           "tensor-core prefill, one block per tile", "tensor-core prefill, chunks split over blocks"};
+    SCOPED_TRACE(names[mode]);
+    outs[mode] = run(keep, mode);
+    const auto& got = outs[mode];
+    int64_t t = 0;
+    for (int r : keep) {
+      const int n = rows[r].first;
+      const double tol = mode >= 3 && n >= cuda::kTcMinTokens ? 1e-2 : 1e-5;
+      EXPECT_LT(rel_err(got.data() + t * os, os, ref.data() + qsl[r] * os, os, n, sh.heads * D), rows[r].second ? tol : 1e-30)
+          << "row " << r << " (new " << n << ", seq_len " << rows[r].second << ")";
+      t += n;
+    }
+  }
+  // The tensor-core rows: the same bits whether a tile's key chunks run in one block or over blocks, and alone or in
+  // the batch (the chunking depends only on the row's own seq_len).
+  const auto same_bits = [&](const float* x, const float* y, int n) {
+    for (int i = 0; i < n; ++i)
+      if (std::memcmp(x + i * os, y + i * os, sizeof(float) * sh.heads * D) != 0) return false;
+    return true;
+  };
+  for (int r = 0; r < R; ++r) {
+    const int n = rows[r].first;
+    if (n < cuda::kTcMinTokens) continue;
+    const float* in_batch = outs[3].data() + qsl[r] * os;
+    EXPECT_TRUE(same_bits(outs[4].data() + qsl[r] * os, in_batch, n)) << "row " << r << ": one block per tile vs the plan's";
+    EXPECT_TRUE(same_bits(outs[5].data() + qsl[r] * os, in_batch, n)) << "row " << r << ": chunks over blocks vs the plan's";
+    for (int mode : {3, 4}) {
+      const auto alone = run({r}, mode);
+      EXPECT_TRUE(same_bits(alone.data(), in_batch, n))
+          << "row " << r << " (new " << n << ", seq_len " << rows[r].second << ") alone (mode " << mode << ") vs in the batch";
+    }
+  }
+}
+
+TEST(CudaPagedAttention, MatchesCpuOnMixedPrefillDecodeRows) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<AttnShape> shapes = {{"tiny-minimax", 4, 2, 64, 16}};
+  if (!quick()) {
+    shapes.push_back({"minimax-bench", 16, 8, 128, 64});
+    shapes.push_back({"gqa8", 8, 1, 128, 16});
+  }
+  // Rows: (new tokens, seq_len). Prefill from scratch, prefill continuing over cached pages, decode rows with
+  // short and long (several splits) contexts, a padded row.
+  const auto rows = quick() ? std::vector<std::pair<int, int>>{{37, 37}, {5, 600}, {1, 1}, {1, 0}, {1, 77}}
+                            : std::vector<std::pair<int, int>>{{300, 300}, {70, 1100}, {1, 1}, {1, 1500}, {1, 0}, {17, 17}, {1, 513}};
+  for (const auto& sh : shapes) check_paged_attention(sh, rows, rng);
+}
+
+// head_dim 256 (Qwen3-Next, Qwen3.5 / 3.6: dynamic shared memory on both passes, Q fragments re-read on the tensor
+// cores): GQA 1, 4, 6, 8, 16; decode rows with contexts 1 .. 5000 over many KV blocks (up to 10 splits), prefill
+// chunks continuing a cached context (split-KV and tensor-core rows), prefills from scratch, padding rows.
+TEST(CudaPagedAttention, HeadDim256MatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<AttnShape> shapes = {{"qwen3-next-gqa8", 16, 2, 256, 16}};
+  if (!quick()) {
+    shapes.push_back({"mha-gqa1", 2, 2, 256, 16});
+    shapes.push_back({"gqa4", 8, 2, 256, 64});
+    shapes.push_back({"qwen3.6-gqa6", 24, 4, 256, 32});
+    shapes.push_back({"gqa16", 16, 1, 256, 16});
+  }
+  const auto rows = quick() ? std::vector<std::pair<int, int>>{{40, 40}, {9, 700}, {1, 1}, {1, 0}, {1, 2100}, {20, 1300}}
+                            : std::vector<std::pair<int, int>>{{1, 1},    {1, 2},     {1, 31},    {1, 513},  {1, 0},
+                                                               {1, 1024}, {1, 2049},  {1, 5000},  {100, 100}, {64, 3000},
+                                                               {17, 4113}, {5, 600},  {15, 2500}, {1, 0},     {3, 3}};
+  for (const auto& sh : shapes) check_paged_attention(sh, rows, rng);
+}
+
+// Long cached contexts behind short prefills (issues 28 / 30 / 31: the tensor-core pass splits a tile's key chunks
+// over blocks): 200-300 new tokens after 5k-20k cached keys next to short rows, MiniMax's 16 / 8 heads of 128,
+// Qwen3.5's 16 / 4 of 256, a GQA-8 256 shape and Falcon-H1's 12 / 2 of 128; every pass against the CPU, the
+// tensor-core rows bit-identical with the chunks in one block or over blocks, alone or in the batch.
+TEST(CudaPagedAttention, LongContextPrefillMatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<AttnShape> shapes = {{"minimax-bench", 16, 8, 128, 64}};
+  if (!quick()) {
+    shapes.push_back({"qwen3.5-9b", 16, 4, 256, 64});
+    shapes.push_back({"gqa8-256", 16, 2, 256, 16});
+    shapes.push_back({"falcon-h1-7b", 12, 2, 128, 32});
+  }
+  const auto rows = quick() ? std::vector<std::pair<int, int>>{{232, 5232}, {16, 16}, {1, 3000}, {40, 2040}}
+                            : std::vector<std::pair<int, int>>{{232, 20232}, {16, 16},  {40, 5040}, {1, 3000},
+                                                               {64, 9000},   {300, 300}, {1, 0},     {17, 1041}};
+  for (const auto& sh : shapes) check_paged_attention(sh, rows, rng);
+}
+
+TEST(CudaPagedAttention, TensorCoreChunkPlan) {
+  EXPECT_EQ(cuda::tc_chunk_keys(1), cuda::kTcChunkKeys);
+  EXPECT_EQ(cuda::tc_chunk_keys(16384), 1024);
+  EXPECT_EQ(cuda::tc_chunk_keys(16385), 1088);
+  EXPECT_EQ(cuda::tc_chunk_keys(32768 + 232), 2112);
+  EXPECT_EQ(cuda::tc_chunk_keys(131072), 8192);
+  // Short contexts: no split (one chunk per tile).
+  const auto s = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 232}, std::vector<int32_t>{1000}, 2, 16);
+  EXPECT_EQ(s.num_tc_tiles, 8);
+  EXPECT_EQ(s.num_tc_items, 0);
+  // 232 new tokens after 32k cached ones: 8 tiles of 32 tokens, 16 chunks each (chunks of 2112 keys).
+  const auto l = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 232}, std::vector<int32_t>{32768 + 232}, 2, 16);
+  EXPECT_EQ(l.num_tc_tiles, 8);
+  EXPECT_EQ(l.num_tc_items, 8 * 16);
+  EXPECT_EQ(l.num_tc_slots, 8 * 16);
+  EXPECT_EQ(std::vector<int32_t>(l.tc_items.begin(), l.tc_items.begin() + 6), (std::vector<int32_t>{0, 0, 0, 0, 1, 1}));
+  // A long prompt from scratch: the first tiles have one chunk (tile, 0, -1); past kTcSplitMaxItems slots a tile
+  // walks its chunks in one block (tile, -1, -1).
+  const auto big = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 65536}, std::vector<int32_t>{65536}, 2, 16);
+  EXPECT_EQ(big.num_tc_tiles, 2048);
+  // Tiles 0..127: one chunk of 4096 keys; 128..255: two (256 slots); 256..340: three (255 slots); the rest whole.
+  EXPECT_EQ(big.num_tc_slots, 256 + 3 * 85);
+  EXPECT_EQ(big.num_tc_items, 2048 - 128 - 85 + 256 + 3 * 85);
+  EXPECT_EQ(std::vector<int32_t>(big.tc_items.begin(), big.tc_items.begin() + 3), (std::vector<int32_t>{0, 0, -1}));
+  EXPECT_EQ(std::vector<int32_t>(big.tc_items.end() - 3, big.tc_items.end()), (std::vector<int32_t>{2047, -1, -1}));
+  EXPECT_GT(cuda::paged_attention_workspace_floats(l, 8, 128), cuda::paged_attention_workspace_floats(l.num_items, 8, 128));
+}
+
+// Times of the tensor-core pass for one prefill row of 232 new tokens after 1k .. 128k cached keys (and of 2048 after
+// 32k) (MiniMax's 16 / 8 heads of 128, Qwen3.5's 16 / 4 of 256, Falcon-H1's 12 / 2 of 128): one block per tile (no split) vs the chunks
+// split over blocks; median of 10 after 3 warm-ups. Run with --gtest_also_run_disabled_tests.
+TEST(CudaPagedAttentionBench, DISABLED_LongContextPrefill) {
+  REQUIRE_GPU();
+  struct Shape { const char* name; int heads, KVH, D; };
+  const int bs = 64, Pmax = 2048;
+  // (new tokens, cached tokens): the issue's turn of 232 tokens, then a 2048-token chunk of a long prompt (enough
+  // tiles to fill the GPU without a split: the pass's own efficiency).
+  const std::vector<std::pair<int, int>> cases = {{232, 1024},   {232, 4096},   {232, 8192},  {232, 16384},
+                                                  {232, 32768},  {232, 65536},  {232, 131072}, {2048, 32768}};
+  const int max_cached = 131072;
+  for (const Shape& sh : {Shape{"minimax-bench", 16, 8, 128}, Shape{"qwen3.5-9b", 16, 4, 256}, Shape{"falcon-h1-7b", 12, 2, 128}}) {
+    const int D = sh.D, KVH = sh.KVH, group = sh.heads / KVH;
+    const int Lmax = max_cached + Pmax, nb = (Lmax + bs - 1) / bs;
+    const int64_t W = int64_t{KVH} * D, page_bytes = 2 * bs * W * 4;
+    std::vector<float> host(static_cast<size_t>(page_bytes / 4) * (nb + 1));
+    uint32_t x = 12345u + D;
+    for (auto& v : host) x = x * 1664525u + 1013904223u, v = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    DeviceBuffer cache(host.size() * 4);
+    cache.upload(host.data(), host.size() * 4);
+    host = {};
+    const KvCacheView kv{static_cast<std::byte*>(cache.data()), page_bytes, 0, bs, KVH, D};
+    std::vector<int32_t> table(nb);
+    for (int b = 0; b < nb; ++b) table[b] = b + 1;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    std::mt19937 rng(7);
+    const int64_t QW = int64_t{sh.heads} * D;
+    DeviceBuffer dq = to_device(rand_vec(rng, Pmax * QW)), dout(Pmax * QW * 4), dtab = to_device(table);
+    for (const auto& cs : cases) {
+      const int P = cs.first, ctx = cs.second, sl = ctx + P;
+      const std::vector<int32_t> qsl{0, P}, sls{sl};
+      auto time_plan = [&](cuda::PagedAttentionPlan plan, bool split) {
+        if (!split) plan.tc_items.clear(), plan.num_tc_items = plan.num_tc_slots = 0;
+        DeviceBuffer dqsl = to_device(qsl), dsl = to_device(sls), dz = to_device(std::vector<int32_t>{0}),
+                     dtc = to_device(plan.tc_tiles),
+                     dti = to_device(plan.tc_items.empty() ? std::vector<int32_t>{0} : plan.tc_items),
+                     ws(std::max<size_t>(16, cuda::paged_attention_workspace_floats(plan, KVH, D) * 4));
+        const cuda::PagedAttentionArgs a{sh.heads, scale, nb, dqsl.as<int32_t>(), dsl.as<int32_t>(), dtab.as<int32_t>(),
+                                         dz.as<int32_t>(), dz.as<int32_t>(), 0, 0, plan.tokens_per_task, plan.key_split,
+                                         dtc.as<int32_t>(), plan.num_tc_tiles, plan.tc_tokens, dti.as<int32_t>(), plan.num_tc_items};
+        cudaEvent_t e0, e1;
+        SSM_CUDA_CHECK(cudaEventCreate(&e0));
+        SSM_CUDA_CHECK(cudaEventCreate(&e1));
+        std::vector<float> ms;
+        for (int i = 0; i < 13; ++i) {
+          SSM_CUDA_CHECK(cudaEventRecord(e0));
+          SSM_CUDA_CHECK(cuda::paged_attention(dq.as<float>(), QW, dout.as<float>(), QW, kv, a, ws.as<float>(), nullptr));
+          SSM_CUDA_CHECK(cudaEventRecord(e1));
+          SSM_CUDA_CHECK(cudaEventSynchronize(e1));
+          float t = 0;
+          SSM_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+          if (i >= 3) ms.push_back(t);
+        }
+        SSM_CUDA_CHECK(cudaEventDestroy(e0));
+        SSM_CUDA_CHECK(cudaEventDestroy(e1));
+        std::sort(ms.begin(), ms.end());
+        return std::make_pair(0.5 * (ms[4] + ms[5]), to_host<float>(dout, static_cast<size_t>(P) * QW));
+      };
+      const auto plan = cuda::PagedAttentionPlan::build(qsl, sls, group, cuda::kTcMinTokens);
+      const auto [t_one, o_one] = time_plan(plan, false);
+      const auto [t_split, o_split] = time_plan(plan, true);
+      // Attended (query, key) pairs x 4 flop per head dim (QK^T and PV, multiply-add).
+      const double flops = 4.0 * sh.heads * D * (double(P) * ctx + double(P) * (P + 1) / 2);
+      std::printf("paged attention tc %-13s %2d/%d heads x %3d: %4d new after %6d cached: one block/tile %8.3f ms "
+                  "(%6.1f TFLOP/s, %4d blocks), split %8.3f ms (%6.1f TFLOP/s, %5d blocks)%s\n",
+                  sh.name, sh.heads, KVH, D, P, ctx, t_one, flops / t_one * 1e-9, plan.num_tc_tiles * KVH, t_split,
+                  flops / t_split * 1e-9, std::max(plan.num_tc_items, plan.num_tc_tiles) * KVH,
+                  o_one == o_split ? "" : "  OUTPUT BITS DIFFER");
+      EXPECT_TRUE(o_one == o_split) << sh.name << " context " << ctx;
+    }
+  }
+}
+
+TEST(CudaPagedAttention, RejectsUnsupportedHeadDim) {
+  EXPECT_TRUE(cuda::paged_attention_head_dim_ok(256));
+  EXPECT_FALSE(cuda::paged_attention_head_dim_ok(96));
+  EXPECT_FALSE(cuda::paged_attention_head_dim_ok(512));
+  REQUIRE_GPU();
+  DeviceBuffer cache(4096);
+  const KvCacheView kv{static_cast<std::byte*>(cache.data()), 2048, 0, 1, 1, 96};
+  cuda::PagedAttentionArgs a;
+  a.num_heads = 1, a.num_tasks = 1, a.num_items = 1, a.tokens_per_task = 1;
+  EXPECT_EQ(cuda::paged_attention(nullptr, 96, nullptr, 96, kv, a, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace ssmserve
