@@ -79,9 +79,9 @@ struct Harness {
     return p;
   }
   float& state(int block) { return cache.ssm_state(0).block<float>(block)[0]; }
-  void enable_host(int slots) {
+  void enable_host(int slots, bool swap_kv_pages = true) {
     StateSwapper sw;
-    sw.swap_kv_pages = true;  // (hybrids' KV pages too)
+    sw.swap_kv_pages = swap_kv_pages;  // (hybrids' KV pages too)
     sw.swap_out = [this](std::span<const BlockCopy> c) {
       for (const BlockCopy& x : c) host[x.dst] = state(x.src), state(x.src) = -1, ++swap_outs;
     };
@@ -177,6 +177,16 @@ TEST(HostStateTierScheduler, HybridKvPagesComeBackFromHostSlots) {
   EXPECT_EQ(off.run(1000, 9), 0);
   EXPECT_EQ(off.run(2000, 9), 0);
   EXPECT_EQ(off.run(1000, 9), 0);
+
+  Harness states_only(9, MambaCacheMode::Align, 64, 2);  // swap_kv_pages off (the default): states only
+  states_only.enable_host(64, false);
+  EXPECT_EQ(states_only.run(1000, 9), 0);
+  EXPECT_EQ(states_only.run(2000, 9), 0);
+  EXPECT_EQ(states_only.run(1000, 9), 0);  // the state is on the host but its KV pages are gone: no hit
+  st = states_only.sched.host_tier_stats();
+  EXPECT_GE(st.swap_outs, 1);
+  EXPECT_EQ(st.kv_swap_outs, 0);
+  EXPECT_EQ(st.kv_swap_ins, 0);
 }
 
 TEST(AllModeScheduler, StoresEveryBoundaryInsideAChunk) {
