@@ -79,7 +79,8 @@ struct EngineConfig {
   double swap_space = 0.0;
   /// --swap-space for hybrids: evicted cached KV pages go to host slots too, so a hybrid's hit survives their
   /// eviction. Off by default: on the H200 (session 24) tiny-jamba gave other greedy ids after a KV swap-in than
-  /// uncached (MiniMax, Bamba, Qwen3.5 passed; the CPU test backend passes for every family), not understood yet.
+  /// uncached and MiniMax's first logprob was 0.022 off (Bamba, Qwen3.5 matched; the CPU test backend matches for every
+  /// family), not understood yet.
   bool swap_kv_pages = false;
   /// vLLM's --mamba-block-size: tokens per cached state; 0 = the model's default (a multiple of its unit of at least
   /// kDefaultMambaBlockSize). Must be a multiple of the chunk length of its chunked prefill forms and, for hybrids,

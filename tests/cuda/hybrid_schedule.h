@@ -26,6 +26,9 @@ struct HybridSchedule {
     }
     for (const auto& s : seqs) toks.push_back(ids(s.num_scheduled_tokens));
   }
+  /// Pool blocks the schedule's tables reach (block ids up to 4 + 2 (per - 1), per = 80 / kv_block_size + 2), with
+  /// room to spare: wide heads make a KV token large, so a page holds few tokens and the sequences span many blocks.
+  static int pool_blocks(int kv_block_size) { return 6 + 2 * (kv_block_size > 0 ? 80 / kv_block_size + 2 : 1); }
   std::vector<int32_t> ids(int n) {
     std::vector<int32_t> v(static_cast<size_t>(n));
     for (auto& t : v) t = static_cast<int32_t>(rng() % static_cast<unsigned>(vocab));

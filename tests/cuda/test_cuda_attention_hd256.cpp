@@ -20,6 +20,7 @@
 #include "cuda_test_util.h"
 #include "device/cuda_check.h"
 #include "kernels/cuda/paged_attention.h"
+#include "decoder_vs_cpu.h"
 #include "hybrid_schedule.h"
 #include "model/attention_metadata.h"
 #include "model/causal_lm.h"
@@ -74,51 +75,10 @@ class CudaAttentionHd256 : public ::testing::Test {
   DecoderSpec spec_ = hd256_spec(cfg_);
 };
 
-/// Pool blocks HybridSchedule's tables reach (ids up to 4 + 2 (per - 1), per = 80 / kv_block_size + 2): 256-wide heads
-/// make a KV token 4x the 64-wide tests', so a page holds few tokens and the sequences span many blocks.
-int pool_blocks(const CausalLM& m) {
-  const int bs = m.kv_block_size();
-  return 6 + 2 * (bs > 0 ? 80 / bs + 2 : 1);
-}
-
-/// The GPU runner against the CPU decoder: logits rel err < tol at every step. bf16 weights: the reference is the CPU
-/// decoder in its GPU reference mode (ModelConfig::round_gemm_inputs_bf16), and the error against the plain CPU
-/// decoder (fp32 activations) is printed beside it, not checked.
-void check_against_cpu(const ModelConfig& cfg, const DecoderSpec& spec, cuda::CudaModelOptions opt, double tol) {
-  const bool bf16 = opt.weight_dtype == DType::BF16;
-  ModelConfig ref_cfg = cfg;
-  ref_cfg.round_gemm_inputs_bf16 = bf16;
-  auto cpu = load_decoder(ref_cfg, spec, LoadFormat::Dummy);
-  auto plain = bf16 ? load_decoder(cfg, spec, LoadFormat::Dummy) : nullptr;
-  auto gpu = cuda::load_cuda_decoder(cfg, spec, LoadFormat::Dummy, opt);
-  ASSERT_EQ(gpu->kv_block_size(), cpu->kv_block_size());
-  StateCache cc(1, cpu->state_shape(), pool_blocks(*cpu)), gc(1, gpu->state_shape(), pool_blocks(*gpu));
-  StateCache pc(1, cpu->state_shape(), pool_blocks(*cpu));
-  HybridSchedule sched(cpu->kv_block_size(), kVocab, 7);
-  for (int step = 0; step < 6; ++step) {
-    SCOPED_TRACE(::testing::Message() << "step " << step);
-    ForwardBatch b = sched.batch(step, *cpu);
-    std::vector<float> lc(b.logits_indices.size() * kVocab), lg(lc.size());
-    cpu->forward(b, cc, lc.data());
-    gpu->forward(b, gc, lg.data());
-    const double e = logits_rel_err(lg, lc);
-    double e_plain = -1;  // bf16: against the fp32-activation CPU decoder
-    if (bf16) {
-      std::vector<float> lp(lc.size());
-      plain->forward(b, pc, lp.data());
-      e_plain = logits_rel_err(lg, lp);
-    }
-    std::printf("head_dim 256 %s step %d: %zu rows, logits rel err %.3g (fp32 activations: %.3g)\n",
-                bf16 ? "bf16" : "f32", step, b.logits_indices.size(), e, e_plain);
-    EXPECT_LT(e, tol);
-    sched.advance(step);
-  }
-}
-
 // fp32 weights: the schedule of tests/cuda/test_cuda_qwen_modules.cpp (64-wide heads there).
 TEST_F(CudaAttentionHd256, MatchesCpuDecoderF32) {
   REQUIRE_GPU();
-  check_against_cpu(cfg_, spec_, {DType::F32}, 1e-4);
+  check_decoder_against_cpu(cfg_, spec_, {DType::F32}, {"head_dim 256", kVocab, 7, 1e-4});
 }
 
 // bf16 weights against the CPU decoder rounding its GEMM inputs to bf16 where the GPU does (round_gemm_inputs_bf16):
@@ -127,7 +87,7 @@ TEST_F(CudaAttentionHd256, MatchesCpuDecoderF32) {
 // emulated.
 TEST_F(CudaAttentionHd256, MatchesCpuDecoderBf16) {
   REQUIRE_GPU();
-  check_against_cpu(cfg_, spec_, {DType::BF16}, 1e-2);
+  check_decoder_against_cpu(cfg_, spec_, {DType::BF16}, {"head_dim 256", kVocab, 7, 1e-2});
 }
 
 TEST_F(CudaAttentionHd256, DecodeGraphsEqualEager) {
@@ -136,7 +96,8 @@ TEST_F(CudaAttentionHd256, DecodeGraphsEqualEager) {
   eager_opt.cuda_graphs = false;
   auto eager = cuda::load_cuda_decoder(cfg_, spec_, LoadFormat::Dummy, eager_opt);
   auto graphed = cuda::load_cuda_decoder(cfg_, spec_, LoadFormat::Dummy, graph_opt);
-  StateCache a(1, eager->state_shape(), pool_blocks(*eager)), b(1, graphed->state_shape(), pool_blocks(*graphed));
+  const int blocks = HybridSchedule::pool_blocks(eager->kv_block_size());
+  StateCache a(1, eager->state_shape(), blocks), b(1, graphed->state_shape(), blocks);
   HybridSchedule sched(eager->kv_block_size(), kVocab, 7);
   for (int step = 0; step < 6; ++step) {
     SCOPED_TRACE(::testing::Message() << "step " << step);

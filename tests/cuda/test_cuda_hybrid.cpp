@@ -13,6 +13,7 @@
 #include "checkpoint_fixtures.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
+#include "decoder_vs_cpu.h"
 #include "hybrid_schedule.h"
 #include "model/attention_metadata.h"
 #include "model/causal_lm.h"
@@ -63,53 +64,9 @@ class CudaHybrid : public ::testing::Test {
   DecoderSpec spec_ = hybrid_spec(cfg_);
 };
 
-/// The GPU runner against the CPU decoder: logits rel err < tol at every step. bf16 weights: the reference is the CPU
-/// decoder in its GPU reference mode (ModelConfig::round_gemm_inputs_bf16), and the error against the plain CPU
-/// decoder (fp32 activations) is printed beside it, not checked. median_tol > 0: also the median over the 6 steps.
-void check_against_cpu(const ModelConfig& cfg, const DecoderSpec& spec, cuda::CudaModelOptions opt, double tol,
-                       double median_tol = 0) {
-  const bool bf16 = opt.weight_dtype == DType::BF16;
-  ModelConfig ref_cfg = cfg;
-  ref_cfg.round_gemm_inputs_bf16 = bf16;
-  auto cpu = load_decoder(ref_cfg, spec, LoadFormat::Dummy);
-  auto plain = bf16 ? load_decoder(cfg, spec, LoadFormat::Dummy) : nullptr;
-  auto gpu = cuda::load_cuda_decoder(cfg, spec, LoadFormat::Dummy, opt);
-  ASSERT_EQ(gpu->kv_block_size(), cpu->kv_block_size());
-  ASSERT_EQ(gpu->num_state_layers(), cpu->num_state_layers());
-  StateCache cc(1, cpu->state_shape(), 32), gc(1, gpu->state_shape(), 32);
-  StateCache pc(1, cpu->state_shape(), 32);
-  cudatest::HybridSchedule sched(cpu->kv_block_size(), kVocab, 3);
-  std::vector<double> errs;
-  for (int step = 0; step < 6; ++step) {
-    SCOPED_TRACE(::testing::Message() << "step " << step);
-    ForwardBatch b = sched.batch(step, *cpu);
-    std::vector<float> lc(b.logits_indices.size() * kVocab), lg(lc.size());
-    cpu->forward(b, cc, lc.data());
-    gpu->forward(b, gc, lg.data());
-    const double e = cudatest::logits_rel_err(lg, lc);
-    double e_plain = -1;  // bf16: against the fp32-activation CPU decoder
-    if (bf16) {
-      std::vector<float> lp(lc.size());
-      plain->forward(b, pc, lp.data());
-      e_plain = cudatest::logits_rel_err(lg, lp);
-    }
-    std::printf("hybrid %s step %d: %zu rows, logits rel err %.3g (fp32 activations: %.3g)\n", bf16 ? "bf16" : "f32",
-                step, b.logits_indices.size(), e, e_plain);
-    EXPECT_LT(e, tol);
-    errs.push_back(e);
-    sched.advance(step);
-  }
-  if (median_tol > 0) {
-    std::sort(errs.begin(), errs.end());
-    const double median = (errs[2] + errs[3]) / 2;
-    std::printf("median logits rel err %.3g\n", median);
-    EXPECT_LT(median, median_tol) << "median over the steps";
-  }
-}
-
 TEST_F(CudaHybrid, MatchesCpuDecoderF32) {
   REQUIRE_GPU();
-  check_against_cpu(cfg_, spec_, {DType::F32}, 1e-3);
+  cudatest::check_decoder_against_cpu(cfg_, spec_, {DType::F32}, {"hybrid", kVocab, 3, 1e-3});
 }
 
 // bf16 weights against the CPU decoder rounding its GEMM inputs to bf16 where the GPU does (round_gemm_inputs_bf16):
@@ -117,7 +74,7 @@ TEST_F(CudaHybrid, MatchesCpuDecoderF32) {
 // 4.6e-3 between the rounding and the plain CPU decoder.
 TEST_F(CudaHybrid, MatchesCpuDecoderBf16) {
   REQUIRE_GPU();
-  check_against_cpu(cfg_, spec_, {DType::BF16}, 1e-2);
+  cudatest::check_decoder_against_cpu(cfg_, spec_, {DType::BF16}, {"hybrid", kVocab, 3, 1e-2});
 }
 
 TEST_F(CudaHybrid, DecodeGraphsEqualEagerAndGreedyIsArgmax) {

@@ -13,6 +13,7 @@
 #include "engine/llm_engine.h"
 #include "engine/sampler.h"
 #include "model/causal_lm.h"
+#include "forwarding_lm.h"
 #include "test_util.h"
 
 namespace ssmserve {
@@ -22,29 +23,16 @@ int g_score_rows = 0;     // score rows the simulated device answered
 int g_sample_calls = 0;   // forward_sample calls
 
 /// The CPU model behind the device sampling contract (see the file comment).
-class HostSampledLM final : public CausalLM {
+class HostSampledLM final : public testing::ForwardingLM {
  public:
-  explicit HostSampledLM(std::unique_ptr<CausalLM> inner) : m_(std::move(inner)) {}
-  const ModelConfig& config() const override { return m_->config(); }
-  int num_state_layers() const override { return m_->num_state_layers(); }
-  StateShape state_shape() const override { return m_->state_shape(); }
-  int chunk_size() const override { return m_->chunk_size(); }
-  int prefix_block_alignment() const override { return m_->prefix_block_alignment(); }
-  bool stores_prefill_states() const override { return m_->stores_prefill_states(); }
-  int kv_block_size() const override { return m_->kv_block_size(); }
-  bool has_linear_attention() const override { return m_->has_linear_attention(); }
-  bool supports_speculative_decoding() const override { return m_->supports_speculative_decoding(); }
-  void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override { m_->forward(batch, cache, logits); }
-  void copy_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) override {
-    m_->copy_state_blocks(copies, cache);
-  }
+  using ForwardingLM::ForwardingLM;
   bool forward_sample(const ForwardBatch& batch, StateCache& cache, const DeviceSampleBatch& sample,
                       std::vector<GreedyPick>& out) override {
     ++g_sample_calls;
     const size_t n = batch.logits_indices.size(), V = static_cast<size_t>(config().vocab_size);
     EXPECT_EQ(sample.rows.size(), n);
     std::vector<float> logits(n * V);
-    m_->forward(batch, cache, logits.data());
+    inner().forward(batch, cache, logits.data());
     out.assign(n, GreedyPick{});
     for (size_t i = 0; i < n; ++i) {
       const std::span<const float> row(logits.data() + i * V, V);
@@ -65,9 +53,6 @@ class HostSampledLM final : public CausalLM {
     }
     return true;
   }
-
- private:
-  std::unique_ptr<CausalLM> m_;
 };
 
 std::vector<RequestOutput> run(const std::string& device, int budget) {

@@ -19,33 +19,24 @@
 
 #include "engine/llm_engine.h"
 #include "model/causal_lm.h"
+#include "forwarding_lm.h"
 #include "test_util.h"
 
 namespace ssmserve {
 namespace {
 
 /// A CPU model behind the device-backend interface with a host tier of page copies (see the file comment).
-class HostTierLM final : public CausalLM {
+class HostTierLM final : public testing::ForwardingLM {
  public:
-  explicit HostTierLM(std::unique_ptr<CausalLM> inner) : m_(std::move(inner)) {}
-  const ModelConfig& config() const override { return m_->config(); }
-  int num_state_layers() const override { return m_->num_state_layers(); }
-  StateShape state_shape() const override { return m_->state_shape(); }
-  int chunk_size() const override { return m_->chunk_size(); }
-  int prefix_block_alignment() const override { return m_->prefix_block_alignment(); }
-  bool stores_prefill_states() const override { return m_->stores_prefill_states(); }
-  int kv_block_size() const override { return m_->kv_block_size(); }
-  bool has_linear_attention() const override { return m_->has_linear_attention(); }
-  bool supports_speculative_decoding() const override { return m_->supports_speculative_decoding(); }
+  using ForwardingLM::ForwardingLM;
   void forward(const ForwardBatch& batch, StateCache& cache, float* logits) override {
     // A device starts a fresh request's state from zero (has_initial_states = 0) whatever its page holds: the engine
     // does not zero pages for a device backend, and a page may be poisoned by a swap-out.
     const MambaBatchMetadata& md = batch.meta;
     for (int i = 0; i < md.num_prefills; ++i)
       if (!md.has_initial_states_p[static_cast<size_t>(i)]) cache.zero_block(md.state_indices_tensor_p[static_cast<size_t>(i)]);
-    m_->forward(batch, cache, logits);
+    inner().forward(batch, cache, logits);
   }
-  void copy_state_blocks(std::span<const BlockCopy> copies, StateCache& cache) override { m_->copy_state_blocks(copies, cache); }
   std::optional<double> device_state_budget(double, int64_t, int64_t) const override { return 1e12; }
 
   bool allocate_host_state_tier(int num_slots, const StateCache& cache) override {
@@ -85,7 +76,6 @@ class HostTierLM final : public CausalLM {
   static std::byte* page(const StateCache& cache, int l, int b) {
     return static_cast<std::byte*>(cache.conv_state(l).data) + static_cast<int64_t>(b) * cache.page_bytes();
   }
-  std::unique_ptr<CausalLM> m_;
   int slots_ = 0;
   int64_t page_ = 0;
   std::map<int, std::vector<std::byte>> host_;  // slot -> [layers, page bytes]
