@@ -17,6 +17,9 @@ step() {  # log name, seconds, command...
   echo "rc=$?" >>"$out/$log"
 }
 [ -x "$bin/test_cuda_prefix_cache" ] && step tests.log 300 "$bin/test_cuda_prefix_cache"
+# Batch-invariant mode is read once per process: cached == uncached bit for bit (swap-ins included) in its own run.
+[ -x "$bin/test_cuda_prefix_cache" ] && SSMSERVE_BATCH_INVARIANT=1 step tests-batch-invariant.log 300 \
+  "$bin/test_cuda_prefix_cache" --gtest_filter='*SwapSpaceBatchInvariant*:*CachedEqualsUncached*'
 for m in mamba2-2.7b mamba-2.8b minimax-bench; do
   step "multiturn-$m.log" 300 "$bin/ssmserve" bench multiturn --model "configs/$m" --load-format dummy --device cuda \
     --history-lens 1024 2048 4096 8192 16384 32768 --turn-tokens 200 --output-len 32 --num-iters 3 \

@@ -1,6 +1,7 @@
 // Owns the GPU decoder runner (see cuda_decoder.h): loading, the state layout, the per-step checks and plans, and
 // the sublayer step (norm with the pending residual add, module, residual rule).
 #include "runtime/cuda_decoder.h"
+#include "runtime/layer_profile.h"
 
 #include <cuda_runtime.h>
 
@@ -45,6 +46,11 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
     configure_gemm(gemm_, opt);
     set_kernel_tuning(opt.kernels);
     frame_.pdl = opt.pdl;
+    if (opt.layer_profile) {
+      ctx_.opt.cuda_graphs = false;  // the spans' events need eager launches
+      profile_ = std::make_unique<LayerProfile>();
+      ctx_.profile = profile_.get();
+    }
     SSM_CUDA_CHECK(cudaGetDevice(&device_));
   }
 
@@ -113,6 +119,7 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
   StepPlans plans_;
   std::vector<ModuleState> views_;  // per sublayer, this step's state views (device mirror)
   bool stack_took_ = false;         // the stack decode path ran this step's layers
+  std::unique_ptr<LayerProfile> profile_;  // SSMSERVE_LAYER_PROFILE=1, else null
   // Scratch for T tokens: hidden / out [T, H] fp32 (residual stream, last module output), normed_c [T, H] in the GEMM
   // dtype, normed_f [T, H] fp32 (sublayers reading fp32 or with MiniMax's residual from the normed input).
   Scratch hidden_, out_, normed_c_, normed_f_;
@@ -172,7 +179,10 @@ void CudaDecoderLM::load(WeightSource& src) {
       const int heads = j.value("num_attention_heads", 1);
       ps.attention = true;
       ps.attention_group = heads / std::max(1, j.value("num_key_value_heads", heads));
-      ps.attention_tc = wd == DType::BF16;
+      // Batch-invariant mode: every query on the fp32 split-KV pass with fixed 512-key splits (the tensor-core pass
+      // rounds to bf16, so a prompt token's bits would depend on how many tokens its step gave the row).
+      ps.attention_tc = wd == DType::BF16 && !ctx_.opt.batch_invariant;
+      ps.attention_fixed_split = ctx_.opt.batch_invariant;
     }
   }
   set_layout(specs, kinds, tp.world);
@@ -197,6 +207,7 @@ void CudaDecoderLM::step(const ForwardBatch& batch, StateCache& cache, float* lo
                          const DeviceSampleBatch* sample) {
   check_metadata(batch, cache);
   cudaStream_t s = stream_.get();
+  if (profile_) profile_->begin_step(batch.meta.num_prefills == 0 ? "decode" : "prefill", s);
   if (batch.num_tokens() > 0 && (has_linear_ || layout_.has_attention())) {  // the lightning / attention plans, uploaded once
     // (a step with speculative verify rows takes the general attention plan: rows of several query tokens)
     const bool decode_only = batch.linear_meta.num_prefills == 0 && batch.meta.num_prefills == 0 && batch.meta.spec_cols == 1;
@@ -227,6 +238,7 @@ void CudaDecoderLM::step(const ForwardBatch& batch, StateCache& cache, float* lo
   };
   a.mixer = [&](int i, const StepMeta& dm, int64_t T) { sublayer(static_cast<size_t>(i), batch, dm, T); };
   run_step(a, batch, cache, s, logits, greedy_top, picks, sample);
+  if (profile_) profile_->end_step(s);
 }
 
 void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta& dm, int64_t T) {
@@ -245,6 +257,7 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
       stack_took_ = stack_decode_(stack_mods_, stack_norms_, spec_.norm_eps, st, views_, hidden, out);
   }
   if (stack_took_) return;  // the whole stack ran at sublayer 0
+  if (profile_) profile_->begin("norm", s);
   // 1. The sublayer's norm, adding the previous module's output first when its residual is still pending. A parallel
   //    mixer (Falcon-H1) reads the normed input of the mixer before it instead, once that mixer's output is added.
   const float* prev = i > 0 && subs_[i - 1].spec.plain_residual() ? out : nullptr;
@@ -267,7 +280,9 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     }
   }
   // 2. The module; 3. its residual rule (the plain one is left to the next norm or the LM head's).
+  if (profile_) profile_->end(s), profile_->begin(S.spec.kind, s);
   S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, out);
+  if (profile_) profile_->end(s);
   if (!S.spec.plain_residual())
     SSM_CUDA_CHECK(scaled_residual(hidden, S.spec.residual_is_normed ? normed_f : hidden, S.spec.alpha, out, S.spec.beta, T * H, s));
 }

@@ -11,6 +11,7 @@
 
 #include "model/decoder/module.h"
 #include "runtime/cuda_options.h"
+#include "runtime/layer_profile.h"
 #include "runtime/runner_common.h"
 #include "runtime/tp_runner.h"
 
@@ -50,10 +51,12 @@ struct CudaRunnerContext {
   RunnerTp* tp = nullptr;
   ScratchPool* scratch = nullptr;
   cudaStream_t stream = nullptr;
+  LayerProfile* profile = nullptr;  ///< SSMSERVE_LAYER_PROFILE=1: modules time their parts (ProfileSpan), else null
   /// y [M, w.rows] fp32 (row stride y_stride) = x [M, w.cols] (the weight dtype, row stride x_stride) w^T; y2:
   /// optional bf16 copy with y's row stride.
   void gemm_run(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride,
                 void* y2 = nullptr) const {
+    ProfileSpan span(profile, "gemm", stream);
     gemm->run({M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32}, stream, y2, y_stride);
   }
 };

@@ -53,9 +53,9 @@ void StepPlans::build(const ForwardBatch& batch, bool decode_only) {
     slots = put(am.slot_mapping);
     positions = put(am.positions);
     aplan = decode_only ? PagedAttentionPlan::decode(batch.meta.num_reqs, std::max(1, am.max_num_blocks_per_seq * shape.kv_block_size),
-                                                     shape.attention_group)
+                                                     shape.attention_group, shape.attention_fixed_split)
                         : PagedAttentionPlan::build(am.query_start_loc, am.seq_lens, shape.attention_group,
-                                                    shape.attention_tc ? kTcMinTokens : 0);
+                                                    shape.attention_tc ? kTcMinTokens : 0, shape.attention_fixed_split);
     tasks = put(aplan.tasks);
     items = put(aplan.items);
     tc_tiles = put(aplan.tc_tiles);

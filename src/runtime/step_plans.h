@@ -21,6 +21,7 @@ struct StepPlanShape {
   bool attention = false;       ///< softmax layers
   int attention_group = 1;      ///< query heads per KV head
   bool attention_tc = false;    ///< the tensor-core prefill pass (bf16 weights)
+  bool attention_fixed_split = false;  ///< kKeySplit keys per split whatever the step (batch-invariant mode)
   int kv_block_size = 0;
 };
 

@@ -27,7 +27,8 @@ using cuda::to_host;
 
 TEST(CudaPagedAttentionPlan, SplitsAndDecodeLayout) {
   // group 2: 8 tokens per task. Row 0: 20 new tokens of a 1100-token context; row 1: decode at 513; row 2 padding.
-  const auto p = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 20, 21, 22}, std::vector<int32_t>{1100, 513, 0}, 2);
+  // Fixed 512-key splits (batch-invariant mode).
+  const auto p = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 20, 21, 22}, std::vector<int32_t>{1100, 513, 0}, 2, 0, true);
   EXPECT_EQ(p.tokens_per_task, 8);
   EXPECT_EQ(p.key_split, cuda::kKeySplit);
   // Row 0 tasks end at positions 1087, 1095, 1099 -> 3 splits each; row 1 ends at 512 -> 2; padding -> 1.
@@ -40,9 +41,19 @@ TEST(CudaPagedAttentionPlan, SplitsAndDecodeLayout) {
   EXPECT_EQ(m.num_tasks, 2400);
   EXPECT_EQ(m.num_items, 2400);
   EXPECT_EQ(m.key_split, 384);  // 363 rounded up to 32
-  const auto d = cuda::PagedAttentionPlan::decode(3, 1100, 4);
+  const auto d = cuda::PagedAttentionPlan::decode(3, 1100, 4, true);
   EXPECT_EQ(d.num_items, 9);
   EXPECT_EQ(d.tasks, (std::vector<int32_t>{0, 0, 1, 0, 1, 0, 1, 3, 2, 0, 1, 6}));
+  // Otherwise a short work list gets splits enough for about kFillItems items (32 .. 512 keys each).
+  const auto f = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 20, 21, 22}, std::vector<int32_t>{1100, 513, 0}, 2);
+  EXPECT_EQ(f.key_split, 32);  // 5 tasks: 52 splits each would do; 1100 / 52 rounds up to 32 keys
+  EXPECT_EQ(f.num_items, 34 + 35 + 35 + 17 + 1);
+  EXPECT_EQ(cuda::PagedAttentionPlan::decode(1, 2048, 8).key_split, 32);
+  EXPECT_EQ(cuda::PagedAttentionPlan::decode(1, 2048, 8).num_items, 64);
+  EXPECT_EQ(cuda::PagedAttentionPlan::decode(1, 32768, 8).key_split, 128);
+  EXPECT_EQ(cuda::PagedAttentionPlan::decode(1, 131072, 8).key_split, 512);
+  EXPECT_EQ(cuda::PagedAttentionPlan::decode(16, 4096, 8).key_split, 256);
+  EXPECT_EQ(cuda::PagedAttentionPlan::decode(64, 2048, 8).key_split, 512);
   // Tensor-core tiles: rows of 16+ new tokens in tiles of 64 / group tokens; the rest keep their tasks.
   const auto tc = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 70, 71}, std::vector<int32_t>{100, 9}, 2, 16);
   EXPECT_EQ(tc.tc_tiles, (std::vector<int32_t>{0, 0, 32, 0, 32, 32, 0, 64, 6}));
@@ -141,8 +152,9 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
   const int group = sh.heads / KVH;
   // Runs rows `keep` (in that order, as one step) through a plan of `mode`: 0 prefill plan, 1 the same with one split
   // per task, 2 the fixed-size decode plan, 3 tensor-core pass for rows of 16+ new tokens (plan as built), 4 the same
-  // with one block per tile (no chunk split), 5 the same with every tile's chunks split over blocks. Returns the
-  // outputs of those rows ([sum n, os], from a poisoned buffer).
+  // with one block per tile (no chunk split), 5 the same with every tile's chunks split over blocks, 6 the prefill
+  // plan with fixed 512-key splits (batch-invariant mode), 7 the decode plan with them. Returns the outputs of those
+  // rows ([sum n, os], from a poisoned buffer).
   auto run = [&](const std::vector<int>& keep, int mode) {
     std::vector<int32_t> rq{0}, rs, rt;
     std::vector<float> qk;
@@ -155,9 +167,10 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
       qk.insert(qk.end(), q.begin() + qsl[r] * qs, q.begin() + qsl[r + 1] * qs);
       Tk += n;
     }
-    auto plan = mode == 2 ? cuda::PagedAttentionPlan::decode(static_cast<int>(keep.size()), max_blocks * bs, group)
-                          : cuda::PagedAttentionPlan::build(rq, rs, group, mode >= 3 ? cuda::kTcMinTokens : 0);
-    if (mode >= 3) {
+    auto plan = mode == 2 || mode == 7
+                    ? cuda::PagedAttentionPlan::decode(static_cast<int>(keep.size()), max_blocks * bs, group, mode == 7)
+                    : cuda::PagedAttentionPlan::build(rq, rs, group, mode >= 3 && mode <= 5 ? cuda::kTcMinTokens : 0, mode == 6);
+    if (mode >= 3 && mode <= 5) {
       EXPECT_GT(plan.num_tc_tiles, 0);
     }
     if (mode == 1) {  // what a plan of kManyTasks tasks or more does
@@ -195,22 +208,23 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
   };
   std::vector<int> all;
   for (int r = 0; r < R; ++r) all.push_back(r);
-  std::vector<std::vector<float>> outs(6);
-  for (int mode : {0, 1, 2, 3, 4, 5}) {
+  std::vector<std::vector<float>> outs(8);
+  for (int mode : {0, 1, 2, 3, 4, 5, 6, 7}) {
     // The fixed-size decode plan serves only one-token rows: check it on the decode rows alone.
     std::vector<int> keep;
     for (int r = 0; r < R; ++r)
-      if (mode != 2 || rows[r].first == 1) keep.push_back(r);
+      if ((mode != 2 && mode != 7) || rows[r].first == 1) keep.push_back(r);
     if (keep.empty()) continue;
     const char* names[] = {"prefill plan", "prefill plan, one split", "decode plan", "tensor-core prefill",
-                           "tensor-core prefill, one block per tile", "tensor-core prefill, chunks split over blocks"};
+                           "tensor-core prefill, one block per tile", "tensor-core prefill, chunks split over blocks",
+                           "prefill plan, fixed splits", "decode plan, fixed splits"};
     SCOPED_TRACE(names[mode]);
     outs[mode] = run(keep, mode);
     const auto& got = outs[mode];
     int64_t t = 0;
     for (int r : keep) {
       const int n = rows[r].first;
-      const double tol = mode >= 3 && n >= cuda::kTcMinTokens ? 1e-2 : 1e-5;
+      const double tol = mode >= 3 && mode <= 5 && n >= cuda::kTcMinTokens ? 1e-2 : 1e-5;
       EXPECT_LT(rel_err(got.data() + t * os, os, ref.data() + qsl[r] * os, os, n, sh.heads * D), rows[r].second ? tol : 1e-30)
           << "row " << r << " (new " << n << ", seq_len " << rows[r].second << ")";
       t += n;
@@ -223,6 +237,18 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
       if (std::memcmp(x + i * os, y + i * os, sizeof(float) * sh.heads * D) != 0) return false;
     return true;
   };
+  // Fixed splits (batch-invariant mode): every row has the same bits alone as in the batch, and a one-token row the
+  // same on the decode plan as on the prefill plan.
+  int64_t dec_t = 0;
+  for (int r = 0; r < R; ++r) {
+    const int n = rows[r].first;
+    const auto alone = run({r}, 6);
+    EXPECT_TRUE(same_bits(alone.data(), outs[6].data() + qsl[r] * os, n)) << "row " << r << ": fixed splits, alone vs in the batch";
+    if (n == 1) {
+      EXPECT_TRUE(same_bits(outs[7].data() + dec_t * os, outs[6].data() + qsl[r] * os, 1)) << "row " << r << ": decode vs prefill plan";
+      ++dec_t;
+    }
+  }
   for (int r = 0; r < R; ++r) {
     const int n = rows[r].first;
     if (n < cuda::kTcMinTokens) continue;

@@ -83,7 +83,9 @@ void GemmHandle::run_cublaslt(const GemmArgs& g, cudaStream_t stream) {
   const auto aligned = [](const void* p, int64_t stride, DType t) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (stride * static_cast<int64_t>(dtype_size(t))) % 16 == 0;
   };
-  const bool lt_ok = !force_fallback_ && aligned(g.x, g.x_stride, g.ab_dtype) && aligned(g.w, g.w_stride, g.ab_dtype) &&
+  // Batch-invariant mode: cuBLASLt picks its fp32 algorithm (tiles, split-K) by M, so fp32 GEMMs (an fp32 model,
+  // the MoE router) take the plain kernel, whose every output is one FMA chain over k whatever M is.
+  const bool lt_ok = !force_fallback_ && !(batch_invariant_ && g.ab_dtype == DType::F32) && aligned(g.x, g.x_stride, g.ab_dtype) && aligned(g.w, g.w_stride, g.ab_dtype) &&
                      aligned(g.y, g.y_stride, g.y_dtype);
   if (!lt_ok) {
     ++fallback_calls_;

@@ -58,7 +58,8 @@ class GemmHandle {
   }
   /// Routing knobs (see run): decode GEMMs up to this M on the skinny kernel (default 16; 0 = never).
   void set_skinny_max_m(int64_t m) { skinny_max_m_ = m; }
-  /// Every BF16 GEMM on the skinny kernel (vLLM's VLLM_BATCH_INVARIANT): batch-invariant for any batch mix.
+  /// Every BF16 GEMM on the skinny kernel and every F32 GEMM on gemm_fallback (vLLM's VLLM_BATCH_INVARIANT):
+  /// batch-invariant for any batch mix.
   void set_batch_invariant(bool on) { batch_invariant_ = on; }
   /// Launch the skinny kernel with Programmatic Dependent Launch (pdl.cuh; default on).
   void set_pdl(bool on) { pdl_ = on; }

@@ -191,59 +191,68 @@ __global__ void __launch_bounds__(256) combine_kernel(const float* __restrict__ 
 /// kernels (x and the activations as bf16, fp32 accumulation).
 constexpr int kSmallPairs = 16;
 
-/// Grid (ceil(I / 8), P), 8 warps: act[p, n] = bf16(silu(x_t . w1[e, n]) * (x_t . w3[e, n])), t = p / top_k.
+/// Grid (ceil(I / 8), min(P, 65535)), 8 warps; row r of [0, P) is pair p = sorted[r] (pairs in expert order, so
+/// consecutive blocks share an expert's weights in L2), or p = r without `sorted` (then pair_row[p] = p is written
+/// here); t = p / top_k, e = ids[p]: act[r, n] = bf16(silu(x_t . w1[e, n]) * (x_t . w3[e, n])) (relu^2 experts, w3
+/// null: bf16(relu(x_t . w1[e, n])^2)). A pair's arithmetic does not depend on P or the order.
 __global__ void __launch_bounds__(256) small_up_kernel(const float* __restrict__ x, int64_t xs,
-                                                       const int32_t* __restrict__ ids, int top_k,
-                                                       const bf16* __restrict__ w1, const bf16* __restrict__ w3,
-                                                       int64_t I, int64_t K, bf16* __restrict__ act,
-                                                       int32_t* __restrict__ pair_row) {
-  const int p = blockIdx.y, lane = threadIdx.x % 32;
+                                                       const int32_t* __restrict__ ids, const int32_t* __restrict__ sorted,
+                                                       int64_t P, int top_k, const bf16* __restrict__ w1,
+                                                       const bf16* __restrict__ w3, int64_t I, int64_t K,
+                                                       bf16* __restrict__ act, int32_t* __restrict__ pair_row) {
+  const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
-  if (blockIdx.x == 0 && threadIdx.x == 0) pair_row[p] = p;
-  if (n >= I) return;
-  const int64_t e = ids[p];
-  const float* xr = x + static_cast<int64_t>(p / top_k) * xs;
-  const bf16* a = w1 + (e * I + n) * K;
-  const bf16* b = w3 ? w3 + (e * I + n) * K : a;  // relu^2 experts: no up, u unused
-  float g = 0.0f, u = 0.0f;
-  for (int64_t k = lane * 8; k < K; k += 32 * 8) {
-    const float4 x0 = *reinterpret_cast<const float4*>(xr + k), x1 = *reinterpret_cast<const float4*>(xr + k + 4);
-    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-    const uint4 av = *reinterpret_cast<const uint4*>(a + k), bv = *reinterpret_cast<const uint4*>(b + k);
-    const bf16* ae = reinterpret_cast<const bf16*>(&av);
-    const bf16* be = reinterpret_cast<const bf16*>(&bv);
+  if (n >= I) return;  // whole warps: the butterfly below has all 32 lanes
+  for (int64_t r = blockIdx.y; r < P; r += gridDim.y) {
+    const int64_t p = sorted ? sorted[r] : r;
+    if (!sorted && n == 0 && lane == 0) pair_row[p] = static_cast<int32_t>(p);
+    const int64_t e = ids[p];
+    const float* xr = x + (p / top_k) * xs;
+    const bf16* a = w1 + (e * I + n) * K;
+    const bf16* b = w3 ? w3 + (e * I + n) * K : a;  // relu^2 experts: no up, u unused
+    float g = 0.0f, u = 0.0f;
+    for (int64_t k = lane * 8; k < K; k += 32 * 8) {
+      const float4 x0 = *reinterpret_cast<const float4*>(xr + k), x1 = *reinterpret_cast<const float4*>(xr + k + 4);
+      const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      const uint4 av = *reinterpret_cast<const uint4*>(a + k), bv = *reinterpret_cast<const uint4*>(b + k);
+      const bf16* ae = reinterpret_cast<const bf16*>(&av);
+      const bf16* be = reinterpret_cast<const bf16*>(&bv);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float xi = __bfloat162float(__float2bfloat16_rn(xv[i]));
-      g += xi * __bfloat162float(ae[i]);
-      u += xi * __bfloat162float(be[i]);
+      for (int i = 0; i < 8; ++i) {
+        const float xi = __bfloat162float(__float2bfloat16_rn(xv[i]));
+        g += xi * __bfloat162float(ae[i]);
+        u += xi * __bfloat162float(be[i]);
+      }
     }
+    g = warp_sum(g);
+    u = warp_sum(u);
+    if (lane == 0) act[r * I + n] = __float2bfloat16_rn(w3 ? silu(g) * u : (g > 0.0f ? g * g : 0.0f));
   }
-  g = warp_sum(g);
-  u = warp_sum(u);
-  if (lane == 0) act[static_cast<int64_t>(p) * I + n] = __float2bfloat16_rn(w3 ? silu(g) * u : (g > 0.0f ? g * g : 0.0f));
 }
 
-/// Grid (ceil(hidden / 8), P), 8 warps: y[p, n] = act[p] . w2[e, n].
+/// Grid (ceil(hidden / 8), min(P, 65535)), 8 warps, rows as small_up_kernel: y[r, n] = act[r] . w2[e, n].
 __global__ void __launch_bounds__(256) small_down_kernel(const bf16* __restrict__ act, const int32_t* __restrict__ ids,
+                                                         const int32_t* __restrict__ sorted, int64_t P,
                                                          const bf16* __restrict__ w2, int64_t N, int64_t K,
                                                          float* __restrict__ y) {
-  const int p = blockIdx.y, lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
   if (n >= N) return;
-  const int64_t e = ids[p];
-  const bf16* a = act + static_cast<int64_t>(p) * K;
-  const bf16* w = w2 + (e * N + n) * K;
-  float acc = 0.0f;
-  for (int64_t k = lane * 8; k < K; k += 32 * 8) {
-    const uint4 av = *reinterpret_cast<const uint4*>(a + k), wv = *reinterpret_cast<const uint4*>(w + k);
-    const bf16* ae = reinterpret_cast<const bf16*>(&av);
-    const bf16* we = reinterpret_cast<const bf16*>(&wv);
+  for (int64_t r = blockIdx.y; r < P; r += gridDim.y) {
+    const int64_t e = ids[sorted ? sorted[r] : r];
+    const bf16* a = act + r * K;
+    const bf16* w = w2 + (e * N + n) * K;
+    float acc = 0.0f;
+    for (int64_t k = lane * 8; k < K; k += 32 * 8) {
+      const uint4 av = *reinterpret_cast<const uint4*>(a + k), wv = *reinterpret_cast<const uint4*>(w + k);
+      const bf16* ae = reinterpret_cast<const bf16*>(&av);
+      const bf16* we = reinterpret_cast<const bf16*>(&wv);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc += __bfloat162float(ae[i]) * __bfloat162float(we[i]);
+      for (int i = 0; i < 8; ++i) acc += __bfloat162float(ae[i]) * __bfloat162float(we[i]);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[r * N + n] = acc;
   }
-  acc = warp_sum(acc);
-  if (lane == 0) y[static_cast<int64_t>(p) * N + n] = acc;
 }
 
 /// fp32 experts (MoeDevWeights::f32), every batch size: per-row GEMVs as above with fp32 operands, nothing rounded.
@@ -367,13 +376,20 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
     combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(y, w.hidden, ids, wts, pair_row, k, out, out_stride);
     return launch_status();
   }
-  if (P <= kSmallPairs) {
-    small_up_kernel<<<dim3(ceil_div(w.intermediate, 8), static_cast<unsigned>(P)), 256, 0, stream>>>(
-        x, x_stride, ids, k, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3), w.intermediate, w.hidden,
-        act, pair_row);
+  if (P <= kSmallPairs || w.per_pair) {  // per-pair GEMVs (in expert order above kSmallPairs)
+    const int32_t* rows = nullptr;
+    if (P > kSmallPairs) {
+      sort_kernel<<<1, 1024, 0, stream>>>(ids, P, E, offsets, sorted, pair_row);
+      if ((e = launch_status()) != cudaSuccess) return e;
+      rows = sorted;
+    }
+    const unsigned gy = static_cast<unsigned>(P < 65535 ? P : 65535);
+    small_up_kernel<<<dim3(ceil_div(w.intermediate, 8), gy), 256, 0, stream>>>(
+        x, x_stride, ids, rows, P, k, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3), w.intermediate,
+        w.hidden, act, pair_row);
     if ((e = launch_status()) != cudaSuccess) return e;
-    small_down_kernel<<<dim3(ceil_div(w.hidden, 8), static_cast<unsigned>(P)), 256, 0, stream>>>(
-        act, ids, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, y);
+    small_down_kernel<<<dim3(ceil_div(w.hidden, 8), gy), 256, 0, stream>>>(
+        act, ids, rows, P, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, y);
     if ((e = launch_status()) != cudaSuccess) return e;
     combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(y, w.hidden, ids, wts, pair_row, k, out, out_stride);
     return launch_status();

@@ -40,6 +40,9 @@ struct MoeDevWeights {
   const void* w2 = nullptr;  ///< [E, hidden, I] down_proj
   MoeRouteParams routing;
   bool f32 = false;  ///< w1 / w3 / w2 are fp32 and the experts compute in fp32 (else bf16 operands)
+  /// bf16 experts on the per-pair GEMVs at every batch size, not only up to 16 pairs (batch-invariant mode: a
+  /// token's result is then the same in any batch; the tile GEMMs sum in another order than the GEMVs).
+  bool per_pair = false;
 };
 
 /// Workspace bytes sparse_moe needs for T tokens (ids, weights, offsets, sorted rows, activations, expert outputs).

@@ -172,11 +172,15 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
   }
 }
 
-/// Merges a task's splits in split order: out = sum_s e^{m_s - M} acc_s / sum_s e^{m_s - M} l_s.
-/// Grid (num_tasks, num_kv_heads); rows with seq_len 0 get zeros.
+/// Merges a task's splits in split order: out = sum_s e^{m_s - M} acc_s / sum_s e^{m_s - M} l_s. One warp per
+/// query: the split weights e^{m_s - M} are computed once per 32 splits (lane s) and broadcast, each output column
+/// (lane d) adds its splits in order; the sum of l_s weights is a per-lane sum, then the warp's butterfly. The
+/// arithmetic depends only on the task's number of splits. Grid (num_tasks, num_kv_heads); rows with seq_len 0 get
+/// zeros.
 template <int D>
 __global__ void __launch_bounds__(kThreads) combine_kernel(float* __restrict__ out, int64_t os, int num_kv_heads,
                                                            PagedAttentionArgs a, const float* __restrict__ ws) {
+  constexpr int C = D / 32;
   const int task = blockIdx.x, g = blockIdx.y, group = a.num_heads / num_kv_heads;
   const int row = a.tasks[4 * task], off = a.tasks[4 * task + 1], item0 = a.tasks[4 * task + 3];
   const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
@@ -194,15 +198,26 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(float* __restrict__ o
     }
     auto part = [&](int s) { return ws + ((static_cast<int64_t>(item0 + s) * num_kv_heads + g) * kQ + qi) * (D + 2); };
     float M = -INFINITY;
-    for (int s = 0; s < nsplit; ++s) M = fmaxf(M, part(s)[D]);
-    float L = 0.0f;
-    for (int s = 0; s < nsplit; ++s) L += part(s)[D + 1] * expf(part(s)[D] - M);
-    const float inv = 1.0f / L;
-    for (int d = lane; d < D; d += 32) {
-      float acc = 0.0f;
-      for (int s = 0; s < nsplit; ++s) acc += part(s)[d] * expf(part(s)[D] - M);
-      o[d] = acc * inv;
+    for (int s = lane; s < nsplit; s += 32) M = fmaxf(M, part(s)[D]);
+    M = warp_max(M);
+    float lsum = 0.0f, acc[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+    for (int s0 = 0; s0 < nsplit; s0 += 32) {
+      const int s = s0 + lane;
+      const float w = s < nsplit ? expf(part(s)[D] - M) : 0.0f;
+      if (s < nsplit) lsum += part(s)[D + 1] * w;
+      const int ns = min(32, nsplit - s0);
+      for (int j = 0; j < ns; ++j) {
+        const float wj = __shfl_sync(0xffffffffu, w, j);
+        const float* pj = part(s0 + j);
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[c] += pj[lane + 32 * c] * wj;
+      }
     }
+    const float inv = 1.0f / warp_sum(lsum);
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[lane + 32 * c] = acc[c] * inv;
   }
 }
 

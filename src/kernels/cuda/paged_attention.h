@@ -24,10 +24,23 @@
 
 namespace ssmserve::cuda {
 
-/// Keys per split of the attention pass when the work list is short (decode, small prefills); a plan with at least
-/// kManyTasks tasks has parallelism enough and uses one split per task (no combine traffic, small workspace).
+/// Keys per split of the split-KV pass. A step's key_split is chosen so its work list has about kFillItems items
+/// (tasks x splits: decode at batch 1 over 2k keys makes 64 splits of 32 keys, not 4 blocks of 512 walking their keys
+/// one chunk after another), between kMinKeySplit and kKeySplit keys; a plan with at least kManyTasks tasks has
+/// parallelism enough and uses one split per task (no combine traffic, small workspace). Batch-invariant mode
+/// (fixed_split) keeps kKeySplit, so a query's splits depend on nothing but its own position.
 inline constexpr int kKeySplit = 512;
+inline constexpr int kMinKeySplit = 32;
+inline constexpr int kFillItems = 256;
 inline constexpr int kManyTasks = 2048;
+
+/// The fill rule above: keys per split for `tasks` tasks whose longest context is `longest` keys (a multiple of 32
+/// in [kMinKeySplit, kKeySplit]).
+constexpr int fill_key_split(int64_t tasks, int64_t longest) {
+  const int64_t t = tasks < 1 ? 1 : tasks, per_task = (kFillItems + t - 1) / t;
+  const int64_t ks = ((longest + per_task - 1) / per_task + 31) / 32 * 32;
+  return static_cast<int>(ks < kMinKeySplit ? kMinKeySplit : ks > kKeySplit ? kKeySplit : ks);
+}
 
 /// Tensor-core pass: query rows per tile (tokens x the KV head's query heads) and key chunking. A tile's keys
 /// [0, last] are walked in chunks of tc_chunk_keys(seq_len) keys (a multiple of 64: at least kTcChunkKeys, at most
@@ -73,15 +86,19 @@ struct PagedAttentionPlan {
   int num_tc_items = 0, num_tc_slots = 0;
   std::vector<int32_t> tc_items;
   /// Every row's tokens in tiles of max(1, 16 / group) tokens; a tile of last position p gets ceil((p + 1) /
-  /// key_split) splits (key_split = kKeySplit, or the longest context when there are kManyTasks tasks or more).
+  /// key_split) splits (key_split: kKeySplit with fixed_split; else the longest context when there are kManyTasks
+  /// tasks or more, else fill_key_split). A query's result depends only on its own position and keys when the
+  /// splits are fixed (the split-KV pass adds a masked key as an exact zero, and a split with no key of the query
+  /// has weight zero), which is what batch-invariant mode needs: fixed_split and tc_min_tokens 0.
   /// Rows with seq_len 0 get tiles with one split (zeros). Rows with at least tc_min_tokens new tokens
   /// (tc_min_tokens > 0) go to the tensor-core pass instead: tiles of 64 / group tokens (tc_tiles), tiles of several
   /// key chunks split over blocks (tc_items) up to kTcSplitMaxItems workspace slots. Throws Error on malformed spans.
   static PagedAttentionPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
-                                  int group, int tc_min_tokens = 0);
+                                  int group, int tc_min_tokens = 0, bool fixed_split = false);
   /// Decode rows (one token each) with room for contexts up to max_context: fixed size, so a CUDA graph can be
-  /// replayed with other seq_lens / block tables (splits past a row's context do nothing).
-  static PagedAttentionPlan decode(int batch, int max_context, int group);
+  /// replayed with other seq_lens / block tables (splits past a row's context do nothing). key_split:
+  /// fill_key_split(batch, max_context), or kKeySplit with fixed_split.
+  static PagedAttentionPlan decode(int batch, int max_context, int group, bool fixed_split = false);
 };
 
 /// Device arrays of one attention call.

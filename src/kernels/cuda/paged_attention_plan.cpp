@@ -7,7 +7,7 @@
 namespace ssmserve::cuda {
 
 PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
-                                             int group, int tc_min_tokens) {
+                                             int group, int tc_min_tokens, bool fixed_split) {
   SSM_CHECK(group >= 1 && group <= 16, "paged attention plan: {} query heads per KV head (1..16 supported)", group);
   SSM_CHECK(query_start_loc.size() == seq_lens.size() + 1, "paged attention plan: query_start_loc has {} entries for {} rows",
             query_start_loc.size(), seq_lens.size());
@@ -23,7 +23,7 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
     tasks += (std::max(n, 0) + p.tokens_per_task - 1) / p.tokens_per_task;
     longest = std::max(longest, seq_lens[r]);
   }
-  if (tasks >= kManyTasks) p.key_split = (longest + 31) / 32 * 32;
+  if (!fixed_split) p.key_split = tasks >= kManyTasks ? (longest + 31) / 32 * 32 : fill_key_split(tasks, longest);
   for (size_t r = 0; r < seq_lens.size(); ++r) {
     const int32_t n = query_start_loc[r + 1] - query_start_loc[r], sl = seq_lens[r];
     SSM_CHECK(n >= 0 && (sl == 0 || sl >= n), "paged attention plan: row {} has {} new tokens but seq_len {}", r, n, sl);
@@ -70,12 +70,13 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
   return p;
 }
 
-PagedAttentionPlan PagedAttentionPlan::decode(int batch, int max_context, int group) {
+PagedAttentionPlan PagedAttentionPlan::decode(int batch, int max_context, int group, bool fixed_split) {
   SSM_CHECK(group >= 1 && group <= 16 && batch >= 0 && max_context >= 1,
             "paged attention decode plan: batch {}, max_context {}, group {}", batch, max_context, group);
   PagedAttentionPlan p;
   p.tokens_per_task = 1;
-  const int32_t splits = (max_context - 1) / kKeySplit + 1;
+  p.key_split = fixed_split ? kKeySplit : fill_key_split(batch, max_context);
+  const int32_t splits = (max_context - 1) / p.key_split + 1;
   for (int32_t r = 0; r < batch; ++r) {
     p.tasks.insert(p.tasks.end(), {r, 0, 1, r * splits});
     for (int32_t s = 0; s < splits; ++s) p.items.insert(p.items.end(), {r, s});

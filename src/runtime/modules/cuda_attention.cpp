@@ -83,7 +83,10 @@ class CudaAttention final : public CudaModule {
                          plans.dev(plans.tables), plans.dev(plans.tasks), plans.dev(plans.items), ap.num_tasks, ap.num_items,
                          ap.tokens_per_task, ap.key_split, plans.dev(plans.tc_tiles), ap.num_tc_tiles, ap.tc_tokens,
                          plans.dev(plans.tc_items), ap.num_tc_items};
-    SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a, ws_.f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s));
+    {
+      ProfileSpan span(ctx_.profile, "paged_attention", s);
+      SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a, ws_.f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s));
+    }
     // 3. The output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, o_proj.
     void* oc = p[3].get(T * QW * dtype_size(wd));
     if (c_.attn_output_gate) SSM_CUDA_CHECK(sigmoid_gate(o, QW, g, QW, T, QW, oc, wd, QW, s));

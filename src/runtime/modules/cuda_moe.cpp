@@ -85,8 +85,12 @@ class CudaMoe final : public CudaModule {
     const auto* normed = static_cast<const float*>(x);
     float* router = (*ctx_.scratch)[0].f32(T * c_.num_experts);
     ctx_.gemm_run(normed, T, H_, gate_, router, c_.num_experts);
-    SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_, ws_.get(moe_workspace_bytes(T, weights())), st.stream));
-    if (shared_) {  // out += shared_expert(x) (gated: times sigmoid(x . w_g)); the MLP reads the rows in the GEMM dtype
+    {
+      ProfileSpan span(ctx_.profile, "experts", st.stream);
+      SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_, ws_.get(moe_workspace_bytes(T, weights())), st.stream));
+    }
+    if (shared_) {
+      ProfileSpan span(ctx_.profile, "shared", st.stream);  // out += shared_expert(x) (gated: times sigmoid(x . w_g)); the MLP reads the rows in the GEMM dtype
       const DType wd = ctx_.opt.weight_dtype;
       void* xc = shared_in_.get(T * H_ * dtype_size(wd));
       float* y = shared_out_.f32(T * H_);
@@ -105,7 +109,7 @@ class CudaMoe final : public CudaModule {
     r.n_group = r.sigmoid ? c_.n_group : 1, r.topk_group = r.sigmoid ? c_.topk_group : 1;
     r.correction_bias = bias_.data() ? bias_.as<float>() : nullptr;
     return {c_.num_experts, c_.top_k, H_, c_.intermediate_size, w1_.data(), c_.gated ? w3_.data() : nullptr, w2_.data(),
-            r, f32_};
+            r, f32_, ctx_.opt.batch_invariant};
   }
   const CudaRunnerContext& ctx_;
   MoeConfig c_;
