@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <numeric>
 #include <random>
 #include <string>
 
 #include "cuda_test_util.h"
+#include "sequential_rows.h"
 #include "device/cuda_check.h"
 #include "kernels/cpu/gated_delta.h"
 #include "kernels/cuda/gated_delta.h"
@@ -311,6 +313,109 @@ TEST(CudaGatedDelta, ChunkedContinuationMatchesOneShotCpu) {
   }
 }
 
+// ---- batch-invariant sequential prefill ----------------------------------------------------------------------------
+
+/// Bytes of block b of a state pool on the device.
+std::vector<uint8_t> block_bytes(const DeviceBuffer& pool, int64_t block_bytes_n, int32_t b) {
+  std::vector<uint8_t> h(block_bytes_n);
+  pool.download(h.data(), h.size(), static_cast<size_t>(b) * block_bytes_n);
+  return h;
+}
+
+/// gated_delta_prefill_sequential on random rows (lengths 1..300, initial states, a null row, stores at random
+/// offsets) equals, bit for bit, the same tokens fed one at a time through gated_delta_decode in batch-invariant mode
+/// (outputs, final states, stored states), and the CPU decode fed the same way within `tol`.
+void check_sequential(DType state_dtype, double tol) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const auto& sh : gdn_shapes()) {
+    SCOPED_TRACE(testing::Message() << sh.name << " state " << dtype_name(state_dtype));
+    const SeqRows r = SeqRows::random(rng, quick() ? 5 : 8, quick() ? 100 : 300, 2, true);
+    GdnLayer L(sh, state_dtype, r.num_blocks(), rng);
+    const int64_t bb = int64_t{sh.Hv} * sh.Dk * sh.Dv * dtype_size(state_dtype);
+    // Rows without an initial state start from zeros: their blocks are zeroed, so the decode walk starts there too.
+    for (int s = 0; s < r.n(); ++s)
+      if (r.nc[s] == 0 && r.idx[s] != 0) std::fill_n(L.pool.host.begin() + r.idx[s] * bb, bb, uint8_t{0});
+    L.pool.dev.upload(L.pool.host.data(), L.pool.host.size());
+    DeviceBuffer dec_pool(L.pool.host.size());
+    dec_pool.upload(L.pool.host.data(), L.pool.host.size());
+    cuda::GatedDeltaParams dp = L.dev();
+    dp.states.data = dec_pool.data();
+    Tokens tk(sh, r.T(), rng);
+    const int64_t os = int64_t{sh.Hv} * sh.Dv + 8, W = int64_t{sh.Hv} * sh.Dv;
+    // 1. The sequential prefill on the pool.
+    DevSeqRows dr(r);
+    DeviceBuffer dout = poisoned(r.T() * os);
+    SSM_CUDA_CHECK(cuda::gated_delta_prefill_sequential(tk.dev(), L.dev(), dout.as<float>(), os, dr.qsl.as<int32_t>(),
+                                                        dr.nc.as<int32_t>(), dr.idx.as<int32_t>(), r.n(), nullptr,
+                                                        dr.stores(r)));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = to_host<float>(dout, r.T() * os);
+    // 2. The same tokens one at a time: the GPU decode on the copy, the CPU decode on the host pool.
+    std::vector<float> want(r.T() * os, 0.0f), ref(r.T() * os, 0.0f);
+    std::vector<std::vector<uint8_t>> want_store(r.store_block.size());
+    for (int t = 0; t < r.max_len(); ++t) {
+      const DecodeStep st(r, t);
+      const int B = st.size();
+      const auto q = st.gather(tk.q, tk.qs), k = st.gather(tk.k, tk.ks), v = st.gather(tk.v, tk.vs);
+      const auto g = st.gather(tk.g, tk.gs), beta = st.gather(tk.beta, tk.bs);
+      DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v), dg = to_device(g), db = to_device(beta);
+      const cuda::GatedDeltaInputs din{dq.as<float>(), tk.qs, dk.as<float>(), tk.ks, dv.as<float>(), tk.vs,
+                                       dg.as<float>(), tk.gs, db.as<float>(), tk.bs};
+      const cpu::GatedDeltaInputs hin{q.data(), tk.qs, k.data(), tk.ks, v.data(), tk.vs, g.data(), tk.gs, beta.data(), tk.bs};
+      DeviceBuffer didx = to_device(st.blocks), o = poisoned(B * os);
+      SSM_CUDA_CHECK(cuda::gated_delta_decode(din, dp, o.as<float>(), os, didx.as<int32_t>(), B, nullptr, true));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto og = to_host<float>(o, B * os);
+      std::vector<float> oh(B * os, 0.0f);
+      cpu::gated_delta_decode(hin, L.host(), oh.data(), os, st.blocks);
+      for (int i = 0; i < B; ++i) {
+        std::copy_n(og.begin() + i * os, W, want.begin() + st.tokens[i] * os);
+        std::copy_n(oh.begin() + i * os, W, ref.begin() + st.tokens[i] * os);
+      }
+      for (size_t i = 0; i < r.store_offset.size(); ++i)
+        if (r.store_offset[i] == t + 1) want_store[i] = block_bytes(dec_pool, bb, r.idx[r.store_row[i]]);
+    }
+    // Bit identity: outputs, final states, stored states.
+    int64_t mismatched = 0;
+    for (int64_t t = 0; t < r.T(); ++t)
+      mismatched += std::memcmp(got.data() + t * os, want.data() + t * os, W * sizeof(float)) != 0;
+    EXPECT_EQ(mismatched, 0) << "tokens whose outputs differ from the decode walk's bits";
+    for (int s = 0; s < r.n(); ++s) {
+      if (r.idx[s] == 0) continue;
+      EXPECT_TRUE(block_bytes(L.pool.dev, bb, r.idx[s]) == block_bytes(dec_pool, bb, r.idx[s])) << "final state of row " << s;
+    }
+    for (size_t i = 0; i < r.store_block.size(); ++i)
+      EXPECT_TRUE(block_bytes(L.pool.dev, bb, r.store_block[i]) == want_store[i])
+          << "store " << i << " (row " << r.store_row[i] << ", offset " << r.store_offset[i] << ")";
+    // Against the CPU decode walk.
+    double worst = 0;
+    for (int s = 0; s < r.n(); ++s) {
+      const int64_t t0 = r.qsl[s];
+      const double e = rel_err(got.data() + t0 * os, os, ref.data() + t0 * os, os, r.len(s), W);
+      EXPECT_LT(e, r.idx[s] ? tol : 1e-30) << "out of row " << s << " (len " << r.len(s) << ")";
+      worst = std::max(worst, e);
+    }
+    const double se = L.pool.rel_err_blocks(r.idx);
+    EXPECT_LT(se, tol) << "final states vs the CPU";
+    EXPECT_TRUE(L.pool.null_block_intact());
+    std::printf("[gdn sequential] %-16s %s: %zu stores, bit-identical to decode: %s; vs CPU out %.2e, state %.2e\n",
+                sh.name, std::string(dtype_name(state_dtype)).c_str(), r.store_block.size(),
+                mismatched == 0 ? "yes" : "NO", worst, se);
+  }
+}
+
+TEST(CudaGatedDelta, SequentialPrefillEqualsDecodeBitForBit) {
+  REQUIRE_GPU();
+  check_sequential(DType::F32, 2e-5);
+}
+
+TEST(CudaGatedDelta, SequentialPrefillBf16StateEqualsDecodeBitForBit) {
+  REQUIRE_GPU();
+  check_sequential(DType::BF16, 1e-3);
+}
+
 // ---- prepare ------------------------------------------------------------------------------------------------------
 
 /// The preparation on the CPU (double sums, fp32 results): as cuda::gated_delta_prepare's doc comment.
@@ -408,6 +513,22 @@ TEST(CudaGatedDelta, RejectsUnsupportedShapes) {
   EXPECT_EQ(cuda::gated_delta_prefill(short_v, params(16, 32, 128, 128, 64), fake, 32 * 128, none, none, none, 1,
                                       nullptr),
             cudaErrorInvalidValue);
+  // The sequential prefill: decode's sizes (Dk 48 refused), strides and metadata arrays.
+  EXPECT_EQ(cuda::gated_delta_prefill_sequential(in, params(16, 32, 48, 128, 64), fake, 32 * 128, none, none, none, 1,
+                                                 nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::gated_delta_prefill_sequential(short_v, params(16, 32, 128, 128, 64), fake, 32 * 128, none, none,
+                                                 none, 1, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::gated_delta_prefill_sequential(in, params(16, 32, 128, 128, 64), fake, 32 * 128, none, none, none, 1,
+                                                 nullptr),
+            cudaErrorInvalidValue);  // missing query_start_loc / num_computed / state_indices
+  cuda::DevStateStores no_arrays;
+  no_arrays.num = 1;
+  const int32_t* some = reinterpret_cast<const int32_t*>(fake);
+  EXPECT_EQ(cuda::gated_delta_prefill_sequential(in, params(16, 32, 128, 128, 64), fake, 32 * 128, some, some, some, 1,
+                                                 nullptr, no_arrays),
+            cudaErrorInvalidValue);  // stores without their arrays
   cuda::GatedDeltaPrepareArgs pa;
   EXPECT_EQ(cuda::gated_delta_prepare(pa, 4, 16, 32, 128, nullptr), cudaErrorInvalidValue);  // zero strides
 }

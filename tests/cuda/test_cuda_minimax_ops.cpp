@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <utility>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 
 #include "core/error.h"
 #include "cuda_test_util.h"
+#include "sequential_rows.h"
 #include "device/cuda_check.h"
 #include "kernels/cpu/lightning.h"
 #include "kernels/cuda/kernel_tuning.h"
@@ -302,6 +304,92 @@ TEST(CudaLightning, DecodeMatchesCpuAndSkipsNullRows) {
   }
 }
 
+// Batch-invariant mode: lightning_prefill_sequential on random rows (lengths 1..300, initial states, a null row,
+// stores at random offsets, plan blocks of 64 so the walk crosses blocks and store cuts) equals, bit for bit, the same
+// tokens fed one at a time through lightning_decode (outputs, final states, stored states), and the CPU decode fed
+// the same way within the prefill test's tolerances.
+TEST(CudaLightning, SequentialPrefillEqualsDecodeBitForBit) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int D : {64, 128}) {
+    for (DType t : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(testing::Message() << "D=" << D << " " << dtype_name(t));
+      const int H = 4, bs = 64;
+      const SeqRows r = SeqRows::random(rng, quick() ? 5 : 8, quick() ? 100 : 300, 2, true);
+      LightningLayer L(H, D, bs, t, r.num_blocks(), rng);
+      const int64_t bb = static_cast<int64_t>(H) * D * D * dtype_size(t);
+      for (int s = 0; s < r.n(); ++s)  // rows without an initial state: zeroed blocks, where the decode walk starts
+        if (r.nc[s] == 0 && r.idx[s] != 0) std::fill_n(L.pool.host.begin() + r.idx[s] * bb, bb, uint8_t{0});
+      L.pool.dev.upload(L.pool.host.data(), L.pool.host.size());
+      DeviceBuffer dec_pool(L.pool.host.size());
+      dec_pool.upload(L.pool.host.data(), L.pool.host.size());
+      cuda::LightningDevParams dp = L.dev();
+      dp.states.data = dec_pool.data();
+      const int64_t T = r.T(), qs = 3LL * H * D + 4, os = static_cast<int64_t>(H) * D + 8, W = static_cast<int64_t>(H) * D;
+      const auto qkv = rand_vec(rng, T * qs);
+      // 1. The sequential prefill over the step's plan (stores cut its blocks).
+      const auto plan = cuda::LightningPlan::build(r.qsl, r.nc, bs, 1, r.store_start, r.store_offset, r.store_block);
+      DeviceBuffer db = to_device(plan.blocks), df = to_device(plan.seq_first_block), di = to_device(r.idx),
+                   dn = to_device(r.nc), dstore = to_device(plan.has_stores() ? plan.block_store : std::vector<int32_t>{0});
+      cuda::LightningPlanDev pd{plan.num_seqs, plan.num_blocks, plan.num_qtiles, db.as<int32_t>(), df.as<int32_t>(),
+                                nullptr, di.as<int32_t>(), dn.as<int32_t>()};
+      if (plan.has_stores()) pd.block_store = dstore.as<int32_t>();
+      DeviceBuffer dqkv = to_device(qkv), dout = poisoned(T * os);
+      SSM_CUDA_CHECK(cuda::lightning_prefill_sequential(dqkv.as<float>(), qs, dout.as<float>(), os, L.dev(), pd, nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = to_host<float>(dout, T * os);
+      // 2. The same tokens one at a time: the GPU decode on the copy, the CPU decode on the host pool.
+      std::vector<float> want(T * os, 0.0f), ref(T * os, 0.0f);
+      std::vector<std::vector<uint8_t>> want_store(r.store_block.size());
+      auto block_of = [&](const DeviceBuffer& pool, int32_t b) {
+        std::vector<uint8_t> h(bb);
+        pool.download(h.data(), h.size(), static_cast<size_t>(b) * bb);
+        return h;
+      };
+      for (int j = 0; j < r.max_len(); ++j) {
+        const DecodeStep st(r, j);
+        const int B = st.size();
+        const auto x = st.gather(qkv, qs);
+        DeviceBuffer dx = to_device(x), didx = to_device(st.blocks), o = poisoned(B * os);
+        SSM_CUDA_CHECK(cuda::lightning_decode(dx.as<float>(), qs, o.as<float>(), os, dp, didx.as<int32_t>(), B, nullptr));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto og = to_host<float>(o, B * os);
+        std::vector<float> oh(B * os, 0.0f);
+        cpu::lightning_decode(x.data(), qs, oh.data(), os, L.host(), st.blocks);
+        for (int i = 0; i < B; ++i) {
+          std::copy_n(og.begin() + i * os, W, want.begin() + st.tokens[i] * os);
+          std::copy_n(oh.begin() + i * os, W, ref.begin() + st.tokens[i] * os);
+        }
+        for (size_t i = 0; i < r.store_offset.size(); ++i)
+          if (r.store_offset[i] == j + 1) want_store[i] = block_of(dec_pool, r.idx[r.store_row[i]]);
+      }
+      int64_t mismatched = 0;
+      for (int64_t i = 0; i < T; ++i)
+        mismatched += std::memcmp(got.data() + i * os, want.data() + i * os, W * sizeof(float)) != 0;
+      EXPECT_EQ(mismatched, 0) << "tokens whose outputs differ from the decode walk's bits";
+      for (int s = 0; s < r.n(); ++s) {
+        if (r.idx[s] == 0) continue;
+        EXPECT_TRUE(block_of(L.pool.dev, r.idx[s]) == block_of(dec_pool, r.idx[s])) << "final state of row " << s;
+      }
+      for (size_t i = 0; i < r.store_block.size(); ++i)
+        EXPECT_TRUE(block_of(L.pool.dev, r.store_block[i]) == want_store[i])
+            << "store " << i << " (row " << r.store_row[i] << ", offset " << r.store_offset[i] << ")";
+      const double tol = t == DType::F32 ? 1e-4 : 1e-2;
+      for (int s = 0; s < r.n(); ++s) {
+        const int64_t t0 = r.qsl[s];
+        EXPECT_LT(rel_err(got.data() + t0 * os, os, ref.data() + t0 * os, os, r.len(s), W), r.idx[s] ? tol : 1e-30)
+            << "out of row " << s << " (len " << r.len(s) << ")";
+      }
+      EXPECT_LT(L.pool.rel_err_blocks(r.idx), tol) << "final states vs the CPU";
+      EXPECT_TRUE(L.pool.null_block_intact());
+      std::printf("[lightning sequential] D=%d %s: %zu stores, bit-identical to decode: %s\n", D,
+                  std::string(dtype_name(t)).c_str(), r.store_block.size(), mismatched == 0 ? "yes" : "NO");
+    }
+  }
+}
+
 // Host-side plans (no GPU needed: these run in CI too).
 TEST(CudaLightningPlan, BlocksFollowTheSequenceGrid) {
   // Rows: 300 new tokens from scratch, 70 continuing after 100 computed (first block ends at 128), an empty row.
@@ -339,6 +427,10 @@ TEST(CudaLightning, RejectsBadArguments) {
   pd.num_seqs = 1;
   EXPECT_EQ(cuda::lightning_prefill(nullptr, 576, nullptr, 192, L.dev(), pd, nullptr, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::lightning_decode(nullptr, 576, nullptr, 192, L.dev(), nullptr, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::lightning_prefill_sequential(nullptr, 576, nullptr, 192, L.dev(), pd, nullptr), cudaErrorInvalidValue);
+  LightningLayer L64(2, 64, 256, DType::F32, 2, rng);
+  EXPECT_EQ(cuda::lightning_prefill_sequential(nullptr, 384, nullptr, 128, L64.dev(), pd, nullptr),
+            cudaErrorInvalidValue);  // missing plan arrays
   EXPECT_EQ(cuda::lightning_prefill_bf16(nullptr, 576, static_cast<float*>(nullptr), 192, L.dev(), pd, nullptr, nullptr),
             cudaErrorInvalidValue);
   EXPECT_THROW(cuda::LightningPlan::build(std::vector<int32_t>{0, 5, 3}, std::vector<int32_t>{0, 0}, 64), Error);

@@ -4,6 +4,8 @@
 // Decode napkin math (Qwen3.5-9B layer: Hv = 32, Dk = Dv = 128, fp32 state): 2 MiB read + 2 MiB written per row,
 // ~3 * 0.5 M FMAs per row, so ~0.4 FLOP/byte: bound by HBM (4.8 TB/s peak: ~0.9 us per row per layer, ~0.2 ms
 // at batch 256).
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gated_delta.h"
 
@@ -47,6 +49,106 @@ __device__ __forceinline__ void store4(__half* p, float4 v) {
 
 constexpr int kRowsPerThread = 4;
 
+/// Rounds 4 values to the state dtype and back: the values load4 reads after store4 wrote v.
+__device__ __forceinline__ float4 round4(float4 v, float) { return v; }
+__device__ __forceinline__ float4 round4(float4 v, __nv_bfloat16) {
+  const float2 a = __bfloat1622float2(__floats2bfloat162_rn(v.x, v.y));
+  const float2 b = __bfloat1622float2(__floats2bfloat162_rn(v.z, v.w));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float4 round4(float4 v, __half) {
+  const float2 a = __half22float2(__floats2half2_rn(v.x, v.y)), b = __half22float2(__floats2half2_rn(v.z, v.w));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+/// Shared memory of one block of the one-token update (block of (kCols / 4) * (kDk / 4) threads).
+template <int kDk, int kCols>
+struct StepSmem {
+  static constexpr int kWarps = (kCols / 4) * (kDk / kRowsPerThread) / 32;
+  float sq[kDk], sk[kDk];
+  float red[kWarps][2 * kCols + 1];
+  float su[kCols];
+};
+
+/// One token of the delta rule on a block's [kDk, kCols] slice (value head h, columns col0..), shared by the decode
+/// kernel and the sequential prefill so both do the same arithmetic per token: thread t holds the 4 columns
+/// cg * 4 .. +3 (cg = t % (kCols / 4)) of the key rows rg + (kDk / 4) i in s (in), writes this token's outputs o
+/// [kCols] (threads < kCols) and returns the new state (not rounded to the state dtype) in n. after_previous: a token
+/// ran before on this block (wait until it is done with the shared memory).
+template <int kDk, int kCols>
+__device__ __forceinline__ void token_step(const GatedDeltaInputs& in, int64_t r, int h, int kh, int col0, int Dv,
+                                           float* o, const float4 (&s)[kRowsPerThread], float4 (&n)[kRowsPerThread],
+                                           StepSmem<kDk, kCols>& sm, bool after_previous) {
+  constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread, kThreads = kCG * kRG, kWarps = kThreads / 32;
+  static_assert(kThreads % 32 == 0 && kCG <= 32, "a warp holds whole row groups");
+  const int tid = threadIdx.x, cg = tid % kCG, rg = tid / kCG;
+  if (after_previous) __syncthreads();  // the previous token is done with sq, sk, red and su
+  // 1. This token's q, k (key head kh), decay and learning rate.
+  for (int i = tid; i < kDk; i += kThreads) {
+    sm.sq[i] = in.q[r * in.q_stride + static_cast<int64_t>(kh) * kDk + i];
+    sm.sk[i] = in.k[r * in.k_stride + static_cast<int64_t>(kh) * kDk + i];
+  }
+  const float eg = expf(in.g[r * in.g_stride + h]);
+  const float beta = in.beta[r * in.beta_stride + h];
+  __syncthreads();
+  // 2. Partial k^T S, q^T S over this thread's rows, and q . k (the same in every column group).
+  float a[4] = {0, 0, 0, 0}, bq[4] = {0, 0, 0, 0}, qk = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const float kv = sm.sk[rg + kRG * i], qv = sm.sq[rg + kRG * i];
+    const float e[4] = {s[i].x, s[i].y, s[i].z, s[i].w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      a[c] = fmaf(e[c], kv, a[c]);
+      bq[c] = fmaf(e[c], qv, bq[c]);
+    }
+    qk = fmaf(qv, kv, qk);
+  }
+  // 3. Reduce over the row groups: lanes of one column group within the warp, then across warps.
+#pragma unroll
+  for (int off = kCG; off < 32; off <<= 1) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      a[c] += __shfl_xor_sync(0xffffffffu, a[c], off);
+      bq[c] += __shfl_xor_sync(0xffffffffu, bq[c], off);
+    }
+    qk += __shfl_xor_sync(0xffffffffu, qk, off);
+  }
+  const int lane = tid & 31, warp = tid >> 5;
+  if (lane < kCG) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      sm.red[warp][cg * 4 + c] = a[c];
+      sm.red[warp][kCols + cg * 4 + c] = bq[c];
+    }
+    if (lane == 0) sm.red[warp][2 * kCols] = qk;
+  }
+  __syncthreads();
+  // 4. Per column c: u_c = beta (v_c - e^g (k^T S)_c), o_c = e^g (q^T S)_c + u_c (q . k).
+  if (tid < kCols) {
+    float at = 0.0f, bt = 0.0f, qkt = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      at += sm.red[w][tid];
+      bt += sm.red[w][kCols + tid];
+      qkt += sm.red[w][2 * kCols];
+    }
+    const float v = in.v[r * in.v_stride + static_cast<int64_t>(h) * Dv + col0 + tid];
+    const float u = beta * (v - eg * at);
+    sm.su[tid] = u;
+    o[tid] = fmaf(u, qkt, eg * bt);
+  }
+  __syncthreads();
+  // 5. S <- e^g S + k u^T.
+  const float u[4] = {sm.su[cg * 4], sm.su[cg * 4 + 1], sm.su[cg * 4 + 2], sm.su[cg * 4 + 3]};
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const float kv = sm.sk[rg + kRG * i];
+    n[i] = make_float4(fmaf(kv, u[0], eg * s[i].x), fmaf(kv, u[1], eg * s[i].y), fmaf(kv, u[2], eg * s[i].z),
+                       fmaf(kv, u[3], eg * s[i].w));
+  }
+}
+
 /// Block (row b = blockIdx.x, value head h = blockIdx.y, column slice blockIdx.z of kCols columns). Thread t owns
 /// the 4 columns cg * 4 .. +3 (cg = t % kCG) of the key rows rg + kRG * i (rg = t / kCG, i < 4): a warp reads
 /// 32 / kCG rows x kCols contiguous elements per load. A verify row's tokens run one after another
@@ -55,11 +157,8 @@ template <class TS, int kDk, int kCols>
 __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
     decode_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
                   DeviceDecodeRows rows) {
-  constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread, kThreads = kCG * kRG, kWarps = kThreads / 32;
-  static_assert(kThreads % 32 == 0 && kCG <= 32, "a warp holds whole row groups");
-  __shared__ float sq[kDk], sk[kDk];
-  __shared__ float red[kWarps][2 * kCols + 1];
-  __shared__ float su[kCols];
+  constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread;
+  __shared__ StepSmem<kDk, kCols> sm;
   const int b = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kCols, tid = threadIdx.x;
   const int Dv = p.head_v_dim, kh = h / (p.num_v_heads / p.num_k_heads);
   const int nt = rows.num_tokens(b);
@@ -83,87 +182,87 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
     for (int i = 0; i < kRowsPerThread; ++i) s[i] = load4(S + static_cast<int64_t>(rg + kRG * i) * Dv);
   }
   for (int j = 0; j < nt; ++j) {
-    const int64_t r = t0 + j;
-    float* o = out_row(r);
-    if (j > 0) __syncthreads();  // the previous token is done with sq, sk, red and su
-    // 1. This token's q, k (key head kh), decay and learning rate.
-    for (int i = tid; i < kDk; i += kThreads) {
-      sq[i] = in.q[r * in.q_stride + static_cast<int64_t>(kh) * kDk + i];
-      sk[i] = in.k[r * in.k_stride + static_cast<int64_t>(kh) * kDk + i];
-    }
-    const float eg = expf(in.g[r * in.g_stride + h]);
-    const float beta = in.beta[r * in.beta_stride + h];
-    __syncthreads();
-    // 2. Partial k^T S, q^T S over this thread's rows, and q . k (the same in every column group).
-    float a[4] = {0, 0, 0, 0}, bq[4] = {0, 0, 0, 0}, qk = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      const float kv = sk[rg + kRG * i], qv = sq[rg + kRG * i];
-      const float e[4] = {s[i].x, s[i].y, s[i].z, s[i].w};
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        a[c] = fmaf(e[c], kv, a[c]);
-        bq[c] = fmaf(e[c], qv, bq[c]);
-      }
-      qk = fmaf(qv, kv, qk);
-    }
-    // 3. Reduce over the row groups: lanes of one column group within the warp, then across warps.
-#pragma unroll
-    for (int off = kCG; off < 32; off <<= 1) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        a[c] += __shfl_xor_sync(0xffffffffu, a[c], off);
-        bq[c] += __shfl_xor_sync(0xffffffffu, bq[c], off);
-      }
-      qk += __shfl_xor_sync(0xffffffffu, qk, off);
-    }
-    const int lane = tid & 31, warp = tid >> 5;
-    if (lane < kCG) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        red[warp][cg * 4 + c] = a[c];
-        red[warp][kCols + cg * 4 + c] = bq[c];
-      }
-      if (lane == 0) red[warp][2 * kCols] = qk;
-    }
-    __syncthreads();
-    // 4. Per column c: u_c = beta (v_c - e^g (k^T S)_c), o_c = e^g (q^T S)_c + u_c (q . k).
-    if (tid < kCols) {
-      float at = 0.0f, bt = 0.0f, qkt = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        at += red[w][tid];
-        bt += red[w][kCols + tid];
-        qkt += red[w][2 * kCols];
-      }
-      const float v = in.v[r * in.v_stride + static_cast<int64_t>(h) * Dv + col0 + tid];
-      const float u = beta * (v - eg * at);
-      su[tid] = u;
-      o[tid] = fmaf(u, qkt, eg * bt);
-    }
-    __syncthreads();
-    // 5. S <- e^g S + k u^T, written to this token's column (column 0 in place for a plain row); the next token
-    //    continues from the stored (rounded) values.
-    const float u[4] = {su[cg * 4], su[cg * 4 + 1], su[cg * 4 + 2], su[cg * 4 + 3]};
+    float4 n[kRowsPerThread];
+    token_step<kDk, kCols>(in, t0 + j, h, kh, col0, Dv, out_row(t0 + j), s, n, sm, j > 0);
+    // The new state goes to this token's column (column 0 in place for a plain row); the next token continues from
+    // the stored (rounded) values.
     TS* S = state_at(rows.dst_block(b, j));
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
-      const float kv = sk[rg + kRG * i];
-      const float4 n = make_float4(fmaf(kv, u[0], eg * s[i].x), fmaf(kv, u[1], eg * s[i].y),
-                                   fmaf(kv, u[2], eg * s[i].z), fmaf(kv, u[3], eg * s[i].w));
       TS* dst = S + static_cast<int64_t>(rg + kRG * i) * Dv;
-      store4(dst, n);
+      store4(dst, n[i]);
       if (j + 1 < nt) s[i] = load4(dst);
     }
   }
 }
 
+/// Column slice width of the sequential prefill: the decode kernel's in batch-invariant mode.
+constexpr int kSequentialCols = 16;
+
+/// Sequential prefill (batch-invariant mode): block (sequence = blockIdx.x, value head blockIdx.y, column slice
+/// blockIdx.z of kCols columns) walks the sequence's tokens one by one with token_step, exactly the decode kernel's
+/// per-token arithmetic (the state rounded to the state dtype after every token, as decode stores and reloads it).
+/// Starts from the sequence's block when num_computed > 0 (else zeros); writes the state after each store offset into
+/// the store's block and the final state into the sequence's block.
+template <class TS, int kDk, int kCols>
+__global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
+    sequential_prefill_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
+                              const int32_t* __restrict__ qsl, const int32_t* __restrict__ num_computed,
+                              const int32_t* __restrict__ state_indices, DevStateStores stores) {
+  constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread;
+  __shared__ StepSmem<kDk, kCols> sm;
+  const int seq = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kCols, tid = threadIdx.x;
+  const int Dv = p.head_v_dim, kh = h / (p.num_v_heads / p.num_k_heads);
+  const int64_t t0 = qsl[seq];
+  const int nt = qsl[seq + 1] - qsl[seq];
+  const int32_t blk = state_indices[seq];
+  auto out_row = [&](int64_t t) { return out + t * out_stride + static_cast<int64_t>(h) * Dv + col0; };
+  if (blk == 0) {  // null row: no state I/O, zero outputs
+    for (int j = 0; j < nt; ++j)
+      if (tid < kCols) out_row(t0 + j)[tid] = 0.0f;
+    return;
+  }
+  if (nt <= 0) return;
+  const int cg = tid % kCG, rg = tid / kCG;
+  auto state_at = [&](int32_t b) {
+    return static_cast<TS*>(p.states.data) + b * p.states.block_stride + static_cast<int64_t>(h) * kDk * Dv + col0 +
+           cg * 4;
+  };
+  auto write_state = [&](int32_t b, const float4 (&v)[kRowsPerThread]) {
+    TS* S = state_at(b);
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) store4(S + static_cast<int64_t>(rg + kRG * i) * Dv, v[i]);
+  };
+  float4 s[kRowsPerThread];
+  if (num_computed[seq] > 0) {
+    const TS* S = state_at(blk);
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) s[i] = load4(S + static_cast<int64_t>(rg + kRG * i) * Dv);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) s[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  int next = 0, last = 0;  // this sequence's stores [next, last)
+  if (stores.num > 0) next = stores.start[seq], last = stores.start[seq + 1];
+  for (int j = 0; j < nt; ++j) {
+    float4 n[kRowsPerThread];
+    token_step<kDk, kCols>(in, t0 + j, h, kh, col0, Dv, out_row(t0 + j), s, n, sm, j > 0);
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) s[i] = round4(n[i], TS{});
+    for (; next < last && stores.offset[next] <= j + 1; ++next)
+      if (stores.offset[next] == j + 1 && stores.block[next] > 0) write_state(stores.block[next], s);
+  }
+  write_state(blk, s);
+}
+
 template <class TS, int kDk>
 cudaError_t launch_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                          DeviceDecodeRows rows, int batch, cudaStream_t stream) {
+                          DeviceDecodeRows rows, int batch, bool batch_invariant, cudaStream_t stream) {
   // 32-column slices when that still gives ~2 blocks per SM (132 SMs), else 16 (more, smaller blocks at batch 1).
+  // The slice width sets the reduction order over the key rows: batch-invariant mode keeps 16 at every batch size
+  // (the sequential prefill's width).
   const int64_t blocks32 = static_cast<int64_t>(batch) * p.num_v_heads * (p.head_v_dim / 32);
-  if (p.head_v_dim % 32 == 0 && blocks32 >= 256) {
+  if (!batch_invariant && p.head_v_dim % 32 == 0 && blocks32 >= 256) {
     constexpr int kCols = 32;
     decode_kernel<TS, kDk, kCols><<<dim3(batch, p.num_v_heads, p.head_v_dim / kCols), (kCols / 4) * (kDk / 4), 0,
                                     stream>>>(in, p, out, out_stride, rows);
@@ -172,6 +271,18 @@ cudaError_t launch_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p,
     decode_kernel<TS, kDk, kCols><<<dim3(batch, p.num_v_heads, p.head_v_dim / kCols), (kCols / 4) * (kDk / 4), 0,
                                     stream>>>(in, p, out, out_stride, rows);
   }
+  return launch_status();
+}
+
+template <class TS, int kDk>
+cudaError_t launch_sequential_prefill(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out,
+                                      int64_t out_stride, const int32_t* qsl, const int32_t* num_computed,
+                                      const int32_t* state_indices, int num_seqs, const DevStateStores& stores,
+                                      cudaStream_t stream) {
+  constexpr int kCols = kSequentialCols;
+  sequential_prefill_kernel<TS, kDk, kCols><<<dim3(num_seqs, p.num_v_heads, p.head_v_dim / kCols),
+                                              (kCols / 4) * (kDk / 4), 0, stream>>>(in, p, out, out_stride, qsl,
+                                                                                   num_computed, state_indices, stores);
   return launch_status();
 }
 
@@ -238,7 +349,7 @@ bool gated_delta_prefill_supported(const GatedDeltaParams& p) {
 }
 
 cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                               DeviceDecodeRows rows, int batch, cudaStream_t stream) {
+                               DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant) {
   if (!gated_delta_decode_supported(p) || !strides_ok(in, p) || batch < 0 || !rows.state_indices || rows.cols < 1 ||
       out_stride < static_cast<int64_t>(p.num_v_heads) * p.head_v_dim || p.num_v_heads > 65535)
     return cudaErrorInvalidValue;
@@ -246,10 +357,36 @@ cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParam
   return detail::visit_dtype(p.states.dtype, [&](auto tag) -> cudaError_t {
     using TS = decltype(tag);
     switch (p.head_k_dim) {
-      case 32: return launch_decode<TS, 32>(in, p, out, out_stride, rows, batch, stream);
-      case 64: return launch_decode<TS, 64>(in, p, out, out_stride, rows, batch, stream);
-      case 128: return launch_decode<TS, 128>(in, p, out, out_stride, rows, batch, stream);
-      default: return launch_decode<TS, 256>(in, p, out, out_stride, rows, batch, stream);
+      case 32: return launch_decode<TS, 32>(in, p, out, out_stride, rows, batch, batch_invariant, stream);
+      case 64: return launch_decode<TS, 64>(in, p, out, out_stride, rows, batch, batch_invariant, stream);
+      case 128: return launch_decode<TS, 128>(in, p, out, out_stride, rows, batch, batch_invariant, stream);
+      default: return launch_decode<TS, 256>(in, p, out, out_stride, rows, batch, batch_invariant, stream);
+    }
+  });
+}
+
+cudaError_t gated_delta_prefill_sequential(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out,
+                                           int64_t out_stride, const int32_t* query_start_loc,
+                                           const int32_t* num_computed, const int32_t* state_indices, int num_seqs,
+                                           cudaStream_t stream, const DevStateStores& stores) {
+  if (!gated_delta_decode_supported(p) || !strides_ok(in, p) || num_seqs < 0 ||
+      out_stride < static_cast<int64_t>(p.num_v_heads) * p.head_v_dim || p.num_v_heads > 65535)
+    return cudaErrorInvalidValue;
+  if (num_seqs == 0) return cudaSuccess;
+  if (!query_start_loc || !num_computed || !state_indices || !out ||
+      (stores.num > 0 && (!stores.start || !stores.offset || !stores.block)))
+    return cudaErrorInvalidValue;
+  return detail::visit_dtype(p.states.dtype, [&](auto tag) -> cudaError_t {
+    using TS = decltype(tag);
+    const auto run = [&](auto dk) {
+      return launch_sequential_prefill<TS, decltype(dk)::value>(in, p, out, out_stride, query_start_loc, num_computed,
+                                                                state_indices, num_seqs, stores, stream);
+    };
+    switch (p.head_k_dim) {
+      case 32: return run(std::integral_constant<int, 32>{});
+      case 64: return run(std::integral_constant<int, 64>{});
+      case 128: return run(std::integral_constant<int, 128>{});
+      default: return run(std::integral_constant<int, 256>{});
     }
   });
 }

@@ -22,6 +22,10 @@
 // products on the tensor cores (mma.sync m16n8k8 TF32, kernels/cuda/mma_tile.cuh): 3xTF32 (hi / lo splits, fp32
 // accuracy) by default, one TF32 pass with GatedDeltaPrecision::kTf32.
 //
+// Batch-invariant mode (gated_delta_prefill_sequential): the prefill walks each sequence token by token through the
+// decode kernel's per-token step (one __device__ function shared by both kernels), so prefill and decode give the
+// same bits per token whatever the batch and the cut of the prompt into steps.
+//
 // gated_delta_prefill_two_pass (gated_delta_prefill_wy.cu) computes the state-independent part (A, T = (I + A)^-1,
 // W = T diag(beta e^c) K, U = T diag(beta) V, P) chunk-parallel into a workspace first, so the walk does only W S,
 // Q S, P V~ and K^T V~.
@@ -74,10 +78,28 @@ bool gated_delta_prefill_supported(const GatedDeltaParams& p);
 /// state_indices[r] by one token in place; a speculative verify row's tokens run one after another, token j
 /// continuing from column j - 1's state and storing the state after it (rounded to the state dtype) into column j.
 /// Null rows (block 0: padding) read and write no state and output zeros. out: [tokens, Hv, Dv] fp32 with row
-/// stride out_stride (>= Hv * Dv). Inputs' row strides >= their row widths. Returns cudaErrorInvalidValue when
-/// !gated_delta_decode_supported(p) or a stride is too small.
+/// stride out_stride (>= Hv * Dv). Inputs' row strides >= their row widths. batch_invariant: 16-column slices at
+/// every batch size (by default large batches take 32-column slices, whose reduction over the key rows runs in
+/// another order), so a row's bits do not depend on the batch; the slicing of gated_delta_prefill_sequential.
+/// Returns cudaErrorInvalidValue when !gated_delta_decode_supported(p) or a stride is too small.
 cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                               DeviceDecodeRows rows, int batch, cudaStream_t stream);
+                               DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant = false);
+
+/// Batch-invariant prefill (SSMSERVE_BATCH_INVARIANT): each sequence walks its tokens one by one with the decode
+/// kernel's per-token arithmetic (the same __device__ step, 16-column slices as gated_delta_decode with
+/// batch_invariant, the state rounded to the state dtype after every token as decode stores it), so a token's
+/// outputs and states are bit-identical to feeding the tokens one at a time through gated_delta_decode, however the
+/// prompt is cut into steps. Metadata as gated_delta_prefill (sequence s: tokens [query_start_loc[s],
+/// query_start_loc[s+1]), starts from block state_indices[s] when num_computed[s] > 0, else zeros; block 0: null
+/// row, outputs zero, no state I/O), writes the final states; stores: "all"-mode state stores (state_stores.h, rows
+/// = sequences) at any offset: the state after the store's offset goes to its block. out: [T, Hv, Dv] fp32, row
+/// stride out_stride (>= Hv * Dv), must not alias the inputs. Sizes: those of gated_delta_decode_supported.
+/// Returns cudaErrorInvalidValue for unsupported sizes, short strides or missing arrays. Slower than the chunked
+/// prefill on long prompts (one token after another, a sync-bound walk per token).
+cudaError_t gated_delta_prefill_sequential(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out,
+                                           int64_t out_stride, const int32_t* query_start_loc,
+                                           const int32_t* num_computed, const int32_t* state_indices, int num_seqs,
+                                           cudaStream_t stream, const DevStateStores& stores = {});
 
 /// Varlen prefill (tokens relative to `in`), the CPU kernel's metadata as device arrays: sequence s owns tokens
 /// [query_start_loc[s], query_start_loc[s+1]) ([num_seqs + 1]), has num_computed[s] tokens already in its state

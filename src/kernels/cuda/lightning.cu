@@ -252,6 +252,61 @@ __global__ void __launch_bounds__(kThreads, 2) output_kernel(const float* __rest
   }
 }
 
+/// One token's update of key row d in a thread's 4 state columns, shared by the decode kernel and the sequential
+/// prefill so both do the same arithmetic: x <- e^{-s} x + k_d v (dec = e^{-s}), then acc += q_d x with the updated
+/// x (before any rounding to the state dtype).
+__device__ __forceinline__ void row_step(float (&x)[4], float (&acc)[4], float dec, float kd, float qd,
+                                         const float (&vx)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[i] = dec * x[i] + kd * vx[i];
+    acc[i] += qd * x[i];
+  }
+}
+
+/// One token's outputs from the threads' partial sums (thread (r0, c4) holds rows r0, r0 + R, ... of columns
+/// c4 * 4 .. +3): o[c] = the R row groups' sums added in order (threads < D write). after_previous: a token ran
+/// before on this block (its sums must be read before `red` is overwritten).
+template <int D, int R>
+__device__ __forceinline__ void out_step(float (&red)[R][D], const float (&acc)[4], int r0, int c4, float* o,
+                                         bool after_previous) {
+  if (after_previous) __syncthreads();
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[r0][c4 * 4 + i] = acc[i];
+  __syncthreads();
+  if (threadIdx.x < D) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int g = 0; g < R; ++g) sum += red[g][threadIdx.x];
+    o[threadIdx.x] = sum;
+  }
+}
+
+/// The 4 state elements at `row` as fp32, and their store in the state dtype.
+template <class TS>
+__device__ __forceinline__ void load_row4(const TS* row, float (&x)[4]) {
+  if constexpr (sizeof(TS) == 4) {
+    const float4 tv = *reinterpret_cast<const float4*>(row);
+    x[0] = tv.x, x[1] = tv.y, x[2] = tv.z, x[3] = tv.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[i] = load(row + i);
+  }
+}
+template <class TS>
+__device__ __forceinline__ void store_row4(TS* row, const float (&x)[4]) {
+  if constexpr (sizeof(TS) == 4) {
+    *reinterpret_cast<float4*>(row) = make_float4(x[0], x[1], x[2], x[3]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) store(row + i, x[i]);
+  }
+}
+/// x rounded to the state dtype and back (what store then load give).
+__device__ __forceinline__ float round_state(float x, float) { return x; }
+__device__ __forceinline__ float round_state(float x, __nv_bfloat16) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float round_state(float x, __half) { return __half2float(__float2half_rn(x)); }
+
 /// Decode. Grid (batch, H); thread t owns 4 value columns (t % (D/4)) and every (256/(D/4))-th key row, in every
 /// state column of the row (device_decode_rows.h: a verify row's token j reads column j - 1, writes column j).
 template <class TS, int D>
@@ -283,40 +338,76 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const float* __restric
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
     for (int d = r0; d < D; d += R) {
-      const TS* row_in = S_in + d * D;
-      TS* row = S + d * D;
-      const float kd = k[d], qd = q[d];
       float x[4];
-      if constexpr (sizeof(TS) == 4) {
-        const float4 tv = *reinterpret_cast<const float4*>(row_in);
-        x[0] = tv.x, x[1] = tv.y, x[2] = tv.z, x[3] = tv.w;
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) x[i] = load(row_in + i);
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        x[i] = dec * x[i] + kd * vx[i];
-        acc[i] += qd * x[i];
-      }
-      if constexpr (sizeof(TS) == 4) {
-        *reinterpret_cast<float4*>(row) = make_float4(x[0], x[1], x[2], x[3]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) store(row + i, x[i]);
-      }
+      load_row4(S_in + d * D, x);
+      row_step(x, acc, dec, k[d], q[d], vx);
+      store_row4(S + d * D, x);
     }
-    if (j > 0) __syncthreads();  // the previous token's sums are read before `red` is overwritten
-#pragma unroll
-    for (int i = 0; i < 4; ++i) red[r0][c4 * 4 + i] = acc[i];
-    __syncthreads();
-    if (threadIdx.x < D) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int g = 0; g < R; ++g) sum += red[g][threadIdx.x];
-      o[threadIdx.x] = sum;
-    }
+    out_step<D, R>(red, acc, r0, c4, o, j > 0);
   }
+}
+
+/// Sequential prefill (batch-invariant mode). Grid (num_seqs, H), the decode kernel's thread layout; the block walks
+/// its sequence's tokens (the plan's blocks in order) one by one with row_step / out_step, the state held in
+/// registers and rounded to the state dtype after every token (as decode stores and reloads it), so every token's
+/// output and state are the decode kernel's bits. Starts from the sequence's block when num_computed > 0 (else
+/// zeros); the state after a plan block with a store goes to plan.block_store[b]; the final state to the block.
+template <class TS, int D>
+__global__ void __launch_bounds__(kThreads) sequential_prefill_kernel(const float* __restrict__ qkv, int64_t qs,
+                                                                      float* __restrict__ out, int64_t os,
+                                                                      LightningDevParams p, LightningPlanDev plan) {
+  constexpr int L = D / 4, R = kThreads / L, kRows = D / R;
+  __shared__ float red[R][D];
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const int b0 = plan.seq_first_block[seq], b1 = plan.seq_first_block[seq + 1];
+  const int32_t sb = plan.state_indices[seq];
+  if (sb == 0) {  // null row: zero outputs, no state I/O
+    for (int b = b0; b < b1; ++b)
+      for (int j = 0; j < plan.blocks[3 * b + 1]; ++j)
+        if (threadIdx.x < D) out[(plan.blocks[3 * b] + int64_t{j}) * os + static_cast<int64_t>(h) * D + threadIdx.x] = 0.0f;
+    return;
+  }
+  if (b0 == b1) return;
+  const int c4 = threadIdx.x % L, r0 = threadIdx.x / L;
+  const float dec = decay(p.slopes[h], 1.0);
+  TS* const base = static_cast<TS*>(p.states.data) + static_cast<int64_t>(h) * D * D + c4 * 4;
+  float x[kRows][4];
+  if (plan.num_computed[seq] > 0) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) load_row4(base + sb * p.states.block_stride + (r0 + i * R) * D, x[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.0f;
+  }
+  auto write_state = [&](int32_t blk) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) store_row4(base + blk * p.states.block_stride + (r0 + i * R) * D, x[i]);
+  };
+  bool first = true;
+  for (int b = b0; b < b1; ++b) {
+    const int64_t row0 = plan.blocks[3 * b];
+    const int m = plan.blocks[3 * b + 1];
+    for (int j = 0; j < m; ++j) {
+      const int64_t t = row0 + j;
+      float* o = out + t * os + static_cast<int64_t>(h) * D;
+      const float* q = qkv + t * qs + static_cast<int64_t>(h) * 3 * D;
+      const float *k = q + D, *v = q + 2 * D;
+      const float4 vv = *reinterpret_cast<const float4*>(v + c4 * 4);
+      const float vx[4] = {vv.x, vv.y, vv.z, vv.w};
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int d = r0 + i * R;
+        row_step(x[i], acc, dec, k[d], q[d], vx);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) x[i][c] = round_state(x[i][c], TS{});
+      }
+      out_step<D, R>(red, acc, r0, c4, o, !first);
+      first = false;
+    }
+    if (plan.block_store && plan.block_store[b] > 0) write_state(plan.block_store[b]);
+  }
+  write_state(sb);
 }
 
 bool valid(const LightningDevParams& p) {
@@ -361,6 +452,27 @@ cudaError_t lightning_prefill(const float* qkv, int64_t qkv_stride, float* out, 
   if (plan.num_blocks > 0 && (qkv == nullptr || out == nullptr || workspace == nullptr)) return cudaErrorInvalidValue;
   return p.head_dim == 64 ? prefill_d<64>(qkv, qkv_stride, out, out_stride, p, plan, workspace, stream)
                           : prefill_d<128>(qkv, qkv_stride, out, out_stride, p, plan, workspace, stream);
+}
+
+cudaError_t lightning_prefill_sequential(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                                         const LightningDevParams& p, const LightningPlanDev& plan,
+                                         cudaStream_t stream) {
+  if (!valid(p) || qkv_stride % 4 != 0 || qkv_stride < 3LL * p.num_heads * p.head_dim ||
+      out_stride < static_cast<int64_t>(p.num_heads) * p.head_dim || plan.num_seqs < 0 || plan.num_blocks < 0 ||
+      p.num_heads > 65535)
+    return cudaErrorInvalidValue;
+  if (plan.num_seqs == 0) return cudaSuccess;
+  if (plan.num_blocks > 0 && (qkv == nullptr || out == nullptr || plan.blocks == nullptr)) return cudaErrorInvalidValue;
+  if (!plan.seq_first_block || !plan.state_indices || !plan.num_computed) return cudaErrorInvalidValue;
+  return visit_dtype(p.states.dtype, [&](auto tag) {
+    using TS = decltype(tag);
+    const dim3 grid(plan.num_seqs, p.num_heads);
+    if (p.head_dim == 64)
+      sequential_prefill_kernel<TS, 64><<<grid, kThreads, 0, stream>>>(qkv, qkv_stride, out, out_stride, p, plan);
+    else
+      sequential_prefill_kernel<TS, 128><<<grid, kThreads, 0, stream>>>(qkv, qkv_stride, out, out_stride, p, plan);
+    return launch_status();
+  });
 }
 
 cudaError_t lightning_decode(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,

@@ -29,6 +29,8 @@
 // head_dim 128 the walk and step 1 run on sm_90a warpgroups (wgmma: one warpgroup for the outputs, one for the
 // state; SSMSERVE_LIGHTNING_WALK=1 keeps the mma.sync walk, SSMSERVE_LIGHTNING_KV_WG=0 the mma.sync step 1). The runner uses it with bf16 weights, the fp32-exact path
 // with fp32 weights.
+// Batch-invariant mode (lightning_prefill_sequential): the prefill walks each sequence token by token through the
+// decode kernel's per-token steps (shared __device__ functions), so prefill and decode give the same bits per token.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for bad sizes).
 #pragma once
@@ -139,6 +141,18 @@ cudaError_t lightning_prefill_bf16(const __nv_bfloat16* qkv, int64_t qkv_stride,
 cudaError_t lightning_prefill_bf16(const __nv_bfloat16* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
                                    const LightningDevParams& p, const LightningPlanDev& plan, float* workspace,
                                    cudaStream_t stream);
+
+/// Batch-invariant prefill (SSMSERVE_BATCH_INVARIANT): per (sequence, head) one CTA walks the sequence's tokens (the
+/// plan's blocks in order) one by one with the decode kernel's per-token arithmetic (the same __device__ steps and
+/// thread layout, the state rounded to the state dtype after every token as decode stores it), so every token's
+/// output and state are bit-identical to feeding the tokens one at a time through lightning_decode, whatever the
+/// batch and the cut of the prompt into steps. qkv / out: fp32 as lightning_prefill (qkv_stride a multiple of 4);
+/// uses the plan's blocks, seq_first_block, state_indices, num_computed and block_store (the state after each such
+/// block, "all" mode); no workspace. Writes every token's output (zeros on null rows) and the final states.
+/// cudaErrorInvalidValue for bad sizes or missing arrays. Slow for long prompts (one token after another).
+cudaError_t lightning_prefill_sequential(const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                                         const LightningDevParams& p, const LightningPlanDev& plan,
+                                         cudaStream_t stream);
 
 /// Decode over `batch` rows (device_decode_rows.h): S <- e^{-s} S + k^T v; o = q S per token, a plain row's state
 /// (states[state_indices[r]]) updated in place, a speculative verify row's tokens one after another (token j

@@ -1,6 +1,6 @@
 // Owns the lightning-attention mixer on the GPU (the CPU module: model/mixers/lightning_mixer.h): SiLU(qkv_proj x)
 // -> decode rows: the one-token state update; prefill rows: the blocked prefill over the step's lightning plan (bf16
-// tensor cores with bf16 weights) -> RMSNorm over all heads (eps 1e-6) -> sigmoid(output_gate x) gate -> out_proj.
+// tensor cores with bf16 weights; under SSMSERVE_BATCH_INVARIANT the token walk with the decode update's arithmetic) -> RMSNorm over all heads (eps 1e-6) -> sigmoid(output_gate x) gate -> out_proj.
 #include <algorithm>
 
 #include "core/error.h"
@@ -70,7 +70,9 @@ class CudaLightning final : public CudaModule {
     if (md.num_prefills > 0) {
       const LightningPlanDev pd = plans.lightning_prefill(nd);
       float* ws = ws_.f32(lightning_workspace_floats(plans.lplan.num_blocks, c_.num_heads, c_.head_dim));
-      if (bf16()) {  // the prefill rows' q | k | v as bf16 (rows keep their absolute index), bf16 tensor-core path
+      if (ctx_.opt.batch_invariant) {  // the token walk with the decode kernel's arithmetic (fp32 q | k | v, as decode)
+        SSM_CUDA_CHECK(lightning_prefill_sequential(proj, W, o, HD, lp, pd, s));
+      } else if (bf16()) {  // the prefill rows' q | k | v as bf16 (rows keep their absolute index), bf16 tensor-core path
         auto* qkv16 = static_cast<__nv_bfloat16*>(p[3].get(T * W * 2));
         SSM_CUDA_CHECK(cast_rows(proj + P0 * W, W, T - P0, W, qkv16 + P0 * W, DType::BF16, W, s));
         SSM_CUDA_CHECK(lightning_prefill_bf16(qkv16, W, o, HD, lp, pd, ws, s));
