@@ -72,13 +72,15 @@ struct DevSeqRows {
       : qsl(cuda::to_device(r.qsl)), nc(cuda::to_device(r.nc)), idx(cuda::to_device(r.idx)),
         start(cuda::to_device(r.store_start)) {
     if (!r.store_offset.empty())
-      offset = cuda::to_device(r.store_offset), block = cuda::to_device(r.store_block), row = cuda::to_device(r.store_row);
+      offset = cuda::to_device(r.store_offset), block = cuda::to_device(r.store_block),
+      row = cuda::to_device(r.store_row);
   }
   cuda::DevStateStores stores(const SeqRows& r) const {
     cuda::DevStateStores s;
     s.num = static_cast<int>(r.store_offset.size());
     if (s.num == 0) return s;
-    s.start = start.as<int32_t>(), s.offset = offset.as<int32_t>(), s.block = block.as<int32_t>(), s.row = row.as<int32_t>();
+    s.start = start.as<int32_t>(), s.offset = offset.as<int32_t>();
+    s.block = block.as<int32_t>(), s.row = row.as<int32_t>();
     return s;
   }
 };

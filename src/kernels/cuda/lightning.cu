@@ -304,7 +304,9 @@ __device__ __forceinline__ void store_row4(TS* row, const float (&x)[4]) {
 }
 /// x rounded to the state dtype and back (what store then load give).
 __device__ __forceinline__ float round_state(float x, float) { return x; }
-__device__ __forceinline__ float round_state(float x, __nv_bfloat16) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float round_state(float x, __nv_bfloat16) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
 __device__ __forceinline__ float round_state(float x, __half) { return __half2float(__float2half_rn(x)); }
 
 /// Decode. Grid (batch, H); thread t owns 4 value columns (t % (D/4)) and every (256/(D/4))-th key row, in every
@@ -364,7 +366,8 @@ __global__ void __launch_bounds__(kThreads) sequential_prefill_kernel(const floa
   if (sb == 0) {  // null row: zero outputs, no state I/O
     for (int b = b0; b < b1; ++b)
       for (int j = 0; j < plan.blocks[3 * b + 1]; ++j)
-        if (threadIdx.x < D) out[(plan.blocks[3 * b] + int64_t{j}) * os + static_cast<int64_t>(h) * D + threadIdx.x] = 0.0f;
+        if (threadIdx.x < D)
+          out[(plan.blocks[3 * b] + int64_t{j}) * os + static_cast<int64_t>(h) * D + threadIdx.x] = 0.0f;
     return;
   }
   if (b0 == b1) return;

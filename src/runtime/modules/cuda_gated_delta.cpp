@@ -1,8 +1,9 @@
 // Owns the Gated DeltaNet mixer on the GPU (the CPU module: model/mixers/gated_delta_mixer.h): in_proj -> [q | k | v |
 // z | b | a], causal conv1d + SiLU over [q | k | v], the fused preparation (L2-normalised q / k, g, beta), the gated
 // delta rule (decode rows: the one-token update; prefill rows: the chunked WY form on tensor cores,
-// kernels/cuda/gated_delta.h, or under SSMSERVE_BATCH_INVARIANT the token walk with the decode update's arithmetic), the per-head RMSNorm gated by silu(z), out_proj (row-parallel under TP: heads split,
-// out_proj's partial sums all-reduced).
+// kernels/cuda/gated_delta.h, or under SSMSERVE_BATCH_INVARIANT the token walk with the decode update's arithmetic),
+// the per-head RMSNorm gated by silu(z), out_proj (row-parallel under TP: heads split, out_proj's partial sums
+// all-reduced).
 #include "runtime/modules/cuda_modules.h"
 
 #include "core/error.h"
@@ -98,7 +99,8 @@ class CudaGatedDelta final : public CudaModule {
     // Batch-invariant mode: decode in one slicing at every batch size, and the prefill rows walk their tokens through
     // the decode kernel's per-token step (bit-identical to decoding them one at a time, however the prompt is cut).
     if (nd > 0)
-      SSM_CUDA_CHECK(gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s, opt.batch_invariant));
+      SSM_CUDA_CHECK(
+          gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s, opt.batch_invariant));
     if (np > 0 && opt.batch_invariant) {
       SSM_CUDA_CHECK(gated_delta_prefill_sequential(inputs(P0), gp, o + P0 * Vd, Vd, sm.query_start_loc_p,
                                                     sm.num_computed_tokens_p, sm.state_indices_p, np, s, sm.stores));

@@ -1,6 +1,7 @@
-// Owns the lightning-attention mixer on the GPU (the CPU module: model/mixers/lightning_mixer.h): SiLU(qkv_proj x)
-// -> decode rows: the one-token state update; prefill rows: the blocked prefill over the step's lightning plan (bf16
-// tensor cores with bf16 weights; under SSMSERVE_BATCH_INVARIANT the token walk with the decode update's arithmetic) -> RMSNorm over all heads (eps 1e-6) -> sigmoid(output_gate x) gate -> out_proj.
+// Owns the lightning-attention mixer on the GPU (the CPU module: model/mixers/lightning_mixer.h): SiLU(qkv_proj x) ->
+// decode rows: the one-token state update; prefill rows: the blocked prefill over the step's lightning plan (bf16
+// tensor cores with bf16 weights; under SSMSERVE_BATCH_INVARIANT the token walk with the decode update's arithmetic) ->
+// RMSNorm over all heads (eps 1e-6) -> sigmoid(output_gate x) gate -> out_proj.
 #include <algorithm>
 
 #include "core/error.h"
