@@ -103,19 +103,32 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
   for (int kb = k0; kb < k1; kb += kChunk) {
     const int nk = min(kChunk, k1 - kb);
     __syncthreads();  // the previous chunk is consumed (and Q is loaded)
-    for (int idx = threadIdx.x; idx < kChunk * D; idx += kThreads) {
-      const int j = idx / D, d = idx % D;
-      float kv = 0.0f, vv = 0.0f;
+    {  // kThreads / kChunk threads per key, each a quarter of its K and V rows in 16-byte loads (one page lookup per
+       // key and thread, every load of the chunk in flight at once)
+      constexpr int kPer = kThreads / kChunk, kSpan = D / kPer, kVec = kSpan / 4, kBatch = kVec < 8 ? kVec : 8;
+      const int j = threadIdx.x / kPer, c0 = (threadIdx.x % kPer) * kSpan;
+      const float* kp = nullptr;
       if (j < nk) {
         const int pos = kb + j;
         const int64_t blk = table[pos / cache.block_size];
-        const float* kp = reinterpret_cast<const float*>(cache.base + blk * cache.page_bytes + cache.layer_offset_bytes) +
-                          static_cast<int64_t>(pos % cache.block_size) * W + static_cast<int64_t>(g) * D + d;
-        kv = kp[0];
-        vv = kp[kv_elems(cache)];
+        kp = reinterpret_cast<const float*>(cache.base + blk * cache.page_bytes + cache.layer_offset_bytes) +
+             static_cast<int64_t>(pos % cache.block_size) * W + static_cast<int64_t>(g) * D + c0;
       }
-      Ks[j][d] = kv;
-      Vs[j][d] = vv;
+#pragma unroll
+      for (int h = 0; h < kVec; h += kBatch) {  // at most 8 + 8 float4 in registers (head_dim 256: two rounds)
+        float4 kv[kBatch], vv[kBatch];
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          kv[i] = kp ? __ldg(reinterpret_cast<const float4*>(kp) + h + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+          vv[i] = kp ? __ldg(reinterpret_cast<const float4*>(kp + kv_elems(cache)) + h + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          float* kd = &Ks[j][c0 + 4 * (h + i)];
+          kd[0] = kv[i].x, kd[1] = kv[i].y, kd[2] = kv[i].z, kd[3] = kv[i].w;
+          *reinterpret_cast<float4*>(&Vs[j][c0 + 4 * (h + i)]) = vv[i];
+        }
+      }
     }
     __syncthreads();
     // Scores of the warp's 4 queries against key kb + lane: one pass over D, each key element loaded once.
@@ -177,8 +190,10 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
 /// (lane d) adds its splits in order; the sum of l_s weights is a per-lane sum, then the warp's butterfly. The
 /// arithmetic depends only on the task's number of splits. Grid (num_tasks, num_kv_heads); rows with seq_len 0 get
 /// zeros.
+constexpr int kCombineThreads = 256;  // one warp per query of a KV head (group <= 8 in one pass)
+
 template <int D>
-__global__ void __launch_bounds__(kThreads) combine_kernel(float* __restrict__ out, int64_t os, int num_kv_heads,
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(float* __restrict__ out, int64_t os, int num_kv_heads,
                                                            PagedAttentionArgs a, const float* __restrict__ ws) {
   constexpr int C = D / 32;
   const int task = blockIdx.x, g = blockIdx.y, group = a.num_heads / num_kv_heads;
@@ -190,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(float* __restrict__ o
   const int64_t t0 = a.query_start_loc[row] + off;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int nsplit = sl == 0 ? 0 : (sl - n + off + nt - 1) / a.key_split + 1;
-  for (int qi = warp; qi < nq; qi += kThreads / 32) {
+  for (int qi = warp; qi < nq; qi += kCombineThreads / 32) {
     float* o = out + (t0 + qi / group) * os + static_cast<int64_t>(g * group + qi % group) * D;
     if (nsplit == 0) {
       for (int d = lane; d < D; d += 32) o[d] = 0.0f;
@@ -208,6 +223,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(float* __restrict__ o
       const float w = s < nsplit ? expf(part(s)[D] - M) : 0.0f;
       if (s < nsplit) lsum += part(s)[D + 1] * w;
       const int ns = min(32, nsplit - s0);
+#pragma unroll 8
       for (int j = 0; j < ns; ++j) {
         const float wj = __shfl_sync(0xffffffffu, w, j);
         const float* pj = part(s0 + j);
@@ -232,7 +248,7 @@ cudaError_t launch_split_kv(const float* q, int64_t qs, float* out, int64_t os, 
   }
   const int KVH = cache.num_kv_heads;
   partial_kernel<D><<<dim3(a.num_items, KVH), kThreads, sm, stream>>>(q, qs, cache, a, ws);
-  combine_kernel<D><<<dim3(a.num_tasks, KVH), kThreads, 0, stream>>>(out, os, KVH, a, ws);
+  combine_kernel<D><<<dim3(a.num_tasks, KVH), kCombineThreads, 0, stream>>>(out, os, KVH, a, ws);
   return launch_status();
 }
 
