@@ -78,10 +78,9 @@ struct EngineConfig {
   /// prefix caching. At most 70% of physical RAM (vLLM's limit).
   double swap_space = 0.0;
   /// --swap-space for hybrids: evicted cached KV pages go to host slots too, so a hybrid's hit survives their
-  /// eviction. Off by default: on the H200 (session 24) tiny-jamba gave other greedy ids after a KV swap-in than
-  /// uncached and MiniMax's first logprob was 0.022 off (Bamba, Qwen3.5 matched; the CPU test backend matches for every
-  /// family), not understood yet.
-  bool swap_kv_pages = false;
+  /// eviction (false: states only). Exact: in batch-invariant mode the H200 gives every family the uncached run's
+  /// bits after state and KV swap-ins (tests/cuda/test_cuda_prefix_cache.cpp).
+  bool swap_kv_pages = true;
   /// vLLM's --mamba-block-size: tokens per cached state; 0 = the model's default (a multiple of its unit of at least
   /// kDefaultMambaBlockSize). Must be a multiple of the chunk length of its chunked prefill forms and, for hybrids,
   /// of its KV block size.

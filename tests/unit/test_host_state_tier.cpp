@@ -178,7 +178,7 @@ TEST(HostStateTierScheduler, HybridKvPagesComeBackFromHostSlots) {
   EXPECT_EQ(off.run(2000, 9), 0);
   EXPECT_EQ(off.run(1000, 9), 0);
 
-  Harness states_only(9, MambaCacheMode::Align, 64, 2);  // swap_kv_pages off (the default): states only
+  Harness states_only(9, MambaCacheMode::Align, 64, 2);  // swap_kv_pages off: states only
   states_only.enable_host(64, false);
   EXPECT_EQ(states_only.run(1000, 9), 0);
   EXPECT_EQ(states_only.run(2000, 9), 0);
