@@ -61,7 +61,9 @@ constexpr size_t partial_smem_bytes() {
   return sizeof(float) * (static_cast<size_t>(kQ) * D + static_cast<size_t>(kChunk) * (D + 1) + static_cast<size_t>(kChunk) * D);
 }
 
-template <int D>
+/// NU: query slots per warp the launch needs (queries qi = warp + 4 u, u < NU; ceil(tokens_per_task x group / 4)):
+/// decode rows of 4 query heads per KV head run one slot instead of four.
+template <int D, int NU>
 __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restrict__ q, int64_t qs, KvCacheView cache,
                                                            PagedAttentionArgs a, float* __restrict__ ws) {
   constexpr int C = D / 32;
@@ -91,9 +93,9 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
     Qs[qi][d] = qi < nq ? q[(t0 + qi / group) * qs + static_cast<int64_t>(g * group + qi % group) * D + d] : 0.0f;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float m[kQ / 4], l[kQ / 4], acc[kQ / 4][C];
+  float m[NU], l[NU], acc[NU][C];
 #pragma unroll
-  for (int u = 0; u < kQ / 4; ++u) {
+  for (int u = 0; u < NU; ++u) {
     m[u] = -INFINITY, l[u] = 0.0f;
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[u][c] = 0.0f;
@@ -132,21 +134,21 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
     }
     __syncthreads();
     // Scores of the warp's 4 queries against key kb + lane: one pass over D, each key element loaded once.
-    float sc[kQ / 4];
+    float sc[NU];
 #pragma unroll
-    for (int u = 0; u < kQ / 4; ++u) sc[u] = 0.0f;
+    for (int u = 0; u < NU; ++u) sc[u] = 0.0f;
     if (lane < nk) {
 #pragma unroll 8
       for (int d = 0; d < D; ++d) {
         const float kd = Ks[lane][d];
 #pragma unroll
-        for (int u = 0; u < kQ / 4; ++u) sc[u] += Qs[warp + 4 * u][d] * kd;
+        for (int u = 0; u < NU; ++u) sc[u] += Qs[warp + 4 * u][d] * kd;
       }
     }
     // Online softmax per query (rows past nq and keys past a query's position are masked).
-    float p[kQ / 4];
+    float p[NU];
 #pragma unroll
-    for (int u = 0; u < kQ / 4; ++u) {
+    for (int u = 0; u < NU; ++u) {
       const int qi = warp + 4 * u;
       const bool valid = qi < nq && lane < nk && kb + lane <= pos0 + qi / group;
       const float s = valid ? sc[u] * a.scale : -INFINITY;
@@ -163,19 +165,19 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
     }
     // Weighted values: each value element loaded once for the 4 queries.
     for (int j = 0; j < nk; ++j) {
-      float pj[kQ / 4];
+      float pj[NU];
 #pragma unroll
-      for (int u = 0; u < kQ / 4; ++u) pj[u] = __shfl_sync(0xffffffffu, p[u], j);
+      for (int u = 0; u < NU; ++u) pj[u] = __shfl_sync(0xffffffffu, p[u], j);
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         const float v = Vs[j][lane + 32 * c];
 #pragma unroll
-        for (int u = 0; u < kQ / 4; ++u) acc[u][c] += pj[u] * v;
+        for (int u = 0; u < NU; ++u) acc[u][c] += pj[u] * v;
       }
     }
   }
 #pragma unroll
-  for (int u = 0; u < kQ / 4; ++u) {
+  for (int u = 0; u < NU; ++u) {
     const int qi = warp + 4 * u;
     if (qi >= kQ) continue;
     float* w = wsi + qi * (D + 2);
@@ -185,17 +187,16 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
   }
 }
 
-/// Merges a task's splits in split order: out = sum_s e^{m_s - M} acc_s / sum_s e^{m_s - M} l_s. One warp per
-/// query: the split weights e^{m_s - M} are computed once per 32 splits (lane s) and broadcast, each output column
-/// (lane d) adds its splits in order; the sum of l_s weights is a per-lane sum, then the warp's butterfly. The
-/// arithmetic depends only on the task's number of splits. Grid (num_tasks, num_kv_heads); rows with seq_len 0 get
-/// zeros.
+/// Merges a task's splits in split order: out = sum_s e^{m_s - M} acc_s / sum_s e^{m_s - M} l_s. One block per (task,
+/// KV head, 32 output columns), one warp per query: the split weights e^{m_s - M} are computed once per 32 splits
+/// (lane s) and broadcast, each column (lane) adds its splits in order, 32 loads in flight; the sum of l_s weights
+/// is a per-lane sum, then the warp's butterfly. The arithmetic depends only on the task's number of splits.
+/// Grid (num_tasks, num_kv_heads, head_dim / 32); rows with seq_len 0 get zeros.
 constexpr int kCombineThreads = 256;  // one warp per query of a KV head (group <= 8 in one pass)
 
 template <int D>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(float* __restrict__ out, int64_t os, int num_kv_heads,
-                                                           PagedAttentionArgs a, const float* __restrict__ ws) {
-  constexpr int C = D / 32;
+                                                                  PagedAttentionArgs a, const float* __restrict__ ws) {
   const int task = blockIdx.x, g = blockIdx.y, group = a.num_heads / num_kv_heads;
   const int row = a.tasks[4 * task], off = a.tasks[4 * task + 1], item0 = a.tasks[4 * task + 3];
   const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
@@ -203,38 +204,41 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(float* __restr
   if (nt <= 0) return;
   const int nq = nt * group;
   const int64_t t0 = a.query_start_loc[row] + off;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = blockIdx.z * 32 + lane;
   const int nsplit = sl == 0 ? 0 : (sl - n + off + nt - 1) / a.key_split + 1;
   for (int qi = warp; qi < nq; qi += kCombineThreads / 32) {
     float* o = out + (t0 + qi / group) * os + static_cast<int64_t>(g * group + qi % group) * D;
     if (nsplit == 0) {
-      for (int d = lane; d < D; d += 32) o[d] = 0.0f;
+      o[d] = 0.0f;
       continue;
     }
     auto part = [&](int s) { return ws + ((static_cast<int64_t>(item0 + s) * num_kv_heads + g) * kQ + qi) * (D + 2); };
     float M = -INFINITY;
     for (int s = lane; s < nsplit; s += 32) M = fmaxf(M, part(s)[D]);
     M = warp_max(M);
-    float lsum = 0.0f, acc[C];
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+    float lsum = 0.0f, acc = 0.0f;
     for (int s0 = 0; s0 < nsplit; s0 += 32) {
       const int s = s0 + lane;
       const float w = s < nsplit ? expf(part(s)[D] - M) : 0.0f;
       if (s < nsplit) lsum += part(s)[D + 1] * w;
-      const int ns = min(32, nsplit - s0);
-#pragma unroll 8
-      for (int j = 0; j < ns; ++j) {
-        const float wj = __shfl_sync(0xffffffffu, w, j);
-        const float* pj = part(s0 + j);
+      if (nsplit - s0 >= 32) {
+        float v[32];
 #pragma unroll
-        for (int c = 0; c < C; ++c) acc[c] += pj[lane + 32 * c] * wj;
+        for (int j = 0; j < 32; ++j) v[j] = part(s0 + j)[d];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) acc += v[j] * __shfl_sync(0xffffffffu, w, j);
+      } else {
+        for (int j = 0; j < nsplit - s0; ++j) acc += part(s0 + j)[d] * __shfl_sync(0xffffffffu, w, j);
       }
     }
-    const float inv = 1.0f / warp_sum(lsum);
-#pragma unroll
-    for (int c = 0; c < C; ++c) o[lane + 32 * c] = acc[c] * inv;
+    o[d] = acc * (1.0f / warp_sum(lsum));
   }
+}
+
+template <int D, int NU>
+void launch_partial(dim3 grid, size_t sm, cudaStream_t stream, const float* q, int64_t qs, const KvCacheView& cache,
+                    const PagedAttentionArgs& a, float* ws) {
+  partial_kernel<D, NU><<<grid, kThreads, sm, stream>>>(q, qs, cache, a, ws);
 }
 
 /// The split-KV pass: partial_kernel over the items, then combine_kernel over the tasks.
@@ -243,12 +247,18 @@ cudaError_t launch_split_kv(const float* q, int64_t qs, float* out, int64_t os, 
                             const PagedAttentionArgs& a, float* ws, cudaStream_t stream) {
   constexpr size_t sm = partial_smem_bytes<D>();
   if constexpr (sm > 48 * 1024) {  // not a stream operation: allowed while a graph is being captured
-    const cudaError_t e = cudaFuncSetAttribute(partial_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
-    if (e != cudaSuccess) return e;
+    for (auto* k : {partial_kernel<D, 1>, partial_kernel<D, 2>, partial_kernel<D, 4>}) {
+      const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
+      if (e != cudaSuccess) return e;
+    }
   }
   const int KVH = cache.num_kv_heads;
-  partial_kernel<D><<<dim3(a.num_items, KVH), kThreads, sm, stream>>>(q, qs, cache, a, ws);
-  combine_kernel<D><<<dim3(a.num_tasks, KVH), kCombineThreads, 0, stream>>>(out, os, KVH, a, ws);
+  const int slots = (a.tokens_per_task * (a.num_heads / KVH) + 3) / 4;  // query slots per warp
+  const dim3 grid(a.num_items, KVH);
+  if (slots <= 1) launch_partial<D, 1>(grid, sm, stream, q, qs, cache, a, ws);
+  else if (slots == 2) launch_partial<D, 2>(grid, sm, stream, q, qs, cache, a, ws);
+  else launch_partial<D, 4>(grid, sm, stream, q, qs, cache, a, ws);
+  combine_kernel<D><<<dim3(a.num_tasks, KVH, D / 32), kCombineThreads, 0, stream>>>(out, os, KVH, a, ws);
   return launch_status();
 }
 
