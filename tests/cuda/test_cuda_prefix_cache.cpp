@@ -266,7 +266,9 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaPrefixCache,
                          // that gets only the repository.
                          ::testing::Values(Case{"tiny-mamba", false, true}, Case{"tiny-mamba2-dummy", true, true},
                                            Case{"tiny-minimax-dummy", true, true}, Case{"tiny-bamba", true, true},
-                                           Case{"tiny-jamba", true, true}, Case{"tiny-qwen3_5", true, true}),
+                                           Case{"tiny-jamba", true, true}, Case{"tiny-qwen3_5", true, true},
+                                           Case{"tiny-falcon_h1", true, true}, Case{"tiny-nemotron_h-pattern", true, true},
+                                           Case{"tiny-granite-dense", true, true}, Case{"tiny-qwen3_next", true, true}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            std::string s = i.param.name.substr(5);
                            std::replace(s.begin(), s.end(), '-', '_');
