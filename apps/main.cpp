@@ -55,8 +55,8 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                "Prefix caching of recurrent states (and shared KV blocks): a request whose tokens start with a cached prefix "
                "continues from its state (default on, as vLLM)");
   cmd.add_option("--mamba-cache-mode", cfg.mamba_cache_mode,
-                 "Prefix caching of states: all (at every block boundary, stored inside prefill chunks; runs as align on the "
-                 "GPU for now), align (at block boundaries ending a step; prefill chunks cut on them) or none")
+                 "Prefix caching of states: all (at every block boundary, stored inside prefill chunks; CPU and GPU), align "
+                 "(at block boundaries ending a step; prefill chunks cut on them) or none")
       ->capture_default_str();
   cmd.add_option("--swap-space", cfg.swap_space,
                  "GiB of pinned host memory keeping cached states evicted from the GPU's pool "
