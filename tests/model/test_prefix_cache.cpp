@@ -323,6 +323,47 @@ TEST_P(PrefixCaching, CutsOnBlockBoundariesEqualUncut) {
   }
 }
 
+// A bf16 state (--mamba-ssm-cache-dtype bfloat16, or the conv window's --mamba-cache-dtype bfloat16): "all" mode's
+// prefill pieces carry the running state in fp32 between block boundaries (run_prefill_pieces) and round only what they
+// store, so a request without a hit (fresh engine, a prompt over 2 blocks prefilled in one step) gives the bits of the same request with --no-enable-prefix-caching; and hits still happen (a hit
+// resumes from the stored, rounded state, so it is not compared bit for bit).
+TEST_P(PrefixCaching, LowPrecisionStatesWithoutAHitEqualUncached) {
+  const int bs = block_size();
+  const std::vector<int> p = random_tokens(2 * bs + 17);
+  for (const auto& [conv_dtype, ssm_dtype] : std::vector<std::pair<std::string, std::string>>{{"auto", "bfloat16"}, {"bfloat16", "float32"}}) {
+    const std::string what = "conv " + conv_dtype + ", ssm " + ssm_dtype;
+    EngineConfig ref = case_config(GetParam());
+    ref.enable_prefix_caching = false;
+    ref.mamba_cache_dtype = conv_dtype;
+    ref.mamba_ssm_cache_dtype = ssm_dtype;
+    ref.scheduler.max_num_batched_tokens = 8192;
+    ref.num_state_blocks = 64;
+    LLMEngine uncached(ref);
+    const Outcome want = run(uncached, {p}, 4)[0];
+    {
+      const int budget = 8192;  // one step: a cut between steps rounds the running state with or without caching
+      EngineConfig cfg = case_config(GetParam());
+      cfg.mamba_cache_mode = "all";
+      cfg.mamba_block_size = GetParam().block_size;
+      cfg.mamba_cache_dtype = conv_dtype;
+      cfg.mamba_ssm_cache_dtype = ssm_dtype;
+      cfg.scheduler.max_num_batched_tokens = budget;
+      LLMEngine e(cfg);
+      ASSERT_EQ(e.prefix_cache_config().mode, MambaCacheMode::All);
+      const Outcome got = run(e, {p}, 4)[0];
+      const std::string at = what + ", budget " + std::to_string(budget);
+      EXPECT_EQ(got.num_cached_tokens, 0) << at;
+      ASSERT_EQ(got.ids, want.ids) << at;
+      ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << at;
+      for (size_t k = 0; k < want.logprobs.size(); ++k) EXPECT_EQ(got.logprobs[k], want.logprobs[k]) << at << ": token " << k;
+      // A prompt sharing the first two blocks hits them.
+      const std::vector<int> q = cat(std::vector<int>(p.begin(), p.begin() + 2 * bs), random_tokens(5));
+      EXPECT_EQ(run(e, {q}, 2)[0].num_cached_tokens, 2 * bs) << at;
+      EXPECT_GT(e.prefix_cache_stats().hits, 0) << at;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, PrefixCaching, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<CacheCase>& i) {
                            std::string s = i.param.name.substr(5);

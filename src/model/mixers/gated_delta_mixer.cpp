@@ -135,13 +135,15 @@ class GatedDeltaMixer final : public CpuModule {
     if (md.num_prefills > 0 && pieces.empty())
       cpu::causal_conv1d_fwd(proj + P0 * PW, PW, qkv + P0 * C, C, conv, md.query_start_loc_p, md.state_indices_tensor_p,
                              md.has_initial_states_p);
-    for (const PrefillSegment& g : pieces) {  // "all" mode: store the conv window at each block boundary
+    // "all" mode: store the conv window at each block boundary.
+    run_prefill_pieces(pieces, step.state.conv, spec.conv_elems, s.vec(kPieceStateScratchSlot), [&](const PrefillSegment& g, const StateView& v) {
       segment_metadata(g, md, seg_md_);
       const int64_t r0 = P0 + g.begin;
-      cpu::causal_conv1d_fwd(proj + r0 * PW, PW, qkv + r0 * C, C, conv, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
+      cpu::ConvParams pc = conv;
+      pc.conv_states = v;
+      cpu::causal_conv1d_fwd(proj + r0 * PW, PW, qkv + r0 * C, C, pc, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
                              seg_md_.has_initial_states_p);
-      if (g.store_block) copy_state_block(step.state.conv, spec.conv_elems, g.state_block, g.store_block);
-    }
+    });
     // 3. q, k L2-normalised per head (q times 1/sqrt(Dk)); g and beta from a and b.
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(Dk));
     for (int64_t t = 0; t < T; ++t) {
@@ -176,13 +178,15 @@ class GatedDeltaMixer final : public CpuModule {
     if (md.num_prefills > 0 && pieces.empty())
       cpu::gated_delta_prefill(inputs(P0), gp, o + P0 * Vd, Vd, md.query_start_loc_p, md.num_computed_tokens_p,
                                md.state_indices_tensor_p);
-    for (const PrefillSegment& g : pieces) {  // "all" mode: the chunk state at each boundary chunk's end is stored
+    // "all" mode: the chunk state at each boundary chunk's end is stored.
+    run_prefill_pieces(pieces, step.state.ssm, spec.ssm_elems, s.vec(kPieceStateScratchSlot), [&](const PrefillSegment& g, const StateView& v) {
       segment_metadata(g, md, seg_md_);
       const int64_t r0 = P0 + g.begin;
-      cpu::gated_delta_prefill(inputs(r0), gp, o + r0 * Vd, Vd, seg_md_.query_start_loc_p, seg_md_.num_computed_tokens_p,
+      cpu::GatedDeltaParams pg = gp;
+      pg.states = v;
+      cpu::gated_delta_prefill(inputs(r0), pg, o + r0 * Vd, Vd, seg_md_.query_start_loc_p, seg_md_.num_computed_tokens_p,
                                seg_md_.state_indices_tensor_p);
-      if (g.store_block) copy_state_block(step.state.ssm, spec.ssm_elems, g.state_block, g.store_block);
-    }
+    });
     // 5. RMSNorm per value head gated by silu(z), then out_proj (split by output rows over every rank's heads).
     cpu::gated_rms_norm(o, Vd, proj + C, PW, w_.norm_full.data(), m_.eps, T, Vd, m_.head_v_dim, true, o);
     if (tp_.world > 1) {

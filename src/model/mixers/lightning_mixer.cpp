@@ -67,11 +67,13 @@ class LightningMixer final : public CpuModule {
     if (md.num_prefills > 0 && mm.has_state_stores()) {  // "all" mode: the block state at each boundary is stored
       const int32_t P0 = md.query_start_loc[nd];
       const int64_t elems = state_spec().ssm_elems;
-      for (const PrefillSegment& g : split_prefill_rows(mm)) {
-        const int32_t qsl[2] = {P0 + g.begin, P0 + g.end};
-        cpu::lightning_prefill(proj, W, o, HD, p, qsl, std::span(&g.num_computed, 1), std::span(&g.state_block, 1));
-        if (g.store_block) copy_state_block(step.state.ssm, elems, g.state_block, g.store_block);
-      }
+      run_prefill_pieces(split_prefill_rows(mm), step.state.ssm, elems, s.vec(kPieceStateScratchSlot),
+                         [&](const PrefillSegment& g, const StateView& v) {
+                           const int32_t qsl[2] = {P0 + g.begin, P0 + g.end};
+                           cpu::LightningParams pl = p;
+                           pl.states = v;
+                           cpu::lightning_prefill(proj, W, o, HD, pl, qsl, std::span(&g.num_computed, 1), std::span(&g.state_block, 1));
+                         });
     }
     // 3. RMSNorm over all heads, sigmoid gate from x, out_proj.
     cpu::linear(x, T, output_gate, nullptr, gate);

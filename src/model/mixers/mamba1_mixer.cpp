@@ -87,13 +87,15 @@ class Mamba1Mixer final : public CpuModule {
     if (md.num_prefills > 0 && pieces.empty())
       cpu::causal_conv1d_fwd(xz + P0 * 2 * I, 2 * I, xc + P0 * I, I, conv, md.query_start_loc_p, md.state_indices_tensor_p,
                              md.has_initial_states_p);
-    for (const PrefillSegment& g : pieces) {  // "all" mode: store the conv window at each block boundary
+    // "all" mode: store the conv window at each block boundary.
+    run_prefill_pieces(pieces, step.state.conv, spec.conv_elems, s.vec(kPieceStateScratchSlot), [&](const PrefillSegment& g, const StateView& v) {
       segment_metadata(g, md, seg_md_);
       const int64_t r0 = P0 + g.begin;
-      cpu::causal_conv1d_fwd(xz + r0 * 2 * I, 2 * I, xc + r0 * I, I, conv, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
+      cpu::ConvParams pc = conv;
+      pc.conv_states = v;
+      cpu::causal_conv1d_fwd(xz + r0 * 2 * I, 2 * I, xc + r0 * I, I, pc, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
                              seg_md_.has_initial_states_p);
-      if (g.store_block) copy_state_block(step.state.conv, spec.conv_elems, g.state_block, g.store_block);
-    }
+    });
     // 3. x_proj -> [dt_low, B, C]; delta = dt_proj(dt_low) (bias and softplus inside the scan).
     const int64_t IF = I * tp_.world;  // the whole d_inner
     float* full = tp_.world > 1 ? s.f32(5, T * IF) : nullptr;
@@ -120,13 +122,15 @@ class Mamba1Mixer final : public CpuModule {
     };
     if (md.num_prefills > 0 && pieces.empty())
       cpu::selective_scan_fwd(shifted(P0), sp, y + P0 * I, I, md.query_start_loc_p, md.state_indices_tensor_p, md.has_initial_states_p);
-    for (const PrefillSegment& g : pieces) {  // "all" mode: store the SSM state at each block boundary
+    // "all" mode: store the SSM state at each block boundary.
+    run_prefill_pieces(pieces, step.state.ssm, spec.ssm_elems, s.vec(kPieceStateScratchSlot), [&](const PrefillSegment& g, const StateView& v) {
       segment_metadata(g, md, seg_md_);
       const int64_t r0 = P0 + g.begin;
-      cpu::selective_scan_fwd(shifted(r0), sp, y + r0 * I, I, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
+      cpu::ScanParams ps = sp;
+      ps.ssm_states = v;
+      cpu::selective_scan_fwd(shifted(r0), ps, y + r0 * I, I, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
                               seg_md_.has_initial_states_p);
-      if (g.store_block) copy_state_block(step.state.ssm, spec.ssm_elems, g.state_block, g.store_block);
-    }
+    });
     // 5. Output projection.
     const float* out_bias = L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data();
     if (tp_.world > 1) {  // output-split out_proj over the all-gathered scan output

@@ -164,27 +164,31 @@ class Mamba2Mixer final : public CpuModule {
     if (md.num_prefills > 0 && pieces.empty())
       cpu::causal_conv1d_fwd(xbc_in + P0 * PW, PW, xbc + P0 * C, C, conv, md.query_start_loc_p, md.state_indices_tensor_p,
                              md.has_initial_states_p);
-    for (const PrefillSegment& g : pieces) {  // "all" mode: store the conv window at each block boundary
+    // "all" mode: store the conv window at each block boundary.
+    run_prefill_pieces(pieces, step.state.conv, spec.conv_elems, s.vec(kPieceStateScratchSlot), [&](const PrefillSegment& g, const StateView& v) {
       segment_metadata(g, md, seg_md_);
       const int64_t r0 = P0 + g.begin;
-      cpu::causal_conv1d_fwd(xbc_in + r0 * PW, PW, xbc + r0 * C, C, conv, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
+      cpu::ConvParams pc = conv;
+      pc.conv_states = v;
+      cpu::causal_conv1d_fwd(xbc_in + r0 * PW, PW, xbc + r0 * C, C, pc, seg_md_.query_start_loc_p, seg_md_.state_indices_tensor_p,
                              seg_md_.has_initial_states_p);
-      if (g.store_block) copy_state_block(step.state.conv, spec.conv_elems, g.state_block, g.store_block);
-    }
+    });
     // 3. SSD over x = xBC[:, :I] as [H, P], B and C (n_groups * d_state each), dt = proj[:, I + C:].
     const cpu::SsdParams sp = ssd_params(step.state);
     if (nd > 0) cpu::ssd_state_update(ssd_inputs(proj, xbc, 0), sp, y, I, md.decode_rows());
-    const auto chunk_scan = [&](const MambaBatchMetadata& pm, int64_t r0) {
+    const auto chunk_scan = [&](const MambaBatchMetadata& pm, int64_t r0, const cpu::SsdParams& ps) {
       const cpu::SsdChunkMetadata cm{pm.chunk_size, pm.query_start_loc_p, pm.cu_chunk_seqlen_p, pm.seq_idx_p,
                                      pm.last_chunk_indices_p, pm.state_indices_tensor_p, pm.has_initial_states_p};
-      cpu::ssd_chunk_scan_fwd(ssd_inputs(proj, xbc, r0), sp, cm, y + r0 * I, I);
+      cpu::ssd_chunk_scan_fwd(ssd_inputs(proj, xbc, r0), ps, cm, y + r0 * I, I);
     };
-    if (md.num_prefills > 0 && pieces.empty()) chunk_scan(md, P0);
-    for (const PrefillSegment& g : pieces) {  // "all" mode: the chunk state at each boundary chunk's end is stored
+    if (md.num_prefills > 0 && pieces.empty()) chunk_scan(md, P0, sp);
+    // "all" mode: the chunk state at each boundary chunk's end is stored.
+    run_prefill_pieces(pieces, step.state.ssm, spec.ssm_elems, s.vec(kPieceStateScratchSlot), [&](const PrefillSegment& g, const StateView& v) {
       segment_metadata(g, md, seg_md_);
-      chunk_scan(seg_md_, P0 + g.begin);
-      if (g.store_block) copy_state_block(step.state.ssm, spec.ssm_elems, g.state_block, g.store_block);
-    }
+      cpu::SsdParams ps = sp;
+      ps.ssm_states = v;
+      chunk_scan(seg_md_, P0 + g.begin, ps);
+    });
     // 4. Gated RMSNorm with z, then the output projection.
     if (tp_.world > 1) {
       gated_norm_and_out_proj_gathered(proj, y, T, out, s);

@@ -42,4 +42,14 @@ void copy_state_block(const StateView& view, int64_t elems, int32_t src, int32_t
               static_cast<size_t>(elems) * es);
 }
 
+void convert_state_block(const StateView& src, int32_t src_block, const StateView& dst, int32_t dst_block, int64_t elems) {
+  visit_state_dtype(src.dtype, [&](auto st) {
+    const auto* from = src.block<decltype(st)>(src_block);
+    visit_state_dtype(dst.dtype, [&](auto dt) {
+      auto* to = dst.block<decltype(dt)>(dst_block);
+      for (int64_t i = 0; i < elems; ++i) store_f32(to[i], load_f32(from[i]));
+    });
+  });
+}
+
 }  // namespace ssmserve
