@@ -324,13 +324,15 @@ TEST_P(PrefixCaching, CutsOnBlockBoundariesEqualUncut) {
 }
 
 // A bf16 state (--mamba-ssm-cache-dtype bfloat16, or the conv window's --mamba-cache-dtype bfloat16): "all" mode's
-// prefill pieces carry the running state in fp32 between block boundaries (run_prefill_pieces) and round only what they
-// store, so a request without a hit (fresh engine, a prompt over 2 blocks prefilled in one step) gives the bits of the same request with --no-enable-prefix-caching; and hits still happen (a hit
-// resumes from the stored, rounded state, so it is not compared bit for bit).
+// prefill pieces carry the running state in fp32 between block boundaries (run_prefill_pieces) and round only what
+// they store, so a request without a hit (fresh engine, a prompt over 2 blocks prefilled in one step) gives the bits of
+// the same request with --no-enable-prefix-caching; and hits still happen (a hit resumes from the stored, rounded
+// state, so it is not compared bit for bit).
 TEST_P(PrefixCaching, LowPrecisionStatesWithoutAHitEqualUncached) {
   const int bs = block_size();
   const std::vector<int> p = random_tokens(2 * bs + 17);
-  for (const auto& [conv_dtype, ssm_dtype] : std::vector<std::pair<std::string, std::string>>{{"auto", "bfloat16"}, {"bfloat16", "float32"}}) {
+  const std::vector<std::pair<std::string, std::string>> dtypes = {{"auto", "bfloat16"}, {"bfloat16", "float32"}};  // conv, ssm
+  for (const auto& [conv_dtype, ssm_dtype] : dtypes) {
     const std::string what = "conv " + conv_dtype + ", ssm " + ssm_dtype;
     EngineConfig ref = case_config(GetParam());
     ref.enable_prefix_caching = false;

@@ -132,11 +132,12 @@ class GatedDeltaMixer final : public CpuModule {
     if (nd > 0) cpu::causal_conv1d_update(proj, PW, qkv, C, conv, md.decode_rows());
     const ModuleStateSpec spec = state_spec();
     const std::vector<PrefillSegment> pieces = md.has_state_stores() ? split_prefill_rows(md) : std::vector<PrefillSegment>{};
+    std::vector<float>& shadow = s.vec(kPieceStateScratchSlot);  // 16-bit states' fp32 carry between pieces
     if (md.num_prefills > 0 && pieces.empty())
       cpu::causal_conv1d_fwd(proj + P0 * PW, PW, qkv + P0 * C, C, conv, md.query_start_loc_p, md.state_indices_tensor_p,
                              md.has_initial_states_p);
     // "all" mode: store the conv window at each block boundary.
-    run_prefill_pieces(pieces, step.state.conv, spec.conv_elems, s.vec(kPieceStateScratchSlot), [&](const PrefillSegment& g, const StateView& v) {
+    run_prefill_pieces(pieces, step.state.conv, spec.conv_elems, shadow, [&](const PrefillSegment& g, const StateView& v) {
       segment_metadata(g, md, seg_md_);
       const int64_t r0 = P0 + g.begin;
       cpu::ConvParams pc = conv;
@@ -179,7 +180,7 @@ class GatedDeltaMixer final : public CpuModule {
       cpu::gated_delta_prefill(inputs(P0), gp, o + P0 * Vd, Vd, md.query_start_loc_p, md.num_computed_tokens_p,
                                md.state_indices_tensor_p);
     // "all" mode: the chunk state at each boundary chunk's end is stored.
-    run_prefill_pieces(pieces, step.state.ssm, spec.ssm_elems, s.vec(kPieceStateScratchSlot), [&](const PrefillSegment& g, const StateView& v) {
+    run_prefill_pieces(pieces, step.state.ssm, spec.ssm_elems, shadow, [&](const PrefillSegment& g, const StateView& v) {
       segment_metadata(g, md, seg_md_);
       const int64_t r0 = P0 + g.begin;
       cpu::GatedDeltaParams pg = gp;
