@@ -53,6 +53,9 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   if (has_tokenizer) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(tok_dir));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found (nor a SentencePiece tokenizer.model)", tok_dir.string());
   const PrefixCacheConfig prefix = resolve_prefix_cache();
+  if (const int ctx = max_model_len(); prefix.block_size > 0 && ctx > 0 && prefix.block_size >= ctx)
+    spdlog::warn("prefix caching: --mamba-block-size {} is not below max_model_len {}: no prompt can fill a block, so "
+                 "nothing will be cached", prefix.block_size, ctx);
   spec_ = SpeculativeConfig::parse(cfg_.speculative_config);
   if (spec_.enabled()) {
     SSM_CHECK(model_->supports_speculative_decoding(),
