@@ -21,10 +21,16 @@ struct StepPlans;  // runtime/step_plans.h
 
 /// Device scratch shared by the modules of one runner: slot -> grow-only buffer. Layers run one after another on one
 /// stream, so any module may use any slot within a step; reserve() sizes every slot before the step (a captured step
-/// must not allocate).
+/// must not allocate). Slots 0..7 hold activations; the named ones below hold workspaces, one buffer for all layers
+/// (a layer's workspace is dead once its forward is enqueued), so a model's workspace memory does not grow with its
+/// layer count (one per layer was 23 x 1.3 GB of MoE workspace for Nemotron-3-Nano at 8k-token prefill chunks).
 class ScratchPool {
  public:
   static constexpr int kSlots = 12;
+  static constexpr int kMixerWorkspace = 8;  ///< split-KV attention, lightning blocks, Mamba-1 scan, SSD chunks
+  static constexpr int kMoeWorkspace = 9;    ///< sparse_moe (routing, sorted rows, expert activations and outputs)
+  static constexpr int kMoeSharedIn = 10;    ///< the shared expert's input rows in the GEMM dtype
+  static constexpr int kMoeSharedOut = 11;   ///< the shared expert's output rows
   Scratch& operator[](int slot) { return s_.at(static_cast<size_t>(slot)); }
   /// Every slot's device pointer (DecodeGraphs signatures).
   void pointers(std::vector<const void*>& out) const {

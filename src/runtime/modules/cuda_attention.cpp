@@ -44,9 +44,8 @@ class CudaAttention final : public CudaModule {
     ScratchPool& p = *ctx_.scratch;
     const int64_t QW = int64_t{c_.num_heads} * c_.head_dim, KW = int64_t{c_.num_kv_heads} * c_.head_dim;
     p[0].f32(T * (qg_width() + 2 * KW)), p[1].f32(T * QW), p[3].get(T * QW * dtype_size(ctx_.opt.weight_dtype));
-    ws_.f32(std::max<size_t>(4, paged_attention_workspace_floats(plans->aplan, c_.num_kv_heads, c_.head_dim)));
+    ws().f32(std::max<size_t>(4, paged_attention_workspace_floats(plans->aplan, c_.num_kv_heads, c_.head_dim)));
   }
-  void pointers(std::vector<const void*>& out) const override { out.push_back(ws_.buf.data()); }
 
   void forward(const CudaStep& st, const ModuleState& state, const void* normed_c, float* out) override {
     const PagedAttentionMetadata& md = st.batch.attn_meta;
@@ -85,7 +84,7 @@ class CudaAttention final : public CudaModule {
                          plans.dev(plans.tc_items), ap.num_tc_items};
     {
       ProfileSpan span(ctx_.profile, "paged_attention", s);
-      SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a, ws_.f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s));
+      SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a, ws().f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s));
     }
     // 3. The output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, o_proj.
     void* oc = p[3].get(T * QW * dtype_size(wd));
@@ -104,7 +103,8 @@ class CudaAttention final : public CudaModule {
   DevWeight gate_;                 ///< [H D, hidden] (attn_output_gate), or empty
   DeviceBuffer q_norm_, k_norm_;   ///< [D] effective weights (qk_norm), or empty
   DeviceBuffer inv_freq_;
-  Scratch ws_;  // the attention splits' workspace (its size follows the step's work list)
+  /// The attention splits' workspace (its size follows the step's work list), shared by every layer.
+  Scratch& ws() const { return (*ctx_.scratch)[ScratchPool::kMixerWorkspace]; }
 };
 
 }  // namespace

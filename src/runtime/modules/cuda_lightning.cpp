@@ -44,9 +44,8 @@ class CudaLightning final : public CudaModule {
     const int64_t HD = int64_t{c_.num_heads} * c_.head_dim;
     p[0].f32(T * 3 * HD), p[1].f32(T * HD), p[2].f32(T * HD);
     p[3].get(T * std::max<int64_t>(HD * dtype_size(ctx_.opt.weight_dtype), bf16() ? 3 * HD * 2 : 0));
-    ws_.f32(std::max<size_t>(4, lightning_workspace_floats(plans->lplan.num_blocks, c_.num_heads, c_.head_dim)));
+    ws().f32(std::max<size_t>(4, lightning_workspace_floats(plans->lplan.num_blocks, c_.num_heads, c_.head_dim)));
   }
-  void pointers(std::vector<const void*>& out) const override { out.push_back(ws_.buf.data()); }
 
   void forward(const CudaStep& st, const ModuleState& state, const void* normed_c, float* out) override {
     const LinearAttentionMetadata& md = st.batch.linear_meta;
@@ -70,7 +69,7 @@ class CudaLightning final : public CudaModule {
     if (nd > 0) SSM_CUDA_CHECK(lightning_decode(proj, W, o, HD, lp, rows, nd, s));
     if (md.num_prefills > 0) {
       const LightningPlanDev pd = plans.lightning_prefill(nd);
-      float* ws = ws_.f32(lightning_workspace_floats(plans.lplan.num_blocks, c_.num_heads, c_.head_dim));
+      float* ws = this->ws().f32(lightning_workspace_floats(plans.lplan.num_blocks, c_.num_heads, c_.head_dim));
       if (ctx_.opt.batch_invariant) {  // the token walk with the decode kernel's arithmetic (fp32 q | k | v, as decode)
         SSM_CUDA_CHECK(lightning_prefill_sequential(proj, W, o, HD, lp, pd, s));
       } else if (bf16()) {  // the prefill rows' q | k | v as bf16 (rows keep their absolute index), bf16 tensor-core path
@@ -97,7 +96,8 @@ class CudaLightning final : public CudaModule {
   int64_t H_;
   DevWeight qkv_proj_, output_gate_, out_proj_;
   DeviceBuffer norm_, slopes_;
-  Scratch ws_;  // the blocked prefill's workspace (its size follows the step's plan)
+  /// The blocked prefill's workspace (its size follows the step's plan), shared by every layer.
+  Scratch& ws() const { return (*ctx_.scratch)[ScratchPool::kMixerWorkspace]; }
 };
 
 }  // namespace

@@ -109,7 +109,6 @@ class CudaMamba1 final : public CudaModule {
   int64_t H_;
   float eps_;
   std::unique_ptr<OverlapBranch> branch_;  // decode_overlap's second branch (null when off)
-  Scratch scan_ws_;                        // the chunked scan's workspace (prefill steps only)
 };
 
 void CudaMamba1::forward(const CudaStep& st, const ModuleState& state, const void* normed, float* out) {
@@ -209,7 +208,7 @@ void CudaMamba1::forward(const CudaStep& st, const ModuleState& state, const voi
     ChunkMetadataDev cm{np, md.num_chunks(), dm.cu_chunk_seqlen_p, dm.seq_idx_p, dm.last_chunk_indices_p,
                         dm.state_indices_p, dm.has_initial_states_p, md.chunk_size};
     cm.workspace_bytes = scan_workspace_bytes(I, cm.nchunks);
-    cm.workspace = scan_ws_.get(cm.workspace_bytes);
+    cm.workspace = (*ctx_.scratch)[ScratchPool::kMixerWorkspace].get(cm.workspace_bytes);
     cm.stores = dm.stores;  // "all" mode: the scans write the running state at each store offset
     // Batch-invariant mode: the sequential scan (chunk_size 0), whose per-token math is the decode update's, so a
     // prompt gives the same bits however the scheduler splits it into prefill chunks.

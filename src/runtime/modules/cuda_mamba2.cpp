@@ -108,7 +108,7 @@ class CudaMamba2 final : public CudaModule {
       SsdChunkMetadataDev cm{np, md.num_chunks(), sm.cu_chunk_seqlen_p, sm.seq_idx_p, sm.last_chunk_indices_p,
                              sm.state_indices_p, sm.has_initial_states_p, md.chunk_size};
       cm.workspace_bytes = ssd_workspace_bytes(sp, cm.nchunks, cm.chunk_size, &prefill_in);
-      cm.workspace = ssd_ws_.get(cm.workspace_bytes);
+      cm.workspace = (*ctx_.scratch)[ScratchPool::kMixerWorkspace].get(cm.workspace_bytes);
       // "all"-mode stores: the SSD writes the state at the end of each store's chunk (block boundaries are chunk
       // boundaries: the engine's block size is a multiple of the chunk).
       SSM_CHECK(sm.stores_on_chunk_ends, "Mamba-2 forward: a state store offset does not end a chunk of {} tokens",
@@ -131,7 +131,6 @@ class CudaMamba2 final : public CudaModule {
   float eps_;
   DevWeight in_proj_, out_proj_;
   DeviceBuffer conv_weight_, conv_bias_, dt_bias_, A_, D_, gate_norm_;
-  Scratch ssd_ws_;  // the chunked SSD's workspace (prefill steps only; a module's own: its size varies per step)
 };
 
 }  // namespace

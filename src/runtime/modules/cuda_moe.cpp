@@ -66,18 +66,14 @@ class CudaMoe final : public CudaModule {
   }
   void reserve(int64_t T, const StepPlans* plans) override {
     (*ctx_.scratch)[0].f32(T * c_.num_experts);
-    ws_.get(moe_workspace_bytes(T, weights()));
+    slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights()));
     if (shared_) {
       shared_->reserve(T, plans);
-      shared_out_.f32(T * H_), shared_in_.get(T * H_ * dtype_size(ctx_.opt.weight_dtype));
+      slot(ScratchPool::kMoeSharedOut).f32(T * H_), slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(ctx_.opt.weight_dtype));
     }
   }
   void pointers(std::vector<const void*>& out) const override {
-    out.push_back(ws_.buf.data());
-    if (shared_) {
-      out.push_back(shared_out_.buf.data()), out.push_back(shared_in_.buf.data());
-      shared_->pointers(out);
-    }
+    if (shared_) shared_->pointers(out);
   }
 
   void forward(const CudaStep& st, const ModuleState& state, const void* x, float* out) override {
@@ -87,13 +83,14 @@ class CudaMoe final : public CudaModule {
     ctx_.gemm_run(normed, T, H_, gate_, router, c_.num_experts);
     {
       ProfileSpan span(ctx_.profile, "experts", st.stream);
-      SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_, ws_.get(moe_workspace_bytes(T, weights())), st.stream));
+      SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_,
+                                slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights())), st.stream));
     }
     if (shared_) {
       ProfileSpan span(ctx_.profile, "shared", st.stream);  // out += shared_expert(x) (gated: times sigmoid(x . w_g)); the MLP reads the rows in the GEMM dtype
       const DType wd = ctx_.opt.weight_dtype;
-      void* xc = shared_in_.get(T * H_ * dtype_size(wd));
-      float* y = shared_out_.f32(T * H_);
+      void* xc = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
+      float* y = slot(ScratchPool::kMoeSharedOut).f32(T * H_);
       SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, st.stream));
       shared_->forward(st, state, xc, y);
       if (shared_gate_.data()) SSM_CUDA_CHECK(sigmoid_gated_add(out, H_, y, H_, normed, H_, shared_gate_.as<float>(), T, H_, st.stream));
@@ -119,9 +116,9 @@ class CudaMoe final : public CudaModule {
   DeviceBuffer bias_;  ///< [E] e_score_correction_bias (sigmoid routing), or empty
   DeviceBuffer shared_gate_;  ///< [hidden] fp32 shared_expert_gate.weight (Qwen), or empty
   DeviceBuffer w1_, w2_, w3_;
-  Scratch ws_;
+  /// The runner's shared scratch slot `i` (ScratchPool: one workspace for every MoE layer).
+  Scratch& slot(int i) const { return (*ctx_.scratch)[i]; }
   std::unique_ptr<CudaModule> shared_;  ///< the shared expert (a GPU dense MLP), or null
-  Scratch shared_out_, shared_in_;
 };
 
 }  // namespace
