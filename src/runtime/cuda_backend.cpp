@@ -77,7 +77,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   int_in("SSMSERVE_LIGHTNING_WALK", k.lightning_walk, 0, 2);
   flag("SSMSERVE_DECODE_PREWAIT", k.decode_prewait);
   flag("SSMSERVE_SAMPLE_BUCKETS", k.sample_buckets);
-  flag("SSMSERVE_MOE_FUSED_DECODE", k.moe_fused_decode);
   return o;
 }
 

@@ -3,8 +3,7 @@
 // SiLU-gated and relu^2 experts on the per-pair (decode) and grouped-GEMM paths, fp32 experts at fp32 accuracy, bad
 // arguments; Qwen's many small experts (Qwen3.5-35B-A3B: 256 experts top-8; Qwen3-Next-80B-A3B: 512 experts top-10),
 // with timings of the Qwen3.5-35B-A3B layer shape (hidden 2048, moe_intermediate 512) printed for
-// docs/benchmarks.md; the fused decode path (KernelTuning::moe_fused_decode) bit for bit against the default, with
-// a disabled benchmark of both at the Nemotron-3-Nano layer shape.
+// docs/benchmarks.md.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,7 +16,6 @@
 #include "device/cuda_check.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/moe.h"
-#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/moe.h"
 #include "model/weight.h"
 
@@ -422,188 +420,6 @@ TEST(CudaMoe, Qwen35LayerShapeMatchesCpuAndTimings) {
   }
   SSM_CUDA_CHECK(cudaEventDestroy(a));
   SSM_CUDA_CHECK(cudaEventDestroy(b));
-}
-
-// ---- The fused decode path (KernelTuning::moe_fused_decode) --------------------------------------------------------
-
-/// Sets kernel_tuning().moe_fused_decode for its lifetime (the kernels read kernel_tuning(), so the tests set it
-/// directly; the environment is read only by the GPU runner), restoring the previous switches after.
-struct FusedDecodeSwitch {
-  cuda::KernelTuning saved = cuda::kernel_tuning();
-  explicit FusedDecodeSwitch(bool on) { set(on); }
-  void set(bool on) {
-    cuda::KernelTuning t = saved;
-    t.moe_fused_decode = on;
-    cuda::set_kernel_tuning(t);
-  }
-  ~FusedDecodeSwitch() { cuda::set_kernel_tuning(saved); }
-};
-
-/// sparse_moe's output [T, os] (x [T, xs], logits [T, E] on the device) with the fused decode on or off; the output
-/// starts poisoned (0xff bytes), so the row padding must come back untouched.
-std::vector<float> moe_output(const DeviceBuffer& dx, int64_t xs, int64_t T, const DeviceBuffer& dl,
-                              const cuda::MoeDevWeights& w, int64_t os, bool fused) {
-  FusedDecodeSwitch sw(fused);
-  DeviceBuffer dout = poisoned(T * os), ws(cuda::moe_workspace_bytes(T, w));
-  SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), xs, T, dl.as<float>(), w, dout.as<float>(), os, ws.data(), nullptr));
-  SSM_CUDA_CHECK(cudaDeviceSynchronize());
-  return to_host<float>(dout, T * os);
-}
-
-// Decode batches (T * top_k <= 16) on the fused path (routing in the up kernel, down fused with the combine) give
-// the four-launch path's bits: softmax (renormalized or not) and sigmoid routing with correction bias and groups,
-// SiLU-gated and relu^2 experts, 64 / 128 experts (and 256 / 512: every per-lane width of the router), top-6 and
-// top-8 (T = 2: 12 and 16 pairs), widths that are multiples of 8 but not of 256 (the lanes' k loops end part way),
-// row strides past the width, ties in the router logits.
-TEST(CudaMoe, FusedDecodeMatchesDefaultBits) {
-  REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  struct Case {
-    const char* name;
-    bool gated, sigmoid, renorm;
-    float scale;
-    int E, k, groups, topk_group;
-    bool bias;
-    int64_t Hd, I;
-  };
-  const Case cases[] = {
-      {"gated, softmax top-8 of 64", true, false, true, 1.0f, 64, 8, 1, 1, false, 776, 328},
-      {"relu^2, sigmoid top-6 of 128, bias, scale 2.5 (Nemotron 3 Nano)", false, true, true, 2.5f, 128, 6, 1, 1, true, 264, 136},
-      {"relu^2, grouped sigmoid top-6 of 128 (8 groups, 4 kept)", false, true, true, 2.5f, 128, 6, 8, 4, true, 520, 200},
-      {"gated, grouped sigmoid top-8 of 128, no renorm", true, true, false, 1.0f, 128, 8, 4, 2, true, 136, 264},
-      {"relu^2, softmax no renorm top-6 of 64", false, false, false, 1.0f, 64, 6, 1, 1, false, 328, 776},
-      {"gated, softmax top-8 of 256", true, false, true, 1.0f, 256, 8, 1, 1, false, 128, 40},
-      {"relu^2, sigmoid top-8 of 512, bias", false, true, true, 1.5f, 512, 8, 1, 1, true, 64, 72},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    const int E = c.E;
-    const int64_t Hd = c.Hd, I = c.I, xs = Hd + 4, os = Hd + 8;
-    const float hs = 1.0f / std::sqrt(static_cast<float>(Hd)), is = 1.0f / std::sqrt(static_cast<float>(I));
-    auto stack = [&](int64_t n, float a) { return to_device(to_bf16_bits(rand_vec(rng, n, -a, a))); };
-    DeviceBuffer d1 = stack(E * I * Hd, hs), d3 = c.gated ? stack(E * I * Hd, hs) : DeviceBuffer(4),
-                 d2 = stack(E * Hd * I, is);
-    cpu::MoeRouting r;
-    r.scoring = c.sigmoid ? cpu::MoeRouting::Scoring::Sigmoid : cpu::MoeRouting::Scoring::Softmax;
-    r.top_k = c.k, r.renormalize = c.renorm, r.routed_scaling_factor = c.scale, r.n_group = c.groups,
-    r.topk_group = c.topk_group;
-    if (c.bias) r.correction_bias = rand_vec(rng, E, -0.2f, 0.2f);
-    DeviceBuffer bias = c.bias ? to_device(r.correction_bias) : DeviceBuffer(4);
-    const cuda::MoeDevWeights w{E, c.k, Hd, I, d1.data(), c.gated ? d3.data() : nullptr, d2.data(), device_routing(r, bias)};
-    for (int64_t T : {int64_t{1}, int64_t{2}}) {
-      SCOPED_TRACE(testing::Message() << "T=" << T);
-      const std::vector<float> x = rand_vec(rng, T * xs);  // not bf16 values: the kernels round them
-      std::vector<float> logits = rand_vec(rng, T * E, -3.0f, 3.0f);
-      for (int e = 0; e < E; e += 3) logits[e] = 1.0f;  // token 0: ties among every third expert
-      DeviceBuffer dx = to_device(x), dl = to_device(logits);
-      const auto ref = moe_output(dx, xs, T, dl, w, os, false), got = moe_output(dx, xs, T, dl, w, os, true);
-      EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)), 0);  // padding: 0xff in both
-      double norm = 0.0;
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < Hd; ++i) {
-          ASSERT_TRUE(std::isfinite(ref[t * os + i])) << t << " " << i;
-          norm += static_cast<double>(ref[t * os + i]) * ref[t * os + i];
-          if (got[t * os + i] != ref[t * os + i]) {
-            ADD_FAILURE() << "first difference: token " << t << " column " << i << ": " << got[t * os + i] << " vs " << ref[t * os + i];
-            t = T;
-            break;
-          }
-        }
-      EXPECT_GT(norm, 0.0);
-    }
-  }
-  // The fused path checks the routing as moe_route does (grouped choice needs sigmoid scores) before any launch.
-  DeviceBuffer dummy(16);
-  cuda::MoeRouteParams bad;
-  bad.n_group = 2, bad.topk_group = 1;
-  const cuda::MoeDevWeights w{8, 2, 64, 32, dummy.data(), nullptr, dummy.data(), bad};
-  FusedDecodeSwitch sw(true);
-  EXPECT_EQ(cuda::sparse_moe(dummy.as<float>(), 64, 1, dummy.as<float>(), w, dummy.as<float>(), 64, dummy.data(), nullptr),
-            cudaErrorInvalidValue);
-}
-
-// Benchmark (disabled; run with --gtest_also_run_disabled_tests): the Nemotron-3-Nano-30B-A3B MoE layer (hidden 2688,
-// 128 relu^2 experts of I = 1856, top-6, sigmoid routing with correction bias, scale 2.5) at T = 1 and 2, default and
-// fused decode, eager and in a CUDA graph; random router logits per call (32 sets), so the experts mostly come from
-// HBM as in decode. Prints us per call and the effective bandwidth over the active experts' bytes.
-TEST(CudaMoe, DISABLED_FusedDecodeTimingsNemotron3Nano) {
-  REQUIRE_GPU();
-  const int E = 128, K = 6;
-  const int64_t Hd = 2688, I = 1856;
-  std::mt19937 rng(4321);
-  // 1.3 GB per projection: a random 16M-element block tiled over the stack (the values do not matter for timing).
-  auto stack = [&](int64_t n, float a) {
-    const auto block = to_bf16_bits(rand_vec(rng, size_t{1} << 24, -a, a));
-    DeviceBuffer d(static_cast<size_t>(n) * 2);
-    for (int64_t off = 0; off < n; off += static_cast<int64_t>(block.size())) {
-      const int64_t len = std::min<int64_t>(static_cast<int64_t>(block.size()), n - off);
-      d.upload(block.data(), static_cast<size_t>(len) * 2, static_cast<size_t>(off) * 2);
-    }
-    return d;
-  };
-  DeviceBuffer d1 = stack(E * I * Hd, 1.0f / std::sqrt(static_cast<float>(Hd))),
-               d2 = stack(E * Hd * I, 1.0f / std::sqrt(static_cast<float>(I)));
-  cpu::MoeRouting r;
-  r.scoring = cpu::MoeRouting::Scoring::Sigmoid;
-  r.top_k = K, r.routed_scaling_factor = 2.5f;
-  r.correction_bias = rand_vec(rng, E, -0.2f, 0.2f);
-  DeviceBuffer bias = to_device(r.correction_bias);
-  const cuda::MoeDevWeights w{E, K, Hd, I, d1.data(), nullptr, d2.data(), device_routing(r, bias)};
-  cudaStream_t s;
-  SSM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t a, b;
-  SSM_CUDA_CHECK(cudaEventCreate(&a));
-  SSM_CUDA_CHECK(cudaEventCreate(&b));
-  constexpr int kSets = 32;
-  for (int64_t T : {int64_t{1}, int64_t{2}}) {
-    DeviceBuffer dx = to_device(rand_vec(rng, T * Hd)), dout(T * Hd * 4), ws(cuda::moe_workspace_bytes(T, w));
-    std::vector<DeviceBuffer> dl;
-    for (int i = 0; i < kSets; ++i) dl.push_back(to_device(rand_vec(rng, T * E, -3.0f, 3.0f)));
-    const auto ref = moe_output(dx, Hd, T, dl[0], w, Hd, false), got = moe_output(dx, Hd, T, dl[0], w, Hd, true);
-    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)), 0) << "T=" << T;
-    // Distinct experts per call (T * K pairs, ~ each expert once): bytes of w1 and w2 rows read.
-    const double bytes = static_cast<double>(T * K) * 2.0 * static_cast<double>(I * Hd) * 2.0;
-    for (bool fused : {false, true}) {
-      FusedDecodeSwitch sw(fused);
-      auto call = [&](int i) {
-        SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), Hd, T, dl[i % kSets].as<float>(), w, dout.as<float>(), Hd,
-                                        ws.data(), s));
-      };
-      for (int i = 0; i < kSets; ++i) call(i);
-      const int reps = 10 * kSets;
-      SSM_CUDA_CHECK(cudaEventRecord(a, s));
-      for (int i = 0; i < reps; ++i) call(i);
-      SSM_CUDA_CHECK(cudaEventRecord(b, s));
-      SSM_CUDA_CHECK(cudaEventSynchronize(b));
-      float eager_ms = 0;
-      SSM_CUDA_CHECK(cudaEventElapsedTime(&eager_ms, a, b));
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      SSM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < kSets; ++i) call(i);
-      SSM_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-      SSM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-      SSM_CUDA_CHECK(cudaGraphLaunch(ge, s));
-      SSM_CUDA_CHECK(cudaEventRecord(a, s));
-      for (int i = 0; i < reps / kSets; ++i) SSM_CUDA_CHECK(cudaGraphLaunch(ge, s));
-      SSM_CUDA_CHECK(cudaEventRecord(b, s));
-      SSM_CUDA_CHECK(cudaEventSynchronize(b));
-      float graph_ms = 0;
-      SSM_CUDA_CHECK(cudaEventElapsedTime(&graph_ms, a, b));
-      SSM_CUDA_CHECK(cudaGraphExecDestroy(ge));
-      SSM_CUDA_CHECK(cudaGraphDestroy(g));
-      const double eager_us = 1000.0 * eager_ms / reps, graph_us = 1000.0 * graph_ms / reps;
-      std::printf("nemotron-3-nano moe layer (E 128, top-6, I 1856, hidden 2688, relu^2) T %lld %-7s: eager %.1f us, "
-                  "graph %.1f us (%.0f GB/s over %.0f MB of experts)\n",
-                  static_cast<long long>(T), fused ? "fused" : "default", eager_us, graph_us, bytes / graph_us / 1e3,
-                  bytes / 1e6);
-    }
-  }
-  SSM_CUDA_CHECK(cudaEventDestroy(a));
-  SSM_CUDA_CHECK(cudaEventDestroy(b));
-  SSM_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 }  // namespace

@@ -24,10 +24,6 @@ struct KernelTuning {
   int lightning_walk = 2;
   bool decode_prewait = true;         ///< decode updates' pre-PDL-wait L2 prefetch (SSMSERVE_DECODE_PREWAIT=0 turns off)
   bool sample_buckets = true;         ///< device sampling's bucket histogram for large candidate sets (SSMSERVE_SAMPLE_BUCKETS=0)
-  /// Sparse MoE decode (bf16 experts, T * top_k <= 16, not batch-invariant) in two launches: routing inside the up
-  /// kernel, the down projection fused with the combine (moe.h); the same bits (SSMSERVE_MOE_FUSED_DECODE=1). Off until
-  /// measured faster on the GPU.
-  bool moe_fused_decode = false;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

@@ -1,9 +1,7 @@
-// Owns the GPU sparse MoE (see moe.h): router, device-side sort by expert, grouped GEMMs (moe_grouped_gemm.h), combine;
-// the fused decode path (KernelTuning::moe_fused_decode).
+// Owns the GPU sparse MoE (see moe.h): router, device-side sort by expert, grouped GEMMs (moe_grouped_gemm.h), combine.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/activations.h"
-#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
 
 namespace ssmserve::cuda {
@@ -33,15 +31,15 @@ struct MoeLayout {
   }
 };
 
-/// One token's routing by one warp (all 32 lanes; cpu::moe_route's arithmetic order), shared by route_kernel and
-/// the fused decode's up kernel so both give the same bits: l = the token's logits [E]; choice = kMaxRouteE floats
-/// of shared memory owned by this warp (grouped choice); lane 0 writes ids[0, top_k) (descending choice score, ties
-/// to the lower id) and their weights wts[0, top_k). Lane j holds experts j + 32 i, i < PER (32 * PER >= E): PER
-/// bounds only the per-lane loops, whose entries at e >= E add nothing (-inf / 0 / skipped), so every PER >= E / 32
-/// gives the same bits.
-template <int PER>
-__device__ __forceinline__ void route_token(const float* __restrict__ l, int E, int top_k, const MoeRouteParams& r,
-                                            float* choice, int lane, int32_t* ids, float* wts) {
+/// Grid (ceil(T / 8)), 8 warps: one warp per token (cpu::moe_route's arithmetic order).
+__global__ void __launch_bounds__(256) route_kernel(const float* __restrict__ logits, int64_t T, int E, int top_k,
+                                                   MoeRouteParams r, int32_t* __restrict__ ids, float* __restrict__ wts) {
+  constexpr int PER = kMaxRouteE / 32;
+  __shared__ float choice_s[8][kMaxRouteE];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * 8 + warp;
+  if (t >= T) return;
+  const float* l = logits + t * E;
   float sc[PER], ch[PER];  // scores (the weights) and choice scores (-inf: not a candidate)
   if (r.sigmoid) {
 #pragma unroll
@@ -54,13 +52,13 @@ __device__ __forceinline__ void route_token(const float* __restrict__ l, int E, 
       const int per = E / r.n_group;
 #pragma unroll
       for (int i = 0; i < PER; ++i)
-        if (lane + 32 * i < E) choice[lane + 32 * i] = ch[i];
+        if (lane + 32 * i < E) choice_s[warp][lane + 32 * i] = ch[i];
       __syncwarp();
       float gs = -INFINITY;
       if (lane < r.n_group) {
         float a = -INFINITY, b = -INFINITY;
         for (int e = lane * per; e < (lane + 1) * per; ++e) {
-          const float c = choice[e];
+          const float c = choice_s[warp][e];
           if (c > a) b = a, a = c;
           else if (c > b) b = c;
         }
@@ -133,30 +131,9 @@ __device__ __forceinline__ void route_token(const float* __restrict__ l, int E, 
   const float denom = !r.renormalize ? 1.0f : r.sigmoid ? tot + 1e-20f : tot;
   if (lane == 0)
     for (int k = 0; k < top_k; ++k) {
-      ids[k] = ek[k];
-      wts[k] = pk[k] / denom * r.routed_scaling_factor;
+      ids[t * top_k + k] = ek[k];
+      wts[t * top_k + k] = pk[k] / denom * r.routed_scaling_factor;
     }
-}
-
-/// Grid (ceil(T / 8)), 8 warps: one warp per token (route_token; 32 * PER >= E).
-template <int PER>
-__global__ void __launch_bounds__(256) route_kernel(const float* __restrict__ logits, int64_t T, int E, int top_k,
-                                                   MoeRouteParams r, int32_t* __restrict__ ids, float* __restrict__ wts) {
-  __shared__ float choice_s[8][kMaxRouteE];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * 8 + warp;
-  if (t >= T) return;
-  route_token<PER>(logits + t * E, E, top_k, r, choice_s[warp], lane, ids + t * top_k, wts + t * top_k);
-}
-
-/// The smallest per-lane expert count of route_token for E experts (E <= kMaxRouteE): fewer idle loop steps for the
-/// usual 64 / 128 / 256 experts.
-int route_per(int E) { return E <= 128 ? 4 : E <= 256 ? 8 : kMaxRouteE / 32; }
-
-/// The routing's limits (moe_route's; sparse_moe checks the rest in valid()).
-bool route_ok(int E, int top_k, const MoeRouteParams& r) {
-  return E >= 1 && E <= kMaxRouteE && top_k >= 1 && top_k <= kMaxTopK && top_k <= E && r.n_group >= 1 && r.n_group <= 32 &&
-         E % r.n_group == 0 && r.topk_group >= 1 && r.topk_group <= r.n_group && !(r.n_group > 1 && !r.sigmoid);
 }
 
 /// One block: counts per expert, offsets [E + 1], sorted[row] = pair index (t * top_k + slot), pair_row[pair].
@@ -184,32 +161,25 @@ __global__ void __launch_bounds__(1024) sort_kernel(const int32_t* __restrict__ 
   }
 }
 
-/// order[0, top_k) = the slots of one token's ids [top_k] by ascending expert id (insertion sort, top_k <= 16): the
-/// combine's summation order (combine_kernel and the fused decode's down kernel).
-__device__ __forceinline__ void expert_order(const int32_t* __restrict__ ids, int top_k, int* order) {
-  for (int k = 0; k < top_k; ++k) order[k] = k;
-  for (int a = 1; a < top_k; ++a)
-    for (int b = a; b > 0 && ids[order[b]] < ids[order[b - 1]]; --b) {
-      const int tmp = order[b];
-      order[b] = order[b - 1];
-      order[b - 1] = tmp;
-    }
-}
-
-/// Grid (T), threads over hidden: out[t] = sum over slots in ascending expert id of w * y[pair_row] (o = fma(y, w, o)
-/// from 0, as the fused decode's down kernel).
+/// Grid (T), threads over hidden: out[t] = sum over slots in ascending expert id of w * y[pair_row].
 __global__ void __launch_bounds__(256) combine_kernel(const float* __restrict__ y, int64_t hidden,
                                                      const int32_t* __restrict__ ids, const float* __restrict__ wts,
                                                      const int32_t* __restrict__ pair_row, int top_k,
                                                      float* __restrict__ out, int64_t os) {
   const int64_t t = blockIdx.x;
   int order[kMaxTopK];
-  expert_order(ids + t * top_k, top_k, order);
+  for (int k = 0; k < top_k; ++k) order[k] = k;
+  for (int a = 1; a < top_k; ++a)  // insertion sort by expert id (top_k <= 16)
+    for (int b = a; b > 0 && ids[t * top_k + order[b]] < ids[t * top_k + order[b - 1]]; --b) {
+      const int tmp = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = tmp;
+    }
   for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
     float o = 0.0f;
     for (int k = 0; k < top_k; ++k) {
       const int64_t p = t * top_k + order[k];
-      o = __fmaf_rn(y[static_cast<int64_t>(pair_row[p]) * hidden + c], wts[p], o);
+      o += y[static_cast<int64_t>(pair_row[p]) * hidden + c] * wts[p];
     }
     out[t * os + c] = o;
   }
@@ -220,41 +190,6 @@ __global__ void __launch_bounds__(256) combine_kernel(const float* __restrict__ 
 /// step costs the bytes of its experts instead of a latency-bound tile loop). Same rounding as the grouped
 /// kernels (x and the activations as bf16, fp32 accumulation).
 constexpr int kSmallPairs = 16;
-
-/// One warp's act value of a pair (small_up_kernel, the fused decode's up kernel): xr = the token's row x_t [K],
-/// a = w1[e, n] [K], b = w3[e, n] [K] (null: relu^2 experts). Lane j sums k = 8 j + 256 i (fp32 FMAs of x rounded to
-/// bf16 and the weights), then the warp's butterfly sum; returns bf16(silu(g) * u) (relu^2: bf16(relu(g)^2)) on
-/// every lane.
-__device__ __forceinline__ bf16 small_up_value(const float* __restrict__ xr, const bf16* __restrict__ a,
-                                               const bf16* __restrict__ b3, int64_t K, int lane) {
-  const bf16* b = b3 ? b3 : a;  // relu^2 experts: no up, u unused
-  float g = 0.0f, u = 0.0f;
-  for (int64_t k = lane * 8; k < K; k += 32 * 8) {
-    const float4 x0 = *reinterpret_cast<const float4*>(xr + k), x1 = *reinterpret_cast<const float4*>(xr + k + 4);
-    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-    const uint4 av = *reinterpret_cast<const uint4*>(a + k), bv = *reinterpret_cast<const uint4*>(b + k);
-    const bf16* ae = reinterpret_cast<const bf16*>(&av);
-    const bf16* be = reinterpret_cast<const bf16*>(&bv);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float xi = __bfloat162float(__float2bfloat16_rn(xv[i]));
-      g = __fmaf_rn(xi, __bfloat162float(ae[i]), g);
-      u = __fmaf_rn(xi, __bfloat162float(be[i]), u);
-    }
-  }
-  g = warp_sum(g);
-  u = warp_sum(u);
-  return __float2bfloat16_rn(b3 ? silu(g) * u : (g > 0.0f ? g * g : 0.0f));
-}
-
-/// acc += a[i] * w[i] over 8 bf16 pairs in i order (fp32 FMAs): one lane's step of the down projection's dot
-/// (small_down_kernel, the fused decode's down kernel).
-__device__ __forceinline__ void dot8_bf16(float& acc, const uint4& av, const uint4& wv) {
-  const bf16* ae = reinterpret_cast<const bf16*>(&av);
-  const bf16* we = reinterpret_cast<const bf16*>(&wv);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc = __fmaf_rn(__bfloat162float(ae[i]), __bfloat162float(we[i]), acc);
-}
 
 /// Grid (ceil(I / 8), min(P, 65535)), 8 warps; row r of [0, P) is pair p = sorted[r] (pairs in expert order, so
 /// consecutive blocks share an expert's weights in L2), or p = r without `sorted` (then pair_row[p] = p is written
@@ -272,8 +207,26 @@ __global__ void __launch_bounds__(256) small_up_kernel(const float* __restrict__
     const int64_t p = sorted ? sorted[r] : r;
     if (!sorted && n == 0 && lane == 0) pair_row[p] = static_cast<int32_t>(p);
     const int64_t e = ids[p];
-    const bf16 v = small_up_value(x + (p / top_k) * xs, w1 + (e * I + n) * K, w3 ? w3 + (e * I + n) * K : nullptr, K, lane);
-    if (lane == 0) act[r * I + n] = v;
+    const float* xr = x + (p / top_k) * xs;
+    const bf16* a = w1 + (e * I + n) * K;
+    const bf16* b = w3 ? w3 + (e * I + n) * K : a;  // relu^2 experts: no up, u unused
+    float g = 0.0f, u = 0.0f;
+    for (int64_t k = lane * 8; k < K; k += 32 * 8) {
+      const float4 x0 = *reinterpret_cast<const float4*>(xr + k), x1 = *reinterpret_cast<const float4*>(xr + k + 4);
+      const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      const uint4 av = *reinterpret_cast<const uint4*>(a + k), bv = *reinterpret_cast<const uint4*>(b + k);
+      const bf16* ae = reinterpret_cast<const bf16*>(&av);
+      const bf16* be = reinterpret_cast<const bf16*>(&bv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float xi = __bfloat162float(__float2bfloat16_rn(xv[i]));
+        g += xi * __bfloat162float(ae[i]);
+        u += xi * __bfloat162float(be[i]);
+      }
+    }
+    g = warp_sum(g);
+    u = warp_sum(u);
+    if (lane == 0) act[r * I + n] = __float2bfloat16_rn(w3 ? silu(g) * u : (g > 0.0f ? g * g : 0.0f));
   }
 }
 
@@ -290,84 +243,15 @@ __global__ void __launch_bounds__(256) small_down_kernel(const bf16* __restrict_
     const bf16* a = act + r * K;
     const bf16* w = w2 + (e * N + n) * K;
     float acc = 0.0f;
-    for (int64_t k = lane * 8; k < K; k += 32 * 8)
-      dot8_bf16(acc, *reinterpret_cast<const uint4*>(a + k), *reinterpret_cast<const uint4*>(w + k));
+    for (int64_t k = lane * 8; k < K; k += 32 * 8) {
+      const uint4 av = *reinterpret_cast<const uint4*>(a + k), wv = *reinterpret_cast<const uint4*>(w + k);
+      const bf16* ae = reinterpret_cast<const bf16*>(&av);
+      const bf16* we = reinterpret_cast<const bf16*>(&wv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc += __bfloat162float(ae[i]) * __bfloat162float(we[i]);
+    }
     acc = warp_sum(acc);
     if (lane == 0) y[r * N + n] = acc;
-  }
-}
-
-/// The fused decode (KernelTuning::moe_fused_decode; bf16 experts, P = T * top_k <= kSmallPairs, not per_pair): two
-/// launches instead of route, up, down and combine, with the unfused path's bits (rows unsorted there too: r = p).
-/// Up: grid (ceil(I / 8), P) (one pair per block row), 8 warps. Block (., p) routes its token t = p / top_k on warp 0
-/// (route_token: route_kernel's bits) into shared memory, then as small_up_kernel: act[p, n] = small_up_value(x_t,
-/// w1[e, n], w3[e, n]) with e = the token's expert in slot p % top_k. Blocks (0, p) write ids[p] and wts[p] for the
-/// down kernel.
-template <int PER>
-__global__ void __launch_bounds__(256) fused_up_kernel(const float* __restrict__ x, int64_t xs,
-                                                       const float* __restrict__ logits, int E, int top_k,
-                                                       MoeRouteParams rp, const bf16* __restrict__ w1,
-                                                       const bf16* __restrict__ w3, int64_t I, int64_t K,
-                                                       int32_t* __restrict__ ids, float* __restrict__ wts,
-                                                       bf16* __restrict__ act) {
-  __shared__ float choice_s[kMaxRouteE];
-  __shared__ int32_t ids_s[kMaxTopK];
-  __shared__ float wts_s[kMaxTopK];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t p = blockIdx.y, t = p / top_k;
-  const int slot = static_cast<int>(p - t * top_k);
-  if (warp == 0) route_token<PER>(logits + t * E, E, top_k, rp, choice_s, lane, ids_s, wts_s);
-  __syncthreads();
-  if (blockIdx.x == 0 && threadIdx.x == 0) ids[p] = ids_s[slot], wts[p] = wts_s[slot];
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + warp;
-  if (n >= I) return;  // whole warps (after the barrier)
-  const int64_t e = ids_s[slot];
-  const bf16 v = small_up_value(x + t * xs, w1 + (e * I + n) * K, w3 ? w3 + (e * I + n) * K : nullptr, K, lane);
-  if (lane == 0) act[p * I + n] = v;
-}
-
-/// The fused decode's down projection and combine: grid (ceil(hidden / 8)), 8 warps, one warp per output column n
-/// and every token: out[t, n] = over t's slots in ascending expert id (expert_order), o = fma(y_p, wts[p], o) from 0,
-/// y_p = act[p] . w2[ids[p], n] by small_down_kernel's arithmetic (per-lane dot8_bf16 chains, warp_sum), i.e.
-/// combine_kernel's result without y in memory. kDownChunk slots' dots run together, two k steps unrolled
-/// (independent chains, more loads in flight; each chain's order is unchanged).
-constexpr int kDownChunk = 4;
-__global__ void __launch_bounds__(256) fused_down_combine_kernel(const bf16* __restrict__ act,
-                                                                 const int32_t* __restrict__ ids,
-                                                                 const float* __restrict__ wts, int64_t T, int top_k,
-                                                                 const bf16* __restrict__ w2, int64_t N, int64_t K,
-                                                                 float* __restrict__ out, int64_t os) {
-  const int lane = threadIdx.x % 32;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
-  if (n >= N) return;
-  for (int64_t t = 0; t < T; ++t) {
-    int order[kMaxTopK];
-    expert_order(ids + t * top_k, top_k, order);
-    float o = 0.0f;
-    for (int k0 = 0; k0 < top_k; k0 += kDownChunk) {
-      const int cnt = min(kDownChunk, top_k - k0);
-      int64_t pc[kDownChunk];
-      const bf16* wc[kDownChunk];
-      float acc[kDownChunk];
-#pragma unroll
-      for (int j = 0; j < kDownChunk; ++j) {
-        pc[j] = t * top_k + order[j < cnt ? k0 + j : k0];
-        wc[j] = w2 + (static_cast<int64_t>(ids[pc[j]]) * N + n) * K;
-        acc[j] = 0.0f;
-      }
-#pragma unroll 2
-      for (int64_t k = lane * 8; k < K; k += 32 * 8) {
-#pragma unroll
-        for (int j = 0; j < kDownChunk; ++j)
-          if (j < cnt)
-            dot8_bf16(acc[j], *reinterpret_cast<const uint4*>(act + pc[j] * K + k),
-                      *reinterpret_cast<const uint4*>(wc[j] + k));
-      }
-#pragma unroll
-      for (int j = 0; j < kDownChunk; ++j)
-        if (j < cnt) o = __fmaf_rn(warp_sum(acc[j]), wts[pc[j]], o);  // cnt is warp-uniform: all lanes sum
-    }
-    if (lane == 0) out[t * os + n] = o;
   }
 }
 
@@ -446,11 +330,11 @@ cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, int32_t*
 
 cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, const MoeRouteParams& r, int32_t* ids, float* weights,
                       cudaStream_t stream) {
-  if (T < 0 || !route_ok(E, top_k, r)) return cudaErrorInvalidValue;
+  if (T < 0 || E < 1 || E > kMaxRouteE || top_k < 1 || top_k > kMaxTopK || top_k > E || r.n_group < 1 || r.n_group > 32 ||
+      E % r.n_group != 0 || r.topk_group < 1 || r.topk_group > r.n_group || (r.n_group > 1 && !r.sigmoid))
+    return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  const int per = route_per(E);
-  auto kernel = per == 4 ? route_kernel<4> : per == 8 ? route_kernel<8> : route_kernel<kMaxRouteE / 32>;
-  kernel<<<ceil_div(T, 8), 256, 0, stream>>>(logits, T, E, top_k, r, ids, weights);
+  route_kernel<<<ceil_div(T, 8), 256, 0, stream>>>(logits, T, E, top_k, r, ids, weights);
   return launch_status();
 }
 
@@ -471,19 +355,6 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   auto* y = reinterpret_cast<float*>(base + L.y);
   const int E = w.num_experts, k = w.top_k;
   const int64_t P = T * k;
-  if (!w.f32 && !w.per_pair && P <= kSmallPairs && kernel_tuning().moe_fused_decode) {  // routing in the up kernel
-    if (!route_ok(E, k, w.routing)) return cudaErrorInvalidValue;
-    const int per = route_per(E);
-    auto up = per == 4 ? fused_up_kernel<4> : per == 8 ? fused_up_kernel<8> : fused_up_kernel<kMaxRouteE / 32>;
-    up<<<dim3(ceil_div(w.intermediate, 8), static_cast<unsigned>(P)), 256, 0, stream>>>(
-        x, x_stride, logits, E, k, w.routing, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3),
-        w.intermediate, w.hidden, ids, wts, act);
-    cudaError_t e = launch_status();
-    if (e != cudaSuccess) return e;
-    fused_down_combine_kernel<<<ceil_div(w.hidden, 8), 256, 0, stream>>>(
-        act, ids, wts, T, k, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, out, out_stride);
-    return launch_status();
-  }
   cudaError_t e = moe_route(logits, T, E, k, w.routing, ids, wts, stream);
   if (e != cudaSuccess) return e;
   if (w.f32) {  // fp32 experts: the fp32 GEMVs for any P (in expert order above kSmallPairs)

@@ -10,15 +10,6 @@
 // so the whole block can be captured in a CUDA graph. Router logits (x W_gate^T) come from the caller's GEMM.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for bad sizes).
-//
-// Decode launches (bf16 experts, up to 16 pairs): route (one warp per token), up (grid ceil(I / 8) x pairs), down
-// (grid ceil(hidden / 8) x pairs, y [pair, hidden] fp32 in the workspace), combine (one block per token). With
-// KernelTuning::moe_fused_decode (SSMSERVE_MOE_FUSED_DECODE=1; not with per_pair, the batch-invariant mode) they are
-// two: the up kernel's blocks each route their own token (the route kernel's code, so the same experts and weights;
-// the first column block of each pair stores them in the workspace), and one down kernel over the output columns (a
-// warp per column) computes every pair's dot with the unfused down kernel's arithmetic and adds a token's experts in
-// ascending id as the combine does: the result is bit-identical to the four-launch path, with two fewer launches,
-// no single-block tail kernels and no y round trip.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -66,8 +57,7 @@ cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, const Mo
                       cudaStream_t stream);
 
 /// out[t] = sum over token t's top_k experts e (ascending e) of weight_e * w2_e(silu(w1_e x) * (w3_e x)) (relu^2
-/// experts: weight_e * w2_e(relu(w1_e x)^2)). Decode batches (T * top_k <= 16, bf16, not per_pair) take the fused
-/// two-launch path when kernel_tuning().moe_fused_decode is set (the same bits; see above).
+/// experts: weight_e * w2_e(relu(w1_e x)^2)).
 ///   x: [T, hidden] fp32 (row stride x_stride, multiple of 4); logits: [T, E] fp32 contiguous; out: [T, hidden]
 ///   fp32 (row stride out_stride; must not alias x); workspace: moe_workspace_bytes(T, w) bytes.
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
