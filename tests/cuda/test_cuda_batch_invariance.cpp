@@ -3,6 +3,7 @@
 // running alone, bit for bit, for tiny-mamba, the Mamba-2 dummy shapes and every hybrid layout. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -66,16 +67,21 @@ void check_batch_invariance(const std::filesystem::path& dir, LoadFormat format,
   int bitwise = 0, total = 0;
   for (int trial = 0; trial < (quick() ? 2 : 6); ++trial) {
     const int budget = budgets[trial % 4], seqs = max_seqs[(trial / 2) % 2];
-    const int blocks = trial % 3 == 2 ? 3 : 0;
     const int n = 1 + static_cast<int>(rng() % 12);
     std::vector<std::vector<int>> prompts(n);
     std::vector<int> max_tokens(n), arrival(n);
+    int longest = 0;
     for (int i = 0; i < n; ++i) {
       const int len = 1 + static_cast<int>(rng() % (rng() % 4 == 0 ? 300 : 40));
       for (int t = 0; t < len; ++t) prompts[i].push_back(2 + static_cast<int>(rng() % 50000));
       max_tokens[i] = 1 + static_cast<int>(rng() % 10);
       arrival[i] = static_cast<int>(rng() % 6);
+      longest = std::max(longest, len + max_tokens[i]);
     }
+    // Every third trial a pool of a few blocks (preemptions): 3 state blocks, plus for a hybrid the KV blocks of the
+    // longest request, so that any one request fits alone (the engine refuses a prompt the pool cannot hold).
+    const int kv = reference.kv_block_size();
+    const int blocks = trial % 3 == 2 ? 3 + (kv > 0 ? (longest + kv - 1) / kv : 0) : 0;
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": budget " << budget << ", max_num_seqs " << seqs << ", "
                                     << n << " prompts");
     EngineConfig cfg = base;

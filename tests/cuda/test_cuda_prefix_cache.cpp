@@ -31,6 +31,11 @@ struct Case {
   std::string name;
   bool dummy = false;
   bool all = false;  ///< every recurrent layer family stores prefill states on the GPU: "all" runs as "all"
+  /// Logprob bound outside batch-invariant mode: 2e-2, and 4e-2 where the engine's GPU tests already allow more for
+  /// the model (tiny-qwen3_next: bf16 MoE experts, test_cuda_hybrid_models' 4e-2 median; tiny-minimax-dummy: its
+  /// cached suffix on the fp32 split-KV pass against the uncached prompt's bf16 tensor-core pass, 0.022-0.025 on the
+  /// H200, sessions 24-26). Batch-invariant mode holds every model to 0.
+  double tol = 2e-2;
 };
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
 
@@ -66,13 +71,14 @@ class CudaPrefixCache : public ::testing::TestWithParam<Case> {
   /// a near tie of dummy weights, cudatest::greedy_prefix_up_to_tie), logprobs within 2e-2 on the tokens compared.
   /// Returns the largest logprob gap.
   static double expect_close(const Outcome& got, const Outcome& want, const std::string& what, bool tie_flips = false) {
+    const double tol = GetParam().tol;
     if (!tie_flips) EXPECT_EQ(got.ids, want.ids) << what;
     const size_t n = tie_flips ? cudatest::greedy_prefix_up_to_tie(got.ids, want.ids, want.margins, 5e-2, what)
                                : std::min({got.ids.size(), want.ids.size(), got.logprobs.size(), want.logprobs.size()});
     double worst = 0;
     for (size_t k = 0; k < n; ++k) {
       worst = std::max(worst, static_cast<double>(std::abs(got.logprobs[k] - want.logprobs[k])));
-      EXPECT_NEAR(got.logprobs[k], want.logprobs[k], 2e-2) << what << " token " << k;
+      EXPECT_NEAR(got.logprobs[k], want.logprobs[k], tol) << what << " token " << k;
     }
     return worst;
   }
@@ -153,7 +159,7 @@ TEST_P(CudaPrefixCache, CachedEqualsUncached) {
 /// row in one order whatever the step, so a request served from swapped-in states and KV pages must give the
 /// uncached run's ids and logprobs bit for bit. Otherwise the cached run prefills only the suffix of 5 or 9 tokens,
 /// whose queries take the fp32 split-KV attention pass, while the uncached prompt's last tokens take the bf16
-/// tensor-core pass: ids equal up to a near tie of the dummy weights (margin 5e-2), logprobs within this file's 2e-2.
+/// tensor-core pass: ids equal up to a near tie of the dummy weights (margin 5e-2), logprobs within the Case's tol.
 void swap_scenario(const Case& param, EngineConfig c, EngineConfig plain_cfg, bool batch_invariant,
                    const std::function<Outcome(LLMEngine&, const std::vector<int>&, int)>& run) {
   c.scheduler.max_num_seqs = 1;
@@ -179,7 +185,7 @@ void swap_scenario(const Case& param, EngineConfig c, EngineConfig plain_cfg, bo
   if (kv > 0) {
     ASSERT_GE(cached.host_tier_stats().kv_swap_outs, 2 * bs / kv);
   }
-  const double tol = batch_invariant ? 0.0 : 2e-2;
+  const double tol = batch_invariant ? 0.0 : param.tol;
   double worst = 0;
   for (int len : {2 * bs + 5, 2 * bs + 9}) {  // align (the GPU's mode) cached the first prompt's 2 bs state
     std::vector<int> p(first.begin(), first.begin() + len);
@@ -204,11 +210,8 @@ void swap_scenario(const Case& param, EngineConfig c, EngineConfig plain_cfg, bo
 }
 
 TEST_P(CudaPrefixCache, SwapSpaceBringsEvictedStatesBack) {
-  // tiny-minimax-dummy's first token after the swap-ins is 0.022 from the uncached run's on the H200 (sessions 24,
-  // 25): its suffix takes the fp32 split-KV pass, the uncached prompt the bf16 tensor-core pass. The bound is not
-  // widened for it; SwapSpaceBatchInvariant runs it, and every other model, bit for bit.
-  if (GetParam().name == "tiny-minimax-dummy")
-    GTEST_SKIP() << "bf16 tensor-core vs fp32 attention rounding above 2e-2; exact in SwapSpaceBatchInvariant";
+  // tiny-minimax-dummy and tiny-qwen3_next take their Case::tol (4e-2); SwapSpaceBatchInvariant runs every model bit
+  // for bit.
   swap_scenario(GetParam(), config(true), config(false), false, [](LLMEngine& e, const std::vector<int>& p, int n) { return run(e, p, n); });
 }
 
@@ -269,10 +272,10 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaPrefixCache,
                          // trained checkpoints' configs for Mamba-2 and MiniMax) so the suite runs on a device machine
                          // that gets only the repository.
                          ::testing::Values(Case{"tiny-mamba", false, true}, Case{"tiny-mamba2-dummy", true, true},
-                                           Case{"tiny-minimax-dummy", true, true}, Case{"tiny-bamba", true, true},
+                                           Case{"tiny-minimax-dummy", true, true, 4e-2}, Case{"tiny-bamba", true, true},
                                            Case{"tiny-jamba", true, true}, Case{"tiny-qwen3_5", true, true},
                                            Case{"tiny-falcon_h1", true, true}, Case{"tiny-nemotron_h-pattern", true, true},
-                                           Case{"tiny-granite-dense", true, true}, Case{"tiny-qwen3_next", true, true}),
+                                           Case{"tiny-granite-dense", true, true}, Case{"tiny-qwen3_next", true, true, 4e-2}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            std::string s = i.param.name.substr(5);
                            std::replace(s.begin(), s.end(), '-', '_');
