@@ -54,11 +54,17 @@ TEST(CudaPagedAttentionPlan, SplitsAndDecodeLayout) {
   EXPECT_EQ(cuda::PagedAttentionPlan::decode(1, 131072, 8).key_split, 512);
   EXPECT_EQ(cuda::PagedAttentionPlan::decode(16, 4096, 8).key_split, 256);
   EXPECT_EQ(cuda::PagedAttentionPlan::decode(64, 2048, 8).key_split, 512);
-  // Tensor-core tiles: rows of 16+ new tokens in tiles of 64 / group tokens; the rest keep their tasks.
-  const auto tc = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 70, 71}, std::vector<int32_t>{100, 9}, 2, 16);
-  EXPECT_EQ(tc.tc_tiles, (std::vector<int32_t>{0, 0, 32, 0, 32, 32, 0, 64, 6}));
+  // Tensor-core tiles: rows of 16+ new tokens in tiles of kTcRows / group tokens; the rest keep their tasks.
+  static_assert(cuda::kTcRows == 128);
+  const auto tc = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 140, 141}, std::vector<int32_t>{200, 9}, 2, 16);
+  EXPECT_EQ(tc.tc_tokens, 64);
+  EXPECT_EQ(tc.tc_tiles, (std::vector<int32_t>{0, 0, 64, 0, 64, 64, 0, 128, 12}));
   EXPECT_EQ(tc.num_tc_tiles, 3);
   EXPECT_EQ(tc.num_tasks, 1);
+  // Falcon-H1's group 6: 21 tokens (126 query rows) per tile; GQA 16: 8.
+  EXPECT_EQ(cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 50}, std::vector<int32_t>{50}, 6, 16).tc_tiles,
+            (std::vector<int32_t>{0, 0, 21, 0, 21, 21, 0, 42, 8}));
+  EXPECT_EQ(cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 20}, std::vector<int32_t>{20}, 16, 16).tc_tokens, 8);
   EXPECT_THROW(cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{3}, 2), Error);
   EXPECT_THROW(cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 5}, std::vector<int32_t>{5}, 17), Error);
 }
@@ -323,6 +329,28 @@ TEST(CudaPagedAttention, LongContextPrefillMatchesCpu) {
   for (const auto& sh : shapes) check_paged_attention(sh, rows, rng);
 }
 
+// The tensor-core pass's pipeline edges (issues 30 / 31): 128-row tiles (8 warps) with a partial last tile and
+// Falcon-H1's 126-row tiles, key ranges ending mid-tile (the zero-filled rows of the cp.async staging tile, fewer
+// than 16 keys in the last tile), rows of several key chunks (the pipeline runs on across chunk boundaries; chunks
+// over blocks bit-identical to one block), block sizes that do not divide the 64-key tile (48, 24) or exceed it (128),
+// head_dim 64 / 128 / 256.
+TEST(CudaPagedAttention, TensorCorePipelineEdgesMatchCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<AttnShape> shapes = {{"qwen3.5-9b-bs48", 16, 4, 256, 48}};
+  if (!quick()) {
+    shapes.push_back({"falcon-h1-7b-bs24", 12, 2, 128, 24});
+    shapes.push_back({"mha-128-bs128", 4, 4, 128, 128});
+    shapes.push_back({"gqa16-64", 16, 1, 64, 16});
+  }
+  const auto rows = quick() ? std::vector<std::pair<int, int>>{{16, 16}, {65, 1065}, {250, 2250}, {1, 700}}
+                            : std::vector<std::pair<int, int>>{{16, 16},    {129, 129},  {65, 1065}, {250, 2250},
+                                                               {31, 4127},  {1, 700},    {200, 3080}, {1, 0}};
+  for (const auto& sh : shapes) check_paged_attention(sh, rows, rng);
+}
+
 TEST(CudaPagedAttention, TensorCoreChunkPlan) {
   EXPECT_EQ(cuda::tc_chunk_keys(1), cuda::kTcChunkKeys);
   EXPECT_EQ(cuda::tc_chunk_keys(16384), 1024);
@@ -331,23 +359,26 @@ TEST(CudaPagedAttention, TensorCoreChunkPlan) {
   EXPECT_EQ(cuda::tc_chunk_keys(131072), 8192);
   // Short contexts: no split (one chunk per tile).
   const auto s = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 232}, std::vector<int32_t>{1000}, 2, 16);
-  EXPECT_EQ(s.num_tc_tiles, 8);
+  EXPECT_EQ(s.num_tc_tiles, 4);
   EXPECT_EQ(s.num_tc_items, 0);
-  // 232 new tokens after 32k cached ones: 8 tiles of 32 tokens, 16 chunks each (chunks of 2112 keys).
+  // 232 new tokens after 32k cached ones: 4 tiles of 64 tokens, 16 chunks each (chunks of 2112 keys).
   const auto l = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 232}, std::vector<int32_t>{32768 + 232}, 2, 16);
-  EXPECT_EQ(l.num_tc_tiles, 8);
-  EXPECT_EQ(l.num_tc_items, 8 * 16);
-  EXPECT_EQ(l.num_tc_slots, 8 * 16);
+  EXPECT_EQ(l.num_tc_tiles, 4);
+  EXPECT_EQ(l.num_tc_items, 4 * 16);
+  EXPECT_EQ(l.num_tc_slots, 4 * 16);
   EXPECT_EQ(std::vector<int32_t>(l.tc_items.begin(), l.tc_items.begin() + 6), (std::vector<int32_t>{0, 0, 0, 0, 1, 1}));
   // A long prompt from scratch: the first tiles have one chunk (tile, 0, -1); past kTcSplitMaxItems slots a tile
   // walks its chunks in one block (tile, -1, -1).
+  static_assert(cuda::kTcSplitMaxItems == 256);
   const auto big = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 65536}, std::vector<int32_t>{65536}, 2, 16);
-  EXPECT_EQ(big.num_tc_tiles, 2048);
-  // Tiles 0..127: one chunk of 4096 keys; 128..255: two (256 slots); 256..340: three (255 slots); the rest whole.
-  EXPECT_EQ(big.num_tc_slots, 256 + 3 * 85);
-  EXPECT_EQ(big.num_tc_items, 2048 - 128 - 85 + 256 + 3 * 85);
+  EXPECT_EQ(big.num_tc_tiles, 1024);
+  // Tiles 0..63: one chunk of 4096 keys; 64..127: two (128 slots); 128..169: three (126 slots); the rest whole.
+  EXPECT_EQ(big.num_tc_slots, 128 + 3 * 42);
+  EXPECT_EQ(big.num_tc_items, 1024 - 64 - 42 + 128 + 3 * 42);
   EXPECT_EQ(std::vector<int32_t>(big.tc_items.begin(), big.tc_items.begin() + 3), (std::vector<int32_t>{0, 0, -1}));
-  EXPECT_EQ(std::vector<int32_t>(big.tc_items.end() - 3, big.tc_items.end()), (std::vector<int32_t>{2047, -1, -1}));
+  EXPECT_EQ(std::vector<int32_t>(big.tc_items.begin() + 3 * (64 + 128 + 126), big.tc_items.begin() + 3 * (64 + 128 + 126) + 3),
+            (std::vector<int32_t>{170, -1, -1}));
+  EXPECT_EQ(std::vector<int32_t>(big.tc_items.end() - 3, big.tc_items.end()), (std::vector<int32_t>{1023, -1, -1}));
   EXPECT_GT(cuda::paged_attention_workspace_floats(l, 8, 128), cuda::paged_attention_workspace_floats(l.num_items, 8, 128));
 }
 

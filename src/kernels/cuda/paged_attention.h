@@ -49,10 +49,10 @@ constexpr int fill_key_split(int64_t tasks, int64_t longest) {
 /// (PagedAttentionPlan::tc_items), each writing a partial to a workspace slot, while the step's slots stay within
 /// kTcSplitMaxItems (tiles in order; a tile past that walks its chunks in one block), and a combine kernel merges them
 /// in the same order with the same arithmetic: bit-identical to one block per tile.
-inline constexpr int kTcRows = 64;
+inline constexpr int kTcRows = 128;
 inline constexpr int kTcChunkKeys = 1024;
 inline constexpr int kTcMaxChunks = 16;
-inline constexpr int kTcSplitMaxItems = 512;
+inline constexpr int kTcSplitMaxItems = 256;
 
 /// Keys per chunk of the tensor-core pass for a row of seq_len keys: max(kTcChunkKeys, ceil(seq_len / kTcMaxChunks)
 /// rounded up to 64). Depends on nothing but seq_len (batch-invariant).
@@ -91,7 +91,7 @@ struct PagedAttentionPlan {
   /// splits are fixed (the split-KV pass adds a masked key as an exact zero, and a split with no key of the query
   /// has weight zero), which is what batch-invariant mode needs: fixed_split and tc_min_tokens 0.
   /// Rows with seq_len 0 get tiles with one split (zeros). Rows with at least tc_min_tokens new tokens
-  /// (tc_min_tokens > 0) go to the tensor-core pass instead: tiles of 64 / group tokens (tc_tiles), tiles of several
+  /// (tc_min_tokens > 0) go to the tensor-core pass instead: tiles of kTcRows / group tokens (tc_tiles), tiles of several
   /// key chunks split over blocks (tc_items) up to kTcSplitMaxItems workspace slots. Throws Error on malformed spans.
   static PagedAttentionPlan build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
                                   int group, int tc_min_tokens = 0, bool fixed_split = false);
@@ -133,7 +133,7 @@ inline size_t paged_attention_workspace_floats(const PagedAttentionPlan& plan, i
 }
 
 /// Head sizes the attention passes are built for (64, 128; 256 for Qwen3-Next / Qwen3.5, whose tiles live in dynamic
-/// shared memory above the 48 KB static limit: 82 KB per split-KV block, 101 KB per tensor-core block).
+/// shared memory above the 48 KB static limit: 82 KB per split-KV block, 196 KB per tensor-core block).
 constexpr bool paged_attention_head_dim_ok(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 /// Prefill rows are best served by the tensor-core pass: rows with at least this many new tokens use it when the
@@ -148,12 +148,13 @@ inline constexpr int kTcMinTokens = 16;
 cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
                             const PagedAttentionArgs& a, float* workspace, cudaStream_t stream);
 
-/// The tensor-core pass alone (paged_attention_tc.cu): FlashAttention-2 style, one 4-warp block per (tile, KV
-/// head) over 64 query rows (tokens x the KV head's query heads) and 64-key tiles of the paged cache; q / K / V
-/// rounded to bf16, mma.sync m16n8k16, fp32 online softmax per key chunk, chunks merged in order. With
-/// a.num_tc_items > 0 one block per (item, KV head) and a combine kernel; workspace then holds the plan's
-/// num_tc_slots * num_kv_heads * kTcRows * (head_dim + 2) floats (cudaErrorInvalidValue when null). q_stride a multiple of 4,
-/// out_stride of 2.
+/// The tensor-core pass alone (paged_attention_tc.cu): FlashAttention-2 style, one 8-warp block per (tile, KV
+/// head) over kTcRows = 128 query rows (tokens x the KV head's query heads; 16 per warp) and 64-key tiles of the
+/// paged cache, fetched with cp.async one tile half ahead (a tile's V during Q K^T, the next K during P V) through an
+/// fp32 staging tile; q / K / V rounded to bf16, mma.sync m16n8k16, fp32 online softmax per key chunk, chunks merged
+/// in order. With a.num_tc_items > 0 one block per (item, KV head) and a combine kernel; workspace then holds the
+/// plan's num_tc_slots * num_kv_heads * kTcRows * (head_dim + 2) floats (cudaErrorInvalidValue when null). q_stride a
+/// multiple of 4, out_stride of 2; a.tc_tokens * group <= kTcRows.
 cudaError_t paged_attention_tc(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
                                const PagedAttentionArgs& a, cudaStream_t stream, float* workspace = nullptr);
 

@@ -13,7 +13,7 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
             query_start_loc.size(), seq_lens.size());
   PagedAttentionPlan p;
   p.tokens_per_task = std::max(1, 16 / group);
-  p.tc_tokens = std::max(1, 64 / group);
+  p.tc_tokens = std::max(1, kTcRows / group);
   const auto to_tc = [&](int32_t n) { return tc_min_tokens > 0 && n >= tc_min_tokens; };
   int64_t tasks = 0;
   int32_t longest = 1;

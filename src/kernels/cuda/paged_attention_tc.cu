@@ -10,16 +10,17 @@ namespace {
 using namespace detail;
 using bf16 = __nv_bfloat16;
 
-constexpr int kRows = kTcRows; // query rows (tokens x heads of one KV head) per tile
-constexpr int kKeys = 64;     // keys per shared-memory tile
-constexpr int kThreads = 128; // 4 warps x 16 query rows
+constexpr int kRows = kTcRows;  // query rows (tokens x heads of one KV head) per tile
+constexpr int kKeys = 64;       // keys per shared-memory tile
+constexpr int kThreads = 256;   // 8 warps x 16 query rows
+static_assert(kThreads / 32 * 16 == kRows, "a warp per 16 query rows");
 
-/// Rows [0, n) of a 64-row fp32 tile into dst [64][D + 8] as bf16 (rows >= n zero); src(r) gives row r's pointer.
-/// Up to head_dim 128 a thread issues its loads in groups of U before converting any, so several are in flight at
-/// once (at 256 the accumulators leave no registers for that).
+/// Rows [0, n) of a kRows-row fp32 tile (src(r): row r's pointer) into dst [kRows][D + 8] as bf16, rows >= n zero.
+/// Synchronous (the Q tile, once per block, before the accumulators are live): each thread issues 8 loads before
+/// converting any.
 template <int D, class F>
-__device__ __forceinline__ void stage_rows(bf16* dst, int n, F&& src) {
-  constexpr int V = D / 4, LD = D + 8, PER = kRows * V / kThreads, U = D <= 64 ? 4 : D <= 128 ? 2 : 1;
+__device__ __forceinline__ void stage_q(bf16* dst, int n, F&& src) {
+  constexpr int V = D / 4, LD = D + 8, PER = kRows * V / kThreads, U = 8;
   static_assert(PER % U == 0, "whole groups of loads");
 #pragma unroll 1
   for (int b = 0; b < PER; b += U) {
@@ -40,6 +41,40 @@ __device__ __forceinline__ void stage_rows(bf16* dst, int n, F&& src) {
   }
 }
 
+/// Issues (cp.async, one commit group) the copy of rows [0, nk) of a kKeys-row fp32 tile into the fp32 staging tile
+/// st [kKeys][D]: row r from base + ro[r] + extra bytes (16-byte aligned; ro in shared memory, every entry a valid
+/// row); rows >= nk are zero-filled (so masked keys multiply finite values). nk >= 1.
+template <int D>
+__device__ __forceinline__ void load_tile_async(float* st, int nk, const std::byte* base, const int64_t* ro, int64_t extra) {
+  constexpr int V = D / 4, PER = kKeys * V / kThreads, STEP = kThreads / V;
+  static_assert(PER * kThreads == kKeys * V, "whole tiles");
+  const int r0 = threadIdx.x / V, c = (threadIdx.x % V) * 4;
+  const std::byte* b = base + extra + c * sizeof(float);
+  float* d = st + r0 * D + c;
+#pragma unroll 4
+  for (int i = 0; i < PER; ++i) {
+    const int r = r0 + i * STEP;
+    cp_async16(d + i * STEP * D, b + ro[r], r < nk ? 16 : 0);
+  }
+  cp_async_commit_group();
+}
+
+/// The staged fp32 tile st [kKeys][D] into dst [kKeys][D + 8] as bf16 (conflict-free: a half warp reads 256
+/// contiguous bytes and writes 128).
+template <int D>
+__device__ __forceinline__ void convert_tile(bf16* dst, const float* st) {
+  constexpr int V = D / 4, LD = D + 8, PER = kKeys * V / kThreads;
+#pragma unroll 2  // few loads in flight: the accumulators are live
+  for (int i = 0; i < PER; ++i) {
+    const int idx = i * kThreads + threadIdx.x, r = idx / V, c = (idx % V) * 4;
+    const float4 x = *reinterpret_cast<const float4*>(st + r * D + c);
+    uint2 o;
+    o.x = pack_bf16(x.x, x.y);
+    o.y = pack_bf16(x.z, x.w);
+    *reinterpret_cast<uint2*>(dst + r * LD + c) = o;
+  }
+}
+
 /// Merges a chunk's (max m, sum l) into a row's running (M, L): sa, sb scale the running and the chunk's
 /// accumulators (merge_acc). Log2 units. The one arithmetic of both the in-block merge and tc_combine_kernel (explicit
 /// roundings: no contraction differences), so splitting a tile over blocks leaves its bits unchanged.
@@ -51,22 +86,36 @@ __device__ __forceinline__ void merge_stats(float& M, float& L, float m, float l
 }
 __device__ __forceinline__ float merge_acc(float run, float sa, float x, float sb) { return __fmaf_rn(x, sb, __fmul_rn(run, sa)); }
 
-/// Grid (num_tc_tiles or num_tc_items, num_kv_heads). Tile (row, first token off, tokens nt): query row qi = token
-/// qi / group, head g * group + qi % group; keys 0 .. last position of the tile, causal per query token, in chunks
-/// of tc_chunk_keys(seq_len) keys. A block of a whole tile (no items, or item (tile, -1, -1)) walks all its chunks,
-/// keeping the merged unnormalized accumulators in its own rows of `out` between chunks; an item (tile, chunk, slot)
-/// of a tile of several chunks writes that chunk's partial to ws[slot, g, qi] = (acc[D], max, sum) for
-/// tc_combine_kernel.
-/// Blocks per SM as before the chunking (registers: 3 at head_dim 128, 4 at 64).
+/// One block per SM (shared memory: 53, 101, 197 KB per block at head_dim 64, 128, 256; registers without spills:
+/// 142, 212, 244 per thread under nvcc 13.0). Q's A fragments stay in registers up to head_dim 128; at 256 they are
+/// re-read from Qs for every key tile (as FlashAttention-2 does at that size) and the Q K^T loop over head dims is
+/// unrolled kQkUnroll times only (fully unrolled, the hoisted fragment loads spill).
 template <int D>
-__global__ void __launch_bounds__(kThreads, D == 256 ? 1 : D == 128 ? 3 : 4)
+constexpr bool kTcQInRegs = D <= 128;
+constexpr int kQkUnroll = 4;
+
+/// Grid (num_tc_tiles or num_tc_items, num_kv_heads), kThreads threads: 8 warps of 16 query rows. Tile (row, first
+/// token off, tokens nt): query row qi = token qi / group, head g * group + qi % group; keys 0 .. last position of
+/// the tile, causal per query token, in chunks of tc_chunk_keys(seq_len) keys. A block of a whole tile (no items, or
+/// item (tile, -1, -1)) walks all its chunks, keeping the merged unnormalized accumulators in its own rows of `out`
+/// between chunks; an item (tile, chunk, slot) of a tile of several chunks writes that chunk's partial to
+/// ws[slot, g, qi] = (acc[D], max, sum) for tc_combine_kernel.
+/// Pipeline: one fp32 staging tile St fed by cp.async; a 64-key tile's V is in flight while the warps compute Q K^T
+/// and the softmax, the next tile's K while they compute P V; between, St is converted to bf16 into Ks / Vs (read
+/// with ldmatrix). The key tiles run back to back across chunk boundaries (a chunk's arithmetic does not depend on
+/// where its block started, so a tile's bits are the same in one block or split over blocks).
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1)
     tc_kernel(const float* __restrict__ q, int64_t qs, float* __restrict__ out, int64_t os, KvCacheView cache,
               PagedAttentionArgs a, float* __restrict__ ws) {
   constexpr int LD = D + 8, KD = D / 16, NO = D / 8, NK = kKeys / 8;
+  constexpr bool kQInRegs = kTcQInRegs<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Ks = Qs + kRows * LD;
   bf16* Vs = Ks + kKeys * LD;
+  float* St = reinterpret_cast<float*>(Vs + kKeys * LD);  // 16-byte aligned: (kRows + 2 kKeys) LD bf16 before it
+  int64_t* Ro = reinterpret_cast<int64_t*>(St + kKeys * D);  // [2][kKeys]: key tile j's row byte offsets at j % 2
   // Longest contexts first (tiles and items are in row order, a row's tiles by position).
   const int item = a.num_tc_items > 0 ? a.num_tc_items - 1 - static_cast<int>(blockIdx.x) : -1;
   const int tile = item >= 0 ? a.tc_items[3 * item] : a.num_tc_tiles - 1 - static_cast<int>(blockIdx.x);
@@ -86,147 +135,182 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : D == 128 ? 3 : 4)
   const int last = pos0 + nt - 1, chunk = tc_chunk_keys(sl), nchunks = last / chunk + 1;
   const int c_begin = ichunk >= 0 ? ichunk : 0, c_end = ichunk >= 0 ? ichunk + 1 : nchunks;
   const bool partial = c_end - c_begin < nchunks && slot >= 0;  // one chunk of several: to the workspace
-  stage_rows<D>(Qs, nq, [&](int r) { return q + qrow(r); });
+  // This block's keys [k_lo, k_end): whole chunks (multiples of kKeys) but the tile's last.
+  const int k_lo = c_begin * chunk, k_end = min(last + 1, c_end * chunk);
+  const int64_t W = static_cast<int64_t>(KVH) * D, kv_elems = static_cast<int64_t>(cache.block_size) * W;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(row) * a.max_blocks;
+  // Byte offset (from kvbase) of key pos's K row of KV head g (its V row is kv_bytes further); positions past the
+  // block's keys are clamped to its last (the loads zero-fill those rows).
+  const int64_t kv_bytes = kv_elems * static_cast<int64_t>(sizeof(float)), row_bytes = W * static_cast<int64_t>(sizeof(float));
+  const std::byte* kvbase = cache.base + cache.layer_offset_bytes + static_cast<int64_t>(g) * D * sizeof(float);
+  auto row_offset = [&](int pos) {
+    pos = min(pos, k_end - 1);
+    return static_cast<int64_t>(table[pos / cache.block_size]) * cache.page_bytes + (pos % cache.block_size) * row_bytes;
+  };
+  // Prologue: K of the first key tile in flight while Q is staged, then that K to bf16 and its V in flight.
+  if (threadIdx.x < kKeys) Ro[threadIdx.x] = row_offset(k_lo + threadIdx.x);
   __syncthreads();
-  // Q's A fragments stay in registers up to head_dim 128; at 256 the 128 accumulators of a thread need the room, so
-  // the fragments are re-read from Qs (never overwritten) for every key tile, as FlashAttention-2 does at that size.
-  constexpr bool kQInRegs = D <= 128;
+  load_tile_async<D>(St, min(kKeys, k_end - k_lo), kvbase, Ro, 0);
+  stage_q<D>(Qs, nq, [&](int r) { return q + qrow(r); });
+  cp_async_wait_group<0>();
+  __syncthreads();  // St holds the K tile (every thread's copies), Qs is written
+  convert_tile<D>(Ks, St);
+  __syncthreads();  // Ks ready, St free
+  load_tile_async<D>(St, min(kKeys, k_end - k_lo), kvbase, Ro, kv_bytes);
   uint32_t qf[kQInRegs ? KD : 1][4];
   if constexpr (kQInRegs) {
 #pragma unroll
     for (int k = 0; k < KD; ++k) load_a(qf[k], Qs, LD, wr, 16 * k);
   }
-  // This thread's two query rows: positions (masks) and the merged max / sum of the chunks so far.
+  // This thread's two query rows: positions (masks), where their chunk results go (this chunk's partial in the
+  // workspace, or the rows of out) and the merged max / sum of the chunks so far.
   const int qa = wr + gr, qb = qa + 8;
   const int pa = qa < nq ? pos0 + qa / group : -1, pb = qb < nq ? pos0 + qb / group : -1;
+  float* const wa = partial ? ws + ((static_cast<int64_t>(slot) * KVH + g) * kRows + qa) * (D + 2) : out + orow(min(qa, nq - 1));
+  float* const wb = partial ? ws + ((static_cast<int64_t>(slot) * KVH + g) * kRows + qb) * (D + 2) : out + orow(min(qb, nq - 1));
   const float sl2 = a.scale * 1.4426950408889634f;  // scores in log2 units
   float M0 = -INFINITY, M1 = -INFINITY, L0 = 0.0f, L1 = 0.0f;
+  // The current chunk's max / sum / accumulators.
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   float acc[NO][4];
-  const int64_t W = static_cast<int64_t>(KVH) * D, kv_elems = static_cast<int64_t>(cache.block_size) * W;
-  const int32_t* table = a.block_tables + static_cast<int64_t>(row) * a.max_blocks;
-  for (int ch = c_begin; ch < c_end; ++ch) {
-    const int k_lo = ch * chunk, k_hi = min(last + 1, k_lo + chunk);
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 #pragma unroll
-    for (int nn = 0; nn < NO; ++nn) acc[nn][0] = acc[nn][1] = acc[nn][2] = acc[nn][3] = 0.0f;
-    for (int kb = k_lo; kb < k_hi; kb += kKeys) {
-      const int nk = min(kKeys, k_hi - kb);
-      __syncthreads();  // the previous tile is consumed
-      auto kptr = [&](int r) {
-        const int pos = kb + r;
-        const int64_t blk = table[pos / cache.block_size];
-        return reinterpret_cast<const float*>(cache.base + blk * cache.page_bytes + cache.layer_offset_bytes) +
-               static_cast<int64_t>(pos % cache.block_size) * W + static_cast<int64_t>(g) * D;
-      };
-      stage_rows<D>(Ks, nk, kptr);
-      stage_rows<D>(Vs, nk, [&](int r) { return kptr(r) + kv_elems; });
-      __syncthreads();
-      float sc[NK][4] = {};
+  for (int nn = 0; nn < NO; ++nn) acc[nn][0] = acc[nn][1] = acc[nn][2] = acc[nn][3] = 0.0f;
+  for (int kb = k_lo; kb < k_end; kb += kKeys) {
+    const int nk = min(kKeys, k_end - kb), nb = kb + kKeys, par = ((nb - k_lo) / kKeys) & 1;
+    const bool more = nb < k_end;
+    // The next tile's row offsets (table read now, stored after Q K^T): into the Ro half that tile j - 1 used, whose
+    // last reader (the copy of its V) is a barrier behind.
+    const int64_t next_off = more && threadIdx.x < kKeys ? row_offset(nb + threadIdx.x) : 0;
+    // S = Q K^T from Ks (this tile's V is in flight).
+    float sc[NK][4] = {};
+#pragma unroll(kQInRegs ? KD : kQkUnroll)
+    for (int k = 0; k < KD; ++k) {
+      uint32_t qk[4];
+      if constexpr (kQInRegs) {
 #pragma unroll
-      for (int k = 0; k < KD; ++k) {
-        uint32_t qk[4];
-        if constexpr (kQInRegs) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) qk[e] = qf[k][e];
-        } else {
-          load_a(qk, Qs, LD, wr, 16 * k);
-        }
-#pragma unroll
-        for (int nn = 0; nn < NK; nn += 2) {
-          uint32_t bb[4];
-          load_b_nk(bb, Ks, LD, 16 * k, 8 * nn);
-          mma_bf16(sc[nn], qk, bb[0], bb[1]);
-          mma_bf16(sc[nn + 1], qk, bb[2], bb[3]);
-        }
+        for (int e = 0; e < 4; ++e) qk[e] = qf[k][e];
+      } else {
+        load_a(qk, Qs, LD, wr, 16 * k);
       }
-      // Mask (causal; keys past the tile) and scale; row maxima over the quad.
-      float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-      for (int nn = 0; nn < NK; ++nn)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = kb + 8 * nn + 2 * t + e;
-          sc[nn][e] = j <= pa ? sc[nn][e] * sl2 : -INFINITY;
-          sc[nn][2 + e] = j <= pb ? sc[nn][2 + e] * sl2 : -INFINITY;
-          mx0 = fmaxf(mx0, sc[nn][e]);
-          mx1 = fmaxf(mx1, sc[nn][2 + e]);
-        }
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-      }
-      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-      // Fully masked rows so far keep max -inf: use 0 as the reference (every p is then 0).
-      const float r0 = n0 == -INFINITY ? 0.0f : n0, r1 = n1 == -INFINITY ? 0.0f : n1;
-      const float al0 = exp2f(m0 - r0), al1 = exp2f(m1 - r1);
-      m0 = n0, m1 = n1;
-      float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-      for (int nn = 0; nn < NK; ++nn) {
-        sc[nn][0] = exp2f(sc[nn][0] - r0), sc[nn][1] = exp2f(sc[nn][1] - r0);
-        sc[nn][2] = exp2f(sc[nn][2] - r1), sc[nn][3] = exp2f(sc[nn][3] - r1);
-        s0 += sc[nn][0] + sc[nn][1];
-        s1 += sc[nn][2] + sc[nn][3];
-      }
-      l0 = l0 * al0 + s0, l1 = l1 * al1 + s1;
-#pragma unroll
-      for (int nn = 0; nn < NO; ++nn) acc[nn][0] *= al0, acc[nn][1] *= al0, acc[nn][2] *= al1, acc[nn][3] *= al1;
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        if (16 * kk >= nk) break;
-        const uint32_t pf[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
-                                pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-#pragma unroll
-        for (int nn = 0; nn < NO; nn += 2) {
-          uint32_t bb[4];
-          load_b_kn(bb, Vs, LD, 16 * kk, 8 * nn);
-          mma_bf16(acc[nn], pf, bb[0], bb[1]);
-          mma_bf16(acc[nn + 1], pf, bb[2], bb[3]);
-        }
+      for (int nn = 0; nn < NK; nn += 2) {
+        uint32_t bb[4];
+        load_b_nk(bb, Ks, LD, 16 * k, 8 * nn);
+        mma_bf16(sc[nn], qk, bb[0], bb[1]);
+        mma_bf16(sc[nn + 1], qk, bb[2], bb[3]);
       }
     }
+    // Mask (causal; keys past the block's range) and scale; row maxima over the quad.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nn = 0; nn < NK; ++nn)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = kb + 8 * nn + 2 * t + e;
+        sc[nn][e] = j <= pa ? sc[nn][e] * sl2 : -INFINITY;
+        sc[nn][2 + e] = j <= pb ? sc[nn][2 + e] * sl2 : -INFINITY;
+        mx0 = fmaxf(mx0, sc[nn][e]);
+        mx1 = fmaxf(mx1, sc[nn][2 + e]);
+      }
 #pragma unroll
     for (int o = 1; o <= 2; o <<= 1) {
-      l0 += __shfl_xor_sync(0xffffffffu, l0, o);
-      l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
     }
-    if (partial) {  // this chunk's (acc, max, sum) for tc_combine_kernel
-      float* w = ws + (static_cast<int64_t>(slot) * KVH + g) * kRows * (D + 2);
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    // Fully masked rows so far keep max -inf: use 0 as the reference (every p is then 0).
+    const float r0 = n0 == -INFINITY ? 0.0f : n0, r1 = n1 == -INFINITY ? 0.0f : n1;
+    const float al0 = exp2f(m0 - r0), al1 = exp2f(m1 - r1);
+    m0 = n0, m1 = n1;
+    float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-      for (int nn = 0; nn < NO; ++nn) {
-        const int c = 8 * nn + 2 * t;
-        if (qa < nq) *reinterpret_cast<float2*>(w + qa * (D + 2) + c) = make_float2(acc[nn][0], acc[nn][1]);
-        if (qb < nq) *reinterpret_cast<float2*>(w + qb * (D + 2) + c) = make_float2(acc[nn][2], acc[nn][3]);
-      }
-      if (t == 0 && qa < nq) w[qa * (D + 2) + D] = m0, w[qa * (D + 2) + D + 1] = l0;
-      if (t == 0 && qb < nq) w[qb * (D + 2) + D] = m1, w[qb * (D + 2) + D + 1] = l1;
-      continue;
+    for (int nn = 0; nn < NK; ++nn) {
+      sc[nn][0] = exp2f(sc[nn][0] - r0), sc[nn][1] = exp2f(sc[nn][1] - r0);
+      sc[nn][2] = exp2f(sc[nn][2] - r1), sc[nn][3] = exp2f(sc[nn][3] - r1);
+      s0 += sc[nn][0] + sc[nn][1];
+      s1 += sc[nn][2] + sc[nn][3];
     }
-    // Merge into the rows' running state (this thread's own elements of out hold the unnormalized accumulators
-    // between chunks); the last chunk writes the normalized output.
-    float sa0, sb0, sa1, sb1;
-    merge_stats(M0, L0, m0, l0, sa0, sb0);
-    merge_stats(M1, L1, m1, l1, sa1, sb1);
-    const bool fin = ch == nchunks - 1;
-    const float i0 = !fin ? 1.0f : L0 > 0.0f ? 1.0f / L0 : 0.0f, i1 = !fin ? 1.0f : L1 > 0.0f ? 1.0f / L1 : 0.0f;
+    l0 = l0 * al0 + s0, l1 = l1 * al1 + s1;
 #pragma unroll
-    for (int nn = 0; nn < NO; ++nn) {
-      const int c = 8 * nn + 2 * t;
-      if (qa < nq) {
-        float2* o = reinterpret_cast<float2*>(out + orow(qa) + c);
-        const float2 run = ch == 0 ? make_float2(0.0f, 0.0f) : *o;
-        float x = merge_acc(run.x, sa0, acc[nn][0], sb0), y = merge_acc(run.y, sa0, acc[nn][1], sb0);
-        if (fin) x = __fmul_rn(x, i0), y = __fmul_rn(y, i0);
-        *o = make_float2(x, y);
+    for (int nn = 0; nn < NO; ++nn) acc[nn][0] *= al0, acc[nn][1] *= al0, acc[nn][2] *= al1, acc[nn][3] *= al1;
+    // P as bf16 A fragments: two adjacent 16 x 8 C tiles make one 16 x 16 A tile.
+    uint32_t pf[kKeys / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      pf[kk][0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pf[kk][1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+      pf[kk][2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pf[kk][3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+    }
+    if (more && threadIdx.x < kKeys) Ro[par * kKeys + threadIdx.x] = next_off;
+    cp_async_wait_group<0>();
+    __syncthreads();  // St holds this tile's V; every warp is past its P V reads of the previous tile's Vs
+    convert_tile<D>(Vs, St);
+    __syncthreads();  // Vs ready, St free
+    if (more) load_tile_async<D>(St, min(kKeys, k_end - nb), kvbase, Ro + par * kKeys, 0);
+    // O += P V from Vs (the next tile's K is in flight).
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      if (16 * kk >= nk) break;
+#pragma unroll
+      for (int nn = 0; nn < NO; nn += 2) {
+        uint32_t bb[4];
+        load_b_kn(bb, Vs, LD, 16 * kk, 8 * nn);
+        mma_bf16(acc[nn], pf[kk], bb[0], bb[1]);
+        mma_bf16(acc[nn + 1], pf[kk], bb[2], bb[3]);
       }
-      if (qb < nq) {
-        float2* o = reinterpret_cast<float2*>(out + orow(qb) + c);
-        const float2 run = ch == 0 ? make_float2(0.0f, 0.0f) : *o;
-        float x = merge_acc(run.x, sa1, acc[nn][2], sb1), y = merge_acc(run.y, sa1, acc[nn][3], sb1);
-        if (fin) x = __fmul_rn(x, i1), y = __fmul_rn(y, i1);
-        *o = make_float2(x, y);
+    }
+    if (!more || nb % chunk == 0) {  // the chunk's last tile: its partial out, or merged into the rows' state
+      const int ch = kb / chunk;
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, o);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, o);
       }
+      if (partial) {  // this chunk's (acc, max, sum) for tc_combine_kernel
+#pragma unroll
+        for (int nn = 0; nn < NO; ++nn) {
+          const int c = 8 * nn + 2 * t;
+          if (qa < nq) *reinterpret_cast<float2*>(wa + c) = make_float2(acc[nn][0], acc[nn][1]);
+          if (qb < nq) *reinterpret_cast<float2*>(wb + c) = make_float2(acc[nn][2], acc[nn][3]);
+        }
+        if (t == 0 && qa < nq) wa[D] = m0, wa[D + 1] = l0;
+        if (t == 0 && qb < nq) wb[D] = m1, wb[D + 1] = l1;
+      } else {
+        // Merge into the rows' running state (this thread's own elements of out hold the unnormalized accumulators
+        // between chunks); the last chunk writes the normalized output.
+        float sa0, sb0, sa1, sb1;
+        merge_stats(M0, L0, m0, l0, sa0, sb0);
+        merge_stats(M1, L1, m1, l1, sa1, sb1);
+        const bool fin = ch == nchunks - 1;
+        const float i0 = !fin ? 1.0f : L0 > 0.0f ? 1.0f / L0 : 0.0f, i1 = !fin ? 1.0f : L1 > 0.0f ? 1.0f / L1 : 0.0f;
+#pragma unroll
+        for (int nn = 0; nn < NO; ++nn) {
+          const int c = 8 * nn + 2 * t;
+          if (qa < nq) {
+            float2* o = reinterpret_cast<float2*>(wa + c);
+            const float2 run = ch == 0 ? make_float2(0.0f, 0.0f) : *o;
+            float x = merge_acc(run.x, sa0, acc[nn][0], sb0), y = merge_acc(run.y, sa0, acc[nn][1], sb0);
+            if (fin) x = __fmul_rn(x, i0), y = __fmul_rn(y, i0);
+            *o = make_float2(x, y);
+          }
+          if (qb < nq) {
+            float2* o = reinterpret_cast<float2*>(wb + c);
+            const float2 run = ch == 0 ? make_float2(0.0f, 0.0f) : *o;
+            float x = merge_acc(run.x, sa1, acc[nn][2], sb1), y = merge_acc(run.y, sa1, acc[nn][3], sb1);
+            if (fin) x = __fmul_rn(x, i1), y = __fmul_rn(y, i1);
+            *o = make_float2(x, y);
+          }
+        }
+      }
+      m0 = m1 = -INFINITY, l0 = l1 = 0.0f;
+#pragma unroll
+      for (int nn = 0; nn < NO; ++nn) acc[nn][0] = acc[nn][1] = acc[nn][2] = acc[nn][3] = 0.0f;
+    }
+    if (more) {
+      cp_async_wait_group<0>();
+      __syncthreads();  // St holds the next tile's K; every warp is past its Q K^T reads of Ks
+      convert_tile<D>(Ks, St);
+      __syncthreads();  // Ks ready, St free
+      load_tile_async<D>(St, min(kKeys, k_end - nb), kvbase, Ro + par * kKeys, kv_bytes);
     }
   }
 }
@@ -270,13 +354,14 @@ __global__ void __launch_bounds__(kThreads) tc_combine_kernel(float* __restrict_
   }
 }
 
-/// One launch of tc_kernel<D> (and tc_combine_kernel<D> with items): Qs, Ks, Vs of [64][D + 8] bf16 in dynamic shared
-/// memory (27, 52, 101 KB).
+/// One launch of tc_kernel<D> (and tc_combine_kernel<D> with items): Qs [kRows][D + 8], Ks and Vs [kKeys][D + 8]
+/// bf16, the fp32 staging tile [kKeys][D] and two tiles' row offsets in dynamic shared memory (53, 101, 197 KB at
+/// head_dim 64, 128, 256).
 template <int D>
 cudaError_t launch_tc(dim3 grid, const float* q, int64_t qs, float* out, int64_t os, const KvCacheView& cache,
                       const PagedAttentionArgs& a, float* ws, cudaStream_t stream) {
-  constexpr size_t sm = 3 * static_cast<size_t>(kRows) * (D + 8) * sizeof(bf16);
-  static_assert(kKeys == kRows, "Ks and Vs are staged with the 64-row helper");
+  constexpr size_t sm = static_cast<size_t>(kRows + 2 * kKeys) * (D + 8) * sizeof(bf16) +
+                        static_cast<size_t>(kKeys) * D * sizeof(float) + 2 * kKeys * sizeof(int64_t);
   if constexpr (sm > 48 * 1024) {  // not a stream operation: allowed while a graph is being captured
     const cudaError_t e = cudaFuncSetAttribute(tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
     if (e != cudaSuccess) return e;

@@ -1,0 +1,142 @@
+// Owns the prefill attention benchmark of the GPU paged attention's tensor-core pass (issues 30 / 31): one sequence
+// of L = 2048, 8192, 32768 new tokens (a prompt from scratch, causal) over the fp32 paged KV cache at three model
+// shapes: 32 q / 8 kv heads of 128, Falcon-H1-7B's 12 / 2 of 128, Qwen3.5-9B's 16 / 4 of 256. Times
+// cuda::paged_attention through the plan the runner builds (PagedAttentionPlan::build with kTcMinTokens: every tile
+// on the tensor cores, key chunks split over blocks while the workspace slots last) with CUDA events: median of 5
+// after a warm-up. TFLOP/s counts causal FLOPs, 4 * L^2 / 2 * head_dim * q_heads. Each case also checks 4 query
+// tokens (all heads) against an fp64 host reference (max relative error over those rows; bf16 operands give ~1e-3).
+// Usage: bench_cuda_prefill_attention [block_size (default 16)] [max L (default 32768)]. Needs a GPU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "device/cuda_check.h"
+#include "device/device.h"
+#include "kernels/cuda/paged_attention.h"
+
+namespace {
+using namespace ssmserve;
+using cuda::DeviceBuffer;
+
+struct Shape {
+  const char* name;
+  int heads, kv_heads, D;
+};
+
+/// Uniform values in [lo, hi) from a 32-bit LCG (fast enough for the 256 MB caches).
+void fill(std::vector<float>& v, uint32_t seed, float lo, float hi) {
+  uint32_t x = seed;
+  for (auto& e : v) x = x * 1664525u + 1013904223u, e = lo + (hi - lo) * static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+}
+
+/// Causal attention of query token i (all heads) in fp64 over the host copy of the cache (pages 1..: block b of the
+/// sequence is page b + 1): out [heads * D].
+void reference_row(const Shape& sh, int bs, const std::vector<float>& cache, int64_t page_floats, const std::vector<float>& q,
+                   int i, std::vector<double>& out) {
+  const int D = sh.D, group = sh.heads / sh.kv_heads;
+  const int64_t W = int64_t{sh.kv_heads} * D, kv = int64_t{bs} * W;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<double> s(i + 1);
+  out.assign(static_cast<size_t>(sh.heads) * D, 0.0);
+  for (int h = 0; h < sh.heads; ++h) {
+    const int g = h / group;
+    const float* qh = q.data() + (int64_t{i} * sh.heads + h) * D;
+    double mx = -INFINITY;
+    for (int j = 0; j <= i; ++j) {
+      const float* k = cache.data() + (j / bs + 1) * page_floats + (j % bs) * W + int64_t{g} * D;
+      double d = 0;
+      for (int c = 0; c < D; ++c) d += double(qh[c]) * k[c];
+      s[j] = d * scale, mx = std::max(mx, s[j]);
+    }
+    double sum = 0;
+    for (int j = 0; j <= i; ++j) s[j] = std::exp(s[j] - mx), sum += s[j];
+    for (int j = 0; j <= i; ++j) {
+      const float* v = cache.data() + (j / bs + 1) * page_floats + kv + (j % bs) * W + int64_t{g} * D;
+      for (int c = 0; c < D; ++c) out[int64_t{h} * D + c] += s[j] / sum * v[c];
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int bs = argc > 1 ? std::atoi(argv[1]) : 16, max_len = argc > 2 ? std::atoi(argv[2]) : 32768;
+  if (bs <= 0 || max_len < 16) {
+    std::fprintf(stderr, "usage: bench_cuda_prefill_attention [block_size > 0] [max L >= 16]\n");
+    return 2;
+  }
+  if (!cuda::gpu_available()) {
+    std::fprintf(stderr, "bench_cuda_prefill_attention: no CUDA device\n");
+    return 1;
+  }
+  const Shape shapes[] = {{"gqa4-128", 32, 8, 128}, {"falcon-h1-7b", 12, 2, 128}, {"qwen3.5-9b", 16, 4, 256}};
+  for (const Shape& sh : shapes) {
+    const int D = sh.D, KVH = sh.kv_heads, group = sh.heads / KVH;
+    const int64_t W = int64_t{KVH} * D, page_floats = 2 * int64_t{bs} * W, QW = int64_t{sh.heads} * D;
+    const int nb = (max_len + bs - 1) / bs;
+    // Pages 1..nb hold the sequence's K / V (page 0 unused), the prompt's L tokens already cached (as the runner
+    // does: reshape_and_cache precedes attention).
+    std::vector<float> host(static_cast<size_t>(page_floats) * (nb + 1)), hq(static_cast<size_t>(max_len) * QW);
+    fill(host, 12345u + D, -1.0f, 1.0f);
+    fill(hq, 777u + D, -2.0f, 2.0f);
+    DeviceBuffer cache(host.size() * sizeof(float)), dq = cuda::to_device(hq), dout(hq.size() * sizeof(float));
+    cache.upload(host.data(), host.size() * sizeof(float));
+    const KvCacheView kv{static_cast<std::byte*>(cache.data()), page_floats * int64_t{sizeof(float)}, 0, bs, KVH, D};
+    std::vector<int32_t> table(nb);
+    for (int b = 0; b < nb; ++b) table[b] = b + 1;
+    DeviceBuffer dtab = cuda::to_device(table);
+    for (int L : {2048, 8192, 32768}) {
+      if (L > max_len) continue;
+      const std::vector<int32_t> qsl{0, L}, sls{L};
+      const auto plan = cuda::PagedAttentionPlan::build(qsl, sls, group, cuda::kTcMinTokens);
+      DeviceBuffer dqsl = cuda::to_device(qsl), dsl = cuda::to_device(sls), dz = cuda::to_device(std::vector<int32_t>{0}),
+                   dtc = cuda::to_device(plan.tc_tiles),
+                   dti = cuda::to_device(plan.tc_items.empty() ? std::vector<int32_t>{0} : plan.tc_items),
+                   ws(std::max<size_t>(16, cuda::paged_attention_workspace_floats(plan, KVH, D) * sizeof(float)));
+      const cuda::PagedAttentionArgs a{sh.heads, 1.0f / std::sqrt(static_cast<float>(D)), nb, dqsl.as<int32_t>(),
+                                       dsl.as<int32_t>(), dtab.as<int32_t>(), dz.as<int32_t>(), dz.as<int32_t>(), 0, 0,
+                                       plan.tokens_per_task, plan.key_split, dtc.as<int32_t>(), plan.num_tc_tiles,
+                                       plan.tc_tokens, dti.as<int32_t>(), plan.num_tc_items};
+      cudaEvent_t e0, e1;
+      SSM_CUDA_CHECK(cudaEventCreate(&e0));
+      SSM_CUDA_CHECK(cudaEventCreate(&e1));
+      std::vector<float> ms;
+      for (int i = 0; i < 6; ++i) {  // a warm-up, then 5 timed
+        SSM_CUDA_CHECK(cudaEventRecord(e0));
+        SSM_CUDA_CHECK(cuda::paged_attention(dq.as<float>(), QW, dout.as<float>(), QW, kv, a, ws.as<float>(), nullptr));
+        SSM_CUDA_CHECK(cudaEventRecord(e1));
+        SSM_CUDA_CHECK(cudaEventSynchronize(e1));
+        float t = 0;
+        SSM_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        if (i > 0) ms.push_back(t);
+      }
+      SSM_CUDA_CHECK(cudaEventDestroy(e0));
+      SSM_CUDA_CHECK(cudaEventDestroy(e1));
+      std::sort(ms.begin(), ms.end());
+      const double t_ms = ms[2], flops = 4.0 * (double(L) * L / 2) * D * sh.heads;
+      // Accuracy of 4 query tokens against the fp64 reference.
+      const auto got = cuda::to_host<float>(dout, static_cast<size_t>(L) * QW);
+      double err = 0, ref_norm = 0;
+      std::vector<double> ref;
+      for (int i : {0, 1, L / 2 + 3, L - 1}) {
+        reference_row(sh, bs, host, page_floats, hq, i, ref);
+        for (int64_t c = 0; c < QW; ++c) {
+          const double d = got[i * QW + c] - ref[c];
+          err += d * d, ref_norm += ref[c] * ref[c];
+        }
+      }
+      std::printf("prefill attention %-13s %2d/%d heads x %3d, L %5d, block %d: %9.3f ms, %6.1f TFLOP/s (%4d tiles, "
+                  "%4d items) x %d kv heads, rel err %.2e\n",
+                  sh.name, sh.heads, KVH, D, L, bs, t_ms, flops / t_ms * 1e-9, plan.num_tc_tiles, plan.num_tc_items, KVH,
+                  std::sqrt(err / std::max(ref_norm, 1e-30)));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
