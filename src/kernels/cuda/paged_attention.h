@@ -133,7 +133,7 @@ inline size_t paged_attention_workspace_floats(const PagedAttentionPlan& plan, i
 }
 
 /// Head sizes the attention passes are built for (64, 128; 256 for Qwen3-Next / Qwen3.5, whose tiles live in dynamic
-/// shared memory above the 48 KB static limit: 82 KB per split-KV block, 196 KB per tensor-core block).
+/// shared memory above the 48 KB static limit: 82 KB per split-KV block, 197 KB per tensor-core block).
 constexpr bool paged_attention_head_dim_ok(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 /// Prefill rows are best served by the tensor-core pass: rows with at least this many new tokens use it when the

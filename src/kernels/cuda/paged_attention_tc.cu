@@ -87,7 +87,7 @@ __device__ __forceinline__ void merge_stats(float& M, float& L, float m, float l
 __device__ __forceinline__ float merge_acc(float run, float sa, float x, float sb) { return __fmaf_rn(x, sb, __fmul_rn(run, sa)); }
 
 /// One block per SM (shared memory: 53, 101, 197 KB per block at head_dim 64, 128, 256; registers without spills:
-/// 142, 212, 244 per thread under nvcc 13.0). Q's A fragments stay in registers up to head_dim 128; at 256 they are
+/// 160, 204, 246 per thread under nvcc 13.0). Q's A fragments stay in registers up to head_dim 128; at 256 they are
 /// re-read from Qs for every key tile (as FlashAttention-2 does at that size) and the Q K^T loop over head dims is
 /// unrolled kQkUnroll times only (fully unrolled, the hoisted fragment loads spill).
 template <int D>
@@ -166,6 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // workspace, or the rows of out) and the merged max / sum of the chunks so far.
   const int qa = wr + gr, qb = qa + 8;
   const int pa = qa < nq ? pos0 + qa / group : -1, pb = qb < nq ? pos0 + qb / group : -1;
+  const bool active = wr < nq;  // warp-uniform
   float* const wa = partial ? ws + ((static_cast<int64_t>(slot) * KVH + g) * kRows + qa) * (D + 2) : out + orow(min(qa, nq - 1));
   float* const wb = partial ? ws + ((static_cast<int64_t>(slot) * KVH + g) * kRows + qb) * (D + 2) : out + orow(min(qb, nq - 1));
   const float sl2 = a.scale * 1.4426950408889634f;  // scores in log2 units
@@ -181,10 +182,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The next tile's row offsets (table read now, stored after Q K^T): into the Ro half that tile j - 1 used, whose
     // last reader (the copy of its V) is a barrier behind.
     const int64_t next_off = more && threadIdx.x < kKeys ? row_offset(nb + threadIdx.x) : 0;
-    // S = Q K^T from Ks (this tile's V is in flight).
+    // S = Q K^T from Ks (this tile's V is in flight). A warp without query rows (a short tile) skips its products:
+    // its scores are all masked.
     float sc[NK][4] = {};
 #pragma unroll(kQInRegs ? KD : kQkUnroll)
     for (int k = 0; k < KD; ++k) {
+      if (!active) break;
       uint32_t qk[4];
       if constexpr (kQInRegs) {
 #pragma unroll
@@ -249,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // O += P V from Vs (the next tile's K is in flight).
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      if (16 * kk >= nk) break;
+      if (16 * kk >= nk || !active) break;
 #pragma unroll
       for (int nn = 0; nn < NO; nn += 2) {
         uint32_t bb[4];
