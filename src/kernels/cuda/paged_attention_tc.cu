@@ -59,8 +59,8 @@ __device__ __forceinline__ void load_tile_async(float* st, int nk, const std::by
   cp_async_commit_group();
 }
 
-/// The staged fp32 tile st [kKeys][D] into dst [kKeys][D + 8] as bf16 (conflict-free: a half warp reads 256
-/// contiguous bytes and writes 128).
+/// The staged fp32 tile st [kKeys][D] into dst [kKeys][D + 8] as bf16 (conflict-free: each 8-lane phase of a 16-byte
+/// load reads 128 contiguous bytes, each 16-lane phase of an 8-byte store writes 128 contiguous bytes of one row).
 template <int D>
 __device__ __forceinline__ void convert_tile(bf16* dst, const float* st) {
   constexpr int V = D / 4, LD = D + 8, PER = kKeys * V / kThreads;
