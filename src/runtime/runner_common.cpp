@@ -25,25 +25,46 @@ double state_budget_bytes(double gpu_memory_utilization, double workspace_bytes)
   return gpu_memory_utilization * total - used - 1.5 * workspace_bytes - kReserve;
 }
 
-DevWeight upload_weight(const Weight& w, DType dtype) {
-  SSM_CHECK(dtype == DType::BF16 || dtype == DType::F32, "GPU weights must be BF16 or F32");
-  DevWeight d;
-  d.rows = w.rows, d.cols = w.cols, d.dtype = dtype;
+namespace {
+
+/// Converts `w` to `dtype` and uploads it into `buf` at byte offset `offset` (upload_weight's conversion: raw bytes
+/// when the dtypes match, else through fp32 with round-to-nearest-even to bf16).
+void upload_converted(const Weight& w, DType dtype, DeviceBuffer& buf, size_t offset) {
   const size_t n = static_cast<size_t>(w.rows * w.cols);
   if (w.dtype == dtype) {
-    d.buf = DeviceBuffer(n * dtype_size(dtype));
-    d.buf.upload(w.data, n * dtype_size(dtype));
-    return d;
+    buf.upload(w.data, n * dtype_size(dtype), offset);
+    return;
   }
   std::vector<float> f(n);
   to_f32(w.dtype, w.data, f.data(), n);
   if (dtype == DType::F32) {
-    d.buf = to_device(f);
-    return d;
+    buf.upload(f.data(), n * 4, offset);
+    return;
   }
   std::vector<uint16_t> b(n);
   for (size_t i = 0; i < n; ++i) b[i] = f32_to_bf16(f[i]);
-  d.buf = to_device(b);
+  buf.upload(b.data(), n * 2, offset);
+}
+
+}  // namespace
+
+DevWeight upload_weight(const Weight& w, DType dtype) { return upload_stacked({&w}, dtype); }
+
+DevWeight upload_stacked(const std::vector<const Weight*>& parts, DType dtype) {
+  SSM_CHECK(dtype == DType::BF16 || dtype == DType::F32, "GPU weights must be BF16 or F32");
+  SSM_CHECK(!parts.empty(), "upload_stacked: no weights to stack");
+  DevWeight d;
+  d.cols = parts[0]->cols, d.dtype = dtype;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    SSM_CHECK(parts[i]->cols == d.cols, "upload_stacked: part {} has {} columns, part 0 has {}", i, parts[i]->cols, d.cols);
+    d.rows += parts[i]->rows;
+  }
+  d.buf = DeviceBuffer(static_cast<size_t>(d.rows * d.cols) * dtype_size(dtype));
+  size_t offset = 0;
+  for (const Weight* w : parts) {
+    upload_converted(*w, dtype, d.buf, offset);
+    offset += static_cast<size_t>(w->rows * w->cols) * dtype_size(dtype);
+  }
   return d;
 }
 

@@ -38,6 +38,13 @@ double state_budget_bytes(double gpu_memory_utilization, double workspace_bytes)
 /// Converts `w` (F32 or BF16 on the host) to `dtype` and uploads it.
 DevWeight upload_weight(const Weight& w, DType dtype);
 
+/// Sibling projections that read the same input as one weight (one GEMM instead of one per projection): parts
+/// [r_i, cols] (each F32 or BF16 on the host, dtypes may differ) stacked in the given order into [sum r_i, cols] in
+/// `dtype`. Each part is converted exactly as upload_weight converts it alone, so every row holds the bits it would
+/// have as its own DevWeight. Throws Error on an empty list, parts of different widths, or a dtype other than
+/// BF16 / F32.
+DevWeight upload_stacked(const std::vector<const Weight*>& parts, DType dtype);
+
 /// A device buffer that only grows (by 1.5x) and is reused across steps.
 struct Scratch {
   DeviceBuffer buf;

@@ -16,4 +16,11 @@ namespace ssmserve::cuda {
 cudaError_t head_rms_norm(float* x, int64_t x_stride, int64_t T, int num_heads, int head_dim, const float* weight, float eps,
                           cudaStream_t stream);
 
+/// head_rms_norm over the query and key heads of one fused projection row in one launch: x [T, (q_heads + k_heads)
+/// * head_dim] fp32 (row stride x_stride >= that), heads [0, q_heads) normed with q_weight, the k_heads after them with
+/// k_weight (both [head_dim] fp32 device). Each head's result is bit-identical to head_rms_norm on it alone. q_heads
+/// >= 1, k_heads >= 0 (0: head_rms_norm); the other bounds as head_rms_norm's.
+cudaError_t head_rms_norm_qk(float* x, int64_t x_stride, int64_t T, int q_heads, int k_heads, int head_dim, const float* q_weight,
+                             const float* k_weight, float eps, cudaStream_t stream);
+
 }  // namespace ssmserve::cuda

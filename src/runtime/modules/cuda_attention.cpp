@@ -1,10 +1,12 @@
-// Owns the softmax-attention mixer on the GPU (the CPU module: model/mixers/attention_mixer.h): q / k / v (and output
-// gate) projections, the per-head q / k RMSNorms (head_rms_norm.h), RoPE, reshape_and_cache into the KV blocks of the
-// shared pool, split-KV paged attention over the step's work list, the sigmoid output gate fused with the cast to the
+// Owns the softmax-attention mixer on the GPU (the CPU module: model/mixers/attention_mixer.h): the q / k / v (and output
+// gate) projections as one GEMM over their stacked weights (one launch instead of 3-4: at batch 1 these skinny GEMMs
+// are launch-bound), the per-head q / k RMSNorms in one launch (head_rms_norm.h), RoPE over q and k in one launch,
+// reshape_and_cache into the KV blocks of the shared pool, split-KV paged attention over the step's work list, the sigmoid output gate fused with the cast to the
 // GEMM dtype (activations.h), o_proj.
 #include <cmath>
 
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
 #include "device/cuda_check.h"
@@ -24,9 +26,12 @@ class CudaAttention final : public CudaModule {
  public:
   CudaAttention(const CudaRunnerContext& ctx, AttentionConfig c, int64_t hidden, const AttentionWeights& w) : ctx_(ctx), c_(c), H_(hidden) {
     const DType wd = ctx_.opt.weight_dtype;
-    q_proj_ = upload_weight(w.q_proj, wd), k_proj_ = upload_weight(w.k_proj, wd), v_proj_ = upload_weight(w.v_proj, wd);
+    // [q | k | v | gate] rows, each converted as its own upload would (the muP-scaled fp32 rows of Falcon-H1 included).
+    std::vector<const Weight*> parts = {&w.q_proj, &w.k_proj, &w.v_proj};
+    if (c_.attn_output_gate) parts.push_back(&w.gate);
+    qkvg_proj_ = upload_stacked(parts, wd);
+    SSM_CHECK(qkvg_proj_.rows == proj_width(), "attention: stacked q / k / v / gate rows {} != {}", qkvg_proj_.rows, proj_width());
     o_proj_ = upload_weight(w.o_proj, wd);
-    if (c_.attn_output_gate) gate_ = upload_weight(w.gate, wd);
     if (c_.qk_norm) q_norm_ = to_device(w.q_norm), k_norm_ = to_device(w.k_norm);
     if (c_.rope) inv_freq_ = to_device(cpu::rope_inv_freq(c_.rope_theta, c_.rotary_dim));
   }
@@ -37,13 +42,13 @@ class CudaAttention final : public CudaModule {
     return s;
   }
   double scratch_bytes_per_token() const override {
-    const double QW = static_cast<double>(c_.num_heads) * c_.head_dim, KW = static_cast<double>(c_.num_kv_heads) * c_.head_dim;
-    return 4 * (QW * (c_.attn_output_gate ? 2 : 1) + 2 * KW) + 4 * QW + dtype_size(ctx_.opt.weight_dtype) * QW;
+    const double QW = static_cast<double>(c_.num_heads) * c_.head_dim;
+    return 4.0 * static_cast<double>(proj_width()) + 4 * QW + dtype_size(ctx_.opt.weight_dtype) * QW;
   }
   void reserve(int64_t T, const StepPlans* plans) override {
     ScratchPool& p = *ctx_.scratch;
-    const int64_t QW = int64_t{c_.num_heads} * c_.head_dim, KW = int64_t{c_.num_kv_heads} * c_.head_dim;
-    p[0].f32(T * (qg_width() + 2 * KW)), p[1].f32(T * QW), p[3].get(T * QW * dtype_size(ctx_.opt.weight_dtype));
+    const int64_t QW = int64_t{c_.num_heads} * c_.head_dim;
+    p[0].f32(T * proj_width()), p[1].f32(T * QW), p[3].get(T * QW * dtype_size(ctx_.opt.weight_dtype));
     ws().f32(std::max<size_t>(4, paged_attention_workspace_floats(plans->aplan, c_.num_kv_heads, c_.head_dim)));
   }
 
@@ -52,55 +57,55 @@ class CudaAttention final : public CudaModule {
     const StepPlans& plans = *st.plans;
     const PagedAttentionPlan& ap = plans.aplan;
     const int D = c_.head_dim;
-    const int64_t T = st.T, Hd = H_, QW = int64_t{c_.num_heads} * D, KW = int64_t{c_.num_kv_heads} * D;
+    const int64_t T = st.T, Hd = H_, QW = int64_t{c_.num_heads} * D, KW = int64_t{c_.num_kv_heads} * D, PW = proj_width();
     const DType wd = ctx_.opt.weight_dtype;
     cudaStream_t s = st.stream;
     ScratchPool& p = *ctx_.scratch;
-    float* q = p[0].f32(T * (qg_width() + 2 * KW));  // q [T, QW], k, v [T, KW], g [T, QW] (attn_output_gate)
-    float* k = q + T * QW;
-    float* v = k + T * KW;
-    float* g = v + T * KW;
+    // proj [T, PW] = [q (QW) | k (KW) | v (KW) | g (QW, attn_output_gate)] per token: every part has row stride PW.
+    float* q = p[0].f32(T * PW);
+    float* k = q + QW;
+    float* v = k + KW;
+    float* g = v + KW;
     float* o = p[1].f32(T * QW);
-    // 1. Projections, the per-head q / k norms, RoPE.
-    ctx_.gemm_run(normed_c, T, Hd, q_proj_, q, QW);
-    ctx_.gemm_run(normed_c, T, Hd, k_proj_, k, KW);
-    ctx_.gemm_run(normed_c, T, Hd, v_proj_, v, KW);
-    if (c_.attn_output_gate) ctx_.gemm_run(normed_c, T, Hd, gate_, g, QW);
-    if (c_.qk_norm) {
-      SSM_CUDA_CHECK(head_rms_norm(q, QW, T, c_.num_heads, D, q_norm_.as<float>(), c_.qk_norm_eps, s));
-      SSM_CUDA_CHECK(head_rms_norm(k, KW, T, c_.num_kv_heads, D, k_norm_.as<float>(), c_.qk_norm_eps, s));
-    }
-    if (c_.rope) {
-      SSM_CUDA_CHECK(apply_rope(q, QW, T, c_.num_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(), c_.rotary_dim / 2, s));
-      SSM_CUDA_CHECK(apply_rope(k, KW, T, c_.num_kv_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(), c_.rotary_dim / 2, s));
-    }
+    // 1. The projections (one GEMM), the per-head q / k norms, RoPE: q and k are adjacent in a row, so each of these
+    //    runs over their num_heads + num_kv_heads heads in one launch (the same per-head arithmetic as two launches).
+    ctx_.gemm_run(normed_c, T, Hd, qkvg_proj_, q, PW);
+    if (c_.qk_norm)
+      SSM_CUDA_CHECK(head_rms_norm_qk(q, PW, T, c_.num_heads, c_.num_kv_heads, D, q_norm_.as<float>(), k_norm_.as<float>(),
+                                      c_.qk_norm_eps, s));
+    if (c_.rope)
+      SSM_CUDA_CHECK(apply_rope(q, PW, T, c_.num_heads + c_.num_kv_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(),
+                                c_.rotary_dim / 2, s));
     // 2. The new K / V into their slots, attention over the cache.
     KvCacheView kv = state.kv;
     kv.num_kv_heads = c_.num_kv_heads, kv.head_dim = D;
-    SSM_CUDA_CHECK(reshape_and_cache(k, KW, v, KW, T, plans.dev(plans.slots), kv, s));
+    SSM_CUDA_CHECK(reshape_and_cache(k, PW, v, PW, T, plans.dev(plans.slots), kv, s));
     PagedAttentionArgs a{c_.num_heads, c_.scale, md.max_num_blocks_per_seq, plans.dev(plans.attn_qsl), plans.dev(plans.seq_lens),
                          plans.dev(plans.tables), plans.dev(plans.tasks), plans.dev(plans.items), ap.num_tasks, ap.num_items,
                          ap.tokens_per_task, ap.key_split, plans.dev(plans.tc_tiles), ap.num_tc_tiles, ap.tc_tokens,
                          plans.dev(plans.tc_items), ap.num_tc_items};
     {
       ProfileSpan span(ctx_.profile, "paged_attention", s);
-      SSM_CUDA_CHECK(paged_attention(q, QW, o, QW, kv, a, ws().f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s));
+      SSM_CUDA_CHECK(paged_attention(q, PW, o, QW, kv, a, ws().f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s));
     }
     // 3. The output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, o_proj.
     void* oc = p[3].get(T * QW * dtype_size(wd));
-    if (c_.attn_output_gate) SSM_CUDA_CHECK(sigmoid_gate(o, QW, g, QW, T, QW, oc, wd, QW, s));
+    if (c_.attn_output_gate) SSM_CUDA_CHECK(sigmoid_gate(o, QW, g, PW, T, QW, oc, wd, QW, s));
     else SSM_CUDA_CHECK(cast_rows(o, QW, T, QW, oc, wd, QW, s));
     ctx_.gemm_run(oc, T, QW, o_proj_, out, Hd);
   }
 
  private:
-  /// Columns of q (and the gate) per token in scratch slot 0.
-  int64_t qg_width() const { return int64_t{c_.num_heads} * c_.head_dim * (c_.attn_output_gate ? 2 : 1); }
+  /// Columns of the fused projection per token (scratch slot 0): q, k, v (and the gate).
+  int64_t proj_width() const {
+    return int64_t{c_.head_dim} * (int64_t{c_.num_heads} * (c_.attn_output_gate ? 2 : 1) + 2 * int64_t{c_.num_kv_heads});
+  }
   const CudaRunnerContext& ctx_;
   AttentionConfig c_;
   int64_t H_;
-  DevWeight q_proj_, k_proj_, v_proj_, o_proj_;
-  DevWeight gate_;                 ///< [H D, hidden] (attn_output_gate), or empty
+  /// [proj_width(), hidden]: q_proj [H D] | k_proj [K D] | v_proj [K D] | gate [H D] (attn_output_gate) rows.
+  DevWeight qkvg_proj_;
+  DevWeight o_proj_;               ///< [hidden, H D]
   DeviceBuffer q_norm_, k_norm_;   ///< [D] effective weights (qk_norm), or empty
   DeviceBuffer inv_freq_;
   /// The attention splits' workspace (its size follows the step's work list), shared by every layer.
