@@ -1,5 +1,6 @@
 // Owns the GPU decoder runner (see cuda_decoder.h): loading, the state layout, the per-step checks and plans, and
-// the sublayer step (norm with the pending residual add, module, residual rule).
+// the sublayer step (norm with the pending residual add, module, residual rule), and a parallel mixer pair's input
+// projections stacked into one GEMM (Falcon-H1).
 #include "runtime/cuda_decoder.h"
 #include "runtime/layer_profile.h"
 
@@ -30,6 +31,11 @@ struct CudaSublayer {
   SublayerSpec spec;
   DeviceBuffer norm;  ///< [hidden] fp32
   std::unique_ptr<CudaModule> module;
+  /// The first of a parallel mixer pair whose input projections run as one GEMM (stack_parallel_projections): the
+  /// stacked weight [pair rows, hidden] (its output row stride is pair rows); empty otherwise.
+  DevWeight pair_proj;
+  /// This module's first column in the pair's GEMM output (then the runner calls forward_projected), or -1.
+  int64_t proj_col = -1;
 };
 
 class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
@@ -81,6 +87,13 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
   }
 
   void load(WeightSource& src);
+  /// For each mixer followed by a parallel mixer (Falcon-H1: Mamba-2, then attention, both on the mixer's normed
+  /// rows in the GEMM dtype), when both have an input projection (CudaModule::input_projection) of the same width
+  /// and dtype: stacks the two weights (the first's rows, then the second's, each from a multiple of 16 rows) into
+  /// the first sublayer's pair_proj and frees the modules' copies. One GEMM launch less per such layer; the pair's
+  /// output columns are the same dot products (the skinny kernel's K split follows the stacked row count, so the
+  /// bits may differ from two GEMMs within bf16 rounding; batch-invariant as before: N and K are fixed).
+  void stack_parallel_projections();
 
   /// "all"-mode prefix caching on the GPU: when every module of the stack writes the state stores (CudaModule).
   bool stores_prefill_states() const override {
@@ -91,7 +104,8 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
   std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
     const double H = cfg_.hidden_size, V = cfg_.vocab_size, ab = dtype_size(ctx_.opt.weight_dtype);
     double modules = 0;
-    for (const CudaSublayer& s : subs_) modules = std::max(modules, s.module->scratch_bytes_per_token());
+    for (const CudaSublayer& s : subs_)
+      modules = std::max(modules, s.module->scratch_bytes_per_token() + 4.0 * static_cast<double>(s.pair_proj.rows));
     const double per_token = 12 * H + ab * H + modules;  // hidden, out, normed (fp32 and GEMM dtype), the slots
     return state_budget_bytes(util, per_token * static_cast<double>(max_tokens) + static_cast<double>(max_seqs) * (4 * V + ab * H));
   }
@@ -194,12 +208,30 @@ void CudaDecoderLM::load(WeightSource& src) {
   for (const CudaSublayer& s : subs_) uniform = uniform && s.spec.kind == kind && s.spec.plain_residual();
   if (uniform) stack_decode_ = cuda_module_type(kind).stack_decode;
   for (const CudaSublayer& s : subs_) stack_mods_.push_back(s.module.get()), stack_norms_.push_back(s.norm.as<float>());
+  if (ctx_.opt.fuse_parallel_projections) stack_parallel_projections();
+}
+
+void CudaDecoderLM::stack_parallel_projections() {
+  for (size_t i = 0; i + 1 < subs_.size(); ++i) {
+    CudaSublayer &a = subs_[i], &b = subs_[i + 1];
+    if (a.spec.parallel || !b.spec.parallel) continue;
+    if (a.module->input() != ModuleInput::GemmDtype || b.module->input() != ModuleInput::GemmDtype) continue;
+    const DevWeight *wa = a.module->input_projection(), *wb = b.module->input_projection();
+    if (!wa || !wb || wa->cols != wb->cols || wa->dtype != wb->dtype) continue;
+    std::vector<int64_t> cols;
+    a.pair_proj = stack_device_rows({wa, wb}, 16, &cols);  // 64-byte aligned fp32 column ranges
+    a.proj_col = cols[0], b.proj_col = cols[1];
+    a.module->drop_input_projection(), b.module->drop_input_projection();
+  }
 }
 
 void CudaDecoderLM::reserve(int64_t T, int64_t nlog) {
   const int64_t H = cfg_.hidden_size;
   hidden_.f32(T * H), out_.f32(T * H), normed_c_.get(T * H * dtype_size(ctx_.opt.weight_dtype)), normed_f_.f32(T * H);
-  for (CudaSublayer& s : subs_) s.module->reserve(T, &plans_);
+  for (CudaSublayer& s : subs_) {
+    s.module->reserve(T, &plans_);
+    if (s.pair_proj.rows > 0) pool_[ScratchPool::kParallelProj].f32(T * s.pair_proj.rows);
+  }
   frame_.reserve(T, H, cfg_.vocab_size, nlog);
 }
 
@@ -281,7 +313,14 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   }
   // 2. The module; 3. its residual rule (the plain one is left to the next norm or the LM head's).
   if (profile_) profile_->end(s), profile_->begin(S.spec.kind, s);
-  S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, out);
+  if (S.proj_col >= 0) {  // a parallel pair's stacked input projections: one GEMM at the pair's first sublayer
+    const DevWeight& pw = S.spec.parallel ? subs_[i - 1].pair_proj : S.pair_proj;
+    float* proj = pool_[ScratchPool::kParallelProj].f32(T * pw.rows);
+    if (!S.spec.parallel) ctx_.gemm_run(normed_c, T, H, pw, proj, pw.rows);
+    S.module->forward_projected(st, views_[i], proj + S.proj_col, pw.rows, out);
+  } else {
+    S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, out);
+  }
   if (profile_) profile_->end(s);
   if (!S.spec.plain_residual())
     SSM_CUDA_CHECK(scaled_residual(hidden, S.spec.residual_is_normed ? normed_f : hidden, S.spec.alpha, out, S.spec.beta, T * H, s));

@@ -26,11 +26,12 @@ struct StepPlans;  // runtime/step_plans.h
 /// layer count (one per layer was 23 x 1.3 GB of MoE workspace for Nemotron-3-Nano at 8k-token prefill chunks).
 class ScratchPool {
  public:
-  static constexpr int kSlots = 12;
+  static constexpr int kSlots = 13;
   static constexpr int kMixerWorkspace = 8;  ///< split-KV attention, lightning blocks, Mamba-1 scan, SSD chunks
   static constexpr int kMoeWorkspace = 9;    ///< sparse_moe (routing, sorted rows, expert activations and outputs)
   static constexpr int kMoeSharedIn = 10;    ///< the shared expert's input rows in the GEMM dtype
   static constexpr int kMoeSharedOut = 11;   ///< the shared expert's output rows
+  static constexpr int kParallelProj = 12;   ///< a parallel mixer pair's stacked input projection (runner-owned)
   Scratch& operator[](int slot) { return s_.at(static_cast<size_t>(slot)); }
   /// Every slot's device pointer (DecodeGraphs signatures).
   void pointers(std::vector<const void*>& out) const {
@@ -94,6 +95,18 @@ class CudaModule {
   virtual double scratch_bytes_per_token() const = 0;
   /// x: [T, hidden] normed rows in the weight dtype (input() == GemmDtype) or fp32 (F32); out: [T, hidden] fp32.
   virtual void forward(const CudaStep& step, const ModuleState& state, const void* x, float* out) = 0;
+
+  /// The module's input projection: the first GEMM of forward, the only reader of its input (ModuleInput::GemmDtype),
+  /// weight [rows, hidden]; null when it has none. The runner may stack it with a parallel sibling's (Falcon-H1's
+  /// Mamba-2 in_proj and attention q / k / v on the same normed rows) and run the two as one GEMM, then call
+  /// forward_projected. Modules that return one override drop_input_projection and forward_projected.
+  virtual const DevWeight* input_projection() const { return nullptr; }
+  /// Frees the module's copy of input_projection() (the runner keeps the stacked one; forward is unusable after).
+  virtual void drop_input_projection() {}
+  /// forward after the input projection: proj [T, input_projection()->rows] fp32, row stride proj_stride (a column range
+  /// of the stacked GEMM's output; the module may overwrite it); out: [T, hidden] fp32. Throws Error when the module
+  /// has no input projection.
+  virtual void forward_projected(const CudaStep& step, const ModuleState& state, float* proj, int64_t proj_stride, float* out);
 };
 
 /// Everything a GPU module factory reads: the CPU module's arguments (weights by the same names and dummy

@@ -7,6 +7,10 @@
 
 namespace ssmserve::cuda {
 
+void CudaModule::forward_projected(const CudaStep&, const ModuleState&, float*, int64_t, float*) {
+  fail("CudaModule::forward_projected: this module has no input projection");
+}
+
 std::span<const CudaModuleType> cuda_module_types() {
   static const std::array<CudaModuleType, 7> kModules = {{
       {"mamba1", &make_cuda_mamba1, cuda_mamba1_stack_decode()},

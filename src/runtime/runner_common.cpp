@@ -68,6 +68,29 @@ DevWeight upload_stacked(const std::vector<const Weight*>& parts, DType dtype) {
   return d;
 }
 
+DevWeight stack_device_rows(const std::vector<const DevWeight*>& parts, int64_t align_rows, std::vector<int64_t>* offsets) {
+  SSM_CHECK(!parts.empty() && align_rows >= 1, "stack_device_rows: no weights to stack or align_rows {} < 1", align_rows);
+  const auto up = [&](int64_t r) { return (r + align_rows - 1) / align_rows * align_rows; };
+  DevWeight d;
+  d.cols = parts[0]->cols, d.dtype = parts[0]->dtype;
+  offsets->clear();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    SSM_CHECK(parts[i]->cols == d.cols && parts[i]->dtype == d.dtype, "stack_device_rows: part {} is [{}, {}] {}, part 0 [.., {}] {}",
+              i, parts[i]->rows, parts[i]->cols, dtype_name(parts[i]->dtype), d.cols, dtype_name(d.dtype));
+    offsets->push_back(d.rows);
+    d.rows = up(d.rows + parts[i]->rows);
+  }
+  const size_t row_bytes = static_cast<size_t>(d.cols) * dtype_size(d.dtype);
+  d.buf = DeviceBuffer(static_cast<size_t>(d.rows) * row_bytes);
+  d.buf.fill_bytes(0);
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (parts[i]->rows > 0)
+      SSM_CUDA_CHECK(cudaMemcpy(d.buf.as<char>() + static_cast<size_t>((*offsets)[i]) * row_bytes, parts[i]->buf.data(),
+                                static_cast<size_t>(parts[i]->rows) * row_bytes, cudaMemcpyDeviceToDevice));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());  // the copies done before the caller frees the parts
+  return d;
+}
+
 bool chunk_store_blocks(const MambaBatchMetadata& md, std::vector<int32_t>& chunk_store, std::vector<int32_t>& store_row) {
   chunk_store.clear(), store_row.clear();
   if (!md.has_state_stores()) return true;

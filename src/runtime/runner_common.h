@@ -45,6 +45,13 @@ DevWeight upload_weight(const Weight& w, DType dtype);
 /// BF16 / F32.
 DevWeight upload_stacked(const std::vector<const Weight*>& parts, DType dtype);
 
+/// Stacks device weights [r_i, cols] (same cols and dtype) into one: part i from row (*offsets)[i], each offset and the
+/// total row count rounded up to a multiple of `align_rows` (>= 1) with zero rows between, so that each part's columns
+/// of the GEMM output start as aligned as the output's rows (16 bytes for fp32 with align_rows 4). Device-to-device
+/// copies: every row keeps its bits. Synchronizes the device (load time). Throws Error on an empty list or parts of
+/// different widths or dtypes.
+DevWeight stack_device_rows(const std::vector<const DevWeight*>& parts, int64_t align_rows, std::vector<int64_t>* offsets);
+
 /// A device buffer that only grows (by 1.5x) and is reused across steps.
 struct Scratch {
   DeviceBuffer buf;

@@ -52,24 +52,34 @@ class CudaAttention final : public CudaModule {
     ws().f32(std::max<size_t>(4, paged_attention_workspace_floats(plans->aplan, c_.num_kv_heads, c_.head_dim)));
   }
 
+  const DevWeight* input_projection() const override { return &qkvg_proj_; }
+  void drop_input_projection() override { qkvg_proj_ = {}; }
+
   void forward(const CudaStep& st, const ModuleState& state, const void* normed_c, float* out) override {
+    const int64_t T = st.T, PW = proj_width();
+    float* proj = (*ctx_.scratch)[0].f32(T * PW);
+    ctx_.gemm_run(normed_c, T, H_, qkvg_proj_, proj, PW);  // the projections: one GEMM
+    forward_projected(st, state, proj, PW, out);
+  }
+
+  /// proj [T, proj_width()] (row stride PW) = [q (QW) | k (KW) | v (KW) | g (QW, attn_output_gate)] per token; q and
+  /// k are normed / rotated in place.
+  void forward_projected(const CudaStep& st, const ModuleState& state, float* proj, int64_t PW, float* out) override {
     const PagedAttentionMetadata& md = st.batch.attn_meta;
     const StepPlans& plans = *st.plans;
     const PagedAttentionPlan& ap = plans.aplan;
     const int D = c_.head_dim;
-    const int64_t T = st.T, Hd = H_, QW = int64_t{c_.num_heads} * D, KW = int64_t{c_.num_kv_heads} * D, PW = proj_width();
+    const int64_t T = st.T, Hd = H_, QW = int64_t{c_.num_heads} * D, KW = int64_t{c_.num_kv_heads} * D;
     const DType wd = ctx_.opt.weight_dtype;
     cudaStream_t s = st.stream;
     ScratchPool& p = *ctx_.scratch;
-    // proj [T, PW] = [q (QW) | k (KW) | v (KW) | g (QW, attn_output_gate)] per token: every part has row stride PW.
-    float* q = p[0].f32(T * PW);
+    float* q = proj;  // every part has row stride PW
     float* k = q + QW;
     float* v = k + KW;
     float* g = v + KW;
     float* o = p[1].f32(T * QW);
-    // 1. The projections (one GEMM), the per-head q / k norms, RoPE: q and k are adjacent in a row, so each of these
-    //    runs over their num_heads + num_kv_heads heads in one launch (the same per-head arithmetic as two launches).
-    ctx_.gemm_run(normed_c, T, Hd, qkvg_proj_, q, PW);
+    // 1. The per-head q / k norms, RoPE: q and k are adjacent in a row, so each runs over their num_heads +
+    //    num_kv_heads heads in one launch (the same per-head arithmetic as two launches).
     if (c_.qk_norm)
       SSM_CUDA_CHECK(head_rms_norm_qk(q, PW, T, c_.num_heads, c_.num_kv_heads, D, q_norm_.as<float>(), k_norm_.as<float>(),
                                       c_.qk_norm_eps, s));

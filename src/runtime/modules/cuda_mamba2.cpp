@@ -46,26 +46,34 @@ class CudaMamba2 final : public CudaModule {
     if (ctx_.opt.weight_dtype == DType::BF16) p[4].get(T * C * 2);
   }
 
+  const DevWeight* input_projection() const override { return &in_proj_; }
+  void drop_input_projection() override { in_proj_ = {}; }
+
   void forward(const CudaStep& st, const ModuleState& state, const void* normed, float* out) override {
+    const int64_t T = st.T, PW = proj_width();
+    float* proj = (*ctx_.scratch)[0].f32(T * PW);
+    ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);  // proj = in_proj(normed) = [z | xBC | dt]
+    forward_projected(st, state, proj, PW, out);
+  }
+
+  /// proj [T, proj_width()] (row stride PW) = [z (I) | xBC (C) | dt (NH)] per token.
+  void forward_projected(const CudaStep& st, const ModuleState& state, float* proj, int64_t PW, float* out) override {
     const MambaBatchMetadata& md = st.batch.meta;
     const StepMeta& sm = st.meta;
     const int64_t T = st.T, Hd = H_, I = m_.d_inner, C = m_.conv_dim(), NH = m_.num_heads;
-    const int64_t GN = static_cast<int64_t>(m_.n_groups) * m_.d_state, PW = proj_width();
+    const int64_t GN = static_cast<int64_t>(m_.n_groups) * m_.d_state;
     const int64_t nd = md.num_decode_rows(), P0 = st.batch.prefill_token_offset();
     const int np = md.num_prefills;
     const CudaModelOptions& opt = ctx_.opt;
     const DType wd = opt.weight_dtype;
     cudaStream_t s = st.stream;
     ScratchPool& p = *ctx_.scratch;
-    float* proj = p[0].f32(T * PW);
     float* xbc = p[1].f32(T * C);
     float* y = p[2].f32(T * I);
     void* gated = p[3].get(T * I * dtype_size(wd));
     SSM_CHECK(np == 0 || md.chunk_size == m_.chunk_size, "Mamba-2 forward: metadata chunk_size {} != model chunk_size {}",
               md.chunk_size, m_.chunk_size);
-    // 1. proj = in_proj(normed) = [z | xBC | dt].
-    ctx_.gemm_run(normed, T, Hd, in_proj_, proj, PW);
-    // 2. Causal conv1d + SiLU over xBC (decode rows update their window; prefill rows below).
+    // 1. (forward: proj = in_proj(normed).) 2. Causal conv1d + SiLU over xBC (decode rows update their window; prefill rows below).
     ConvParams conv{C, m_.d_conv, conv_weight_.as<float>(), conv_bias_.data() ? conv_bias_.as<float>() : nullptr, state.conv, true};
     if (nd > 0)
       SSM_CUDA_CHECK(conv1d_update_dual(proj + I, PW, xbc, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
