@@ -6,7 +6,8 @@
 // per-expert names): the GPU runner against the CPU decoder (fp32 and bf16 weights) over ragged prefills, a
 // continuing prefill and padded decode steps; decode steps through CUDA graphs bit-identical to eager. Op level: the
 // per-head q / k RMSNorm (kernels/cuda/head_rms_norm.h) and the shared expert's gated add (activations.h) against
-// their CPU forms, each bit-identical whatever the batch. Skips without a GPU.
+// their CPU forms, each bit-identical whatever the batch; head_rms_norm_qk (q and k heads in one launch) bit-identical
+// to two launches. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -149,6 +150,35 @@ TEST(CudaQwenOps, HeadRmsNormMatchesCpuAndIsBatchInvariant) {
   DeviceBuffer d(64 * 4);
   EXPECT_EQ(cuda::head_rms_norm(d.as<float>(), 32, 1, 1, 63, d.as<float>(), 1e-6f, nullptr), cudaErrorInvalidValue);  // odd D
   EXPECT_EQ(cuda::head_rms_norm(d.as<float>(), 32, 1, 2, 32, d.as<float>(), 1e-6f, nullptr), cudaErrorInvalidValue);  // stride
+}
+
+// The fused attention projection's q / k norms in one launch (cuda_attention.cpp): rows [q heads | k heads | v ...]
+// at a wider stride, bit-identical to head_rms_norm on the q heads, then on the k heads, and v untouched.
+TEST(CudaQwenOps, HeadRmsNormQkEqualsTwoLaunches) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int D : {64, 256}) {
+    const int qh = 16, kh = 2;
+    const int64_t T = 19, xs = int64_t{qh + 2 * kh} * D + 16;  // q, k, v heads and padding per row
+    auto x = rand_vec(rng, T * xs, -3.0f, 3.0f);
+    auto wq = rand_vec(rng, D, 0.5f, 1.5f), wk = rand_vec(rng, D, 0.5f, 1.5f);
+    DeviceBuffer a = to_device(x), b = to_device(x), dq = to_device(wq), dk = to_device(wk);
+    SSM_CUDA_CHECK(cuda::head_rms_norm(a.as<float>(), xs, T, qh, D, dq.as<float>(), 1e-6f, nullptr));
+    SSM_CUDA_CHECK(cuda::head_rms_norm(a.as<float>() + int64_t{qh} * D, xs, T, kh, D, dk.as<float>(), 1e-6f, nullptr));
+    SSM_CUDA_CHECK(cuda::head_rms_norm_qk(b.as<float>(), xs, T, qh, kh, D, dq.as<float>(), dk.as<float>(), 1e-6f, nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto two = to_host<float>(a, T * xs), one = to_host<float>(b, T * xs);
+    EXPECT_EQ(std::memcmp(two.data(), one.data(), two.size() * sizeof(float)), 0) << "head_dim " << D;
+    for (int64_t t = 0; t < T; ++t)  // v and the padding untouched
+      for (int64_t c = int64_t{qh + kh} * D; c < xs; ++c) ASSERT_EQ(one[t * xs + c], x[t * xs + c]);
+  }
+  DeviceBuffer d(64 * 4);
+  EXPECT_EQ(cuda::head_rms_norm_qk(d.as<float>(), 64, 1, 1, 2, 32, d.as<float>(), d.as<float>(), 1e-6f, nullptr),
+            cudaErrorInvalidValue);  // stride < 3 heads
+  EXPECT_EQ(cuda::head_rms_norm_qk(d.as<float>(), 64, 1, 1, 1, 32, d.as<float>(), nullptr, 1e-6f, nullptr),
+            cudaErrorInvalidValue);  // no k weight
 }
 
 TEST(CudaQwenOps, SharedExpertGatedAddMatchesCpuAndIsBatchInvariant) {
