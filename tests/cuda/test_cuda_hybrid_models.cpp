@@ -2,8 +2,9 @@
 // Jamba, dense Granite with RoPE, Nemotron-H with grouped sigmoid routing and Falcon-H1 (dummy weights from
 // tests/data/tiny-hybrids, the configs of the CPU goldens): the one GPU runner against the CPU decoder over ragged
 // prefills, a continuing prefill and padded decode steps (fp32 and bf16 weights); decode steps through CUDA graphs
-// bit-identical to eager; and on the trained checkpoints the engine's greedy generation on the GPU against the
-// transformers goldens, alone and under chunked prefill. Skips without a GPU.
+// bit-identical to eager; Falcon-H1 also with its parallel mixers' input projections unstacked; and on the trained
+// checkpoints the engine's greedy generation on the GPU against the transformers goldens, alone and under chunked
+// prefill. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,14 +58,15 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
   /// The GPU runner with weights `wd` against the CPU decoder over the hybrid schedule: logits rel err < tol at every
   /// step. bf16: the reference is the CPU decoder in its GPU reference mode (ModelConfig::round_gemm_inputs_bf16:
   /// the GEMM inputs rounded to bf16 where the GPU rounds them); the error against the plain CPU decoder (fp32
-  /// activations) is printed beside it, not checked.
-  void against_cpu(DType wd, double tol, double median_tol = 0) {
+  /// activations) is printed beside it, not checked. opt: the runner's options (weight_dtype set to wd).
+  void against_cpu(DType wd, double tol, double median_tol = 0, cuda::CudaModelOptions opt = {}) {
     const bool bf16 = wd == DType::BF16;
     ModelConfig ref_cfg = cfg_;
     ref_cfg.round_gemm_inputs_bf16 = bf16;
     auto cpu = load_model(ref_cfg, format_);
     auto plain = bf16 ? load_model(cfg_, format_) : nullptr;
-    auto gpu = cuda::load_cuda_decoder(cfg_, architecture_spec(cfg_), format_, {wd});
+    opt.weight_dtype = wd;
+    auto gpu = cuda::load_cuda_decoder(cfg_, architecture_spec(cfg_), format_, opt);
     ASSERT_EQ(gpu->kv_block_size(), cpu->kv_block_size());
     StateCache cc(cpu->num_state_layers(), cpu->state_shape(), 32), gc(gpu->num_state_layers(), gpu->state_shape(), 32);
     StateCache pc(cpu->num_state_layers(), cpu->state_shape(), 32);
@@ -131,6 +133,18 @@ TEST_P(CudaHybridModel, MatchesCpuBf16) {
   REQUIRE_GPU();
   const HybridCase& c = GetParam();
   against_cpu(DType::BF16, c.bf16_step, c.bf16_median > 0 ? c.bf16_median : c.bf16_step);
+}
+
+// Falcon-H1's Mamba-2 and attention input projections as two GEMMs (SSMSERVE_FUSE_PARALLEL_PROJ=0) instead of the
+// default one over their stacked weights: the same bounds against the CPU (the other cases have no parallel mixer).
+TEST_P(CudaHybridModel, UnstackedParallelProjectionsMatchCpu) {
+  REQUIRE_GPU();
+  const HybridCase& c = GetParam();
+  if (!architecture_spec(cfg_).layers.at(0).parallel_mixer.present()) GTEST_SKIP() << "no parallel mixer";
+  cuda::CudaModelOptions opt;
+  opt.fuse_parallel_projections = false;
+  against_cpu(DType::F32, 1e-4, 0, opt);
+  against_cpu(DType::BF16, c.bf16_step, c.bf16_median > 0 ? c.bf16_median : c.bf16_step, opt);
 }
 
 TEST_P(CudaHybridModel, DecodeGraphsEqualEager) {
