@@ -15,6 +15,56 @@ __device__ __forceinline__ int64_t kv_elems(const KvCacheView& c) {
   return static_cast<int64_t>(c.block_size) * c.num_kv_heads * c.head_dim;
 }
 
+/// One block (256 threads) per token t of x = [q heads | k heads | v heads] (qk_norm_rope_cache): 1. q and k heads
+/// normed (qw non-null), one warp per head with head_rms_norm's arithmetic; 2. their first 2 * half dims rotated
+/// (inv_freq non-null) with rope_kernel's; 3. k and v copied into slot slots[t] as cache_kernel does.
+__global__ void __launch_bounds__(256) qk_norm_rope_cache_kernel(float* __restrict__ x, int64_t xs, int num_heads,
+                                                                 const float* __restrict__ qw, const float* __restrict__ kw,
+                                                                 float eps, const int32_t* __restrict__ positions,
+                                                                 const float* __restrict__ inv_freq, int half,
+                                                                 const int32_t* __restrict__ slots, KvCacheView cache) {
+  const int64_t t = blockIdx.x;
+  const int D = cache.head_dim, QK = num_heads + cache.num_kv_heads;
+  float* row = x + t * xs;
+  if (qw) {
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (int h = threadIdx.x >> 5; h < QK; h += warps) {
+      float* r = row + static_cast<int64_t>(h) * D;
+      const float* w = h < num_heads ? qw : kw;
+      float ss = 0.0f;
+      for (int i = lane; i < D; i += 32) ss += r[i] * r[i];
+      ss = warp_sum(ss);
+      const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+      for (int i = lane; i < D; i += 32) r[i] = r[i] * inv * w[i];
+    }
+    __syncthreads();
+  }
+  if (inv_freq) {
+    const float pos = static_cast<float>(positions[t]);
+    for (int idx = threadIdx.x; idx < QK * half; idx += blockDim.x) {
+      const int h = idx / half, i = idx % half;
+      const float a = pos * inv_freq[i];
+      const float c = cosf(a), s = sinf(a);
+      float* xh = row + static_cast<int64_t>(h) * D;
+      const float x1 = xh[i], x2 = xh[i + half];
+      xh[i] = x1 * c - x2 * s;
+      xh[i + half] = x2 * c + x1 * s;
+    }
+    __syncthreads();
+  }
+  const int32_t s = slots[t];
+  if (s < 0) return;
+  const int64_t W = static_cast<int64_t>(cache.num_kv_heads) * D;
+  const int64_t b = s / cache.block_size, off = s % cache.block_size;
+  float* kd = reinterpret_cast<float*>(cache.base + b * cache.page_bytes + cache.layer_offset_bytes) + off * W;
+  float* vd = kd + kv_elems(cache);
+  const float* k = row + static_cast<int64_t>(num_heads) * D;
+  for (int64_t c = threadIdx.x; c < W; c += blockDim.x) {
+    kd[c] = k[c];
+    vd[c] = k[W + c];
+  }
+}
+
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
@@ -270,6 +320,20 @@ cudaError_t apply_rope(float* x, int64_t x_stride, int64_t T, int num_heads, int
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   rope_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(x, x_stride, num_heads, head_dim, positions, inv_freq, half);
+  return launch_status();
+}
+
+cudaError_t qk_norm_rope_cache(float* x, int64_t x_stride, int64_t T, int num_heads, const float* q_weight,
+                               const float* k_weight, float eps, const int32_t* positions, const float* inv_freq, int half,
+                               const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream) {
+  const int D = cache.head_dim;
+  if (T < 0 || num_heads < 1 || cache.base == nullptr || cache.block_size <= 0 || cache.num_kv_heads <= 0 || D < 2 ||
+      D > 1024 || x_stride < static_cast<int64_t>(num_heads + 2 * cache.num_kv_heads) * D || !slot_mapping ||
+      (q_weight && (!k_weight || D % 2 != 0 || eps < 0.0f)) || (inv_freq && (!positions || half <= 0 || 2 * half > D)))
+    return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  qk_norm_rope_cache_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(x, x_stride, num_heads, q_weight, k_weight, eps,
+                                                                          positions, inv_freq, half, slot_mapping, cache);
   return launch_status();
 }
 

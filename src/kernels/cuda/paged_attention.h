@@ -71,6 +71,17 @@ cudaError_t apply_rope(float* x, int64_t x_stride, int64_t T, int num_heads, int
 cudaError_t reshape_and_cache(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t T,
                               const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream);
 
+/// The attention projections' per-token epilogue in one launch instead of three (head_rms_norm_qk, apply_rope over
+/// the q and k heads, reshape_and_cache), each element with that op's arithmetic: x [T, (num_heads + 2 K) D] fp32
+/// = [q heads (num_heads) | k heads (K) | v heads (K)] per token, row stride x_stride (K = cache.num_kv_heads, D =
+/// cache.head_dim, 2..1024). In order: q and k heads RMS-normed in place with q_weight / k_weight ([D] fp32 device;
+/// q_weight null: no norm; D even when normed); their first 2 * half dims rotated at positions [T] (device) with
+/// inv_freq [half] (device; null: no RoPE); each token's k and v written into its cache slot (slot_mapping [T]
+/// device: block * block_size + offset, -1 = skip). Returns cudaErrorInvalidValue for bad sizes or missing pointers.
+cudaError_t qk_norm_rope_cache(float* x, int64_t x_stride, int64_t T, int num_heads, const float* q_weight,
+                               const float* k_weight, float eps, const int32_t* positions, const float* inv_freq, int half,
+                               const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream);
+
 /// The attention pass's work list, built on the host from the step's metadata (PagedAttentionMetadata's
 /// query_start_loc and seq_lens): tasks = (row, first token, tokens) tiles of one row; items = (task, split).
 struct PagedAttentionPlan {

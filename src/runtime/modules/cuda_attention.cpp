@@ -1,8 +1,8 @@
 // Owns the softmax-attention mixer on the GPU (the CPU module: model/mixers/attention_mixer.h): the q / k / v (and output
 // gate) projections as one GEMM over their stacked weights (one launch instead of 3-4: at batch 1 these skinny GEMMs
-// are launch-bound), the per-head q / k RMSNorms in one launch (head_rms_norm.h), RoPE over q and k in one launch,
-// reshape_and_cache into the KV blocks of the shared pool, split-KV paged attention over the step's work list, the sigmoid output gate fused with the cast to the
-// GEMM dtype (activations.h), o_proj.
+// are launch-bound), then one launch for the per-head q / k RMSNorms, RoPE and the K / V writes into the KV blocks of
+// the shared pool (qk_norm_rope_cache), split-KV paged attention over the step's work list, the sigmoid output gate
+// fused with the cast to the GEMM dtype (activations.h), o_proj.
 #include <cmath>
 
 #include <algorithm>
@@ -12,7 +12,6 @@
 #include "device/cuda_check.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/activations.h"
-#include "kernels/cuda/head_rms_norm.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/paged_attention.h"
 #include "model/mixers/attention_mixer.h"
@@ -74,22 +73,16 @@ class CudaAttention final : public CudaModule {
     cudaStream_t s = st.stream;
     ScratchPool& p = *ctx_.scratch;
     float* q = proj;  // every part has row stride PW
-    float* k = q + QW;
-    float* v = k + KW;
-    float* g = v + KW;
+    float* g = q + QW + 2 * KW;
     float* o = p[1].f32(T * QW);
-    // 1. The per-head q / k norms, RoPE: q and k are adjacent in a row, so each runs over their num_heads +
-    //    num_kv_heads heads in one launch (the same per-head arithmetic as two launches).
-    if (c_.qk_norm)
-      SSM_CUDA_CHECK(head_rms_norm_qk(q, PW, T, c_.num_heads, c_.num_kv_heads, D, q_norm_.as<float>(), k_norm_.as<float>(),
-                                      c_.qk_norm_eps, s));
-    if (c_.rope)
-      SSM_CUDA_CHECK(apply_rope(q, PW, T, c_.num_heads + c_.num_kv_heads, D, plans.dev(plans.positions), inv_freq_.as<float>(),
-                                c_.rotary_dim / 2, s));
-    // 2. The new K / V into their slots, attention over the cache.
+    // 1. The per-head q / k norms, RoPE, the new K / V into their slots: one launch (q, k, v adjacent in a row).
     KvCacheView kv = state.kv;
     kv.num_kv_heads = c_.num_kv_heads, kv.head_dim = D;
-    SSM_CUDA_CHECK(reshape_and_cache(k, PW, v, PW, T, plans.dev(plans.slots), kv, s));
+    SSM_CUDA_CHECK(qk_norm_rope_cache(q, PW, T, c_.num_heads, c_.qk_norm ? q_norm_.as<float>() : nullptr,
+                                      c_.qk_norm ? k_norm_.as<float>() : nullptr, c_.qk_norm_eps,
+                                      c_.rope ? plans.dev(plans.positions) : nullptr, c_.rope ? inv_freq_.as<float>() : nullptr,
+                                      c_.rotary_dim / 2, plans.dev(plans.slots), kv, s));
+    // 2. Attention over the cache.
     PagedAttentionArgs a{c_.num_heads, c_.scale, md.max_num_blocks_per_seq, plans.dev(plans.attn_qsl), plans.dev(plans.seq_lens),
                          plans.dev(plans.tables), plans.dev(plans.tasks), plans.dev(plans.items), ap.num_tasks, ap.num_items,
                          ap.tokens_per_task, ap.key_split, plans.dev(plans.tc_tiles), ap.num_tc_tiles, ap.tc_tokens,
