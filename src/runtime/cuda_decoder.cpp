@@ -1,6 +1,6 @@
 // Owns the GPU decoder runner (see cuda_decoder.h): loading, the state layout, the per-step checks and plans, and
 // the sublayer step (norm with the pending residual add, module, residual rule), and a parallel mixer pair's input
-// projections stacked into one GEMM (Falcon-H1).
+// projections stacked into one GEMM and its two residual updates in one launch (Falcon-H1).
 #include "runtime/cuda_decoder.h"
 #include "runtime/layer_profile.h"
 
@@ -36,6 +36,9 @@ struct CudaSublayer {
   DevWeight pair_proj;
   /// This module's first column in the pair's GEMM output (then the runner calls forward_projected), or -1.
   int64_t proj_col = -1;
+  /// The first of a parallel pair whose residual updates run as one launch after the second (both non-plain, neither
+  /// from the normed rows: Falcon-H1): its output goes to ScratchPool::kParallelOut instead of the runner's out.
+  bool defer_residual = false;
 };
 
 class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
@@ -105,7 +108,8 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
     const double H = cfg_.hidden_size, V = cfg_.vocab_size, ab = dtype_size(ctx_.opt.weight_dtype);
     double modules = 0;
     for (const CudaSublayer& s : subs_)
-      modules = std::max(modules, s.module->scratch_bytes_per_token() + 4.0 * static_cast<double>(s.pair_proj.rows));
+      modules = std::max(modules, s.module->scratch_bytes_per_token() + 4.0 * static_cast<double>(s.pair_proj.rows) +
+                                      (s.defer_residual ? 4.0 * H : 0.0));
     const double per_token = 12 * H + ab * H + modules;  // hidden, out, normed (fp32 and GEMM dtype), the slots
     return state_budget_bytes(util, per_token * static_cast<double>(max_tokens) + static_cast<double>(max_seqs) * (4 * V + ab * H));
   }
@@ -209,6 +213,12 @@ void CudaDecoderLM::load(WeightSource& src) {
   if (uniform) stack_decode_ = cuda_module_type(kind).stack_decode;
   for (const CudaSublayer& s : subs_) stack_mods_.push_back(s.module.get()), stack_norms_.push_back(s.norm.as<float>());
   if (ctx_.opt.fuse_parallel_projections) stack_parallel_projections();
+  // A parallel pair's two residual updates in one launch (scaled_residual2: the same arithmetic as two).
+  for (size_t i = 0; i + 1 < subs_.size(); ++i) {
+    const SublayerSpec &a = subs_[i].spec, &b = subs_[i + 1].spec;
+    subs_[i].defer_residual = !a.parallel && b.parallel && !a.plain_residual() && !b.plain_residual() && !a.residual_is_normed &&
+                              !b.residual_is_normed;
+  }
 }
 
 void CudaDecoderLM::stack_parallel_projections() {
@@ -231,6 +241,7 @@ void CudaDecoderLM::reserve(int64_t T, int64_t nlog) {
   for (CudaSublayer& s : subs_) {
     s.module->reserve(T, &plans_);
     if (s.pair_proj.rows > 0) pool_[ScratchPool::kParallelProj].f32(T * s.pair_proj.rows);
+    if (s.defer_residual) pool_[ScratchPool::kParallelOut].f32(T * H);
   }
   frame_.reserve(T, H, cfg_.vocab_size, nlog);
 }
@@ -313,17 +324,24 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   }
   // 2. The module; 3. its residual rule (the plain one is left to the next norm or the LM head's).
   if (profile_) profile_->end(s), profile_->begin(S.spec.kind, s);
+  float* mod_out = S.defer_residual ? pool_[ScratchPool::kParallelOut].f32(T * H) : out;
   if (S.proj_col >= 0) {  // a parallel pair's stacked input projections: one GEMM at the pair's first sublayer
     const DevWeight& pw = S.spec.parallel ? subs_[i - 1].pair_proj : S.pair_proj;
     float* proj = pool_[ScratchPool::kParallelProj].f32(T * pw.rows);
     if (!S.spec.parallel) ctx_.gemm_run(normed_c, T, H, pw, proj, pw.rows);
-    S.module->forward_projected(st, views_[i], proj + S.proj_col, pw.rows, out);
+    S.module->forward_projected(st, views_[i], proj + S.proj_col, pw.rows, mod_out);
   } else {
-    S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, out);
+    S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, mod_out);
   }
   if (profile_) profile_->end(s);
-  if (!S.spec.plain_residual())
+  if (S.defer_residual) return;  // added with the parallel sibling's output below
+  if (S.spec.parallel && subs_[i - 1].defer_residual) {
+    const SublayerSpec& f = subs_[i - 1].spec;
+    SSM_CUDA_CHECK(scaled_residual2(hidden, f.alpha, pool_[ScratchPool::kParallelOut].f32(T * H), f.beta, S.spec.alpha, out,
+                                    S.spec.beta, T * H, s));
+  } else if (!S.spec.plain_residual()) {
     SSM_CUDA_CHECK(scaled_residual(hidden, S.spec.residual_is_normed ? normed_f : hidden, S.spec.alpha, out, S.spec.beta, T * H, s));
+  }
 }
 
 }  // namespace

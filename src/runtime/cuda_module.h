@@ -26,12 +26,13 @@ struct StepPlans;  // runtime/step_plans.h
 /// layer count (one per layer was 23 x 1.3 GB of MoE workspace for Nemotron-3-Nano at 8k-token prefill chunks).
 class ScratchPool {
  public:
-  static constexpr int kSlots = 13;
+  static constexpr int kSlots = 14;
   static constexpr int kMixerWorkspace = 8;  ///< split-KV attention, lightning blocks, Mamba-1 scan, SSD chunks
   static constexpr int kMoeWorkspace = 9;    ///< sparse_moe (routing, sorted rows, expert activations and outputs)
   static constexpr int kMoeSharedIn = 10;    ///< the shared expert's input rows in the GEMM dtype
   static constexpr int kMoeSharedOut = 11;   ///< the shared expert's output rows
   static constexpr int kParallelProj = 12;   ///< a parallel mixer pair's stacked input projection (runner-owned)
+  static constexpr int kParallelOut = 13;    ///< a parallel pair's first output, added with the second's (runner-owned)
   Scratch& operator[](int slot) { return s_.at(static_cast<size_t>(slot)); }
   /// Every slot's device pointer (DecodeGraphs signatures).
   void pointers(std::vector<const void*>& out) const {

@@ -1,12 +1,13 @@
 // GPU op harness: every CUDA op against its CPU kernel (the reference) on named model shapes (mamba-130m,
 // mamba-2.8b, mamba2-2.7b, Codestral-7B heads, tiny-mamba2) and the edge-case schedules of cuda_test_util.h, with
-// fresh random inputs per run and poisoned outputs. Skips without a GPU. SSMSERVE_CUDA_TEST_QUICK=1 keeps the
-// small shapes only (the compute-sanitizer runs of scripts/gpu-check.sh).
+// fresh random inputs per run and poisoned outputs; scaled_residual2 bit-identical to its two launches. Skips without
+// a GPU. SSMSERVE_CUDA_TEST_QUICK=1 keeps the small shapes only (the compute-sanitizer runs of scripts/gpu-check.sh).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 
 #include "core/dtype.h"
@@ -18,6 +19,7 @@
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/selective_scan.h"
 #include "kernels/cpu/ssd.h"
+#include "kernels/cuda/activations.h"
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/rms_norm.h"
@@ -205,6 +207,25 @@ TEST(CudaNorms, FusedAddRmsNormMatchesCpu) {
       }
     }
   }
+}
+
+// A parallel mixer pair's two residual updates in one launch (Falcon-H1, cuda_decoder.cpp): bit-identical to the two
+// scaled_residual launches it replaces.
+TEST(CudaNorms, ScaledResidual2EqualsTwoLaunches) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int64_t n = 3 * 4096 + 17;
+  auto h = rand_vec(rng, n, -4.0f, 4.0f), x = rand_vec(rng, n), y = rand_vec(rng, n);
+  DeviceBuffer ha = to_device(h), hb = to_device(h), dx = to_device(x), dy = to_device(y);
+  SSM_CUDA_CHECK(cuda::scaled_residual(ha.as<float>(), ha.as<float>(), 1.0f, dx.as<float>(), 0.6f, n, nullptr));
+  SSM_CUDA_CHECK(cuda::scaled_residual(ha.as<float>(), ha.as<float>(), 0.9f, dy.as<float>(), 0.75f, n, nullptr));
+  SSM_CUDA_CHECK(cuda::scaled_residual2(hb.as<float>(), 1.0f, dx.as<float>(), 0.6f, 0.9f, dy.as<float>(), 0.75f, n, nullptr));
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto a = to_host<float>(ha, n), b = to_host<float>(hb, n);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(cuda::scaled_residual2(hb.as<float>(), 1, dx.as<float>(), 1, 1, dy.as<float>(), 1, -1, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(CudaNorms, GatedRmsNormMatchesCpu) {

@@ -40,6 +40,14 @@ __global__ void residual_kernel(float* h, const float* x, float a, const float* 
     h[i] = x[i] * a + y[i] * b;
 }
 
+__global__ void residual2_kernel(float* h, float a1, const float* x, float b1, float a2, const float* y, float b2, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float t = h[i] * a1 + x[i] * b1;  // residual_kernel's expression, twice
+    h[i] = t * a2 + y[i] * b2;
+  }
+}
+
 /// Grid (T), 256 threads: the block's dot x[t] . w (thread-strided partial sums, then block_sum), then the gated add.
 __global__ void __launch_bounds__(256) gated_add_kernel(float* __restrict__ out, int64_t os, const float* __restrict__ y,
                                                         int64_t ys, const float* __restrict__ x, int64_t xs,
@@ -95,6 +103,15 @@ cudaError_t scaled_residual(float* h, const float* x, float a, const float* y, f
   if (n == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, 256), 4096));
   residual_kernel<<<blocks, 256, 0, stream>>>(h, x, a, y, b, n);
+  return launch_status();
+}
+
+cudaError_t scaled_residual2(float* h, float a1, const float* x, float b1, float a2, const float* y, float b2, int64_t n,
+                             cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, 256), 4096));
+  residual2_kernel<<<blocks, 256, 0, stream>>>(h, a1, x, b1, a2, y, b2, n);
   return launch_status();
 }
 

@@ -27,6 +27,11 @@ cudaError_t mlp_activation(const float* gu, int64_t gu_stride, int64_t T, int64_
                            int64_t out_stride, cudaStream_t stream);
 /// h = a * x + b * y over n contiguous fp32 elements (h may alias x or y).
 cudaError_t scaled_residual(float* h, const float* x, float a, const float* y, float b, int64_t n, cudaStream_t stream);
+/// Two residual updates in one pass: h = a1 * h + b1 * x, then h = a2 * h + b2 * y, each element with the arithmetic of
+/// scaled_residual(h, h, a1, x, b1) followed by scaled_residual(h, h, a2, y, b2) (a mixer's and its parallel mixer's
+/// outputs, Falcon-H1). h, x, y: n contiguous fp32 elements (x, y must not alias h).
+cudaError_t scaled_residual2(float* h, float a1, const float* x, float b1, float a2, const float* y, float b2, int64_t n,
+                             cudaStream_t stream);
 
 /// Qwen's gated shared expert (model/ffns/moe_ffn.cpp), per row t: out[t] += sigmoid(x[t] . w) * y[t].
 ///   out, y: [T, H] fp32 (row strides out_stride, y_stride); x: [T, H] fp32 (row stride x_stride), the MoE's normed
