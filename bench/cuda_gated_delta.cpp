@@ -4,16 +4,21 @@
 //           peak (4.8 TB/s); the rows' blocks rotate over a 4 GiB pool so the state does not sit in L2;
 //   prefill: one sequence of 2k..32k tokens and 8 x 4k packed, TFLOP/s of the chunked form's tile products
 //           (per 64-token chunk and value head: K S, Q S, K^T V~ at 64 Dk Dv MACs each, K K^T and Q K^T at 64^2 Dk,
-//           P V~ at 64^2 Dv; 2 FLOPs per MAC) for both precisions and both paths (fused walk, two-pass).
-// Prints one line per case; median of several event-timed repetitions. Needs a GPU.
+//           P V~ at 64^2 Dv; 2 FLOPs per MAC) for both precisions and both paths (fused walk, two-pass); the
+//           two-pass form once per walk of KernelTuning::gdn_walk: "old" (0: the previous walk), "w64" (1: the
+//           prefetching walk on 64-column tiles), "auto" (2, the default: 32-column tiles when the grid is small).
+// Prints one line per case; median of several event-timed repetitions. Needs a GPU. Argument "decode" or
+// "prefill": that part only.
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "device/cuda_check.h"
 #include "device/device.h"
 #include "kernels/cuda/gated_delta.h"
+#include "kernels/cuda/kernel_tuning.h"
 
 namespace {
 using namespace ssmserve;
@@ -100,7 +105,8 @@ void bench_prefill(std::mt19937& rng) {
     const char* name;
     int seqs, len;
   };
-  for (const Case c : {Case{"1x2k", 1, 2048}, Case{"1x8k", 1, 8192}, Case{"1x32k", 1, 32768}, Case{"8x4k", 8, 4096}}) {
+  for (const Case c : {Case{"1x2k", 1, 2048}, Case{"1x8k", 1, 8192}, Case{"1x32k", 1, 32768}, Case{"8x4k", 8, 4096},
+                       Case{"64x256", 64, 256}}) {
     const int64_t T = int64_t{c.seqs} * c.len;
     DevTokens tk(T, rng);
     DeviceBuffer out(T * Hv * Dv * 4);
@@ -110,7 +116,12 @@ void bench_prefill(std::mt19937& rng) {
     const double chunks = static_cast<double>(T) / 64;
     const double flops = 2.0 * chunks * Hv * (3.0 * 64 * Dk * Dv + 2.0 * 64 * 64 * Dk + 64.0 * 64 * Dv);
     DeviceBuffer ws(cuda::gated_delta_prefill_workspace_floats(T, c.seqs, p) * 4);
-    for (bool two_pass : {false, true}) {
+    for (int variant : {-1, 0, 1, 2}) {  // -1: fused; else the two-pass form with KernelTuning::gdn_walk = variant
+      const bool two_pass = variant >= 0;
+      cuda::KernelTuning tune = cuda::kernel_tuning();
+      tune.gdn_walk = two_pass ? variant : 2;
+      cuda::set_kernel_tuning(tune);
+      static const char* const kNames[] = {"fused", "2p-old", "2p-w64", "2p-auto"};
       for (auto prec : {cuda::GatedDeltaPrecision::kFp32, cuda::GatedDeltaPrecision::kTf32}) {
         const float ms = median_ms(
             [&](int) {
@@ -123,8 +134,8 @@ void bench_prefill(std::mt19937& rng) {
                                                          dn.as<int32_t>(), di.as<int32_t>(), c.seqs, nullptr, prec));
             },
             3, 2);
-        std::printf("prefill %-6s %-8s %-6s %9.3f ms  %7.2f TFLOP/s  %9.0f tok/s\n", c.name,
-                    two_pass ? "two-pass" : "fused", prec == cuda::GatedDeltaPrecision::kFp32 ? "3xTF32" : "TF32", ms,
+        std::printf("prefill %-6s %-8s %-6s %9.3f ms  %7.2f TFLOP/s  %9.0f tok/s\n", c.name, kNames[variant + 1],
+                    prec == cuda::GatedDeltaPrecision::kFp32 ? "3xTF32" : "TF32", ms,
                     flops / ms / 1e9, T / ms * 1e3);
       }
     }
@@ -133,13 +144,14 @@ void bench_prefill(std::mt19937& rng) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   if (!ssmserve::cuda::gpu_available()) {
     std::printf("no CUDA device\n");
     return 0;
   }
   std::mt19937 rng(1234);
-  bench_decode(rng);
-  bench_prefill(rng);
+  const std::string only = argc > 1 ? argv[1] : "";  // "decode" / "prefill": that part only
+  if (only != "prefill") bench_decode(rng);
+  if (only != "decode") bench_prefill(rng);
   return 0;
 }

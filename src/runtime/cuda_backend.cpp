@@ -78,6 +78,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   int_in("SSMSERVE_LIGHTNING_WALK", k.lightning_walk, 0, 2);
   flag("SSMSERVE_DECODE_PREWAIT", k.decode_prewait);
   flag("SSMSERVE_SAMPLE_BUCKETS", k.sample_buckets);
+  int_in("SSMSERVE_GDN_WALK", k.gdn_walk, 0, 2);
   return o;
 }
 

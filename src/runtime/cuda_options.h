@@ -57,7 +57,8 @@ struct CudaModelOptions {
   /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
   /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
-  /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS). Throws Error naming the variable on a malformed value.
+  /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK). Throws Error naming the variable on a
+  /// malformed value.
   static CudaModelOptions from_env();
 };
 

@@ -114,7 +114,8 @@ cudaError_t gated_delta_prefill(const GatedDeltaInputs& in, const GatedDeltaPara
 
 /// fp32 workspace elements gated_delta_prefill_two_pass needs for a step of num_tokens tokens in num_seqs
 /// sequences: the chunk offsets, then per chunk (at most num_tokens / chunk_size + 2 num_seqs chunks) and value head
-/// 64 (Dk + Dv + 64) floats (about 1.3 GB at 32k tokens, Hv = 32, Dk = Dv = 128). 0 for negative sizes.
+/// 64 (Dk + Dv + 66) floats (W, U, P and the chunk's decay factors: about 1.35 GB at 32k tokens, Hv = 32,
+/// Dk = Dv = 128). 0 for negative sizes.
 size_t gated_delta_prefill_workspace_floats(int64_t num_tokens, int num_seqs, const GatedDeltaParams& p);
 
 /// The same prefill in two passes (gated_delta_prefill_wy.cu): 1. chunk-parallel over (chunk, value head), the

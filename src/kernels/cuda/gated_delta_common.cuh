@@ -21,17 +21,38 @@ __host__ __device__ inline int gd_num_chunks(int nc, int len, int C) {
 }
 
 /// Warp 0 of the block (the caller: `if (threadIdx.x < 32)`): chunk-local cumulative log decays c_i of value head h
-/// for the m tokens from packed row row0 in double (sC[i]), and the factors sEc[i] = e^{c_i}, sBeta[i] = beta_i,
-/// sDm[i] = e^{c_{m-1} - c_i} (zeros for i >= m). The caller synchronizes the block before use.
+/// for the m tokens from packed row row0 in double (sC[i]; entries i >= m hold c_{m-1}), and the factors
+/// sEc[i] = e^{c_i}, sBeta[i] = beta_i, sDm[i] = e^{c_{m-1} - c_i} (zeros for i >= m). The caller synchronizes the
+/// block before use. Every lane loads its two tokens' g at once and the sums are a warp scan in double (the loads
+/// are not a chain of 64 dependent global reads, which cost ~20 us per chunk on the H200's walk); serial: lane 0
+/// adds the g one after another (the previous form, kept for the legacy walk of KernelTuning::gdn_walk = 0). The
+/// two differ in the last bits of the double sums only.
 __device__ inline void gd_chunk_decays(const GatedDeltaInputs& in, int64_t row0, int h, int m, double* sC, float* sEc,
-                                       float* sBeta, float* sDm) {
+                                       float* sBeta, float* sDm, bool serial = false) {
   const int lane = threadIdx.x & 31;
-  if (lane == 0) {
-    double c = 0.0;
-    for (int i = 0; i < m; ++i) {
-      c += static_cast<double>(in.g[(row0 + i) * in.g_stride + h]);
-      sC[i] = c;
+  if (serial) {
+    if (lane == 0) {
+      double c = 0.0;
+      for (int i = 0; i < m; ++i) {
+        c += static_cast<double>(in.g[(row0 + i) * in.g_stride + h]);
+        sC[i] = c;
+      }
     }
+  } else {
+    static_assert(kGdChunk == 64, "two tokens per lane");
+    const int i0 = 2 * lane;
+    const double a = i0 < m ? static_cast<double>(in.g[(row0 + i0) * in.g_stride + h]) : 0.0;
+    const double b = i0 + 1 < m ? static_cast<double>(in.g[(row0 + i0 + 1) * in.g_stride + h]) : 0.0;
+    double x = a + b;  // inclusive scan of the pair sums over the lanes
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+      const double y = __shfl_up_sync(0xffffffffu, x, off);
+      if (lane >= off) x += y;
+    }
+    double before = __shfl_up_sync(0xffffffffu, x, 1);
+    if (lane == 0) before = 0.0;
+    sC[i0] = before + a;
+    sC[i0 + 1] = before + a + b;
   }
   __syncwarp();
   for (int i = lane; i < kGdChunk; i += 32) {
@@ -40,6 +61,16 @@ __device__ inline void gd_chunk_decays(const GatedDeltaInputs& in, int64_t row0,
     sBeta[i] = ok ? in.beta[(row0 + i) * in.beta_stride + h] : 0.0f;
     sDm[i] = ok ? static_cast<float>(exp(sC[m - 1] - sC[i])) : 0.0f;
   }
+}
+
+/// Hints the L2 to fetch [p, p + n) floats (prefetch.global.L2 per 128-byte line; the caller's threads split the
+/// lines: thread `part` of `parts` takes every parts-th). p: global memory.
+__device__ __forceinline__ void gd_prefetch_l2(const float* p, int64_t n, int part, int parts) {
+  if (n <= 0) return;
+  const char* b = reinterpret_cast<const char*>(p);
+  const int64_t lines = (reinterpret_cast<uintptr_t>(b + n * 4 - 1) >> 7) - (reinterpret_cast<uintptr_t>(b) >> 7) + 1;
+  const char* first = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(b) & ~uintptr_t{127});
+  for (int64_t l = part; l < lines; l += parts) asm volatile("prefetch.global.L2 [%0];" ::"l"(first + l * 128));
 }
 
 /// Solves (I + A) X = X0 in place for the 64 columns of X ([64][ld], rows >= m untouched), A ([64][ld]) strictly

@@ -14,11 +14,14 @@
 // T W-RHS, T V (0.5 M each) once per head instead of once per column tile; pass 2 does W S, Q S, K^T V~ (0.5 M each
 // per tile) and P V~ (0.25 M). The workspace is 64 (Dk + Dv + 64) floats per chunk and value head (1.3 GB at 32k
 // tokens x 32 heads): pass 1 writes it once and pass 2 reads it once.
+#include <algorithm>
 #include <atomic>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cooperative_launch.cuh"  // sm_count
 #include "kernels/cuda/gated_delta.h"
 #include "kernels/cuda/gated_delta_common.cuh"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/mma_tile.cuh"
 
 namespace ssmserve::cuda {
@@ -36,9 +39,10 @@ constexpr int kCols = 64, kLd = kCols + 8, kMaxDk = 128;
 __host__ __device__ inline int64_t offsets_floats(int num_seqs) {
   return (static_cast<int64_t>(num_seqs) + 1 + 63) / 64 * 64;
 }
-/// Floats of one (chunk, value head) slot: W [64, Dk], U [64, Dv], P [64, 64].
+/// Floats of one (chunk, value head) slot: W [64, Dk], U [64, Dv], P [64, 64], E [2, 64] (e^{c_i}, then
+/// e^{c_{m-1} - c_i}; zeros for i >= m).
 __host__ __device__ inline int64_t slot_floats(int dk, int dv) {
-  return static_cast<int64_t>(kGdChunk) * (dk + dv + kGdChunk);
+  return static_cast<int64_t>(kGdChunk) * (dk + dv + kGdChunk + 2);
 }
 inline int64_t max_chunks(int64_t num_tokens, int num_seqs, int C) { return num_tokens / C + 2LL * num_seqs; }
 
@@ -47,8 +51,9 @@ inline int64_t max_chunks(int64_t num_tokens, int num_seqs, int C) { return num_
 inline size_t wy_smem_bytes(int dk) {
   return (static_cast<size_t>(kGdChunk) * dk + 2 * kGdChunk * kLd + kTileSmemFloats + 3 * kGdChunk) * 4 + kGdChunk * 8;
 }
-inline size_t walk_smem_bytes(int dk) {
-  return (static_cast<size_t>(dk) * kLd + kGdChunk * kLd + kTileSmemFloats + 3 * kGdChunk) * 4 + kGdChunk * 8;
+inline size_t walk_smem_bytes(int dk, int ncols) {
+  const size_t ld = ncols + 8;
+  return (static_cast<size_t>(dk) * ld + kGdChunk * ld + kTileSmemFloats + 3 * kGdChunk) * 4 + kGdChunk * 8;
 }
 
 __global__ void offsets_kernel(const int32_t* __restrict__ qsl, const int32_t* __restrict__ nc,
@@ -65,7 +70,7 @@ __global__ void offsets_kernel(const int32_t* __restrict__ qsl, const int32_t* _
 template <bool kExact>
 __global__ void __launch_bounds__(kTileThreads, 2)
     wy_kernel(GatedDeltaInputs in, GatedDeltaParams p, const int32_t* __restrict__ qsl,
-              const int32_t* __restrict__ num_computed, int num_seqs, float* __restrict__ ws) {
+              const int32_t* __restrict__ num_computed, int num_seqs, float* __restrict__ ws, bool fast) {
   extern __shared__ __align__(16) float smem[];
   const int q = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   const int32_t* off = reinterpret_cast<const int32_t*>(ws);
@@ -100,8 +105,13 @@ __global__ void __launch_bounds__(kTileThreads, 2)
     const int i = e / kGdChunk, j = e % kGdChunk;
     sTm[i * kLd + j] = i == j ? 1.0f : 0.0f;
   }
-  if (tid < 32) detail::gd_chunk_decays(in, row0, h, m, sC, sEc, sBeta, sDm);
+  if (tid < 32) detail::gd_chunk_decays(in, row0, h, m, sC, sEc, sBeta, sDm, /*serial=*/!fast);
   __syncthreads();
+  if (tid < kGdChunk) {  // E: the walk's decay factors
+    float* E = P + kGdChunk * kGdChunk;
+    E[tid] = sEc[tid];
+    E[kGdChunk + tid] = sDm[tid];
+  }
   const auto dec = [&](int i, int j) { return static_cast<float>(exp(sC[i] - sC[j])); };
   // 3. A from K K^T; P from Q K^T (stored).
   TileAcc acc;
@@ -139,17 +149,21 @@ __global__ void __launch_bounds__(kTileThreads, 2)
   }
 }
 
-template <class TS, bool kExact>
+/// Pass 2, per (sequence, value head, kNc-column tile of Dv). fast: the decays e^c and e^{c_m - c} come from the
+/// slot (pass 1 stored them) and the next chunk's slot, U columns, query and key rows are prefetched into the L2
+/// while this chunk computes; !fast: the previous walk (decays recomputed by one lane, no prefetch; kNc = 64).
+template <class TS, bool kExact, int kNc>
 __global__ void __launch_bounds__(kTileThreads)
     walk_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
                 const int32_t* __restrict__ qsl, const int32_t* __restrict__ num_computed,
                 const int32_t* __restrict__ state_indices, int num_seqs, const float* __restrict__ ws,
-                DevStateStores stores) {
+                DevStateStores stores, bool fast) {
+  constexpr int kLdS = kNc + 8;  // row stride of sS / sX (the kNc-column tile product's B stride)
   extern __shared__ __align__(16) float smem[];
-  const int s = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kCols, tid = threadIdx.x;
+  const int s = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kNc, tid = threadIdx.x;
   const int Dk = p.head_k_dim, Dv = p.head_v_dim, C = p.chunk_size;
-  const int kh = h / (p.num_v_heads / p.num_k_heads), ncols = min(kCols, Dv - col0);
-  float *sS = smem, *sX = sS + Dk * kLd, *sT = sX + kGdChunk * kLd;
+  const int kh = h / (p.num_v_heads / p.num_k_heads), ncols = min(kNc, Dv - col0);
+  float *sS = smem, *sX = sS + Dk * kLdS, *sT = sX + kGdChunk * kLdS;
   float *sEc = sT + kTileSmemFloats, *sBeta = sEc + kGdChunk, *sDm = sBeta + kGdChunk;
   double* sC = reinterpret_cast<double*>(sDm + kGdChunk);
   const int64_t tok0 = qsl[s];
@@ -162,15 +176,34 @@ __global__ void __launch_bounds__(kTileThreads)
     return;
   }
   const int nc = num_computed[s];
-  TS* S = static_cast<TS*>(p.states.data) + idx * p.states.block_stride + static_cast<int64_t>(h) * Dk * Dv + col0;
-  for (int e = tid; e < Dk * kCols; e += kTileThreads) {
-    const int d = e / kCols, c = e % kCols;
-    sS[d * kLd + c] = nc > 0 && c < ncols ? detail::load(S + static_cast<int64_t>(d) * Dv + c) : 0.0f;
-  }
   const int32_t first_chunk = reinterpret_cast<const int32_t*>(ws)[s];
   const float* slots = ws + offsets_floats(num_seqs);
   const float* kp = in.k + static_cast<int64_t>(kh) * Dk;
   const float* qp = in.q + static_cast<int64_t>(kh) * Dk;
+  const int64_t slot_n = slot_floats(Dk, Dv);
+  const auto slot = [&](int k) { return slots + (static_cast<int64_t>(first_chunk + k) * p.num_v_heads + h) * slot_n; };
+  // The L2 prefetch of chunk k (from sequence token t0): W, P and the decays (whole), this tile's U columns, the
+  // query and key rows. ~1.2k lines (Dk = Dv = 128), ~5 per thread.
+  const auto prefetch = [&](int k, int t0) {
+    if (t0 >= len) return;
+    const int m = detail::gd_chunk_len(nc, t0, len, C);
+    const float* W = slot(k);
+    detail::gd_prefetch_l2(W, static_cast<int64_t>(kGdChunk) * Dk, tid, kTileThreads);
+    detail::gd_prefetch_l2(W + kGdChunk * (Dk + Dv), kGdChunk * (kGdChunk + 2), tid, kTileThreads);
+    if (tid < m) {
+      detail::gd_prefetch_l2(W + kGdChunk * Dk + static_cast<int64_t>(tid) * Dv + col0, ncols, 0, 1);
+    } else if (tid >= 64 && tid < 64 + 2 * m) {
+      const int i = (tid - 64) >> 1;
+      const float* base = (tid & 1) ? kp : qp;
+      detail::gd_prefetch_l2(base + (tok0 + t0 + i) * ((tid & 1) ? in.k_stride : in.q_stride), Dk, 0, 1);
+    }
+  };
+  if (fast) prefetch(0, 0);
+  TS* S = static_cast<TS*>(p.states.data) + idx * p.states.block_stride + static_cast<int64_t>(h) * Dk * Dv + col0;
+  for (int e = tid; e < Dk * kNc; e += kTileThreads) {
+    const int d = e / kNc, c = e % kNc;
+    sS[d * kLdS + c] = nc > 0 && c < ncols ? detail::load(S + static_cast<int64_t>(d) * Dv + c) : 0.0f;
+  }
   // "all" mode: the next store of this sequence (row offset `next`, -1: none left); offsets end chunks (the caller
   // checks), so the state after the chunk ending there is written into the store's block.
   int si = 0, si_end = 0;
@@ -179,24 +212,30 @@ __global__ void __launch_bounds__(kTileThreads)
   for (int t0 = 0, k = 0; t0 < len; ++k) {
     const int m = detail::gd_chunk_len(nc, t0, len, C);
     const int64_t row0 = tok0 + t0;
-    const float* W = slots + (static_cast<int64_t>(first_chunk + k) * p.num_v_heads + h) * slot_floats(Dk, Dv);
-    const float *U = W + kGdChunk * Dk + col0, *P = W + kGdChunk * (Dk + Dv);
+    const float* W = slot(k);
+    const float *U = W + kGdChunk * Dk + col0, *P = W + kGdChunk * (Dk + Dv), *E = P + kGdChunk * kGdChunk;
     __syncthreads();  // the previous chunk's readers of sX and the factors and its writes of sS are done
-    if (tid < 32) detail::gd_chunk_decays(in, row0, h, m, sC, sEc, sBeta, sDm);
+    if (fast) {
+      prefetch(k + 1, t0 + m);
+      if (tid < kGdChunk) sEc[tid] = E[tid], sDm[tid] = E[kGdChunk + tid];
+    } else if (tid < 32) {
+      detail::gd_chunk_decays(in, row0, h, m, sC, sEc, sBeta, sDm, /*serial=*/true);
+    }
     // 1. V~ = U - W S (rows >= m and columns >= ncols zero).
-    TileAcc acc, acc_o;
+    detail::TileAccT<kNc> acc, acc_o;
     acc.zero();
     block_gemm<kExact, false, true>(
-        acc, Dk, [&](int i, int d) { return W[i * Dk + d]; }, [&](int d, int c) { return sS[d * kLd + c]; }, sT);
-    acc.for_each([&](int i, int c, float x) { sX[i * kLd + c] = i < m && c < ncols ? U[i * Dv + c] - x : 0.0f; });
+        acc, Dk, [&](int i, int d) { return W[i * Dk + d]; }, [&](int d, int c) { return sS[d * kLdS + c]; }, sT);
+    acc.for_each([&](int i, int c, float x) { sX[i * kLdS + c] = i < m && c < ncols ? U[i * Dv + c] - x : 0.0f; });
     // 2. O = diag(e^c) Q S + P V~ (the block_gemm's first barrier orders the factors written above).
     acc_o.zero();
     block_gemm<kExact, false, true>(
         acc_o, Dk, [&](int i, int d) { return i < m ? sEc[i] * qp[(row0 + i) * in.q_stride + d] : 0.0f; },
-        [&](int d, int c) { return sS[d * kLd + c]; }, sT);
+        [&](int d, int c) { return sS[d * kLdS + c]; }, sT);
     __syncthreads();
     block_gemm<kExact, false, true>(
-        acc_o, m, [&](int i, int j) { return P[i * kGdChunk + j]; }, [&](int j, int c) { return sX[j * kLd + c]; }, sT);
+        acc_o, m, [&](int i, int j) { return P[i * kGdChunk + j]; }, [&](int j, int c) { return sX[j * kLdS + c]; },
+        sT);
     acc_o.for_each([&](int i, int c, float x) {
       if (i < m && c < ncols) out[(row0 + i) * out_stride + head_out + c] = x;
     });
@@ -206,9 +245,9 @@ __global__ void __launch_bounds__(kTileThreads)
       acc.zero();
       block_gemm<kExact, true, true>(
           acc, m, [&](int d, int j) { return d0 + d < Dk ? sDm[j] * kp[(row0 + j) * in.k_stride + d0 + d] : 0.0f; },
-          [&](int j, int c) { return sX[j * kLd + c]; }, sT);
+          [&](int j, int c) { return sX[j * kLdS + c]; }, sT);
       acc.for_each([&](int d, int c, float x) {
-        if (d0 + d < Dk) sS[(d0 + d) * kLd + c] = fmaf(ecm, sS[(d0 + d) * kLd + c], x);
+        if (d0 + d < Dk) sS[(d0 + d) * kLdS + c] = fmaf(ecm, sS[(d0 + d) * kLdS + c], x);
       });
     }
     t0 += m;
@@ -219,7 +258,7 @@ __global__ void __launch_bounds__(kTileThreads)
                   static_cast<int64_t>(h) * Dk * Dv + col0;
         for (int e = tid; e < Dk * ncols; e += kTileThreads) {
           const int d = e / ncols, c = e % ncols;
-          detail::store(dst + static_cast<int64_t>(d) * Dv + c, sS[d * kLd + c]);
+          detail::store(dst + static_cast<int64_t>(d) * Dv + c, sS[d * kLdS + c]);
         }
       }
       ++si;
@@ -229,26 +268,42 @@ __global__ void __launch_bounds__(kTileThreads)
   __syncthreads();
   for (int e = tid; e < Dk * ncols; e += kTileThreads) {
     const int d = e / ncols, c = e % ncols;
-    detail::store(S + static_cast<int64_t>(d) * Dv + c, sS[d * kLd + c]);
+    detail::store(S + static_cast<int64_t>(d) * Dv + c, sS[d * kLdS + c]);
   }
 }
 
+/// Column tiles of the walk: KernelTuning::gdn_walk 0: the previous walk (64 columns, serial decays, no prefetch);
+/// 1: the prefetching walk on 64 columns; 2 (default): on 32 columns when the 64-column grid would leave SMs idle
+/// (fewer than two blocks per SM: one long sequence is Hv x Dv / 64 = 64 blocks on the H200's 132 SMs), else 64.
 template <class TS, bool kExact>
 cudaError_t launch(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
                    const int32_t* qsl, const int32_t* nc, const int32_t* idx, int num_seqs, int64_t num_tokens,
                    float* ws, cudaStream_t stream, const DevStateStores& stores) {
-  static std::atomic<uint64_t> wy_opted{0}, walk_opted{0};
+  static std::atomic<uint64_t> wy_opted{0}, walk64_opted{0}, walk32_opted{0};
+  const int mode = kernel_tuning().gdn_walk;
+  const bool fast = mode != 0;
   auto* wy = wy_kernel<kExact>;
-  auto* walk = walk_kernel<TS, kExact>;
+  auto* walk64 = walk_kernel<TS, kExact, 64>;
+  auto* walk32 = walk_kernel<TS, kExact, 32>;
   if (cudaError_t e = detail::opt_in_dynamic_smem(wy, wy_smem_bytes(kMaxDk), wy_opted); e != cudaSuccess) return e;
-  if (cudaError_t e = detail::opt_in_dynamic_smem(walk, walk_smem_bytes(kMaxDk), walk_opted); e != cudaSuccess)
+  if (cudaError_t e = detail::opt_in_dynamic_smem(walk64, walk_smem_bytes(kMaxDk, 64), walk64_opted); e != cudaSuccess)
+    return e;
+  if (cudaError_t e = detail::opt_in_dynamic_smem(walk32, walk_smem_bytes(kMaxDk, 32), walk32_opted); e != cudaSuccess)
     return e;
   offsets_kernel<<<1, 32, 0, stream>>>(qsl, nc, idx, num_seqs, p.chunk_size, reinterpret_cast<int32_t*>(ws));
   const int64_t chunks = max_chunks(num_tokens, num_seqs, p.chunk_size);
   wy<<<dim3(static_cast<unsigned>(chunks), p.num_v_heads), kTileThreads, wy_smem_bytes(p.head_k_dim), stream>>>(
-      in, p, qsl, nc, num_seqs, ws);
-  walk<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(p.head_v_dim, kCols)), kTileThreads,
-         walk_smem_bytes(p.head_k_dim), stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores);
+      in, p, qsl, nc, num_seqs, ws, fast);
+  const int64_t blocks64 = static_cast<int64_t>(num_seqs) * p.num_v_heads * detail::ceil_div(p.head_v_dim, 64);
+  if (mode == 2 && blocks64 < 2 * static_cast<int64_t>(std::max(1, detail::sm_count()))) {
+    walk32<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(p.head_v_dim, 32)), kTileThreads,
+             walk_smem_bytes(p.head_k_dim, 32), stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores,
+                                                          true);
+  } else {
+    walk64<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(p.head_v_dim, 64)), kTileThreads,
+             walk_smem_bytes(p.head_k_dim, 64), stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores,
+                                                          fast);
+  }
   return detail::launch_status();
 }
 

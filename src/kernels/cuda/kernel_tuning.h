@@ -24,6 +24,11 @@ struct KernelTuning {
   int lightning_walk = 2;
   bool decode_prewait = true;         ///< decode updates' pre-PDL-wait L2 prefetch (SSMSERVE_DECODE_PREWAIT=0 turns off)
   bool sample_buckets = true;         ///< device sampling's bucket histogram for large candidate sets (SSMSERVE_SAMPLE_BUCKETS=0)
+  /// Gated DeltaNet two-pass prefill walk (gated_delta_prefill_two_pass, SSMSERVE_GDN_WALK): 0 the previous walk
+  /// (64-column tiles, decays summed by one lane, no prefetch), 1 the prefetching walk (decays from the first pass,
+  /// the next chunk's operands prefetched into the L2) on 64-column tiles, 2 the same on 32-column tiles when the
+  /// 64-column grid would leave SMs idle. The same math; results differ in rounding only (tile shapes of the sums).
+  int gdn_walk = 2;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

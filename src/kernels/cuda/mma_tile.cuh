@@ -1,6 +1,7 @@
 // Owns the block-level 64 x 64 fp32-operand matrix product on the tensor cores that the chunked scans use
-// (mma.sync m16n8k8 TF32, fp32 accumulate; sm_80+ instructions, run on the H200). A block of 256 threads (8 warps,
-// each a 32 x 16 eighth of the tile: few registers per thread, so two blocks fit an SM) accumulates acc (64 x 64) += A (64 x K) B (K x 64), K walked in slices of
+// (mma.sync m16n8k8 TF32, fp32 accumulate; sm_80+ instructions, run on the H200), and its 64 x 32 form. A block of
+// 256 threads (8 warps, each a 32 x 16 eighth of the tile: few registers per thread, so two blocks fit an SM)
+// accumulates acc (64 x 64) += A (64 x K) B (K x 64), K walked in slices of
 // 32 staged in shared memory through caller-supplied element loaders (so decays, masks and transposes are applied
 // on the way in). Exact mode splits every operand x = hi + lo (both TF32) and sums hi*hi + hi*lo + lo*hi
 // ("3xTF32", ~fp32 accuracy: relative error ~1e-6 per product); fast mode is one TF32 pass (~5e-4).
@@ -17,31 +18,39 @@ constexpr int kLdA = kTileK + 4;  // sA[m][k]: fragment loads hit banks 4g + t (
 constexpr int kLdB = kTileN + 8;  // sB[k][n]: banks 8t + g
 constexpr int kTileSmemFloats = kTileM * kLdA + kTileK * kLdB;
 
-/// Per-thread accumulators of a warp's 32 x 16 part: [m16 tile][n8 tile][4] (mma.sync C fragment layout).
-/// Warp w covers rows (w & 1) * 32 and columns (w >> 1) * 16.
-struct TileAcc {
-  float v[2][kNT][4];
+/// Per-thread accumulators of a warp's part of a 64 x N tile (N = 64 or 32): [m16 tile][n8 tile][4] (mma.sync C
+/// fragment layout). The 8 warps form kWarpsM x kWarpsN warp tiles of kWarpRows x 16: N = 64: 2 x 4 warps of 32 x 16
+/// (warp w covers rows (w & 1) * 32 and columns (w >> 1) * 16); N = 32: 4 x 2 warps of 16 x 16.
+template <int N = kTileN>
+struct TileAccT {
+  static_assert(N == 64 || N == 32, "64 or 32 columns");
+  static constexpr int kWarpsN = N / kWarpN, kWarpsM = 8 / kWarpsN, kWarpRows = kTileM / kWarpsM;
+  static constexpr int kMT = kWarpRows / 16;  // m16 fragments per warp
+  float v[kMT][kNT][4];
+  __device__ static int row0() { return ((threadIdx.x >> 5) % kWarpsM) * kWarpRows; }
+  __device__ static int col0() { return ((threadIdx.x >> 5) / kWarpsM) * kWarpN; }
   __device__ void zero() {
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < kMT; ++i)
 #pragma unroll
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) v[i][j][r] = 0.0f;
   }
-  /// Calls f(row, col, value) for this thread's 32 elements (row, col within the 64 x 64 tile).
+  /// Calls f(row, col, value) for this thread's elements (row, col within the 64 x N tile).
   template <class F>
   __device__ void for_each(F&& f) const {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wm = (warp & 1) * 32, wn = (warp >> 1) * kWarpN;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wm = row0(), wn = col0();
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < kMT; ++i)
 #pragma unroll
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) f(wm + i * 16 + g + (r >= 2 ? 8 : 0), wn + j * 8 + 2 * t + (r & 1), v[i][j][r]);
   }
 };
+using TileAcc = TileAccT<>;
 
 __device__ __forceinline__ uint32_t to_tf32(float x) {
   uint32_t r;
@@ -56,16 +65,18 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/// acc += sA (64 x 32) sB (32 x 64) for this warp's part. Every thread of the block calls it.
-template <bool kExact>
-__device__ __forceinline__ void tile_mma(TileAcc& acc, const float* sA, const float* sB) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int wm = (warp & 1) * 32, wn = (warp >> 1) * kWarpN;
+/// acc += sA (64 x 32, row stride kLdA) sB (32 x N, row stride N + 8) for this warp's part. Every thread of the
+/// block calls it.
+template <bool kExact, int N>
+__device__ __forceinline__ void tile_mma(TileAccT<N>& acc, const float* sA, const float* sB) {
+  constexpr int kMT = TileAccT<N>::kMT, kLdBN = N + 8;  // banks 8t + g for both N
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int wm = TileAccT<N>::row0(), wn = TileAccT<N>::col0();
 #pragma unroll
   for (int kk = 0; kk < kTileK; kk += 8) {
-    uint32_t ah[2][4], al[2][4], bh[kNT][2], bl[kNT][2];
+    uint32_t ah[kMT][4], al[kMT][4], bh[kNT][2], bl[kNT][2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kMT; ++i) {
       const float* p = sA + (wm + i * 16 + g) * kLdA + kk + t;
       const float v[4] = {p[0], p[8 * kLdA], p[4], p[8 * kLdA + 4]};
 #pragma unroll
@@ -76,8 +87,8 @@ __device__ __forceinline__ void tile_mma(TileAcc& acc, const float* sA, const fl
     }
 #pragma unroll
     for (int j = 0; j < kNT; ++j) {
-      const float* p = sB + (kk + t) * kLdB + wn + j * 8 + g;
-      const float v[2] = {p[0], p[4 * kLdB]};
+      const float* p = sB + (kk + t) * kLdBN + wn + j * 8 + g;
+      const float v[2] = {p[0], p[4 * kLdBN]};
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         bh[j][r] = to_tf32(v[r]);
@@ -85,7 +96,7 @@ __device__ __forceinline__ void tile_mma(TileAcc& acc, const float* sA, const fl
       }
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < kMT; ++i)
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
         if (kExact) {
@@ -97,24 +108,31 @@ __device__ __forceinline__ void tile_mma(TileAcc& acc, const float* sA, const fl
   }
 }
 
-/// acc += A (64 x K) B (K x 64) with A(m, k) = fa(m, k) and B(k, n) = fb(k, n) for k in [0, K) (loaders return 0
-/// outside their valid range). kAFastM / kBFastN: which index consecutive threads step through when loading (pick
-/// the one contiguous in global memory). smem: kTileSmemFloats floats. Contains __syncthreads.
-template <bool kExact, bool kAFastM, bool kBFastN, class FA, class FB>
-__device__ void block_gemm(TileAcc& acc, int K, FA&& fa, FB&& fb, float* smem) {
+/// acc += A (64 x K) B (K x N) with A(m, k) = fa(m, k) and B(k, n) = fb(k, n) for k in [0, K) (loaders return 0
+/// outside their valid range); N (64 or 32) from the accumulator's type. kAFastM / kBFastN: which index consecutive
+/// threads step through when loading (pick the one contiguous in global memory). smem: kTileSmemFloats floats.
+/// Contains __syncthreads.
+template <bool kExact, bool kAFastM, bool kBFastN, int N, class FA, class FB>
+__device__ void block_gemm(TileAccT<N>& acc, int K, FA&& fa, FB&& fb, float* smem) {
   float* sA = smem;
   float* sB = smem + kTileM * kLdA;
-  constexpr int kPer = kTileM * kTileK / kTileThreads;  // 8 elements of A and of B per thread
+  constexpr int kLdBN = N + 8;
+  constexpr int kPerA = kTileM * kTileK / kTileThreads;  // 8 elements of A per thread
+  constexpr int kPerB = N * kTileK / kTileThreads;       // 8 (N = 64) or 4 (N = 32) elements of B
   const int tid = threadIdx.x;
-  float ra[kPer], rb[kPer];
+  float ra[kPerA], rb[kPerB];
   // Slice k0's elements into registers; issued one slice ahead, so the loads overlap the previous slice's mma.
   const auto fetch = [&](int k0) {
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
+    for (int i = 0; i < kPerA; ++i) {
       const int idx = i * kTileThreads + tid;
       const int m = kAFastM ? idx % kTileM : idx / kTileK, ka = kAFastM ? idx / kTileM : idx % kTileK;
       ra[i] = k0 + ka < K ? fa(m, k0 + ka) : 0.0f;
-      const int n = kBFastN ? idx % kTileN : idx / kTileK, kb = kBFastN ? idx / kTileN : idx % kTileK;
+    }
+#pragma unroll
+    for (int i = 0; i < kPerB; ++i) {
+      const int idx = i * kTileThreads + tid;
+      const int n = kBFastN ? idx % N : idx / kTileK, kb = kBFastN ? idx / N : idx % kTileK;
       rb[i] = k0 + kb < K ? fb(k0 + kb, n) : 0.0f;
     }
   };
@@ -122,12 +140,16 @@ __device__ void block_gemm(TileAcc& acc, int K, FA&& fa, FB&& fb, float* smem) {
   for (int k0 = 0; k0 < K; k0 += kTileK) {
     __syncthreads();  // the previous slice is consumed
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
+    for (int i = 0; i < kPerA; ++i) {
       const int idx = i * kTileThreads + tid;
       const int m = kAFastM ? idx % kTileM : idx / kTileK, ka = kAFastM ? idx / kTileM : idx % kTileK;
       sA[m * kLdA + ka] = ra[i];
-      const int n = kBFastN ? idx % kTileN : idx / kTileK, kb = kBFastN ? idx / kTileN : idx % kTileK;
-      sB[kb * kLdB + n] = rb[i];
+    }
+#pragma unroll
+    for (int i = 0; i < kPerB; ++i) {
+      const int idx = i * kTileThreads + tid;
+      const int n = kBFastN ? idx % N : idx / kTileK, kb = kBFastN ? idx / N : idx % kTileK;
+      sB[kb * kLdBN + n] = rb[i];
     }
     __syncthreads();
     if (k0 + kTileK < K) fetch(k0 + kTileK);
