@@ -21,6 +21,7 @@
 #include "device/cuda_check.h"
 #include "kernels/cpu/gated_delta.h"
 #include "kernels/cuda/gated_delta.h"
+#include "kernels/cuda/kernel_tuning.h"
 
 namespace ssmserve {
 namespace {
@@ -175,10 +176,25 @@ struct Step {
 };
 
 /// The two GPU prefill paths: the fused walk (gated_delta_prefill) and the two-pass form (chunk-parallel WY pass,
-/// then the walk with only the state products: gated_delta_prefill_two_pass).
-enum class Algo { kFused, kTwoPass };
-const char* algo_name(Algo a) { return a == Algo::kFused ? "fused" : "two-pass"; }
-constexpr Algo kAlgos[] = {Algo::kFused, Algo::kTwoPass};
+/// then the walk with only the state products: gated_delta_prefill_two_pass), the latter with each walk of
+/// KernelTuning::gdn_walk: the default (2: 32-column tiles at these small grids), 1 (64-column tiles), 0 (the
+/// previous walk).
+enum class Algo { kFused, kTwoPass, kTwoPassW64, kTwoPassOld };
+const char* algo_name(Algo a) {
+  return a == Algo::kFused ? "fused" : a == Algo::kTwoPass ? "two-pass" : a == Algo::kTwoPassW64 ? "2p-w64" : "2p-old";
+}
+constexpr Algo kAlgos[] = {Algo::kFused, Algo::kTwoPass, Algo::kTwoPassW64, Algo::kTwoPassOld};
+
+/// Sets kernel_tuning().gdn_walk for its lifetime.
+struct ScopedGdnWalk {
+  cuda::KernelTuning saved = cuda::kernel_tuning();
+  explicit ScopedGdnWalk(int walk) {
+    cuda::KernelTuning t = saved;
+    t.gdn_walk = walk;
+    cuda::set_kernel_tuning(t);
+  }
+  ~ScopedGdnWalk() { cuda::set_kernel_tuning(saved); }
+};
 
 /// Runs the GPU prefill of `st` on L's pool; returns the outputs [T, os].
 std::vector<float> gpu_prefill(GdnLayer& L, const Tokens& tk, const Step& st, int64_t os,
@@ -190,6 +206,7 @@ std::vector<float> gpu_prefill(GdnLayer& L, const Tokens& tk, const Step& st, in
     SSM_CUDA_CHECK(cuda::gated_delta_prefill(tk.dev(), L.dev(), dout.as<float>(), os, dq.as<int32_t>(),
                                              dn.as<int32_t>(), di.as<int32_t>(), st.n(), nullptr, prec));
   } else {
+    const ScopedGdnWalk walk(algo == Algo::kTwoPass ? 2 : algo == Algo::kTwoPassW64 ? 1 : 0);
     const size_t wsf = cuda::gated_delta_prefill_workspace_floats(st.T(), st.n(), L.dev());
     DeviceBuffer ws = poisoned(std::max<size_t>(4, wsf));
     SSM_CUDA_CHECK(cuda::gated_delta_prefill_two_pass(tk.dev(), L.dev(), dout.as<float>(), os, dq.as<int32_t>(),

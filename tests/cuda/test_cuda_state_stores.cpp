@@ -492,14 +492,23 @@ TEST(CudaStateStores, GatedDeltaStoresMatchCpuPieces) {
   struct Shape {
     int Hk, Hv, Dk, Dv;
   };
-  for (const Shape sh : {Shape{4, 8, 32, 32}, Shape{2, 4, 128, 128}, Shape{2, 4, 64, 96}})
-    for (DType dt : {DType::F32, DType::BF16})
-      for (auto prec : {cuda::GatedDeltaPrecision::kFp32, cuda::GatedDeltaPrecision::kTf32}) {
-        SCOPED_TRACE(testing::Message() << "Hk " << sh.Hk << " Hv " << sh.Hv << " Dk " << sh.Dk << " Dv " << sh.Dv
-                                        << " state " << dtype_name(dt) << " tf32 "
-                                        << (prec == cuda::GatedDeltaPrecision::kTf32));
-        check_gated_delta_stores(rng, sh.Hk, sh.Hv, sh.Dk, sh.Dv, dt, prec, lens, nc, 2, offsets);
-      }
+  // Each walk of KernelTuning::gdn_walk: 2 (the default: 32-column tiles at this small grid), 1 (64-column tiles
+  // with the prefetch), 0 (the previous walk).
+  const cuda::KernelTuning saved = cuda::kernel_tuning();
+  for (int walk : {2, 1, 0}) {
+    cuda::KernelTuning t = saved;
+    t.gdn_walk = walk;
+    cuda::set_kernel_tuning(t);
+    for (const Shape sh : {Shape{4, 8, 32, 32}, Shape{2, 4, 128, 128}, Shape{2, 4, 64, 96}})
+      for (DType dt : {DType::F32, DType::BF16})
+        for (auto prec : {cuda::GatedDeltaPrecision::kFp32, cuda::GatedDeltaPrecision::kTf32}) {
+          SCOPED_TRACE(testing::Message() << "gdn_walk " << walk << " Hk " << sh.Hk << " Hv " << sh.Hv << " Dk "
+                                          << sh.Dk << " Dv " << sh.Dv << " state " << dtype_name(dt) << " tf32 "
+                                          << (prec == cuda::GatedDeltaPrecision::kTf32));
+          check_gated_delta_stores(rng, sh.Hk, sh.Hv, sh.Dk, sh.Dv, dt, prec, lens, nc, 2, offsets);
+        }
+  }
+  cuda::set_kernel_tuning(saved);
 }
 
 // ---- host side: the lightning plan's cuts at the stores ----------------------------------------------------------------

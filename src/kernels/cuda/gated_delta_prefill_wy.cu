@@ -272,37 +272,340 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
-/// Column tiles of the walk: KernelTuning::gdn_walk 0: the previous walk (64 columns, serial decays, no prefetch);
-/// 1: the prefetching walk on 64 columns; 2 (default): on 32 columns when the 64-column grid would leave SMs idle
-/// (fewer than two blocks per SM: one long sequence is Hv x Dv / 64 = 64 blocks on the H200's 132 SMs), else 64.
+// ---- the shared-memory walk (KernelTuning::gdn_walk 2): every operand of a chunk in shared memory ----------------
+//
+// Per (sequence, value head, 32-column tile), Dk a multiple of 32: the chunk's W, Q ([64][Dk + 4]), K ([64][Dk + 8]),
+// P ([64][68]), this tile's U columns ([64][40]) and decay factors are copied into shared memory with cp.async
+// while the previous part of the walk computes, and the warps take their mma.sync fragments straight from these
+// arrays (row strides chosen so the fragment loads are free of bank conflicts: Dk + 4 and 68 give banks 4g + t for
+// row-major A, Dk + 8 and 40 give 8t + g for the transposed K and for B), so a chunk has no per-slice staging and
+// three barriers. Copies in flight are two groups per chunk:
+//   A(k) = W, Q, U, E of chunk k: issued once chunk k-1's V~ and Q S are done, waited at the top of chunk k;
+//   B(k) = P, K of chunk k: issued at the top of chunk k, waited after chunk k's V~ and Q S.
+// Chunk k: 1. V~ = U - W S and Q S in one pass over Dk (both share S's fragments; 64 x 32: 4 x 2 warps of 16 x 16),
+// X~ = diag(e^{c_m - c}) V~ kept beside V~; 2. O = diag(e^c) Q S + P V~ (stored); 3. S <- e^{c_m} S + K^T X~
+// (Dk x 32: 4 x 2 warps of 32 x 16). The L2 prefetch of chunk k + 2 runs at the top of chunk k.
+//
+// Napkin math (H200, Dk = Dv = 128, one 32k sequence: 128 blocks on 132 SMs, 512 chunks each): per chunk and
+// block 0.92 M MACs of products (W S, Q S 0.26 M each, P V~ 0.13 M, K^T X~ 0.26 M) = 2.7 k mma.sync m16n8k8 in
+// 3xTF32 (0.9 k in TF32); at ~1 mma per SM clock (the TF32 peak) ~1.5 us per chunk, ~0.8 ms per 512 chunks (half
+// that in TF32); operand traffic ~120 KB per chunk and block from the L2 (15 GB/s ... 8 TB/s over the grid at
+// ~2 us per chunk, shared 4x by the column tiles of a head and 8x for Q / K by the heads of a key head).
+
+constexpr int kSmN = 32, kSmLd = kSmN + 8;
+
+/// Shared-memory layout of the shared-memory walk (floats), Dk = dk (a multiple of 32, <= 128).
+struct SmWalk {
+  int dk;
+  __host__ __device__ int lda() const { return dk + 4; }   // sW, sQ row stride
+  __host__ __device__ int ldk() const { return dk + 8; }   // sK row stride
+  __host__ __device__ int x() const { return dk * kSmLd; }                    // sS [dk][40] first, then sX [64][40]
+  __host__ __device__ int xd() const { return x() + kGdChunk * kSmLd; }       // sXd [64][40]
+  __host__ __device__ int w() const { return xd() + kGdChunk * kSmLd; }       // sW [64][dk + 4]
+  __host__ __device__ int q() const { return w() + kGdChunk * lda(); }        // sQ [64][dk + 4]
+  __host__ __device__ int k() const { return q() + kGdChunk * lda(); }        // sK [64][dk + 8]
+  __host__ __device__ int p() const { return k() + kGdChunk * ldk(); }        // sP [64][68]
+  __host__ __device__ int u() const { return p() + kGdChunk * (kGdChunk + 4); }  // sU [64][40]
+  __host__ __device__ int e() const { return u() + kGdChunk * kSmLd; }        // sE [2][64]: e^c, e^{c_m - c}
+  __host__ __device__ size_t bytes() const { return static_cast<size_t>(e() + 2 * kGdChunk) * 4; }
+};
+
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool ok) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+}
+
+/// Copies rows [0, 64) x columns [0, n) of src (row stride sld floats) to dst (row stride dld) with cp.async; rows
+/// >= rows_ok are zero-filled (nothing read). vec: 16-byte copies (n, sld, src and dst 16-byte multiples / aligned),
+/// else 4-byte ones. Every thread of the block calls it.
+__device__ __forceinline__ void sm_copy_rows(float* dst, int dld, const float* src, int64_t sld, int n, int rows_ok,
+                                             bool vec) {
+  const int tid = threadIdx.x;
+  if (vec) {
+    const int n4 = n >> 2;
+    for (int e = tid; e < kGdChunk * n4; e += kTileThreads) {
+      const int i = e / n4, c = (e - i * n4) * 4;
+      const bool ok = i < rows_ok;
+      cp_async16(dst + i * dld + c, ok ? src + i * sld + c : src, ok);
+    }
+  } else {
+    for (int e = tid; e < kGdChunk * n; e += kTileThreads) {
+      const int i = e / n, c = e - i * n;
+      const bool ok = i < rows_ok;
+      detail::cp_async4(dst + i * dld + c, ok ? src + i * sld + c : src, ok);
+    }
+  }
+}
+
+/// Splits x into TF32 hi (and lo = x - hi when kExact).
+template <bool kExact>
+__device__ __forceinline__ void sm_split(float x, uint32_t& hi, uint32_t& lo) {
+  hi = detail::to_tf32(x);
+  if (kExact) lo = detail::to_tf32(x - __uint_as_float(hi));
+}
+
+/// The warp's fragments of A (16 rows from wm, 8 deep from kk) from shared memory: row-major A(m, k) = a[m * ld + k]
+/// or, kTrans, A(m, k) = a[k * ld + m].
+template <bool kExact, bool kTrans>
+__device__ __forceinline__ void sm_frag_a(const float* a, int ld, int wm, int kk, uint32_t (&hi)[4],
+                                          uint32_t (&lo)[4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float v[4];
+  if (kTrans) {
+    const float* p = a + (kk + t) * ld + wm + g;
+    v[0] = p[0], v[1] = p[8], v[2] = p[4 * ld], v[3] = p[4 * ld + 8];
+  } else {
+    const float* p = a + (wm + g) * ld + kk + t;
+    v[0] = p[0], v[1] = p[8 * ld], v[2] = p[4], v[3] = p[8 * ld + 4];
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) sm_split<kExact>(v[r], hi[r], lo[r]);
+}
+
+/// The warp's fragments of B (8 deep from kk, 8 columns from wn) from b[k * ld + n].
+template <bool kExact>
+__device__ __forceinline__ void sm_frag_b(const float* b, int ld, int wn, int kk, uint32_t (&hi)[2],
+                                          uint32_t (&lo)[2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const float* p = b + (kk + t) * ld + wn + g;
+  sm_split<kExact>(p[0], hi[0], lo[0]);
+  sm_split<kExact>(p[4 * ld], hi[1], lo[1]);
+}
+
+/// d += a b in the mma.sync m16n8k8 TF32 fragments: 3xTF32 (lo hi + hi lo + hi hi) when kExact, as tile_mma.
+template <bool kExact>
+__device__ __forceinline__ void sm_mma(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                       const uint32_t (&bh)[2], const uint32_t (&bl)[2]) {
+  if (kExact) {
+    detail::mma_tf32(d, al, bh);
+    detail::mma_tf32(d, ah, bl);
+  }
+  detail::mma_tf32(d, ah, bh);
+}
+
+/// acc[i][j] (rows wm + 16 i, columns wn + 8 j of the warp's kMT * 16 x 16 tile) += A B over k in [0, kend)
+/// (kend a multiple of 8), operands in shared memory (A as sm_frag_a, B as sm_frag_b).
+template <bool kExact, bool kTrans, int kMT>
+__device__ __forceinline__ void sm_gemm(float (&acc)[kMT][2][4], const float* a, int lda, int wm, const float* b,
+                                        int ldb, int wn, int kend) {
+#pragma unroll 2
+  for (int kk = 0; kk < kend; kk += 8) {
+    uint32_t ah[kMT][4], al[kMT][4], bh[2][2], bl[2][2];
+#pragma unroll
+    for (int i = 0; i < kMT; ++i) sm_frag_a<kExact, kTrans>(a, lda, wm + 16 * i, kk, ah[i], al[i]);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) sm_frag_b<kExact>(b, ldb, wn + 8 * j, kk, bh[j], bl[j]);
+#pragma unroll
+    for (int i = 0; i < kMT; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) sm_mma<kExact>(acc[i][j], ah[i], al[i], bh[j], bl[j]);
+  }
+}
+
+/// Pass 2 on shared-memory operands (the comment above), per (sequence, value head, 32-column tile). Dk a multiple
+/// of 32; qk_vec: q / k rows 16-byte aligned (16-byte copies, else 4-byte ones).
+template <class TS, bool kExact>
+__global__ void __launch_bounds__(kTileThreads, 1)
+    walk_sm_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
+                   const int32_t* __restrict__ qsl, const int32_t* __restrict__ num_computed,
+                   const int32_t* __restrict__ state_indices, int num_seqs, const float* __restrict__ ws,
+                   DevStateStores stores, bool qk_vec) {
+  extern __shared__ __align__(16) float smem[];
+  const int s = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kSmN, tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int Dk = p.head_k_dim, Dv = p.head_v_dim, C = p.chunk_size;
+  const int kh = h / (p.num_v_heads / p.num_k_heads), ncols = min(kSmN, Dv - col0);
+  const SmWalk L{Dk};
+  float *sS = smem, *sX = smem + L.x(), *sXd = smem + L.xd(), *sW = smem + L.w(), *sQ = smem + L.q();
+  float *sK = smem + L.k(), *sP = smem + L.p(), *sU = smem + L.u(), *sE = smem + L.e();
+  const int lda = L.lda(), ldk = L.ldk();
+  const int64_t tok0 = qsl[s];
+  const int len = qsl[s + 1] - static_cast<int>(tok0);
+  const int32_t idx = state_indices[s];
+  const int64_t head_out = static_cast<int64_t>(h) * Dv + col0;
+  if (idx == 0) {  // null row: zero outputs, no state I/O
+    for (int64_t e = tid; e < static_cast<int64_t>(len) * ncols; e += kTileThreads)
+      out[(tok0 + e / ncols) * out_stride + head_out + e % ncols] = 0.0f;
+    return;
+  }
+  const int nc = num_computed[s];
+  const int32_t first_chunk = reinterpret_cast<const int32_t*>(ws)[s];
+  const float* slots = ws + offsets_floats(num_seqs);
+  const float* kp = in.k + static_cast<int64_t>(kh) * Dk;
+  const float* qp = in.q + static_cast<int64_t>(kh) * Dk;
+  const int64_t slot_n = slot_floats(Dk, Dv);
+  const auto slot = [&](int k) { return slots + (static_cast<int64_t>(first_chunk + k) * p.num_v_heads + h) * slot_n; };
+  const auto prefetch = [&](int k, int t0) {  // chunk k (from token t0) into the L2, ~5 lines per thread
+    if (t0 >= len) return;
+    const int m = detail::gd_chunk_len(nc, t0, len, C);
+    const float* W = slot(k);
+    detail::gd_prefetch_l2(W, static_cast<int64_t>(kGdChunk) * Dk, tid, kTileThreads);
+    detail::gd_prefetch_l2(W + kGdChunk * (Dk + Dv), kGdChunk * (kGdChunk + 2), tid, kTileThreads);
+    if (tid < m) {
+      detail::gd_prefetch_l2(W + kGdChunk * Dk + static_cast<int64_t>(tid) * Dv + col0, ncols, 0, 1);
+    } else if (tid >= 64 && tid < 64 + 2 * m) {
+      const int i = (tid - 64) >> 1;
+      const float* base = (tid & 1) ? kp : qp;
+      detail::gd_prefetch_l2(base + (tok0 + t0 + i) * ((tid & 1) ? in.k_stride : in.q_stride), Dk, 0, 1);
+    }
+  };
+  // The copy groups (see above): A = W, Q, U, E; B = P, K, of chunk k from token t0 (m tokens).
+  const auto issue_a = [&](int k, int t0, int m) {
+    const float* W = slot(k);
+    sm_copy_rows(sW, lda, W, Dk, Dk, kGdChunk, true);
+    sm_copy_rows(sQ, lda, qp + (tok0 + t0) * in.q_stride, in.q_stride, Dk, m, qk_vec);
+    sm_copy_rows(sU, kSmLd, W + kGdChunk * Dk + col0, Dv, ncols, kGdChunk, true);
+    if (tid < 2 * kGdChunk / 4) cp_async16(sE + 4 * tid, W + kGdChunk * (Dk + Dv + kGdChunk) + 4 * tid, true);
+    detail::cp_async_commit();
+  };
+  const auto issue_b = [&](int k, int t0, int m) {
+    const float* W = slot(k);
+    sm_copy_rows(sP, kGdChunk + 4, W + kGdChunk * (Dk + Dv), kGdChunk, kGdChunk, kGdChunk, true);
+    sm_copy_rows(sK, ldk, kp + (tok0 + t0) * in.k_stride, in.k_stride, Dk, m, qk_vec);
+    detail::cp_async_commit();
+  };
+  if (len > 0) {
+    prefetch(0, 0);
+    const int m0 = detail::gd_chunk_len(nc, 0, len, C);
+    prefetch(1, m0);
+    issue_a(0, 0, m0);
+  }
+  TS* S = static_cast<TS*>(p.states.data) + idx * p.states.block_stride + static_cast<int64_t>(h) * Dk * Dv + col0;
+  for (int e = tid; e < Dk * kSmN; e += kTileThreads) {
+    const int d = e / kSmN, c = e % kSmN;
+    sS[d * kSmLd + c] = nc > 0 && c < ncols ? detail::load(S + static_cast<int64_t>(d) * Dv + c) : 0.0f;
+  }
+  // "all" mode: the next store of this sequence (row offset `next`, -1: none left); offsets end chunks.
+  int si = 0, si_end = 0;
+  if (stores.num > 0) si = stores.start[s], si_end = stores.start[s + 1];
+  int next = si < si_end ? stores.offset[si] : -1;
+  // Warp tiles: V~ / O (64 x 32) rows wm1, columns wn; the state update (Dk x 32) rows wm2, columns wn.
+  const int wm1 = (warp & 3) * 16, wm2 = (warp & 3) * 32, wn = (warp >> 2) * 16;
+  for (int t0 = 0, k = 0; t0 < len; ++k) {
+    const int m = detail::gd_chunk_len(nc, t0, len, C), m8 = (m + 7) & ~7;
+    const int64_t row0 = tok0 + t0;
+    detail::cp_async_wait<0>();  // A(k) landed (this thread's copies)
+    __syncthreads();             // everyone's; the previous chunk's readers of sP, sK, sX, sXd and writers of sS done
+    issue_b(k, t0, m);
+    prefetch(k + 2, t0 + m + (t0 + m < len ? detail::gd_chunk_len(nc, t0 + m, len, C) : 0));
+    // 1. V~ = U - W S and Q S over Dk.
+    float acc_v[1][2][4] = {}, acc_o[1][2][4] = {};
+#pragma unroll 2
+    for (int kk = 0; kk < Dk; kk += 8) {
+      uint32_t wh[4], wl[4], qh[4], ql[4], bh[2][2], bl[2][2];
+      sm_frag_a<kExact, false>(sW, lda, wm1, kk, wh, wl);
+      sm_frag_a<kExact, false>(sQ, lda, wm1, kk, qh, ql);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) sm_frag_b<kExact>(sS, kSmLd, wn + 8 * j, kk, bh[j], bl[j]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        sm_mma<kExact>(acc_v[0][j], wh, wl, bh[j], bl[j]);
+        sm_mma<kExact>(acc_o[0][j], qh, ql, bh[j], bl[j]);
+      }
+    }
+    const float ecm = sE[m - 1];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = wm1 + g + (r >= 2 ? 8 : 0), c = wn + 8 * j + 2 * t + (r & 1);
+        const float x = i < m && c < ncols ? sU[i * kSmLd + c] - acc_v[0][j][r] : 0.0f;
+        sX[i * kSmLd + c] = x;
+        sXd[i * kSmLd + c] = sE[kGdChunk + i] * x;
+        acc_o[0][j][r] *= sE[i];
+      }
+    detail::cp_async_wait<0>();  // B(k) landed
+    __syncthreads();             // sX, sXd, sP, sK complete; sW, sQ, sU, sE free
+    if (t0 + m < len) issue_a(k + 1, t0 + m, detail::gd_chunk_len(nc, t0 + m, len, C));
+    // 2. O += P V~, stored.
+    sm_gemm<kExact, false, 1>(acc_o, sP, kGdChunk + 4, wm1, sX, kSmLd, wn, m8);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = wm1 + g + (r >= 2 ? 8 : 0), c = wn + 8 * j + 2 * t + (r & 1);
+        if (i < m && c < ncols) out[(row0 + i) * out_stride + head_out + c] = acc_o[0][j][r];
+      }
+    // 3. S <- e^{c_m} S + K^T X~ (this warp's rows of the state only).
+    if (wm2 < Dk) {
+      float acc_s[2][2][4] = {};
+      sm_gemm<kExact, true, 2>(acc_s, sK, ldk, wm2, sXd, kSmLd, wn, m8);
+#pragma unroll
+      for (int i2 = 0; i2 < 2; ++i2)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int d = wm2 + 16 * i2 + g + (r >= 2 ? 8 : 0), c = wn + 8 * j + 2 * t + (r & 1);
+            sS[d * kSmLd + c] = fmaf(ecm, sS[d * kSmLd + c], acc_s[i2][j][r]);
+          }
+    }
+    t0 += m;
+    while (next >= 0 && next <= t0) {  // uniform over the block
+      if (next == t0) {
+        __syncthreads();  // the update's writes of sS are done (the next chunk's first barrier orders these reads)
+        TS* dst = static_cast<TS*>(p.states.data) + stores.block[si] * p.states.block_stride +
+                  static_cast<int64_t>(h) * Dk * Dv + col0;
+        for (int e = tid; e < Dk * ncols; e += kTileThreads) {
+          const int d = e / ncols, c = e % ncols;
+          detail::store(dst + static_cast<int64_t>(d) * Dv + c, sS[d * kSmLd + c]);
+        }
+      }
+      ++si;
+      next = si < si_end ? stores.offset[si] : -1;
+    }
+  }
+  detail::cp_async_wait<0>();
+  __syncthreads();
+  for (int e = tid; e < Dk * ncols; e += kTileThreads) {
+    const int d = e / ncols, c = e % ncols;
+    detail::store(S + static_cast<int64_t>(d) * Dv + c, sS[d * kSmLd + c]);
+  }
+}
+
+/// The walk of KernelTuning::gdn_walk: 0 the previous walk (64 columns, serial decays, no prefetch); 1 the
+/// prefetching tile-product walk on 32 columns when the 64-column grid would leave SMs idle (fewer than two blocks
+/// per SM: one long sequence is Hv x Dv / 64 = 64 blocks on the H200's 132 SMs), else on 64; 2 (default) the
+/// shared-memory walk (32 columns) when Dk is a multiple of 32, else as 1.
 template <class TS, bool kExact>
 cudaError_t launch(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
                    const int32_t* qsl, const int32_t* nc, const int32_t* idx, int num_seqs, int64_t num_tokens,
                    float* ws, cudaStream_t stream, const DevStateStores& stores) {
-  static std::atomic<uint64_t> wy_opted{0}, walk64_opted{0}, walk32_opted{0};
+  static std::atomic<uint64_t> wy_opted{0}, walk64_opted{0}, walk32_opted{0}, walk_sm_opted{0};
   const int mode = kernel_tuning().gdn_walk;
   const bool fast = mode != 0;
   auto* wy = wy_kernel<kExact>;
   auto* walk64 = walk_kernel<TS, kExact, 64>;
   auto* walk32 = walk_kernel<TS, kExact, 32>;
+  auto* walk_sm = walk_sm_kernel<TS, kExact>;
   if (cudaError_t e = detail::opt_in_dynamic_smem(wy, wy_smem_bytes(kMaxDk), wy_opted); e != cudaSuccess) return e;
   if (cudaError_t e = detail::opt_in_dynamic_smem(walk64, walk_smem_bytes(kMaxDk, 64), walk64_opted); e != cudaSuccess)
     return e;
   if (cudaError_t e = detail::opt_in_dynamic_smem(walk32, walk_smem_bytes(kMaxDk, 32), walk32_opted); e != cudaSuccess)
     return e;
+  if (cudaError_t e = detail::opt_in_dynamic_smem(walk_sm, SmWalk{kMaxDk}.bytes(), walk_sm_opted); e != cudaSuccess)
+    return e;
   offsets_kernel<<<1, 32, 0, stream>>>(qsl, nc, idx, num_seqs, p.chunk_size, reinterpret_cast<int32_t*>(ws));
   const int64_t chunks = max_chunks(num_tokens, num_seqs, p.chunk_size);
   wy<<<dim3(static_cast<unsigned>(chunks), p.num_v_heads), kTileThreads, wy_smem_bytes(p.head_k_dim), stream>>>(
       in, p, qsl, nc, num_seqs, ws, fast);
-  const int64_t blocks64 = static_cast<int64_t>(num_seqs) * p.num_v_heads * detail::ceil_div(p.head_v_dim, 64);
-  if (mode == 2 && blocks64 < 2 * static_cast<int64_t>(std::max(1, detail::sm_count()))) {
-    walk32<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(p.head_v_dim, 32)), kTileThreads,
-             walk_smem_bytes(p.head_k_dim, 32), stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores,
-                                                          true);
+  const int Dk = p.head_k_dim, Dv = p.head_v_dim;
+  if (mode == 2 && Dk % 32 == 0 && Dk <= kMaxDk) {
+    const auto a16 = [](const float* x, int64_t stride) {
+      return reinterpret_cast<uintptr_t>(x) % 16 == 0 && stride % 4 == 0;
+    };
+    const bool qk_vec = a16(in.q, in.q_stride) && a16(in.k, in.k_stride);
+    walk_sm<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(Dv, kSmN)), kTileThreads, SmWalk{Dk}.bytes(), stream>>>(
+        in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores, qk_vec);
+    return detail::launch_status();
+  }
+  const int64_t blocks64 = static_cast<int64_t>(num_seqs) * p.num_v_heads * detail::ceil_div(Dv, 64);
+  if (mode != 0 && blocks64 < 2 * static_cast<int64_t>(std::max(1, detail::sm_count()))) {
+    walk32<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(Dv, 32)), kTileThreads, walk_smem_bytes(Dk, 32),
+             stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores, true);
   } else {
-    walk64<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(p.head_v_dim, 64)), kTileThreads,
-             walk_smem_bytes(p.head_k_dim, 64), stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores,
-                                                          fast);
+    walk64<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(Dv, 64)), kTileThreads, walk_smem_bytes(Dk, 64),
+             stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores, fast);
   }
   return detail::launch_status();
 }
