@@ -10,6 +10,7 @@
 // Prints one line per case; median of several event-timed repetitions. Needs a GPU. Argument "decode" or
 // "prefill": that part only.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -116,6 +117,7 @@ void bench_prefill(std::mt19937& rng) {
     const double chunks = static_cast<double>(T) / 64;
     const double flops = 2.0 * chunks * Hv * (3.0 * 64 * Dk * Dv + 2.0 * 64 * 64 * Dk + 64.0 * 64 * Dv);
     DeviceBuffer ws(cuda::gated_delta_prefill_workspace_floats(T, c.seqs, p) * 4);
+    std::vector<float> old_out;
     for (int variant : {-1, 0, 1, 2}) {  // -1: fused; else the two-pass form with KernelTuning::gdn_walk = variant
       const bool two_pass = variant >= 0;
       cuda::KernelTuning tune = cuda::kernel_tuning();
@@ -137,6 +139,31 @@ void bench_prefill(std::mt19937& rng) {
         std::printf("prefill %-6s %-8s %-6s %9.3f ms  %7.2f TFLOP/s  %9.0f tok/s\n", c.name, kNames[variant + 1],
                     prec == cuda::GatedDeltaPrecision::kFp32 ? "3xTF32" : "TF32", ms,
                     flops / ms / 1e9, T / ms * 1e3);
+        if (two_pass && prec == cuda::GatedDeltaPrecision::kFp32) {  // the new walks' outputs against the old one's
+          std::vector<float> o = cuda::to_host<float>(out, T * Hv * Dv);
+          if (variant == 0) {
+            old_out = std::move(o);
+          } else {
+            double num = 0, den = 0;
+            for (size_t i = 0; i < o.size(); ++i)
+              num += (double(o[i]) - old_out[i]) * (double(o[i]) - old_out[i]), den += double(old_out[i]) * old_out[i];
+            std::printf("        %-6s %-8s 3xTF32 outputs vs 2p-old: norm-wise rel diff %.2e\n", c.name,
+                        kNames[variant + 1], std::sqrt(num / std::max(den, 1e-300)));
+          }
+        }
+        if (two_pass && c.seqs == 1 && c.len == 32768) {  // one call with per-pass times (stderr)
+          std::fflush(stdout);
+          std::fprintf(stderr, "profile of %s %s %s:\n", c.name, kNames[variant + 1],
+                       prec == cuda::GatedDeltaPrecision::kFp32 ? "3xTF32" : "TF32");
+          cuda::KernelTuning pt = cuda::kernel_tuning();
+          pt.kernel_profile = true;
+          cuda::set_kernel_tuning(pt);
+          SSM_CUDA_CHECK(cuda::gated_delta_prefill_two_pass(tk.in, p, out.as<float>(), Hv * Dv, dq.as<int32_t>(),
+                                                            dn.as<int32_t>(), di.as<int32_t>(), c.seqs, T,
+                                                            ws.as<float>(), nullptr, prec));
+          pt.kernel_profile = false;
+          cuda::set_kernel_tuning(pt);
+        }
       }
     }
   }

@@ -585,10 +585,13 @@ cudaError_t launch(const GatedDeltaInputs& in, const GatedDeltaParams& p, float*
     return e;
   if (cudaError_t e = detail::opt_in_dynamic_smem(walk_sm, SmWalk{kMaxDk}.bytes(), walk_sm_opted); e != cudaSuccess)
     return e;
+  detail::LaunchProfile prof(stream);  // SSMSERVE_KERNEL_PROFILE=1: per-pass times on stderr
   offsets_kernel<<<1, 32, 0, stream>>>(qsl, nc, idx, num_seqs, p.chunk_size, reinterpret_cast<int32_t*>(ws));
+  prof.mark("gdn offsets");
   const int64_t chunks = max_chunks(num_tokens, num_seqs, p.chunk_size);
   wy<<<dim3(static_cast<unsigned>(chunks), p.num_v_heads), kTileThreads, wy_smem_bytes(p.head_k_dim), stream>>>(
       in, p, qsl, nc, num_seqs, ws, fast);
+  prof.mark("gdn wy (pass 1)");
   const int Dk = p.head_k_dim, Dv = p.head_v_dim;
   if (mode == 2 && Dk % 32 == 0 && Dk <= kMaxDk) {
     const auto a16 = [](const float* x, int64_t stride) {
@@ -597,7 +600,9 @@ cudaError_t launch(const GatedDeltaInputs& in, const GatedDeltaParams& p, float*
     const bool qk_vec = a16(in.q, in.q_stride) && a16(in.k, in.k_stride);
     walk_sm<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(Dv, kSmN)), kTileThreads, SmWalk{Dk}.bytes(), stream>>>(
         in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores, qk_vec);
-    return detail::launch_status();
+    const cudaError_t e = detail::launch_status();
+    prof.mark("gdn walk sm (pass 2)");
+    return e;
   }
   const int64_t blocks64 = static_cast<int64_t>(num_seqs) * p.num_v_heads * detail::ceil_div(Dv, 64);
   if (mode != 0 && blocks64 < 2 * static_cast<int64_t>(std::max(1, detail::sm_count()))) {
@@ -607,7 +612,9 @@ cudaError_t launch(const GatedDeltaInputs& in, const GatedDeltaParams& p, float*
     walk64<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(Dv, 64)), kTileThreads, walk_smem_bytes(Dk, 64),
              stream>>>(in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores, fast);
   }
-  return detail::launch_status();
+  const cudaError_t e = detail::launch_status();
+  prof.mark("gdn walk (pass 2)");
+  return e;
 }
 
 }  // namespace

@@ -40,8 +40,8 @@ class CudaGatedDelta final : public CudaModule {
 
   double scratch_bytes_per_token() const override {
     const double PW = m_.proj_rows(), C = m_.conv_dim(), Vd = m_.value_dim(), ab = dtype_size(ctx_.opt.weight_dtype);
-    // + the two-pass prefill's workspace: 64 (Dk + Dv + 64) floats per chunk of 64 tokens and value head.
-    const double ws = 4.0 * m_.num_v_heads * (m_.head_k_dim + m_.head_v_dim + 64);
+    // + the two-pass prefill's workspace: 64 (Dk + Dv + 66) floats per chunk of 64 tokens and value head.
+    const double ws = 4.0 * m_.num_v_heads * (m_.head_k_dim + m_.head_v_dim + 66);
     return 4 * PW + 4 * C + 8.0 * m_.num_v_heads + 4 * Vd + ab * Vd + ws;
   }
 
@@ -107,7 +107,7 @@ class CudaGatedDelta final : public CudaModule {
     } else if (np > 0) {
       // bf16 weights: one TF32 pass per chunk product is well inside their tolerance; fp32 weights: 3xTF32.
       const GatedDeltaPrecision prec = wd == DType::BF16 ? GatedDeltaPrecision::kTf32 : GatedDeltaPrecision::kFp32;
-      // The two-pass form (chunk-parallel WY pass, then the state walk; ~1.35x the fused walk at 32k tokens) with its
+      // The two-pass form (chunk-parallel WY pass, then the state walk: the shared-memory walk by default) with its
       // workspace in a shared slot: layers run one after another, and prefill steps are not captured.
       float* ws = p[5].f32(gated_delta_prefill_workspace_floats(T - P0, np, gp));
       // "all"-mode stores: the walk writes the state at the end of each store's chunk (store positions are multiples of
