@@ -295,6 +295,49 @@ TEST(CudaGatedDelta, PrefillBf16StateMatchesCpu) {
   check_prefill(DType::BF16, cuda::GatedDeltaPrecision::kFp32, 1e-3, false);
 }
 
+// The shared-memory walk copies q / k rows with 16-byte cp.async only when they are 16-byte aligned; odd row strides
+// at a base one float past an aligned one take its 4-byte copies (every walk of KernelTuning::gdn_walk).
+TEST(CudaGatedDelta, TwoPassUnalignedQueriesAndKeys) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const GdnShape sh = quick() ? GdnShape{"tiny-qwen3_5", 4, 8, 32, 32} : GdnShape{"qwen3.5-9b", 16, 32, 128, 128};
+  const Step st({70, 130, 1, 64}, {5, 0, 64, 0}, -1);
+  for (const Algo algo : {Algo::kTwoPass, Algo::kTwoPassW64, Algo::kTwoPassOld}) {
+    SCOPED_TRACE(algo_name(algo));
+    GdnLayer L(sh, DType::F32, st.n() + 1, rng);
+    Tokens tk(sh, st.T(), rng);
+    const int64_t qs = tk.qs + 1, ks = tk.ks + 1, os = int64_t{sh.Hv} * sh.Dv, W = os;
+    std::vector<float> q(1 + st.T() * qs, 0.0f), k(1 + st.T() * ks, 0.0f);
+    for (int64_t t = 0; t < st.T(); ++t) {
+      std::copy_n(tk.q.data() + t * tk.qs, tk.qs, q.data() + 1 + t * qs);
+      std::copy_n(tk.k.data() + t * tk.ks, tk.ks, k.data() + 1 + t * ks);
+    }
+    DeviceBuffer dq = to_device(q), dk = to_device(k);
+    cuda::GatedDeltaInputs in = tk.dev();
+    in.q = dq.as<float>() + 1, in.q_stride = qs, in.k = dk.as<float>() + 1, in.k_stride = ks;
+    std::vector<float> ref(st.T() * os, 0.0f);
+    cpu::gated_delta_prefill(tk.host(), L.host(), ref.data(), os, st.qsl, st.nc, st.idx);
+    DeviceBuffer dqsl = to_device(st.qsl), dn = to_device(st.nc), di = to_device(st.idx);
+    DeviceBuffer dout = poisoned(st.T() * os);
+    DeviceBuffer ws = poisoned(std::max<size_t>(4, cuda::gated_delta_prefill_workspace_floats(st.T(), st.n(), L.dev())));
+    {
+      const ScopedGdnWalk walk(algo == Algo::kTwoPass ? 2 : algo == Algo::kTwoPassW64 ? 1 : 0);
+      SSM_CUDA_CHECK(cuda::gated_delta_prefill_two_pass(in, L.dev(), dout.as<float>(), os, dqsl.as<int32_t>(),
+                                                        dn.as<int32_t>(), di.as<int32_t>(), st.n(), st.T(),
+                                                        ws.as<float>(), nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    const auto got = to_host<float>(dout, st.T() * os);
+    for (int s = 0; s < st.n(); ++s) {
+      const int64_t t0 = st.qsl[s], len = st.qsl[s + 1] - t0;
+      EXPECT_LT(rel_err(got.data() + t0 * os, os, ref.data() + t0 * os, os, len, W), 2e-5) << "out of sequence " << s;
+    }
+    EXPECT_LT(L.pool.rel_err_blocks(st.idx), 2e-5) << "final states";
+  }
+}
+
 // A prompt cut into steps (cuts on and off the chunk grid) on the GPU equals the uncut prompt on the CPU.
 TEST(CudaGatedDelta, ChunkedContinuationMatchesOneShotCpu) {
   REQUIRE_GPU();
