@@ -67,10 +67,37 @@ __global__ void offsets_kernel(const int32_t* __restrict__ qsl, const int32_t* _
   }
 }
 
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool ok) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+}
+
+/// Copies rows [0, 64) x columns [0, n) of src (row stride sld floats) to dst (row stride dld) with cp.async; rows
+/// >= rows_ok are zero-filled (nothing read). vec: 16-byte copies (n, sld, src and dst 16-byte multiples / aligned),
+/// else 4-byte ones. Every thread of the block calls it.
+__device__ __forceinline__ void sm_copy_rows(float* dst, int dld, const float* src, int64_t sld, int n, int rows_ok,
+                                             bool vec) {
+  const int tid = threadIdx.x;
+  if (vec) {
+    const int n4 = n >> 2;
+    for (int e = tid; e < kGdChunk * n4; e += kTileThreads) {
+      const int i = e / n4, c = (e - i * n4) * 4;
+      const bool ok = i < rows_ok;
+      cp_async16(dst + i * dld + c, ok ? src + i * sld + c : src, ok);
+    }
+  } else {
+    for (int e = tid; e < kGdChunk * n; e += kTileThreads) {
+      const int i = e / n, c = e - i * n;
+      const bool ok = i < rows_ok;
+      detail::cp_async4(dst + i * dld + c, ok ? src + i * sld + c : src, ok);
+    }
+  }
+}
+
 template <bool kExact>
 __global__ void __launch_bounds__(kTileThreads, 2)
     wy_kernel(GatedDeltaInputs in, GatedDeltaParams p, const int32_t* __restrict__ qsl,
-              const int32_t* __restrict__ num_computed, int num_seqs, float* __restrict__ ws, bool fast) {
+              const int32_t* __restrict__ num_computed, int num_seqs, float* __restrict__ ws, bool fast, bool qk_vec) {
   extern __shared__ __align__(16) float smem[];
   const int q = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   const int32_t* off = reinterpret_cast<const int32_t*>(ws);
@@ -96,16 +123,25 @@ __global__ void __launch_bounds__(kTileThreads, 2)
   const float* kp = in.k + static_cast<int64_t>(kh) * Dk;
   const float* qp = in.q + static_cast<int64_t>(kh) * Dk;
   const float* vp = in.v + static_cast<int64_t>(h) * Dv;
-  // 2. Keys (rows >= m zero), decays, T = I.
-  for (int e = tid; e < kGdChunk * Dk; e += kTileThreads) {
-    const int i = e / Dk, d = e % Dk;
-    sK[e] = i < m ? kp[(row0 + i) * in.k_stride + d] : 0.0f;
+  // 2. Keys (rows >= m zero), decays, T = I. fast: the keys by cp.async (all in flight at once), the query and value
+  // rows (read by the Q K^T and U products below) into the L2 meanwhile.
+  if (fast) {
+    if (tid < m) detail::gd_prefetch_l2(qp + (row0 + tid) * in.q_stride, Dk, 0, 1);
+    else if (tid >= 64 && tid < 64 + m) detail::gd_prefetch_l2(vp + (row0 + tid - 64) * in.v_stride, Dv, 0, 1);
+    sm_copy_rows(sK, Dk, kp + row0 * in.k_stride, in.k_stride, Dk, m, qk_vec);
+    detail::cp_async_commit();
+  } else {
+    for (int e = tid; e < kGdChunk * Dk; e += kTileThreads) {
+      const int i = e / Dk, d = e % Dk;
+      sK[e] = i < m ? kp[(row0 + i) * in.k_stride + d] : 0.0f;
+    }
   }
   for (int e = tid; e < kGdChunk * kGdChunk; e += kTileThreads) {
     const int i = e / kGdChunk, j = e % kGdChunk;
     sTm[i * kLd + j] = i == j ? 1.0f : 0.0f;
   }
   if (tid < 32) detail::gd_chunk_decays(in, row0, h, m, sC, sEc, sBeta, sDm, /*serial=*/!fast);
+  if (fast) detail::cp_async_wait<0>();
   __syncthreads();
   if (tid < kGdChunk) {  // E: the walk's decay factors
     float* E = P + kGdChunk * kGdChunk;
@@ -309,33 +345,6 @@ struct SmWalk {
   __host__ __device__ int e() const { return u() + kGdChunk * kSmLd; }        // sE [2][64]: e^c, e^{c_m - c}
   __host__ __device__ size_t bytes() const { return static_cast<size_t>(e() + 2 * kGdChunk) * 4; }
 };
-
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool ok) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
-}
-
-/// Copies rows [0, 64) x columns [0, n) of src (row stride sld floats) to dst (row stride dld) with cp.async; rows
-/// >= rows_ok are zero-filled (nothing read). vec: 16-byte copies (n, sld, src and dst 16-byte multiples / aligned),
-/// else 4-byte ones. Every thread of the block calls it.
-__device__ __forceinline__ void sm_copy_rows(float* dst, int dld, const float* src, int64_t sld, int n, int rows_ok,
-                                             bool vec) {
-  const int tid = threadIdx.x;
-  if (vec) {
-    const int n4 = n >> 2;
-    for (int e = tid; e < kGdChunk * n4; e += kTileThreads) {
-      const int i = e / n4, c = (e - i * n4) * 4;
-      const bool ok = i < rows_ok;
-      cp_async16(dst + i * dld + c, ok ? src + i * sld + c : src, ok);
-    }
-  } else {
-    for (int e = tid; e < kGdChunk * n; e += kTileThreads) {
-      const int i = e / n, c = e - i * n;
-      const bool ok = i < rows_ok;
-      detail::cp_async4(dst + i * dld + c, ok ? src + i * sld + c : src, ok);
-    }
-  }
-}
 
 /// Splits x into TF32 hi (and lo = x - hi when kExact).
 template <bool kExact>
@@ -589,15 +598,16 @@ cudaError_t launch(const GatedDeltaInputs& in, const GatedDeltaParams& p, float*
   offsets_kernel<<<1, 32, 0, stream>>>(qsl, nc, idx, num_seqs, p.chunk_size, reinterpret_cast<int32_t*>(ws));
   prof.mark("gdn offsets");
   const int64_t chunks = max_chunks(num_tokens, num_seqs, p.chunk_size);
-  wy<<<dim3(static_cast<unsigned>(chunks), p.num_v_heads), kTileThreads, wy_smem_bytes(p.head_k_dim), stream>>>(
-      in, p, qsl, nc, num_seqs, ws, fast);
-  prof.mark("gdn wy (pass 1)");
   const int Dk = p.head_k_dim, Dv = p.head_v_dim;
+  // q / k rows 16-byte aligned: 16-byte cp.async copies of them (else 4-byte ones).
+  const auto a16 = [](const float* x, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(x) % 16 == 0 && stride % 4 == 0;
+  };
+  const bool qk_vec = a16(in.q, in.q_stride) && a16(in.k, in.k_stride) && Dk % 4 == 0;
+  wy<<<dim3(static_cast<unsigned>(chunks), p.num_v_heads), kTileThreads, wy_smem_bytes(Dk), stream>>>(
+      in, p, qsl, nc, num_seqs, ws, fast, qk_vec);
+  prof.mark("gdn wy (pass 1)");
   if (mode == 2 && Dk % 32 == 0 && Dk <= kMaxDk) {
-    const auto a16 = [](const float* x, int64_t stride) {
-      return reinterpret_cast<uintptr_t>(x) % 16 == 0 && stride % 4 == 0;
-    };
-    const bool qk_vec = a16(in.q, in.q_stride) && a16(in.k, in.k_stride);
     walk_sm<<<dim3(num_seqs, p.num_v_heads, detail::ceil_div(Dv, kSmN)), kTileThreads, SmWalk{Dk}.bytes(), stream>>>(
         in, p, out, out_stride, qsl, nc, idx, num_seqs, ws, stores, qk_vec);
     const cudaError_t e = detail::launch_status();

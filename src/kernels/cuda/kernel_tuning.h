@@ -25,9 +25,10 @@ struct KernelTuning {
   bool decode_prewait = true;         ///< decode updates' pre-PDL-wait L2 prefetch (SSMSERVE_DECODE_PREWAIT=0 turns off)
   bool sample_buckets = true;         ///< device sampling's bucket histogram for large candidate sets (SSMSERVE_SAMPLE_BUCKETS=0)
   /// Gated DeltaNet two-pass prefill walk (gated_delta_prefill_two_pass, SSMSERVE_GDN_WALK): 0 the previous walk
-  /// (64-column tiles, decays summed by one lane, no prefetch), 1 the prefetching walk (decays from the first pass,
-  /// the next chunk's operands prefetched into the L2) on 64-column tiles, 2 the same on 32-column tiles when the
-  /// 64-column grid would leave SMs idle. The same math; results differ in rounding only (tile shapes of the sums).
+  /// (64-column tiles, decays summed by one lane, no prefetch); 1 the tile-product walk with the decays from the first
+  /// pass and the next chunk prefetched into the L2, on 32-column tiles when the 64-column grid would leave SMs idle,
+  /// else 64; 2 (default) the shared-memory walk (cp.async operands, fragments straight from shared memory, 32-column
+  /// tiles) when Dk is a multiple of 32, else as 1. The same math; results differ in rounding only.
   int gdn_walk = 2;
 };
 
