@@ -27,8 +27,11 @@
 // same bits per token whatever the batch and the cut of the prompt into steps.
 //
 // gated_delta_prefill_two_pass (gated_delta_prefill_wy.cu) computes the state-independent part (A, T = (I + A)^-1,
-// W = T diag(beta e^c) K, U = T diag(beta) V, P) chunk-parallel into a workspace first, so the walk does only W S,
-// Q S, P V~ and K^T V~.
+// W = T diag(beta e^c) K, U = T diag(beta) V, P, the decay factors) chunk-parallel into a workspace first, so the
+// walk does only W S, Q S, P V~ and K^T V~. Its default walk (issue 31, KernelTuning::gdn_walk 2) runs per
+// (sequence, value head, 32-column tile) with every operand of a chunk copied into shared memory by cp.async while
+// the previous part computes and the mma.sync fragments read straight from there (128 blocks for one sequence of
+// the Qwen3.5 layer instead of 64; no per-slice staging or global-latency stalls in the chain of chunks).
 //
 // Measured on the H200 (tests/cuda/test_cuda_gated_delta_ops.cpp, bench/cuda_gated_delta.cpp), fp32 state:
 //   errors vs the CPU kernel (norm-wise relative): decode <= 2.7e-7 (outputs), 1.2e-7 (states); prefill 3xTF32
@@ -36,10 +39,11 @@
 //   TF32 ~5e-4; bf16 states ~3e-5 (bf16 rounding of the stored state).
 //   decode, Qwen3.5 layer (Hv 32, Dk = Dv 128): 4.5 us at batch 1, 44.6 us at 32, 343 us at 256 = 3.13 TB/s of
 //   state traffic (65% of the 4.8 TB/s peak, ~73% of the ~4.3 TB/s a device copy reaches);
-//   prefill, same layer, 1 x 32k tokens: fused 33.3 ms (3xTF32) / 28.1 ms (TF32), two-pass 24.7 / 20.8 ms
-//   (6.3 / 7.4 TFLOP/s of tile products); 8 x 4k: two-pass 15.4 / 13.0 ms. Far from the tensor-core peak: a single
-//   sequence has only Hv x Dv / 64 = 64 walking blocks (under half of the 132 SMs), and mma.sync with shared-memory
-//   staging per 32-deep slice runs well below wgmma rates.
+//   prefill, same layer, 1 x 32k tokens: fused 33.3 ms (3xTF32) / 28.1 ms (TF32), two-pass with the previous walk
+//   (SSMSERVE_GDN_WALK=0) 24.7 / 20.8 ms (6.3 / 7.4 TFLOP/s of tile products); 8 x 4k: 15.4 / 13.0 ms. That walk
+//   had only Hv x Dv / 64 = 64 blocks for a single sequence, summed each chunk's decays in one lane (64 dependent
+//   global loads per chunk) and staged every 32-deep slice through registers from global memory. The shared-memory
+//   walk is not measured yet (bench/cuda_gated_delta.cpp prints old against new).
 //
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each returns the launch status
 // (cudaErrorInvalidValue for unsupported or inconsistent sizes, before any launch).

@@ -8,12 +8,20 @@
 //   2. walk:     per (sequence, value head, 64-column tile), the fused kernel's loop without its K K^T, Q K^T and
 //                solve: V~ = U - W S, O = diag(e^c) Q S + P V~, S <- e^{c_m} S + K^T diag(e^{c_m - c}) V~.
 // Same math as gated_delta_prefill.cu (V~ = U - W S is the CPU's form); the tile products are the same TF32
-// mma.sync tiles (3xTF32 by default).
+// mma.sync tiles (3xTF32 by default). The workspace slot also keeps the chunk's decay factors E = [e^c, e^{c_m - c}].
 //
 // Napkin math (Dk = Dv = 128, per chunk of 64 tokens and value head): pass 1 does K K^T, Q K^T (0.5 M MACs each),
 // T W-RHS, T V (0.5 M each) once per head instead of once per column tile; pass 2 does W S, Q S, K^T V~ (0.5 M each
-// per tile) and P V~ (0.25 M). The workspace is 64 (Dk + Dv + 64) floats per chunk and value head (1.3 GB at 32k
-// tokens x 32 heads): pass 1 writes it once and pass 2 reads it once.
+// per 64 columns) and P V~ (0.25 M). The workspace is 64 (Dk + Dv + 66) floats per chunk and value head (1.35 GB at
+// 32k tokens x 32 heads): pass 1 writes it once and pass 2 reads it once (0.3 + 0.3 ms of HBM at 4.8 TB/s).
+//
+// Pass 2 has three forms (KernelTuning::gdn_walk). The previous one (0) was latency-bound, not tensor-bound (the
+// 3xTF32 / TF32 ratio of 1.19 at 32k; ~48 us per chunk where the products need ~5): each chunk summed its decays
+// in one lane (64 dependent global loads), and every one of its 14 block_gemm slices of 32 loaded its operands from
+// global memory one slice ahead (W, P from the HBM-sized workspace). The prefetching walk (1) reads the decays
+// from pass 1 and prefetches the next chunk into the L2; the shared-memory walk (2, the default) keeps the chunk's
+// operands in shared memory (cp.async, a chunk ahead) and feeds mma.sync from there (its comment below). Pass 1 sums
+// the decays by a warp scan and copies its keys with cp.async.
 #include <algorithm>
 #include <atomic>
 
@@ -324,10 +332,12 @@ __global__ void __launch_bounds__(kTileThreads)
 //
 // Napkin math (H200, Dk = Dv = 128, one 32k sequence: 128 blocks on 132 SMs, 512 chunks each): per chunk and
 // block 0.92 M MACs of products (W S, Q S 0.26 M each, P V~ 0.13 M, K^T X~ 0.26 M) = 2.7 k mma.sync m16n8k8 in
-// 3xTF32 (0.9 k in TF32); at ~1 mma per SM clock (the TF32 peak) ~1.5 us per chunk, ~0.8 ms per 512 chunks (half
-// that in TF32); operand traffic ~120 KB per chunk and block from the L2 (15 GB/s ... 8 TB/s over the grid at
-// ~2 us per chunk, shared 4x by the column tiles of a head and 8x for Q / K by the heads of a key head).
-
+// 3xTF32 (0.9 k in TF32): at ~1 mma per SM clock (the dense TF32 rate) ~1.5 us per chunk, ~0.8 ms for 512 chunks.
+// Operands: ~120 KB per chunk and block (W, Q, K 32 KB each, P 16 KB, U 8 KB) from the L2 (the prefetch brings
+// them from HBM: 3.5 MB of distinct lines per chunk step, the four column tiles of a head sharing W, P, U and the
+// two heads of a key head Q, K): 15 MB per chunk step over the grid, ~2 us at ~8 TB/s of L2 bandwidth, so L2 and
+// tensor cores bound the walk about equally: ~1-1.5 ms at 32k (the previous walk: ~20 ms).
+//
 constexpr int kSmN = 32, kSmLd = kSmN + 8;
 
 /// Shared-memory layout of the shared-memory walk (floats), Dk = dk (a multiple of 32, <= 128).
