@@ -131,7 +131,9 @@ size_t gated_delta_prefill_workspace_floats(int64_t num_tokens, int num_seqs, co
 /// stores: prefix caching's "all"-mode state stores of the sequences (state_stores.h; rows = sequences): the state
 /// after each store's offset is written into its block, rounded to the state dtype as the final state. Every store
 /// offset must end a chunk (num_computed[s] + offset a multiple of chunk_size; the caller checks: a store elsewhere
-/// is not written). cudaErrorInvalidValue when stores.num > 0 and an array is missing.
+/// is not written). cudaErrorInvalidValue when stores.num > 0 and an array is missing. The walk's form:
+/// KernelTuning::gdn_walk (kernel_tuning.h; default: the shared-memory walk on 32-column tiles for Dk a multiple of
+/// 32), read at every call; every form gives the same results up to rounding.
 cudaError_t gated_delta_prefill_two_pass(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out,
                                          int64_t out_stride, const int32_t* query_start_loc,
                                          const int32_t* num_computed, const int32_t* state_indices, int num_seqs,
