@@ -34,17 +34,22 @@ __global__ void mlp_act_kernel(const float* __restrict__ gu, int64_t gs, int64_t
   }
 }
 
+/// x a + y b with explicit roundings (y b rounded, then one fused multiply-add), so that residual_kernel and
+/// residual2_kernel give the same bits: left to the compiler, the contraction of the two products may differ.
+__device__ __forceinline__ float residual_step(float x, float a, float y, float b) {
+  return __fmaf_rn(x, a, __fmul_rn(y, b));
+}
+
 __global__ void residual_kernel(float* h, const float* x, float a, const float* y, float b, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    h[i] = x[i] * a + y[i] * b;
+    h[i] = residual_step(x[i], a, y[i], b);
 }
 
 __global__ void residual2_kernel(float* h, float a1, const float* x, float b1, float a2, const float* y, float b2, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float t = h[i] * a1 + x[i] * b1;  // residual_kernel's expression, twice
-    h[i] = t * a2 + y[i] * b2;
+    h[i] = residual_step(residual_step(h[i], a1, x[i], b1), a2, y[i], b2);  // residual_kernel's step, twice
   }
 }
 
