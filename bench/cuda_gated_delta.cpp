@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -99,7 +100,8 @@ void bench_decode(std::mt19937& rng) {
 
 void bench_prefill(std::mt19937& rng) {
   const int64_t block = int64_t{Hv} * Dk * Dv;
-  DeviceBuffer pool(static_cast<size_t>(block) * 9 * 4);
+  constexpr int kMaxSeqs = 64;  // the largest case below; state block s + 1 for sequence s (block 0: null)
+  DeviceBuffer pool(static_cast<size_t>(block) * (kMaxSeqs + 1) * 4);
   SSM_CUDA_CHECK(cudaMemset(pool.data(), 0, pool.bytes()));
   cuda::GatedDeltaParams p{Hk, Hv, Dk, Dv, 64, StateView{pool.data(), DType::F32, block}};
   struct Case {
@@ -108,6 +110,7 @@ void bench_prefill(std::mt19937& rng) {
   };
   for (const Case c : {Case{"1x2k", 1, 2048}, Case{"1x8k", 1, 8192}, Case{"1x32k", 1, 32768}, Case{"8x4k", 8, 4096},
                        Case{"64x256", 64, 256}}) {
+    if (c.seqs > kMaxSeqs) throw std::runtime_error("bench case with more sequences than state blocks");
     const int64_t T = int64_t{c.seqs} * c.len;
     DevTokens tk(T, rng);
     DeviceBuffer out(T * Hv * Dv * 4);
@@ -139,6 +142,7 @@ void bench_prefill(std::mt19937& rng) {
         std::printf("prefill %-6s %-8s %-6s %9.3f ms  %7.2f TFLOP/s  %9.0f tok/s\n", c.name, kNames[variant + 1],
                     prec == cuda::GatedDeltaPrecision::kFp32 ? "3xTF32" : "TF32", ms,
                     flops / ms / 1e9, T / ms * 1e3);
+        std::fflush(stdout);  // lines survive a later failure (stdout to a file is fully buffered)
         if (two_pass && prec == cuda::GatedDeltaPrecision::kFp32) {  // the new walks' outputs against the old one's
           std::vector<float> o = cuda::to_host<float>(out, T * Hv * Dv);
           if (variant == 0) {
