@@ -217,6 +217,8 @@ def _check_process(pid: int, what: str = "LLM") -> None:
 def _check_seed(seed) -> Optional[int]:
     if seed is None:
         return None
+    if isinstance(seed, bool):  # an int subclass: True is not a seed (vLLM's strict int)
+        raise TypeError("seed must be None or an int, got bool")
     try:
         seed = operator.index(seed)
     except TypeError:
@@ -229,7 +231,9 @@ def _check_seed(seed) -> Optional[int]:
 def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_batched_tokens, gpu_memory_utilization,
                  tensor_parallel_size, enable_prefix_caching, speculative_config, device, load_format, extra):
     """The C++ engine of LLM / AsyncLLM: vLLM's named arguments (None = the engine's default) plus ssmserve's own
-    (extra). TypeError for an unknown name or a wrong type, ValueError for a bad value or a missing model folder."""
+    (extra). TypeError for an unknown name or a wrong type (a bool, float or str for an int option, ...), ValueError
+    for a bad value or a missing model folder; either names the keyword argument (the engine's checks name its options
+    as the CLI flags, respelt by the module as keywords: "mamba_block_size must be ...")."""
     if speculative_config is not None and not isinstance(speculative_config, dict):
         raise TypeError("speculative_config must be None or a dict such as {'method': 'ngram', "
                         f"'num_speculative_tokens': 4}}, got {type(speculative_config).__name__}")
@@ -238,6 +242,8 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
     if dtype not in (None, "auto"):
         raise ValueError(f"dtype={dtype!r} is not supported: ssmserve computes in the checkpoint's dtype "
                          "(use dtype='auto'; the state cache dtypes are mamba_cache_dtype / mamba_ssm_cache_dtype)")
+    if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
+        raise TypeError(f"tokenizer must be None or a str (a folder with tokenizer.json), got {type(tokenizer).__name__}")
     model = os.fspath(model)
     if not os.path.isdir(model):
         raise ValueError(f"model folder {model!r} does not exist (LLM(model=...) takes a local checkpoint folder "
@@ -340,7 +346,9 @@ class LLM:
     "align" or "none"), mamba_block_size (tokens per cached state) and swap_space (GiB of host memory for cached
     states); None for any of them is the engine's default. log_level: the engine's log level for the whole process
     ("trace", "debug", "info", "warning", "error", "critical" or "off"; default "warning", or the
-    SSMSERVE_LOG_LEVEL environment variable read at import). Unknown keyword arguments are a TypeError.
+    SSMSERVE_LOG_LEVEL environment variable read at import). Unknown keyword arguments are a TypeError; so is a value of
+    the wrong type, naming the keyword (int options take an int, not a bool, float or str; float options an int or a
+    float, not a bool; enable_prefix_caching a bool). Bad values are a ValueError naming the keyword.
     One LLM may be used from several threads: their requests batch together in the one engine."""
 
     def __init__(self, model: str, *, tokenizer: Optional[str] = None, dtype: str = "auto", seed: Optional[int] = None,

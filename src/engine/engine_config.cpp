@@ -1,4 +1,5 @@
-// Owns EngineConfig's checks (see engine_config.h): every flag's range, named as the CLI spells it.
+// Owns EngineConfig's checks (see engine_config.h): every flag's range, named as the CLI spells it (other front ends
+// respell the flags: engine/engine_options.h).
 #include "engine/engine_config.h"
 
 #include <cmath>
@@ -20,7 +21,7 @@ void EngineConfig::validate() const {
   SSM_CHECK(scheduler.max_num_seqs >= 1 && scheduler.max_num_seqs <= kMaxNumSeqs, "--max-num-seqs must be in [1, {}] (got {})",
             kMaxNumSeqs, scheduler.max_num_seqs);
   SSM_CHECK(num_state_blocks == 0 || (num_state_blocks >= 2 && num_state_blocks <= kMaxNumStateBlocks),
-            "--num-state-blocks must be 0 (= max-num-seqs + 1) or in [2, {}] (block 0 is the null block), got {}",
+            "--num-state-blocks must be 0 (= --max-num-seqs + 1) or in [2, {}] (block 0 is the null block), got {}",
             kMaxNumStateBlocks, num_state_blocks);
   SSM_CHECK(num_threads >= 0 && num_threads <= max_num_threads(),
             "--threads must be in [0, {}] (0 = all cores; this machine has {} hardware threads), got {}", max_num_threads(),
@@ -29,7 +30,7 @@ void EngineConfig::validate() const {
             "--tensor-parallel-size must be in [1, {}] (got {})", kMaxTensorParallelSize, tensor_parallel_size);
   SSM_CHECK(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0,
             "--gpu-memory-utilization must be in (0, 1] (got {})", gpu_memory_utilization);
-  SSM_CHECK(max_model_len >= 0, "max_model_len must be >= 1 tokens, or 0 for the model's context (got {})", max_model_len);
+  SSM_CHECK(max_model_len >= 0, "--max-model-len must be >= 1 tokens, or 0 for the model's context (got {})", max_model_len);
   SSM_CHECK(pad_decode_batches_to >= 0, "pad_decode_batches_to must be >= 0 (got {})", pad_decode_batches_to);
   SSM_CHECK(num_scheduler_steps >= 1 && num_scheduler_steps <= kMaxSchedulerSteps,
             "--num-scheduler-steps must be in [1, {}] (got {})", kMaxSchedulerSteps, num_scheduler_steps);

@@ -43,7 +43,8 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.num_threads > 0) omp_set_num_threads(cfg_.num_threads);
   model_ = load_model(cfg_.model, cfg_.load_format, cfg_.device, cfg_.tensor_parallel_size);
   if (const int ctx = model_->config().max_model_len; cfg_.max_model_len > 0 && ctx > 0)
-    SSM_CHECK(cfg_.max_model_len <= ctx, "max_model_len {} is above the model's context ({}, max_position_embeddings)",
+    SSM_CHECK(cfg_.max_model_len <= ctx,
+              "--max-model-len {} is larger than the model's context of {} tokens (max_position_embeddings)",
               cfg_.max_model_len, ctx);
   const auto tok_dir = cfg_.tokenizer.empty() ? cfg_.model : cfg_.tokenizer;
   // tokenizer.json, else a SentencePiece tokenizer.model (Codestral-Mamba ships only that): Tokenizer::from_pretrained.

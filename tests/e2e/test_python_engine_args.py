@@ -1,0 +1,135 @@
+# LLM(...) / AsyncLLM engine arguments (issue 28): an error names the keyword argument as the caller spelt it
+# (mamba_block_size, as vLLM's ValueError), never the CLI flag (--mamba-block-size), for every engine option; a bool,
+# float, str or None where an int is wanted (and a bool for a float) is a TypeError naming the keyword, never taken
+# silently (True is not 1).
+import re
+
+import pytest
+
+from conftest import MODEL
+
+import ssmserve  # installed by `pip install .` (scripts/test.sh does it)
+from ssmserve import LLM
+
+INT_ARGS = ["max_model_len", "max_num_seqs", "max_num_batched_tokens", "num_state_blocks", "threads", "num_threads",
+            "tensor_parallel_size", "num_scheduler_steps", "mamba_block_size"]
+FLOAT_ARGS = ["gpu_memory_utilization", "swap_space"]
+STR_ARGS = ["tokenizer", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "device", "mamba_cache_mode", "load_format"]
+FLAG = re.compile(r"--[a-z]")  # a CLI flag (--mamba-block-size) outside quoted command lines
+
+
+def raises(exc, kw, **base):
+    with pytest.raises(exc) as e:
+        LLM(str(MODEL), **{"threads": 2, **base, **kw})
+    return str(e.value)
+
+
+# One bad value per engine option the Python LLM accepts: the ValueError names the keyword, not the flag.
+BAD_VALUES = [
+    (dict(max_model_len=-5), "max_model_len must be"),
+    (dict(max_num_seqs=0), "max_num_seqs must be in [1, "),
+    (dict(max_num_batched_tokens=0), "max_num_batched_tokens must be in [1, "),
+    (dict(num_state_blocks=1), "num_state_blocks must be 0 (= max_num_seqs + 1)"),
+    (dict(threads=-1), "threads must be in [0, "),
+    (dict(num_threads=-1), "num_threads must be in [0, "),  # the alias as spelt
+    (dict(tensor_parallel_size=0), "tensor_parallel_size must be in [1, "),
+    (dict(num_scheduler_steps=0), "num_scheduler_steps must be in [1, "),
+    (dict(mamba_block_size=-1), "mamba_block_size must be in [1, "),
+    (dict(mamba_block_size=512, mamba_cache_mode="none"), "mamba_block_size needs prefix caching (enable_prefix_caching and a "
+                                                          "mamba_cache_mode other than none)"),
+    (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization must be in (0, 1]"),
+    (dict(swap_space=-1), "swap_space must be >= 0 GiB"),
+    (dict(swap_space=float("nan")), "swap_space must be >= 0 GiB"),
+    (dict(mamba_cache_dtype="int3"), "mamba_cache_dtype"),
+    (dict(mamba_ssm_cache_dtype="int3"), "mamba_ssm_cache_dtype"),
+    (dict(mamba_cache_mode="some"), 'mamba_cache_mode must be none, align or all (got "some")'),
+    (dict(device="tpu"), "device tpu"),
+    (dict(load_format="pickle"), 'load_format must be auto, safetensors or dummy (got "pickle")'),
+    (dict(speculative_config={"method": "ngram"}), "num_speculative_tokens"),
+    (dict(num_state_blocks=2), "num_state_blocks 2 leaves 1 usable block"),  # raised while the engine is built
+]
+
+
+@pytest.mark.parametrize("kw,needle", BAD_VALUES, ids=[next(iter(k)) + "=" + repr(next(iter(k.values()))) for k, _ in BAD_VALUES])
+def test_bad_values_name_the_keyword(kw, needle):
+    base = {} if "threads" in kw or "num_threads" in kw else {"threads": 2}
+    with pytest.raises(ValueError) as e:
+        LLM(str(MODEL), **base, **kw)
+    msg = str(e.value)
+    assert needle in msg, msg
+    assert not FLAG.search(re.sub(r"`[^`]*`", "", msg)), f"names a CLI flag: {msg}"
+
+
+def test_negated_flag_and_quoted_command_lines():
+    """--no-enable-prefix-caching reads enable_prefix_caching=False; a quoted command line keeps its flags."""
+    msg = raises(ValueError, dict(num_state_blocks=2))
+    assert "raise num_state_blocks, or pass enable_prefix_caching=False" in msg, msg
+    msg = raises(ValueError, dict(speculative_config={"method": "replay", "num_speculative_tokens": 2}))
+    assert msg.startswith("speculative_config: method") and "`ssmserve bench latency --speculative-config" in msg, msg
+
+
+@pytest.mark.parametrize("name", INT_ARGS + FLOAT_ARGS)
+def test_bools_are_not_numbers(name):
+    for v in (True, False):
+        base = {} if name in ("threads", "num_threads") else {"threads": 2}
+        with pytest.raises(TypeError, match=f"engine argument '{name}' cannot be {v} \\(bool\\): it must be an? (int|float)"):
+            LLM(str(MODEL), **base, **{name: v})
+
+
+@pytest.mark.parametrize("name", INT_ARGS)
+def test_int_arguments_take_ints_only(name):
+    base = {} if name in ("threads", "num_threads") else {"threads": 2}
+    for v in (2.0, 1.5, "8", b"8", [8], object()):
+        with pytest.raises(TypeError, match=f"engine argument '{name}' cannot be .*: it must be an int"):
+            LLM(str(MODEL), **base, **{name: v})
+    with pytest.raises(ValueError, match=f"engine argument '{name}' is out of range: 1099511627776 does not fit in a 32-bit int"):
+        LLM(str(MODEL), **base, **{name: 2**40})
+
+
+@pytest.mark.parametrize("name", FLOAT_ARGS)
+def test_float_arguments_take_numbers_only(name):
+    for v in ("0.5", b"1", [0.5], None.__class__):
+        with pytest.raises(TypeError, match=f"engine argument '{name}' cannot be .*: it must be a float"):
+            LLM(str(MODEL), threads=2, **{name: v})
+    with pytest.raises(ValueError, match=f"engine argument '{name}' is out of range"):
+        LLM(str(MODEL), threads=2, **{name: 10**400})
+
+
+@pytest.mark.parametrize("name", STR_ARGS)
+def test_str_arguments_take_strs_only(name):
+    for v in (5, True, 1.5):
+        with pytest.raises(TypeError, match=f"{name}"):
+            LLM(str(MODEL), threads=2, **{name: v})
+
+
+def test_enable_prefix_caching_takes_a_bool_only():
+    for v in (1, 0, "yes", 1.0):
+        with pytest.raises(TypeError, match="engine argument 'enable_prefix_caching' cannot be .*: it must be a bool"):
+            LLM(str(MODEL), threads=2, enable_prefix_caching=v)
+
+
+def test_seed_takes_an_int_not_a_bool():
+    with pytest.raises(TypeError, match="seed must be None or an int, got bool"):
+        LLM(str(MODEL), threads=2, seed=True)
+
+
+def test_good_values_still_work():
+    """Ints (also numpy-style __index__ objects), ints for floats, bools and None (the default) are accepted."""
+    class Index:
+        def __index__(self):
+            return 2
+
+    llm = LLM(str(MODEL), threads=Index(), max_num_seqs=4, gpu_memory_utilization=1, swap_space=0,
+              enable_prefix_caching=True, mamba_block_size=None, max_model_len=None)
+    out = llm.generate("Hello", ssmserve.SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)[0]
+    assert out.finished and len(out.outputs[0].token_ids) == 2
+
+
+def test_async_engine_args_name_the_keyword():
+    from ssmserve import AsyncLLM
+
+    with pytest.raises(TypeError, match="engine argument 'mamba_block_size' cannot be True"):
+        AsyncLLM(str(MODEL), threads=2, mamba_block_size=True)
+    with pytest.raises(ValueError) as e:
+        AsyncLLM(str(MODEL), threads=2, mamba_block_size=-1)
+    assert str(e.value).startswith("mamba_block_size must be in [1, "), str(e.value)
