@@ -1,0 +1,86 @@
+// Tests respell_engine_options (engine/engine_options.h): engine error messages name options by their CLI flags and
+// a front end respells them (the Python package: as LLM(...) keywords) — whole flags only, quoted text kept.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/engine_config.h"
+#include "engine/engine_options.h"
+
+namespace ssmserve {
+namespace {
+
+/// The Python package's spelling: the keyword, "=False" for a negated flag.
+std::string as_keywords(std::string_view msg) {
+  return respell_engine_options(msg, [](const EngineOptionName& o) {
+    return std::string(o.name) + (o.negated ? "=False" : "");
+  });
+}
+
+TEST(EngineOptions, FlagsBecomeKeywords) {
+  EXPECT_EQ(as_keywords("--mamba-block-size 3 must be a multiple of 8 tokens"), "mamba_block_size 3 must be a multiple of 8 tokens");
+  EXPECT_EQ(as_keywords("--num-state-blocks must be 0 (= --max-num-seqs + 1), got 1"),
+            "num_state_blocks must be 0 (= max_num_seqs + 1), got 1");
+  EXPECT_EQ(as_keywords("raise --num-state-blocks, or pass --no-enable-prefix-caching)"),
+            "raise num_state_blocks, or pass enable_prefix_caching=False)");
+  EXPECT_EQ(as_keywords("--speculative-config: method"), "speculative_config: method");
+  EXPECT_EQ(as_keywords("--device"), "device");
+}
+
+TEST(EngineOptions, OnlyWholeKnownFlagsOutsideQuotes) {
+  // A longer flag that starts like an engine flag, an unknown flag, and a dash run inside a word stay as they are.
+  EXPECT_EQ(as_keywords("--max-num-seqs-per-request and --port and x--threads"), "--max-num-seqs-per-request and --port and x--threads");
+  // A quoted command line or value keeps its text; the text after the quote is respelt again.
+  EXPECT_EQ(as_keywords("only `ssmserve bench latency --speculative-config ...` runs it; see --swap-space"),
+            "only `ssmserve bench latency --speculative-config ...` runs it; see swap_space");
+  EXPECT_EQ(as_keywords("--mamba-cache-mode must be none, align or all (got \"--device\")"),
+            "mamba_cache_mode must be none, align or all (got \"--device\")");
+  EXPECT_EQ(as_keywords(""), "");
+  EXPECT_EQ(as_keywords("--"), "--");
+  EXPECT_EQ(as_keywords("unterminated \"--threads"), "unterminated \"--threads");
+}
+
+TEST(EngineOptions, EveryValidateMessageIsRespelt) {
+  // Each knob's validate() error names its flag, which the table respells (no "--" left for the Python API).
+  auto message = [](EngineConfig c) {
+    try {
+      c.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::vector<EngineConfig> bad(11);
+  bad[0].scheduler.max_num_batched_tokens = 0;
+  bad[1].scheduler.max_num_seqs = 0;
+  bad[2].num_state_blocks = 1;
+  bad[3].num_threads = -1;
+  bad[4].tensor_parallel_size = 0;
+  bad[5].gpu_memory_utilization = 2;
+  bad[6].max_model_len = -1;
+  bad[7].num_scheduler_steps = 0;
+  bad[8].mamba_cache_mode = "x";
+  bad[9].swap_space = -1;
+  bad[10].mamba_block_size = -1;
+  for (const EngineConfig& c : bad) {
+    const std::string msg = message(c);
+    ASSERT_FALSE(msg.empty());
+    EXPECT_EQ(msg.rfind("--", 0), 0u) << msg;  // the CLI's spelling
+    EXPECT_EQ(as_keywords(msg).find("--"), std::string::npos) << msg << " -> " << as_keywords(msg);
+  }
+}
+
+TEST(EngineOptions, TableHasOneFlagPerEntry) {
+  std::set<std::string_view> flags;
+  for (const EngineOptionName& o : kEngineOptionNames) {
+    EXPECT_TRUE(flags.insert(o.flag).second) << o.flag;
+    EXPECT_EQ(o.flag.rfind("--", 0), 0u) << o.flag;
+    EXPECT_EQ(o.name.find('-'), std::string_view::npos) << o.name;
+  }
+}
+
+}  // namespace
+}  // namespace ssmserve
