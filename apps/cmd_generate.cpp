@@ -27,6 +27,8 @@ struct GenerateArgs {
   std::string prompts_file;
   std::string seed;            ///< --seed as given (parsed and range-checked before it becomes params.seed)
   bool seed_given = false;
+  int max_model_len = 0;       ///< --max-model-len as given (checked >= 1 when given; then the engine's max_model_len)
+  bool max_model_len_given = false;
   SamplingParams params;
   bool json = false;
 };
@@ -144,21 +146,23 @@ std::vector<PromptJob> read_prompts_file(const std::string& path, const Sampling
   return prompts;
 }
 
-/// Applies the model's context (max_position_embeddings) as vLLM does: a prompt that leaves no room to generate
-/// is an error; a prompt + max_tokens beyond it generates only up to the context (finish_reason "length") with a
-/// warning on stderr.
-void fit_to_context(std::vector<PromptJob>& jobs, const LLMEngine& engine) {
-  const int max_len = engine.model_config().max_model_len;
+/// Applies the context (--max-model-len, else the model's max_position_embeddings) as vLLM does: a prompt that
+/// leaves no room to generate is an error; a prompt + max_tokens beyond it generates only up to the context
+/// (finish_reason "length") with a warning on stderr.
+void fit_to_context(std::vector<PromptJob>& jobs, const LLMEngine& engine, bool max_model_len_given) {
+  const int max_len = engine.max_model_len();
   const Tokenizer* tok = engine.tokenizer();
   if (max_len <= 0 || !tok) return;  // no positional limit (recurrent models), or token-id-only models
+  const char* source = max_model_len_given ? "--max-model-len" : "max_position_embeddings";
   for (size_t i = 0; i < jobs.size(); ++i) {
     const int len = static_cast<int>(tok->encode(jobs[i].prompt).size());
-    SSM_CHECK(len < max_len, "prompt {}: the prompt has {} tokens, which leaves no room to generate within the model's maximum "
-              "context length of {} tokens (max_position_embeddings)", i, len, max_len);
+    SSM_CHECK(len < max_len, "prompt {}: the prompt has {} tokens, which leaves no room to generate within the maximum "
+              "context length of {} tokens ({})", i, len, max_len, source);
     SamplingParams& sp = jobs[i].params;
     if (static_cast<long long>(len) + sp.max_tokens > max_len) {
-      std::cerr << fmt::format("warning: prompt {}: {} prompt tokens + max_tokens {} exceed the model's maximum context length "
-                               "of {} tokens; generating at most {} tokens\n", i, len, sp.max_tokens, max_len, max_len - len);
+      std::cerr << fmt::format("warning: prompt {}: {} prompt tokens + max_tokens {} exceed the maximum context length "
+                               "of {} tokens ({}); generating at most {} tokens\n", i, len, sp.max_tokens, max_len, source,
+                               max_len - len);
       sp.max_tokens = max_len - len;
       sp.min_tokens = std::min(sp.min_tokens, sp.max_tokens);
     }
@@ -209,6 +213,10 @@ void check_flags(GenerateArgs& a) {
                                                   {"--presence-penalty", sp.presence_penalty},
                                                   {"--frequency-penalty", sp.frequency_penalty}};
   for (const auto& [flag, v] : reals) SSM_CHECK(std::isfinite(v), "{} must be finite (got {})", flag, v);
+  if (a.max_model_len_given) {
+    check_max_model_len(a.max_model_len);
+    a.engine.max_model_len = a.max_model_len;  // the engine checks it against the model's context when it loads
+  }
   if (a.seed_given) {
     // As the server: an integer in [0, 2^63 - 1]; out-of-range values are an error, never clamped.
     long long v = -1;
@@ -232,7 +240,9 @@ int run_generate(GenerateArgs& a) {
                                                : read_prompts_file(a.prompts_file, a.params);
   LLM llm(a.engine);
   LLMEngine& engine = llm.engine();
-  fit_to_context(jobs, engine);
+  if (a.max_model_len_given)
+    check_max_model_len_fits(a.max_model_len, engine.model_config().max_model_len, engine.pool_token_capacity());
+  fit_to_context(jobs, engine, a.max_model_len_given);
   // Stream a single text prompt as it is generated; otherwise run the batch and print in input order.
   if (!a.json && jobs.size() == 1) {
     Request r;
@@ -266,6 +276,7 @@ Runner add_generate(CLI::App& app) {
   a->params.temperature = 0.0;
   CLI::App* cmd = app.add_subcommand("generate", "Generate continuations of prompts (offline, through the engine)");
   add_engine_options(*cmd, a->engine, a->load_format);
+  auto* mml = add_max_model_len_option(*cmd, a->max_model_len, "none");
   auto* p1 = cmd->add_option("--prompt", a->prompt, "Prompt text");
   auto* p2 = cmd->add_option("--prompts-file", a->prompts_file,
                              "JSONL file (- = stdin), one object per line: {\"prompt\": \"...\"} plus optional per-prompt "
@@ -290,10 +301,11 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--logprobs", sp.logprobs, "Top-K logprobs of each generated token (JSON output)");
   cmd->add_option("--prompt-logprobs", sp.prompt_logprobs, "Top-K logprobs of each prompt position (JSON output)");
   cmd->add_flag("--json", a->json, "Print one JSON object per prompt, in input order");
-  cmd->callback([a, p1, p2, seed] {
+  cmd->callback([a, p1, p2, seed, mml] {
     if (p1->count() == 0 && p2->count() == 0) throw CLI::RequiredError("--prompt or --prompts-file");
     a->prompt_given = p1->count() > 0;
     a->seed_given = seed->count() > 0;
+    a->max_model_len_given = mml->count() > 0;
   });
   return [a] { return run_generate(*a); };
 }

@@ -59,7 +59,7 @@ struct ServeArgs {
 int run_serve(ServeArgs& a) {
   resolve_engine_config(a.engine, a.load_format);
   SSM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535] (got {})", a.server.port);
-  if (a.max_model_len_given) SSM_CHECK(a.max_model_len >= 1, "--max-model-len must be a positive number of tokens (got {})", a.max_model_len);
+  if (a.max_model_len_given) check_max_model_len(a.max_model_len);
   if (a.served_model_name_given)
     SSM_CHECK(a.server.served_model_name.find_first_not_of(" \t\r\n") != std::string::npos,
               "--served-model-name must not be empty (clients send it as \"model\")");
@@ -98,20 +98,13 @@ int run_serve(ServeArgs& a) {
   server::Metrics metrics;
   server::AsyncEngine engine(a.engine, server::AsyncEngineOptions{a.max_num_waiting, a.max_pending_output_bytes, a.max_seqs_per_request}, metrics);
   const ModelConfig& mc = engine.model_config();
+  // As vLLM: refuse to start when a given --max-model-len exceeds the model's context or one request of that many
+  // tokens cannot fit in the block pool (it would otherwise fail mid-generation).
+  if (a.max_model_len_given) check_max_model_len_fits(a.max_model_len, mc.max_model_len, engine.pool_token_capacity());
   a.server.max_model_len = a.max_model_len_given ? a.max_model_len : mc.max_model_len > 0 ? mc.max_model_len : kDefaultMaxModelLen;
-  if (mc.max_model_len > 0)
-    SSM_CHECK(a.server.max_model_len <= mc.max_model_len,
-              "--max-model-len {} is larger than the model's context of {} tokens (max_position_embeddings)",
-              a.server.max_model_len, mc.max_model_len);
-  // As vLLM: refuse to start when one request of max_model_len tokens cannot fit in the block pool (it would
-  // otherwise fail mid-generation).
   if (const int cap = engine.pool_token_capacity(); cap > 0 && a.server.max_model_len > cap) {
-    // Given explicitly: an error, as vLLM. From the model's context (e.g. 10M tokens, beyond the automatic pool):
-    // lowered to what the pool holds, with a warning.
-    SSM_CHECK(!a.max_model_len_given,
-              "--max-model-len {} does not fit in the block pool, which holds at most {} tokens of one request (its KV "
-              "blocks; the null block and a state block aside): raise --num-state-blocks or lower --max-model-len",
-              a.server.max_model_len, cap);
+    // From the model's context (e.g. 10M tokens, beyond the automatic pool): lowered to what the pool holds, with a
+    // warning.
     std::cerr << "ssmserve: warning: max_model_len lowered from the model's context (" << a.server.max_model_len
               << ") to the " << cap << " tokens one request's KV blocks can take in the block pool (--num-state-blocks "
               << "raises it)" << std::endl;
@@ -150,9 +143,7 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->server.port, "Port (0 = any free port, printed at startup)")->capture_default_str();
   auto* name = cmd->add_option("--served-model-name", a->server.served_model_name, "Model id clients use (default: the --model path)");
-  auto* mml = cmd->add_option("--max-model-len", a->max_model_len,
-                              "Most prompt + generated tokens per request, >= 1 (default: the model's max_position_embeddings, "
-                              "or 8192 for models without a limit)");
+  auto* mml = add_max_model_len_option(*cmd, a->max_model_len, std::to_string(kDefaultMaxModelLen));
   cmd->add_option("--max-num-waiting", a->max_num_waiting,
                   "Waiting sequences (prompts x n) before new requests get 503; a request with more on its own gets 400 "
                   "(0 = no limit)")

@@ -33,6 +33,16 @@ Runner add_bench_multiturn(CLI::App& bench);
 /// --max-num-seqs, --num-state-blocks, --threads, --tensor-parallel-size, --tokenizer) bound to `cfg`. `load_format` receives the
 /// string value and is applied by resolve_engine_config.
 void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_format);
+/// Adds vLLM's --max-model-len (most prompt + generated tokens per request) to `cmd`, bound to `value`, with the one
+/// help text of every subcommand that has it; `no_limit_default` says what the subcommand uses for a model without a
+/// context limit (e.g. "8192"). The returned option's count() says whether it was given.
+CLI::Option* add_max_model_len_option(CLI::App& cmd, int& value, const std::string& no_limit_default);
+/// Checks a given --max-model-len before the model loads: throws Error unless it is >= 1.
+void check_max_model_len(int value);
+/// Checks a given --max-model-len against the loaded model, as vLLM: throws Error when it is larger than the model's
+/// context `model_context` (max_position_embeddings; <= 0 = none) or when one request of that many tokens does not fit
+/// in the block pool (`pool_token_capacity` tokens of one request's KV blocks; <= 0 = no KV blocks, no limit).
+void check_max_model_len_fits(int value, int model_context, int pool_token_capacity);
 /// Throws Error when `path` (an --output-json file; empty = none) is a directory or its folder does not exist,
 /// so a bad path fails before the benchmark runs.
 void check_output_path(const std::string& path);

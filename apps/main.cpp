@@ -73,6 +73,27 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
       ->capture_default_str();
 }
 
+CLI::Option* add_max_model_len_option(CLI::App& cmd, int& value, const std::string& no_limit_default) {
+  return cmd.add_option("--max-model-len", value,
+                        "Most prompt + generated tokens per request, >= 1 (default: the model's max_position_embeddings, "
+                        "or " + no_limit_default + " for models without a limit)");
+}
+
+void check_max_model_len(int value) {
+  SSM_CHECK(value >= 1, "--max-model-len must be a positive number of tokens (got {})", value);
+}
+
+void check_max_model_len_fits(int value, int model_context, int pool_token_capacity) {
+  if (model_context > 0)
+    SSM_CHECK(value <= model_context,
+              "--max-model-len {} is larger than the model's context of {} tokens (max_position_embeddings)", value,
+              model_context);
+  SSM_CHECK(pool_token_capacity <= 0 || value <= pool_token_capacity,
+            "--max-model-len {} does not fit in the block pool, which holds at most {} tokens of one request (its KV "
+            "blocks; the null block and a state block aside): raise --num-state-blocks or lower --max-model-len",
+            value, pool_token_capacity);
+}
+
 void check_output_path(const std::string& path) {
   if (path.empty()) return;
   std::error_code ec;

@@ -1,8 +1,10 @@
 # CLI contracts around serving: `serve` rejects meaningless flags with a clear error, `generate --prompts-file`
-# honours per-line sampling fields, and `generate` respects the model's context (max_position_embeddings) as vLLM.
+# honours per-line sampling fields, and `generate` respects the model's context (max_position_embeddings, or
+# --max-model-len) as vLLM.
 import json
 import os
 import subprocess
+from pathlib import Path
 
 from conftest import BINARY, MODEL
 
@@ -72,6 +74,43 @@ def test_generate_respects_max_position_embeddings(tmp_path):
     assert "maximum context length of 12" in r.stderr
     r = run("generate", "--model", m, "--prompt", "word " * 20)
     assert r.returncode == 1 and "maximum context length of 12" in r.stderr, r.stderr
+
+
+# 17. generate takes vLLM's --max-model-len as serve does (the same help text and checks): >= 1, at most the
+# model's context, for hybrids within what one request's KV blocks can take in the pool; generation stops there.
+def test_generate_max_model_len(tmp_path):
+    def help_line(cmd):
+        text = run(cmd, "--help").stdout
+        i = text.index("--max-model-len")
+        return " ".join(text[i:].split("\n  -", 1)[0].split())
+
+    assert help_line("generate").replace("or none for", "or 8192 for") == help_line("serve"), help_line("generate")
+    for bad in (0, -5):
+        r = run("generate", "--model", MODEL, "--prompt", "Hi", "--max-model-len", bad)
+        assert r.returncode == 1 and f"--max-model-len must be a positive number of tokens (got {bad})" in r.stderr, r.stderr
+    for bad in ("abc", "1.5", "true", ""):
+        r = run("generate", "--model", MODEL, "--prompt", "Hi", "--max-model-len", bad)
+        assert r.returncode == 1 and "--max-model-len" in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
+    r = run("generate", "--model", model_with_context(tmp_path, 64), "--prompt", "Hi", "--max-model-len", 100)
+    assert r.returncode == 1 and "--max-model-len 100 is larger than the model's context of 64" in r.stderr, r.stderr
+    # Within the context: generation stops at --max-model-len (finish_reason "length", a warning naming the flag), and
+    # a prompt that fills it is refused; the bundled model has no context limit, so this is --max-model-len's alone.
+    r = run("generate", "--model", MODEL, "--json", "--prompt", "Hello there", "--max-tokens", 50, "--ignore-eos",
+            "--max-model-len", 7, "--threads", 2)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["prompt_token_ids"]) + len(out["token_ids"]) == 7 and out["finish_reason"] == "length"
+    assert "maximum context length of 7 tokens (--max-model-len)" in r.stderr, r.stderr
+    r = run("generate", "--model", MODEL, "--prompt", "word " * 20, "--max-model-len", 7)
+    assert r.returncode == 1 and "maximum context length of 7 tokens (--max-model-len)" in r.stderr, r.stderr
+    # The CLI keeps naming its flags (the Python LLM names the keywords instead: test_python_engine_args.py).
+    r = run("generate", "--model", MODEL, "--prompt", "Hi", "--mamba-block-size", -1)
+    assert r.returncode == 1 and "--mamba-block-size must be in [1, " in r.stderr, r.stderr
+    hybrid = Path(os.environ.get("SSMSERVE_MODELS_DIR", MODEL.parents[2] / "shared" / "models")) / "tiny-minimax"
+    if (hybrid / "config.json").exists():
+        r = run("generate", "--model", hybrid, "--prompt", "Hi", "--num-state-blocks", 4, "--max-model-len", 8192,
+                "--threads", 1)
+        assert r.returncode == 1 and "--max-model-len 8192 does not fit in the block pool" in r.stderr, r.stderr
 
 
 def test_generate_with_a_sentencepiece_only_checkpoint(tmp_path):
