@@ -11,7 +11,6 @@
 #include <deque>
 #include <exception>
 #include <filesystem>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -21,8 +20,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine_args.h"
 #include "gil_release.h"
-#include "engine/engine_options.h"
 #include "engine/llm_engine.h"
 #include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -32,7 +31,11 @@
 
 namespace py = pybind11;
 using namespace ssmserve;
+using ssmserve::python::check_engine_args;
+using ssmserve::python::GivenKeywords;
 using ssmserve::python::GilRelease;
+using ssmserve::python::make_config;
+using ssmserve::python::python_message;
 
 namespace {
 
@@ -525,148 +528,6 @@ class PyLLM {
   std::map<std::string, Timing> timing_;                       // every running request's times
 };
 
-/// `v`'s Python type name, for messages.
-std::string type_name(const py::handle& v) { return py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>(); }
-
-/// The TypeError of an LLM(...) keyword argument `k` whose value `v` is not `want` ("an int", ...).
-py::type_error bad_engine_arg(const std::string& k, const py::handle& v, const std::string& want) {
-  return py::type_error("LLM() engine argument '" + k + "' cannot be " + py::repr(v).cast<std::string>().substr(0, 100) +
-                        " (" + type_name(v) + "): it must be " + want);
-}
-
-/// An int keyword argument: a Python int (or an object with __index__, e.g. numpy.int64), never a bool (True is not
-/// 1 here, as in vLLM's strict config), a float or a str: TypeError naming `k`. ValueError naming `k` when it does not
-/// fit in 32 bits (the engine then checks its range and names the keyword too).
-int int_arg(const std::string& k, const py::handle& v) {
-  if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr())) throw bad_engine_arg(k, v, "an int");
-  const py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-  if (!i) throw py::error_already_set();
-  int overflow = 0;
-  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
-  if (overflow != 0 || x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
-    throw py::value_error("LLM() engine argument '" + k + "' is out of range: " + py::repr(i).cast<std::string>().substr(0, 100) +
-                          " does not fit in a 32-bit int");
-  return static_cast<int>(x);
-}
-
-/// A float keyword argument: a Python float or int (or an object with __float__ / __index__), never a bool or a str:
-/// TypeError naming `k`; ValueError naming `k` for an int too large for a float.
-double float_arg(const std::string& k, const py::handle& v) {
-  const PyNumberMethods* num = Py_TYPE(v.ptr())->tp_as_number;
-  const bool numeric = PyFloat_Check(v.ptr()) || PyIndex_Check(v.ptr()) || (num != nullptr && num->nb_float != nullptr);
-  if (py::isinstance<py::bool_>(v) || !numeric) throw bad_engine_arg(k, v, "a float");
-  const double d = PyFloat_AsDouble(v.ptr());
-  if (d == -1.0 && PyErr_Occurred()) {
-    PyErr_Clear();
-    throw py::value_error("LLM() engine argument '" + k + "' is out of range: " + py::repr(v).cast<std::string>().substr(0, 100) +
-                          " is not a finite float");
-  }
-  return d;
-}
-
-/// A bool keyword argument: True or False only (not 0 / 1 or a str): TypeError naming `k`.
-bool bool_arg(const std::string& k, const py::handle& v) {
-  if (!py::isinstance<py::bool_>(v)) throw bad_engine_arg(k, v, "a bool");
-  return v.cast<bool>();
-}
-
-/// A str keyword argument: TypeError naming `k` for anything else.
-std::string str_arg(const std::string& k, const py::handle& v) {
-  if (!py::isinstance<py::str>(v)) throw bad_engine_arg(k, v, "a str");
-  return v.cast<std::string>();
-}
-
-/// One LLM(...) keyword argument: its keyword, the engine option it sets (EngineOptionName::name, whose CLI flag
-/// engine errors name; aliases such as num_threads set the same option) and how it is set (typed: the *_arg checks).
-struct EngineArg {
-  std::string_view keyword;
-  std::string_view option;
-  void (*set)(EngineConfig& c, const std::string& k, const py::handle& v);
-};
-
-/// Every engine argument the Python LLM / AsyncLLM passes to Engine(...) (vLLM's names, and ssmserve's own as the
-/// CLI's flags).
-const EngineArg kEngineArgs[] = {
-    {"tokenizer", "tokenizer", [](EngineConfig& c, const std::string& k, const py::handle& v) { c.tokenizer = str_arg(k, v); }},
-    {"max_num_seqs", "max_num_seqs",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.scheduler.max_num_seqs = int_arg(k, v); }},
-    {"max_num_batched_tokens", "max_num_batched_tokens",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.scheduler.max_num_batched_tokens = int_arg(k, v); }},
-    {"num_state_blocks", "num_state_blocks",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.num_state_blocks = int_arg(k, v); }},
-    {"threads", "threads", [](EngineConfig& c, const std::string& k, const py::handle& v) { c.num_threads = int_arg(k, v); }},
-    {"num_threads", "threads", [](EngineConfig& c, const std::string& k, const py::handle& v) { c.num_threads = int_arg(k, v); }},
-    {"tensor_parallel_size", "tensor_parallel_size",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.tensor_parallel_size = int_arg(k, v); }},
-    {"max_model_len", "max_model_len",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.max_model_len = int_arg(k, v); }},
-    {"mamba_cache_dtype", "mamba_cache_dtype",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.mamba_cache_dtype = str_arg(k, v); }},
-    {"mamba_ssm_cache_dtype", "mamba_ssm_cache_dtype",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.mamba_ssm_cache_dtype = str_arg(k, v); }},
-    {"device", "device", [](EngineConfig& c, const std::string& k, const py::handle& v) { c.device = str_arg(k, v); }},
-    {"gpu_memory_utilization", "gpu_memory_utilization",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.gpu_memory_utilization = float_arg(k, v); }},
-    {"num_scheduler_steps", "num_scheduler_steps",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.num_scheduler_steps = int_arg(k, v); }},
-    {"enable_prefix_caching", "enable_prefix_caching",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.enable_prefix_caching = bool_arg(k, v); }},
-    {"mamba_cache_mode", "mamba_cache_mode",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.mamba_cache_mode = str_arg(k, v); }},
-    {"mamba_block_size", "mamba_block_size",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.mamba_block_size = int_arg(k, v); }},
-    {"speculative_config", "speculative_config",  // JSON text (the Python side dumps the dict)
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.speculative_config = str_arg(k, v); }},
-    {"swap_space", "swap_space",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.swap_space = float_arg(k, v); }},
-    {"load_format", "load_format",
-     [](EngineConfig& c, const std::string& k, const py::handle& v) {
-       const std::string f = str_arg(k, v);
-       if (f == "auto" || f == "safetensors") c.load_format = LoadFormat::Auto;
-       else if (f == "dummy") c.load_format = LoadFormat::Dummy;
-       else fail("--load-format must be auto, safetensors or dummy (got \"{}\")", f);
-     }},
-};
-
-/// Engine option name -> the keyword the caller spelt it with (num_threads for threads, ...).
-using GivenKeywords = std::map<std::string, std::string, std::less<>>;
-
-/// An engine error's message as the Python API spells it: every CLI flag it names (engine/engine_options.h) becomes
-/// the LLM(...) keyword (as `given` spelt it, else the option's name; "--no-enable-prefix-caching" becomes
-/// "enable_prefix_caching=False").
-std::string python_message(std::string_view msg, const GivenKeywords& given = {}) {
-  return respell_engine_options(msg, [&](const EngineOptionName& o) {
-    const auto it = given.find(o.name);
-    std::string k(it != given.end() ? std::string_view(it->second) : o.name);
-    return o.negated ? k + "=False" : k;
-  });
-}
-
-/// The EngineConfig of LLM(model, **kw); `given` receives the keyword of each option set. None for any argument is
-/// the engine's default. TypeError naming the argument for an unknown name or a wrong type (a bool for an int, ...),
-/// ValueError naming it for a bad value.
-EngineConfig make_config(const std::string& model, const py::kwargs& kw, GivenKeywords& given) {
-  EngineConfig c;
-  c.model = model;
-  for (auto item : kw) {
-    const std::string k = item.first.cast<std::string>();
-    const py::handle v = item.second;
-    const EngineArg* arg = nullptr;
-    for (const EngineArg& a : kEngineArgs)
-      if (a.keyword == k) arg = &a;
-    if (arg == nullptr) throw py::type_error("LLM() got an unexpected engine argument '" + k + "'");
-    given[std::string(arg->option)] = k;
-    if (v.is_none()) continue;  // the engine's default, as for vLLM's Optional arguments
-    try {
-      arg->set(c, k, v);
-    } catch (const Error& e) {
-      throw Error(python_message(e.what(), given));
-    }
-  }
-  return c;
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_ssmserve, m) {
@@ -690,12 +551,7 @@ PYBIND11_MODULE(_ssmserve, m) {
       PyErr_SetString(ssm_error, python_message(e.what()).c_str());
     }
   });
-  // Every keyword's option has a CLI spelling (kEngineOptionNames), so its errors can be respelt.
-  for (const EngineArg& a : kEngineArgs) {
-    bool known = false;
-    for (const EngineOptionName& o : kEngineOptionNames) known = known || o.name == a.option;
-    if (!known) throw std::logic_error("engine argument " + std::string(a.keyword) + " has no entry in kEngineOptionNames");
-  }
+  check_engine_args();  // every keyword's option has a CLI spelling, so its errors can be respelt
   // The engine's log level (spdlog's default logger, process-wide): trace, debug, info, warning (warn), error,
   // critical or off. The package sets it on import (SSMSERVE_LOG_LEVEL, default warning) and LLM(log_level=...).
   m.def(
