@@ -133,3 +133,17 @@ def test_async_engine_args_name_the_keyword():
     with pytest.raises(ValueError) as e:
         AsyncLLM(str(MODEL), threads=2, mamba_block_size=-1)
     assert str(e.value).startswith("mamba_block_size must be in [1, "), str(e.value)
+
+
+def test_errors_while_generating_name_keywords_too():
+    """Errors raised after construction (here: a hybrid's prompt beyond the block pool) are SsmserveError (a ValueError)
+    naming the keyword that fixes them."""
+    import os
+    from pathlib import Path
+
+    hybrid = Path(os.environ.get("SSMSERVE_MODELS_DIR", MODEL.parents[2] / "shared" / "models")) / "tiny-minimax"
+    if not (hybrid / "config.json").exists():
+        pytest.skip(f"no {hybrid}")
+    llm = LLM(str(hybrid), threads=1, num_state_blocks=4, enable_prefix_caching=False)
+    with pytest.raises(ssmserve.SsmserveError, match="raise num_state_blocks$"):
+        llm.generate("word " * 2000, ssmserve.SamplingParams(max_tokens=2), use_tqdm=False)
