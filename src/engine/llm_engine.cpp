@@ -55,8 +55,9 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found (nor a SentencePiece tokenizer.model)", tok_dir.string());
   const PrefixCacheConfig prefix = resolve_prefix_cache();
   if (const int ctx = max_model_len(); prefix.block_size > 0 && ctx > 0 && prefix.block_size >= ctx)
-    spdlog::warn("prefix caching: --mamba-block-size {} is not below max_model_len {}: no prompt can fill a block, so "
-                 "nothing will be cached", prefix.block_size, ctx);
+    spdlog::warn("prefix caching: {} {} is not below max_model_len {}: no prompt can fill a block, so nothing will be "
+                 "cached", cfg_.mamba_block_size > 0 ? "--mamba-block-size" : "the state block size (--mamba-block-size, "
+                 "chosen from the model's chunk and KV block sizes)", prefix.block_size, ctx);
   spec_ = SpeculativeConfig::parse(cfg_.speculative_config);
   if (spec_.enabled()) {
     SSM_CHECK(model_->supports_speculative_decoding(),

@@ -103,6 +103,12 @@ def test_generate_max_model_len(tmp_path):
     assert "maximum context length of 7 tokens (--max-model-len)" in r.stderr, r.stderr
     r = run("generate", "--model", MODEL, "--prompt", "word " * 20, "--max-model-len", 7)
     assert r.returncode == 1 and "maximum context length of 7 tokens (--max-model-len)" in r.stderr, r.stderr
+    # Nothing can be cached below one state block: the warning names the flag only when the user set it.
+    r = run("generate", "--model", MODEL, "--prompt", "Hi", "--max-tokens", 2, "--max-model-len", 7, "--threads", 1)
+    assert r.returncode == 0 and "the state block size (--mamba-block-size, chosen from" in r.stderr, r.stderr
+    r = run("generate", "--model", MODEL, "--prompt", "Hi", "--max-tokens", 2, "--max-model-len", 7,
+            "--mamba-block-size", 256, "--threads", 1)
+    assert r.returncode == 0 and "prefix caching: --mamba-block-size 256 is not below max_model_len 7" in r.stderr, r.stderr
     # The CLI keeps naming its flags (the Python LLM names the keywords instead: test_python_engine_args.py).
     r = run("generate", "--model", MODEL, "--prompt", "Hi", "--mamba-block-size", -1)
     assert r.returncode == 1 and "--mamba-block-size must be in [1, " in r.stderr, r.stderr
