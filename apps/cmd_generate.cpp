@@ -240,8 +240,7 @@ int run_generate(GenerateArgs& a) {
                                                : read_prompts_file(a.prompts_file, a.params);
   LLM llm(a.engine);
   LLMEngine& engine = llm.engine();
-  if (a.max_model_len_given)
-    check_max_model_len_fits(a.max_model_len, engine.model_config().max_model_len, engine.pool_token_capacity());
+  // The engine refused a --max-model-len above the model's context or the block pool when it was built.
   fit_to_context(jobs, engine, a.max_model_len_given);
   // Stream a single text prompt as it is generated; otherwise run the batch and print in input order.
   if (!a.json && jobs.size() == 1) {

@@ -53,10 +53,13 @@ double float_arg(const std::string& k, const py::handle& v) {
   return d;
 }
 
-/// A bool keyword argument: True or False only (not 0 / 1 or a str): TypeError naming `k`.
+/// A bool keyword argument: True or False only (or numpy's bool; not 0 / 1 or a str): TypeError naming `k`.
 bool bool_arg(const std::string& k, const py::handle& v) {
-  if (!py::isinstance<py::bool_>(v)) throw bad_engine_arg(k, v, "a bool");
-  return v.cast<bool>();
+  if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+  const py::handle t = py::type::handle_of(v);
+  const std::string mod = py::str(t.attr("__module__")), name = py::str(t.attr("__name__"));
+  if (mod == "numpy" && (name == "bool_" || name == "bool")) return PyObject_IsTrue(v.ptr()) == 1;
+  throw bad_engine_arg(k, v, "a bool");
 }
 
 /// A str keyword argument: TypeError naming `k` for anything else.

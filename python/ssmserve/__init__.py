@@ -72,6 +72,8 @@ except ValueError as _e:
 # The settable fields (the binding's properties; methods such as clone are not keyword arguments).
 _SAMPLING_FIELDS = frozenset(n for n, v in vars(_ssmserve.SamplingParams).items() if isinstance(v, property))
 _INT_FIELDS = frozenset({"n", "top_k", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs"})
+_BOOL_FIELDS = frozenset({"ignore_eos", "include_stop_str_in_output", "skip_special_tokens"})
+_ID_LIST_FIELDS = frozenset({"stop_token_ids", "allowed_token_ids"})
 
 
 class SamplingParams(_ssmserve.SamplingParams):
@@ -96,6 +98,22 @@ class SamplingParams(_ssmserve.SamplingParams):
                 continue  # vLLM's None: the default (none)
             if v is None and k == "max_tokens":
                 v = 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
+            # Types as vLLM's (msgspec) fields: a bool is not a number and None is not a bool (both were taken silently:
+            # skip_special_tokens=None read False, max_tokens=True read 1).
+            if k in _BOOL_FIELDS:
+                v = _check_bool(v, f"SamplingParams.{k}")
+            elif isinstance(v, bool) and (k in _INT_FIELDS or k == "seed"):
+                raise TypeError(f"SamplingParams.{k} must be an int, got {v!r} (bool)")
+            elif k in _ID_LIST_FIELDS and not isinstance(v, (str, bytes)):
+                try:
+                    ids = list(v)
+                except TypeError:
+                    ids = None
+                for t in ids or ():
+                    if isinstance(t, bool):
+                        raise TypeError(f"SamplingParams.{k} must hold token ids (ints), got {t!r} (bool)")
+                    if isinstance(t, int) and not 0 <= t < 2**31 - 1:
+                        raise ValueError(f"SamplingParams.{k}: token id {t} is out of the vocabulary range [0, 2147483647)")
             if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
                 raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
             if k in _INT_FIELDS and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
@@ -120,7 +138,7 @@ class SamplingParams(_ssmserve.SamplingParams):
 
 def _check_bool(value, where: str) -> bool:
     """value when it is a bool (or numpy's bool_); TypeError naming `where` otherwise (no truthiness of strings)."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")):
         return bool(value)
     raise TypeError(f"{where} must be a bool, got {value!r} ({type(value).__name__})"[:300])
 

@@ -145,6 +145,17 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
          "room for one cached state; prefix caching needs at least 3 (raise --num-state-blocks{}, or pass "
          "--no-enable-prefix-caching)",
          blocks, blocks - 1, blocks - 1 == 1 ? "" : "s", cfg_.num_state_blocks == 0 ? " or --gpu-memory-utilization" : "");
+  // A hybrid request needs its state block and at least one KV block next to the null block: a pool without room for
+  // that serves nothing, so it is refused here rather than request by request.
+  if (const int kv = model_->kv_block_size(); kv > 0 && blocks - 1 < 2)
+    fail("--num-state-blocks {} leaves {} usable block{} (block 0 is the null block): a request of this hybrid model "
+         "needs its state block and at least one KV block of {} tokens; raise --num-state-blocks{}",
+         blocks, blocks - 1, blocks - 1 == 1 ? "" : "s", kv, cfg_.num_state_blocks == 0 ? " or --gpu-memory-utilization" : "");
+  // A given --max-model-len must fit one request's KV blocks (every front end: generate, serve, bench, LLM).
+  if (const int cap = pool_token_capacity(); cfg_.max_model_len > 0 && cap > 0 && cfg_.max_model_len > cap)
+    fail("--max-model-len {} does not fit in the block pool, which holds at most {} tokens of one request (its KV "
+         "blocks; the null block and a state block aside): raise --num-state-blocks or lower --max-model-len",
+         cfg_.max_model_len, cap);
   if (prefix.enabled() && blocks - 1 <= cfg_.scheduler.max_num_seqs && model_->kv_block_size() == 0)
     spdlog::warn("prefix caching: the pool's {} usable blocks leave no room for cached states next to --max-num-seqs {} "
                  "running requests once they are all running; raise --num-state-blocks",

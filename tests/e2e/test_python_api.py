@@ -338,3 +338,24 @@ def test_max_model_len(llm, tmp_path):
     with pytest.raises(ValueError, match="max_model_len 20 is larger than the model's context of 16"):
         ssmserve.LLM(str(ctx), max_model_len=20)
     assert ssmserve.LLM(str(ctx), threads=2, max_model_len=16) is not None
+
+
+def test_sampling_params_types_as_vllm():
+    """A bool is not an int and None is not a bool (a break test found skip_special_tokens=None read False and
+    max_tokens=True read 1); token ids out of 32 bits are ValueErrors naming the field."""
+    from ssmserve import SamplingParams
+
+    for kw in (dict(skip_special_tokens=None), dict(ignore_eos=1), dict(include_stop_str_in_output="yes")):
+        with pytest.raises(TypeError, match=f"SamplingParams.{next(iter(kw))} must be a bool"):
+            SamplingParams(**kw)
+    for name in ("n", "max_tokens", "min_tokens", "top_k", "logprobs", "prompt_logprobs", "seed"):
+        with pytest.raises(TypeError, match=f"SamplingParams.{name} must be an int, got True"):
+            SamplingParams(**{name: True})
+    with pytest.raises(TypeError, match="stop_token_ids must hold token ids"):
+        SamplingParams(stop_token_ids=[True])
+    for name in ("stop_token_ids", "allowed_token_ids"):
+        with pytest.raises(ValueError, match=f"SamplingParams.{name}: token id {2**40} is out of the vocabulary range"):
+            SamplingParams(**{name: [2**40]})
+    p = SamplingParams(skip_special_tokens=False, ignore_eos=True, max_tokens=5, stop_token_ids=[1, 2])
+    assert (p.skip_special_tokens, p.ignore_eos, p.max_tokens, p.stop_token_ids) == (False, True, 5, [1, 2])
+    assert SamplingParams().skip_special_tokens is True

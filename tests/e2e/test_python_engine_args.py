@@ -147,3 +147,26 @@ def test_errors_while_generating_name_keywords_too():
     llm = LLM(str(hybrid), threads=1, num_state_blocks=4, enable_prefix_caching=False)
     with pytest.raises(ssmserve.SsmserveError, match="raise num_state_blocks$"):
         llm.generate("word " * 2000, ssmserve.SamplingParams(max_tokens=2), use_tqdm=False)
+
+
+def test_hybrid_pool_bounds_are_checked_when_the_engine_is_built():
+    """As `ssmserve generate` / `serve`: a max_model_len one request's KV blocks cannot hold, and a hybrid pool without
+    room for one request, are ValueErrors naming the keywords when LLM(...) is built (a break test found both accepted,
+    the first silently cut every request short)."""
+    hybrid = MODEL.parents[1] / "tests" / "data" / "tiny-hybrids" / "tiny-bamba"  # dummy weights, KV blocks of 128
+    base = dict(load_format="dummy", threads=2, enable_prefix_caching=False)
+    with pytest.raises(ValueError) as e:
+        LLM(str(hybrid), **base, num_state_blocks=4, max_model_len=257)
+    msg = str(e.value)
+    assert "max_model_len 257 does not fit in the block pool" in msg and "raise num_state_blocks or lower max_model_len" in msg, msg
+    assert not FLAG.search(msg), msg
+    LLM(str(hybrid), **base, num_state_blocks=4, max_model_len=256)  # exactly the pool
+    with pytest.raises(ValueError) as e:
+        LLM(str(hybrid), **base, num_state_blocks=2)
+    assert "num_state_blocks 2 leaves 1 usable block" in str(e.value) and "hybrid" in str(e.value), str(e.value)
+
+
+def test_numpy_bools_are_bools():
+    np = pytest.importorskip("numpy")
+    LLM(str(MODEL), threads=2, enable_prefix_caching=np.bool_(False))
+    assert ssmserve.SamplingParams(ignore_eos=np.bool_(True)).ignore_eos is True

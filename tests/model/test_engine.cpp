@@ -116,6 +116,30 @@ TEST(Engine, HybridRequestBeyondThePoolStopsAtItsCapacity) {
   EXPECT_EQ(got[1].prompt_token_ids.size() + got[1].outputs[0].token_ids.size(), static_cast<size_t>(cap));
 }
 
+// A hybrid pool without room for one request (its state block and one KV block) and a --max-model-len above what
+// the pool holds for one request are refused when the engine is built, for every front end (a break test found the
+// Python LLM and `serve --num-state-blocks 2` accepting them and failing request by request).
+TEST(Engine, HybridPoolTooSmallForOneRequestIsRefusedAtStartup) {
+  EngineConfig cfg;
+  cfg.model = testing::source_dir() / "tests/data/tiny-hybrids/tiny-bamba";
+  cfg.load_format = LoadFormat::Dummy;
+  cfg.enable_prefix_caching = false;  // (caching has its own, stricter bound)
+  cfg.num_state_blocks = 2;
+  EXPECT_THAT([&] { LLMEngine e(cfg); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr(
+                                              "--num-state-blocks 2 leaves 1 usable block (block 0 is the null block): a "
+                                              "request of this hybrid model needs its state block and at least one KV block")));
+  cfg.num_state_blocks = 4;
+  const int cap = LLMEngine(cfg).pool_token_capacity();
+  ASSERT_GT(cap, 0);
+  cfg.max_model_len = cap;  // exactly the pool: fine
+  EXPECT_NO_THROW(LLMEngine e(cfg));
+  cfg.max_model_len = cap + 1;
+  EXPECT_THAT([&] { LLMEngine e(cfg); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr(
+                  "--max-model-len " + std::to_string(cap + 1) + " does not fit in the block pool, which holds at most " +
+                  std::to_string(cap) + " tokens of one request")));
+}
+
 TEST(Engine, AbortFreesTheBlock) {
   SSM_SKIP_IF_NO_MODEL(tiny_config().model);
   LLMEngine engine(tiny_config());
