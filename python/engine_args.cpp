@@ -3,6 +3,7 @@
 #include "engine_args.h"
 
 #include <limits>
+#include <set>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -133,6 +134,7 @@ std::string python_message(std::string_view msg, const GivenKeywords& given) {
 EngineConfig make_config(const std::string& model, const py::kwargs& kw, GivenKeywords& given) {
   EngineConfig c;
   c.model = model;
+  std::set<std::string> valued;  // options given a value (not None)
   for (auto item : kw) {
     const std::string k = item.first.cast<std::string>();
     const py::handle v = item.second;
@@ -140,8 +142,14 @@ EngineConfig make_config(const std::string& model, const py::kwargs& kw, GivenKe
     for (const EngineArg& a : kEngineArgs)
       if (a.keyword == k) arg = &a;
     if (arg == nullptr) throw py::type_error("LLM() got an unexpected engine argument '" + k + "'");
-    given[std::string(arg->option)] = k;
-    if (v.is_none()) continue;  // the engine's default, as for vLLM's Optional arguments
+    const std::string option(arg->option);
+    if (v.is_none()) {  // the engine's default, as for vLLM's Optional arguments
+      given.try_emplace(option, k);
+      continue;
+    }
+    if (!valued.insert(option).second)  // aliases: threads / num_threads
+      throw py::type_error("LLM() got both '" + given[option] + "' and '" + k + "', which set the same engine option");
+    given[option] = k;
     try {
       arg->set(c, k, v);
     } catch (const Error& e) {

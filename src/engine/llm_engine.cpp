@@ -262,7 +262,7 @@ void LLMEngine::add_request(Request req) {
     SSM_CHECK(id >= 0 && id < mc.vocab_size, "prompt token id {} is outside the vocabulary [0, {})", id, mc.vocab_size);
   if (const int ctx = max_model_len(); ctx > 0) {
     const int len = static_cast<int>(req.prompt_token_ids.size());
-    SSM_CHECK(len < ctx, "the prompt has {} tokens; the context (max_model_len) is {}", len, ctx);
+    SSM_CHECK(len < ctx, "the prompt has {} token{}; the context (max_model_len) is {}", len, len == 1 ? "" : "s", ctx);
     // As vLLM: generation stops at the context (finish_reason "length"). The CLI and the server cap first (with a
     // warning / a 400); this covers the Python API, which generated past max_position_embeddings.
     if (static_cast<long long>(len) + req.params.max_tokens > ctx) {

@@ -170,3 +170,8 @@ def test_numpy_bools_are_bools():
     np = pytest.importorskip("numpy")
     LLM(str(MODEL), threads=2, enable_prefix_caching=np.bool_(False))
     assert ssmserve.SamplingParams(ignore_eos=np.bool_(True)).ignore_eos is True
+
+
+def test_two_spellings_of_one_option_are_refused():
+    with pytest.raises(TypeError, match="LLM\\(\\) got both 'threads' and 'num_threads', which set the same engine option"):
+        LLM(str(MODEL), threads=1, num_threads=2)
