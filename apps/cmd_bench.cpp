@@ -212,11 +212,17 @@ int run_latency(BenchArgs& a) {
   SSM_CHECK(a.num_iters_warmup >= 0 && a.num_iters_warmup <= kMaxIters, "--num-iters-warmup must be in [0, {}] (got {})", kMaxIters,
             a.num_iters_warmup);
   check_output_path(a.output_json);
-  // Decode throughput counts --output-len tokens per request, and the engine stops at the model's context.
-  const int ctx = ModelConfig::load(a.engine.model).max_model_len;
-  SSM_CHECK(ctx <= 0 || static_cast<long long>(a.input_len) + a.output_len <= ctx,
-            "--input-len {} + --output-len {} exceed the model's maximum context length of {} tokens (max_position_embeddings)",
-            a.input_len, a.output_len, ctx);
+  // Decode throughput counts --output-len tokens per request, and the engine stops at the context (--max-model-len,
+  // else the model's).
+  if (a.engine.max_model_len > 0) {
+    SSM_CHECK(static_cast<long long>(a.input_len) + a.output_len <= a.engine.max_model_len,
+              "--input-len {} + --output-len {} exceed --max-model-len {}", a.input_len, a.output_len, a.engine.max_model_len);
+  } else {
+    const int ctx = ModelConfig::load(a.engine.model).max_model_len;
+    SSM_CHECK(ctx <= 0 || static_cast<long long>(a.input_len) + a.output_len <= ctx,
+              "--input-len {} + --output-len {} exceed the model's maximum context length of {} tokens (max_position_embeddings)",
+              a.input_len, a.output_len, ctx);
+  }
   // The whole batch's prompts are one prefill step (up to the budget cap); every request keeps its state block.
   const int64_t batch_tokens = static_cast<int64_t>(a.input_len) * a.batch_size;
   a.engine.scheduler.max_num_batched_tokens = static_cast<int>(std::max<int64_t>(
@@ -283,6 +289,7 @@ Runner add_bench(CLI::App& app) {
   bench->require_subcommand(1);
   CLI::App* lat = bench->add_subcommand("latency", "Prefill and decode tokens/s of one batch (median of repeats)");
   add_engine_options(*lat, a->engine, a->load_format);
+  const auto check_max_model_len = add_engine_max_model_len(*lat, a->engine);
   lat->add_option("--input-len", a->input_len, "Prompt tokens per request")->capture_default_str();
   lat->add_option("--output-len", a->output_len, "Generated tokens per request")->capture_default_str();
   lat->add_option("--batch-size", a->batch_sizes, "Requests in the batch; several values (1 2 4 ...) measure each on one engine")
@@ -298,8 +305,11 @@ Runner add_bench(CLI::App& app) {
   CLI::App* multiturn_cmd = nullptr;
   Runner multiturn = add_bench_multiturn(*bench);
   multiturn_cmd = bench->get_subcommand("multiturn");
-  return [a, lat, throughput, multiturn, multiturn_cmd] {
-    if (lat->parsed()) return run_latency(*a);
+  return [a, lat, throughput, multiturn, multiturn_cmd, check_max_model_len] {
+    if (lat->parsed()) {
+      check_max_model_len();
+      return run_latency(*a);
+    }
     if (multiturn_cmd->parsed()) return multiturn();
     return throughput();
   };

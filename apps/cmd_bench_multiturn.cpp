@@ -132,13 +132,18 @@ Runner add_bench_multiturn(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand("multiturn", "Time to first token of a conversation turn with its history in the prefix "
                                                     "cache vs uncached, per history length");
   add_engine_options(*cmd, a->engine, a->load_format);
+  const auto check_max_model_len = add_engine_max_model_len(*cmd, a->engine);
   cmd->add_option("--history-lens", a->history_lens, "History lengths in tokens (several values)")->capture_default_str();
   cmd->add_option("--turn-tokens", a->turn_tokens, "New tokens each turn appends")->capture_default_str();
   cmd->add_option("--output-len", a->output_len, "Tokens the model answers in turn 1")->capture_default_str();
   cmd->add_option("--num-iters", a->num_iters, "Conversations per history length (the median is reported)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the random token ids")->capture_default_str();
   cmd->add_option("--output-json", a->output_json, "Also write the results to this JSON file");
-  return [a, cmd]() -> int { return cmd->parsed() ? run_multiturn(*a) : -1; };
+  return [a, cmd, check_max_model_len]() -> int {
+    if (!cmd->parsed()) return -1;
+    check_max_model_len();
+    return run_multiturn(*a);
+  };
 }
 
 }  // namespace ssmserve::cli

@@ -113,6 +113,8 @@ int run_throughput(ThroughputArgs& a) {
   SSM_CHECK(a.output_len >= 1 && a.output_len <= kMaxOutputLen, "--output-len must be in [1, {}] (got {})", kMaxOutputLen, a.output_len);
   SSM_CHECK(a.seed >= 0, "--seed must be >= 0 (got {})", a.seed);
   if (a.dataset.empty()) {  // the random prompts are built up front
+    SSM_CHECK(a.engine.max_model_len <= 0 || static_cast<long long>(a.input_len) + a.output_len <= a.engine.max_model_len,
+              "--input-len {} + --output-len {} exceed --max-model-len {}", a.input_len, a.output_len, a.engine.max_model_len);
     const int64_t prompt_tokens = static_cast<int64_t>(a.num_prompts) * a.input_len;
     SSM_CHECK(prompt_tokens <= kMaxPromptTokens, "--num-prompts {} x --input-len {} = {} prompt tokens; at most {} are allowed",
               a.num_prompts, a.input_len, prompt_tokens, kMaxPromptTokens);
@@ -209,6 +211,7 @@ Runner add_bench_throughput(CLI::App& bench) {
   auto a = std::make_shared<ThroughputArgs>();
   CLI::App* cmd = bench.add_subcommand("throughput", "Requests/s and tokens/s of N requests submitted at once (offline)");
   add_engine_options(*cmd, a->engine, a->load_format);
+  const auto check_max_model_len = add_engine_max_model_len(*cmd, a->engine);
   cmd->add_option("--num-prompts", a->num_prompts, "Requests to submit")->capture_default_str();
   CLI::Option* in = cmd->add_option("--input-len", a->input_len,
                                     "Prompt tokens per request (with --dataset: truncate prompts to this many)")
@@ -217,8 +220,9 @@ Runner add_bench_throughput(CLI::App& bench) {
   cmd->add_option("--dataset", a->dataset, "JSONL file of {\"text\": ...} or {\"prompt\": ...}; the first N records are the prompts");
   cmd->add_option("--seed", a->seed, "Seed of the random prompt token ids")->capture_default_str();
   cmd->add_option("--output-json", a->output_json, "Also write the results to this JSON file");
-  return [a, in] {
+  return [a, in, check_max_model_len] {
     a->input_len_given = in->count() > 0;
+    check_max_model_len();
     return run_throughput(*a);
   };
 }

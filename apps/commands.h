@@ -39,6 +39,10 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
 CLI::Option* add_max_model_len_option(CLI::App& cmd, int& value, const std::string& no_limit_default);
 /// Checks a given --max-model-len before the model loads: throws Error unless it is >= 1.
 void check_max_model_len(int value);
+/// --max-model-len as an engine argument (the bench commands, as vLLM's): bound to cfg.max_model_len (the engine
+/// refuses a value above the model's context or its block pool when it is built). The returned check, called before
+/// the run, throws Error when the flag was given a value below 1.
+std::function<void()> add_engine_max_model_len(CLI::App& cmd, EngineConfig& cfg);
 /// Checks a given --max-model-len against the loaded model, as vLLM: throws Error when it is larger than the model's
 /// context `model_context` (max_position_embeddings; <= 0 = none) or when one request of that many tokens does not fit
 /// in the block pool (`pool_token_capacity` tokens of one request's KV blocks; <= 0 = no KV blocks, no limit).

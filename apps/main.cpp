@@ -83,6 +83,13 @@ void check_max_model_len(int value) {
   SSM_CHECK(value >= 1, "--max-model-len must be a positive number of tokens (got {})", value);
 }
 
+std::function<void()> add_engine_max_model_len(CLI::App& cmd, EngineConfig& cfg) {
+  CLI::Option* o = add_max_model_len_option(cmd, cfg.max_model_len, "none");
+  return [o, &cfg] {
+    if (o->count() > 0) check_max_model_len(cfg.max_model_len);
+  };
+}
+
 void check_max_model_len_fits(int value, int model_context, int pool_token_capacity) {
   if (model_context > 0)
     SSM_CHECK(value <= model_context,

@@ -135,3 +135,16 @@ def test_generate_with_a_sentencepiece_only_checkpoint(tmp_path):
     (d / "tokenizer.model").unlink()
     r = run("generate", "--model", d, "--prompt", "x", "--max-tokens", "1")
     assert r.returncode == 1 and "tokenizer.json not found" in r.stderr
+
+
+def test_bench_max_model_len():
+    """bench latency / throughput / multiturn take vLLM's --max-model-len engine argument, checked as generate's."""
+    for cmd in ("latency", "throughput", "multiturn"):
+        r = run("bench", cmd, "--model", MODEL, "--max-model-len", 0, "--threads", 1)
+        assert r.returncode == 1 and "--max-model-len must be a positive number of tokens (got 0)" in r.stderr, (cmd, r.stderr)
+    for cmd in ("latency", "throughput"):
+        r = run("bench", cmd, "--model", MODEL, "--max-model-len", 16, "--input-len", 32, "--output-len", 8, "--threads", 1)
+        assert r.returncode == 1 and "--input-len 32 + --output-len 8 exceed --max-model-len 16" in r.stderr, (cmd, r.stderr)
+    r = run("bench", "latency", "--model", MODEL, "--max-model-len", 16, "--input-len", 8, "--output-len", 8,
+            "--num-iters", 1, "--threads", 1)
+    assert r.returncode == 0 and "decode:" in r.stdout, r.stderr
