@@ -59,7 +59,10 @@ struct ServeArgs {
 int run_serve(ServeArgs& a) {
   resolve_engine_config(a.engine, a.load_format);
   SSM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535] (got {})", a.server.port);
-  if (a.max_model_len_given) check_max_model_len(a.max_model_len);
+  if (a.max_model_len_given) {
+    check_max_model_len(a.max_model_len);
+    a.engine.max_model_len = a.max_model_len;  // the engine refuses one above the model's context or its block pool
+  }
   if (a.served_model_name_given)
     SSM_CHECK(a.server.served_model_name.find_first_not_of(" \t\r\n") != std::string::npos,
               "--served-model-name must not be empty (clients send it as \"model\")");
@@ -98,9 +101,6 @@ int run_serve(ServeArgs& a) {
   server::Metrics metrics;
   server::AsyncEngine engine(a.engine, server::AsyncEngineOptions{a.max_num_waiting, a.max_pending_output_bytes, a.max_seqs_per_request}, metrics);
   const ModelConfig& mc = engine.model_config();
-  // As vLLM: refuse to start when a given --max-model-len exceeds the model's context or one request of that many
-  // tokens cannot fit in the block pool (it would otherwise fail mid-generation).
-  if (a.max_model_len_given) check_max_model_len_fits(a.max_model_len, mc.max_model_len, engine.pool_token_capacity());
   a.server.max_model_len = a.max_model_len_given ? a.max_model_len : mc.max_model_len > 0 ? mc.max_model_len : kDefaultMaxModelLen;
   if (const int cap = engine.pool_token_capacity(); cap > 0 && a.server.max_model_len > cap) {
     // From the model's context (e.g. 10M tokens, beyond the automatic pool): lowered to what the pool holds, with a

@@ -43,10 +43,6 @@ void check_max_model_len(int value);
 /// refuses a value above the model's context or its block pool when it is built). The returned check, called before
 /// the run, throws Error when the flag was given a value below 1.
 std::function<void()> add_engine_max_model_len(CLI::App& cmd, EngineConfig& cfg);
-/// Checks a given --max-model-len against the loaded model, as vLLM: throws Error when it is larger than the model's
-/// context `model_context` (max_position_embeddings; <= 0 = none) or when one request of that many tokens does not fit
-/// in the block pool (`pool_token_capacity` tokens of one request's KV blocks; <= 0 = no KV blocks, no limit).
-void check_max_model_len_fits(int value, int model_context, int pool_token_capacity);
 /// Throws Error when `path` (an --output-json file; empty = none) is a directory or its folder does not exist,
 /// so a bad path fails before the benchmark runs.
 void check_output_path(const std::string& path);

@@ -90,17 +90,6 @@ std::function<void()> add_engine_max_model_len(CLI::App& cmd, EngineConfig& cfg)
   };
 }
 
-void check_max_model_len_fits(int value, int model_context, int pool_token_capacity) {
-  if (model_context > 0)
-    SSM_CHECK(value <= model_context,
-              "--max-model-len {} is larger than the model's context of {} tokens (max_position_embeddings)", value,
-              model_context);
-  SSM_CHECK(pool_token_capacity <= 0 || value <= pool_token_capacity,
-            "--max-model-len {} does not fit in the block pool, which holds at most {} tokens of one request (its KV "
-            "blocks; the null block and a state block aside): raise --num-state-blocks or lower --max-model-len",
-            value, pool_token_capacity);
-}
-
 void check_output_path(const std::string& path) {
   if (path.empty()) return;
   std::error_code ec;
