@@ -79,6 +79,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_DECODE_PREWAIT", k.decode_prewait);
   flag("SSMSERVE_SAMPLE_BUCKETS", k.sample_buckets);
   int_in("SSMSERVE_GDN_WALK", k.gdn_walk, 0, 2);
+  flag("SSMSERVE_ATTN_DECODE_KERNEL", k.attn_decode_kernel);
   return o;
 }
 

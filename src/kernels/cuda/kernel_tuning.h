@@ -30,6 +30,10 @@ struct KernelTuning {
   /// else 64; 2 (default) the shared-memory walk (cp.async operands, fragments straight from shared memory, 32-column
   /// tiles) when Dk is a multiple of 32, else as 1. The same math; results differ in rounding only.
   int gdn_walk = 2;
+  /// Split-KV attention tasks of one query token (decode rows) on the decode kernel that streams K / V from the paged
+  /// cache in registers (groups up to 8); off: the shared-memory tiled kernel for every task, as before issue 31
+  /// (SSMSERVE_ATTN_DECODE_KERNEL=0). Rounding-level differences; each is batch-invariant with fixed splits.
+  bool attn_decode_kernel = true;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

@@ -1,5 +1,6 @@
 // Owns the GPU paged softmax attention, RoPE and KV-cache writes (see paged_attention.h).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/paged_attention.h"
 
 namespace ssmserve::cuda {
@@ -112,10 +113,11 @@ constexpr size_t partial_smem_bytes() {
 }
 
 /// NU: query slots per warp the launch needs (queries qi = warp + 4 u, u < NU; ceil(tokens_per_task x group / 4)):
-/// decode rows of 4 query heads per KV head run one slot instead of four.
+/// decode rows of 4 query heads per KV head run one slot instead of four. skip_single: items of tasks with at most one
+/// token are left to decode_partial_kernel (nothing written here).
 template <int D, int NU>
 __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restrict__ q, int64_t qs, KvCacheView cache,
-                                                           PagedAttentionArgs a, float* __restrict__ ws) {
+                                                           PagedAttentionArgs a, float* __restrict__ ws, bool skip_single) {
   constexpr int C = D / 32;
   extern __shared__ __align__(16) float smem[];
   auto Qs = reinterpret_cast<float (*)[D]>(smem);
@@ -126,6 +128,7 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
   const int row = a.tasks[4 * task], off = a.tasks[4 * task + 1];
   const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
   const int nt = min(a.tasks[4 * task + 2], n - off);
+  if (skip_single && nt <= 1) return;
   const int pos0 = sl - n + off, len = pos0 + nt;
   const int k0 = split * a.key_split, k1 = min(len, k0 + a.key_split);
   float* wsi = ws + (static_cast<int64_t>(item) * KVH + g) * kQ * (D + 2);
@@ -237,6 +240,188 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
   }
 }
 
+/// Decode-specialized partial softmax (issue 31: long-context decode was bound by partial_kernel's shared-memory
+/// staging, ~1.4 TB/s): the items of tasks with one query token (decode rows; also the one-token rows of a prefill
+/// plan, so a row's bits do not depend on which plan a step uses). One block of kDecThreads threads per (item, KV
+/// head) covers all `group` query heads of the KV head (NG >= group, the rest computed on zero queries and dropped).
+/// K and V are read straight from the paged cache into registers, 16-byte loads, U keys per thread in flight at once
+/// (K and V together; a masked slot's p is an exact zero), no shared-memory staging: the block is split into "key streams" of L = D / 8 lanes (every lane
+/// owns 8 floats of a key row: float4 columns sub and sub + L), stream v taking keys k0 + v, k0 + v + NV, ... of the
+/// split (NV = kDecThreads / L streams; one iteration covers U * NV consecutive keys, so a warp's loads touch adjacent
+/// rows). Each stream keeps its own online softmax (q x K dot products summed over its L lanes with a butterfly, which
+/// leaves identical bits in every lane), then the streams of a warp are merged with shuffles and the warps through
+/// shared memory, in a fixed order, into ws[item, g, h] = (acc[D], max, sum) for query head h < group: the layout
+/// combine_kernel reads. The arithmetic depends only on the split's key range [k0, k1) and the row's own q / K / V
+/// (batch-invariant with fixed splits).
+constexpr int kDecThreads = 128;
+constexpr int kDecWarps = kDecThreads / 32;
+
+/// Keys per thread in flight per iteration: 4, or 2 where the group's q / acc registers are many.
+template <int NG>
+constexpr int dec_unroll() {
+  return NG <= 4 ? 4 : 2;
+}
+
+template <int D, int NG>
+__global__ void __launch_bounds__(kDecThreads) decode_partial_kernel(const float* __restrict__ q, int64_t qs,
+                                                                     KvCacheView cache, PagedAttentionArgs a,
+                                                                     float* __restrict__ ws) {
+  constexpr int L = D / 8, NV = kDecThreads / L, U = dec_unroll<NG>(), STEP = U * NV;
+  static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "head_dim 8 .. 256, a power of two");
+  __shared__ float red[kDecWarps][NG][D + 2];
+  const int item = blockIdx.x, g = blockIdx.y, KVH = cache.num_kv_heads, group = a.num_heads / KVH;
+  const int task = a.items[2 * item], split = a.items[2 * item + 1];
+  const int row = a.tasks[4 * task], off = a.tasks[4 * task + 1];
+  const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
+  const int nt = min(a.tasks[4 * task + 2], n - off);
+  if (nt > 1) return;  // partial_kernel's
+  const int len = sl - n + off + nt;  // the query (position len - 1) attends keys [0, len)
+  const int k0 = split * a.key_split, k1 = min(len, k0 + a.key_split);
+  float* wsi = ws + (static_cast<int64_t>(item) * KVH + g) * kQ * (D + 2);
+  if (sl == 0 || nt <= 0 || k0 >= k1) {
+    if (threadIdx.x < kQ) {
+      wsi[threadIdx.x * (D + 2) + D] = -INFINITY;
+      wsi[threadIdx.x * (D + 2) + D + 1] = 0.0f;
+    }
+    return;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane % L, stream = threadIdx.x / L;
+  // q of the group's heads: this lane's 8 columns (4 sub .. + 3, D / 2 + 4 sub .. + 3); heads past the group zero.
+  float qr[NG][8];
+  {
+    const float* qrow = q + static_cast<int64_t>(a.query_start_loc[row] + off) * qs + static_cast<int64_t>(g) * group * D;
+#pragma unroll
+    for (int h = 0; h < NG; ++h)
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+        qr[h][c] = h < group ? qrow[static_cast<int64_t>(h) * D + (c < 4 ? 4 * sub + c : D / 2 + 4 * sub + c - 4)] : 0.0f;
+  }
+  float m[NG], l[NG], acc[NG][8];
+#pragma unroll
+  for (int h = 0; h < NG; ++h) {
+    m[h] = -INFINITY, l[h] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[h][c] = 0.0f;
+  }
+  const int64_t W = static_cast<int64_t>(KVH) * D, vel = kv_elems(cache);
+  const int bs = cache.block_size;
+  const std::byte* base = cache.base + cache.layer_offset_bytes;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(row) * a.max_blocks;
+  for (int kb = k0; kb < k1; kb += STEP) {  // uniform over the block
+    // Every load of the iteration in flight at once: the U page-table entries, then the U K and V rows (a slot past
+    // the split re-reads key k1 - 1, masked below: straight-line code, no branch between the loads).
+    bool ok[U];
+    const float* kp[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int pos = kb + u * NV + stream, pc = min(pos, k1 - 1);
+      ok[u] = pos < k1;
+      const int64_t blk = table[pc / bs];
+      kp[u] = reinterpret_cast<const float*>(base + blk * cache.page_bytes) + static_cast<int64_t>(pc % bs) * W +
+              static_cast<int64_t>(g) * D + 4 * sub;
+    }
+    float4 kv[U][2], vv[U][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      kv[u][0] = __ldg(reinterpret_cast<const float4*>(kp[u]));
+      kv[u][1] = __ldg(reinterpret_cast<const float4*>(kp[u] + D / 2));
+      vv[u][0] = __ldg(reinterpret_cast<const float4*>(kp[u] + vel));
+      vv[u][1] = __ldg(reinterpret_cast<const float4*>(kp[u] + vel + D / 2));
+    }
+    // Scores: the lane's 8 products per (key, head), summed over the stream's L lanes (xor butterfly: every lane of
+    // the stream ends with the same bits).
+    float s[U][NG];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int h = 0; h < NG; ++h) {
+        float d = qr[h][0] * kv[u][0].x;
+        d = fmaf(qr[h][1], kv[u][0].y, d);
+        d = fmaf(qr[h][2], kv[u][0].z, d);
+        d = fmaf(qr[h][3], kv[u][0].w, d);
+        d = fmaf(qr[h][4], kv[u][1].x, d);
+        d = fmaf(qr[h][5], kv[u][1].y, d);
+        d = fmaf(qr[h][6], kv[u][1].z, d);
+        d = fmaf(qr[h][7], kv[u][1].w, d);
+#pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        s[u][h] = ok[u] ? d * a.scale : -INFINITY;
+      }
+    }
+    // The stream's online softmax over its U keys of this iteration (no shuffles: streams are independent).
+#pragma unroll
+    for (int h = 0; h < NG; ++h) {
+      float cm = s[0][h];
+#pragma unroll
+      for (int u = 1; u < U; ++u) cm = fmaxf(cm, s[u][h]);
+      const float nm = fmaxf(m[h], cm);
+      const float alpha = nm == -INFINITY ? 1.0f : expf(m[h] - nm);
+      float p[U], ps = 0.0f;
+#pragma unroll
+      for (int u = 0; u < U; ++u) p[u] = ok[u] ? expf(s[u][h] - nm) : 0.0f, ps += p[u];
+      l[h] = fmaf(l[h], alpha, ps);
+      float x[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) x[c] = acc[h][c] * alpha;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        x[0] = fmaf(p[u], vv[u][0].x, x[0]);
+        x[1] = fmaf(p[u], vv[u][0].y, x[1]);
+        x[2] = fmaf(p[u], vv[u][0].z, x[2]);
+        x[3] = fmaf(p[u], vv[u][0].w, x[3]);
+        x[4] = fmaf(p[u], vv[u][1].x, x[4]);
+        x[5] = fmaf(p[u], vv[u][1].y, x[5]);
+        x[6] = fmaf(p[u], vv[u][1].z, x[6]);
+        x[7] = fmaf(p[u], vv[u][1].w, x[7]);
+      }
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[h][c] = x[c];
+      m[h] = nm;
+    }
+  }
+  // The warp's streams merged pairwise (xor L, 2L, ...); the first stream's lanes hold the warp's result.
+#pragma unroll
+  for (int o = L; o < 32; o <<= 1) {
+#pragma unroll
+    for (int h = 0; h < NG; ++h) {
+      const float om = __shfl_xor_sync(0xffffffffu, m[h], o), ol = __shfl_xor_sync(0xffffffffu, l[h], o);
+      const float M = fmaxf(m[h], om);
+      const float wa = m[h] == -INFINITY ? 0.0f : expf(m[h] - M), wb = om == -INFINITY ? 0.0f : expf(om - M);
+      l[h] = fmaf(l[h], wa, ol * wb);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[h][c] = fmaf(acc[h][c], wa, __shfl_xor_sync(0xffffffffu, acc[h][c], o) * wb);
+      m[h] = M;
+    }
+  }
+  if (lane < L) {
+#pragma unroll
+    for (int h = 0; h < NG; ++h) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) red[warp][h][4 * sub + c] = acc[h][c], red[warp][h][D / 2 + 4 * sub + c] = acc[h][4 + c];
+      if (lane == 0) red[warp][h][D] = m[h], red[warp][h][D + 1] = l[h];
+    }
+  }
+  __syncthreads();
+  // The warps merged in order: acc = sum_w e^{m_w - M} acc_w, l = sum_w e^{m_w - M} l_w, M = max_w m_w.
+  for (int idx = threadIdx.x; idx < group * D; idx += kDecThreads) {
+    const int h = idx / D, d = idx % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, red[w][h][D]);
+    float o = 0.0f, ls = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) {
+      const float mw = red[w][h][D];
+      const float e = mw == -INFINITY ? 0.0f : expf(mw - M);
+      o = fmaf(red[w][h][d], e, o);
+      ls = fmaf(red[w][h][D + 1], e, ls);
+    }
+    float* wr = wsi + h * (D + 2);
+    wr[d] = o;
+    if (d == 0) wr[D] = M, wr[D + 1] = ls;
+  }
+}
+
 /// Merges a task's splits in split order: out = sum_s e^{m_s - M} acc_s / sum_s e^{m_s - M} l_s. One block per (task,
 /// KV head, 32 output columns), one warp per query: the split weights e^{m_s - M} are computed once per 32 splits
 /// (lane s) and broadcast, each column (lane) adds its splits in order, 32 loads in flight; the sum of l_s weights
@@ -287,27 +472,48 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(float* __restr
 
 template <int D, int NU>
 void launch_partial(dim3 grid, size_t sm, cudaStream_t stream, const float* q, int64_t qs, const KvCacheView& cache,
-                    const PagedAttentionArgs& a, float* ws) {
-  partial_kernel<D, NU><<<grid, kThreads, sm, stream>>>(q, qs, cache, a, ws);
+                    const PagedAttentionArgs& a, float* ws, bool skip_single) {
+  partial_kernel<D, NU><<<grid, kThreads, sm, stream>>>(q, qs, cache, a, ws, skip_single);
 }
 
-/// The split-KV pass: partial_kernel over the items, then combine_kernel over the tasks.
+/// The largest query group decode_partial_kernel serves (larger groups: partial_kernel for every task).
+constexpr int kDecMaxGroup = 8;
+
+template <int D>
+void launch_decode_partial(dim3 grid, cudaStream_t stream, int group, const float* q, int64_t qs, const KvCacheView& cache,
+                           const PagedAttentionArgs& a, float* ws) {
+  if (group <= 2) decode_partial_kernel<D, 2><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws);
+  else if (group <= 4) decode_partial_kernel<D, 4><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws);
+  else if (group <= 6) decode_partial_kernel<D, 6><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws);
+  else decode_partial_kernel<D, 8><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws);
+}
+
+/// The split-KV pass: the partial kernels over the items (decode_partial_kernel for tasks of one token when
+/// KernelTuning::attn_decode_kernel is on and group <= kDecMaxGroup, partial_kernel for the rest; either one only
+/// when the plan says all its tasks are of one kind), then combine_kernel over the tasks.
 template <int D>
 cudaError_t launch_split_kv(const float* q, int64_t qs, float* out, int64_t os, const KvCacheView& cache,
                             const PagedAttentionArgs& a, float* ws, cudaStream_t stream) {
   constexpr size_t sm = partial_smem_bytes<D>();
-  if constexpr (sm > 48 * 1024) {  // not a stream operation: allowed while a graph is being captured
-    for (auto* k : {partial_kernel<D, 1>, partial_kernel<D, 2>, partial_kernel<D, 4>}) {
-      const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
-      if (e != cudaSuccess) return e;
-    }
-  }
-  const int KVH = cache.num_kv_heads;
-  const int slots = (a.tokens_per_task * (a.num_heads / KVH) + 3) / 4;  // query slots per warp
+  const int KVH = cache.num_kv_heads, group = a.num_heads / KVH;
+  const bool dec = kernel_tuning().attn_decode_kernel && group <= kDecMaxGroup;
+  // tokens_per_task 1: every task has one token (or none); num_single_tasks -1: unknown, both kernels run.
+  const bool multi = !dec || (a.tokens_per_task > 1 && a.num_single_tasks != a.num_tasks);
+  const bool single = dec && a.num_single_tasks != 0;
   const dim3 grid(a.num_items, KVH);
-  if (slots <= 1) launch_partial<D, 1>(grid, sm, stream, q, qs, cache, a, ws);
-  else if (slots == 2) launch_partial<D, 2>(grid, sm, stream, q, qs, cache, a, ws);
-  else launch_partial<D, 4>(grid, sm, stream, q, qs, cache, a, ws);
+  if (multi) {
+    if constexpr (sm > 48 * 1024) {  // not a stream operation: allowed while a graph is being captured
+      for (auto* k : {partial_kernel<D, 1>, partial_kernel<D, 2>, partial_kernel<D, 4>}) {
+        const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
+        if (e != cudaSuccess) return e;
+      }
+    }
+    const int slots = (a.tokens_per_task * group + 3) / 4;  // query slots per warp
+    if (slots <= 1) launch_partial<D, 1>(grid, sm, stream, q, qs, cache, a, ws, dec);
+    else if (slots == 2) launch_partial<D, 2>(grid, sm, stream, q, qs, cache, a, ws, dec);
+    else launch_partial<D, 4>(grid, sm, stream, q, qs, cache, a, ws, dec);
+  }
+  if (single) launch_decode_partial<D>(grid, stream, group, q, qs, cache, a, ws);
   combine_kernel<D><<<dim3(a.num_tasks, KVH, D / 32), kCombineThreads, 0, stream>>>(out, os, KVH, a, ws);
   return launch_status();
 }

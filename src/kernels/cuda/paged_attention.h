@@ -4,7 +4,9 @@
 // reshape_and_cache, and causal GQA attention for prefill and decode rows with one code path. Attention is a
 // split-KV FlashAttention-style pass in fp32 (online softmax per split of key_split keys, then a combine in split
 // order), so long contexts spread over the whole GPU; a query tile of up to 16 query heads x tokens of one KV head
-// shares every key / value load. Prefill rows of 16+ new tokens can go through a tensor-core pass instead
+// shares every key / value load. Tasks of one query token (decode rows, in a decode or a prefill plan) go through a
+// decode kernel that streams K / V from the cache with 16-byte register loads, no shared-memory staging (issue 31:
+// near HBM bandwidth at long contexts; KernelTuning::attn_decode_kernel, groups up to 8). Prefill rows of 16+ new tokens can go through a tensor-core pass instead
 // (paged_attention_tc: bf16 operands, mma.sync, fp32 online softmax; the runner's choice with bf16 weights). The
 // tensor-core pass walks each tile's keys in chunks (tc_chunk_keys: a function of the row's own seq_len only) and
 // merges the chunks in order, so its result does not depend on whether a step runs the chunks in one block or splits
@@ -86,6 +88,7 @@ cudaError_t qk_norm_rope_cache(float* x, int64_t x_stride, int64_t T, int num_he
 /// query_start_loc and seq_lens): tasks = (row, first token, tokens) tiles of one row; items = (task, split).
 struct PagedAttentionPlan {
   int num_tasks = 0, num_items = 0, tokens_per_task = 0;
+  int num_single_tasks = 0;    ///< tasks of one token (decode rows): the decode partial kernel's
   int key_split = kKeySplit;   ///< keys per split (a multiple of 32)
   std::vector<int32_t> tasks;  ///< [num_tasks, 4] row, first token, tokens, first item
   std::vector<int32_t> items;  ///< [num_items, 2] task, split
@@ -128,6 +131,8 @@ struct PagedAttentionArgs {
   int num_tc_tiles = 0, tc_tokens = 0;
   const int32_t* tc_items = nullptr;  ///< plan.tc_items (null when num_tc_items is 0)
   int num_tc_items = 0;
+  /// plan.num_single_tasks; -1 (unknown): both split-KV partial kernels are launched, each taking its own tasks.
+  int num_single_tasks = -1;
 };
 
 /// Workspace floats paged_attention needs for a plan: num_items * num_kv_heads * 16 * (head_dim + 2).

@@ -38,6 +38,7 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
       const int32_t splits = last / p.key_split + 1;
       const int32_t task = static_cast<int32_t>(p.tasks.size() / 4);
       p.tasks.insert(p.tasks.end(), {static_cast<int32_t>(r), off, nt, static_cast<int32_t>(p.items.size() / 2)});
+      p.num_single_tasks += nt == 1;
       for (int32_t s = 0; s < splits; ++s) p.items.insert(p.items.end(), {task, s});
     }
   }
@@ -81,7 +82,7 @@ PagedAttentionPlan PagedAttentionPlan::decode(int batch, int max_context, int gr
     p.tasks.insert(p.tasks.end(), {r, 0, 1, r * splits});
     for (int32_t s = 0; s < splits; ++s) p.items.insert(p.items.end(), {r, s});
   }
-  p.num_tasks = batch;
+  p.num_tasks = p.num_single_tasks = batch;
   p.num_items = batch * splits;
   return p;
 }
