@@ -6,6 +6,16 @@
 // after a warm-up. TFLOP/s counts causal FLOPs, 4 * L^2 / 2 * head_dim * q_heads. Each case also checks 4 query
 // tokens (all heads) against an fp64 host reference (max relative error over those rows; bf16 operands give ~1e-3).
 // Usage: bench_cuda_prefill_attention [block_size (default 16)] [max L (default 32768)]. Needs a GPU.
+//
+// Decode mode (issue 31: the split-KV pass's reads of the fp32 paged KV cache at long contexts):
+// bench_cuda_prefill_attention decode [block_size (default 16)] [max context (default 131072)]: one decode row (batch
+// 1) over contexts 2k, 8k, 32k, 128k at Qwen3.5-9B's 16 q / 4 kv heads of 256 and Falcon-H1-7B's 12 / 2 of 128,
+// through PagedAttentionPlan::decode as the runner builds it (and its fixed 512-key splits, batch-invariant mode),
+// with the decode kernel (KernelTuning::attn_decode_kernel, the default) and the tiled kernel
+// (SSMSERVE_ATTN_DECODE_KERNEL=0's path). Per case: median of 5 samples after a warm-up sample, each sample 20 calls
+// back to back rotating over up to 8 disjoint copies of the context's pages (so short contexts are not served from
+// the L2); effective bandwidth = the context's K and V bytes (seq_len x kv heads x head_dim x 8) / time; the result's
+// relative error against an fp64 host reference (both kernels).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,11 +23,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "cache/kv_cache.h"
 #include "device/cuda_check.h"
 #include "device/device.h"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/paged_attention.h"
 
 namespace {
@@ -63,9 +75,133 @@ void reference_row(const Shape& sh, int bs, const std::vector<float>& cache, int
   }
 }
 
+/// Decode attention of one query (q [heads * D], position ctx - 1) over pages table[0..] in fp64: out [heads * D].
+void reference_decode(const Shape& sh, int bs, const std::vector<float>& cache, int64_t page_floats, const float* q,
+                      const std::vector<int32_t>& table, int ctx, std::vector<double>& out) {
+  const int D = sh.D, group = sh.heads / sh.kv_heads;
+  const int64_t W = int64_t{sh.kv_heads} * D, kv = int64_t{bs} * W;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<double> s(ctx);
+  out.assign(static_cast<size_t>(sh.heads) * D, 0.0);
+  for (int h = 0; h < sh.heads; ++h) {
+    const int g = h / group;
+    const float* qh = q + int64_t{h} * D;
+    double mx = -INFINITY;
+    for (int j = 0; j < ctx; ++j) {
+      const float* k = cache.data() + table[j / bs] * page_floats + (j % bs) * W + int64_t{g} * D;
+      double d = 0;
+      for (int c = 0; c < D; ++c) d += double(qh[c]) * k[c];
+      s[j] = d * scale, mx = std::max(mx, s[j]);
+    }
+    double sum = 0;
+    for (int j = 0; j < ctx; ++j) s[j] = std::exp(s[j] - mx), sum += s[j];
+    for (int j = 0; j < ctx; ++j) {
+      const float* v = cache.data() + table[j / bs] * page_floats + kv + (j % bs) * W + int64_t{g} * D;
+      for (int c = 0; c < D; ++c) out[int64_t{h} * D + c] += s[j] / sum * v[c];
+    }
+  }
+}
+
+/// The decode mode (see the top of the file).
+int bench_decode(int bs, int max_ctx) {
+  const Shape shapes[] = {{"qwen3.5-9b", 16, 4, 256}, {"falcon-h1-7b", 12, 2, 128}};
+  constexpr int kReps = 20, kCopies = 8;
+  for (const Shape& sh : shapes) {
+    const int D = sh.D, KVH = sh.kv_heads, group = sh.heads / KVH;
+    const int64_t W = int64_t{KVH} * D, page_floats = 2 * int64_t{bs} * W, QW = int64_t{sh.heads} * D;
+    const int nb = (max_ctx + bs - 1) / bs;  // pages 1..nb (page 0 unused)
+    std::vector<float> host(static_cast<size_t>(page_floats) * (nb + 1)), hq(static_cast<size_t>(QW));
+    fill(host, 4242u + D, -1.0f, 1.0f);
+    fill(hq, 99u + D, -2.0f, 2.0f);
+    DeviceBuffer cache(host.size() * sizeof(float)), dq = cuda::to_device(hq), dout(QW * sizeof(float));
+    cache.upload(host.data(), host.size() * sizeof(float));
+    const KvCacheView kv{static_cast<std::byte*>(cache.data()), page_floats * int64_t{sizeof(float)}, 0, bs, KVH, D};
+    for (int ctx : {2048, 8192, 32768, 131072}) {
+      if (ctx > max_ctx) continue;
+      const int blocks = (ctx + bs - 1) / bs, copies = std::max(1, std::min(kCopies, nb / blocks));
+      // Copy c's table: pages 1 + c * blocks .. (disjoint copies of the context when they fit).
+      std::vector<std::vector<int32_t>> tables(copies, std::vector<int32_t>(blocks));
+      std::vector<DeviceBuffer> dtabs;
+      for (int c = 0; c < copies; ++c) {
+        for (int b = 0; b < blocks; ++b) tables[c][b] = 1 + c * blocks + b;
+        dtabs.push_back(cuda::to_device(tables[c]));
+      }
+      std::vector<double> ref;
+      reference_decode(sh, bs, host, page_floats, hq.data(), tables[0], ctx, ref);
+      const std::vector<int32_t> qsl{0, 1}, sls{ctx};
+      DeviceBuffer dqsl = cuda::to_device(qsl), dsl = cuda::to_device(sls);
+      for (int fixed = 0; fixed < 2; ++fixed) {
+        const auto plan = cuda::PagedAttentionPlan::decode(1, blocks * bs, group, fixed == 1);
+        DeviceBuffer dtasks = cuda::to_device(plan.tasks), ditems = cuda::to_device(plan.items),
+                     ws(cuda::paged_attention_workspace_floats(plan, KVH, D) * sizeof(float));
+        for (int kernel = 1; kernel >= 0; --kernel) {
+          cuda::KernelTuning t = cuda::kernel_tuning();
+          t.attn_decode_kernel = kernel == 1;
+          cuda::set_kernel_tuning(t);
+          auto args = [&](int c) {
+            cuda::PagedAttentionArgs a{sh.heads, 1.0f / std::sqrt(static_cast<float>(D)), blocks, dqsl.as<int32_t>(),
+                                       dsl.as<int32_t>(), dtabs[c].as<int32_t>(), dtasks.as<int32_t>(), ditems.as<int32_t>(),
+                                       plan.num_tasks, plan.num_items, plan.tokens_per_task, plan.key_split};
+            a.num_single_tasks = plan.num_single_tasks;
+            a.fixed_split = plan.fixed_split;
+            return a;
+          };
+          cudaEvent_t e0, e1;
+          SSM_CUDA_CHECK(cudaEventCreate(&e0));
+          SSM_CUDA_CHECK(cudaEventCreate(&e1));
+          std::vector<float> ms;
+          for (int i = 0; i < 6; ++i) {  // a warm-up sample, then 5 timed
+            SSM_CUDA_CHECK(cudaEventRecord(e0));
+            for (int r = 0; r < kReps; ++r)
+              SSM_CUDA_CHECK(cuda::paged_attention(dq.as<float>(), QW, dout.as<float>(), QW, kv, args((r + 1) % copies),
+                                                   ws.as<float>(), nullptr));
+            SSM_CUDA_CHECK(cudaEventRecord(e1));
+            SSM_CUDA_CHECK(cudaEventSynchronize(e1));
+            float tm = 0;
+            SSM_CUDA_CHECK(cudaEventElapsedTime(&tm, e0, e1));
+            if (i > 0) ms.push_back(tm / kReps);
+          }
+          SSM_CUDA_CHECK(cudaEventDestroy(e0));
+          SSM_CUDA_CHECK(cudaEventDestroy(e1));
+          std::sort(ms.begin(), ms.end());
+          // The output checked: one more call on copy 0 (the reference's pages).
+          SSM_CUDA_CHECK(cuda::paged_attention(dq.as<float>(), QW, dout.as<float>(), QW, kv, args(0), ws.as<float>(), nullptr));
+          SSM_CUDA_CHECK(cudaDeviceSynchronize());
+          const auto got = cuda::to_host<float>(dout, static_cast<size_t>(QW));
+          double err = 0, ref_norm = 0;
+          for (int64_t c = 0; c < QW; ++c) {
+            const double d = got[c] - ref[c];
+            err += d * d, ref_norm += ref[c] * ref[c];
+          }
+          const double bytes = double(ctx) * KVH * D * 8;
+          std::printf("decode attention %-13s %2d/%d heads x %3d, context %6d, block %d, %s splits of %3d (%4d items x %d "
+                      "kv heads), %-13s: %8.4f ms, %7.1f GB/s, rel err %.2e\n",
+                      sh.name, sh.heads, KVH, D, ctx, bs, fixed ? "fixed" : "fill ", plan.key_split, plan.num_items, KVH,
+                      kernel ? "decode kernel" : "tiled kernel", ms[2], bytes / ms[2] * 1e-6,
+                      std::sqrt(err / std::max(ref_norm, 1e-30)));
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "decode") {
+    const int bs = argc > 2 ? std::atoi(argv[2]) : 16, max_ctx = argc > 3 ? std::atoi(argv[3]) : 131072;
+    if (bs <= 0 || max_ctx < 2048) {
+      std::fprintf(stderr, "usage: bench_cuda_prefill_attention decode [block_size > 0] [max context >= 2048]\n");
+      return 2;
+    }
+    if (!cuda::gpu_available()) {
+      std::fprintf(stderr, "bench_cuda_prefill_attention: no CUDA device\n");
+      return 1;
+    }
+    return bench_decode(bs, max_ctx);
+  }
   const int bs = argc > 1 ? std::atoi(argv[1]) : 16, max_len = argc > 2 ? std::atoi(argv[2]) : 32768;
   if (bs <= 0 || max_len < 16) {
     std::fprintf(stderr, "usage: bench_cuda_prefill_attention [block_size > 0] [max L >= 16]\n");

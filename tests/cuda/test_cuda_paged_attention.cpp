@@ -1,9 +1,9 @@
 // GPU op harness of softmax attention over the paged KV cache (issues 8, 28, 31): RoPE, the fused q / k norm + RoPE +
 // cache write (bit-identical to its three ops), the attention work-list plans
-// (split-KV tasks, tensor-core tiles and their key chunks) and paged attention (the split-KV fp32 pass and the
-// tensor-core pass, split over key chunks or not) against the CPU kernels: mixed prefill / decode rows, head_dim 64 /
-// 128 / 256 with Qwen3-Next / Qwen3.5 / Falcon-H1 GQA shapes, long cached contexts next to short rows, split vs
-// unsplit and alone vs batched bit-identical; a DISABLED_ benchmark of a short prefill over a long context. Fresh
+// (split-KV tasks, tensor-core tiles and their key chunks) and paged attention (the split-KV fp32 pass with its tiled
+// and decode kernels, and the tensor-core pass, split over key chunks or not) against the CPU kernels: mixed prefill /
+// decode rows, head_dim 64 / 128 / 256 with Qwen3-Next / Qwen3.5 / Falcon-H1 GQA shapes, long cached contexts next to
+// short rows, decode rows up to 30k keys, split vs unsplit and alone vs batched bit-identical; a DISABLED_ benchmark of a short prefill over a long context. Fresh
 // random inputs per run. Skips without a GPU; SSMSERVE_CUDA_TEST_QUICK=1 keeps the small cases.
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 #include "cuda_test_util.h"
 #include "device/cuda_check.h"
 #include "kernels/cuda/head_rms_norm.h"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rope.h"
@@ -37,6 +38,7 @@ TEST(CudaPagedAttentionPlan, SplitsAndDecodeLayout) {
   // Row 0 tasks end at positions 1087, 1095, 1099 -> 3 splits each; row 1 ends at 512 -> 2; padding -> 1.
   EXPECT_EQ(p.tasks, (std::vector<int32_t>{0, 0, 8, 0, 0, 8, 8, 3, 0, 16, 4, 6, 1, 0, 1, 9, 2, 0, 1, 11}));
   EXPECT_EQ(p.num_items, 12);
+  EXPECT_EQ(p.num_single_tasks, 2);  // the decode row and the padding row
   // Many tasks: one split per task sized to the longest context.
   std::vector<int32_t> qsl{0}, sl;
   for (int r = 0; r < 300; ++r) qsl.push_back(qsl.back() + 64), sl.push_back(64 + r);
@@ -44,9 +46,11 @@ TEST(CudaPagedAttentionPlan, SplitsAndDecodeLayout) {
   EXPECT_EQ(m.num_tasks, 2400);
   EXPECT_EQ(m.num_items, 2400);
   EXPECT_EQ(m.key_split, 384);  // 363 rounded up to 32
+  EXPECT_EQ(m.num_single_tasks, 0);
   const auto d = cuda::PagedAttentionPlan::decode(3, 1100, 4, true);
   EXPECT_EQ(d.num_items, 9);
   EXPECT_EQ(d.tasks, (std::vector<int32_t>{0, 0, 1, 0, 1, 0, 1, 3, 2, 0, 1, 6}));
+  EXPECT_EQ(d.num_single_tasks, 3);
   // Otherwise a short work list gets splits enough for about kFillItems items (32 .. 512 keys each).
   const auto f = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 20, 21, 22}, std::vector<int32_t>{1100, 513, 0}, 2);
   EXPECT_EQ(f.key_split, 32);  // 5 tasks: 52 splits each would do; 1100 / 52 rounds up to 32 keys
@@ -210,17 +214,18 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
   // per task, 2 the fixed-size decode plan, 3 tensor-core pass for rows of 16+ new tokens (plan as built), 4 the same
   // with one block per tile (no chunk split), 5 the same with every tile's chunks split over blocks, 6 the prefill
   // plan with fixed 512-key splits (batch-invariant mode), 7 the decode plan with them. Returns the outputs of those
-  // rows ([sum n, os], from a poisoned buffer).
-  auto run = [&](const std::vector<int>& keep, int mode) {
+  // rows ([sum n, os], from a poisoned buffer). last_only: each row as a one-token row of its last token (same
+  // seq_len: the same query over the same keys, as when a prompt is chunked differently).
+  auto run = [&](const std::vector<int>& keep, int mode, bool last_only = false) {
     std::vector<int32_t> rq{0}, rs, rt;
     std::vector<float> qk;
     int64_t Tk = 0;
     for (int r : keep) {
-      const int n = rows[r].first;
+      const int n = last_only ? std::min(rows[r].first, 1) : rows[r].first;
       rq.push_back(rq.back() + n);
       rs.push_back(sls[r]);
       rt.insert(rt.end(), tables.begin() + r * max_blocks, tables.begin() + (r + 1) * max_blocks);
-      qk.insert(qk.end(), q.begin() + qsl[r] * qs, q.begin() + qsl[r + 1] * qs);
+      qk.insert(qk.end(), q.begin() + (qsl[r + 1] - n) * qs, q.begin() + qsl[r + 1] * qs);
       Tk += n;
     }
     auto plan = mode == 2 || mode == 7
@@ -258,6 +263,10 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
                                dtasks.as<int32_t>(), ditems.as<int32_t>(), plan.num_tasks, plan.num_items,
                                plan.tokens_per_task, plan.key_split, dtc.as<int32_t>(), plan.num_tc_tiles, plan.tc_tokens,
                                dti.as<int32_t>(), plan.num_tc_items};
+    // The plan's count of one-token tasks (which partial kernels run); mode 0 leaves it unknown (-1: both launched,
+    // each taking its own tasks).
+    if (mode != 0) a.num_single_tasks = plan.num_single_tasks;
+    a.fixed_split = plan.fixed_split;
     SSM_CUDA_CHECK(cuda::paged_attention(dq2.as<float>(), qs, dout.as<float>(), os, dv, a, ws.as<float>(), nullptr));
     SSM_CUDA_CHECK(cudaDeviceSynchronize());
     return to_host<float>(dout, Tk * os);
@@ -293,8 +302,8 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
       if (std::memcmp(x + i * os, y + i * os, sizeof(float) * sh.heads * D) != 0) return false;
     return true;
   };
-  // Fixed splits (batch-invariant mode): every row has the same bits alone as in the batch, and a one-token row the
-  // same on the decode plan as on the prefill plan.
+  // Fixed splits (batch-invariant mode): every row has the same bits alone as in the batch, a one-token row the same
+  // on the decode plan as on the prefill plan, and a prefill row's last token the same as a one-token row.
   int64_t dec_t = 0;
   for (int r = 0; r < R; ++r) {
     const int n = rows[r].first;
@@ -303,6 +312,10 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
     if (n == 1) {
       EXPECT_TRUE(same_bits(outs[7].data() + dec_t * os, outs[6].data() + qsl[r] * os, 1)) << "row " << r << ": decode vs prefill plan";
       ++dec_t;
+    } else if (n > 1 && rows[r].second > 0) {  // the last token alone (another chunking of the prompt): the same bits
+      const auto last = run({r}, 6, true);
+      EXPECT_TRUE(same_bits(last.data(), outs[6].data() + (qsl[r + 1] - 1) * os, 1))
+          << "row " << r << ": fixed splits, last token as a one-token row vs in its tile";
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -399,6 +412,53 @@ TEST(CudaPagedAttention, TensorCorePipelineEdgesMatchCpu) {
                             : std::vector<std::pair<int, int>>{{16, 16},    {129, 129},  {65, 1065}, {250, 2250},
                                                                {31, 4127},  {1, 700},    {200, 3080}, {1, 0}};
   for (const auto& sh : shapes) check_paged_attention(sh, rows, rng);
+}
+
+/// Sets kernel_tuning().attn_decode_kernel for its lifetime.
+struct DecodeKernelSwitch {
+  cuda::KernelTuning saved = cuda::kernel_tuning();
+  explicit DecodeKernelSwitch(bool on) {
+    cuda::KernelTuning t = saved;
+    t.attn_decode_kernel = on;
+    cuda::set_kernel_tuning(t);
+  }
+  ~DecodeKernelSwitch() { cuda::set_kernel_tuning(saved); }
+};
+
+// The decode kernel (issue 31: one-token tasks with K / V streamed from the cache in registers) at long contexts:
+// decode rows of 1 .. 30001 keys (splits of 32 .. 512 keys, a last split of 1 key, contexts shorter than one
+// iteration of the kernel's key streams) next to short prefill rows (the tiled kernel's tasks in the same launch),
+// groups 1 .. 8 (every query-group instance: 1 and 2 on NG 2, 3 and 4 on NG 4, 6 on NG 6, 8 on NG 8), head_dim 64 /
+// 128 / 256, block sizes 16, 24, 128; every plan against the CPU, fixed splits alone vs batched and decode vs prefill
+// plan bit-identical. Then the same rows with the tiled kernel for every task (SSMSERVE_ATTN_DECODE_KERNEL=0).
+TEST(CudaPagedAttention, DecodeKernelLongContextMatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<AttnShape> shapes = {{"qwen3.5-9b-bs16", 16, 4, 256, 16}};
+  if (!quick()) {
+    shapes.push_back({"falcon-h1-7b-bs24", 12, 2, 128, 24});
+    shapes.push_back({"qwen3.6-gqa6-bs128", 24, 4, 256, 128});
+    shapes.push_back({"gqa4-128-bs16", 8, 2, 128, 16});
+    shapes.push_back({"gqa3-128-bs24", 6, 2, 128, 24});
+    shapes.push_back({"gqa8-64-bs16", 8, 1, 64, 16});
+    shapes.push_back({"mha-256-bs16", 2, 2, 256, 16});
+    shapes.push_back({"gqa2-64-bs128", 4, 2, 64, 128});
+  }
+  // (A row of 16+ new tokens keeps the tensor-core modes of check_paged_attention busy.)
+  const auto rows = quick() ? std::vector<std::pair<int, int>>{{1, 1}, {1, 33}, {1, 4097}, {3, 700}, {1, 0}, {1, 12345}, {16, 16}}
+                            : std::vector<std::pair<int, int>>{{1, 1},     {1, 2},    {1, 17},   {1, 33},    {1, 511},
+                                                               {1, 512},   {1, 513},  {1, 4097}, {1, 0},     {2, 700},
+                                                               {1, 12345}, {5, 5},    {1, 30001}, {20, 2020}};
+  for (bool on : {true, false}) {
+    SCOPED_TRACE(on ? "decode kernel" : "tiled kernel for every task");
+    DecodeKernelSwitch sw(on);
+    for (const auto& sh : shapes) {
+      check_paged_attention(sh, rows, rng);
+      if (!on) break;  // the tiled kernel: one shape (the other tests cover it at group 16)
+    }
+  }
 }
 
 TEST(CudaPagedAttention, TensorCoreChunkPlan) {

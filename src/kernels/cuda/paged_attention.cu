@@ -241,18 +241,22 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
 }
 
 /// Decode-specialized partial softmax (issue 31: long-context decode was bound by partial_kernel's shared-memory
-/// staging, ~1.4 TB/s): the items of tasks with one query token (decode rows; also the one-token rows of a prefill
-/// plan, so a row's bits do not depend on which plan a step uses). One block of kDecThreads threads per (item, KV
-/// head) covers all `group` query heads of the KV head (NG >= group, the rest computed on zero queries and dropped).
+/// staging, ~1.4 TB/s): the items of tasks with one query token (decode rows; also the one-token tasks of a prefill
+/// plan, so a decode row's bits do not depend on which plan a step uses), or with tz > 1 (fixed splits,
+/// batch-invariant mode: tz = tokens_per_task) every task's, one block per token (blockIdx.x = item * tz + token: a
+/// task's token blocks run side by side and share its K / V through the L2). One block of kDecThreads threads per
+/// (item, token, KV head) covers all `group` query heads of the KV head (NG >= group, the rest computed on zero
+/// queries and dropped).
 /// K and V are read straight from the paged cache into registers, 16-byte loads, U keys per thread in flight at once
-/// (K and V together; a masked slot's p is an exact zero), no shared-memory staging: the block is split into "key streams" of L = D / 8 lanes (every lane
-/// owns 8 floats of a key row: float4 columns sub and sub + L), stream v taking keys k0 + v, k0 + v + NV, ... of the
-/// split (NV = kDecThreads / L streams; one iteration covers U * NV consecutive keys, so a warp's loads touch adjacent
-/// rows). Each stream keeps its own online softmax (q x K dot products summed over its L lanes with a butterfly, which
-/// leaves identical bits in every lane), then the streams of a warp are merged with shuffles and the warps through
-/// shared memory, in a fixed order, into ws[item, g, h] = (acc[D], max, sum) for query head h < group: the layout
-/// combine_kernel reads. The arithmetic depends only on the split's key range [k0, k1) and the row's own q / K / V
-/// (batch-invariant with fixed splits).
+/// (K and V together; a masked slot's p is an exact zero), no shared-memory staging: the block is split into "key
+/// streams" of L = D / 8 lanes (every lane owns 8 floats of a key row: float4 columns sub and sub + L), stream v taking
+/// keys k0 + v, k0 + v + NV, ... of the split (NV = kDecThreads / L streams; one iteration covers U * NV consecutive
+/// keys, so a warp's loads touch adjacent rows). Each stream keeps its own online softmax (q x K dot products summed
+/// over its L lanes with a butterfly, which leaves identical bits in every lane), then the streams of a warp are merged
+/// with shuffles and the warps through shared memory, in a fixed order, into ws[item, g, j * group + h] = (acc[D], max,
+/// sum) for query head h < group of token j: the layout combine_kernel reads (a token with no key in the split writes
+/// zeros, max -inf). The arithmetic depends only on the split's key range [k0, k1) and the query's own q / K / V
+/// (batch-invariant with fixed splits, whatever the task's other tokens).
 constexpr int kDecThreads = 128;
 constexpr int kDecWarps = kDecThreads / 32;
 
@@ -265,23 +269,24 @@ constexpr int dec_unroll() {
 template <int D, int NG>
 __global__ void __launch_bounds__(kDecThreads) decode_partial_kernel(const float* __restrict__ q, int64_t qs,
                                                                      KvCacheView cache, PagedAttentionArgs a,
-                                                                     float* __restrict__ ws) {
+                                                                     float* __restrict__ ws, int tz) {
   constexpr int L = D / 8, NV = kDecThreads / L, U = dec_unroll<NG>(), STEP = U * NV;
   static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "head_dim 8 .. 256, a power of two");
   __shared__ float red[kDecWarps][NG][D + 2];
-  const int item = blockIdx.x, g = blockIdx.y, KVH = cache.num_kv_heads, group = a.num_heads / KVH;
+  const int item = blockIdx.x / tz, j = blockIdx.x % tz, g = blockIdx.y;
+  const int KVH = cache.num_kv_heads, group = a.num_heads / KVH;
   const int task = a.items[2 * item], split = a.items[2 * item + 1];
   const int row = a.tasks[4 * task], off = a.tasks[4 * task + 1];
   const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
   const int nt = min(a.tasks[4 * task + 2], n - off);
-  if (nt > 1) return;  // partial_kernel's
-  const int len = sl - n + off + nt;  // the query (position len - 1) attends keys [0, len)
+  if ((nt > 1 && tz == 1) || j >= max(nt, 1)) return;  // partial_kernel's task, or no such token
+  const int len = sl - n + off + j + 1;  // the query (position len - 1) attends keys [0, len)
   const int k0 = split * a.key_split, k1 = min(len, k0 + a.key_split);
-  float* wsi = ws + (static_cast<int64_t>(item) * KVH + g) * kQ * (D + 2);
-  if (sl == 0 || nt <= 0 || k0 >= k1) {
-    if (threadIdx.x < kQ) {
-      wsi[threadIdx.x * (D + 2) + D] = -INFINITY;
-      wsi[threadIdx.x * (D + 2) + D + 1] = 0.0f;
+  float* wsi = ws + ((static_cast<int64_t>(item) * KVH + g) * kQ + static_cast<int64_t>(j) * group) * (D + 2);
+  if (sl == 0 || nt <= 0 || k0 >= k1) {  // rows of this token: no key in the split
+    for (int idx = threadIdx.x; idx < group * (D + 2); idx += kDecThreads) {
+      const int d = idx % (D + 2);
+      wsi[idx] = d == D ? -INFINITY : 0.0f;
     }
     return;
   }
@@ -289,7 +294,7 @@ __global__ void __launch_bounds__(kDecThreads) decode_partial_kernel(const float
   // q of the group's heads: this lane's 8 columns (4 sub .. + 3, D / 2 + 4 sub .. + 3); heads past the group zero.
   float qr[NG][8];
   {
-    const float* qrow = q + static_cast<int64_t>(a.query_start_loc[row] + off) * qs + static_cast<int64_t>(g) * group * D;
+    const float* qrow = q + static_cast<int64_t>(a.query_start_loc[row] + off + j) * qs + static_cast<int64_t>(g) * group * D;
 #pragma unroll
     for (int h = 0; h < NG; ++h)
 #pragma unroll
@@ -481,25 +486,26 @@ constexpr int kDecMaxGroup = 8;
 
 template <int D>
 void launch_decode_partial(dim3 grid, cudaStream_t stream, int group, const float* q, int64_t qs, const KvCacheView& cache,
-                           const PagedAttentionArgs& a, float* ws) {
-  if (group <= 2) decode_partial_kernel<D, 2><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws);
-  else if (group <= 4) decode_partial_kernel<D, 4><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws);
-  else if (group <= 6) decode_partial_kernel<D, 6><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws);
-  else decode_partial_kernel<D, 8><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws);
+                           const PagedAttentionArgs& a, float* ws, int tz) {
+  if (group <= 2) decode_partial_kernel<D, 2><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws, tz);
+  else if (group <= 4) decode_partial_kernel<D, 4><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws, tz);
+  else if (group <= 6) decode_partial_kernel<D, 6><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws, tz);
+  else decode_partial_kernel<D, 8><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws, tz);
 }
 
-/// The split-KV pass: the partial kernels over the items (decode_partial_kernel for tasks of one token when
-/// KernelTuning::attn_decode_kernel is on and group <= kDecMaxGroup, partial_kernel for the rest; either one only
-/// when the plan says all its tasks are of one kind), then combine_kernel over the tasks.
+/// The split-KV pass: the partial kernels over the items, then combine_kernel over the tasks. With
+/// KernelTuning::attn_decode_kernel and group <= kDecMaxGroup, decode_partial_kernel takes the tasks of one token
+/// (every task, one block per token, when the plan has fixed splits) and partial_kernel the rest; a kernel is not
+/// launched when the plan says it has no task for it. Otherwise partial_kernel takes every task.
 template <int D>
 cudaError_t launch_split_kv(const float* q, int64_t qs, float* out, int64_t os, const KvCacheView& cache,
                             const PagedAttentionArgs& a, float* ws, cudaStream_t stream) {
   constexpr size_t sm = partial_smem_bytes<D>();
   const int KVH = cache.num_kv_heads, group = a.num_heads / KVH;
-  const bool dec = kernel_tuning().attn_decode_kernel && group <= kDecMaxGroup;
+  const bool dec = kernel_tuning().attn_decode_kernel && group <= kDecMaxGroup, all = dec && a.fixed_split;
   // tokens_per_task 1: every task has one token (or none); num_single_tasks -1: unknown, both kernels run.
-  const bool multi = !dec || (a.tokens_per_task > 1 && a.num_single_tasks != a.num_tasks);
-  const bool single = dec && a.num_single_tasks != 0;
+  const bool multi = !dec || (!all && a.tokens_per_task > 1 && a.num_single_tasks != a.num_tasks);
+  const bool single = dec && (all || a.num_single_tasks != 0);
   const dim3 grid(a.num_items, KVH);
   if (multi) {
     if constexpr (sm > 48 * 1024) {  // not a stream operation: allowed while a graph is being captured
@@ -513,7 +519,10 @@ cudaError_t launch_split_kv(const float* q, int64_t qs, float* out, int64_t os, 
     else if (slots == 2) launch_partial<D, 2>(grid, sm, stream, q, qs, cache, a, ws, dec);
     else launch_partial<D, 4>(grid, sm, stream, q, qs, cache, a, ws, dec);
   }
-  if (single) launch_decode_partial<D>(grid, stream, group, q, qs, cache, a, ws);
+  if (single) {
+    const int tz = all && a.tokens_per_task > 1 ? a.tokens_per_task : 1;  // blocks per item: one per token
+    launch_decode_partial<D>(dim3(a.num_items * tz, KVH), stream, group, q, qs, cache, a, ws, tz);
+  }
   combine_kernel<D><<<dim3(a.num_tasks, KVH, D / 32), kCombineThreads, 0, stream>>>(out, os, KVH, a, ws);
   return launch_status();
 }

@@ -6,7 +6,8 @@
 // order), so long contexts spread over the whole GPU; a query tile of up to 16 query heads x tokens of one KV head
 // shares every key / value load. Tasks of one query token (decode rows, in a decode or a prefill plan) go through a
 // decode kernel that streams K / V from the cache with 16-byte register loads, no shared-memory staging (issue 31:
-// near HBM bandwidth at long contexts; KernelTuning::attn_decode_kernel, groups up to 8). Prefill rows of 16+ new tokens can go through a tensor-core pass instead
+// near HBM bandwidth at long contexts; KernelTuning::attn_decode_kernel, groups up to 8); with fixed splits
+// (batch-invariant mode) every task does, one block per token, so a query's arithmetic never depends on its tile. Prefill rows of 16+ new tokens can go through a tensor-core pass instead
 // (paged_attention_tc: bf16 operands, mma.sync, fp32 online softmax; the runner's choice with bf16 weights). The
 // tensor-core pass walks each tile's keys in chunks (tc_chunk_keys: a function of the row's own seq_len only) and
 // merges the chunks in order, so its result does not depend on whether a step runs the chunks in one block or splits
@@ -89,6 +90,10 @@ cudaError_t qk_norm_rope_cache(float* x, int64_t x_stride, int64_t T, int num_he
 struct PagedAttentionPlan {
   int num_tasks = 0, num_items = 0, tokens_per_task = 0;
   int num_single_tasks = 0;    ///< tasks of one token (decode rows): the decode partial kernel's
+  /// Built with fixed_split (batch-invariant mode): every task's queries go through the decode partial kernel, one
+  /// block per token, so a query's bits depend neither on its task's other tokens (how a prompt was chunked) nor on
+  /// the plan kind.
+  bool fixed_split = false;
   int key_split = kKeySplit;   ///< keys per split (a multiple of 32)
   std::vector<int32_t> tasks;  ///< [num_tasks, 4] row, first token, tokens, first item
   std::vector<int32_t> items;  ///< [num_items, 2] task, split
@@ -133,6 +138,7 @@ struct PagedAttentionArgs {
   int num_tc_items = 0;
   /// plan.num_single_tasks; -1 (unknown): both split-KV partial kernels are launched, each taking its own tasks.
   int num_single_tasks = -1;
+  bool fixed_split = false;  ///< plan.fixed_split
 };
 
 /// Workspace floats paged_attention needs for a plan: num_items * num_kv_heads * 16 * (head_dim + 2).

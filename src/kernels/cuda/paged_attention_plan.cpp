@@ -12,6 +12,7 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
   SSM_CHECK(query_start_loc.size() == seq_lens.size() + 1, "paged attention plan: query_start_loc has {} entries for {} rows",
             query_start_loc.size(), seq_lens.size());
   PagedAttentionPlan p;
+  p.fixed_split = fixed_split;
   p.tokens_per_task = std::max(1, 16 / group);
   p.tc_tokens = std::max(1, kTcRows / group);
   const auto to_tc = [&](int32_t n) { return tc_min_tokens > 0 && n >= tc_min_tokens; };
@@ -75,6 +76,7 @@ PagedAttentionPlan PagedAttentionPlan::decode(int batch, int max_context, int gr
   SSM_CHECK(group >= 1 && group <= 16 && batch >= 0 && max_context >= 1,
             "paged attention decode plan: batch {}, max_context {}, group {}", batch, max_context, group);
   PagedAttentionPlan p;
+  p.fixed_split = fixed_split;
   p.tokens_per_task = 1;
   p.key_split = fixed_split ? kKeySplit : fill_key_split(batch, max_context);
   const int32_t splits = (max_context - 1) / p.key_split + 1;

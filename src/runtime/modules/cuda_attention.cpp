@@ -86,7 +86,7 @@ class CudaAttention final : public CudaModule {
     PagedAttentionArgs a{c_.num_heads, c_.scale, md.max_num_blocks_per_seq, plans.dev(plans.attn_qsl), plans.dev(plans.seq_lens),
                          plans.dev(plans.tables), plans.dev(plans.tasks), plans.dev(plans.items), ap.num_tasks, ap.num_items,
                          ap.tokens_per_task, ap.key_split, plans.dev(plans.tc_tiles), ap.num_tc_tiles, ap.tc_tokens,
-                         plans.dev(plans.tc_items), ap.num_tc_items, ap.num_single_tasks};
+                         plans.dev(plans.tc_items), ap.num_tc_items, ap.num_single_tasks, ap.fixed_split};
     {
       ProfileSpan span(ctx_.profile, "paged_attention", s);
       SSM_CUDA_CHECK(paged_attention(q, PW, o, QW, kv, a, ws().f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s));
