@@ -12,7 +12,8 @@
 // 1) over contexts 2k, 8k, 32k, 128k at Qwen3.5-9B's 16 q / 4 kv heads of 256 and Falcon-H1-7B's 12 / 2 of 128,
 // through PagedAttentionPlan::decode as the runner builds it (and its fixed 512-key splits, batch-invariant mode),
 // with the decode kernel (KernelTuning::attn_decode_kernel, the default) and the tiled kernel
-// (SSMSERVE_ATTN_DECODE_KERNEL=0's path). Per case: median of 5 samples after a warm-up sample, each sample 20 calls
+// (SSMSERVE_ATTN_DECODE_KERNEL=0's path); the default plan also sized for 512 and 1024 items
+// (SSMSERVE_ATTN_FILL_ITEMS). Per case: median of 5 samples after a warm-up sample, each sample 20 calls
 // back to back rotating over up to 8 disjoint copies of the context's pages (so short contexts are not served from
 // the L2); effective bandwidth = the context's K and V bytes (seq_len x kv heads x head_dim x 8) / time; the result's
 // relative error against an fp64 host reference (both kernels).
@@ -130,14 +131,24 @@ int bench_decode(int bs, int max_ctx) {
       reference_decode(sh, bs, host, page_floats, hq.data(), tables[0], ctx, ref);
       const std::vector<int32_t> qsl{0, 1}, sls{ctx};
       DeviceBuffer dqsl = cuda::to_device(qsl), dsl = cuda::to_device(sls);
-      for (int fixed = 0; fixed < 2; ++fixed) {
-        const auto plan = cuda::PagedAttentionPlan::decode(1, blocks * bs, group, fixed == 1);
+      // (fixed splits, fill items, decode kernel): the runner's default plan with each kernel, the default plan sized
+      // for more items (SSMSERVE_ATTN_FILL_ITEMS), batch-invariant mode's fixed 512-key splits with each kernel.
+      struct Config {
+        bool fixed;
+        int fill_items;
+        bool kernel;
+      };
+      for (const Config cf : {Config{false, 256, true}, Config{false, 256, false}, Config{false, 512, true},
+                              Config{false, 1024, true}, Config{true, 256, true}, Config{true, 256, false}}) {
+        const int fixed = cf.fixed, kernel = cf.kernel;
+        cuda::KernelTuning t = cuda::kernel_tuning();
+        t.attn_decode_kernel = cf.kernel;
+        t.attn_fill_items = cf.fill_items;
+        cuda::set_kernel_tuning(t);
+        const auto plan = cuda::PagedAttentionPlan::decode(1, blocks * bs, group, cf.fixed);
         DeviceBuffer dtasks = cuda::to_device(plan.tasks), ditems = cuda::to_device(plan.items),
                      ws(cuda::paged_attention_workspace_floats(plan, KVH, D) * sizeof(float));
-        for (int kernel = 1; kernel >= 0; --kernel) {
-          cuda::KernelTuning t = cuda::kernel_tuning();
-          t.attn_decode_kernel = kernel == 1;
-          cuda::set_kernel_tuning(t);
+        {
           auto args = [&](int c) {
             cuda::PagedAttentionArgs a{sh.heads, 1.0f / std::sqrt(static_cast<float>(D)), blocks, dqsl.as<int32_t>(),
                                        dsl.as<int32_t>(), dtabs[c].as<int32_t>(), dtasks.as<int32_t>(), ditems.as<int32_t>(),
@@ -176,12 +187,14 @@ int bench_decode(int bs, int max_ctx) {
           const double bytes = double(ctx) * KVH * D * 8;
           std::printf("decode attention %-13s %2d/%d heads x %3d, context %6d, block %d, %s splits of %3d (%4d items x %d "
                       "kv heads), %-13s: %8.4f ms, %7.1f GB/s, rel err %.2e\n",
-                      sh.name, sh.heads, KVH, D, ctx, bs, fixed ? "fixed" : "fill ", plan.key_split, plan.num_items, KVH,
+                      sh.name, sh.heads, KVH, D, ctx, bs, fixed ? "fixed    " : cf.fill_items == 256 ? "fill     " :
+                      cf.fill_items == 512 ? "fill 512 " : "fill 1024", plan.key_split, plan.num_items, KVH,
                       kernel ? "decode kernel" : "tiled kernel", ms[2], bytes / ms[2] * 1e-6,
                       std::sqrt(err / std::max(ref_norm, 1e-30)));
           std::fflush(stdout);
         }
       }
+      cuda::set_kernel_tuning(cuda::KernelTuning{});
     }
   }
   return 0;

@@ -28,7 +28,7 @@ EnvOptions read_env() {
                            "SSMSERVE_SKINNY_PREFETCH_MB", "SSMSERVE_KERNEL_PROFILE", "SSMSERVE_LIGHTNING_KV_WG",
                            "SSMSERVE_LIGHTNING_WALK", "SSMSERVE_DECODE_PREWAIT", "SSMSERVE_SAMPLE_BUCKETS",
                            "SSMSERVE_LAYER_PROFILE", "SSMSERVE_FUSE_PARALLEL_PROJ", "SSMSERVE_GDN_WALK",
-                           "SSMSERVE_ATTN_DECODE_KERNEL"})
+                           "SSMSERVE_ATTN_DECODE_KERNEL", "SSMSERVE_ATTN_FILL_ITEMS"})
     if (const char* v = get(name)) o.gpu[name] = v;
   return o;
 }

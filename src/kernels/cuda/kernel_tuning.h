@@ -34,6 +34,10 @@ struct KernelTuning {
   /// cache in registers (groups up to 8); off: the shared-memory tiled kernel for every task, as before issue 31
   /// (SSMSERVE_ATTN_DECODE_KERNEL=0). Rounding-level differences; each is batch-invariant with fixed splits.
   bool attn_decode_kernel = true;
+  /// Work items (tasks x key splits) the split-KV plans size their splits for outside batch-invariant mode
+  /// (fill_key_split; kFillItems = 256 by default; SSMSERVE_ATTN_FILL_ITEMS=64..8192): more items, shorter splits.
+  /// Rounding-level differences.
+  int attn_fill_items = 256;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

@@ -38,9 +38,10 @@ inline constexpr int kFillItems = 256;
 inline constexpr int kManyTasks = 2048;
 
 /// The fill rule above: keys per split for `tasks` tasks whose longest context is `longest` keys (a multiple of 32
-/// in [kMinKeySplit, kKeySplit]).
-constexpr int fill_key_split(int64_t tasks, int64_t longest) {
-  const int64_t t = tasks < 1 ? 1 : tasks, per_task = (kFillItems + t - 1) / t;
+/// in [kMinKeySplit, kKeySplit]); fill_items: the items aimed at (kFillItems; the plans pass
+/// KernelTuning::attn_fill_items).
+constexpr int fill_key_split(int64_t tasks, int64_t longest, int64_t fill_items = kFillItems) {
+  const int64_t t = tasks < 1 ? 1 : tasks, per_task = ((fill_items < 1 ? 1 : fill_items) + t - 1) / t;
   const int64_t ks = ((longest + per_task - 1) / per_task + 31) / 32 * 32;
   return static_cast<int>(ks < kMinKeySplit ? kMinKeySplit : ks > kKeySplit ? kKeySplit : ks);
 }
@@ -116,7 +117,7 @@ struct PagedAttentionPlan {
                                   int group, int tc_min_tokens = 0, bool fixed_split = false);
   /// Decode rows (one token each) with room for contexts up to max_context: fixed size, so a CUDA graph can be
   /// replayed with other seq_lens / block tables (splits past a row's context do nothing). key_split:
-  /// fill_key_split(batch, max_context), or kKeySplit with fixed_split.
+  /// fill_key_split(batch, max_context, KernelTuning::attn_fill_items), or kKeySplit with fixed_split.
   static PagedAttentionPlan decode(int batch, int max_context, int group, bool fixed_split = false);
 };
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/paged_attention.h"
 
 namespace ssmserve::cuda {
@@ -24,7 +25,7 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
     tasks += (std::max(n, 0) + p.tokens_per_task - 1) / p.tokens_per_task;
     longest = std::max(longest, seq_lens[r]);
   }
-  if (!fixed_split) p.key_split = tasks >= kManyTasks ? (longest + 31) / 32 * 32 : fill_key_split(tasks, longest);
+  if (!fixed_split) p.key_split = tasks >= kManyTasks ? (longest + 31) / 32 * 32 : fill_key_split(tasks, longest, kernel_tuning().attn_fill_items);
   for (size_t r = 0; r < seq_lens.size(); ++r) {
     const int32_t n = query_start_loc[r + 1] - query_start_loc[r], sl = seq_lens[r];
     SSM_CHECK(n >= 0 && (sl == 0 || sl >= n), "paged attention plan: row {} has {} new tokens but seq_len {}", r, n, sl);
@@ -78,7 +79,7 @@ PagedAttentionPlan PagedAttentionPlan::decode(int batch, int max_context, int gr
   PagedAttentionPlan p;
   p.fixed_split = fixed_split;
   p.tokens_per_task = 1;
-  p.key_split = fixed_split ? kKeySplit : fill_key_split(batch, max_context);
+  p.key_split = fixed_split ? kKeySplit : fill_key_split(batch, max_context, kernel_tuning().attn_fill_items);
   const int32_t splits = (max_context - 1) / p.key_split + 1;
   for (int32_t r = 0; r < batch; ++r) {
     p.tasks.insert(p.tasks.end(), {r, 0, 1, r * splits});
