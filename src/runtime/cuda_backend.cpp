@@ -52,6 +52,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_DECODE_DATAFLOW", o.dataflow_decode);
   flag("SSMSERVE_SSD_TF32", o.ssd_tf32);
   flag("SSMSERVE_LAYER_PROFILE", o.layer_profile);
+  int_in("SSMSERVE_PROFILE_REPLAY", o.profile_replay, 0, 1 << 30);
   flag("SSMSERVE_FUSE_PARALLEL_PROJ", o.fuse_parallel_projections);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
   int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);

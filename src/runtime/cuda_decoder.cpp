@@ -55,6 +55,7 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
     configure_gemm(gemm_, opt);
     set_kernel_tuning(opt.kernels);
     frame_.pdl = opt.pdl;
+    graphs_.set_profile_replay(opt.profile_replay);
     if (opt.layer_profile) {
       ctx_.opt.cuda_graphs = false;  // the spans' events need eager launches
       profile_ = std::make_unique<LayerProfile>();

@@ -49,12 +49,15 @@ struct CudaModelOptions {
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;
+  /// The n-th decode graph replay runs inside a profiler capture range (DecodeGraphs::set_profile_replay;
+  /// SSMSERVE_PROFILE_REPLAY=n, 0 = off): one step's kernels for `ncu --profile-from-start off`.
+  int64_t profile_replay = 0;
   /// Kernel paths measured against each other (comparisons, benchmarks); the runner installs them at load.
   KernelTuning kernels = {};
 
   /// Defaults, overridden by the environment (core/env_options.h, docs/environment.md): SSMSERVE_CUDA_GRAPHS=0|1,
   /// SSMSERVE_PDL=0|1, SSMSERVE_SKINNY_MAX_M=<n>, SSMSERVE_BATCH_INVARIANT=0|1, SSMSERVE_DECODE_DATAFLOW=0|1,
-  /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
+  /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_PROFILE_REPLAY=<n>, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
   /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK). Throws Error naming the variable on a

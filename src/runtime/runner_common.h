@@ -172,6 +172,10 @@ class DecodeGraphs {
   void run(cudaStream_t s, std::pair<uint64_t, uint64_t> key, uint64_t signature, const std::function<void()>& body);
   int64_t replays() const { return replays_; }
   int64_t captures() const { return captures_; }
+  /// Brackets the n-th replay (1-based; 0: none) with cudaProfilerStart / cudaProfilerStop and a stream synchronize,
+  /// so a profiler started with its capture range off (`ncu --profile-from-start off`) records one decode step's
+  /// kernels, each graph node as its own kernel (SSMSERVE_PROFILE_REPLAY, docs/environment.md).
+  void set_profile_replay(int64_t n) { profile_replay_ = n; }
 
  private:
   struct Entry {
@@ -183,6 +187,7 @@ class DecodeGraphs {
   size_t max_graphs_;
   std::map<std::pair<uint64_t, uint64_t>, Entry> graphs_;
   int64_t replays_ = 0, captures_ = 0;
+  int64_t profile_replay_ = 0;
 };
 
 /// DecodeGraphs key of a step: T tokens, n_logits rows, and the output mode (-1: logits; k >= 0: greedy picks
