@@ -107,7 +107,8 @@ def eager(cfg_dir, prefill_len, decode_steps):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.eval()
     out["init_s"] = round(time.time() - t0, 1)
-    V = min(cfg.vocab_size, 50000)
+    text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg  # Qwen3.5: the wrapper's text_config
+    V = min(text_cfg.vocab_size, 50000)
     ids = torch.randint(3, V, (1, prefill_len), device="cuda")
 
     def timed(fn, reps=3):

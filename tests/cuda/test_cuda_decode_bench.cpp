@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -120,6 +121,56 @@ TEST(CudaDecodeBench, DISABLED_RooflinesAndGemms) {
       }
       std::printf("best %-18s M=%-3ld %-8s %8.2f us (%6.2f TB/s)\n", sh.name.c_str(), static_cast<long>(M),
                   best_name.c_str(), best * 1e3, wbytes / (best * 1e-3) / 1e12);
+    }
+  }
+}
+
+/// Batch-1 (M = 1) skinny GEMMs at the hybrids' decode shapes (Qwen3.5-9B, Falcon-H1-7B, Qwen3.6-27B projections and
+/// LM heads): the default launch against split / unroll variants, each timed back to back with PDL (the next
+/// launch's weight preload overlaps the previous one, as after a PDL-triggering kernel in a graph) and without
+/// (every launch's ramp-up and tail exposed). Weight copies rotate through >= 256 MB so they come from HBM.
+TEST(CudaDecodeBench, DISABLED_HybridDecodeGemms) {
+  REQUIRE_GPU();
+  const std::vector<Shape> shapes = {
+      {"q9.gdn_in", 12352, 4096},   {"q9.o_proj", 4096, 4096},    {"q9.gate_up", 24576, 4096},
+      {"q9.down", 4096, 12288},     {"q9.attn_qkvg", 10240, 4096}, {"q9.lm_head", 248320, 4096},
+      {"f7.gate_up", 24576, 3072},  {"f7.down", 3072, 12288},     {"f7.attn_o", 3072, 1536},
+      {"f7.lm_head", 130049, 3072}, {"q27.gate_up", 34816, 5120}, {"q27.down", 5120, 17408}};
+  std::vector<std::pair<std::string, std::optional<cuda::SkinnyTuning>>> variants = {{"default", std::nullopt}};
+  for (int shift : {-1, 0, 1, 2})
+    for (int u : {2, 4, 8}) {
+      const cuda::SkinnyTuning t{u, u == 2, false, shift, 4};
+      char name[32];
+      std::snprintf(name, sizeof(name), "u%d%s%+d/4", u, u == 2 ? "p" : "", shift);
+      variants.emplace_back(name, t);
+    }
+  variants.emplace_back("u4+0/8", cuda::SkinnyTuning{4, false, false, 0, 8});
+  variants.emplace_back("u4+1/8", cuda::SkinnyTuning{4, false, false, 1, 8});
+  variants.emplace_back("u4+1/16", cuda::SkinnyTuning{4, false, false, 1, 16});
+  cuda::Stream stream;
+  std::mt19937 rng(3);
+  for (const auto& sh : shapes) {
+    const size_t wbytes = static_cast<size_t>(sh.N * sh.K * 2);
+    const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / wbytes + 1, 2, 64));
+    DeviceBuffer x = to_device(to_bf16_bits(rand_vec(rng, sh.K))), y(sh.N * 4);
+    const auto wb = to_bf16_bits(rand_vec(rng, sh.N * sh.K, -0.05f, 0.05f));
+    std::vector<DeviceBuffer> w;
+    for (int i = 0; i < copies; ++i) w.push_back(to_device(wb));
+    int next = 0;
+    for (const auto& [name, tu] : variants) {
+      cuda::SkinnyExtras ex;
+      if (tu) ex.tuning = &*tu;
+      double ms[2];
+      for (int pdl = 0; pdl < 2; ++pdl)
+        ms[pdl] = time_ms([&] {
+          next = (next + 1) % copies;
+          SSM_CUDA_CHECK(skinny({1, sh.N, sh.K, x.data(), sh.K, w[next].data(), sh.K, DType::BF16, y.data(), sh.N, DType::F32},
+                                nullptr, 0, pdl != 0, stream.get(), ex));
+        }, 40, stream.get());
+      const int splits = cuda::skinny_gemm_splits(sh.N, sh.K, tu ? tu->split_shift : cuda::skinny_default_tuning(1, sh.N, sh.K).split_shift);
+      std::printf("hgemm %-12s %6ld x %5ld %5.1f MB %-8s splits %2d  pdl %7.2f us %5.2f TB/s  plain %7.2f us %5.2f TB/s\n",
+                  sh.name.c_str(), static_cast<long>(sh.N), static_cast<long>(sh.K), wbytes / 1e6, name.c_str(), splits,
+                  ms[1] * 1e3, wbytes / (ms[1] * 1e-3) / 1e12, ms[0] * 1e3, wbytes / (ms[0] * 1e-3) / 1e12);
     }
   }
 }

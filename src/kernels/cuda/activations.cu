@@ -11,17 +11,22 @@ __global__ void silu_kernel(float* __restrict__ x, int64_t xs, int64_t cols) {
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) row[c] = silu(row[c]);
 }
 
+/// Columns per block of the row-slicing kernels below (grid (T, ceil(cols / kActCols))): a decode row of a wide
+/// projection spreads over the GPU instead of one block.
+constexpr int kActCols = 1024;
+
+/// out = o * sigmoid(g), a kActCols slice of one row per block.
 template <class TO>
 __global__ void gate_kernel(const float* __restrict__ o, int64_t os, const float* __restrict__ g, int64_t gs,
                             int64_t cols, TO* __restrict__ out, int64_t outs) {
   const int64_t t = blockIdx.x;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+  const int64_t end = min(cols, static_cast<int64_t>(blockIdx.y + 1) * kActCols);
+  for (int64_t c = static_cast<int64_t>(blockIdx.y) * kActCols + threadIdx.x; c < end; c += blockDim.x)
     store(out + t * outs + c, o[t * os + c] * (1.0f / (1.0f + expf(-g[t * gs + c]))));
 }
 
 /// gated: out = silu(gu[:, :I]) * gu[:, I:2I]; else out = relu(gu[:, :I])^2.
 /// Grid (T, ceil(I / kActCols)): each block a slice of one row, so a decode row of a wide MLP spreads over the GPU.
-constexpr int kActCols = 1024;
 template <class TO>
 __global__ void mlp_act_kernel(const float* __restrict__ gu, int64_t gs, int64_t I, bool gated, TO* __restrict__ out,
                                int64_t outs) {
@@ -78,15 +83,15 @@ cudaError_t silu_inplace(float* x, int64_t x_stride, int64_t T, int64_t cols, cu
 
 cudaError_t sigmoid_gate(const float* o, int64_t o_stride, const float* g, int64_t g_stride, int64_t T, int64_t cols,
                          void* out, DType out_dtype, int64_t out_stride, cudaStream_t stream) {
-  if (T < 0 || cols < 0 || o_stride < cols || g_stride < cols || out_stride < cols || out_dtype == DType::F16)
+  if (T < 0 || cols < 0 || o_stride < cols || g_stride < cols || out_stride < cols || out_dtype == DType::F16 ||
+      T > 2147483647 || ceil_div(cols, kActCols) > 65535)
     return cudaErrorInvalidValue;
   if (T == 0 || cols == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(ceil_div(cols, kActCols)));
   if (out_dtype == DType::BF16)
-    gate_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(o, o_stride, g, g_stride, cols,
-                                                              static_cast<__nv_bfloat16*>(out), out_stride);
+    gate_kernel<<<grid, 256, 0, stream>>>(o, o_stride, g, g_stride, cols, static_cast<__nv_bfloat16*>(out), out_stride);
   else
-    gate_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(o, o_stride, g, g_stride, cols, static_cast<float*>(out),
-                                                              out_stride);
+    gate_kernel<<<grid, 256, 0, stream>>>(o, o_stride, g, g_stride, cols, static_cast<float*>(out), out_stride);
   return launch_status();
 }
 

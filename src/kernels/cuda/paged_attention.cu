@@ -16,54 +16,53 @@ __device__ __forceinline__ int64_t kv_elems(const KvCacheView& c) {
   return static_cast<int64_t>(c.block_size) * c.num_kv_heads * c.head_dim;
 }
 
-/// One block (256 threads) per token t of x = [q heads | k heads | v heads] (qk_norm_rope_cache): 1. q and k heads
-/// normed (qw non-null), one warp per head with head_rms_norm's arithmetic; 2. their first 2 * half dims rotated
-/// (inv_freq non-null) with rope_kernel's; 3. k and v copied into slot slots[t] as cache_kernel does.
-__global__ void __launch_bounds__(256) qk_norm_rope_cache_kernel(float* __restrict__ x, int64_t xs, int num_heads,
-                                                                 const float* __restrict__ qw, const float* __restrict__ kw,
-                                                                 float eps, const int32_t* __restrict__ positions,
-                                                                 const float* __restrict__ inv_freq, int half,
-                                                                 const int32_t* __restrict__ slots, KvCacheView cache) {
+/// One warp per (token t, head h) of x = [q heads | k heads | v heads] (qk_norm_rope_cache), kQkHeadsPerBlock heads
+/// per block (grid: T x ceil(heads / kQkHeadsPerBlock)), so a decode row spreads over several SMs instead of one
+/// block looping over its heads: 1. a q or k head normed (qw non-null) with head_rms_norm's arithmetic; 2. its first
+/// 2 * half dims rotated (inv_freq non-null) with rope_kernel's; 3. a k or v head copied into slot slots[t] as
+/// cache_kernel does. Every element's arithmetic is the one-block form's (same bits).
+constexpr int kQkHeadsPerBlock = 4;
+__global__ void __launch_bounds__(32 * kQkHeadsPerBlock) qk_norm_rope_cache_kernel(
+    float* __restrict__ x, int64_t xs, int num_heads, const float* __restrict__ qw, const float* __restrict__ kw,
+    float eps, const int32_t* __restrict__ positions, const float* __restrict__ inv_freq, int half,
+    const int32_t* __restrict__ slots, KvCacheView cache) {
   const int64_t t = blockIdx.x;
-  const int D = cache.head_dim, QK = num_heads + cache.num_kv_heads;
-  float* row = x + t * xs;
-  if (qw) {
-    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    for (int h = threadIdx.x >> 5; h < QK; h += warps) {
-      float* r = row + static_cast<int64_t>(h) * D;
+  const int D = cache.head_dim, KVH = cache.num_kv_heads, QK = num_heads + KVH;
+  const int h = static_cast<int>(blockIdx.y) * kQkHeadsPerBlock + static_cast<int>(threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (h >= QK + KVH) return;
+  float* r = x + t * xs + static_cast<int64_t>(h) * D;
+  if (h < QK) {
+    if (qw) {
       const float* w = h < num_heads ? qw : kw;
       float ss = 0.0f;
       for (int i = lane; i < D; i += 32) ss += r[i] * r[i];
       ss = warp_sum(ss);
       const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
       for (int i = lane; i < D; i += 32) r[i] = r[i] * inv * w[i];
+      __syncwarp();
     }
-    __syncthreads();
-  }
-  if (inv_freq) {
-    const float pos = static_cast<float>(positions[t]);
-    for (int idx = threadIdx.x; idx < QK * half; idx += blockDim.x) {
-      const int h = idx / half, i = idx % half;
-      const float a = pos * inv_freq[i];
-      const float c = cosf(a), s = sinf(a);
-      float* xh = row + static_cast<int64_t>(h) * D;
-      const float x1 = xh[i], x2 = xh[i + half];
-      xh[i] = x1 * c - x2 * s;
-      xh[i + half] = x2 * c + x1 * s;
+    if (inv_freq) {
+      const float pos = static_cast<float>(positions[t]);
+      for (int i = lane; i < half; i += 32) {
+        const float a = pos * inv_freq[i];
+        const float c = cosf(a), s = sinf(a);
+        const float x1 = r[i], x2 = r[i + half];
+        r[i] = x1 * c - x2 * s;
+        r[i + half] = x2 * c + x1 * s;
+      }
+      __syncwarp();
     }
-    __syncthreads();
+    if (h < num_heads) return;  // a q head: nothing to cache
   }
   const int32_t s = slots[t];
   if (s < 0) return;
-  const int64_t W = static_cast<int64_t>(cache.num_kv_heads) * D;
+  const int64_t W = static_cast<int64_t>(KVH) * D;
   const int64_t b = s / cache.block_size, off = s % cache.block_size;
   float* kd = reinterpret_cast<float*>(cache.base + b * cache.page_bytes + cache.layer_offset_bytes) + off * W;
-  float* vd = kd + kv_elems(cache);
-  const float* k = row + static_cast<int64_t>(num_heads) * D;
-  for (int64_t c = threadIdx.x; c < W; c += blockDim.x) {
-    kd[c] = k[c];
-    vd[c] = k[W + c];
-  }
+  // k head j = h - num_heads to kd[j * D ...]; v head j = h - QK to vd[j * D ...]
+  float* d = h < QK ? kd + static_cast<int64_t>(h - num_heads) * D : kd + kv_elems(cache) + static_cast<int64_t>(h - QK) * D;
+  for (int i = lane; i < D; i += 32) d[i] = r[i];
 }
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -547,8 +546,12 @@ cudaError_t qk_norm_rope_cache(float* x, int64_t x_stride, int64_t T, int num_he
       (q_weight && (!k_weight || D % 2 != 0 || eps < 0.0f)) || (inv_freq && (!positions || half <= 0 || 2 * half > D)))
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  qk_norm_rope_cache_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(x, x_stride, num_heads, q_weight, k_weight, eps,
-                                                                          positions, inv_freq, half, slot_mapping, cache);
+  if (T > 2147483647) return cudaErrorInvalidValue;
+  const int heads = num_heads + 2 * cache.num_kv_heads;
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((heads + kQkHeadsPerBlock - 1) / kQkHeadsPerBlock));
+  if (grid.y > 65535) return cudaErrorInvalidValue;
+  qk_norm_rope_cache_kernel<<<grid, 32 * kQkHeadsPerBlock, 0, stream>>>(x, x_stride, num_heads, q_weight, k_weight, eps,
+                                                                        positions, inv_freq, half, slot_mapping, cache);
   return launch_status();
 }
 
