@@ -69,6 +69,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   }
   flag("SSMSERVE_SKINNY_LATE_TRIGGER", k.skinny_late_trigger);
   flag("SSMSERVE_SKINNY_PRELOAD", k.skinny_preload);
+  flag("SSMSERVE_SKINNY_RULES", k.skinny_rules);
   if (env.gpu_value("SSMSERVE_SKINNY_PREFETCH_MB")) {
     int64_t mb = 0;
     int_in("SSMSERVE_SKINNY_PREFETCH_MB", mb, 0, 48);

@@ -19,6 +19,7 @@
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/mamba1_decode_layer.h"
 #include "kernels/cuda/selective_scan.h"
@@ -135,8 +136,11 @@ TEST(CudaDecodeBench, DISABLED_HybridDecodeGemms) {
       {"q9.gdn_in", 12352, 4096},   {"q9.o_proj", 4096, 4096},    {"q9.gate_up", 24576, 4096},
       {"q9.down", 4096, 12288},     {"q9.attn_qkvg", 10240, 4096}, {"q9.lm_head", 248320, 4096},
       {"f7.gate_up", 24576, 3072},  {"f7.down", 3072, 12288},     {"f7.attn_o", 3072, 1536},
-      {"f7.lm_head", 130049, 3072}, {"q27.gate_up", 34816, 5120}, {"q27.down", 5120, 17408}};
-  std::vector<std::pair<std::string, std::optional<cuda::SkinnyTuning>>> variants = {{"default", std::nullopt}};
+      {"f7.lm_head", 130049, 3072}, {"q27.gate_up", 34816, 5120}, {"q27.down", 5120, 17408},
+      {"m28.lm_head", 50280, 2560}, {"m28.out_proj", 2560, 5120}, {"n9.down", 4480, 15680}};
+  // "default" is skinny_default_tuning with its shape rules, "rules0" without them (SSMSERVE_SKINNY_RULES=0).
+  std::vector<std::pair<std::string, std::optional<cuda::SkinnyTuning>>> variants = {{"default", std::nullopt},
+                                                                                    {"rules0", std::nullopt}};
   for (int shift : {-1, 0, 1, 2})
     for (int u : {2, 4, 8}) {
       const cuda::SkinnyTuning t{u, u == 2, false, shift, 4};
@@ -160,6 +164,10 @@ TEST(CudaDecodeBench, DISABLED_HybridDecodeGemms) {
     for (const auto& [name, tu] : variants) {
       cuda::SkinnyExtras ex;
       if (tu) ex.tuning = &*tu;
+      const cuda::KernelTuning saved = cuda::kernel_tuning();
+      cuda::KernelTuning kt = saved;
+      kt.skinny_rules = name != "rules0";
+      cuda::set_kernel_tuning(kt);
       double ms[2];
       for (int pdl = 0; pdl < 2; ++pdl)
         ms[pdl] = time_ms([&] {
@@ -168,6 +176,7 @@ TEST(CudaDecodeBench, DISABLED_HybridDecodeGemms) {
                                 nullptr, 0, pdl != 0, stream.get(), ex));
         }, 40, stream.get());
       const int splits = cuda::skinny_gemm_splits(sh.N, sh.K, tu ? tu->split_shift : cuda::skinny_default_tuning(1, sh.N, sh.K).split_shift);
+      cuda::set_kernel_tuning(saved);
       std::printf("hgemm %-12s %6ld x %5ld %5.1f MB %-8s splits %2d  pdl %7.2f us %5.2f TB/s  plain %7.2f us %5.2f TB/s\n",
                   sh.name.c_str(), static_cast<long>(sh.N), static_cast<long>(sh.K), wbytes / 1e6, name.c_str(), splits,
                   ms[1] * 1e3, wbytes / (ms[1] * 1e-3) / 1e12, ms[0] * 1e3, wbytes / (ms[0] * 1e-3) / 1e12);

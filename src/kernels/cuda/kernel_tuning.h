@@ -16,6 +16,10 @@ struct KernelTuning {
   std::optional<SkinnyTuning> skinny_tune;
   bool skinny_late_trigger = false;   ///< PDL trigger after the GEMM instead of before it (SSMSERVE_SKINNY_LATE_TRIGGER=1)
   bool skinny_preload = true;         ///< W loads before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0 turns off)
+  /// skinny_default_tuning's shape rules for wide and deep weights (4 splits on the pipelined form; 8-warp blocks when
+  /// they balance over the SMs); SSMSERVE_SKINNY_RULES=0: the rules before them. Changes the summation order of
+  /// those shapes (rounding only; still a function of N and K, so batch-invariant).
+  bool skinny_rules = true;
   int64_t skinny_prefetch_bytes = -1; ///< the pre-wait L2 prefetch (SSMSERVE_SKINNY_PREFETCH_MB, 0..48); -1: default
   bool kernel_profile = false;        ///< per-launch CUDA event times of multi-kernel ops (SSMSERVE_KERNEL_PROFILE=1)
   bool lightning_kv_wg = true;        ///< lightning bf16 range KV on warpgroup MMAs (SSMSERVE_LIGHTNING_KV_WG=0: mma.sync)

@@ -6,6 +6,7 @@
 #include "kernels/cuda/kernel_tuning.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -298,9 +299,27 @@ SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
   // (balanced over the 132 SMs) rather than a few 16-warp ones; LM-head-sized weights (one split by the rule,
   // >= 64 chunks of K) in 2 splits (measured on the H200: 50280 x 2560 at M = 1, 80 -> 68 us).
   t.cta_splits = 4;
-  if (skinny_gemm_splits(N, K) == 1 && (K + kChunk - 1) / kChunk >= 64) t.split_shift = 1;
+  const int base = skinny_gemm_splits(N, K);
+  const int64_t chunks = (K + kChunk - 1) / kChunk, tiles = (N + 15) / 16;
+  bool wide = false;
+  if (kernel_tuning().skinny_rules) {
+    // Wide weights (1-2 splits by the rule, >= 64 chunks of K: MLP gate / up, LM heads) in 4 splits, and (M <= 8)
+    // on the pipelined form whatever the wave count: M = 1 on the H200, Qwen3.5-9B LM head 544 -> 474 us, Qwen3.6-27B
+    // gate / up 101 -> 87 us, Qwen3.5-9B / Falcon-H1-7B gate / up -3% / -4% (docs/benchmarks.md, session 27).
+    if (base <= 2 && chunks >= 64) wide = true, t.split_shift = base == 1 ? 2 : 1;
+    // Deep weights (>= 8 splits: down / out projections) reduce 8 splits per block (fewer cross-block group sums)
+    // when those blocks spread evenly over the SMs (<= 10% over the mean per SM): Qwen3.5-9B o_proj 12.7 -> 11.1 us,
+    // down 33.0 -> 31.8, Falcon-H1-7B down 22.8 -> 21.5; uneven grids (Qwen3.6-27B down: 2.4 per SM) measured slower.
+    if (base >= 8) {
+      const double per_sm = static_cast<double>(tiles * base / 8) / num_sms();
+      if (per_sm > 0 && std::ceil(per_sm) / per_sm <= 1.1) t.cta_splits = 8;
+    }
+  } else if (base == 1 && chunks >= 64) {
+    t.split_shift = 1;
+  }
   // Launch shape (per M): decode rows picked by occupancy (SkinnyTuning::auto_shape), without the register cap.
   if (M <= 16) t.auto_shape = true, t.reg_cap = false;
+  if (wide && M <= 8) t.auto_shape = false, t.unroll = 2, t.pipelined = true;
   if (const SkinnyTuning* e = env_tuning()) {
     t.cta_splits = e->cta_splits;
     if (M <= 16) t.unroll = e->unroll, t.pipelined = e->pipelined, t.reg_cap = e->reg_cap, t.auto_shape = false;
