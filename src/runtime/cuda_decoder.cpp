@@ -295,7 +295,8 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   float* out = out_.f32(T * H);
   const CudaStep st{batch, dm, &plans_, T, s};
   if (i == 0) {
-    if (spec_.embedding_multiplier != 1.0f) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, spec_.embedding_multiplier, hidden, 0.0f, T * H, s));
+    if (spec_.embedding_multiplier != 1.0f)
+      SSM_CUDA_CHECK(scaled_residual(hidden, hidden, spec_.embedding_multiplier, hidden, 0.0f, T * H, s, opt.pdl));
     stack_took_ = false;
     if (stack_decode_ && batch.meta.num_prefills == 0)
       stack_took_ = stack_decode_(stack_mods_, stack_norms_, spec_.norm_eps, st, views_, hidden, out);
@@ -309,7 +310,7 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   void* normed_c = normed_c_.get(T * H * dtype_size(wd));
   float* normed_f = normed_f_.f32(T * H);
   if (S.spec.parallel) {
-    if (prev) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, 1.0f, prev, 1.0f, T * H, s));
+    if (prev) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, 1.0f, prev, 1.0f, T * H, s, opt.pdl));
   } else {
     // The fp32 form when this module or a parallel one after it reads fp32, or the residual rule needs it.
     const CudaSublayer* next = i + 1 < subs_.size() && subs_[i + 1].spec.parallel ? &subs_[i + 1] : nullptr;
@@ -319,8 +320,9 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     if (!need_f32) {
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c, wd, H, opt.pdl, s));
     } else {
-      SSM_CUDA_CHECK(fused_add_rms_norm(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, T, H, normed_f, DType::F32, H, s));
-      if (need_c) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s));
+      SSM_CUDA_CHECK(
+          fused_add_rms_norm(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, T, H, normed_f, DType::F32, H, s, opt.pdl));
+      if (need_c) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s, opt.pdl));
     }
   }
   // 2. The module; 3. its residual rule (the plain one is left to the next norm or the LM head's).
@@ -339,9 +341,10 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   if (S.spec.parallel && subs_[i - 1].defer_residual) {
     const SublayerSpec& f = subs_[i - 1].spec;
     SSM_CUDA_CHECK(scaled_residual2(hidden, f.alpha, pool_[ScratchPool::kParallelOut].f32(T * H), f.beta, S.spec.alpha, out,
-                                    S.spec.beta, T * H, s));
+                                    S.spec.beta, T * H, s, opt.pdl));
   } else if (!S.spec.plain_residual()) {
-    SSM_CUDA_CHECK(scaled_residual(hidden, S.spec.residual_is_normed ? normed_f : hidden, S.spec.alpha, out, S.spec.beta, T * H, s));
+    SSM_CUDA_CHECK(
+        scaled_residual(hidden, S.spec.residual_is_normed ? normed_f : hidden, S.spec.alpha, out, S.spec.beta, T * H, s, opt.pdl));
   }
 }
 

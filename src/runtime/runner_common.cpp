@@ -158,7 +158,7 @@ StepMeta StepMetaUploader::upload(const ForwardBatch& batch, cudaStream_t stream
 }
 
 void LmFrame::embed(const StepMeta& m, int64_t T, int64_t H, float* hidden, cudaStream_t s) {
-  SSM_CUDA_CHECK(cuda::embedding(m.input_ids, T, embedding.buf.data(), embedding.dtype, embedding.rows, H, hidden, H, s));
+  SSM_CUDA_CHECK(cuda::embedding(m.input_ids, T, embedding.buf.data(), embedding.dtype, embedding.rows, H, hidden, H, s, pdl));
 }
 
 void LmFrame::reserve(int64_t T, int64_t H, int64_t V, int64_t n_logits) {

@@ -116,7 +116,7 @@ bool chunk_store_blocks(const MambaBatchMetadata& md, std::vector<int32_t>& chun
 struct LmFrame {
   DevWeight embedding, lm_head;
   bool tied = false;
-  bool pdl = true;  ///< launch the final norm with Programmatic Dependent Launch
+  bool pdl = true;  ///< launch the embedding and the final norm with Programmatic Dependent Launch
   DeviceBuffer norm_f;
   Scratch cast, logits;  ///< cast: the normed logits rows [n_logits, H] in the head's dtype
   Scratch picks;         ///< device greedy picks [num_steps, n_logits] GreedyRow

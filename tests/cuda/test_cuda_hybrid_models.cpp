@@ -2,9 +2,9 @@
 // Jamba, dense Granite with RoPE, Nemotron-H with grouped sigmoid routing and Falcon-H1 (dummy weights from
 // tests/data/tiny-hybrids, the configs of the CPU goldens): the one GPU runner against the CPU decoder over ragged
 // prefills, a continuing prefill and padded decode steps (fp32 and bf16 weights); decode steps through CUDA graphs
-// bit-identical to eager; Falcon-H1 also with its parallel mixers' input projections unstacked; and on the trained
-// checkpoints the engine's greedy generation on the GPU against the transformers goldens, alone and under chunked
-// prefill. Skips without a GPU.
+// bit-identical to eager, and steps with Programmatic Dependent Launch bit-identical to steps without; Falcon-H1 also
+// with its parallel mixers' input projections unstacked; and on the trained checkpoints the engine's greedy
+// generation on the GPU against the transformers goldens, alone and under chunked prefill. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -163,6 +163,29 @@ TEST_P(CudaHybridModel, DecodeGraphsEqualEager) {
     eager->forward(fb, a, la.data());
     graphed->forward(fb, b, lb.data());
     ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "graph logits differ from eager";
+    sched.advance(step);
+  }
+}
+
+/// Programmatic Dependent Launch changes only scheduling (docs/architecture.md): every decode-path kernel waits on its
+/// predecessor before it touches the step's memory, so the logits with PDL on (the default) and off are bit-identical,
+/// eager prefills and graphed decode steps alike.
+TEST_P(CudaHybridModel, PdlOnEqualsOff) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions on_opt, off_opt;
+  off_opt.pdl = false;
+  const DecoderSpec spec = architecture_spec(cfg_);
+  auto on = cuda::load_cuda_decoder(cfg_, spec, format_, on_opt);
+  auto off = cuda::load_cuda_decoder(cfg_, spec, format_, off_opt);
+  StateCache a(on->num_state_layers(), on->state_shape(), 32), b(off->num_state_layers(), off->state_shape(), 32);
+  cudatest::HybridSchedule sched(on->kv_block_size(), 50000, 5);
+  for (int step = 0; step < 6; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    ForwardBatch fb = sched.batch(step, *on);
+    std::vector<float> la(fb.logits_indices.size() * cfg_.vocab_size), lb(la.size());
+    on->forward(fb, a, la.data());
+    off->forward(fb, b, lb.data());
+    ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "logits with PDL differ from without";
     sched.advance(step);
   }
 }

@@ -1,6 +1,7 @@
 // Owns the elementwise GPU activations and residual steps (see activations.h).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/activations.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ssmserve::cuda {
 namespace {
@@ -19,6 +20,8 @@ constexpr int kActCols = 1024;
 template <class TO>
 __global__ void gate_kernel(const float* __restrict__ o, int64_t os, const float* __restrict__ g, int64_t gs,
                             int64_t cols, TO* __restrict__ out, int64_t outs) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const int64_t end = min(cols, static_cast<int64_t>(blockIdx.y + 1) * kActCols);
   for (int64_t c = static_cast<int64_t>(blockIdx.y) * kActCols + threadIdx.x; c < end; c += blockDim.x)
@@ -30,6 +33,8 @@ __global__ void gate_kernel(const float* __restrict__ o, int64_t os, const float
 template <class TO>
 __global__ void mlp_act_kernel(const float* __restrict__ gu, int64_t gs, int64_t I, bool gated, TO* __restrict__ out,
                                int64_t outs) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const float* r = gu + t * gs;
   const int64_t end = min(I, static_cast<int64_t>(blockIdx.y + 1) * kActCols);
@@ -46,12 +51,16 @@ __device__ __forceinline__ float residual_step(float x, float a, float y, float 
 }
 
 __global__ void residual_kernel(float* h, const float* x, float a, const float* y, float b, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     h[i] = residual_step(x[i], a, y[i], b);
 }
 
 __global__ void residual2_kernel(float* h, float a1, const float* x, float b1, float a2, const float* y, float b2, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     h[i] = residual_step(residual_step(h[i], a1, x[i], b1), a2, y[i], b2);  // residual_kernel's step, twice
@@ -63,6 +72,8 @@ __global__ void __launch_bounds__(256) gated_add_kernel(float* __restrict__ out,
                                                         int64_t ys, const float* __restrict__ x, int64_t xs,
                                                         const float* __restrict__ w, int64_t H) {
   __shared__ float scratch[32];
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const float* xt = x + t * xs;
   float d = 0.0f;
@@ -82,55 +93,54 @@ cudaError_t silu_inplace(float* x, int64_t x_stride, int64_t T, int64_t cols, cu
 }
 
 cudaError_t sigmoid_gate(const float* o, int64_t o_stride, const float* g, int64_t g_stride, int64_t T, int64_t cols,
-                         void* out, DType out_dtype, int64_t out_stride, cudaStream_t stream) {
+                         void* out, DType out_dtype, int64_t out_stride, cudaStream_t stream, bool pdl) {
   if (T < 0 || cols < 0 || o_stride < cols || g_stride < cols || out_stride < cols || out_dtype == DType::F16 ||
       T > 2147483647 || ceil_div(cols, kActCols) > 65535)
     return cudaErrorInvalidValue;
   if (T == 0 || cols == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(ceil_div(cols, kActCols)));
   if (out_dtype == DType::BF16)
-    gate_kernel<<<grid, 256, 0, stream>>>(o, o_stride, g, g_stride, cols, static_cast<__nv_bfloat16*>(out), out_stride);
-  else
-    gate_kernel<<<grid, 256, 0, stream>>>(o, o_stride, g, g_stride, cols, static_cast<float*>(out), out_stride);
-  return launch_status();
+    return launch_pdl(pdl, gate_kernel<__nv_bfloat16>, grid, dim3(256), 0, stream, o, o_stride, g, g_stride, cols,
+                      static_cast<__nv_bfloat16*>(out), out_stride);
+  return launch_pdl(pdl, gate_kernel<float>, grid, dim3(256), 0, stream, o, o_stride, g, g_stride, cols,
+                    static_cast<float*>(out), out_stride);
 }
 
 cudaError_t mlp_activation(const float* gu, int64_t gu_stride, int64_t T, int64_t I, bool gated, void* out, DType out_dtype,
-                           int64_t out_stride, cudaStream_t stream) {
+                           int64_t out_stride, cudaStream_t stream, bool pdl) {
   if (T < 0 || I < 0 || T > 2147483647 || ceil_div(I, kActCols) > 65535 || gu_stride < (gated ? 2 * I : I) || out_stride < I || out_dtype == DType::F16)
     return cudaErrorInvalidValue;
   if (T == 0 || I == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(ceil_div(I, kActCols)));
   if (out_dtype == DType::BF16)
-    mlp_act_kernel<<<grid, 256, 0, stream>>>(gu, gu_stride, I, gated, static_cast<__nv_bfloat16*>(out), out_stride);
-  else
-    mlp_act_kernel<<<grid, 256, 0, stream>>>(gu, gu_stride, I, gated, static_cast<float*>(out), out_stride);
-  return launch_status();
+    return launch_pdl(pdl, mlp_act_kernel<__nv_bfloat16>, grid, dim3(256), 0, stream, gu, gu_stride, I, gated,
+                      static_cast<__nv_bfloat16*>(out), out_stride);
+  return launch_pdl(pdl, mlp_act_kernel<float>, grid, dim3(256), 0, stream, gu, gu_stride, I, gated,
+                    static_cast<float*>(out), out_stride);
 }
 
-cudaError_t scaled_residual(float* h, const float* x, float a, const float* y, float b, int64_t n, cudaStream_t stream) {
+cudaError_t scaled_residual(float* h, const float* x, float a, const float* y, float b, int64_t n, cudaStream_t stream,
+                            bool pdl) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, 256), 4096));
-  residual_kernel<<<blocks, 256, 0, stream>>>(h, x, a, y, b, n);
-  return launch_status();
+  return launch_pdl(pdl, residual_kernel, dim3(blocks), dim3(256), 0, stream, h, x, a, y, b, n);
 }
 
 cudaError_t scaled_residual2(float* h, float a1, const float* x, float b1, float a2, const float* y, float b2, int64_t n,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, bool pdl) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, 256), 4096));
-  residual2_kernel<<<blocks, 256, 0, stream>>>(h, a1, x, b1, a2, y, b2, n);
-  return launch_status();
+  return launch_pdl(pdl, residual2_kernel, dim3(blocks), dim3(256), 0, stream, h, a1, x, b1, a2, y, b2, n);
 }
 
 cudaError_t sigmoid_gated_add(float* out, int64_t out_stride, const float* y, int64_t y_stride, const float* x, int64_t x_stride,
-                              const float* w, int64_t T, int64_t H, cudaStream_t stream) {
+                              const float* w, int64_t T, int64_t H, cudaStream_t stream, bool pdl) {
   if (T < 0 || T > 2147483647 || H < 0 || out_stride < H || y_stride < H || x_stride < H) return cudaErrorInvalidValue;
   if (T == 0 || H == 0) return cudaSuccess;
-  gated_add_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(out, out_stride, y, y_stride, x, x_stride, w, H);
-  return launch_status();
+  return launch_pdl(pdl, gated_add_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream, out, out_stride, y,
+                    y_stride, x, x_stride, w, H);
 }
 
 }  // namespace ssmserve::cuda

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gated_delta.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ssmserve::cuda {
 namespace {
@@ -159,6 +160,8 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
                   DeviceDecodeRows rows) {
   constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread;
   __shared__ StepSmem<kDk, kCols> sm;
+  detail::pdl_wait();
+  detail::pdl_launch_dependents();
   const int b = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kCols, tid = threadIdx.x;
   const int Dv = p.head_v_dim, kh = h / (p.num_v_heads / p.num_k_heads);
   const int nt = rows.num_tokens(b);
@@ -257,21 +260,19 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
 
 template <class TS, int kDk>
 cudaError_t launch_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                          DeviceDecodeRows rows, int batch, bool batch_invariant, cudaStream_t stream) {
+                          DeviceDecodeRows rows, int batch, bool batch_invariant, cudaStream_t stream, bool pdl) {
   // 32-column slices when that still gives ~2 blocks per SM (132 SMs), else 16 (more, smaller blocks at batch 1).
   // The slice width sets the reduction order over the key rows: batch-invariant mode keeps 16 at every batch size
   // (the sequential prefill's width).
   const int64_t blocks32 = static_cast<int64_t>(batch) * p.num_v_heads * (p.head_v_dim / 32);
   if (!batch_invariant && p.head_v_dim % 32 == 0 && blocks32 >= 256) {
     constexpr int kCols = 32;
-    decode_kernel<TS, kDk, kCols><<<dim3(batch, p.num_v_heads, p.head_v_dim / kCols), (kCols / 4) * (kDk / 4), 0,
-                                    stream>>>(in, p, out, out_stride, rows);
-  } else {
-    constexpr int kCols = 16;
-    decode_kernel<TS, kDk, kCols><<<dim3(batch, p.num_v_heads, p.head_v_dim / kCols), (kCols / 4) * (kDk / 4), 0,
-                                    stream>>>(in, p, out, out_stride, rows);
+    return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
+                              dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows);
   }
-  return launch_status();
+  constexpr int kCols = 16;
+  return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
+                            dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows);
 }
 
 template <class TS, int kDk>
@@ -290,6 +291,8 @@ cudaError_t launch_sequential_prefill(const GatedDeltaInputs& in, const GatedDel
 
 /// One warp per (token, key head) = global warp index; lanes stride over Dk.
 __global__ void prepare_kernel(GatedDeltaPrepareArgs a, int64_t num_tokens, int Hk, int Hv, int Dk) {
+  detail::pdl_wait();
+  detail::pdl_launch_dependents();
   const int64_t gw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (gw >= num_tokens * Hk) return;
@@ -349,7 +352,7 @@ bool gated_delta_prefill_supported(const GatedDeltaParams& p) {
 }
 
 cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                               DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant) {
+                               DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant, bool pdl) {
   if (!gated_delta_decode_supported(p) || !strides_ok(in, p) || batch < 0 || !rows.state_indices || rows.cols < 1 ||
       out_stride < static_cast<int64_t>(p.num_v_heads) * p.head_v_dim || p.num_v_heads > 65535)
     return cudaErrorInvalidValue;
@@ -357,10 +360,10 @@ cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParam
   return detail::visit_dtype(p.states.dtype, [&](auto tag) -> cudaError_t {
     using TS = decltype(tag);
     switch (p.head_k_dim) {
-      case 32: return launch_decode<TS, 32>(in, p, out, out_stride, rows, batch, batch_invariant, stream);
-      case 64: return launch_decode<TS, 64>(in, p, out, out_stride, rows, batch, batch_invariant, stream);
-      case 128: return launch_decode<TS, 128>(in, p, out, out_stride, rows, batch, batch_invariant, stream);
-      default: return launch_decode<TS, 256>(in, p, out, out_stride, rows, batch, batch_invariant, stream);
+      case 32: return launch_decode<TS, 32>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
+      case 64: return launch_decode<TS, 64>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
+      case 128: return launch_decode<TS, 128>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
+      default: return launch_decode<TS, 256>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
     }
   });
 }
@@ -392,7 +395,7 @@ cudaError_t gated_delta_prefill_sequential(const GatedDeltaInputs& in, const Gat
 }
 
 cudaError_t gated_delta_prepare(const GatedDeltaPrepareArgs& a, int64_t num_tokens, int num_k_heads, int num_v_heads,
-                                int head_k_dim, cudaStream_t stream) {
+                                int head_k_dim, cudaStream_t stream, bool pdl) {
   const int64_t qk = static_cast<int64_t>(num_k_heads) * head_k_dim;
   if (num_tokens < 0 || num_k_heads <= 0 || num_v_heads <= 0 || num_v_heads % num_k_heads != 0 ||
       num_v_heads / num_k_heads > 32 || head_k_dim <= 0 || head_k_dim > 1024 || a.q_stride < qk ||
@@ -402,9 +405,8 @@ cudaError_t gated_delta_prepare(const GatedDeltaPrepareArgs& a, int64_t num_toke
   if (num_tokens == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   const int64_t warps = num_tokens * num_k_heads;
-  prepare_kernel<<<detail::ceil_div(warps * 32, kThreads), kThreads, 0, stream>>>(a, num_tokens, num_k_heads,
-                                                                                  num_v_heads, head_k_dim);
-  return launch_status();
+  return detail::launch_pdl(pdl, prepare_kernel, dim3(detail::ceil_div(warps * 32, kThreads)), dim3(kThreads), 0, stream,
+                            a, num_tokens, num_k_heads, num_v_heads, head_k_dim);
 }
 
 }  // namespace ssmserve::cuda

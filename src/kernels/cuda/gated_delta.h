@@ -86,9 +86,11 @@ bool gated_delta_prefill_supported(const GatedDeltaParams& p);
 /// stride out_stride (>= Hv * Dv). Inputs' row strides >= their row widths. batch_invariant: 16-column slices at
 /// every batch size (by default large batches take 32-column slices, whose reduction over the key rows runs in
 /// another order), so a row's bits do not depend on the batch; the slicing of gated_delta_prefill_sequential.
+/// pdl: Programmatic Dependent Launch (pdl.cuh; the kernel waits on its predecessor in every block first).
 /// Returns cudaErrorInvalidValue when !gated_delta_decode_supported(p) or a stride is too small.
 cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                               DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant = false);
+                               DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant = false,
+                               bool pdl = false);
 
 /// Batch-invariant prefill (SSMSERVE_BATCH_INVARIANT): each sequence walks its tokens one by one with the decode
 /// kernel's per-token arithmetic (the same __device__ step, 16-column slices as gated_delta_decode with
@@ -169,8 +171,9 @@ struct GatedDeltaPrepareArgs {
 ///   g     = -exp(A_log) * softplus(a + dt_bias)        (softplus(x) = x > 20 ? x : log1p(exp(x)), as torch)
 ///   beta  = sigmoid(b)
 /// One warp per (token, key head), which also computes the gates of that key head's Hv / Hk value heads.
+/// pdl: Programmatic Dependent Launch (pdl.cuh; the kernel waits on its predecessor in every block first).
 /// Returns cudaErrorInvalidValue for Dk outside 1..1024, Hv not a multiple of Hk, Hv / Hk > 32 or short strides.
 cudaError_t gated_delta_prepare(const GatedDeltaPrepareArgs& args, int64_t num_tokens, int num_k_heads,
-                                int num_v_heads, int head_k_dim, cudaStream_t stream);
+                                int num_v_heads, int head_k_dim, cudaStream_t stream, bool pdl = false);
 
 }  // namespace ssmserve::cuda

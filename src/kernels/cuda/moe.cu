@@ -3,6 +3,7 @@
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ssmserve::cuda {
 namespace {
@@ -36,6 +37,8 @@ __global__ void __launch_bounds__(256) route_kernel(const float* __restrict__ lo
                                                    MoeRouteParams r, int32_t* __restrict__ ids, float* __restrict__ wts) {
   constexpr int PER = kMaxRouteE / 32;
   __shared__ float choice_s[8][kMaxRouteE];
+  pdl_wait();
+  pdl_launch_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * 8 + warp;
   if (t >= T) return;
@@ -141,6 +144,8 @@ __global__ void __launch_bounds__(1024) sort_kernel(const int32_t* __restrict__ 
                                                     int32_t* __restrict__ offsets, int32_t* __restrict__ sorted,
                                                     int32_t* __restrict__ pair_row) {
   __shared__ int cnt[kMaxE], off[kMaxE + 1];
+  pdl_wait();
+  pdl_launch_dependents();
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
   for (int64_t p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&cnt[ids[p]], 1);
@@ -166,6 +171,8 @@ __global__ void __launch_bounds__(256) combine_kernel(const float* __restrict__ 
                                                      const int32_t* __restrict__ ids, const float* __restrict__ wts,
                                                      const int32_t* __restrict__ pair_row, int top_k,
                                                      float* __restrict__ out, int64_t os) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   int order[kMaxTopK];
   for (int k = 0; k < top_k; ++k) order[k] = k;
@@ -200,6 +207,8 @@ __global__ void __launch_bounds__(256) small_up_kernel(const float* __restrict__
                                                        int64_t P, int top_k, const bf16* __restrict__ w1,
                                                        const bf16* __restrict__ w3, int64_t I, int64_t K,
                                                        bf16* __restrict__ act, int32_t* __restrict__ pair_row) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
   if (n >= I) return;  // whole warps: the butterfly below has all 32 lanes
@@ -235,6 +244,8 @@ __global__ void __launch_bounds__(256) small_down_kernel(const bf16* __restrict_
                                                          const int32_t* __restrict__ sorted, int64_t P,
                                                          const bf16* __restrict__ w2, int64_t N, int64_t K,
                                                          float* __restrict__ y) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
   if (n >= N) return;
@@ -266,6 +277,8 @@ __global__ void __launch_bounds__(256) f32_up_kernel(const float* __restrict__ x
                                                     int64_t P, int top_k, const float* __restrict__ w1,
                                                     const float* __restrict__ w3, int64_t I, int64_t K,
                                                     float* __restrict__ act, int32_t* __restrict__ pair_row) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
   if (n >= I) return;  // whole warps: the butterfly below has all 32 lanes
@@ -294,6 +307,8 @@ __global__ void __launch_bounds__(256) f32_down_kernel(const float* __restrict__
                                                       const int32_t* __restrict__ sorted, int64_t P,
                                                       const float* __restrict__ w2, int64_t N, int64_t K,
                                                       float* __restrict__ y) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
   if (n >= N) return;
@@ -329,17 +344,16 @@ cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, int32_t*
 }
 
 cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, const MoeRouteParams& r, int32_t* ids, float* weights,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, bool pdl) {
   if (T < 0 || E < 1 || E > kMaxRouteE || top_k < 1 || top_k > kMaxTopK || top_k > E || r.n_group < 1 || r.n_group > 32 ||
       E % r.n_group != 0 || r.topk_group < 1 || r.topk_group > r.n_group || (r.n_group > 1 && !r.sigmoid))
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  route_kernel<<<ceil_div(T, 8), 256, 0, stream>>>(logits, T, E, top_k, r, ids, weights);
-  return launch_status();
+  return launch_pdl(pdl, route_kernel, dim3(ceil_div(T, 8)), dim3(256), 0, stream, logits, T, E, top_k, r, ids, weights);
 }
 
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
-                       float* out, int64_t out_stride, void* workspace, cudaStream_t stream) {
+                       float* out, int64_t out_stride, void* workspace, cudaStream_t stream, bool pdl) {
   if (!valid(w) || w.num_experts > kMaxRouteE || T < 0 || x_stride < w.hidden || x_stride % 4 != 0 ||
       out_stride < w.hidden)
     return cudaErrorInvalidValue;
@@ -355,47 +369,51 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   auto* y = reinterpret_cast<float*>(base + L.y);
   const int E = w.num_experts, k = w.top_k;
   const int64_t P = T * k;
-  cudaError_t e = moe_route(logits, T, E, k, w.routing, ids, wts, stream);
+  cudaError_t e = moe_route(logits, T, E, k, w.routing, ids, wts, stream, pdl);
   if (e != cudaSuccess) return e;
   if (w.f32) {  // fp32 experts: the fp32 GEMVs for any P (in expert order above kSmallPairs)
     const int32_t* rows = nullptr;
     if (P > kSmallPairs) {
-      sort_kernel<<<1, 1024, 0, stream>>>(ids, P, E, offsets, sorted, pair_row);
-      if ((e = launch_status()) != cudaSuccess) return e;
+      if ((e = launch_pdl(pdl, sort_kernel, dim3(1), dim3(1024), 0, stream, ids, P, E, offsets, sorted, pair_row)) !=
+          cudaSuccess)
+        return e;
       rows = sorted;
     }
     auto* actf = reinterpret_cast<float*>(base + L.act);
     const unsigned gy = static_cast<unsigned>(P < 65535 ? P : 65535);
-    f32_up_kernel<<<dim3(ceil_div(w.intermediate, 8), gy), 256, 0, stream>>>(
-        x, x_stride, ids, rows, P, k, static_cast<const float*>(w.w1), static_cast<const float*>(w.w3), w.intermediate,
-        w.hidden, actf, pair_row);
-    if ((e = launch_status()) != cudaSuccess) return e;
-    f32_down_kernel<<<dim3(ceil_div(w.hidden, 8), gy), 256, 0, stream>>>(
-        actf, ids, rows, P, static_cast<const float*>(w.w2), w.hidden, w.intermediate, y);
-    if ((e = launch_status()) != cudaSuccess) return e;
-    combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(y, w.hidden, ids, wts, pair_row, k, out, out_stride);
-    return launch_status();
+    if ((e = launch_pdl(pdl, f32_up_kernel, dim3(ceil_div(w.intermediate, 8), gy), dim3(256), 0, stream, x, x_stride, ids,
+                        rows, P, k, static_cast<const float*>(w.w1), static_cast<const float*>(w.w3), w.intermediate,
+                        w.hidden, actf, pair_row)) != cudaSuccess)
+      return e;
+    if ((e = launch_pdl(pdl, f32_down_kernel, dim3(ceil_div(w.hidden, 8), gy), dim3(256), 0, stream,
+                        static_cast<const float*>(actf), ids, rows, P, static_cast<const float*>(w.w2), w.hidden,
+                        w.intermediate, y)) != cudaSuccess)
+      return e;
+    return launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream,
+                      static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
   }
   if (P <= kSmallPairs || w.per_pair) {  // per-pair GEMVs (in expert order above kSmallPairs)
     const int32_t* rows = nullptr;
     if (P > kSmallPairs) {
-      sort_kernel<<<1, 1024, 0, stream>>>(ids, P, E, offsets, sorted, pair_row);
-      if ((e = launch_status()) != cudaSuccess) return e;
+      if ((e = launch_pdl(pdl, sort_kernel, dim3(1), dim3(1024), 0, stream, ids, P, E, offsets, sorted, pair_row)) !=
+          cudaSuccess)
+        return e;
       rows = sorted;
     }
     const unsigned gy = static_cast<unsigned>(P < 65535 ? P : 65535);
-    small_up_kernel<<<dim3(ceil_div(w.intermediate, 8), gy), 256, 0, stream>>>(
-        x, x_stride, ids, rows, P, k, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3), w.intermediate,
-        w.hidden, act, pair_row);
-    if ((e = launch_status()) != cudaSuccess) return e;
-    small_down_kernel<<<dim3(ceil_div(w.hidden, 8), gy), 256, 0, stream>>>(
-        act, ids, rows, P, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, y);
-    if ((e = launch_status()) != cudaSuccess) return e;
-    combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(y, w.hidden, ids, wts, pair_row, k, out, out_stride);
-    return launch_status();
+    if ((e = launch_pdl(pdl, small_up_kernel, dim3(ceil_div(w.intermediate, 8), gy), dim3(256), 0, stream, x, x_stride,
+                        ids, rows, P, k, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3), w.intermediate,
+                        w.hidden, act, pair_row)) != cudaSuccess)
+      return e;
+    if ((e = launch_pdl(pdl, small_down_kernel, dim3(ceil_div(w.hidden, 8), gy), dim3(256), 0, stream,
+                        static_cast<const bf16*>(act), ids, rows, P, static_cast<const bf16*>(w.w2), w.hidden,
+                        w.intermediate, y)) != cudaSuccess)
+      return e;
+    return launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream,
+                      static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
   }
-  sort_kernel<<<1, 1024, 0, stream>>>(ids, P, E, offsets, sorted, pair_row);
-  if ((e = launch_status()) != cudaSuccess) return e;
+  if ((e = launch_pdl(pdl, sort_kernel, dim3(1), dim3(1024), 0, stream, ids, P, E, offsets, sorted, pair_row)) != cudaSuccess)
+    return e;
   auto* xg = reinterpret_cast<bf16*>(base + L.xg);
   if ((e = moe_gather_rows(x, x_stride, sorted, P, k, w.hidden, xg, stream)) != cudaSuccess) return e;
   if (w.w3) {
@@ -412,8 +430,8 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   if ((e = moe_grouped_down(act, offsets, P, E, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, y,
                             stream)) != cudaSuccess)
     return e;
-  combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(y, w.hidden, ids, wts, pair_row, k, out, out_stride);
-  return launch_status();
+  return launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream, static_cast<const float*>(y),
+                    w.hidden, ids, wts, pair_row, k, out, out_stride);
 }
 
 }  // namespace ssmserve::cuda

@@ -52,15 +52,18 @@ size_t moe_workspace_bytes(int64_t T, const MoeDevWeights& w);
 /// and their renormalized weights [T, top_k] fp32. E <= 512, top_k <= 16.
 cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, int32_t* ids, float* weights,
                       cudaStream_t stream);
-/// The same with any routing (MoeRouteParams); ids by descending choice score.
+/// The same with any routing (MoeRouteParams); ids by descending choice score. pdl: Programmatic Dependent Launch
+/// (pdl.cuh; the kernel waits on its predecessor in every block first).
 cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, const MoeRouteParams& r, int32_t* ids, float* weights,
-                      cudaStream_t stream);
+                      cudaStream_t stream, bool pdl = false);
 
 /// out[t] = sum over token t's top_k experts e (ascending e) of weight_e * w2_e(silu(w1_e x) * (w3_e x)) (relu^2
 /// experts: weight_e * w2_e(relu(w1_e x)^2)).
 ///   x: [T, hidden] fp32 (row stride x_stride, multiple of 4); logits: [T, E] fp32 contiguous; out: [T, hidden]
 ///   fp32 (row stride out_stride; must not alias x); workspace: moe_workspace_bytes(T, w) bytes.
+///   pdl: this file's kernels (routing, sort, the per-pair / fp32 GEMVs, combine) launched with Programmatic
+///   Dependent Launch (pdl.cuh); the grouped GEMMs of large batches stay plain launches.
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
-                       float* out, int64_t out_stride, void* workspace, cudaStream_t stream);
+                       float* out, int64_t out_stride, void* workspace, cudaStream_t stream, bool pdl = false);
 
 }  // namespace ssmserve::cuda

@@ -2,6 +2,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ssmserve::cuda {
 namespace {
@@ -26,6 +27,8 @@ __global__ void __launch_bounds__(32 * kQkHeadsPerBlock) qk_norm_rope_cache_kern
     float* __restrict__ x, int64_t xs, int num_heads, const float* __restrict__ qw, const float* __restrict__ kw,
     float eps, const int32_t* __restrict__ positions, const float* __restrict__ inv_freq, int half,
     const int32_t* __restrict__ slots, KvCacheView cache) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const int D = cache.head_dim, KVH = cache.num_kv_heads, QK = num_heads + KVH;
   const int h = static_cast<int>(blockIdx.y) * kQkHeadsPerBlock + static_cast<int>(threadIdx.x >> 5);
@@ -89,6 +92,8 @@ __global__ void rope_kernel(float* __restrict__ x, int64_t xs, int num_heads, in
 /// Grid (T): copies K and V rows into slot_mapping[t]'s page.
 __global__ void cache_kernel(const float* __restrict__ k, int64_t ks, const float* __restrict__ v, int64_t vs,
                              const int32_t* __restrict__ slots, KvCacheView cache) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const int32_t s = slots[t];
   if (s < 0) return;
@@ -122,6 +127,8 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
   auto Qs = reinterpret_cast<float (*)[D]>(smem);
   auto Ks = reinterpret_cast<float (*)[D + 1]>(smem + kQ * D);
   auto Vs = reinterpret_cast<float (*)[D]>(smem + kQ * D + kChunk * (D + 1));
+  pdl_wait();  // q, this step's K / V and the plan's arrays come from earlier kernels / copies
+  pdl_launch_dependents();
   const int item = blockIdx.x, g = blockIdx.y, KVH = cache.num_kv_heads, group = a.num_heads / KVH;
   const int task = a.items[2 * item], split = a.items[2 * item + 1];
   const int row = a.tasks[4 * task], off = a.tasks[4 * task + 1];
@@ -272,6 +279,8 @@ __global__ void __launch_bounds__(kDecThreads) decode_partial_kernel(const float
   constexpr int L = D / 8, NV = kDecThreads / L, U = dec_unroll<NG>(), STEP = U * NV;
   static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "head_dim 8 .. 256, a power of two");
   __shared__ float red[kDecWarps][NG][D + 2];
+  pdl_wait();
+  pdl_launch_dependents();
   const int item = blockIdx.x / tz, j = blockIdx.x % tz, g = blockIdx.y;
   const int KVH = cache.num_kv_heads, group = a.num_heads / KVH;
   const int task = a.items[2 * item], split = a.items[2 * item + 1];
@@ -436,6 +445,8 @@ constexpr int kCombineThreads = 256;  // one warp per query of a KV head (group 
 template <int D>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(float* __restrict__ out, int64_t os, int num_kv_heads,
                                                                   PagedAttentionArgs a, const float* __restrict__ ws) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int task = blockIdx.x, g = blockIdx.y, group = a.num_heads / num_kv_heads;
   const int row = a.tasks[4 * task], off = a.tasks[4 * task + 1], item0 = a.tasks[4 * task + 3];
   const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
@@ -475,30 +486,32 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(float* __restr
 }
 
 template <int D, int NU>
-void launch_partial(dim3 grid, size_t sm, cudaStream_t stream, const float* q, int64_t qs, const KvCacheView& cache,
-                    const PagedAttentionArgs& a, float* ws, bool skip_single) {
-  partial_kernel<D, NU><<<grid, kThreads, sm, stream>>>(q, qs, cache, a, ws, skip_single);
+cudaError_t launch_partial(dim3 grid, size_t sm, cudaStream_t stream, bool pdl, const float* q, int64_t qs,
+                           const KvCacheView& cache, const PagedAttentionArgs& a, float* ws, bool skip_single) {
+  return launch_pdl(pdl, partial_kernel<D, NU>, grid, dim3(kThreads), sm, stream, q, qs, cache, a, ws, skip_single);
 }
 
 /// The largest query group decode_partial_kernel serves (larger groups: partial_kernel for every task).
 constexpr int kDecMaxGroup = 8;
 
 template <int D>
-void launch_decode_partial(dim3 grid, cudaStream_t stream, int group, const float* q, int64_t qs, const KvCacheView& cache,
-                           const PagedAttentionArgs& a, float* ws, int tz) {
-  if (group <= 2) decode_partial_kernel<D, 2><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws, tz);
-  else if (group <= 4) decode_partial_kernel<D, 4><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws, tz);
-  else if (group <= 6) decode_partial_kernel<D, 6><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws, tz);
-  else decode_partial_kernel<D, 8><<<grid, kDecThreads, 0, stream>>>(q, qs, cache, a, ws, tz);
+cudaError_t launch_decode_partial(dim3 grid, cudaStream_t stream, bool pdl, int group, const float* q, int64_t qs,
+                                  const KvCacheView& cache, const PagedAttentionArgs& a, float* ws, int tz) {
+  const auto go = [&](auto kernel) { return launch_pdl(pdl, kernel, grid, dim3(kDecThreads), 0, stream, q, qs, cache, a, ws, tz); };
+  if (group <= 2) return go(decode_partial_kernel<D, 2>);
+  if (group <= 4) return go(decode_partial_kernel<D, 4>);
+  if (group <= 6) return go(decode_partial_kernel<D, 6>);
+  return go(decode_partial_kernel<D, 8>);
 }
 
 /// The split-KV pass: the partial kernels over the items, then combine_kernel over the tasks. With
 /// KernelTuning::attn_decode_kernel and group <= kDecMaxGroup, decode_partial_kernel takes the tasks of one token
 /// (every task, one block per token, when the plan has fixed splits) and partial_kernel the rest; a kernel is not
-/// launched when the plan says it has no task for it. Otherwise partial_kernel takes every task.
+/// launched when the plan says it has no task for it. Otherwise partial_kernel takes every task. pdl: every launch with
+/// Programmatic Dependent Launch.
 template <int D>
 cudaError_t launch_split_kv(const float* q, int64_t qs, float* out, int64_t os, const KvCacheView& cache,
-                            const PagedAttentionArgs& a, float* ws, cudaStream_t stream) {
+                            const PagedAttentionArgs& a, float* ws, cudaStream_t stream, bool pdl) {
   constexpr size_t sm = partial_smem_bytes<D>();
   const int KVH = cache.num_kv_heads, group = a.num_heads / KVH;
   const bool dec = kernel_tuning().attn_decode_kernel && group <= kDecMaxGroup, all = dec && a.fixed_split;
@@ -514,16 +527,18 @@ cudaError_t launch_split_kv(const float* q, int64_t qs, float* out, int64_t os, 
       }
     }
     const int slots = (a.tokens_per_task * group + 3) / 4;  // query slots per warp
-    if (slots <= 1) launch_partial<D, 1>(grid, sm, stream, q, qs, cache, a, ws, dec);
-    else if (slots == 2) launch_partial<D, 2>(grid, sm, stream, q, qs, cache, a, ws, dec);
-    else launch_partial<D, 4>(grid, sm, stream, q, qs, cache, a, ws, dec);
+    const cudaError_t e = slots <= 1   ? launch_partial<D, 1>(grid, sm, stream, pdl, q, qs, cache, a, ws, dec)
+                          : slots == 2 ? launch_partial<D, 2>(grid, sm, stream, pdl, q, qs, cache, a, ws, dec)
+                                       : launch_partial<D, 4>(grid, sm, stream, pdl, q, qs, cache, a, ws, dec);
+    if (e != cudaSuccess) return e;
   }
   if (single) {
     const int tz = all && a.tokens_per_task > 1 ? a.tokens_per_task : 1;  // blocks per item: one per token
-    launch_decode_partial<D>(dim3(a.num_items * tz, KVH), stream, group, q, qs, cache, a, ws, tz);
+    const cudaError_t e = launch_decode_partial<D>(dim3(a.num_items * tz, KVH), stream, pdl, group, q, qs, cache, a, ws, tz);
+    if (e != cudaSuccess) return e;
   }
-  combine_kernel<D><<<dim3(a.num_tasks, KVH, D / 32), kCombineThreads, 0, stream>>>(out, os, KVH, a, ws);
-  return launch_status();
+  return launch_pdl(pdl, combine_kernel<D>, dim3(a.num_tasks, KVH, D / 32), dim3(kCombineThreads), 0, stream, out, os,
+                    KVH, a, ws);
 }
 
 }  // namespace
@@ -539,7 +554,7 @@ cudaError_t apply_rope(float* x, int64_t x_stride, int64_t T, int num_heads, int
 
 cudaError_t qk_norm_rope_cache(float* x, int64_t x_stride, int64_t T, int num_heads, const float* q_weight,
                                const float* k_weight, float eps, const int32_t* positions, const float* inv_freq, int half,
-                               const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream) {
+                               const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream, bool pdl) {
   const int D = cache.head_dim;
   if (T < 0 || num_heads < 1 || cache.base == nullptr || cache.block_size <= 0 || cache.num_kv_heads <= 0 || D < 2 ||
       D > 1024 || x_stride < static_cast<int64_t>(num_heads + 2 * cache.num_kv_heads) * D || !slot_mapping ||
@@ -550,22 +565,21 @@ cudaError_t qk_norm_rope_cache(float* x, int64_t x_stride, int64_t T, int num_he
   const int heads = num_heads + 2 * cache.num_kv_heads;
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((heads + kQkHeadsPerBlock - 1) / kQkHeadsPerBlock));
   if (grid.y > 65535) return cudaErrorInvalidValue;
-  qk_norm_rope_cache_kernel<<<grid, 32 * kQkHeadsPerBlock, 0, stream>>>(x, x_stride, num_heads, q_weight, k_weight, eps,
-                                                                        positions, inv_freq, half, slot_mapping, cache);
-  return launch_status();
+  return launch_pdl(pdl, qk_norm_rope_cache_kernel, grid, dim3(32 * kQkHeadsPerBlock), 0, stream, x, x_stride, num_heads,
+                    q_weight, k_weight, eps, positions, inv_freq, half, slot_mapping, cache);
 }
 
 cudaError_t reshape_and_cache(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t T,
-                              const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream) {
+                              const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream, bool pdl) {
   if (T < 0 || cache.base == nullptr || cache.block_size <= 0 || cache.num_kv_heads <= 0 || cache.head_dim <= 0)
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  cache_kernel<<<static_cast<unsigned>(T), 128, 0, stream>>>(k, k_stride, v, v_stride, slot_mapping, cache);
-  return launch_status();
+  return launch_pdl(pdl, cache_kernel, dim3(static_cast<unsigned>(T)), dim3(128), 0, stream, k, k_stride, v, v_stride,
+                    slot_mapping, cache);
 }
 
 cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
-                            const PagedAttentionArgs& a, float* workspace, cudaStream_t stream) {
+                            const PagedAttentionArgs& a, float* workspace, cudaStream_t stream, bool pdl) {
   const int D = cache.head_dim, KVH = cache.num_kv_heads;
   if (!paged_attention_head_dim_ok(D) || KVH <= 0 || a.num_heads % KVH != 0 || a.num_heads / KVH > kQ ||
       a.tokens_per_task * (a.num_heads / KVH) > kQ || a.key_split < 32 || a.key_split % 32 != 0 || cache.block_size <= 0 ||
@@ -577,9 +591,9 @@ cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_
     if (e != cudaSuccess) return e;
   }
   if (a.num_tasks == 0) return cudaSuccess;
-  if (D == 64) return launch_split_kv<64>(q, q_stride, out, out_stride, cache, a, workspace, stream);
-  if (D == 128) return launch_split_kv<128>(q, q_stride, out, out_stride, cache, a, workspace, stream);
-  return launch_split_kv<256>(q, q_stride, out, out_stride, cache, a, workspace, stream);
+  if (D == 64) return launch_split_kv<64>(q, q_stride, out, out_stride, cache, a, workspace, stream, pdl);
+  if (D == 128) return launch_split_kv<128>(q, q_stride, out, out_stride, cache, a, workspace, stream, pdl);
+  return launch_split_kv<256>(q, q_stride, out, out_stride, cache, a, workspace, stream, pdl);
 }
 
 }  // namespace ssmserve::cuda

@@ -71,9 +71,10 @@ cudaError_t apply_rope(float* x, int64_t x_stride, int64_t T, int num_heads, int
                        const float* inv_freq, int half, cudaStream_t stream);
 
 /// Writes each token's K and V rows ([T, num_kv_heads * head_dim] fp32, row strides k_stride / v_stride) into its
-/// cache slot (slot_mapping [T] device: block * block_size + offset, -1 = skip).
+/// cache slot (slot_mapping [T] device: block * block_size + offset, -1 = skip). pdl: Programmatic Dependent Launch
+/// (pdl.cuh; the kernel waits on its predecessor in every block, then lets its successor launch).
 cudaError_t reshape_and_cache(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t T,
-                              const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream);
+                              const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream, bool pdl = false);
 
 /// The attention projections' per-token epilogue in one launch instead of three (head_rms_norm_qk, apply_rope over
 /// the q and k heads, reshape_and_cache), each element with that op's arithmetic: x [T, (num_heads + 2 K) D] fp32
@@ -82,9 +83,11 @@ cudaError_t reshape_and_cache(const float* k, int64_t k_stride, const float* v, 
 /// q_weight null: no norm; D even when normed); their first 2 * half dims rotated at positions [T] (device) with
 /// inv_freq [half] (device; null: no RoPE); each token's k and v written into its cache slot (slot_mapping [T]
 /// device: block * block_size + offset, -1 = skip). Returns cudaErrorInvalidValue for bad sizes or missing pointers.
+/// pdl: Programmatic Dependent Launch (pdl.cuh; the kernel waits on its predecessor in every block first).
 cudaError_t qk_norm_rope_cache(float* x, int64_t x_stride, int64_t T, int num_heads, const float* q_weight,
                                const float* k_weight, float eps, const int32_t* positions, const float* inv_freq, int half,
-                               const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream);
+                               const int32_t* slot_mapping, const KvCacheView& cache, cudaStream_t stream,
+                               bool pdl = false);
 
 /// The attention pass's work list, built on the host from the step's metadata (PagedAttentionMetadata's
 /// query_start_loc and seq_lens): tasks = (row, first token, tokens) tiles of one row; items = (task, split).
@@ -167,9 +170,10 @@ inline constexpr int kTcMinTokens = 16;
 /// out_stride), keys / values read from `cache` (already holding this step's tokens). head_dim 64, 128 or 256
 /// (paged_attention_head_dim_ok).
 /// The split-KV fp32 pass runs the plan's tasks, the tensor-core pass (paged_attention_tc) its tc_tiles (tc_items).
-/// workspace: paged_attention_workspace_floats(plan, ...) floats.
+/// workspace: paged_attention_workspace_floats(plan, ...) floats. pdl: the split-KV pass's kernels (partial, decode
+/// partial, combine) launched with Programmatic Dependent Launch (pdl.cuh); the tensor-core pass stays a plain launch.
 cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
-                            const PagedAttentionArgs& a, float* workspace, cudaStream_t stream);
+                            const PagedAttentionArgs& a, float* workspace, cudaStream_t stream, bool pdl = false);
 
 /// The tensor-core pass alone (paged_attention_tc.cu): FlashAttention-2 style, one 8-warp block per (tile, KV
 /// head) over kTcRows = 128 query rows (tokens x the KV head's query heads; 16 per warp) and 64-key tiles of the

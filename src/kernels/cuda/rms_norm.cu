@@ -1,6 +1,7 @@
 // Owns the GPU norms and the embedding gather (see rms_norm.h).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gated_norm_vec.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/rms_norm.h"
 
 #include <algorithm>
@@ -12,6 +13,8 @@ using namespace detail;
 template <class TT>
 __global__ void embedding_kernel(const int32_t* __restrict__ ids, const TT* __restrict__ table, int64_t vocab,
                                  int64_t H, float* __restrict__ out, int64_t out_stride) {
+  pdl_wait();  // ids may be the previous step's picks (multi-step decode)
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   const bool ok = id >= 0 && id < vocab;
@@ -26,6 +29,8 @@ __global__ void add_rms_norm_kernel(const float* __restrict__ x, int64_t x_strid
                                     int64_t res_stride, const float* __restrict__ weight, float eps, int64_t H,
                                     TO* out, int64_t out_stride) {
   __shared__ float scratch[32];
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   float* r = residual + t * res_stride;
   const float* xt = x ? x + t * x_stride : nullptr;
@@ -72,6 +77,8 @@ __global__ void gated_rms_norm_kernel(const float* y, int64_t y_stride, const fl
 template <class TO>
 __global__ void cast_rows_kernel(const float* __restrict__ in, int64_t in_stride, int64_t cols, TO* __restrict__ out,
                                  int64_t out_stride) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t r = blockIdx.x;
   for (int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
        c += static_cast<int64_t>(gridDim.y) * blockDim.x)
@@ -94,16 +101,16 @@ int threads_for(int64_t n) {
 }  // namespace
 
 cudaError_t cast_rows(const float* in, int64_t in_stride, int64_t rows, int64_t cols, void* out, DType out_dtype,
-                      int64_t out_stride, cudaStream_t stream) {
+                      int64_t out_stride, cudaStream_t stream, bool pdl) {
   if (rows < 0 || cols < 0 || in_stride < cols || out_stride < cols || rows > 2147483647 || out_dtype == DType::F16)
     return cudaErrorInvalidValue;
   if (rows == 0 || cols == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(rows), std::min(ceil_div(cols, 256), 65535u));
   if (out_dtype == DType::BF16)
-    cast_rows_kernel<<<grid, 256, 0, stream>>>(in, in_stride, cols, static_cast<__nv_bfloat16*>(out), out_stride);
-  else
-    cast_rows_kernel<<<grid, 256, 0, stream>>>(in, in_stride, cols, static_cast<float*>(out), out_stride);
-  return launch_status();
+    return launch_pdl(pdl, cast_rows_kernel<__nv_bfloat16>, grid, dim3(256), 0, stream, in, in_stride, cols,
+                      static_cast<__nv_bfloat16*>(out), out_stride);
+  return launch_pdl(pdl, cast_rows_kernel<float>, grid, dim3(256), 0, stream, in, in_stride, cols,
+                    static_cast<float*>(out), out_stride);
 }
 
 cudaError_t gather_rows(const float* in, int64_t in_stride, const int32_t* idx, int64_t n, int64_t cols, float* out,
@@ -115,32 +122,31 @@ cudaError_t gather_rows(const float* in, int64_t in_stride, const int32_t* idx, 
 }
 
 cudaError_t embedding(const int32_t* ids, int64_t T, const void* table, DType table_dtype, int64_t vocab, int64_t H,
-                      float* out, int64_t out_stride, cudaStream_t stream) {
+                      float* out, int64_t out_stride, cudaStream_t stream, bool pdl) {
   if (T < 0 || H < 1 || vocab < 1 || out_stride < H || table_dtype == DType::F16 || T > 2147483647) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(T), ceil_div(H, 256) > 65535u ? 65535u : ceil_div(H, 256));
   if (table_dtype == DType::BF16)
-    embedding_kernel<<<grid, 256, 0, stream>>>(ids, static_cast<const __nv_bfloat16*>(table), vocab, H, out, out_stride);
-  else
-    embedding_kernel<<<grid, 256, 0, stream>>>(ids, static_cast<const float*>(table), vocab, H, out, out_stride);
-  return launch_status();
+    return launch_pdl(pdl, embedding_kernel<__nv_bfloat16>, grid, dim3(256), 0, stream, ids,
+                      static_cast<const __nv_bfloat16*>(table), vocab, H, out, out_stride);
+  return launch_pdl(pdl, embedding_kernel<float>, grid, dim3(256), 0, stream, ids, static_cast<const float*>(table), vocab,
+                    H, out, out_stride);
 }
 
 cudaError_t fused_add_rms_norm(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                                const float* weight, float eps, int64_t T, int64_t H, void* out, DType out_dtype,
-                               int64_t out_stride, cudaStream_t stream) {
+                               int64_t out_stride, cudaStream_t stream, bool pdl) {
   if (T < 0 || H < 1 || res_stride < H || out_stride < H || (x && x_stride < H) || T > 2147483647 ||
       out_dtype == DType::F16)
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const int threads = threads_for(H / 4);
+  const dim3 grid(static_cast<unsigned>(T));
   if (out_dtype == DType::BF16)
-    add_rms_norm_kernel<<<static_cast<unsigned>(T), threads, 0, stream>>>(
-        x, x_stride, residual, res_stride, weight, eps, H, static_cast<__nv_bfloat16*>(out), out_stride);
-  else
-    add_rms_norm_kernel<<<static_cast<unsigned>(T), threads, 0, stream>>>(
-        x, x_stride, residual, res_stride, weight, eps, H, static_cast<float*>(out), out_stride);
-  return launch_status();
+    return launch_pdl(pdl, add_rms_norm_kernel<__nv_bfloat16>, grid, dim3(threads), 0, stream, x, x_stride, residual,
+                      res_stride, weight, eps, H, static_cast<__nv_bfloat16*>(out), out_stride);
+  return launch_pdl(pdl, add_rms_norm_kernel<float>, grid, dim3(threads), 0, stream, x, x_stride, residual, res_stride,
+                    weight, eps, H, static_cast<float*>(out), out_stride);
 }
 
 cudaError_t gated_rms_norm(const float* y, int64_t y_stride, const float* z, int64_t z_stride, const float* weight,

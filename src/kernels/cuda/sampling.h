@@ -34,7 +34,7 @@ struct GreedyRow {
 /// ids[rows[i]] = out[i].token (0 for an error row's -1, whose step the host reports), so the next decode step's
 /// embedding reads each sequence's pick. rows: [n] int32 device (each logits row's token row, the step's
 /// logits_indices); ids: [T] int32 device. The greedy kernel lets a PDL successor launch at its start: whatever
-/// reads ids next must be a plain launch or pdl_wait() first (the embedding kernel is a plain launch).
+/// reads ids next must be a plain launch or pdl_wait() first (the embedding kernel waits before it reads them).
 struct GreedyFeed {
   const int32_t* rows = nullptr;
   int32_t* ids = nullptr;

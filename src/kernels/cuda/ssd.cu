@@ -1,6 +1,7 @@
 // Owns the GPU Mamba-2 SSD scan (see ssd.h).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ssd.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ssmserve::cuda {
 namespace {
@@ -71,6 +72,8 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_kernel(SsdInputs in, SsdParam
                                                            float* __restrict__ y, int64_t y_stride,
                                                            float* __restrict__ chunk_states, bool decode,
                                                            DeviceDecodeRows rows) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int s = blockIdx.z, h = blockIdx.y;
   if (rows.is_null(s)) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -193,6 +196,8 @@ __device__ __forceinline__ void store_run(TS* p, const float (&v)[VEC]) {
 template <class TS, int VEC>
 __global__ void __launch_bounds__(kWarps * 32) update_kernel(SsdInputs in, SsdParams p, float* __restrict__ y,
                                                               int64_t y_stride, const int32_t* __restrict__ state_indices) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t b = blockIdx.z;
   const int h = blockIdx.y;
   const int32_t block = state_indices[b];
@@ -249,12 +254,11 @@ bool bad(const SsdInputs& in, const SsdParams& p, int64_t y_stride) {
 
 cudaError_t launch(const SsdInputs& in, const SsdParams& p, const SsdChunkMetadataDev& meta, float* y,
                    int64_t y_stride, float* chunk_states, bool decode, DeviceDecodeRows state_rows, int rows,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, bool pdl) {
   const dim3 grid(ceil_div(p.head_dim, kRowsPerBlock), static_cast<unsigned>(p.num_heads), static_cast<unsigned>(rows));
   return visit_dtype(p.ssm_states.dtype, [&](auto tag) {
-    ssd_kernel<decltype(tag)><<<grid, kWarps * 32, 0, stream>>>(in, p, meta, y, y_stride, chunk_states, decode,
-                                                                 state_rows);
-    return launch_status();
+    return launch_pdl(pdl, ssd_kernel<decltype(tag)>, grid, dim3(kWarps * 32), 0, stream, in, p, meta, y, y_stride,
+                      chunk_states, decode, state_rows);
   });
 }
 
@@ -269,19 +273,19 @@ cudaError_t ssd_chunk_scan_fwd(const SsdInputs& in, const SsdParams& p, const Ss
   if (meta.num_seqs == 0) return cudaSuccess;
   if (meta.chunk_size >= 1 && meta.chunk_size <= 256 && meta.seq_idx)
     return ssd_chunked_fwd(in, p, meta, y, y_stride, chunk_states, stream);
-  return launch(in, p, meta, y, y_stride, chunk_states, false, meta.state_indices, meta.num_seqs, stream);
+  return launch(in, p, meta, y, y_stride, chunk_states, false, meta.state_indices, meta.num_seqs, stream, false);
 }
 
 cudaError_t ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                             DeviceDecodeRows rows, int batch, cudaStream_t stream) {
+                             DeviceDecodeRows rows, int batch, cudaStream_t stream, bool pdl) {
   if (bad(in, p, y_stride) || batch < 0 || batch > 65535 || !rows.state_indices || rows.cols < 1)
     return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
-  return launch(in, p, SsdChunkMetadataDev{}, y, y_stride, nullptr, true, rows, batch, stream);
+  return launch(in, p, SsdChunkMetadataDev{}, y, y_stride, nullptr, true, rows, batch, stream, pdl);
 }
 
 cudaError_t ssd_state_update_wide(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                                  const int32_t* state_indices, int batch, cudaStream_t stream) {
+                                  const int32_t* state_indices, int batch, cudaStream_t stream, bool pdl) {
   if (bad(in, p, y_stride) || batch < 0 || batch > 65535) return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
   // The vectorized decode kernel where d_state is 128 or 256, the state is fp32 or bf16 and every state run is
@@ -293,12 +297,11 @@ cudaError_t ssd_state_update_wide(const SsdInputs& in, const SsdParams& p, float
   };
   const bool vec = (p.d_state == 128 || p.d_state == 256) && (sd == DType::F32 || sd == DType::BF16) &&
                    aligned(p.ssm_states.data, p.ssm_states.block_stride, es);
-  if (!vec) return launch(in, p, SsdChunkMetadataDev{}, y, y_stride, nullptr, true, state_indices, batch, stream);
+  if (!vec) return launch(in, p, SsdChunkMetadataDev{}, y, y_stride, nullptr, true, state_indices, batch, stream, pdl);
   const dim3 grid(ceil_div(p.head_dim, kWarps * kDecodeRows), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(batch));
   const auto go = [&](auto kernel) {
-    kernel<<<grid, kWarps * 32, 0, stream>>>(in, p, y, y_stride, state_indices);
-    return launch_status();
+    return launch_pdl(pdl, kernel, grid, dim3(kWarps * 32), 0, stream, in, p, y, y_stride, state_indices);
   };
   if (sd == DType::F32)
     return p.d_state == 128 ? go(update_kernel<float, 4>) : go(update_kernel<float, 8>);

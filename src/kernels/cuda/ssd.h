@@ -99,14 +99,16 @@ cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdCh
 /// continuing from column j - 1's state and storing the state after it (rounded to the state dtype, as a plain
 /// step stores it) into column j. y: [tokens, H * P] fp32. Null rows (block 0) are skipped; no two rows share a
 /// block. Per token the math is the sequential prefill walk's (kernels/cpu/ssd.h ssd_state_update).
+/// pdl: Programmatic Dependent Launch (pdl.cuh; the kernel waits on its predecessor in every block first).
 cudaError_t ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                             DeviceDecodeRows rows, int batch, cudaStream_t stream);
+                             DeviceDecodeRows rows, int batch, cudaStream_t stream, bool pdl = false);
 
 /// ssd_state_update for large decode batches (the runner uses it for more than 16 rows outside batch-invariant
 /// mode): same math and arguments; for d_state 128 / 256 with fp32 or bf16 states (16- / 8-byte aligned blocks) each
 /// lane owns a contiguous run of states of 8 head_dim rows (state traffic near the copy bandwidth at batch 256);
 /// its y sum runs in another order than ssd_state_update's (not bit-identical). Other shapes: ssd_state_update.
+/// pdl: Programmatic Dependent Launch, as ssd_state_update.
 cudaError_t ssd_state_update_wide(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
-                                  const int32_t* state_indices, int batch, cudaStream_t stream);
+                                  const int32_t* state_indices, int batch, cudaStream_t stream, bool pdl = false);
 
 }  // namespace ssmserve::cuda

@@ -81,7 +81,7 @@ class CudaAttention final : public CudaModule {
     SSM_CUDA_CHECK(qk_norm_rope_cache(q, PW, T, c_.num_heads, c_.qk_norm ? q_norm_.as<float>() : nullptr,
                                       c_.qk_norm ? k_norm_.as<float>() : nullptr, c_.qk_norm_eps,
                                       c_.rope ? plans.dev(plans.positions) : nullptr, c_.rope ? inv_freq_.as<float>() : nullptr,
-                                      c_.rotary_dim / 2, plans.dev(plans.slots), kv, s));
+                                      c_.rotary_dim / 2, plans.dev(plans.slots), kv, s, ctx_.opt.pdl));
     // 2. Attention over the cache.
     PagedAttentionArgs a{c_.num_heads, c_.scale, md.max_num_blocks_per_seq, plans.dev(plans.attn_qsl), plans.dev(plans.seq_lens),
                          plans.dev(plans.tables), plans.dev(plans.tasks), plans.dev(plans.items), ap.num_tasks, ap.num_items,
@@ -89,12 +89,13 @@ class CudaAttention final : public CudaModule {
                          plans.dev(plans.tc_items), ap.num_tc_items, ap.num_single_tasks, ap.fixed_split};
     {
       ProfileSpan span(ctx_.profile, "paged_attention", s);
-      SSM_CUDA_CHECK(paged_attention(q, PW, o, QW, kv, a, ws().f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s));
+      SSM_CUDA_CHECK(paged_attention(q, PW, o, QW, kv, a, ws().f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s,
+                                     ctx_.opt.pdl));
     }
     // 3. The output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, o_proj.
     void* oc = p[3].get(T * QW * dtype_size(wd));
-    if (c_.attn_output_gate) SSM_CUDA_CHECK(sigmoid_gate(o, QW, g, PW, T, QW, oc, wd, QW, s));
-    else SSM_CUDA_CHECK(cast_rows(o, QW, T, QW, oc, wd, QW, s));
+    if (c_.attn_output_gate) SSM_CUDA_CHECK(sigmoid_gate(o, QW, g, PW, T, QW, oc, wd, QW, s, ctx_.opt.pdl));
+    else SSM_CUDA_CHECK(cast_rows(o, QW, T, QW, oc, wd, QW, s, ctx_.opt.pdl));
     ctx_.gemm_run(oc, T, QW, o_proj_, out, Hd);
   }
 

@@ -86,7 +86,7 @@ class CudaGatedDelta final : public CudaModule {
     pa.A_log = A_log_.as<float>(), pa.dt_bias = dt_bias_.as<float>();
     pa.q_out = qkv, pa.q_out_stride = C, pa.k_out = qkv + Kd, pa.k_out_stride = C;
     pa.g = gb, pa.g_stride = 2 * Hv, pa.beta = gb + Hv, pa.beta_stride = 2 * Hv;
-    SSM_CUDA_CHECK(gated_delta_prepare(pa, T, Hk, Hv, Dk, s));
+    SSM_CUDA_CHECK(gated_delta_prepare(pa, T, Hk, Hv, Dk, s, opt.pdl));
     // 4. The delta rule on each request's state.
     GatedDeltaParams gp;
     gp.num_k_heads = Hk, gp.num_v_heads = Hv, gp.head_k_dim = Dk, gp.head_v_dim = m_.head_v_dim, gp.chunk_size = m_.chunk_size;
@@ -100,7 +100,7 @@ class CudaGatedDelta final : public CudaModule {
     // the decode kernel's per-token step (bit-identical to decoding them one at a time, however the prompt is cut).
     if (nd > 0)
       SSM_CUDA_CHECK(
-          gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s, opt.batch_invariant));
+          gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s, opt.batch_invariant, opt.pdl));
     if (np > 0 && opt.batch_invariant) {
       SSM_CUDA_CHECK(gated_delta_prefill_sequential(inputs(P0), gp, o + P0 * Vd, Vd, sm.query_start_loc_p,
                                                     sm.num_computed_tokens_p, sm.state_indices_p, np, s, sm.stores));

@@ -186,11 +186,13 @@ void CudaMamba1::forward(const CudaStep& st, const ModuleState& state, const voi
   ctx_.tp->all_reduce(xdbl, T * XD);
   if (inner_norms) {  // Jamba: RMSNorm over dt_low, B and C in place
     const float eps = m_.inner_layernorm_eps;
-    SSM_CUDA_CHECK(fused_add_rms_norm(nullptr, XD, xdbl, XD, dt_norm_.as<float>(), eps, T, R, xdbl, DType::F32, XD, s));
-    SSM_CUDA_CHECK(fused_add_rms_norm(nullptr, XD, xdbl + R, XD, b_norm_.as<float>(), eps, T, N, xdbl + R, DType::F32, XD, s));
-    SSM_CUDA_CHECK(fused_add_rms_norm(nullptr, XD, xdbl + R + N, XD, c_norm_.as<float>(), eps, T, N, xdbl + R + N, DType::F32, XD, s));
+    SSM_CUDA_CHECK(fused_add_rms_norm(nullptr, XD, xdbl, XD, dt_norm_.as<float>(), eps, T, R, xdbl, DType::F32, XD, s, pdl));
+    SSM_CUDA_CHECK(
+        fused_add_rms_norm(nullptr, XD, xdbl + R, XD, b_norm_.as<float>(), eps, T, N, xdbl + R, DType::F32, XD, s, pdl));
+    SSM_CUDA_CHECK(fused_add_rms_norm(nullptr, XD, xdbl + R + N, XD, c_norm_.as<float>(), eps, T, N, xdbl + R + N,
+                                      DType::F32, XD, s, pdl));
   }
-  if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s));
+  if (b16 && !fused_cast) SSM_CUDA_CHECK(cast_rows(xdbl, XD, T, XD, xdbl16, DType::BF16, XD, s, pdl));
   ctx_.gemm_run(b16 ? static_cast<const void*>(xdbl16) : xdbl, T, XD, dt_proj, delta, I);
   if (overlap) SSM_CUDA_CHECK(cudaStreamWaitEvent(s, branch_->join, 0));  // z (and an early-joined prefetch) done
   // 4. Selective scan with D skip and SiLU(z) gate (decode rows write out_proj's bf16 input directly).

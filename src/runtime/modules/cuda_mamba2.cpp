@@ -109,9 +109,9 @@ class CudaMamba2 final : public CudaModule {
     // Large decode batches (> 16 plain rows, outside batch-invariant mode): the state-run kernel; else (and for
     // speculative verify rows) the one whose math is the sequential prefill walk's.
     if (nd > 16 && !opt.batch_invariant && sm.spec_cols == 1)
-      SSM_CUDA_CHECK(ssd_state_update_wide(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s));
+      SSM_CUDA_CHECK(ssd_state_update_wide(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s, opt.pdl));
     else if (nd > 0)
-      SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.decode_rows(), static_cast<int>(nd), s));
+      SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.decode_rows(), static_cast<int>(nd), s, opt.pdl));
     if (np > 0) {
       SsdChunkMetadataDev cm{np, md.num_chunks(), sm.cu_chunk_seqlen_p, sm.seq_idx_p, sm.last_chunk_indices_p,
                              sm.state_indices_p, sm.has_initial_states_p, md.chunk_size};

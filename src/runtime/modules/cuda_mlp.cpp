@@ -48,7 +48,7 @@ class CudaMlp final : public CudaModule {
     float* gu = p[0].f32(T * 2 * I_);
     void* act = p[3].get(T * I_ * dtype_size(wd));
     ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
-    SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream));
+    SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream, ctx_.opt.pdl));
     ctx_.gemm_run(act, T, I_, down_, out, H_);
   }
 

@@ -78,23 +78,25 @@ class CudaMoe final : public CudaModule {
 
   void forward(const CudaStep& st, const ModuleState& state, const void* x, float* out) override {
     const int64_t T = st.T;
+    const bool pdl = ctx_.opt.pdl;
     const auto* normed = static_cast<const float*>(x);
     float* router = (*ctx_.scratch)[0].f32(T * c_.num_experts);
     ctx_.gemm_run(normed, T, H_, gate_, router, c_.num_experts);
     {
       ProfileSpan span(ctx_.profile, "experts", st.stream);
       SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_,
-                                slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights())), st.stream));
+                                slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights())), st.stream, pdl));
     }
     if (shared_) {
       ProfileSpan span(ctx_.profile, "shared", st.stream);  // out += shared_expert(x) (gated: times sigmoid(x . w_g)); the MLP reads the rows in the GEMM dtype
       const DType wd = ctx_.opt.weight_dtype;
       void* xc = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
       float* y = slot(ScratchPool::kMoeSharedOut).f32(T * H_);
-      SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, st.stream));
+      SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, st.stream, pdl));
       shared_->forward(st, state, xc, y);
-      if (shared_gate_.data()) SSM_CUDA_CHECK(sigmoid_gated_add(out, H_, y, H_, normed, H_, shared_gate_.as<float>(), T, H_, st.stream));
-      else SSM_CUDA_CHECK(scaled_residual(out, out, 1.0f, y, 1.0f, T * H_, st.stream));
+      if (shared_gate_.data())
+        SSM_CUDA_CHECK(sigmoid_gated_add(out, H_, y, H_, normed, H_, shared_gate_.as<float>(), T, H_, st.stream, pdl));
+      else SSM_CUDA_CHECK(scaled_residual(out, out, 1.0f, y, 1.0f, T * H_, st.stream, pdl));
     }
   }
 
