@@ -153,13 +153,28 @@ __device__ __forceinline__ void token_step(const GatedDeltaInputs& in, int64_t r
 /// Block (row b = blockIdx.x, value head h = blockIdx.y, column slice blockIdx.z of kCols columns). Thread t owns
 /// the 4 columns cg * 4 .. +3 (cg = t % kCG) of the key rows rg + kRG * i (rg = t / kCG, i < 4): a warp reads
 /// 32 / kCG rows x kCols contiguous elements per load. A verify row's tokens run one after another
-/// (device_decode_rows.h), the state kept in registers between them, rounded as stored.
+/// (device_decode_rows.h), the state kept in registers between them, rounded as stored. prewait: before the PDL wait,
+/// the first thread of each key row hints the L2 to fetch the row's slice of the block's state (no kernel of the step
+/// writes it before this one; KernelTuning::decode_prewait).
 template <class TS, int kDk, int kCols>
 __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
     decode_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
-                  DeviceDecodeRows rows) {
+                  DeviceDecodeRows rows, bool prewait) {
   constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread;
   __shared__ StepSmem<kDk, kCols> sm;
+  if (prewait && threadIdx.x % kCG == 0) {
+    const int32_t blk = rows.src_block(blockIdx.x, 0);
+    if (blk != 0) {
+      const TS* S = static_cast<const TS*>(p.states.data) + blk * p.states.block_stride +
+                    static_cast<int64_t>(blockIdx.y) * kDk * p.head_v_dim + blockIdx.z * kCols;
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const TS* row = S + static_cast<int64_t>(threadIdx.x / kCG + kRG * i) * p.head_v_dim;
+        detail::pdl_prefetch_l2(row);
+        detail::pdl_prefetch_l2(row + kCols - 1);  // the slice may cross a line
+      }
+    }
+  }
   detail::pdl_wait();
   detail::pdl_launch_dependents();
   const int b = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kCols, tid = threadIdx.x;
@@ -265,14 +280,15 @@ cudaError_t launch_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p,
   // The slice width sets the reduction order over the key rows: batch-invariant mode keeps 16 at every batch size
   // (the sequential prefill's width).
   const int64_t blocks32 = static_cast<int64_t>(batch) * p.num_v_heads * (p.head_v_dim / 32);
+  const bool prewait = pdl && kernel_tuning().decode_prewait;  // only useful while a predecessor runs
   if (!batch_invariant && p.head_v_dim % 32 == 0 && blocks32 >= 256) {
     constexpr int kCols = 32;
     return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
-                              dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows);
+                              dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows, prewait);
   }
   constexpr int kCols = 16;
   return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
-                            dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows);
+                            dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows, prewait);
 }
 
 template <class TS, int kDk>

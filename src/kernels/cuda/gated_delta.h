@@ -86,7 +86,8 @@ bool gated_delta_prefill_supported(const GatedDeltaParams& p);
 /// stride out_stride (>= Hv * Dv). Inputs' row strides >= their row widths. batch_invariant: 16-column slices at
 /// every batch size (by default large batches take 32-column slices, whose reduction over the key rows runs in
 /// another order), so a row's bits do not depend on the batch; the slicing of gated_delta_prefill_sequential.
-/// pdl: Programmatic Dependent Launch (pdl.cuh; the kernel waits on its predecessor in every block first).
+/// pdl: Programmatic Dependent Launch (pdl.cuh; the kernel waits on its predecessor in every block first, after
+/// hinting the L2 to fetch its rows' state unless KernelTuning::decode_prewait is off).
 /// Returns cudaErrorInvalidValue when !gated_delta_decode_supported(p) or a stride is too small.
 cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
                                DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant = false,

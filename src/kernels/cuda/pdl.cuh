@@ -20,6 +20,12 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+/// Hints the L2 to fetch the 128-byte line holding p (prefetch.global.L2: never faults, never changes a result), e.g.
+/// a decode row's state before pdl_wait(): L2 is the point of coherence, so a line fetched early is never stale.
+__device__ __forceinline__ void pdl_prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 /// Launches kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when
 /// `pdl` is set. Returns the launch status.
 template <class... KArgs, class... Args>

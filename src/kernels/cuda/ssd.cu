@@ -64,6 +64,21 @@ __device__ __forceinline__ float state_round(float v) {
   return load(&t);
 }
 
+/// Before the PDL wait of a decode kernel (KernelTuning::decode_prewait): the block's threads hint the L2 to fetch the
+/// block's state rows [r0, r0 + rows) of head h in state block blk (0: none), which no kernel of the step writes
+/// before the update. A hint only: never a result.
+template <class TS>
+__device__ __forceinline__ void prefetch_state_rows(const SsdParams& p, int32_t blk, int h, int r0, int rows) {
+  const int P = p.head_dim, N = p.d_state, nr = min(rows, P - r0);
+  if (blk == 0 || nr <= 0) return;
+  const TS* base = static_cast<const TS*>(p.ssm_states.data) + blk * p.ssm_states.block_stride;
+  const char* first = reinterpret_cast<const char*>(base + (static_cast<int64_t>(h) * P + r0) * N);
+  const int64_t bytes = static_cast<int64_t>(nr) * N * static_cast<int64_t>(sizeof(TS));
+  for (int64_t o = static_cast<int64_t>(threadIdx.x) * 128; o < bytes; o += static_cast<int64_t>(blockDim.x) * 128)
+    pdl_prefetch_l2(first + o);
+  if (threadIdx.x == 0) pdl_prefetch_l2(first + bytes - 1);  // the last line when the rows do not start on one
+}
+
 /// Grid (ceil(P / 16), H, sequences or decode rows). Prefill walks the sequence's chunks in order (its state block:
 /// rows.state_indices[s]); decode walks the row's tokens (device_decode_rows.h), token j reading column j - 1's state
 /// (held in registers) and storing the state after it into column j.
@@ -71,7 +86,9 @@ template <class TS>
 __global__ void __launch_bounds__(kWarps * 32) ssd_kernel(SsdInputs in, SsdParams p, SsdChunkMetadataDev meta,
                                                            float* __restrict__ y, int64_t y_stride,
                                                            float* __restrict__ chunk_states, bool decode,
-                                                           DeviceDecodeRows rows) {
+                                                           DeviceDecodeRows rows, bool prewait) {
+  if (prewait)
+    prefetch_state_rows<TS>(p, rows.src_block(blockIdx.z, 0), blockIdx.y, blockIdx.x * kRowsPerBlock, kRowsPerBlock);
   pdl_wait();
   pdl_launch_dependents();
   const int s = blockIdx.z, h = blockIdx.y;
@@ -192,10 +209,15 @@ __device__ __forceinline__ void store_run(TS* p, const float (&v)[VEC]) {
 /// Decode (one token per row) for d_state = 32 * VEC (VEC 4 or 8: d_state 128 or 256, the public Mamba-2 shapes):
 /// lane l owns states [l * VEC, (l + 1) * VEC) of each of its warp's 8 head_dim rows, read and written as 8- or
 /// 16-byte runs (contiguous over the warp), the y sum is each lane's run in order, then warp_sum. Same math as
-/// ssd_kernel's decode step (not bit-identical: another summation order). Grid (ceil(P / 32), H, batch).
+/// ssd_kernel's decode step (not bit-identical: another summation order). Grid (ceil(P / 32), H, batch). prewait: as
+/// ssd_kernel's.
 template <class TS, int VEC>
 __global__ void __launch_bounds__(kWarps * 32) update_kernel(SsdInputs in, SsdParams p, float* __restrict__ y,
-                                                              int64_t y_stride, const int32_t* __restrict__ state_indices) {
+                                                              int64_t y_stride, const int32_t* __restrict__ state_indices,
+                                                              bool prewait) {
+  if (prewait)
+    prefetch_state_rows<TS>(p, state_indices[blockIdx.z], blockIdx.y, blockIdx.x * kWarps * kDecodeRows,
+                            kWarps * kDecodeRows);
   pdl_wait();
   pdl_launch_dependents();
   const int64_t b = blockIdx.z;
@@ -258,7 +280,7 @@ cudaError_t launch(const SsdInputs& in, const SsdParams& p, const SsdChunkMetada
   const dim3 grid(ceil_div(p.head_dim, kRowsPerBlock), static_cast<unsigned>(p.num_heads), static_cast<unsigned>(rows));
   return visit_dtype(p.ssm_states.dtype, [&](auto tag) {
     return launch_pdl(pdl, ssd_kernel<decltype(tag)>, grid, dim3(kWarps * 32), 0, stream, in, p, meta, y, y_stride,
-                      chunk_states, decode, state_rows);
+                      chunk_states, decode, state_rows, decode && pdl && kernel_tuning().decode_prewait);
   });
 }
 
@@ -301,7 +323,8 @@ cudaError_t ssd_state_update_wide(const SsdInputs& in, const SsdParams& p, float
   const dim3 grid(ceil_div(p.head_dim, kWarps * kDecodeRows), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(batch));
   const auto go = [&](auto kernel) {
-    return launch_pdl(pdl, kernel, grid, dim3(kWarps * 32), 0, stream, in, p, y, y_stride, state_indices);
+    return launch_pdl(pdl, kernel, grid, dim3(kWarps * 32), 0, stream, in, p, y, y_stride, state_indices,
+                      pdl && kernel_tuning().decode_prewait);
   };
   if (sd == DType::F32)
     return p.d_state == 128 ? go(update_kernel<float, 4>) : go(update_kernel<float, 8>);

@@ -99,7 +99,8 @@ cudaError_t ssd_chunked_fwd(const SsdInputs& in, const SsdParams& p, const SsdCh
 /// continuing from column j - 1's state and storing the state after it (rounded to the state dtype, as a plain
 /// step stores it) into column j. y: [tokens, H * P] fp32. Null rows (block 0) are skipped; no two rows share a
 /// block. Per token the math is the sequential prefill walk's (kernels/cpu/ssd.h ssd_state_update).
-/// pdl: Programmatic Dependent Launch (pdl.cuh; the kernel waits on its predecessor in every block first).
+/// pdl: Programmatic Dependent Launch (pdl.cuh; the kernel waits on its predecessor in every block first, after
+/// hinting the L2 to fetch its rows' state unless KernelTuning::decode_prewait is off).
 cudaError_t ssd_state_update(const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
                              DeviceDecodeRows rows, int batch, cudaStream_t stream, bool pdl = false);
 
