@@ -9,6 +9,7 @@
 #include "config/model_config.h"
 #include "core/error.h"
 #include "model/decoder/decoder_spec.h"
+#include "model/mixers/attention_mixer.h"
 #include "test_util.h"
 
 namespace ssmserve {
@@ -60,6 +61,47 @@ TEST(ConfigSpellings, MistypedFieldsAreErrors) {
   EXPECT_THAT(spec_error(j), HasSubstr("field \"rope_parameters\" must be an object"));
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e5}};
   EXPECT_EQ(spec_error(j), "");
+}
+
+nlohmann::json tiny_hybrid(const char* name) {
+  std::ifstream in(testing::source_dir() / "tests/data/tiny-hybrids" / name / "config.json");
+  return nlohmann::json::parse(in);
+}
+
+/// The error of building the model's attention layers' config (where RoPE is read), "" when it builds.
+std::string attention_error(const nlohmann::json& j) {
+  try {
+    const ModelConfig cfg = ModelConfig::from_json(j);
+    const DecoderSpec s = architecture_spec(cfg);
+    (void)AttentionConfig::from_json(s.params("attention", cfg), cfg);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// transformers 4.x configs (Qwen3-Next, Bamba, Falcon-H1 as published; Qwen's model cards tell users to add YaRN
+// there) spell RoPE scaling "rope_scaling": a scaling ssmserve does not implement is refused, not silently dropped.
+TEST(ConfigSpellings, RopeScalingOtherThanDefaultIsRefused) {
+  for (const char* name : {"tiny-qwen3_next", "tiny-qwen3_5", "tiny-bamba", "tiny-falcon_h1"}) {
+    nlohmann::json j = tiny_hybrid(name);
+    ASSERT_EQ(attention_error(j), "") << name;
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 4096}};
+    EXPECT_THAT(attention_error(j), HasSubstr("rope_scaling.rope_type \"yarn\" is not supported")) << name;
+    j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    EXPECT_THAT(attention_error(j), HasSubstr("rope_scaling.type \"linear\" is not supported")) << name;
+    j["rope_scaling"] = "yarn";
+    EXPECT_THAT(attention_error(j), HasSubstr("field \"rope_scaling\" must be an object")) << name;
+    j["rope_scaling"] = nullptr;
+    EXPECT_EQ(attention_error(j), "") << name;
+    j["rope_scaling"] = {{"rope_type", "default"}};
+    EXPECT_EQ(attention_error(j), "") << name;
+    j["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {3, 3, 2}}};  // Qwen2-VL's spelling of "default"
+    EXPECT_EQ(attention_error(j), "") << name;
+  }
+  nlohmann::json j = tiny_hybrid("tiny-qwen3_5");
+  j["rope_parameters"]["type"] = "yarn";  // the older key inside rope_parameters
+  EXPECT_THAT(attention_error(j), HasSubstr("rope_parameters.type \"yarn\" is not supported"));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "model/decoder/params.h"
 
 #include <cmath>
+#include <string_view>
 
 #include "config/hf_json.h"
 #include "core/error.h"
@@ -40,14 +41,32 @@ std::string param_string(const nlohmann::json& j, const char* field, const std::
   return j[field].get<std::string>();
 }
 
+namespace {
+
+/// Checks that rope object `field` (rope_parameters, or transformers 4.x's rope_scaling) asks for plain RoPE: its
+/// rope_type (or the older spelling "type") absent, null or "default" ("mrope" too for rope_scaling: transformers
+/// reads Qwen2-VL's {"type": "mrope"} as "default"). Returns the object, or nullptr when the field is absent or null.
+const nlohmann::json* plain_rope_object(const nlohmann::json& j, const char* field) {
+  if (!j.contains(field) || j[field].is_null()) return nullptr;
+  const nlohmann::json& o = j[field];
+  SSM_CHECK(o.is_object(), "config.json: field \"{}\" must be an object (got {})", field, json_excerpt(o));
+  const bool scaling = std::string_view(field) == "rope_scaling";
+  for (const char* key : {"rope_type", "type"}) {
+    if (!o.contains(key) || o[key].is_null()) continue;
+    const bool plain = o[key] == "default" || (scaling && o[key] == "mrope");
+    SSM_CHECK(plain, "config.json: {}.{} {} is not supported (only \"default\"; RoPE scaling such as YaRN is not implemented)",
+              field, key, json_excerpt(o[key]));
+  }
+  return &o;
+}
+
+}  // namespace
+
 double param_rope_theta(const nlohmann::json& j, double fallback) {
-  const bool has_rp = j.contains("rope_parameters") && !j["rope_parameters"].is_null();
-  SSM_CHECK(!has_rp || j["rope_parameters"].is_object(), "config.json: field \"rope_parameters\" must be an object (got {})",
-            json_excerpt(j["rope_parameters"]));
-  const nlohmann::json* rp = has_rp ? &j["rope_parameters"] : nullptr;
-  if (rp && rp->contains("rope_type") && !(*rp)["rope_type"].is_null())
-    SSM_CHECK((*rp)["rope_type"] == "default", "config.json: rope_type {} is not supported (only \"default\")",
-              json_excerpt((*rp)["rope_type"]));
+  const nlohmann::json* rp = plain_rope_object(j, "rope_parameters");
+  // transformers 4.x configs (Qwen3-Next, Bamba, Falcon-H1 as published) spell the scaling "rope_scaling"; transformers
+  // 5.x folds it into rope_parameters. Ignoring a YaRN / linear / dynamic entry would silently change the model.
+  (void)plain_rope_object(j, "rope_scaling");
   double theta = fallback;
   if (rp && rp->contains("rope_theta")) theta = json_float((*rp)["rope_theta"], "rope_parameters.rope_theta");
   else if (j.contains("rope_theta") && !j["rope_theta"].is_null()) theta = json_float(j["rope_theta"], "rope_theta");

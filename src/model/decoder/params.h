@@ -18,7 +18,8 @@ bool param_bool(const nlohmann::json& j, const char* field, bool fallback);
 /// j[field] as a string, `fallback` when absent or null. Throws Error naming the field when it is not a string.
 std::string param_string(const nlohmann::json& j, const char* field, const std::string& fallback);
 /// rope_theta from `rope_parameters.rope_theta` or `rope_theta` (default `fallback`); only rope_type "default".
-/// Throws Error naming the field on another rope type or a non-positive theta.
+/// Throws Error naming the field on another rope type (in rope_parameters or transformers 4.x's rope_scaling, either
+/// spelt rope_type or type), a rope object that is not a JSON object, or a non-positive theta.
 double param_rope_theta(const nlohmann::json& j, double fallback);
 
 }  // namespace ssmserve
