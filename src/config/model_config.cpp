@@ -1,10 +1,12 @@
 // Owns loading and validating ModelConfig / MambaConfig from a Hugging Face config.json (+ generation_config.json).
 #include "config/model_config.h"
 
+#include <algorithm>
 #include <map>
 
 #include <climits>
 #include <cmath>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -186,12 +188,17 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
   c.vocab_size = f.positive_int("vocab_size");
   c.hidden_size = f.positive_int("hidden_size");
   // Nemotron-H configs written by transformers 5.x drop num_hidden_layers (deprecated there): the length of the
-  // per-layer type list is the layer count.
+  // per-layer type list is the layer count. A list that is there but malformed is named (not "num_hidden_layers is
+  // missing", which sends the user to a field transformers no longer writes).
   if (f.find("num_hidden_layers") == nullptr) {
     for (const char* key : {"layers_block_type", "layer_types", "hybrid_override_pattern"}) {
       const json* v = f.find(key);
-      if (v == nullptr || !(v->is_array() || v->is_string()) || v->empty()) continue;
-      c.num_hidden_layers = static_cast<int>(v->is_string() ? v->get<std::string>().size() : v->size());
+      if (v == nullptr || v->is_null()) continue;
+      const bool pattern = std::string_view(key) == "hybrid_override_pattern";
+      const size_t n = pattern ? (v->is_string() ? v->get_ref<const std::string&>().size() : 0) : (v->is_array() ? v->size() : 0);
+      SSM_CHECK(n > 0, "{}: field \"{}\" must be a non-empty {} (with num_hidden_layers absent it gives the layer count; "
+                "got {})", what, key, pattern ? "string such as \"M-M*-ME\"" : "list of layer types", json_excerpt(*v));
+      c.num_hidden_layers = static_cast<int>(std::min<size_t>(n, 1 << 20));
       break;
     }
   }

@@ -80,6 +80,15 @@ std::string attention_error(const nlohmann::json& j) {
   return "";
 }
 
+std::string config_error(const nlohmann::json& j) {
+  try {
+    (void)ModelConfig::from_json(j);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // transformers 4.x configs (Qwen3-Next, Bamba, Falcon-H1 as published; Qwen's model cards tell users to add YaRN
 // there) spell RoPE scaling "rope_scaling": a scaling ssmserve does not implement is refused, not silently dropped.
 TEST(ConfigSpellings, RopeScalingOtherThanDefaultIsRefused) {
@@ -102,6 +111,25 @@ TEST(ConfigSpellings, RopeScalingOtherThanDefaultIsRefused) {
   nlohmann::json j = tiny_hybrid("tiny-qwen3_5");
   j["rope_parameters"]["type"] = "yarn";  // the older key inside rope_parameters
   EXPECT_THAT(attention_error(j), HasSubstr("rope_parameters.type \"yarn\" is not supported"));
+}
+
+// Without num_hidden_layers (transformers 5.x drops it for Nemotron-H), a malformed hybrid_override_pattern is named,
+// not reported as a missing num_hidden_layers.
+TEST(ConfigSpellings, MalformedLayerPatternIsNamedWithoutNumHiddenLayers) {
+  nlohmann::json j = tiny_hybrid("tiny-nemotron_h-pattern");
+  j.erase("num_hidden_layers");
+  EXPECT_EQ(ModelConfig::from_json(j).num_hidden_layers, 5);
+  for (const nlohmann::json& bad : {nlohmann::json(""), nlohmann::json(5), nlohmann::json::array()}) {
+    j["hybrid_override_pattern"] = bad;
+    EXPECT_THAT(config_error(j), HasSubstr("field \"hybrid_override_pattern\" must be a non-empty string")) << bad;
+  }
+  j.erase("hybrid_override_pattern");
+  j["layers_block_type"] = "mamba";
+  EXPECT_THAT(config_error(j), HasSubstr("field \"layers_block_type\" must be a non-empty list of layer types"));
+  j["layers_block_type"] = nlohmann::json::array();
+  EXPECT_THAT(config_error(j), HasSubstr("field \"layers_block_type\" must be a non-empty list of layer types"));
+  j.erase("layers_block_type");
+  EXPECT_THAT(config_error(j), HasSubstr("required field \"num_hidden_layers\" is missing"));
 }
 
 }  // namespace
