@@ -185,6 +185,14 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
               "architecture (give \"architectures\")", what, text_excerpt(c.model_type));
     c.architecture = it->second;
   }
+  // A quantized checkpoint (FP8 with weight_scale_inv, GPTQ / AWQ qweight, bitsandbytes, ...): ssmserve has no
+  // quantized kernels, so it would fail later on a tensor's dtype or a "missing" .weight, or load scales as weights.
+  if (const json* q = f.find("quantization_config"); q != nullptr && !q->is_null()) {
+    const std::string method = q->is_object() && q->contains("quant_method") && (*q)["quant_method"].is_string()
+                                   ? (*q)["quant_method"].get<std::string>() : std::string("?");
+    fail("{}: field \"quantization_config\" (quant_method \"{}\") is not supported: ssmserve runs unquantized F32 / BF16 / "
+         "F16 checkpoints", what, text_excerpt(method));
+  }
   c.vocab_size = f.positive_int("vocab_size");
   c.hidden_size = f.positive_int("hidden_size");
   // Nemotron-H configs written by transformers 5.x drop num_hidden_layers (deprecated there): the length of the

@@ -132,5 +132,22 @@ TEST(ConfigSpellings, MalformedLayerPatternIsNamedWithoutNumHiddenLayers) {
   EXPECT_THAT(config_error(j), HasSubstr("required field \"num_hidden_layers\" is missing"));
 }
 
+// A quantized checkpoint's config (top level, or inside a multimodal wrapper's text_config) is refused up front.
+TEST(ConfigSpellings, QuantizationConfigIsRefused) {
+  nlohmann::json j = tiny_hybrid("tiny-qwen3_5");
+  j["quantization_config"] = nullptr;
+  EXPECT_EQ(config_error(j), "");
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  EXPECT_THAT(config_error(j), HasSubstr("field \"quantization_config\" (quant_method \"fp8\") is not supported"));
+  j["quantization_config"] = "gptq";
+  EXPECT_THAT(config_error(j), HasSubstr("field \"quantization_config\" (quant_method \"?\") is not supported"));
+  nlohmann::json wrapper = {{"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"model_type", "qwen3_5"},
+                            {"text_config", tiny_hybrid("tiny-qwen3_5")}};
+  wrapper["text_config"].erase("architectures");
+  EXPECT_EQ(config_error(wrapper), "");
+  wrapper["quantization_config"] = {{"quant_method", "awq"}};
+  EXPECT_THAT(config_error(wrapper), HasSubstr("(quant_method \"awq\") is not supported"));
+}
+
 }  // namespace
 }  // namespace ssmserve
