@@ -149,5 +149,32 @@ TEST(ConfigSpellings, QuantizationConfigIsRefused) {
   EXPECT_THAT(config_error(wrapper), HasSubstr("(quant_method \"awq\") is not supported"));
 }
 
+/// Each layer's module kinds ("mamba2", "attention", "mlp", "moe"; mixer or FFN, whichever the layer has).
+std::vector<std::string> layer_kinds(const nlohmann::json& j) {
+  std::vector<std::string> out;
+  for (const LayerSpec& l : architecture_spec(ModelConfig::from_json(j)).layers) out.push_back(l.mixer.kind.empty() ? l.ffn.kind : l.mixer.kind);
+  return out;
+}
+
+// NVIDIA's remote-code NemotronHConfig saves hybrid_override_pattern plus a cache-only `layer_types` that tags MLP
+// layers "moe": the pattern (or transformers 5.x's layers_block_type) decides; the two must agree when both are given.
+TEST(ConfigSpellings, NemotronHPatternOutranksCacheLayerTypes) {
+  nlohmann::json j = tiny_hybrid("tiny-nemotron_h-pattern");  // "ME*-M"
+  const std::vector<std::string> want = {"mamba2", "moe", "attention", "mlp", "mamba2"};
+  EXPECT_EQ(layer_kinds(j), want);
+  j["layer_types"] = {"mamba", "moe", "attention", "moe", "mamba"};
+  EXPECT_EQ(layer_kinds(j), want);
+  j["layers_block_type"] = {"mamba", "moe", "attention", "mlp", "mamba"};
+  EXPECT_EQ(layer_kinds(j), want);
+  j["layers_block_type"] = {"mamba", "moe", "attention", "moe", "mamba"};
+  EXPECT_THAT(spec_error(j), HasSubstr("\"layers_block_type\" and \"hybrid_override_pattern\" disagree at layer 3 (moe vs mlp)"));
+  j.erase("hybrid_override_pattern");
+  j["layers_block_type"] = {"linear_attention", "moe", "full_attention", "mlp", "linear_attention"};  // transformers 5.x
+  EXPECT_EQ(layer_kinds(j), want);
+  j.erase("layers_block_type");
+  j["layer_types"] = {"mamba", "moe", "attention", "mlp", "mamba"};  // alone, layer_types is read
+  EXPECT_EQ(layer_kinds(j), want);
+}
+
 }  // namespace
 }  // namespace ssmserve

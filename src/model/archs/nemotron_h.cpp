@@ -12,9 +12,34 @@
 
 namespace ssmserve {
 
+namespace {
+
+/// Nemotron-H's per-layer types. transformers 5.x writes layers_block_type; NVIDIA's remote-code NemotronHConfig keeps
+/// hybrid_override_pattern and also derives a `layer_types` list for the cache, in which an MLP layer ("-") is
+/// tagged "moe": that list is read only when neither of the others is there. When both layers_block_type and the
+/// pattern are given they must agree (one of them is wrong otherwise, and picking one would build another model).
+std::vector<std::string> nemotron_h_layer_types(const ModelConfig& cfg) {
+  const auto has = [&](const char* k) { return cfg.raw.contains(k) && !cfg.raw[k].is_null(); };
+  if (!has("layers_block_type") && !has("hybrid_override_pattern"))
+    return mamba_hybrid_layer_types(cfg, "Nemotron-H", {"mlp", "moe"});
+  ModelConfig view = cfg;
+  view.raw.erase("layer_types");
+  if (!has("layers_block_type") || !has("hybrid_override_pattern"))
+    return mamba_hybrid_layer_types(view, "Nemotron-H", {"mlp", "moe"});
+  const std::vector<std::string> listed = mamba_hybrid_layer_types(view, "Nemotron-H", {"mlp", "moe"});
+  view.raw.erase("layers_block_type");
+  const std::vector<std::string> pattern = mamba_hybrid_layer_types(view, "Nemotron-H", {"mlp", "moe"});
+  for (size_t l = 0; l < listed.size(); ++l)
+    SSM_CHECK(listed[l] == pattern[l], "config.json: \"layers_block_type\" and \"hybrid_override_pattern\" disagree at "
+              "layer {} ({} vs {})", l, listed[l], pattern[l]);
+  return listed;
+}
+
+}  // namespace
+
 DecoderSpec nemotron_h_spec(const ModelConfig& cfg) {
   const nlohmann::json& j = cfg.raw;
-  const std::vector<std::string> types = mamba_hybrid_layer_types(cfg, "Nemotron-H", {"mlp", "moe"});
+  const std::vector<std::string> types = nemotron_h_layer_types(cfg);
   SSM_CHECK(!j.contains("moe_latent_size") || j["moe_latent_size"].is_null(),
             "config.json: moe_latent_size (latent MoE projections) is not supported yet");
   SSM_CHECK(param_string(j, "mamba_hidden_act", "silu") == "silu", "config.json: mamba_hidden_act must be \"silu\"");
