@@ -176,5 +176,18 @@ TEST(ConfigSpellings, NemotronHPatternOutranksCacheLayerTypes) {
   EXPECT_EQ(layer_kinds(j), want);
 }
 
+// A number field of the wrong JSON type names config.json, as every other config error does.
+TEST(ConfigSpellings, NonNumericFloatFieldsNameConfigJson) {
+  nlohmann::json j = tiny_hybrid("tiny-granite-dense");
+  j["embedding_multiplier"] = "12";
+  EXPECT_THAT(spec_error(j), HasSubstr("config.json: field \"embedding_multiplier\" must be a number (got \"12\")"));
+  j = tiny_hybrid("tiny-falcon_h1");
+  j["ssm_multipliers"] = {1.0, "x", 1.0, 1.0, 1.0};
+  EXPECT_THAT(spec_error(j), HasSubstr("config.json: field \"ssm_multipliers\" must be a number"));
+  j = tiny_hybrid("tiny-qwen3_next");
+  j["rope_theta"] = "1e7";
+  EXPECT_THAT(attention_error(j), HasSubstr("config.json: field \"rope_theta\" must be a number"));
+}
+
 }  // namespace
 }  // namespace ssmserve

@@ -18,7 +18,7 @@ std::vector<float> multipliers(const nlohmann::json& j, const char* field, size_
   std::vector<float> out(n, 1.0f);
   if (!j.contains(field) || j[field].is_null()) return out;
   SSM_CHECK(j[field].is_array() && j[field].size() == n, "config.json: {} must list {} numbers", field, n);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(json_float(j[field][i], field));
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(config_float(j[field][i], field));
   return out;
 }
 

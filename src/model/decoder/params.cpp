@@ -19,10 +19,18 @@ int param_int(const nlohmann::json& j, const char* field, int fallback) {
   return j[field].get<int>();
 }
 
+double config_float(const nlohmann::json& v, const std::string& field) {
+  try {
+    return json_float(v, field);
+  } catch (const Error& e) {
+    fail("config.json: {}", e.what());
+  }
+}
+
 float param_float(const nlohmann::json& j, std::initializer_list<const char*> names, float fallback) {
   for (const char* n : names)
     if (j.contains(n) && !j[n].is_null()) {
-      const double v = json_float(j[n], n);
+      const double v = config_float(j[n], n);
       SSM_CHECK(std::isfinite(v), "config.json: field \"{}\" must be a finite number", n);
       return static_cast<float>(v);
     }
@@ -68,8 +76,8 @@ double param_rope_theta(const nlohmann::json& j, double fallback) {
   // 5.x folds it into rope_parameters. Ignoring a YaRN / linear / dynamic entry would silently change the model.
   (void)plain_rope_object(j, "rope_scaling");
   double theta = fallback;
-  if (rp && rp->contains("rope_theta")) theta = json_float((*rp)["rope_theta"], "rope_parameters.rope_theta");
-  else if (j.contains("rope_theta") && !j["rope_theta"].is_null()) theta = json_float(j["rope_theta"], "rope_theta");
+  if (rp && rp->contains("rope_theta")) theta = config_float((*rp)["rope_theta"], "rope_parameters.rope_theta");
+  else if (j.contains("rope_theta") && !j["rope_theta"].is_null()) theta = config_float(j["rope_theta"], "rope_theta");
   SSM_CHECK(std::isfinite(theta) && theta > 0, "config.json: rope_theta must be a positive number");
   return theta;
 }

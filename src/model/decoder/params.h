@@ -13,6 +13,9 @@ namespace ssmserve {
 int param_int(const nlohmann::json& j, const char* field, int fallback);
 /// The first of `names` present as a finite number, else `fallback`. Throws Error naming a non-numeric field.
 float param_float(const nlohmann::json& j, std::initializer_list<const char*> names, float fallback);
+/// A config.json number `v` (plain, or transformers 5.x's {"__float__": "..."}) of field `field`. Throws Error
+/// "config.json: field ... must be a number" otherwise.
+double config_float(const nlohmann::json& v, const std::string& field);
 /// j[field] as a boolean, `fallback` when absent or null. Throws Error naming the field when it is not a boolean.
 bool param_bool(const nlohmann::json& j, const char* field, bool fallback);
 /// j[field] as a string, `fallback` when absent or null. Throws Error naming the field when it is not a string.

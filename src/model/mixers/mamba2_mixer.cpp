@@ -17,6 +17,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/ssd.h"
+#include "model/decoder/params.h"
 #include "model/mixers/prefill_segments.h"
 #include "model/weight.h"
 
@@ -71,18 +72,18 @@ Mamba2Config Mamba2Config::from_json(const nlohmann::json& j, const ModelConfig&
   if (j.contains("ssm_multipliers") && !j["ssm_multipliers"].is_null()) {
     const auto& v = j["ssm_multipliers"];
     SSM_CHECK(v.is_array() && v.size() == 5, "config.json: ssm_multipliers must list 5 numbers (z, x, B, C, dt)");
-    for (size_t i = 0; i < 5; ++i) m.ssm_multipliers[i] = static_cast<float>(json_float(v[i], "ssm_multipliers"));
+    for (size_t i = 0; i < 5; ++i) m.ssm_multipliers[i] = static_cast<float>(config_float(v[i], "ssm_multipliers"));
   }
   if (j.contains("ssm_in_multiplier") && !j["ssm_in_multiplier"].is_null())
-    m.ssm_in_multiplier = static_cast<float>(json_float(j["ssm_in_multiplier"], "ssm_in_multiplier"));
+    m.ssm_in_multiplier = static_cast<float>(config_float(j["ssm_in_multiplier"], "ssm_in_multiplier"));
   SSM_CHECK(m.ssm_in_multiplier == 1.0f || !m.use_bias, "config.json: ssm_in_multiplier with an in_proj bias is not supported");
   SSM_CHECK(!j.contains("hidden_act") || j["hidden_act"] == "silu", "config.json: hidden_act {} is not supported (Mamba-2 uses silu)",
             j["hidden_act"].dump().substr(0, 40));
   if (j.contains("time_step_limit") && !j["time_step_limit"].is_null()) {
     const auto& lim = j["time_step_limit"];
     SSM_CHECK(lim.is_array() && lim.size() == 2, "config.json: time_step_limit must be [min, max]");
-    m.time_step_min_limit = static_cast<float>(json_float(lim[0], "time_step_limit[0]"));
-    m.time_step_max_limit = static_cast<float>(json_float(lim[1], "time_step_limit[1]"));
+    m.time_step_min_limit = static_cast<float>(config_float(lim[0], "time_step_limit[0]"));
+    m.time_step_max_limit = static_cast<float>(config_float(lim[1], "time_step_limit[1]"));
     SSM_CHECK(!std::isnan(m.time_step_min_limit) && !std::isnan(m.time_step_max_limit) && m.time_step_min_limit <= m.time_step_max_limit,
               "config.json: time_step_limit must be [min, max] with min <= max");
   }
