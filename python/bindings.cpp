@@ -548,7 +548,17 @@ PYBIND11_MODULE(_ssmserve, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      PyErr_SetString(ssm_error, python_message(e.what()).c_str());
+      // Decoded leniently: a message quoting bytes that are not UTF-8 (a folder name, a broken file) must still be an
+      // SsmserveError, not a UnicodeDecodeError from PyErr_SetString's strict decoding.
+      const std::string msg = python_message(e.what());
+      PyObject* text = PyUnicode_DecodeUTF8(msg.data(), static_cast<Py_ssize_t>(msg.size()), "backslashreplace");
+      if (text == nullptr) {
+        PyErr_Clear();
+        PyErr_SetString(ssm_error, "ssmserve error (message not decodable)");
+        return;
+      }
+      PyErr_SetObject(ssm_error, text);
+      Py_DECREF(text);
     }
   });
   check_engine_args();  // every keyword's option has a CLI spelling, so its errors can be respelt

@@ -3,6 +3,7 @@
 #include "config/hf_json.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -124,6 +125,15 @@ json parse_hf_json(std::string_view text, const std::string& what) {
     }
     std::string msg = e.what();
     if (const auto p = msg.find("syntax error"); p != std::string::npos) msg = msg.substr(p);
+    // nlohmann quotes the bytes it last read ("last read: '\xC3'"): a file that is not UTF-8 JSON (UTF-16, binary)
+    // would put a stray or partial byte into the message, which Python cannot decode. Keep printable ASCII only.
+    std::string printable;
+    for (const char ch : msg) {
+      const auto c = static_cast<unsigned char>(ch);
+      if (c >= 0x20 && c < 0x7f) printable += ch;
+      else printable += fmt::format("\\x{:02X}", c);
+    }
+    msg = std::move(printable);
     fail("{}: invalid JSON at byte {} (line {}, column {}): {}", what, pos, line, col, msg);
   }
   replace_float_objects(v);

@@ -175,3 +175,32 @@ def test_numpy_bools_are_bools():
 def test_two_spellings_of_one_option_are_refused():
     with pytest.raises(TypeError, match="LLM\\(\\) got both 'threads' and 'num_threads', which set the same engine option"):
         LLM(str(MODEL), threads=1, num_threads=2)
+
+
+def test_errors_quoting_non_utf8_bytes_are_ssmserve_errors(tmp_path):
+    """A broken checkpoint whose error message quotes bytes that are not UTF-8 (a config.json saved as UTF-16, a
+    safetensors header with an ill-formed key) is an SsmserveError, not a UnicodeDecodeError (break test)."""
+    import struct
+
+    utf16 = tmp_path / "utf16"
+    utf16.mkdir()
+    for f in MODEL.iterdir():
+        (utf16 / f.name).symlink_to(f)
+    (utf16 / "config.json").unlink()
+    (utf16 / "config.json").write_bytes((MODEL / "config.json").read_text().encode("utf-16"))
+    with pytest.raises(ssmserve.SsmserveError, match=r"config.json: invalid JSON at byte 0 .*\\xFF"):
+        LLM(str(utf16), threads=2)
+
+    bad_key = tmp_path / "bad_key"
+    bad_key.mkdir()
+    for f in MODEL.iterdir():
+        if f.name != "model.safetensors":
+            (bad_key / f.name).symlink_to(f)
+    raw = (MODEL / "model.safetensors").read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = raw[8:8 + n]
+    name = next(k for k in __import__("json").loads(header) if k != "__metadata__").encode()
+    header = header.replace(b'"' + name + b'"', b'"' + name[:-1] + b'\xc3"', 1)
+    (bad_key / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + raw[8 + n:])
+    with pytest.raises(ssmserve.SsmserveError, match="safetensors header is not valid JSON"):
+        LLM(str(bad_key), threads=2)

@@ -110,6 +110,18 @@ TEST(CorruptFiles, ParseHfJsonRejectsDeepNesting) {
   EXPECT_EQ(parse_hf_json(std::string(200, '[') + std::string(200, ']'), "c").dump().size(), 400u);
 }
 
+// A config.json saved as UTF-16 (or binary junk): the parse error quotes the bytes it read as \xNN, so the message is
+// printable ASCII (Python could not decode a stray UTF-8 lead byte and raised UnicodeDecodeError instead).
+TEST(CorruptFiles, ParseErrorsQuoteNonAsciiBytesEscaped) {
+  const std::string utf16("\xFF\xFE{\0\n\0\"\0", 8);
+  std::string msg = error_of([&] { parse_hf_json(utf16, "c"); });
+  EXPECT_THAT(msg, HasSubstr("c: invalid JSON at byte 0"));
+  EXPECT_THAT(msg, HasSubstr("\\xFF"));
+  msg = error_of([] { parse_hf_json("{\"a\": \xC3}", "c"); });
+  EXPECT_THAT(msg, HasSubstr("\\xC3"));
+  for (const char ch : msg) EXPECT_TRUE(ch >= 0x20 && ch < 0x7f) << msg;
+}
+
 TEST(CorruptFiles, ExcerptsAreBoundedAndShowNonFinite) {
   json big = json::array();
   for (int i = 0; i < 1000000; ++i) big.push_back(i);
