@@ -18,7 +18,7 @@ struct KernelTuning {
   bool skinny_preload = true;         ///< W loads before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0 turns off)
   /// skinny_default_tuning's shape rules for wide and deep weights (4 splits on the pipelined form; 8-warp blocks when
   /// they balance over the SMs); SSMSERVE_SKINNY_RULES=0: the rules before them. Changes the summation order of
-  /// those shapes (rounding only; still a function of N and K, so batch-invariant).
+  /// those shapes (rounding only; a function of N, K and the GPU's SM count, never of M, so batch-invariant).
   bool skinny_rules = true;
   int64_t skinny_prefetch_bytes = -1; ///< the pre-wait L2 prefetch (SSMSERVE_SKINNY_PREFETCH_MB, 0..48); -1: default
   bool kernel_profile = false;        ///< per-launch CUDA event times of multi-kernel ops (SSMSERVE_KERNEL_PROFILE=1)

@@ -295,9 +295,10 @@ const SkinnyTuning* env_tuning() {
 
 SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
   SkinnyTuning t;
-  // Summation order (N, K only): blocks of at most 4 split warps, so that the grid is many small blocks
-  // (balanced over the 132 SMs) rather than a few 16-warp ones; LM-head-sized weights (one split by the rule,
-  // >= 64 chunks of K) in 2 splits (measured on the H200: 50280 x 2560 at M = 1, 80 -> 68 us).
+  // Summation order (N, K and, under the shape rules, the SM count; never M): blocks of at most 4 split warps, so
+  // that the grid is many small blocks (balanced over the 132 SMs) rather than a few 16-warp ones; without the rules,
+  // LM-head-sized weights (one split by the rule, >= 64 chunks of K) in 2 splits (H200: 50280 x 2560 at M = 1,
+  // 80 -> 68 us).
   t.cta_splits = 4;
   const int base = skinny_gemm_splits(N, K);
   const int64_t chunks = (K + kChunk - 1) / kChunk, tiles = (N + 15) / 16;
