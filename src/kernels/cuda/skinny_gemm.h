@@ -8,7 +8,8 @@
 // every M, every row m and every launch shape: K is cut into splits of whole 32-wide chunks (their number and
 // their grouping into blocks come from skinny_default_tuning, a function of N and K only, and under
 // KernelTuning::skinny_rules of the GPU's SM count); each split accumulates its chunks in increasing order with
-// two mma steps per chunk (fixed k permutation inside the chunk), starting from 0; the split sums are added in split order inside a block, the block sums in group order.
+// two mma steps per chunk (fixed k permutation inside the chunk), starting from 0; the split sums are added in
+// split order inside a block, the block sums in group order.
 // Rows beyond M and columns beyond K are zeros and never change a result. So a request's projections are
 // bit-identical whatever batch it is decoded in (cuBLASLt picks M-dependent algorithms and is not).
 //
