@@ -7,9 +7,9 @@
 // shares every key / value load. Tasks of one query token (decode rows, in a decode or a prefill plan) go through a
 // decode kernel that streams K / V from the cache with 16-byte register loads, no shared-memory staging (issue 31:
 // near HBM bandwidth at long contexts; KernelTuning::attn_decode_kernel, groups up to 8); with fixed splits
-// (batch-invariant mode) every task does, one block per token, so a query's arithmetic never depends on its tile. Prefill rows of 16+ new tokens can go through a tensor-core pass instead
-// (paged_attention_tc: bf16 operands, mma.sync, fp32 online softmax; the runner's choice with bf16 weights). The
-// tensor-core pass walks each tile's keys in chunks (tc_chunk_keys: a function of the row's own seq_len only) and
+// (batch-invariant mode) every task does, one block per token, so a query's arithmetic never depends on its tile.
+// Prefill rows of 16+ new tokens can go through a tensor-core pass instead (paged_attention_tc: bf16 operands,
+// mma.sync, fp32 online softmax; the runner's choice with bf16 weights). The tensor-core pass walks each tile's keys in chunks (tc_chunk_keys: a function of the row's own seq_len only) and
 // merges the chunks in order, so its result does not depend on whether a step runs the chunks in one block or splits
 // them over blocks (tc_items, a combine kernel): long cached contexts behind a short prefill fill the GPU, and a row's
 // bits stay the same alone or in any batch.
