@@ -1,18 +1,18 @@
 // Owns softmax attention over the paged KV cache on the GPU (the CUDA counterpart of kernels/cpu/paged_attention.h and
-// kernels/cpu/rope.h, same cache layout: a KV block is one page of the shared pool holding, per softmax layer, K
-// then V for block_size tokens, each [block_size, num_kv_heads, head_dim] fp32): RoPE (neox / rotate_half),
-// reshape_and_cache, and causal GQA attention for prefill and decode rows with one code path. Attention is a
-// split-KV FlashAttention-style pass in fp32 (online softmax per split of key_split keys, then a combine in split
-// order), so long contexts spread over the whole GPU; a query tile of up to 16 query heads x tokens of one KV head
-// shares every key / value load. Tasks of one query token (decode rows, in a decode or a prefill plan) go through a
-// decode kernel that streams K / V from the cache with 16-byte register loads, no shared-memory staging (issue 31:
-// near HBM bandwidth at long contexts; KernelTuning::attn_decode_kernel, groups up to 8); with fixed splits
-// (batch-invariant mode) every task does, one block per token, so a query's arithmetic never depends on its tile.
-// Prefill rows of 16+ new tokens can go through a tensor-core pass instead (paged_attention_tc: bf16 operands,
-// mma.sync, fp32 online softmax; the runner's choice with bf16 weights). The tensor-core pass walks each tile's keys in chunks (tc_chunk_keys: a function of the row's own seq_len only) and
-// merges the chunks in order, so its result does not depend on whether a step runs the chunks in one block or splits
-// them over blocks (tc_items, a combine kernel): long cached contexts behind a short prefill fill the GPU, and a row's
-// bits stay the same alone or in any batch.
+// kernels/cpu/rope.h, same cache layout: a KV block is one page of the shared pool holding, per softmax layer, K then V
+// for block_size tokens, each [block_size, num_kv_heads, head_dim] fp32): RoPE (neox / rotate_half), reshape_and_cache,
+// and causal GQA attention for prefill and decode rows with one code path. Attention is a split-KV FlashAttention-style
+// pass in fp32 (online softmax per split of key_split keys, then a combine in split order), so long contexts spread
+// over the whole GPU; a query tile of up to 16 query heads x tokens of one KV head shares every key / value load. Tasks
+// of one query token (decode rows, in a decode or a prefill plan) go through a decode kernel that streams K / V from
+// the cache with 16-byte register loads, no shared-memory staging (issue 31: near HBM bandwidth at long contexts;
+// KernelTuning::attn_decode_kernel, groups up to 8); with fixed splits (batch-invariant mode) every task does, one
+// block per token, so a query's arithmetic never depends on its tile. Prefill rows of 16+ new tokens can go through a
+// tensor-core pass instead (paged_attention_tc: bf16 operands, mma.sync, fp32 online softmax; the runner's choice with
+// bf16 weights). The tensor-core pass walks each tile's keys in chunks (tc_chunk_keys: a function of the row's own
+// seq_len only) and merges the chunks in order, so its result does not depend on whether a step runs the chunks in one
+// block or splits them over blocks (tc_items, a combine kernel): long cached contexts behind a short prefill fill the
+// GPU, and a row's bits stay the same alone or in any batch.
 // Framework-free: device pointers, sizes, row strides (elements), a stream; each
 // returns the launch status (cudaErrorInvalidValue for bad sizes).
 #pragma once
