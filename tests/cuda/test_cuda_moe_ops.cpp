@@ -3,7 +3,8 @@
 // SiLU-gated and relu^2 experts on the per-pair (decode) and grouped-GEMM paths, fp32 experts at fp32 accuracy, bad
 // arguments; Qwen's many small experts (Qwen3.5-35B-A3B: 256 experts top-8; Qwen3-Next-80B-A3B: 512 experts top-10),
 // with timings of the Qwen3.5-35B-A3B layer shape (hidden 2048, moe_intermediate 512) printed for
-// docs/benchmarks.md.
+// docs/benchmarks.md; the per-pair GEMVs of KernelTuning::moe_pair_gemv against the old per-element GEMVs, bit for
+// bit, at the Nemotron-3-Nano, Qwen3.5-35B-A3B and Granite-4.0-H-Tiny expert shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "device/cuda_check.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/moe.h"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/moe.h"
 #include "model/weight.h"
 
@@ -326,6 +328,113 @@ struct RandomExperts {
     d1 = to_device(w1s), d3 = to_device(w3s), d2 = to_device(w2s);
   }
 };
+
+// ---- Per-pair GEMVs (KernelTuning::moe_pair_gemv) against the old kernels ---------------------------------------
+
+/// Installs a KernelTuning for the scope (restores the previous one on exit).
+struct TuningScope {
+  cuda::KernelTuning saved = cuda::kernel_tuning();
+  explicit TuningScope(const cuda::KernelTuning& t) { cuda::set_kernel_tuning(t); }
+  ~TuningScope() { cuda::set_kernel_tuning(saved); }
+};
+
+/// n random bf16 values in [-a, a) (xorshift: the real expert shapes are 10^8 values).
+std::vector<uint16_t> fast_bf16(size_t n, float a, uint64_t seed) {
+  std::vector<uint16_t> v(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull | 1;
+  for (auto& b : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = f32_to_bf16((static_cast<float>(x >> 40) * (1.0f / 8388608.0f) - 1.0f) * a);
+  }
+  return v;
+}
+
+struct PairGemvCase {
+  const char* name;
+  int E, k;  // experts (fewer than the model's: the kernels only see the chosen ones), the model's top_k
+  int64_t Hd, I;
+  bool gated;
+};
+
+// The new per-pair GEMVs give the old kernels' bits: the whole workspace (ids, weights, pair rows, act, y; both runs
+// start from the same byte pattern) and the output, memcmp. Expert shapes of configs/nemotron-3-nano-30b-a3b (hidden
+// 2688, moe_intermediate 1856, relu^2, top-6), configs/qwen3.5-35b-a3b (2048, 512, SiLU-gated, top-8) and
+// configs/granite-4.0-h-tiny (1536, 512, SiLU-gated, top-6), and odd sizes: K = 8 * odd (616, 360, 40: lanes past K
+// on the last chunk, K < 256), I not a multiple of the rows per warp or of a block's rows (104, 168, 24). P = 1, 2, 6,
+// 8, 16 pairs (top_k varied to reach them) and the model's top_k at T = 1, 2 on the unsorted rows, and T = 9 with
+// MoeDevWeights::per_pair (the rows sorted by expert); every rows-per-warp / warps-per-block shape and the rule's;
+// with and without PDL.
+TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<PairGemvCase> cases = {{"odd gated", 8, 3, 616, 104, true},
+                                     {"odd relu^2", 8, 2, 360, 168, false},
+                                     {"tiny K", 8, 2, 40, 24, true}};
+  if (!quick()) {
+    cases.push_back({"nemotron-3-nano-30b-a3b", 16, 6, 2688, 1856, false});
+    cases.push_back({"qwen3.5-35b-a3b", 16, 8, 2048, 512, true});
+    cases.push_back({"granite-4.0-h-tiny", 16, 6, 1536, 512, true});
+  }
+  cudaStream_t stream;
+  SSM_CUDA_CHECK(cudaStreamCreate(&stream));
+  std::vector<std::pair<int, int>> shapes = {{0, 0}};  // (rows, warps); 0: the rule
+  for (int r : {1, 2, 4})
+    for (int wp : {4, 8}) shapes.push_back({r, wp});
+  int runs = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t Hd = c.Hd, I = c.I, xs = Hd + 4, os = Hd + 8;
+    const float hs = 1.0f / std::sqrt(static_cast<float>(Hd)), is = 1.0f / std::sqrt(static_cast<float>(I));
+    DeviceBuffer d1 = to_device(fast_bf16(c.E * I * Hd, hs, rng())),
+                 d3 = c.gated ? to_device(fast_bf16(c.E * I * Hd, hs, rng())) : DeviceBuffer(16),
+                 d2 = to_device(fast_bf16(c.E * Hd * I, 4 * is, rng()));
+    struct Run {
+      int64_t T;
+      int k;
+      bool per_pair;
+    };
+    std::vector<Run> run_list = {{1, 1, false}, {1, 2, false}, {1, 6, false}, {1, 8, false},  {2, 8, false},
+                                 {16, 1, false}, {1, c.k, false}, {2, c.k, false}, {9, c.k, true}};
+    for (const Run& rr : run_list) {
+      const int64_t T = rr.T;
+      SCOPED_TRACE(testing::Message() << "T=" << T << " top_k=" << rr.k << (rr.per_pair ? " per_pair" : ""));
+      cuda::MoeDevWeights w{c.E, rr.k, Hd, I, d1.data(), c.gated ? d3.data() : nullptr, d2.data(),
+                           cuda::MoeRouteParams{}};
+      w.per_pair = rr.per_pair;
+      std::vector<float> xpad = rand_vec(rng, T * xs, -2.0f, 2.0f);  // not bf16 values: the staging rounds them
+      DeviceBuffer dx = to_device(xpad), dl = to_device(rand_vec(rng, T * c.E, -3.0f, 3.0f));
+      const size_t wsb = cuda::moe_workspace_bytes(T, w);
+      auto run = [&](bool gemv, int rows, int warps, bool pdl) {
+        cuda::KernelTuning t = cuda::kernel_tuning();
+        t.moe_pair_gemv = gemv, t.moe_pair_rows = rows, t.moe_pair_warps = warps;
+        TuningScope scope(t);
+        DeviceBuffer ws(wsb), out = poisoned(T * os);
+        ws.fill_bytes(0x5a);
+        SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), xs, T, dl.as<float>(), w, out.as<float>(), os, ws.data(),
+                                        stream, pdl));
+        SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
+        return std::make_pair(to_host<uint8_t>(ws, wsb), to_host<uint8_t>(out, T * os * 4));
+      };
+      const auto old = run(false, 0, 0, false);
+      for (const auto& [rows, warps] : shapes) {
+        for (bool pdl : {false, true}) {
+          SCOPED_TRACE(testing::Message() << "rows " << rows << " warps " << warps << " pdl " << pdl);
+          const auto got = run(true, rows, warps, pdl);
+          ++runs;
+          ASSERT_EQ(got.first.size(), old.first.size());
+          size_t diff = 0;
+          while (diff < wsb && got.first[diff] == old.first[diff]) ++diff;
+          EXPECT_EQ(diff, wsb) << "workspace differs from byte " << diff << " of " << wsb;
+          EXPECT_EQ(std::memcmp(got.second.data(), old.second.data(), got.second.size()), 0) << "output differs";
+        }
+      }
+    }
+  }
+  SSM_CUDA_CHECK(cudaStreamDestroy(stream));
+  std::printf("per-pair GEMVs: %d runs bit-identical to the old kernels\n", runs);
+}
 
 // Qwen's many small experts: softmax top-k renormalized (norm_topk_prob) over 256 experts top-8 (Qwen3.5) and 512
 // top-10 (Qwen3-Next), on the per-pair path (T * top_k <= 16) and the grouped GEMMs (most experts hold 0-2 rows).

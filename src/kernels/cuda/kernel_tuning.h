@@ -42,6 +42,15 @@ struct KernelTuning {
   /// (fill_key_split; kFillItems = 256 by default; SSMSERVE_ATTN_FILL_ITEMS=64..8192): more items, shorter splits.
   /// Rounding-level differences.
   int attn_fill_items = 256;
+  /// bf16 MoE experts on the per-pair path (decode: up to 16 (token, expert) pairs, or every batch with
+  /// MoeDevWeights::per_pair): the GEMVs that give each warp several output rows, stage x / the activations once per
+  /// block in shared memory and keep several 16-byte weight loads per lane in flight; off: one warp per output element,
+  /// as before issue 31 (SSMSERVE_MOE_PAIR_GEMV=0). The same bits either way (the same per-lane sums and warp sum).
+  bool moe_pair_gemv = true;
+  /// Their shape (benchmarks; SSMSERVE_MOE_PAIR_TUNE="rows,warps"): output rows per warp (1, 2 or 4) and warps per
+  /// block (4 or 8); 0: by the rule in moe.cu (enough warps to fill the SMs). Never changes a result.
+  int moe_pair_rows = 0;
+  int moe_pair_warps = 0;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

@@ -1,5 +1,6 @@
 // Owns the GPU sparse MoE (see moe.h): router, device-side sort by expert, grouped GEMMs (moe_grouped_gemm.h), combine.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cooperative_launch.cuh"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
@@ -266,6 +267,176 @@ __global__ void __launch_bounds__(256) small_down_kernel(const bf16* __restrict_
   }
 }
 
+/// The per-pair GEMVs of KernelTuning::moe_pair_gemv: the arithmetic of small_up_kernel / small_down_kernel (so the
+/// same bits), more work per warp. Each warp computes R consecutive output rows of one pair with every row's 16-byte
+/// weight loads of U consecutive k chunks issued together (R * U * mats loads per lane in flight); the block stages
+/// the pair's input row once in shared memory as bf16 (up: bf16(x_t), the value the old kernel rounds per row; down:
+/// act[r]) instead of every warp re-reading it per row. Per output: each lane sums k = lane * 8 + 256 j (j ascending,
+/// 8 products in ascending i per chunk; lanes past K add nothing), then warp_sum, then the same epilogue.
+enum class PairMode { kUpRelu2, kUpGated, kDown };
+
+struct PairGemvArgs {
+  const float* x;        ///< up: x [T, K] fp32, row stride xs
+  int64_t xs;
+  const bf16* act_in;    ///< down: act [P, K] bf16
+  const int32_t* ids;    ///< [P] expert of each pair
+  const int32_t* sorted; ///< row r -> pair (null: row r is pair r)
+  int64_t P;
+  int top_k;
+  const bf16* wa;        ///< up: w1 [E, N, K]; down: w2 [E, N, K]
+  const bf16* wb;        ///< up, gated: w3 [E, N, K]
+  int64_t N, K;          ///< output rows per pair (up: I, down: hidden), reduction width (multiple of 8)
+  bf16* act_out;         ///< up: act [P, N] bf16
+  float* y;              ///< down: y [P, N] fp32
+  int32_t* pair_row;     ///< up without `sorted`: pair_row[p] = p
+};
+
+/// 8 bf16 weights streamed once (bypassing L1).
+__device__ __forceinline__ uint4 load_stream8(const bf16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+/// k chunks per group: about 8 weight loads per lane in flight (at most 4 chunks).
+constexpr int pair_unroll(int R, int mats) { return 8 / (R * mats) < 1 ? 1 : 8 / (R * mats) > 4 ? 4 : 8 / (R * mats); }
+
+/// Loads chunks j0 .. j0 + U - 1 (those < nj) of the R rows (wb: the gated experts' up rows, M == 2) into va / vb.
+template <int U, int R, int M>
+__device__ __forceinline__ void pair_load_group(uint4 (&va)[U][R], uint4 (&vb)[U][R], const bf16* const (&wa)[R],
+                                                const bf16* const (&wb)[R], int j0, int nj) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int q = 0; q < R; ++q)
+      if (j0 + u < nj) {
+        va[u][q] = load_stream8(wa[q] + 256 * static_cast<int64_t>(j0 + u));
+        if constexpr (M == 2) vb[u][q] = load_stream8(wb[q] + 256 * static_cast<int64_t>(j0 + u));
+      }
+}
+
+/// Grid (ceil(ceil(N / R) / warps), min(P, 65535)), blockDim.x = 32 * warps (4 or 8), dynamic shared memory K * 2
+/// bytes. Warp w of block (bx, by) computes rows n = (bx * warps + w) * R + [0, R) (those < N) of the pair rows
+/// r = by, + gridDim.y, ... (r -> p as small_up_kernel).
+template <int R, PairMode MODE>
+__global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
+  constexpr int M = MODE == PairMode::kUpGated ? 2 : 1;  // weight matrices per output
+  constexpr int U = pair_unroll(R, M);
+  extern __shared__ __align__(16) unsigned char pair_smem[];
+  bf16* in_s = reinterpret_cast<bf16*>(pair_smem);
+  pdl_wait();  // ids, x and act come from the predecessors; weight rows depend on ids
+  pdl_launch_dependents();
+  const int lane = threadIdx.x & 31;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
+  const int64_t K = a.K, N = a.N;
+  const int nj = lane * 8 < K ? static_cast<int>((K - lane * 8 + 255) / 256) : 0;  // this lane's chunks
+  for (int64_t r = blockIdx.y; r < a.P; r += gridDim.y) {
+    const int64_t p = a.sorted ? a.sorted[r] : r;
+    if constexpr (MODE != PairMode::kDown)
+      if (!a.sorted && blockIdx.x == 0 && threadIdx.x == 0) a.pair_row[p] = static_cast<int32_t>(p);
+    const int64_t e = a.ids[p];
+    // This warp's rows (past N: the warp's first row again, loaded but never stored).
+    const bf16* wa[R];
+    const bf16* wb[R];
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      const int64_t n = n0 + q < N ? n0 + q : n0;
+      wa[q] = a.wa + (e * N + n) * K + lane * 8;
+      wb[q] = MODE == PairMode::kUpGated ? a.wb + (e * N + n) * K + lane * 8 : wa[q];
+    }
+    const bool active = n0 < N;  // whole warps: the butterfly below has all 32 lanes
+    uint4 va[U][R], vb[U][R];
+    if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);  // in flight while the block stages its input row
+    if (r != blockIdx.y) __syncthreads();  // the previous row's reads of in_s are done
+    if constexpr (MODE == PairMode::kDown) {
+      const bf16* src = a.act_in + r * K;
+      for (int64_t k = threadIdx.x * 8; k < K; k += blockDim.x * 8)
+        *reinterpret_cast<uint4*>(in_s + k) = *reinterpret_cast<const uint4*>(src + k);
+    } else {
+      const float* src = a.x + (p / a.top_k) * a.xs;
+      for (int64_t k = threadIdx.x * 8; k < K; k += blockDim.x * 8) {
+        const float4 x0 = *reinterpret_cast<const float4*>(src + k), x1 = *reinterpret_cast<const float4*>(src + k + 4);
+        __align__(16) bf16 h[8] = {__float2bfloat16_rn(x0.x), __float2bfloat16_rn(x0.y), __float2bfloat16_rn(x0.z),
+                                   __float2bfloat16_rn(x0.w), __float2bfloat16_rn(x1.x), __float2bfloat16_rn(x1.y),
+                                   __float2bfloat16_rn(x1.z), __float2bfloat16_rn(x1.w)};
+        *reinterpret_cast<uint4*>(in_s + k) = *reinterpret_cast<const uint4*>(h);
+      }
+    }
+    __syncthreads();
+    if (!active) continue;
+    float g[R], u[R];
+#pragma unroll
+    for (int q = 0; q < R; ++q) g[q] = 0.0f, u[q] = 0.0f;
+    for (int j0 = 0;;) {
+#pragma unroll
+      for (int s = 0; s < U; ++s) {
+        if (j0 + s >= nj) continue;
+        const uint4 xv = *reinterpret_cast<const uint4*>(in_s + lane * 8 + 256 * (j0 + s));
+        const bf16* xe = reinterpret_cast<const bf16*>(&xv);
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+          const bf16* ae = reinterpret_cast<const bf16*>(&va[s][q]);
+#pragma unroll
+          for (int i = 0; i < 8; ++i)  // the old kernels' expressions: one FMA each, x (down: act) * w + acc
+            g[q] += __bfloat162float(xe[i]) * __bfloat162float(ae[i]);
+          if constexpr (M == 2) {
+            const bf16* be = reinterpret_cast<const bf16*>(&vb[s][q]);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) u[q] += __bfloat162float(xe[i]) * __bfloat162float(be[i]);
+          }
+        }
+      }
+      j0 += U;
+      if (j0 >= nj) break;
+      pair_load_group<U, R, M>(va, vb, wa, wb, j0, nj);
+    }
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      const float gs = warp_sum(g[q]);
+      const float us = M == 2 ? warp_sum(u[q]) : 0.0f;
+      if (lane != 0 || n0 + q >= N) continue;
+      if constexpr (MODE == PairMode::kDown)
+        a.y[r * N + n0 + q] = gs;
+      else
+        a.act_out[r * N + n0 + q] = __float2bfloat16_rn(M == 2 ? silu(gs) * us : (gs > 0.0f ? gs * gs : 0.0f));
+    }
+  }
+}
+
+/// Largest K (input row width) the per-pair GEMVs stage in shared memory (48 KB of bf16); wider: the old kernels.
+constexpr int64_t kPairMaxK = 24576;
+
+/// Rows per warp and warps per block of the per-pair GEMVs for P pairs of N output rows: KernelTuning's, else 4 warps
+/// and the most rows per warp (4, 2, 1) that still give about 12 warps per SM (the latency of each warp's loads is
+/// hidden by the other warps and by the R * U loads it has in flight).
+void pair_gemv_shape(int64_t P, int64_t N, int& rows, int& warps) {
+  const KernelTuning& t = kernel_tuning();
+  warps = t.moe_pair_warps == 8 ? 8 : 4;
+  rows = t.moe_pair_rows;
+  if (rows == 1 || rows == 2 || rows == 4) return;
+  const int sms = sm_count() > 0 ? sm_count() : 132;
+  const int64_t target = static_cast<int64_t>(sms) * 12;
+  rows = P * ceil_div(N, 4) >= target ? 4 : P * ceil_div(N, 2) >= target ? 2 : 1;
+}
+
+/// Launches pair_gemv_kernel<R, MODE> for a (N, K) GEMV over P pair rows.
+template <PairMode MODE>
+cudaError_t launch_pair_gemv(bool pdl, const PairGemvArgs& a, cudaStream_t stream) {
+  int rows = 1, warps = 4;
+  pair_gemv_shape(a.P, a.N, rows, warps);
+  const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(a.N, rows), warps)),
+                  static_cast<unsigned>(a.P < 65535 ? a.P : 65535));
+  const dim3 block(32 * warps);
+  const size_t smem = static_cast<size_t>(a.K) * 2;
+  switch (rows) {
+    case 4: return launch_pdl(pdl, pair_gemv_kernel<4, MODE>, grid, block, smem, stream, a);
+    case 2: return launch_pdl(pdl, pair_gemv_kernel<2, MODE>, grid, block, smem, stream, a);
+    default: return launch_pdl(pdl, pair_gemv_kernel<1, MODE>, grid, block, smem, stream, a);
+  }
+}
+
 /// fp32 experts (MoeDevWeights::f32), every batch size: per-row GEMVs as above with fp32 operands, nothing rounded.
 /// Row r of [0, P) is pair p = sorted[r] (pairs in expert order, so consecutive blocks share an expert's weights in
 /// L2), or p = r without `sorted` (then pair_row[p] = p is written here); t = p / top_k, e = ids[p]. Each output is
@@ -399,6 +570,19 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
           cudaSuccess)
         return e;
       rows = sorted;
+    }
+    const bool pair_gemv = kernel_tuning().moe_pair_gemv && w.hidden <= kPairMaxK && w.intermediate <= kPairMaxK;
+    if (pair_gemv) {  // the same bits as the old kernels below
+      const PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
+                            static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
+      if ((e = w.w3 ? launch_pair_gemv<PairMode::kUpGated>(pdl, up, stream)
+                    : launch_pair_gemv<PairMode::kUpRelu2>(pdl, up, stream)) != cudaSuccess)
+        return e;
+      const PairGemvArgs down{nullptr, 0, act, ids, rows, P, k, static_cast<const bf16*>(w.w2), nullptr, w.hidden,
+                              w.intermediate, nullptr, y, nullptr};
+      if ((e = launch_pair_gemv<PairMode::kDown>(pdl, down, stream)) != cudaSuccess) return e;
+      return launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream,
+                        static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
     }
     const unsigned gy = static_cast<unsigned>(P < 65535 ? P : 65535);
     if ((e = launch_pdl(pdl, small_up_kernel, dim3(ceil_div(w.intermediate, 8), gy), dim3(256), 0, stream, x, x_stride,
