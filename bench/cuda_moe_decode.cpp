@@ -1,0 +1,138 @@
+// Owns the GPU benchmark of the MoE decode path (issues 30, 31): sparse_moe at T = 1 and 2 tokens (the per-pair
+// GEMVs: route, up, down, combine) at the expert shapes of configs/nemotron-3-nano-30b-a3b (E 128, top-6, hidden 2688,
+// I 1856, relu^2), configs/qwen3.5-35b-a3b (E 256, top-8, 2048, 512, SiLU-gated) and configs/granite-4.0-h-tiny (E 64,
+// top-6, 1536, 512, SiLU-gated), old kernels (KernelTuning::moe_pair_gemv off, SSMSERVE_MOE_PAIR_GEMV=0) against the
+// new ones with the moe.cu rule and every rows-per-warp x warps-per-block shape (SSMSERVE_MOE_PAIR_TUNE). Every
+// expert of the model is allocated (0.3 to 2.6 GB, so the chosen experts come from HBM, not the 50 MB L2) and each
+// call routes from its own random logits (64 sets, cycled). Timing: 64 calls captured in a CUDA graph with PDL (the
+// decode step's form), replayed; and the same 64 calls as plain stream launches. Prints us per layer and GB/s over
+// the expert bytes the pairs stream (P * (2 or 3) * I * hidden * 2 bytes; at T = 2 a shared expert is read twice).
+// Usage: bench_cuda_moe_decode [nemotron|qwen|granite] (default: all three).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device/cuda_check.h"
+#include "device/device.h"
+#include "kernels/cuda/kernel_tuning.h"
+#include "kernels/cuda/moe.h"
+
+using namespace ssmserve;
+using cuda::DeviceBuffer;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int E, k;
+  int64_t hidden, inter;
+  bool gated;
+};
+
+constexpr int kCalls = 64;  // calls per graph / timed loop, each with its own routing
+
+/// Time (us) of one call: best of `reps` runs of `calls` calls made by `f`.
+template <class F>
+double us_per_call(F&& f, cudaStream_t s, int reps = 7) {
+  cudaEvent_t a, b;
+  SSM_CUDA_CHECK(cudaEventCreate(&a));
+  SSM_CUDA_CHECK(cudaEventCreate(&b));
+  f();  // warm-up
+  SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+  float best = 1e30f;
+  for (int i = 0; i < reps; ++i) {
+    SSM_CUDA_CHECK(cudaEventRecord(a, s));
+    f();
+    SSM_CUDA_CHECK(cudaEventRecord(b, s));
+    SSM_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    SSM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    best = std::min(best, ms);
+  }
+  SSM_CUDA_CHECK(cudaEventDestroy(a));
+  SSM_CUDA_CHECK(cudaEventDestroy(b));
+  return 1000.0 * best / kCalls;
+}
+
+void bench(const Shape& sh, cudaStream_t stream) {
+  const size_t mat = static_cast<size_t>(sh.E) * sh.inter * sh.hidden * 2;  // bytes of one stacked projection
+  DeviceBuffer w1(mat), w3(sh.gated ? mat : 16), w2(mat);
+  // Values do not change the time: a constant bf16 (0x3c3c, ~0.0115) everywhere.
+  w1.fill_bytes(0x3c), w2.fill_bytes(0x3c);
+  if (sh.gated) w3.fill_bytes(0x3c);
+  std::printf("%s: E %d top-%d hidden %lld I %lld %s, %.2f GB of experts\n", sh.name, sh.E, sh.k,
+              static_cast<long long>(sh.hidden), static_cast<long long>(sh.inter), sh.gated ? "SiLU-gated" : "relu^2",
+              (sh.gated ? 3.0 : 2.0) * static_cast<double>(mat) / 1e9);
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> d(-3.0f, 3.0f);
+  cuda::MoeDevWeights w{sh.E, sh.k, sh.hidden, sh.inter, w1.data(), sh.gated ? w3.data() : nullptr, w2.data(),
+                        cuda::MoeRouteParams{}};
+  struct Config {
+    std::string label;
+    bool gemv;
+    int rows, warps;
+  };
+  std::vector<Config> configs = {{"old (SSMSERVE_MOE_PAIR_GEMV=0)", false, 0, 0}, {"new, rule", true, 0, 0}};
+  for (int r : {1, 2, 4})
+    for (int wp : {4, 8})
+      configs.push_back({"new, rows " + std::to_string(r) + " warps " + std::to_string(wp), true, r, wp});
+  const cuda::KernelTuning saved = cuda::kernel_tuning();
+  for (int64_t T : {int64_t{1}, int64_t{2}}) {
+    const int64_t P = T * sh.k;
+    std::vector<float> logits(static_cast<size_t>(kCalls) * T * sh.E), x(static_cast<size_t>(T) * sh.hidden);
+    for (auto& v : logits) v = d(rng);
+    for (auto& v : x) v = d(rng) / 3.0f;
+    DeviceBuffer dl = cuda::to_device(logits), dx = cuda::to_device(x), out(static_cast<size_t>(T) * sh.hidden * 4),
+                 ws(cuda::moe_workspace_bytes(T, w));
+    const double bytes = static_cast<double>(P) * (sh.gated ? 3.0 : 2.0) * sh.inter * sh.hidden * 2;
+    auto calls = [&](bool pdl) {
+      for (int i = 0; i < kCalls; ++i)
+        SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), sh.hidden, T, dl.as<float>() + static_cast<int64_t>(i) * T * sh.E,
+                                        w, out.as<float>(), sh.hidden, ws.data(), stream, pdl));
+    };
+    for (const Config& c : configs) {
+      cuda::KernelTuning t = saved;
+      t.moe_pair_gemv = c.gemv, t.moe_pair_rows = c.rows, t.moe_pair_warps = c.warps;
+      cuda::set_kernel_tuning(t);  // read by sparse_moe's host code at launch / capture
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      SSM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      calls(true);
+      SSM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      SSM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      const double g_us = us_per_call([&] { SSM_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream);
+      const double s_us = us_per_call([&] { calls(false); }, stream);
+      SSM_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      SSM_CUDA_CHECK(cudaGraphDestroy(graph));
+      std::printf("  T %lld (%2lld pairs, %6.1f MB)  %-32s graph+pdl %7.2f us/layer %7.0f GB/s   stream %7.2f us/layer %7.0f GB/s\n",
+                  static_cast<long long>(T), static_cast<long long>(P), bytes / 1e6, c.label.c_str(), g_us,
+                  bytes / (g_us * 1e-6) / 1e9, s_us, bytes / (s_us * 1e-6) / 1e9);
+    }
+  }
+  cuda::set_kernel_tuning(saved);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!cuda::gpu_available()) {
+    std::fprintf(stderr, "bench_cuda_moe_decode: no CUDA device\n");
+    return 1;
+  }
+  const std::string only = argc > 1 ? argv[1] : "";
+  const Shape shapes[] = {{"nemotron-3-nano-30b-a3b", 128, 6, 2688, 1856, false},
+                          {"qwen3.5-35b-a3b", 256, 8, 2048, 512, true},
+                          {"granite-4.0-h-tiny", 64, 6, 1536, 512, true}};
+  cudaStream_t stream;
+  SSM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const Shape& s : shapes)
+    if (only.empty() || std::string(s.name).find(only) != std::string::npos) bench(s, stream);
+  SSM_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}
