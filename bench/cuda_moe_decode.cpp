@@ -2,9 +2,9 @@
 // GEMVs: route, up, down, combine) at the expert shapes of configs/nemotron-3-nano-30b-a3b (E 128, top-6, hidden 2688,
 // I 1856, relu^2), configs/qwen3.5-35b-a3b (E 256, top-8, 2048, 512, SiLU-gated) and configs/granite-4.0-h-tiny (E 64,
 // top-6, 1536, 512, SiLU-gated), old kernels (KernelTuning::moe_pair_gemv off, SSMSERVE_MOE_PAIR_GEMV=0) against the
-// new ones with the moe.cu rule and every rows-per-warp x warps-per-block shape (SSMSERVE_MOE_PAIR_TUNE). Every
-// expert of the model is allocated (0.3 to 2.6 GB, so the chosen experts come from HBM, not the 50 MB L2) and each
-// call routes from its own random logits (64 sets, cycled). Timing: 64 calls captured in a CUDA graph with PDL (the
+// new ones with the moe.cu rule and every rows-per-warp x warps-per-block x one-wave shape ("tune r,w,o": the
+// SSMSERVE_MOE_PAIR_TUNE value that selects it). Every expert of the model is allocated (0.3 to 2.6 GB, so the chosen
+// experts come from HBM, not the 50 MB L2) and each call routes from its own random logits (64 sets, cycled). Timing: 64 calls captured in a CUDA graph with PDL (the
 // decode step's form), replayed; and the same 64 calls as plain stream launches. Prints us per layer and GB/s over
 // the expert bytes the pairs stream (P * (2 or 3) * I * hidden * 2 bytes; at T = 2 a shared expert is read twice).
 // Usage: bench_cuda_moe_decode [nemotron|qwen|granite] (default: all three).
@@ -77,11 +77,16 @@ void bench(const Shape& sh, cudaStream_t stream) {
     std::string label;
     bool gemv;
     int rows, warps;
+    bool one_wave;
   };
-  std::vector<Config> configs = {{"old (SSMSERVE_MOE_PAIR_GEMV=0)", false, 0, 0}, {"new, rule", true, 0, 0}};
+  std::vector<Config> configs = {{"old (SSMSERVE_MOE_PAIR_GEMV=0)", false, 0, 0, false},
+                                 {"new, rule", true, 0, 0, false},
+                                 {"new, rule, one wave", true, 0, 0, true}};
   for (int r : {1, 2, 4})
     for (int wp : {4, 8})
-      configs.push_back({"new, rows " + std::to_string(r) + " warps " + std::to_string(wp), true, r, wp});
+      for (bool ow : {false, true})
+        configs.push_back({"new, tune " + std::to_string(r) + "," + std::to_string(wp) + "," + (ow ? "1" : "0"), true,
+                           r, wp, ow});
   const cuda::KernelTuning saved = cuda::kernel_tuning();
   for (int64_t T : {int64_t{1}, int64_t{2}}) {
     const int64_t P = T * sh.k;
@@ -98,8 +103,10 @@ void bench(const Shape& sh, cudaStream_t stream) {
     };
     for (const Config& c : configs) {
       cuda::KernelTuning t = saved;
-      t.moe_pair_gemv = c.gemv, t.moe_pair_rows = c.rows, t.moe_pair_warps = c.warps;
+      t.moe_pair_gemv = c.gemv, t.moe_pair_rows = c.rows, t.moe_pair_warps = c.warps, t.moe_pair_one_wave = c.one_wave;
       cuda::set_kernel_tuning(t);  // read by sparse_moe's host code at launch / capture
+      calls(false);                // eager first: module loading and the occupancy query outside the capture
+      SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
       cudaGraph_t graph;
       cudaGraphExec_t exec;
       SSM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));

@@ -84,12 +84,14 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_ATTN_DECODE_KERNEL", k.attn_decode_kernel);
   int_in("SSMSERVE_ATTN_FILL_ITEMS", k.attn_fill_items, 64, 8192);
   flag("SSMSERVE_MOE_PAIR_GEMV", k.moe_pair_gemv);
-  if (const auto e = env.gpu_value("SSMSERVE_MOE_PAIR_TUNE")) {  // "rows,warps" (0: by the rule)
-    int r = -1, wp = -1;
-    SSM_CHECK(std::sscanf(e->c_str(), "%d,%d", &r, &wp) == 2 && (r == 0 || r == 1 || r == 2 || r == 4) &&
-                  (wp == 0 || wp == 4 || wp == 8),
-              "SSMSERVE_MOE_PAIR_TUNE={}: expected rows,warps with rows 0, 1, 2 or 4 and warps 0, 4 or 8", *e);
-    k.moe_pair_rows = r, k.moe_pair_warps = wp;
+  if (const auto e = env.gpu_value("SSMSERVE_MOE_PAIR_TUNE")) {  // "rows,warps[,one_wave]" (0: by the rule)
+    int r = -1, wp = -1, ow = 0;
+    const int n = std::sscanf(e->c_str(), "%d,%d,%d", &r, &wp, &ow);
+    SSM_CHECK((n == 2 || n == 3) && (r == 0 || r == 1 || r == 2 || r == 4) && (wp == 0 || wp == 4 || wp == 8) &&
+                  (ow == 0 || ow == 1),
+              "SSMSERVE_MOE_PAIR_TUNE={}: expected rows,warps[,one_wave] with rows 0, 1, 2 or 4, warps 0, 4 or 8, "
+              "one_wave 0 or 1", *e);
+    k.moe_pair_rows = r, k.moe_pair_warps = wp, k.moe_pair_one_wave = ow == 1;
   }
   return o;
 }

@@ -362,8 +362,8 @@ struct PairGemvCase {
 // configs/granite-4.0-h-tiny (1536, 512, SiLU-gated, top-6), and odd sizes: K = 8 * odd (616, 360, 40: lanes past K
 // on the last chunk, K < 256), I not a multiple of the rows per warp or of a block's rows (104, 168, 24). P = 1, 2, 6,
 // 8, 16 pairs (top_k varied to reach them) and the model's top_k at T = 1, 2 on the unsorted rows, and T = 9 with
-// MoeDevWeights::per_pair (the rows sorted by expert); every rows-per-warp / warps-per-block shape and the rule's;
-// with and without PDL.
+// MoeDevWeights::per_pair (the rows sorted by expert); every rows-per-warp / warps-per-block shape and the rule's,
+// each with the full grid and capped at one wave (blocks looping over pair rows); with and without PDL.
 TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -379,9 +379,14 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
   }
   cudaStream_t stream;
   SSM_CUDA_CHECK(cudaStreamCreate(&stream));
-  std::vector<std::pair<int, int>> shapes = {{0, 0}};  // (rows, warps); 0: the rule
+  struct Shape {
+    int rows, warps;  // 0: the rule
+    bool one_wave;
+  };
+  std::vector<Shape> shapes = {{0, 0, false}, {0, 0, true}};
   for (int r : {1, 2, 4})
-    for (int wp : {4, 8}) shapes.push_back({r, wp});
+    for (int wp : {4, 8})
+      for (bool ow : {false, true}) shapes.push_back({r, wp, ow});
   int runs = 0;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -406,9 +411,9 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
       std::vector<float> xpad = rand_vec(rng, T * xs, -2.0f, 2.0f);  // not bf16 values: the staging rounds them
       DeviceBuffer dx = to_device(xpad), dl = to_device(rand_vec(rng, T * c.E, -3.0f, 3.0f));
       const size_t wsb = cuda::moe_workspace_bytes(T, w);
-      auto run = [&](bool gemv, int rows, int warps, bool pdl) {
+      auto run = [&](bool gemv, const Shape& sh, bool pdl) {
         cuda::KernelTuning t = cuda::kernel_tuning();
-        t.moe_pair_gemv = gemv, t.moe_pair_rows = rows, t.moe_pair_warps = warps;
+        t.moe_pair_gemv = gemv, t.moe_pair_rows = sh.rows, t.moe_pair_warps = sh.warps, t.moe_pair_one_wave = sh.one_wave;
         TuningScope scope(t);
         DeviceBuffer ws(wsb), out = poisoned(T * os);
         ws.fill_bytes(0x5a);
@@ -417,11 +422,12 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
         SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
         return std::make_pair(to_host<uint8_t>(ws, wsb), to_host<uint8_t>(out, T * os * 4));
       };
-      const auto old = run(false, 0, 0, false);
-      for (const auto& [rows, warps] : shapes) {
+      const auto old = run(false, Shape{0, 0, false}, false);
+      for (const Shape& sh : shapes) {
         for (bool pdl : {false, true}) {
-          SCOPED_TRACE(testing::Message() << "rows " << rows << " warps " << warps << " pdl " << pdl);
-          const auto got = run(true, rows, warps, pdl);
+          SCOPED_TRACE(testing::Message() << "rows " << sh.rows << " warps " << sh.warps << " one_wave " << sh.one_wave
+                                          << " pdl " << pdl);
+          const auto got = run(true, sh, pdl);
           ++runs;
           ASSERT_EQ(got.first.size(), old.first.size());
           size_t diff = 0;

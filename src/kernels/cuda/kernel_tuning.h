@@ -47,10 +47,13 @@ struct KernelTuning {
   /// block in shared memory and keep several 16-byte weight loads per lane in flight; off: one warp per output element,
   /// as before issue 31 (SSMSERVE_MOE_PAIR_GEMV=0). The same bits either way (the same per-lane sums and warp sum).
   bool moe_pair_gemv = true;
-  /// Their shape (benchmarks; SSMSERVE_MOE_PAIR_TUNE="rows,warps"): output rows per warp (1, 2 or 4) and warps per
-  /// block (4 or 8); 0: by the rule in moe.cu (enough warps to fill the SMs). Never changes a result.
+  /// Their shape (benchmarks; SSMSERVE_MOE_PAIR_TUNE="rows,warps[,one_wave]"): output rows per warp (1, 2 or 4) and
+  /// warps per block (4 or 8), 0: by the rule in moe.cu (enough warps to fill the SMs); one_wave: at most the blocks
+  /// the SMs hold at once, each looping over an equal share of the pair rows (no partial last wave). Never changes a
+  /// result.
   int moe_pair_rows = 0;
   int moe_pair_warps = 0;
+  bool moe_pair_one_wave = false;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

@@ -6,6 +6,8 @@
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/pdl.cuh"
 
+#include <algorithm>
+
 namespace ssmserve::cuda {
 namespace {
 using namespace detail;
@@ -421,19 +423,33 @@ void pair_gemv_shape(int64_t P, int64_t N, int& rows, int& warps) {
   rows = P * ceil_div(N, 4) >= target ? 4 : P * ceil_div(N, 2) >= target ? 2 : 1;
 }
 
-/// Launches pair_gemv_kernel<R, MODE> for a (N, K) GEMV over P pair rows.
+/// Launches pair_gemv_kernel<R, MODE> for a (N, K) GEMV over P pair rows: grid.y = min(P, 65535) pair rows at a
+/// time, or with KernelTuning::moe_pair_one_wave the fewest that keep every block resident at once (each block then
+/// loops over ceil(P / grid.y) pair rows).
+template <int R, PairMode MODE>
+cudaError_t launch_pair_gemv_r(bool pdl, const PairGemvArgs& a, int warps, cudaStream_t stream) {
+  const unsigned gx = ceil_div(ceil_div(a.N, R), warps);
+  int64_t gy = a.P < 65535 ? a.P : 65535;
+  const size_t smem = static_cast<size_t>(a.K) * 2;
+  if (kernel_tuning().moe_pair_one_wave) {
+    int per_sm = 0;
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pair_gemv_kernel<R, MODE>, 32 * warps, smem);
+    if (e != cudaSuccess) return e;
+    const int64_t fit = std::max<int64_t>(1, static_cast<int64_t>(per_sm) * (sm_count() > 0 ? sm_count() : 132) / gx);
+    if (gy > fit) gy = ceil_div(a.P, ceil_div(a.P, fit));  // equal shares: ceil(P / fit) rows per block
+  }
+  return launch_pdl(pdl, pair_gemv_kernel<R, MODE>, dim3(gx, static_cast<unsigned>(gy)), dim3(32 * warps), smem,
+                    stream, a);
+}
+
 template <PairMode MODE>
 cudaError_t launch_pair_gemv(bool pdl, const PairGemvArgs& a, cudaStream_t stream) {
   int rows = 1, warps = 4;
   pair_gemv_shape(a.P, a.N, rows, warps);
-  const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(a.N, rows), warps)),
-                  static_cast<unsigned>(a.P < 65535 ? a.P : 65535));
-  const dim3 block(32 * warps);
-  const size_t smem = static_cast<size_t>(a.K) * 2;
   switch (rows) {
-    case 4: return launch_pdl(pdl, pair_gemv_kernel<4, MODE>, grid, block, smem, stream, a);
-    case 2: return launch_pdl(pdl, pair_gemv_kernel<2, MODE>, grid, block, smem, stream, a);
-    default: return launch_pdl(pdl, pair_gemv_kernel<1, MODE>, grid, block, smem, stream, a);
+    case 4: return launch_pair_gemv_r<4, MODE>(pdl, a, warps, stream);
+    case 2: return launch_pair_gemv_r<2, MODE>(pdl, a, warps, stream);
+    default: return launch_pair_gemv_r<1, MODE>(pdl, a, warps, stream);
   }
 }
 
