@@ -7,7 +7,8 @@
 // experts come from HBM, not the 50 MB L2) and each call routes from its own random logits (64 sets, cycled). Timing: 64 calls captured in a CUDA graph with PDL (the
 // decode step's form), replayed; and the same 64 calls as plain stream launches. Prints us per layer and GB/s over
 // the expert bytes the pairs stream (P * (2 or 3) * I * hidden * 2 bytes; at T = 2 a shared expert is read twice).
-// Usage: bench_cuda_moe_decode [nemotron|qwen|granite] (default: all three).
+// Usage: bench_cuda_moe_decode [nemotron|qwen|granite] [profile] (default: all three; profile: also the per-kernel
+// event times (SSMSERVE_KERNEL_PROFILE's LaunchProfile) of 3 eager calls of the old kernels and the rule's, on stderr).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -60,7 +61,7 @@ double us_per_call(F&& f, cudaStream_t s, int reps = 7) {
   return 1000.0 * best / kCalls;
 }
 
-void bench(const Shape& sh, cudaStream_t stream) {
+void bench(const Shape& sh, cudaStream_t stream, bool profile) {
   const size_t mat = static_cast<size_t>(sh.E) * sh.inter * sh.hidden * 2;  // bytes of one stacked projection
   DeviceBuffer w1(mat), w3(sh.gated ? mat : 16), w2(mat);
   // Values do not change the time: a constant bf16 (0x3c3c, ~0.0115) everywhere.
@@ -120,6 +121,20 @@ void bench(const Shape& sh, cudaStream_t stream) {
       std::printf("  T %lld (%2lld pairs, %6.1f MB)  %-32s graph+pdl %7.2f us/layer %7.0f GB/s   stream %7.2f us/layer %7.0f GB/s\n",
                   static_cast<long long>(T), static_cast<long long>(P), bytes / 1e6, c.label.c_str(), g_us,
                   bytes / (g_us * 1e-6) / 1e9, s_us, bytes / (s_us * 1e-6) / 1e9);
+      std::fflush(stdout);
+      if (profile && (c.label.rfind("old", 0) == 0 || c.label == "new, rule")) {
+        // Per-kernel event times of 3 eager calls (stderr "profile moe ..." lines; up streams P * (1 or 2) * I *
+        // hidden * 2 bytes, down P * hidden * I * 2).
+        std::fprintf(stderr, "  profile %s T %lld (%s): up %.1f MB, down %.1f MB\n", sh.name, static_cast<long long>(T),
+                     c.label.c_str(), static_cast<double>(P) * (sh.gated ? 2 : 1) * sh.inter * sh.hidden * 2 / 1e6,
+                     static_cast<double>(P) * sh.inter * sh.hidden * 2 / 1e6);
+        t.kernel_profile = true;
+        cuda::set_kernel_tuning(t);
+        for (int i = 0; i < 3; ++i)
+          SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), sh.hidden, T, dl.as<float>() + static_cast<int64_t>(i) * T * sh.E,
+                                          w, out.as<float>(), sh.hidden, ws.data(), stream, false));
+        SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
+      }
     }
   }
   cuda::set_kernel_tuning(saved);
@@ -132,14 +147,28 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_cuda_moe_decode: no CUDA device\n");
     return 1;
   }
-  const std::string only = argc > 1 ? argv[1] : "";
+  std::string only;
+  bool profile = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "profile") profile = true;
+    else only = argv[i];
+  }
   const Shape shapes[] = {{"nemotron-3-nano-30b-a3b", 128, 6, 2688, 1856, false},
                           {"qwen3.5-35b-a3b", 256, 8, 2048, 512, true},
                           {"granite-4.0-h-tiny", 64, 6, 1536, 512, true}};
   cudaStream_t stream;
   SSM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {  // the HBM roofline for reference: a 1 GiB device-to-device copy (reads + writes)
+    const size_t n = size_t{1} << 30;
+    DeviceBuffer a(n), b(n);
+    a.fill_bytes(1);
+    const double us = us_per_call([&] {
+      for (int i = 0; i < kCalls; ++i) SSM_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), n, cudaMemcpyDeviceToDevice, stream));
+    }, stream, 3);
+    std::printf("roofline: 1 GiB device copy %.0f GB/s (read + write)\n", 2.0 * static_cast<double>(n) / (us * 1e-6) / 1e9);
+  }
   for (const Shape& s : shapes)
-    if (only.empty() || std::string(s.name).find(only) != std::string::npos) bench(s, stream);
+    if (only.empty() || std::string(s.name).find(only) != std::string::npos) bench(s, stream, profile);
   SSM_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }

@@ -556,8 +556,10 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   auto* y = reinterpret_cast<float*>(base + L.y);
   const int E = w.num_experts, k = w.top_k;
   const int64_t P = T * k;
+  LaunchProfile prof(stream);  // SSMSERVE_KERNEL_PROFILE=1: the per-pair path's kernel times (benchmarks, eager only)
   cudaError_t e = moe_route(logits, T, E, k, w.routing, ids, wts, stream, pdl);
   if (e != cudaSuccess) return e;
+  prof.mark("moe route");
   if (w.f32) {  // fp32 experts: the fp32 GEMVs for any P (in expert order above kSmallPairs)
     const int32_t* rows = nullptr;
     if (P > kSmallPairs) {
@@ -586,31 +588,37 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
           cudaSuccess)
         return e;
       rows = sorted;
+      prof.mark("moe sort");
     }
-    const bool pair_gemv = kernel_tuning().moe_pair_gemv && w.hidden <= kPairMaxK && w.intermediate <= kPairMaxK;
-    if (pair_gemv) {  // the same bits as the old kernels below
+    if (kernel_tuning().moe_pair_gemv && w.hidden <= kPairMaxK && w.intermediate <= kPairMaxK) {
+      // The same bits as the old kernels below.
       const PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
                             static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
       if ((e = w.w3 ? launch_pair_gemv<PairMode::kUpGated>(pdl, up, stream)
                     : launch_pair_gemv<PairMode::kUpRelu2>(pdl, up, stream)) != cudaSuccess)
         return e;
+      prof.mark("moe pair up");
       const PairGemvArgs down{nullptr, 0, act, ids, rows, P, k, static_cast<const bf16*>(w.w2), nullptr, w.hidden,
                               w.intermediate, nullptr, y, nullptr};
       if ((e = launch_pair_gemv<PairMode::kDown>(pdl, down, stream)) != cudaSuccess) return e;
-      return launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream,
-                        static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
+      prof.mark("moe pair down");
+    } else {
+      const unsigned gy = static_cast<unsigned>(P < 65535 ? P : 65535);
+      if ((e = launch_pdl(pdl, small_up_kernel, dim3(ceil_div(w.intermediate, 8), gy), dim3(256), 0, stream, x,
+                          x_stride, ids, rows, P, k, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3),
+                          w.intermediate, w.hidden, act, pair_row)) != cudaSuccess)
+        return e;
+      prof.mark("moe small up");
+      if ((e = launch_pdl(pdl, small_down_kernel, dim3(ceil_div(w.hidden, 8), gy), dim3(256), 0, stream,
+                          static_cast<const bf16*>(act), ids, rows, P, static_cast<const bf16*>(w.w2), w.hidden,
+                          w.intermediate, y)) != cudaSuccess)
+        return e;
+      prof.mark("moe small down");
     }
-    const unsigned gy = static_cast<unsigned>(P < 65535 ? P : 65535);
-    if ((e = launch_pdl(pdl, small_up_kernel, dim3(ceil_div(w.intermediate, 8), gy), dim3(256), 0, stream, x, x_stride,
-                        ids, rows, P, k, static_cast<const bf16*>(w.w1), static_cast<const bf16*>(w.w3), w.intermediate,
-                        w.hidden, act, pair_row)) != cudaSuccess)
-      return e;
-    if ((e = launch_pdl(pdl, small_down_kernel, dim3(ceil_div(w.hidden, 8), gy), dim3(256), 0, stream,
-                        static_cast<const bf16*>(act), ids, rows, P, static_cast<const bf16*>(w.w2), w.hidden,
-                        w.intermediate, y)) != cudaSuccess)
-      return e;
-    return launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream,
-                      static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
+    e = launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream,
+                   static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
+    prof.mark("moe combine");
+    return e;
   }
   if ((e = launch_pdl(pdl, sort_kernel, dim3(1), dim3(1024), 0, stream, ids, P, E, offsets, sorted, pair_row)) != cudaSuccess)
     return e;
