@@ -67,6 +67,7 @@ void bench(const Shape& sh, cudaStream_t stream, bool profile) {
   // Values do not change the time: a constant bf16 (0x3c3c, ~0.0115) everywhere.
   w1.fill_bytes(0x3c), w2.fill_bytes(0x3c);
   if (sh.gated) w3.fill_bytes(0x3c);
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());  // the fills run on the legacy stream, the bench on its own
   std::printf("%s: E %d top-%d hidden %lld I %lld %s, %.2f GB of experts\n", sh.name, sh.E, sh.k,
               static_cast<long long>(sh.hidden), static_cast<long long>(sh.inter), sh.gated ? "SiLU-gated" : "relu^2",
               (sh.gated ? 3.0 : 2.0) * static_cast<double>(mat) / 1e9);
@@ -162,6 +163,7 @@ int main(int argc, char** argv) {
     const size_t n = size_t{1} << 30;
     DeviceBuffer a(n), b(n);
     a.fill_bytes(1);
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
     const double us = us_per_call([&] {
       for (int i = 0; i < kCalls; ++i) SSM_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), n, cudaMemcpyDeviceToDevice, stream));
     }, stream, 3);

@@ -360,10 +360,12 @@ struct PairGemvCase {
 // start from the same byte pattern) and the output, memcmp. Expert shapes of configs/nemotron-3-nano-30b-a3b (hidden
 // 2688, moe_intermediate 1856, relu^2, top-6), configs/qwen3.5-35b-a3b (2048, 512, SiLU-gated, top-8) and
 // configs/granite-4.0-h-tiny (1536, 512, SiLU-gated, top-6), and odd sizes: K = 8 * odd (616, 360, 40: lanes past K
-// on the last chunk, K < 256), I not a multiple of the rows per warp or of a block's rows (104, 168, 24). P = 1, 2, 6,
-// 8, 16 pairs (top_k varied to reach them) and the model's top_k at T = 1, 2 on the unsorted rows, and T = 9 with
-// MoeDevWeights::per_pair (the rows sorted by expert); every rows-per-warp / warps-per-block shape and the rule's,
-// each with the full grid and capped at one wave (blocks looping over pair rows); with and without PDL.
+// on the last chunk, K < 256; down K = 2056: lane 0 alone on the last chunk), I not a multiple of the rows per warp
+// or of a block's rows (104, 168, 24, 2056: so wide that one wave holds few pair rows and, capped, each block loops
+// over several, restaging x in shared memory, also in SSMSERVE_CUDA_TEST_QUICK mode for compute-sanitizer).
+// P = 1, 2, 6, 8, 16 pairs (top_k varied to reach them) and the model's top_k at T = 1, 2 on the unsorted rows, and
+// T = 9 with MoeDevWeights::per_pair (the rows sorted by expert); every rows-per-warp / warps-per-block shape and the
+// rule's, each with the full grid and capped at one wave (blocks looping over pair rows); with and without PDL.
 TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -371,7 +373,9 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
   std::mt19937 rng(seed);
   std::vector<PairGemvCase> cases = {{"odd gated", 8, 3, 616, 104, true},
                                      {"odd relu^2", 8, 2, 360, 168, false},
-                                     {"tiny K", 8, 2, 40, 24, true}};
+                                     {"tiny K", 8, 2, 40, 24, true},
+                                     {"wide I gated", 8, 2, 72, 2056, true},
+                                     {"wide I relu^2", 8, 2, 72, 2056, false}};
   if (!quick()) {
     cases.push_back({"nemotron-3-nano-30b-a3b", 16, 6, 2688, 1856, false});
     cases.push_back({"qwen3.5-35b-a3b", 16, 8, 2048, 512, true});
@@ -413,7 +417,8 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
       const size_t wsb = cuda::moe_workspace_bytes(T, w);
       auto run = [&](bool gemv, const Shape& sh, bool pdl) {
         cuda::KernelTuning t = cuda::kernel_tuning();
-        t.moe_pair_gemv = gemv, t.moe_pair_rows = sh.rows, t.moe_pair_warps = sh.warps, t.moe_pair_one_wave = sh.one_wave;
+        t.moe_pair_gemv = gemv, t.moe_pair_rows = sh.rows, t.moe_pair_warps = sh.warps;
+        t.moe_pair_one_wave = sh.one_wave;
         TuningScope scope(t);
         DeviceBuffer ws(wsb), out = poisoned(T * os);
         ws.fill_bytes(0x5a);
