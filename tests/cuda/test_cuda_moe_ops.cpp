@@ -357,7 +357,7 @@ struct PairGemvCase {
 };
 
 // The new per-pair GEMVs give the old kernels' bits: the whole workspace (ids, weights, pair rows, act, y; both runs
-// start from the same byte pattern) and the output, memcmp. Expert shapes of configs/nemotron-3-nano-30b-a3b (hidden
+// start from the same byte pattern; unsorted rows only, see below) and the output, memcmp. Expert shapes of configs/nemotron-3-nano-30b-a3b (hidden
 // 2688, moe_intermediate 1856, relu^2, top-6), configs/qwen3.5-35b-a3b (2048, 512, SiLU-gated, top-8) and
 // configs/granite-4.0-h-tiny (1536, 512, SiLU-gated, top-6), and odd sizes: K = 8 * odd (616, 360, 40: lanes past K
 // on the last chunk, K < 256; down K = 2056: lane 0 alone on the last chunk), I not a multiple of the rows per warp
@@ -435,9 +435,14 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
           const auto got = run(true, sh, pdl);
           ++runs;
           ASSERT_EQ(got.first.size(), old.first.size());
-          size_t diff = 0;
-          while (diff < wsb && got.first[diff] == old.first[diff]) ++diff;
-          EXPECT_EQ(diff, wsb) << "workspace differs from byte " << diff << " of " << wsb;
+          // Above 16 pairs the rows are sorted by expert, and sort_kernel places the pairs of one expert in the
+          // order its atomics run: sorted / pair_row and the act / y rows they index may be permuted between runs
+          // (each pair's row is still computed alone, so the output below is the same bits).
+          if (T * rr.k <= 16) {
+            size_t diff = 0;
+            while (diff < wsb && got.first[diff] == old.first[diff]) ++diff;
+            EXPECT_EQ(diff, wsb) << "workspace differs from byte " << diff << " of " << wsb;
+          }
           EXPECT_EQ(std::memcmp(got.second.data(), old.second.data(), got.second.size()), 0) << "output differs";
         }
       }
