@@ -35,8 +35,8 @@ TEST(CudaMoe, RouteMatchesCpuIncludingTies) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  for (int E : {4, 8, 32, 256}) {
-    for (int k : {1, 2, 4}) {
+  for (int E : {4, 8, 32, 64, 65, 128, 129, 256, 257, 512}) {  // each experts-per-lane instantiation and its edges
+    for (int k : {1, 2, 4, 8, 16}) {
       if (k > E) continue;
       SCOPED_TRACE(testing::Message() << "E=" << E << " k=" << k);
       const int64_t T = 97;

@@ -1,9 +1,10 @@
 // GPU skinny GEMM (issue 7, decode latency and batch invariance): the batch-invariant skinny GEMM against the CPU
 // linear; its rows bit-identical for every batch size and offset; every tuning variant equal to the default's bits;
-// bad arguments refused. Skips without a GPU.
+// bad arguments refused; the fp32 GEMV of few rows (the MoE router) against float64. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -202,6 +203,72 @@ TEST(CudaSkinnyGemm, RejectsBadArguments) {
   EXPECT_EQ(cuda::skinny_gemm({1, 192, 5120, x.data(), 5120, w2.data(), 5120, DType::BF16, y2.data(), 192, DType::F32},
                               nullptr, 0, false, nullptr),
             cudaErrorInvalidValue);  // needs its workspace
+}
+
+/// The fp32 GEMV of few rows (the MoE router at decode): GemmHandle sends fp32 GEMMs of M <= 8 to it outside
+/// batch-invariant mode; within 1e-5 of a float64 reference; each row bit-identical for every M and row offset;
+/// padding columns untouched; K % 4 != 0, M > 8 and batch-invariant mode stay on the other paths.
+TEST(CudaSkinnyGemm, F32GemvMatchesCpuForEveryRowCount) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  cuda::GemmHandle h;
+  struct Sh { int64_t N, K; };
+  for (const Sh sh : {Sh{64, 1536}, Sh{128, 2688}, Sh{256, 2048}, Sh{512, 2048}, Sh{13, 36}, Sh{9, 4}}) {
+    SCOPED_TRACE(::testing::Message() << "N " << sh.N << " K " << sh.K);
+    const int64_t xs = sh.K + 4, ys = sh.N + 3, R = 10;
+    std::vector<float> x(R * xs), w(sh.N * sh.K);
+    for (auto& v : x) v = u(rng);
+    for (auto& v : w) v = u(rng);
+    DeviceBuffer dx = to_device(x), dw = to_device(w);
+    std::vector<float> alone;  // row 0 .. R-1 computed with M = 1 at each offset
+    for (int64_t M = 1; M <= 8; ++M) {
+      for (int64_t off : {int64_t{0}, R - M}) {
+        SCOPED_TRACE(::testing::Message() << "M " << M << " offset " << off);
+        DeviceBuffer dy = poisoned_bytes(M * ys * 4);
+        const int64_t before = h.f32_gemv_calls();
+        h.run({M, sh.N, sh.K, dx.as<float>() + off * xs, xs, dw.data(), sh.K, DType::F32, dy.data(), ys, DType::F32},
+              nullptr);
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(h.f32_gemv_calls(), before + 1);
+        const auto y = to_host<float>(dy, M * ys);
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < sh.N; ++n) {
+            double ref = 0.0, mag = 0.0;
+            for (int64_t k = 0; k < sh.K; ++k) {
+              ref += static_cast<double>(x[(off + m) * xs + k]) * w[n * sh.K + k];
+              mag += std::abs(static_cast<double>(x[(off + m) * xs + k]) * w[n * sh.K + k]);
+            }
+            ASSERT_NEAR(y[m * ys + n], ref, 1e-5 * (mag + 1.0)) << "row " << m << " col " << n;
+          }
+          uint32_t pad;
+          std::memcpy(&pad, &y[m * ys + sh.N], 4);
+          ASSERT_EQ(pad, 0xffffffffu) << "padding written, row " << m;
+        }
+        if (M == 1 && off == 0) alone.assign(y.begin(), y.begin() + sh.N);
+        if (off == 0) {  // row 0 of every M: the bits of M = 1
+          ASSERT_EQ(std::memcmp(y.data(), alone.data(), sh.N * 4), 0) << "row 0 differs from its M = 1 result";
+        }
+      }
+    }
+  }
+  // Not served: K % 4 != 0 (cuBLASLt or the fallback), M > 8, batch-invariant mode (gemm_fallback).
+  std::vector<float> x(16 * 40, 0.5f), w(8 * 40, 0.25f);
+  DeviceBuffer dx = to_device(x), dw = to_device(w), dy(16 * 8 * 4);
+  const int64_t calls = h.f32_gemv_calls();
+  h.run({1, 8, 38, dx.data(), 40, dw.data(), 40, DType::F32, dy.data(), 8, DType::F32}, nullptr);
+  h.run({9, 8, 40, dx.data(), 40, dw.data(), 40, DType::F32, dy.data(), 8, DType::F32}, nullptr);
+  h.set_batch_invariant(true);
+  const int64_t fb = h.fallback_calls();
+  h.run({1, 8, 40, dx.data(), 40, dw.data(), 40, DType::F32, dy.data(), 8, DType::F32}, nullptr);
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(h.f32_gemv_calls(), calls);
+  EXPECT_EQ(h.fallback_calls(), fb + 1);
+  EXPECT_EQ(cuda::skinny_gemm_f32({0, 8, 40, dx.data(), 40, dw.data(), 40, DType::F32, dy.data(), 8, DType::F32}, false,
+                                  nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

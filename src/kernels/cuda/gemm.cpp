@@ -66,7 +66,12 @@ void GemmHandle::run(const GemmArgs& g, cudaStream_t stream, void* y2, int64_t y
                                skinny_counters_.as<unsigned>(), extras ? *extras : SkinnyExtras{}));
     return;
   }
-  run_cublaslt(g, stream);
+  if (!batch_invariant_ && !force_fallback_ && skinny_gemm_f32_serves(g)) {
+    ++f32_gemv_calls_;
+    SSM_CUDA_CHECK(skinny_gemm_f32(g, pdl_, stream));
+  } else {
+    run_cublaslt(g, stream);
+  }
   if (y2 && g.M > 0)
     SSM_CUDA_CHECK(cast_rows(static_cast<const float*>(g.y), g.y_stride, g.M, g.N, y2, DType::BF16, y2_stride, stream));
 }

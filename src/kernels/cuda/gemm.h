@@ -36,6 +36,19 @@ struct GemmArgs {
 /// (cudaErrorInvalidValue for bad sizes).
 cudaError_t gemm_fallback(const GemmArgs& a, cudaStream_t stream);
 
+/// Largest M skinny_gemm_f32 serves.
+constexpr int64_t kSkinnyF32MaxM = 8;
+
+/// Whether skinny_gemm_f32 serves these operands: x, w and y fp32, 1 <= M <= kSkinnyF32MaxM, K a multiple of 4, x and
+/// w rows 16-byte aligned (pointers and strides).
+bool skinny_gemm_f32_serves(const GemmArgs& a);
+
+/// Enqueues y [M, N] fp32 = x [M, K] W [N, K]^T, fp32 operands, for few rows (a decode step's MoE router): one warp
+/// per output column, each lane an FMA chain over its float4 chunks of K, then a warp sum; the order depends on K only,
+/// so each row's result is the same for every M (not the bits of cuBLASLt or gemm_fallback). PDL when `pdl`
+/// (pdl.cuh). Returns cudaErrorInvalidValue when !skinny_gemm_f32_serves(a), else the launch status.
+cudaError_t skinny_gemm_f32(const GemmArgs& a, bool pdl, cudaStream_t stream);
+
 /// A cuBLASLt handle with its workspace (32 MiB). Create one per device; not thread-safe.
 class GemmHandle {
  public:
@@ -50,6 +63,8 @@ class GemmHandle {
   /// reduction order per (N, K), so the result of a row does not depend on the batch); the rest through cuBLASLt.
   /// extras (skinny_gemm.h: fused conv epilogue, tuning) are only for calls routed to the skinny kernel
   /// (takes_skinny); Error otherwise.
+  /// F32 GEMMs of at most kSkinnyF32MaxM rows that skinny_gemm_f32 serves go to it, outside batch-invariant mode
+  /// (there every F32 GEMM stays on gemm_fallback).
   void run(const GemmArgs& a, cudaStream_t stream, void* y2 = nullptr, int64_t y2_stride = 0,
            const SkinnyExtras* extras = nullptr);
   /// True when run() sends a GEMM of this operand dtype and M rows to the skinny kernel.
@@ -69,6 +84,8 @@ class GemmHandle {
   void set_force_fallback(bool on) { force_fallback_ = on; }
   /// Calls served by gemm_fallback so far.
   int64_t fallback_calls() const { return fallback_calls_; }
+  /// Calls served by skinny_gemm_f32 so far.
+  int64_t f32_gemv_calls() const { return f32_gemv_calls_; }
 
  private:
   /// (M, N, K, x_stride, w_stride, y_stride, ab, y, pointer alignment) -> the heuristic's algorithm, or none
@@ -84,7 +101,7 @@ class GemmHandle {
   DeviceBuffer workspace_;
   std::map<Key, Algo> algos_;
   bool force_fallback_ = false;
-  int64_t fallback_calls_ = 0;
+  int64_t fallback_calls_ = 0, f32_gemv_calls_ = 0;
   int64_t skinny_max_m_ = 16, skinny_calls_ = 0;
   // skinny_gemm's cross-block workspace and arrival counters (zeroed once); grow-only, and replaced buffers are
   // kept alive because captured CUDA graphs may still point at them.

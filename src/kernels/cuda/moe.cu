@@ -35,11 +35,13 @@ struct MoeLayout {
   }
 };
 
-/// Grid (ceil(T / 8)), 8 warps: one warp per token (cpu::moe_route's arithmetic order).
+/// Grid (ceil(T / 8)), 8 warps: one warp per token (cpu::moe_route's arithmetic order). PER: experts per lane, E <=
+/// 32 * PER (the launcher picks the fewest: a lane's slots past E only ever added +0 or compared as -inf, so every
+/// PER gives the same bits; at PER 16 for E 64-128 the scans cost 7.9-8.1 us per decode step on the H200).
+template <int PER>
 __global__ void __launch_bounds__(256) route_kernel(const float* __restrict__ logits, int64_t T, int E, int top_k,
                                                    MoeRouteParams r, int32_t* __restrict__ ids, float* __restrict__ wts) {
-  constexpr int PER = kMaxRouteE / 32;
-  __shared__ float choice_s[8][kMaxRouteE];
+  __shared__ float choice_s[8][32 * PER];
   pdl_wait();
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
@@ -110,8 +112,8 @@ __global__ void __launch_bounds__(256) route_kernel(const float* __restrict__ lo
       ch[i] = lane + 32 * i < E ? sc[i] : -INFINITY;
     }
   }
-  float pk[kMaxTopK];
-  int ek[kMaxTopK];
+  float pk = 0.0f;  // lane k < top_k: the k-th pick's score and expert
+  int ek = 0;
   float tot = 0.0f;
   for (int k = 0; k < top_k; ++k) {
     // Arg max (choice score descending, ties to the lower id) over the remaining candidates.
@@ -130,16 +132,14 @@ __global__ void __launch_bounds__(256) route_kernel(const float* __restrict__ lo
 #pragma unroll
     for (int i = 0; i < PER; ++i)
       if (lane + 32 * i == be) ch[i] = -INFINITY;
-    pk[k < kMaxTopK ? k : 0] = bs;
-    ek[k < kMaxTopK ? k : 0] = be;
+    if (lane == k) pk = bs, ek = be;  // the butterfly left every lane the same pick
     tot += bs;
   }
   const float denom = !r.renormalize ? 1.0f : r.sigmoid ? tot + 1e-20f : tot;
-  if (lane == 0)
-    for (int k = 0; k < top_k; ++k) {
-      ids[t * top_k + k] = ek[k];
-      wts[t * top_k + k] = pk[k] / denom * r.routed_scaling_factor;
-    }
+  if (lane < top_k) {
+    ids[t * top_k + lane] = ek;
+    wts[t * top_k + lane] = pk / denom * r.routed_scaling_factor;
+  }
 }
 
 /// One block: counts per expert, offsets [E + 1], sorted[row] = pair index (t * top_k + slot), pair_row[pair].
@@ -169,7 +169,9 @@ __global__ void __launch_bounds__(1024) sort_kernel(const int32_t* __restrict__ 
   }
 }
 
-/// Grid (T), threads over hidden: out[t] = sum over slots in ascending expert id of w * y[pair_row].
+/// Grid (T, ceil(hidden / 256)), 256 threads: thread c of column slice blockIdx.y writes out[t, c] = sum over
+/// slots in ascending expert id of w * y[pair_row] (one column per thread: a decode step's one token used to loop
+/// one block over the whole row, 8-12 us on the H200 at hidden 1536-2688; the sum per column is unchanged).
 __global__ void __launch_bounds__(256) combine_kernel(const float* __restrict__ y, int64_t hidden,
                                                      const int32_t* __restrict__ ids, const float* __restrict__ wts,
                                                      const int32_t* __restrict__ pair_row, int top_k,
@@ -185,15 +187,18 @@ __global__ void __launch_bounds__(256) combine_kernel(const float* __restrict__ 
       order[b] = order[b - 1];
       order[b - 1] = tmp;
     }
-  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
-    float o = 0.0f;
-    for (int k = 0; k < top_k; ++k) {
-      const int64_t p = t * top_k + order[k];
-      o += y[static_cast<int64_t>(pair_row[p]) * hidden + c] * wts[p];
-    }
-    out[t * os + c] = o;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= hidden) return;
+  float o = 0.0f;
+  for (int k = 0; k < top_k; ++k) {
+    const int64_t p = t * top_k + order[k];
+    o += y[static_cast<int64_t>(pair_row[p]) * hidden + c] * wts[p];
   }
+  out[t * os + c] = o;
 }
+
+/// combine_kernel's grid for T tokens of `hidden` columns.
+dim3 combine_grid(int64_t T, int64_t hidden) { return dim3(static_cast<unsigned>(T), ceil_div(hidden, 256)); }
 
 /// Small batches (T * top_k <= kSmallPairs, decode): per (token, slot) pair GEMVs, one warp per output element,
 /// 16-byte loads of the weight rows (the weights are read once per pair instead of in 64-row tiles, so a decode
@@ -536,7 +541,12 @@ cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, const Mo
       E % r.n_group != 0 || r.topk_group < 1 || r.topk_group > r.n_group || (r.n_group > 1 && !r.sigmoid))
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  return launch_pdl(pdl, route_kernel, dim3(ceil_div(T, 8)), dim3(256), 0, stream, logits, T, E, top_k, r, ids, weights);
+  const dim3 grid(ceil_div(T, 8));
+  if (E <= 64) return launch_pdl(pdl, route_kernel<2>, grid, dim3(256), 0, stream, logits, T, E, top_k, r, ids, weights);
+  if (E <= 128) return launch_pdl(pdl, route_kernel<4>, grid, dim3(256), 0, stream, logits, T, E, top_k, r, ids, weights);
+  if (E <= 256) return launch_pdl(pdl, route_kernel<8>, grid, dim3(256), 0, stream, logits, T, E, top_k, r, ids, weights);
+  static_assert(kMaxRouteE == 32 * 16, "route_kernel<16> covers kMaxRouteE");
+  return launch_pdl(pdl, route_kernel<16>, grid, dim3(256), 0, stream, logits, T, E, top_k, r, ids, weights);
 }
 
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
@@ -578,7 +588,7 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
                         static_cast<const float*>(actf), ids, rows, P, static_cast<const float*>(w.w2), w.hidden,
                         w.intermediate, y)) != cudaSuccess)
       return e;
-    return launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream,
+    return launch_pdl(pdl, combine_kernel, combine_grid(T, w.hidden), dim3(256), 0, stream,
                       static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
   }
   if (P <= kSmallPairs || w.per_pair) {  // per-pair GEMVs (in expert order above kSmallPairs)
@@ -615,7 +625,7 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
         return e;
       prof.mark("moe small down");
     }
-    e = launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream,
+    e = launch_pdl(pdl, combine_kernel, combine_grid(T, w.hidden), dim3(256), 0, stream,
                    static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
     prof.mark("moe combine");
     return e;
@@ -638,7 +648,7 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   if ((e = moe_grouped_down(act, offsets, P, E, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, y,
                             stream)) != cudaSuccess)
     return e;
-  return launch_pdl(pdl, combine_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream, static_cast<const float*>(y),
+  return launch_pdl(pdl, combine_kernel, combine_grid(T, w.hidden), dim3(256), 0, stream, static_cast<const float*>(y),
                     w.hidden, ids, wts, pair_row, k, out, out_stride);
 }
 
