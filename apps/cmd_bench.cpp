@@ -101,7 +101,12 @@ std::unique_ptr<LLMEngine> build_engine(BenchArgs& a, bool seqs_raised) {
   const bool auto_blocks = a.engine.num_state_blocks == 0;
   const int spec_k = SpeculativeConfig::parse(a.engine.speculative_config).num_speculative_tokens;
   // One block per sequence, its speculative state columns, and (prefix caching) room for one cached state.
-  if (auto_blocks) a.engine.num_state_blocks = a.batch_size * (1 + spec_k) + 1 + (a.engine.enable_prefix_caching ? 1 : 0);
+  if (auto_blocks) {
+    a.engine.num_state_blocks = a.batch_size * (1 + spec_k) + 1 + (a.engine.enable_prefix_caching ? 1 : 0);
+    // Only the batch's requests ever run, so the scheduler admits that many (the engine otherwise warns that a pool
+    // sized for the batch leaves no room for cached states next to --max-num-seqs 256 running requests).
+    a.engine.scheduler.max_num_seqs = a.batch_size;
+  }
   std::unique_ptr<LLMEngine> engine_ptr;
   try {
     engine_ptr = std::make_unique<LLMEngine>(a.engine);

@@ -148,3 +148,5 @@ def test_bench_max_model_len():
     r = run("bench", "latency", "--model", MODEL, "--max-model-len", 16, "--input-len", 8, "--output-len", 8,
             "--num-iters", 1, "--threads", 1)
     assert r.returncode == 0 and "decode:" in r.stdout, r.stderr
+    # The pool is sized for the batch, and so is the scheduler: no warning about --max-num-seqs, never given.
+    assert "no room for cached states" not in r.stderr, r.stderr
