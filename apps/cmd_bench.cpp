@@ -105,6 +105,8 @@ std::unique_ptr<LLMEngine> build_engine(BenchArgs& a, bool seqs_raised) {
     a.engine.num_state_blocks = a.batch_size * (1 + spec_k) + 1 + (a.engine.enable_prefix_caching ? 1 : 0);
     // Only the batch's requests ever run, so the scheduler admits that many (the engine otherwise warns that a pool
     // sized for the batch leaves no room for cached states next to --max-num-seqs 256 running requests).
+    // The user's flags are checked first, so a bad --max-num-seqs is still named.
+    a.engine.validate();
     a.engine.scheduler.max_num_seqs = a.batch_size;
   }
   std::unique_ptr<LLMEngine> engine_ptr;
