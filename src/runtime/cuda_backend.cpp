@@ -54,6 +54,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_LAYER_PROFILE", o.layer_profile);
   int_in("SSMSERVE_PROFILE_REPLAY", o.profile_replay, 0, 1 << 30);
   flag("SSMSERVE_FUSE_PARALLEL_PROJ", o.fuse_parallel_projections);
+  flag("SSMSERVE_MOE_SHARED_BRANCH", o.moe_shared_branch);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
   int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);
   int_in("SSMSERVE_SKINNY_MAX_M", o.skinny_max_m, 0, 1 << 20);

@@ -20,6 +20,7 @@
 #include "model/lm_common.h"
 #include "model/parallel_layers.h"
 #include "model/weight_source.h"
+#include "runtime/cuda_branch.h"
 #include "runtime/cuda_module.h"
 #include "runtime/device_state.h"
 #include "runtime/step_plans.h"
@@ -122,6 +123,7 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
   void sublayer(size_t i, const ForwardBatch& batch, const StepMeta& dm, int64_t T);
 
   CudaRunnerContext ctx_;
+  std::unique_ptr<CudaBranch> branch_;  ///< the second stream (CudaModelOptions::moe_shared_branch), or null
   LmFrame frame_;
   std::vector<CudaSublayer> subs_;
   CudaStackDecodeFn stack_decode_ = nullptr;
@@ -155,6 +157,16 @@ void CudaDecoderLM::load(WeightSource& src) {
   if (!frame_.tied) {
     const Weight head = tied ? emb : src.matrix(spec_.lm_head, {V, H}, DummyInit::uniform(0.1f));
     frame_.lm_head = upload_weight(dist::slice_rows(head, {dist::vocab_shard(V, tp.rank, tp.world)}), wd);
+  }
+  // The second branch, for the MoE layers' shared experts (not under the layer profile, whose spans time one stream).
+  const bool has_moe = std::any_of(spec_.layers.begin(), spec_.layers.end(), [](const LayerSpec& ls) {
+    for (const SublayerSpec* s : ls.sublayers())
+      if (s->kind == "moe") return true;
+    return false;
+  });
+  if (has_moe && ctx_.opt.moe_shared_branch && !ctx_.profile) {
+    branch_ = std::make_unique<CudaBranch>(ctx_);
+    ctx_.branch = branch_.get();
   }
   // Sublayers in parallel (each thread on this runner's GPU); host copies live only while a module uploads them.
   int device = 0;

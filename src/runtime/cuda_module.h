@@ -18,21 +18,25 @@
 namespace ssmserve::cuda {
 
 struct StepPlans;  // runtime/step_plans.h
+struct CudaBranch;  // runtime/cuda_branch.h
 
 /// Device scratch shared by the modules of one runner: slot -> grow-only buffer. Layers run one after another on one
 /// stream, so any module may use any slot within a step; reserve() sizes every slot before the step (a captured step
 /// must not allocate). Slots 0..7 hold activations; the named ones below hold workspaces, one buffer for all layers
 /// (a layer's workspace is dead once its forward is enqueued), so a model's workspace memory does not grow with its
 /// layer count (one per layer was 23 x 1.3 GB of MoE workspace for Nemotron-3-Nano at 8k-token prefill chunks).
+/// Work on the second branch (CudaBranch: a MoE layer's shared expert) uses slots 0, 3, kMoeSharedIn and
+/// kMoeSharedOut only, while the first branch's routed experts use kMoeRouter and kMoeWorkspace.
 class ScratchPool {
  public:
-  static constexpr int kSlots = 14;
+  static constexpr int kSlots = 15;
   static constexpr int kMixerWorkspace = 8;  ///< split-KV attention, lightning blocks, Mamba-1 scan, SSD chunks
   static constexpr int kMoeWorkspace = 9;    ///< sparse_moe (routing, sorted rows, expert activations and outputs)
   static constexpr int kMoeSharedIn = 10;    ///< the shared expert's input rows in the GEMM dtype
   static constexpr int kMoeSharedOut = 11;   ///< the shared expert's output rows
   static constexpr int kParallelProj = 12;   ///< a parallel mixer pair's stacked input projection (runner-owned)
   static constexpr int kParallelOut = 13;    ///< a parallel pair's first output, added with the second's (runner-owned)
+  static constexpr int kMoeRouter = 14;      ///< a MoE layer's router logits [T, experts] fp32
   Scratch& operator[](int slot) { return s_.at(static_cast<size_t>(slot)); }
   /// Every slot's device pointer (DecodeGraphs signatures).
   void pointers(std::vector<const void*>& out) const {
@@ -60,6 +64,9 @@ struct CudaRunnerContext {
   ScratchPool* scratch = nullptr;
   cudaStream_t stream = nullptr;
   LayerProfile* profile = nullptr;  ///< SSMSERVE_LAYER_PROFILE=1: modules time their parts (ProfileSpan), else null
+  /// The runner's second stream for work that may overlap the first (CudaModelOptions::moe_shared_branch), or null:
+  /// run everything on `stream`.
+  CudaBranch* branch = nullptr;
   /// y [M, w.rows] fp32 (row stride y_stride) = x [M, w.cols] (the weight dtype, row stride x_stride) w^T; y2:
   /// optional bf16 copy with y's row stride.
   void gemm_run(const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y, int64_t y_stride,

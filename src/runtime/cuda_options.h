@@ -46,6 +46,11 @@ struct CudaModelOptions {
   /// A mixer and the parallel mixer on the same normed rows (Falcon-H1's Mamba-2 and attention) with their input
   /// projections stacked at load and run as one GEMM (one launch less per layer; CudaModule::input_projection).
   bool fuse_parallel_projections = true;
+  /// A MoE layer's shared expert (cast, gate / up GEMM, activation, down GEMM) on a second stream, a second branch of
+  /// the decode graphs, while the routed experts run on the first; joined before the shared output is added
+  /// (CudaBranch, runtime/cuda_branch.h). The same kernels on the same inputs: bit-identical to one stream (tested).
+  /// Off under layer_profile (its spans time one stream).
+  bool moe_shared_branch = true;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;
@@ -58,7 +63,7 @@ struct CudaModelOptions {
   /// Defaults, overridden by the environment (core/env_options.h, docs/environment.md): SSMSERVE_CUDA_GRAPHS=0|1,
   /// SSMSERVE_PDL=0|1, SSMSERVE_SKINNY_MAX_M=<n>, SSMSERVE_BATCH_INVARIANT=0|1, SSMSERVE_DECODE_DATAFLOW=0|1,
   /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_PROFILE_REPLAY=<n>, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
-  /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, and the kernel paths
+  /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK,
   /// SSMSERVE_MOE_PAIR_GEMV / _TUNE). Throws Error naming the variable on a

@@ -2,9 +2,10 @@
 // Jamba, dense Granite with RoPE, Nemotron-H with grouped sigmoid routing and Falcon-H1 (dummy weights from
 // tests/data/tiny-hybrids, the configs of the CPU goldens): the one GPU runner against the CPU decoder over ragged
 // prefills, a continuing prefill and padded decode steps (fp32 and bf16 weights); decode steps through CUDA graphs
-// bit-identical to eager, and steps with Programmatic Dependent Launch bit-identical to steps without; Falcon-H1 also
-// with its parallel mixers' input projections unstacked; and on the trained checkpoints the engine's greedy
-// generation on the GPU against the transformers goldens, alone and under chunked prefill. Skips without a GPU.
+// bit-identical to eager, steps with Programmatic Dependent Launch bit-identical to steps without, and the MoE shared
+// experts on a second stream bit-identical to one stream; Falcon-H1 also with its parallel mixers' input projections
+// unstacked; and on the trained checkpoints the engine's greedy generation on the GPU against the transformers
+// goldens, alone and under chunked prefill. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -98,6 +99,24 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
       EXPECT_LT(median, median_tol) << "median over the steps";
     }
   }
+  /// Two GPU runners with options a and b over the hybrid schedule (prefills, then graph-captured decode steps):
+  /// logits bit-identical at every step.
+  void expect_same_logits(const cuda::CudaModelOptions& a_opt, const cuda::CudaModelOptions& b_opt, const char* what) {
+    const DecoderSpec spec = architecture_spec(cfg_);
+    auto ra = cuda::load_cuda_decoder(cfg_, spec, format_, a_opt);
+    auto rb = cuda::load_cuda_decoder(cfg_, spec, format_, b_opt);
+    StateCache a(ra->num_state_layers(), ra->state_shape(), 32), b(rb->num_state_layers(), rb->state_shape(), 32);
+    cudatest::HybridSchedule sched(ra->kv_block_size(), 50000, 5);
+    for (int step = 0; step < 6; ++step) {
+      SCOPED_TRACE(::testing::Message() << "step " << step);
+      ForwardBatch fb = sched.batch(step, *ra);
+      std::vector<float> la(fb.logits_indices.size() * cfg_.vocab_size), lb(la.size());
+      ra->forward(fb, a, la.data());
+      rb->forward(fb, b, lb.data());
+      ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << what;
+      sched.advance(step);
+    }
+  }
   std::filesystem::path dir_;
   ModelConfig cfg_;
   LoadFormat format_ = LoadFormat::Auto;
@@ -149,22 +168,9 @@ TEST_P(CudaHybridModel, UnstackedParallelProjectionsMatchCpu) {
 
 TEST_P(CudaHybridModel, DecodeGraphsEqualEager) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions eager_opt, graph_opt;
+  cuda::CudaModelOptions eager_opt;
   eager_opt.cuda_graphs = false;
-  const DecoderSpec spec = architecture_spec(cfg_);
-  auto eager = cuda::load_cuda_decoder(cfg_, spec, format_, eager_opt);
-  auto graphed = cuda::load_cuda_decoder(cfg_, spec, format_, graph_opt);
-  StateCache a(eager->num_state_layers(), eager->state_shape(), 32), b(graphed->num_state_layers(), graphed->state_shape(), 32);
-  cudatest::HybridSchedule sched(eager->kv_block_size(), 50000, 5);
-  for (int step = 0; step < 6; ++step) {
-    SCOPED_TRACE(::testing::Message() << "step " << step);
-    ForwardBatch fb = sched.batch(step, *eager);
-    std::vector<float> la(fb.logits_indices.size() * cfg_.vocab_size), lb(la.size());
-    eager->forward(fb, a, la.data());
-    graphed->forward(fb, b, lb.data());
-    ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "graph logits differ from eager";
-    sched.advance(step);
-  }
+  expect_same_logits({}, eager_opt, "graph logits differ from eager");
 }
 
 /// Programmatic Dependent Launch changes only scheduling (docs/architecture.md): every decode-path kernel waits on its
@@ -172,22 +178,19 @@ TEST_P(CudaHybridModel, DecodeGraphsEqualEager) {
 /// eager prefills and graphed decode steps alike.
 TEST_P(CudaHybridModel, PdlOnEqualsOff) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions on_opt, off_opt;
+  cuda::CudaModelOptions off_opt;
   off_opt.pdl = false;
-  const DecoderSpec spec = architecture_spec(cfg_);
-  auto on = cuda::load_cuda_decoder(cfg_, spec, format_, on_opt);
-  auto off = cuda::load_cuda_decoder(cfg_, spec, format_, off_opt);
-  StateCache a(on->num_state_layers(), on->state_shape(), 32), b(off->num_state_layers(), off->state_shape(), 32);
-  cudatest::HybridSchedule sched(on->kv_block_size(), 50000, 5);
-  for (int step = 0; step < 6; ++step) {
-    SCOPED_TRACE(::testing::Message() << "step " << step);
-    ForwardBatch fb = sched.batch(step, *on);
-    std::vector<float> la(fb.logits_indices.size() * cfg_.vocab_size), lb(la.size());
-    on->forward(fb, a, la.data());
-    off->forward(fb, b, lb.data());
-    ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "logits with PDL differ from without";
-    sched.advance(step);
-  }
+  expect_same_logits({}, off_opt, "logits with PDL differ from without");
+}
+
+/// The MoE layers' shared experts on the runner's second branch (the default) run the same kernels on the same inputs
+/// as on one stream: bit-identical logits, eager prefills and graphed decode steps alike (the cases without a MoE
+/// layer have no branch and compare the one path with itself).
+TEST_P(CudaHybridModel, MoeSharedBranchEqualsOneStream) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions one_stream;
+  one_stream.moe_shared_branch = false;
+  expect_same_logits({}, one_stream, "logits with the shared expert on a second branch differ from one stream");
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,

@@ -4,7 +4,9 @@
 // added as is or, with shared_expert_gate (Qwen), scaled per token by sigmoid(x . w_g) (activations.h). The experts
 // are stacked in the model's weight dtype: bf16 (tensor-core grouped GEMMs, x and the activations rounded to bf16 as
 // every bf16 GEMM input) or fp32 (fp32 GEMVs, nothing rounded: an fp32 model's experts compute as the CPU's do, so a
-// router near a tie picks the CPU's experts in the layers after).
+// router near a tie picks the CPU's experts in the layers after). With the runner's second branch (CudaBranch) the
+// shared expert runs on it, forked after the router GEMM and joined before its output is added, while the routed
+// experts run on the main stream: the same kernels on the same inputs, so the same bits as one stream.
 #include <cstring>
 
 #include "core/error.h"
@@ -13,6 +15,7 @@
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/rms_norm.h"
 #include "model/ffns/moe_ffn.h"
+#include "runtime/cuda_branch.h"
 #include "runtime/modules/cuda_modules.h"
 
 namespace ssmserve::cuda {
@@ -65,7 +68,7 @@ class CudaMoe final : public CudaModule {
            (shared_ ? 4.0 * H_ + dtype_size(ctx_.opt.weight_dtype) * H_ + shared_->scratch_bytes_per_token() : 0.0);
   }
   void reserve(int64_t T, const StepPlans* plans) override {
-    (*ctx_.scratch)[0].f32(T * c_.num_experts);
+    slot(ScratchPool::kMoeRouter).f32(T * c_.num_experts);
     slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights()));
     if (shared_) {
       shared_->reserve(T, plans);
@@ -80,20 +83,30 @@ class CudaMoe final : public CudaModule {
     const int64_t T = st.T;
     const bool pdl = ctx_.opt.pdl;
     const auto* normed = static_cast<const float*>(x);
-    float* router = (*ctx_.scratch)[0].f32(T * c_.num_experts);
+    float* router = slot(ScratchPool::kMoeRouter).f32(T * c_.num_experts);
     ctx_.gemm_run(normed, T, H_, gate_, router, c_.num_experts);
+    // The shared expert's rows: y = shared_expert(bf16 / fp32 x), on the second branch when the runner has one (the
+    // MLP module was built with its context), else on this stream.
+    const DType wd = ctx_.opt.weight_dtype;
+    float* y = shared_ ? slot(ScratchPool::kMoeSharedOut).f32(T * H_) : nullptr;
+    if (shared_) {
+      ProfileSpan span(ctx_.profile, "shared", st.stream);
+      CudaStep sst{st.batch, st.meta, st.plans, st.T, st.stream};
+      if (ctx_.branch) {
+        ctx_.branch->fork(st.stream);
+        sst.stream = ctx_.branch->side.get();
+      }
+      void* xc = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
+      SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, sst.stream, pdl && !ctx_.branch));
+      shared_->forward(sst, state, xc, y);
+    }
     {
       ProfileSpan span(ctx_.profile, "experts", st.stream);
       SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_,
                                 slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights())), st.stream, pdl));
     }
-    if (shared_) {
-      ProfileSpan span(ctx_.profile, "shared", st.stream);  // out += shared_expert(x) (gated: times sigmoid(x . w_g)); the MLP reads the rows in the GEMM dtype
-      const DType wd = ctx_.opt.weight_dtype;
-      void* xc = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
-      float* y = slot(ScratchPool::kMoeSharedOut).f32(T * H_);
-      SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, st.stream, pdl));
-      shared_->forward(st, state, xc, y);
+    if (shared_) {  // out += y (gated: times sigmoid(x . w_g))
+      if (ctx_.branch) ctx_.branch->join(st.stream);
       if (shared_gate_.data())
         SSM_CUDA_CHECK(sigmoid_gated_add(out, H_, y, H_, normed, H_, shared_gate_.as<float>(), T, H_, st.stream, pdl));
       else SSM_CUDA_CHECK(scaled_residual(out, out, 1.0f, y, 1.0f, T * H_, st.stream, pdl));
@@ -136,10 +149,10 @@ std::unique_ptr<CudaModule> make_cuda_moe(const CudaModuleArgs& a) {
   SSM_CHECK(c.scoring != cpu::MoeRouting::Scoring::Sigmoid || c.n_group <= 32, "{}: more than 32 expert groups are not supported on cuda",
             where);
   std::unique_ptr<CudaModule> shared;
-  if (c.shared_intermediate_size > 0) {
+  if (c.shared_intermediate_size > 0) {  // on the runner's second branch when it has one
     const nlohmann::json sp = shared_mlp_params(c);
     const ModuleArgs sh{h.cfg, sp, h.src, h.prefix + c.shared_prefix, h.layer, h.tp, h.label};
-    shared = make_cuda_mlp({sh, a.ctx});
+    shared = make_cuda_mlp({sh, a.ctx.branch ? a.ctx.branch->ctx : a.ctx});
   }
   return std::make_unique<CudaMoe>(a.ctx, c, h.cfg.hidden_size, read_moe_weights(h.src, h.prefix, h.cfg.hidden_size, c),
                                    std::move(shared));

@@ -1,0 +1,54 @@
+// Owns the GPU runner's second branch (CudaModelOptions::moe_shared_branch): a stream whose work overlaps the main
+// stream's within a step, its own GEMM handle (the skinny GEMM's cross-block workspace and cuBLASLt's workspace must
+// not be shared by concurrent launches), the context its modules run with, and the fork / join events. Recorded inside
+// a decode graph capture, the fork and join become graph edges: the branch is a parallel branch of the graph.
+// Used by the MoE layers: the shared expert on the branch while the routed experts run on the main stream.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "device/cuda_check.h"
+#include "device/device.h"
+#include "kernels/cuda/gemm.h"
+#include "runtime/cuda_module.h"
+
+namespace ssmserve::cuda {
+
+struct CudaBranch {
+  Stream side;
+  GemmHandle gemm;
+  /// The main context with stream = side and gemm = this branch's handle. PDL off on the branch: its first kernel
+  /// follows an event wait (a plain dependency), as the Mamba-1 decode overlap's branch.
+  CudaRunnerContext ctx;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
+
+  /// main: the runner's context (its branch pointer is not copied).
+  explicit CudaBranch(const CudaRunnerContext& main) : ctx(main) {
+    ctx.stream = side.get();
+    ctx.gemm = &gemm;
+    ctx.branch = nullptr;
+    ctx.opt.pdl = false;
+    configure_gemm(gemm, ctx.opt);
+    gemm.set_pdl(false);
+    SSM_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
+    SSM_CUDA_CHECK(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
+  }
+  ~CudaBranch() {
+    for (cudaEvent_t e : {fork_event, join_event})
+      if (e) cudaEventDestroy(e);
+  }
+  CudaBranch(const CudaBranch&) = delete;
+  CudaBranch& operator=(const CudaBranch&) = delete;
+
+  /// The branch waits for everything enqueued on `main` so far.
+  void fork(cudaStream_t main) const {
+    SSM_CUDA_CHECK(cudaEventRecord(fork_event, main));
+    SSM_CUDA_CHECK(cudaStreamWaitEvent(side.get(), fork_event, 0));
+  }
+  /// `main` waits for everything enqueued on the branch so far.
+  void join(cudaStream_t main) const {
+    SSM_CUDA_CHECK(cudaEventRecord(join_event, side.get()));
+    SSM_CUDA_CHECK(cudaStreamWaitEvent(main, join_event, 0));
+  }
+};
+
+}  // namespace ssmserve::cuda
