@@ -32,6 +32,10 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
   cmd.add_option("--tokenizer", cfg.tokenizer, "Folder with tokenizer.json or a SentencePiece tokenizer.model (default: the model folder)");
   cmd.add_option("--load-format", load_format, "auto (safetensors) or dummy (random weights from config.json)")
       ->capture_default_str();
+  cmd.add_option("--dtype", cfg.dtype,
+                 "Weights' dtype (vLLM's): auto (GPU: bfloat16; CPU: as stored), bfloat16, float32 or float (= float32); "
+                 "the CPU computes in fp32 whatever it is")
+      ->capture_default_str();
   cmd.add_option("--max-num-batched-tokens", cfg.scheduler.max_num_batched_tokens, "Token budget per engine step")
       ->capture_default_str();
   cmd.add_option("--max-num-seqs", cfg.scheduler.max_num_seqs, "Most requests in one step")->capture_default_str();

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/hf_json.h"  // parse_hf_json, read_text_file, json_float (declared there)
+#include "core/dtype.h"
 
 #include <filesystem>
 #include <optional>
@@ -55,6 +56,10 @@ struct ModelConfig {
   /// of the mixers and dense MLPs, the MoE experts' x and activations, the LM head; not the MoE router (fp32 on the
   /// GPU). Weights stay as loaded (Weight::round_input_bf16 marks the matrices, cpu::linear rounds).
   bool round_gemm_inputs_bf16 = false;
+  /// Not from config.json: the weights' dtype asked for (vLLM's --dtype, EngineConfig::dtype; set by load_model).
+  /// nullopt = auto, the backend's default (GPU: BF16; CPU: the checkpoint's weights as stored). A device backend
+  /// applies it to its weights (the GPU: BF16 or F32); the CPU decoder computes in fp32 whatever it says.
+  std::optional<DType> dtype;
 
   /// Loads `dir`/config.json (and generation_config.json when present), validating every field used.
   /// Throws Error naming the file and field on invalid JSON, a missing or mistyped field, or a value out of range.

@@ -11,6 +11,39 @@
 
 namespace ssmserve {
 
+namespace {
+
+/// One --dtype name (vLLM's choices): the weight dtype it selects (nullopt: auto), or why it is refused.
+struct DtypeChoice {
+  std::string_view name;
+  std::optional<DType> dtype;
+  std::string_view refused;  ///< non-empty: the name is vLLM's but not supported here
+};
+
+constexpr DtypeChoice kDtypeChoices[] = {
+    {"auto", std::nullopt, ""},
+    {"bfloat16", DType::BF16, ""},
+    {"float32", DType::F32, ""},
+    {"float", DType::F32, ""},
+    {"half", std::nullopt, "fp16 weights are not supported (the kernels run bf16 or fp32 weights)"},
+    {"float16", std::nullopt, "fp16 weights are not supported (the kernels run bf16 or fp32 weights)"},
+};
+
+}  // namespace
+
+std::optional<DType> parse_model_dtype(std::string_view dtype) {
+  std::string accepted;
+  for (const DtypeChoice& c : kDtypeChoices) {
+    if (c.refused.empty()) accepted += (accepted.empty() ? "" : ", ") + std::string(c.name);
+  }
+  for (const DtypeChoice& c : kDtypeChoices) {
+    if (c.name != dtype) continue;
+    SSM_CHECK(c.refused.empty(), "--dtype {}: {}; use one of: {}", dtype, c.refused, accepted);
+    return c.dtype;
+  }
+  fail("--dtype must be one of: {} (got \"{}\")", accepted, dtype);
+}
+
 int max_num_threads() {
   return std::max(64, 4 * static_cast<int>(std::thread::hardware_concurrency()));
 }
@@ -34,6 +67,7 @@ void EngineConfig::validate() const {
   SSM_CHECK(pad_decode_batches_to >= 0, "pad_decode_batches_to must be >= 0 (got {})", pad_decode_batches_to);
   SSM_CHECK(num_scheduler_steps >= 1 && num_scheduler_steps <= kMaxSchedulerSteps,
             "--num-scheduler-steps must be in [1, {}] (got {})", kMaxSchedulerSteps, num_scheduler_steps);
+  (void)parse_model_dtype(dtype);                                              // throws naming --dtype
   (void)StateDtypes::from_options(mamba_cache_dtype, mamba_ssm_cache_dtype);  // throws naming the flag
   SSM_CHECK(mamba_cache_mode == "none" || mamba_cache_mode == "align" || mamba_cache_mode == "all",
             "--mamba-cache-mode must be none, align or all (got \"{}\")", mamba_cache_mode);

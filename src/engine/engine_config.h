@@ -1,7 +1,9 @@
 // Owns EngineConfig: every engine knob, validated once (style habit 8), with the sizes derived from them.
 #pragma once
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "engine/scheduler.h"
 #include "model/causal_lm.h"
@@ -25,6 +27,13 @@ inline constexpr int kDefaultMambaBlockSize = 256;
 /// Most --threads accepted: 4 x the hardware threads, at least 64.
 int max_num_threads();
 
+/// vLLM's --dtype (ModelConfig.dtype): the weights' dtype that `dtype` names, from the registry of accepted names
+/// (engine_config.cpp): nullopt for "auto" (the backend's default: bf16 weights on the GPU; on the CPU the checkpoint's
+/// weights as stored, computed in fp32), DType::BF16 for "bfloat16", DType::F32 for "float32" or "float" (vLLM's
+/// alias). Throws Error naming --dtype and the accepted values for anything else, "half" / "float16" included (no
+/// kernel takes fp16 weights).
+std::optional<DType> parse_model_dtype(std::string_view dtype);
+
 /// Engine construction arguments (vLLM's EngineArgs names where they exist).
 /// Most model steps per engine step (EngineConfig::num_scheduler_steps).
 inline constexpr int kMaxSchedulerSteps = 64;
@@ -33,6 +42,10 @@ struct EngineConfig {
   std::filesystem::path model;               ///< checkpoint folder
   std::filesystem::path tokenizer;           ///< folder with tokenizer.json; empty = the model folder
   LoadFormat load_format = LoadFormat::Auto; ///< Dummy: random weights from config.json alone
+  /// vLLM's --dtype: the weights' (and GEMM operands') dtype: "auto" (GPU: bf16; CPU: as stored), "bfloat16",
+  /// "float32" or "float" (parse_model_dtype). The CPU computes in fp32 whatever the choice: "float32" is what it runs
+  /// anyway (bf16 checkpoint weights widen exactly), "bfloat16" runs the same fp32 math (a one-time log note says so).
+  std::string dtype = "auto";
   SchedulerConfig scheduler;                 ///< max_num_batched_tokens, max_num_seqs
   int num_state_blocks = 0;                  ///< state blocks incl. the null block; 0 = max_num_seqs + 1, capped at 25% of RAM
   int num_threads = 0;                       ///< CPU threads for the math; 0 = all cores

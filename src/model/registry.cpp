@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <mutex>
+
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 #include "model/archs/hybrids.h"
@@ -129,10 +132,19 @@ std::string resolve_device(const std::string& device, const ModelConfig& config)
 }
 
 std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format, const std::string& device,
-                                     int tensor_parallel_size) {
-  const ModelConfig config = ModelConfig::load(dir);
+                                     int tensor_parallel_size, std::optional<DType> dtype) {
+  ModelConfig config = ModelConfig::load(dir);
+  config.dtype = dtype;
   const std::string dev = resolve_device(device == "auto" && tensor_parallel_size > 1 ? "cpu" : device, config);
-  if (dev == "cpu") return load_model(config, format, tensor_parallel_size);
+  if (dev == "cpu") {
+    static std::once_flag noted;
+    if (dtype == DType::BF16)
+      std::call_once(noted, [] {
+        spdlog::warn("--dtype bfloat16: the CPU backend computes in fp32 (bf16 checkpoint weights are read as stored, "
+                     "fp32 ones stay fp32); results are those of --dtype float32");
+      });
+    return load_model(config, format, tensor_parallel_size);
+  }
   if (tensor_parallel_size != 1) {
     const auto& tpl = device_backends().at(dev).tp_loaders;
     auto it = tpl.find(config.architecture);

@@ -97,6 +97,16 @@ CudaModelOptions CudaModelOptions::from_env() {
   return o;
 }
 
+CudaModelOptions CudaModelOptions::for_model(const ModelConfig& cfg) {
+  CudaModelOptions o = from_env();
+  if (cfg.dtype) {
+    SSM_CHECK(*cfg.dtype == DType::BF16 || *cfg.dtype == DType::F32,
+              "--dtype: the GPU runs bfloat16 or float32 weights (got {})", dtype_name(*cfg.dtype));
+    o.weight_dtype = *cfg.dtype;
+  }
+  return o;
+}
+
 void configure_gemm(GemmHandle& g, const CudaModelOptions& o) {
   g.set_skinny_max_m(o.skinny_max_m);
   g.set_batch_invariant(o.batch_invariant);
@@ -107,7 +117,7 @@ void register_cuda_backend() {
   for (const std::string& arch : supported_architectures())
     register_device_model(
         "cuda", arch,
-        [](const ModelConfig& c, LoadFormat f) { return load_cuda_decoder(c, architecture_spec(c), f, CudaModelOptions::from_env()); },
+        [](const ModelConfig& c, LoadFormat f) { return load_cuda_decoder(c, architecture_spec(c), f, CudaModelOptions::for_model(c)); },
         [] { return gpu_available(); });
   register_cuda_tensor_parallel();
 }

@@ -6,6 +6,10 @@
 #include "core/dtype.h"
 #include "kernels/cuda/kernel_tuning.h"
 
+namespace ssmserve {
+struct ModelConfig;
+}
+
 namespace ssmserve::cuda {
 
 /// Options of the GPU runner; every one applies to every architecture (a mixer that has no use for one ignores it).
@@ -69,6 +73,9 @@ struct CudaModelOptions {
   /// SSMSERVE_MOE_PAIR_GEMV / _TUNE). Throws Error naming the variable on a
   /// malformed value.
   static CudaModelOptions from_env();
+  /// from_env() with the model's requested weight dtype (ModelConfig::dtype, vLLM's --dtype) as weight_dtype; nullopt
+  /// (auto) keeps BF16. Throws Error as from_env, or naming --dtype for a dtype the runner has no kernels for (F16).
+  static CudaModelOptions for_model(const ModelConfig& cfg);
 };
 
 }  // namespace ssmserve::cuda

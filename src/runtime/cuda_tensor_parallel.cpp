@@ -51,7 +51,7 @@ std::unique_ptr<CausalLM> load_cuda_tensor_parallel(const ModelConfig& c, LoadFo
 void register_cuda_tensor_parallel() {
   for (const std::string& arch : supported_architectures())
     register_device_tp_model("cuda", arch, [](const ModelConfig& c, LoadFormat f, int tp) {
-      return load_cuda_tensor_parallel(c, f, tp, CudaModelOptions::from_env());
+      return load_cuda_tensor_parallel(c, f, tp, CudaModelOptions::for_model(c));
     });
 }
 

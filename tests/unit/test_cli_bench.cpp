@@ -95,6 +95,7 @@ TEST(CliBenchThroughput, ErrorsExitWithOne) {
       {base + "--dataset " + (tmp / "missing.jsonl").string(), "missing.jsonl"},
       {base + "--load-format dummy --tokenizer " + tmp.path().string() + " --dataset " + (tmp / "bad.jsonl").string(), "tokenizer"},
       {base + "--load-format foo", "load-format"},
+      {base + "--dtype half", "--dtype half: fp16 weights are not supported"},
   };
   for (const auto& c : cases) {
     const CliRun r = run(c.args);
@@ -118,6 +119,7 @@ TEST(CliBenchLatency, ErrorsExitWithOne) {
       {"bench latency --model " + kTiny + " --output-len 2000000", "--output-len"},
       {base + "--threads 100000", "--threads"},
       {base + "--max-num-seqs 2147483647", "--max-num-seqs"},
+      {base + "--dtype fp32", "--dtype must be one of"},
       {base + "--output-json /nonexistent/dir/x.json", "/nonexistent/dir/x.json: cannot write"},
       {base + "--output-json " + tmp.path().string(), "is a directory"},
       {base + "--bogus", "(see ssmserve bench latency --help)"},

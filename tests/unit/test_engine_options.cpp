@@ -53,7 +53,7 @@ TEST(EngineOptions, EveryValidateMessageIsRespelt) {
     }
     return std::string();
   };
-  std::vector<EngineConfig> bad(11);
+  std::vector<EngineConfig> bad(13);
   bad[0].scheduler.max_num_batched_tokens = 0;
   bad[1].scheduler.max_num_seqs = 0;
   bad[2].num_state_blocks = 1;
@@ -65,12 +65,47 @@ TEST(EngineOptions, EveryValidateMessageIsRespelt) {
   bad[8].mamba_cache_mode = "x";
   bad[9].swap_space = -1;
   bad[10].mamba_block_size = -1;
+  bad[11].dtype = "half";
+  bad[12].dtype = "bf16";
   for (const EngineConfig& c : bad) {
     const std::string msg = message(c);
     ASSERT_FALSE(msg.empty());
     EXPECT_EQ(msg.rfind("--", 0), 0u) << msg;  // the CLI's spelling
     EXPECT_EQ(as_keywords(msg).find("--"), std::string::npos) << msg << " -> " << as_keywords(msg);
   }
+}
+
+// vLLM's --dtype names: auto (nullopt: the backend's default), bfloat16, float32 and vLLM's alias float; vLLM's half /
+// float16 (no fp16 kernels) and names vLLM does not take (bf16, fp32, other case) are errors naming --dtype and the
+// accepted values, which EngineConfig::validate raises too.
+TEST(EngineOptions, ModelDtype) {
+  EXPECT_EQ(parse_model_dtype("auto"), std::nullopt);
+  EXPECT_EQ(parse_model_dtype("bfloat16"), DType::BF16);
+  EXPECT_EQ(parse_model_dtype("float32"), DType::F32);
+  EXPECT_EQ(parse_model_dtype("float"), DType::F32);
+  auto message = [](std::string_view d) {
+    try {
+      (void)parse_model_dtype(d);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const char* d : {"half", "float16"})
+    EXPECT_EQ(message(d), std::string("--dtype ") + d +
+                              ": fp16 weights are not supported (the kernels run bf16 or fp32 weights); use one of: auto, "
+                              "bfloat16, float32, float");
+  for (const char* d : {"bf16", "fp32", "Float32", "", "float64"})
+    EXPECT_EQ(message(d), std::string("--dtype must be one of: auto, bfloat16, float32, float (got \"") + d + "\")");
+  EngineConfig c;
+  EXPECT_EQ(c.dtype, "auto");
+  for (const char* d : {"auto", "bfloat16", "float32", "float"}) {
+    c.dtype = d;
+    EXPECT_NO_THROW(c.validate()) << d;
+  }
+  c.dtype = "float16";
+  EXPECT_THROW(c.validate(), Error);
+  EXPECT_EQ(as_keywords(message("bf16")), "dtype must be one of: auto, bfloat16, float32, float (got \"bf16\")");
 }
 
 TEST(EngineOptions, TableHasOneFlagPerEntry) {
