@@ -112,6 +112,7 @@ const EngineArg kEngineArgs[] = {
      [](EngineConfig& c, const std::string& k, const py::handle& v) { c.speculative_config = str_arg(k, v); }},
     {"swap_space", "swap_space",
      [](EngineConfig& c, const std::string& k, const py::handle& v) { c.swap_space = float_arg(k, v); }},
+    {"dtype", "dtype", [](EngineConfig& c, const std::string& k, const py::handle& v) { c.dtype = str_arg(k, v); }},
     {"load_format", "load_format",
      [](EngineConfig& c, const std::string& k, const py::handle& v) {
        const std::string f = str_arg(k, v);

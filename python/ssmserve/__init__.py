@@ -257,9 +257,6 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
                         f"'num_speculative_tokens': 4}}, got {type(speculative_config).__name__}")
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"model must be a str (a checkpoint folder), got {type(model).__name__}")
-    if dtype not in (None, "auto"):
-        raise ValueError(f"dtype={dtype!r} is not supported: ssmserve computes in the checkpoint's dtype "
-                         "(use dtype='auto'; the state cache dtypes are mamba_cache_dtype / mamba_ssm_cache_dtype)")
     if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
         raise TypeError(f"tokenizer must be None or a str (a folder with tokenizer.json), got {type(tokenizer).__name__}")
     model = os.fspath(model)
@@ -269,7 +266,7 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
     for k in extra:
         if k not in _SSMSERVE_ENGINE_ARGS:
             raise TypeError(f"LLM() got an unexpected keyword argument '{k}'")
-    named = dict(tokenizer=None if tokenizer is None else os.fspath(tokenizer), max_model_len=max_model_len,
+    named = dict(tokenizer=None if tokenizer is None else os.fspath(tokenizer), dtype=dtype, max_model_len=max_model_len,
                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                  gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
                  enable_prefix_caching=enable_prefix_caching, device=device, load_format=load_format,
@@ -344,7 +341,8 @@ class LLM:
     vLLM's arguments (None = the engine's default):
       model: the checkpoint folder (config.json, *.safetensors, tokenizer.json); a missing folder is a ValueError.
       tokenizer: a folder with tokenizer.json (default: the model folder).
-      dtype: "auto" only (the checkpoint's dtype).
+      dtype: the weights' dtype: "auto" (the GPU: bfloat16; the CPU: as stored), "bfloat16", "float32" or "float";
+        the CPU computes in fp32 whatever it is. "half" / "float16" (no fp16 kernels) and other names are a ValueError.
       seed: the engine seed: requests without their own SamplingParams.seed get seeds derived from it, so a script's
         sampled outputs repeat from run to run; None (the default): unseeded requests differ every run.
       max_model_len: most prompt + generated tokens per request (default: the model's max_position_embeddings);

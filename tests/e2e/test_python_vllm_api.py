@@ -331,3 +331,34 @@ def test_speculative_config_gives_the_same_outputs(llm):
     b = spec.generate([quote], params, use_tqdm=False)[0].outputs[0]
     assert (a.token_ids, a.text) == (b.token_ids, b.text)
     assert [lp[t].logprob for lp, t in zip(a.logprobs, a.token_ids)] == [lp[t].logprob for lp, t in zip(b.logprobs, b.token_ids)]
+
+
+def test_dtype(llm):
+    """LLM(dtype=...) (vLLM's names): the CPU computes in fp32 whatever it says, so "float32", vLLM's alias "float",
+    "bfloat16" (on the bf16 tiny-mamba checkpoint) and "auto" / None give the default engine's ids and logprobs;
+    "half" / "float16" (no fp16 kernels) and names vLLM does not take are a ValueError naming dtype, a non-str a
+    TypeError; AsyncLLM takes it too."""
+    params = SamplingParams(temperature=0, max_tokens=8, logprobs=1, ignore_eos=True)
+
+    def ids_and_logprobs(engine):
+        outs = [o.outputs[0] for o in engine.generate(PROMPTS, params, use_tqdm=False)]
+        return [(c.token_ids, [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)]) for c in outs]
+
+    want = ids_and_logprobs(llm)
+    assert all(len(ids) == 8 for ids, _ in want)
+    for d in ("float32", "float", "bfloat16", "auto", None):
+        assert ids_and_logprobs(LLM(str(MODEL), max_num_seqs=8, threads=2, dtype=d)) == want, d
+    with pytest.raises(ValueError, match=r"dtype half: fp16 weights are not supported .*use one of: auto, bfloat16, "
+                                         r"float32, float"):
+        LLM(str(MODEL), dtype="half")
+    with pytest.raises(ValueError, match=r"dtype must be one of: auto, bfloat16, float32, float \(got \"bf16\"\)"):
+        LLM(str(MODEL), dtype="bf16")
+    with pytest.raises(ValueError, match="dtype must be one of") as err:
+        LLM(str(MODEL), dtype="fp32")
+    assert "--dtype" not in str(err.value)  # the keyword, not the CLI's flag
+    with pytest.raises(TypeError, match="'dtype'.*must be a str"):
+        LLM(str(MODEL), dtype=32)
+    with AsyncLLM(str(MODEL), threads=2, dtype="float32") as e:
+        assert e.is_running
+    with pytest.raises(ValueError, match="dtype"):
+        AsyncLLM(str(MODEL), threads=2, dtype="float16")
