@@ -7,8 +7,9 @@
 // experts come from HBM, not the 50 MB L2) and each call routes from its own random logits (64 sets, cycled). Timing: 64 calls captured in a CUDA graph with PDL (the
 // decode step's form), replayed; and the same 64 calls as plain stream launches. Prints us per layer and GB/s over
 // the expert bytes the pairs stream (P * (2 or 3) * I * hidden * 2 bytes; at T = 2 a shared expert is read twice).
-// Usage: bench_cuda_moe_decode [nemotron|qwen|granite] [profile] (default: all three; profile: also the per-kernel
-// event times (SSMSERVE_KERNEL_PROFILE's LaunchProfile) of 3 eager calls of the old kernels and the rule's, on stderr).
+// Usage: bench_cuda_moe_decode [nemotron|qwen|granite] [profile|sweep] (default: all three; profile: also the
+// per-kernel event times (SSMSERVE_KERNEL_PROFILE's LaunchProfile) of 3 eager calls of the old kernels and the rule's,
+// on stderr; sweep: T = 1 .. 64, the default path against per-pair GEMVs on sorted rows, see sweep()).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -141,6 +142,71 @@ void bench(const Shape& sh, cudaStream_t stream, bool profile) {
   cuda::set_kernel_tuning(saved);
 }
 
+/// "sweep": sparse_moe at T = 1 .. 64 tokens on the default path (per-pair GEMVs up to 16 pairs, the grouped
+/// tensor-core GEMMs above) against the per-pair GEMVs on expert-sorted rows (MoeDevWeights::per_pair, what
+/// batch-invariant mode runs at every T), graph + PDL, random routing per call. Bytes: the distinct experts the calls
+/// touch on average (each read once from HBM at best).
+void sweep(const Shape& sh, cudaStream_t stream) {
+  const size_t mat = static_cast<size_t>(sh.E) * sh.inter * sh.hidden * 2;
+  DeviceBuffer w1(mat), w3(sh.gated ? mat : 16), w2(mat);
+  w1.fill_bytes(0x3c), w2.fill_bytes(0x3c);
+  if (sh.gated) w3.fill_bytes(0x3c);
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  std::printf("sweep %s: E %d top-%d hidden %lld I %lld\n", sh.name, sh.E, sh.k, static_cast<long long>(sh.hidden),
+              static_cast<long long>(sh.inter));
+  std::mt19937 rng(99);
+  std::uniform_real_distribution<float> d(-3.0f, 3.0f);
+  const double expert_bytes = (sh.gated ? 3.0 : 2.0) * static_cast<double>(sh.inter) * sh.hidden * 2;
+  for (int64_t T : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
+    std::vector<float> logits(static_cast<size_t>(kCalls) * T * sh.E), x(static_cast<size_t>(T) * sh.hidden);
+    for (auto& v : logits) v = d(rng);
+    for (auto& v : x) v = d(rng) / 3.0f;
+    // Distinct experts per call (the top-k of each token's logits), averaged over the calls.
+    double distinct = 0;
+    for (int i = 0; i < kCalls; ++i) {
+      std::vector<char> used(static_cast<size_t>(sh.E), 0);
+      for (int64_t t = 0; t < T; ++t) {
+        const float* l = logits.data() + (static_cast<int64_t>(i) * T + t) * sh.E;
+        std::vector<int> idx(static_cast<size_t>(sh.E));
+        for (int e = 0; e < sh.E; ++e) idx[static_cast<size_t>(e)] = e;
+        std::partial_sort(idx.begin(), idx.begin() + sh.k, idx.end(), [&](int a, int b) { return l[a] > l[b]; });
+        for (int j = 0; j < sh.k; ++j) used[static_cast<size_t>(idx[static_cast<size_t>(j)])] = 1;
+      }
+      distinct += static_cast<double>(std::count(used.begin(), used.end(), 1)) / kCalls;
+    }
+    DeviceBuffer dl = cuda::to_device(logits), dx = cuda::to_device(x), out(static_cast<size_t>(T) * sh.hidden * 4);
+    double us[2];
+    for (int pp = 0; pp < 2; ++pp) {
+      cuda::MoeDevWeights w{sh.E, sh.k, sh.hidden, sh.inter, w1.data(), sh.gated ? w3.data() : nullptr, w2.data(),
+                            cuda::MoeRouteParams{}};
+      w.per_pair = pp == 1;
+      DeviceBuffer ws(cuda::moe_workspace_bytes(T, w));
+      auto calls = [&](bool pdl) {
+        for (int i = 0; i < kCalls; ++i)
+          SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), sh.hidden, T, dl.as<float>() + static_cast<int64_t>(i) * T * sh.E,
+                                          w, out.as<float>(), sh.hidden, ws.data(), stream, pdl));
+      };
+      calls(false);
+      SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      SSM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      calls(true);
+      SSM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      SSM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      us[pp] = us_per_call([&] { SSM_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, 5);
+      SSM_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      SSM_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+    const double gb = distinct * expert_bytes / 1e9;
+    std::printf("  T %3lld (%4lld pairs, %5.1f experts, %6.1f MB)  default %8.2f us (%5.0f GB/s)   per-pair sorted %8.2f us "
+                "(%5.0f GB/s)\n",
+                static_cast<long long>(T), static_cast<long long>(T * sh.k), distinct, gb * 1e3, us[0], gb / (us[0] * 1e-6),
+                us[1], gb / (us[1] * 1e-6));
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,9 +215,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string only;
-  bool profile = false;
+  bool profile = false, do_sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "profile") profile = true;
+    else if (std::string(argv[i]) == "sweep") do_sweep = true;
     else only = argv[i];
   }
   const Shape shapes[] = {{"nemotron-3-nano-30b-a3b", 128, 6, 2688, 1856, false},
@@ -170,7 +237,10 @@ int main(int argc, char** argv) {
     std::printf("roofline: 1 GiB device copy %.0f GB/s (read + write)\n", 2.0 * static_cast<double>(n) / (us * 1e-6) / 1e9);
   }
   for (const Shape& s : shapes)
-    if (only.empty() || std::string(s.name).find(only) != std::string::npos) bench(s, stream, profile);
+    if (only.empty() || std::string(s.name).find(only) != std::string::npos) {
+      if (do_sweep) sweep(s, stream);
+      else bench(s, stream, profile);
+    }
   SSM_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }

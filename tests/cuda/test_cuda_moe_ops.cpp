@@ -453,7 +453,9 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
 }
 
 // Qwen's many small experts: softmax top-k renormalized (norm_topk_prob) over 256 experts top-8 (Qwen3.5) and 512
-// top-10 (Qwen3-Next), on the per-pair path (T * top_k <= 16) and the grouped GEMMs (most experts hold 0-2 rows).
+// top-10 (Qwen3-Next), on the per-pair path (T * top_k <= 16 unsorted; up to 2 pairs per expert on sorted rows) and
+// the grouped GEMMs (T = 300: most experts hold a few rows); with KernelTuning::moe_pair_sorted off, the grouped GEMMs
+// from 17 pairs.
 TEST(CudaMoe, QwenManySmallExpertsMatchCpu) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -484,13 +486,20 @@ TEST(CudaMoe, QwenManySmallExpertsMatchCpu) {
       DeviceBuffer dx = to_device(x), dl = to_device(logits), dout = poisoned(T * Hd), ws(cuda::moe_workspace_bytes(T, w));
       DeviceBuffer di(T * c.k * 4), dw(T * c.k * 4);
       SSM_CUDA_CHECK(cuda::moe_route(dl.as<float>(), T, c.E, c.k, cuda::MoeRouteParams{}, di.as<int32_t>(), dw.as<float>(), nullptr));
-      SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), Hd, T, dl.as<float>(), w, dout.as<float>(), Hd, ws.data(), nullptr));
       SSM_CUDA_CHECK(cudaDeviceSynchronize());
       EXPECT_EQ(to_host<int32_t>(di, T * c.k), ids);
       const auto gw = to_host<float>(dw, T * c.k);
       for (int64_t i = 0; i < T * c.k; ++i) EXPECT_NEAR(gw[i], wts[i], 1e-6f) << i;
-      const auto got = to_host<float>(dout, T * Hd);
-      EXPECT_LT(rel_err(got.data(), Hd, ref.data(), Hd, T, Hd), 1e-2);
+      for (bool sorted : {true, false}) {  // T = 5 and 40: the per-pair GEMVs on sorted rows, or the grouped GEMMs
+        SCOPED_TRACE(testing::Message() << "moe_pair_sorted " << sorted);
+        cuda::KernelTuning t = cuda::kernel_tuning();
+        t.moe_pair_sorted = sorted;
+        TuningScope scope(t);
+        SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), Hd, T, dl.as<float>(), w, dout.as<float>(), Hd, ws.data(), nullptr));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(dout, T * Hd);
+        EXPECT_LT(rel_err(got.data(), Hd, ref.data(), Hd, T, Hd), 1e-2);
+      }
     }
   }
   DeviceBuffer dummy(16);  // 513 experts or top-17: refused before any pointer is read
@@ -500,8 +509,9 @@ TEST(CudaMoe, QwenManySmallExpertsMatchCpu) {
 }
 
 // The Qwen3.5-35B-A3B layer (hidden 2048, 256 experts of I = 512, top-8) against the CPU at a decode and a prefill
-// batch, then the GPU time of sparse_moe per batch size (printed: the per-pair path at T <= 2, the grouped GEMMs above;
-// every expert's row tile is 128 rows, so small batches pay mostly padding). Not in quick mode (1.6 GB of experts).
+// batch, then the GPU time of sparse_moe per batch size (printed: the per-pair path up to 2 pairs per expert, T <= 64,
+// sorted by expert from T = 3; the grouped GEMMs above, whose 128-row expert tiles small batches fill mostly with
+// padding). Not in quick mode (1.6 GB of experts).
 TEST(CudaMoe, Qwen35LayerShapeMatchesCpuAndTimings) {
   REQUIRE_GPU();
   if (quick()) GTEST_SKIP() << "large shape";

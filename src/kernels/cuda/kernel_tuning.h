@@ -54,6 +54,12 @@ struct KernelTuning {
   int moe_pair_rows = 0;
   int moe_pair_warps = 0;
   bool moe_pair_one_wave = false;
+  /// bf16 MoE steps of up to 2 (token, expert) pairs per expert (17..2E pairs: decode batches of 3 and more, short
+  /// prefill chunks) on the per-pair GEMVs over expert-sorted rows instead of the grouped tile GEMMs, whose 128-row
+  /// tiles ran 1-8% full there: on the H200 2.2-8x faster from 3 to 16 tokens at the three MoE expert shapes, still
+  /// ahead at 2E pairs (bench_cuda_moe_decode sweep, docs/benchmarks.md session 28). Off: the grouped GEMMs above 16
+  /// pairs, as before (SSMSERVE_MOE_PAIR_SORTED=0). Rounding-level differences (another summation order).
+  bool moe_pair_sorted = true;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

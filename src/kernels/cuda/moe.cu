@@ -205,6 +205,10 @@ dim3 combine_grid(int64_t T, int64_t hidden) { return dim3(static_cast<unsigned>
 /// step costs the bytes of its experts instead of a latency-bound tile loop). Same rounding as the grouped
 /// kernels (x and the activations as bf16, fp32 accumulation).
 constexpr int kSmallPairs = 16;
+/// KernelTuning::moe_pair_sorted's bound: the per-pair GEMVs on sorted rows up to this many pairs per expert (the
+/// H200 sweep's crossover with the grouped GEMMs: ~3 per expert at Nemotron-3-Nano's and Granite-4.0-H-Tiny's shapes,
+/// above 2 at Qwen3.5-35B-A3B's).
+constexpr int64_t kPairSortedPerExpert = 2;
 
 /// Grid (ceil(I / 8), min(P, 65535)), 8 warps; row r of [0, P) is pair p = sorted[r] (pairs in expert order, so
 /// consecutive blocks share an expert's weights in L2), or p = r without `sorted` (then pair_row[p] = p is written
@@ -591,7 +595,9 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
     return launch_pdl(pdl, combine_kernel, combine_grid(T, w.hidden), dim3(256), 0, stream,
                       static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
   }
-  if (P <= kSmallPairs || w.per_pair) {  // per-pair GEMVs (in expert order above kSmallPairs)
+  // Per-pair GEMVs (in expert order above kSmallPairs): decode-sized steps, every step with per_pair, and up to
+  // kPairSortedPerExpert pairs per expert under KernelTuning::moe_pair_sorted.
+  if (P <= kSmallPairs || w.per_pair || (kernel_tuning().moe_pair_sorted && P <= kPairSortedPerExpert * E)) {
     const int32_t* rows = nullptr;
     if (P > kSmallPairs) {
       if ((e = launch_pdl(pdl, sort_kernel, dim3(1), dim3(1024), 0, stream, ids, P, E, offsets, sorted, pair_row)) !=
