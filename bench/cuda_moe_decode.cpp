@@ -62,6 +62,24 @@ double us_per_call(F&& f, cudaStream_t s, int reps = 7) {
   return 1000.0 * best / kCalls;
 }
 
+/// us_per_call of `calls(true)` (kCalls calls with PDL) captured in one CUDA graph and replayed; `calls(false)` runs
+/// once eagerly first (module loading and occupancy queries outside the capture).
+template <class Calls>
+double graph_us_per_call(Calls&& calls, cudaStream_t stream, int reps = 7) {
+  calls(false);
+  SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  SSM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  calls(true);
+  SSM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  SSM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = us_per_call([&] { SSM_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, reps);
+  SSM_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  SSM_CUDA_CHECK(cudaGraphDestroy(graph));
+  return us;
+}
+
 void bench(const Shape& sh, cudaStream_t stream, bool profile) {
   const size_t mat = static_cast<size_t>(sh.E) * sh.inter * sh.hidden * 2;  // bytes of one stacked projection
   DeviceBuffer w1(mat), w3(sh.gated ? mat : 16), w2(mat);
@@ -108,18 +126,8 @@ void bench(const Shape& sh, cudaStream_t stream, bool profile) {
       cuda::KernelTuning t = saved;
       t.moe_pair_gemv = c.gemv, t.moe_pair_rows = c.rows, t.moe_pair_warps = c.warps, t.moe_pair_one_wave = c.one_wave;
       cuda::set_kernel_tuning(t);  // read by sparse_moe's host code at launch / capture
-      calls(false);                // eager first: module loading and the occupancy query outside the capture
-      SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      SSM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      calls(true);
-      SSM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      SSM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double g_us = us_per_call([&] { SSM_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream);
+      const double g_us = graph_us_per_call(calls, stream);
       const double s_us = us_per_call([&] { calls(false); }, stream);
-      SSM_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      SSM_CUDA_CHECK(cudaGraphDestroy(graph));
       std::printf("  T %lld (%2lld pairs, %6.1f MB)  %-32s graph+pdl %7.2f us/layer %7.0f GB/s   stream %7.2f us/layer %7.0f GB/s\n",
                   static_cast<long long>(T), static_cast<long long>(P), bytes / 1e6, c.label.c_str(), g_us,
                   bytes / (g_us * 1e-6) / 1e9, s_us, bytes / (s_us * 1e-6) / 1e9);
@@ -186,17 +194,7 @@ void sweep(const Shape& sh, cudaStream_t stream) {
           SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), sh.hidden, T, dl.as<float>() + static_cast<int64_t>(i) * T * sh.E,
                                           w, out.as<float>(), sh.hidden, ws.data(), stream, pdl));
       };
-      calls(false);
-      SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      SSM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      calls(true);
-      SSM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      SSM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      us[pp] = us_per_call([&] { SSM_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, 5);
-      SSM_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      SSM_CUDA_CHECK(cudaGraphDestroy(graph));
+      us[pp] = graph_us_per_call(calls, stream, 5);
     }
     const double gb = distinct * expert_bytes / 1e9;
     std::printf("  T %3lld (%4lld pairs, %5.1f experts, %6.1f MB)  default %8.2f us (%5.0f GB/s)   per-pair sorted %8.2f us "
