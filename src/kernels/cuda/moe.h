@@ -29,6 +29,9 @@ struct MoeRouteParams {
   const float* correction_bias = nullptr;
 };
 
+/// Router limits: experts (Qwen3-Next: 512) and experts per token (Qwen3-Next: top-10).
+inline constexpr int kMoeMaxExperts = 512, kMoeMaxTopK = 16;
+
 /// Stacked expert weights (device, bf16 or fp32 (f32), row-major as Linear weights are stored).
 struct MoeDevWeights {
   int num_experts = 0;   ///< E, 1..512 (the router's limit)
