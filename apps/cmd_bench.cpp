@@ -105,7 +105,7 @@ std::unique_ptr<LLMEngine> build_engine(BenchArgs& a, bool seqs_raised) {
     a.engine.num_state_blocks = a.batch_size * (1 + spec_k) + 1 + (a.engine.enable_prefix_caching ? 1 : 0);
     // Only the batch's requests ever run, so the scheduler admits that many (the engine otherwise warns that a pool
     // sized for the batch leaves no room for cached states next to --max-num-seqs 256 running requests).
-    // The user's flags are checked first, so a bad --max-num-seqs is still named.
+    // (run_latency checked the user's flags as given; this checks the sized pool before the scheduler follows it.)
     a.engine.validate();
     a.engine.scheduler.max_num_seqs = a.batch_size;
   }
@@ -212,6 +212,13 @@ int run_latency(BenchArgs& a) {
     SSM_CHECK(b >= 1 && b <= kMaxNumSeqs, "--batch-size must be in [1, {}] (got {})", kMaxNumSeqs, b);
   a.batch_size = *std::max_element(a.batch_sizes.begin(), a.batch_sizes.end());
   resolve_engine_config(a.engine, a.load_format);
+  {
+    // The user's engine flags are checked as given (as generate checks them), before the bench raises
+    // --max-num-seqs to the batch and --max-num-batched-tokens to its prompts, which would hide a 0 or a negative.
+    EngineConfig given = a.engine;
+    given.allow_benchmark_proposers = SpeculativeConfig::parse(given.speculative_config).benchmark_only();
+    given.validate();
+  }
   SSM_CHECK(a.input_len >= 1 && a.input_len <= kMaxNumBatchedTokens, "--input-len must be in [1, {}] (got {})", kMaxNumBatchedTokens,
             a.input_len);
   SSM_CHECK(a.output_len >= 2 && a.output_len <= kMaxOutputLen, "--output-len must be in [2, {}] (got {})", kMaxOutputLen, a.output_len);

@@ -119,6 +119,14 @@ TEST(CliBenchLatency, ErrorsExitWithOne) {
       {"bench latency --model " + kTiny + " --output-len 2000000", "--output-len"},
       {base + "--threads 100000", "--threads"},
       {base + "--max-num-seqs 2147483647", "--max-num-seqs"},
+      // The bench raises --max-num-seqs to the batch and --max-num-batched-tokens to its prompts, but only after the
+      // user's values are checked (as generate checks them).
+      {base + "--max-num-seqs 0", "--max-num-seqs must be in [1, 16384] (got 0)"},
+      {base + "--batch-size 3 --max-num-seqs -5", "--max-num-seqs must be in [1, 16384] (got -5)"},
+      {base + "--max-num-batched-tokens -3", "--max-num-batched-tokens must be in [1, "},
+      {base + "--max-num-seqs 0 --num-state-blocks 8", "--max-num-seqs must be in [1, 16384] (got 0)"},
+      {base + "--max-num-seqs 0 --speculative-config '{\"method\": \"replay\", \"num_speculative_tokens\": 2}'",
+       "--max-num-seqs must be in [1, 16384] (got 0)"},
       {base + "--dtype fp32", "--dtype must be one of"},
       {base + "--output-json /nonexistent/dir/x.json", "/nonexistent/dir/x.json: cannot write"},
       {base + "--output-json " + tmp.path().string(), "is a directory"},
