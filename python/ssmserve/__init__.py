@@ -246,6 +246,18 @@ def _check_seed(seed) -> Optional[int]:
     return seed
 
 
+def _dtype_name(dtype):
+    """vLLM's dtype argument as the engine's name: a torch.dtype becomes its name (torch.float32 / torch.float ->
+    "float32", torch.bfloat16 -> "bfloat16", torch.float16 / torch.half -> "float16", which the engine refuses as it
+    refuses the str); anything else is returned as given (the engine checks it: a str, else a TypeError naming
+    dtype). Recognised by type (torch.dtype) and its str "torch.<name>", so torch is never imported here."""
+    t = type(dtype)
+    if t.__module__ == "torch" and t.__name__ == "dtype":
+        name = str(dtype)
+        return name[len("torch."):] if name.startswith("torch.") else name
+    return dtype
+
+
 def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_batched_tokens, gpu_memory_utilization,
                  tensor_parallel_size, enable_prefix_caching, speculative_config, device, load_format, extra):
     """The C++ engine of LLM / AsyncLLM: vLLM's named arguments (None = the engine's default) plus ssmserve's own
@@ -266,7 +278,7 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
     for k in extra:
         if k not in _SSMSERVE_ENGINE_ARGS:
             raise TypeError(f"LLM() got an unexpected keyword argument '{k}'")
-    named = dict(tokenizer=None if tokenizer is None else os.fspath(tokenizer), dtype=dtype, max_model_len=max_model_len,
+    named = dict(tokenizer=None if tokenizer is None else os.fspath(tokenizer), dtype=_dtype_name(dtype), max_model_len=max_model_len,
                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                  gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
                  enable_prefix_caching=enable_prefix_caching, device=device, load_format=load_format,
@@ -341,8 +353,9 @@ class LLM:
     vLLM's arguments (None = the engine's default):
       model: the checkpoint folder (config.json, *.safetensors, tokenizer.json); a missing folder is a ValueError.
       tokenizer: a folder with tokenizer.json (default: the model folder).
-      dtype: the weights' dtype: "auto" (the GPU: bfloat16; the CPU: as stored), "bfloat16", "float32" or "float";
-        the CPU computes in fp32 whatever it is. "half" / "float16" (no fp16 kernels) and other names are a ValueError.
+      dtype: the weights' dtype: "auto" (the GPU: bfloat16; the CPU: as stored), "bfloat16", "float32" or "float",
+        or (as vLLM) a torch.dtype (torch.bfloat16, torch.float32); the CPU computes in fp32 whatever it is. "half" /
+        "float16" / torch.float16 (no fp16 kernels) and other names are a ValueError, other types a TypeError.
       seed: the engine seed: requests without their own SamplingParams.seed get seeds derived from it, so a script's
         sampled outputs repeat from run to run; None (the default): unseeded requests differ every run.
       max_model_len: most prompt + generated tokens per request (default: the model's max_position_embeddings);

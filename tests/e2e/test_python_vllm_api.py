@@ -362,3 +362,34 @@ def test_dtype(llm):
         assert e.is_running
     with pytest.raises(ValueError, match="dtype"):
         AsyncLLM(str(MODEL), threads=2, dtype="float16")
+
+
+def _fake_torch_dtype(name):
+    """An object shaped as a torch.dtype (type torch.dtype, str "torch.<name>"), for machines without torch."""
+    cls = type("dtype", (), {"__str__": lambda self: "torch." + name, "__repr__": lambda self: "torch." + name})
+    cls.__module__ = "torch"
+    return cls()
+
+
+def test_dtype_takes_torch_dtypes():
+    """vLLM's LLM(dtype=...) also takes a torch.dtype: torch.float32 / torch.float and torch.bfloat16 select those
+    weights, torch.float16 / torch.half is refused as "float16" is, any other torch dtype names itself in the
+    ValueError; other objects stay a TypeError."""
+    try:
+        import torch
+        dtypes = {n: getattr(torch, n) for n in ("float32", "bfloat16", "float16", "int8")}
+    except ImportError:
+        dtypes = {n: _fake_torch_dtype(n) for n in ("float32", "bfloat16", "float16", "int8")}
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    want = LLM(str(MODEL), threads=2, dtype="float32").generate(PROMPTS[:1], params, use_tqdm=False)[0].outputs[0].token_ids
+    for n in ("float32", "bfloat16"):
+        got = LLM(str(MODEL), threads=2, dtype=dtypes[n]).generate(PROMPTS[:1], params, use_tqdm=False)[0].outputs[0]
+        assert got.token_ids == want, n
+    with pytest.raises(ValueError, match="dtype float16: fp16 weights are not supported"):
+        LLM(str(MODEL), dtype=dtypes["float16"])
+    with pytest.raises(ValueError, match=r"dtype must be one of: auto, bfloat16, float32, float \(got \"int8\"\)"):
+        LLM(str(MODEL), dtype=dtypes["int8"])
+    with AsyncLLM(str(MODEL), threads=2, dtype=dtypes["float32"]) as e:
+        assert e.is_running
+    with pytest.raises(TypeError, match="'dtype'.*must be a str"):
+        LLM(str(MODEL), dtype=object())
