@@ -116,12 +116,25 @@ std::unique_ptr<LLMEngine> build_engine(BenchArgs& a, bool seqs_raised) {
     if (!seqs_raised) throw;
     fail("--batch-size {} (max-num-seqs is raised to the batch size): {}", a.batch_size, e.what());
   }
-  if (const int bs = engine_ptr->kv_block_size(); bs > 0 && auto_blocks) {
+  // Every request of the batch runs at once only when the pool holds its state block, its speculative state columns
+  // and (hybrid model) the KV blocks of its whole prompt and output.
+  const int bs = engine_ptr->kv_block_size();
+  const int64_t kv_per_seq = bs > 0 ? (int64_t{a.input_len} + a.output_len + spec_k + bs - 1) / bs : 0;
+  const int64_t needed = int64_t{a.batch_size} * (1 + spec_k + kv_per_seq) + 1;
+  if (bs > 0 && auto_blocks) {
     // Hybrid model: its KV blocks share the pool, so size it for the whole batch's KV as well.
-    a.engine.num_state_blocks = a.batch_size * (1 + spec_k + (a.input_len + a.output_len + spec_k + bs - 1) / bs) + 1;
+    a.engine.num_state_blocks = static_cast<int>(needed);
     engine_ptr.reset();
     engine_ptr = std::make_unique<LLMEngine>(a.engine);
   }
+  // A smaller pool given by hand would run the batch a few requests at a time, and the numbers would not be the
+  // batch's.
+  SSM_CHECK(auto_blocks || a.engine.num_state_blocks >= needed,
+            "--num-state-blocks {} cannot hold --batch-size {} running requests at once (it needs {}: one block per "
+            "request{}{}, plus the null block); raise it, or pass 0 to size the pool for the batch",
+            a.engine.num_state_blocks, a.batch_size, needed,
+            spec_k > 0 ? fmt::format(" and {} per request for the speculative tokens", spec_k) : std::string(),
+            bs > 0 ? fmt::format(" and {} KV blocks of {} tokens per request", kv_per_seq, bs) : std::string());
   return engine_ptr;
 }
 

@@ -128,6 +128,16 @@ TEST(CliBenchLatency, ErrorsExitWithOne) {
       {base + "--max-num-seqs 0 --speculative-config '{\"method\": \"replay\", \"num_speculative_tokens\": 2}'",
        "--max-num-seqs must be in [1, 16384] (got 0)"},
       {base + "--dtype fp32", "--dtype must be one of"},
+      // A pool given by hand must hold the whole batch at once, else the requests run a few at a time.
+      {base + "--batch-size 3 --num-state-blocks 3 --no-enable-prefix-caching",
+       "--num-state-blocks 3 cannot hold --batch-size 3 running requests at once (it needs 4: one block per request, "
+       "plus the null block)"},
+      {base + "--batch-size 3 --num-state-blocks 6 --speculative-config '{\"method\": \"ngram\", "
+              "\"num_speculative_tokens\": 2}'",
+       "(it needs 10: one block per request and 2 per request for the speculative tokens, plus the null block)"},
+      {"bench latency --model " + std::string(SSMSERVE_SOURCE_DIR) + "/tests/data/tiny-hybrids/tiny-bamba --load-format "
+       "dummy --num-iters 1 --input-len 8 --output-len 4 --batch-size 3 --num-state-blocks 6",
+       "(it needs 7: one block per request and 1 KV blocks of 128 tokens per request, plus the null block)"},
       {base + "--output-json /nonexistent/dir/x.json", "/nonexistent/dir/x.json: cannot write"},
       {base + "--output-json " + tmp.path().string(), "is a directory"},
       {base + "--bogus", "(see ssmserve bench latency --help)"},
