@@ -316,6 +316,12 @@ Runner add_bench(CLI::App& app) {
   bench->require_subcommand(1);
   CLI::App* lat = bench->add_subcommand("latency", "Prefill and decode tokens/s of one batch (median of repeats)");
   add_engine_options(*lat, a->engine, a->load_format);
+  // Only the batch ever runs, so the pool and the scheduler follow --batch-size (build_engine, run_latency).
+  lat->get_option("--num-state-blocks")
+      ->description("Recurrent-state blocks incl. the null block (0 = sized for the largest --batch-size: its state and "
+                    "speculative blocks, a hybrid's KV blocks); a pool given must hold that whole batch");
+  lat->get_option("--max-num-seqs")
+      ->description("Most requests in one step (raised to the largest --batch-size; set to it with --num-state-blocks 0)");
   const auto check_max_model_len = add_engine_max_model_len(*lat, a->engine);
   lat->add_option("--input-len", a->input_len, "Prompt tokens per request")->capture_default_str();
   lat->add_option("--output-len", a->output_len, "Generated tokens per request")->capture_default_str();

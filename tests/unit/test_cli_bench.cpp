@@ -15,6 +15,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using ssmserve::testing::CliRun;
 CliRun run(const std::string& args) { return ssmserve::testing::run_cli(args); }
@@ -150,6 +151,17 @@ TEST(CliBenchLatency, ErrorsExitWithOne) {
     EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr("error:")) << c.args;
   }
+}
+
+TEST(CliBenchLatency, HelpSaysThePoolAndSchedulerFollowTheBatch) {
+  // generate's "0 = max-num-seqs + 1" is not what bench latency does with --num-state-blocks 0.
+  const CliRun r = run("bench latency --help");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("0 = max-num-seqs + 1")));
+  EXPECT_THAT(r.out, HasSubstr("0 = sized for the largest --batch-size"));
+  EXPECT_THAT(r.out, HasSubstr("raised to the largest --batch-size"));
+  const CliRun g = run("generate --help");
+  EXPECT_THAT(g.out, HasSubstr("0 = max-num-seqs + 1"));
 }
 
 TEST(CliBenchLatency, UnwritableOutputFailsBeforeTheRun) {
