@@ -103,12 +103,12 @@ std::unique_ptr<LLMEngine> build_engine(BenchArgs& a, bool seqs_raised) {
   // One block per sequence, its speculative state columns, and (prefix caching) room for one cached state.
   if (auto_blocks) {
     a.engine.num_state_blocks = a.batch_size * (1 + spec_k) + 1 + (a.engine.enable_prefix_caching ? 1 : 0);
-    // Only the batch's requests ever run, so the scheduler admits that many (the engine otherwise warns that a pool
-    // sized for the batch leaves no room for cached states next to --max-num-seqs 256 running requests).
-    // (run_latency checked the user's flags as given; this checks the sized pool before the scheduler follows it.)
-    a.engine.validate();
-    a.engine.scheduler.max_num_seqs = a.batch_size;
+    a.engine.validate();  // the sized pool (run_latency checked the user's flags as given)
   }
+  // Only the batch's requests ever run, so the scheduler admits that many, whoever sized the pool (the engine
+  // otherwise warns that a pool holding the batch leaves no room for cached states next to --max-num-seqs 256 running
+  // requests).
+  a.engine.scheduler.max_num_seqs = a.batch_size;
   std::unique_ptr<LLMEngine> engine_ptr;
   try {
     engine_ptr = std::make_unique<LLMEngine>(a.engine);
@@ -321,7 +321,7 @@ Runner add_bench(CLI::App& app) {
       ->description("Recurrent-state blocks incl. the null block (0 = sized for the largest --batch-size: its state and "
                     "speculative blocks, a hybrid's KV blocks); a pool given must hold that whole batch");
   lat->get_option("--max-num-seqs")
-      ->description("Most requests in one step (raised to the largest --batch-size; set to it with --num-state-blocks 0)");
+      ->description("Most requests in one step (checked, then set to the largest --batch-size: only the batch runs)");
   const auto check_max_model_len = add_engine_max_model_len(*lat, a->engine);
   lat->add_option("--input-len", a->input_len, "Prompt tokens per request")->capture_default_str();
   lat->add_option("--output-len", a->output_len, "Generated tokens per request")->capture_default_str();

@@ -159,9 +159,20 @@ TEST(CliBenchLatency, HelpSaysThePoolAndSchedulerFollowTheBatch) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("0 = max-num-seqs + 1")));
   EXPECT_THAT(r.out, HasSubstr("0 = sized for the largest --batch-size"));
-  EXPECT_THAT(r.out, HasSubstr("raised to the largest --batch-size"));
+  EXPECT_THAT(r.out, HasSubstr("then set to the largest --batch-size"));
   const CliRun g = run("generate --help");
   EXPECT_THAT(g.out, HasSubstr("0 = max-num-seqs + 1"));
+}
+
+TEST(CliBenchLatency, AGivenPoolHoldingTheBatchRunsWithoutWarnings) {
+  // Only the batch's requests ever run, so a pool that holds them and one cached state is enough: no warning about
+  // --max-num-seqs 256 (never given) leaving no room for cached states.
+  const CliRun r = run("bench latency --model " + kTiny +
+                       " --batch-size 3 --num-state-blocks 5 --input-len 8 --output-len 2 --num-iters 1 --threads 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("batch 3,"));
+  EXPECT_THAT(r.err, Not(HasSubstr("no room for cached states"))) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("--max-num-seqs 256"))) << r.err;
 }
 
 TEST(CliBenchLatency, UnwritableOutputFailsBeforeTheRun) {
