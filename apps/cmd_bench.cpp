@@ -134,7 +134,8 @@ std::unique_ptr<LLMEngine> build_engine(BenchArgs& a, bool seqs_raised) {
             "request{}{}, plus the null block); raise it, or pass 0 to size the pool for the batch",
             a.engine.num_state_blocks, a.batch_size, needed,
             spec_k > 0 ? fmt::format(" and {} per request for the speculative tokens", spec_k) : std::string(),
-            bs > 0 ? fmt::format(" and {} KV blocks of {} tokens per request", kv_per_seq, bs) : std::string());
+            bs > 0 ? fmt::format(" and {} KV block{} of {} tokens per request", kv_per_seq, kv_per_seq == 1 ? "" : "s", bs)
+                   : std::string());
   return engine_ptr;
 }
 

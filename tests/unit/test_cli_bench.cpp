@@ -138,7 +138,7 @@ TEST(CliBenchLatency, ErrorsExitWithOne) {
        "(it needs 10: one block per request and 2 per request for the speculative tokens, plus the null block)"},
       {"bench latency --model " + std::string(SSMSERVE_SOURCE_DIR) + "/tests/data/tiny-hybrids/tiny-bamba --load-format "
        "dummy --num-iters 1 --input-len 8 --output-len 4 --batch-size 3 --num-state-blocks 6",
-       "(it needs 7: one block per request and 1 KV blocks of 128 tokens per request, plus the null block)"},
+       "(it needs 7: one block per request and 1 KV block of 128 tokens per request, plus the null block)"},
       {base + "--output-json /nonexistent/dir/x.json", "/nonexistent/dir/x.json: cannot write"},
       {base + "--output-json " + tmp.path().string(), "is a directory"},
       {base + "--bogus", "(see ssmserve bench latency --help)"},
