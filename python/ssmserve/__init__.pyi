@@ -90,7 +90,7 @@ class LLM:
         model: str,
         *,
         tokenizer: Optional[str] = None,
-        dtype: str = "auto",
+        dtype: Union[str, Any] = "auto",  # "auto" / "bfloat16" / "float32" / "float", or a torch.dtype
         seed: Optional[int] = None,
         max_model_len: Optional[int] = None,
         max_num_seqs: Optional[int] = None,

@@ -6,7 +6,7 @@ from .outputs import RequestOutput
 class EngineArgs:
     model: str
     tokenizer: Optional[str]
-    dtype: str
+    dtype: Union[str, Any]  # as LLM(dtype=...): a name or a torch.dtype
     seed: Optional[int]
     max_model_len: Optional[int]
     max_num_seqs: Optional[int]
@@ -30,7 +30,7 @@ class EngineArgs:
         self,
         model: str,
         tokenizer: Optional[str] = None,
-        dtype: str = "auto",
+        dtype: Union[str, Any] = "auto",
         seed: Optional[int] = None,
         max_model_len: Optional[int] = None,
         max_num_seqs: Optional[int] = None,
