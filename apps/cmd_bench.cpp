@@ -97,7 +97,9 @@ Measured measure(LLMEngine& engine, const BenchArgs& a, ReplayProposer::Continua
 
 /// The engine for a.engine, its state pool sized for a.batch_size requests held at once (with their speculative
 /// state columns and, for hybrids, their KV blocks). `seqs_raised`: max-num-seqs was raised to the batch size.
-std::unique_ptr<LLMEngine> build_engine(BenchArgs& a, bool seqs_raised) {
+/// `later_spec_k`: the speculative tokens of an engine built after this one on the same pool (the replay bench's plain
+/// pass checks a hand-given pool for its speculative pass too, before running anything).
+std::unique_ptr<LLMEngine> build_engine(BenchArgs& a, bool seqs_raised, int later_spec_k = 0) {
   const bool auto_blocks = a.engine.num_state_blocks == 0;
   const int spec_k = SpeculativeConfig::parse(a.engine.speculative_config).num_speculative_tokens;
   // One block per sequence, its speculative state columns, and (prefix caching) room for one cached state.
@@ -119,21 +121,23 @@ std::unique_ptr<LLMEngine> build_engine(BenchArgs& a, bool seqs_raised) {
   // Every request of the batch runs at once only when the pool holds its state block, its speculative state columns
   // and (hybrid model) the KV blocks of its whole prompt and output.
   const int bs = engine_ptr->kv_block_size();
-  const int64_t kv_per_seq = bs > 0 ? (int64_t{a.input_len} + a.output_len + spec_k + bs - 1) / bs : 0;
-  const int64_t needed = int64_t{a.batch_size} * (1 + spec_k + kv_per_seq) + 1;
+  const auto kv_for = [&](int k) { return bs > 0 ? (int64_t{a.input_len} + a.output_len + k + bs - 1) / bs : 0; };
+  const auto needed_for = [&](int k) { return int64_t{a.batch_size} * (1 + k + kv_for(k)) + 1; };
   if (bs > 0 && auto_blocks) {
     // Hybrid model: its KV blocks share the pool, so size it for the whole batch's KV as well.
-    a.engine.num_state_blocks = static_cast<int>(needed);
+    a.engine.num_state_blocks = static_cast<int>(needed_for(spec_k));
     engine_ptr.reset();
     engine_ptr = std::make_unique<LLMEngine>(a.engine);
   }
+  const int check_k = std::max(spec_k, later_spec_k);
+  const int64_t kv_per_seq = kv_for(check_k), needed = needed_for(check_k);
   // A smaller pool given by hand would run the batch a few requests at a time, and the numbers would not be the
   // batch's.
   SSM_CHECK(auto_blocks || a.engine.num_state_blocks >= needed,
             "--num-state-blocks {} cannot hold --batch-size {} running requests at once (it needs {}: one block per "
             "request{}{}, plus the null block); raise it, or pass 0 to size the pool for the batch",
             a.engine.num_state_blocks, a.batch_size, needed,
-            spec_k > 0 ? fmt::format(" and {} per request for the speculative tokens", spec_k) : std::string(),
+            check_k > 0 ? fmt::format(" and {} per request for the speculative tokens", check_k) : std::string(),
             bs > 0 ? fmt::format(" and {} KV block{} of {} tokens per request", kv_per_seq, kv_per_seq == 1 ? "" : "s", bs)
                    : std::string());
   return engine_ptr;
@@ -161,7 +165,7 @@ int run_replay(BenchArgs& a, const SpeculativeConfig& spec, bool seqs_raised) {
     BenchArgs p = a;
     p.engine.speculative_config.clear();
     std::cerr << "plain greedy pass (records the continuations the replay drafter replays)\n";
-    std::unique_ptr<LLMEngine> engine = build_engine(p, seqs_raised);
+    std::unique_ptr<LLMEngine> engine = build_engine(p, seqs_raised, spec.num_speculative_tokens);
     for (int b : a.batch_sizes) {
       p.batch_size = b;
       recorded[b] = std::make_shared<ReplayProposer::Continuations>();

@@ -153,6 +153,16 @@ TEST(CliBenchLatency, ErrorsExitWithOne) {
   }
 }
 
+TEST(CliBenchLatency, ReplayChecksAHandGivenPoolBeforeThePlainPass) {
+  // The plain pass needs 4 blocks, the speculative pass after it 10: refused before anything is measured.
+  const CliRun r = run("bench latency --model " + kTiny + " --num-iters 1 --input-len 8 --output-len 4 --batch-size 3 "
+                       "--num-state-blocks 6 --speculative-config '{\"method\": \"replay\", \"num_speculative_tokens\": 2}'");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("(it needs 10: one block per request and 2 per request for the speculative tokens, plus "
+                               "the null block)"));
+  EXPECT_THAT(r.err, Not(HasSubstr("(warmup)"))) << "the plain pass ran first";
+}
+
 TEST(CliBenchLatency, HelpSaysThePoolAndSchedulerFollowTheBatch) {
   // generate's "0 = max-num-seqs + 1" is not what bench latency does with --num-state-blocks 0.
   const CliRun r = run("bench latency --help");
