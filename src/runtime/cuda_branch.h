@@ -44,11 +44,14 @@ struct CudaBranch {
     SSM_CUDA_CHECK(cudaEventRecord(fork_event, main));
     SSM_CUDA_CHECK(cudaStreamWaitEvent(side.get(), fork_event, 0));
   }
-  /// `main` waits for everything enqueued on the branch so far.
-  void join(cudaStream_t main) const {
+  /// Records the join event after everything enqueued on the branch so far and returns it, for a wait enqueued later
+  /// (e.g. just before the one kernel that reads the branch's output: sparse_moe's MoeSharedAdd::ready).
+  cudaEvent_t done() const {
     SSM_CUDA_CHECK(cudaEventRecord(join_event, side.get()));
-    SSM_CUDA_CHECK(cudaStreamWaitEvent(main, join_event, 0));
+    return join_event;
   }
+  /// `main` waits for everything enqueued on the branch so far.
+  void join(cudaStream_t main) const { SSM_CUDA_CHECK(cudaStreamWaitEvent(main, done(), 0)); }
 };
 
 }  // namespace ssmserve::cuda

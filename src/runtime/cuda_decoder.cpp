@@ -40,6 +40,11 @@ struct CudaSublayer {
   /// The first of a parallel pair whose residual updates run as one launch after the second (both non-plain, neither
   /// from the normed rows: Falcon-H1): its output goes to ScratchPool::kParallelOut instead of the runner's out.
   bool defer_residual = false;
+  /// Its scaled residual (not plain, not from the normed rows, not paired) applied by the next sublayer's residual
+  /// norm, or by the LM head's after the last, instead of a launch of its own (CudaModelOptions::fuse_scaled_residual).
+  bool residual_to_next = false;
+  /// Whether the next norm adds this sublayer's output: its plain residual, or its scaled one (residual_to_next).
+  bool out_pending() const { return spec.plain_residual() || residual_to_next; }
 };
 
 class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
@@ -232,6 +237,13 @@ void CudaDecoderLM::load(WeightSource& src) {
     subs_[i].defer_residual = !a.parallel && b.parallel && !a.plain_residual() && !b.plain_residual() && !a.residual_is_normed &&
                               !b.residual_is_normed;
   }
+  // Scaled residuals taken over by the next residual norm (a parallel sublayer after it runs no norm of its own).
+  for (size_t i = 0; ctx_.opt.fuse_scaled_residual && i < subs_.size(); ++i) {
+    CudaSublayer& a = subs_[i];
+    const bool paired = a.defer_residual || (a.spec.parallel && i > 0 && subs_[i - 1].defer_residual);
+    const bool next_parallel = i + 1 < subs_.size() && subs_[i + 1].spec.parallel;
+    a.residual_to_next = !a.spec.plain_residual() && !a.spec.residual_is_normed && !paired && !next_parallel;
+  }
 }
 
 void CudaDecoderLM::stack_parallel_projections() {
@@ -284,7 +296,8 @@ void CudaDecoderLM::step(const ForwardBatch& batch, StateCache& cache, float* lo
   };
   a.key_extra = layout_.has_attention() ? static_cast<uint64_t>(batch.attn_meta.max_num_blocks_per_seq) : 0;
   a.capture_verify = !layout_.has_attention();  // the attention plan of a verify step follows its rows' lengths
-  a.last_out_pending = subs_.empty() || subs_.back().spec.plain_residual();
+  a.last_out_pending = subs_.empty() || subs_.back().out_pending();
+  if (!subs_.empty() && subs_.back().residual_to_next) a.last_out_alpha = subs_.back().spec.alpha, a.last_out_beta = subs_.back().spec.beta;
   a.reserve = [&](int64_t T, int64_t nlog) {
     reserve(T, nlog);
     views_.clear();  // the mirror's layout is synced by now (run_step syncs it before reserving)
@@ -317,12 +330,16 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   if (profile_) profile_->begin("norm", s);
   // 1. The sublayer's norm, adding the previous module's output first when its residual is still pending. A parallel
   //    mixer (Falcon-H1) reads the normed input of the mixer before it instead, once that mixer's output is added.
-  const float* prev = i > 0 && subs_[i - 1].spec.plain_residual() ? out : nullptr;
+  //    The previous sublayer's scaled residual, when left to this norm, with its scales (residual_step's arithmetic).
+  const CudaSublayer* before = i > 0 ? &subs_[i - 1] : nullptr;
+  const float* prev = before && before->out_pending() ? out : nullptr;
+  const float ra = prev && before->residual_to_next ? before->spec.alpha : 1.0f;
+  const float xb = prev && before->residual_to_next ? before->spec.beta : 1.0f;
   const bool f32_in = S.module->input() == ModuleInput::F32;
   void* normed_c = normed_c_.get(T * H * dtype_size(wd));
   float* normed_f = normed_f_.f32(T * H);
   if (S.spec.parallel) {
-    if (prev) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, 1.0f, prev, 1.0f, T * H, s, opt.pdl));
+    if (prev) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, ra, prev, xb, T * H, s, opt.pdl));
   } else {
     // The fp32 form when this module or a parallel one after it reads fp32, or the residual rule needs it.
     const CudaSublayer* next = i + 1 < subs_.size() && subs_[i + 1].spec.parallel ? &subs_[i + 1] : nullptr;
@@ -330,10 +347,11 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     const bool need_f32 = f32_in || S.spec.residual_is_normed || next_f32;
     const bool need_c = !f32_in || (next && !next_f32);
     if (!need_f32) {
-      SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c, wd, H, opt.pdl, s));
+      SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c,
+                                       wd, H, opt.pdl, s, ra, xb));
     } else {
-      SSM_CUDA_CHECK(
-          fused_add_rms_norm(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, T, H, normed_f, DType::F32, H, s, opt.pdl));
+      SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_f,
+                                       DType::F32, H, opt.pdl, s, ra, xb));
       if (need_c) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s, opt.pdl));
     }
   }
@@ -354,7 +372,7 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     const SublayerSpec& f = subs_[i - 1].spec;
     SSM_CUDA_CHECK(scaled_residual2(hidden, f.alpha, pool_[ScratchPool::kParallelOut].f32(T * H), f.beta, S.spec.alpha, out,
                                     S.spec.beta, T * H, s, opt.pdl));
-  } else if (!S.spec.plain_residual()) {
+  } else if (!S.spec.plain_residual() && !S.residual_to_next) {
     SSM_CUDA_CHECK(
         scaled_residual(hidden, S.spec.residual_is_normed ? normed_f : hidden, S.spec.alpha, out, S.spec.beta, T * H, s, opt.pdl));
   }

@@ -55,6 +55,14 @@ struct CudaModelOptions {
   /// (CudaBranch, runtime/cuda_branch.h). The same kernels on the same inputs: bit-identical to one stream (tested).
   /// Off under layer_profile (its spans time one stream).
   bool moe_shared_branch = true;
+  /// A MoE layer's shared-expert rows added inside the routed experts' combine kernel (kernels/cuda/moe.h
+  /// MoeSharedAdd: the plain add or Qwen's sigmoid-gated one, one launch less per layer), the second branch joined
+  /// just before the combine. The same arithmetic as the separate add: bit-identical (tested).
+  bool moe_fused_shared_add = true;
+  /// A sublayer's scaled residual h = alpha h + beta module(...) (Granite's residual_multiplier, Falcon-H1's and
+  /// Nemotron-H's multipliers when not paired) applied by the next sublayer's residual norm (or the LM head's) instead
+  /// of a launch of its own: the same residual_step arithmetic, bit-identical (tested).
+  bool fuse_scaled_residual = true;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;
@@ -67,7 +75,8 @@ struct CudaModelOptions {
   /// Defaults, overridden by the environment (core/env_options.h, docs/environment.md): SSMSERVE_CUDA_GRAPHS=0|1,
   /// SSMSERVE_PDL=0|1, SSMSERVE_SKINNY_MAX_M=<n>, SSMSERVE_BATCH_INVARIANT=0|1, SSMSERVE_DECODE_DATAFLOW=0|1,
   /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_PROFILE_REPLAY=<n>, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
-  /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, and the kernel paths
+  /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, SSMSERVE_MOE_FUSED_SHARED_ADD=0|1,
+  /// SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK,
   /// SSMSERVE_MOE_PAIR_GEMV / _TUNE / _SORTED). Throws Error naming the variable on a

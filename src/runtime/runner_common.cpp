@@ -250,13 +250,14 @@ void LmFrame::pointers(std::vector<const void*>& out) const {
 }
 
 void LmFrame::enqueue_head(const StepMeta& m, int64_t T, int64_t H, int64_t V, float eps, const float* last_out,
-                           float* hidden, int64_t n_logits, GemmHandle& gemm, cudaStream_t s) {
+                           float* hidden, int64_t n_logits, GemmHandle& gemm, cudaStream_t s, float residual_scale,
+                           float out_scale) {
   (void)T;
   if (n_logits == 0) return;
   const DevWeight& head = tied ? embedding : lm_head;
   void* g_ab = cast.get(n_logits * H * dtype_size(head.dtype));
   SSM_CUDA_CHECK(add_rms_norm_rows(last_out, H, hidden, H, norm_f.as<float>(), eps, m.logits_indices, n_logits, H, false,
-                                   g_ab, head.dtype, H, pdl, s));
+                                   g_ab, head.dtype, H, pdl, s, residual_scale, out_scale));
   float* dl = logits.f32(n_logits * V);
   gemm.run({n_logits, head.rows, head.cols, g_ab, H, head.buf.data(), head.cols, head.dtype, dl, V, DType::F32}, s);
 }
@@ -374,7 +375,7 @@ void run_step(const StepFrameArgs& a, const ForwardBatch& batch, StateCache& cac
       for (int l = 0; l < a.num_layers; ++l) a.mixer(l, dj, T);
       a.frame->enqueue_head(dj, T, H, a.tp->vocab_per_rank(V), a.eps,
                             a.num_layers > 0 && a.last_out_pending ? a.out->f32(T * H) : nullptr,
-                            hidden, nlog, *a.gemm, s);
+                            hidden, nlog, *a.gemm, s, a.last_out_alpha, a.last_out_beta);
       if (tp_picks) a.tp->gather_logits_device(*a.frame, nlog, V, s);
       // Steps before the last: rows without a logits row (padding) keep their ids; the greedy kernel writes each
       // row's pick into the next step's input ids.

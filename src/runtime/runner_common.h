@@ -130,9 +130,11 @@ struct LmFrame {
   /// hidden [T, H] fp32 = embedding rows of meta.input_ids.
   void embed(const StepMeta& m, int64_t T, int64_t H, float* hidden, cudaStream_t s);
   /// Enqueues device logits [n_logits, V] = lm_head(rms_norm(hidden + last_out)) on the requested rows (the
-  /// final norm runs on those rows only; hidden is not modified).
+  /// final norm runs on those rows only; hidden is not modified). residual_scale / out_scale: the last sublayer's
+  /// scaled residual, hidden * residual_scale + last_out * out_scale (add_rms_norm_rows), when it is left pending.
   void enqueue_head(const StepMeta& m, int64_t T, int64_t H, int64_t V, float eps, const float* last_out,
-                    float* hidden, int64_t n_logits, GemmHandle& gemm, cudaStream_t s);
+                    float* hidden, int64_t n_logits, GemmHandle& gemm, cudaStream_t s, float residual_scale = 1.0f,
+                    float out_scale = 1.0f);
   /// Copies the logits to the host and waits for the stream (the step's one synchronization).
   void download(int64_t n_logits, int64_t V, float* logits_host, cudaStream_t s);
   /// Enqueues the greedy pick of every logits row (kernels/cuda/sampling.h) after enqueue_head, into picks rows
@@ -231,6 +233,9 @@ struct StepFrameArgs {
   /// True when the last layer's output is still to be added to the residual (the LM head's norm adds `out`); false
   /// when the last layer applied its residual itself.
   bool last_out_pending = true;
+  /// The pending last output's residual rule, hidden * last_out_alpha + out * last_out_beta (a scaled residual left to
+  /// the LM head's norm: CudaModelOptions::fuse_scaled_residual); 1, 1 for the plain sum.
+  float last_out_alpha = 1.0f, last_out_beta = 1.0f;
   std::function<void(int64_t T, int64_t n_logits)> reserve;  ///< sizes the runner's scratch
   std::function<void(int layer, const StepMeta& meta, int64_t T)> mixer;  ///< enqueues one layer (sublayer)
 };

@@ -195,6 +195,24 @@ TEST_P(CudaHybridModel, MoeSharedBranchEqualsOneStream) {
   expect_same_logits({}, one_stream, "logits with the shared expert on a second branch differ from one stream");
 }
 
+/// The shared expert's rows added inside the routed experts' combine kernel (the default) against the add of its own
+/// after it (plain: Nemotron-H; sigmoid-gated: Qwen): bit-identical logits.
+TEST_P(CudaHybridModel, MoeFusedSharedAddEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions separate;
+  separate.moe_fused_shared_add = false;
+  expect_same_logits({}, separate, "logits with the shared expert added in the combine differ from the separate add");
+}
+
+/// A sublayer's scaled residual (Granite's residual_multiplier) applied by the next residual norm (the default)
+/// against its own launch: bit-identical logits (cases without a scaled residual compare the one path with itself).
+TEST_P(CudaHybridModel, FusedScaledResidualEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions separate;
+  separate.fuse_scaled_residual = false;
+  expect_same_logits({}, separate, "logits with the scaled residual in the next norm differ from its own launch");
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
                          ::testing::Values(HybridCase{"tiny-granitemoehybrid", false}, HybridCase{"tiny-nemotron_h", false},
                                            HybridCase{"tiny-bamba", true}, HybridCase{"tiny-jamba", true, 7e-2, 2e-2},

@@ -44,12 +44,6 @@ __global__ void mlp_act_kernel(const float* __restrict__ gu, int64_t gs, int64_t
   }
 }
 
-/// x a + y b with explicit roundings (y b rounded, then one fused multiply-add), so that residual_kernel and
-/// residual2_kernel give the same bits: left to the compiler, the contraction of the two products may differ.
-__device__ __forceinline__ float residual_step(float x, float a, float y, float b) {
-  return __fmaf_rn(x, a, __fmul_rn(y, b));
-}
-
 __global__ void residual_kernel(float* h, const float* x, float a, const float* y, float b, int64_t n) {
   pdl_wait();
   pdl_launch_dependents();
@@ -67,7 +61,8 @@ __global__ void residual2_kernel(float* h, float a1, const float* x, float b1, f
   }
 }
 
-/// Grid (T), 256 threads: the block's dot x[t] . w (thread-strided partial sums, then block_sum), then the gated add.
+/// Grid (T), 256 threads: s = block_sigmoid_dot(x[t], w), then out[t] += s * y[t] (one FMA per column; the same bits
+/// as sparse_moe's combine with MoeSharedAdd::gate).
 __global__ void __launch_bounds__(256) gated_add_kernel(float* __restrict__ out, int64_t os, const float* __restrict__ y,
                                                         int64_t ys, const float* __restrict__ x, int64_t xs,
                                                         const float* __restrict__ w, int64_t H) {
@@ -75,12 +70,8 @@ __global__ void __launch_bounds__(256) gated_add_kernel(float* __restrict__ out,
   pdl_wait();
   pdl_launch_dependents();
   const int64_t t = blockIdx.x;
-  const float* xt = x + t * xs;
-  float d = 0.0f;
-  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) d += xt[c] * w[c];
-  d = block_sum(d, scratch);
-  const float s = 1.0f / (1.0f + expf(-d));
-  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) out[t * os + c] += s * y[t * ys + c];
+  const float s = block_sigmoid_dot(x + t * xs, w, H, scratch);
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) out[t * os + c] = __fmaf_rn(s, y[t * ys + c], out[t * os + c]);
 }
 
 }  // namespace

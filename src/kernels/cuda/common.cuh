@@ -57,6 +57,25 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(r);
 }
 
+/// x a + y b with explicit roundings (y b rounded, then one fused multiply-add): the residual update of every kernel
+/// that applies a sublayer's scaled residual (scaled_residual, scaled_residual2 and the residual norms that take the
+/// update over), so each gives the same bits; left to the compiler, the contraction of the two products may differ.
+/// With a = b = 1 it is the plain sum x + y, rounded once.
+__device__ __forceinline__ float residual_step(float x, float a, float y, float b) {
+  return __fmaf_rn(x, a, __fmul_rn(y, b));
+}
+
+/// sigmoid(x . w) over H columns, computed by the whole block (thread-strided FMA partial sums in ascending column,
+/// then block_sum; the same bits for the same blockDim.x): Qwen's shared_expert_gate. Every thread gets the result;
+/// it must be reached by all threads (block_sum). scratch: 32 floats of shared memory.
+__device__ __forceinline__ float block_sigmoid_dot(const float* __restrict__ x, const float* __restrict__ w, int64_t H,
+                                                   float* scratch) {
+  float d = 0.0f;
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) d = __fmaf_rn(x[c], w[c], d);
+  d = block_sum(d, scratch);
+  return 1.0f / (1.0f + expf(-d));
+}
+
 /// Makes the default stream-ordered memory pool of the current device keep freed memory (so the chunked scans'
 /// per-call workspaces from cudaMallocAsync are reused, not returned to the driver at every synchronization).
 inline void keep_pool_memory() {

@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
                                                                  float* residual, int64_t res_stride,
                                                                  const float* __restrict__ weight, float eps,
                                                                  const int32_t* __restrict__ rows, int64_t H,
-                                                                 bool write_residual, TO* out, int64_t out_stride) {
+                                                                 bool write_residual, TO* out, int64_t out_stride,
+                                                                 float ra, float xb) {
   __shared__ float scratch[32];
   pdl_wait();
   pdl_launch_dependents();
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
     float v = res[h];
     if (xr) {
-      v += xr[h];
+      v = residual_step(v, ra, xr[h], xb);
       if (write_residual) res[h] = v;
     }
     ss += v * v;
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(H) + eps);
   TO* o = out + i * out_stride;
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
-    const float v = (xr && !write_residual) ? res[h] + xr[h] : res[h];
+    const float v = (xr && !write_residual) ? residual_step(res[h], ra, xr[h], xb) : res[h];
     store(o + h, v * inv * weight[h]);
   }
 }
@@ -78,7 +79,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
                                                                      float* residual, int64_t res_stride,
                                                                      const float* __restrict__ weight, float eps,
                                                                      const int32_t* __restrict__ rows, int64_t H,
-                                                                     bool write_residual, TO* out, int64_t out_stride) {
+                                                                     bool write_residual, TO* out, int64_t out_stride,
+                                                                     float ra, float xb) {
   __shared__ float scratch[32];
   const int tid = threadIdx.x;
   const int64_t H4 = H / 4;
@@ -100,7 +102,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
       v[j] = res[q];
       if (xr) {
         const float4 a = xr[q];
-        v[j].x += a.x, v[j].y += a.y, v[j].z += a.z, v[j].w += a.w;
+        v[j].x = residual_step(v[j].x, ra, a.x, xb), v[j].y = residual_step(v[j].y, ra, a.y, xb);
+        v[j].z = residual_step(v[j].z, ra, a.z, xb), v[j].w = residual_step(v[j].w, ra, a.w, xb);
       }
     }
   }
@@ -259,7 +262,7 @@ int lanes_for(int N) {
 cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, float residual_scale, float x_scale) {
   if (n < 0 || H < 1 || res_stride < H || out_stride < H || (x && x_stride < H) || n > 2147483647 ||
       (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight)
     return cudaErrorInvalidValue;
@@ -273,16 +276,18 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
     if (out_dtype == DType::BF16)
       return launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                         residual, res_stride, weight, eps, rows, H, write_residual, static_cast<__nv_bfloat16*>(out),
-                        out_stride);
+                        out_stride, residual_scale, x_scale);
     return launch_pdl(pdl, norm_rows_vec_kernel<float>, grid, dim3(kNormThreads), 0, stream, x, x_stride, residual,
-                      res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride);
+                      res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride, residual_scale,
+                      x_scale);
   }
   if (out_dtype == DType::BF16)
     return launch_pdl(pdl, norm_rows_kernel<__nv_bfloat16>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                       residual, res_stride, weight, eps, rows, H, write_residual, static_cast<__nv_bfloat16*>(out),
-                      out_stride);
+                      out_stride, residual_scale, x_scale);
   return launch_pdl(pdl, norm_rows_kernel<float>, grid, dim3(kNormThreads), 0, stream, x, x_stride, residual,
-                    res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride);
+                    res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride, residual_scale,
+                      x_scale);
 }
 
 cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,

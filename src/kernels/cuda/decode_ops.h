@@ -19,7 +19,9 @@ namespace ssmserve::cuda {
 /// Residual add + RMSNorm with a fixed reduction shape (256 threads per row, whatever the number of rows; rows of
 /// H % 4 == 0, H <= 4096 with 16-byte aligned rows load as float4 slots, all at once), per
 /// output row i with source row r = rows ? rows[i] : i:
-///   v = residual[r] + (x ? x[r] : 0);  if (write_residual) residual[r] = v;
+///   v = x ? residual_step(residual[r], residual_scale, x[r], x_scale) : residual[r];  if (write_residual) residual[r] = v;
+/// (residual_step, common.cuh: residual * residual_scale + x * x_scale as scaled_residual rounds it; the plain sum
+/// residual + x with the default scales: a sublayer's scaled residual taken over by the next norm.)
 ///   out[i] = v / sqrt(mean(v^2) + eps) * weight   (fp32 statistics; out in out_dtype F32 or BF16).
 ///   x: [*, H] fp32 (row stride x_stride) or nullptr; residual: [*, H] fp32; weight: [H] fp32; rows: [n] int32
 ///   device (the LM head's logits_indices) or nullptr; out: [n, H], row stride out_stride.
@@ -27,7 +29,7 @@ namespace ssmserve::cuda {
 cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
-                              cudaStream_t stream);
+                              cudaStream_t stream, float residual_scale = 1.0f, float x_scale = 1.0f);
 
 /// causal_conv1d_update (causal_conv1d.h) over `batch` decode rows (device_decode_rows.h: a plain row is one input
 /// and its window updated in place; a speculative verify row's tokens go one after another, token j reading column

@@ -63,13 +63,25 @@ __global__ void __launch_bounds__(1024) sort_kernel(const int32_t* __restrict__ 
   }
 }
 
+/// The shared expert's rows combine_kernel adds (MoeSharedAdd with x resolved), or y == nullptr for none.
+struct CombineAdd {
+  const float* y;
+  int64_t ys;
+  const float* gate;
+  const float* x;
+  int64_t xs;
+};
+
 /// Grid (T, ceil(hidden / 256)), 256 threads: thread c of column slice blockIdx.y writes out[t, c] = sum over
 /// slots in ascending expert id of w * y[pair_row] (one column per thread: a decode step's one token used to loop
-/// one block over the whole row, 8-12 us on the H200 at hidden 1536-2688; the sum per column is unchanged).
+/// one block over the whole row, 8-12 us on the H200 at hidden 1536-2688; the sum per column is unchanged), then
+/// adds the shared expert's row (MoeSharedAdd): + sy[t, c] (one rounding, as scaled_residual) or, gated, one FMA
+/// with s = block_sigmoid_dot(x[t], gate) (each slice's block computes the same s; as sigmoid_gated_add).
 __global__ void __launch_bounds__(256) combine_kernel(const float* __restrict__ y, int64_t hidden,
                                                      const int32_t* __restrict__ ids, const float* __restrict__ wts,
                                                      const int32_t* __restrict__ pair_row, int top_k,
-                                                     float* __restrict__ out, int64_t os) {
+                                                     float* __restrict__ out, int64_t os, CombineAdd add) {
+  __shared__ float scratch[32];
   pdl_wait();
   pdl_launch_dependents();
   const int64_t t = blockIdx.x;
@@ -81,12 +93,17 @@ __global__ void __launch_bounds__(256) combine_kernel(const float* __restrict__ 
       order[b] = order[b - 1];
       order[b - 1] = tmp;
     }
+  const float s = add.y && add.gate ? block_sigmoid_dot(add.x + t * add.xs, add.gate, hidden, scratch) : 1.0f;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= hidden) return;
   float o = 0.0f;
   for (int k = 0; k < top_k; ++k) {
     const int64_t p = t * top_k + order[k];
     o += y[static_cast<int64_t>(pair_row[p]) * hidden + c] * wts[p];
+  }
+  if (add.y) {
+    const float sy = add.y[t * add.ys + c];
+    o = add.gate ? __fmaf_rn(s, sy, o) : __fadd_rn(o, sy);
   }
   out[t * os + c] = o;
 }
@@ -194,7 +211,23 @@ struct PairGemvArgs {
   bf16* act_out;         ///< up: act [P, N] bf16
   float* y;              ///< down: y [P, N] fp32
   int32_t* pair_row;     ///< up without `sorted`: pair_row[p] = p
+  /// up: the down projection w2 [E, hidden, I] whose leading `prefetch_bytes` per expert the block hints into the L2
+  /// (its share, by blockIdx.x), or null (KernelTuning::moe_prefetch_down).
+  const bf16* prefetch_w = nullptr;
+  int64_t prefetch_expert_elems = 0;  ///< elements per expert of prefetch_w
+  int64_t prefetch_bytes = 0;         ///< a multiple of 128
 };
+
+/// Step budget of the down-projection L2 hints (half the H200's 50 MB L2, so the hinted lines outlive the up GEMV).
+constexpr int64_t kMoePrefetchBudget = 24ll << 20;
+
+/// The block's share (by blockIdx.x of gridDim.x) of the leading `bytes` of `base`, hinted into the L2, 128-byte lines.
+__device__ __forceinline__ void l2_prefetch_share(const void* base, int64_t bytes) {
+  const char* b = static_cast<const char*>(base);
+  const int64_t lines = bytes / 128, per = (lines + gridDim.x - 1) / gridDim.x, l0 = blockIdx.x * per;
+  const int64_t l1 = l0 + per < lines ? l0 + per : lines;
+  for (int64_t l = l0 + threadIdx.x; l < l1; l += blockDim.x) asm volatile("prefetch.global.L2 [%0];" ::"l"(b + l * 128));
+}
 
 /// 8 bf16 weights streamed once (bypassing L1).
 __device__ __forceinline__ uint4 load_stream8(const bf16* p) {
@@ -254,6 +287,8 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
     const bool active = n0 < N;  // whole warps: the butterfly below has all 32 lanes
     uint4 va[U][R], vb[U][R];
     if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);  // in flight while the block stages its input row
+    if constexpr (MODE != PairMode::kDown)
+      if (a.prefetch_w) l2_prefetch_share(a.prefetch_w + e * a.prefetch_expert_elems, a.prefetch_bytes);
     if (r != blockIdx.y) __syncthreads();  // the previous row's reads of in_s are done
     if constexpr (MODE == PairMode::kDown) {
       const bf16* src = a.act_in + r * K;
@@ -429,11 +464,26 @@ bool valid(const MoeDevWeights& w) {
 size_t moe_workspace_bytes(int64_t T, const MoeDevWeights& w) { return MoeLayout(T, w).total; }
 
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
-                       float* out, int64_t out_stride, void* workspace, cudaStream_t stream, bool pdl) {
+                       float* out, int64_t out_stride, void* workspace, cudaStream_t stream, bool pdl,
+                       const MoeSharedAdd* shared) {
   if (!valid(w) || w.num_experts > kMaxRouteE || T < 0 || x_stride < w.hidden || x_stride % 4 != 0 ||
       out_stride < w.hidden)
     return cudaErrorInvalidValue;
-  if (T == 0) return cudaSuccess;
+  if (shared && (!shared->y || shared->y_stride < w.hidden || (shared->x && shared->x_stride < w.hidden)))
+    return cudaErrorInvalidValue;
+  // The weighted combine of the experts' rows, with the shared expert's rows added (after its branch's event).
+  const CombineAdd add = shared ? CombineAdd{shared->y, shared->y_stride, shared->gate, shared->x ? shared->x : x,
+                                             shared->x ? shared->x_stride : x_stride}
+                                : CombineAdd{nullptr, 0, nullptr, nullptr, 0};
+  auto combine = [&](const float* y, const int32_t* ids, const float* wts, const int32_t* pair_row) {
+    if (shared && shared->ready) {
+      const cudaError_t we = cudaStreamWaitEvent(stream, shared->ready, 0);
+      if (we != cudaSuccess) return we;
+    }
+    return launch_pdl(pdl, combine_kernel, combine_grid(T, w.hidden), dim3(256), 0, stream, y, w.hidden, ids, wts,
+                      pair_row, w.top_k, out, out_stride, add);
+  };
+  if (T == 0) return shared && shared->ready ? cudaStreamWaitEvent(stream, shared->ready, 0) : cudaSuccess;
   const MoeLayout L(T, w);
   auto* base = static_cast<unsigned char*>(workspace);
   auto* ids = reinterpret_cast<int32_t*>(base + L.ids);
@@ -467,8 +517,7 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
                         static_cast<const float*>(actf), ids, rows, P, static_cast<const float*>(w.w2), w.hidden,
                         w.intermediate, y)) != cudaSuccess)
       return e;
-    return launch_pdl(pdl, combine_kernel, combine_grid(T, w.hidden), dim3(256), 0, stream,
-                      static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
+    return combine(static_cast<const float*>(y), ids, wts, pair_row);
   }
   // Per-pair GEMVs (in expert order above kSmallPairs): decode-sized steps, every step with per_pair, and up to
   // kPairSortedPerExpert pairs per expert under KernelTuning::moe_pair_sorted.
@@ -483,8 +532,12 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
     }
     if (kernel_tuning().moe_pair_gemv && w.hidden <= kPairMaxK && w.intermediate <= kPairMaxK) {
       // The same bits as the old kernels below.
-      const PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
-                            static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
+      PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
+                      static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
+      if (kernel_tuning().moe_prefetch_down) {  // each pair's share of the budget, at most its expert's w2
+        up.prefetch_w = static_cast<const bf16*>(w.w2), up.prefetch_expert_elems = w.hidden * w.intermediate;
+        up.prefetch_bytes = std::min<int64_t>(up.prefetch_expert_elems * 2, kMoePrefetchBudget / P) / 128 * 128;
+      }
       if ((e = w.w3 ? launch_pair_gemv<PairMode::kUpGated>(pdl, up, stream)
                     : launch_pair_gemv<PairMode::kUpRelu2>(pdl, up, stream)) != cudaSuccess)
         return e;
@@ -506,8 +559,7 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
         return e;
       prof.mark("moe small down");
     }
-    e = launch_pdl(pdl, combine_kernel, combine_grid(T, w.hidden), dim3(256), 0, stream,
-                   static_cast<const float*>(y), w.hidden, ids, wts, pair_row, k, out, out_stride);
+    e = combine(static_cast<const float*>(y), ids, wts, pair_row);
     prof.mark("moe combine");
     return e;
   }
@@ -529,8 +581,7 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   if ((e = moe_grouped_down(act, offsets, P, E, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, y,
                             stream)) != cudaSuccess)
     return e;
-  return launch_pdl(pdl, combine_kernel, combine_grid(T, w.hidden), dim3(256), 0, stream, static_cast<const float*>(y),
-                    w.hidden, ids, wts, pair_row, k, out, out_stride);
+  return combine(static_cast<const float*>(y), ids, wts, pair_row);
 }
 
 }  // namespace ssmserve::cuda

@@ -60,13 +60,30 @@ cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, int32_t*
 cudaError_t moe_route(const float* logits, int64_t T, int E, int top_k, const MoeRouteParams& r, int32_t* ids, float* weights,
                       cudaStream_t stream, bool pdl = false);
 
+/// The shared expert's rows that sparse_moe adds in its combine kernel (instead of a launch of its own after it):
+///   out[t] = combine[t] + y[t]                        (gate == nullptr; the bits of scaled_residual(out, out, 1, y, 1))
+///   out[t] = combine[t] + sigmoid(x[t] . gate) * y[t]  (Qwen's shared_expert_gate; the bits of sigmoid_gated_add)
+/// y: [T, hidden] fp32 (row stride y_stride); gate: [hidden] fp32 or nullptr; x: [T, hidden] fp32 (row stride
+/// x_stride; sparse_moe's own x when null). ready: an event recorded after y's producer on another stream (the
+/// runner's second branch), which the combine waits for (the routed experts before it do not), or nullptr.
+struct MoeSharedAdd {
+  const float* y = nullptr;
+  int64_t y_stride = 0;
+  const float* gate = nullptr;
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  cudaEvent_t ready = nullptr;
+};
+
 /// out[t] = sum over token t's top_k experts e (ascending e) of weight_e * w2_e(silu(w1_e x) * (w3_e x)) (relu^2
 /// experts: weight_e * w2_e(relu(w1_e x)^2)).
 ///   x: [T, hidden] fp32 (row stride x_stride, multiple of 4); logits: [T, E] fp32 contiguous; out: [T, hidden]
 ///   fp32 (row stride out_stride; must not alias x); workspace: moe_workspace_bytes(T, w) bytes.
 ///   pdl: this file's kernels (routing, sort, the per-pair / fp32 GEMVs, combine) launched with Programmatic
 ///   Dependent Launch (pdl.cuh); the grouped GEMMs of large batches stay plain launches.
+///   shared: the shared expert's rows added in the combine (MoeSharedAdd), or nullptr.
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
-                       float* out, int64_t out_stride, void* workspace, cudaStream_t stream, bool pdl = false);
+                       float* out, int64_t out_stride, void* workspace, cudaStream_t stream, bool pdl = false,
+                       const MoeSharedAdd* shared = nullptr);
 
 }  // namespace ssmserve::cuda

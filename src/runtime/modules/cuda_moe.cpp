@@ -6,7 +6,9 @@
 // every bf16 GEMM input) or fp32 (fp32 GEMVs, nothing rounded: an fp32 model's experts compute as the CPU's do, so a
 // router near a tie picks the CPU's experts in the layers after). With the runner's second branch (CudaBranch) the
 // shared expert runs on it, forked after the router GEMM and joined before its output is added, while the routed
-// experts run on the main stream: the same kernels on the same inputs, so the same bits as one stream.
+// experts run on the main stream: the same kernels on the same inputs, so the same bits as one stream. The shared
+// output is added by the routed experts' combine kernel (CudaModelOptions::moe_fused_shared_add), else by a kernel of
+// its own: the same arithmetic either way.
 #include <cstring>
 
 #include "core/error.h"
@@ -100,12 +102,21 @@ class CudaMoe final : public CudaModule {
       SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, sst.stream, pdl && !ctx_.branch));
       shared_->forward(sst, state, xc, y);
     }
+    // With moe_fused_shared_add the combine kernel adds y (gated: times sigmoid(x . w_g)), waiting for the branch just
+    // before it; else a launch of its own below.
+    const bool fused = shared_ && ctx_.opt.moe_fused_shared_add;
+    MoeSharedAdd add;
+    if (fused) {
+      add.y = y, add.y_stride = H_, add.gate = shared_gate_.data() ? shared_gate_.as<float>() : nullptr;
+      add.ready = ctx_.branch ? ctx_.branch->done() : nullptr;
+    }
     {
       ProfileSpan span(ctx_.profile, "experts", st.stream);
       SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_,
-                                slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights())), st.stream, pdl));
+                                slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights())), st.stream, pdl,
+                                fused ? &add : nullptr));
     }
-    if (shared_) {  // out += y (gated: times sigmoid(x . w_g))
+    if (shared_ && !fused) {  // out += y (gated: times sigmoid(x . w_g))
       if (ctx_.branch) ctx_.branch->join(st.stream);
       if (shared_gate_.data())
         SSM_CUDA_CHECK(sigmoid_gated_add(out, H_, y, H_, normed, H_, shared_gate_.as<float>(), T, H_, st.stream, pdl));
