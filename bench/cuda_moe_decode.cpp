@@ -99,12 +99,10 @@ void bench(const Shape& sh, cudaStream_t stream, bool profile) {
     bool gemv;
     int rows, warps;
     bool one_wave;
-    bool prefetch_down = true;  // KernelTuning::moe_prefetch_down
   };
   std::vector<Config> configs = {{"old (SSMSERVE_MOE_PAIR_GEMV=0)", false, 0, 0, false},
                                  {"new, rule", true, 0, 0, false},
-                                 {"new, rule, one wave", true, 0, 0, true},
-                                 {"new, rule, SSMSERVE_MOE_PREFETCH_DOWN=0", true, 0, 0, false, false}};
+                                 {"new, rule, one wave", true, 0, 0, true}};
   for (int r : {1, 2, 4})
     for (int wp : {4, 8})
       for (bool ow : {false, true})
@@ -127,7 +125,6 @@ void bench(const Shape& sh, cudaStream_t stream, bool profile) {
     for (const Config& c : configs) {
       cuda::KernelTuning t = saved;
       t.moe_pair_gemv = c.gemv, t.moe_pair_rows = c.rows, t.moe_pair_warps = c.warps, t.moe_pair_one_wave = c.one_wave;
-      t.moe_prefetch_down = c.prefetch_down;
       cuda::set_kernel_tuning(t);  // read by sparse_moe's host code at launch / capture
       const double g_us = graph_us_per_call(calls, stream);
       const double s_us = us_per_call([&] { calls(false); }, stream);

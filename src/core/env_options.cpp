@@ -29,9 +29,9 @@ EnvOptions read_env() {
                            "SSMSERVE_LIGHTNING_WALK", "SSMSERVE_DECODE_PREWAIT", "SSMSERVE_SAMPLE_BUCKETS",
                            "SSMSERVE_LAYER_PROFILE", "SSMSERVE_PROFILE_REPLAY", "SSMSERVE_FUSE_PARALLEL_PROJ", "SSMSERVE_GDN_WALK",
                            "SSMSERVE_ATTN_DECODE_KERNEL", "SSMSERVE_ATTN_FILL_ITEMS", "SSMSERVE_MOE_PAIR_GEMV",
-                           "SSMSERVE_MOE_PAIR_TUNE", "SSMSERVE_MOE_SHARED_BRANCH", "SSMSERVE_MOE_FUSED_SHARED_ADD",
+                           "SSMSERVE_MOE_PAIR_TUNE", "SSMSERVE_MOE_SHARED_BRANCH", "SSMSERVE_MOE_FUSED_SHARED_ADD", "SSMSERVE_BRANCH_PDL",
                            "SSMSERVE_FUSE_SCALED_RESIDUAL",
-                           "SSMSERVE_MOE_PAIR_SORTED", "SSMSERVE_MOE_PREFETCH_DOWN"})
+                           "SSMSERVE_MOE_PAIR_SORTED"})
     if (const char* v = get(name)) o.gpu[name] = v;
   return o;
 }

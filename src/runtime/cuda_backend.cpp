@@ -55,7 +55,8 @@ CudaModelOptions CudaModelOptions::from_env() {
   int_in("SSMSERVE_PROFILE_REPLAY", o.profile_replay, 0, 1 << 30);
   flag("SSMSERVE_FUSE_PARALLEL_PROJ", o.fuse_parallel_projections);
   flag("SSMSERVE_MOE_SHARED_BRANCH", o.moe_shared_branch);
-  flag("SSMSERVE_MOE_FUSED_SHARED_ADD", o.moe_fused_shared_add);
+  int_in("SSMSERVE_MOE_FUSED_SHARED_ADD", o.moe_fused_shared_add, 0, 2);
+  flag("SSMSERVE_BRANCH_PDL", o.branch_pdl);
   flag("SSMSERVE_FUSE_SCALED_RESIDUAL", o.fuse_scaled_residual);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
   int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);
@@ -88,7 +89,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   int_in("SSMSERVE_ATTN_FILL_ITEMS", k.attn_fill_items, 64, 8192);
   flag("SSMSERVE_MOE_PAIR_GEMV", k.moe_pair_gemv);
   flag("SSMSERVE_MOE_PAIR_SORTED", k.moe_pair_sorted);
-  flag("SSMSERVE_MOE_PREFETCH_DOWN", k.moe_prefetch_down);
   if (const auto e = env.gpu_value("SSMSERVE_MOE_PAIR_TUNE")) {  // "rows,warps[,one_wave]" (0: by the rule)
     int r = -1, wp = -1, ow = 0;
     const int n = std::sscanf(e->c_str(), "%d,%d,%d", &r, &wp, &ow);

@@ -16,8 +16,9 @@ namespace ssmserve::cuda {
 struct CudaBranch {
   Stream side;
   GemmHandle gemm;
-  /// The main context with stream = side and gemm = this branch's handle. PDL off on the branch: its first kernel
-  /// follows an event wait (a plain dependency), as the Mamba-1 decode overlap's branch.
+  /// The main context with stream = side and gemm = this branch's handle. PDL (CudaModelOptions::branch_pdl) for the
+  /// branch's kernels after its first: the user launches the first one plainly, since it follows the fork's event
+  /// wait (a plain dependency), as the Mamba-1 decode overlap's branch.
   CudaRunnerContext ctx;
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
 
@@ -26,9 +27,9 @@ struct CudaBranch {
     ctx.stream = side.get();
     ctx.gemm = &gemm;
     ctx.branch = nullptr;
-    ctx.opt.pdl = false;
+    ctx.opt.pdl = main.opt.pdl && main.opt.branch_pdl;
     configure_gemm(gemm, ctx.opt);
-    gemm.set_pdl(false);
+    gemm.set_pdl(ctx.opt.pdl);
     SSM_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
     SSM_CUDA_CHECK(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
   }

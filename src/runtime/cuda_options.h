@@ -55,10 +55,15 @@ struct CudaModelOptions {
   /// (CudaBranch, runtime/cuda_branch.h). The same kernels on the same inputs: bit-identical to one stream (tested).
   /// Off under layer_profile (its spans time one stream).
   bool moe_shared_branch = true;
-  /// A MoE layer's shared-expert rows added inside the routed experts' combine kernel (kernels/cuda/moe.h
-  /// MoeSharedAdd: the plain add or Qwen's sigmoid-gated one, one launch less per layer), the second branch joined
-  /// just before the combine. The same arithmetic as the separate add: bit-identical (tested).
-  bool moe_fused_shared_add = true;
+  /// Which MoE layers add their shared-expert rows inside the routed experts' combine kernel (kernels/cuda/moe.h
+  /// MoeSharedAdd; the second branch joined just before the combine) instead of a launch of their own after it:
+  /// 0 none, 1 those with Qwen's sigmoid gate (default: its one-block gated add took ~9.5 us per layer on the H200),
+  /// 2 all (the plain add too: slower where the shared expert's branch is the layer's longer chain, since the combine
+  /// then waits for it; docs/benchmarks.md session 29). The same arithmetic either way: bit-identical (tested).
+  int moe_fused_shared_add = 1;
+  /// Programmatic Dependent Launch on the second branch (CudaBranch) for its kernels after the first, which follows
+  /// the fork's event wait and is launched plainly (as the Mamba-1 decode overlap's branch).
+  bool branch_pdl = true;
   /// A sublayer's scaled residual h = alpha h + beta module(...) (Granite's residual_multiplier, Falcon-H1's and
   /// Nemotron-H's multipliers when not paired) applied by the next sublayer's residual norm (or the LM head's) instead
   /// of a launch of its own: the same residual_step arithmetic, bit-identical (tested).
@@ -75,8 +80,8 @@ struct CudaModelOptions {
   /// Defaults, overridden by the environment (core/env_options.h, docs/environment.md): SSMSERVE_CUDA_GRAPHS=0|1,
   /// SSMSERVE_PDL=0|1, SSMSERVE_SKINNY_MAX_M=<n>, SSMSERVE_BATCH_INVARIANT=0|1, SSMSERVE_DECODE_DATAFLOW=0|1,
   /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_PROFILE_REPLAY=<n>, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
-  /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, SSMSERVE_MOE_FUSED_SHARED_ADD=0|1,
-  /// SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, and the kernel paths
+  /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, SSMSERVE_MOE_FUSED_SHARED_ADD=0..2,
+  /// SSMSERVE_BRANCH_PDL=0|1, SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK,
   /// SSMSERVE_MOE_PAIR_GEMV / _TUNE / _SORTED). Throws Error naming the variable on a

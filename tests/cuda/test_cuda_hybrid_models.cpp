@@ -195,13 +195,15 @@ TEST_P(CudaHybridModel, MoeSharedBranchEqualsOneStream) {
   expect_same_logits({}, one_stream, "logits with the shared expert on a second branch differ from one stream");
 }
 
-/// The shared expert's rows added inside the routed experts' combine kernel (the default) against the add of its own
-/// after it (plain: Nemotron-H; sigmoid-gated: Qwen): bit-identical logits.
+/// The shared expert's rows added inside the routed experts' combine kernel (the default for Qwen's gated add; every
+/// add at 2) against the add of its own after it (plain: Nemotron-H; sigmoid-gated: Qwen): bit-identical logits.
 TEST_P(CudaHybridModel, MoeFusedSharedAddEqualsSeparate) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions separate;
-  separate.moe_fused_shared_add = false;
+  cuda::CudaModelOptions separate, all_fused;
+  separate.moe_fused_shared_add = 0;
+  all_fused.moe_fused_shared_add = 2;
   expect_same_logits({}, separate, "logits with the shared expert added in the combine differ from the separate add");
+  expect_same_logits(all_fused, separate, "logits with every shared add in the combine differ from the separate add");
 }
 
 /// A sublayer's scaled residual (Granite's residual_multiplier) applied by the next residual norm (the default)

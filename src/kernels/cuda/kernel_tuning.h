@@ -60,10 +60,6 @@ struct KernelTuning {
   /// ahead at 2E pairs (bench_cuda_moe_decode sweep, docs/benchmarks.md session 28). Off: the grouped GEMMs above 16
   /// pairs, as before (SSMSERVE_MOE_PAIR_SORTED=0). Rounding-level differences (another summation order).
   bool moe_pair_sorted = true;
-  /// The per-pair up GEMV's blocks hint each pair's down-projection rows into the L2 (prefetch.global.L2, up to
-  /// kMoePrefetchBudget bytes per step, each expert's leading rows) while the up GEMV streams its own weights, so the
-  /// down GEMV that follows reads them from the L2 (SSMSERVE_MOE_PREFETCH_DOWN=0: off). A hint: never a result.
-  bool moe_prefetch_down = true;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

@@ -211,23 +211,7 @@ struct PairGemvArgs {
   bf16* act_out;         ///< up: act [P, N] bf16
   float* y;              ///< down: y [P, N] fp32
   int32_t* pair_row;     ///< up without `sorted`: pair_row[p] = p
-  /// up: the down projection w2 [E, hidden, I] whose leading `prefetch_bytes` per expert the block hints into the L2
-  /// (its share, by blockIdx.x), or null (KernelTuning::moe_prefetch_down).
-  const bf16* prefetch_w = nullptr;
-  int64_t prefetch_expert_elems = 0;  ///< elements per expert of prefetch_w
-  int64_t prefetch_bytes = 0;         ///< a multiple of 128
 };
-
-/// Step budget of the down-projection L2 hints (half the H200's 50 MB L2, so the hinted lines outlive the up GEMV).
-constexpr int64_t kMoePrefetchBudget = 24ll << 20;
-
-/// The block's share (by blockIdx.x of gridDim.x) of the leading `bytes` of `base`, hinted into the L2, 128-byte lines.
-__device__ __forceinline__ void l2_prefetch_share(const void* base, int64_t bytes) {
-  const char* b = static_cast<const char*>(base);
-  const int64_t lines = bytes / 128, per = (lines + gridDim.x - 1) / gridDim.x, l0 = blockIdx.x * per;
-  const int64_t l1 = l0 + per < lines ? l0 + per : lines;
-  for (int64_t l = l0 + threadIdx.x; l < l1; l += blockDim.x) asm volatile("prefetch.global.L2 [%0];" ::"l"(b + l * 128));
-}
 
 /// 8 bf16 weights streamed once (bypassing L1).
 __device__ __forceinline__ uint4 load_stream8(const bf16* p) {
@@ -287,8 +271,6 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
     const bool active = n0 < N;  // whole warps: the butterfly below has all 32 lanes
     uint4 va[U][R], vb[U][R];
     if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);  // in flight while the block stages its input row
-    if constexpr (MODE != PairMode::kDown)
-      if (a.prefetch_w) l2_prefetch_share(a.prefetch_w + e * a.prefetch_expert_elems, a.prefetch_bytes);
     if (r != blockIdx.y) __syncthreads();  // the previous row's reads of in_s are done
     if constexpr (MODE == PairMode::kDown) {
       const bf16* src = a.act_in + r * K;
@@ -532,12 +514,8 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
     }
     if (kernel_tuning().moe_pair_gemv && w.hidden <= kPairMaxK && w.intermediate <= kPairMaxK) {
       // The same bits as the old kernels below.
-      PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
-                      static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
-      if (kernel_tuning().moe_prefetch_down) {  // each pair's share of the budget, at most its expert's w2
-        up.prefetch_w = static_cast<const bf16*>(w.w2), up.prefetch_expert_elems = w.hidden * w.intermediate;
-        up.prefetch_bytes = std::min<int64_t>(up.prefetch_expert_elems * 2, kMoePrefetchBudget / P) / 128 * 128;
-      }
+      const PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
+                            static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
       if ((e = w.w3 ? launch_pair_gemv<PairMode::kUpGated>(pdl, up, stream)
                     : launch_pair_gemv<PairMode::kUpRelu2>(pdl, up, stream)) != cudaSuccess)
         return e;

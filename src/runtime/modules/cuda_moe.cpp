@@ -102,9 +102,9 @@ class CudaMoe final : public CudaModule {
       SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, sst.stream, pdl && !ctx_.branch));
       shared_->forward(sst, state, xc, y);
     }
-    // With moe_fused_shared_add the combine kernel adds y (gated: times sigmoid(x . w_g)), waiting for the branch just
-    // before it; else a launch of its own below.
-    const bool fused = shared_ && ctx_.opt.moe_fused_shared_add;
+    // Under moe_fused_shared_add (gated adds by default, every add at 2) the combine kernel adds y (gated: times
+    // sigmoid(x . w_g)), waiting for the branch just before it; else a launch of its own below.
+    const bool fused = shared_ && ctx_.opt.moe_fused_shared_add >= (shared_gate_.data() ? 1 : 2);
     MoeSharedAdd add;
     if (fused) {
       add.y = y, add.y_stride = H_, add.gate = shared_gate_.data() ? shared_gate_.as<float>() : nullptr;
