@@ -318,7 +318,7 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   cudaStream_t s = stream_.get();
   float* hidden = hidden_.f32(T * H);
   float* out = out_.f32(T * H);
-  CudaStep st{batch, dm, &plans_, T, s};
+  const CudaStep st{batch, dm, &plans_, T, s};
   if (i == 0) {
     if (spec_.embedding_multiplier != 1.0f)
       SSM_CUDA_CHECK(scaled_residual(hidden, hidden, spec_.embedding_multiplier, hidden, 0.0f, T * H, s, opt.pdl));
@@ -346,18 +346,14 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     const bool next_f32 = next && next->module->input() == ModuleInput::F32;
     const bool need_f32 = f32_in || S.spec.residual_is_normed || next_f32;
     const bool need_c = !f32_in || (next && !next_f32);
-    const bool copy_c = f32_in && S.module->reads_gemm_copy();  // the module's GEMM-dtype rows (CudaStep::x_gemm)
     if (!need_f32) {
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c,
                                        wd, H, opt.pdl, s, ra, xb));
     } else {
-      // bf16 GEMMs: the bf16 copy from the same norm (cast_rows' bits); fp32 GEMMs read normed_f itself.
-      const bool dual = (need_c || copy_c) && wd == DType::BF16;
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_f,
-                                       DType::F32, H, opt.pdl, s, ra, xb, dual ? normed_c : nullptr, H));
-      if (need_c && !dual) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s, opt.pdl));
+                                       DType::F32, H, opt.pdl, s, ra, xb));
+      if (need_c) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s, opt.pdl));
     }
-    if (copy_c) st.x_gemm = wd == DType::BF16 ? normed_c : static_cast<const void*>(normed_f);
   }
   // 2. The module; 3. its residual rule (the plain one is left to the next norm or the LM head's).
   if (profile_) profile_->end(s), profile_->begin(S.spec.kind, s);

@@ -54,11 +54,6 @@ struct CudaStep {
   const StepPlans* plans;    ///< per-step plans of the lightning / attention layers (null when the model has none)
   int64_t T = 0;             ///< tokens (decode rows incl. padding, then prefill tokens)
   cudaStream_t stream = nullptr;
-  /// An fp32-input module's normed rows in the GEMM dtype as well (written by the same norm, the bits of cast_rows),
-  /// when it asked for them (CudaModule::reads_gemm_copy), else null. [T, hidden], row stride hidden.
-  const void* x_gemm = nullptr;
-  /// The module's first launch follows an event wait (the runner's second branch): launch it without PDL.
-  bool first_launch_plain = false;
 };
 
 /// Resources a runner shares with its modules.
@@ -99,9 +94,6 @@ class CudaModule {
   virtual bool stores_prefill_states() const { return !state_spec().recurrent(); }
   /// Which form of the normed input forward reads.
   virtual ModuleInput input() const { return ModuleInput::GemmDtype; }
-  /// An F32-input module that also reads its normed rows in the GEMM dtype (CudaStep::x_gemm: a MoE layer's shared
-  /// expert), so the runner's norm writes both instead of the module casting them.
-  virtual bool reads_gemm_copy() const { return false; }
   /// Sizes the scratch slots (and own workspaces) forward uses for T tokens and this step's plans (before the step,
   /// outside any capture: a captured step must not allocate).
   virtual void reserve(int64_t T, const StepPlans* plans) = 0;

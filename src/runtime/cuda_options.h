@@ -64,9 +64,6 @@ struct CudaModelOptions {
   /// Programmatic Dependent Launch on the second branch (CudaBranch) for its kernels after the first, which follows
   /// the fork's event wait and is launched plainly (as the Mamba-1 decode overlap's branch).
   bool branch_pdl = true;
-  /// A MoE layer with a shared expert gets its normed rows in the GEMM dtype from the runner's norm (a second output
-  /// of add_rms_norm_rows, cast_rows' bits) instead of a cast at the head of the shared expert's branch.
-  bool moe_norm_copy = true;
   /// A sublayer's scaled residual h = alpha h + beta module(...) (Granite's residual_multiplier, Falcon-H1's and
   /// Nemotron-H's multipliers when not paired) applied by the next sublayer's residual norm (or the LM head's) instead
   /// of a launch of its own: the same residual_step arithmetic, bit-identical (tested).
@@ -84,8 +81,7 @@ struct CudaModelOptions {
   /// SSMSERVE_PDL=0|1, SSMSERVE_SKINNY_MAX_M=<n>, SSMSERVE_BATCH_INVARIANT=0|1, SSMSERVE_DECODE_DATAFLOW=0|1,
   /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_PROFILE_REPLAY=<n>, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
   /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, SSMSERVE_MOE_FUSED_SHARED_ADD=0..2,
-  /// SSMSERVE_BRANCH_PDL=0|1, SSMSERVE_MOE_NORM_COPY=0|1,
-  /// SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, and the kernel paths
+  /// SSMSERVE_BRANCH_PDL=0|1, SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK,
   /// SSMSERVE_MOE_PAIR_GEMV / _TUNE / _SORTED). Throws Error naming the variable on a

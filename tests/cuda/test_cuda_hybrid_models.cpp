@@ -206,15 +206,6 @@ TEST_P(CudaHybridModel, MoeFusedSharedAddEqualsSeparate) {
   expect_same_logits(all_fused, separate, "logits with every shared add in the combine differ from the separate add");
 }
 
-/// A MoE layer's shared expert reading the bf16 rows its norm wrote (the default) against casting them at the head of
-/// its branch: bit-identical logits.
-TEST_P(CudaHybridModel, MoeNormCopyEqualsCast) {
-  REQUIRE_GPU();
-  cuda::CudaModelOptions cast;
-  cast.moe_norm_copy = false;
-  expect_same_logits({}, cast, "logits with the shared expert's input from the norm differ from the cast");
-}
-
 /// A sublayer's scaled residual (Granite's residual_multiplier) applied by the next residual norm (the default)
 /// against its own launch: bit-identical logits (cases without a scaled residual compare the one path with itself).
 TEST_P(CudaHybridModel, FusedScaledResidualEqualsSeparate) {

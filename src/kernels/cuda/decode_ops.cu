@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
                                                                  const float* __restrict__ weight, float eps,
                                                                  const int32_t* __restrict__ rows, int64_t H,
                                                                  bool write_residual, TO* out, int64_t out_stride,
-                                                                 float ra, float xb, __nv_bfloat16* oc, int64_t oc_stride) {
+                                                                 float ra, float xb) {
   __shared__ float scratch[32];
   pdl_wait();
   pdl_launch_dependents();
@@ -62,12 +62,9 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
   ss = block_sum(ss, scratch);  // also orders the residual writes before the re-reads below
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(H) + eps);
   TO* o = out + i * out_stride;
-  __nv_bfloat16* c = oc ? oc + i * oc_stride : nullptr;
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
     const float v = (xr && !write_residual) ? residual_step(res[h], ra, xr[h], xb) : res[h];
-    const float y = v * inv * weight[h];
-    store(o + h, y);
-    if (c) store(c + h, y);
+    store(o + h, v * inv * weight[h]);
   }
 }
 
@@ -83,8 +80,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
                                                                      const float* __restrict__ weight, float eps,
                                                                      const int32_t* __restrict__ rows, int64_t H,
                                                                      bool write_residual, TO* out, int64_t out_stride,
-                                                                     float ra, float xb, __nv_bfloat16* oc,
-                                                                     int64_t oc_stride) {
+                                                                     float ra, float xb) {
   __shared__ float scratch[32];
   const int tid = threadIdx.x;
   const int64_t H4 = H / 4;
@@ -126,17 +122,14 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   ss = block_sum(ss, scratch);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(H) + eps);
   TO* o = out + i * out_stride;
-  __nv_bfloat16* c = oc ? oc + i * oc_stride : nullptr;
 #pragma unroll
   for (int j = 0; j < kNormVec; ++j) {
     const int64_t q = tid + j * kNormThreads;
     if (q < H4) {
-      const float y[4] = {v[j].x * inv * wv[j].x, v[j].y * inv * wv[j].y, v[j].z * inv * wv[j].z, v[j].w * inv * wv[j].w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) store(o + 4 * q + k, y[k]);
-      if (c)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) store(c + 4 * q + k, y[k]);
+      store(o + 4 * q + 0, v[j].x * inv * wv[j].x);
+      store(o + 4 * q + 1, v[j].y * inv * wv[j].y);
+      store(o + 4 * q + 2, v[j].z * inv * wv[j].z);
+      store(o + 4 * q + 3, v[j].w * inv * wv[j].w);
     }
   }
 }
@@ -269,13 +262,10 @@ int lanes_for(int N) {
 cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
-                              cudaStream_t stream, float residual_scale, float x_scale, void* out_bf16,
-                              int64_t out_bf16_stride) {
+                              cudaStream_t stream, float residual_scale, float x_scale) {
   if (n < 0 || H < 1 || res_stride < H || out_stride < H || (x && x_stride < H) || n > 2147483647 ||
-      (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight ||
-      (out_bf16 && (out_dtype != DType::F32 || out_bf16_stride < H)))
+      (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight)
     return cudaErrorInvalidValue;
-  auto* oc = static_cast<__nv_bfloat16*>(out_bf16);
   if (n == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(n));
   const auto al16 = [](const void* q, int64_t stride) {
@@ -286,18 +276,18 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
     if (out_dtype == DType::BF16)
       return launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                         residual, res_stride, weight, eps, rows, H, write_residual, static_cast<__nv_bfloat16*>(out),
-                        out_stride, residual_scale, x_scale, nullptr, 0);
+                        out_stride, residual_scale, x_scale);
     return launch_pdl(pdl, norm_rows_vec_kernel<float>, grid, dim3(kNormThreads), 0, stream, x, x_stride, residual,
                       res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride, residual_scale,
-                      x_scale, oc, out_bf16_stride);
+                      x_scale);
   }
   if (out_dtype == DType::BF16)
     return launch_pdl(pdl, norm_rows_kernel<__nv_bfloat16>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                       residual, res_stride, weight, eps, rows, H, write_residual, static_cast<__nv_bfloat16*>(out),
-                      out_stride, residual_scale, x_scale, nullptr, 0);
+                      out_stride, residual_scale, x_scale);
   return launch_pdl(pdl, norm_rows_kernel<float>, grid, dim3(kNormThreads), 0, stream, x, x_stride, residual,
                     res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride, residual_scale,
-                      x_scale, oc, out_bf16_stride);
+                      x_scale);
 }
 
 cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,

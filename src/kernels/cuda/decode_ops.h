@@ -22,8 +22,6 @@ namespace ssmserve::cuda {
 ///   v = x ? residual_step(residual[r], residual_scale, x[r], x_scale) : residual[r];  if (write_residual) residual[r] = v;
 /// (residual_step, common.cuh: residual * residual_scale + x * x_scale as scaled_residual rounds it; the plain sum
 /// residual + x with the default scales: a sublayer's scaled residual taken over by the next norm.)
-/// out_bf16 (fp32 out only, else nullptr): also out's values rounded to bf16 (cast_rows' bits), [n, H] with row stride
-/// out_bf16_stride: a module reading fp32 rows that also feeds a bf16 GEMM from them (a MoE layer's shared expert).
 ///   out[i] = v / sqrt(mean(v^2) + eps) * weight   (fp32 statistics; out in out_dtype F32 or BF16).
 ///   x: [*, H] fp32 (row stride x_stride) or nullptr; residual: [*, H] fp32; weight: [H] fp32; rows: [n] int32
 ///   device (the LM head's logits_indices) or nullptr; out: [n, H], row stride out_stride.
@@ -31,8 +29,7 @@ namespace ssmserve::cuda {
 cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
-                              cudaStream_t stream, float residual_scale = 1.0f, float x_scale = 1.0f,
-                              void* out_bf16 = nullptr, int64_t out_bf16_stride = 0);
+                              cudaStream_t stream, float residual_scale = 1.0f, float x_scale = 1.0f);
 
 /// causal_conv1d_update (causal_conv1d.h) over `batch` decode rows (device_decode_rows.h: a plain row is one input
 /// and its window updated in place; a speculative verify row's tokens go one after another, token j reading column

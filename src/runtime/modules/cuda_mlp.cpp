@@ -47,14 +47,7 @@ class CudaMlp final : public CudaModule {
     ScratchPool& p = *ctx_.scratch;
     float* gu = p[0].f32(T * 2 * I_);
     void* act = p[3].get(T * I_ * dtype_size(wd));
-    if (st.first_launch_plain) {  // after an event wait (the second branch): the gate / up GEMM without PDL
-      const bool was = ctx_.gemm->pdl();
-      ctx_.gemm->set_pdl(false);
-      ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
-      ctx_.gemm->set_pdl(was);
-    } else {
-      ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
-    }
+    ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
     SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream, ctx_.opt.pdl));
     ctx_.gemm_run(act, T, I_, down_, out, H_);
   }

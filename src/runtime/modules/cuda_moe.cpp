@@ -65,8 +65,6 @@ class CudaMoe final : public CudaModule {
   }
 
   ModuleInput input() const override { return ModuleInput::F32; }
-  /// The shared expert reads the normed rows in the GEMM dtype: the runner's norm writes them too.
-  bool reads_gemm_copy() const override { return shared_ != nullptr && ctx_.opt.moe_norm_copy; }
   double scratch_bytes_per_token() const override {
     return 4.0 * c_.num_experts + static_cast<double>(moe_workspace_bytes(1024, weights())) / 1024 +
            (shared_ ? 4.0 * H_ + dtype_size(ctx_.opt.weight_dtype) * H_ + shared_->scratch_bytes_per_token() : 0.0);
@@ -100,16 +98,8 @@ class CudaMoe final : public CudaModule {
         ctx_.branch->fork(st.stream);
         sst.stream = ctx_.branch->side.get();
       }
-      // Its input rows in the GEMM dtype: from the runner's norm (CudaStep::x_gemm), else cast here (the branch's
-      // first launch then, plain after the fork's wait; else the MLP's first GEMM is).
-      const void* xc = st.x_gemm;
-      if (!xc) {
-        void* c = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
-        SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, c, wd, H_, sst.stream, pdl && !ctx_.branch));
-        xc = c;
-      } else {
-        sst.first_launch_plain = ctx_.branch != nullptr;
-      }
+      void* xc = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
+      SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, sst.stream, pdl && !ctx_.branch));
       shared_->forward(sst, state, xc, y);
     }
     // Under moe_fused_shared_add (gated adds by default, every add at 2) the combine kernel adds y (gated: times
