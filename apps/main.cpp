@@ -160,6 +160,9 @@ int main(int argc, char** argv) {
 #endif
   CLI::App app{"ssmserve: inference and serving for recurrent-state language models (Mamba-1, Mamba-2, lightning attention)"};
   app.set_version_flag("--version", version());
+  // A flag given twice: the last one wins, as with vLLM's argparse (inherited by every subcommand's options; options
+  // taking several values keep them all).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
       ->capture_default_str()

@@ -105,6 +105,24 @@ TEST(CliGenerate, DtypeFlag) {
   }
 }
 
+// A flag given twice: the last one wins, as with vLLM's argparse (a script's defaults, then an override); options that
+// take several values keep every value given.
+TEST(CliGenerate, RepeatedFlagTakesTheLast) {
+  const std::string common = "generate --prompt 'In the beginning God created' --json --ignore-eos";
+  const CliRun a = run(common + " --max-tokens 2 --max-tokens 5"), b = run(common + " --max-tokens 5");
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(nlohmann::json::parse(a.out)["token_ids"].size(), 5u);
+  // --stop-token-ids twice: the ids of both stop generation (the first token generated stops it either way).
+  const auto first = nlohmann::json::parse(b.out)["token_ids"][0].get<int>();
+  for (const std::string& ids : {std::to_string(first) + " --stop-token-ids 1", "1 --stop-token-ids " + std::to_string(first)}) {
+    const CliRun r = run("generate --prompt 'In the beginning God created' --json --max-tokens 5 --stop-token-ids " + ids);
+    ASSERT_EQ(r.status, 0) << ids << "\n" << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["finish_reason"], "stop") << ids;
+  }
+}
+
 TEST(CliGenerate, StreamsTextForOnePrompt) {
   const CliRun r = run("generate --prompt 'And God said' --max-tokens 8");
   ASSERT_EQ(r.status, 0) << r.err;
