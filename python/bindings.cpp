@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "engine_args.h"
+#include "log_sink.h"
 #include "gil_release.h"
 #include "outputs.h"
 #include "sampling_params.h"
@@ -437,6 +438,7 @@ PYBIND11_MODULE(_ssmserve, m) {
     }
   });
   check_engine_args();  // every keyword's option has a CLI spelling, so its errors can be respelt
+  python::install_respelling_logger();  // and its log lines too (log_sink.h)
   // The engine's log level (spdlog's default logger, process-wide): trace, debug, info, warning (warn), error,
   // critical or off. The package sets it on import (SSMSERVE_LOG_LEVEL, default warning) and LLM(log_level=...).
   m.def(

@@ -204,3 +204,14 @@ def test_errors_quoting_non_utf8_bytes_are_ssmserve_errors(tmp_path):
     (bad_key / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + raw[8 + n:])
     with pytest.raises(ssmserve.SsmserveError, match="safetensors header is not valid JSON"):
         LLM(str(bad_key), threads=2)
+
+
+def test_log_lines_name_keywords_not_flags(capfd):
+    """The engine's log lines name LLM(...) keywords as its errors do (swap_space, not --swap-space)."""
+    try:
+        LLM(str(MODEL), threads=2, swap_space=1, log_level="info")
+        err = capfd.readouterr().err
+    finally:
+        ssmserve._ssmserve.set_log_level("warning")
+    assert "swap_space: no effect" in err, err  # without prefix caching, or on the CPU's host-memory pool
+    assert "--swap-space" not in err, err
