@@ -56,7 +56,8 @@ struct CudaModelOptions {
   /// Off under layer_profile (its spans time one stream).
   bool moe_shared_branch = true;
   /// Which MoE layers add their shared-expert rows inside the routed experts' combine kernel (kernels/cuda/moe.h
-  /// MoeSharedAdd; the second branch joined just before the combine) instead of a launch of their own after it:
+  /// MoeSharedAdd; the second branch joined just before the combine) instead of a launch of their own after it, in
+  /// steps of up to 16 tokens (the combine's slice blocks each recompute the gate's dot: cheap at decode only):
   /// 0 none, 1 those with Qwen's sigmoid gate (default: its one-block gated add took ~9.5 us per layer on the H200),
   /// 2 all (the plain add too: slower where the shared expert's branch is the layer's longer chain, since the combine
   /// then waits for it; docs/benchmarks.md session 29). The same arithmetic either way: bit-identical (tested).
@@ -64,8 +65,8 @@ struct CudaModelOptions {
   /// Programmatic Dependent Launch on the second branch (CudaBranch) for its kernels after the first, which follows
   /// the fork's event wait and is launched plainly (as the Mamba-1 decode overlap's branch).
   bool branch_pdl = true;
-  /// A sublayer's scaled residual h = alpha h + beta module(...) (Granite's residual_multiplier, Falcon-H1's and
-  /// Nemotron-H's multipliers when not paired) applied by the next sublayer's residual norm (or the LM head's) instead
+  /// A sublayer's scaled residual h = alpha h + beta module(...) (Granite's residual_multiplier; any scaled residual
+  /// not paired with a parallel mixer's and not from the normed rows) applied by the next sublayer's residual norm (or the LM head's) instead
   /// of a launch of its own: the same residual_step arithmetic, bit-identical (tested).
   bool fuse_scaled_residual = true;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;

@@ -287,7 +287,7 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
                       out_stride, residual_scale, x_scale);
   return launch_pdl(pdl, norm_rows_kernel<float>, grid, dim3(kNormThreads), 0, stream, x, x_stride, residual,
                     res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride, residual_scale,
-                      x_scale);
+                    x_scale);
 }
 
 cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,

@@ -47,6 +47,9 @@ DeviceBuffer stack_f32(const std::vector<const Weight*>& ws) {
   return to_device(h);
 }
 
+/// Most tokens of a step whose shared-expert add goes into the combine kernel (the per-pair decode steps' bound).
+constexpr int64_t kFusedAddMaxTokens = 16;
+
 class CudaMoe final : public CudaModule {
  public:
   CudaMoe(const CudaRunnerContext& ctx, MoeConfig c, int64_t hidden, const MoeWeights& w, std::unique_ptr<CudaModule> shared)
@@ -103,8 +106,10 @@ class CudaMoe final : public CudaModule {
       shared_->forward(sst, state, xc, y);
     }
     // Under moe_fused_shared_add (gated adds by default, every add at 2) the combine kernel adds y (gated: times
-    // sigmoid(x . w_g)), waiting for the branch just before it; else a launch of its own below.
-    const bool fused = shared_ && ctx_.opt.moe_fused_shared_add >= (shared_gate_.data() ? 1 : 2);
+    // sigmoid(x . w_g)), waiting for the branch just before it; else a launch of its own below. Decode-sized steps
+    // only: each of the combine's column-slice blocks recomputes the gate's dot over the whole row, which a one-token
+    // step does not notice but a prefill chunk would pay ceil(hidden / 256) times over.
+    const bool fused = shared_ && T <= kFusedAddMaxTokens && ctx_.opt.moe_fused_shared_add >= (shared_gate_.data() ? 1 : 2);
     MoeSharedAdd add;
     if (fused) {
       add.y = y, add.y_stride = H_, add.gate = shared_gate_.data() ? shared_gate_.as<float>() : nullptr;
