@@ -34,7 +34,7 @@ TEST(CudaDecodeOps, NormRowsMatchCpu) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   for (int64_t H : {256, 768, 2560, 1000, 5120})
-  for (int64_t pad : {2, 4}) {  // pad 4: 16-byte aligned rows (the float4 form for H % 4 == 0, H <= 4096)
+  for (int64_t pad : {2, 4}) {  // pad 4: 16-byte aligned rows (the float4 form for H % 4 == 0, H <= 8192)
     SCOPED_TRACE(::testing::Message() << "pad " << pad);
     const int64_t T = 9, xs = H + 4, rs = H + pad, os = H + 1;
     auto x = rand_vec(rng, T * xs), res = rand_vec(rng, T * rs), w = rand_vec(rng, H, 0.5f, 1.5f);

@@ -68,13 +68,16 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
   }
 }
 
-constexpr int kNormVec = 4;  // float4 slots per thread of the vectorized form: H <= 256 * 4 * 4 = 4096
+/// float4 slots per thread of the vectorized form: 4 up to H = 256 * 4 * 4 = 4096, 8 up to 8192 (Nemotron-Nano-9B-v2's
+/// 4480, Qwen3.6-27B's 5120: the serial loop of norm_rows_kernel took 10.4 us per decode row at 4480 on the H200).
+constexpr int kNormVec = 4, kNormVecWide = 8;
 
-/// norm_rows_kernel for H % 4 == 0, H <= 4096 and 16-byte aligned rows: every load of the row is issued at once
-/// (float4 slots in registers) and the output is written from those registers, so a row costs one round trip to
+/// norm_rows_kernel for H % 4 == 0, H <= 4 NV 256 and 16-byte aligned rows: every load of the row is issued at once
+/// (NV float4 slots in registers) and the output is written from those registers, so a row costs one round trip to
 /// memory instead of a serialized loop (decode: one block per row is latency-bound). Thread i sums the squares of
-/// its slots i, i + 256, ... (x, y, z, w in order), then block_sum: a fixed order for a given H.
-template <class TO>
+/// its slots i, i + 256, ... (x, y, z, w in order), then block_sum: a fixed order for a given H (NV is a function
+/// of H, so a row's bits do not depend on the number of rows).
+template <class TO, int NV>
 __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float* __restrict__ x, int64_t x_stride,
                                                                      float* residual, int64_t res_stride,
                                                                      const float* __restrict__ weight, float eps,
@@ -84,9 +87,9 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   __shared__ float scratch[32];
   const int tid = threadIdx.x;
   const int64_t H4 = H / 4;
-  float4 wv[kNormVec], v[kNormVec];
+  float4 wv[NV], v[NV];
 #pragma unroll
-  for (int j = 0; j < kNormVec; ++j) {
+  for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
     if (q < H4) wv[j] = reinterpret_cast<const float4*>(weight)[q];
   }
@@ -96,7 +99,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   float4* res = reinterpret_cast<float4*>(residual + r * res_stride);
   const float4* xr = x ? reinterpret_cast<const float4*>(x + r * x_stride) : nullptr;
 #pragma unroll
-  for (int j = 0; j < kNormVec; ++j) {
+  for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
     if (q < H4) {
       v[j] = res[q];
@@ -109,7 +112,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   }
   float ss = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kNormVec; ++j) {
+  for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
     if (q < H4) {
       ss += v[j].x * v[j].x;
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(H) + eps);
   TO* o = out + i * out_stride;
 #pragma unroll
-  for (int j = 0; j < kNormVec; ++j) {
+  for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
     if (q < H4) {
       store(o + 4 * q + 0, v[j].x * inv * wv[j].x);
@@ -271,15 +274,25 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
   const auto al16 = [](const void* q, int64_t stride) {
     return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 4 == 0;
   };
-  if (H % 4 == 0 && H <= 4LL * kNormVec * kNormThreads && al16(residual, res_stride) && al16(weight, 0) &&
+  if (H % 4 == 0 && H <= 4LL * kNormVecWide * kNormThreads && al16(residual, res_stride) && al16(weight, 0) &&
       (!x || al16(x, x_stride))) {
-    if (out_dtype == DType::BF16)
-      return launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
-                        residual, res_stride, weight, eps, rows, H, write_residual, static_cast<__nv_bfloat16*>(out),
-                        out_stride, residual_scale, x_scale);
-    return launch_pdl(pdl, norm_rows_vec_kernel<float>, grid, dim3(kNormThreads), 0, stream, x, x_stride, residual,
-                      res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride, residual_scale,
-                      x_scale);
+    const bool wide = H > 4LL * kNormVec * kNormThreads;
+    if (out_dtype == DType::BF16) {
+      auto* o = static_cast<__nv_bfloat16*>(out);
+      return wide ? launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16, kNormVecWide>, grid, dim3(kNormThreads), 0, stream,
+                               x, x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
+                               residual_scale, x_scale)
+                  : launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16, kNormVec>, grid, dim3(kNormThreads), 0, stream, x,
+                               x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
+                               residual_scale, x_scale);
+    }
+    auto* o = static_cast<float*>(out);
+    return wide ? launch_pdl(pdl, norm_rows_vec_kernel<float, kNormVecWide>, grid, dim3(kNormThreads), 0, stream, x,
+                             x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
+                             residual_scale, x_scale)
+                : launch_pdl(pdl, norm_rows_vec_kernel<float, kNormVec>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
+                             residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride, residual_scale,
+                             x_scale);
   }
   if (out_dtype == DType::BF16)
     return launch_pdl(pdl, norm_rows_kernel<__nv_bfloat16>, grid, dim3(kNormThreads), 0, stream, x, x_stride,

@@ -17,7 +17,7 @@
 namespace ssmserve::cuda {
 
 /// Residual add + RMSNorm with a fixed reduction shape (256 threads per row, whatever the number of rows; rows of
-/// H % 4 == 0, H <= 4096 with 16-byte aligned rows load as float4 slots, all at once), per
+/// H % 4 == 0, H <= 8192 with 16-byte aligned rows load as float4 slots, all at once), per
 /// output row i with source row r = rows ? rows[i] : i:
 ///   v = x ? residual_step(residual[r], residual_scale, x[r], x_scale) : residual[r];  if (write_residual) residual[r] = v;
 /// (residual_step, common.cuh: residual * residual_scale + x * x_scale as scaled_residual rounds it; the plain sum
