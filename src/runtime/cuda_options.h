@@ -65,6 +65,9 @@ struct CudaModelOptions {
   /// Programmatic Dependent Launch on the second branch (CudaBranch) for its kernels after the first, which follows
   /// the fork's event wait and is launched plainly (as the Mamba-1 decode overlap's branch).
   bool branch_pdl = true;
+  /// The tensor-core prefill attention converts the step's keys of its rows to bf16 once per layer (tc_stage_floats,
+  /// paged_attention.h) instead of in every 128-row tile (SSMSERVE_ATTN_TC_STAGE=0: the tiles convert): the same bits.
+  bool attn_tc_stage = true;
   /// A sublayer's scaled residual h = alpha h + beta module(...) (Granite's residual_multiplier; any scaled residual
   /// not paired with a parallel mixer's and not from the normed rows) applied by the next sublayer's residual norm (or the LM head's) instead
   /// of a launch of its own: the same residual_step arithmetic, bit-identical (tested).

@@ -60,6 +60,8 @@ void StepPlans::build(const ForwardBatch& batch, bool decode_only) {
     items = put(aplan.items);
     tc_tiles = put(aplan.tc_tiles);
     tc_items = put(aplan.tc_items);
+    tc_row_key_base = put(aplan.tc_row_key_base);
+    tc_stage_rows = put(aplan.tc_stage_rows);
   }
   if (host_.empty()) host_.resize(4);
 }

@@ -33,7 +33,7 @@ struct StepPlans {
   size_t lin_idx = 0, lin_qsl = 0, lin_nc = 0, blocks = 0, seq_first = 0, qtiles = 0, ranges = 0, seq_first_range = 0,
          block_range = 0, block_store = 0, range_store = 0;
   size_t tables = 0, seq_lens = 0, attn_qsl = 0, slots = 0, positions = 0, tasks = 0, items = 0, tc_tiles = 0,
-         tc_items = 0;
+         tc_items = 0, tc_row_key_base = 0, tc_stage_rows = 0;
 
   /// Builds the plans of `batch` (decode_only: the decode work list of the attention layers) into the host array.
   /// Throws Error on malformed metadata.

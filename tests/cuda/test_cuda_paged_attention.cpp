@@ -216,7 +216,8 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
   // plan with fixed 512-key splits (batch-invariant mode), 7 the decode plan with them. Returns the outputs of those
   // rows ([sum n, os], from a poisoned buffer). last_only: each row as a one-token row of its last token (same
   // seq_len: the same query over the same keys, as when a prompt is chunked differently).
-  auto run = [&](const std::vector<int>& keep, int mode, bool last_only = false) {
+  // staged: the tensor-core pass's keys converted once into bf16 planes (tc_stage_floats) instead of per tile.
+  auto run = [&](const std::vector<int>& keep, int mode, bool last_only = false, bool staged = false) {
     std::vector<int32_t> rq{0}, rs, rt;
     std::vector<float> qk;
     int64_t Tk = 0;
@@ -256,9 +257,12 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
     DeviceBuffer dq2 = to_device(qk), dqsl = to_device(rq), dsl = to_device(rs), dtab = to_device(rt),
                  dtasks = to_device(plan.tasks.empty() ? std::vector<int32_t>{0} : plan.tasks),
                  ditems = to_device(plan.items.empty() ? std::vector<int32_t>{0} : plan.items), dout = poisoned(Tk * os),
-                 ws(std::max<size_t>(4, cuda::paged_attention_workspace_floats(plan, KVH, D) * 4)),
+                 ws(std::max<size_t>(4, (cuda::paged_attention_workspace_floats(plan, KVH, D) +
+                                         cuda::tc_stage_floats(plan, KVH, D, staged)) * 4)),
                  dtc = to_device(plan.tc_tiles.empty() ? std::vector<int32_t>{0} : plan.tc_tiles),
-                 dti = to_device(plan.tc_items.empty() ? std::vector<int32_t>{0} : plan.tc_items);
+                 dti = to_device(plan.tc_items.empty() ? std::vector<int32_t>{0} : plan.tc_items),
+                 dbase = to_device(plan.tc_row_key_base.empty() ? std::vector<int32_t>{0} : plan.tc_row_key_base),
+                 dstage = to_device(plan.tc_stage_rows.empty() ? std::vector<int32_t>{0} : plan.tc_stage_rows);
     cuda::PagedAttentionArgs a{sh.heads, scale, max_blocks, dqsl.as<int32_t>(), dsl.as<int32_t>(), dtab.as<int32_t>(),
                                dtasks.as<int32_t>(), ditems.as<int32_t>(), plan.num_tasks, plan.num_items,
                                plan.tokens_per_task, plan.key_split, dtc.as<int32_t>(), plan.num_tc_tiles, plan.tc_tokens,
@@ -267,6 +271,11 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
     // each taking its own tasks).
     if (mode != 0) a.num_single_tasks = plan.num_single_tasks;
     a.fixed_split = plan.fixed_split;
+    if (cuda::tc_stage_floats(plan, KVH, D, staged) > 0) {
+      a.tc_row_key_base = dbase.as<int32_t>(), a.tc_stage_rows = dstage.as<int32_t>();
+      a.num_tc_stage_rows = plan.num_tc_stage_rows, a.tc_stage_max_keys = plan.tc_stage_max_keys;
+      a.tc_stage_keys = plan.tc_stage_keys, a.num_tc_slots = plan.num_tc_slots;
+    }
     SSM_CUDA_CHECK(cuda::paged_attention(dq2.as<float>(), qs, dout.as<float>(), os, dv, a, ws.as<float>(), nullptr));
     SSM_CUDA_CHECK(cudaDeviceSynchronize());
     return to_host<float>(dout, Tk * os);
@@ -317,6 +326,17 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
       EXPECT_TRUE(same_bits(last.data(), outs[6].data() + (qsl[r + 1] - 1) * os, 1))
           << "row " << r << ": fixed splits, last token as a one-token row vs in its tile";
     }
+  }
+  // The keys staged as bf16 once per call: the same bits as the tiles' own conversions (plan as built, one block per
+  // tile, chunks over blocks).
+  std::vector<std::vector<float>> staged(6);
+  for (int mode : {3, 4, 5}) staged[mode] = run(all, mode, false, true);
+  for (int r = 0; r < R; ++r) {
+    const int n = rows[r].first;
+    if (n < cuda::kTcMinTokens) continue;
+    for (int mode : {3, 4, 5})
+      EXPECT_TRUE(same_bits(staged[mode].data() + qsl[r] * os, outs[mode].data() + qsl[r] * os, n))
+          << "row " << r << " (new " << n << ", seq_len " << rows[r].second << "): staged keys vs per-tile conversion, mode " << mode;
   }
   for (int r = 0; r < R; ++r) {
     const int n = rows[r].first;
@@ -471,6 +491,16 @@ TEST(CudaPagedAttention, TensorCoreChunkPlan) {
   const auto s = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 232}, std::vector<int32_t>{1000}, 2, 16);
   EXPECT_EQ(s.num_tc_tiles, 4);
   EXPECT_EQ(s.num_tc_items, 0);
+  // The staged keys: every key of each tensor-core row, rows in order; rows of few new tokens stage nothing.
+  const auto st = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 40, 41, 141}, std::vector<int32_t>{1040, 500, 100}, 2, 16);
+  EXPECT_EQ(st.tc_row_key_base, (std::vector<int32_t>{0, -1, 1040}));
+  EXPECT_EQ(st.tc_stage_rows, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(st.num_tc_stage_rows, 2);
+  EXPECT_EQ(st.tc_stage_keys, 1140);
+  EXPECT_EQ(st.tc_stage_max_keys, 1040);
+  EXPECT_EQ(cuda::tc_stage_floats(st, 4, 128, true), size_t{1140} * 4 * 128);
+  EXPECT_EQ(cuda::tc_stage_floats(st, 4, 128, false), 0u);
+  EXPECT_EQ(cuda::tc_stage_floats(st, 4096, 256, true), 0u);  // over kTcStageMaxBytes: the tiles convert
   // 232 new tokens after 32k cached ones: 4 tiles of 64 tokens, 16 chunks each (chunks of 2112 keys).
   const auto l = cuda::PagedAttentionPlan::build(std::vector<int32_t>{0, 232}, std::vector<int32_t>{32768 + 232}, 2, 16);
   EXPECT_EQ(l.num_tc_tiles, 4);

@@ -108,6 +108,13 @@ struct PagedAttentionPlan {
   /// contiguous; (tile, 0, -1) a tile of one chunk, (tile, -1, -1) one walking all its chunks (over the slot budget).
   int num_tc_items = 0, num_tc_slots = 0;
   std::vector<int32_t> tc_items;
+  /// The tensor-core rows' keys staged as bf16 (tc_stage_floats, paged_attention_tc): tc_row_key_base [rows] = the
+  /// row's first key in the staging buffer (-1: no tensor-core tiles), tc_stage_rows [num_tc_stage_rows] those rows,
+  /// tc_stage_keys their seq_lens' sum, tc_stage_max_keys the longest.
+  std::vector<int32_t> tc_row_key_base, tc_stage_rows;
+  int num_tc_stage_rows = 0;
+  int64_t tc_stage_keys = 0;
+  int tc_stage_max_keys = 0;
   /// Every row's tokens in tiles of max(1, 16 / group) tokens; a tile of last position p gets ceil((p + 1) /
   /// key_split) splits (key_split: kKeySplit with fixed_split; else the longest context when there are kManyTasks
   /// tasks or more, else fill_key_split). A query's result depends only on its own position and keys when the
@@ -143,6 +150,13 @@ struct PagedAttentionArgs {
   /// plan.num_single_tasks; -1 (unknown): both split-KV partial kernels are launched, each taking its own tasks.
   int num_single_tasks = -1;
   bool fixed_split = false;  ///< plan.fixed_split
+  /// Staged keys (tc_stage_floats > 0, else null: the pass reads the fp32 cache): plan.tc_row_key_base,
+  /// plan.tc_stage_rows and the sizes, the pass's workspace then followed by the bf16 K / V (paged_attention_tc).
+  const int32_t* tc_row_key_base = nullptr;
+  const int32_t* tc_stage_rows = nullptr;
+  int num_tc_stage_rows = 0, tc_stage_max_keys = 0;
+  int64_t tc_stage_keys = 0;
+  int num_tc_slots = 0;  ///< plan.num_tc_slots (where the staged K / V start in the pass's workspace)
 };
 
 /// Workspace floats paged_attention needs for a plan: num_items * num_kv_heads * 16 * (head_dim + 2).
@@ -156,6 +170,18 @@ inline size_t paged_attention_workspace_floats(int num_items, int num_kv_heads, 
 inline size_t paged_attention_workspace_floats(const PagedAttentionPlan& plan, int num_kv_heads, int head_dim) {
   return paged_attention_workspace_floats(plan.num_items, num_kv_heads, head_dim) +
          static_cast<size_t>(plan.num_tc_slots) * num_kv_heads * kTcRows * (head_dim + 2);
+}
+
+/// The tensor-core pass's staged keys at most (bytes): above, a step's rows read the fp32 cache (the same bits).
+inline constexpr int64_t kTcStageMaxBytes = int64_t{512} << 20;
+
+/// Floats of the tensor-core rows' K and V as bf16 (tc_stage_keys x num_kv_heads x head_dim x 2 bf16), or 0 when the
+/// pass reads the fp32 cache instead: stage false, no staged keys, or over kTcStageMaxBytes. Staging converts each
+/// key once per step and layer instead of once per 128-row tile (the conversion the pass does anyway: same bits) and
+/// halves the bytes every tile streams.
+inline size_t tc_stage_floats(const PagedAttentionPlan& plan, int num_kv_heads, int head_dim, bool stage) {
+  const int64_t f = plan.tc_stage_keys * num_kv_heads * head_dim;
+  return stage && f > 0 && 4 * f <= kTcStageMaxBytes ? static_cast<size_t>(f) : 0;
 }
 
 /// Head sizes the attention passes are built for (64, 128; 256 for Qwen3-Next / Qwen3.5, whose tiles live in dynamic
@@ -176,12 +202,15 @@ cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_
                             const PagedAttentionArgs& a, float* workspace, cudaStream_t stream, bool pdl = false);
 
 /// The tensor-core pass alone (paged_attention_tc.cu): FlashAttention-2 style, one 8-warp block per (tile, KV
-/// head) over kTcRows = 128 query rows (tokens x the KV head's query heads; 16 per warp) and 64-key tiles of the
-/// paged cache, fetched with cp.async one tile half ahead (a tile's V during Q K^T, the next K during P V) through an
-/// fp32 staging tile; q / K / V rounded to bf16, mma.sync m16n8k16, fp32 online softmax per key chunk, chunks merged
-/// in order. With a.num_tc_items > 0 one block per (item, KV head) and a combine kernel; workspace then holds the
-/// plan's num_tc_slots * num_kv_heads * kTcRows * (head_dim + 2) floats (cudaErrorInvalidValue when null). q_stride a
-/// multiple of 4, out_stride of 2; a.tc_tokens * group <= kTcRows.
+/// head) over kTcRows = 128 query rows (tokens x the KV head's query heads; 16 per warp) and 64-key tiles; q / K / V
+/// rounded to bf16, mma.sync m16n8k16, fp32 online softmax per key chunk, chunks merged in order. Keys either
+/// straight from the paged fp32 cache, fetched with cp.async one tile half ahead (a tile's V during Q K^T, the next K
+/// during P V) through an fp32 staging tile, or (a.tc_row_key_base set) first converted once per call into bf16
+/// planes K [num_kv_heads][tc_stage_keys][head_dim] then V alike (workspace + the partial slots), from which whole
+/// K / V tiles are fetched a tile ahead into double buffers: the same bf16 operands and arithmetic, so the same bits.
+/// With a.num_tc_items > 0 one block per (item, KV head) and a combine kernel; workspace then holds the plan's
+/// num_tc_slots * num_kv_heads * kTcRows * (head_dim + 2) floats (cudaErrorInvalidValue when null), then the staged
+/// keys' tc_stage_floats. q_stride a multiple of 4, out_stride of 2; a.tc_tokens * group <= kTcRows.
 cudaError_t paged_attention_tc(const float* q, int64_t q_stride, float* out, int64_t out_stride, const KvCacheView& cache,
                                const PagedAttentionArgs& a, cudaStream_t stream, float* workspace = nullptr);
 

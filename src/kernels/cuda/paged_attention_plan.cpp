@@ -1,5 +1,6 @@
 // Owns the host-side work list of the GPU paged attention (see paged_attention.h).
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 #include "kernels/cuda/kernel_tuning.h"
@@ -70,6 +71,20 @@ PagedAttentionPlan PagedAttentionPlan::build(std::span<const int32_t> query_star
     }
   }
   p.num_tc_items = static_cast<int>(p.tc_items.size() / 3);
+  // The rows whose keys the tensor-core pass may stage (every key of the row: its tiles end at its last position).
+  if (p.num_tc_tiles > 0) {
+    p.tc_row_key_base.assign(seq_lens.size(), -1);
+    for (int i = 0; i < p.num_tc_tiles; ++i) {
+      const int32_t r = p.tc_tiles[3 * i];
+      if (p.tc_row_key_base[r] >= 0 || seq_lens[r] == 0) continue;
+      SSM_CHECK(p.tc_stage_keys + seq_lens[r] <= INT32_MAX, "paged attention plan: {} staged keys", p.tc_stage_keys + seq_lens[r]);
+      p.tc_row_key_base[r] = static_cast<int32_t>(p.tc_stage_keys);
+      p.tc_stage_rows.push_back(r);
+      p.tc_stage_keys += seq_lens[r];
+      p.tc_stage_max_keys = std::max(p.tc_stage_max_keys, seq_lens[r]);
+    }
+    p.num_tc_stage_rows = static_cast<int>(p.tc_stage_rows.size());
+  }
   return p;
 }
 

@@ -75,6 +75,53 @@ __device__ __forceinline__ void convert_tile(bf16* dst, const float* st) {
   }
 }
 
+/// Issues (cp.async, one commit group) the copy of rows [0, nk) of a kKeys-row bf16 tile (row r at src + r D, 16-byte
+/// aligned) into dst [kKeys][D + 8]; rows >= nk are zero-filled (nothing read). nk >= 1.
+template <int D>
+__device__ __forceinline__ void load_tile_bf16_async(bf16* dst, int nk, const bf16* src) {
+  constexpr int C = D / 8, LD = D + 8, PER = kKeys * C / kThreads;
+  static_assert(PER * kThreads == kKeys * C, "whole tiles");
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int idx = i * kThreads + threadIdx.x, r = idx / C, c = (idx % C) * 8;
+    cp_async16(dst + r * LD + c, src + static_cast<int64_t>(r < nk ? r : 0) * D + c, r < nk ? 16 : 0);
+  }
+  cp_async_commit_group();
+}
+
+constexpr int kStageKeys = 32;  // keys per block of stage_kernel
+
+/// Grid (ceil(a.tc_stage_max_keys / kStageKeys), num_kv_heads, num_tc_stage_rows), kThreads threads: keys
+/// [kStageKeys x, + kStageKeys) of staged row a.tc_stage_rows[z], KV head y, from the paged fp32 cache to bf16 (the
+/// rounding convert_tile does): K at kb[(y * tc_stage_keys + base + pos) * D], V at kb[((KVH + y) * tc_stage_keys
+/// + base + pos) * D] (base = a.tc_row_key_base[row]).
+template <int D>
+__global__ void __launch_bounds__(kThreads) stage_kernel(KvCacheView cache, PagedAttentionArgs a, bf16* __restrict__ kb) {
+  constexpr int V = D / 4;
+  const int row = a.tc_stage_rows[blockIdx.z], g = blockIdx.y, sl = a.seq_lens[row], p0 = blockIdx.x * kStageKeys;
+  if (p0 >= sl) return;
+  const int KVH = cache.num_kv_heads;
+  const int64_t row_bytes = static_cast<int64_t>(KVH) * D * sizeof(float);
+  const int64_t v_bytes = static_cast<int64_t>(cache.block_size) * row_bytes;
+  const std::byte* base = cache.base + cache.layer_offset_bytes + static_cast<int64_t>(g) * D * sizeof(float);
+  const int32_t* table = a.block_tables + static_cast<int64_t>(row) * a.max_blocks;
+  const int64_t first = a.tc_row_key_base[row];
+  bf16* ko = kb + (static_cast<int64_t>(g) * a.tc_stage_keys + first) * D;
+  bf16* vo = kb + (static_cast<int64_t>(KVH + g) * a.tc_stage_keys + first) * D;
+  for (int idx = threadIdx.x; idx < kStageKeys * V; idx += kThreads) {
+    const int pos = p0 + idx / V, c = (idx % V) * 4;
+    if (pos >= sl) break;
+    const std::byte* src = base + static_cast<int64_t>(table[pos / cache.block_size]) * cache.page_bytes +
+                           (pos % cache.block_size) * row_bytes + c * sizeof(float);
+    const float4 k = __ldg(reinterpret_cast<const float4*>(src)), v = __ldg(reinterpret_cast<const float4*>(src + v_bytes));
+    uint2 o;
+    o.x = pack_bf16(k.x, k.y), o.y = pack_bf16(k.z, k.w);
+    *reinterpret_cast<uint2*>(ko + static_cast<int64_t>(pos) * D + c) = o;
+    o.x = pack_bf16(v.x, v.y), o.y = pack_bf16(v.z, v.w);
+    *reinterpret_cast<uint2*>(vo + static_cast<int64_t>(pos) * D + c) = o;
+  }
+}
+
 /// Merges a chunk's (max m, sum l) into a row's running (M, L): sa, sb scale the running and the chunk's
 /// accumulators (merge_acc). Log2 units. The one arithmetic of both the in-block merge and tc_combine_kernel (explicit
 /// roundings: no contraction differences), so splitting a tile over blocks leaves its bits unchanged.
@@ -104,16 +151,18 @@ constexpr int kQkUnroll = 4;
 /// and the softmax, the next tile's K while they compute P V; between, St is converted to bf16 into Ks / Vs (read
 /// with ldmatrix). The key tiles run back to back across chunk boundaries (a chunk's arithmetic does not depend on
 /// where its block started, so a tile's bits are the same in one block or split over blocks).
-template <int D>
+/// kStaged: the keys come from the bf16 planes stage_kernel wrote (kb, see paged_attention_tc): K / V tiles j + 1
+/// fetched into the other half of double buffers while tile j computes; no fp32 staging tile, no conversions.
+template <int D, bool kStaged>
 __global__ void __launch_bounds__(kThreads, 1)
     tc_kernel(const float* __restrict__ q, int64_t qs, float* __restrict__ out, int64_t os, KvCacheView cache,
-              PagedAttentionArgs a, float* __restrict__ ws) {
+              PagedAttentionArgs a, float* __restrict__ ws, const bf16* __restrict__ kb) {
   constexpr int LD = D + 8, KD = D / 16, NO = D / 8, NK = kKeys / 8;
   constexpr bool kQInRegs = kTcQInRegs<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* Ks = Qs + kRows * LD;
-  bf16* Vs = Ks + kKeys * LD;
+  bf16* Ks = Qs + kRows * LD;                           // kStaged: [2][kKeys][LD]
+  bf16* Vs = Ks + (kStaged ? 2 : 1) * kKeys * LD;       // kStaged: [2][kKeys][LD]
   float* St = reinterpret_cast<float*>(Vs + kKeys * LD);  // 16-byte aligned: (kRows + 2 kKeys) LD bf16 before it
   int64_t* Ro = reinterpret_cast<int64_t*>(St + kKeys * D);  // [2][kKeys]: key tile j's row byte offsets at j % 2
   // Longest contexts first (tiles and items are in row order, a row's tiles by position).
@@ -147,16 +196,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     pos = min(pos, k_end - 1);
     return static_cast<int64_t>(table[pos / cache.block_size]) * cache.page_bytes + (pos % cache.block_size) * row_bytes;
   };
-  // Prologue: K of the first key tile in flight while Q is staged, then that K to bf16 and its V in flight.
-  if (threadIdx.x < kKeys) Ro[threadIdx.x] = row_offset(k_lo + threadIdx.x);
-  __syncthreads();
-  load_tile_async<D>(St, min(kKeys, k_end - k_lo), kvbase, Ro, 0);
-  stage_q<D>(Qs, nq, [&](int r) { return q + qrow(r); });
-  cp_async_wait_group<0>();
-  __syncthreads();  // St holds the K tile (every thread's copies), Qs is written
-  convert_tile<D>(Ks, St);
-  __syncthreads();  // Ks ready, St free
-  load_tile_async<D>(St, min(kKeys, k_end - k_lo), kvbase, Ro, kv_bytes);
+  // The staged planes of this row and KV head (kStaged).
+  const bf16* kplane = nullptr;
+  const bf16* vplane = nullptr;
+  if constexpr (kStaged) {
+    kplane = kb + (static_cast<int64_t>(g) * a.tc_stage_keys + a.tc_row_key_base[row]) * D;
+    vplane = kplane + static_cast<int64_t>(KVH) * a.tc_stage_keys * D;
+    // Prologue: the first tile's K and V in flight while Q is staged.
+    load_tile_bf16_async<D>(Ks, min(kKeys, k_end - k_lo), kplane + static_cast<int64_t>(k_lo) * D);
+    load_tile_bf16_async<D>(Vs, min(kKeys, k_end - k_lo), vplane + static_cast<int64_t>(k_lo) * D);
+    stage_q<D>(Qs, nq, [&](int r) { return q + qrow(r); });
+    __syncthreads();  // Qs is written
+  } else {
+    // Prologue: K of the first key tile in flight while Q is staged, then that K to bf16 and its V in flight.
+    if (threadIdx.x < kKeys) Ro[threadIdx.x] = row_offset(k_lo + threadIdx.x);
+    __syncthreads();
+    load_tile_async<D>(St, min(kKeys, k_end - k_lo), kvbase, Ro, 0);
+    stage_q<D>(Qs, nq, [&](int r) { return q + qrow(r); });
+    cp_async_wait_group<0>();
+    __syncthreads();  // St holds the K tile (every thread's copies), Qs is written
+    convert_tile<D>(Ks, St);
+    __syncthreads();  // Ks ready, St free
+    load_tile_async<D>(St, min(kKeys, k_end - k_lo), kvbase, Ro, kv_bytes);
+  }
   uint32_t qf[kQInRegs ? KD : 1][4];
   if constexpr (kQInRegs) {
 #pragma unroll
@@ -179,9 +241,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int kb = k_lo; kb < k_end; kb += kKeys) {
     const int nk = min(kKeys, k_end - kb), nb = kb + kKeys, par = ((nb - k_lo) / kKeys) & 1;
     const bool more = nb < k_end;
-    // The next tile's row offsets (table read now, stored after Q K^T): into the Ro half that tile j - 1 used, whose
-    // last reader (the copy of its V) is a barrier behind.
-    const int64_t next_off = more && threadIdx.x < kKeys ? row_offset(nb + threadIdx.x) : 0;
+    // This tile's K and V buffers (kStaged: half cur of the double buffers; tile j + 1 goes to the other half, whose
+    // last readers (tile j - 1's P V) are a barrier behind).
+    const int cur = kStaged ? ((kb - k_lo) / kKeys) & 1 : 0;
+    const bf16* Kt = Ks + cur * kKeys * LD;
+    const bf16* Vt = Vs + cur * kKeys * LD;
+    int64_t next_off = 0;
+    if constexpr (kStaged) {
+      if (more) {
+        load_tile_bf16_async<D>(Ks + (cur ^ 1) * kKeys * LD, min(kKeys, k_end - nb), kplane + static_cast<int64_t>(nb) * D);
+        load_tile_bf16_async<D>(Vs + (cur ^ 1) * kKeys * LD, min(kKeys, k_end - nb), vplane + static_cast<int64_t>(nb) * D);
+        cp_async_wait_group<3>();
+      } else {
+        cp_async_wait_group<1>();
+      }
+      __syncthreads();  // this tile's K landed for every thread
+    } else {
+      // The next tile's row offsets (table read now, stored after Q K^T): into the Ro half that tile j - 1 used, whose
+      // last reader (the copy of its V) is a barrier behind.
+      next_off = more && threadIdx.x < kKeys ? row_offset(nb + threadIdx.x) : 0;
+    }
     // S = Q K^T from Ks (this tile's V is in flight). A warp without query rows (a short tile) skips its products:
     // its scores are all masked.
     float sc[NK][4] = {};
@@ -198,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int nn = 0; nn < NK; nn += 2) {
         uint32_t bb[4];
-        load_b_nk(bb, Ks, LD, 16 * k, 8 * nn);
+        load_b_nk(bb, Kt, LD, 16 * k, 8 * nn);
         mma_bf16(sc[nn], qk, bb[0], bb[1]);
         mma_bf16(sc[nn + 1], qk, bb[2], bb[3]);
       }
@@ -243,12 +322,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       pf[kk][0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pf[kk][1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
       pf[kk][2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pf[kk][3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
     }
-    if (more && threadIdx.x < kKeys) Ro[par * kKeys + threadIdx.x] = next_off;
-    cp_async_wait_group<0>();
-    __syncthreads();  // St holds this tile's V; every warp is past its P V reads of the previous tile's Vs
-    convert_tile<D>(Vs, St);
-    __syncthreads();  // Vs ready, St free
-    if (more) load_tile_async<D>(St, min(kKeys, k_end - nb), kvbase, Ro + par * kKeys, 0);
+    if constexpr (kStaged) {
+      if (more) cp_async_wait_group<2>();
+      else cp_async_wait_group<0>();
+      __syncthreads();  // this tile's V landed for every thread
+    } else {
+      if (more && threadIdx.x < kKeys) Ro[par * kKeys + threadIdx.x] = next_off;
+      cp_async_wait_group<0>();
+      __syncthreads();  // St holds this tile's V; every warp is past its P V reads of the previous tile's Vs
+      convert_tile<D>(Vs, St);
+      __syncthreads();  // Vs ready, St free
+      if (more) load_tile_async<D>(St, min(kKeys, k_end - nb), kvbase, Ro + par * kKeys, 0);
+    }
     // O += P V from Vs (the next tile's K is in flight).
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -256,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int nn = 0; nn < NO; nn += 2) {
         uint32_t bb[4];
-        load_b_kn(bb, Vs, LD, 16 * kk, 8 * nn);
+        load_b_kn(bb, Vt, LD, 16 * kk, 8 * nn);
         mma_bf16(acc[nn], pf[kk], bb[0], bb[1]);
         mma_bf16(acc[nn + 1], pf[kk], bb[2], bb[3]);
       }
@@ -308,7 +393,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int nn = 0; nn < NO; ++nn) acc[nn][0] = acc[nn][1] = acc[nn][2] = acc[nn][3] = 0.0f;
     }
-    if (more) {
+    if constexpr (kStaged) {
+      if (more) __syncthreads();  // every warp is past its reads of this tile's buffers (the next tile's loads reuse them)
+    } else if (more) {
       cp_async_wait_group<0>();
       __syncthreads();  // St holds the next tile's K; every warp is past its Q K^T reads of Ks
       convert_tile<D>(Ks, St);
@@ -360,18 +447,36 @@ __global__ void __launch_bounds__(kThreads) tc_combine_kernel(float* __restrict_
 /// One launch of tc_kernel<D> (and tc_combine_kernel<D> with items): Qs [kRows][D + 8], Ks and Vs [kKeys][D + 8]
 /// bf16, the fp32 staging tile [kKeys][D] and two tiles' row offsets in dynamic shared memory (53, 101, 197 KB at
 /// head_dim 64, 128, 256).
+/// kStaged: Qs and the double-buffered Ks / Vs (201 KB at head_dim 256), after stage_kernel into kb.
+template <int D, bool kStaged>
+cudaError_t launch_tc(dim3 grid, const float* q, int64_t qs, float* out, int64_t os, const KvCacheView& cache,
+                      const PagedAttentionArgs& a, float* ws, bf16* kb, cudaStream_t stream) {
+  constexpr size_t sm = kStaged ? static_cast<size_t>(kRows + 4 * kKeys) * (D + 8) * sizeof(bf16)
+                                : static_cast<size_t>(kRows + 2 * kKeys) * (D + 8) * sizeof(bf16) +
+                                      static_cast<size_t>(kKeys) * D * sizeof(float) + 2 * kKeys * sizeof(int64_t);
+  if constexpr (sm > 48 * 1024) {  // not a stream operation: allowed while a graph is being captured
+    const cudaError_t e =
+        cudaFuncSetAttribute(tc_kernel<D, kStaged>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
+    if (e != cudaSuccess) return e;
+  }
+  if constexpr (kStaged) {
+    const dim3 sg(static_cast<unsigned>((a.tc_stage_max_keys + kStageKeys - 1) / kStageKeys), grid.y,
+                  static_cast<unsigned>(a.num_tc_stage_rows));
+    stage_kernel<D><<<sg, kThreads, 0, stream>>>(cache, a, kb);
+  }
+  tc_kernel<D, kStaged><<<grid, kThreads, sm, stream>>>(q, qs, out, os, cache, a, ws, kb);
+  if (a.num_tc_items > 0) tc_combine_kernel<D><<<grid, kThreads, 0, stream>>>(out, os, static_cast<int>(grid.y), a, ws);
+  return launch_status();
+}
+
 template <int D>
 cudaError_t launch_tc(dim3 grid, const float* q, int64_t qs, float* out, int64_t os, const KvCacheView& cache,
                       const PagedAttentionArgs& a, float* ws, cudaStream_t stream) {
-  constexpr size_t sm = static_cast<size_t>(kRows + 2 * kKeys) * (D + 8) * sizeof(bf16) +
-                        static_cast<size_t>(kKeys) * D * sizeof(float) + 2 * kKeys * sizeof(int64_t);
-  if constexpr (sm > 48 * 1024) {  // not a stream operation: allowed while a graph is being captured
-    const cudaError_t e = cudaFuncSetAttribute(tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm));
-    if (e != cudaSuccess) return e;
+  if (a.tc_row_key_base != nullptr) {
+    bf16* kb = reinterpret_cast<bf16*>(ws + static_cast<size_t>(a.num_tc_slots) * grid.y * kRows * (D + 2));
+    return launch_tc<D, true>(grid, q, qs, out, os, cache, a, ws, kb, stream);
   }
-  tc_kernel<D><<<grid, kThreads, sm, stream>>>(q, qs, out, os, cache, a, ws);
-  if (a.num_tc_items > 0) tc_combine_kernel<D><<<grid, kThreads, 0, stream>>>(out, os, static_cast<int>(grid.y), a, ws);
-  return launch_status();
+  return launch_tc<D, false>(grid, q, qs, out, os, cache, a, ws, nullptr, stream);
 }
 
 }  // namespace
@@ -382,7 +487,10 @@ cudaError_t paged_attention_tc(const float* q, int64_t q_stride, float* out, int
   if (a.num_tc_tiles == 0) return cudaSuccess;
   if (!paged_attention_head_dim_ok(D) || KVH <= 0 || a.num_heads % KVH != 0 || a.num_tc_tiles < 0 || a.tc_tiles == nullptr ||
       a.tc_tokens * (a.num_heads / KVH) > kRows || q_stride % 4 != 0 || out_stride % 2 != 0 || a.num_tc_items < 0 ||
-      (a.num_tc_items > 0 && (a.tc_items == nullptr || workspace == nullptr)))
+      (a.num_tc_items > 0 && (a.tc_items == nullptr || workspace == nullptr)) ||
+      (a.tc_row_key_base != nullptr && (workspace == nullptr || a.tc_stage_rows == nullptr || a.num_tc_stage_rows < 1 ||
+                                        a.num_tc_stage_rows > 65535 || a.tc_stage_keys < 1 || a.tc_stage_max_keys < 1 ||
+                                        a.num_tc_slots < 0)))
     return cudaErrorInvalidValue;
   const dim3 grid(a.num_tc_items > 0 ? a.num_tc_items : a.num_tc_tiles, KVH);
   if (D == 64) return launch_tc<64>(grid, q, q_stride, out, out_stride, cache, a, workspace, stream);

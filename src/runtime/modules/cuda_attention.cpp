@@ -48,7 +48,7 @@ class CudaAttention final : public CudaModule {
     ScratchPool& p = *ctx_.scratch;
     const int64_t QW = int64_t{c_.num_heads} * c_.head_dim;
     p[0].f32(T * proj_width()), p[1].f32(T * QW), p[3].get(T * QW * dtype_size(ctx_.opt.weight_dtype));
-    ws().f32(std::max<size_t>(4, paged_attention_workspace_floats(plans->aplan, c_.num_kv_heads, c_.head_dim)));
+    ws().f32(std::max<size_t>(4, workspace_floats(plans->aplan)));
   }
 
   const DevWeight* input_projection() const override { return &qkvg_proj_; }
@@ -87,10 +87,14 @@ class CudaAttention final : public CudaModule {
                          plans.dev(plans.tables), plans.dev(plans.tasks), plans.dev(plans.items), ap.num_tasks, ap.num_items,
                          ap.tokens_per_task, ap.key_split, plans.dev(plans.tc_tiles), ap.num_tc_tiles, ap.tc_tokens,
                          plans.dev(plans.tc_items), ap.num_tc_items, ap.num_single_tasks, ap.fixed_split};
+    if (tc_stage_floats(ap, c_.num_kv_heads, D, ctx_.opt.attn_tc_stage) > 0) {
+      a.tc_row_key_base = plans.dev(plans.tc_row_key_base), a.tc_stage_rows = plans.dev(plans.tc_stage_rows);
+      a.num_tc_stage_rows = ap.num_tc_stage_rows, a.tc_stage_max_keys = ap.tc_stage_max_keys;
+      a.tc_stage_keys = ap.tc_stage_keys, a.num_tc_slots = ap.num_tc_slots;
+    }
     {
       ProfileSpan span(ctx_.profile, "paged_attention", s);
-      SSM_CUDA_CHECK(paged_attention(q, PW, o, QW, kv, a, ws().f32(paged_attention_workspace_floats(ap, c_.num_kv_heads, D)), s,
-                                     ctx_.opt.pdl));
+      SSM_CUDA_CHECK(paged_attention(q, PW, o, QW, kv, a, ws().f32(workspace_floats(ap)), s, ctx_.opt.pdl));
     }
     // 3. The output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, o_proj.
     void* oc = p[3].get(T * QW * dtype_size(wd));
@@ -100,6 +104,11 @@ class CudaAttention final : public CudaModule {
   }
 
  private:
+  /// The attention call's workspace: the split-KV and tensor-core partials, then the staged bf16 keys (if any).
+  size_t workspace_floats(const PagedAttentionPlan& ap) const {
+    return paged_attention_workspace_floats(ap, c_.num_kv_heads, c_.head_dim) +
+           tc_stage_floats(ap, c_.num_kv_heads, c_.head_dim, ctx_.opt.attn_tc_stage);
+  }
   /// Columns of the fused projection per token (scratch slot 0): q, k, v (and the gate).
   int64_t proj_width() const {
     return int64_t{c_.head_dim} * (int64_t{c_.num_heads} * (c_.attn_output_gate ? 2 : 1) + 2 * int64_t{c_.num_kv_heads});
