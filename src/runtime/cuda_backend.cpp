@@ -57,6 +57,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_MOE_SHARED_BRANCH", o.moe_shared_branch);
   int_in("SSMSERVE_MOE_FUSED_SHARED_ADD", o.moe_fused_shared_add, 0, 2);
   flag("SSMSERVE_ATTN_TC_STAGE", o.attn_tc_stage);
+  flag("SSMSERVE_ATTN_TC_WGMMA", o.attn_tc_wgmma);
   flag("SSMSERVE_BRANCH_PDL", o.branch_pdl);
   flag("SSMSERVE_FUSE_SCALED_RESIDUAL", o.fuse_scaled_residual);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);

@@ -68,6 +68,10 @@ struct CudaModelOptions {
   /// The tensor-core prefill attention converts the step's keys of its rows to bf16 once per layer (tc_stage_floats,
   /// paged_attention.h) instead of in every 128-row tile (SSMSERVE_ATTN_TC_STAGE=0: the tiles convert): the same bits.
   bool attn_tc_stage = true;
+  /// With the staged keys, the tensor-core prefill attention's tiles at head_dim 128 / 256 on warpgroup MMAs (sm_90a
+  /// wgmma: K / V read once per 64 query rows from shared memory instead of once per 16); SSMSERVE_ATTN_TC_WGMMA=0:
+  /// the mma.sync tiles. Within bf16 rounding of each other; each row's bits depend only on its queries and keys.
+  bool attn_tc_wgmma = true;
   /// A sublayer's scaled residual h = alpha h + beta module(...) (Granite's residual_multiplier; any scaled residual
   /// not paired with a parallel mixer's and not from the normed rows) applied by the next sublayer's residual norm (or the LM head's) instead
   /// of a launch of its own: the same residual_step arithmetic, bit-identical (tested).

@@ -217,7 +217,8 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
   // rows ([sum n, os], from a poisoned buffer). last_only: each row as a one-token row of its last token (same
   // seq_len: the same query over the same keys, as when a prompt is chunked differently).
   // staged: the tensor-core pass's keys converted once into bf16 planes (tc_stage_floats) instead of per tile.
-  auto run = [&](const std::vector<int>& keep, int mode, bool last_only = false, bool staged = false) {
+  // wgmma: with staged keys, the warpgroup tile kernel (head_dim 128 / 256).
+  auto run = [&](const std::vector<int>& keep, int mode, bool last_only = false, bool staged = false, bool wgmma = false) {
     std::vector<int32_t> rq{0}, rs, rt;
     std::vector<float> qk;
     int64_t Tk = 0;
@@ -274,7 +275,7 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
     if (cuda::tc_stage_floats(plan, KVH, D, staged) > 0) {
       a.tc_row_key_base = dbase.as<int32_t>(), a.tc_stage_rows = dstage.as<int32_t>();
       a.num_tc_stage_rows = plan.num_tc_stage_rows, a.tc_stage_max_keys = plan.tc_stage_max_keys;
-      a.tc_stage_keys = plan.tc_stage_keys, a.num_tc_slots = plan.num_tc_slots;
+      a.tc_stage_keys = plan.tc_stage_keys, a.num_tc_slots = plan.num_tc_slots, a.tc_wgmma = wgmma;
     }
     SSM_CUDA_CHECK(cuda::paged_attention(dq2.as<float>(), qs, dout.as<float>(), os, dv, a, ws.as<float>(), nullptr));
     SSM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -337,6 +338,23 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
     for (int mode : {3, 4, 5})
       EXPECT_TRUE(same_bits(staged[mode].data() + qsl[r] * os, outs[mode].data() + qsl[r] * os, n))
           << "row " << r << " (new " << n << ", seq_len " << rows[r].second << "): staged keys vs per-tile conversion, mode " << mode;
+  }
+  // The warpgroup tile kernel (head_dim 128 / 256): against the CPU at the tensor-core tolerance, the same bits in one
+  // block per tile, with chunks over blocks and alone as in the batch.
+  if (cuda::tc_wgmma_head_dim_ok(D)) {
+    std::vector<std::vector<float>> wg(6);
+    for (int mode : {3, 4, 5}) wg[mode] = run(all, mode, false, true, true);
+    for (int r = 0; r < R; ++r) {
+      const int n = rows[r].first;
+      if (n < cuda::kTcMinTokens) continue;
+      SCOPED_TRACE(::testing::Message() << "warpgroup tiles, row " << r << " (new " << n << ", seq_len " << rows[r].second << ")");
+      EXPECT_LT(rel_err(wg[3].data() + qsl[r] * os, os, ref.data() + qsl[r] * os, os, n, sh.heads * D), 1e-2);
+      EXPECT_LT(rel_err(wg[3].data() + qsl[r] * os, os, outs[3].data() + qsl[r] * os, os, n, sh.heads * D), 1e-2);
+      EXPECT_TRUE(same_bits(wg[4].data() + qsl[r] * os, wg[3].data() + qsl[r] * os, n)) << "one block per tile";
+      EXPECT_TRUE(same_bits(wg[5].data() + qsl[r] * os, wg[3].data() + qsl[r] * os, n)) << "chunks over blocks";
+      const auto alone = run({r}, 3, false, true, true);
+      EXPECT_TRUE(same_bits(alone.data(), wg[3].data() + qsl[r] * os, n)) << "alone vs in the batch";
+    }
   }
   for (int r = 0; r < R; ++r) {
     const int n = rows[r].first;

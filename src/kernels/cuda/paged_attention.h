@@ -157,6 +157,9 @@ struct PagedAttentionArgs {
   int num_tc_stage_rows = 0, tc_stage_max_keys = 0;
   int64_t tc_stage_keys = 0;
   int num_tc_slots = 0;  ///< plan.num_tc_slots (where the staged K / V start in the pass's workspace)
+  /// With staged keys at head_dim 128 / 256: the tiles on the warpgroup kernel (sm_90a wgmma, paged_attention_tc_wg.cu)
+  /// instead of the mma.sync one (within bf16 rounding of it; each row's bits still its own).
+  bool tc_wgmma = false;
 };
 
 /// Workspace floats paged_attention needs for a plan: num_items * num_kv_heads * 16 * (head_dim + 2).
@@ -187,6 +190,10 @@ inline size_t tc_stage_floats(const PagedAttentionPlan& plan, int num_kv_heads, 
 /// Head sizes the attention passes are built for (64, 128; 256 for Qwen3-Next / Qwen3.5, whose tiles live in dynamic
 /// shared memory above the 48 KB static limit: 82 KB per split-KV block, 197 KB per tensor-core block).
 constexpr bool paged_attention_head_dim_ok(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+
+/// Head sizes the tensor-core pass's warpgroup tile kernel serves (PagedAttentionArgs::tc_wgmma: whole 128-column
+/// output halves); others take the mma.sync tiles.
+constexpr bool tc_wgmma_head_dim_ok(int head_dim) { return head_dim == 128 || head_dim == 256; }
 
 /// Prefill rows are best served by the tensor-core pass: rows with at least this many new tokens use it when the
 /// caller opts in (bf16 operands: scores and values rounded to bf16, fp32 softmax and accumulation).

@@ -4,15 +4,13 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/paged_attention_tc.cuh"
 
 namespace ssmserve::cuda {
 namespace {
 using namespace detail;
+using namespace tc;
 using bf16 = __nv_bfloat16;
-
-constexpr int kRows = kTcRows;  // query rows (tokens x heads of one KV head) per tile
-constexpr int kKeys = 64;       // keys per shared-memory tile
-constexpr int kThreads = 256;   // 8 warps x 16 query rows
 static_assert(kThreads / 32 * 16 == kRows, "a warp per 16 query rows");
 
 /// Rows [0, n) of a kRows-row fp32 tile (src(r): row r's pointer) into dst [kRows][D + 8] as bf16, rows >= n zero.
@@ -121,17 +119,6 @@ __global__ void __launch_bounds__(kThreads) stage_kernel(KvCacheView cache, Page
     *reinterpret_cast<uint2*>(vo + static_cast<int64_t>(pos) * D + c) = o;
   }
 }
-
-/// Merges a chunk's (max m, sum l) into a row's running (M, L): sa, sb scale the running and the chunk's
-/// accumulators (merge_acc). Log2 units. The one arithmetic of both the in-block merge and tc_combine_kernel (explicit
-/// roundings: no contraction differences), so splitting a tile over blocks leaves its bits unchanged.
-__device__ __forceinline__ void merge_stats(float& M, float& L, float m, float l, float& sa, float& sb) {
-  const float nm = fmaxf(M, m), r = nm == -INFINITY ? 0.0f : nm;
-  sa = exp2f(M - r), sb = exp2f(m - r);
-  L = __fmaf_rn(l, sb, __fmul_rn(L, sa));
-  M = nm;
-}
-__device__ __forceinline__ float merge_acc(float run, float sa, float x, float sb) { return __fmaf_rn(x, sb, __fmul_rn(run, sa)); }
 
 /// One block per SM (shared memory: 53, 101, 197 KB per block at head_dim 64, 128, 256; registers without spills:
 /// 160, 204, 246 per thread under nvcc 13.0). Q's A fragments stay in registers up to head_dim 128; at 256 they are
@@ -464,7 +451,12 @@ cudaError_t launch_tc(dim3 grid, const float* q, int64_t qs, float* out, int64_t
                   static_cast<unsigned>(a.num_tc_stage_rows));
     stage_kernel<D><<<sg, kThreads, 0, stream>>>(cache, a, kb);
   }
-  tc_kernel<D, kStaged><<<grid, kThreads, sm, stream>>>(q, qs, out, os, cache, a, ws, kb);
+  if (kStaged && a.tc_wgmma && tc_wgmma_head_dim_ok(D)) {
+    const cudaError_t e = launch_tc_wg(D, grid, q, qs, out, os, cache, a, ws, kb, stream);
+    if (e != cudaSuccess) return e;
+  } else {
+    tc_kernel<D, kStaged><<<grid, kThreads, sm, stream>>>(q, qs, out, os, cache, a, ws, kb);
+  }
   if (a.num_tc_items > 0) tc_combine_kernel<D><<<grid, kThreads, 0, stream>>>(out, os, static_cast<int>(grid.y), a, ws);
   return launch_status();
 }

@@ -90,7 +90,7 @@ class CudaAttention final : public CudaModule {
     if (tc_stage_floats(ap, c_.num_kv_heads, D, ctx_.opt.attn_tc_stage) > 0) {
       a.tc_row_key_base = plans.dev(plans.tc_row_key_base), a.tc_stage_rows = plans.dev(plans.tc_stage_rows);
       a.num_tc_stage_rows = ap.num_tc_stage_rows, a.tc_stage_max_keys = ap.tc_stage_max_keys;
-      a.tc_stage_keys = ap.tc_stage_keys, a.num_tc_slots = ap.num_tc_slots;
+      a.tc_stage_keys = ap.tc_stage_keys, a.num_tc_slots = ap.num_tc_slots, a.tc_wgmma = ctx_.opt.attn_tc_wgmma;
     }
     {
       ProfileSpan span(ctx_.profile, "paged_attention", s);
