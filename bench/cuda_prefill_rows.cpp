@@ -30,6 +30,8 @@ using cuda::DeviceBuffer;
 
 namespace {
 
+cudaStream_t g_stream = nullptr;  ///< every launch's stream (created in main: PDL launches on a stream of their own)
+
 /// Time (us) of one call: best of `reps` runs of 10 calls made by f.
 template <class F>
 double us_per_call(F&& f, int reps = 7) {
@@ -40,9 +42,9 @@ double us_per_call(F&& f, int reps = 7) {
   SSM_CUDA_CHECK(cudaDeviceSynchronize());
   float best = 1e30f;
   for (int i = 0; i < reps; ++i) {
-    SSM_CUDA_CHECK(cudaEventRecord(a, nullptr));
+    SSM_CUDA_CHECK(cudaEventRecord(a, g_stream));
     for (int j = 0; j < 10; ++j) f();
-    SSM_CUDA_CHECK(cudaEventRecord(b, nullptr));
+    SSM_CUDA_CHECK(cudaEventRecord(b, g_stream));
     SSM_CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
     SSM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -89,6 +91,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const int64_t T = argc > 1 ? std::atoll(argv[1]) : 32768;
+  SSM_CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   const int E = 256, k = 8;
   const int64_t H = 2048, P = T * k;
   std::printf("prefill row kernels at T = %lld (Qwen3.5-35B-A3B shapes), old form vs prefill form\n",
@@ -108,7 +111,7 @@ int main(int argc, char** argv) {
   DeviceBuffer counts(std::max<size_t>(cuda::detail::moe_sort_counts_bytes(P, E), 4));
   auto sort = [&] {
     SSM_CUDA_CHECK(cuda::detail::moe_sort_pairs(dids.as<int32_t>(), P, E, offsets.as<int32_t>(), sorted.as<int32_t>(),
-                                                pair_row.as<int32_t>(), counts.as<int32_t>(), nullptr, true));
+                                                pair_row.as<int32_t>(), counts.as<int32_t>(), g_stream, true));
   };
   // ids read twice, sorted + pair_row written (the rows' order differs between forms: the kernels below use
   // the last sort's, the same for both of their forms).
@@ -119,11 +122,11 @@ int main(int argc, char** argv) {
   // x read once (the old form reads it k times in expert order, mostly from L2), xg written.
   row("moe gather (x -> xg bf16)", 4.0 * T * H + 2.0 * P * H, [&] {
     SSM_CUDA_CHECK(cuda::detail::moe_gather_rows(x.as<float>(), H, sorted.as<int32_t>(), pair_row.as<int32_t>(), T, k, H,
-                                                 xg.as<__nv_bfloat16>(), nullptr));
+                                                 xg.as<__nv_bfloat16>(), g_stream));
   });
   auto combine = [&](const cuda::MoeSharedAdd* add) {
     SSM_CUDA_CHECK(cuda::detail::moe_combine(y.as<float>(), H, dids.as<int32_t>(), wts.as<float>(),
-                                             pair_row.as<int32_t>(), T, k, out.as<float>(), H, add, nullptr, true));
+                                             pair_row.as<int32_t>(), T, k, out.as<float>(), H, add, g_stream, true));
   };
   // y [P, H] read, out written.
   row("moe combine", 4.0 * P * H + 4.0 * T * H, [&] { combine(nullptr); });
@@ -137,7 +140,7 @@ int main(int argc, char** argv) {
     } else {
       combine(nullptr);
       SSM_CUDA_CHECK(cuda::sigmoid_gated_add(out.as<float>(), H, sy.as<float>(), H, x.as<float>(), H, gate.as<float>(), T,
-                                             H, nullptr, true));
+                                             H, g_stream, true));
     }
   });
   x = DeviceBuffer(), y = DeviceBuffer(), xg = DeviceBuffer(), sy = DeviceBuffer();
@@ -148,7 +151,7 @@ int main(int argc, char** argv) {
   DeviceBuffer nw = rand_dev(Vd, 0.5f, 1.5f, 9), gated(T * Vd * 2);
   row("gated rms norm (bf16 out)", 8.0 * T * Vd + 2.0 * T * Vd, [&] {
     SSM_CUDA_CHECK(cuda::gated_rms_norm_pdl(o.as<float>(), Vd, proj.as<float>() + C, PW, nw.as<float>(), 1e-6f, T, Vd,
-                                            128, true, gated.data(), DType::BF16, Vd, true, nullptr));
+                                            128, true, gated.data(), DType::BF16, Vd, true, g_stream));
   });
   // Causal conv1d: 8192 channels of the projection rows, width 4, one sequence, fp32 out (the mixer's call).
   DeviceBuffer cw = rand_dev(C * 4, -0.5f, 0.5f, 10), states(2 * 3 * C * 4), qkv(T * C * 4);
@@ -160,15 +163,16 @@ int main(int argc, char** argv) {
   cp.dim = C, cp.width = 4, cp.weight = cw.as<float>(), cp.conv_states = StateView{states.data(), DType::F32, 3 * C};
   row("causal conv1d fwd (fp32 out)", 8.0 * T * C, [&] {
     SSM_CUDA_CHECK(cuda::causal_conv1d_fwd(proj.as<float>(), PW, qkv.as<float>(), C, cp, dq.as<int32_t>(), ds.as<int32_t>(),
-                                           di.as<uint8_t>(), 1, T, nullptr));
+                                           di.as<uint8_t>(), 1, T, g_stream));
   });
   // The shared expert's input cast [T, 2048] fp32 -> bf16; the attention output gate over [T, 4096] (bf16 out).
   row("cast_rows (bf16 out)", 6.0 * T * H, [&] {
-    SSM_CUDA_CHECK(cuda::cast_rows(o.as<float>(), H, T, H, gated.data(), DType::BF16, H, nullptr, true));
+    SSM_CUDA_CHECK(cuda::cast_rows(o.as<float>(), H, T, H, gated.data(), DType::BF16, H, g_stream, true));
   });
   row("sigmoid_gate (bf16 out)", 10.0 * T * Vd, [&] {
-    SSM_CUDA_CHECK(cuda::sigmoid_gate(o.as<float>(), Vd, proj.as<float>(), PW, T, Vd, gated.data(), DType::BF16, Vd, nullptr,
+    SSM_CUDA_CHECK(cuda::sigmoid_gate(o.as<float>(), Vd, proj.as<float>(), PW, T, Vd, gated.data(), DType::BF16, Vd, g_stream,
                                       true));
   });
+  SSM_CUDA_CHECK(cudaStreamDestroy(g_stream));
   return 0;
 }

@@ -54,6 +54,12 @@ std::vector<float> fast_vec(size_t n, float lo, float hi, uint64_t seed) {
   return v;
 }
 
+/// The stream every launch below uses (a created one: the PDL launches need no legacy default stream).
+cudaStream_t stream() {
+  static cuda::Stream s;
+  return s.get();
+}
+
 /// The bytes of n elements of type T at d (after a device synchronize).
 template <class T = uint8_t>
 std::vector<T> bytes(const DeviceBuffer& d, size_t n) {
@@ -106,7 +112,7 @@ TEST(CudaPrefillRows, MoeSortMultiBlockMatchesOneBlock) {
           const size_t cb = cuda::detail::moe_sort_counts_bytes(P, c.E);
           DeviceBuffer counts(std::max<size_t>(cb, 4));
           SSM_CUDA_CHECK(cuda::detail::moe_sort_pairs(ids.as<int32_t>(), P, c.E, off.as<int32_t>(), sorted.as<int32_t>(),
-                                                      prow.as<int32_t>(), counts.as<int32_t>(), nullptr, true));
+                                                      prow.as<int32_t>(), counts.as<int32_t>(), stream(), true));
           return std::make_tuple(bytes<int32_t>(off, c.E + 1), bytes<int32_t>(sorted, P), bytes<int32_t>(prow, P));
         });
       };
@@ -150,7 +156,7 @@ TEST(CudaPrefillRows, MoeCombinePerTokenMatchesSlices) {
             DeviceBuffer out = poisoned(T * os);
             SSM_CUDA_CHECK(cuda::detail::moe_combine(y.as<float>(), H, ids.as<int32_t>(), wts.as<float>(),
                                                      prow.as<int32_t>(), T, k, out.as<float>(), os,
-                                                     mode ? &add : nullptr, nullptr, true));
+                                                     mode ? &add : nullptr, stream(), true));
             return bytes(out, T * os * 4);
           });
         };
@@ -178,7 +184,7 @@ TEST(CudaPrefillRows, MoeGatherByTokenMatchesByRow) {
           DeviceBuffer xg(P * H * 2);
           xg.fill_bytes(0x5a);
           SSM_CUDA_CHECK(cuda::detail::moe_gather_rows(x.as<float>(), xs, sorted.as<int32_t>(), prow.as<int32_t>(), T, k,
-                                                       H, xg.as<__nv_bfloat16>(), nullptr));
+                                                       H, xg.as<__nv_bfloat16>(), stream()));
           return bytes(xg, P * H * 2);
         });
       };
@@ -215,7 +221,7 @@ TEST(CudaPrefillRows, SparseMoeMatchesOldForms) {
         return with_rows(on, [&] {
           DeviceBuffer ws(cuda::moe_workspace_bytes(T, w)), out = poisoned(T * os);
           SSM_CUDA_CHECK(cuda::sparse_moe(x.as<float>(), xs, T, logits.as<float>(), w, out.as<float>(), os, ws.data(),
-                                          nullptr, true, mode ? &add : nullptr));
+                                          stream(), true, mode ? &add : nullptr));
           return bytes(out, T * os * 4);
         });
       };
@@ -254,10 +260,10 @@ TEST(CudaPrefillRows, GatedNormGroupsPerBlockMatchOld) {
                 }
                 if (entry < 2)
                   SSM_CUDA_CHECK(cuda::gated_rms_norm_pdl(src, D, z, PW, wt.as<float>(), 1e-6f, T, D, gs, nbg, out.data(), od,
-                                                          D, entry == 1, nullptr));
+                                                          D, entry == 1, stream()));
                 else
                   SSM_CUDA_CHECK(cuda::gated_rms_norm(src, D, z, PW, wt.as<float>(), 1e-6f, T, D, gs, nbg, out.data(), od, D,
-                                                      nullptr));
+                                                      stream()));
                 return bytes(out, T * D * 4);
               });
             };
@@ -318,7 +324,7 @@ TEST(CudaPrefillRows, ConvFwdVecMatchesOld) {
               SSM_CUDA_CHECK(cuda::causal_conv1d_fwd_dual(x.as<float>(), c.x_stride, outs == 2 ? nullptr : out.as<float>(),
                                                           c.dim, outs == 1 ? nullptr : out16.data(), c.dim, p,
                                                           dq.as<int32_t>(), ds.as<int32_t>(), di.as<uint8_t>(), ns, T,
-                                                          nullptr));
+                                                          stream()));
               std::vector<uint8_t> all = bytes(out, T * c.dim * 4), b16 = bytes(out16, T * c.dim * 2),
                                    sb = bytes(states, st_bytes.size());
               all.insert(all.end(), b16.begin(), b16.end());
@@ -353,10 +359,10 @@ TEST(CudaPrefillRows, CastRowsAndSigmoidGateVecMatchOld) {
             return with_rows(on, [&] {
               DeviceBuffer out = poisoned(T * os);
               if (op == 0)
-                SSM_CUDA_CHECK(cuda::cast_rows(a.as<float>(), is, T, cols, out.data(), od, os, nullptr, true));
+                SSM_CUDA_CHECK(cuda::cast_rows(a.as<float>(), is, T, cols, out.data(), od, os, stream(), true));
               else
-                SSM_CUDA_CHECK(cuda::sigmoid_gate(a.as<float>(), is, g.as<float>(), is, T, cols, out.data(), od, os, nullptr,
-                                                  true));
+                SSM_CUDA_CHECK(cuda::sigmoid_gate(a.as<float>(), is, g.as<float>(), is, T, cols, out.data(), od, os,
+                                                  stream(), true));
               return bytes(out, T * os * 4);
             });
           };
