@@ -57,7 +57,8 @@ struct CudaModelOptions {
   bool moe_shared_branch = true;
   /// Which MoE layers add their shared-expert rows inside the routed experts' combine kernel (kernels/cuda/moe.h
   /// MoeSharedAdd; the second branch joined just before the combine) instead of a launch of their own after it, in
-  /// steps of up to 16 tokens (the combine's slice blocks each recompute the gate's dot: cheap at decode only):
+  /// steps of up to 16 tokens and those on the per-token combine (moe_combine_per_token; the column-slice combine's
+  /// blocks each recompute the gate's dot: cheap at decode only):
   /// 0 none, 1 those with Qwen's sigmoid gate (default: its one-block gated add took ~9.5 us per layer on the H200),
   /// 2 all (the plain add too: slower where the shared expert's branch is the layer's longer chain, since the combine
   /// then waits for it; docs/benchmarks.md session 29). The same arithmetic either way: bit-identical (tested).

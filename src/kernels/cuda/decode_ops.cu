@@ -360,8 +360,9 @@ cudaError_t gated_rms_norm_pdl(const float* y, int64_t y_stride, const float* z,
                                                         group_size);
       plan.vpt > 0)
     return dispatch_gated_norm_vec(plan, out_dtype, out, [&](auto kernel, auto* o) {
-      return launch_pdl(pdl, kernel, grid, dim3(plan.threads), 0, stream, y, y_stride, z, z_stride, weight, eps,
-                        group_size, norm_before_gate, o, out_stride);
+      const int G = gated_norm_vec_groups_per_block(plan, T, D / group_size);
+      return launch_pdl(pdl, kernel, dim3(grid.x, grid.y / G), dim3(plan.threads, G), 0, stream, y, y_stride, z,
+                        z_stride, weight, eps, group_size, norm_before_gate, o, out_stride);
     });
   int threads = 32;  // rms_norm.cu's threads_for(group_size / 4): the same block shape, so the same sums
   while (threads < 1024 && threads < group_size / 4) threads *= 2;

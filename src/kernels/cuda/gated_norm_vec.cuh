@@ -42,6 +42,24 @@ inline GatedNormVecPlan gated_norm_vec_plan(const float* y, int64_t y_stride, co
   return {};
 }
 
+/// Groups per block for T rows of `groups` groups each (blockDim (plan.threads, G), grid (T, groups / G)): under
+/// KernelTuning::prefill_row_kernels, a one-warp plan (groups up to 128 elements: Gated DeltaNet's value heads) and
+/// T >= 64, the most of 8, 4, 2 that divides `groups` (one warp per group, its sum by gated_norm_warp_sum); else 1
+/// (one block per group: decode steps, wide groups). A function of T and the shape only.
+inline int gated_norm_vec_groups_per_block(const GatedNormVecPlan& plan, int64_t T, int64_t groups) {
+  if (!kernel_tuning().prefill_row_kernels || plan.threads != 32 || T < 64) return 1;
+  for (int g : {8, 4, 2})
+    if (groups % g == 0) return g;
+  return 1;
+}
+
+/// block_sum's arithmetic for a block of one warp (warp_sum; lane 0's value alone in the second warp_sum), without
+/// its barriers: a warp that owns a group sums it as the one-warp block of the old launch does, bit for bit.
+__device__ __forceinline__ float gated_norm_warp_sum(float v) {
+  v = warp_sum(v);
+  return warp_sum((threadIdx.x & 31) == 0 ? v : 0.0f);
+}
+
 __device__ __forceinline__ void store4(float* p, float a, float b, float c, float d) {
   *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
 }
@@ -53,9 +71,11 @@ __device__ __forceinline__ void store4(__nv_bfloat16* p, float a, float b, float
   *reinterpret_cast<uint2*>(p) = v;
 }
 
-/// Grid (T, D / group_size), GatedNormVecPlan::threads threads. out may alias y (every read precedes the block sum).
-/// Waits on the predecessor first (Programmatic Dependent Launch; a no-op when launched without it), so both entry
-/// points run the very same instantiation.
+/// Grid (T, D / group_size / G), block (GatedNormVecPlan::threads, G) with G = gated_norm_vec_groups_per_block (G > 1
+/// only for one-warp plans: warp threadIdx.y owns group blockIdx.y * G + threadIdx.y). out may alias y (every read
+/// precedes the block sum; with G > 1 a group is read and written by its warp alone). Waits on the predecessor
+/// first (Programmatic Dependent Launch; a no-op when launched without it), so both entry points run the very same
+/// instantiation.
 template <class TO, int VPT>
 __global__ void __launch_bounds__(kGatedNormVecMaxThreads) gated_norm_vec_kernel(
     const float* y, int64_t y_stride, const float* __restrict__ z, int64_t z_stride, const float* __restrict__ weight,
@@ -63,7 +83,7 @@ __global__ void __launch_bounds__(kGatedNormVecMaxThreads) gated_norm_vec_kernel
   __shared__ float scratch[32];
   pdl_wait();
   pdl_launch_dependents();
-  const int64_t t = blockIdx.x, g0 = blockIdx.y * group_size;
+  const int64_t t = blockIdx.x, g0 = (static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y) * group_size;
   const int n4 = static_cast<int>(group_size / 4);
   const float4* y4 = reinterpret_cast<const float4*>(y + t * y_stride + g0);
   const float4* z4 = reinterpret_cast<const float4*>(z + t * z_stride + g0);
@@ -78,7 +98,7 @@ __global__ void __launch_bounds__(kGatedNormVecMaxThreads) gated_norm_vec_kernel
     h[j] = norm_before_gate ? yv : make_float4(yv.x * g[j].x, yv.y * g[j].y, yv.z * g[j].z, yv.w * g[j].w);
     ss += h[j].x * h[j].x + h[j].y * h[j].y + h[j].z * h[j].z + h[j].w * h[j].w;
   }
-  ss = block_sum(ss, scratch);
+  ss = blockDim.y == 1 ? block_sum(ss, scratch) : gated_norm_warp_sum(ss);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(group_size) + eps);
   const float4* w4 = reinterpret_cast<const float4*>(weight + g0);
   TO* o = out + t * out_stride + g0;

@@ -60,6 +60,13 @@ struct KernelTuning {
   /// ahead at 2E pairs (bench_cuda_moe_decode sweep, docs/benchmarks.md session 28). Off: the grouped GEMMs above 16
   /// pairs, as before (SSMSERVE_MOE_PAIR_SORTED=0). Rounding-level differences (another summation order).
   bool moe_pair_sorted = true;
+  /// The large-T (prefill) forms of the memory-bound row kernels: the MoE combine one block per token (expert order
+  /// ranked and the shared gate's dot once per token), the multi-block MoE pair sort, the MoE gather by token (each x
+  /// row read once), the gated RMSNorm's small groups several per block, the causal conv1d four channels per thread,
+  /// cast_rows and sigmoid_gate 8 columns per thread; chosen by the step's size only. Off: the old forms at every
+  /// size (SSMSERVE_PREFILL_ROW_KERNELS=0). The same bits either way (the same per-element arithmetic and summation
+  /// order; test_cuda_prefill_rows compares them).
+  bool prefill_row_kernels = true;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

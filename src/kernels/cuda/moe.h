@@ -75,6 +75,11 @@ struct MoeSharedAdd {
   cudaEvent_t ready = nullptr;
 };
 
+/// Whether sparse_moe's combine at T tokens is the per-token form (KernelTuning::prefill_row_kernels, T >= 64): one
+/// block per token, which computes a gated MoeSharedAdd's sigmoid(x . gate) once per token (the column-slice form of
+/// smaller steps computes it once per slice), so the runner can fuse the shared add there too. A function of T only.
+bool moe_combine_per_token(int64_t T);
+
 /// out[t] = sum over token t's top_k experts e (ascending e) of weight_e * w2_e(silu(w1_e x) * (w3_e x)) (relu^2
 /// experts: weight_e * w2_e(relu(w1_e x)^2)).
 ///   x: [T, hidden] fp32 (row stride x_stride, multiple of 4); logits: [T, E] fp32 contiguous; out: [T, hidden]

@@ -33,6 +33,25 @@ __global__ void __launch_bounds__(256) gather_kernel(const float* __restrict__ x
   }
 }
 
+/// Grid (T), 256 threads: row t of x converted once (gather_kernel's packing, 8 columns per thread and step) and
+/// stored to its top_k rows xg[pair_row[t * top_k + j]]: x is read once in token order instead of top_k times in
+/// expert order.
+__global__ void __launch_bounds__(256) gather_by_token_kernel(const float* __restrict__ x, int64_t xs,
+                                                             const int32_t* __restrict__ pair_row, int top_k,
+                                                             int64_t hidden, bf16* __restrict__ xg) {
+  __shared__ int64_t dst_s[32];
+  const int64_t t = blockIdx.x;
+  if (static_cast<int>(threadIdx.x) < top_k) dst_s[threadIdx.x] = static_cast<int64_t>(pair_row[t * top_k + threadIdx.x]) * hidden;
+  __syncthreads();
+  const float* src = x + t * xs;
+  for (int64_t c = threadIdx.x * 8; c < hidden; c += 256 * 8) {
+    const float4 a = *reinterpret_cast<const float4*>(src + c), b = *reinterpret_cast<const float4*>(src + c + 4);
+    uint4 o;
+    o.x = pack_bf16(a.x, a.y), o.y = pack_bf16(a.z, a.w), o.z = pack_bf16(b.x, b.y), o.w = pack_bf16(b.z, b.w);
+    for (int j = 0; j < top_k; ++j) *reinterpret_cast<uint4*>(xg + dst_s[j] + c) = o;
+  }
+}
+
 /// One expert-aligned tile. Grid (column tiles, row tiles): x walks the column tiles of one row tile, so the
 /// 128-row A tile is reused from L2 while the expert's weights stream through.
 /// kUp: A = xg [P, K = hidden]; B rows 0..63 = w1[e, n0 .. n0 + 63], rows 64..127 = w3[e, same]; out = act [P, N = I]
@@ -174,11 +193,16 @@ cudaError_t launch(const bf16* A, const int32_t* offsets, int64_t P, int E, cons
 
 }  // namespace
 
-cudaError_t moe_gather_rows(const float* x, int64_t xs, const int32_t* sorted, int64_t P, int top_k, int64_t hidden,
-                            bf16* xg, cudaStream_t stream) {
-  if (P < 0 || top_k < 1 || hidden <= 0 || hidden % 8 != 0 || xs < hidden || xs % 4 != 0) return cudaErrorInvalidValue;
-  if (P == 0) return cudaSuccess;
-  gather_kernel<<<static_cast<unsigned>(P), 256, 0, stream>>>(x, xs, sorted, top_k, hidden, xg);
+cudaError_t moe_gather_rows(const float* x, int64_t xs, const int32_t* sorted, const int32_t* pair_row, int64_t T,
+                            int top_k, int64_t hidden, bf16* xg, cudaStream_t stream) {
+  if (T < 0 || top_k < 1 || top_k > 32 || hidden <= 0 || hidden % 8 != 0 || xs < hidden || xs % 4 != 0 ||
+      T * top_k > 2147483647)
+    return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  if (kernel_tuning().prefill_row_kernels)
+    gather_by_token_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(x, xs, pair_row, top_k, hidden, xg);
+  else
+    gather_kernel<<<static_cast<unsigned>(T * top_k), 256, 0, stream>>>(x, xs, sorted, top_k, hidden, xg);
   return launch_status();
 }
 

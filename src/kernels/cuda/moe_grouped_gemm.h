@@ -18,10 +18,13 @@ namespace ssmserve::cuda::detail {
 /// partial).
 inline constexpr int kMoeTileRows = 128;
 
-/// xg[r, :] = bf16(x[sorted[r] / top_k, :]) for r in [0, P): the up projection's A operand in expert order.
-/// x: [T, hidden] fp32 (row stride xs, multiple of 4); sorted: [P] pair ids; xg: [P, hidden] bf16 contiguous.
-cudaError_t moe_gather_rows(const float* x, int64_t xs, const int32_t* sorted, int64_t P, int top_k, int64_t hidden,
-                            __nv_bfloat16* xg, cudaStream_t stream);
+/// xg[r, :] = bf16(x[sorted[r] / top_k, :]) for r in [0, P = T * top_k): the up projection's A operand in expert
+/// order. x: [T, hidden] fp32 (row stride xs, multiple of 4); sorted: [P] pair ids; pair_row: [P] its inverse
+/// (pair -> row); xg: [P, hidden] bf16 contiguous. Under KernelTuning::prefill_row_kernels one block per token reads
+/// x[t] once and writes its top_k rows xg[pair_row[t * top_k + j]] (the old form, one block per row r, reads each x
+/// row top_k times in expert order); the same bits.
+cudaError_t moe_gather_rows(const float* x, int64_t xs, const int32_t* sorted, const int32_t* pair_row, int64_t T,
+                            int top_k, int64_t hidden, __nv_bfloat16* xg, cudaStream_t stream);
 
 /// Gate and up projections fused with the activation, for all experts in one launch:
 /// act[r, n] = bf16(silu(xg[r] . w1[e, n]) * (xg[r] . w3[e, n])) for the rows r of expert e.

@@ -85,6 +85,27 @@ __global__ void cast_rows_kernel(const float* __restrict__ in, int64_t in_stride
     store(out + r * out_stride + c, in[r * in_stride + c]);
 }
 
+/// cast_rows_kernel for prefill-sized steps (KernelTuning::prefill_row_kernels, rows >= 64): grid (rows, ceil(cols /
+/// 2048)), 256 threads, 8 consecutive columns per thread as two 16-byte loads and one 16- (bf16) or two 16-byte
+/// (fp32) stores (the old form moved 4 bytes per thread); the same store() per element. cols, strides multiples of 8,
+/// rows 16-byte aligned (cast_rows checks).
+template <class TO>
+__global__ void __launch_bounds__(256) cast_rows_vec_kernel(const float* __restrict__ in, int64_t in_stride,
+                                                            int64_t cols, TO* __restrict__ out, int64_t out_stride) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r = blockIdx.x, c = (static_cast<int64_t>(blockIdx.y) * 256 + threadIdx.x) * 8;
+  if (c >= cols) return;
+  const float4 a = *reinterpret_cast<const float4*>(in + r * in_stride + c);
+  const float4 b = *reinterpret_cast<const float4*>(in + r * in_stride + c + 4);
+  __align__(16) TO v[8];
+  store(v + 0, a.x), store(v + 1, a.y), store(v + 2, a.z), store(v + 3, a.w);
+  store(v + 4, b.x), store(v + 5, b.y), store(v + 6, b.z), store(v + 7, b.w);
+  const uint4* src = reinterpret_cast<const uint4*>(v);
+  uint4* dst = reinterpret_cast<uint4*>(out + r * out_stride + c);
+  for (size_t i = 0; i < sizeof(v) / 16; ++i) dst[i] = src[i];
+}
+
 __global__ void gather_rows_kernel(const float* __restrict__ in, int64_t in_stride, const int32_t* __restrict__ idx,
                                    int64_t cols, float* __restrict__ out, int64_t out_stride) {
   const int64_t i = blockIdx.x;
@@ -105,6 +126,16 @@ cudaError_t cast_rows(const float* in, int64_t in_stride, int64_t rows, int64_t 
   if (rows < 0 || cols < 0 || in_stride < cols || out_stride < cols || rows > 2147483647 || out_dtype == DType::F16)
     return cudaErrorInvalidValue;
   if (rows == 0 || cols == 0) return cudaSuccess;
+  const auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (kernel_tuning().prefill_row_kernels && rows >= 64 && cols % 8 == 0 && in_stride % 8 == 0 && out_stride % 8 == 0 &&
+      al16(in) && al16(out) && ceil_div(cols, 2048) <= 65535u) {
+    const dim3 vgrid(static_cast<unsigned>(rows), ceil_div(cols, 2048));
+    if (out_dtype == DType::BF16)
+      return launch_pdl(pdl, cast_rows_vec_kernel<__nv_bfloat16>, vgrid, dim3(256), 0, stream, in, in_stride, cols,
+                        static_cast<__nv_bfloat16*>(out), out_stride);
+    return launch_pdl(pdl, cast_rows_vec_kernel<float>, vgrid, dim3(256), 0, stream, in, in_stride, cols,
+                      static_cast<float*>(out), out_stride);
+  }
   const dim3 grid(static_cast<unsigned>(rows), std::min(ceil_div(cols, 256), 65535u));
   if (out_dtype == DType::BF16)
     return launch_pdl(pdl, cast_rows_kernel<__nv_bfloat16>, grid, dim3(256), 0, stream, in, in_stride, cols,
@@ -161,8 +192,9 @@ cudaError_t gated_rms_norm(const float* y, int64_t y_stride, const float* z, int
                                                         group_size);
       plan.vpt > 0)
     return dispatch_gated_norm_vec(plan, out_dtype, out, [&](auto kernel, auto* o) {
-      kernel<<<grid, plan.threads, 0, stream>>>(y, y_stride, z, z_stride, weight, eps, group_size, norm_before_gate, o,
-                                                out_stride);
+      const int G = gated_norm_vec_groups_per_block(plan, T, D / group_size);
+      kernel<<<dim3(grid.x, grid.y / G), dim3(plan.threads, G), 0, stream>>>(y, y_stride, z, z_stride, weight, eps,
+                                                                             group_size, norm_before_gate, o, out_stride);
       return launch_status();
     });
   const int threads = threads_for(group_size / 4);

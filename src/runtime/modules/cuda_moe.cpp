@@ -107,9 +107,11 @@ class CudaMoe final : public CudaModule {
     }
     // Under moe_fused_shared_add (gated adds by default, every add at 2) the combine kernel adds y (gated: times
     // sigmoid(x . w_g)), waiting for the branch just before it; else a launch of its own below. Decode-sized steps
-    // only: each of the combine's column-slice blocks recomputes the gate's dot over the whole row, which a one-token
-    // step does not notice but a prefill chunk would pay ceil(hidden / 256) times over.
-    const bool fused = shared_ && T <= kFusedAddMaxTokens && ctx_.opt.moe_fused_shared_add >= (shared_gate_.data() ? 1 : 2);
+    // and steps on the per-token combine (moe_combine_per_token) only: each of the column-slice combine's blocks
+    // recomputes the gate's dot over the whole row, which a one-token step does not notice but a prefill chunk would
+    // pay ceil(hidden / 256) times over; the per-token combine computes it once per token.
+    const bool fused = shared_ && (T <= kFusedAddMaxTokens || moe_combine_per_token(T)) &&
+                       ctx_.opt.moe_fused_shared_add >= (shared_gate_.data() ? 1 : 2);
     MoeSharedAdd add;
     if (fused) {
       add.y = y, add.y_stride = H_, add.gate = shared_gate_.data() ? shared_gate_.as<float>() : nullptr;
