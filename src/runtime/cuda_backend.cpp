@@ -91,6 +91,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   int_in("SSMSERVE_ATTN_FILL_ITEMS", k.attn_fill_items, 64, 8192);
   flag("SSMSERVE_MOE_PAIR_GEMV", k.moe_pair_gemv);
   flag("SSMSERVE_MOE_PAIR_SORTED", k.moe_pair_sorted);
+  int_in("SSMSERVE_MOE_GROUPED_WG", k.moe_grouped_wg, 0, 3);
   if (const auto e = env.gpu_value("SSMSERVE_MOE_PAIR_TUNE")) {  // "rows,warps[,one_wave]" (0: by the rule)
     int r = -1, wp = -1, ow = 0;
     const int n = std::sscanf(e->c_str(), "%d,%d,%d", &r, &wp, &ow);
