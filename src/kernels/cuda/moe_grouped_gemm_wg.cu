@@ -42,6 +42,20 @@ struct Cfg {
   static constexpr size_t kSmemBytes = 1024 + static_cast<size_t>(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
 };
 
+/// tma_ring.cuh's mbar_wait with a bound: a wait that never completes (a ring protocol or transaction-count error)
+/// traps after ~2^26 failed polls (seconds) instead of hanging the stream, so it surfaces as a launch error.
+__device__ __forceinline__ void mbar_wait_bounded(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  for (uint32_t polls = 0; !done; ++polls) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (polls == (1u << 26)) __trap();
+  }
+}
+
 /// The row tile `tile` of the launch (tiles numbered expert by expert, ceil(count / BM) per expert), found by one warp
 /// (every warp of the CTA gets the same answer): 32 experts per step, the tile counts' inclusive scan by shuffles, the
 /// first lane whose running count passes `tile` by ballot. Sets the expert, its first sorted row and the tile's row
@@ -113,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN>::kMinBlocks)
       for (int kt = 0; kt < ktiles; ++kt) {
         const int s = kt % kStages;
         // Fill kt of slot s waits for the consumers' release of fill kt - kStages (phase kt / kStages - 1).
-        if (kt >= kStages) mbar_wait(saddr(empty + s), ((kt / kStages) + 1) & 1);
+        if (kt >= kStages) mbar_wait_bounded(saddr(empty + s), ((kt / kStages) + 1) & 1);
         const uint32_t bar = saddr(full + s), dst = saddr(smem + s * kStageBytes);
         mbar_expect_tx(bar, kStageBytes);
         tma_load_2d(dst, &ta, kt * BK, row0, bar);
@@ -135,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN>::kMinBlocks)
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   for (int kt = 0; kt < ktiles; ++kt) {
     const int s = kt % kStages;
-    mbar_wait(saddr(full + s), (kt / kStages) & 1);
+    mbar_wait_bounded(saddr(full + s), (kt / kStages) & 1);
     const unsigned char* const as = smem + s * kStageBytes + wg * (64 * 128);  // 8 KB: 64 rows of 128 bytes
     const unsigned char* const bs = smem + s * kStageBytes + kTileA;
     wg_fence();
