@@ -67,6 +67,13 @@ struct KernelTuning {
   /// size (SSMSERVE_PREFILL_ROW_KERNELS=0). The same bits either way (the same per-element arithmetic and summation
   /// order; test_cuda_prefill_rows compares them).
   bool prefill_row_kernels = true;
+  /// bf16 MoE grouped expert GEMMs (prefill steps above the per-pair bounds; SSMSERVE_MOE_GROUPED_WG): 1 (default) the
+  /// Hopper kernel (TMA loads into a 128-byte-swizzled ring filled by a producer warp, two consumer warpgroups on
+  /// wgmma; moe_grouped_gemm_wg.cu) with 256-wide weight tiles from K = 1024 (kWideTileMinK), 128-wide below, where
+  /// the device is sm_90 and the operands suit TMA; 2 / 3 the same with 128- / 256-wide tiles always (benchmarks);
+  /// 0 the mma.sync kernel everywhere, as before. Rounding-level differences (another summation order); every form
+  /// batch-invariant.
+  int moe_grouped_wg = 1;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

@@ -2,6 +2,7 @@
 #include <atomic>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
 
@@ -206,13 +207,29 @@ cudaError_t moe_gather_rows(const float* x, int64_t xs, const int32_t* sorted, c
   return launch_status();
 }
 
+namespace {
+/// kAuto resolved: the Hopper kernels when switched on and runnable here.
+bool use_wg(MoeGemmPath path) {
+  return path == MoeGemmPath::kWgmma ||
+         (path == MoeGemmPath::kAuto && kernel_tuning().moe_grouped_wg != 0 && moe_grouped_wg_supported());
+}
+}  // namespace
+
 cudaError_t moe_grouped_up(const bf16* xg, const int32_t* offsets, int64_t P, int E, const bf16* w1, const bf16* w3,
-                           int64_t I, int64_t hidden, bf16* act, cudaStream_t stream) {
+                           int64_t I, int64_t hidden, bf16* act, cudaStream_t stream, MoeGemmPath path) {
+  if (use_wg(path)) {
+    const cudaError_t e = moe_grouped_up_wg(xg, offsets, P, E, w1, w3, I, hidden, act, stream);
+    if (e != cudaErrorNotSupported || path == MoeGemmPath::kWgmma) return e;  // kAuto: unaligned operands fall back
+  }
   return launch<true>(xg, offsets, P, E, w1, w3, I, hidden, act, nullptr, stream);
 }
 
 cudaError_t moe_grouped_down(const bf16* act, const int32_t* offsets, int64_t P, int E, const bf16* w2, int64_t hidden,
-                             int64_t I, float* y, cudaStream_t stream) {
+                             int64_t I, float* y, cudaStream_t stream, MoeGemmPath path) {
+  if (use_wg(path)) {
+    const cudaError_t e = moe_grouped_down_wg(act, offsets, P, E, w2, hidden, I, y, stream);
+    if (e != cudaErrorNotSupported || path == MoeGemmPath::kWgmma) return e;
+  }
   return launch<false>(act, offsets, P, E, w2, nullptr, hidden, I, nullptr, y, stream);
 }
 
