@@ -67,11 +67,15 @@ struct CudaModelOptions {
   /// the fork's event wait and is launched plainly (as the Mamba-1 decode overlap's branch).
   bool branch_pdl = true;
   /// The tensor-core prefill attention converts the step's keys of its rows to bf16 once per layer (tc_stage_floats,
-  /// paged_attention.h) instead of in every 128-row tile (SSMSERVE_ATTN_TC_STAGE=0: the tiles convert): the same bits.
+  /// paged_attention.h) instead of in every 128-row tile (SSMSERVE_ATTN_TC_STAGE=0: the tiles convert). On the
+  /// mma.sync tiles the same bits either way.
   bool attn_tc_stage = true;
   /// With the staged keys, the tensor-core prefill attention's tiles at head_dim 128 / 256 on warpgroup MMAs (sm_90a
   /// wgmma: K / V read once per 64 query rows from shared memory instead of once per 16); SSMSERVE_ATTN_TC_WGMMA=0:
-  /// the mma.sync tiles. Within bf16 rounding of each other; each row's bits depend only on its queries and keys.
+  /// the mma.sync tiles. Within bf16 rounding of each other. Staging (so the warpgroup tiles) needs the step's
+  /// tensor-core rows' keys to fit kTcStageMaxBytes, so above it a row's bits can depend on the other rows of its
+  /// step, as the default mode's cuBLAS GEMMs (chosen by M) already let them; batch-invariant mode has no
+  /// tensor-core pass.
   bool attn_tc_wgmma = true;
   /// A sublayer's scaled residual h = alpha h + beta module(...) (Granite's residual_multiplier; any scaled residual
   /// not paired with a parallel mixer's and not from the normed rows) applied by the next sublayer's residual norm (or the LM head's) instead

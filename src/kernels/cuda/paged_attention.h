@@ -179,12 +179,13 @@ inline size_t paged_attention_workspace_floats(const PagedAttentionPlan& plan, i
 inline constexpr int64_t kTcStageMaxBytes = int64_t{512} << 20;
 
 /// Floats of the tensor-core rows' K and V as bf16 (tc_stage_keys x num_kv_heads x head_dim x 2 bf16), or 0 when the
-/// pass reads the fp32 cache instead: stage false, no staged keys, or over kTcStageMaxBytes. Staging converts each
+/// pass reads the fp32 cache instead: stage false, no staged keys, over kTcStageMaxBytes or over 65535 staged rows
+/// (the staging kernel's grid). Staging converts each
 /// key once per step and layer instead of once per 128-row tile (the conversion the pass does anyway: same bits) and
 /// halves the bytes every tile streams.
 inline size_t tc_stage_floats(const PagedAttentionPlan& plan, int num_kv_heads, int head_dim, bool stage) {
   const int64_t f = plan.tc_stage_keys * num_kv_heads * head_dim;
-  return stage && f > 0 && 4 * f <= kTcStageMaxBytes ? static_cast<size_t>(f) : 0;
+  return stage && f > 0 && 4 * f <= kTcStageMaxBytes && plan.num_tc_stage_rows <= 65535 ? static_cast<size_t>(f) : 0;
 }
 
 /// Head sizes the attention passes are built for (64, 128; 256 for Qwen3-Next / Qwen3.5, whose tiles live in dynamic
