@@ -11,8 +11,7 @@
 //   scale, causal mask, online softmax in registers (the accumulator fragment is the mma.sync C fragment);
 //   O += P V: m64n128k16 x 4 per 128 output columns, P as the register A operand, V the same [64][D] tile layout read
 //   MN-major.
-// K / V tiles j + 1 are in flight (cp.async, both warpgroups issuing) while tile j computes, in double buffers;
-// warpgroup 1 issues its products just after warpgroup 0 (named barriers), so their softmax phases alternate.
+// K / V tiles j + 1 are in flight (cp.async, both warpgroups issuing) while tile j computes, in double buffers.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_attention_tc.cuh"
@@ -107,9 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  // This warpgroup (warp-uniform by construction: shuffled from lane 0) and its Q tile.
-  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
-  const unsigned char* const Qw = Qs + wg * TB;
+  const unsigned char* const Qw = Qs + (warp >> 2) * TB;  // this warpgroup's Q tile
   // This thread's two query rows: positions (masks), where their chunk results go and the merged max / sum so far.
   const int qa = wr + gr, qb = qa + 8;
   const int pa = qa < nq ? pos0 + qa / group : -1, pb = qb < nq ? pos0 + qb / group : -1;
@@ -133,22 +130,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (more) {  // tile j + 1 into the buffers tile j - 1 used (its last readers are a barrier behind)
       load_tile<D>(Ks + (cur ^ 1) * TB, min(kKeys, k_end - nb), kplane + static_cast<int64_t>(nb) * D);
       load_tile<D>(Vs + (cur ^ 1) * TB, min(kKeys, k_end - nb), vplane + static_cast<int64_t>(nb) * D);
-      cp_async_wait_group<2>();
+      cp_async_wait_group<3>();
     } else {
-      cp_async_wait_group<0>();
+      cp_async_wait_group<1>();
     }
     fence_proxy_async();
-    __syncthreads();  // this tile's K and V (and, first time, Q) visible to every warpgroup's wgmma
-    // Warpgroup 1 issues each product after warpgroup 0 has (named barriers 1 and 2), so the two run half a phase
-    // apart: one's softmax overlaps the other's products on the tensor cores (FlashAttention-3's ping-pong) instead
-    // of both leaving them idle at once. Ordering only: the same bits.
-    if (wg == 1) asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+    __syncthreads();  // this tile's K (and, first time, Q) visible to every warpgroup's wgmma
     float sc[4 * NK];
     wg_fence();
 #pragma unroll
     for (int k = 0; k < KD; ++k) wgmma_ss_n64_k(sc, kmaj(Qw, k), kmaj(Kt, k), k > 0);
     wg_commit();
-    if (wg == 0) asm volatile("bar.arrive 1, %0;\n" ::"n"(kThreads) : "memory");
     wg_wait<0>();
     wg_pin(sc);
     // Mask (causal; keys past the block's range) and scale; row maxima over the quad.
@@ -192,14 +184,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       pf[kk][0] = pack_bf16(sc[8 * kk], sc[8 * kk + 1]), pf[kk][1] = pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
       pf[kk][2] = pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]), pf[kk][3] = pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
     }
-    if (wg == 1) asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
+    if (more) cp_async_wait_group<2>();
+    else cp_async_wait_group<0>();
+    fence_proxy_async();
+    __syncthreads();  // this tile's V visible
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk)
 #pragma unroll
       for (int h = 0; h < NH; ++h) wgmma_rs_n128_t(o[h], pf[kk], vmaj(Vt + h * 2 * 8192, kk), 1);
     wg_commit();
-    if (wg == 0) asm volatile("bar.arrive 2, %0;\n" ::"n"(kThreads) : "memory");
     wg_wait<0>();
 #pragma unroll
     for (int h = 0; h < NH; ++h) wg_pin(o[h]);
