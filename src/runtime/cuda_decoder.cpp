@@ -113,12 +113,15 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
 
   std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
     const double H = cfg_.hidden_size, V = cfg_.vocab_size, ab = dtype_size(ctx_.opt.weight_dtype);
-    double modules = 0;
-    for (const CudaSublayer& s : subs_)
+    double modules = 0, context = 0;
+    for (const CudaSublayer& s : subs_) {
       modules = std::max(modules, s.module->scratch_bytes_per_token() + 4.0 * static_cast<double>(s.pair_proj.rows) +
                                       (s.defer_residual ? 4.0 * H : 0.0));
+      context = std::max(context, s.module->context_workspace_bytes());  // the mixer workspace is shared by the layers
+    }
     const double per_token = 12 * H + ab * H + modules;  // hidden, out, normed (fp32 and GEMM dtype), the slots
-    return state_budget_bytes(util, per_token * static_cast<double>(max_tokens) + static_cast<double>(max_seqs) * (4 * V + ab * H));
+    return state_budget_bytes(util, per_token * static_cast<double>(max_tokens) + static_cast<double>(max_seqs) * (4 * V + ab * H) +
+                                        context);
   }
 
  private:

@@ -101,6 +101,9 @@ class CudaModule {
   virtual void pointers(std::vector<const void*>& out) const { (void)out; }
   /// Bytes of scratch per token (the state budget's workspace estimate).
   virtual double scratch_bytes_per_token() const = 0;
+  /// Bytes of a workspace that grows with the step's contexts rather than its tokens, at most (the state budget
+  /// reserves it): the attention's tensor-core partials and staged keys. 0 by default.
+  virtual double context_workspace_bytes() const { return 0.0; }
   /// x: [T, hidden] normed rows in the weight dtype (input() == GemmDtype) or fp32 (F32); out: [T, hidden] fp32.
   virtual void forward(const CudaStep& step, const ModuleState& state, const void* x, float* out) = 0;
 

@@ -51,6 +51,14 @@ class CudaAttention final : public CudaModule {
     ws().f32(std::max<size_t>(4, workspace_floats(plans->aplan)));
   }
 
+  /// The tensor-core pass (bf16 weights, not batch-invariant: StepPlanShape::attention_tc) splits long contexts'
+  /// chunks over at most kTcSplitMaxItems partial slots and stages up to kTcStageMaxBytes of keys.
+  double context_workspace_bytes() const override {
+    if (ctx_.opt.weight_dtype != DType::BF16 || ctx_.opt.batch_invariant) return 0.0;
+    const double slots = 4.0 * kTcSplitMaxItems * c_.num_kv_heads * kTcRows * (c_.head_dim + 2);
+    return slots + (ctx_.opt.attn_tc_stage ? static_cast<double>(kTcStageMaxBytes) : 0.0);
+  }
+
   const DevWeight* input_projection() const override { return &qkvg_proj_; }
   void drop_input_projection() override { qkvg_proj_ = {}; }
 
