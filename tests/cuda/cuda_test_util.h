@@ -15,6 +15,7 @@
 #include "cache/state_view.h"
 #include "core/dtype.h"
 #include "device/device.h"
+#include "kernels/cuda/kernel_tuning.h"
 
 namespace ssmserve::cudatest {
 
@@ -30,6 +31,24 @@ inline cuda::DeviceBuffer poisoned(size_t n) {
   cuda::DeviceBuffer b(n * sizeof(float));
   b.fill_bytes(0xff);
   return b;
+}
+
+/// Installs a KernelTuning for the scope (restores the previous one on exit).
+struct TuningScope {
+  cuda::KernelTuning saved = cuda::kernel_tuning();
+  explicit TuningScope(const cuda::KernelTuning& t) { cuda::set_kernel_tuning(t); }
+  ~TuningScope() { cuda::set_kernel_tuning(saved); }
+};
+
+/// n random bf16 values (bits) in [-a, a) (xorshift: the real expert shapes are 10^8 values).
+inline std::vector<uint16_t> fast_bf16(size_t n, float a, uint64_t seed) {
+  std::vector<uint16_t> v(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull | 1;
+  for (auto& b : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = f32_to_bf16((static_cast<float>(x >> 40) * (1.0f / 8388608.0f) - 1.0f) * a);
+  }
+  return v;
 }
 
 /// A read-only span over a host vector (the ops take spans).
