@@ -1,5 +1,5 @@
-// Owns the entry points to sparse_moe's own sort and combine kernels (moe.cu) for the tests and benchmarks that
-// compare their forms (KernelTuning::prefill_row_kernels) alone; sparse_moe is their only other caller.
+// Owns the entry points to sparse_moe's sort and combine kernels (moe_parts.cu): sparse_moe's, and the tests' and
+// benchmarks' that compare their forms (KernelTuning::prefill_row_kernels) alone.
 // Framework-free: device pointers, sizes, a stream; each returns the launch status.
 #pragma once
 #include <cuda_runtime_api.h>
