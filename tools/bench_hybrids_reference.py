@@ -7,7 +7,10 @@
    per decoded token (active experts only; the embedding table only when it is the tied LM head), recurrent state
    bytes per request (ssmserve keeps conv windows and SSM states in fp32) and fp32 KV bytes per token of context
    (ssmserve's paged KV). Batch-1 decode roofline = bytes per token / HBM bandwidth (H200: 4.8 TB/s); prefill
-   roofline = 2 x active parameters FLOPs per token / bf16 dense tensor-core peak (H200: 989 TFLOP/s).
+   roofline = 2 x active parameters FLOPs per token / bf16 dense tensor-core peak (H200: 989 TFLOP/s); beside it the
+   roofline that also counts the causal softmax attention's FLOPs of an L-token prompt (Q K^T and P V: 4 x heads x
+   head_dim x (L + 1) / 2 per token and attention layer; the model FLOPs utilization convention of PaLM, appendix B),
+   for L = 2k / 8k / 32k / 128k.
 2. With --eager: transformers' own eager forward on random bf16 weights on the GPU (the peer in the same run):
    prefill tokens/s of one prompt, and batch-1 decode tokens/s from timed cached generate() calls
    (t(1 + n tokens) - t(1 token)) / n). A failure is recorded, not raised.
@@ -53,7 +56,7 @@ def roofline(cfg_dir):
     e_total, e_active = expert_param_split(model, cfg)
     active = total - e_total + e_active - (0 if tied else emb)
     # Recurrent state and KV from the layer list.
-    state = kv_per_token = 0
+    state = kv_per_token = attn_flops_per_key = 0
     H = cfg.hidden_size
     types = []
     for attr in ("layers_block_type", "layer_types"):
@@ -84,6 +87,7 @@ def roofline(cfg_dir):
         if t in ("attention", "full_attention", "hybrid"):
             D = getattr(cfg, "head_dim", None) or H // cfg.num_attention_heads
             kv_per_token += 2 * cfg.num_key_value_heads * D * 4
+            attn_flops_per_key += 4 * cfg.num_attention_heads * D
     return {
         "architecture": arch,
         "params_total": total,
@@ -93,6 +97,9 @@ def roofline(cfg_dir):
         "decode_b1_roofline_tok_s_ctx2k": HBM_BYTES_PER_S / (2 * active + 2 * state + kv_per_token * 2048),
         "decode_b1_roofline_tok_s_ctx128k": HBM_BYTES_PER_S / (2 * active + 2 * state + kv_per_token * 131072),
         "prefill_roofline_tok_s": BF16_PEAK_FLOPS / (2 * active),
+        "prefill_roofline_with_attention_tok_s": {
+            str(L): BF16_PEAK_FLOPS / (2 * active + attn_flops_per_key * (L + 1) / 2) for L in (2048, 8192, 32768, 131072)
+        },
     }
 
 
