@@ -3,8 +3,9 @@
 // offsets[e + 1]) of the sorted row space. One launch per projection covers all experts: a CTA takes a 128-row tile
 // of one expert's slice (found from the device offsets, so nothing goes to the host and the launch can be captured
 // in a CUDA graph) and one column tile, and runs a 4-stage cp.async pipeline into mma.sync m16n8k16 (bf16 operands,
-// fp32 accumulation; mma_bf16.cuh), or on Hopper a TMA ring into wgmma (moe_grouped_gemm_wg.cu). Every output element is one fixed-order k loop, whatever the number of rows per
-// expert, so a token's result does not depend on the rest of the batch. The scheme is the one of vLLM's fused_moe
+// fp32 accumulation; mma_bf16.cuh), or on Hopper a TMA ring into wgmma (moe_grouped_gemm_wg.cu). Every output
+// element is one fixed-order k loop, whatever the number of rows per expert, so a token's result does not depend on
+// the rest of the batch. The scheme is the one of vLLM's fused_moe
 // Triton kernel (sorted token ids, expert-aligned row blocks), written for our layout.
 #pragma once
 #include <cuda_bf16.h>
