@@ -152,27 +152,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16* Vs = Ks + (kStaged ? 2 : 1) * kKeys * LD;       // kStaged: [2][kKeys][LD]
   float* St = reinterpret_cast<float*>(Vs + kKeys * LD);  // 16-byte aligned: (kRows + 2 kKeys) LD bf16 before it
   int64_t* Ro = reinterpret_cast<int64_t*>(St + kKeys * D);  // [2][kKeys]: key tile j's row byte offsets at j % 2
-  // Longest contexts first (tiles and items are in row order, a row's tiles by position).
-  const int item = a.num_tc_items > 0 ? a.num_tc_items - 1 - static_cast<int>(blockIdx.x) : -1;
-  const int tile = item >= 0 ? a.tc_items[3 * item] : a.num_tc_tiles - 1 - static_cast<int>(blockIdx.x);
-  const int ichunk = item >= 0 ? a.tc_items[3 * item + 1] : -1, slot = item >= 0 ? a.tc_items[3 * item + 2] : -1;
-  const int g = blockIdx.y, KVH = cache.num_kv_heads, group = a.num_heads / KVH;
-  const int row = a.tc_tiles[3 * tile], off = a.tc_tiles[3 * tile + 1], nt = a.tc_tiles[3 * tile + 2];
-  const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
-  const int pos0 = sl - n + off, nq = nt * group;
-  const int64_t t0 = a.query_start_loc[row] + off;
-  auto qrow = [&](int qi) { return (t0 + qi / group) * qs + static_cast<int64_t>(g * group + qi % group) * D; };
-  auto orow = [&](int qi) { return (t0 + qi / group) * os + static_cast<int64_t>(g * group + qi % group) * D; };
+  const TcTile bt(a, cache.num_kv_heads);
+  const int slot = bt.slot, g = bt.g, KVH = cache.num_kv_heads, group = bt.group, row = bt.row, nt = bt.nt;
+  const int sl = bt.sl, pos0 = bt.pos0, nq = bt.nq;
+  auto qrow = [&](int qi) { return bt.row_offset(qi, qs, D); };
+  auto orow = [&](int qi) { return bt.row_offset(qi, os, D); };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, t = lane & 3, wr = warp * 16;
   if (sl == 0 || nt <= 0) {
     for (int idx = threadIdx.x; idx < nq * D; idx += kThreads) out[orow(idx / D) + idx % D] = 0.0f;
     return;
   }
-  const int last = pos0 + nt - 1, chunk = tc_chunk_keys(sl), nchunks = last / chunk + 1;
-  const int c_begin = ichunk >= 0 ? ichunk : 0, c_end = ichunk >= 0 ? ichunk + 1 : nchunks;
-  const bool partial = c_end - c_begin < nchunks && slot >= 0;  // one chunk of several: to the workspace
-  // This block's keys [k_lo, k_end): whole chunks (multiples of kKeys) but the tile's last.
-  const int k_lo = c_begin * chunk, k_end = min(last + 1, c_end * chunk);
+  const TcKeys keys(bt);
+  const int chunk = keys.chunk, nchunks = keys.nchunks, k_lo = keys.k_lo, k_end = keys.k_end;
+  const bool partial = keys.partial;
   const int64_t W = static_cast<int64_t>(KVH) * D, kv_elems = static_cast<int64_t>(cache.block_size) * W;
   const int32_t* table = a.block_tables + static_cast<int64_t>(row) * a.max_blocks;
   // Byte offset (from kvbase) of key pos's K row of KV head g (its V row is kv_bytes further); positions past the
@@ -269,37 +261,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         mma_bf16(sc[nn + 1], qk, bb[2], bb[3]);
       }
     }
-    // Mask (causal; keys past the block's range) and scale; row maxima over the quad.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int nn = 0; nn < NK; ++nn)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int j = kb + 8 * nn + 2 * t + e;
-        sc[nn][e] = j <= pa ? sc[nn][e] * sl2 : -INFINITY;
-        sc[nn][2 + e] = j <= pb ? sc[nn][2 + e] * sl2 : -INFINITY;
-        mx0 = fmaxf(mx0, sc[nn][e]);
-        mx1 = fmaxf(mx1, sc[nn][2 + e]);
-      }
-#pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-    }
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    // Fully masked rows so far keep max -inf: use 0 as the reference (every p is then 0).
-    const float r0 = n0 == -INFINITY ? 0.0f : n0, r1 = n1 == -INFINITY ? 0.0f : n1;
-    const float al0 = exp2f(m0 - r0), al1 = exp2f(m1 - r1);
-    m0 = n0, m1 = n1;
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int nn = 0; nn < NK; ++nn) {
-      sc[nn][0] = exp2f(sc[nn][0] - r0), sc[nn][1] = exp2f(sc[nn][1] - r0);
-      sc[nn][2] = exp2f(sc[nn][2] - r1), sc[nn][3] = exp2f(sc[nn][3] - r1);
-      s0 += sc[nn][0] + sc[nn][1];
-      s1 += sc[nn][2] + sc[nn][3];
-    }
-    l0 = l0 * al0 + s0, l1 = l1 * al1 + s1;
+    // Mask (causal; keys past the block's range), scale, the online softmax.
+    float al0, al1;
+    softmax_tile([&](int i) -> float& { return sc[i >> 2][i & 3]; }, kb, t, pa, pb, sl2, m0, m1, l0, l1, al0, al1);
 #pragma unroll
     for (int nn = 0; nn < NO; ++nn) acc[nn][0] *= al0, acc[nn][1] *= al0, acc[nn][2] *= al1, acc[nn][3] *= al1;
     // P as bf16 A fragments: two adjacent 16 x 8 C tiles make one 16 x 16 A tile.
@@ -335,47 +299,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (!more || nb % chunk == 0) {  // the chunk's last tile: its partial out, or merged into the rows' state
       const int ch = kb / chunk;
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, o);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, o);
-      }
-      if (partial) {  // this chunk's (acc, max, sum) for tc_combine_kernel
-#pragma unroll
-        for (int nn = 0; nn < NO; ++nn) {
-          const int c = 8 * nn + 2 * t;
-          if (qa < nq) *reinterpret_cast<float2*>(wa + c) = make_float2(acc[nn][0], acc[nn][1]);
-          if (qb < nq) *reinterpret_cast<float2*>(wb + c) = make_float2(acc[nn][2], acc[nn][3]);
-        }
-        if (t == 0 && qa < nq) wa[D] = m0, wa[D + 1] = l0;
-        if (t == 0 && qb < nq) wb[D] = m1, wb[D + 1] = l1;
-      } else {
-        // Merge into the rows' running state (this thread's own elements of out hold the unnormalized accumulators
-        // between chunks); the last chunk writes the normalized output.
-        float sa0, sb0, sa1, sb1;
-        merge_stats(M0, L0, m0, l0, sa0, sb0);
-        merge_stats(M1, L1, m1, l1, sa1, sb1);
-        const bool fin = ch == nchunks - 1;
-        const float i0 = !fin ? 1.0f : L0 > 0.0f ? 1.0f / L0 : 0.0f, i1 = !fin ? 1.0f : L1 > 0.0f ? 1.0f / L1 : 0.0f;
-#pragma unroll
-        for (int nn = 0; nn < NO; ++nn) {
-          const int c = 8 * nn + 2 * t;
-          if (qa < nq) {
-            float2* o = reinterpret_cast<float2*>(wa + c);
-            const float2 run = ch == 0 ? make_float2(0.0f, 0.0f) : *o;
-            float x = merge_acc(run.x, sa0, acc[nn][0], sb0), y = merge_acc(run.y, sa0, acc[nn][1], sb0);
-            if (fin) x = __fmul_rn(x, i0), y = __fmul_rn(y, i0);
-            *o = make_float2(x, y);
-          }
-          if (qb < nq) {
-            float2* o = reinterpret_cast<float2*>(wb + c);
-            const float2 run = ch == 0 ? make_float2(0.0f, 0.0f) : *o;
-            float x = merge_acc(run.x, sa1, acc[nn][2], sb1), y = merge_acc(run.y, sa1, acc[nn][3], sb1);
-            if (fin) x = __fmul_rn(x, i1), y = __fmul_rn(y, i1);
-            *o = make_float2(x, y);
-          }
-        }
-      }
+      chunk_out<D>([&](int nn, int e) { return acc[nn][e]; }, partial, ch, ch == nchunks - 1, wa, wb, qa < nq, qb < nq, t,
+                   M0, M1, L0, L1, m0, m1, l0, l1);
       m0 = m1 = -INFINITY, l0 = l1 = 0.0f;
 #pragma unroll
       for (int nn = 0; nn < NO; ++nn) acc[nn][0] = acc[nn][1] = acc[nn][2] = acc[nn][3] = 0.0f;

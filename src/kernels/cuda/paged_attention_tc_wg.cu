@@ -55,31 +55,23 @@ template <int D>
 __global__ void __launch_bounds__(kThreads, 1)
     tc_wg_kernel(const float* __restrict__ q, int64_t qs, float* __restrict__ out, int64_t os, int KVH,
                  PagedAttentionArgs a, float* __restrict__ ws, const bf16* __restrict__ kb) {
-  constexpr int TB = kKeys * D * 2, KD = D / 16, NO = D / 8, NK = kKeys / 8, NH = D / 128;
+  constexpr int TB = kKeys * D * 2, KD = D / 16, NK = kKeys / 8, NH = D / 128;
   extern __shared__ __align__(1024) unsigned char smem[];
   unsigned char* const Qs = smem;          // [2 warpgroups] tiles
   unsigned char* const Ks = smem + 2 * TB;  // [2] tiles
   unsigned char* const Vs = Ks + 2 * TB;    // [2] tiles
-  // Longest contexts first (tiles and items are in row order, a row's tiles by position).
-  const int item = a.num_tc_items > 0 ? a.num_tc_items - 1 - static_cast<int>(blockIdx.x) : -1;
-  const int tile = item >= 0 ? a.tc_items[3 * item] : a.num_tc_tiles - 1 - static_cast<int>(blockIdx.x);
-  const int ichunk = item >= 0 ? a.tc_items[3 * item + 1] : -1, slot = item >= 0 ? a.tc_items[3 * item + 2] : -1;
-  const int g = blockIdx.y, group = a.num_heads / KVH;
-  const int row = a.tc_tiles[3 * tile], off = a.tc_tiles[3 * tile + 1], nt = a.tc_tiles[3 * tile + 2];
-  const int n = a.query_start_loc[row + 1] - a.query_start_loc[row], sl = a.seq_lens[row];
-  const int pos0 = sl - n + off, nq = nt * group;
-  const int64_t t0 = a.query_start_loc[row] + off;
-  auto qrow = [&](int qi) { return (t0 + qi / group) * qs + static_cast<int64_t>(g * group + qi % group) * D; };
-  auto orow = [&](int qi) { return (t0 + qi / group) * os + static_cast<int64_t>(g * group + qi % group) * D; };
+  const TcTile bt(a, KVH);
+  const int slot = bt.slot, g = bt.g, group = bt.group, row = bt.row, nt = bt.nt, sl = bt.sl, pos0 = bt.pos0, nq = bt.nq;
+  auto qrow = [&](int qi) { return bt.row_offset(qi, qs, D); };
+  auto orow = [&](int qi) { return bt.row_offset(qi, os, D); };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, t = lane & 3, wr = warp * 16;
   if (sl == 0 || nt <= 0) {
     for (int idx = threadIdx.x; idx < nq * D; idx += kThreads) out[orow(idx / D) + idx % D] = 0.0f;
     return;
   }
-  const int last = pos0 + nt - 1, chunk = tc_chunk_keys(sl), nchunks = last / chunk + 1;
-  const int c_begin = ichunk >= 0 ? ichunk : 0, c_end = ichunk >= 0 ? ichunk + 1 : nchunks;
-  const bool partial = c_end - c_begin < nchunks && slot >= 0;  // one chunk of several: to the workspace
-  const int k_lo = c_begin * chunk, k_end = min(last + 1, c_end * chunk);
+  const TcKeys keys(bt);
+  const int chunk = keys.chunk, nchunks = keys.nchunks, k_lo = keys.k_lo, k_end = keys.k_end;
+  const bool partial = keys.partial;
   const bf16* const kplane = kb + (static_cast<int64_t>(g) * a.tc_stage_keys + a.tc_row_key_base[row]) * D;
   const bf16* const vplane = kplane + static_cast<int64_t>(KVH) * a.tc_stage_keys * D;
   // Prologue: the first tile's K and V in flight while Q is staged (bf16, rows >= nq zero) into its warpgroup's tile.
@@ -143,36 +135,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     wg_commit();
     wg_wait<0>();
     wg_pin(sc);
-    // Mask (causal; keys past the block's range) and scale; row maxima over the quad.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int nn = 0; nn < NK; ++nn)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int j = kb0 + 8 * nn + 2 * t + e;
-        sc[4 * nn + e] = j <= pa ? sc[4 * nn + e] * sl2 : -INFINITY;
-        sc[4 * nn + 2 + e] = j <= pb ? sc[4 * nn + 2 + e] * sl2 : -INFINITY;
-        mx0 = fmaxf(mx0, sc[4 * nn + e]);
-        mx1 = fmaxf(mx1, sc[4 * nn + 2 + e]);
-      }
-#pragma unroll
-    for (int s = 1; s <= 2; s <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, s));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, s));
-    }
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float r0 = n0 == -INFINITY ? 0.0f : n0, r1 = n1 == -INFINITY ? 0.0f : n1;
-    const float al0 = exp2f(m0 - r0), al1 = exp2f(m1 - r1);
-    m0 = n0, m1 = n1;
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int nn = 0; nn < NK; ++nn) {
-      sc[4 * nn] = exp2f(sc[4 * nn] - r0), sc[4 * nn + 1] = exp2f(sc[4 * nn + 1] - r0);
-      sc[4 * nn + 2] = exp2f(sc[4 * nn + 2] - r1), sc[4 * nn + 3] = exp2f(sc[4 * nn + 3] - r1);
-      s0 += sc[4 * nn] + sc[4 * nn + 1];
-      s1 += sc[4 * nn + 2] + sc[4 * nn + 3];
-    }
-    l0 = l0 * al0 + s0, l1 = l1 * al1 + s1;
+    // Mask (causal; keys past the block's range), scale, the online softmax.
+    float al0, al1;
+    softmax_tile([&](int i) -> float& { return sc[i]; }, kb0, t, pa, pb, sl2, m0, m1, l0, l1, al0, al1);
 #pragma unroll
     for (int h = 0; h < NH; ++h)
 #pragma unroll
@@ -199,45 +164,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int h = 0; h < NH; ++h) wg_pin(o[h]);
     if (!more || nb % chunk == 0) {  // the chunk's last tile: its partial out, or merged into the rows' state
       const int ch = kb0 / chunk;
-#pragma unroll
-      for (int s = 1; s <= 2; s <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, s);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, s);
-      }
-      if (partial) {  // this chunk's (acc, max, sum) for tc_combine_kernel
-#pragma unroll
-        for (int nn = 0; nn < NO; ++nn) {
-          const int c = 8 * nn + 2 * t, h = nn >> 4, j = 4 * (nn & 15);
-          if (qa < nq) *reinterpret_cast<float2*>(wa + c) = make_float2(o[h][j], o[h][j + 1]);
-          if (qb < nq) *reinterpret_cast<float2*>(wb + c) = make_float2(o[h][j + 2], o[h][j + 3]);
-        }
-        if (t == 0 && qa < nq) wa[D] = m0, wa[D + 1] = l0;
-        if (t == 0 && qb < nq) wb[D] = m1, wb[D + 1] = l1;
-      } else {
-        float sa0, sb0, sa1, sb1;
-        merge_stats(M0, L0, m0, l0, sa0, sb0);
-        merge_stats(M1, L1, m1, l1, sa1, sb1);
-        const bool fin = ch == nchunks - 1;
-        const float i0 = !fin ? 1.0f : L0 > 0.0f ? 1.0f / L0 : 0.0f, i1 = !fin ? 1.0f : L1 > 0.0f ? 1.0f / L1 : 0.0f;
-#pragma unroll
-        for (int nn = 0; nn < NO; ++nn) {
-          const int c = 8 * nn + 2 * t, h = nn >> 4, j = 4 * (nn & 15);
-          if (qa < nq) {
-            float2* dst = reinterpret_cast<float2*>(wa + c);
-            const float2 run = ch == 0 ? make_float2(0.0f, 0.0f) : *dst;
-            float x = merge_acc(run.x, sa0, o[h][j], sb0), y = merge_acc(run.y, sa0, o[h][j + 1], sb0);
-            if (fin) x = __fmul_rn(x, i0), y = __fmul_rn(y, i0);
-            *dst = make_float2(x, y);
-          }
-          if (qb < nq) {
-            float2* dst = reinterpret_cast<float2*>(wb + c);
-            const float2 run = ch == 0 ? make_float2(0.0f, 0.0f) : *dst;
-            float x = merge_acc(run.x, sa1, o[h][j + 2], sb1), y = merge_acc(run.y, sa1, o[h][j + 3], sb1);
-            if (fin) x = __fmul_rn(x, i1), y = __fmul_rn(y, i1);
-            *dst = make_float2(x, y);
-          }
-        }
-      }
+      chunk_out<D>([&](int nn, int e) { return o[nn >> 4][4 * (nn & 15) + e]; }, partial, ch, ch == nchunks - 1, wa, wb,
+                   qa < nq, qb < nq, t, M0, M1, L0, L1, m0, m1, l0, l1);
       m0 = m1 = -INFINITY, l0 = l1 = 0.0f;
 #pragma unroll
       for (int h = 0; h < NH; ++h)
