@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "cuda_event_timing.h"
 #include "device/cuda_check.h"
 #include "device/device.h"
 #include "kernels/cuda/kernel_tuning.h"
@@ -51,27 +52,6 @@ void fill_random_bf16(DeviceBuffer& b, size_t bytes, float a, uint64_t seed) {
     h = f32_to_bf16((static_cast<float>(x >> 40) * (1.0f / 8388608.0f) - 1.0f) * a);
   }
   for (size_t off = 0; off < bytes; off += block * 2) b.upload(v.data(), std::min(block * 2, bytes - off), off);
-}
-
-/// Median of the event times (ms) of `reps` single calls of f after `warm` untimed ones.
-template <class F>
-double median_ms(F&& f, int warm = 3, int reps = 15) {
-  cudaEvent_t a, b;
-  SSM_CUDA_CHECK(cudaEventCreate(&a));
-  SSM_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < warm; ++i) f();
-  std::vector<float> t(reps);
-  for (int i = 0; i < reps; ++i) {
-    SSM_CUDA_CHECK(cudaEventRecord(a));
-    f();
-    SSM_CUDA_CHECK(cudaEventRecord(b));
-    SSM_CUDA_CHECK(cudaEventSynchronize(b));
-    SSM_CUDA_CHECK(cudaEventElapsedTime(&t[i], a, b));
-  }
-  SSM_CUDA_CHECK(cudaEventDestroy(a));
-  SSM_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[reps / 2];
 }
 
 /// Every 61st row of an output [P, N] (bf16 when `half`) as floats.
@@ -172,7 +152,7 @@ void run_shape(const Shape& s, const std::vector<int64_t>& tokens) {
         cuda::KernelTuning t = cuda::kernel_tuning();
         t.moe_grouped_wg = v.tuning;
         cuda::set_kernel_tuning(t);
-        const double ms = median_ms([&] { is_up ? up(v.path) : down(v.path); });
+        const double ms = bench::median_ms([&] { is_up ? up(v.path) : down(v.path); });
         SSM_CUDA_CHECK(cudaDeviceSynchronize());
         const auto got = sample_rows(out, P, N, half);
         // The default width of this call (KernelTuning::moe_grouped_wg 1: 256 from K = kWideTileMinK) starred.

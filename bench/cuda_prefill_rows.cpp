@@ -2,7 +2,7 @@
 // (KernelTuning::prefill_row_kernels off, SSMSERVE_PREFILL_ROW_KERNELS=0) against its prefill form at one step of
 // T tokens (default 32768) at configs/qwen3.5-35b-a3b's shapes: hidden 2048, 256 experts top-8 (P = 8 T pairs); Gated
 // DeltaNet 16 key / 32 value heads of 128 (conv channels 8192 of in-projection rows 12352 wide, width 4); attention
-// output gate over 16 heads of 256. Prints us per call (best of 7 runs of 10 calls) and GB/s over the bytes each
+// output gate over 16 heads of 256. Prints us per call (median of 7 runs of 10 calls) and GB/s over the bytes each
 // kernel must move (napkin model in each line's comment; the H200's copy roofline is about 4.3 TB/s), and the
 // speedup. Usage: bench_cuda_prefill_rows [T]
 #include <cuda_runtime.h>
@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda_event_timing.h"
 #include "device/cuda_check.h"
 #include "device/device.h"
 #include "kernels/cuda/activations.h"
@@ -32,27 +33,10 @@ namespace {
 
 cudaStream_t g_stream = nullptr;  ///< every launch's stream (created in main: PDL launches on a stream of their own)
 
-/// Time (us) of one call: best of `reps` runs of 10 calls made by f.
+/// Time (us) of one call: the median of 7 runs of 10 calls made by f (after 3 untimed runs).
 template <class F>
-double us_per_call(F&& f, int reps = 7) {
-  cudaEvent_t a, b;
-  SSM_CUDA_CHECK(cudaEventCreate(&a));
-  SSM_CUDA_CHECK(cudaEventCreate(&b));
-  f();  // warm-up
-  SSM_CUDA_CHECK(cudaDeviceSynchronize());
-  float best = 1e30f;
-  for (int i = 0; i < reps; ++i) {
-    SSM_CUDA_CHECK(cudaEventRecord(a, g_stream));
-    for (int j = 0; j < 10; ++j) f();
-    SSM_CUDA_CHECK(cudaEventRecord(b, g_stream));
-    SSM_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    SSM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = std::min(best, ms);
-  }
-  SSM_CUDA_CHECK(cudaEventDestroy(a));
-  SSM_CUDA_CHECK(cudaEventDestroy(b));
-  return best * 100.0;  // ms per 10 calls -> us per call
+double us_per_call(F&& f) {
+  return 100.0 * bench::median_ms([&] { for (int j = 0; j < 10; ++j) f(); }, g_stream, 3, 7);  // ms / 10 calls -> us
 }
 
 void set_rows(bool on) {
