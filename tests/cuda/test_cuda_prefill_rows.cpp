@@ -34,13 +34,10 @@ using cuda::to_host;
 /// Runs f with KernelTuning::prefill_row_kernels = on (restores the switches after).
 template <class F>
 auto with_rows(bool on, F&& f) {
-  const cuda::KernelTuning saved = cuda::kernel_tuning();
-  cuda::KernelTuning t = saved;
+  cuda::KernelTuning t = cuda::kernel_tuning();
   t.prefill_row_kernels = on;
-  cuda::set_kernel_tuning(t);
-  auto r = f();
-  cuda::set_kernel_tuning(saved);
-  return r;
+  const TuningScope scope(t);
+  return f();
 }
 
 /// n uniform floats in [lo, hi) (xorshift: the large cases hold 10^8 values).
