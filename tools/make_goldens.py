@@ -16,6 +16,8 @@ for every prompt:
   greedy_top5         top-5 [id, logprob] at each step, sorted by logprob descending (ties: lower id first)
   top2_gap            logprob(top1) - logprob(top2) at each step (small gaps = argmax could flip under
                       legitimate float differences; tests should tolerate a flip there)
+  router_flips        MoE models with softmax top-k routers only: the greedy logprobs / top-2 gaps with one router
+                      choice flipped at each routing near-tie that matters (tools/golden_router_flips.py)
 
 Logprobs are log_softmax in float64 of the float32 logits, over all `vocab_size` rows of the LM head
 (including the padding rows past the tokenizer's vocabulary).
@@ -215,6 +217,21 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def load_reference_model(model_dir: Path):
+    """(tokenizer, model, loading_info): MODEL_DIR through transformers' Auto classes, float32 on the CPU, eval mode.
+    Raises SystemExit when a parameter is not float32."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model, info = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, output_loading_info=True)
+    model = model.to("cpu").eval()
+    for p in model.parameters():
+        if p.dtype != torch.float32:
+            raise SystemExit(f"parameter not float32: {p.dtype}")
+    loading_info = {k: sorted(list(v)) if isinstance(v, (set, list)) else str(v) for k, v in info.items()}
+    return tok, model, loading_info
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model_dir", type=Path)
@@ -223,25 +240,19 @@ def main() -> int:
     ap.add_argument("--name", default=None, help="model name in the JSON (default: MODEL_DIR's basename)")
     ap.add_argument("--lambada", type=Path, default=DEFAULT_LAMBADA, help="LAMBADA test jsonl for the long prompt")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    ap.add_argument("--no-router-flips", action="store_true",
+                    help="skip router_flips (tools/golden_router_flips.py) for MoE models with softmax top-k routers")
     args = ap.parse_args()
 
     import tokenizers
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
     t0 = time.time()
-    tok = AutoTokenizer.from_pretrained(str(args.model_dir))
-    model, info = AutoModelForCausalLM.from_pretrained(str(args.model_dir), dtype=torch.float32,
-                                                       output_loading_info=True)
-    model = model.to("cpu").eval()
-    for p in model.parameters():
-        if p.dtype != torch.float32:
-            raise SystemExit(f"parameter not float32: {p.dtype}")
-    loading_info = {k: sorted(list(v)) if isinstance(v, (set, list)) else str(v) for k, v in info.items()}
+    tok, model, loading_info = load_reference_model(args.model_dir)
     print(f"[make_goldens] loaded {args.model_dir} ({type(model).__name__}) in {time.time() - t0:.1f}s; "
           f"loading info: {loading_info}", file=sys.stderr)
 
@@ -276,6 +287,13 @@ def main() -> int:
         "generated_by": "tools/make_goldens.py",
         "prompts": results,
     }
+    if not args.no_router_flips:  # MoE models with softmax top-k routers: the other choice at each near-tie
+        from golden_router_flips import Unsupported, add_router_flips
+
+        try:
+            add_router_flips(model, doc)
+        except Unsupported as e:
+            print(f"[make_goldens] no router_flips: {e}", file=sys.stderr)
     args.out_json.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out_json, "w", encoding="utf-8") as f:
         f.write(dump_json(doc))

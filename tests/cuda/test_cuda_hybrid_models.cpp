@@ -18,6 +18,7 @@
 #include "cuda_test_util.h"
 #include "hybrid_schedule.h"
 #include "engine/llm_engine.h"
+#include "golden_router_flips.h"
 #include "model/attention_metadata.h"
 #include "model/causal_lm.h"
 #include "runtime/cuda_decoder.h"
@@ -230,9 +231,16 @@ INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
 class CudaHybridGolden : public ::testing::TestWithParam<HybridCase> {
  protected:
   /// Greedy generation of the checkpoint in `dir` with the engine's weights in `dtype` (vLLM's --dtype: "auto" = bf16
-  /// on the GPU) against the case's golden (tests/data/goldens/<name>.json). exact: every greedy id identical and greedy logprobs within 1e-3 (the CPU goldens' tolerance);
-  /// else ids identical up to a divergence at a reference top-2 gap below 0.05, logprobs within 0.05. Prints how many
-  /// continuations are identical. check: also run on the engine (its model's config) before generating.
+  /// on the GPU) against the case's golden (tests/data/goldens/<name>.json). exact: every greedy id identical and greedy
+  /// logprobs within 1e-3 (the CPU goldens' tolerance); else ids identical up to a divergence at a reference top-2 gap
+  /// below 0.05, logprobs within 0.05, where "reference" is the golden or, for a step after a MoE router near-tie,
+  /// transformers with that one router choice flipped (the golden's router_flips, tools/golden_router_flips.py;
+  /// golden_router_flips.h): bf16 rounding upstream moves router logits by up to ~0.04 (measured with the CPU
+  /// decoder's round_gemm_inputs_bf16 on tiny-qwen3_5_moe: median 1.3e-3, p99 0.036), enough to take the other expert
+  /// where the golden's top_k-th and next router logits are closer than that (tiny-qwen3_5_moe prompt 0: layer 3 at
+  /// position 45, 4.2e-3 apart in fp32, 1.3e-5 with the bf16 roundings; the flip moves steps 20-23 by +0.29, -0.08,
+  /// +0.09, +0.03). Prints how many continuations are identical and each step a flip excused. check: also run on the
+  /// engine (its model's config) before generating.
   void greedy_matches(const std::filesystem::path& dir, const std::string& dtype, bool exact,
                       const std::function<void(LLM&)>& check = {}) {
     cuda::register_cuda_backend();
@@ -257,24 +265,31 @@ class CudaHybridGolden : public ::testing::TestWithParam<HybridCase> {
       if (check) check(llm);
       const auto got = llm.generate_ids(prompts, sp);
       ASSERT_EQ(got.size(), prompts.size());
-      int identical = 0;
+      int identical = 0, excused = 0;
       for (size_t i = 0; i < got.size(); ++i) {
         const auto& g = golden["prompts"][i];
         const auto& o = got[i].outputs.at(0);
+        const std::vector<testing::RouterFlip> flips = exact ? std::vector<testing::RouterFlip>{} : testing::router_flips(g);
         bool same = true;
         for (size_t s = 0; s < o.token_ids.size(); ++s) {
-          if (o.token_ids[s] != g["greedy_token_ids"][s].get<int>()) {
-            const double gap = g["top2_gap"][s].get<double>();
-            if (exact) ADD_FAILURE() << "prompt " << i << " step " << s << ": greedy token differs (reference top-2 gap " << gap << ")";
-            else EXPECT_LT(gap, 0.05) << "prompt " << i << " step " << s << ": greedy token differs away from a near-tie";
+          const bool diverged = o.token_ids[s] != g["greedy_token_ids"][s].get<int>();
+          const testing::StepVerdict v = testing::judge_greedy_step(
+              g, flips, static_cast<int>(s), o.token_ids[s], diverged ? 0.0 : o.logprobs.at(s).at(0).logprob, logprob_tol, 0.05);
+          if (exact && diverged) ADD_FAILURE() << "prompt " << i << " step " << s << ": greedy token differs (reference top-2 gap "
+                                               << g["top2_gap"][s].get<double>() << ")";
+          else EXPECT_TRUE(v.ok) << "prompt " << i << " step " << s << ": " << v.why;
+          if (v.ok && v.flip) {
+            ++excused;
+            std::printf("prompt %zu step %zu: %s\n", i, s, v.why.c_str());
+          }
+          if (diverged) {
             same = false;
             break;
           }
-          EXPECT_NEAR(o.logprobs.at(s).at(0).logprob, g["greedy_logprobs"][s].get<double>(), logprob_tol)
-              << "prompt " << i << " step " << s;
         }
         identical += same;
       }
+      if (excused > 0) std::printf("%d steps matched transformers only with a router near-tie's other choice\n", excused);
       std::printf("%s --dtype %s budget %d: %d of %zu greedy continuations identical to transformers\n", name.c_str(),
                   dtype.c_str(), budget, identical, got.size());
     }
