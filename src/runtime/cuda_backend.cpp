@@ -87,6 +87,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_DECODE_PREWAIT", k.decode_prewait);
   flag("SSMSERVE_SAMPLE_BUCKETS", k.sample_buckets);
   int_in("SSMSERVE_GDN_WALK", k.gdn_walk, 0, 2);
+  flag("SSMSERVE_GDN_WY_GROUPED", k.gdn_wy_grouped);
   flag("SSMSERVE_ATTN_DECODE_KERNEL", k.attn_decode_kernel);
   int_in("SSMSERVE_ATTN_FILL_ITEMS", k.attn_fill_items, 64, 8192);
   flag("SSMSERVE_MOE_PAIR_GEMV", k.moe_pair_gemv);

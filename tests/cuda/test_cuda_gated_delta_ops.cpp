@@ -295,6 +295,56 @@ TEST(CudaGatedDelta, PrefillBf16StateMatchesCpu) {
   check_prefill(DType::BF16, cuda::GatedDeltaPrecision::kFp32, 1e-3, false);
 }
 
+// The first pass per key head (KernelTuning::gdn_wy_grouped, gated_delta_prefill_wy_group.cu) computes the per-value-
+// head pass's values operand for operand: the whole workspace (chunk offsets, every slot's W, U, P and decays), the
+// outputs and the final states are the same bits with it on and off, in both precisions, for 1, 2 and 4 value heads
+// per key head, Dv below Dk, and the shapes it does not take (Dv 160: both runs the per-value-head pass).
+TEST(CudaGatedDelta, TwoPassGroupedWyEqualsPerHead) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const Step st = quick() ? Step({1, 65, 130, 3}, {5, 0, 70, 0}, 3)
+                          : Step({1, 63, 64, 65, 700, 130, 9, 200}, {0, 5, 64, 0, 37, 128, 0, 3}, 6);
+  std::vector<GdnShape> shapes = {{"tiny-qwen3_5", 4, 8, 32, 32}, {"gqa1-d64", 2, 2, 64, 64}, {"qwen3.5-9b", 16, 32, 128, 128}};
+  if (!quick()) shapes.push_back({"gqa4-dv96", 2, 8, 128, 96}), shapes.push_back({"gqa2-dk64-dv160", 3, 6, 64, 160});
+  for (const auto& sh : shapes) {
+    for (const auto prec : {cuda::GatedDeltaPrecision::kTf32, cuda::GatedDeltaPrecision::kFp32}) {
+      SCOPED_TRACE(testing::Message() << sh.name << (prec == cuda::GatedDeltaPrecision::kTf32 ? " TF32" : " 3xTF32"));
+      const uint32_t layer_seed = rng();
+      Tokens tk(sh, st.T(), rng);
+      const int64_t os = int64_t{sh.Hv} * sh.Dv;
+      std::vector<float> outs[2], wss[2], states[2];
+      for (int grouped = 0; grouped < 2; ++grouped) {
+        std::mt19937 lr(layer_seed);
+        GdnLayer L(sh, DType::F32, st.n() + 1, lr);
+        cuda::KernelTuning t = cuda::kernel_tuning();
+        t.gdn_wy_grouped = grouped == 1;
+        const TuningScope tune(t);
+        DeviceBuffer dq = to_device(st.qsl), dn = to_device(st.nc), di = to_device(st.idx);
+        DeviceBuffer dout = poisoned(std::max<int64_t>(1, st.T() * os));
+        const size_t wsf = std::max<size_t>(4, cuda::gated_delta_prefill_workspace_floats(st.T(), st.n(), L.dev()));
+        DeviceBuffer ws = poisoned(wsf);
+        SSM_CUDA_CHECK(cuda::gated_delta_prefill_two_pass(tk.dev(), L.dev(), dout.as<float>(), os, dq.as<int32_t>(),
+                                                          dn.as<int32_t>(), di.as<int32_t>(), st.n(), st.T(),
+                                                          ws.as<float>(), nullptr, prec));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        outs[grouped] = to_host<float>(dout, st.T() * os);
+        wss[grouped] = to_host<float>(ws, wsf);
+        std::vector<float> pool(L.pool.host.size() / sizeof(float));
+        L.pool.dev.download(pool.data(), L.pool.host.size());
+        states[grouped] = std::move(pool);
+      }
+      const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+      };
+      EXPECT_TRUE(same_bits(wss[0], wss[1])) << "workspace (chunk slots) differs";
+      EXPECT_TRUE(same_bits(outs[0], outs[1])) << "outputs differ";
+      EXPECT_TRUE(same_bits(states[0], states[1])) << "final states differ";
+    }
+  }
+}
+
 // The shared-memory walk copies q / k rows with 16-byte cp.async only when they are 16-byte aligned; odd row strides
 // at a base one float past an aligned one take its 4-byte copies (every walk of KernelTuning::gdn_walk).
 TEST(CudaGatedDelta, TwoPassUnalignedQueriesAndKeys) {

@@ -34,6 +34,11 @@ struct KernelTuning {
   /// else 64; 2 (default) the shared-memory walk (cp.async operands, fragments straight from shared memory, 32-column
   /// tiles) when Dk is a multiple of 32, else as 1. The same math; results differ in rounding only.
   int gdn_walk = 2;
+  /// Its first pass per (chunk, key head) (gated_delta_prefill_wy_group.cu: the K K^T and Q K^T products shared by the
+  /// key head's value heads, fragments straight from shared memory) when the walk is not the previous one (gdn_walk
+  /// 0) and Dk, Dv are multiples of 16 up to 128; off: per (chunk, value head) (SSMSERVE_GDN_WY_GROUPED=0). The same
+  /// values.
+  bool gdn_wy_grouped = true;
   /// Split-KV attention tasks of one query token (decode rows) on the decode kernel that streams K / V from the paged
   /// cache in registers (groups up to 8); off: the shared-memory tiled kernel for every task, as before issue 31
   /// (SSMSERVE_ATTN_DECODE_KERNEL=0). Rounding-level differences; each is batch-invariant with fixed splits.
