@@ -54,6 +54,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_LAYER_PROFILE", o.layer_profile);
   int_in("SSMSERVE_PROFILE_REPLAY", o.profile_replay, 0, 1 << 30);
   flag("SSMSERVE_FUSE_PARALLEL_PROJ", o.fuse_parallel_projections);
+  flag("SSMSERVE_PARALLEL_MIXER_BRANCH", o.parallel_mixer_branch);
   flag("SSMSERVE_MOE_SHARED_BRANCH", o.moe_shared_branch);
   int_in("SSMSERVE_MOE_FUSED_SHARED_ADD", o.moe_fused_shared_add, 0, 2);
   flag("SSMSERVE_ATTN_TC_STAGE", o.attn_tc_stage);

@@ -2,7 +2,9 @@
 // stream's within a step, its own GEMM handle (the skinny GEMM's cross-block workspace and cuBLASLt's workspace must
 // not be shared by concurrent launches), the context its modules run with, and the fork / join events. Recorded inside
 // a decode graph capture, the fork and join become graph edges: the branch is a parallel branch of the graph.
-// Used by the MoE layers: the shared expert on the branch while the routed experts run on the main stream.
+// Used by the MoE layers (the shared expert on the branch while the routed experts run on the main stream) and by a
+// parallel mixer pair (CudaModelOptions::parallel_mixer_branch: Falcon-H1's attention on the branch while its Mamba-2
+// mixer runs on the main stream; the runner gives that module a context copied from ctx with a scratch pool of its own).
 #pragma once
 #include <cuda_runtime_api.h>
 

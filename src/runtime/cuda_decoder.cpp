@@ -1,6 +1,7 @@
 // Owns the GPU decoder runner (see cuda_decoder.h): loading, the state layout, the per-step checks and plans, and
 // the sublayer step (norm with the pending residual add, module, residual rule), and a parallel mixer pair's input
-// projections stacked into one GEMM and its two residual updates in one launch (Falcon-H1).
+// projections stacked into one GEMM, its second mixer on the second branch and its two residual updates in one launch
+// (Falcon-H1).
 #include "runtime/cuda_decoder.h"
 #include "runtime/layer_profile.h"
 
@@ -45,6 +46,14 @@ struct CudaSublayer {
   bool residual_to_next = false;
   /// Whether the next norm adds this sublayer's output: its plain residual, or its scaled one (residual_to_next).
   bool out_pending() const { return spec.plain_residual() || residual_to_next; }
+  /// The module was built on the runner's pair context (a parallel mixer: a candidate for parallel_mixer_branch).
+  bool on_pair_ctx = false;
+  /// The parallel mixer of a stacked pair that runs on the second branch (CudaModelOptions::parallel_mixer_branch):
+  /// the pair's first sublayer enqueues it there after the stacked GEMM; this sublayer joins before its residual rule.
+  bool on_branch = false;
+  /// The first of a pair whose output goes to ScratchPool::kParallelOut instead of the runner's out: defer_residual,
+  /// or its sibling on the branch (which writes out meanwhile).
+  bool parallel_out = false;
 };
 
 class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
@@ -113,15 +122,18 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
 
   std::optional<double> device_state_budget(double util, int64_t max_tokens, int64_t max_seqs) const override {
     const double H = cfg_.hidden_size, V = cfg_.vocab_size, ab = dtype_size(ctx_.opt.weight_dtype);
-    double modules = 0, context = 0;
+    // Per pool (the main one, pair_pool_ of the modules on the second branch: both live at once): the largest module's
+    // slots per token and its context workspace (the mixer workspace is shared by the layers).
+    double modules[2] = {0, 0}, context[2] = {0, 0};
     for (const CudaSublayer& s : subs_) {
-      modules = std::max(modules, s.module->scratch_bytes_per_token() + 4.0 * static_cast<double>(s.pair_proj.rows) +
-                                      (s.defer_residual ? 4.0 * H : 0.0));
-      context = std::max(context, s.module->context_workspace_bytes());  // the mixer workspace is shared by the layers
+      const int k = s.on_branch ? 1 : 0;
+      modules[k] = std::max(modules[k], s.module->scratch_bytes_per_token() + 4.0 * static_cast<double>(s.pair_proj.rows) +
+                                            (s.parallel_out ? 4.0 * H : 0.0));
+      context[k] = std::max(context[k], s.module->context_workspace_bytes());
     }
-    const double per_token = 12 * H + ab * H + modules;  // hidden, out, normed (fp32 and GEMM dtype), the slots
+    const double per_token = 12 * H + ab * H + modules[0] + modules[1];  // hidden, out, normed (fp32 and GEMM dtype), the slots
     return state_budget_bytes(util, per_token * static_cast<double>(max_tokens) + static_cast<double>(max_seqs) * (4 * V + ab * H) +
-                                        context);
+                                        context[0] + context[1]);
   }
 
  private:
@@ -131,7 +143,14 @@ class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
   void sublayer(size_t i, const ForwardBatch& batch, const StepMeta& dm, int64_t T);
 
   CudaRunnerContext ctx_;
-  std::unique_ptr<CudaBranch> branch_;  ///< the second stream (CudaModelOptions::moe_shared_branch), or null
+  /// The second stream (CudaModelOptions::moe_shared_branch or parallel_mixer_branch), or null.
+  std::unique_ptr<CudaBranch> branch_;
+  /// The context of the parallel mixers that may run on the branch (CudaSublayer::on_pair_ctx): load() builds them on
+  /// it as a copy of ctx_ and, once every one of them is stacked with its deferred sibling, points it at the branch
+  /// (its stream, GEMM handle and PDL) with pair_pool_ as its scratch. Declared before subs_: the modules refer to it.
+  CudaRunnerContext pair_ctx_;
+  /// The scratch of the modules on the branch: no slot or workspace shared with the main stream's pool_.
+  ScratchPool pair_pool_;
   LmFrame frame_;
   std::vector<CudaSublayer> subs_;
   CudaStackDecodeFn stack_decode_ = nullptr;
@@ -172,10 +191,19 @@ void CudaDecoderLM::load(WeightSource& src) {
       if (s->kind == "moe") return true;
     return false;
   });
-  if (has_moe && ctx_.opt.moe_shared_branch && !ctx_.profile) {
-    branch_ = std::make_unique<CudaBranch>(ctx_);
-    ctx_.branch = branch_.get();
-  }
+  // And for the parallel mixers of stacked pairs (Falcon-H1's attention; parallel_mixer_branch): not under tensor
+  // parallelism (the main stream's collectives) nor without the stacked GEMM (the branch forks after it).
+  const CudaModelOptions& o = ctx_.opt;
+  const bool moe_branch = has_moe && o.moe_shared_branch && !ctx_.profile;
+  const bool pair_branch = o.parallel_mixer_branch && o.fuse_parallel_projections && !ctx_.profile && !tp_.on();
+  auto pair_candidate = [&](const LayerSpec& ls, const SublayerSpec& s) {
+    return pair_branch && &s == &ls.parallel_mixer && s.present() && s.parallel && ls.mixer.present() && !ls.mixer.parallel;
+  };
+  const bool any_pair = std::any_of(spec_.layers.begin(), spec_.layers.end(),
+                                    [&](const LayerSpec& ls) { return pair_candidate(ls, ls.parallel_mixer); });
+  if (moe_branch || any_pair) branch_ = std::make_unique<CudaBranch>(ctx_);
+  if (moe_branch) ctx_.branch = branch_.get();
+  pair_ctx_ = ctx_;  // until every candidate is known to be stacked (below)
   // Sublayers in parallel (each thread on this runner's GPU); host copies live only while a module uploads them.
   int device = 0;
   SSM_CUDA_CHECK(cudaGetDevice(&device));
@@ -191,7 +219,8 @@ void CudaDecoderLM::load(WeightSource& src) {
       if (!s->present()) continue;
       if (!s->parallel) sub.norm = to_device(read_decoder_norm(src, spec_, s->norm, H));
       const ModuleArgs host{cfg_, spec_.params(s->kind, cfg_), src, s->prefix, static_cast<int>(l), tp, spec_.label};
-      sub.module = cuda_module_type(s->kind).make({host, ctx_});
+      sub.on_pair_ctx = pair_candidate(ls, *s);
+      sub.module = cuda_module_type(s->kind).make({host, sub.on_pair_ctx ? pair_ctx_ : ctx_});
     }
   });
   for (auto& pair : layers)
@@ -240,6 +269,18 @@ void CudaDecoderLM::load(WeightSource& src) {
     subs_[i].defer_residual = !a.parallel && b.parallel && !a.plain_residual() && !b.plain_residual() && !a.residual_is_normed &&
                               !b.residual_is_normed;
   }
+  // The candidates' modules on the branch when every one was stacked with its sibling (else all stay on the main
+  // stream: pair_ctx_ remains ctx_'s copy).
+  bool all_stacked = any_pair;
+  for (size_t i = 0; i < subs_.size(); ++i)
+    if (subs_[i].on_pair_ctx) all_stacked = all_stacked && i > 0 && subs_[i].proj_col >= 0 && subs_[i - 1].proj_col >= 0;
+  if (all_stacked) {
+    pair_ctx_ = branch_->ctx;  // the branch's stream, GEMM handle and PDL rule
+    pair_ctx_.scratch = &pair_pool_;
+    for (CudaSublayer& s : subs_) s.on_branch = s.on_pair_ctx;
+  }
+  for (size_t i = 0; i < subs_.size(); ++i)
+    subs_[i].parallel_out = subs_[i].defer_residual || (i + 1 < subs_.size() && subs_[i + 1].on_branch);
   // Scaled residuals taken over by the next residual norm (a parallel sublayer after it runs no norm of its own).
   for (size_t i = 0; ctx_.opt.fuse_scaled_residual && i < subs_.size(); ++i) {
     CudaSublayer& a = subs_[i];
@@ -269,7 +310,7 @@ void CudaDecoderLM::reserve(int64_t T, int64_t nlog) {
   for (CudaSublayer& s : subs_) {
     s.module->reserve(T, &plans_);
     if (s.pair_proj.rows > 0) pool_[ScratchPool::kParallelProj].f32(T * s.pair_proj.rows);
-    if (s.defer_residual) pool_[ScratchPool::kParallelOut].f32(T * H);
+    if (s.parallel_out) pool_[ScratchPool::kParallelOut].f32(T * H);
   }
   frame_.reserve(T, H, cfg_.vocab_size, nlog);
 }
@@ -294,6 +335,7 @@ void CudaDecoderLM::step(const ForwardBatch& batch, StateCache& cache, float* lo
   a.scratch = {&hidden_, &out_, &normed_c_, &normed_f_};
   a.pointers = [&](std::vector<const void*>& out) {
     pool_.pointers(out);
+    pair_pool_.pointers(out);
     for (const CudaSublayer& sub : subs_) sub.module->pointers(out);
     out.push_back(plans_.device_buffer());
   };
@@ -334,8 +376,11 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   // 1. The sublayer's norm, adding the previous module's output first when its residual is still pending. A parallel
   //    mixer (Falcon-H1) reads the normed input of the mixer before it instead, once that mixer's output is added.
   //    The previous sublayer's scaled residual, when left to this norm, with its scales (residual_step's arithmetic).
+  //    A pair's first module wrote kParallelOut when this (its sibling) ran on the branch (parallel_out): its plain
+  //    residual is added here on the main stream, before the join.
   const CudaSublayer* before = i > 0 ? &subs_[i - 1] : nullptr;
-  const float* prev = before && before->out_pending() ? out : nullptr;
+  const float* prev = before && before->out_pending() ? (before->parallel_out ? pool_[ScratchPool::kParallelOut].f32(T * H) : out)
+                                                      : nullptr;
   const float ra = prev && before->residual_to_next ? before->spec.alpha : 1.0f;
   const float xb = prev && before->residual_to_next ? before->spec.beta : 1.0f;
   const bool f32_in = S.module->input() == ModuleInput::F32;
@@ -360,11 +405,25 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   }
   // 2. The module; 3. its residual rule (the plain one is left to the next norm or the LM head's).
   if (profile_) profile_->end(s), profile_->begin(S.spec.kind, s);
-  float* mod_out = S.defer_residual ? pool_[ScratchPool::kParallelOut].f32(T * H) : out;
-  if (S.proj_col >= 0) {  // a parallel pair's stacked input projections: one GEMM at the pair's first sublayer
+  float* mod_out = S.parallel_out ? pool_[ScratchPool::kParallelOut].f32(T * H) : out;
+  if (S.on_branch) {
+    // Enqueued on the second branch by the pair's first sublayer (below); joined before this sublayer's residual rule.
+    branch_->join(s);
+  } else if (S.proj_col >= 0) {  // a parallel pair's stacked input projections: one GEMM at the pair's first sublayer
     const DevWeight& pw = S.spec.parallel ? subs_[i - 1].pair_proj : S.pair_proj;
     float* proj = pool_[ScratchPool::kParallelProj].f32(T * pw.rows);
     if (!S.spec.parallel) ctx_.gemm_run(normed_c, T, H, pw, proj, pw.rows);
+    // parallel_mixer_branch: the sibling on the second branch, forked after the GEMM, with its own scratch (pair_pool_)
+    // and its output in `out` (this module writes kParallelOut, and nothing on the main stream reads or writes `out`
+    // before the join); it reads (and rewrites in place) its columns of the GEMM output, which the main stream reads
+    // only in its own columns and does not write again before the join; it reads neither hidden nor the normed rows.
+    if (i + 1 < subs_.size() && subs_[i + 1].on_branch) {
+      const CudaSublayer& B = subs_[i + 1];
+      branch_->fork(s);
+      CudaStep bst{batch, dm, &plans_, T, branch_->side.get()};
+      bst.forked = true;
+      B.module->forward_projected(bst, views_[i + 1], proj + B.proj_col, pw.rows, out);
+    }
     S.module->forward_projected(st, views_[i], proj + S.proj_col, pw.rows, mod_out);
   } else {
     S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, mod_out);
@@ -376,8 +435,8 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     SSM_CUDA_CHECK(scaled_residual2(hidden, f.alpha, pool_[ScratchPool::kParallelOut].f32(T * H), f.beta, S.spec.alpha, out,
                                     S.spec.beta, T * H, s, opt.pdl));
   } else if (!S.spec.plain_residual() && !S.residual_to_next) {
-    SSM_CUDA_CHECK(
-        scaled_residual(hidden, S.spec.residual_is_normed ? normed_f : hidden, S.spec.alpha, out, S.spec.beta, T * H, s, opt.pdl));
+    SSM_CUDA_CHECK(scaled_residual(hidden, S.spec.residual_is_normed ? normed_f : hidden, S.spec.alpha, mod_out, S.spec.beta,
+                                   T * H, s, opt.pdl));
   }
 }
 

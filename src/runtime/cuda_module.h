@@ -26,7 +26,9 @@ struct CudaBranch;  // runtime/cuda_branch.h
 /// (a layer's workspace is dead once its forward is enqueued), so a model's workspace memory does not grow with its
 /// layer count (one per layer was 23 x 1.3 GB of MoE workspace for Nemotron-3-Nano at 8k-token prefill chunks).
 /// Work on the second branch (CudaBranch: a MoE layer's shared expert) uses slots 0, 3, kMoeSharedIn and
-/// kMoeSharedOut only, while the first branch's routed experts use kMoeRouter and kMoeWorkspace.
+/// kMoeSharedOut only, while the first branch's routed experts use kMoeRouter and kMoeWorkspace. A parallel mixer on
+/// the second branch (CudaModelOptions::parallel_mixer_branch) has a pool of its own (the runner's second ScratchPool);
+/// it reads its columns of this pool's kParallelProj, which the main stream does not write until the join.
 class ScratchPool {
  public:
   static constexpr int kSlots = 15;
@@ -54,6 +56,9 @@ struct CudaStep {
   const StepPlans* plans;    ///< per-step plans of the lightning / attention layers (null when the model has none)
   int64_t T = 0;             ///< tokens (decode rows incl. padding, then prefill tokens)
   cudaStream_t stream = nullptr;
+  /// The stream's last work is a wait on another stream's event (CudaBranch::fork): the module launches its first
+  /// kernel plainly (no PDL: its dependency is the event, not a kernel before it on this stream), the rest as usual.
+  bool forked = false;
 };
 
 /// Resources a runner shares with its modules.

@@ -55,6 +55,13 @@ struct CudaModelOptions {
   /// (CudaBranch, runtime/cuda_branch.h). The same kernels on the same inputs: bit-identical to one stream (tested).
   /// Off under layer_profile (its spans time one stream).
   bool moe_shared_branch = true;
+  /// A parallel mixer pair whose input projections run as one GEMM (fuse_parallel_projections; Falcon-H1's Mamba-2 and
+  /// attention): after the GEMM the runner forks the second branch (CudaBranch) and runs the parallel mixer (the
+  /// attention) there while the first runs on the main stream, joined before the parallel mixer's residual rule; in
+  /// every step (prefill too). The branch's module has a scratch pool of its own (no slot or workspace shared with the
+  /// main stream's). The same kernels on the same inputs: bit-identical to one stream (tested). Off under layer_profile
+  /// and tensor parallelism, and without fuse_parallel_projections.
+  bool parallel_mixer_branch = true;
   /// Which MoE layers add their shared-expert rows inside the routed experts' combine kernel (kernels/cuda/moe.h
   /// MoeSharedAdd; the second branch joined just before the combine) instead of a launch of their own after it, in
   /// steps of up to 16 tokens and those on the per-token combine (moe_combine_per_token; the column-slice combine's
@@ -93,7 +100,7 @@ struct CudaModelOptions {
   /// Defaults, overridden by the environment (core/env_options.h, docs/environment.md): SSMSERVE_CUDA_GRAPHS=0|1,
   /// SSMSERVE_PDL=0|1, SSMSERVE_SKINNY_MAX_M=<n>, SSMSERVE_BATCH_INVARIANT=0|1, SSMSERVE_DECODE_DATAFLOW=0|1,
   /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_PROFILE_REPLAY=<n>, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
-  /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, SSMSERVE_MOE_FUSED_SHARED_ADD=0..2,
+  /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_PARALLEL_MIXER_BRANCH=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, SSMSERVE_MOE_FUSED_SHARED_ADD=0..2,
   /// SSMSERVE_BRANCH_PDL=0|1, SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK,

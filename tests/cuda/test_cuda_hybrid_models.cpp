@@ -4,7 +4,7 @@
 // prefills, a continuing prefill and padded decode steps (fp32 and bf16 weights); decode steps through CUDA graphs
 // bit-identical to eager, steps with Programmatic Dependent Launch bit-identical to steps without, and the MoE shared
 // experts on a second stream bit-identical to one stream; Falcon-H1 also with its parallel mixers' input projections
-// unstacked; and on the trained checkpoints the engine's greedy generation on the GPU against the transformers
+// unstacked, and with its attention on a second stream bit-identical to one stream; and on the trained checkpoints the engine's greedy generation on the GPU against the transformers
 // goldens, alone and under chunked prefill, with bf16 weights (the default) and with --dtype float32 (every id
 // identical). Skips without a GPU.
 #include <gtest/gtest.h>
@@ -194,6 +194,30 @@ TEST_P(CudaHybridModel, MoeSharedBranchEqualsOneStream) {
   cuda::CudaModelOptions one_stream;
   one_stream.moe_shared_branch = false;
   expect_same_logits({}, one_stream, "logits with the shared expert on a second branch differ from one stream");
+}
+
+/// Falcon-H1's attention on the runner's second branch beside its Mamba-2 mixer (parallel_mixer_branch, the default)
+/// runs the same kernels on the same inputs as on one stream: bit-identical logits, eager prefills and graphed decode
+/// steps alike, with bf16 and fp32 weights and in batch-invariant mode (tiny-falcon_h1's scaled residuals: the pair's
+/// updates in one launch after the join; test_cuda_parallel_mixer_branch.cpp: the plain residuals of the 7B config at
+/// long contexts). The cases without a parallel mixer skip.
+TEST_P(CudaHybridModel, ParallelMixerBranchEqualsOneStream) {
+  REQUIRE_GPU();
+  if (!architecture_spec(cfg_).layers.at(0).parallel_mixer.present()) GTEST_SKIP() << "no parallel mixer";
+  cuda::CudaModelOptions branch, one_stream;
+  branch.parallel_mixer_branch = true;
+  one_stream.parallel_mixer_branch = false;
+  expect_same_logits(branch, one_stream, "logits with the attention on a second branch differ from one stream");
+  branch.batch_invariant = one_stream.batch_invariant = true;
+  expect_same_logits(branch, one_stream, "batch-invariant: logits with the attention on a second branch differ from one stream");
+  branch.batch_invariant = one_stream.batch_invariant = false;
+  branch.weight_dtype = one_stream.weight_dtype = DType::F32;
+  expect_same_logits(branch, one_stream, "fp32 weights: logits with the attention on a second branch differ from one stream");
+  branch.weight_dtype = DType::BF16;
+  branch.pdl = false;  // the branch without PDL against itself with it (the default, first kernel plain)
+  cuda::CudaModelOptions pdl = branch;
+  pdl.pdl = true;
+  expect_same_logits(pdl, branch, "logits with the attention on a second branch differ with PDL from without");
 }
 
 /// The shared expert's rows added inside the routed experts' combine kernel (the default for Qwen's gated add; every

@@ -47,7 +47,8 @@ class CudaAttention final : public CudaModule {
   void reserve(int64_t T, const StepPlans* plans) override {
     ScratchPool& p = *ctx_.scratch;
     const int64_t QW = int64_t{c_.num_heads} * c_.head_dim;
-    p[0].f32(T * proj_width()), p[1].f32(T * QW), p[3].get(T * QW * dtype_size(ctx_.opt.weight_dtype));
+    if (qkvg_proj_.rows > 0) p[0].f32(T * proj_width());  // forward's projection (not after drop_input_projection)
+    p[1].f32(T * QW), p[3].get(T * QW * dtype_size(ctx_.opt.weight_dtype));
     ws().f32(std::max<size_t>(4, workspace_floats(plans->aplan)));
   }
 
@@ -83,13 +84,14 @@ class CudaAttention final : public CudaModule {
     float* q = proj;  // every part has row stride PW
     float* g = q + QW + 2 * KW;
     float* o = p[1].f32(T * QW);
-    // 1. The per-head q / k norms, RoPE, the new K / V into their slots: one launch (q, k, v adjacent in a row).
+    // 1. The per-head q / k norms, RoPE, the new K / V into their slots: one launch (q, k, v adjacent in a row);
+    //    plain after a fork (the runner's second branch: CudaModelOptions::parallel_mixer_branch).
     KvCacheView kv = state.kv;
     kv.num_kv_heads = c_.num_kv_heads, kv.head_dim = D;
     SSM_CUDA_CHECK(qk_norm_rope_cache(q, PW, T, c_.num_heads, c_.qk_norm ? q_norm_.as<float>() : nullptr,
                                       c_.qk_norm ? k_norm_.as<float>() : nullptr, c_.qk_norm_eps,
                                       c_.rope ? plans.dev(plans.positions) : nullptr, c_.rope ? inv_freq_.as<float>() : nullptr,
-                                      c_.rotary_dim / 2, plans.dev(plans.slots), kv, s, ctx_.opt.pdl));
+                                      c_.rotary_dim / 2, plans.dev(plans.slots), kv, s, ctx_.opt.pdl && !st.forked));
     // 2. Attention over the cache.
     PagedAttentionArgs a{c_.num_heads, c_.scale, md.max_num_blocks_per_seq, plans.dev(plans.attn_qsl), plans.dev(plans.seq_lens),
                          plans.dev(plans.tables), plans.dev(plans.tasks), plans.dev(plans.items), ap.num_tasks, ap.num_items,
