@@ -18,6 +18,11 @@
 // chunk's keys, the V planes after the K planes: every staged row is written by stage_kernel, so finite) or, past the
 // end of the planes, the copy engine's zeros; their scores are masked by softmax_tile (key > the query's position) so
 // their P is exactly 0 and they add nothing (0 x finite) to O.
+// Open (SASS of nvcc 13.0, nvdisasm): ptxas places the WARPGROUP.DEPBAR of wait_group 0 (P(j) V(j) done) inside the
+// softmax's max reduction, before its exponentials, although the PTX has it after them; so within a warpgroup only the
+// masking and the max overlap P V, the exponentials do not (the other consumer warpgroup's work still can). Neither a
+// data dependency of the rescale or of the V release on the softmax's sums nor keeping P's registers visibly live
+// moved it.
 #include <atomic>
 
 #include "kernels/cuda/common.cuh"
