@@ -1,11 +1,16 @@
 // Owns the prefill attention benchmark of the GPU paged attention's tensor-core pass (issues 30 / 31): one sequence
-// of L = 2048, 8192, 32768 new tokens (a prompt from scratch, causal) over the fp32 paged KV cache at three model
-// shapes: 32 q / 8 kv heads of 128, Falcon-H1-7B's 12 / 2 of 128, Qwen3.5-9B's 16 / 4 of 256. Times
+// of L = 2048, 8192, 32768 new tokens (a prompt from scratch, causal) over the fp32 paged KV cache at four model
+// shapes: 32 q / 8 kv heads of 128, Falcon-H1-7B's 12 / 2 of 128, Qwen3.5-9B's 16 / 4 of 256, Qwen3.5-35B-A3B's 16 / 2
+// of 256. Times
 // cuda::paged_attention through the plan the runner builds (PagedAttentionPlan::build with kTcMinTokens: every tile
 // on the tensor cores, key chunks split over blocks while the workspace slots last) with CUDA events: median of 5
 // after a warm-up. TFLOP/s counts causal FLOPs, 4 * L^2 / 2 * head_dim * q_heads. Each case also checks 4 query
 // tokens (all heads) against an fp64 host reference (max relative error over those rows; bf16 operands give ~1e-3).
-// Usage: bench_cuda_prefill_attention [block_size (default 16)] [max L (default 32768)]. Needs a GPU.
+// Usage: bench_cuda_prefill_attention [block_size (default 16)] [max L (default 32768)] [kernels (default tc)]. Needs a
+// GPU. kernels: a comma list of tc (the tiles converting the fp32 keys themselves, no staging), staged (the keys
+// staged as bf16 once per call, mma.sync tiles), wg (staged, the lockstep warpgroup tiles: the runner's default at
+// head_dim 128 / 256), ws / ws2 (staged, the warp-specialized warpgroup tiles, SSMSERVE_ATTN_TC_WS=1 / 2), or all.
+// The staged kinds' times include the staging kernel (as the runner runs them); their 4-row errors likewise.
 //
 // Decode mode (issue 31: the split-KV pass's reads of the fp32 paged KV cache at long contexts):
 // bench_cuda_prefill_attention decode [block_size (default 16)] [max context (default 131072)]: one decode row (batch
@@ -24,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -216,15 +222,38 @@ int main(int argc, char** argv) {
     return bench_decode(bs, max_ctx);
   }
   const int bs = argc > 1 ? std::atoi(argv[1]) : 16, max_len = argc > 2 ? std::atoi(argv[2]) : 32768;
-  if (bs <= 0 || max_len < 16) {
-    std::fprintf(stderr, "usage: bench_cuda_prefill_attention [block_size > 0] [max L >= 16]\n");
+  // The tile kernels to time (see the top of the file): (name, staged keys, warpgroup tiles, attn_tc_ws).
+  struct Kind {
+    const char* name;
+    bool staged, wgmma;
+    int ws;
+  };
+  const Kind kinds[] = {{"tc", false, false, 0}, {"staged", true, false, 0}, {"wg", true, true, 0}, {"ws", true, true, 1},
+                        {"ws2", true, true, 2}};
+  std::vector<Kind> chosen;
+  {
+    const std::string list = argc > 3 ? argv[3] : "tc";
+    size_t at = 0;
+    while (at <= list.size()) {
+      const size_t end = std::min(list.find(',', at), list.size());
+      const std::string name = list.substr(at, end - at);
+      bool found = false;
+      for (const Kind& k : kinds)
+        if (name == k.name || name == "all") chosen.push_back(k), found = true;
+      if (!found) chosen.clear(), at = list.size();
+      at = end + 1;
+    }
+  }
+  if (bs <= 0 || max_len < 16 || chosen.empty()) {
+    std::fprintf(stderr, "usage: bench_cuda_prefill_attention [block_size > 0] [max L >= 16] [tc,staged,wg,ws,ws2 | all]\n");
     return 2;
   }
   if (!cuda::gpu_available()) {
     std::fprintf(stderr, "bench_cuda_prefill_attention: no CUDA device\n");
     return 1;
   }
-  const Shape shapes[] = {{"gqa4-128", 32, 8, 128}, {"falcon-h1-7b", 12, 2, 128}, {"qwen3.5-9b", 16, 4, 256}};
+  const Shape shapes[] = {{"gqa4-128", 32, 8, 128}, {"falcon-h1-7b", 12, 2, 128}, {"qwen3.5-9b", 16, 4, 256},
+                          {"qwen3.5-35b-a3b", 16, 2, 256}};
   for (const Shape& sh : shapes) {
     const int D = sh.D, KVH = sh.kv_heads, group = sh.heads / KVH;
     const int64_t W = int64_t{KVH} * D, page_floats = 2 * int64_t{bs} * W, QW = int64_t{sh.heads} * D;
@@ -244,47 +273,63 @@ int main(int argc, char** argv) {
       if (L > max_len) continue;
       const std::vector<int32_t> qsl{0, L}, sls{L};
       const auto plan = cuda::PagedAttentionPlan::build(qsl, sls, group, cuda::kTcMinTokens);
+      const size_t stage = cuda::tc_stage_floats(plan, KVH, D, true);
       DeviceBuffer dqsl = cuda::to_device(qsl), dsl = cuda::to_device(sls), dz = cuda::to_device(std::vector<int32_t>{0}),
                    dtc = cuda::to_device(plan.tc_tiles),
                    dti = cuda::to_device(plan.tc_items.empty() ? std::vector<int32_t>{0} : plan.tc_items),
-                   ws(std::max<size_t>(16, cuda::paged_attention_workspace_floats(plan, KVH, D) * sizeof(float)));
-      const cuda::PagedAttentionArgs a{sh.heads, 1.0f / std::sqrt(static_cast<float>(D)), nb, dqsl.as<int32_t>(),
-                                       dsl.as<int32_t>(), dtab.as<int32_t>(), dz.as<int32_t>(), dz.as<int32_t>(), 0, 0,
-                                       plan.tokens_per_task, plan.key_split, dtc.as<int32_t>(), plan.num_tc_tiles,
-                                       plan.tc_tokens, dti.as<int32_t>(), plan.num_tc_items};
-      cudaEvent_t e0, e1;
-      SSM_CUDA_CHECK(cudaEventCreate(&e0));
-      SSM_CUDA_CHECK(cudaEventCreate(&e1));
-      std::vector<float> ms;
-      for (int i = 0; i < 6; ++i) {  // a warm-up, then 5 timed
-        SSM_CUDA_CHECK(cudaEventRecord(e0));
-        SSM_CUDA_CHECK(cuda::paged_attention(dq.as<float>(), QW, dout.as<float>(), QW, kv, a, ws.as<float>(), nullptr));
-        SSM_CUDA_CHECK(cudaEventRecord(e1));
-        SSM_CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        SSM_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        if (i > 0) ms.push_back(t);
-      }
-      SSM_CUDA_CHECK(cudaEventDestroy(e0));
-      SSM_CUDA_CHECK(cudaEventDestroy(e1));
-      std::sort(ms.begin(), ms.end());
-      const double t_ms = ms[2], flops = 4.0 * (double(L) * L / 2) * D * sh.heads;
-      // Accuracy of 4 query tokens against the fp64 reference.
-      const auto got = cuda::to_host<float>(dout, static_cast<size_t>(L) * QW);
-      double err = 0, ref_norm = 0;
-      std::vector<double> ref;
-      for (int i : {0, 1, L / 2 + 3, L - 1}) {
-        reference_row(sh, bs, host, page_floats, hq, i, ref);
-        for (int64_t c = 0; c < QW; ++c) {
-          const double d = got[i * QW + c] - ref[c];
-          err += d * d, ref_norm += ref[c] * ref[c];
+                   dbase = cuda::to_device(plan.tc_row_key_base), dstage = cuda::to_device(plan.tc_stage_rows),
+                   ws(std::max<size_t>(16, (cuda::paged_attention_workspace_floats(plan, KVH, D) + stage) * sizeof(float)));
+      // The 4 checked query tokens' fp64 references (once per case).
+      const int checked[] = {0, 1, L / 2 + 3, L - 1};
+      std::vector<std::vector<double>> refs(4);
+      for (int c = 0; c < 4; ++c) reference_row(sh, bs, host, page_floats, hq, checked[c], refs[c]);
+      for (const Kind& kind : chosen) {
+        cuda::PagedAttentionArgs a{sh.heads, 1.0f / std::sqrt(static_cast<float>(D)), nb, dqsl.as<int32_t>(),
+                                   dsl.as<int32_t>(), dtab.as<int32_t>(), dz.as<int32_t>(), dz.as<int32_t>(), 0, 0,
+                                   plan.tokens_per_task, plan.key_split, dtc.as<int32_t>(), plan.num_tc_tiles,
+                                   plan.tc_tokens, dti.as<int32_t>(), plan.num_tc_items};
+        if (kind.staged) {
+          if (stage == 0) continue;  // over kTcStageMaxBytes: the runner would not stage either
+          a.tc_row_key_base = dbase.as<int32_t>(), a.tc_stage_rows = dstage.as<int32_t>();
+          a.num_tc_stage_rows = plan.num_tc_stage_rows, a.tc_stage_max_keys = plan.tc_stage_max_keys;
+          a.tc_stage_keys = plan.tc_stage_keys, a.num_tc_slots = plan.num_tc_slots, a.tc_wgmma = kind.wgmma;
         }
+        if (kind.wgmma && !cuda::tc_wgmma_head_dim_ok(D)) continue;
+        cuda::KernelTuning t = cuda::kernel_tuning();
+        t.attn_tc_ws = kind.ws;
+        cuda::set_kernel_tuning(t);
+        cudaEvent_t e0, e1;
+        SSM_CUDA_CHECK(cudaEventCreate(&e0));
+        SSM_CUDA_CHECK(cudaEventCreate(&e1));
+        std::vector<float> ms;
+        for (int i = 0; i < 6; ++i) {  // a warm-up, then 5 timed
+          SSM_CUDA_CHECK(cudaEventRecord(e0));
+          SSM_CUDA_CHECK(cuda::paged_attention(dq.as<float>(), QW, dout.as<float>(), QW, kv, a, ws.as<float>(), nullptr));
+          SSM_CUDA_CHECK(cudaEventRecord(e1));
+          SSM_CUDA_CHECK(cudaEventSynchronize(e1));
+          float tm = 0;
+          SSM_CUDA_CHECK(cudaEventElapsedTime(&tm, e0, e1));
+          if (i > 0) ms.push_back(tm);
+        }
+        SSM_CUDA_CHECK(cudaEventDestroy(e0));
+        SSM_CUDA_CHECK(cudaEventDestroy(e1));
+        cuda::set_kernel_tuning(cuda::KernelTuning{});
+        std::sort(ms.begin(), ms.end());
+        const double t_ms = ms[2], flops = 4.0 * (double(L) * L / 2) * D * sh.heads;
+        // Accuracy of the 4 query tokens against the fp64 reference.
+        const auto got = cuda::to_host<float>(dout, static_cast<size_t>(L) * QW);
+        double err = 0, ref_norm = 0;
+        for (int c = 0; c < 4; ++c)
+          for (int64_t x = 0; x < QW; ++x) {
+            const double d = got[checked[c] * QW + x] - refs[c][x];
+            err += d * d, ref_norm += refs[c][x] * refs[c][x];
+          }
+        std::printf("prefill attention %-15s %2d/%d heads x %3d, L %5d, block %d, %-6s: %9.3f ms, %6.1f TFLOP/s (%4d tiles, "
+                    "%4d items) x %d kv heads, rel err %.2e\n",
+                    sh.name, sh.heads, KVH, D, L, bs, kind.name, t_ms, flops / t_ms * 1e-9, plan.num_tc_tiles,
+                    plan.num_tc_items, KVH, std::sqrt(err / std::max(ref_norm, 1e-30)));
+        std::fflush(stdout);
       }
-      std::printf("prefill attention %-13s %2d/%d heads x %3d, L %5d, block %d: %9.3f ms, %6.1f TFLOP/s (%4d tiles, "
-                  "%4d items) x %d kv heads, rel err %.2e\n",
-                  sh.name, sh.heads, KVH, D, L, bs, t_ms, flops / t_ms * 1e-9, plan.num_tc_tiles, plan.num_tc_items, KVH,
-                  std::sqrt(err / std::max(ref_norm, 1e-30)));
-      std::fflush(stdout);
     }
   }
   return 0;

@@ -32,7 +32,7 @@ EnvOptions read_env() {
                            "SSMSERVE_MOE_PAIR_TUNE", "SSMSERVE_MOE_SHARED_BRANCH", "SSMSERVE_MOE_FUSED_SHARED_ADD", "SSMSERVE_BRANCH_PDL", "SSMSERVE_ATTN_TC_STAGE", "SSMSERVE_ATTN_TC_WGMMA",
                            "SSMSERVE_FUSE_SCALED_RESIDUAL",
                            "SSMSERVE_MOE_PAIR_SORTED", "SSMSERVE_PREFILL_ROW_KERNELS",
-                           "SSMSERVE_MOE_GROUPED_WG"})
+                           "SSMSERVE_MOE_GROUPED_WG", "SSMSERVE_ATTN_TC_WS"})
     if (const char* v = get(name)) o.gpu[name] = v;
   return o;
 }

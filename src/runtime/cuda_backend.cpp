@@ -95,6 +95,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_MOE_PAIR_SORTED", k.moe_pair_sorted);
   flag("SSMSERVE_PREFILL_ROW_KERNELS", k.prefill_row_kernels);
   int_in("SSMSERVE_MOE_GROUPED_WG", k.moe_grouped_wg, 0, 3);
+  int_in("SSMSERVE_ATTN_TC_WS", k.attn_tc_ws, 0, 2);
   if (const auto e = env.gpu_value("SSMSERVE_MOE_PAIR_TUNE")) {  // "rows,warps[,one_wave]" (0: by the rule)
     int r = -1, wp = -1, ow = 0;
     const int n = std::sscanf(e->c_str(), "%d,%d,%d", &r, &wp, &ow);

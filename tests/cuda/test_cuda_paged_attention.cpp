@@ -2,14 +2,16 @@
 // cache write (bit-identical to its three ops) and paged attention (the split-KV fp32 pass with its tiled
 // and decode kernels, and the tensor-core pass, split over key chunks or not) against the CPU kernels: mixed prefill /
 // decode rows, head_dim 64 / 128 / 256 with Qwen3-Next / Qwen3.5 / Falcon-H1 GQA shapes, long cached contexts next to
-// short rows, decode rows up to 30k keys, split vs unsplit and alone vs batched bit-identical; a DISABLED_ benchmark of
+// short rows, decode rows up to 30k keys, split vs unsplit and alone vs batched bit-identical, the warpgroup tiles
+// lockstep and warp-specialized (SSMSERVE_ATTN_TC_WS); a DISABLED_ benchmark of
 // a short prefill over a long context. The work-list plans: test_cuda_paged_attention_plan.cpp. Fresh random inputs
 // per run. Skips without a GPU; SSMSERVE_CUDA_TEST_QUICK=1 keeps the small cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <utility>
+#include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <cstring>
 #include <span>
 
@@ -308,6 +310,33 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
       const auto alone = run({r}, 3, false, true, true);
       EXPECT_TRUE(same_bits(alone.data(), wg[3].data() + qsl[r] * os, n)) << "alone vs in the batch";
     }
+    // Its warp-specialized form (KernelTuning::attn_tc_ws 1; 2 with ping-pong issues): against the CPU, within bf16
+    // rounding of the lockstep kernel (the same operations in the same order: bit-identical expected, a difference
+    // printed), the same bits in one block per tile, with chunks over blocks and alone as in the batch.
+    for (int form : {1, 2}) {
+      cuda::KernelTuning kt = cuda::kernel_tuning();
+      kt.attn_tc_ws = form;
+      const TuningScope scope(kt);
+      std::vector<std::vector<float>> wsp(6);
+      for (int mode : {3, 4, 5}) wsp[mode] = run(all, mode, false, true, true);
+      for (int r = 0; r < R; ++r) {
+        const int n = rows[r].first;
+        if (n < cuda::kTcMinTokens) continue;
+        SCOPED_TRACE(::testing::Message() << "warp-specialized tiles (form " << form << "), row " << r << " (new " << n
+                                          << ", seq_len " << rows[r].second << ")");
+        const float* got = wsp[3].data() + qsl[r] * os;
+        EXPECT_LT(rel_err(got, os, ref.data() + qsl[r] * os, os, n, sh.heads * D), 1e-2);
+        const double vs_wg = rel_err(got, os, wg[3].data() + qsl[r] * os, os, n, sh.heads * D);
+        EXPECT_LT(vs_wg, 2e-3) << "vs the lockstep warpgroup kernel";
+        if (!same_bits(got, wg[3].data() + qsl[r] * os, n))
+          std::printf("note: %s row %d form %d: warp-specialized vs lockstep tiles not bit-identical (rel err %.3g)\n",
+                      sh.name, r, form, vs_wg);
+        EXPECT_TRUE(same_bits(wsp[4].data() + qsl[r] * os, got, n)) << "one block per tile";
+        EXPECT_TRUE(same_bits(wsp[5].data() + qsl[r] * os, got, n)) << "chunks over blocks";
+        const auto alone = run({r}, 3, false, true, true);
+        EXPECT_TRUE(same_bits(alone.data(), got, n)) << "alone vs in the batch";
+      }
+    }
   }
   for (int r = 0; r < R; ++r) {
     const int n = rows[r].first;
@@ -402,6 +431,28 @@ TEST(CudaPagedAttention, TensorCorePipelineEdgesMatchCpu) {
   const auto rows = quick() ? std::vector<std::pair<int, int>>{{16, 16}, {65, 1065}, {250, 2250}, {1, 700}}
                             : std::vector<std::pair<int, int>>{{16, 16},    {129, 129},  {65, 1065}, {250, 2250},
                                                                {31, 4127},  {1, 700},    {200, 3080}, {1, 0}};
+  for (const auto& sh : shapes) check_paged_attention(sh, rows, rng);
+}
+
+// The warp-specialized warpgroup tiles (SSMSERVE_ATTN_TC_WS, paged_attention_tc_ws.cu; check_paged_attention runs
+// them wherever it runs the lockstep warpgroup tiles): head_dim 128 and 256, GQA groups 1 and 8 (Qwen3.5-35B-A3B's
+// 16 / 2 of 256), prompts of 63, 65, 200 tokens (key ranges ending mid-tile: the TMA tiles read the staged rows that
+// follow, masked), continuations over 1000+ cached keys (several chunks: chunk ends inside the pipelined loop, chunks
+// over blocks), a tile of one full 64-key tile plus one key, decode and padding rows next to them.
+TEST(CudaPagedAttention, WarpSpecializedTilesMatchCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<AttnShape> shapes = {{"qwen3.5-35b-a3b-gqa8", 16, 2, 256, 16}};
+  if (!quick()) {
+    shapes.push_back({"mha-256-bs64", 2, 2, 256, 64});
+    shapes.push_back({"gqa8-128-bs16", 8, 1, 128, 16});
+    shapes.push_back({"mha-128-bs32", 4, 4, 128, 32});
+  }
+  const auto rows = quick() ? std::vector<std::pair<int, int>>{{63, 63}, {1, 1}, {40, 1063}, {65, 65}}
+                            : std::vector<std::pair<int, int>>{{63, 63},    {1, 1},      {65, 65},   {200, 200}, {40, 1063},
+                                                               {129, 2129}, {1, 0},      {17, 1041}, {16, 65},   {300, 4400}};
   for (const auto& sh : shapes) check_paged_attention(sh, rows, rng);
 }
 

@@ -79,6 +79,13 @@ struct KernelTuning {
   /// 0 the mma.sync kernel everywhere, as before. Rounding-level differences (another summation order); every form
   /// batch-invariant.
   int moe_grouped_wg = 1;
+  /// The tensor-core prefill attention's warpgroup tiles (staged keys, head_dim 128 / 256, PagedAttentionArgs::tc_wgmma)
+  /// on the warp-specialized kernel (paged_attention_tc_ws.cu: a TMA producer warpgroup, K / V rings on mbarriers, two
+  /// consumer warpgroups overlapping each tile's softmax with the previous tile's P V, FlashAttention-3 style)
+  /// (SSMSERVE_ATTN_TC_WS): 0 (default until measured) the lockstep warpgroup kernel (paged_attention_tc_wg.cu); 1 the
+  /// warp-specialized one; 2 the same with the consumer warpgroups ping-ponging their product issues. The same
+  /// products, softmax and merges in the same order per output element as the lockstep kernel.
+  int attn_tc_ws = 0;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).

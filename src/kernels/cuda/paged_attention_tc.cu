@@ -2,6 +2,7 @@
 // FlashAttention-2 style over the paged fp32 KV cache, bf16 operands on mma.sync m16n8k16 with fp32 accumulation and
 // an fp32 online softmax per key chunk, chunks merged in order (in one block, or over blocks and a combine kernel).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/paged_attention_tc.cuh"
@@ -377,7 +378,10 @@ cudaError_t launch_tc(dim3 grid, const float* q, int64_t qs, float* out, int64_t
     stage_kernel<D><<<sg, kThreads, 0, stream>>>(cache, a, kb);
   }
   if (kStaged && a.tc_wgmma && tc_wgmma_head_dim_ok(D)) {
-    const cudaError_t e = launch_tc_wg(D, grid, q, qs, out, os, cache, a, ws, kb, stream);
+    const int ws_form = kernel_tuning().attn_tc_ws;  // 1, 2: the warp-specialized form (2 with ping-pong)
+    cudaError_t e = ws_form > 0 ? launch_tc_ws(D, ws_form == 2, grid, q, qs, out, os, cache, a, ws, kb, stream)
+                                : cudaErrorNotSupported;
+    if (e == cudaErrorNotSupported) e = launch_tc_wg(D, grid, q, qs, out, os, cache, a, ws, kb, stream);
     if (e != cudaSuccess) return e;
   } else {
     tc_kernel<D, kStaged><<<grid, kThreads, sm, stream>>>(q, qs, out, os, cache, a, ws, kb);

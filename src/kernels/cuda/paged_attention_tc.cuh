@@ -1,6 +1,7 @@
 // Shared by the tensor-core prefill attention's tile kernels (paged_attention_tc.cu: mma.sync per warp, the fp32 or the
-// staged bf16 keys; paged_attention_tc_wg.cu: sm_90a wgmma per warpgroup on the staged keys): tile sizes, the merge
-// arithmetic of key chunks (one arithmetic for the in-block merge and the combine kernel), the warpgroup launch.
+// staged bf16 keys; paged_attention_tc_wg.cu: sm_90a wgmma per warpgroup on the staged keys; paged_attention_tc_ws.cu:
+// its warp-specialized form): tile sizes, the merge arithmetic of key chunks (one arithmetic for the in-block merge and
+// the combine kernel), the warpgroup launches.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -160,5 +161,14 @@ __device__ __forceinline__ void chunk_out(Acc&& acc, bool partial, int ch, bool 
 /// bit-identical to it; each row's bits depend only on its own queries and keys.
 cudaError_t launch_tc_wg(int D, dim3 grid, const float* q, int64_t qs, float* out, int64_t os, const KvCacheView& cache,
                          const PagedAttentionArgs& a, float* ws, const __nv_bfloat16* kb, cudaStream_t stream);
+/// Launches the warp-specialized form of the warpgroup tile kernel (paged_attention_tc_ws.cu; KernelTuning::attn_tc_ws)
+/// with launch_tc_wg's arguments and results: a TMA producer warpgroup feeding K / V rings over mbarriers, two consumer
+/// warpgroups overlapping each tile's softmax with the previous tile's P V (FlashAttention-3); ping_pong: the two
+/// consumer warpgroups also take turns to issue their products. The same products, softmax and merges as
+/// tc_wg_kernel in the same order per output element. Returns cudaErrorNotSupported, having launched nothing, when the
+/// driver cannot encode the staged planes' tensor map (the caller then takes launch_tc_wg).
+cudaError_t launch_tc_ws(int D, bool ping_pong, dim3 grid, const float* q, int64_t qs, float* out, int64_t os,
+                         const KvCacheView& cache, const PagedAttentionArgs& a, float* ws, const __nv_bfloat16* kb,
+                         cudaStream_t stream);
 
 }  // namespace ssmserve::cuda::tc

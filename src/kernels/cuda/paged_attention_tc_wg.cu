@@ -15,18 +15,13 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_attention_tc.cuh"
+#include "kernels/cuda/paged_attention_tc_wg.cuh"
 #include "kernels/cuda/wgmma_bf16.cuh"
 
 namespace ssmserve::cuda::tc {
 namespace {
 using namespace detail;
 using bf16 = __nv_bfloat16;
-
-/// Byte offset of the 16-byte chunk c8 (columns 8 c8 .. 8 c8 + 7) of row r (< 64) in a [64][D] bf16 tile stored as
-/// D / 64 column blocks of 64 (8 KB each, 128-byte swizzle: row r at (r / 8) 1024 + (r % 8) 128, chunk c at c ^ (r % 8)).
-__device__ __forceinline__ int tile_off(int r, int c8) {
-  return (c8 >> 3) * 8192 + (r >> 3) * 1024 + (r & 7) * 128 + (((c8 & 7) ^ (r & 7)) << 4);
-}
 
 /// Issues (cp.async, one commit group) rows [0, nk) of a kKeys-row bf16 tile (row r at src + r D) into the swizzled
 /// tile dst; rows >= nk zero-filled (nothing read). nk >= 1.
@@ -41,13 +36,6 @@ __device__ __forceinline__ void load_tile(unsigned char* dst, int nk, const bf16
   }
   cp_async_commit_group();
 }
-
-/// K-major descriptor of the 16-wide k step k of a swizzled [64][D] tile (a 32-byte start offset within a 64-column
-/// block); MN-major descriptor of its 16-row k step k, 64-column blocks 8 KB apart (LBO), 8-row groups 1 KB (SBO).
-__device__ __forceinline__ uint64_t kmaj(const unsigned char* tile, int k) {
-  return wg_desc(tile + (k >> 2) * 8192 + (k & 3) * 32, 16, 1024, true);
-}
-__device__ __forceinline__ uint64_t vmaj(const unsigned char* tile, int k) { return wg_desc(tile + 2048 * k, 8192, 1024, true); }
 
 /// Grid and arguments as tc_kernel<D, true> (paged_attention_tc.cu), kThreads threads, dynamic shared memory 6 tiles
 /// of [64][D] bf16: Q (one per warpgroup), K and V double-buffered (192 KB at head_dim 256).
