@@ -298,6 +298,10 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
   // block per tile, with chunks over blocks and alone as in the batch.
   if (cuda::tc_wgmma_head_dim_ok(D)) {
     std::vector<std::vector<float>> wg(6);
+    {  // the lockstep warpgroup kernel (KernelTuning::attn_tc_ws 0; the warp-specialized one is the default)
+    cuda::KernelTuning lockstep = cuda::kernel_tuning();
+    lockstep.attn_tc_ws = 0;
+    const TuningScope lockstep_scope(lockstep);
     for (int mode : {3, 4, 5}) wg[mode] = run(all, mode, false, true, true);
     for (int r = 0; r < R; ++r) {
       const int n = rows[r].first;
@@ -309,6 +313,7 @@ void check_paged_attention(const AttnShape& sh, const std::vector<std::pair<int,
       EXPECT_TRUE(same_bits(wg[5].data() + qsl[r] * os, wg[3].data() + qsl[r] * os, n)) << "chunks over blocks";
       const auto alone = run({r}, 3, false, true, true);
       EXPECT_TRUE(same_bits(alone.data(), wg[3].data() + qsl[r] * os, n)) << "alone vs in the batch";
+    }
     }
     // Its warp-specialized form (KernelTuning::attn_tc_ws 1; 2 with ping-pong issues): against the CPU, within bf16
     // rounding of the lockstep kernel (the same operations in the same order: bit-identical expected, a difference

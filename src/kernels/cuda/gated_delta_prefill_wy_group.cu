@@ -62,12 +62,26 @@ __device__ __forceinline__ void t_product(float* dst, int n, const float* sT, co
   }
 }
 
+/// This thread's part of a row-wise fill of [64][n] (n a multiple of 4) by 4-column pieces: column col, rows row,
+/// row + rows, ... (threads past rows x n / 4 idle), so the loops carry no division.
+struct RowSlots {
+  int col, row, rows;
+  bool on;
+  __device__ explicit RowSlots(int n) {
+    const int n4 = n >> 2;
+    rows = kTileThreads / n4;
+    on = static_cast<int>(threadIdx.x) < rows * n4;
+    row = threadIdx.x / n4, col = 4 * (threadIdx.x % n4);
+  }
+};
+
 /// Per (chunk q, key head): grid (chunks, num_k_heads), kTileThreads threads, GroupLayout{Dk, Dv}.bytes() of dynamic
 /// shared memory. Writes the slots of value heads kh r .. kh r + r - 1 (W, U, P, E as the per-value-head pass).
 template <bool kExact>
 __global__ void __launch_bounds__(kTileThreads, 2)
     wy_group_kernel(GatedDeltaInputs in, GatedDeltaParams p, const int32_t* __restrict__ qsl,
-                    const int32_t* __restrict__ num_computed, int num_seqs, float* __restrict__ ws, bool qk_vec) {
+                    const int32_t* __restrict__ num_computed, int num_seqs, float* __restrict__ ws, bool qk_vec,
+                    bool v_vec) {
   extern __shared__ __align__(16) float smem[];
   const int q = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
   const int32_t* off = reinterpret_cast<const int32_t*>(ws);
@@ -98,6 +112,7 @@ __global__ void __launch_bounds__(kTileThreads, 2)
   detail::cp_async_commit();
   detail::cp_async_wait<0>();
   __syncthreads();
+  const RowSlots kj(Dk), vj(Dv);
   // 3. G = K K^T and H = Q K^T (64 x 64), kept in registers: warp tiles 32 x 16 (rows (w & 1) 32, columns (w >> 1)
   // 16, detail::TileAcc's), K^T's fragments shared by both.
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -156,17 +171,32 @@ __global__ void __launch_bounds__(kTileThreads, 2)
     __syncthreads();
     // T = (I + A)^{-1} (rows >= m stay identity rows) and, meanwhile, sB = diag(beta e^c) K (rows >= m zero).
     detail::gd_forward_substitute(sA, sT, kLdT, m);
-    for (int e = tid; e < kGdChunk * Dk; e += kTileThreads) {
-      const int j = e / Dk, d = e % Dk;
-      sB[j * ldb + d] = sBeta[j] * sEc[j] * sK[j * ldk + d];
+    if (kj.on) {
+      for (int j = kj.row; j < kGdChunk; j += kj.rows) {
+        const float f = sBeta[j] * sEc[j];
+        const float4 x = *reinterpret_cast<const float4*>(sK + j * ldk + kj.col);
+        *reinterpret_cast<float4*>(sB + j * ldb + kj.col) = make_float4(f * x.x, f * x.y, f * x.z, f * x.w);
+      }
     }
     __syncthreads();
     t_product<kExact>(W, Dk, sT, sB, ldb, m8);  // W = T diag(beta e^c) K
     __syncthreads();
-    const float* vp = in.v + static_cast<int64_t>(h) * Dv;
-    for (int e = tid; e < kGdChunk * Dv; e += kTileThreads) {
-      const int j = e / Dv, c = e % Dv;
-      sB[j * ldb + c] = j < m ? sBeta[j] * vp[(row0 + j) * in.v_stride + c] : 0.0f;
+    const float* vp = in.v + static_cast<int64_t>(h) * Dv + row0 * in.v_stride;
+    if (vj.on) {
+      for (int j = vj.row; j < kGdChunk; j += vj.rows) {
+        const float b = sBeta[j];
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (j < m) {
+          if (v_vec) {
+            x = __ldg(reinterpret_cast<const float4*>(vp + j * in.v_stride + vj.col));
+          } else {
+            const float* v = vp + j * in.v_stride + vj.col;
+            x = make_float4(v[0], v[1], v[2], v[3]);
+          }
+        }
+        *reinterpret_cast<float4*>(sB + j * ldb + vj.col) =
+            j < m ? make_float4(b * x.x, b * x.y, b * x.z, b * x.w) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
     }
     __syncthreads();
     t_product<kExact>(U, Dv, sT, sB, ldb, m8);  // U = T diag(beta) V
@@ -181,12 +211,14 @@ cudaError_t launch_wy_grouped(bool exact, const GatedDeltaInputs& in, const Gate
   if (!wy_grouped_supported(p) || chunks <= 0 || chunks >= (int64_t{1} << 31) || p.num_k_heads > 65535)
     return cudaErrorInvalidValue;
   static std::atomic<uint64_t> opted[2];
+  // v rows 16-byte aligned: float4 loads of them (else 4-byte ones).
+  const bool v_vec = reinterpret_cast<uintptr_t>(in.v) % 16 == 0 && in.v_stride % 4 == 0;
   auto* kernel = exact ? wy_group_kernel<true> : wy_group_kernel<false>;
   if (cudaError_t e = detail::opt_in_dynamic_smem(kernel, GroupLayout{128, 128}.bytes(), opted[exact ? 1 : 0]);
       e != cudaSuccess)
     return e;
   kernel<<<dim3(static_cast<unsigned>(chunks), p.num_k_heads), kTileThreads,
-           GroupLayout{p.head_k_dim, p.head_v_dim}.bytes(), stream>>>(in, p, qsl, num_computed, num_seqs, ws, qk_vec);
+           GroupLayout{p.head_k_dim, p.head_v_dim}.bytes(), stream>>>(in, p, qsl, num_computed, num_seqs, ws, qk_vec, v_vec);
   return detail::launch_status();
 }
 

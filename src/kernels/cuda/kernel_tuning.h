@@ -82,10 +82,11 @@ struct KernelTuning {
   /// The tensor-core prefill attention's warpgroup tiles (staged keys, head_dim 128 / 256, PagedAttentionArgs::tc_wgmma)
   /// on the warp-specialized kernel (paged_attention_tc_ws.cu: a TMA producer warpgroup, K / V rings on mbarriers, two
   /// consumer warpgroups overlapping each tile's softmax with the previous tile's P V, FlashAttention-3 style)
-  /// (SSMSERVE_ATTN_TC_WS): 0 (default until measured) the lockstep warpgroup kernel (paged_attention_tc_wg.cu); 1 the
-  /// warp-specialized one; 2 the same with the consumer warpgroups ping-ponging their product issues. The same
-  /// products, softmax and merges in the same order per output element as the lockstep kernel.
-  int attn_tc_ws = 0;
+  /// (SSMSERVE_ATTN_TC_WS): 0 the lockstep warpgroup kernel (paged_attention_tc_wg.cu); 1 (default) the
+  /// warp-specialized one (H200, head_dim 256, 32k tokens: 455 TFLOP/s against the lockstep kernel's 307, session 31);
+  /// 2 the same with the consumer warpgroups ping-ponging their product issues (420). The same products, softmax and
+  /// merges in the same order per output element as the lockstep kernel (the same bits on the H200).
+  int attn_tc_ws = 1;
 };
 
 /// The switches in force (the defaults until set_kernel_tuning).
