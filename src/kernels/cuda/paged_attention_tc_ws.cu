@@ -17,7 +17,8 @@
 // precedes O += P(j) V(j). Rows of a key tile past the block's keys read whatever staged rows follow (another row's or
 // chunk's keys, the V planes after the K planes: every staged row is written by stage_kernel, so finite) or, past the
 // end of the planes, the copy engine's zeros; their scores are masked by softmax_tile (key > the query's position) so
-// their P is exactly 0 and they add nothing (0 x finite) to O.
+// their P is exactly 0 and they add nothing (0 x finite) to O. (So a non-finite value in one row's cache, already
+// a broken state, could reach a neighbouring row's output here, where the lockstep kernel's zero fill would not.)
 // Open (SASS of nvcc 13.0, nvdisasm): ptxas places the WARPGROUP.DEPBAR of wait_group 0 (P(j) V(j) done) inside the
 // softmax's max reduction, before its exponentials, although the PTX has it after them; so within a warpgroup only the
 // masking and the max overlap P V, the exponentials do not (the other consumer warpgroup's work still can). Neither a
@@ -128,7 +129,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const TcKeys keys(bt);
   const int chunk = keys.chunk, nchunks = keys.nchunks, k_lo = keys.k_lo, k_end = keys.k_end;
   const bool partial = keys.partial;
-  const int ntiles = (k_end - k_lo + kKeys - 1) / kKeys;  // >= 1
+  const int ntiles = (k_end - k_lo + kKeys - 1) / kKeys;  // >= 1 with the plan's chunks (TcKeys)
+  if (ntiles <= 0) return;  // block-uniform: without a tile the consumers would wait on kfull(0) forever
   // Warp-uniform by construction (shuffled from lane 0), so ptxas sees the wgmma paths as convergent.
   const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 5), 0), lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
