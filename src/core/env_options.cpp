@@ -1,7 +1,9 @@
 // Owns the reading of the environment (see env_options.h): the only getenv calls of the engine.
 #include "core/env_options.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
 #include <cstring>
 
 namespace ssmserve {
@@ -14,6 +16,36 @@ bool off(const char* name) {  // "0" turns a default-on switch off; anything els
   return v && std::strcmp(v, "0") == 0;
 }
 
+EnvOptions read_env();
+
+}  // namespace
+
+const std::vector<std::string>& gpu_switch_names() {
+  static const std::vector<std::string> names = {
+      "SSMSERVE_CUDA_GRAPHS", "SSMSERVE_PDL", "SSMSERVE_BATCH_INVARIANT", "SSMSERVE_DECODE_DATAFLOW",
+      "SSMSERVE_DECODE_OVERLAP", "SSMSERVE_OVERLAP_PREFETCH", "SSMSERVE_SKINNY_MAX_M", "SSMSERVE_SSD_TF32",
+      "SSMSERVE_SKINNY_TUNE", "SSMSERVE_SKINNY_LATE_TRIGGER", "SSMSERVE_SKINNY_PRELOAD", "SSMSERVE_SKINNY_RULES",
+      "SSMSERVE_SKINNY_PREFETCH_MB", "SSMSERVE_KERNEL_PROFILE", "SSMSERVE_LIGHTNING_KV_WG", "SSMSERVE_LIGHTNING_WALK",
+      "SSMSERVE_DECODE_PREWAIT", "SSMSERVE_SAMPLE_BUCKETS", "SSMSERVE_LAYER_PROFILE", "SSMSERVE_PROFILE_REPLAY",
+      "SSMSERVE_FUSE_PARALLEL_PROJ", "SSMSERVE_PARALLEL_MIXER_BRANCH", "SSMSERVE_GDN_WALK", "SSMSERVE_GDN_WY_GROUPED",
+      "SSMSERVE_ATTN_DECODE_KERNEL", "SSMSERVE_ATTN_FILL_ITEMS", "SSMSERVE_MOE_PAIR_GEMV", "SSMSERVE_MOE_PAIR_TUNE",
+      "SSMSERVE_MOE_SHARED_BRANCH", "SSMSERVE_MOE_FUSED_SHARED_ADD", "SSMSERVE_BRANCH_PDL", "SSMSERVE_ATTN_TC_STAGE",
+      "SSMSERVE_ATTN_TC_WGMMA", "SSMSERVE_FUSE_SCALED_RESIDUAL", "SSMSERVE_MOE_PAIR_SORTED",
+      "SSMSERVE_PREFILL_ROW_KERNELS", "SSMSERVE_MOE_GROUPED_WG", "SSMSERVE_ATTN_TC_WS"
+  };
+  return names;
+}
+
+std::optional<std::string> EnvOptions::gpu_value(const std::string& name) const {
+  const auto& names = gpu_switch_names();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    throw std::logic_error("GPU switch " + name + " is not in env_options.cpp's gpu_switch_names(): it is never read");
+  auto it = gpu.find(name);
+  return it == gpu.end() || it->second.empty() ? std::nullopt : std::optional<std::string>(it->second);
+}
+
+namespace {
+
 EnvOptions read_env() {
   EnvOptions o;
   o.huge_pages = !off("SSMSERVE_HUGE_PAGES");
@@ -22,19 +54,8 @@ EnvOptions read_env() {
   o.omp_defaults = !(get("OMP_WAIT_POLICY") || get("GOMP_SPINCOUNT") || get("SSMSERVE_NO_OMP_DEFAULTS"));
   if (const char* v = get("SSMSERVE_NCCL_LIB")) o.nccl_lib = v;
   o.tp_p2p_allreduce = !off("SSMSERVE_TP_P2P_ALLREDUCE");
-  for (const char* name : {"SSMSERVE_CUDA_GRAPHS", "SSMSERVE_PDL", "SSMSERVE_BATCH_INVARIANT", "SSMSERVE_DECODE_DATAFLOW",
-                           "SSMSERVE_DECODE_OVERLAP", "SSMSERVE_OVERLAP_PREFETCH", "SSMSERVE_SKINNY_MAX_M", "SSMSERVE_SSD_TF32",
-                           "SSMSERVE_SKINNY_TUNE", "SSMSERVE_SKINNY_LATE_TRIGGER", "SSMSERVE_SKINNY_PRELOAD", "SSMSERVE_SKINNY_RULES",
-                           "SSMSERVE_SKINNY_PREFETCH_MB", "SSMSERVE_KERNEL_PROFILE", "SSMSERVE_LIGHTNING_KV_WG",
-                           "SSMSERVE_LIGHTNING_WALK", "SSMSERVE_DECODE_PREWAIT", "SSMSERVE_SAMPLE_BUCKETS",
-                           "SSMSERVE_LAYER_PROFILE", "SSMSERVE_PROFILE_REPLAY", "SSMSERVE_FUSE_PARALLEL_PROJ", "SSMSERVE_PARALLEL_MIXER_BRANCH", "SSMSERVE_GDN_WALK",
-                           "SSMSERVE_GDN_WY_GROUPED",
-                           "SSMSERVE_ATTN_DECODE_KERNEL", "SSMSERVE_ATTN_FILL_ITEMS", "SSMSERVE_MOE_PAIR_GEMV",
-                           "SSMSERVE_MOE_PAIR_TUNE", "SSMSERVE_MOE_SHARED_BRANCH", "SSMSERVE_MOE_FUSED_SHARED_ADD", "SSMSERVE_BRANCH_PDL", "SSMSERVE_ATTN_TC_STAGE", "SSMSERVE_ATTN_TC_WGMMA",
-                           "SSMSERVE_FUSE_SCALED_RESIDUAL",
-                           "SSMSERVE_MOE_PAIR_SORTED", "SSMSERVE_PREFILL_ROW_KERNELS",
-                           "SSMSERVE_MOE_GROUPED_WG", "SSMSERVE_ATTN_TC_WS"})
-    if (const char* v = get(name)) o.gpu[name] = v;
+  for (const std::string& name : gpu_switch_names())
+    if (const char* v = get(name.c_str())) o.gpu[name] = v;
   return o;
 }
 

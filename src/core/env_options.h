@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ssmserve {
 
@@ -22,12 +23,13 @@ struct EnvOptions {
   /// validated by CudaModelOptions::from_env.
   std::map<std::string, std::string> gpu;
 
-  /// The value of `name` in `gpu`, if set and non-empty.
-  std::optional<std::string> gpu_value(const std::string& name) const {
-    auto it = gpu.find(name);
-    return it == gpu.end() || it->second.empty() ? std::nullopt : std::optional<std::string>(it->second);
-  }
+  /// The value of `name` in `gpu`, if set and non-empty. Errors: std::logic_error when `name` is not one of
+  /// gpu_switch_names() (read_env would never have read it: a switch added to the backend but not to the list).
+  std::optional<std::string> gpu_value(const std::string& name) const;
 };
+
+/// Every GPU backend switch read_env collects into EnvOptions::gpu (each documented in docs/environment.md).
+const std::vector<std::string>& gpu_switch_names();
 
 /// The process's switches (read from the environment on the first call; later changes to the environment are not
 /// seen).
