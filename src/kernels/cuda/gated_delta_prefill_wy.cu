@@ -76,18 +76,10 @@ __global__ void __launch_bounds__(kTileThreads, 2)
   const int q = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   const int32_t* off = reinterpret_cast<const int32_t*>(ws);
   if (q >= off[num_seqs]) return;
-  // 1. Which sequence and chunk: the last sequence whose first chunk is <= q (empty ones share their offset).
-  int lo = 0, hi = num_seqs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (off[mid] <= q) lo = mid;
-    else hi = mid - 1;
-  }
-  const int s = lo, k = q - off[s], Dk = p.head_k_dim, Dv = p.head_v_dim, C = p.chunk_size;
-  const int nc = num_computed[s], len = qsl[s + 1] - qsl[s];
-  const int first = detail::gd_chunk_len(nc, 0, len, C);
-  const int t0 = k == 0 ? 0 : first + (k - 1) * C, m = detail::gd_chunk_len(nc, t0, len, C);
-  const int64_t row0 = qsl[s] + t0;
+  // 1. Which sequence and chunk.
+  const WyChunk ch(off, num_seqs, q, qsl, num_computed, p.chunk_size);
+  const int m = ch.m, Dk = p.head_k_dim, Dv = p.head_v_dim;
+  const int64_t row0 = ch.row0;
   const int kh = h / (p.num_v_heads / p.num_k_heads);
   float *sK = smem, *sA = sK + kGdChunk * Dk, *sTm = sA + kGdChunk * kLd, *sT = sTm + kGdChunk * kLd;
   float *sEc = sT + kTileSmemFloats, *sBeta = sEc + kGdChunk, *sDm = sBeta + kGdChunk;

@@ -119,6 +119,29 @@ __device__ __forceinline__ void sm_gemm(float (&acc)[kMT][2][4], const float* a,
   }
 }
 
+/// Chunk q of the step (a WY-pass block's blockIdx.x): its sequence s, first token row0 (of the step's rows) and
+/// length m. off: the chunk offsets (offsets_kernel, [num_seqs + 1]); q < off[num_seqs]. The sequence is the last
+/// one whose first chunk is <= q (empty ones share their offset); its first chunk ends where the cached prefix's
+/// chunk does (sequence-aligned chunks, detail::gd_chunk_len).
+struct WyChunk {
+  int s, m;
+  int64_t row0;
+  __device__ WyChunk(const int32_t* off, int num_seqs, int q, const int32_t* qsl, const int32_t* num_computed, int C) {
+    int lo = 0, hi = num_seqs - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (off[mid] <= q) lo = mid;
+      else hi = mid - 1;
+    }
+    s = lo;
+    const int k = q - off[s], nc = num_computed[s], len = qsl[s + 1] - qsl[s];
+    const int first = detail::gd_chunk_len(nc, 0, len, C);
+    const int t0 = k == 0 ? 0 : first + (k - 1) * C;
+    m = detail::gd_chunk_len(nc, t0, len, C);
+    row0 = qsl[s] + t0;
+  }
+};
+
 /// The warp's fragments of B (8 deep from kk, 8 columns from wn) from a transposed array: B(k, n) = b[n * ld + k]
 /// (e.g. K^T from the keys' rows; ld = 4 mod 32 keeps the loads free of bank conflicts).
 template <bool kExact>
