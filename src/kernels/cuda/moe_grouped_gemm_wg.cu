@@ -42,19 +42,6 @@ struct Cfg {
   static constexpr size_t kSmemBytes = 1024 + static_cast<size_t>(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
 };
 
-/// tma_ring.cuh's mbar_wait with a bound: a wait that never completes (a ring protocol or transaction-count error)
-/// traps after ~2^26 failed polls (seconds) instead of hanging the stream, so it surfaces as a launch error.
-__device__ __forceinline__ void mbar_wait_bounded(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  for (uint32_t polls = 0; !done; ++polls) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    if (polls == (1u << 26)) __trap();
-  }
-}
 
 /// The row tile `tile` of the launch (tiles numbered expert by expert, ceil(count / BM) per expert), found by one warp
 /// (every warp of the CTA gets the same answer): 32 experts per step, the tile counts' inclusive scan by shuffles, the

@@ -43,22 +43,6 @@ constexpr int kConsumerWarps = 8;
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 x 128 + 240 x 256 = 64512 <= 65536 (168 x 384 at launch)
 static_assert(kRows == 128 && kKeys == 64, "two consumer warpgroups of 64 query rows, 64-key tiles");
 
-/// mbarrier wait until the phase of the given parity has completed; kBounded (the producer's waits): a wait that never
-/// completes (a pipeline protocol or transaction-count error) traps after ~2^26 failed polls (seconds) instead of
-/// hanging the stream, so it surfaces as a launch error. (Not in the consumers: a trap there caps their registers at
-/// the launch's 168 instead of setmaxnreg's 240, and ptxas spills.)
-template <bool kBounded = false>
-__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  for (uint32_t polls = 0; !done; ++polls) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    if (kBounded && polls == (1u << 26)) __trap();
-  }
-}
 /// Named barrier `id` (1..15; 0 is __syncthreads) over n threads: wait for all / arrive without waiting.
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
@@ -150,11 +134,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         // Fill f = i / 2 of stage s waits for the consumers' release of fill f - 1 (phase parity (f - 1) & 1).
         const int s = i & 1;
         const uint32_t par = ((i >> 1) + 1) & 1;
-        if (i >= 2) bar_wait<true>(kempty(s), par);
+        if (i >= 2) mbar_wait_bounded(kempty(s), par);
         mbar_expect_tx(kfull(s), TB);
 #pragma unroll
         for (int c = 0; c < CB; ++c) tma_load_2d(saddr(Ks + s * TB + c * 8192), &tkv, 64 * c, krow + kKeys * i, kfull(s));
-        if (i >= 2) bar_wait<true>(vempty(s), par);
+        if (i >= 2) mbar_wait_bounded(vempty(s), par);
         mbar_expect_tx(vfull(s), TB);
 #pragma unroll
         for (int c = 0; c < CB; ++c) tma_load_2d(saddr(Vs + s * TB + c * 8192), &tkv, 64 * c, vrow + kKeys * i, vfull(s));
@@ -232,7 +216,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // 3. Prologue: S(0), its softmax (O is zero: no rescale), P(0).
   float al0, al1;
   turn_begin(0);
-  bar_wait(kfull(0), 0);
+  mbar_wait(kfull(0), 0);
   wg_fence();
   issue_s(0);
   turn_end(0);
@@ -247,8 +231,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   for (int i = 1; i < ntiles; ++i) {
     const int s = i & 1, p = (i - 1) & 1;
     turn_begin(i);
-    bar_wait(kfull(s), (i >> 1) & 1);
-    bar_wait(vfull(p), ((i - 1) >> 1) & 1);  // (issued before K(i): usually landed already)
+    mbar_wait(kfull(s), (i >> 1) & 1);
+    mbar_wait(vfull(p), ((i - 1) >> 1) & 1);  // (issued before K(i): usually landed already)
     wg_fence();  // O (rescaled) and P(i - 1) written by this thread before the products read them
     issue_s(i);
     issue_pv(i - 1);
@@ -295,7 +279,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // 5. The last tile's P V, then its chunk's end (the block's last tile always ends a chunk).
   const int last = ntiles - 1;
   turn_begin(ntiles);
-  bar_wait(vfull(last & 1), (last >> 1) & 1);
+  mbar_wait(vfull(last & 1), (last >> 1) & 1);
   wg_fence();
   issue_pv(last);
   turn_end(ntiles);

@@ -32,6 +32,20 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
 }
+/// mbar_wait with a bound: a wait that never completes (a ring protocol or transaction-count error) traps after ~2^26
+/// failed polls (seconds) instead of hanging the stream, so it surfaces as an error (the trap ends the context). For
+/// producer warps: in a kernel's consumer warpgroups the trap path can cost registers (paged_attention_tc_ws.cu).
+__device__ __forceinline__ void mbar_wait_bounded(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  for (uint32_t polls = 0; !done; ++polls) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (polls == (1u << 26)) __trap();
+  }
+}
 /// TMA bulk copy global -> shared (bytes and both addresses multiples of 16), completing on mbarrier `bar`, with an
 /// L2 cache policy (createpolicy).
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, unsigned bytes, uint32_t bar,
