@@ -17,6 +17,7 @@
 #include <string>
 
 #include "cuda_test_util.h"
+#include "gated_delta_test_util.h"
 #include "sequential_rows.h"
 #include "device/cuda_check.h"
 #include "kernels/cpu/gated_delta.h"
@@ -30,77 +31,7 @@ using cuda::DeviceBuffer;
 using cuda::to_device;
 using cuda::to_host;
 
-struct GdnShape {
-  const char* name;
-  int Hk, Hv, Dk, Dv;
-};
-std::vector<GdnShape> gdn_shapes() {
-  std::vector<GdnShape> s = {{"tiny-qwen3_5", 4, 8, 32, 32}, {"gqa1-d64", 2, 2, 64, 64}};
-  if (!quick()) {
-    s.push_back({"qwen3.5-9b", 16, 32, 128, 128});
-    s.push_back({"gqa4-dv96", 2, 8, 128, 96});
-    s.push_back({"gqa2-dk64-dv160", 3, 6, 64, 160});
-  }
-  return s;
-}
-
-/// Per-token inputs on host and device with padded row strides: q / k L2-normalised per head (q / sqrt(Dk)), v in
-/// [-1, 1), g = -exp(u), u in [-6, 1) (decays from ~1 to e^-2.7 per token), beta in (0, 1).
-struct Tokens {
-  int64_t T;
-  int64_t qs, ks, vs, gs, bs;
-  std::vector<float> q, k, v, g, beta;
-  DeviceBuffer dq, dk, dv, dg, db;
-  Tokens(const GdnShape& sh, int64_t t, std::mt19937& rng) : T(t) {
-    qs = int64_t{sh.Hk} * sh.Dk + 4, ks = int64_t{sh.Hk} * sh.Dk + 8, vs = int64_t{sh.Hv} * sh.Dv + 4;
-    gs = sh.Hv + 3, bs = sh.Hv + 1;
-    q = rand_vec(rng, std::max<int64_t>(1, T * qs));
-    k = rand_vec(rng, std::max<int64_t>(1, T * ks));
-    v = rand_vec(rng, std::max<int64_t>(1, T * vs));
-    g = rand_vec(rng, std::max<int64_t>(1, T * gs), -6.0f, 1.0f);
-    for (auto& x : g) x = -std::exp(x);
-    beta = rand_vec(rng, std::max<int64_t>(1, T * bs), 0.0f, 1.0f);
-    for (int64_t i = 0; i < T; ++i)
-      for (int h = 0; h < sh.Hk; ++h) {
-        normalize(q.data() + i * qs + int64_t{h} * sh.Dk, sh.Dk, 1.0 / std::sqrt(double(sh.Dk)));
-        normalize(k.data() + i * ks + int64_t{h} * sh.Dk, sh.Dk, 1.0);
-      }
-    upload();
-  }
-  /// Rows [r0, r0 + n) of `src` (a later step of the same prompt).
-  Tokens(const Tokens& src, int64_t r0, int64_t n)
-      : T(n), qs(src.qs), ks(src.ks), vs(src.vs), gs(src.gs), bs(src.bs) {
-    const auto rows = [&](const std::vector<float>& x, int64_t stride) {
-      return std::vector<float>(x.begin() + r0 * stride, x.begin() + (r0 + n) * stride);
-    };
-    q = rows(src.q, qs), k = rows(src.k, ks), v = rows(src.v, vs), g = rows(src.g, gs), beta = rows(src.beta, bs);
-    upload();
-  }
-  void upload() { dq = to_device(q), dk = to_device(k), dv = to_device(v), dg = to_device(g), db = to_device(beta); }
-  static void normalize(float* x, int n, double scale) {
-    double s = 0;
-    for (int i = 0; i < n; ++i) s += double(x[i]) * x[i];
-    for (int i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] * scale / std::sqrt(s + 1e-6));
-  }
-  /// Row offset `r0` of the host inputs (the reference walks one sequence).
-  cpu::GatedDeltaInputs host(int64_t r0 = 0) const {
-    return {q.data() + r0 * qs, qs, k.data() + r0 * ks, ks, v.data() + r0 * vs, vs,
-            g.data() + r0 * gs, gs, beta.data() + r0 * bs, bs};
-  }
-  cuda::GatedDeltaInputs dev() const {
-    return {dq.as<float>(), qs, dk.as<float>(), ks, dv.as<float>(), vs, dg.as<float>(), gs, db.as<float>(), bs};
-  }
-};
-
-/// One layer's state pool (random initial states, block 0 the null block) and its parameters.
-struct GdnLayer {
-  GdnShape sh;
-  StatePool pool;
-  GdnLayer(const GdnShape& s, DType t, int blocks, std::mt19937& rng)
-      : sh(s), pool(t, int64_t{s.Hv} * s.Dk * s.Dv, blocks, rng, 0.5f) {}
-  cpu::GatedDeltaParams host() { return {sh.Hk, sh.Hv, sh.Dk, sh.Dv, 64, pool.host_view()}; }
-  cuda::GatedDeltaParams dev() { return {sh.Hk, sh.Hv, sh.Dk, sh.Dv, 64, pool.dev_view()}; }
-};
+using namespace gdntest;
 
 // ---- decode -------------------------------------------------------------------------------------------------------
 
@@ -162,39 +93,6 @@ TEST(CudaGatedDelta, DecodeBf16StateMatchesCpu) {
 
 // ---- prefill ------------------------------------------------------------------------------------------------------
 
-/// A packed prefill step: lengths, tokens already computed, state blocks (0 = null row).
-struct Step {
-  std::vector<int32_t> qsl{0}, nc, idx;
-  Step(const std::vector<int32_t>& lens, const std::vector<int32_t>& computed, int null_at) : nc(computed) {
-    for (size_t s = 0; s < lens.size(); ++s) {
-      qsl.push_back(qsl.back() + lens[s]);
-      idx.push_back(static_cast<int>(s) == null_at ? 0 : static_cast<int32_t>(s + 1));
-    }
-  }
-  int64_t T() const { return qsl.back(); }
-  int n() const { return static_cast<int>(idx.size()); }
-};
-
-/// The two GPU prefill paths: the fused walk (gated_delta_prefill) and the two-pass form (chunk-parallel WY pass,
-/// then the walk with only the state products: gated_delta_prefill_two_pass), the latter with each walk of
-/// KernelTuning::gdn_walk: the default (2: 32-column tiles at these small grids), 1 (64-column tiles), 0 (the
-/// previous walk).
-enum class Algo { kFused, kTwoPass, kTwoPassW64, kTwoPassOld };
-const char* algo_name(Algo a) {
-  return a == Algo::kFused ? "fused" : a == Algo::kTwoPass ? "two-pass" : a == Algo::kTwoPassW64 ? "2p-w64" : "2p-old";
-}
-constexpr Algo kAlgos[] = {Algo::kFused, Algo::kTwoPass, Algo::kTwoPassW64, Algo::kTwoPassOld};
-
-/// Sets kernel_tuning().gdn_walk for its lifetime.
-struct ScopedGdnWalk {
-  cuda::KernelTuning saved = cuda::kernel_tuning();
-  explicit ScopedGdnWalk(int walk) {
-    cuda::KernelTuning t = saved;
-    t.gdn_walk = walk;
-    cuda::set_kernel_tuning(t);
-  }
-  ~ScopedGdnWalk() { cuda::set_kernel_tuning(saved); }
-};
 
 /// Runs the GPU prefill of `st` on L's pool; returns the outputs [T, os].
 std::vector<float> gpu_prefill(GdnLayer& L, const Tokens& tk, const Step& st, int64_t os,
@@ -293,99 +191,6 @@ TEST(CudaGatedDelta, PrefillTf32MatchesCpuLoosely) {
 TEST(CudaGatedDelta, PrefillBf16StateMatchesCpu) {
   REQUIRE_GPU();
   check_prefill(DType::BF16, cuda::GatedDeltaPrecision::kFp32, 1e-3, false);
-}
-
-// The first pass per key head (KernelTuning::gdn_wy_grouped, gated_delta_prefill_wy_group.cu) computes the per-value-
-// head pass's values operand for operand: the whole workspace (chunk offsets, every slot's W, U, P and decays), the
-// outputs and the final states are the same bits with it on and off, in both precisions, for 1, 2 and 4 value heads
-// per key head, Dv below Dk, and the shapes it does not take (Dv 160: both runs the per-value-head pass).
-TEST(CudaGatedDelta, TwoPassGroupedWyEqualsPerHead) {
-  REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  const Step st = quick() ? Step({1, 65, 130, 3}, {5, 0, 70, 0}, 3)
-                          : Step({1, 63, 64, 65, 700, 130, 9, 200}, {0, 5, 64, 0, 37, 128, 0, 3}, 6);
-  std::vector<GdnShape> shapes = {{"tiny-qwen3_5", 4, 8, 32, 32}, {"gqa1-d64", 2, 2, 64, 64}, {"qwen3.5-9b", 16, 32, 128, 128}};
-  if (!quick()) shapes.push_back({"gqa4-dv96", 2, 8, 128, 96}), shapes.push_back({"gqa2-dk64-dv160", 3, 6, 64, 160});
-  for (const auto& sh : shapes) {
-    for (const auto prec : {cuda::GatedDeltaPrecision::kTf32, cuda::GatedDeltaPrecision::kFp32}) {
-      SCOPED_TRACE(testing::Message() << sh.name << (prec == cuda::GatedDeltaPrecision::kTf32 ? " TF32" : " 3xTF32"));
-      const uint32_t layer_seed = rng();
-      Tokens tk(sh, st.T(), rng);
-      const int64_t os = int64_t{sh.Hv} * sh.Dv;
-      std::vector<float> outs[2], wss[2], states[2];
-      for (int grouped = 0; grouped < 2; ++grouped) {
-        std::mt19937 lr(layer_seed);
-        GdnLayer L(sh, DType::F32, st.n() + 1, lr);
-        cuda::KernelTuning t = cuda::kernel_tuning();
-        t.gdn_wy_grouped = grouped == 1;
-        const TuningScope tune(t);
-        DeviceBuffer dq = to_device(st.qsl), dn = to_device(st.nc), di = to_device(st.idx);
-        DeviceBuffer dout = poisoned(std::max<int64_t>(1, st.T() * os));
-        const size_t wsf = std::max<size_t>(4, cuda::gated_delta_prefill_workspace_floats(st.T(), st.n(), L.dev()));
-        DeviceBuffer ws = poisoned(wsf);
-        SSM_CUDA_CHECK(cuda::gated_delta_prefill_two_pass(tk.dev(), L.dev(), dout.as<float>(), os, dq.as<int32_t>(),
-                                                          dn.as<int32_t>(), di.as<int32_t>(), st.n(), st.T(),
-                                                          ws.as<float>(), nullptr, prec));
-        SSM_CUDA_CHECK(cudaDeviceSynchronize());
-        outs[grouped] = to_host<float>(dout, st.T() * os);
-        wss[grouped] = to_host<float>(ws, wsf);
-        std::vector<float> pool(L.pool.host.size() / sizeof(float));
-        L.pool.dev.download(pool.data(), L.pool.host.size());
-        states[grouped] = std::move(pool);
-      }
-      const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-      };
-      EXPECT_TRUE(same_bits(wss[0], wss[1])) << "workspace (chunk slots) differs";
-      EXPECT_TRUE(same_bits(outs[0], outs[1])) << "outputs differ";
-      EXPECT_TRUE(same_bits(states[0], states[1])) << "final states differ";
-    }
-  }
-}
-
-// The shared-memory walk copies q / k rows with 16-byte cp.async only when they are 16-byte aligned; odd row strides
-// at a base one float past an aligned one take its 4-byte copies (every walk of KernelTuning::gdn_walk).
-TEST(CudaGatedDelta, TwoPassUnalignedQueriesAndKeys) {
-  REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  const GdnShape sh = quick() ? GdnShape{"tiny-qwen3_5", 4, 8, 32, 32} : GdnShape{"qwen3.5-9b", 16, 32, 128, 128};
-  const Step st({70, 130, 1, 64}, {5, 0, 64, 0}, -1);
-  for (const Algo algo : {Algo::kTwoPass, Algo::kTwoPassW64, Algo::kTwoPassOld}) {
-    SCOPED_TRACE(algo_name(algo));
-    GdnLayer L(sh, DType::F32, st.n() + 1, rng);
-    Tokens tk(sh, st.T(), rng);
-    const int64_t qs = tk.qs + 1, ks = tk.ks + 1, os = int64_t{sh.Hv} * sh.Dv, W = os;
-    std::vector<float> q(1 + st.T() * qs, 0.0f), k(1 + st.T() * ks, 0.0f);
-    for (int64_t t = 0; t < st.T(); ++t) {
-      std::copy_n(tk.q.data() + t * tk.qs, tk.qs, q.data() + 1 + t * qs);
-      std::copy_n(tk.k.data() + t * tk.ks, tk.ks, k.data() + 1 + t * ks);
-    }
-    DeviceBuffer dq = to_device(q), dk = to_device(k);
-    cuda::GatedDeltaInputs in = tk.dev();
-    in.q = dq.as<float>() + 1, in.q_stride = qs, in.k = dk.as<float>() + 1, in.k_stride = ks;
-    std::vector<float> ref(st.T() * os, 0.0f);
-    cpu::gated_delta_prefill(tk.host(), L.host(), ref.data(), os, st.qsl, st.nc, st.idx);
-    DeviceBuffer dqsl = to_device(st.qsl), dn = to_device(st.nc), di = to_device(st.idx);
-    DeviceBuffer dout = poisoned(st.T() * os);
-    DeviceBuffer ws = poisoned(std::max<size_t>(4, cuda::gated_delta_prefill_workspace_floats(st.T(), st.n(), L.dev())));
-    {
-      const ScopedGdnWalk walk(algo == Algo::kTwoPass ? 2 : algo == Algo::kTwoPassW64 ? 1 : 0);
-      SSM_CUDA_CHECK(cuda::gated_delta_prefill_two_pass(in, L.dev(), dout.as<float>(), os, dqsl.as<int32_t>(),
-                                                        dn.as<int32_t>(), di.as<int32_t>(), st.n(), st.T(),
-                                                        ws.as<float>(), nullptr));
-      SSM_CUDA_CHECK(cudaDeviceSynchronize());
-    }
-    const auto got = to_host<float>(dout, st.T() * os);
-    for (int s = 0; s < st.n(); ++s) {
-      const int64_t t0 = st.qsl[s], len = st.qsl[s + 1] - t0;
-      EXPECT_LT(rel_err(got.data() + t0 * os, os, ref.data() + t0 * os, os, len, W), 2e-5) << "out of sequence " << s;
-    }
-    EXPECT_LT(L.pool.rel_err_blocks(st.idx), 2e-5) << "final states";
-  }
 }
 
 // A prompt cut into steps (cuts on and off the chunk grid) on the GPU equals the uncut prompt on the CPU.
