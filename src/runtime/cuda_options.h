@@ -88,6 +88,10 @@ struct CudaModelOptions {
   /// not paired with a parallel mixer's and not from the normed rows) applied by the next sublayer's residual norm (or the LM head's) instead
   /// of a launch of its own: the same residual_step arithmetic, bit-identical (tested).
   bool fuse_scaled_residual = true;
+  /// The dense MLP's activation (silu(gate) * up or relu(gate)^2) computed in its down GEMM's x loads on decode rows
+  /// (SkinnyActInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_MLP_ACT=0 launches it.
+  /// Bit-identical either way (tested).
+  bool fuse_mlp_act = true;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

@@ -240,6 +240,13 @@ TEST_P(CudaHybridModel, FusedScaledResidualEqualsSeparate) {
   expect_same_logits({}, separate, "logits with the scaled residual in the next norm differ from its own launch");
 }
 
+TEST_P(CudaHybridModel, FusedMlpActEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions separate;
+  separate.fuse_mlp_act = false;
+  expect_same_logits({}, separate, "logits with the MLP activation in the down GEMM's loads differ from its own launch");
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
                          ::testing::Values(HybridCase{"tiny-granitemoehybrid", false}, HybridCase{"tiny-nemotron_h", false},
                                            HybridCase{"tiny-bamba", true}, HybridCase{"tiny-jamba", true, 7e-2, 2e-2},

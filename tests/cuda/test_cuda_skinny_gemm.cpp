@@ -12,6 +12,7 @@
 #include "cuda_test_util.h"
 #include "decode_test_util.h"
 #include "device/cuda_check.h"
+#include "kernels/cuda/activations.h"
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
@@ -269,6 +270,73 @@ TEST(CudaSkinnyGemm, F32GemvMatchesCpuForEveryRowCount) {
   EXPECT_EQ(cuda::skinny_gemm_f32({0, 8, 40, dx.data(), 40, dw.data(), 40, DType::F32, dy.data(), 8, DType::F32}, false,
                                   nullptr),
             cudaErrorInvalidValue);
+}
+
+/// The MLP activation in the down GEMM's x loads (SkinnyActInput): bit-identical to mlp_activation's bf16 rows
+/// followed by the plain skinny GEMM, gated (silu(gate) * up) and relu^2, for decode row counts, K not a multiple of
+/// 32, the default and explicit launch forms and split counts from 1 to 64 blocks; refused where it does not serve.
+TEST(CudaSkinnyGemm, ActInputEqualsActivationThenGemmBitForBit) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  struct S { int64_t N, K; };
+  const std::vector<S> shapes = quick() ? std::vector<S>{{64, 40}, {3072, 12288}, {100, 1032}}
+                                        : std::vector<S>{{64, 40}, {3072, 12288}, {100, 1032}, {17, 8}, {4096, 2048}, {192, 5120}};
+  for (const S& sh : shapes)
+    for (bool gated : {true, false})
+      for (int64_t M : {1, 3, 8, 9, 16}) {
+        SCOPED_TRACE(::testing::Message() << "N=" << sh.N << " K=" << sh.K << " gated " << gated << " M=" << M);
+        const int64_t gs = (gated ? 2 * sh.K : sh.K) + 4;  // 16-byte aligned rows
+        std::vector<float> gu = rand_vec(rng, static_cast<size_t>(M * gs), -4.0f, 4.0f);
+        std::vector<float> w = rand_vec(rng, static_cast<size_t>(sh.N * sh.K), -0.05f, 0.05f);
+        DeviceBuffer dgu = to_device(gu), dw = to_device(to_bf16_bits(w)), dact(M * sh.K * 2);
+        SSM_CUDA_CHECK(cuda::mlp_activation(dgu.as<float>(), gs, M, sh.K, gated, dact.data(), DType::BF16, sh.K, nullptr));
+        DeviceBuffer want_d(M * sh.N * 4);
+        SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, dact.data(), sh.K, dw.data(), sh.K, DType::BF16, want_d.data(), sh.N,
+                               DType::F32}, nullptr, 0, true, nullptr));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto want = to_host<float>(want_d, M * sh.N);
+        const cuda::GemmArgs a{M, sh.N, sh.K, nullptr, 0, dw.data(), sh.K, DType::BF16, nullptr, sh.N, DType::F32};
+        cuda::SkinnyExtras ex;
+        ex.act = {dgu.as<float>(), gs, gated};
+        ASSERT_TRUE(cuda::skinny_act_input_serves(a, ex.act));
+        // The default, then both explicit forms (pipelined unroll 2, plain unroll 4) in the default's summation order.
+        const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, sh.N, sh.K);
+        cuda::SkinnyTuning forms[2] = {d, d};
+        forms[0].auto_shape = forms[1].auto_shape = false;
+        forms[0].pipelined = true, forms[0].unroll = 2, forms[1].pipelined = false, forms[1].unroll = 4;
+        for (int f = 0; f < 3; ++f) {
+          cuda::SkinnyExtras e = ex;
+          if (f > 0) e.tuning = &forms[f - 1];
+          DeviceBuffer got_d = poisoned_bytes(M * sh.N * 4);
+          cuda::GemmArgs g = a;
+          g.y = got_d.data();
+          SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr, e));
+          SSM_CUDA_CHECK(cudaDeviceSynchronize());
+          const auto got = to_host<float>(got_d, M * sh.N);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "form " << f;
+        }
+      }
+  // Where it does not serve: more than 16 rows, K % 8 != 0, an unaligned gu row, a gu row too short.
+  DeviceBuffer w(64 * 48 * 2), gu(17 * 96 * 4 + 16);
+  const cuda::GemmArgs ok{1, 64, 48, nullptr, 0, w.data(), 48, DType::BF16, nullptr, 64, DType::F32};
+  EXPECT_TRUE(cuda::skinny_act_input_serves(ok, {gu.as<float>(), 96, true}));
+  cuda::GemmArgs big = ok;
+  big.M = 17;
+  EXPECT_FALSE(cuda::skinny_act_input_serves(big, {gu.as<float>(), 96, true}));
+  cuda::GemmArgs odd = ok;
+  odd.K = 44, odd.w_stride = 44;
+  EXPECT_FALSE(cuda::skinny_act_input_serves(odd, {gu.as<float>(), 96, true}));
+  EXPECT_FALSE(cuda::skinny_act_input_serves(ok, {gu.as<float>() + 1, 96, true}));
+  EXPECT_FALSE(cuda::skinny_act_input_serves(ok, {gu.as<float>(), 92, true}));
+  EXPECT_TRUE(cuda::skinny_act_input_serves(ok, {gu.as<float>(), 48, false}));
+  DeviceBuffer y(64 * 4);
+  cuda::GemmArgs bad = big;
+  bad.y = y.data();
+  cuda::SkinnyExtras e;
+  e.act = {gu.as<float>(), 96, true};
+  EXPECT_EQ(cuda::skinny_gemm(bad, nullptr, 0, false, nullptr, nullptr, 0, nullptr, e), cudaErrorInvalidValue);
 }
 
 }  // namespace

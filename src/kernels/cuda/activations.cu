@@ -62,8 +62,7 @@ __global__ void mlp_act_kernel(const float* __restrict__ gu, int64_t gs, int64_t
   const float* r = gu + t * gs;
   const int64_t end = min(I, static_cast<int64_t>(blockIdx.y + 1) * kActCols);
   for (int64_t c = static_cast<int64_t>(blockIdx.y) * kActCols + threadIdx.x; c < end; c += blockDim.x) {
-    const float g = r[c];
-    store(out + t * outs + c, gated ? silu(g) * r[I + c] : (g > 0.0f ? g * g : 0.0f));
+    store(out + t * outs + c, mlp_act_value(r[c], gated ? r[I + c] : 0.0f, gated));
   }
 }
 

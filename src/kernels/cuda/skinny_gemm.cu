@@ -37,6 +37,8 @@ struct Params {
   int cta_splits, groups, tiles;  // splits per block; blocks (split groups) per tile; 16-row tiles
   float* partials;                // groups > 1: [m-blocks, tiles, groups, MT * 4, 32] group sums
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
+  const float* gu;    // XF != 0: the MLP's gate / up rows (SkinnyActInput) instead of x
+  int64_t gus;
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
   bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
 };
@@ -70,10 +72,50 @@ __device__ __forceinline__ void load_x_chunks(uint4 (&b)[U][MT], const __nv_bflo
   }
 }
 
+/// 8 bf16 x values at column k of an activation-input row (XF 1: silu(gate) * up with up K columns on; XF 2:
+/// relu(gate)^2), zeros past K or when !ok: mlp_act_value then round to nearest, mlp_activation's bits. 16-byte loads.
+template <int XF>
+__device__ __forceinline__ uint4 load8_act(const float* row, int k, int K, bool ok) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (!ok || k >= K) return v;
+  const float4 g0 = *reinterpret_cast<const float4*>(row + k), g1 = *reinterpret_cast<const float4*>(row + k + 4);
+  float4 u0 = make_float4(0.f, 0.f, 0.f, 0.f), u1 = u0;
+  if constexpr (XF == 1)
+    u0 = *reinterpret_cast<const float4*>(row + K + k), u1 = *reinterpret_cast<const float4*>(row + K + k + 4);
+  const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+  const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(mlp_act_value(g[2 * i], u[2 * i], XF == 1),
+                                                   mlp_act_value(g[2 * i + 1], u[2 * i + 1], XF == 1));
+    w[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/// The x loads of U chunks for the kernel's input form XF (0: bf16 rows xr; else activation rows gr, see load8_act).
+template <int MT, bool VEC, int U, int XF>
+__device__ __forceinline__ void load_x_form(uint4 (&b)[U][MT], const __nv_bfloat16* const (&xr)[MT],
+                                            const float* const (&gr)[MT], const bool (&xok)[MT], int c, int c1, int t,
+                                            int K) {
+  if constexpr (XF == 0) {
+    load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, K);
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = (c + u) * kChunk + 8 * t;
+      const bool on = c + u < c1;
+#pragma unroll
+      for (int j = 0; j < MT; ++j) b[u][j] = load8_act<XF>(gr[j], k, K, on && xok[j]);
+    }
+  }
+}
+
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
 /// for rows m0..m0+8*MT-1 over its split's chunks. Lane (g = lane / 4, t = lane % 4) loads W rows n0+g, n0+g+8
 /// and x rows m0+8j+g at k = chunk*32 + 8t (8 values): the k permutation inside a chunk is the same for A and B.
-template <int MT, bool VEC, int U, bool PIPE, int MINB>
+template <int MT, bool VEC, int U, bool PIPE, int MINB, int XF>
 __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   extern __shared__ float red[];  // [warps][MT*4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -108,12 +150,14 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   if (!p.late_trigger) pdl_launch_dependents();
   if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
   const __nv_bfloat16* xr[MT];
+  const float* gr[MT];
   bool xok[MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
     const int m = m0 + 8 * j + g;
     xok[j] = m < p.M;
-    xr[j] = p.x + static_cast<int64_t>(xok[j] ? m : 0) * p.xs;
+    xr[j] = XF == 0 ? p.x + static_cast<int64_t>(xok[j] ? m : 0) * p.xs : nullptr;
+    gr[j] = XF != 0 ? p.gu + static_cast<int64_t>(xok[j] ? m : 0) * p.gus : nullptr;
   }
   float acc[MT][4];
 #pragma unroll
@@ -123,7 +167,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     for (int c = c0; c < c1; c += U) {
       uint4 b[U][MT];
       if (c != c0) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, p.K);
-      load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, p.K);
+      load_x_form<MT, VEC, U, XF>(b, xr, gr, xok, c, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -133,11 +177,11 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     }
   } else {
     uint4 b[U][MT];
-    load_x_chunks<MT, VEC, U>(b, xr, xok, c0, c1, t, p.K);
+    load_x_form<MT, VEC, U, XF>(b, xr, gr, xok, c0, c1, t, p.K);
     for (int c = c0; c < c1; c += U) {
       uint4 na0[U], na1[U], nb[U][MT];
       load_w_chunks<VEC, U>(na0, na1, w0, w1, r0ok, r1ok, c + U, c1, t, p.K);
-      load_x_chunks<MT, VEC, U>(nb, xr, xok, c + U, c1, t, p.K);
+      load_x_form<MT, VEC, U, XF>(nb, xr, gr, xok, c + U, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -212,10 +256,10 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
       }
 }
 
-template <int MT, bool VEC, int U, bool PIPE, int MINB>
+template <int MT, bool VEC, int U, bool PIPE, int MINB, int XF = 0>
 cudaError_t launch(const Params& p, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
-  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB>;
+  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB, XF>;
   if (smem > 48 * 1024) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(smem));
@@ -237,7 +281,7 @@ int num_sms() {
   return n;
 }
 
-template <int MT>
+template <int MT, int XF = 0>
 cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   constexpr int kCap = MT == 1 ? 2 : 1;  // the first version's 64-register cap (MT 1)
   if (tu.auto_shape) {
@@ -249,15 +293,19 @@ cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 
     static int per_sm[17] = {};  // blocks of w warps of the pipelined form one SM holds (occupancy API, cached)
     if (warps >= 1 && warps <= 16 && per_sm[warps] == 0) {
       int b = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1>, 32 * warps, smem) !=
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1, XF>, 32 * warps, smem) !=
               cudaSuccess ||
           b < 1)
         b = 1;
       per_sm[warps] = b;
     }
     if (warps >= 1 && warps <= 16 && blocks <= static_cast<int64_t>(num_sms()) * per_sm[warps])
-      return launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
-    return launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
+      return launch<MT, true, 2, true, 1, XF>(p, warps, grid, pdl, stream);
+    return launch<MT, true, 4, false, 1, XF>(p, warps, grid, pdl, stream);
+  }
+  if constexpr (XF != 0) {  // the activation input: the two auto forms only (fewer instantiations)
+    return tu.pipelined ? launch<MT, true, 2, true, 1, XF>(p, warps, grid, pdl, stream)
+                        : launch<MT, true, 4, false, 1, XF>(p, warps, grid, pdl, stream);
   }
   if (tu.pipelined) {
     if (tu.unroll <= 2) return tu.reg_cap ? launch<MT, true, 2, true, kCap>(p, warps, grid, pdl, stream)
@@ -353,10 +401,22 @@ size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_by
   return groups > 1 ? static_cast<size_t>(mblocks * tiles * groups) * mt * 4 * 32 * sizeof(float) : 0;
 }
 
+namespace {
+bool rows16(const void* q, int64_t stride_bytes) { return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride_bytes % 16 == 0; }
+}  // namespace
+
+bool skinny_act_input_serves(const GemmArgs& a, const SkinnyActInput& act) {
+  return act.gu && a.ab_dtype == DType::BF16 && a.M >= 1 && a.M <= 16 && a.K >= 1 && a.K % 8 == 0 && a.w &&
+         a.w_stride >= a.K && rows16(a.w, a.w_stride * 2) && act.gu_stride >= (act.gated ? 2 * a.K : a.K) &&
+         rows16(act.gu, act.gu_stride * 4);
+}
+
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
+  const bool act = extras.act.gu != nullptr;
+  if (act && !skinny_act_input_serves(a, extras.act)) return cudaErrorInvalidValue;
   if (a.ab_dtype != DType::BF16 || (a.y_dtype != DType::F32 && a.y_dtype != DType::BF16) || a.M < 0 || a.N < 1 ||
-      a.K < 1 || a.x_stride < a.K || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
+      a.K < 1 || (!act && a.x_stride < a.K) || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
       a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y)
     return cudaErrorInvalidValue;
   const SkinnyTuning tu = extras.tuning ? *extras.tuning : skinny_default_tuning(a.M, a.N, a.K);
@@ -365,6 +425,7 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   p.late_trigger = kernel_tuning().skinny_late_trigger;
   p.preload = kernel_tuning().skinny_preload;
   p.x = static_cast<const __nv_bfloat16*>(a.x), p.xs = a.x_stride;
+  p.gu = extras.act.gu, p.gus = extras.act.gu_stride;
   p.w = static_cast<const __nv_bfloat16*>(a.w), p.ws = a.w_stride;
   p.y = a.y, p.ys = a.y_stride, p.y_bf16 = a.y_dtype == DType::BF16;
   p.y2 = static_cast<__nv_bfloat16*>(y2), p.y2s = y2_stride;
@@ -402,6 +463,11 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   };
   const bool vec = a.K % 8 == 0 && al16(a.x, a.x_stride) && al16(a.w, a.w_stride);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
+  if (act) {  // skinny_act_input_serves: 16-byte loads, mt 1 or 2
+    if (extras.act.gated)
+      return mt == 1 ? launch_vec<1, 1>(p, tu, warps, grid, pdl, stream) : launch_vec<2, 1>(p, tu, warps, grid, pdl, stream);
+    return mt == 1 ? launch_vec<1, 2>(p, tu, warps, grid, pdl, stream) : launch_vec<2, 2>(p, tu, warps, grid, pdl, stream);
+  }
   if (!vec) {
     if (mt == 1) return launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
     if (mt == 2) return launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);

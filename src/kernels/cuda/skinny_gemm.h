@@ -48,10 +48,27 @@ struct SkinnyTuning {
 /// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200).
 SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K);
 
+/// The dense MLP's activation fused into its down projection's x loads: instead of reading x, the kernel computes
+/// x[m, k] = bf16(mlp_act_value(gu[m, k], gu[m, K + k], gated)) (common.cuh; gated: silu(gate) * up, else relu(gate)^2)
+/// as it loads each 8-value slice, the bits mlp_activation (activations.h) writes, so the product is bit-identical to
+/// the activation kernel followed by skinny_gemm. gu: [M, 2K] (gated: gate then up) or [M, K] fp32, row stride
+/// gu_stride (elements). Decode rows only: see skinny_act_input_serves.
+struct SkinnyActInput {
+  const float* gu = nullptr;  ///< null: x is read as given
+  int64_t gu_stride = 0;
+  bool gated = true;
+};
+
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
+  SkinnyActInput act;                        ///< the activation input (a.x is then ignored and may be null)
 };
+
+/// Whether skinny_gemm takes `act` for the GEMM `a` (bf16 weight, x from act): 1 <= M <= 16, K % 8 == 0, the weight
+/// rows and gu rows 16-byte aligned (16-byte loads), gu_stride >= 2K (gated) or K. Else the caller runs the activation
+/// kernel and a plain GEMM.
+bool skinny_act_input_serves(const GemmArgs& a, const SkinnyActInput& act);
 
 /// The base K split count for a weight of N rows and K columns (a power of two in [1, 64]; depends on N and K
 /// only): enough warps to keep HBM busy, at least 4 chunks of 32 per split (2 beyond 16 splits). The tuning
