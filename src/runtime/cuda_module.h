@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cuda/skinny_gemm.h"
 #include "model/decoder/module.h"
 #include "runtime/cuda_options.h"
 #include "runtime/layer_profile.h"
@@ -78,6 +79,18 @@ struct CudaRunnerContext {
                 void* y2 = nullptr) const {
     ProfileSpan span(profile, "gemm", stream);
     gemm->run({M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32}, stream, y2, y_stride);
+  }
+  /// y [M, w.rows] fp32 = x w^T with x computed by the skinny kernel from ex's activation or gated-norm input
+  /// (SkinnyActInput / SkinnyGatedNormInput: the same bits as the separate kernel, then gemm_run), when the GEMM goes
+  /// to the skinny kernel (decode rows) and the kernel serves that input; returns false with nothing enqueued
+  /// otherwise (the caller runs the separate kernel and gemm_run).
+  bool gemm_run_fused_input(const SkinnyExtras& ex, int64_t M, const DevWeight& w, float* y, int64_t y_stride) const {
+    const GemmArgs g{M, w.rows, w.cols, nullptr, 0, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32};
+    if (!gemm->takes_skinny(w.dtype, M)) return false;
+    if (ex.act.gu ? !skinny_act_input_serves(g, ex.act) : !skinny_gated_norm_input_serves(g, ex.norm)) return false;
+    ProfileSpan span(profile, "gemm", stream);
+    gemm->run(g, stream, nullptr, 0, &ex);
+    return true;
   }
 };
 

@@ -92,6 +92,10 @@ struct CudaModelOptions {
   /// (SkinnyActInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_MLP_ACT=0 launches it.
   /// Bit-identical either way (tested).
   bool fuse_mlp_act = true;
+  /// The Mamba-2 / Gated DeltaNet gated RMSNorm computed in the out projection's x loads on decode rows
+  /// (SkinnyGatedNormInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_GATED_NORM=0 launches it.
+  /// Bit-identical either way (tested).
+  bool fuse_gated_norm = true;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

@@ -247,6 +247,13 @@ TEST_P(CudaHybridModel, FusedMlpActEqualsSeparate) {
   expect_same_logits({}, separate, "logits with the MLP activation in the down GEMM's loads differ from its own launch");
 }
 
+TEST_P(CudaHybridModel, FusedGatedNormEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions separate;
+  separate.fuse_gated_norm = false;
+  expect_same_logits({}, separate, "logits with the gated norm in the out projection's loads differ from its own launch");
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
                          ::testing::Values(HybridCase{"tiny-granitemoehybrid", false}, HybridCase{"tiny-nemotron_h", false},
                                            HybridCase{"tiny-bamba", true}, HybridCase{"tiny-jamba", true, 7e-2, 2e-2},

@@ -339,5 +339,72 @@ TEST(CudaSkinnyGemm, ActInputEqualsActivationThenGemmBitForBit) {
   EXPECT_EQ(cuda::skinny_gemm(bad, nullptr, 0, false, nullptr, nullptr, 0, nullptr, e), cudaErrorInvalidValue);
 }
 
+/// The gated RMSNorm in the out projection's x loads (SkinnyGatedNormInput): bit-identical to gated_rms_norm_pdl's
+/// bf16 rows followed by the plain skinny GEMM, for Falcon-H1 / Granite (one group of 3072), Nemotron-style 8 groups,
+/// DeltaNet heads of 128 (norm before gate), decode row counts and both explicit launch forms; refused where the
+/// (row, group) pairs or the layout do not serve.
+TEST(CudaSkinnyGemm, GatedNormInputEqualsNormThenGemmBitForBit) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  struct S { int64_t N, K, group; bool nbg; };
+  const std::vector<S> shapes = quick() ? std::vector<S>{{3072, 3072, 3072, false}, {512, 2048, 128, true}, {96, 640, 80, false}}
+                                        : std::vector<S>{{3072, 3072, 3072, false}, {512, 2048, 128, true}, {96, 640, 80, false},
+                                                         {1536, 4096, 512, false}, {64, 256, 256, true}, {2048, 4096, 128, true}};
+  for (const S& sh : shapes)
+    for (int64_t M : {1, 3, 8, 9, 16}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << sh.N << " K=" << sh.K << " group " << sh.group << " M=" << M);
+      const int64_t ys = sh.K + 4, zs = 2 * sh.K + 8;
+      std::vector<float> y = rand_vec(rng, static_cast<size_t>(M * ys), -2.0f, 2.0f);
+      std::vector<float> z = rand_vec(rng, static_cast<size_t>(M * zs), -4.0f, 4.0f);
+      std::vector<float> nw = rand_vec(rng, static_cast<size_t>(sh.K), 0.5f, 1.5f);
+      std::vector<float> w = rand_vec(rng, static_cast<size_t>(sh.N * sh.K), -0.05f, 0.05f);
+      DeviceBuffer dy = to_device(y), dz = to_device(z), dnw = to_device(nw), dw = to_device(to_bf16_bits(w));
+      const cuda::GemmArgs a{M, sh.N, sh.K, nullptr, 0, dw.data(), sh.K, DType::BF16, nullptr, sh.N, DType::F32};
+      cuda::SkinnyExtras ex;
+      ex.norm = {dy.as<float>(), ys, dz.as<float>(), zs, dnw.as<float>(), 1e-5f, sh.group, sh.nbg};
+      const bool serves = std::min<int64_t>(M, 16) * (sh.K / sh.group) <= 128;
+      ASSERT_EQ(cuda::skinny_gated_norm_input_serves(a, ex.norm), serves);
+      if (!serves) continue;
+      DeviceBuffer dn(M * sh.K * 2), want_d(M * sh.N * 4);
+      SSM_CUDA_CHECK(cuda::gated_rms_norm_pdl(dy.as<float>(), ys, dz.as<float>(), zs, dnw.as<float>(), 1e-5f, M, sh.K, sh.group,
+                                              sh.nbg, dn.data(), DType::BF16, sh.K, true, nullptr));
+      SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, dn.data(), sh.K, dw.data(), sh.K, DType::BF16, want_d.data(), sh.N,
+                             DType::F32}, nullptr, 0, true, nullptr));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto want = to_host<float>(want_d, M * sh.N);
+      const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, sh.N, sh.K);
+      cuda::SkinnyTuning forms[2] = {d, d};
+      forms[0].auto_shape = forms[1].auto_shape = false;
+      forms[0].pipelined = true, forms[0].unroll = 2, forms[1].pipelined = false, forms[1].unroll = 4;
+      for (int f = 0; f < 3; ++f) {  // the default, then both explicit forms
+        cuda::SkinnyExtras e = ex;
+        if (f > 0) e.tuning = &forms[f - 1];
+        DeviceBuffer got_d = poisoned_bytes(M * sh.N * 4);
+        cuda::GemmArgs g = a;
+        g.y = got_d.data();
+        SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr, e));
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(got_d, M * sh.N);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "form " << f;
+      }
+    }
+  // Not served: group not a multiple of 8, unaligned y, with the activation input too (refused by skinny_gemm).
+  DeviceBuffer w(64 * 256 * 2), y(256 * 4 + 16), z(256 * 4), nw(256 * 4), out(64 * 4);
+  const cuda::GemmArgs ok{1, 64, 256, nullptr, 0, w.data(), 256, DType::BF16, out.as<float>(), 64, DType::F32};
+  cuda::SkinnyGatedNormInput n{y.as<float>(), 256, z.as<float>(), 256, nw.as<float>(), 1e-5f, 256, false};
+  EXPECT_TRUE(cuda::skinny_gated_norm_input_serves(ok, n));
+  cuda::SkinnyGatedNormInput odd = n;
+  odd.group_size = 4;
+  EXPECT_FALSE(cuda::skinny_gated_norm_input_serves(ok, odd));
+  cuda::SkinnyGatedNormInput shifted = n;
+  shifted.y = y.as<float>() + 1;
+  EXPECT_FALSE(cuda::skinny_gated_norm_input_serves(ok, shifted));
+  cuda::SkinnyExtras both;
+  both.norm = n, both.act = {y.as<float>(), 512, true};
+  EXPECT_EQ(cuda::skinny_gemm(ok, nullptr, 0, false, nullptr, nullptr, 0, nullptr, both), cudaErrorInvalidValue);
+}
+
 }  // namespace
 }  // namespace ssmserve

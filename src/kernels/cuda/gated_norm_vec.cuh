@@ -60,6 +60,21 @@ __device__ __forceinline__ float gated_norm_warp_sum(float v) {
   return warp_sum((threadIdx.x & 31) == 0 ? v : 0.0f);
 }
 
+/// One float4 run of the gated norm (g = silu(z) per element; h = y, or y * g unless norm_before_gate) and its sum of
+/// squares in the kernel's order: shared by gated_norm_vec_kernel and the skinny GEMM's gated-norm input
+/// (SkinnyGatedNormInput), so both give the same bits.
+__device__ __forceinline__ float gated_norm_run(float4 yv, float4 zv, bool norm_before_gate, float4& g, float4& h) {
+  g = make_float4(silu(zv.x), silu(zv.y), silu(zv.z), silu(zv.w));
+  h = norm_before_gate ? yv : make_float4(yv.x * g.x, yv.y * g.y, yv.z * g.z, yv.w * g.w);
+  return h.x * h.x + h.y * h.y + h.z * h.z + h.w * h.w;
+}
+/// A normalized run: h * inv * w, then times g when norm_before_gate (the kernel's output before rounding).
+__device__ __forceinline__ float4 gated_norm_out(float4 h, float4 g, float inv, float4 w, bool norm_before_gate) {
+  float4 v = make_float4(h.x * inv * w.x, h.y * inv * w.y, h.z * inv * w.z, h.w * inv * w.w);
+  if (norm_before_gate) v = make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
+  return v;
+}
+
 __device__ __forceinline__ void store4(float* p, float a, float b, float c, float d) {
   *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
 }
@@ -93,10 +108,7 @@ __global__ void __launch_bounds__(kGatedNormVecMaxThreads) gated_norm_vec_kernel
   for (int j = 0; j < VPT; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= n4) continue;
-    const float4 yv = y4[i], zv = z4[i];
-    g[j] = make_float4(silu(zv.x), silu(zv.y), silu(zv.z), silu(zv.w));
-    h[j] = norm_before_gate ? yv : make_float4(yv.x * g[j].x, yv.y * g[j].y, yv.z * g[j].z, yv.w * g[j].w);
-    ss += h[j].x * h[j].x + h[j].y * h[j].y + h[j].z * h[j].z + h[j].w * h[j].w;
+    ss += gated_norm_run(y4[i], z4[i], norm_before_gate, g[j], h[j]);
   }
   ss = blockDim.y == 1 ? block_sum(ss, scratch) : gated_norm_warp_sum(ss);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(group_size) + eps);
@@ -106,9 +118,7 @@ __global__ void __launch_bounds__(kGatedNormVecMaxThreads) gated_norm_vec_kernel
   for (int j = 0; j < VPT; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= n4) continue;
-    const float4 w = w4[i];
-    float4 v = make_float4(h[j].x * inv * w.x, h[j].y * inv * w.y, h[j].z * inv * w.z, h[j].w * inv * w.w);
-    if (norm_before_gate) v = make_float4(v.x * g[j].x, v.y * g[j].y, v.z * g[j].z, v.w * g[j].w);
+    const float4 v = gated_norm_out(h[j], g[j], inv, w4[i], norm_before_gate);
     store4(o + 4 * i, v.x, v.y, v.z, v.w);
   }
 }

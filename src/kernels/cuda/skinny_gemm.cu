@@ -1,6 +1,7 @@
 // Owns the batch-invariant skinny GEMM (see skinny_gemm.h).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_math.cuh"
+#include "kernels/cuda/gated_norm_vec.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/kernel_tuning.h"
@@ -37,8 +38,16 @@ struct Params {
   int cta_splits, groups, tiles;  // splits per block; blocks (split groups) per tile; 16-row tiles
   float* partials;                // groups > 1: [m-blocks, tiles, groups, MT * 4, 32] group sums
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
-  const float* gu;    // XF != 0: the MLP's gate / up rows (SkinnyActInput) instead of x
+  const float* gu;    // XF 1 / 2: the MLP's gate / up rows (SkinnyActInput) instead of x; XF 3: the norm's y rows
   int64_t gus;
+  // XF 3 (SkinnyGatedNormInput): z rows, weight, eps, group size and count, norm_before_gate, and the norm kernel's
+  // launch shape (gated_norm_vec_plan: runs per thread, threads) whose reduction the prologue reproduces.
+  const float* nz;
+  int64_t nzs;
+  const float* nw;
+  float neps;
+  int ngroup, nG, nvpt, nthreads;
+  bool nbg;
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
   bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
 };
@@ -94,20 +103,88 @@ __device__ __forceinline__ uint4 load8_act(const float* row, int k, int K, bool 
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/// The x loads of U chunks for the kernel's input form XF (0: bf16 rows xr; else activation rows gr, see load8_act).
+/// Most (row, group) pairs of a block's gated-norm prologue and most warps of the norm kernel it reproduces.
+constexpr int kNormPairs = 128, kNormWarps = detail::kGatedNormVecMaxThreads / 32;
+
+/// XF 3's prologue (after the PDL wait): inv[r * G + group] = 1 / sqrt(mean of squares + eps) for the block's rows
+/// r < min(8 MT, M - m0) and every group, by the norm kernel's arithmetic (gated_norm_vec_kernel with its plan's
+/// threads and runs per thread): virtual thread v sums its runs v, v + threads, ... in order (gated_norm_run); each
+/// virtual warp's warp_sum, then warp_sum of the virtual warps' sums with zeros past them (block_sum's tree). Tasks
+/// (pair, virtual warp) spread over the block's warps; two block barriers (every thread of the block reaches them).
+template <int MT>
+__device__ __forceinline__ void gated_norm_prologue(const Params& p, int m0, float* part, float* inv) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int rows = min(8 * MT, p.M - m0), G = p.nG, pairs = rows * G, nvw = p.nthreads / 32, n4 = p.ngroup / 4;
+  for (int task = warp; task < pairs * nvw; task += nwarps) {
+    const int pair = task / nvw, vw = task - pair * nvw, r = pair / G, grp = pair - r * G;
+    const int64_t col = static_cast<int64_t>(grp) * p.ngroup;
+    const float4* y4 = reinterpret_cast<const float4*>(p.gu + static_cast<int64_t>(m0 + r) * p.gus + col);
+    const float4* z4 = reinterpret_cast<const float4*>(p.nz + static_cast<int64_t>(m0 + r) * p.nzs + col);
+    float ss = 0.0f;
+    for (int j = 0; j < p.nvpt; ++j) {
+      const int i = vw * 32 + lane + j * p.nthreads;
+      if (i >= n4) continue;
+      float4 g, h;
+      ss += detail::gated_norm_run(y4[i], z4[i], p.nbg, g, h);
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) part[pair * kNormWarps + vw] = ss;
+  }
+  __syncthreads();
+  for (int pair = warp; pair < pairs; pair += nwarps) {
+    float r = lane < nvw ? part[pair * kNormWarps + lane] : 0.0f;
+    r = warp_sum(r);
+    if (lane == 0) inv[pair] = 1.0f / sqrtf(r / static_cast<float>(p.ngroup) + p.neps);
+  }
+  __syncthreads();
+}
+
+/// 8 bf16 x values of a gated-norm row at column k (its y row yr, z row zr, the row's inverse rms per group invr):
+/// gated_norm_out rounded to nearest, the bits gated_norm_vec_kernel stores; zeros past K or when !ok.
+__device__ __forceinline__ uint4 load8_norm(const Params& p, const float* yr, const float* zr, const float* invr, int k,
+                                            int K, bool ok) {
+  if (!ok || k >= K) return make_uint4(0, 0, 0, 0);
+  const float inv = invr[k / p.ngroup];
+  uint32_t w[4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float4 yv = *reinterpret_cast<const float4*>(yr + k + 4 * h), zv = *reinterpret_cast<const float4*>(zr + k + 4 * h);
+    float4 g, hv;
+    (void)detail::gated_norm_run(yv, zv, p.nbg, g, hv);
+    const float4 v = detail::gated_norm_out(hv, g, inv, *reinterpret_cast<const float4*>(p.nw + k + 4 * h), p.nbg);
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    w[2 * h] = *reinterpret_cast<const uint32_t*>(&lo), w[2 * h + 1] = *reinterpret_cast<const uint32_t*>(&hi);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/// Where a warp's x rows come from: bf16 rows (XF 0), activation rows (1 / 2: a = gate / up), gated-norm rows (3:
+/// a = y, b = z, inv = the row's inverse rms per group).
+template <int MT>
+struct XRows {
+  const __nv_bfloat16* x[MT];
+  const float* a[MT];
+  const float* b[MT];
+  const float* inv[MT];
+  bool ok[MT];
+};
+
+/// The x loads of U chunks for the kernel's input form XF (see XRows).
 template <int MT, bool VEC, int U, int XF>
-__device__ __forceinline__ void load_x_form(uint4 (&b)[U][MT], const __nv_bfloat16* const (&xr)[MT],
-                                            const float* const (&gr)[MT], const bool (&xok)[MT], int c, int c1, int t,
-                                            int K) {
+__device__ __forceinline__ void load_x_form(uint4 (&b)[U][MT], const XRows<MT>& r, const Params& p, int c, int c1,
+                                            int t) {
   if constexpr (XF == 0) {
-    load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, K);
+    load_x_chunks<MT, VEC, U>(b, r.x, r.ok, c, c1, t, p.K);
   } else {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = (c + u) * kChunk + 8 * t;
       const bool on = c + u < c1;
 #pragma unroll
-      for (int j = 0; j < MT; ++j) b[u][j] = load8_act<XF>(gr[j], k, K, on && xok[j]);
+      for (int j = 0; j < MT; ++j) {
+        if constexpr (XF == 3) b[u][j] = load8_norm(p, r.a[j], r.b[j], r.inv[j], k, p.K, on && r.ok[j]);
+        else b[u][j] = load8_act<XF>(r.a[j], k, p.K, on && r.ok[j]);
+      }
     }
   }
 }
@@ -149,15 +226,22 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   pdl_wait();
   if (!p.late_trigger) pdl_launch_dependents();
   if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
-  const __nv_bfloat16* xr[MT];
-  const float* gr[MT];
-  bool xok[MT];
+  float* inv_s = nullptr;
+  if constexpr (XF == 3) {
+    __shared__ float part[kNormPairs * kNormWarps], inv[kNormPairs];
+    gated_norm_prologue<MT>(p, m0, part, inv);
+    inv_s = inv;
+  }
+  XRows<MT> xr;
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
     const int m = m0 + 8 * j + g;
-    xok[j] = m < p.M;
-    xr[j] = XF == 0 ? p.x + static_cast<int64_t>(xok[j] ? m : 0) * p.xs : nullptr;
-    gr[j] = XF != 0 ? p.gu + static_cast<int64_t>(xok[j] ? m : 0) * p.gus : nullptr;
+    const int64_t mm = m < p.M ? m : 0;
+    xr.ok[j] = m < p.M;
+    xr.x[j] = XF == 0 ? p.x + mm * p.xs : nullptr;
+    xr.a[j] = XF != 0 ? p.gu + mm * p.gus : nullptr;
+    xr.b[j] = XF == 3 ? p.nz + mm * p.nzs : nullptr;
+    xr.inv[j] = XF == 3 ? inv_s + (m < p.M ? 8 * j + g : 0) * p.nG : nullptr;
   }
   float acc[MT][4];
 #pragma unroll
@@ -167,7 +251,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     for (int c = c0; c < c1; c += U) {
       uint4 b[U][MT];
       if (c != c0) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, p.K);
-      load_x_form<MT, VEC, U, XF>(b, xr, gr, xok, c, c1, t, p.K);
+      load_x_form<MT, VEC, U, XF>(b, xr, p, c, c1, t);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -177,11 +261,11 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     }
   } else {
     uint4 b[U][MT];
-    load_x_form<MT, VEC, U, XF>(b, xr, gr, xok, c0, c1, t, p.K);
+    load_x_form<MT, VEC, U, XF>(b, xr, p, c0, c1, t);
     for (int c = c0; c < c1; c += U) {
       uint4 na0[U], na1[U], nb[U][MT];
       load_w_chunks<VEC, U>(na0, na1, w0, w1, r0ok, r1ok, c + U, c1, t, p.K);
-      load_x_form<MT, VEC, U, XF>(nb, xr, gr, xok, c + U, c1, t, p.K);
+      load_x_form<MT, VEC, U, XF>(nb, xr, p, c + U, c1, t);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -411,10 +495,25 @@ bool skinny_act_input_serves(const GemmArgs& a, const SkinnyActInput& act) {
          rows16(act.gu, act.gu_stride * 4);
 }
 
+bool skinny_gated_norm_input_serves(const GemmArgs& a, const SkinnyGatedNormInput& n) {
+  if (!n.y || !n.z || !n.weight || a.ab_dtype != DType::BF16 || a.M < 1 || a.M > 16 || a.K < 1 || a.K % 8 != 0 || !a.w ||
+      a.w_stride < a.K || !rows16(a.w, a.w_stride * 2) || n.group_size < 8 || n.group_size % 8 != 0 ||
+      a.K % n.group_size != 0 || n.y_stride < a.K || n.z_stride < a.K || !(n.eps >= 0.0f))
+    return false;
+  const int64_t G = a.K / n.group_size;
+  if (std::min<int64_t>(a.M, 16) * G > kNormPairs) return false;
+  // The norm kernel's vectorized plan (out: the y rows' layout stands in; fp32 needs the same alignment).
+  return detail::gated_norm_vec_plan(n.y, n.y_stride, n.z, n.z_stride, n.weight, n.y, n.y_stride, DType::F32,
+                                     n.group_size).vpt > 0;
+}
+
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
-  const bool act = extras.act.gu != nullptr;
-  if (act && !skinny_act_input_serves(a, extras.act)) return cudaErrorInvalidValue;
+  const bool norm = extras.norm.y != nullptr;
+  const bool act = extras.act.gu != nullptr || norm;  // x computed from other rows (a.x unused)
+  if (extras.act.gu && norm) return cudaErrorInvalidValue;
+  if (extras.act.gu && !skinny_act_input_serves(a, extras.act)) return cudaErrorInvalidValue;
+  if (norm && !skinny_gated_norm_input_serves(a, extras.norm)) return cudaErrorInvalidValue;
   if (a.ab_dtype != DType::BF16 || (a.y_dtype != DType::F32 && a.y_dtype != DType::BF16) || a.M < 0 || a.N < 1 ||
       a.K < 1 || (!act && a.x_stride < a.K) || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
       a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y)
@@ -426,6 +525,14 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   p.preload = kernel_tuning().skinny_preload;
   p.x = static_cast<const __nv_bfloat16*>(a.x), p.xs = a.x_stride;
   p.gu = extras.act.gu, p.gus = extras.act.gu_stride;
+  if (norm) {
+    const SkinnyGatedNormInput& n = extras.norm;
+    const detail::GatedNormVecPlan plan =
+        detail::gated_norm_vec_plan(n.y, n.y_stride, n.z, n.z_stride, n.weight, n.y, n.y_stride, DType::F32, n.group_size);
+    p.gu = n.y, p.gus = n.y_stride, p.nz = n.z, p.nzs = n.z_stride, p.nw = n.weight, p.neps = n.eps;
+    p.ngroup = static_cast<int>(n.group_size), p.nG = static_cast<int>(a.K / n.group_size), p.nbg = n.norm_before_gate;
+    p.nvpt = plan.vpt, p.nthreads = plan.threads;
+  }
   p.w = static_cast<const __nv_bfloat16*>(a.w), p.ws = a.w_stride;
   p.y = a.y, p.ys = a.y_stride, p.y_bf16 = a.y_dtype == DType::BF16;
   p.y2 = static_cast<__nv_bfloat16*>(y2), p.y2s = y2_stride;
@@ -463,6 +570,7 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   };
   const bool vec = a.K % 8 == 0 && al16(a.x, a.x_stride) && al16(a.w, a.w_stride);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
+  if (norm) return mt == 1 ? launch_vec<1, 3>(p, tu, warps, grid, pdl, stream) : launch_vec<2, 3>(p, tu, warps, grid, pdl, stream);
   if (act) {  // skinny_act_input_serves: 16-byte loads, mt 1 or 2
     if (extras.act.gated)
       return mt == 1 ? launch_vec<1, 1>(p, tu, warps, grid, pdl, stream) : launch_vec<2, 1>(p, tu, warps, grid, pdl, stream);

@@ -59,11 +59,35 @@ struct SkinnyActInput {
   bool gated = true;
 };
 
+/// The Mamba-2 / DeltaNet gated RMSNorm fused into the out projection's x loads: each block first computes the
+/// rms of its rows' groups exactly as gated_rms_norm's vectorized kernel does (gated_norm_vec.cuh: the same per-thread
+/// runs and block_sum tree, emulated warp by warp), then x[m, k] = bf16(gated norm of y, z at k), the bits
+/// gated_rms_norm_pdl writes: the product is bit-identical to the norm kernel followed by skinny_gemm.
+/// y, z: [M, K] fp32 (row strides y_stride, z_stride); weight: [K] fp32; groups of group_size columns (K % group_size
+/// == 0); norm_before_gate as gated_rms_norm. Decode rows only: see skinny_gated_norm_input_serves.
+struct SkinnyGatedNormInput {
+  const float* y = nullptr;  ///< null: x is read as given
+  int64_t y_stride = 0;
+  const float* z = nullptr;
+  int64_t z_stride = 0;
+  const float* weight = nullptr;
+  float eps = 1e-5f;
+  int64_t group_size = 0;
+  bool norm_before_gate = false;
+};
+
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
   SkinnyActInput act;                        ///< the activation input (a.x is then ignored and may be null)
+  SkinnyGatedNormInput norm;                 ///< the gated-norm input (a.x ignored; not with act)
 };
+
+/// Whether skinny_gemm takes `n` for the GEMM `a`: 1 <= M <= 16, K % 8 == 0, 16-byte aligned weight rows, group_size
+/// a multiple of 8 dividing K, at most 128 (row, group) pairs per block (min(M, 16) x K / group_size), and y / z /
+/// weight laid out for gated_rms_norm's vectorized kernel (gated_norm_vec_plan). Else the caller runs the norm kernel
+/// and a plain GEMM.
+bool skinny_gated_norm_input_serves(const GemmArgs& a, const SkinnyGatedNormInput& n);
 
 /// Whether skinny_gemm takes `act` for the GEMM `a` (bf16 weight, x from act): 1 <= M <= 16, K % 8 == 0, the weight
 /// rows and gu rows 16-byte aligned (16-byte loads), gu_stride >= 2K (gated) or K. Else the caller runs the activation

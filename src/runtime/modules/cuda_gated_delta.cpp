@@ -116,10 +116,15 @@ class CudaGatedDelta final : public CudaModule {
       SSM_CUDA_CHECK(gated_delta_prefill_two_pass(inputs(P0), gp, o + P0 * Vd, Vd, sm.query_start_loc_p, sm.num_computed_tokens_p,
                                                   sm.state_indices_p, np, T - P0, ws, s, prec, sm.stores));
     }
-    // 5. RMSNorm per value head gated by silu(z) (norm before gate), in the GEMM dtype; out_proj (all-reduced under TP).
-    SSM_CUDA_CHECK(gated_rms_norm_pdl(o, Vd, proj + C, PW, norm_.as<float>(), m_.eps, T, Vd, m_.head_v_dim, true, gated, wd, Vd,
-                                      opt.pdl, s));
-    ctx_.gemm_run(gated, T, Vd, out_proj_, out, H_);
+    // 5. RMSNorm per value head gated by silu(z) (norm before gate), in the GEMM dtype; out_proj (all-reduced under TP);
+    //    decode steps on the skinny kernel compute the norm in out_proj's x loads (the same bits).
+    SkinnyExtras ex;
+    ex.norm = {o, Vd, proj + C, PW, norm_.as<float>(), m_.eps, m_.head_v_dim, true};
+    if (!opt.fuse_gated_norm || !ctx_.gemm_run_fused_input(ex, T, out_proj_, out, H_)) {
+      SSM_CUDA_CHECK(gated_rms_norm_pdl(o, Vd, proj + C, PW, norm_.as<float>(), m_.eps, T, Vd, m_.head_v_dim, true, gated, wd,
+                                        Vd, opt.pdl, s));
+      ctx_.gemm_run(gated, T, Vd, out_proj_, out, H_);
+    }
     ctx_.tp->all_reduce(out, T * H_);
   }
 

@@ -126,10 +126,15 @@ class CudaMamba2 final : public CudaModule {
       if (opt.batch_invariant) cm.chunk_size = 0;  // the sequential walk (the decode kernel's math)
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(prefill_in, sp, cm, y + P0 * I, I, nullptr, s));
     }
-    // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (row-parallel: all-reduced under TP).
-    SSM_CUDA_CHECK(gated_rms_norm_pdl(y, I, proj, PW, gate_norm_.as<float>(), eps_, T, I, I / m_.n_groups, m_.norm_before_gate,
-                                      gated, wd, I, opt.pdl, s));
-    ctx_.gemm_run(gated, T, I, out_proj_, out, Hd);
+    // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (row-parallel: all-reduced under TP); decode steps on
+    //    the skinny kernel compute the norm in out_proj's x loads (the same bits).
+    SkinnyExtras ex;
+    ex.norm = {y, I, proj, PW, gate_norm_.as<float>(), eps_, I / m_.n_groups, m_.norm_before_gate};
+    if (!opt.fuse_gated_norm || !ctx_.gemm_run_fused_input(ex, T, out_proj_, out, Hd)) {
+      SSM_CUDA_CHECK(gated_rms_norm_pdl(y, I, proj, PW, gate_norm_.as<float>(), eps_, T, I, I / m_.n_groups,
+                                        m_.norm_before_gate, gated, wd, I, opt.pdl, s));
+      ctx_.gemm_run(gated, T, I, out_proj_, out, Hd);
+    }
     ctx_.tp->all_reduce(out, T * Hd);
   }
 

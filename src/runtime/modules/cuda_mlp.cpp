@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "device/cuda_check.h"
 #include "kernels/cuda/activations.h"
-#include "kernels/cuda/skinny_gemm.h"
 #include "model/ffns/mlp_ffn.h"
 #include "runtime/modules/cuda_modules.h"
 
@@ -50,15 +49,9 @@ class CudaMlp final : public CudaModule {
     void* act = p[3].get(T * I_ * dtype_size(wd));
     ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
     // Decode rows on the skinny kernel: the activation computed in the down GEMM's x loads (the same bits).
-    const SkinnyActInput fused{gu, GW, gated_};
-    const GemmArgs down{T, down_.rows, down_.cols, nullptr, 0, down_.buf.data(), down_.cols, down_.dtype, out, H_, DType::F32};
-    if (ctx_.opt.fuse_mlp_act && ctx_.gemm->takes_skinny(down_.dtype, T) && skinny_act_input_serves(down, fused)) {
-      SkinnyExtras ex;
-      ex.act = fused;
-      ProfileSpan span(ctx_.profile, "gemm", ctx_.stream);
-      ctx_.gemm->run(down, ctx_.stream, nullptr, 0, &ex);
-      return;
-    }
+    SkinnyExtras ex;
+    ex.act = {gu, GW, gated_};
+    if (ctx_.opt.fuse_mlp_act && ctx_.gemm_run_fused_input(ex, T, down_, out, H_)) return;
     SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream, ctx_.opt.pdl));
     ctx_.gemm_run(act, T, I_, down_, out, H_);
   }
