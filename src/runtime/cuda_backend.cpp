@@ -61,6 +61,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_ATTN_TC_WGMMA", o.attn_tc_wgmma);
   flag("SSMSERVE_BRANCH_PDL", o.branch_pdl);
   flag("SSMSERVE_FUSE_SCALED_RESIDUAL", o.fuse_scaled_residual);
+  flag("SSMSERVE_FUSE_PAIR_RESIDUAL", o.fuse_pair_residual);
   flag("SSMSERVE_FUSE_MLP_ACT", o.fuse_mlp_act);
   flag("SSMSERVE_FUSE_GATED_NORM", o.fuse_gated_norm);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);

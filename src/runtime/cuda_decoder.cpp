@@ -46,7 +46,7 @@ struct CudaSublayer {
   bool residual_to_next = false;
   /// The second of a deferred parallel pair (Falcon-H1) whose two residual updates (scaled_residual2's arithmetic) the
   /// next sublayer's residual norm applies (add_rms_norm_rows with a SecondResidual) instead of a launch of their own
-  /// (CudaModelOptions::fuse_scaled_residual).
+  /// (CudaModelOptions::fuse_pair_residual).
   bool pair_to_next = false;
   /// Whether the next norm adds this sublayer's output: its plain residual, or its scaled one (residual_to_next), or
   /// its pair's two (pair_to_next).
@@ -292,8 +292,9 @@ void CudaDecoderLM::load(WeightSource& src) {
     const bool paired = a.defer_residual || (a.spec.parallel && i > 0 && subs_[i - 1].defer_residual);
     const bool next_parallel = i + 1 < subs_.size() && subs_[i + 1].spec.parallel;
     a.residual_to_next = !a.spec.plain_residual() && !a.spec.residual_is_normed && !paired && !next_parallel;
-    a.pair_to_next = a.spec.parallel && i > 0 && subs_[i - 1].defer_residual && i + 1 < subs_.size() && !next_parallel;
   }
+  for (size_t i = 1; ctx_.opt.fuse_pair_residual && i + 1 < subs_.size(); ++i)
+    subs_[i].pair_to_next = subs_[i].spec.parallel && subs_[i - 1].defer_residual && !subs_[i + 1].spec.parallel;
 }
 
 void CudaDecoderLM::stack_parallel_projections() {

@@ -88,14 +88,22 @@ struct CudaModelOptions {
   /// not paired with a parallel mixer's and not from the normed rows) applied by the next sublayer's residual norm (or the LM head's) instead
   /// of a launch of its own: the same residual_step arithmetic, bit-identical (tested).
   bool fuse_scaled_residual = true;
+  /// A deferred parallel pair's two residual updates (Falcon-H1: scaled_residual2) applied by the next sublayer's
+  /// residual norm (SecondResidual) instead of a launch of their own; SSMSERVE_FUSE_PAIR_RESIDUAL=1. Designed
+  /// bit-identical (tests: CudaDecodeOps.NormRowsSecondResidualEqualsScaledResidual2ThenNorm,
+  /// CudaHybridModel.FusedPairResidualEqualsSeparate). Off by default until those run on a GPU (written in session 32,
+  /// which had no device).
+  bool fuse_pair_residual = false;
   /// The dense MLP's activation (silu(gate) * up or relu(gate)^2) computed in its down GEMM's x loads on decode rows
-  /// (SkinnyActInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_MLP_ACT=0 launches it.
-  /// Bit-identical either way (tested).
-  bool fuse_mlp_act = true;
+  /// (SkinnyActInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_MLP_ACT=1. Designed bit-identical
+  /// (tests: CudaSkinnyGemm.ActInputEqualsActivationThenGemmBitForBit, CudaHybridModel.FusedMlpActEqualsSeparate).
+  /// Off by default until those run on a GPU.
+  bool fuse_mlp_act = false;
   /// The Mamba-2 / Gated DeltaNet gated RMSNorm computed in the out projection's x loads on decode rows
-  /// (SkinnyGatedNormInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_GATED_NORM=0 launches it.
-  /// Bit-identical either way (tested).
-  bool fuse_gated_norm = true;
+  /// (SkinnyGatedNormInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_GATED_NORM=1. Designed
+  /// bit-identical (tests: CudaSkinnyGemm.GatedNormInputEqualsNormThenGemmBitForBit,
+  /// CudaHybridModel.FusedGatedNormEqualsSeparate). Off by default until those run on a GPU.
+  bool fuse_gated_norm = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

@@ -240,18 +240,26 @@ TEST_P(CudaHybridModel, FusedScaledResidualEqualsSeparate) {
   expect_same_logits({}, separate, "logits with the scaled residual in the next norm differ from its own launch");
 }
 
+// The decode fusions of session 32 (off by default until these pass on a GPU): each on against off, same logits bits.
 TEST_P(CudaHybridModel, FusedMlpActEqualsSeparate) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions separate;
-  separate.fuse_mlp_act = false;
-  expect_same_logits({}, separate, "logits with the MLP activation in the down GEMM's loads differ from its own launch");
+  cuda::CudaModelOptions fused, separate;
+  fused.fuse_mlp_act = true, separate.fuse_mlp_act = false;
+  expect_same_logits(fused, separate, "logits with the MLP activation in the down GEMM's loads differ from its own launch");
 }
 
 TEST_P(CudaHybridModel, FusedGatedNormEqualsSeparate) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions separate;
-  separate.fuse_gated_norm = false;
-  expect_same_logits({}, separate, "logits with the gated norm in the out projection's loads differ from its own launch");
+  cuda::CudaModelOptions fused, separate;
+  fused.fuse_gated_norm = true, separate.fuse_gated_norm = false;
+  expect_same_logits(fused, separate, "logits with the gated norm in the out projection's loads differ from its own launch");
+}
+
+TEST_P(CudaHybridModel, FusedPairResidualEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions fused, separate;
+  fused.fuse_pair_residual = true, separate.fuse_pair_residual = false;
+  expect_same_logits(fused, separate, "logits with a parallel pair's residuals in the next norm differ from their own launch");
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
