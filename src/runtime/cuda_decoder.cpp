@@ -426,7 +426,14 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   } else if (S.proj_col >= 0) {  // a parallel pair's stacked input projections: one GEMM at the pair's first sublayer
     const DevWeight& pw = S.spec.parallel ? subs_[i - 1].pair_proj : S.pair_proj;
     float* proj = pool_[ScratchPool::kParallelProj].f32(T * pw.rows);
-    if (!S.spec.parallel) ctx_.gemm_run(normed_c, T, H, pw, proj, pw.rows);
+    // The pair's GEMM, on plain decode steps with this module's conv update in its epilogue (CudaModule::input_epilogue).
+    CudaStep pst = st;
+    if (!S.spec.parallel) {
+      SkinnyExtras ex;
+      pst.conv_in_projection = S.module->input_epilogue(st, views_[i], S.proj_col, ex.conv) &&
+                               ctx_.gemm_run_fused(ex, normed_c, T, H, pw, proj, pw.rows);
+      if (!pst.conv_in_projection) ctx_.gemm_run(normed_c, T, H, pw, proj, pw.rows);
+    }
     // parallel_mixer_branch: the sibling on the second branch, forked after the GEMM, with its own scratch (pair_pool_)
     // and its output in `out` (this module writes kParallelOut, and nothing on the main stream reads or writes `out`
     // before the join); it reads (and rewrites in place) its columns of the GEMM output, which the main stream reads
@@ -438,7 +445,7 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
       bst.forked = true;
       B.module->forward_projected(bst, views_[i + 1], proj + B.proj_col, pw.rows, out);
     }
-    S.module->forward_projected(st, views_[i], proj + S.proj_col, pw.rows, mod_out);
+    S.module->forward_projected(pst, views_[i], proj + S.proj_col, pw.rows, mod_out);
   } else {
     S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, mod_out);
   }

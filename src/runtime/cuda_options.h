@@ -104,6 +104,11 @@ struct CudaModelOptions {
   /// bit-identical (tests: CudaSkinnyGemm.GatedNormInputEqualsNormThenGemmBitForBit,
   /// CudaHybridModel.FusedGatedNormEqualsSeparate). Off by default until those run on a GPU.
   bool fuse_gated_norm = false;
+  /// The Mamba-2 decode conv update run in the input projection's epilogue (SkinnyConvEpilogue, skinny_gemm.h) on plain
+  /// decode steps instead of a kernel of its own; SSMSERVE_FUSE_CONV_EPILOGUE=1. Designed bit-identical (tests:
+  /// CudaSkinnyGemm.ConvEpilogueEqualsGemmThenConvUpdateBitForBit, CudaHybridModel.FusedConvEpilogueEqualsSeparate).
+  /// Off by default until those run on a GPU.
+  bool fuse_conv_epilogue = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

@@ -255,6 +255,13 @@ TEST_P(CudaHybridModel, FusedGatedNormEqualsSeparate) {
   expect_same_logits(fused, separate, "logits with the gated norm in the out projection's loads differ from its own launch");
 }
 
+TEST_P(CudaHybridModel, FusedConvEpilogueEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions fused, separate;
+  fused.fuse_conv_epilogue = true, separate.fuse_conv_epilogue = false;
+  expect_same_logits(fused, separate, "logits with the conv update in the input projection's epilogue differ from its own launch");
+}
+
 TEST_P(CudaHybridModel, FusedPairResidualEqualsSeparate) {
   REQUIRE_GPU();
   cuda::CudaModelOptions fused, separate;

@@ -406,5 +406,83 @@ TEST(CudaSkinnyGemm, GatedNormInputEqualsNormThenGemmBitForBit) {
   EXPECT_EQ(cuda::skinny_gemm(ok, nullptr, 0, false, nullptr, nullptr, 0, nullptr, both), cudaErrorInvalidValue);
 }
 
+/// The Mamba-2 decode conv update in the input projection's epilogue (SkinnyConvEpilogue): the projection, the conv
+/// outputs and the conv states bit-identical to the plain skinny GEMM followed by conv1d_update_dual, for fp32 and bf16
+/// states, widths 4 and 2, with and without bias, padding rows (block 0) and fewer conv rows than GEMM rows, channels
+/// inside a wider output (a stacked pair's columns).
+TEST(CudaSkinnyGemm, ConvEpilogueEqualsGemmThenConvUpdateBitForBit) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  struct S { int64_t N, K, col0, dim; int width; bool bias; DType sd; };
+  const std::vector<S> shapes = {{3328, 1024, 1024, 2304, 4, true, DType::F32}, {600, 256, 40, 520, 2, false, DType::BF16},
+                                 {12000, 3072, 6400, 3328, 4, true, DType::BF16}};
+  for (const S& sh : shapes)
+    for (int64_t M : {1, 4, 9, 16}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << sh.N << " K=" << sh.K << " dim " << sh.dim << " width " << sh.width
+                                        << " bf16 state " << (sh.sd == DType::BF16) << " M=" << M);
+      const int64_t rows = M > 4 ? M - 2 : M, blocks = M + 3, stride = (sh.width - 1) * sh.dim + 8;
+      const size_t es = sh.sd == DType::F32 ? 4 : 2;
+      std::vector<int32_t> idx(static_cast<size_t>(M));
+      for (int64_t m = 0; m < M; ++m) idx[m] = m % 3 == 2 ? 0 : static_cast<int32_t>(m + 1);  // every third row padding
+      Operands op(rng, M, sh.N, sh.K, sh.K);
+      std::vector<float> cw = rand_vec(rng, static_cast<size_t>(sh.dim * sh.width), -0.5f, 0.5f);
+      std::vector<float> cb = rand_vec(rng, static_cast<size_t>(sh.dim));
+      std::vector<float> st = rand_vec(rng, static_cast<size_t>(blocks * stride));
+      std::vector<uint8_t> st_bytes(st.size() * es);
+      if (es == 4) std::memcpy(st_bytes.data(), st.data(), st_bytes.size());
+      else {
+        const auto b = to_bf16_bits(st);
+        std::memcpy(st_bytes.data(), b.data(), st_bytes.size());
+      }
+      DeviceBuffer dcw = to_device(cw), dcb = to_device(cb), didx = to_device(idx);
+      DeviceBuffer s1 = to_device(st_bytes), s2 = to_device(st_bytes);
+      const auto conv_on = [&](DeviceBuffer& states) {
+        cuda::ConvParams c{sh.dim, sh.width, dcw.as<float>(), sh.bias ? dcb.as<float>() : nullptr, {}, true};
+        c.conv_states.data = states.data(), c.conv_states.dtype = sh.sd, c.conv_states.block_stride = stride;
+        return c;
+      };
+      // Separate: the GEMM, then the conv update of its xBC columns.
+      DeviceBuffer y1 = poisoned_bytes(M * sh.N * 4), o1 = poisoned_bytes(rows * sh.dim * 4);
+      SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, op.dx.data(), sh.K, op.dw.data(), sh.K, DType::BF16, y1.data(), sh.N, DType::F32},
+                            nullptr, 0, true, nullptr));
+      SSM_CUDA_CHECK(cuda::conv1d_update_dual(y1.as<float>() + sh.col0, sh.N, o1.as<float>(), sh.dim, nullptr, 0, conv_on(s1),
+                                              cuda::DeviceDecodeRows{didx.as<int32_t>()}, static_cast<int>(rows), true, nullptr));
+      // Fused.
+      DeviceBuffer y2 = poisoned_bytes(M * sh.N * 4), o2 = poisoned_bytes(rows * sh.dim * 4);
+      cuda::SkinnyExtras ex;
+      ex.conv = {conv_on(s2), sh.col0, didx.as<int32_t>(), rows, o2.as<float>(), sh.dim};
+      const cuda::GemmArgs g{M, sh.N, sh.K, op.dx.data(), sh.K, op.dw.data(), sh.K, DType::BF16, y2.data(), sh.N, DType::F32};
+      ASSERT_TRUE(cuda::skinny_conv_epilogue_serves(g, ex.conv));
+      SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr, ex));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto b = [](DeviceBuffer& d, size_t n) { return to_host<uint8_t>(d, n); };
+      ASSERT_EQ(b(y1, M * sh.N * 4), b(y2, M * sh.N * 4)) << "projection";
+      ASSERT_EQ(b(o1, rows * sh.dim * 4), b(o2, rows * sh.dim * 4)) << "conv outputs";
+      ASSERT_EQ(b(s1, st_bytes.size()), b(s2, st_bytes.size())) << "conv states";
+    }
+  // Not served: channels past N, a bf16 y, more conv rows than GEMM rows, an F16 state.
+  DeviceBuffer x(16 * 64 * 2), w(128 * 64 * 2), y(16 * 128 * 4), cw(64 * 4 * 4), idx(16 * 4), out(16 * 64 * 4), st(4096);
+  cuda::SkinnyConvEpilogue e;
+  e.conv = {64, 4, cw.as<float>(), nullptr, {}, true};
+  e.conv.conv_states.data = st.data(), e.conv.conv_states.block_stride = 3 * 64;
+  e.col0 = 64, e.state_indices = idx.as<int32_t>(), e.rows = 1, e.out = out.as<float>(), e.out_stride = 64;
+  const cuda::GemmArgs ok{1, 128, 64, x.data(), 64, w.data(), 64, DType::BF16, y.data(), 128, DType::F32};
+  EXPECT_TRUE(cuda::skinny_conv_epilogue_serves(ok, e));
+  cuda::SkinnyConvEpilogue past = e;
+  past.col0 = 65;
+  EXPECT_FALSE(cuda::skinny_conv_epilogue_serves(ok, past));
+  cuda::GemmArgs ybf = ok;
+  ybf.y_dtype = DType::BF16;
+  EXPECT_FALSE(cuda::skinny_conv_epilogue_serves(ybf, e));
+  cuda::SkinnyConvEpilogue many = e;
+  many.rows = 2;
+  EXPECT_FALSE(cuda::skinny_conv_epilogue_serves(ok, many));
+  cuda::SkinnyConvEpilogue f16 = e;
+  f16.conv.conv_states.dtype = DType::F16;
+  EXPECT_FALSE(cuda::skinny_conv_epilogue_serves(ok, f16));
+}
+
 }  // namespace
 }  // namespace ssmserve

@@ -1,21 +1,20 @@
 // Owns the batch-invariant skinny GEMM (see skinny_gemm.h).
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/decode_math.cuh"
-#include "kernels/cuda/gated_norm_vec.cuh"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
-#include "kernels/cuda/kernel_tuning.h"
+#include "kernels/cuda/skinny_gemm_parts.cuh"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 namespace ssmserve::cuda {
 namespace {
 using namespace detail;
+using namespace skinny;
 
-constexpr int kChunk = 32;           // k per chunk: two m16n8k16 steps
 constexpr int kCtaSplits = 16;       // most splits reduced inside one block (16 warps x 32 threads)
 constexpr int kMaxSplits = 64;       // more than kCtaSplits: kCtaSplits per block, groups of blocks per tile
 // Weight bytes the whole grid prefetches into L2 before its PDL wait (while its predecessor runs). 4 MB, measured
@@ -23,176 +22,10 @@ constexpr int kMaxSplits = 64;       // more than kCtaSplits: kCtaSplits per blo
 // 0 / 4 / 8 / 12 / 16 MB: 384 / 396 / 387 / 371 / 361 tokens/s; batch 4 and mamba2-2.7b also best at 4).
 constexpr size_t kPrefetchBytes = 4u << 20;
 
-struct Params {
-  const __nv_bfloat16* x;
-  int64_t xs;
-  const __nv_bfloat16* w;
-  int64_t ws;
-  void* y;
-  int64_t ys;
-  bool y_bf16;
-  __nv_bfloat16* y2;
-  int64_t y2s;
-  int M, N, K;
-  int splits, chunks, chunks_per_split, tiles_per_cta, prefetch_chunks;
-  int cta_splits, groups, tiles;  // splits per block; blocks (split groups) per tile; 16-row tiles
-  float* partials;                // groups > 1: [m-blocks, tiles, groups, MT * 4, 32] group sums
-  unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
-  const float* gu;    // XF 1 / 2: the MLP's gate / up rows (SkinnyActInput) instead of x; XF 3: the norm's y rows
-  int64_t gus;
-  // XF 3 (SkinnyGatedNormInput): z rows, weight, eps, group size and count, norm_before_gate, and the norm kernel's
-  // launch shape (gated_norm_vec_plan: runs per thread, threads) whose reduction the prologue reproduces.
-  const float* nz;
-  int64_t nzs;
-  const float* nw;
-  float neps;
-  int ngroup, nG, nvpt, nthreads;
-  bool nbg;
-  bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
-  bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
-};
-
-/// Loads of U chunks from chunk c (predicated off past c1) of W rows g / g + 8 (constant weights: may be issued
-/// before the PDL wait).
-template <bool VEC, int U>
-__device__ __forceinline__ void load_w_chunks(uint4 (&a0)[U], uint4 (&a1)[U], const __nv_bfloat16* w0,
-                                              const __nv_bfloat16* w1, bool r0ok, bool r1ok, int c, int c1, int t,
-                                              int K) {
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int k = (c + u) * kChunk + 8 * t;
-    const bool on = c + u < c1;
-    a0[u] = load8<VEC, true>(w0, k, K, on && r0ok);
-    a1[u] = load8<VEC, true>(w1, k, K, on && r1ok);
-  }
-}
-
-/// Loads of U chunks from chunk c (predicated off past c1) of the MT x rows (the previous kernel's output: after
-/// the PDL wait).
-template <int MT, bool VEC, int U>
-__device__ __forceinline__ void load_x_chunks(uint4 (&b)[U][MT], const __nv_bfloat16* const (&xr)[MT],
-                                              const bool (&xok)[MT], int c, int c1, int t, int K) {
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int k = (c + u) * kChunk + 8 * t;
-    const bool on = c + u < c1;
-#pragma unroll
-    for (int j = 0; j < MT; ++j) b[u][j] = load8<VEC, false>(xr[j], k, K, on && xok[j]);
-  }
-}
-
-/// 8 bf16 x values at column k of an activation-input row (XF 1: silu(gate) * up with up K columns on; XF 2:
-/// relu(gate)^2), zeros past K or when !ok: mlp_act_value then round to nearest, mlp_activation's bits. 16-byte loads.
-template <int XF>
-__device__ __forceinline__ uint4 load8_act(const float* row, int k, int K, bool ok) {
-  uint4 v = make_uint4(0, 0, 0, 0);
-  if (!ok || k >= K) return v;
-  const float4 g0 = *reinterpret_cast<const float4*>(row + k), g1 = *reinterpret_cast<const float4*>(row + k + 4);
-  float4 u0 = make_float4(0.f, 0.f, 0.f, 0.f), u1 = u0;
-  if constexpr (XF == 1)
-    u0 = *reinterpret_cast<const float4*>(row + K + k), u1 = *reinterpret_cast<const float4*>(row + K + k + 4);
-  const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-  const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(mlp_act_value(g[2 * i], u[2 * i], XF == 1),
-                                                   mlp_act_value(g[2 * i + 1], u[2 * i + 1], XF == 1));
-    w[i] = *reinterpret_cast<const uint32_t*>(&h);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-/// Most (row, group) pairs of a block's gated-norm prologue and most warps of the norm kernel it reproduces.
-constexpr int kNormPairs = 128, kNormWarps = detail::kGatedNormVecMaxThreads / 32;
-
-/// XF 3's prologue (after the PDL wait): inv[r * G + group] = 1 / sqrt(mean of squares + eps) for the block's rows
-/// r < min(8 MT, M - m0) and every group, by the norm kernel's arithmetic (gated_norm_vec_kernel with its plan's
-/// threads and runs per thread): virtual thread v sums its runs v, v + threads, ... in order (gated_norm_run); each
-/// virtual warp's warp_sum, then warp_sum of the virtual warps' sums with zeros past them (block_sum's tree). Tasks
-/// (pair, virtual warp) spread over the block's warps; two block barriers (every thread of the block reaches them).
-template <int MT>
-__device__ __forceinline__ void gated_norm_prologue(const Params& p, int m0, float* part, float* inv) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  const int rows = min(8 * MT, p.M - m0), G = p.nG, pairs = rows * G, nvw = p.nthreads / 32, n4 = p.ngroup / 4;
-  for (int task = warp; task < pairs * nvw; task += nwarps) {
-    const int pair = task / nvw, vw = task - pair * nvw, r = pair / G, grp = pair - r * G;
-    const int64_t col = static_cast<int64_t>(grp) * p.ngroup;
-    const float4* y4 = reinterpret_cast<const float4*>(p.gu + static_cast<int64_t>(m0 + r) * p.gus + col);
-    const float4* z4 = reinterpret_cast<const float4*>(p.nz + static_cast<int64_t>(m0 + r) * p.nzs + col);
-    float ss = 0.0f;
-    for (int j = 0; j < p.nvpt; ++j) {
-      const int i = vw * 32 + lane + j * p.nthreads;
-      if (i >= n4) continue;
-      float4 g, h;
-      ss += detail::gated_norm_run(y4[i], z4[i], p.nbg, g, h);
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) part[pair * kNormWarps + vw] = ss;
-  }
-  __syncthreads();
-  for (int pair = warp; pair < pairs; pair += nwarps) {
-    float r = lane < nvw ? part[pair * kNormWarps + lane] : 0.0f;
-    r = warp_sum(r);
-    if (lane == 0) inv[pair] = 1.0f / sqrtf(r / static_cast<float>(p.ngroup) + p.neps);
-  }
-  __syncthreads();
-}
-
-/// 8 bf16 x values of a gated-norm row at column k (its y row yr, z row zr, the row's inverse rms per group invr):
-/// gated_norm_out rounded to nearest, the bits gated_norm_vec_kernel stores; zeros past K or when !ok.
-__device__ __forceinline__ uint4 load8_norm(const Params& p, const float* yr, const float* zr, const float* invr, int k,
-                                            int K, bool ok) {
-  if (!ok || k >= K) return make_uint4(0, 0, 0, 0);
-  const float inv = invr[k / p.ngroup];
-  uint32_t w[4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float4 yv = *reinterpret_cast<const float4*>(yr + k + 4 * h), zv = *reinterpret_cast<const float4*>(zr + k + 4 * h);
-    float4 g, hv;
-    (void)detail::gated_norm_run(yv, zv, p.nbg, g, hv);
-    const float4 v = detail::gated_norm_out(hv, g, inv, *reinterpret_cast<const float4*>(p.nw + k + 4 * h), p.nbg);
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-    w[2 * h] = *reinterpret_cast<const uint32_t*>(&lo), w[2 * h + 1] = *reinterpret_cast<const uint32_t*>(&hi);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-/// Where a warp's x rows come from: bf16 rows (XF 0), activation rows (1 / 2: a = gate / up), gated-norm rows (3:
-/// a = y, b = z, inv = the row's inverse rms per group).
-template <int MT>
-struct XRows {
-  const __nv_bfloat16* x[MT];
-  const float* a[MT];
-  const float* b[MT];
-  const float* inv[MT];
-  bool ok[MT];
-};
-
-/// The x loads of U chunks for the kernel's input form XF (see XRows).
-template <int MT, bool VEC, int U, int XF>
-__device__ __forceinline__ void load_x_form(uint4 (&b)[U][MT], const XRows<MT>& r, const Params& p, int c, int c1,
-                                            int t) {
-  if constexpr (XF == 0) {
-    load_x_chunks<MT, VEC, U>(b, r.x, r.ok, c, c1, t, p.K);
-  } else {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int k = (c + u) * kChunk + 8 * t;
-      const bool on = c + u < c1;
-#pragma unroll
-      for (int j = 0; j < MT; ++j) {
-        if constexpr (XF == 3) b[u][j] = load8_norm(p, r.a[j], r.b[j], r.inv[j], k, p.K, on && r.ok[j]);
-        else b[u][j] = load8_act<XF>(r.a[j], k, p.K, on && r.ok[j]);
-      }
-    }
-  }
-}
-
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
 /// for rows m0..m0+8*MT-1 over its split's chunks. Lane (g = lane / 4, t = lane % 4) loads W rows n0+g, n0+g+8
 /// and x rows m0+8j+g at k = chunk*32 + 8t (8 values): the k permutation inside a chunk is the same for A and B.
-template <int MT, bool VEC, int U, bool PIPE, int MINB, int XF>
+template <int MT, bool VEC, int U, bool PIPE, int MINB, int FORM>
 __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   extern __shared__ float red[];  // [warps][MT*4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -227,7 +60,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   if (!p.late_trigger) pdl_launch_dependents();
   if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
   float* inv_s = nullptr;
-  if constexpr (XF == 3) {
+  if constexpr (FORM == kGatedNorm) {
     __shared__ float part[kNormPairs * kNormWarps], inv[kNormPairs];
     gated_norm_prologue<MT>(p, m0, part, inv);
     inv_s = inv;
@@ -238,10 +71,10 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     const int m = m0 + 8 * j + g;
     const int64_t mm = m < p.M ? m : 0;
     xr.ok[j] = m < p.M;
-    xr.x[j] = XF == 0 ? p.x + mm * p.xs : nullptr;
-    xr.a[j] = XF != 0 ? p.gu + mm * p.gus : nullptr;
-    xr.b[j] = XF == 3 ? p.nz + mm * p.nzs : nullptr;
-    xr.inv[j] = XF == 3 ? inv_s + (m < p.M ? 8 * j + g : 0) * p.nG : nullptr;
+    xr.x[j] = plain_x(FORM) ? p.x + mm * p.xs : nullptr;
+    xr.a[j] = plain_x(FORM) ? nullptr : p.gu + mm * p.gus;
+    xr.b[j] = FORM == kGatedNorm ? p.nz + mm * p.nzs : nullptr;
+    xr.inv[j] = FORM == kGatedNorm ? inv_s + (m < p.M ? 8 * j + g : 0) * p.nG : nullptr;
   }
   float acc[MT][4];
 #pragma unroll
@@ -251,7 +84,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     for (int c = c0; c < c1; c += U) {
       uint4 b[U][MT];
       if (c != c0) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, p.K);
-      load_x_form<MT, VEC, U, XF>(b, xr, p, c, c1, t);
+      load_x_form<MT, VEC, U, FORM>(b, xr, p, c, c1, t);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -261,11 +94,11 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     }
   } else {
     uint4 b[U][MT];
-    load_x_form<MT, VEC, U, XF>(b, xr, p, c0, c1, t);
+    load_x_form<MT, VEC, U, FORM>(b, xr, p, c0, c1, t);
     for (int c = c0; c < c1; c += U) {
       uint4 na0[U], na1[U], nb[U][MT];
       load_w_chunks<VEC, U>(na0, na1, w0, w1, r0ok, r1ok, c + U, c1, t, p.K);
-      load_x_form<MT, VEC, U, XF>(nb, xr, p, c + U, c1, t);
+      load_x_form<MT, VEC, U, FORM>(nb, xr, p, c + U, c1, t);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -337,13 +170,14 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
         if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = __float2bfloat16_rn(v);
         else static_cast<float*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = v;
         if (p.y2) p.y2[static_cast<int64_t>(m) * p.y2s + n] = __float2bfloat16_rn(v);
+        if constexpr (FORM == kConvEpilogue) conv_epilogue(p, m, n, v);
       }
 }
 
-template <int MT, bool VEC, int U, bool PIPE, int MINB, int XF = 0>
+template <int MT, bool VEC, int U, bool PIPE, int MINB, int FORM = 0>
 cudaError_t launch(const Params& p, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
-  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB, XF>;
+  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB, FORM>;
   if (smem > 48 * 1024) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(smem));
@@ -365,7 +199,7 @@ int num_sms() {
   return n;
 }
 
-template <int MT, int XF = 0>
+template <int MT, int FORM = 0>
 cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   constexpr int kCap = MT == 1 ? 2 : 1;  // the first version's 64-register cap (MT 1)
   if (tu.auto_shape) {
@@ -377,19 +211,19 @@ cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 
     static int per_sm[17] = {};  // blocks of w warps of the pipelined form one SM holds (occupancy API, cached)
     if (warps >= 1 && warps <= 16 && per_sm[warps] == 0) {
       int b = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1, XF>, 32 * warps, smem) !=
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1, FORM>, 32 * warps, smem) !=
               cudaSuccess ||
           b < 1)
         b = 1;
       per_sm[warps] = b;
     }
     if (warps >= 1 && warps <= 16 && blocks <= static_cast<int64_t>(num_sms()) * per_sm[warps])
-      return launch<MT, true, 2, true, 1, XF>(p, warps, grid, pdl, stream);
-    return launch<MT, true, 4, false, 1, XF>(p, warps, grid, pdl, stream);
+      return launch<MT, true, 2, true, 1, FORM>(p, warps, grid, pdl, stream);
+    return launch<MT, true, 4, false, 1, FORM>(p, warps, grid, pdl, stream);
   }
-  if constexpr (XF != 0) {  // the activation input: the two auto forms only (fewer instantiations)
-    return tu.pipelined ? launch<MT, true, 2, true, 1, XF>(p, warps, grid, pdl, stream)
-                        : launch<MT, true, 4, false, 1, XF>(p, warps, grid, pdl, stream);
+  if constexpr (FORM != kPlain) {  // a fused form: the two auto forms only (fewer instantiations)
+    return tu.pipelined ? launch<MT, true, 2, true, 1, FORM>(p, warps, grid, pdl, stream)
+                        : launch<MT, true, 4, false, 1, FORM>(p, warps, grid, pdl, stream);
   }
   if (tu.pipelined) {
     if (tu.unroll <= 2) return tu.reg_cap ? launch<MT, true, 2, true, kCap>(p, warps, grid, pdl, stream)
@@ -507,13 +341,24 @@ bool skinny_gated_norm_input_serves(const GemmArgs& a, const SkinnyGatedNormInpu
                                      n.group_size).vpt > 0;
 }
 
+bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e) {
+  const ConvParams& c = e.conv;
+  const DType sd = c.conv_states.dtype;
+  return c.weight && a.ab_dtype == DType::BF16 && a.y_dtype == DType::F32 && a.M >= 1 && a.M <= 16 && a.K >= 1 &&
+         a.K % 8 == 0 && a.x && a.x_stride >= a.K && rows16(a.x, a.x_stride * 2) && a.w && a.w_stride >= a.K &&
+         rows16(a.w, a.w_stride * 2) && c.dim >= 1 && e.col0 >= 0 && e.col0 + c.dim <= a.N && c.width >= 1 &&
+         c.width <= kConvMaxWidth && (c.width == 1 || c.conv_states.data) && (sd == DType::F32 || sd == DType::BF16) &&
+         e.state_indices && e.rows >= 1 && e.rows <= a.M && e.out && e.out_stride >= c.dim;
+}
+
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
-  const bool norm = extras.norm.y != nullptr;
+  const bool norm = extras.norm.y != nullptr, conv = extras.conv.conv.weight != nullptr;
   const bool act = extras.act.gu != nullptr || norm;  // x computed from other rows (a.x unused)
-  if (extras.act.gu && norm) return cudaErrorInvalidValue;
+  if (int{extras.act.gu != nullptr} + int{norm} + int{conv} > 1) return cudaErrorInvalidValue;  // one form at a time
   if (extras.act.gu && !skinny_act_input_serves(a, extras.act)) return cudaErrorInvalidValue;
   if (norm && !skinny_gated_norm_input_serves(a, extras.norm)) return cudaErrorInvalidValue;
+  if (conv && !skinny_conv_epilogue_serves(a, extras.conv)) return cudaErrorInvalidValue;
   if (a.ab_dtype != DType::BF16 || (a.y_dtype != DType::F32 && a.y_dtype != DType::BF16) || a.M < 0 || a.N < 1 ||
       a.K < 1 || (!act && a.x_stride < a.K) || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
       a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y)
@@ -532,6 +377,11 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
     p.gu = n.y, p.gus = n.y_stride, p.nz = n.z, p.nzs = n.z_stride, p.nw = n.weight, p.neps = n.eps;
     p.ngroup = static_cast<int>(n.group_size), p.nG = static_cast<int>(a.K / n.group_size), p.nbg = n.norm_before_gate;
     p.nvpt = plan.vpt, p.nthreads = plan.threads;
+  }
+  if (conv) {
+    const SkinnyConvEpilogue& e = extras.conv;
+    p.cv = e.conv, p.cv_col0 = e.col0, p.cv_idx = e.state_indices, p.cv_rows = static_cast<int>(e.rows);
+    p.cv_out = e.out, p.cv_os = e.out_stride;
   }
   p.w = static_cast<const __nv_bfloat16*>(a.w), p.ws = a.w_stride;
   p.y = a.y, p.ys = a.y_stride, p.y_bf16 = a.y_dtype == DType::BF16;
@@ -570,12 +420,15 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   };
   const bool vec = a.K % 8 == 0 && al16(a.x, a.x_stride) && al16(a.w, a.w_stride);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  if (norm) return mt == 1 ? launch_vec<1, 3>(p, tu, warps, grid, pdl, stream) : launch_vec<2, 3>(p, tu, warps, grid, pdl, stream);
-  if (act) {  // skinny_act_input_serves: 16-byte loads, mt 1 or 2
-    if (extras.act.gated)
-      return mt == 1 ? launch_vec<1, 1>(p, tu, warps, grid, pdl, stream) : launch_vec<2, 1>(p, tu, warps, grid, pdl, stream);
-    return mt == 1 ? launch_vec<1, 2>(p, tu, warps, grid, pdl, stream) : launch_vec<2, 2>(p, tu, warps, grid, pdl, stream);
-  }
+  // The fused forms (their *_serves: 16-byte loads, mt 1 or 2).
+  const auto fused = [&](auto form) {
+    constexpr int F = decltype(form)::value;
+    return mt == 1 ? launch_vec<1, F>(p, tu, warps, grid, pdl, stream) : launch_vec<2, F>(p, tu, warps, grid, pdl, stream);
+  };
+  if (norm) return fused(std::integral_constant<int, kGatedNorm>{});
+  if (conv) return fused(std::integral_constant<int, kConvEpilogue>{});
+  if (act) return extras.act.gated ? fused(std::integral_constant<int, kActGated>{})
+                                   : fused(std::integral_constant<int, kActRelu2>{});
   if (!vec) {
     if (mt == 1) return launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
     if (mt == 2) return launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);

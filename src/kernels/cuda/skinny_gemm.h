@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/gemm.h"
 
 namespace ssmserve::cuda {
@@ -76,12 +77,32 @@ struct SkinnyGatedNormInput {
   bool norm_before_gate = false;
 };
 
+/// The Mamba-2 causal conv1d decode update fused into the input projection's epilogue: the thread that writes
+/// y[m, col0 + c] (fp32) for a channel c < conv.dim also runs conv1d_update_dual's step for row m on that value
+/// (conv_update_channel, decode_math.cuh: the window of state block state_indices[m] shifted in place, bias, taps,
+/// SiLU) and writes the result to out[m, c]: the bits conv1d_update_dual writes for plain decode rows (one token and
+/// one state block per row; rows whose block is 0 are padding and skipped). Rows >= rows are left alone.
+struct SkinnyConvEpilogue {
+  ConvParams conv;                         ///< conv.weight null: none
+  int64_t col0 = 0;                        ///< y's column of channel 0
+  const int32_t* state_indices = nullptr;  ///< [rows] int32 device: each row's state block
+  int64_t rows = 0;
+  float* out = nullptr;                    ///< [rows, conv.dim] fp32, row stride out_stride
+  int64_t out_stride = 0;
+};
+
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
   SkinnyActInput act;                        ///< the activation input (a.x is then ignored and may be null)
   SkinnyGatedNormInput norm;                 ///< the gated-norm input (a.x ignored; not with act)
+  SkinnyConvEpilogue conv;                   ///< the conv update epilogue (with a plain x only)
 };
+
+/// Whether skinny_gemm takes `e` for the GEMM `a`: 1 <= M <= 16, an fp32 y, the channels inside y's columns
+/// (col0 >= 0, col0 + dim <= N), 1 <= rows <= M, width 1..8 (a state view unless width 1), an fp32 or bf16 conv
+/// state, out_stride >= dim. Else the caller runs conv1d_update_dual after a plain GEMM.
+bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e);
 
 /// Whether skinny_gemm takes `n` for the GEMM `a`: 1 <= M <= 16, K % 8 == 0, 16-byte aligned weight rows, group_size
 /// a multiple of 8 dividing K, at most 128 (row, group) pairs per block (min(M, 16) x K / group_size), and y / z /

@@ -120,7 +120,7 @@ class CudaGatedDelta final : public CudaModule {
     //    decode steps on the skinny kernel compute the norm in out_proj's x loads (the same bits).
     SkinnyExtras ex;
     ex.norm = {o, Vd, proj + C, PW, norm_.as<float>(), m_.eps, m_.head_v_dim, true};
-    if (!opt.fuse_gated_norm || !ctx_.gemm_run_fused_input(ex, T, out_proj_, out, H_)) {
+    if (!opt.fuse_gated_norm || !ctx_.gemm_run_fused(ex, nullptr, T, 0, out_proj_, out, H_)) {
       SSM_CUDA_CHECK(gated_rms_norm_pdl(o, Vd, proj + C, PW, norm_.as<float>(), m_.eps, T, Vd, m_.head_v_dim, true, gated, wd,
                                         Vd, opt.pdl, s));
       ctx_.gemm_run(gated, T, Vd, out_proj_, out, H_);

@@ -51,7 +51,7 @@ class CudaMlp final : public CudaModule {
     // Decode rows on the skinny kernel: the activation computed in the down GEMM's x loads (the same bits).
     SkinnyExtras ex;
     ex.act = {gu, GW, gated_};
-    if (ctx_.opt.fuse_mlp_act && ctx_.gemm_run_fused_input(ex, T, down_, out, H_)) return;
+    if (ctx_.opt.fuse_mlp_act && ctx_.gemm_run_fused(ex, nullptr, T, 0, down_, out, H_)) return;
     SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream, ctx_.opt.pdl));
     ctx_.gemm_run(act, T, I_, down_, out, H_);
   }
