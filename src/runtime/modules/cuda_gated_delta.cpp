@@ -51,6 +51,17 @@ class CudaGatedDelta final : public CudaModule {
     p[4].get(T * m_.value_dim() * dtype_size(ctx_.opt.weight_dtype));
   }
 
+  /// The decode conv over [q | k | v] (columns 0..conv_dim() of in_proj's output) in in_proj's epilogue.
+  bool input_epilogue(const CudaStep& st, const ModuleState& state, int64_t col, SkinnyConvEpilogue& e) const override {
+    const MambaBatchMetadata& md = st.batch.meta;
+    const int64_t nd = md.num_decode_rows();
+    if (!ctx_.opt.fuse_conv_epilogue || md.num_prefills != 0 || st.meta.spec_cols != 1 || nd < 1 || nd != st.T) return false;
+    e.conv = conv_params(state);
+    e.col0 = col, e.state_indices = st.meta.state_indices_d, e.rows = nd;
+    e.out = (*ctx_.scratch)[1].f32(st.T * m_.conv_dim()), e.out_stride = m_.conv_dim();
+    return true;
+  }
+
   void forward(const CudaStep& st, const ModuleState& state, const void* normed, float* out) override {
     const MambaBatchMetadata& md = st.batch.meta;
     const StepMeta& sm = st.meta;
@@ -67,11 +78,13 @@ class CudaGatedDelta final : public CudaModule {
     float* gb = p[2].f32(T * 2 * Hv);  // [T, g (Hv) | beta (Hv)]
     float* o = p[3].f32(T * Vd);
     void* gated = p[4].get(T * Vd * dtype_size(wd));
-    // 1. proj = in_proj(normed) = [q | k | v | z | b | a].
-    ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);
+    // 1. proj = in_proj(normed) = [q | k | v | z | b | a]; on plain decode steps with 2. in its epilogue.
+    SkinnyExtras in_ex;
+    const bool conv_done = input_epilogue(st, state, 0, in_ex.conv) && ctx_.gemm_run_fused(in_ex, normed, T, H_, in_proj_, proj, PW);
+    if (!conv_done) ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);
     // 2. Causal conv1d + SiLU over [q | k | v].
-    const ConvParams conv{C, m_.conv_kernel, conv_weight_.as<float>(), nullptr, state.conv, true};
-    if (nd > 0) SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
+    const ConvParams conv = conv_params(state);
+    if (nd > 0 && !conv_done) SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
     // "all"-mode stores: the conv windows at the store offsets first (the prefill conv overwrites the rows' windows).
     if (np > 0 && sm.stores.any())
       SSM_CUDA_CHECK(conv_store_windows(proj + P0 * PW, PW, C, m_.conv_kernel, state.conv, sm.query_start_loc_p,
@@ -129,6 +142,10 @@ class CudaGatedDelta final : public CudaModule {
   }
 
  private:
+  /// The conv over [q | k | v] with SiLU (no bias; this layer's weights and state view).
+  ConvParams conv_params(const ModuleState& state) const {
+    return {m_.conv_dim(), m_.conv_kernel, conv_weight_.as<float>(), nullptr, state.conv, true};
+  }
   /// Throws Error when a state store's sequence position (num_computed + offset) does not end a chunk of this
   /// mixer's chunk_size (the walk stores only at chunk ends).
   void check_stores_on_chunk_ends(const MambaBatchMetadata& md) const {
