@@ -389,6 +389,16 @@ TEST(CudaSkinnyGemm, GatedNormInputEqualsNormThenGemmBitForBit) {
         const auto got = to_host<float>(got_d, M * sh.N);
         ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "form " << f;
       }
+      {  // the runner's route (CudaRunnerContext::gemm_run_fused_input): GemmHandle with no x (x_stride 0)
+        cuda::GemmHandle gemm;
+        DeviceBuffer got_d = poisoned_bytes(M * sh.N * 4);
+        cuda::GemmArgs g = a;
+        g.y = got_d.data();
+        gemm.run(g, nullptr, nullptr, 0, &ex);
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(got_d, M * sh.N);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "GemmHandle";
+      }
     }
   // Not served: group not a multiple of 8, unaligned y, with the activation input too (refused by skinny_gemm).
   DeviceBuffer w(64 * 256 * 2), y(256 * 4 + 16), z(256 * 4), nw(256 * 4), out(64 * 4);
