@@ -349,9 +349,11 @@ TEST(CudaSkinnyGemm, GatedNormInputEqualsNormThenGemmBitForBit) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   struct S { int64_t N, K, group; bool nbg; };
-  const std::vector<S> shapes = quick() ? std::vector<S>{{3072, 3072, 3072, false}, {512, 2048, 128, true}, {96, 640, 80, false}}
-                                        : std::vector<S>{{3072, 3072, 3072, false}, {512, 2048, 128, true}, {96, 640, 80, false},
-                                                         {1536, 4096, 512, false}, {64, 256, 256, true}, {2048, 4096, 128, true}};
+  // Plans of 4, 1, 1, 8 and (full) 2 runs per thread.
+  std::vector<S> shapes = {{3072, 3072, 3072, false}, {512, 2048, 128, true}, {96, 640, 80, false}, {256, 5120, 5120, true}};
+  if (!quick())
+    for (const S& e : {S{1536, 4096, 512, false}, S{64, 256, 256, true}, S{2048, 4096, 128, true}, S{128, 2048, 2048, false}})
+      shapes.push_back(e);
   for (const S& sh : shapes)
     for (int64_t M : {1, 3, 8, 9, 16}) {
       SCOPED_TRACE(::testing::Message() << "N=" << sh.N << " K=" << sh.K << " group " << sh.group << " M=" << M);
