@@ -109,6 +109,11 @@ struct CudaModelOptions {
   /// CudaSkinnyGemm.ConvEpilogueEqualsGemmThenConvUpdateBitForBit, CudaHybridModel.FusedConvEpilogueEqualsSeparate).
   /// Off by default until those run on a GPU.
   bool fuse_conv_epilogue = false;
+  /// A MoE decode step's router GEMV and its routing in one launch (moe_router_route, moe.h: the last block to finish
+  /// routes) instead of two; SSMSERVE_FUSE_ROUTER_ROUTE=1. Designed bit-identical (tests:
+  /// CudaMoeRouter.RouterRouteEqualsGemvThenRouteBitForBit, CudaHybridModel.FusedRouterRouteEqualsSeparate). Off by default
+  /// until those run on a GPU.
+  bool fuse_router_route = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

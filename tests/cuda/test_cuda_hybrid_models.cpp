@@ -262,6 +262,13 @@ TEST_P(CudaHybridModel, FusedConvEpilogueEqualsSeparate) {
   expect_same_logits(fused, separate, "logits with the conv update in the input projection's epilogue differ from its own launch");
 }
 
+TEST_P(CudaHybridModel, FusedRouterRouteEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions fused, separate;
+  fused.fuse_router_route = true, separate.fuse_router_route = false;
+  expect_same_logits(fused, separate, "logits with the routing in the router's launch differ from its own launch");
+}
+
 TEST_P(CudaHybridModel, FusedPairResidualEqualsSeparate) {
   REQUIRE_GPU();
   cuda::CudaModelOptions fused, separate;

@@ -2,6 +2,7 @@
 // and M <= 8, the shape of a decode step's MoE router (N = experts, K = hidden). cuBLASLt serves it with two kernels
 // (a batched dot and a one-block reduction, 5.5-6.5 us per router on the H200, no PDL); this is one.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/f32_gemv.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -11,9 +12,9 @@ using namespace detail;
 
 constexpr int kWarps = 8;  // output columns per block, one per warp
 
-/// Grid (ceil(N / 8)), 8 warps: warp w computes column n = blockIdx.x * 8 + w of all M rows. Lane l sums its
-/// float4 chunks k = 4 l + 128 j (j ascending, the 4 products in ascending k, one FMA each), then warp_sum. The order
-/// depends on K only, so a row's result does not depend on M. K % 4 == 0, strides % 4 == 0, 16-byte aligned rows.
+/// Grid (ceil(N / 8)), 8 warps: warp w computes column n = blockIdx.x * 8 + w of all M rows (f32_dot_column: the
+/// order depends on K only, so a row's result does not depend on M). K % 4 == 0, strides % 4 == 0, 16-byte aligned
+/// rows.
 template <int M>
 __global__ void __launch_bounds__(32 * kWarps) f32_gemv_kernel(int64_t N, int64_t K, const float* __restrict__ x,
                                                                int64_t xs, const float* __restrict__ w, int64_t ws,
@@ -23,24 +24,11 @@ __global__ void __launch_bounds__(32 * kWarps) f32_gemv_kernel(int64_t N, int64_
   const int lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (n >= N) return;
-  const float* wr = w + n * ws;
   float acc[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  for (int64_t k = 4 * lane; k < K; k += 128) {
-    const float4 wv = *reinterpret_cast<const float4*>(wr + k);
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const float4 xv = *reinterpret_cast<const float4*>(x + m * xs + k);
-      acc[m] = fmaf(xv.x, wv.x, acc[m]);
-      acc[m] = fmaf(xv.y, wv.y, acc[m]);
-      acc[m] = fmaf(xv.z, wv.z, acc[m]);
-      acc[m] = fmaf(xv.w, wv.w, acc[m]);
-    }
-  }
+  f32_dot_column<M>(x, xs, w + n * ws, K, acc);
 #pragma unroll
   for (int m = 0; m < M; ++m) {
-    const float s = warp_sum(acc[m]);
+    const float s = acc[m];
     if (lane == 0) y[m * ys + n] = s;
   }
 }
