@@ -114,6 +114,11 @@ struct CudaModelOptions {
   /// CudaMoeRouter.RouterRouteEqualsGemvThenRouteBitForBit, CudaHybridModel.FusedRouterRouteEqualsSeparate). Off by default
   /// until those run on a GPU.
   bool fuse_router_route = false;
+  /// The MoE shared expert's cast of the layer's fp32 rows into the GEMM dtype done in its gate / up GEMM's loads
+  /// (SkinnyF32Input, CudaModule::forward_from_f32) on decode rows instead of a kernel of its own;
+  /// SSMSERVE_FUSE_F32_INPUT=1. Designed bit-identical (tests: CudaSkinnyGemm.F32InputEqualsCastThenGemmBitForBit,
+  /// CudaHybridModel.FusedF32InputEqualsSeparate). Off by default until those run on a GPU.
+  bool fuse_f32_input = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

@@ -269,6 +269,13 @@ TEST_P(CudaHybridModel, FusedRouterRouteEqualsSeparate) {
   expect_same_logits(fused, separate, "logits with the routing in the router's launch differ from its own launch");
 }
 
+TEST_P(CudaHybridModel, FusedF32InputEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions fused, separate;
+  fused.fuse_f32_input = true, separate.fuse_f32_input = false;
+  expect_same_logits(fused, separate, "logits with the shared expert's cast in its GEMM's loads differ from its own launch");
+}
+
 TEST_P(CudaHybridModel, FusedPairResidualEqualsSeparate) {
   REQUIRE_GPU();
   cuda::CudaModelOptions fused, separate;

@@ -341,6 +341,11 @@ bool skinny_gated_norm_input_serves(const GemmArgs& a, const SkinnyGatedNormInpu
                                      n.group_size).vpt > 0;
 }
 
+bool skinny_f32_input_serves(const GemmArgs& a, const SkinnyF32Input& in) {
+  return in.x && a.ab_dtype == DType::BF16 && a.M >= 1 && a.M <= 16 && a.K >= 1 && a.K % 8 == 0 && a.w &&
+         a.w_stride >= a.K && rows16(a.w, a.w_stride * 2) && in.x_stride >= a.K && rows16(in.x, in.x_stride * 4);
+}
+
 bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e) {
   const ConvParams& c = e.conv;
   const DType sd = c.conv_states.dtype;
@@ -353,9 +358,10 @@ bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e)
 
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
-  const bool norm = extras.norm.y != nullptr, conv = extras.conv.conv.weight != nullptr;
-  const bool act = extras.act.gu != nullptr || norm;  // x computed from other rows (a.x unused)
-  if (int{extras.act.gu != nullptr} + int{norm} + int{conv} > 1) return cudaErrorInvalidValue;  // one form at a time
+  const bool norm = extras.norm.y != nullptr, conv = extras.conv.conv.weight != nullptr, f32 = extras.f32.x != nullptr;
+  const bool act = extras.act.gu != nullptr || norm || f32;  // x computed from other rows (a.x unused)
+  if (int{extras.act.gu != nullptr} + int{norm} + int{conv} + int{f32} > 1) return cudaErrorInvalidValue;  // one form
+  if (f32 && !skinny_f32_input_serves(a, extras.f32)) return cudaErrorInvalidValue;
   if (extras.act.gu && !skinny_act_input_serves(a, extras.act)) return cudaErrorInvalidValue;
   if (norm && !skinny_gated_norm_input_serves(a, extras.norm)) return cudaErrorInvalidValue;
   if (conv && !skinny_conv_epilogue_serves(a, extras.conv)) return cudaErrorInvalidValue;
@@ -370,6 +376,7 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   p.preload = kernel_tuning().skinny_preload;
   p.x = static_cast<const __nv_bfloat16*>(a.x), p.xs = a.x_stride;
   p.gu = extras.act.gu, p.gus = extras.act.gu_stride;
+  if (f32) p.gu = extras.f32.x, p.gus = extras.f32.x_stride;
   if (norm) {
     const SkinnyGatedNormInput& n = extras.norm;
     const detail::GatedNormVecPlan plan =
@@ -427,6 +434,7 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   };
   if (norm) return fused(std::integral_constant<int, kGatedNorm>{});
   if (conv) return fused(std::integral_constant<int, kConvEpilogue>{});
+  if (f32) return fused(std::integral_constant<int, kF32Cast>{});
   if (act) return extras.act.gated ? fused(std::integral_constant<int, kActGated>{})
                                    : fused(std::integral_constant<int, kActRelu2>{});
   if (!vec) {

@@ -91,13 +91,29 @@ struct SkinnyConvEpilogue {
   int64_t out_stride = 0;
 };
 
+/// x given as fp32 rows and rounded to bf16 (to nearest even) in the loads, cast_rows' bits (rms_norm.h): the cast kernel
+/// before a GEMM fused into it (the MoE's shared expert reads the layer's fp32 normed rows). x: [M, K] fp32, row stride
+/// x_stride. Decode rows only: see skinny_f32_input_serves.
+struct SkinnyF32Input {
+  const float* x = nullptr;  ///< null: x is read as given
+  int64_t x_stride = 0;
+};
+
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
   SkinnyActInput act;                        ///< the activation input (a.x is then ignored and may be null)
   SkinnyGatedNormInput norm;                 ///< the gated-norm input (a.x ignored; not with act)
   SkinnyConvEpilogue conv;                   ///< the conv update epilogue (with a plain x only)
+  SkinnyF32Input f32;                        ///< the fp32 input (a.x ignored)
+  /// Launch without Programmatic Dependent Launch (the first kernel on a stream after a fork: its dependency is an
+  /// event, not a kernel before it).
+  bool plain_launch = false;
 };
+
+/// Whether skinny_gemm takes `in` for the GEMM `a`: 1 <= M <= 16, K % 8 == 0, 16-byte aligned weight and x rows
+/// (x_stride % 4 == 0, >= K).
+bool skinny_f32_input_serves(const GemmArgs& a, const SkinnyF32Input& in);
 
 /// Whether skinny_gemm takes `e` for the GEMM `a`: 1 <= M <= 16, an fp32 y, the channels inside y's columns
 /// (col0 >= 0, col0 + dim <= N), 1 <= rows <= M, width 1..8 (a state view unless width 1), an fp32 or bf16 conv

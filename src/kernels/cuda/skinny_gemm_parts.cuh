@@ -25,6 +25,7 @@ enum Form : int {
   kActRelu2 = 2,      ///< x = relu(gate)^2 (SkinnyActInput)
   kGatedNorm = 3,     ///< x = the gated RMSNorm of y, z (SkinnyGatedNormInput), after the block's prologue
   kConvEpilogue = 4,  ///< x read as bf16 rows; the conv update of y's xBC columns (SkinnyConvEpilogue)
+  kF32Cast = 5,       ///< x = bf16(fp32 rows) (SkinnyF32Input)
 };
 /// Whether FORM reads x as bf16 rows.
 constexpr bool plain_x(int form) { return form == kPlain || form == kConvEpilogue; }
@@ -44,7 +45,8 @@ struct Params {
   int cta_splits, groups, tiles;  // splits per block; blocks (split groups) per tile; 16-row tiles
   float* partials;                // groups > 1: [m-blocks, tiles, groups, MT * 4, 32] group sums
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
-  const float* gu;    // kActGated / kActRelu2: the MLP's gate / up rows instead of x; kGatedNorm: the norm's y rows
+  const float* gu;    // kActGated / kActRelu2: the MLP's gate / up rows instead of x; kGatedNorm: the norm's y rows;
+                      // kF32Cast: the fp32 x rows
   int64_t gus;
   // kGatedNorm (SkinnyGatedNormInput): z rows, weight, eps, group size and count, norm_before_gate, and the norm
   // kernel's launch shape (gated_norm_vec_plan: runs per thread, threads) whose reduction the prologue reproduces.
@@ -171,6 +173,17 @@ __device__ __forceinline__ uint4 load8_norm(const Params& p, const float* yr, co
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/// 8 bf16 x values of an fp32 row at column k (kF32Cast): each rounded to nearest even, cast_rows' bits; zeros past K
+/// or when !ok. 16-byte loads.
+__device__ __forceinline__ uint4 load8_f32(const float* row, int k, int K, bool ok) {
+  if (!ok || k >= K) return make_uint4(0, 0, 0, 0);
+  const float4 a = *reinterpret_cast<const float4*>(row + k), b = *reinterpret_cast<const float4*>(row + k + 4);
+  const __nv_bfloat162 h0 = __floats2bfloat162_rn(a.x, a.y), h1 = __floats2bfloat162_rn(a.z, a.w);
+  const __nv_bfloat162 h2 = __floats2bfloat162_rn(b.x, b.y), h3 = __floats2bfloat162_rn(b.z, b.w);
+  return make_uint4(*reinterpret_cast<const uint32_t*>(&h0), *reinterpret_cast<const uint32_t*>(&h1),
+                    *reinterpret_cast<const uint32_t*>(&h2), *reinterpret_cast<const uint32_t*>(&h3));
+}
+
 /// Where a warp's x rows come from: bf16 rows (FORM 0), activation rows (1 / 2: a = gate / up), gated-norm rows (3:
 /// a = y, b = z, inv = the row's inverse rms per group).
 template <int MT>
@@ -196,6 +209,7 @@ __device__ __forceinline__ void load_x_form(uint4 (&b)[U][MT], const XRows<MT>& 
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
         if constexpr (FORM == kGatedNorm) b[u][j] = load8_norm(p, r.a[j], r.b[j], r.inv[j], k, p.K, on && r.ok[j]);
+        else if constexpr (FORM == kF32Cast) b[u][j] = load8_f32(r.a[j], k, p.K, on && r.ok[j]);
         else b[u][j] = load8_act<FORM>(r.a[j], k, p.K, on && r.ok[j]);
       }
     }

@@ -117,9 +117,14 @@ class CudaMoe final : public CudaModule {
         ctx_.branch->fork(st.stream);
         sst.stream = ctx_.branch->side.get();
       }
-      void* xc = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
-      SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, sst.stream, pdl && !ctx_.branch));
-      shared_->forward(sst, state, xc, y);
+      sst.forked = ctx_.branch != nullptr;
+      // The cast into the GEMM dtype folded into the shared expert's first GEMM (fuse_f32_input), else its own launch.
+      if (!shared_->forward_from_f32(sst, state, normed, y)) {
+        void* xc = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
+        SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, sst.stream, pdl && !ctx_.branch));
+        sst.forked = false;  // the cast was the branch's first kernel
+        shared_->forward(sst, state, xc, y);
+      }
     }
     // Under moe_fused_shared_add (gated adds by default, every add at 2) the combine kernel adds y (gated: times
     // sigmoid(x . w_g)), waiting for the branch just before it; else a launch of its own below. Decode-sized steps
