@@ -9,6 +9,7 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <vector>
 
 #include "apps/commands.h"
 #include "core/error.h"
@@ -21,6 +22,7 @@ struct MultiTurnArgs {
   EngineConfig engine;
   std::string load_format = "auto";
   std::vector<int> history_lens = {1024, 2048, 4096, 8192};
+  bool history_lens_given = false;  // --history-lens on the command line (else the defaults, trimmed to the context)
   int turn_tokens = 200;
   int output_len = 32;
   int num_iters = 3;
@@ -74,6 +76,24 @@ int run_multiturn(MultiTurnArgs& a) {
   LLMEngine engine(a.engine);
   SSM_CHECK(engine.prefix_cache_config().enabled(), "bench multiturn measures prefix caching: drop --no-enable-prefix-caching "
                                                     "/ --mamba-cache-mode none");
+  // The longest prompt is turn 2 (history + turn 1's answer + the new tokens), and it must leave room for one
+  // generated token: check every length now, not after the shorter ones have run. Default lengths that do not fit
+  // are left out; given ones are an error naming the flags.
+  if (const int ctx = engine.max_model_len(); ctx > 0) {
+    const auto fits = [&](int h) { return static_cast<long long>(h) + a.output_len + a.turn_tokens < ctx; };
+    if (!a.history_lens_given) {
+      std::erase_if(a.history_lens, [&](int h) { return !fits(h); });
+      SSM_CHECK(!a.history_lens.empty(),
+                "the context (max_model_len) of {} tokens is too short for the default --history-lens with --output-len {} "
+                "+ --turn-tokens {}: pass shorter --history-lens",
+                ctx, a.output_len, a.turn_tokens);
+    }
+    for (int h : a.history_lens)
+      SSM_CHECK(fits(h),
+                "--history-lens {} + --output-len {} + --turn-tokens {} leave no room for a token within the context "
+                "(max_model_len) of {} tokens",
+                h, a.output_len, a.turn_tokens, ctx);
+  }
   const int V = engine.model_config().vocab_size;
   std::mt19937_64 rng(static_cast<uint64_t>(a.seed));
   auto random_ids = [&](int n) {
@@ -133,15 +153,19 @@ Runner add_bench_multiturn(CLI::App& bench) {
                                                     "cache vs uncached, per history length");
   add_engine_options(*cmd, a->engine, a->load_format);
   const auto check_max_model_len = add_engine_max_model_len(*cmd, a->engine);
-  cmd->add_option("--history-lens", a->history_lens, "History lengths in tokens (several values)")->capture_default_str();
+  CLI::Option* history_lens =
+      cmd->add_option("--history-lens", a->history_lens,
+                      "History lengths in tokens (several values; by default those that fit the context)")
+          ->capture_default_str();
   cmd->add_option("--turn-tokens", a->turn_tokens, "New tokens each turn appends")->capture_default_str();
   cmd->add_option("--output-len", a->output_len, "Tokens the model answers in turn 1")->capture_default_str();
   cmd->add_option("--num-iters", a->num_iters, "Conversations per history length (the median is reported)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the random token ids")->capture_default_str();
   cmd->add_option("--output-json", a->output_json, "Also write the results to this JSON file");
-  return [a, cmd, check_max_model_len]() -> int {
+  return [a, cmd, check_max_model_len, history_lens]() -> int {
     if (!cmd->parsed()) return -1;
     check_max_model_len();
+    a->history_lens_given = history_lens->count() > 0;
     return run_multiturn(*a);
   };
 }

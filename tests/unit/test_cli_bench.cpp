@@ -1,5 +1,6 @@
 // `ssmserve bench throughput` as a user runs it on models/tiny-mamba: the printed numbers, the --output-json
-// fields, --dataset prompts from a JSONL file, and clear errors with exit code 1 for bad flags and files.
+// fields, --dataset prompts from a JSONL file, and clear errors with exit code 1 for bad flags and files; `bench
+// latency` and `bench multiturn` limits against the context.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -201,6 +202,25 @@ TEST(CliBenchLatency, InputPlusOutputBeyondTheContextIsAnError) {
                        " --load-format dummy --input-len 131000 --output-len 100 --num-iters 1 --num-iters-warmup 0");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--input-len 131000 + --output-len 100 exceed the model's maximum context length of 131072"));
+}
+
+TEST(CliBenchMultiturn, HistoryBeyondTheContextIsAnErrorBeforeAnyRow) {
+  // Turn 2 = history + answer + new tokens must leave room for one token; checked for every length up front, not
+  // after the shorter lengths have run (before: an unnamed prompt-length error at the last default length).
+  const CliRun r = run("bench multiturn --model " + kTiny + " --max-model-len 300 --history-lens 16 280 --num-iters 1");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--history-lens 280 + --output-len 32 + --turn-tokens 200 leave no room"));
+  EXPECT_THAT(r.out, Not(HasSubstr("TTFT")));
+}
+
+TEST(CliBenchMultiturn, DefaultHistoryLengthsAreTrimmedToTheContext) {
+  const CliRun r = run("bench multiturn --model " + kTiny + " --max-model-len 1100 --num-iters 1 --output-len 2 --turn-tokens 8");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("      1024"));
+  EXPECT_THAT(r.out, Not(HasSubstr("2048")));
+  const CliRun none = run("bench multiturn --model " + kTiny + " --max-model-len 500");
+  EXPECT_EQ(none.status, 1) << none.err;
+  EXPECT_THAT(none.err, HasSubstr("too short for the default --history-lens"));
 }
 
 TEST(CliBenchLatency, WritesJson) {
