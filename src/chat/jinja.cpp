@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <ctime>
+#include <string>
 
 #include "core/error.h"
 #include "chat/jinja_render.h"
@@ -17,6 +19,25 @@ namespace {
 /// Deepest statement + expression nesting one render may reach (the parser bounds each template's nesting to 256
 /// levels; recursive macros stack those up to 64 times). Past it rendering raises an Error, not a stack overflow.
 constexpr int kMaxRenderDepth = 1024;
+
+/// transformers' strftime_now(format): the local time now, as Python's datetime.now().strftime(format) (C locale)
+/// gives it; chat templates put today's date in the system prompt with it (Granite 3, Llama 3.x, SmolLM3).
+std::string strftime_now(const std::string& format) {
+  SSM_CHECK(format.find('\0') == std::string::npos, "template: strftime_now() format has an embedded null character");
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  SSM_CHECK(localtime_r(&now, &local) != nullptr, "template: strftime_now(): the local time is not available");
+  // A trailing space tells an empty result from a buffer too small (std::strftime returns 0 for both).
+  const std::string f = format + " ";
+  for (size_t cap = 2 * f.size() + 64;; cap *= 4) {
+    check_string_size(cap);
+    std::string out(cap, '\0');
+    if (const size_t n = std::strftime(out.data(), out.size(), f.c_str(), &local); n > 0) {
+      out.resize(n - 1);
+      return out;
+    }
+  }
+}
 
 /// Indexable items of a list or a string (a string's characters as iterate() splits them) without copying a list or
 /// building one JSON string per character: subscripts and slices of long message contents stay cheap.
@@ -397,7 +418,10 @@ Value Renderer::call(const Expr& e) {
       for (const auto& [k, x] : e.kwargs) o[k] = eval(*x).data();
       return Value::of(o);
     }
-    if (f == "strftime_now") return Value::of(std::string(""));
+    if (f == "strftime_now") {
+      SSM_CHECK(a.size() == 1 && a[0].data().is_string(), "template: strftime_now() takes one format string");
+      return Value::of(strftime_now(a[0].data().get<std::string>()));
+    }
     fail("template: unknown function {}()", f);
   }
   if (callee.kind == Expr::Attr) return method(eval(*callee.args[0]), callee.name, a, e);

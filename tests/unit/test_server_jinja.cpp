@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <ctime>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -261,6 +263,28 @@ TEST(ServerJinja, CrLfReadAsLf) {
   EXPECT_EQ(render("{{ 'a\r\nb' }}|x\r\ny\rz"), "a\nb|x\ny\nz");
   EXPECT_EQ(render("{% if 1 %}\r\nA{% endif %}\r\n"), "A");
   EXPECT_EQ(render("{{ '\\r' }}"), "\r");
+}
+
+TEST(ServerJinja, StrftimeNowIsTheLocalTimeNow) {
+  // transformers' strftime_now(format) = datetime.now().strftime(format): templates such as Granite 3's put
+  // "Today's Date: " + strftime_now('%B %d, %Y') in the system prompt (it rendered as "" before).
+  const auto now_as = [](const char* f) {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char buf[64];
+    return std::string(buf, std::strftime(buf, sizeof buf, f, &tm));
+  };
+  const std::string year = now_as("%Y");
+  EXPECT_EQ(render("{{ strftime_now('%Y') }}"), year);
+  const std::string date = render("Today's Date: {{ strftime_now('%B %d, %Y') }}.");
+  EXPECT_NE(date.find(year + "."), std::string::npos) << date;
+  EXPECT_GT(date.size(), std::string("Today's Date: , .").size() + year.size()) << date;
+  EXPECT_EQ(render("[{{ strftime_now('') }}]"), "[]");
+  EXPECT_EQ(render("{{ strftime_now('%%') }}"), "%");
+  EXPECT_EQ(render("{{ strftime_now('%Y' * 1000) | length }}"), std::to_string(1000 * year.size()));
+  EXPECT_THROW(render("{{ strftime_now() }}"), Error);
+  EXPECT_THROW(render("{{ strftime_now(5) }}"), Error);
 }
 
 TEST(ServerChatTemplate, DefaultTemplateWithoutCheckpointTemplate) {
