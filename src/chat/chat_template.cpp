@@ -67,13 +67,23 @@ std::map<std::string, std::string> template_sources(const std::filesystem::path&
     }
   }
   if (!sources.empty()) return sources;  // template files take priority over tokenizer_config.json entries
+  // tokenizer_config.json's "chat_template": one template, or a list of {"name", "template"} (null = none). Any
+  // other shape is an error naming it, not a silent fall back to the plain default template.
   auto it = cfg.find("chat_template");
-  if (it != cfg.end() && it->is_string()) {
+  if (it == cfg.end() || it->is_null()) return sources;
+  const std::string where = (model_dir / "tokenizer_config.json").string();
+  if (it->is_string()) {
     sources["default"] = it->get<std::string>();
-  } else if (it != cfg.end() && it->is_array()) {
-    for (const auto& e : *it)
-      if (e.is_object() && e.contains("name") && e["name"].is_string() && e.contains("template") && e["template"].is_string())
-        sources[e["name"].get<std::string>()] = e["template"].get<std::string>();
+    return sources;
+  }
+  SSM_CHECK(it->is_array(), "{}: field \"chat_template\" must be a string or a list of {{\"name\", \"template\"}} objects (got {})",
+            where, json_excerpt(*it));
+  for (size_t i = 0; i < it->size(); ++i) {
+    const auto& e = (*it)[i];
+    SSM_CHECK(e.is_object() && e.contains("name") && e["name"].is_string() && e.contains("template") && e["template"].is_string(),
+              "{}: \"chat_template\"[{}] must be an object with string \"name\" and \"template\" (got {})", where, i,
+              json_excerpt(e));
+    sources[e["name"].get<std::string>()] = e["template"].get<std::string>();
   }
   return sources;
 }

@@ -322,5 +322,32 @@ TEST(ServerChatTemplate, CheckpointTemplateWinsOverDefaultAndOverrideWinsOverBot
   std::filesystem::remove_all(dir);
 }
 
+TEST(ServerChatTemplate, MalformedTokenizerConfigTemplateIsAnErrorNamingIt) {
+  // A "chat_template" that is neither a string, a list of {"name", "template"} nor null was skipped, and the
+  // checkpoint silently chatted with the plain default template.
+  const auto dir = std::filesystem::temp_directory_path() / ("ssm_chat_template_bad_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"chat_template": 5})", R"(field "chat_template" must be a string or a list)"},
+      {R"({"chat_template": {"default": "x"}})", R"(field "chat_template" must be a string or a list)"},
+      {R"({"chat_template": [{"name": "default", "template": "x"}, {"name": "tool_use"}]})", R"("chat_template"[1] must be)"},
+      {R"({"chat_template": ["x"]})", R"("chat_template"[0] must be)"},
+  };
+  for (const auto& [cfg, expect] : cases) {
+    SCOPED_TRACE(cfg);
+    std::ofstream(dir / "tokenizer_config.json") << cfg;
+    try {
+      ChatTemplate::load(dir);
+      ADD_FAILURE() << "loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tokenizer_config.json"), std::string::npos) << e.what();
+    }
+  }
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": null})";
+  EXPECT_TRUE(ChatTemplate::load(dir).is_default());
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ssmserve::server
