@@ -83,9 +83,8 @@ struct CudaRunnerContext {
     ProfileSpan span(profile, "gemm", stream);
     gemm->run({M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32}, stream, y2, y_stride);
   }
-  /// y [M, w.rows] fp32 = x w^T on the skinny kernel with ex's one fused form: x computed from its activation,
-  /// gated-norm or fp32 input (SkinnyActInput / SkinnyGatedNormInput / SkinnyF32Input; x may then be null), or its
-  /// conv update epilogue
+  /// y [M, w.rows] fp32 = x w^T on the skinny kernel with ex's one fused form: x computed from its elementwise or
+  /// gated-norm input (SkinnyEwInput / SkinnyGatedNormInput; x may then be null), or its conv update epilogue
   /// (SkinnyConvEpilogue), each the same bits as the separate kernel with gemm_run. Runs when the GEMM goes to the
   /// skinny kernel (decode rows) and the kernel serves the form; returns false with nothing enqueued otherwise (the
   /// caller runs gemm_run and the separate kernel).
@@ -93,10 +92,9 @@ struct CudaRunnerContext {
                       int64_t y_stride) const {
     const GemmArgs g{M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32};
     if (!gemm->takes_skinny(w.dtype, M)) return false;
-    const bool serves = ex.act.gu     ? skinny_act_input_serves(g, ex.act)
-                        : ex.norm.y   ? skinny_gated_norm_input_serves(g, ex.norm)
-                        : ex.f32.x    ? skinny_f32_input_serves(g, ex.f32)
-                                      : ex.conv.conv.weight && skinny_conv_epilogue_serves(g, ex.conv);
+    const bool serves = ex.ew.a     ? skinny_ew_input_serves(g, ex.ew)
+                        : ex.norm.y ? skinny_gated_norm_input_serves(g, ex.norm)
+                                    : ex.conv.conv.weight && skinny_conv_epilogue_serves(g, ex.conv);
     if (!serves) return false;
     ProfileSpan span(profile, "gemm", stream);
     gemm->run(g, stream, nullptr, 0, &ex);
@@ -147,7 +145,7 @@ class CudaModule {
   /// has no input projection.
   virtual void forward_projected(const CudaStep& step, const ModuleState& state, float* proj, int64_t proj_stride, float* out);
   /// forward from fp32 rows x [T, hidden] (row stride hidden) for a module whose input() is GemmDtype, with the cast to
-  /// the GEMM dtype folded into its first GEMM's loads (SkinnyF32Input: cast_rows' bits) when that GEMM serves it and
+  /// the GEMM dtype folded into its first GEMM's loads (SkinnyEwInput kCopy: cast_rows' bits) when that GEMM serves it and
   /// CudaModelOptions::fuse_f32_input allows: returns true when it ran; false with nothing enqueued otherwise (the
   /// caller casts and calls forward). Default: false. The MoE's shared expert (a dense MLP on the layer's fp32 rows).
   virtual bool forward_from_f32(const CudaStep& step, const ModuleState& state, const float* x, float* out) {

@@ -95,7 +95,7 @@ struct CudaModelOptions {
   /// which had no device).
   bool fuse_pair_residual = false;
   /// The dense MLP's activation (silu(gate) * up or relu(gate)^2) computed in its down GEMM's x loads on decode rows
-  /// (SkinnyActInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_MLP_ACT=1. Designed bit-identical
+  /// (SkinnyEwInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_MLP_ACT=1. Designed bit-identical
   /// (tests: CudaSkinnyGemm.ActInputEqualsActivationThenGemmBitForBit, CudaHybridModel.FusedMlpActEqualsSeparate).
   /// Off by default until those run on a GPU.
   bool fuse_mlp_act = false;
@@ -114,9 +114,9 @@ struct CudaModelOptions {
   /// CudaMoeRouter.RouterRouteEqualsGemvThenRouteBitForBit, CudaHybridModel.FusedRouterRouteEqualsSeparate). Off by default
   /// until those run on a GPU.
   bool fuse_router_route = false;
-  /// The MoE shared expert's cast of the layer's fp32 rows into the GEMM dtype done in its gate / up GEMM's loads
-  /// (SkinnyF32Input, CudaModule::forward_from_f32) on decode rows instead of a kernel of its own;
-  /// SSMSERVE_FUSE_F32_INPUT=1. Designed bit-identical (tests: CudaSkinnyGemm.F32InputEqualsCastThenGemmBitForBit,
+  /// The cast of fp32 rows into the GEMM dtype before a GEMM (the MoE shared expert's input, CudaModule::
+  /// forward_from_f32; the attention's output before o_proj, with Qwen's output gate) done in that GEMM's loads
+  /// (SkinnyEwInput kCopy / kSigmoidGate) on decode rows instead of a kernel of its own; SSMSERVE_FUSE_F32_INPUT=1. Designed bit-identical (tests: CudaSkinnyGemm.EwCopyAndGateEqualCastThenGemmBitForBit,
   /// CudaHybridModel.FusedF32InputEqualsSeparate). Off by default until those run on a GPU.
   bool fuse_f32_input = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;

@@ -24,7 +24,7 @@ using cuda::DeviceBuffer;
 using cuda::to_device;
 using cuda::to_host;
 
-/// The MLP activation in the down GEMM's x loads (SkinnyActInput): bit-identical to mlp_activation's bf16 rows
+/// The MLP activation in the down GEMM's x loads (SkinnyEwInput kSiluMul / kRelu2): bit-identical to mlp_activation's bf16 rows
 /// followed by the plain skinny GEMM, gated (silu(gate) * up) and relu^2, for decode row counts, K not a multiple of
 /// 32, the default and explicit launch forms and split counts from 1 to 64 blocks; refused where it does not serve.
 TEST(CudaSkinnyGemm, ActInputEqualsActivationThenGemmBitForBit) {
@@ -51,8 +51,8 @@ TEST(CudaSkinnyGemm, ActInputEqualsActivationThenGemmBitForBit) {
         const auto want = to_host<float>(want_d, M * sh.N);
         const cuda::GemmArgs a{M, sh.N, sh.K, nullptr, 0, dw.data(), sh.K, DType::BF16, nullptr, sh.N, DType::F32};
         cuda::SkinnyExtras ex;
-        ex.act = {dgu.as<float>(), gs, gated};
-        ASSERT_TRUE(cuda::skinny_act_input_serves(a, ex.act));
+        ex.ew = {dgu.as<float>(), gs, dgu.as<float>() + sh.K, gs, gated ? cuda::SkinnyEwOp::kSiluMul : cuda::SkinnyEwOp::kRelu2};
+        ASSERT_TRUE(cuda::skinny_ew_input_serves(a, ex.ew));
         // The default, then both explicit forms (pipelined unroll 2, plain unroll 4) in the default's summation order.
         const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, sh.N, sh.K);
         cuda::SkinnyTuning forms[2] = {d, d};
@@ -70,24 +70,27 @@ TEST(CudaSkinnyGemm, ActInputEqualsActivationThenGemmBitForBit) {
           ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "form " << f;
         }
       }
-  // Where it does not serve: more than 16 rows, K % 8 != 0, an unaligned gu row, a gu row too short.
+  // Where it does not serve: more than 16 rows, K % 8 != 0, an unaligned a row, a row stride below K, no b row.
   DeviceBuffer w(64 * 48 * 2), gu(17 * 96 * 4 + 16);
   const cuda::GemmArgs ok{1, 64, 48, nullptr, 0, w.data(), 48, DType::BF16, nullptr, 64, DType::F32};
-  EXPECT_TRUE(cuda::skinny_act_input_serves(ok, {gu.as<float>(), 96, true}));
+  const float* g0 = gu.as<float>();
+  using Op = cuda::SkinnyEwOp;
+  EXPECT_TRUE(cuda::skinny_ew_input_serves(ok, {g0, 96, g0 + 48, 96, Op::kSiluMul}));
   cuda::GemmArgs big = ok;
   big.M = 17;
-  EXPECT_FALSE(cuda::skinny_act_input_serves(big, {gu.as<float>(), 96, true}));
+  EXPECT_FALSE(cuda::skinny_ew_input_serves(big, {g0, 96, g0 + 48, 96, Op::kSiluMul}));
   cuda::GemmArgs odd = ok;
   odd.K = 44, odd.w_stride = 44;
-  EXPECT_FALSE(cuda::skinny_act_input_serves(odd, {gu.as<float>(), 96, true}));
-  EXPECT_FALSE(cuda::skinny_act_input_serves(ok, {gu.as<float>() + 1, 96, true}));
-  EXPECT_FALSE(cuda::skinny_act_input_serves(ok, {gu.as<float>(), 92, true}));
-  EXPECT_TRUE(cuda::skinny_act_input_serves(ok, {gu.as<float>(), 48, false}));
+  EXPECT_FALSE(cuda::skinny_ew_input_serves(odd, {g0, 96, g0 + 44, 96, Op::kSiluMul}));
+  EXPECT_FALSE(cuda::skinny_ew_input_serves(ok, {g0 + 1, 96, g0 + 49, 96, Op::kSiluMul}));
+  EXPECT_FALSE(cuda::skinny_ew_input_serves(ok, {g0, 44, g0 + 48, 96, Op::kSiluMul}));
+  EXPECT_FALSE(cuda::skinny_ew_input_serves(ok, {g0, 96, nullptr, 0, Op::kSigmoidGate}));
+  EXPECT_TRUE(cuda::skinny_ew_input_serves(ok, {g0, 48, nullptr, 0, Op::kRelu2}));
   DeviceBuffer y(64 * 4);
   cuda::GemmArgs bad = big;
   bad.y = y.data();
   cuda::SkinnyExtras e;
-  e.act = {gu.as<float>(), 96, true};
+  e.ew = {g0, 96, g0 + 48, 96, Op::kSiluMul};
   EXPECT_EQ(cuda::skinny_gemm(bad, nullptr, 0, false, nullptr, nullptr, 0, nullptr, e), cudaErrorInvalidValue);
 }
 
@@ -166,7 +169,7 @@ TEST(CudaSkinnyGemm, GatedNormInputEqualsNormThenGemmBitForBit) {
   shifted.y = y.as<float>() + 1;
   EXPECT_FALSE(cuda::skinny_gated_norm_input_serves(ok, shifted));
   cuda::SkinnyExtras both;
-  both.norm = n, both.act = {y.as<float>(), 512, true};
+  both.norm = n, both.ew = {y.as<float>(), 256, nullptr, 0, cuda::SkinnyEwOp::kCopy};
   EXPECT_EQ(cuda::skinny_gemm(ok, nullptr, 0, false, nullptr, nullptr, 0, nullptr, both), cudaErrorInvalidValue);
 }
 
@@ -248,56 +251,65 @@ TEST(CudaSkinnyGemm, ConvEpilogueEqualsGemmThenConvUpdateBitForBit) {
   EXPECT_FALSE(cuda::skinny_conv_epilogue_serves(ok, f16));
 }
 
-/// The fp32 input (SkinnyF32Input: the MoE shared expert's rows): bit-identical to cast_rows into bf16 followed by the
-/// plain skinny GEMM, for decode row counts, K not a multiple of 32, padded rows, both explicit launch forms, a plain
-/// launch; refused for an unaligned row.
-TEST(CudaSkinnyGemm, F32InputEqualsCastThenGemmBitForBit) {
+/// The cast and the attention output gate in the loads (SkinnyEwInput kCopy: the MoE shared expert's fp32 rows and
+/// the attention output; kSigmoidGate: Qwen's gated attention): bit-identical to cast_rows / sigmoid_gate into bf16
+/// followed by the plain skinny GEMM, for decode row counts, K not a multiple of 32, padded rows, both explicit launch
+/// forms and a plain launch through GemmHandle; refused for an unaligned row.
+TEST(CudaSkinnyGemm, EwCopyAndGateEqualCastThenGemmBitForBit) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   cuda::GemmHandle gemm;
   struct S { int64_t N, K; };
-  for (const S& sh : {S{2048, 1536}, S{64, 40}, S{1856, 2688}, S{300, 1032}})
-    for (int64_t M : {1, 3, 8, 9, 16}) {
-      SCOPED_TRACE(::testing::Message() << "N=" << sh.N << " K=" << sh.K << " M=" << M);
-      const int64_t xs = sh.K + 12;
-      std::vector<float> x = rand_vec(rng, static_cast<size_t>(M * xs), -3.0f, 3.0f);
-      std::vector<float> w = rand_vec(rng, static_cast<size_t>(sh.N * sh.K), -0.05f, 0.05f);
-      DeviceBuffer dx = to_device(x), dw = to_device(to_bf16_bits(w)), dc(M * sh.K * 2), want_d(M * sh.N * 4);
-      SSM_CUDA_CHECK(cuda::cast_rows(dx.as<float>(), xs, M, sh.K, dc.data(), DType::BF16, sh.K, nullptr));
-      SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, dc.data(), sh.K, dw.data(), sh.K, DType::BF16, want_d.data(), sh.N, DType::F32},
-                            nullptr, 0, true, nullptr));
-      SSM_CUDA_CHECK(cudaDeviceSynchronize());
-      const auto want = to_host<float>(want_d, M * sh.N);
-      const cuda::GemmArgs a{M, sh.N, sh.K, nullptr, 0, dw.data(), sh.K, DType::BF16, nullptr, sh.N, DType::F32};
-      cuda::SkinnyExtras ex;
-      ex.f32 = {dx.as<float>(), xs};
-      ASSERT_TRUE(cuda::skinny_f32_input_serves(a, ex.f32));
-      const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, sh.N, sh.K);
-      cuda::SkinnyTuning forms[2] = {d, d};
-      forms[0].auto_shape = forms[1].auto_shape = false;
-      forms[0].pipelined = true, forms[0].unroll = 2, forms[1].pipelined = false, forms[1].unroll = 4;
-      for (int f = 0; f < 4; ++f) {  // the default, both explicit forms, then through GemmHandle with a plain launch
-        cuda::SkinnyExtras e = ex;
-        if (f == 1 || f == 2) e.tuning = &forms[f - 1];
-        DeviceBuffer got_d = poisoned_bytes(M * sh.N * 4);
-        cuda::GemmArgs g = a;
-        g.y = got_d.data();
-        if (f < 3) {
-          SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr, e));
-        } else {
-          e.plain_launch = true;
-          gemm.run(g, nullptr, nullptr, 0, &e);
-        }
+  for (const bool gate : {false, true})
+    for (const S& sh : {S{2048, 1536}, S{64, 40}, S{1856, 2688}, S{300, 1032}})
+      for (int64_t M : {1, 3, 8, 9, 16}) {
+        SCOPED_TRACE(::testing::Message() << "gate " << gate << " N=" << sh.N << " K=" << sh.K << " M=" << M);
+        const int64_t xs = sh.K + 12, gs = 3 * sh.K + 4;
+        std::vector<float> x = rand_vec(rng, static_cast<size_t>(M * xs), -3.0f, 3.0f);
+        std::vector<float> g = rand_vec(rng, static_cast<size_t>(M * gs), -6.0f, 6.0f);
+        std::vector<float> w = rand_vec(rng, static_cast<size_t>(sh.N * sh.K), -0.05f, 0.05f);
+        DeviceBuffer dx = to_device(x), dg = to_device(g), dw = to_device(to_bf16_bits(w)), dc(M * sh.K * 2);
+        DeviceBuffer want_d(M * sh.N * 4);
+        const float* gr = dg.as<float>() + sh.K;  // the gate columns inside a wider projection row
+        if (gate)
+          SSM_CUDA_CHECK(cuda::sigmoid_gate(dx.as<float>(), xs, gr, gs, M, sh.K, dc.data(), DType::BF16, sh.K, nullptr));
+        else
+          SSM_CUDA_CHECK(cuda::cast_rows(dx.as<float>(), xs, M, sh.K, dc.data(), DType::BF16, sh.K, nullptr));
+        SSM_CUDA_CHECK(skinny({M, sh.N, sh.K, dc.data(), sh.K, dw.data(), sh.K, DType::BF16, want_d.data(), sh.N, DType::F32},
+                              nullptr, 0, true, nullptr));
         SSM_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto got = to_host<float>(got_d, M * sh.N);
-        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "form " << f;
+        const auto want = to_host<float>(want_d, M * sh.N);
+        const cuda::GemmArgs a{M, sh.N, sh.K, nullptr, 0, dw.data(), sh.K, DType::BF16, nullptr, sh.N, DType::F32};
+        cuda::SkinnyExtras ex;
+        ex.ew = gate ? cuda::SkinnyEwInput{dx.as<float>(), xs, gr, gs, cuda::SkinnyEwOp::kSigmoidGate}
+                     : cuda::SkinnyEwInput{dx.as<float>(), xs, nullptr, 0, cuda::SkinnyEwOp::kCopy};
+        ASSERT_TRUE(cuda::skinny_ew_input_serves(a, ex.ew));
+        const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, sh.N, sh.K);
+        cuda::SkinnyTuning forms[2] = {d, d};
+        forms[0].auto_shape = forms[1].auto_shape = false;
+        forms[0].pipelined = true, forms[0].unroll = 2, forms[1].pipelined = false, forms[1].unroll = 4;
+        for (int f = 0; f < 4; ++f) {  // the default, both explicit forms, then through GemmHandle with a plain launch
+          cuda::SkinnyExtras e = ex;
+          if (f == 1 || f == 2) e.tuning = &forms[f - 1];
+          DeviceBuffer got_d = poisoned_bytes(M * sh.N * 4);
+          cuda::GemmArgs gg = a;
+          gg.y = got_d.data();
+          if (f < 3) {
+            SSM_CUDA_CHECK(skinny(gg, nullptr, 0, true, nullptr, e));
+          } else {
+            e.plain_launch = true;
+            gemm.run(gg, nullptr, nullptr, 0, &e);
+          }
+          SSM_CUDA_CHECK(cudaDeviceSynchronize());
+          const auto got = to_host<float>(got_d, M * sh.N);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "form " << f;
+        }
+        cuda::SkinnyEwInput shifted = ex.ew;
+        shifted.a = dx.as<float>() + 2;
+        EXPECT_FALSE(cuda::skinny_ew_input_serves(a, shifted));
       }
-      cuda::SkinnyF32Input shifted = ex.f32;
-      shifted.x = dx.as<float>() + 2;
-      EXPECT_FALSE(cuda::skinny_f32_input_serves(a, shifted));
-    }
 }
 
 }  // namespace

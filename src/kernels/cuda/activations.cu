@@ -25,7 +25,7 @@ __global__ void gate_kernel(const float* __restrict__ o, int64_t os, const float
   const int64_t t = blockIdx.x;
   const int64_t end = min(cols, static_cast<int64_t>(blockIdx.y + 1) * kActCols);
   for (int64_t c = static_cast<int64_t>(blockIdx.y) * kActCols + threadIdx.x; c < end; c += blockDim.x)
-    store(out + t * outs + c, o[t * os + c] * (1.0f / (1.0f + expf(-g[t * gs + c]))));
+    store(out + t * outs + c, sigmoid_gate_value(o[t * os + c], g[t * gs + c]));
 }
 
 /// gate_kernel for prefill-sized steps (KernelTuning::prefill_row_kernels, T >= 64): grid (T, ceil(cols / 2048)),
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(256) gate_vec_kernel(const float* __restrict__
   const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
   __align__(16) TO v[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) store(v + i, ov[i] * (1.0f / (1.0f + expf(-gv[i]))));
+  for (int i = 0; i < 8; ++i) store(v + i, sigmoid_gate_value(ov[i], gv[i]));
   const uint4* src = reinterpret_cast<const uint4*>(v);
   uint4* dst = reinterpret_cast<uint4*>(out + t * outs + c);
   for (size_t i = 0; i < sizeof(v) / 16; ++i) dst[i] = src[i];

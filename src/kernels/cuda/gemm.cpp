@@ -48,8 +48,8 @@ void GemmHandle::run(const GemmArgs& g, cudaStream_t stream, void* y2, int64_t y
   SSM_CHECK(!y2 || (g.y_dtype == DType::F32 && y2_stride >= g.N), "gemm: y2 needs an F32 y and y2_stride >= N");
   SSM_CHECK(!extras || takes_skinny(g.ab_dtype, g.M), "gemm: skinny extras on a GEMM that is not routed to the skinny kernel");
   if (takes_skinny(g.ab_dtype, g.M)) {
-    // x computed from the activation or gated-norm input (SkinnyActInput / SkinnyGatedNormInput): a.x unused.
-    const bool act = extras && (extras->act.gu || extras->norm.y || extras->f32.x);
+    // x computed from the elementwise or gated-norm input (SkinnyEwInput / SkinnyGatedNormInput): a.x unused.
+    const bool act = extras && (extras->ew.a || extras->norm.y);
     SSM_CHECK(g.M >= 0 && g.N >= 1 && g.K >= 1 && (act || g.x_stride >= g.K) && g.w_stride >= g.K && g.y_stride >= g.N,
               "gemm: bad sizes M={} N={} K={} or strides", g.M, g.N, g.K);
     ++skinny_calls_;

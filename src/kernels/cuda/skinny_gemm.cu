@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     xr.ok[j] = m < p.M;
     xr.x[j] = plain_x(FORM) ? p.x + mm * p.xs : nullptr;
     xr.a[j] = plain_x(FORM) ? nullptr : p.gu + mm * p.gus;
-    xr.b[j] = FORM == kGatedNorm ? p.nz + mm * p.nzs : nullptr;
+    xr.b[j] = FORM == kGatedNorm ? p.nz + mm * p.nzs : ew_reads_b(FORM) ? p.eb + mm * p.ebs : nullptr;
     xr.inv[j] = FORM == kGatedNorm ? inv_s + (m < p.M ? 8 * j + g : 0) * p.nG : nullptr;
   }
   float acc[MT][4];
@@ -323,10 +323,11 @@ namespace {
 bool rows16(const void* q, int64_t stride_bytes) { return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride_bytes % 16 == 0; }
 }  // namespace
 
-bool skinny_act_input_serves(const GemmArgs& a, const SkinnyActInput& act) {
-  return act.gu && a.ab_dtype == DType::BF16 && a.M >= 1 && a.M <= 16 && a.K >= 1 && a.K % 8 == 0 && a.w &&
-         a.w_stride >= a.K && rows16(a.w, a.w_stride * 2) && act.gu_stride >= (act.gated ? 2 * a.K : a.K) &&
-         rows16(act.gu, act.gu_stride * 4);
+bool skinny_ew_input_serves(const GemmArgs& a, const SkinnyEwInput& in) {
+  const bool needs_b = in.op == SkinnyEwOp::kSiluMul || in.op == SkinnyEwOp::kSigmoidGate;
+  return in.a && a.ab_dtype == DType::BF16 && a.M >= 1 && a.M <= 16 && a.K >= 1 && a.K % 8 == 0 && a.w &&
+         a.w_stride >= a.K && rows16(a.w, a.w_stride * 2) && in.a_stride >= a.K && rows16(in.a, in.a_stride * 4) &&
+         (!needs_b || (in.b && in.b_stride >= a.K && rows16(in.b, in.b_stride * 4)));
 }
 
 bool skinny_gated_norm_input_serves(const GemmArgs& a, const SkinnyGatedNormInput& n) {
@@ -341,11 +342,6 @@ bool skinny_gated_norm_input_serves(const GemmArgs& a, const SkinnyGatedNormInpu
                                      n.group_size).vpt > 0;
 }
 
-bool skinny_f32_input_serves(const GemmArgs& a, const SkinnyF32Input& in) {
-  return in.x && a.ab_dtype == DType::BF16 && a.M >= 1 && a.M <= 16 && a.K >= 1 && a.K % 8 == 0 && a.w &&
-         a.w_stride >= a.K && rows16(a.w, a.w_stride * 2) && in.x_stride >= a.K && rows16(in.x, in.x_stride * 4);
-}
-
 bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e) {
   const ConvParams& c = e.conv;
   const DType sd = c.conv_states.dtype;
@@ -358,11 +354,10 @@ bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e)
 
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
-  const bool norm = extras.norm.y != nullptr, conv = extras.conv.conv.weight != nullptr, f32 = extras.f32.x != nullptr;
-  const bool act = extras.act.gu != nullptr || norm || f32;  // x computed from other rows (a.x unused)
-  if (int{extras.act.gu != nullptr} + int{norm} + int{conv} + int{f32} > 1) return cudaErrorInvalidValue;  // one form
-  if (f32 && !skinny_f32_input_serves(a, extras.f32)) return cudaErrorInvalidValue;
-  if (extras.act.gu && !skinny_act_input_serves(a, extras.act)) return cudaErrorInvalidValue;
+  const bool norm = extras.norm.y != nullptr, conv = extras.conv.conv.weight != nullptr, ew = extras.ew.a != nullptr;
+  const bool act = ew || norm;  // x computed from other rows (a.x unused)
+  if (int{ew} + int{norm} + int{conv} > 1) return cudaErrorInvalidValue;  // one form per call
+  if (ew && !skinny_ew_input_serves(a, extras.ew)) return cudaErrorInvalidValue;
   if (norm && !skinny_gated_norm_input_serves(a, extras.norm)) return cudaErrorInvalidValue;
   if (conv && !skinny_conv_epilogue_serves(a, extras.conv)) return cudaErrorInvalidValue;
   if (a.ab_dtype != DType::BF16 || (a.y_dtype != DType::F32 && a.y_dtype != DType::BF16) || a.M < 0 || a.N < 1 ||
@@ -375,8 +370,7 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   p.late_trigger = kernel_tuning().skinny_late_trigger;
   p.preload = kernel_tuning().skinny_preload;
   p.x = static_cast<const __nv_bfloat16*>(a.x), p.xs = a.x_stride;
-  p.gu = extras.act.gu, p.gus = extras.act.gu_stride;
-  if (f32) p.gu = extras.f32.x, p.gus = extras.f32.x_stride;
+  p.gu = extras.ew.a, p.gus = extras.ew.a_stride, p.eb = extras.ew.b, p.ebs = extras.ew.b_stride;
   if (norm) {
     const SkinnyGatedNormInput& n = extras.norm;
     const detail::GatedNormVecPlan plan =
@@ -434,9 +428,15 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   };
   if (norm) return fused(std::integral_constant<int, kGatedNorm>{});
   if (conv) return fused(std::integral_constant<int, kConvEpilogue>{});
-  if (f32) return fused(std::integral_constant<int, kF32Cast>{});
-  if (act) return extras.act.gated ? fused(std::integral_constant<int, kActGated>{})
-                                   : fused(std::integral_constant<int, kActRelu2>{});
+  if (ew) {
+    switch (extras.ew.op) {
+      case SkinnyEwOp::kSiluMul: return fused(std::integral_constant<int, kEwSiluMul>{});
+      case SkinnyEwOp::kRelu2: return fused(std::integral_constant<int, kEwRelu2>{});
+      case SkinnyEwOp::kSigmoidGate: return fused(std::integral_constant<int, kEwSigmoidGate>{});
+      case SkinnyEwOp::kCopy: return fused(std::integral_constant<int, kEwCopy>{});
+    }
+    return cudaErrorInvalidValue;
+  }
   if (!vec) {
     if (mt == 1) return launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
     if (mt == 2) return launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);

@@ -49,15 +49,24 @@ struct SkinnyTuning {
 /// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200).
 SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K);
 
-/// The dense MLP's activation fused into its down projection's x loads: instead of reading x, the kernel computes
-/// x[m, k] = bf16(mlp_act_value(gu[m, k], gu[m, K + k], gated)) (common.cuh; gated: silu(gate) * up, else relu(gate)^2)
-/// as it loads each 8-value slice, the bits mlp_activation (activations.h) writes, so the product is bit-identical to
-/// the activation kernel followed by skinny_gemm. gu: [M, 2K] (gated: gate then up) or [M, K] fp32, row stride
-/// gu_stride (elements). Decode rows only: see skinny_act_input_serves.
-struct SkinnyActInput {
-  const float* gu = nullptr;  ///< null: x is read as given
-  int64_t gu_stride = 0;
-  bool gated = true;
+/// The elementwise operations an x operand can be computed with in the loads (SkinnyEwInput).
+enum class SkinnyEwOp : int {
+  kSiluMul,      ///< x = silu(a) * b: the gated MLP activation (mlp_activation: a = gate, b = up)
+  kRelu2,        ///< x = relu(a)^2: the relu^2 MLP activation (mlp_activation; b unused)
+  kSigmoidGate,  ///< x = a * sigmoid(b): the attention output gate (sigmoid_gate: a = output, b = gate)
+  kCopy,         ///< x = a: the cast to bf16 (cast_rows; b unused)
+};
+
+/// The x operand computed in the loads from fp32 rows a (and b), one element at a time with the arithmetic of the
+/// kernel it replaces (common.cuh's mlp_act_value / sigmoid_gate_value), then rounded to bf16 to nearest even: that
+/// kernel followed by skinny_gemm, bit for bit, in one launch. a, b: [M, K] fp32, row strides a_stride, b_stride
+/// (elements). Decode rows only: see skinny_ew_input_serves.
+struct SkinnyEwInput {
+  const float* a = nullptr;  ///< null: x is read as given
+  int64_t a_stride = 0;
+  const float* b = nullptr;  ///< kSiluMul, kSigmoidGate
+  int64_t b_stride = 0;
+  SkinnyEwOp op = SkinnyEwOp::kCopy;
 };
 
 /// The Mamba-2 / DeltaNet gated RMSNorm fused into the out projection's x loads: each block first computes the
@@ -91,29 +100,17 @@ struct SkinnyConvEpilogue {
   int64_t out_stride = 0;
 };
 
-/// x given as fp32 rows and rounded to bf16 (to nearest even) in the loads, cast_rows' bits (rms_norm.h): the cast kernel
-/// before a GEMM fused into it (the MoE's shared expert reads the layer's fp32 normed rows). x: [M, K] fp32, row stride
-/// x_stride. Decode rows only: see skinny_f32_input_serves.
-struct SkinnyF32Input {
-  const float* x = nullptr;  ///< null: x is read as given
-  int64_t x_stride = 0;
-};
-
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
-  SkinnyActInput act;                        ///< the activation input (a.x is then ignored and may be null)
-  SkinnyGatedNormInput norm;                 ///< the gated-norm input (a.x ignored; not with act)
-  SkinnyConvEpilogue conv;                   ///< the conv update epilogue (with a plain x only)
-  SkinnyF32Input f32;                        ///< the fp32 input (a.x ignored)
+  SkinnyEwInput ew;                          ///< the elementwise input (a.x is then ignored and may be null)
+  SkinnyGatedNormInput norm;                 ///< the gated-norm input (a.x ignored)
+  SkinnyConvEpilogue conv;                   ///< the conv update epilogue (with a plain x only; one form per call)
   /// Launch without Programmatic Dependent Launch (the first kernel on a stream after a fork: its dependency is an
   /// event, not a kernel before it).
   bool plain_launch = false;
 };
 
-/// Whether skinny_gemm takes `in` for the GEMM `a`: 1 <= M <= 16, K % 8 == 0, 16-byte aligned weight and x rows
-/// (x_stride % 4 == 0, >= K).
-bool skinny_f32_input_serves(const GemmArgs& a, const SkinnyF32Input& in);
 
 /// Whether skinny_gemm takes `e` for the GEMM `a`: 1 <= M <= 16, an fp32 y, the channels inside y's columns
 /// (col0 >= 0, col0 + dim <= N), 1 <= rows <= M, width 1..8 (a state view unless width 1), an fp32 or bf16 conv
@@ -126,10 +123,10 @@ bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e)
 /// and a plain GEMM.
 bool skinny_gated_norm_input_serves(const GemmArgs& a, const SkinnyGatedNormInput& n);
 
-/// Whether skinny_gemm takes `act` for the GEMM `a` (bf16 weight, x from act): 1 <= M <= 16, K % 8 == 0, the weight
-/// rows and gu rows 16-byte aligned (16-byte loads), gu_stride >= 2K (gated) or K. Else the caller runs the activation
-/// kernel and a plain GEMM.
-bool skinny_act_input_serves(const GemmArgs& a, const SkinnyActInput& act);
+/// Whether skinny_gemm takes `in` for the GEMM `a` (bf16 weight, x from in): 1 <= M <= 16, K % 8 == 0, the weight
+/// rows and the a (and, for kSiluMul / kSigmoidGate, b) rows 16-byte aligned (16-byte loads), strides >= K. Else the
+/// caller runs the elementwise kernel and a plain GEMM.
+bool skinny_ew_input_serves(const GemmArgs& a, const SkinnyEwInput& in);
 
 /// The base K split count for a weight of N rows and K columns (a power of two in [1, 64]; depends on N and K
 /// only): enough warps to keep HBM busy, at least 4 chunks of 32 per split (2 beyond 16 splits). The tuning

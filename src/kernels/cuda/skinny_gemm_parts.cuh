@@ -1,6 +1,6 @@
 // Owns the device-side parts of the skinny GEMM (skinny_gemm.cu, the only includer): its launch parameters, the W and
-// x loads of a chunk, the x input forms computed in the loads (SkinnyActInput: the MLP activation; SkinnyGatedNormInput:
-// the gated RMSNorm, with its per-block prologue) and the output epilogue form (SkinnyConvEpilogue: the Mamba-2 conv
+// x loads of a chunk, the x input forms computed in the loads (SkinnyEwInput: elementwise, e.g. the MLP activation;
+// SkinnyGatedNormInput: the gated RMSNorm, with its per-block prologue) and the output epilogue form (SkinnyConvEpilogue: the Mamba-2 conv
 // update). Each form computes exactly what the separate kernel it replaces computes (the shared per-element math of
 // common.cuh, decode_math.cuh and gated_norm_vec.cuh), so a fused GEMM gives the unfused path's bits.
 #pragma once
@@ -21,12 +21,16 @@ constexpr int kChunk = 32;  // k per chunk: two m16n8k16 steps
 /// The kernel's fused forms (its FORM template argument): where x comes from and what the epilogue adds.
 enum Form : int {
   kPlain = 0,         ///< x read as bf16 rows
-  kActGated = 1,      ///< x = silu(gate) * up (SkinnyActInput)
-  kActRelu2 = 2,      ///< x = relu(gate)^2 (SkinnyActInput)
+  kEwSiluMul = 1,     ///< x = silu(a) * b (SkinnyEwInput)
+  kEwRelu2 = 2,       ///< x = relu(a)^2 (SkinnyEwInput)
   kGatedNorm = 3,     ///< x = the gated RMSNorm of y, z (SkinnyGatedNormInput), after the block's prologue
   kConvEpilogue = 4,  ///< x read as bf16 rows; the conv update of y's xBC columns (SkinnyConvEpilogue)
-  kF32Cast = 5,       ///< x = bf16(fp32 rows) (SkinnyF32Input)
+  kEwCopy = 5,        ///< x = a (SkinnyEwInput: the cast)
+  kEwSigmoidGate = 6, ///< x = a * sigmoid(b) (SkinnyEwInput)
 };
+/// Whether FORM is an elementwise input, and whether it reads b rows.
+constexpr bool ew_form(int form) { return form == kEwSiluMul || form == kEwRelu2 || form == kEwCopy || form == kEwSigmoidGate; }
+constexpr bool ew_reads_b(int form) { return form == kEwSiluMul || form == kEwSigmoidGate; }
 /// Whether FORM reads x as bf16 rows.
 constexpr bool plain_x(int form) { return form == kPlain || form == kConvEpilogue; }
 
@@ -45,9 +49,10 @@ struct Params {
   int cta_splits, groups, tiles;  // splits per block; blocks (split groups) per tile; 16-row tiles
   float* partials;                // groups > 1: [m-blocks, tiles, groups, MT * 4, 32] group sums
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
-  const float* gu;    // kActGated / kActRelu2: the MLP's gate / up rows instead of x; kGatedNorm: the norm's y rows;
-                      // kF32Cast: the fp32 x rows
+  const float* gu;    // elementwise forms: the a rows instead of x; kGatedNorm: the norm's y rows
   int64_t gus;
+  const float* eb;    // elementwise forms reading b: the b rows
+  int64_t ebs;
   // kGatedNorm (SkinnyGatedNormInput): z rows, weight, eps, group size and count, norm_before_gate, and the norm
   // kernel's launch shape (gated_norm_vec_plan: runs per thread, threads) whose reduction the prologue reproduces.
   const float* nz;
@@ -96,23 +101,30 @@ __device__ __forceinline__ void load_x_chunks(uint4 (&b)[U][MT], const __nv_bflo
   }
 }
 
-/// 8 bf16 x values at column k of an activation-input row (FORM 1: silu(gate) * up with up K columns on; FORM 2:
-/// relu(gate)^2), zeros past K or when !ok: mlp_act_value then round to nearest, mlp_activation's bits. 16-byte loads.
+/// 8 bf16 x values at column k of an elementwise input (FORM: SkinnyEwInput's op on a row ar and b row br),
+/// zeros past K or when !ok: the op's per-element arithmetic (mlp_act_value, sigmoid_gate_value: the replaced kernel's)
+/// rounded to nearest, that kernel's bits. 16-byte loads.
 template <int FORM>
-__device__ __forceinline__ uint4 load8_act(const float* row, int k, int K, bool ok) {
-  uint4 v = make_uint4(0, 0, 0, 0);
-  if (!ok || k >= K) return v;
-  const float4 g0 = *reinterpret_cast<const float4*>(row + k), g1 = *reinterpret_cast<const float4*>(row + k + 4);
-  float4 u0 = make_float4(0.f, 0.f, 0.f, 0.f), u1 = u0;
-  if constexpr (FORM == 1)
-    u0 = *reinterpret_cast<const float4*>(row + K + k), u1 = *reinterpret_cast<const float4*>(row + K + k + 4);
-  const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-  const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+__device__ __forceinline__ uint4 load8_ew(const float* ar, const float* br, int k, int K, bool ok) {
+  if (!ok || k >= K) return make_uint4(0, 0, 0, 0);
+  const float4 a0 = *reinterpret_cast<const float4*>(ar + k), a1 = *reinterpret_cast<const float4*>(ar + k + 4);
+  float4 b0 = make_float4(0.f, 0.f, 0.f, 0.f), b1 = b0;
+  if constexpr (ew_reads_b(FORM))
+    b0 = *reinterpret_cast<const float4*>(br + k), b1 = *reinterpret_cast<const float4*>(br + k + 4);
+  const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+  const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+  float v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if constexpr (FORM == kEwSiluMul) v[i] = mlp_act_value(av[i], bv[i], true);
+    else if constexpr (FORM == kEwRelu2) v[i] = mlp_act_value(av[i], 0.0f, false);
+    else if constexpr (FORM == kEwSigmoidGate) v[i] = sigmoid_gate_value(av[i], bv[i]);
+    else v[i] = av[i];
+  }
   uint32_t w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(mlp_act_value(g[2 * i], u[2 * i], FORM == 1),
-                                                   mlp_act_value(g[2 * i + 1], u[2 * i + 1], FORM == 1));
+    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
     w[i] = *reinterpret_cast<const uint32_t*>(&h);
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
@@ -173,19 +185,8 @@ __device__ __forceinline__ uint4 load8_norm(const Params& p, const float* yr, co
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/// 8 bf16 x values of an fp32 row at column k (kF32Cast): each rounded to nearest even, cast_rows' bits; zeros past K
-/// or when !ok. 16-byte loads.
-__device__ __forceinline__ uint4 load8_f32(const float* row, int k, int K, bool ok) {
-  if (!ok || k >= K) return make_uint4(0, 0, 0, 0);
-  const float4 a = *reinterpret_cast<const float4*>(row + k), b = *reinterpret_cast<const float4*>(row + k + 4);
-  const __nv_bfloat162 h0 = __floats2bfloat162_rn(a.x, a.y), h1 = __floats2bfloat162_rn(a.z, a.w);
-  const __nv_bfloat162 h2 = __floats2bfloat162_rn(b.x, b.y), h3 = __floats2bfloat162_rn(b.z, b.w);
-  return make_uint4(*reinterpret_cast<const uint32_t*>(&h0), *reinterpret_cast<const uint32_t*>(&h1),
-                    *reinterpret_cast<const uint32_t*>(&h2), *reinterpret_cast<const uint32_t*>(&h3));
-}
-
-/// Where a warp's x rows come from: bf16 rows (FORM 0), activation rows (1 / 2: a = gate / up), gated-norm rows (3:
-/// a = y, b = z, inv = the row's inverse rms per group).
+/// Where a warp's x rows come from: bf16 rows (plain_x forms), elementwise rows (a, and b when the op reads it),
+/// gated-norm rows (a = y, b = z, inv = the row's inverse rms per group).
 template <int MT>
 struct XRows {
   const __nv_bfloat16* x[MT];
@@ -209,8 +210,7 @@ __device__ __forceinline__ void load_x_form(uint4 (&b)[U][MT], const XRows<MT>& 
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
         if constexpr (FORM == kGatedNorm) b[u][j] = load8_norm(p, r.a[j], r.b[j], r.inv[j], k, p.K, on && r.ok[j]);
-        else if constexpr (FORM == kF32Cast) b[u][j] = load8_f32(r.a[j], k, p.K, on && r.ok[j]);
-        else b[u][j] = load8_act<FORM>(r.a[j], k, p.K, on && r.ok[j]);
+        else b[u][j] = load8_ew<FORM>(r.a[j], r.b[j], k, p.K, on && r.ok[j]);
       }
     }
   }

@@ -53,7 +53,7 @@ class CudaMlp final : public CudaModule {
     if (!ctx_.opt.fuse_f32_input) return false;
     float* gu = (*ctx_.scratch)[0].f32(st.T * 2 * I_);
     SkinnyExtras ex;
-    ex.f32 = {x, H_};
+    ex.ew = {x, H_, nullptr, 0, SkinnyEwOp::kCopy};
     ex.plain_launch = st.forked;
     if (!ctx_.gemm_run_fused(ex, nullptr, st.T, 0, gate_up_, gu, gated_ ? 2 * I_ : I_)) return false;
     activation_and_down(st, gu, out);
@@ -68,7 +68,7 @@ class CudaMlp final : public CudaModule {
     void* act = (*ctx_.scratch)[3].get(T * I_ * dtype_size(wd));
     // Decode rows on the skinny kernel: the activation computed in the down GEMM's x loads (the same bits).
     SkinnyExtras ex;
-    ex.act = {gu, GW, gated_};
+    ex.ew = {gu, GW, gu + I_, GW, gated_ ? SkinnyEwOp::kSiluMul : SkinnyEwOp::kRelu2};
     if (ctx_.opt.fuse_mlp_act && ctx_.gemm_run_fused(ex, nullptr, T, 0, down_, out, H_)) return;
     SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream, ctx_.opt.pdl));
     ctx_.gemm_run(act, T, I_, down_, out, H_);
