@@ -1,7 +1,7 @@
 // GPU fused decode router (moe_router_route, kernels/cuda/moe.h): the router GEMV and the routing in one launch against
 // skinny_gemm_f32 followed by moe_route, bit for bit (logits, ids, weights), for every routing the supported families
-// use, 1..8 tokens, E from 16 to 512, tied logits, launches repeated (the arrival counter left at 0) and captured in a
-// CUDA graph; what it refuses. Skips without a GPU.
+// use, 1..8 tokens, E from 16 to 512, tied logits, x written by the kernel just before (PDL), launches repeated (the
+// arrival counter left at 0) and captured in a CUDA graph; what it refuses. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,6 +10,7 @@
 
 #include "cuda_test_util.h"
 #include "device/cuda_check.h"
+#include "kernels/cuda/activations.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/moe.h"
 
@@ -54,7 +55,8 @@ TEST(CudaMoeRouter, RouterRouteEqualsGemvThenRouteBitForBit) {
       auto x = rand_vec(rng, static_cast<size_t>(T * xs), -1.0f, 1.0f), w = rand_vec(rng, static_cast<size_t>(c.E * c.K), -0.1f, 0.1f);
       if (T > 1)  // token 1: all logits tied (a zero row)
         for (int64_t k = 0; k < c.K; ++k) x[xs + k] = 0.0f;
-      DeviceBuffer dx = to_device(x), dw = to_device(w);
+      // dx is rewritten from src by a kernel just before each fused launch (its PDL wait must order the reads).
+      DeviceBuffer dx = to_device(x), src = to_device(x), dw = to_device(w);
       DeviceBuffer bias = c.bias ? to_device(rand_vec(rng, static_cast<size_t>(c.E), -0.2f, 0.2f)) : DeviceBuffer(4);
       cuda::MoeDevWeights mw;
       mw.num_experts = c.E, mw.top_k = c.k;
@@ -73,6 +75,8 @@ TEST(CudaMoeRouter, RouterRouteEqualsGemvThenRouteBitForBit) {
       for (int rep = 0; rep < 3; ++rep) {
         SSM_CUDA_CHECK(cudaMemsetAsync(l2.data(), 0xff, T * c.E * 4, s));
         SSM_CUDA_CHECK(cudaMemsetAsync(i2.data(), 0xff, P * 4, s));
+        SSM_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0xff, T * xs * 4, s));
+        SSM_CUDA_CHECK(cuda::scaled_residual(dx.as<float>(), src.as<float>(), 1.0f, src.as<float>(), 0.0f, T * xs, s, false));
         if (rep < 2) {
           SSM_CUDA_CHECK(cuda::moe_router_route(dx.as<float>(), xs, T, dw.as<float>(), c.K, mw, l2.as<float>(), i2.as<int32_t>(),
                                                 w2.as<float>(), counter.as<unsigned>(), s, rep == 1));
@@ -80,6 +84,7 @@ TEST(CudaMoeRouter, RouterRouteEqualsGemvThenRouteBitForBit) {
           cudaGraph_t g = nullptr;
           cudaGraphExec_t ge = nullptr;
           SSM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+          SSM_CUDA_CHECK(cuda::scaled_residual(dx.as<float>(), src.as<float>(), 1.0f, src.as<float>(), 0.0f, T * xs, s, false));
           SSM_CUDA_CHECK(cuda::moe_router_route(dx.as<float>(), xs, T, dw.as<float>(), c.K, mw, l2.as<float>(), i2.as<int32_t>(),
                                                 w2.as<float>(), counter.as<unsigned>(), s, true));
           SSM_CUDA_CHECK(cudaStreamEndCapture(s, &g));

@@ -183,10 +183,12 @@ TEST(CudaSkinnyGemm, ConvEpilogueEqualsGemmThenConvUpdateBitForBit) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   struct S { int64_t N, K, col0, dim; int width; bool bias; DType sd; };
+  // Mamba-2-like (channels after z, bias), DeltaNet-like (channels from column 0, no bias), widths 1 to 8.
   const std::vector<S> shapes = {{3328, 1024, 1024, 2304, 4, true, DType::F32}, {600, 256, 40, 520, 2, false, DType::BF16},
-                                 {12000, 3072, 6400, 3328, 4, true, DType::BF16}};
+                                 {12000, 3072, 6400, 3328, 4, true, DType::BF16}, {4096, 512, 0, 2048, 4, false, DType::F32},
+                                 {256, 128, 64, 128, 1, true, DType::F32}, {1024, 256, 128, 512, 8, true, DType::BF16}};
   for (const S& sh : shapes)
-    for (int64_t M : {1, 4, 9, 16}) {
+    for (int64_t M : {1, 4, 6, 9, 16}) {
       SCOPED_TRACE(::testing::Message() << "N=" << sh.N << " K=" << sh.K << " dim " << sh.dim << " width " << sh.width
                                         << " bf16 state " << (sh.sd == DType::BF16) << " M=" << M);
       const int64_t rows = M > 4 ? M - 2 : M, blocks = M + 3, stride = (sh.width - 1) * sh.dim + 8;
