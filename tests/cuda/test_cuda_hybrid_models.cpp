@@ -120,6 +120,12 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
       sched.advance(step);
     }
   }
+  /// A decode fusion (a bool CudaModelOptions member) on against off: the same logits bits.
+  void expect_fusion_bit_identical(bool cuda::CudaModelOptions::*fuse, const char* what) {
+    cuda::CudaModelOptions on, off;
+    on.*fuse = true, off.*fuse = false;
+    expect_same_logits(on, off, what);
+  }
   std::filesystem::path dir_;
   ModelConfig cfg_;
   LoadFormat format_ = LoadFormat::Auto;
@@ -243,44 +249,38 @@ TEST_P(CudaHybridModel, FusedScaledResidualEqualsSeparate) {
 // The decode fusions of session 32 (off by default until these pass on a GPU): each on against off, same logits bits.
 TEST_P(CudaHybridModel, FusedMlpActEqualsSeparate) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions fused, separate;
-  fused.fuse_mlp_act = true, separate.fuse_mlp_act = false;
-  expect_same_logits(fused, separate, "logits with the MLP activation in the down GEMM's loads differ from its own launch");
+  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_mlp_act,
+                              "logits with the MLP activation in the down GEMM's loads differ from its own launch");
 }
 
 TEST_P(CudaHybridModel, FusedGatedNormEqualsSeparate) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions fused, separate;
-  fused.fuse_gated_norm = true, separate.fuse_gated_norm = false;
-  expect_same_logits(fused, separate, "logits with the gated norm in the out projection's loads differ from its own launch");
+  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_gated_norm,
+                              "logits with the gated norm in the out projection's loads differ from its own launch");
 }
 
 TEST_P(CudaHybridModel, FusedConvEpilogueEqualsSeparate) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions fused, separate;
-  fused.fuse_conv_epilogue = true, separate.fuse_conv_epilogue = false;
-  expect_same_logits(fused, separate, "logits with the conv update in the input projection's epilogue differ from its own launch");
+  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_conv_epilogue,
+                              "logits with the conv update in in_proj's epilogue differ from its own launch");
 }
 
 TEST_P(CudaHybridModel, FusedRouterRouteEqualsSeparate) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions fused, separate;
-  fused.fuse_router_route = true, separate.fuse_router_route = false;
-  expect_same_logits(fused, separate, "logits with the routing in the router's launch differ from its own launch");
+  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_router_route,
+                              "logits with the routing in the router's launch differ from its own launch");
 }
 
 TEST_P(CudaHybridModel, FusedF32InputEqualsSeparate) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions fused, separate;
-  fused.fuse_f32_input = true, separate.fuse_f32_input = false;
-  expect_same_logits(fused, separate, "logits with the shared expert's cast in its GEMM's loads differ from its own launch");
+  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_f32_input,
+                              "logits with the shared expert's cast in its GEMM's loads differ from its own launch");
 }
 
 TEST_P(CudaHybridModel, FusedPairResidualEqualsSeparate) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions fused, separate;
-  fused.fuse_pair_residual = true, separate.fuse_pair_residual = false;
-  expect_same_logits(fused, separate, "logits with a parallel pair's residuals in the next norm differ from their own launch");
+  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_pair_residual,
+                              "logits with a parallel pair's residuals in the next norm differ from their launch");
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,

@@ -24,6 +24,35 @@ using cuda::DeviceBuffer;
 using cuda::to_device;
 using cuda::to_host;
 
+/// The fused GEMM `a` (y set per launch) with extras `ex` gives `want` (M x N fp32) bit for bit in every way it can be
+/// launched: the default launch shape, both explicit forms in the default's summation order (pipelined unroll 2,
+/// plain unroll 4), and through GemmHandle as the runner calls it (no x, x_stride 0) with a plain launch (the first
+/// kernel after a fork).
+void expect_every_launch_gives(const cuda::GemmArgs& a, const cuda::SkinnyExtras& ex, const std::vector<float>& want) {
+  const cuda::SkinnyTuning d = cuda::skinny_default_tuning(a.M, a.N, a.K);
+  cuda::SkinnyTuning forms[2] = {d, d};
+  forms[0].auto_shape = forms[1].auto_shape = false;
+  forms[0].pipelined = true, forms[0].unroll = 2, forms[1].pipelined = false, forms[1].unroll = 4;
+  cuda::GemmHandle gemm;
+  for (int f = 0; f < 4; ++f) {
+    cuda::SkinnyExtras e = ex;
+    if (f == 1 || f == 2) e.tuning = &forms[f - 1];
+    DeviceBuffer got_d = poisoned_bytes(a.M * a.N * 4);
+    cuda::GemmArgs g = a;
+    g.y = got_d.data();
+    if (f < 3) {
+      SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr, e));
+    } else {
+      e.plain_launch = true;
+      gemm.run(g, nullptr, nullptr, 0, &e);
+    }
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = to_host<float>(got_d, a.M * a.N);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+        << (f == 0 ? "default launch" : f == 1 ? "pipelined form" : f == 2 ? "plain form" : "GemmHandle, plain launch");
+  }
+}
+
 /// The MLP activation in the down GEMM's x loads (SkinnyEwInput kSiluMul / kRelu2): bit-identical to mlp_activation's bf16 rows
 /// followed by the plain skinny GEMM, gated (silu(gate) * up) and relu^2, for decode row counts, K not a multiple of
 /// 32, the default and explicit launch forms and split counts from 1 to 64 blocks; refused where it does not serve.
@@ -53,22 +82,7 @@ TEST(CudaSkinnyGemm, ActInputEqualsActivationThenGemmBitForBit) {
         cuda::SkinnyExtras ex;
         ex.ew = {dgu.as<float>(), gs, dgu.as<float>() + sh.K, gs, gated ? cuda::SkinnyEwOp::kSiluMul : cuda::SkinnyEwOp::kRelu2};
         ASSERT_TRUE(cuda::skinny_ew_input_serves(a, ex.ew));
-        // The default, then both explicit forms (pipelined unroll 2, plain unroll 4) in the default's summation order.
-        const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, sh.N, sh.K);
-        cuda::SkinnyTuning forms[2] = {d, d};
-        forms[0].auto_shape = forms[1].auto_shape = false;
-        forms[0].pipelined = true, forms[0].unroll = 2, forms[1].pipelined = false, forms[1].unroll = 4;
-        for (int f = 0; f < 3; ++f) {
-          cuda::SkinnyExtras e = ex;
-          if (f > 0) e.tuning = &forms[f - 1];
-          DeviceBuffer got_d = poisoned_bytes(M * sh.N * 4);
-          cuda::GemmArgs g = a;
-          g.y = got_d.data();
-          SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr, e));
-          SSM_CUDA_CHECK(cudaDeviceSynchronize());
-          const auto got = to_host<float>(got_d, M * sh.N);
-          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "form " << f;
-        }
+        expect_every_launch_gives(a, ex, want);
       }
   // Where it does not serve: more than 16 rows, K % 8 != 0, an unaligned a row, a row stride below K, no b row.
   DeviceBuffer w(64 * 48 * 2), gu(17 * 96 * 4 + 16);
@@ -131,31 +145,7 @@ TEST(CudaSkinnyGemm, GatedNormInputEqualsNormThenGemmBitForBit) {
                              DType::F32}, nullptr, 0, true, nullptr));
       SSM_CUDA_CHECK(cudaDeviceSynchronize());
       const auto want = to_host<float>(want_d, M * sh.N);
-      const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, sh.N, sh.K);
-      cuda::SkinnyTuning forms[2] = {d, d};
-      forms[0].auto_shape = forms[1].auto_shape = false;
-      forms[0].pipelined = true, forms[0].unroll = 2, forms[1].pipelined = false, forms[1].unroll = 4;
-      for (int f = 0; f < 3; ++f) {  // the default, then both explicit forms
-        cuda::SkinnyExtras e = ex;
-        if (f > 0) e.tuning = &forms[f - 1];
-        DeviceBuffer got_d = poisoned_bytes(M * sh.N * 4);
-        cuda::GemmArgs g = a;
-        g.y = got_d.data();
-        SSM_CUDA_CHECK(skinny(g, nullptr, 0, true, nullptr, e));
-        SSM_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto got = to_host<float>(got_d, M * sh.N);
-        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "form " << f;
-      }
-      {  // the runner's route (CudaRunnerContext::gemm_run_fused_input): GemmHandle with no x (x_stride 0)
-        cuda::GemmHandle gemm;
-        DeviceBuffer got_d = poisoned_bytes(M * sh.N * 4);
-        cuda::GemmArgs g = a;
-        g.y = got_d.data();
-        gemm.run(g, nullptr, nullptr, 0, &ex);
-        SSM_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto got = to_host<float>(got_d, M * sh.N);
-        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "GemmHandle";
-      }
+      expect_every_launch_gives(a, ex, want);
     }
   // Not served: group not a multiple of 8, unaligned y, with the activation input too (refused by skinny_gemm).
   DeviceBuffer w(64 * 256 * 2), y(256 * 4 + 16), z(256 * 4), nw(256 * 4), out(64 * 4);
@@ -262,7 +252,6 @@ TEST(CudaSkinnyGemm, EwCopyAndGateEqualCastThenGemmBitForBit) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  cuda::GemmHandle gemm;
   struct S { int64_t N, K; };
   for (const bool gate : {false, true})
     for (const S& sh : {S{2048, 1536}, S{64, 40}, S{1856, 2688}, S{300, 1032}})
@@ -288,26 +277,7 @@ TEST(CudaSkinnyGemm, EwCopyAndGateEqualCastThenGemmBitForBit) {
         ex.ew = gate ? cuda::SkinnyEwInput{dx.as<float>(), xs, gr, gs, cuda::SkinnyEwOp::kSigmoidGate}
                      : cuda::SkinnyEwInput{dx.as<float>(), xs, nullptr, 0, cuda::SkinnyEwOp::kCopy};
         ASSERT_TRUE(cuda::skinny_ew_input_serves(a, ex.ew));
-        const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, sh.N, sh.K);
-        cuda::SkinnyTuning forms[2] = {d, d};
-        forms[0].auto_shape = forms[1].auto_shape = false;
-        forms[0].pipelined = true, forms[0].unroll = 2, forms[1].pipelined = false, forms[1].unroll = 4;
-        for (int f = 0; f < 4; ++f) {  // the default, both explicit forms, then through GemmHandle with a plain launch
-          cuda::SkinnyExtras e = ex;
-          if (f == 1 || f == 2) e.tuning = &forms[f - 1];
-          DeviceBuffer got_d = poisoned_bytes(M * sh.N * 4);
-          cuda::GemmArgs gg = a;
-          gg.y = got_d.data();
-          if (f < 3) {
-            SSM_CUDA_CHECK(skinny(gg, nullptr, 0, true, nullptr, e));
-          } else {
-            e.plain_launch = true;
-            gemm.run(gg, nullptr, nullptr, 0, &e);
-          }
-          SSM_CUDA_CHECK(cudaDeviceSynchronize());
-          const auto got = to_host<float>(got_d, M * sh.N);
-          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "form " << f;
-        }
+        expect_every_launch_gives(a, ex, want);
         cuda::SkinnyEwInput shifted = ex.ew;
         shifted.a = dx.as<float>() + 2;
         EXPECT_FALSE(cuda::skinny_ew_input_serves(a, shifted));
