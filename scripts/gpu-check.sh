@@ -57,20 +57,27 @@ run_step() {  # name, log, command...
 }
 if [ "${SSMSERVE_GPU_QUICK:-0}" = 1 ]; then
   run_step "op harness (quick)" ops.log env SSMSERVE_CUDA_TEST_QUICK=1 "$bin/test_cuda_ops"
+  run_step "scan op harness (quick)" scan-ops.log env SSMSERVE_CUDA_TEST_QUICK=1 "$bin/test_cuda_scan_ops"
 else
   run_step "op harness" ops.log "$bin/test_cuda_ops"
+  run_step "scan op harness" scan-ops.log "$bin/test_cuda_scan_ops"
 fi
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel_err|Expected|seed" "$out/ops.log" | head -40 >>"$summary"
+grep -hE "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel_err|Expected|seed" "$out/ops.log" "$out/scan-ops.log" | head -60 >>"$summary"
 
 # 2. compute-sanitizer on the small shapes (memcheck: out-of-bounds / misaligned accesses and leaks;
 #    racecheck: shared-memory hazards).
 if command -v compute-sanitizer >/dev/null; then
   export SSMSERVE_CUDA_TEST_QUICK=1
   run_step "memcheck" memcheck.log compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 "$bin/test_cuda_ops"
+  run_step "memcheck (scan ops)" memcheck-scan.log compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 3 "$bin/test_cuda_scan_ops"
   run_step "racecheck" racecheck.log compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 3 \
     "$bin/test_cuda_ops" --gtest_filter='-CudaGemm.*'
+  run_step "racecheck (scan ops)" racecheck-scan.log compute-sanitizer --tool racecheck --report-api-errors no \
+    --error-exitcode 3 "$bin/test_cuda_scan_ops"
   unset SSMSERVE_CUDA_TEST_QUICK
-  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/memcheck.log" "$out/racecheck.log" >>"$summary"
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/memcheck.log" "$out/memcheck-scan.log" "$out/racecheck.log" \
+    "$out/racecheck-scan.log" >>"$summary"
 else
   note "compute-sanitizer not found: skipped"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU tensor-parallel check (issue 9) on a machine with 2+ GPUs, in one command: the NCCL TP = 2 runners against
-# TP = 1 (test_cuda_tp: collectives, logits of ragged prefill + decode steps, greedy generation, speculative verify
-# rows), the collectives'
+# TP = 1 (test_cuda_tp_collectives: collectives; test_cuda_tp: logits of ragged prefill + decode steps, greedy
+# generation; test_cuda_tp_spec: speculative verify rows and decoding), the collectives'
 # microseconds per call (ours: one-shot peer-to-peer and NCCL; torch.distributed as the peer), then `bench latency` (batch 1, 16,
 # 64; 2048-token prompts, 128 decode steps: prefill and decode tok/s) for mamba-2.8b and codestral-mamba-7b at TP 1 and 2.
 # Usage: scripts/gpu-tp-check.sh OUTDIR   (SSMSERVE_PREBUILT=DIR as in gpu-check.sh; SSMSERVE_TP_BENCH_MODELS,
@@ -40,10 +40,12 @@ step() {  # name, log, timeout, command...
   local rc=$?
   note "$(printf '%-36s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")"
 }
+step "test_cuda_tp_collectives" tp-test.log 300 "$bin/test_cuda_tp_collectives"
 step "test_cuda_tp" tp-test.log 300 "$bin/test_cuda_tp"
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel err|max greedy|tp spec|Expected|error" "$out/tp-test.log" | head -60 >>"$summary"
+step "test_cuda_tp_spec" tp-test.log 300 "$bin/test_cuda_tp_spec"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel err|max greedy|tp spec|Expected|error" "$out/tp-test.log" | head -80 >>"$summary"
 # Collective microbenchmark: the one-shot peer-to-peer kernels vs NCCL (ours), and torch.distributed's NCCL (peer).
-step "collective times" tp-collectives.log 120 "$bin/test_cuda_tp" --gtest_also_run_disabled_tests \
+step "collective times" tp-collectives.log 120 "$bin/test_cuda_tp_collectives" --gtest_also_run_disabled_tests \
   --gtest_filter='*DISABLED_CollectiveTimes'
 step "collective times (torch peer)" tp-collectives.log 120 python3 tools/tp_collective_peer.py
 grep -E " floats: " "$out/tp-collectives.log" >>"$summary"

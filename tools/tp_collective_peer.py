@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peer for ssmserve's tensor-parallel collectives (issue 9): microseconds per torch.distributed NCCL all-reduce and
 all-gather of decode-sized fp32 messages between 2 GPUs (one process per GPU), 200 calls captured in a CUDA graph
-per size, the same sizes as tests/cuda/test_cuda_tp.cpp's DISABLED_CollectiveTimes.
+per size, the same sizes as tests/cuda/test_cuda_tp_collectives.cpp's DISABLED_CollectiveTimes.
 
 Usage: python3 tools/tp_collective_peer.py   (needs 2 GPUs and PyTorch with NCCL; run by scripts/gpu-tp-check.sh)
 """

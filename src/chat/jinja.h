@@ -1,6 +1,7 @@
 // Owns ssmserve's Jinja template engine: the Jinja2 subset Hugging Face chat templates use, rendered with
-// transformers' settings (trim_blocks, lstrip_blocks, loop controls). Parser: jinja_parse.cpp; renderer: jinja.cpp
-// (statements, expressions), jinja_builtins.cpp (methods, filters, tests), jinja_value.cpp (Python value semantics).
+// transformers' settings (trim_blocks, lstrip_blocks, loop controls). Parser: jinja_lex.cpp (segments, tokens),
+// jinja_expr_parser.cpp (expressions), jinja_parse.cpp (statements); renderer: jinja.cpp (statements, expressions),
+// jinja_builtins.cpp (methods, filters, tests), jinja_value.cpp (Python value semantics).
 #pragma once
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,5 @@
-// Owns the helpers of the GPU engine-level tests (test_cuda_model, test_cuda_tp): generating through an LLM on
-// --device cuda with a tweaked EngineConfig, and comparing two runs' outputs exactly.
+// Owns the helpers of the GPU engine-level tests (test_cuda_model, test_cuda_tp, test_cuda_tp_spec): generating
+// through an LLM on --device cuda with a tweaked EngineConfig, and comparing two runs' outputs exactly.
 #pragma once
 #include <gtest/gtest.h>
 
