@@ -5,7 +5,7 @@
 # shapes with scripts/gpu-decode-ab.sh. Results under OUTDIR: one log per test, OUTDIR/ab-<config>/ (ab.tsv and
 # the medians). Turn a fusion's default on only after its tests pass and its A/B wins.
 # Usage: scripts/gpu-decode-fusions.sh OUTDIR [CONFIG...]
-#   SSMSERVE_PREBUILT=DIR  executables in DIR (their names as the CMake targets), else build-gpu/;
+#   SSMSERVE_PREBUILT=DIR  executables in DIR (scripts/gpu-package.sh DIR packs them), else build-gpu/;
 #   configs default: falcon-h1-7b nemotron-nano-9b-v2 granite-4.0-h-tiny nemotron-3-nano-30b-a3b qwen3.5-9b
 #   qwen3.5-35b-a3b; AB_REPEATS (default 2), AB_ONE_BY_ONE=0 skips the single-fusion variants.
 set -uo pipefail
