@@ -119,6 +119,11 @@ struct CudaModelOptions {
   /// (SkinnyEwInput kCopy / kSigmoidGate) on decode rows instead of a kernel of its own; SSMSERVE_FUSE_F32_INPUT=1. Designed bit-identical (tests: CudaSkinnyGemm.EwCopyAndGateEqualCastThenGemmBitForBit,
   /// CudaHybridModel.FusedF32InputEqualsSeparate). Off by default until those run on a GPU.
   bool fuse_f32_input = false;
+  /// Gated DeltaNet decode steps normalize q / k and compute g / beta inside the decode kernel (GatedDeltaDecodePrep,
+  /// gated_delta.h) instead of gated_delta_prepare's launch; SSMSERVE_FUSE_GDN_PREPARE=1. Designed bit-identical
+  /// (tests: CudaGatedDelta.DecodePrepEqualsPrepareThenDecodeBitForBit, CudaHybridModel.FusedGdnPrepareEqualsSeparate).
+  /// Off by default until those run on a GPU.
+  bool fuse_gdn_prepare = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

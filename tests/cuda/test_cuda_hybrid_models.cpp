@@ -277,6 +277,12 @@ TEST_P(CudaHybridModel, FusedF32InputEqualsSeparate) {
                               "logits with the shared expert's cast in its GEMM's loads differ from its own launch");
 }
 
+TEST_P(CudaHybridModel, FusedGdnPrepareEqualsSeparate) {
+  REQUIRE_GPU();
+  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_gdn_prepare,
+                              "logits with the DeltaNet preparation in the decode kernel differ from its own launch");
+}
+
 TEST_P(CudaHybridModel, FusedPairResidualEqualsSeparate) {
   REQUIRE_GPU();
   expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_pair_residual,

@@ -92,14 +92,17 @@ class CudaGatedDelta final : public CudaModule {
     if (np > 0)
       SSM_CUDA_CHECK(causal_conv1d_fwd(proj + P0 * PW, PW, qkv + P0 * C, C, conv, sm.query_start_loc_p, sm.state_indices_p,
                                        sm.has_initial_states_p, np, T - P0, s));
-    // 3. q, k L2-normalised in place (q / sqrt(Dk)); g, beta from a, b.
+    // 3. q, k L2-normalised in place (q / sqrt(Dk)); g, beta from a, b. Decode-only steps may leave it to the decode
+    //    kernel (GatedDeltaDecodePrep, CudaModelOptions::fuse_gdn_prepare; the same bits).
+    const bool prep_in_decode = opt.fuse_gdn_prepare && np == 0 && nd == T;
+    const GatedDeltaDecodePrep dprep{proj + C + Vd + Hv, PW, proj + C + Vd, PW, A_log_.as<float>(), dt_bias_.as<float>()};
     GatedDeltaPrepareArgs pa;
     pa.q = qkv, pa.q_stride = C, pa.k = qkv + Kd, pa.k_stride = C;
     pa.b = proj + C + Vd, pa.b_stride = PW, pa.a = proj + C + Vd + Hv, pa.a_stride = PW;
     pa.A_log = A_log_.as<float>(), pa.dt_bias = dt_bias_.as<float>();
     pa.q_out = qkv, pa.q_out_stride = C, pa.k_out = qkv + Kd, pa.k_out_stride = C;
     pa.g = gb, pa.g_stride = 2 * Hv, pa.beta = gb + Hv, pa.beta_stride = 2 * Hv;
-    SSM_CUDA_CHECK(gated_delta_prepare(pa, T, Hk, Hv, Dk, s, opt.pdl));
+    if (!prep_in_decode) SSM_CUDA_CHECK(gated_delta_prepare(pa, T, Hk, Hv, Dk, s, opt.pdl));
     // 4. The delta rule on each request's state.
     GatedDeltaParams gp;
     gp.num_k_heads = Hk, gp.num_v_heads = Hv, gp.head_k_dim = Dk, gp.head_v_dim = m_.head_v_dim, gp.chunk_size = m_.chunk_size;
@@ -112,8 +115,8 @@ class CudaGatedDelta final : public CudaModule {
     // Batch-invariant mode: decode in one slicing at every batch size, and the prefill rows walk their tokens through
     // the decode kernel's per-token step (bit-identical to decoding them one at a time, however the prompt is cut).
     if (nd > 0)
-      SSM_CUDA_CHECK(
-          gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s, opt.batch_invariant, opt.pdl));
+      SSM_CUDA_CHECK(gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s, opt.batch_invariant,
+                                        opt.pdl, prep_in_decode ? &dprep : nullptr));
     if (np > 0 && opt.batch_invariant) {
       SSM_CUDA_CHECK(gated_delta_prefill_sequential(inputs(P0), gp, o + P0 * Vd, Vd, sm.query_start_loc_p,
                                                     sm.num_computed_tokens_p, sm.state_indices_p, np, s, sm.stores));
