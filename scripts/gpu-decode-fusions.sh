@@ -35,10 +35,11 @@ run_test() {  # name, then the command; a missing executable is reported, not fa
 }
 run_test skinny_fused "$bin/test_cuda_skinny_fused"
 run_test moe_router "$bin/test_cuda_moe_router"
+run_test gdn_decode_prep "$bin/test_cuda_gated_delta_decode_prep"
 run_test decode_ops env SSMSERVE_CUDA_TEST_QUICK=1 "$bin/test_cuda_decode_ops"
 run_test hybrid_fused "$bin/test_cuda_hybrid_models" --gtest_filter='*Fused*:*ParallelMixerBranch*:*MoeShared*'
 ALL="SSMSERVE_FUSE_MLP_ACT=1 SSMSERVE_FUSE_GATED_NORM=1 SSMSERVE_FUSE_CONV_EPILOGUE=1 SSMSERVE_FUSE_F32_INPUT=1"
-ALL="$ALL SSMSERVE_FUSE_ROUTER_ROUTE=1 SSMSERVE_FUSE_PAIR_RESIDUAL=1"
+ALL="$ALL SSMSERVE_FUSE_ROUTER_ROUTE=1 SSMSERVE_FUSE_PAIR_RESIDUAL=1 SSMSERVE_FUSE_GDN_PREPARE=1"
 # Batch invariance with every fusion on (the engine reads the switches from the environment).
 run_test batch_invariance_fused env $ALL SSMSERVE_CUDA_TEST_QUICK=1 "$bin/test_cuda_batch_invariance"
 configs=("$@")

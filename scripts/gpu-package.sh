@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSSMSERVE_CUDA=ON -DSSMSERVE_NATIVE=OFF >/dev/null
 targets=(test_cuda_ops test_cuda_scan_ops)
 all=$(ninja -C "$build" -t targets all)
-for t in test_cuda_model test_cuda_tp test_cuda_tp_collectives test_cuda_tp_spec test_cuda_skinny_gemm test_cuda_decode_ops test_cuda_decode_overlap test_cuda_dataflow_decode test_cuda_batch_invariance test_cuda_decode_bench test_cuda_sampling bench_cuda_ops bench_cuda_gemm ssmserve test_cuda_minimax_ops test_cuda_paged_attention bench_cuda_minimax_ops bench_cuda_minimax_model test_cuda_minimax_model test_cuda_hybrid test_cuda_hybrid_models test_cuda_skinny_fused test_cuda_moe_router; do
+for t in test_cuda_model test_cuda_tp test_cuda_tp_collectives test_cuda_tp_spec test_cuda_skinny_gemm test_cuda_decode_ops test_cuda_decode_overlap test_cuda_dataflow_decode test_cuda_batch_invariance test_cuda_decode_bench test_cuda_sampling bench_cuda_ops bench_cuda_gemm ssmserve test_cuda_minimax_ops test_cuda_paged_attention bench_cuda_minimax_ops bench_cuda_minimax_model test_cuda_minimax_model test_cuda_hybrid test_cuda_hybrid_models test_cuda_skinny_fused test_cuda_moe_router test_cuda_gated_delta_decode_prep; do
   if grep -q "^$t:" <<<"$all"; then targets+=("$t"); fi
 done
 cmake --build "$build" -j2 --target "${targets[@]}"
