@@ -91,11 +91,7 @@ struct CudaRunnerContext {
   bool gemm_run_fused(const SkinnyExtras& ex, const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y,
                       int64_t y_stride) const {
     const GemmArgs g{M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32};
-    if (!gemm->takes_skinny(w.dtype, M)) return false;
-    const bool serves = ex.ew.a     ? skinny_ew_input_serves(g, ex.ew)
-                        : ex.norm.y ? skinny_gated_norm_input_serves(g, ex.norm)
-                                    : ex.conv.conv.weight && skinny_conv_epilogue_serves(g, ex.conv);
-    if (!serves) return false;
+    if (!gemm->takes_skinny(w.dtype, M) || !skinny_fused_form_serves(g, ex)) return false;
     ProfileSpan span(profile, "gemm", stream);
     gemm->run(g, stream, nullptr, 0, &ex);
     return true;

@@ -352,14 +352,18 @@ bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e)
          e.state_indices && e.rows >= 1 && e.rows <= a.M && e.out && e.out_stride >= c.dim;
 }
 
+bool skinny_fused_form_serves(const GemmArgs& a, const SkinnyExtras& e) {
+  const bool norm = e.norm.y != nullptr, conv = e.conv.conv.weight != nullptr, ew = e.ew.a != nullptr;
+  if (int{ew} + int{norm} + int{conv} != 1) return false;  // exactly one form per call
+  return ew ? skinny_ew_input_serves(a, e.ew) : norm ? skinny_gated_norm_input_serves(a, e.norm)
+                                                     : skinny_conv_epilogue_serves(a, e.conv);
+}
+
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
   const bool norm = extras.norm.y != nullptr, conv = extras.conv.conv.weight != nullptr, ew = extras.ew.a != nullptr;
   const bool act = ew || norm;  // x computed from other rows (a.x unused)
-  if (int{ew} + int{norm} + int{conv} > 1) return cudaErrorInvalidValue;  // one form per call
-  if (ew && !skinny_ew_input_serves(a, extras.ew)) return cudaErrorInvalidValue;
-  if (norm && !skinny_gated_norm_input_serves(a, extras.norm)) return cudaErrorInvalidValue;
-  if (conv && !skinny_conv_epilogue_serves(a, extras.conv)) return cudaErrorInvalidValue;
+  if ((ew || norm || conv) && !skinny_fused_form_serves(a, extras)) return cudaErrorInvalidValue;
   if (a.ab_dtype != DType::BF16 || (a.y_dtype != DType::F32 && a.y_dtype != DType::BF16) || a.M < 0 || a.N < 1 ||
       a.K < 1 || (!act && a.x_stride < a.K) || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
       a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y)

@@ -117,6 +117,9 @@ struct SkinnyExtras {
 /// state, out_stride >= dim. Else the caller runs conv1d_update_dual after a plain GEMM.
 bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e);
 
+/// Whether e holds exactly one fused form (ew, norm or conv) and skinny_gemm serves it for `a` (its *_serves above).
+bool skinny_fused_form_serves(const GemmArgs& a, const SkinnyExtras& e);
+
 /// Whether skinny_gemm takes `n` for the GEMM `a`: 1 <= M <= 16, K % 8 == 0, 16-byte aligned weight rows, group_size
 /// a multiple of 8 dividing K, at most 128 (row, group) pairs per block (min(M, 16) x K / group_size), and y / z /
 /// weight laid out for gated_rms_norm's vectorized kernel (gated_norm_vec_plan). Else the caller runs the norm kernel
