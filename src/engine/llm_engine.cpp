@@ -20,6 +20,7 @@
 #include "config/hf_json.h"
 #include "core/error.h"
 #include "engine/device_sampling.h"
+#include "engine/structured_output.h"
 #include "model/tensor_parallel.h"
 
 namespace ssmserve {
@@ -290,7 +291,15 @@ void LLMEngine::add_request(Request req) {
       req.params.min_tokens = std::min(req.params.min_tokens, req.params.max_tokens);
     }
   }
+  std::unique_ptr<StructuredOutputGrammar> grammar;
+  if (req.params.structured_outputs) {
+    SSM_CHECK(tokenizer_, "structured outputs need a tokenizer (none loaded for {})", cfg_.model.string());
+    if (!structured_)  // built by the first constrained request (the vocabulary's tables take a moment)
+      structured_ = std::make_unique<StructuredOutputManager>(*tokenizer_, mc.vocab_size, mc.eos_token_ids);
+    grammar = structured_->grammar_for(*req.params.structured_outputs);
+  }
   auto st = std::make_unique<RequestState>(std::move(req));
+  st->grammar = std::move(grammar);
   if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, st->request.params.skip_special_tokens);
   st->stop = std::make_unique<StopChecker>(st->request.params, mc.eos_token_ids);
   if (st->request.params.prompt_logprobs) st->prompt_logprobs.resize(st->prompt_len());
@@ -331,6 +340,8 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
   if (proposer_) {
     const std::vector<RequestState*> dec = scheduler_->decoding_requests();
     if (!dec.empty()) proposer_->propose(dec, spec_.num_speculative_tokens);
+    for (RequestState* r : dec)  // a constrained request decodes one token a step (its mask follows each token)
+      if (r->grammar) r->draft_token_ids.clear();
     if (spec_.adaptive_draft_length)
       for (RequestState* r : dec) {
         const size_t d = static_cast<size_t>(r->draft_length.limit(spec_.num_speculative_tokens));
@@ -404,6 +415,7 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
     const RequestState& r = *order[i].req;
     const SamplingParams& p = r.request.params;
     device_greedy = p.greedy() && !p.prompt_logprobs.has_value() && p.logit_bias.empty() && p.allowed_token_ids.empty() &&
+                    !r.grammar &&
                     p.repetition_penalty == 1.0 &&
                     p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 &&
                     (static_cast<int>(r.output_token_ids.size()) >= p.min_tokens ||
@@ -444,8 +456,9 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
     bool eligible = true;
     for (size_t i = 0; i < order.size() && eligible; ++i) {
       const SamplingParams& p = order[i].req->request.params;
-      // (the allowed set: host only; a verify row samples each position with its own history and draw: host only)
-      eligible = p.allowed_token_ids.empty() && order[i].num_draft_tokens == 0 &&
+      // (the allowed set and a grammar's mask: host only; a verify row samples each position with its own history and
+      // draw: host only)
+      eligible = p.allowed_token_ids.empty() && !order[i].req->grammar && order[i].num_draft_tokens == 0 &&
                  p.prompt_logprobs.value_or(0) <= kMaxDeviceGreedyTop;
     }
     if (eligible) {

@@ -17,6 +17,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/spec_decode.h"
+#include "engine/structured_output.h"
 #include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
 
@@ -113,6 +114,9 @@ class LLMEngine {
                       std::vector<RequestOutput>& outs);
   /// The next token of r from logits row `row` of the step (sampled on the host, or the device's pick).
   SampleResult sample_row(RequestState& r, const float* logits, const GreedyPick* picks, int row);
+  /// The next token of a constrained request (structured outputs) from its logits row [vocab]: the row under its
+  /// grammar's bitmask, then sample_token.
+  SampleResult sample_constrained(RequestState& r, std::span<const float> logits_row);
   /// r's output after a step that added its newest `num_new_tokens` tokens, as output_kind_ says
   /// (request_output.cpp).
   RequestOutput make_output(RequestState& r, size_t num_new_tokens);
@@ -142,10 +146,13 @@ class LLMEngine {
   std::unique_ptr<StateCache> cache_;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<StructuredOutputManager> structured_;  // structured outputs: built by the first constrained request
   std::map<std::string, std::unique_ptr<RequestState>> requests_;
   std::vector<float> logits_;   // [num_logit_rows, vocab]
   std::vector<GreedyPick> picks_;  // device greedy steps: [num_logit_rows]
   std::vector<float> scratch_;  // sampler scratch
+  std::vector<float> masked_;   // a constrained row's logits after its grammar's mask: [vocab]
+  std::vector<int32_t> bitmask_;  // a constrained row's token bitmask: [token_bitmask_words(vocab)]
   DeviceSampleBatch sample_;    // device sampling steps: the packed rows (uniforms drawn) and logit modifications
   bool sample_drawn_ = false;   // this step's uniforms are in sample_.rows
   bool device_sampling_ = true; // try CausalLM::forward_sample (SSMSERVE_DEVICE_SAMPLING=0: never)

@@ -16,6 +16,7 @@
 namespace ssmserve {
 
 class IncrementalDetokenizer;
+class StructuredOutputGrammar;
 
 /// A client's request. prompt_token_ids is the tokenized prompt (the text may be empty for token prompts).
 struct Request {
@@ -62,6 +63,9 @@ struct RequestState {
   size_t streamed_chars = 0;                 ///< how much of `text` was already handed out as deltas
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopChecker> stop;
+  /// Structured outputs: the matcher of the request's constraint (null when unconstrained); it has accepted every
+  /// output token so far.
+  std::unique_ptr<StructuredOutputGrammar> grammar;
   RequestRng rng;
 
   explicit RequestState(Request r);

@@ -53,6 +53,35 @@ void SamplingParams::validate(int vocab_size) const {
     SSM_CHECK(t >= 0 && t < vocab_size, "SamplingParams.allowed_token_ids[{}] = {} is out of vocabulary range [0, {})",
               i, t, vocab_size);
   }
+  if (structured_outputs) structured_outputs->validate();
+}
+
+int StructuredOutputsParams::num_constraints() const {
+  return int{json.has_value()} + int{regex.has_value()} + int{choice.has_value()} + int{grammar.has_value()} +
+         int{json_object} + int{structural_tag.has_value()};
+}
+
+const char* StructuredOutputsParams::kind() const {
+  if (json) return "json";
+  if (regex) return "regex";
+  if (choice) return "choice";
+  if (grammar) return "grammar";
+  if (json_object) return "json_object";
+  if (structural_tag) return "structural_tag";
+  return "";
+}
+
+void StructuredOutputsParams::validate() const {
+  SSM_CHECK(num_constraints() == 1,
+            "structured_outputs must set exactly one of json, regex, choice, grammar, json_object and structural_tag "
+            "(got {})", num_constraints());
+  for (const auto* f : {&json, &regex, &grammar, &structural_tag})
+    if (f->has_value()) SSM_CHECK(!(*f)->empty(), "structured_outputs.{} must not be empty", kind());
+  if (choice) {
+    SSM_CHECK(!choice->empty(), "structured_outputs.choice must list at least one string");
+    for (size_t i = 0; i < choice->size(); ++i)
+      SSM_CHECK(!(*choice)[i].empty(), "structured_outputs.choice[{}] must not be empty", i);
+  }
 }
 
 int SamplingParams::effective_top_k(int vocab_size) const {

@@ -13,6 +13,34 @@ inline constexpr double kSamplingEps = 1e-5;
 /// Largest `logprobs` / `prompt_logprobs` a request may ask for (vLLM's default max_logprobs).
 inline constexpr int kMaxLogprobs = 20;
 
+/// A request's structured-output constraint (vLLM's `StructuredOutputsParams`, vllm/sampling_params.py): exactly one
+/// of json / regex / choice / grammar / json_object / structural_tag. The engine compiles it with xgrammar against the
+/// tokenizer's vocabulary and masks, at every sampled position, the tokens that would leave the language
+/// (engine/structured_output.h); when the text is complete only the model's EOS ids remain.
+struct StructuredOutputsParams {
+  std::optional<std::string> json;                  ///< a JSON schema (the schema's JSON text)
+  std::optional<std::string> regex;                 ///< a regular expression the whole output must match
+  std::optional<std::vector<std::string>> choice;   ///< the output is exactly one of these strings
+  std::optional<std::string> grammar;               ///< an EBNF grammar (GBNF / xgrammar syntax, root rule `root`)
+  bool json_object = false;                         ///< any JSON object (response_format {"type": "json_object"})
+  std::optional<std::string> structural_tag;        ///< an xgrammar structural tag (its JSON text)
+  /// JSON constraints: no whitespace between tokens of the JSON text (xgrammar any_whitespace = false).
+  bool disable_any_whitespace = false;
+  /// JSON schemas: properties the schema does not list are allowed where it does not forbid them (xgrammar
+  /// strict_mode = false); by default they are not.
+  bool disable_additional_properties = false;
+
+  /// How many of the constraint kinds are set (a valid value has exactly 1).
+  int num_constraints() const;
+  /// The name of the constraint kind that is set ("json", "regex", "choice", "grammar", "json_object",
+  /// "structural_tag"), or "" when none is.
+  const char* kind() const;
+  /// Throws ssmserve::Error (naming the field) unless exactly one kind is set and it is non-empty (a non-empty
+  /// choice list of non-empty strings, a non-empty schema / regex / grammar / tag).
+  void validate() const;
+  bool operator==(const StructuredOutputsParams&) const = default;
+};
+
 /// Per-request sampling and stopping parameters. Field names, meanings and defaults follow vLLM's
 /// `vllm.SamplingParams` (which in turn follows the OpenAI completions API); penalties follow vLLM v1's
 /// `apply_penalties` and HF's RepetitionPenaltyLogitsProcessor. Plain aggregate: set fields, then call
@@ -63,6 +91,10 @@ struct SamplingParams {
   /// and sampling (vLLM's allowed_token_ids; logprobs stay those of the raw distribution). Ids in [0, vocab_size).
   /// Rows with it are sampled on the host.
   std::vector<int> allowed_token_ids;
+  /// When set, the output follows this constraint (structured outputs; vLLM's SamplingParams.structured_outputs).
+  /// Rows with it are sampled on the host; their logprobs are those of the constrained distribution (the grammar's
+  /// mask applies before sampling, as in vLLM).
+  std::optional<StructuredOutputsParams> structured_outputs;
 
   /// Checks every field against vLLM's limits (SamplingParams._verify_args plus the engine's
   /// max_logprobs = 20 and the processor's token-id range check).

@@ -32,10 +32,29 @@ SampleResult LLMEngine::sample_row(RequestState& r, const float* logits, const G
     return sample_token_with_uniform(picks[row].logits, sp, r.request.prompt_token_ids, r.output_token_ids,
                                      model_->config().eos_token_ids, uniform, scratch_);
   if (picks) return device_pick_result(picks[row], r);  // picked on the device (step 3)
+  if (r.grammar) return sample_constrained(r, logits_row);
   if (sample_drawn_)  // the uniform was drawn for a device step the model declined
     return sample_token_with_uniform(logits_row, sp, r.request.prompt_token_ids, r.output_token_ids,
                                      model_->config().eos_token_ids, uniform, scratch_);
   return sample_token(logits_row, sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids, r.rng,
+                      scratch_);
+}
+
+SampleResult LLMEngine::sample_constrained(RequestState& r, std::span<const float> logits_row) {
+  // Structured outputs: the grammar's mask applies to the raw logits before the sampler (vLLM's
+  // apply_grammar_bitmask), so the logprobs are those of the constrained distribution.
+  const SamplingParams& sp = r.request.params;
+  masked_.assign(logits_row.begin(), logits_row.end());
+  bitmask_.resize(static_cast<size_t>(token_bitmask_words(static_cast<int>(logits_row.size()))));
+  if (r.grammar->fill_bitmask(bitmask_)) apply_token_bitmask(masked_, bitmask_);
+  // A complete text can only end: min_tokens no longer holds EOS back (it would leave no token to sample).
+  if (r.grammar->is_completed() && !sp.ignore_eos && static_cast<int>(r.output_token_ids.size()) < sp.min_tokens) {
+    SamplingParams relaxed = sp;
+    relaxed.min_tokens = 0;
+    return sample_token(masked_, relaxed, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids,
+                        r.rng, scratch_);
+  }
+  return sample_token(masked_, sp, r.request.prompt_token_ids, r.output_token_ids, model_->config().eos_token_ids, r.rng,
                       scratch_);
 }
 
@@ -107,6 +126,10 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
 
 void LLMEngine::append_sample(RequestState& r, const SampleResult& s) {
   r.output_token_ids.push_back(s.token);
+  // The grammar follows every output token (it was sampled under the grammar's mask, so it is accepted).
+  if (r.grammar)
+    SSM_CHECK(r.grammar->accept_token(s.token), "structured outputs: request {}: token {} is outside its grammar",
+              r.request.request_id, s.token);
   if (r.request.params.logprobs) {
     std::vector<TokenLogprob> entry{{s.token, s.logprob}};
     for (const auto& t : s.top)

@@ -1,0 +1,70 @@
+// Owns structured outputs (vLLM v1's vllm/v1/structured_output: StructuredOutputManager, StructuredOutputGrammar with
+// its xgrammar backend): compiling a request's constraint (SamplingParams::structured_outputs) against the tokenizer's
+// vocabulary, the per-request grammar matcher, and the token bitmask that masks the logits before sampling.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace ssmserve {
+
+class Tokenizer;
+
+/// Int32 words of a token bitmask over `vocab_size` tokens: ceil(vocab_size / 32). Bit (id % 32) of word (id / 32)
+/// set = token id allowed (xgrammar's layout).
+inline int token_bitmask_words(int vocab_size) { return (vocab_size + 31) / 32; }
+
+/// Sets logits[id] = -inf for every id whose bit in `bitmask` is clear. logits: [vocab] fp32; bitmask:
+/// [token_bitmask_words(vocab)] int32. (vLLM's apply_grammar_bitmask, one row.)
+void apply_token_bitmask(std::span<float> logits, std::span<const int32_t> bitmask);
+
+/// One request's grammar matcher (vLLM's StructuredOutputGrammar): where the output so far is in the constraint's
+/// language. Not thread-safe; owned by the request's RequestState.
+class StructuredOutputGrammar {
+ public:
+  virtual ~StructuredOutputGrammar() = default;
+  /// Fills bitmask: [token_bitmask_words(vocab)] int32 with the tokens that may come next: those that keep the output a
+  /// prefix of a word of the language, and the EOS ids once the output is a whole word. Once the matcher has accepted
+  /// an EOS id (is_terminated) only the EOS ids. Returns false when every token is allowed (nothing to apply).
+  virtual bool fill_bitmask(std::span<int32_t> bitmask) = 0;
+  /// Advances past `token` (the request's newest output token). Returns false, leaving the state unchanged, when the
+  /// token is not allowed here; after termination every token is ignored (returns true).
+  virtual bool accept_token(int token) = 0;
+  /// True once the output is a whole word of the language: only an EOS id may follow.
+  virtual bool is_completed() const = 0;
+  /// True once an EOS id was accepted after a whole word.
+  virtual bool is_terminated() const = 0;
+};
+
+/// Compiles constraints for one model's vocabulary (vLLM's StructuredOutputManager with the xgrammar backend).
+/// Compiled grammars are cached by the constraint (xgrammar's compiler cache), so requests with the same schema share
+/// one compilation. Built when the first constrained request arrives.
+class StructuredOutputManager {
+ public:
+  /// tok: the model's tokenizer (kept by reference; must outlive this). vocab_size: the model's logits width (>= 1;
+  /// ids the tokenizer does not have are never allowed). eos_token_ids: the ids that end a finished text.
+  /// Throws ssmserve::Error when this build has no structured outputs (available() false).
+  StructuredOutputManager(const Tokenizer& tok, int vocab_size, std::vector<int> eos_token_ids);
+  ~StructuredOutputManager();
+  /// True when this build includes xgrammar (cmake/xgrammar.cmake, SSMSERVE_STRUCTURED_OUTPUTS).
+  static bool available();
+  /// A new matcher for `params` (validate()d or not: validated here) at the start of the output. Throws
+  /// ssmserve::Error naming the field (`structured_outputs.json`, `.regex`, `.grammar`, ...) and xgrammar's reason when
+  /// the schema / regex / grammar / tag is invalid or unsupported.
+  std::unique_ptr<StructuredOutputGrammar> grammar_for(const StructuredOutputsParams& params);
+  int vocab_size() const { return vocab_size_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int vocab_size_ = 0;
+};
+
+/// The EBNF grammar (xgrammar syntax, root rule `root`) whose words are exactly the strings of `choice` (vLLM's
+/// choice_as_grammar): each string a quoted literal with `"` and `\` and control characters escaped.
+std::string choice_as_grammar(std::span<const std::string> choice);
+
+}  // namespace ssmserve
