@@ -139,7 +139,9 @@ std::unique_ptr<StructuredOutputGrammar> StructuredOutputManager::grammar_for(co
       if (p.json)
         return c.CompileJSONSchema(*p.json, /*any_whitespace=*/!p.disable_any_whitespace, std::nullopt, std::nullopt,
                                    /*strict_mode=*/!p.disable_additional_properties);
-      if (p.json_object) return c.CompileBuiltinJSONGrammar();
+      if (p.json_object)  // an object, as OpenAI's json_object mode and vLLM (xgrammar's builtin grammar takes any value)
+        return c.CompileJSONSchema(R"({"type": "object"})", !p.disable_any_whitespace, std::nullopt, std::nullopt,
+                                   !p.disable_additional_properties);
       if (p.regex) return c.CompileRegex(*p.regex);
       if (p.choice) return c.CompileGrammar(choice_as_grammar(*p.choice), "root");
       if (p.grammar) return c.CompileGrammar(*p.grammar, "root");

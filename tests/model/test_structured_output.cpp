@@ -1,0 +1,313 @@
+// Structured outputs (engine/structured_output.h) on the bundled tiny-mamba: every constraint kind's outputs are words
+// of its language (checked independently: std::regex, nlohmann::json), greedy and sampled; a constrained request gives
+// the same tokens batched with others, after a preemption, with speculative decoding on and with the prefix cache;
+// the logprobs are those of the masked distribution; bad constraints are errors naming the field.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <regex>
+
+#include "core/error.h"
+#include "engine/llm_engine.h"
+#include "engine/structured_output.h"
+#include "test_util.h"
+
+namespace ssmserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+EngineConfig tiny_config() {
+  EngineConfig cfg;
+  cfg.model = testing::model_dir("tiny-mamba");
+  return cfg;
+}
+
+const std::vector<std::string> kPrompts = {"It is a truth universally acknowledged", "And the LORD said unto Moses,",
+                                           "The", "Emma Woodhouse, handsome, clever, and rich"};
+
+SamplingParams constrained(StructuredOutputsParams so, double temperature = 0.0, uint64_t seed = 0, int max_tokens = 48) {
+  SamplingParams sp;
+  sp.temperature = temperature;
+  sp.seed = seed;
+  sp.max_tokens = max_tokens;
+  sp.structured_outputs = std::move(so);
+  return sp;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StructuredOutput, ApplyTokenBitmaskMasksClearBitsOnly) {
+  std::vector<float> logits(70, 1.0f);
+  std::vector<int32_t> mask(static_cast<size_t>(token_bitmask_words(70)), 0);
+  ASSERT_EQ(mask.size(), 3u);
+  for (const int id : {0, 31, 32, 69}) mask[static_cast<size_t>(id / 32)] |= static_cast<int32_t>(1u << (id % 32));
+  apply_token_bitmask(logits, mask);
+  for (int i = 0; i < 70; ++i) {
+    const bool kept = i == 0 || i == 31 || i == 32 || i == 69;
+    EXPECT_EQ(std::isinf(logits[static_cast<size_t>(i)]), !kept) << i;
+  }
+  std::vector<int32_t> short_mask(2, -1);
+  EXPECT_THROW(apply_token_bitmask(logits, short_mask), Error);
+}
+
+TEST(StructuredOutput, ChoiceAsGrammarEscapesQuotesBackslashesAndControls) {
+  const std::vector<std::string> c = {"a\"b", "c\\d", "e\nf\x01"};
+  EXPECT_EQ(choice_as_grammar(c), "root ::= \"a\\\"b\" | \"c\\\\d\" | \"e\\u000af\\u0001\"");
+}
+
+TEST(StructuredOutput, ParamsNeedExactlyOneNonEmptyConstraint) {
+  StructuredOutputsParams p;
+  EXPECT_THAT(error_of([&] { p.validate(); }), HasSubstr("exactly one"));
+  p.regex = "a+";
+  p.json_object = true;
+  EXPECT_THAT(error_of([&] { p.validate(); }), HasSubstr("got 2"));
+  p.json_object = false;
+  EXPECT_NO_THROW(p.validate());
+  EXPECT_STREQ(p.kind(), "regex");
+  p.regex = "";
+  EXPECT_THAT(error_of([&] { p.validate(); }), HasSubstr("structured_outputs.regex must not be empty"));
+  StructuredOutputsParams c;
+  c.choice = std::vector<std::string>{};
+  EXPECT_THAT(error_of([&] { c.validate(); }), HasSubstr("structured_outputs.choice"));
+  c.choice = std::vector<std::string>{"x", ""};
+  EXPECT_THAT(error_of([&] { c.validate(); }), HasSubstr("choice[1]"));
+  SamplingParams sp;  // SamplingParams::validate checks it too
+  sp.structured_outputs = c;
+  EXPECT_THAT(error_of([&] { sp.validate(100); }), HasSubstr("choice[1]"));
+}
+
+class StructuredOutputModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!StructuredOutputManager::available()) GTEST_SKIP() << "built without structured outputs (xgrammar)";
+    SSM_SKIP_IF_NO_MODEL(tiny_config().model);
+  }
+};
+
+TEST_F(StructuredOutputModel, ChoiceOutputsAreOneOfTheChoices) {
+  LLM llm(tiny_config());
+  StructuredOutputsParams so;
+  so.choice = std::vector<std::string>{"yes", "no", "maybe so", "The end"};
+  for (const double t : {0.0, 1.0})
+    for (uint64_t seed = 0; seed < (t > 0 ? 6u : 1u); ++seed) {
+      const auto outs = llm.generate(kPrompts, constrained(so, t, seed));
+      for (const auto& o : outs) {
+        EXPECT_THAT(*so.choice, ::testing::Contains(o.outputs[0].text)) << o.prompt << " t=" << t << " seed=" << seed;
+        EXPECT_EQ(o.outputs[0].finish_reason, FinishReason::Stop);
+      }
+    }
+}
+
+TEST_F(StructuredOutputModel, RegexAndGrammarOutputsMatch) {
+  LLM llm(tiny_config());
+  StructuredOutputsParams re;
+  re.regex = "[0-9]{3}-[a-z]{2,5}( [A-Z][a-z]{1,6})?";
+  StructuredOutputsParams g;
+  g.grammar = "root ::= \"The answer is \" [0-9] [0-9]? \" \" (\"apples\" | \"pears\") \".\"";
+  const std::regex re_check("[0-9]{3}-[a-z]{2,5}( [A-Z][a-z]{1,6})?");
+  const std::regex g_check("The answer is [0-9][0-9]? (apples|pears)\\.");
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    const double t = seed == 0 ? 0.0 : 1.0;
+    for (const auto& o : llm.generate(kPrompts, constrained(re, t, seed))) {
+      EXPECT_TRUE(std::regex_match(o.outputs[0].text, re_check)) << "'" << o.outputs[0].text << "'";
+      EXPECT_EQ(o.outputs[0].finish_reason, FinishReason::Stop);
+    }
+    for (const auto& o : llm.generate(kPrompts, constrained(g, t, seed))) {
+      EXPECT_TRUE(std::regex_match(o.outputs[0].text, g_check)) << "'" << o.outputs[0].text << "'";
+      EXPECT_EQ(o.outputs[0].finish_reason, FinishReason::Stop);
+    }
+  }
+}
+
+TEST_F(StructuredOutputModel, JsonSchemaOutputsParseAndFollowTheSchema) {
+  LLM llm(tiny_config());
+  StructuredOutputsParams so;
+  so.json = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+               "ok": {"type": "boolean"}, "tag": {"enum": ["red", "green"]}}, "required": ["name", "ok", "tag"]})";
+  so.disable_any_whitespace = true;
+  for (uint64_t seed = 0; seed < 3; ++seed) {
+    for (const auto& o : llm.generate(kPrompts, constrained(so, seed == 0 ? 0.0 : 1.0, seed, 64))) {
+      const std::string& text = o.outputs[0].text;
+      ASSERT_EQ(o.outputs[0].finish_reason, FinishReason::Stop) << text;
+      const auto j = nlohmann::json::parse(text);  // throws (fails the test) when the output is not JSON
+      ASSERT_TRUE(j.is_object()) << text;
+      EXPECT_EQ(j.size(), 3u) << text;  // no properties beyond the schema's (strict by default)
+      ASSERT_TRUE(j.contains("name") && j["name"].is_string()) << text;
+      EXPECT_LE(j["name"].get<std::string>().size(), 8u) << text;
+      ASSERT_TRUE(j.contains("ok") && j["ok"].is_boolean()) << text;
+      ASSERT_TRUE(j.contains("tag")) << text;
+      EXPECT_TRUE(j["tag"] == "red" || j["tag"] == "green") << text;
+      // disable_any_whitespace: exactly the separators ", " and ": " (xgrammar's, as Python's json.dumps), in order.
+      const auto oj = nlohmann::ordered_json::parse(text);
+      std::string canonical = "{";
+      for (const auto& [k, v] : oj.items()) canonical += (canonical.size() > 1 ? ", " : "") + nlohmann::json(k).dump() + ": " + v.dump();
+      EXPECT_EQ(text, canonical + "}");
+    }
+  }
+}
+
+TEST_F(StructuredOutputModel, JsonObjectOutputsStartAnObject) {
+  LLM llm(tiny_config());
+  StructuredOutputsParams so;
+  so.json_object = true;
+  for (const auto& o : llm.generate(kPrompts, constrained(so, 0.0, 0, 40))) {
+    const std::string& text = o.outputs[0].text;
+    ASSERT_FALSE(text.empty());
+    EXPECT_EQ(text.find_first_not_of(" \t\n\r"), text.find('{')) << text;  // an object, not any JSON value
+    if (o.outputs[0].finish_reason == FinishReason::Stop) EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+  }
+}
+
+// The constraint changes the distribution it samples from and nothing else: a request's tokens do not depend on the
+// batch, the prefill budget, a preemption, speculative decoding of its neighbours or the prefix cache.
+TEST_F(StructuredOutputModel, ConstrainedTokensAreIndependentOfBatchPreemptionSpeculationAndCache) {
+  StructuredOutputsParams re;
+  re.regex = "[a-z]{1,6}( [a-z]{1,6}){2,4}\\.";
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    SamplingParams sp = constrained(re, 0.8, 40 + i, 40);
+    if (i % 2 == 1) sp.structured_outputs.reset(), sp.ignore_eos = true, sp.max_tokens = 20;  // unconstrained neighbours
+    params.push_back(sp);
+  }
+  std::vector<std::vector<int>> alone(kPrompts.size());
+  {
+    LLM llm(tiny_config());
+    for (size_t i = 0; i < kPrompts.size(); ++i) alone[i] = llm.generate({kPrompts[i]}, {params[i]})[0].outputs[0].token_ids;
+  }
+  auto run_engine = [&](EngineConfig cfg, bool preempt) {
+    LLMEngine e(std::move(cfg));
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      Request r;
+      r.request_id = "r" + std::to_string(i);
+      r.prompt = kPrompts[i];
+      r.params = params[i];
+      e.add_request(std::move(r));
+    }
+    std::map<std::string, std::vector<int>> got;
+    for (int step = 0; e.has_unfinished_requests(); ++step) {
+      if (preempt && step % 4 == 3) e.preempt_newest_request();
+      for (auto& o : e.step())
+        if (o.finished) got[o.request_id] = o.outputs[0].token_ids;
+    }
+    return got;
+  };
+  struct Variant {
+    const char* name;
+    bool preempt;
+    std::function<void(EngineConfig&)> set;
+  };
+  const std::vector<Variant> variants = {
+      {"batched, chunked prefill", false, [](EngineConfig& c) { c.scheduler.max_num_batched_tokens = 5; }},
+      {"preempted", true, [](EngineConfig&) {}},
+      {"speculative (n-gram)", false,
+       [](EngineConfig& c) {
+         c.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
+                                    "prompt_lookup_max": 3})";
+       }},
+      {"prefix cache, second pass", false, [](EngineConfig& c) { c.enable_prefix_caching = true; }},
+  };
+  for (const Variant& v : variants) {
+    EngineConfig cfg = tiny_config();
+    v.set(cfg);
+    auto got = run_engine(cfg, v.preempt);
+    if (cfg.enable_prefix_caching) got = run_engine(cfg, v.preempt);
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(got["r" + std::to_string(i)], alone[i]) << v.name << " " << i;
+  }
+}
+
+TEST_F(StructuredOutputModel, LogprobsAreThoseOfTheMaskedDistribution) {
+  LLM llm(tiny_config());
+  StructuredOutputsParams so;
+  so.choice = std::vector<std::string>{"yes", "no"};
+  SamplingParams sp = constrained(so, 0.0);
+  sp.logprobs = 3;
+  const auto out = llm.generate({kPrompts[0]}, sp)[0].outputs[0];
+  ASSERT_FALSE(out.logprobs.empty());
+  // The first token is the start of "yes" or "no": its logprob is that of the renormalized two-way (or few-way)
+  // distribution, so > log(1/#allowed) for the argmax, and every allowed alternative is finite.
+  const auto& first = out.logprobs[0];
+  EXPECT_GT(first[0].logprob, std::log(0.25f));
+  double mass = 0;
+  for (size_t k = 1; k < first.size(); ++k)
+    if (std::isfinite(first[k].logprob)) mass += std::exp(first[k].logprob);
+  EXPECT_LE(mass, 1.0 + 1e-4);
+  // Unconstrained, the same position's logprob is that of the whole vocabulary: lower.
+  SamplingParams plain;
+  plain.temperature = 0;
+  plain.max_tokens = 1;
+  plain.logprobs = 0;
+  const auto free_out = llm.generate({kPrompts[0]}, plain)[0].outputs[0];
+  EXPECT_LT(free_out.logprobs[0][0].logprob, first[0].logprob);
+}
+
+TEST_F(StructuredOutputModel, CompleteGrammarEndsDespiteMinTokensAndIgnoreEosKeepsToEos) {
+  LLM llm(tiny_config());
+  StructuredOutputsParams so;
+  so.choice = std::vector<std::string>{"yes"};
+  SamplingParams sp = constrained(so, 0.0);
+  sp.min_tokens = 6;  // "yes" is fewer tokens: once it is complete only EOS remains, and the request must still end
+  const auto a = llm.generate({kPrompts[0]}, sp)[0].outputs[0];
+  EXPECT_EQ(a.text, "yes");
+  sp.min_tokens = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = 8;
+  const auto b = llm.generate({kPrompts[0]}, sp)[0].outputs[0];
+  EXPECT_EQ(b.finish_reason, FinishReason::Length);
+  EXPECT_EQ(b.text, "yes");  // after the word only EOS, which the detokenizer skips
+  EXPECT_EQ(b.token_ids.size(), 8u);
+}
+
+TEST_F(StructuredOutputModel, BadConstraintsAreErrorsNamingTheField) {
+  LLMEngine e(tiny_config());
+  auto add = [&](StructuredOutputsParams so) {
+    return error_of([&] {
+      Request r;
+      r.request_id = "bad";
+      r.prompt = "The";
+      r.params = constrained(std::move(so));
+      e.add_request(std::move(r));
+    });
+  };
+  StructuredOutputsParams j;
+  j.json = "{not json";
+  EXPECT_THAT(add(j), HasSubstr("structured_outputs.json"));
+  StructuredOutputsParams re;
+  re.regex = "([a-z]";
+  EXPECT_THAT(add(re), HasSubstr("structured_outputs.regex"));
+  StructuredOutputsParams g;
+  g.grammar = "root ::= missing_rule";
+  EXPECT_THAT(add(g), HasSubstr("structured_outputs.grammar"));
+  StructuredOutputsParams t;
+  t.structural_tag = R"({"type": "nonsense"})";
+  EXPECT_THAT(add(t), HasSubstr("structured_outputs.structural_tag"));
+  StructuredOutputsParams two;
+  two.regex = "a";
+  two.json_object = true;
+  EXPECT_THAT(add(two), HasSubstr("exactly one"));
+  // The engine still serves after the rejections.
+  StructuredOutputsParams ok;
+  ok.choice = std::vector<std::string>{"fine"};
+  Request r;
+  r.request_id = "ok";
+  r.prompt = "The";
+  r.params = constrained(ok);
+  e.add_request(std::move(r));
+  std::string text;
+  while (e.has_unfinished_requests())
+    for (auto& o : e.step())
+      if (o.finished) text = o.outputs[0].text;
+  EXPECT_EQ(text, "fine");
+}
+
+}  // namespace
+}  // namespace ssmserve
