@@ -377,6 +377,10 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
         bad_request(cr.tool_choice_given ? "tool_choice" : "tools", "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
       job->tool_parser = opt_.tool_call_parser;
       job->tools = cr.tools;
+    } else if (cr.tool_choice == "required" || cr.tool_choice == "function") {
+      // Decoded under vLLM's tool-call schema (parse_chat_request set it); no parser flags needed, as vLLM.
+      job->forced_tool = cr.tool_choice_function;
+      job->tools = cr.tools;
     }
     PromptInput in;
     in.text = render_chat(cr);  // ApiError 400 when the template fails

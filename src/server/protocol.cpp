@@ -7,29 +7,18 @@
 
 #include "config/hf_json.h"
 #include "core/error.h"
+#include "server/request_fields.h"
+#include "server/structured_request.h"
 
 namespace ssmserve::server {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-const char* type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "boolean";
-    case json::value_t::string: return "string";
-    case json::value_t::array: return "array";
-    case json::value_t::object: return "object";
-    case json::value_t::number_float: return "number";
-    default: return "integer";
-  }
-}
+const char* type_name(const json& v) { return json_type_name(v); }
 
 /// The value of `key` when present and not null.
-const json* field(const json& body, const char* key) {
-  auto it = body.find(key);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
+const json* field(const json& body, const char* key) { return present_field(body, key); }
 
 /// An integer in [lo, hi]: JSON integers, or floats with an integral value (pydantic's lax mode).
 long long as_int(const json& v, const std::string& name, long long lo, long long hi) {
@@ -83,17 +72,8 @@ int as_logprobs(const json& v, const std::string& name, int max_logprobs, bool a
 }
 
 /// Features a client relies on that ssmserve does not have: a 400 naming them rather than output that silently
-/// ignores them (structured output, beam search, tool calling; `response_format` "text" and `tool_choice` "none"
-/// are the plain behaviour and pass).
+/// ignores them (beam search; tools on /v1/completions, where `tool_choice` "none" is the plain behaviour and passes).
 void reject_unsupported_features(const json& b, bool chat) {
-  if (const json* v = field(b, "response_format")) {
-    const json* type = v->is_object() ? field(*v, "type") : nullptr;
-    if (!type || *type != "text")
-      bad_request("response_format", fmt::format("response_format {} is not supported (no structured output); only "
-                                                 "{{\"type\": \"text\"}}", type && type->is_string() ? type->get<std::string>() : v->dump().substr(0, 80)));
-  }
-  for (const char* k : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
-    if (field(b, k)) bad_request(k, fmt::format("{} is not supported (no structured output)", k));
   if (const json* v = field(b, "use_beam_search"); v && *v != false) bad_request("use_beam_search", "beam search is not supported");
   if (chat) return;  // tools: parse_tools
   const json* choice = field(b, "tool_choice");
@@ -102,8 +82,8 @@ void reject_unsupported_features(const json& b, bool chat) {
     bad_request(choice ? "tool_choice" : "tools", "tools are a chat completions feature (send no tools, or tool_choice \"none\")");
 }
 
-/// Chat `tools` and `tool_choice`, validated as vLLM's ChatCompletionRequest does. "required" and named tool
-/// choices need guided decoding (vLLM's structured outputs), which ssmserve does not have: a 400 naming them.
+/// Chat `tools` and `tool_choice`, validated as vLLM's ChatCompletionRequest (check_tool_usage) does. "required" and a
+/// named function are decoded under a JSON schema (structured outputs; parse_chat_request sets it).
 void parse_tools(const json& b, ChatRequest& r) {
   if (const json* v = field(b, "tools")) {
     if (!v->is_array()) bad_request("tools", fmt::format("tools must be a list (got {})", type_name(*v)));
@@ -134,10 +114,25 @@ void parse_tools(const json& b, ChatRequest& r) {
     r.tool_choice = "auto";
     return;
   }
-  if (*choice == "required" || choice->is_object())
-    bad_request("tool_choice", fmt::format("tool_choice {} is not supported: it needs guided decoding (structured outputs), "
-                                           "which this server does not have; send \"auto\" or \"none\"",
-                                           choice->is_string() ? "\"required\"" : "with a named function"));
+  if (*choice == "required") {
+    r.tool_choice = r.tools.is_null() ? "none" : "required";  // vLLM (as OpenAI): "required" with tools [] is "none"
+    return;
+  }
+  if (choice->is_object()) {
+    const char* usage = "Correct usage: `{\"type\": \"function\", \"function\": {\"name\": \"my_function\"}}`";
+    const json* fn = field(*choice, "function");
+    const json* type = field(*choice, "type");
+    if ((type && *type != "function") || !fn || !fn->is_object())
+      bad_request("tool_choice", fmt::format("Invalid value for `function` in `tool_choice`! {}", usage));
+    const json* name = field(*fn, "name");
+    if (!name || !name->is_string() || name->get<std::string>().empty())
+      bad_request("tool_choice", fmt::format("Invalid `name` in `function` in `tool_choice`! {}", usage));
+    if (r.tools.is_null())
+      bad_request("tool_choice", "The tool specified in `tool_choice` does not match any of the specified `tools`");
+    r.tool_choice = "function";
+    r.tool_choice_function = name->get<std::string>();
+    return;
+  }
   bad_request("tool_choice", fmt::format("Invalid value for `tool_choice`: {}! Only named tools, \"none\", \"auto\" or "
                                          "\"required\" are supported.", choice->dump()));
 }
@@ -269,6 +264,7 @@ CompletionRequest parse_completion_request(const json& b, int max_logprobs) {
   check_body(b);
   CompletionRequest r;
   parse_common(b, r, "max_tokens", /*chat=*/false);
+  r.params.structured_outputs = parse_structured_outputs(b);
   if (!r.max_tokens_given) r.params.max_tokens = 16;  // OpenAI's completions default
   const json* p = field(b, "prompt");
   if (!p) bad_request("prompt", "prompt is required");
@@ -326,6 +322,11 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs) {
   ChatRequest r;
   parse_common(b, r, "max_completion_tokens", /*chat=*/true);
   parse_tools(b, r);
+  // Structured outputs; a forced tool choice decodes the calls under vLLM's schema (serving.cpp turns the JSON into
+  // tool_calls).
+  const bool forced = r.tool_choice == "required" || r.tool_choice == "function";
+  r.params.structured_outputs =
+      parse_structured_outputs(b, forced ? tool_choice_json_schema(r.tools, r.tool_choice_function) : json(nullptr));
   if (r.max_tokens_given && r.params.max_tokens == 0)
     bad_request("max_tokens", "max_tokens must be in [1, 2147483647] (got 0)");
   const json* m = field(b, "messages");

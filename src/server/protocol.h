@@ -25,7 +25,8 @@ struct PromptInput {
   bool is_tokens = false;
 };
 
-/// Fields shared by both endpoints.
+/// Fields shared by both endpoints. params.structured_outputs holds the request's constraint, if any
+/// (response_format, structured_outputs, guided_*, a forced tool_choice: parse_structured_outputs).
 struct GenerationRequest {
   std::optional<std::string> model;   ///< "model"; unset = the served model
   SamplingParams params;               ///< with params.max_tokens meaningful only when max_tokens_given
@@ -59,8 +60,11 @@ struct ChatRequest : GenerationRequest {
   /// vLLM's tools: [{"type": "function", "function": {"name", "description", "parameters"}}], or null (none or []).
   /// Passed to the chat template also with tool_choice "none", as vLLM does.
   nlohmann::ordered_json tools;
-  /// "none" or "auto" (default "auto" with tools, else "none"); "required" and named choices are a 400.
+  /// "none", "auto" (default "auto" with tools, else "none"), "required" or "function" (a named function:
+  /// tool_choice_function). "required" and "function" set params.structured_outputs to vLLM's tool-call schema
+  /// (tool_choice_json_schema); "required" with an empty tools list is "none", as vLLM.
   std::string tool_choice = "none";
+  std::string tool_choice_function;  ///< tool_choice "function": the function's name (one of tools)
   bool tool_choice_given = false;  ///< "tool_choice" was in the body (else it defaulted)
   bool logprobs = false;               ///< chat's logprobs is a bool; top_logprobs gives the count
   int top_logprobs = 0;
@@ -70,11 +74,12 @@ struct ChatRequest : GenerationRequest {
 
 /// Parses a completions body. Throws ApiError 400 naming the field for a wrong type or value out of range
 /// (max_tokens < 1 except 0 with echo, which sets prompt_only; temperature < 0, top_p outside (0, 1], n outside [1, kMaxN], empty prompt,
-/// logprobs / prompt_logprobs above `max_logprobs` (the server's --max-logprobs, at most kMaxLogprobs), ...).
+/// logprobs / prompt_logprobs above `max_logprobs` (the server's --max-logprobs, at most kMaxLogprobs), a bad
+/// response_format / structured_outputs / guided_* (parse_structured_outputs), tools, ...).
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, int max_logprobs = kMaxLogprobs);
 /// Parses a chat completions body (messages: non-empty array of {"role": string, "content": string | null |
 /// [{"type": "text", "text": string}]}). Throws ApiError 400 like parse_completion_request (top_logprobs above
-/// `max_logprobs`; prompt_logprobs, which chat does not return, is refused).
+/// `max_logprobs`; prompt_logprobs, which chat does not return, is refused; a tool_choice naming no tool of `tools`).
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, int max_logprobs = kMaxLogprobs);
 /// Parses a request body as JSON; throws ApiError 400 for invalid JSON (including ill-formed UTF-8) or a
 /// non-object.

@@ -11,6 +11,11 @@ namespace ssmserve::server {
 
 using nlohmann::json;
 
+std::unique_ptr<ToolParser> job_tool_parser(const GenerationJob& job) {
+  if (job.forced_tool) return make_forced_tool_parser(*job.forced_tool);
+  return make_tool_parser(job.tool_parser, job.tools);
+}
+
 json stop_reason_json(const CompletionOutput& c) {
   if (!c.stop_reason.empty()) return c.stop_reason;
   if (c.stop_reason_token) return *c.stop_reason_token;
@@ -27,8 +32,8 @@ ResponseBuilder::ResponseBuilder(std::shared_ptr<GenerationJob> job) : job_(std:
   sent_prompt_logprobs_.assign(choices, 0);
   num_tool_calls_.assign(choices, 0);
   placeholder_ = fmt::format("ssm-lp-{:016x}-", std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}());
-  if (job_->chat && job_->stream && !job_->tool_parser.empty())
-    for (size_t i = 0; i < choices; ++i) tool_parsers_.push_back(make_tool_parser(job_->tool_parser, job_->tools));
+  if (job_->chat && job_->stream && job_->has_tool_parser())
+    for (size_t i = 0; i < choices; ++i) tool_parsers_.push_back(job_tool_parser(*job_));
 }
 
 std::string ResponseBuilder::token_text(int id) const {
@@ -64,9 +69,9 @@ json ResponseBuilder::completion_logprobs(const std::vector<std::vector<TokenLog
     if (entry.empty()) continue;
     const std::string tok = token_text(entry[0].id);
     tokens.push_back(tok);
-    token_lps.push_back(entry[0].logprob);
+    token_lps.push_back(json_logprob(entry[0].logprob));
     json top = json::object();
-    for (const auto& e : entry) top[token_text(e.id)] = e.logprob;
+    for (const auto& e : entry) top[token_text(e.id)] = json_logprob(e.logprob);
     tops.push_back(std::move(top));
     offsets.push_back(text_offset);
     text_offset += token_chars(entry[0].id);
@@ -92,9 +97,9 @@ json ResponseBuilder::chat_logprobs(const std::vector<std::vector<TokenLogprob>>
     json top = json::array();
     for (const auto& t2 : ranked) {
       const std::string s = token_text(t2.id);
-      top.push_back({{"token", s}, {"logprob", t2.logprob}, {"bytes", bytes(s)}});
+      top.push_back({{"token", s}, {"logprob", json_logprob(t2.logprob)}, {"bytes", bytes(s)}});
     }
-    content.push_back({{"token", tok}, {"logprob", entry[0].logprob}, {"bytes", bytes(tok)}, {"top_logprobs", top}});
+    content.push_back({{"token", tok}, {"logprob", json_logprob(entry[0].logprob)}, {"bytes", bytes(tok)}, {"top_logprobs", top}});
   }
   return {{"content", content}};
 }
@@ -154,7 +159,7 @@ std::vector<json> ResponseBuilder::on_output(int index, RequestOutput&& out) {
     // ({"index", "function": {"arguments"}}), as vLLM.
     ToolParser& tp = *tool_parsers_[index];
     ToolParser::Delta d = tp.feed(out.delta_text, out.finished);
-    if (out.finished && tp.called()) finish = "tool_calls";
+    if (out.finished && tp.called() && tp.finish_as_tool_calls(c.finish_reason == FinishReason::Stop)) finish = "tool_calls";
     if (d.content.empty() && d.calls.empty() && lp.is_null() && !out.finished) return chunks;
     json delta = json::object();
     if (!d.content.empty() || (d.calls.empty() && !out.finished)) delta["content"] = d.content;
@@ -214,12 +219,12 @@ json ResponseBuilder::prompt_logprobs_json(const ReadyPrompt& p, const RequestOu
       token_lps.push_back(nullptr), tops.push_back(nullptr);
       continue;
     }
-    token_lps.push_back(e->token_logprob);
+    token_lps.push_back(json_logprob(e->token_logprob));
     json top = json::object();
-    top[tok] = e->token_logprob;
+    top[tok] = json_logprob(e->token_logprob);
     // The engine's top-k may be prompt_logprobs' larger k: echo lists its own `logprobs` count.
     const size_t k = std::min(e->top.size(), static_cast<size_t>(job_->logprobs.value_or(0)));
-    for (size_t j = 0; j < k; ++j) top[token_text(e->top[j].id)] = e->top[j].logprob;
+    for (size_t j = 0; j < k; ++j) top[token_text(e->top[j].id)] = json_logprob(e->top[j].logprob);
     tops.push_back(std::move(top));
   }
   return {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};
@@ -236,7 +241,7 @@ json ResponseBuilder::vllm_prompt_logprobs(const RequestOutput& o) const {
     }
     const int id = o.prompt_token_ids[t];
     json entry = json::object();
-    entry[std::to_string(id)] = {{"logprob", e->token_logprob}, {"rank", e->rank}, {"decoded_token", token_text(id)}};
+    entry[std::to_string(id)] = {{"logprob", json_logprob(e->token_logprob)}, {"rank", e->rank}, {"decoded_token", token_text(id)}};
     const size_t k = std::min(e->top.size(), k_max);
     for (size_t j = 0; j < k; ++j) {
       const std::string key = std::to_string(e->top[j].id);
@@ -244,7 +249,8 @@ json ResponseBuilder::vllm_prompt_logprobs(const RequestOutput& o) const {
         entry[key]["rank"] = e->rank;  // the prompt token is listed once, with its own rank
         continue;
       }
-      entry[key] = {{"logprob", e->top[j].logprob}, {"rank", static_cast<int>(j) + 1}, {"decoded_token", token_text(e->top[j].id)}};
+      entry[key] = {{"logprob", json_logprob(e->top[j].logprob)}, {"rank", static_cast<int>(j) + 1},
+                    {"decoded_token", token_text(e->top[j].id)}};
     }
     out.push_back(std::move(entry));
   }
@@ -326,13 +332,14 @@ json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
     if (job_->chat) {
       json lp = job_->logprobs ? chat_logprobs(c.logprobs, 0) : json(nullptr);
       json message = {{"role", "assistant"}, {"content", job_->chat_echo + c.text}};
-      if (!job_->tool_parser.empty()) {  // vLLM: tool_calls (a list) and content before them, or null
-        const ExtractedToolCalls tc = make_tool_parser(job_->tool_parser, job_->tools)->extract(c.text);
+      if (job_->has_tool_parser()) {  // vLLM: tool_calls (a list) and content before them, or null
+        const std::unique_ptr<ToolParser> tp = job_tool_parser(*job_);
+        const ExtractedToolCalls tc = tp->extract(c.text);
         json calls = json::array();
         for (const auto& call : tc.calls) calls.push_back(call.to_json());
         if (tc.tools_called) {
           message["content"] = tc.has_content ? json(job_->chat_echo + tc.content) : json(nullptr);
-          finish = "tool_calls";
+          if (tp->finish_as_tool_calls(c.finish_reason == FinishReason::Stop)) finish = "tool_calls";
         }
         message["tool_calls"] = std::move(calls);
       }

@@ -37,6 +37,11 @@ struct GenerationJob {
   std::optional<int> prompt_logprobs;  ///< completions' prompt_logprobs (top-k count): each choice's "prompt_logprobs"
   std::string tool_parser;           ///< chat with tool_choice "auto": the --tool-call-parser name, else ""
   nlohmann::ordered_json tools;      ///< the request's tools (with tool_parser: qwen3_coder types values by them)
+  /// Chat with a forced tool_choice: "" for "required", the function's name for a named one (the output, decoded under
+  /// its schema, becomes tool_calls: make_forced_tool_parser); nullopt otherwise.
+  std::optional<std::string> forced_tool;
+  /// Whether the chat output goes through a tool-call parser (tool_parser or forced_tool).
+  bool has_tool_parser() const { return !tool_parser.empty() || forced_tool.has_value(); }
   std::vector<std::string> request_ids;  ///< [prompts.size() * n], choice index = prompt * n + i
   std::shared_ptr<OutputChannel> channel;
   const Tokenizer* tokenizer = nullptr;
@@ -100,6 +105,15 @@ class ResponseBuilder {
 /// Characters (Unicode code points) in UTF-8 text: bytes that do not continue a sequence, so a partial character
 /// counts once, where it starts.
 size_t utf8_char_count(std::string_view s);
+
+/// A new tool-call parser of a job with has_tool_parser(): the forced tool_choice's (make_forced_tool_parser), else
+/// the --tool-call-parser's (make_tool_parser).
+std::unique_ptr<ToolParser> job_tool_parser(const GenerationJob& job);
+
+/// Logprobs as the responses write them: at least kMinJsonLogprob (vLLM's max(logprob, -9999.0)), since a token a
+/// structured-output grammar masks has logprob -inf, which JSON cannot hold.
+inline constexpr float kMinJsonLogprob = -9999.0f;
+inline float json_logprob(float logprob) { return logprob < kMinJsonLogprob ? kMinJsonLogprob : logprob; }
 
 /// vLLM's stop_reason: the matched stop string, the stop_token_ids entry, or null.
 nlohmann::json stop_reason_json(const CompletionOutput& c);

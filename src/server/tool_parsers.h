@@ -1,7 +1,8 @@
 // Owns the tool-call parsers of the chat endpoint (vLLM's --tool-call-parser): they find the tool calls a model
 // wrote in its output text (e.g. Hermes / Qwen `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, or the
 // Qwen3-Coder / Qwen3.5 XML form `<tool_call><function=NAME><parameter=ARG>VALUE</parameter></function></tool_call>`),
-// whole or while the text streams, and split them from the message content.
+// whole or while the text streams, and split them from the message content; and the calls of a forced tool_choice
+// (the JSON its schema shaped).
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -52,6 +53,10 @@ class ToolParser {
   virtual Delta feed(std::string_view text, bool final) = 0;
   /// Whether feed() began any call so far.
   bool called() const { return num_calls_ > 0; }
+  /// Whether an output with calls finishes with reason "tool_calls", given whether the engine `stopped` it (EOS or a
+  /// stop string, not max_tokens): true for the auto parsers; for a forced tool_choice "required" when stopped; never
+  /// for a named tool_choice (vLLM).
+  virtual bool finish_as_tool_calls(bool stopped) const { return true; }
   const std::string& name() const { return name_; }
 
  protected:
@@ -89,6 +94,10 @@ std::unique_ptr<ToolParser> make_tool_parser(const std::string& name,
                                              const nlohmann::ordered_json& tools = nlohmann::ordered_json());
 /// The qwen3_coder / qwen3_xml parser (tool_parser_qwen3_coder.cpp), as make_tool_parser("qwen3_coder", tools).
 std::unique_ptr<ToolParser> make_qwen3_coder_tool_parser(const std::string& name, const nlohmann::ordered_json& tools);
+/// The parser of a forced tool_choice (tool_parser_forced.cpp), whose output was decoded under
+/// tool_choice_json_schema: `function_name` empty = "required" (a JSON list of {"name", "parameters"}, each one call),
+/// else a named function (the whole output is that function's arguments).
+std::unique_ptr<ToolParser> make_forced_tool_parser(const std::string& function_name);
 /// The registered parser names.
 std::vector<std::string> tool_parser_names();
 /// JSON text as Python's json.dumps(x, ensure_ascii=False) writes it (", " and ": " separators), which is how vLLM

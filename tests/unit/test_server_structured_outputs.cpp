@@ -1,0 +1,340 @@
+// Structured outputs in the OpenAI server: response_format, vLLM's structured_outputs and the legacy guided_* fields
+// mapped onto SamplingParams::structured_outputs for both endpoints, bad inputs as 400s naming the field, the
+// forced tool_choice schemas (vLLM's _get_json_schema_from_tool), their tool-call parsers (whole and streamed), and
+// logprobs clamped to -9999 in the responses.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "server/protocol.h"
+#include "server/serving.h"
+#include "server/structured_request.h"
+
+namespace ssmserve::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+json chat_body(json extra) {
+  json b = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  for (const auto& [k, v] : extra.items()) b[k] = v;
+  return b;
+}
+
+json completion_body(json extra) {
+  json b = {{"prompt", "hi"}};
+  for (const auto& [k, v] : extra.items()) b[k] = v;
+  return b;
+}
+
+/// Both endpoints' constraint for the same extra fields (they must agree).
+std::optional<StructuredOutputsParams> both(const json& extra) {
+  const auto c = parse_completion_request(completion_body(extra)).params.structured_outputs;
+  const auto h = parse_chat_request(chat_body(extra)).params.structured_outputs;
+  EXPECT_EQ(c, h) << extra.dump();
+  return c;
+}
+
+/// The param of the ApiError 400 both endpoints throw for `extra` (and the message contains `needle`).
+void expect_400(const json& extra, const std::string& param, const std::string& needle = "") {
+  for (const bool chat : {false, true}) {
+    try {
+      if (chat) parse_chat_request(chat_body(extra));
+      else parse_completion_request(completion_body(extra));
+      ADD_FAILURE() << "no error for " << extra.dump() << (chat ? " (chat)" : " (completions)");
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(e.param, param) << extra.dump() << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+const json kSchema = {{"type", "object"},
+                      {"properties", {{"name", {{"type", "string"}, {"maxLength", 6}}}, {"ok", {{"type", "boolean"}}}}},
+                      {"required", json::array({"name", "ok"})}};
+
+TEST(ServerStructuredOutputs, ResponseFormat) {
+  EXPECT_FALSE(both({{"response_format", {{"type", "text"}}}}));
+  EXPECT_FALSE(both(json::object()));
+  auto p = both({{"response_format", {{"type", "json_object"}}}});
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->json_object);
+  EXPECT_EQ(p->num_constraints(), 1);
+  p = both({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", kSchema}, {"strict", true}}}}}});
+  ASSERT_TRUE(p && p->json);
+  EXPECT_EQ(json::parse(*p->json), kSchema);
+  // The current structural tag form passes as sent; the legacy one becomes xgrammar's triggered_tags format.
+  const json tag = {{"type", "structural_tag"}, {"format", {{"type", "const_string"}, {"value", "hi"}}}};
+  p = both({{"response_format", tag}});
+  ASSERT_TRUE(p && p->structural_tag);
+  EXPECT_EQ(json::parse(*p->structural_tag), tag);
+  const json legacy = {{"type", "structural_tag"},
+                       {"structures", json::array({{{"begin", "<f>"}, {"schema", kSchema}, {"end", "</f>"}}})},
+                       {"triggers", json::array({"<f"})}};
+  p = both({{"response_format", legacy}});
+  ASSERT_TRUE(p && p->structural_tag);
+  const json converted = json::parse(*p->structural_tag);
+  EXPECT_EQ(converted["format"]["type"], "triggered_tags");
+  EXPECT_EQ(converted["format"]["triggers"], json::array({"<f"}));
+  EXPECT_EQ(converted["format"]["tags"][0]["begin"], "<f>");
+  EXPECT_EQ(converted["format"]["tags"][0]["content"]["json_schema"], kSchema);
+}
+
+TEST(ServerStructuredOutputs, StructuredOutputsAndLegacyFields) {
+  auto p = both({{"structured_outputs", {{"choice", json::array({"yes", "no"})}}}});
+  ASSERT_TRUE(p && p->choice);
+  EXPECT_EQ(*p->choice, (std::vector<std::string>{"yes", "no"}));
+  p = both({{"structured_outputs", {{"regex", "[a-z]+"}, {"disable_any_whitespace", true}}}});
+  ASSERT_TRUE(p && p->regex);
+  EXPECT_EQ(*p->regex, "[a-z]+");
+  EXPECT_TRUE(p->disable_any_whitespace);
+  p = both({{"structured_outputs", {{"json", kSchema.dump()}, {"disable_additional_properties", true}, {"regex", nullptr}}}});
+  ASSERT_TRUE(p && p->json);
+  EXPECT_EQ(json::parse(*p->json), kSchema);
+  EXPECT_TRUE(p->disable_additional_properties);
+  p = both({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}});
+  ASSERT_TRUE(p && p->grammar);
+  p = both({{"structured_outputs", {{"json_object", true}}}});
+  ASSERT_TRUE(p && p->json_object);
+  // Options without a constraint apply to the one response_format sets (vLLM 0.11 fills it into structured_outputs).
+  p = both({{"structured_outputs", {{"disable_any_whitespace", true}}}, {"response_format", {{"type", "json_object"}}}});
+  ASSERT_TRUE(p && p->json_object);
+  EXPECT_TRUE(p->disable_any_whitespace);
+  // Legacy fields.
+  p = both({{"guided_json", kSchema}});
+  ASSERT_TRUE(p && p->json);
+  p = both({{"guided_regex", "a|b"}, {"guided_decoding_backend", "xgrammar:disable-any-whitespace"}});
+  ASSERT_TRUE(p && p->regex);
+  EXPECT_TRUE(p->disable_any_whitespace);
+  p = both({{"guided_choice", json::array({"a"})}, {"guided_decoding_backend", "outlines"}});
+  ASSERT_TRUE(p && p->choice);
+  EXPECT_FALSE(p->disable_any_whitespace);
+  p = both({{"guided_grammar", "root ::= \"a\""}, {"guided_json", nullptr}});
+  ASSERT_TRUE(p && p->grammar);
+}
+
+TEST(ServerStructuredOutputs, BadInputsNameTheField) {
+  expect_400({{"response_format", "json"}}, "response_format");
+  expect_400({{"response_format", {{"type", "yaml"}}}}, "response_format.type", "yaml");
+  expect_400({{"response_format", {{"kind", "json_object"}}}}, "response_format.type");
+  expect_400({{"response_format", {{"type", "json_schema"}}}}, "response_format.json_schema");
+  expect_400({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}, "response_format.json_schema.schema");
+  expect_400({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", 3}}}}}},
+             "response_format.json_schema.schema");
+  expect_400({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", 1}, {"schema", kSchema}}}}}},
+             "response_format.json_schema.name");
+  expect_400({{"response_format", {{"type", "structural_tag"}, {"structures", 1}, {"triggers", json::array()}}}},
+             "response_format");
+  expect_400({{"structured_outputs", "json"}}, "structured_outputs");
+  expect_400({{"structured_outputs", json::object()}}, "structured_outputs", "one constraint");
+  expect_400({{"structured_outputs", {{"disable_any_whitespace", true}}}}, "structured_outputs");
+  expect_400({{"structured_outputs", {{"regex", 5}}}}, "structured_outputs.regex");
+  expect_400({{"structured_outputs", {{"regex", ""}}}}, "structured_outputs.regex");
+  expect_400({{"structured_outputs", {{"choice", "a"}}}}, "structured_outputs.choice");
+  expect_400({{"structured_outputs", {{"choice", json::array()}}}}, "structured_outputs.choice");
+  expect_400({{"structured_outputs", {{"choice", json::array({"a", 1})}}}}, "structured_outputs.choice");
+  expect_400({{"structured_outputs", {{"json", 5}}}}, "structured_outputs.json");
+  expect_400({{"structured_outputs", {{"json", "{not json"}}}}, "structured_outputs.json", "not valid JSON");
+  expect_400({{"structured_outputs", {{"json_object", "yes"}}}}, "structured_outputs.json_object");
+  expect_400({{"structured_outputs", {{"grammar", json::array()}}}}, "structured_outputs.grammar");
+  expect_400({{"structured_outputs", {{"regex", "a"}, {"disable_any_whitespace", 1}}}}, "structured_outputs.disable_any_whitespace");
+  expect_400({{"structured_outputs", {{"regex", "a"}, {"whitespace_pattern", " "}}}}, "structured_outputs.whitespace_pattern");
+  expect_400({{"structured_outputs", {{"regexp", "a"}}}}, "structured_outputs.regexp", "not a field");
+  expect_400({{"guided_json", 1}}, "guided_json");
+  expect_400({{"guided_choice", json::array()}}, "guided_choice");
+  expect_400({{"guided_regex", json::array({"a"})}}, "guided_regex");
+  expect_400({{"guided_whitespace_pattern", " "}, {"guided_json", kSchema}}, "guided_whitespace_pattern");
+  expect_400({{"guided_decoding_backend", 1}, {"guided_json", kSchema}}, "guided_decoding_backend");
+  // Two constraints at once (vLLM's message); the second field read is named.
+  expect_400({{"structured_outputs", {{"regex", "a"}, {"choice", json::array({"a"})}}}}, "structured_outputs.choice",
+             "only use one kind of structured outputs constraint");
+  expect_400({{"structured_outputs", {{"regex", "a"}}}, {"guided_json", kSchema}}, "guided_json", "only use one kind");
+  expect_400({{"guided_regex", "a"}, {"response_format", {{"type", "json_object"}}}}, "response_format", "only use one kind");
+}
+
+const json kTools = json::array(
+    {{{"type", "function"},
+      {"function", {{"name", "get_weather"},
+                    {"parameters", {{"type", "object"}, {"properties", {{"city", {{"$ref", "#/$defs/city"}}}}},
+                                    {"$defs", {{"city", {{"type", "string"}, {"maxLength", 8}}}}}}}}}},
+     {{"type", "function"}, {"function", {{"name", "noop"}}}}});
+
+TEST(ServerStructuredOutputs, ForcedToolChoiceSchemas) {
+  // Named: that function's parameters (an empty object schema when it has none).
+  ChatRequest r = parse_chat_request(chat_body({{"tools", kTools},
+                                                {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}));
+  EXPECT_EQ(r.tool_choice, "function");
+  EXPECT_EQ(r.tool_choice_function, "get_weather");
+  ASSERT_TRUE(r.params.structured_outputs && r.params.structured_outputs->json);
+  EXPECT_EQ(json::parse(*r.params.structured_outputs->json), kTools[0]["function"]["parameters"]);
+  EXPECT_EQ(tool_choice_json_schema(kTools, "noop"), json({{"type", "object"}, {"properties", json::object()}}));
+  // Required: a non-empty list of {name, parameters}, one anyOf branch per tool, $defs at the top.
+  r = parse_chat_request(chat_body({{"tools", kTools}, {"tool_choice", "required"}}));
+  EXPECT_EQ(r.tool_choice, "required");
+  ASSERT_TRUE(r.params.structured_outputs && r.params.structured_outputs->json);
+  const json s = json::parse(*r.params.structured_outputs->json);
+  EXPECT_EQ(s["type"], "array");
+  EXPECT_EQ(s["minItems"], 1);
+  ASSERT_EQ(s["items"]["anyOf"].size(), 2u);
+  EXPECT_EQ(s["items"]["anyOf"][0]["properties"]["name"]["enum"], json::array({"get_weather"}));
+  EXPECT_FALSE(s["items"]["anyOf"][0]["properties"]["parameters"].contains("$defs"));
+  EXPECT_EQ(s["$defs"]["city"]["maxLength"], 8);
+  EXPECT_EQ(s["items"]["anyOf"][1]["properties"]["parameters"], json({{"type", "object"}, {"properties", json::object()}}));
+  EXPECT_EQ(s["items"]["anyOf"][1]["required"], json::array({"name", "parameters"}));
+  // "required" with tools [] is "none" (vLLM); response_format is left out under a forced choice (vLLM).
+  r = parse_chat_request(chat_body({{"tools", json::array()}, {"tool_choice", "required"}}));
+  EXPECT_EQ(r.tool_choice, "none");
+  EXPECT_FALSE(r.params.structured_outputs);
+  r = parse_chat_request(chat_body({{"tools", kTools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}));
+  ASSERT_TRUE(r.params.structured_outputs);
+  EXPECT_FALSE(r.params.structured_outputs->json_object);
+  EXPECT_TRUE(r.params.structured_outputs->json);
+  // Bad choices.
+  for (const json& bad : {json({{"type", "function"}, {"function", {{"name", "nope"}}}}), json({{"type", "function"}}),
+                          json({{"type", "function"}, {"function", {{"name", ""}}}}),
+                          json({{"type", "other"}, {"function", {{"name", "noop"}}}})}) {
+    try {
+      parse_chat_request(chat_body({{"tools", kTools}, {"tool_choice", bad}}));
+      ADD_FAILURE() << bad.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param, "tool_choice") << bad.dump();
+    }
+  }
+  try {  // a constraint of its own besides a forced tool choice
+    parse_chat_request(chat_body({{"tools", kTools}, {"tool_choice", "required"}, {"guided_regex", "a"}}));
+    ADD_FAILURE();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "tool_choice");
+  }
+  json clash = kTools;
+  clash[1]["function"]["parameters"] = {{"type", "object"}, {"$defs", {{"city", {{"type", "integer"}}}}}};
+  EXPECT_THROW(tool_choice_json_schema(clash, ""), ApiError);
+}
+
+RequestOutput delta(const std::string& text, bool finished, FinishReason reason = FinishReason::Stop) {
+  RequestOutput o;
+  o.request_id = "r";
+  o.outputs.resize(1);
+  o.outputs[0].text = text;
+  o.outputs[0].token_ids.assign(1, 5);
+  o.outputs[0].finish_reason = finished ? reason : FinishReason::None;
+  o.delta_text = text;
+  o.delta_token_ids.assign(1, 5);
+  o.finished = finished;
+  return o;
+}
+
+/// The message (non-streaming) or the merged deltas (streaming) of a forced tool choice over `pieces`.
+struct Reply {
+  json content;
+  std::vector<json> calls;
+  json finish;
+};
+
+Reply run(const std::optional<std::string>& forced, const std::vector<std::string>& pieces, bool stream,
+          FinishReason reason = FinishReason::Stop) {
+  auto job = std::make_shared<GenerationJob>();
+  job->chat = true;
+  job->stream = stream;
+  job->forced_tool = forced;
+  job->request_ids = {"r"};
+  job->prompts.resize(1);
+  ResponseBuilder rb(job);
+  std::vector<json> chunks;
+  for (size_t i = 0; i < pieces.size(); ++i)
+    for (auto& c : rb.on_output(0, delta(pieces[i], i + 1 == pieces.size(), reason))) chunks.push_back(std::move(c));
+  Reply r;
+  if (!stream) {
+    const json f = rb.final_response()["choices"][0];
+    r.content = f["message"]["content"];
+    for (const auto& c : f["message"]["tool_calls"]) r.calls.push_back(c);
+    r.finish = f["finish_reason"];
+    return r;
+  }
+  std::string content;
+  for (const auto& c : chunks) {
+    const json& d = c["choices"][0]["delta"];
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    if (d.contains("tool_calls"))
+      for (const auto& t : d["tool_calls"]) {
+        const size_t i = t["index"].get<size_t>();
+        if (t.contains("id")) {
+          EXPECT_EQ(i, r.calls.size());
+          r.calls.push_back(t);
+        } else {
+          EXPECT_LT(i, r.calls.size());
+          r.calls[i]["function"]["arguments"] =
+              r.calls[i]["function"]["arguments"].get<std::string>() + t["function"]["arguments"].get<std::string>();
+        }
+      }
+    if (!c["choices"][0]["finish_reason"].is_null()) r.finish = c["choices"][0]["finish_reason"];
+  }
+  r.content = content;
+  return r;
+}
+
+TEST(ServerStructuredOutputs, ForcedToolCallsWholeAndStreamed) {
+  for (const bool stream : {false, true}) {
+    // Named: the whole output is the arguments; finish_reason stays "stop" (vLLM).
+    Reply r = run(std::string("get_weather"), {"{\"ci", "ty\": \"Oslo\"}"}, stream);
+    ASSERT_EQ(r.calls.size(), 1u) << stream;
+    EXPECT_EQ(r.calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(r.calls[0]["function"]["arguments"], "{\"city\": \"Oslo\"}");
+    EXPECT_EQ(r.calls[0]["type"], "function");
+    EXPECT_EQ(r.content, "");
+    EXPECT_EQ(r.finish, "stop");
+    // Required: each list item one call, arguments as Python's json.dumps; finish_reason "tool_calls".
+    r = run(std::string(), {"[{\"name\": \"get_weather\", \"para", "meters\": {\"city\":\"a}{[\\\"\"}}, {\"name\":\"noop\",",
+                            "\"parameters\":{}}]"}, stream);
+    ASSERT_EQ(r.calls.size(), 2u) << stream;
+    EXPECT_EQ(r.calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(r.calls[0]["function"]["arguments"], "{\"city\": \"a}{[\\\"\"}");
+    EXPECT_EQ(r.calls[1]["function"]["name"], "noop");
+    EXPECT_EQ(r.calls[1]["function"]["arguments"], "{}");
+    EXPECT_EQ(r.content, "");
+    EXPECT_EQ(r.finish, "tool_calls");
+    // Required, cut short by max_tokens: the complete items are calls, the finish reason stays "length"; without a
+    // complete item the text is content.
+    r = run(std::string(), {"[{\"name\": \"noop\", \"parameters\": {}}, {\"name\": \"get_w"}, stream, FinishReason::Length);
+    ASSERT_EQ(r.calls.size(), 1u) << stream;
+    EXPECT_EQ(r.calls[0]["function"]["name"], "noop");
+    EXPECT_EQ(r.content, "");
+    EXPECT_EQ(r.finish, "length");
+    r = run(std::string(), {"[{\"name\": \"get_w"}, stream, FinishReason::Length);
+    EXPECT_TRUE(r.calls.empty());
+    EXPECT_EQ(r.content, "[{\"name\": \"get_w");
+    EXPECT_EQ(r.finish, "length");
+  }
+}
+
+TEST(ServerStructuredOutputs, MaskedLogprobsAreClampedInEveryResponse) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (const bool chat : {false, true}) {
+    for (const bool stream : {false, true}) {
+      auto job = std::make_shared<GenerationJob>();
+      job->chat = chat;
+      job->stream = stream;
+      job->logprobs = 3;
+      job->request_ids = {"r"};
+      job->prompts.push_back({"p", {1, 2}});
+      ResponseBuilder rb(job);
+      RequestOutput o = delta("x", true);
+      o.outputs[0].logprobs = {{{5, 0.0f}, {6, -kInf}, {7, -kInf}}};
+      std::vector<nlohmann::json> chunks = rb.on_output(0, std::move(o));
+      const nlohmann::json lp = stream ? chunks.at(0)["choices"][0]["logprobs"] : rb.final_response()["choices"][0]["logprobs"];
+      const std::string text = lp.dump();
+      EXPECT_EQ(text.find("null"), std::string::npos) << text;
+      EXPECT_NE(text.find("-9999.0"), std::string::npos) << text;
+      if (!stream) {  // the spliced body too
+        EXPECT_EQ(nlohmann::json::parse(rb.final_body())["choices"][0]["logprobs"], lp);
+      }
+    }
+  }
+  EXPECT_EQ(json_logprob(-kInf), -9999.0f);
+  EXPECT_EQ(json_logprob(-1.5f), -1.5f);
+}
+
+}  // namespace
+}  // namespace ssmserve::server
