@@ -2,8 +2,9 @@
 // API with vLLM's names, and the request queue of AsyncLLM's engine loop: add_async / step_async), and the module's
 // setup (the "cuda" backend, SsmserveError, set_log_level). The engine runs with the GIL released (generate, each
 // step of a stream or of the async loop), so other Python threads (and the asyncio event loop) keep running.
-// Prompts and outputs are converted in outputs.cpp, SamplingParams is bound in sampling_params.cpp, and LLM(...)'s
-// keywords are checked in engine_args.cpp.
+// Prompts and outputs are converted in outputs.cpp, SamplingParams is bound in sampling_params.cpp (its
+// structured_outputs' StructuredOutputsParams in structured_outputs.cpp), and LLM(...)'s keywords are checked in
+// engine_args.cpp.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <spdlog/spdlog.h>
@@ -26,6 +27,7 @@
 #include "gil_release.h"
 #include "outputs.h"
 #include "sampling_params.h"
+#include "structured_outputs.h"
 #include "engine/llm_engine.h"
 #include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -39,6 +41,7 @@ using ssmserve::python::check_engine_args;
 using ssmserve::python::GivenKeywords;
 using ssmserve::python::bind_outputs;
 using ssmserve::python::bind_sampling_params;
+using ssmserve::python::bind_structured_outputs;
 using ssmserve::python::GilRelease;
 using ssmserve::python::make_config;
 using ssmserve::python::now_s;
@@ -457,6 +460,7 @@ PYBIND11_MODULE(_ssmserve, m) {
       py::arg("level"));
 
   bind_outputs(m);
+  bind_structured_outputs(m);  // before SamplingParams, whose structured_outputs holds one
   bind_sampling_params(m);
 
   py::class_<PyLLM>(m, "Engine")

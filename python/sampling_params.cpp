@@ -1,5 +1,6 @@
 // Owns the SamplingParams class's binding (declared in sampling_params.h): its fields listed once (SSM_SAMPLING_FIELDS)
-// for the attributes, the pickle state and equality.
+// for the attributes, the pickle state and equality. structured_outputs holds a StructuredOutputsParams
+// (structured_outputs.cpp, bound first).
 #include "sampling_params.h"
 
 #include <pybind11/stl.h>
@@ -16,8 +17,9 @@ void bind_sampling_params(py::module_& m) {
   // Every field of SamplingParams, once: its attribute, its pickle state and its equality.
 #define SSM_SAMPLING_FIELDS(X)                                                                                        \
   X(n) X(temperature) X(top_p) X(top_k) X(min_p) X(seed) X(presence_penalty) X(frequency_penalty)                     \
-  X(repetition_penalty) X(max_tokens) X(min_tokens) X(stop) X(stop_token_ids) X(ignore_eos) X(logprobs)             \
-  X(prompt_logprobs) X(include_stop_str_in_output) X(skip_special_tokens) X(logit_bias) X(allowed_token_ids)
+  X(repetition_penalty) X(max_tokens) X(min_tokens) X(stop) X(stop_token_ids) X(ignore_eos) X(logprobs)               \
+  X(prompt_logprobs) X(include_stop_str_in_output) X(skip_special_tokens) X(logit_bias) X(allowed_token_ids)          \
+  X(structured_outputs)
   auto sampling_state = [](const SamplingParams& p) {
     py::dict d;
 #define SSM_GET(f) d[#f] = py::cast(p.f);
@@ -27,7 +29,12 @@ void bind_sampling_params(py::module_& m) {
   };
   py::class_<SamplingParams> sampling(m, "SamplingParams");
   sampling.def(py::init<>());
-#define SSM_FIELD(f) sampling.def_readwrite(#f, &SamplingParams::f);
+  // Read as a copy (as the list fields always were): a StructuredOutputsParams read from structured_outputs must not
+  // point into the optional's storage, which setting structured_outputs = None frees.
+#define SSM_FIELD(f)                                                                 \
+  sampling.def_property(                                                             \
+      #f, [](const SamplingParams& p) { return p.f; },                               \
+      [](SamplingParams& p, const decltype(SamplingParams::f)& v) { p.f = v; });
   SSM_SAMPLING_FIELDS(SSM_FIELD)
 #undef SSM_FIELD
   sampling
@@ -61,10 +68,11 @@ void bind_sampling_params(py::module_& m) {
         return py::str("SamplingParams(n={!r}, temperature={!r}, top_p={!r}, top_k={!r}, min_p={!r}, seed={!r}, "
                        "presence_penalty={!r}, frequency_penalty={!r}, repetition_penalty={!r}, max_tokens={!r}, "
                        "min_tokens={!r}, stop={!r}, stop_token_ids={!r}, ignore_eos={!r}, logprobs={!r}, "
-                       "prompt_logprobs={!r}, skip_special_tokens={!r}, logit_bias={!r})")
+                       "prompt_logprobs={!r}, skip_special_tokens={!r}, logit_bias={!r}, structured_outputs={!r})")
             .format(p.n, p.temperature, p.top_p, p.top_k, p.min_p, opt(p.seed), p.presence_penalty,
                     p.frequency_penalty, p.repetition_penalty, p.max_tokens, p.min_tokens, p.stop, p.stop_token_ids,
-                    p.ignore_eos, opt(p.logprobs), opt(p.prompt_logprobs), p.skip_special_tokens, p.logit_bias)
+                    p.ignore_eos, opt(p.logprobs), opt(p.prompt_logprobs), p.skip_special_tokens, p.logit_bias,
+                    opt(p.structured_outputs))
             .cast<std::string>();
       });
 }

@@ -34,15 +34,19 @@ if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SSMSE
 
 from . import _ssmserve  # noqa: E402
 from .outputs import CompletionOutput, RequestMetrics, RequestOutput
+from .sampling_params import SamplingParams, _check_bool  # noqa: E402
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "RequestMetrics", "Logprob", "SsmserveError",
-           "Tokenizer", "AsyncLLM", "AsyncEngineArgs", "EngineArgs", "has_cuda"]
+           "Tokenizer", "AsyncLLM", "AsyncEngineArgs", "EngineArgs", "has_cuda", "has_structured_outputs"]
 __version__ = "0.1.0"
 
 Logprob = _ssmserve.Logprob
 SsmserveError = _ssmserve.SsmserveError
 #: True when the package was built with the CUDA backend (`pip install .` with nvcc found; device="cuda").
 has_cuda = bool(getattr(_ssmserve, "has_cuda", False))
+#: True when the package was built with structured outputs (xgrammar: SamplingParams.structured_outputs); without them
+#: a request that asks for them is refused with an SsmserveError saying so.
+has_structured_outputs = bool(getattr(_ssmserve, "has_structured_outputs", False))
 
 PromptType = Union[str, Sequence[int], dict]
 
@@ -67,80 +71,6 @@ except ValueError as _e:
 
     warnings.warn(f"{_e}; using warning", RuntimeWarning, stacklevel=2)
     _set_log_level("warning", "SSMSERVE_LOG_LEVEL")
-
-
-# The settable fields (the binding's properties; methods such as clone are not keyword arguments).
-_SAMPLING_FIELDS = frozenset(n for n, v in vars(_ssmserve.SamplingParams).items() if isinstance(v, property))
-_INT_FIELDS = frozenset({"n", "top_k", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs"})
-_BOOL_FIELDS = frozenset({"ignore_eos", "include_stop_str_in_output", "skip_special_tokens"})
-_ID_LIST_FIELDS = frozenset({"stop_token_ids", "allowed_token_ids"})
-
-
-class SamplingParams(_ssmserve.SamplingParams):
-    """vLLM's SamplingParams: n, temperature (1.0), top_p, top_k, min_p, seed, presence_penalty,
-    frequency_penalty, repetition_penalty, max_tokens (16; None: up to max_model_len), min_tokens, stop,
-    stop_token_ids, ignore_eos, logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens,
-    logit_bias ({token_id: bias}), allowed_token_ids (only these ids can be sampled; not empty).
-    Keyword arguments only. Unknown names raise TypeError; values are checked here, as vLLM does (ValueError naming
-    the field), and token ids against the model's vocabulary when a request is added. A class (isinstance,
-    subclassing and annotations work, as vLLM's); compares by value, pickles and deep-copies."""
-
-    __slots__ = ()  # no attributes beyond the fields (a misspelt one is an AttributeError)
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
-        for k, v in kwargs.items():
-            if k == "stop" and isinstance(v, str):
-                v = [v]
-            if k not in _SAMPLING_FIELDS:
-                raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
-            if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids"):
-                continue  # vLLM's None: the default (none)
-            if v is None and k == "max_tokens":
-                v = 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
-            # Types as vLLM's (msgspec) fields: a bool is not a number and None is not a bool (both were taken silently:
-            # skip_special_tokens=None read False, max_tokens=True read 1).
-            if k in _BOOL_FIELDS:
-                v = _check_bool(v, f"SamplingParams.{k}")
-            elif isinstance(v, bool) and (k in _INT_FIELDS or k == "seed"):
-                raise TypeError(f"SamplingParams.{k} must be an int, got {v!r} (bool)")
-            elif k in _ID_LIST_FIELDS and not isinstance(v, (str, bytes)):
-                try:
-                    ids = list(v)
-                except TypeError:
-                    ids = None
-                for t in ids or ():
-                    if isinstance(t, bool):
-                        raise TypeError(f"SamplingParams.{k} must hold token ids (ints), got {t!r} (bool)")
-                    if isinstance(t, int) and not 0 <= t < 2**31 - 1:
-                        raise ValueError(f"SamplingParams.{k}: token id {t} is out of the vocabulary range [0, 2147483647)")
-            if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
-                raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
-            if k in _INT_FIELDS and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
-                raise ValueError(f"SamplingParams.{k} must fit in 32 bits, got {v}")
-            try:
-                if k == "logit_bias":
-                    v = {int(t): float(b) for t, b in dict(v).items()}
-                setattr(self, k, list(v) if k in ("stop", "stop_token_ids", "allowed_token_ids") else v)
-            except (TypeError, ValueError) as e:
-                why = "" if "incompatible function arguments" in str(e) else ": " + str(e).splitlines()[0]
-                raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
-            if k == "allowed_token_ids" and not self.allowed_token_ids:  # vLLM refuses an empty list
-                raise ValueError("SamplingParams.allowed_token_ids must not be empty (None allows every token)")
-        self.validate(2**31 - 1)  # every range but the vocabulary's (SsmserveError is a ValueError)
-
-    def clone(self) -> "SamplingParams":
-        """A copy of the same class (vLLM's SamplingParams.clone)."""
-        q = type(self).__new__(type(self))
-        q.__setstate__(self.__getstate__())
-        return q
-
-
-def _check_bool(value, where: str) -> bool:
-    """value when it is a bool (or numpy's bool_); TypeError naming `where` otherwise (no truthiness of strings)."""
-    if isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")):
-        return bool(value)
-    raise TypeError(f"{where} must be a bool, got {value!r} ({type(value).__name__})"[:300])
 
 
 def _splitmix64(x: int) -> int:

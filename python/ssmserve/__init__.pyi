@@ -3,10 +3,13 @@ from typing import Any, AsyncGenerator, Callable, Dict, Iterable, Iterator, List
 
 from .async_llm import AsyncEngineArgs as AsyncEngineArgs, AsyncLLM as AsyncLLM, EngineArgs as EngineArgs
 from .outputs import CompletionOutput as CompletionOutput, RequestMetrics as RequestMetrics, RequestOutput as RequestOutput
+from .sampling_params import SamplingParams as SamplingParams
 
 __version__: str
 #: True when the package was built with the CUDA backend (device="cuda").
 has_cuda: bool
+#: True when the package was built with structured outputs (xgrammar; SamplingParams.structured_outputs).
+has_structured_outputs: bool
 
 class SsmserveError(ValueError):
     """An engine error (bad config, checkpoint, request): a ValueError."""
@@ -21,55 +24,6 @@ class Logprob:
     def rank(self) -> int: ...
     @property
     def decoded_token(self) -> str: ...
-
-class SamplingParams:
-    """vLLM's SamplingParams: temperature 1.0, max_tokens 16 (None: up to max_model_len), ...; unknown names raise
-    TypeError, bad values ValueError naming the field. Compares by value (every field); picklable and deep-copyable."""
-    n: int
-    temperature: float
-    top_p: float
-    top_k: int
-    min_p: float
-    seed: Optional[int]
-    presence_penalty: float
-    frequency_penalty: float
-    repetition_penalty: float
-    max_tokens: int
-    min_tokens: int
-    stop: List[str]
-    stop_token_ids: List[int]
-    ignore_eos: bool
-    logprobs: Optional[int]
-    prompt_logprobs: Optional[int]
-    include_stop_str_in_output: bool
-    skip_special_tokens: bool
-    logit_bias: Dict[int, float]
-    allowed_token_ids: List[int]
-    def __init__(self,
-        *,
-        n: int = ...,
-        temperature: float = ...,
-        top_p: float = ...,
-        top_k: int = ...,
-        min_p: float = ...,
-        seed: Optional[int] = ...,
-        presence_penalty: float = ...,
-        frequency_penalty: float = ...,
-        repetition_penalty: float = ...,
-        max_tokens: Optional[int] = ...,
-        min_tokens: int = ...,
-        stop: Union[str, List[str], None] = ...,
-        stop_token_ids: Optional[List[int]] = ...,
-        ignore_eos: bool = ...,
-        logprobs: Optional[int] = ...,
-        prompt_logprobs: Optional[int] = ...,
-        include_stop_str_in_output: bool = ...,
-        skip_special_tokens: bool = ...,
-        logit_bias: Optional[Dict[int, float]] = ...,
-        allowed_token_ids: Optional[List[int]] = ...,
-    ) -> None: ...
-    def clone(self) -> "SamplingParams": ...
-    def validate(self, vocab_size: int) -> None: ...
 
 PromptType = Union[str, Sequence[int], Dict[str, Any]]
 
