@@ -291,21 +291,46 @@ void LLMEngine::add_request(Request req) {
       req.params.min_tokens = std::min(req.params.min_tokens, req.params.max_tokens);
     }
   }
-  std::unique_ptr<StructuredOutputGrammar> grammar;
+  std::shared_ptr<PendingGrammar> pending;
   if (req.params.structured_outputs) {
     SSM_CHECK(tokenizer_, "structured outputs need a tokenizer (none loaded for {})", cfg_.model.string());
     if (!structured_)  // built by the first constrained request (the vocabulary's tables take a moment)
       structured_ = std::make_unique<StructuredOutputManager>(*tokenizer_, mc.vocab_size, mc.eos_token_ids);
-    grammar = structured_->grammar_for(*req.params.structured_outputs);
+    pending = structured_->compile_async(*req.params.structured_outputs);  // validated here: errors name the field
   }
   auto st = std::make_unique<RequestState>(std::move(req));
-  st->grammar = std::move(grammar);
   if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, st->request.params.skip_special_tokens);
   st->stop = std::make_unique<StopChecker>(st->request.params, mc.eos_token_ids);
   if (st->request.params.prompt_logprobs) st->prompt_logprobs.resize(st->prompt_len());
   RequestState* raw = st.get();
   requests_.emplace(raw->request.request_id, std::move(st));
+  if (pending) {  // scheduled once its grammar is compiled (admit_compiled)
+    compiling_.push_back({raw, std::move(pending)});
+    return;
+  }
   scheduler_->add_request(raw);
+}
+
+void LLMEngine::admit_compiled(std::vector<RequestOutput>& outs) {
+  for (size_t i = 0; i < compiling_.size();) {
+    Compiling& c = compiling_[i];
+    if (!c.pending->ready()) {
+      ++i;
+      continue;
+    }
+    RequestState* r = c.req;
+    try {
+      r->grammar = c.pending->take();
+      scheduler_->add_request(r);
+    } catch (const std::exception& e) {  // validated at admission, so rare: the request ends, the others go on
+      spdlog::error("request {}: structured outputs: {}", r->request.request_id, e.what());
+      r->status = RequestStatus::Finished;
+      r->finish_reason = FinishReason::Abort;
+      outs.push_back(make_output(*r, 0));
+      requests_.erase(r->request.request_id);
+    }
+    compiling_.erase(compiling_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
 }
 
 bool LLMEngine::preempt_newest_request() {
@@ -318,6 +343,12 @@ bool LLMEngine::preempt_newest_request() {
 void LLMEngine::abort_request(const std::string& request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
+  for (auto c = compiling_.begin(); c != compiling_.end(); ++c)
+    if (c->req == it->second.get()) {  // not in the scheduler yet (its compilation finishes unused)
+      compiling_.erase(c);
+      requests_.erase(it);
+      return;
+    }
   scheduler_->finish_request(it->second.get());
   if (proposer_) proposer_->release(request_id);
   requests_.erase(it);
@@ -336,6 +367,12 @@ std::vector<RequestOutput> LLMEngine::step() {
 
 std::vector<RequestOutput> LLMEngine::step_impl() {
   std::vector<RequestOutput> outs;
+  // Constrained requests whose grammars are compiled join the scheduler; when only compilations are left, wait a
+  // little for the first instead of returning at once (callers loop while has_unfinished_requests()).
+  if (!compiling_.empty()) {
+    if (!scheduler_->has_unfinished()) compiling_.front().pending->wait_for(std::chrono::milliseconds(20));
+    admit_compiled(outs);
+  }
   // 0. Speculative decoding: draft tokens for the requests that decode this step (the scheduler fits them).
   if (proposer_) {
     const std::vector<RequestState*> dec = scheduler_->decoding_requests();

@@ -68,7 +68,7 @@ class LLMEngine {
   HostTierStats host_tier_stats() const { return scheduler_->host_tier_stats(); }
   /// Runs one iteration; returns an output for every request that produced tokens or finished this step.
   std::vector<RequestOutput> step();
-  bool has_unfinished_requests() const { return scheduler_->has_unfinished(); }
+  bool has_unfinished_requests() const { return scheduler_->has_unfinished() || !compiling_.empty(); }
 
   const ModelConfig& model_config() const { return model_->config(); }
   /// Most prompt + generated tokens per request: EngineConfig::max_model_len, else the model's context (0 = none).
@@ -93,7 +93,7 @@ class LLMEngine {
     return static_cast<int>(std::min<long long>(t, std::numeric_limits<int>::max()));
   }
   /// Requests waiting for their first schedule (or re-schedule after preemption); running ones (for metrics).
-  int num_waiting_requests() const { return scheduler_->num_waiting(); }
+  int num_waiting_requests() const { return scheduler_->num_waiting() + static_cast<int>(compiling_.size()); }
   int num_running_requests() const { return scheduler_->num_running(); }
   /// State blocks in the pool including the null block (block 0), so num_state_blocks() - 1 can be handed out.
   int num_state_blocks() const { return pool_->num_blocks(); }
@@ -117,6 +117,9 @@ class LLMEngine {
   /// The next token of a constrained request (structured outputs) from its logits row [vocab]: the row under its
   /// grammar's bitmask, then sample_token.
   SampleResult sample_constrained(RequestState& r, std::span<const float> logits_row);
+  /// Hands the constrained requests whose grammars are compiled to the scheduler; one whose compilation failed ends
+  /// (finish_reason abort, its output appended to outs).
+  void admit_compiled(std::vector<RequestOutput>& outs);
   /// r's output after a step that added its newest `num_new_tokens` tokens, as output_kind_ says
   /// (request_output.cpp).
   RequestOutput make_output(RequestState& r, size_t num_new_tokens);
@@ -147,6 +150,12 @@ class LLMEngine {
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<StructuredOutputManager> structured_;  // structured outputs: built by the first constrained request
+  /// Constrained requests waiting for their grammar (in requests_, not yet in the scheduler), in arrival order.
+  struct Compiling {
+    RequestState* req;
+    std::shared_ptr<PendingGrammar> pending;
+  };
+  std::vector<Compiling> compiling_;
   std::map<std::string, std::unique_ptr<RequestState>> requests_;
   std::vector<float> logits_;   // [num_logit_rows, vocab]
   std::vector<GreedyPick> picks_;  // device greedy steps: [num_logit_rows]

@@ -5,8 +5,13 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <limits>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <variant>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -46,6 +51,25 @@ std::string choice_as_grammar(std::span<const std::string> choice) {
     g += '"';
   }
   return g;
+}
+
+int json_nesting_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 #if SSMSERVE_HAVE_XGRAMMAR
@@ -93,16 +117,88 @@ class XgrammarGrammar final : public StructuredOutputGrammar {
   std::vector<int> eos_;
 };
 
+/// xgrammar's message without its log prefix ("[hh:mm:ss] path/file.cc:123: " and "Check failed: (...) is false: ").
+std::string xgrammar_reason(std::string why) {
+  if (!why.empty() && why[0] == '[') {
+    if (const size_t close = why.find("] "); close != std::string::npos && close < 12) {
+      const size_t colon = why.find(": ", close);  // after "file.cc:123"
+      if (colon != std::string::npos) why = why.substr(colon + 2);
+    }
+  }
+  if (why.rfind("Check failed:", 0) == 0)
+    if (const size_t k = why.find(" is false: "); k != std::string::npos) why = why.substr(k + 11);
+  while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+  return why;
+}
+
+/// The error naming the field of p whose constraint xgrammar refused.
+[[noreturn]] void fail_constraint(const StructuredOutputsParams& p, const std::string& why) {
+  fail("structured_outputs.{} is not a valid or supported {}: {}", p.kind(),
+       p.json || p.json_object ? "JSON schema" : p.regex ? "regular expression" : p.structural_tag ? "structural tag"
+                                                                                              : "grammar",
+       xgrammar_reason(why));
+}
+
 }  // namespace
 
 struct StructuredOutputManager::Impl {
+  using Task = std::packaged_task<std::unique_ptr<StructuredOutputGrammar>()>;
   xgrammar::TokenizerInfo info;
   xgrammar::GrammarCompiler compiler;
   std::vector<int> eos;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Task> queue;  // compilations not yet started, first in first out
+  bool stop = false;
+  std::thread worker;  // runs the queue; joined (after its current compilation) on destruction
+
   Impl(std::vector<std::string> vocab, int vocab_size, std::vector<int> eos_ids)
       : info(vocab, xgrammar::VocabType::RAW, vocab_size, std::vector<int32_t>(eos_ids.begin(), eos_ids.end())),
         compiler(info, /*max_threads=*/2),
-        eos(std::move(eos_ids)) {}
+        eos(std::move(eos_ids)) {
+    worker = std::thread([this] {
+      for (;;) {
+        Task t;
+        {
+          std::unique_lock lk(mu);
+          cv.wait(lk, [&] { return stop || !queue.empty(); });
+          if (stop) return;  // queued tasks are dropped: their futures report a broken promise
+          t = std::move(queue.front());
+          queue.pop_front();
+        }
+        t();
+      }
+    });
+  }
+  ~Impl() {
+    {
+      std::lock_guard lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    worker.join();
+  }
+
+  /// The compiled constraint (xgrammar's cache first). Throws Error naming the field.
+  std::unique_ptr<StructuredOutputGrammar> compile(const StructuredOutputsParams& p) {
+    try {
+      auto compiled = [&]() -> xgrammar::CompiledGrammar {
+        const bool ws = !p.disable_any_whitespace, strict = !p.disable_additional_properties;
+        if (p.json) return compiler.CompileJSONSchema(*p.json, ws, std::nullopt, std::nullopt, strict);
+        if (p.json_object)  // an object, as OpenAI's json_object mode and vLLM (xgrammar's builtin grammar: any value)
+          return compiler.CompileJSONSchema(R"({"type": "object"})", ws, std::nullopt, std::nullopt, strict);
+        if (p.regex) return compiler.CompileRegex(*p.regex);
+        if (p.choice) return compiler.CompileGrammar(choice_as_grammar(*p.choice), "root");
+        if (p.grammar) return compiler.CompileGrammar(*p.grammar, "root");
+        return compiler.CompileStructuralTag(*p.structural_tag);
+      }();
+      return std::make_unique<XgrammarGrammar>(compiled, eos);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail_constraint(p, e.what());
+    }
+  }
 };
 
 StructuredOutputManager::StructuredOutputManager(const Tokenizer& tok, int vocab_size, std::vector<int> eos_token_ids)
@@ -130,32 +226,58 @@ StructuredOutputManager::~StructuredOutputManager() = default;
 
 bool StructuredOutputManager::available() { return true; }
 
-std::unique_ptr<StructuredOutputGrammar> StructuredOutputManager::grammar_for(const StructuredOutputsParams& p) {
+void StructuredOutputManager::validate(const StructuredOutputsParams& p) const {
   p.validate();
-  const std::string field = std::string("structured_outputs.") + p.kind();
+  size_t bytes = 0;
+  for (const auto* f : {&p.json, &p.regex, &p.grammar, &p.structural_tag})
+    if (f->has_value()) bytes += (*f)->size();
+  if (p.choice)
+    for (const auto& c : *p.choice) bytes += c.size();
+  SSM_CHECK(bytes <= kMaxStructuredOutputBytes, "structured_outputs.{} has {} bytes; at most {} are accepted", p.kind(),
+            bytes, kMaxStructuredOutputBytes);
+  for (const auto* f : {&p.json, &p.structural_tag})
+    if (f->has_value()) {
+      const int depth = json_nesting_depth(**f);
+      SSM_CHECK(depth <= kMaxStructuredOutputJsonDepth, "structured_outputs.{} nests {} levels deep; at most {} are accepted",
+                p.kind(), depth, kMaxStructuredOutputJsonDepth);
+    }
+  // The conversion to a grammar (fast: no token tables) finds what xgrammar would refuse.
   try {
-    auto compile = [&]() -> xgrammar::CompiledGrammar {
-      auto& c = impl_->compiler;
-      if (p.json)
-        return c.CompileJSONSchema(*p.json, /*any_whitespace=*/!p.disable_any_whitespace, std::nullopt, std::nullopt,
-                                   /*strict_mode=*/!p.disable_additional_properties);
-      if (p.json_object)  // an object, as OpenAI's json_object mode and vLLM (xgrammar's builtin grammar takes any value)
-        return c.CompileJSONSchema(R"({"type": "object"})", !p.disable_any_whitespace, std::nullopt, std::nullopt,
-                                   !p.disable_additional_properties);
-      if (p.regex) return c.CompileRegex(*p.regex);
-      if (p.choice) return c.CompileGrammar(choice_as_grammar(*p.choice), "root");
-      if (p.grammar) return c.CompileGrammar(*p.grammar, "root");
-      return c.CompileStructuralTag(*p.structural_tag);
-    };
-    return std::make_unique<XgrammarGrammar>(compile(), impl_->eos);
+    if (p.json)
+      (void)xgrammar::Grammar::FromJSONSchema(*p.json, !p.disable_any_whitespace, std::nullopt, std::nullopt,
+                                              !p.disable_additional_properties);
+    else if (p.regex)
+      (void)xgrammar::Grammar::FromRegex(*p.regex);
+    else if (p.choice)
+      (void)xgrammar::Grammar::FromEBNF(choice_as_grammar(*p.choice), "root");
+    else if (p.grammar)
+      (void)xgrammar::Grammar::FromEBNF(*p.grammar, "root");
+    else if (p.structural_tag) {
+      auto r = xgrammar::Grammar::FromStructuralTag(*p.structural_tag);
+      if (auto* err = std::get_if<xgrammar::StructuralTagError>(&r))
+        std::visit([&](const auto& e) { fail_constraint(p, e.what()); }, *err);
+    }
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    std::string why = e.what();
-    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
-    fail("{} is not a valid or supported {}: {}", field,
-         p.json ? "JSON schema" : p.regex ? "regular expression" : p.structural_tag ? "structural tag" : "grammar", why);
+    fail_constraint(p, e.what());
   }
+}
+
+std::shared_ptr<PendingGrammar> StructuredOutputManager::compile_async(const StructuredOutputsParams& params) {
+  validate(params);
+  Impl::Task task([impl = impl_.get(), p = params] { return impl->compile(p); });  // ~Impl joins the worker first
+  auto pending = std::make_shared<PendingGrammar>(task.get_future());
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->queue.push_back(std::move(task));
+  }
+  impl_->cv.notify_one();
+  return pending;
+}
+
+std::unique_ptr<StructuredOutputGrammar> StructuredOutputManager::grammar_for(const StructuredOutputsParams& params) {
+  return compile_async(params)->take();
 }
 
 #else  // !SSMSERVE_HAVE_XGRAMMAR
@@ -171,6 +293,14 @@ StructuredOutputManager::StructuredOutputManager(const Tokenizer&, int vocab_siz
 StructuredOutputManager::~StructuredOutputManager() = default;
 
 bool StructuredOutputManager::available() { return false; }
+
+void StructuredOutputManager::validate(const StructuredOutputsParams&) const {
+  fail("structured outputs are not available in this build of ssmserve");
+}
+
+std::shared_ptr<PendingGrammar> StructuredOutputManager::compile_async(const StructuredOutputsParams&) {
+  fail("structured outputs are not available in this build of ssmserve");
+}
 
 std::unique_ptr<StructuredOutputGrammar> StructuredOutputManager::grammar_for(const StructuredOutputsParams&) {
   fail("structured outputs are not available in this build of ssmserve");

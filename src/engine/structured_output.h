@@ -2,8 +2,11 @@
 // its xgrammar backend): compiling a request's constraint (SamplingParams::structured_outputs) against the tokenizer's
 // vocabulary, the per-request grammar matcher, and the token bitmask that masks the logits before sampling.
 #pragma once
+#include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -39,9 +42,34 @@ class StructuredOutputGrammar {
   virtual bool is_terminated() const = 0;
 };
 
-/// Compiles constraints for one model's vocabulary (vLLM's StructuredOutputManager with the xgrammar backend).
-/// Compiled grammars are cached by the constraint (xgrammar's compiler cache), so requests with the same schema share
-/// one compilation. Built when the first constrained request arrives.
+/// Largest constraint text (schema, regex, grammar, tag, all choices together) a request may carry, in bytes.
+inline constexpr size_t kMaxStructuredOutputBytes = size_t{1} << 20;
+/// Deepest nesting of objects / arrays a JSON schema or structural tag may have (compile time grows steeply with it:
+/// ~0.1 s at 120 levels, ~9 s at 480 on this project's 2-core CI machine).
+inline constexpr int kMaxStructuredOutputJsonDepth = 64;
+
+/// A constraint being compiled on the manager's worker thread (vLLM compiles grammars asynchronously too, the request
+/// waiting for its FSM meanwhile).
+class PendingGrammar {
+ public:
+  explicit PendingGrammar(std::future<std::unique_ptr<StructuredOutputGrammar>> f) : f_(std::move(f)) {}
+  /// True once take() will not block.
+  bool ready() const { return f_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+  /// Waits up to `timeout` for the compilation; true when ready.
+  bool wait_for(std::chrono::milliseconds timeout) const { return f_.wait_for(timeout) == std::future_status::ready; }
+  /// The matcher (blocks until compiled). Throws the compilation's ssmserve::Error. Once only.
+  std::unique_ptr<StructuredOutputGrammar> take() { return f_.get(); }
+
+ private:
+  std::future<std::unique_ptr<StructuredOutputGrammar>> f_;
+};
+
+/// Compiles constraints for one model's vocabulary (vLLM's StructuredOutputManager with the xgrammar backend):
+/// validate() at admission (cheap: the constraint is parsed and converted to a grammar, without the vocabulary's
+/// token tables), then compile_async() on one worker thread, so that a large schema (seconds to compile) delays
+/// only its own request, never the engine's steps. Compiled grammars are cached by the constraint (xgrammar's
+/// compiler cache), so requests with the same schema share one compilation. Built when the first constrained request
+/// arrives.
 class StructuredOutputManager {
  public:
   /// tok: the model's tokenizer (kept by reference; must outlive this). vocab_size: the model's logits width (>= 1;
@@ -51,9 +79,15 @@ class StructuredOutputManager {
   ~StructuredOutputManager();
   /// True when this build includes xgrammar (cmake/xgrammar.cmake, SSMSERVE_STRUCTURED_OUTPUTS).
   static bool available();
-  /// A new matcher for `params` (validate()d or not: validated here) at the start of the output. Throws
-  /// ssmserve::Error naming the field (`structured_outputs.json`, `.regex`, `.grammar`, ...) and xgrammar's reason when
-  /// the schema / regex / grammar / tag is invalid or unsupported.
+  /// Checks `params` without compiling it: exactly one constraint (StructuredOutputsParams::validate), at most
+  /// kMaxStructuredOutputBytes of text, JSON nested at most kMaxStructuredOutputJsonDepth deep, and a schema / regex /
+  /// grammar / tag xgrammar can convert. Throws ssmserve::Error naming the field (`structured_outputs.json`,
+  /// `.regex`, `.grammar`, ...) and the reason.
+  void validate(const StructuredOutputsParams& params) const;
+  /// validate()s, then queues the compilation on the worker thread (first in, first out). The PendingGrammar gives
+  /// the matcher at the start of the output, or the compilation's Error.
+  std::shared_ptr<PendingGrammar> compile_async(const StructuredOutputsParams& params);
+  /// compile_async(params)->take(): the matcher, compiled on the caller's thread's behalf. Same errors.
   std::unique_ptr<StructuredOutputGrammar> grammar_for(const StructuredOutputsParams& params);
   int vocab_size() const { return vocab_size_; }
 
@@ -66,5 +100,8 @@ class StructuredOutputManager {
 /// The EBNF grammar (xgrammar syntax, root rule `root`) whose words are exactly the strings of `choice` (vLLM's
 /// choice_as_grammar): each string a quoted literal with `"` and `\` and control characters escaped.
 std::string choice_as_grammar(std::span<const std::string> choice);
+
+/// The deepest nesting of `{` / `[` in JSON text (outside strings), without parsing it; 0 for a scalar.
+int json_nesting_depth(std::string_view text);
 
 }  // namespace ssmserve

@@ -86,6 +86,19 @@ TEST(StructuredOutput, ParamsNeedExactlyOneNonEmptyConstraint) {
   EXPECT_THAT(error_of([&] { sp.validate(100); }), HasSubstr("choice[1]"));
 }
 
+TEST(StructuredOutput, JsonNestingDepthCountsBracketsOutsideStrings) {
+  EXPECT_EQ(json_nesting_depth("3"), 0);
+  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}]})"), 4);
+  EXPECT_EQ(json_nesting_depth(R"({"a": "[[[{{{\"[["})"), 1);
+}
+
+/// A schema whose compilation takes ~1 s on the 2-core CI machine (optional properties cost roughly quadratically).
+std::string slow_schema(int properties) {
+  std::string j = R"({"type": "object", "properties": {)";
+  for (int i = 0; i < properties; ++i) j += (i ? ", " : "") + std::string("\"p") + std::to_string(i) + "\": {\"type\": \"integer\"}";
+  return j + "}}";
+}
+
 class StructuredOutputModel : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -294,6 +307,17 @@ TEST_F(StructuredOutputModel, BadConstraintsAreErrorsNamingTheField) {
   two.regex = "a";
   two.json_object = true;
   EXPECT_THAT(add(two), HasSubstr("exactly one"));
+  StructuredOutputsParams deep;
+  deep.json = std::string(70, '[') + std::string(70, ']');
+  EXPECT_THAT(add(deep), HasSubstr("structured_outputs.json nests 70 levels deep"));
+  StructuredOutputsParams big;
+  big.regex = std::string(kMaxStructuredOutputBytes + 1, 'a');
+  EXPECT_THAT(add(big), HasSubstr("structured_outputs.regex has"));
+  // xgrammar's reasons without its log prefix (time, source file and line, "Check failed").
+  const std::string why = add(j);
+  EXPECT_THAT(why, ::testing::Not(HasSubstr("_deps"))) << why;
+  EXPECT_THAT(why, ::testing::Not(HasSubstr("Check failed"))) << why;
+  EXPECT_FALSE(e.has_unfinished_requests());
   // The engine still serves after the rejections.
   StructuredOutputsParams ok;
   ok.choice = std::vector<std::string>{"fine"};
@@ -307,6 +331,51 @@ TEST_F(StructuredOutputModel, BadConstraintsAreErrorsNamingTheField) {
     for (auto& o : e.step())
       if (o.finished) text = o.outputs[0].text;
   EXPECT_EQ(text, "fine");
+}
+
+// A constraint compiles on the manager's worker thread: a slow one (seconds) delays only its own request, while the
+// engine goes on stepping the others; aborting it while it compiles leaves nothing behind.
+TEST_F(StructuredOutputModel, SlowCompilationDelaysOnlyItsOwnRequest) {
+  LLMEngine e(tiny_config());
+  StructuredOutputsParams slow;
+  slow.json = slow_schema(100);
+  auto add = [&](const std::string& id, std::optional<StructuredOutputsParams> so) {
+    Request r;
+    r.request_id = id;
+    r.prompt = "The";
+    r.params = constrained(so.value_or(StructuredOutputsParams{}), 0.0, 0, 6);
+    r.params.structured_outputs = so;
+    r.params.ignore_eos = !so.has_value();
+    e.add_request(std::move(r));
+  };
+  add("slow", slow);
+  add("plain", std::nullopt);
+  EXPECT_EQ(e.num_waiting_requests(), 2);
+  bool plain_done = false, slow_started = false;
+  std::string slow_text;
+  while (e.has_unfinished_requests())
+    for (auto& o : e.step()) {
+      if (o.request_id == "plain" && o.finished) plain_done = true;
+      if (o.request_id == "slow") {
+        if (!slow_started) EXPECT_TRUE(plain_done) << "the plain request waited for the slow compilation";
+        slow_started = true;
+        if (o.finished) slow_text = o.outputs[0].text;
+      }
+    }
+  EXPECT_TRUE(plain_done);
+  ASSERT_TRUE(slow_started);
+  EXPECT_EQ(slow_text.substr(0, 1), "{");
+  // Aborted while compiling: gone at once; the engine idles and serves the next request.
+  StructuredOutputsParams slow2;
+  slow2.json = slow_schema(101);
+  add("aborted", slow2);
+  e.abort_request("aborted");
+  EXPECT_FALSE(e.has_unfinished_requests());
+  add("after", std::nullopt);
+  int n = 0;
+  while (e.has_unfinished_requests())
+    for (auto& o : e.step()) n += o.request_id == "after" && o.finished;
+  EXPECT_EQ(n, 1);
 }
 
 }  // namespace
