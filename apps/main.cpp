@@ -71,6 +71,10 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                  "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5} drafts by prompt lookup; verify rows keep one "
                  "recurrent state per draft position; method draft_model: {\"model\": DIR} drafts with a smaller checkpoint "
                  "(method replay is bench latency's benchmark-only drafter)");
+  cmd.add_option("--reasoning-parser", cfg.reasoning_parser,
+                 "The model's reasoning format (vLLM's): qwen3 (Qwen3 / Qwen3.5 / Qwen3.6) or deepseek_r1; serve returns "
+                 "chat replies' reasoning apart from their content, and structured outputs constrain only the text "
+                 "after the reasoning");
   cmd.add_option("--mamba-block-size", cfg.mamba_block_size,
                  "Tokens per cached state (0 = the smallest multiple of the model's chunk length and KV block size of at "
                  "least 256)")

@@ -108,6 +108,8 @@ const EngineArg kEngineArgs[] = {
      [](EngineConfig& c, const std::string& k, const py::handle& v) { c.mamba_cache_mode = str_arg(k, v); }},
     {"mamba_block_size", "mamba_block_size",
      [](EngineConfig& c, const std::string& k, const py::handle& v) { c.mamba_block_size = int_arg(k, v); }},
+    {"reasoning_parser", "reasoning_parser",
+     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.reasoning_parser = str_arg(k, v); }},
     {"speculative_config", "speculative_config",  // JSON text (the Python side dumps the dict)
      [](EngineConfig& c, const std::string& k, const py::handle& v) { c.speculative_config = str_arg(k, v); }},
     {"swap_space", "swap_space",

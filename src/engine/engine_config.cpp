@@ -1,6 +1,7 @@
 // Owns EngineConfig's checks (see engine_config.h): every flag's range, named as the CLI spells it (other front ends
 // respell the flags: engine/engine_options.h).
 #include "engine/engine_config.h"
+#include "engine/reasoning.h"
 
 #include <cmath>
 #include <thread>
@@ -72,6 +73,7 @@ void EngineConfig::validate() const {
   SSM_CHECK(mamba_cache_mode == "none" || mamba_cache_mode == "align" || mamba_cache_mode == "all",
             "--mamba-cache-mode must be none, align or all (got \"{}\")", mamba_cache_mode);
   const SpeculativeConfig spec = SpeculativeConfig::parse(speculative_config);  // throws naming the field
+  if (!reasoning_parser.empty()) (void)reasoning_format(reasoning_parser);      // throws listing the known names
   SSM_CHECK(!spec.benchmark_only() || allow_benchmark_proposers,
             "--speculative-config: method \"{}\" is a benchmark-only drafter (it replays a recorded continuation at a "
             "chosen acceptance rate); only `ssmserve bench latency --speculative-config ... --replay-acceptance-rates` "

@@ -101,6 +101,10 @@ struct EngineConfig {
   /// vLLM's --speculative-config: JSON text ("" = off), e.g. {"method": "ngram", "num_speculative_tokens": 4,
   /// "prompt_lookup_max": 4}; parsed by SpeculativeConfig::parse (engine/spec_decode.h).
   std::string speculative_config;
+  /// vLLM's --reasoning-parser ("" = none; engine/reasoning.h: "qwen3", "deepseek_r1"): the model's reasoning markers.
+  /// A constrained request (structured outputs) samples freely until its reasoning ends, then under its grammar
+  /// (vLLM's default with a reasoning parser); the server returns the reasoning apart from the content.
+  std::string reasoning_parser;
   /// Accept benchmark-only drafters in speculative_config (method "replay", engine/replay_proposer.h). Only
   /// `ssmserve bench latency` sets it; generate, serve and the Python API leave it off and refuse them.
   bool allow_benchmark_proposers = false;

@@ -40,6 +40,7 @@ inline constexpr EngineOptionName kEngineOptionNames[] = {
     {"swap_space", "--swap-space"},
     {"speculative_config", "--speculative-config"},
     {"mamba_block_size", "--mamba-block-size"},
+    {"reasoning_parser", "--reasoning-parser"},
 };
 
 /// `message` with each engine option's CLI flag (kEngineOptionNames) replaced by spell(option). A flag is replaced

@@ -20,6 +20,7 @@
 #include "config/hf_json.h"
 #include "core/error.h"
 #include "engine/device_sampling.h"
+#include "engine/reasoning.h"
 #include "engine/structured_output.h"
 #include "model/tensor_parallel.h"
 
@@ -54,6 +55,15 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
     has_tokenizer = has_tokenizer || path_entry_exists(tok_dir / f);
   if (has_tokenizer) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(tok_dir));
   else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found (nor a SentencePiece tokenizer.model)", tok_dir.string());
+  if (!cfg_.reasoning_parser.empty()) {  // its markers as token ids (structured outputs wait for the end of reasoning)
+    const ReasoningFormat& f = reasoning_format(cfg_.reasoning_parser);
+    SSM_CHECK(tokenizer_, "--reasoning-parser {} needs a tokenizer", f.name);
+    const auto start = tokenizer_->token_to_id(f.start), end = tokenizer_->token_to_id(f.end);
+    SSM_CHECK(start && end, "--reasoning-parser {}: the tokenizer has no token \"{}\" (this model does not write its "
+              "reasoning in {} ... {})", f.name, start ? f.end : f.start, f.start, f.end);
+    reasoning_start_id_ = *start;
+    reasoning_end_id_ = *end;
+  }
   const PrefixCacheConfig prefix = resolve_prefix_cache();
   if (const int ctx = max_model_len(); prefix.block_size > 0 && ctx > 0 && prefix.block_size >= ctx)
     spdlog::warn("prefix caching: {} {} is not below max_model_len {}: no prompt can fill a block, so nothing will be "
@@ -299,6 +309,8 @@ void LLMEngine::add_request(Request req) {
     pending = structured_->compile_async(*req.params.structured_outputs);  // validated here: errors name the field
   }
   auto st = std::make_unique<RequestState>(std::move(req));
+  if (pending && reasoning_end_id_ >= 0)  // the constraint applies once the reasoning has ended (vLLM)
+    st->in_reasoning = !reasoning_ended(st->request.prompt_token_ids, reasoning_start_id_, reasoning_end_id_);
   if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, st->request.params.skip_special_tokens);
   st->stop = std::make_unique<StopChecker>(st->request.params, mc.eos_token_ids);
   if (st->request.params.prompt_logprobs) st->prompt_logprobs.resize(st->prompt_len());

@@ -156,6 +156,7 @@ class LLMEngine {
     std::shared_ptr<PendingGrammar> pending;
   };
   std::vector<Compiling> compiling_;
+  int reasoning_start_id_ = -1, reasoning_end_id_ = -1;  // --reasoning-parser's marker tokens (-1: none)
   std::map<std::string, std::unique_ptr<RequestState>> requests_;
   std::vector<float> logits_;   // [num_logit_rows, vocab]
   std::vector<GreedyPick> picks_;  // device greedy steps: [num_logit_rows]

@@ -66,6 +66,9 @@ struct RequestState {
   /// Structured outputs: the matcher of the request's constraint (null when unconstrained); it has accepted every
   /// output token so far.
   std::unique_ptr<StructuredOutputGrammar> grammar;
+  /// Structured outputs with a reasoning parser: the output is still inside the model's reasoning, so the grammar
+  /// waits (it applies from the token after the reasoning's end marker).
+  bool in_reasoning = false;
   RequestRng rng;
 
   explicit RequestState(Request r);

@@ -32,7 +32,7 @@ SampleResult LLMEngine::sample_row(RequestState& r, const float* logits, const G
     return sample_token_with_uniform(picks[row].logits, sp, r.request.prompt_token_ids, r.output_token_ids,
                                      model_->config().eos_token_ids, uniform, scratch_);
   if (picks) return device_pick_result(picks[row], r);  // picked on the device (step 3)
-  if (r.grammar) return sample_constrained(r, logits_row);
+  if (r.grammar && !r.in_reasoning) return sample_constrained(r, logits_row);
   if (sample_drawn_)  // the uniform was drawn for a device step the model declined
     return sample_token_with_uniform(logits_row, sp, r.request.prompt_token_ids, r.output_token_ids,
                                      model_->config().eos_token_ids, uniform, scratch_);
@@ -126,8 +126,10 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
 
 void LLMEngine::append_sample(RequestState& r, const SampleResult& s) {
   r.output_token_ids.push_back(s.token);
-  // The grammar follows every output token (it was sampled under the grammar's mask, so it is accepted).
-  if (r.grammar)
+  // The grammar follows every output token after the reasoning (sampled under its mask, so it is accepted).
+  if (r.grammar && r.in_reasoning) {
+    if (s.token == reasoning_end_id_) r.in_reasoning = false;  // the marker itself is not part of the constrained text
+  } else if (r.grammar)
     SSM_CHECK(r.grammar->accept_token(s.token), "structured outputs: request {}: token {} is outside its grammar",
               r.request.request_id, s.token);
   if (r.request.params.logprobs) {

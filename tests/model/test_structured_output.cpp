@@ -6,13 +6,18 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "core/error.h"
 #include "engine/llm_engine.h"
 #include "engine/structured_output.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ssmserve {
 namespace {
@@ -376,6 +381,75 @@ TEST_F(StructuredOutputModel, SlowCompilationDelaysOnlyItsOwnRequest) {
   while (e.has_unfinished_requests())
     for (auto& o : e.step()) n += o.request_id == "after" && o.finished;
   EXPECT_EQ(n, 1);
+}
+
+}  // namespace
+}  // namespace ssmserve
+
+namespace ssmserve {
+namespace {
+
+/// tiny-mamba with "<think>" / "</think>" added as tokens 50277 / 50278 (two of its embedding's padding ids), in a
+/// temporary folder: a model with reasoning markers for --reasoning-parser.
+std::filesystem::path thinking_tiny_mamba() {
+  const auto dir = std::filesystem::temp_directory_path() / ("ssm-think-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(testing::model_dir("tiny-mamba"), dir, std::filesystem::copy_options::recursive);
+  auto tok = testing::read_json(dir / "tokenizer.json");
+  for (const auto& [id, text] : {std::pair{50277, "<think>"}, std::pair{50278, "</think>"}})
+    tok["added_tokens"].push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false},
+                                   {"rstrip", false}, {"normalized", false}, {"special", false}});
+  std::ofstream(dir / "tokenizer.json") << tok.dump();
+  return dir;
+}
+
+// With a reasoning parser, a constraint applies after the reasoning: from the first token when the prompt closed the
+// reasoning block, after the model's "</think>" when the prompt opened one (vLLM's structured outputs with a
+// reasoning parser).
+TEST_F(StructuredOutputModel, ReasoningParserHoldsTheGrammarUntilTheReasoningEnds) {
+  const auto dir = thinking_tiny_mamba();
+  EngineConfig cfg = tiny_config();
+  cfg.model = dir;
+  cfg.reasoning_parser = "qwen3";
+  LLM llm(cfg);
+  StructuredOutputsParams re;
+  re.regex = "[a-z]{1,8}( [a-z]{1,8}){1,3}\\.";
+  const std::regex check("[a-z]{1,8}( [a-z]{1,8}){1,3}\\.");
+  const Tokenizer& tok = *llm.engine().tokenizer();
+  auto ids = [&](const std::string& s) { return tok.encode(s, false); };
+  // Closed block in the prompt (thinking disabled): constrained from the first token.
+  std::vector<int> closed = ids("It is a truth");
+  for (const int t : {50277, 50278}) closed.push_back(t);
+  // (The markers' embedding rows were never trained: tiny values that make the CPU's float math slow, so few tokens.)
+  SamplingParams sp = constrained(re, 0.0, 0, 16);
+  auto out = llm.generate_ids({closed}, sp)[0].outputs[0];
+  EXPECT_TRUE(std::regex_match(out.text, check)) << out.text;
+  // Open block: unconstrained (equal to no constraint at all) while the model reasons...
+  std::vector<int> open = ids("It is a truth");
+  open.push_back(50277);
+  SamplingParams free_sp = sp;
+  free_sp.structured_outputs.reset();
+  free_sp.ignore_eos = true;
+  free_sp.max_tokens = 6;
+  SamplingParams held = sp;
+  held.ignore_eos = true;
+  held.max_tokens = 6;
+  EXPECT_EQ(llm.generate_ids({open}, held)[0].outputs[0].token_ids, llm.generate_ids({open}, free_sp)[0].outputs[0].token_ids);
+  // ... and constrained after it writes "</think>" (forced here by a logit bias the grammar then outweighs).
+  SamplingParams ends = sp;
+  ends.logit_bias[50278] = 100.0f;
+  out = llm.generate_ids({open}, ends)[0].outputs[0];
+  ASSERT_FALSE(out.token_ids.empty());
+  EXPECT_EQ(out.token_ids[0], 50278);
+  EXPECT_TRUE(std::regex_match(out.text.substr(std::string("</think>").size()), check)) << out.text;
+  EXPECT_EQ(out.text.rfind("</think>", 0), 0u) << out.text;
+  // A model without the markers: a clear error naming the flag.
+  EngineConfig plain = tiny_config();
+  plain.reasoning_parser = "qwen3";
+  EXPECT_THAT(error_of([&] { LLMEngine e(plain); }), HasSubstr("--reasoning-parser qwen3: the tokenizer has no token"));
+  plain.reasoning_parser = "nonsense";
+  EXPECT_THAT(error_of([&] { LLMEngine e(plain); }), HasSubstr("known: deepseek_r1, qwen3"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
