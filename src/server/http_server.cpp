@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/version.h"
+#include "engine/reasoning.h"
 #include "server/protocol.h"
 #include "server/serving.h"
 
@@ -388,6 +389,10 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     if (cr.logprobs) job->logprobs = cr.top_logprobs;
     if (cr.echo && cr.messages.back().value("role", "") == "assistant")  // vLLM: only the response's own role
       job->chat_echo = cr.messages.back().value("content", "");
+    if (const std::string& name = engine_.config().reasoning_parser; !name.empty()) {
+      job->reasoning = &reasoning_format(name);  // the engine checked the name and the markers' tokens at start
+      job->include_reasoning = cr.include_reasoning;
+    }
     base = cr;
   } else {
     CompletionRequest cr = parse_completion_request(b, opt_.max_logprobs);
@@ -422,6 +427,14 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     }
     const int len = static_cast<int>(rp.token_ids.size());
     if (len == 0) bad_request(chat ? "messages" : "prompt", "the prompt is empty");
+    if (job->reasoning) {
+      // Where the rendered chat prompt leaves the reasoning (the template may open a block, or close an empty one when
+      // chat_template_kwargs disable thinking): read from its token ids, as the engine reads them for structured
+      // outputs; from its text when the markers are not single tokens.
+      const auto start = tok->token_to_id(job->reasoning->start), end = tok->token_to_id(job->reasoning->end);
+      job->prompt_reasoning = start && end ? prompt_reasoning(rp.token_ids, *start, *end)
+                                           : prompt_reasoning(rp.text, *job->reasoning);
+    }
     if (len >= opt_.max_model_len)
       bad_request(chat ? "messages" : "prompt",
                   fmt::format("This model's maximum context length is {} tokens. However, your request has {} input tokens. "

@@ -399,6 +399,7 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs) {
   }
   if (r.logprobs) r.params.logprobs = r.top_logprobs;
   if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");
+  if (const json* v = field(b, "include_reasoning")) r.include_reasoning = as_bool(*v, "include_reasoning");
   if (field(b, "prompt_logprobs")) bad_request("prompt_logprobs", "prompt_logprobs is not supported on /v1/chat/completions");
   return r;
 }

@@ -70,6 +70,9 @@ struct ChatRequest : GenerationRequest {
   int top_logprobs = 0;
   /// vLLM's chat echo: when the last message is the assistant's, its content starts every choice's message.
   bool echo = false;
+  /// vLLM's include_reasoning: with --reasoning-parser, false leaves the reasoning (and, as vLLM, the logprobs, which
+  /// would show it) out of the reply; without a parser it changes nothing.
+  bool include_reasoning = true;
 };
 
 /// Parses a completions body. Throws ApiError 400 naming the field for a wrong type or value out of range

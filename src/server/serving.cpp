@@ -16,6 +16,11 @@ std::unique_ptr<ToolParser> job_tool_parser(const GenerationJob& job) {
   return make_tool_parser(job.tool_parser, job.tools);
 }
 
+ReasoningParser job_reasoning_parser(const GenerationJob& job) {
+  if (!job.reasoning) throw std::logic_error("job_reasoning_parser: the job has no reasoning format");
+  return ReasoningParser(*job.reasoning, job.prompt_reasoning);
+}
+
 json stop_reason_json(const CompletionOutput& c) {
   if (!c.stop_reason.empty()) return c.stop_reason;
   if (c.stop_reason_token) return *c.stop_reason_token;
@@ -34,6 +39,7 @@ ResponseBuilder::ResponseBuilder(std::shared_ptr<GenerationJob> job) : job_(std:
   placeholder_ = fmt::format("ssm-lp-{:016x}-", std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}());
   if (job_->chat && job_->stream && job_->has_tool_parser())
     for (size_t i = 0; i < choices; ++i) tool_parsers_.push_back(job_tool_parser(*job_));
+  if (job_->chat && job_->stream && job_->reasoning) reasoning_parsers_.assign(choices, job_reasoning_parser(*job_));
 }
 
 std::string ResponseBuilder::token_text(int id) const {
@@ -152,17 +158,33 @@ std::vector<json> ResponseBuilder::on_output(int index, RequestOutput&& out) {
   if (out.delta_text.empty() && lp.is_null() && !out.finished) return chunks;
   json finish = out.finished ? json(std::string(finish_reason_name(c.finish_reason))) : json(nullptr);
   const json stop = out.finished ? stop_reason_json(c) : json(nullptr);
-  if (job_->chat && !tool_parsers_.empty()) {
-    // Tool calls: content streams as it comes (a possible start tag held back). A call begins with a piece that
-    // has its id and name; JSON formats send it whole, in one delta once its end tag arrived (vLLM streams the
-    // arguments in pieces; the accumulated message is the same); qwen3_coder sends the arguments in later pieces
-    // ({"index", "function": {"arguments"}}), as vLLM.
-    ToolParser& tp = *tool_parsers_[index];
-    ToolParser::Delta d = tp.feed(out.delta_text, out.finished);
-    if (out.finished && tp.called() && tp.finish_as_tool_calls(c.finish_reason == FinishReason::Stop)) finish = "tool_calls";
-    if (d.content.empty() && d.calls.empty() && lp.is_null() && !out.finished) return chunks;
+  if (job_->chat) {
+    // 1. Reasoning (--reasoning-parser): the piece's reasoning and content; a possible marker held back. Without
+    // include_reasoning the reasoning is dropped, and the logprobs with it (vLLM: they would show the reasoning).
+    std::string reasoning;
+    ToolParser::Delta d;
+    d.content = out.delta_text;
+    if (!reasoning_parsers_.empty()) {
+      ReasoningDelta rd = reasoning_parsers_[index].feed(out.delta_text, out.finished);
+      d.content = std::move(rd.content);
+      if (job_->include_reasoning) reasoning = std::move(rd.reasoning);
+      else lp = nullptr;
+    }
+    // 2. Tool calls, in the content only: content streams as it comes (a possible start tag held back). A call
+    // begins with a piece that has its id and name; JSON formats send it whole, in one delta once its end tag
+    // arrived (vLLM streams the arguments in pieces; the accumulated message is the same); qwen3_coder sends the
+    // arguments in later pieces ({"index", "function": {"arguments"}}), as vLLM.
+    if (!tool_parsers_.empty()) {
+      ToolParser& tp = *tool_parsers_[index];
+      d = tp.feed(d.content, out.finished);
+      if (out.finished && tp.called() && tp.finish_as_tool_calls(c.finish_reason == FinishReason::Stop)) finish = "tool_calls";
+    }
+    if (reasoning.empty() && d.content.empty() && d.calls.empty() && lp.is_null() && !out.finished) return chunks;
+    // 3. The delta: vLLM's `reasoning` (and its old name `reasoning_content`, still read by many clients), `content`
+    // (also "" in a chunk that carries nothing else but logprobs, as before), `tool_calls`.
     json delta = json::object();
-    if (!d.content.empty() || (d.calls.empty() && !out.finished)) delta["content"] = d.content;
+    if (!reasoning.empty()) delta["reasoning"] = delta["reasoning_content"] = reasoning;
+    if (!d.content.empty() || (reasoning.empty() && d.calls.empty() && !out.finished)) delta["content"] = d.content;
     if (!d.calls.empty()) {
       json calls = json::array();
       for (const auto& call : d.calls) {
@@ -171,12 +193,6 @@ std::vector<json> ResponseBuilder::on_output(int index, RequestOutput&& out) {
       }
       delta["tool_calls"] = std::move(calls);
     }
-    chunks.push_back(chunk({{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
-    return chunks;
-  }
-  if (job_->chat) {
-    json delta = json::object();
-    if (!out.delta_text.empty() || !out.finished) delta["content"] = out.delta_text;
     chunks.push_back(chunk({{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
   } else {
     chunks.push_back(chunk({{"index", index}, {"text", out.delta_text}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
@@ -332,9 +348,23 @@ json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
     if (job_->chat) {
       json lp = job_->logprobs ? chat_logprobs(c.logprobs, 0) : json(nullptr);
       json message = {{"role", "assistant"}, {"content", job_->chat_echo + c.text}};
+      std::string content = c.text;  // what a tool-call parser reads
+      if (job_->reasoning) {
+        // vLLM: `reasoning` (and the old `reasoning_content`) and `content`, each null when empty; without
+        // include_reasoning the reasoning is null and so are the logprobs (they would show it).
+        ReasoningSplit split = job_reasoning_parser(*job_).extract(c.text);
+        if (!job_->include_reasoning) {
+          split.reasoning.reset();
+          lp = nullptr;
+        }
+        content = split.content.value_or("");
+        const bool has_content = split.content || !job_->chat_echo.empty();
+        message["content"] = has_content ? json(job_->chat_echo + content) : json(nullptr);
+        message["reasoning"] = message["reasoning_content"] = split.reasoning ? json(*split.reasoning) : json(nullptr);
+      }
       if (job_->has_tool_parser()) {  // vLLM: tool_calls (a list) and content before them, or null
         const std::unique_ptr<ToolParser> tp = job_tool_parser(*job_);
-        const ExtractedToolCalls tc = tp->extract(c.text);
+        const ExtractedToolCalls tc = tp->extract(content);
         json calls = json::array();
         for (const auto& call : tc.calls) calls.push_back(call.to_json());
         if (tc.tools_called) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/async_engine.h"
+#include "server/reasoning_parser.h"
 #include "server/tool_parsers.h"
 
 namespace ssmserve::server {
@@ -42,6 +43,11 @@ struct GenerationJob {
   std::optional<std::string> forced_tool;
   /// Whether the chat output goes through a tool-call parser (tool_parser or forced_tool).
   bool has_tool_parser() const { return !tool_parser.empty() || forced_tool.has_value(); }
+  /// Chat with --reasoning-parser: the model's reasoning format; each reply is split into `reasoning` and `content`
+  /// (reasoning_parser.h) before any tool-call parser sees the content. Null otherwise.
+  const ReasoningFormat* reasoning = nullptr;
+  PromptReasoning prompt_reasoning = PromptReasoning::None;  ///< with `reasoning`: where the chat prompt leaves it
+  bool include_reasoning = true;                             ///< with `reasoning`: the request's include_reasoning
   std::vector<std::string> request_ids;  ///< [prompts.size() * n], choice index = prompt * n + i
   std::shared_ptr<OutputChannel> channel;
   const Tokenizer* tokenizer = nullptr;
@@ -97,6 +103,7 @@ class ResponseBuilder {
   std::vector<size_t> next_offset_;                 // [choices] text_offset (characters) of the next streamed token
   std::vector<char> sent_prompt_logprobs_;          // [choices] echo: the prompt's logprobs were streamed
   std::vector<std::unique_ptr<ToolParser>> tool_parsers_;  // [choices] streaming chat with a tool parser
+  std::vector<ReasoningParser> reasoning_parsers_;  // [choices] streaming chat with a reasoning parser
   std::vector<int> num_tool_calls_;                 // [choices] tool calls streamed so far (their delta index)
   int num_finished_ = 0;
   std::string placeholder_;                         // final_body's splice tag (random per builder)
@@ -109,6 +116,8 @@ size_t utf8_char_count(std::string_view s);
 /// A new tool-call parser of a job with has_tool_parser(): the forced tool_choice's (make_forced_tool_parser), else
 /// the --tool-call-parser's (make_tool_parser).
 std::unique_ptr<ToolParser> job_tool_parser(const GenerationJob& job);
+/// A new reasoning parser of a job with a reasoning format (job.reasoning not null), for its chat prompt's state.
+ReasoningParser job_reasoning_parser(const GenerationJob& job);
 
 /// Logprobs as the responses write them: at least kMinJsonLogprob (vLLM's max(logprob, -9999.0)), since a token a
 /// structured-output grammar masks has logprob -inf, which JSON cannot hold.
