@@ -310,7 +310,8 @@ void LLMEngine::add_request(Request req) {
   }
   auto st = std::make_unique<RequestState>(std::move(req));
   if (pending && reasoning_end_id_ >= 0)  // the constraint applies once the reasoning has ended (vLLM)
-    st->in_reasoning = !reasoning_ended(st->request.prompt_token_ids, reasoning_start_id_, reasoning_end_id_);
+    st->in_reasoning = !reasoning_ended(st->request.prompt_token_ids, reasoning_start_id_, reasoning_end_id_,
+                                        reasoning_format(cfg_.reasoning_parser).starts_in_reasoning);
   if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, st->request.params.skip_special_tokens);
   st->stop = std::make_unique<StopChecker>(st->request.params, mc.eos_token_ids);
   if (st->request.params.prompt_logprobs) st->prompt_logprobs.resize(st->prompt_len());

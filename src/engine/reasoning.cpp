@@ -18,8 +18,9 @@ const std::vector<ReasoningFormat>& registry() {
       // DeepSeek-R1 (and QwQ): the template opens <think> in the prompt, or the model writes it; reasoning first.
       {"deepseek_r1", "<think>", "</think>", true},
       // Qwen3 / Qwen3.5 / Qwen3.6: Qwen3.5's template opens <think> in the prompt (or writes an empty closed block when
-      // enable_thinking is false); older Qwen3 templates let the model write <think> itself.
-      {"qwen3", "<think>", "</think>", false},
+      // enable_thinking is false); older Qwen3 templates let the model write <think> itself. As vLLM's current qwen3
+      // parser: reasoning first unless the prompt closed the block (an output never closing it is all reasoning).
+      {"qwen3", "<think>", "</think>", true},
   };
   return formats;
 }
@@ -39,12 +40,12 @@ std::vector<std::string> reasoning_parser_names() {
   return names;
 }
 
-bool reasoning_ended(std::span<const int> ids, int start_id, int end_id) {
+bool reasoning_ended(std::span<const int> ids, int start_id, int end_id, bool starts_in_reasoning) {
   for (size_t i = ids.size(); i-- > 0;) {
     if (ids[i] == end_id) return true;
     if (ids[i] == start_id) return false;
   }
-  return false;
+  return !starts_in_reasoning;  // no marker: the format decides
 }
 
 }  // namespace ssmserve

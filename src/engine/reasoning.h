@@ -26,9 +26,10 @@ const ReasoningFormat& reasoning_format(const std::string& name);
 /// The registered names, sorted.
 std::vector<std::string> reasoning_parser_names();
 
-/// Whether a sequence of token ids has ended its reasoning: the last `end_id` comes after the last `start_id` (vLLM's
-/// is_reasoning_end over the prompt: a template that disables thinking writes an empty closed block; one that enables
-/// it opens a block, and a prompt with neither marker has not reasoned yet). ids: the prompt's token ids.
-bool reasoning_ended(std::span<const int> ids, int start_id, int end_id);
+/// Whether a prompt leaves the reasoning behind: its last `end_id` comes after its last `start_id` (vLLM's
+/// is_reasoning_end: a template that disables thinking writes an empty closed block; one that enables it opens a
+/// block); with neither marker, !starts_in_reasoning (the format's ReasoningFormat::starts_in_reasoning). ids: the
+/// prompt's token ids.
+bool reasoning_ended(std::span<const int> ids, int start_id, int end_id, bool starts_in_reasoning);
 
 }  // namespace ssmserve

@@ -230,12 +230,12 @@ def r1_client(model_dir):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_prompt_without_markers(server, client, r1_client, stream):
-    # A template that writes no marker: qwen3 (starts_in_reasoning false in the engine's registry) returns content
-    # until the model writes "<think>" (it does not here); deepseek_r1 starts in the reasoning.
+    # A template that writes no marker: qwen3 (as vLLM's current parser) and deepseek_r1 both start in the reasoning,
+    # which the model's "</think>" ends.
     kw = {"max_tokens": 10, "logit_bias": ENDS_LATER, "extra_body": {"chat_template": PLAIN_TEMPLATE}}
     text = raw(server, {"messages": MESSAGES, "chat_template": PLAIN_TEMPLATE}, max_tokens=10, logit_bias=ENDS_LATER)
     assert "<think>" not in text.replace("</think>", ""), text
-    assert "</think>" in text and not text.startswith("</think>"), text  # content first, then the marker
-    assert reply(client, stream, **kw)[:3] == (None, None, split(text, reasoning_first=False)[1])
+    assert "</think>" in text and not text.startswith("</think>"), text  # reasoning first, then the marker
     reasoning, content = split(text)
+    assert reply(client, stream, **kw)[:3] == (reasoning, reasoning, content)
     assert reply(r1_client, stream, **kw)[:3] == (reasoning, reasoning, content)

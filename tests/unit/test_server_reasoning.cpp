@@ -50,16 +50,16 @@ TEST(ReasoningPrompt, RegisteredFormats) {
 }
 
 struct Case {
-  std::string format;       // a registered name, or "qwen3-first": qwen3's markers with starts_in_reasoning true
+  std::string format;       // a registered name, or "content-first": qwen3's markers with starts_in_reasoning false
   PromptReasoning prompt;
   std::string text;
   Opt reasoning, content;
 };
 
 ReasoningFormat format_of(const std::string& name) {
-  if (name == "qwen3-first") {
+  if (name == "content-first") {  // a format whose output is content until the model writes the start marker
     ReasoningFormat f = reasoning_format("qwen3");
-    f.starts_in_reasoning = true;
+    f.starts_in_reasoning = false;
     return f;
   }
   return reasoning_format(name);
@@ -85,18 +85,18 @@ std::vector<Case> cases() {
     out.push_back({f, P::Closed, "Hello there.", null, "Hello there."});
     out.push_back({f, P::Closed, "A</think>B<think>C", null, "ABC"});
   }
-  // No marker in the prompt: starts_in_reasoning decides. deepseek_r1 (and qwen3-first): reasoning first.
-  for (const char* f : {"deepseek_r1", "qwen3-first"}) {
+  // No marker in the prompt: starts_in_reasoning decides. deepseek_r1 and qwen3 (vLLM's current parser): reasoning first.
+  for (const char* f : {"deepseek_r1", "qwen3"}) {
     out.push_back({f, P::None, "Hmm.</think>Yes.", "Hmm.", "Yes."});
     out.push_back({f, P::None, "<think>Hmm.</think>Yes.", "Hmm.", "Yes."});
     out.push_back({f, P::None, "never closed", "never closed", null});
   }
-  // qwen3 as registered (starts_in_reasoning false): content until the model writes the start marker.
-  out.push_back({"qwen3", P::None, "<think>\nHmm.\n</think>\n\nYes.", "\nHmm.\n", "\n\nYes."});
-  out.push_back({"qwen3", P::None, "plain answer", null, "plain answer"});
-  out.push_back({"qwen3", P::None, "<think>truncated", "truncated", null});
-  out.push_back({"qwen3", P::None, "pre <think>R</think>post", "R", "pre post"});
-  out.push_back({"qwen3", P::None, "A</think>B", null, "AB"});
+  // A content-first format (starts_in_reasoning false): content until the model writes the start marker.
+  out.push_back({"content-first", P::None, "<think>\nHmm.\n</think>\n\nYes.", "\nHmm.\n", "\n\nYes."});
+  out.push_back({"content-first", P::None, "plain answer", null, "plain answer"});
+  out.push_back({"content-first", P::None, "<think>truncated", "truncated", null});
+  out.push_back({"content-first", P::None, "pre <think>R</think>post", "R", "pre post"});
+  out.push_back({"content-first", P::None, "A</think>B", null, "AB"});
   return out;
 }
 
