@@ -11,6 +11,7 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
+#include "engine/generation_defaults.h"
 #include "server/async_engine.h"
 #include "server/tool_parsers.h"
 #include "chat/chat_template.h"
@@ -88,6 +89,12 @@ int run_serve(ServeArgs& a) {
   SSM_CHECK(a.server.keep_alive_timeout_s > 0 && a.server.keep_alive_timeout_s <= 3600,
             "--http-keep-alive-timeout must be in (0, 3600] seconds");
   SSM_CHECK(a.server.write_timeout_s > 0 && a.server.write_timeout_s <= 3600, "--http-write-timeout must be in (0, 3600] seconds");
+  // The defaults of the sampling fields a request leaves unset (vLLM's generation config), checked before the model
+  // loads.
+  a.server.generation_defaults =
+      GenerationDefaults::load(a.engine.model, a.engine.generation_config, a.engine.override_generation_config);
+  if (!a.server.generation_defaults.empty())
+    spdlog::warn("{}", a.server.generation_defaults.notice("`--generation-config vllm`"));
   raise_fd_limit(a.server.max_connections);
   SSM_CHECK(a.shutdown_timeout >= 0 && a.shutdown_timeout <= 3600, "--shutdown-timeout must be in [0, 3600] seconds");
   // Signals go to one thread (sigwait) only: block them before any other thread exists.
@@ -140,6 +147,7 @@ Runner add_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
   add_engine_options(*cmd, a->engine, a->load_format);
+  add_generation_config_options(*cmd, a->engine);
   cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->server.port, "Port (0 = any free port, printed at startup)")->capture_default_str();
   auto* name = cmd->add_option("--served-model-name", a->server.served_model_name, "Model id clients use (default: the --model path)");

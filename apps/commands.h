@@ -33,6 +33,10 @@ Runner add_bench_multiturn(CLI::App& bench);
 /// --max-num-seqs, --num-state-blocks, --threads, --tensor-parallel-size, --tokenizer) bound to `cfg`. `load_format` receives the
 /// string value and is applied by resolve_engine_config.
 void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_format);
+/// Adds vLLM's --generation-config and --override-generation-config (where a request's default sampling parameters
+/// come from: GenerationDefaults, engine/generation_defaults.h) bound to `cfg`: for the subcommands that fill in
+/// unset request fields (serve), not those whose flags give every parameter (generate, bench).
+void add_generation_config_options(CLI::App& cmd, EngineConfig& cfg);
 /// Adds vLLM's --max-model-len (most prompt + generated tokens per request) to `cmd`, bound to `value`, with the one
 /// help text of every subcommand that has it; `no_limit_default` says what the subcommand uses for a model without a
 /// context limit (e.g. "8192"). The returned option's count() says whether it was given.

@@ -81,6 +81,18 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
       ->capture_default_str();
 }
 
+void add_generation_config_options(CLI::App& cmd, EngineConfig& cfg) {
+  cmd.add_option("--generation-config", cfg.generation_config,
+                 "Default sampling parameters of requests that leave them unset (vLLM's): auto (the model folder's "
+                 "generation_config.json: its temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens), "
+                 "vllm (none: vLLM's neutral defaults), or a folder holding generation_config.json (its max_new_tokens "
+                 "then also caps every request)")
+      ->capture_default_str();
+  cmd.add_option("--override-generation-config", cfg.override_generation_config,
+                 "JSON object merged over the generation config, e.g. '{\"temperature\": 0.5}' (with "
+                 "--generation-config vllm only these; a max_new_tokens here caps every request's max_tokens)");
+}
+
 CLI::Option* add_max_model_len_option(CLI::App& cmd, int& value, const std::string& no_limit_default) {
   return cmd.add_option("--max-model-len", value,
                         "Most prompt + generated tokens per request, >= 1 (default: the model's max_position_embeddings, "

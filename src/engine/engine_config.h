@@ -105,6 +105,15 @@ struct EngineConfig {
   /// A constrained request (structured outputs) samples freely until its reasoning ends, then under its grammar
   /// (vLLM's default with a reasoning parser); the server returns the reasoning apart from the content.
   std::string reasoning_parser;
+  /// vLLM's --generation-config: where the default sampling parameters come from (GenerationDefaults::load,
+  /// engine/generation_defaults.h): "auto" (the model folder's generation_config.json, when it has one), "vllm" (none:
+  /// vLLM's neutral defaults) or a folder holding generation_config.json. Read by the front ends that fill in a
+  /// request's unset fields (serve, the Python LLM); the engine takes every request's SamplingParams as given, and
+  /// `generate` / `bench` (explicit parameters) do not read it.
+  std::string generation_config = "auto";
+  /// vLLM's --override-generation-config: a JSON object ("" = none) merged over that config, e.g. {"temperature":
+  /// 0.5}; with generation_config "vllm" only these keys are used.
+  std::string override_generation_config;
   /// Accept benchmark-only drafters in speculative_config (method "replay", engine/replay_proposer.h). Only
   /// `ssmserve bench latency` sets it; generate, serve and the Python API leave it off and refuse them.
   bool allow_benchmark_proposers = false;

@@ -41,6 +41,8 @@ inline constexpr EngineOptionName kEngineOptionNames[] = {
     {"speculative_config", "--speculative-config"},
     {"mamba_block_size", "--mamba-block-size"},
     {"reasoning_parser", "--reasoning-parser"},
+    {"generation_config", "--generation-config"},
+    {"override_generation_config", "--override-generation-config"},
 };
 
 /// `message` with each engine option's CLI flag (kEngineOptionNames) replaced by spell(option). A flag is replaced

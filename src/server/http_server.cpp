@@ -371,7 +371,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
   GenerationRequest base;
   std::vector<PromptInput> inputs;
   if (chat) {
-    ChatRequest cr = parse_chat_request(b, opt_.max_logprobs);
+    ChatRequest cr = parse_chat_request(b, opt_.max_logprobs, opt_.generation_defaults);
     if (!tok) throw ApiError(400, "the model has no tokenizer; chat needs one");
     if (cr.tool_choice == "auto") {
       if (!opt_.enable_auto_tool_choice || opt_.tool_call_parser.empty())
@@ -395,7 +395,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     }
     base = cr;
   } else {
-    CompletionRequest cr = parse_completion_request(b, opt_.max_logprobs);
+    CompletionRequest cr = parse_completion_request(b, opt_.max_logprobs, opt_.generation_defaults);
     inputs = std::move(cr.prompts);
     job->echo = cr.echo;
     job->prompt_only = cr.prompt_only;
@@ -447,8 +447,15 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
                                               "the input or the completion.",
                                               opt_.max_model_len, static_cast<long long>(len) + sp.max_tokens, len, sp.max_tokens));
     } else {
-      sp.max_tokens = chat ? opt_.max_model_len - len : std::min(sp.max_tokens, opt_.max_model_len - len);
+      // vLLM's get_max_tokens: what the context leaves, and for chat at most the model's default max_tokens
+      // (completions: at most their 16).
+      const int room = opt_.max_model_len - len;
+      const GenerationDefaults& gd = opt_.generation_defaults;
+      sp.max_tokens = chat ? std::min(room, gd.max_tokens.value_or(room)) : std::min(sp.max_tokens, room);
     }
+    // vLLM's override_max_tokens: a server-wide cap (--override-generation-config max_new_tokens, or that of a
+    // --generation-config folder) on every request's max_tokens, its own included.
+    if (const auto& cap = opt_.generation_defaults.max_tokens_limit) sp.max_tokens = std::min(sp.max_tokens, *cap);
     if (sp.min_tokens > sp.max_tokens)
       bad_request("min_tokens", fmt::format("min_tokens ({}) must be less than or equal to max_tokens ({})", sp.min_tokens, sp.max_tokens));
     // The engine scores the prompt once for both echo's logprobs and prompt_logprobs (each rendering takes its top-k).

@@ -7,6 +7,7 @@
 
 #include "server/async_engine.h"
 #include "chat/chat_template.h"
+#include "engine/generation_defaults.h"
 #include "server/metrics.h"
 #include "server/http_transport.h"
 #include "server/protocol.h"
@@ -40,6 +41,10 @@ struct ServerOptions {
   /// without both, such a request is a 400, as vLLM.
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
+  /// vLLM's default sampling params (--generation-config, --override-generation-config): what a request's absent
+  /// temperature / top_p / top_k / min_p / repetition_penalty become, and chat's max_tokens default and the cap on
+  /// every request's max_tokens (GenerationDefaults::max_tokens_limit). Empty: vLLM's neutral defaults.
+  GenerationDefaults generation_defaults;
 };
 
 /// The HTTP front end: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models,

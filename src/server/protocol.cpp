@@ -137,10 +137,13 @@ void parse_tools(const json& b, ChatRequest& r) {
                                          "\"required\" are supported.", choice->dump()));
 }
 
-/// Sampling fields common to both endpoints (vLLM's names). Range checks that SamplingParams::validate also does
-/// are repeated here so the error names the OpenAI field.
-void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_key, bool chat) {
+/// Sampling fields common to both endpoints (vLLM's names), starting from `defaults` (vLLM's to_sampling_params with
+/// default_sampling_params: a field absent or null takes the model's default, else SamplingParams'). Range checks
+/// that SamplingParams::validate also does are repeated here so the error names the OpenAI field.
+void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_key, bool chat,
+                  const GenerationDefaults& defaults) {
   SamplingParams& sp = r.params;
+  defaults.apply(sp);  // max_tokens: meaningful only when given (the server computes the default per prompt)
   if (const json* v = field(b, "model")) {
     if (!v->is_string()) bad_request("model", fmt::format("model must be a string (got {})", type_name(*v)));
     r.model = v->get<std::string>();
@@ -260,12 +263,12 @@ nlohmann::ordered_json parse_body(const std::string& body) {
   return j;
 }
 
-CompletionRequest parse_completion_request(const json& b, int max_logprobs) {
+CompletionRequest parse_completion_request(const json& b, int max_logprobs, const GenerationDefaults& defaults) {
   check_body(b);
   CompletionRequest r;
-  parse_common(b, r, "max_tokens", /*chat=*/false);
+  parse_common(b, r, "max_tokens", /*chat=*/false, defaults);
   r.params.structured_outputs = parse_structured_outputs(b);
-  if (!r.max_tokens_given) r.params.max_tokens = 16;  // OpenAI's completions default
+  if (!r.max_tokens_given) r.params.max_tokens = 16;  // OpenAI's completions default (vLLM's, whatever the defaults)
   const json* p = field(b, "prompt");
   if (!p) bad_request("prompt", "prompt is required");
   auto text_prompt = [&](const json& s) {
@@ -317,10 +320,10 @@ CompletionRequest parse_completion_request(const json& b, int max_logprobs) {
   return r;
 }
 
-ChatRequest parse_chat_request(const json& b, int max_logprobs) {
+ChatRequest parse_chat_request(const json& b, int max_logprobs, const GenerationDefaults& defaults) {
   check_body(b);
   ChatRequest r;
-  parse_common(b, r, "max_completion_tokens", /*chat=*/true);
+  parse_common(b, r, "max_completion_tokens", /*chat=*/true, defaults);
   parse_tools(b, r);
   // Structured outputs; a forced tool choice decodes the calls under vLLM's schema (serving.cpp turns the JSON into
   // tool_calls).

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/generation_defaults.h"
 #include "engine/sampling_params.h"
 #include "server/api_error.h"
 
@@ -75,15 +76,22 @@ struct ChatRequest : GenerationRequest {
   bool include_reasoning = true;
 };
 
-/// Parses a completions body. Throws ApiError 400 naming the field for a wrong type or value out of range
+/// Parses a completions body. Sampling fields the body leaves out (or sends as null) take `defaults` (the model's
+/// generation config: temperature, top_p, top_k, min_p, repetition_penalty), else vLLM's SamplingParams defaults;
+/// max_tokens defaults to 16 (OpenAI's and vLLM's completions default; the server lowers it to what the context
+/// leaves). Throws ApiError 400 naming the field for a wrong type or value out of range
 /// (max_tokens < 1 except 0 with echo, which sets prompt_only; temperature < 0, top_p outside (0, 1], n outside [1, kMaxN], empty prompt,
 /// logprobs / prompt_logprobs above `max_logprobs` (the server's --max-logprobs, at most kMaxLogprobs), a bad
 /// response_format / structured_outputs / guided_* (parse_structured_outputs), tools, ...).
-CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, int max_logprobs = kMaxLogprobs);
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, int max_logprobs = kMaxLogprobs,
+                                           const GenerationDefaults& defaults = {});
 /// Parses a chat completions body (messages: non-empty array of {"role": string, "content": string | null |
-/// [{"type": "text", "text": string}]}). Throws ApiError 400 like parse_completion_request (top_logprobs above
-/// `max_logprobs`; prompt_logprobs, which chat does not return, is refused; a tool_choice naming no tool of `tools`).
-ChatRequest parse_chat_request(const nlohmann::ordered_json& body, int max_logprobs = kMaxLogprobs);
+/// [{"type": "text", "text": string}]}). Sampling fields left out take `defaults` as for completions (max_tokens,
+/// when not given, is the server's: defaults.max_tokens capped by the context). Throws ApiError 400 like
+/// parse_completion_request (top_logprobs above `max_logprobs`; prompt_logprobs, which chat does not return, is
+/// refused; a tool_choice naming no tool of `tools`).
+ChatRequest parse_chat_request(const nlohmann::ordered_json& body, int max_logprobs = kMaxLogprobs,
+                               const GenerationDefaults& defaults = {});
 /// Parses a request body as JSON; throws ApiError 400 for invalid JSON (including ill-formed UTF-8) or a
 /// non-object.
 nlohmann::ordered_json parse_body(const std::string& body);

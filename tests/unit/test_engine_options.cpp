@@ -28,6 +28,11 @@ TEST(EngineOptions, FlagsBecomeKeywords) {
             "raise num_state_blocks, or pass enable_prefix_caching=False)");
   EXPECT_EQ(as_keywords("--speculative-config: method"), "speculative_config: method");
   EXPECT_EQ(as_keywords("--device"), "device");
+  // The generation config's errors and hint (engine/generation_defaults.cpp) read as Python keywords.
+  EXPECT_EQ(as_keywords("--override-generation-config: field \"top_p\" must be a number in (0, 1] (got 2)"),
+            "override_generation_config: field \"top_p\" must be a number in (0, 1] (got 2)");
+  EXPECT_EQ(as_keywords("(fix the file, or ignore it with --generation-config=\"vllm\")"),
+            "(fix the file, or ignore it with generation_config=\"vllm\")");
 }
 
 TEST(EngineOptions, OnlyWholeKnownFlagsOutsideQuotes) {
