@@ -28,6 +28,7 @@
 #include "outputs.h"
 #include "sampling_params.h"
 #include "structured_outputs.h"
+#include "engine/generation_defaults.h"
 #include "engine/llm_engine.h"
 #include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -61,7 +62,24 @@ class PyLLM {
   explicit PyLLM(EngineConfig cfg) {
     template_dir_ = cfg.tokenizer.empty() ? cfg.model : cfg.tokenizer;
     GilRelease release;
+    // The model's default sampling params (generation_config / override_generation_config), checked before the
+    // weights load; logged as vLLM's LLM does.
+    defaults_ = GenerationDefaults::load(cfg.model, cfg.generation_config, cfg.override_generation_config);
+    if (!defaults_.empty()) spdlog::warn("{}", defaults_.notice("LLM(..., generation_config=\"vllm\")"));
     llm_ = std::make_unique<LLM>(std::move(cfg));
+  }
+
+  /// LLM.get_default_sampling_params' fields: the model's default sampling params as vLLM's dict of them
+  /// (repetition_penalty, temperature, top_k, top_p, min_p, max_tokens; only those set), for SamplingParams(**d).
+  py::dict default_sampling_params() const {
+    py::dict d;
+    if (defaults_.repetition_penalty) d["repetition_penalty"] = *defaults_.repetition_penalty;
+    if (defaults_.temperature) d["temperature"] = *defaults_.temperature;
+    if (defaults_.top_k) d["top_k"] = *defaults_.top_k;
+    if (defaults_.top_p) d["top_p"] = *defaults_.top_p;
+    if (defaults_.min_p) d["min_p"] = *defaults_.min_p;
+    if (defaults_.max_tokens) d["max_tokens"] = *defaults_.max_tokens;
+    return d;
   }
 
   /// The engine's tokenizer (LLM.get_tokenizer): Error when the engine has none (dummy weights without one).
@@ -394,6 +412,7 @@ class PyLLM {
   }
 
   std::unique_ptr<LLM> llm_;
+  GenerationDefaults defaults_;                        // the model's default sampling params (default_sampling_params)
   std::filesystem::path template_dir_;                 // where tokenizer_config.json (the chat template) lives
   std::optional<server::ChatTemplate> default_template_;  // loaded on the first chat()
   std::mutex mu_;  // guards everything below and every use of llm_'s engine
@@ -488,6 +507,7 @@ PYBIND11_MODULE(_ssmserve, m) {
            py::call_guard<GilRelease>())
       .def("vocab_size", &PyLLM::vocab_size)
       .def("eos_token_ids", &PyLLM::eos_token_ids)
+      .def("default_sampling_params", &PyLLM::default_sampling_params)
       .def("render_chat", &PyLLM::render_chat, py::arg("messages_json"), py::arg("add_generation_prompt"),
            py::arg("chat_template"), py::arg("continue_final_message") = false, py::arg("kwargs_json") = "",
            py::arg("tools_json") = "", py::call_guard<GilRelease>());

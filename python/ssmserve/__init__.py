@@ -149,9 +149,11 @@ class Tokenizer:
         return self.vocab_size
 
 
-# LLM(...) keyword arguments beyond vLLM's named ones that the engine takes (as the CLI's flags).
+# LLM(...) keyword arguments beyond the named ones that the engine takes: vLLM's EngineArgs that its LLM takes through
+# **kwargs (generation_config, override_generation_config) and ssmserve's own (as the CLI's flags).
 _SSMSERVE_ENGINE_ARGS = ("num_state_blocks", "threads", "num_threads", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
-                         "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size", "swap_space", "log_level")
+                         "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size", "swap_space", "log_level",
+                         "generation_config", "override_generation_config")
 
 
 def _check_process(pid: int, what: str = "LLM") -> None:
@@ -208,6 +210,18 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
     for k in extra:
         if k not in _SSMSERVE_ENGINE_ARGS:
             raise TypeError(f"LLM() got an unexpected keyword argument '{k}'")
+    extra = dict(extra)
+    if isinstance(extra.get("generation_config"), os.PathLike):
+        extra["generation_config"] = os.fspath(extra["generation_config"])
+    override = extra.get("override_generation_config")
+    if override is not None:  # vLLM's dict, e.g. {"temperature": 0.5}; the engine takes its JSON text
+        if not isinstance(override, dict):
+            raise TypeError("override_generation_config must be None or a dict such as {'temperature': 0.5}, got "
+                            f"{type(override).__name__}")
+        try:
+            extra["override_generation_config"] = json.dumps(override)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"override_generation_config must be JSON-serializable: {e}") from None
     named = dict(tokenizer=None if tokenizer is None else os.fspath(tokenizer), dtype=_dtype_name(dtype), max_model_len=max_model_len,
                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                  gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
@@ -300,6 +314,12 @@ class LLM:
         None = off. The outputs equal those without it; a bad config raises ValueError naming the field.
       device: "auto" (the GPU when the package has the CUDA backend and a GPU is present, else the CPU), "cuda" or
         "cpu". load_format: "auto", "safetensors" or "dummy" (random weights from config.json).
+      generation_config: where the default sampling params come from (get_default_sampling_params, used by
+        generate / chat / stream without sampling_params): "auto" (the default: the model folder's
+        generation_config.json, its temperature, top_p, top_k, min_p, repetition_penalty and max_new_tokens ->
+        max_tokens), "vllm" (none: SamplingParams()'s) or a folder holding generation_config.json.
+        override_generation_config: a dict merged over it, e.g. {"temperature": 0.5} (with "vllm" only these).
+        A malformed value in either is a ValueError naming the file (or override_generation_config) and the field.
     ssmserve's own (the CLI's flags): threads (CPU threads, default all cores), num_state_blocks,
     mamba_cache_dtype, mamba_ssm_cache_dtype, num_scheduler_steps (multi-step decode), mamba_cache_mode ("all",
     "align" or "none"), mamba_block_size (tokens per cached state) and swap_space (GiB of host memory for cached
@@ -341,6 +361,14 @@ class LLM:
         _check_process(self._pid)
         return self._engine.stats()
 
+    def get_default_sampling_params(self) -> SamplingParams:
+        """vLLM's LLM.get_default_sampling_params: a new SamplingParams holding the model's default sampling params
+        (generation_config / override_generation_config: temperature, top_p, top_k, min_p, repetition_penalty,
+        max_tokens from max_new_tokens), the other fields SamplingParams()'s; SamplingParams() when the model sets
+        none or generation_config="vllm". generate / chat / stream use it when sampling_params is None."""
+        _check_process(self._pid)
+        return SamplingParams(**self._engine.default_sampling_params())
+
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
                  sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
                  use_tqdm: Union[bool, Callable[..., Any]] = True) -> List[RequestOutput]:
@@ -349,13 +377,13 @@ class LLM:
 
         prompts: one prompt or a list; a prompt is a str, a list of int token ids, {"prompt": str} or
         {"prompt_token_ids": [int], optionally "prompt": str}. sampling_params: one SamplingParams for all, a list
-        with one per prompt, or None (SamplingParams()). use_tqdm: a "Processed prompts" progress bar (tqdm) on
-        stderr while the batch runs (True, the default), none (False), or a tqdm-like class to use. RuntimeError in
-        a fork()ed child of the process that created the LLM."""
+        with one per prompt, or None (get_default_sampling_params(): the model's defaults, as vLLM). use_tqdm: a
+        "Processed prompts" progress bar (tqdm) on stderr while the batch runs (True, the default), none (False), or
+        a tqdm-like class to use. RuntimeError in a fork()ed child of the process that created the LLM."""
         _check_process(self._pid)
         prompts = _as_prompt_list(prompts)
         if sampling_params is None:
-            sampling_params = SamplingParams()
+            sampling_params = self.get_default_sampling_params()
         if isinstance(sampling_params, (list, tuple)):
             params = [_check_params(p) for p in sampling_params]
             if len(params) != len(prompts):
@@ -429,12 +457,14 @@ class LLM:
 
     def stream(self, prompt: PromptType, sampling_params=None) -> Iterator[RequestOutput]:
         """Yields the request's RequestOutput after every engine step that produced a token (cumulative text plus
-        delta_text), the last one with finished=True. Closing the iterator early aborts the request. (ssmserve's
-        own; AsyncLLM.generate is the asyncio form.)"""
+        delta_text), the last one with finished=True. Closing the iterator early aborts the request. sampling_params
+        None: get_default_sampling_params(). (ssmserve's own; AsyncLLM.generate is the asyncio form.)"""
         _check_process(self._pid)
         if sampling_params is not None and not isinstance(sampling_params, _ssmserve.SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
-        rid = self._engine.add(prompt, self._with_seed(sampling_params if sampling_params is not None else SamplingParams()))
+        if sampling_params is None:
+            sampling_params = self.get_default_sampling_params()
+        rid = self._engine.add(prompt, self._with_seed(sampling_params))
         finished = False
         try:
             while True:

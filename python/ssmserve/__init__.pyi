@@ -1,4 +1,5 @@
 # Type stubs of the ssmserve package (the extension module's classes are declared here, so editors complete them).
+import os
 from typing import Any, AsyncGenerator, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from .async_llm import AsyncEngineArgs as AsyncEngineArgs, AsyncLLM as AsyncLLM, EngineArgs as EngineArgs
@@ -64,8 +65,11 @@ class LLM:
         mamba_block_size: Optional[int] = None,
         swap_space: Optional[float] = None,
         log_level: Optional[str] = None,
+        generation_config: Optional[Union[str, os.PathLike]] = None,  # "auto" / "vllm" / a folder
+        override_generation_config: Optional[Dict[str, Any]] = None,
     ) -> None: ...
     def get_tokenizer(self) -> Tokenizer: ...
+    def get_default_sampling_params(self) -> SamplingParams: ...
     def get_engine_stats(self) -> Dict[str, int]: ...
     def generate(
         self,

@@ -45,6 +45,9 @@ class EngineArgs:
     mamba_block_size: Optional[int] = None
     swap_space: Optional[float] = None
     log_level: Optional[str] = None  # the process's engine log level (see ssmserve.LLM)
+    # vLLM's default sampling params (see ssmserve.LLM); None = "auto" / no overrides.
+    generation_config: Optional[str] = None
+    override_generation_config: Optional[dict] = None
 
     def _engine_and_seeder(self):
         from . import _check_seed, _make_engine, _Seeder, _SSMSERVE_ENGINE_ARGS
@@ -273,9 +276,9 @@ class AsyncLLM:
         task cancelled) aborts the request. An aborted request (abort()) ends with finish_reason "abort". n > 1 (as
         vLLM and LLM.generate): each choice is its own engine request (choice c seeded seed + c when seeded), every
         output holds all n choices (outputs[c]; not yet started ones empty) with delta_text "", finished once all
-        are; abort() and leaving early abort every choice. Bad
-        sampling params or prompts raise ValueError / TypeError from the first iteration. lora_request must be None
-        (no LoRA adapters); trace_headers and priority are accepted and ignored (vLLM's signature)."""
+        are; abort() and leaving early abort every choice. sampling_params None: the model's defaults (as
+        LLM.get_default_sampling_params). Bad sampling params or prompts raise ValueError / TypeError from the first
+        iteration. lora_request must be None (no LoRA adapters); trace_headers and priority are accepted and ignored (vLLM's signature)."""
         from . import SamplingParams, _check_process
 
         _check_process(self._core.pid, "AsyncLLM")
@@ -283,8 +286,8 @@ class AsyncLLM:
             raise NotImplementedError("lora_request: LoRA adapters are not supported by ssmserve")
         if request_id is None or not isinstance(request_id, str):
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
-        if sampling_params is None:
-            sampling_params = SamplingParams()
+        if sampling_params is None:  # the model's defaults, as LLM.generate (LLM.get_default_sampling_params)
+            sampling_params = SamplingParams(**self._core.engine.default_sampling_params())
         if not isinstance(sampling_params, _ssmserve.SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
         if not isinstance(prompt, (str, dict, list, tuple)):

@@ -26,6 +26,8 @@ class EngineArgs:
     mamba_block_size: Optional[int]
     swap_space: Optional[float]
     log_level: Optional[str]
+    generation_config: Optional[str]
+    override_generation_config: Optional[Dict[str, Any]]
     def __init__(
         self,
         model: str,
@@ -50,6 +52,8 @@ class EngineArgs:
         mamba_block_size: Optional[int] = None,
         swap_space: Optional[float] = None,
         log_level: Optional[str] = None,
+        generation_config: Optional[str] = None,
+        override_generation_config: Optional[Dict[str, Any]] = None,
     ) -> None: ...
 
 class AsyncEngineArgs(EngineArgs): ...

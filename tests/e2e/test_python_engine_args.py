@@ -14,7 +14,8 @@ from ssmserve import LLM
 INT_ARGS = ["max_model_len", "max_num_seqs", "max_num_batched_tokens", "num_state_blocks", "threads", "num_threads",
             "tensor_parallel_size", "num_scheduler_steps", "mamba_block_size"]
 FLOAT_ARGS = ["gpu_memory_utilization", "swap_space"]
-STR_ARGS = ["tokenizer", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "device", "mamba_cache_mode", "load_format"]
+STR_ARGS = ["tokenizer", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "device", "mamba_cache_mode", "load_format",
+            "generation_config"]
 FLAG = re.compile(r"--[a-z]")  # a CLI flag (--mamba-block-size) outside quoted command lines
 
 
@@ -47,6 +48,9 @@ BAD_VALUES = [
     (dict(load_format="pickle"), 'load_format must be auto, safetensors or dummy (got "pickle")'),
     (dict(speculative_config={"method": "ngram"}), "num_speculative_tokens"),
     (dict(num_state_blocks=2), "num_state_blocks 2 leaves 1 usable block"),  # raised while the engine is built
+    (dict(generation_config="/nonexistent-folder"), "generation_config /nonexistent-folder: no such folder"),
+    (dict(override_generation_config={"temperature": -1}),
+     'override_generation_config: field "temperature" must be a number >= 0 (got -1)'),
 ]
 
 
