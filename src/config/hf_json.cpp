@@ -252,8 +252,8 @@ std::string read_text_file(const fs::path& path, std::size_t max_bytes) {
   return out;
 }
 
-void check_json_depth(std::string_view text, const std::string& what, int max_depth) {
-  int depth = 0;
+int json_nesting_depth(std::string_view text, int stop_above, std::size_t* where) {
+  int depth = 0, deepest = 0;
   bool in_string = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -265,13 +265,23 @@ void check_json_depth(std::string_view text, const std::string& what, int max_de
     if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth)
-        fail("{}: JSON nests arrays/objects more than {} levels deep (at byte {}); refusing to parse it", what,
-             max_depth, i);
+      deepest = std::max(deepest, ++depth);
+      if (depth > stop_above) {
+        if (where) *where = i;
+        return deepest;
+      }
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;  // unbalanced input is left for the parser to report
     }
   }
+  return deepest;
+}
+
+void check_json_depth(std::string_view text, const std::string& what, int max_depth) {
+  std::size_t at = 0;
+  if (json_nesting_depth(text, max_depth, &at) > max_depth)
+    fail("{}: JSON nests arrays/objects more than {} levels deep (at byte {}); refusing to parse it", what, max_depth,
+         at);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <string>
+#include <limits>
 #include <string_view>
 
 namespace ssmserve {
@@ -26,6 +27,11 @@ std::string read_text_file(const std::filesystem::path& path, std::size_t max_by
 /// without following symlinks and without throwing. Use it to decide whether an optional file is present, then
 /// read_text_file to get a precise error about what is there.
 bool path_entry_exists(const std::filesystem::path& path);
+
+/// The deepest nesting of arrays / objects in JSON `text` (0 for a scalar), by an iterative scan that skips string
+/// literals (no parse). Stops at the first bracket deeper than `stop_above`, storing its byte offset in `*where` when
+/// given. Unbalanced closing brackets are ignored (left for a parser to report).
+int json_nesting_depth(std::string_view text, int stop_above = std::numeric_limits<int>::max(), std::size_t* where = nullptr);
 
 /// Throws Error (naming `what`) when JSON `text` nests arrays/objects deeper than `max_depth`. An iterative scan
 /// that skips string literals; run it before any parser or recursive walk so deep input cannot exhaust the stack.

@@ -357,7 +357,8 @@ void LLMEngine::abort_request(const std::string& request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   for (auto c = compiling_.begin(); c != compiling_.end(); ++c)
-    if (c->req == it->second.get()) {  // not in the scheduler yet (its compilation finishes unused)
+    if (c->req == it->second.get()) {  // not in the scheduler yet: its compilation is skipped if not begun
+      c->pending->cancel();
       compiling_.erase(c);
       requests_.erase(it);
       return;

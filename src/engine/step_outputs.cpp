@@ -1,6 +1,8 @@
 // Owns how a step's logits (or device picks) become each request's tokens and outputs (see llm_engine.h): plain
 // decode and prefill rows, prompt scoring, speculative verify rows (acceptance, the state column swap, the adaptive
 // draft length's observation), multi-step bursts, stop checks.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <span>
 
@@ -114,12 +116,30 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
       r.prompt_logprobs[p + 1] = std::move(lp);
       continue;
     }
-    // 2. Sample the next token from the last position.
-    append_sample(r, sample_row(r, logits, picks, plan.first_logit_row + static_cast<int>(k)));
+    // 2. Sample the next token from the last position. A row that cannot be sampled (every token masked: a grammar
+    //    with no way on, or with allowed_token_ids / min_tokens excluding what it allows; NaN logits) ends its own
+    //    request (finish_reason abort), not the step: the other requests go on.
+    try {
+      append_sample(r, sample_row(r, logits, picks, plan.first_logit_row + static_cast<int>(k)));
+    } catch (const Error& e) {
+      spdlog::warn("request {} ends (abort): {}", r.request.request_id, e.what());
+      r.finish_reason = FinishReason::Abort;
+      scheduler_->finish_request(&r);
+      outs.push_back(make_output(r, 0));
+      return s.num_tokens;
+    }
     sampled = true;
   }
   if (!sampled) return s.num_tokens;
-  check_stop(r, r.output_token_ids.back());
+  // Structured outputs: a complete text whose EOS the grammar accepted ends here, min_tokens or not (the sampler let
+  // EOS through because nothing else was allowed; the stop check would keep padding with EOS).
+  if (r.grammar && !r.in_reasoning && r.grammar->is_terminated() && !r.request.params.ignore_eos) {
+    if (r.detok) r.text += r.detok->push(r.output_token_ids.back()) + r.detok->flush();
+    r.finish_reason = FinishReason::Stop;
+    scheduler_->finish_request(&r);
+  } else {
+    check_stop(r, r.output_token_ids.back());
+  }
   outs.push_back(make_output(r, 1));
   return s.num_tokens;
 }

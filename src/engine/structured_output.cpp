@@ -11,8 +11,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <variant>
 
+#include "config/hf_json.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,24 +55,6 @@ std::string choice_as_grammar(std::span<const std::string> choice) {
   return g;
 }
 
-int json_nesting_depth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 #if SSMSERVE_HAVE_XGRAMMAR
 
@@ -150,33 +134,25 @@ struct StructuredOutputManager::Impl {
   std::condition_variable cv;
   std::deque<Task> queue;  // compilations not yet started, first in first out
   bool stop = false;
-  std::thread worker;  // runs the queue; joined (after its current compilation) on destruction
 
   Impl(std::vector<std::string> vocab, int vocab_size, std::vector<int> eos_ids)
       : info(vocab, xgrammar::VocabType::RAW, vocab_size, std::vector<int32_t>(eos_ids.begin(), eos_ids.end())),
-        compiler(info, /*max_threads=*/2),
-        eos(std::move(eos_ids)) {
-    worker = std::thread([this] {
-      for (;;) {
-        Task t;
-        {
-          std::unique_lock lk(mu);
-          cv.wait(lk, [&] { return stop || !queue.empty(); });
-          if (stop) return;  // queued tasks are dropped: their futures report a broken promise
-          t = std::move(queue.front());
-          queue.pop_front();
-        }
-        t();
+        compiler(info, /*max_threads=*/2, /*cache_enabled=*/true, kStructuredOutputCacheBytes),
+        eos(std::move(eos_ids)) {}
+
+  /// A worker's loop; `self` keeps the Impl alive while it runs (the manager detaches its workers).
+  static void work(std::shared_ptr<Impl> self) {
+    for (;;) {
+      Task t;
+      {
+        std::unique_lock lk(self->mu);
+        self->cv.wait(lk, [&] { return self->stop || !self->queue.empty(); });
+        if (self->stop) return;  // queued tasks are dropped: their futures report a broken promise
+        t = std::move(self->queue.front());
+        self->queue.pop_front();
       }
-    });
-  }
-  ~Impl() {
-    {
-      std::lock_guard lk(mu);
-      stop = true;
+      t();
     }
-    cv.notify_all();
-    worker.join();
   }
 
   /// The compiled constraint (xgrammar's cache first). Throws Error naming the field.
@@ -216,17 +192,28 @@ StructuredOutputManager::StructuredOutputManager(const Tokenizer& tok, int vocab
   for (int id = 0; id < n; ++id)
     if (tok.has_id(id) && !tok.is_special(id)) vocab[static_cast<size_t>(id)] = tok.token_bytes(id);
   try {
-    impl_ = std::make_unique<Impl>(std::move(vocab), vocab_size, std::move(eos_token_ids));
+    impl_ = std::make_shared<Impl>(std::move(vocab), vocab_size, std::move(eos_token_ids));
   } catch (const std::exception& e) {
     fail("structured outputs: the tokenizer's vocabulary could not be prepared: {}", e.what());
   }
+  for (int i = 0; i < kStructuredOutputWorkers; ++i) std::thread(&Impl::work, impl_).detach();
 }
 
-StructuredOutputManager::~StructuredOutputManager() = default;
+StructuredOutputManager::~StructuredOutputManager() {
+  if (!impl_) return;
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();  // idle workers exit now, a busy one after its compilation (it holds the Impl)
+}
 
 bool StructuredOutputManager::available() { return true; }
 
-void StructuredOutputManager::validate(const StructuredOutputsParams& p) const {
+namespace {
+
+/// validate_structured_outputs' work (uncached).
+void validate_uncached(const StructuredOutputsParams& p) {
   p.validate();
   size_t bytes = 0;
   for (const auto* f : {&p.json, &p.regex, &p.grammar, &p.structural_tag})
@@ -236,11 +223,7 @@ void StructuredOutputManager::validate(const StructuredOutputsParams& p) const {
   SSM_CHECK(bytes <= kMaxStructuredOutputBytes, "structured_outputs.{} has {} bytes; at most {} are accepted", p.kind(),
             bytes, kMaxStructuredOutputBytes);
   for (const auto* f : {&p.json, &p.structural_tag})
-    if (f->has_value()) {
-      const int depth = json_nesting_depth(**f);
-      SSM_CHECK(depth <= kMaxStructuredOutputJsonDepth, "structured_outputs.{} nests {} levels deep; at most {} are accepted",
-                p.kind(), depth, kMaxStructuredOutputJsonDepth);
-    }
+    if (f->has_value()) check_json_depth(**f, fmt::format("structured_outputs.{}", p.kind()), kMaxStructuredOutputJsonDepth);
   // The conversion to a grammar (fast: no token tables) finds what xgrammar would refuse.
   try {
     if (p.json)
@@ -264,10 +247,52 @@ void StructuredOutputManager::validate(const StructuredOutputsParams& p) const {
   }
 }
 
+/// Keys of the last kValidatedCacheSize constraints that passed validation (a hash of everything validation reads).
+constexpr size_t kValidatedCacheSize = 4096;
+struct ValidatedCache {
+  std::mutex mu;
+  std::unordered_set<size_t> keys;
+  std::deque<size_t> order;
+};
+
+size_t constraint_key(const StructuredOutputsParams& p) {
+  std::string k = p.kind();
+  for (const auto* f : {&p.json, &p.regex, &p.grammar, &p.structural_tag})
+    if (f->has_value()) k += '\0', k += **f;
+  if (p.choice)
+    for (const auto& c : *p.choice) k += '\0', k += std::to_string(c.size()), k += ':', k += c;
+  k += p.disable_any_whitespace ? "\1w" : "\1-";
+  k += p.disable_additional_properties ? "\1a" : "\1-";
+  return std::hash<std::string>{}(k);
+}
+
+}  // namespace
+
+void validate_structured_outputs(const StructuredOutputsParams& p) {
+  static ValidatedCache cache;
+  const size_t key = constraint_key(p);
+  {
+    std::lock_guard lk(cache.mu);
+    if (cache.keys.count(key)) return;
+  }
+  validate_uncached(p);
+  std::lock_guard lk(cache.mu);
+  if (cache.keys.insert(key).second) {
+    cache.order.push_back(key);
+    if (cache.order.size() > kValidatedCacheSize) cache.keys.erase(cache.order.front()), cache.order.pop_front();
+  }
+}
+
+void StructuredOutputManager::validate(const StructuredOutputsParams& p) const { validate_structured_outputs(p); }
+
 std::shared_ptr<PendingGrammar> StructuredOutputManager::compile_async(const StructuredOutputsParams& params) {
   validate(params);
-  Impl::Task task([impl = impl_.get(), p = params] { return impl->compile(p); });  // ~Impl joins the worker first
-  auto pending = std::make_shared<PendingGrammar>(task.get_future());
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  Impl::Task task([impl = impl_.get(), p = params, cancelled]() -> std::unique_ptr<StructuredOutputGrammar> {
+    if (cancelled->load()) return nullptr;  // aborted while queued: nobody takes the result
+    return impl->compile(p);                // (the running worker holds the Impl)
+  });
+  auto pending = std::make_shared<PendingGrammar>(task.get_future(), cancelled);
   {
     std::lock_guard lk(impl_->mu);
     impl_->queue.push_back(std::move(task));
@@ -293,6 +318,10 @@ StructuredOutputManager::StructuredOutputManager(const Tokenizer&, int vocab_siz
 StructuredOutputManager::~StructuredOutputManager() = default;
 
 bool StructuredOutputManager::available() { return false; }
+
+void validate_structured_outputs(const StructuredOutputsParams&) {
+  fail("structured outputs are not available in this build of ssmserve");
+}
 
 void StructuredOutputManager::validate(const StructuredOutputsParams&) const {
   fail("structured outputs are not available in this build of ssmserve");

@@ -2,6 +2,7 @@
 // its xgrammar backend): compiling a request's constraint (SamplingParams::structured_outputs) against the tokenizer's
 // vocabulary, the per-request grammar matcher, and the token bitmask that masks the logits before sampling.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <future>
@@ -48,11 +49,30 @@ inline constexpr size_t kMaxStructuredOutputBytes = size_t{1} << 20;
 /// ~0.1 s at 120 levels, ~9 s at 480 on this project's 2-core CI machine).
 inline constexpr int kMaxStructuredOutputJsonDepth = 64;
 
-/// A constraint being compiled on the manager's worker thread (vLLM compiles grammars asynchronously too, the request
+/// Workers compiling constraints (StructuredOutputManager): two, so that one slow schema does not hold every other
+/// constrained request.
+inline constexpr int kStructuredOutputWorkers = 2;
+/// Bytes of compiled grammars xgrammar's cache keeps (vLLM's VLLM_XGRAMMAR_CACHE_MB default, 512 MiB).
+inline constexpr int64_t kStructuredOutputCacheBytes = int64_t{512} << 20;
+
+/// Checks a constraint without the vocabulary: exactly one kind (StructuredOutputsParams::validate), at most
+/// kMaxStructuredOutputBytes of text, JSON nested at most kMaxStructuredOutputJsonDepth deep, and a schema / regex /
+/// grammar / tag xgrammar can convert to a grammar (fast next to compiling it: no token tables). Thread-safe: the
+/// server calls it on its request threads, so that the engine's own call (StructuredOutputManager::validate) finds the
+/// constraint in a cache of the last 4096 valid ones and costs a hash. Throws ssmserve::Error naming the field
+/// (`structured_outputs.json`, `.regex`, `.grammar`, ...) and xgrammar's reason; a build without xgrammar throws
+/// that structured outputs are not available.
+void validate_structured_outputs(const StructuredOutputsParams& params);
+
+/// A constraint being compiled on the manager's workers (vLLM compiles grammars asynchronously too, the request
 /// waiting for its FSM meanwhile).
 class PendingGrammar {
  public:
-  explicit PendingGrammar(std::future<std::unique_ptr<StructuredOutputGrammar>> f) : f_(std::move(f)) {}
+  /// f: the queued compilation's result; cancelled: the flag it reads before it starts.
+  PendingGrammar(std::future<std::unique_ptr<StructuredOutputGrammar>> f, std::shared_ptr<std::atomic<bool>> cancelled)
+      : f_(std::move(f)), cancelled_(std::move(cancelled)) {}
+  /// The request no longer needs it (aborted): a compilation that has not started yet is skipped.
+  void cancel() { cancelled_->store(true); }
   /// True once take() will not block.
   bool ready() const { return f_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
   /// Waits up to `timeout` for the compilation; true when ready.
@@ -62,14 +82,16 @@ class PendingGrammar {
 
  private:
   std::future<std::unique_ptr<StructuredOutputGrammar>> f_;
+  std::shared_ptr<std::atomic<bool>> cancelled_;
 };
 
 /// Compiles constraints for one model's vocabulary (vLLM's StructuredOutputManager with the xgrammar backend):
-/// validate() at admission (cheap: the constraint is parsed and converted to a grammar, without the vocabulary's
-/// token tables), then compile_async() on one worker thread, so that a large schema (seconds to compile) delays
-/// only its own request, never the engine's steps. Compiled grammars are cached by the constraint (xgrammar's
-/// compiler cache), so requests with the same schema share one compilation. Built when the first constrained request
-/// arrives.
+/// validate() at admission (validate_structured_outputs, cached), then compile_async() on kStructuredOutputWorkers
+/// worker threads, so that a large schema (seconds to compile) never delays the engine's steps, and holds other
+/// constrained requests only while it occupies a worker. Compiled grammars are cached by the constraint (xgrammar's
+/// compiler cache, at most kStructuredOutputCacheBytes), so requests with the same schema share one compilation.
+/// Built when the first constrained request arrives. Destroying it does not wait for a compilation in progress (its
+/// worker finishes it alone and exits).
 class StructuredOutputManager {
  public:
   /// tok: the model's tokenizer (kept by reference; must outlive this). vocab_size: the model's logits width (>= 1;
@@ -79,13 +101,10 @@ class StructuredOutputManager {
   ~StructuredOutputManager();
   /// True when this build includes xgrammar (cmake/xgrammar.cmake, SSMSERVE_STRUCTURED_OUTPUTS).
   static bool available();
-  /// Checks `params` without compiling it: exactly one constraint (StructuredOutputsParams::validate), at most
-  /// kMaxStructuredOutputBytes of text, JSON nested at most kMaxStructuredOutputJsonDepth deep, and a schema / regex /
-  /// grammar / tag xgrammar can convert. Throws ssmserve::Error naming the field (`structured_outputs.json`,
-  /// `.regex`, `.grammar`, ...) and the reason.
+  /// validate_structured_outputs(params).
   void validate(const StructuredOutputsParams& params) const;
-  /// validate()s, then queues the compilation on the worker thread (first in, first out). The PendingGrammar gives
-  /// the matcher at the start of the output, or the compilation's Error.
+  /// validate()s, then queues the compilation for the workers (first in, first out). The PendingGrammar gives the
+  /// matcher at the start of the output, or the compilation's Error; cancel() it to skip a compilation not yet begun.
   std::shared_ptr<PendingGrammar> compile_async(const StructuredOutputsParams& params);
   /// compile_async(params)->take(): the matcher, compiled on the caller's thread's behalf. Same errors.
   std::unique_ptr<StructuredOutputGrammar> grammar_for(const StructuredOutputsParams& params);
@@ -93,15 +112,12 @@ class StructuredOutputManager {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the workers, which outlive this when a compilation is in progress
   int vocab_size_ = 0;
 };
 
 /// The EBNF grammar (xgrammar syntax, root rule `root`) whose words are exactly the strings of `choice` (vLLM's
 /// choice_as_grammar): each string a quoted literal with `"` and `\` and control characters escaped.
 std::string choice_as_grammar(std::span<const std::string> choice);
-
-/// The deepest nesting of `{` / `[` in JSON text (outside strings), without parsing it; 0 for a scalar.
-int json_nesting_depth(std::string_view text);
 
 }  // namespace ssmserve

@@ -1,6 +1,8 @@
 // Owns the tool-call parsers (see tool_parsers.h).
 #include "server/tool_parsers.h"
 
+#include "config/hf_json.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -38,26 +40,6 @@ bool call_from_json(const ojson& j, std::vector<ToolCall>& out) {
   return true;
 }
 
-/// The deepest [ / { nesting of a JSON text (outside its strings). Parsing and rendering recurse, so deeper texts
-/// are not parsed (vLLM's json.loads stops at Python's recursion limit too).
-size_t json_depth(std::string_view t) {
-  size_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : t) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 constexpr size_t kMaxJsonDepth = 256;
 
@@ -69,7 +51,7 @@ std::string new_tool_call_id() {
 }
 
 std::optional<ojson> parse_json_bounded(std::string_view text) {
-  if (json_depth(text) > kMaxJsonDepth) return std::nullopt;
+  if (json_nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth) return std::nullopt;
   ojson j = ojson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return std::nullopt;
   return j;
@@ -112,7 +94,7 @@ JsonToolParser::JsonToolParser(std::string name, std::string start_tag, std::str
 bool JsonToolParser::parse_block(std::string_view body, std::vector<ToolCall>& out) const {
   std::vector<ToolCall> calls;
   const std::string_view t = trim(body);
-  if (json_depth(t) > kMaxJsonDepth) return false;  // not parsed (see json_depth): stays content
+  if (json_nesting_depth(t, kMaxJsonDepth) > kMaxJsonDepth) return false;  // not parsed (too deep): stays content
   const ojson j = ojson::parse(t.begin(), t.end(), nullptr, /*allow_exceptions=*/false);
   if (!j.is_discarded()) {
     if (j.is_array()) {

@@ -10,9 +10,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <regex>
 
+#include "config/hf_json.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
 #include "engine/structured_output.h"
@@ -91,7 +93,7 @@ TEST(StructuredOutput, ParamsNeedExactlyOneNonEmptyConstraint) {
   EXPECT_THAT(error_of([&] { sp.validate(100); }), HasSubstr("choice[1]"));
 }
 
-TEST(StructuredOutput, JsonNestingDepthCountsBracketsOutsideStrings) {
+TEST(StructuredOutput, JsonNestingDepthCountsBracketsOutsideStrings) {  // (config/hf_json.h)
   EXPECT_EQ(json_nesting_depth("3"), 0);
   EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}]})"), 4);
   EXPECT_EQ(json_nesting_depth(R"({"a": "[[[{{{\"[["})"), 1);
@@ -276,6 +278,11 @@ TEST_F(StructuredOutputModel, CompleteGrammarEndsDespiteMinTokensAndIgnoreEosKee
   sp.min_tokens = 6;  // "yes" is fewer tokens: once it is complete only EOS remains, and the request must still end
   const auto a = llm.generate({kPrompts[0]}, sp)[0].outputs[0];
   EXPECT_EQ(a.text, "yes");
+  EXPECT_EQ(a.finish_reason, FinishReason::Stop);
+  // ... at the grammar's EOS (tiny-mamba's id 0): no EOS padding up to min_tokens.
+  ASSERT_FALSE(a.token_ids.empty());
+  EXPECT_EQ(a.token_ids.back(), 0);
+  EXPECT_EQ(std::count(a.token_ids.begin(), a.token_ids.end(), 0), 1);
   sp.min_tokens = 0;
   sp.ignore_eos = true;
   sp.max_tokens = 8;
@@ -314,7 +321,7 @@ TEST_F(StructuredOutputModel, BadConstraintsAreErrorsNamingTheField) {
   EXPECT_THAT(add(two), HasSubstr("exactly one"));
   StructuredOutputsParams deep;
   deep.json = std::string(70, '[') + std::string(70, ']');
-  EXPECT_THAT(add(deep), HasSubstr("structured_outputs.json nests 70 levels deep"));
+  EXPECT_THAT(add(deep), HasSubstr("structured_outputs.json: JSON nests arrays/objects more than 64 levels deep"));
   StructuredOutputsParams big;
   big.regex = std::string(kMaxStructuredOutputBytes + 1, 'a');
   EXPECT_THAT(add(big), HasSubstr("structured_outputs.regex has"));
@@ -336,6 +343,42 @@ TEST_F(StructuredOutputModel, BadConstraintsAreErrorsNamingTheField) {
     for (auto& o : e.step())
       if (o.finished) text = o.outputs[0].text;
   EXPECT_EQ(text, "fine");
+}
+
+// A row with no token left to sample (a grammar with no way on, or allowed_token_ids outside what the grammar
+// allows) ends its own request with finish_reason abort; the requests beside it in the same steps are untouched.
+TEST_F(StructuredOutputModel, ARowWithNothingToSampleEndsOnlyItsRequest) {
+  LLMEngine e(tiny_config());
+  auto add = [&](const std::string& id, SamplingParams sp) {
+    Request r;
+    r.request_id = id;
+    r.prompt = "The";
+    r.params = std::move(sp);
+    e.add_request(std::move(r));
+  };
+  SamplingParams plain;
+  plain.temperature = 0;
+  plain.max_tokens = 12;
+  plain.ignore_eos = true;
+  add("plain", plain);
+  StructuredOutputsParams nowhere;
+  nowhere.grammar = "root ::= root";  // no word at all: nothing is ever allowed
+  add("nowhere", constrained(nowhere));
+  StructuredOutputsParams yes;
+  yes.choice = std::vector<std::string>{"yes"};
+  SamplingParams disjoint = constrained(yes);
+  disjoint.allowed_token_ids = {0};  // only EOS, which the grammar does not allow first
+  add("disjoint", disjoint);
+  std::map<std::string, RequestOutput> done;
+  while (e.has_unfinished_requests())
+    for (auto& o : e.step())
+      if (o.finished) done[o.request_id] = o;
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done["nowhere"].outputs[0].finish_reason, FinishReason::Abort);
+  EXPECT_EQ(done["disjoint"].outputs[0].finish_reason, FinishReason::Abort);
+  EXPECT_EQ(done["plain"].outputs[0].finish_reason, FinishReason::Length);
+  LLM alone(tiny_config());
+  EXPECT_EQ(done["plain"].outputs[0].token_ids, alone.generate({"The"}, plain)[0].outputs[0].token_ids);
 }
 
 // A constraint compiles on the manager's worker thread: a slow one (seconds) delays only its own request, while the
