@@ -15,6 +15,7 @@
 #include "engine/reasoning.h"
 #include "server/protocol.h"
 #include "server/serving.h"
+#include "server/structured_request.h"
 
 namespace ssmserve::server {
 
@@ -386,6 +387,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     PromptInput in;
     in.text = render_chat(cr);  // ApiError 400 when the template fails
     inputs.push_back(std::move(in));
+    job->parallel_tool_calls = cr.parallel_tool_calls;
     if (cr.logprobs) job->logprobs = cr.top_logprobs;
     if (cr.echo && cr.messages.back().value("role", "") == "assistant")  // vLLM: only the response's own role
       job->chat_echo = cr.messages.back().value("content", "");
@@ -481,7 +483,11 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     }
     job->prompts.push_back(std::move(rp));
   }
-  // 2. Hand the group to the engine thread (it accepts all or none) and the exchange to a producer, woken by the
+  // 2. The constraint's check (xgrammar's conversion) here on the request thread, its error naming the field the client
+  // used; the engine thread then finds it validated (a cache hit) and compiles it.
+  if (const auto& so = base.params.structured_outputs)
+    check_structured_outputs(*so, base.structured_outputs_field, job->tools, job->forced_tool.value_or(""));
+  // 3. Hand the group to the engine thread (it accepts all or none) and the exchange to a producer, woken by the
   // channel whenever the engine has something for it.
   std::weak_ptr<Exchange> wex = ex;
   job->channel = engine_.submit(std::move(reqs), [wex] {

@@ -99,6 +99,7 @@ void parse_tools(const json& b, ChatRequest& r) {
     }
     if (!v->empty()) r.tools = *v;
   }
+  if (const json* v = field(b, "parallel_tool_calls")) r.parallel_tool_calls = as_bool(*v, "parallel_tool_calls");
   const json* choice = field(b, "tool_choice");
   if (!choice) {
     r.tool_choice = r.tools.is_null() ? "none" : "auto";  // vLLM / OpenAI: "auto" when tools are given
@@ -267,7 +268,7 @@ CompletionRequest parse_completion_request(const json& b, int max_logprobs, cons
   check_body(b);
   CompletionRequest r;
   parse_common(b, r, "max_tokens", /*chat=*/false, defaults);
-  r.params.structured_outputs = parse_structured_outputs(b);
+  r.params.structured_outputs = parse_structured_outputs(b, nullptr, &r.structured_outputs_field);
   if (!r.max_tokens_given) r.params.max_tokens = 16;  // OpenAI's completions default (vLLM's, whatever the defaults)
   const json* p = field(b, "prompt");
   if (!p) bad_request("prompt", "prompt is required");
@@ -329,7 +330,8 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
   // tool_calls).
   const bool forced = r.tool_choice == "required" || r.tool_choice == "function";
   r.params.structured_outputs =
-      parse_structured_outputs(b, forced ? tool_choice_json_schema(r.tools, r.tool_choice_function) : json(nullptr));
+      parse_structured_outputs(b, forced ? tool_choice_json_schema(r.tools, r.tool_choice_function) : json(nullptr),
+                               &r.structured_outputs_field);
   if (r.max_tokens_given && r.params.max_tokens == 0)
     bad_request("max_tokens", "max_tokens must be in [1, 2147483647] (got 0)");
   const json* m = field(b, "messages");

@@ -31,6 +31,8 @@ struct PromptInput {
 struct GenerationRequest {
   std::optional<std::string> model;   ///< "model"; unset = the served model
   SamplingParams params;               ///< with params.max_tokens meaningful only when max_tokens_given
+  /// The field that set params.structured_outputs (parse_structured_outputs' `field`), for check_structured_outputs.
+  std::string structured_outputs_field;
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;          ///< stream_options.include_usage
@@ -67,6 +69,9 @@ struct ChatRequest : GenerationRequest {
   std::string tool_choice = "none";
   std::string tool_choice_function;  ///< tool_choice "function": the function's name (one of tools)
   bool tool_choice_given = false;  ///< "tool_choice" was in the body (else it defaulted)
+  /// vLLM's parallel_tool_calls (a bool; null = true): false keeps only the first tool call of a reply (whole:
+  /// tool_calls[:1]; streamed: the deltas of call 0 only), as vLLM's maybe_filter_parallel_tool_calls.
+  bool parallel_tool_calls = true;
   bool logprobs = false;               ///< chat's logprobs is a bool; top_logprobs gives the count
   int top_logprobs = 0;
   /// vLLM's chat echo: when the last message is the assistant's, its content starts every choice's message.

@@ -179,20 +179,22 @@ std::vector<json> ResponseBuilder::on_output(int index, RequestOutput&& out) {
       d = tp.feed(d.content, out.finished);
       if (out.finished && tp.called() && tp.finish_as_tool_calls(c.finish_reason == FinishReason::Stop)) finish = "tool_calls";
     }
-    if (reasoning.empty() && d.content.empty() && d.calls.empty() && lp.is_null() && !out.finished) return chunks;
+    // The call pieces as delta entries, each with its call's index; parallel_tool_calls false drops every piece of
+    // a call after the first (vLLM).
+    json calls = json::array();
+    for (const auto& call : d.calls) {
+      const int call_index = call.id.empty() ? num_tool_calls_[index] - 1 : num_tool_calls_[index]++;
+      if (call_index > 0 && !job_->parallel_tool_calls) continue;
+      if (!call.id.empty()) calls.push_back(call.to_json(call_index));
+      else calls.push_back({{"index", call_index}, {"function", {{"arguments", call.arguments}}}});
+    }
+    if (reasoning.empty() && d.content.empty() && calls.empty() && lp.is_null() && !out.finished) return chunks;
     // 3. The delta: vLLM's `reasoning` (and its old name `reasoning_content`, still read by many clients), `content`
     // (also "" in a chunk that carries nothing else but logprobs, as before), `tool_calls`.
     json delta = json::object();
     if (!reasoning.empty()) delta["reasoning"] = delta["reasoning_content"] = reasoning;
-    if (!d.content.empty() || (reasoning.empty() && d.calls.empty() && !out.finished)) delta["content"] = d.content;
-    if (!d.calls.empty()) {
-      json calls = json::array();
-      for (const auto& call : d.calls) {
-        if (!call.id.empty()) calls.push_back(call.to_json(num_tool_calls_[index]++));
-        else calls.push_back({{"index", num_tool_calls_[index] - 1}, {"function", {{"arguments", call.arguments}}}});
-      }
-      delta["tool_calls"] = std::move(calls);
-    }
+    if (!d.content.empty() || (reasoning.empty() && calls.empty() && !out.finished)) delta["content"] = d.content;
+    if (!calls.empty()) delta["tool_calls"] = std::move(calls);
     chunks.push_back(chunk({{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
   } else {
     chunks.push_back(chunk({{"index", index}, {"text", out.delta_text}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
@@ -366,8 +368,12 @@ json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
         const std::unique_ptr<ToolParser> tp = job_tool_parser(*job_);
         const ExtractedToolCalls tc = tp->extract(content);
         json calls = json::array();
-        for (const auto& call : tc.calls) calls.push_back(call.to_json());
-        if (tc.tools_called) {
+        for (const auto& call : tc.calls) {
+          if (!calls.empty() && !job_->parallel_tool_calls) break;  // vLLM: tool_calls[:1]
+          calls.push_back(call.to_json());
+        }
+        // A forced tool choice's output is the calls' JSON, never content: also when max_tokens cut it before a call.
+        if (tc.tools_called || job_->forced_tool) {
           message["content"] = tc.has_content ? json(job_->chat_echo + tc.content) : json(nullptr);
           if (tp->finish_as_tool_calls(c.finish_reason == FinishReason::Stop)) finish = "tool_calls";
         }

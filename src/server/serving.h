@@ -41,6 +41,9 @@ struct GenerationJob {
   /// Chat with a forced tool_choice: "" for "required", the function's name for a named one (the output, decoded under
   /// its schema, becomes tool_calls: make_forced_tool_parser); nullopt otherwise.
   std::optional<std::string> forced_tool;
+  /// The request's parallel_tool_calls: false keeps only each reply's first tool call (whole: tool_calls[:1];
+  /// streamed: no deltas of calls with index > 0), as vLLM.
+  bool parallel_tool_calls = true;
   /// Whether the chat output goes through a tool-call parser (tool_parser or forced_tool).
   bool has_tool_parser() const { return !tool_parser.empty() || forced_tool.has_value(); }
   /// Chat with --reasoning-parser: the model's reasoning format; each reply is split into `reasoning` and `content`

@@ -8,6 +8,7 @@
 
 #include "config/hf_json.h"
 #include "core/error.h"
+#include "engine/structured_output.h"
 #include "server/api_error.h"
 #include "server/request_fields.h"
 
@@ -101,6 +102,7 @@ std::string structural_tag_text(const json& tag, const std::string& name) {
 struct Collected {
   StructuredOutputsParams p;
   std::vector<std::string> fields;
+  std::string source;  // the field whose value is the constraint's text (parse_structured_outputs' `field`)
   bool structured_outputs_given = false;
 };
 
@@ -112,6 +114,7 @@ void read_structured_outputs(const json& so, Collected& c) {
   for (const auto& [key, v] : so.items()) {
     const std::string name = "structured_outputs." + key;
     if (v.is_null()) continue;
+    const size_t constraints = c.fields.size();
     if (key == "json") {
       c.p.json = schema_text(v, name), c.fields.push_back(name);
     } else if (key == "regex") {
@@ -132,12 +135,14 @@ void read_structured_outputs(const json& so, Collected& c) {
       as_flag(v, name);  // one backend (xgrammar): nothing to fall back to
     } else if (key == "whitespace_pattern") {
       bad_request(name, name + " is not supported (xgrammar has no whitespace pattern); send "
-                               "structured_outputs.disable_any_whitespace true for JSON without whitespace");
+                               "structured_outputs.disable_any_whitespace true for compact JSON (\", \" and \": \" "
+                               "separators, no other whitespace)");
     } else {
       bad_request(name, fmt::format("{} is not a field of structured_outputs (json, regex, choice, grammar, json_object, "
                                     "structural_tag, disable_any_whitespace, disable_additional_properties, "
                                     "disable_fallback)", name));
     }
+    if (c.fields.size() > constraints) c.source = name;
   }
 }
 
@@ -152,8 +157,9 @@ void read_legacy(const json& b, Collected& c) {
     c.p.structural_tag = structural_tag_text(*v, "structural_tag"), c.fields.push_back("structural_tag");
   if (present_field(b, "guided_whitespace_pattern"))
     bad_request("guided_whitespace_pattern", "guided_whitespace_pattern is not supported (xgrammar has no whitespace "
-                                             "pattern); send structured_outputs.disable_any_whitespace true for JSON "
-                                             "without whitespace");
+                                             "pattern); send structured_outputs.disable_any_whitespace true for compact JSON "
+                                             "(\", \" and \": \" separators, no other whitespace)");
+  if (!c.fields.empty() && c.fields.back().rfind("structured_outputs.", 0) != 0) c.source = c.fields.back();
   if (const json* v = present_field(b, "guided_decoding_backend")) {
     // "backend:option,option" (vLLM 0.8): the backend is always xgrammar here; its whitespace option is kept.
     if (!v->is_string())
@@ -195,12 +201,14 @@ void read_response_format(const json& rf, Collected& c) {
       bad_request("response_format.json_schema.schema",
                   "response_format.json_schema.schema is required: the JSON schema the output follows");
     c.p.json = schema_text(*schema, "response_format.json_schema.schema");
+    c.source = "response_format.json_schema.schema";
   } else if (t == "structural_tag") {
     c.p.structural_tag = structural_tag_text(rf, "response_format");
   } else {
     bad_request("response_format.type", fmt::format("response_format.type must be \"text\", \"json_object\", "
                                                     "\"json_schema\" or \"structural_tag\" (got \"{}\")", t));
   }
+  if (t != "json_schema") c.source = "response_format";
   c.fields.push_back("response_format");
 }
 
@@ -218,7 +226,8 @@ json parameters_of(const json& fn) {
 
 }  // namespace
 
-std::optional<StructuredOutputsParams> parse_structured_outputs(const json& b, const json& tool_schema) {
+std::optional<StructuredOutputsParams> parse_structured_outputs(const json& b, const json& tool_schema, std::string* field) {
+  if (field) field->clear();
   // 1. Every field that can set a constraint, in one collection.
   Collected c;
   if (const json* v = present_field(b, "structured_outputs")) read_structured_outputs(*v, c);
@@ -239,6 +248,7 @@ std::optional<StructuredOutputsParams> parse_structured_outputs(const json& b, c
                                              "a JSON schema, and {} sets another constraint", c.fields.front()));
     c.p.json = tool_schema.dump();
     c.fields.push_back("tool_choice");
+    c.source = "tool_choice";
   }
   // 3. Exactly one constraint.
   if (c.fields.size() > 1)
@@ -251,7 +261,48 @@ std::optional<StructuredOutputsParams> parse_structured_outputs(const json& b, c
                                         "that response_format or tool_choice sets");
     return std::nullopt;
   }
+  if (field) *field = c.source;
   return c.p;
+}
+
+namespace {
+
+/// validate_structured_outputs' message with its leading "structured_outputs.<kind>" (the engine's name for the
+/// constraint) replaced by `name`.
+std::string renamed(const std::string& message, const StructuredOutputsParams& p, const std::string& name) {
+  const std::string engine_name = std::string("structured_outputs.") + p.kind();
+  if (message.rfind(engine_name, 0) != 0) return message;
+  return name + message.substr(engine_name.size());
+}
+
+}  // namespace
+
+void check_structured_outputs(const StructuredOutputsParams& p, const std::string& field, const json& tools,
+                              const std::string& function_name) {
+  try {
+    validate_structured_outputs(p);
+    return;
+  } catch (const Error& e) {
+    if (field != "tool_choice" || !tools.is_array()) {
+      const std::string name = field.empty() ? std::string("structured_outputs.") + p.kind() : field;
+      bad_request(name, renamed(e.what(), p, name));
+    }
+    // A forced tool choice: the schema is built from the tools' parameters; name the tool at fault.
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const json& fn = tools[i]["function"];
+      if (!function_name.empty() && fn["name"] != function_name) continue;
+      const std::string name = fmt::format("tools[{}].function.parameters", i);
+      if (!function_name.empty()) bad_request("tools", renamed(e.what(), p, name));
+      StructuredOutputsParams one = p;  // "required": each tool's schema alone (only on this error path)
+      one.json = parameters_of(fn).dump();
+      try {
+        validate_structured_outputs(one);
+      } catch (const Error& e1) {
+        bad_request("tools", renamed(e1.what(), one, name));
+      }
+    }
+    bad_request("tools", renamed(e.what(), p, "tools[*].function.parameters (the schema of tool_choice \"required\")"));
+  }
 }
 
 json tool_choice_json_schema(const json& tools, const std::string& function_name) {

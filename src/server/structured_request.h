@@ -32,9 +32,23 @@ namespace ssmserve::server {
 /// latter then) but not of a constraint in `structured_outputs` / `guided_*` (a 400 naming tool_choice).
 /// Throws ApiError 400 naming the field (`response_format.type`, `response_format.json_schema.schema`,
 /// `structured_outputs.regex`, `guided_choice`, ...) for a wrong type, an empty value, an unknown kind or two
-/// constraints at once. Whether a schema / regex / grammar compiles is the engine's check (LLMEngine::add_request).
+/// constraints at once. Whether a schema / regex / grammar compiles is check_structured_outputs' question.
+/// `field`, when given, receives the field that set the constraint, as check_structured_outputs names it
+/// ("response_format.json_schema.schema", "response_format", "structured_outputs.regex", "guided_json",
+/// "structural_tag", "tool_choice"), or "" when there is none.
 std::optional<StructuredOutputsParams> parse_structured_outputs(const nlohmann::ordered_json& body,
-                                                                const nlohmann::ordered_json& tool_schema = nullptr);
+                                                                const nlohmann::ordered_json& tool_schema = nullptr,
+                                                                std::string* field = nullptr);
+
+/// The engine's check of a constraint (validate_structured_outputs: size, nesting, xgrammar's conversion; no
+/// tokenizer), run on the HTTP request thread so the engine thread finds the constraint already validated (cached).
+/// `field`: parse_structured_outputs' `field` for `params`. Throws ApiError 400 whose param is the field the client
+/// used and whose message names it in place of the engine's `structured_outputs.<kind>`. For field "tool_choice",
+/// `tools` and `function_name` are the request's (ChatRequest::tools, tool_choice_function: "" for "required") and the
+/// error names the tool's parameters (`tools[i].function.parameters`, param "tools"; for "required", the first tool
+/// whose schema fails alone, else `tools[*].function.parameters`).
+void check_structured_outputs(const StructuredOutputsParams& params, const std::string& field,
+                              const nlohmann::ordered_json& tools = nullptr, const std::string& function_name = "");
 
 /// vLLM's JSON schema for a forced tool choice (ChatCompletionRequest._get_json_schema_from_tool), from the request's
 /// validated `tools` ([{"type": "function", "function": {"name", "parameters"?}}], non-empty):

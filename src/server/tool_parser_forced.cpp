@@ -55,10 +55,11 @@ bool call_from_item(const ojson& item, std::vector<ToolCall>& out) {
 
 /// tool_choice "required": the output is a JSON list [{"name", "parameters"}, ...], each item one call, content ""
 /// (vLLM validates it as list[FunctionDefinition]). Each complete item is a call also when the list is cut short
-/// (max_tokens), so the whole and the streamed response agree; an output without a complete item is content with no
-/// calls. Streamed: each call goes out whole once its item's closing brace arrives (the auto JSON parsers'
-/// convention); when the output ends without a call, its text is sent as content. finish_reason is "tool_calls" only
-/// when the output stopped (vLLM's whole response; its stream says "tool_calls" after a cut too).
+/// (max_tokens), so the whole and the streamed response agree; an output without a complete item (cut before the
+/// first call's closing brace) has no calls and content "" (the partial JSON is not content, whole or streamed).
+/// Streamed: each call goes out whole once its item's closing brace arrives (the auto JSON parsers' convention).
+/// finish_reason is "tool_calls" only when the output stopped (vLLM's whole response; its stream says "tool_calls"
+/// after a cut too).
 class RequiredToolCallParser final : public ToolParser {
  public:
   RequiredToolCallParser() : ToolParser("tool_choice") {}
@@ -68,14 +69,14 @@ class RequiredToolCallParser final : public ToolParser {
     Delta d = scan.feed(text, /*final=*/true);
     ExtractedToolCalls r;
     r.tools_called = !d.calls.empty();
-    r.content = r.tools_called ? "" : text;
+    r.content = "";
     r.calls = std::move(d.calls);
     return r;
   }
 
   bool finish_as_tool_calls(bool stopped) const override { return stopped; }
 
-  Delta feed(std::string_view text, bool final) override {
+  Delta feed(std::string_view text, bool /*final*/) override {
     // A scan of the list's text: string state and nesting depth; an item is the text of a `{` at depth 1 up to its
     // matching `}`.
     Delta d;
@@ -105,7 +106,6 @@ class RequiredToolCallParser final : public ToolParser {
         }
       }
     }
-    if (final && num_calls_ == 0) d.content = text_;  // not a list of calls after all: the text is content
     return d;
   }
 

@@ -18,8 +18,8 @@ except ImportError:  # openai >= 3 depends on the httpx2 fork
 
 from conftest import MODEL_NAME
 
-# Small schemas (strings with maxLength) so the tiny model finishes; JSON without whitespace (xgrammar's default
-# allows any amount, which the tiny model fills with newlines).
+# Small schemas (strings with maxLength) so the tiny model finishes; compact JSON (only the ", " and ": " separators;
+# xgrammar's default allows any whitespace, which the tiny model fills with newlines).
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "ok": {"type": "boolean"}},
           "required": ["name", "ok"]}
 NO_WS = {"disable_any_whitespace": True}
@@ -202,23 +202,54 @@ def test_bad_constraints_name_the_field(client, extra, param):
         assert e.value.status_code == 400 and e.value.body["param"] == param, e.value.body
 
 
-@pytest.mark.parametrize("extra,needle", [
+BROKEN_TOOLS = TOOLS + [{"type": "function", "function": {"name": "broken", "parameters": {"type": "foo"}}}]
+
+
+@pytest.mark.parametrize("extra,param", [
     ({"structured_outputs": {"json": {"type": "foo"}}}, "structured_outputs.json"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}}},
-     "structured_outputs.json"),
+     "response_format.json_schema.schema"),
     ({"structured_outputs": {"regex": "("}}, "structured_outputs.regex"),
-    ({"guided_grammar": "root ::= nope"}, "structured_outputs.grammar"),
+    ({"guided_regex": "("}, "guided_regex"),
+    ({"guided_json": {"type": "foo"}}, "guided_json"),
+    ({"guided_grammar": "root ::= nope"}, "guided_grammar"),
+    ({"tools": BROKEN_TOOLS, "tool_choice": "required"}, "tools[2].function.parameters"),
+    ({"tools": BROKEN_TOOLS, "tool_choice": {"type": "function", "function": {"name": "broken"}}},
+     "tools[2].function.parameters"),
 ])
 @pytest.mark.parametrize("stream", [False, True])
-def test_constraints_the_engine_cannot_compile_are_400s(server, client, extra, needle, stream):
-    # The engine compiles the constraint when it adds the request (LLMEngine::add_request); its error answers the
-    # whole group (n = 3) with a 400, streamed or not, and the server keeps serving.
+def test_constraints_the_engine_cannot_compile_are_400s(server, client, extra, param, stream):
+    # The server checks the constraint as the engine would (xgrammar's conversion) before submitting it; its error
+    # answers the whole group (n = 3) with a 400 whose param and message name the field the client used (not the
+    # engine's structured_outputs.<kind>), streamed or not, and the server keeps serving.
     with pytest.raises(openai.BadRequestError) as e:
         r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=4, n=3, stream=stream,
                                            extra_body=extra)
         if stream:
             list(r)
-    assert e.value.status_code == 400 and needle in e.value.body["message"], e.value.body
+    body = e.value.body
+    assert e.value.status_code == 400 and body["message"].startswith(param + " is not a valid or supported"), body
+    assert body["param"] == ("tools" if param.startswith("tools[") else param), body
     text, finish = chat(client, False, max_tokens=4, extra_body={"structured_outputs": {"choice": ["ok"]}})
     assert text == "ok"
     assert httpx.get(server.base_url + "/health").status_code == 200
+
+
+def test_required_tool_choice_cut_before_a_call_has_empty_content(client):
+    # max_tokens ends the list before its first item is complete: no calls, content "" (never the partial JSON),
+    # finish_reason "length"; whole and streamed agree.
+    whole = merged_calls(client, False, tool_choice="required", max_tokens=3)
+    assert whole == merged_calls(client, True, tool_choice="required", max_tokens=3)
+    assert whole == ([], "", "length")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_parallel_tool_calls_false_keeps_the_first_call(client, stream):
+    # vLLM's maybe_filter_parallel_tool_calls: tool_calls[:1] (greedy, so the same output as with parallel calls).
+    calls, content, finish = merged_calls(client, stream, tool_choice="required", max_tokens=80)
+    one = merged_calls(client, stream, tool_choice="required", max_tokens=80, parallel_tool_calls=False)
+    assert one == (calls[:1], content, finish)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, tools=TOOLS, max_tokens=4,
+                                       extra_body={"parallel_tool_calls": "no"})
+    assert e.value.body["param"] == "parallel_tool_calls", e.value.body

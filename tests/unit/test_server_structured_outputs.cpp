@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
+#include "engine/structured_output.h"
 #include "server/protocol.h"
 #include "server/serving.h"
 #include "server/structured_request.h"
@@ -213,6 +215,72 @@ TEST(ServerStructuredOutputs, ForcedToolChoiceSchemas) {
   EXPECT_THROW(tool_choice_json_schema(clash, ""), ApiError);
 }
 
+/// The ApiError check_structured_outputs throws for the constraint the chat body with `extra` sets (none: a failure).
+ApiError check_error(const json& extra) {
+  const ChatRequest r = parse_chat_request(chat_body(extra));
+  EXPECT_TRUE(r.params.structured_outputs) << extra.dump();
+  try {
+    check_structured_outputs(*r.params.structured_outputs, r.structured_outputs_field, r.tools, r.tool_choice_function);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error for " << extra.dump();
+  return ApiError(0, "");
+}
+
+TEST(ServerStructuredOutputs, EngineCheckNamesTheFieldTheClientUsed) {
+  // parse_structured_outputs records the field; check_structured_outputs (the engine's validate_structured_outputs,
+  // run on the request thread) answers a 400 whose param and message name it, not the engine's structured_outputs.*.
+  std::string field = "stale";
+  EXPECT_FALSE(parse_structured_outputs(chat_body(json::object()), nullptr, &field));
+  EXPECT_EQ(field, "");
+  const json rf_schema = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", kSchema}}}};
+  const std::vector<std::pair<json, std::string>> fields = {
+      {{{"response_format", rf_schema}}, "response_format.json_schema.schema"},
+      {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"structured_outputs", {{"regex", "a+"}, {"disable_any_whitespace", true}}}}, "structured_outputs.regex"},
+      {{{"response_format", rf_schema}, {"structured_outputs", {{"disable_any_whitespace", true}}}},
+       "response_format.json_schema.schema"},
+      {{{"guided_choice", {"a"}}}, "guided_choice"},
+      {{{"guided_json", kSchema}, {"guided_decoding_backend", "xgrammar:disable-any-whitespace"}}, "guided_json"},
+      {{{"tools", kTools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}, "tool_choice"}};
+  for (const auto& [extra, want] : fields) {
+    EXPECT_EQ(parse_chat_request(chat_body(extra)).structured_outputs_field, want) << extra.dump();
+    if (!extra.contains("tools")) EXPECT_EQ(parse_completion_request(completion_body(extra)).structured_outputs_field, want);
+  }
+  if (!StructuredOutputManager::available()) GTEST_SKIP() << "built without xgrammar";
+  // Valid constraints pass (the forced tool choices' schemas included).
+  for (const auto& [extra, want] : fields) {
+    const ChatRequest r = parse_chat_request(chat_body(extra));
+    EXPECT_NO_THROW(check_structured_outputs(*r.params.structured_outputs, r.structured_outputs_field, r.tools,
+                                             r.tool_choice_function)) << extra.dump();
+  }
+  const json bad_schema = {{"type", "foo"}};
+  const std::vector<std::tuple<json, std::string, std::string>> cases = {
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", bad_schema}}}}}},
+       "response_format.json_schema.schema", "response_format.json_schema.schema is not a valid or supported JSON schema: "},
+      {{{"structured_outputs", {{"json", bad_schema}}}}, "structured_outputs.json", "structured_outputs.json is not a valid"},
+      {{{"guided_json", bad_schema}}, "guided_json", "guided_json is not a valid or supported JSON schema: "},
+      {{{"guided_regex", "("}}, "guided_regex", "guided_regex is not a valid or supported regular expression: "},
+      {{{"structured_outputs", {{"regex", "("}}}}, "structured_outputs.regex", "structured_outputs.regex is not a valid"},
+      {{{"guided_grammar", "root ::= nope"}}, "guided_grammar", "guided_grammar is not a valid or supported grammar: "}};
+  for (const auto& [extra, param, prefix] : cases) {
+    const ApiError e = check_error(extra);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, param) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
+  }
+  // A forced tool choice: the tool whose parameters fail (named, or "required": found by checking each alone).
+  json tools = kTools;
+  tools.push_back({{"type", "function"}, {"function", {{"name", "broken"}, {"parameters", bad_schema}}}});
+  for (const json& choice : {json("required"), json{{"type", "function"}, {"function", {{"name", "broken"}}}}}) {
+    const ApiError e = check_error({{"tools", tools}, {"tool_choice", choice}});
+    EXPECT_EQ(e.param, "tools") << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("tools[2].function.parameters is not a valid or supported JSON schema: ", 0), 0u)
+        << e.what();
+  }
+}
+
 RequestOutput delta(const std::string& text, bool finished, FinishReason reason = FinishReason::Stop) {
   RequestOutput o;
   o.request_id = "r";
@@ -234,11 +302,12 @@ struct Reply {
 };
 
 Reply run(const std::optional<std::string>& forced, const std::vector<std::string>& pieces, bool stream,
-          FinishReason reason = FinishReason::Stop) {
+          FinishReason reason = FinishReason::Stop, bool parallel_tool_calls = true) {
   auto job = std::make_shared<GenerationJob>();
   job->chat = true;
   job->stream = stream;
   job->forced_tool = forced;
+  job->parallel_tool_calls = parallel_tool_calls;
   job->request_ids = {"r"};
   job->prompts.resize(1);
   ResponseBuilder rb(job);
@@ -296,16 +365,45 @@ TEST(ServerStructuredOutputs, ForcedToolCallsWholeAndStreamed) {
     EXPECT_EQ(r.content, "");
     EXPECT_EQ(r.finish, "tool_calls");
     // Required, cut short by max_tokens: the complete items are calls, the finish reason stays "length"; without a
-    // complete item the text is content.
+    // complete item there are no calls and content "" (the partial JSON is not content, whole or streamed).
     r = run(std::string(), {"[{\"name\": \"noop\", \"parameters\": {}}, {\"name\": \"get_w"}, stream, FinishReason::Length);
     ASSERT_EQ(r.calls.size(), 1u) << stream;
     EXPECT_EQ(r.calls[0]["function"]["name"], "noop");
     EXPECT_EQ(r.content, "");
     EXPECT_EQ(r.finish, "length");
-    r = run(std::string(), {"[{\"name\": \"get_w"}, stream, FinishReason::Length);
-    EXPECT_TRUE(r.calls.empty());
-    EXPECT_EQ(r.content, "[{\"name\": \"get_w");
-    EXPECT_EQ(r.finish, "length");
+    for (const auto& pieces : std::vector<std::vector<std::string>>{{"[{\"name\": \"get_w"}, {"[", "{\"na", "me\""}, {""}}) {
+      r = run(std::string(), pieces, stream, FinishReason::Length);
+      EXPECT_TRUE(r.calls.empty()) << stream;
+      EXPECT_EQ(r.content, "") << stream << " " << pieces.front();
+      EXPECT_EQ(r.finish, "length");
+    }
+  }
+}
+
+TEST(ServerStructuredOutputs, ParallelToolCallsFalseKeepsTheFirstCall) {
+  // Parsed as vLLM: a bool, null = true; chat only (completions ignore it, as vLLM's CompletionRequest has no such field).
+  EXPECT_TRUE(parse_chat_request(chat_body(json::object())).parallel_tool_calls);
+  EXPECT_TRUE(parse_chat_request(chat_body({{"parallel_tool_calls", nullptr}})).parallel_tool_calls);
+  EXPECT_FALSE(parse_chat_request(chat_body({{"parallel_tool_calls", false}})).parallel_tool_calls);
+  for (const json& bad : {json("false"), json(0), json::array()}) {
+    try {
+      parse_chat_request(chat_body({{"parallel_tool_calls", bad}}));
+      ADD_FAILURE() << bad.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param, "parallel_tool_calls");
+    }
+  }
+  // false: tool_calls[:1] whole, and no deltas of calls with index > 0 streamed (vLLM's maybe_filter_parallel_tool_calls).
+  const std::vector<std::string> pieces = {"[{\"name\": \"noop\", \"parameters\": {}}, {\"name\": \"get_", "weather\", "
+                                           "\"parameters\": {\"city\": \"x\"}}, {\"name\": \"noop\", \"parameters\": {}}]"};
+  for (const bool stream : {false, true}) {
+    Reply all = run(std::string(), pieces, stream);
+    EXPECT_EQ(all.calls.size(), 3u);
+    Reply one = run(std::string(), pieces, stream, FinishReason::Stop, /*parallel_tool_calls=*/false);
+    ASSERT_EQ(one.calls.size(), 1u) << stream;
+    EXPECT_EQ(one.calls[0]["function"], all.calls[0]["function"]);
+    EXPECT_EQ(one.content, "");
+    EXPECT_EQ(one.finish, "tool_calls");
   }
 }
 

@@ -369,6 +369,43 @@ TEST(ToolParsers, ResponseBuilderWholeAndStreamed) {
   }
 }
 
+TEST(ToolParsers, ParallelToolCallsFalseKeepsTheFirstCall) {
+  // vLLM's maybe_filter_parallel_tool_calls, also for "auto": tool_calls[:1] whole, no deltas of calls after the first
+  // streamed; the content and finish_reason are unchanged.
+  const std::string a = "Sure.<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>\n<tool_",
+                    b = "call>{\"name\": \"g\", \"arguments\": {}}</tool_call>";
+  for (const bool parallel : {true, false}) {
+    auto job = chat_job(false);
+    job->parallel_tool_calls = parallel;
+    ResponseBuilder rb(job);
+    rb.on_output(0, output(a, false));
+    rb.on_output(0, output(b, true));
+    const json choice = rb.final_response()["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls");
+    EXPECT_EQ(choice["message"]["content"], "Sure.");
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), parallel ? 2u : 1u);
+    EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "f");
+
+    job = chat_job(true);
+    job->parallel_tool_calls = parallel;
+    ResponseBuilder srb(job);
+    std::vector<json> chunks = srb.on_output(0, output(a, false));
+    for (auto& c : srb.on_output(0, output(b, true))) chunks.push_back(std::move(c));
+    std::vector<std::string> names;
+    json finish;
+    for (const auto& c : chunks) {
+      const json& d = c["choices"][0]["delta"];
+      for (const auto& t : d.value("tool_calls", json::array())) {
+        EXPECT_EQ(t["index"], names.size());
+        names.push_back(t["function"]["name"]);
+      }
+      if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(names, parallel ? std::vector<std::string>({"f", "g"}) : std::vector<std::string>({"f"}));
+    EXPECT_EQ(finish, "tool_calls");
+  }
+}
+
 TEST(ToolParsersQwen3Coder, ResponseBuilderWholeAndStreamed) {
   const std::vector<std::string> pieces = {"Checking.<tool_", "call>\n<function=get_weather>\n<parameter=city>\nOslo\n</param",
                                            "eter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
