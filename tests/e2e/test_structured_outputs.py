@@ -246,8 +246,9 @@ def test_required_tool_choice_cut_before_a_call_has_empty_content(client):
 @pytest.mark.parametrize("stream", [False, True])
 def test_parallel_tool_calls_false_keeps_the_first_call(client, stream):
     # vLLM's maybe_filter_parallel_tool_calls: tool_calls[:1] (greedy, so the same output as with parallel calls).
-    calls, content, finish = merged_calls(client, stream, tool_choice="required", max_tokens=80)
-    one = merged_calls(client, stream, tool_choice="required", max_tokens=80, parallel_tool_calls=False)
+    calls, content, finish = merged_calls(client, stream, tool_choice="required", max_tokens=160)
+    assert len(calls) >= 2  # the tiny model repeats its call until max_tokens
+    one = merged_calls(client, stream, tool_choice="required", max_tokens=160, parallel_tool_calls=False)
     assert one == (calls[:1], content, finish)
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, tools=TOOLS, max_tokens=4,
