@@ -116,12 +116,15 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
       r.prompt_logprobs[p + 1] = std::move(lp);
       continue;
     }
-    // 2. Sample the next token from the last position. A row that cannot be sampled (every token masked: a grammar
-    //    with no way on, or with allowed_token_ids / min_tokens excluding what it allows; NaN logits) ends its own
-    //    request (finish_reason abort), not the step: the other requests go on.
+    // 2. Sample the next token from the last position. A row whose own masks leave nothing to sample (a grammar with
+    //    no way on, allowed_token_ids outside it or all held back by min_tokens) ends its own request (finish_reason
+    //    abort), not the step: the other requests go on. Without such masks an error is the model's (NaN logits)
+    //    and fails the step as before.
+    const bool own_masks = r.grammar || !sp.allowed_token_ids.empty();
     try {
       append_sample(r, sample_row(r, logits, picks, plan.first_logit_row + static_cast<int>(k)));
     } catch (const Error& e) {
+      if (!own_masks) throw;
       spdlog::warn("request {} ends (abort): {}", r.request.request_id, e.what());
       r.finish_reason = FinishReason::Abort;
       scheduler_->finish_request(&r);
