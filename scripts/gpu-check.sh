@@ -7,6 +7,8 @@
 #                          for a GPU machine without the build dependencies (see scripts/gpu-package.sh).
 #   SSMSERVE_GPU_BUILD=DIR build directory (default build-gpu); SSMSERVE_GPU_QUICK=1 skips the full-size harness;
 #   SSMSERVE_STEP_TIMEOUT=S limit per step (default 300 s; rc 124 = timed out).
+# Building on the device machine (offline): carry `.deps` (xgrammar's source archive, cmake/xgrammar.cmake), else the
+# build goes without structured outputs and their tests skip.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUTDIR}
 mkdir -p "$out"
