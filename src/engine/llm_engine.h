@@ -157,6 +157,7 @@ class LLMEngine {
   };
   std::vector<Compiling> compiling_;
   int reasoning_start_id_ = -1, reasoning_end_id_ = -1;  // --reasoning-parser's marker tokens (-1: none)
+  bool reasoning_starts_in_ = false;                       // its ReasoningFormat::starts_in_reasoning
   std::map<std::string, std::unique_ptr<RequestState>> requests_;
   std::vector<float> logits_;   // [num_logit_rows, vocab]
   std::vector<GreedyPick> picks_;  // device greedy steps: [num_logit_rows]

@@ -301,10 +301,6 @@ std::shared_ptr<PendingGrammar> StructuredOutputManager::compile_async(const Str
   return pending;
 }
 
-std::unique_ptr<StructuredOutputGrammar> StructuredOutputManager::grammar_for(const StructuredOutputsParams& params) {
-  return compile_async(params)->take();
-}
-
 #else  // !SSMSERVE_HAVE_XGRAMMAR
 
 struct StructuredOutputManager::Impl {};
@@ -328,10 +324,6 @@ void StructuredOutputManager::validate(const StructuredOutputsParams&) const {
 }
 
 std::shared_ptr<PendingGrammar> StructuredOutputManager::compile_async(const StructuredOutputsParams&) {
-  fail("structured outputs are not available in this build of ssmserve");
-}
-
-std::unique_ptr<StructuredOutputGrammar> StructuredOutputManager::grammar_for(const StructuredOutputsParams&) {
   fail("structured outputs are not available in this build of ssmserve");
 }
 

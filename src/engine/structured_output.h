@@ -106,8 +106,6 @@ class StructuredOutputManager {
   /// validate()s, then queues the compilation for the workers (first in, first out). The PendingGrammar gives the
   /// matcher at the start of the output, or the compilation's Error; cancel() it to skip a compilation not yet begun.
   std::shared_ptr<PendingGrammar> compile_async(const StructuredOutputsParams& params);
-  /// compile_async(params)->take(): the matcher, compiled on the caller's thread's behalf. Same errors.
-  std::unique_ptr<StructuredOutputGrammar> grammar_for(const StructuredOutputsParams& params);
   int vocab_size() const { return vocab_size_; }
 
  private:
