@@ -67,11 +67,12 @@ def test_a_request_holds_a_quarter_of_the_seats_and_its_fair_share_once_others_c
 
 def test_long_prompts_of_one_request_do_not_hold_a_small_one_behind_them():
     # Prompt tokens of one request not yet prefilled in the engine are capped at 2 x --max-num-batched-tokens, so a
-    # small request sent after 16 x 400-token prompts (25 steps of 256 tokens) runs before they are all prefilled.
+    # small request sent after 64 x 400-token prompts (100 steps of 256 tokens) runs before they are all prefilled.
+    # (With 16 prompts, 25 fast CPU steps could end before the small request arrived: the test was timing-bound.)
     s = Server("--max-num-batched-tokens", 256, threads=1)
     try:
         done = []
-        prompts = [[100 + (7 * i + j) % 5000 for i in range(400)] for j in range(16)]
+        prompts = [[100 + (7 * i + j) % 5000 for i in range(400)] for j in range(64)]
         t = _post_in_thread(s, {"prompt": prompts, "max_tokens": 1}, done)
         deadline = time.time() + 30
         while time.time() < deadline and s.metrics()["ssmserve:num_requests_running"] < 1:
