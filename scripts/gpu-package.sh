@@ -2,6 +2,10 @@
 # Packs the GPU executables and the non-system shared libraries they need into DIR, for scripts/gpu-check.sh on a
 # GPU machine that lacks the build dependencies (SSMSERVE_PREBUILT=DIR). Builds them without -march=native so
 # they run on any x86-64-v3 host. Usage: scripts/gpu-package.sh DIR [BUILD_DIR]
+# Carrying DIR to the device: a call carries at most 64 MiB with the working tree (~50 MB tracked, 34 of them the
+# bundled tiny-mamba weights). `tar -cf - DIR | xz -9` packs every GPU executable in ~31 MB (session 34; the default
+# xz level packs them in 68), so either carry only the executables the run needs or move
+# models/tiny-mamba/model.safetensors out of the tree for the call (the tests that load it then fail).
 set -euo pipefail
 dir=${1:?usage: scripts/gpu-package.sh DIR [BUILD_DIR]}
 build=${2:-build-gpu-pkg}
