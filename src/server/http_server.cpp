@@ -389,6 +389,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     inputs.push_back(std::move(in));
     job->parallel_tool_calls = cr.parallel_tool_calls;
     if (cr.logprobs) job->logprobs = cr.top_logprobs;
+    job->prompt_logprobs = cr.prompt_logprobs;
     if (cr.echo && cr.messages.back().value("role", "") == "assistant")  // vLLM: only the response's own role
       job->chat_echo = cr.messages.back().value("content", "");
     if (const std::string& name = engine_.config().reasoning_parser; !name.empty()) {

@@ -71,6 +71,15 @@ int as_logprobs(const json& v, const std::string& name, int max_logprobs, bool a
   return static_cast<int>(x);
 }
 
+/// vLLM's prompt_logprobs (both endpoints): a count within --max-logprobs, not with stream (as vLLM). Call after
+/// r.stream is parsed.
+void parse_prompt_logprobs(const json& b, GenerationRequest& r, int max_logprobs) {
+  const json* v = field(b, "prompt_logprobs");
+  if (!v || v->is_null()) return;
+  r.prompt_logprobs = as_logprobs(*v, "prompt_logprobs", max_logprobs, /*allow_all=*/true);
+  if (r.stream) bad_request("prompt_logprobs", "prompt_logprobs is not available with stream (send stream false)");
+}
+
 /// Features a client relies on that ssmserve does not have: a 400 naming them rather than output that silently
 /// ignores them (beam search; tools on /v1/completions, where `tool_choice` "none" is the plain behaviour and passes).
 void reject_unsupported_features(const json& b, bool chat) {
@@ -306,10 +315,7 @@ CompletionRequest parse_completion_request(const json& b, int max_logprobs, cons
   }
   if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");
   if (const json* v = field(b, "logprobs")) r.params.logprobs = as_logprobs(*v, "logprobs", max_logprobs);
-  if (const json* v = field(b, "prompt_logprobs")) {
-    r.prompt_logprobs = as_logprobs(*v, "prompt_logprobs", max_logprobs, /*allow_all=*/true);
-    if (r.stream) bad_request("prompt_logprobs", "prompt_logprobs is not available with stream (send stream false)");
-  }
+  parse_prompt_logprobs(b, r, max_logprobs);
   if (field(b, "suffix")) bad_request("suffix", "suffix is not supported");
   if (r.max_tokens_given && r.params.max_tokens == 0) {  // vLLM: echo the prompt (and its logprobs) only
     if (!r.echo) bad_request("max_tokens", "max_tokens must be in [1, 2147483647] (got 0; 0 is allowed only with echo)");
@@ -405,7 +411,7 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
   if (r.logprobs) r.params.logprobs = r.top_logprobs;
   if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");
   if (const json* v = field(b, "include_reasoning")) r.include_reasoning = as_bool(*v, "include_reasoning");
-  if (field(b, "prompt_logprobs")) bad_request("prompt_logprobs", "prompt_logprobs is not supported on /v1/chat/completions");
+  parse_prompt_logprobs(b, r, max_logprobs);
   return r;
 }
 

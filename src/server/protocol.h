@@ -37,6 +37,9 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;          ///< stream_options.include_usage
   bool continuous_usage_stats = false; ///< stream_options.continuous_usage_stats (vLLM: usage in every chunk)
+  /// vLLM's prompt_logprobs: the top-k of every prompt position (at most --max-logprobs), returned in each completion choice's "prompt_logprobs" and in a chat response's top-level
+  /// "prompt_logprobs" (not with stream, as vLLM).
+  std::optional<int> prompt_logprobs;
 };
 
 /// POST /v1/completions.
@@ -44,9 +47,6 @@ struct CompletionRequest : GenerationRequest {
   std::vector<PromptInput> prompts;    ///< "prompt": string, [string], [int] or [[int]]
   bool echo = false;
   bool prompt_only = false;            ///< echo with max_tokens 0: the response holds the prompt (and its logprobs) only
-  /// vLLM's prompt_logprobs: the top-k of every prompt position, returned in each choice's "prompt_logprobs"
-  /// (not with stream, as vLLM).
-  std::optional<int> prompt_logprobs;
 };
 
 /// POST /v1/chat/completions.

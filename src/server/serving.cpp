@@ -415,12 +415,15 @@ json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
                        {"stop_reason", job_->prompt_only ? json(nullptr) : stop_reason_json(c)}});
     if (job_->prompt_logprobs) choices.back()["prompt_logprobs"] = vllm_prompt_logprobs(po);
   }
-  return {{"id", job_->id},
-          {"object", job_->chat ? "chat.completion" : "text_completion"},
-          {"created", job_->created},
-          {"model", job_->model},
-          {"choices", choices},
-          {"usage", usage()}};
+  json out = {{"id", job_->id},
+              {"object", job_->chat ? "chat.completion" : "text_completion"},
+              {"created", job_->created},
+              {"model", job_->model},
+              {"choices", choices},
+              {"usage", usage()}};
+  // vLLM's chat response carries the (one) prompt's logprobs at the top level; its first choice scored them.
+  if (job_->chat && job_->prompt_logprobs && !acc_.empty() && acc_[0]) out["prompt_logprobs"] = vllm_prompt_logprobs(*acc_[0]);
+  return out;
 }
 
 }  // namespace ssmserve::server

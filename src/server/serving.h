@@ -35,7 +35,7 @@ struct GenerationJob {
   bool prompt_only = false;          ///< echo with max_tokens 0: the one generated token is left out of the response
   std::string chat_echo;             ///< chat echo: the last (assistant) message's content, before each choice's text
   std::optional<int> logprobs;       ///< completions: top-k count; chat: top_logprobs when logprobs = true
-  std::optional<int> prompt_logprobs;  ///< completions' prompt_logprobs (top-k count): each choice's "prompt_logprobs"
+  std::optional<int> prompt_logprobs;  ///< prompt_logprobs (top-k count): each completion choice's "prompt_logprobs", chat: top level
   std::string tool_parser;           ///< chat with tool_choice "auto": the --tool-call-parser name, else ""
   nlohmann::ordered_json tools;      ///< the request's tools (with tool_parser: qwen3_coder types values by them)
   /// Chat with a forced tool_choice: "" for "required", the function's name for a named one (the output, decoded under

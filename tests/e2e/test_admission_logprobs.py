@@ -1,6 +1,7 @@
 # Admission and logprob limits against a hostile client (issue 34): --max-num-waiting counts sequences (prompts x n)
 # and refuses one request larger than it with 400; --max-logprobs bounds logprobs / prompt_logprobs / top_logprobs;
-# /v1/completions' prompt_logprobs is returned as vLLM does; allowed_token_ids [] is refused.
+# prompt_logprobs is returned as vLLM does (per completion choice; at a chat response's top level);
+# allowed_token_ids [] is refused.
 import time
 
 try:
@@ -114,13 +115,36 @@ def test_prompt_logprobs_as_vllm(server):
     # prompt_logprobs 0: the prompt token alone.
     r = httpx.post(url, json={"prompt": PROMPTS[0], "max_tokens": 1, "prompt_logprobs": 0}, timeout=60).json()
     assert all(len(e) == 1 for e in r["choices"][0]["prompt_logprobs"][1:])
-    # Without prompt_logprobs the field is absent; with stream or on chat it is refused, not ignored.
+    # Without prompt_logprobs the field is absent; with stream it is refused, not ignored.
     assert "prompt_logprobs" not in httpx.post(url, json={"prompt": "hi", "max_tokens": 1}, timeout=30).json()["choices"][0]
     assert_400(httpx.post(url, json={"prompt": "hi", "max_tokens": 1, "stream": True, "prompt_logprobs": 1}, timeout=30),
                "prompt_logprobs", "stream")
-    r = httpx.post(server.base_url + "/v1/chat/completions", timeout=30,
-                   json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "prompt_logprobs": 1})
-    assert_400(r, "prompt_logprobs")
+
+
+def test_chat_prompt_logprobs_as_vllm(server):
+    # vLLM's chat response: the rendered prompt's logprobs at the top level, the same as /v1/completions gives for the
+    # same token ids; one list for n choices; absent without the field; refused with stream.
+    chat = server.base_url + "/v1/chat/completions"
+    messages = [{"role": "user", "content": "In the beginning God created"}]
+    r = httpx.post(chat, timeout=60, json={"messages": messages, "n": 2, "max_tokens": 2, "temperature": 0,
+                                           "prompt_logprobs": 2})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert len(out["choices"]) == 2 and all("prompt_logprobs" not in c for c in out["choices"])
+    plp = out["prompt_logprobs"]
+    ids = httpx.post(server.base_url + "/tokenize", json={"messages": messages}, timeout=30).json()["tokens"]
+    assert len(plp) == len(ids) == out["usage"]["prompt_tokens"] and plp[0] is None
+    ref = httpx.post(server.base_url + "/v1/completions", timeout=60,
+                     json={"prompt": ids, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 2}).json()
+    ref_plp = ref["choices"][0]["prompt_logprobs"]
+    for t in range(1, len(ids)):
+        assert str(ids[t]) in plp[t] and plp[t].keys() == ref_plp[t].keys(), (plp[t], ref_plp[t])
+        for k, v in plp[t].items():
+            assert abs(v["logprob"] - ref_plp[t][k]["logprob"]) < 1e-5 and v["rank"] == ref_plp[t][k]["rank"]
+    plain = httpx.post(chat, timeout=30, json={"messages": messages, "max_tokens": 1}).json()
+    assert "prompt_logprobs" not in plain
+    r = httpx.post(chat, timeout=30, json={"messages": messages, "max_tokens": 1, "stream": True, "prompt_logprobs": 1})
+    assert_400(r, "prompt_logprobs", "stream")
 
 
 def test_empty_allowed_token_ids_is_refused(server):
