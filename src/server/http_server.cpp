@@ -425,8 +425,18 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
       if (!tok) throw ApiError(400, "the model has no tokenizer; send token ids", "prompt");
       rp.text = std::move(inputs[p].text);
       // Chat prompts are rendered by the template, which writes its own BOS: encoded without special tokens (vLLM's
-      // default add_special_tokens=False for chat); completions get them (True, as vLLM).
-      rp.token_ids = tok->encode(rp.text, /*add_special_tokens=*/!chat);
+      // default add_special_tokens=False for chat); completions get them (True, as vLLM); the request may say.
+      rp.token_ids = tok->encode(rp.text, base.add_special_tokens.value_or(!chat));
+    }
+    if (const auto& k = base.truncate_prompt_tokens) {  // vLLM: the last k tokens (left truncation)
+      if (*k > opt_.max_model_len)
+        bad_request("truncate_prompt_tokens", fmt::format("truncate_prompt_tokens value ({}) is greater than max_model_len ({}). "
+                                                          "Please, select a smaller truncation size.", *k, opt_.max_model_len));
+      const size_t keep = *k == -1 ? static_cast<size_t>(opt_.max_model_len) : static_cast<size_t>(*k);
+      if (rp.token_ids.size() > keep) {
+        rp.token_ids.erase(rp.token_ids.begin(), rp.token_ids.end() - static_cast<std::ptrdiff_t>(keep));
+        if (tok) rp.text = tok->decode(rp.token_ids);  // what echo returns: the prompt the model saw
+      }
     }
     const int len = static_cast<int>(rp.token_ids.size());
     if (len == 0) bad_request(chat ? "messages" : "prompt", "the prompt is empty");

@@ -248,6 +248,12 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
     if (const json* u = field(*v, "continuous_usage_stats"))
       r.continuous_usage_stats = as_bool(*u, "stream_options.continuous_usage_stats");
   }
+  if (const json* v = field(b, "truncate_prompt_tokens")) {  // vLLM: an integer >= 1, or -1 (the model's context)
+    const long long k = as_int(*v, "truncate_prompt_tokens", -1, std::numeric_limits<int>::max());
+    if (k == 0) bad_request("truncate_prompt_tokens", "truncate_prompt_tokens must be an integer >= 1 or -1, got 0");
+    r.truncate_prompt_tokens = static_cast<int>(k);
+  }
+  if (const json* v = field(b, "add_special_tokens")) r.add_special_tokens = as_bool(*v, "add_special_tokens");
   reject_unsupported_features(b, chat);
 }
 

@@ -37,6 +37,12 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;          ///< stream_options.include_usage
   bool continuous_usage_stats = false; ///< stream_options.continuous_usage_stats (vLLM: usage in every chunk)
+  /// vLLM's truncate_prompt_tokens: keep only the prompt's last k tokens (-1: the server's --max-model-len), after
+  /// tokenization (the rendered chat prompt's, on chat); k above --max-model-len is a 400, as vLLM.
+  std::optional<int> truncate_prompt_tokens;
+  /// vLLM's add_special_tokens: the tokenizer's special tokens (BOS) added to a text prompt; unset: true on
+  /// /v1/completions, false on chat (the template writes its own).
+  std::optional<bool> add_special_tokens;
   /// vLLM's prompt_logprobs: the top-k of every prompt position (at most --max-logprobs), returned in each completion choice's "prompt_logprobs" and in a chat response's top-level
   /// "prompt_logprobs" (not with stream, as vLLM).
   std::optional<int> prompt_logprobs;
