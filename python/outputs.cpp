@@ -24,7 +24,8 @@ struct Logprob {
   std::string decoded_token;
 };
 
-/// A prompt from Python: a string, a list of token ids, or {"prompt": str} / {"prompt_token_ids": [int]}.
+/// A prompt from Python: a string, a list of token ids, or {"prompt": str} / {"prompt_token_ids": [int]}, with an
+/// optional "cache_salt" (vLLM's: a non-empty str; Request::cache_salt).
 Request to_request_unchecked(const py::handle& p) {
   Request r;
   if (py::isinstance<py::str>(p)) {
@@ -35,8 +36,15 @@ Request to_request_unchecked(const py::handle& p) {
       const py::handle key = item.first;
       const std::string name = py::isinstance<py::str>(key) ? key.cast<std::string>() : py::repr(key).cast<std::string>();
       if (name == "prompt" || name == "prompt_token_ids") continue;
+      if (name == "cache_salt") {
+        if (item.second.is_none()) continue;
+        if (!py::isinstance<py::str>(item.second) || item.second.cast<std::string>().empty())
+          throw py::value_error("cache_salt must be a non-empty str");
+        r.cache_salt = item.second.cast<std::string>();
+        continue;
+      }
       static const std::set<std::string> unsupported = {"multi_modal_data", "mm_processor_kwargs", "multi_modal_uuids",
-                                                        "prompt_embeds", "token_type_ids", "cache_salt"};
+                                                        "prompt_embeds", "token_type_ids"};
       if (unsupported.count(name) && item.second.is_none()) continue;  // vLLM's "not given"
       if (unsupported.count(name))
         throw py::value_error("prompt key '" + name + "' is not supported by ssmserve (a prompt dict takes \"prompt\" "

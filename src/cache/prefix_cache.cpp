@@ -33,6 +33,13 @@ BlockHash hash_block_tokens(const BlockHash& parent, std::span<const int32_t> to
   return {mix64(a), mix64(b ^ a)};
 }
 
+BlockHash cache_salt_root(std::string_view salt) {
+  std::vector<int32_t> bytes(salt.size());
+  for (size_t i = 0; i < salt.size(); ++i) bytes[i] = static_cast<unsigned char>(salt[i]);
+  // A salt word no model configuration uses (prefix salts are hashes of the model's description).
+  return hash_block_tokens(BlockHash{0x5a17c0deULL, 0xcac4e5a1ULL}, bytes, 0x73616c7420726f6fULL);
+}
+
 PrefixCache::PrefixCache(BlockPool& pool, bool enabled)
     : pool_(pool),
       enabled_(enabled),

@@ -7,6 +7,7 @@
 #include <functional>
 #include <list>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -24,6 +25,11 @@ struct BlockHash {
 /// hash(parent, tokens, salt): the hash of a block whose earlier tokens hash to `parent` (BlockHash{} for the first
 /// block), holding `tokens` [granularity] int32 ids; `salt` folds in what else changes a state (model, dtypes).
 BlockHash hash_block_tokens(const BlockHash& parent, std::span<const int32_t> tokens, uint64_t salt);
+
+/// The chain's root for a request with vLLM's `cache_salt` (a tenant's secret): the parent of its first block, so
+/// that only requests with the same salt share cached blocks (BlockHash{} without a salt). Bytes of `salt` hashed
+/// as hash_block_tokens hashes ids.
+BlockHash cache_salt_root(std::string_view salt);
 
 /// What a cached block holds: the recurrent state after the block's last token, or a KV page of its tokens.
 enum class CachedKind : uint8_t { State = 0, Kv = 1 };

@@ -24,6 +24,9 @@ struct Request {
   std::string prompt;
   std::vector<int> prompt_token_ids;
   SamplingParams params;
+  /// vLLM's cache_salt: prefix-cache blocks are shared only among requests with the same salt (empty: none, shared
+  /// with every other unsalted request). Mixed into the root of the block hash chain (cache_salt_root).
+  std::string cache_salt;
   std::chrono::steady_clock::time_point arrival_time = std::chrono::steady_clock::now();
 };
 

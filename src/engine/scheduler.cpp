@@ -372,7 +372,9 @@ void Scheduler::extend_hashes(RequestState* r, int tokens) const {
   while (static_cast<int>(r->block_hashes.size() + 1) * g <= tokens) {
     const int start = static_cast<int>(r->block_hashes.size()) * g;
     for (int i = 0; i < g; ++i) ids[static_cast<size_t>(i)] = r->token_at(start + i);
-    const BlockHash parent = r->block_hashes.empty() ? BlockHash{} : r->block_hashes.back();
+    const BlockHash parent = !r->block_hashes.empty()         ? r->block_hashes.back()
+                             : r->request.cache_salt.empty() ? BlockHash{}
+                                                             : cache_salt_root(r->request.cache_salt);
     r->block_hashes.push_back(hash_block_tokens(parent, ids, start + g > split ? decode_salt : prefix_.salt));
   }
 }

@@ -486,6 +486,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
       r.prompt = rp.text;
       r.prompt_token_ids = rp.token_ids;
       r.params = sp;
+      r.cache_salt = base.cache_salt;
       if (sp.seed) r.params.seed = *sp.seed + static_cast<uint64_t>(i);
       // The n choices of a prompt share its logprobs: a whole response scores the prompt once (its first choice).
       if (i > 0 && !job->stream) r.params.prompt_logprobs.reset();

@@ -26,6 +26,9 @@ struct PromptInput {
   bool is_tokens = false;
 };
 
+/// The longest cache_salt accepted (bytes).
+inline constexpr size_t kMaxCacheSaltBytes = 4096;
+
 /// Fields shared by both endpoints. params.structured_outputs holds the request's constraint, if any
 /// (response_format, structured_outputs, guided_*, a forced tool_choice: parse_structured_outputs).
 struct GenerationRequest {
@@ -43,6 +46,9 @@ struct GenerationRequest {
   /// vLLM's add_special_tokens: the tokenizer's special tokens (BOS) added to a text prompt; unset: true on
   /// /v1/completions, false on chat (the template writes its own).
   std::optional<bool> add_special_tokens;
+  /// vLLM's cache_salt: prefix-cache blocks shared only with requests carrying the same salt (Request::cache_salt);
+  /// empty: none. At most kMaxCacheSaltBytes.
+  std::string cache_salt;
   /// vLLM's prompt_logprobs: the top-k of every prompt position (at most --max-logprobs), returned in each completion choice's "prompt_logprobs" and in a chat response's top-level
   /// "prompt_logprobs" (not with stream, as vLLM).
   std::optional<int> prompt_logprobs;

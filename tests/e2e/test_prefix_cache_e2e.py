@@ -1,6 +1,7 @@
 # Prefix caching (issue 28) as users see it: `generate --json` reports num_cached_tokens (a repeated prompt is served
 # from the cache with the same text), the flags are vLLM's and bad values are clear errors naming them, and the
-# Python LLM takes enable_prefix_caching / mamba_block_size and reports RequestOutput.num_cached_tokens.
+# Python LLM takes enable_prefix_caching / mamba_block_size and reports RequestOutput.num_cached_tokens; the server's and
+# the Python prompt's cache_salt (vLLM's) keep tenants' blocks apart.
 import json
 import os
 import subprocess
@@ -64,6 +65,13 @@ def test_python_llm_prefix_caching():
     second = llm.generate([LONG], sp)[0]
     assert first.num_cached_tokens == 0 and second.num_cached_tokens > 0
     assert second.outputs[0].token_ids == first.outputs[0].token_ids
+    # vLLM's cache_salt in a prompt dict: only the same salt shares blocks.
+    salted = [llm.generate([{"prompt": LONG, "cache_salt": s}], sp)[0] for s in ("a", "a", "b")]
+    assert [o.num_cached_tokens for o in salted] == [0, second.num_cached_tokens, 0]
+    assert all(o.outputs[0].token_ids == first.outputs[0].token_ids for o in salted)
+    for bad in ("", 3):
+        with pytest.raises(ValueError, match="cache_salt"):
+            llm.generate([{"prompt": LONG, "cache_salt": bad}], sp)
     off = ssmserve.LLM(str(MODEL), threads=2, enable_prefix_caching=False)
     off.generate([LONG], sp)
     assert off.generate([LONG], sp)[0].num_cached_tokens == 0
@@ -74,3 +82,31 @@ def test_swap_space_is_a_no_op_on_the_cpu():
             "--swap-space", "1")
     assert r.returncode == 0, r.stderr
     assert "--swap-space: no effect on this backend" in r.stderr
+
+
+def test_server_cache_salt_keeps_tenants_apart():
+    try:
+        import httpx
+    except ImportError:
+        import httpx2 as httpx
+    from conftest import Server
+    s = Server("--mamba-block-size", 32)
+    try:
+        url = s.base_url + "/v1/completions"
+
+        def cached(**extra):
+            r = httpx.post(url, json={"prompt": LONG, "max_tokens": 2, "temperature": 0, **extra}, timeout=120)
+            assert r.status_code == 200, r.text
+            return r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+        assert cached() == 0 and cached() > 0
+        assert cached(cache_salt="tenant-a") == 0 and cached(cache_salt="tenant-a") > 0
+        assert cached(cache_salt="tenant-b") == 0
+        chat = httpx.post(s.base_url + "/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": LONG}], "max_tokens": 1, "cache_salt": "tenant-c"})
+        assert chat.status_code == 200, chat.text
+        for bad in ("", 7, "x" * 5000):
+            r = httpx.post(url, json={"prompt": "hi", "max_tokens": 1, "cache_salt": bad}, timeout=30)
+            assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt", r.text
+    finally:
+        s.stop()

@@ -366,6 +366,37 @@ TEST_P(PrefixCaching, LowPrecisionStatesWithoutAHitEqualUncached) {
   }
 }
 
+// vLLM's cache_salt: blocks are shared only among requests with the same salt (an unsalted request shares with
+// unsalted ones only); the outputs stay those of the uncached reference.
+TEST_P(PrefixCaching, CacheSaltSeparatesTenants) {
+  const int bs = block_size();
+  const std::vector<int> p = random_tokens(2 * bs + 7);
+  auto e = cached_engine(8192);
+  const auto once = [&](const std::string& salt, const std::string& id) {
+    Request r;
+    r.request_id = id;
+    r.prompt_token_ids = p;
+    r.params = greedy(4);
+    r.cache_salt = salt;
+    e->add_request(r);
+    Outcome o;
+    while (e->has_unfinished_requests())
+      for (const auto& out : e->step())
+        if (out.finished) o = outcome_of(out);
+    return o;
+  };
+  const Outcome want = reference(p, 4);
+  struct Turn { std::string salt; bool hit; };
+  const std::vector<Turn> turns = {{"", false}, {"", true}, {"tenant-a", false}, {"tenant-a", true}, {"tenant-b", false},
+                                   {"", true}, {"tenant-b", true}, {"tenant-a", true}};
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const Outcome got = once(turns[i].salt, "salt-" + std::to_string(i));
+    const std::string at = "turn " + std::to_string(i) + " salt '" + turns[i].salt + "'";
+    EXPECT_EQ(got.num_cached_tokens, turns[i].hit ? 2 * bs : 0) << at;
+    EXPECT_EQ(got.ids, want.ids) << at;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, PrefixCaching, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<CacheCase>& i) {
                            std::string s = i.param.name.substr(5);
