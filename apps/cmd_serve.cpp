@@ -172,6 +172,9 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--max-logprobs", a->server.max_logprobs,
                   "Most logprobs / prompt_logprobs / top_logprobs a request may ask for (more: 400)")
       ->capture_default_str();
+  cmd->add_flag("--return-tokens-as-token-ids", a->server.return_tokens_as_token_ids,
+                "Logprobs name tokens \"token_id:<id>\" instead of their text (a request's "
+                "return_tokens_as_token_ids overrides; as vLLM)");
   cmd->add_flag("--enable-auto-tool-choice", a->server.enable_auto_tool_choice,
                 "Chat requests with tools and tool_choice \"auto\" get the model's tool calls parsed (needs "
                 "--tool-call-parser; as vLLM)");

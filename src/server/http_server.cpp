@@ -410,6 +410,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     throw ApiError(404, fmt::format("The model `{}` does not exist.", *base.model), "model");
   job->n = base.params.n;
   job->stream = base.stream;
+  job->return_tokens_as_token_ids = base.return_tokens_as_token_ids.value_or(opt_.return_tokens_as_token_ids);
   job->include_usage = base.include_usage;
   job->continuous_usage = base.include_usage && base.continuous_usage_stats;  // as vLLM: both
   // 1. Tokenize and check every prompt against the context.

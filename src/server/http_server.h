@@ -36,6 +36,8 @@ struct ServerOptions {
   bool trust_request_chat_template = false;
   /// vLLM's --max-logprobs: most logprobs / prompt_logprobs / top_logprobs a request may ask for (larger: 400).
   int max_logprobs = kMaxLogprobs;
+  /// vLLM's --return-tokens-as-token-ids: logprobs name tokens "token_id:<id>" unless a request says otherwise.
+  bool return_tokens_as_token_ids = false;
   /// vLLM's --enable-auto-tool-choice and --tool-call-parser: chat requests with tool_choice "auto" (the default
   /// with tools) get the calls the model writes parsed into `tool_calls` (make_tool_parser names the formats);
   /// without both, such a request is a 400, as vLLM.

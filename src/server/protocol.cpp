@@ -254,6 +254,8 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
     r.truncate_prompt_tokens = static_cast<int>(k);
   }
   if (const json* v = field(b, "add_special_tokens")) r.add_special_tokens = as_bool(*v, "add_special_tokens");
+  if (const json* v = field(b, "return_tokens_as_token_ids"))
+    r.return_tokens_as_token_ids = as_bool(*v, "return_tokens_as_token_ids");
   if (const json* v = field(b, "cache_salt")) {  // vLLM: a non-empty string
     if (!v->is_string() || v->get_ref<const std::string&>().empty())
       bad_request("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.");

@@ -46,6 +46,8 @@ struct GenerationRequest {
   /// vLLM's add_special_tokens: the tokenizer's special tokens (BOS) added to a text prompt; unset: true on
   /// /v1/completions, false on chat (the template writes its own).
   std::optional<bool> add_special_tokens;
+  /// vLLM's return_tokens_as_token_ids (unset: the server's --return-tokens-as-token-ids).
+  std::optional<bool> return_tokens_as_token_ids;
   /// vLLM's cache_salt: prefix-cache blocks shared only with requests carrying the same salt (Request::cache_salt);
   /// empty: none. At most kMaxCacheSaltBytes.
   std::string cache_salt;

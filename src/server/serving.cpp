@@ -48,6 +48,10 @@ std::string ResponseBuilder::token_text(int id) const {
   return job_->tokenizer->decode(ids);
 }
 
+std::string ResponseBuilder::logprob_token(int id) const {
+  return job_->return_tokens_as_token_ids ? "token_id:" + std::to_string(id) : token_text(id);
+}
+
 size_t ResponseBuilder::token_chars(int id) const {
   const Tokenizer* tok = job_->tokenizer;
   return tok && tok->has_id(id) ? utf8_char_count(tok->token_bytes(id)) : 0;
@@ -73,11 +77,11 @@ json ResponseBuilder::completion_logprobs(const std::vector<std::vector<TokenLog
   for (size_t t = from; t < lps.size(); ++t) {
     const auto& entry = lps[t];
     if (entry.empty()) continue;
-    const std::string tok = token_text(entry[0].id);
+    const std::string tok = logprob_token(entry[0].id);
     tokens.push_back(tok);
     token_lps.push_back(json_logprob(entry[0].logprob));
     json top = json::object();
-    for (const auto& e : entry) top[token_text(e.id)] = json_logprob(e.logprob);
+    for (const auto& e : entry) top[logprob_token(e.id)] = json_logprob(e.logprob);
     tops.push_back(std::move(top));
     offsets.push_back(text_offset);
     text_offset += token_chars(entry[0].id);
@@ -95,14 +99,14 @@ json ResponseBuilder::chat_logprobs(const std::vector<std::vector<TokenLogprob>>
   for (size_t t = from; t < lps.size(); ++t) {
     const auto& entry = lps[t];
     if (entry.empty()) continue;
-    const std::string tok = token_text(entry[0].id);
+    const std::string tok = logprob_token(entry[0].id);
     // entry = [sampled, top-k without the sampled token]: sorted, its first k are the distribution's top-k.
     std::vector<TokenLogprob> ranked(entry.begin(), entry.end());
     std::stable_sort(ranked.begin(), ranked.end(), [](const TokenLogprob& a, const TokenLogprob& b) { return a.logprob > b.logprob; });
     ranked.resize(std::min(ranked.size(), static_cast<size_t>(job_->logprobs.value_or(0))));
     json top = json::array();
     for (const auto& t2 : ranked) {
-      const std::string s = token_text(t2.id);
+      const std::string s = logprob_token(t2.id);
       top.push_back({{"token", s}, {"logprob", json_logprob(t2.logprob)}, {"bytes", bytes(s)}});
     }
     content.push_back({{"token", tok}, {"logprob", json_logprob(entry[0].logprob)}, {"bytes", bytes(tok)}, {"top_logprobs", top}});
@@ -228,7 +232,7 @@ json ResponseBuilder::usage_chunk() const {
 json ResponseBuilder::prompt_logprobs_json(const ReadyPrompt& p, const RequestOutput& o, size_t& text_offset) const {
   json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
   for (size_t t = 0; t < p.token_ids.size(); ++t) {  // the first token has no logprob
-    const std::string tok = token_text(p.token_ids[t]);
+    const std::string tok = logprob_token(p.token_ids[t]);
     tokens.push_back(tok);
     offsets.push_back(text_offset);
     text_offset += token_chars(p.token_ids[t]);
@@ -242,7 +246,7 @@ json ResponseBuilder::prompt_logprobs_json(const ReadyPrompt& p, const RequestOu
     top[tok] = json_logprob(e->token_logprob);
     // The engine's top-k may be prompt_logprobs' larger k: echo lists its own `logprobs` count.
     const size_t k = std::min(e->top.size(), static_cast<size_t>(job_->logprobs.value_or(0)));
-    for (size_t j = 0; j < k; ++j) top[token_text(e->top[j].id)] = json_logprob(e->top[j].logprob);
+    for (size_t j = 0; j < k; ++j) top[logprob_token(e->top[j].id)] = json_logprob(e->top[j].logprob);
     tops.push_back(std::move(top));
   }
   return {{"text_offset", offsets}, {"token_logprobs", token_lps}, {"tokens", tokens}, {"top_logprobs", tops}};

@@ -35,6 +35,9 @@ struct GenerationJob {
   bool prompt_only = false;          ///< echo with max_tokens 0: the one generated token is left out of the response
   std::string chat_echo;             ///< chat echo: the last (assistant) message's content, before each choice's text
   std::optional<int> logprobs;       ///< completions: top-k count; chat: top_logprobs when logprobs = true
+  /// vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:<id>" (tokens that are not valid UTF-8 on
+  /// their own stay identifiable).
+  bool return_tokens_as_token_ids = false;
   std::optional<int> prompt_logprobs;  ///< prompt_logprobs (top-k count): each completion choice's "prompt_logprobs", chat: top level
   std::string tool_parser;           ///< chat with tool_choice "auto": the --tool-call-parser name, else ""
   nlohmann::ordered_json tools;      ///< the request's tools (with tool_parser: qwen3_coder types values by them)
@@ -94,6 +97,8 @@ class ResponseBuilder {
   /// token first, then the top job_->prompt_logprobs of its distribution.
   nlohmann::json vllm_prompt_logprobs(const RequestOutput& o) const;
   std::string token_text(int id) const;
+  /// A token as the logprobs name it: its text, or "token_id:<id>" with return_tokens_as_token_ids (vLLM).
+  std::string logprob_token(int id) const;
   /// Characters token `id` adds to the text: utf8_char_count of its raw bytes (a partial character counts where
   /// it starts), so text_offset indexes the returned text.
   size_t token_chars(int id) const;

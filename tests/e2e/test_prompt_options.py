@@ -1,5 +1,8 @@
 # vLLM's prompt options on both endpoints: truncate_prompt_tokens (keep the prompt's last k tokens, -1 = the
-# context) and add_special_tokens (a bool; the default differs per endpoint).
+# context), add_special_tokens (a bool; the default differs per endpoint) and return_tokens_as_token_ids (logprobs
+# name tokens "token_id:<id>"; the server's --return-tokens-as-token-ids is the default).
+import re
+
 try:
     import httpx
 except ImportError:  # openai >= 3 depends on the httpx2 fork
@@ -62,5 +65,31 @@ def test_add_special_tokens_is_a_bool_on_both_endpoints():
                 assert r.status_code == 200, r.text
             _err(httpx.post(s.base_url + route, json={**body, "max_tokens": 1, "add_special_tokens": "yes"}, timeout=30),
                  "add_special_tokens")
+    finally:
+        s.stop()
+
+
+def test_return_tokens_as_token_ids():
+    s = Server("--return-tokens-as-token-ids")
+    try:
+        url = s.base_url + "/v1/completions"
+        body = {"prompt": "In the beginning", "max_tokens": 5, "temperature": 0, "logprobs": 2, "echo": True}
+        ids_lp = httpx.post(url, json=body, timeout=60).json()["choices"][0]["logprobs"]
+        text_lp = httpx.post(url, json={**body, "return_tokens_as_token_ids": False}, timeout=60).json()["choices"][0]["logprobs"]
+        assert len(ids_lp["tokens"]) == len(text_lp["tokens"]) > 5
+        ids = []
+        for tok, text, top in zip(ids_lp["tokens"], text_lp["tokens"], ids_lp["top_logprobs"]):
+            m = re.fullmatch(r"token_id:(\d+)", tok)
+            assert m, tok
+            ids.append(int(m.group(1)))
+            assert top is None or all(re.fullmatch(r"token_id:\d+", k) for k in top), top
+        detok = [httpx.post(s.base_url + "/detokenize", json={"tokens": [i]}, timeout=30).json()["prompt"] for i in ids]
+        assert detok == text_lp["tokens"]
+        assert ids_lp["token_logprobs"] == text_lp["token_logprobs"]
+        chat = httpx.post(s.base_url + "/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3, "logprobs": True, "top_logprobs": 1}).json()
+        for c in chat["choices"][0]["logprobs"]["content"]:
+            assert re.fullmatch(r"token_id:\d+", c["token"]) and c["bytes"] == list(c["token"].encode()), c
+        _err(httpx.post(url, json={**body, "return_tokens_as_token_ids": "no"}, timeout=30), "return_tokens_as_token_ids")
     finally:
         s.stop()
