@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "engine/bad_words.h"
 
 namespace ssmserve {
 namespace {
@@ -53,6 +54,12 @@ void pack_sample_row(const SamplingParams& p, std::span<const int> prompt_ids, s
       m.bias = bias;
       m.flags |= kLogitModBias;
     }
+    // bad_words: the tokens banned at this position, masked (-inf absorbs the bias and penalties, so the mask's place
+    // in the device's per-token order gives process_logits' result).
+    for_each_banned_token(p.bad_words_token_ids, output_ids, [&](int t) {
+      SSM_CHECK(t >= 0 && t < vocab, "sampler: bad_words token id {} is outside the vocabulary [0, {})", t, vocab);
+      entry(t).flags |= kLogitModMask;
+    });
     if (static_cast<int>(output_ids.size()) < p.min_tokens) {
       if (!p.ignore_eos) {
         check_ids(eos_token_ids, vocab, "eos_token_ids");

@@ -12,12 +12,13 @@ namespace ssmserve {
 
 /// Fills `row` and appends the row's logit modifications to `mods` (row.mods_begin = mods.size() on entry), so that
 /// apply_logit_mods(logits, row, mods) == process_logits(logits, params, prompt_ids, output_ids, eos_token_ids)
-/// bit for bit: one entry per distinct token that has a logit_bias, is masked by min_tokens (EOS unless
-/// ignore_eos, stop_token_ids), occurs in prompt + output (repetition_penalty != 1) or in the output (frequency /
-/// presence penalty != 0). Cost O(|prompt| + |output| + |logit_bias|) with a reusable per-thread vocab table.
+/// bit for bit: one entry per distinct token that has a logit_bias, is banned by bad_words_token_ids at this position
+/// or masked by min_tokens (EOS unless ignore_eos, stop_token_ids), occurs in prompt + output (repetition_penalty != 1)
+/// or in the output (frequency / presence penalty != 0). Cost O(|prompt| + |output| + |logit_bias| + bad-word tokens)
+/// with a reusable per-thread vocab table. allowed_token_ids is not packed: rows with it are sampled on the host.
 /// uniform: the request's rng.uniform() for this step (callers draw it only when !params.greedy()).
 /// vocab: the model's vocabulary size; params must have been validate()d.
-/// Throws ssmserve::Error (same messages as the CPU sampler) on history / EOS / stop / logit_bias ids outside
+/// Throws ssmserve::Error (same messages as the CPU sampler) on history / EOS / stop / logit_bias / bad-word ids outside
 /// [0, vocab).
 void pack_sample_row(const SamplingParams& params, std::span<const int> prompt_ids, std::span<const int> output_ids,
                      std::span<const int> eos_token_ids, int vocab, double uniform, SampleRowParams& row,

@@ -19,6 +19,7 @@
 
 #include "config/hf_json.h"
 #include "core/error.h"
+#include "engine/bad_words.h"
 #include "engine/device_sampling.h"
 #include "engine/reasoning.h"
 #include "engine/structured_output.h"
@@ -302,6 +303,10 @@ void LLMEngine::add_request(Request req) {
       req.params.min_tokens = std::min(req.params.min_tokens, req.params.max_tokens);
     }
   }
+  if (!req.params.bad_words.empty() && req.params.bad_words_token_ids.empty()) {  // vLLM's update_from_tokenizer
+    SSM_CHECK(tokenizer_, "bad_words need a tokenizer (none loaded for {})", cfg_.model.string());
+    req.params.bad_words_token_ids = tokenize_bad_words(req.params.bad_words, *tokenizer_, mc.vocab_size);
+  }
   std::shared_ptr<PendingGrammar> pending;
   if (req.params.structured_outputs) {
     SSM_CHECK(tokenizer_, "structured outputs need a tokenizer (none loaded for {})", cfg_.model.string());
@@ -458,8 +463,9 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
       }
     }
   }
-  // 3. Run the model. When every row is a plain greedy pick (no logit_bias, penalties, min_tokens masking or
-  //    prompt logprobs), a device backend picks the tokens on the device and only ids + logprobs come back.
+  // 3. Run the model. When every row is a plain greedy pick (no logit_bias, allowed_token_ids, bad_words, penalties,
+  //    min_tokens masking or prompt logprobs), a device backend picks the tokens on the device and only ids + logprobs
+  //    come back.
   const int V = model_->config().vocab_size;
   int num_top = 0;
   bool device_greedy = !batch.logits_indices.empty();
@@ -467,7 +473,7 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
     const RequestState& r = *order[i].req;
     const SamplingParams& p = r.request.params;
     device_greedy = p.greedy() && !p.prompt_logprobs.has_value() && p.logit_bias.empty() && p.allowed_token_ids.empty() &&
-                    !r.grammar &&
+                    p.bad_words_token_ids.empty() && !r.grammar &&
                     p.repetition_penalty == 1.0 &&
                     p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 &&
                     (static_cast<int>(r.output_token_ids.size()) >= p.min_tokens ||
@@ -508,8 +514,8 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
     bool eligible = true;
     for (size_t i = 0; i < order.size() && eligible; ++i) {
       const SamplingParams& p = order[i].req->request.params;
-      // (the allowed set and a grammar's mask: host only; a verify row samples each position with its own history and
-      // draw: host only)
+      // (the allowed set and a grammar's mask: host only; bad_words travel as the row's masks, pack_sample_row; a verify
+      // row samples each position with its own history and draw: host only)
       eligible = p.allowed_token_ids.empty() && !order[i].req->grammar && order[i].num_draft_tokens == 0 &&
                  p.prompt_logprobs.value_or(0) <= kMaxDeviceGreedyTop;
     }

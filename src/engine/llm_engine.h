@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,11 @@ class LLMEngine {
                       std::vector<RequestOutput>& outs);
   /// The next token of r from logits row `row` of the step (sampled on the host, or the device's pick).
   SampleResult sample_row(RequestState& r, const float* logits, const GreedyPick* picks, int row);
+  /// sample_row, except when r's own masks (grammar, allowed_token_ids, bad_words) leave nothing to sample: then r
+  /// ends (finish_reason abort; its output, with the `num_new_tokens` tokens this step already added, is appended to
+  /// outs) and the result is nullopt. Other errors (NaN logits of an unmasked row) propagate and fail the step.
+  std::optional<SampleResult> sample_or_end(RequestState& r, const float* logits, const GreedyPick* picks, int row,
+                                            size_t num_new_tokens, std::vector<RequestOutput>& outs);
   /// The next token of a constrained request (structured outputs) from its logits row [vocab]: the row under its
   /// grammar's bitmask, then sample_token.
   SampleResult sample_constrained(RequestState& r, std::span<const float> logits_row);

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "engine/bad_words.h"
 
 namespace ssmserve {
 namespace {
@@ -230,7 +231,8 @@ void apply_penalties(float* l, int vocab, const SamplingParams& p, std::span<con
   }
 }
 
-/// logit_bias, min_tokens masking, then penalties, in place; prompt / output ids already range-checked.
+/// allowed_token_ids, bad_words, logit_bias, min_tokens masking, then penalties, in place; prompt / output ids already
+/// range-checked.
 void process_logits_unchecked(float* l, int vocab, const SamplingParams& params, std::span<const int> prompt_ids,
                               std::span<const int> output_ids, std::span<const int> eos_token_ids) {
   if (!params.allowed_token_ids.empty()) {  // vLLM applies the allowed set first
@@ -240,6 +242,8 @@ void process_logits_unchecked(float* l, int vocab, const SamplingParams& params,
     for (const int t : params.allowed_token_ids) keep[t] = l[t];
     std::copy(keep.begin(), keep.end(), l);
   }
+  if (!params.bad_words_token_ids.empty())  // then the bad words (vLLM's order)
+    apply_bad_words(std::span<float>(l, static_cast<size_t>(vocab)), params.bad_words_token_ids, output_ids);
   for (const auto& [id, bias] : params.logit_bias) {
     SSM_CHECK(id >= 0 && id < vocab, "sampler: logit_bias token id {} is outside the vocabulary [0, {})", id, vocab);
     l[id] += bias;
@@ -257,7 +261,8 @@ void process_logits_unchecked(float* l, int vocab, const SamplingParams& params,
 
 int argmax_lowest_id(const float* l, int vocab) {
   const float m = lane_max(l, vocab);
-  SSM_CHECK(m != kNegInf, "sampler: every logit is -inf after masking (min_tokens / penalties)");
+  SSM_CHECK(m != kNegInf,
+            "sampler: every logit is -inf after masking (allowed_token_ids / bad_words / min_tokens / penalties)");
   return static_cast<int>(std::find(l, l + vocab, m) - l);
 }
 
@@ -297,7 +302,8 @@ int pick(const float* w, int n, double u) {
 /// u: the request's uniform draw for this step.
 int sample_random(const float* l, float* w, int vocab, const SamplingParams& p, double u) {
   const float m = lane_max(l, vocab);
-  SSM_CHECK(m != kNegInf, "sampler: every logit is -inf after masking (min_tokens / penalties)");
+  SSM_CHECK(m != kNegInf,
+            "sampler: every logit is -inf after masking (allowed_token_ids / bad_words / min_tokens / penalties)");
   const float temp = static_cast<float>(p.temperature);
   // w[i] = unnormalized softmax(l / T); the max token has weight exactly 1.
   const double total = sum_exp(l, vocab, m, temp, w);

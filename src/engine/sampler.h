@@ -50,7 +50,9 @@ class RequestRng {
 };
 
 /// Samples the next token from one sequence's logits, as vLLM v1's Sampler for a single row:
-///  0. logit_bias: params.logit_bias[id] is added to logit id (vLLM's LogitBiasLogitsProcessor);
+///  0. masks and bias, in vLLM's order: allowed_token_ids (every other id -inf), bad_words_token_ids (the last token
+///     of each sequence whose other tokens end output_ids -inf; engine/bad_words.h), then params.logit_bias[id] is
+///     added to logit id (vLLM's LogitBiasLogitsProcessor);
 ///  1. min_tokens: while output_ids.size() < params.min_tokens, the EOS ids (unless ignore_eos) and
 ///     params.stop_token_ids are set to -inf;
 ///  2. penalties (vLLM apply_penalties / HF): repetition_penalty over tokens in prompt + output (positive
@@ -80,8 +82,9 @@ SampleResult sample_token_with_uniform(std::span<const float> logits, const Samp
                                        std::span<const int> prompt_ids, std::span<const int> output_ids,
                                        std::span<const int> eos_token_ids, double uniform, std::vector<float>& scratch);
 
-/// Steps 0-2 of sample_token (logit_bias, min_tokens masking, then repetition / frequency / presence penalties) applied
-/// in place to logits: [vocab] fp32. Same arguments and errors as sample_token (history ids out of range).
+/// Steps 0-2 of sample_token (allowed_token_ids, bad_words, logit_bias, min_tokens masking, then repetition / frequency
+/// / presence penalties) applied in place to logits: [vocab] fp32. Same arguments and errors as sample_token (history
+/// ids out of range).
 void process_logits(std::span<float> logits, const SamplingParams& params, std::span<const int> prompt_ids,
                     std::span<const int> output_ids, std::span<const int> eos_token_ids);
 

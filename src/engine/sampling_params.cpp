@@ -53,6 +53,25 @@ void SamplingParams::validate(int vocab_size) const {
     SSM_CHECK(t >= 0 && t < vocab_size, "SamplingParams.allowed_token_ids[{}] = {} is out of vocabulary range [0, {})",
               i, t, vocab_size);
   }
+  SSM_CHECK(bad_words.size() <= static_cast<size_t>(kMaxBadWords), "SamplingParams.bad_words has {} words; at most {}",
+            bad_words.size(), kMaxBadWords);
+  for (size_t i = 0; i < bad_words.size(); ++i) {
+    SSM_CHECK(!bad_words[i].empty(), "SamplingParams.bad_words cannot contain an empty string (bad_words[{}])", i);
+    SSM_CHECK(bad_words[i].size() <= kMaxBadWordBytes, "SamplingParams.bad_words[{}] is {} bytes long; at most {}", i,
+              bad_words[i].size(), kMaxBadWordBytes);
+  }
+  SSM_CHECK(bad_words_token_ids.size() <= static_cast<size_t>(kMaxBadWords),
+            "SamplingParams.bad_words_token_ids has {} sequences; at most {}", bad_words_token_ids.size(), kMaxBadWords);
+  size_t bad_tokens = 0;
+  for (size_t i = 0; i < bad_words_token_ids.size(); ++i) {
+    SSM_CHECK(!bad_words_token_ids[i].empty(), "SamplingParams.bad_words_token_ids[{}] is empty", i);
+    bad_tokens += bad_words_token_ids[i].size();
+    for (const int t : bad_words_token_ids[i])
+      SSM_CHECK(t >= 0 && t < vocab_size, "SamplingParams.bad_words_token_ids[{}]: token id {} is out of vocabulary range "
+                "[0, {})", i, t, vocab_size);
+  }
+  SSM_CHECK(bad_tokens <= static_cast<size_t>(kMaxBadWordsTotalTokens),
+            "SamplingParams.bad_words_token_ids has {} tokens; at most {}", bad_tokens, kMaxBadWordsTotalTokens);
   if (structured_outputs) structured_outputs->validate();
 }
 

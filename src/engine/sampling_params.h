@@ -1,5 +1,6 @@
 // Owns SamplingParams: the per-request decoding knobs (vLLM's names, defaults and validation limits).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -12,6 +13,13 @@ namespace ssmserve {
 inline constexpr double kSamplingEps = 1e-5;
 /// Largest `logprobs` / `prompt_logprobs` a request may ask for (vLLM's default max_logprobs).
 inline constexpr int kMaxLogprobs = 20;
+/// Most bad_words entries, and most token sequences they give after tokenization, per request (vLLM's
+/// VLLM_MAX_NUM_BAD_WORDS default).
+inline constexpr int kMaxBadWords = 128;
+/// Most tokens over all of a request's bad-word sequences (vLLM's VLLM_MAX_BAD_WORDS_TOTAL_TOKENS default).
+inline constexpr int kMaxBadWordsTotalTokens = 1024;
+/// Longest bad_words entry, in bytes (bounds the tokenizer's work before the token limit applies).
+inline constexpr size_t kMaxBadWordBytes = 1024;
 
 /// A request's structured-output constraint (vLLM's `StructuredOutputsParams`, vllm/sampling_params.py): exactly one
 /// of json / regex / choice / grammar / json_object / structural_tag. The engine compiles it with xgrammar against the
@@ -91,6 +99,18 @@ struct SamplingParams {
   /// and sampling (vLLM's allowed_token_ids; logprobs stay those of the raw distribution). Ids in [0, vocab_size).
   /// Rows with it are sampled on the host.
   std::vector<int> allowed_token_ids;
+  /// Words that must not be generated (vLLM's bad_words). Each word (leading whitespace stripped) is tokenized as given
+  /// and with a leading space (engine/bad_words.h tokenize_bad_words); a token sequence is banned by setting the logit
+  /// of its last token to -inf whenever the generated tokens so far (not the prompt) end with its other tokens, so a
+  /// one-token word is always banned. Applied right after allowed_token_ids, before logit_bias, min_tokens and
+  /// penalties, as vLLM; logprobs stay those of the raw distribution. Non-empty strings of at most kMaxBadWordBytes
+  /// bytes, at most kMaxBadWords of them.
+  std::vector<std::string> bad_words;
+  /// The token sequences the sampler bans (vLLM's SamplingParams._bad_words_token_ids). Left empty, the engine fills it
+  /// from bad_words when it admits the request (LLMEngine::add_request); the server fills it on the request thread so
+  /// its errors name the field. Set directly (bad_words empty) it bans token sequences without a tokenizer. Each
+  /// non-empty with ids in [0, vocab_size); at most kMaxBadWords sequences and kMaxBadWordsTotalTokens tokens.
+  std::vector<std::vector<int>> bad_words_token_ids;
   /// When set, the output follows this constraint (structured outputs; vLLM's SamplingParams.structured_outputs).
   /// Rows with it are sampled on the host; their logprobs are those of the constrained distribution (the grammar's
   /// mask applies before sampling, as in vLLM).

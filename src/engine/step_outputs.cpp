@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <span>
 
 #include "core/error.h"
@@ -75,14 +76,15 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
     const int drafts = s.num_draft_tokens, c = s.num_computed_before;
     int kept = 0, accepted_drafts = 0;
     for (int j = 0; j <= drafts && !r.finished(); ++j) {
-      const SampleResult res = sample_row(r, logits, picks, plan.first_logit_row + j);
-      append_sample(r, res);
-      ++kept;
-      r.num_computed_tokens = c + kept;  // token c + j (the last known token or draft j) is in column j
+      r.num_computed_tokens = c + j + 1;  // token c + j (the last known token or draft j) is in column j
       if (j > 0) std::swap(r.state_block, r.spec_blocks[static_cast<size_t>(j - 1)]);
-      const bool accepted = j < drafts && res.token == r.draft_token_ids[static_cast<size_t>(j)];
+      const std::optional<SampleResult> res = sample_or_end(r, logits, picks, plan.first_logit_row + j, kept, outs);
+      if (!res) return j + 1;  // ended by its own masks: its state holds the tokens up to c + j
+      append_sample(r, *res);
+      ++kept;
+      const bool accepted = j < drafts && res->token == r.draft_token_ids[static_cast<size_t>(j)];
       if (accepted) ++spec_stats_.accepted_per_pos[static_cast<size_t>(j)], ++accepted_drafts;
-      check_stop(r, res.token);
+      check_stop(r, res->token);
       if (!accepted) break;
     }
     r.draft_length.observe(drafts, accepted_drafts);
@@ -116,21 +118,10 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
       r.prompt_logprobs[p + 1] = std::move(lp);
       continue;
     }
-    // 2. Sample the next token from the last position. A row whose own masks leave nothing to sample (a grammar with
-    //    no way on, allowed_token_ids outside it or all held back by min_tokens) ends its own request (finish_reason
-    //    abort), not the step: the other requests go on. Without such masks an error is the model's (NaN logits)
-    //    and fails the step as before.
-    const bool own_masks = r.grammar || !sp.allowed_token_ids.empty();
-    try {
-      append_sample(r, sample_row(r, logits, picks, plan.first_logit_row + static_cast<int>(k)));
-    } catch (const Error& e) {
-      if (!own_masks) throw;
-      spdlog::warn("request {} ends (abort): {}", r.request.request_id, e.what());
-      r.finish_reason = FinishReason::Abort;
-      scheduler_->finish_request(&r);
-      outs.push_back(make_output(r, 0));
-      return s.num_tokens;
-    }
+    // 2. Sample the next token from the last position (a row its own masks leave empty ends its request: sample_or_end).
+    const std::optional<SampleResult> res = sample_or_end(r, logits, picks, plan.first_logit_row + static_cast<int>(k), 0, outs);
+    if (!res) return s.num_tokens;
+    append_sample(r, *res);
     sampled = true;
   }
   if (!sampled) return s.num_tokens;
@@ -145,6 +136,24 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
   }
   outs.push_back(make_output(r, 1));
   return s.num_tokens;
+}
+
+std::optional<SampleResult> LLMEngine::sample_or_end(RequestState& r, const float* logits, const GreedyPick* picks, int row,
+                                                     size_t num_new_tokens, std::vector<RequestOutput>& outs) {
+  try {
+    return sample_row(r, logits, picks, row);
+  } catch (const Error& e) {
+    // A row whose own masks leave nothing to sample (a grammar with no way on, allowed_token_ids outside it, bad_words
+    // banning what is left, or all held back by min_tokens) ends its own request (finish_reason abort), not the step:
+    // the other requests go on. Without such masks an error is the model's (NaN logits) and fails the step.
+    const SamplingParams& sp = r.request.params;
+    if (!r.grammar && sp.allowed_token_ids.empty() && sp.bad_words_token_ids.empty()) throw;
+    spdlog::warn("request {} ends (abort): {}", r.request.request_id, e.what());
+    r.finish_reason = FinishReason::Abort;
+    scheduler_->finish_request(&r);
+    outs.push_back(make_output(r, num_new_tokens));
+    return std::nullopt;
+  }
 }
 
 void LLMEngine::append_sample(RequestState& r, const SampleResult& s) {

@@ -1,8 +1,9 @@
 // GPU sampling (issue 7: LM head + sampling on the device): kernels/cuda/sampling.h sample_rows against the CPU
 // sampler (engine/sampler.h sample_token_with_uniform with the same uniform) on random logits for every parameter
-// combination, many seeds and vocabulary sizes (50280, 151936 and small odd ones): the same token except where the
-// uniform lies within 1e-9 of a CDF boundary (counted and bounded), logprobs within 1e-5 relative; error rows; and
-// through the engine, device sampling equal to host sampling of the same GPU logits (tiny-mamba, Mamba-2 dummy).
+// combination (bad_words' masks included), many seeds and vocabulary sizes (50280, 151936 and small odd ones): the
+// same token except where the uniform lies within 1e-9 of a CDF boundary (counted and bounded), logprobs within 1e-5
+// relative; error rows; and through the engine, device sampling equal to host sampling of the same GPU logits
+// (tiny-mamba, Mamba-2 dummy; some requests with bad_words, a greedy one among them).
 // greedy_sample (argmax and top-k logprobs) against the CPU sampler: ties, masked tokens, coarse values, error rows.
 // Prompt scoring rows (score_token: logprob, rank, top-k) against the CPU, and prompt_logprobs through the engine.
 // DISABLED_ benchmark: sampling cost per step at batch 1 / 64 / 256 against the host path. Skips without a GPU.
@@ -69,6 +70,8 @@ RowCase grid_case(int r, int V, std::mt19937& rng) {
     c.p.logit_bias[tok(rng)] = -100.0f;
     c.p.min_tokens = 30;
     c.p.stop_token_ids = {tok(rng)};
+    // bad_words: a one-token sequence (always banned) and one whose prefix ends the output (banned now).
+    c.p.bad_words_token_ids = {{tok(rng)}, {c.output.empty() ? tok(rng) : c.output.back(), tok(rng)}};
   }
   c.p.validate(V);
   return c;
@@ -372,6 +375,7 @@ std::map<std::string, CompletionOutput> run_engine(const EngineConfig& cfg, bool
     if (i % 4 == 1) p.repetition_penalty = 1.2, p.frequency_penalty = 0.3, p.presence_penalty = 0.2;
     if (i % 5 == 0) p.min_tokens = 10;
     if (i % 7 == 3) p.logit_bias[7] = 3.0f;
+    if (i % 3 == 2) p.bad_words_token_ids = {{7}, {11, 13}, {r.prompt_token_ids.back(), 17}};  // greedy too (i = 8)
     p.ignore_eos = i % 2 == 0;
     p.logprobs = i % 3;
     engine.add_request(r);

@@ -79,6 +79,45 @@ TEST(DeviceSamplingPack, ModsReproduceProcessLogitsBitForBit) {
   }
 }
 
+// bad_words travel as masks of the tokens banned at this position (sequences whose prefix ends the output, one-token
+// ones always): the packed row still reproduces process_logits bit for bit, over the other knobs too.
+TEST(DeviceSamplingPack, BadWordsPackAsMasksBitForBit) {
+  std::mt19937 rng(13);
+  for (int vocab : {5, 97, 1000}) {
+    std::uniform_int_distribution<int> tok(0, vocab - 1);
+    for (int trial = 0; trial < 200; ++trial) {
+      SCOPED_TRACE(::testing::Message() << "vocab " << vocab << " trial " << trial);
+      SamplingParams p = random_params(rng, vocab);
+      const auto prompt = random_ids(rng, 1 + trial % 7, vocab);
+      const auto output = random_ids(rng, trial % 9, vocab);
+      p.bad_words_token_ids = {{tok(rng)}, {tok(rng), tok(rng)}};
+      if (!output.empty()) {  // sequences that apply: their prefixes end the output
+        p.bad_words_token_ids.push_back({output.back(), tok(rng)});
+        if (output.size() >= 2) p.bad_words_token_ids.push_back({output[output.size() - 2], output.back(), tok(rng)});
+      }
+      std::normal_distribution<float> d(0.0f, 3.0f);
+      std::vector<float> logits(vocab);
+      for (auto& x : logits) x = d(rng);
+      std::vector<LogitMod> mods;
+      SampleRowParams row;
+      const std::vector<int> eos = {vocab - 1};
+      pack_sample_row(p, prompt, output, eos, vocab, 0.5, row, mods);
+      std::vector<float> want = logits, got = logits;
+      process_logits(want, p, prompt, output, eos);
+      apply_logit_mods(got, row, mods);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), vocab * sizeof(float)));
+      EXPECT_TRUE(std::isinf(got[static_cast<size_t>(p.bad_words_token_ids[0][0])]));
+    }
+  }
+  // Out-of-vocabulary banned ids are errors, as in the CPU sampler.
+  SamplingParams p;
+  p.bad_words_token_ids = {{12}};
+  std::vector<LogitMod> mods;
+  SampleRowParams row;
+  EXPECT_THROW(pack_sample_row(p, std::vector<int>{1}, {}, std::vector<int>{0}, 10, 0.5, row, mods), Error);
+  EXPECT_TRUE(mods.empty());
+}
+
 TEST(DeviceSamplingPack, PlainParamsPackNoMods) {
   SamplingParams p;
   p.temperature = 0.8;
