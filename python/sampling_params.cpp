@@ -14,12 +14,13 @@ namespace py = pybind11;
 namespace ssmserve::python {
 
 void bind_sampling_params(py::module_& m) {
-  // Every field of SamplingParams, once: its attribute, its pickle state and its equality.
+  // Every field of SamplingParams, once: its attribute, its pickle state and its equality. bad_words_token_ids is the
+  // engine's (derived from bad_words when a request is added, as vLLM's private _bad_words_token_ids): not bound.
 #define SSM_SAMPLING_FIELDS(X)                                                                                        \
   X(n) X(temperature) X(top_p) X(top_k) X(min_p) X(seed) X(presence_penalty) X(frequency_penalty)                     \
   X(repetition_penalty) X(max_tokens) X(min_tokens) X(stop) X(stop_token_ids) X(ignore_eos) X(logprobs)               \
   X(prompt_logprobs) X(include_stop_str_in_output) X(skip_special_tokens) X(logit_bias) X(allowed_token_ids)          \
-  X(structured_outputs)
+  X(bad_words) X(structured_outputs)
   auto sampling_state = [](const SamplingParams& p) {
     py::dict d;
 #define SSM_GET(f) d[#f] = py::cast(p.f);
@@ -68,11 +69,12 @@ void bind_sampling_params(py::module_& m) {
         return py::str("SamplingParams(n={!r}, temperature={!r}, top_p={!r}, top_k={!r}, min_p={!r}, seed={!r}, "
                        "presence_penalty={!r}, frequency_penalty={!r}, repetition_penalty={!r}, max_tokens={!r}, "
                        "min_tokens={!r}, stop={!r}, stop_token_ids={!r}, ignore_eos={!r}, logprobs={!r}, "
-                       "prompt_logprobs={!r}, skip_special_tokens={!r}, logit_bias={!r}, structured_outputs={!r})")
+                       "prompt_logprobs={!r}, skip_special_tokens={!r}, logit_bias={!r}, bad_words={!r}, "
+                       "structured_outputs={!r})")
             .format(p.n, p.temperature, p.top_p, p.top_k, p.min_p, opt(p.seed), p.presence_penalty,
                     p.frequency_penalty, p.repetition_penalty, p.max_tokens, p.min_tokens, p.stop, p.stop_token_ids,
                     p.ignore_eos, opt(p.logprobs), opt(p.prompt_logprobs), p.skip_special_tokens, p.logit_bias,
-                    opt(p.structured_outputs))
+                    p.bad_words, opt(p.structured_outputs))
             .cast<std::string>();
       });
 }

@@ -38,7 +38,8 @@ class SamplingParams(_ssmserve.SamplingParams):
     """vLLM's SamplingParams: n, temperature (1.0), top_p, top_k, min_p, seed, presence_penalty,
     frequency_penalty, repetition_penalty, max_tokens (16; None: up to max_model_len), min_tokens, stop,
     stop_token_ids, ignore_eos, logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens,
-    logit_bias ({token_id: bias}), allowed_token_ids (only these ids can be sampled; not empty), structured_outputs
+    logit_bias ({token_id: bias}), allowed_token_ids (only these ids can be sampled; not empty), bad_words (a list of
+    str: words never generated; each word's tokens as given and with a leading space, as vLLM), structured_outputs
     (a StructuredOutputsParams: the output follows its JSON schema, regex, choice, grammar, ...).
     Keyword arguments only. Unknown names raise TypeError; values are checked here, as vLLM does (ValueError naming
     the field), and token ids against the model's vocabulary when a request is added. A class (isinstance,
@@ -53,7 +54,7 @@ class SamplingParams(_ssmserve.SamplingParams):
                 v = [v]
             if k not in _SAMPLING_FIELDS:
                 raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
-            if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids"):
+            if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids", "bad_words"):
                 continue  # vLLM's None: the default (none)
             if v is None and k == "max_tokens":
                 v = 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
@@ -76,6 +77,8 @@ class SamplingParams(_ssmserve.SamplingParams):
                         raise TypeError(f"SamplingParams.{k} must hold token ids (ints), got {t!r} (bool)")
                     if isinstance(t, int) and not 0 <= t < 2**31 - 1:
                         raise ValueError(f"SamplingParams.{k}: token id {t} is out of the vocabulary range [0, 2147483647)")
+            if k == "bad_words":
+                v = _str_list(v, "SamplingParams.bad_words")
             if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
                 raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
             if k in _INT_FIELDS and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
@@ -83,7 +86,7 @@ class SamplingParams(_ssmserve.SamplingParams):
             try:
                 if k == "logit_bias":
                     v = {int(t): float(b) for t, b in dict(v).items()}
-                setattr(self, k, list(v) if k in ("stop", "stop_token_ids", "allowed_token_ids") else v)
+                setattr(self, k, list(v) if k in ("stop", "stop_token_ids", "allowed_token_ids", "bad_words") else v)
             except (TypeError, ValueError) as e:
                 why = "" if "incompatible function arguments" in str(e) else ": " + str(e).splitlines()[0]
                 raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
@@ -96,6 +99,20 @@ class SamplingParams(_ssmserve.SamplingParams):
         q = type(self).__new__(type(self))
         q.__setstate__(self.__getstate__())
         return q
+
+
+def _str_list(value, where: str) -> list:
+    """value's items as a list when it is an iterable of str other than a str itself; TypeError naming `where` otherwise
+    (a lone string would otherwise be taken as its characters)."""
+    items = None
+    if not isinstance(value, (str, bytes)):
+        try:
+            items = list(value)
+        except TypeError:
+            pass
+    if items is None or not all(isinstance(w, str) for w in items):
+        raise TypeError(f"{where} must be a list of str, got {value!r} ({type(value).__name__})"[:300])
+    return items
 
 
 def _check_bool(value, where: str) -> bool:

@@ -56,6 +56,8 @@ class SamplingParams:
     skip_special_tokens: bool
     logit_bias: Dict[int, float]
     allowed_token_ids: List[int]
+    #: Words never generated (vLLM's bad_words): each word's tokens as given and with a leading space are banned.
+    bad_words: List[str]
     #: Read as a copy: assign a new StructuredOutputsParams to change it.
     structured_outputs: Optional[StructuredOutputsParams]
     def __init__(self,
@@ -80,6 +82,7 @@ class SamplingParams:
         skip_special_tokens: bool = ...,
         logit_bias: Optional[Dict[int, float]] = ...,
         allowed_token_ids: Optional[List[int]] = ...,
+        bad_words: Optional[List[str]] = ...,
         structured_outputs: Optional[StructuredOutputsParams] = ...,
     ) -> None: ...
     def clone(self) -> "SamplingParams": ...

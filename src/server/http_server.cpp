@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/version.h"
+#include "engine/bad_words.h"
 #include "engine/reasoning.h"
 #include "server/protocol.h"
 #include "server/serving.h"
@@ -413,6 +414,16 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
   job->return_tokens_as_token_ids = base.return_tokens_as_token_ids.value_or(opt_.return_tokens_as_token_ids);
   job->include_usage = base.include_usage;
   job->continuous_usage = base.include_usage && base.continuous_usage_stats;  // as vLLM: both
+  // 0. The bad words' token sequences, once for all the request's prompts (the engine then finds them tokenized); a
+  // word that tokenizes to nothing, or too many sequences or tokens, is a 400 naming the field.
+  if (!base.params.bad_words.empty()) {
+    if (!tok) bad_request("bad_words", "the model has no tokenizer; bad_words need one");
+    try {
+      base.params.bad_words_token_ids = tokenize_bad_words(base.params.bad_words, *tok, vocab);
+    } catch (const Error& e) {
+      bad_request("bad_words", e.what());
+    }
+  }
   // 1. Tokenize and check every prompt against the context.
   std::vector<ssmserve::Request> reqs;
   for (size_t p = 0; p < inputs.size(); ++p) {

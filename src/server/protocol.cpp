@@ -236,9 +236,18 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
         bad_request("allowed_token_ids", "allowed_token_ids must not be empty (leave it out to allow every token)");
     }
   }
-  if (const json* v = field(b, "bad_words")) {  // refused rather than silently ignored
-    if (!v->is_null() && !(v->is_array() && v->empty()))
-      bad_request("bad_words", "bad_words is not supported by this server");
+  if (const json* v = field(b, "bad_words")) {  // list[str] (vLLM); tokenized per request by the server (http_server.cpp)
+    if (!v->is_array()) bad_request("bad_words", fmt::format("bad_words must be a list of strings (got {})", type_name(*v)));
+    if (v->size() > static_cast<size_t>(kMaxBadWords))
+      bad_request("bad_words", fmt::format("at most {} bad words (got {})", kMaxBadWords, v->size()));
+    for (const auto& w : *v) {
+      if (!w.is_string()) bad_request("bad_words", fmt::format("bad_words must be a list of strings (got an item of type {})", type_name(w)));
+      const std::string& s = w.get_ref<const std::string&>();
+      if (s.empty()) bad_request("bad_words", "bad_words cannot contain an empty string");
+      if (s.size() > kMaxBadWordBytes)
+        bad_request("bad_words", fmt::format("each bad word is at most {} bytes (got one of {})", kMaxBadWordBytes, s.size()));
+      sp.bad_words.push_back(s);
+    }
   }
   if (const json* v = field(b, "stream")) r.stream = as_bool(*v, "stream");
   if (const json* v = field(b, "stream_options")) {
