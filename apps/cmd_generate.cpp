@@ -14,7 +14,10 @@
 #include "apps/commands.h"
 #include "config/hf_json.h"
 #include "core/error.h"
+#include "engine/bad_words.h"
 #include "engine/llm_engine.h"
+#include "server/protocol.h"
+#include "server/structured_request.h"
 
 namespace ssmserve::cli {
 namespace {
@@ -37,22 +40,35 @@ struct GenerateArgs {
 struct PromptJob {
   std::string prompt;
   SamplingParams params;
+  std::string where;  ///< "file:line" of its --prompts-file line, for errors; "" for --prompt
 };
 
-/// Overrides `sp` with the sampling fields of one --prompts-file line (vLLM's SamplingParams names). Throws Error
-/// naming `where` and the field for an unknown field or a value of the wrong type.
-void apply_line_fields(const nlohmann::json& j, SamplingParams& sp, const std::string& where) {
-  auto num = [&](const std::string& k, const nlohmann::json& v) {
+/// Runs one of the server's field parsers (server/protocol.h, server/structured_request.h) on a prompts-file value:
+/// the same types, limits and messages as the server's 400s, prefixed with `where`.
+template <class Parse>
+auto server_field(const std::string& where, Parse&& parse) {
+  try {
+    return parse();
+  } catch (const server::ApiError& e) {
+    fail("{}: {}", where, e.what());
+  }
+}
+
+/// Overrides `sp` with the sampling fields of one --prompts-file line (vLLM's SamplingParams names; logit_bias,
+/// allowed_token_ids, bad_words and structured_outputs parsed as the server parses them, null meaning unset). Throws
+/// Error naming `where` and the field for an unknown field or a value of the wrong type.
+void apply_line_fields(const nlohmann::ordered_json& j, SamplingParams& sp, const std::string& where) {
+  auto num = [&](const std::string& k, const nlohmann::ordered_json& v) {
     SSM_CHECK(v.is_number(), "{}: \"{}\" must be a number", where, k);
     return v.get<double>();
   };
-  auto integer = [&](const std::string& k, const nlohmann::json& v) {
+  auto integer = [&](const std::string& k, const nlohmann::ordered_json& v) {
     SSM_CHECK(v.is_number_integer() && v.get<long long>() >= std::numeric_limits<int>::min() &&
                   v.get<long long>() <= std::numeric_limits<int>::max(),
               "{}: \"{}\" must be an integer", where, k);
     return v.get<int>();
   };
-  auto boolean = [&](const std::string& k, const nlohmann::json& v) {
+  auto boolean = [&](const std::string& k, const nlohmann::ordered_json& v) {
     SSM_CHECK(v.is_boolean(), "{}: \"{}\" must be true or false", where, k);
     return v.get<bool>();
   };
@@ -83,7 +99,7 @@ void apply_line_fields(const nlohmann::json& j, SamplingParams& sp, const std::s
     } else if (k == "stop") {
       SSM_CHECK(v.is_string() || v.is_array(), "{}: \"stop\" must be a string or a list of strings", where);
       sp.stop.clear();
-      for (const auto& e : v.is_string() ? nlohmann::json::array({v}) : v) {
+      for (const auto& e : v.is_string() ? nlohmann::ordered_json::array({v}) : v) {
         SSM_CHECK(e.is_string(), "{}: \"stop\" must be a string or a list of strings", where);
         sp.stop.push_back(e.get<std::string>());
       }
@@ -95,6 +111,17 @@ void apply_line_fields(const nlohmann::json& j, SamplingParams& sp, const std::s
                   "{}: \"stop_token_ids\" must be a list of token ids (integers >= 0)", where);
         sp.stop_token_ids.push_back(e.get<int>());
       }
+    } else if (k == "logit_bias") {
+      sp.logit_bias = v.is_null() ? std::map<int, float>{} : server_field(where, [&] { return server::parse_logit_bias(v); });
+    } else if (k == "allowed_token_ids") {
+      sp.allowed_token_ids = v.is_null() ? std::vector<int>{} : server_field(where, [&] { return server::parse_allowed_token_ids(v); });
+    } else if (k == "bad_words") {
+      sp.bad_words = v.is_null() ? std::vector<std::string>{} : server_field(where, [&] { return server::parse_bad_words(v); });
+    } else if (k == "structured_outputs") {
+      // vLLM's StructuredOutputsParams fields: json, regex, choice, grammar, json_object, structural_tag and its options.
+      sp.structured_outputs = server_field(where, [&] {
+        return server::parse_structured_outputs(nlohmann::ordered_json{{"structured_outputs", v}});
+      });
     } else {
       fail("{}: unknown field \"{}\" (a line may set prompt and the sampling fields listed in `generate --help`)", where, k);
     }
@@ -119,26 +146,30 @@ std::vector<PromptJob> read_prompts_file(const std::string& path, const Sampling
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
+    nlohmann::ordered_json j;  // in the line's order: the first bad field is the one named
     check_json_depth(line, fmt::format("{}:{}", name, lineno));  // deep nesting must not exhaust the stack
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
+      j = nlohmann::ordered_json::parse(line);
+    } catch (const nlohmann::ordered_json::exception& e) {
       fail("{}:{}: invalid JSON ({})", name, lineno, e.what());
     }
     SSM_CHECK(j.is_object() && j.contains("prompt") && j["prompt"].is_string(),
               "{}:{}: each line must be an object with a string \"prompt\"", name, lineno);
     SSM_CHECK(!j["prompt"].get<std::string>().empty(), "{}:{}: the prompt is empty", name, lineno);
-    PromptJob job{j["prompt"].get<std::string>(), base};
     const std::string where = fmt::format("{}:{}", name, lineno);
+    PromptJob job{j["prompt"].get<std::string>(), base, where};
     apply_line_fields(j, job.params, where);
     SamplingParams rest = job.params;
-    rest.stop_token_ids.clear();  // vocabulary-dependent: checked when the request is added
+    // Vocabulary-dependent: checked once the model is loaded (check_against_model).
+    rest.stop_token_ids.clear(), rest.logit_bias.clear(), rest.allowed_token_ids.clear();
     try {
       rest.validate(1);
     } catch (const Error& e) {
       fail("{}: {}", where, e.what());
     }
+    // A schema / regex / grammar xgrammar cannot convert fails here, before the model loads (as the server's 400).
+    if (rest.structured_outputs)
+      server_field(where, [&] { server::check_structured_outputs(*rest.structured_outputs, ""); });
     prompts.push_back(std::move(job));
   }
   SSM_CHECK(!in.bad(), "{}: read error", name);
@@ -165,6 +196,30 @@ void fit_to_context(std::vector<PromptJob>& jobs, const LLMEngine& engine, bool 
                                max_len - len);
       sp.max_tokens = max_len - len;
       sp.min_tokens = std::min(sp.min_tokens, sp.max_tokens);
+    }
+  }
+}
+
+/// The checks that need the model, made before any prompt runs so that an error names the prompt's file:line (the
+/// engine would make them too, naming no prompt): token ids (stop_token_ids, logit_bias, allowed_token_ids) below the
+/// model's vocab_size, and bad_words tokenized into bad_words_token_ids (tokenize_bad_words: a word that tokenizes to
+/// nothing, or past kMaxBadWords sequences / kMaxBadWordsTotalTokens tokens, is an error), as the server does on its
+/// request thread. Throws Error naming the job's `where` (the engine's message alone for --prompt).
+void check_against_model(std::vector<PromptJob>& jobs, const LLMEngine& engine) {
+  const int vocab = engine.model_config().vocab_size;
+  const Tokenizer* tok = engine.tokenizer();
+  for (PromptJob& job : jobs) {
+    SamplingParams& sp = job.params;
+    try {
+      sp.validate(vocab);
+      if (!sp.bad_words.empty()) {
+        SSM_CHECK(tok, "bad_words need a tokenizer (the model has none)");
+        sp.bad_words_token_ids = tokenize_bad_words(sp.bad_words, *tok, vocab);
+      }
+      SSM_CHECK(!sp.structured_outputs || tok, "structured_outputs need a tokenizer (the model has none)");
+    } catch (const Error& e) {
+      if (job.where.empty()) throw;
+      fail("{}: {}", job.where, e.what());
     }
   }
 }
@@ -236,12 +291,13 @@ void check_flags(GenerateArgs& a) {
 int run_generate(GenerateArgs& a) {
   resolve_engine_config(a.engine, a.load_format);
   check_flags(a);  // fail fast on bad flags before loading the model
-  std::vector<PromptJob> jobs = a.prompt_given ? std::vector<PromptJob>{{a.prompt, a.params}}
+  std::vector<PromptJob> jobs = a.prompt_given ? std::vector<PromptJob>{{a.prompt, a.params, ""}}
                                                : read_prompts_file(a.prompts_file, a.params);
   LLM llm(a.engine);
   LLMEngine& engine = llm.engine();
   // The engine refused a --max-model-len above the model's context or the block pool when it was built.
   fit_to_context(jobs, engine, a.max_model_len_given);
+  check_against_model(jobs, engine);
   // Stream a single text prompt as it is generated; otherwise run the batch and print in input order.
   if (!a.json && jobs.size() == 1) {
     Request r;
@@ -281,7 +337,9 @@ Runner add_generate(CLI::App& app) {
                              "JSONL file (- = stdin), one object per line: {\"prompt\": \"...\"} plus optional per-prompt "
                              "sampling fields overriding the flags: max_tokens, min_tokens, temperature, top_p, top_k, min_p, "
                              "seed, stop, stop_token_ids, ignore_eos, logprobs, prompt_logprobs, presence_penalty, "
-                             "frequency_penalty, repetition_penalty, include_stop_str_in_output, skip_special_tokens");
+                             "frequency_penalty, repetition_penalty, include_stop_str_in_output, skip_special_tokens, logit_bias "
+                             "({\"id\": bias}), allowed_token_ids, bad_words, structured_outputs ({\"json\" | \"regex\" | "
+                             "\"choice\" | \"grammar\" | \"json_object\" | \"structural_tag\": ...})");
   p1->excludes(p2);
   SamplingParams& sp = a->params;
   cmd->add_option("--max-tokens", sp.max_tokens, "Tokens to generate per prompt")->capture_default_str();

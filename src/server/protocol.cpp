@@ -216,39 +216,9 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
   if (const json* v = field(b, "min_tokens")) sp.min_tokens = static_cast<int>(as_int(*v, "min_tokens", 0, std::numeric_limits<int>::max()));
   if (const json* v = field(b, "skip_special_tokens")) sp.skip_special_tokens = as_bool(*v, "skip_special_tokens");
   if (const json* v = field(b, "include_stop_str_in_output")) sp.include_stop_str_in_output = as_bool(*v, "include_stop_str_in_output");
-  if (const json* v = field(b, "logit_bias")) {
-    // {"token id": bias}: ids as decimal strings (OpenAI), biases clamped to [-100, 100] (vLLM). The vocabulary
-    // range is checked with the model (SamplingParams::validate).
-    if (!v->is_object()) bad_request("logit_bias", fmt::format("logit_bias must be an object (got {})", type_name(*v)));
-    for (const auto& [key, bias] : v->items()) {
-      const bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
-      const long long id = digits ? std::stoll(key) : -1;
-      if (!digits || id < 0 || id > std::numeric_limits<int>::max())
-        bad_request("logit_bias", fmt::format("logit_bias keys must be token ids (non-negative integers as strings), got '{}'", key));
-      sp.logit_bias[static_cast<int>(id)] = static_cast<float>(std::clamp(as_number(bias, "logit_bias"), -100.0, 100.0));
-    }
-  }
-  if (const json* v = field(b, "allowed_token_ids")) {
-    if (!v->is_null()) {
-      if (!v->is_array()) bad_request("allowed_token_ids", "allowed_token_ids must be a list of integers");
-      sp.allowed_token_ids = as_token_ids(*v, "allowed_token_ids");
-      if (sp.allowed_token_ids.empty())  // as vLLM: an empty list would allow nothing, not everything
-        bad_request("allowed_token_ids", "allowed_token_ids must not be empty (leave it out to allow every token)");
-    }
-  }
-  if (const json* v = field(b, "bad_words")) {  // list[str] (vLLM); tokenized per request by the server (http_server.cpp)
-    if (!v->is_array()) bad_request("bad_words", fmt::format("bad_words must be a list of strings (got {})", type_name(*v)));
-    if (v->size() > static_cast<size_t>(kMaxBadWords))
-      bad_request("bad_words", fmt::format("at most {} bad words (got {})", kMaxBadWords, v->size()));
-    for (const auto& w : *v) {
-      if (!w.is_string()) bad_request("bad_words", fmt::format("bad_words must be a list of strings (got an item of type {})", type_name(w)));
-      const std::string& s = w.get_ref<const std::string&>();
-      if (s.empty()) bad_request("bad_words", "bad_words cannot contain an empty string");
-      if (s.size() > kMaxBadWordBytes)
-        bad_request("bad_words", fmt::format("each bad word is at most {} bytes (got one of {})", kMaxBadWordBytes, s.size()));
-      sp.bad_words.push_back(s);
-    }
-  }
+  if (const json* v = field(b, "logit_bias")) sp.logit_bias = parse_logit_bias(*v);
+  if (const json* v = field(b, "allowed_token_ids")) sp.allowed_token_ids = parse_allowed_token_ids(*v);
+  if (const json* v = field(b, "bad_words")) sp.bad_words = parse_bad_words(*v);  // tokenized by the server (http_server.cpp)
   if (const json* v = field(b, "stream")) r.stream = as_bool(*v, "stream");
   if (const json* v = field(b, "stream_options")) {
     if (!v->is_object()) bad_request("stream_options", "stream_options must be an object");
@@ -280,6 +250,44 @@ void check_body(const json& b) {
 }
 
 }  // namespace
+
+std::map<int, float> parse_logit_bias(const json& v) {
+  // {"token id": bias}: ids as decimal strings (OpenAI), biases clamped to [-100, 100] (vLLM).
+  if (!v.is_object()) bad_request("logit_bias", fmt::format("logit_bias must be an object (got {})", type_name(v)));
+  std::map<int, float> out;
+  for (const auto& [key, bias] : v.items()) {
+    const bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const long long id = digits ? std::stoll(key) : -1;
+    if (!digits || id < 0 || id > std::numeric_limits<int>::max())
+      bad_request("logit_bias", fmt::format("logit_bias keys must be token ids (non-negative integers as strings), got '{}'", key));
+    out[static_cast<int>(id)] = static_cast<float>(std::clamp(as_number(bias, "logit_bias"), -100.0, 100.0));
+  }
+  return out;
+}
+
+std::vector<int> parse_allowed_token_ids(const json& v) {
+  if (!v.is_array()) bad_request("allowed_token_ids", "allowed_token_ids must be a list of integers");
+  std::vector<int> ids = as_token_ids(v, "allowed_token_ids");
+  if (ids.empty())  // as vLLM: an empty list would allow nothing, not everything
+    bad_request("allowed_token_ids", "allowed_token_ids must not be empty (leave it out to allow every token)");
+  return ids;
+}
+
+std::vector<std::string> parse_bad_words(const json& v) {
+  if (!v.is_array()) bad_request("bad_words", fmt::format("bad_words must be a list of strings (got {})", type_name(v)));
+  if (v.size() > static_cast<size_t>(kMaxBadWords))
+    bad_request("bad_words", fmt::format("at most {} bad words (got {})", kMaxBadWords, v.size()));
+  std::vector<std::string> words;
+  for (const auto& w : v) {
+    if (!w.is_string()) bad_request("bad_words", fmt::format("bad_words must be a list of strings (got an item of type {})", type_name(w)));
+    const std::string& s = w.get_ref<const std::string&>();
+    if (s.empty()) bad_request("bad_words", "bad_words cannot contain an empty string");
+    if (s.size() > kMaxBadWordBytes)
+      bad_request("bad_words", fmt::format("each bad word is at most {} bytes (got one of {})", kMaxBadWordBytes, s.size()));
+    words.push_back(s);
+  }
+  return words;
+}
 
 nlohmann::ordered_json parse_body(const std::string& body) {
   json j;

@@ -4,6 +4,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -111,6 +112,18 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, i
 /// refused; a tool_choice naming no tool of `tools`).
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, int max_logprobs = kMaxLogprobs,
                                const GenerationDefaults& defaults = {});
+/// vLLM's logit_bias: an object mapping token ids, as decimal strings (OpenAI), to numbers; each bias is clamped to
+/// [-100, 100] (vLLM). Returns {token id: bias}. Throws ApiError 400 naming logit_bias for a non-object, a key that is
+/// not a non-negative integer below 2^31, or a value that is not a finite number. The vocabulary range is checked with
+/// the model (SamplingParams::validate). Shared with `ssmserve generate --prompts-file`.
+std::map<int, float> parse_logit_bias(const nlohmann::ordered_json& value);
+/// vLLM's allowed_token_ids: a non-empty list of token ids (integers, or integral floats, in [0, 2^31 - 1]). Throws
+/// ApiError 400 naming allowed_token_ids for a non-list, a bad entry or an empty list (which would allow nothing). The
+/// vocabulary range is checked with the model (SamplingParams::validate).
+std::vector<int> parse_allowed_token_ids(const nlohmann::ordered_json& value);
+/// vLLM's bad_words: a list of at most kMaxBadWords non-empty strings of at most kMaxBadWordBytes bytes each (their
+/// tokenization, tokenize_bad_words, needs the model's tokenizer). Throws ApiError 400 naming bad_words otherwise.
+std::vector<std::string> parse_bad_words(const nlohmann::ordered_json& value);
 /// Parses a request body as JSON; throws ApiError 400 for invalid JSON (including ill-formed UTF-8) or a
 /// non-object.
 nlohmann::ordered_json parse_body(const std::string& body);

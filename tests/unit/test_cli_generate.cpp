@@ -15,6 +15,7 @@
 
 #include "checkpoint_fixtures.h"
 #include "cli_runner.h"
+#include "engine/structured_output.h"
 #include "test_util.h"
 
 namespace {
@@ -267,6 +268,82 @@ TEST(CliGenerate, JsonStopReasonAlwaysPresent) {
   EXPECT_EQ(t[0]["stop_reason"], 13);
   EXPECT_EQ(t[0]["token_ids"].back(), 13);
   EXPECT_EQ(p[0].size(), t[0].size());  // the same key set either way
+}
+
+// A prompts-file line's logit_bias, allowed_token_ids, bad_words and structured_outputs apply to that prompt alone, as
+// vLLM's SamplingParams fields; null leaves the field unset.
+TEST(CliGenerate, PromptsFileMasksAndBiases) {
+  ssmserve::testing::TempDir tmp("cli");
+  // Greedy "The" continues " first thing of the world," (806 2181 273 253 1533 13).
+  const std::string common = R"("prompt": "The", "max_tokens": 6, "ignore_eos": true)";
+  std::string lines = "{" + common + "}\n" +
+                      "{" + common + R"(, "allowed_token_ids": [273]})" + "\n" +       // " of" only
+                      "{" + common + R"(, "logit_bias": {"253": 100}})" + "\n" +       // " the" at +100
+                      "{" + common + R"(, "bad_words": ["thing"]})" + "\n" +           // bans " thing" (2181)
+                      "{" + common + R"(, "logit_bias": null, "allowed_token_ids": null, "bad_words": null, )" +
+                      R"("structured_outputs": null})" + "\n";
+  const bool structured = ssmserve::StructuredOutputManager::available();
+  if (structured) lines += R"({"prompt": "The", "max_tokens": 6, "structured_outputs": {"choice": ["yes", "no"]}})" "\n";
+  ssmserve::testing::write_file(tmp / "p.jsonl", lines);
+  const CliRun r = run("generate --prompts-file " + (tmp / "p.jsonl").string() + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto o = json_lines(r.out);
+  ASSERT_EQ(o.size(), structured ? 6u : 5u) << r.out;
+  using ids = std::vector<int>;
+  EXPECT_EQ(o[0]["token_ids"].get<ids>(), (ids{806, 2181, 273, 253, 1533, 13}));
+  EXPECT_EQ(o[1]["token_ids"].get<ids>(), ids(6, 273));
+  EXPECT_EQ(o[2]["token_ids"].get<ids>(), ids(6, 253));
+  const auto banned = o[3]["token_ids"].get<ids>();
+  EXPECT_EQ(std::count(banned.begin(), banned.end(), 2181), 0) << o[3].dump();
+  EXPECT_EQ(banned[0], 806);  // the ban changes the output only where the word would come
+  EXPECT_THAT(o[3]["text"].get<std::string>(), ::testing::Not(HasSubstr("thing")));
+  EXPECT_EQ(o[4]["token_ids"], o[0]["token_ids"]);
+  if (structured) {
+    EXPECT_THAT(o[5]["text"].get<std::string>(), ::testing::AnyOf("yes", "no"));
+    EXPECT_EQ(o[5]["finish_reason"], "stop");
+  }
+}
+
+// Bad values of those fields fail before anything is generated, naming file:line and the field; token ids are
+// checked against the model's vocabulary (50280 for tiny-mamba) once it is loaded, still naming the line.
+TEST(CliGenerate, PromptsFileMaskErrorsNameLineAndField) {
+  ssmserve::testing::TempDir tmp("cli");
+  struct Case {
+    std::string fields, expect;
+  } cases[] = {
+      {R"("logit_bias": [1])", "logit_bias must be an object"},
+      {R"("logit_bias": {"x": 1})", "logit_bias keys must be token ids"},
+      {R"("logit_bias": {"1": "a"})", "logit_bias must be a number"},
+      {R"("logit_bias": {"50280": 1})", "logit_bias: token id 50280 is out of vocabulary range [0, 50280)"},
+      {R"("allowed_token_ids": [])", "allowed_token_ids must not be empty"},
+      {R"("allowed_token_ids": 5)", "allowed_token_ids must be a list of integers"},
+      {R"("allowed_token_ids": [-1])", "allowed_token_ids must be in [0, 2147483647]"},
+      {R"("allowed_token_ids": [7, 999999])", "allowed_token_ids[1] = 999999 is out of vocabulary range [0, 50280)"},
+      {R"("bad_words": "thing")", "bad_words must be a list of strings"},
+      {R"("bad_words": [""])", "bad_words cannot contain an empty string"},
+      {R"("bad_words": [3])", "bad_words must be a list of strings"},
+      {R"("bad_words": ["   "])", "bad_words[0] must tokenize to at least one token"},
+      {R"("stop_token_ids": [50280])", "stop_token_ids[0] = 50280 is out of vocabulary range [0, 50280)"},
+      {R"("structured_outputs": "x")", "structured_outputs must be an object"},
+      {R"("structured_outputs": {"choice": []})", "structured_outputs.choice must list at least one string"},
+      {R"("structured_outputs": {"regex": "a", "choice": ["b"]})", "multiple are specified"},
+      {R"("structured_outputs": {"foo": 1})", "structured_outputs.foo is not a field of structured_outputs"},
+  };
+  for (const auto& c : cases) {
+    // The bad line second: the error names its line, not the first.
+    ssmserve::testing::write_file(tmp / "p.jsonl", "{\"prompt\": \"The\"}\n{\"prompt\": \"The\", " + c.fields + "}\n");
+    const CliRun r = run("generate --prompts-file " + (tmp / "p.jsonl").string() + " --json --max-tokens 2");
+    EXPECT_EQ(r.status, 1) << c.fields << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error: " + (tmp / "p.jsonl").string() + ":2: ")) << c.fields << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.fields << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.fields << "\n" << r.out;
+  }
+  if (ssmserve::StructuredOutputManager::available()) {  // xgrammar's reason, before the model loads
+    ssmserve::testing::write_file(tmp / "p.jsonl", R"({"prompt": "The", "structured_outputs": {"regex": "[("}})" "\n");
+    const CliRun r = run("generate --prompts-file " + (tmp / "p.jsonl").string());
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("p.jsonl:1: structured_outputs.regex is not a valid or supported regular expression"));
+  }
 }
 
 TEST(CliGenerate, PromptsFromStdin) {
