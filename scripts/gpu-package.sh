@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs the GPU executables and the non-system shared libraries they need into DIR, for scripts/gpu-check.sh on a
 # GPU machine that lacks the build dependencies (SSMSERVE_PREBUILT=DIR). Builds them without -march=native so
-# they run on any x86-64-v3 host. Usage: scripts/gpu-package.sh DIR [BUILD_DIR]
+# they run on any x86-64 host (the CPU kernels pick their AVX2 / AVX-512 variant at run time). Usage:
+# scripts/gpu-package.sh DIR [BUILD_DIR]
 # Carrying DIR to the device: a call carries at most 64 MiB with the working tree (~50 MB tracked, 34 of them the
 # bundled tiny-mamba weights). `tar -cf - DIR | xz -9` packs every GPU executable in ~31 MB (session 34; the default
 # xz level packs them in 68), so either carry only the executables the run needs or move

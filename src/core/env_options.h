@@ -1,6 +1,6 @@
 // Owns the one place the engine reads its environment: every SSMSERVE_* switch (docs/environment.md) read once into
-// EnvOptions, which the engine, the server, the CPU allocator and the GPU backend's options (CudaModelOptions) take
-// their values from. No other file calls getenv.
+// EnvOptions, which the engine, the server, the CPU allocator, the CPU kernels' dispatch and the GPU backend's
+// options (CudaModelOptions) take their values from. No other file calls getenv.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -19,6 +19,9 @@ struct EnvOptions {
   bool omp_defaults = true;
   std::string nccl_lib;          ///< SSMSERVE_NCCL_LIB: the libnccl to load first
   bool tp_p2p_allreduce = true;  ///< SSMSERVE_TP_P2P_ALLREDUCE=0: NCCL for every GPU all-reduce
+  /// SSMSERVE_CPU_ISA: the CPU kernels' instruction-set variant (auto, scalar, avx2, avx512, native), as set;
+  /// parsed and validated by kernels/cpu/isa/cpu_isa.cpp.
+  std::string cpu_isa;
   /// The GPU backend's switches as set (name -> value; SSMSERVE_CUDA_GRAPHS, SSMSERVE_SKINNY_TUNE, ...), parsed and
   /// validated by CudaModelOptions::from_env.
   std::map<std::string, std::string> gpu;

@@ -1,5 +1,6 @@
 // Owns the sampling math: RequestRng, penalties, min_tokens masking, greedy / top-k / top-p / min-p draws and
-// raw-distribution logprobs (vLLM v1 Sampler semantics for one row).
+// raw-distribution logprobs (vLLM v1 Sampler semantics for one row). Its vectorized reductions over the vocabulary
+// are CPU kernels (kernels/cpu/sampling.h), compiled per instruction-set variant.
 #include "engine/sampler.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/bad_words.h"
+#include "kernels/cpu/sampling.h"
 
 namespace ssmserve {
 namespace {
@@ -23,115 +25,11 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Vectorized kernels use GCC/Clang vector extensions: kW floats per step, widened to doubles for sums. The
-// tail is padded, so every element goes through the same code and the results depend only on the values.
-constexpr int kW = 8;
-using vf = float __attribute__((vector_size(kW * sizeof(float))));
-using vi = int32_t __attribute__((vector_size(kW * sizeof(int32_t))));
-using vd = double __attribute__((vector_size(kW * sizeof(double))));
-
-inline vf splat(float x) { return vf{} + x; }
-
-inline vf load(const float* x, int i, int n, float pad) {
-  vf v;
-  if (i + kW <= n) {
-    std::memcpy(&v, x + i, sizeof v);
-  } else {
-    for (int j = 0; j < kW; ++j) v[j] = i + j < n ? x[i + j] : pad;
-  }
-  return v;
-}
-
-inline void store(float* out, int i, int n, vf v) {
-  if (i + kW <= n) {
-    std::memcpy(out + i, &v, sizeof v);
-  } else {
-    for (int j = 0; i + j < n; ++j) out[i + j] = v[j];
-  }
-}
-
-/// Sum of the lanes in a fixed order.
-inline double hsum(const vd& a) {
-  double s = 0.0;
-  for (int j = 0; j < kW; ++j) s += a[j];
-  return s;
-}
-
-/// exp(x) for x <= ~88, lane-wise (Cephes expf: Cody-Waite reduction plus a degree-6 polynomial, ~1-2 ulp).
-/// exp(0) == 1 exactly; x < -87 (including -inf) gives exactly 0.
-inline vf fast_exp(vf x) {
-  const vf lo = splat(-87.0f), hi = splat(88.0f), magic = splat(12582912.0f);
-  vf xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
-  const vf n = (xc * 1.44269504088896341f + magic) - magic;  // round to nearest
-  vf r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  vf p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
-  const vf scale = (vf)bits;  // bit reinterpretation (GCC/Clang vector cast)
-  return x < lo ? splat(0.0f) : p * scale;
-}
-
-/// Max of x[0..n) (NaN entries ignored; -inf if n == 0); *nan_count (if given) receives the NaN count.
-float lane_max(const float* x, int n, int* nan_count = nullptr) {
-  vf acc = splat(kNegInf);
-  vi nans = vi{};
-  for (int i = 0; i < n; i += kW) {
-    const vf v = load(x, i, n, kNegInf);
-    acc = v > acc ? v : acc;
-    nans -= v != v;  // true lanes are -1
-  }
-  float m = kNegInf;
-  int count = 0;
-  for (int j = 0; j < kW; ++j) {
-    m = acc[j] > m ? acc[j] : m;
-    count += nans[j];
-  }
-  if (nan_count) *nan_count = count;
-  return m;
-}
-
-/// Sum of exp((x[i] - m) / t) over i, in double with a fixed lane order; also stores the terms in out if given.
-double sum_exp(const float* x, int n, float m, float t, float* out) {
-  vd acc = vd{};
-  const vf mv = splat(m), tv = splat(t);
-  for (int i = 0; i < n; i += kW) {
-    const vf w = fast_exp((load(x, i, n, kNegInf) - mv) / tv);
-    if (out) store(out, i, n, w);
-    acc += __builtin_convertvector(w, vd);
-  }
-  return hsum(acc);
-}
-
-/// Sum of w[i] over i in [lo, hi) (fixed lane order).
-double sum_range(const float* w, int lo, int hi) {
-  vd acc = vd{};
-  for (int i = lo; i < hi; i += kW) acc += __builtin_convertvector(load(w, i, hi, 0.0f), vd);
-  return hsum(acc);
-}
-
-/// Sum of w[i] over i with l[i] >= t (fixed lane order).
-double mass_at_or_above(const float* l, const float* w, int n, float t) {
-  vd acc = vd{};
-  const vf tv = splat(t), zero = splat(0.0f);
-  for (int i = 0; i < n; i += kW) {
-    const vf sel = load(l, i, n, kNegInf) >= tv ? load(w, i, n, 0.0f) : zero;
-    acc += __builtin_convertvector(sel, vd);
-  }
-  return hsum(acc);
-}
-
 /// Max of logits; throws on empty input, NaN or +inf.
 float checked_max(std::span<const float> logits) {
   SSM_CHECK(!logits.empty(), "sampler: logits are empty");
   int nans = 0;
-  const float m = lane_max(logits.data(), static_cast<int>(logits.size()), &nans);
+  const float m = cpu::lane_max(logits.data(), static_cast<int>(logits.size()), &nans);
   if (nans > 0) {
     const auto it = std::find_if(logits.begin(), logits.end(), [](float x) { return std::isnan(x); });
     fail("sampler: logits[{}] is NaN", it - logits.begin());
@@ -142,34 +40,8 @@ float checked_max(std::span<const float> logits) {
 
 double log_sum_exp_with_max(std::span<const float> logits, float m) {
   SSM_CHECK(m != kNegInf, "sampler: every logit is -inf (all tokens masked)");
-  return static_cast<double>(m) + std::log(sum_exp(logits.data(), static_cast<int>(logits.size()), m, 1.0f, nullptr));
-}
-
-/// Ids of the k largest l (ties: lower id), sorted (l desc, id asc), via a bounded heap: O(n log k). Chunks
-/// with no value above the current k-th best are skipped with one vector compare.
-void top_k_ids(const float* l, int n, int k, std::vector<int>& heap) {
-  heap.clear();
-  if (k <= 0) return;
-  auto before = [l](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-  for (int i = 0; i < n; i += kW) {
-    if (static_cast<int>(heap.size()) == k) {
-      const vi above = load(l, i, n, kNegInf) > splat(l[heap.front()]);
-      int any = 0;
-      for (int j = 0; j < kW; ++j) any |= above[j];
-      if (!any) continue;
-    }
-    for (int e = std::min(n, i + kW), j = i; j < e; ++j) {
-      if (static_cast<int>(heap.size()) < k) {
-        heap.push_back(j);
-        std::push_heap(heap.begin(), heap.end(), before);  // front() = worst kept
-      } else if (l[j] > l[heap.front()]) {  // later ids never win ties
-        std::pop_heap(heap.begin(), heap.end(), before);
-        heap.back() = j;
-        std::push_heap(heap.begin(), heap.end(), before);
-      }
-    }
-  }
-  std::sort(heap.begin(), heap.end(), before);
+  const double sum = cpu::sum_exp(logits.data(), static_cast<int>(logits.size()), m, 1.0f, nullptr);
+  return static_cast<double>(m) + std::log(sum);
 }
 
 /// Sort key whose ascending order is (x desc, id asc) for non-NaN x (-0 and +0 compare equal).
@@ -186,7 +58,8 @@ std::vector<TokenLogprob> top_k_logprobs(std::span<const float> logits, int k, d
   std::vector<TokenLogprob> out;
   if (k <= 0) return out;
   std::vector<int> ids;
-  top_k_ids(logits.data(), static_cast<int>(logits.size()), std::min<int>(k, static_cast<int>(logits.size())), ids);
+  const int n = static_cast<int>(logits.size());
+  cpu::top_k_ids(logits.data(), n, std::min(k, n), ids);
   out.reserve(ids.size());
   for (const int id : ids) out.push_back({id, static_cast<float>(static_cast<double>(logits[id]) - lse)});
   return out;
@@ -260,7 +133,7 @@ void process_logits_unchecked(float* l, int vocab, const SamplingParams& params,
 }
 
 int argmax_lowest_id(const float* l, int vocab) {
-  const float m = lane_max(l, vocab);
+  const float m = cpu::lane_max(l, vocab);
   SSM_CHECK(m != kNegInf,
             "sampler: every logit is -inf after masking (allowed_token_ids / bad_words / min_tokens / penalties)");
   return static_cast<int>(std::find(l, l + vocab, m) - l);
@@ -275,7 +148,7 @@ int pick(const float* w, int n, double u) {
   block_sum.resize(nb);
   double total = 0.0;
   for (int b = 0; b < nb; ++b) {
-    block_sum[b] = sum_range(w, b * kBlock, std::min(n, (b + 1) * kBlock));
+    block_sum[b] = cpu::sum_range(w, b * kBlock, std::min(n, (b + 1) * kBlock));
     total += block_sum[b];
   }
   const double target = u * total;
@@ -301,24 +174,18 @@ int pick(const float* w, int n, double u) {
 /// Temperature / top-k / top-p / min-p sampling over processed logits l[0..vocab); w[0..vocab) is workspace.
 /// u: the request's uniform draw for this step.
 int sample_random(const float* l, float* w, int vocab, const SamplingParams& p, double u) {
-  const float m = lane_max(l, vocab);
+  const float m = cpu::lane_max(l, vocab);
   SSM_CHECK(m != kNegInf,
             "sampler: every logit is -inf after masking (allowed_token_ids / bad_words / min_tokens / penalties)");
   const float temp = static_cast<float>(p.temperature);
   // w[i] = unnormalized softmax(l / T); the max token has weight exactly 1.
-  const double total = sum_exp(l, vocab, m, temp, w);
+  const double total = cpu::sum_exp(l, vocab, m, temp, w);
   const int k = p.effective_top_k(vocab);
   const bool use_top_k = k < vocab;
   const bool use_top_p = p.top_p < 1.0;
 
   if (!use_top_k && !use_top_p) {  // full vocabulary in id order; w_max = 1 so min-p drops w < min_p
-    if (p.min_p > 0.0) {
-      const vf floor = splat(static_cast<float>(p.min_p)), zero = splat(0.0f);
-      for (int i = 0; i < vocab; i += kW) {
-        const vf v = load(w, i, vocab, 0.0f);
-        store(w, i, vocab, v < floor ? zero : v);
-      }
-    }
+    if (p.min_p > 0.0) cpu::zero_below(w, vocab, static_cast<float>(p.min_p));
     const int j = pick(w, vocab, u);
     SSM_CHECK(j >= 0, "sampler: no token has positive probability");
     return j;
@@ -343,7 +210,7 @@ int sample_random(const float* l, float* w, int vocab, const SamplingParams& p, 
   };
   int kept = 0;
   if (use_top_k) {
-    top_k_ids(l, vocab, k, ids);
+    cpu::top_k_ids(l, vocab, k, ids);
     gather(k);
     kept = k;
     if (use_top_p) {
@@ -360,7 +227,7 @@ int sample_random(const float* l, float* w, int vocab, const SamplingParams& p, 
     for (float d = 2.0f; kept < 0; d *= 2.0f) {
       const bool all = d > 128.0f;
       const float t = m - d * temp;
-      if (!all && mass_at_or_above(l, w, vocab, t) < need) continue;
+      if (!all && cpu::mass_at_or_above(l, w, vocab, t) < need) continue;
       keys.clear();
       for (int i = 0; i < vocab; ++i)
         if (all || l[i] >= t) keys.push_back(desc_key(l[i], i));

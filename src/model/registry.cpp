@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "kernels/cpu/isa/cpu_isa.h"
 #include "model/archs/hybrids.h"
 #include "model/archs/mamba.h"
 #include "model/archs/mamba2.h"
@@ -137,6 +138,11 @@ std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadForma
   config.dtype = dtype;
   const std::string dev = resolve_device(device == "auto" && tensor_parallel_size > 1 ? "cpu" : device, config);
   if (dev == "cpu") {
+    // The CPU kernels' instruction-set variant, chosen here (before any kernel runs inside an OpenMP region, where
+    // a bad SSMSERVE_CPU_ISA could not throw) and named once in the log.
+    static std::once_flag isa_noted;
+    const std::string isa = cpu::cpu_isa_summary();
+    std::call_once(isa_noted, [&] { spdlog::info("CPU kernels: {}", isa); });
     static std::once_flag noted;
     if (dtype == DType::BF16)
       std::call_once(noted, [] {

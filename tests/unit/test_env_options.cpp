@@ -44,6 +44,18 @@ TEST(EnvOptions, EveryGpuSwitchIsDocumented) {
     EXPECT_NE(doc.find("`" + n), std::string::npos) << n << " is not in docs/environment.md";
 }
 
+// Every variable env_options.cpp reads (the CPU / engine fields of EnvOptions, SSMSERVE_CPU_ISA included, and the
+// GPU list) has its row in docs/environment.md.
+TEST(EnvOptions, EverySwitchReadIsDocumented) {
+  const std::string src = read_file(testing::source_dir() / "src/core/env_options.cpp");
+  const std::string doc = read_file(testing::source_dir() / "docs/environment.md");
+  const std::regex lit("\"(SSMSERVE_[A-Z0-9_]+)\"");
+  int n = 0;
+  for (auto it = std::sregex_iterator(src.begin(), src.end(), lit); it != std::sregex_iterator(); ++it, ++n)
+    EXPECT_NE(doc.find("`" + (*it)[1].str()), std::string::npos) << (*it)[1].str() << " is not in docs/environment.md";
+  EXPECT_GT(n, 30) << "env_options.cpp no longer names its switches as literals: update this test";
+}
+
 TEST(EnvOptions, AnUnlistedGpuSwitchIsALogicError) {
   EnvOptions o;
   EXPECT_FALSE(o.gpu_value("SSMSERVE_CUDA_GRAPHS").has_value());

@@ -9,7 +9,9 @@
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/vec_math.h"
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 namespace {
 
 /// Varlen prefill with the window stored as T (float, bf16_t, f16_t).
@@ -140,4 +142,15 @@ void causal_conv1d_update_channels(const float* x, int64_t x_stride, float* out,
   });
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, causal_conv1d_fwd, (const float* x, int64_t x_stride, float* out, int64_t out_stride,
+                 const ConvParams& p, std::span<const int32_t> query_start_loc, std::span<const int32_t> state_indices,
+                 std::span<const uint8_t> has_initial_states),
+                 (x, x_stride, out, out_stride, p, query_start_loc, state_indices, has_initial_states))
+SSM_CPU_DISPATCH(void, causal_conv1d_update, (const float* x, int64_t x_stride, float* out, int64_t out_stride,
+                 const ConvParams& p, const DecodeRows& rows), (x, x_stride, out, out_stride, p, rows))
+SSM_CPU_DISPATCH(void, causal_conv1d_update_channels, (const float* x, int64_t x_stride, float* out, int64_t out_stride,
+                 const ConvParams& p, const DecodeRows& rows, int64_t c0, int64_t c1),
+                 (x, x_stride, out, out_stride, p, rows, c0, c1))

@@ -8,7 +8,9 @@
 
 #include "core/error.h"
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 namespace {
 
 void check_params(const GatedDeltaParams& p) {
@@ -259,4 +261,14 @@ void gated_delta_reference(const GatedDeltaInputs& in, const GatedDeltaParams& p
   }
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, gated_delta_prefill, (const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out,
+                 int64_t out_stride, std::span<const int32_t> query_start_loc, std::span<const int32_t> num_computed,
+                 std::span<const int32_t> state_indices),
+                 (in, p, out, out_stride, query_start_loc, num_computed, state_indices))
+SSM_CPU_DISPATCH(void, gated_delta_decode, (const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out,
+                 int64_t out_stride, const DecodeRows& rows), (in, p, out, out_stride, rows))
+SSM_CPU_DISPATCH(void, gated_delta_reference, (const GatedDeltaInputs& in, const GatedDeltaParams& p, int64_t T,
+                 double* state, double* out), (in, p, T, state, out))

@@ -5,7 +5,9 @@
 
 #include "kernels/cpu/vec_math.h"
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 
 void gated_rms_norm(const float* y, int64_t y_stride, const float* z, int64_t z_stride, const float* weight,
                     float eps, int64_t T, int64_t D, int64_t group_size, bool norm_before_gate, float* out) {
@@ -49,4 +51,9 @@ void gated_rms_norm(const float* y, int64_t y_stride, const float* z, int64_t z_
   }
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, gated_rms_norm, (const float* y, int64_t y_stride, const float* z, int64_t z_stride,
+                 const float* weight, float eps, int64_t T, int64_t D, int64_t group_size, bool norm_before_gate,
+                 float* out), (y, y_stride, z, z_stride, weight, eps, T, D, group_size, norm_before_gate, out))

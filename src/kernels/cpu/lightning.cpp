@@ -7,7 +7,9 @@
 
 #include "core/error.h"
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 
 float lightning_decay(float s, double k) { return static_cast<float>(std::exp(-static_cast<double>(s) * k)); }
 
@@ -186,4 +188,13 @@ void lightning_decode(const float* qkv, int64_t qkv_stride, float* out, int64_t 
   });
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, lightning_prefill, (const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                 const LightningParams& p, std::span<const int32_t> query_start_loc,
+                 std::span<const int32_t> num_computed, std::span<const int32_t> state_indices),
+                 (qkv, qkv_stride, out, out_stride, p, query_start_loc, num_computed, state_indices))
+SSM_CPU_DISPATCH(void, lightning_decode, (const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                 const LightningParams& p, const DecodeRows& rows), (qkv, qkv_stride, out, out_stride, p, rows))
+SSM_CPU_DISPATCH(float, lightning_decay, (float s, double k), (s, k))

@@ -9,6 +9,11 @@
 // columns keeps MR x 2 zmm accumulators, and each k step loads one panel row and broadcasts x[m][k]. Every
 // element is then one FMA chain acc = fma(w[n][k], x[m][k], acc) over k = 0..K-1 from 0, then + bias: the same
 // chain in every tile shape, tail and thread, and the same chain as the portable fallback.
+//
+// Both microkernels come per instruction-set variant (kernels/cpu/isa/cpu_isa.h chooses one at run time):
+// linear_tiles_avx512.inc (zmm tiles), linear_tiles_avx2.inc (ymm tiles: the 16 lanes as two halves, the panel as
+// two 16-column halves) and linear_tiles_scalar.inc (plain loops). All three do each element's operations in the
+// same order, so their results are bit-identical; this file owns the blocking, threading and packing around them.
 #include "kernels/cpu/linear.h"
 
 #include <immintrin.h>
@@ -24,124 +29,28 @@
 
 #include "core/error.h"
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 namespace {
 
-#if defined(__AVX512F__)
+constexpr int64_t kPanel = 32;  // output columns per panel (packed weights)
 
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const uint16_t* p) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
+// Position of column j (0..31) inside a bf16 panel row: dword i holds columns i (low half) and 16 + i (high
+// half), so one 512-bit load becomes two fp32 vectors with a shift and a mask (no widening pass).
+inline int64_t bf16_slot(int64_t j) { return j < 16 ? 2 * j : 2 * (j - 16) + 1; }
+
 inline float scalar(float v) { return v; }
 inline float scalar(uint16_t v) { return bf16_to_f32(v); }
 
-/// y[m][r] for NR weight rows (stride K) x MT input rows: NR * MT accumulators, each weight vector loaded once.
-template <int NR, int MT, typename T>
-inline void tile(const T* w, int64_t K, const float* x, int64_t x_stride, const float* bias, float* y, int64_t y_stride) {
-  __m512 acc[MT][NR];
-#pragma GCC unroll 8
-  for (int m = 0; m < MT; ++m)
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    if constexpr (MT <= 2 && sizeof(T) == 2) {
-      // Few input rows: the weights stream from memory. Prefetch the group 8 rows ahead (the groups are
-      // contiguous), 2 cache lines per 16 columns of 4 bf16 rows. Measured: decode 56 -> 85 tok/s (130M).
-      const char* ahead = reinterpret_cast<const char*>(w + 8 * K + 4 * k);
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      _mm_prefetch(ahead + 64, _MM_HINT_T0);
-    }
-    __m512 wv[NR];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r) wv[r] = load16(w + r * K + k);
-#pragma GCC unroll 8
-    for (int m = 0; m < MT; ++m) {
-      const __m512 xv = _mm512_loadu_ps(x + m * x_stride + k);
-#pragma GCC unroll 4
-      for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_fmadd_ps(wv[r], xv, acc[m][r]);
-    }
-  }
-  for (int m = 0; m < MT; ++m)
-    for (int r = 0; r < NR; ++r) {
-      float v = _mm512_reduce_add_ps(acc[m][r]);
-      for (int64_t kk = k; kk < K; ++kk) v = std::fma(scalar(w[r * K + kk]), x[m * x_stride + kk], v);
-      y[m * y_stride + r] = v + (bias ? bias[r] : 0.0f);
-    }
-}
-
-/// The decode case (one input row, 4 bf16 weight rows streaming from memory): tile<4, 1> written out by hand,
-/// the same arithmetic in the same order, with the prefetch interleaved ~25% faster than the generic tile.
-inline void tile_4x1_bf16(const uint16_t* w, int64_t K, const float* x, const float* bias, float* y) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + 8 * K + 4 * k), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 8 * K + 4 * k + 32), _MM_HINT_T0);
-    const __m512 xv = _mm512_loadu_ps(x + k);
-    a0 = _mm512_fmadd_ps(load16(w + k), xv, a0);
-    a1 = _mm512_fmadd_ps(load16(w + K + k), xv, a1);
-    a2 = _mm512_fmadd_ps(load16(w + 2 * K + k), xv, a2);
-    a3 = _mm512_fmadd_ps(load16(w + 3 * K + k), xv, a3);
-  }
-  const __m512 acc[4] = {a0, a1, a2, a3};
-  for (int r = 0; r < 4; ++r) {
-    float v = _mm512_reduce_add_ps(acc[r]);
-    for (int64_t kk = k; kk < K; ++kk) v = std::fma(scalar(w[r * K + kk]), x[kk], v);
-    y[r] = v + (bias ? bias[r] : 0.0f);
-  }
-}
-
-/// Rows [0, M) of x against NR weight rows, in tiles of up to 6 input rows.
-template <int NR, typename T>
-void rows_block(const T* w, int64_t K, const float* x, int64_t M, int64_t x_stride, const float* bias, float* y,
-                int64_t y_stride) {
-  if constexpr (NR == 4 && sizeof(T) == 2) {
-    if (M == 1) return tile_4x1_bf16(w, K, x, bias, y);
-  }
-  int64_t m = 0;
-  for (; m + 6 <= M; m += 6) tile<NR, 6>(w, K, x + m * x_stride, x_stride, bias, y + m * y_stride, y_stride);
-  const float* xm = x + m * x_stride;
-  float* ym = y + m * y_stride;
-  switch (M - m) {
-    case 5: tile<NR, 5>(w, K, xm, x_stride, bias, ym, y_stride); break;
-    case 4: tile<NR, 4>(w, K, xm, x_stride, bias, ym, y_stride); break;
-    case 3: tile<NR, 3>(w, K, xm, x_stride, bias, ym, y_stride); break;
-    case 2: tile<NR, 2>(w, K, xm, x_stride, bias, ym, y_stride); break;
-    case 1: tile<NR, 1>(w, K, xm, x_stride, bias, ym, y_stride); break;
-    default: break;
-  }
-}
-
-template <typename T>
-void group(const T* w, int nr, int64_t K, const float* x, int64_t M, int64_t x_stride, const float* bias, float* y,
-           int64_t y_stride) {
-  switch (nr) {
-    case 4: rows_block<4>(w, K, x, M, x_stride, bias, y, y_stride); break;
-    case 3: rows_block<3>(w, K, x, M, x_stride, bias, y, y_stride); break;
-    case 2: rows_block<2>(w, K, x, M, x_stride, bias, y, y_stride); break;
-    case 1: rows_block<1>(w, K, x, M, x_stride, bias, y, y_stride); break;
-    default: break;
-  }
-}
-
-#else  // portable fallback: one element at a time, still independent of the batch
-
-template <typename T>
-void group(const T* w, int nr, int64_t K, const float* x, int64_t M, int64_t x_stride, const float* bias, float* y,
-           int64_t y_stride) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int r = 0; r < nr; ++r) {
-      float v = 0.0f;
-      for (int64_t k = 0; k < K; ++k) {
-        const float wv = sizeof(T) == 2 ? bf16_to_f32(static_cast<uint16_t>(w[r * K + k])) : static_cast<float>(w[r * K + k]);
-        v = std::fma(wv, x[m * x_stride + k], v);
-      }
-      y[m * y_stride + r] = v + (bias ? bias[r] : 0.0f);
-    }
-}
-
+// The microkernels of this variant: group<T> (row-major weights) and panel_rows<kBf16> (packed panels), each
+// element computed with the same operations in the same order in all three (so every variant agrees bit for bit).
+#if SSM_CPU_AVX512
+#include "kernels/cpu/linear_tiles_avx512.inc"
+#elif SSM_CPU_AVX2
+#include "kernels/cpu/linear_tiles_avx2.inc"
+#else
+#include "kernels/cpu/linear_tiles_scalar.inc"
 #endif
 
 constexpr int64_t kGroupRows = 4;     // weight rows per tile group
@@ -174,121 +83,8 @@ void run_groups(const float* x, int64_t M, int64_t x_stride, const Weight& w, co
   }
 }
 
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------------------------
-// Panel (broadcast) kernel for packed weights.
-namespace {
-
-constexpr int64_t kPanel = 32;  // output columns per panel
-
+// Packed weights: the blocking around panel_rows.
 int64_t num_panels(int64_t N) { return (N + kPanel - 1) / kPanel; }
-
-// Position of column j (0..31) inside a bf16 panel row: dword i holds columns i (low half) and 16 + i (high
-// half), so one 512-bit load becomes two fp32 vectors with a shift and a mask (no widening pass).
-inline int64_t bf16_slot(int64_t j) { return j < 16 ? 2 * j : 2 * (j - 16) + 1; }
-
-#if defined(__AVX512F__)
-
-template <bool kBf16>
-inline void load_panel_row(const void* panel, int64_t k, __m512& w0, __m512& w1) {
-  if constexpr (kBf16) {
-    const __m512i v = _mm512_loadu_si512(static_cast<const uint16_t*>(panel) + k * kPanel);
-    w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-  } else {
-    const float* p = static_cast<const float*>(panel) + k * kPanel;
-    w0 = _mm512_loadu_ps(p);
-    w1 = _mm512_loadu_ps(p + 16);
-  }
-}
-
-// Software prefetch distance of the streaming panel pass, in bytes ahead of the row being read. The panels of a
-// thread are contiguous, so near a panel's end this reaches into the next one. The hardware streamer stops at
-// every 4 KiB boundary (huge pages or not); the prefetch keeps the stream going across them.
-constexpr int64_t kPanelPrefetchBytes = 4096;
-
-/// y[m][0..ncols) for MR input rows against one panel ([K][32]): MR x 2 accumulators, one chain per element.
-/// kPrefetch: the pass that streams the panel from memory (the first row tile) prefetches ahead of itself;
-/// prefetches do not change the arithmetic.
-template <int MR, bool kBf16, bool kPrefetch>
-inline void panel_tile(const void* panel, int64_t K, const float* x, int64_t x_stride, int ncols, const float* bias,
-                       float* y, int64_t y_stride) {
-  constexpr int64_t kRowBytes = kPanel * (kBf16 ? 2 : 4);
-  __m512 acc[MR][2];
-#pragma GCC unroll 12
-  for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    if constexpr (kPrefetch) {
-      const char* ahead = static_cast<const char*>(panel) + k * kRowBytes + kPanelPrefetchBytes;
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      if constexpr (!kBf16) _mm_prefetch(ahead + 64, _MM_HINT_T0);
-    }
-    __m512 w0, w1;
-    load_panel_row<kBf16>(panel, k, w0, w1);
-#pragma GCC unroll 12
-    for (int m = 0; m < MR; ++m) {
-      const __m512 xb = _mm512_set1_ps(x[m * x_stride + k]);
-      acc[m][0] = _mm512_fmadd_ps(w0, xb, acc[m][0]);
-      acc[m][1] = _mm512_fmadd_ps(w1, xb, acc[m][1]);
-    }
-  }
-  for (int m = 0; m < MR; ++m) {
-    alignas(64) float out[kPanel];
-    _mm512_store_ps(out, acc[m][0]);
-    _mm512_store_ps(out + 16, acc[m][1]);
-    float* ym = y + m * y_stride;
-    for (int j = 0; j < ncols; ++j) ym[j] = out[j] + (bias ? bias[j] : 0.0f);
-  }
-}
-
-constexpr int kTileRows = 12;  // MR: 24 accumulators + 2 weight vectors of the 32 zmm registers
-
-template <bool kBf16>
-void panel_rows(const void* panel, int64_t K, const float* x, int64_t M, int64_t x_stride, int ncols,
-                const float* bias, float* y, int64_t y_stride) {
-  int64_t m = 0;
-  // The first tile streams the panel from memory (prefetching ahead); the others find it in L2.
-  if (M >= kTileRows) {
-    panel_tile<kTileRows, kBf16, true>(panel, K, x, x_stride, ncols, bias, y, y_stride);
-    m = kTileRows;
-  }
-  for (; m + kTileRows <= M; m += kTileRows)
-    panel_tile<kTileRows, kBf16, false>(panel, K, x + m * x_stride, x_stride, ncols, bias, y + m * y_stride, y_stride);
-  const float* xm = x + m * x_stride;
-  float* ym = y + m * y_stride;
-  const bool first = m == 0;
-  switch (M - m) {
-#define SSM_PANEL_TAIL(R)                                                                   \
-  case R:                                                                                   \
-    if (first) panel_tile<R, kBf16, true>(panel, K, xm, x_stride, ncols, bias, ym, y_stride); \
-    else panel_tile<R, kBf16, false>(panel, K, xm, x_stride, ncols, bias, ym, y_stride);      \
-    break;
-    SSM_PANEL_TAIL(11) SSM_PANEL_TAIL(10) SSM_PANEL_TAIL(9) SSM_PANEL_TAIL(8) SSM_PANEL_TAIL(7) SSM_PANEL_TAIL(6)
-    SSM_PANEL_TAIL(5) SSM_PANEL_TAIL(4) SSM_PANEL_TAIL(3) SSM_PANEL_TAIL(2) SSM_PANEL_TAIL(1)
-#undef SSM_PANEL_TAIL
-    default: break;
-  }
-}
-
-#else  // portable fallback: the same per-element chain
-
-template <bool kBf16>
-void panel_rows(const void* panel, int64_t K, const float* x, int64_t M, int64_t x_stride, int ncols,
-                const float* bias, float* y, int64_t y_stride) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int j = 0; j < ncols; ++j) {
-      float v = 0.0f;
-      for (int64_t k = 0; k < K; ++k) {
-        const float wv = kBf16 ? bf16_to_f32(static_cast<const uint16_t*>(panel)[k * kPanel + bf16_slot(j)])
-                               : static_cast<const float*>(panel)[k * kPanel + j];
-        v = std::fma(wv, x[m * x_stride + k], v);
-      }
-      y[m * y_stride + j] = v + (bias ? bias[j] : 0.0f);
-    }
-}
-
-#endif
 
 // Panels [p0, p1) against all M rows, blocked over M so a block of x stays in L2 while the panels stream.
 void run_panels(const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias, float* y,
@@ -432,4 +228,17 @@ void weight_row_to_f32(const Weight& w, int64_t r, float* dst) {
   }
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, pack_for_linear, (Weight& w), (w))
+SSM_CPU_DISPATCH(void, pack_for_linear_only, (Weight& w), (w))
+SSM_CPU_DISPATCH(void, weight_row_to_f32, (const Weight& w, int64_t r, float* dst), (w, r, dst))
+SSM_CPU_DISPATCH(void, linear, (const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias,
+                 float* y, int64_t y_stride), (x, M, x_stride, w, bias, y, y_stride))
+SSM_CPU_DISPATCH(LinearColumns, linear_part_columns, (const Weight& w, int part, int num_parts), (w, part, num_parts))
+SSM_CPU_DISPATCH(void, linear_part, (const float* x, int64_t M, int64_t x_stride, const Weight& w, const float* bias,
+                 float* y, int64_t y_stride, int part, int num_parts),
+                 (x, M, x_stride, w, bias, y, y_stride, part, num_parts))
+SSM_CPU_DISPATCH(void, check_linear_part, (const Weight& w, int64_t x_stride, int64_t y_stride),
+                 (w, x_stride, y_stride))

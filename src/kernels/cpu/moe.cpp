@@ -9,7 +9,9 @@
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/linear.h"
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 namespace {
 
 // Softmax: probabilities, choice = probabilities.
@@ -73,18 +75,26 @@ void moe_route(const float* logits, int64_t T, int E, const MoeRouting& r, int32
 void moe_route(const float* logits, int64_t T, int E, int top_k, int32_t* ids, float* weights) {
   MoeRouting r;
   r.top_k = top_k;
-  moe_route(logits, T, E, r, ids, weights);
+  SSM_CPU_VARIANT::moe_route(logits, T, E, r, ids, weights);  // qualified: ADL would also find the dispatcher
+}
+
+void expert_activation(bool gated, float* g, const float* u, int64_t count) {
+  if (gated) {
+    for (int64_t i = 0; i < count; ++i) g[i] = silu(g[i]) * u[i];
+  } else {
+    for (int64_t i = 0; i < count; ++i) g[i] = g[i] > 0.0f ? g[i] * g[i] : 0.0f;
+  }
+}
+
+void moe_add_weighted(float* out, const float* y, float weight, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) out[c] += y[c] * weight;
 }
 
 void expert_mlp(const ExpertWeights& w, const float* xs, int64_t n, float* g, float* u, float* y) {
   const int64_t I = w.w1.rows;
   linear(xs, n, w.w1, nullptr, g);
-  if (w.gated()) {
-    linear(xs, n, w.w3, nullptr, u);
-    for (int64_t i = 0; i < n * I; ++i) g[i] = silu(g[i]) * u[i];
-  } else {
-    for (int64_t i = 0; i < n * I; ++i) g[i] = g[i] > 0.0f ? g[i] * g[i] : 0.0f;
-  }
+  if (w.gated()) linear(xs, n, w.w3, nullptr, u);
+  expert_activation(w.gated(), g, u, n * I);
   linear(g, n, w.w2, nullptr, y);
 }
 
@@ -98,7 +108,7 @@ void sparse_moe(const float* x, int64_t T, int64_t hidden, const Weight& gate, c
   std::vector<float> logits(static_cast<size_t>(T * E)), wts(static_cast<size_t>(T * top_k));
   std::vector<int32_t> ids(static_cast<size_t>(T * top_k));
   linear(x, T, gate, nullptr, logits.data());
-  moe_route(logits.data(), T, E, routing, ids.data(), wts.data());
+  SSM_CPU_VARIANT::moe_route(logits.data(), T, E, routing, ids.data(), wts.data());
   // 2. Experts in ascending order, each over the tokens routed to it.
   std::vector<float> xs, g, u, y;
   std::vector<int64_t> tok;
@@ -113,13 +123,22 @@ void sparse_moe(const float* x, int64_t T, int64_t hidden, const Weight& gate, c
     const int64_t n = static_cast<int64_t>(tok.size()), I = w.w1.rows;
     xs.resize(n * hidden), g.resize(n * I), u.resize(n * I), y.resize(n * hidden);
     for (int64_t i = 0; i < n; ++i) std::copy_n(x + tok[i] * hidden, hidden, xs.data() + i * hidden);
-    expert_mlp(w, xs.data(), n, g.data(), u.data(), y.data());
-    for (int64_t i = 0; i < n; ++i) {
-      float* o = out + tok[i] * hidden;
-      const float* yi = y.data() + i * hidden;
-      for (int64_t c = 0; c < hidden; ++c) o[c] += yi[c] * tw[i];
-    }
+    SSM_CPU_VARIANT::expert_mlp(w, xs.data(), n, g.data(), u.data(), y.data());
+    for (int64_t i = 0; i < n; ++i) moe_add_weighted(out + tok[i] * hidden, y.data() + i * hidden, tw[i], hidden);
   }
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, sparse_moe, (const float* x, int64_t T, int64_t hidden, const Weight& gate,
+                 const std::vector<ExpertWeights>& experts, const MoeRouting& routing, float* out),
+                 (x, T, hidden, gate, experts, routing, out))
+SSM_CPU_DISPATCH(void, moe_route, (const float* logits, int64_t T, int E, const MoeRouting& routing, int32_t* ids,
+                 float* weights), (logits, T, E, routing, ids, weights))
+SSM_CPU_DISPATCH(void, moe_route, (const float* logits, int64_t T, int E, int top_k, int32_t* ids, float* weights),
+                 (logits, T, E, top_k, ids, weights))
+SSM_CPU_DISPATCH(void, expert_activation, (bool gated, float* g, const float* u, int64_t count), (gated, g, u, count))
+SSM_CPU_DISPATCH(void, moe_add_weighted, (float* out, const float* y, float weight, int64_t n), (out, y, weight, n))
+SSM_CPU_DISPATCH(void, expert_mlp, (const ExpertWeights& w, const float* xs, int64_t n, float* g, float* u, float* y),
+                 (w, xs, n, g, u, y))

@@ -50,4 +50,14 @@ void moe_route(const float* logits, int64_t T, int E, int top_k, int32_t* ids, f
 /// The expert MLP over n rows: y[n, hidden] = expert(xs[n, hidden]); g, u: [n, I] scratch.
 void expert_mlp(const ExpertWeights& w, const float* xs, int64_t n, float* g, float* u, float* y);
 
+/// expert_mlp's activation, in place over `count` elements of g: g = silu(g) * u when `gated`, else relu(g)^2 (u
+/// unused, may be null). For callers that split the expert around it (the tensor-parallel MoE, which must keep
+/// TP = 1's bits: this is the arithmetic of the kernels' instruction-set variant, kernels/cpu/isa/cpu_isa.h).
+void expert_activation(bool gated, float* g, const float* u, int64_t count);
+
+/// out[c] += y[c] * weight for c in [0, n): how sparse_moe adds a routed row into its token's output (one FMA per
+/// element where the variant's instruction set has it). For callers that combine expert rows themselves (the
+/// tensor-parallel MoE). out and y must not overlap.
+void moe_add_weighted(float* out, const float* y, float weight, int64_t n);
+
 }  // namespace ssmserve::cpu

@@ -8,7 +8,9 @@
 #include "core/error.h"
 #include "kernels/cpu/vec_math.h"
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 namespace {
 
 constexpr int32_t kQueryTile = 16;  ///< tokens of one row sharing each key / value load
@@ -127,4 +129,14 @@ void paged_attention(const float* q, int64_t q_stride, float* out, int64_t out_s
   }
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, reshape_and_cache, (const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+                 int64_t T, std::span<const int32_t> slot_mapping, const KvCacheView& cache, int64_t num_blocks),
+                 (k, k_stride, v, v_stride, T, slot_mapping, cache, num_blocks))
+SSM_CPU_DISPATCH(void, paged_attention, (const float* q, int64_t q_stride, float* out, int64_t out_stride,
+                 int num_heads, float scale, const KvCacheView& cache, std::span<const int32_t> query_start_loc,
+                 std::span<const int32_t> seq_lens, std::span<const int32_t> block_tables, int max_blocks),
+                 (q, q_stride, out, out_stride, num_heads, scale, cache, query_start_loc, seq_lens, block_tables,
+                 max_blocks))

@@ -3,7 +3,9 @@
 
 #include <cmath>
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 
 void rms_norm(const float* x, const float* weight, float eps, int64_t T, int64_t H, float* y) {
 #pragma omp parallel for schedule(static) if (T > 4)
@@ -22,4 +24,10 @@ void rms_norm_strided(float* x, int64_t stride, const float* weight, float eps, 
   for (int64_t t = 0; t < T; ++t) rms_norm(x + t * stride, weight, eps, 1, H, x + t * stride);
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, rms_norm, (const float* x, const float* weight, float eps, int64_t T, int64_t H, float* y),
+                 (x, weight, eps, T, H, y))
+SSM_CPU_DISPATCH(void, rms_norm_strided, (float* x, int64_t stride, const float* weight, float eps, int64_t T,
+                 int64_t H), (x, stride, weight, eps, T, H))

@@ -5,7 +5,9 @@
 
 #include "core/error.h"
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 
 std::vector<float> rope_inv_freq(double theta, int rotary_dim) {
   SSM_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, "rope: rotary dim must be even and >= 2 (got {})", rotary_dim);
@@ -41,4 +43,10 @@ void apply_rope(float* x, int64_t x_stride, int64_t T, int num_heads, int head_d
   }
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(std::vector<float>, rope_inv_freq, (double theta, int rotary_dim), (theta, rotary_dim))
+SSM_CPU_DISPATCH(void, apply_rope, (float* x, int64_t x_stride, int64_t T, int num_heads, int head_dim,
+                 std::span<const int32_t> positions, std::span<const float> inv_freq),
+                 (x, x_stride, T, num_heads, head_dim, positions, inv_freq))

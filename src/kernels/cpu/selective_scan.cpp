@@ -8,7 +8,9 @@
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/vec_math.h"
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 namespace {
 
 constexpr int kMaxState = 256;
@@ -132,4 +134,12 @@ void selective_state_update(const ScanInputs& in, const ScanParams& p, float* y,
   visit_state_dtype(p.ssm_states.dtype, [&](auto tag) { state_update<decltype(tag)>(in, p, y, y_stride, rows); });
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, selective_scan_fwd, (const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
+                 std::span<const int32_t> query_start_loc, std::span<const int32_t> state_indices,
+                 std::span<const uint8_t> has_initial_states),
+                 (in, p, y, y_stride, query_start_loc, state_indices, has_initial_states))
+SSM_CPU_DISPATCH(void, selective_state_update, (const ScanInputs& in, const ScanParams& p, float* y, int64_t y_stride,
+                 const DecodeRows& rows), (in, p, y, y_stride, rows))

@@ -1,4 +1,6 @@
-// Owns small_gemm (see small_gemm.h): a BLIS-style broadcast microkernel over MR x 32 register tiles.
+// Owns small_gemm (see small_gemm.h): a BLIS-style broadcast microkernel over MR x 32 register tiles (AVX-512),
+// MR x 16 (AVX2) or plain loops (the scalar variant; kernels/cpu/isa/cpu_isa.h chooses), each element the same FMA
+// chain in all three: bit-identical results.
 #include "kernels/cpu/small_gemm.h"
 
 #include <immintrin.h>
@@ -6,10 +8,12 @@
 #include <algorithm>
 #include <cmath>
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 namespace {
 
-#if defined(__AVX512F__)
+#if SSM_CPU_AVX512
 
 constexpr int kTileRows = 12;  // 24 accumulators + 2 B vectors of the 32 zmm registers
 
@@ -56,6 +60,63 @@ void rows(int64_t M, int64_t K, const float* A, int64_t sm, int64_t sk, const fl
   }
 }
 
+#elif SSM_CPU_AVX2
+
+constexpr int kTileRows = 6;  // 12 accumulators + 2 B vectors + 1 broadcast of the 16 ymm registers
+
+/// The _mm256_maskload_ps / _mm256_maskstore_ps mask of lanes [0, n) (n <= 0: none, n >= 8: all).
+inline __m256i lane_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(std::clamp(n, 0, 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/// C[0..MR) x [0..ncols) with ncols <= 16 (a half of the AVX-512 kernel's 32 columns, the same chain per element);
+/// masked loads / stores on the column tail.
+template <int MR>
+inline void tile(int64_t K, const float* A, int64_t sm, int64_t sk, const float* B, int64_t ldb, float* C, int64_t ldc,
+                 int ncols) {
+  const __m256i m0 = lane_mask(ncols), m1 = lane_mask(ncols - 8);
+  __m256 acc[MR][2];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const float* bk = B + k * ldb;
+    const __m256 b0 = _mm256_maskload_ps(bk, m0);
+    const __m256 b1 = _mm256_maskload_ps(bk + 8, m1);
+    const float* ak = A + k * sk;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m256 a = _mm256_broadcast_ss(ak + m * sm);
+      acc[m][0] = _mm256_fmadd_ps(a, b0, acc[m][0]);
+      acc[m][1] = _mm256_fmadd_ps(a, b1, acc[m][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    _mm256_maskstore_ps(C + m * ldc, m0, acc[m][0]);
+    _mm256_maskstore_ps(C + m * ldc + 8, m1, acc[m][1]);
+  }
+}
+
+/// Rows [0, M) x columns [0, ncols), ncols <= 32, as two 16-column halves.
+void rows(int64_t M, int64_t K, const float* A, int64_t sm, int64_t sk, const float* B, int64_t ldb, float* C,
+          int64_t ldc, int ncols) {
+  for (int c0 = 0; c0 < ncols; c0 += 16) {
+    const int n = std::min(16, ncols - c0);
+    int64_t m = 0;
+    for (; m + kTileRows <= M; m += kTileRows)
+      tile<kTileRows>(K, A + m * sm, sm, sk, B + c0, ldb, C + m * ldc + c0, ldc, n);
+    const float* Am = A + m * sm;
+    float* Cm = C + m * ldc + c0;
+    switch (M - m) {
+#define SSM_GEMM_TAIL(R) \
+  case R: tile<R>(K, Am, sm, sk, B + c0, ldb, Cm, ldc, n); break;
+      SSM_GEMM_TAIL(5) SSM_GEMM_TAIL(4) SSM_GEMM_TAIL(3) SSM_GEMM_TAIL(2) SSM_GEMM_TAIL(1)
+#undef SSM_GEMM_TAIL
+      default: break;
+    }
+  }
+}
+
 #else  // portable fallback: the same chain per element
 
 void rows(int64_t M, int64_t K, const float* A, int64_t sm, int64_t sk, const float* B, int64_t ldb, float* C,
@@ -81,4 +142,9 @@ void small_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_strid
     rows(M, K, A, a_stride_m, a_stride_k, B + n0, ldb, C + n0, ldc, static_cast<int>(std::min<int64_t>(32, N - n0)));
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, small_gemm, (int64_t M, int64_t N, int64_t K, const float* A, int64_t a_stride_m,
+                 int64_t a_stride_k, const float* B, int64_t ldb, float* C, int64_t ldc),
+                 (M, N, K, A, a_stride_m, a_stride_k, B, ldb, C, ldc))

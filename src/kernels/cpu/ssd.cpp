@@ -12,7 +12,9 @@
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/vec_math.h"
 
-namespace ssmserve::cpu {
+#include "kernels/cpu/isa/variant.h"  // last: opens the instruction-set variant (see there)
+
+namespace ssmserve::cpu::SSM_CPU_VARIANT {
 namespace {
 
 /// Decays exp(x) with x below this are taken as exactly 0 (e^-60 ~ 1e-26, far below fp32 resolution next to any
@@ -374,4 +376,13 @@ void ssd_state_update_part(const SsdInputs& in, const SsdParams& p, float* y, in
   });
 }
 
-}  // namespace ssmserve::cpu
+}  // namespace ssmserve::cpu::SSM_CPU_VARIANT
+
+// The public functions: the active variant's (kernels/cpu/isa/variant.h).
+SSM_CPU_DISPATCH(void, ssd_chunk_scan_fwd, (const SsdInputs& in, const SsdParams& p, const SsdChunkMetadata& meta,
+                 float* y, int64_t y_stride, float* chunk_states), (in, p, meta, y, y_stride, chunk_states))
+SSM_CPU_DISPATCH(void, ssd_state_update, (const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                 const DecodeRows& rows), (in, p, y, y_stride, rows))
+SSM_CPU_DISPATCH(void, ssd_check_params, (const SsdParams& p), (p))
+SSM_CPU_DISPATCH(void, ssd_state_update_part, (const SsdInputs& in, const SsdParams& p, float* y, int64_t y_stride,
+                 const DecodeRows& rows, int part, int num_parts), (in, p, y, y_stride, rows, part, num_parts))

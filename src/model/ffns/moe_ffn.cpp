@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "dist/gathered_linear.h"
 #include "dist/shard.h"
-#include "kernels/cpu/activations.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/moe.h"
 #include "model/decoder/params.h"
@@ -80,21 +79,14 @@ class MoeFfn final : public CpuModule {
       float* gf = s.f32(4, n * IF);
       float* ye = s.f32(5, n * std::max<int64_t>(oc, 1));
       for (int64_t i = 0; i < n; ++i) std::copy_n(x + tok[i] * Hd, Hd, xe + i * Hd);
+      // The activation and the weighted adds are the kernels' own (their instruction-set variant's arithmetic).
       cpu::linear(xe, n, w.w1, nullptr, g);
-      if (w.gated()) {
-        cpu::linear(xe, n, w.w3, nullptr, u);
-        for (int64_t i = 0; i < n * I; ++i) g[i] = cpu::silu(g[i]) * u[i];
-      } else {
-        for (int64_t i = 0; i < n * I; ++i) g[i] = g[i] > 0.0f ? g[i] * g[i] : 0.0f;
-      }
+      if (w.gated()) cpu::linear(xe, n, w.w3, nullptr, u);
+      cpu::expert_activation(w.gated(), g, u, n * I);
       dist::all_gather_columns(g, n, I, I, *tp.comm, gf, IF, s.vec(6));
       if (oc == 0) continue;
       cpu::linear(gf, n, IF, w.w2, nullptr, ye, oc);
-      for (int64_t i = 0; i < n; ++i) {
-        float* o = part.data() + tok[i] * per;
-        const float* yi = ye + i * oc;
-        for (int64_t c = 0; c < oc; ++c) o[c] += yi[c] * tw[i];
-      }
+      for (int64_t i = 0; i < n; ++i) cpu::moe_add_weighted(part.data() + tok[i] * per, ye + i * oc, tw[i], oc);
     }
     dist::all_gather_output_columns(part.data(), T, Hd, *tp.comm, out, Hd, s.vec(6));
   }
