@@ -27,6 +27,19 @@ bool has_tokenizer(const std::filesystem::path& dir) {
 
 }  // namespace
 
+int64_t draft_pool_blocks(int max_seqs, int max_model_len, int kv_block_size) {
+  // A committed and a scratch state per request.
+  int64_t blocks = 2LL * max_seqs + 1;
+  if (kv_block_size > 0) {
+    // Hybrid drafts: KV pages as the target's default pool has them (llm_engine.cpp), one partly filled page per
+    // request plus the pages of one request at the whole context (+ k drafted positions), not every request at the
+    // whole context: that was max_seqs x context, GiBs for a tiny draft, allocated and zeroed up front.
+    const int64_t ctx = max_model_len > 0 ? std::min(max_model_len, 1 << 20) : 8192;
+    blocks += max_seqs + (ctx + kMaxSpeculativeTokens + kv_block_size - 1) / kv_block_size;
+  }
+  return blocks;
+}
+
 DraftModelProposer::DraftModelProposer(const std::filesystem::path& dir, int target_vocab,
                                        const std::filesystem::path& target_tokenizer, int max_seqs, int max_model_len)
     : target_vocab_(target_vocab) {
@@ -51,12 +64,7 @@ DraftModelProposer::DraftModelProposer(const std::filesystem::path& dir, int tar
               "--speculative-config: the draft model \"{}\" has another tokenizer than the target (the same text gets other "
               "token ids)", dir.string());
   }
-  // Blocks: a committed and a scratch state per request, plus (hybrid drafts) KV pages for the model's context.
-  int64_t blocks = 2LL * max_seqs + 1;
-  if (const int kvbs = model_->kv_block_size(); kvbs > 0) {
-    const int ctx = max_model_len > 0 ? std::min(max_model_len, 8192) : 8192;
-    blocks += int64_t{max_seqs} * ((ctx + kMaxSpeculativeTokens + kvbs - 1) / kvbs);
-  }
+  int64_t blocks = draft_pool_blocks(max_seqs, max_model_len, model_->kv_block_size());
   const StateShape shape = model_->state_shape();
   const double block_bytes =
       static_cast<double>(StateCache(model_->num_state_layers(), shape, 2).bytes_per_block());
@@ -91,14 +99,14 @@ void DraftModelProposer::release(const std::string& request_id) {
   slots_.erase(it);
 }
 
-void DraftModelProposer::reserve_kv(Slot& s, int tokens) {
+bool DraftModelProposer::reserve_kv(Slot& s, int tokens) {
   const int kvbs = model_->kv_block_size();
-  if (kvbs <= 0) return;
-  while (static_cast<int>(s.kv_blocks.size()) * kvbs < tokens) {
-    const int b = allocate_block();
-    if (b == 0) fail("draft model: out of KV blocks");
-    s.kv_blocks.push_back(b);
-  }
+  if (kvbs <= 0) return true;
+  const size_t need = static_cast<size_t>((tokens + kvbs - 1) / kvbs);
+  if (need <= s.kv_blocks.size()) return true;
+  if (need - s.kv_blocks.size() > free_.size()) return false;  // all or nothing: a partial table would only hold pages
+  while (s.kv_blocks.size() < need) s.kv_blocks.push_back(allocate_block());
+  return true;
 }
 
 std::vector<int32_t> DraftModelProposer::run(const std::vector<ScheduledSeq>& seqs, const std::vector<std::vector<int32_t>>& tokens,
@@ -137,11 +145,7 @@ void DraftModelProposer::propose(std::span<RequestState* const> reqs, int k) {
     if (!s.committed || !s.scratch) continue;  // out of blocks: no drafts for this one
     if (s.num_computed == 0) cache_->zero_block(s.committed);
     const int n = r->num_tokens() - s.num_computed;
-    try {
-      reserve_kv(s, r->num_tokens() + k);
-    } catch (const Error&) {
-      continue;
-    }
+    if (!reserve_kv(s, r->num_tokens() + k)) continue;  // out of KV pages: no drafts for this one this step
     std::vector<int32_t> t;
     for (int p = s.num_computed; p < r->num_tokens(); ++p) t.push_back(r->token_at(p));
     seqs.push_back({s.committed, s.num_computed, n, !(n == 1 && s.num_computed > 0)});

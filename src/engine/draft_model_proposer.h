@@ -18,6 +18,13 @@ namespace ssmserve {
 /// scratch block the k - 1 further draft steps run on (a copy of the committed state), so rejected drafts never touch
 /// the committed state. Hybrid drafts keep their KV pages per position (drafted positions are rewritten when caught up).
 /// One forward for the catch-up of all requests, then one per further draft position.
+/// Blocks of the draft model's pool: a committed and a scratch state block per request (`max_seqs`) plus the null
+/// block, and for a hybrid draft (`kv_block_size` > 0) KV pages as the target's default pool sizes them: one partly
+/// filled page per request plus the pages of one request at the whole context (`max_model_len`, 0 = unknown: 8192)
+/// and kMaxSpeculativeTokens drafted positions. Requests that find no free pages get no drafts (the output is the
+/// same). Capped by the constructor at a quarter of RAM.
+int64_t draft_pool_blocks(int max_seqs, int max_model_len, int kv_block_size);
+
 class DraftModelProposer final : public Proposer {
  public:
   /// Loads the draft checkpoint `dir` (on the CPU, `threads` OpenMP threads as the target). `target_vocab`: the
@@ -37,8 +44,8 @@ class DraftModelProposer final : public Proposer {
     std::vector<int32_t> kv_blocks;  ///< hybrids: KV block table
   };
   int allocate_block();
-  /// Grows s's KV table to hold `tokens` positions.
-  void reserve_kv(Slot& s, int tokens);
+  /// Grows s's KV table to hold `tokens` positions; false (the table unchanged) when the pool has too few free blocks.
+  bool reserve_kv(Slot& s, int tokens);
   /// Runs one batch of rows on the draft model and returns each row's greedy next token.
   std::vector<int32_t> run(const std::vector<ScheduledSeq>& seqs, const std::vector<std::vector<int32_t>>& tokens,
                            const std::vector<std::vector<int32_t>>& tables);

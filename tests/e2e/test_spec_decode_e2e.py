@@ -60,6 +60,24 @@ def test_draft_model_equals_plain_and_accepts():
     assert "speculative decoding: acceptance rate 100.0%" in r.stdout, r.stdout
 
 
+def test_hybrid_draft_model_pool_is_sized_like_the_targets():
+    # A hybrid draft's KV pages: one per request plus one request at the whole context (the target's default pool),
+    # not --max-num-seqs requests at the whole context (it was 17153 blocks here, min'ed with a quarter of RAM: GiBs
+    # allocated and zeroed at startup for a 28M-parameter draft). Requests short of pages get no drafts: same output.
+    hybrid = SHARED / "tiny-nemotron_h"
+    if not (hybrid / "config.json").exists():
+        pytest.skip("no shared tiny-nemotron_h")
+    draft = json.dumps({"method": "draft_model", "model": str(hybrid), "num_speculative_tokens": 3})
+    r = run("--log-level", "info", "generate", "--model", MODEL, "--prompt", "Hello", "--max-tokens", "2", "--threads",
+            "2", "--speculative-config", draft)
+    assert r.returncode == 0, r.stderr
+    # 2 x 256 + 1 state blocks, 256 pages, ceil((8192 + 16) / 128) pages (tiny-mamba has no context: 8192).
+    assert "(834 state blocks)" in r.stderr and "draft model gets" not in r.stderr, r.stderr
+    plain = generate_json("--max-num-seqs", "2")
+    spec = generate_json("--max-num-seqs", "2", "--max-model-len", "128", "--speculative-config", draft)
+    assert strip(spec) == strip(plain)
+
+
 def test_serve_reports_spec_decode_metrics():
     import openai
 
