@@ -47,8 +47,16 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& json_text) {
               "--speculative-config: unknown field \"{}\" (known: method, num_speculative_tokens, prompt_lookup_min, "
               "prompt_lookup_max, model, adaptive_draft_length, acceptance_rate, seed)", key);
   }
-  SSM_CHECK(j.contains("method") && j["method"].is_string(),
-            "--speculative-config: \"method\" must be a string: \"ngram\" or \"draft_model\"");
+  if (!j.contains("method") || j["method"].is_null()) {
+    // vLLM infers the method from "model": "ngram" / "[ngram]" name prompt lookup, any other model a draft model.
+    SSM_CHECK(j.contains("model") && j["model"].is_string(),
+              "--speculative-config: \"method\" must be a string: \"ngram\" or \"draft_model\" (or leave it out and give "
+              "\"model\": the draft checkpoint folder, as vLLM)");
+    const std::string m = j["model"].get<std::string>();
+    j["method"] = m == "ngram" || m == "[ngram]" ? "ngram" : "draft_model";
+    if (j["method"] == "ngram") j.erase("model");
+  }
+  SSM_CHECK(j["method"].is_string(), "--speculative-config: \"method\" must be a string: \"ngram\" or \"draft_model\"");
   c.method = j["method"].get<std::string>();
   SSM_CHECK(c.method == "ngram" || c.method == "draft_model" || c.method == "replay",
             "--speculative-config: unknown method \"{}\" (known: ngram, draft_model; replay in ssmserve bench latency)",

@@ -38,7 +38,9 @@ struct SpeculativeConfig {
   /// Whether the method is a benchmark-only drafter (replay), which only `ssmserve bench latency` may use.
   bool benchmark_only() const { return method == "replay"; }
 
-  /// Parses the JSON text of --speculative-config ("" = off). Throws Error naming the field for malformed JSON, an
+  /// Parses the JSON text of --speculative-config ("" = off). Without "method" (or with null) the method is inferred
+  /// from "model" as vLLM does: "ngram" / "[ngram]" mean prompt lookup, any other folder draft_model. Throws Error
+  /// naming the field for malformed JSON, neither a method nor a model, an
   /// unknown method or key, k outside [1, 16], bad lookup sizes, a draft_model without "model", a replay
   /// acceptance_rate outside [0, 1] or a negative seed, or a field of another method.
   static SpeculativeConfig parse(const std::string& json_text);

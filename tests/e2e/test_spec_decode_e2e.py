@@ -60,6 +60,14 @@ def test_draft_model_equals_plain_and_accepts():
     assert "speculative decoding: acceptance rate 100.0%" in r.stdout, r.stdout
 
 
+def test_method_left_out_is_inferred_from_the_model_as_vllm():
+    # vLLM's form without "method": a folder is a draft model, "ngram" prompt lookup.
+    plain = generate_json()
+    for cfg in ({"model": str(MODEL), "num_speculative_tokens": 3},
+                {"model": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}):
+        assert strip(generate_json("--speculative-config", json.dumps(cfg))) == strip(plain), cfg
+
+
 def test_hybrid_draft_model_pool_is_sized_like_the_targets():
     # A hybrid draft's KV pages: one per request plus one request at the whole context (the target's default pool),
     # not --max-num-seqs requests at the whole context (it was 17153 blocks here, min'ed with a quarter of RAM: GiBs

@@ -489,6 +489,31 @@ TEST(SpecDecodeConfig, BadConfigsNameTheField) {
   EXPECT_EQ(one.prompt_lookup_min, 3);
 }
 
+// vLLM's SpeculativeConfig infers a missing (or null) method from "model": "ngram" / "[ngram]" are prompt lookup,
+// anything else a draft model folder; with neither, the error says both.
+TEST(SpecDecodeConfig, MethodIsInferredFromTheModelAsVllm) {
+  const SpeculativeConfig d = SpeculativeConfig::parse(R"({"model": "/some/draft", "num_speculative_tokens": 3})");
+  EXPECT_EQ(d.method, "draft_model");
+  EXPECT_EQ(d.model, "/some/draft");
+  EXPECT_EQ(d.num_speculative_tokens, 3);
+  EXPECT_EQ(SpeculativeConfig::parse(R"({"method": null, "model": "/d", "num_speculative_tokens": 2})").method, "draft_model");
+  for (const char* ngram : {R"({"model": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3})",
+                            R"({"model": "[ngram]", "num_speculative_tokens": 4, "prompt_lookup_max": 3})"}) {
+    const SpeculativeConfig n = SpeculativeConfig::parse(ngram);
+    EXPECT_EQ(n.method, "ngram");
+    EXPECT_TRUE(n.model.empty());
+    EXPECT_EQ(n.prompt_lookup_min, 3);
+    EXPECT_EQ(n.prompt_lookup_max, 3);
+  }
+  try {
+    (void)SpeculativeConfig::parse(R"({"num_speculative_tokens": 4})");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"method\""), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("\"model\""), std::string::npos) << e.what();
+  }
+}
+
 // The adaptive draft length's rule (engine/draft_length.h) at constant acceptance rates.
 TEST(SpecDecodeDraftLength, FollowsTheAcceptanceRate) {
   // d after `steps` rows whose drafts are all right (rate 1), or right then wrong (rate 0.5: the first draft of a row
