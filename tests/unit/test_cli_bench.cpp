@@ -204,6 +204,16 @@ TEST(CliBenchLatency, InputPlusOutputBeyondTheContextIsAnError) {
   EXPECT_THAT(r.err, HasSubstr("--input-len 131000 + --output-len 100 exceed the model's maximum context length of 131072"));
 }
 
+TEST(CliBenchThroughput, InputPlusOutputBeyondTheContextIsAnError) {
+  // As bench latency: without --max-model-len the model's context bounds --input-len + --output-len (before: the
+  // engine stopped each request at the context and the run reported 2 output tokens per request instead of 100).
+  const CliRun r = run("bench throughput --model " + std::string(SSMSERVE_SOURCE_DIR) + "/tests/data/tiny-hybrids/tiny-qwen3_5" +
+                       " --load-format dummy --input-len 4090 --output-len 100 --num-prompts 1");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--input-len 4090 + --output-len 100 exceed the model's maximum context length of 4096"));
+  EXPECT_THAT(r.out, Not(HasSubstr("Throughput")));
+}
+
 TEST(CliBenchMultiturn, HistoryBeyondTheContextIsAnErrorBeforeAnyRow) {
   // Turn 2 = history + answer + new tokens must leave room for one token; checked for every length up front, not
   // after the shorter lengths have run (before: an unnamed prompt-length error at the last default length).
