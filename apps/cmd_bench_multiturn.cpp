@@ -78,21 +78,24 @@ int run_multiturn(MultiTurnArgs& a) {
                                                     "/ --mamba-cache-mode none");
   // The longest prompt is turn 2 (history + turn 1's answer + the new tokens), and it must leave room for one
   // generated token: check every length now, not after the shorter ones have run. Default lengths that do not fit
-  // are left out; given ones are an error naming the flags.
-  if (const int ctx = engine.max_model_len(); ctx > 0) {
+  // are left out; given ones are an error naming the flags. The limit is the context (max_model_len) and, for hybrid
+  // models, the tokens one request's KV blocks can take in the block pool (--num-state-blocks).
+  int ctx = engine.max_model_len();
+  std::string limit = "the context (max_model_len)";
+  if (const int cap = engine.pool_token_capacity(); cap > 0 && (ctx <= 0 || cap < ctx))
+    ctx = cap, limit = "what one request's KV blocks can take in the block pool (--num-state-blocks)";
+  if (ctx > 0) {
     const auto fits = [&](int h) { return static_cast<long long>(h) + a.output_len + a.turn_tokens < ctx; };
     if (!a.history_lens_given) {
       std::erase_if(a.history_lens, [&](int h) { return !fits(h); });
       SSM_CHECK(!a.history_lens.empty(),
-                "the context (max_model_len) of {} tokens is too short for the default --history-lens with --output-len {} "
-                "+ --turn-tokens {}: pass shorter --history-lens",
-                ctx, a.output_len, a.turn_tokens);
+                "{}, {} tokens, is too short for the default --history-lens with --output-len {} + --turn-tokens {}: "
+                "pass shorter --history-lens",
+                limit, ctx, a.output_len, a.turn_tokens);
     }
     for (int h : a.history_lens)
-      SSM_CHECK(fits(h),
-                "--history-lens {} + --output-len {} + --turn-tokens {} leave no room for a token within the context "
-                "(max_model_len) of {} tokens",
-                h, a.output_len, a.turn_tokens, ctx);
+      SSM_CHECK(fits(h), "--history-lens {} + --output-len {} + --turn-tokens {} leave no room for a token within {}, {} tokens",
+                h, a.output_len, a.turn_tokens, limit, ctx);
   }
   const int V = engine.model_config().vocab_size;
   std::mt19937_64 rng(static_cast<uint64_t>(a.seed));

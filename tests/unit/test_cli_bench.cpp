@@ -223,6 +223,23 @@ TEST(CliBenchMultiturn, HistoryBeyondTheContextIsAnErrorBeforeAnyRow) {
   EXPECT_THAT(r.out, Not(HasSubstr("TTFT")));
 }
 
+TEST(CliBenchMultiturn, HybridHistoryBeyondTheBlockPoolIsCheckedUpFront) {
+  // A hybrid's turn 2 must also fit what one request's KV blocks can take in the pool (here 18 x 32 tokens or
+  // 58 x 32): given lengths are an error before any row, default ones are trimmed (before: the rows that fit ran,
+  // then the run died at the first longer one with the engine's "needs N blocks" error).
+  const std::string hybrid = std::string(SSMSERVE_SOURCE_DIR) + "/tests/data/tiny-hybrids/tiny-qwen3_5 --load-format dummy";
+  const CliRun given = run("bench multiturn --model " + hybrid + " --num-state-blocks 20 --history-lens 16 2000 --num-iters 1");
+  EXPECT_EQ(given.status, 1) << given.err;
+  EXPECT_THAT(given.err, HasSubstr("--history-lens 2000 + --output-len 32 + --turn-tokens 200 leave no room for a token "
+                                   "within what one request's KV blocks can take in the block pool (--num-state-blocks), "
+                                   "576 tokens"));
+  EXPECT_THAT(given.out, Not(HasSubstr("TTFT")));
+  const CliRun trimmed = run("bench multiturn --model " + hybrid + " --num-state-blocks 60 --num-iters 1");
+  ASSERT_EQ(trimmed.status, 0) << trimmed.err;
+  EXPECT_THAT(trimmed.out, HasSubstr("      1024"));
+  EXPECT_THAT(trimmed.out, Not(HasSubstr("      2048")));
+}
+
 TEST(CliBenchMultiturn, DefaultHistoryLengthsAreTrimmedToTheContext) {
   const CliRun r = run("bench multiturn --model " + kTiny + " --max-model-len 1100 --num-iters 1 --output-len 2 --turn-tokens 8");
   ASSERT_EQ(r.status, 0) << r.err;
