@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
+#include <string_view>
 
 #include "apps/commands.h"
 #include "config/hf_json.h"
@@ -52,6 +54,34 @@ auto server_field(const std::string& where, Parse&& parse) {
   } catch (const server::ApiError& e) {
     fail("{}: {}", where, e.what());
   }
+}
+
+/// The SamplingParams fields `generate` sets from its flags, each from the flag of its name with dashes (--max-tokens).
+constexpr std::string_view kFlagFields[] = {"max_tokens",       "min_tokens",        "temperature", "top_p",
+                                            "top_k",            "min_p",             "repetition_penalty",
+                                            "presence_penalty", "frequency_penalty", "stop",
+                                            "stop_token_ids",   "logprobs",          "prompt_logprobs"};
+
+/// SamplingParams::validate's error about values taken from the flags, naming the flag the user typed instead of the
+/// field: "--max-tokens must be at least 1, got 0", "--min-tokens must be less than or equal to --max-tokens=2, got 5".
+/// A field no flag sets keeps its message.
+[[noreturn]] void fail_naming_flag(const SamplingParamsError& e) {
+  if (std::find(std::begin(kFlagFields), std::end(kFlagFields), e.field()) == std::end(kFlagFields)) throw e;
+  auto flag = [](std::string_view field) {
+    std::string f = "--" + std::string(field);
+    std::replace(f.begin(), f.end(), '_', '-');
+    return f;
+  };
+  std::string msg = e.named(flag(e.field()));
+  if (const size_t at = msg.find(" max_tokens="); at != std::string::npos) msg.replace(at + 1, 10, flag("max_tokens"));
+  throw Error(msg);
+}
+
+/// SamplingParams::validate's error about the values of a --prompts-file line, naming the line and the JSON field:
+/// "p.jsonl:2: max_tokens must be at least 1, got 0".
+[[noreturn]] void fail_naming_line(const std::string& where, const Error& e) {
+  const auto* sp = dynamic_cast<const SamplingParamsError*>(&e);
+  fail("{}: {}", where, sp ? sp->named(sp->field()) : std::string(e.what()));
 }
 
 /// Overrides `sp` with the sampling fields of one --prompts-file line (vLLM's SamplingParams names; logit_bias,
@@ -165,7 +195,7 @@ std::vector<PromptJob> read_prompts_file(const std::string& path, const Sampling
     try {
       rest.validate(1);
     } catch (const Error& e) {
-      fail("{}: {}", where, e.what());
+      fail_naming_line(where, e);
     }
     // A schema / regex / grammar xgrammar cannot convert fails here, before the model loads (as the server's 400).
     if (rest.structured_outputs)
@@ -204,7 +234,7 @@ void fit_to_context(std::vector<PromptJob>& jobs, const LLMEngine& engine, bool 
 /// engine would make them too, naming no prompt): token ids (stop_token_ids, logit_bias, allowed_token_ids) below the
 /// model's vocab_size, and bad_words tokenized into bad_words_token_ids (tokenize_bad_words: a word that tokenizes to
 /// nothing, or past kMaxBadWords sequences / kMaxBadWordsTotalTokens tokens, is an error), as the server does on its
-/// request thread. Throws Error naming the job's `where` (the engine's message alone for --prompt).
+/// request thread. Throws Error naming the job's `where` and the JSON field, or for --prompt the flag.
 void check_against_model(std::vector<PromptJob>& jobs, const LLMEngine& engine) {
   const int vocab = engine.model_config().vocab_size;
   const Tokenizer* tok = engine.tokenizer();
@@ -218,8 +248,9 @@ void check_against_model(std::vector<PromptJob>& jobs, const LLMEngine& engine) 
       }
       SSM_CHECK(!sp.structured_outputs || tok, "structured_outputs need a tokenizer (the model has none)");
     } catch (const Error& e) {
-      if (job.where.empty()) throw;
-      fail("{}: {}", job.where, e.what());
+      if (!job.where.empty()) fail_naming_line(job.where, e);
+      if (const auto* bad = dynamic_cast<const SamplingParamsError*>(&e)) fail_naming_flag(*bad);  // --prompt: the flags'
+      throw;
     }
   }
 }
@@ -284,8 +315,12 @@ void check_flags(GenerateArgs& a) {
   for (size_t i = 0; i < sp.stop_token_ids.size(); ++i)
     SSM_CHECK(sp.stop_token_ids[i] >= 0, "--stop-token-ids: entry {} is {}; token ids must be >= 0", i, sp.stop_token_ids[i]);
   SamplingParams rest = sp;
-  rest.stop_token_ids.clear();  // vocabulary-dependent: the engine checks them when the request is added
-  rest.validate(1);
+  rest.stop_token_ids.clear();  // vocabulary-dependent: checked against the model (check_against_model)
+  try {
+    rest.validate(1);
+  } catch (const SamplingParamsError& e) {
+    fail_naming_flag(e);
+  }
 }
 
 int run_generate(GenerateArgs& a) {

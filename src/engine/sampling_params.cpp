@@ -2,76 +2,84 @@
 #include "engine/sampling_params.h"
 
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 
 namespace ssmserve {
 
+namespace {
+
+/// Throws SamplingParamsError(field, rest formatted) unless `ok`.
+template <typename... Args>
+void check(bool ok, const char* field, fmt::format_string<Args...> rest, Args&&... args) {
+  if (!ok) throw SamplingParamsError(field, fmt::format(rest, std::forward<Args>(args)...));
+}
+
+}  // namespace
+
+SamplingParamsError::SamplingParamsError(std::string field, std::string rest)
+    : Error("SamplingParams." + field + rest), field_(std::move(field)), rest_(std::move(rest)) {}
+
 void SamplingParams::validate(int vocab_size) const {
   SSM_CHECK(vocab_size > 0, "SamplingParams.validate: vocab_size must be > 0, got {}", vocab_size);
-  SSM_CHECK(n >= 1, "SamplingParams.n must be at least 1, got {}", n);
+  check(n >= 1, "n", " must be at least 1, got {}", n);
   // Written as !(ok) so NaN fails too.
-  SSM_CHECK(presence_penalty >= -2.0 && presence_penalty <= 2.0,
-            "SamplingParams.presence_penalty must be in [-2, 2], got {}", presence_penalty);
-  SSM_CHECK(frequency_penalty >= -2.0 && frequency_penalty <= 2.0,
-            "SamplingParams.frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
-  SSM_CHECK(repetition_penalty > 0.0 && std::isfinite(repetition_penalty),
-            "SamplingParams.repetition_penalty must be greater than zero, got {}", repetition_penalty);
-  SSM_CHECK(temperature >= 0.0 && std::isfinite(temperature),
-            "SamplingParams.temperature must be non-negative, got {}", temperature);
-  SSM_CHECK(top_p > 0.0 && top_p <= 1.0, "SamplingParams.top_p must be in (0, 1], got {}", top_p);
-  SSM_CHECK(top_k >= -1, "SamplingParams.top_k must be 0 or -1 (disable), or at least 1, got {}", top_k);
-  SSM_CHECK(min_p >= 0.0 && min_p <= 1.0, "SamplingParams.min_p must be in [0, 1], got {}", min_p);
-  SSM_CHECK(max_tokens >= 1, "SamplingParams.max_tokens must be at least 1, got {}", max_tokens);
-  SSM_CHECK(min_tokens >= 0, "SamplingParams.min_tokens must be greater than or equal to 0, got {}", min_tokens);
-  SSM_CHECK(min_tokens <= max_tokens,
-            "SamplingParams.min_tokens must be less than or equal to max_tokens={}, got {}", max_tokens,
-            min_tokens);
+  check(presence_penalty >= -2.0 && presence_penalty <= 2.0, "presence_penalty", " must be in [-2, 2], got {}",
+        presence_penalty);
+  check(frequency_penalty >= -2.0 && frequency_penalty <= 2.0, "frequency_penalty", " must be in [-2, 2], got {}",
+        frequency_penalty);
+  check(repetition_penalty > 0.0 && std::isfinite(repetition_penalty), "repetition_penalty",
+        " must be greater than zero, got {}", repetition_penalty);
+  check(temperature >= 0.0 && std::isfinite(temperature), "temperature", " must be non-negative, got {}", temperature);
+  check(top_p > 0.0 && top_p <= 1.0, "top_p", " must be in (0, 1], got {}", top_p);
+  check(top_k >= -1, "top_k", " must be 0 or -1 (disable), or at least 1, got {}", top_k);
+  check(min_p >= 0.0 && min_p <= 1.0, "min_p", " must be in [0, 1], got {}", min_p);
+  check(max_tokens >= 1, "max_tokens", " must be at least 1, got {}", max_tokens);
+  check(min_tokens >= 0, "min_tokens", " must be greater than or equal to 0, got {}", min_tokens);
+  check(min_tokens <= max_tokens, "min_tokens", " must be less than or equal to max_tokens={}, got {}", max_tokens,
+        min_tokens);
   if (logprobs) {
-    SSM_CHECK(*logprobs >= 0 && *logprobs <= kMaxLogprobs, "SamplingParams.logprobs must be in [0, {}], got {}",
-              kMaxLogprobs, *logprobs);
+    check(*logprobs >= 0 && *logprobs <= kMaxLogprobs, "logprobs", " must be in [0, {}], got {}", kMaxLogprobs,
+          *logprobs);
   }
   if (prompt_logprobs) {
-    SSM_CHECK(*prompt_logprobs >= 0 && *prompt_logprobs <= kMaxLogprobs,
-              "SamplingParams.prompt_logprobs must be in [0, {}], got {}", kMaxLogprobs, *prompt_logprobs);
+    check(*prompt_logprobs >= 0 && *prompt_logprobs <= kMaxLogprobs, "prompt_logprobs", " must be in [0, {}], got {}",
+          kMaxLogprobs, *prompt_logprobs);
   }
-  for (size_t i = 0; i < stop.size(); ++i) {
-    SSM_CHECK(!stop[i].empty(), "SamplingParams.stop cannot contain an empty string (stop[{}])", i);
-  }
+  for (size_t i = 0; i < stop.size(); ++i) check(!stop[i].empty(), "stop", " cannot contain an empty string (stop[{}])", i);
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     const int t = stop_token_ids[i];
-    SSM_CHECK(t >= 0 && t < vocab_size, "SamplingParams.stop_token_ids[{}] = {} is out of vocabulary range [0, {})",
-              i, t, vocab_size);
+    check(t >= 0 && t < vocab_size, "stop_token_ids", "[{}] = {} is out of vocabulary range [0, {})", i, t, vocab_size);
   }
   for (const auto& [id, bias] : logit_bias) {
-    SSM_CHECK(id >= 0 && id < vocab_size, "SamplingParams.logit_bias: token id {} is out of vocabulary range [0, {})", id,
-              vocab_size);
-    SSM_CHECK(std::isfinite(bias), "SamplingParams.logit_bias[{}] must be finite, got {}", id, bias);
+    check(id >= 0 && id < vocab_size, "logit_bias", ": token id {} is out of vocabulary range [0, {})", id, vocab_size);
+    check(std::isfinite(bias), "logit_bias", "[{}] must be finite, got {}", id, bias);
   }
   for (size_t i = 0; i < allowed_token_ids.size(); ++i) {
     const int t = allowed_token_ids[i];
-    SSM_CHECK(t >= 0 && t < vocab_size, "SamplingParams.allowed_token_ids[{}] = {} is out of vocabulary range [0, {})",
-              i, t, vocab_size);
+    check(t >= 0 && t < vocab_size, "allowed_token_ids", "[{}] = {} is out of vocabulary range [0, {})", i, t,
+          vocab_size);
   }
-  SSM_CHECK(bad_words.size() <= static_cast<size_t>(kMaxBadWords), "SamplingParams.bad_words has {} words; at most {}",
-            bad_words.size(), kMaxBadWords);
+  check(bad_words.size() <= static_cast<size_t>(kMaxBadWords), "bad_words", " has {} words; at most {}",
+        bad_words.size(), kMaxBadWords);
   for (size_t i = 0; i < bad_words.size(); ++i) {
-    SSM_CHECK(!bad_words[i].empty(), "SamplingParams.bad_words cannot contain an empty string (bad_words[{}])", i);
-    SSM_CHECK(bad_words[i].size() <= kMaxBadWordBytes, "SamplingParams.bad_words[{}] is {} bytes long; at most {}", i,
-              bad_words[i].size(), kMaxBadWordBytes);
+    check(!bad_words[i].empty(), "bad_words", " cannot contain an empty string (bad_words[{}])", i);
+    check(bad_words[i].size() <= kMaxBadWordBytes, "bad_words", "[{}] is {} bytes long; at most {}", i,
+          bad_words[i].size(), kMaxBadWordBytes);
   }
-  SSM_CHECK(bad_words_token_ids.size() <= static_cast<size_t>(kMaxBadWords),
-            "SamplingParams.bad_words_token_ids has {} sequences; at most {}", bad_words_token_ids.size(), kMaxBadWords);
+  check(bad_words_token_ids.size() <= static_cast<size_t>(kMaxBadWords), "bad_words_token_ids",
+        " has {} sequences; at most {}", bad_words_token_ids.size(), kMaxBadWords);
   size_t bad_tokens = 0;
   for (size_t i = 0; i < bad_words_token_ids.size(); ++i) {
-    SSM_CHECK(!bad_words_token_ids[i].empty(), "SamplingParams.bad_words_token_ids[{}] is empty", i);
+    check(!bad_words_token_ids[i].empty(), "bad_words_token_ids", "[{}] is empty", i);
     bad_tokens += bad_words_token_ids[i].size();
     for (const int t : bad_words_token_ids[i])
-      SSM_CHECK(t >= 0 && t < vocab_size, "SamplingParams.bad_words_token_ids[{}]: token id {} is out of vocabulary range "
-                "[0, {})", i, t, vocab_size);
+      check(t >= 0 && t < vocab_size, "bad_words_token_ids", "[{}]: token id {} is out of vocabulary range [0, {})", i,
+            t, vocab_size);
   }
-  SSM_CHECK(bad_tokens <= static_cast<size_t>(kMaxBadWordsTotalTokens),
-            "SamplingParams.bad_words_token_ids has {} tokens; at most {}", bad_tokens, kMaxBadWordsTotalTokens);
+  check(bad_tokens <= static_cast<size_t>(kMaxBadWordsTotalTokens), "bad_words_token_ids",
+        " has {} tokens; at most {}", bad_tokens, kMaxBadWordsTotalTokens);
   if (structured_outputs) structured_outputs->validate();
 }
 

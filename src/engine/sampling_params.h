@@ -5,7 +5,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "core/error.h"
 
 namespace ssmserve {
 
@@ -47,6 +50,22 @@ struct StructuredOutputsParams {
   /// choice list of non-empty strings, a non-empty schema / regex / grammar / tag).
   void validate() const;
   bool operator==(const StructuredOutputsParams&) const = default;
+};
+
+/// What SamplingParams::validate throws: an Error whose what() is "SamplingParams.<field><rest>" (e.g.
+/// "SamplingParams.max_tokens must be at least 1, got 0"), the field kept apart so that a caller that took the value
+/// under another name (the CLI's --max-tokens, a JSON line's "max_tokens", an HTTP request's field) can name that.
+class SamplingParamsError : public Error {
+ public:
+  SamplingParamsError(std::string field, std::string rest);
+  /// The SamplingParams field at fault ("max_tokens", "stop_token_ids", ...).
+  const std::string& field() const { return field_; }
+  /// The message naming `name` instead of "SamplingParams.<field>": name + rest (" must be at least 1, got 0",
+  /// "[0] = 50280 is out of vocabulary range [0, 50280)").
+  std::string named(std::string_view name) const { return std::string(name) + rest_; }
+
+ private:
+  std::string field_, rest_;
 };
 
 /// Per-request sampling and stopping parameters. Field names, meanings and defaults follow vLLM's
@@ -119,7 +138,8 @@ struct SamplingParams {
   /// Checks every field against vLLM's limits (SamplingParams._verify_args plus the engine's
   /// max_logprobs = 20 and the processor's token-id range check).
   /// vocab_size: the model's vocabulary size (> 0), used to range-check stop_token_ids.
-  /// Throws ssmserve::Error whose message names the offending field and value.
+  /// Throws SamplingParamsError naming the offending field and value (a bad structured_outputs: the Error of
+  /// StructuredOutputsParams::validate).
   void validate(int vocab_size) const;
 
   /// True when decoding is greedy: temperature < kSamplingEps (vLLM).

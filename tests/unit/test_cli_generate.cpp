@@ -142,7 +142,7 @@ TEST(CliGenerate, ErrorsExitWithOne) {
       {"generate --prompts-file " + (tmp / "noprompt.jsonl").string(), "\"prompt\""},
       {"generate --prompts-file " + (tmp / "missing.jsonl").string(), "missing.jsonl"},
       {"generate --prompt hi --temperature -1", "temperature"},
-      {"generate --prompt hi --top-p 0", "top_p"},
+      {"generate --prompt hi --top-p 0", "--top-p"},
       {"generate --prompt hi --model " + (tmp / "nowhere").string(), "nowhere"},
       {"generate --prompt hi --load-format foo", "load-format"},
   };
@@ -385,6 +385,52 @@ TEST(CliGenerate, FlagAndFileErrorsNameTheProblem) {
     EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr("error:")) << c.args;
     EXPECT_THAT(r.err, ::testing::Not(HasSubstr("1073741824"))) << c.args;
+  }
+}
+
+// A sampling flag's bad value is reported under the flag the user typed, not SamplingParams' field; a prompts-file
+// line's under file:line and its JSON field.
+TEST(CliGenerate, SamplingErrorsNameTheFlagOrTheLineField) {
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {"--max-tokens 0", "--max-tokens must be at least 1, got 0"},
+      {"--min-tokens -1", "--min-tokens must be greater than or equal to 0, got -1"},
+      {"--min-tokens 5 --max-tokens 2", "--min-tokens must be less than or equal to --max-tokens=2, got 5"},
+      {"--temperature -1", "--temperature must be non-negative, got -1"},
+      {"--top-p 1.5", "--top-p must be in (0, 1], got 1.5"},
+      {"--top-k -2", "--top-k must be 0 or -1 (disable), or at least 1, got -2"},
+      {"--min-p 2", "--min-p must be in [0, 1], got 2"},
+      {"--repetition-penalty 0", "--repetition-penalty must be greater than zero, got 0"},
+      {"--presence-penalty 3", "--presence-penalty must be in [-2, 2], got 3"},
+      {"--frequency-penalty -3", "--frequency-penalty must be in [-2, 2], got -3"},
+      {"--stop ''", "--stop cannot contain an empty string (stop[0])"},
+      {"--logprobs 21", "--logprobs must be in [0, 20], got 21"},
+      {"--prompt-logprobs 21", "--prompt-logprobs must be in [0, 20], got 21"},
+      {"--stop-token-ids 50280", "--stop-token-ids[0] = 50280 is out of vocabulary range [0, 50280)"},  // the model's
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run("generate --prompt hi " + c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error: " + c.expect)) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("SamplingParams"))) << c.args << "\n" << r.err;
+  }
+  ssmserve::testing::TempDir tmp("cli");
+  struct LineCase {
+    std::string fields, flags, expect;
+  } lines[] = {
+      {R"("max_tokens": 0)", "", "max_tokens must be at least 1, got 0"},
+      {R"("top_p": 0)", "", "top_p must be in (0, 1], got 0"},
+      {R"("min_tokens": 3)", "--max-tokens 2", "min_tokens must be less than or equal to max_tokens=2, got 3"},
+      {R"("stop_token_ids": [50280])", "", "stop_token_ids[0] = 50280 is out of vocabulary range [0, 50280)"},
+  };
+  for (const auto& c : lines) {
+    ssmserve::testing::write_file(tmp / "p.jsonl", "{\"prompt\": \"The\"}\n{\"prompt\": \"The\", " + c.fields + "}\n");
+    const CliRun r = run("generate --prompts-file " + (tmp / "p.jsonl").string() + " --json " + c.flags);
+    EXPECT_EQ(r.status, 1) << c.fields << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error: " + (tmp / "p.jsonl").string() + ":2: " + c.expect)) << c.fields << "\n" << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("SamplingParams"))) << c.fields << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.fields << "\n" << r.out;
   }
 }
 
