@@ -467,10 +467,10 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     SamplingParams sp = base.params;
     if (base.max_tokens_given) {
       if (static_cast<long long>(len) + sp.max_tokens > opt_.max_model_len)
-        bad_request("max_tokens", fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
-                                              "tokens ({} in the input, {} in the completion). Please reduce the length of "
-                                              "the input or the completion.",
-                                              opt_.max_model_len, static_cast<long long>(len) + sp.max_tokens, len, sp.max_tokens));
+        bad_request(base.max_tokens_field,
+                    fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
+                                "the input, {} in the completion). Please reduce the length of the input or the completion.",
+                                opt_.max_model_len, static_cast<long long>(len) + sp.max_tokens, len, sp.max_tokens));
     } else {
       // vLLM's get_max_tokens: what the context leaves, and for chat at most the model's default max_tokens
       // (completions: at most their 16).
@@ -482,15 +482,19 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     // --generation-config folder) on every request's max_tokens, its own included.
     if (const auto& cap = opt_.generation_defaults.max_tokens_limit) sp.max_tokens = std::min(sp.max_tokens, *cap);
     if (sp.min_tokens > sp.max_tokens)
-      bad_request("min_tokens", fmt::format("min_tokens ({}) must be less than or equal to max_tokens ({})", sp.min_tokens, sp.max_tokens));
+      bad_request("min_tokens", fmt::format("min_tokens ({}) must be less than or equal to {} ({})", sp.min_tokens,
+                                            base.max_tokens_field, sp.max_tokens));
     // The engine scores the prompt once for both echo's logprobs and prompt_logprobs (each rendering takes its top-k).
     if (job->echo && job->logprobs) sp.prompt_logprobs = job->logprobs;
     if (job->prompt_logprobs) sp.prompt_logprobs = std::max(sp.prompt_logprobs.value_or(0), *job->prompt_logprobs);
     sp.n = 1;
     try {
       sp.validate(vocab);
+    } catch (const SamplingParamsError& e) {
+      // The request's field (SamplingParams' names are vLLM's, the API's): "stop_token_ids[0] = 50280 is out of ...".
+      bad_request(e.field() == "bad_words_token_ids" ? "bad_words" : e.field(), e.named(e.field()));
     } catch (const Error& e) {
-      bad_request(sp.logit_bias.empty() ? "" : "logit_bias", e.what());
+      bad_request("", e.what());
     }
     for (int i = 0; i < base.params.n; ++i) {
       ssmserve::Request r;

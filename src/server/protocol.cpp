@@ -39,6 +39,11 @@ long long as_int(const json& v, const std::string& name, long long lo, long long
   return x;
 }
 
+/// The message for a max_tokens / max_completion_tokens `x` outside [1, 2^31 - 1] (vLLM: "at least 1").
+std::string max_tokens_range(const std::string& name, long long x) {
+  return fmt::format("{} must be in [1, {}] (got {})", name, std::numeric_limits<int>::max(), x);
+}
+
 double as_number(const json& v, const std::string& name) {
   if (!v.is_number()) bad_request(name, fmt::format("{} must be a number (got {})", name, type_name(v)));
   const double x = v.get<double>();
@@ -158,11 +163,17 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
     if (!v->is_string()) bad_request("model", fmt::format("model must be a string (got {})", type_name(*v)));
     r.model = v->get<std::string>();
   }
+  // Chat: max_completion_tokens, else the deprecated max_tokens (vLLM); errors name the one the client sent.
+  r.max_tokens_field = max_tokens_key;
   const json* mt = field(b, max_tokens_key);
-  if (!mt && std::string(max_tokens_key) == "max_completion_tokens") mt = field(b, "max_tokens");
+  if (!mt && chat && (mt = field(b, "max_tokens"))) r.max_tokens_field = "max_tokens";
   if (mt) {
-    // 0 is taken only by completions with echo (checked there).
-    sp.max_tokens = static_cast<int>(as_int(*mt, "max_tokens", 0, std::numeric_limits<int>::max()));
+    // At least 1 (vLLM's SamplingParams), on both endpoints and whatever the value; 0 is taken only by completions
+    // with echo (checked there).
+    const std::string& name = r.max_tokens_field;
+    const long long x = as_int(*mt, name, std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max());
+    if ((x < 1 && !(x == 0 && !chat)) || x > std::numeric_limits<int>::max()) bad_request(name, max_tokens_range(name, x));
+    sp.max_tokens = static_cast<int>(x);
     r.max_tokens_given = true;
   }
   if (const json* v = field(b, "temperature")) {
@@ -350,7 +361,7 @@ CompletionRequest parse_completion_request(const json& b, int max_logprobs, cons
   parse_prompt_logprobs(b, r, max_logprobs);
   if (field(b, "suffix")) bad_request("suffix", "suffix is not supported");
   if (r.max_tokens_given && r.params.max_tokens == 0) {  // vLLM: echo the prompt (and its logprobs) only
-    if (!r.echo) bad_request("max_tokens", "max_tokens must be in [1, 2147483647] (got 0; 0 is allowed only with echo)");
+    if (!r.echo) bad_request("max_tokens", max_tokens_range("max_tokens", 0) + "; 0 is allowed only with echo");
     if (r.stream) bad_request("max_tokens", "max_tokens 0 with echo is not supported with stream");
     if (r.params.min_tokens > 0) bad_request("min_tokens", "min_tokens must be 0 when max_tokens is 0");
     r.prompt_only = true;
@@ -370,8 +381,6 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
   r.params.structured_outputs =
       parse_structured_outputs(b, forced ? tool_choice_json_schema(r.tools, r.tool_choice_function) : json(nullptr),
                                &r.structured_outputs_field);
-  if (r.max_tokens_given && r.params.max_tokens == 0)
-    bad_request("max_tokens", "max_tokens must be in [1, 2147483647] (got 0)");
   const json* m = field(b, "messages");
   if (!m || !m->is_array() || m->empty()) bad_request("messages", "messages must be a non-empty list");
   r.messages = json::array();

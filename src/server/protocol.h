@@ -38,6 +38,9 @@ struct GenerationRequest {
   /// The field that set params.structured_outputs (parse_structured_outputs' `field`), for check_structured_outputs.
   std::string structured_outputs_field;
   bool max_tokens_given = false;
+  /// The field errors about params.max_tokens name: "max_tokens" on completions; on chat "max_completion_tokens",
+  /// or "max_tokens" when the client sent only that (vLLM's deprecated spelling).
+  std::string max_tokens_field = "max_tokens";
   bool stream = false;
   bool include_usage = false;          ///< stream_options.include_usage
   bool continuous_usage_stats = false; ///< stream_options.continuous_usage_stats (vLLM: usage in every chunk)
@@ -99,10 +102,10 @@ struct ChatRequest : GenerationRequest {
 /// Parses a completions body. Sampling fields the body leaves out (or sends as null) take `defaults` (the model's
 /// generation config: temperature, top_p, top_k, min_p, repetition_penalty), else vLLM's SamplingParams defaults;
 /// max_tokens defaults to 16 (OpenAI's and vLLM's completions default; the server lowers it to what the context
-/// leaves). Throws ApiError 400 naming the field for a wrong type or value out of range
-/// (max_tokens < 1 except 0 with echo, which sets prompt_only; temperature < 0, top_p outside (0, 1], n outside [1, kMaxN], empty prompt,
-/// logprobs / prompt_logprobs above `max_logprobs` (the server's --max-logprobs, at most kMaxLogprobs), a bad
-/// response_format / structured_outputs / guided_* (parse_structured_outputs), tools, ...).
+/// leaves). Throws ApiError 400 naming the field for a wrong type or value out of range (max_tokens outside
+/// [1, 2^31 - 1] except 0 with echo, which sets prompt_only; temperature < 0, top_p outside (0, 1], n outside
+/// [1, kMaxN], empty prompt, logprobs / prompt_logprobs above `max_logprobs` (the server's --max-logprobs, at most
+/// kMaxLogprobs), a bad response_format / structured_outputs / guided_* (parse_structured_outputs), tools, ...).
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, int max_logprobs = kMaxLogprobs,
                                            const GenerationDefaults& defaults = {});
 /// Parses a chat completions body (messages: non-empty array of {"role": string, "content": string | null |

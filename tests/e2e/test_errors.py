@@ -68,7 +68,7 @@ CHAT_BAD = [
     ({"messages": []}, 400, "messages"),
     ({"messages": [{"content": "hi"}]}, 400, "messages"),
     ({"messages": [{"role": "user", "content": 5}]}, 400, "messages"),
-    ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3}, 400, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3}, 400, "max_completion_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400, "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "model": "nope"}, 404, "model"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 2, "min_tokens": 3}, 400, "min_tokens"),
@@ -78,6 +78,44 @@ CHAT_BAD = [
     ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
     ({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}, 400, "tool_choice"),
 ]
+
+
+HI = [{"role": "user", "content": "hi"}]
+INT_RANGE = "must be in [1, 2147483647]"
+NAMED = [
+    # max_tokens / max_completion_tokens: at least 1 on both endpoints, whatever the value (vLLM), under the name the
+    # client sent (chat: max_completion_tokens, else the deprecated max_tokens); never SamplingParams' internal names.
+    ("/v1/completions", {"prompt": "hi", "max_tokens": -1}, "max_tokens", f"max_tokens {INT_RANGE} (got -1)"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 0}, "max_tokens", f"max_tokens {INT_RANGE} (got 0)"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2 ** 31}, "max_tokens", f"max_tokens {INT_RANGE} (got 2147483648)"),
+    ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": -3}, "max_completion_tokens",
+     f"max_completion_tokens {INT_RANGE} (got -3)"),
+    ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": 0}, "max_completion_tokens",
+     f"max_completion_tokens {INT_RANGE} (got 0)"),
+    ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": 0, "max_tokens": 5}, "max_completion_tokens",
+     f"max_completion_tokens {INT_RANGE} (got 0)"),
+    ("/v1/chat/completions", {"messages": HI, "max_tokens": 0}, "max_tokens", f"max_tokens {INT_RANGE} (got 0)"),
+    ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": "8"}, "max_completion_tokens",
+     "max_completion_tokens must be an integer"),
+    ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": 10 ** 9}, "max_completion_tokens",
+     "maximum context length"),
+    ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": 2, "min_tokens": 3}, "min_tokens",
+     "min_tokens (3) must be less than or equal to max_completion_tokens (2)"),
+    # Checked against the model's vocabulary (SamplingParams::validate): the request's field, not SamplingParams.x.
+    ("/v1/completions", {"prompt": "hi", "stop_token_ids": [50280]}, "stop_token_ids",
+     "stop_token_ids[0] = 50280 is out of vocabulary range [0, 50280)"),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"50280": 1}}, "logit_bias",
+     "logit_bias: token id 50280 is out of vocabulary range [0, 50280)"),
+]
+
+
+@pytest.mark.parametrize("path,body,param,message", NAMED)
+def test_errors_name_the_field_the_client_sent(server, path, body, param, message):
+    r = httpx.post(server.base_url + path, json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and message in err["message"], err
+    assert "SamplingParams" not in err["message"], err
 
 
 def test_plain_defaults_of_unsupported_features_pass(client):
