@@ -5,7 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <span>
+#include <string>
+#include <vector>
 
+#include "config/hf_json.h"
 #include "core/error.h"
 #include "engine/request.h"
 #include "model/batch_builder.h"
@@ -23,6 +27,47 @@ bool has_tokenizer(const std::filesystem::path& dir) {
   for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer.model.v3", "tokenizer.model.v1"})
     if (std::filesystem::exists(dir / f, ec)) return true;
   return false;
+}
+
+/// The model_type of the folder's config.json, "" when it has none.
+std::string model_type_of(const std::filesystem::path& dir) {
+  try {
+    const nlohmann::json c = parse_hf_json(read_text_file(dir / "config.json"), (dir / "config.json").string());
+    return c.is_object() && c.contains("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+/// Why the draft's tokenizer (`draft`, in `dir`) gives other ids for kProbe (`draft_ids`) than the target's (`target`,
+/// in `target_dir`; `target_ids`): the classes transformers loads them as when those differ (the same vocabulary split
+/// into words by another pre-tokenizer, e.g. Qwen3_5Tokenizer's regex against tokenizer.json's own ByteLevel; the
+/// class follows config.json's model_type, so identical tokenizer files can differ), then the first token that differs.
+std::string tokenizer_difference(const std::filesystem::path& dir, const Tokenizer& draft, const std::vector<int>& draft_ids,
+                                 const std::filesystem::path& target_dir, const Tokenizer& target,
+                                 const std::vector<int>& target_ids) {
+  auto cls = [](const Tokenizer& t, const std::filesystem::path& folder) {
+    std::string notes = t.tokenizer_class().empty() ? "tokenizer.json's own pipeline" : "";
+    if (const std::string type = model_type_of(folder); !type.empty())
+      notes += fmt::format("{}model_type \"{}\"", notes.empty() ? "" : "; ", type);
+    const std::string name = t.tokenizer_class().empty() ? "TokenizersBackend" : t.tokenizer_class();
+    return notes.empty() ? name : fmt::format("{} ({})", name, notes);
+  };
+  const std::string why =
+      target.tokenizer_class() == draft.tokenizer_class()
+          ? std::string("the same text gets other token ids")
+          : fmt::format("transformers loads the draft's tokenizer as {} and the target's as {}, which split text into "
+                        "words differently (the class follows config.json's model_type and tokenizer_config.json's "
+                        "tokenizer_class, also for identical tokenizer files)",
+                        cls(draft, dir), cls(target, target_dir));
+  size_t k = 0;
+  while (k < target_ids.size() && k < draft_ids.size() && target_ids[k] == draft_ids[k]) ++k;
+  auto piece = [k](const Tokenizer& t, const std::vector<int>& ids) {
+    return k < ids.size() ? fmt::format("{:?}", t.decode(std::span<const int>(&ids[k], 1))) : std::string("nothing");
+  };
+  return fmt::format("--speculative-config: the draft model \"{}\" has another tokenizer than the target: {}; at token {} "
+                     "of a probe text the draft has {} where the target has {}",
+                     dir.string(), why, k, piece(draft, draft_ids), piece(target, target_ids));
 }
 
 }  // namespace
@@ -60,9 +105,8 @@ DraftModelProposer::DraftModelProposer(const std::filesystem::path& dir, int tar
     SSM_CHECK(a.vocab_size() == b.vocab_size(),
               "--speculative-config: the draft model \"{}\" has another tokenizer than the target (a vocabulary of {} tokens "
               "against {})", dir.string(), b.vocab_size(), a.vocab_size());
-    SSM_CHECK(a.encode(kProbe) == b.encode(kProbe),
-              "--speculative-config: the draft model \"{}\" has another tokenizer than the target (the same text gets other "
-              "token ids)", dir.string());
+    const std::vector<int> ia = a.encode(kProbe), ib = b.encode(kProbe);
+    if (ia != ib) throw Error(tokenizer_difference(dir, b, ib, target_tokenizer, a, ia));
   }
   int64_t blocks = draft_pool_blocks(max_seqs, max_model_len, model_->kv_block_size());
   const StateShape shape = model_->state_shape();

@@ -100,6 +100,8 @@ std::string Tokenizer::id_to_token(int id) const {
 
 int Tokenizer::vocab_size() const { return static_cast<int>(impl_->kinds.size()); }
 
+const std::string& Tokenizer::tokenizer_class() const { return impl_->tokenizer_class; }
+
 bool Tokenizer::is_special(int id) const {
   return impl_->has(id) && impl_->kinds[static_cast<std::size_t>(id)] == Impl::kSpecial;
 }

@@ -77,6 +77,11 @@ class Tokenizer {
   /// Number of ids including added tokens (max id + 1; 50277 for GPT-NeoX-20B).
   int vocab_size() const;
 
+  /// The transformers tokenizer class a tokenizer.json was loaded as (from_pretrained / from_file): a class whose
+  /// __init__ rebuilds the pipeline ("Qwen3_5Tokenizer", "GPTNeoXTokenizer", "LlamaTokenizer", ...), or "" for
+  /// tokenizer.json's own pipeline (transformers' TokenizersBackend) and for SentencePiece and tekken files.
+  const std::string& tokenizer_class() const;
+
   /// True for added tokens marked special (e.g. `<|endoftext|>`); false otherwise, including out-of-range ids.
   bool is_special(int id) const;
 

@@ -38,6 +38,7 @@ struct Tokenizer::Impl {
   AddedTokenMatcher normalized_added;  // normalized=true: matched after normalization
   std::vector<int> prefix_ids, suffix_ids;  // post-processor: ids around the sequence when special tokens are added
   std::shared_ptr<const SentencePieceModel> spm;  // set for tokenizer.model files; the fields above are then unused
+  std::string tokenizer_class;  // the transformers class a tokenizer.json was loaded as ("": its own pipeline)
 
   bool has(int id) const {
     return id >= 0 && static_cast<std::size_t>(id) < kinds.size() && kinds[static_cast<std::size_t>(id)] != kNone;

@@ -282,6 +282,7 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json, std:
       transformers_class::rebuild_for_class(root, tokenizer_class, tokenizer_config);
     transformers_class::add_special_tokens(root, tokenizer_class, tokenizer_config);
     build(root, *impl);
+    impl->tokenizer_class = transformers_class::rebuilds_pipeline(tokenizer_class) ? tokenizer_class : "";
   } catch (const json::exception& e) {
     fail("tokenizer file {}: invalid tokenizer JSON: {}", tokenizer_json.string(), e.what());
   } catch (const Error& e) {

@@ -129,6 +129,12 @@ def test_draft_model_with_another_tokenizer_is_refused():
     r = run("generate", "--model", MODEL, "--prompt", "Hello", "--max-tokens", "2", "--speculative-config", draft)
     assert r.returncode == 1
     assert "--speculative-config" in r.stderr and ("tokenizer" in r.stderr or "vocabulary" in r.stderr), r.stderr
+    # Its tokenizer.json is tiny-mamba's, byte for byte: the message names what differs, the class transformers loads
+    # each as (from config.json's model_type), and where the ids part.
+    assert (other / "tokenizer.json").read_bytes() == (MODEL / "tokenizer.json").read_bytes()
+    assert ('loads the draft\'s tokenizer as Qwen3_5Tokenizer (model_type "qwen3_5_moe") and the target\'s as '
+            'TokenizersBackend (tokenizer.json\'s own pipeline; model_type "mamba")') in r.stderr, r.stderr
+    assert "the draft has " in r.stderr and " where the target has " in r.stderr, r.stderr
 
 
 REPLAY = json.dumps({"method": "replay", "num_speculative_tokens": 3, "seed": 1})
