@@ -86,19 +86,19 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
     spec_stats_.accepted_per_pos.assign(static_cast<size_t>(spec_.num_speculative_tokens), 0);
   }
   int blocks = cfg_.resolved_num_state_blocks();
-  // Speculative decoding: k more state columns per running request.
-  if (spec_.enabled() && cfg_.num_state_blocks == 0)
-    blocks = static_cast<int>(std::min<int64_t>(kMaxNumStateBlocks, int64_t{blocks} + int64_t{cfg_.scheduler.max_num_seqs} *
-                                                                                        spec_.num_speculative_tokens));
-  // Cached states live in the same pool: by default, room for as many cached blocks as running ones (at least 64).
-  if (prefix.enabled() && cfg_.num_state_blocks == 0)
-    blocks = static_cast<int>(std::min<int64_t>(kMaxNumStateBlocks, int64_t{blocks} + std::max(64, cfg_.scheduler.max_num_seqs)));
   if (const int bs = model_->kv_block_size(); bs > 0 && cfg_.num_state_blocks == 0) {
     // Hybrid models draw KV blocks from the same pool: by default a state block and one KV block per sequence,
     // plus room for one sequence of the model's whole context (capped below like any automatic size).
     const int ctx = model_->config().max_model_len > 0 ? std::min(model_->config().max_model_len, 1 << 20) : 8192;
     blocks = static_cast<int>(std::min<int64_t>(kMaxNumStateBlocks, 2LL * cfg_.scheduler.max_num_seqs + 1 + (ctx + bs - 1) / bs));
   }
+  // Speculative decoding: k more state columns per running request (on top of the base size, hybrids' too).
+  if (spec_.enabled() && cfg_.num_state_blocks == 0)
+    blocks = static_cast<int>(std::min<int64_t>(kMaxNumStateBlocks, int64_t{blocks} + int64_t{cfg_.scheduler.max_num_seqs} *
+                                                                                        spec_.num_speculative_tokens));
+  // Cached states live in the same pool: by default, room for as many cached blocks as running ones (at least 64).
+  if (prefix.enabled() && cfg_.num_state_blocks == 0)
+    blocks = static_cast<int>(std::min<int64_t>(kMaxNumStateBlocks, int64_t{blocks} + std::max(64, cfg_.scheduler.max_num_seqs)));
   const StateDtypes dtypes = StateDtypes::from_options(cfg_.mamba_cache_dtype, cfg_.mamba_ssm_cache_dtype);
   // Size the state pool before allocating it: a 2-block probe gives the bytes per block.
   const double block_bytes = static_cast<double>(StateCache(model_->num_state_layers(), model_->state_shape(), 2, dtypes).bytes_per_block());

@@ -140,6 +140,23 @@ TEST(Engine, HybridPoolTooSmallForOneRequestIsRefusedAtStartup) {
                   std::to_string(cap) + " tokens of one request")));
 }
 
+// A hybrid's default pool (a state and a KV block per sequence plus one whole context) still gets the speculative
+// decoding and prefix caching allowances on top (a break test found the hybrid base replacing them).
+TEST(Engine, HybridDefaultPoolKeepsTheSpeculativeAndCachedAllowances) {
+  EngineConfig cfg;
+  cfg.model = testing::source_dir() / "tests/data/tiny-hybrids/tiny-bamba";
+  cfg.load_format = LoadFormat::Dummy;
+  cfg.enable_prefix_caching = false;
+  const int base = LLMEngine(cfg).num_state_blocks();
+  const int seqs = cfg.scheduler.max_num_seqs;
+  ASSERT_GT(base, 2 * seqs);
+  cfg.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 3})";
+  EXPECT_EQ(LLMEngine(cfg).num_state_blocks(), base + 3 * seqs);
+  cfg.speculative_config.clear();
+  cfg.enable_prefix_caching = true;
+  EXPECT_EQ(LLMEngine(cfg).num_state_blocks(), base + std::max(64, seqs));
+}
+
 TEST(Engine, AbortFreesTheBlock) {
   SSM_SKIP_IF_NO_MODEL(tiny_config().model);
   LLMEngine engine(tiny_config());
