@@ -177,8 +177,8 @@ double percentile(std::vector<double> v, double p) {
 int run_bench_serve(BenchServeArgs& a) {
   SSM_CHECK(a.num_prompts >= 1 && a.num_prompts <= 100000, "--num-prompts must be in [1, 100000] (got {})", a.num_prompts);
   SSM_CHECK(a.request_rate > 0, "--request-rate must be > 0 (inf = all at once), got {}", a.request_rate);
-  SSM_CHECK(a.input_len >= 1 && a.input_len <= (1 << 20), "--input-len must be in [1, 2^20] (got {})", a.input_len);
-  SSM_CHECK(a.output_len >= 1 && a.output_len <= (1 << 20), "--output-len must be in [1, 2^20] (got {})", a.output_len);
+  SSM_CHECK(a.input_len >= 1 && a.input_len <= (1 << 20), "--input-len must be in [1, {}] (got {})", 1 << 20, a.input_len);
+  SSM_CHECK(a.output_len >= 1 && a.output_len <= (1 << 20), "--output-len must be in [1, {}] (got {})", 1 << 20, a.output_len);
   SSM_CHECK(a.max_concurrency >= 0 && a.max_concurrency <= 100000, "--max-concurrency must be in [0, 100000]");
   SSM_CHECK(a.seed >= 0, "--seed must be >= 0");
   check_output_path(a.output_json);
