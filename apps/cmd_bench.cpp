@@ -246,15 +246,7 @@ int run_latency(BenchArgs& a) {
   check_output_path(a.output_json);
   // Decode throughput counts --output-len tokens per request, and the engine stops at the context (--max-model-len,
   // else the model's).
-  if (a.engine.max_model_len > 0) {
-    SSM_CHECK(static_cast<long long>(a.input_len) + a.output_len <= a.engine.max_model_len,
-              "--input-len {} + --output-len {} exceed --max-model-len {}", a.input_len, a.output_len, a.engine.max_model_len);
-  } else {
-    const int ctx = ModelConfig::load(a.engine.model).max_model_len;
-    SSM_CHECK(ctx <= 0 || static_cast<long long>(a.input_len) + a.output_len <= ctx,
-              "--input-len {} + --output-len {} exceed the model's maximum context length of {} tokens (max_position_embeddings)",
-              a.input_len, a.output_len, ctx);
-  }
+  check_bench_fits_context(a.engine, a.input_len, a.output_len);
   // The whole batch's prompts are one prefill step (up to the budget cap); every request keeps its state block.
   const int64_t batch_tokens = static_cast<int64_t>(a.input_len) * a.batch_size;
   a.engine.scheduler.max_num_batched_tokens = static_cast<int>(std::max<int64_t>(

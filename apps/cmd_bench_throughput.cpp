@@ -115,15 +115,7 @@ int run_throughput(ThroughputArgs& a) {
   if (a.dataset.empty()) {  // the random prompts are built up front
     // Every request must get its --output-len tokens (the engine would stop it at the context and the output tokens/s
     // would count fewer), against --max-model-len or else the model's context, as bench latency.
-    if (a.engine.max_model_len > 0) {
-      SSM_CHECK(static_cast<long long>(a.input_len) + a.output_len <= a.engine.max_model_len,
-                "--input-len {} + --output-len {} exceed --max-model-len {}", a.input_len, a.output_len, a.engine.max_model_len);
-    } else {
-      const int ctx = ModelConfig::load(a.engine.model).max_model_len;
-      SSM_CHECK(ctx <= 0 || static_cast<long long>(a.input_len) + a.output_len <= ctx,
-                "--input-len {} + --output-len {} exceed the model's maximum context length of {} tokens "
-                "(max_position_embeddings)", a.input_len, a.output_len, ctx);
-    }
+    check_bench_fits_context(a.engine, a.input_len, a.output_len);
     const int64_t prompt_tokens = static_cast<int64_t>(a.num_prompts) * a.input_len;
     SSM_CHECK(prompt_tokens <= kMaxPromptTokens, "--num-prompts {} x --input-len {} = {} prompt tokens; at most {} are allowed",
               a.num_prompts, a.input_len, prompt_tokens, kMaxPromptTokens);

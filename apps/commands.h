@@ -47,6 +47,11 @@ void check_max_model_len(int value);
 /// refuses a value above the model's context or its block pool when it is built). The returned check, called before
 /// the run, throws Error when the flag was given a value below 1.
 std::function<void()> add_engine_max_model_len(CLI::App& cmd, EngineConfig& cfg);
+/// Checks that a benchmark's --input-len + --output-len fit the context every request gets: cfg.max_model_len when
+/// given (--max-model-len), else the model's max_position_embeddings (none: no limit), so each request generates all
+/// of its --output-len tokens instead of being stopped at the context. Reads the model's config.json; throws Error
+/// naming the flags and the limit.
+void check_bench_fits_context(const EngineConfig& cfg, int input_len, int output_len);
 /// Throws Error when `path` (an --output-json file; empty = none) is a directory or its folder does not exist,
 /// so a bad path fails before the benchmark runs.
 void check_output_path(const std::string& path);

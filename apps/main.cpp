@@ -110,6 +110,19 @@ std::function<void()> add_engine_max_model_len(CLI::App& cmd, EngineConfig& cfg)
   };
 }
 
+void check_bench_fits_context(const EngineConfig& cfg, int input_len, int output_len) {
+  const long long total = static_cast<long long>(input_len) + output_len;
+  if (cfg.max_model_len > 0) {
+    SSM_CHECK(total <= cfg.max_model_len, "--input-len {} + --output-len {} exceed --max-model-len {}", input_len,
+              output_len, cfg.max_model_len);
+    return;
+  }
+  const int ctx = ModelConfig::load(cfg.model).max_model_len;
+  SSM_CHECK(ctx <= 0 || total <= ctx,
+            "--input-len {} + --output-len {} exceed the model's maximum context length of {} tokens "
+            "(max_position_embeddings)", input_len, output_len, ctx);
+}
+
 void check_output_path(const std::string& path) {
   if (path.empty()) return;
   std::error_code ec;
