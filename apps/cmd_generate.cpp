@@ -84,8 +84,16 @@ constexpr std::string_view kFlagFields[] = {"max_tokens",       "min_tokens",   
   fail("{}: {}", where, sp ? sp->named(sp->field()) : std::string(e.what()));
 }
 
+/// The fields of a request that set a structured-outputs constraint, as the server reads them: vLLM's
+/// structured_outputs (json, regex, choice, grammar, json_object, structural_tag and its options), OpenAI's
+/// response_format and vLLM's older guided_* fields and top-level structural_tag.
+bool is_constraint_field(const std::string& k) {
+  return k == "structured_outputs" || k == "response_format" || k == "structural_tag" || k.rfind("guided_", 0) == 0;
+}
+
 /// Overrides `sp` with the sampling fields of one --prompts-file line (vLLM's SamplingParams names; logit_bias,
-/// allowed_token_ids, bad_words and structured_outputs parsed as the server parses them, null meaning unset). Throws
+/// allowed_token_ids, bad_words and the constraint fields (is_constraint_field) parsed as the server parses them,
+/// null meaning unset; two constraints on one line are an error naming both). Throws
 /// Error naming `where` and the field for an unknown field or a value of the wrong type.
 void apply_line_fields(const nlohmann::ordered_json& j, SamplingParams& sp, const std::string& where) {
   auto num = [&](const std::string& k, const nlohmann::ordered_json& v) {
@@ -102,6 +110,7 @@ void apply_line_fields(const nlohmann::ordered_json& j, SamplingParams& sp, cons
     SSM_CHECK(v.is_boolean(), "{}: \"{}\" must be true or false", where, k);
     return v.get<bool>();
   };
+  nlohmann::ordered_json constraint_fields = nlohmann::ordered_json::object();
   for (const auto& [k, v] : j.items()) {
     if (k == "prompt") continue;
     if (k == "max_tokens") sp.max_tokens = integer(k, v);
@@ -147,15 +156,14 @@ void apply_line_fields(const nlohmann::ordered_json& j, SamplingParams& sp, cons
       sp.allowed_token_ids = v.is_null() ? std::vector<int>{} : server_field(where, [&] { return server::parse_allowed_token_ids(v); });
     } else if (k == "bad_words") {
       sp.bad_words = v.is_null() ? std::vector<std::string>{} : server_field(where, [&] { return server::parse_bad_words(v); });
-    } else if (k == "structured_outputs") {
-      // vLLM's StructuredOutputsParams fields: json, regex, choice, grammar, json_object, structural_tag and its options.
-      sp.structured_outputs = server_field(where, [&] {
-        return server::parse_structured_outputs(nlohmann::ordered_json{{"structured_outputs", v}});
-      });
+    } else if (is_constraint_field(k)) {
+      constraint_fields[k] = v;  // parsed together below: at most one constraint per line, as the server
     } else {
       fail("{}: unknown field \"{}\" (a line may set prompt and the sampling fields listed in `generate --help`)", where, k);
     }
   }
+  if (!constraint_fields.empty())
+    sp.structured_outputs = server_field(where, [&] { return server::parse_structured_outputs(constraint_fields); });
 }
 
 /// The prompts of a JSONL file ("-" = standard input): each non-blank line an object with a non-empty string
@@ -373,8 +381,9 @@ Runner add_generate(CLI::App& app) {
                              "sampling fields overriding the flags: max_tokens, min_tokens, temperature, top_p, top_k, min_p, "
                              "seed, stop, stop_token_ids, ignore_eos, logprobs, prompt_logprobs, presence_penalty, "
                              "frequency_penalty, repetition_penalty, include_stop_str_in_output, skip_special_tokens, logit_bias "
-                             "({\"id\": bias}), allowed_token_ids, bad_words, structured_outputs ({\"json\" | \"regex\" | "
-                             "\"choice\" | \"grammar\" | \"json_object\" | \"structural_tag\": ...})");
+                             "({\"id\": bias}), allowed_token_ids, bad_words, and one constraint: structured_outputs ({\"json\" | "
+                             "\"regex\" | \"choice\" | \"grammar\" | \"json_object\" | \"structural_tag\": ...}), "
+                             "response_format, or guided_json / guided_regex / guided_choice / guided_grammar");
   p1->excludes(p2);
   SamplingParams& sp = a->params;
   cmd->add_option("--max-tokens", sp.max_tokens, "Tokens to generate per prompt")->capture_default_str();

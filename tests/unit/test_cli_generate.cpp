@@ -283,12 +283,18 @@ TEST(CliGenerate, PromptsFileMasksAndBiases) {
                       "{" + common + R"(, "logit_bias": null, "allowed_token_ids": null, "bad_words": null, )" +
                       R"("structured_outputs": null})" + "\n";
   const bool structured = ssmserve::StructuredOutputManager::available();
-  if (structured) lines += R"({"prompt": "The", "max_tokens": 6, "structured_outputs": {"choice": ["yes", "no"]}})" "\n";
+  if (structured) {
+    lines += R"({"prompt": "The", "max_tokens": 6, "structured_outputs": {"choice": ["yes", "no"]}})" "\n";
+    // The server's other spellings of a constraint: vLLM's guided_* and OpenAI's response_format.
+    lines += R"({"prompt": "The", "max_tokens": 6, "guided_choice": ["up", "down"]})" "\n";
+    lines += R"({"prompt": "The", "max_tokens": 12, "response_format": {"type": "json_schema", "json_schema": )"
+             R"({"name": "n", "schema": {"type": "integer"}}}})" "\n";
+  }
   ssmserve::testing::write_file(tmp / "p.jsonl", lines);
   const CliRun r = run("generate --prompts-file " + (tmp / "p.jsonl").string() + " --json");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto o = json_lines(r.out);
-  ASSERT_EQ(o.size(), structured ? 6u : 5u) << r.out;
+  ASSERT_EQ(o.size(), structured ? 8u : 5u) << r.out;
   using ids = std::vector<int>;
   EXPECT_EQ(o[0]["token_ids"].get<ids>(), (ids{806, 2181, 273, 253, 1533, 13}));
   EXPECT_EQ(o[1]["token_ids"].get<ids>(), ids(6, 273));
@@ -301,6 +307,13 @@ TEST(CliGenerate, PromptsFileMasksAndBiases) {
   if (structured) {
     EXPECT_THAT(o[5]["text"].get<std::string>(), ::testing::AnyOf("yes", "no"));
     EXPECT_EQ(o[5]["finish_reason"], "stop");
+    EXPECT_THAT(o[6]["text"].get<std::string>(), ::testing::AnyOf("up", "down"));
+    const std::string number = o[7]["text"].get<std::string>();
+    EXPECT_FALSE(number.empty());
+    if (o[7]["finish_reason"] == "stop") {
+      EXPECT_TRUE(nlohmann::json::parse(number).is_number_integer()) << number;
+    }
+    EXPECT_EQ(number.find_first_not_of("-0123456789"), std::string::npos) << number;
   }
 }
 
@@ -328,6 +341,9 @@ TEST(CliGenerate, PromptsFileMaskErrorsNameLineAndField) {
       {R"("structured_outputs": {"choice": []})", "structured_outputs.choice must list at least one string"},
       {R"("structured_outputs": {"regex": "a", "choice": ["b"]})", "multiple are specified"},
       {R"("structured_outputs": {"foo": 1})", "structured_outputs.foo is not a field of structured_outputs"},
+      {R"("guided_regex": "a", "response_format": {"type": "json_object"})", "multiple are specified: guided_regex, response_format"},
+      {R"("response_format": {"type": "xml"})", "response_format.type must be"},
+      {R"("guided_whitespace_pattern": " ")", "guided_whitespace_pattern is not supported"},
   };
   for (const auto& c : cases) {
     // The bad line second: the error names its line, not the first.
