@@ -33,7 +33,7 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
   cmd.add_option("--load-format", load_format, "auto (safetensors) or dummy (random weights from config.json)")
       ->capture_default_str();
   cmd.add_option("--dtype", cfg.dtype,
-                 "Weights' dtype (vLLM's): auto (GPU: bfloat16; CPU: as stored), bfloat16, float32 or float (= float32); "
+                 "Weights' dtype (vLLM's): auto (GPU: bfloat16; CPU: as stored; FP8 checkpoints: bfloat16), bfloat16, float32 or float (= float32); "
                  "the CPU computes in fp32 whatever it is")
       ->capture_default_str();
   cmd.add_option("--max-num-batched-tokens", cfg.scheduler.max_num_batched_tokens, "Token budget per engine step")

@@ -64,6 +64,40 @@ inline uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(v) - 0x3f000000u));
 }
 
+/// float8 e4m3fn bits (safetensors "F8_E4M3", torch.float8_e4m3fn: 1 sign, 4 exponent bits with bias 7, 3 mantissa
+/// bits, no infinities, S.1111.111 = NaN) -> float, exact. Largest finite value 448, smallest subnormal 2^-9.
+inline float fp8_e4m3_to_f32(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu;
+  const uint32_t man = b & 0x7u;
+  if (exp == 0xfu && man == 0x7u) return std::bit_cast<float>(sign | 0x7fc00000u);
+  if (exp == 0) {  // subnormal: man x 2^-9
+    const float v = static_cast<float>(man) * (1.0f / 512.0f);
+    return sign ? -v : v;
+  }
+  return std::bit_cast<float>(sign | ((exp + 120u) << 23) | (man << 20));
+}
+
+/// float -> float8 e4m3fn bits, round to nearest even, saturating: |f| beyond 448 gives +-448 (as quantizers clamp
+/// before the cast); NaN gives NaN. For writing FP8 checkpoints in tests and tools.
+inline uint8_t f32_to_fp8_e4m3(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);
+  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448 (and inf): saturate
+  if (a >= 0x3c800000u) {  // normal fp8 (>= 2^-6): rebias 127 -> 7, round the 20 dropped bits to even
+    uint32_t r = a - (120u << 23);
+    r += 0x7ffffu + ((r >> 20) & 1u);
+    const uint32_t bits = r >> 20;
+    return static_cast<uint8_t>(sign | (bits > 0x7eu ? 0x7eu : bits));
+  }
+  // Subnormal fp8: the value in units of 2^-9 (exact: a power-of-two scale), rounded to nearest even by nearbyint in
+  // the default rounding mode; 8 units is 2^-6, the smallest normal, whose bits are 0x08 as they should be.
+  const float q = std::nearbyint(std::bit_cast<float>(a) * 512.0f);
+  return static_cast<uint8_t>(sign | static_cast<uint8_t>(q));
+}
+
 /// Converts n elements of type `t` at `src` to float at `dst`.
 inline void to_f32(DType t, const void* src, float* dst, size_t n) {
   switch (t) {

@@ -107,17 +107,18 @@ void Checkpoint::add_file(const fs::path& path) {
     if (prev != tensors_.end() || prev_u != unsupported_.end())
       fail("tensor \"{}\" appears in both {} and {}", e.name,
            prev != tensors_.end() ? prev->second.file : prev_u->second.file, file);
-    if (!e.dtype) {
-      unsupported_[e.name] = Unsupported{file, e.dtype_name};
-      continue;
-    }
     TensorRef t;
     t.name = e.name;
     t.file = file;
-    t.dtype = *e.dtype;
+    t.dtype_name = e.dtype_name;
     t.shape = e.shape;
     t.nbytes = static_cast<size_t>(e.end - e.begin);
     t.data = mapped->data() + h.data_start + e.begin;
+    if (!e.dtype) {  // raw bytes: 1-byte types need no alignment; wider ones are only named in errors
+      unsupported_[e.name] = Unsupported{file, e.dtype_name, std::move(t)};
+      continue;
+    }
+    t.dtype = *e.dtype;
     if (t.nbytes > 0 && reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
       // The format does not promise alignment; keep an aligned copy so kernels can read elements directly.
       auto& copy = realigned_.emplace_back(t.data, t.data + t.nbytes);
@@ -152,6 +153,11 @@ const TensorRef& Checkpoint::get(const std::string& name, const std::vector<int6
 const TensorRef* Checkpoint::find(const std::string& name) const {
   const auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;
+}
+
+const TensorRef* Checkpoint::find_raw(const std::string& name) const {
+  const auto it = unsupported_.find(name);
+  return it == unsupported_.end() ? nullptr : &it->second.raw;
 }
 
 std::vector<std::string> Checkpoint::names() const {

@@ -19,6 +19,7 @@ struct TensorRef {
   std::string name;             ///< tensor name, e.g. "backbone.layers.0.mixer.in_proj.weight"
   std::string file;             ///< file name it came from (for error messages)
   DType dtype = DType::F32;
+  std::string dtype_name;       ///< the safetensors dtype ("F32", "BF16", "F8_E4M3", ...)
   std::vector<int64_t> shape;   ///< outermost first
   const std::byte* data = nullptr;
   size_t nbytes = 0;            ///< = numel * dtype_size(dtype), checked against the header offsets
@@ -49,6 +50,11 @@ class Checkpoint {
   /// The tensor of a supported dtype without a shape check (tools, conversions), or nullptr if absent.
   const TensorRef* find(const std::string& name) const;
 
+  /// A tensor of a dtype ssmserve does not compute with, as its raw bytes (`dtype_name` the safetensors name, e.g.
+  /// "F8_E4M3", whose weights model/fp8_weights.h dequantizes; `dtype` unset), or nullptr when absent or of a
+  /// supported dtype (then get() / find() serve it).
+  const TensorRef* find_raw(const std::string& name) const;
+
   /// All tensor names, sorted (including tensors of unsupported dtypes, which has() reports and get() rejects).
   std::vector<std::string> names() const;
 
@@ -56,10 +62,11 @@ class Checkpoint {
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
-  /// A tensor whose dtype ssmserve cannot compute with (I64, F64, F8_*, ...); an error only when requested.
+  /// A tensor whose dtype ssmserve cannot compute with (I64, F64, F8_*, ...); an error only when get() asks for it.
   struct Unsupported {
     std::string file;
     std::string dtype;
+    TensorRef raw;  ///< the bytes as stored (find_raw)
   };
 
   Checkpoint();

@@ -1,6 +1,7 @@
 // Owns checkpoint-backed and dummy parameter sources (see weight_source.h).
 #include "model/weight_source.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/fp8_weights.h"
 
 namespace ssmserve {
 namespace {
@@ -115,6 +117,33 @@ WeightSource WeightSource::open(const std::filesystem::path& dir, bool dummy, st
   return from_checkpoint(*ckpt);
 }
 
+WeightSource WeightSource::open(const ModelConfig& cfg, bool dummy, std::shared_ptr<const Checkpoint>* ckpt) {
+  WeightSource s = open(cfg.dir, dummy, ckpt);
+  if (cfg.fp8) s.set_fp8(*cfg.fp8, cfg.dtype == DType::F32 ? DType::F32 : DType::BF16);
+  return s;
+}
+
+void WeightSource::set_fp8(const Fp8Quantization& quant, DType out) {
+  SSM_CHECK(out == DType::F32 || out == DType::BF16, "FP8 weights dequantize to F32 or BF16, not {}", dtype_name(out));
+  fp8_ = quant;
+  fp8_out_ = out;
+}
+
+std::optional<Weight> WeightSource::fp8_matrix(const std::string& name, const std::vector<int64_t>& shape) {
+  const TensorRef* raw = ckpt_->find_raw(name);
+  if (raw == nullptr || raw->dtype_name != "F8_E4M3") return std::nullopt;  // absent or another dtype: get() names it
+  SSM_CHECK(fp8_.has_value(), "{}: tensor \"{}\" is FP8 (F8_E4M3), but config.json has no quantization_config "
+            "{{\"quant_method\": \"fp8\", ...}} describing its scales", raw->file, name);
+  SSM_CHECK(raw->shape == shape, "{}: tensor \"{}\" has shape [{}] but the model config expects [{}]", raw->file, name,
+            fmt::join(raw->shape, ", "), fmt::join(shape, ", "));
+  const std::string scale = fp8_scale_name(name);
+  used_->insert(scale);
+  const TensorRef* s = ckpt_->find(scale);
+  SSM_CHECK(s != nullptr, "FP8 tensor \"{}\" has no scale tensor \"{}\" (F32 / BF16) in checkpoint {}", name, scale,
+            ckpt_->dir().string());
+  return dequantize_fp8(*raw, *s, *fp8_, fp8_out_);
+}
+
 WeightSource WeightSource::dummy(uint64_t seed) {
   WeightSource s;
   s.seed_ = seed;
@@ -161,6 +190,7 @@ void WeightSource::warn_unused_tensors() const {
 Weight WeightSource::matrix(const std::string& name, const std::vector<int64_t>& shape, DummyInit init) {
   used_->insert(name);
   if (ckpt_) {
+    if (std::optional<Weight> w = fp8_matrix(name, shape)) return std::move(*w);
     const TensorRef& t = ckpt_->get(name, shape);
     warn_if_not_finite(t);
     return weight_from_tensor(t);
@@ -180,6 +210,12 @@ Weight WeightSource::matrix(const std::string& name, const std::vector<int64_t>&
 std::vector<float> WeightSource::vector(const std::string& name, const std::vector<int64_t>& shape, DummyInit init) {
   used_->insert(name);
   if (ckpt_) {
+    if (shape.size() >= 2)  // a small matrix the quantizer converted (a conv weight is [C, 1, W]: FP8 only if it did)
+      if (std::optional<Weight> w = fp8_matrix(name, shape)) {
+        std::vector<float> out(static_cast<size_t>(w->rows * w->cols));
+        for (int64_t r = 0; r < w->rows; ++r) w->row_to_f32(r, out.data() + r * w->cols);
+        return out;
+      }
     const TensorRef& t = ckpt_->get(name, shape);
     warn_if_not_finite(t);
     return tensor_to_f32(t);

@@ -471,7 +471,7 @@ std::unique_ptr<CausalLM> load_cuda_decoder(const ModelConfig& cfg, const Decode
   SSM_CHECK(tp.world == 1 || tp.comm, "{}: tensor-parallel size {} needs a communicator", spec.label, tp.world);
   check_spec(cfg, spec, [](const std::string& kind) { (void)cuda_module_type(kind); });
   std::shared_ptr<const Checkpoint> ckpt;
-  WeightSource src = WeightSource::open(cfg.dir, format == LoadFormat::Dummy, &ckpt);
+  WeightSource src = WeightSource::open(cfg, format == LoadFormat::Dummy, &ckpt);
   auto model = std::make_unique<CudaDecoderLM>(cfg, spec, opt, tp);
   model->load(src);
   for (const std::string& p : spec.ignored_tensor_prefixes) src.ignore_prefix(p);

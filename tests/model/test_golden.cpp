@@ -7,6 +7,8 @@
 #include <map>
 
 #include "engine/llm_engine.h"
+#include "model/dummy_checkpoint.h"
+#include "checkpoint_fixtures.h"
 #include "test_util.h"
 
 namespace ssmserve {
@@ -87,9 +89,20 @@ TEST_P(GoldenTest, MatchesTransformers) {
 
   EngineConfig cfg;
   cfg.model = dir;
+  testing::TempDir tmp("golden");
   if (gc.dummy) {  // the weights transformers ran, regenerated; the tiny-mamba tokenizer
     cfg.load_format = LoadFormat::Dummy;
     cfg.tokenizer = model_dir("tiny-mamba");
+  }
+  if (gc.dummy && read_json(dir / "config.json").contains("quantization_config")) {
+    // An FP8 checkpoint: the file transformers ran (the dummy weights quantized as save_dummy_checkpoint writes them,
+    // tools/make_dummy_goldens.sh), written again and loaded as a checkpoint; dequantized in fp32 as transformers does
+    // for a float32 model.
+    std::filesystem::copy_file(dir / "config.json", tmp / "config.json");
+    save_dummy_checkpoint(ModelConfig::load(dir), tmp / "model.safetensors");
+    cfg.model = tmp.path();
+    cfg.load_format = LoadFormat::Auto;
+    cfg.dtype = "float32";
   }
   cfg.scheduler.max_num_batched_tokens = gc.max_num_batched_tokens;
   LLM llm(cfg);
@@ -138,7 +151,10 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                                            GoldenCase{"tiny-nemotron_h-pattern", 7, true, true},
                                            GoldenCase{"tiny-falcon_h1", 2048, true, true}, GoldenCase{"tiny-falcon_h1", 7, true, true},
                                            GoldenCase{"tiny-qwen3_5", 2048, true, true}, GoldenCase{"tiny-qwen3_5", 7, true, true},
-                                           GoldenCase{"tiny-qwen3_next", 2048, true, true}, GoldenCase{"tiny-qwen3_next", 7, true, true}),
+                                           GoldenCase{"tiny-qwen3_next", 2048, true, true}, GoldenCase{"tiny-qwen3_next", 7, true, true},
+                                           // FP8 (quant_method "fp8", 32 x 32 blocks) of the same layout.
+                                           GoldenCase{"tiny-qwen3_next-fp8", 2048, true, true},
+                                           GoldenCase{"tiny-qwen3_next-fp8", 7, true, true}),
                          case_name);
 
 }  // namespace

@@ -132,14 +132,20 @@ TEST(ConfigSpellings, MalformedLayerPatternIsNamedWithoutNumHiddenLayers) {
   EXPECT_THAT(config_error(j), HasSubstr("required field \"num_hidden_layers\" is missing"));
 }
 
-// A quantized checkpoint's config (top level, or inside a multimodal wrapper's text_config) is refused up front.
+// A quantized checkpoint's config (top level, or inside a multimodal wrapper's text_config) other than FP8 is refused
+// up front (FP8 checkpoints: tests/model/test_fp8_checkpoint.cpp).
 TEST(ConfigSpellings, QuantizationConfigIsRefused) {
   nlohmann::json j = tiny_hybrid("tiny-qwen3_5");
   j["quantization_config"] = nullptr;
   EXPECT_EQ(config_error(j), "");
   j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
-  EXPECT_THAT(config_error(j), HasSubstr("field \"quantization_config\" (quant_method \"fp8\") is not supported"));
+  EXPECT_EQ(config_error(j), "");
+  EXPECT_EQ(ModelConfig::from_json(j).fp8->block_k, 128);
+  j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
+  EXPECT_THAT(config_error(j), HasSubstr("field \"quantization_config\" (quant_method \"gptq\") is not supported"));
   j["quantization_config"] = "gptq";
+  EXPECT_THAT(config_error(j), HasSubstr("field \"quantization_config\" must be an object"));
+  j["quantization_config"] = nlohmann::json::object();
   EXPECT_THAT(config_error(j), HasSubstr("field \"quantization_config\" (quant_method \"?\") is not supported"));
   nlohmann::json wrapper = {{"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"model_type", "qwen3_5"},
                             {"text_config", tiny_hybrid("tiny-qwen3_5")}};

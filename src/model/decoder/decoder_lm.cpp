@@ -133,7 +133,7 @@ std::unique_ptr<CausalLM> load_decoder(const ModelConfig& cfg, const DecoderSpec
   check_spec(cfg, spec, [](const std::string& kind) { (void)cpu_module_type(kind); });
   if (format == LoadFormat::Dummy) check_dummy_fits(cfg, spec);
   std::shared_ptr<const Checkpoint> ckpt;
-  WeightSource src = WeightSource::open(cfg.dir, format == LoadFormat::Dummy, &ckpt);
+  WeightSource src = WeightSource::open(cfg, format == LoadFormat::Dummy, &ckpt);
   return load_decoder_from(cfg, spec, src, std::move(ckpt), tp);
 }
 

@@ -1,0 +1,271 @@
+// FP8 checkpoints (quantization_config quant_method "fp8": F8_E4M3 matrices with weight_scale_inv): the e4m3
+// conversions against an independent formula, the block dequantization against a naive one (partial blocks, 3-D
+// expert tensors, per-tensor and BF16 scales), a whole model loaded from an FP8 checkpoint against the same model
+// from a checkpoint of its dequantized weights (bit for bit, F32 and BF16), and the errors. The golden against
+// transformers is tests/model/test_golden.cpp's tiny-qwen3_next-fp8.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "checkpoint_fixtures.h"
+#include "fp8_fixtures.h"
+#include "core/error.h"
+#include "engine/llm_engine.h"
+#include "model/checkpoint.h"
+#include "model/dummy_checkpoint.h"
+#include "model/fp8_weights.h"
+#include "test_util.h"
+
+namespace ssmserve {
+namespace {
+
+using testing::FixtureTensor;
+using testing::TempDir;
+using testing::e4m3_reference;
+using testing::fp8_config;
+using testing::write_dequantized_copy;
+using testing::write_fp8_model;
+using ::testing::HasSubstr;
+
+TEST(Fp8, E4m3DecodesEveryCodeAsItsDefinition) {
+  for (int b = 0; b < 256; ++b) {
+    const double want = e4m3_reference(b);
+    const float got = fp8_e4m3_to_f32(static_cast<uint8_t>(b));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << b;
+    } else {
+      EXPECT_EQ(static_cast<double>(got), want) << b;
+      EXPECT_EQ(std::signbit(got), (b & 0x80) != 0) << b;  // -0 stays -0
+    }
+  }
+  EXPECT_EQ(fp8_e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_EQ(fp8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+}
+
+TEST(Fp8, E4m3EncodesToTheNearestCodeTiesToEven) {
+  // Every finite code round-trips; the midpoint between two neighbours goes to the even code; just off the midpoint
+  // goes to the nearer one.
+  std::vector<std::pair<double, int>> codes;
+  for (int b = 0; b < 127; ++b) codes.push_back({e4m3_reference(b), b});  // 0 .. 448, ascending
+  for (const auto& [v, b] : codes) {
+    EXPECT_EQ(f32_to_fp8_e4m3(static_cast<float>(v)), b) << v;
+    EXPECT_EQ(f32_to_fp8_e4m3(static_cast<float>(-v)), b | 0x80) << -v;
+  }
+  for (size_t i = 0; i + 1 < codes.size(); ++i) {
+    const double lo = codes[i].first, hi = codes[i + 1].first, mid = (lo + hi) / 2;
+    const int even = codes[i].second % 2 == 0 ? codes[i].second : codes[i + 1].second;
+    EXPECT_EQ(f32_to_fp8_e4m3(static_cast<float>(mid)), even) << mid;
+    EXPECT_EQ(f32_to_fp8_e4m3(std::nextafter(static_cast<float>(mid), 0.0f)), codes[i].second) << mid;
+    EXPECT_EQ(f32_to_fp8_e4m3(std::nextafter(static_cast<float>(mid), 1e9f)), codes[i + 1].second) << mid;
+  }
+  EXPECT_EQ(f32_to_fp8_e4m3(1e6f), 0x7e);  // saturates at 448
+  EXPECT_EQ(f32_to_fp8_e4m3(-INFINITY), 0xfe);
+  EXPECT_EQ(f32_to_fp8_e4m3(std::ldexp(1.0f, -11)), 0);  // below half the smallest subnormal
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_f32(f32_to_fp8_e4m3(NAN))));
+}
+
+/// A TensorRef over `bytes` (kept alive by the caller).
+TensorRef view(const std::string& name, const std::string& dtype_name, DType dtype, std::vector<int64_t> shape,
+               const std::vector<uint8_t>& bytes) {
+  TensorRef t;
+  t.name = name, t.file = "test.safetensors", t.dtype_name = dtype_name, t.dtype = dtype, t.shape = std::move(shape);
+  t.data = reinterpret_cast<const std::byte*>(bytes.data()), t.nbytes = bytes.size();
+  return t;
+}
+
+// dequantize_fp8 against the naive formula: a 3-D [2, 100, 90] tensor with 48 x 40 blocks (partial blocks at both
+// edges), F32 and BF16 scales, F32 and BF16 output; a per-tensor scale.
+TEST(Fp8, DequantizesPartialBlocksOfStackedMatrices) {
+  const int64_t E = 2, N = 100, K = 90;
+  const Fp8Quantization quant{48, 40};
+  const std::vector<int64_t> grid = fp8_scale_shape({E, N, K}, quant);
+  ASSERT_EQ(grid, (std::vector<int64_t>{E, 3, 3}));
+  std::mt19937 rng(7);
+  std::vector<uint8_t> q(static_cast<size_t>(E * N * K));
+  for (auto& b : q) {
+    b = static_cast<uint8_t>(rng() & 0xff);
+    if ((b & 0x7f) == 0x7f) b = 0x3c;  // no NaN codes
+  }
+  std::vector<float> scales(static_cast<size_t>(E * 9));
+  for (auto& s : scales) s = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f, static_cast<int>(rng() % 12) - 14);
+  std::vector<uint8_t> s32(scales.size() * 4), s16(scales.size() * 2);
+  std::memcpy(s32.data(), scales.data(), s32.size());
+  for (size_t i = 0; i < scales.size(); ++i) {
+    const uint16_t h = f32_to_bf16(scales[i]);
+    std::memcpy(s16.data() + 2 * i, &h, 2);
+  }
+  const TensorRef tq = view("experts.gate_up_proj", "F8_E4M3", DType::F32, {E, N, K}, q);
+  for (const bool bf16_scales : {false, true}) {
+    const TensorRef ts = bf16_scales ? view("experts.gate_up_proj_scale_inv", "BF16", DType::BF16, grid, s16)
+                                     : view("experts.gate_up_proj_scale_inv", "F32", DType::F32, grid, s32);
+    for (const DType out : {DType::F32, DType::BF16}) {
+      const Weight w = dequantize_fp8(tq, ts, quant, out);
+      ASSERT_EQ(w.rows, E);
+      ASSERT_EQ(w.cols, N * K);
+      ASSERT_EQ(w.dtype, out);
+      int64_t mismatches = 0;
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t r = 0; r < N; ++r)
+          for (int64_t c = 0; c < K; ++c) {
+            const size_t si = static_cast<size_t>((e * 3 + r / 48) * 3 + c / 40);
+            const float scale = bf16_scales ? bf16_to_f32(f32_to_bf16(scales[si])) : scales[si];
+            const float want32 = static_cast<float>(e4m3_reference(q[(e * N + r) * K + c])) * scale;
+            const float want = out == DType::F32 ? want32 : bf16_to_f32(f32_to_bf16(want32));
+            mismatches += w.at(e, r * K + c) != want;
+          }
+      EXPECT_EQ(mismatches, 0) << "bf16 scales " << bf16_scales << ", out " << dtype_name(out);
+    }
+  }
+  // One scale for the whole tensor (weight_block_size null), stored as [1].
+  const std::vector<float> one = {0.25f};
+  std::vector<uint8_t> one_bytes(4);
+  std::memcpy(one_bytes.data(), one.data(), 4);
+  const Weight w = dequantize_fp8(tq, view("s", "F32", DType::F32, {1}, one_bytes), Fp8Quantization{}, DType::F32);
+  EXPECT_EQ(w.at(1, 5 * K + 7), static_cast<float>(e4m3_reference(q[(N + 5) * K + 7])) * 0.25f);
+  // A scale grid of the wrong size is named.
+  try {
+    (void)dequantize_fp8(tq, view("experts.gate_up_proj_scale_inv", "F32", DType::F32, {E, 3, 2}, s32), quant, DType::F32);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("\"experts.gate_up_proj_scale_inv\" has shape [2, 3, 2]"));
+    EXPECT_THAT(e.what(), HasSubstr("weight_block_size [48, 40] needs [2, 3, 3]"));
+  }
+}
+
+/// Greedy continuations with their top-5 logprobs, and the prompt logprobs, of three prompts on the CPU.
+std::vector<RequestOutput> run(const std::filesystem::path& dir, const std::string& dtype) {
+  EngineConfig cfg;
+  cfg.model = dir;
+  cfg.tokenizer = testing::model_dir("tiny-mamba");
+  cfg.dtype = dtype;
+  cfg.scheduler.max_num_batched_tokens = 61;  // chunked prefill too
+  LLM llm(cfg);
+  SamplingParams sp;
+  sp.temperature = 0.0, sp.ignore_eos = true, sp.logprobs = 5, sp.prompt_logprobs = 5, sp.max_tokens = 12;
+  return llm.generate({"It is a truth universally acknowledged", "The", "In the beginning God created the heaven"}, sp);
+}
+
+void expect_identical(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].outputs[0].token_ids, b[i].outputs[0].token_ids) << i;
+    for (size_t s = 0; s < a[i].outputs[0].logprobs.size(); ++s)
+      for (size_t k = 0; k < a[i].outputs[0].logprobs[s].size(); ++k) {
+        EXPECT_EQ(a[i].outputs[0].logprobs[s][k].id, b[i].outputs[0].logprobs[s][k].id) << i << " " << s;
+        EXPECT_EQ(a[i].outputs[0].logprobs[s][k].logprob, b[i].outputs[0].logprobs[s][k].logprob) << i << " " << s;
+      }
+    for (size_t p = 1; p < a[i].prompt_logprobs.size(); ++p)
+      EXPECT_EQ(a[i].prompt_logprobs[p]->token_logprob, b[i].prompt_logprobs[p]->token_logprob) << i << " " << p;
+  }
+}
+
+// A whole model (Qwen3-Next layout: DeltaNet, gated attention, 8 experts + shared expert) from an FP8 checkpoint
+// equals the same model from a checkpoint of its dequantized weights, bit for bit: with --dtype float32 (fp32
+// dequantization) and auto (bf16), at blocks that do not divide the matrices (48 x 40) and with one scale per tensor.
+TEST(Fp8, ModelEqualsItsDequantizedCheckpoint) {
+  for (const nlohmann::json& block : {nlohmann::json::array({48, 40}), nlohmann::json(nullptr)}) {
+    SCOPED_TRACE("weight_block_size " + block.dump());
+    TempDir fp8("fp8"), ref32("fp8ref32"), ref16("fp8ref16");
+    write_fp8_model(fp8.path(), fp8_config(block));
+    write_dequantized_copy(fp8.path(), ref32.path(), "F32");
+    write_dequantized_copy(fp8.path(), ref16.path(), "BF16");
+    const auto a = run(fp8.path(), "float32");
+    expect_identical(a, run(ref32.path(), "float32"));
+    const auto b = run(fp8.path(), "auto");
+    expect_identical(b, run(ref16.path(), "auto"));
+    // The two roundings differ somewhere, so the comparisons above can tell them apart.
+    bool differs = false;
+    for (size_t i = 0; i < a.size(); ++i)
+      for (size_t s = 0; s < a[i].outputs[0].logprobs.size(); ++s)
+        differs |= a[i].outputs[0].logprobs[s][0].logprob != b[i].outputs[0].logprobs[s][0].logprob;
+    EXPECT_TRUE(differs);
+  }
+}
+
+/// The message of the Error that loading `dir` on the CPU throws ("" when it loads).
+std::string load_error(const std::filesystem::path& dir) {
+  try {
+    (void)load_model(dir, LoadFormat::Auto, "cpu", 1, std::nullopt);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Fp8, BadQuantizationConfigsAreNamed) {
+  const std::pair<nlohmann::json, std::string> cases[] = {
+      {{{"quant_method", "gptq"}, {"bits", 4}}, "quant_method \"gptq\") is not supported"},
+      {{{"quant_method", "fp8"}, {"fmt", "e5m2"}}, "quantization_config.fmt \"e5m2\" is not supported (only \"e4m3\")"},
+      {{{"quant_method", "fp8"}, {"activation_scheme", "static"}}, "activation_scheme \"static\" is not supported"},
+      {{{"quant_method", "fp8"}, {"weight_block_size", {128}}}, "weight_block_size must be [rows, columns]"},
+      {{{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}}, "weight_block_size must be [rows, columns]"},
+      {"fp8", "\"quantization_config\" must be an object"},
+  };
+  TempDir tmp("fp8cfg");
+  for (const auto& [q, want] : cases) {
+    nlohmann::json c = fp8_config({32, 32});
+    c["quantization_config"] = q;
+    testing::write_file(tmp / "config.json", c.dump());
+    try {
+      (void)ModelConfig::load(tmp.path());
+      ADD_FAILURE() << q.dump() << ": no error";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(want)) << q.dump();
+    }
+  }
+}
+
+TEST(Fp8, BadCheckpointsAreNamed) {
+  TempDir good("fp8good");
+  write_fp8_model(good.path(), fp8_config({32, 32}));
+  const Checkpoint ck = Checkpoint::open(good.path());
+  const std::string victim = "model.layers.3.self_attn.o_proj.weight";
+  ASSERT_NE(ck.find_raw(victim), nullptr);
+  // Rewrites the checkpoint with `edit` applied to its tensor list and `config` as config.json.
+  auto variant = [&](const TempDir& dir, const nlohmann::json& config, const std::function<void(std::vector<FixtureTensor>&)>& edit) {
+    std::vector<FixtureTensor> tensors;
+    for (const std::string& name : ck.names()) {
+      const TensorRef* t = ck.find(name);
+      if (t == nullptr) t = ck.find_raw(name);
+      tensors.push_back({name, t->dtype_name, t->shape, std::string(reinterpret_cast<const char*>(t->data), t->nbytes)});
+    }
+    edit(tensors);
+    testing::write_safetensors(dir / "model.safetensors", tensors);
+    testing::write_file(dir / "config.json", config.dump());
+  };
+  {  // FP8 tensors but no quantization_config
+    TempDir d("fp8noq");
+    nlohmann::json c = fp8_config({32, 32});
+    c.erase("quantization_config");
+    variant(d, c, [](auto&) {});
+    EXPECT_THAT(load_error(d.path()), HasSubstr("is FP8 (F8_E4M3), but config.json has no quantization_config"));
+  }
+  {  // a missing scale
+    TempDir d("fp8nos");
+    variant(d, fp8_config({32, 32}), [&](auto& ts) {
+      std::erase_if(ts, [&](const FixtureTensor& t) { return t.name == victim + "_scale_inv"; });
+    });
+    EXPECT_THAT(load_error(d.path()), HasSubstr("FP8 tensor \"" + victim + "\" has no scale tensor \"" + victim + "_scale_inv\""));
+  }
+  {  // scales for another block size
+    TempDir d("fp8blk");
+    variant(d, fp8_config({64, 64}), [](auto&) {});
+    EXPECT_THAT(load_error(d.path()), HasSubstr("with weight_block_size [64, 64] needs"));
+  }
+  {  // a quantized matrix of the wrong shape
+    TempDir d("fp8shape");
+    variant(d, fp8_config({32, 32}), [&](auto& ts) {
+      for (auto& t : ts)
+        if (t.name == victim) t.shape = {256, 128}, t.bytes.resize(256 * 128);
+    });
+    EXPECT_THAT(load_error(d.path()), HasSubstr("\"" + victim + "\" has shape [256, 128] but the model config expects [128, 256]"));
+  }
+  EXPECT_EQ(load_error(good.path()), "");
+}
+
+}  // namespace
+}  // namespace ssmserve
