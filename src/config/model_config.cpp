@@ -153,35 +153,6 @@ json text_config_view(const json& cfg, const std::string& what) {
   return flat;
 }
 
-/// quantization_config: quant_method "fp8" (e4m3, dynamic activations, block or per-tensor weight scales); any other
-/// method or option is an error naming the field.
-Fp8Quantization parse_quantization_config(const json& q, const std::string& what) {
-  SSM_CHECK(q.is_object(), "{}: field \"quantization_config\" must be an object (got {})", what, Fields::show(q));
-  const auto m = q.find("quant_method");
-  const std::string method = m != q.end() && m->is_string() ? m->get<std::string>() : std::string("?");
-  SSM_CHECK(method == "fp8", "{}: field \"quantization_config\" (quant_method \"{}\") is not supported: ssmserve loads "
-            "unquantized F32 / BF16 / F16 checkpoints and FP8 ones (quant_method \"fp8\", e4m3 weights with "
-            "weight_scale_inv)", what, text_excerpt(method));
-  if (const auto fmt = q.find("fmt"); fmt != q.end() && !fmt->is_null())
-    SSM_CHECK(fmt->is_string() && fmt->get<std::string>() == "e4m3",
-              "{}: quantization_config.fmt {} is not supported (only \"e4m3\")", what, Fields::show(*fmt));
-  if (const auto a = q.find("activation_scheme"); a != q.end() && !a->is_null())
-    SSM_CHECK(a->is_string() && a->get<std::string>() == "dynamic",
-              "{}: quantization_config.activation_scheme {} is not supported (only \"dynamic\": static activation "
-              "scales, input_scale tensors, are not read)", what, Fields::show(*a));
-  Fp8Quantization out;
-  if (const auto b = q.find("weight_block_size"); b != q.end() && !b->is_null()) {
-    const bool ok = b->is_array() && b->size() == 2 &&
-                    std::all_of(b->begin(), b->end(), [](const json& v) {
-                      return v.is_number_integer() && v.get<long long>() >= 1 && v.get<long long>() <= (1 << 20);
-                    });
-    SSM_CHECK(ok, "{}: quantization_config.weight_block_size must be [rows, columns] of positive integers or null "
-              "(got {})", what, Fields::show(*b));
-    out.block_n = (*b)[0].get<int>(), out.block_k = (*b)[1].get<int>();
-  }
-  return out;
-}
-
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path& dir) {

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/hf_json.h"  // parse_hf_json, read_text_file, json_float (declared there)
+#include "config/quantization_config.h"
 #include "core/dtype.h"
 
 #include <filesystem>
@@ -34,17 +35,6 @@ struct MambaConfig {
   static MambaConfig from_json_labeled(const nlohmann::json& cfg, int hidden_size, const std::string& what);
 };
 
-/// A checkpoint quantized as transformers' FineGrainedFP8 / vLLM's "fp8" method writes it (Qwen3 / Qwen3.5 / Qwen3-Next
-/// FP8 releases, DeepSeek-V3): config.json's quantization_config {"quant_method": "fp8", "fmt": "e4m3",
-/// "activation_scheme": "dynamic", "weight_block_size": [128, 128]}; each quantized matrix X.weight stored as F8_E4M3
-/// [..., N, K] beside X.weight_scale_inv [..., ceil(N / block_n), ceil(K / block_k)] (F32 or BF16; one value when
-/// weight_block_size is null: a per-tensor scale), W = fp8 x scale_inv. Matrices the quantizer skipped
-/// (modules_to_not_convert: norms, router, embeddings, LM head) stay BF16 / F32 and load as usual.
-struct Fp8Quantization {
-  int block_n = 0;  ///< weight_block_size[0]: output rows per scale (0: one scale per tensor)
-  int block_k = 0;  ///< weight_block_size[1]: input columns per scale (0: one scale per tensor)
-};
-
 /// Model-level configuration shared by every architecture, plus the architecture-specific section.
 struct ModelConfig {
   std::filesystem::path dir;       ///< checkpoint folder
@@ -62,7 +52,7 @@ struct ModelConfig {
   int max_model_len = 0;           ///< 0 = unbounded (recurrent models have no positional limit)
   std::string torch_dtype;         ///< "bfloat16" / "float16" / "float32" ("dtype" or "torch_dtype"; empty if absent)
   std::optional<MambaConfig> mamba;
-  /// config.json's quantization_config, when the checkpoint is quantized (only quant_method "fp8" loads).
+  /// config.json's quantization_config, when the checkpoint's weights are FP8 (config/quantization_config.h).
   std::optional<Fp8Quantization> fp8;
   /// Not from config.json: a CPU reference mode for GPU tests (off by default; nothing else changes when off). The CPU
   /// decoder then rounds each GEMM input (activation) to bf16 where the GPU does with bf16 weights: every projection

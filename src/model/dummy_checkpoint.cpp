@@ -38,7 +38,7 @@ struct FileTensor {
 
 /// `bf16` [..., N, K] quantized as transformers' FineGrainedFP8 / DeepSeek's weight_quant do: per block of
 /// quant.block_n x block_k (one block when 0), scale = amax / 448 (1 for an all-zero block), q = e4m3(w / scale),
-/// weight_scale_inv = scale (F32). Returns {q, scale_inv}.
+/// the scale (F32, named fp8_scale_name). Returns {q, scale}.
 std::pair<FileTensor, FileTensor> quantize_fp8(const std::vector<int64_t>& shape, const std::vector<uint16_t>& bf16,
                                                const Fp8Quantization& quant) {
   const int64_t K = shape.back(), N = shape[shape.size() - 2];
@@ -62,8 +62,10 @@ std::pair<FileTensor, FileTensor> quantize_fp8(const std::vector<int64_t>& shape
             q.bytes[i] = f32_to_fp8_e4m3(bf16_to_f32(bf16[i]) / s);
           }
       }
-  FileTensor st{"F32", fp8_scale_shape(shape, quant), std::vector<uint8_t>(scale.size() * 4)};
-  if (st.shape.empty()) st.shape = {1};
+  // The scale grid as each format stores it: [..., gn, gk] for blocks and channels ([N, 1]), one value as [1].
+  std::vector<int64_t> grid = fp8_scale_shape(shape, quant);
+  if (quant.block_n == 0 && quant.block_k == 0 && shape.size() == 2) grid = {1};
+  FileTensor st{"F32", grid, std::vector<uint8_t>(scale.size() * 4)};
   std::memcpy(st.bytes.data(), scale.data(), st.bytes.size());
   return {std::move(q), std::move(st)};
 }
@@ -81,7 +83,7 @@ void save_dummy_checkpoint(const ModelConfig& cfg, const std::filesystem::path& 
     if (cfg.fp8 && fp8_quantized(name, t.first)) {
       auto [q, scale] = quantize_fp8(t.first, t.second, *cfg.fp8);
       tensors[name] = std::move(q);
-      tensors[fp8_scale_name(name)] = std::move(scale);
+      tensors[fp8_scale_name(name, *cfg.fp8)] = std::move(scale);
       continue;
     }
     FileTensor& f = tensors[name];

@@ -1,6 +1,7 @@
 // Owns FP8 block-scaled weight dequantization (see fp8_weights.h).
 #include "model/fp8_weights.h"
 
+#include <algorithm>
 #include <array>
 #include <fmt/ranges.h>
 
@@ -8,13 +9,15 @@
 
 namespace ssmserve {
 
-std::string fp8_scale_name(const std::string& name) { return name + "_scale_inv"; }
+std::string fp8_scale_name(const std::string& name, const Fp8Quantization& quant) { return name + quant.scale_suffix; }
 
 std::vector<int64_t> fp8_scale_shape(const std::vector<int64_t>& shape, const Fp8Quantization& quant) {
-  if (quant.block_n == 0 || shape.size() < 2) return {};
+  if (shape.size() < 2) return {};
+  const int64_t N = shape[shape.size() - 2], K = shape.back();
+  const int64_t bn = quant.block_n ? quant.block_n : std::max<int64_t>(N, 1), bk = quant.block_k ? quant.block_k : std::max<int64_t>(K, 1);
   std::vector<int64_t> s(shape.begin(), shape.end() - 2);
-  s.push_back((shape[shape.size() - 2] + quant.block_n - 1) / quant.block_n);
-  s.push_back((shape.back() + quant.block_k - 1) / quant.block_k);
+  s.push_back((N + bn - 1) / bn);
+  s.push_back((K + bk - 1) / bk);
   return s;
 }
 
@@ -28,14 +31,15 @@ Weight dequantize_fp8(const TensorRef& q, const TensorRef& scale_inv, const Fp8Q
   int64_t want = 1;
   for (int64_t d : grid) want *= d;
   SSM_CHECK(scale_inv.numel() == want, "{}: tensor \"{}\" has shape [{}] ({} values), but FP8 matrix \"{}\" [{}] with "
-            "weight_block_size {} needs [{}]", scale_inv.file, scale_inv.name, fmt::join(scale_inv.shape, ", "),
+            "scale blocks {} needs [{}]", scale_inv.file, scale_inv.name, fmt::join(scale_inv.shape, ", "),
             scale_inv.numel(), q.name, fmt::join(q.shape, ", "),
-            quant.block_n ? fmt::format("[{}, {}]", quant.block_n, quant.block_k) : std::string("null (one scale)"),
+            fmt::format("[{}, {}] (0: the whole dimension)", quant.block_n, quant.block_k),
             fmt::join(grid, ", "));
   std::vector<float> s(static_cast<size_t>(want));
   to_f32(scale_inv.dtype, scale_inv.data, s.data(), s.size());
 
   const int64_t K = q.shape.back(), N = q.shape[q.shape.size() - 2];
+  if (q.numel() == 0) return Weight::allocate(out, q.shape[0], 0);
   const int64_t mats = q.numel() / (N * K);
   const int64_t bn = quant.block_n ? quant.block_n : N, bk = quant.block_k ? quant.block_k : K;
   const int64_t grid_n = (N + bn - 1) / bn, grid_k = (K + bk - 1) / bk;
@@ -46,14 +50,14 @@ Weight dequantize_fp8(const TensorRef& q, const TensorRef& scale_inv, const Fp8Q
 #pragma omp parallel for schedule(static) if (q.numel() > (int64_t{1} << 16))
   for (int64_t row = 0; row < mats * N; ++row) {
     const int64_t m = row / N, r = row % N;
-    const float* srow = s.data() + (quant.block_n ? (m * grid_n + r / bn) * grid_k : 0);
+    const float* srow = s.data() + (m * grid_n + r / bn) * grid_k;
     const uint8_t* in = src + row * K;
     if (out == DType::F32) {
       float* o = reinterpret_cast<float*>(w.owned->data()) + row * K;
-      for (int64_t c = 0; c < K; ++c) o[c] = lut[in[c]] * srow[quant.block_k ? c / bk : 0];
+      for (int64_t c = 0; c < K; ++c) o[c] = lut[in[c]] * srow[c / bk];
     } else {
       uint16_t* o = reinterpret_cast<uint16_t*>(w.owned->data()) + row * K;
-      for (int64_t c = 0; c < K; ++c) o[c] = f32_to_bf16(lut[in[c]] * srow[quant.block_k ? c / bk : 0]);
+      for (int64_t c = 0; c < K; ++c) o[c] = f32_to_bf16(lut[in[c]] * srow[c / bk]);
     }
   }
   return w;

@@ -133,10 +133,10 @@ std::optional<Weight> WeightSource::fp8_matrix(const std::string& name, const st
   const TensorRef* raw = ckpt_->find_raw(name);
   if (raw == nullptr || raw->dtype_name != "F8_E4M3") return std::nullopt;  // absent or another dtype: get() names it
   SSM_CHECK(fp8_.has_value(), "{}: tensor \"{}\" is FP8 (F8_E4M3), but config.json has no quantization_config "
-            "{{\"quant_method\": \"fp8\", ...}} describing its scales", raw->file, name);
+            "describing its scales (quant_method \"fp8\", \"compressed-tensors\" or \"modelopt\")", raw->file, name);
   SSM_CHECK(raw->shape == shape, "{}: tensor \"{}\" has shape [{}] but the model config expects [{}]", raw->file, name,
             fmt::join(raw->shape, ", "), fmt::join(shape, ", "));
-  const std::string scale = fp8_scale_name(name);
+  const std::string scale = fp8_scale_name(name, *fp8_);
   used_->insert(scale);
   const TensorRef* s = ckpt_->find(scale);
   SSM_CHECK(s != nullptr, "FP8 tensor \"{}\" has no scale tensor \"{}\" (F32 / BF16) in checkpoint {}", name, scale,

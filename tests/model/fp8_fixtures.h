@@ -24,11 +24,31 @@ inline double e4m3_reference(int b) {
   return s ? -v : v;
 }
 
-/// tests/data/tiny-hybrids/tiny-qwen3_next-fp8/config.json with `block` as its weight_block_size (null: per tensor).
-inline nlohmann::json fp8_config(const nlohmann::json& block) {
+/// tests/data/tiny-hybrids/tiny-qwen3_next-fp8/config.json with `quantization` as its quantization_config.
+inline nlohmann::json fp8_config_with(const nlohmann::json& quantization) {
   nlohmann::json c = read_json(source_dir() / "tests/data/tiny-hybrids/tiny-qwen3_next-fp8/config.json");
-  c["quantization_config"]["weight_block_size"] = block;
+  c["quantization_config"] = quantization;
   return c;
+}
+
+/// The same with quant_method "fp8" and `block` as its weight_block_size (null: one scale per matrix).
+inline nlohmann::json fp8_config(const nlohmann::json& block) {
+  return fp8_config_with({{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", block}});
+}
+
+/// A compressed-tensors float-quantized config (llm-compressor's FP8_DYNAMIC with `strategy`; FP8_BLOCK with block).
+inline nlohmann::json compressed_tensors_config(const std::string& strategy, const nlohmann::json& block = nullptr) {
+  nlohmann::json weights = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", strategy},
+                            {"dynamic", false}, {"block_structure", block}};
+  nlohmann::json acts = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}};
+  return fp8_config_with({{"quant_method", "compressed-tensors"}, {"format", "float-quantized"},
+                          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", acts}}}}},
+                          {"ignore", {"lm_head"}}});
+}
+
+/// An NVIDIA Model Optimizer FP8 config (one scale per matrix).
+inline nlohmann::json modelopt_config() {
+  return fp8_config_with({{"quant_method", "modelopt"}, {"quant_algo", "FP8"}, {"kv_cache_quant_algo", nullptr}});
 }
 
 /// Writes `config` and its dummy weights (FP8 where save_dummy_checkpoint quantizes) to `dir`.
@@ -42,18 +62,19 @@ inline void write_fp8_model(const std::filesystem::path& dir, const nlohmann::js
 /// "BF16" rounded once), the scales dropped, every other tensor copied.
 inline void write_dequantized_copy(const std::filesystem::path& fp8_dir, const std::filesystem::path& out_dir, const std::string& dtype) {
   nlohmann::json config = testing::read_json(fp8_dir / "config.json");
-  const nlohmann::json block = config["quantization_config"]["weight_block_size"];
+  const Fp8Quantization quant = *ModelConfig::load(fp8_dir).fp8;
   config.erase("quantization_config");
   write_file(out_dir / "config.json", config.dump());
   const Checkpoint ck = Checkpoint::open(fp8_dir);
   std::vector<FixtureTensor> tensors;
   int quantized = 0;
+  const std::string& suffix = quant.scale_suffix;
   for (const std::string& name : ck.names()) {
-    if (name.size() > 10 && name.compare(name.size() - 10, 10, "_scale_inv") == 0) continue;
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) continue;
     if (const TensorRef* raw = ck.find_raw(name)) {
-      const TensorRef& s = *ck.find(name + "_scale_inv");
+      const TensorRef& s = *ck.find(name + suffix);
       const int64_t K = raw->shape.back(), N = raw->shape[raw->shape.size() - 2];
-      const int64_t bn = block.is_null() ? N : block[0].get<int64_t>(), bk = block.is_null() ? K : block[1].get<int64_t>();
+      const int64_t bn = quant.block_n ? quant.block_n : N, bk = quant.block_k ? quant.block_k : K;  // 0: whole dimension
       const int64_t gk = (K + bk - 1) / bk, gn = (N + bn - 1) / bn;
       std::vector<float> v(static_cast<size_t>(raw->numel()));
       for (int64_t i = 0; i < raw->numel(); ++i) {

@@ -81,7 +81,7 @@ TensorRef view(const std::string& name, const std::string& dtype_name, DType dty
 // edges), F32 and BF16 scales, F32 and BF16 output; a per-tensor scale.
 TEST(Fp8, DequantizesPartialBlocksOfStackedMatrices) {
   const int64_t E = 2, N = 100, K = 90;
-  const Fp8Quantization quant{48, 40};
+  const Fp8Quantization quant{"fp8", 48, 40};
   const std::vector<int64_t> grid = fp8_scale_shape({E, N, K}, quant);
   ASSERT_EQ(grid, (std::vector<int64_t>{E, 3, 3}));
   std::mt19937 rng(7);
@@ -120,19 +120,29 @@ TEST(Fp8, DequantizesPartialBlocksOfStackedMatrices) {
       EXPECT_EQ(mismatches, 0) << "bf16 scales " << bf16_scales << ", out " << dtype_name(out);
     }
   }
-  // One scale for the whole tensor (weight_block_size null), stored as [1].
-  const std::vector<float> one = {0.25f};
-  std::vector<uint8_t> one_bytes(4);
-  std::memcpy(one_bytes.data(), one.data(), 4);
-  const Weight w = dequantize_fp8(tq, view("s", "F32", DType::F32, {1}, one_bytes), Fp8Quantization{}, DType::F32);
-  EXPECT_EQ(w.at(1, 5 * K + 7), static_cast<float>(e4m3_reference(q[(N + 5) * K + 7])) * 0.25f);
+  // One scale per matrix (a null weight_block_size, compressed-tensors' "tensor" strategy), stored as [2]; one per
+  // output channel ("channel": [2, 100, 1]).
+  const std::vector<float> two = {0.25f, 0.5f};
+  std::vector<uint8_t> two_bytes(8);
+  std::memcpy(two_bytes.data(), two.data(), 8);
+  const Weight w = dequantize_fp8(tq, view("s", "F32", DType::F32, {2}, two_bytes), Fp8Quantization{}, DType::F32);
+  EXPECT_EQ(w.at(0, 5 * K + 7), static_cast<float>(e4m3_reference(q[5 * K + 7])) * 0.25f);
+  EXPECT_EQ(w.at(1, 5 * K + 7), static_cast<float>(e4m3_reference(q[(N + 5) * K + 7])) * 0.5f);
+  std::vector<float> per_row(static_cast<size_t>(E * N));
+  for (size_t i = 0; i < per_row.size(); ++i) per_row[i] = std::ldexp(1.0f, static_cast<int>(i % 7) - 3);
+  std::vector<uint8_t> row_bytes(per_row.size() * 4);
+  std::memcpy(row_bytes.data(), per_row.data(), row_bytes.size());
+  const Weight wc = dequantize_fp8(tq, view("s", "F32", DType::F32, {E, N, 1}, row_bytes), Fp8Quantization{"compressed-tensors", 1, 0, "_scale"}, DType::F32);
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < N; r += 7)
+      EXPECT_EQ(wc.at(e, r * K + 3), static_cast<float>(e4m3_reference(q[(e * N + r) * K + 3])) * per_row[e * N + r]) << e << " " << r;
   // A scale grid of the wrong size is named.
   try {
     (void)dequantize_fp8(tq, view("experts.gate_up_proj_scale_inv", "F32", DType::F32, {E, 3, 2}, s32), quant, DType::F32);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("\"experts.gate_up_proj_scale_inv\" has shape [2, 3, 2]"));
-    EXPECT_THAT(e.what(), HasSubstr("weight_block_size [48, 40] needs [2, 3, 3]"));
+    EXPECT_THAT(e.what(), HasSubstr("scale blocks [48, 40] (0: the whole dimension) needs [2, 3, 3]"));
   }
 }
 
@@ -165,12 +175,14 @@ void expect_identical(const std::vector<RequestOutput>& a, const std::vector<Req
 
 // A whole model (Qwen3-Next layout: DeltaNet, gated attention, 8 experts + shared expert) from an FP8 checkpoint
 // equals the same model from a checkpoint of its dequantized weights, bit for bit: with --dtype float32 (fp32
-// dequantization) and auto (bf16), at blocks that do not divide the matrices (48 x 40) and with one scale per tensor.
+// dequantization) and auto (bf16), in every format: "fp8" at blocks that do not divide the matrices (48 x 40) and with
+// one scale per matrix, compressed-tensors per channel and per block, modelopt per matrix.
 TEST(Fp8, ModelEqualsItsDequantizedCheckpoint) {
-  for (const nlohmann::json& block : {nlohmann::json::array({48, 40}), nlohmann::json(nullptr)}) {
-    SCOPED_TRACE("weight_block_size " + block.dump());
+  for (const nlohmann::json& config : {fp8_config({48, 40}), fp8_config(nullptr), testing::compressed_tensors_config("channel"),
+                                       testing::compressed_tensors_config("block", {32, 64}), testing::modelopt_config()}) {
+    SCOPED_TRACE("quantization_config " + config["quantization_config"].dump());
     TempDir fp8("fp8"), ref32("fp8ref32"), ref16("fp8ref16");
-    write_fp8_model(fp8.path(), fp8_config(block));
+    write_fp8_model(fp8.path(), config);
     write_dequantized_copy(fp8.path(), ref32.path(), "F32");
     write_dequantized_copy(fp8.path(), ref16.path(), "BF16");
     const auto a = run(fp8.path(), "float32");
@@ -204,6 +216,19 @@ TEST(Fp8, BadQuantizationConfigsAreNamed) {
       {{{"quant_method", "fp8"}, {"weight_block_size", {128}}}, "weight_block_size must be [rows, columns]"},
       {{{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}}, "weight_block_size must be [rows, columns]"},
       {"fp8", "\"quantization_config\" must be an object"},
+      {nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized"})"),
+       "quantization_config.format \"pack-quantized\" is not supported"},
+      {nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups":
+          {"g": {"weights": {"num_bits": 4, "type": "int", "strategy": "group"}}}})"),
+       "quantization_config.config_groups.g.weights {num_bits: 4, type: \"int\"} is not supported"},
+      {nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups":
+          {"g": {"weights": {"num_bits": 8, "type": "float", "strategy": "group"}}}})"),
+       "weights.strategy \"group\" is not supported"},
+      {nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups":
+          {"g": {"weights": {"num_bits": 8, "type": "float", "strategy": "block"}}}})"),
+       "weights.block_structure is required"},
+      {nlohmann::json::parse(R"({"quant_method": "modelopt", "quant_algo": "NVFP4"})"),
+       "quantization_config.quant_algo \"NVFP4\" is not supported"},
   };
   TempDir tmp("fp8cfg");
   for (const auto& [q, want] : cases) {
@@ -254,7 +279,7 @@ TEST(Fp8, BadCheckpointsAreNamed) {
   {  // scales for another block size
     TempDir d("fp8blk");
     variant(d, fp8_config({64, 64}), [](auto&) {});
-    EXPECT_THAT(load_error(d.path()), HasSubstr("with weight_block_size [64, 64] needs"));
+    EXPECT_THAT(load_error(d.path()), HasSubstr("with scale blocks [64, 64] (0: the whole dimension) needs"));
   }
   {  // a quantized matrix of the wrong shape
     TempDir d("fp8shape");

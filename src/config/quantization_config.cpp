@@ -1,0 +1,120 @@
+// Owns parse_quantization_config (see quantization_config.h).
+#include "config/quantization_config.h"
+
+#include <algorithm>
+
+#include "config/hf_json.h"
+#include "core/error.h"
+
+namespace ssmserve {
+namespace {
+
+using nlohmann::json;
+
+/// q[key] when present and not null, else nullptr.
+const json* field(const json& q, const char* key) {
+  const auto it = q.find(key);
+  return it == q.end() || it->is_null() ? nullptr : &*it;
+}
+
+/// A [rows, columns] block size of positive integers, or throws naming `name`.
+std::pair<int, int> block_size(const json& b, const std::string& what, const std::string& name) {
+  const bool ok = b.is_array() && b.size() == 2 && std::all_of(b.begin(), b.end(), [](const json& v) {
+                    return v.is_number_integer() && v.get<long long>() >= 1 && v.get<long long>() <= (1 << 20);
+                  });
+  SSM_CHECK(ok, "{}: {} must be [rows, columns] of positive integers (got {})", what, name, json_excerpt(b));
+  return {b[0].get<int>(), b[1].get<int>()};
+}
+
+/// quant_method "fp8": e4m3 weights, dynamic activations, weight_block_size or one scale per matrix.
+Fp8Quantization parse_fp8(const json& q, const std::string& what) {
+  if (const json* fmt = field(q, "fmt"))
+    SSM_CHECK(fmt->is_string() && fmt->get<std::string>() == "e4m3",
+              "{}: quantization_config.fmt {} is not supported (only \"e4m3\")", what, json_excerpt(*fmt));
+  if (const json* a = field(q, "activation_scheme"))
+    SSM_CHECK(a->is_string() && a->get<std::string>() == "dynamic",
+              "{}: quantization_config.activation_scheme {} is not supported (only \"dynamic\": static activation "
+              "scales, input_scale tensors, are not read)", what, json_excerpt(*a));
+  Fp8Quantization out;
+  if (const json* b = field(q, "weight_block_size"))
+    std::tie(out.block_n, out.block_k) = block_size(*b, what, "quantization_config.weight_block_size");
+  return out;
+}
+
+/// quant_method "compressed-tensors", format "float-quantized": every config group's weights 8-bit symmetric floats
+/// with one strategy (tensor, channel or block); input activations, if quantized, 8-bit floats (not applied).
+Fp8Quantization parse_compressed_tensors(const json& q, const std::string& what) {
+  const json* format = field(q, "format");
+  SSM_CHECK(format != nullptr && format->is_string() && format->get<std::string>() == "float-quantized",
+            "{}: quantization_config.format {} is not supported (compressed-tensors checkpoints load in the "
+            "\"float-quantized\" format, FP8 weights)", what, format ? json_excerpt(*format) : std::string("(missing)"));
+  const json* groups = field(q, "config_groups");
+  SSM_CHECK(groups != nullptr && groups->is_object() && !groups->empty(),
+            "{}: quantization_config.config_groups must be a non-empty object of quantization schemes", what);
+  Fp8Quantization out{"compressed-tensors", 0, 0, "_scale"};
+  std::string strategy;
+  for (const auto& [gname, g] : groups->items()) {
+    const std::string at = "quantization_config.config_groups." + gname;
+    SSM_CHECK(g.is_object(), "{}: {} must be an object", what, at);
+    const json* w = field(g, "weights");
+    SSM_CHECK(w != nullptr && w->is_object(), "{}: {}.weights must be an object", what, at);
+    const json* bits = field(*w, "num_bits");
+    const json* type = field(*w, "type");
+    SSM_CHECK(bits && bits->is_number_integer() && bits->get<int>() == 8 && type && type->is_string() &&
+                  type->get<std::string>() == "float",
+              "{}: {}.weights {{num_bits: {}, type: {}}} is not supported (only 8-bit \"float\" weights: FP8)", what, at,
+              bits ? json_excerpt(*bits) : "?", type ? json_excerpt(*type) : "?");
+    if (const json* sym = field(*w, "symmetric"))
+      SSM_CHECK(sym->is_boolean() && sym->get<bool>(), "{}: {}.weights.symmetric must be true (FP8 weights have no zero point)", what, at);
+    const json* st = field(*w, "strategy");
+    SSM_CHECK(st && st->is_string(), "{}: {}.weights.strategy must be a string", what, at);
+    const std::string s = st->get<std::string>();
+    SSM_CHECK(s == "tensor" || s == "channel" || s == "block",
+              "{}: {}.weights.strategy \"{}\" is not supported (tensor, channel or block)", what, at, text_excerpt(s));
+    SSM_CHECK(strategy.empty() || strategy == s, "{}: config groups with different weight strategies (\"{}\" and \"{}\") "
+              "are not supported", what, strategy, s);
+    strategy = s;
+    if (s == "channel") out.block_n = 1, out.block_k = 0;
+    if (s == "block") {
+      const json* b = field(*w, "block_structure");
+      SSM_CHECK(b != nullptr, "{}: {}.weights.block_structure is required with strategy \"block\"", what, at);
+      const auto [bn, bk] = block_size(*b, what, at + ".weights.block_structure");
+      SSM_CHECK(out.block_n == 0 || (out.block_n == bn && out.block_k == bk),
+                "{}: config groups with different block structures are not supported", what);
+      out.block_n = bn, out.block_k = bk;
+    }
+    if (const json* a = field(g, "input_activations")) {
+      const json* abits = a->is_object() ? field(*a, "num_bits") : nullptr;
+      const json* atype = a->is_object() ? field(*a, "type") : nullptr;
+      SSM_CHECK(abits && abits->is_number_integer() && abits->get<int>() == 8 && atype && atype->is_string() &&
+                    atype->get<std::string>() == "float",
+                "{}: {}.input_activations must be 8-bit floats or null (got {})", what, at, json_excerpt(*a));
+    }
+  }
+  return out;
+}
+
+/// quant_method "modelopt", quant_algo "FP8": one weight_scale per matrix.
+Fp8Quantization parse_modelopt(const json& q, const std::string& what) {
+  const json* algo = field(q, "quant_algo");
+  SSM_CHECK(algo != nullptr && algo->is_string() && algo->get<std::string>() == "FP8",
+            "{}: quantization_config.quant_algo {} is not supported (modelopt checkpoints load with quant_algo \"FP8\")",
+            what, algo ? json_excerpt(*algo) : std::string("(missing)"));
+  return Fp8Quantization{"modelopt", 0, 0, "_scale"};
+}
+
+}  // namespace
+
+Fp8Quantization parse_quantization_config(const json& q, const std::string& what) {
+  SSM_CHECK(q.is_object(), "{}: field \"quantization_config\" must be an object (got {})", what, json_excerpt(q));
+  const json* m = field(q, "quant_method");
+  const std::string method = m != nullptr && m->is_string() ? m->get<std::string>() : std::string("?");
+  if (method == "fp8") return parse_fp8(q, what);
+  if (method == "compressed-tensors") return parse_compressed_tensors(q, what);
+  if (method == "modelopt") return parse_modelopt(q, what);
+  fail("{}: field \"quantization_config\" (quant_method \"{}\") is not supported: ssmserve loads unquantized F32 / BF16 / "
+       "F16 checkpoints and FP8 ones (quant_method \"fp8\", \"compressed-tensors\" float-quantized, \"modelopt\" FP8)",
+       what, text_excerpt(method));
+}
+
+}  // namespace ssmserve

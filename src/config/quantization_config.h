@@ -1,0 +1,35 @@
+// Owns reading config.json's quantization_config: the FP8 weight formats ssmserve loads (their weights dequantized
+// as read, model/fp8_weights.h) and the clear error for every other method.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace ssmserve {
+
+/// How an FP8 checkpoint stores its matrices: each quantized matrix X.weight as F8_E4M3 [..., N, K] beside its scales
+/// X.weight<scale_suffix> [..., ceil(N / block_n), ceil(K / block_k)] (F32 / BF16 / F16), W = fp8 x scale. Matrices
+/// the quantizer skipped (norms, routers, embeddings, LM head) stay BF16 / F32 and load as usual. The formats:
+/// - quant_method "fp8" (transformers' FineGrainedFP8, vLLM's "fp8": Qwen3 / Qwen3.5 / Qwen3.6 / Qwen3-Next FP8
+///   releases, DeepSeek-V3): {"fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128] or null},
+///   scales X.weight_scale_inv (null block size: one per matrix);
+/// - quant_method "compressed-tensors" with format "float-quantized" (llm-compressor's FP8 / FP8_DYNAMIC /
+///   FP8_BLOCK schemes: RedHat's and many community FP8 releases): weights {"num_bits": 8, "type": "float",
+///   "strategy": "tensor" | "channel" | "block"}, scales X.weight_scale ([1], [N, 1] or the block grid);
+/// - quant_method "modelopt" with quant_algo "FP8" (NVIDIA Model Optimizer: NVIDIA's Nemotron FP8 releases): one
+///   X.weight_scale per matrix.
+/// Activations are not quantized: static input scales (X.input_scale) are not read, so results are the weights'
+/// dequantized product in bf16 / fp32, as transformers computes when it dequantizes.
+struct Fp8Quantization {
+  std::string method = "fp8";               ///< quant_method as written
+  int block_n = 0;                          ///< output rows per scale (0: all N rows)
+  int block_k = 0;                          ///< input columns per scale (0: all K columns)
+  std::string scale_suffix = "_scale_inv";  ///< X.weight + this names X's scales
+};
+
+/// Parses a quantization_config object (`what` names config.json in errors). Returns the FP8 format it describes;
+/// throws Error naming the field for any other quant_method or an unsupported option (another fp8 format, int
+/// weights, asymmetric or group scales, ...).
+Fp8Quantization parse_quantization_config(const nlohmann::json& q, const std::string& what);
+
+}  // namespace ssmserve
