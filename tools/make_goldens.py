@@ -223,7 +223,13 @@ def load_reference_model(model_dir: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model, info = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, output_loading_info=True)
+    kwargs = {}
+    quant = json.loads((model_dir / "config.json").read_text()).get("quantization_config") or {}
+    if quant.get("quant_method") == "compressed-tensors":  # FP8 weights dequantized to float32 at load, as ssmserve does
+        from transformers import CompressedTensorsConfig
+        kwargs["quantization_config"] = CompressedTensorsConfig(dequantize=True)
+    model, info = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, output_loading_info=True,
+                                                       **kwargs)
     model = model.to("cpu").eval()
     for p in model.parameters():
         if p.dtype != torch.float32:

@@ -31,10 +31,10 @@ Fp8Quantization parse_fp8(const json& q, const std::string& what) {
   if (const json* fmt = field(q, "fmt"))
     SSM_CHECK(fmt->is_string() && fmt->get<std::string>() == "e4m3",
               "{}: quantization_config.fmt {} is not supported (only \"e4m3\")", what, json_excerpt(*fmt));
-  if (const json* a = field(q, "activation_scheme"))
-    SSM_CHECK(a->is_string() && a->get<std::string>() == "dynamic",
-              "{}: quantization_config.activation_scheme {} is not supported (only \"dynamic\": static activation "
-              "scales, input_scale tensors, are not read)", what, json_excerpt(*a));
+  if (const json* a = field(q, "activation_scheme"))  // either way activations stay unquantized (input_scale unread)
+    SSM_CHECK(a->is_string() && (a->get<std::string>() == "dynamic" || a->get<std::string>() == "static"),
+              "{}: quantization_config.activation_scheme {} is not supported (\"dynamic\" or \"static\")", what,
+              json_excerpt(*a));
   Fp8Quantization out;
   if (const json* b = field(q, "weight_block_size"))
     std::tie(out.block_n, out.block_k) = block_size(*b, what, "quantization_config.weight_block_size");

@@ -18,8 +18,12 @@ namespace ssmserve {
 ///   "strategy": "tensor" | "channel" | "block"}, scales X.weight_scale ([1], [N, 1] or the block grid);
 /// - quant_method "modelopt" with quant_algo "FP8" (NVIDIA Model Optimizer: NVIDIA's Nemotron FP8 releases): one
 ///   X.weight_scale per matrix.
-/// Activations are not quantized: static input scales (X.input_scale) are not read, so results are the weights'
-/// dequantized product in bf16 / fp32, as transformers computes when it dequantizes.
+/// Weight-only (W8A16): activations and the KV cache are not quantized, whatever the checkpoint was calibrated for
+/// (static X.input_scale, k_scale / v_scale are not read; dynamic per-token FP8 activations are not applied), so the
+/// results are those of the dequantized weights in bf16 / fp32: transformers' own for a dequantized "fp8" checkpoint,
+/// vLLM's weight-only FP8 path (GPUs without FP8 tensor cores). vLLM's W8A8 kernels on Hopper, and transformers on a
+/// compressed-tensors checkpoint with input_activations, also round activations to FP8, which moves logprobs by
+/// ~0.1 on the tiny test models.
 struct Fp8Quantization {
   std::string method = "fp8";               ///< quant_method as written
   int block_n = 0;                          ///< output rows per scale (0: all N rows)

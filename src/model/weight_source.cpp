@@ -171,8 +171,16 @@ std::vector<std::string> WeightSource::unused_tensors() const {
   std::vector<std::string> out;
   if (!ckpt_) return out;
   std::lock_guard<std::mutex> lock(used_->mu);
+  // An FP8 checkpoint's activation and KV-cache scales (input_scale, k_scale, ...): activations and the KV cache are
+  // not quantized (config/quantization_config.h), so they are known and left unread.
+  static const std::string fp8_extras[] = {".input_scale", ".output_scale", ".k_scale", ".v_scale"};
+  const auto fp8_extra = [&](const std::string& n) {
+    return fp8_ && std::any_of(std::begin(fp8_extras), std::end(fp8_extras), [&](const std::string& e) {
+             return n.size() > e.size() && n.compare(n.size() - e.size(), e.size(), e) == 0;
+           });
+  };
   for (const auto& n : ckpt_->names())
-    if (!used_->names.count(n)) out.push_back(n);
+    if (!used_->names.count(n) && !fp8_extra(n)) out.push_back(n);
   std::sort(out.begin(), out.end());
   return out;
 }

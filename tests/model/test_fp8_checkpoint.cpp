@@ -17,7 +17,9 @@
 #include "engine/llm_engine.h"
 #include "model/checkpoint.h"
 #include "model/dummy_checkpoint.h"
+#include "model/decoder/decoder_lm.h"
 #include "model/fp8_weights.h"
+#include "model/weight_source.h"
 #include "test_util.h"
 
 namespace ssmserve {
@@ -212,7 +214,7 @@ TEST(Fp8, BadQuantizationConfigsAreNamed) {
   const std::pair<nlohmann::json, std::string> cases[] = {
       {{{"quant_method", "gptq"}, {"bits", 4}}, "quant_method \"gptq\") is not supported"},
       {{{"quant_method", "fp8"}, {"fmt", "e5m2"}}, "quantization_config.fmt \"e5m2\" is not supported (only \"e4m3\")"},
-      {{{"quant_method", "fp8"}, {"activation_scheme", "static"}}, "activation_scheme \"static\" is not supported"},
+      {{{"quant_method", "fp8"}, {"activation_scheme", "per_group"}}, "activation_scheme \"per_group\" is not supported"},
       {{{"quant_method", "fp8"}, {"weight_block_size", {128}}}, "weight_block_size must be [rows, columns]"},
       {{{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}}, "weight_block_size must be [rows, columns]"},
       {"fp8", "\"quantization_config\" must be an object"},
@@ -290,6 +292,18 @@ TEST(Fp8, BadCheckpointsAreNamed) {
     EXPECT_THAT(load_error(d.path()), HasSubstr("\"" + victim + "\" has shape [256, 128] but the model config expects [128, 256]"));
   }
   EXPECT_EQ(load_error(good.path()), "");
+  {  // activation and KV-cache scales (static activations, an FP8 KV cache) are known, not "unused" weights
+    TempDir d("fp8extra");
+    variant(d, fp8_config({32, 32}), [&](auto& ts) {
+      ts.push_back(testing::f32_tensor("model.layers.3.self_attn.o_proj.input_scale", {1}, {0.5f}));
+      ts.push_back(testing::f32_tensor("model.layers.3.self_attn.k_scale", {1}, {0.5f}));
+    });
+    const ModelConfig cfg = ModelConfig::load(d.path());
+    std::shared_ptr<const Checkpoint> held;
+    WeightSource src = WeightSource::open(cfg, false, &held);
+    (void)load_decoder_from(cfg, architecture_spec(cfg), src, held);
+    EXPECT_EQ(src.unused_tensors(), std::vector<std::string>{});
+  }
 }
 
 }  // namespace

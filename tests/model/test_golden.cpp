@@ -95,7 +95,7 @@ TEST_P(GoldenTest, MatchesTransformers) {
     cfg.tokenizer = model_dir("tiny-mamba");
   }
   if (gc.dummy && read_json(dir / "config.json").contains("quantization_config")) {
-    // An FP8 checkpoint: the file transformers ran (the dummy weights quantized as save_dummy_checkpoint writes them,
+    // An FP8 checkpoint ("fp8" or compressed-tensors): the file transformers ran (the dummy weights quantized as save_dummy_checkpoint writes them,
     // tools/make_dummy_goldens.sh), written again and loaded as a checkpoint; dequantized in fp32 as transformers does
     // for a float32 model.
     std::filesystem::copy_file(dir / "config.json", tmp / "config.json");
@@ -154,7 +154,12 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                                            GoldenCase{"tiny-qwen3_next", 2048, true, true}, GoldenCase{"tiny-qwen3_next", 7, true, true},
                                            // FP8 (quant_method "fp8", 32 x 32 blocks) of the same layout.
                                            GoldenCase{"tiny-qwen3_next-fp8", 2048, true, true},
-                                           GoldenCase{"tiny-qwen3_next-fp8", 7, true, true}),
+                                           GoldenCase{"tiny-qwen3_next-fp8", 7, true, true},
+                                           // compressed-tensors FP8 (per-channel scales) of the dense Qwen3.5 layout,
+                                           // without input_activations: transformers then computes weight-only FP8 as
+                                           // ssmserve does (config/quantization_config.h).
+                                           GoldenCase{"tiny-qwen3_5-fp8-ct", 2048, true, true},
+                                           GoldenCase{"tiny-qwen3_5-fp8-ct", 7, true, true}),
                          case_name);
 
 }  // namespace
