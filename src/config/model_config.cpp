@@ -255,6 +255,17 @@ ModelConfig ModelConfig::load(const std::filesystem::path& dir) {
       check_in_vocab(gen_path.string(), "eos_token_id", c.eos_token_ids, c.vocab_size);
     }
   }
+  // NVIDIA Model Optimizer's checkpoints written before it filled config.json's quantization_config keep it in
+  // hf_quant_config.json {"producer": ..., "quantization": {"quant_algo": "FP8", ...}} (vLLM reads it too).
+  const auto hf_quant_path = dir / "hf_quant_config.json";
+  if (!c.fp8 && path_entry_exists(hf_quant_path)) {
+    const json hq = parse_hf_json(read_text_file(hf_quant_path, kMaxConfigFileBytes), hf_quant_path.string());
+    const auto q = hq.is_object() ? hq.find("quantization") : hq.end();
+    SSM_CHECK(q != hq.end() && q->is_object(), "{}: must be an object with an object \"quantization\"", hf_quant_path.string());
+    json as_config = *q;
+    as_config["quant_method"] = "modelopt";
+    c.fp8 = parse_quantization_config(as_config, hf_quant_path.string());
+  }
   return c;
 }
 

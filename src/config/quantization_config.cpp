@@ -36,6 +36,7 @@ Fp8Quantization parse_fp8(const json& q, const std::string& what) {
               "{}: quantization_config.activation_scheme {} is not supported (\"dynamic\" or \"static\")", what,
               json_excerpt(*a));
   Fp8Quantization out;
+  out.alt_scale_suffix = "_scale";
   if (const json* b = field(q, "weight_block_size"))
     std::tie(out.block_n, out.block_k) = block_size(*b, what, "quantization_config.weight_block_size");
   return out;

@@ -16,8 +16,8 @@ namespace ssmserve {
 /// - quant_method "compressed-tensors" with format "float-quantized" (llm-compressor's FP8 / FP8_DYNAMIC /
 ///   FP8_BLOCK schemes: RedHat's and many community FP8 releases): weights {"num_bits": 8, "type": "float",
 ///   "strategy": "tensor" | "channel" | "block"}, scales X.weight_scale ([1], [N, 1] or the block grid);
-/// - quant_method "modelopt" with quant_algo "FP8" (NVIDIA Model Optimizer: NVIDIA's Nemotron FP8 releases): one
-///   X.weight_scale per matrix.
+/// - quant_method "modelopt" with quant_algo "FP8" (NVIDIA Model Optimizer: NVIDIA's Nemotron FP8 releases; or its
+///   hf_quant_config.json, ModelConfig::load): one X.weight_scale per matrix.
 /// Weight-only (W8A16): activations and the KV cache are not quantized, whatever the checkpoint was calibrated for
 /// (static X.input_scale, k_scale / v_scale are not read; dynamic per-token FP8 activations are not applied), so the
 /// results are those of the dequantized weights in bf16 / fp32: transformers' own for a dequantized "fp8" checkpoint,
@@ -29,6 +29,9 @@ struct Fp8Quantization {
   int block_n = 0;                          ///< output rows per scale (0: all N rows)
   int block_k = 0;                          ///< input columns per scale (0: all K columns)
   std::string scale_suffix = "_scale_inv";  ///< X.weight + this names X's scales
+  /// Another name the format's writers use (quant_method "fp8": vLLM serializes per-tensor scales as
+  /// X.weight_scale, transformers always as X.weight_scale_inv); read when the first is absent. Empty: none.
+  std::string alt_scale_suffix;
 };
 
 /// Parses a quantization_config object (`what` names config.json in errors). Returns the FP8 format it describes;

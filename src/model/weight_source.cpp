@@ -137,9 +137,15 @@ std::optional<Weight> WeightSource::fp8_matrix(const std::string& name, const st
   SSM_CHECK(raw->shape == shape, "{}: tensor \"{}\" has shape [{}] but the model config expects [{}]", raw->file, name,
             fmt::join(raw->shape, ", "), fmt::join(shape, ", "));
   const std::string scale = fp8_scale_name(name, *fp8_);
-  used_->insert(scale);
-  const TensorRef* s = ckpt_->find(scale);
-  SSM_CHECK(s != nullptr, "FP8 tensor \"{}\" has no scale tensor \"{}\" (F32 / BF16) in checkpoint {}", name, scale,
+  std::string found = scale;
+  if (!ckpt_->has(scale) && !fp8_->alt_scale_suffix.empty() && ckpt_->has(name + fp8_->alt_scale_suffix))
+    found = name + fp8_->alt_scale_suffix;
+  used_->insert(found);
+  if (const TensorRef* bad = ckpt_->find_raw(found))
+    fail("{}: scale tensor \"{}\" has dtype {}; scales are F32, BF16 or F16", bad->file, found, bad->dtype_name);
+  const TensorRef* s = ckpt_->find(found);
+  SSM_CHECK(s != nullptr, "FP8 tensor \"{}\" has no scale tensor \"{}\"{} (F32 / BF16) in checkpoint {}", name, scale,
+            fp8_->alt_scale_suffix.empty() ? std::string() : fmt::format(" or \"{}\"", name + fp8_->alt_scale_suffix),
             ckpt_->dir().string());
   return dequantize_fp8(*raw, *s, *fp8_, fp8_out_);
 }

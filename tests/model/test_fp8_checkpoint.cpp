@@ -291,7 +291,36 @@ TEST(Fp8, BadCheckpointsAreNamed) {
     });
     EXPECT_THAT(load_error(d.path()), HasSubstr("\"" + victim + "\" has shape [256, 128] but the model config expects [128, 256]"));
   }
+  {  // a scale of a dtype scales never have
+    TempDir d("fp8sdt");
+    variant(d, fp8_config({32, 32}), [&](auto& ts) {
+      for (auto& t : ts)
+        if (t.name == victim + "_scale_inv") t.dtype = "I32";
+    });
+    EXPECT_THAT(load_error(d.path()), HasSubstr("scale tensor \"" + victim + "_scale_inv\" has dtype I32"));
+  }
   EXPECT_EQ(load_error(good.path()), "");
+  {  // vLLM's own FP8 serialization names the scales X.weight_scale: the same model
+    TempDir d("fp8vllm");
+    variant(d, fp8_config({32, 32}), [&](auto& ts) {
+      for (auto& t : ts)
+        if (t.name.size() > 10 && t.name.compare(t.name.size() - 10, 10, "_scale_inv") == 0) t.name.resize(t.name.size() - 4);
+    });
+    expect_identical(run(d.path(), "auto"), run(good.path(), "auto"));
+  }
+  {  // Model Optimizer's hf_quant_config.json instead of config.json's quantization_config: the same model
+    TempDir a("fp8mo"), b("fp8mohf");
+    write_fp8_model(a.path(), testing::modelopt_config());
+    std::filesystem::copy_file(a / "model.safetensors", b / "model.safetensors");
+    nlohmann::json c = testing::read_json(a / "config.json");
+    c.erase("quantization_config");
+    testing::write_file(b / "config.json", c.dump());
+    testing::write_file(b / "hf_quant_config.json",
+                        R"({"producer": {"name": "modelopt", "version": "0.19.0"}, "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": null, "exclude_modules": ["lm_head"]}})");
+    expect_identical(run(b.path(), "auto"), run(a.path(), "auto"));
+    testing::write_file(b / "hf_quant_config.json", R"({"quantization": {"quant_algo": "W4A16_AWQ"}})");
+    EXPECT_THAT(load_error(b.path()), HasSubstr("hf_quant_config.json: quantization_config.quant_algo \"W4A16_AWQ\" is not supported"));
+  }
   {  // activation and KV-cache scales (static activations, an FP8 KV cache) are known, not "unused" weights
     TempDir d("fp8extra");
     variant(d, fp8_config({32, 32}), [&](auto& ts) {
