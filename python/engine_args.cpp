@@ -115,6 +115,8 @@ const EngineArg kEngineArgs[] = {
     {"swap_space", "swap_space",
      [](EngineConfig& c, const std::string& k, const py::handle& v) { c.swap_space = float_arg(k, v); }},
     {"dtype", "dtype", [](EngineConfig& c, const std::string& k, const py::handle& v) { c.dtype = str_arg(k, v); }},
+    {"quantization", "quantization",
+     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.quantization = str_arg(k, v); }},
     {"generation_config", "generation_config",
      [](EngineConfig& c, const std::string& k, const py::handle& v) { c.generation_config = str_arg(k, v); }},
     {"override_generation_config", "override_generation_config",  // JSON text (the Python side dumps the dict)

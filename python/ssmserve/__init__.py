@@ -153,6 +153,7 @@ class Tokenizer:
 # **kwargs (generation_config, override_generation_config) and ssmserve's own (as the CLI's flags).
 _SSMSERVE_ENGINE_ARGS = ("num_state_blocks", "threads", "num_threads", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
                          "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size", "swap_space", "log_level",
+                         "quantization",
                          "generation_config", "override_generation_config")
 
 

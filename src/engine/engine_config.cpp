@@ -3,6 +3,7 @@
 #include "engine/engine_config.h"
 #include "engine/reasoning.h"
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -31,6 +32,19 @@ constexpr DtypeChoice kDtypeChoices[] = {
 };
 
 }  // namespace
+
+void check_quantization(const std::string& quantization, const ModelConfig& model) {
+  if (quantization.empty()) return;
+  static const char* const known[] = {"fp8", "compressed-tensors", "modelopt"};
+  SSM_CHECK(std::find(std::begin(known), std::end(known), quantization) != std::end(known),
+            "--quantization must be fp8, compressed-tensors or modelopt (the FP8 checkpoint formats ssmserve loads), got "
+            "\"{}\"", quantization);
+  SSM_CHECK(model.fp8.has_value(), "--quantization {}: {} is not quantized, and ssmserve does not quantize weights at "
+            "load (vLLM's online FP8 quantization); give an FP8 checkpoint or leave --quantization out", quantization,
+            model.dir.string());
+  SSM_CHECK(model.fp8->method == quantization, "--quantization {} does not match the checkpoint's quantization_config "
+            "(quant_method \"{}\")", quantization, model.fp8->method);
+}
 
 std::optional<DType> parse_model_dtype(std::string_view dtype) {
   std::string accepted;

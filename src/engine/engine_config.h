@@ -34,6 +34,11 @@ int max_num_threads();
 /// kernel takes fp16 weights).
 std::optional<DType> parse_model_dtype(std::string_view dtype);
 
+/// --quantization against the checkpoint's quantization_config (ModelConfig::fp8): "" always passes; a known method
+/// must equal the checkpoint's, as vLLM checks. Throws Error naming --quantization for an unknown method, a mismatch,
+/// or an unquantized checkpoint (no quantization at load).
+void check_quantization(const std::string& quantization, const ModelConfig& model);
+
 /// Engine construction arguments (vLLM's EngineArgs names where they exist).
 /// Most model steps per engine step (EngineConfig::num_scheduler_steps).
 inline constexpr int kMaxSchedulerSteps = 64;
@@ -46,6 +51,10 @@ struct EngineConfig {
   /// "float32" or "float" (parse_model_dtype). The CPU computes in fp32 whatever the choice: "float32" is what it runs
   /// anyway (bf16 checkpoint weights widen exactly), "bfloat16" runs the same fp32 math (a one-time log note says so).
   std::string dtype = "auto";
+  /// vLLM's --quantization (-q): empty = the checkpoint's own (config.json's quantization_config, if any); "fp8",
+  /// "compressed-tensors" or "modelopt" must name the checkpoint's method. Weights are never quantized at load
+  /// (vLLM's --quantization fp8 on a bf16 checkpoint is refused: check_quantization).
+  std::string quantization;
   SchedulerConfig scheduler;                 ///< max_num_batched_tokens, max_num_seqs
   int num_state_blocks = 0;                  ///< state blocks incl. the null block; 0 = max_num_seqs + 1, capped at 25% of RAM
   int num_threads = 0;                       ///< CPU threads for the math; 0 = all cores

@@ -15,7 +15,7 @@ INT_ARGS = ["max_model_len", "max_num_seqs", "max_num_batched_tokens", "num_stat
             "tensor_parallel_size", "num_scheduler_steps", "mamba_block_size"]
 FLOAT_ARGS = ["gpu_memory_utilization", "swap_space"]
 STR_ARGS = ["tokenizer", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "device", "mamba_cache_mode", "load_format",
-            "generation_config"]
+            "generation_config", "quantization"]
 FLAG = re.compile(r"--[a-z]")  # a CLI flag (--mamba-block-size) outside quoted command lines
 
 
@@ -45,6 +45,8 @@ BAD_VALUES = [
     (dict(mamba_ssm_cache_dtype="int3"), "mamba_ssm_cache_dtype"),
     (dict(mamba_cache_mode="some"), 'mamba_cache_mode must be none, align or all (got "some")'),
     (dict(device="tpu"), "device tpu"),
+    (dict(quantization="awq"), 'quantization must be fp8, compressed-tensors or modelopt'),
+    (dict(quantization="fp8"), "quantization fp8: "),  # the bundled model is not quantized
     (dict(load_format="pickle"), 'load_format must be auto, safetensors or dummy (got "pickle")'),
     (dict(speculative_config={"method": "ngram"}), "num_speculative_tokens"),
     (dict(num_state_blocks=2), "num_state_blocks 2 leaves 1 usable block"),  # raised while the engine is built

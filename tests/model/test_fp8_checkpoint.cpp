@@ -12,6 +12,7 @@
 #include <random>
 
 #include "checkpoint_fixtures.h"
+#include "engine/engine_config.h"
 #include "fp8_fixtures.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
@@ -332,6 +333,41 @@ TEST(Fp8, BadCheckpointsAreNamed) {
     WeightSource src = WeightSource::open(cfg, false, &held);
     (void)load_decoder_from(cfg, architecture_spec(cfg), src, held);
     EXPECT_EQ(src.unused_tensors(), std::vector<std::string>{});
+  }
+}
+
+/// check_quantization's message ("" when it passes).
+std::string quantization_error(const std::string& q, const ModelConfig& m) {
+  try {
+    check_quantization(q, m);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// --quantization (vLLM's -q) names the checkpoint's own method or nothing; the engine checks it before loading.
+TEST(Fp8, QuantizationFlagMatchesTheCheckpoint) {
+  TempDir fp8("fp8q");
+  write_fp8_model(fp8.path(), fp8_config({32, 32}));
+  const ModelConfig q = ModelConfig::load(fp8.path());
+  const ModelConfig plain = ModelConfig::load(testing::model_dir("tiny-mamba"));
+  EXPECT_EQ(quantization_error("", q), "");
+  EXPECT_EQ(quantization_error("", plain), "");
+  EXPECT_EQ(quantization_error("fp8", q), "");
+  EXPECT_THAT(quantization_error("modelopt", q), HasSubstr("--quantization modelopt does not match the checkpoint's "
+                                                           "quantization_config (quant_method \"fp8\")"));
+  EXPECT_THAT(quantization_error("fp8", plain), HasSubstr("is not quantized, and ssmserve does not quantize weights at load"));
+  EXPECT_THAT(quantization_error("gptq", q), HasSubstr("--quantization must be fp8, compressed-tensors or modelopt"));
+  EngineConfig cfg;
+  cfg.model = fp8.path();
+  cfg.tokenizer = testing::model_dir("tiny-mamba");
+  cfg.quantization = "compressed-tensors";
+  try {
+    LLM llm(cfg);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--quantization compressed-tensors does not match"));
   }
 }
 
