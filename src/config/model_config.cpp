@@ -161,6 +161,10 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
   // A multimodal wrapper (Qwen3.5's *ForConditionalGeneration) keeps the language model's fields in text_config:
   // the text decoder reads them, with the wrapper's architectures and tie_word_embeddings (vLLM's get_text_config).
   const json flat = text_config_view(cfg, what);
+  if (const auto tc = cfg.find("text_config"); tc != cfg.end() && tc->is_object() && tc->contains("quantization_config") &&
+                                               cfg.contains("quantization_config"))
+    SSM_CHECK((*tc)["quantization_config"] == cfg["quantization_config"], "{}: quantization_config and "
+              "text_config.quantization_config differ; a checkpoint has one quantization (give it once)", what);
   const Fields f{flat, what};
   ModelConfig c;
   c.dir = dir;

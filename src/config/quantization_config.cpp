@@ -22,7 +22,7 @@ std::pair<int, int> block_size(const json& b, const std::string& what, const std
   const bool ok = b.is_array() && b.size() == 2 && std::all_of(b.begin(), b.end(), [](const json& v) {
                     return v.is_number_integer() && v.get<long long>() >= 1 && v.get<long long>() <= (1 << 20);
                   });
-  SSM_CHECK(ok, "{}: {} must be [rows, columns] of positive integers (got {})", what, name, json_excerpt(b));
+  SSM_CHECK(ok, "{}: {} must be [rows, columns] of integers in [1, 1048576] (got {})", what, name, json_excerpt(b));
   return {b[0].get<int>(), b[1].get<int>()};
 }
 
@@ -109,7 +109,9 @@ Fp8Quantization parse_modelopt(const json& q, const std::string& what) {
 Fp8Quantization parse_quantization_config(const json& q, const std::string& what) {
   SSM_CHECK(q.is_object(), "{}: field \"quantization_config\" must be an object (got {})", what, json_excerpt(q));
   const json* m = field(q, "quant_method");
-  const std::string method = m != nullptr && m->is_string() ? m->get<std::string>() : std::string("?");
+  SSM_CHECK(m != nullptr && m->is_string(), "{}: quantization_config has no string \"quant_method\" (got {})", what,
+            m ? json_excerpt(*m) : std::string("none"));
+  const std::string method = m->get<std::string>();
   if (method == "fp8") return parse_fp8(q, what);
   if (method == "compressed-tensors") return parse_compressed_tensors(q, what);
   if (method == "modelopt") return parse_modelopt(q, what);

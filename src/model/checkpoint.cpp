@@ -137,8 +137,9 @@ const TensorRef& Checkpoint::get(const std::string& name, const std::vector<int6
   const auto it = tensors_.find(name);
   if (it == tensors_.end()) {
     if (const auto u = unsupported_.find(name); u != unsupported_.end())
-      fail("{}: tensor \"{}\" has dtype {}, which ssmserve cannot load (supported: F32, BF16, F16)", u->second.file,
-           name, u->second.dtype);
+      fail("{}: tensor \"{}\" has dtype {}, which ssmserve cannot load (supported: F32, BF16, F16{})", u->second.file,
+           name, u->second.dtype,
+           u->second.dtype.rfind("F8_", 0) == 0 ? "; F8_E4M3 only for the projection matrices of an FP8 checkpoint" : "");
     std::vector<std::string> files;
     for (const auto& f : files_) files.push_back(f->path().filename().string());
     fail("tensor \"{}\" (expected shape {}) is missing from checkpoint {} (files: {})", name,

@@ -35,6 +35,18 @@ Weight dequantize_fp8(const TensorRef& q, const TensorRef& scale_inv, const Fp8Q
             scale_inv.numel(), q.name, fmt::join(q.shape, ", "),
             fmt::format("[{}, {}] (0: the whole dimension)", quant.block_n, quant.block_k),
             fmt::join(grid, ", "));
+  // The same grid, in its order: [..., gn, gk] up to dimensions of size 1 ([] or [1] for one scale, [N] or [N, 1]
+  // per channel), never another arrangement of as many values (a transposed [gk, gn] grid would load silently).
+  const auto squeezed = [](const std::vector<int64_t>& d) {
+    std::vector<int64_t> out;
+    for (int64_t x : d)
+      if (x != 1) out.push_back(x);
+    return out;
+  };
+  SSM_CHECK(squeezed(scale_inv.shape) == squeezed(grid), "{}: tensor \"{}\" has shape [{}], but FP8 matrix \"{}\" [{}] "
+            "with scale blocks [{}, {}] (0: the whole dimension) needs [{}] (dimensions of size 1 aside)", scale_inv.file,
+            scale_inv.name, fmt::join(scale_inv.shape, ", "), q.name, fmt::join(q.shape, ", "), quant.block_n, quant.block_k,
+            fmt::join(grid, ", "));
   std::vector<float> s(static_cast<size_t>(want));
   to_f32(scale_inv.dtype, scale_inv.data, s.data(), s.size());
 

@@ -144,10 +144,16 @@ std::optional<Weight> WeightSource::fp8_matrix(const std::string& name, const st
   if (const TensorRef* bad = ckpt_->find_raw(found))
     fail("{}: scale tensor \"{}\" has dtype {}; scales are F32, BF16 or F16", bad->file, found, bad->dtype_name);
   const TensorRef* s = ckpt_->find(found);
-  SSM_CHECK(s != nullptr, "FP8 tensor \"{}\" has no scale tensor \"{}\"{} (F32 / BF16) in checkpoint {}", name, scale,
+  SSM_CHECK(s != nullptr, "FP8 tensor \"{}\" has no scale tensor \"{}\"{} (F32 / BF16 / F16) in checkpoint {}", name, scale,
             fp8_->alt_scale_suffix.empty() ? std::string() : fmt::format(" or \"{}\"", name + fp8_->alt_scale_suffix),
             ckpt_->dir().string());
-  return dequantize_fp8(*raw, *s, *fp8_, fp8_out_);
+  Weight w = dequantize_fp8(*raw, *s, *fp8_, fp8_out_);
+  // NaN / Inf from a NaN code (0x7f), a non-finite scale or an overflowing product: named as a stored tensor is.
+  TensorRef view = *raw;
+  view.dtype = w.dtype, view.dtype_name = std::string(dtype_name(w.dtype));
+  view.data = static_cast<const std::byte*>(w.data), view.nbytes = static_cast<size_t>(w.rows * w.cols) * dtype_size(w.dtype);
+  warn_if_not_finite(view);
+  return w;
 }
 
 WeightSource WeightSource::dummy(uint64_t seed) {

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "checkpoint_fixtures.h"
+#include "cli_runner.h"
 #include "engine/engine_config.h"
 #include "fp8_fixtures.h"
 #include "core/error.h"
@@ -299,6 +300,26 @@ TEST(Fp8, BadCheckpointsAreNamed) {
         if (t.name == victim + "_scale_inv") t.dtype = "I32";
     });
     EXPECT_THAT(load_error(d.path()), HasSubstr("scale tensor \"" + victim + "_scale_inv\" has dtype I32"));
+  }
+  {  // as many scales as the grid, transposed: refused, not applied to the wrong blocks
+    TempDir d("fp8tr");
+    variant(d, fp8_config({32, 32}), [&](auto& ts) {
+      for (auto& t : ts)
+        if (t.name == victim + "_scale_inv") t.shape = {8, 4};  // o_proj [128, 256] in 32 x 32 blocks: [4, 8]
+    });
+    EXPECT_THAT(load_error(d.path()), HasSubstr("\"" + victim + "_scale_inv\" has shape [8, 4], but FP8 matrix"));
+  }
+  {  // a NaN code in an FP8 matrix: it loads (as a NaN in a bf16 checkpoint does), and a warning names the matrix
+    TempDir d("fp8nan");
+    variant(d, fp8_config({32, 32}), [&](auto& ts) {
+      for (auto& t : ts)
+        if (t.name == victim) t.bytes[300] = static_cast<char>(0x7f);
+    });
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      std::filesystem::copy_file(testing::model_dir("tiny-mamba") / f, d / f);
+    const testing::CliRun r = testing::run_cli("generate --model " + d.path().string() + " --prompt The --max-tokens 2");
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("tensor \"" + victim + "\" holds 1 NaN / Inf value(s) (first at flat index 300)"));
   }
   EXPECT_EQ(load_error(good.path()), "");
   {  // vLLM's own FP8 serialization names the scales X.weight_scale: the same model
