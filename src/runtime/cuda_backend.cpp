@@ -61,13 +61,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_ATTN_TC_WGMMA", o.attn_tc_wgmma);
   flag("SSMSERVE_BRANCH_PDL", o.branch_pdl);
   flag("SSMSERVE_FUSE_SCALED_RESIDUAL", o.fuse_scaled_residual);
-  flag("SSMSERVE_FUSE_PAIR_RESIDUAL", o.fuse_pair_residual);
-  flag("SSMSERVE_FUSE_MLP_ACT", o.fuse_mlp_act);
-  flag("SSMSERVE_FUSE_GATED_NORM", o.fuse_gated_norm);
-  flag("SSMSERVE_FUSE_CONV_EPILOGUE", o.fuse_conv_epilogue);
-  flag("SSMSERVE_FUSE_ROUTER_ROUTE", o.fuse_router_route);
-  flag("SSMSERVE_FUSE_F32_INPUT", o.fuse_f32_input);
-  flag("SSMSERVE_FUSE_GDN_PREPARE", o.fuse_gdn_prepare);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
   int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);
   int_in("SSMSERVE_SKINNY_MAX_M", o.skinny_max_m, 0, 1 << 20);

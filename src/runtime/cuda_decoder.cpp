@@ -44,13 +44,8 @@ struct CudaSublayer {
   /// Its scaled residual (not plain, not from the normed rows, not paired) applied by the next sublayer's residual
   /// norm, or by the LM head's after the last, instead of a launch of its own (CudaModelOptions::fuse_scaled_residual).
   bool residual_to_next = false;
-  /// The second of a deferred parallel pair (Falcon-H1) whose two residual updates (scaled_residual2's arithmetic) the
-  /// next sublayer's residual norm applies (add_rms_norm_rows with a SecondResidual) instead of a launch of their own
-  /// (CudaModelOptions::fuse_pair_residual).
-  bool pair_to_next = false;
-  /// Whether the next norm adds this sublayer's output: its plain residual, or its scaled one (residual_to_next), or
-  /// its pair's two (pair_to_next).
-  bool out_pending() const { return spec.plain_residual() || residual_to_next || pair_to_next; }
+  /// Whether the next norm adds this sublayer's output: its plain residual, or its scaled one (residual_to_next).
+  bool out_pending() const { return spec.plain_residual() || residual_to_next; }
   /// The module was built on the runner's pair context (a parallel mixer: a candidate for parallel_mixer_branch).
   bool on_pair_ctx = false;
   /// The parallel mixer of a stacked pair that runs on the second branch (CudaModelOptions::parallel_mixer_branch):
@@ -293,8 +288,6 @@ void CudaDecoderLM::load(WeightSource& src) {
     const bool next_parallel = i + 1 < subs_.size() && subs_[i + 1].spec.parallel;
     a.residual_to_next = !a.spec.plain_residual() && !a.spec.residual_is_normed && !paired && !next_parallel;
   }
-  for (size_t i = 1; ctx_.opt.fuse_pair_residual && i + 1 < subs_.size(); ++i)
-    subs_[i].pair_to_next = subs_[i].spec.parallel && subs_[i - 1].defer_residual && !subs_[i + 1].spec.parallel;
 }
 
 void CudaDecoderLM::stack_parallel_projections() {
@@ -386,17 +379,10 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   //    A pair's first module wrote kParallelOut when this (its sibling) ran on the branch (parallel_out): its plain
   //    residual is added here on the main stream, before the join.
   const CudaSublayer* before = i > 0 ? &subs_[i - 1] : nullptr;
-  //    A deferred parallel pair's two updates (pair_to_next): the first module's output (kParallelOut) with its scales,
-  //    then the second's (out) with its own, scaled_residual2's order.
-  const bool pair = before && before->pair_to_next;
-  const float* prev = before && before->out_pending()
-                          ? (before->parallel_out || pair ? pool_[ScratchPool::kParallelOut].f32(T * H) : out)
-                          : nullptr;
-  const SublayerSpec* first = pair ? &subs_[i - 2].spec : before && before->residual_to_next ? &before->spec : nullptr;
-  const float ra = prev && first ? first->alpha : 1.0f;
-  const float xb = prev && first ? first->beta : 1.0f;
-  SecondResidual second;
-  if (pair) second = {out, H, before->spec.alpha, before->spec.beta};
+  const float* prev = before && before->out_pending() ? (before->parallel_out ? pool_[ScratchPool::kParallelOut].f32(T * H) : out)
+                                                      : nullptr;
+  const float ra = prev && before->residual_to_next ? before->spec.alpha : 1.0f;
+  const float xb = prev && before->residual_to_next ? before->spec.beta : 1.0f;
   const bool f32_in = S.module->input() == ModuleInput::F32;
   void* normed_c = normed_c_.get(T * H * dtype_size(wd));
   float* normed_f = normed_f_.f32(T * H);
@@ -410,10 +396,10 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     const bool need_c = !f32_in || (next && !next_f32);
     if (!need_f32) {
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c,
-                                       wd, H, opt.pdl, s, ra, xb, second));
+                                       wd, H, opt.pdl, s, ra, xb));
     } else {
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_f,
-                                       DType::F32, H, opt.pdl, s, ra, xb, second));
+                                       DType::F32, H, opt.pdl, s, ra, xb));
       if (need_c) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s, opt.pdl));
     }
   }
@@ -426,14 +412,7 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   } else if (S.proj_col >= 0) {  // a parallel pair's stacked input projections: one GEMM at the pair's first sublayer
     const DevWeight& pw = S.spec.parallel ? subs_[i - 1].pair_proj : S.pair_proj;
     float* proj = pool_[ScratchPool::kParallelProj].f32(T * pw.rows);
-    // The pair's GEMM, on plain decode steps with this module's conv update in its epilogue (CudaModule::input_epilogue).
-    CudaStep pst = st;
-    if (!S.spec.parallel) {
-      SkinnyExtras ex;
-      pst.conv_in_projection = S.module->input_epilogue(st, views_[i], S.proj_col, ex.conv) &&
-                               ctx_.gemm_run_fused(ex, normed_c, T, H, pw, proj, pw.rows);
-      if (!pst.conv_in_projection) ctx_.gemm_run(normed_c, T, H, pw, proj, pw.rows);
-    }
+    if (!S.spec.parallel) ctx_.gemm_run(normed_c, T, H, pw, proj, pw.rows);
     // parallel_mixer_branch: the sibling on the second branch, forked after the GEMM, with its own scratch (pair_pool_)
     // and its output in `out` (this module writes kParallelOut, and nothing on the main stream reads or writes `out`
     // before the join); it reads (and rewrites in place) its columns of the GEMM output, which the main stream reads
@@ -445,13 +424,12 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
       bst.forked = true;
       B.module->forward_projected(bst, views_[i + 1], proj + B.proj_col, pw.rows, out);
     }
-    S.module->forward_projected(pst, views_[i], proj + S.proj_col, pw.rows, mod_out);
+    S.module->forward_projected(st, views_[i], proj + S.proj_col, pw.rows, mod_out);
   } else {
     S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, mod_out);
   }
   if (profile_) profile_->end(s);
   if (S.defer_residual) return;  // added with the parallel sibling's output below
-  if (S.pair_to_next) return;  // both updates left to the next norm
   if (S.spec.parallel && subs_[i - 1].defer_residual) {
     const SublayerSpec& f = subs_[i - 1].spec;
     SSM_CUDA_CHECK(scaled_residual2(hidden, f.alpha, pool_[ScratchPool::kParallelOut].f32(T * H), f.beta, S.spec.alpha, out,

@@ -9,7 +9,6 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/cuda/skinny_gemm.h"
 #include "model/decoder/module.h"
 #include "runtime/cuda_options.h"
 #include "runtime/layer_profile.h"
@@ -60,9 +59,6 @@ struct CudaStep {
   /// The stream's last work is a wait on another stream's event (CudaBranch::fork): the module launches its first
   /// kernel plainly (no PDL: its dependency is the event, not a kernel before it on this stream), the rest as usual.
   bool forked = false;
-  /// The module's decode conv update already ran in its input projection's epilogue (CudaModule::input_epilogue):
-  /// forward_projected skips its conv launch.
-  bool conv_in_projection = false;
 };
 
 /// Resources a runner shares with its modules.
@@ -82,19 +78,6 @@ struct CudaRunnerContext {
                 void* y2 = nullptr) const {
     ProfileSpan span(profile, "gemm", stream);
     gemm->run({M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32}, stream, y2, y_stride);
-  }
-  /// y [M, w.rows] fp32 = x w^T on the skinny kernel with ex's one fused form: x computed from its elementwise or
-  /// gated-norm input (SkinnyEwInput / SkinnyGatedNormInput; x may then be null), or its conv update epilogue
-  /// (SkinnyConvEpilogue), each the same bits as the separate kernel with gemm_run. Runs when the GEMM goes to the
-  /// skinny kernel (decode rows) and the kernel serves the form; returns false with nothing enqueued otherwise (the
-  /// caller runs gemm_run and the separate kernel).
-  bool gemm_run_fused(const SkinnyExtras& ex, const void* x, int64_t M, int64_t x_stride, const DevWeight& w, float* y,
-                      int64_t y_stride) const {
-    const GemmArgs g{M, w.rows, w.cols, x, x_stride, w.buf.data(), w.cols, w.dtype, y, y_stride, DType::F32};
-    if (!gemm->takes_skinny(w.dtype, M) || !skinny_fused_form_serves(g, ex)) return false;
-    ProfileSpan span(profile, "gemm", stream);
-    gemm->run(g, stream, nullptr, 0, &ex);
-    return true;
   }
 };
 
@@ -140,22 +123,6 @@ class CudaModule {
   /// of the stacked GEMM's output; the module may overwrite it); out: [T, hidden] fp32. Throws Error when the module
   /// has no input projection.
   virtual void forward_projected(const CudaStep& step, const ModuleState& state, float* proj, int64_t proj_stride, float* out);
-  /// forward from fp32 rows x [T, hidden] (row stride hidden) for a module whose input() is GemmDtype, with the cast to
-  /// the GEMM dtype folded into its first GEMM's loads (SkinnyEwInput kCopy: cast_rows' bits) when that GEMM serves it and
-  /// CudaModelOptions::fuse_f32_input allows: returns true when it ran; false with nothing enqueued otherwise (the
-  /// caller casts and calls forward). Default: false. The MoE's shared expert (a dense MLP on the layer's fp32 rows).
-  virtual bool forward_from_f32(const CudaStep& step, const ModuleState& state, const float* x, float* out) {
-    (void)step, (void)state, (void)x, (void)out;
-    return false;
-  }
-  /// The decode conv update this module's forward_projected would launch, as its input projection's epilogue
-  /// (SkinnyConvEpilogue) for a GEMM whose output has this module's first column at `col`: fills e and returns true
-  /// when the step allows it (plain decode rows only, CudaModelOptions::fuse_conv_epilogue); false by default. The
-  /// caller then sets CudaStep::conv_in_projection if the GEMM took it (CudaRunnerContext::gemm_run_fused).
-  virtual bool input_epilogue(const CudaStep& step, const ModuleState& state, int64_t col, SkinnyConvEpilogue& e) const {
-    (void)step, (void)state, (void)col, (void)e;
-    return false;
-  }
 };
 
 /// Everything a GPU module factory reads: the CPU module's arguments (weights by the same names and dummy

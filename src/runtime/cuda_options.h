@@ -88,45 +88,6 @@ struct CudaModelOptions {
   /// not paired with a parallel mixer's and not from the normed rows) applied by the next sublayer's residual norm (or the LM head's) instead
   /// of a launch of its own: the same residual_step arithmetic, bit-identical (tested).
   bool fuse_scaled_residual = true;
-  /// A deferred parallel pair's two residual updates (Falcon-H1: scaled_residual2) applied by the next sublayer's
-  /// residual norm (SecondResidual) instead of a launch of their own; SSMSERVE_FUSE_PAIR_RESIDUAL=1. Designed
-  /// bit-identical (tests: CudaDecodeOps.NormRowsSecondResidualEqualsScaledResidual2ThenNorm,
-  /// CudaHybridModel.FusedPairResidualEqualsSeparate). Tests passed on the H200 (session 34); off by default until
-  /// measured alone (all seven fusions on were slower, docs/benchmarks.md session 34).
-  bool fuse_pair_residual = false;
-  /// The dense MLP's activation (silu(gate) * up or relu(gate)^2) computed in its down GEMM's x loads on decode rows
-  /// (SkinnyEwInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_MLP_ACT=1. Designed bit-identical
-  /// (tests: CudaSkinnyGemm.ActInputEqualsActivationThenGemmBitForBit, CudaHybridModel.FusedMlpActEqualsSeparate).
-  /// Tests passed on the H200 (session 34); off: the activation is repeated by every tile of the down GEMM (see
-  /// docs/architecture.md §5), and all seven fusions on were slower (docs/benchmarks.md session 34).
-  bool fuse_mlp_act = false;
-  /// The Mamba-2 / Gated DeltaNet gated RMSNorm computed in the out projection's x loads on decode rows
-  /// (SkinnyGatedNormInput, skinny_gemm.h) instead of a kernel of its own; SSMSERVE_FUSE_GATED_NORM=1. Designed
-  /// bit-identical (tests: CudaSkinnyGemm.GatedNormInputEqualsNormThenGemmBitForBit,
-  /// CudaHybridModel.FusedGatedNormEqualsSeparate). Tests passed on the H200 (session 34); off: repeated per tile
-  /// like fuse_mlp_act (docs/architecture.md §5).
-  bool fuse_gated_norm = false;
-  /// The Mamba-2 decode conv update run in the input projection's epilogue (SkinnyConvEpilogue, skinny_gemm.h) on plain
-  /// decode steps instead of a kernel of its own; SSMSERVE_FUSE_CONV_EPILOGUE=1. Designed bit-identical (tests:
-  /// CudaSkinnyGemm.ConvEpilogueEqualsGemmThenConvUpdateBitForBit, CudaHybridModel.FusedConvEpilogueEqualsSeparate).
-  /// Tests passed on the H200 (session 34); off by default until measured alone.
-  bool fuse_conv_epilogue = false;
-  /// A MoE decode step's router GEMV and its routing in one launch (moe_router_route, moe.h: the last block to finish
-  /// routes) instead of two; SSMSERVE_FUSE_ROUTER_ROUTE=1. Designed bit-identical (tests:
-  /// CudaMoeRouter.RouterRouteEqualsGemvThenRouteBitForBit, CudaHybridModel.FusedRouterRouteEqualsSeparate). Tests passed on the H200
-  /// (session 34); off by default until measured alone.
-  bool fuse_router_route = false;
-  /// The cast of fp32 rows into the GEMM dtype before a GEMM (the MoE shared expert's input, CudaModule::
-  /// forward_from_f32; the attention's output before o_proj, with Qwen's output gate) done in that GEMM's loads
-  /// (SkinnyEwInput kCopy / kSigmoidGate) on decode rows instead of a kernel of its own; SSMSERVE_FUSE_F32_INPUT=1. Designed bit-identical (tests: CudaSkinnyGemm.EwCopyAndGateEqualCastThenGemmBitForBit,
-  /// CudaHybridModel.FusedF32InputEqualsSeparate). Tests passed on the H200 (session 34); off by default until
-  /// measured alone.
-  bool fuse_f32_input = false;
-  /// Gated DeltaNet decode steps normalize q / k and compute g / beta inside the decode kernel (GatedDeltaDecodePrep,
-  /// gated_delta.h) instead of gated_delta_prepare's launch; SSMSERVE_FUSE_GDN_PREPARE=1. Designed bit-identical
-  /// (tests: CudaGatedDelta.DecodePrepEqualsPrepareThenDecodeBitForBit, CudaHybridModel.FusedGdnPrepareEqualsSeparate).
-  /// Tests passed on the H200 (session 34); off by default until measured alone.
-  bool fuse_gdn_prepare = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

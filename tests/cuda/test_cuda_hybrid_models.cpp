@@ -120,12 +120,6 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
       sched.advance(step);
     }
   }
-  /// A decode fusion (a bool CudaModelOptions member) on against off: the same logits bits.
-  void expect_fusion_bit_identical(bool cuda::CudaModelOptions::*fuse, const char* what) {
-    cuda::CudaModelOptions on, off;
-    on.*fuse = true, off.*fuse = false;
-    expect_same_logits(on, off, what);
-  }
   std::filesystem::path dir_;
   ModelConfig cfg_;
   LoadFormat format_ = LoadFormat::Auto;
@@ -244,49 +238,6 @@ TEST_P(CudaHybridModel, FusedScaledResidualEqualsSeparate) {
   cuda::CudaModelOptions separate;
   separate.fuse_scaled_residual = false;
   expect_same_logits({}, separate, "logits with the scaled residual in the next norm differ from its own launch");
-}
-
-// The decode fusions of session 32 (off by default until these pass on a GPU): each on against off, same logits bits.
-TEST_P(CudaHybridModel, FusedMlpActEqualsSeparate) {
-  REQUIRE_GPU();
-  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_mlp_act,
-                              "logits with the MLP activation in the down GEMM's loads differ from its own launch");
-}
-
-TEST_P(CudaHybridModel, FusedGatedNormEqualsSeparate) {
-  REQUIRE_GPU();
-  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_gated_norm,
-                              "logits with the gated norm in the out projection's loads differ from its own launch");
-}
-
-TEST_P(CudaHybridModel, FusedConvEpilogueEqualsSeparate) {
-  REQUIRE_GPU();
-  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_conv_epilogue,
-                              "logits with the conv update in in_proj's epilogue differ from its own launch");
-}
-
-TEST_P(CudaHybridModel, FusedRouterRouteEqualsSeparate) {
-  REQUIRE_GPU();
-  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_router_route,
-                              "logits with the routing in the router's launch differ from its own launch");
-}
-
-TEST_P(CudaHybridModel, FusedF32InputEqualsSeparate) {
-  REQUIRE_GPU();
-  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_f32_input,
-                              "logits with the shared expert's cast in its GEMM's loads differ from its own launch");
-}
-
-TEST_P(CudaHybridModel, FusedGdnPrepareEqualsSeparate) {
-  REQUIRE_GPU();
-  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_gdn_prepare,
-                              "logits with the DeltaNet preparation in the decode kernel differ from its own launch");
-}
-
-TEST_P(CudaHybridModel, FusedPairResidualEqualsSeparate) {
-  REQUIRE_GPU();
-  expect_fusion_bit_identical(&cuda::CudaModelOptions::fuse_pair_residual,
-                              "logits with a parallel pair's residuals in the next norm differ from their launch");
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,

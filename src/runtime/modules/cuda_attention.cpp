@@ -106,11 +106,7 @@ class CudaAttention final : public CudaModule {
       ProfileSpan span(ctx_.profile, "paged_attention", s);
       SSM_CUDA_CHECK(paged_attention(q, PW, o, QW, kv, a, ws().f32(workspace_floats(ap)), s, ctx_.opt.pdl));
     }
-    // 3. The output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, o_proj; on decode steps with both
-    //    in o_proj's loads (CudaModelOptions::fuse_f32_input; the same bits).
-    SkinnyExtras ex;
-    ex.ew = c_.attn_output_gate ? SkinnyEwInput{o, QW, g, PW, SkinnyEwOp::kSigmoidGate} : SkinnyEwInput{o, QW, nullptr, 0, SkinnyEwOp::kCopy};
-    if (ctx_.opt.fuse_f32_input && ctx_.gemm_run_fused(ex, nullptr, T, 0, o_proj_, out, Hd)) return;
+    // 3. The output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, o_proj.
     void* oc = p[3].get(T * QW * dtype_size(wd));
     if (c_.attn_output_gate) SSM_CUDA_CHECK(sigmoid_gate(o, QW, g, PW, T, QW, oc, wd, QW, s, ctx_.opt.pdl));
     else SSM_CUDA_CHECK(cast_rows(o, QW, T, QW, oc, wd, QW, s, ctx_.opt.pdl));

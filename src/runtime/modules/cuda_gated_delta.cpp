@@ -51,17 +51,6 @@ class CudaGatedDelta final : public CudaModule {
     p[4].get(T * m_.value_dim() * dtype_size(ctx_.opt.weight_dtype));
   }
 
-  /// The decode conv over [q | k | v] (columns 0..conv_dim() of in_proj's output) in in_proj's epilogue.
-  bool input_epilogue(const CudaStep& st, const ModuleState& state, int64_t col, SkinnyConvEpilogue& e) const override {
-    const MambaBatchMetadata& md = st.batch.meta;
-    const int64_t nd = md.num_decode_rows();
-    if (!ctx_.opt.fuse_conv_epilogue || md.num_prefills != 0 || st.meta.spec_cols != 1 || nd < 1 || nd != st.T) return false;
-    e.conv = conv_params(state);
-    e.col0 = col, e.state_indices = st.meta.state_indices_d, e.rows = nd;
-    e.out = (*ctx_.scratch)[1].f32(st.T * m_.conv_dim()), e.out_stride = m_.conv_dim();
-    return true;
-  }
-
   void forward(const CudaStep& st, const ModuleState& state, const void* normed, float* out) override {
     const MambaBatchMetadata& md = st.batch.meta;
     const StepMeta& sm = st.meta;
@@ -78,13 +67,11 @@ class CudaGatedDelta final : public CudaModule {
     float* gb = p[2].f32(T * 2 * Hv);  // [T, g (Hv) | beta (Hv)]
     float* o = p[3].f32(T * Vd);
     void* gated = p[4].get(T * Vd * dtype_size(wd));
-    // 1. proj = in_proj(normed) = [q | k | v | z | b | a]; on plain decode steps with 2. in its epilogue.
-    SkinnyExtras in_ex;
-    const bool conv_done = input_epilogue(st, state, 0, in_ex.conv) && ctx_.gemm_run_fused(in_ex, normed, T, H_, in_proj_, proj, PW);
-    if (!conv_done) ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);
+    // 1. proj = in_proj(normed) = [q | k | v | z | b | a].
+    ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);
     // 2. Causal conv1d + SiLU over [q | k | v].
-    const ConvParams conv = conv_params(state);
-    if (nd > 0 && !conv_done) SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
+    const ConvParams conv{C, m_.conv_kernel, conv_weight_.as<float>(), nullptr, state.conv, true};
+    if (nd > 0) SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
     // "all"-mode stores: the conv windows at the store offsets first (the prefill conv overwrites the rows' windows).
     if (np > 0 && sm.stores.any())
       SSM_CUDA_CHECK(conv_store_windows(proj + P0 * PW, PW, C, m_.conv_kernel, state.conv, sm.query_start_loc_p,
@@ -92,17 +79,14 @@ class CudaGatedDelta final : public CudaModule {
     if (np > 0)
       SSM_CUDA_CHECK(causal_conv1d_fwd(proj + P0 * PW, PW, qkv + P0 * C, C, conv, sm.query_start_loc_p, sm.state_indices_p,
                                        sm.has_initial_states_p, np, T - P0, s));
-    // 3. q, k L2-normalised in place (q / sqrt(Dk)); g, beta from a, b. Decode-only steps may leave it to the decode
-    //    kernel (GatedDeltaDecodePrep, CudaModelOptions::fuse_gdn_prepare; the same bits).
-    const bool prep_in_decode = opt.fuse_gdn_prepare && np == 0 && nd == T;
-    const GatedDeltaDecodePrep dprep{proj + C + Vd + Hv, PW, proj + C + Vd, PW, A_log_.as<float>(), dt_bias_.as<float>()};
+    // 3. q, k L2-normalised in place (q / sqrt(Dk)); g, beta from a, b.
     GatedDeltaPrepareArgs pa;
     pa.q = qkv, pa.q_stride = C, pa.k = qkv + Kd, pa.k_stride = C;
     pa.b = proj + C + Vd, pa.b_stride = PW, pa.a = proj + C + Vd + Hv, pa.a_stride = PW;
     pa.A_log = A_log_.as<float>(), pa.dt_bias = dt_bias_.as<float>();
     pa.q_out = qkv, pa.q_out_stride = C, pa.k_out = qkv + Kd, pa.k_out_stride = C;
     pa.g = gb, pa.g_stride = 2 * Hv, pa.beta = gb + Hv, pa.beta_stride = 2 * Hv;
-    if (!prep_in_decode) SSM_CUDA_CHECK(gated_delta_prepare(pa, T, Hk, Hv, Dk, s, opt.pdl));
+    SSM_CUDA_CHECK(gated_delta_prepare(pa, T, Hk, Hv, Dk, s, opt.pdl));
     // 4. The delta rule on each request's state.
     GatedDeltaParams gp;
     gp.num_k_heads = Hk, gp.num_v_heads = Hv, gp.head_k_dim = Dk, gp.head_v_dim = m_.head_v_dim, gp.chunk_size = m_.chunk_size;
@@ -115,8 +99,8 @@ class CudaGatedDelta final : public CudaModule {
     // Batch-invariant mode: decode in one slicing at every batch size, and the prefill rows walk their tokens through
     // the decode kernel's per-token step (bit-identical to decoding them one at a time, however the prompt is cut).
     if (nd > 0)
-      SSM_CUDA_CHECK(gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s, opt.batch_invariant,
-                                        opt.pdl, prep_in_decode ? &dprep : nullptr));
+      SSM_CUDA_CHECK(
+          gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s, opt.batch_invariant, opt.pdl));
     if (np > 0 && opt.batch_invariant) {
       SSM_CUDA_CHECK(gated_delta_prefill_sequential(inputs(P0), gp, o + P0 * Vd, Vd, sm.query_start_loc_p,
                                                     sm.num_computed_tokens_p, sm.state_indices_p, np, s, sm.stores));
@@ -132,23 +116,14 @@ class CudaGatedDelta final : public CudaModule {
       SSM_CUDA_CHECK(gated_delta_prefill_two_pass(inputs(P0), gp, o + P0 * Vd, Vd, sm.query_start_loc_p, sm.num_computed_tokens_p,
                                                   sm.state_indices_p, np, T - P0, ws, s, prec, sm.stores));
     }
-    // 5. RMSNorm per value head gated by silu(z) (norm before gate), in the GEMM dtype; out_proj (all-reduced under TP);
-    //    decode steps on the skinny kernel compute the norm in out_proj's x loads (the same bits).
-    SkinnyExtras ex;
-    ex.norm = {o, Vd, proj + C, PW, norm_.as<float>(), m_.eps, m_.head_v_dim, true};
-    if (!opt.fuse_gated_norm || !ctx_.gemm_run_fused(ex, nullptr, T, 0, out_proj_, out, H_)) {
-      SSM_CUDA_CHECK(gated_rms_norm_pdl(o, Vd, proj + C, PW, norm_.as<float>(), m_.eps, T, Vd, m_.head_v_dim, true, gated, wd,
-                                        Vd, opt.pdl, s));
-      ctx_.gemm_run(gated, T, Vd, out_proj_, out, H_);
-    }
+    // 5. RMSNorm per value head gated by silu(z) (norm before gate), in the GEMM dtype; out_proj (all-reduced under TP).
+    SSM_CUDA_CHECK(gated_rms_norm_pdl(o, Vd, proj + C, PW, norm_.as<float>(), m_.eps, T, Vd, m_.head_v_dim, true, gated, wd, Vd,
+                                      opt.pdl, s));
+    ctx_.gemm_run(gated, T, Vd, out_proj_, out, H_);
     ctx_.tp->all_reduce(out, T * H_);
   }
 
  private:
-  /// The conv over [q | k | v] with SiLU (no bias; this layer's weights and state view).
-  ConvParams conv_params(const ModuleState& state) const {
-    return {m_.conv_dim(), m_.conv_kernel, conv_weight_.as<float>(), nullptr, state.conv, true};
-  }
   /// Throws Error when a state store's sequence position (num_computed + offset) does not end a chunk of this
   /// mixer's chunk_size (the walk stores only at chunk ends).
   void check_stores_on_chunk_ends(const MambaBatchMetadata& md) const {

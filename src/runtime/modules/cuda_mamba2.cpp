@@ -52,23 +52,8 @@ class CudaMamba2 final : public CudaModule {
   void forward(const CudaStep& st, const ModuleState& state, const void* normed, float* out) override {
     const int64_t T = st.T, PW = proj_width();
     float* proj = (*ctx_.scratch)[0].f32(T * PW);
-    // proj = in_proj(normed) = [z | xBC | dt]; on plain decode steps with the conv update in its epilogue.
-    SkinnyExtras ex;
-    CudaStep pst = st;
-    pst.conv_in_projection = input_epilogue(st, state, 0, ex.conv) && ctx_.gemm_run_fused(ex, normed, T, H_, in_proj_, proj, PW);
-    if (!pst.conv_in_projection) ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);
-    forward_projected(pst, state, proj, PW, out);
-  }
-
-  bool input_epilogue(const CudaStep& st, const ModuleState& state, int64_t col, SkinnyConvEpilogue& e) const override {
-    const MambaBatchMetadata& md = st.batch.meta;
-    const int64_t nd = md.num_decode_rows();
-    if (!ctx_.opt.fuse_conv_epilogue || md.num_prefills != 0 || st.meta.spec_cols != 1 || nd < 1 || nd != st.T) return false;
-    const int64_t C = m_.conv_dim();
-    e.conv = conv_params(state);
-    e.col0 = col + m_.d_inner, e.state_indices = st.meta.state_indices_d, e.rows = nd;
-    e.out = (*ctx_.scratch)[1].f32(st.T * C), e.out_stride = C;
-    return true;
+    ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);  // proj = in_proj(normed) = [z | xBC | dt]
+    forward_projected(st, state, proj, PW, out);
   }
 
   /// proj [T, proj_width()] (row stride PW) = [z (I) | xBC (C) | dt (NH)] per token.
@@ -89,8 +74,8 @@ class CudaMamba2 final : public CudaModule {
     SSM_CHECK(np == 0 || md.chunk_size == m_.chunk_size, "Mamba-2 forward: metadata chunk_size {} != model chunk_size {}",
               md.chunk_size, m_.chunk_size);
     // 1. (forward: proj = in_proj(normed).) 2. Causal conv1d + SiLU over xBC (decode rows update their window; prefill rows below).
-    const ConvParams conv = conv_params(state);
-    if (nd > 0 && !st.conv_in_projection)
+    ConvParams conv{C, m_.d_conv, conv_weight_.as<float>(), conv_bias_.data() ? conv_bias_.as<float>() : nullptr, state.conv, true};
+    if (nd > 0)
       SSM_CUDA_CHECK(conv1d_update_dual(proj + I, PW, xbc, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd),
                                         opt.pdl && !st.forked, s));
     // 3. SSD: x = xBC[:, :I], B, C the next two G*N slices, dt = proj[:, I + C:].
@@ -141,25 +126,14 @@ class CudaMamba2 final : public CudaModule {
       if (opt.batch_invariant) cm.chunk_size = 0;  // the sequential walk (the decode kernel's math)
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(prefill_in, sp, cm, y + P0 * I, I, nullptr, s));
     }
-    // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (row-parallel: all-reduced under TP); decode steps on
-    //    the skinny kernel compute the norm in out_proj's x loads (the same bits).
-    SkinnyExtras ex;
-    ex.norm = {y, I, proj, PW, gate_norm_.as<float>(), eps_, I / m_.n_groups, m_.norm_before_gate};
-    if (!opt.fuse_gated_norm || !ctx_.gemm_run_fused(ex, nullptr, T, 0, out_proj_, out, Hd)) {
-      SSM_CUDA_CHECK(gated_rms_norm_pdl(y, I, proj, PW, gate_norm_.as<float>(), eps_, T, I, I / m_.n_groups,
-                                        m_.norm_before_gate, gated, wd, I, opt.pdl, s));
-      ctx_.gemm_run(gated, T, I, out_proj_, out, Hd);
-    }
+    // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (row-parallel: all-reduced under TP).
+    SSM_CUDA_CHECK(gated_rms_norm_pdl(y, I, proj, PW, gate_norm_.as<float>(), eps_, T, I, I / m_.n_groups, m_.norm_before_gate,
+                                      gated, wd, I, opt.pdl, s));
+    ctx_.gemm_run(gated, T, I, out_proj_, out, Hd);
     ctx_.tp->all_reduce(out, T * Hd);
   }
 
  private:
-  /// The conv over xBC with SiLU (channels conv_dim(), this layer's weights and state view).
-  ConvParams conv_params(const ModuleState& state) const {
-    return {m_.conv_dim(), m_.d_conv, conv_weight_.as<float>(), conv_bias_.data() ? conv_bias_.as<float>() : nullptr,
-            state.conv, true};
-  }
-
   const CudaRunnerContext& ctx_;
   Mamba2Config m_, full_;  // this rank's shard, the unsharded mixer
   int64_t H_;

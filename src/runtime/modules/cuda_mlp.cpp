@@ -42,38 +42,17 @@ class CudaMlp final : public CudaModule {
   }
 
   void forward(const CudaStep& st, const ModuleState&, const void* normed_c, float* out) override {
-    float* gu = (*ctx_.scratch)[0].f32(st.T * 2 * I_);
-    ctx_.gemm_run(normed_c, st.T, H_, gate_up_, gu, gated_ ? 2 * I_ : I_);
-    activation_and_down(st, gu, out);
-  }
-
-  /// The shared expert on the MoE layer's fp32 rows: the cast in the gate / up GEMM's loads (CudaModelOptions::
-  /// fuse_f32_input; a plain launch when it is the first kernel after a fork).
-  bool forward_from_f32(const CudaStep& st, const ModuleState&, const float* x, float* out) override {
-    if (!ctx_.opt.fuse_f32_input) return false;
-    float* gu = (*ctx_.scratch)[0].f32(st.T * 2 * I_);
-    SkinnyExtras ex;
-    ex.ew = {x, H_, nullptr, 0, SkinnyEwOp::kCopy};
-    ex.plain_launch = st.forked;
-    if (!ctx_.gemm_run_fused(ex, nullptr, st.T, 0, gate_up_, gu, gated_ ? 2 * I_ : I_)) return false;
-    activation_and_down(st, gu, out);
-    return true;
-  }
-
- private:
-  /// gu [T, 2I or I] fp32 (gate then up) -> out [T, hidden] fp32: the activation and the down GEMM.
-  void activation_and_down(const CudaStep& st, float* gu, float* out) {
     const int64_t T = st.T, GW = gated_ ? 2 * I_ : I_;
     const DType wd = ctx_.opt.weight_dtype;
-    void* act = (*ctx_.scratch)[3].get(T * I_ * dtype_size(wd));
-    // Decode rows on the skinny kernel: the activation computed in the down GEMM's x loads (the same bits).
-    SkinnyExtras ex;
-    ex.ew = {gu, GW, gu + I_, GW, gated_ ? SkinnyEwOp::kSiluMul : SkinnyEwOp::kRelu2};
-    if (ctx_.opt.fuse_mlp_act && ctx_.gemm_run_fused(ex, nullptr, T, 0, down_, out, H_)) return;
+    ScratchPool& p = *ctx_.scratch;
+    float* gu = p[0].f32(T * 2 * I_);
+    void* act = p[3].get(T * I_ * dtype_size(wd));
+    ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
     SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream, ctx_.opt.pdl));
     ctx_.gemm_run(act, T, I_, down_, out, H_);
   }
 
+ private:
   static Weight as_f32(const Weight& x) {
     Weight out = Weight::allocate(DType::F32, x.rows, x.cols);
     auto* d = reinterpret_cast<float*>(out.owned->data());

@@ -55,8 +55,6 @@ class CudaMoe final : public CudaModule {
   CudaMoe(const CudaRunnerContext& ctx, MoeConfig c, int64_t hidden, const MoeWeights& w, std::unique_ptr<CudaModule> shared)
       : ctx_(ctx), c_(c), H_(hidden), shared_(std::move(shared)) {
     gate_ = upload_weight(w.gate, DType::F32);
-    route_counter_ = DeviceBuffer(sizeof(unsigned));
-    route_counter_.fill_bytes(0);
     if (!w.correction_bias.empty()) bias_ = to_device(w.correction_bias);
     if (!w.shared_gate.empty()) shared_gate_ = to_device(w.shared_gate);
     std::vector<const Weight*> w1, w2, w3;
@@ -90,22 +88,8 @@ class CudaMoe final : public CudaModule {
     const int64_t T = st.T;
     const bool pdl = ctx_.opt.pdl;
     const auto* normed = static_cast<const float*>(x);
-    const int64_t E = c_.num_experts;
-    float* router = slot(ScratchPool::kMoeRouter).f32(T * E);
-    void* moe_ws = slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights()));
-    // The router GEMM; on decode steps whose GEMM takes the fp32 GEMV, with the routing in the same launch (the same
-    // bits; CudaModelOptions::fuse_router_route).
-    const GemmArgs rg{T, E, H_, normed, H_, gate_.buf.data(), H_, DType::F32, router, E, DType::F32};
-    const bool routed = ctx_.opt.fuse_router_route && ctx_.gemm->takes_f32_gemv(rg) &&
-                        moe_router_route_serves(normed, H_, T, gate_.buf.as<float>(), H_, weights());
-    if (routed) {
-      ProfileSpan span(ctx_.profile, "gemm", st.stream);
-      const MoeRouteSlots rs = moe_route_slots(moe_ws, T, weights());
-      SSM_CUDA_CHECK(moe_router_route(normed, H_, T, gate_.buf.as<float>(), H_, weights(), router, rs.ids, rs.weights,
-                                      route_counter_.as<unsigned>(), st.stream, pdl));
-    } else {
-      ctx_.gemm_run(normed, T, H_, gate_, router, E);
-    }
+    float* router = slot(ScratchPool::kMoeRouter).f32(T * c_.num_experts);
+    ctx_.gemm_run(normed, T, H_, gate_, router, c_.num_experts);
     // The shared expert's rows: y = shared_expert(bf16 / fp32 x), on the second branch when the runner has one (the
     // MLP module was built with its context), else on this stream.
     const DType wd = ctx_.opt.weight_dtype;
@@ -117,14 +101,9 @@ class CudaMoe final : public CudaModule {
         ctx_.branch->fork(st.stream);
         sst.stream = ctx_.branch->side.get();
       }
-      sst.forked = ctx_.branch != nullptr;
-      // The cast into the GEMM dtype folded into the shared expert's first GEMM (fuse_f32_input), else its own launch.
-      if (!shared_->forward_from_f32(sst, state, normed, y)) {
-        void* xc = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
-        SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, sst.stream, pdl && !ctx_.branch));
-        sst.forked = false;  // the cast was the branch's first kernel
-        shared_->forward(sst, state, xc, y);
-      }
+      void* xc = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
+      SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, sst.stream, pdl && !ctx_.branch));
+      shared_->forward(sst, state, xc, y);
     }
     // Under moe_fused_shared_add (gated adds by default, every add at 2) the combine kernel adds y (gated: times
     // sigmoid(x . w_g)), waiting for the branch just before it; else a launch of its own below. Decode-sized steps
@@ -140,8 +119,9 @@ class CudaMoe final : public CudaModule {
     }
     {
       ProfileSpan span(ctx_.profile, "experts", st.stream);
-      SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_, moe_ws, st.stream, pdl, fused ? &add : nullptr,
-                                routed));
+      SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_,
+                                slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights())), st.stream, pdl,
+                                fused ? &add : nullptr));
     }
     if (shared_ && !fused) {  // out += y (gated: times sigmoid(x . w_g))
       if (ctx_.branch) ctx_.branch->join(st.stream);
@@ -169,7 +149,6 @@ class CudaMoe final : public CudaModule {
   DeviceBuffer bias_;  ///< [E] e_score_correction_bias (sigmoid routing), or empty
   DeviceBuffer shared_gate_;  ///< [hidden] fp32 shared_expert_gate.weight (Qwen), or empty
   DeviceBuffer w1_, w2_, w3_;
-  DeviceBuffer route_counter_;  ///< one unsigned, 0 between launches: moe_router_route's arrival counter (this layer's)
   /// The runner's shared scratch slot `i` (ScratchPool: one workspace for every MoE layer).
   Scratch& slot(int i) const { return (*ctx_.scratch)[i]; }
   std::unique_ptr<CudaModule> shared_;  ///< the shared expert (a GPU dense MLP), or null
