@@ -107,46 +107,6 @@ TEST(CudaDecodeOps, NormRowsScalesEqualScaledResidualThenNorm) {
     }
 }
 
-/// A parallel mixer pair's two residual updates in the next norm (SecondResidual, Falcon-H1) against
-/// scaled_residual2 and then the norm with nothing added: the same residual and output bits, on the float4 kernel
-/// (aligned rows) and the scalar one, fp32 and bf16 outputs.
-TEST(CudaDecodeOps, NormRowsSecondResidualEqualsScaledResidual2ThenNorm) {
-  REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  for (int64_t H : {256, 3072, 1000, 5120})
-    for (int64_t pad : {2, 4})
-      for (DType od : {DType::F32, DType::BF16}) {
-        SCOPED_TRACE(::testing::Message() << "H " << H << " pad " << pad << " bf16 " << (od == DType::BF16));
-        const int64_t T = 4, rs = H + pad, os = H + 4, n = T * rs;
-        const float a1 = 0.9f, b1 = 0.6f, a2 = 1.1f, b2 = 0.35f;
-        auto x = rand_vec(rng, n), y = rand_vec(rng, n), res = rand_vec(rng, n), w = rand_vec(rng, H, 0.5f, 1.5f);
-        DeviceBuffer dx = to_device(x), dy = to_device(y), dw = to_device(w);
-        DeviceBuffer r1 = to_device(res), o1 = poisoned_bytes(T * os * 4);
-        SSM_CUDA_CHECK(cuda::scaled_residual2(r1.as<float>(), a1, dx.as<float>(), b1, a2, dy.as<float>(), b2, n, nullptr));
-        SSM_CUDA_CHECK(cuda::add_rms_norm_rows(nullptr, 0, r1.as<float>(), rs, dw.as<float>(), 1e-5f, nullptr, T, H, true,
-                                               o1.data(), od, os, false, nullptr));
-        DeviceBuffer r2 = to_device(res), o2 = poisoned_bytes(T * os * 4);
-        SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx.as<float>(), rs, r2.as<float>(), rs, dw.as<float>(), 1e-5f, nullptr, T, H,
-                                               true, o2.data(), od, os, true, nullptr, a1, b1,
-                                               {dy.as<float>(), rs, a2, b2}));
-        SSM_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto h1 = to_host<float>(r1, n), h2 = to_host<float>(r2, n);
-        const size_t ob = od == DType::F32 ? 4 : 2;
-        const auto f1 = to_host<uint8_t>(o1, T * os * 4), f2 = to_host<uint8_t>(o2, T * os * 4);
-        for (int64_t t = 0; t < T; ++t) {
-          ASSERT_EQ(std::memcmp(&h1[t * rs], &h2[t * rs], H * 4), 0) << "residual row " << t;
-          ASSERT_EQ(std::memcmp(&f1[t * os * ob], &f2[t * os * ob], H * ob), 0) << "output row " << t;
-        }
-      }
-  // A second update needs the first.
-  DeviceBuffer r(256 * 4), w(256 * 4), o(256 * 4);
-  EXPECT_EQ(cuda::add_rms_norm_rows(nullptr, 0, r.as<float>(), 256, w.as<float>(), 1e-5f, nullptr, 1, 256, true, o.data(),
-                                    DType::F32, 256, false, nullptr, 1.0f, 1.0f, {r.as<float>(), 256, 1.0f, 1.0f}),
-            cudaErrorInvalidValue);
-}
-
 TEST(CudaDecodeOps, GatedNormPdlEqualsGatedNorm) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();

@@ -18,12 +18,10 @@ namespace ssmserve::cuda::detail {
 /// SiLU(x) = x * sigmoid(x) (as cpu::silu).
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 /// The dense MLP's activation of one column (cpu: model/ffns/mlp_ffn.cpp): gated: silu(gate) * up; else relu(gate)^2.
-/// Shared by mlp_act_kernel and the skinny GEMM's elementwise input (SkinnyEwInput): the same bits in both.
 __device__ __forceinline__ float mlp_act_value(float gate, float up, bool gated) {
   return gated ? silu(gate) * up : (gate > 0.0f ? gate * gate : 0.0f);
 }
-/// The attention output gate of one element: o * sigmoid(g). Shared by sigmoid_gate's kernels and the skinny GEMM's
-/// elementwise input (SkinnyEwInput).
+/// The attention output gate of one element: o * sigmoid(g) (sigmoid_gate's kernels).
 __device__ __forceinline__ float sigmoid_gate_value(float o, float g) { return o * (1.0f / (1.0f + expf(-g))); }
 /// softplus(x) = log1p(exp(x)) for x <= 20, else x (PyTorch's threshold, as cpu::softplus).
 __device__ __forceinline__ float softplus(float x) { return x <= 20.0f ? log1pf(expf(x)) : x; }

@@ -43,23 +43,18 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
                                                                  const float* __restrict__ weight, float eps,
                                                                  const int32_t* __restrict__ rows, int64_t H,
                                                                  bool write_residual, TO* out, int64_t out_stride,
-                                                                 float ra, float xb, SecondResidual sec) {
+                                                                 float ra, float xb) {
   __shared__ float scratch[32];
   pdl_wait();
   pdl_launch_dependents();
   const int64_t i = blockIdx.x, r = rows ? rows[i] : i;
   float* res = residual + r * res_stride;
   const float* xr = x ? x + r * x_stride : nullptr;
-  const float* yr = sec.y ? sec.y + r * sec.y_stride : nullptr;
-  auto pending = [&](float v, int64_t h) {
-    v = residual_step(v, ra, xr[h], xb);
-    return yr ? residual_step(v, sec.residual_scale, yr[h], sec.y_scale) : v;
-  };
   float ss = 0.0f;
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
     float v = res[h];
     if (xr) {
-      v = pending(v, h);
+      v = residual_step(v, ra, xr[h], xb);
       if (write_residual) res[h] = v;
     }
     ss += v * v;
@@ -68,7 +63,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(H) + eps);
   TO* o = out + i * out_stride;
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
-    const float v = (xr && !write_residual) ? pending(res[h], h) : res[h];
+    const float v = (xr && !write_residual) ? residual_step(res[h], ra, xr[h], xb) : res[h];
     store(o + h, v * inv * weight[h]);
   }
 }
@@ -88,7 +83,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
                                                                      const float* __restrict__ weight, float eps,
                                                                      const int32_t* __restrict__ rows, int64_t H,
                                                                      bool write_residual, TO* out, int64_t out_stride,
-                                                                     float ra, float xb, SecondResidual sec) {
+                                                                     float ra, float xb) {
   __shared__ float scratch[32];
   const int tid = threadIdx.x;
   const int64_t H4 = H / 4;
@@ -103,7 +98,6 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   const int64_t i = blockIdx.x, r = rows ? rows[i] : i;
   float4* res = reinterpret_cast<float4*>(residual + r * res_stride);
   const float4* xr = x ? reinterpret_cast<const float4*>(x + r * x_stride) : nullptr;
-  const float4* yr = sec.y ? reinterpret_cast<const float4*>(sec.y + r * sec.y_stride) : nullptr;
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
@@ -113,12 +107,6 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
         const float4 a = xr[q];
         v[j].x = residual_step(v[j].x, ra, a.x, xb), v[j].y = residual_step(v[j].y, ra, a.y, xb);
         v[j].z = residual_step(v[j].z, ra, a.z, xb), v[j].w = residual_step(v[j].w, ra, a.w, xb);
-      }
-      if (yr) {  // the second update (SecondResidual), after the first
-        const float4 b = yr[q];
-        const float ya = sec.residual_scale, yb = sec.y_scale;
-        v[j].x = residual_step(v[j].x, ya, b.x, yb), v[j].y = residual_step(v[j].y, ya, b.y, yb);
-        v[j].z = residual_step(v[j].z, ya, b.z, yb), v[j].w = residual_step(v[j].w, ya, b.w, yb);
       }
     }
   }
@@ -277,10 +265,9 @@ int lanes_for(int N) {
 cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
-                              cudaStream_t stream, float residual_scale, float x_scale, const SecondResidual& second) {
+                              cudaStream_t stream, float residual_scale, float x_scale) {
   if (n < 0 || H < 1 || res_stride < H || out_stride < H || (x && x_stride < H) || n > 2147483647 ||
-      (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight ||
-      (second.y && (!x || second.y_stride < H)))
+      (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight)
     return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(n));
@@ -288,32 +275,32 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
     return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 4 == 0;
   };
   if (H % 4 == 0 && H <= 4LL * kNormVecWide * kNormThreads && al16(residual, res_stride) && al16(weight, 0) &&
-      (!x || al16(x, x_stride)) && (!second.y || al16(second.y, second.y_stride))) {
+      (!x || al16(x, x_stride))) {
     const bool wide = H > 4LL * kNormVec * kNormThreads;
     if (out_dtype == DType::BF16) {
       auto* o = static_cast<__nv_bfloat16*>(out);
       return wide ? launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16, kNormVecWide>, grid, dim3(kNormThreads), 0, stream,
                                x, x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                               residual_scale, x_scale, second)
+                               residual_scale, x_scale)
                   : launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16, kNormVec>, grid, dim3(kNormThreads), 0, stream, x,
                                x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                               residual_scale, x_scale, second);
+                               residual_scale, x_scale);
     }
     auto* o = static_cast<float*>(out);
     return wide ? launch_pdl(pdl, norm_rows_vec_kernel<float, kNormVecWide>, grid, dim3(kNormThreads), 0, stream, x,
                              x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                             residual_scale, x_scale, second)
+                             residual_scale, x_scale)
                 : launch_pdl(pdl, norm_rows_vec_kernel<float, kNormVec>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                              residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride, residual_scale,
-                             x_scale, second);
+                             x_scale);
   }
   if (out_dtype == DType::BF16)
     return launch_pdl(pdl, norm_rows_kernel<__nv_bfloat16>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                       residual, res_stride, weight, eps, rows, H, write_residual, static_cast<__nv_bfloat16*>(out),
-                      out_stride, residual_scale, x_scale, second);
+                      out_stride, residual_scale, x_scale);
   return launch_pdl(pdl, norm_rows_kernel<float>, grid, dim3(kNormThreads), 0, stream, x, x_stride, residual,
                     res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride, residual_scale,
-                    x_scale, second);
+                    x_scale);
 }
 
 cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,

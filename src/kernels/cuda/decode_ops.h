@@ -16,15 +16,6 @@
 
 namespace ssmserve::cuda {
 
-/// A second pending residual update of add_rms_norm_rows, applied after the first: v = residual_step(v, residual_scale,
-/// y[r], y_scale) (a parallel mixer pair's two outputs, Falcon-H1: scaled_residual2's arithmetic). y: [*, H] fp32 (row
-/// stride y_stride) or nullptr (none).
-struct SecondResidual {
-  const float* y = nullptr;
-  int64_t y_stride = 0;
-  float residual_scale = 1.0f, y_scale = 1.0f;
-};
-
 /// Residual add + RMSNorm with a fixed reduction shape (256 threads per row, whatever the number of rows; rows of
 /// H % 4 == 0, H <= 8192 with 16-byte aligned rows load as float4 slots, all at once), per
 /// output row i with source row r = rows ? rows[i] : i:
@@ -34,12 +25,11 @@ struct SecondResidual {
 ///   out[i] = v / sqrt(mean(v^2) + eps) * weight   (fp32 statistics; out in out_dtype F32 or BF16).
 ///   x: [*, H] fp32 (row stride x_stride) or nullptr; residual: [*, H] fp32; weight: [H] fp32; rows: [n] int32
 ///   device (the LM head's logits_indices) or nullptr; out: [n, H], row stride out_stride.
-/// write_residual must be false when `rows` is given. second: a further update after x's (needs x). pdl: see pdl.cuh.
+/// write_residual must be false when `rows` is given. pdl: see pdl.cuh.
 cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
-                              cudaStream_t stream, float residual_scale = 1.0f, float x_scale = 1.0f,
-                              const SecondResidual& second = {});
+                              cudaStream_t stream, float residual_scale = 1.0f, float x_scale = 1.0f);
 
 /// causal_conv1d_update (causal_conv1d.h) over `batch` decode rows (device_decode_rows.h: a plain row is one input
 /// and its window updated in place; a speculative verify row's tokens go one after another, token j reading column

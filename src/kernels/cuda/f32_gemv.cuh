@@ -1,5 +1,4 @@
-// Owns the per-column arithmetic of the fp32 GEMV of few rows (skinny_gemm_f32.cu), shared with the fused decode
-// router (moe_router.cu) so that both give the same logits bits.
+// Owns the per-column arithmetic of the fp32 GEMV of few rows (skinny_gemm_f32.cu).
 #pragma once
 #include <cstdint>
 

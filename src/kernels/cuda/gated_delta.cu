@@ -76,14 +76,10 @@ struct StepSmem {
 /// cg * 4 .. +3 (cg = t % (kCols / 4)) of the key rows rg + (kDk / 4) i in s (in), writes this token's outputs o
 /// [kCols] (threads < kCols) and returns the new state (not rounded to the state dtype) in n. after_previous: a token
 /// ran before on this block (wait until it is done with the shared memory).
-/// PREP: q / k are raw and g / beta come from `prep` (GatedDeltaDecodePrep): one warp normalizes q / k in shared memory
-/// with prepare_kernel's arithmetic (its lane-order sums, warp_sum, the same scales) and every thread computes the
-/// head's g and beta as prepare_kernel does.
-template <int kDk, int kCols, bool PREP = false>
+template <int kDk, int kCols>
 __device__ __forceinline__ void token_step(const GatedDeltaInputs& in, int64_t r, int h, int kh, int col0, int Dv,
                                            float* o, const float4 (&s)[kRowsPerThread], float4 (&n)[kRowsPerThread],
-                                           StepSmem<kDk, kCols>& sm, bool after_previous,
-                                           const GatedDeltaDecodePrep& prep = {}) {
+                                           StepSmem<kDk, kCols>& sm, bool after_previous) {
   constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread, kThreads = kCG * kRG, kWarps = kThreads / 32;
   static_assert(kThreads % 32 == 0 && kCG <= 32, "a warp holds whole row groups");
   const int tid = threadIdx.x, cg = tid % kCG, rg = tid / kCG;
@@ -93,32 +89,8 @@ __device__ __forceinline__ void token_step(const GatedDeltaInputs& in, int64_t r
     sm.sq[i] = in.q[r * in.q_stride + static_cast<int64_t>(kh) * kDk + i];
     sm.sk[i] = in.k[r * in.k_stride + static_cast<int64_t>(kh) * kDk + i];
   }
-  float eg, beta;
-  if constexpr (PREP) {
-    __syncthreads();  // the raw rows are in shared memory
-    if (tid < 32) {
-      float sqs = 0.0f, sks = 0.0f;
-      for (int i = tid; i < kDk; i += 32) {
-        sqs = fmaf(sm.sq[i], sm.sq[i], sqs);
-        sks = fmaf(sm.sk[i], sm.sk[i], sks);
-      }
-      sqs = detail::warp_sum(sqs);
-      sks = detail::warp_sum(sks);
-      const float rq = 1.0f / sqrtf(sqs + 1e-6f) / sqrtf(static_cast<float>(kDk)), rk = 1.0f / sqrtf(sks + 1e-6f);
-      for (int i = tid; i < kDk; i += 32) {
-        const float qv = sm.sq[i], kv = sm.sk[i];
-        sm.sq[i] = qv * rq;
-        sm.sk[i] = kv * rk;
-      }
-    }
-    const float x = prep.a[r * prep.a_stride + h] + prep.dt_bias[h];
-    const float g = -expf(prep.A_log[h]) * detail::softplus(x);
-    eg = expf(g);
-    beta = 1.0f / (1.0f + expf(-prep.b[r * prep.b_stride + h]));
-  } else {
-    eg = expf(in.g[r * in.g_stride + h]);
-    beta = in.beta[r * in.beta_stride + h];
-  }
+  const float eg = expf(in.g[r * in.g_stride + h]);
+  const float beta = in.beta[r * in.beta_stride + h];
   __syncthreads();
   // 2. Partial k^T S, q^T S over this thread's rows, and q . k (the same in every column group).
   float a[4] = {0, 0, 0, 0}, bq[4] = {0, 0, 0, 0}, qk = 0.0f;
@@ -184,10 +156,10 @@ __device__ __forceinline__ void token_step(const GatedDeltaInputs& in, int64_t r
 /// (device_decode_rows.h), the state kept in registers between them, rounded as stored. prewait: before the PDL wait,
 /// the first thread of each key row hints the L2 to fetch the row's slice of the block's state (no kernel of the step
 /// writes it before this one; KernelTuning::decode_prewait).
-template <class TS, int kDk, int kCols, bool PREP>
+template <class TS, int kDk, int kCols>
 __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
     decode_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
-                  DeviceDecodeRows rows, bool prewait, GatedDeltaDecodePrep prep) {
+                  DeviceDecodeRows rows, bool prewait) {
   constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread;
   __shared__ StepSmem<kDk, kCols> sm;
   if (prewait && threadIdx.x % kCG == 0) {
@@ -229,7 +201,7 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
   }
   for (int j = 0; j < nt; ++j) {
     float4 n[kRowsPerThread];
-    token_step<kDk, kCols, PREP>(in, t0 + j, h, kh, col0, Dv, out_row(t0 + j), s, n, sm, j > 0, prep);
+    token_step<kDk, kCols>(in, t0 + j, h, kh, col0, Dv, out_row(t0 + j), s, n, sm, j > 0);
     // The new state goes to this token's column (column 0 in place for a plain row); the next token continues from
     // the stored (rounded) values.
     TS* S = state_at(rows.dst_block(b, j));
@@ -301,10 +273,9 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
   write_state(blk, s);
 }
 
-template <class TS, int kDk, bool PREP>
+template <class TS, int kDk>
 cudaError_t launch_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                          DeviceDecodeRows rows, int batch, bool batch_invariant, cudaStream_t stream, bool pdl,
-                          const GatedDeltaDecodePrep& prep) {
+                          DeviceDecodeRows rows, int batch, bool batch_invariant, cudaStream_t stream, bool pdl) {
   // 32-column slices when that still gives ~2 blocks per SM (132 SMs), else 16 (more, smaller blocks at batch 1).
   // The slice width sets the reduction order over the key rows: batch-invariant mode keeps 16 at every batch size
   // (the sequential prefill's width).
@@ -312,12 +283,12 @@ cudaError_t launch_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p,
   const bool prewait = pdl && kernel_tuning().decode_prewait;  // only useful while a predecessor runs
   if (!batch_invariant && p.head_v_dim % 32 == 0 && blocks32 >= 256) {
     constexpr int kCols = 32;
-    return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols, PREP>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
-                              dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows, prewait, prep);
+    return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
+                              dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows, prewait);
   }
   constexpr int kCols = 16;
-  return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols, PREP>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
-                            dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows, prewait, prep);
+  return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
+                            dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows, prewait);
 }
 
 template <class TS, int kDk>
@@ -370,14 +341,11 @@ __global__ void prepare_kernel(GatedDeltaPrepareArgs a, int64_t num_tokens, int 
   }
 }
 
-/// prep: the decode's own preparation (g / beta from prep's rows, not in's).
-bool strides_ok(const GatedDeltaInputs& in, const GatedDeltaParams& p, const GatedDeltaDecodePrep* prep = nullptr) {
+bool strides_ok(const GatedDeltaInputs& in, const GatedDeltaParams& p) {
   const int64_t qk = static_cast<int64_t>(p.num_k_heads) * p.head_k_dim;
   const int64_t vw = static_cast<int64_t>(p.num_v_heads) * p.head_v_dim;
-  const bool gb = prep ? prep->a && prep->b && prep->A_log && prep->dt_bias && prep->a_stride >= p.num_v_heads &&
-                             prep->b_stride >= p.num_v_heads
-                       : in.g_stride >= p.num_v_heads && in.beta_stride >= p.num_v_heads;
-  return in.q_stride >= qk && in.k_stride >= qk && in.v_stride >= vw && gb;
+  return in.q_stride >= qk && in.k_stride >= qk && in.v_stride >= vw && in.g_stride >= p.num_v_heads &&
+         in.beta_stride >= p.num_v_heads;
 }
 
 bool heads_ok(const GatedDeltaParams& p) {
@@ -400,24 +368,18 @@ bool gated_delta_prefill_supported(const GatedDeltaParams& p) {
 }
 
 cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                               DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant, bool pdl,
-                               const GatedDeltaDecodePrep* prep) {
-  if (!gated_delta_decode_supported(p) || !strides_ok(in, p, prep) || batch < 0 || !rows.state_indices || rows.cols < 1 ||
+                               DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant, bool pdl) {
+  if (!gated_delta_decode_supported(p) || !strides_ok(in, p) || batch < 0 || !rows.state_indices || rows.cols < 1 ||
       out_stride < static_cast<int64_t>(p.num_v_heads) * p.head_v_dim || p.num_v_heads > 65535)
     return cudaErrorInvalidValue;
   if (batch == 0) return cudaSuccess;
   return detail::visit_dtype(p.states.dtype, [&](auto tag) -> cudaError_t {
     using TS = decltype(tag);
-    const auto run = [&](auto dk) {
-      constexpr int kDk = decltype(dk)::value;
-      return prep ? launch_decode<TS, kDk, true>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl, *prep)
-                  : launch_decode<TS, kDk, false>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl, {});
-    };
     switch (p.head_k_dim) {
-      case 32: return run(std::integral_constant<int, 32>{});
-      case 64: return run(std::integral_constant<int, 64>{});
-      case 128: return run(std::integral_constant<int, 128>{});
-      default: return run(std::integral_constant<int, 256>{});
+      case 32: return launch_decode<TS, 32>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
+      case 64: return launch_decode<TS, 64>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
+      case 128: return launch_decode<TS, 128>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
+      default: return launch_decode<TS, 256>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
     }
   });
 }

@@ -79,19 +79,6 @@ bool gated_delta_decode_supported(const GatedDeltaParams& p);
 /// value; tiles of 64 columns), chunk_size in 1..64, Hv a multiple of Hk (any state dtype).
 bool gated_delta_prefill_supported(const GatedDeltaParams& p);
 
-/// gated_delta_prepare's work done by gated_delta_decode itself (one launch less per decode step): in.q / in.k are
-/// then the raw rows (after the conv), L2-normalized per key head in the kernel (q also times 1 / sqrt(Dk)) and
-/// g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) computed there (in.g / in.beta unused), with
-/// gated_delta_prepare's arithmetic: bit-identical to gated_delta_prepare followed by gated_delta_decode.
-struct GatedDeltaDecodePrep {
-  const float* a = nullptr;        ///< [tokens, Hv] decay input (in_proj_a)
-  int64_t a_stride = 0;
-  const float* b = nullptr;        ///< [tokens, Hv] learning-rate input (in_proj_b)
-  int64_t b_stride = 0;
-  const float* A_log = nullptr;    ///< [Hv]
-  const float* dt_bias = nullptr;  ///< [Hv]
-};
-
 /// Decode over `batch` rows (device_decode_rows.h): a plain row (token r of `in`) advances state block
 /// state_indices[r] by one token in place; a speculative verify row's tokens run one after another, token j
 /// continuing from column j - 1's state and storing the state after it (rounded to the state dtype) into column j.
@@ -102,10 +89,9 @@ struct GatedDeltaDecodePrep {
 /// pdl: Programmatic Dependent Launch (pdl.cuh; the kernel waits on its predecessor in every block first, after
 /// hinting the L2 to fetch its rows' state unless KernelTuning::decode_prewait is off).
 /// Returns cudaErrorInvalidValue when !gated_delta_decode_supported(p) or a stride is too small.
-/// prep: gated_delta_prepare's work done in this kernel (GatedDeltaDecodePrep), or nullptr.
 cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
                                DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant = false,
-                               bool pdl = false, const GatedDeltaDecodePrep* prep = nullptr);
+                               bool pdl = false);
 
 /// Batch-invariant prefill (SSMSERVE_BATCH_INVARIANT): each sequence walks its tokens one by one with the decode
 /// kernel's per-token arithmetic (the same __device__ step, 16-column slices as gated_delta_decode with

@@ -61,8 +61,7 @@ __device__ __forceinline__ float gated_norm_warp_sum(float v) {
 }
 
 /// One float4 run of the gated norm (g = silu(z) per element; h = y, or y * g unless norm_before_gate) and its sum of
-/// squares in the kernel's order: shared by gated_norm_vec_kernel and the skinny GEMM's gated-norm input
-/// (SkinnyGatedNormInput), so both give the same bits.
+/// squares in gated_norm_vec_kernel's order.
 __device__ __forceinline__ float gated_norm_run(float4 yv, float4 zv, bool norm_before_gate, float4& g, float4& h) {
   g = make_float4(silu(zv.x), silu(zv.y), silu(zv.z), silu(zv.w));
   h = norm_before_gate ? yv : make_float4(yv.x * g.x, yv.y * g.y, yv.z * g.z, yv.w * g.w);

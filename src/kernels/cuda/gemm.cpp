@@ -48,9 +48,7 @@ void GemmHandle::run(const GemmArgs& g, cudaStream_t stream, void* y2, int64_t y
   SSM_CHECK(!y2 || (g.y_dtype == DType::F32 && y2_stride >= g.N), "gemm: y2 needs an F32 y and y2_stride >= N");
   SSM_CHECK(!extras || takes_skinny(g.ab_dtype, g.M), "gemm: skinny extras on a GEMM that is not routed to the skinny kernel");
   if (takes_skinny(g.ab_dtype, g.M)) {
-    // x computed from the elementwise or gated-norm input (SkinnyEwInput / SkinnyGatedNormInput): a.x unused.
-    const bool act = extras && (extras->ew.a || extras->norm.y);
-    SSM_CHECK(g.M >= 0 && g.N >= 1 && g.K >= 1 && (act || g.x_stride >= g.K) && g.w_stride >= g.K && g.y_stride >= g.N,
+    SSM_CHECK(g.M >= 0 && g.N >= 1 && g.K >= 1 && g.x_stride >= g.K && g.w_stride >= g.K && g.y_stride >= g.N,
               "gemm: bad sizes M={} N={} K={} or strides", g.M, g.N, g.K);
     ++skinny_calls_;
     size_t counter_bytes = 0;
@@ -64,7 +62,7 @@ void GemmHandle::run(const GemmArgs& g, cudaStream_t stream, void* y2, int64_t y
       skinny_counters_ = DeviceBuffer(counter_bytes);
       skinny_counters_.fill_bytes(0);
     }
-    SSM_CUDA_CHECK(skinny_gemm(g, y2, y2_stride, pdl_ && !(extras && extras->plain_launch), stream, skinny_ws_.data(), skinny_ws_.bytes(),
+    SSM_CUDA_CHECK(skinny_gemm(g, y2, y2_stride, pdl_, stream, skinny_ws_.data(), skinny_ws_.bytes(),
                                skinny_counters_.as<unsigned>(), extras ? *extras : SkinnyExtras{}));
     return;
   }

@@ -71,10 +71,6 @@ class GemmHandle {
   bool takes_skinny(DType ab_dtype, int64_t M) const {
     return ab_dtype == DType::BF16 && !force_fallback_ && (batch_invariant_ || M <= skinny_max_m_);
   }
-  /// True when run() sends this fp32 GEMM to skinny_gemm_f32 (a fused kernel reproducing it may stand in).
-  bool takes_f32_gemv(const GemmArgs& a) const {
-    return !batch_invariant_ && !force_fallback_ && skinny_gemm_f32_serves(a);
-  }
   /// Routing knobs (see run): decode GEMMs up to this M on the skinny kernel (default 16; 0 = never).
   void set_skinny_max_m(int64_t m) { skinny_max_m_ = m; }
   /// Every BF16 GEMM on the skinny kernel and every F32 GEMM on gemm_fallback (vLLM's VLLM_BATCH_INVARIANT):

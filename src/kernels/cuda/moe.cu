@@ -372,15 +372,9 @@ bool valid(const MoeDevWeights& w) {
 
 size_t moe_workspace_bytes(int64_t T, const MoeDevWeights& w) { return MoeLayout(T, w).total; }
 
-MoeRouteSlots moe_route_slots(void* workspace, int64_t T, const MoeDevWeights& w) {
-  const MoeLayout L(T, w);
-  auto* base = static_cast<unsigned char*>(workspace);
-  return {reinterpret_cast<int32_t*>(base + L.ids), reinterpret_cast<float*>(base + L.wts)};
-}
-
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
                        float* out, int64_t out_stride, void* workspace, cudaStream_t stream, bool pdl,
-                       const MoeSharedAdd* shared, bool routed) {
+                       const MoeSharedAdd* shared) {
   if (!valid(w) || w.num_experts > kMaxRouteE || T < 0 || x_stride < w.hidden || x_stride % 4 != 0 ||
       out_stride < w.hidden)
     return cudaErrorInvalidValue;
@@ -414,7 +408,7 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   const int E = w.num_experts, k = w.top_k;
   const int64_t P = T * k;
   LaunchProfile prof(stream);  // SSMSERVE_KERNEL_PROFILE=1: the per-pair path's kernel times (benchmarks, eager only)
-  cudaError_t e = routed ? cudaSuccess : moe_route(logits, T, E, k, w.routing, ids, wts, stream, pdl);
+  cudaError_t e = moe_route(logits, T, E, k, w.routing, ids, wts, stream, pdl);
   if (e != cudaSuccess) return e;
   prof.mark("moe route");
   if (w.f32) {  // fp32 experts: the fp32 GEMVs for any P (in expert order above kSmallPairs)

@@ -80,28 +80,6 @@ struct MoeSharedAdd {
 /// smaller steps computes it once per slice), so the runner can fuse the shared add there too. A function of T only.
 bool moe_combine_per_token(int64_t T);
 
-/// The decode router in one launch: logits [T, E] fp32 (contiguous) = x [T, K] (row stride x_stride) w_router [E, K]^T
-/// (fp32, row-major), then ids / weights [T, top_k] as moe_route writes them (w.routing, w.top_k). Bit-identical to
-/// skinny_gemm_f32 followed by moe_route: the same per-column dot (f32_gemv.cuh) and per-token routing (moe_route.cuh);
-/// the last of the kernel's blocks to finish routes. counter: one unsigned of device memory, 0 before the first launch,
-/// left 0 by every launch (one per concurrently running router: a layer's). pdl: Programmatic Dependent Launch.
-/// cudaErrorInvalidValue unless moe_router_route_serves.
-cudaError_t moe_router_route(const float* x, int64_t x_stride, int64_t T, const float* w_router, int64_t K,
-                             const MoeDevWeights& w, float* logits, int32_t* ids, float* weights, unsigned* counter,
-                             cudaStream_t stream, bool pdl);
-/// Whether moe_router_route serves these operands: 1 <= T <= 8 (kSkinnyF32MaxM), skinny_gemm_f32's layout (K % 4 == 0,
-/// 16-byte aligned rows), moe_route's routing limits.
-bool moe_router_route_serves(const float* x, int64_t x_stride, int64_t T, const float* w_router, int64_t K,
-                             const MoeDevWeights& w);
-
-/// Where sparse_moe keeps a step's routing in its workspace (ids [T, top_k] int32, weights [T, top_k] fp32): the fused
-/// router's outputs when sparse_moe is told the step is routed.
-struct MoeRouteSlots {
-  int32_t* ids;
-  float* weights;
-};
-MoeRouteSlots moe_route_slots(void* workspace, int64_t T, const MoeDevWeights& w);
-
 /// out[t] = sum over token t's top_k experts e (ascending e) of weight_e * w2_e(silu(w1_e x) * (w3_e x)) (relu^2
 /// experts: weight_e * w2_e(relu(w1_e x)^2)).
 ///   x: [T, hidden] fp32 (row stride x_stride, multiple of 4); logits: [T, E] fp32 contiguous; out: [T, hidden]
@@ -109,9 +87,8 @@ MoeRouteSlots moe_route_slots(void* workspace, int64_t T, const MoeDevWeights& w
 ///   pdl: this file's kernels (routing, sort, the per-pair / fp32 GEMVs, combine) launched with Programmatic
 ///   Dependent Launch (pdl.cuh); the grouped GEMMs of large batches stay plain launches.
 ///   shared: the shared expert's rows added in the combine (MoeSharedAdd), or nullptr.
-///   routed: the routing is already in the workspace's moe_route_slots (moe_router_route); logits is then unused.
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
                        float* out, int64_t out_stride, void* workspace, cudaStream_t stream, bool pdl = false,
-                       const MoeSharedAdd* shared = nullptr, bool routed = false);
+                       const MoeSharedAdd* shared = nullptr);
 
 }  // namespace ssmserve::cuda

@@ -1,5 +1,4 @@
-// Owns one token's MoE routing on one warp (route_token), shared by the router kernel (moe_route.cu) and the fused
-// decode router (moe_router.cu) so that both pick the same experts with the same weights, bit for bit.
+// Owns one token's MoE routing on one warp (route_token), the router kernel's (moe_route.cu) per-token arithmetic.
 #pragma once
 #include <cstdint>
 

@@ -1,20 +1,20 @@
 // Owns the batch-invariant skinny GEMM (see skinny_gemm.h).
-#include "kernels/cuda/kernel_tuning.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/decode_math.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
-#include "kernels/cuda/skinny_gemm_parts.cuh"
+#include "kernels/cuda/kernel_tuning.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <type_traits>
 
 namespace ssmserve::cuda {
 namespace {
 using namespace detail;
-using namespace skinny;
 
+constexpr int kChunk = 32;           // k per chunk: two m16n8k16 steps
 constexpr int kCtaSplits = 16;       // most splits reduced inside one block (16 warps x 32 threads)
 constexpr int kMaxSplits = 64;       // more than kCtaSplits: kCtaSplits per block, groups of blocks per tile
 // Weight bytes the whole grid prefetches into L2 before its PDL wait (while its predecessor runs). 4 MB, measured
@@ -22,10 +22,58 @@ constexpr int kMaxSplits = 64;       // more than kCtaSplits: kCtaSplits per blo
 // 0 / 4 / 8 / 12 / 16 MB: 384 / 396 / 387 / 371 / 361 tokens/s; batch 4 and mamba2-2.7b also best at 4).
 constexpr size_t kPrefetchBytes = 4u << 20;
 
+struct Params {
+  const __nv_bfloat16* x;
+  int64_t xs;
+  const __nv_bfloat16* w;
+  int64_t ws;
+  void* y;
+  int64_t ys;
+  bool y_bf16;
+  __nv_bfloat16* y2;
+  int64_t y2s;
+  int M, N, K;
+  int splits, chunks, chunks_per_split, tiles_per_cta, prefetch_chunks;
+  int cta_splits, groups, tiles;  // splits per block; blocks (split groups) per tile; 16-row tiles
+  float* partials;                // groups > 1: [m-blocks, tiles, groups, MT * 4, 32] group sums
+  unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
+  bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
+  bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
+};
+
+/// Loads of U chunks from chunk c (predicated off past c1) of W rows g / g + 8 (constant weights: may be issued
+/// before the PDL wait).
+template <bool VEC, int U>
+__device__ __forceinline__ void load_w_chunks(uint4 (&a0)[U], uint4 (&a1)[U], const __nv_bfloat16* w0,
+                                              const __nv_bfloat16* w1, bool r0ok, bool r1ok, int c, int c1, int t,
+                                              int K) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int k = (c + u) * kChunk + 8 * t;
+    const bool on = c + u < c1;
+    a0[u] = load8<VEC, true>(w0, k, K, on && r0ok);
+    a1[u] = load8<VEC, true>(w1, k, K, on && r1ok);
+  }
+}
+
+/// Loads of U chunks from chunk c (predicated off past c1) of the MT x rows (the previous kernel's output: after
+/// the PDL wait).
+template <int MT, bool VEC, int U>
+__device__ __forceinline__ void load_x_chunks(uint4 (&b)[U][MT], const __nv_bfloat16* const (&xr)[MT],
+                                              const bool (&xok)[MT], int c, int c1, int t, int K) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int k = (c + u) * kChunk + 8 * t;
+    const bool on = c + u < c1;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) b[u][j] = load8<VEC, false>(xr[j], k, K, on && xok[j]);
+  }
+}
+
 /// Block: tiles_per_cta x splits warps; warp (tile, split) computes the 16 output columns n0..n0+15 of the tile
 /// for rows m0..m0+8*MT-1 over its split's chunks. Lane (g = lane / 4, t = lane % 4) loads W rows n0+g, n0+g+8
 /// and x rows m0+8j+g at k = chunk*32 + 8t (8 values): the k permutation inside a chunk is the same for A and B.
-template <int MT, bool VEC, int U, bool PIPE, int MINB, int FORM>
+template <int MT, bool VEC, int U, bool PIPE, int MINB>
 __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   extern __shared__ float red[];  // [warps][MT*4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -59,22 +107,13 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   pdl_wait();
   if (!p.late_trigger) pdl_launch_dependents();
   if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
-  float* inv_s = nullptr;
-  if constexpr (FORM == kGatedNorm) {
-    __shared__ float part[kNormPairs * kNormWarps], inv[kNormPairs];
-    gated_norm_prologue<MT>(p, m0, part, inv);
-    inv_s = inv;
-  }
-  XRows<MT> xr;
+  const __nv_bfloat16* xr[MT];
+  bool xok[MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
     const int m = m0 + 8 * j + g;
-    const int64_t mm = m < p.M ? m : 0;
-    xr.ok[j] = m < p.M;
-    xr.x[j] = plain_x(FORM) ? p.x + mm * p.xs : nullptr;
-    xr.a[j] = plain_x(FORM) ? nullptr : p.gu + mm * p.gus;
-    xr.b[j] = FORM == kGatedNorm ? p.nz + mm * p.nzs : ew_reads_b(FORM) ? p.eb + mm * p.ebs : nullptr;
-    xr.inv[j] = FORM == kGatedNorm ? inv_s + (m < p.M ? 8 * j + g : 0) * p.nG : nullptr;
+    xok[j] = m < p.M;
+    xr[j] = p.x + static_cast<int64_t>(xok[j] ? m : 0) * p.xs;
   }
   float acc[MT][4];
 #pragma unroll
@@ -84,7 +123,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     for (int c = c0; c < c1; c += U) {
       uint4 b[U][MT];
       if (c != c0) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, p.K);
-      load_x_form<MT, VEC, U, FORM>(b, xr, p, c, c1, t);
+      load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -94,11 +133,11 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     }
   } else {
     uint4 b[U][MT];
-    load_x_form<MT, VEC, U, FORM>(b, xr, p, c0, c1, t);
+    load_x_chunks<MT, VEC, U>(b, xr, xok, c0, c1, t, p.K);
     for (int c = c0; c < c1; c += U) {
       uint4 na0[U], na1[U], nb[U][MT];
       load_w_chunks<VEC, U>(na0, na1, w0, w1, r0ok, r1ok, c + U, c1, t, p.K);
-      load_x_form<MT, VEC, U, FORM>(nb, xr, p, c + U, c1, t);
+      load_x_chunks<MT, VEC, U>(nb, xr, xok, c + U, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u >= c1) break;
@@ -170,14 +209,13 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
         if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = __float2bfloat16_rn(v);
         else static_cast<float*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = v;
         if (p.y2) p.y2[static_cast<int64_t>(m) * p.y2s + n] = __float2bfloat16_rn(v);
-        if constexpr (FORM == kConvEpilogue) conv_epilogue(p, m, n, v);
       }
 }
 
-template <int MT, bool VEC, int U, bool PIPE, int MINB, int FORM = 0>
+template <int MT, bool VEC, int U, bool PIPE, int MINB>
 cudaError_t launch(const Params& p, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   const size_t smem = p.cta_splits > 1 ? static_cast<size_t>(warps) * MT * 4 * 32 * sizeof(float) : 0;
-  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB, FORM>;
+  auto kernel = skinny_kernel<MT, VEC, U, PIPE, MINB>;
   if (smem > 48 * 1024) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(smem));
@@ -199,7 +237,7 @@ int num_sms() {
   return n;
 }
 
-template <int MT, int FORM = 0>
+template <int MT>
 cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 grid, bool pdl, cudaStream_t stream) {
   constexpr int kCap = MT == 1 ? 2 : 1;  // the first version's 64-register cap (MT 1)
   if (tu.auto_shape) {
@@ -211,19 +249,15 @@ cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 
     static int per_sm[17] = {};  // blocks of w warps of the pipelined form one SM holds (occupancy API, cached)
     if (warps >= 1 && warps <= 16 && per_sm[warps] == 0) {
       int b = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1, FORM>, 32 * warps, smem) !=
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_kernel<MT, true, 2, true, 1>, 32 * warps, smem) !=
               cudaSuccess ||
           b < 1)
         b = 1;
       per_sm[warps] = b;
     }
     if (warps >= 1 && warps <= 16 && blocks <= static_cast<int64_t>(num_sms()) * per_sm[warps])
-      return launch<MT, true, 2, true, 1, FORM>(p, warps, grid, pdl, stream);
-    return launch<MT, true, 4, false, 1, FORM>(p, warps, grid, pdl, stream);
-  }
-  if constexpr (FORM != kPlain) {  // a fused form: the two auto forms only (fewer instantiations)
-    return tu.pipelined ? launch<MT, true, 2, true, 1, FORM>(p, warps, grid, pdl, stream)
-                        : launch<MT, true, 4, false, 1, FORM>(p, warps, grid, pdl, stream);
+      return launch<MT, true, 2, true, 1>(p, warps, grid, pdl, stream);
+    return launch<MT, true, 4, false, 1>(p, warps, grid, pdl, stream);
   }
   if (tu.pipelined) {
     if (tu.unroll <= 2) return tu.reg_cap ? launch<MT, true, 2, true, kCap>(p, warps, grid, pdl, stream)
@@ -319,53 +353,10 @@ size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_by
   return groups > 1 ? static_cast<size_t>(mblocks * tiles * groups) * mt * 4 * 32 * sizeof(float) : 0;
 }
 
-namespace {
-bool rows16(const void* q, int64_t stride_bytes) { return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride_bytes % 16 == 0; }
-}  // namespace
-
-bool skinny_ew_input_serves(const GemmArgs& a, const SkinnyEwInput& in) {
-  const bool needs_b = in.op == SkinnyEwOp::kSiluMul || in.op == SkinnyEwOp::kSigmoidGate;
-  return in.a && a.ab_dtype == DType::BF16 && a.M >= 1 && a.M <= 16 && a.K >= 1 && a.K % 8 == 0 && a.w &&
-         a.w_stride >= a.K && rows16(a.w, a.w_stride * 2) && in.a_stride >= a.K && rows16(in.a, in.a_stride * 4) &&
-         (!needs_b || (in.b && in.b_stride >= a.K && rows16(in.b, in.b_stride * 4)));
-}
-
-bool skinny_gated_norm_input_serves(const GemmArgs& a, const SkinnyGatedNormInput& n) {
-  if (!n.y || !n.z || !n.weight || a.ab_dtype != DType::BF16 || a.M < 1 || a.M > 16 || a.K < 1 || a.K % 8 != 0 || !a.w ||
-      a.w_stride < a.K || !rows16(a.w, a.w_stride * 2) || n.group_size < 8 || n.group_size % 8 != 0 ||
-      a.K % n.group_size != 0 || n.y_stride < a.K || n.z_stride < a.K || !(n.eps >= 0.0f))
-    return false;
-  const int64_t G = a.K / n.group_size;
-  if (std::min<int64_t>(a.M, 16) * G > kNormPairs) return false;
-  // The norm kernel's vectorized plan (out: the y rows' layout stands in; fp32 needs the same alignment).
-  return detail::gated_norm_vec_plan(n.y, n.y_stride, n.z, n.z_stride, n.weight, n.y, n.y_stride, DType::F32,
-                                     n.group_size).vpt > 0;
-}
-
-bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e) {
-  const ConvParams& c = e.conv;
-  const DType sd = c.conv_states.dtype;
-  return c.weight && a.ab_dtype == DType::BF16 && a.y_dtype == DType::F32 && a.M >= 1 && a.M <= 16 && a.K >= 1 &&
-         a.K % 8 == 0 && a.x && a.x_stride >= a.K && rows16(a.x, a.x_stride * 2) && a.w && a.w_stride >= a.K &&
-         rows16(a.w, a.w_stride * 2) && c.dim >= 1 && e.col0 >= 0 && e.col0 + c.dim <= a.N && c.width >= 1 &&
-         c.width <= kConvMaxWidth && (c.width == 1 || c.conv_states.data) && (sd == DType::F32 || sd == DType::BF16) &&
-         e.state_indices && e.rows >= 1 && e.rows <= a.M && e.out && e.out_stride >= c.dim;
-}
-
-bool skinny_fused_form_serves(const GemmArgs& a, const SkinnyExtras& e) {
-  const bool norm = e.norm.y != nullptr, conv = e.conv.conv.weight != nullptr, ew = e.ew.a != nullptr;
-  if (int{ew} + int{norm} + int{conv} != 1) return false;  // exactly one form per call
-  return ew ? skinny_ew_input_serves(a, e.ew) : norm ? skinny_gated_norm_input_serves(a, e.norm)
-                                                     : skinny_conv_epilogue_serves(a, e.conv);
-}
-
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
-  const bool norm = extras.norm.y != nullptr, conv = extras.conv.conv.weight != nullptr, ew = extras.ew.a != nullptr;
-  const bool act = ew || norm;  // x computed from other rows (a.x unused)
-  if ((ew || norm || conv) && !skinny_fused_form_serves(a, extras)) return cudaErrorInvalidValue;
   if (a.ab_dtype != DType::BF16 || (a.y_dtype != DType::F32 && a.y_dtype != DType::BF16) || a.M < 0 || a.N < 1 ||
-      a.K < 1 || (!act && a.x_stride < a.K) || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
+      a.K < 1 || a.x_stride < a.K || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
       a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y)
     return cudaErrorInvalidValue;
   const SkinnyTuning tu = extras.tuning ? *extras.tuning : skinny_default_tuning(a.M, a.N, a.K);
@@ -374,20 +365,6 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   p.late_trigger = kernel_tuning().skinny_late_trigger;
   p.preload = kernel_tuning().skinny_preload;
   p.x = static_cast<const __nv_bfloat16*>(a.x), p.xs = a.x_stride;
-  p.gu = extras.ew.a, p.gus = extras.ew.a_stride, p.eb = extras.ew.b, p.ebs = extras.ew.b_stride;
-  if (norm) {
-    const SkinnyGatedNormInput& n = extras.norm;
-    const detail::GatedNormVecPlan plan =
-        detail::gated_norm_vec_plan(n.y, n.y_stride, n.z, n.z_stride, n.weight, n.y, n.y_stride, DType::F32, n.group_size);
-    p.gu = n.y, p.gus = n.y_stride, p.nz = n.z, p.nzs = n.z_stride, p.nw = n.weight, p.neps = n.eps;
-    p.ngroup = static_cast<int>(n.group_size), p.nG = static_cast<int>(a.K / n.group_size), p.nbg = n.norm_before_gate;
-    p.nvpt = plan.vpt, p.nthreads = plan.threads;
-  }
-  if (conv) {
-    const SkinnyConvEpilogue& e = extras.conv;
-    p.cv = e.conv, p.cv_col0 = e.col0, p.cv_idx = e.state_indices, p.cv_rows = static_cast<int>(e.rows);
-    p.cv_out = e.out, p.cv_os = e.out_stride;
-  }
   p.w = static_cast<const __nv_bfloat16*>(a.w), p.ws = a.w_stride;
   p.y = a.y, p.ys = a.y_stride, p.y_bf16 = a.y_dtype == DType::BF16;
   p.y2 = static_cast<__nv_bfloat16*>(y2), p.y2s = y2_stride;
@@ -425,22 +402,6 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   };
   const bool vec = a.K % 8 == 0 && al16(a.x, a.x_stride) && al16(a.w, a.w_stride);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  // The fused forms (their *_serves: 16-byte loads, mt 1 or 2).
-  const auto fused = [&](auto form) {
-    constexpr int F = decltype(form)::value;
-    return mt == 1 ? launch_vec<1, F>(p, tu, warps, grid, pdl, stream) : launch_vec<2, F>(p, tu, warps, grid, pdl, stream);
-  };
-  if (norm) return fused(std::integral_constant<int, kGatedNorm>{});
-  if (conv) return fused(std::integral_constant<int, kConvEpilogue>{});
-  if (ew) {
-    switch (extras.ew.op) {
-      case SkinnyEwOp::kSiluMul: return fused(std::integral_constant<int, kEwSiluMul>{});
-      case SkinnyEwOp::kRelu2: return fused(std::integral_constant<int, kEwRelu2>{});
-      case SkinnyEwOp::kSigmoidGate: return fused(std::integral_constant<int, kEwSigmoidGate>{});
-      case SkinnyEwOp::kCopy: return fused(std::integral_constant<int, kEwCopy>{});
-    }
-    return cudaErrorInvalidValue;
-  }
   if (!vec) {
     if (mt == 1) return launch<1, false, 4, false, 2>(p, warps, grid, pdl, stream);
     if (mt == 2) return launch<2, false, 4, false, 1>(p, warps, grid, pdl, stream);

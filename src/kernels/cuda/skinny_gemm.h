@@ -21,7 +21,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/gemm.h"
 
 namespace ssmserve::cuda {
@@ -49,87 +48,10 @@ struct SkinnyTuning {
 /// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200).
 SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K);
 
-/// The elementwise operations an x operand can be computed with in the loads (SkinnyEwInput).
-enum class SkinnyEwOp : int {
-  kSiluMul,      ///< x = silu(a) * b: the gated MLP activation (mlp_activation: a = gate, b = up)
-  kRelu2,        ///< x = relu(a)^2: the relu^2 MLP activation (mlp_activation; b unused)
-  kSigmoidGate,  ///< x = a * sigmoid(b): the attention output gate (sigmoid_gate: a = output, b = gate)
-  kCopy,         ///< x = a: the cast to bf16 (cast_rows; b unused)
-};
-
-/// The x operand computed in the loads from fp32 rows a (and b), one element at a time with the arithmetic of the
-/// kernel it replaces (common.cuh's mlp_act_value / sigmoid_gate_value), then rounded to bf16 to nearest even: that
-/// kernel followed by skinny_gemm, bit for bit, in one launch. a, b: [M, K] fp32, row strides a_stride, b_stride
-/// (elements). Decode rows only: see skinny_ew_input_serves.
-struct SkinnyEwInput {
-  const float* a = nullptr;  ///< null: x is read as given
-  int64_t a_stride = 0;
-  const float* b = nullptr;  ///< kSiluMul, kSigmoidGate
-  int64_t b_stride = 0;
-  SkinnyEwOp op = SkinnyEwOp::kCopy;
-};
-
-/// The Mamba-2 / DeltaNet gated RMSNorm fused into the out projection's x loads: each block first computes the
-/// rms of its rows' groups exactly as gated_rms_norm's vectorized kernel does (gated_norm_vec.cuh: the same per-thread
-/// runs and block_sum tree, emulated warp by warp), then x[m, k] = bf16(gated norm of y, z at k), the bits
-/// gated_rms_norm_pdl writes: the product is bit-identical to the norm kernel followed by skinny_gemm.
-/// y, z: [M, K] fp32 (row strides y_stride, z_stride); weight: [K] fp32; groups of group_size columns (K % group_size
-/// == 0); norm_before_gate as gated_rms_norm. Decode rows only: see skinny_gated_norm_input_serves.
-struct SkinnyGatedNormInput {
-  const float* y = nullptr;  ///< null: x is read as given
-  int64_t y_stride = 0;
-  const float* z = nullptr;
-  int64_t z_stride = 0;
-  const float* weight = nullptr;
-  float eps = 1e-5f;
-  int64_t group_size = 0;
-  bool norm_before_gate = false;
-};
-
-/// The Mamba-2 causal conv1d decode update fused into the input projection's epilogue: the thread that writes
-/// y[m, col0 + c] (fp32) for a channel c < conv.dim also runs conv1d_update_dual's step for row m on that value
-/// (conv_update_channel, decode_math.cuh: the window of state block state_indices[m] shifted in place, bias, taps,
-/// SiLU) and writes the result to out[m, c]: the bits conv1d_update_dual writes for plain decode rows (one token and
-/// one state block per row; rows whose block is 0 are padding and skipped). Rows >= rows are left alone.
-struct SkinnyConvEpilogue {
-  ConvParams conv;                         ///< conv.weight null: none
-  int64_t col0 = 0;                        ///< y's column of channel 0
-  const int32_t* state_indices = nullptr;  ///< [rows] int32 device: each row's state block
-  int64_t rows = 0;
-  float* out = nullptr;                    ///< [rows, conv.dim] fp32, row stride out_stride
-  int64_t out_stride = 0;
-};
-
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
-  SkinnyEwInput ew;                          ///< the elementwise input (a.x is then ignored and may be null)
-  SkinnyGatedNormInput norm;                 ///< the gated-norm input (a.x ignored)
-  SkinnyConvEpilogue conv;                   ///< the conv update epilogue (with a plain x only; one form per call)
-  /// Launch without Programmatic Dependent Launch (the first kernel on a stream after a fork: its dependency is an
-  /// event, not a kernel before it).
-  bool plain_launch = false;
 };
-
-
-/// Whether skinny_gemm takes `e` for the GEMM `a`: 1 <= M <= 16, an fp32 y, the channels inside y's columns
-/// (col0 >= 0, col0 + dim <= N), 1 <= rows <= M, width 1..8 (a state view unless width 1), an fp32 or bf16 conv
-/// state, out_stride >= dim. Else the caller runs conv1d_update_dual after a plain GEMM.
-bool skinny_conv_epilogue_serves(const GemmArgs& a, const SkinnyConvEpilogue& e);
-
-/// Whether e holds exactly one fused form (ew, norm or conv) and skinny_gemm serves it for `a` (its *_serves above).
-bool skinny_fused_form_serves(const GemmArgs& a, const SkinnyExtras& e);
-
-/// Whether skinny_gemm takes `n` for the GEMM `a`: 1 <= M <= 16, K % 8 == 0, 16-byte aligned weight rows, group_size
-/// a multiple of 8 dividing K, at most 128 (row, group) pairs per block (min(M, 16) x K / group_size), and y / z /
-/// weight laid out for gated_rms_norm's vectorized kernel (gated_norm_vec_plan). Else the caller runs the norm kernel
-/// and a plain GEMM.
-bool skinny_gated_norm_input_serves(const GemmArgs& a, const SkinnyGatedNormInput& n);
-
-/// Whether skinny_gemm takes `in` for the GEMM `a` (bf16 weight, x from in): 1 <= M <= 16, K % 8 == 0, the weight
-/// rows and the a (and, for kSiluMul / kSigmoidGate, b) rows 16-byte aligned (16-byte loads), strides >= K. Else the
-/// caller runs the elementwise kernel and a plain GEMM.
-bool skinny_ew_input_serves(const GemmArgs& a, const SkinnyEwInput& in);
 
 /// The base K split count for a weight of N rows and K columns (a power of two in [1, 64]; depends on N and K
 /// only): enough warps to keep HBM busy, at least 4 chunks of 32 per split (2 beyond 16 splits). The tuning
