@@ -3,7 +3,8 @@
 # writes ssmserve's dummy weights (--load-format dummy) as a checkpoint (tools/save_dummy_checkpoint.cpp) with the
 # tiny-mamba tokenizer, then runs tools/make_goldens.py on it with transformers. The tests load the same weights with
 # --load-format dummy (tests/model/test_golden.cpp). A config with a quantization_config (tiny-qwen3_next-fp8) is written
-# as an FP8 checkpoint, which transformers dequantizes (it needs `accelerate`); the test writes the same file again.
+# as an FP8 checkpoint, which transformers dequantizes (it needs `accelerate`, and `compressed-tensors` for that format;
+# torch 2.11 CPU + transformers 5.17 in a venv on this machine make them too); the test writes the same file again.
 # Usage: tools/make_dummy_goldens.sh BUILD_DIR [PYTHON] [NAME...]   (BUILD_DIR holds save_dummy_checkpoint)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
