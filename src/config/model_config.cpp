@@ -189,9 +189,9 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
               "architecture (give \"architectures\")", what, text_excerpt(c.model_type));
     c.architecture = it->second;
   }
-  // A quantized checkpoint: FP8 block-scaled weights load (dequantized, model/fp8_weights.h); the others (GPTQ / AWQ
-  // qweight, bitsandbytes, compressed-tensors, ...) have no loader, so they would fail later on a tensor's dtype or a
-  // "missing" .weight, or load scales as weights: named here instead.
+  // A quantized checkpoint: FP8 weights load (fp8, compressed-tensors float-quantized, modelopt FP8; dequantized as
+  // read, model/fp8_weights.h); the others (GPTQ / AWQ qweight, bitsandbytes, int compressed-tensors, ...) have no
+  // loader, so they would fail later on a tensor's dtype or a "missing" .weight, or load scales as weights: named here.
   if (const json* q = f.find("quantization_config"); q != nullptr && !q->is_null()) c.fp8 = parse_quantization_config(*q, what);
   c.vocab_size = f.positive_int("vocab_size");
   c.hidden_size = f.positive_int("hidden_size");

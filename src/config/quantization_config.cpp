@@ -26,7 +26,8 @@ std::pair<int, int> block_size(const json& b, const std::string& what, const std
   return {b[0].get<int>(), b[1].get<int>()};
 }
 
-/// quant_method "fp8": e4m3 weights, dynamic activations, weight_block_size or one scale per matrix.
+/// quant_method "fp8": e4m3 weights, dynamic or static activation scales (neither applied), weight_block_size or one
+/// scale per matrix.
 Fp8Quantization parse_fp8(const json& q, const std::string& what) {
   if (const json* fmt = field(q, "fmt"))
     SSM_CHECK(fmt->is_string() && fmt->get<std::string>() == "e4m3",
