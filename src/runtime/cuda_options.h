@@ -88,6 +88,15 @@ struct CudaModelOptions {
   /// not paired with a parallel mixer's and not from the normed rows) applied by the next sublayer's residual norm (or the LM head's) instead
   /// of a launch of its own: the same residual_step arithmetic, bit-identical (tested).
   bool fuse_scaled_residual = true;
+  /// The dense MLP's activation (SiLU-gated or relu^2, also the MoE shared expert's) in the gate / up GEMM's epilogue
+  /// on the skinny kernel (skinny_gemm.h SkinnyActEpilogue: gated weights stacked with gate and up rows interleaved
+  /// by 8) instead of a launch of its own between the two GEMMs; steps off the skinny kernel run mlp_activation on
+  /// the same layout. The same sums and expression: bit-identical (tested). SSMSERVE_MLP_ACT_EPILOGUE.
+  bool mlp_act_epilogue = false;
+  /// A residual norm that writes fp32 rows for one reader also writes their bf16 copy for another (add_rms_norm_rows'
+  /// second output: Falcon-H1's Mamba-2 / attention pair) instead of a cast launch after it. Bit-identical (tested).
+  /// SSMSERVE_NORM_DUAL_OUT.
+  bool norm_dual_out = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

@@ -240,6 +240,34 @@ TEST_P(CudaHybridModel, FusedScaledResidualEqualsSeparate) {
   expect_same_logits({}, separate, "logits with the scaled residual in the next norm differ from its own launch");
 }
 
+/// The dense MLP's activation (and a MoE shared expert's) in the gate / up GEMM's epilogue (mlp_act_epilogue: gate
+/// and up rows interleaved by 8; decode steps on the skinny kernel, prefill steps through mlp_activation on the
+/// interleaved columns) against its own launch: bit-identical logits with bf16 and fp32 weights and in
+/// batch-invariant mode (every step on the skinny kernel). Cases without an MLP compare the one path with itself.
+TEST_P(CudaHybridModel, MlpActEpilogueEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions epilogue, separate;
+  epilogue.mlp_act_epilogue = true;
+  separate.mlp_act_epilogue = false;
+  expect_same_logits(epilogue, separate, "logits with the MLP activation in the GEMM epilogue differ from its own launch");
+  epilogue.batch_invariant = separate.batch_invariant = true;
+  expect_same_logits(epilogue, separate, "batch-invariant: logits with the MLP activation in the epilogue differ");
+  epilogue.batch_invariant = separate.batch_invariant = false;
+  epilogue.weight_dtype = separate.weight_dtype = DType::F32;
+  expect_same_logits(epilogue, separate, "fp32 weights: logits with the interleaved gate / up rows differ");
+}
+
+/// A residual norm writing the bf16 copy of its fp32 rows in the same launch (norm_dual_out; Falcon-H1's pair reads
+/// both) against a cast launch after it: bit-identical logits. Cases whose norms write one form compare the one path
+/// with itself.
+TEST_P(CudaHybridModel, NormDualOutEqualsCast) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions dual, cast;
+  dual.norm_dual_out = true;
+  cast.norm_dual_out = false;
+  expect_same_logits(dual, cast, "logits with the norm's bf16 copy in the same launch differ from a cast after it");
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
                          ::testing::Values(HybridCase{"tiny-granitemoehybrid", false}, HybridCase{"tiny-nemotron_h", false},
                                            HybridCase{"tiny-bamba", true}, HybridCase{"tiny-jamba", true, 7e-2, 2e-2},

@@ -1,6 +1,7 @@
 // GPU skinny GEMM (issue 7, decode latency and batch invariance): the batch-invariant skinny GEMM against the CPU
 // linear; its rows bit-identical for every batch size and offset; every tuning variant equal to the default's bits;
-// bad arguments refused; the fp32 GEMV of few rows (the MoE router) against float64. Skips without a GPU.
+// bad arguments refused; the fp32 GEMV of few rows (the MoE router) against float64; the MLP activation epilogue
+// against the GEMM followed by mlp_activation. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "decode_test_util.h"
 #include "device/cuda_check.h"
 #include "kernels/cuda/causal_conv1d.h"
+#include "kernels/cuda/activations.h"
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -184,6 +186,77 @@ TEST(CudaSkinnyGemm, PartTuningsSumLikeTheWholeWeight) {
       }
     }
   }
+}
+
+/// The MLP activation in the epilogue (SkinnyActEpilogue) against the plain GEMM (gate over up, not interleaved)
+/// followed by mlp_activation, bit for bit: SiLU-gated on the 8-interleaved weight and relu^2, bf16 and fp32 outputs,
+/// M = 1..40 (every m-tile form), K from one chunk to deep weights reduced across blocks (group sums), I from 8 to
+/// Falcon-H1-7B's 12288. Also mlp_activation on the interleaved columns of the plain (no epilogue) GEMM, the path of
+/// steps off the skinny kernel. The output's row padding stays untouched.
+TEST(CudaSkinnyGemm, ActEpilogueEqualsSeparateActivation) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  struct Case {
+    int64_t I, K;
+  };
+  for (const Case c : {Case{8, 32}, Case{40, 200}, Case{512, 1536}, Case{1536, 12288}, Case{12288, 3072}}) {
+    for (int64_t M : {1, 2, 7, 9, 16, 40}) {
+      if (c.I == 12288 && M > 2) continue;
+      for (bool gated : {true, false}) {
+        for (DType od : {DType::BF16, DType::F32}) {
+          SCOPED_TRACE(::testing::Message() << "I=" << c.I << " K=" << c.K << " M=" << M << " gated " << gated << " out "
+                                            << dtype_name(od));
+          const int64_t I = c.I, K = c.K, N = gated ? 2 * I : I, os = I + 3, es = dtype_size(od);
+          Operands op(rng, M, N, K, K);  // op.w: gate rows then up rows
+          std::vector<float> wi(op.w.size());
+          for (int64_t i = 0; i < N / 16 && gated; ++i)
+            for (int64_t r = 0; r < 8; ++r) {
+              std::memcpy(&wi[(16 * i + r) * K], &op.w[(8 * i + r) * K], K * 4);
+              std::memcpy(&wi[(16 * i + 8 + r) * K], &op.w[(I + 8 * i + r) * K], K * 4);
+            }
+          DeviceBuffer dwi = to_device(to_bf16_bits(gated ? wi : op.w));
+          // Reference: the plain GEMM, then mlp_activation.
+          DeviceBuffer y(M * N * 4), ref = poisoned_bytes(M * os * es), got = poisoned_bytes(M * os * es);
+          SSM_CUDA_CHECK(skinny({M, N, K, op.dx.data(), K, op.dw.data(), K, DType::BF16, y.data(), N, DType::F32}, nullptr,
+                                0, true, nullptr));
+          SSM_CUDA_CHECK(cuda::mlp_activation(y.as<float>(), N, M, I, gated, ref.data(), od, os, nullptr, true));
+          cuda::SkinnyExtras ex;
+          ex.act = {gated ? cuda::SkinnyAct::kSiluGatedInterleaved8 : cuda::SkinnyAct::kRelu2, got.data(), os, od};
+          SSM_CUDA_CHECK(skinny({M, N, K, op.dx.data(), K, dwi.data(), K, DType::BF16, nullptr, N, DType::F32}, nullptr, 0,
+                                true, nullptr, ex));
+          SSM_CUDA_CHECK(cudaDeviceSynchronize());
+          const auto a = to_host<uint8_t>(ref, M * os * es), b = to_host<uint8_t>(got, M * os * es);
+          ASSERT_EQ(a, b) << "epilogue activation differs from GEMM + mlp_activation";
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t k = I * es; k < os * es; ++k) ASSERT_EQ(b[m * os * es + k], 0xff) << "padding written, row " << m;
+          if (!gated) continue;
+          // Steps off the skinny kernel: the interleaved GEMM's columns through mlp_activation(interleaved8).
+          DeviceBuffer yi(M * N * 4), got2 = poisoned_bytes(M * os * es);
+          SSM_CUDA_CHECK(skinny({M, N, K, op.dx.data(), K, dwi.data(), K, DType::BF16, yi.data(), N, DType::F32}, nullptr,
+                                0, true, nullptr));
+          SSM_CUDA_CHECK(cuda::mlp_activation(yi.as<float>(), N, M, I, true, got2.data(), od, os, nullptr, true, true));
+          SSM_CUDA_CHECK(cudaDeviceSynchronize());
+          ASSERT_EQ(a, to_host<uint8_t>(got2, M * os * es)) << "interleaved mlp_activation differs";
+        }
+      }
+    }
+  }
+  // Bad epilogues: N not a multiple of 16 for the interleaved form, a y2 copy beside it, a short output stride.
+  DeviceBuffer x(64 * 2), w(24 * 64 * 2), out(64 * 4), y2(64 * 2);
+  cuda::SkinnyExtras ex;
+  ex.act = {cuda::SkinnyAct::kSiluGatedInterleaved8, out.data(), 12, DType::BF16};
+  EXPECT_EQ(skinny({1, 24, 64, x.data(), 64, w.data(), 64, DType::BF16, nullptr, 24, DType::F32}, nullptr, 0, false, nullptr, ex),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(skinny({1, 16, 64, x.data(), 64, w.data(), 64, DType::BF16, out.data(), 16, DType::F32}, y2.data(), 16, false,
+                   nullptr, ex),
+            cudaErrorInvalidValue);
+  ex.act.out_stride = 7;
+  EXPECT_EQ(skinny({1, 16, 64, x.data(), 64, w.data(), 64, DType::BF16, nullptr, 16, DType::F32}, nullptr, 0, false, nullptr, ex),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::mlp_activation(out.as<float>(), 16, 1, 8, false, y2.data(), DType::BF16, 8, nullptr, false, true),
+            cudaErrorInvalidValue);  // interleaved without the gate
 }
 
 TEST(CudaSkinnyGemm, RejectsBadArguments) {

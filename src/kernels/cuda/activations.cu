@@ -53,16 +53,18 @@ __global__ void __launch_bounds__(256) gate_vec_kernel(const float* __restrict__
 
 /// gated: out = silu(gu[:, :I]) * gu[:, I:2I]; else out = relu(gu[:, :I])^2.
 /// Grid (T, ceil(I / kActCols)): each block a slice of one row, so a decode row of a wide MLP spreads over the GPU.
+/// interleaved8: gate c at column 16 (c / 8) + c % 8, up c 8 columns after it (mlp_activation).
 template <class TO>
 __global__ void mlp_act_kernel(const float* __restrict__ gu, int64_t gs, int64_t I, bool gated, TO* __restrict__ out,
-                               int64_t outs) {
+                               int64_t outs, bool interleaved8) {
   pdl_wait();
   pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const float* r = gu + t * gs;
   const int64_t end = min(I, static_cast<int64_t>(blockIdx.y + 1) * kActCols);
   for (int64_t c = static_cast<int64_t>(blockIdx.y) * kActCols + threadIdx.x; c < end; c += blockDim.x) {
-    store(out + t * outs + c, mlp_act_value(r[c], gated ? r[I + c] : 0.0f, gated));
+    const int64_t gc = interleaved8 ? 16 * (c / 8) + c % 8 : c, uc = interleaved8 ? gc + 8 : I + c;
+    store(out + t * outs + c, mlp_act_value(r[gc], gated ? r[uc] : 0.0f, gated));
   }
 }
 
@@ -130,16 +132,17 @@ cudaError_t sigmoid_gate(const float* o, int64_t o_stride, const float* g, int64
 }
 
 cudaError_t mlp_activation(const float* gu, int64_t gu_stride, int64_t T, int64_t I, bool gated, void* out, DType out_dtype,
-                           int64_t out_stride, cudaStream_t stream, bool pdl) {
-  if (T < 0 || I < 0 || T > 2147483647 || ceil_div(I, kActCols) > 65535 || gu_stride < (gated ? 2 * I : I) || out_stride < I || out_dtype == DType::F16)
+                           int64_t out_stride, cudaStream_t stream, bool pdl, bool interleaved8) {
+  if (T < 0 || I < 0 || T > 2147483647 || ceil_div(I, kActCols) > 65535 || gu_stride < (gated ? 2 * I : I) || out_stride < I || out_dtype == DType::F16 ||
+      (interleaved8 && (!gated || I % 8 != 0)))
     return cudaErrorInvalidValue;
   if (T == 0 || I == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(ceil_div(I, kActCols)));
   if (out_dtype == DType::BF16)
     return launch_pdl(pdl, mlp_act_kernel<__nv_bfloat16>, grid, dim3(256), 0, stream, gu, gu_stride, I, gated,
-                      static_cast<__nv_bfloat16*>(out), out_stride);
+                      static_cast<__nv_bfloat16*>(out), out_stride, interleaved8);
   return launch_pdl(pdl, mlp_act_kernel<float>, grid, dim3(256), 0, stream, gu, gu_stride, I, gated,
-                    static_cast<float*>(out), out_stride);
+                    static_cast<float*>(out), out_stride, interleaved8);
 }
 
 cudaError_t scaled_residual(float* h, const float* x, float a, const float* y, float b, int64_t n, cudaStream_t stream,

@@ -25,8 +25,11 @@ cudaError_t sigmoid_gate(const float* o, int64_t o_stride, const float* g, int64
 /// The dense MLP's activation (cpu: model/ffns/mlp_ffn.cpp): gated: out = silu(gu[:, :I]) * gu[:, I:2I] (gate then
 /// up); else out = relu(gu[:, :I])^2. gu: [T, 2I or I] fp32 (row stride gu_stride); out: [T, I] in out_dtype (F32 or
 /// BF16, the down projection's input), row stride out_stride. pdl: Programmatic Dependent Launch.
+/// interleaved8 (gated only, I % 8 == 0): gu's columns are gate and up interleaved in groups of 8 (columns 16i ..
+/// 16i + 7 gate 8i .. 8i + 7, columns 16i + 8 .. 16i + 15 the same up channels), the layout of a gate / up weight
+/// stacked for the skinny GEMM's activation epilogue (skinny_gemm.h SkinnyAct::kSiluGatedInterleaved8).
 cudaError_t mlp_activation(const float* gu, int64_t gu_stride, int64_t T, int64_t I, bool gated, void* out, DType out_dtype,
-                           int64_t out_stride, cudaStream_t stream, bool pdl = false);
+                           int64_t out_stride, cudaStream_t stream, bool pdl = false, bool interleaved8 = false);
 /// h = a * x + b * y over n contiguous fp32 elements (h may alias x or y). pdl: Programmatic Dependent Launch.
 cudaError_t scaled_residual(float* h, const float* x, float a, const float* y, float b, int64_t n, cudaStream_t stream,
                             bool pdl = false);

@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
                                                                  const float* __restrict__ weight, float eps,
                                                                  const int32_t* __restrict__ rows, int64_t H,
                                                                  bool write_residual, TO* out, int64_t out_stride,
-                                                                 float ra, float xb) {
+                                                                 float ra, float xb, __nv_bfloat16* out2,
+                                                                 int64_t out2_stride) {
   __shared__ float scratch[32];
   pdl_wait();
   pdl_launch_dependents();
@@ -62,9 +63,12 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
   ss = block_sum(ss, scratch);  // also orders the residual writes before the re-reads below
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(H) + eps);
   TO* o = out + i * out_stride;
+  __nv_bfloat16* o2 = out2 ? out2 + i * out2_stride : nullptr;
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
     const float v = (xr && !write_residual) ? residual_step(res[h], ra, xr[h], xb) : res[h];
-    store(o + h, v * inv * weight[h]);
+    const float y = v * inv * weight[h];
+    store(o + h, y);
+    if (o2) store(o2 + h, y);  // the bf16 copy: cast_rows of the stored fp32 value
   }
 }
 
@@ -83,7 +87,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
                                                                      const float* __restrict__ weight, float eps,
                                                                      const int32_t* __restrict__ rows, int64_t H,
                                                                      bool write_residual, TO* out, int64_t out_stride,
-                                                                     float ra, float xb) {
+                                                                     float ra, float xb, __nv_bfloat16* out2,
+                                                                     int64_t out2_stride) {
   __shared__ float scratch[32];
   const int tid = threadIdx.x;
   const int64_t H4 = H / 4;
@@ -129,10 +134,16 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
     if (q < H4) {
-      store(o + 4 * q + 0, v[j].x * inv * wv[j].x);
-      store(o + 4 * q + 1, v[j].y * inv * wv[j].y);
-      store(o + 4 * q + 2, v[j].z * inv * wv[j].z);
-      store(o + 4 * q + 3, v[j].w * inv * wv[j].w);
+      const float y0 = v[j].x * inv * wv[j].x, y1 = v[j].y * inv * wv[j].y, y2 = v[j].z * inv * wv[j].z,
+                  y3 = v[j].w * inv * wv[j].w;
+      store(o + 4 * q + 0, y0);
+      store(o + 4 * q + 1, y1);
+      store(o + 4 * q + 2, y2);
+      store(o + 4 * q + 3, y3);
+      if (out2) {  // the bf16 copy: cast_rows of the stored fp32 values
+        __nv_bfloat16* o2 = out2 + i * out2_stride + 4 * q;
+        store(o2 + 0, y0), store(o2 + 1, y1), store(o2 + 2, y2), store(o2 + 3, y3);
+      }
     }
   }
 }
@@ -265,10 +276,13 @@ int lanes_for(int N) {
 cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
-                              cudaStream_t stream, float residual_scale, float x_scale) {
+                              cudaStream_t stream, float residual_scale, float x_scale, void* out_bf16,
+                              int64_t out_bf16_stride) {
   if (n < 0 || H < 1 || res_stride < H || out_stride < H || (x && x_stride < H) || n > 2147483647 ||
-      (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight)
+      (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight ||
+      (out_bf16 && (out_dtype != DType::F32 || out_bf16_stride < H)))
     return cudaErrorInvalidValue;
+  auto* o2 = static_cast<__nv_bfloat16*>(out_bf16);
   if (n == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(n));
   const auto al16 = [](const void* q, int64_t stride) {
@@ -281,26 +295,26 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
       auto* o = static_cast<__nv_bfloat16*>(out);
       return wide ? launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16, kNormVecWide>, grid, dim3(kNormThreads), 0, stream,
                                x, x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                               residual_scale, x_scale)
+                               residual_scale, x_scale, o2, out_bf16_stride)
                   : launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16, kNormVec>, grid, dim3(kNormThreads), 0, stream, x,
                                x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                               residual_scale, x_scale);
+                               residual_scale, x_scale, o2, out_bf16_stride);
     }
     auto* o = static_cast<float*>(out);
     return wide ? launch_pdl(pdl, norm_rows_vec_kernel<float, kNormVecWide>, grid, dim3(kNormThreads), 0, stream, x,
                              x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                             residual_scale, x_scale)
+                             residual_scale, x_scale, o2, out_bf16_stride)
                 : launch_pdl(pdl, norm_rows_vec_kernel<float, kNormVec>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                              residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride, residual_scale,
-                             x_scale);
+                             x_scale, o2, out_bf16_stride);
   }
   if (out_dtype == DType::BF16)
     return launch_pdl(pdl, norm_rows_kernel<__nv_bfloat16>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                       residual, res_stride, weight, eps, rows, H, write_residual, static_cast<__nv_bfloat16*>(out),
-                      out_stride, residual_scale, x_scale);
+                      out_stride, residual_scale, x_scale, o2, out_bf16_stride);
   return launch_pdl(pdl, norm_rows_kernel<float>, grid, dim3(kNormThreads), 0, stream, x, x_stride, residual,
                     res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride, residual_scale,
-                    x_scale);
+                    x_scale, o2, out_bf16_stride);
 }
 
 cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,

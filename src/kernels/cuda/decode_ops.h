@@ -25,11 +25,14 @@ namespace ssmserve::cuda {
 ///   out[i] = v / sqrt(mean(v^2) + eps) * weight   (fp32 statistics; out in out_dtype F32 or BF16).
 ///   x: [*, H] fp32 (row stride x_stride) or nullptr; residual: [*, H] fp32; weight: [H] fp32; rows: [n] int32
 ///   device (the LM head's logits_indices) or nullptr; out: [n, H], row stride out_stride.
-/// write_residual must be false when `rows` is given. pdl: see pdl.cuh.
+/// write_residual must be false when `rows` is given. pdl: see pdl.cuh. out_bf16: optional [n, H] bf16 copy of an
+/// F32 out (row stride out_bf16_stride), each value the bf16 rounding of the stored fp32 one (cast_rows' store):
+/// one launch for a sublayer whose modules read both forms.
 cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
-                              cudaStream_t stream, float residual_scale = 1.0f, float x_scale = 1.0f);
+                              cudaStream_t stream, float residual_scale = 1.0f, float x_scale = 1.0f,
+                              void* out_bf16 = nullptr, int64_t out_bf16_stride = 0);
 
 /// causal_conv1d_update (causal_conv1d.h) over `batch` decode rows (device_decode_rows.h: a plain row is one input
 /// and its window updated in place; a speculative verify row's tokens go one after another, token j reading column

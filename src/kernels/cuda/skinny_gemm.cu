@@ -39,7 +39,17 @@ struct Params {
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
   bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
+  SkinnyAct act;      // kNone: y (and y2) written; else the MLP activation into act_out instead (SkinnyActEpilogue)
+  void* act_out;
+  int64_t act_s;
+  bool act_bf16;
 };
+
+/// Stores the activation value v at out[i] in the epilogue's dtype.
+__device__ __forceinline__ void store_act(const Params& p, int64_t i, float v) {
+  if (p.act_bf16) static_cast<__nv_bfloat16*>(p.act_out)[i] = __float2bfloat16_rn(v);
+  else static_cast<float*>(p.act_out)[i] = v;
+}
 
 /// Loads of U chunks from chunk c (predicated off past c1) of W rows g / g + 8 (constant weights: may be issued
 /// before the PDL wait).
@@ -197,6 +207,28 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     if (lane == 0) p.counters[slot] = 0;  // ready for the next launch
   }
   // 4. Epilogue: acc[j][2h + e] is y[m0 + 8j + 2t + e, n0 + g + 8h].
+  if (p.act == SkinnyAct::kSiluGatedInterleaved8) {  // rows n0 + g (gate) and n0 + g + 8 (up) are channel n0 / 2 + g
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = m0 + 8 * j + 2 * t + e;
+        if (m < p.M) store_act(p, static_cast<int64_t>(m) * p.act_s + n0 / 2 + g, mlp_act_value(acc[j][e], acc[j][2 + e], true));
+      }
+    return;
+  }
+  if (p.act == SkinnyAct::kRelu2) {
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int m = m0 + 8 * j + 2 * t + e, n = n0 + g + 8 * h;
+          if (m < p.M && n < p.N) store_act(p, static_cast<int64_t>(m) * p.act_s + n, mlp_act_value(acc[j][2 * h + e], 0.0f, false));
+        }
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < MT; ++j)
 #pragma unroll
@@ -355,9 +387,16 @@ size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_by
 
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace, size_t workspace_bytes, unsigned* counters, const SkinnyExtras& extras) {
+  const SkinnyActEpilogue& act = extras.act;
+  const bool gated_act = act.act == SkinnyAct::kSiluGatedInterleaved8;
   if (a.ab_dtype != DType::BF16 || (a.y_dtype != DType::F32 && a.y_dtype != DType::BF16) || a.M < 0 || a.N < 1 ||
-      a.K < 1 || a.x_stride < a.K || a.w_stride < a.K || a.y_stride < a.N || (y2 && y2_stride < a.N) ||
-      a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w || !a.y)
+      a.K < 1 || a.x_stride < a.K || a.w_stride < a.K || (act.act == SkinnyAct::kNone && a.y_stride < a.N) ||
+      (y2 && y2_stride < a.N) || a.M > (1 << 30) || a.N > (1 << 30) || a.K > (1 << 30) || !a.w ||
+      (act.act == SkinnyAct::kNone && !a.y))
+    return cudaErrorInvalidValue;
+  if (act.act != SkinnyAct::kNone &&
+      (y2 || !act.out || (act.out_dtype != DType::BF16 && act.out_dtype != DType::F32) ||
+       (gated_act && (a.N % 16 != 0 || act.out_stride < a.N / 2)) || (!gated_act && act.out_stride < a.N)))
     return cudaErrorInvalidValue;
   const SkinnyTuning tu = extras.tuning ? *extras.tuning : skinny_default_tuning(a.M, a.N, a.K);
   Params p{};
@@ -368,6 +407,7 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   p.w = static_cast<const __nv_bfloat16*>(a.w), p.ws = a.w_stride;
   p.y = a.y, p.ys = a.y_stride, p.y_bf16 = a.y_dtype == DType::BF16;
   p.y2 = static_cast<__nv_bfloat16*>(y2), p.y2s = y2_stride;
+  p.act = act.act, p.act_out = act.out, p.act_s = act.out_stride, p.act_bf16 = act.out_dtype == DType::BF16;
   p.M = static_cast<int>(a.M), p.N = static_cast<int>(a.N), p.K = static_cast<int>(a.K);
   p.splits = skinny_gemm_splits(a.N, a.K, tu.split_shift);
   p.chunks = static_cast<int>((a.K + kChunk - 1) / kChunk);

@@ -48,9 +48,23 @@ struct SkinnyTuning {
 /// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200).
 SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K);
 
+/// The dense MLP's activation applied in the epilogue instead of writing y (model/ffns/mlp_ffn.h's math,
+/// common.cuh mlp_act_value: the same expression on the same fp32 sums as mlp_activation over a written y, so the
+/// same bits). kSiluGatedInterleaved8: W's rows are gate and up interleaved in groups of 8 (rows 16i .. 16i + 7 =
+/// gate rows 8i .. 8i + 7, rows 16i + 8 .. 16i + 15 = the same up rows; N = 2I, N % 16 == 0), so one lane holds
+/// a channel's gate and up sums: out[m, c] = silu(gate) * up for c in [0, N / 2). kRelu2: out[m, n] = relu(y)^2.
+enum class SkinnyAct { kNone, kSiluGatedInterleaved8, kRelu2 };
+struct SkinnyActEpilogue {
+  SkinnyAct act = SkinnyAct::kNone;
+  void* out = nullptr;          ///< [M, N / 2] (gated) or [M, N], row stride out_stride, in out_dtype
+  int64_t out_stride = 0;
+  DType out_dtype = DType::BF16;  ///< BF16 or F32
+};
+
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
+  SkinnyActEpilogue act;                     ///< the MLP activation in the epilogue (y is then not written)
 };
 
 /// The base K split count for a weight of N rows and K columns (a power of two in [1, 64]; depends on N and K
@@ -82,7 +96,8 @@ size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_by
 /// nullptr. Any M >= 0, N >= 1, K >= 1, any strides (16-byte loads when the rows and pointers allow them, scalar
 /// loads otherwise: same arithmetic). pdl: launch with Programmatic Dependent Launch (see pdl.cuh).
 /// workspace / counters: device buffers of skinny_gemm_workspace's sizes (may be null when those are 0).
-/// extras: a tuning override (benchmarks).
+/// extras: a tuning override (benchmarks); an activation epilogue (SkinnyActEpilogue: y2 must be null; y is not
+/// written and may be null).
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace = nullptr, size_t workspace_bytes = 0, unsigned* counters = nullptr,
                         const SkinnyExtras& extras = {});

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "device/cuda_check.h"
 #include "kernels/cuda/activations.h"
+#include "kernels/cuda/skinny_gemm.h"
 #include "model/ffns/mlp_ffn.h"
 #include "runtime/modules/cuda_modules.h"
 
@@ -22,16 +23,40 @@ Weight stack_rows(const Weight& a, const Weight& b) {
   return out;
 }
 
+/// Stacks gate over up ([I, hidden] each, I % 8 == 0) into [2I, hidden] with the rows interleaved in groups of 8:
+/// rows 16i .. 16i + 7 are gate rows 8i .. 8i + 7, rows 16i + 8 .. 16i + 15 the same up rows (the layout of the skinny
+/// GEMM's activation epilogue, skinny_gemm.h SkinnyAct::kSiluGatedInterleaved8).
+Weight stack_rows_interleaved8(const Weight& a, const Weight& b) {
+  SSM_CHECK(a.cols == b.cols && a.dtype == b.dtype && a.rows == b.rows && a.rows % 8 == 0,
+            "mlp: gate and up must have the same shape and dtype");
+  Weight out = Weight::allocate(a.dtype, a.rows + b.rows, a.cols);
+  const size_t row = static_cast<size_t>(a.cols) * dtype_size(a.dtype);
+  const auto* pa = static_cast<const unsigned char*>(a.data);
+  const auto* pb = static_cast<const unsigned char*>(b.data);
+  for (int64_t i = 0; i < a.rows / 8; ++i) {
+    std::memcpy(out.owned->data() + (16 * i) * row, pa + 8 * i * row, 8 * row);
+    std::memcpy(out.owned->data() + (16 * i + 8) * row, pb + 8 * i * row, 8 * row);
+  }
+  return out;
+}
+
 class CudaMlp final : public CudaModule {
  public:
   CudaMlp(const CudaRunnerContext& ctx, const MlpConfig& c, int64_t hidden, const MlpWeights& w)
       : ctx_(ctx), gated_(c.gated), H_(hidden), I_(c.intermediate_size) {
     const DType wd = ctx_.opt.weight_dtype;
     // Scaled rows (Falcon-H1's gate multiplier) are F32 while up may be BF16: stacked in F32 when the dtypes differ.
-    gate_up_ = upload_weight(gated_ ? stack_rows(w.gate_proj.dtype == w.up_proj.dtype ? w.gate_proj : as_f32(w.gate_proj),
-                                                 w.gate_proj.dtype == w.up_proj.dtype ? w.up_proj : as_f32(w.up_proj))
-                                    : w.up_proj,
-                             wd);
+    // Under mlp_act_epilogue the rows are interleaved by 8 (decode steps on the skinny GEMM then apply the
+    // activation in its epilogue; the others run mlp_activation on the interleaved columns).
+    interleaved_ = gated_ && ctx_.opt.mlp_act_epilogue && I_ % 8 == 0;
+    if (gated_) {
+      const bool same = w.gate_proj.dtype == w.up_proj.dtype;
+      const Weight& g = same ? w.gate_proj : as_f32(w.gate_proj);
+      const Weight& u = same ? w.up_proj : as_f32(w.up_proj);
+      gate_up_ = upload_weight(interleaved_ ? stack_rows_interleaved8(g, u) : stack_rows(g, u), wd);
+    } else {
+      gate_up_ = upload_weight(w.up_proj, wd);
+    }
     down_ = upload_weight(w.down_proj, wd);
   }
 
@@ -47,8 +72,17 @@ class CudaMlp final : public CudaModule {
     ScratchPool& p = *ctx_.scratch;
     float* gu = p[0].f32(T * 2 * I_);
     void* act = p[3].get(T * I_ * dtype_size(wd));
-    ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
-    SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream, ctx_.opt.pdl));
+    if ((interleaved_ || (!gated_ && ctx_.opt.mlp_act_epilogue)) && ctx_.gemm->takes_skinny(gate_up_.dtype, T)) {
+      // The activation in the gate / up GEMM's epilogue: the same sums and expression as the two launches below.
+      ProfileSpan span(ctx_.profile, "gemm", st.stream);
+      SkinnyExtras ex;
+      ex.act = {interleaved_ ? SkinnyAct::kSiluGatedInterleaved8 : SkinnyAct::kRelu2, act, I_, wd};
+      ctx_.gemm->run({T, GW, H_, normed_c, H_, gate_up_.buf.data(), H_, gate_up_.dtype, gu, GW, DType::F32}, st.stream,
+                     nullptr, 0, &ex);
+    } else {
+      ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
+      SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream, ctx_.opt.pdl, interleaved_));
+    }
     ctx_.gemm_run(act, T, I_, down_, out, H_);
   }
 
@@ -61,6 +95,7 @@ class CudaMlp final : public CudaModule {
   }
   const CudaRunnerContext& ctx_;
   bool gated_;
+  bool interleaved_ = false;  ///< gate / up rows interleaved by 8 (mlp_act_epilogue)
   int64_t H_, I_;
   DevWeight gate_up_, down_;
 };
