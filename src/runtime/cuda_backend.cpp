@@ -62,7 +62,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_BRANCH_PDL", o.branch_pdl);
   flag("SSMSERVE_FUSE_SCALED_RESIDUAL", o.fuse_scaled_residual);
   flag("SSMSERVE_MLP_ACT_EPILOGUE", o.mlp_act_epilogue);
-  flag("SSMSERVE_NORM_DUAL_OUT", o.norm_dual_out);
+  flag("SSMSERVE_FUSE_CASTS", o.fuse_casts);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
   int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);
   int_in("SSMSERVE_SKINNY_MAX_M", o.skinny_max_m, 0, 1 << 20);

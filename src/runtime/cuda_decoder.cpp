@@ -398,8 +398,8 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c,
                                        wd, H, opt.pdl, s, ra, xb));
     } else {
-      // The bf16 copy in the same launch (norm_dual_out) or by a cast after it: the same bits.
-      const bool dual = need_c && opt.norm_dual_out && wd == DType::BF16;
+      // The bf16 copy in the same launch (fuse_casts) or by a cast after it: the same bits.
+      const bool dual = need_c && opt.fuse_casts && wd == DType::BF16;
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_f,
                                        DType::F32, H, opt.pdl, s, ra, xb, dual ? normed_c : nullptr, H));
       if (need_c && !dual) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s, opt.pdl));

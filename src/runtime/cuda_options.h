@@ -93,10 +93,11 @@ struct CudaModelOptions {
   /// by 8) instead of a launch of its own between the two GEMMs; steps off the skinny kernel run mlp_activation on
   /// the same layout. The same sums and expression: bit-identical (tested). SSMSERVE_MLP_ACT_EPILOGUE.
   bool mlp_act_epilogue = false;
-  /// A residual norm that writes fp32 rows for one reader also writes their bf16 copy for another (add_rms_norm_rows'
-  /// second output: Falcon-H1's Mamba-2 / attention pair) instead of a cast launch after it. Bit-identical (tested).
-  /// SSMSERVE_NORM_DUAL_OUT.
-  bool norm_dual_out = false;
+  /// Kernels whose fp32 output feeds a bf16 GEMM write the bf16 copy themselves instead of a cast launch after them:
+  /// a residual norm whose sublayer reads both forms (add_rms_norm_rows' out_bf16: Falcon-H1's Mamba-2 / attention
+  /// pair) and the split-KV attention combine of steps without tensor-core tiles (PagedAttentionArgs::out_bf16: o_proj's
+  /// input, attention without an output gate). The same store per value: bit-identical (tested). SSMSERVE_FUSE_CASTS.
+  bool fuse_casts = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

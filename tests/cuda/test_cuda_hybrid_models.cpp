@@ -257,14 +257,14 @@ TEST_P(CudaHybridModel, MlpActEpilogueEqualsSeparate) {
   expect_same_logits(epilogue, separate, "fp32 weights: logits with the interleaved gate / up rows differ");
 }
 
-/// A residual norm writing the bf16 copy of its fp32 rows in the same launch (norm_dual_out; Falcon-H1's pair reads
-/// both) against a cast launch after it: bit-identical logits. Cases whose norms write one form compare the one path
-/// with itself.
-TEST_P(CudaHybridModel, NormDualOutEqualsCast) {
+/// The bf16 copies for the next GEMM written by the kernels producing the fp32 rows (fuse_casts: a residual norm whose
+/// sublayer reads both forms, Falcon-H1's pair; the split-KV attention combine of decode steps) against cast launches
+/// after them: bit-identical logits. Cases without such a reader compare the one path with itself.
+TEST_P(CudaHybridModel, FusedCastsEqualSeparate) {
   REQUIRE_GPU();
   cuda::CudaModelOptions dual, cast;
-  dual.norm_dual_out = true;
-  cast.norm_dual_out = false;
+  dual.fuse_casts = true;
+  cast.fuse_casts = false;
   expect_same_logits(dual, cast, "logits with the norm's bf16 copy in the same launch differ from a cast after it");
 }
 

@@ -457,9 +457,13 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(float* __restr
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = blockIdx.z * 32 + lane;
   const int nsplit = sl == 0 ? 0 : (sl - n + off + nt - 1) / a.key_split + 1;
   for (int qi = warp; qi < nq; qi += kCombineThreads / 32) {
-    float* o = out + (t0 + qi / group) * os + static_cast<int64_t>(g * group + qi % group) * D;
+    const int64_t col = static_cast<int64_t>(g * group + qi % group) * D;
+    float* o = out + (t0 + qi / group) * os + col;
+    __nv_bfloat16* o2 = a.out_bf16 ? static_cast<__nv_bfloat16*>(a.out_bf16) + (t0 + qi / group) * a.out_bf16_stride + col
+                                   : nullptr;
     if (nsplit == 0) {
       o[d] = 0.0f;
+      if (o2) store(o2 + d, 0.0f);
       continue;
     }
     auto part = [&](int s) { return ws + ((static_cast<int64_t>(item0 + s) * num_kv_heads + g) * kQ + qi) * (D + 2); };
@@ -481,7 +485,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(float* __restr
         for (int j = 0; j < nsplit - s0; ++j) acc += part(s0 + j)[d] * __shfl_sync(0xffffffffu, w, j);
       }
     }
-    o[d] = acc * (1.0f / warp_sum(lsum));
+    const float v = acc * (1.0f / warp_sum(lsum));
+    o[d] = v;
+    if (o2) store(o2 + d, v);  // the bf16 copy: cast_rows of the stored fp32 value
   }
 }
 
@@ -583,7 +589,8 @@ cudaError_t paged_attention(const float* q, int64_t q_stride, float* out, int64_
   const int D = cache.head_dim, KVH = cache.num_kv_heads;
   if (!paged_attention_head_dim_ok(D) || KVH <= 0 || a.num_heads % KVH != 0 || a.num_heads / KVH > kQ ||
       a.tokens_per_task * (a.num_heads / KVH) > kQ || a.key_split < 32 || a.key_split % 32 != 0 || cache.block_size <= 0 ||
-      a.num_tasks < 0 || a.num_items < 0)
+      a.num_tasks < 0 || a.num_items < 0 ||
+      (a.out_bf16 && (a.num_tc_tiles > 0 || a.out_bf16_stride < static_cast<int64_t>(a.num_heads) * D)))
     return cudaErrorInvalidValue;
   if (a.num_tc_tiles > 0) {
     float* tc_ws = workspace == nullptr ? nullptr : workspace + paged_attention_workspace_floats(a.num_items, KVH, D);

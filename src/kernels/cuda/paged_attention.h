@@ -160,6 +160,11 @@ struct PagedAttentionArgs {
   /// With staged keys at head_dim 128 / 256: the tiles on the warpgroup kernel (sm_90a wgmma, paged_attention_tc_wg.cu)
   /// instead of the mma.sync one (within bf16 rounding of it; each row's bits still its own).
   bool tc_wgmma = false;
+  /// Optional bf16 copy of out ([tokens, num_heads * head_dim], row stride out_bf16_stride: o_proj's input), each value
+  /// the bf16 rounding of the fp32 one (cast_rows' store), written by the split-KV combine in the same launch; only for
+  /// plans without tensor-core tiles (decode steps), else cudaErrorInvalidValue.
+  void* out_bf16 = nullptr;
+  int64_t out_bf16_stride = 0;
 };
 
 /// Workspace floats paged_attention needs for a plan: num_items * num_kv_heads * 16 * (head_dim + 2).

@@ -102,14 +102,17 @@ class CudaAttention final : public CudaModule {
       a.num_tc_stage_rows = ap.num_tc_stage_rows, a.tc_stage_max_keys = ap.tc_stage_max_keys;
       a.tc_stage_keys = ap.tc_stage_keys, a.num_tc_slots = ap.num_tc_slots, a.tc_wgmma = ctx_.opt.attn_tc_wgmma;
     }
+    // o_proj's input: the bf16 copy written by the split-KV combine (fuse_casts, steps without tensor-core tiles),
+    // else the output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, or the cast.
+    void* oc = p[3].get(T * QW * dtype_size(wd));
+    const bool combine_casts = !c_.attn_output_gate && ctx_.opt.fuse_casts && wd == DType::BF16 && ap.num_tc_tiles == 0;
+    if (combine_casts) a.out_bf16 = oc, a.out_bf16_stride = QW;
     {
       ProfileSpan span(ctx_.profile, "paged_attention", s);
       SSM_CUDA_CHECK(paged_attention(q, PW, o, QW, kv, a, ws().f32(workspace_floats(ap)), s, ctx_.opt.pdl));
     }
-    // 3. The output gate (o * sigmoid(g)) fused with the cast to the GEMM dtype, o_proj.
-    void* oc = p[3].get(T * QW * dtype_size(wd));
     if (c_.attn_output_gate) SSM_CUDA_CHECK(sigmoid_gate(o, QW, g, PW, T, QW, oc, wd, QW, s, ctx_.opt.pdl));
-    else SSM_CUDA_CHECK(cast_rows(o, QW, T, QW, oc, wd, QW, s, ctx_.opt.pdl));
+    else if (!combine_casts) SSM_CUDA_CHECK(cast_rows(o, QW, T, QW, oc, wd, QW, s, ctx_.opt.pdl));
     ctx_.gemm_run(oc, T, QW, o_proj_, out, Hd);
   }
 
