@@ -8,7 +8,8 @@
 # Results: OUTDIR/ab.tsv (variant, repeat, tokens/s) and a median table on stdout.
 # Usage: scripts/gpu-decode-ab.sh OUTDIR VARIANT...
 #   SSMSERVE_PREBUILT=DIR  executables in DIR (scripts/gpu-package.sh), else build-gpu/;
-#   AB_MODEL=configs/mamba-2.8b  AB_BATCH=1  AB_REPEATS=2  AB_OUTPUT_LEN=256  AB_ROOFLINE=0 (skip the copy roofline).
+#   AB_MODEL=configs/mamba-2.8b  AB_BATCH=1  AB_REPEATS=2  AB_INPUT_LEN=32  AB_OUTPUT_LEN=256  AB_ROOFLINE=0 (skip the
+#   copy roofline).
 # Example: scripts/gpu-decode-ab.sh out - "SSMSERVE_SKINNY_PRELOAD=0" "SSMSERVE_SKINNY_PREFETCH_MB=8"
 set -uo pipefail
 out=${1:?usage: scripts/gpu-decode-ab.sh OUTDIR VARIANT...}
@@ -53,7 +54,7 @@ for r in $(seq 1 "${AB_REPEATS:-2}"); do
     done
     log="$out/v$i-r$r.log"
     env "${envs[@]}" "$vbin/ssmserve" bench latency --model "$model" --load-format dummy --device cuda \
-      --batch-size "${AB_BATCH:-1}" --input-len 32 --output-len "${AB_OUTPUT_LEN:-256}" --num-iters 5 \
+      --batch-size "${AB_BATCH:-1}" --input-len "${AB_INPUT_LEN:-32}" --output-len "${AB_OUTPUT_LEN:-256}" --num-iters 5 \
       --num-iters-warmup 1 "${vargs[@]}" >"$log" 2>&1
     tps=$(sed -nE 's/^decode: +([0-9.]+) tokens\/s.*/\1/p' "$log" | head -1)
     printf '%s\t%s\t%s\t%s\n' "$i" "$v" "$r" "${tps:-FAILED}" >>"$out/ab.tsv"
