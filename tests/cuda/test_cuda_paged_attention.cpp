@@ -592,6 +592,13 @@ TEST(CudaPagedAttention, RejectsUnsupportedHeadDim) {
   cuda::PagedAttentionArgs a;
   a.num_heads = 1, a.num_tasks = 1, a.num_items = 1, a.tokens_per_task = 1;
   EXPECT_EQ(cuda::paged_attention(nullptr, 96, nullptr, 96, kv, a, nullptr, nullptr), cudaErrorInvalidValue);
+  // The combine's bf16 copy: not with tensor-core tiles (their rows are written by the other pass), nor a short stride.
+  const KvCacheView kv128{static_cast<std::byte*>(cache.data()), 2048, 0, 1, 1, 128};
+  DeviceBuffer o2(256);
+  a.out_bf16 = o2.data(), a.out_bf16_stride = 128, a.num_tc_tiles = 1;
+  EXPECT_EQ(cuda::paged_attention(nullptr, 128, nullptr, 128, kv128, a, nullptr, nullptr), cudaErrorInvalidValue);
+  a.num_tc_tiles = 0, a.out_bf16_stride = 64;
+  EXPECT_EQ(cuda::paged_attention(nullptr, 128, nullptr, 128, kv128, a, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace
