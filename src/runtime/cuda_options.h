@@ -91,13 +91,15 @@ struct CudaModelOptions {
   /// The dense MLP's activation (SiLU-gated or relu^2, also the MoE shared expert's) in the gate / up GEMM's epilogue
   /// on the skinny kernel (skinny_gemm.h SkinnyActEpilogue: gated weights stacked with gate and up rows interleaved
   /// by 8) instead of a launch of its own between the two GEMMs; steps off the skinny kernel run mlp_activation on
-  /// the same layout. The same sums and expression: bit-identical (tested). SSMSERVE_MLP_ACT_EPILOGUE.
-  bool mlp_act_epilogue = false;
+  /// the same layout. The same sums and expression: bit-identical (tested). SSMSERVE_MLP_ACT_EPILOGUE=0 turns it off.
+  /// With fuse_casts: Falcon-H1-7B batch-1 decode at 2k +2.9% on an H100 (docs/benchmarks.md, session 37).
+  bool mlp_act_epilogue = true;
   /// Kernels whose fp32 output feeds a bf16 GEMM write the bf16 copy themselves instead of a cast launch after them:
   /// a residual norm whose sublayer reads both forms (add_rms_norm_rows' out_bf16: Falcon-H1's Mamba-2 / attention
   /// pair) and the split-KV attention combine of steps without tensor-core tiles (PagedAttentionArgs::out_bf16: o_proj's
-  /// input, attention without an output gate). The same store per value: bit-identical (tested). SSMSERVE_FUSE_CASTS.
-  bool fuse_casts = false;
+  /// input, attention without an output gate). The same store per value: bit-identical (tested). SSMSERVE_FUSE_CASTS=0
+  /// turns it off.
+  bool fuse_casts = true;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

@@ -208,6 +208,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   }
   // 4. Epilogue: acc[j][2h + e] is y[m0 + 8j + 2t + e, n0 + g + 8h].
   if (p.act == SkinnyAct::kSiluGatedInterleaved8) {  // rows n0 + g (gate) and n0 + g + 8 (up) are channel n0 / 2 + g
+    if (n0 >= p.N) return;  // a block's tiles past N (N % 16 == 0: a tile is whole or absent)
 #pragma unroll
     for (int j = 0; j < MT; ++j)
 #pragma unroll
