@@ -218,18 +218,6 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
       }
     return;
   }
-  if (p.act == SkinnyAct::kRelu2) {
-#pragma unroll
-    for (int j = 0; j < MT; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int m = m0 + 8 * j + 2 * t + e, n = n0 + g + 8 * h;
-          if (m < p.M && n < p.N) store_act(p, static_cast<int64_t>(m) * p.act_s + n, mlp_act_value(acc[j][2 * h + e], 0.0f, false));
-        }
-    return;
-  }
 #pragma unroll
   for (int j = 0; j < MT; ++j)
 #pragma unroll
@@ -239,6 +227,10 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
         const int m = m0 + 8 * j + 2 * t + e, n = n0 + g + 8 * h;
         if (m >= p.M || n >= p.N) continue;
         const float v = acc[j][2 * h + e];
+        if (p.act == SkinnyAct::kRelu2) {  // relu(y)^2 in place of y
+          store_act(p, static_cast<int64_t>(m) * p.act_s + n, mlp_act_value(v, 0.0f, false));
+          continue;
+        }
         if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = __float2bfloat16_rn(v);
         else static_cast<float*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = v;
         if (p.y2) p.y2[static_cast<int64_t>(m) * p.y2s + n] = __float2bfloat16_rn(v);
