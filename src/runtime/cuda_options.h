@@ -91,14 +91,17 @@ struct CudaModelOptions {
   /// The dense MLP's activation (SiLU-gated or relu^2, also the MoE shared expert's) in the gate / up GEMM's epilogue
   /// on the skinny kernel (skinny_gemm.h SkinnyActEpilogue: gated weights stacked with gate and up rows interleaved
   /// by 8) instead of a launch of its own between the two GEMMs; steps off the skinny kernel run mlp_activation on
-  /// the same layout. The same sums and expression: bit-identical (tested). SSMSERVE_MLP_ACT_EPILOGUE=0 turns it off.
-  /// With fuse_casts: Falcon-H1-7B batch-1 decode at 2k +2.9% on an H100 (docs/benchmarks.md, session 37).
+  /// the same layout. Skinny-kernel steps (every step in batch-invariant mode) compute the same sums and expression:
+  /// bit-identical (tested); cuBLASLt steps (prefill) multiply the row-permuted weight, the same products per column
+  /// (bit-identical on the tested shapes; an algorithm that summed columns differently by position could differ in the
+  /// last bits). SSMSERVE_MLP_ACT_EPILOGUE=0 turns it off. With fuse_casts: Falcon-H1-7B batch-1 decode at 2k +2.9% on
+  /// an H100 (docs/benchmarks.md, session 37).
   bool mlp_act_epilogue = true;
   /// Kernels whose fp32 output feeds a bf16 GEMM write the bf16 copy themselves instead of a cast launch after them:
-  /// a residual norm whose sublayer reads both forms (add_rms_norm_rows' out_bf16: Falcon-H1's Mamba-2 / attention
-  /// pair) and the split-KV attention combine of steps without tensor-core tiles (PagedAttentionArgs::out_bf16: o_proj's
-  /// input, attention without an output gate). The same store per value: bit-identical (tested). SSMSERVE_FUSE_CASTS=0
-  /// turns it off.
+  /// the split-KV attention combine of steps without tensor-core tiles (PagedAttentionArgs::out_bf16: o_proj's input,
+  /// attention without an output gate; Falcon-H1's 44 layers) and a residual norm whose sublayer reads both forms
+  /// (add_rms_norm_rows' out_bf16: MiniMax's mixers, whose residual comes from the normed rows). The same store per
+  /// value: bit-identical (tested). SSMSERVE_FUSE_CASTS=0 turns it off.
   bool fuse_casts = true;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
@@ -113,7 +116,8 @@ struct CudaModelOptions {
   /// SSMSERVE_PDL=0|1, SSMSERVE_SKINNY_MAX_M=<n>, SSMSERVE_BATCH_INVARIANT=0|1, SSMSERVE_DECODE_DATAFLOW=0|1,
   /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_PROFILE_REPLAY=<n>, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
   /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_PARALLEL_MIXER_BRANCH=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, SSMSERVE_MOE_FUSED_SHARED_ADD=0..2,
-  /// SSMSERVE_BRANCH_PDL=0|1, SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, and the kernel paths
+  /// SSMSERVE_BRANCH_PDL=0|1, SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, SSMSERVE_MLP_ACT_EPILOGUE=0|1, SSMSERVE_FUSE_CASTS=0|1,
+  /// and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK,
   /// SSMSERVE_MOE_PAIR_GEMV / _TUNE / _SORTED, SSMSERVE_ATTN_TC_WS). Throws Error naming the variable on a

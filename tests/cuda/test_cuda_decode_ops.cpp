@@ -107,6 +107,39 @@ TEST(CudaDecodeOps, NormRowsScalesEqualScaledResidualThenNorm) {
     }
 }
 
+/// The norm's bf16 copy (add_rms_norm_rows' out_bf16, CudaModelOptions::fuse_casts) equals cast_rows of its fp32
+/// output bit for bit, on the scalar kernel (H % 4 != 0), the float4 form and its wide form (H > 4096), with and without
+/// the residual write; the fp32 output is unchanged by the copy; the copy's row padding stays untouched; a BF16 out with
+/// a copy is refused.
+TEST(CudaDecodeOps, NormRowsBf16CopyEqualsCast) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int64_t H : {1002, 1536, 4480})
+    for (bool write_residual : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "H " << H << " write_residual " << write_residual);
+      const int64_t T = 3, rs = H + 4, os = H + 4, bs = H + 6;
+      auto x = rand_vec(rng, T * rs), res = rand_vec(rng, T * rs), w = rand_vec(rng, H, 0.5f, 1.5f);
+      DeviceBuffer dx = to_device(x), dw = to_device(w), r1 = to_device(res), r2 = to_device(res);
+      DeviceBuffer o1 = poisoned_bytes(T * os * 4), o2 = poisoned_bytes(T * os * 4);
+      DeviceBuffer c1 = poisoned_bytes(T * bs * 2), c2 = poisoned_bytes(T * bs * 2);
+      SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx.as<float>(), rs, r1.as<float>(), rs, dw.as<float>(), 1e-5f, nullptr, T, H,
+                                             write_residual, o1.data(), DType::F32, os, false, nullptr));
+      SSM_CUDA_CHECK(cuda::cast_rows(o1.as<float>(), os, T, H, c1.data(), DType::BF16, bs, nullptr));
+      SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx.as<float>(), rs, r2.as<float>(), rs, dw.as<float>(), 1e-5f, nullptr, T, H,
+                                             write_residual, o2.data(), DType::F32, os, true, nullptr, 1.0f, 1.0f, c2.data(), bs));
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      ASSERT_EQ(to_host<uint8_t>(o1, T * os * 4), to_host<uint8_t>(o2, T * os * 4)) << "fp32 output changed by the copy";
+      ASSERT_EQ(to_host<uint8_t>(c1, T * bs * 2), to_host<uint8_t>(c2, T * bs * 2)) << "bf16 copy differs from cast_rows";
+      ASSERT_EQ(to_host<uint8_t>(r1, T * rs * 4), to_host<uint8_t>(r2, T * rs * 4)) << "residual differs";
+    }
+  DeviceBuffer r(8 * 4), w(8 * 4), o(8 * 2), c(8 * 2);
+  EXPECT_EQ(cuda::add_rms_norm_rows(nullptr, 0, r.as<float>(), 8, w.as<float>(), 1e-5f, nullptr, 1, 8, true, o.data(),
+                                    DType::BF16, 8, false, nullptr, 1.0f, 1.0f, c.data(), 8),
+            cudaErrorInvalidValue);
+}
+
 TEST(CudaDecodeOps, GatedNormPdlEqualsGatedNorm) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();

@@ -257,15 +257,18 @@ TEST_P(CudaHybridModel, MlpActEpilogueEqualsSeparate) {
   expect_same_logits(epilogue, separate, "fp32 weights: logits with the interleaved gate / up rows differ");
 }
 
-/// The bf16 copies for the next GEMM written by the kernels producing the fp32 rows (fuse_casts: a residual norm whose
-/// sublayer reads both forms, Falcon-H1's pair; the split-KV attention combine of decode steps) against cast launches
-/// after them: bit-identical logits. Cases without such a reader compare the one path with itself.
+/// The bf16 copies for the next GEMM written by the kernels producing the fp32 rows (fuse_casts: the split-KV attention
+/// combine of decode steps, o_proj's input; a residual norm whose sublayer reads both forms, MiniMax's, is checked in
+/// test_cuda_decode_ops NormRowsBf16CopyEqualsCast) against cast launches after them: bit-identical logits, also in
+/// batch-invariant mode (prefill rows on the split-KV pass too). Cases without attention compare the one path with itself.
 TEST_P(CudaHybridModel, FusedCastsEqualSeparate) {
   REQUIRE_GPU();
-  cuda::CudaModelOptions dual, cast;
-  dual.fuse_casts = true;
+  cuda::CudaModelOptions fused, cast;
+  fused.fuse_casts = true;
   cast.fuse_casts = false;
-  expect_same_logits(dual, cast, "logits with the norm's bf16 copy in the same launch differ from a cast after it");
+  expect_same_logits(fused, cast, "logits with the bf16 copies written by their producers differ from cast launches");
+  fused.batch_invariant = cast.batch_invariant = true;
+  expect_same_logits(fused, cast, "batch-invariant: logits with the fused casts differ from cast launches");
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
