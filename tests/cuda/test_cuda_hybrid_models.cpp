@@ -120,6 +120,15 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
       sched.advance(step);
     }
   }
+  /// expect_same_logits with bf16 weights (the options' own), in batch-invariant mode and with fp32 weights.
+  void expect_same_logits_each_mode(cuda::CudaModelOptions a_opt, cuda::CudaModelOptions b_opt, const std::string& what) {
+    expect_same_logits(a_opt, b_opt, what.c_str());
+    a_opt.batch_invariant = b_opt.batch_invariant = true;
+    expect_same_logits(a_opt, b_opt, ("batch-invariant: " + what).c_str());
+    a_opt.batch_invariant = b_opt.batch_invariant = false;
+    a_opt.weight_dtype = b_opt.weight_dtype = DType::F32;
+    expect_same_logits(a_opt, b_opt, ("fp32 weights: " + what).c_str());
+  }
   std::filesystem::path dir_;
   ModelConfig cfg_;
   LoadFormat format_ = LoadFormat::Auto;
@@ -207,13 +216,7 @@ TEST_P(CudaHybridModel, ParallelMixerBranchEqualsOneStream) {
   cuda::CudaModelOptions branch, one_stream;
   branch.parallel_mixer_branch = true;
   one_stream.parallel_mixer_branch = false;
-  expect_same_logits(branch, one_stream, "logits with the attention on a second branch differ from one stream");
-  branch.batch_invariant = one_stream.batch_invariant = true;
-  expect_same_logits(branch, one_stream, "batch-invariant: logits with the attention on a second branch differ from one stream");
-  branch.batch_invariant = one_stream.batch_invariant = false;
-  branch.weight_dtype = one_stream.weight_dtype = DType::F32;
-  expect_same_logits(branch, one_stream, "fp32 weights: logits with the attention on a second branch differ from one stream");
-  branch.weight_dtype = DType::BF16;
+  expect_same_logits_each_mode(branch, one_stream, "logits with the attention on a second branch differ from one stream");
   branch.pdl = false;  // the branch without PDL against itself with it (the default, first kernel plain)
   cuda::CudaModelOptions pdl = branch;
   pdl.pdl = true;
@@ -249,12 +252,7 @@ TEST_P(CudaHybridModel, MlpActEpilogueEqualsSeparate) {
   cuda::CudaModelOptions epilogue, separate;
   epilogue.mlp_act_epilogue = true;
   separate.mlp_act_epilogue = false;
-  expect_same_logits(epilogue, separate, "logits with the MLP activation in the GEMM epilogue differ from its own launch");
-  epilogue.batch_invariant = separate.batch_invariant = true;
-  expect_same_logits(epilogue, separate, "batch-invariant: logits with the MLP activation in the epilogue differ");
-  epilogue.batch_invariant = separate.batch_invariant = false;
-  epilogue.weight_dtype = separate.weight_dtype = DType::F32;
-  expect_same_logits(epilogue, separate, "fp32 weights: logits with the interleaved gate / up rows differ");
+  expect_same_logits_each_mode(epilogue, separate, "logits with the MLP activation in the GEMM epilogue differ from its own launch");
 }
 
 /// The bf16 copies for the next GEMM written by the kernels producing the fp32 rows (fuse_casts: the split-KV attention

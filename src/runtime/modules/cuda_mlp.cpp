@@ -13,29 +13,20 @@
 namespace ssmserve::cuda {
 namespace {
 
-/// Stacks gate over up ([I, hidden] each) into [2I, hidden] in the dtype of the first.
-Weight stack_rows(const Weight& a, const Weight& b) {
-  SSM_CHECK(a.cols == b.cols && a.dtype == b.dtype, "mlp: gate and up must have the same width and dtype");
-  Weight out = Weight::allocate(a.dtype, a.rows + b.rows, a.cols);
-  const size_t ra = static_cast<size_t>(a.rows * a.cols) * dtype_size(a.dtype), rb = static_cast<size_t>(b.rows * b.cols) * dtype_size(b.dtype);
-  std::memcpy(out.owned->data(), a.data, ra);
-  std::memcpy(out.owned->data() + ra, b.data, rb);
-  return out;
-}
-
-/// Stacks gate over up ([I, hidden] each, I % 8 == 0) into [2I, hidden] with the rows interleaved in groups of 8:
-/// rows 16i .. 16i + 7 are gate rows 8i .. 8i + 7, rows 16i + 8 .. 16i + 15 the same up rows (the layout of the skinny
-/// GEMM's activation epilogue, skinny_gemm.h SkinnyAct::kSiluGatedInterleaved8).
-Weight stack_rows_interleaved8(const Weight& a, const Weight& b) {
-  SSM_CHECK(a.cols == b.cols && a.dtype == b.dtype && a.rows == b.rows && a.rows % 8 == 0,
+/// Stacks gate over up ([I, hidden] each) into [2I, hidden] in the dtype of the first, alternating groups of `group`
+/// rows: group I stacks the whole gate over the whole up; group 8 (I % 8 == 0) puts gate rows 8i .. 8i + 7 at rows
+/// 16i .. 16i + 7 and the same up rows after them (the layout of the skinny GEMM's activation epilogue, skinny_gemm.h
+/// SkinnyAct::kSiluGatedInterleaved8).
+Weight stack_gate_up(const Weight& a, const Weight& b, int64_t group) {
+  SSM_CHECK(a.cols == b.cols && a.dtype == b.dtype && a.rows == b.rows && group > 0 && a.rows % group == 0,
             "mlp: gate and up must have the same shape and dtype");
   Weight out = Weight::allocate(a.dtype, a.rows + b.rows, a.cols);
-  const size_t row = static_cast<size_t>(a.cols) * dtype_size(a.dtype);
+  const size_t bytes = static_cast<size_t>(group * a.cols) * dtype_size(a.dtype);
   const auto* pa = static_cast<const unsigned char*>(a.data);
   const auto* pb = static_cast<const unsigned char*>(b.data);
-  for (int64_t i = 0; i < a.rows / 8; ++i) {
-    std::memcpy(out.owned->data() + (16 * i) * row, pa + 8 * i * row, 8 * row);
-    std::memcpy(out.owned->data() + (16 * i + 8) * row, pb + 8 * i * row, 8 * row);
+  for (int64_t i = 0; i < a.rows / group; ++i) {
+    std::memcpy(out.owned->data() + 2 * i * bytes, pa + i * bytes, bytes);
+    std::memcpy(out.owned->data() + (2 * i + 1) * bytes, pb + i * bytes, bytes);
   }
   return out;
 }
@@ -49,11 +40,12 @@ class CudaMlp final : public CudaModule {
     // Under mlp_act_epilogue the rows are interleaved by 8 (decode steps on the skinny GEMM then apply the
     // activation in its epilogue; the others run mlp_activation on the interleaved columns).
     interleaved_ = gated_ && ctx_.opt.mlp_act_epilogue && I_ % 8 == 0;
+    act_epilogue_ = ctx_.opt.mlp_act_epilogue && (!gated_ || interleaved_);
     if (gated_) {
       const bool same = w.gate_proj.dtype == w.up_proj.dtype;
       const Weight& g = same ? w.gate_proj : as_f32(w.gate_proj);
       const Weight& u = same ? w.up_proj : as_f32(w.up_proj);
-      gate_up_ = upload_weight(interleaved_ ? stack_rows_interleaved8(g, u) : stack_rows(g, u), wd);
+      gate_up_ = upload_weight(stack_gate_up(g, u, interleaved_ ? 8 : I_), wd);
     } else {
       gate_up_ = upload_weight(w.up_proj, wd);
     }
@@ -72,7 +64,7 @@ class CudaMlp final : public CudaModule {
     ScratchPool& p = *ctx_.scratch;
     float* gu = p[0].f32(T * 2 * I_);
     void* act = p[3].get(T * I_ * dtype_size(wd));
-    if ((interleaved_ || (!gated_ && ctx_.opt.mlp_act_epilogue)) && ctx_.gemm->takes_skinny(gate_up_.dtype, T)) {
+    if (act_epilogue_ && ctx_.gemm->takes_skinny(gate_up_.dtype, T)) {
       // The activation in the gate / up GEMM's epilogue: the same sums and expression as the two launches below.
       ProfileSpan span(ctx_.profile, "gemm", st.stream);
       SkinnyExtras ex;
@@ -95,7 +87,8 @@ class CudaMlp final : public CudaModule {
   }
   const CudaRunnerContext& ctx_;
   bool gated_;
-  bool interleaved_ = false;  ///< gate / up rows interleaved by 8 (mlp_act_epilogue)
+  bool interleaved_ = false;   ///< gate / up rows interleaved by 8 (mlp_act_epilogue)
+  bool act_epilogue_ = false;  ///< skinny-kernel steps apply the activation in the gate / up GEMM's epilogue
   int64_t H_, I_;
   DevWeight gate_up_, down_;
 };
