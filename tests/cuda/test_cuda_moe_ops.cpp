@@ -349,7 +349,10 @@ struct PairGemvCase {
 // over several, restaging x in shared memory, also in SSMSERVE_CUDA_TEST_QUICK mode for compute-sanitizer).
 // P = 1, 2, 6, 8, 16 pairs (top_k varied to reach them) and the model's top_k at T = 1, 2 on the unsorted rows, and
 // T = 9 with MoeDevWeights::per_pair (the rows sorted by expert); every rows-per-warp / warps-per-block shape and the
-// rule's, each with the full grid and capped at one wave (blocks looping over pair rows); with and without PDL.
+// rule's, each with the full grid and capped at one wave (blocks looping over pair rows); without PDL, with it, and
+// with it and KernelTuning::moe_pair_preload (the down GEMV reads its experts and loads its first weight chunks before
+// its wait: a read of ids before the router had finished would see the workspace's 0x5a pattern, an expert far out
+// of range).
 TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -399,10 +402,10 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
       std::vector<float> xpad = rand_vec(rng, T * xs, -2.0f, 2.0f);  // not bf16 values: the staging rounds them
       DeviceBuffer dx = to_device(xpad), dl = to_device(rand_vec(rng, T * c.E, -3.0f, 3.0f));
       const size_t wsb = cuda::moe_workspace_bytes(T, w);
-      auto run = [&](bool gemv, const Shape& sh, bool pdl) {
+      auto run = [&](bool gemv, const Shape& sh, bool pdl, bool preload) {
         cuda::KernelTuning t = cuda::kernel_tuning();
         t.moe_pair_gemv = gemv, t.moe_pair_rows = sh.rows, t.moe_pair_warps = sh.warps;
-        t.moe_pair_one_wave = sh.one_wave;
+        t.moe_pair_one_wave = sh.one_wave, t.moe_pair_preload = preload;
         TuningScope scope(t);
         DeviceBuffer ws(wsb), out = poisoned(T * os);
         ws.fill_bytes(0x5a);
@@ -411,12 +414,13 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
         SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
         return std::make_pair(to_host<uint8_t>(ws, wsb), to_host<uint8_t>(out, T * os * 4));
       };
-      const auto old = run(false, Shape{0, 0, false}, false);
+      const auto old = run(false, Shape{0, 0, false}, false, false);
       for (const Shape& sh : shapes) {
-        for (bool pdl : {false, true}) {
+        for (int mode = 0; mode < 3; ++mode) {  // no PDL; PDL; PDL with the down GEMV's loads before its wait
+          const bool pdl = mode > 0, preload = mode == 2;
           SCOPED_TRACE(testing::Message() << "rows " << sh.rows << " warps " << sh.warps << " one_wave " << sh.one_wave
-                                          << " pdl " << pdl);
-          const auto got = run(true, sh, pdl);
+                                          << " pdl " << pdl << " preload " << preload);
+          const auto got = run(true, sh, pdl, preload);
           ++runs;
           ASSERT_EQ(got.first.size(), old.first.size());
           // Above 16 pairs the rows are sorted by expert, and sort_kernel places the pairs of one expert in the

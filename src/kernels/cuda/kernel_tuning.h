@@ -56,6 +56,10 @@ struct KernelTuning {
   /// warps per block (4 or 8), 0: by the rule in moe.cu (enough warps to fill the SMs); one_wave: at most the blocks
   /// the SMs hold at once, each looping over an equal share of the pair rows (no partial last wave). Never changes a
   /// result.
+  /// The per-pair down GEMV reads its pairs' experts (written by the router / the sort, two launches back) and loads
+  /// its first weight chunks before its PDL wait, while the up GEMV still runs; off: after the wait
+  /// (SSMSERVE_MOE_PAIR_PRELOAD=0). The same loads and sums either way: the same bits.
+  bool moe_pair_preload = true;
   int moe_pair_rows = 0;
   int moe_pair_warps = 0;
   bool moe_pair_one_wave = false;

@@ -138,6 +138,9 @@ struct PairGemvArgs {
   bf16* act_out;         ///< up: act [P, N] bf16
   float* y;              ///< down: y [P, N] fp32
   int32_t* pair_row;     ///< up without `sorted`: pair_row[p] = p
+  /// ids / sorted were written at least two launches before this one (down: by the router / the sort, before up), so
+  /// the block may read them, and load its first weight chunks, before its PDL wait (KernelTuning::moe_pair_preload).
+  bool preload = false;
 };
 
 /// 8 bf16 weights streamed once (bypassing L1).
@@ -146,6 +149,13 @@ __device__ __forceinline__ uint4 load_stream8(const bf16* p) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
+  return v;
+}
+
+/// An int32 another grid wrote, read from L2 (the point of coherence; no L1 line of an earlier launch can answer).
+__device__ __forceinline__ int32_t load_l2_i32(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
 
@@ -175,29 +185,41 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
   constexpr int U = pair_unroll(R, M);
   extern __shared__ __align__(16) unsigned char pair_smem[];
   bf16* in_s = reinterpret_cast<bf16*>(pair_smem);
-  pdl_wait();  // ids, x and act come from the predecessors; weight rows depend on ids
-  pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
   const int64_t K = a.K, N = a.N;
   const int nj = lane * 8 < K ? static_cast<int>((K - lane * 8 + 255) / 256) : 0;  // this lane's chunks
-  for (int64_t r = blockIdx.y; r < a.P; r += gridDim.y) {
-    const int64_t p = a.sorted ? a.sorted[r] : r;
-    if constexpr (MODE != PairMode::kDown)
-      if (!a.sorted && blockIdx.x == 0 && threadIdx.x == 0) a.pair_row[p] = static_cast<int32_t>(p);
-    const int64_t e = a.ids[p];
-    // This warp's rows (past N: the warp's first row again, loaded but never stored).
-    const bf16* wa[R];
-    const bf16* wb[R];
+  const bool active = n0 < N;  // whole warps: the butterfly below has all 32 lanes
+  // This warp's weight rows of pair row r (past N: the warp's first row again, loaded but never stored).
+  const bf16* wa[R];
+  const bf16* wb[R];
+  auto rows_of = [&](int64_t e) {
 #pragma unroll
     for (int q = 0; q < R; ++q) {
       const int64_t n = n0 + q < N ? n0 + q : n0;
       wa[q] = a.wa + (e * N + n) * K + lane * 8;
       wb[q] = MODE == PairMode::kUpGated ? a.wb + (e * N + n) * K + lane * 8 : wa[q];
     }
-    const bool active = n0 < N;  // whole warps: the butterfly below has all 32 lanes
-    uint4 va[U][R], vb[U][R];
-    if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);  // in flight while the block stages its input row
+  };
+  uint4 va[U][R], vb[U][R];
+  // a.preload: the first row's expert and first weight chunks before the wait, in flight while the predecessor (up)
+  // still runs; the same loads as below, so the same bits.
+  const bool early = a.preload && blockIdx.y < a.P;
+  if (early) {
+    const int64_t p = a.sorted ? load_l2_i32(a.sorted + blockIdx.y) : blockIdx.y;
+    rows_of(load_l2_i32(a.ids + p));
+    if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);
+  }
+  pdl_wait();  // x and act come from the predecessors (ids too, without a.preload); weight rows depend on ids
+  pdl_launch_dependents();
+  for (int64_t r = blockIdx.y; r < a.P; r += gridDim.y) {
+    const int64_t p = a.sorted ? a.sorted[r] : r;
+    if constexpr (MODE != PairMode::kDown)
+      if (!a.sorted && blockIdx.x == 0 && threadIdx.x == 0) a.pair_row[p] = static_cast<int32_t>(p);
+    if (!early || r != blockIdx.y) {
+      rows_of(a.ids[p]);
+      if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);  // in flight while the block stages its input row
+    }
     if (r != blockIdx.y) __syncthreads();  // the previous row's reads of in_s are done
     if constexpr (MODE == PairMode::kDown) {
       const bf16* src = a.act_in + r * K;
@@ -446,8 +468,9 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
                     : launch_pair_gemv<PairMode::kUpRelu2>(pdl, up, stream)) != cudaSuccess)
         return e;
       prof.mark("moe pair up");
+      // ids / rows come from the router / the sort, launched before up: down may read them before its wait.
       const PairGemvArgs down{nullptr, 0, act, ids, rows, P, k, static_cast<const bf16*>(w.w2), nullptr, w.hidden,
-                              w.intermediate, nullptr, y, nullptr};
+                              w.intermediate, nullptr, y, nullptr, kernel_tuning().moe_pair_preload};
       if ((e = launch_pair_gemv<PairMode::kDown>(pdl, down, stream)) != cudaSuccess) return e;
       prof.mark("moe pair down");
     } else {
