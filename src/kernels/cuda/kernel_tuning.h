@@ -60,11 +60,6 @@ struct KernelTuning {
   /// its first weight chunks before its PDL wait, while the up GEMV still runs; off: after the wait
   /// (SSMSERVE_MOE_PAIR_PRELOAD=0). The same loads and sums either way: the same bits.
   bool moe_pair_preload = true;
-  /// Decode-sized MoE steps (up to 16 unsorted (token, expert) pairs, bf16 experts on the per-pair GEMVs) without
-  /// the router kernel: every block of the up and down GEMVs routes its pair's token itself (route_token on one warp,
-  /// the router kernel's arithmetic: the same ids and weights; up writes them for the combine), down before its PDL
-  /// wait from the logits two launches back (SSMSERVE_MOE_ROUTE_IN_PAIRS=1; off by default until measured).
-  bool moe_route_in_pairs = false;
   int moe_pair_rows = 0;
   int moe_pair_warps = 0;
   bool moe_pair_one_wave = false;

@@ -6,7 +6,6 @@
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_parts.h"
-#include "kernels/cuda/moe_route.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 #include <algorithm>
@@ -142,23 +141,7 @@ struct PairGemvArgs {
   /// ids / sorted were written at least two launches before this one (down: by the router / the sort, before up), so
   /// the block may read them, and load its first weight chunks, before its PDL wait (KernelTuning::moe_pair_preload).
   bool preload = false;
-  /// KernelTuning::moe_route_in_pairs (unsorted rows only): no router kernel ran; each block routes its row's token
-  /// itself from logits [T, E] (route_token, the router kernel's arithmetic: the same ids and weights), and up's
-  /// blocks of blockIdx.x 0 write them to ids_out / wts_out [P] for the combine. Down's routing reads the logits
-  /// (written two launches back) before its wait.
-  const float* logits = nullptr;
-  int E = 0;
-  MoeRouteParams routing;
-  int32_t* ids_out = nullptr;
-  float* wts_out = nullptr;
 };
-
-/// A float another grid wrote, read from L2 (see load_l2_i32).
-__device__ __forceinline__ float load_l2_f32(const float* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
-}
 
 /// 8 bf16 weights streamed once (bypassing L1).
 __device__ __forceinline__ uint4 load_stream8(const bf16* p) {
@@ -196,7 +179,7 @@ __device__ __forceinline__ void pair_load_group(uint4 (&va)[U][R], uint4 (&vb)[U
 /// Grid (ceil(ceil(N / R) / warps), min(P, 65535)), blockDim.x = 32 * warps (4 or 8), dynamic shared memory K * 2
 /// bytes. Warp w of block (bx, by) computes rows n = (bx * warps + w) * R + [0, R) (those < N) of the pair rows
 /// r = by, + gridDim.y, ... (r -> p as small_up_kernel).
-template <int R, PairMode MODE, bool ROUTE>
+template <int R, PairMode MODE>
 __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
   constexpr int M = MODE == PairMode::kUpGated ? 2 : 1;  // weight matrices per output
   constexpr int U = pair_unroll(R, M);
@@ -219,47 +202,22 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
     }
   };
   uint4 va[U][R], vb[U][R];
-  // The expert of pair row r (every thread of the block calls it): from ids / sorted, or routed here (ROUTE: warp 0
-  // routes the row's token with its slots in shared memory, so the GEMV keeps its registers).
-  auto expert_of = [&](int64_t r, bool before_wait) -> int64_t {
-    if constexpr (!ROUTE) {
-      const int64_t p = a.sorted ? (before_wait ? load_l2_i32(a.sorted + r) : a.sorted[r]) : r;
-      return before_wait ? load_l2_i32(a.ids + p) : a.ids[p];
-    } else {
-      constexpr int PER = kMoeMaxExperts / 32;
-      __shared__ float route_l[32 * PER], route_sc[32 * PER], route_ch[32 * PER], route_choice[32 * PER];
-      __shared__ int32_t route_ids[kMoeMaxTopK];
-      __shared__ float route_wts[kMoeMaxTopK];
-      const int64_t t = r / a.top_k;
-      if (threadIdx.x < 32) {
-        for (int e = threadIdx.x; e < a.E; e += 32)
-          route_l[e] = before_wait ? load_l2_f32(a.logits + t * a.E + e) : a.logits[t * a.E + e];
-        __syncwarp();
-        route_token_shared<PER>(route_l, a.E, a.top_k, a.routing, route_ids, route_wts, route_choice, route_sc,
-                                route_ch);
-      }
-      __syncthreads();
-      const int k = static_cast<int>(r % a.top_k);
-      if (MODE != PairMode::kDown && blockIdx.x == 0 && threadIdx.x == 0)
-        a.ids_out[r] = route_ids[k], a.wts_out[r] = route_wts[k];
-      return route_ids[k];
-    }
-  };
   // a.preload: the first row's expert and first weight chunks before the wait, in flight while the predecessor (up)
   // still runs; the same loads as below, so the same bits.
   const bool early = a.preload && blockIdx.y < a.P;
   if (early) {
-    rows_of(expert_of(blockIdx.y, true));
+    const int64_t p = a.sorted ? load_l2_i32(a.sorted + blockIdx.y) : blockIdx.y;
+    rows_of(load_l2_i32(a.ids + p));
     if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);
   }
-  pdl_wait();  // x and act come from the predecessors (ids / logits too, without a.preload); weight rows depend on them
+  pdl_wait();  // x and act come from the predecessors (ids too, without a.preload); weight rows depend on ids
   pdl_launch_dependents();
   for (int64_t r = blockIdx.y; r < a.P; r += gridDim.y) {
     const int64_t p = a.sorted ? a.sorted[r] : r;
     if constexpr (MODE != PairMode::kDown)
       if (!a.sorted && blockIdx.x == 0 && threadIdx.x == 0) a.pair_row[p] = static_cast<int32_t>(p);
     if (!early || r != blockIdx.y) {
-      rows_of(expert_of(r, false));
+      rows_of(a.ids[p]);
       if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);  // in flight while the block stages its input row
     }
     if (r != blockIdx.y) __syncthreads();  // the previous row's reads of in_s are done
@@ -334,39 +292,34 @@ void pair_gemv_shape(int64_t P, int64_t N, int& rows, int& warps) {
   rows = P * ceil_div(N, 4) >= target ? 4 : P * ceil_div(N, 2) >= target ? 2 : 1;
 }
 
-/// Launches pair_gemv_kernel<R, MODE, ROUTE> for a (N, K) GEMV over P pair rows: grid.y = min(P, 65535) pair rows at
-/// a time, or with KernelTuning::moe_pair_one_wave the fewest that keep every block resident at once (each block then
-/// loops over ceil(P / grid.y) pair rows). ROUTE: a.logits set (the blocks route).
-template <int R, PairMode MODE, bool ROUTE>
+/// Launches pair_gemv_kernel<R, MODE> for a (N, K) GEMV over P pair rows: grid.y = min(P, 65535) pair rows at a
+/// time, or with KernelTuning::moe_pair_one_wave the fewest that keep every block resident at once (each block then
+/// loops over ceil(P / grid.y) pair rows).
+template <int R, PairMode MODE>
 cudaError_t launch_pair_gemv_r(bool pdl, const PairGemvArgs& a, int warps, cudaStream_t stream) {
-  const auto kernel = pair_gemv_kernel<R, MODE, ROUTE>;
   const unsigned gx = ceil_div(ceil_div(a.N, R), warps);
   int64_t gy = a.P < 65535 ? a.P : 65535;
   const size_t smem = static_cast<size_t>(a.K) * 2;
   if (kernel_tuning().moe_pair_one_wave) {
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, smem);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pair_gemv_kernel<R, MODE>, 32 * warps, smem);
     if (e != cudaSuccess) return e;
     const int64_t fit = std::max<int64_t>(1, static_cast<int64_t>(per_sm) * (sm_count() > 0 ? sm_count() : 132) / gx);
     if (gy > fit) gy = ceil_div(a.P, ceil_div(a.P, fit));  // equal shares: ceil(P / fit) rows per block
   }
-  return launch_pdl(pdl, kernel, dim3(gx, static_cast<unsigned>(gy)), dim3(32 * warps), smem, stream, a);
-}
-
-template <PairMode MODE, bool ROUTE>
-cudaError_t launch_pair_gemv_routed(bool pdl, const PairGemvArgs& a, cudaStream_t stream) {
-  int rows = 1, warps = 4;
-  pair_gemv_shape(a.P, a.N, rows, warps);
-  switch (rows) {
-    case 4: return launch_pair_gemv_r<4, MODE, ROUTE>(pdl, a, warps, stream);
-    case 2: return launch_pair_gemv_r<2, MODE, ROUTE>(pdl, a, warps, stream);
-    default: return launch_pair_gemv_r<1, MODE, ROUTE>(pdl, a, warps, stream);
-  }
+  return launch_pdl(pdl, pair_gemv_kernel<R, MODE>, dim3(gx, static_cast<unsigned>(gy)), dim3(32 * warps), smem,
+                    stream, a);
 }
 
 template <PairMode MODE>
 cudaError_t launch_pair_gemv(bool pdl, const PairGemvArgs& a, cudaStream_t stream) {
-  return a.logits ? launch_pair_gemv_routed<MODE, true>(pdl, a, stream) : launch_pair_gemv_routed<MODE, false>(pdl, a, stream);
+  int rows = 1, warps = 4;
+  pair_gemv_shape(a.P, a.N, rows, warps);
+  switch (rows) {
+    case 4: return launch_pair_gemv_r<4, MODE>(pdl, a, warps, stream);
+    case 2: return launch_pair_gemv_r<2, MODE>(pdl, a, warps, stream);
+    default: return launch_pair_gemv_r<1, MODE>(pdl, a, warps, stream);
+  }
 }
 
 /// fp32 experts (MoeDevWeights::f32), every batch size: per-row GEMVs as above with fp32 operands, nothing rounded.
@@ -477,15 +430,9 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   const int E = w.num_experts, k = w.top_k;
   const int64_t P = T * k;
   LaunchProfile prof(stream);  // SSMSERVE_KERNEL_PROFILE=1: the per-pair path's kernel times (benchmarks, eager only)
-  const bool pair_gemv = kernel_tuning().moe_pair_gemv && w.hidden <= kPairMaxK && w.intermediate <= kPairMaxK;
-  // KernelTuning::moe_route_in_pairs: the per-pair GEMVs route (unsorted rows, bf16 experts), no router launch.
-  const bool route_in_pairs = kernel_tuning().moe_route_in_pairs && !w.f32 && pair_gemv && P <= kSmallPairs;
-  if (route_in_pairs && w.routing.n_group > 1 && !w.routing.sigmoid) return cudaErrorInvalidValue;  // as moe_route
-  cudaError_t e = cudaSuccess;
-  if (!route_in_pairs) {
-    if ((e = moe_route(logits, T, E, k, w.routing, ids, wts, stream, pdl)) != cudaSuccess) return e;
-    prof.mark("moe route");
-  }
+  cudaError_t e = moe_route(logits, T, E, k, w.routing, ids, wts, stream, pdl);
+  if (e != cudaSuccess) return e;
+  prof.mark("moe route");
   if (w.f32) {  // fp32 experts: the fp32 GEMVs for any P (in expert order above kSmallPairs)
     const int32_t* rows = nullptr;
     if (P > kSmallPairs) {
@@ -513,20 +460,17 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
       rows = sorted;
       prof.mark("moe sort");
     }
-    if (pair_gemv) {
+    if (kernel_tuning().moe_pair_gemv && w.hidden <= kPairMaxK && w.intermediate <= kPairMaxK) {
       // The same bits as the old kernels below.
-      PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
-                      static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
-      if (route_in_pairs) up.logits = logits, up.E = E, up.routing = w.routing, up.ids_out = ids, up.wts_out = wts;
+      const PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
+                            static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
       if ((e = w.w3 ? launch_pair_gemv<PairMode::kUpGated>(pdl, up, stream)
                     : launch_pair_gemv<PairMode::kUpRelu2>(pdl, up, stream)) != cudaSuccess)
         return e;
       prof.mark("moe pair up");
-      // ids / rows come from the router / the sort (or the logits from the router GEMV), launched before up: down may
-      // read them before its wait.
-      PairGemvArgs down{nullptr, 0, act, ids, rows, P, k, static_cast<const bf16*>(w.w2), nullptr, w.hidden,
-                        w.intermediate, nullptr, y, nullptr, kernel_tuning().moe_pair_preload};
-      if (route_in_pairs) down.logits = logits, down.E = E, down.routing = w.routing;  // routes again, from the logits
+      // ids / rows come from the router / the sort, launched before up: down may read them before its wait.
+      const PairGemvArgs down{nullptr, 0, act, ids, rows, P, k, static_cast<const bf16*>(w.w2), nullptr, w.hidden,
+                              w.intermediate, nullptr, y, nullptr, kernel_tuning().moe_pair_preload};
       if ((e = launch_pair_gemv<PairMode::kDown>(pdl, down, stream)) != cudaSuccess) return e;
       prof.mark("moe pair down");
     } else {
