@@ -56,6 +56,10 @@ struct KernelTuning {
   /// warps per block (4 or 8), 0: by the rule in moe.cu (enough warps to fill the SMs); one_wave: at most the blocks
   /// the SMs hold at once, each looping over an equal share of the pair rows (no partial last wave). Never changes a
   /// result.
+  /// The fp32 GEMV of few rows (skinny_gemm_f32: the MoE router at decode) loads its column's first weight chunks
+  /// into registers and hints the rest into the L2 before its PDL wait; off: every load after the wait
+  /// (SSMSERVE_F32_GEMV_PRELOAD=0). The same sums in the same order: the same bits.
+  bool f32_gemv_preload = true;
   /// The per-pair down GEMV reads its pairs' experts (written by the router / the sort, two launches back) and loads
   /// its first weight chunks before its PDL wait, while the up GEMV still runs; off: after the wait
   /// (SSMSERVE_MOE_PAIR_PRELOAD=0). The same loads and sums either way: the same bits.
