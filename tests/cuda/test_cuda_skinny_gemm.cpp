@@ -282,7 +282,7 @@ TEST(CudaSkinnyGemm, RejectsBadArguments) {
 /// The fp32 GEMV of few rows (the MoE router at decode): GemmHandle sends fp32 GEMMs of M <= 8 to it outside
 /// batch-invariant mode; within 1e-5 of a float64 reference; each row bit-identical for every M and row offset;
 /// padding columns untouched; the same bits with KernelTuning::f32_gemv_preload off (K = 36 and 4: fewer chunks than
-/// the preload holds; 1536-2688: the rest after it); K % 4 != 0, M > 8 and batch-invariant mode stay on the other
+/// the preload holds; 1536-2688: the rest after it; 1540: a partial last chunk row past 1024); K % 4 != 0, M > 8 and batch-invariant mode stay on the other
 /// paths.
 TEST(CudaSkinnyGemm, F32GemvMatchesCpuForEveryRowCount) {
   REQUIRE_GPU();
@@ -292,7 +292,7 @@ TEST(CudaSkinnyGemm, F32GemvMatchesCpuForEveryRowCount) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   cuda::GemmHandle h;
   struct Sh { int64_t N, K; };
-  for (const Sh sh : {Sh{64, 1536}, Sh{128, 2688}, Sh{256, 2048}, Sh{512, 2048}, Sh{13, 36}, Sh{9, 4}}) {
+  for (const Sh sh : {Sh{64, 1536}, Sh{128, 2688}, Sh{256, 2048}, Sh{512, 2048}, Sh{13, 36}, Sh{9, 4}, Sh{24, 1540}}) {
     SCOPED_TRACE(::testing::Message() << "N " << sh.N << " K " << sh.K);
     const int64_t xs = sh.K + 4, ys = sh.N + 3, R = 10;
     std::vector<float> x(R * xs), w(sh.N * sh.K);

@@ -46,7 +46,8 @@ bool skinny_gemm_f32_serves(const GemmArgs& a);
 /// Enqueues y [M, N] fp32 = x [M, K] W [N, K]^T, fp32 operands, for few rows (a decode step's MoE router): one warp
 /// per output column, each lane an FMA chain over its float4 chunks of K, then a warp sum; the order depends on K only,
 /// so each row's result is the same for every M (not the bits of cuBLASLt or gemm_fallback). PDL when `pdl`
-/// (pdl.cuh). Returns cudaErrorInvalidValue when !skinny_gemm_f32_serves(a), else the launch status.
+/// (pdl.cuh): W is read before the wait (KernelTuning::f32_gemv_preload), so no kernel of the step may write it (a
+/// weight). Returns cudaErrorInvalidValue when !skinny_gemm_f32_serves(a), else the launch status.
 cudaError_t skinny_gemm_f32(const GemmArgs& a, bool pdl, cudaStream_t stream);
 
 /// A cuBLASLt handle with its workspace (32 MiB). Create one per device; not thread-safe.

@@ -52,18 +52,19 @@ struct KernelTuning {
   /// block in shared memory and keep several 16-byte weight loads per lane in flight; off: one warp per output element,
   /// as before issue 31 (SSMSERVE_MOE_PAIR_GEMV=0). The same bits either way (the same per-lane sums and warp sum).
   bool moe_pair_gemv = true;
-  /// Their shape (benchmarks; SSMSERVE_MOE_PAIR_TUNE="rows,warps[,one_wave]"): output rows per warp (1, 2 or 4) and
-  /// warps per block (4 or 8), 0: by the rule in moe.cu (enough warps to fill the SMs); one_wave: at most the blocks
-  /// the SMs hold at once, each looping over an equal share of the pair rows (no partial last wave). Never changes a
-  /// result.
-  /// The fp32 GEMV of few rows (skinny_gemm_f32: the MoE router at decode) loads its column's first weight chunks
-  /// into registers and hints the rest into the L2 before its PDL wait; off: every load after the wait
-  /// (SSMSERVE_F32_GEMV_PRELOAD=0). The same sums in the same order: the same bits.
+  /// The fp32 GEMV of up to 8 rows (skinny_gemm_f32: the MoE router of a bf16 model at decode; every decode GEMM of
+  /// an fp32-weight model) loads its column's first weight chunks into registers and hints the rest into the L2 before
+  /// its PDL wait; off: every load after the wait (SSMSERVE_F32_GEMV_PRELOAD=0). The same sums in the same order: the
+  /// same bits.
   bool f32_gemv_preload = true;
   /// The per-pair down GEMV reads its pairs' experts (written by the router / the sort, two launches back) and loads
   /// its first weight chunks before its PDL wait, while the up GEMV still runs; off: after the wait
   /// (SSMSERVE_MOE_PAIR_PRELOAD=0). The same loads and sums either way: the same bits.
   bool moe_pair_preload = true;
+  /// The per-pair GEMVs' shape (benchmarks; SSMSERVE_MOE_PAIR_TUNE="rows,warps[,one_wave]"): output rows per warp (1,
+  /// 2 or 4) and warps per block (4 or 8), 0: by the rule in moe.cu (enough warps to fill the SMs); one_wave: at most
+  /// the blocks the SMs hold at once, each looping over an equal share of the pair rows (no partial last wave). Never
+  /// changes a result.
   int moe_pair_rows = 0;
   int moe_pair_warps = 0;
   bool moe_pair_one_wave = false;

@@ -16,21 +16,25 @@ constexpr int kWarps = 8;  // output columns per block, one per warp
 /// Grid (ceil(N / 8)), 8 warps: warp w computes column n = blockIdx.x * 8 + w of all M rows (f32_dot_column: the
 /// order depends on K only, so a row's result does not depend on M). K % 4 == 0, strides % 4 == 0, 16-byte aligned
 /// rows.
-/// preload (KernelTuning::f32_gemv_preload): the column's first weight chunks in registers and the rest hinted into
-/// the L2 before the PDL wait (the weights are constants), while the norm before it still runs; the same sums.
-template <int M>
+/// PRELOAD (KernelTuning::f32_gemv_preload): the column's first weight chunks in registers and the rest hinted into
+/// the L2 before the PDL wait (w is a constant: no kernel of the step writes it), while the kernel before it still
+/// runs; the same sums. A template argument, so the chunks stay in registers (a run-time choice put them on the stack).
+template <int M, bool PRELOAD>
 __global__ void __launch_bounds__(32 * kWarps) f32_gemv_kernel(int64_t N, int64_t K, const float* __restrict__ x,
                                                                int64_t xs, const float* __restrict__ w, int64_t ws,
-                                                               float* __restrict__ y, int64_t ys, bool preload) {
+                                                               float* __restrict__ y, int64_t ys) {
   const int lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   float4 pre[kF32GemvPreChunks];
-  if (preload && n < N) f32_column_preload(w + n * ws, K, pre);
+  if (PRELOAD && n < N) f32_column_preload(w + n * ws, K, pre);
   pdl_wait();
   pdl_launch_dependents();
   if (n >= N) return;
   float acc[M];
-  f32_dot_column<M>(x, xs, w + n * ws, K, acc, preload ? &pre : nullptr);
+  if constexpr (PRELOAD)
+    f32_dot_column<M>(x, xs, w + n * ws, K, acc, &pre);
+  else
+    f32_dot_column<M>(x, xs, w + n * ws, K, acc);
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     const float s = acc[m];
@@ -40,9 +44,10 @@ __global__ void __launch_bounds__(32 * kWarps) f32_gemv_kernel(int64_t N, int64_
 
 template <int M>
 cudaError_t launch_m(const GemmArgs& g, bool pdl, cudaStream_t stream) {
-  return launch_pdl(pdl, f32_gemv_kernel<M>, dim3(ceil_div(g.N, kWarps)), dim3(32 * kWarps), 0, stream, g.N, g.K,
+  const auto kernel = kernel_tuning().f32_gemv_preload ? f32_gemv_kernel<M, true> : f32_gemv_kernel<M, false>;
+  return launch_pdl(pdl, kernel, dim3(ceil_div(g.N, kWarps)), dim3(32 * kWarps), 0, stream, g.N, g.K,
                     static_cast<const float*>(g.x), g.x_stride, static_cast<const float*>(g.w), g.w_stride,
-                    static_cast<float*>(g.y), g.y_stride, kernel_tuning().f32_gemv_preload);
+                    static_cast<float*>(g.y), g.y_stride);
 }
 
 bool aligned16(const void* p, int64_t stride) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 4 == 0; }
