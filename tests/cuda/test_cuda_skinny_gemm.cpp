@@ -281,9 +281,9 @@ TEST(CudaSkinnyGemm, RejectsBadArguments) {
 
 /// The fp32 GEMV of few rows (the MoE router at decode): GemmHandle sends fp32 GEMMs of M <= 8 to it outside
 /// batch-invariant mode; within 1e-5 of a float64 reference; each row bit-identical for every M and row offset;
-/// padding columns untouched; the same bits with KernelTuning::f32_gemv_preload off (K = 36 and 4: fewer chunks than
-/// the preload holds; 1536-2688: the rest after it; 1540: a partial last chunk row past 1024); K % 4 != 0, M > 8 and batch-invariant mode stay on the other
-/// paths.
+/// padding columns untouched; the same bits with KernelTuning::f32_gemv_preload on and off (K = 36 and 4: fewer
+/// chunks than the preload holds; 1536-2688: the rest after it; 1540: a partial chunk row past 1024); K % 4 != 0,
+/// M > 8 and batch-invariant mode stay on the other paths.
 TEST(CudaSkinnyGemm, F32GemvMatchesCpuForEveryRowCount) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -323,9 +323,9 @@ TEST(CudaSkinnyGemm, F32GemvMatchesCpuForEveryRowCount) {
           std::memcpy(&pad, &y[m * ys + sh.N], 4);
           ASSERT_EQ(pad, 0xffffffffu) << "padding written, row " << m;
         }
-        {  // KernelTuning::f32_gemv_preload off (every weight load after the wait): the same bits
+        {  // KernelTuning::f32_gemv_preload the other way round (loads before / after the wait): the same bits
           cuda::KernelTuning t = cuda::kernel_tuning();
-          t.f32_gemv_preload = false;
+          t.f32_gemv_preload = !t.f32_gemv_preload;
           TuningScope scope(t);
           DeviceBuffer dy0 = poisoned_bytes(M * ys * 4);
           h.run({M, sh.N, sh.K, dx.as<float>() + off * xs, xs, dw.data(), sh.K, DType::F32, dy0.data(), ys, DType::F32},
