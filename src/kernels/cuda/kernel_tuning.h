@@ -54,9 +54,9 @@ struct KernelTuning {
   bool moe_pair_gemv = true;
   /// The fp32 GEMV of up to 8 rows (skinny_gemm_f32: the MoE router of a bf16 model at decode; every decode GEMM of
   /// an fp32-weight model) loads its column's first weight chunks into registers and hints the rest into the L2 before
-  /// its PDL wait (SSMSERVE_F32_GEMV_PRELOAD=1); off: every load after the wait. The same sums in the same order: the
-  /// same bits. Off by default: not yet run on a GPU (docs/benchmarks.md, session 38).
-  bool f32_gemv_preload = false;
+  /// its PDL wait; off: every load after the wait (SSMSERVE_F32_GEMV_PRELOAD=0). The same sums in the same order: the
+  /// same bits. +2.6-3.6% batch-1 decode on the three MoE shapes (H100, docs/benchmarks.md session 39).
+  bool f32_gemv_preload = true;
   /// The per-pair down GEMV reads its pairs' experts (written by the router / the sort, two launches back) and loads
   /// its first weight chunks before its PDL wait, while the up GEMV still runs; off: after the wait
   /// (SSMSERVE_MOE_PAIR_PRELOAD=0). The same loads and sums either way: the same bits.
