@@ -63,6 +63,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_FUSE_SCALED_RESIDUAL", o.fuse_scaled_residual);
   flag("SSMSERVE_MLP_ACT_EPILOGUE", o.mlp_act_epilogue);
   flag("SSMSERVE_FUSE_CASTS", o.fuse_casts);
+  flag("SSMSERVE_MOE_INPUT_COPY", o.moe_input_copy);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
   int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);
   int_in("SSMSERVE_SKINNY_MAX_M", o.skinny_max_m, 0, 1 << 20);
@@ -97,6 +98,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_MOE_PAIR_SORTED", k.moe_pair_sorted);
   flag("SSMSERVE_MOE_PAIR_PRELOAD", k.moe_pair_preload);
   flag("SSMSERVE_F32_GEMV_PRELOAD", k.f32_gemv_preload);
+  flag("SSMSERVE_MOE_DOWN_COMBINE", k.moe_down_combine);
   flag("SSMSERVE_PREFILL_ROW_KERNELS", k.prefill_row_kernels);
   int_in("SSMSERVE_MOE_GROUPED_WG", k.moe_grouped_wg, 0, 3);
   int_in("SSMSERVE_ATTN_TC_WS", k.attn_tc_ws, 0, 2);

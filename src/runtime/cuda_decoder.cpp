@@ -386,6 +386,7 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
   const bool f32_in = S.module->input() == ModuleInput::F32;
   void* normed_c = normed_c_.get(T * H * dtype_size(wd));
   float* normed_f = normed_f_.f32(T * H);
+  bool copy_c = false;  // the module reads normed_c too (CudaStep::x_copy)
   if (S.spec.parallel) {
     if (prev) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, ra, prev, xb, T * H, s, opt.pdl));
   } else {
@@ -393,7 +394,9 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     const CudaSublayer* next = i + 1 < subs_.size() && subs_[i + 1].spec.parallel ? &subs_[i + 1] : nullptr;
     const bool next_f32 = next && next->module->input() == ModuleInput::F32;
     const bool need_f32 = f32_in || S.spec.residual_is_normed || next_f32;
-    const bool need_c = !f32_in || (next && !next_f32);
+    // An fp32-input module's copy in the weight dtype only from the norm's own launch (else the module casts).
+    copy_c = f32_in && S.module->wants_input_copy() && opt.fuse_casts && opt.moe_input_copy && wd == DType::BF16;
+    const bool need_c = !f32_in || (next && !next_f32) || copy_c;
     if (!need_f32) {
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c,
                                        wd, H, opt.pdl, s, ra, xb));
@@ -428,7 +431,9 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     }
     S.module->forward_projected(st, views_[i], proj + S.proj_col, pw.rows, mod_out);
   } else {
-    S.module->forward(st, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, mod_out);
+    CudaStep mst = st;
+    if (copy_c) mst.x_copy = normed_c;
+    S.module->forward(mst, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, mod_out);
   }
   if (profile_) profile_->end(s);
   if (S.defer_residual) return;  // added with the parallel sibling's output below

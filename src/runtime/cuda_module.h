@@ -59,6 +59,9 @@ struct CudaStep {
   /// The stream's last work is a wait on another stream's event (CudaBranch::fork): the module launches its first
   /// kernel plainly (no PDL: its dependency is the event, not a kernel before it on this stream), the rest as usual.
   bool forked = false;
+  /// The normed rows in the weight dtype [T, hidden] as well, when an fp32-input module asked for them
+  /// (CudaModule::wants_input_copy) and the runner's norm wrote them in its launch (the bits of cast_rows); else null.
+  const void* x_copy = nullptr;
 };
 
 /// Resources a runner shares with its modules.
@@ -99,6 +102,9 @@ class CudaModule {
   virtual bool stores_prefill_states() const { return !state_spec().recurrent(); }
   /// Which form of the normed input forward reads.
   virtual ModuleInput input() const { return ModuleInput::GemmDtype; }
+  /// An fp32-input module that also reads its rows in the weight dtype (a MoE layer's shared expert): the runner's norm
+  /// then writes that copy in the same launch when it can (CudaStep::x_copy), instead of a cast inside the module.
+  virtual bool wants_input_copy() const { return false; }
   /// Sizes the scratch slots (and own workspaces) forward uses for T tokens and this step's plans (before the step,
   /// outside any capture: a captured step must not allocate).
   virtual void reserve(int64_t T, const StepPlans* plans) = 0;

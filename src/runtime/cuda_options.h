@@ -103,6 +103,10 @@ struct CudaModelOptions {
   /// (add_rms_norm_rows' out_bf16: MiniMax's mixers, whose residual comes from the normed rows). The same store per
   /// value: bit-identical (tested). SSMSERVE_FUSE_CASTS=0 turns it off.
   bool fuse_casts = true;
+  /// With fuse_casts: the residual norm before a MoE layer with a shared expert writes the expert's bf16 input too
+  /// (CudaModule::wants_input_copy), so the second branch starts with its GEMM instead of a cast launch. The same
+  /// store per value: bit-identical (tested with fuse_casts). SSMSERVE_MOE_INPUT_COPY=0 turns it off.
+  bool moe_input_copy = true;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;
@@ -117,6 +121,7 @@ struct CudaModelOptions {
   /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_PROFILE_REPLAY=<n>, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
   /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_PARALLEL_MIXER_BRANCH=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, SSMSERVE_MOE_FUSED_SHARED_ADD=0..2,
   /// SSMSERVE_BRANCH_PDL=0|1, SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, SSMSERVE_MLP_ACT_EPILOGUE=0|1, SSMSERVE_FUSE_CASTS=0|1,
+  /// SSMSERVE_MOE_INPUT_COPY=0|1,
   /// and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK,

@@ -256,8 +256,9 @@ TEST_P(CudaHybridModel, MlpActEpilogueEqualsSeparate) {
 }
 
 /// The bf16 copies for the next GEMM written by the kernels producing the fp32 rows (fuse_casts: the split-KV attention
-/// combine of decode steps, o_proj's input; a residual norm whose sublayer reads both forms, MiniMax's, is checked in
-/// test_cuda_decode_ops NormRowsBf16CopyEqualsCast) against cast launches after them: bit-identical logits, also in
+/// combine of decode steps, o_proj's input; the residual norm before a MoE layer with a shared expert, its input; a
+/// residual norm whose sublayer reads both forms, MiniMax's, is checked in test_cuda_decode_ops
+/// NormRowsBf16CopyEqualsCast) against cast launches after them: bit-identical logits, also in
 /// batch-invariant mode (prefill rows on the split-KV pass too). Cases without attention compare the one path with itself.
 TEST_P(CudaHybridModel, FusedCastsEqualSeparate) {
   REQUIRE_GPU();

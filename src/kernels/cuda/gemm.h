@@ -79,6 +79,7 @@ class GemmHandle {
   void set_batch_invariant(bool on) { batch_invariant_ = on; }
   /// Launch the skinny kernel with Programmatic Dependent Launch (pdl.cuh; default on).
   void set_pdl(bool on) { pdl_ = on; }
+  bool pdl() const { return pdl_; }
   /// Calls served by the skinny kernel so far.
   int64_t skinny_calls() const { return skinny_calls_; }
   /// Sends every call through gemm_fallback (tests).

@@ -5,6 +5,7 @@
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
+#include "kernels/cuda/moe_pair_load.cuh"
 #include "kernels/cuda/moe_parts.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -143,39 +144,6 @@ struct PairGemvArgs {
   bool preload = false;
 };
 
-/// 8 bf16 weights streamed once (bypassing L1).
-__device__ __forceinline__ uint4 load_stream8(const bf16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-/// An int32 another grid wrote, read from L2 (the point of coherence; no L1 line of an earlier launch can answer).
-__device__ __forceinline__ int32_t load_l2_i32(const int32_t* p) {
-  int32_t v;
-  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
-/// k chunks per group: about 8 weight loads per lane in flight (at most 4 chunks).
-constexpr int pair_unroll(int R, int mats) { return 8 / (R * mats) < 1 ? 1 : 8 / (R * mats) > 4 ? 4 : 8 / (R * mats); }
-
-/// Loads chunks j0 .. j0 + U - 1 (those < nj) of the R rows (wb: the gated experts' up rows, M == 2) into va / vb.
-template <int U, int R, int M>
-__device__ __forceinline__ void pair_load_group(uint4 (&va)[U][R], uint4 (&vb)[U][R], const bf16* const (&wa)[R],
-                                                const bf16* const (&wb)[R], int j0, int nj) {
-#pragma unroll
-  for (int u = 0; u < U; ++u)
-#pragma unroll
-    for (int q = 0; q < R; ++q)
-      if (j0 + u < nj) {
-        va[u][q] = load_stream8(wa[q] + 256 * static_cast<int64_t>(j0 + u));
-        if constexpr (M == 2) vb[u][q] = load_stream8(wb[q] + 256 * static_cast<int64_t>(j0 + u));
-      }
-}
-
 /// Grid (ceil(ceil(N / R) / warps), min(P, 65535)), blockDim.x = 32 * warps (4 or 8), dynamic shared memory K * 2
 /// bytes. Warp w of block (bx, by) computes rows n = (bx * warps + w) * R + [0, R) (those < N) of the pair rows
 /// r = by, + gridDim.y, ... (r -> p as small_up_kernel).
@@ -241,24 +209,7 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
 #pragma unroll
     for (int q = 0; q < R; ++q) g[q] = 0.0f, u[q] = 0.0f;
     for (int j0 = 0;;) {
-#pragma unroll
-      for (int s = 0; s < U; ++s) {
-        if (j0 + s >= nj) continue;
-        const uint4 xv = *reinterpret_cast<const uint4*>(in_s + lane * 8 + 256 * (j0 + s));
-        const bf16* xe = reinterpret_cast<const bf16*>(&xv);
-#pragma unroll
-        for (int q = 0; q < R; ++q) {
-          const bf16* ae = reinterpret_cast<const bf16*>(&va[s][q]);
-#pragma unroll
-          for (int i = 0; i < 8; ++i)  // the old kernels' expressions: one FMA each, x (down: act) * w + acc
-            g[q] += __bfloat162float(xe[i]) * __bfloat162float(ae[i]);
-          if constexpr (M == 2) {
-            const bf16* be = reinterpret_cast<const bf16*>(&vb[s][q]);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) u[q] += __bfloat162float(xe[i]) * __bfloat162float(be[i]);
-          }
-        }
-      }
+      pair_fma_group<U, R, M>(g, u, va, vb, in_s + lane * 8, j0, nj);
       j0 += U;
       if (j0 >= nj) break;
       pair_load_group<U, R, M>(va, vb, wa, wb, j0, nj);
@@ -469,6 +420,16 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
         return e;
       prof.mark("moe pair up");
       // ids / rows come from the router / the sort, launched before up: down may read them before its wait.
+      if (!rows && kernel_tuning().moe_down_combine &&
+          moe_down_combine_fits(T, k, w.hidden, w.intermediate, shared ? &add : nullptr)) {
+        if (shared && shared->ready && (e = cudaStreamWaitEvent(stream, shared->ready, 0)) != cudaSuccess) return e;
+        int rows_per_warp = 1, warps = 4;
+        pair_gemv_shape(P, w.hidden, rows_per_warp, warps);
+        e = moe_down_combine(act, ids, wts, T, k, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, rows_per_warp,
+                             out, out_stride, shared ? &add : nullptr, kernel_tuning().moe_pair_preload, stream, pdl);
+        prof.mark("moe down + combine");
+        return e;
+      }
       const PairGemvArgs down{nullptr, 0, act, ids, rows, P, k, static_cast<const bf16*>(w.w2), nullptr, w.hidden,
                               w.intermediate, nullptr, y, nullptr, kernel_tuning().moe_pair_preload};
       if ((e = launch_pair_gemv<PairMode::kDown>(pdl, down, stream)) != cudaSuccess) return e;

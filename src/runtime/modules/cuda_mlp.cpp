@@ -64,6 +64,13 @@ class CudaMlp final : public CudaModule {
     ScratchPool& p = *ctx_.scratch;
     float* gu = p[0].f32(T * 2 * I_);
     void* act = p[3].get(T * I_ * dtype_size(wd));
+    // After the fork's event wait (st.forked) the first GEMM is a plain launch; the handle's PDL setting after it.
+    struct PlainFirst {
+      GemmHandle* g;
+      bool was;
+      ~PlainFirst() { g->set_pdl(was); }
+    } plain_first{ctx_.gemm, ctx_.gemm->pdl()};
+    if (st.forked) ctx_.gemm->set_pdl(false);
     if (act_epilogue_ && ctx_.gemm->takes_skinny(gate_up_.dtype, T)) {
       // The activation in the gate / up GEMM's epilogue: the same sums and expression as the two launches below.
       ProfileSpan span(ctx_.profile, "gemm", st.stream);
@@ -73,8 +80,10 @@ class CudaMlp final : public CudaModule {
                      nullptr, 0, &ex);
     } else {
       ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
+      ctx_.gemm->set_pdl(plain_first.was);
       SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream, ctx_.opt.pdl, interleaved_));
     }
+    ctx_.gemm->set_pdl(plain_first.was);
     ctx_.gemm_run(act, T, I_, down_, out, H_);
   }
 

@@ -68,6 +68,7 @@ class CudaMoe final : public CudaModule {
   }
 
   ModuleInput input() const override { return ModuleInput::F32; }
+  bool wants_input_copy() const override { return shared_ != nullptr; }
   double scratch_bytes_per_token() const override {
     return 4.0 * c_.num_experts + static_cast<double>(moe_workspace_bytes(1024, weights())) / 1024 +
            (shared_ ? 4.0 * H_ + dtype_size(ctx_.opt.weight_dtype) * H_ + shared_->scratch_bytes_per_token() : 0.0);
@@ -101,8 +102,15 @@ class CudaMoe final : public CudaModule {
         ctx_.branch->fork(st.stream);
         sst.stream = ctx_.branch->side.get();
       }
-      void* xc = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
-      SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, xc, wd, H_, sst.stream, pdl && !ctx_.branch));
+      // Its input in the weight dtype: the norm's copy (the runner wrote it in the norm's launch), else a cast here.
+      const void* xc = st.x_copy;
+      if (!xc) {
+        void* c = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
+        SSM_CUDA_CHECK(cast_rows(normed, H_, T, H_, c, wd, H_, sst.stream, pdl && !ctx_.branch));
+        xc = c;
+      } else {
+        sst.forked = ctx_.branch != nullptr;  // its first kernel follows the fork's event wait: a plain launch
+      }
       shared_->forward(sst, state, xc, y);
     }
     // Under moe_fused_shared_add (gated adds by default, every add at 2) the combine kernel adds y (gated: times
