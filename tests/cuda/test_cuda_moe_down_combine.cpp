@@ -1,8 +1,9 @@
 // sparse_moe's down GEMV and combine in one launch (KernelTuning::moe_down_combine, kernels/cuda/moe_down_combine.cu)
 // against the down GEMV and combine kernel it replaces, bit for bit: decode-sized steps on the unsorted per-pair rows
 // (T * top_k <= 16), SiLU-gated and relu^2 experts, top_k 1 .. 16, no shared add, the plain add and Qwen's gated add
-// (fused at top_k 8; other top_k fall back, also compared), every rows-per-warp, with and without PDL and the pre-wait
-// loads. The fused path's use is checked too: its workspace keeps the poisoned y rows the separate down GEMV writes.
+// (fused at top_k 8; other top_k fall back, also compared; KernelTuning::moe_down_combine 2, since the default 1 leaves
+// steps with an add to the combine kernel), every rows-per-warp, with and without PDL and the pre-wait loads; and the
+// default's choice. The fused path's use is checked too: its workspace keeps the poisoned y rows the separate down GEMV writes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,11 +35,11 @@ TEST(CudaMoeDownCombine, EqualsDownGemvAndCombineBitForBit) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  // Odd sizes (K = 8 * odd: lanes past K on the last chunk; hidden not a multiple of the rows per warp; K < 256) and,
+  // Odd sizes (K = 8 * odd: lanes past K on the last chunk; K < 256) and,
   // outside quick mode, the expert shapes of Granite-4.0-H-Tiny, Qwen3.5-35B-A3B and Nemotron-3-Nano (K 1856: 22 KB
   // of act rows at top_k 6).
-  std::vector<DownCombineCase> cases = {{"odd gated", 16, 330, 104, true}, {"odd relu^2", 16, 198, 360, false},
-                                        {"tiny K", 16, 42, 24, true}};
+  std::vector<DownCombineCase> cases = {{"odd gated", 16, 328, 104, true}, {"odd relu^2", 16, 200, 360, false},
+                                        {"tiny K", 16, 40, 24, true}};
   if (!quick()) {
     cases.push_back({"granite-4.0-h-tiny", 16, 1536, 512, true});
     cases.push_back({"qwen3.5-35b-a3b", 16, 2048, 512, true});
@@ -71,7 +72,7 @@ TEST(CudaMoeDownCombine, EqualsDownGemvAndCombineBitForBit) {
         const cuda::MoeSharedAdd* shared = add_kind ? &add : nullptr;
         auto run = [&](bool fused, int rows, bool pdl, bool preload) {
           cuda::KernelTuning t = cuda::kernel_tuning();
-          t.moe_down_combine = fused, t.moe_pair_rows = rows, t.moe_pair_preload = preload;
+          t.moe_down_combine = fused ? 2 : 0, t.moe_pair_rows = rows, t.moe_pair_preload = preload;
           TuningScope scope(t);
           DeviceBuffer ws(wsb), out = poisoned(T * os);
           ws.fill_bytes(0x5a);
@@ -102,6 +103,44 @@ TEST(CudaMoeDownCombine, EqualsDownGemvAndCombineBitForBit) {
   SSM_CUDA_CHECK(cudaStreamDestroy(stream));
   EXPECT_GT(fused_runs, 0);
   std::printf("down + combine: %d runs (%d fused) bit-identical to the down GEMV and combine kernels\n", runs, fused_runs);
+}
+
+// KernelTuning::moe_down_combine's default (1) fuses a step without a shared add only; 0 never.
+TEST(CudaMoeDownCombine, DefaultFusesStepsWithoutSharedAdd) {
+  REQUIRE_GPU();
+  std::mt19937 rng(7);
+  const int E = 8, k = 6;
+  const int64_t Hd = 256, I = 128;
+  DeviceBuffer d1 = to_device(fast_bf16(E * I * Hd, 0.06f, rng())), d3 = to_device(fast_bf16(E * I * Hd, 0.06f, rng())),
+               d2 = to_device(fast_bf16(E * Hd * I, 0.3f, rng()));
+  cuda::MoeDevWeights w{E, k, Hd, I, d1.data(), d3.data(), d2.data(), cuda::MoeRouteParams{}};
+  DeviceBuffer dx = to_device(rand_vec(rng, Hd, -2.0f, 2.0f)), dl = to_device(rand_vec(rng, E, -3.0f, 3.0f)),
+               sy = to_device(rand_vec(rng, Hd, -1.0f, 1.0f));
+  cuda::MoeSharedAdd add;
+  add.y = sy.as<float>(), add.y_stride = Hd;
+  const size_t wsb = cuda::moe_workspace_bytes(1, w);
+  cudaStream_t stream;
+  SSM_CUDA_CHECK(cudaStreamCreate(&stream));
+  // Whether the y rows the separate down GEMV writes stayed poisoned (the fused launch ran).
+  auto fused = [&](int mode, const cuda::MoeSharedAdd* shared) {
+    cuda::KernelTuning t = cuda::kernel_tuning();
+    t.moe_down_combine = mode;
+    TuningScope scope(t);
+    DeviceBuffer ws(wsb), out(Hd * 4);
+    ws.fill_bytes(0x5a);
+    SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), Hd, 1, dl.as<float>(), w, out.as<float>(), Hd, ws.data(), stream, true,
+                                    shared));
+    SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto h = to_host<uint8_t>(ws, wsb);
+    size_t poisoned_bytes = 0;
+    for (uint8_t b : h) poisoned_bytes += b == 0x5a;
+    return poisoned_bytes;
+  };
+  EXPECT_EQ(cuda::KernelTuning{}.moe_down_combine, 1);
+  EXPECT_GT(fused(1, nullptr), fused(0, nullptr)) << "the default did not fuse a step without a shared add";
+  EXPECT_EQ(fused(1, &add), fused(0, &add)) << "the default fused a step with a shared add";
+  EXPECT_GT(fused(2, &add), fused(0, &add)) << "mode 2 did not fuse a step with a shared add";
+  SSM_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST(CudaMoeDownCombine, FitsAndRejects) {

@@ -62,9 +62,12 @@ struct KernelTuning {
   /// (SSMSERVE_MOE_PAIR_PRELOAD=0). The same loads and sums either way: the same bits.
   bool moe_pair_preload = true;
   /// Decode-sized steps on the unsorted per-pair GEMVs (up to 16 pairs): the down GEMV and the weighted combine in one
-  /// launch (moe_down_combine: each block's pair outputs in shared memory), one launch fewer per MoE layer; off: the
-  /// down GEMV and the combine kernel (SSMSERVE_MOE_DOWN_COMBINE=1 turns it on). The same bits either way.
-  bool moe_down_combine = false;
+  /// launch (moe_down_combine: each block's pair outputs in shared memory), one launch fewer per MoE layer. 1: steps
+  /// without a shared-expert add in the combine (+6.6% Granite-4.0-H-Tiny batch-1 decode on an H100); 2: those with
+  /// one too (the fused launch then waits for the shared expert's branch before its down GEMV: -4.4% on
+  /// Qwen3.5-35B-A3B, whose gated add is in the combine); 0: the down GEMV and the combine kernel always
+  /// (SSMSERVE_MOE_DOWN_COMBINE=0|1|2). The same bits either way.
+  int moe_down_combine = 1;
   /// The per-pair GEMVs' shape (benchmarks; SSMSERVE_MOE_PAIR_TUNE="rows,warps[,one_wave]"): output rows per warp (1,
   /// 2 or 4) and warps per block (4 or 8), 0: by the rule in moe.cu (enough warps to fill the SMs); one_wave: at most
   /// the blocks the SMs hold at once, each looping over an equal share of the pair rows (no partial last wave). Never

@@ -420,7 +420,8 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
         return e;
       prof.mark("moe pair up");
       // ids / rows come from the router / the sort, launched before up: down may read them before its wait.
-      if (!rows && kernel_tuning().moe_down_combine &&
+      // The down GEMV and the combine in one launch (KernelTuning::moe_down_combine), the same bits.
+      if (!rows && kernel_tuning().moe_down_combine >= (shared ? 2 : 1) &&
           moe_down_combine_fits(T, k, w.hidden, w.intermediate, shared ? &add : nullptr)) {
         if (shared && shared->ready && (e = cudaStreamWaitEvent(stream, shared->ready, 0)) != cudaSuccess) return e;
         int rows_per_warp = 1, warps = 4;
