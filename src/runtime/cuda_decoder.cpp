@@ -54,6 +54,8 @@ struct CudaSublayer {
   /// The first of a pair whose output goes to ScratchPool::kParallelOut instead of the runner's out: defer_residual,
   /// or its sibling on the branch (which writes out meanwhile).
   bool parallel_out = false;
+  /// This step's rows the module left to the next norm (CudaModule::take_pending_add), or null.
+  const float* pending_add = nullptr;
 };
 
 class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
@@ -288,6 +290,12 @@ void CudaDecoderLM::load(WeightSource& src) {
     const bool next_parallel = i + 1 < subs_.size() && subs_[i + 1].spec.parallel;
     a.residual_to_next = !a.spec.plain_residual() && !a.spec.residual_is_normed && !paired && !next_parallel;
   }
+  // Rows a module may leave to the next residual norm: where that norm adds this sublayer's output from `out`.
+  for (size_t i = 0; i + 1 < subs_.size(); ++i) {
+    CudaSublayer& a = subs_[i];
+    const bool to_norm = a.out_pending() && !a.parallel_out && !a.defer_residual && !a.on_branch && !subs_[i + 1].spec.parallel;
+    a.module->set_add_to_next(ctx_.opt.moe_shared_add_in_norm && to_norm);
+  }
 }
 
 void CudaDecoderLM::stack_parallel_projections() {
@@ -356,7 +364,7 @@ void CudaDecoderLM::step(const ForwardBatch& batch, StateCache& cache, float* lo
 }
 
 void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta& dm, int64_t T) {
-  const CudaSublayer& S = subs_[i];
+  CudaSublayer& S = subs_[i];
   const int64_t H = cfg_.hidden_size;
   const CudaModelOptions& opt = ctx_.opt;
   const DType wd = opt.weight_dtype;
@@ -383,11 +391,13 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
                                                       : nullptr;
   const float ra = prev && before->residual_to_next ? before->spec.alpha : 1.0f;
   const float xb = prev && before->residual_to_next ? before->spec.beta : 1.0f;
+  const float* prev_add = prev ? before->pending_add : nullptr;  // rows the previous module left to this norm
   const bool f32_in = S.module->input() == ModuleInput::F32;
   void* normed_c = normed_c_.get(T * H * dtype_size(wd));
   float* normed_f = normed_f_.f32(T * H);
   bool copy_c = false;  // the module reads normed_c too (CudaStep::x_copy)
   if (S.spec.parallel) {
+    SSM_CHECK(!prev_add, "{}: sublayer {} left rows to a parallel sublayer's norm", spec_.label, i - 1);
     if (prev) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, ra, prev, xb, T * H, s, opt.pdl));
   } else {
     // The fp32 form when this module or a parallel one after it reads fp32, or the residual rule needs it.
@@ -399,12 +409,12 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     const bool need_c = !f32_in || (next && !next_f32) || copy_c;
     if (!need_f32) {
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c,
-                                       wd, H, opt.pdl, s, ra, xb));
+                                       wd, H, opt.pdl, s, ra, xb, nullptr, 0, prev_add, H));
     } else {
       // The bf16 copy in the same launch (fuse_casts) or by a cast after it: the same bits.
       const bool dual = need_c && opt.fuse_casts && wd == DType::BF16;
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_f,
-                                       DType::F32, H, opt.pdl, s, ra, xb, dual ? normed_c : nullptr, H));
+                                       DType::F32, H, opt.pdl, s, ra, xb, dual ? normed_c : nullptr, H, prev_add, H));
       if (need_c && !dual) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s, opt.pdl));
     }
   }
@@ -435,6 +445,7 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     if (copy_c) mst.x_copy = normed_c;
     S.module->forward(mst, views_[i], f32_in ? static_cast<const void*>(normed_f) : normed_c, mod_out);
   }
+  S.pending_add = S.module->take_pending_add();
   if (profile_) profile_->end(s);
   if (S.defer_residual) return;  // added with the parallel sibling's output below
   if (S.spec.parallel && subs_[i - 1].defer_residual) {

@@ -105,6 +105,12 @@ class CudaModule {
   /// An fp32-input module that also reads its rows in the weight dtype (a MoE layer's shared expert): the runner's norm
   /// then writes that copy in the same launch when it can (CudaStep::x_copy), instead of a cast inside the module.
   virtual bool wants_input_copy() const { return false; }
+  /// The runner lets the module leave rows of its output to the next sublayer's residual norm (set where that norm adds
+  /// this output: CudaModelOptions::moe_shared_add_in_norm): a MoE layer's plain shared-expert add, one launch fewer.
+  virtual void set_add_to_next(bool on) { (void)on; }
+  /// After forward: the rows [T, hidden] fp32 (row stride hidden) forward left to the next norm, which adds them to
+  /// its output first (add_rms_norm_rows' x_add: the bits of the add), or null; cleared by the call.
+  virtual const float* take_pending_add() { return nullptr; }
   /// Sizes the scratch slots (and own workspaces) forward uses for T tokens and this step's plans (before the step,
   /// outside any capture: a captured step must not allocate).
   virtual void reserve(int64_t T, const StepPlans* plans) = 0;

@@ -234,6 +234,18 @@ TEST_P(CudaHybridModel, MoeFusedSharedAddEqualsSeparate) {
   expect_same_logits(all_fused, separate, "logits with every shared add in the combine differ from the separate add");
 }
 
+/// A MoE layer's plain shared-expert add done by the next residual norm (moe_shared_add_in_norm: Granite-4.0-H's and
+/// Nemotron-H's shared experts; Granite's scaled residual then applied to the sum) against its own launch:
+/// bit-identical logits with bf16 and fp32 weights and in batch-invariant mode. Cases without such a layer compare
+/// the one path with itself.
+TEST_P(CudaHybridModel, MoeSharedAddInNormEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions in_norm, separate;
+  in_norm.moe_shared_add_in_norm = true;
+  separate.moe_shared_add_in_norm = false;
+  expect_same_logits_each_mode(in_norm, separate, "logits with the shared add in the next norm differ from its own launch");
+}
+
 /// A sublayer's scaled residual (Granite's residual_multiplier) applied by the next residual norm (the default)
 /// against its own launch: bit-identical logits (cases without a scaled residual compare the one path with itself).
 TEST_P(CudaHybridModel, FusedScaledResidualEqualsSeparate) {

@@ -44,18 +44,22 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
                                                                  const int32_t* __restrict__ rows, int64_t H,
                                                                  bool write_residual, TO* out, int64_t out_stride,
                                                                  float ra, float xb, __nv_bfloat16* out2,
-                                                                 int64_t out2_stride) {
+                                                                 int64_t out2_stride, const float* __restrict__ x2,
+                                                                 int64_t x2_stride) {
   __shared__ float scratch[32];
   pdl_wait();
   pdl_launch_dependents();
   const int64_t i = blockIdx.x, r = rows ? rows[i] : i;
   float* res = residual + r * res_stride;
   const float* xr = x ? x + r * x_stride : nullptr;
+  const float* x2r = x2 && xr ? x2 + r * x2_stride : nullptr;
+  // x + x2 rounded once (scaled_residual(x, x, 1, x2, 1)'s value), then the residual step with it.
+  auto xv = [&](int64_t h) { return x2r ? residual_step(xr[h], 1.0f, x2r[h], 1.0f) : xr[h]; };
   float ss = 0.0f;
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
     float v = res[h];
     if (xr) {
-      v = residual_step(v, ra, xr[h], xb);
+      v = residual_step(v, ra, xv(h), xb);
       if (write_residual) res[h] = v;
     }
     ss += v * v;
@@ -65,7 +69,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
   TO* o = out + i * out_stride;
   __nv_bfloat16* o2 = out2 ? out2 + i * out2_stride : nullptr;
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
-    const float v = (xr && !write_residual) ? residual_step(res[h], ra, xr[h], xb) : res[h];
+    const float v = (xr && !write_residual) ? residual_step(res[h], ra, xv(h), xb) : res[h];
     const float y = v * inv * weight[h];
     store(o + h, y);
     if (o2) store(o2 + h, y);  // the bf16 copy: cast_rows of the stored fp32 value
@@ -88,7 +92,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
                                                                      const int32_t* __restrict__ rows, int64_t H,
                                                                      bool write_residual, TO* out, int64_t out_stride,
                                                                      float ra, float xb, __nv_bfloat16* out2,
-                                                                     int64_t out2_stride) {
+                                                                     int64_t out2_stride, const float* __restrict__ x2,
+                                                                     int64_t x2_stride) {
   __shared__ float scratch[32];
   const int tid = threadIdx.x;
   const int64_t H4 = H / 4;
@@ -103,13 +108,19 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   const int64_t i = blockIdx.x, r = rows ? rows[i] : i;
   float4* res = reinterpret_cast<float4*>(residual + r * res_stride);
   const float4* xr = x ? reinterpret_cast<const float4*>(x + r * x_stride) : nullptr;
+  const float4* x2r = x2 && xr ? reinterpret_cast<const float4*>(x2 + r * x2_stride) : nullptr;
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
     if (q < H4) {
       v[j] = res[q];
       if (xr) {
-        const float4 a = xr[q];
+        float4 a = xr[q];
+        if (x2r) {  // x + x2 rounded once (scaled_residual(x, x, 1, x2, 1)'s value)
+          const float4 b = x2r[q];
+          a.x = residual_step(a.x, 1.0f, b.x, 1.0f), a.y = residual_step(a.y, 1.0f, b.y, 1.0f);
+          a.z = residual_step(a.z, 1.0f, b.z, 1.0f), a.w = residual_step(a.w, 1.0f, b.w, 1.0f);
+        }
         v[j].x = residual_step(v[j].x, ra, a.x, xb), v[j].y = residual_step(v[j].y, ra, a.y, xb);
         v[j].z = residual_step(v[j].z, ra, a.z, xb), v[j].w = residual_step(v[j].w, ra, a.w, xb);
       }
@@ -277,10 +288,10 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
                               cudaStream_t stream, float residual_scale, float x_scale, void* out_bf16,
-                              int64_t out_bf16_stride) {
+                              int64_t out_bf16_stride, const float* x_add, int64_t x_add_stride) {
   if (n < 0 || H < 1 || res_stride < H || out_stride < H || (x && x_stride < H) || n > 2147483647 ||
       (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight ||
-      (out_bf16 && (out_dtype != DType::F32 || out_bf16_stride < H)))
+      (out_bf16 && (out_dtype != DType::F32 || out_bf16_stride < H)) || (x_add && (!x || x_add_stride < H)))
     return cudaErrorInvalidValue;
   auto* o2 = static_cast<__nv_bfloat16*>(out_bf16);
   if (n == 0) return cudaSuccess;
@@ -289,32 +300,32 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
     return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 4 == 0;
   };
   if (H % 4 == 0 && H <= 4LL * kNormVecWide * kNormThreads && al16(residual, res_stride) && al16(weight, 0) &&
-      (!x || al16(x, x_stride))) {
+      (!x || al16(x, x_stride)) && (!x_add || al16(x_add, x_add_stride))) {
     const bool wide = H > 4LL * kNormVec * kNormThreads;
     if (out_dtype == DType::BF16) {
       auto* o = static_cast<__nv_bfloat16*>(out);
       return wide ? launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16, kNormVecWide>, grid, dim3(kNormThreads), 0, stream,
                                x, x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                               residual_scale, x_scale, o2, out_bf16_stride)
+                               residual_scale, x_scale, o2, out_bf16_stride, x_add, x_add_stride)
                   : launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16, kNormVec>, grid, dim3(kNormThreads), 0, stream, x,
                                x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                               residual_scale, x_scale, o2, out_bf16_stride);
+                               residual_scale, x_scale, o2, out_bf16_stride, x_add, x_add_stride);
     }
     auto* o = static_cast<float*>(out);
     return wide ? launch_pdl(pdl, norm_rows_vec_kernel<float, kNormVecWide>, grid, dim3(kNormThreads), 0, stream, x,
                              x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                             residual_scale, x_scale, o2, out_bf16_stride)
+                             residual_scale, x_scale, o2, out_bf16_stride, x_add, x_add_stride)
                 : launch_pdl(pdl, norm_rows_vec_kernel<float, kNormVec>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                              residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride, residual_scale,
-                             x_scale, o2, out_bf16_stride);
+                             x_scale, o2, out_bf16_stride, x_add, x_add_stride);
   }
   if (out_dtype == DType::BF16)
     return launch_pdl(pdl, norm_rows_kernel<__nv_bfloat16>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                       residual, res_stride, weight, eps, rows, H, write_residual, static_cast<__nv_bfloat16*>(out),
-                      out_stride, residual_scale, x_scale, o2, out_bf16_stride);
+                      out_stride, residual_scale, x_scale, o2, out_bf16_stride, x_add, x_add_stride);
   return launch_pdl(pdl, norm_rows_kernel<float>, grid, dim3(kNormThreads), 0, stream, x, x_stride, residual,
                     res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride, residual_scale,
-                    x_scale, o2, out_bf16_stride);
+                    x_scale, o2, out_bf16_stride, x_add, x_add_stride);
 }
 
 cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,

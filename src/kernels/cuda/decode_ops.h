@@ -27,12 +27,15 @@ namespace ssmserve::cuda {
 ///   device (the LM head's logits_indices) or nullptr; out: [n, H], row stride out_stride.
 /// write_residual must be false when `rows` is given. pdl: see pdl.cuh. out_bf16: optional [n, H] bf16 copy of an
 /// F32 out (row stride out_bf16_stride), each value the bf16 rounding of the stored fp32 one (cast_rows' store):
-/// one launch for a sublayer whose modules read both forms.
+/// one launch for a sublayer whose modules read both forms. x_add: optional [*, H] fp32 (row stride x_add_stride, x
+/// required) added to x first, rounded once (x + x_add, the value scaled_residual(x, x, 1, x_add, 1) would store): a
+/// MoE layer's shared-expert rows left to the next norm (CudaModule::take_pending_add).
 cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
                               cudaStream_t stream, float residual_scale = 1.0f, float x_scale = 1.0f,
-                              void* out_bf16 = nullptr, int64_t out_bf16_stride = 0);
+                              void* out_bf16 = nullptr, int64_t out_bf16_stride = 0, const float* x_add = nullptr,
+                              int64_t x_add_stride = 0);
 
 /// causal_conv1d_update (causal_conv1d.h) over `batch` decode rows (device_decode_rows.h: a plain row is one input
 /// and its window updated in place; a speculative verify row's tokens go one after another, token j reading column

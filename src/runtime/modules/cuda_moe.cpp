@@ -10,6 +10,7 @@
 // output is added by the routed experts' combine kernel (CudaModelOptions::moe_fused_shared_add), else by a kernel of
 // its own: the same arithmetic either way.
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 #include "device/cuda_check.h"
@@ -131,13 +132,16 @@ class CudaMoe final : public CudaModule {
                                 slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights())), st.stream, pdl,
                                 fused ? &add : nullptr));
     }
-    if (shared_ && !fused) {  // out += y (gated: times sigmoid(x . w_g))
+    if (shared_ && !fused) {  // out += y (gated: times sigmoid(x . w_g)); the plain add maybe by the next norm
       if (ctx_.branch) ctx_.branch->join(st.stream);
       if (shared_gate_.data())
         SSM_CUDA_CHECK(sigmoid_gated_add(out, H_, y, H_, normed, H_, shared_gate_.as<float>(), T, H_, st.stream, pdl));
+      else if (add_to_next_) pending_ = y;
       else SSM_CUDA_CHECK(scaled_residual(out, out, 1.0f, y, 1.0f, T * H_, st.stream, pdl));
     }
   }
+  void set_add_to_next(bool on) override { add_to_next_ = on; }
+  const float* take_pending_add() override { return std::exchange(pending_, nullptr); }
 
  private:
   MoeDevWeights weights() const {
@@ -160,6 +164,8 @@ class CudaMoe final : public CudaModule {
   /// The runner's shared scratch slot `i` (ScratchPool: one workspace for every MoE layer).
   Scratch& slot(int i) const { return (*ctx_.scratch)[i]; }
   std::unique_ptr<CudaModule> shared_;  ///< the shared expert (a GPU dense MLP), or null
+  bool add_to_next_ = false;       ///< the plain shared add may be left to the next norm (set_add_to_next)
+  const float* pending_ = nullptr; ///< this step's shared rows left to the next norm (take_pending_add)
 };
 
 }  // namespace
