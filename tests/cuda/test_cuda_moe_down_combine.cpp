@@ -39,7 +39,7 @@ TEST(CudaMoeDownCombine, EqualsDownGemvAndCombineBitForBit) {
   // outside quick mode, the expert shapes of Granite-4.0-H-Tiny, Qwen3.5-35B-A3B and Nemotron-3-Nano (K 1856: 22 KB
   // of act rows at top_k 6).
   std::vector<DownCombineCase> cases = {{"odd gated", 16, 328, 104, true}, {"odd relu^2", 16, 200, 360, false},
-                                        {"tiny K", 16, 40, 24, true}};
+                                        {"tiny K", 16, 40, 24, true}, {"47 KB of act rows at top_k 8", 8, 64, 3008, false}};
   if (!quick()) {
     cases.push_back({"granite-4.0-h-tiny", 16, 1536, 512, true});
     cases.push_back({"qwen3.5-35b-a3b", 16, 2048, 512, true});
@@ -151,6 +151,9 @@ TEST(CudaMoeDownCombine, FitsAndRejects) {
   EXPECT_TRUE(cuda::detail::moe_down_combine_fits(2, 8, 2048, 512, &gated));
   EXPECT_FALSE(cuda::detail::moe_down_combine_fits(1, 6, 1536, 512, &gated));  // gated add: top_k 8 only
   EXPECT_FALSE(cuda::detail::moe_down_combine_fits(1, 16, 2048, 2048, nullptr));  // 64 KB of act rows
+  // 47 KB of act rows fit beside the static arrays; 48 KB would not launch without an opt-in (the reviewer's probe).
+  EXPECT_TRUE(cuda::detail::moe_down_combine_fits(1, 8, 2048, 3008, nullptr));
+  EXPECT_FALSE(cuda::detail::moe_down_combine_fits(1, 8, 2048, 3072, nullptr));
   EXPECT_FALSE(cuda::detail::moe_down_combine_fits(0, 6, 1536, 512, nullptr));
   EXPECT_FALSE(cuda::detail::moe_down_combine_fits(1, 17, 1536, 512, nullptr));
   EXPECT_EQ(cuda::detail::moe_down_combine(nullptr, nullptr, nullptr, 1, 17, nullptr, 1536, 512, 1, nullptr, 1536, nullptr,

@@ -116,9 +116,13 @@ cudaError_t launch_down_combine(const DownCombineArgs& a, int64_t T, bool pdl, c
 
 namespace detail {
 
+/// The act rows' dynamic shared memory without an opt-in: 48 KB less the kernel's static arrays (y_s, ord_s, scratch:
+/// at most 448 bytes), rounded down to 47 KB.
+constexpr int64_t kMaxDynamicSmem = 47 * 1024;
+
 bool moe_down_combine_fits(int64_t T, int top_k, int64_t hidden, int64_t intermediate, const MoeSharedAdd* shared) {
   return T >= 1 && T <= 65535 && top_k >= 1 && top_k <= kMoeMaxTopK && hidden % 8 == 0 && intermediate % 8 == 0 &&
-         static_cast<int64_t>(top_k) * intermediate * 2 <= 48 * 1024 && (!shared || !shared->gate || top_k == 8);
+         static_cast<int64_t>(top_k) * intermediate * 2 <= kMaxDynamicSmem && (!shared || !shared->gate || top_k == 8);
 }
 
 cudaError_t moe_down_combine(const __nv_bfloat16* act, const int32_t* ids, const float* wts, int64_t T, int top_k,

@@ -31,8 +31,8 @@ cudaError_t moe_combine(const float* y, int64_t hidden, const int32_t* ids, cons
                         int64_t T, int top_k, float* out, int64_t os, const MoeSharedAdd* shared, cudaStream_t stream,
                         bool pdl);
 
-/// Whether moe_down_combine takes a step of T tokens: top_k <= 16 act rows of `intermediate` bf16 in 48 KB of shared
-/// memory, and a gated shared add only at top_k == 8 (the combine's 256-thread block, so its gate dot's bits).
+/// Whether moe_down_combine takes a step of T tokens: top_k <= 16 act rows of `intermediate` bf16 in 47 KB of shared
+/// memory (48 KB without an opt-in, less the kernel's static arrays), and a gated shared add only at top_k == 8 (the combine's 256-thread block, so its gate dot's bits).
 bool moe_down_combine_fits(int64_t T, int top_k, int64_t hidden, int64_t intermediate, const MoeSharedAdd* shared);
 
 /// sparse_moe's down GEMV and combine in one launch (KernelTuning::moe_down_combine; the unsorted per-pair rows of
