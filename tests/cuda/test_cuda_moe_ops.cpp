@@ -406,6 +406,7 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
         cuda::KernelTuning t = cuda::kernel_tuning();
         t.moe_pair_gemv = gemv, t.moe_pair_rows = sh.rows, t.moe_pair_warps = sh.warps;
         t.moe_pair_one_wave = sh.one_wave, t.moe_pair_preload = preload;
+        t.moe_down_combine = 0;  // the down GEMV's y rows in the workspace (test_cuda_moe_down_combine: the fused form)
         TuningScope scope(t);
         DeviceBuffer ws(wsb), out = poisoned(T * os);
         ws.fill_bytes(0x5a);

@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   const int64_t i = blockIdx.x, r = rows ? rows[i] : i;
   float4* res = reinterpret_cast<float4*>(residual + r * res_stride);
   const float4* xr = x ? reinterpret_cast<const float4*>(x + r * x_stride) : nullptr;
-  const float4* x2r = x2 && xr ? reinterpret_cast<const float4*>(x2 + r * x2_stride) : nullptr;
+  // x2 read with scalar loads: its alignment must not pick the kernel form (the forms sum the squares in other orders).
+  const float* x2r = x2 && xr ? x2 + r * x2_stride : nullptr;
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
       if (xr) {
         float4 a = xr[q];
         if (x2r) {  // x + x2 rounded once (scaled_residual(x, x, 1, x2, 1)'s value)
-          const float4 b = x2r[q];
+          const float4 b = make_float4(x2r[4 * q], x2r[4 * q + 1], x2r[4 * q + 2], x2r[4 * q + 3]);
           a.x = residual_step(a.x, 1.0f, b.x, 1.0f), a.y = residual_step(a.y, 1.0f, b.y, 1.0f);
           a.z = residual_step(a.z, 1.0f, b.z, 1.0f), a.w = residual_step(a.w, 1.0f, b.w, 1.0f);
         }
@@ -300,7 +301,7 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
     return reinterpret_cast<uintptr_t>(q) % 16 == 0 && stride % 4 == 0;
   };
   if (H % 4 == 0 && H <= 4LL * kNormVecWide * kNormThreads && al16(residual, res_stride) && al16(weight, 0) &&
-      (!x || al16(x, x_stride)) && (!x_add || al16(x_add, x_add_stride))) {
+      (!x || al16(x, x_stride))) {
     const bool wide = H > 4LL * kNormVec * kNormThreads;
     if (out_dtype == DType::BF16) {
       auto* o = static_cast<__nv_bfloat16*>(out);
