@@ -110,7 +110,7 @@ struct CudaModelOptions {
   /// A MoE layer's plain shared-expert add (Granite-4.0-H, Nemotron-H: not in the combine kernel, moe_fused_shared_add
   /// below 2) done by the next sublayer's residual norm, which adds the rows to the layer's output first (the bits of
   /// the add's own launch), instead of a launch of its own after the join; not after the last sublayer or before a
-  /// parallel one. Bit-identical (tested). +2.7% Granite-4.0-H-Tiny and +2.4% Nemotron-3-Nano batch-1 decode on an
+  /// parallel one. Bit-identical (tested). +2.6% Granite-4.0-H-Tiny and +2.4% Nemotron-3-Nano batch-1 decode on an
   /// H100 (docs/benchmarks.md, session 39). SSMSERVE_MOE_SHARED_ADD_IN_NORM=0 turns it off.
   bool moe_shared_add_in_norm = true;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
