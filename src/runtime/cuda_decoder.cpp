@@ -54,8 +54,8 @@ struct CudaSublayer {
   /// The first of a pair whose output goes to ScratchPool::kParallelOut instead of the runner's out: defer_residual,
   /// or its sibling on the branch (which writes out meanwhile).
   bool parallel_out = false;
-  /// This step's rows the module left to the next norm (CudaModule::take_pending_add), or null.
-  const float* pending_add = nullptr;
+  /// This step's rows the module left to the next norm (CudaModule::take_pending_add), or none.
+  NormAddend pending_add;
 };
 
 class CudaDecoderLM final : public DecoderShape<CudaCausalLM> {
@@ -294,7 +294,7 @@ void CudaDecoderLM::load(WeightSource& src) {
   for (size_t i = 0; i + 1 < subs_.size(); ++i) {
     CudaSublayer& a = subs_[i];
     const bool to_norm = a.out_pending() && !a.parallel_out && !a.defer_residual && !a.on_branch && !subs_[i + 1].spec.parallel;
-    a.module->set_add_to_next(ctx_.opt.moe_shared_add_in_norm && to_norm);
+    a.module->set_add_to_next(ctx_.opt.moe_shared_add_in_norm > 0 && to_norm);
   }
 }
 
@@ -391,13 +391,13 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
                                                       : nullptr;
   const float ra = prev && before->residual_to_next ? before->spec.alpha : 1.0f;
   const float xb = prev && before->residual_to_next ? before->spec.beta : 1.0f;
-  const float* prev_add = prev ? before->pending_add : nullptr;  // rows the previous module left to this norm
+  const NormAddend prev_add = prev ? before->pending_add : NormAddend{};  // rows the previous module left to this norm
   const bool f32_in = S.module->input() == ModuleInput::F32;
   void* normed_c = normed_c_.get(T * H * dtype_size(wd));
   float* normed_f = normed_f_.f32(T * H);
   bool copy_c = false;  // the module reads normed_c too (CudaStep::x_copy)
   if (S.spec.parallel) {
-    SSM_CHECK(!prev_add, "{}: sublayer {} left rows to a parallel sublayer's norm", spec_.label, i - 1);
+    SSM_CHECK(!prev_add.rows, "{}: sublayer {} left rows to a parallel sublayer's norm", spec_.label, i - 1);
     if (prev) SSM_CUDA_CHECK(scaled_residual(hidden, hidden, ra, prev, xb, T * H, s, opt.pdl));
   } else {
     // The fp32 form when this module or a parallel one after it reads fp32, or the residual rule needs it.
@@ -409,12 +409,12 @@ void CudaDecoderLM::sublayer(size_t i, const ForwardBatch& batch, const StepMeta
     const bool need_c = !f32_in || (next && !next_f32) || copy_c;
     if (!need_f32) {
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_c,
-                                       wd, H, opt.pdl, s, ra, xb, nullptr, 0, prev_add, H));
+                                       wd, H, opt.pdl, s, ra, xb, nullptr, 0, prev_add));
     } else {
       // The bf16 copy in the same launch (fuse_casts) or by a cast after it: the same bits.
       const bool dual = need_c && opt.fuse_casts && wd == DType::BF16;
       SSM_CUDA_CHECK(add_rms_norm_rows(prev, H, hidden, H, S.norm.as<float>(), spec_.norm_eps, nullptr, T, H, true, normed_f,
-                                       DType::F32, H, opt.pdl, s, ra, xb, dual ? normed_c : nullptr, H, prev_add, H));
+                                       DType::F32, H, opt.pdl, s, ra, xb, dual ? normed_c : nullptr, H, prev_add));
       if (need_c && !dual) SSM_CUDA_CHECK(cast_rows(normed_f, H, T, H, normed_c, wd, H, s, opt.pdl));
     }
   }

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cuda/decode_ops.h"
 #include "model/decoder/module.h"
 #include "runtime/cuda_options.h"
 #include "runtime/layer_profile.h"
@@ -106,11 +107,12 @@ class CudaModule {
   /// then writes that copy in the same launch when it can (CudaStep::x_copy), instead of a cast inside the module.
   virtual bool wants_input_copy() const { return false; }
   /// The runner lets the module leave rows of its output to the next sublayer's residual norm (set where that norm adds
-  /// this output: CudaModelOptions::moe_shared_add_in_norm): a MoE layer's plain shared-expert add, one launch fewer.
+  /// this output and CudaModelOptions::moe_shared_add_in_norm is on): a MoE layer's shared-expert add, one launch
+  /// fewer.
   virtual void set_add_to_next(bool on) { (void)on; }
-  /// After forward: the rows [T, hidden] fp32 (row stride hidden) forward left to the next norm, which adds them to
-  /// its output first (add_rms_norm_rows' x_add: the bits of the add), or null; cleared by the call.
-  virtual const float* take_pending_add() { return nullptr; }
+  /// After forward: the rows forward left to the next norm, which adds them to this output first (add_rms_norm_rows'
+  /// NormAddend: the bits of the add's own launch), or none (rows null); cleared by the call.
+  virtual NormAddend take_pending_add() { return {}; }
   /// Sizes the scratch slots (and own workspaces) forward uses for T tokens and this step's plans (before the step,
   /// outside any capture: a captured step must not allocate).
   virtual void reserve(int64_t T, const StepPlans* plans) = 0;

@@ -37,6 +37,12 @@ __global__ void l2_prefetch_kernel(const char* base, size_t bytes, int mode) {
   }
 }
 
+/// x with a NormAddend row value y: fma(s, y, x) (gated: sigmoid_gated_add's expression) or x + y rounded once
+/// (residual_step(x, 1, y, 1): scaled_residual(x, x, 1, y, 1)'s).
+__device__ __forceinline__ float addend_step(float x, float y, bool gated, float s) {
+  return gated ? __fmaf_rn(s, y, x) : residual_step(x, 1.0f, y, 1.0f);
+}
+
 template <class TO>
 __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __restrict__ x, int64_t x_stride,
                                                                  float* residual, int64_t res_stride,
@@ -44,17 +50,17 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
                                                                  const int32_t* __restrict__ rows, int64_t H,
                                                                  bool write_residual, TO* out, int64_t out_stride,
                                                                  float ra, float xb, __nv_bfloat16* out2,
-                                                                 int64_t out2_stride, const float* __restrict__ x2,
-                                                                 int64_t x2_stride) {
+                                                                 int64_t out2_stride, NormAddend add) {
   __shared__ float scratch[32];
   pdl_wait();
   pdl_launch_dependents();
   const int64_t i = blockIdx.x, r = rows ? rows[i] : i;
   float* res = residual + r * res_stride;
   const float* xr = x ? x + r * x_stride : nullptr;
-  const float* x2r = x2 && xr ? x2 + r * x2_stride : nullptr;
-  // x + x2 rounded once (scaled_residual(x, x, 1, x2, 1)'s value), then the residual step with it.
-  auto xv = [&](int64_t h) { return x2r ? residual_step(xr[h], 1.0f, x2r[h], 1.0f) : xr[h]; };
+  const float* x2r = add.rows && xr ? add.rows + r * add.stride : nullptr;
+  const float gs = x2r && add.gate ? block_sigmoid_dot(add.gate_x + r * add.gate_x_stride, add.gate, H, scratch) : 0.0f;
+  // x with the addend (NormAddend: x + rows rounded once, or fma(s, rows, x)), then the residual step with it.
+  auto xv = [&](int64_t h) { return x2r ? addend_step(xr[h], x2r[h], add.gate != nullptr, gs) : xr[h]; };
   float ss = 0.0f;
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
     float v = res[h];
@@ -92,8 +98,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
                                                                      const int32_t* __restrict__ rows, int64_t H,
                                                                      bool write_residual, TO* out, int64_t out_stride,
                                                                      float ra, float xb, __nv_bfloat16* out2,
-                                                                     int64_t out2_stride, const float* __restrict__ x2,
-                                                                     int64_t x2_stride) {
+                                                                     int64_t out2_stride, NormAddend add) {
   __shared__ float scratch[32];
   const int tid = threadIdx.x;
   const int64_t H4 = H / 4;
@@ -108,8 +113,11 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   const int64_t i = blockIdx.x, r = rows ? rows[i] : i;
   float4* res = reinterpret_cast<float4*>(residual + r * res_stride);
   const float4* xr = x ? reinterpret_cast<const float4*>(x + r * x_stride) : nullptr;
-  // x2 read with scalar loads: its alignment must not pick the kernel form (the forms sum the squares in other orders).
-  const float* x2r = x2 && xr ? x2 + r * x2_stride : nullptr;
+  // The addend's rows read with scalar loads: their alignment must not pick the kernel form (the forms sum the squares
+  // in other orders).
+  const float* x2r = add.rows && xr ? add.rows + r * add.stride : nullptr;
+  const bool gated = add.gate != nullptr;
+  const float gs = x2r && gated ? block_sigmoid_dot(add.gate_x + r * add.gate_x_stride, add.gate, H, scratch) : 0.0f;
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
@@ -117,10 +125,9 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
       v[j] = res[q];
       if (xr) {
         float4 a = xr[q];
-        if (x2r) {  // x + x2 rounded once (scaled_residual(x, x, 1, x2, 1)'s value)
-          const float4 b = make_float4(x2r[4 * q], x2r[4 * q + 1], x2r[4 * q + 2], x2r[4 * q + 3]);
-          a.x = residual_step(a.x, 1.0f, b.x, 1.0f), a.y = residual_step(a.y, 1.0f, b.y, 1.0f);
-          a.z = residual_step(a.z, 1.0f, b.z, 1.0f), a.w = residual_step(a.w, 1.0f, b.w, 1.0f);
+        if (x2r) {  // the addend (NormAddend)
+          a.x = addend_step(a.x, x2r[4 * q], gated, gs), a.y = addend_step(a.y, x2r[4 * q + 1], gated, gs);
+          a.z = addend_step(a.z, x2r[4 * q + 2], gated, gs), a.w = addend_step(a.w, x2r[4 * q + 3], gated, gs);
         }
         v[j].x = residual_step(v[j].x, ra, a.x, xb), v[j].y = residual_step(v[j].y, ra, a.y, xb);
         v[j].z = residual_step(v[j].z, ra, a.z, xb), v[j].w = residual_step(v[j].w, ra, a.w, xb);
@@ -289,10 +296,10 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
                               cudaStream_t stream, float residual_scale, float x_scale, void* out_bf16,
-                              int64_t out_bf16_stride, const float* x_add, int64_t x_add_stride) {
+                              int64_t out_bf16_stride, const NormAddend& add) {
   if (n < 0 || H < 1 || res_stride < H || out_stride < H || (x && x_stride < H) || n > 2147483647 ||
       (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight ||
-      (out_bf16 && (out_dtype != DType::F32 || out_bf16_stride < H)) || (x_add && (!x || x_add_stride < H)))
+      (out_bf16 && (out_dtype != DType::F32 || out_bf16_stride < H)) || (add.rows && (!x || add.stride < H || (add.gate && (!add.gate_x || add.gate_x_stride < H)))))
     return cudaErrorInvalidValue;
   auto* o2 = static_cast<__nv_bfloat16*>(out_bf16);
   if (n == 0) return cudaSuccess;
@@ -307,26 +314,26 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
       auto* o = static_cast<__nv_bfloat16*>(out);
       return wide ? launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16, kNormVecWide>, grid, dim3(kNormThreads), 0, stream,
                                x, x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                               residual_scale, x_scale, o2, out_bf16_stride, x_add, x_add_stride)
+                               residual_scale, x_scale, o2, out_bf16_stride, add)
                   : launch_pdl(pdl, norm_rows_vec_kernel<__nv_bfloat16, kNormVec>, grid, dim3(kNormThreads), 0, stream, x,
                                x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                               residual_scale, x_scale, o2, out_bf16_stride, x_add, x_add_stride);
+                               residual_scale, x_scale, o2, out_bf16_stride, add);
     }
     auto* o = static_cast<float*>(out);
     return wide ? launch_pdl(pdl, norm_rows_vec_kernel<float, kNormVecWide>, grid, dim3(kNormThreads), 0, stream, x,
                              x_stride, residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride,
-                             residual_scale, x_scale, o2, out_bf16_stride, x_add, x_add_stride)
+                             residual_scale, x_scale, o2, out_bf16_stride, add)
                 : launch_pdl(pdl, norm_rows_vec_kernel<float, kNormVec>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                              residual, res_stride, weight, eps, rows, H, write_residual, o, out_stride, residual_scale,
-                             x_scale, o2, out_bf16_stride, x_add, x_add_stride);
+                             x_scale, o2, out_bf16_stride, add);
   }
   if (out_dtype == DType::BF16)
     return launch_pdl(pdl, norm_rows_kernel<__nv_bfloat16>, grid, dim3(kNormThreads), 0, stream, x, x_stride,
                       residual, res_stride, weight, eps, rows, H, write_residual, static_cast<__nv_bfloat16*>(out),
-                      out_stride, residual_scale, x_scale, o2, out_bf16_stride, x_add, x_add_stride);
+                      out_stride, residual_scale, x_scale, o2, out_bf16_stride, add);
   return launch_pdl(pdl, norm_rows_kernel<float>, grid, dim3(kNormThreads), 0, stream, x, x_stride, residual,
                     res_stride, weight, eps, rows, H, write_residual, static_cast<float*>(out), out_stride, residual_scale,
-                    x_scale, o2, out_bf16_stride, x_add, x_add_stride);
+                    x_scale, o2, out_bf16_stride, add);
 }
 
 cudaError_t conv1d_update_dual(const float* x, int64_t x_stride, float* out, int64_t out_stride, void* out_bf16,

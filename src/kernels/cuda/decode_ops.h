@@ -16,6 +16,19 @@
 
 namespace ssmserve::cuda {
 
+/// Rows add_rms_norm_rows adds to its x before the residual step: a MoE layer's shared-expert rows left to the next
+/// norm (CudaModule::take_pending_add), each value the one the add's own launch would have stored:
+///   x + rows, rounded once (scaled_residual(x, x, 1, rows, 1)), or with `gate`
+///   fma(s, rows, x), s = sigmoid(gate_x[r] . gate) (sigmoid_gated_add: block_sigmoid_dot over 256 threads).
+/// rows, gate_x: [*, H] fp32 (row strides stride, gate_x_stride), read at the norm's source row r; gate: [H] fp32.
+struct NormAddend {
+  const float* rows = nullptr;  ///< null: nothing added
+  int64_t stride = 0;
+  const float* gate = nullptr;
+  const float* gate_x = nullptr;
+  int64_t gate_x_stride = 0;
+};
+
 /// Residual add + RMSNorm with a fixed reduction shape (256 threads per row, whatever the number of rows; rows of
 /// H % 4 == 0, H <= 8192 with 16-byte aligned rows load as float4 slots, all at once), per
 /// output row i with source row r = rows ? rows[i] : i:
@@ -27,15 +40,12 @@ namespace ssmserve::cuda {
 ///   device (the LM head's logits_indices) or nullptr; out: [n, H], row stride out_stride.
 /// write_residual must be false when `rows` is given. pdl: see pdl.cuh. out_bf16: optional [n, H] bf16 copy of an
 /// F32 out (row stride out_bf16_stride), each value the bf16 rounding of the stored fp32 one (cast_rows' store):
-/// one launch for a sublayer whose modules read both forms. x_add: optional [*, H] fp32 (row stride x_add_stride, x
-/// required) added to x first, rounded once (x + x_add, the value scaled_residual(x, x, 1, x_add, 1) would store): a
-/// MoE layer's shared-expert rows left to the next norm (CudaModule::take_pending_add).
+/// one launch for a sublayer whose modules read both forms. add: rows added to x first (NormAddend; x required).
 cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual, int64_t res_stride,
                               const float* weight, float eps, const int32_t* rows, int64_t n, int64_t H,
                               bool write_residual, void* out, DType out_dtype, int64_t out_stride, bool pdl,
                               cudaStream_t stream, float residual_scale = 1.0f, float x_scale = 1.0f,
-                              void* out_bf16 = nullptr, int64_t out_bf16_stride = 0, const float* x_add = nullptr,
-                              int64_t x_add_stride = 0);
+                              void* out_bf16 = nullptr, int64_t out_bf16_stride = 0, const NormAddend& add = {});
 
 /// causal_conv1d_update (causal_conv1d.h) over `batch` decode rows (device_decode_rows.h: a plain row is one input
 /// and its window updated in place; a speculative verify row's tokens go one after another, token j reading column

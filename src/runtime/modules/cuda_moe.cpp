@@ -119,8 +119,14 @@ class CudaMoe final : public CudaModule {
     // and steps on the per-token combine (moe_combine_per_token) only: each of the column-slice combine's blocks
     // recomputes the gate's dot over the whole row, which a one-token step does not notice but a prefill chunk would
     // pay ceil(hidden / 256) times over; the per-token combine computes it once per token.
-    const bool fused = shared_ && (T <= kFusedAddMaxTokens || moe_combine_per_token(T)) &&
-                       ctx_.opt.moe_fused_shared_add >= (shared_gate_.data() ? 1 : 2);
+    const bool gated = shared_gate_.data() != nullptr;
+    bool fused = shared_ && (T <= kFusedAddMaxTokens || moe_combine_per_token(T)) &&
+                 ctx_.opt.moe_fused_shared_add >= (gated ? 1 : 2);
+    // Left to the next norm (moe_shared_add_in_norm, where the runner allows it): plain adds the combine does not take
+    // at 1, gated ones too at 2 (ahead of the combine's).
+    const int in_norm_level = ctx_.opt.moe_shared_add_in_norm;
+    const bool in_norm = shared_ && add_to_next_ && (gated ? in_norm_level >= 2 : in_norm_level >= 1 && !fused);
+    if (in_norm) fused = false;
     MoeSharedAdd add;
     if (fused) {
       add.y = y, add.y_stride = H_, add.gate = shared_gate_.data() ? shared_gate_.as<float>() : nullptr;
@@ -132,16 +138,17 @@ class CudaMoe final : public CudaModule {
                                 slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights())), st.stream, pdl,
                                 fused ? &add : nullptr));
     }
-    if (shared_ && !fused) {  // out += y (gated: times sigmoid(x . w_g)); the plain add maybe by the next norm
+    if (shared_ && !fused) {  // out += y (gated: times sigmoid(x . w_g)), here or by the next norm
       if (ctx_.branch) ctx_.branch->join(st.stream);
-      if (shared_gate_.data())
+      if (in_norm)  // normed (the gate's x) and y stay untouched until that norm, the next kernel after the join
+        pending_ = {y, H_, gated ? shared_gate_.as<float>() : nullptr, gated ? normed : nullptr, H_};
+      else if (gated)
         SSM_CUDA_CHECK(sigmoid_gated_add(out, H_, y, H_, normed, H_, shared_gate_.as<float>(), T, H_, st.stream, pdl));
-      else if (add_to_next_) pending_ = y;
       else SSM_CUDA_CHECK(scaled_residual(out, out, 1.0f, y, 1.0f, T * H_, st.stream, pdl));
     }
   }
   void set_add_to_next(bool on) override { add_to_next_ = on; }
-  const float* take_pending_add() override { return std::exchange(pending_, nullptr); }
+  NormAddend take_pending_add() override { return std::exchange(pending_, NormAddend{}); }
 
  private:
   MoeDevWeights weights() const {
@@ -165,7 +172,7 @@ class CudaMoe final : public CudaModule {
   Scratch& slot(int i) const { return (*ctx_.scratch)[i]; }
   std::unique_ptr<CudaModule> shared_;  ///< the shared expert (a GPU dense MLP), or null
   bool add_to_next_ = false;       ///< the plain shared add may be left to the next norm (set_add_to_next)
-  const float* pending_ = nullptr; ///< this step's shared rows left to the next norm (take_pending_add)
+  NormAddend pending_;             ///< this step's shared rows left to the next norm (take_pending_add)
 };
 
 }  // namespace
