@@ -18,11 +18,9 @@
 #include "core/error.h"
 #include "cuda_test_util.h"
 #include "device/cuda_check.h"
-#include "kernels/cuda/head_rms_norm.h"
 #include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cpu/paged_attention.h"
-#include "kernels/cpu/rope.h"
 
 namespace ssmserve {
 namespace {

@@ -3,7 +3,6 @@
 // per run. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -11,7 +10,6 @@
 #include "device/cuda_check.h"
 #include "kernels/cuda/head_rms_norm.h"
 #include "kernels/cuda/paged_attention.h"
-#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rope.h"
 
 namespace ssmserve {

@@ -21,6 +21,8 @@ namespace ssmserve::cuda {
 ///   x + rows, rounded once (scaled_residual(x, x, 1, rows, 1)), or with `gate`
 ///   fma(s, rows, x), s = sigmoid(gate_x[r] . gate) (sigmoid_gated_add: block_sigmoid_dot over 256 threads).
 /// rows, gate_x: [*, H] fp32 (row strides stride, gate_x_stride), read at the norm's source row r; gate: [H] fp32.
+/// gate_x may be the norm's own output buffer only without `rows` (each block reads its gate_x row before it writes
+/// that row; with `rows` another block could write it meanwhile).
 struct NormAddend {
   const float* rows = nullptr;  ///< null: nothing added
   int64_t stride = 0;

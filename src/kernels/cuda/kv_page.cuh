@@ -1,5 +1,5 @@
-// Owns the device side of the paged KV cache's page layout (cache/kv_cache.h KvCacheView): a page holds a layer's K
-// rows [block_size, num_kv_heads, head_dim] fp32, then its V rows.
+// Owns a device helper of the paged KV cache's page layout (cache/kv_cache.h KvCacheView): within a page, a softmax
+// layer's K rows [block_size, num_kv_heads, head_dim] fp32 (at layer_offset_bytes), then its V rows.
 #pragma once
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // Owns the attention projections' per-token kernels on the GPU (see paged_attention.h): RoPE, the KV-cache writes
-// (reshape_and_cache) and the fused q / k norm + RoPE + cache write of decode rows.
+// (reshape_and_cache) and the fused q / k norm + RoPE + cache write (qk_norm_rope_cache, every step).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kv_page.cuh"
 #include "kernels/cuda/paged_attention.h"

@@ -7,8 +7,8 @@
 // router near a tie picks the CPU's experts in the layers after). With the runner's second branch (CudaBranch) the
 // shared expert runs on it, forked after the router GEMM and joined before its output is added, while the routed
 // experts run on the main stream: the same kernels on the same inputs, so the same bits as one stream. The shared
-// output is added by the routed experts' combine kernel (CudaModelOptions::moe_fused_shared_add), else by a kernel of
-// its own: the same arithmetic either way.
+// output is added by the next sublayer's residual norm (CudaModelOptions::moe_shared_add_in_norm: NormAddend), by the
+// routed experts' combine kernel (moe_fused_shared_add), or by a kernel of its own: the same arithmetic each way.
 #include <cstring>
 #include <utility>
 
@@ -171,7 +171,7 @@ class CudaMoe final : public CudaModule {
   /// The runner's shared scratch slot `i` (ScratchPool: one workspace for every MoE layer).
   Scratch& slot(int i) const { return (*ctx_.scratch)[i]; }
   std::unique_ptr<CudaModule> shared_;  ///< the shared expert (a GPU dense MLP), or null
-  bool add_to_next_ = false;       ///< the plain shared add may be left to the next norm (set_add_to_next)
+  bool add_to_next_ = false;       ///< the shared add may be left to the next norm (set_add_to_next)
   NormAddend pending_;             ///< this step's shared rows left to the next norm (take_pending_add)
 };
 
