@@ -299,7 +299,8 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
                               int64_t out_bf16_stride, const NormAddend& add) {
   if (n < 0 || H < 1 || res_stride < H || out_stride < H || (x && x_stride < H) || n > 2147483647 ||
       (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight ||
-      (out_bf16 && (out_dtype != DType::F32 || out_bf16_stride < H)) || (add.rows && (!x || add.stride < H || (add.gate && (!add.gate_x || add.gate_x_stride < H)))))
+      (out_bf16 && (out_dtype != DType::F32 || out_bf16_stride < H)) ||
+      (add.rows && (!x || add.stride < H || (add.gate && (!add.gate_x || add.gate_x_stride < H)))))
     return cudaErrorInvalidValue;
   auto* o2 = static_cast<__nv_bfloat16*>(out_bf16);
   if (n == 0) return cudaSuccess;

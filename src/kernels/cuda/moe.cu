@@ -424,7 +424,7 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
       if (!rows && kernel_tuning().moe_down_combine >= (shared ? 2 : 1) &&
           moe_down_combine_fits(T, k, w.hidden, w.intermediate, shared ? &add : nullptr)) {
         if (shared && shared->ready && (e = cudaStreamWaitEvent(stream, shared->ready, 0)) != cudaSuccess) return e;
-        int rows_per_warp = 1, warps = 4;
+        int rows_per_warp = 1, warps = 4;  // the down GEMV's rows per warp; the fused block has top_k warps
         pair_gemv_shape(P, w.hidden, rows_per_warp, warps);
         e = moe_down_combine(act, ids, wts, T, k, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, rows_per_warp,
                              out, out_stride, shared ? &add : nullptr, kernel_tuning().moe_pair_preload, stream, pdl);

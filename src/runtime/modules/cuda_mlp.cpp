@@ -80,7 +80,6 @@ class CudaMlp final : public CudaModule {
                      nullptr, 0, &ex);
     } else {
       ctx_.gemm_run(normed_c, T, H_, gate_up_, gu, GW);
-      ctx_.gemm->set_pdl(plain_first.was);
       SSM_CUDA_CHECK(mlp_activation(gu, GW, T, I_, gated_, act, wd, I_, st.stream, ctx_.opt.pdl, interleaved_));
     }
     ctx_.gemm->set_pdl(plain_first.was);
