@@ -126,18 +126,11 @@ TEST(CudaDecodeBench, DISABLED_RooflinesAndGemms) {
   }
 }
 
-/// Batch-1 (M = 1) skinny GEMMs at the hybrids' decode shapes (Qwen3.5-9B, Falcon-H1-7B, Qwen3.6-27B projections and
-/// LM heads): the default launch against split / unroll variants, each timed back to back with PDL (the next
-/// launch's weight preload overlaps the previous one, as after a PDL-triggering kernel in a graph) and without
-/// (every launch's ramp-up and tail exposed). Weight copies rotate through >= 256 MB so they come from HBM.
-TEST(CudaDecodeBench, DISABLED_HybridDecodeGemms) {
-  REQUIRE_GPU();
-  const std::vector<Shape> shapes = {
-      {"q9.gdn_in", 12352, 4096},   {"q9.o_proj", 4096, 4096},    {"q9.gate_up", 24576, 4096},
-      {"q9.down", 4096, 12288},     {"q9.attn_qkvg", 10240, 4096}, {"q9.lm_head", 248320, 4096},
-      {"f7.gate_up", 24576, 3072},  {"f7.down", 3072, 12288},     {"f7.attn_o", 3072, 1536},
-      {"f7.lm_head", 130049, 3072}, {"q27.gate_up", 34816, 5120}, {"q27.down", 5120, 17408},
-      {"m28.lm_head", 50280, 2560}, {"m28.out_proj", 2560, 5120}, {"n9.down", 4480, 15680}};
+/// Batch-1 (M = 1) skinny GEMMs at the given weight shapes (N x K): the default launch against split / unroll
+/// variants, each timed back to back with PDL (the next launch's weight preload overlaps the previous one, as after
+/// a PDL-triggering kernel in a graph) and without (every launch's ramp-up and tail exposed). Weight copies rotate
+/// through >= 256 MB so they come from HBM.
+void sweep_decode_gemms(const std::vector<Shape>& shapes) {
   // "default" is skinny_default_tuning with its shape rules, "rules0" without them (SSMSERVE_SKINNY_RULES=0).
   std::vector<std::pair<std::string, std::optional<cuda::SkinnyTuning>>> variants = {{"default", std::nullopt},
                                                                                     {"rules0", std::nullopt}};
@@ -182,6 +175,25 @@ TEST(CudaDecodeBench, DISABLED_HybridDecodeGemms) {
                   ms[1] * 1e3, wbytes / (ms[1] * 1e-3) / 1e12, ms[0] * 1e3, wbytes / (ms[0] * 1e-3) / 1e12);
     }
   }
+}
+
+TEST(CudaDecodeBench, DISABLED_HybridDecodeGemms) {
+  REQUIRE_GPU();
+  sweep_decode_gemms({{"q9.gdn_in", 12352, 4096},   {"q9.o_proj", 4096, 4096},    {"q9.gate_up", 24576, 4096},
+                      {"q9.down", 4096, 12288},     {"q9.attn_qkvg", 10240, 4096}, {"q9.lm_head", 248320, 4096},
+                      {"f7.gate_up", 24576, 3072},  {"f7.down", 3072, 12288},     {"f7.attn_o", 3072, 1536},
+                      {"f7.lm_head", 130049, 3072}, {"q27.gate_up", 34816, 5120}, {"q27.down", 5120, 17408},
+                      {"m28.lm_head", 50280, 2560}, {"m28.out_proj", 2560, 5120}, {"n9.down", 4480, 15680}});
+}
+
+/// The same sweep at the dense projections of the MoE hybrids (Granite-4.0-H-Tiny, Nemotron-3-Nano-30B-A3B,
+/// Qwen3.5-35B-A3B): 3-20 MB weights, where a launch's ramp-up and tail weigh most.
+TEST(CudaDecodeBench, DISABLED_MoeModelDecodeGemms) {
+  REQUIRE_GPU();
+  sweep_decode_gemms({{"gt.in_proj", 6448, 1536},     {"gt.out_proj", 1536, 3072},  {"gt.sh_gate_up", 2048, 1536},
+                      {"gt.sh_down", 1536, 1024},     {"n3.in_proj", 10304, 2688},  {"n3.out_proj", 2688, 4096},
+                      {"n3.sh_up", 3712, 2688},       {"n3.sh_down", 2688, 3712},   {"q35.gdn_in", 12352, 2048},
+                      {"q35.gdn_out", 2048, 4096},    {"q35.sh_gate_up", 1024, 2048}, {"q35.sh_down", 2048, 512}});
 }
 
 /// The mamba-2.8b decode layer stack (64 layers, random bf16 weights, fp32 states) as the runner enqueues it,
