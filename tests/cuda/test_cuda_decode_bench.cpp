@@ -126,29 +126,46 @@ TEST(CudaDecodeBench, DISABLED_RooflinesAndGemms) {
   }
 }
 
-/// Batch-1 (M = 1) skinny GEMMs at the given weight shapes (N x K): the default launch against split / unroll
-/// variants, each timed back to back with PDL (the next launch's weight preload overlaps the previous one, as after
-/// a PDL-triggering kernel in a graph) and without (every launch's ramp-up and tail exposed). Weight copies rotate
-/// through >= 256 MB so they come from HBM.
+/// Mean microseconds per launch of `launch` (called `n` times, each one launch on `s`), captured into one CUDA graph
+/// and replayed (the decode step's form: no host launch cost in the time, PDL edges where the launches ask for them).
+template <class F>
+double graph_us_per_launch(F&& launch, int n, cudaStream_t s) {
+  launch();  // sizes any workspace outside the capture
+  SSM_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  SSM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n; ++i) launch();
+  SSM_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  SSM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  const double ms = time_ms([&] { SSM_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 10, s);
+  SSM_CUDA_CHECK(cudaGraphExecDestroy(ge));
+  SSM_CUDA_CHECK(cudaGraphDestroy(g));
+  return ms * 1e3 / n;
+}
+
+/// Batch-1 (M = 1) skinny GEMMs at the given weight shapes (N x K): the default launch against split / unroll /
+/// block-reduction variants, 40 launches captured in a CUDA graph with PDL (the next launch's weight preload overlaps
+/// the previous one, as in a decode graph) and without (every launch's ramp-up and tail exposed). Weight copies
+/// rotate through >= 256 MB so they come from HBM. Variant names: u<unroll>[p]<split shift>/<splits per block>.
 void sweep_decode_gemms(const std::vector<Shape>& shapes) {
   // "default" is skinny_default_tuning with its shape rules, "rules0" without them (SSMSERVE_SKINNY_RULES=0).
   std::vector<std::pair<std::string, std::optional<cuda::SkinnyTuning>>> variants = {{"default", std::nullopt},
                                                                                     {"rules0", std::nullopt}};
-  for (int shift : {-1, 0, 1, 2})
-    for (int u : {2, 4, 8}) {
-      const cuda::SkinnyTuning t{u, u == 2, false, shift, 4};
-      char name[32];
-      std::snprintf(name, sizeof(name), "u%d%s%+d/4", u, u == 2 ? "p" : "", shift);
-      variants.emplace_back(name, t);
-    }
-  variants.emplace_back("u4+0/8", cuda::SkinnyTuning{4, false, false, 0, 8});
-  variants.emplace_back("u4+1/8", cuda::SkinnyTuning{4, false, false, 1, 8});
-  variants.emplace_back("u4+1/16", cuda::SkinnyTuning{4, false, false, 1, 16});
+  for (int shift : {-2, -1, 0, 1, 2})
+    for (int cta : {4, 16})
+      for (int u : {2, 4, 8}) {
+        const cuda::SkinnyTuning t{u, u == 2, false, shift, cta};
+        char name[32];
+        std::snprintf(name, sizeof(name), "u%d%s%+d/%d", u, u == 2 ? "p" : "", shift, cta);
+        variants.emplace_back(name, t);
+      }
   cuda::Stream stream;
   std::mt19937 rng(3);
+  constexpr int kLaunches = 40;
   for (const auto& sh : shapes) {
     const size_t wbytes = static_cast<size_t>(sh.N * sh.K * 2);
-    const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / wbytes + 1, 2, 64));
+    const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / wbytes + 1, 2, 96));
     DeviceBuffer x = to_device(to_bf16_bits(rand_vec(rng, sh.K))), y(sh.N * 4);
     const auto wb = to_bf16_bits(rand_vec(rng, sh.N * sh.K, -0.05f, 0.05f));
     std::vector<DeviceBuffer> w;
@@ -161,18 +178,20 @@ void sweep_decode_gemms(const std::vector<Shape>& shapes) {
       cuda::KernelTuning kt = saved;
       kt.skinny_rules = name != "rules0";
       cuda::set_kernel_tuning(kt);
-      double ms[2];
+      double us[2];
       for (int pdl = 0; pdl < 2; ++pdl)
-        ms[pdl] = time_ms([&] {
+        us[pdl] = graph_us_per_launch([&] {
           next = (next + 1) % copies;
           SSM_CUDA_CHECK(skinny({1, sh.N, sh.K, x.data(), sh.K, w[next].data(), sh.K, DType::BF16, y.data(), sh.N, DType::F32},
                                 nullptr, 0, pdl != 0, stream.get(), ex));
-        }, 40, stream.get());
-      const int splits = cuda::skinny_gemm_splits(sh.N, sh.K, tu ? tu->split_shift : cuda::skinny_default_tuning(1, sh.N, sh.K).split_shift);
+        }, kLaunches, stream.get());
+      const cuda::SkinnyTuning used = tu ? *tu : cuda::skinny_default_tuning(1, sh.N, sh.K);
+      const int splits = cuda::skinny_gemm_splits(sh.N, sh.K, used.split_shift);
       cuda::set_kernel_tuning(saved);
-      std::printf("hgemm %-12s %6ld x %5ld %5.1f MB %-8s splits %2d  pdl %7.2f us %5.2f TB/s  plain %7.2f us %5.2f TB/s\n",
+      std::printf("hgemm %-14s %6ld x %5ld %5.1f MB %-8s splits %2d/%-2d pdl %7.2f us %5.2f TB/s  plain %7.2f us %5.2f TB/s\n",
                   sh.name.c_str(), static_cast<long>(sh.N), static_cast<long>(sh.K), wbytes / 1e6, name.c_str(), splits,
-                  ms[1] * 1e3, wbytes / (ms[1] * 1e-3) / 1e12, ms[0] * 1e3, wbytes / (ms[0] * 1e-3) / 1e12);
+                  std::min(splits, used.cta_splits), us[1], wbytes / (us[1] * 1e-6) / 1e12, us[0],
+                  wbytes / (us[0] * 1e-6) / 1e12);
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -17,6 +18,7 @@
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernel_tuning.h"
 #include "kernels/cuda/skinny_gemm.h"
 
 namespace ssmserve {
@@ -92,6 +94,54 @@ TEST(CudaSkinnyGemm, RowsAreBitIdenticalForEveryBatch) {
     }
   }
   EXPECT_GT(gemm.skinny_calls(), 0);
+}
+
+/// The split-rule switches (KernelTuning::skinny_min_split_chunks, skinny_one_block_splits) change the summation
+/// order of the shapes they move, never its dependence on M: under each, every row is bit-identical whatever the
+/// batch and its offset, and the result stays within bf16-GEMM tolerance of the CPU. The Granite-4.0-H-Tiny in_proj
+/// (48 chunks of K) must move to fewer splits under the first.
+TEST(CudaSkinnyGemm, SplitRuleSwitchesKeepRowsBatchInvariant) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const cuda::KernelTuning saved = cuda::kernel_tuning();
+  const int base_splits = cuda::skinny_gemm_splits(6448, 1536);
+  std::vector<Shape> shapes = gemm_shapes();
+  shapes.push_back({"gt.in_proj", 6448, 1536});
+  shapes.push_back({"gt.sh_down", 1536, 1024});
+  for (const auto& [min_chunks, one_block] : std::vector<std::pair<int, int>>{{8, 0}, {4, 16}, {8, 16}, {16, 8}}) {
+    cuda::KernelTuning kt = saved;
+    kt.skinny_min_split_chunks = min_chunks, kt.skinny_one_block_splits = one_block;
+    cuda::set_kernel_tuning(kt);
+    if (min_chunks >= 8) {
+      EXPECT_LT(cuda::skinny_gemm_splits(6448, 1536), base_splits);
+    }
+    cuda::GemmHandle gemm;
+    gemm.set_batch_invariant(true);
+    for (const auto& sh : shapes) {
+      SCOPED_TRACE(::testing::Message() << sh.name << " min chunks " << min_chunks << " one block " << one_block);
+      const int64_t Mmax = quick() ? 40 : 120;
+      Operands op(rng, Mmax, sh.N, sh.K, sh.K);
+      DeviceBuffer full(Mmax * sh.N * 4);
+      gemm.run({Mmax, sh.N, sh.K, op.dx.data(), sh.K, op.dw.data(), sh.K, DType::BF16, full.data(), sh.N, DType::F32},
+               nullptr);
+      SSM_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto want = to_host<float>(full, Mmax * sh.N);
+      const auto ref = op.reference(sh.N);
+      EXPECT_LT(rel_err(want.data(), sh.N, ref.data(), sh.N, Mmax, sh.N), 1e-4);
+      for (int64_t M : {1, 3, 8, 16}) {
+        const int64_t off = static_cast<int64_t>(rng() % (Mmax - M + 1));
+        DeviceBuffer part(M * sh.N * 4);
+        const auto* x0 = static_cast<const uint16_t*>(op.dx.data()) + off * sh.K;
+        gemm.run({M, sh.N, sh.K, x0, sh.K, op.dw.data(), sh.K, DType::BF16, part.data(), sh.N, DType::F32}, nullptr);
+        SSM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(part, M * sh.N);
+        ASSERT_EQ(std::memcmp(got.data(), want.data() + off * sh.N, M * sh.N * 4), 0) << "M=" << M << " offset " << off;
+      }
+    }
+  }
+  cuda::set_kernel_tuning(saved);
 }
 
 /// True when tuning `tu` sums in the default's order for an N x K weight.

@@ -298,8 +298,9 @@ cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 
 
 int skinny_gemm_splits(int64_t N, int64_t K) {
   const int64_t tiles = (N + 15) / 16, chunks = (K + kChunk - 1) / kChunk;
+  const int min_chunks = std::clamp(kernel_tuning().skinny_min_split_chunks, 2, 64);
   int s = 1;
-  while (s < kMaxSplits && tiles * s < 2048 && chunks / (2 * s) >= (s >= kCtaSplits ? 2 : 4)) s *= 2;
+  while (s < kMaxSplits && tiles * s < 2048 && chunks / (2 * s) >= (s >= kCtaSplits ? 2 : min_chunks)) s *= 2;
   return s;
 }
 
@@ -342,6 +343,11 @@ SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
     }
   } else if (base == 1 && chunks >= 64) {
     t.split_shift = 1;
+  }
+  // One block for all the splits (KernelTuning::skinny_one_block_splits): no cross-block group sums.
+  if (const int one = kernel_tuning().skinny_one_block_splits; one >= 4) {
+    const int splits = skinny_gemm_splits(N, K, t.split_shift);
+    if (splits <= std::min(one, kCtaSplits) && splits > t.cta_splits) t.cta_splits = splits;
   }
   // Launch shape (per M): decode rows picked by occupancy (SkinnyTuning::auto_shape), without the register cap.
   if (M <= 16) t.auto_shape = true, t.reg_cap = false;
