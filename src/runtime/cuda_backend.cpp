@@ -81,8 +81,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_SKINNY_LATE_TRIGGER", k.skinny_late_trigger);
   flag("SSMSERVE_SKINNY_PRELOAD", k.skinny_preload);
   flag("SSMSERVE_SKINNY_RULES", k.skinny_rules);
-  int_in("SSMSERVE_SKINNY_MIN_SPLIT_CHUNKS", k.skinny_min_split_chunks, 2, 64);
-  int_in("SSMSERVE_SKINNY_ONE_BLOCK_SPLITS", k.skinny_one_block_splits, 0, 16);
+  int_in("SSMSERVE_SKINNY_SPLIT_RULE", k.skinny_split_rule, 0, 1);
   if (env.gpu_value("SSMSERVE_SKINNY_PREFETCH_MB")) {
     int64_t mb = 0;
     int_in("SSMSERVE_SKINNY_PREFETCH_MB", mb, 0, 48);

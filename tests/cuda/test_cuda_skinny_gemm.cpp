@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -96,31 +95,73 @@ TEST(CudaSkinnyGemm, RowsAreBitIdenticalForEveryBatch) {
   EXPECT_GT(gemm.skinny_calls(), 0);
 }
 
-/// The split-rule switches (KernelTuning::skinny_min_split_chunks, skinny_one_block_splits) change the summation
-/// order of the shapes they move, never its dependence on M: under each, every row is bit-identical whatever the
-/// batch and its offset, and the result stays within bf16-GEMM tolerance of the CPU. The Granite-4.0-H-Tiny in_proj
-/// (48 chunks of K) must move to fewer splits under the first.
-TEST(CudaSkinnyGemm, SplitRuleSwitchesKeepRowsBatchInvariant) {
+/// skinny_default_tuning's split rule (KernelTuning::skinny_split_rule, host only): the splits and blocks it picks at
+/// the MoE hybrids' projections on a 132-SM GPU, every split of a tile in one block, small weights left to the rules
+/// before it.
+TEST(CudaSkinnyGemm, SplitRuleChoosesOneBlockPerTile) {
+  REQUIRE_GPU();
+  struct Want {
+    int64_t N, K;
+    int splits;  // with cta == splits (one block), or -1: the previous rules' choice
+  };
+  int sms = 0, dev = 0;
+  SSM_CUDA_CHECK(cudaGetDevice(&dev));
+  SSM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  if (sms != 132) GTEST_SKIP() << "the expected choices are for 132 SMs (this GPU has " << sms << ")";
+  const cuda::KernelTuning saved = cuda::kernel_tuning();
+  cuda::KernelTuning old_rules = saved;
+  old_rules.skinny_split_rule = 0;
+  for (const Want& w : std::vector<Want>{{6448, 1536, 4},   // 403 tiles: > 3 per SM
+                                         {1536, 3072, 16},  // 96 tiles: one 16-warp block per SM
+                                         {2048, 1536, 16},  // 48 chunks: 3 per split
+                                         {1536, 1024, 8},   // 32 chunks: 16 splits would get 2
+                                         {2688, 4096, 8},   // 168 tiles
+                                         {2048, 512, 4},    // 16 chunks
+                                         {248320, 4096, 4}, // LM head
+                                         {256, 4096, -1},   // 16 tiles: the previous rules
+                                         {4096, 256, -1}}) {  // 8 chunks: the previous rules
+    SCOPED_TRACE(::testing::Message() << w.N << " x " << w.K);
+    const cuda::SkinnyTuning t = cuda::skinny_default_tuning(1, w.N, w.K);
+    const int splits = cuda::skinny_gemm_splits(w.N, w.K, t.split_shift);
+    if (w.splits > 0) {
+      EXPECT_EQ(splits, w.splits);
+      EXPECT_GE(t.cta_splits, splits);  // one block
+    } else {
+      cuda::set_kernel_tuning(old_rules);
+      const cuda::SkinnyTuning o = cuda::skinny_default_tuning(1, w.N, w.K);
+      cuda::set_kernel_tuning(saved);
+      EXPECT_EQ(splits, cuda::skinny_gemm_splits(w.N, w.K, o.split_shift));
+      EXPECT_EQ(t.cta_splits, o.cta_splits);
+    }
+    for (int64_t M : {2, 16, 64}) {  // never a function of M
+      const cuda::SkinnyTuning m = cuda::skinny_default_tuning(M, w.N, w.K);
+      EXPECT_EQ(m.split_shift, t.split_shift);
+      EXPECT_EQ(m.cta_splits, t.cta_splits);
+    }
+  }
+}
+
+/// Under either split rule every row is bit-identical whatever the batch and its offset (the rule is a function of
+/// N and K only), and the result stays within bf16-GEMM tolerance of the CPU, at shapes the new rule moves.
+TEST(CudaSkinnyGemm, SplitRulesKeepRowsBatchInvariant) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   const cuda::KernelTuning saved = cuda::kernel_tuning();
-  const int base_splits = cuda::skinny_gemm_splits(6448, 1536);
   std::vector<Shape> shapes = gemm_shapes();
-  shapes.push_back({"gt.in_proj", 6448, 1536});
-  shapes.push_back({"gt.sh_down", 1536, 1024});
-  for (const auto& [min_chunks, one_block] : std::vector<std::pair<int, int>>{{8, 0}, {4, 16}, {8, 16}, {16, 8}}) {
+  for (const Shape& sh : std::vector<Shape>{{"gt.in_proj", 6448, 1536}, {"gt.out_proj", 1536, 3072},
+                                            {"gt.sh_down", 1536, 1024}, {"q35.sh_down", 2048, 512},
+                                            {"odd", 1100, 1000}})
+    shapes.push_back(sh);
+  for (int rule : {1, 0}) {
     cuda::KernelTuning kt = saved;
-    kt.skinny_min_split_chunks = min_chunks, kt.skinny_one_block_splits = one_block;
+    kt.skinny_split_rule = rule;
     cuda::set_kernel_tuning(kt);
-    if (min_chunks >= 8) {
-      EXPECT_LT(cuda::skinny_gemm_splits(6448, 1536), base_splits);
-    }
     cuda::GemmHandle gemm;
     gemm.set_batch_invariant(true);
     for (const auto& sh : shapes) {
-      SCOPED_TRACE(::testing::Message() << sh.name << " min chunks " << min_chunks << " one block " << one_block);
+      SCOPED_TRACE(::testing::Message() << sh.name << " rule " << rule);
       const int64_t Mmax = quick() ? 40 : 120;
       Operands op(rng, Mmax, sh.N, sh.K, sh.K);
       DeviceBuffer full(Mmax * sh.N * 4);
@@ -130,7 +171,7 @@ TEST(CudaSkinnyGemm, SplitRuleSwitchesKeepRowsBatchInvariant) {
       const auto want = to_host<float>(full, Mmax * sh.N);
       const auto ref = op.reference(sh.N);
       EXPECT_LT(rel_err(want.data(), sh.N, ref.data(), sh.N, Mmax, sh.N), 1e-4);
-      for (int64_t M : {1, 3, 8, 16}) {
+      for (int64_t M : {1, 3, 8, 16, 17}) {
         const int64_t off = static_cast<int64_t>(rng() % (Mmax - M + 1));
         DeviceBuffer part(M * sh.N * 4);
         const auto* x0 = static_cast<const uint16_t*>(op.dx.data()) + off * sh.K;

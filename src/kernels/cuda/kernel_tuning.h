@@ -20,13 +20,13 @@ struct KernelTuning {
   /// they balance over the SMs); SSMSERVE_SKINNY_RULES=0: the rules before them. Changes the summation order of
   /// those shapes (rounding only; a function of N, K and the GPU's SM count, never of M, so batch-invariant).
   bool skinny_rules = true;
-  /// The skinny GEMM's split rule (skinny_gemm_splits): below 16 splits, the split count doubles only while each split
-  /// keeps at least this many 32-wide chunks of K (SSMSERVE_SKINNY_MIN_SPLIT_CHUNKS=2..64). Changes the summation
-  /// order of the shapes it moves (a function of N and K: batch-invariant).
-  int skinny_min_split_chunks = 4;
-  /// skinny_default_tuning: split counts up to this (0, 4, 8 or 16) are all reduced inside one block, so no tile needs
-  /// the cross-block group sums (SSMSERVE_SKINNY_ONE_BLOCK_SPLITS). Summation order as above.
-  int skinny_one_block_splits = 0;
+  /// skinny_default_tuning's split rule for decode-sized weights of >= 64 tiles of 16 rows and >= 16 chunks of 32
+  /// columns: 1 (default) every split of a tile in one block (no cross-block group sums), 16 splits when the tiles fit
+  /// the SMs one block each, 8 up to 3 tiles per SM, else 4, fewer where a split would get < 3 chunks (graph-timed
+  /// sweep at the hybrids' 2-20 MB projections on an H100: 15-45% faster; docs/benchmarks.md session 40); 0 the
+  /// rules before it (SSMSERVE_SKINNY_SPLIT_RULE=0|1). Changes the summation order of those shapes (a function of N,
+  /// K and the SM count, never of M: batch-invariant).
+  int skinny_split_rule = 1;
   int64_t skinny_prefetch_bytes = -1; ///< the pre-wait L2 prefetch (SSMSERVE_SKINNY_PREFETCH_MB, 0..48); -1: default
   bool kernel_profile = false;        ///< per-launch CUDA event times of multi-kernel ops (SSMSERVE_KERNEL_PROFILE=1)
   bool lightning_kv_wg = true;        ///< lightning bf16 range KV on warpgroup MMAs (SSMSERVE_LIGHTNING_KV_WG=0: mma.sync)

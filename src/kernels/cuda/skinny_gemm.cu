@@ -298,9 +298,8 @@ cudaError_t launch_vec(const Params& p, const SkinnyTuning& tu, int warps, dim3 
 
 int skinny_gemm_splits(int64_t N, int64_t K) {
   const int64_t tiles = (N + 15) / 16, chunks = (K + kChunk - 1) / kChunk;
-  const int min_chunks = std::clamp(kernel_tuning().skinny_min_split_chunks, 2, 64);
   int s = 1;
-  while (s < kMaxSplits && tiles * s < 2048 && chunks / (2 * s) >= (s >= kCtaSplits ? 2 : min_chunks)) s *= 2;
+  while (s < kMaxSplits && tiles * s < 2048 && chunks / (2 * s) >= (s >= kCtaSplits ? 2 : 4)) s *= 2;
   return s;
 }
 
@@ -344,10 +343,20 @@ SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
   } else if (base == 1 && chunks >= 64) {
     t.split_shift = 1;
   }
-  // One block for all the splits (KernelTuning::skinny_one_block_splits): no cross-block group sums.
-  if (const int one = kernel_tuning().skinny_one_block_splits; one >= 4) {
-    const int splits = skinny_gemm_splits(N, K, t.split_shift);
-    if (splits <= std::min(one, kCtaSplits) && splits > t.cta_splits) t.cta_splits = splits;
+  // The split rule (KernelTuning::skinny_split_rule): each tile's splits reduced in one block (the group sums across
+  // blocks cost ~1 us of tail), as many splits as keep the SMs busy without stacking 16-warp blocks unevenly.
+  // Graph-timed at M = 1 on an H100 (docs/benchmarks.md, session 40): Granite-4.0-H-Tiny in_proj 6448 x 1536
+  // 11.4 -> 8.9 us, out_proj 1536 x 3072 6.2 -> 4.9, Nemotron-3-Nano shared up 3712 x 2688 12.2 -> 8.7,
+  // Qwen3.5-35B-A3B out_proj 2048 x 4096 8.5 -> 6.9. Small weights (< 64 tiles or < 16 chunks) keep the rules above.
+  if (kernel_tuning().skinny_rules && kernel_tuning().skinny_split_rule == 1 && tiles >= 64 && chunks >= 16) {
+    const int64_t sms = num_sms();
+    int s = tiles <= sms ? 16 : tiles <= 3 * sms ? 8 : 4;
+    while (s > 1 && chunks < 3 * s) s /= 2;
+    int shift = 0;
+    for (int b = base; b < s; b *= 2) ++shift;
+    for (int b = base; b > s; b /= 2) --shift;
+    t.split_shift = shift;
+    t.cta_splits = std::max(4, s);
   }
   // Launch shape (per M): decode rows picked by occupancy (SkinnyTuning::auto_shape), without the register cap.
   if (M <= 16) t.auto_shape = true, t.reg_cap = false;
