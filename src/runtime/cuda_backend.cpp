@@ -82,6 +82,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_SKINNY_PRELOAD", k.skinny_preload);
   flag("SSMSERVE_SKINNY_RULES", k.skinny_rules);
   int_in("SSMSERVE_SKINNY_SPLIT_RULE", k.skinny_split_rule, 0, 1);
+  flag("SSMSERVE_SKINNY_PLAIN_FORM", k.skinny_plain_form);
   if (env.gpu_value("SSMSERVE_SKINNY_PREFETCH_MB")) {
     int64_t mb = 0;
     int_in("SSMSERVE_SKINNY_PREFETCH_MB", mb, 0, 48);
