@@ -64,7 +64,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_MLP_ACT_EPILOGUE", o.mlp_act_epilogue);
   flag("SSMSERVE_FUSE_CASTS", o.fuse_casts);
   flag("SSMSERVE_MOE_INPUT_COPY", o.moe_input_copy);
-  int_in("SSMSERVE_MOE_SHARED_ADD_IN_NORM", o.moe_shared_add_in_norm, 0, 2);
+  int_in("SSMSERVE_MOE_SHARED_ADD_IN_NORM", o.moe_shared_add_in_norm, 0, 1);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
   int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);
   int_in("SSMSERVE_SKINNY_MAX_M", o.skinny_max_m, 0, 1 << 20);
@@ -82,7 +82,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_SKINNY_PRELOAD", k.skinny_preload);
   flag("SSMSERVE_SKINNY_RULES", k.skinny_rules);
   int_in("SSMSERVE_SKINNY_SPLIT_RULE", k.skinny_split_rule, 0, 1);
-  flag("SSMSERVE_SKINNY_PLAIN_FORM", k.skinny_plain_form);
   if (env.gpu_value("SSMSERVE_SKINNY_PREFETCH_MB")) {
     int64_t mb = 0;
     int_in("SSMSERVE_SKINNY_PREFETCH_MB", mb, 0, 48);

@@ -111,9 +111,9 @@ struct CudaModelOptions {
   /// output first (the bits of the add's own launch; NormAddend), instead of a launch of its own after the join or the
   /// combine kernel's add; not after the last sublayer or before a parallel one. 1: the plain adds (Granite-4.0-H,
   /// Nemotron-H) where the combine does not take them (moe_fused_shared_add below 2): +2.6% Granite-4.0-H-Tiny and
-  /// +2.4% Nemotron-3-Nano batch-1 decode on an H100 (docs/benchmarks.md, session 39); 2: Qwen's sigmoid-gated adds
-  /// too, ahead of the combine (whose launch then fuses with the down GEMV: KernelTuning::moe_down_combine; not yet
-  /// measured); 0: none. Bit-identical (tested). SSMSERVE_MOE_SHARED_ADD_IN_NORM=0|1|2.
+  /// +2.4% Nemotron-3-Nano batch-1 decode on an H100 (docs/benchmarks.md, session 39; Qwen's gated adds there too
+  /// measured -2.3% on Qwen3.5-35B-A3B in session 40 and removed); 0: none. Bit-identical (tested).
+  /// SSMSERVE_MOE_SHARED_ADD_IN_NORM=0|1.
   int moe_shared_add_in_norm = 1;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
@@ -129,7 +129,7 @@ struct CudaModelOptions {
   /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_PROFILE_REPLAY=<n>, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
   /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_PARALLEL_MIXER_BRANCH=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, SSMSERVE_MOE_FUSED_SHARED_ADD=0..2,
   /// SSMSERVE_BRANCH_PDL=0|1, SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, SSMSERVE_MLP_ACT_EPILOGUE=0|1, SSMSERVE_FUSE_CASTS=0|1,
-  /// SSMSERVE_MOE_INPUT_COPY=0|1, SSMSERVE_MOE_SHARED_ADD_IN_NORM=0..2,
+  /// SSMSERVE_MOE_INPUT_COPY=0|1, SSMSERVE_MOE_SHARED_ADD_IN_NORM=0|1,
   /// and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK,

@@ -141,11 +141,10 @@ TEST(CudaDecodeOps, NormRowsBf16CopyEqualsCast) {
 }
 
 /// The norm's addend (add_rms_norm_rows' NormAddend: a MoE layer's shared-expert rows left to the next norm,
-/// CudaModelOptions::moe_shared_add_in_norm) equals the add's own launch then the norm, bit for bit: plain
-/// (scaled_residual(x, x, 1, rows, 1)) and sigmoid-gated (sigmoid_gated_add); the residual, the fp32 / bf16 output and
-/// the bf16 copy, on the scalar kernel (H % 4 != 0), the float4 form and its wide form (also with misaligned addend
+/// CudaModelOptions::moe_shared_add_in_norm) equals the add's own launch (scaled_residual(x, x, 1, rows, 1)) then the
+/// norm, bit for bit: the residual, the fp32 / bf16 output and the bf16 copy, on the scalar kernel (H % 4 != 0), the float4 form and its wide form (also with misaligned addend
 /// rows, which must not change the form), with residual scales (Granite's), with and without the residual write and
-/// with output rows (the LM head's); an addend without x, or a gate without its x rows, is refused.
+/// with output rows (the LM head's); an addend without x is refused.
 TEST(CudaDecodeOps, NormRowsAddendEqualsAddThenNorm) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -153,17 +152,15 @@ TEST(CudaDecodeOps, NormRowsAddendEqualsAddThenNorm) {
   std::mt19937 rng(seed);
   for (int64_t H : {1002, 1536, 4480})
     for (int64_t as_pad : {4, 3})
-      for (bool gated : {false, true})
         for (int mode = 0; mode < 3; ++mode) {  // residual write + bf16 out; residual write + fp32 out and copy; rows
-          SCOPED_TRACE(::testing::Message() << "H " << H << " addend stride pad " << as_pad << (gated ? " gated" : " plain")
-                                            << " mode " << mode);
-          const int64_t T = 3, rs = H + 4, as = H + as_pad, gs = H + 8, os = H + 4, bs = H + 6;
+          SCOPED_TRACE(::testing::Message() << "H " << H << " addend stride pad " << as_pad << " mode " << mode);
+          const int64_t T = 3, rs = H + 4, as = H + as_pad, os = H + 4, bs = H + 6;
           const bool write_residual = mode < 2;
           const float ra = mode == 1 ? 1.0f : 0.5f, xb = mode == 1 ? 1.0f : 0.22f;
           auto x = rand_vec(rng, T * rs), y = rand_vec(rng, T * as), res = rand_vec(rng, T * rs),
-               w = rand_vec(rng, H, 0.5f, 1.5f), gx = rand_vec(rng, T * gs), gw = rand_vec(rng, H, -0.05f, 0.05f);
+               w = rand_vec(rng, H, 0.5f, 1.5f);
           DeviceBuffer dx1 = to_device(x), dx2 = to_device(x), dy = to_device(y), dw = to_device(w), r1 = to_device(res),
-                       r2 = to_device(res), dgx = to_device(gx), dgw = to_device(gw);
+                       r2 = to_device(res);
           DeviceBuffer rows = to_device(std::vector<int32_t>{2, 0});
           const int64_t n = mode == 2 ? 2 : T;
           const int32_t* rp = mode == 2 ? rows.as<int32_t>() : nullptr;
@@ -172,16 +169,12 @@ TEST(CudaDecodeOps, NormRowsAddendEqualsAddThenNorm) {
           DeviceBuffer c1 = poisoned_bytes(T * bs * 2), c2 = poisoned_bytes(T * bs * 2);
           void* copy1 = mode == 1 ? c1.data() : nullptr;
           void* copy2 = mode == 1 ? c2.data() : nullptr;
-          if (gated)
-            SSM_CUDA_CHECK(cuda::sigmoid_gated_add(dx1.as<float>(), rs, dy.as<float>(), as, dgx.as<float>(), gs,
-                                                   dgw.as<float>(), T, H, nullptr, false));
-          else
-            for (int64_t t = 0; t < T; ++t)
-              SSM_CUDA_CHECK(cuda::scaled_residual(dx1.as<float>() + t * rs, dx1.as<float>() + t * rs, 1.0f,
-                                                   dy.as<float>() + t * as, 1.0f, H, nullptr, false));
+          for (int64_t t = 0; t < T; ++t)
+            SSM_CUDA_CHECK(cuda::scaled_residual(dx1.as<float>() + t * rs, dx1.as<float>() + t * rs, 1.0f,
+                                                 dy.as<float>() + t * as, 1.0f, H, nullptr, false));
           SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx1.as<float>(), rs, r1.as<float>(), rs, dw.as<float>(), 1e-5f, rp, n, H,
                                                  write_residual, o1.data(), od, os, false, nullptr, ra, xb, copy1, bs));
-          cuda::NormAddend add{dy.as<float>(), as, gated ? dgw.as<float>() : nullptr, gated ? dgx.as<float>() : nullptr, gs};
+          const cuda::NormAddend add{dy.as<float>(), as};
           SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx2.as<float>(), rs, r2.as<float>(), rs, dw.as<float>(), 1e-5f, rp, n, H,
                                                  write_residual, o2.data(), od, os, true, nullptr, ra, xb, copy2, bs, add));
           SSM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -189,14 +182,10 @@ TEST(CudaDecodeOps, NormRowsAddendEqualsAddThenNorm) {
           ASSERT_EQ(to_host<uint8_t>(c1, T * bs * 2), to_host<uint8_t>(c2, T * bs * 2)) << "bf16 copy differs";
           ASSERT_EQ(to_host<uint8_t>(r1, T * rs * 4), to_host<uint8_t>(r2, T * rs * 4)) << "residual differs";
         }
-  DeviceBuffer r(8 * 4), w(8 * 4), o(8 * 4), a(8 * 4), x(8 * 4);
+  DeviceBuffer r(8 * 4), w(8 * 4), o(8 * 4), a(8 * 4);
   const cuda::NormAddend plain{a.as<float>(), 8};
   EXPECT_EQ(cuda::add_rms_norm_rows(nullptr, 0, r.as<float>(), 8, w.as<float>(), 1e-5f, nullptr, 1, 8, true, o.data(),
                                     DType::F32, 8, false, nullptr, 1.0f, 1.0f, nullptr, 0, plain),
-            cudaErrorInvalidValue);
-  const cuda::NormAddend no_gate_x{a.as<float>(), 8, w.as<float>()};
-  EXPECT_EQ(cuda::add_rms_norm_rows(x.as<float>(), 8, r.as<float>(), 8, w.as<float>(), 1e-5f, nullptr, 1, 8, true, o.data(),
-                                    DType::F32, 8, false, nullptr, 1.0f, 1.0f, nullptr, 0, no_gate_x),
             cudaErrorInvalidValue);
 }
 

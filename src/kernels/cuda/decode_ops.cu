@@ -37,11 +37,8 @@ __global__ void l2_prefetch_kernel(const char* base, size_t bytes, int mode) {
   }
 }
 
-/// x with a NormAddend row value y: fma(s, y, x) (gated: sigmoid_gated_add's expression) or x + y rounded once
-/// (residual_step(x, 1, y, 1): scaled_residual(x, x, 1, y, 1)'s).
-__device__ __forceinline__ float addend_step(float x, float y, bool gated, float s) {
-  return gated ? __fmaf_rn(s, y, x) : residual_step(x, 1.0f, y, 1.0f);
-}
+/// x with a NormAddend row value y: x + y rounded once (residual_step(x, 1, y, 1): scaled_residual(x, x, 1, y, 1)'s).
+__device__ __forceinline__ float addend_step(float x, float y) { return residual_step(x, 1.0f, y, 1.0f); }
 
 template <class TO>
 __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __restrict__ x, int64_t x_stride,
@@ -58,9 +55,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
   float* res = residual + r * res_stride;
   const float* xr = x ? x + r * x_stride : nullptr;
   const float* x2r = add.rows && xr ? add.rows + r * add.stride : nullptr;
-  const float gs = x2r && add.gate ? block_sigmoid_dot(add.gate_x + r * add.gate_x_stride, add.gate, H, scratch) : 0.0f;
-  // x with the addend (NormAddend: x + rows rounded once, or fma(s, rows, x)), then the residual step with it.
-  auto xv = [&](int64_t h) { return x2r ? addend_step(xr[h], x2r[h], add.gate != nullptr, gs) : xr[h]; };
+  // x with the addend (NormAddend: x + rows rounded once), then the residual step with it.
+  auto xv = [&](int64_t h) { return x2r ? addend_step(xr[h], x2r[h]) : xr[h]; };
   float ss = 0.0f;
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
     float v = res[h];
@@ -116,8 +112,6 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   // The addend's rows read with scalar loads: their alignment must not pick the kernel form (the forms sum the squares
   // in other orders).
   const float* x2r = add.rows && xr ? add.rows + r * add.stride : nullptr;
-  const bool gated = add.gate != nullptr;
-  const float gs = x2r && gated ? block_sigmoid_dot(add.gate_x + r * add.gate_x_stride, add.gate, H, scratch) : 0.0f;
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
@@ -126,8 +120,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
       if (xr) {
         float4 a = xr[q];
         if (x2r) {  // the addend (NormAddend)
-          a.x = addend_step(a.x, x2r[4 * q], gated, gs), a.y = addend_step(a.y, x2r[4 * q + 1], gated, gs);
-          a.z = addend_step(a.z, x2r[4 * q + 2], gated, gs), a.w = addend_step(a.w, x2r[4 * q + 3], gated, gs);
+          a.x = addend_step(a.x, x2r[4 * q]), a.y = addend_step(a.y, x2r[4 * q + 1]);
+          a.z = addend_step(a.z, x2r[4 * q + 2]), a.w = addend_step(a.w, x2r[4 * q + 3]);
         }
         v[j].x = residual_step(v[j].x, ra, a.x, xb), v[j].y = residual_step(v[j].y, ra, a.y, xb);
         v[j].z = residual_step(v[j].z, ra, a.z, xb), v[j].w = residual_step(v[j].w, ra, a.w, xb);
@@ -300,7 +294,7 @@ cudaError_t add_rms_norm_rows(const float* x, int64_t x_stride, float* residual,
   if (n < 0 || H < 1 || res_stride < H || out_stride < H || (x && x_stride < H) || n > 2147483647 ||
       (out_dtype != DType::F32 && out_dtype != DType::BF16) || (rows && write_residual) || !residual || !weight ||
       (out_bf16 && (out_dtype != DType::F32 || out_bf16_stride < H)) ||
-      (add.rows && (!x || add.stride < H || (add.gate && (!add.gate_x || add.gate_x_stride < H)))))
+      (add.rows && (!x || add.stride < H)))
     return cudaErrorInvalidValue;
   auto* o2 = static_cast<__nv_bfloat16*>(out_bf16);
   if (n == 0) return cudaSuccess;

@@ -17,18 +17,13 @@
 namespace ssmserve::cuda {
 
 /// Rows add_rms_norm_rows adds to its x before the residual step: a MoE layer's shared-expert rows left to the next
-/// norm (CudaModule::take_pending_add), each value the one the add's own launch would have stored:
-///   x + rows, rounded once (scaled_residual(x, x, 1, rows, 1)), or with `gate`
-///   fma(s, rows, x), s = sigmoid(gate_x[r] . gate) (sigmoid_gated_add: block_sigmoid_dot over 256 threads).
-/// rows, gate_x: [*, H] fp32 (row strides stride, gate_x_stride), read at the norm's source row r; gate: [H] fp32.
-/// gate_x may be the norm's own output buffer only without `rows` (each block reads its gate_x row before it writes
-/// that row; with `rows` another block could write it meanwhile).
+/// norm (CudaModule::take_pending_add), each value the one the add's own launch would have stored: x + rows, rounded
+/// once (scaled_residual(x, x, 1, rows, 1)). rows: [*, H] fp32 (row stride `stride`), read at the norm's source row r.
+/// (Qwen's sigmoid-gated add here too was measured slower, -2.3% on Qwen3.5-35B-A3B, and removed: docs/benchmarks.md
+/// session 40.)
 struct NormAddend {
   const float* rows = nullptr;  ///< null: nothing added
   int64_t stride = 0;
-  const float* gate = nullptr;
-  const float* gate_x = nullptr;
-  int64_t gate_x_stride = 0;
 };
 
 /// Residual add + RMSNorm with a fixed reduction shape (256 threads per row, whatever the number of rows; rows of

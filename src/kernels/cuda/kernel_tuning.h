@@ -27,10 +27,6 @@ struct KernelTuning {
   /// rules before it (SSMSERVE_SKINNY_SPLIT_RULE=0|1). Changes the summation order of those shapes (a function of N,
   /// K and the SM count, never of M: batch-invariant).
   int skinny_split_rule = 1;
-  /// Decode rows (M <= 16) on the plain unroll-4 form of the skinny GEMM for every shape, instead of the form picked by
-  /// occupancy (the pipelined unroll-2 form when the grid fits one wave) and the wide weights' pipelined form
-  /// (SSMSERVE_SKINNY_PLAIN_FORM=0|1). Speed only: every form sums in the same order.
-  bool skinny_plain_form = false;
   int64_t skinny_prefetch_bytes = -1; ///< the pre-wait L2 prefetch (SSMSERVE_SKINNY_PREFETCH_MB, 0..48); -1: default
   bool kernel_profile = false;        ///< per-launch CUDA event times of multi-kernel ops (SSMSERVE_KERNEL_PROFILE=1)
   bool lightning_kv_wg = true;        ///< lightning bf16 range KV on warpgroup MMAs (SSMSERVE_LIGHTNING_KV_WG=0: mma.sync)

@@ -361,7 +361,6 @@ SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
   // Launch shape (per M): decode rows picked by occupancy (SkinnyTuning::auto_shape), without the register cap.
   if (M <= 16) t.auto_shape = true, t.reg_cap = false;
   if (wide && M <= 8) t.auto_shape = false, t.unroll = 2, t.pipelined = true;
-  if (kernel_tuning().skinny_plain_form && M <= 16) t.auto_shape = false, t.unroll = 4, t.pipelined = false;
   if (const SkinnyTuning* e = env_tuning()) {
     t.cta_splits = e->cta_splits;
     if (M <= 16) t.unroll = e->unroll, t.pipelined = e->pipelined, t.reg_cap = e->reg_cap, t.auto_shape = false;

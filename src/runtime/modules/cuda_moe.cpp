@@ -122,11 +122,8 @@ class CudaMoe final : public CudaModule {
     const bool gated = shared_gate_.data() != nullptr;
     bool fused = shared_ && (T <= kFusedAddMaxTokens || moe_combine_per_token(T)) &&
                  ctx_.opt.moe_fused_shared_add >= (gated ? 1 : 2);
-    // Left to the next norm (moe_shared_add_in_norm, where the runner allows it): plain adds the combine does not take
-    // at 1, gated ones too at 2 (ahead of the combine's).
-    const int in_norm_level = ctx_.opt.moe_shared_add_in_norm;
-    const bool in_norm = shared_ && add_to_next_ && (gated ? in_norm_level >= 2 : in_norm_level >= 1 && !fused);
-    if (in_norm) fused = false;
+    // Left to the next norm (moe_shared_add_in_norm, where the runner allows it): plain adds the combine does not take.
+    const bool in_norm = shared_ && add_to_next_ && !gated && !fused && ctx_.opt.moe_shared_add_in_norm >= 1;
     MoeSharedAdd add;
     if (fused) {
       add.y = y, add.y_stride = H_, add.gate = shared_gate_.data() ? shared_gate_.as<float>() : nullptr;
@@ -140,8 +137,8 @@ class CudaMoe final : public CudaModule {
     }
     if (shared_ && !fused) {  // out += y (gated: times sigmoid(x . w_g)), here or by the next norm
       if (ctx_.branch) ctx_.branch->join(st.stream);
-      if (in_norm)  // normed (the gate's x) and y stay untouched until that norm, the next kernel after the join
-        pending_ = {y, H_, gated ? shared_gate_.as<float>() : nullptr, gated ? normed : nullptr, H_};
+      if (in_norm)  // y stays untouched until that norm, the next kernel after the join
+        pending_ = {y, H_};
       else if (gated)
         SSM_CUDA_CHECK(sigmoid_gated_add(out, H_, y, H_, normed, H_, shared_gate_.as<float>(), T, H_, st.stream, pdl));
       else SSM_CUDA_CHECK(scaled_residual(out, out, 1.0f, y, 1.0f, T * H_, st.stream, pdl));
