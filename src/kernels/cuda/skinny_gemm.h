@@ -45,7 +45,8 @@ struct SkinnyTuning {
   bool auto_shape = false;
 };
 
-/// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200).
+/// The tuning skinny_gemm uses for M rows of an N x K weight (measured per shape class on the H200; the split rule of
+/// KernelTuning::skinny_split_rule, every split of a tile in one block, on an H100).
 SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K);
 
 /// The dense MLP's activation applied in the epilogue instead of writing y (model/ffns/mlp_ffn.h's math,
