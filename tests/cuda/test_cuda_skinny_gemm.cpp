@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -67,6 +68,26 @@ TEST(CudaSkinnyGemm, MatchesCpuLinear) {
   }
 }
 
+/// Runs `gemm` on all op.M rows (into *full), then on slices of each of `Ms` rows at random offsets: every slice's
+/// rows must equal the full run's bit for bit.
+void expect_slices_equal_full(cuda::GemmHandle& gemm, std::mt19937& rng, const Operands& op,
+                              std::initializer_list<int64_t> Ms, std::vector<float>* full) {
+  const int64_t Mmax = op.M, N = op.N, K = op.K;
+  DeviceBuffer dfull(Mmax * N * 4);
+  gemm.run({Mmax, N, K, op.dx.data(), K, op.dw.data(), K, DType::BF16, dfull.data(), N, DType::F32}, nullptr);
+  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  *full = to_host<float>(dfull, Mmax * N);
+  for (int64_t M : Ms) {
+    const int64_t off = static_cast<int64_t>(rng() % (Mmax - M + 1));
+    DeviceBuffer part(M * N * 4);
+    const auto* x0 = static_cast<const uint16_t*>(op.dx.data()) + off * K;
+    gemm.run({M, N, K, x0, K, op.dw.data(), K, DType::BF16, part.data(), N, DType::F32}, nullptr);
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = to_host<float>(part, M * N);
+    ASSERT_EQ(std::memcmp(got.data(), full->data() + off * N, M * N * 4), 0) << "M=" << M << " offset " << off;
+  }
+}
+
 TEST(CudaSkinnyGemm, RowsAreBitIdenticalForEveryBatch) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -78,19 +99,8 @@ TEST(CudaSkinnyGemm, RowsAreBitIdenticalForEveryBatch) {
     SCOPED_TRACE(sh.name);
     const int64_t Mmax = quick() ? 70 : 300;
     Operands op(rng, Mmax, sh.N, sh.K, sh.K);
-    DeviceBuffer full(Mmax * sh.N * 4);
-    gemm.run({Mmax, sh.N, sh.K, op.dx.data(), sh.K, op.dw.data(), sh.K, DType::BF16, full.data(), sh.N, DType::F32}, nullptr);
-    SSM_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto want = to_host<float>(full, Mmax * sh.N);
-    for (int64_t M : {1, 2, 5, 8, 9, 16, 17, 33, 64}) {
-      const int64_t off = static_cast<int64_t>(rng() % (Mmax - M + 1));
-      DeviceBuffer part(M * sh.N * 4);
-      const auto* x0 = static_cast<const uint16_t*>(op.dx.data()) + off * sh.K;
-      gemm.run({M, sh.N, sh.K, x0, sh.K, op.dw.data(), sh.K, DType::BF16, part.data(), sh.N, DType::F32}, nullptr);
-      SSM_CUDA_CHECK(cudaDeviceSynchronize());
-      const auto got = to_host<float>(part, M * sh.N);
-      ASSERT_EQ(std::memcmp(got.data(), want.data() + off * sh.N, M * sh.N * 4), 0) << "M=" << M << " offset " << off;
-    }
+    std::vector<float> full;
+    expect_slices_equal_full(gemm, rng, op, {1, 2, 5, 8, 9, 16, 17, 33, 64}, &full);
   }
   EXPECT_GT(gemm.skinny_calls(), 0);
 }
@@ -164,22 +174,10 @@ TEST(CudaSkinnyGemm, SplitRulesKeepRowsBatchInvariant) {
       SCOPED_TRACE(::testing::Message() << sh.name << " rule " << rule);
       const int64_t Mmax = quick() ? 40 : 120;
       Operands op(rng, Mmax, sh.N, sh.K, sh.K);
-      DeviceBuffer full(Mmax * sh.N * 4);
-      gemm.run({Mmax, sh.N, sh.K, op.dx.data(), sh.K, op.dw.data(), sh.K, DType::BF16, full.data(), sh.N, DType::F32},
-               nullptr);
-      SSM_CUDA_CHECK(cudaDeviceSynchronize());
-      const auto want = to_host<float>(full, Mmax * sh.N);
+      std::vector<float> full;
+      expect_slices_equal_full(gemm, rng, op, {1, 3, 8, 16, 17}, &full);
       const auto ref = op.reference(sh.N);
-      EXPECT_LT(rel_err(want.data(), sh.N, ref.data(), sh.N, Mmax, sh.N), 1e-4);
-      for (int64_t M : {1, 3, 8, 16, 17}) {
-        const int64_t off = static_cast<int64_t>(rng() % (Mmax - M + 1));
-        DeviceBuffer part(M * sh.N * 4);
-        const auto* x0 = static_cast<const uint16_t*>(op.dx.data()) + off * sh.K;
-        gemm.run({M, sh.N, sh.K, x0, sh.K, op.dw.data(), sh.K, DType::BF16, part.data(), sh.N, DType::F32}, nullptr);
-        SSM_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto got = to_host<float>(part, M * sh.N);
-        ASSERT_EQ(std::memcmp(got.data(), want.data() + off * sh.N, M * sh.N * 4), 0) << "M=" << M << " offset " << off;
-      }
+      EXPECT_LT(rel_err(full.data(), sh.N, ref.data(), sh.N, Mmax, sh.N), 1e-4);
     }
   }
   cuda::set_kernel_tuning(saved);
