@@ -145,13 +145,15 @@ double graph_us_per_launch(F&& launch, int n, cudaStream_t s) {
 }
 
 /// Batch-1 (M = 1) skinny GEMMs at the given weight shapes (N x K): the default launch against split / unroll /
-/// block-reduction variants, 40 launches captured in a CUDA graph with PDL (the next launch's weight preload overlaps
-/// the previous one, as in a decode graph) and without (every launch's ramp-up and tail exposed). Weight copies
-/// rotate through >= 256 MB so they come from HBM. Variant names: u<unroll>[p]<split shift>/<splits per block>.
+/// block-reduction variants, max(40, copies) launches captured in a CUDA graph with PDL (the next launch's weight
+/// preload overlaps the previous one, as in a decode graph) and without (every launch's ramp-up and tail exposed).
+/// Weight copies rotate through >= 256 MB (at most 96 copies, each launched once per replay) so they come from HBM.
+/// Variant names: u<unroll>[p]<split shift>/<splits per block>.
 void sweep_decode_gemms(const std::vector<Shape>& shapes) {
-  // "default" is skinny_default_tuning with its shape rules, "rules0" without them (SSMSERVE_SKINNY_RULES=0).
-  std::vector<std::pair<std::string, std::optional<cuda::SkinnyTuning>>> variants = {{"default", std::nullopt},
-                                                                                    {"rules0", std::nullopt}};
+  // "default" is skinny_default_tuning with its shape rules, "split0" with the split rule before session 40
+  // (SSMSERVE_SKINNY_SPLIT_RULE=0), "rules0" without any shape rule (SSMSERVE_SKINNY_RULES=0).
+  std::vector<std::pair<std::string, std::optional<cuda::SkinnyTuning>>> variants = {
+      {"default", std::nullopt}, {"split0", std::nullopt}, {"rules0", std::nullopt}};
   for (int shift : {-2, -1, 0, 1, 2})
     for (int cta : {4, 16})
       for (int u : {2, 4, 8}) {
@@ -162,10 +164,10 @@ void sweep_decode_gemms(const std::vector<Shape>& shapes) {
       }
   cuda::Stream stream;
   std::mt19937 rng(3);
-  constexpr int kLaunches = 40;
   for (const auto& sh : shapes) {
     const size_t wbytes = static_cast<size_t>(sh.N * sh.K * 2);
     const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / wbytes + 1, 2, 96));
+    const int launches = std::max(40, copies);  // one graph replay touches every copy
     DeviceBuffer x = to_device(to_bf16_bits(rand_vec(rng, sh.K))), y(sh.N * 4);
     const auto wb = to_bf16_bits(rand_vec(rng, sh.N * sh.K, -0.05f, 0.05f));
     std::vector<DeviceBuffer> w;
@@ -174,20 +176,19 @@ void sweep_decode_gemms(const std::vector<Shape>& shapes) {
     for (const auto& [name, tu] : variants) {
       cuda::SkinnyExtras ex;
       if (tu) ex.tuning = &*tu;
-      const cuda::KernelTuning saved = cuda::kernel_tuning();
-      cuda::KernelTuning kt = saved;
+      cuda::KernelTuning kt = cuda::kernel_tuning();
       kt.skinny_rules = name != "rules0";
-      cuda::set_kernel_tuning(kt);
+      if (name == "split0") kt.skinny_split_rule = 0;
+      const TuningScope scope(kt);
       double us[2];
       for (int pdl = 0; pdl < 2; ++pdl)
         us[pdl] = graph_us_per_launch([&] {
           next = (next + 1) % copies;
           SSM_CUDA_CHECK(skinny({1, sh.N, sh.K, x.data(), sh.K, w[next].data(), sh.K, DType::BF16, y.data(), sh.N, DType::F32},
                                 nullptr, 0, pdl != 0, stream.get(), ex));
-        }, kLaunches, stream.get());
+        }, launches, stream.get());
       const cuda::SkinnyTuning used = tu ? *tu : cuda::skinny_default_tuning(1, sh.N, sh.K);
       const int splits = cuda::skinny_gemm_splits(sh.N, sh.K, used.split_shift);
-      cuda::set_kernel_tuning(saved);
       std::printf("hgemm %-14s %6ld x %5ld %5.1f MB %-8s splits %2d/%-2d pdl %7.2f us %5.2f TB/s  plain %7.2f us %5.2f TB/s\n",
                   sh.name.c_str(), static_cast<long>(sh.N), static_cast<long>(sh.K), wbytes / 1e6, name.c_str(), splits,
                   std::min(splits, used.cta_splits), us[1], wbytes / (us[1] * 1e-6) / 1e12, us[0],
@@ -210,7 +211,7 @@ TEST(CudaDecodeBench, DISABLED_HybridDecodeGemms) {
 TEST(CudaDecodeBench, DISABLED_MoeModelDecodeGemms) {
   REQUIRE_GPU();
   sweep_decode_gemms({{"gt.in_proj", 6448, 1536},     {"gt.out_proj", 1536, 3072},  {"gt.sh_gate_up", 2048, 1536},
-                      {"gt.sh_down", 1536, 1024},     {"n3.in_proj", 10304, 2688},  {"n3.out_proj", 2688, 4096},
+                      {"gt.sh_down", 1536, 1024},     {"gt.lm_head", 100352, 1536},     {"n3.in_proj", 10304, 2688},  {"n3.out_proj", 2688, 4096},
                       {"n3.sh_up", 3712, 2688},       {"n3.sh_down", 2688, 3712},   {"q35.gdn_in", 12352, 2048},
                       {"q35.gdn_out", 2048, 4096},    {"q35.sh_gate_up", 1024, 2048}, {"q35.sh_down", 2048, 512}});
 }

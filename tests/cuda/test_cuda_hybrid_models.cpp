@@ -236,7 +236,7 @@ TEST_P(CudaHybridModel, MoeFusedSharedAddEqualsSeparate) {
 
 /// A MoE layer's shared-expert add done by the next residual norm (moe_shared_add_in_norm: the plain adds of
 /// Granite-4.0-H's and Nemotron-H's shared experts, Granite's scaled residual then applied to the sum) against the
-/// add's own launch or the combine's (Qwen's gated adds, which stay in the combine): bit-identical
+/// add's own launch or the combine's (Qwen's gated adds are never left to the norm): bit-identical
 /// logits with bf16 and fp32 weights and in batch-invariant mode. Cases without a shared expert compare the one path
 /// with itself.
 TEST_P(CudaHybridModel, MoeSharedAddInNormEqualsSeparate) {

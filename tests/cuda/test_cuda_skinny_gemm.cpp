@@ -100,7 +100,7 @@ TEST(CudaSkinnyGemm, RowsAreBitIdenticalForEveryBatch) {
     const int64_t Mmax = quick() ? 70 : 300;
     Operands op(rng, Mmax, sh.N, sh.K, sh.K);
     std::vector<float> full;
-    expect_slices_equal_full(gemm, rng, op, {1, 2, 5, 8, 9, 16, 17, 33, 64}, &full);
+    ASSERT_NO_FATAL_FAILURE(expect_slices_equal_full(gemm, rng, op, {1, 2, 5, 8, 9, 16, 17, 33, 64}, &full));
   }
   EXPECT_GT(gemm.skinny_calls(), 0);
 }
@@ -158,16 +158,15 @@ TEST(CudaSkinnyGemm, SplitRulesKeepRowsBatchInvariant) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  const cuda::KernelTuning saved = cuda::kernel_tuning();
   std::vector<Shape> shapes = gemm_shapes();
   for (const Shape& sh : std::vector<Shape>{{"gt.in_proj", 6448, 1536}, {"gt.out_proj", 1536, 3072},
                                             {"gt.sh_down", 1536, 1024}, {"q35.sh_down", 2048, 512},
                                             {"odd", 1100, 1000}})
     shapes.push_back(sh);
   for (int rule : {1, 0}) {
-    cuda::KernelTuning kt = saved;
+    cuda::KernelTuning kt = cuda::kernel_tuning();
     kt.skinny_split_rule = rule;
-    cuda::set_kernel_tuning(kt);
+    const TuningScope scope(kt);  // restored however the iteration ends
     cuda::GemmHandle gemm;
     gemm.set_batch_invariant(true);
     for (const auto& sh : shapes) {
@@ -175,12 +174,11 @@ TEST(CudaSkinnyGemm, SplitRulesKeepRowsBatchInvariant) {
       const int64_t Mmax = quick() ? 40 : 120;
       Operands op(rng, Mmax, sh.N, sh.K, sh.K);
       std::vector<float> full;
-      expect_slices_equal_full(gemm, rng, op, {1, 3, 8, 16, 17}, &full);
+      ASSERT_NO_FATAL_FAILURE(expect_slices_equal_full(gemm, rng, op, {1, 3, 8, 16, 17}, &full));
       const auto ref = op.reference(sh.N);
       EXPECT_LT(rel_err(full.data(), sh.N, ref.data(), sh.N, Mmax, sh.N), 1e-4);
     }
   }
-  cuda::set_kernel_tuning(saved);
 }
 
 /// True when tuning `tu` sums in the default's order for an N x K weight.
@@ -190,17 +188,27 @@ bool same_order(const cuda::SkinnyTuning& tu, int64_t M, int64_t N, int64_t K) {
   return s0 == s1 && std::min(s0, d.cta_splits) == std::min(s1, tu.cta_splits);
 }
 
-/// Every launch variant of the skinny GEMM (unroll, pipelining, register cap) gives the default's bits; other
-/// split counts stay within bf16-GEMM tolerance of the CPU.
+/// Every launch variant of the skinny GEMM (unroll, pipelining, register cap) gives the default's bits, also with the
+/// split rule's one-block reductions of 8 and 16 splits; other split counts stay within bf16-GEMM tolerance of the CPU.
 TEST(CudaSkinnyGemm, TuningVariantsEqualDefaultBits) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  for (const auto& sh : gemm_shapes()) {
+  std::vector<Shape> shapes = gemm_shapes();
+  shapes.push_back({"gt.out_proj", 1536, 3072});  // the split rule: 16 splits in one block
+  shapes.push_back({"n3.out_proj", 2688, 4096});  // 8 in one block
+  for (const auto& sh : shapes) {
     for (int64_t M : {1, 5, 16}) {
       SCOPED_TRACE(::testing::Message() << sh.name << " M=" << M);
       const int64_t ys = sh.N;
+      // The fixed variants, then every launch form with the default's summation order (its split shift and splits
+      // per block, which the split rule sets per shape).
+      std::vector<cuda::SkinnyTuning> variants = tunings();
+      const cuda::SkinnyTuning d = cuda::skinny_default_tuning(M, sh.N, sh.K);
+      for (int u : {2, 4, 8})
+        for (bool pipe : {false, true})
+          for (bool cap : {false, true}) variants.push_back({u, pipe, cap, d.split_shift, d.cta_splits});
       Operands op(rng, M, sh.N, sh.K, sh.K);
       const auto ref = op.reference(ys);
       DeviceBuffer d0(M * ys * 4);
@@ -208,7 +216,7 @@ TEST(CudaSkinnyGemm, TuningVariantsEqualDefaultBits) {
                              DType::F32}, nullptr, 0, true, nullptr));
       SSM_CUDA_CHECK(cudaDeviceSynchronize());
       const auto want = to_host<float>(d0, M * ys);
-      for (const auto& tu : tunings()) {
+      for (const auto& tu : variants) {
         SCOPED_TRACE(::testing::Message() << "unroll " << tu.unroll << " pipelined " << tu.pipelined << " cap "
                                         << tu.reg_cap << " shift " << tu.split_shift << " cta " << tu.cta_splits);
         cuda::SkinnyExtras ex;
@@ -279,7 +287,8 @@ TEST(CudaSkinnyGemm, PartTuningsSumLikeTheWholeWeight) {
 
 /// The MLP activation in the epilogue (SkinnyActEpilogue) against the plain GEMM (gate over up, not interleaved)
 /// followed by mlp_activation, bit for bit: SiLU-gated on the 8-interleaved weight and relu^2, bf16 and fp32 outputs,
-/// M = 1..40 (every m-tile form), K from one chunk to deep weights reduced across blocks (group sums) and K % 8 != 0
+/// M = 1..40 (every m-tile form), K from one chunk to deep weights reduced across blocks (group sums: I = 256, below the
+/// split rule's 64 tiles) and in one block (I = 1536, the split rule's 8 / 16 splits) and K % 8 != 0
 /// (the scalar-load forms), I from 8 to
 /// Falcon-H1-7B's 12288. Also mlp_activation on the interleaved columns of the plain (no epilogue) GEMM, the path of
 /// steps off the skinny kernel. The output's row padding stays untouched.
@@ -291,7 +300,8 @@ TEST(CudaSkinnyGemm, ActEpilogueEqualsSeparateActivation) {
   struct Case {
     int64_t I, K;
   };
-  for (const Case c : {Case{8, 32}, Case{40, 200}, Case{40, 203}, Case{512, 1536}, Case{1536, 12288}, Case{12288, 3072}}) {
+  for (const Case c : {Case{8, 32}, Case{40, 200}, Case{40, 203}, Case{256, 12288}, Case{512, 1536}, Case{1536, 12288},
+                       Case{12288, 3072}}) {
     for (int64_t M : {1, 2, 7, 9, 16, 40}) {
       if (c.I == 12288 && M > 2) continue;
       for (bool gated : {true, false}) {

@@ -20,12 +20,12 @@ struct KernelTuning {
   /// they balance over the SMs); SSMSERVE_SKINNY_RULES=0: the rules before them. Changes the summation order of
   /// those shapes (rounding only; a function of N, K and the GPU's SM count, never of M, so batch-invariant).
   bool skinny_rules = true;
-  /// skinny_default_tuning's split rule for decode-sized weights of >= 64 tiles of 16 rows and >= 16 chunks of 32
-  /// columns: 1 (default) every split of a tile in one block (no cross-block group sums), 16 splits when the tiles fit
-  /// the SMs one block each, 8 up to 3 tiles per SM, else 4, fewer where a split would get < 3 chunks (graph-timed
-  /// sweep at the hybrids' 2-20 MB projections on an H100: 15-45% faster; docs/benchmarks.md session 40); 0 the
-  /// rules before it (SSMSERVE_SKINNY_SPLIT_RULE=0|1). Changes the summation order of those shapes (a function of N,
-  /// K and the SM count, never of M: batch-invariant).
+  /// skinny_default_tuning's split rule for weights of >= 64 tiles of 16 rows and >= 16 chunks of 32 columns, under
+  /// skinny_rules: 1 (default) every split of a tile in one block (no cross-block group sums), 16 splits when the
+  /// tiles fit the SMs one block each, 8 up to 3 tiles per SM, else 4, fewer where a split would get < 3 chunks
+  /// (graph-timed at M = 1 on an H100: 2-42% faster at the hybrids' 2-22 MB projections, within 2% either way on
+  /// larger weights; docs/benchmarks.md session 40); 0 the rules before it (SSMSERVE_SKINNY_SPLIT_RULE=0|1). Changes
+  /// the summation order of those shapes (a function of N, K and the SM count, never of M: batch-invariant).
   int skinny_split_rule = 1;
   int64_t skinny_prefetch_bytes = -1; ///< the pre-wait L2 prefetch (SSMSERVE_SKINNY_PREFETCH_MB, 0..48); -1: default
   bool kernel_profile = false;        ///< per-launch CUDA event times of multi-kernel ops (SSMSERVE_KERNEL_PROFILE=1)

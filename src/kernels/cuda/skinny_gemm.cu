@@ -347,7 +347,8 @@ SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
   // blocks cost ~1 us of tail), as many splits as keep the SMs busy without stacking 16-warp blocks unevenly.
   // Graph-timed at M = 1 on an H100 (docs/benchmarks.md, session 40): Granite-4.0-H-Tiny in_proj 6448 x 1536
   // 11.4 -> 8.9 us, out_proj 1536 x 3072 6.2 -> 4.9, Nemotron-3-Nano shared up 3712 x 2688 12.2 -> 8.7,
-  // Qwen3.5-35B-A3B out_proj 2048 x 4096 8.5 -> 6.9. Small weights (< 64 tiles or < 16 chunks) keep the rules above.
+  // Qwen3.5-35B-A3B out_proj 2048 x 4096 8.5 -> 6.9. Small weights (< 64 tiles or < 16 chunks) keep the rules above;
+  // so do all under SSMSERVE_SKINNY_RULES=0.
   if (kernel_tuning().skinny_rules && kernel_tuning().skinny_split_rule == 1 && tiles >= 64 && chunks >= 16) {
     const int64_t sms = num_sms();
     int s = tiles <= sms ? 16 : tiles <= 3 * sms ? 8 : 4;
@@ -356,7 +357,7 @@ SkinnyTuning skinny_default_tuning(int64_t M, int64_t N, int64_t K) {
     for (int b = base; b < s; b *= 2) ++shift;
     for (int b = base; b > s; b /= 2) --shift;
     t.split_shift = shift;
-    t.cta_splits = std::max(4, s);
+    t.cta_splits = s;  // >= 4: 16 chunks allow 4 splits of >= 3
   }
   // Launch shape (per M): decode rows picked by occupancy (SkinnyTuning::auto_shape), without the register cap.
   if (M <= 16) t.auto_shape = true, t.reg_cap = false;
