@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <ctime>
+#include <new>
 #include <string>
 
 #include "core/error.h"
@@ -96,7 +97,7 @@ void Renderer::exec(const Stmt& st, std::string& out) {
     case Stmt::For: return exec_for(st, out);
     case Stmt::Set: {
       Value v = eval(*st.expr);
-      check_data_depth(v.data());  // stored values are what a loop could wrap without bound
+      check_stored_data(v.data());  // stored values are what a loop could wrap without bound
       if (st.attr.empty()) return void(scopes_.back()[st.text] = std::move(v));
       Value* target = lookup(st.text);
       SSM_CHECK(target && target->kind == Value::Namespace, "template: cannot set {}.{}: {} is not a namespace", st.text, st.attr, st.text);
@@ -177,21 +178,28 @@ Value Renderer::eval(const Expr& e) {
       Value* v = lookup(e.name);
       return v ? *v : Value{};
     }
-    case Expr::List: {
-      json a = json::array();
-      for (const auto& x : e.args) a.push_back(eval(*x).data());
-      return Value::of(std::move(a));
-    }
+    case Expr::List:
     case Expr::Tuple: {
       json a = json::array();
-      for (const auto& x : e.args) a.push_back(eval(*x).data());
+      size_t bytes = 64;  // charged as it grows (kMaxDataBytes): `[x, x, x, ...]` copies x each time
+      for (const auto& x : e.args) {
+        Value item = eval(*x);
+        check_data_size(bytes += data_bytes(item.data()));
+        a.push_back(item.data());
+      }
       Value v = Value::of(std::move(a));
-      v.tuple = true;
+      v.tuple = e.kind == Expr::Tuple;
       return v;
     }
     case Expr::Dict: {
       json o = json::object();
-      for (size_t k = 0; k + 1 < e.args.size(); k += 2) o[py_str(eval(*e.args[k]))] = eval(*e.args[k + 1]).data();
+      size_t bytes = 64;
+      for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
+        std::string key = py_str(eval(*e.args[k]));
+        Value item = eval(*e.args[k + 1]);
+        check_data_size(bytes += key.size() + data_bytes(item.data()));
+        o[std::move(key)] = item.data();
+      }
       return Value::of(std::move(o));
     }
     case Expr::Attr:
@@ -320,6 +328,7 @@ Value Renderer::binary(const Expr& e) {
     }
     if (a.is_array() && b.is_array()) {
       SSM_CHECK(a.size() + b.size() <= kMaxListItems, "template: list too long (more than {} items)", kMaxListItems);
+      check_data_size(data_bytes(a) + data_bytes(b));
       json r = a;
       for (const auto& x : b) r.push_back(x);
       return Value::of(r);
@@ -435,7 +444,7 @@ Value Renderer::call_macro(const Stmt& m, const Expr& e, const std::vector<Value
     Value v = k < a.size() ? a[k] : m.defaults[k] ? eval(*m.defaults[k]) : Value{};
     for (const auto& [name, x] : e.kwargs)
       if (name == m.vars[k]) v = eval(*x);
-    check_data_depth(v.data());  // a recursive macro could wrap its argument at each call
+    check_stored_data(v.data());  // a recursive macro could wrap its argument at each call
     frame[m.vars[k]] = v;
   }
   SSM_CHECK(++depth_ < 64, "template: macro recursion too deep");
@@ -474,6 +483,8 @@ std::string Template::render(const nlohmann::ordered_json& context) const {
     fail("template: continue outside a loop");
   } catch (const nlohmann::ordered_json::exception& e) {
     fail("template: {}", e.what());
+  } catch (const std::bad_alloc&) {  // past the bounds above: the process's memory, not the template's, ran out
+    fail("template: out of memory while rendering");
   }
   return out;
 }

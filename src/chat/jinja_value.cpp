@@ -237,7 +237,28 @@ void check_string_size(size_t bytes) {
   SSM_CHECK(bytes <= kMaxStringBytes, "template: string too long ({} bytes; the limit is {} MiB)", bytes, kMaxStringBytes >> 20);
 }
 
-void check_data_depth(const json& v) {
+size_t data_bytes(const json& v, size_t limit) {
+  size_t bytes = 0;
+  std::vector<const json*> todo{&v};
+  while (!todo.empty() && bytes <= limit) {
+    const json* p = todo.back();
+    todo.pop_back();
+    bytes += 64;
+    if (p->is_string()) bytes += p->get_ref<const std::string&>().size();
+    if (p->is_object())
+      for (auto it = p->begin(); it != p->end(); ++it) bytes += it.key().size(), todo.push_back(&it.value());
+    else if (p->is_array())
+      for (const auto& c : *p) todo.push_back(&c);
+  }
+  return bytes;
+}
+
+void check_data_size(size_t bytes) {
+  SSM_CHECK(bytes <= kMaxDataBytes, "template: value too large (more than {} MiB of lists, dicts and strings)",
+            kMaxDataBytes >> 20);
+}
+
+void check_stored_data(const json& v) {
   std::vector<std::pair<const json*, int>> todo{{&v, 1}};
   while (!todo.empty()) {
     const auto [p, d] = todo.back();
@@ -246,6 +267,7 @@ void check_data_depth(const json& v) {
     for (const auto& c : *p)
       if (c.is_structured()) todo.emplace_back(&c, d + 1);
   }
+  check_data_size(data_bytes(v));
 }
 
 }  // namespace ssmserve::server::jinja

@@ -86,10 +86,19 @@ constexpr size_t kMaxStringBytes = size_t{64} << 20;  // any string the template
 constexpr size_t kMaxListItems = size_t{1} << 20;     // any list the template builds
 constexpr int kMaxDataDepth = 512;                    // containers in containers in a stored (set / macro argument) value
 constexpr long long kMaxLoopIterations = 1'000'000;  // for-loop items, summed over the render (counted as a loop starts)
+/// Any list or dict the template builds or stores, charged 64 bytes per JSON value (about what a nested one takes in
+/// memory) plus the bytes of its strings and keys: values are copied, not shared, so a loop that nests a value in
+/// itself (`ns.x + [ns.x]`) doubles it each pass.
+constexpr size_t kMaxDataBytes = kMaxStringBytes + (size_t{1} << 20);  // room for one string of the largest size
 /// Throws Error if a string of `bytes` bytes would pass kMaxStringBytes.
 void check_string_size(size_t bytes);
-/// Throws Error if `v` nests containers deeper than kMaxDataDepth (iterative: safe on any depth).
-void check_data_depth(const json& v);
+/// The bytes `v` is charged against kMaxDataBytes (iterative; stops counting once past `limit`).
+size_t data_bytes(const json& v, size_t limit = kMaxDataBytes);
+/// Throws Error if a value of `bytes` charged bytes would pass kMaxDataBytes.
+void check_data_size(size_t bytes);
+/// A value about to be stored (set, a macro argument): throws Error if it nests containers deeper than kMaxDataDepth
+/// or is charged more than kMaxDataBytes (iterative: safe on any depth).
+void check_stored_data(const json& v);
 /// An arithmetic result: an integer when both operands were integers, else a float.
 json number_result(double d, bool integral);
 

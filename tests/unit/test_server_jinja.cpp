@@ -141,6 +141,13 @@ TEST(ServerJinja, HostileTemplatesHitResourceLimits) {
       {"{{ ('a' * 600000)|list + ('b' * 600000)|list }}", "list too long"},
       {"{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}", "nested too deep"},
       {"{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}{% endfor %}", "nested too deep"},
+      // Values are copied, not shared (Jinja2 shares them): nesting a value in itself doubles it each pass.
+      {"{% set ns = namespace(x=[]) %}{% for i in range(40) %}{% set ns.x = ns.x + [ns.x] %}{% endfor %}{{ ns.x|length }}", "value too large"},
+      {"{% set ns = namespace(x=[]) %}{% for i in range(40) %}{% set ns.x = {'a': ns.x, 'b': ns.x} %}{% endfor %}", "value too large"},
+      {"{% set ns = namespace(x=[1]) %}{% for i in range(40) %}{% set ns.x = [ns.x, ns.x] %}{% endfor %}", "value too large"},
+      {"{% set x = 'a' * 60000000 %}{{ [x, x, x]|length }}", "value too large"},
+      {"{% set x = 'a' * 60000000 %}{{ {'a': x, 'b': x, 'c': x}|length }}", "value too large"},
+      {"{% set x = ['a' * 60000000] %}{{ (x + x + x)|length }}", "value too large"},
       {"{% for c in 'a' * 1000001 %}{% endfor %}", "too many loop iterations"},
       {"{{ ('a' * 2000000)|list|length }}", "list of 2000000 items"},
       {"{{ range(100001) }}", "range() too big"},
