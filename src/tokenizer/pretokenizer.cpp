@@ -203,6 +203,17 @@ RegexSplitter::~RegexSplitter() = default;
 RegexSplitter::RegexSplitter(RegexSplitter&&) noexcept = default;
 RegexSplitter& RegexSplitter::operator=(RegexSplitter&&) noexcept = default;
 
+namespace {
+/// A match that PCRE2 gave up on (e.g. its match limit on a catastrophically backtracking pattern): an Error naming
+/// the tokenizer's regex and PCRE2's reason.
+[[noreturn]] void match_failed(int rc) {
+  PCRE2_UCHAR reason[256];
+  if (pcre2_get_error_message(rc, reason, sizeof(reason)) < 0) reason[0] = 0;
+  fail("the tokenizer's regex (a tokenizer.json pre_tokenizer / normalizer pattern) failed on this text: PCRE2 error "
+       "{} ({})", rc, reinterpret_cast<const char*>(reason));
+}
+}  // namespace
+
 void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& out) const {
   if (text.empty()) return;
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
@@ -215,7 +226,7 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(md);
-      fail("PCRE2 match failed with code {}", rc);
+      match_failed(rc);
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const std::size_t start = ov[0], end = ov[1];
@@ -250,7 +261,7 @@ void RegexSplitter::find_matches(std::string_view text, std::vector<PatternPiece
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(md);
-      fail("PCRE2 match failed with code {}", rc);
+      match_failed(rc);
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const std::size_t start = ov[0], end = ov[1];

@@ -159,6 +159,19 @@ TEST(CorruptTokenizerJson, DegenerateSettingsDoNotCrash) {
   EXPECT_FALSE(t2.encode("some text, with xx words").empty());
 }
 
+/// A pre-tokenizer regex that backtracks catastrophically on a long text: PCRE2 stops at its match limit and encode
+/// reports an error naming the tokenizer's regex and PCRE2's reason, not a bare error code.
+TEST(CorruptTokenizerJson, BacktrackingRegexIsANamedEncodeError) {
+  TempDir dir("tok-backtrack");
+  json j = family("normalizer_mix");
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a+)+$";
+  write_file(dir / "tokenizer.json", j.dump());
+  const Tokenizer tok = Tokenizer::from_file(dir / "tokenizer.json");
+  const std::string err = error_of([&] { tok.encode(std::string(30000, 'a') + "b"); });
+  EXPECT_THAT(err, HasSubstr("the tokenizer's regex"));
+  EXPECT_THAT(err, HasSubstr("limit"));
+}
+
 /// A bytelevel_llama3 file with `n` compact special added tokens <t0>..<tN-1> spliced in (ids from 2000).
 std::string with_added_tokens(int n) {
   std::string text = family("bytelevel_llama3").dump();
