@@ -237,17 +237,26 @@ void check_string_size(size_t bytes) {
   SSM_CHECK(bytes <= kMaxStringBytes, "template: string too long ({} bytes; the limit is {} MiB)", bytes, kMaxStringBytes >> 20);
 }
 
+namespace {
+/// What one JSON value is charged against kMaxDataBytes by itself (its children are charged on their own): 64 bytes,
+/// plus a string's bytes or an object's key bytes.
+size_t own_bytes(const json& p) {
+  size_t bytes = 64;
+  if (p.is_string()) bytes += p.get_ref<const std::string&>().size();
+  if (p.is_object())
+    for (auto it = p.begin(); it != p.end(); ++it) bytes += it.key().size();
+  return bytes;
+}
+}  // namespace
+
 size_t data_bytes(const json& v, size_t limit) {
   size_t bytes = 0;
   std::vector<const json*> todo{&v};
   while (!todo.empty() && bytes <= limit) {
     const json* p = todo.back();
     todo.pop_back();
-    bytes += 64;
-    if (p->is_string()) bytes += p->get_ref<const std::string&>().size();
-    if (p->is_object())
-      for (auto it = p->begin(); it != p->end(); ++it) bytes += it.key().size(), todo.push_back(&it.value());
-    else if (p->is_array())
+    bytes += own_bytes(*p);
+    if (p->is_structured())
       for (const auto& c : *p) todo.push_back(&c);
   }
   return bytes;
@@ -259,15 +268,16 @@ void check_data_size(size_t bytes) {
 }
 
 void check_stored_data(const json& v) {
+  size_t bytes = 0;  // one walk for both bounds
   std::vector<std::pair<const json*, int>> todo{{&v, 1}};
   while (!todo.empty()) {
     const auto [p, d] = todo.back();
     todo.pop_back();
     SSM_CHECK(d <= kMaxDataDepth, "template: value nested too deep (more than {} levels)", kMaxDataDepth);
-    for (const auto& c : *p)
-      if (c.is_structured()) todo.emplace_back(&c, d + 1);
+    check_data_size(bytes += own_bytes(*p));
+    if (p->is_structured())
+      for (const auto& c : *p) todo.emplace_back(&c, d + 1);
   }
-  check_data_size(data_bytes(v));
 }
 
 }  // namespace ssmserve::server::jinja
