@@ -62,8 +62,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_BRANCH_PDL", o.branch_pdl);
   flag("SSMSERVE_FUSE_SCALED_RESIDUAL", o.fuse_scaled_residual);
   flag("SSMSERVE_MLP_ACT_EPILOGUE", o.mlp_act_epilogue);
-  flag("SSMSERVE_DECODE_CONV_EPILOGUE", o.decode_conv_epilogue);
-  flag("SSMSERVE_GDN_DECODE_PREPARE", o.gdn_decode_prepare);
   flag("SSMSERVE_FUSE_CASTS", o.fuse_casts);
   flag("SSMSERVE_MOE_INPUT_COPY", o.moe_input_copy);
   int_in("SSMSERVE_MOE_SHARED_ADD_IN_NORM", o.moe_shared_add_in_norm, 0, 1);

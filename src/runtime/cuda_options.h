@@ -97,15 +97,6 @@ struct CudaModelOptions {
   /// last bits). SSMSERVE_MLP_ACT_EPILOGUE=0 turns it off. With fuse_casts: Falcon-H1-7B batch-1 decode at 2k +2.9% on
   /// an H100 (docs/benchmarks.md, session 37).
   bool mlp_act_epilogue = true;
-  /// A Mamba-2 or Gated DeltaNet mixer's decode conv (the one-token window update + SiLU of xBC / q k v) in the in_proj
-  /// GEMM's epilogue on the skinny kernel (skinny_gemm.h SkinnyConvEpilogue) instead of a conv1d_update_dual launch:
-  /// plain decode rows of skinny-kernel steps (verify rows and other GEMMs keep the launch). The same expression on the
-  /// same fp32 sums: bit-identical (tested). SSMSERVE_DECODE_CONV_EPILOGUE=0 turns it off.
-  bool decode_conv_epilogue = true;
-  /// Gated DeltaNet decode rows: the input preparation (L2-normalised q / k, g, beta) inside the decode kernel
-  /// (gated_delta_decode_prepared) instead of a gated_delta_prepare launch before it; prefill rows keep the launch.
-  /// The same expressions in the same order: bit-identical (tested). SSMSERVE_GDN_DECODE_PREPARE=0 turns it off.
-  bool gdn_decode_prepare = true;
   /// Kernels whose fp32 output feeds a bf16 GEMM write the bf16 copy themselves instead of a cast launch after them:
   /// the split-KV attention combine of steps without tensor-core tiles (PagedAttentionArgs::out_bf16: o_proj's input,
   /// attention without an output gate; Falcon-H1's 44 layers) and a residual norm whose sublayer reads both forms
@@ -138,8 +129,7 @@ struct CudaModelOptions {
   /// SSMSERVE_LAYER_PROFILE=0|1, SSMSERVE_PROFILE_REPLAY=<n>, SSMSERVE_DECODE_OVERLAP=0..31, SSMSERVE_OVERLAP_PREFETCH=0..2, SSMSERVE_SSD_TF32=0|1,
   /// SSMSERVE_FUSE_PARALLEL_PROJ=0|1, SSMSERVE_PARALLEL_MIXER_BRANCH=0|1, SSMSERVE_MOE_SHARED_BRANCH=0|1, SSMSERVE_MOE_FUSED_SHARED_ADD=0..2,
   /// SSMSERVE_BRANCH_PDL=0|1, SSMSERVE_FUSE_SCALED_RESIDUAL=0|1, SSMSERVE_MLP_ACT_EPILOGUE=0|1, SSMSERVE_FUSE_CASTS=0|1,
-  /// SSMSERVE_MOE_INPUT_COPY=0|1, SSMSERVE_MOE_SHARED_ADD_IN_NORM=0|1, SSMSERVE_DECODE_CONV_EPILOGUE=0|1,
-  /// SSMSERVE_GDN_DECODE_PREPARE=0|1,
+  /// SSMSERVE_MOE_INPUT_COPY=0|1, SSMSERVE_MOE_SHARED_ADD_IN_NORM=0|1,
   /// and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB / _RULES / _SPLIT_RULE, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK,

@@ -268,29 +268,6 @@ TEST_P(CudaHybridModel, MlpActEpilogueEqualsSeparate) {
   expect_same_logits_each_mode(epilogue, separate, "logits with the MLP activation in the GEMM epilogue differ from its own launch");
 }
 
-/// The decode conv of the Mamba-2 and Gated DeltaNet mixers in the in_proj GEMM's epilogue (decode_conv_epilogue;
-/// decode steps on the skinny kernel) against its own launch: bit-identical logits with bf16 and fp32 weights (fp32
-/// GEMMs are off the skinny kernel: the one path) and in batch-invariant mode (every step on the skinny kernel, prefill
-/// rows after the decode rows keeping the launch). Cases without such a mixer compare the one path with itself.
-TEST_P(CudaHybridModel, DecodeConvEpilogueEqualsConvLaunch) {
-  REQUIRE_GPU();
-  cuda::CudaModelOptions epilogue, launch;
-  epilogue.decode_conv_epilogue = true;
-  launch.decode_conv_epilogue = false;
-  expect_same_logits_each_mode(epilogue, launch, "logits with the decode conv in the GEMM epilogue differ from its own launch");
-}
-
-/// Gated DeltaNet decode rows with the input preparation inside the decode kernel (gdn_decode_prepare) against the
-/// prepare launch before it: bit-identical logits with bf16 and fp32 weights and in batch-invariant mode. Cases
-/// without a Gated DeltaNet mixer compare the one path with itself.
-TEST_P(CudaHybridModel, GdnDecodePrepareEqualsPrepareLaunch) {
-  REQUIRE_GPU();
-  cuda::CudaModelOptions fused, launch;
-  fused.gdn_decode_prepare = true;
-  launch.gdn_decode_prepare = false;
-  expect_same_logits_each_mode(fused, launch, "logits with the Gated DeltaNet preparation in the decode kernel differ from its launch");
-}
-
 /// The bf16 copies for the next GEMM written by the kernels producing the fp32 rows (fuse_casts: the split-KV attention
 /// combine of decode steps, o_proj's input; the residual norm before a MoE layer with a shared expert, its input; a
 /// residual norm whose sublayer reads both forms, MiniMax's, is checked in test_cuda_decode_ops

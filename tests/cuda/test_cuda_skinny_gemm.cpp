@@ -1,8 +1,7 @@
 // GPU skinny GEMM (issue 7, decode latency and batch invariance): the batch-invariant skinny GEMM against the CPU
 // linear; its rows bit-identical for every batch size and offset; every tuning variant equal to the default's bits;
 // bad arguments refused; the fp32 GEMV of few rows (the MoE router) against float64; the MLP activation epilogue
-// against the GEMM followed by mlp_activation; the decode conv epilogue against the GEMM followed by the conv launch.
-// Skips without a GPU.
+// against the GEMM followed by mlp_activation. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -358,104 +357,6 @@ TEST(CudaSkinnyGemm, ActEpilogueEqualsSeparateActivation) {
             cudaErrorInvalidValue);
   EXPECT_EQ(cuda::mlp_activation(out.as<float>(), 16, 1, 8, false, y2.data(), DType::BF16, 8, nullptr, false, true),
             cudaErrorInvalidValue);  // interleaved without the gate
-}
-
-/// The decode conv in the epilogue (SkinnyConvEpilogue: Mamba-2's xBC, Gated DeltaNet's q / k / v) against the plain
-/// GEMM followed by conv1d_update_dual over its columns, bit for bit: y, the conv outputs and the windows, for fp32,
-/// bf16 and fp16 windows, widths 4 / 2 / 1, with and without bias and SiLU, null rows (block 0) left untouched, decode
-/// rows fewer than M (the prefill rows after them get no conv), M = 1..40 (every m-tile form), weights reduced in one
-/// block (the split rule) and across blocks (group sums), the conv columns in the middle of N (Mamba-2: after z) or at
-/// its start (Gated DeltaNet). Bad epilogues are refused.
-TEST(CudaSkinnyGemm, ConvEpilogueEqualsConvLaunch) {
-  REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  struct Case {
-    int64_t N, K, col0, dim;
-    int width;
-    DType sd;
-    bool bias, silu;
-  };
-  const Case cases[] = {
-      {6448, 1536, 3072, 3328, 4, DType::F32, true, true},     // granite-4.0-h-tiny in_proj: one block per tile
-      {200, 64, 40, 136, 4, DType::BF16, false, true},           // small: the old rules
-      {256, 12288, 0, 192, 4, DType::F32, false, true},          // group sums across blocks; conv at column 0
-      {1000, 512, 100, 777, 2, DType::F16, true, false},         // fp16 windows, no SiLU
-      {96, 203, 16, 64, 1, DType::F32, true, true},              // width 1 (no window), K % 8 != 0 (scalar loads)
-  };
-  for (const Case& c : cases) {
-    for (int64_t M : {1, 3, 9, 16, 40}) {
-      for (int64_t rows : {M, M - 1}) {
-        if (rows < 1) continue;
-        SCOPED_TRACE(::testing::Message() << "N=" << c.N << " K=" << c.K << " conv [" << c.col0 << ", +" << c.dim
-                                          << ") width " << c.width << " " << dtype_name(c.sd) << " M=" << M
-                                          << " decode rows " << rows);
-        Operands op(rng, M, c.N, c.K, c.K);
-        const int64_t es = dtype_size(c.sd), S = c.width - 1, nblocks = M + 2, stride = S * c.dim + 8;
-        std::vector<int32_t> idx(static_cast<size_t>(rows));
-        for (int64_t m = 0; m < rows; ++m) idx[m] = m % 4 == 2 ? 0 : static_cast<int32_t>(m + 1);  // some null rows
-        const auto wv = rand_vec(rng, nblocks * stride);  // the windows, stored in the state dtype
-        std::vector<uint8_t> windows(static_cast<size_t>(nblocks * stride * es));
-        for (size_t i = 0; i < wv.size(); ++i) {
-          if (es == 4) std::memcpy(&windows[4 * i], &wv[i], 4);
-          const uint16_t h = c.sd == DType::BF16 ? f32_to_bf16(wv[i]) : f32_to_f16(wv[i]);
-          if (es == 2) std::memcpy(&windows[2 * i], &h, 2);
-        }
-        const auto w = rand_vec(rng, c.dim * c.width), bias = rand_vec(rng, c.dim);
-        DeviceBuffer dw = to_device(w), db = to_device(bias), didx = to_device(idx);
-        DeviceBuffer st_ref = to_device(windows), st_got = to_device(windows);
-        cuda::ConvParams conv{c.dim, c.width, dw.as<float>(), c.bias ? db.as<float>() : nullptr,
-                              {st_ref.data(), c.sd, stride}, c.silu};
-        const int64_t ys = c.N + 2, os = c.dim + 3;
-        DeviceBuffer y_ref = poisoned_bytes(M * ys * 4), y_got = poisoned_bytes(M * ys * 4);
-        DeviceBuffer o_ref = poisoned_bytes(M * os * 4), o_got = poisoned_bytes(M * os * 4);
-        SSM_CUDA_CHECK(skinny({M, c.N, c.K, op.dx.data(), c.K, op.dw.data(), c.K, DType::BF16, y_ref.data(), ys, DType::F32},
-                              nullptr, 0, true, nullptr));
-        SSM_CUDA_CHECK(cuda::conv1d_update_dual(y_ref.as<float>() + c.col0, ys, o_ref.as<float>(), os, nullptr, 0, conv,
-                                                didx.as<int32_t>(), static_cast<int>(rows), true, nullptr));
-        cuda::SkinnyExtras ex;
-        conv.conv_states.data = st_got.data();
-        ex.conv = {static_cast<int>(rows), c.col0, conv, didx.as<int32_t>(), o_got.as<float>(), os};
-        SSM_CUDA_CHECK(skinny({M, c.N, c.K, op.dx.data(), c.K, op.dw.data(), c.K, DType::BF16, y_got.data(), ys, DType::F32},
-                              nullptr, 0, true, nullptr, ex));
-        SSM_CUDA_CHECK(cudaDeviceSynchronize());
-        ASSERT_EQ(to_host<uint8_t>(y_ref, M * ys * 4), to_host<uint8_t>(y_got, M * ys * 4)) << "y differs";
-        ASSERT_EQ(to_host<uint8_t>(o_ref, M * os * 4), to_host<uint8_t>(o_got, M * os * 4)) << "conv outputs differ";
-        ASSERT_EQ(to_host<uint8_t>(st_ref, windows.size()), to_host<uint8_t>(st_got, windows.size())) << "windows differ";
-        // The checks can fail: a null row's outputs stay poisoned, a live row's are written.
-        const auto o = to_host<uint32_t>(o_got, M * os);
-        for (int64_t m = 0; m < M; ++m)
-          ASSERT_EQ(o[m * os] == 0xffffffffu, m >= rows || idx[m] == 0) << "row " << m;
-      }
-    }
-  }
-  // Bad epilogues: with an activation epilogue, a bf16 y, conv columns past N, more rows than M, no indices.
-  DeviceBuffer x(64 * 2), wt(32 * 64 * 2), y(64 * 4), out(64 * 4), st(2 * 48 * 4), wc(64 * 4);
-  DeviceBuffer idx = to_device(std::vector<int32_t>{1});  // block 1 of the 2-block window pool
-  x.fill_bytes(0), wt.fill_bytes(0), st.fill_bytes(0), wc.fill_bytes(0);
-  const cuda::ConvParams conv{16, 4, wc.as<float>(), nullptr, {st.data(), DType::F32, 48}, true};
-  const cuda::GemmArgs g{1, 32, 64, x.data(), 64, wt.data(), 64, DType::BF16, y.data(), 32, DType::F32};
-  const auto refused = [&](cuda::SkinnyExtras ex, cuda::GemmArgs a) {
-    return skinny(a, nullptr, 0, false, nullptr, ex) == cudaErrorInvalidValue;
-  };
-  cuda::SkinnyExtras ex;
-  ex.conv = {1, 8, conv, idx.as<int32_t>(), out.as<float>(), 16};
-  EXPECT_EQ(skinny(g, nullptr, 0, false, nullptr, ex), cudaSuccess);
-  cuda::SkinnyExtras bad = ex;
-  bad.act = {cuda::SkinnyAct::kRelu2, out.data(), 32, DType::F32};
-  EXPECT_TRUE(refused(bad, g)) << "with an activation";
-  cuda::GemmArgs gb = g;
-  gb.y_dtype = DType::BF16;
-  EXPECT_TRUE(refused(ex, gb)) << "bf16 y";
-  bad = ex, bad.conv.col0 = 20;
-  EXPECT_TRUE(refused(bad, g)) << "conv columns past N";
-  bad = ex, bad.conv.rows = 2;
-  EXPECT_TRUE(refused(bad, g)) << "rows > M";
-  bad = ex, bad.conv.state_indices = nullptr;
-  EXPECT_TRUE(refused(bad, g)) << "no state indices";
-  bad = ex, bad.conv.out_stride = 15;
-  EXPECT_TRUE(refused(bad, g)) << "short output stride";
 }
 
 TEST(CudaSkinnyGemm, RejectsBadArguments) {

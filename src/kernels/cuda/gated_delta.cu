@@ -62,29 +62,6 @@ __device__ __forceinline__ float4 round4(float4 v, __half) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-// ---- the input preparation's arithmetic (gated_delta_prepare and the decode kernel's fused form) -----------------
-
-/// q's scale 1 / (||q|| sqrt(Dk)) and k's 1 / ||k|| from their sums of squares (eps 1e-6 under the root).
-__device__ __forceinline__ float gdn_q_scale(float sumsq, int Dk) {
-  return 1.0f / sqrtf(sumsq + 1e-6f) / sqrtf(static_cast<float>(Dk));
-}
-__device__ __forceinline__ float gdn_k_scale(float sumsq) { return 1.0f / sqrtf(sumsq + 1e-6f); }
-/// g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b).
-__device__ __forceinline__ float gdn_log_decay(float a, float dt_bias, float A_log) {
-  return -expf(A_log) * detail::softplus(a + dt_bias);
-}
-__device__ __forceinline__ float gdn_beta(float b) { return 1.0f / (1.0f + expf(-b)); }
-
-/// The fused preparation's inputs (GatedDeltaPrepareArgs' a, b, A_log, dt_bias).
-struct PrepIn {
-  const float* a = nullptr;
-  int64_t a_stride = 0;
-  const float* b = nullptr;
-  int64_t b_stride = 0;
-  const float* A_log = nullptr;
-  const float* dt_bias = nullptr;
-};
-
 /// Shared memory of one block of the one-token update (block of (kCols / 4) * (kDk / 4) threads).
 template <int kDk, int kCols>
 struct StepSmem {
@@ -99,47 +76,21 @@ struct StepSmem {
 /// cg * 4 .. +3 (cg = t % (kCols / 4)) of the key rows rg + (kDk / 4) i in s (in), writes this token's outputs o
 /// [kCols] (threads < kCols) and returns the new state (not rounded to the state dtype) in n. after_previous: a token
 /// ran before on this block (wait until it is done with the shared memory).
-/// kPrep: in.q / in.k are the raw conv outputs and g / beta come from prep (in.g / in.beta unread): every warp
-/// sums the key head's squares as prepare_kernel's warp does (lane i: elements i, i + 32, ... in order, then
-/// warp_sum) and the token's q, k, g and beta get prepare_kernel's expressions: the values it would have stored.
-template <int kDk, int kCols, bool kPrep = false>
+template <int kDk, int kCols>
 __device__ __forceinline__ void token_step(const GatedDeltaInputs& in, int64_t r, int h, int kh, int col0, int Dv,
                                            float* o, const float4 (&s)[kRowsPerThread], float4 (&n)[kRowsPerThread],
-                                           StepSmem<kDk, kCols>& sm, bool after_previous, const PrepIn& prep = {}) {
+                                           StepSmem<kDk, kCols>& sm, bool after_previous) {
   constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread, kThreads = kCG * kRG, kWarps = kThreads / 32;
   static_assert(kThreads % 32 == 0 && kCG <= 32, "a warp holds whole row groups");
   const int tid = threadIdx.x, cg = tid % kCG, rg = tid / kCG;
   if (after_previous) __syncthreads();  // the previous token is done with sq, sk, red and su
   // 1. This token's q, k (key head kh), decay and learning rate.
-  const float* qr = in.q + r * in.q_stride + static_cast<int64_t>(kh) * kDk;
-  const float* kr = in.k + r * in.k_stride + static_cast<int64_t>(kh) * kDk;
-  float rq = 1.0f, rk = 1.0f;
-  if constexpr (kPrep) {
-    float sq = 0.0f, sk = 0.0f;
-    for (int i = tid & 31; i < kDk; i += 32) {
-      sq = fmaf(qr[i], qr[i], sq);
-      sk = fmaf(kr[i], kr[i], sk);
-    }
-    rq = gdn_q_scale(detail::warp_sum(sq), kDk);
-    rk = gdn_k_scale(detail::warp_sum(sk));
-  }
   for (int i = tid; i < kDk; i += kThreads) {
-    if constexpr (kPrep) {
-      sm.sq[i] = qr[i] * rq;
-      sm.sk[i] = kr[i] * rk;
-    } else {
-      sm.sq[i] = qr[i];
-      sm.sk[i] = kr[i];
-    }
+    sm.sq[i] = in.q[r * in.q_stride + static_cast<int64_t>(kh) * kDk + i];
+    sm.sk[i] = in.k[r * in.k_stride + static_cast<int64_t>(kh) * kDk + i];
   }
-  float eg, beta;
-  if constexpr (kPrep) {
-    eg = expf(gdn_log_decay(prep.a[r * prep.a_stride + h], prep.dt_bias[h], prep.A_log[h]));
-    beta = gdn_beta(prep.b[r * prep.b_stride + h]);
-  } else {
-    eg = expf(in.g[r * in.g_stride + h]);
-    beta = in.beta[r * in.beta_stride + h];
-  }
+  const float eg = expf(in.g[r * in.g_stride + h]);
+  const float beta = in.beta[r * in.beta_stride + h];
   __syncthreads();
   // 2. Partial k^T S, q^T S over this thread's rows, and q . k (the same in every column group).
   float a[4] = {0, 0, 0, 0}, bq[4] = {0, 0, 0, 0}, qk = 0.0f;
@@ -205,10 +156,10 @@ __device__ __forceinline__ void token_step(const GatedDeltaInputs& in, int64_t r
 /// (device_decode_rows.h), the state kept in registers between them, rounded as stored. prewait: before the PDL wait,
 /// the first thread of each key row hints the L2 to fetch the row's slice of the block's state (no kernel of the step
 /// writes it before this one; KernelTuning::decode_prewait).
-template <class TS, int kDk, int kCols, bool kPrep>
+template <class TS, int kDk, int kCols>
 __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
     decode_kernel(GatedDeltaInputs in, GatedDeltaParams p, float* __restrict__ out, int64_t out_stride,
-                  DeviceDecodeRows rows, bool prewait, PrepIn prep) {
+                  DeviceDecodeRows rows, bool prewait) {
   constexpr int kCG = kCols / 4, kRG = kDk / kRowsPerThread;
   __shared__ StepSmem<kDk, kCols> sm;
   if (prewait && threadIdx.x % kCG == 0) {
@@ -250,7 +201,7 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
   }
   for (int j = 0; j < nt; ++j) {
     float4 n[kRowsPerThread];
-    token_step<kDk, kCols, kPrep>(in, t0 + j, h, kh, col0, Dv, out_row(t0 + j), s, n, sm, j > 0, prep);
+    token_step<kDk, kCols>(in, t0 + j, h, kh, col0, Dv, out_row(t0 + j), s, n, sm, j > 0);
     // The new state goes to this token's column (column 0 in place for a plain row); the next token continues from
     // the stored (rounded) values.
     TS* S = state_at(rows.dst_block(b, j));
@@ -322,10 +273,9 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread))
   write_state(blk, s);
 }
 
-template <class TS, int kDk, bool kPrep>
+template <class TS, int kDk>
 cudaError_t launch_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                          DeviceDecodeRows rows, int batch, bool batch_invariant, cudaStream_t stream, bool pdl,
-                          const PrepIn& prep) {
+                          DeviceDecodeRows rows, int batch, bool batch_invariant, cudaStream_t stream, bool pdl) {
   // 32-column slices when that still gives ~2 blocks per SM (132 SMs), else 16 (more, smaller blocks at batch 1).
   // The slice width sets the reduction order over the key rows: batch-invariant mode keeps 16 at every batch size
   // (the sequential prefill's width).
@@ -333,13 +283,12 @@ cudaError_t launch_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p,
   const bool prewait = pdl && kernel_tuning().decode_prewait;  // only useful while a predecessor runs
   if (!batch_invariant && p.head_v_dim % 32 == 0 && blocks32 >= 256) {
     constexpr int kCols = 32;
-    return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols, kPrep>,
-                              dim3(batch, p.num_v_heads, p.head_v_dim / kCols), dim3((kCols / 4) * (kDk / 4)), 0, stream,
-                              in, p, out, out_stride, rows, prewait, prep);
+    return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
+                              dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows, prewait);
   }
   constexpr int kCols = 16;
-  return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols, kPrep>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
-                            dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows, prewait, prep);
+  return detail::launch_pdl(pdl, decode_kernel<TS, kDk, kCols>, dim3(batch, p.num_v_heads, p.head_v_dim / kCols),
+                            dim3((kCols / 4) * (kDk / 4)), 0, stream, in, p, out, out_stride, rows, prewait);
 }
 
 template <class TS, int kDk>
@@ -375,7 +324,7 @@ __global__ void prepare_kernel(GatedDeltaPrepareArgs a, int64_t num_tokens, int 
   sq = detail::warp_sum(sq);
   sk = detail::warp_sum(sk);
   // All lanes hold the sums before any lane overwrites its elements (in-place use).
-  const float rq = gdn_q_scale(sq, Dk), rk = gdn_k_scale(sk);
+  const float rq = 1.0f / sqrtf(sq + 1e-6f) / sqrtf(static_cast<float>(Dk)), rk = 1.0f / sqrtf(sk + 1e-6f);
   float* qo = a.q_out + t * a.q_out_stride + static_cast<int64_t>(kh) * Dk;
   float* ko = a.k_out + t * a.k_out_stride + static_cast<int64_t>(kh) * Dk;
   for (int i = lane; i < Dk; i += 32) {
@@ -386,8 +335,9 @@ __global__ void prepare_kernel(GatedDeltaPrepareArgs a, int64_t num_tokens, int 
   const int ratio = Hv / Hk;
   if (lane < ratio) {
     const int h = kh * ratio + lane;
-    a.g[t * a.g_stride + h] = gdn_log_decay(a.a[t * a.a_stride + h], a.dt_bias[h], a.A_log[h]);
-    a.beta[t * a.beta_stride + h] = gdn_beta(a.b[t * a.b_stride + h]);
+    const float x = a.a[t * a.a_stride + h] + a.dt_bias[h];
+    a.g[t * a.g_stride + h] = -expf(a.A_log[h]) * detail::softplus(x);
+    a.beta[t * a.beta_stride + h] = 1.0f / (1.0f + expf(-a.b[t * a.b_stride + h]));
   }
 }
 
@@ -417,53 +367,21 @@ bool gated_delta_prefill_supported(const GatedDeltaParams& p) {
          p.chunk_size >= 1 && p.chunk_size <= 64;
 }
 
-namespace {
-
-/// gated_delta_decode and its fused-preparation form after their argument checks.
-template <bool kPrep>
-cudaError_t decode_any(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
-                       DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant, bool pdl,
-                       const PrepIn& prep) {
-  if (batch == 0) return cudaSuccess;
-  return detail::visit_dtype(p.states.dtype, [&](auto tag) -> cudaError_t {
-    using TS = decltype(tag);
-    const auto run = [&](auto dk) {
-      return launch_decode<TS, decltype(dk)::value, kPrep>(in, p, out, out_stride, rows, batch, batch_invariant, stream,
-                                                            pdl, prep);
-    };
-    switch (p.head_k_dim) {
-      case 32: return run(std::integral_constant<int, 32>{});
-      case 64: return run(std::integral_constant<int, 64>{});
-      case 128: return run(std::integral_constant<int, 128>{});
-      default: return run(std::integral_constant<int, 256>{});
-    }
-  });
-}
-
-}  // namespace
-
 cudaError_t gated_delta_decode(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out, int64_t out_stride,
                                DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant, bool pdl) {
   if (!gated_delta_decode_supported(p) || !strides_ok(in, p) || batch < 0 || !rows.state_indices || rows.cols < 1 ||
       out_stride < static_cast<int64_t>(p.num_v_heads) * p.head_v_dim || p.num_v_heads > 65535)
     return cudaErrorInvalidValue;
-  return decode_any<false>(in, p, out, out_stride, rows, batch, stream, batch_invariant, pdl, PrepIn{});
-}
-
-cudaError_t gated_delta_decode_prepared(const GatedDeltaPrepareArgs& raw, const float* v, int64_t v_stride,
-                                        const GatedDeltaParams& p, float* out, int64_t out_stride,
-                                        DeviceDecodeRows rows, int batch, cudaStream_t stream, bool batch_invariant,
-                                        bool pdl) {
-  // in.g / in.beta are never read on this path: strides_ok only needs their strides.
-  const GatedDeltaInputs in{raw.q, raw.q_stride, raw.k, raw.k_stride, v, v_stride, nullptr, p.num_v_heads,
-                            nullptr, p.num_v_heads};
-  if (!gated_delta_decode_supported(p) || !strides_ok(in, p) || batch < 0 || !rows.state_indices || rows.cols < 1 ||
-      out_stride < static_cast<int64_t>(p.num_v_heads) * p.head_v_dim || p.num_v_heads > 65535 || !raw.q || !raw.k ||
-      !v || !raw.a || !raw.b || !raw.A_log || !raw.dt_bias || raw.a_stride < p.num_v_heads ||
-      raw.b_stride < p.num_v_heads)
-    return cudaErrorInvalidValue;
-  const PrepIn prep{raw.a, raw.a_stride, raw.b, raw.b_stride, raw.A_log, raw.dt_bias};
-  return decode_any<true>(in, p, out, out_stride, rows, batch, stream, batch_invariant, pdl, prep);
+  if (batch == 0) return cudaSuccess;
+  return detail::visit_dtype(p.states.dtype, [&](auto tag) -> cudaError_t {
+    using TS = decltype(tag);
+    switch (p.head_k_dim) {
+      case 32: return launch_decode<TS, 32>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
+      case 64: return launch_decode<TS, 64>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
+      case 128: return launch_decode<TS, 128>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
+      default: return launch_decode<TS, 256>(in, p, out, out_stride, rows, batch, batch_invariant, stream, pdl);
+    }
+  });
 }
 
 cudaError_t gated_delta_prefill_sequential(const GatedDeltaInputs& in, const GatedDeltaParams& p, float* out,

@@ -177,16 +177,4 @@ struct GatedDeltaPrepareArgs {
 cudaError_t gated_delta_prepare(const GatedDeltaPrepareArgs& args, int64_t num_tokens, int num_k_heads,
                                 int num_v_heads, int head_k_dim, cudaStream_t stream, bool pdl = false);
 
-/// gated_delta_decode with gated_delta_prepare's work for its rows inside it (decode steps: one launch instead of
-/// two). raw: gated_delta_prepare's arguments for the decode tokens (q, k the raw conv outputs, read and never written;
-/// a, b, A_log, dt_bias; q_out, k_out, g and beta unused); v [tokens, Hv, Dv] fp32 with row stride v_stride. Every
-/// block normalises its key head's q and k and computes its value head's g and beta with gated_delta_prepare's
-/// expressions and summation order (the sums of squares of one warp, lanes over Dk in steps of 32, then a butterfly),
-/// so outputs and states are bit-identical to gated_delta_prepare + gated_delta_decode. Rows, out, batch_invariant,
-/// pdl and errors as gated_delta_decode; cudaErrorInvalidValue also for a missing input or a short a / b stride.
-cudaError_t gated_delta_decode_prepared(const GatedDeltaPrepareArgs& raw, const float* v, int64_t v_stride,
-                                        const GatedDeltaParams& p, float* out, int64_t out_stride,
-                                        DeviceDecodeRows rows, int batch, cudaStream_t stream,
-                                        bool batch_invariant = false, bool pdl = false);
-
 }  // namespace ssmserve::cuda

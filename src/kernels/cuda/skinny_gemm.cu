@@ -22,57 +22,6 @@ constexpr int kMaxSplits = 64;       // more than kCtaSplits: kCtaSplits per blo
 // 0 / 4 / 8 / 12 / 16 MB: 384 / 396 / 387 / 371 / 361 tokens/s; batch 4 and mamba2-2.7b also best at 4).
 constexpr size_t kPrefetchBytes = 4u << 20;
 
-/// SkinnyConvEpilogue as the kernel reads it.
-struct ConvEpi {
-  int rows;              // decode rows [0, rows); 0: off
-  int width;
-  int64_t col0, dim;     // y's conv columns [col0, col0 + dim)
-  const float* w;        // [dim, width]
-  const float* bias;     // [dim] or null
-  void* states;          // [blocks, width - 1, dim] windows
-  int64_t block_stride;  // elements
-  int elem;              // 4: fp32, 2: bf16, -2: fp16
-  bool silu;
-  const int32_t* idx;    // [rows] state blocks
-  float* out;            // [rows, dim], row stride out_s
-  int64_t out_s;
-};
-
-template <class TS>
-__device__ __forceinline__ float conv_epi_channel(const ConvEpi& e, int32_t blk, int64_t c, float v) {
-  TS* window = static_cast<TS*>(e.states) + blk * e.block_stride + c;
-  return conv_update_channel(window, e.dim, e.width, e.w + c * e.width, e.bias ? e.bias[c] : 0.0f, v, e.silu);
-}
-
-/// The conv epilogue of y[m, n] = v: conv1d_update_dual's arithmetic for channel n - col0 of plain decode row m.
-__device__ __forceinline__ void conv_epilogue(const ConvEpi& e, int m, int n, float v) {
-  const int64_t c = n - e.col0;
-  if (m >= e.rows || c < 0 || c >= e.dim) return;
-  const int32_t blk = e.idx[m];
-  if (blk == 0) return;  // a null row: no state I/O, no output (as the conv kernel)
-  const float o = e.elem == 4 ? conv_epi_channel<float>(e, blk, c, v)
-                  : e.elem == 2 ? conv_epi_channel<__nv_bfloat16>(e, blk, c, v)
-                                : conv_epi_channel<__half>(e, blk, c, v);
-  e.out[static_cast<int64_t>(m) * e.out_s + c] = o;
-}
-
-/// Before the PDL wait: the L2 fetches the conv windows and weights the epilogue of tile n0 (rows m0 .. m0 + mrows - 1)
-/// reads; lane g of the tile's first-split warp covers channels n0 + g and n0 + g + 8. Hints only.
-__device__ __forceinline__ void conv_epilogue_prefetch(const ConvEpi& e, int n0, int g, int m0, int mrows) {
-  const int esize = e.elem < 0 ? 2 : e.elem;
-  for (int h = 0; h < 2; ++h) {
-    const int64_t c = n0 + g + 8 * h - e.col0;
-    if (c < 0 || c >= e.dim) continue;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(e.w + c * e.width));
-    for (int m = m0; m < min(e.rows, m0 + mrows); ++m) {
-      const int32_t blk = e.idx[m];
-      if (blk == 0) continue;
-      const char* base = static_cast<const char*>(e.states) + (blk * e.block_stride + c) * esize;
-      for (int k = 0; k + 1 < e.width; ++k) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + k * e.dim * esize));
-    }
-  }
-}
-
 struct Params {
   const __nv_bfloat16* x;
   int64_t xs;
@@ -94,7 +43,6 @@ struct Params {
   void* act_out;
   int64_t act_s;
   bool act_bf16;
-  ConvEpi cv;         // the decode conv on y's conv columns (SkinnyConvEpilogue; rows 0: off)
 };
 
 /// Stores the activation value v at out[i] in the epilogue's dtype.
@@ -166,7 +114,6 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
       if (r1ok) asm volatile("prefetch.global.L2 [%0];" ::"l"(w1 + k));
     }
   }
-  if (p.cv.rows > 0 && cta_split == 0 && t == 0) conv_epilogue_prefetch(p.cv, n0, g, m0, 8 * MT);
   pdl_wait();
   if (!p.late_trigger) pdl_launch_dependents();
   if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
@@ -287,7 +234,6 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
         if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = __float2bfloat16_rn(v);
         else static_cast<float*>(p.y)[static_cast<int64_t>(m) * p.ys + n] = v;
         if (p.y2) p.y2[static_cast<int64_t>(m) * p.y2s + n] = __float2bfloat16_rn(v);
-        if (p.cv.rows > 0) conv_epilogue(p.cv, m, n, v);
       }
 }
 
@@ -461,24 +407,8 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
       (y2 || !act.out || (act.out_dtype != DType::BF16 && act.out_dtype != DType::F32) ||
        (gated_act && (a.N % 16 != 0 || act.out_stride < a.N / 2)) || (!gated_act && act.out_stride < a.N)))
     return cudaErrorInvalidValue;
-  const SkinnyConvEpilogue& cv = extras.conv;
-  if (cv.rows != 0) {
-    const DType sd = cv.conv.conv_states.dtype;
-    if (cv.rows < 0 || cv.rows > a.M || act.act != SkinnyAct::kNone || a.y_dtype != DType::F32 || cv.col0 < 0 ||
-        cv.conv.dim < 1 || cv.col0 + cv.conv.dim > a.N || cv.conv.width < 1 || cv.conv.width > 8 || !cv.conv.weight ||
-        !cv.conv.conv_states.data || cv.conv.conv_states.block_stride < (cv.conv.width - 1) * cv.conv.dim ||
-        !cv.state_indices || !cv.out || cv.out_stride < cv.conv.dim ||
-        (sd != DType::F32 && sd != DType::BF16 && sd != DType::F16))
-      return cudaErrorInvalidValue;
-  }
   const SkinnyTuning tu = extras.tuning ? *extras.tuning : skinny_default_tuning(a.M, a.N, a.K);
   Params p{};
-  if (cv.rows > 0) {
-    const DType sd = cv.conv.conv_states.dtype;
-    p.cv = {cv.rows, cv.conv.width, cv.col0, cv.conv.dim, cv.conv.weight, cv.conv.bias, cv.conv.conv_states.data,
-            cv.conv.conv_states.block_stride, sd == DType::F32 ? 4 : sd == DType::BF16 ? 2 : -2, cv.conv.apply_silu,
-            cv.state_indices, cv.out, cv.out_stride};
-  }
   if (a.M == 0) return cudaSuccess;
   p.late_trigger = kernel_tuning().skinny_late_trigger;
   p.preload = kernel_tuning().skinny_preload;

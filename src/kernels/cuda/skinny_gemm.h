@@ -21,7 +21,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/gemm.h"
 
 namespace ssmserve::cuda {
@@ -63,26 +62,10 @@ struct SkinnyActEpilogue {
   DType out_dtype = DType::BF16;  ///< BF16 or F32
 };
 
-/// A recurrent mixer's decode conv in the in_proj GEMM's epilogue (Mamba-2 xBC, Gated DeltaNet q / k / v): for the
-/// plain decode rows m < rows (one token each, state block state_indices[m] updated in place; block 0: a null row,
-/// untouched) and the columns n in [col0, col0 + conv.dim), channel c = n - col0 goes through the one-token window
-/// update + SiLU (decode_math.cuh conv_update_channel) on the fp32 sum y[m, n], and out[m, c] gets the result. The
-/// same expression on the same fp32 value as conv1d_update_dual over the written y: the same bits, one launch less.
-/// y is still written for every column (the mixer reads z, dt, a / b from it). conv.conv_states F32, BF16 or F16.
-struct SkinnyConvEpilogue {
-  int rows = 0;                            ///< decode rows [0, rows) (0: no conv epilogue)
-  int64_t col0 = 0;                        ///< y's first conv column
-  ConvParams conv;                         ///< weights [dim, width], bias, the window view, apply_silu
-  const int32_t* state_indices = nullptr;  ///< [rows] int32 (device): each row's state block
-  float* out = nullptr;                    ///< [rows, conv.dim] fp32, row stride out_stride
-  int64_t out_stride = 0;
-};
-
 /// Optional parts of a skinny_gemm call.
 struct SkinnyExtras {
   const SkinnyTuning* tuning = nullptr;      ///< overrides skinny_default_tuning (benchmarks)
   SkinnyActEpilogue act;                     ///< the MLP activation in the epilogue (y is then not written)
-  SkinnyConvEpilogue conv;                   ///< the decode conv in the epilogue (act must be kNone)
 };
 
 /// The base K split count for a weight of N rows and K columns (a power of two in [1, 64]; depends on N and K
@@ -115,8 +98,7 @@ size_t skinny_gemm_workspace(int64_t M, int64_t N, int64_t K, size_t* counter_by
 /// loads otherwise: same arithmetic). pdl: launch with Programmatic Dependent Launch (see pdl.cuh).
 /// workspace / counters: device buffers of skinny_gemm_workspace's sizes (may be null when those are 0).
 /// extras: a tuning override (benchmarks); an activation epilogue (SkinnyActEpilogue: y2 must be null; y is not
-/// written and may be null); a conv epilogue (SkinnyConvEpilogue: y must be F32; rows <= M, the conv columns inside
-/// [0, N), width 1..8; cudaErrorInvalidValue otherwise).
+/// written and may be null).
 cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl, cudaStream_t stream,
                         void* workspace = nullptr, size_t workspace_bytes = 0, unsigned* counters = nullptr,
                         const SkinnyExtras& extras = {});

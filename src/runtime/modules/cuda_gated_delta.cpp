@@ -67,11 +67,11 @@ class CudaGatedDelta final : public CudaModule {
     float* gb = p[2].f32(T * 2 * Hv);  // [T, g (Hv) | beta (Hv)]
     float* o = p[3].f32(T * Vd);
     void* gated = p[4].get(T * Vd * dtype_size(wd));
-    // 1. proj = in_proj(normed) = [q | k | v | z | b | a]; 2. causal conv1d + SiLU over [q | k | v] (the decode rows'
-    //    in in_proj's epilogue where it can).
+    // 1. proj = in_proj(normed) = [q | k | v | z | b | a].
+    ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);
+    // 2. Causal conv1d + SiLU over [q | k | v].
     const ConvParams conv{C, m_.conv_kernel, conv_weight_.as<float>(), nullptr, state.conv, true};
-    const bool conv_done = in_proj_with_decode_conv(ctx_, st, normed, H_, in_proj_, proj, PW, nd, 0, conv, qkv, C);
-    if (nd > 0 && !conv_done) SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
+    if (nd > 0) SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
     // "all"-mode stores: the conv windows at the store offsets first (the prefill conv overwrites the rows' windows).
     if (np > 0 && sm.stores.any())
       SSM_CUDA_CHECK(conv_store_windows(proj + P0 * PW, PW, C, m_.conv_kernel, state.conv, sm.query_start_loc_p,
@@ -79,22 +79,14 @@ class CudaGatedDelta final : public CudaModule {
     if (np > 0)
       SSM_CUDA_CHECK(causal_conv1d_fwd(proj + P0 * PW, PW, qkv + P0 * C, C, conv, sm.query_start_loc_p, sm.state_indices_p,
                                        sm.has_initial_states_p, np, T - P0, s));
-    // 3. q, k L2-normalised in place (q / sqrt(Dk)); g, beta from a, b (the decode rows' inside the decode kernel
-    //    under gdn_decode_prepare: the prepare launch then covers the prefill rows, if any).
-    const bool fused_prepare = opt.gdn_decode_prepare && nd > 0;
+    // 3. q, k L2-normalised in place (q / sqrt(Dk)); g, beta from a, b.
     GatedDeltaPrepareArgs pa;
     pa.q = qkv, pa.q_stride = C, pa.k = qkv + Kd, pa.k_stride = C;
     pa.b = proj + C + Vd, pa.b_stride = PW, pa.a = proj + C + Vd + Hv, pa.a_stride = PW;
     pa.A_log = A_log_.as<float>(), pa.dt_bias = dt_bias_.as<float>();
     pa.q_out = qkv, pa.q_out_stride = C, pa.k_out = qkv + Kd, pa.k_out_stride = C;
     pa.g = gb, pa.g_stride = 2 * Hv, pa.beta = gb + Hv, pa.beta_stride = 2 * Hv;
-    const auto rows_from = [&](GatedDeltaPrepareArgs a, int64_t r0) {  // pa for tokens r0..
-      a.q += r0 * a.q_stride, a.k += r0 * a.k_stride, a.a += r0 * a.a_stride, a.b += r0 * a.b_stride;
-      a.q_out += r0 * a.q_out_stride, a.k_out += r0 * a.k_out_stride, a.g += r0 * a.g_stride, a.beta += r0 * a.beta_stride;
-      return a;
-    };
-    if (!fused_prepare) SSM_CUDA_CHECK(gated_delta_prepare(pa, T, Hk, Hv, Dk, s, opt.pdl));
-    else if (np > 0) SSM_CUDA_CHECK(gated_delta_prepare(rows_from(pa, P0), T - P0, Hk, Hv, Dk, s, opt.pdl));
+    SSM_CUDA_CHECK(gated_delta_prepare(pa, T, Hk, Hv, Dk, s, opt.pdl));
     // 4. The delta rule on each request's state.
     GatedDeltaParams gp;
     gp.num_k_heads = Hk, gp.num_v_heads = Hv, gp.head_k_dim = Dk, gp.head_v_dim = m_.head_v_dim, gp.chunk_size = m_.chunk_size;
@@ -106,10 +98,7 @@ class CudaGatedDelta final : public CudaModule {
     };
     // Batch-invariant mode: decode in one slicing at every batch size, and the prefill rows walk their tokens through
     // the decode kernel's per-token step (bit-identical to decoding them one at a time, however the prompt is cut).
-    if (nd > 0 && fused_prepare)
-      SSM_CUDA_CHECK(gated_delta_decode_prepared(pa, qkv + 2 * Kd, C, gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s,
-                                                 opt.batch_invariant, opt.pdl));
-    else if (nd > 0)
+    if (nd > 0)
       SSM_CUDA_CHECK(
           gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s, opt.batch_invariant, opt.pdl));
     if (np > 0 && opt.batch_invariant) {

@@ -52,26 +52,12 @@ class CudaMamba2 final : public CudaModule {
   void forward(const CudaStep& st, const ModuleState& state, const void* normed, float* out) override {
     const int64_t T = st.T, PW = proj_width();
     float* proj = (*ctx_.scratch)[0].f32(T * PW);
-    // proj = in_proj(normed) = [z | xBC | dt], the decode rows' conv over xBC in its epilogue where it can.
-    const bool conv_done = in_proj_with_decode_conv(ctx_, st, normed, H_, in_proj_, proj, PW, st.batch.meta.num_decode_rows(),
-                                                    m_.d_inner, conv_params(state), (*ctx_.scratch)[1].f32(T * m_.conv_dim()),
-                                                    m_.conv_dim());
-    run(st, state, proj, PW, out, conv_done);
+    ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);  // proj = in_proj(normed) = [z | xBC | dt]
+    forward_projected(st, state, proj, PW, out);
   }
 
   /// proj [T, proj_width()] (row stride PW) = [z (I) | xBC (C) | dt (NH)] per token.
   void forward_projected(const CudaStep& st, const ModuleState& state, float* proj, int64_t PW, float* out) override {
-    run(st, state, proj, PW, out, false);
-  }
-
- private:
-  ConvParams conv_params(const ModuleState& state) const {
-    return {m_.conv_dim(), m_.d_conv, conv_weight_.as<float>(), conv_bias_.data() ? conv_bias_.as<float>() : nullptr,
-            state.conv, true};
-  }
-
-  /// The mixer after in_proj; decode_conv_done: the decode rows' conv already ran in in_proj's epilogue.
-  void run(const CudaStep& st, const ModuleState& state, float* proj, int64_t PW, float* out, bool decode_conv_done) {
     const MambaBatchMetadata& md = st.batch.meta;
     const StepMeta& sm = st.meta;
     const int64_t T = st.T, Hd = H_, I = m_.d_inner, C = m_.conv_dim(), NH = m_.num_heads;
@@ -88,8 +74,8 @@ class CudaMamba2 final : public CudaModule {
     SSM_CHECK(np == 0 || md.chunk_size == m_.chunk_size, "Mamba-2 forward: metadata chunk_size {} != model chunk_size {}",
               md.chunk_size, m_.chunk_size);
     // 1. (forward: proj = in_proj(normed).) 2. Causal conv1d + SiLU over xBC (decode rows update their window; prefill rows below).
-    const ConvParams conv = conv_params(state);
-    if (nd > 0 && !decode_conv_done)
+    ConvParams conv{C, m_.d_conv, conv_weight_.as<float>(), conv_bias_.data() ? conv_bias_.as<float>() : nullptr, state.conv, true};
+    if (nd > 0)
       SSM_CUDA_CHECK(conv1d_update_dual(proj + I, PW, xbc, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd),
                                         opt.pdl && !st.forked, s));
     // 3. SSD: x = xBC[:, :I], B, C the next two G*N slices, dt = proj[:, I + C:].
@@ -147,6 +133,7 @@ class CudaMamba2 final : public CudaModule {
     ctx_.tp->all_reduce(out, T * Hd);
   }
 
+ private:
   const CudaRunnerContext& ctx_;
   Mamba2Config m_, full_;  // this rank's shard, the unsharded mixer
   int64_t H_;
