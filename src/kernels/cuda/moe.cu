@@ -253,6 +253,8 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
 
 /// Largest K (input row width) the per-pair GEMVs stage in shared memory (48 KB of bf16); wider: the old kernels.
 constexpr int64_t kPairMaxK = 24576;
+/// Static shared memory of up's routing (PER 8: route_l, route_choice [256] floats, route_ids / route_wts [16]).
+constexpr int64_t kUpRouteSmemBytes = 2 * 256 * 4 + 2 * kMoeMaxTopK * 4;
 
 /// Rows per warp and warps per block of the per-pair GEMVs for P pairs of N output rows: KernelTuning's, else 4 warps
 /// and the most rows per warp (4, 2, 1) that still give about 12 warps per SM (the latency of each warp's loads is
@@ -297,7 +299,8 @@ cudaError_t launch_pair_gemv_per(bool pdl, const PairGemvArgs& a, int rows, int 
 }
 
 /// Up with a.logits: the routing's experts per lane (route_token's PER: 2, 4 or 8, E <= 256; any gives the router's
-/// bits); the rows must be unsorted and P <= 65535 (every block one pair row). Down, or no logits: no routing.
+/// bits); the rows must be unsorted and P <= 65535 (each block routes its first pair row; under moe_pair_one_wave its
+/// later rows take the router's ids after the wait). Down, or no logits: no routing.
 template <PairMode MODE>
 cudaError_t launch_pair_gemv(bool pdl, const PairGemvArgs& a, cudaStream_t stream) {
   int rows = 1, warps = 4;
@@ -456,7 +459,10 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
       PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
                       static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
       // KernelTuning::moe_up_route: up routes its pairs' tokens before its wait (the router kernel's ids).
-      if (kernel_tuning().moe_up_route && !rows && E <= 256 && pdl) up.logits = logits, up.E = E, up.routing = w.routing;
+      // Its routing slots are static shared memory beside the staged row (K * 2 bytes): both within the 48 KB a block
+      // gets without opting in.
+      if (kernel_tuning().moe_up_route && !rows && E <= 256 && pdl && w.hidden * 2 + kUpRouteSmemBytes <= 48 * 1024)
+        up.logits = logits, up.E = E, up.routing = w.routing;
       if ((e = w.w3 ? launch_pair_gemv<PairMode::kUpGated>(pdl, up, stream)
                     : launch_pair_gemv<PairMode::kUpRelu2>(pdl, up, stream)) != cudaSuccess)
         return e;
