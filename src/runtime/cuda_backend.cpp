@@ -99,7 +99,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_MOE_PAIR_GEMV", k.moe_pair_gemv);
   flag("SSMSERVE_MOE_PAIR_SORTED", k.moe_pair_sorted);
   flag("SSMSERVE_MOE_PAIR_PRELOAD", k.moe_pair_preload);
-  flag("SSMSERVE_MOE_UP_ROUTE", k.moe_up_route);
   flag("SSMSERVE_F32_GEMV_PRELOAD", k.f32_gemv_preload);
   int_in("SSMSERVE_MOE_DOWN_COMBINE", k.moe_down_combine, 0, 2);
   flag("SSMSERVE_PREFILL_ROW_KERNELS", k.prefill_row_kernels);

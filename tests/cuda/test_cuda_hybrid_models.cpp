@@ -120,30 +120,6 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
       sched.advance(step);
     }
   }
-  /// expect_same_logits for options that differ in their KernelTuning (CudaModelOptions::kernels: installed process-wide
-  /// when a runner loads, so the two runners run one after another, each on its own schedule, instead of interleaved).
-  void expect_same_logits_tuned(const cuda::CudaModelOptions& a_opt, const cuda::CudaModelOptions& b_opt, const char* what) {
-    const DecoderSpec spec = architecture_spec(cfg_);
-    auto run = [&](const cuda::CudaModelOptions& opt) {
-      auto r = cuda::load_cuda_decoder(cfg_, spec, format_, opt);
-      StateCache cache(r->num_state_layers(), r->state_shape(), 32);
-      cudatest::HybridSchedule sched(r->kv_block_size(), 50000, 5);
-      std::vector<std::vector<float>> logits;
-      for (int step = 0; step < 6; ++step) {
-        ForwardBatch fb = sched.batch(step, *r);
-        logits.emplace_back(fb.logits_indices.size() * cfg_.vocab_size);
-        r->forward(fb, cache, logits.back().data());
-        sched.advance(step);
-      }
-      return logits;
-    };
-    cudatest::TuningScope restore(cuda::kernel_tuning());  // the runners install their own; restored after
-    const auto la = run(a_opt);
-    const auto lb = run(b_opt);
-    for (size_t step = 0; step < la.size(); ++step)
-      ASSERT_EQ(std::memcmp(la[step].data(), lb[step].data(), la[step].size() * sizeof(float)), 0)
-          << what << " (step " << step << ")";
-  }
   /// expect_same_logits with bf16 weights (the options' own), in batch-invariant mode and with fp32 weights.
   void expect_same_logits_each_mode(cuda::CudaModelOptions a_opt, cuda::CudaModelOptions b_opt, const std::string& what) {
     expect_same_logits(a_opt, b_opt, what.c_str());
@@ -290,19 +266,6 @@ TEST_P(CudaHybridModel, MlpActEpilogueEqualsSeparate) {
   epilogue.mlp_act_epilogue = true;
   separate.mlp_act_epilogue = false;
   expect_same_logits_each_mode(epilogue, separate, "logits with the MLP activation in the GEMM epilogue differ from its own launch");
-}
-
-/// The MoE up GEMV routing its tokens before its PDL wait (KernelTuning::moe_up_route; decode steps on the unsorted
-/// per-pair GEMVs) against the router kernel's ids: bit-identical logits, also in batch-invariant mode. Cases without a
-/// MoE layer compare the one path with itself.
-TEST_P(CudaHybridModel, MoeUpRouteEqualsRouterIds) {
-  REQUIRE_GPU();
-  cuda::CudaModelOptions up_route, router;
-  up_route.kernels.moe_up_route = true;
-  router.kernels.moe_up_route = false;
-  expect_same_logits_tuned(up_route, router, "logits with the up GEMV routing its tokens differ from the router's ids");
-  up_route.batch_invariant = router.batch_invariant = true;
-  expect_same_logits_tuned(up_route, router, "batch-invariant: logits with the up GEMV routing differ from the router's ids");
 }
 
 /// The bf16 copies for the next GEMM written by the kernels producing the fp32 rows (fuse_casts: the split-KV attention

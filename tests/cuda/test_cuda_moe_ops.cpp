@@ -352,7 +352,7 @@ struct PairGemvCase {
 // rule's, each with the full grid and capped at one wave (blocks looping over pair rows); without PDL, with it, and
 // with it and KernelTuning::moe_pair_preload (the down GEMV reads its experts and loads its first weight chunks before
 // its wait: a read of ids before the router had finished would see the workspace's 0x5a pattern, an expert far out
-// of range), and with KernelTuning::moe_up_route too (up routes its tokens before its wait).
+// of range).
 TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -402,10 +402,10 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
       std::vector<float> xpad = rand_vec(rng, T * xs, -2.0f, 2.0f);  // not bf16 values: the staging rounds them
       DeviceBuffer dx = to_device(xpad), dl = to_device(rand_vec(rng, T * c.E, -3.0f, 3.0f));
       const size_t wsb = cuda::moe_workspace_bytes(T, w);
-      auto run = [&](bool gemv, const Shape& sh, bool pdl, bool preload, bool up_route = false) {
+      auto run = [&](bool gemv, const Shape& sh, bool pdl, bool preload) {
         cuda::KernelTuning t = cuda::kernel_tuning();
         t.moe_pair_gemv = gemv, t.moe_pair_rows = sh.rows, t.moe_pair_warps = sh.warps;
-        t.moe_pair_one_wave = sh.one_wave, t.moe_pair_preload = preload, t.moe_up_route = up_route;
+        t.moe_pair_one_wave = sh.one_wave, t.moe_pair_preload = preload;
         t.moe_down_combine = 0;  // the down GEMV's y rows in the workspace (test_cuda_moe_down_combine: the fused form)
         TuningScope scope(t);
         DeviceBuffer ws(wsb), out = poisoned(T * os);
@@ -417,12 +417,11 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
       };
       const auto old = run(false, Shape{0, 0, false}, false, false);
       for (const Shape& sh : shapes) {
-        // No PDL; PDL; PDL with the down GEMV's loads before its wait; and with up routing before its wait.
-        for (int mode = 0; mode < 4; ++mode) {
-          const bool pdl = mode > 0, preload = mode >= 2, up_route = mode == 3;
+        for (int mode = 0; mode < 3; ++mode) {  // no PDL; PDL; PDL with the down GEMV's loads before its wait
+          const bool pdl = mode > 0, preload = mode == 2;
           SCOPED_TRACE(testing::Message() << "rows " << sh.rows << " warps " << sh.warps << " one_wave " << sh.one_wave
-                                          << " pdl " << pdl << " preload " << preload << " up_route " << up_route);
-          const auto got = run(true, sh, pdl, preload, up_route);
+                                          << " pdl " << pdl << " preload " << preload);
+          const auto got = run(true, sh, pdl, preload);
           ++runs;
           ASSERT_EQ(got.first.size(), old.first.size());
           // Above 16 pairs the rows are sorted by expert, and sort_kernel places the pairs of one expert in the
@@ -440,76 +439,6 @@ TEST(CudaMoe, PairGemvMatchesOldKernelsBitForBit) {
   }
   SSM_CUDA_CHECK(cudaStreamDestroy(stream));
   std::printf("per-pair GEMVs: %d runs bit-identical to the old kernels\n", runs);
-}
-
-// KernelTuning::moe_up_route (the up GEMV's blocks route their tokens before their PDL wait, from the router logits)
-// against the router kernel's ids, bit for bit (output and workspace), for every routing the engine uses: softmax with
-// and without renormalization, sigmoid with a correction bias, grouped choice with routed scaling, at E = 8 .. 256
-// (route_token's 2, 4 and 8 experts per lane) and T = 1, 2 tokens (P <= 16: the unsorted rows), gated and relu^2
-// experts, with an all-tied token. Above 256 experts or without PDL the option does not apply (the same path).
-TEST(CudaMoe, UpRouteEqualsRouterIdsForEveryRouting) {
-  REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  struct Case {
-    const char* name;
-    bool sigmoid, renorm;
-    float scale;
-    int E, k, groups, topk_group;
-    bool bias, gated;
-  };
-  const Case cases[] = {
-      {"softmax no renorm (Jamba)", false, false, 1.0f, 16, 2, 1, 1, false, true},
-      {"softmax renorm, 64 experts (Granite)", false, true, 1.0f, 64, 6, 1, 1, false, true},
-      {"sigmoid renorm, 128 experts (Nemotron-H)", true, true, 2.5f, 128, 6, 1, 1, true, false},
-      {"sigmoid grouped, scaled (Nemotron 3)", true, true, 2.5f, 128, 6, 8, 4, true, false},
-      {"softmax renorm, 256 experts top-8 (Qwen3.5)", false, true, 1.0f, 256, 8, 1, 1, false, true},
-      {"sigmoid, 200 experts", true, false, 1.0f, 200, 3, 1, 1, true, true},
-  };
-  cudaStream_t stream;
-  SSM_CUDA_CHECK(cudaStreamCreate(&stream));
-  int runs = 0;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    const int64_t Hd = 264, I = 136, xs = Hd + 4, os = Hd + 8;
-    DeviceBuffer d1 = to_device(fast_bf16(c.E * I * Hd, 0.06f, rng())),
-                 d3 = c.gated ? to_device(fast_bf16(c.E * I * Hd, 0.06f, rng())) : DeviceBuffer(16),
-                 d2 = to_device(fast_bf16(c.E * Hd * I, 0.1f, rng()));
-    cpu::MoeRouting r;
-    r.scoring = c.sigmoid ? cpu::MoeRouting::Scoring::Sigmoid : cpu::MoeRouting::Scoring::Softmax;
-    r.top_k = c.k, r.renormalize = c.renorm, r.routed_scaling_factor = c.scale, r.n_group = c.groups, r.topk_group = c.topk_group;
-    if (c.bias) r.correction_bias = rand_vec(rng, c.E, -0.2f, 0.2f);
-    DeviceBuffer bias = c.bias ? to_device(r.correction_bias) : DeviceBuffer(4);
-    cuda::MoeDevWeights w{c.E, c.k, Hd, I, d1.data(), c.gated ? d3.data() : nullptr, d2.data(), device_routing(r, bias)};
-    for (int64_t T : {1, 2}) {
-      SCOPED_TRACE(testing::Message() << "T=" << T);
-      auto logits = rand_vec(rng, T * c.E, -3.0f, 3.0f);
-      for (int e = 0; e < c.E; ++e) logits[e] = 0.25f;  // token 0: all tied (ties to the lower id)
-      DeviceBuffer dx = to_device(rand_vec(rng, T * xs, -2.0f, 2.0f)), dl = to_device(logits);
-      const size_t wsb = cuda::moe_workspace_bytes(T, w);
-      auto run = [&](bool up_route) {
-        cuda::KernelTuning t = cuda::kernel_tuning();
-        t.moe_up_route = up_route;
-        TuningScope scope(t);
-        DeviceBuffer ws(wsb), out = poisoned(T * os);
-        ws.fill_bytes(0x5a);
-        SSM_CUDA_CHECK(cuda::sparse_moe(dx.as<float>(), xs, T, dl.as<float>(), w, out.as<float>(), os, ws.data(), stream,
-                                        true));
-        SSM_CUDA_CHECK(cudaStreamSynchronize(stream));
-        return std::make_pair(to_host<uint8_t>(ws, wsb), to_host<uint8_t>(out, T * os * 4));
-      };
-      const auto plain = run(false);
-      for (int rep = 0; rep < 3; ++rep) {
-        const auto fused = run(true);
-        ++runs;
-        ASSERT_EQ(fused.first, plain.first) << "workspace differs";
-        ASSERT_EQ(fused.second, plain.second) << "output differs";
-      }
-    }
-  }
-  SSM_CUDA_CHECK(cudaStreamDestroy(stream));
-  std::printf("up routing before the wait: %d runs bit-identical to the router's ids\n", runs);
 }
 
 // Qwen's many small experts: softmax top-k renormalized (norm_topk_prob) over 256 experts top-8 (Qwen3.5) and 512

@@ -68,13 +68,6 @@ struct KernelTuning {
   /// its first weight chunks before its PDL wait, while the up GEMV still runs; off: after the wait
   /// (SSMSERVE_MOE_PAIR_PRELOAD=0). The same loads and sums either way: the same bits.
   bool moe_pair_preload = true;
-  /// Steps on the unsorted per-pair GEMVs (up to 16 pairs, E <= 256, PDL): the up GEMV's blocks route their pair's
-  /// token themselves before their PDL wait (route_token on the router logits, written at least two launches back:
-  /// the ids the router kernel writes), so their first weight loads wait neither for the router kernel's completion
-  /// nor for its ids; off: the expert from the router's ids after the wait (SSMSERVE_MOE_UP_ROUTE=0|1). The same
-  /// experts, loads and sums: the same bits. The router kernel still runs (down and the combine read its ids and
-  /// weights).
-  bool moe_up_route = false;
   /// Decode-sized steps on the unsorted per-pair GEMVs (up to 16 pairs): the down GEMV and the weighted combine in one
   /// launch (moe_down_combine: each block's pair outputs in shared memory), one launch fewer per MoE layer. 1: steps
   /// without a shared-expert add in the combine (+6.6% Granite-4.0-H-Tiny batch-1 decode on an H100); 2: those with

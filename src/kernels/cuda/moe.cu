@@ -6,7 +6,6 @@
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_pair_load.cuh"
-#include "kernels/cuda/moe_route.cuh"
 #include "kernels/cuda/moe_parts.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -143,20 +142,12 @@ struct PairGemvArgs {
   /// ids / sorted were written at least two launches before this one (down: by the router / the sort, before up), so
   /// the block may read them, and load its first weight chunks, before its PDL wait (KernelTuning::moe_pair_preload).
   bool preload = false;
-  /// up on unsorted rows under KernelTuning::moe_up_route: the router logits [T, E] fp32 (written by the router GEMV,
-  /// two launches back: complete when up starts), E and the routing. Each block routes its pair row's token before its
-  /// PDL wait with the router kernel's per-token arithmetic (route_token: the ids the router writes), so its first
-  /// weight loads are in flight while the router still runs; null: the expert from ids after the wait.
-  const float* logits = nullptr;
-  int E = 0;
-  MoeRouteParams routing;
 };
 
 /// Grid (ceil(ceil(N / R) / warps), min(P, 65535)), blockDim.x = 32 * warps (4 or 8), dynamic shared memory K * 2
 /// bytes. Warp w of block (bx, by) computes rows n = (bx * warps + w) * R + [0, R) (those < N) of the pair rows
-/// r = by, + gridDim.y, ... (r -> p as small_up_kernel). PER > 0 (up, a.logits set, unsorted rows, E <= 32 * PER):
-/// warp 0 routes the block's first pair row's token before the PDL wait (route_token<PER>).
-template <int R, PairMode MODE, int PER>
+/// r = by, + gridDim.y, ... (r -> p as small_up_kernel).
+template <int R, PairMode MODE>
 __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
   constexpr int M = MODE == PairMode::kUpGated ? 2 : 1;  // weight matrices per output
   constexpr int U = pair_unroll(R, M);
@@ -180,24 +171,9 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
   };
   uint4 va[U][R], vb[U][R];
   // a.preload: the first row's expert and first weight chunks before the wait, in flight while the predecessor (up)
-  // still runs; the same loads as below, so the same bits. PER > 0: up routes the first row's token itself, from the
-  // logits the router kernel (its predecessor) reads, into the expert the router writes.
-  const bool early = (PER > 0 || a.preload) && blockIdx.y < a.P;
-  if constexpr (PER > 0) {
-    if (early) {
-      __shared__ float route_l[32 * PER], route_choice[32 * PER], route_wts[kMoeMaxTopK];
-      __shared__ int32_t route_ids[kMoeMaxTopK];
-      const int64_t t = blockIdx.y / a.top_k;
-      if (threadIdx.x < 32) {
-        for (int e = threadIdx.x; e < a.E; e += 32) route_l[e] = load_l2_f32(a.logits + t * a.E + e);
-        __syncwarp();
-        route_token<PER>(route_l, a.E, a.top_k, a.routing, route_ids, route_wts, route_choice);
-      }
-      __syncthreads();
-      rows_of(route_ids[blockIdx.y % a.top_k]);
-      if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);
-    }
-  } else if (early) {
+  // still runs; the same loads as below, so the same bits.
+  const bool early = a.preload && blockIdx.y < a.P;
+  if (early) {
     const int64_t p = a.sorted ? load_l2_i32(a.sorted + blockIdx.y) : blockIdx.y;
     rows_of(load_l2_i32(a.ids + p));
     if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);
@@ -253,8 +229,6 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
 
 /// Largest K (input row width) the per-pair GEMVs stage in shared memory (48 KB of bf16); wider: the old kernels.
 constexpr int64_t kPairMaxK = 24576;
-/// Static shared memory of up's routing (PER 8: route_l, route_choice [256] floats, route_ids / route_wts [16]).
-constexpr int64_t kUpRouteSmemBytes = 2 * 256 * 4 + 2 * kMoeMaxTopK * 4;
 
 /// Rows per warp and warps per block of the per-pair GEMVs for P pairs of N output rows: KernelTuning's, else 4 warps
 /// and the most rows per warp (4, 2, 1) that still give about 12 warps per SM (the latency of each warp's loads is
@@ -272,48 +246,31 @@ void pair_gemv_shape(int64_t P, int64_t N, int& rows, int& warps) {
 /// Launches pair_gemv_kernel<R, MODE> for a (N, K) GEMV over P pair rows: grid.y = min(P, 65535) pair rows at a
 /// time, or with KernelTuning::moe_pair_one_wave the fewest that keep every block resident at once (each block then
 /// loops over ceil(P / grid.y) pair rows).
-template <int R, PairMode MODE, int PER>
+template <int R, PairMode MODE>
 cudaError_t launch_pair_gemv_r(bool pdl, const PairGemvArgs& a, int warps, cudaStream_t stream) {
   const unsigned gx = ceil_div(ceil_div(a.N, R), warps);
   int64_t gy = a.P < 65535 ? a.P : 65535;
   const size_t smem = static_cast<size_t>(a.K) * 2;
   if (kernel_tuning().moe_pair_one_wave) {
     int per_sm = 0;
-    cudaError_t e =
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pair_gemv_kernel<R, MODE, PER>, 32 * warps, smem);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pair_gemv_kernel<R, MODE>, 32 * warps, smem);
     if (e != cudaSuccess) return e;
     const int64_t fit = std::max<int64_t>(1, static_cast<int64_t>(per_sm) * (sm_count() > 0 ? sm_count() : 132) / gx);
     if (gy > fit) gy = ceil_div(a.P, ceil_div(a.P, fit));  // equal shares: ceil(P / fit) rows per block
   }
-  return launch_pdl(pdl, pair_gemv_kernel<R, MODE, PER>, dim3(gx, static_cast<unsigned>(gy)), dim3(32 * warps), smem,
+  return launch_pdl(pdl, pair_gemv_kernel<R, MODE>, dim3(gx, static_cast<unsigned>(gy)), dim3(32 * warps), smem,
                     stream, a);
 }
 
-template <PairMode MODE, int PER>
-cudaError_t launch_pair_gemv_per(bool pdl, const PairGemvArgs& a, int rows, int warps, cudaStream_t stream) {
-  switch (rows) {
-    case 4: return launch_pair_gemv_r<4, MODE, PER>(pdl, a, warps, stream);
-    case 2: return launch_pair_gemv_r<2, MODE, PER>(pdl, a, warps, stream);
-    default: return launch_pair_gemv_r<1, MODE, PER>(pdl, a, warps, stream);
-  }
-}
-
-/// Up with a.logits: the routing's experts per lane (route_token's PER: 2, 4 or 8, E <= 256; any gives the router's
-/// bits); the rows must be unsorted and P <= 65535 (each block routes its first pair row; under moe_pair_one_wave its
-/// later rows take the router's ids after the wait). Down, or no logits: no routing.
 template <PairMode MODE>
 cudaError_t launch_pair_gemv(bool pdl, const PairGemvArgs& a, cudaStream_t stream) {
   int rows = 1, warps = 4;
   pair_gemv_shape(a.P, a.N, rows, warps);
-  if constexpr (MODE != PairMode::kDown) {
-    if (a.logits) {
-      if (a.sorted || a.E < 1 || a.E > 256 || a.P > 65535) return cudaErrorInvalidValue;
-      if (a.E <= 64) return launch_pair_gemv_per<MODE, 2>(pdl, a, rows, warps, stream);
-      if (a.E <= 128) return launch_pair_gemv_per<MODE, 4>(pdl, a, rows, warps, stream);
-      return launch_pair_gemv_per<MODE, 8>(pdl, a, rows, warps, stream);
-    }
+  switch (rows) {
+    case 4: return launch_pair_gemv_r<4, MODE>(pdl, a, warps, stream);
+    case 2: return launch_pair_gemv_r<2, MODE>(pdl, a, warps, stream);
+    default: return launch_pair_gemv_r<1, MODE>(pdl, a, warps, stream);
   }
-  return launch_pair_gemv_per<MODE, 0>(pdl, a, rows, warps, stream);
 }
 
 /// fp32 experts (MoeDevWeights::f32), every batch size: per-row GEMVs as above with fp32 operands, nothing rounded.
@@ -456,13 +413,8 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
     }
     if (kernel_tuning().moe_pair_gemv && w.hidden <= kPairMaxK && w.intermediate <= kPairMaxK) {
       // The same bits as the old kernels below.
-      PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
-                      static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
-      // KernelTuning::moe_up_route: up routes its pairs' tokens before its wait (the router kernel's ids).
-      // Its routing slots are static shared memory beside the staged row (K * 2 bytes): both within the 48 KB a block
-      // gets without opting in.
-      if (kernel_tuning().moe_up_route && !rows && E <= 256 && pdl && w.hidden * 2 + kUpRouteSmemBytes <= 48 * 1024)
-        up.logits = logits, up.E = E, up.routing = w.routing;
+      const PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
+                            static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
       if ((e = w.w3 ? launch_pair_gemv<PairMode::kUpGated>(pdl, up, stream)
                     : launch_pair_gemv<PairMode::kUpRelu2>(pdl, up, stream)) != cudaSuccess)
         return e;

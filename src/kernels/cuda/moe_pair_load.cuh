@@ -16,13 +16,6 @@ __device__ __forceinline__ uint4 load_stream8(const __nv_bfloat16* p) {
   return v;
 }
 
-/// A float another grid wrote, read from L2 (the point of coherence; no L1 line of an earlier launch can answer).
-__device__ __forceinline__ float load_l2_f32(const float* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
-}
-
 /// An int32 another grid wrote, read from L2 (the point of coherence; no L1 line of an earlier launch can answer).
 __device__ __forceinline__ int32_t load_l2_i32(const int32_t* p) {
   int32_t v;
