@@ -1,6 +1,7 @@
 // Owns the host-side packing of device sampling rows (see device_sampling.h).
 #include "engine/device_sampling.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -92,7 +93,11 @@ void apply_logit_mods(std::span<float> logits, const SampleRowParams& row, std::
     float x = logits[m.id];
     if (m.flags & kLogitModBias) x += m.bias;
     if (m.flags & kLogitModMask) x = -std::numeric_limits<float>::infinity();
-    if (m.flags & kLogitModSeen) x = x > 0.0f ? x / rp : x * rp;
+    if (m.flags & kLogitModSeen) {  // finite stays finite, -inf stays -inf (the device kernel's clamp)
+      constexpr float kMax = std::numeric_limits<float>::max();
+      if (x > 0.0f) x = std::min(x / rp, kMax);
+      else if (x != -std::numeric_limits<float>::infinity()) x = std::max(x * rp, -kMax);
+    }
     if (m.count > 0) {
       x -= fp * static_cast<float>(m.count);
       x -= pp;

@@ -17,6 +17,7 @@ namespace ssmserve {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kMaxLogit = std::numeric_limits<float>::max();  ///< a finite logit's bound after the penalties
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -82,7 +83,10 @@ void apply_penalties(float* l, int vocab, const SamplingParams& p, std::span<con
     auto apply = [&](int t) {
       if (seen[t]) return;
       seen[t] = 1;
-      l[t] = l[t] > 0.0f ? l[t] / rp : l[t] * rp;
+      // A finite logit stays finite (a tiny penalty would overflow it to inf, and inf - inf leaves no token with a
+      // positive probability); a masked one stays -inf.
+      if (l[t] > 0.0f) l[t] = std::min(l[t] / rp, kMaxLogit);
+      else if (l[t] != kNegInf) l[t] = std::max(l[t] * rp, -kMaxLogit);
     };
     for (const int t : prompt_ids) apply(t);
     for (const int t : output_ids) apply(t);

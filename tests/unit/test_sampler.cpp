@@ -102,6 +102,9 @@ TEST(SamplingParams, ValidationNamesTheField) {
   expect_invalid([](SamplingParams& p) { p.min_p = -0.1; }, "min_p");
   expect_invalid([](SamplingParams& p) { p.min_p = 1.1; }, "min_p");
   expect_invalid([](SamplingParams& p) { p.repetition_penalty = 0.0; }, "repetition_penalty");
+  expect_invalid([](SamplingParams& p) { p.repetition_penalty = 1e-300; }, "repetition_penalty");  // 0 as float32
+  expect_invalid([](SamplingParams& p) { p.repetition_penalty = 1e-40; }, "repetition_penalty");   // subnormal
+  expect_invalid([](SamplingParams& p) { p.repetition_penalty = 1e39; }, "repetition_penalty");    // inf as float32
   expect_invalid([](SamplingParams& p) { p.presence_penalty = 2.5; }, "presence_penalty");
   expect_invalid([](SamplingParams& p) { p.frequency_penalty = -3; }, "frequency_penalty");
   expect_invalid([](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens");
@@ -389,6 +392,30 @@ TEST(Sampler, RepetitionPenaltyHfStyle) {
   c.prompt = {3, 3, 3};
   c.output = {3};
   EXPECT_EQ(processed({4.0f, -1.0f, 3.0f, 2.5f}, p, c), (std::vector<float>{4.0f, -1.0f, 3.0f, 1.25f}));
+}
+
+/// A tiny (or huge) repetition penalty keeps finite logits finite and masked ones masked (a server request with
+/// repetition_penalty 1e-37 once overflowed its logits to inf, inf - inf left no token with a positive probability, and
+/// the sampler's error failed the whole engine step), on the host sampler and the device sampler's host reference.
+TEST(Sampler, ExtremeRepetitionPenaltyKeepsLogitsFinite) {
+  constexpr float kMax = std::numeric_limits<float>::max(), kInf = std::numeric_limits<float>::infinity();
+  for (double rp : {1.2e-38, 1e-37, 3e38}) {
+    SCOPED_TRACE(rp);
+    SamplingParams p;
+    p.repetition_penalty = rp;
+    p.temperature = 0.7;
+    ASSERT_NO_THROW(p.validate(4));
+    Ctx c;
+    c.prompt = {0, 1, 3};
+    const std::vector<float> got = processed({5.0f, -3.0f, 2.0f, -kInf}, p, c);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::isfinite(got[i])) << i << ": " << got[i];
+    EXPECT_EQ(got[3], -kInf) << "a masked token stays masked";
+    if (rp < 1e-37) EXPECT_EQ(got[0], kMax) << "5 / rp overflows: clamped";
+    else if (rp < 1) EXPECT_FLOAT_EQ(got[0], static_cast<float>(5.0 / rp));
+    else EXPECT_EQ(got[1], -kMax) << "-3 * rp overflows: clamped";
+    RequestRng rng(7);
+    for (int step = 0; step < 20; ++step) EXPECT_NO_THROW(run({5.0f, -3.0f, 2.0f, -kInf}, p, rng, c));
+  }
 }
 
 TEST(Sampler, FrequencyAndPresencePenaltiesUseOutputOnly) {

@@ -487,7 +487,10 @@ __global__ void __launch_bounds__(kT) sample_rows_kernel(const float* __restrict
       float x = w[md.id];
       if (md.flags & kLogitModBias) x = __fadd_rn(x, md.bias);
       if (md.flags & kLogitModMask) x = -INFINITY;
-      if (md.flags & kLogitModSeen) x = x > 0.0f ? __fdiv_rn(x, rp) : __fmul_rn(x, rp);
+      if (md.flags & kLogitModSeen) {  // finite stays finite, -inf stays -inf (apply_logit_mods' clamp)
+        if (x > 0.0f) x = fminf(__fdiv_rn(x, rp), FLT_MAX);
+        else if (x != -INFINITY) x = fmaxf(__fmul_rn(x, rp), -FLT_MAX);
+      }
       if (md.count > 0) {
         x = __fsub_rn(x, __fmul_rn(fp, static_cast<float>(md.count)));
         x = __fsub_rn(x, pp);
