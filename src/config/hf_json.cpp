@@ -277,6 +277,35 @@ int json_nesting_depth(std::string_view text, int stop_above, std::size_t* where
   return deepest;
 }
 
+std::size_t json_max_object_keys(std::string_view text, std::size_t stop_above, std::size_t* where) {
+  std::vector<std::size_t> keys;  // per open bracket: the keys seen so far (arrays: unused)
+  std::vector<bool> is_object;
+  std::size_t most = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // skip the escaped character
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      keys.push_back(0), is_object.push_back(c == '{');
+    } else if ((c == '}' || c == ']') && !keys.empty()) {
+      keys.pop_back(), is_object.pop_back();  // unbalanced input is left for the parser to report
+    } else if (c == ':' && !keys.empty() && is_object.back()) {
+      most = std::max(most, ++keys.back());
+      if (most > stop_above) {
+        if (where) *where = i;
+        return most;
+      }
+    }
+  }
+  return most;
+}
+
 void check_json_depth(std::string_view text, const std::string& what, int max_depth) {
   std::size_t at = 0;
   if (json_nesting_depth(text, max_depth, &at) > max_depth)

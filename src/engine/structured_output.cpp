@@ -212,6 +212,37 @@ bool StructuredOutputManager::available() { return true; }
 
 namespace {
 
+/// The JSON-schema checks xgrammar's conversion leaves to its compiler: the count keywords non-negative integers, and
+/// enums of at most kMaxStructuredOutputChoices values, in schema `s` at `path` and every subschema (the maps of named
+/// subschemas walked by name; data keywords such as enum, const and default not walked). Depth is bounded before.
+void check_schema_counts(const StructuredOutputsParams& p, const nlohmann::json& s, const std::string& path) {
+  if (!s.is_object()) return;
+  for (const char* key : {"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"}) {
+    const auto it = s.find(key);
+    if (it == s.end()) continue;
+    if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() >= 0))
+      fail_constraint(p, fmt::format("{}{} must be a non-negative integer (got {})", path, key, json_excerpt(*it)));
+  }
+  if (const auto it = s.find("enum"); it != s.end() && it->is_array() && it->size() > kMaxStructuredOutputChoices)
+    fail_constraint(p, fmt::format("{}enum has {} values; at most {} are accepted", path, it->size(),
+                                   kMaxStructuredOutputChoices));
+  static const std::unordered_set<std::string> kData = {"enum", "const", "default", "examples", "required", "type",
+                                                        "title", "description", "pattern", "format", "$ref", "$id",
+                                                        "$schema", "$comment"};
+  static const std::unordered_set<std::string> kNamedMaps = {"properties", "patternProperties", "$defs", "definitions",
+                                                             "dependentSchemas"};
+  for (const auto& [key, v] : s.items()) {
+    if (kData.count(key)) continue;
+    if (kNamedMaps.count(key) && v.is_object()) {
+      for (const auto& [name, sub] : v.items()) check_schema_counts(p, sub, path + key + "." + name + ".");
+    } else if (v.is_object()) {
+      check_schema_counts(p, v, path + key + ".");
+    } else if (v.is_array()) {
+      for (size_t i = 0; i < v.size(); ++i) check_schema_counts(p, v[i], fmt::format("{}{}[{}].", path, key, i));
+    }
+  }
+}
+
 /// validate_structured_outputs' work (uncached).
 void validate_uncached(const StructuredOutputsParams& p) {
   p.validate();
@@ -224,6 +255,13 @@ void validate_uncached(const StructuredOutputsParams& p) {
             bytes, kMaxStructuredOutputBytes);
   for (const auto* f : {&p.json, &p.structural_tag})
     if (f->has_value()) check_json_depth(**f, fmt::format("structured_outputs.{}", p.kind()), kMaxStructuredOutputJsonDepth);
+  SSM_CHECK(!p.choice || p.choice->size() <= kMaxStructuredOutputChoices,
+            "structured_outputs.choice has {} choices; at most {} are accepted", p.choice ? p.choice->size() : 0,
+            kMaxStructuredOutputChoices);
+  if (p.json) {
+    const nlohmann::json schema = nlohmann::json::parse(*p.json, nullptr, /*allow_exceptions=*/false);
+    if (!schema.is_discarded()) check_schema_counts(p, schema, "");  // invalid JSON: xgrammar's message below
+  }
   // The conversion to a grammar (fast: no token tables) finds what xgrammar would refuse.
   try {
     if (p.json)

@@ -48,6 +48,9 @@ inline constexpr size_t kMaxStructuredOutputBytes = size_t{1} << 20;
 /// Deepest nesting of objects / arrays a JSON schema or structural tag may have (compile time grows steeply with it:
 /// ~0.1 s at 120 levels, ~9 s at 480 on this project's 2-core CI machine).
 inline constexpr int kMaxStructuredOutputJsonDepth = 64;
+/// Most values of one JSON-schema enum and most choices of a choice constraint (compile time grows steeply with them:
+/// 10,000 compile in seconds, 100,000 took minutes of both CI cores).
+inline constexpr size_t kMaxStructuredOutputChoices = 10000;
 
 /// Workers compiling constraints (StructuredOutputManager): two, so that one slow schema does not hold every other
 /// constrained request.
@@ -56,7 +59,10 @@ inline constexpr int kStructuredOutputWorkers = 2;
 inline constexpr int64_t kStructuredOutputCacheBytes = int64_t{512} << 20;
 
 /// Checks a constraint without the vocabulary: exactly one kind (StructuredOutputsParams::validate), at most
-/// kMaxStructuredOutputBytes of text, JSON nested at most kMaxStructuredOutputJsonDepth deep, and a schema / regex /
+/// kMaxStructuredOutputBytes of text, JSON nested at most kMaxStructuredOutputJsonDepth deep, at most
+/// kMaxStructuredOutputChoices choices or values of one enum, a schema's length / item / property counts
+/// (minLength, maxItems, ...) non-negative integers (xgrammar converts a negative one and fails only when compiling,
+/// after the request was accepted), and a schema / regex /
 /// grammar / tag xgrammar can convert to a grammar (fast next to compiling it: no token tables). Thread-safe: the
 /// server calls it on its request threads, so that the engine's own call (StructuredOutputManager::validate) finds the
 /// constraint in a cache of the last 4096 valid ones and costs a hash. Throws ssmserve::Error naming the field

@@ -307,6 +307,11 @@ nlohmann::ordered_json parse_body(const std::string& body) {
   } catch (const Error& e) {
     bad_request("", e.what());
   }
+  // Before parsing too: an ordered object's parse time grows with the square of its keys.
+  std::size_t at = 0;
+  if (json_max_object_keys(body, kMaxRequestObjectKeys, &at) > kMaxRequestObjectKeys)
+    bad_request("", fmt::format("the request body has an object of more than {} keys (at byte {}); refusing to parse it",
+                                kMaxRequestObjectKeys, at));
   try {
     j = json::parse(body);
   } catch (const json::exception& e) {

@@ -103,6 +103,21 @@ TEST(CorruptFiles, DepthScanLimitsNestingAndSkipsStrings) {
   EXPECT_THROW(check_json_depth("[[[[[", "t", 4), Error);
 }
 
+/// json_max_object_keys: the most keys of one object (nested objects counted apart, arrays and colons inside strings not
+/// counted), stopping at the first past the bound (the server's request bodies: test_server_structured_outputs.cpp).
+TEST(CorruptFiles, ObjectKeyScanCountsEachObjectAndSkipsStrings) {
+  EXPECT_EQ(json_max_object_keys("1"), 0u);
+  EXPECT_EQ(json_max_object_keys(R"({"a": 1, "b": {"c": 2, "d": 3, "e": [{"f": 1}]}, "g:h": "x:y"})"), 3u);
+  EXPECT_EQ(json_max_object_keys(R"([1, 2, {"a\":": 1}, "::::"])"), 1u);
+  std::string many = "{";
+  for (int i = 0; i < 50; ++i) many += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
+  many += "}";
+  EXPECT_EQ(json_max_object_keys(many), 50u);
+  std::size_t at = 0;
+  EXPECT_EQ(json_max_object_keys(many, 9, &at), 10u);
+  EXPECT_EQ(many[at], ':');
+}
+
 TEST(CorruptFiles, ParseHfJsonRejectsDeepNesting) {
   const std::string msg = error_of([] { parse_hf_json(std::string(100000, '[') + std::string(100000, ']'), "c"); });
   EXPECT_THAT(msg, HasSubstr("c: JSON nests"));

@@ -270,6 +270,33 @@ TEST(ServerStructuredOutputs, EngineCheckNamesTheFieldTheClientUsed) {
     EXPECT_EQ(e.param, param) << e.what();
     EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
   }
+  // What xgrammar's conversion accepts and only its compiler refuses (found by a new-user test: a 200 with
+  // finish_reason "abort"): negative count keywords, at any depth, named by their path; and enums / choice lists past
+  // kMaxStructuredOutputChoices (minutes to compile). A property merely named like a keyword is a schema, not a count.
+  json big_enum = json::array();
+  for (size_t i = 0; i <= kMaxStructuredOutputChoices; ++i) big_enum.push_back("v" + std::to_string(i));
+  json many_choices = big_enum;
+  const std::vector<std::tuple<json, std::string, std::string>> counts = {
+      {{{"guided_json", {{"type", "string"}, {"minLength", -5}}}}, "guided_json", "minLength must be a non-negative"},
+      {{{"guided_json", {{"type", "object"}, {"properties", {{"tags", {{"type", "array"}, {"minItems", -1}}}}}}}},
+       "guided_json", "properties.tags.minItems must be a non-negative integer (got -1)"},
+      {{{"guided_json", {{"type", "string"}, {"maxLength", 2.5}}}}, "guided_json", "maxLength must be a non-negative"},
+      {{{"guided_json", {{"anyOf", json::array({json{{"type", "object"}, {"minProperties", -2}}})}}}}, "guided_json",
+       "anyOf[0].minProperties"},
+      {{{"guided_json", {{"enum", big_enum}}}}, "guided_json", "enum has 10001 values; at most 10000"},
+      {{{"guided_choice", many_choices}}, "guided_choice", "10001 choices; at most 10000"}};
+  for (const auto& [extra, param, needle] : counts) {
+    const ApiError e = check_error(extra);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, param) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  const json keyword_names = {{"type", "object"},
+                              {"properties", {{"maxItems", {{"type", "integer"}}}, {"enum", {{"type", "string"}}}}},
+                              {"$defs", {{"minLength", {{"type", "string"}, {"minLength", 0}}}}}};
+  const ChatRequest named = parse_chat_request(chat_body({{"guided_json", keyword_names}}));
+  EXPECT_NO_THROW(check_structured_outputs(*named.params.structured_outputs, named.structured_outputs_field, named.tools,
+                                           named.tool_choice_function));
   // A forced tool choice: the tool whose parameters fail (named, or "required": found by checking each alone).
   json tools = kTools;
   tools.push_back({{"type", "function"}, {"function", {{"name", "broken"}, {"parameters", bad_schema}}}});
@@ -278,6 +305,25 @@ TEST(ServerStructuredOutputs, EngineCheckNamesTheFieldTheClientUsed) {
     EXPECT_EQ(e.param, "tools") << e.what();
     EXPECT_EQ(std::string(e.what()).rfind("tools[2].function.parameters is not a valid or supported JSON schema: ", 0), 0u)
         << e.what();
+  }
+}
+
+/// A request body with an object of more than kMaxRequestObjectKeys keys (logit_bias, a schema, an unknown field) is a
+/// 400 before any parse (a new-user test measured 43 s to parse 200,000 keys: the order-keeping objects compare each
+/// new key with every earlier one); one at the bound parses.
+TEST(ServerStructuredOutputs, RequestBodyObjectsAreBoundedBeforeParsing) {
+  auto body_with = [](std::size_t keys) {
+    std::string b = R"({"prompt": "hi", "x": {)";
+    for (std::size_t i = 0; i < keys; ++i) b += (i ? ",\"" : "\"") + std::to_string(i) + "\":1";
+    return b + "}}";
+  };
+  EXPECT_EQ(parse_body(body_with(kMaxRequestObjectKeys))["x"].size(), kMaxRequestObjectKeys);
+  try {
+    (void)parse_body(body_with(kMaxRequestObjectKeys + 1));
+    ADD_FAILURE() << "no error for an object of " << kMaxRequestObjectKeys + 1 << " keys";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("an object of more than 10000 keys"), std::string::npos) << e.what();
   }
 }
 
