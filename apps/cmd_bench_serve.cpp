@@ -12,7 +12,8 @@
 #include <limits>
 #include <mutex>
 #include <random>
-#include <semaphore>
+#include <atomic>
+#include <system_error>
 #include <thread>
 
 #include "apps/commands.h"
@@ -24,6 +25,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+
+/// Client threads when --max-concurrency is 0 (unlimited): requests beyond them wait for a free thread.
+constexpr size_t kMaxClientThreads = 1024;
+/// Slowest --request-rate (mean gaps of ~3 hours; a slower rate's arrival times overflow the clock).
+constexpr double kMinRequestRate = 1e-4;
 
 struct BenchServeArgs {
   std::string base_url = "http://127.0.0.1:8000";
@@ -176,7 +182,8 @@ double percentile(std::vector<double> v, double p) {
 
 int run_bench_serve(BenchServeArgs& a) {
   SSM_CHECK(a.num_prompts >= 1 && a.num_prompts <= 100000, "--num-prompts must be in [1, 100000] (got {})", a.num_prompts);
-  SSM_CHECK(a.request_rate > 0, "--request-rate must be > 0 (inf = all at once), got {}", a.request_rate);
+  SSM_CHECK(a.request_rate >= kMinRequestRate, "--request-rate must be >= {} (inf = all at once), got {}",
+            kMinRequestRate, a.request_rate);
   SSM_CHECK(a.input_len >= 1 && a.input_len <= (1 << 20), "--input-len must be in [1, {}] (got {})", 1 << 20, a.input_len);
   SSM_CHECK(a.output_len >= 1 && a.output_len <= (1 << 20), "--output-len must be in [1, {}] (got {})", 1 << 20, a.output_len);
   SSM_CHECK(a.max_concurrency >= 0 && a.max_concurrency <= 100000, "--max-concurrency must be in [0, 100000]");
@@ -203,17 +210,34 @@ int run_bench_serve(BenchServeArgs& a) {
   std::cerr << fmt::format("bench serve: {} requests to {}{} (model {}), request rate {}, max concurrency {}\n", prompts.size(),
                            a.base_url, a.endpoint, a.model, a.request_rate, a.max_concurrency ? std::to_string(a.max_concurrency) : "unlimited");
   std::vector<RequestResult> results(prompts.size());
-  std::counting_semaphore<> slots(a.max_concurrency > 0 ? a.max_concurrency : static_cast<int>(prompts.size()));
-  std::vector<std::thread> threads;
+  // A pool of client threads, each taking the next request in arrival order and sending it at its arrival time: at
+  // most --max-concurrency in flight (unlimited: kMaxClientThreads). One thread per request kept every finished
+  // thread's stack until the end and aborted the process once threads could no longer be created.
+  const size_t workers = std::min<size_t>(prompts.size(), a.max_concurrency > 0 ? static_cast<size_t>(a.max_concurrency)
+                                                                                : kMaxClientThreads);
+  std::atomic<size_t> next{0};
   const auto t0 = Clock::now();
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i])));
-    slots.acquire();
-    threads.emplace_back([&, i] {
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < prompts.size();) {
+      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i])));
       results[i] = run_request(url, a.endpoint, a.model, prompts[i], a.output_len);
-      slots.release();
-    });
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(workers);
+  std::string spawn_error;
+  for (size_t w = 0; w < workers; ++w) {
+    try {
+      threads.emplace_back(work);
+    } catch (const std::system_error& e) {  // out of threads: go on with those started
+      spawn_error = e.what();
+      break;
+    }
   }
+  if (threads.size() < workers)
+    std::cerr << fmt::format("bench serve: warning: {} of {} client threads started ({}); at most {} requests in "
+                             "flight\n", threads.size(), workers, spawn_error, threads.size());
+  if (threads.empty()) work();  // not even one: send them from this thread
   for (auto& t : threads) t.join();
   const double duration = std::chrono::duration<double>(Clock::now() - t0).count();
 
@@ -296,8 +320,8 @@ Runner add_bench_serve(CLI::App& bench) {
   cmd->add_option("--model", a->model, "Model id to send (default: the server's first)");
   cmd->add_option("--dataset", a->dataset, "JSONL file ({\"prompt\"} or {\"text\"} per line) or 'random'")->capture_default_str();
   cmd->add_option("--num-prompts", a->num_prompts, "Requests to send")->capture_default_str();
-  cmd->add_option("--request-rate", a->request_rate, "Mean requests per second (Poisson); inf = all at once")->capture_default_str();
-  cmd->add_option("--max-concurrency", a->max_concurrency, "Most requests in flight (0 = no limit)")->capture_default_str();
+  cmd->add_option("--request-rate", a->request_rate, "Mean requests per second (Poisson, >= 1e-4); inf = all at once")->capture_default_str();
+  cmd->add_option("--max-concurrency", a->max_concurrency, "Most requests in flight (0 = no limit beyond the 1024 client threads)")->capture_default_str();
   cmd->add_option("--input-len", a->input_len, "Prompt tokens of random prompts")->capture_default_str();
   cmd->add_option("--output-len", a->output_len, "max_tokens of every request (ignore_eos is set)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the prompts and arrival times")->capture_default_str();

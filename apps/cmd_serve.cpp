@@ -168,6 +168,7 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--max-pending-output-bytes", a->max_pending_output_bytes,
                   "Output bytes buffered per request while its client does not read (a stalled stream); past it the "
                   "request is aborted with an error event (0 = no limit)")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 40))  // a negative value would wrap to "no limit"
       ->capture_default_str();
   cmd->add_option("--max-logprobs", a->server.max_logprobs,
                   "Most logprobs / prompt_logprobs / top_logprobs a request may ask for (more: 400)")
