@@ -252,28 +252,41 @@ std::string read_text_file(const fs::path& path, std::size_t max_bytes) {
   return out;
 }
 
-int json_nesting_depth(std::string_view text, int stop_above, std::size_t* where) {
-  int depth = 0, deepest = 0;
+namespace {
+
+/// Calls f(i, c) for each byte c = text[i] outside JSON string literals (escapes skipped) until f returns false.
+template <class F>
+void for_each_structural_byte(std::string_view text, F&& f) {
   bool in_string = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
       if (c == '\\') ++i;  // skip the escaped character
       else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
+    } else if (c == '"') {
       in_string = true;
-    } else if (c == '[' || c == '{') {
+    } else if (!f(i, c)) {
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+int json_nesting_depth(std::string_view text, int stop_above, std::size_t* where) {
+  int depth = 0, deepest = 0;
+  for_each_structural_byte(text, [&](std::size_t i, char c) {
+    if (c == '[' || c == '{') {
       deepest = std::max(deepest, ++depth);
       if (depth > stop_above) {
         if (where) *where = i;
-        return deepest;
+        return false;
       }
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;  // unbalanced input is left for the parser to report
     }
-  }
+    return true;
+  });
   return deepest;
 }
 
@@ -281,17 +294,8 @@ std::size_t json_max_object_keys(std::string_view text, std::size_t stop_above, 
   std::vector<std::size_t> keys;  // per open bracket: the keys seen so far (arrays: unused)
   std::vector<bool> is_object;
   std::size_t most = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;  // skip the escaped character
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
+  for_each_structural_byte(text, [&](std::size_t i, char c) {
+    if (c == '{' || c == '[') {
       keys.push_back(0), is_object.push_back(c == '{');
     } else if ((c == '}' || c == ']') && !keys.empty()) {
       keys.pop_back(), is_object.pop_back();  // unbalanced input is left for the parser to report
@@ -299,10 +303,11 @@ std::size_t json_max_object_keys(std::string_view text, std::size_t stop_above, 
       most = std::max(most, ++keys.back());
       if (most > stop_above) {
         if (where) *where = i;
-        return most;
+        return false;
       }
     }
-  }
+    return true;
+  });
   return most;
 }
 
