@@ -208,7 +208,7 @@ int run_bench_serve(BenchServeArgs& a) {
   for (size_t i = 1; i < arrivals.size(); ++i) arrivals[i] = arrivals[i - 1] + (std::isinf(a.request_rate) ? 0.0 : gap(rng));
 
   std::cerr << fmt::format("bench serve: {} requests to {}{} (model {}), request rate {}, max concurrency {}\n", prompts.size(),
-                           a.base_url, a.endpoint, a.model, a.request_rate, a.max_concurrency ? std::to_string(a.max_concurrency) : "unlimited");
+                           a.base_url, a.endpoint, a.model, a.request_rate, a.max_concurrency ? std::to_string(a.max_concurrency) : fmt::format("unlimited (up to {} client threads)", kMaxClientThreads));
   std::vector<RequestResult> results(prompts.size());
   // A pool of client threads, each taking the next request in arrival order and sending it at its arrival time: at
   // most --max-concurrency in flight (unlimited: kMaxClientThreads). One thread per request kept every finished
@@ -220,7 +220,11 @@ int run_bench_serve(BenchServeArgs& a) {
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < prompts.size();) {
       std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i])));
-      results[i] = run_request(url, a.endpoint, a.model, prompts[i], a.output_len);
+      try {
+        results[i] = run_request(url, a.endpoint, a.model, prompts[i], a.output_len);
+      } catch (const std::exception& e) {  // a malformed answer: this request failed, not the run
+        results[i].ok = false, results[i].error = e.what();
+      }
     }
   };
   std::vector<std::thread> threads;

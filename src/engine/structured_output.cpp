@@ -213,8 +213,8 @@ bool StructuredOutputManager::available() { return true; }
 namespace {
 
 /// The JSON-schema checks xgrammar's conversion leaves to its compiler: the count keywords non-negative integers, and
-/// enums of at most kMaxStructuredOutputChoices values, in schema `s` at `path` and every subschema (the maps of named
-/// subschemas walked by name; data keywords such as enum, const and default not walked). Depth is bounded before.
+/// enums of at most kMaxStructuredOutputChoices values, in schema `s` at `path` and every subschema (the subschema
+/// keywords only; the maps of named subschemas walked by name). Depth is bounded before.
 void check_schema_counts(const StructuredOutputsParams& p, const nlohmann::json& s, const std::string& path) {
   if (!s.is_object()) return;
   for (const char* key : {"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"}) {
@@ -226,18 +226,20 @@ void check_schema_counts(const StructuredOutputsParams& p, const nlohmann::json&
   if (const auto it = s.find("enum"); it != s.end() && it->is_array() && it->size() > kMaxStructuredOutputChoices)
     fail_constraint(p, fmt::format("{}enum has {} values; at most {} are accepted", path, it->size(),
                                    kMaxStructuredOutputChoices));
-  static const std::unordered_set<std::string> kData = {"enum", "const", "default", "examples", "required", "type",
-                                                        "title", "description", "pattern", "format", "$ref", "$id",
-                                                        "$schema", "$comment"};
+  // Only the keywords whose values are subschemas (JSON Schema 2020-12 and draft 4-7): anything else may be data
+  // (enum, const, default, examples, dependentRequired, extensions) that merely looks like a schema.
+  static const std::unordered_set<std::string> kOne = {"items", "additionalProperties", "additionalItems", "not", "if",
+                                                       "then", "else", "contains", "propertyNames", "unevaluatedItems",
+                                                       "unevaluatedProperties", "contentSchema"};
+  static const std::unordered_set<std::string> kList = {"anyOf", "oneOf", "allOf", "prefixItems", "items"};
   static const std::unordered_set<std::string> kNamedMaps = {"properties", "patternProperties", "$defs", "definitions",
-                                                             "dependentSchemas"};
+                                                             "dependentSchemas", "dependencies"};
   for (const auto& [key, v] : s.items()) {
-    if (kData.count(key)) continue;
     if (kNamedMaps.count(key) && v.is_object()) {
       for (const auto& [name, sub] : v.items()) check_schema_counts(p, sub, path + key + "." + name + ".");
-    } else if (v.is_object()) {
+    } else if (kOne.count(key) && v.is_object()) {
       check_schema_counts(p, v, path + key + ".");
-    } else if (v.is_array()) {
+    } else if (kList.count(key) && v.is_array()) {
       for (size_t i = 0; i < v.size(); ++i) check_schema_counts(p, v[i], fmt::format("{}{}[{}].", path, key, i));
     }
   }

@@ -26,7 +26,7 @@ SamplingParams random_params(std::mt19937& rng, int vocab) {
   p.min_p = coin(rng) ? 0.0 : 0.05;
   if (coin(rng))
     for (int i = 0; i < 4; ++i) p.logit_bias[tok(rng)] = static_cast<float>(pen(rng) * 10);
-  if (coin(rng)) p.repetition_penalty = coin(rng) ? 1.3 : 0.8;
+  if (coin(rng)) p.repetition_penalty = coin(rng) ? (coin(rng) ? 1.3 : 3e38) : (coin(rng) ? 0.8 : 1.2e-38);  // extremes clamp
   if (coin(rng)) p.frequency_penalty = pen(rng);
   if (coin(rng)) p.presence_penalty = pen(rng);
   p.max_tokens = 64;

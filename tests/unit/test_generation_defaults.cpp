@@ -118,6 +118,7 @@ TEST(GenerationDefaults, EachMalformedFieldIsNamed) {
       {R"("min_p": -0.5)", "\"min_p\" must be a number in [0, 1]"},
       {R"("min_p": 2)", "\"min_p\" must be a number in [0, 1]"},
       {R"("repetition_penalty": 0)", "\"repetition_penalty\" must be a number > 0 (got 0)"},
+      {R"("repetition_penalty": 1e-40)", "\"repetition_penalty\" must be a number > 0 that is a normal float32"},
       {R"("repetition_penalty": Infinity)", "\"repetition_penalty\" must be a number > 0"},
       {R"("max_new_tokens": 0)", "\"max_new_tokens\" must be a positive integer (got 0)"},
       {R"("max_new_tokens": "512")", "\"max_new_tokens\" must be a positive integer"},

@@ -294,9 +294,16 @@ TEST(ServerStructuredOutputs, EngineCheckNamesTheFieldTheClientUsed) {
   const json keyword_names = {{"type", "object"},
                               {"properties", {{"maxItems", {{"type", "integer"}}}, {"enum", {{"type", "string"}}}}},
                               {"$defs", {{"minLength", {{"type", "string"}, {"minLength", 0}}}}}};
-  const ChatRequest named = parse_chat_request(chat_body({{"guided_json", keyword_names}}));
-  EXPECT_NO_THROW(check_structured_outputs(*named.params.structured_outputs, named.structured_outputs_field, named.tools,
-                                           named.tool_choice_function));
+  // Data keywords that look like schemas are not walked: dependentRequired's property names, an example's keys.
+  json data_like = keyword_names;
+  data_like["dependentRequired"] = {{"maxItems", json::array({"enum"})}};
+  data_like["examples"] = json::array({json{{"minLength", "abc"}}});
+  data_like["dependencies"] = {{"enum", json::array({"maxItems"})}};
+  for (const json& schema : {keyword_names, data_like}) {
+    const ChatRequest named = parse_chat_request(chat_body({{"guided_json", schema}}));
+    EXPECT_NO_THROW(check_structured_outputs(*named.params.structured_outputs, named.structured_outputs_field,
+                                             named.tools, named.tool_choice_function)) << schema.dump();
+  }
   // A forced tool choice: the tool whose parameters fail (named, or "required": found by checking each alone).
   json tools = kTools;
   tools.push_back({{"type", "function"}, {"function", {{"name", "broken"}, {"parameters", bad_schema}}}});
@@ -318,6 +325,12 @@ TEST(ServerStructuredOutputs, RequestBodyObjectsAreBoundedBeforeParsing) {
     return b + "}}";
   };
   EXPECT_EQ(parse_body(body_with(kMaxRequestObjectKeys))["x"].size(), kMaxRequestObjectKeys);
+  // A schema sent as JSON text (one string to the body's scan) has the same bound when it is parsed.
+  std::string schema_text = R"({"type": "object", "properties": {)";
+  for (std::size_t i = 0; i <= kMaxRequestObjectKeys; ++i)
+    schema_text += (i ? ",\"p" : "\"p") + std::to_string(i) + "\": {}";
+  schema_text += "}}";
+  expect_400({{"guided_json", schema_text}}, "guided_json", "an object of more than 10000 keys");
   try {
     (void)parse_body(body_with(kMaxRequestObjectKeys + 1));
     ADD_FAILURE() << "no error for an object of " << kMaxRequestObjectKeys + 1 << " keys";
