@@ -30,12 +30,12 @@ void SamplingParams::validate(int vocab_size) const {
         presence_penalty);
   check(frequency_penalty >= -2.0 && frequency_penalty <= 2.0, "frequency_penalty", " must be in [-2, 2], got {}",
         frequency_penalty);
+  check(repetition_penalty > 0.0 && std::isfinite(repetition_penalty), "repetition_penalty",
+        " must be greater than zero, got {}", repetition_penalty);
   // The samplers divide and multiply fp32 logits by it: it must stay a positive, finite float32 (1e-300 would be 0).
-  check(repetition_penalty > 0.0 && std::isfinite(repetition_penalty) &&
-            static_cast<float>(repetition_penalty) >= std::numeric_limits<float>::min() &&
+  check(static_cast<float>(repetition_penalty) >= std::numeric_limits<float>::min() &&
             std::isfinite(static_cast<float>(repetition_penalty)),
-        "repetition_penalty", " must be greater than zero and a normal float32 (1.2e-38 to 3.4e38), got {}",
-        repetition_penalty);
+        "repetition_penalty", " must be a normal float32 (1.2e-38 to 3.4e38), got {}", repetition_penalty);
   check(temperature >= 0.0 && std::isfinite(temperature), "temperature", " must be non-negative, got {}", temperature);
   check(top_p > 0.0 && top_p <= 1.0, "top_p", " must be in (0, 1], got {}", top_p);
   check(top_k >= -1, "top_k", " must be 0 or -1 (disable), or at least 1, got {}", top_k);
