@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -12,7 +13,6 @@
 #include <limits>
 #include <mutex>
 #include <random>
-#include <atomic>
 #include <system_error>
 #include <thread>
 

@@ -14,8 +14,9 @@ inline constexpr uint32_t kLogitModMask = 2;  ///< set to -inf (EOS / stop_token
 inline constexpr uint32_t kLogitModSeen = 4;  ///< token occurs in prompt + output (repetition_penalty)
 
 /// One token's modification of its row's raw logit, applied in sample_token's order: + bias, mask to -inf,
-/// repetition penalty (x > 0 ? x / rp : x * rp, a finite x clamped to +-FLT_MAX, -inf kept), then x -= frequency_penalty * count; x -= presence_penalty
-/// (the last two only when count > 0). Each id occurs at most once per row.
+/// repetition penalty (x > 0 ? x / rp : x * rp, a finite x clamped to +-FLT_MAX, -inf kept), then
+/// x -= frequency_penalty * count; x -= presence_penalty (the last two only when count > 0). Each id occurs at most once
+/// per row.
 struct LogitMod {
   int32_t id = 0;       ///< token id in [0, vocab)
   float bias = 0.0f;    ///< logit_bias value (flags & kLogitModBias)

@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <climits>
-#include <limits>
 #include <cmath>
 #include <string>
 
@@ -57,9 +56,7 @@ void set_field(GenerationDefaults& d, const std::string& key, const Source& s) {
   if (key == "repetition_penalty") {
     d.repetition_penalty = s.number("repetition_penalty", "a number > 0");
     if (*d.repetition_penalty <= 0) s.bad("repetition_penalty", "a number > 0");
-    // As SamplingParams::validate: a normal float32 (the samplers divide fp32 logits by it).
-    if (static_cast<float>(*d.repetition_penalty) < std::numeric_limits<float>::min() ||
-        !std::isfinite(static_cast<float>(*d.repetition_penalty)))
+    if (!repetition_penalty_fits_float32(*d.repetition_penalty))  // as SamplingParams::validate
       s.bad("repetition_penalty", "a number > 0 that is a normal float32 (1.2e-38 to 3.4e38)");
   } else if (key == "temperature") {
     d.temperature = s.number("temperature", "a number >= 0");

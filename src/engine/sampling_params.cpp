@@ -22,6 +22,11 @@ void check(bool ok, const char* field, fmt::format_string<Args...> rest, Args&&.
 SamplingParamsError::SamplingParamsError(std::string field, std::string rest)
     : Error("SamplingParams." + field + rest), field_(std::move(field)), rest_(std::move(rest)) {}
 
+bool repetition_penalty_fits_float32(double rp) {
+  const float f = static_cast<float>(rp);
+  return f >= std::numeric_limits<float>::min() && std::isfinite(f);
+}
+
 void SamplingParams::validate(int vocab_size) const {
   SSM_CHECK(vocab_size > 0, "SamplingParams.validate: vocab_size must be > 0, got {}", vocab_size);
   check(n >= 1, "n", " must be at least 1, got {}", n);
@@ -32,10 +37,8 @@ void SamplingParams::validate(int vocab_size) const {
         frequency_penalty);
   check(repetition_penalty > 0.0 && std::isfinite(repetition_penalty), "repetition_penalty",
         " must be greater than zero, got {}", repetition_penalty);
-  // The samplers divide and multiply fp32 logits by it: it must stay a positive, finite float32 (1e-300 would be 0).
-  check(static_cast<float>(repetition_penalty) >= std::numeric_limits<float>::min() &&
-            std::isfinite(static_cast<float>(repetition_penalty)),
-        "repetition_penalty", " must be a normal float32 (1.2e-38 to 3.4e38), got {}", repetition_penalty);
+  check(repetition_penalty_fits_float32(repetition_penalty), "repetition_penalty",
+        " must be a normal float32 (1.2e-38 to 3.4e38), got {}", repetition_penalty);
   check(temperature >= 0.0 && std::isfinite(temperature), "temperature", " must be non-negative, got {}", temperature);
   check(top_p > 0.0 && top_p <= 1.0, "top_p", " must be in (0, 1], got {}", top_p);
   check(top_k >= -1, "top_k", " must be 0 or -1 (disable), or at least 1, got {}", top_k);
