@@ -58,6 +58,11 @@ void check_output_path(const std::string& path);
 /// Writes `j` (2-space indented) to `path`; throws Error "cannot write ..." when opening or writing fails.
 void write_json_file(const std::string& path, const nlohmann::json& j);
 
+/// Makes every integer and floating-point option of `app` and its subcommands (call it once all are added) read its
+/// value as vLLM's argparse does: integers in decimal only ("010" is 10, "0x10" and "" are errors naming the option,
+/// "-1" for an unsigned option is an error instead of 2^64 - 1), floats not empty and not hexadecimal.
+void read_numbers_as_decimal(CLI::App& app);
+
 /// Applies string options to cfg (load format); throws Error on an unknown value, or when no --model was given (the
 /// pip package's binary has no default model).
 void resolve_engine_config(EngineConfig& cfg, const std::string& load_format);

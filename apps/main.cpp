@@ -204,6 +204,7 @@ int main(int argc, char** argv) {
   cli::Runner bench = cli::add_bench(app);
   cli::Runner serve = cli::add_serve(app);
   cli::Runner bench_serve = cli::add_bench_serve(*app.get_subcommand("bench"));
+  cli::read_numbers_as_decimal(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -185,6 +185,36 @@ TEST(CliGenerate, ParseErrorsExitWithOneAndHint) {
   }
 }
 
+// Numbers on the command line read as vLLM's argparse reads them (Python's int() / float()): "010" is ten, not octal
+// eight; hexadecimal, an empty value and a negative unsigned value are errors naming the flag.
+TEST(CliGenerate, NumbersReadAsDecimal) {
+  const std::string common = "generate --prompt 'In the beginning God created' --json --ignore-eos";
+  for (const std::string& ten : {"010", "+10", "' 10 '", "0000000000000000000000010"}) {
+    const CliRun r = run(common + " --max-tokens " + ten);
+    ASSERT_EQ(r.status, 0) << ten << "\n" << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"].size(), 10u) << ten;
+  }
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {"--max-tokens 0x10", "--max-tokens: expected a decimal integer, got \"0x10\""},
+      {"--max-tokens ''", "--max-tokens: expected a decimal integer, got \"\""},
+      {"--max-tokens 1e1", "--max-tokens: expected a decimal integer"},
+      {"--max-tokens 1_0", "--max-tokens: expected a decimal integer"},
+      {"--top-k 0b11", "--top-k: expected a decimal integer"},
+      {"--temperature ''", "--temperature: expected a number"},
+      {"--temperature 0x1p-1", "--temperature: expected a decimal number"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run(common + " " + c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args;
+  }
+  const CliRun neg = run("serve --max-pending-output-bytes -1");
+  EXPECT_EQ(neg.status, 1) << neg.err;
+  EXPECT_THAT(neg.err, HasSubstr("--max-pending-output-bytes")) << neg.err;
+}
+
 TEST(CliGenerate, HelpAndVersionExitZero) {
   for (const char* args : {"--help", "generate --help", "bench latency --help", "--version"}) {
     const CliRun r = run(args);

@@ -1,0 +1,57 @@
+// Owns how the `ssmserve` binary reads numbers on its command line: as vLLM's argparse does (Python's int() and
+// float()), not as CLI11's strtoll(base 0), which reads "010" as octal 8 and "0x10" as hex 16, reads an empty value
+// as 0 and wraps "-1" to 2^64 - 1 for an unsigned option.
+#include <cctype>
+#include <string>
+
+#include "apps/commands.h"
+
+namespace ssmserve::cli {
+namespace {
+
+/// Python's int() on a command-line word: optional surrounding spaces, an optional sign (not '-' when `is_unsigned`),
+/// decimal digits with leading zeros meaning nothing. Rewrites `s` to the canonical digits CLI11 then converts
+/// (leading zeros removed, so strtoll cannot read them as octal); returns an error message ("" when fine).
+std::string to_decimal_integer(std::string& s, bool is_unsigned) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  std::string sign;
+  if (b < e && (s[b] == '+' || s[b] == '-')) {
+    if (s[b] == '-') sign = "-";
+    ++b;
+  }
+  if (b == e) return "expected a decimal integer, got \"" + s + "\"";
+  for (std::size_t i = b; i < e; ++i)
+    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return "expected a decimal integer, got \"" + s + "\"";
+  while (b + 1 < e && s[b] == '0') ++b;
+  if (is_unsigned && sign == "-" && !(e - b == 1 && s[b] == '0')) return "expected a non-negative integer, got \"" + s + "\"";
+  s = (s[b] == '0' ? std::string() : sign) + s.substr(b, e - b);
+  return "";
+}
+
+/// Python's float() on a command-line word, as far as it matters here: not empty, no hexadecimal ("0x1p-1").
+std::string check_decimal_float(const std::string& s) {
+  std::size_t b = 0;
+  while (b < s.size() && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  if (b == s.size()) return "expected a number, got \"" + s + "\"";
+  if (s.find_first_of("xX") != std::string::npos) return "expected a decimal number, got \"" + s + "\"";
+  return "";
+}
+
+}  // namespace
+
+void read_numbers_as_decimal(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type == "INT" || type == "UINT") {
+      const bool is_unsigned = type == "UINT";
+      opt->transform(CLI::Validator([is_unsigned](std::string& s) { return to_decimal_integer(s, is_unsigned); }, ""));
+    } else if (type == "FLOAT") {
+      opt->check(CLI::Validator([](std::string& s) { return check_decimal_float(s); }, ""));
+    }
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_numbers_as_decimal(*sub);
+}
+
+}  // namespace ssmserve::cli
