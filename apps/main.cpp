@@ -200,6 +200,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.require_subcommand(1);
+  // The top-level options (--log-level) are also read after the subcommand: `ssmserve generate --log-level debug`.
+  app.fallthrough();
   cli::Runner generate = cli::add_generate(app);
   cli::Runner bench = cli::add_bench(app);
   cli::Runner serve = cli::add_serve(app);

@@ -56,7 +56,12 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer.model.v3", "tokenizer.model.v1"})
     has_tokenizer = has_tokenizer || path_entry_exists(tok_dir / f);
   if (has_tokenizer) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(tok_dir));
-  else if (cfg_.load_format != LoadFormat::Dummy) fail("{}: tokenizer.json not found (nor a SentencePiece tokenizer.model)", tok_dir.string());
+  else if (!cfg_.tokenizer.empty())  // the user named this folder: say which option it came from
+    fail("--tokenizer {}: {}", tok_dir.string(),
+         path_entry_exists(tok_dir) ? "no tokenizer.json (nor a SentencePiece tokenizer.model) in that folder" : "no such folder");
+  else if (cfg_.load_format != LoadFormat::Dummy)
+    fail("{}: tokenizer.json not found (nor a SentencePiece tokenizer.model); --tokenizer DIR names another folder",
+         tok_dir.string());
   if (!cfg_.reasoning_parser.empty()) {  // its markers as token ids (structured outputs wait for the end of reasoning)
     const ReasoningFormat& f = reasoning_format(cfg_.reasoning_parser);
     SSM_CHECK(tokenizer_, "--reasoning-parser {} needs a tokenizer", f.name);

@@ -125,7 +125,8 @@ std::string resolve_device(const std::string& device, const ModelConfig& config)
   if (it == d.end()) {
     std::string known = "cpu, auto";
     for (const auto& [name, b] : d) known += ", " + name;
-    fail("--device {}: not available in this build (choose from: {})", device, known);
+    SSM_CHECK(device != "cuda", "--device cuda: this build of ssmserve has no CUDA backend (choose from: {})", known);
+    fail("--device {}: unknown device (choose from: {})", device, known);
   }
   SSM_CHECK(it->second.loaders.count(config.architecture), "--device {}: architecture \"{}\" does not run there yet",
             device, config.architecture);

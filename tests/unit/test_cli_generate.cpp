@@ -175,6 +175,7 @@ TEST(CliGenerate, ParseErrorsExitWithOneAndHint) {
       {"", "subcommand", "ssmserve --help"},
       {"generate", "--prompt", "ssmserve generate --help"},
       {"--log-level foo generate --prompt hi", "--log-level", "ssmserve generate --help"},
+      {"generate --prompt hi --log-level foo", "--log-level", "ssmserve generate --help"},
   };
   for (const auto& c : cases) {
     const CliRun r = run(c.args);
@@ -213,6 +214,13 @@ TEST(CliGenerate, NumbersReadAsDecimal) {
   const CliRun neg = run("serve --max-pending-output-bytes -1");
   EXPECT_EQ(neg.status, 1) << neg.err;
   EXPECT_THAT(neg.err, HasSubstr("--max-pending-output-bytes")) << neg.err;
+}
+
+// The top-level --log-level is read after the subcommand too (CLI11's fallthrough), as users type it.
+TEST(CliGenerate, LogLevelAfterTheSubcommand) {
+  const CliRun r = run("generate --prompt hi --max-tokens 2 --log-level info");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("[info]"));
 }
 
 TEST(CliGenerate, HelpAndVersionExitZero) {
@@ -424,6 +432,10 @@ TEST(CliGenerate, FlagAndFileErrorsNameTheProblem) {
       {"generate --prompt hi --seed 99999999999999999999", "--seed must be an integer"},
       {"generate --prompt hi --seed 1x", "(got '1x')"},
       {"generate --prompts-file " + (tmp / "deep_stop.jsonl").string(), "deep_stop.jsonl:1"},
+      // The flag the folder came from, and what is wrong with it.
+      {"generate --prompt hi --tokenizer " + (tmp / "nowhere").string(), "--tokenizer " + (tmp / "nowhere").string() + ": no such folder"},
+      {"generate --prompt hi --tokenizer " + tmp.path().string(), ": no tokenizer.json (nor a SentencePiece tokenizer.model) in that folder"},
+      {"generate --prompt hi --device foo", "--device foo: unknown device (choose from: cpu, auto"},
   };
   for (const auto& c : cases) {
     const CliRun r = run(c.args);
