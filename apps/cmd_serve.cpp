@@ -36,8 +36,6 @@ void raise_fd_limit(int max_connections) {
               << max_connections << " + 256; raise `ulimit -n` to hold that many connections" << std::endl;
 }
 
-/// Used when the model has no context limit (recurrent models): prompt + max_tokens must stay within it.
-constexpr int kDefaultMaxModelLen = 8192;
 
 struct ServeArgs {
   EngineConfig engine;
@@ -108,7 +106,7 @@ int run_serve(ServeArgs& a) {
   server::Metrics metrics;
   server::AsyncEngine engine(a.engine, server::AsyncEngineOptions{a.max_num_waiting, a.max_pending_output_bytes, a.max_seqs_per_request}, metrics);
   const ModelConfig& mc = engine.model_config();
-  a.server.max_model_len = a.max_model_len_given ? a.max_model_len : mc.max_model_len > 0 ? mc.max_model_len : kDefaultMaxModelLen;
+  a.server.max_model_len = a.max_model_len_given ? a.max_model_len : mc.max_model_len > 0 ? mc.max_model_len : kDefaultMaxModelLenWithoutLimit;
   if (const int cap = engine.pool_token_capacity(); cap > 0 && a.server.max_model_len > cap) {
     // From the model's context (e.g. 10M tokens, beyond the automatic pool): lowered to what the pool holds, with a
     // warning.
@@ -151,7 +149,7 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->server.port, "Port (0 = any free port, printed at startup)")->capture_default_str();
   auto* name = cmd->add_option("--served-model-name", a->server.served_model_name, "Model id clients use (default: the --model path)");
-  auto* mml = add_max_model_len_option(*cmd, a->max_model_len, std::to_string(kDefaultMaxModelLen));
+  auto* mml = add_max_model_len_option(*cmd, a->max_model_len, std::to_string(kDefaultMaxModelLenWithoutLimit));
   cmd->add_option("--max-num-waiting", a->max_num_waiting,
                   "Waiting sequences (prompts x n) before new requests get 503; a request with more on its own gets 400 "
                   "(0 = no limit)")

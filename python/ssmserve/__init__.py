@@ -303,8 +303,9 @@ class LLM:
         "float16" / torch.float16 (no fp16 kernels) and other names are a ValueError, other types a TypeError.
       seed: the engine seed: requests without their own SamplingParams.seed get seeds derived from it, so a script's
         sampled outputs repeat from run to run; None (the default): unseeded requests differ every run.
-      max_model_len: most prompt + generated tokens per request (default: the model's max_position_embeddings);
-        generation stops there with finish_reason "length", a longer prompt is a ValueError.
+      max_model_len: most prompt + generated tokens per request (default: the model's max_position_embeddings, or
+        8192 as `serve` for models without a limit); generation stops there with finish_reason "length", a prompt of
+        max_model_len tokens or more is a ValueError.
       max_num_seqs: most requests in one batch. max_num_batched_tokens: most tokens one engine step computes.
       gpu_memory_utilization: share of GPU memory the engine may take (0.9).
       tensor_parallel_size: ranks the model is split over (in-process threads on the CPU, GPUs with NCCL).

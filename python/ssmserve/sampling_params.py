@@ -50,55 +50,82 @@ class SamplingParams(_ssmserve.SamplingParams):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
         for k, v in kwargs.items():
-            if k == "stop" and isinstance(v, str):
-                v = [v]
             if k not in _SAMPLING_FIELDS:
                 raise TypeError(f"SamplingParams() got an unexpected keyword argument '{k}'")
-            if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids", "bad_words"):
-                continue  # vLLM's None: the default (none)
-            if v is None and k == "max_tokens":
-                v = 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
-            # Types as vLLM's (msgspec) fields: a bool is not a number and None is not a bool (both were taken silently:
-            # skip_special_tokens=None read False, max_tokens=True read 1).
-            if k == "structured_outputs" and v is not None and not isinstance(v, StructuredOutputsParams):
-                raise TypeError("SamplingParams.structured_outputs must be None or a StructuredOutputsParams "
-                                f"(ssmserve.sampling_params), got {type(v).__name__}")
-            if k in _BOOL_FIELDS:
-                v = _check_bool(v, f"SamplingParams.{k}")
-            elif isinstance(v, bool) and (k in _INT_FIELDS or k == "seed"):
-                raise TypeError(f"SamplingParams.{k} must be an int, got {v!r} (bool)")
-            elif k in _ID_LIST_FIELDS and not isinstance(v, (str, bytes)):
-                try:
-                    ids = list(v)
-                except TypeError:
-                    ids = None
-                for t in ids or ():
-                    if isinstance(t, bool):
-                        raise TypeError(f"SamplingParams.{k} must hold token ids (ints), got {t!r} (bool)")
-                    if isinstance(t, int) and not 0 <= t < 2**31 - 1:
-                        raise ValueError(f"SamplingParams.{k}: token id {t} is out of the vocabulary range [0, 2147483647)")
-            if k == "bad_words":
-                v = _str_list(v, "SamplingParams.bad_words")
-            if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
-                raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
-            if k in _INT_FIELDS and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
-                raise ValueError(f"SamplingParams.{k} must fit in 32 bits, got {v}")
-            try:
-                if k == "logit_bias":
-                    v = {int(t): float(b) for t, b in dict(v).items()}
-                setattr(self, k, list(v) if k in ("stop", "stop_token_ids", "allowed_token_ids", "bad_words") else v)
-            except (TypeError, ValueError) as e:
-                why = "" if "incompatible function arguments" in str(e) else ": " + str(e).splitlines()[0]
-                raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
-            if k == "allowed_token_ids" and not self.allowed_token_ids:  # vLLM refuses an empty list
-                raise ValueError("SamplingParams.allowed_token_ids must not be empty (None allows every token)")
+            setattr(self, k, v)
         self.validate(2**31 - 1)  # every range but the vocabulary's (SsmserveError is a ValueError)
+
+    def __setattr__(self, k: str, v: Any) -> None:
+        """Sets a field with the constructor's checks of its type and value (`p.allowed_token_ids = []` is a
+        ValueError, as in the constructor); the ranges that involve several fields (min_tokens <= max_tokens) are
+        checked when a request with them is added."""
+        if k not in _SAMPLING_FIELDS:
+            raise AttributeError(f"'SamplingParams' object has no attribute '{k}'")
+        if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids", "bad_words"):
+            v = {} if k == "logit_bias" else []  # vLLM's None: the default (none)
+        else:
+            v = _checked_field(k, v)
+        try:
+            super().__setattr__(k, v)
+        except (TypeError, ValueError) as e:
+            why = "" if "incompatible function arguments" in str(e) else ": " + str(e).splitlines()[0]
+            raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
 
     def clone(self) -> "SamplingParams":
         """A copy of the same class (vLLM's SamplingParams.clone)."""
         q = type(self).__new__(type(self))
         q.__setstate__(self.__getstate__())
         return q
+
+
+def _checked_field(k: str, v: Any) -> Any:
+    """SamplingParams field `k`'s value `v` (not None for a list field) as the extension's property takes it, after
+    vLLM's checks: TypeError for a wrong type, ValueError for an out-of-range int or an empty allowed_token_ids, each
+    naming the field."""
+    if k == "stop" and isinstance(v, str):
+        v = [v]
+    if v is None and k == "max_tokens":
+        return 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
+    # Types as vLLM's (msgspec) fields: a bool is not a number and None is not a bool (both were taken silently:
+    # skip_special_tokens=None read False, max_tokens=True read 1).
+    if k == "structured_outputs" and v is not None and not isinstance(v, StructuredOutputsParams):
+        raise TypeError("SamplingParams.structured_outputs must be None or a StructuredOutputsParams "
+                        f"(ssmserve.sampling_params), got {type(v).__name__}")
+    if k in _BOOL_FIELDS:
+        v = _check_bool(v, f"SamplingParams.{k}")
+    elif isinstance(v, bool) and (k in _INT_FIELDS or k == "seed"):
+        raise TypeError(f"SamplingParams.{k} must be an int, got {v!r} (bool)")
+    elif k in _ID_LIST_FIELDS and not isinstance(v, (str, bytes)):
+        try:
+            ids = list(v)
+        except TypeError:
+            ids = None
+        for t in ids or ():
+            if isinstance(t, bool):
+                raise TypeError(f"SamplingParams.{k} must hold token ids (ints), got {t!r} (bool)")
+            if isinstance(t, int) and not 0 <= t < 2**31 - 1:
+                raise ValueError(f"SamplingParams.{k}: token id {t} is out of the vocabulary range [0, 2147483647)")
+        if k == "allowed_token_ids" and ids == []:  # vLLM refuses an empty list
+            raise ValueError("SamplingParams.allowed_token_ids must not be empty (None allows every token)")
+        if ids is not None:
+            v = ids
+    if k == "bad_words":
+        v = _str_list(v, "SamplingParams.bad_words")
+    if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
+        raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
+    if k in _INT_FIELDS and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
+        raise ValueError(f"SamplingParams.{k} must fit in 32 bits, got {v}")
+    if k == "logit_bias":
+        try:
+            v = {int(t): float(b) for t, b in dict(v).items()}
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"SamplingParams.logit_bias cannot be {v!r} ({type(v).__name__}): {str(e).splitlines()[0]}") from None
+    if k == "stop" and not isinstance(v, (str, bytes)):
+        try:
+            v = list(v)
+        except TypeError:
+            pass  # the property's own TypeError names it
+    return v
 
 
 def _str_list(value, where: str) -> list:

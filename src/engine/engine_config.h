@@ -43,6 +43,11 @@ void check_quantization(const std::string& quantization, const ModelConfig& mode
 /// Most model steps per engine step (EngineConfig::num_scheduler_steps).
 inline constexpr int kMaxSchedulerSteps = 64;
 
+/// max_model_len of `serve` and the Python LLM / AsyncLLM when neither the user nor the model gives one (recurrent
+/// models have no max_position_embeddings): prompt + generated tokens per request, so that max_tokens=None ends. vLLM
+/// uses 2048 there; `generate` and `bench` keep no limit.
+inline constexpr int kDefaultMaxModelLenWithoutLimit = 8192;
+
 struct EngineConfig {
   std::filesystem::path model;               ///< checkpoint folder
   std::filesystem::path tokenizer;           ///< folder with tokenizer.json; empty = the model folder

@@ -182,11 +182,11 @@ def test_bad_types_name_the_field(llm):
     with pytest.raises(ValueError, match="device tpu"):  # the keyword, not the CLI flag
         ssmserve.LLM(str(MODEL), device="tpu")
     assert ssmserve.LLM(str(MODEL), threads=2, device="cpu").generate("hi", ssmserve.SamplingParams(max_tokens=2))[0].finished
-    # device="cuda": "not available in this build" without the CUDA backend (the default pip build); with it
+    # device="cuda": "has no CUDA backend" without the CUDA backend (the default pip build); with it
     # (SSMSERVE_PYTHON_CUDA=ON) it loads on a GPU or names the missing device.
     assert isinstance(ssmserve.has_cuda, bool)
     if not ssmserve.has_cuda:
-        with pytest.raises(ValueError, match="not available in this build"):
+        with pytest.raises(ValueError, match="device cuda: this build of ssmserve has no CUDA backend"):
             ssmserve.LLM(str(MODEL), device="cuda")
     with pytest.raises(TypeError, match="engine argument 'threads' cannot be '2'"):
         ssmserve.LLM(str(MODEL), threads="2")
@@ -338,6 +338,14 @@ def test_max_model_len(llm, tmp_path):
     with pytest.raises(ValueError, match="max_model_len 20 is larger than the model's context of 16"):
         ssmserve.LLM(str(ctx), max_model_len=20)
     assert ssmserve.LLM(str(ctx), threads=2, max_model_len=16) is not None
+    # A model without a context limit (tiny-mamba has no max_position_embeddings) gets serve's 8192, so that
+    # max_tokens=None ends: an 8192-token prompt is refused, an 8191-token one leaves room for one token.
+    with pytest.raises(ValueError, match="the context \\(max_model_len\\) is 8192"):
+        llm.generate({"prompt_token_ids": [1] * 8192}, ssmserve.SamplingParams(max_tokens=None))
+    out = llm.generate({"prompt_token_ids": [1] * 8191}, ssmserve.SamplingParams(max_tokens=None, ignore_eos=True))[0]
+    assert len(out.outputs[0].token_ids) == 1 and out.outputs[0].finish_reason == "length"
+    big = ssmserve.LLM(str(MODEL), max_num_seqs=1, threads=2, max_model_len=9000)
+    assert big.generate({"prompt_token_ids": [1] * 8192}, ssmserve.SamplingParams(max_tokens=1))[0].finished
 
 
 def test_sampling_params_types_as_vllm():
@@ -359,3 +367,15 @@ def test_sampling_params_types_as_vllm():
     p = SamplingParams(skip_special_tokens=False, ignore_eos=True, max_tokens=5, stop_token_ids=[1, 2])
     assert (p.skip_special_tokens, p.ignore_eos, p.max_tokens, p.stop_token_ids) == (False, True, 5, [1, 2])
     assert SamplingParams().skip_special_tokens is True
+    # Assigning a field checks it as the constructor does (an empty allowed_token_ids was taken as "every token").
+    p = SamplingParams()
+    with pytest.raises(ValueError, match="allowed_token_ids must not be empty"):
+        p.allowed_token_ids = []
+    with pytest.raises(TypeError, match="SamplingParams.max_tokens must be an int, got True"):
+        p.max_tokens = True
+    with pytest.raises(TypeError, match="SamplingParams.ignore_eos must be a bool"):
+        p.ignore_eos = "yes"
+    with pytest.raises(AttributeError, match="no attribute 'max_token'"):
+        p.max_token = 3
+    p.stop, p.max_tokens, p.allowed_token_ids = "x", None, (3, 4)
+    assert (p.stop, p.max_tokens, p.allowed_token_ids) == (["x"], 2**31 - 1, [3, 4])
