@@ -246,6 +246,8 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
   if (const json* v = field(b, "add_special_tokens")) r.add_special_tokens = as_bool(*v, "add_special_tokens");
   if (const json* v = field(b, "return_tokens_as_token_ids"))
     r.return_tokens_as_token_ids = as_bool(*v, "return_tokens_as_token_ids");
+  if (const json* v = field(b, "user"); v && !v->is_string())  // OpenAI's end-user id (vLLM: Optional[str]); unused
+    bad_request("user", fmt::format("user must be a string (got {})", type_name(*v)));
   if (const json* v = field(b, "cache_salt")) {  // vLLM: a non-empty string
     if (!v->is_string() || v->get_ref<const std::string&>().empty())
       bad_request("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.");
@@ -352,9 +354,10 @@ CompletionRequest parse_completion_request(const json& b, int max_logprobs, cons
     } else {
       if (p->size() > static_cast<size_t>(kMaxPromptsPerRequest))
         bad_request("prompt", fmt::format("at most {} prompts per request", kMaxPromptsPerRequest));
+      // One kind per list, as vLLM's (OpenAI's) prompt type: list[str] or list[list[int]], never mixed.
       for (const auto& e : *p) {
-        if (e.is_string()) text_prompt(e);
-        else if (e.is_array()) id_prompt(e);
+        if (e.is_string() && first.is_string()) text_prompt(e);
+        else if (e.is_array() && first.is_array()) id_prompt(e);
         else bad_request("prompt", "prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids");
       }
     }

@@ -29,6 +29,9 @@ BAD = [
     ({"prompt": ""}, 400, "prompt"),
     ({"prompt": []}, 400, "prompt"),
     ({"prompt": [[]]}, 400, "prompt"),
+    ({"prompt": ["a", [1, 2]]}, 400, "prompt"),  # one kind per list (vLLM's list[str] | list[list[int]])
+    ({"prompt": [[1, 2], "a"]}, 400, "prompt"),
+    ({"prompt": "hi", "user": 5}, 400, "user"),  # OpenAI's user: a string
     ({"prompt": [-1, 5]}, 400, "prompt"),
     ({"prompt": [10 ** 7]}, 400, "prompt"),
     ({"prompt": [1] * 9000, "max_tokens": 1}, 400, "prompt"),
@@ -68,6 +71,7 @@ CHAT_BAD = [
     ({"messages": []}, 400, "messages"),
     ({"messages": [{"content": "hi"}]}, 400, "messages"),
     ({"messages": [{"role": "user", "content": 5}]}, 400, "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}], "user": {"id": 1}}, 400, "user"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3}, 400, "max_completion_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400, "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "model": "nope"}, 404, "model"),
