@@ -245,6 +245,25 @@ void check_schema_counts(const StructuredOutputsParams& p, const nlohmann::json&
   }
 }
 
+/// check_schema_counts for every JSON schema inside structural tag `t` (at `path`): the values of the "json_schema" keys
+/// of its formats (json_schema, qwen_xml_parameter, ... at any nesting), plus a bound of kMaxStructuredOutputChoices
+/// entries on each of the tag's own lists (an "or" of 100,000 strings compiles for minutes as an enum does).
+void check_structural_tag_schemas(const StructuredOutputsParams& p, const nlohmann::json& t, const std::string& path) {
+  if (t.is_array()) {
+    if (t.size() > kMaxStructuredOutputChoices)
+      fail_constraint(p, fmt::format("{} has {} entries; at most {} are accepted", path.empty() ? "the tag" : path,
+                                     t.size(), kMaxStructuredOutputChoices));
+    for (size_t i = 0; i < t.size(); ++i) check_structural_tag_schemas(p, t[i], fmt::format("{}[{}]", path, i));
+    return;
+  }
+  if (!t.is_object()) return;
+  for (const auto& [key, v] : t.items()) {
+    const std::string at = path.empty() ? key : path + "." + key;
+    if (key == "json_schema" && v.is_object()) check_schema_counts(p, v, at + ".");
+    else check_structural_tag_schemas(p, v, at);
+  }
+}
+
 /// validate_structured_outputs' work (uncached).
 void validate_uncached(const StructuredOutputsParams& p) {
   p.validate();
@@ -263,6 +282,10 @@ void validate_uncached(const StructuredOutputsParams& p) {
   if (p.json) {
     const nlohmann::json schema = nlohmann::json::parse(*p.json, nullptr, /*allow_exceptions=*/false);
     if (!schema.is_discarded()) check_schema_counts(p, schema, "");  // invalid JSON: xgrammar's message below
+  }
+  if (p.structural_tag) {
+    const nlohmann::json tag = nlohmann::json::parse(*p.structural_tag, nullptr, /*allow_exceptions=*/false);
+    if (!tag.is_discarded()) check_structural_tag_schemas(p, tag, "");
   }
   // The conversion to a grammar (fast: no token tables) finds what xgrammar would refuse.
   try {

@@ -276,7 +276,7 @@ TEST(ServerStructuredOutputs, EngineCheckNamesTheFieldTheClientUsed) {
   json big_enum = json::array();
   for (size_t i = 0; i <= kMaxStructuredOutputChoices; ++i) big_enum.push_back("v" + std::to_string(i));
   json many_choices = big_enum;
-  const std::vector<std::tuple<json, std::string, std::string>> counts = {
+  std::vector<std::tuple<json, std::string, std::string>> counts = {
       {{{"guided_json", {{"type", "string"}, {"minLength", -5}}}}, "guided_json", "minLength must be a non-negative"},
       {{{"guided_json", {{"type", "object"}, {"properties", {{"tags", {{"type", "array"}, {"minItems", -1}}}}}}}},
        "guided_json", "properties.tags.minItems must be a non-negative integer (got -1)"},
@@ -285,6 +285,20 @@ TEST(ServerStructuredOutputs, EngineCheckNamesTheFieldTheClientUsed) {
        "anyOf[0].minProperties"},
       {{{"guided_json", {{"enum", big_enum}}}}, "guided_json", "enum has 10001 values; at most 10000"},
       {{{"guided_choice", many_choices}}, "guided_choice", "10001 choices; at most 10000"}};
+  // The same inside a structural tag: its formats' JSON schemas at any nesting, and its own lists.
+  json or_of_many = json::array();
+  for (size_t i = 0; i <= kMaxStructuredOutputChoices; ++i)
+    or_of_many.push_back({{"type", "const_string"}, {"value", "v" + std::to_string(i)}});
+  const json tag_schema = {{"type", "structural_tag"},
+                           {"format", {{"type", "sequence"},
+                                       {"elements", json::array({json{{"type", "const_string"}, {"value", "x"}},
+                                                                 json{{"type", "json_schema"},
+                                                                      {"json_schema", {{"type", "array"}, {"minItems", -1}}}}})}}}};
+  const json tag_or = {{"type", "structural_tag"}, {"format", {{"type", "or"}, {"elements", or_of_many}}}};
+  counts.push_back({{{"structured_outputs", {{"structural_tag", tag_schema.dump()}}}}, "structured_outputs.structural_tag",
+                    "format.elements[1].json_schema.minItems must be a non-negative integer (got -1)"});
+  counts.push_back({{{"structured_outputs", {{"structural_tag", tag_or.dump()}}}}, "structured_outputs.structural_tag",
+                    "format.elements has 10001 entries; at most 10000"});
   for (const auto& [extra, param, needle] : counts) {
     const ApiError e = check_error(extra);
     EXPECT_EQ(e.status, 400);
