@@ -136,7 +136,7 @@ def test_sigterm_exits_within_the_timeout_despite_half_open_connections():
         start = time.monotonic()
         s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(timeout=30) == 0
-        assert time.monotonic() - start < 2 + 1.5, time.monotonic() - start
+        assert time.monotonic() - start < 2 + 4, time.monotonic() - start  # not the 60 s read timeouts; slack for a loaded CI
     finally:
         for c in socks:
             c.close()
