@@ -11,6 +11,7 @@
 
 #include "config/hf_json.h"
 #include "core/error.h"
+#include "engine/engine_config.h"
 #include "engine/request.h"
 #include "model/batch_builder.h"
 #include "tokenizer/tokenizer.h"
@@ -79,7 +80,7 @@ int64_t draft_pool_blocks(int max_seqs, int max_model_len, int kv_block_size) {
     // Hybrid drafts: KV pages as the target's default pool has them (llm_engine.cpp), one partly filled page per
     // request plus the pages of one request at the whole context (+ k drafted positions), not every request at the
     // whole context: that was max_seqs x context, GiBs for a tiny draft, allocated and zeroed up front.
-    const int64_t ctx = max_model_len > 0 ? std::min(max_model_len, 1 << 20) : 8192;
+    const int64_t ctx = max_model_len > 0 ? std::min(max_model_len, 1 << 20) : kDefaultMaxModelLenWithoutLimit;
     blocks += max_seqs + (ctx + kMaxSpeculativeTokens + kv_block_size - 1) / kv_block_size;
   }
   return blocks;
