@@ -256,6 +256,16 @@ TEST(HybridConfigs, HeadsNotDividingHiddenAndNoSharedExperts) {
   EXPECT_EQ(MoeConfig::from_json(architecture_spec(cfg).module_params.at("moe")).shared_intermediate_size, 0);
 }
 
+// An odd rotary width (head_dim x partial_rotary_factor): refused, not rounded (transformers rotates the next even
+// count with the odd count's frequencies; a break test found 19 of 64 dims accepted silently).
+TEST(QwenConfigs, OddRotaryWidthIsRefused) {
+  nlohmann::json q = dummy_config("tiny-qwen3_5");  // head_dim 64
+  q["partial_rotary_factor"] = 0.3, q["rope_parameters"]["partial_rotary_factor"] = 0.3;
+  EXPECT_THAT(module_error(q, "attention"), HasSubstr("head_dim 64 x partial_rotary_factor 0.3 = 19 rotary dims; they must be even"));
+  q["partial_rotary_factor"] = 0.5, q["rope_parameters"]["partial_rotary_factor"] = 0.5;
+  EXPECT_EQ(module_error(q, "attention"), "");
+}
+
 // The dummy-load memory check counts parameters from the modules' hyperparameters: the real-shape configs give the
 // counts transformers gives for the same configs (a meta-device model, tools/bench_hybrids_reference.py).
 TEST(HybridConfigs, ParameterEstimateMatchesTransformers) {

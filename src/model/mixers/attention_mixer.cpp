@@ -103,7 +103,11 @@ AttentionConfig AttentionConfig::from_json(const nlohmann::json& j, const ModelC
     partial = param_float(j["rope_parameters"], {"partial_rotary_factor"}, partial);
   SSM_CHECK(partial > 0.0f && partial <= 1.0f, "config.json: partial_rotary_factor must be in (0, 1] (got {})", partial);
   c.rotary_dim = static_cast<int>(c.head_dim * partial);
-  c.rotary_dim -= c.rotary_dim % 2;
+  // transformers rotates an odd int(head_dim * factor) as the next even count with the odd one's frequencies; no
+  // published model has one: refused rather than computed differently.
+  SSM_CHECK(!c.rope || c.rotary_dim % 2 == 0,
+            "config.json: head_dim {} x partial_rotary_factor {} = {} rotary dims; they must be even (pairs)", c.head_dim,
+            partial, c.rotary_dim);
   SSM_CHECK(!c.rope || c.rotary_dim >= 2, "config.json: partial_rotary_factor {} leaves no dims to rotate", partial);
   c.in_multiplier = param_float(j, {"attention_in_multiplier"}, 1.0f);
   c.key_multiplier = param_float(j, {"key_multiplier"}, 1.0f);
