@@ -166,6 +166,7 @@ void build(const json& root, Tokenizer::Impl& impl) {
   SSM_CHECK(model.contains("vocab"), "model has no 'vocab'");
   const json& vocab = model.at("vocab");
   SSM_CHECK(vocab.is_object(), "model.vocab must be an object of token -> id (got {})", json_excerpt(vocab));
+  SSM_CHECK(!vocab.empty(), "model.vocab is empty (a BPE tokenizer needs its tokens)");
   static const json kNoAddedTokens = json::array();
   const json& added_json =
       root.contains("added_tokens") && !root.at("added_tokens").is_null() ? root.at("added_tokens") : kNoAddedTokens;

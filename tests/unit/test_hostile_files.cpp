@@ -274,6 +274,9 @@ TEST(CorruptTokenizerFile, MalformedSectionsAreErrors) {
   t["model"]["vocab"] = json::array({1, 2});
   EXPECT_THAT(tokenizer_error(dir, t), HasSubstr("model.vocab must be an object"));
   t = tiny_tokenizer();
+  t["model"]["vocab"] = json::object();  // named as such, not as an added token's id above the limit
+  EXPECT_THAT(tokenizer_error(dir, t), HasSubstr("model.vocab is empty"));
+  t = tiny_tokenizer();
   t["added_tokens"] = 7;
   EXPECT_THAT(tokenizer_error(dir, t), HasSubstr("added_tokens must be a list"));
   t = tiny_tokenizer();
