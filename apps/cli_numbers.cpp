@@ -43,7 +43,8 @@ std::string check_decimal_float(const std::string& s) {
 
 void read_numbers_as_decimal(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
-    const std::string type = opt->get_type_name();
+    // CLI11 appends its validators' descriptions ("UINT:UINT in [0 - 1099511627776]"): the type is what precedes them.
+    const std::string full = opt->get_type_name(), type = full.substr(0, full.find(':'));
     if (type == "INT" || type == "UINT") {
       const bool is_unsigned = type == "UINT";
       opt->transform(CLI::Validator([is_unsigned](std::string& s) { return to_decimal_integer(s, is_unsigned); }, ""));

@@ -488,8 +488,7 @@ PYBIND11_MODULE(_ssmserve, m) {
              EngineConfig cfg = make_config(model, kw, given);
              try {
                // As `serve`: a model without a context limit gets one, so that max_tokens=None ends.
-               if (!given.count("max_model_len") && ModelConfig::load(cfg.model).max_model_len <= 0)
-                 cfg.max_model_len = kDefaultMaxModelLenWithoutLimit;
+               cfg.max_model_len_without_limit = kDefaultMaxModelLenWithoutLimit;
                return std::make_unique<PyLLM>(std::move(cfg));
              } catch (const Error& e) {  // name the keywords as the caller spelt them (num_threads, ...)
                throw Error(python_message(e.what(), given));

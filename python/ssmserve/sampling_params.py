@@ -56,11 +56,11 @@ class SamplingParams(_ssmserve.SamplingParams):
         self.validate(2**31 - 1)  # every range but the vocabulary's (SsmserveError is a ValueError)
 
     def __setattr__(self, k: str, v: Any) -> None:
-        """Sets a field with the constructor's checks of its type and value (`p.allowed_token_ids = []` is a
-        ValueError, as in the constructor); the ranges that involve several fields (min_tokens <= max_tokens) are
-        checked when a request with them is added."""
+        """Sets a field with the constructor's checks of its type and token ids (`p.allowed_token_ids = []` is a
+        ValueError, as in the constructor); its range (`p.temperature = -1`) is checked when a request with it is
+        added. Other names are Python's (a subclass's own attributes; a misspelt field is an AttributeError)."""
         if k not in _SAMPLING_FIELDS:
-            raise AttributeError(f"'SamplingParams' object has no attribute '{k}'")
+            return super().__setattr__(k, v)
         if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids", "bad_words"):
             v = {} if k == "logit_bias" else []  # vLLM's None: the default (none)
         else:

@@ -67,6 +67,9 @@ struct EngineConfig {
   /// Most prompt + generated tokens per request (vLLM's max_model_len); 0 = the model's context
   /// (max_position_embeddings). A value above the model's context is an error.
   int max_model_len = 0;
+  /// max_model_len when neither max_model_len nor the model gives one (0 = no limit: `generate`, `bench`); the Python
+  /// LLM / AsyncLLM set kDefaultMaxModelLenWithoutLimit. Not checked against the block pool (a limit the user set is).
+  int max_model_len_without_limit = 0;
   std::string mamba_cache_dtype = "auto";         ///< conv state dtype: auto (= fp32 on CPU), float32, bfloat16, float16
   std::string mamba_ssm_cache_dtype = "float32";  ///< SSM state dtype: float32, bfloat16, float16, auto (= conv's)
   /// Pad decode-only batches of up to this many rows to exactly this many, with null-block rows (what CUDA

@@ -94,9 +94,11 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   int blocks = cfg_.resolved_num_state_blocks();
   if (const int bs = model_->kv_block_size(); bs > 0 && cfg_.num_state_blocks == 0) {
     // Hybrid models draw KV blocks from the same pool: by default a state block and one KV block per sequence,
-    // plus room for one sequence of the whole context: --max-model-len when given, else the model's (capped below like
-    // any automatic size).
-    const int ctx = max_model_len() > 0 ? std::min(max_model_len(), 1 << 20) : kDefaultMaxModelLenWithoutLimit;
+    // plus room for one sequence of the model's whole context (capped below like any automatic size). The model's, not
+    // a smaller --max-model-len: that room is also what lets many medium-length requests run at once (vLLM's KV cache
+    // does not shrink with max_model_len either); --num-state-blocks sets the pool outright.
+    const int ctx = model_->config().max_model_len > 0 ? std::min(model_->config().max_model_len, 1 << 20)
+                                                       : kDefaultMaxModelLenWithoutLimit;
     blocks = static_cast<int>(std::min<int64_t>(kMaxNumStateBlocks, 2LL * cfg_.scheduler.max_num_seqs + 1 + (ctx + bs - 1) / bs));
   }
   // Speculative decoding: k more state columns per running request (on top of the base size, hybrids' too).

@@ -72,8 +72,12 @@ class LLMEngine {
   bool has_unfinished_requests() const { return scheduler_->has_unfinished() || !compiling_.empty(); }
 
   const ModelConfig& model_config() const { return model_->config(); }
-  /// Most prompt + generated tokens per request: EngineConfig::max_model_len, else the model's context (0 = none).
-  int max_model_len() const { return cfg_.max_model_len > 0 ? cfg_.max_model_len : model_->config().max_model_len; }
+  /// Most prompt + generated tokens per request: EngineConfig::max_model_len, else the model's context, else
+  /// EngineConfig::max_model_len_without_limit (0 = none).
+  int max_model_len() const {
+    if (cfg_.max_model_len > 0) return cfg_.max_model_len;
+    return model_->config().max_model_len > 0 ? model_->config().max_model_len : cfg_.max_model_len_without_limit;
+  }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const EngineConfig& config() const { return cfg_; }
   const StepStats& last_step_stats() const { return stats_; }

@@ -247,18 +247,19 @@ void check_schema_counts(const StructuredOutputsParams& p, const nlohmann::json&
 
 /// check_schema_counts for every JSON schema inside structural tag `t` (at `path`): the values of the "json_schema" keys
 /// of its formats (json_schema, qwen_xml_parameter, ... at any nesting), plus a bound of kMaxStructuredOutputChoices
-/// entries on each of the tag's own lists (an "or" of 100,000 strings compiles for minutes as an enum does).
+/// entries on the lists of alternatives and tags (an "or" of 100,000 strings compiles for minutes as an enum does;
+/// token-id lists such as exclude_tokens compile to a bitmask and are not bounded).
 void check_structural_tag_schemas(const StructuredOutputsParams& p, const nlohmann::json& t, const std::string& path) {
+  static const std::unordered_set<std::string> kBoundedLists = {"elements", "tags", "triggers"};
   if (t.is_array()) {
-    if (t.size() > kMaxStructuredOutputChoices)
-      fail_constraint(p, fmt::format("{} has {} entries; at most {} are accepted", path.empty() ? "the tag" : path,
-                                     t.size(), kMaxStructuredOutputChoices));
     for (size_t i = 0; i < t.size(); ++i) check_structural_tag_schemas(p, t[i], fmt::format("{}[{}]", path, i));
     return;
   }
   if (!t.is_object()) return;
   for (const auto& [key, v] : t.items()) {
     const std::string at = path.empty() ? key : path + "." + key;
+    if (v.is_array() && kBoundedLists.count(key) && v.size() > kMaxStructuredOutputChoices)
+      fail_constraint(p, fmt::format("{} has {} entries; at most {} are accepted", at, v.size(), kMaxStructuredOutputChoices));
     if (key == "json_schema" && v.is_object()) check_schema_counts(p, v, at + ".");
     else check_structural_tag_schemas(p, v, at);
   }

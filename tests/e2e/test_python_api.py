@@ -379,3 +379,14 @@ def test_sampling_params_types_as_vllm():
         p.max_token = 3
     p.stop, p.max_tokens, p.allowed_token_ids = "x", None, (3, 4)
     assert (p.stop, p.max_tokens, p.allowed_token_ids) == (["x"], 2**31 - 1, [3, 4])
+    p.logit_bias, p.bad_words, p.stop_token_ids, p.allowed_token_ids = None, None, None, None
+    assert (p.logit_bias, p.bad_words, p.stop_token_ids, p.allowed_token_ids) == ({}, [], [], [])
+
+    class Tagged(SamplingParams):  # a subclass keeps its own attributes
+        pass
+
+    t = Tagged(max_tokens=3)
+    t.tag = "mine"
+    assert t.tag == "mine" and t.max_tokens == 3
+    with pytest.raises(ValueError, match="allowed_token_ids must not be empty"):
+        t.allowed_token_ids = []

@@ -280,6 +280,9 @@ def test_async_bad_input(engine):
         run(first(3.5, GREEDY, "x"))
     with pytest.raises(ValueError, match="top_p"):
         run(first(PROMPTS[0], SamplingParams(top_p=1.5), "x"))
+    # tiny-mamba has no context limit: AsyncLLM's is serve's 8192, as LLM's.
+    with pytest.raises(ValueError, match="the context \\(max_model_len\\) is 8192"):
+        run(first({"prompt_token_ids": [1] * 8192}, SamplingParams(max_tokens=None), "long"))
 
     async def dup():
         gen = engine.generate(PROMPTS[0], SamplingParams(max_tokens=1000, ignore_eos=True), request_id="dup")

@@ -157,23 +157,6 @@ TEST(Engine, HybridDefaultPoolKeepsTheSpeculativeAndCachedAllowances) {
   EXPECT_EQ(LLMEngine(cfg).num_state_blocks(), base + std::max(64, seqs));
 }
 
-// The default pool's "one whole context" is --max-model-len when given, not the model's max_position_embeddings (a
-// break test: a config with 1,000,000 positions took 4 GB for --max-model-len 1024).
-TEST(Engine, HybridDefaultPoolHoldsMaxModelLenNotTheModelsContext) {
-  EngineConfig cfg;
-  cfg.model = testing::source_dir() / "tests/data/tiny-hybrids/tiny-bamba";  // max_position_embeddings 4096
-  cfg.load_format = LoadFormat::Dummy;
-  cfg.enable_prefix_caching = false;
-  const LLMEngine full(cfg);
-  const int bs = full.kv_block_size(), seqs = cfg.scheduler.max_num_seqs;
-  ASSERT_GT(bs, 0);
-  EXPECT_EQ(full.num_state_blocks(), 2 * seqs + 1 + (4096 + bs - 1) / bs);
-  cfg.max_model_len = 3 * bs - 1;
-  const LLMEngine small(cfg);
-  EXPECT_EQ(small.num_state_blocks(), 2 * seqs + 1 + 3);
-  EXPECT_EQ(small.max_model_len(), 3 * bs - 1);
-}
-
 TEST(Engine, AbortFreesTheBlock) {
   SSM_SKIP_IF_NO_MODEL(tiny_config().model);
   LLMEngine engine(tiny_config());

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <unistd.h>
 
 #include "checkpoint_fixtures.h"
@@ -84,6 +85,8 @@ TEST(CliBenchThroughput, ErrorsExitWithOne) {
   ssmserve::testing::write_file(tmp / "bad.jsonl", "{\"text\": \"ok\"}\n{not json\n");
   ssmserve::testing::write_file(tmp / "nokey.jsonl", "{\"title\": \"ok\"}\n");
   ssmserve::testing::write_file(tmp / "empty.jsonl", "\n\n");
+  std::filesystem::create_directories(tmp / "config-only");  // dummy weights and no tokenizer
+  std::filesystem::copy_file(std::filesystem::path(kTiny) / "config.json", tmp / "config-only" / "config.json");
   const std::string base = "bench throughput --model " + kTiny + " --output-len 2 ";
   struct Case {
     std::string args, expect;
@@ -95,7 +98,11 @@ TEST(CliBenchThroughput, ErrorsExitWithOne) {
       {base + "--dataset " + (tmp / "nokey.jsonl").string(), "nokey.jsonl:1"},
       {base + "--dataset " + (tmp / "empty.jsonl").string(), "no records"},
       {base + "--dataset " + (tmp / "missing.jsonl").string(), "missing.jsonl"},
-      {base + "--load-format dummy --tokenizer " + tmp.path().string() + " --dataset " + (tmp / "bad.jsonl").string(), "tokenizer"},
+      {base + "--load-format dummy --tokenizer " + tmp.path().string() + " --dataset " + (tmp / "bad.jsonl").string(),
+       "--tokenizer " + tmp.path().string() + ": no tokenizer.json"},
+      {"bench throughput --output-len 2 --load-format dummy --model " + (tmp / "config-only").string() + " --dataset " +
+           (tmp / "bad.jsonl").string(),
+       "--dataset needs a tokenizer"},
       {base + "--load-format foo", "load-format"},
       {base + "--dtype half", "--dtype half: fp16 weights are not supported"},
   };

@@ -211,9 +211,20 @@ TEST(CliGenerate, NumbersReadAsDecimal) {
     EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.expect)) << c.args;
   }
+  // An option with its own validator too (CLI11 lists it in the type name: "UINT:UINT in [0 - ...]").
+  const CliRun hex = run("serve --max-pending-output-bytes 0x10");
+  EXPECT_EQ(hex.status, 1) << hex.err;
+  EXPECT_THAT(hex.err, HasSubstr("--max-pending-output-bytes: expected a decimal integer, got \"0x10\"")) << hex.err;
   const CliRun neg = run("serve --max-pending-output-bytes -1");
   EXPECT_EQ(neg.status, 1) << neg.err;
-  EXPECT_THAT(neg.err, HasSubstr("--max-pending-output-bytes")) << neg.err;
+  EXPECT_THAT(neg.err, HasSubstr("--max-pending-output-bytes: expected a non-negative integer")) << neg.err;
+  const CliRun vec = run("bench latency --batch-size 1 0x2 --input-len 4 --output-len 2");  // each value of a list
+  EXPECT_EQ(vec.status, 1) << vec.err;
+  EXPECT_THAT(vec.err, HasSubstr("--batch-size: expected a decimal integer, got \"0x2\"")) << vec.err;
+  // Negative numbers and "inf" still read where they mean something.
+  const CliRun k = run(common + " --max-tokens 3 --top-k -1 --temperature inf");
+  EXPECT_EQ(k.status, 1) << k.err;
+  EXPECT_THAT(k.err, HasSubstr("--temperature must be finite")) << k.err;  // top-k -1 passed; inf reached the check
 }
 
 // The top-level --log-level is read after the subcommand too (CLI11's fallthrough), as users type it.
