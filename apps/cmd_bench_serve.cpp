@@ -106,8 +106,54 @@ std::vector<json> make_prompts(const BenchServeArgs& a) {
   return prompts;
 }
 
-/// Sends one streaming completion and measures it.
-RequestResult run_request(const Url& url, const std::string& path, const std::string& model, const json& prompt, int max_tokens) {
+/// Whether `endpoint` (leading '/' ensured) is the chat endpoint (vLLM's openai-chat backend: a user message per
+/// prompt, content deltas) rather than completions (the openai backend); throws Error for any other endpoint.
+bool is_chat_endpoint(const std::string& endpoint) {
+  const auto ends_with = [&](const std::string& tail) {
+    return endpoint.size() >= tail.size() && endpoint.compare(endpoint.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (ends_with("/chat/completions")) return true;
+  SSM_CHECK(ends_with("/completions"), "--endpoint must be a completions or chat completions path such as "
+            "/v1/completions or /v1/chat/completions (got \"{}\")", endpoint);
+  return false;
+}
+
+/// Random token-id prompts as text, for the chat endpoint (a message holds text): the server's /detokenize of each.
+/// Throws Error naming the server's answer when it cannot.
+void detokenize_prompts(const Url& url, const std::string& model, std::vector<json>& prompts) {
+  httplib::Client cli(url.scheme_host_port);
+  cli.set_connection_timeout(30);
+  for (json& p : prompts) {
+    if (!p.is_array()) continue;
+    const json body = {{"model", model}, {"tokens", p}};
+    auto res = cli.Post(url.path_prefix + "/detokenize", body.dump(), "application/json");
+    SSM_CHECK(res && res->status == 200, "the chat endpoint needs text prompts: {}{}/detokenize turned the random "
+              "token ids into none ({}); use --dataset FILE", url.scheme_host_port, url.path_prefix,
+              res ? fmt::format("HTTP {}", res->status) : std::string("no answer"));
+    check_json_depth(res->body, "the server's /detokenize answer");
+    const json j = json::parse(res->body, nullptr, false);
+    SSM_CHECK(!j.is_discarded() && j.contains("prompt") && j["prompt"].is_string(),
+              "{}/detokenize returned no \"prompt\" text", url.path_prefix);
+    p = j["prompt"];
+  }
+}
+
+/// The text of a stream event's first choice: `text` (completions) or `delta.content` / `delta.reasoning_content`
+/// (chat); empty when it carries none.
+std::string event_text(const json& j, bool chat) {
+  if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty() || !j["choices"][0].is_object()) return "";
+  const json& c = j["choices"][0];
+  if (!chat) return c.contains("text") && c["text"].is_string() ? c["text"].get<std::string>() : "";
+  if (!c.contains("delta") || !c["delta"].is_object()) return "";
+  std::string out;
+  for (const char* k : {"reasoning_content", "content"})
+    if (c["delta"].contains(k) && c["delta"][k].is_string()) out += c["delta"][k].get<std::string>();
+  return out;
+}
+
+/// Sends one streaming completion (chat: one user message) and measures it.
+RequestResult run_request(const Url& url, const std::string& path, bool chat, const std::string& model, const json& prompt,
+                          int max_tokens) {
   RequestResult r;
   httplib::Client cli(url.scheme_host_port);
   cli.set_connection_timeout(30);
@@ -115,8 +161,10 @@ RequestResult run_request(const Url& url, const std::string& path, const std::st
   httplib::Request req;
   req.method = "POST";
   req.path = url.path_prefix + path;
-  const json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0.0},
-                     {"ignore_eos", true}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  json body = {{"model", model}, {"temperature", 0.0}, {"ignore_eos", true}, {"stream", true},
+               {"stream_options", {{"include_usage", true}}}};
+  if (chat) body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}}), body["max_completion_tokens"] = max_tokens;
+  else body["prompt"] = prompt, body["max_tokens"] = max_tokens;
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
   std::string buf, error_body;
@@ -145,8 +193,7 @@ RequestResult run_request(const Url& url, const std::string& path, const std::st
         if (const auto d = j["usage"].find("prompt_tokens_details"); d != j["usage"].end() && d->is_object())
           r.cached_tokens = d->value("cached_tokens", 0);
       }
-      if (!j.contains("choices") || j["choices"].empty() || !j["choices"][0].contains("text")) continue;
-      if (j["choices"][0]["text"].get<std::string>().empty()) continue;
+      if (event_text(j, chat).empty()) continue;
       const auto now = Clock::now();
       if (first) r.ttft = std::chrono::duration<double>(now - start).count(), first = false;
       else r.itl.push_back(std::chrono::duration<double>(now - last).count());
@@ -189,6 +236,8 @@ int run_bench_serve(BenchServeArgs& a) {
   SSM_CHECK(a.max_concurrency >= 0 && a.max_concurrency <= 100000, "--max-concurrency must be in [0, 100000]");
   SSM_CHECK(a.seed >= 0, "--seed must be >= 0");
   check_output_path(a.output_json);
+  if (a.endpoint.empty() || a.endpoint.front() != '/') a.endpoint.insert(0, "/");
+  const bool chat = is_chat_endpoint(a.endpoint);
   const Url url = split_url(a.base_url);
   if (a.model.empty()) {  // the server's (first) model
     httplib::Client cli(url.scheme_host_port);
@@ -200,15 +249,16 @@ int run_bench_serve(BenchServeArgs& a) {
     SSM_CHECK(!j.is_discarded() && j.contains("data") && !j["data"].empty(), "{}/v1/models returned no model", a.base_url);
     a.model = j["data"][0]["id"].get<std::string>();
   }
-  const std::vector<json> prompts = make_prompts(a);
+  std::vector<json> prompts = make_prompts(a);
+  if (chat) detokenize_prompts(url, a.model, prompts);
   // Poisson arrivals: exponential gaps of mean 1 / rate (all at t = 0 when the rate is infinite).
   std::mt19937_64 rng(static_cast<uint64_t>(a.seed) + 1);
   std::exponential_distribution<double> gap(std::isinf(a.request_rate) ? 1.0 : a.request_rate);
   std::vector<double> arrivals(prompts.size(), 0.0);
   for (size_t i = 1; i < arrivals.size(); ++i) arrivals[i] = arrivals[i - 1] + (std::isinf(a.request_rate) ? 0.0 : gap(rng));
 
-  std::cerr << fmt::format("bench serve: {} requests to {}{} (model {}), request rate {}, max concurrency {}\n", prompts.size(),
-                           a.base_url, a.endpoint, a.model, a.request_rate, a.max_concurrency ? std::to_string(a.max_concurrency) : fmt::format("unlimited (up to {} client threads)", kMaxClientThreads));
+  std::cerr << fmt::format("bench serve: {} requests to {}{}{} (model {}), request rate {}, max concurrency {}\n", prompts.size(),
+                           url.scheme_host_port, url.path_prefix, a.endpoint, a.model, a.request_rate, a.max_concurrency ? std::to_string(a.max_concurrency) : fmt::format("unlimited (up to {} client threads)", kMaxClientThreads));
   std::vector<RequestResult> results(prompts.size());
   // A pool of client threads, each taking the next request in arrival order and sending it at its arrival time: at
   // most --max-concurrency in flight (unlimited: kMaxClientThreads). One thread per request kept every finished
@@ -221,7 +271,7 @@ int run_bench_serve(BenchServeArgs& a) {
     for (size_t i; (i = next.fetch_add(1)) < prompts.size();) {
       std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i])));
       try {
-        results[i] = run_request(url, a.endpoint, a.model, prompts[i], a.output_len);
+        results[i] = run_request(url, a.endpoint, chat, a.model, prompts[i], a.output_len);
       } catch (const std::exception& e) {  // a malformed answer: this request failed, not the run
         results[i].ok = false, results[i].error = e.what();
       }
@@ -250,7 +300,9 @@ int run_bench_serve(BenchServeArgs& a) {
   long long in_tokens = 0, out_tokens = 0, cached_tokens = 0;
   std::vector<double> ttft, tpot, itl, e2e;
   std::string first_error;
+  json errors = json::array();  // vLLM's: one entry per request, "" for a success (each cut to 500 bytes)
   for (const auto& r : results) {
+    errors.push_back(r.ok ? std::string() : r.error.substr(0, 500));
     if (!r.ok) {
       if (first_error.empty()) first_error = r.error;
       continue;
@@ -272,7 +324,8 @@ int run_bench_serve(BenchServeArgs& a) {
               {"prefix_cache_hit_rate", in_tokens > 0 ? static_cast<double>(cached_tokens) / static_cast<double>(in_tokens) : 0.0},
               {"request_throughput", completed / duration},
               {"output_throughput", static_cast<double>(out_tokens) / duration},
-              {"total_token_throughput", static_cast<double>(in_tokens + out_tokens) / duration}};
+              {"total_token_throughput", static_cast<double>(in_tokens + out_tokens) / duration},
+              {"endpoint", a.endpoint}, {"errors", std::move(errors)}};
   auto stats = [&](const char* name, const std::vector<double>& v) {
     out[fmt::format("mean_{}_ms", name)] = 1000 * mean(v);
     out[fmt::format("median_{}_ms", name)] = 1000 * percentile(v, 50);
@@ -320,7 +373,10 @@ Runner add_bench_serve(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand("serve", "Load a running server with Poisson arrivals; throughput, TTFT, TPOT, ITL");
   cmd->add_option("--base-url", a->base_url, "Server URL: http://host:port, optionally a path prefix (a trailing /v1 is dropped)")
       ->capture_default_str();
-  cmd->add_option("--endpoint", a->endpoint, "Completions endpoint")->capture_default_str();
+  cmd->add_option("--endpoint", a->endpoint,
+                  "/v1/completions (prompts as sent) or /v1/chat/completions (each prompt one user message; random "
+                  "prompts as text through the server's /detokenize), as vLLM's openai / openai-chat backends")
+      ->capture_default_str();
   cmd->add_option("--model", a->model, "Model id to send (default: the server's first)");
   cmd->add_option("--dataset", a->dataset, "JSONL file ({\"prompt\"} or {\"text\"} per line) or 'random'")->capture_default_str();
   cmd->add_option("--num-prompts", a->num_prompts, "Requests to send")->capture_default_str();

@@ -146,7 +146,7 @@ void check_output_path(const std::string& path) {
 void write_json_file(const std::string& path, const nlohmann::json& j) {
   std::ofstream out(path);
   SSM_CHECK(out, "{}: cannot write the JSON output (cannot open the file: {})", path, std::strerror(errno));
-  out << j.dump(2) << "\n";
+  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // a server's bytes may not be UTF-8
   out.close();
   SSM_CHECK(!out.fail(), "{}: cannot write the JSON output (write failed)", path);
 }

@@ -146,7 +146,7 @@ class OpenAIServer::GenerationProducer final : public Producer, public std::enab
     };
     if (!opened_) {
       HttpResponse head;
-      head.content_type = "text/event-stream";
+      head.content_type = "text/event-stream; charset=utf-8";  // as vLLM (Starlette): clients decode the text as UTF-8
       head.headers.emplace_back("Cache-Control", "no-cache");
       out.head = std::move(head);
       out.stream = true;

@@ -415,6 +415,16 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
       bad_request("messages", fmt::format("message content must be a string or a list of parts (got {})", type_name(*c)));
     }
     out["content"] = content;
+    // vLLM's message types: an assistant's tool_calls is a list of {"id"?, "type"?, "function": {"name", "arguments"}}
+    // (an object or a string there reached the template as no calls).
+    if (const json* calls = field(msg, "tool_calls")) {
+      if (!calls->is_array())
+        bad_request("messages", fmt::format("a message's tool_calls must be a list (got {})", type_name(*calls)));
+      for (const auto& call : *calls)
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+            !call["function"].contains("name") || !call["function"]["name"].is_string())
+          bad_request("messages", "each of a message's tool_calls must be {\"function\": {\"name\": string, \"arguments\": ...}}");
+    }
     // vLLM (as transformers' templates expect): an assistant's tool-call arguments reach the template as an object,
     // not the JSON text the OpenAI format carries; null or "" is {}.
     if (json* calls = out.contains("tool_calls") ? &out["tool_calls"] : nullptr; calls && calls->is_array() && *role == "assistant")

@@ -25,10 +25,30 @@ def test_bench_serve_takes_an_openai_base_url(server):
     assert r.returncode == 0, r.stderr
 
 
-def test_bench_serve_reports_failures():
-    r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", "http://127.0.0.1:1", "--model", "m", "--num-prompts", "2"],
+def test_bench_serve_chat_endpoint(server, tmp_path):
+    # vLLM's openai-chat backend: each prompt one user message (random ids as text through /detokenize), the tokens
+    # counted from content deltas; the endpoint's leading slash may be left out.
+    out = tmp_path / "chat.json"
+    r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", server.base_url, "--endpoint", "v1/chat/completions",
+                        "--num-prompts", "4", "--input-len", "8", "--output-len", "6", "--output-json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert server.base_url + "/v1/chat/completions" in r.stderr
+    res = json.loads(out.read_text())
+    assert res["completed"] == 4 and res["total_output_tokens"] == 4 * 6 and res["median_ttft_ms"] > 0
+    assert res["endpoint"] == "/v1/chat/completions" and res["errors"] == [""] * 4
+    r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", server.base_url, "--endpoint", "/v1/embeddings"],
                        capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "--endpoint must be a completions or chat completions path" in r.stderr
+
+
+def test_bench_serve_reports_failures(tmp_path):
+    out = tmp_path / "failed.json"
+    r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", "http://127.0.0.1:1", "--model", "m", "--num-prompts", "2",
+                        "--output-json", str(out)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "requests failed" in r.stderr
+    res = json.loads(out.read_text())  # each request's error, as vLLM's "errors"
+    assert res["failed"] == 2 and len(res["errors"]) == 2 and all("connection failed" in e for e in res["errors"])
 
 
 def test_bench_serve_reports_the_prefix_cache_hit_rate(server, tmp_path):

@@ -65,7 +65,7 @@ def test_continuous_usage_stats(server):
 def test_raw_sse_format(server):
     with httpx.stream("POST", server.base_url + "/v1/completions",
                       json={"prompt": "Hello", "max_tokens": 4, "temperature": 0, "stream": True}) as r:
-        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["content-type"] == "text/event-stream; charset=utf-8"
         events = [line for line in r.iter_lines() if line]
     assert all(e.startswith("data: ") for e in events)
     assert events[-1] == "data: [DONE]"

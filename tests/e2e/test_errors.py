@@ -72,6 +72,8 @@ CHAT_BAD = [
     ({"messages": [{"content": "hi"}]}, 400, "messages"),
     ({"messages": [{"role": "user", "content": 5}]}, 400, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "user": {"id": 1}}, 400, "user"),
+    ({"messages": [{"role": "assistant", "content": "", "tool_calls": {"function": {"name": "f"}}}]}, 400, "messages"),
+    ({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function"}]}]}, 400, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3}, 400, "max_completion_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400, "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "model": "nope"}, 404, "model"),
