@@ -128,7 +128,12 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
   // Structured outputs: a complete text whose EOS the grammar accepted ends here, min_tokens or not (the sampler let
   // EOS through because nothing else was allowed; the stop check would keep padding with EOS).
   if (r.grammar && !r.in_reasoning && r.grammar->is_terminated() && !r.request.params.ignore_eos) {
-    if (r.detok) r.text += r.detok->push(r.output_token_ids.back()) + r.detok->flush();
+    if (r.detok) {  // the EOS that ended the grammar is a stop token: its text only with include_stop_str_in_output
+      const size_t start = r.text.size();
+      r.text += r.detok->push(r.output_token_ids.back());
+      if (!r.request.params.include_stop_str_in_output) r.text.resize(start);
+      r.text += r.detok->flush();
+    }
     r.finish_reason = FinishReason::Stop;
     scheduler_->finish_request(&r);
   } else {

@@ -108,6 +108,18 @@ def test_choice_regex_and_grammar(client, stream):
         assert text in ("red", "green", "blue") and finish == "stop"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_eos_ending_a_constraint_is_a_stop_token(client, stream):
+    # With skip_special_tokens false the EOS that completed the grammar stays out of the text (a new-user test found
+    # "abc<|endoftext|>"), as an ordinary EOS stop; include_stop_str_in_output keeps it, as vLLM.
+    for include, want in ((False, "abc"), (True, "abc<|endoftext|>")):
+        for run in (chat, complete):
+            text, finish = run(client, stream, max_tokens=8,
+                               extra_body={"structured_outputs": {"regex": "abc"}, "skip_special_tokens": False,
+                                           "include_stop_str_in_output": include})
+            assert text == want and finish == "stop", (run.__name__, include, text)
+
+
 def test_sampled_choices_and_n(client):
     # Every sampled choice of n follows the constraint.
     r = client.completions.create(model=MODEL_NAME, prompt=["Pick:", "Choose one:"], n=3, max_tokens=8, temperature=1.0,
