@@ -147,6 +147,7 @@ std::optional<Weight> WeightSource::fp8_matrix(const std::string& name, const st
   SSM_CHECK(s != nullptr, "FP8 tensor \"{}\" has no scale tensor \"{}\"{} (F32 / BF16 / F16) in checkpoint {}", name, scale,
             fp8_->alt_scale_suffix.empty() ? std::string() : fmt::format(" or \"{}\"", name + fp8_->alt_scale_suffix),
             ckpt_->dir().string());
+  warn_if_not_finite(*s);  // a non-finite scale, named as itself before the matrix it spoils
   Weight w = dequantize_fp8(*raw, *s, *fp8_, fp8_out_);
   // NaN / Inf from a NaN code (0x7f), a non-finite scale or an overflowing product: named as a stored tensor is.
   TensorRef view = *raw;

@@ -321,6 +321,22 @@ TEST(Fp8, BadCheckpointsAreNamed) {
     EXPECT_EQ(r.status, 1) << r.err;
     EXPECT_THAT(r.err, HasSubstr("tensor \"" + victim + "\" holds 1 NaN / Inf value(s) (first at flat index 300)"));
   }
+  {  // a NaN scale: the warning names the scale tensor (it named only the matrix it spoils)
+    TempDir d("fp8nanscale");
+    variant(d, fp8_config({32, 32}), [&](auto& ts) {
+      for (auto& t : ts)
+        if (t.name == victim + "_scale_inv") {
+          ASSERT_TRUE(t.dtype == "F32" || t.dtype == "BF16") << t.dtype;
+          if (t.dtype == "F32") t.bytes[2] = static_cast<char>(0xc0), t.bytes[3] = static_cast<char>(0x7f);
+          else t.bytes[0] = static_cast<char>(0xc0), t.bytes[1] = static_cast<char>(0x7f);
+        }
+    });
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      std::filesystem::copy_file(testing::model_dir("tiny-mamba") / f, d / f);
+    const testing::CliRun r = testing::run_cli("generate --model " + d.path().string() + " --prompt The --max-tokens 2");
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("tensor \"" + victim + "_scale_inv\" holds 1 NaN / Inf value(s) (first at flat index 0)"));
+  }
   EXPECT_EQ(load_error(good.path()), "");
   {  // vLLM's own FP8 serialization names the scales X.weight_scale: the same model
     TempDir d("fp8vllm");
