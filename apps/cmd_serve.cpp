@@ -36,7 +36,6 @@ void raise_fd_limit(int max_connections) {
               << max_connections << " + 256; raise `ulimit -n` to hold that many connections" << std::endl;
 }
 
-
 struct ServeArgs {
   EngineConfig engine;
   std::string load_format = "auto";

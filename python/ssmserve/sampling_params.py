@@ -61,10 +61,7 @@ class SamplingParams(_ssmserve.SamplingParams):
         added. Other names are Python's (a subclass's own attributes; a misspelt field is an AttributeError)."""
         if k not in _SAMPLING_FIELDS:
             return super().__setattr__(k, v)
-        if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids", "bad_words"):
-            v = {} if k == "logit_bias" else []  # vLLM's None: the default (none)
-        else:
-            v = _checked_field(k, v)
+        v = _checked_field(k, v)
         try:
             super().__setattr__(k, v)
         except (TypeError, ValueError) as e:
@@ -79,13 +76,14 @@ class SamplingParams(_ssmserve.SamplingParams):
 
 
 def _checked_field(k: str, v: Any) -> Any:
-    """SamplingParams field `k`'s value `v` (not None for a list field) as the extension's property takes it, after
-    vLLM's checks: TypeError for a wrong type, ValueError for an out-of-range int or an empty allowed_token_ids, each
-    naming the field."""
-    if k == "stop" and isinstance(v, str):
-        v = [v]
+    """SamplingParams field `k`'s value `v` as the extension's property takes it, after vLLM's checks: TypeError for a
+    wrong type, ValueError for an out-of-range int or an empty allowed_token_ids, each naming the field."""
+    if v is None and k in ("stop", "stop_token_ids", "logit_bias", "allowed_token_ids", "bad_words"):
+        return {} if k == "logit_bias" else []  # vLLM's None: the default (none)
     if v is None and k == "max_tokens":
         return 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
+    if k == "stop" and isinstance(v, str):
+        v = [v]
     # Types as vLLM's (msgspec) fields: a bool is not a number and None is not a bool (both were taken silently:
     # skip_special_tokens=None read False, max_tokens=True read 1).
     if k == "structured_outputs" and v is not None and not isinstance(v, StructuredOutputsParams):

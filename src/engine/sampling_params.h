@@ -68,14 +68,14 @@ class SamplingParamsError : public Error {
   std::string field_, rest_;
 };
 
-/// Per-request sampling and stopping parameters. Field names, meanings and defaults follow vLLM's
-/// `vllm.SamplingParams` (which in turn follows the OpenAI completions API); penalties follow vLLM v1's
-/// `apply_penalties` and HF's RepetitionPenaltyLogitsProcessor. Plain aggregate: set fields, then call
-/// validate() once when the request is admitted.
 /// True when a repetition_penalty is a positive normal float32 (1.2e-38 to 3.4e38): the samplers divide and multiply
 /// fp32 logits by it, so a smaller one would round to 0 or a subnormal and a larger one to inf.
 bool repetition_penalty_fits_float32(double rp);
 
+/// Per-request sampling and stopping parameters. Field names, meanings and defaults follow vLLM's
+/// `vllm.SamplingParams` (which in turn follows the OpenAI completions API); penalties follow vLLM v1's
+/// `apply_penalties` and HF's RepetitionPenaltyLogitsProcessor. Plain aggregate: set fields, then call
+/// validate() once when the request is admitted.
 struct SamplingParams {
   /// Number of output sequences to generate for the prompt (>= 1).
   int n = 1;

@@ -415,21 +415,17 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
       bad_request("messages", fmt::format("message content must be a string or a list of parts (got {})", type_name(*c)));
     }
     out["content"] = content;
-    // vLLM's message types: an assistant's tool_calls is a list of {"id"?, "type"?, "function": {"name", "arguments"}}
-    // (an object or a string there reached the template as no calls).
-    if (const json* calls = field(msg, "tool_calls")) {
+    // vLLM's message types: tool_calls is a list of {"id"?, "type"?, "function": {"name", "arguments"}} (an object or
+    // a string there reached the template as no calls). An assistant's tool-call arguments reach the template as an
+    // object (as transformers' templates expect), not the JSON text the OpenAI format carries; null or "" is {}.
+    if (json* calls = field(msg, "tool_calls") ? &out["tool_calls"] : nullptr) {
       if (!calls->is_array())
         bad_request("messages", fmt::format("a message's tool_calls must be a list (got {})", type_name(*calls)));
-      for (const auto& call : *calls)
+      for (auto& call : *calls) {
         if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
             !call["function"].contains("name") || !call["function"]["name"].is_string())
           bad_request("messages", "each of a message's tool_calls must be {\"function\": {\"name\": string, \"arguments\": ...}}");
-    }
-    // vLLM (as transformers' templates expect): an assistant's tool-call arguments reach the template as an object,
-    // not the JSON text the OpenAI format carries; null or "" is {}.
-    if (json* calls = out.contains("tool_calls") ? &out["tool_calls"] : nullptr; calls && calls->is_array() && *role == "assistant")
-      for (auto& call : *calls) {
-        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+        if (*role != "assistant") continue;
         json& args = call["function"]["arguments"];
         if (args.is_null() || (args.is_string() && args.get<std::string>().empty())) {
           args = json::object();
@@ -441,6 +437,7 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
           args = std::move(parsed);
         }
       }
+    }
     r.messages.push_back(std::move(out));
   }
   if (const json* v = field(b, "add_generation_prompt")) r.add_generation_prompt = as_bool(*v, "add_generation_prompt");
