@@ -6,20 +6,39 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 jobs=$(nproc)
+phase() { echo "== scripts/test.sh: $1 at $SECONDS s"; }
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# Compiler cache: the pip build below compiles the same engine sources as the main build (Release, -fPIC, Ninja, a
+# build folder one level down: identical commands once ccache makes paths relative to the checkout), so it takes them
+# from the cache instead of compiling them twice. A caller's own ccache settings win.
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  for lang in C CXX CUDA; do
+    var=CMAKE_${lang}_COMPILER_LAUNCHER
+    [ -n "${!var:-}" ] || export "$var=ccache"
+  done
+fi
+# Ninja for fresh build folders (an existing folder keeps the generator it was configured with).
+[ -f build/CMakeCache.txt ] || [ -n "${CMAKE_GENERATOR:-}" ] || ! command -v ninja >/dev/null || export CMAKE_GENERATOR=Ninja
+
+phase build
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_POSITION_INDEPENDENT_CODE=ON >/dev/null
 cmake --build build -j"$jobs"
+phase ctest
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 # End-to-end tests (pytest, tests/e2e/): `ssmserve serve` driven by the real `openai` client, `bench serve`, and the
 # Python package, built by `pip install .` (engine libraries, module and the `ssmserve` command, Release), here without
 # the CUDA backend (the build above already compiled it; this keeps the suite's time down on machines with nvcc).
+phase "pip install ."
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai pytest
 CMAKE_BUILD_PARALLEL_LEVEL="$jobs" python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-  -C cmake.define.SSMSERVE_CUDA=OFF .
+  -C cmake.define.SSMSERVE_CUDA=OFF -C build-dir=build-pip .
+phase pytest
 SSMSERVE_BINARY="$PWD/build/ssmserve" python3 -m pytest -q tests/e2e
 
 # Request-parser fuzzing for a bounded time: libFuzzer with clang, else a mutation driver; both under ASan + UBSan.
+phase fuzz
 fuzz_cxx=$(command -v clang++ || command -v c++)
 cmake -S tests/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER="$fuzz_cxx" -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-fuzz -j"$jobs"
@@ -39,7 +58,10 @@ for src in tests/unit/test_*.cpp tests/model/test_*.cpp; do
     asan_targets+=("$t")
   fi
 done
+phase "sanitizer build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSSMSERVE_SANITIZE=address,undefined -DSSMSERVE_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}"
+phase "sanitizer tests"
 ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -R "$asan_filter"
+phase done
