@@ -41,6 +41,8 @@ StopDecision StopChecker::on_token(int token_id, std::string_view text, size_t n
   d.keep_chars = text.size();
   auto contains = [token_id](const std::vector<int>& v) { return std::find(v.begin(), v.end(), token_id) != v.end(); };
 
+  // EOS and stop token ids count from the min_tokens-th token (the sampler masks them before it; vLLM v1's
+  // check_stop), stop strings only in text after the first min_tokens tokens (vLLM v1's detokenizer, PR 22014).
   if (num_output_tokens >= min_tokens_) {
     const bool is_eos = !ignore_eos_ && contains(eos_token_ids_);
     if (is_eos || contains(stop_token_ids_)) {
@@ -49,7 +51,7 @@ StopDecision StopChecker::on_token(int token_id, std::string_view text, size_t n
       if (!include_stop_) d.keep_chars = new_text_start;  // drop the stop token's own text
       return d;
     }
-    if (new_text_start < text.size()) {
+    if (new_text_start < text.size() && num_output_tokens > min_tokens_) {
       size_t best_pos = std::string_view::npos;
       const std::string* best = nullptr;
       for (const auto& s : stop_) {

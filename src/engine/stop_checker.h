@@ -29,8 +29,10 @@ struct StopDecision {
   size_t keep_chars = 0;
 };
 
-/// Stop logic for one output sequence, evaluated after each generated token, in vLLM v0 StopChecker order:
-///  0. while num_output_tokens < min_tokens nothing but max_tokens can stop the sequence;
+/// Stop logic for one output sequence, evaluated after each generated token, in vLLM's order:
+///  0. while num_output_tokens < min_tokens nothing but max_tokens can stop the sequence, and stop strings are
+///     searched only from the (min_tokens + 1)-th token on (vLLM v1's detokenizer: the first min_tokens tokens'
+///     text is never searched, apart from the len(stop)-1 bytes of look-back below);
 ///  1. EOS (unless ignore_eos) -> Stop; the token's text is dropped unless include_stop_str_in_output;
 ///  2. a stop_token_ids entry -> Stop with stop_reason_token; text handled as for EOS;
 ///  3. a stop string in the text -> Stop with stop_str; the text is truncated before it (or after it with

@@ -93,9 +93,21 @@ TEST(StopChecker, OnlyNewTextIsSearched) {
   StopChecker sc(p, {kEos});
   auto f = feed(sc, {"x", "a", "b", "c"});
   EXPECT_EQ(f.decision.reason, FinishReason::None);
+  // The min_tokens-th token's own text is not searched either (vLLM v1's detokenizer): only from token 4 on.
   f = feed(sc, {"a", "b", "cx"});
+  EXPECT_EQ(f.decision.reason, FinishReason::None);
+  f = feed(sc, {"a", "b", "c", "x"});
   EXPECT_EQ(f.decision.reason, FinishReason::Stop);
   EXPECT_EQ(f.decision.keep_chars, 3u);
+  // A stop string that starts in the first min_tokens tokens' text and ends after them matches (the look-back).
+  SamplingParams q = with_stop({"xy"});
+  q.min_tokens = 1;
+  StopChecker sq(q, {kEos});
+  f = feed(sq, {"x", "y"});
+  EXPECT_EQ(f.decision.reason, FinishReason::Stop);
+  EXPECT_EQ(f.decision.keep_chars, 0u);
+  f = feed(sq, {"xy", "z"});
+  EXPECT_EQ(f.decision.reason, FinishReason::None);
   // A token with no new text cannot match.
   StopChecker sc2(with_stop({"ab"}), {kEos});
   EXPECT_EQ(sc2.on_token(5, "zzz", 3, 1).reason, FinishReason::None);
