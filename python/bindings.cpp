@@ -118,7 +118,10 @@ class PyLLM {
         fail("{} are not valid JSON text (lone surrogates?): {}", what, e.what());
       }
     };
-    const nlohmann::ordered_json messages = parse(messages_json, "chat messages");
+    nlohmann::ordered_json messages = parse(messages_json, "chat messages");
+    // Assistant tool-call arguments reach the template as objects, as the server's (and vLLM's) chat gives them.
+    if (const auto bad = server::parse_tool_call_arguments(messages))
+      fail("a tool call's function.arguments is not valid JSON: {}", *bad);
     server::ChatTemplateInputs in;
     in.add_generation_prompt = add_generation_prompt;
     in.continue_final_message = continue_final_message;
@@ -126,7 +129,8 @@ class PyLLM {
     SSM_CHECK(in.kwargs.is_object(), "chat_template_kwargs must be a dict of template variables");
     if (!tools_json.empty()) in.tools = parse(tools_json, "tools");
     if (!chat_template) {
-      if (!default_template_) default_template_ = server::ChatTemplate::load(template_dir_);
+      // Loaded once: chat() runs without the GIL, so several threads may get here first together.
+      std::call_once(default_template_once_, [&] { default_template_ = server::ChatTemplate::load(template_dir_); });
       return default_template_->apply(messages, in);
     }
     std::error_code ec;
@@ -414,7 +418,8 @@ class PyLLM {
   std::unique_ptr<LLM> llm_;
   GenerationDefaults defaults_;                        // the model's default sampling params (default_sampling_params)
   std::filesystem::path template_dir_;                 // where tokenizer_config.json (the chat template) lives
-  std::optional<server::ChatTemplate> default_template_;  // loaded on the first chat()
+  std::optional<server::ChatTemplate> default_template_;  // loaded on the first chat() (once: default_template_once_)
+  std::once_flag default_template_once_;
   std::mutex mu_;  // guards everything below and every use of llm_'s engine
   long long next_id_ = 0;
   std::map<std::string, std::deque<std::pair<RequestOutput, Timing>>> pending_;  // stream outputs not yet read

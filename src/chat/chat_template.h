@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,5 +81,35 @@ class ChatTemplate {
   std::string bos_token_, eos_token_;
   bool is_default_ = false;
 };
+
+/// An assistant message's tool-call arguments as chat templates read them (vLLM, transformers' templates): the JSON
+/// text the OpenAI format carries (`function.arguments`) parsed into an object; null or "" becomes {}; an object is
+/// kept. Messages, calls or functions of other shapes are left alone (the server checks shapes before this).
+/// Json: nlohmann::json or ordered_json; messages: the list of chat messages (anything else is left alone).
+/// Returns the first argument text that is not JSON (its first 80 bytes) for the caller's error; nullopt when all
+/// parsed.
+template <class Json>
+std::optional<std::string> parse_tool_call_arguments(Json& messages) {
+  if (!messages.is_array()) return std::nullopt;
+  for (auto& msg : messages) {
+    if (!msg.is_object() || !msg.contains("tool_calls") || msg.value("role", Json()) != "assistant") continue;
+    auto& calls = msg["tool_calls"];
+    if (!calls.is_array()) continue;
+    for (auto& call : calls) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+      auto& fn = call["function"];
+      if (!fn.contains("arguments") || fn["arguments"].is_null() ||
+          (fn["arguments"].is_string() && fn["arguments"].template get<std::string>().empty())) {
+        fn["arguments"] = Json::object();
+      } else if (fn["arguments"].is_string()) {
+        const std::string text = fn["arguments"].template get<std::string>();
+        Json parsed = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (parsed.is_discarded()) return text.substr(0, 80);
+        fn["arguments"] = std::move(parsed);
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace ssmserve::server

@@ -7,6 +7,7 @@
 
 #include "config/hf_json.h"
 #include "core/error.h"
+#include "chat/chat_template.h"
 #include "server/request_fields.h"
 #include "server/structured_request.h"
 
@@ -82,7 +83,9 @@ void parse_prompt_logprobs(const json& b, GenerationRequest& r, int max_logprobs
   const json* v = field(b, "prompt_logprobs");
   if (!v || v->is_null()) return;
   r.prompt_logprobs = as_logprobs(*v, "prompt_logprobs", max_logprobs, /*allow_all=*/true);
-  if (r.stream) bad_request("prompt_logprobs", "prompt_logprobs is not available with stream (send stream false)");
+  if (r.stream && *r.prompt_logprobs > 0)
+    bad_request("prompt_logprobs", "prompt_logprobs is not available with stream (send stream false)");
+  if (r.stream) r.prompt_logprobs.reset();  // 0 with stream: accepted and not sent (vLLM's check_logprobs)
 }
 
 /// Features a client relies on that ssmserve does not have: a 400 naming them rather than output that silently
@@ -189,7 +192,9 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
     sp.min_p = as_number(*v, "min_p");
     if (sp.min_p < 0 || sp.min_p > 1) bad_request("min_p", fmt::format("min_p must be in [0, 1] (got {})", sp.min_p));
   }
-  if (const json* v = field(b, "seed")) sp.seed = static_cast<uint64_t>(as_int(*v, "seed", 0, std::numeric_limits<long long>::max()));
+  // Any int64, as vLLM's request models (a negative seed is its two's-complement bits).
+  if (const json* v = field(b, "seed"))
+    sp.seed = static_cast<uint64_t>(as_int(*v, "seed", std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max()));
   for (const char* k : {"presence_penalty", "frequency_penalty"})
     if (const json* v = field(b, k)) {
       const double x = as_number(*v, k);
@@ -233,7 +238,8 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
   if (const json* v = field(b, "stream")) r.stream = as_bool(*v, "stream");
   if (const json* v = field(b, "stream_options")) {
     if (!v->is_object()) bad_request("stream_options", "stream_options must be an object");
-    if (!r.stream) bad_request("stream_options", "stream_options is only allowed when stream is true");
+    // As vLLM's validate_stream_options: an empty object passes without stream.
+    if (!r.stream && !v->empty()) bad_request("stream_options", "stream_options is only allowed when stream is true");
     if (const json* u = field(*v, "include_usage")) r.include_usage = as_bool(*u, "stream_options.include_usage");
     if (const json* u = field(*v, "continuous_usage_stats"))
       r.continuous_usage_stats = as_bool(*u, "stream_options.continuous_usage_stats");
@@ -425,21 +431,12 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
         if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
             !call["function"].contains("name") || !call["function"]["name"].is_string())
           bad_request("messages", "each of a message's tool_calls must be {\"function\": {\"name\": string, \"arguments\": ...}}");
-        if (*role != "assistant") continue;
-        json& args = call["function"]["arguments"];
-        if (args.is_null() || (args.is_string() && args.get<std::string>().empty())) {
-          args = json::object();
-        } else if (args.is_string()) {
-          const std::string text = args.get<std::string>();
-          json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
-          if (parsed.is_discarded())
-            bad_request("messages", fmt::format("a tool call's function.arguments is not valid JSON: {}", text.substr(0, 80)));
-          args = std::move(parsed);
-        }
       }
     }
     r.messages.push_back(std::move(out));
   }
+  if (const auto bad = parse_tool_call_arguments(r.messages))
+    bad_request("messages", fmt::format("a tool call's function.arguments is not valid JSON: {}", *bad));
   if (const json* v = field(b, "add_generation_prompt")) r.add_generation_prompt = as_bool(*v, "add_generation_prompt");
   if (const json* v = field(b, "continue_final_message")) r.continue_final_message = as_bool(*v, "continue_final_message");
   if (r.continue_final_message && r.add_generation_prompt)  // as transformers (via vLLM): the default true too
@@ -462,7 +459,7 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
   if (const json* v = field(b, "logprobs")) r.logprobs = as_bool(*v, "logprobs");
   if (const json* v = field(b, "top_logprobs")) {
     r.top_logprobs = as_logprobs(*v, "top_logprobs", max_logprobs);
-    if (!r.logprobs) bad_request("top_logprobs", "top_logprobs needs logprobs = true");
+    if (!r.logprobs && r.top_logprobs > 0) bad_request("top_logprobs", "top_logprobs needs logprobs = true");
   }
   if (r.logprobs) r.params.logprobs = r.top_logprobs;
   if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");

@@ -220,6 +220,13 @@ json ResponseBuilder::usage() const {
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
+json ResponseBuilder::choice_usage(int index) const {
+  const auto& prompt = job_->prompts.at(static_cast<size_t>(index / std::max(1, job_->n)));
+  const long long p = static_cast<long long>(prompt.token_ids.size());
+  const long long c = job_->prompt_only ? 0 : static_cast<long long>(num_tokens_.at(static_cast<size_t>(index)));
+  return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+}
+
 json ResponseBuilder::usage_chunk() const {
   return {{"id", job_->id},
           {"object", job_->chat ? "chat.completion.chunk" : "text_completion"},

@@ -80,6 +80,9 @@ class ResponseBuilder {
   nlohmann::json usage() const;
   /// The streaming usage chunk (choices: []).
   nlohmann::json usage_chunk() const;
+  /// vLLM's continuous_usage_stats usage of one choice's chunk: its prompt's tokens and the choice's tokens so far
+  /// {prompt_tokens, completion_tokens, total_tokens}. index: the choice index (prompt * n + i), in range.
+  nlohmann::json choice_usage(int index) const;
   const GenerationJob& job() const { return *job_; }
 
  private:

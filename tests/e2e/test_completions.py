@@ -57,6 +57,20 @@ def test_continuous_usage_stats(server):
     counts = [e["usage"]["completion_tokens"] for e in events]
     assert all("usage" in e for e in events) and counts == sorted(counts) and counts[-1] == 6
     assert all(e["usage"]["total_tokens"] == e["usage"]["prompt_tokens"] + e["usage"]["completion_tokens"] for e in events)
+    # Two prompts, n = 2: each chunk carries its own choice's counts and its prompt's tokens (vLLM), the last
+    # (choices []) the request's totals.
+    lens = [len(httpx.post(server.base_url + "/tokenize", json={"prompt": p}).json()["tokens"]) for p in PROMPTS[:2]]
+    multi = dict(body, prompt=PROMPTS[:2], n=2)
+    with httpx.stream("POST", server.base_url + "/v1/completions", json=multi, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    per_choice = {}
+    for e in events[:-1]:
+        (c,) = e["choices"]
+        per_choice.setdefault(c["index"], []).append(e["usage"]["completion_tokens"])
+        assert e["usage"]["prompt_tokens"] == lens[c["index"] // 2]
+    assert all(counts == sorted(counts) and counts[-1] == 6 for counts in per_choice.values()) and len(per_choice) == 4
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 24
+    assert events[-1]["usage"]["prompt_tokens"] == sum(lens)  # each prompt once (vLLM)
     body["stream_options"] = {"continuous_usage_stats": True}  # without include_usage: none (as vLLM)
     with httpx.stream("POST", server.base_url + "/v1/completions", json=body, timeout=60) as r:
         assert not any("usage" in json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {"))
@@ -184,3 +198,19 @@ def test_stream_echo_logprobs_equal_non_stream(client):
             offsets += ch.choices[0].logprobs.text_offset
     assert text == ref.text and tokens == ref.logprobs.tokens and lps == ref.logprobs.token_logprobs
     assert offsets == ref.logprobs.text_offset and lps[0] is None
+
+
+def test_response_id_from_x_request_id_or_request_id(server):
+    # vLLM: the response id is "cmpl-" / "chatcmpl-" + the X-Request-Id header, else the body's request_id; the same
+    # id twice is fine (engine requests keep ids of their own).
+    url = server.base_url
+    for _ in range(2):
+        r = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, headers={"X-Request-Id": "abc"})
+        assert r.status_code == 200 and r.json()["id"] == "cmpl-abc", r.text
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "request_id": "r-1"}
+    r = httpx.post(url + "/v1/chat/completions", json=chat)
+    assert r.status_code == 200 and r.json()["id"] == "chatcmpl-r-1", r.text
+    with httpx.stream("POST", url + "/v1/chat/completions", json={**chat, "stream": True}) as r:
+        ids = {json.loads(line[6:])["id"] for line in r.iter_lines() if line.startswith("data: {")}
+    assert ids == {"chatcmpl-r-1"}
+    assert httpx.post(url + "/v1/completions", json={"prompt": "hi", "request_id": 5}).status_code == 400

@@ -152,3 +152,35 @@ def test_unknown_route_and_openai_client_errors(server, client):
     # Still serving after all of the above.
     assert client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=2).usage.completion_tokens == 2
     assert server.proc.poll() is None
+
+
+def test_values_vllm_accepts_pass(server):
+    # vLLM's request validators accept these (a break test found them refused): top_logprobs 0 without logprobs,
+    # prompt_logprobs 0 with stream (nothing sent), an empty stream_options without stream, any int64 seed.
+    base = server.base_url
+    chat = {"messages": HI, "max_tokens": 2}
+    for path, body in (("/v1/chat/completions", {**chat, "top_logprobs": 0}),
+                       ("/v1/chat/completions", {**chat, "stream_options": {}}),
+                       ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream_options": {}}),
+                       ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "seed": -1}),
+                       ("/v1/chat/completions", {**chat, "seed": -2 ** 63, "temperature": 1.0})):
+        r = httpx.post(base + path, json=body, timeout=60)
+        assert r.status_code == 200, (body, r.text)
+    for path, body in (("/v1/completions", {"prompt": "hi", "max_tokens": 2}), ("/v1/chat/completions", chat)):
+        with httpx.stream("POST", base + path, json={**body, "stream": True, "prompt_logprobs": 0}, timeout=60) as r:
+            assert r.status_code == 200
+            lines = [line for line in r.iter_lines() if line.startswith("data: {")]
+        assert lines and not any("prompt_logprobs" in line for line in lines)
+    r = httpx.post(base + "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stream": True, "prompt_logprobs": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_logprobs"
+
+
+def test_completions_default_max_tokens_is_checked_against_the_context(server):
+    # An omitted max_tokens is 16 on /v1/completions and is checked as a given one (vLLM): a prompt that leaves less
+    # than 16 tokens of context is a 400, not a shorter completion; chat takes what the context leaves.
+    max_len = httpx.get(server.base_url + "/v1/models").json()["data"][0]["max_model_len"]
+    ids = [1000] * (max_len - 10)
+    r = httpx.post(server.base_url + "/v1/completions", json={"prompt": ids}, timeout=120)
+    assert r.status_code == 400 and "maximum context length" in r.json()["error"]["message"], r.text
+    r = httpx.post(server.base_url + "/v1/completions", json={"prompt": ids, "max_tokens": 10}, timeout=120)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 10, r.text

@@ -127,6 +127,43 @@ def test_chat_template_kwargs(llm):
         llm.chat(msgs, p, chat_template_kwargs={"x": object()}, use_tqdm=False)
 
 
+def test_chat_tool_call_arguments_reach_the_template_as_objects(llm):
+    # As the server's chat (and vLLM): an assistant's function.arguments JSON text is an object in the template.
+    src = ("{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.name }}("
+           "{% for k, v in c.function.arguments | items %}{{ k }}={{ v }}{% endfor %}){% endfor %}{% endfor %}")
+    calls = [{"id": "1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}},
+             {"id": "2", "type": "function", "function": {"name": "g", "arguments": ""}}]
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "", "tool_calls": calls}]
+    p = SamplingParams(temperature=0, max_tokens=1)
+    out = llm.chat(msgs, p, chat_template=src, add_generation_prompt=False, use_tqdm=False)[0]
+    assert out.prompt == "f(x=1)g()"
+    calls[0]["function"]["arguments"] = "{not json"
+    with pytest.raises(ValueError, match="not valid JSON"):
+        llm.chat(msgs, p, chat_template=src, add_generation_prompt=False, use_tqdm=False)
+
+
+def test_first_chats_from_several_threads_at_once():
+    # The default chat template is loaded by the first chat(), which runs without the GIL: several threads' first
+    # calls on a new LLM raced on it (a segfault in a break test). They must all render the same prompt.
+    import json
+    import threading
+    msgs = [{"role": "user", "content": "hello"}]
+    for _ in range(20):
+        fresh = LLM(str(MODEL), threads=1)
+        barrier, got = threading.Barrier(4), []
+
+        def render():
+            barrier.wait()
+            got.append(fresh._engine.render_chat(json.dumps(msgs), True, None, False, "", ""))
+
+        threads = [threading.Thread(target=render) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(got) == 4 and len(set(got)) == 1
+
+
 def test_bad_input_raises_clear_exceptions(llm, tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         LLM(str(tmp_path / "missing"))
