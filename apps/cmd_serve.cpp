@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "apps/commands.h"
+#include "core/env_options.h"
 #include "core/error.h"
 #include "engine/generation_defaults.h"
 #include "server/async_engine.h"
@@ -52,18 +53,55 @@ struct ServeArgs {
   int max_seqs_per_request = 0;  ///< fair admission: one request's sequences in the engine at once (0 = max_num_seqs / 4)
   std::string chat_template;
   double shutdown_timeout = 30.0;
+  std::string model_tag;                       ///< `serve MODEL` (vLLM's positional model)
+  std::vector<std::string> served_model_names;  ///< --served-model-name NAME... (the first names responses)
+  bool model_option_given = false;
+  bool vllm_noop_flag = false;  ///< --disable-log-requests / --disable-log-stats (what ssmserve does anyway)
 };
 
+/// vLLM's load_chat_template rule for --chat-template: a readable file is read; a value that is not one but holds
+/// any of "{", "}" or a newline is the template text itself, its backslash escapes (\n, \t, \r, \\, \", \')
+/// decoded; anything else is an error (a file path that failed to open).
+server::ChatTemplate load_serve_chat_template(const std::filesystem::path& tokenizer_dir, const std::string& value) {
+  std::error_code ec;
+  if (value.empty() || std::filesystem::is_regular_file(value, ec) ||
+      value.find_first_of("{}\n") == std::string::npos)
+    return server::ChatTemplate::load(tokenizer_dir, value);  // a missing file: load's error names it
+  std::string source;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != '\\' || i + 1 == value.size()) {
+      source += value[i];
+      continue;
+    }
+    const char e = value[++i];
+    source += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+    if (e != 'n' && e != 't' && e != 'r' && e != '\\' && e != '"' && e != '\'') source.insert(source.size() - 1, 1, '\\');
+  }
+  const auto [bos, eos] = server::ChatTemplate::special_tokens(tokenizer_dir);
+  return server::ChatTemplate::from_source(std::move(source), bos, eos);
+}
+
 int run_serve(ServeArgs& a) {
+  if (!a.model_tag.empty()) {  // vLLM: the positional model, or --model, not both
+    SSM_CHECK(!a.model_option_given, "give the model once: `serve MODEL` or --model MODEL, not both");
+    a.engine.model = a.model_tag;
+  }
   resolve_engine_config(a.engine, a.load_format);
   SSM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535] (got {})", a.server.port);
   if (a.max_model_len_given) {
     check_max_model_len(a.max_model_len);
     a.engine.max_model_len = a.max_model_len;  // the engine refuses one above the model's context or its block pool
   }
-  if (a.served_model_name_given)
-    SSM_CHECK(a.server.served_model_name.find_first_not_of(" \t\r\n") != std::string::npos,
-              "--served-model-name must not be empty (clients send it as \"model\")");
+  if (a.served_model_name_given) {
+    for (const auto& n : a.served_model_names)
+      SSM_CHECK(n.find_first_not_of(" \t\r\n") != std::string::npos,
+                "--served-model-name must not be empty (clients send it as \"model\")");
+    a.server.served_model_name = a.served_model_names.front();
+    a.server.served_model_aliases.assign(a.served_model_names.begin() + 1, a.served_model_names.end());
+  }
+  for (const auto& key : a.server.api_keys) SSM_CHECK(!key.empty(), "--api-key must not be empty");
+  if (a.server.api_keys.empty() && !env_options().vllm_api_key.empty())
+    a.server.api_keys.push_back(env_options().vllm_api_key);
   SSM_CHECK(a.server.read_timeout_s > 0 && a.server.read_timeout_s <= 3600, "--http-read-timeout must be in (0, 3600] seconds");
   SSM_CHECK(a.max_seqs_per_request >= 0, "--max-num-seqs-per-request must be >= 0 (got {})", a.max_seqs_per_request);
   SSM_CHECK(a.max_num_waiting >= 0, "--max-num-waiting must be >= 0 (got {})", a.max_num_waiting);
@@ -117,7 +155,7 @@ int run_serve(ServeArgs& a) {
   if (a.server.served_model_name.empty()) a.server.served_model_name = a.engine.model.string();
   // The chat template lives with the tokenizer (tokenizer_config.json), as in vLLM: --tokenizer DIR when given.
   const std::filesystem::path& tokenizer_dir = a.engine.tokenizer.empty() ? a.engine.model : a.engine.tokenizer;
-  server::ChatTemplate tmpl = server::ChatTemplate::load(tokenizer_dir, a.chat_template);
+  server::ChatTemplate tmpl = load_serve_chat_template(tokenizer_dir, a.chat_template);
   server::OpenAIServer http(engine, metrics, std::move(tmpl), a.server);
   const int port = http.bind();
 
@@ -147,7 +185,15 @@ Runner add_serve(CLI::App& app) {
   add_generation_config_options(*cmd, a->engine);
   cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->server.port, "Port (0 = any free port, printed at startup)")->capture_default_str();
-  auto* name = cmd->add_option("--served-model-name", a->server.served_model_name, "Model id clients use (default: the --model path)");
+  cmd->add_option("model_tag", a->model_tag, "The model folder (as --model; vLLM's `serve MODEL`)");
+  auto* name = cmd->add_option("--served-model-name", a->served_model_names,
+                               "Model ids clients use; the first names responses, any is accepted (default: the model path)");
+  cmd->add_option("--api-key", a->server.api_keys,
+                  "A key every /v1 request must send as \"Authorization: Bearer KEY\" (else 401); repeat it to "
+                  "accept several; default: $VLLM_API_KEY, else none")
+      ->allow_extra_args(false);  // one value per --api-key: `serve --api-key K MODEL` keeps MODEL the model
+  cmd->add_flag("--disable-log-requests,--disable-log-stats", a->vllm_noop_flag,
+                "Accepted for vLLM command lines: ssmserve logs no per-request or periodic stats lines");
   auto* mml = add_max_model_len_option(*cmd, a->max_model_len, std::to_string(kDefaultMaxModelLenWithoutLimit));
   cmd->add_option("--max-num-waiting", a->max_num_waiting,
                   "Waiting sequences (prompts x n) before new requests get 503; a request with more on its own gets 400 "
@@ -180,7 +226,9 @@ Runner add_serve(CLI::App& app) {
                   "Format of the tool calls the model writes: hermes (Qwen, Hermes, Granite 4.0 <tool_call>), granite "
                   "(<|tool_call|>), jamba, minimax, nemotron_json (<TOOLCALL>), qwen3_coder / qwen3_xml (Qwen3-Coder, "
                   "Qwen3.5, Qwen3.6, Qwen3-Next: <tool_call><function=NAME><parameter=ARG>)");
-  cmd->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: tokenizer_config.json's, else plain)");
+  cmd->add_option("--chat-template", a->chat_template,
+                  "Jinja chat template file, or the template itself (a value with {, } or a newline; as vLLM) "
+                  "(default: the checkpoint's, else plain)");
   cmd->add_flag("--trust-request-chat-template", a->server.trust_request_chat_template,
                 "Render a chat request's own \"chat_template\" (else it is a 400; as vLLM)");
   cmd->add_option("--http-threads", a->server.http_threads,
@@ -206,8 +254,9 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--http-read-timeout", a->server.read_timeout_s,
                   "Seconds a client has to send a request's headers and body (slower ones get 408 and are dropped)")
       ->capture_default_str();
-  cmd->callback([a, name, mml] {
+  cmd->callback([a, name, mml, cmd] {
     a->served_model_name_given = name->count() > 0;
+    a->model_option_given = cmd->get_option("--model")->count() > 0;
     a->max_model_len_given = mml->count() > 0;
   });
   return [a] { return run_serve(*a); };

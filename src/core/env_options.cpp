@@ -57,6 +57,7 @@ EnvOptions read_env() {
   if (const char* f = get("SSMSERVE_FAULT_STEP")) o.fault_step = std::atoll(f);
   o.omp_defaults = !(get("OMP_WAIT_POLICY") || get("GOMP_SPINCOUNT") || get("SSMSERVE_NO_OMP_DEFAULTS"));
   if (const char* v = get("SSMSERVE_NCCL_LIB")) o.nccl_lib = v;
+  if (const char* v = get("VLLM_API_KEY")) o.vllm_api_key = v;
   o.tp_p2p_allreduce = !off("SSMSERVE_TP_P2P_ALLREDUCE");
   if (const char* v = get("SSMSERVE_CPU_ISA")) o.cpu_isa = v;
   for (const std::string& name : gpu_switch_names())

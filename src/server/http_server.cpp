@@ -139,9 +139,15 @@ class OpenAIServer::GenerationProducer final : public Producer, public std::enab
       else if (srv_.force_stop_) out.head = error_response(ApiError(503, "the server is shutting down; the request was aborted"));
       return;
     }
-    // 2b. Streaming: SSE events. vLLM's continuous_usage_stats: every chunk carries the usage so far.
+    // 2b. Streaming: SSE events. vLLM's continuous_usage_stats: every chunk carries its choice's usage so far (its
+    // prompt's tokens and the choice's generated tokens, not the request's totals).
     auto event = [&](json c) {
-      if (j.continuous_usage) c["usage"] = builder_.usage();
+      if (j.continuous_usage) {
+        const json* choices = c.contains("choices") ? &c["choices"] : nullptr;
+        c["usage"] = choices && choices->is_array() && choices->size() == 1 && (*choices)[0].contains("index")
+                         ? builder_.choice_usage((*choices)[0]["index"].get<int>())
+                         : builder_.usage();
+      }
       out.data += sse(c);
     };
     if (!opened_) {
@@ -269,11 +275,35 @@ std::string OpenAIServer::render_chat(const ChatRequest& cr) const {
   }
 }
 
+void OpenAIServer::check_model(const std::optional<std::string>& model) const {
+  // vLLM's _check_model: an empty name is the default model; any --served-model-name is accepted.
+  if (!model || model->empty() || *model == opt_.served_model_name) return;
+  for (const auto& alias : opt_.served_model_aliases)
+    if (*model == alias) return;
+  throw ApiError(404, fmt::format("The model `{}` does not exist.", *model), "model");
+}
+
+bool OpenAIServer::authorized(const HttpRequest& req) const {
+  if (opt_.api_keys.empty() || req.method == "OPTIONS" || req.path.rfind("/v1", 0) != 0) return true;
+  const auto value = req.header("Authorization");
+  if (!value) return false;
+  const size_t space = value->find(' ');
+  if (space == std::string::npos) return false;
+  std::string scheme = value->substr(0, space);
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (scheme != "bearer") return false;
+  const std::string_view token = std::string_view(*value).substr(space + 1);
+  // Compared in time independent of where the bytes differ (as vLLM's compare_digest), every key tried.
+  bool match = false;
+  for (const auto& key : opt_.api_keys) {
+    unsigned char diff = key.size() == token.size() ? 0 : 1;
+    for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(key[i] ^ (i < token.size() ? token[i] : 0));
+    match |= diff == 0;
+  }
+  return match;
+}
+
 HttpResponse OpenAIServer::tokenize(const std::string& body) const {
-  const std::string& name = opt_.served_model_name;
-  auto check_model = [&name](const std::optional<std::string>& model) {
-    if (model && *model != name) throw ApiError(404, fmt::format("The model `{}` does not exist.", *model), "model");
-  };
   const auto b = parse_body(body);
   const Tokenizer* tok = engine_.tokenizer();
   if (!tok) throw ApiError(400, "the model has no tokenizer");
@@ -299,10 +329,6 @@ HttpResponse OpenAIServer::tokenize(const std::string& body) const {
 }
 
 HttpResponse OpenAIServer::detokenize(const std::string& body) const {
-  const std::string& name = opt_.served_model_name;
-  auto check_model = [&name](const std::optional<std::string>& model) {
-    if (model && *model != name) throw ApiError(404, fmt::format("The model `{}` does not exist.", *model), "model");
-  };
   const auto b = parse_body(body);
   const Tokenizer* tok = engine_.tokenizer();
   if (!tok) throw ApiError(400, "the model has no tokenizer");
@@ -326,7 +352,15 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
   try {
     const std::string& p = req.path;
     const bool get = req.method == "GET" || req.method == "HEAD";
+    if (!authorized(req)) {
+      HttpResponse r;
+      r.status = 401;
+      r.content_type = "application/json";
+      r.body = R"({"error":"Unauthorized"})";  // vLLM's AuthenticationMiddleware body
+      return ex->respond(std::move(r));
+    }
     if (p == "/health" && get) return ex->respond(HttpResponse{});
+    if (p == "/ping" && (get || req.method == "POST")) return ex->respond(HttpResponse{});  // vLLM's (SageMaker) probe
     if (p == "/version" && get) return ex->respond(json_response({{"version", version()}}));
     if (p == "/metrics" && get) {
       HttpResponse r;
@@ -336,9 +370,13 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
       return ex->respond(std::move(r));
     }
     if (p == "/v1/models" && get) {
-      json model = {{"id", opt_.served_model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "ssmserve"},
-                    {"root", engine_.config().model.string()}, {"parent", nullptr}, {"max_model_len", opt_.max_model_len}};
-      return ex->respond(json_response({{"object", "list"}, {"data", json::array({model})}}));
+      json data = json::array();
+      std::vector<std::string> names{opt_.served_model_name};
+      names.insert(names.end(), opt_.served_model_aliases.begin(), opt_.served_model_aliases.end());
+      for (const auto& id : names)
+        data.push_back({{"id", id}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "ssmserve"},
+                        {"root", engine_.config().model.string()}, {"parent", nullptr}, {"max_model_len", opt_.max_model_len}});
+      return ex->respond(json_response({{"object", "list"}, {"data", data}}));
     }
     if (req.method == "POST") {
       if (p == "/tokenize") return ex->respond(tokenize(req.body));
@@ -364,7 +402,16 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
   const auto b = parse_body(body);
   auto job = std::make_shared<GenerationJob>();
   job->chat = chat;
-  job->id = next_id(chat ? "chatcmpl" : "cmpl");
+  // Engine request ids stay the server's own (unique); the response id is vLLM's: "cmpl-" / "chatcmpl-" + the
+  // X-Request-Id header, else the body's request_id, else a fresh id.
+  const std::string engine_id = next_id(chat ? "chatcmpl" : "cmpl");
+  job->id = engine_id;
+  std::optional<std::string> client_id = ex->request().header("X-Request-Id");
+  if (const auto it = b.find("request_id"); !client_id && it != b.end() && !it->is_null()) {
+    if (!it->is_string()) bad_request("request_id", "request_id must be a string");
+    client_id = it->get<std::string>();
+  }
+  if (client_id) job->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", *client_id);
   job->created = unix_now();
   job->model = opt_.served_model_name;
   job->tokenizer = engine_.tokenizer();
@@ -407,8 +454,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     job->prompt_logprobs = cr.prompt_logprobs;
     base = cr;
   }
-  if (base.model && *base.model != opt_.served_model_name)
-    throw ApiError(404, fmt::format("The model `{}` does not exist.", *base.model), "model");
+  check_model(base.model);
   job->n = base.params.n;
   job->stream = base.stream;
   job->return_tokens_as_token_ids = base.return_tokens_as_token_ids.value_or(opt_.return_tokens_as_token_ids);
@@ -465,18 +511,19 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
                   fmt::format("This model's maximum context length is {} tokens. However, your request has {} input tokens. "
                               "Please reduce the length of the input messages.", opt_.max_model_len, len));
     SamplingParams sp = base.params;
-    if (base.max_tokens_given) {
+    // Completions' omitted max_tokens is 16, checked as a given one (vLLM's CompletionRequest default, then
+    // _validate_input: a prompt that leaves no room for 16 tokens is a 400, not a shorter completion).
+    if (base.max_tokens_given || !chat) {
       if (static_cast<long long>(len) + sp.max_tokens > opt_.max_model_len)
         bad_request(base.max_tokens_field,
                     fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
                                 "the input, {} in the completion). Please reduce the length of the input or the completion.",
                                 opt_.max_model_len, static_cast<long long>(len) + sp.max_tokens, len, sp.max_tokens));
     } else {
-      // vLLM's get_max_tokens: what the context leaves, and for chat at most the model's default max_tokens
-      // (completions: at most their 16).
+      // Chat: vLLM's get_max_tokens, what the context leaves, at most the model's default max_tokens.
       const int room = opt_.max_model_len - len;
       const GenerationDefaults& gd = opt_.generation_defaults;
-      sp.max_tokens = chat ? std::min(room, gd.max_tokens.value_or(room)) : std::min(sp.max_tokens, room);
+      sp.max_tokens = std::min(room, gd.max_tokens.value_or(room));
     }
     // vLLM's override_max_tokens: a server-wide cap (--override-generation-config max_new_tokens, or that of a
     // --generation-config folder) on every request's max_tokens, its own included.
@@ -498,7 +545,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     }
     for (int i = 0; i < base.params.n; ++i) {
       ssmserve::Request r;
-      r.request_id = fmt::format("{}-{}-{}", job->id, p, i);
+      r.request_id = fmt::format("{}-{}-{}", engine_id, p, i);
       r.prompt = rp.text;
       r.prompt_token_ids = rp.token_ids;
       r.params = sp;

@@ -20,7 +20,12 @@ class HttpServer;
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                     ///< 0 = any free port (see OpenAIServer::bind)
-  std::string served_model_name;       ///< the id clients send as "model"
+  std::string served_model_name;       ///< the id clients send as "model" (responses name it)
+  /// vLLM's further --served-model-name values: ids a request's "model" may also be (/v1/models lists them all).
+  std::vector<std::string> served_model_aliases;
+  /// vLLM's --api-key (and VLLM_API_KEY): when any is set, every /v1 route needs "Authorization: Bearer <one of
+  /// them>" (else 401 {"error": "Unauthorized"}); other routes (/health, /metrics, /tokenize, ...) and OPTIONS do not.
+  std::vector<std::string> api_keys;
   int max_model_len = 0;               ///< prompt + max_tokens limit (resolved by the caller, > 0)
   int http_threads = 4;                ///< handler threads (parsing, tokenizing, chat templates)
   int io_threads = 2;                  ///< threads running every connection's I/O
@@ -75,6 +80,10 @@ class OpenAIServer {
   /// The prompt text of a chat request: its own chat_template or the server's, with add_generation_prompt /
   /// continue_final_message. Throws ApiError 400 when the template fails.
   std::string render_chat(const ChatRequest& cr) const;
+  /// A request's "model": absent, "" or one of the served names passes; else ApiError 404 (vLLM's message).
+  void check_model(const std::optional<std::string>& model) const;
+  /// Whether `req` may proceed under ServerOptions::api_keys (vLLM's AuthenticationMiddleware rule).
+  bool authorized(const HttpRequest& req) const;
   HttpResponse tokenize(const std::string& body) const;
   HttpResponse detokenize(const std::string& body) const;
   /// Answers a generation request (completions or chat) whose body is `body`: validates, submits to the engine

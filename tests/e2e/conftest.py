@@ -22,10 +22,11 @@ MODEL_NAME = "tiny-mamba"
 class Server:
     """A running `ssmserve serve` process."""
 
-    def __init__(self, *extra_args, threads=2, env=None, model=MODEL, model_name=MODEL_NAME):
+    def __init__(self, *extra_args, threads=2, env=None, model=MODEL, model_name=MODEL_NAME, positional=False):
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"ssmserve-e2e-{os.getpid()}-{time.monotonic_ns()}.log"
         self.log = open(self.log_path, "w+")
-        cmd = [str(BINARY), "serve", "--model", str(model), "--served-model-name", model_name, "--port", "0",
+        model_args = [str(model)] if positional else ["--model", str(model)]  # `serve MODEL` (vLLM's form) or --model
+        cmd = [str(BINARY), "serve", *model_args, "--served-model-name", model_name, "--port", "0",
                "--threads", str(threads), *map(str, extra_args)]
         env = dict(os.environ, OMP_WAIT_POLICY="passive", **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)

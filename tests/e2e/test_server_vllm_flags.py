@@ -1,0 +1,68 @@
+# vLLM's `serve` command lines work unchanged: `serve MODEL`, --api-key (and VLLM_API_KEY) guarding the /v1 routes,
+# several --served-model-name values, --chat-template given as the template text, /ping, "model": "" as the default
+# model, and the log flags vLLM users pass.
+import subprocess
+
+try:
+    import httpx
+except ImportError:  # openai >= 3 depends on the httpx2 fork
+    import httpx2 as httpx
+
+from conftest import BINARY, MODEL, MODEL_NAME, Server
+
+
+def test_api_keys_guard_the_v1_routes_only():
+    s = Server("--api-key", "k1", "--api-key", "k2", "--served-model-name", "alias", "--disable-log-requests",
+               "--disable-log-stats", positional=True)
+    try:
+        url = s.base_url
+        body = {"prompt": "hi", "max_tokens": 2}
+        for headers in ({}, {"Authorization": "Bearer k3"}, {"Authorization": "k1"}, {"Authorization": "Basic k1"}):
+            r = httpx.post(url + "/v1/completions", json=body, headers=headers)
+            assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}, (headers, r.text)
+        assert httpx.get(url + "/v1/models").status_code == 401
+        for key in ("Bearer k1", "bearer k2"):
+            r = httpx.post(url + "/v1/completions", json=body, headers={"Authorization": key})
+            assert r.status_code == 200, r.text
+        ok = {"Authorization": "Bearer k1"}
+        # Every served name is accepted, "" is the default model, responses name the first; /v1/models lists all.
+        for model in (MODEL_NAME, "alias", ""):
+            r = httpx.post(url + "/v1/completions", json={**body, "model": model}, headers=ok)
+            assert r.status_code == 200 and r.json()["model"] == MODEL_NAME, r.text
+        r = httpx.post(url + "/v1/completions", json={**body, "model": "other"}, headers=ok)
+        assert r.status_code == 404
+        assert [m["id"] for m in httpx.get(url + "/v1/models", headers=ok).json()["data"]] == [MODEL_NAME, "alias"]
+        # Routes outside /v1 need no key (vLLM's AuthenticationMiddleware); /ping as vLLM.
+        for path in ("/health", "/metrics", "/ping", "/version"):
+            assert httpx.get(url + path).status_code == 200, path
+        assert httpx.post(url + "/ping", content=b"").status_code == 200
+        assert httpx.post(url + "/tokenize", json={"prompt": "hi", "model": "alias"}).status_code == 200
+    finally:
+        s.stop()
+
+
+def test_vllm_api_key_variable():
+    s = Server(env={"VLLM_API_KEY": "zz"})
+    try:
+        assert httpx.get(s.base_url + "/v1/models").status_code == 401
+        assert httpx.get(s.base_url + "/v1/models", headers={"Authorization": "Bearer zz"}).status_code == 200
+    finally:
+        s.stop()
+
+
+def test_model_given_twice_and_empty_flags_are_errors():
+    for args, words in ((["serve", str(MODEL), "--model", str(MODEL)], "not both"),
+                        (["serve", str(MODEL), "--api-key", ""], "--api-key must not be empty"),
+                        (["serve", str(MODEL), "--chat-template", "/nonexistent/t.jinja"], "file not found")):
+        r = subprocess.run([str(BINARY), *args, "--port", "0"], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and words in r.stderr, (args, r.stderr)
+
+
+def test_chat_template_given_as_text():
+    # vLLM's load_chat_template: not a file and holding "{", "}" or a newline: the template itself, escapes decoded.
+    s = Server("--chat-template", "{% for m in messages %}[{{ m.content }}]\\n{% endfor %}")
+    try:
+        ids = httpx.post(s.base_url + "/tokenize", json={"messages": [{"role": "user", "content": "hi"}]}).json()["tokens"]
+        assert httpx.post(s.base_url + "/detokenize", json={"tokens": ids}).json()["prompt"] == "[hi]\n"
+    finally:
+        s.stop()
