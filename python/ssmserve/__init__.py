@@ -18,7 +18,7 @@ import json
 import operator
 import os
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TypedDict, Union
 
 # libgomp reads its wait policy when it is loaded (importing the extension below): the same short-spin default as
 # the ssmserve binary on busy cores (src/core/openmp_env.h), unless the user chose one.
@@ -37,7 +37,8 @@ from .outputs import CompletionOutput, RequestMetrics, RequestOutput
 from .sampling_params import SamplingParams, _check_bool  # noqa: E402
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "RequestMetrics", "Logprob", "SsmserveError",
-           "Tokenizer", "AsyncLLM", "AsyncEngineArgs", "EngineArgs", "has_cuda", "has_structured_outputs"]
+           "Tokenizer", "AsyncLLM", "AsyncEngineArgs", "EngineArgs", "has_cuda", "has_structured_outputs", "TextPrompt",
+           "TokensPrompt"]
 __version__ = "0.1.0"
 
 Logprob = _ssmserve.Logprob
@@ -48,7 +49,20 @@ has_cuda = bool(getattr(_ssmserve, "has_cuda", False))
 #: a request that asks for them is refused with an SsmserveError saying so.
 has_structured_outputs = bool(getattr(_ssmserve, "has_structured_outputs", False))
 
-PromptType = Union[str, Sequence[int], dict]
+
+
+class TextPrompt(TypedDict):
+    """vLLM's TextPrompt: {"prompt": str} (a plain dict works the same)."""
+    prompt: str
+
+
+class TokensPrompt(TypedDict, total=False):
+    """vLLM's TokensPrompt: {"prompt_token_ids": [int], "prompt": str (optional, for echo)} (a plain dict works)."""
+    prompt_token_ids: List[int]
+    prompt: str
+
+
+PromptType = Union[str, Sequence[int], TextPrompt, TokensPrompt, dict]
 
 _LOG_LEVELS = ("trace", "debug", "info", "warning", "warn", "error", "critical", "off")
 
@@ -98,20 +112,98 @@ def _chat_message(m) -> dict:
     return dict(m, content=content)
 
 
+def _render_chats(engine, messages, chat_template, add_generation_prompt, continue_final_message, tools,
+                  chat_template_kwargs, where: str) -> List[str]:
+    """The prompt text of each conversation in `messages` (one conversation or a list of them), rendered as
+    LLM.chat documents (the checks and errors of its arguments; `where` names the caller in them)."""
+    add_generation_prompt = _check_bool(add_generation_prompt, f"{where} add_generation_prompt")
+    continue_final_message = _check_bool(continue_final_message, f"{where} continue_final_message")
+    if continue_final_message and add_generation_prompt:
+        raise ValueError("cannot set both continue_final_message and add_generation_prompt to True")
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise TypeError(f"{where} takes a non-empty list of messages (or a list of such lists)")
+    if isinstance(chat_template, os.PathLike):
+        chat_template = os.fspath(chat_template)
+    if chat_template is not None and not isinstance(chat_template, str):
+        raise TypeError(f"chat_template must be a str (Jinja source or a file path), got {type(chat_template).__name__}")
+    if chat_template is not None and not any(c in chat_template for c in "{}\n"):
+        # vLLM's rule: a string without Jinja's characters is a file path, and one that cannot be read is an error
+        # (not template text).
+        try:
+            with open(chat_template, "rb"):
+                pass
+        except OSError as e:
+            raise ValueError(f"chat_template {chat_template!r} looks like a file path, but it failed to be "
+                             f"opened: {e.strerror or e}") from None
+    if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+        raise TypeError("chat_template_kwargs must be a dict of template variables, got "
+                        f"{type(chat_template_kwargs).__name__}")
+    if tools is not None and not isinstance(tools, (list, tuple)):
+        raise TypeError(f"tools must be a list of tool schemas (dicts), got {type(tools).__name__}")
+    try:
+        kwargs_json = json.dumps(chat_template_kwargs) if chat_template_kwargs else ""
+        tools_json = json.dumps(list(tools)) if tools is not None else ""
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"chat_template_kwargs and tools must be JSON-serializable: {e}") from None
+    conversations = messages if isinstance(messages[0], (list, tuple)) else [messages]
+    return [engine.render_chat(json.dumps([_chat_message(m) for m in conv]), add_generation_prompt, chat_template,
+                               continue_final_message, kwargs_json, tools_json)
+            for conv in conversations]
+
+
 class Tokenizer:
-    """The engine's byte-level BPE tokenizer (LLM.get_tokenizer), with the Hugging Face names users call:
-    encode(text) -> token ids (no special tokens added, as prompts are encoded), decode(ids,
-    skip_special_tokens=False) -> str, vocab_size, eos_token_id (the first of the model's EOS ids, or None)."""
+    """The engine's tokenizer (LLM.get_tokenizer), with the Hugging Face names users call: encode(text,
+    add_special_tokens=True) -> token ids (as prompts are encoded), tokenizer(text) -> {"input_ids", "attention_mask"},
+    decode(ids, skip_special_tokens=False) -> str (ids the tokenizer does not know, e.g. the padded rows of an
+    embedding, decode to nothing, as Hugging Face's fast tokenizers), batch_decode, convert_ids_to_tokens,
+    apply_chat_template (the LLM's chat template, as LLM.chat renders it), vocab_size, eos_token_id (the first of the
+    model's EOS ids, or None)."""
 
     def __init__(self, engine, pid: Optional[int] = None):
         self._engine = engine
         self._pid = os.getpid() if pid is None else pid  # the process that created the engine (see _check_process)
 
-    def encode(self, text: str) -> List[int]:
+    def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
         if not isinstance(text, str):
             raise TypeError(f"encode() takes a str, got {type(text).__name__}")
+        add_special_tokens = _check_bool(add_special_tokens, "encode() add_special_tokens")
         _check_process(self._pid, "tokenizer's LLM")
-        return self._engine.encode(text)
+        return self._engine.encode(text, add_special_tokens)
+
+    def __call__(self, text: Union[str, Sequence[str]], add_special_tokens: bool = True) -> Dict[str, Any]:
+        """Hugging Face's tokenizer(text): {"input_ids": ids, "attention_mask": ones}; a list of texts gives lists."""
+        if isinstance(text, str):
+            ids = self.encode(text, add_special_tokens)
+            return {"input_ids": ids, "attention_mask": [1] * len(ids)}
+        if not isinstance(text, (list, tuple)):
+            raise TypeError(f"tokenizer() takes a str or a list of str, got {type(text).__name__}")
+        ids = [self.encode(t, add_special_tokens) for t in text]
+        return {"input_ids": ids, "attention_mask": [[1] * len(i) for i in ids]}
+
+    def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = False) -> List[str]:
+        return [self.decode(ids, skip_special_tokens) for ids in sequences]
+
+    def convert_ids_to_tokens(self, ids: Union[int, Sequence[int]]) -> Union[Optional[str], List[Optional[str]]]:
+        """The vocabulary strings of token ids (byte-level BPE's, e.g. "Ġthe"); None for an id it does not know."""
+        one = not hasattr(ids, "__iter__")
+        checked = [operator.index(t) for t in ([ids] if one else ids)]
+        _check_process(self._pid, "tokenizer's LLM")
+        tokens = [self._engine.id_to_token(t) if 0 <= t < 2**31 else None for t in checked]
+        return tokens[0] if one else tokens
+
+    def apply_chat_template(self, conversation, tools: Optional[List[dict]] = None, chat_template: Optional[str] = None,
+                            add_generation_prompt: bool = False, continue_final_message: bool = False,
+                            tokenize: bool = True, **kwargs):
+        """Hugging Face's apply_chat_template with the LLM's template (LLM.chat's rendering; extra keyword arguments
+        are template variables, e.g. enable_thinking=False): the text with tokenize=False, else its token ids
+        (encoded without adding special tokens: the template writes them). A list of conversations gives a list."""
+        tokenize = _check_bool(tokenize, "apply_chat_template() tokenize")
+        _check_process(self._pid, "tokenizer's LLM")
+        batched = isinstance(conversation, (list, tuple)) and bool(conversation) and isinstance(conversation[0], (list, tuple))
+        texts = _render_chats(self._engine, conversation, chat_template, add_generation_prompt, continue_final_message,
+                              tools, kwargs or None, "apply_chat_template()")
+        out = [self._engine.encode(t, False) for t in texts] if tokenize else texts
+        return out if batched else out[0]
 
     def decode(self, ids: Union[int, Sequence[int]], skip_special_tokens: bool = False) -> str:
         """The text of token ids (one id or a sequence). TypeError for ids that are not ints or a
@@ -134,7 +226,7 @@ class Tokenizer:
                 raise ValueError(f"token id {t} is not in the vocabulary")
             checked.append(t)
         _check_process(self._pid, "tokenizer's LLM")
-        return self._engine.decode(checked, skip_special_tokens)
+        return self._engine.decode(checked, skip_special_tokens, True)
 
     @property
     def vocab_size(self) -> int:
@@ -373,15 +465,17 @@ class LLM:
 
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
                  sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
-                 use_tqdm: Union[bool, Callable[..., Any]] = True) -> List[RequestOutput]:
+                 use_tqdm: Union[bool, Callable[..., Any]] = True, lora_request: Any = None) -> List[RequestOutput]:
         """Runs every prompt through the engine with continuous batching; returns one finished RequestOutput per
-        prompt, in input order (vLLM's LLM.generate).
+        prompt, in input order (vLLM's LLM.generate). lora_request must be None (no LoRA adapters).
 
         prompts: one prompt or a list; a prompt is a str, a list of int token ids, {"prompt": str} or
         {"prompt_token_ids": [int], optionally "prompt": str}. sampling_params: one SamplingParams for all, a list
         with one per prompt, or None (get_default_sampling_params(): the model's defaults, as vLLM). use_tqdm: a
         "Processed prompts" progress bar (tqdm) on stderr while the batch runs (True, the default), none (False), or
         a tqdm-like class to use. RuntimeError in a fork()ed child of the process that created the LLM."""
+        if lora_request is not None:
+            raise NotImplementedError("lora_request: LoRA adapters are not supported by ssmserve")
         _check_process(self._pid)
         prompts = _as_prompt_list(prompts)
         if sampling_params is None:
@@ -408,7 +502,7 @@ class LLM:
     def chat(self, messages, sampling_params=None, use_tqdm: Union[bool, Callable[..., Any]] = True,
              chat_template: Optional[str] = None, add_generation_prompt: bool = True,
              continue_final_message: bool = False, tools: Optional[List[dict]] = None,
-             chat_template_kwargs: Optional[Dict[str, Any]] = None) -> List[RequestOutput]:
+             chat_template_kwargs: Optional[Dict[str, Any]] = None, lora_request: Any = None) -> List[RequestOutput]:
         """vLLM's LLM.chat: one conversation (a list of {"role", "content"} dicts) or a list of conversations,
         rendered with the checkpoint's chat template (chat_template.jinja or tokenizer_config.json; without one
         ssmserve's plain default, as `ssmserve serve` does) or with `chat_template` (Jinja source, or a file path: as
@@ -419,40 +513,11 @@ class LLM:
         continues (needs add_generation_prompt=False). tools: a list of tool schemas the template sees as `tools`.
         chat_template_kwargs: extra template variables (a dict, e.g. {"enable_thinking": False}). Malformed messages
         raise ValueError / TypeError; a template that fails raises ValueError naming its line."""
+        if lora_request is not None:
+            raise NotImplementedError("lora_request: LoRA adapters are not supported by ssmserve")
         _check_process(self._pid)
-        add_generation_prompt = _check_bool(add_generation_prompt, "chat() add_generation_prompt")
-        continue_final_message = _check_bool(continue_final_message, "chat() continue_final_message")
-        if continue_final_message and add_generation_prompt:
-            raise ValueError("cannot set both continue_final_message and add_generation_prompt to True")
-        if not isinstance(messages, (list, tuple)) or not messages:
-            raise TypeError("chat() takes a non-empty list of messages (or a list of such lists)")
-        if isinstance(chat_template, os.PathLike):
-            chat_template = os.fspath(chat_template)
-        if chat_template is not None and not isinstance(chat_template, str):
-            raise TypeError(f"chat_template must be a str (Jinja source or a file path), got {type(chat_template).__name__}")
-        if chat_template is not None and not any(c in chat_template for c in "{}\n"):
-            # vLLM's rule: a string without Jinja's characters is a file path, and one that cannot be read is an error
-            # (not template text).
-            try:
-                with open(chat_template, "rb"):
-                    pass
-            except OSError as e:
-                raise ValueError(f"chat_template {chat_template!r} looks like a file path, but it failed to be "
-                                 f"opened: {e.strerror or e}") from None
-        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
-            raise TypeError("chat_template_kwargs must be a dict of template variables, got "
-                            f"{type(chat_template_kwargs).__name__}")
-        if tools is not None and not isinstance(tools, (list, tuple)):
-            raise TypeError(f"tools must be a list of tool schemas (dicts), got {type(tools).__name__}")
-        try:
-            kwargs_json = json.dumps(chat_template_kwargs) if chat_template_kwargs else ""
-            tools_json = json.dumps(list(tools)) if tools is not None else ""
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"chat_template_kwargs and tools must be JSON-serializable: {e}") from None
-        conversations = messages if isinstance(messages[0], (list, tuple)) else [messages]
-        prompts = [self._engine.render_chat(json.dumps([_chat_message(m) for m in conv]), add_generation_prompt,
-                                            chat_template, continue_final_message, kwargs_json, tools_json)
-                   for conv in conversations]
+        prompts = _render_chats(self._engine, messages, chat_template, add_generation_prompt, continue_final_message,
+                                tools, chat_template_kwargs, "chat()")
         # The template writes its own special tokens (BOS): encoded without adding them again (vLLM's chat default).
         prompts = [{"prompt": p, "prompt_token_ids": self._engine.encode(p, False)} for p in prompts]
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)

@@ -84,6 +84,10 @@ def _checked_field(k: str, v: Any) -> Any:
         return 2**31 - 1  # vLLM's None: no limit but the request's max_model_len (finish_reason "length")
     if k == "stop" and isinstance(v, str):
         v = [v]
+    if k == "seed" and isinstance(v, int) and not isinstance(v, bool) and v == -1:
+        return None  # vLLM's __post_init__: seed -1 is no seed
+    if k in ("logprobs", "prompt_logprobs") and isinstance(v, bool):
+        v = int(v)  # vLLM's __post_init__: logprobs True is 1 (and False, an int there, 0)
     # Types as vLLM's (msgspec) fields: a bool is not a number and None is not a bool (both were taken silently:
     # skip_special_tokens=None read False, max_tokens=True read 1).
     if k == "structured_outputs" and v is not None and not isinstance(v, StructuredOutputsParams):
@@ -109,8 +113,10 @@ def _checked_field(k: str, v: Any) -> Any:
             v = ids
     if k == "bad_words":
         v = _str_list(v, "SamplingParams.bad_words")
-    if k == "seed" and isinstance(v, int) and not 0 <= v < 2**64:
-        raise ValueError(f"SamplingParams.seed must be None or an integer in [0, 2**64), got {v}")
+    if k == "seed" and isinstance(v, int) and not -2**63 <= v < 2**64:
+        raise ValueError(f"SamplingParams.seed must be None or an integer in [-2**63, 2**64), got {v}")
+    if k == "seed" and isinstance(v, int) and v < 0:
+        v += 2**64  # as the server takes a negative int64 seed: its two's-complement bits
     if k in _INT_FIELDS and isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
         raise ValueError(f"SamplingParams.{k} must fit in 32 bits, got {v}")
     if k == "logit_bias":

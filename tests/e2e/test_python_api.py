@@ -173,8 +173,11 @@ def test_bad_types_name_the_field(llm):
                       ({"stop": 5}, "stop"), ({"logit_bias": {"x": 1}}, "logit_bias")]:
         with pytest.raises(TypeError, match=f"SamplingParams.{field} cannot be"):
             ssmserve.SamplingParams(**kw)
+    # vLLM's __post_init__ conversions: seed -1 is no seed, logprobs True is 1; other negative seeds are int64 bits.
+    assert ssmserve.SamplingParams(seed=-1).seed is None and ssmserve.SamplingParams(seed=-2).seed == 2 ** 64 - 2
+    assert ssmserve.SamplingParams(logprobs=True).logprobs == 1 and ssmserve.SamplingParams(prompt_logprobs=False).prompt_logprobs == 0
     with pytest.raises(ValueError, match="seed"):
-        ssmserve.SamplingParams(seed=-1)
+        ssmserve.SamplingParams(seed=-2 ** 64)
     assert ssmserve.SamplingParams(stop=None, stop_token_ids=None, logit_bias=None).stop == []
     for prompt in ([2 ** 40], [1.5], b"abc", {"prompt_token_ids": ["a"]}):
         with pytest.raises(TypeError, match="a prompt must be"):
@@ -206,8 +209,28 @@ def test_tokenizer_clone_and_engine_seed(llm):
     assert tok.encode(PROMPTS[0]) == out.prompt_token_ids
     assert tok.decode(out.prompt_token_ids) == PROMPTS[0] and tok.decode(out.outputs[0].token_ids) == out.outputs[0].text
     assert tok.vocab_size == len(tok) > 50000 and tok.eos_token_id == 0
-    with pytest.raises(ValueError, match="not in the vocabulary"):
-        tok.decode([10 ** 7])
+    # Ids it does not know (the padded embedding rows sampling may pick) decode to nothing, as Hugging Face's.
+    assert tok.decode([10 ** 7]) == "" and tok.decode(out.prompt_token_ids + [10 ** 7]) == PROMPTS[0]
+    # The Hugging Face calls vLLM scripts make on it.
+    assert tok(PROMPTS[0])["input_ids"] == out.prompt_token_ids
+    assert tok([PROMPTS[0], "a"])["attention_mask"][1] == [1] * len(tok.encode("a"))
+    assert tok.encode(PROMPTS[0], add_special_tokens=False) == out.prompt_token_ids  # GPT-NeoX adds none
+    assert tok.batch_decode([out.prompt_token_ids, out.outputs[0].token_ids]) == [PROMPTS[0], out.outputs[0].text]
+    assert tok.convert_ids_to_tokens(out.prompt_token_ids[1]).startswith("\u0120")  # byte-level BPE's leading space
+    assert tok.convert_ids_to_tokens([10 ** 7]) == [None]
+    msgs = [{"role": "user", "content": "Hi"}]
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert text == llm.chat(msgs, ssmserve.SamplingParams(max_tokens=1), use_tqdm=False)[0].prompt
+    assert tok.apply_chat_template(msgs, add_generation_prompt=True) == tok.encode(text, add_special_tokens=False)
+    assert tok.apply_chat_template([msgs, msgs], tokenize=False) == [tok.apply_chat_template(msgs, tokenize=False)] * 2
+    # vLLM's prompt types and generate(lora_request=None).
+    from ssmserve import TextPrompt, TokensPrompt
+    p1 = ssmserve.SamplingParams(temperature=0, max_tokens=4)
+    a = llm.generate(TokensPrompt(prompt_token_ids=out.prompt_token_ids), p1, use_tqdm=False, lora_request=None)[0]
+    b = llm.generate(TextPrompt(prompt=PROMPTS[0]), p1, use_tqdm=False)[0]
+    assert a.outputs[0].token_ids == b.outputs[0].token_ids == out.outputs[0].token_ids
+    with pytest.raises(NotImplementedError, match="LoRA"):
+        llm.generate(PROMPTS[0], p1, lora_request=object())
     p = ssmserve.SamplingParams(temperature=0.9, max_tokens=8)
     q = p.clone()
     q.max_tokens = 3
@@ -356,7 +379,7 @@ def test_sampling_params_types_as_vllm():
     for kw in (dict(skip_special_tokens=None), dict(ignore_eos=1), dict(include_stop_str_in_output="yes")):
         with pytest.raises(TypeError, match=f"SamplingParams.{next(iter(kw))} must be a bool"):
             SamplingParams(**kw)
-    for name in ("n", "max_tokens", "min_tokens", "top_k", "logprobs", "prompt_logprobs", "seed"):
+    for name in ("n", "max_tokens", "min_tokens", "top_k", "seed"):  # logprobs True is 1 (vLLM)
         with pytest.raises(TypeError, match=f"SamplingParams.{name} must be an int, got True"):
             SamplingParams(**{name: True})
     with pytest.raises(TypeError, match="stop_token_ids must hold token ids"):
