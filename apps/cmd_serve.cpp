@@ -6,6 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <iostream>
 #include <thread>
 
@@ -56,7 +59,8 @@ struct ServeArgs {
   std::string model_tag;                       ///< `serve MODEL` (vLLM's positional model)
   std::vector<std::string> served_model_names;  ///< --served-model-name NAME... (the first names responses)
   bool model_option_given = false;
-  bool vllm_noop_flag = false;  ///< --disable-log-requests / --disable-log-stats (what ssmserve does anyway)
+  bool vllm_noop_flag = false;     ///< --disable-log-requests (ssmserve never logs request contents)
+  bool disable_log_stats = false;  ///< --disable-log-stats: no periodic stats line
 };
 
 /// vLLM's load_chat_template rule for --chat-template: a readable file is read; a value that is not one but holds
@@ -169,7 +173,32 @@ int run_serve(ServeArgs& a) {
   const std::string host = a.server.host.find(':') != std::string::npos ? "[" + a.server.host + "]" : a.server.host;
   std::cerr << "ssmserve: serving " << a.server.served_model_name << " on http://" << host << ":" << port
             << " (max_model_len " << a.server.max_model_len << ")" << std::endl;
+  // vLLM's periodic stats line (LoggingStatLogger, every 10 s, at info; quiet while idle).
+  std::mutex stats_mu;
+  std::condition_variable stats_cv;
+  bool stats_stop = false;
+  std::thread stats_thread;
+  if (!a.disable_log_stats && spdlog::should_log(spdlog::level::info))
+    stats_thread = std::thread([&] {
+      server::StatsLine stats;
+      auto last = std::chrono::steady_clock::now();
+      std::unique_lock<std::mutex> lk(stats_mu);
+      while (!stats_cv.wait_for(lk, std::chrono::seconds(10), [&] { return stats_stop; })) {
+        const auto now = std::chrono::steady_clock::now();
+        const std::string line = stats.next(metrics, std::chrono::duration<double>(now - last).count());
+        last = now;
+        if (!line.empty()) spdlog::info("{}", line);
+      }
+    });
   http.listen();
+  if (stats_thread.joinable()) {
+    {
+      std::lock_guard<std::mutex> lk(stats_mu);
+      stats_stop = true;
+    }
+    stats_cv.notify_all();
+    stats_thread.join();
+  }
   signal_thread.join();
   engine.shutdown();
   std::cerr << "ssmserve: stopped" << std::endl;
@@ -192,8 +221,12 @@ Runner add_serve(CLI::App& app) {
                   "A key every /v1 request must send as \"Authorization: Bearer KEY\" (else 401); repeat it to "
                   "accept several; default: $VLLM_API_KEY, else none")
       ->allow_extra_args(false);  // one value per --api-key: `serve --api-key K MODEL` keeps MODEL the model
-  cmd->add_flag("--disable-log-requests,--disable-log-stats", a->vllm_noop_flag,
-                "Accepted for vLLM command lines: ssmserve logs no per-request or periodic stats lines");
+  cmd->add_flag("--disable-log-stats", a->disable_log_stats,
+                "No stats line every 10 s (throughput, requests, state cache; logged at info, serve's default level)");
+  cmd->add_flag("--disable-uvicorn-access-log", a->server.disable_access_log,
+                "No access line per request (client - \"METHOD path HTTP/1.1\" status; info level)");
+  cmd->add_flag("--disable-log-requests", a->vllm_noop_flag,
+                "Accepted for vLLM command lines (ssmserve never logs request contents)");
   auto* mml = add_max_model_len_option(*cmd, a->max_model_len, std::to_string(kDefaultMaxModelLenWithoutLimit));
   cmd->add_option("--max-num-waiting", a->max_num_waiting,
                   "Waiting sequences (prompts x n) before new requests get 503; a request with more on its own gets 400 "

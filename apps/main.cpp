@@ -223,6 +223,8 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << msg << " (see " << command_path(app) << " --help)" << std::endl;
     return 1;
   }
+  // `serve` logs at info by default, as vLLM's server (its access and stats lines); the other commands at warn.
+  if (app.get_option("--log-level")->count() == 0 && app.got_subcommand("serve")) log_level = "info";
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_default_logger(spdlog::stderr_color_mt("ssmserve"));
   spdlog::set_level(spdlog::level::from_str(log_level));

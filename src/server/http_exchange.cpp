@@ -78,6 +78,7 @@ void Connection::dispatch() {
   req_ = HttpRequest{};
   req_.version = ex->request().version;
   req_.method = ex->request().method;
+  req_.target = ex->request().target;  // for the access line
   t_.workers->post([&t = t_, ex] {
     try {
       t.handler(ex);
@@ -89,6 +90,17 @@ void Connection::dispatch() {
 
 // 5. Responses.
 std::string Connection::serialize_head(const HttpResponse& r, bool stream, size_t content_length) {
+  if (t_.limits.access_log && spdlog::should_log(spdlog::level::info)) {
+    boost::system::error_code ec;
+    const auto peer = sock_.remote_endpoint(ec);
+    const std::string who = ec ? std::string("-") : fmt::format("{}:{}", peer.address().to_string(), peer.port());
+    // The target as sent, with control bytes shown as '?' (a log line stays one line).
+    std::string target = req_.target.substr(0, 2048);
+    for (char& c : target)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    spdlog::info("{} - \"{} {} HTTP/{}.{}\" {} {}", who, req_.method.empty() ? "-" : req_.method, target,
+                 req_.version / 10, req_.version % 10, r.status, reason(r.status));
+  }
   std::string s = fmt::format("HTTP/1.1 {} {}\r\n", r.status, reason(r.status));
   if (!r.content_type.empty()) s += "Content-Type: " + r.content_type + "\r\n";
   for (const auto& [k, v] : r.headers) s += k + ": " + v + "\r\n";

@@ -200,6 +200,7 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, Metrics& metrics, ChatTemplate c
   lim.write_timeout_s = opt_.write_timeout_s;
   lim.io_threads = opt_.io_threads;
   lim.worker_threads = opt_.http_threads;
+  lim.access_log = !opt_.disable_access_log;
   transport_ = std::make_unique<HttpTransport>(
       lim, [this](const HttpRequest& r) { return precheck(r); }, [this](const std::shared_ptr<Exchange>& ex) { handle(ex); },
       [](int status, const std::string& msg) { return error_response(ApiError(status, msg)); });

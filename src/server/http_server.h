@@ -26,6 +26,8 @@ struct ServerOptions {
   /// vLLM's --api-key (and VLLM_API_KEY): when any is set, every /v1 route needs "Authorization: Bearer <one of
   /// them>" (else 401 {"error": "Unauthorized"}); other routes (/health, /metrics, /tokenize, ...) and OPTIONS do not.
   std::vector<std::string> api_keys;
+  /// vLLM's --disable-uvicorn-access-log: no `client - "METHOD path HTTP/x" status` line per response (info level).
+  bool disable_access_log = false;
   int max_model_len = 0;               ///< prompt + max_tokens limit (resolved by the caller, > 0)
   int http_threads = 4;                ///< handler threads (parsing, tokenizing, chat templates)
   int io_threads = 2;                  ///< threads running every connection's I/O

@@ -27,6 +27,8 @@ struct HttpLimits {
   int max_requests_per_connection = 1000;
   int io_threads = 2;                   ///< threads running every connection's I/O
   int worker_threads = 4;               ///< threads running handlers (request parsing, tokenization, rendering)
+  /// An access line per response at info level (uvicorn's): `client - "METHOD target HTTP/1.1" status reason`.
+  bool access_log = true;
 };
 
 /// One request: head and (complete) body.

@@ -114,4 +114,27 @@ std::string Metrics::render(const std::string& model_name) const {
   return out;
 }
 
+std::pair<uint64_t, uint64_t> Metrics::token_totals() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return {prompt_tokens_, generation_tokens_};
+}
+
+std::string StatsLine::next(const Metrics& metrics, double seconds) {
+  const auto [prompt, generation] = metrics.token_totals();
+  const EngineGauges g = metrics.gauges();
+  const uint64_t dp = prompt - prompt_, dg = generation - generation_;
+  const int64_t dq = g.prefix_cache_queries - queries_, dh = g.prefix_cache_hits - hits_;
+  prompt_ = prompt, generation_ = generation, queries_ = g.prefix_cache_queries, hits_ = g.prefix_cache_hits;
+  if (dp == 0 && dg == 0 && g.num_requests_running == 0 && g.num_requests_waiting == 0) return "";
+  std::string line = fmt::format(
+      "Avg prompt throughput: {:.1f} tokens/s, Avg generation throughput: {:.1f} tokens/s, Running: {} reqs, Waiting: "
+      "{} reqs, state cache usage: {:.1f}%",
+      static_cast<double>(dp) / seconds, static_cast<double>(dg) / seconds, g.num_requests_running,
+      g.num_requests_waiting,
+      g.state_blocks_total > 0 ? 100.0 * g.state_blocks_used / g.state_blocks_total : 0.0);
+  if (g.prefix_cache_queries > 0)
+    line += fmt::format(", Prefix cache hit rate: {:.1f}%", dq > 0 ? 100.0 * static_cast<double>(dh) / static_cast<double>(dq) : 0.0);
+  return line;
+}
+
 }  // namespace ssmserve::server

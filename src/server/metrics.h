@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ssmserve::server {
@@ -51,6 +52,8 @@ class Metrics {
   void count_finished(const std::string& reason);
   /// The Prometheus text exposition (version 0.0.4) of everything above, labelled with model_name.
   std::string render(const std::string& model_name) const;
+  /// Cumulative prompt and generated tokens {prompt, generation} (the counters /metrics renders).
+  std::pair<uint64_t, uint64_t> token_totals() const;
 
  private:
   mutable std::mutex mu_;
@@ -59,6 +62,20 @@ class Metrics {
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram ttft_, itl_, e2e_;
   std::map<std::string, uint64_t> finished_;
+};
+
+/// vLLM's periodic stats line (its LoggingStatLogger): throughput since the previous line, requests, state blocks and
+/// prefix-cache hits, e.g. "Avg prompt throughput: 512.0 tokens/s, Avg generation throughput: 96.3 tokens/s, Running:
+/// 3 reqs, Waiting: 0 reqs, state cache usage: 2.4%, Prefix cache hit rate: 50.0%". Returns "" when nothing ran since
+/// the previous line and nothing runs or waits now (an idle server stays quiet). Not thread-safe: one caller.
+class StatsLine {
+ public:
+  /// metrics: read at each next(); seconds: the time since the previous call (> 0).
+  std::string next(const Metrics& metrics, double seconds);
+
+ private:
+  uint64_t prompt_ = 0, generation_ = 0;
+  int64_t queries_ = 0, hits_ = 0;
 };
 
 }  // namespace ssmserve::server

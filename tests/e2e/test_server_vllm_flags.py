@@ -66,3 +66,23 @@ def test_chat_template_given_as_text():
         assert httpx.post(s.base_url + "/detokenize", json={"tokens": ids}).json()["prompt"] == "[hi]\n"
     finally:
         s.stop()
+
+
+def test_access_lines_at_serves_default_log_level():
+    # `serve` logs at info by default (as vLLM's server): one access line per response, uvicorn's form;
+    # --disable-uvicorn-access-log turns them off.
+    s = Server()
+    try:
+        httpx.post(s.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        httpx.get(s.base_url + "/nope")
+        out = s.output()
+    finally:
+        s.stop()
+    assert '"POST /v1/completions HTTP/1.1" 200 OK' in out and '"GET /nope HTTP/1.1" 404 Not Found' in out, out
+    s = Server("--disable-uvicorn-access-log")
+    try:
+        httpx.post(s.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        out = s.output()
+    finally:
+        s.stop()
+    assert "POST /v1/completions" not in out, out
