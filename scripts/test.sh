@@ -13,6 +13,9 @@ phase() { echo "== scripts/test.sh: $1 at $SECONDS s"; }
 # from the cache instead of compiling them twice. A caller's own ccache settings win.
 if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  # One compiler name for both builds: ccache hashes it, and pip's CMake picked g++ where the main build's picked c++.
+  if [ -z "${CXX:-}" ] && command -v g++ >/dev/null; then export CXX=$(command -v g++); fi
+  if [ -z "${CC:-}" ] && command -v gcc >/dev/null; then export CC=$(command -v gcc); fi
   for lang in C CXX CUDA; do
     var=CMAKE_${lang}_COMPILER_LAUNCHER
     [ -n "${!var:-}" ] || export "$var=ccache"
