@@ -82,7 +82,11 @@ server::ChatTemplate load_serve_chat_template(const std::filesystem::path& token
     if (e != 'n' && e != 't' && e != 'r' && e != '\\' && e != '"' && e != '\'') source.insert(source.size() - 1, 1, '\\');
   }
   const auto [bos, eos] = server::ChatTemplate::special_tokens(tokenizer_dir);
-  return server::ChatTemplate::from_source(std::move(source), bos, eos);
+  try {
+    return server::ChatTemplate::from_source(std::move(source), bos, eos);
+  } catch (const Error& e) {
+    fail("--chat-template (given as the template text): {}", e.what());
+  }
 }
 
 int run_serve(ServeArgs& a) {
@@ -97,13 +101,20 @@ int run_serve(ServeArgs& a) {
     a.engine.max_model_len = a.max_model_len;  // the engine refuses one above the model's context or its block pool
   }
   if (a.served_model_name_given) {
-    for (const auto& n : a.served_model_names)
+    for (const auto& n : a.served_model_names) {
       SSM_CHECK(n.find_first_not_of(" \t\r\n") != std::string::npos,
                 "--served-model-name must not be empty (clients send it as \"model\")");
+      // A flag read as a name (`--served-model-name --api-key K` with the name's variable unset): an error, as
+      // vLLM's argparse gives, not a served "--api-key" and a server without its key.
+      SSM_CHECK(n[0] != '-', "--served-model-name needs a name, got \"{}\" (a name cannot start with '-')", n);
+    }
     a.server.served_model_name = a.served_model_names.front();
     a.server.served_model_aliases.assign(a.served_model_names.begin() + 1, a.served_model_names.end());
   }
-  for (const auto& key : a.server.api_keys) SSM_CHECK(!key.empty(), "--api-key must not be empty");
+  for (const auto& key : a.server.api_keys) {
+    SSM_CHECK(!key.empty(), "--api-key must not be empty");
+    SSM_CHECK(key[0] != '-', "--api-key needs a key, got a flag-like \"{}\" (a key cannot start with '-')", key.substr(0, 40));
+  }
   if (a.server.api_keys.empty() && !env_options().vllm_api_key.empty())
     a.server.api_keys.push_back(env_options().vllm_api_key);
   SSM_CHECK(a.server.read_timeout_s > 0 && a.server.read_timeout_s <= 3600, "--http-read-timeout must be in (0, 3600] seconds");
@@ -190,15 +201,22 @@ int run_serve(ServeArgs& a) {
         if (!line.empty()) spdlog::info("{}", line);
       }
     });
-  http.listen();
-  if (stats_thread.joinable()) {
+  auto stop_stats = [&] {
+    if (!stats_thread.joinable()) return;
     {
       std::lock_guard<std::mutex> lk(stats_mu);
       stats_stop = true;
     }
     stats_cv.notify_all();
     stats_thread.join();
+  };
+  try {
+    http.listen();
+  } catch (...) {
+    stop_stats();  // a joinable thread left behind would end the process
+    throw;
   }
+  stop_stats();
   signal_thread.join();
   engine.shutdown();
   std::cerr << "ssmserve: stopped" << std::endl;

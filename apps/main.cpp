@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -198,7 +199,8 @@ int main(int argc, char** argv) {
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
       ->capture_default_str()
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+      ->transform(CLI::Transformer({{"warning", "warn"}}, CLI::ignore_case))  // vLLM's / Python's spelling
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}, CLI::ignore_case));
   app.require_subcommand(1);
   // The top-level options (--log-level) are also read after the subcommand: `ssmserve generate --log-level debug`.
   app.fallthrough();
@@ -225,6 +227,7 @@ int main(int argc, char** argv) {
   }
   // `serve` logs at info by default, as vLLM's server (its access and stats lines); the other commands at warn.
   if (app.get_option("--log-level")->count() == 0 && app.got_subcommand("serve")) log_level = "info";
+  for (char& c : log_level) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));  // "INFO": info
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_default_logger(spdlog::stderr_color_mt("ssmserve"));
   spdlog::set_level(spdlog::level::from_str(log_level));

@@ -151,6 +151,17 @@ def _render_chats(engine, messages, chat_template, add_generation_prompt, contin
             for conv in conversations]
 
 
+class BatchEncoding(dict):
+    """What the tokenizer's call returns (Hugging Face's BatchEncoding, lists only): a dict whose keys ("input_ids",
+    "attention_mask") are also attributes."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 class Tokenizer:
     """The engine's tokenizer (LLM.get_tokenizer), with the Hugging Face names users call: encode(text,
     add_special_tokens=True) -> token ids (as prompts are encoded), tokenizer(text) -> {"input_ids", "attention_mask"},
@@ -170,15 +181,19 @@ class Tokenizer:
         _check_process(self._pid, "tokenizer's LLM")
         return self._engine.encode(text, add_special_tokens)
 
-    def __call__(self, text: Union[str, Sequence[str]], add_special_tokens: bool = True) -> Dict[str, Any]:
-        """Hugging Face's tokenizer(text): {"input_ids": ids, "attention_mask": ones}; a list of texts gives lists."""
+    def __call__(self, text: Union[str, Sequence[str]], add_special_tokens: bool = True,
+                 return_tensors: Optional[str] = None) -> "BatchEncoding":
+        """Hugging Face's tokenizer(text): a BatchEncoding (a dict whose keys are attributes too) with "input_ids" and
+        "attention_mask" (all ones); a list of texts gives lists. return_tensors must be None (lists only)."""
+        if return_tensors is not None:
+            raise ValueError(f"return_tensors={return_tensors!r}: this tokenizer returns lists only (None)")
         if isinstance(text, str):
             ids = self.encode(text, add_special_tokens)
-            return {"input_ids": ids, "attention_mask": [1] * len(ids)}
+            return BatchEncoding(input_ids=ids, attention_mask=[1] * len(ids))
         if not isinstance(text, (list, tuple)):
             raise TypeError(f"tokenizer() takes a str or a list of str, got {type(text).__name__}")
         ids = [self.encode(t, add_special_tokens) for t in text]
-        return {"input_ids": ids, "attention_mask": [[1] * len(i) for i in ids]}
+        return BatchEncoding(input_ids=ids, attention_mask=[[1] * len(i) for i in ids])
 
     def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = False) -> List[str]:
         return [self.decode(ids, skip_special_tokens) for ids in sequences]
@@ -198,16 +213,27 @@ class Tokenizer:
         are template variables, e.g. enable_thinking=False): the text with tokenize=False, else its token ids
         (encoded without adding special tokens: the template writes them). A list of conversations gives a list."""
         tokenize = _check_bool(tokenize, "apply_chat_template() tokenize")
+        # Hugging Face's options that are not template variables.
+        return_dict = _check_bool(kwargs.pop("return_dict", False), "apply_chat_template() return_dict")
+        if kwargs.pop("return_tensors", None) is not None:
+            raise ValueError("apply_chat_template(return_tensors=...): this tokenizer returns lists only (None)")
+        for name in ("padding", "truncation", "max_length", "tokenizer_kwargs", "return_assistant_tokens_mask"):
+            if kwargs.pop(name, None) not in (None, False):
+                raise ValueError(f"apply_chat_template({name}=...) is not supported by this tokenizer")
         _check_process(self._pid, "tokenizer's LLM")
         batched = isinstance(conversation, (list, tuple)) and bool(conversation) and isinstance(conversation[0], (list, tuple))
         texts = _render_chats(self._engine, conversation, chat_template, add_generation_prompt, continue_final_message,
                               tools, kwargs or None, "apply_chat_template()")
         out = [self._engine.encode(t, False) for t in texts] if tokenize else texts
+        if return_dict and tokenize:  # Hugging Face: a BatchEncoding of the ids
+            return BatchEncoding(input_ids=out if batched else out[0],
+                                 attention_mask=[[1] * len(i) for i in out] if batched else [1] * len(out[0]))
         return out if batched else out[0]
 
     def decode(self, ids: Union[int, Sequence[int]], skip_special_tokens: bool = False) -> str:
-        """The text of token ids (one id or a sequence). TypeError for ids that are not ints or a
-        skip_special_tokens that is not a bool; ValueError for an id outside the vocabulary."""
+        """The text of token ids (one id or a sequence); ids the tokenizer does not know decode to nothing (as Hugging
+        Face's fast tokenizers). TypeError for ids that are not ints or a skip_special_tokens that is not a bool;
+        ValueError for an id outside [0, 2**31)."""
         skip_special_tokens = _check_bool(skip_special_tokens, "decode() skip_special_tokens")
         if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
             try:
@@ -247,6 +273,13 @@ _SSMSERVE_ENGINE_ARGS = ("num_state_blocks", "threads", "num_threads", "mamba_ca
                          "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size", "swap_space", "log_level",
                          "quantization",
                          "generation_config", "override_generation_config")
+
+
+def _check_no_lora(lora_request) -> None:
+    """vLLM's lora_request (one, or one per prompt): None only; NotImplementedError for an adapter."""
+    requests = lora_request if isinstance(lora_request, (list, tuple)) else [lora_request]
+    if any(r is not None for r in requests):
+        raise NotImplementedError("lora_request: LoRA adapters are not supported by ssmserve")
 
 
 def _check_process(pid: int, what: str = "LLM") -> None:
@@ -474,8 +507,7 @@ class LLM:
         with one per prompt, or None (get_default_sampling_params(): the model's defaults, as vLLM). use_tqdm: a
         "Processed prompts" progress bar (tqdm) on stderr while the batch runs (True, the default), none (False), or
         a tqdm-like class to use. RuntimeError in a fork()ed child of the process that created the LLM."""
-        if lora_request is not None:
-            raise NotImplementedError("lora_request: LoRA adapters are not supported by ssmserve")
+        _check_no_lora(lora_request)
         _check_process(self._pid)
         prompts = _as_prompt_list(prompts)
         if sampling_params is None:
@@ -513,8 +545,7 @@ class LLM:
         continues (needs add_generation_prompt=False). tools: a list of tool schemas the template sees as `tools`.
         chat_template_kwargs: extra template variables (a dict, e.g. {"enable_thinking": False}). Malformed messages
         raise ValueError / TypeError; a template that fails raises ValueError naming its line."""
-        if lora_request is not None:
-            raise NotImplementedError("lora_request: LoRA adapters are not supported by ssmserve")
+        _check_no_lora(lora_request)
         _check_process(self._pid)
         prompts = _render_chats(self._engine, messages, chat_template, add_generation_prompt, continue_final_message,
                                 tools, chat_template_kwargs, "chat()")

@@ -3,6 +3,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -86,8 +87,8 @@ class ChatTemplate {
 /// text the OpenAI format carries (`function.arguments`) parsed into an object; null or "" becomes {}; an object is
 /// kept. Messages, calls or functions of other shapes are left alone (the server checks shapes before this).
 /// Json: nlohmann::json or ordered_json; messages: the list of chat messages (anything else is left alone).
-/// Returns the first argument text that is not JSON (its first 80 bytes) for the caller's error; nullopt when all
-/// parsed.
+/// Returns the first argument text that is not JSON (at most its first 80 bytes, whole UTF-8 characters) for the
+/// caller's error; nullopt when all parsed.
 template <class Json>
 std::optional<std::string> parse_tool_call_arguments(Json& messages) {
   if (!messages.is_array()) return std::nullopt;
@@ -104,7 +105,11 @@ std::optional<std::string> parse_tool_call_arguments(Json& messages) {
       } else if (fn["arguments"].is_string()) {
         const std::string text = fn["arguments"].template get<std::string>();
         Json parsed = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-        if (parsed.is_discarded()) return text.substr(0, 80);
+        if (parsed.is_discarded()) {
+          size_t n = std::min<size_t>(text.size(), 80);  // cut on a UTF-8 character boundary
+          while (n < text.size() && n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+          return text.substr(0, n);
+        }
         fn["arguments"] = std::move(parsed);
       }
     }

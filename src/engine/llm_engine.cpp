@@ -577,13 +577,14 @@ std::vector<RequestOutput> LLMEngine::step_impl() {
 }
 
 void LLMEngine::log_pool_split() {
-  if (!spdlog::should_log(spdlog::level::info) || !scheduler_->prefix_config().enabled()) return;
+  // Debug: at info, `serve` prints its stats line (the hit rate among it) instead.
+  if (!spdlog::should_log(spdlog::level::debug) || !scheduler_->prefix_config().enabled()) return;
   const auto now = std::chrono::steady_clock::now();
   if (now - last_pool_log_ < std::chrono::seconds(10)) return;
   last_pool_log_ = now;
   const PrefixCacheStats st = scheduler_->prefix_cache_stats();
   const int total = pool_->num_blocks() - 1, avail = scheduler_->num_available_blocks();
-  spdlog::info("block pool: {} held by running requests, {} cached ({} of them evictable), {} free of {}; prefix cache hit "
+  spdlog::debug("block pool: {} held by running requests, {} cached ({} of them evictable), {} free of {}; prefix cache hit "
                "rate {:.1f}% ({} of {} prompt tokens)",
                total - avail, scheduler_->num_cached_blocks(), avail - pool_->num_free(), pool_->num_free(), total,
                100.0 * st.hit_rate(), st.hits, st.queries);

@@ -137,7 +137,7 @@ class LLMEngine {
   PrefixCacheConfig resolve_prefix_cache() const;
   /// --swap-space: checks it against `ram` bytes and gives the scheduler a host tier when the model has one.
   void enable_swap_space(const PrefixCacheConfig& prefix, double ram);
-  /// --log-level info: the pool's split (running / cached / free blocks) and the hit rate, at most every 10 s.
+  /// --log-level debug: the pool's split (running / cached / free blocks) and the hit rate, at most every 10 s.
   void log_pool_split();
   /// Appends a sampled token (and its logprobs entry when the request asks for them) to r.
   void append_sample(RequestState& r, const SampleResult& s);

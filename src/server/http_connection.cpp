@@ -91,6 +91,8 @@ void Connection::wait_request() {
 // 2. Read the request line and headers (header deadline), check framing, then the body (read deadline).
 void Connection::read_header() {
   request_start_ = Clock::now();
+  req_.target.clear();  // the access line of a request that fails before its head shows "-", not the last one's
+  req_.method.clear();
   hparser_.emplace();
   hparser_->header_limit(static_cast<std::uint32_t>(t_.limits.max_header_bytes));
   hparser_->body_limit(t_.limits.max_body_bytes);

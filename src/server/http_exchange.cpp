@@ -94,12 +94,16 @@ std::string Connection::serialize_head(const HttpResponse& r, bool stream, size_
     boost::system::error_code ec;
     const auto peer = sock_.remote_endpoint(ec);
     const std::string who = ec ? std::string("-") : fmt::format("{}:{}", peer.address().to_string(), peer.port());
-    // The target as sent, with control bytes shown as '?' (a log line stays one line).
-    std::string target = req_.target.substr(0, 2048);
-    for (char& c : target)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    spdlog::info("{} - \"{} {} HTTP/{}.{}\" {} {}", who, req_.method.empty() ? "-" : req_.method, target,
-                 req_.version / 10, req_.version % 10, r.status, reason(r.status));
+    // The target as sent (its first 2 KB), with control bytes, '"', '\\' and non-ASCII bytes percent-encoded as
+    // uvicorn's line does: the line stays one valid UTF-8 line with one quoted field.
+    std::string target;
+    for (const char c : std::string_view(req_.target).substr(0, 2048)) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x21 || u >= 0x7f || c == '"' || c == '\\') target += fmt::format("%{:02X}", u);
+      else target += c;
+    }
+    spdlog::info("{} - \"{} {} HTTP/{}.{}\" {} {}", who, req_.method.empty() ? "-" : req_.method,
+                 target.empty() ? "-" : target, req_.version / 10, req_.version % 10, r.status, reason(r.status));
   }
   std::string s = fmt::format("HTTP/1.1 {} {}\r\n", r.status, reason(r.status));
   if (!r.content_type.empty()) s += "Content-Type: " + r.content_type + "\r\n";

@@ -73,8 +73,9 @@ std::string sse(const json& chunk) { return "data: " + dump(chunk) + "\n\n"; }
 /// Routes and their methods (HEAD is served by GET routes); other methods on them get 405 with Allow.
 const std::vector<std::pair<std::string, std::string>>& known_routes() {
   static const std::vector<std::pair<std::string, std::string>> r = {
-      {"/health", "GET"}, {"/version", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"},
-      {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}};
+      {"/health", "GET"}, {"/version", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"}, {"/ping", "GET"},
+      {"/ping", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/v1/completions", "POST"},
+      {"/v1/chat/completions", "POST"}};
   return r;
 }
 
@@ -234,12 +235,29 @@ void OpenAIServer::drain_and_stop(double timeout_s) {
 std::optional<HttpResponse> OpenAIServer::precheck(const HttpRequest& req) const {
   try {
     if (draining_ && req.path != "/metrics") throw ApiError(503, "the server is shutting down");
+    // The API key first, before any body is read and whatever the method (vLLM's middleware runs before routing).
+    if (!authorized(req)) {
+      HttpResponse r;
+      r.status = 401;
+      r.content_type = "application/json";
+      r.body = R"({"error":"Unauthorized"})";  // vLLM's AuthenticationMiddleware body
+      // Its body is not read: a request that has one ends the connection.
+      r.close = req.header_count("Transfer-Encoding") > 0 || req.header("Content-Length").value_or("0") != "0";
+      return r;
+    }
+    std::string allowed;  // the methods of a known path, when the request's is not one of them
     for (const auto& [path, method] : known_routes()) {
       if (path != req.path) continue;
-      if (req.method == method || (method == "GET" && req.method == "HEAD")) break;
+      if (req.method == method || (method == "GET" && req.method == "HEAD")) {
+        allowed.clear();
+        break;
+      }
+      allowed += (allowed.empty() ? "" : ", ") + (method == "GET" ? std::string("GET, HEAD") : method);
+    }
+    if (!allowed.empty()) {
       HttpResponse r = error_response(
-          ApiError(405, fmt::format("Method Not Allowed: {} {} (allowed: {})", req.method, req.path, method)));
-      r.headers.emplace_back("Allow", method == "GET" ? "GET, HEAD" : method);
+          ApiError(405, fmt::format("Method Not Allowed: {} {} (allowed: {})", req.method, req.path, allowed)));
+      r.headers.emplace_back("Allow", allowed);
       return r;
     }
     if (req.method == "POST") {
@@ -353,13 +371,6 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
   try {
     const std::string& p = req.path;
     const bool get = req.method == "GET" || req.method == "HEAD";
-    if (!authorized(req)) {
-      HttpResponse r;
-      r.status = 401;
-      r.content_type = "application/json";
-      r.body = R"({"error":"Unauthorized"})";  // vLLM's AuthenticationMiddleware body
-      return ex->respond(std::move(r));
-    }
     if (p == "/health" && get) return ex->respond(HttpResponse{});
     if (p == "/ping" && (get || req.method == "POST")) return ex->respond(HttpResponse{});  // vLLM's (SageMaker) probe
     if (p == "/version" && get) return ex->respond(json_response({{"version", version()}}));
@@ -456,6 +467,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     base = cr;
   }
   check_model(base.model);
+  if (base.model && !base.model->empty()) job->model = *base.model;  // vLLM's _get_model_name: the name it was sent
   job->n = base.params.n;
   job->stream = base.stream;
   job->return_tokens_as_token_ids = base.return_tokens_as_token_ids.value_or(opt_.return_tokens_as_token_ids);
@@ -514,14 +526,15 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     SamplingParams sp = base.params;
     // Completions' omitted max_tokens is 16, checked as a given one (vLLM's CompletionRequest default, then
     // _validate_input: a prompt that leaves no room for 16 tokens is a 400, not a shorter completion).
-    if (base.max_tokens_given || !chat) {
+    if (base.max_tokens_given || base.max_tokens_defaulted) {
       if (static_cast<long long>(len) + sp.max_tokens > opt_.max_model_len)
         bad_request(base.max_tokens_field,
                     fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
                                 "the input, {} in the completion). Please reduce the length of the input or the completion.",
                                 opt_.max_model_len, static_cast<long long>(len) + sp.max_tokens, len, sp.max_tokens));
     } else {
-      // Chat: vLLM's get_max_tokens, what the context leaves, at most the model's default max_tokens.
+      // Chat's absent max_tokens and completions' null: vLLM's get_max_tokens, what the context leaves, at most the
+      // model's default max_tokens.
       const int room = opt_.max_model_len - len;
       const GenerationDefaults& gd = opt_.generation_defaults;
       sp.max_tokens = std::min(room, gd.max_tokens.value_or(room));

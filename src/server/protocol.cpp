@@ -77,8 +77,8 @@ int as_logprobs(const json& v, const std::string& name, int max_logprobs, bool a
   return static_cast<int>(x);
 }
 
-/// vLLM's prompt_logprobs (both endpoints): a count within --max-logprobs, not with stream (as vLLM). Call after
-/// r.stream is parsed.
+/// vLLM's prompt_logprobs (both endpoints): a count within --max-logprobs; with stream only 0, which is then dropped
+/// (as vLLM's check_logprobs). Call after r.stream is parsed.
 void parse_prompt_logprobs(const json& b, GenerationRequest& r, int max_logprobs) {
   const json* v = field(b, "prompt_logprobs");
   if (!v || v->is_null()) return;
@@ -192,9 +192,12 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
     sp.min_p = as_number(*v, "min_p");
     if (sp.min_p < 0 || sp.min_p > 1) bad_request("min_p", fmt::format("min_p must be in [0, 1] (got {})", sp.min_p));
   }
-  // Any int64, as vLLM's request models (a negative seed is its two's-complement bits).
-  if (const json* v = field(b, "seed"))
-    sp.seed = static_cast<uint64_t>(as_int(*v, "seed", std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max()));
+  // Any int64, as vLLM's request models; -1 is no seed (vLLM's SamplingParams), another negative seed its
+  // two's-complement bits.
+  if (const json* v = field(b, "seed")) {
+    const long long seed = as_int(*v, "seed", std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max());
+    if (seed != -1) sp.seed = static_cast<uint64_t>(seed);
+  }
   for (const char* k : {"presence_penalty", "frequency_penalty"})
     if (const json* v = field(b, k)) {
       const double x = as_number(*v, k);
@@ -334,7 +337,10 @@ CompletionRequest parse_completion_request(const json& b, int max_logprobs, cons
   CompletionRequest r;
   parse_common(b, r, "max_tokens", /*chat=*/false, defaults);
   r.params.structured_outputs = parse_structured_outputs(b, nullptr, &r.structured_outputs_field);
-  if (!r.max_tokens_given) r.params.max_tokens = 16;  // OpenAI's completions default (vLLM's, whatever the defaults)
+  if (!r.max_tokens_given && !b.contains("max_tokens")) {  // OpenAI's completions default (vLLM's, whatever the defaults)
+    r.params.max_tokens = 16;
+    r.max_tokens_defaulted = true;
+  }
   const json* p = field(b, "prompt");
   if (!p) bad_request("prompt", "prompt is required");
   auto text_prompt = [&](const json& s) {

@@ -41,6 +41,9 @@ struct GenerationRequest {
   /// The field that set params.structured_outputs (parse_structured_outputs' `field`), for check_structured_outputs.
   std::string structured_outputs_field;
   bool max_tokens_given = false;
+  /// Completions without a max_tokens field: OpenAI's (vLLM's) 16, checked against the context as a given one; an
+  /// explicit null takes what the context leaves, as chat's absent field does.
+  bool max_tokens_defaulted = false;
   /// The field errors about params.max_tokens name: "max_tokens" on completions; on chat "max_completion_tokens",
   /// or "max_tokens" when the client sent only that (vLLM's deprecated spelling).
   std::string max_tokens_field = "max_tokens";

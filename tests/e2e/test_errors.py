@@ -184,3 +184,7 @@ def test_completions_default_max_tokens_is_checked_against_the_context(server):
     assert r.status_code == 400 and "maximum context length" in r.json()["error"]["message"], r.text
     r = httpx.post(server.base_url + "/v1/completions", json={"prompt": ids, "max_tokens": 10}, timeout=120)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 10, r.text
+    # An explicit null is what the context leaves (vLLM's get_max_tokens), not 16.
+    r = httpx.post(server.base_url + "/v1/completions", json={"prompt": ids, "max_tokens": None, "ignore_eos": True},
+                   timeout=120)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 10, r.text

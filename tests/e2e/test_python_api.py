@@ -212,7 +212,7 @@ def test_tokenizer_clone_and_engine_seed(llm):
     # Ids it does not know (the padded embedding rows sampling may pick) decode to nothing, as Hugging Face's.
     assert tok.decode([10 ** 7]) == "" and tok.decode(out.prompt_token_ids + [10 ** 7]) == PROMPTS[0]
     # The Hugging Face calls vLLM scripts make on it.
-    assert tok(PROMPTS[0])["input_ids"] == out.prompt_token_ids
+    assert tok(PROMPTS[0])["input_ids"] == tok(PROMPTS[0]).input_ids == out.prompt_token_ids
     assert tok([PROMPTS[0], "a"])["attention_mask"][1] == [1] * len(tok.encode("a"))
     assert tok.encode(PROMPTS[0], add_special_tokens=False) == out.prompt_token_ids  # GPT-NeoX adds none
     assert tok.batch_decode([out.prompt_token_ids, out.outputs[0].token_ids]) == [PROMPTS[0], out.outputs[0].text]
@@ -223,12 +223,18 @@ def test_tokenizer_clone_and_engine_seed(llm):
     assert text == llm.chat(msgs, ssmserve.SamplingParams(max_tokens=1), use_tqdm=False)[0].prompt
     assert tok.apply_chat_template(msgs, add_generation_prompt=True) == tok.encode(text, add_special_tokens=False)
     assert tok.apply_chat_template([msgs, msgs], tokenize=False) == [tok.apply_chat_template(msgs, tokenize=False)] * 2
+    enc = tok.apply_chat_template(msgs, add_generation_prompt=True, return_dict=True)
+    assert enc.input_ids == tok.encode(text, add_special_tokens=False) and set(enc) == {"input_ids", "attention_mask"}
+    with pytest.raises(ValueError, match="return_tensors"):
+        tok.apply_chat_template(msgs, return_tensors="pt")
     # vLLM's prompt types and generate(lora_request=None).
     from ssmserve import TextPrompt, TokensPrompt
     p1 = ssmserve.SamplingParams(temperature=0, max_tokens=4)
     a = llm.generate(TokensPrompt(prompt_token_ids=out.prompt_token_ids), p1, use_tqdm=False, lora_request=None)[0]
     b = llm.generate(TextPrompt(prompt=PROMPTS[0]), p1, use_tqdm=False)[0]
     assert a.outputs[0].token_ids == b.outputs[0].token_ids == out.outputs[0].token_ids
+    assert llm.generate([PROMPTS[0]] * 2, p1, use_tqdm=False, lora_request=[None, None])[1].outputs[0].token_ids == \
+        out.outputs[0].token_ids
     with pytest.raises(NotImplementedError, match="LoRA"):
         llm.generate(PROMPTS[0], p1, lora_request=object())
     p = ssmserve.SamplingParams(temperature=0.9, max_tokens=8)

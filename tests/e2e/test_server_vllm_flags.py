@@ -1,6 +1,7 @@
 # vLLM's `serve` command lines work unchanged: `serve MODEL`, --api-key (and VLLM_API_KEY) guarding the /v1 routes,
 # several --served-model-name values, --chat-template given as the template text, /ping, "model": "" as the default
 # model, and the log flags vLLM users pass.
+import socket
 import subprocess
 
 try:
@@ -25,10 +26,13 @@ def test_api_keys_guard_the_v1_routes_only():
             r = httpx.post(url + "/v1/completions", json=body, headers={"Authorization": key})
             assert r.status_code == 200, r.text
         ok = {"Authorization": "Bearer k1"}
-        # Every served name is accepted, "" is the default model, responses name the first; /v1/models lists all.
+        # Every served name is accepted and names the response (vLLM's _get_model_name), "" is the first; /v1/models
+        # lists all. A wrong method gets the 401 too (the key is checked first, before any body is read).
         for model in (MODEL_NAME, "alias", ""):
             r = httpx.post(url + "/v1/completions", json={**body, "model": model}, headers=ok)
-            assert r.status_code == 200 and r.json()["model"] == MODEL_NAME, r.text
+            assert r.status_code == 200 and r.json()["model"] == (model or MODEL_NAME), r.text
+        assert httpx.get(url + "/v1/completions").status_code == 401
+        assert httpx.get(url + "/v1/completions", headers=ok).status_code == 405
         r = httpx.post(url + "/v1/completions", json={**body, "model": "other"}, headers=ok)
         assert r.status_code == 404
         assert [m["id"] for m in httpx.get(url + "/v1/models", headers=ok).json()["data"]] == [MODEL_NAME, "alias"]
@@ -53,6 +57,11 @@ def test_vllm_api_key_variable():
 def test_model_given_twice_and_empty_flags_are_errors():
     for args, words in ((["serve", str(MODEL), "--model", str(MODEL)], "not both"),
                         (["serve", str(MODEL), "--api-key", ""], "--api-key must not be empty"),
+                        # A flag read as a value (an unset shell variable before it): an error, not a server without
+                        # its key that serves "--api-key" as a model name.
+                        (["serve", str(MODEL), "--served-model-name", "--api-key", "k"], "cannot start with '-'"),
+                        (["serve", str(MODEL), "--api-key", "--served-model-name"], "cannot start with '-'"),
+                        (["serve", str(MODEL), "--chat-template", "{{ broken"], "--chat-template"),
                         (["serve", str(MODEL), "--chat-template", "/nonexistent/t.jinja"], "file not found")):
         r = subprocess.run([str(BINARY), *args, "--port", "0"], capture_output=True, text=True, timeout=60)
         assert r.returncode != 0 and words in r.stderr, (args, r.stderr)
@@ -75,10 +84,16 @@ def test_access_lines_at_serves_default_log_level():
     try:
         httpx.post(s.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
         httpx.get(s.base_url + "/nope")
+        with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+            c.sendall(b'GET /q"\\\xff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+            while c.recv(4096):
+                pass
         out = s.output()
     finally:
         s.stop()
     assert '"POST /v1/completions HTTP/1.1" 200 OK' in out and '"GET /nope HTTP/1.1" 404 Not Found' in out, out
+    # Quotes, backslashes and non-ASCII bytes of a target are percent-encoded (one valid line, one quoted field).
+    assert '"GET /q%22%5C%FF HTTP/1.1" 404 Not Found' in out, out
     s = Server("--disable-uvicorn-access-log")
     try:
         httpx.post(s.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
@@ -86,3 +101,14 @@ def test_access_lines_at_serves_default_log_level():
     finally:
         s.stop()
     assert "POST /v1/completions" not in out, out
+
+
+def test_seed_minus_one_is_no_seed(server):
+    # vLLM's SamplingParams: seed -1 is no seed (samples differ run to run); another seed repeats.
+    body = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 1.0, "ignore_eos": True}
+    texts = {httpx.post(server.base_url + "/v1/completions", json={**body, "seed": -1}).json()["choices"][0]["text"]
+             for _ in range(4)}
+    assert len(texts) > 1
+    same = {httpx.post(server.base_url + "/v1/completions", json={**body, "seed": -2}).json()["choices"][0]["text"]
+            for _ in range(2)}
+    assert len(same) == 1

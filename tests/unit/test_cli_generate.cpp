@@ -232,6 +232,13 @@ TEST(CliGenerate, LogLevelAfterTheSubcommand) {
   const CliRun r = run("generate --prompt hi --max-tokens 2 --log-level info");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("[info]"));
+  // Any case, and Python's / vLLM's "warning" (an unknown name read as spdlog's "off" silenced everything).
+  const CliRun upper = run("generate --prompt hi --max-tokens 2 --log-level INFO");
+  ASSERT_EQ(upper.status, 0) << upper.err;
+  EXPECT_THAT(upper.err, HasSubstr("[info]"));
+  const CliRun warning = run("--log-level Warning generate --prompt hi --max-tokens 2");
+  ASSERT_EQ(warning.status, 0) << warning.err;
+  EXPECT_THAT(warning.err, ::testing::Not(HasSubstr("[info]")));
 }
 
 TEST(CliGenerate, HelpAndVersionExitZero) {
