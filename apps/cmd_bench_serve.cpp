@@ -18,6 +18,7 @@
 
 #include "apps/commands.h"
 #include "config/hf_json.h"
+#include "core/env_options.h"
 #include "core/error.h"
 
 namespace ssmserve::cli {
@@ -118,10 +119,18 @@ bool is_chat_endpoint(const std::string& endpoint) {
   return false;
 }
 
+/// A client of the server at `url`, sending $OPENAI_API_KEY as its bearer token when set (vLLM's bench, the openai
+/// client), for servers started with --api-key.
+httplib::Client server_client(const Url& url) {
+  httplib::Client cli(url.scheme_host_port);
+  if (const std::string& key = env_options().openai_api_key; !key.empty()) cli.set_bearer_token_auth(key);
+  return cli;
+}
+
 /// Random token-id prompts as text, for the chat endpoint (a message holds text): the server's /detokenize of each.
 /// Throws Error naming the server's answer when it cannot.
 void detokenize_prompts(const Url& url, const std::string& model, std::vector<json>& prompts) {
-  httplib::Client cli(url.scheme_host_port);
+  httplib::Client cli = server_client(url);
   cli.set_connection_timeout(30);
   for (json& p : prompts) {
     if (!p.is_array()) continue;
@@ -155,7 +164,7 @@ std::string event_text(const json& j, bool chat) {
 RequestResult run_request(const Url& url, const std::string& path, bool chat, const std::string& model, const json& prompt,
                           int max_tokens) {
   RequestResult r;
-  httplib::Client cli(url.scheme_host_port);
+  httplib::Client cli = server_client(url);
   cli.set_connection_timeout(30);
   cli.set_read_timeout(600);
   httplib::Request req;
@@ -240,8 +249,10 @@ int run_bench_serve(BenchServeArgs& a) {
   const bool chat = is_chat_endpoint(a.endpoint);
   const Url url = split_url(a.base_url);
   if (a.model.empty()) {  // the server's (first) model
-    httplib::Client cli(url.scheme_host_port);
+    httplib::Client cli = server_client(url);
     auto res = cli.Get(url.path_prefix + "/v1/models");
+    SSM_CHECK(!res || res->status != 401, "{}{}/v1/models answered 401: the server wants an API key (set OPENAI_API_KEY)",
+              url.scheme_host_port, url.path_prefix);
     SSM_CHECK(res && res->status == 200, "cannot list the models at {}{}/v1/models (is the server running?)", url.scheme_host_port,
               url.path_prefix);
     check_json_depth(res->body, "the server's /v1/models answer");

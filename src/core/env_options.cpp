@@ -58,6 +58,7 @@ EnvOptions read_env() {
   o.omp_defaults = !(get("OMP_WAIT_POLICY") || get("GOMP_SPINCOUNT") || get("SSMSERVE_NO_OMP_DEFAULTS"));
   if (const char* v = get("SSMSERVE_NCCL_LIB")) o.nccl_lib = v;
   if (const char* v = get("VLLM_API_KEY")) o.vllm_api_key = v;
+  if (const char* v = get("OPENAI_API_KEY")) o.openai_api_key = v;
   o.tp_p2p_allreduce = !off("SSMSERVE_TP_P2P_ALLREDUCE");
   if (const char* v = get("SSMSERVE_CPU_ISA")) o.cpu_isa = v;
   for (const std::string& name : gpu_switch_names())

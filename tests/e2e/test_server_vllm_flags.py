@@ -1,6 +1,8 @@
 # vLLM's `serve` command lines work unchanged: `serve MODEL`, --api-key (and VLLM_API_KEY) guarding the /v1 routes,
 # several --served-model-name values, --chat-template given as the template text, /ping, "model": "" as the default
 # model, and the log flags vLLM users pass.
+import json
+import os
 import socket
 import subprocess
 
@@ -45,11 +47,23 @@ def test_api_keys_guard_the_v1_routes_only():
         s.stop()
 
 
-def test_vllm_api_key_variable():
+def test_vllm_api_key_variable_and_bench_serve_with_openai_api_key(tmp_path):
     s = Server(env={"VLLM_API_KEY": "zz"})
     try:
         assert httpx.get(s.base_url + "/v1/models").status_code == 401
         assert httpx.get(s.base_url + "/v1/models", headers={"Authorization": "Bearer zz"}).status_code == 200
+        # `bench serve` sends $OPENAI_API_KEY (vLLM's bench); without it the 401 is named.
+        cmd = [str(BINARY), "bench", "serve", "--base-url", s.base_url, "--num-prompts", "2", "--input-len", "4",
+               "--output-len", "2", "--output-json", str(tmp_path / "r.json")]
+        env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode != 0 and "OPENAI_API_KEY" in r.stderr, r.stderr
+        for endpoint in ("/v1/completions", "/v1/chat/completions"):
+            r = subprocess.run(cmd + ["--endpoint", endpoint], capture_output=True, text=True, timeout=120,
+                               env=dict(env, OPENAI_API_KEY="zz"))
+            assert r.returncode == 0, r.stderr
+            res = json.loads((tmp_path / "r.json").read_text())
+            assert res["completed"] == 2 and res["failed"] == 0, res
     finally:
         s.stop()
 
