@@ -29,7 +29,8 @@ struct StopDecision {
   size_t keep_chars = 0;
 };
 
-/// Stop logic for one output sequence, evaluated after each generated token, in vLLM's order:
+/// Stop logic for one output sequence, evaluated after each generated token, in vLLM v0's order (v1 checks
+/// max_tokens first, so an EOS that is also the max_tokens-th token ends with "length" there, "stop" here):
 ///  0. while num_output_tokens < min_tokens nothing but max_tokens can stop the sequence, and stop strings are
 ///     searched only from the (min_tokens + 1)-th token on (vLLM v1's detokenizer: the first min_tokens tokens'
 ///     text is never searched, apart from the len(stop)-1 bytes of look-back below);
