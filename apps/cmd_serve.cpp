@@ -77,9 +77,13 @@ server::ChatTemplate load_serve_chat_template(const std::filesystem::path& token
       source += value[i];
       continue;
     }
-    const char e = value[++i];
-    source += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
-    if (e != 'n' && e != 't' && e != 'r' && e != '\\' && e != '"' && e != '\'') source.insert(source.size() - 1, 1, '\\');
+    switch (const char e = value[++i]) {
+      case 'n': source += '\n'; break;
+      case 't': source += '\t'; break;
+      case 'r': source += '\r'; break;
+      case '\\': case '"': case '\'': source += e; break;
+      default: source += '\\', source += e;  // an unknown escape stays as written (Python's unicode_escape)
+    }
   }
   const auto [bos, eos] = server::ChatTemplate::special_tokens(tokenizer_dir);
   try {

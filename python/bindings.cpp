@@ -93,18 +93,15 @@ class PyLLM {
   std::vector<int> encode(const std::string& text, bool add_special_tokens) const {
     return tokenizer().encode(text, add_special_tokens);
   }
-  /// Text of `ids`. Ids outside the vocabulary are a ValueError, or with `skip_unknown` (Tokenizer.decode, as Hugging
-  /// Face's fast tokenizers) decode to nothing: the padded rows of an embedding that sampling may pick.
-  std::string decode(const std::vector<int>& ids, bool skip_special_tokens, bool skip_unknown) const {
+  /// Text of `ids` (Tokenizer.decode). Ids the tokenizer does not know decode to nothing, as Hugging Face's fast
+  /// tokenizers: the padded rows of an embedding that sampling may pick.
+  std::string decode(const std::vector<int>& ids, bool skip_special_tokens) const {
     const Tokenizer& t = tokenizer();
-    if (skip_unknown) {
-      std::vector<int> known;
-      for (int id : ids)
-        if (t.has_id(id)) known.push_back(id);
-      return t.decode(known, skip_special_tokens);
-    }
-    for (int id : ids) SSM_CHECK(t.has_id(id), "token id {} is not in the vocabulary", id);
-    return t.decode(ids, skip_special_tokens);
+    std::vector<int> known;
+    known.reserve(ids.size());
+    for (int id : ids)
+      if (t.has_id(id)) known.push_back(id);
+    return t.decode(known, skip_special_tokens);
   }
   /// The vocabulary string of `id`, or None when the tokenizer does not know it.
   std::optional<std::string> id_to_token(int id) const {
@@ -524,7 +521,7 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def("encode", &PyLLM::encode, py::arg("text"), py::arg("add_special_tokens") = true,
            py::call_guard<GilRelease>())
       .def("decode", &PyLLM::decode, py::arg("ids"), py::arg("skip_special_tokens") = false,
-           py::arg("skip_unknown") = false, py::call_guard<GilRelease>())
+           py::call_guard<GilRelease>())
       .def("id_to_token", &PyLLM::id_to_token, py::arg("id"))
       .def("vocab_size", &PyLLM::vocab_size)
       .def("eos_token_ids", &PyLLM::eos_token_ids)

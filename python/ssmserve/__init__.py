@@ -252,7 +252,7 @@ class Tokenizer:
                 raise ValueError(f"token id {t} is not in the vocabulary")
             checked.append(t)
         _check_process(self._pid, "tokenizer's LLM")
-        return self._engine.decode(checked, skip_special_tokens, True)
+        return self._engine.decode(checked, skip_special_tokens)
 
     @property
     def vocab_size(self) -> int:
