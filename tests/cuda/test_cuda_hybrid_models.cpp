@@ -105,6 +105,7 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
   /// Two GPU runners with options a and b over the hybrid schedule (prefills, then graph-captured decode steps):
   /// logits bit-identical at every step.
   void expect_same_logits(const cuda::CudaModelOptions& a_opt, const cuda::CudaModelOptions& b_opt, const char* what) {
+    const cudatest::TuningScope restore(cuda::kernel_tuning());
     const DecoderSpec spec = architecture_spec(cfg_);
     auto ra = cuda::load_cuda_decoder(cfg_, spec, format_, a_opt);
     auto rb = cuda::load_cuda_decoder(cfg_, spec, format_, b_opt);
@@ -114,7 +115,10 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
       SCOPED_TRACE(::testing::Message() << "step " << step);
       ForwardBatch fb = sched.batch(step, *ra);
       std::vector<float> la(fb.logits_indices.size() * cfg_.vocab_size), lb(la.size());
+      // Each decoder installs its options' KernelTuning at load (a process-wide switch): each forward runs under its own.
+      cuda::set_kernel_tuning(a_opt.kernels);
       ra->forward(fb, a, la.data());
+      cuda::set_kernel_tuning(b_opt.kernels);
       rb->forward(fb, b, lb.data());
       ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << what;
       sched.advance(step);
@@ -281,6 +285,18 @@ TEST_P(CudaHybridModel, FusedCastsEqualSeparate) {
   expect_same_logits(fused, cast, "logits with the bf16 copies written by their producers differ from cast launches");
   fused.batch_invariant = cast.batch_invariant = true;
   expect_same_logits(fused, cast, "batch-invariant: logits with the fused casts differ from cast launches");
+}
+
+/// A Mamba-2 layer's decode rows in one launch (conv, SSD update, gated norm: KernelTuning::mamba2_decode_fused, the
+/// default; kernels/cuda/mamba2_decode.h) against the three kernels: bit-identical logits (bf16 weights; batch-invariant
+/// mode and fp32 weights keep the three kernels, so those compare the one path with itself, as do cases without
+/// Mamba-2 layers).
+TEST_P(CudaHybridModel, Mamba2DecodeFusedEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions fused, separate;
+  fused.kernels.mamba2_decode_fused = true;
+  separate.kernels.mamba2_decode_fused = false;
+  expect_same_logits_each_mode(fused, separate, "logits with the fused Mamba-2 decode step differ from its three kernels");
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,

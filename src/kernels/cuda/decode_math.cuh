@@ -53,28 +53,42 @@ __device__ __forceinline__ void mma_chunk(float (&c)[4], const uint4& a0, const 
 
 constexpr int kConvMaxWidth = 8;
 
+/// The decode conv of one channel from its window in registers: win[0..S) (S = width - 1, oldest first), the taps
+/// w[0..width), the new input xv. Order: bias, then taps oldest to newest (causal_conv1d.cu's), then SiLU.
+__device__ __forceinline__ float conv_window_output(const float (&w)[kConvMaxWidth], float bias,
+                                                   const float (&win)[kConvMaxWidth], int width, float xv,
+                                                   bool apply_silu) {
+  const int S = width - 1;
+  float acc = bias;
+#pragma unroll
+  for (int k = 0; k < kConvMaxWidth; ++k) {  // static indices: w and win stay in registers
+    if (k > S) break;
+    acc = fmaf(w[k], k < S ? win[k] : xv, acc);
+  }
+  return apply_silu ? silu(acc) : acc;
+}
+
 /// causal_conv1d_update for one channel c of one row: window = src[0..S) (S = width - 1, element k at src[k * dim]),
-/// new input xv; returns the (SiLU'd) output and writes the shifted window to dst (dst == src: in place; a speculative
-/// verify token writes the next column's window). Order: bias, then taps oldest to newest (causal_conv1d.cu's).
+/// new input xv; returns the (SiLU'd) output (conv_window_output) and writes the shifted window to dst (dst == src:
+/// in place; a speculative verify token writes the next column's window).
 template <class TS>
 __device__ __forceinline__ float conv_update_channel(const TS* src, TS* dst, int64_t dim, int width, const float* w_row,
                                                      float bias, float xv, bool apply_silu) {
   const int S = width - 1;
-  float acc = bias;
-  float win[kConvMaxWidth];
+  float win[kConvMaxWidth], w[kConvMaxWidth];
 #pragma unroll
-  for (int k = 0; k < kConvMaxWidth - 1; ++k) {
-    if (k >= S) break;
-    win[k] = load(src + k * dim);
-    acc = fmaf(w_row[k], win[k], acc);
+  for (int k = 0; k < kConvMaxWidth; ++k) {
+    if (k > S) break;
+    w[k] = w_row[k];
+    if (k < S) win[k] = load(src + k * dim);
   }
-  acc = fmaf(w_row[S], xv, acc);
+  const float out = conv_window_output(w, bias, win, width, xv, apply_silu);
 #pragma unroll
   for (int k = 0; k < kConvMaxWidth - 1; ++k) {
     if (k >= S) break;
     store(dst + k * dim, k + 1 < S ? win[k + 1] : xv);
   }
-  return apply_silu ? silu(acc) : acc;
+  return out;
 }
 /// The in-place form (a plain decode row).
 template <class TS>

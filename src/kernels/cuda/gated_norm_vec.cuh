@@ -122,6 +122,41 @@ __global__ void __launch_bounds__(kGatedNormVecMaxThreads) gated_norm_vec_kernel
   }
 }
 
+/// One (row, group) of gated_norm_vec_kernel<TO, vpt> launched with `threads` threads (GatedNormVecPlan), computed by
+/// the first `threads` threads of a larger block (blockDim.x >= threads, a multiple of 32; the others add 0 to the
+/// block sum, which leaves it unchanged, and store nothing): the kernel's runs, sums and stores in its order, so its
+/// bits. y (the group's first element) is read through the L2 (ld.global.cg: rows other blocks of the caller's grid
+/// wrote); z, weight, out likewise at the group's first element. Every thread of the block must call it (block_sum).
+template <class TO>
+__device__ __forceinline__ void gated_norm_group_in_block(const float* y, const float* __restrict__ z,
+                                                          const float* __restrict__ weight, float eps,
+                                                          int64_t group_size, bool norm_before_gate, TO* out,
+                                                          int threads, int vpt, float* scratch) {
+  const int n4 = static_cast<int>(group_size / 4), tid = threadIdx.x;
+  const float4* y4 = reinterpret_cast<const float4*>(y);
+  const float4* z4 = reinterpret_cast<const float4*>(z);
+  float ss = 0.0f;
+  if (tid < threads)
+    for (int j = 0; j < vpt; ++j) {
+      const int i = tid + j * threads;
+      if (i >= n4) continue;
+      float4 g, h;
+      ss += gated_norm_run(__ldcg(y4 + i), z4[i], norm_before_gate, g, h);
+    }
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(group_size) + eps);
+  if (tid >= threads) return;
+  const float4* w4 = reinterpret_cast<const float4*>(weight);
+  for (int j = 0; j < vpt; ++j) {
+    const int i = tid + j * threads;
+    if (i >= n4) continue;
+    float4 g, h;
+    gated_norm_run(__ldcg(y4 + i), z4[i], norm_before_gate, g, h);
+    const float4 v = gated_norm_out(h, g, inv, w4[i], norm_before_gate);
+    store4(out + 4 * i, v.x, v.y, v.z, v.w);
+  }
+}
+
 /// Calls launch(kernel) with the instantiation for plan.vpt and out_dtype (F32 or BF16); launch receives a
 /// pointer to gated_norm_vec_kernel<TO, VPT> and the typed out pointer.
 template <class Launch>

@@ -75,6 +75,11 @@ struct KernelTuning {
   /// Qwen3.5-35B-A3B, whose gated add is in the combine); 0: the down GEMV and the combine kernel always
   /// (SSMSERVE_MOE_DOWN_COMBINE=0|1|2). The same bits either way.
   int moe_down_combine = 1;
+  /// A Mamba-2 layer's plain decode rows (up to 16, outside batch-invariant mode, bf16 weights) take one launch for
+  /// the conv update, the SSD state update and the gated norm (mamba2_decode_fused: the last block of each (row,
+  /// group) runs the group's norm) instead of three; off: the three kernels (SSMSERVE_MAMBA2_DECODE_FUSED=0). The same
+  /// bits either way.
+  bool mamba2_decode_fused = true;
   /// The per-pair GEMVs' shape (benchmarks; SSMSERVE_MOE_PAIR_TUNE="rows,warps[,one_wave]"): output rows per warp (1,
   /// 2 or 4) and warps per block (4 or 8), 0: by the rule in moe.cu (enough warps to fill the SMs); one_wave: at most
   /// the blocks the SMs hold at once, each looping over an equal share of the pair rows (no partial last wave). Never

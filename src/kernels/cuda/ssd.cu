@@ -1,6 +1,7 @@
 // Owns the GPU Mamba-2 SSD scan (see ssd.h).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ssd.h"
+#include "kernels/cuda/ssd_decode_math.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace ssmserve::cuda {
@@ -8,49 +9,23 @@ namespace {
 using namespace detail;
 
 constexpr int kWarps = 4;
-constexpr int kRowsPerWarp = 4;                       // rows of P per warp
+constexpr int kRowsPerWarp = kSsdRowsPerWarp;         // rows of P per warp
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;  // 16
-constexpr int kMaxPerLane = 8;                        // N <= 256
+constexpr int kMaxPerLane = kSsdMaxPerLane;           // N <= 256
 
 /// Advances rows [p0, p0 + kRowsPerWarp) of head h over tokens [t0, t1), writing y rows (y_row0 + t - t0).
 __device__ __forceinline__ void advance(const SsdInputs& in, const SsdParams& p, int h, int g, int p0, int lane,
                                         float (&st)[kRowsPerWarp][kMaxPerLane], int64_t t0, int64_t t1, float* y,
                                         int64_t y_stride, int64_t y_row0) {
   const int N = p.d_state, P = p.head_dim;
-  const float Ah = p.A[h], Dh = p.D ? p.D[h] : 0.0f, bias = p.dt_bias ? p.dt_bias[h] : 0.0f;
+  const float Dh = p.D ? p.D[h] : 0.0f;
   for (int64_t t = t0; t < t1; ++t) {
-    float dt = softplus(in.dt.data[t * in.dt.stride + h] + bias);
-    dt = fminf(fmaxf(dt, p.time_step_min), p.time_step_max);
-    const float e = dt * Ah;
-    const float dA = e < -60.0f ? 0.0f : expf(e);
+    float dt, dA;
+    ssd_dt(p, h, in.dt.data[t * in.dt.stride + h], dt, dA);
     const float* xt = in.x.data + t * in.x.stride + static_cast<int64_t>(h) * P;
     const float* Bt = in.B.data + t * in.B.stride + static_cast<int64_t>(g) * N;
     const float* Ct = in.C.data + t * in.C.stride + static_cast<int64_t>(g) * N;
-    float b[kMaxPerLane], c[kMaxPerLane];
-#pragma unroll
-    for (int k = 0; k < kMaxPerLane; ++k) {
-      const int n = lane + 32 * k;
-      b[k] = n < N ? Bt[n] : 0.0f;
-      c[k] = n < N ? Ct[n] : 0.0f;
-    }
-    float mine = 0.0f;  // lane r keeps row r's output
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int pr = p0 + r;
-      const float xv = pr < P ? xt[pr] : 0.0f;
-      const float dtx = dt * xv;
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kMaxPerLane; ++k) {
-        if (32 * k < N) {  // uniform over the warp
-          const float s = dA * st[r][k] + dtx * b[k];
-          st[r][k] = s;
-          acc += s * c[k];
-        }
-      }
-      acc = warp_sum(acc) + Dh * xv;
-      if (lane == r) mine = acc;
-    }
+    const float mine = ssd_token_rows(st, N, P, p0, lane, dt, dA, Dh, xt + p0, Bt, Ct);
     if (lane < kRowsPerWarp && p0 + lane < P)
       y[(y_row0 + t - t0) * y_stride + static_cast<int64_t>(h) * P + p0 + lane] = mine;
   }

@@ -9,6 +9,8 @@
 #include "dist/shard.h"
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
+#include "kernels/cuda/kernel_tuning.h"
+#include "kernels/cuda/mamba2_decode.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/ssd.h"
 #include "kernels/cuda/state_stores.h"
@@ -27,6 +29,9 @@ class CudaMamba2 final : public CudaModule {
     if (!w.conv_bias.empty()) conv_bias_ = to_device(w.conv_bias);
     dt_bias_ = to_device(w.dt_bias), A_ = to_device(w.A), D_ = to_device(w.D), gate_norm_ = to_device(w.gate_norm);
     out_proj_ = upload_weight(w.out_proj, wd);
+    // The fused decode step's arrival counters (mamba2_decode.h): zero, and left zero by every launch.
+    counters_ = DeviceBuffer(static_cast<size_t>(kMamba2FusedMaxRows) * m_.n_groups * sizeof(int32_t));
+    counters_.fill_bytes(0);
   }
 
   ModuleStateSpec state_spec() const override { return mamba2_state_spec(m_, full_); }
@@ -73,12 +78,7 @@ class CudaMamba2 final : public CudaModule {
     void* gated = p[3].get(T * I * dtype_size(wd));
     SSM_CHECK(np == 0 || md.chunk_size == m_.chunk_size, "Mamba-2 forward: metadata chunk_size {} != model chunk_size {}",
               md.chunk_size, m_.chunk_size);
-    // 1. (forward: proj = in_proj(normed).) 2. Causal conv1d + SiLU over xBC (decode rows update their window; prefill rows below).
     ConvParams conv{C, m_.d_conv, conv_weight_.as<float>(), conv_bias_.data() ? conv_bias_.as<float>() : nullptr, state.conv, true};
-    if (nd > 0)
-      SSM_CUDA_CHECK(conv1d_update_dual(proj + I, PW, xbc, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd),
-                                        opt.pdl && !st.forked, s));
-    // 3. SSD: x = xBC[:, :I], B, C the next two G*N slices, dt = proj[:, I + C:].
     SsdParams sp;
     sp.num_heads = static_cast<int>(NH), sp.head_dim = m_.head_dim, sp.n_groups = m_.n_groups, sp.d_state = m_.d_state;
     sp.A = A_.as<float>(), sp.D = D_.as<float>(), sp.dt_bias = dt_bias_.as<float>();
@@ -86,6 +86,18 @@ class CudaMamba2 final : public CudaModule {
     sp.ssm_states = state.ssm;
     sp.exact_products = wd != DType::BF16;  // bf16 weights: one TF32 pass is well inside their tolerance
     sp.bf16_products = wd == DType::BF16 && !opt.ssd_tf32;  // the chunked form on bf16 tensor cores
+    // Plain decode rows (up to 16, outside batch-invariant mode) in one launch: conv, SSD update and gated norm
+    // (KernelTuning::mamba2_decode_fused; the same bits as steps 2-4 below). Prefill rows then take their norm below.
+    Mamba2DecodeArgs fused{proj, PW, conv, sp, sm.state_indices_d, y, gate_norm_.as<float>(), eps_, m_.norm_before_gate,
+                           gated, I, wd, counters_.as<int32_t>()};
+    const bool fuse = nd > 0 && sm.spec_cols == 1 && !opt.batch_invariant && kernel_tuning().mamba2_decode_fused &&
+                      mamba2_decode_fused_fits(fused, static_cast<int>(nd));
+    if (fuse) SSM_CUDA_CHECK(mamba2_decode_fused(fused, static_cast<int>(nd), s, opt.pdl && !st.forked));
+    // 1. (forward: proj = in_proj(normed).) 2. Causal conv1d + SiLU over xBC (decode rows update their window; prefill rows below).
+    if (nd > 0 && !fuse)
+      SSM_CUDA_CHECK(conv1d_update_dual(proj + I, PW, xbc, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd),
+                                        opt.pdl && !st.forked, s));
+    // 3. SSD: x = xBC[:, :I], B, C the next two G*N slices, dt = proj[:, I + C:].
     auto inputs_from = [&](int64_t r0) {
       return SsdInputs{{xbc + r0 * C, C}, {proj + r0 * PW + I + C, PW}, {xbc + r0 * C + I, C}, {xbc + r0 * C + I + GN, C}, {}, {}, {}};
     };
@@ -109,7 +121,8 @@ class CudaMamba2 final : public CudaModule {
                                             sm.query_start_loc_p, sm.state_indices_p, sm.has_initial_states_p, np, T - P0, s));
     // Large decode batches (> 16 plain rows, outside batch-invariant mode): the state-run kernel; else (and for
     // speculative verify rows) the one whose math is the sequential prefill walk's.
-    if (nd > 16 && !opt.batch_invariant && sm.spec_cols == 1)
+    if (fuse) {
+    } else if (nd > 16 && !opt.batch_invariant && sm.spec_cols == 1)
       SSM_CUDA_CHECK(ssd_state_update_wide(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s, opt.pdl));
     else if (nd > 0)
       SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.decode_rows(), static_cast<int>(nd), s, opt.pdl));
@@ -127,8 +140,11 @@ class CudaMamba2 final : public CudaModule {
       SSM_CUDA_CHECK(ssd_chunk_scan_fwd(prefill_in, sp, cm, y + P0 * I, I, nullptr, s));
     }
     // 4. Gated RMSNorm with z (in the GEMM dtype), then out_proj (row-parallel: all-reduced under TP).
-    SSM_CUDA_CHECK(gated_rms_norm_pdl(y, I, proj, PW, gate_norm_.as<float>(), eps_, T, I, I / m_.n_groups, m_.norm_before_gate,
-                                      gated, wd, I, opt.pdl, s));
+    const int64_t n0 = fuse ? nd : 0;  // the fused decode rows are normalized already
+    const size_t gs = dtype_size(wd);
+    SSM_CUDA_CHECK(gated_rms_norm_pdl(y + n0 * I, I, proj + n0 * PW, PW, gate_norm_.as<float>(), eps_, T - n0, I,
+                                      I / m_.n_groups, m_.norm_before_gate, static_cast<char*>(gated) + n0 * I * gs, wd,
+                                      I, opt.pdl, s));
     ctx_.gemm_run(gated, T, I, out_proj_, out, Hd);
     ctx_.tp->all_reduce(out, T * Hd);
   }
@@ -140,6 +156,7 @@ class CudaMamba2 final : public CudaModule {
   float eps_;
   DevWeight in_proj_, out_proj_;
   DeviceBuffer conv_weight_, conv_bias_, dt_bias_, A_, D_, gate_norm_;
+  DeviceBuffer counters_;  // [kMamba2FusedMaxRows, n_groups] int32: the fused decode step's arrival counters
 };
 
 }  // namespace
