@@ -299,6 +299,18 @@ TEST_P(CudaHybridModel, Mamba2DecodeFusedEqualsSeparate) {
   expect_same_logits_each_mode(fused, separate, "logits with the fused Mamba-2 decode step differ from its three kernels");
 }
 
+/// A Gated DeltaNet layer's decode rows in one launch (conv, preparation, delta rule, per-head gated norm:
+/// CudaModelOptions::gdn_decode_fused, the default; kernels/cuda/gated_delta_decode_fused.h) against the four kernels:
+/// bit-identical logits (bf16 weights; batch-invariant mode and fp32 weights keep the four kernels, so those compare
+/// the one path with itself, as do cases without Gated DeltaNet layers).
+TEST_P(CudaHybridModel, GdnDecodeFusedEqualsSeparate) {
+  REQUIRE_GPU();
+  cuda::CudaModelOptions fused, separate;
+  fused.gdn_decode_fused = true;
+  separate.gdn_decode_fused = false;
+  expect_same_logits_each_mode(fused, separate, "logits with the fused Gated DeltaNet decode step differ from its four kernels");
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,
                          ::testing::Values(HybridCase{"tiny-granitemoehybrid", false}, HybridCase{"tiny-nemotron_h", false},
                                            HybridCase{"tiny-bamba", true}, HybridCase{"tiny-jamba", true, 7e-2, 2e-2},

@@ -79,7 +79,11 @@ __global__ void __launch_bounds__(kThreads) mamba2_decode_kernel(FusedArgs f) {
   }
   pdl_wait();  // proj comes from the in_proj GEMM, the direct predecessor
   pdl_launch_dependents();
-  if (blk == 0) return;  // a padding row: every block of the row leaves, its counter untouched
+  if (blk == 0) {  // a padding row: zero out rows (finite), every block of the row leaves, its counter untouched
+    if (tid < kRowsPerBlock && r0 + tid < P)
+      static_cast<bf16*>(a.out)[b * a.out_stride + static_cast<int64_t>(h) * P + r0 + tid] = __float2bfloat16_rn(0.0f);
+    return;
+  }
   const float* prow = a.proj + static_cast<int64_t>(b) * a.proj_stride;
   float xin[kSlots];
 #pragma unroll

@@ -20,8 +20,8 @@ namespace ssmserve::cuda {
 /// Most decode rows one launch takes (the counters' rows; larger decode batches take the wide SSD kernel).
 inline constexpr int kMamba2FusedMaxRows = 16;
 
-/// One Mamba-2 layer's plain decode rows (one token each, state blocks updated in place; block 0: a padding row,
-/// nothing read or written for it).
+/// One Mamba-2 layer's plain decode rows (one token each, state blocks updated in place; block 0: a padding row, whose
+/// out row is written as zeros, no state read or written).
 struct Mamba2DecodeArgs {
   const float* proj = nullptr;  ///< [rows, proj_stride] fp32: z (d_inner) | xBC (conv.dim) | dt (num_heads) per row
   int64_t proj_stride = 0;

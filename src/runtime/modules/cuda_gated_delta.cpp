@@ -12,6 +12,7 @@
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gated_delta.h"
+#include "kernels/cuda/gated_delta_decode_fused.h"
 #include "kernels/cuda/state_stores.h"
 #include "model/mixers/gated_delta_mixer.h"
 
@@ -32,6 +33,9 @@ class CudaGatedDelta final : public CudaModule {
     out_proj_ = upload_weight(w.out_proj, wd);
     conv_weight_ = to_device(w.conv_weight), A_log_ = to_device(w.A_log), dt_bias_ = to_device(w.dt_bias);
     norm_ = to_device(w.norm_full);
+    // The fused decode step's arrival counters (gated_delta_decode_fused.h): zero, and left zero by every launch.
+    counters_ = DeviceBuffer(static_cast<size_t>(kGdnFusedMaxRows) * (m_.num_v_heads + m_.num_k_heads) * sizeof(int32_t));
+    counters_.fill_bytes(0);
   }
 
   ModuleStateSpec state_spec() const override { return gated_delta_state_spec(m_, full_); }
@@ -71,7 +75,18 @@ class CudaGatedDelta final : public CudaModule {
     ctx_.gemm_run(normed, T, H_, in_proj_, proj, PW);
     // 2. Causal conv1d + SiLU over [q | k | v].
     const ConvParams conv{C, m_.conv_kernel, conv_weight_.as<float>(), nullptr, state.conv, true};
-    if (nd > 0) SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
+    GatedDeltaParams gp;
+    gp.num_k_heads = Hk, gp.num_v_heads = Hv, gp.head_k_dim = Dk, gp.head_v_dim = m_.head_v_dim, gp.chunk_size = m_.chunk_size;
+    gp.states = state.ssm;
+    // Plain decode rows (up to 16, outside batch-invariant mode) in one launch: steps 2-5 (CudaModelOptions::
+    // gdn_decode_fused; the same bits). The prefill rows then take steps 2-5 below, their norm from row P0.
+    const GdnDecodeArgs fused{proj, PW, conv, gp, A_log_.as<float>(), dt_bias_.as<float>(), sm.state_indices_d, o,
+                              norm_.as<float>(), m_.eps, gated, Vd, wd, counters_.as<int32_t>()};
+    const bool fuse = nd > 0 && sm.spec_cols == 1 && !opt.batch_invariant && opt.gdn_decode_fused &&
+                      gated_delta_decode_fused_fits(fused, static_cast<int>(nd));
+    if (fuse) SSM_CUDA_CHECK(gated_delta_decode_fused(fused, static_cast<int>(nd), s, opt.pdl));
+    if (nd > 0 && !fuse)
+      SSM_CUDA_CHECK(conv1d_update_dual(proj, PW, qkv, C, nullptr, 0, conv, sm.decode_rows(), static_cast<int>(nd), opt.pdl, s));
     // "all"-mode stores: the conv windows at the store offsets first (the prefill conv overwrites the rows' windows).
     if (np > 0 && sm.stores.any())
       SSM_CUDA_CHECK(conv_store_windows(proj + P0 * PW, PW, C, m_.conv_kernel, state.conv, sm.query_start_loc_p,
@@ -80,17 +95,18 @@ class CudaGatedDelta final : public CudaModule {
       SSM_CUDA_CHECK(causal_conv1d_fwd(proj + P0 * PW, PW, qkv + P0 * C, C, conv, sm.query_start_loc_p, sm.state_indices_p,
                                        sm.has_initial_states_p, np, T - P0, s));
     // 3. q, k L2-normalised in place (q / sqrt(Dk)); g, beta from a, b.
+    const int64_t first = fuse ? nd : 0;  // the first row the separate kernels take (decode rows fused: the prefill's)
     GatedDeltaPrepareArgs pa;
-    pa.q = qkv, pa.q_stride = C, pa.k = qkv + Kd, pa.k_stride = C;
-    pa.b = proj + C + Vd, pa.b_stride = PW, pa.a = proj + C + Vd + Hv, pa.a_stride = PW;
+    float* q = qkv + first * C;
+    const float* ab = proj + first * PW + C + Vd;  // [b | a] of row `first`
+    float* gates = gb + first * 2 * Hv;
+    pa.q = q, pa.q_stride = C, pa.k = q + Kd, pa.k_stride = C;
+    pa.b = ab, pa.b_stride = PW, pa.a = ab + Hv, pa.a_stride = PW;
     pa.A_log = A_log_.as<float>(), pa.dt_bias = dt_bias_.as<float>();
-    pa.q_out = qkv, pa.q_out_stride = C, pa.k_out = qkv + Kd, pa.k_out_stride = C;
-    pa.g = gb, pa.g_stride = 2 * Hv, pa.beta = gb + Hv, pa.beta_stride = 2 * Hv;
-    SSM_CUDA_CHECK(gated_delta_prepare(pa, T, Hk, Hv, Dk, s, opt.pdl));
+    pa.q_out = q, pa.q_out_stride = C, pa.k_out = q + Kd, pa.k_out_stride = C;
+    pa.g = gates, pa.g_stride = 2 * Hv, pa.beta = gates + Hv, pa.beta_stride = 2 * Hv;
+    SSM_CUDA_CHECK(gated_delta_prepare(pa, T - first, Hk, Hv, Dk, s, opt.pdl));
     // 4. The delta rule on each request's state.
-    GatedDeltaParams gp;
-    gp.num_k_heads = Hk, gp.num_v_heads = Hv, gp.head_k_dim = Dk, gp.head_v_dim = m_.head_v_dim, gp.chunk_size = m_.chunk_size;
-    gp.states = state.ssm;
     const auto inputs = [&](int64_t r0) {
       const float* r = qkv + r0 * C;
       const float* g = gb + r0 * 2 * Hv;
@@ -98,7 +114,7 @@ class CudaGatedDelta final : public CudaModule {
     };
     // Batch-invariant mode: decode in one slicing at every batch size, and the prefill rows walk their tokens through
     // the decode kernel's per-token step (bit-identical to decoding them one at a time, however the prompt is cut).
-    if (nd > 0)
+    if (nd > 0 && !fuse)
       SSM_CUDA_CHECK(
           gated_delta_decode(inputs(0), gp, o, Vd, sm.decode_rows(), static_cast<int>(nd), s, opt.batch_invariant, opt.pdl));
     if (np > 0 && opt.batch_invariant) {
@@ -117,8 +133,9 @@ class CudaGatedDelta final : public CudaModule {
                                                   sm.state_indices_p, np, T - P0, ws, s, prec, sm.stores));
     }
     // 5. RMSNorm per value head gated by silu(z) (norm before gate), in the GEMM dtype; out_proj (all-reduced under TP).
-    SSM_CUDA_CHECK(gated_rms_norm_pdl(o, Vd, proj + C, PW, norm_.as<float>(), m_.eps, T, Vd, m_.head_v_dim, true, gated, wd, Vd,
-                                      opt.pdl, s));
+    SSM_CUDA_CHECK(gated_rms_norm_pdl(o + first * Vd, Vd, proj + first * PW + C, PW, norm_.as<float>(), m_.eps,
+                                      T - first, Vd, m_.head_v_dim, true,
+                                      static_cast<char*>(gated) + first * Vd * dtype_size(wd), wd, Vd, opt.pdl, s));
     ctx_.gemm_run(gated, T, Vd, out_proj_, out, H_);
     ctx_.tp->all_reduce(out, T * H_);
   }
@@ -141,6 +158,7 @@ class CudaGatedDelta final : public CudaModule {
   int64_t H_;
   DevWeight in_proj_, out_proj_;
   DeviceBuffer conv_weight_, A_log_, dt_bias_, norm_;
+  DeviceBuffer counters_;  // [kGdnFusedMaxRows, Hv + Hk] int32: the fused decode step's arrival counters
 };
 
 }  // namespace
