@@ -137,8 +137,10 @@ TEST(CudaGdnDecodeFused, EqualsFourKernelsBitForBit) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   // tiny-qwen3_5_moe's heads, Qwen3.5's (128 / 128, 2 value heads per key head), 64, a 256-wide key head, conv 2 / 1.
+  // At 16 rows the 32-column slices run for {2, 4, 128, 128}, {2, 8, 128, 64}, {2, 4, 256, 128} (512 threads) and
+  // {2, 8, 64, 64}.
   const std::vector<Shape> shapes = {{4, 8, 32, 32, 4}, {2, 4, 128, 128, 4}, {1, 4, 64, 64, 4}, {2, 2, 256, 128, 2},
-                                     {2, 8, 128, 64, 1}};
+                                     {2, 8, 128, 64, 1}, {2, 4, 256, 128, 4}, {2, 8, 64, 64, 4}};
   const std::vector<std::vector<int32_t>> batches = {{3}, {2, 0, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0, 15}};
   int cases = 0;
   for (const Shape& s : shapes)
@@ -157,7 +159,7 @@ TEST(CudaGdnDecodeFused, EqualsFourKernelsBitForBit) {
           ++cases;
         }
     }
-  EXPECT_EQ(cases, 5 * 2 * 3 * 2);
+  EXPECT_EQ(cases, 7 * 2 * 3 * 2);
 }
 
 // Runs without a GPU: host-side checks on fake, aligned device addresses (nothing is launched).
@@ -191,6 +193,17 @@ TEST(CudaGdnDecodeFused, FitsOnlyWhatItComputes) {
   EXPECT_TRUE(refused([](cuda::GdnDecodeArgs& b) { b.proj_stride -= 1; }));  // no room for a
   EXPECT_TRUE(refused([](cuda::GdnDecodeArgs& b) { b.dt_bias = nullptr; }));
   EXPECT_TRUE(refused([](cuda::GdnDecodeArgs& b) { b.counters = nullptr; }));
+  // A norm group wider than the block's threads cover (Dv 256: 64 threads; Dk 32 at 16 columns: a 32-thread block).
+  EXPECT_TRUE(refused([](cuda::GdnDecodeArgs& b) {
+    b.gdn.head_k_dim = 32, b.gdn.head_v_dim = 256;
+    const int64_t kd = 2 * 32, vd = 4 * 256;
+    b.conv.dim = 2 * kd + vd, b.proj_stride = b.conv.dim + vd + 8, b.out_stride = vd;
+    b.conv.conv_states.block_stride = 3 * b.conv.dim, b.gdn.states.block_stride = vd * 32;
+  }));
+  cuda::GdnDecodeArgs wide = a;  // the same with Dk 64: 64 threads, fits
+  wide.gdn.head_v_dim = 256, wide.conv.dim = 2 * 128 + 1024, wide.proj_stride = wide.conv.dim + 1024 + 8;
+  wide.out_stride = 1024, wide.conv.conv_states.block_stride = 3 * wide.conv.dim, wide.gdn.states.block_stride = 1024 * 64;
+  EXPECT_TRUE(cuda::gated_delta_decode_fused_fits(wide, 1));
 }
 
 }  // namespace

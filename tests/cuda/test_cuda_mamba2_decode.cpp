@@ -139,9 +139,10 @@ TEST(CudaMamba2Decode, FusedStepEqualsConvSsdAndNormBitForBit) {
   std::mt19937 rng(seed);
   // Granite-4.0-H (one group), Nemotron-H (8 groups, 2 heads each), head_dim 40 (a partial 32-row block), d_state
   // 256 / 64 / 16, conv widths 4 / 2 / 1 / 8.
+  // Granite-4.0-H-Tiny's 3072-wide norm group (4 runs of 192 threads) and a 5120-wide one (8 runs of 160).
   const std::vector<Shape> shapes = {{8, 64, 1, 128, 4}, {16, 64, 8, 128, 4}, {6, 40, 2, 64, 4},
                                      {4, 32, 4, 256, 2}, {4, 16, 1, 16, 4},   {3, 24, 3, 32, 1},
-                                     {2, 64, 1, 128, 8}};
+                                     {2, 64, 1, 128, 8}, {48, 64, 1, 128, 4}, {80, 64, 1, 64, 4}};
   const std::vector<std::vector<int32_t>> batches = {{3}, {2, 0, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0, 15}};
   int cases = 0;
   for (const Shape& s : shapes)
@@ -161,7 +162,7 @@ TEST(CudaMamba2Decode, FusedStepEqualsConvSsdAndNormBitForBit) {
             ++cases;
           }
       }
-  EXPECT_EQ(cases, 7 * 2 * 2 * 3 * 2);
+  EXPECT_EQ(cases, 9 * 2 * 2 * 3 * 2);
 }
 
 // Runs without a GPU: the checks are on the host (fake, aligned device addresses; nothing is launched).

@@ -4,6 +4,7 @@
 #include "kernels/cuda/gated_delta_decode_fused.h"
 #include "kernels/cuda/gated_delta_step.cuh"
 #include "kernels/cuda/gated_norm_vec.cuh"
+#include "kernels/cuda/l2_loads.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace ssmserve::cuda {
@@ -44,8 +45,9 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread)) gdn_deco
   const int W = cv.width, S = W - 1;
   const int cg = tid % kCG, rg = tid / kCG;
   // Before the wait: the row's block (uploaded before the step's first kernel), its state slice and conv windows (last
-  // written by this layer's previous step) and the constant taps: nothing the predecessor writes.
-  const int32_t blk = a.state_indices[b];
+  // written by this layer's previous step) and the constant taps: nothing the predecessor writes. What an earlier
+  // grid wrote is read through the L2.
+  const int32_t blk = load_cg(a.state_indices + b);
   int64_t ch[kSlots];
   float cw[kSlots][kConvMaxWidth], cwin[kSlots][kConvMaxWidth], cb[kSlots];
 #pragma unroll
@@ -59,7 +61,7 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread)) gdn_deco
     for (int k = 0; k < kConvMaxWidth; ++k) {
       if (k > S) break;
       cw[q][k] = cv.weight[ch[q] * W + k];
-      if (k < S) cwin[q][k] = load(win + k * cv.dim);
+      if (k < S) cwin[q][k] = load_cg(win + k * cv.dim);
     }
     cb[q] = cv.bias ? cv.bias[ch[q]] : 0.0f;
   }
@@ -68,13 +70,13 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread)) gdn_deco
   float4 s[kRowsPerThread];
   if (blk != 0) {
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) s[i] = load4(state + static_cast<int64_t>(rg + kRG * i) * Dv);
+    for (int i = 0; i < kRowsPerThread; ++i) s[i] = load4_cg(state + static_cast<int64_t>(rg + kRG * i) * Dv);
   }
   pdl_wait();  // proj comes from the in_proj GEMM, the direct predecessor
   pdl_launch_dependents();
   const float* prow = a.proj + static_cast<int64_t>(b) * a.proj_stride;
   bf16* orow = static_cast<bf16*>(a.out) + static_cast<int64_t>(b) * a.out_stride + static_cast<int64_t>(h) * Dv + col0;
-  if (blk == 0) {  // a padding row: zeros, as the separate kernels' norm of the decode kernel's zero outputs
+  if (blk == 0) {  // a padding row: zero out rows (the separate kernels' norm of the decode kernel's zero outputs, up to sign)
     if (tid < kCols) orow[tid] = __float2bfloat16_rn(0.0f);
     return;
   }
@@ -131,12 +133,12 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread)) gdn_deco
   // head) every read of the q / k windows.
   __threadfence();
   __syncthreads();
-  int32_t* cnt_v = a.counters + static_cast<int64_t>(b) * Hv + h;
-  int32_t* cnt_k = a.counters + static_cast<int64_t>(kGdnFusedMaxRows) * Hv + static_cast<int64_t>(b) * Hk + kh;
-  if (tid == 0) {
-    const int per_head = Dv / kCols;
-    last_v = atomicAdd(cnt_v, 1) == per_head - 1;
-    last_k = atomicAdd(cnt_k, 1) == (Hv / Hk) * per_head - 1;
+  if (tid == 0) {  // atomicInc wraps each count to 0 at its last arrival: zero again for the next launch
+    auto* cnt = reinterpret_cast<unsigned*>(a.counters);
+    const unsigned per_head = Dv / kCols, per_key = (Hv / Hk) * per_head;
+    last_v = atomicInc(cnt + static_cast<int64_t>(b) * Hv + h, per_head - 1) == per_head - 1;
+    last_k = atomicInc(cnt + static_cast<int64_t>(kGdnFusedMaxRows) * Hv + static_cast<int64_t>(b) * Hk + kh, per_key - 1) ==
+             per_key - 1;
   }
   __syncthreads();
   if (last_k) {
@@ -150,13 +152,11 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread)) gdn_deco
         store(win + k * cv.dim, k + 1 < S ? cwin[q][k + 1] : xin[q]);
       }
     }
-    if (tid == 0) *cnt_k = 0;  // ready for the next launch
   }
   if (!last_v) return;
   __threadfence();
   gated_norm_group_in_block(o, prow + cv.dim + static_cast<int64_t>(h) * Dv, a.norm_weight + static_cast<int64_t>(h) * Dv,
                             a.eps, Dv, true, orow - col0, f.norm_threads, f.norm_vpt, scratch);
-  if (tid == 0) *cnt_v = 0;
 }
 
 GatedNormVecPlan norm_plan(const GdnDecodeArgs& a) {

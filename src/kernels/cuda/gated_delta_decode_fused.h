@@ -23,11 +23,11 @@ namespace ssmserve::cuda {
 inline constexpr int kGdnFusedMaxRows = 16;
 
 /// One Gated DeltaNet layer's plain decode rows (one token each, state blocks updated in place; block 0: a padding
-/// row, whose out row is written as zeros, no state read or written).
+/// row, whose out row is written as zeros (the separate kernels' zeros up to their sign), no state read or written).
 struct GdnDecodeArgs {
   const float* proj = nullptr;  ///< [rows, proj_stride] fp32: q | k | v (conv.dim) | z (Hv * Dv) | b (Hv) | a (Hv)
   int64_t proj_stride = 0;
-  ConvParams conv;              ///< conv.dim = 2 Hk Dk + Hv Dv; no SiLU-less convs (apply_silu)
+  ConvParams conv;              ///< conv.dim = 2 Hk Dk + Hv Dv (apply_silu honoured, as the separate conv)
   GatedDeltaParams gdn;         ///< heads, head dims, the state pool (chunk_size unused)
   const float* A_log = nullptr;    ///< [Hv]
   const float* dt_bias = nullptr;  ///< [Hv]
@@ -38,7 +38,9 @@ struct GdnDecodeArgs {
   void* out = nullptr;          ///< [rows, out_stride] BF16: out_proj's input
   int64_t out_stride = 0;
   DType out_dtype = DType::BF16;
-  int32_t* counters = nullptr;  ///< [kGdnFusedMaxRows * (Hv + Hk)] int32 device, all 0 (each launch leaves them 0)
+  /// [kGdnFusedMaxRows * (Hv + Hk)] int32 device, all 0 (each launch leaves them 0); two launches of one layer must not
+  /// overlap (a stream runs them one after the other).
+  int32_t* counters = nullptr;
 };
 
 /// Whether gated_delta_decode_fused takes `rows` rows: 1..kGdnFusedMaxRows rows, gated_delta_decode_supported, conv

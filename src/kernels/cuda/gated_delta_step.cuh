@@ -26,6 +26,14 @@ __device__ __forceinline__ void store4(__nv_bfloat16* p, float4 v) {
   u.y = *reinterpret_cast<const uint32_t*>(&b);
   *reinterpret_cast<uint2*>(p) = u;
 }
+/// load4 through the L2 (ld.global.cg; l2_loads.cuh): state another grid wrote, read before a PDL wait.
+__device__ __forceinline__ float4 load4_cg(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 load4_cg(const __nv_bfloat16* p) {
+  const uint2 u = __ldcg(reinterpret_cast<const uint2*>(p));
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
 __device__ __forceinline__ float4 load4(const __half* p) {
   const uint2 u = *reinterpret_cast<const uint2*>(p);
   const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));

@@ -2,6 +2,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_math.cuh"
 #include "kernels/cuda/gated_norm_vec.cuh"
+#include "kernels/cuda/l2_loads.cuh"
 #include "kernels/cuda/mamba2_decode.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/ssd_decode_math.cuh"
@@ -41,7 +42,8 @@ __global__ void __launch_bounds__(kThreads) mamba2_decode_kernel(FusedArgs f) {
   const int W = cv.width, S = W - 1;
   // Before the wait: the row's state block (uploaded before the step's first kernel), its SSM state rows and conv
   // windows (last written by this layer's previous step) and the constant taps: nothing the predecessor writes.
-  const int32_t blk = a.state_indices[b];
+  // What an earlier grid wrote is read through the L2.
+  const int32_t blk = load_cg(a.state_indices + b);
   // This thread's conv channels (slot q): column c in xBC (-1: none), taps, bias and window.
   int64_t ch[kSlots];
   float cw[kSlots][kConvMaxWidth], cwin[kSlots][kConvMaxWidth], cb[kSlots];
@@ -60,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) mamba2_decode_kernel(FusedArgs f) {
     for (int k = 0; k < kConvMaxWidth; ++k) {
       if (k > S) break;
       cw[q][k] = cv.weight[c * W + k];
-      if (k < S) cwin[q][k] = load(win + k * cv.dim);
+      if (k < S) cwin[q][k] = load_cg(win + k * cv.dim);
     }
     cb[q] = cv.bias ? cv.bias[c] : 0.0f;
   }
@@ -74,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) mamba2_decode_kernel(FusedArgs f) {
 #pragma unroll
       for (int k = 0; k < kSsdMaxPerLane; ++k) {
         const int n = lane + 32 * k, pr = p0 + r;
-        st[r][k] = (n < N && pr < P) ? load(state + static_cast<int64_t>(pr) * N + n) : 0.0f;
+        st[r][k] = (n < N && pr < P) ? load_cg(state + static_cast<int64_t>(pr) * N + n) : 0.0f;
       }
   }
   pdl_wait();  // proj comes from the in_proj GEMM, the direct predecessor
@@ -123,10 +125,9 @@ __global__ void __launch_bounds__(kThreads) mamba2_decode_kernel(FusedArgs f) {
   // windows behind it.
   __threadfence();
   __syncthreads();
-  int32_t* counter = a.counters + static_cast<int64_t>(b) * G + g;
-  if (tid == 0) {
-    const int blocks = static_cast<int>(gridDim.x) * (sp.num_heads / G);
-    last_s = atomicAdd(counter, 1) == blocks - 1;
+  if (tid == 0) {  // atomicInc wraps the count to 0 at the last arrival: zero again for the next launch
+    const unsigned blocks = gridDim.x * static_cast<unsigned>(sp.num_heads / G);
+    last_s = atomicInc(reinterpret_cast<unsigned*>(a.counters) + static_cast<int64_t>(b) * G + g, blocks - 1) == blocks - 1;
   }
   __syncthreads();
   if (!last_s) return;
@@ -144,7 +145,6 @@ __global__ void __launch_bounds__(kThreads) mamba2_decode_kernel(FusedArgs f) {
   const int64_t g0 = static_cast<int64_t>(g) * f.group_size;
   gated_norm_group_in_block(a.y + b * I + g0, prow + g0, a.norm_weight + g0, a.eps, f.group_size, a.norm_before_gate,
                             static_cast<bf16*>(a.out) + b * a.out_stride + g0, f.norm_threads, f.norm_vpt, scratch);
-  if (tid == 0) *counter = 0;  // ready for the next launch
 }
 
 GatedNormVecPlan norm_plan(const Mamba2DecodeArgs& a) {

@@ -35,7 +35,9 @@ struct Mamba2DecodeArgs {
   void* out = nullptr;          ///< [rows, out_stride] in out_dtype (BF16): out_proj's input
   int64_t out_stride = 0;
   DType out_dtype = DType::BF16;
-  int32_t* counters = nullptr;  ///< [kMamba2FusedMaxRows * n_groups] int32 device, all 0 (each launch leaves them 0)
+  /// [kMamba2FusedMaxRows * n_groups] int32 device, all 0 (each launch leaves them 0); two launches of one layer must not
+  /// overlap (a stream runs them one after the other).
+  int32_t* counters = nullptr;
 };
 
 /// Whether mamba2_decode_fused takes `rows` rows of this layer: 1..kMamba2FusedMaxRows rows, d_state <= 256,
