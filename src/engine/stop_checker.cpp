@@ -41,8 +41,34 @@ StopDecision StopChecker::on_token(int token_id, std::string_view text, size_t n
   d.keep_chars = text.size();
   auto contains = [token_id](const std::vector<int>& v) { return std::find(v.begin(), v.end(), token_id) != v.end(); };
 
-  // EOS and stop token ids count from the min_tokens-th token (the sampler masks them before it; vLLM v1's
-  // check_stop), stop strings only in text after the first min_tokens tokens (vLLM v1's detokenizer, PR 22014).
+  // Stop strings in the new text plus the last len(stop)-1 older bytes, only after the first min_tokens tokens (vLLM
+  // v1's detokenizer, PR 22014): the earliest match wins (ties: list order).
+  auto stop_string = [&]() -> bool {
+    if (new_text_start >= text.size() || num_output_tokens <= min_tokens_) return false;
+    size_t best_pos = std::string_view::npos;
+    const std::string* best = nullptr;
+    for (const auto& s : stop_) {
+      const size_t from = new_text_start >= s.size() - 1 ? new_text_start - (s.size() - 1) : 0;
+      const size_t pos = text.find(s, from);
+      if (pos != std::string_view::npos && (best == nullptr || pos < best_pos)) {
+        best_pos = pos;
+        best = &s;
+      }
+    }
+    if (!best) return false;
+    d.reason = FinishReason::Stop;
+    d.stop_str = *best;
+    d.keep_chars = include_stop_ ? best_pos + best->size() : best_pos;
+    return true;
+  };
+  // vLLM v1's order: the length cap first (its scheduler's check_stop), so an EOS or stop token that is also the
+  // max_tokens-th token ends the sequence as "length" with its text kept; the detokenizer's stop strings still end it
+  // as "stop".
+  if (num_output_tokens >= max_tokens_) {
+    if (!stop_string()) d.reason = FinishReason::Length;
+    return d;
+  }
+  // EOS and stop token ids count from the min_tokens-th token (the sampler masks them before it; vLLM v1's check_stop).
   if (num_output_tokens >= min_tokens_) {
     const bool is_eos = !ignore_eos_ && contains(eos_token_ids_);
     if (is_eos || contains(stop_token_ids_)) {
@@ -51,26 +77,8 @@ StopDecision StopChecker::on_token(int token_id, std::string_view text, size_t n
       if (!include_stop_) d.keep_chars = new_text_start;  // drop the stop token's own text
       return d;
     }
-    if (new_text_start < text.size() && num_output_tokens > min_tokens_) {
-      size_t best_pos = std::string_view::npos;
-      const std::string* best = nullptr;
-      for (const auto& s : stop_) {
-        const size_t from = new_text_start >= s.size() - 1 ? new_text_start - (s.size() - 1) : 0;
-        const size_t pos = text.find(s, from);
-        if (pos != std::string_view::npos && (best == nullptr || pos < best_pos)) {
-          best_pos = pos;
-          best = &s;
-        }
-      }
-      if (best) {
-        d.reason = FinishReason::Stop;
-        d.stop_str = *best;
-        d.keep_chars = include_stop_ ? best_pos + best->size() : best_pos;
-        return d;
-      }
-    }
   }
-  if (num_output_tokens >= max_tokens_) d.reason = FinishReason::Length;
+  stop_string();
   return d;
 }
 

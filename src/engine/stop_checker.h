@@ -29,18 +29,19 @@ struct StopDecision {
   size_t keep_chars = 0;
 };
 
-/// Stop logic for one output sequence, evaluated after each generated token, in vLLM v0's order (v1 checks
-/// max_tokens first, so an EOS that is also the max_tokens-th token ends with "length" there, "stop" here):
-///  0. while num_output_tokens < min_tokens nothing but max_tokens can stop the sequence, and stop strings are
-///     searched only from the (min_tokens + 1)-th token on (vLLM v1's detokenizer: the first min_tokens tokens'
-///     text is never searched, apart from the len(stop)-1 bytes of look-back below);
-///  1. EOS (unless ignore_eos) -> Stop; the token's text is dropped unless include_stop_str_in_output;
-///  2. a stop_token_ids entry -> Stop with stop_reason_token; text handled as for EOS;
+/// Stop logic for one output sequence, evaluated after each generated token, in vLLM v1's order:
+///  0. num_output_tokens >= max_tokens -> Length, unless a stop string ends in the new text (3. below) -> Stop: an EOS
+///     or stop token that is also the max_tokens-th token ends the sequence as "length", its text kept (v1's scheduler
+///     checks the length cap before EOS; its detokenizer searches stop strings afterwards);
+///  1. while num_output_tokens < min_tokens nothing else stops the sequence, and stop strings are searched only from
+///     the (min_tokens + 1)-th token on (vLLM v1's detokenizer: the first min_tokens tokens' text is never searched,
+///     apart from the len(stop)-1 bytes of look-back below);
+///  2. EOS (unless ignore_eos) -> Stop; the token's text is dropped unless include_stop_str_in_output;
+///     a stop_token_ids entry -> Stop with stop_reason_token; text handled as for EOS;
 ///  3. a stop string in the text -> Stop with stop_str; the text is truncated before it (or after it with
 ///     include_stop_str_in_output). Only new text plus the last len(stop)-1 older bytes are searched. When
 ///     several stop strings occur in the new text the one that starts earliest wins (ties: list order);
-///     vLLM takes the first in list order instead;
-///  4. num_output_tokens >= max_tokens -> Length.
+///     vLLM takes the first in list order instead.
 /// Text is UTF-8 bytes; "chars" below means bytes (stop strings match on byte boundaries, which is exact for
 /// valid UTF-8). Cheap to copy; holds copies of the relevant params.
 class StopChecker {

@@ -158,11 +158,27 @@ TEST(StopChecker, MaxTokensGivesLength) {
   EXPECT_EQ(f.tokens, 3);
   EXPECT_EQ(f.decision.reason, FinishReason::Length);
   EXPECT_EQ(f.decision.keep_chars, 3u);
-  // A stop string or EOS on the last allowed token is reported as "stop" (checked before length).
+  // A stop string on the last allowed token is reported as "stop" (vLLM v1's detokenizer runs after the length cap).
   f = feed(sc, {"a", "b", "END"});
   EXPECT_EQ(f.decision.reason, FinishReason::Stop);
+  EXPECT_EQ(f.decision.stop_str, "END");
   EXPECT_EQ(f.decision.keep_chars, 2u);
-  EXPECT_EQ(sc.on_token(kEos, "ab", 2, 3).reason, FinishReason::Stop);
+  // An EOS or stop token on it as "length" (v1's scheduler checks the cap first), its text kept.
+  const StopDecision eos = sc.on_token(kEos, "ab</s>", 2, 3);
+  EXPECT_EQ(eos.reason, FinishReason::Length);
+  EXPECT_EQ(eos.keep_chars, 6u);
+  SamplingParams ids;
+  ids.max_tokens = 2, ids.stop_token_ids = {7};
+  StopChecker si(ids, {kEos});
+  const StopDecision st = si.on_token(7, "ax", 1, 2);
+  EXPECT_EQ(st.reason, FinishReason::Length);
+  EXPECT_FALSE(st.stop_reason_token.has_value());
+  EXPECT_EQ(si.on_token(7, "a", 1, 1).reason, FinishReason::Stop);  // before the cap: "stop"
+  // min_tokens == max_tokens: the cap still ends it, and no stop string is searched in the first min_tokens tokens.
+  SamplingParams mm = with_stop({"b"});
+  mm.min_tokens = 2, mm.max_tokens = 2;
+  StopChecker smm(mm, {kEos});
+  EXPECT_EQ(smm.on_token(10, "ab", 1, 2).reason, FinishReason::Length);
 }
 
 TEST(StopChecker, StreamableCharsHoldsBackStopPrefixes) {
