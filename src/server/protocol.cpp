@@ -2,8 +2,11 @@
 #include "server/protocol.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include "config/hf_json.h"
 #include "core/error.h"
@@ -21,9 +24,20 @@ const char* type_name(const json& v) { return json_type_name(v); }
 /// The value of `key` when present and not null.
 const json* field(const json& body, const char* key) { return present_field(body, key); }
 
-/// An integer in [lo, hi]: JSON integers, or floats with an integral value (pydantic's lax mode).
+/// s without leading / trailing ASCII whitespace.
+std::string_view trimmed(std::string_view s) {
+  const auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+  while (!s.empty() && ws(s.front())) s.remove_prefix(1);
+  while (!s.empty() && ws(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+/// An integer in [lo, hi] as pydantic's lax mode reads one (vLLM's request models): JSON integers, floats with an
+/// integral value, true / false as 1 / 0, and strings of an optional sign and decimal digits (surrounding whitespace
+/// ignored).
 long long as_int(const json& v, const std::string& name, long long lo, long long hi) {
   long long x = 0;
+  const auto bad = [&] { bad_request(name, fmt::format("{} must be an integer (got {})", name, type_name(v))); };
   if (v.is_number_unsigned()) {
     const auto u = v.get<unsigned long long>();
     if (u > static_cast<unsigned long long>(std::numeric_limits<long long>::max())) bad_request(name, name + " is too large");
@@ -33,8 +47,18 @@ long long as_int(const json& v, const std::string& name, long long lo, long long
   } else if (v.is_number_float() && std::isfinite(v.get<double>()) && std::floor(v.get<double>()) == v.get<double>() &&
              std::fabs(v.get<double>()) < 9e18) {
     x = static_cast<long long>(v.get<double>());
+  } else if (v.is_boolean()) {
+    x = v.get<bool>() ? 1 : 0;
+  } else if (v.is_string()) {
+    const std::string_view t = trimmed(v.get_ref<const std::string&>());
+    const size_t digits = !t.empty() && (t[0] == '+' || t[0] == '-') ? 1 : 0;
+    if (t.size() == digits || !std::all_of(t.begin() + digits, t.end(), [](char c) { return c >= '0' && c <= '9'; })) bad();
+    const std::string_view d = t[0] == '+' ? t.substr(1) : t;  // from_chars takes '-' only
+    const auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), x);
+    if (ec == std::errc::result_out_of_range) bad_request(name, name + " is too large");
+    if (ec != std::errc() || end != d.data() + d.size()) bad();
   } else {
-    bad_request(name, fmt::format("{} must be an integer (got {})", name, type_name(v)));
+    bad();
   }
   if (x < lo || x > hi) bad_request(name, fmt::format("{} must be in [{}, {}] (got {})", name, lo, hi, x));
   return x;
@@ -45,16 +69,46 @@ std::string max_tokens_range(const std::string& name, long long x) {
   return fmt::format("{} must be in [1, {}] (got {})", name, std::numeric_limits<int>::max(), x);
 }
 
+/// A finite number as pydantic's lax mode reads one: JSON numbers, true / false as 1 / 0, and strings holding a
+/// decimal number (surrounding whitespace ignored).
 double as_number(const json& v, const std::string& name) {
-  if (!v.is_number()) bad_request(name, fmt::format("{} must be a number (got {})", name, type_name(v)));
-  const double x = v.get<double>();
+  double x = 0.0;
+  if (v.is_number()) {
+    x = v.get<double>();
+  } else if (v.is_boolean()) {
+    x = v.get<bool>() ? 1.0 : 0.0;
+  } else if (v.is_string()) {
+    const std::string_view t = trimmed(v.get_ref<const std::string&>());
+    const std::string_view d = !t.empty() && t[0] == '+' ? t.substr(1) : t;
+    const auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), x);
+    if (d.empty() || ec != std::errc() || end != d.data() + d.size())
+      bad_request(name, fmt::format("{} must be a number (got {})", name, type_name(v)));
+  } else {
+    bad_request(name, fmt::format("{} must be a number (got {})", name, type_name(v)));
+  }
   if (!std::isfinite(x)) bad_request(name, name + " must be finite");
   return x;
 }
 
+/// A boolean as pydantic's lax mode reads one: true / false, the numbers 0 and 1, and the strings 0 / 1, f / t,
+/// n / y, no / yes, off / on, false / true in any case (surrounding whitespace ignored).
 bool as_bool(const json& v, const std::string& name) {
-  if (!v.is_boolean()) bad_request(name, fmt::format("{} must be a boolean (got {})", name, type_name(v)));
-  return v.get<bool>();
+  const auto bad = [&] { bad_request(name, fmt::format("{} must be a boolean (got {})", name, type_name(v))); };
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    if (x != 0.0 && x != 1.0) bad();
+    return x == 1.0;
+  }
+  if (!v.is_string()) bad();
+  std::string t(trimmed(v.get_ref<const std::string&>()));
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* f : {"0", "f", "n", "no", "off", "false"})
+    if (t == f) return false;
+  for (const char* y : {"1", "t", "y", "yes", "on", "true"})
+    if (t == y) return true;
+  bad();
+  return false;
 }
 
 std::vector<int> as_token_ids(const json& v, const std::string& name) {

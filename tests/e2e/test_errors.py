@@ -13,7 +13,7 @@ BAD = [
     (b'{"prompt": "\xff\xfe bad utf-8", "max_tokens": 4}', 400, None),
     (b"[1, 2]", 400, None),
     ({"prompt": 12}, 400, "prompt"),
-    ({"prompt": "hi", "max_tokens": "8"}, 400, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": "8x"}, 400, "max_tokens"),  # "8" is 8 (pydantic's lax mode)
     ({"prompt": "hi", "max_tokens": -1}, 400, "max_tokens"),
     ({"prompt": "hi", "max_tokens": 0}, 400, "max_tokens"),
     ({"prompt": "hi", "max_tokens": 10 ** 9}, 400, "max_tokens"),
@@ -24,7 +24,7 @@ BAD = [
     ({"prompt": "hi", "top_p": 1.5}, 400, "top_p"),
     ({"prompt": "hi", "n": 0}, 400, "n"),
     ({"prompt": "hi", "stop": 3}, 400, "stop"),
-    ({"prompt": "hi", "stream": "yes"}, 400, "stream"),
+    ({"prompt": "hi", "stream": "sometimes"}, 400, "stream"),  # "yes" is true (pydantic's lax mode)
     ({"prompt": "hi", "logprobs": 99}, 400, "logprobs"),
     ({"prompt": ""}, 400, "prompt"),
     ({"prompt": []}, 400, "prompt"),
@@ -101,8 +101,13 @@ NAMED = [
     ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": 0, "max_tokens": 5}, "max_completion_tokens",
      f"max_completion_tokens {INT_RANGE} (got 0)"),
     ("/v1/chat/completions", {"messages": HI, "max_tokens": 0}, "max_tokens", f"max_tokens {INT_RANGE} (got 0)"),
-    ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": "8"}, "max_completion_tokens",
+    ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": "eight"}, "max_completion_tokens",
      "max_completion_tokens must be an integer"),
+    ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": "8.5"}, "max_completion_tokens",
+     "max_completion_tokens must be an integer"),
+    ("/v1/completions", {"prompt": "hi", "echo": "maybe"}, "echo", "echo must be a boolean"),
+    ("/v1/completions", {"prompt": "hi", "echo": 2}, "echo", "echo must be a boolean"),
+    ("/v1/completions", {"prompt": "hi", "temperature": "warm"}, "temperature", "temperature must be a number"),
     ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": 10 ** 9}, "max_completion_tokens",
      "maximum context length"),
     ("/v1/chat/completions", {"messages": HI, "max_completion_tokens": 2, "min_tokens": 3}, "min_tokens",
@@ -173,6 +178,27 @@ def test_values_vllm_accepts_pass(server):
         assert lines and not any("prompt_logprobs" in line for line in lines)
     r = httpx.post(base + "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stream": True, "prompt_logprobs": 1})
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_logprobs"
+
+
+def test_values_are_read_as_pydantic_lax_mode_reads_them(server):
+    # vLLM's request models are pydantic models in lax mode: integer fields take true / false and digit strings,
+    # number fields numeric strings and booleans, boolean fields 0 / 1 and yes / no words (a break test found them
+    # refused here). Completions' logprobs true is 1 (the chat API's boolean sent to completions).
+    base = server.base_url
+    r = httpx.post(base + "/v1/completions", json={"prompt": "hi", "max_tokens": " 3 ", "temperature": "0", "n": True,
+                                                   "echo": "false", "logprobs": True, "seed": "-7"}, timeout=60)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert r.json()["usage"]["completion_tokens"] == 3 and len(r.json()["choices"]) == 1
+    assert len(choice["logprobs"]["tokens"]) == 3 and all(len(t) == 1 for t in choice["logprobs"]["top_logprobs"])
+    r = httpx.post(base + "/v1/chat/completions", json={"messages": HI, "max_completion_tokens": "2", "logprobs": 1,
+                                                        "top_logprobs": "2", "stream": "no", "top_p": True}, timeout=60)
+    assert r.status_code == 200, r.text
+    content = r.json()["choices"][0]["logprobs"]["content"]
+    assert len(content) == 2 and all(len(c["top_logprobs"]) == 2 for c in content)
+    with httpx.stream("POST", base + "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stream": "TRUE"},
+                      timeout=60) as s:
+        assert s.status_code == 200 and any(line.startswith("data: {") for line in s.iter_lines())
 
 
 def test_completions_default_max_tokens_is_checked_against_the_context(server):

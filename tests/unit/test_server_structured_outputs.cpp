@@ -458,7 +458,10 @@ TEST(ServerStructuredOutputs, ParallelToolCallsFalseKeepsTheFirstCall) {
   EXPECT_TRUE(parse_chat_request(chat_body(json::object())).parallel_tool_calls);
   EXPECT_TRUE(parse_chat_request(chat_body({{"parallel_tool_calls", nullptr}})).parallel_tool_calls);
   EXPECT_FALSE(parse_chat_request(chat_body({{"parallel_tool_calls", false}})).parallel_tool_calls);
-  for (const json& bad : {json("false"), json(0), json::array()}) {
+  // pydantic's lax mode: "false" and 0 are false.
+  EXPECT_FALSE(parse_chat_request(chat_body({{"parallel_tool_calls", "false"}})).parallel_tool_calls);
+  EXPECT_FALSE(parse_chat_request(chat_body({{"parallel_tool_calls", 0}})).parallel_tool_calls);
+  for (const json& bad : {json("nope"), json(2), json::array()}) {
     try {
       parse_chat_request(chat_body({{"parallel_tool_calls", bad}}));
       ADD_FAILURE() << bad.dump();
