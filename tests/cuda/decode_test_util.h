@@ -3,6 +3,7 @@
 // workspace, the model GEMM shapes, random bf16 operands with their CPU reference, and the skinny tuning variants.
 #pragma once
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,34 @@ inline std::vector<float> bf16_bits_to_f32(const std::vector<uint16_t>& b) {
   std::vector<float> f(b.size());
   for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
   return f;
+}
+
+/// Runs launch(stream) and waits for it: captured in a CUDA graph on a stream of its own and replayed once (graph), or
+/// on the legacy default stream.
+inline void launch_once(bool graph, const std::function<cudaError_t(cudaStream_t)>& launch) {
+  if (!graph) {
+    SSM_CUDA_CHECK(launch(nullptr));
+    SSM_CUDA_CHECK(cudaDeviceSynchronize());
+    return;
+  }
+  cudaStream_t st;
+  SSM_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  SSM_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  SSM_CUDA_CHECK(launch(st));
+  SSM_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+  SSM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  SSM_CUDA_CHECK(cudaGraphLaunch(ge, st));
+  SSM_CUDA_CHECK(cudaStreamSynchronize(st));
+  SSM_CUDA_CHECK(cudaGraphExecDestroy(ge));
+  SSM_CUDA_CHECK(cudaGraphDestroy(g));
+  SSM_CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+/// Bytes of two device buffers equal (state pools updated by two paths).
+inline bool same_bytes(const cuda::DeviceBuffer& a, const cuda::DeviceBuffer& b) {
+  return a.bytes() == b.bytes() && cuda::to_host<uint8_t>(a, a.bytes()) == cuda::to_host<uint8_t>(b, b.bytes());
 }
 
 /// skinny_gemm with its workspace (allocated per call; counters zeroed).

@@ -94,24 +94,7 @@ void step_and_compare(Layer& L, const std::vector<float>& proj, const std::vecto
                               dsi.as<int32_t>(), o1.as<float>(), L.norm_w.as<float>(), eps, out1.data(), OS, DType::BF16,
                               counters.as<int32_t>()};
   ASSERT_TRUE(cuda::gated_delta_decode_fused_fits(a, R));
-  if (graph) {
-    cudaStream_t st;
-    SSM_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    SSM_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    SSM_CUDA_CHECK(cuda::gated_delta_decode_fused(a, R, st, true));
-    SSM_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-    SSM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    SSM_CUDA_CHECK(cudaGraphLaunch(ge, st));
-    SSM_CUDA_CHECK(cudaStreamSynchronize(st));
-    SSM_CUDA_CHECK(cudaGraphExecDestroy(ge));
-    SSM_CUDA_CHECK(cudaGraphDestroy(g));
-    SSM_CUDA_CHECK(cudaStreamDestroy(st));
-  } else {
-    SSM_CUDA_CHECK(cuda::gated_delta_decode_fused(a, R, nullptr, true));
-  }
-  SSM_CUDA_CHECK(cudaDeviceSynchronize());
+  launch_once(graph, [&](cudaStream_t st) { return cuda::gated_delta_decode_fused(a, R, st, true); });
   const auto h0 = to_host<float>(o0, R * Vd), h1 = to_host<float>(o1, R * Vd);
   const auto g0 = to_host<uint16_t>(out0, R * OS), g1 = to_host<uint16_t>(out1, R * OS);
   for (int r = 0; r < R; ++r) {
@@ -123,11 +106,8 @@ void step_and_compare(Layer& L, const std::vector<float>& proj, const std::vecto
     ASSERT_EQ(std::memcmp(&g0[r * OS], &g1[r * OS], Vd * 2), 0) << "out row " << r;
     for (int64_t i = Vd; i < OS; ++i) ASSERT_EQ(g1[r * OS + i], 0xffff) << "out row padding " << r;
   }
-  ASSERT_EQ(to_host<uint8_t>(L.conv_state[0], L.conv_state[0].bytes()),
-            to_host<uint8_t>(L.conv_state[1], L.conv_state[1].bytes()))
-      << "conv windows";
-  ASSERT_EQ(to_host<uint8_t>(L.state[0], L.state[0].bytes()), to_host<uint8_t>(L.state[1], L.state[1].bytes()))
-      << "recurrent states";
+  ASSERT_TRUE(same_bytes(L.conv_state[0], L.conv_state[1])) << "conv windows";
+  ASSERT_TRUE(same_bytes(L.state[0], L.state[1])) << "recurrent states";
   for (int32_t c : to_host<int32_t>(counters, counters.bytes() / 4)) ASSERT_EQ(c, 0) << "a counter left non-zero";
 }
 
