@@ -117,9 +117,10 @@ struct CudaModelOptions {
   int moe_shared_add_in_norm = 1;
   /// A Gated DeltaNet layer's plain decode rows (up to 16, outside batch-invariant mode, bf16 weights) in one launch:
   /// the conv update, the q / k / gate preparation, the delta-rule update and the per-head gated norm
-  /// (kernels/cuda/gated_delta_decode_fused.h) instead of four. The same bits (its tests). SSMSERVE_GDN_DECODE_FUSED=1
-  /// turns it on; off by default until it has run on a GPU (written in session 44, when no device came).
-  bool gdn_decode_fused = false;
+  /// (kernels/cuda/gated_delta_decode_fused.h) instead of four. The same bits (tested). Batch-1 decode at 2k on an
+  /// H100: Qwen3.5-35B-A3B +2.2%, Qwen3.5-9B +0.75% (docs/benchmarks.md session 44). SSMSERVE_GDN_DECODE_FUSED=0
+  /// turns it off.
+  bool gdn_decode_fused = true;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

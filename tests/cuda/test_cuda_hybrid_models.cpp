@@ -287,8 +287,8 @@ TEST_P(CudaHybridModel, FusedCastsEqualSeparate) {
   expect_same_logits(fused, cast, "batch-invariant: logits with the fused casts differ from cast launches");
 }
 
-/// A Mamba-2 layer's decode rows in one launch (conv, SSD update, gated norm: KernelTuning::mamba2_decode_fused;
-/// kernels/cuda/mamba2_decode.h) against the three kernels: bit-identical logits (bf16 weights; batch-invariant
+/// A Mamba-2 layer's decode rows in one launch (conv, SSD update, gated norm: KernelTuning::mamba2_decode_fused, the
+/// default; kernels/cuda/mamba2_decode.h) against the three kernels: bit-identical logits (bf16 weights; batch-invariant
 /// mode and fp32 weights keep the three kernels, so those compare the one path with itself, as do cases without
 /// Mamba-2 layers).
 TEST_P(CudaHybridModel, Mamba2DecodeFusedEqualsSeparate) {
@@ -300,7 +300,7 @@ TEST_P(CudaHybridModel, Mamba2DecodeFusedEqualsSeparate) {
 }
 
 /// A Gated DeltaNet layer's decode rows in one launch (conv, preparation, delta rule, per-head gated norm:
-/// CudaModelOptions::gdn_decode_fused; kernels/cuda/gated_delta_decode_fused.h) against the four kernels:
+/// CudaModelOptions::gdn_decode_fused, the default; kernels/cuda/gated_delta_decode_fused.h) against the four kernels:
 /// bit-identical logits (bf16 weights; batch-invariant mode and fp32 weights keep the four kernels, so those compare
 /// the one path with itself, as do cases without Gated DeltaNet layers).
 TEST_P(CudaHybridModel, GdnDecodeFusedEqualsSeparate) {

@@ -77,9 +77,10 @@ struct KernelTuning {
   int moe_down_combine = 1;
   /// A Mamba-2 layer's plain decode rows (up to 16, outside batch-invariant mode, bf16 weights) take one launch for
   /// the conv update, the SSD state update and the gated norm (mamba2_decode_fused: the last block of each (row,
-  /// group) runs the group's norm) instead of three (SSMSERVE_MAMBA2_DECODE_FUSED=1). The same bits either way. Off
-  /// by default until it has run on a GPU (written in session 44, when no device came).
-  bool mamba2_decode_fused = false;
+  /// group) runs the group's norm) instead of three; off: the three kernels (SSMSERVE_MAMBA2_DECODE_FUSED=0). The same
+  /// bits either way. Batch-1 decode at 2k on an H100: Nemotron-3-Nano +1.5%, Falcon-H1-7B +0.6%, Granite-4.0-H-Tiny
+  /// within noise (its one group's norm is a single block's tail; docs/benchmarks.md session 44).
+  bool mamba2_decode_fused = true;
   /// The per-pair GEMVs' shape (benchmarks; SSMSERVE_MOE_PAIR_TUNE="rows,warps[,one_wave]"): output rows per warp (1,
   /// 2 or 4) and warps per block (4 or 8), 0: by the rule in moe.cu (enough warps to fill the SMs); one_wave: at most
   /// the blocks the SMs hold at once, each looping over an equal share of the pair rows (no partial last wave). Never
