@@ -61,6 +61,8 @@ struct ServeArgs {
   bool model_option_given = false;
   bool vllm_noop_flag = false;     ///< --disable-log-requests (ssmserve never logs request contents)
   bool disable_log_stats = false;  ///< --disable-log-stats: no periodic stats line
+  /// --allowed-origins / --allowed-methods / --allowed-headers as given (JSON lists, vLLM's json.loads values)
+  std::string allowed_origins = R"(["*"])", allowed_methods = R"(["*"])", allowed_headers = R"(["*"])";
 };
 
 /// vLLM's load_chat_template rule for --chat-template: a readable file is read; a value that is not one but holds
@@ -121,6 +123,9 @@ int run_serve(ServeArgs& a) {
   }
   if (a.server.api_keys.empty() && !env_options().vllm_api_key.empty())
     a.server.api_keys.push_back(env_options().vllm_api_key);
+  a.server.cors.allowed_origins = server::parse_cors_list(a.allowed_origins, "--allowed-origins");
+  a.server.cors.allowed_methods = server::parse_cors_list(a.allowed_methods, "--allowed-methods");
+  a.server.cors.allowed_headers = server::parse_cors_list(a.allowed_headers, "--allowed-headers");
   SSM_CHECK(a.server.read_timeout_s > 0 && a.server.read_timeout_s <= 3600, "--http-read-timeout must be in (0, 3600] seconds");
   SSM_CHECK(a.max_seqs_per_request >= 0, "--max-num-seqs-per-request must be >= 0 (got {})", a.max_seqs_per_request);
   SSM_CHECK(a.max_num_waiting >= 0, "--max-num-waiting must be >= 0 (got {})", a.max_num_waiting);
@@ -243,6 +248,14 @@ Runner add_serve(CLI::App& app) {
                   "A key every /v1 request must send as \"Authorization: Bearer KEY\" (else 401); repeat it to "
                   "accept several; default: $VLLM_API_KEY, else none")
       ->allow_extra_args(false);  // one value per --api-key: `serve --api-key K MODEL` keeps MODEL the model
+  cmd->add_option("--allowed-origins", a->allowed_origins,
+                  "CORS: origins browsers may call the server from, a JSON list (e.g. '[\"https://app.example\"]')")
+      ->capture_default_str();
+  cmd->add_option("--allowed-methods", a->allowed_methods, "CORS: allowed methods, a JSON list")->capture_default_str();
+  cmd->add_option("--allowed-headers", a->allowed_headers, "CORS: allowed request headers, a JSON list")
+      ->capture_default_str();
+  cmd->add_flag("--allow-credentials", a->server.cors.allow_credentials,
+                "CORS: let browsers send credentials (cookies, Authorization) across origins");
   cmd->add_flag("--disable-log-stats", a->disable_log_stats,
                 "No stats line every 10 s (throughput, requests, state cache; logged at info, serve's default level)");
   cmd->add_flag("--disable-uvicorn-access-log", a->server.disable_access_log,

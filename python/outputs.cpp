@@ -74,7 +74,9 @@ py::object logprobs_to_py(const LLMEngine& eng, const std::vector<std::vector<To
     py::dict d;
     for (size_t k = 0; k < entry.size(); ++k) {
       const int id = entry[k].id;
-      const int rank = static_cast<int>(std::find_if(ranked.begin(), ranked.end(), [&](const TokenLogprob& t) { return t.id == id; }) - ranked.begin()) + 1;
+      // The engine's rank (the sampled token's vocabulary rank, a top entry's position); else its place in the entry.
+      const int rank = entry[k].rank > 0 ? entry[k].rank
+                       : static_cast<int>(std::find_if(ranked.begin(), ranked.end(), [&](const TokenLogprob& t) { return t.id == id; }) - ranked.begin()) + 1;
       const int ids[1] = {id};
       d[py::int_(id)] = Logprob{entry[k].logprob, rank, tok ? tok->decode(ids) : std::string()};
     }
@@ -84,7 +86,7 @@ py::object logprobs_to_py(const LLMEngine& eng, const std::vector<std::vector<To
 }
 
 /// prompt_logprobs as vLLM's list[dict[int, Logprob] | None]: None for the first prompt token, else the prompt
-/// token (first) and the top-k, ranked as logprobs_to_py ranks them.
+/// token (first, with its vocabulary rank) and the top-k (ranks 1..k).
 py::object prompt_logprobs_to_py(const LLMEngine& eng, const RequestOutput& o) {
   std::vector<std::vector<TokenLogprob>> entries;
   py::list out;
@@ -93,9 +95,12 @@ py::object prompt_logprobs_to_py(const LLMEngine& eng, const RequestOutput& o) {
       out.append(py::none());
       continue;
     }
-    std::vector<TokenLogprob> e{TokenLogprob{o.prompt_token_ids[t], o.prompt_logprobs[t]->token_logprob}};
-    for (const auto& top : o.prompt_logprobs[t]->top)
-      if (top.id != o.prompt_token_ids[t]) e.push_back(top);
+    std::vector<TokenLogprob> e{
+        TokenLogprob{o.prompt_token_ids[t], o.prompt_logprobs[t]->token_logprob, o.prompt_logprobs[t]->rank}};
+    for (size_t j = 0; j < o.prompt_logprobs[t]->top.size(); ++j) {
+      const TokenLogprob& top = o.prompt_logprobs[t]->top[j];
+      if (top.id != o.prompt_token_ids[t]) e.push_back({top.id, top.logprob, static_cast<int>(j) + 1});
+    }
     out.append(logprobs_to_py(eng, {e})[py::int_(0)]);
   }
   return out;

@@ -40,6 +40,9 @@ struct SampleRowParams {
   /// Prompt scoring (prompt_logprobs): the next prompt token, whose raw logprob and rank the device returns
   /// (GreedyRow::score_logprob / score_rank); -1 = none. Such a row's pick is unused (pack it greedy).
   int32_t score_token = -1;
+  /// 1: also return the picked token's raw rank (GreedyRow::sampled_rank; requests with logprobs, vLLM's
+  /// Logprob.rank); 0: not computed (one more pass over the row).
+  int32_t rank_sampled = 0;
 };
 
 /// A step's device sampling input: rows[i] for logits row i, and the concatenated per-row modification lists.

@@ -35,6 +35,7 @@ void pack_sample_row(const SamplingParams& p, std::span<const int> prompt_ids, s
   row.presence_penalty = static_cast<float>(p.presence_penalty);
   row.top_k = p.effective_top_k(vocab);
   row.num_top = p.logprobs.value_or(0);
+  row.rank_sampled = p.logprobs.has_value() ? 1 : 0;
   row.mods_begin = static_cast<int32_t>(mods.size());
 
   // slot[id] = index of id's entry in mods + 1 (0 = none); all-zero between calls.

@@ -28,6 +28,7 @@ void host_greedy_steps(CausalLM& model, const ForwardBatch& batch, StateCache& c
       GreedyPick& g = out[static_cast<size_t>(j) * n + i];
       g.token = s.token;
       g.logprob = s.logprob;
+      g.sampled_rank = s.rank;
       for (const auto& t : s.top) g.top.emplace_back(t.id, t.logprob);
       b.input_ids[static_cast<size_t>(b.logits_indices[i])] = s.token;  // the next step's input of that row
     }

@@ -62,9 +62,18 @@ std::vector<TokenLogprob> top_k_logprobs(std::span<const float> logits, int k, d
   const int n = static_cast<int>(logits.size());
   cpu::top_k_ids(logits.data(), n, std::min(k, n), ids);
   out.reserve(ids.size());
-  for (const int id : ids) out.push_back({id, static_cast<float>(static_cast<double>(logits[id]) - lse)});
+  for (const int id : ids)
+    out.push_back({id, static_cast<float>(static_cast<double>(logits[id]) - lse), static_cast<int>(out.size()) + 1});
   return out;
 }
+
+}  // namespace
+
+int raw_rank(std::span<const float> logits, float x) {
+  return 1 + static_cast<int>(std::count_if(logits.begin(), logits.end(), [x](float v) { return v > x; }));
+}
+
+namespace {
 
 void check_ids(std::span<const int> ids, int vocab, const char* what) {
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -318,6 +327,7 @@ SampleResult sample_token_with_uniform(std::span<const float> logits, const Samp
   SampleResult r;
   r.token = params.greedy() ? argmax_lowest_id(l, vocab) : sample_random(l, l + vocab, vocab, params, uniform);
   r.logprob = static_cast<float>(static_cast<double>(logits[r.token]) - lse);
+  if (params.logprobs) r.rank = raw_rank(logits, logits[r.token]);
   r.top = top_k_logprobs(logits, params.logprobs.value_or(0), lse);
   return r;
 }

@@ -11,10 +11,13 @@
 
 namespace ssmserve {
 
-/// One (token id, log-probability) pair.
+/// One (token id, log-probability) pair, with the token's rank in its distribution when known.
 struct TokenLogprob {
   int id;
   float logprob;
+  /// vLLM's Logprob.rank: 1-based; a top-k entry's is its position (1..k), a sampled or prompt token's 1 + the number
+  /// of raw logits strictly above its own. 0 = not known.
+  int rank = 0;
 };
 
 /// The outcome of sampling one token.
@@ -25,6 +28,9 @@ struct TokenLogprob {
 struct SampleResult {
   int token = -1;
   float logprob = 0.0f;
+  /// With params.logprobs set: 1 + the number of raw logits strictly above the token's (vLLM's rank of the sampled
+  /// token, however far down the distribution a sampled token lies); else 0.
+  int rank = 0;
   std::vector<TokenLogprob> top;
 };
 
@@ -100,5 +106,9 @@ double log_sum_exp(std::span<const float> logits);
 /// Throws ssmserve::Error on k < 0, bad id, or the log_sum_exp errors.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k, float* logprob_of = nullptr,
                                        int id = -1);
+
+/// vLLM's rank of a token whose raw logit is x: 1 + the number of logits strictly greater than x (ties share a
+/// rank). logits: [vocab] fp32 raw. O(vocab).
+int raw_rank(std::span<const float> logits, float x);
 
 }  // namespace ssmserve

@@ -13,15 +13,16 @@
 namespace ssmserve {
 
 namespace {
-/// A device pick as the sampler's result for request r: its token, logprob and the first `logprobs` top entries.
+/// A device pick as the sampler's result for request r: its token, logprob, rank and the first `logprobs` top entries.
 /// Error when the device flagged the row (token < 0: NaN / +inf logits, or all -inf).
 SampleResult device_pick_result(const GreedyPick& g, const RequestState& r) {
   SSM_CHECK(g.token >= 0, "sampler: the logits of request {} hold a NaN or +inf, or are all -inf", r.request.request_id);
   SampleResult s;
   s.token = g.token;
   s.logprob = g.logprob;
+  s.rank = r.request.params.logprobs ? g.sampled_rank : 0;
   const int num_top = std::min<int>(r.request.params.logprobs.value_or(0), static_cast<int>(g.top.size()));
-  for (int j = 0; j < num_top; ++j) s.top.push_back({g.top[j].first, g.top[j].second});
+  for (int j = 0; j < num_top; ++j) s.top.push_back({g.top[j].first, g.top[j].second, j + 1});
   return s;
 }
 }  // namespace
@@ -105,16 +106,14 @@ int LLMEngine::process_request(RequestState& r, const ScheduledRequest& s, const
         const GreedyPick& g = picks[plan.first_logit_row + static_cast<int>(k)];
         SSM_CHECK(g.token >= 0, "prompt logprobs: the logits of request {} hold a NaN or +inf, or are all -inf",
                   r.request.request_id);
-        for (const auto& [id, lpv] : g.top) lp.top.push_back({id, lpv});
+        for (const auto& [id, lpv] : g.top) lp.top.push_back({id, lpv, static_cast<int>(lp.top.size()) + 1});
         lp.token_logprob = g.score_logprob;
         lp.rank = g.score_rank;
         r.prompt_logprobs[p + 1] = std::move(lp);
         continue;
       }
       lp.top = top_logprobs(row(), *sp.prompt_logprobs, &lp.token_logprob, r.token_at(p + 1));
-      const std::span<const float> logits_p = row();  // [vocab]
-      const float tok_logit = logits_p[r.token_at(p + 1)];
-      lp.rank = 1 + static_cast<int>(std::count_if(logits_p.begin(), logits_p.end(), [&](float x) { return x > tok_logit; }));
+      lp.rank = raw_rank(row(), row()[r.token_at(p + 1)]);
       r.prompt_logprobs[p + 1] = std::move(lp);
       continue;
     }
@@ -170,7 +169,7 @@ void LLMEngine::append_sample(RequestState& r, const SampleResult& s) {
     SSM_CHECK(r.grammar->accept_token(s.token), "structured outputs: request {}: token {} is outside its grammar",
               r.request.request_id, s.token);
   if (r.request.params.logprobs) {
-    std::vector<TokenLogprob> entry{{s.token, s.logprob}};
+    std::vector<TokenLogprob> entry{{s.token, s.logprob, s.rank}};
     for (const auto& t : s.top)
       if (t.id != s.token) entry.push_back(t);
     r.logprobs.push_back(std::move(entry));

@@ -37,6 +37,9 @@ struct GreedyPick {
   /// (1 + the number of logits strictly above it).
   float score_logprob = 0.0f;
   int score_rank = 0;
+  /// The picked token's rank in the raw distribution (1 + the logits strictly above it; a greedy pick's is 1);
+  /// forward_sample rows compute it when SampleRowParams::rank_sampled is set, else 0.
+  int sampled_rank = 0;
 };
 
 /// One state-block copy (prefix caching): block `src`'s states onto block `dst`, in every recurrent layer.

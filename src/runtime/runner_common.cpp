@@ -192,6 +192,7 @@ void LmFrame::download_greedy(int64_t n_logits, int num_top, std::vector<GreedyP
     const GreedyRow& g = picks_host[i];
     GreedyPick& p = out[i];
     p.token = g.token, p.logprob = g.logprob;
+    p.sampled_rank = g.token >= 0 ? 1 : 0;  // the raw argmax
     p.top.clear();
     for (int j = 0; j < num_top && g.token >= 0; ++j) p.top.emplace_back(g.top_ids[j], g.top_logprobs[j]);
   }
@@ -233,6 +234,7 @@ void LmFrame::download_sample(int64_t n_logits, int64_t V, const DeviceSampleBat
     GreedyPick& p = out[i];
     p.token = g.token, p.logprob = g.logprob;
     p.score_logprob = g.score_logprob, p.score_rank = g.score_rank;
+    p.sampled_rank = g.token >= 0 && sample.rows[i].rank_sampled ? g.sampled_rank : 0;
     p.top.clear();
     p.logits.clear();
     const int num_top = std::clamp(sample.rows[i].num_top, 0, static_cast<int>(std::min<int64_t>(V, kMaxDeviceTopLogprobs)));

@@ -21,10 +21,10 @@ struct ApiError : std::runtime_error {
       : std::runtime_error(std::move(message)), status(status_), param(std::move(param_)) {}
 
   /// {"error": {"message", "type", "param", "code"}} (code = the HTTP status, as vLLM sends it).
-  nlohmann::json body() const {
+  nlohmann::ordered_json body() const {
     return {{"error",
              {{"message", what()}, {"type", openai_error_type(status)},
-              {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)}, {"code", status}}}};
+              {"param", param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(param)}, {"code", status}}}};
   }
 };
 

@@ -93,6 +93,7 @@ void Connection::read_header() {
   request_start_ = Clock::now();
   req_.target.clear();  // the access line of a request that fails before its head shows "-", not the last one's
   req_.method.clear();
+  response_headers_.clear();
   hparser_.emplace();
   hparser_->header_limit(static_cast<std::uint32_t>(t_.limits.max_header_bytes));
   hparser_->body_limit(t_.limits.max_body_bytes);
@@ -131,6 +132,7 @@ void Connection::on_header(beast::error_code ec) {
     path = slash == std::string_view::npos ? std::string_view("/") : path.substr(slash);
   }
   req_.path = std::string(path.substr(0, path.find('?')));
+  if (t_.response_headers) t_.response_headers(req_, response_headers_);
   keep_alive_ = hparser_->keep_alive();
   // Message framing (RFC 9112 6.3): both, several or malformed lengths are a smuggling vector; refuse them.
   const size_t n_te = req_.header_count("Transfer-Encoding"), n_cl = req_.header_count("Content-Length");

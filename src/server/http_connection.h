@@ -34,6 +34,7 @@ struct HttpTransport::Impl {
   Precheck precheck;
   Handler handler;
   ErrorBody error_body;
+  ResponseHeaders response_headers;
   net::io_context ioc;
   tcp::acceptor acceptor{net::make_strand(ioc)};
   std::optional<WorkerPool> workers;
@@ -101,6 +102,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::empty_body>> hparser_;
   std::optional<http::request_parser<http::string_body>> bparser_;
   HttpRequest req_;
+  // The request-dependent response headers (HttpTransport::ResponseHeaders), taken from the head before dispatch
+  // moves req_'s headers to the exchange; empty for a request that failed before its head.
+  std::vector<std::pair<std::string, std::string>> response_headers_;
   Clock::time_point request_start_, write_started_;
   std::shared_ptr<Producer> producer_;
   std::string wbuf_;

@@ -108,6 +108,7 @@ std::string Connection::serialize_head(const HttpResponse& r, bool stream, size_
   std::string s = fmt::format("HTTP/1.1 {} {}\r\n", r.status, reason(r.status));
   if (!r.content_type.empty()) s += "Content-Type: " + r.content_type + "\r\n";
   for (const auto& [k, v] : r.headers) s += k + ": " + v + "\r\n";
+  for (const auto& [k, v] : response_headers_) s += k + ": " + v + "\r\n";
   if (!stream) s += fmt::format("Content-Length: {}\r\n", content_length);
   else if (chunked_) s += "Transfer-Encoding: chunked\r\n";
   if (closing_) s += "Connection: close\r\n";

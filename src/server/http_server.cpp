@@ -20,7 +20,7 @@
 
 namespace ssmserve::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -191,7 +191,7 @@ class OpenAIServer::GenerationProducer final : public Producer, public std::enab
 };
 
 OpenAIServer::OpenAIServer(AsyncEngine& engine, Metrics& metrics, ChatTemplate chat_template, ServerOptions opt)
-    : engine_(engine), metrics_(metrics), chat_template_(std::move(chat_template)), opt_(std::move(opt)) {
+    : engine_(engine), metrics_(metrics), chat_template_(std::move(chat_template)), opt_(std::move(opt)), cors_(opt_.cors) {
   HttpLimits lim;
   lim.max_connections = opt_.max_connections;
   lim.max_body_bytes = opt_.max_body_bytes;
@@ -204,7 +204,10 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, Metrics& metrics, ChatTemplate c
   lim.access_log = !opt_.disable_access_log;
   transport_ = std::make_unique<HttpTransport>(
       lim, [this](const HttpRequest& r) { return precheck(r); }, [this](const std::shared_ptr<Exchange>& ex) { handle(ex); },
-      [](int status, const std::string& msg) { return error_response(ApiError(status, msg)); });
+      [](int status, const std::string& msg) { return error_response(ApiError(status, msg)); },
+      [this](const HttpRequest& r, std::vector<std::pair<std::string, std::string>>& headers) {
+        cors_.add_response_headers(r, headers);
+      });
 }
 
 OpenAIServer::~OpenAIServer() = default;
@@ -235,6 +238,8 @@ void OpenAIServer::drain_and_stop(double timeout_s) {
 std::optional<HttpResponse> OpenAIServer::precheck(const HttpRequest& req) const {
   try {
     if (draining_ && req.path != "/metrics") throw ApiError(503, "the server is shutting down");
+    // A CORS preflight, whatever the path (vLLM's CORSMiddleware answers it before routing and authentication).
+    if (std::optional<HttpResponse> p = cors_.preflight(req)) return p;
     // The API key first, before any body is read and whatever the method (vLLM's middleware runs before routing).
     if (!authorized(req)) {
       HttpResponse r;

@@ -9,6 +9,7 @@
 #include "chat/chat_template.h"
 #include "engine/generation_defaults.h"
 #include "server/metrics.h"
+#include "server/cors.h"
 #include "server/http_transport.h"
 #include "server/protocol.h"
 
@@ -54,6 +55,9 @@ struct ServerOptions {
   /// temperature / top_p / top_k / min_p / repetition_penalty become, and chat's max_tokens default and the cap on
   /// every request's max_tokens (GenerationDefaults::max_tokens_limit). Empty: vLLM's neutral defaults.
   GenerationDefaults generation_defaults;
+  /// vLLM's --allowed-origins / --allowed-methods / --allowed-headers / --allow-credentials (cors.h): preflights
+  /// answered, Access-Control-Allow-* headers on every response to a request with an Origin.
+  CorsOptions cors;
 };
 
 /// The HTTP front end: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models,
@@ -95,6 +99,7 @@ class OpenAIServer {
   Metrics& metrics_;
   ChatTemplate chat_template_;
   ServerOptions opt_;
+  CorsPolicy cors_;
   std::unique_ptr<HttpTransport> transport_;
   std::shared_ptr<std::atomic<int>> inflight_ = std::make_shared<std::atomic<int>>(0);
   std::atomic<bool> draining_{false};

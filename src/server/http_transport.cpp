@@ -52,8 +52,10 @@ void HttpTransport::Impl::on_accept(beast::error_code ec, tcp::socket sock) {
   accept();
 }
 
-HttpTransport::HttpTransport(HttpLimits limits, Precheck precheck, Handler handler, ErrorBody error_body)
+HttpTransport::HttpTransport(HttpLimits limits, Precheck precheck, Handler handler, ErrorBody error_body,
+                             ResponseHeaders response_headers)
     : impl_(std::make_unique<Impl>()) {
+  impl_->response_headers = std::move(response_headers);
   impl_->limits = limits;
   impl_->precheck = std::move(precheck);
   impl_->handler = std::move(handler);

@@ -102,8 +102,13 @@ class HttpTransport {
   /// Builds an error response (status, message) for errors the transport answers itself (400, 408, 413, 431,
   /// 500, 503).
   using ErrorBody = std::function<HttpResponse(int status, const std::string& message)>;
+  /// Runs on an I/O thread once a request's head has arrived: appends headers that depend on the request (CORS) to
+  /// every response head written for it (whole, streamed, refused, or the transport's own errors after the head).
+  /// Must be cheap and must not throw.
+  using ResponseHeaders = std::function<void(const HttpRequest& req, std::vector<std::pair<std::string, std::string>>& headers)>;
 
-  HttpTransport(HttpLimits limits, Precheck precheck, Handler handler, ErrorBody error_body);
+  HttpTransport(HttpLimits limits, Precheck precheck, Handler handler, ErrorBody error_body,
+                ResponseHeaders response_headers = nullptr);
   ~HttpTransport();
   HttpTransport(const HttpTransport&) = delete;
   HttpTransport& operator=(const HttpTransport&) = delete;

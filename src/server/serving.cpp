@@ -9,7 +9,7 @@
 
 namespace ssmserve::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // keys in the order written: OpenAI's field order, vLLM's top_logprobs order
 
 std::unique_ptr<ToolParser> job_tool_parser(const GenerationJob& job) {
   if (job.forced_tool) return make_forced_tool_parser(*job.forced_tool);
@@ -302,7 +302,7 @@ struct LogprobParts {
         lists[k] += dump(v);
       }
   }
-  /// The logprobs object of `a` followed by `b` (keys in nlohmann::json's order, as dump writes them).
+  /// The logprobs object of `a` followed by `b` (keys in the order completion_logprobs writes them).
   static std::string join(const LogprobParts& a, const LogprobParts& b) {
     static const char* kOpen[4] = {"{\"text_offset\":[", "],\"token_logprobs\":[", "],\"tokens\":[", "],\"top_logprobs\":["};
     std::string out;

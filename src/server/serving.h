@@ -67,38 +67,38 @@ class ResponseBuilder {
   explicit ResponseBuilder(std::shared_ptr<GenerationJob> job);
   /// Takes one engine delta output (index = choice index; deltas merged by OutputChannel are fine). Returns the
   /// SSE chunk objects it produces (streaming).
-  std::vector<nlohmann::json> on_output(int index, RequestOutput&& out);
+  std::vector<nlohmann::ordered_json> on_output(int index, RequestOutput&& out);
   /// SSE chunks to send before any output (chat: the assistant role; echo: the prompt text).
-  std::vector<nlohmann::json> opening_chunks();
+  std::vector<nlohmann::ordered_json> opening_chunks();
   bool all_finished() const { return num_finished_ == static_cast<int>(finished_.size()); }
   /// The whole non-streaming response (call when all_finished()).
-  nlohmann::json final_response() const;
-  /// final_response() serialized (as nlohmann::json::dump(-1) with invalid UTF-8 replaced), built so that large
+  nlohmann::ordered_json final_response() const;
+  /// final_response() serialized (as nlohmann::ordered_json::dump(-1) with invalid UTF-8 replaced), built so that large
   /// completions logprobs are serialized once per prompt rather than built as JSON per choice and copied.
   std::string final_body() const;
   /// The usage object {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}.
-  nlohmann::json usage() const;
+  nlohmann::ordered_json usage() const;
   /// The streaming usage chunk (choices: []).
-  nlohmann::json usage_chunk() const;
+  nlohmann::ordered_json usage_chunk() const;
   /// vLLM's continuous_usage_stats usage of one choice's chunk: its prompt's tokens and the choice's tokens so far
   /// {prompt_tokens, completion_tokens, total_tokens}. index: the choice index (prompt * n + i), in range.
-  nlohmann::json choice_usage(int index) const;
+  nlohmann::ordered_json choice_usage(int index) const;
   const GenerationJob& job() const { return *job_; }
 
  private:
-  nlohmann::json chunk(nlohmann::json choice) const;
+  nlohmann::ordered_json chunk(nlohmann::ordered_json choice) const;
   /// The response; with `fragments`, each completions choice's "logprobs" is placeholder_ + its index in
   /// `fragments`, which receives the serialized logprobs object.
-  nlohmann::json build_final(std::vector<std::string>* fragments) const;
+  nlohmann::ordered_json build_final(std::vector<std::string>* fragments) const;
   /// Completions logprobs of entries [from, end); text_offset (characters) is the first token's offset and
   /// advances by each listed token's length.
-  nlohmann::json completion_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from, size_t& text_offset) const;
-  nlohmann::json chat_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from) const;
+  nlohmann::ordered_json completion_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from, size_t& text_offset) const;
+  nlohmann::ordered_json chat_logprobs(const std::vector<std::vector<TokenLogprob>>& lps, size_t from) const;
   /// Completions logprobs of prompt `p`'s tokens (echo): the first null, text_offset from 0, advancing `text_offset`.
-  nlohmann::json prompt_logprobs_json(const ReadyPrompt& p, const RequestOutput& o, size_t& text_offset) const;
+  nlohmann::ordered_json prompt_logprobs_json(const ReadyPrompt& p, const RequestOutput& o, size_t& text_offset) const;
   /// vLLM's per-choice "prompt_logprobs": [null, {"token id": {logprob, rank, decoded_token}}, ...], the prompt
   /// token first, then the top job_->prompt_logprobs of its distribution.
-  nlohmann::json vllm_prompt_logprobs(const RequestOutput& o) const;
+  nlohmann::ordered_json vllm_prompt_logprobs(const RequestOutput& o) const;
   std::string token_text(int id) const;
   /// A token as the logprobs name it: its text, or "token_id:<id>" with return_tokens_as_token_ids (vLLM).
   std::string logprob_token(int id) const;
@@ -136,6 +136,6 @@ inline constexpr float kMinJsonLogprob = -9999.0f;
 inline float json_logprob(float logprob) { return logprob < kMinJsonLogprob ? kMinJsonLogprob : logprob; }
 
 /// vLLM's stop_reason: the matched stop string, the stop_token_ids entry, or null.
-nlohmann::json stop_reason_json(const CompletionOutput& c);
+nlohmann::ordered_json stop_reason_json(const CompletionOutput& c);
 
 }  // namespace ssmserve::server

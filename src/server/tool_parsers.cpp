@@ -15,7 +15,6 @@
 
 namespace ssmserve::server {
 
-using nlohmann::json;
 using ojson = nlohmann::ordered_json;  // parsed calls keep the model's key order, as Python's json does
 
 namespace {
@@ -57,8 +56,8 @@ std::optional<ojson> parse_json_bounded(std::string_view text) {
   return j;
 }
 
-json ToolCall::to_json(int index) const {
-  json j = json::object();
+ojson ToolCall::to_json(int index) const {
+  ojson j = ojson::object();
   if (index >= 0) j["index"] = index;
   j["id"] = id;
   j["type"] = "function";

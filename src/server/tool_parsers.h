@@ -20,7 +20,7 @@ struct ToolCall {
   std::string name;
   std::string arguments;
   /// The OpenAI object; with `index` (streaming deltas) when index >= 0.
-  nlohmann::json to_json(int index = -1) const;
+  nlohmann::ordered_json to_json(int index = -1) const;
 };
 
 /// What a parser found in a whole output text.

@@ -150,6 +150,7 @@ void sweep(int V, int n, uint32_t seed, SweepStats& st) {
       continue;
     }
     EXPECT_NEAR(got[r].logprob, want.logprob, 1e-5 * std::max(1.0f, std::fabs(want.logprob)));
+    EXPECT_EQ(got[r].sampled_rank, want.rank);  // 1 + raw logits above the pick's (rows with logprobs), else 0
     ASSERT_EQ(static_cast<int>(want.top.size()), std::min(V, c.p.logprobs.value_or(0)));
     for (size_t j = 0; j < want.top.size(); ++j) {
       EXPECT_EQ(got[r].top_ids[j], want.top[j].id) << "top " << j;
@@ -410,6 +411,7 @@ void check_engine_device_vs_host(const std::filesystem::path& dir, LoadFormat fo
       ASSERT_EQ(d.logprobs[s].size(), h.logprobs[s].size()) << "request " << id << " step " << s;
       for (size_t j = 0; j < h.logprobs[s].size(); ++j) {
         EXPECT_EQ(d.logprobs[s][j].id, h.logprobs[s][j].id);
+        EXPECT_EQ(d.logprobs[s][j].rank, h.logprobs[s][j].rank) << "request " << id << " step " << s << " entry " << j;
         EXPECT_NEAR(d.logprobs[s][j].logprob, h.logprobs[s][j].logprob, 1e-5 * std::max(1.0f, std::fabs(h.logprobs[s][j].logprob)));
       }
     }

@@ -41,6 +41,25 @@ def test_logprobs_and_stop(llm):
     assert stopped.finish_reason == "stop" and stopped.stop_reason == full[5:8] and stopped.text == full[:full.index(full[5:8])]
 
 
+def test_sampled_token_rank_is_its_vocabulary_rank(llm):
+    # vLLM's Logprob.rank of a sampled token: its rank in the whole distribution, not its place among the top-k.
+    params = ssmserve.SamplingParams(temperature=4.0, max_tokens=24, logprobs=1, seed=5)
+    out = llm.generate(PROMPTS[1], params)[0].outputs[0]
+    ranks = []
+    for tok, lp in zip(out.token_ids, out.logprobs):
+        top = [i for i in lp if i != tok]
+        if not top:  # the sampled token is the top one
+            assert lp[tok].rank == 1
+            continue
+        assert lp[top[0]].rank == 1 and lp[tok].rank >= 2 and lp[tok].logprob <= lp[top[0]].logprob
+        ranks.append(lp[tok].rank)
+    assert any(r > 2 for r in ranks), ranks  # a hot temperature samples far below the top-1
+    # Prompt logprobs: the prompt token's own rank too.
+    p = llm.generate(PROMPTS[1], ssmserve.SamplingParams(max_tokens=1, prompt_logprobs=1))[0].prompt_logprobs
+    ids = llm.generate(PROMPTS[1], ssmserve.SamplingParams(max_tokens=1))[0].prompt_token_ids
+    assert p[0] is None and any(p[t][ids[t]].rank > 2 for t in range(1, len(ids)))
+
+
 def test_logit_bias(llm):
     out = llm.generate(PROMPTS[0], ssmserve.SamplingParams(temperature=0, max_tokens=3, logit_bias={1000: 100}))[0]
     assert out.outputs[0].token_ids == [1000] * 3

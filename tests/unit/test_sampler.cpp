@@ -512,6 +512,45 @@ TEST(Sampler, LogprobsMatchNaiveDouble) {
   EXPECT_THROW(top_logprobs(std::vector<float>{1.0f}, 1, &lp, 1), Error);
 }
 
+// vLLM's Logprob.rank: a sampled token's is its place in the raw distribution (1 + logits strictly above it, ties
+// sharing one), however far down a hot temperature or a logit_bias takes it; the top-k's are 1..k; none without logprobs.
+TEST(Sampler, SampledTokenRankIsItsVocabularyRank) {
+  auto logits = random_logits(2000, 5, 3.0f);
+  logits[7] = logits[8];  // a tie
+  const auto naive_rank = [&](int id) {
+    int above = 0;
+    for (float x : logits) above += x > logits[id];
+    return 1 + above;
+  };
+  Ctx c;
+  RequestRng rng(11);
+  SamplingParams p;
+  p.temperature = 5.0;  // far down the distribution, past any top-k
+  p.logprobs = 2;
+  int deep = 0;
+  for (int i = 0; i < 40; ++i) {
+    const SampleResult r = run(logits, p, rng, c);
+    EXPECT_EQ(r.rank, naive_rank(r.token));
+    EXPECT_EQ(raw_rank(logits, logits[r.token]), naive_rank(r.token));
+    deep += r.rank > 2;
+    ASSERT_EQ(r.top.size(), 2u);
+    EXPECT_EQ(r.top[0].rank, 1);
+    EXPECT_EQ(r.top[1].rank, 2);
+  }
+  EXPECT_GT(deep, 20);  // the test reaches tokens outside the top-2
+  // Greedy under a logit_bias: the pick is the biased argmax, its rank the raw one.
+  SamplingParams g;
+  g.temperature = 0.0;
+  g.logprobs = 0;
+  g.logit_bias[1234] = 100.0f;
+  const SampleResult b = run(logits, g, rng, c);
+  EXPECT_EQ(b.token, 1234);
+  EXPECT_EQ(b.rank, naive_rank(1234));
+  EXPECT_EQ(raw_rank(logits, logits[7]), raw_rank(logits, logits[8]));
+  g.logprobs.reset();
+  EXPECT_EQ(run(logits, g, rng, c).rank, 0);  // not asked for
+}
+
 TEST(Sampler, ResultIndependentOfScratchAndCallHistory) {
   auto logits = random_logits(3000, 21, 1.0f);
   SamplingParams p;

@@ -11,7 +11,7 @@
 namespace ssmserve::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // the builder's own type: the dump compares byte for byte
 
 RequestOutput finished_output(int prompt, int choice, bool with_prompt_lp) {
   RequestOutput o;

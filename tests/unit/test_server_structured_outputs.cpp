@@ -496,8 +496,8 @@ TEST(ServerStructuredOutputs, MaskedLogprobsAreClampedInEveryResponse) {
       ResponseBuilder rb(job);
       RequestOutput o = delta("x", true);
       o.outputs[0].logprobs = {{{5, 0.0f}, {6, -kInf}, {7, -kInf}}};
-      std::vector<nlohmann::json> chunks = rb.on_output(0, std::move(o));
-      const nlohmann::json lp = stream ? chunks.at(0)["choices"][0]["logprobs"] : rb.final_response()["choices"][0]["logprobs"];
+      std::vector<json> chunks = rb.on_output(0, std::move(o));
+      const json lp = stream ? chunks.at(0)["choices"][0]["logprobs"] : rb.final_response()["choices"][0]["logprobs"];
       const std::string text = lp.dump();
       EXPECT_EQ(text.find("null"), std::string::npos) << text;
       EXPECT_NE(text.find("-9999.0"), std::string::npos) << text;

@@ -349,7 +349,7 @@ TEST(ToolParsers, ResponseBuilderWholeAndStreamed) {
   }
   {
     ResponseBuilder rb(chat_job(true));
-    std::vector<json> chunks = rb.on_output(0, output(a, false));
+    std::vector<nlohmann::ordered_json> chunks = rb.on_output(0, output(a, false));
     for (auto& c : rb.on_output(0, output(b, true))) chunks.push_back(std::move(c));
     std::string content;
     json calls = json::array();
@@ -389,7 +389,7 @@ TEST(ToolParsers, ParallelToolCallsFalseKeepsTheFirstCall) {
     job = chat_job(true);
     job->parallel_tool_calls = parallel;
     ResponseBuilder srb(job);
-    std::vector<json> chunks = srb.on_output(0, output(a, false));
+    std::vector<nlohmann::ordered_json> chunks = srb.on_output(0, output(a, false));
     for (auto& c : srb.on_output(0, output(b, true))) chunks.push_back(std::move(c));
     std::vector<std::string> names;
     json finish;

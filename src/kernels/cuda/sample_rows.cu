@@ -87,6 +87,14 @@ __device__ double block_sum(double x, Red& s) {
   return t;
 }
 
+/// vLLM's rank of a raw logit x in its row: 1 + the number of raw[0, V) strictly greater (ties share a rank). Every
+/// thread of the block calls it and gets the rank.
+__device__ int32_t raw_rank(const float* raw, int V, float x, Red& s) {
+  int above = 0;
+  for (int i = threadIdx.x; i < V; i += kT) above += raw[i] > x ? 1 : 0;
+  return 1 + static_cast<int32_t>(block_sum(static_cast<double>(above), s));  // exact: integers < 2^53
+}
+
 /// Exclusive prefix of x over thread order; *total gets the sum. Every thread gets its own prefix.
 __device__ double block_exclusive_scan(double x, double* total, Red& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -464,12 +472,10 @@ __global__ void __launch_bounds__(kT) sample_rows_kernel(const float* __restrict
   detail::top_logprobs<kT>(raw, V, bv, bi, lse, num_top, s.v, s.i, r);
   if (P.score_token >= 0 && P.score_token < V) {  // prompt scoring: the next prompt token's logprob and rank
     const float t = raw[P.score_token];
-    int above = 0;
-    for (int i = threadIdx.x; i < V; i += kT) above += raw[i] > t ? 1 : 0;
-    const double total_above = block_sum(static_cast<double>(above), s);  // exact: integers < 2^53
+    const int32_t rank = raw_rank(raw, V, t, s);
     if (threadIdx.x == 0) {
       r.score_logprob = static_cast<float>(static_cast<double>(t) - lse);
-      r.score_rank = 1 + static_cast<int32_t>(total_above);
+      r.score_rank = rank;
     }
   }
   // 2. Processed row: logit_bias, min_tokens masks and penalties applied to a copy (sample_token steps 0-2).
@@ -523,9 +529,13 @@ __global__ void __launch_bounds__(kT) sample_rows_kernel(const float* __restrict
       token = pick_sorted(l, V, m, mi, T, total, P, s, keys, cum, hcnt, hmass, buckets);
     }
   }
+  // 4. The picked token's raw rank (vLLM's Logprob.rank), for rows with logprobs. `token` is the block's (every
+  //    pick returns one value to all threads).
+  const int32_t rank = P.rank_sampled && token >= 0 ? raw_rank(raw, V, raw[token], s) : 0;
   if (threadIdx.x == 0) {
     r.token = token;
     r.logprob = token >= 0 ? static_cast<float>(static_cast<double>(raw[token]) - lse) : NAN;
+    r.sampled_rank = rank;
   }
 }
 

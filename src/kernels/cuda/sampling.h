@@ -28,6 +28,10 @@ struct GreedyRow {
   /// top_logprobs) and 1 + the number of raw logits strictly greater than raw[t] (vLLM's prompt-token rank).
   float score_logprob;
   int32_t score_rank;
+  /// sample_rows rows with SampleRowParams::rank_sampled: 1 + the number of raw logits strictly greater than
+  /// raw[token] (vLLM's Logprob.rank of the sampled token), else 0. greedy_sample leaves it unset (its pick is the
+  /// raw argmax: rank 1).
+  int32_t sampled_rank;
 };
 
 /// Multi-step decode: where greedy_sample also writes each row's pick as the next step's input id.

@@ -119,12 +119,12 @@ class CudaMamba2 final : public CudaModule {
       SSM_CUDA_CHECK(causal_conv1d_fwd_dual(proj + P0 * PW + I, PW, conv_bf16_only ? nullptr : xbc + P0 * C, C,
                                             conv_bf16_only ? const_cast<void*>(prefill_in.x_h.data) : nullptr, C, conv,
                                             sm.query_start_loc_p, sm.state_indices_p, sm.has_initial_states_p, np, T - P0, s));
-    // Large decode batches (> 16 plain rows, outside batch-invariant mode): the state-run kernel; else (and for
-    // speculative verify rows) the one whose math is the sequential prefill walk's.
-    if (fuse) {
-    } else if (nd > 16 && !opt.batch_invariant && sm.spec_cols == 1)
+    // Decode rows the fused step did not take: large batches (> 16 plain rows, outside batch-invariant mode) on the
+    // state-run kernel; else (and speculative verify rows) the one whose math is the sequential prefill walk's.
+    const bool wide = nd > 16 && !opt.batch_invariant && sm.spec_cols == 1;
+    if (!fuse && wide)
       SSM_CUDA_CHECK(ssd_state_update_wide(inputs_from(0), sp, y, I, sm.state_indices_d, static_cast<int>(nd), s, opt.pdl));
-    else if (nd > 0)
+    else if (!fuse && nd > 0)
       SSM_CUDA_CHECK(ssd_state_update(inputs_from(0), sp, y, I, sm.decode_rows(), static_cast<int>(nd), s, opt.pdl));
     if (np > 0) {
       SsdChunkMetadataDev cm{np, md.num_chunks(), sm.cu_chunk_seqlen_p, sm.seq_idx_p, sm.last_chunk_indices_p,
