@@ -31,8 +31,21 @@ std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
-/// A header value must not break the response head (CR / LF): a request's own value echoed back is checked here.
+/// A header value must not break the response head (CR / LF): a request's own value echoed back is checked here (the
+/// HTTP parser refuses such requests before; this keeps the rule local).
 bool header_safe(const std::string& v) { return v.find_first_of("\r\n") == std::string::npos; }
+
+/// A configured entry is written into response heads: no control characters at all.
+bool printable(const std::string& v) {
+  return std::none_of(v.begin(), v.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+}
+
+/// The example value of each flag's error message.
+std::string example_of(const std::string& flag) {
+  if (flag == "--allowed-methods") return R"('["GET", "POST"]')";
+  if (flag == "--allowed-headers") return R"('["Authorization", "Content-Type"]')";
+  return R"('["https://app.example", "http://localhost:3000"]')";
+}
 
 }  // namespace
 
@@ -41,15 +54,17 @@ std::vector<std::string> parse_cors_list(const std::string& value, const std::st
   try {
     j = nlohmann::json::parse(value);
   } catch (const nlohmann::json::exception&) {
-    throw Error(fmt::format("{} must be a JSON list of strings (e.g. '[\"https://example.com\"]'), got '{}'", flag,
+    throw Error(fmt::format("{} must be a JSON list of strings (e.g. {}), got '{}'", flag, example_of(flag),
                             value.substr(0, 200)));
   }
-  SSM_CHECK(j.is_array(), "{} must be a JSON list of strings (e.g. '[\"*\"]'), got {}", flag, j.dump().substr(0, 200));
+  SSM_CHECK(j.is_array(), "{} must be a JSON list of strings (e.g. {}), got {}", flag, example_of(flag),
+            j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 200));
   std::vector<std::string> out;
   for (const auto& e : j) {
-    SSM_CHECK(e.is_string(), "{} must list strings; {} is not one", flag, e.dump().substr(0, 200));
+    SSM_CHECK(e.is_string(), "{} must list strings; {} is not one", flag,
+              e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 200));
     const std::string s = e.get<std::string>();
-    SSM_CHECK(!s.empty() && header_safe(s), "{} entries must be non-empty and hold no line breaks", flag);
+    SSM_CHECK(!s.empty() && printable(s), "{} entries must be non-empty and hold no control characters", flag);
     out.push_back(s);
   }
   return out;
@@ -59,7 +74,7 @@ CorsPolicy::CorsPolicy(CorsOptions opt) : opt_(std::move(opt)) {
   all_origins_ = contains(opt_.allowed_origins, "*");
   all_headers_ = contains(opt_.allowed_headers, "*");
   methods_ = contains(opt_.allowed_methods, "*")
-                 ? std::vector<std::string>{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"}
+                 ? std::vector<std::string>{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY"}
                  : opt_.allowed_methods;
   // The CORS-safelisted request headers are always allowed (Fetch standard; Starlette lists them too).
   std::vector<std::string> named{"Accept", "Accept-Language", "Content-Language", "Content-Type"};
@@ -78,11 +93,12 @@ std::optional<HttpResponse> CorsPolicy::preflight(const HttpRequest& req) const 
   if (req.method != "OPTIONS" || !origin || !method) return std::nullopt;
   HttpResponse r;
   r.content_type = "text/plain; charset=utf-8";
-  // A listed origin (or credentials) is answered with the origin itself, which then varies the response.
+  // A listed origin (or credentials) is answered with the origin itself.
   const bool explicit_origin = !all_origins_ || opt_.allow_credentials;
   std::vector<std::string> failures;
-  if (explicit_origin) r.headers.emplace_back("Vary", "Origin");
-  else r.headers.emplace_back("Access-Control-Allow-Origin", "*");
+  r.headers.emplace_back(
+      "Vary", "Origin, Access-Control-Request-Method, Access-Control-Request-Headers, Access-Control-Request-Private-Network");
+  if (!explicit_origin) r.headers.emplace_back("Access-Control-Allow-Origin", "*");
   if (!origin_allowed(*origin)) failures.push_back("origin");
   else if (explicit_origin && header_safe(*origin)) r.headers.emplace_back("Access-Control-Allow-Origin", *origin);
   r.headers.emplace_back("Access-Control-Allow-Methods", join(methods_));
@@ -107,6 +123,8 @@ std::optional<HttpResponse> CorsPolicy::preflight(const HttpRequest& req) const 
       }
     }
   }
+  // Private Network Access: never allowed (vLLM does not set Starlette's allow_private_network).
+  if (req.header("Access-Control-Request-Private-Network")) failures.push_back("private-network");
   if (opt_.allow_credentials) r.headers.emplace_back("Access-Control-Allow-Credentials", "true");
   if (failures.empty()) {
     r.body = "OK";
@@ -119,13 +137,15 @@ std::optional<HttpResponse> CorsPolicy::preflight(const HttpRequest& req) const 
 
 void CorsPolicy::add_response_headers(const HttpRequest& req, std::vector<std::pair<std::string, std::string>>& headers) const {
   const auto origin = req.header("Origin");
-  if (!origin || (req.method == "OPTIONS" && req.header("Access-Control-Request-Method"))) return;
-  // The origin itself instead of "*": for listed origins, and for any origin when the request sends cookies.
-  const bool echo = header_safe(*origin) && (all_origins_ ? req.header_count("Cookie") > 0 : origin_allowed(*origin));
+  if (origin && req.method == "OPTIONS" && req.header("Access-Control-Request-Method")) return;  // a preflight
+  // Every other response varies with Origin, with or without one. The origin itself instead of "*": for listed
+  // origins, and for any origin when credentials are allowed (browsers refuse "*" on a credentialed request).
+  headers.emplace_back("Vary", "Origin");
+  if (!origin) return;
+  const bool echo = header_safe(*origin) && (all_origins_ ? opt_.allow_credentials : origin_allowed(*origin));
   if (echo) headers.emplace_back("Access-Control-Allow-Origin", *origin);
   else if (all_origins_) headers.emplace_back("Access-Control-Allow-Origin", "*");
   if (opt_.allow_credentials) headers.emplace_back("Access-Control-Allow-Credentials", "true");
-  if (echo) headers.emplace_back("Vary", "Origin");
 }
 
 }  // namespace ssmserve::server

@@ -1,6 +1,7 @@
 // Owns the server's cross-origin resource sharing (CORS) rules: vLLM's --allowed-origins, --allowed-methods,
 // --allowed-headers and --allow-credentials, answered as the Starlette CORSMiddleware that vLLM installs answers
-// them (the Fetch standard's preflight and response headers). Nothing here knows about routes or the engine.
+// them (Starlette 1.10, what a fresh vLLM install resolves to; the Fetch standard's preflight and response headers).
+// Nothing here knows about routes or the engine.
 #pragma once
 #include <optional>
 #include <string>
@@ -20,7 +21,8 @@ struct CorsOptions {
 };
 
 /// Parses a vLLM CORS flag's value, a JSON list of strings (`'["https://a.example", "https://b.example"]'`; vLLM
-/// reads it with json.loads). Errors: Error naming `flag` when the value is not such a list.
+/// reads it with json.loads). Errors: Error naming `flag` when the value is not such a list, or an entry is empty
+/// or holds a control character.
 std::vector<std::string> parse_cors_list(const std::string& value, const std::string& flag);
 
 /// The CORS rules of one server; thread-safe after construction (read-only).
@@ -30,12 +32,13 @@ class CorsPolicy {
 
   /// A preflight request (OPTIONS with Origin and Access-Control-Request-Method headers): its whole response, 200
   /// "OK" with the Access-Control-Allow-* headers when origin, method and requested headers are allowed, else 400
-  /// "Disallowed CORS origin, method, headers" (those that are not). Any other request: nullopt.
+  /// "Disallowed CORS origin, method, headers, private-network" (those that are not; a Private Network Access
+  /// request never is). Any other request: nullopt.
   std::optional<HttpResponse> preflight(const HttpRequest& req) const;
 
-  /// The headers to add to the response to `req` (a request with an Origin header that is not a preflight):
-  /// Access-Control-Allow-Origin ("*", or the origin itself when only listed origins are allowed or the request
-  /// carries cookies, then with "Vary: Origin") and Access-Control-Allow-Credentials. Nothing for other requests.
+  /// The headers to add to the response to `req` (any request but a preflight): "Vary: Origin", and with an Origin
+  /// header Access-Control-Allow-Origin ("*", or the origin itself when only listed origins are allowed or
+  /// credentials are) and Access-Control-Allow-Credentials.
   void add_response_headers(const HttpRequest& req, std::vector<std::pair<std::string, std::string>>& headers) const;
 
  private:

@@ -1,7 +1,7 @@
-# CORS as vLLM's server answers it (Starlette's CORSMiddleware under --allowed-origins, --allowed-methods,
+# CORS as vLLM's server answers it (Starlette 1.10's CORSMiddleware under --allowed-origins, --allowed-methods,
 # --allowed-headers, --allow-credentials): browsers' preflights get 200 with the Access-Control-Allow-* headers (or
 # 400 naming what is disallowed), every response to a request with an Origin carries Access-Control-Allow-Origin,
-# streams and errors included; requests without an Origin get no CORS headers.
+# streams and errors included; requests without an Origin get only "Vary: Origin".
 import json
 import subprocess
 
@@ -13,6 +13,7 @@ except ImportError:  # openai >= 3 depends on the httpx2 fork
 from conftest import BINARY, MODEL, Server
 
 ORIGIN = "https://app.example"
+PREFLIGHT_VARY = "Origin, Access-Control-Request-Method, Access-Control-Request-Headers, Access-Control-Request-Private-Network"
 
 
 def preflight(base_url, path, origin=ORIGIN, method="POST", headers=None):
@@ -25,25 +26,29 @@ def preflight(base_url, path, origin=ORIGIN, method="POST", headers=None):
 def test_defaults_allow_any_origin(server):
     r = preflight(server.base_url, "/v1/chat/completions", headers="authorization, content-type, x-stainless-os")
     assert r.status_code == 200 and r.text == "OK", r.text
-    assert r.headers["access-control-allow-origin"] == "*"
-    assert "POST" in r.headers["access-control-allow-methods"].split(", ")
+    assert r.headers["access-control-allow-origin"] == "*" and r.headers["vary"] == PREFLIGHT_VARY
+    assert r.headers["access-control-allow-methods"] == "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT, QUERY"
     assert r.headers["access-control-allow-headers"] == "authorization, content-type, x-stainless-os"  # mirrored
     assert r.headers["access-control-max-age"] == "600"
     assert "access-control-allow-credentials" not in r.headers
 
     # Whole, streamed and error responses to a request with an Origin; none without one.
     r = httpx.get(server.base_url + "/v1/models", headers={"Origin": ORIGIN})
-    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
-    assert "access-control-allow-origin" not in httpx.get(server.base_url + "/v1/models").headers
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*" and r.headers["vary"] == "Origin"
+    r = httpx.get(server.base_url + "/v1/models")
+    assert "access-control-allow-origin" not in r.headers and r.headers["vary"] == "Origin"
     body = {"prompt": "Hello", "max_tokens": 3, "stream": True}
     with httpx.stream("POST", server.base_url + "/v1/completions", json=body, headers={"Origin": ORIGIN}) as r:
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
         assert any(line == "data: [DONE]" for line in r.iter_lines())
     r = httpx.post(server.base_url + "/v1/completions", json={"prompt": "Hi", "max_tokens": -1}, headers={"Origin": ORIGIN})
     assert r.status_code == 400 and r.headers["access-control-allow-origin"] == "*"
-    # A request with cookies gets its origin back, not "*".
+    # Cookies change nothing without --allow-credentials; Private Network Access preflights are refused.
     r = httpx.get(server.base_url + "/health", headers={"Origin": ORIGIN, "Cookie": "a=1"})
-    assert r.headers["access-control-allow-origin"] == ORIGIN and r.headers["vary"] == "Origin"
+    assert r.headers["access-control-allow-origin"] == "*" and "access-control-allow-credentials" not in r.headers
+    r = httpx.request("OPTIONS", server.base_url + "/v1/models", headers={
+        "Origin": ORIGIN, "Access-Control-Request-Method": "GET", "Access-Control-Request-Private-Network": "true"})
+    assert r.status_code == 400 and r.text == "Disallowed CORS private-network"
     # OPTIONS without the preflight headers is not a preflight: the route's 405, with the CORS header.
     r = httpx.request("OPTIONS", server.base_url + "/v1/completions", headers={"Origin": ORIGIN})
     assert r.status_code == 405 and r.headers["access-control-allow-origin"] == "*"
@@ -56,7 +61,7 @@ def test_listed_origins_methods_headers_and_credentials():
         # A preflight needs no API key (browsers send none), as vLLM's authentication skips OPTIONS.
         r = preflight(s.base_url, "/v1/completions", headers="Authorization, content-type")
         assert r.status_code == 200 and r.text == "OK", r.text
-        assert r.headers["access-control-allow-origin"] == ORIGIN and r.headers["vary"] == "Origin"
+        assert r.headers["access-control-allow-origin"] == ORIGIN and r.headers["vary"] == PREFLIGHT_VARY
         assert r.headers["access-control-allow-credentials"] == "true"
         assert r.headers["access-control-allow-methods"] == "GET, POST"
         # The listed headers plus the CORS-safelisted ones, sorted.
@@ -83,11 +88,25 @@ def test_listed_origins_methods_headers_and_credentials():
         assert s.stop() == 0
 
 
+def test_credentials_with_any_origin_echo_the_origin():
+    # Browsers refuse "*" on a credentialed request: with --allow-credentials every origin gets itself back.
+    s = Server("--allow-credentials")
+    try:
+        r = httpx.get(s.base_url + "/v1/models", headers={"Origin": ORIGIN})
+        assert r.headers["access-control-allow-origin"] == ORIGIN and r.headers["vary"] == "Origin"
+        assert r.headers["access-control-allow-credentials"] == "true"
+        r = preflight(s.base_url, "/v1/completions")
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == ORIGIN
+    finally:
+        assert s.stop() == 0
+
+
 def test_malformed_cors_flags_are_errors():
     for args, words in ((["--allowed-origins", "https://a.example"], "--allowed-origins must be a JSON list"),
                         (["--allowed-methods", '"GET"'], "--allowed-methods must be a JSON list"),
                         (["--allowed-headers", '["a", 3]'], "--allowed-headers must list strings"),
-                        (["--allowed-origins", '[""]'], "--allowed-origins entries must be non-empty")):
+                        (["--allowed-origins", '[""]'], "--allowed-origins entries must be non-empty"),
+                        (["--allowed-headers", '["X-A\\u0000B"]'], "no control characters")):
         r = subprocess.run([str(BINARY), "serve", "--model", str(MODEL), "--port", "0", *args], capture_output=True,
                            text=True, timeout=60)
         assert r.returncode != 0 and words in r.stderr, (args, r.stderr)
