@@ -476,6 +476,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
   job->n = base.params.n;
   job->stream = base.stream;
   job->return_tokens_as_token_ids = base.return_tokens_as_token_ids.value_or(opt_.return_tokens_as_token_ids);
+  job->return_token_ids = base.return_token_ids;
   job->include_usage = base.include_usage;
   job->continuous_usage = base.include_usage && base.continuous_usage_stats;  // as vLLM: both
   // 0. The bad words' token sequences, once for all the request's prompts (the engine then finds them tokenized); a

@@ -309,6 +309,7 @@ void parse_common(const json& b, GenerationRequest& r, const char* max_tokens_ke
   if (const json* v = field(b, "add_special_tokens")) r.add_special_tokens = as_bool(*v, "add_special_tokens");
   if (const json* v = field(b, "return_tokens_as_token_ids"))
     r.return_tokens_as_token_ids = as_bool(*v, "return_tokens_as_token_ids");
+  if (const json* v = field(b, "return_token_ids")) r.return_token_ids = as_bool(*v, "return_token_ids");
   if (const json* v = field(b, "user"); v && !v->is_string())  // OpenAI's end-user id (vLLM: Optional[str]); unused
     bad_request("user", fmt::format("user must be a string (got {})", type_name(*v)));
   if (const json* v = field(b, "cache_salt")) {  // vLLM: a non-empty string

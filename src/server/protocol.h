@@ -58,6 +58,9 @@ struct GenerationRequest {
   std::optional<bool> add_special_tokens;
   /// vLLM's return_tokens_as_token_ids (unset: the server's --return-tokens-as-token-ids).
   std::optional<bool> return_tokens_as_token_ids;
+  /// vLLM's return_token_ids: each choice's generated ids (`token_ids`) and the prompt's (`prompt_token_ids`) beside
+  /// the text; streamed, the ids of each chunk and the prompt's in a choice's first chunk.
+  bool return_token_ids = false;
   /// vLLM's cache_salt: prefix-cache blocks shared only with requests carrying the same salt (Request::cache_salt);
   /// empty: none. At most kMaxCacheSaltBytes.
   std::string cache_salt;

@@ -35,6 +35,7 @@ ResponseBuilder::ResponseBuilder(std::shared_ptr<GenerationJob> job) : job_(std:
   num_cached_.assign(choices, 0);
   next_offset_.assign(choices, 0);
   sent_prompt_logprobs_.assign(choices, 0);
+  sent_prompt_ids_.assign(choices, 0);
   num_tool_calls_.assign(choices, 0);
   placeholder_ = fmt::format("ssm-lp-{:016x}-", std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}());
   if (job_->chat && job_->stream && job_->has_tool_parser())
@@ -118,15 +119,26 @@ std::vector<json> ResponseBuilder::opening_chunks() {
   std::vector<json> out;
   for (size_t i = 0; i < finished_.size(); ++i) {
     const int idx = static_cast<int>(i);
+    const json prompt_ids = job_->prompts[i / static_cast<size_t>(job_->n)].token_ids;
     if (job_->chat) {
       out.push_back(chunk({{"index", idx}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
                            {"finish_reason", nullptr}}));
+      if (job_->return_token_ids) {  // vLLM: the prompt's ids on the response of each choice's first chunk
+        out.back()["prompt_token_ids"] = prompt_ids;
+        sent_prompt_ids_[i] = 1;
+      }
       if (!job_->chat_echo.empty())  // vLLM: the echoed content in a chunk of its own after the role
         out.push_back(chunk({{"index", idx}, {"delta", {{"content", job_->chat_echo}}}, {"logprobs", nullptr},
                              {"finish_reason", nullptr}}));
     } else if (job_->echo) {
       const std::string& text = job_->prompts[i / job_->n].text;
       out.push_back(chunk({{"index", idx}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"stop_reason", nullptr}}));
+      if (job_->return_token_ids) {
+        json& choice = out.back()["choices"][0];
+        choice["prompt_token_ids"] = prompt_ids;
+        choice["token_ids"] = json::array();
+        sent_prompt_ids_[i] = 1;
+      }
       next_offset_[i] = utf8_char_count(text);
     }
   }
@@ -159,7 +171,8 @@ std::vector<json> ResponseBuilder::on_output(int index, RequestOutput&& out) {
     lp = std::move(merged);
     sent_prompt_logprobs_[index] = 1;
   }
-  if (out.delta_text.empty() && lp.is_null() && !out.finished) return chunks;
+  const bool new_ids = job_->return_token_ids && !c.token_ids.empty();  // a chunk for them, text or not (vLLM)
+  if (out.delta_text.empty() && lp.is_null() && !out.finished && !new_ids) return chunks;
   json finish = out.finished ? json(std::string(finish_reason_name(c.finish_reason))) : json(nullptr);
   const json stop = out.finished ? stop_reason_json(c) : json(nullptr);
   if (job_->chat) {
@@ -192,16 +205,27 @@ std::vector<json> ResponseBuilder::on_output(int index, RequestOutput&& out) {
       if (!call.id.empty()) calls.push_back(call.to_json(call_index));
       else calls.push_back({{"index", call_index}, {"function", {{"arguments", call.arguments}}}});
     }
-    if (reasoning.empty() && d.content.empty() && calls.empty() && lp.is_null() && !out.finished) return chunks;
-    // 3. The delta: vLLM's `reasoning` (and its old name `reasoning_content`, still read by many clients), `content`
-    // (also "" in a chunk that carries nothing else but logprobs, as before), `tool_calls`.
+    if (reasoning.empty() && d.content.empty() && calls.empty() && lp.is_null() && !out.finished && !new_ids) return chunks;
+    // 3. The delta, in vLLM's DeltaMessage order: `content` (also "" in a chunk that carries nothing else but
+    // logprobs, as before), `reasoning` (and its old name `reasoning_content`, still read by many clients),
+    // `tool_calls`.
     json delta = json::object();
-    if (!reasoning.empty()) delta["reasoning"] = delta["reasoning_content"] = reasoning;
     if (!d.content.empty() || (reasoning.empty() && calls.empty() && !out.finished)) delta["content"] = d.content;
+    if (!reasoning.empty()) {
+      delta["reasoning"] = reasoning;
+      delta["reasoning_content"] = reasoning;
+    }
     if (!calls.empty()) delta["tool_calls"] = std::move(calls);
     chunks.push_back(chunk({{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
+    if (job_->return_token_ids) chunks.back()["choices"][0]["token_ids"] = c.token_ids;
   } else {
     chunks.push_back(chunk({{"index", index}, {"text", out.delta_text}, {"logprobs", lp}, {"finish_reason", finish}, {"stop_reason", stop}}));
+    if (job_->return_token_ids) {  // vLLM's stream choice: prompt_token_ids (its first chunk only), then token_ids
+      json& choice = chunks.back()["choices"][0];
+      if (!sent_prompt_ids_[index]) choice["prompt_token_ids"] = job_->prompts[index / job_->n].token_ids;
+      choice["token_ids"] = job_->prompt_only ? std::vector<int>{} : c.token_ids;
+      sent_prompt_ids_[index] = 1;
+    }
   }
   return chunks;
 }
@@ -214,9 +238,9 @@ json ResponseBuilder::usage() const {
   // Prompt tokens served from the prefix cache: each prompt counted once (its first choice), as prompt_tokens.
   long long cached = 0;
   for (size_t i = 0; i < num_cached_.size(); i += static_cast<size_t>(std::max(1, job_->n))) cached += num_cached_[i];
-  return {{"prompt_tokens", prompt},
-          {"completion_tokens", completion},
+  return {{"prompt_tokens", prompt},  // vLLM's UsageInfo order
           {"total_tokens", prompt + completion},
+          {"completion_tokens", completion},
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
@@ -224,7 +248,7 @@ json ResponseBuilder::choice_usage(int index) const {
   const auto& prompt = job_->prompts.at(static_cast<size_t>(index / std::max(1, job_->n)));
   const long long p = static_cast<long long>(prompt.token_ids.size());
   const long long c = job_->prompt_only ? 0 : static_cast<long long>(num_tokens_.at(static_cast<size_t>(index)));
-  return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+  return {{"prompt_tokens", p}, {"total_tokens", p + c}, {"completion_tokens", c}};
 }
 
 json ResponseBuilder::usage_chunk() const {
@@ -362,6 +386,7 @@ json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
       json lp = job_->logprobs ? chat_logprobs(c.logprobs, 0) : json(nullptr);
       json message = {{"role", "assistant"}, {"content", job_->chat_echo + c.text}};
       std::string content = c.text;  // what a tool-call parser reads
+      json reasoning;                // set with a reasoning parser: written after tool_calls (vLLM's ChatMessage order)
       if (job_->reasoning) {
         // vLLM: `reasoning` (and the old `reasoning_content`) and `content`, each null when empty; without
         // include_reasoning the reasoning is null and so are the logprobs (they would show it).
@@ -373,7 +398,7 @@ json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
         content = split.content.value_or("");
         const bool has_content = split.content || !job_->chat_echo.empty();
         message["content"] = has_content ? json(job_->chat_echo + content) : json(nullptr);
-        message["reasoning"] = message["reasoning_content"] = split.reasoning ? json(*split.reasoning) : json(nullptr);
+        reasoning = split.reasoning ? json(*split.reasoning) : json(nullptr);
       }
       if (job_->has_tool_parser()) {  // vLLM: tool_calls (a list) and content before them, or null
         const std::unique_ptr<ToolParser> tp = job_tool_parser(*job_);
@@ -390,8 +415,13 @@ json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
         }
         message["tool_calls"] = std::move(calls);
       }
+      if (job_->reasoning) {
+        message["reasoning"] = reasoning;
+        message["reasoning_content"] = std::move(reasoning);
+      }
       choices.push_back({{"index", i}, {"message", message}, {"logprobs", lp},
                          {"finish_reason", finish}, {"stop_reason", stop_reason_json(c)}});
+      if (job_->return_token_ids) choices.back()["token_ids"] = c.token_ids;
       continue;
     }
     const size_t prompt = i / static_cast<size_t>(job_->n);
@@ -424,7 +454,10 @@ json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
     }
     choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish},
                        {"stop_reason", job_->prompt_only ? json(nullptr) : stop_reason_json(c)}});
+    // vLLM's CompletionResponseChoice order: ..., token_ids, prompt_logprobs, prompt_token_ids.
+    if (job_->return_token_ids) choices.back()["token_ids"] = job_->prompt_only ? std::vector<int>{} : c.token_ids;
     if (job_->prompt_logprobs) choices.back()["prompt_logprobs"] = vllm_prompt_logprobs(po);
+    if (job_->return_token_ids) choices.back()["prompt_token_ids"] = p.token_ids;
   }
   json out = {{"id", job_->id},
               {"object", job_->chat ? "chat.completion" : "text_completion"},
@@ -434,6 +467,7 @@ json ResponseBuilder::build_final(std::vector<std::string>* fragments) const {
               {"usage", usage()}};
   // vLLM's chat response carries the (one) prompt's logprobs at the top level; its first choice scored them.
   if (job_->chat && job_->prompt_logprobs && !acc_.empty() && acc_[0]) out["prompt_logprobs"] = vllm_prompt_logprobs(*acc_[0]);
+  if (job_->chat && job_->return_token_ids && !job_->prompts.empty()) out["prompt_token_ids"] = job_->prompts[0].token_ids;
   return out;
 }
 

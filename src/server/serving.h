@@ -38,6 +38,8 @@ struct GenerationJob {
   /// vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:<id>" (tokens that are not valid UTF-8 on
   /// their own stay identifiable).
   bool return_tokens_as_token_ids = false;
+  /// vLLM's return_token_ids (GenerationRequest::return_token_ids).
+  bool return_token_ids = false;
   std::optional<int> prompt_logprobs;  ///< prompt_logprobs (top-k count): each completion choice's "prompt_logprobs", chat: top level
   std::string tool_parser;           ///< chat with tool_choice "auto": the --tool-call-parser name, else ""
   nlohmann::ordered_json tools;      ///< the request's tools (with tool_parser: qwen3_coder types values by them)
@@ -113,6 +115,7 @@ class ResponseBuilder {
   std::vector<int> num_cached_;                     // [choices] prompt tokens served from the prefix cache
   std::vector<size_t> next_offset_;                 // [choices] text_offset (characters) of the next streamed token
   std::vector<char> sent_prompt_logprobs_;          // [choices] echo: the prompt's logprobs were streamed
+  std::vector<char> sent_prompt_ids_;               // [choices] return_token_ids: the prompt's ids were streamed
   std::vector<std::unique_ptr<ToolParser>> tool_parsers_;  // [choices] streaming chat with a tool parser
   std::vector<ReasoningParser> reasoning_parsers_;  // [choices] streaming chat with a reasoning parser
   std::vector<int> num_tool_calls_;                 // [choices] tool calls streamed so far (their delta index)

@@ -57,10 +57,10 @@ std::optional<ojson> parse_json_bounded(std::string_view text) {
 }
 
 ojson ToolCall::to_json(int index) const {
-  ojson j = ojson::object();
-  if (index >= 0) j["index"] = index;
+  ojson j = ojson::object();  // vLLM's (Delta)ToolCall order: id, type, index, function
   j["id"] = id;
   j["type"] = "function";
+  if (index >= 0) j["index"] = index;
   j["function"] = {{"name", name}, {"arguments", arguments}};
   return j;
 }
