@@ -119,7 +119,7 @@ std::vector<json> ResponseBuilder::opening_chunks() {
   std::vector<json> out;
   for (size_t i = 0; i < finished_.size(); ++i) {
     const int idx = static_cast<int>(i);
-    const json prompt_ids = job_->prompts[i / static_cast<size_t>(job_->n)].token_ids;
+    const std::vector<int>& prompt_ids = job_->prompts[i / static_cast<size_t>(job_->n)].token_ids;
     if (job_->chat) {
       out.push_back(chunk({{"index", idx}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
                            {"finish_reason", nullptr}}));
