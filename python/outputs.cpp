@@ -69,16 +69,10 @@ py::object logprobs_to_py(const LLMEngine& eng, const std::vector<std::vector<To
   py::list out;
   const Tokenizer* tok = eng.tokenizer();
   for (const auto& entry : lps) {
-    std::vector<TokenLogprob> ranked(entry.begin(), entry.end());
-    std::stable_sort(ranked.begin(), ranked.end(), [](const TokenLogprob& a, const TokenLogprob& b) { return a.logprob > b.logprob; });
     py::dict d;
-    for (size_t k = 0; k < entry.size(); ++k) {
-      const int id = entry[k].id;
-      // The engine's rank (the sampled token's vocabulary rank, a top entry's position); else its place in the entry.
-      const int rank = entry[k].rank > 0 ? entry[k].rank
-                       : static_cast<int>(std::find_if(ranked.begin(), ranked.end(), [&](const TokenLogprob& t) { return t.id == id; }) - ranked.begin()) + 1;
-      const int ids[1] = {id};
-      d[py::int_(id)] = Logprob{entry[k].logprob, rank, tok ? tok->decode(ids) : std::string()};
+    for (const TokenLogprob& e : entry) {  // the engine's ranks (TokenLogprob::rank): the sampled / prompt token's
+      const int ids[1] = {e.id};           // vocabulary rank, a top entry's position
+      d[py::int_(e.id)] = Logprob{e.logprob, e.rank, tok ? tok->decode(ids) : std::string()};
     }
     out.append(d);
   }
