@@ -55,6 +55,7 @@ struct ServeArgs {
   int max_num_scored_tokens = 256;
   int max_seqs_per_request = 0;  ///< fair admission: one request's sequences in the engine at once (0 = max_num_seqs / 4)
   std::string chat_template;
+  std::string chat_template_content_format = "auto";  ///< vLLM's --chat-template-content-format
   double shutdown_timeout = 30.0;
   std::string model_tag;                       ///< `serve MODEL` (vLLM's positional model)
   std::vector<std::string> served_model_names;  ///< --served-model-name NAME... (the first names responses)
@@ -180,6 +181,16 @@ int run_serve(ServeArgs& a) {
   // The chat template lives with the tokenizer (tokenizer_config.json), as in vLLM: --tokenizer DIR when given.
   const std::filesystem::path& tokenizer_dir = a.engine.tokenizer.empty() ? a.engine.model : a.engine.tokenizer;
   server::ChatTemplate tmpl = load_serve_chat_template(tokenizer_dir, a.chat_template);
+  a.server.chat_template_content_format =
+      server::parse_chat_content_format(a.chat_template_content_format, "--chat-template-content-format");
+  if (a.server.chat_template_content_format == server::ChatContentFormat::Auto) {
+    server::ChatTemplateInputs probe;
+    try {
+      spdlog::info("chat template content format detected: {} (--chat-template-content-format overrides it)",
+                   server::chat_content_format_name(tmpl.content_format(probe)));
+    } catch (const Error&) {  // several named templates and no default: each request's pick is detected then
+    }
+  }
   server::OpenAIServer http(engine, metrics, std::move(tmpl), a.server);
   const int port = http.bind();
 
@@ -297,6 +308,12 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--chat-template", a->chat_template,
                   "Jinja chat template file, or the template itself (a value with {, } or a newline; as vLLM) "
                   "(default: the checkpoint's, else plain)");
+  cmd->add_option("--chat-template-content-format", a->chat_template_content_format,
+                  "How the chat template gets each message's content: string (text parts joined with newlines), "
+                  "openai (a list of {\"type\": \"text\", \"text\"} parts) or auto (detected from the template: "
+                  "openai when it loops over a message's content; as vLLM)")
+      ->check(CLI::IsMember({"auto", "string", "openai"}))
+      ->capture_default_str();
   cmd->add_flag("--trust-request-chat-template", a->server.trust_request_chat_template,
                 "Render a chat request's own \"chat_template\" (else it is a 400; as vLLM)");
   cmd->add_option("--http-threads", a->server.http_threads,

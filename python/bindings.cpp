@@ -112,15 +112,17 @@ class PyLLM {
   int vocab_size() const { return tokenizer().vocab_size(); }
   std::vector<int> eos_token_ids() const { return llm_->engine().model_config().eos_token_ids; }
 
-  /// LLM.chat's prompt text: `messages_json` (a JSON list of {"role", "content": str} messages) rendered with the
+  /// LLM.chat's prompt text: `messages_json` (a JSON list of {"role", "content"} messages) rendered with the
   /// checkpoint's chat template (tokenizer_config.json, else ssmserve's plain default), or with `chat_template`
   /// (Jinja source, or the path of a file holding it) when given. Throws Error for malformed JSON or a template
   /// that fails to parse or render.
   /// kwargs_json: chat_template_kwargs (a JSON object of extra template variables, e.g. {"enable_thinking":
-  /// false}); tools_json: a JSON list of tool schemas or "" (the template sees tools = none).
+  /// false}); tools_json: a JSON list of tool schemas or "" (the template sees tools = none); content_format: vLLM's
+  /// chat_template_content_format ("auto", "string" or "openai"; see server::normalize_chat_content).
   std::string render_chat(const std::string& messages_json, bool add_generation_prompt,
                           const std::optional<std::string>& chat_template, bool continue_final_message,
-                          const std::string& kwargs_json, const std::string& tools_json) {
+                          const std::string& kwargs_json, const std::string& tools_json,
+                          const std::string& content_format) {
     auto parse = [](const std::string& text, const char* what) {
       try {
         return nlohmann::ordered_json::parse(text);
@@ -135,6 +137,7 @@ class PyLLM {
     server::ChatTemplateInputs in;
     in.add_generation_prompt = add_generation_prompt;
     in.continue_final_message = continue_final_message;
+    in.content_format = server::parse_chat_content_format(content_format, "chat_template_content_format");
     if (!kwargs_json.empty()) in.kwargs = parse(kwargs_json, "chat_template_kwargs");
     SSM_CHECK(in.kwargs.is_object(), "chat_template_kwargs must be a dict of template variables");
     if (!tools_json.empty()) in.tools = parse(tools_json, "tools");
@@ -528,5 +531,5 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def("default_sampling_params", &PyLLM::default_sampling_params)
       .def("render_chat", &PyLLM::render_chat, py::arg("messages_json"), py::arg("add_generation_prompt"),
            py::arg("chat_template"), py::arg("continue_final_message") = false, py::arg("kwargs_json") = "",
-           py::arg("tools_json") = "", py::call_guard<GilRelease>());
+           py::arg("tools_json") = "", py::arg("content_format") = "auto", py::call_guard<GilRelease>());
 }

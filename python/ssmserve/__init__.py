@@ -97,23 +97,25 @@ def _splitmix64(x: int) -> int:
 
 
 def _chat_message(m) -> dict:
-    """One chat message as the server takes it: {"role": str, "content": str, ...}; text parts are joined."""
+    """One chat message as the server takes it: {"role": str, "content": str, a list of text parts or None, ...}; the
+    chat template gets the content joined or as parts, as its content format wants."""
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise TypeError(f"each chat message must be a dict with a str 'role', got {m!r}"[:300])
     content = m.get("content")
-    if content is None:
-        content = ""
-    elif isinstance(content, (list, tuple)):
+    if isinstance(content, (list, tuple)):
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
             raise ValueError('only text content parts ({"type": "text", "text": ...}) are supported')
-        content = "\n".join(p["text"] for p in content)
-    elif not isinstance(content, str):
+        return dict(m, content=list(content))
+    if content is not None and not isinstance(content, str):
         raise TypeError(f"message content must be a str or a list of text parts, got {type(content).__name__}")
-    return dict(m, content=content)
+    return dict(m)
+
+
+_CONTENT_FORMATS = ("auto", "string", "openai")
 
 
 def _render_chats(engine, messages, chat_template, add_generation_prompt, continue_final_message, tools,
-                  chat_template_kwargs, where: str) -> List[str]:
+                  chat_template_kwargs, where: str, content_format: str = "auto") -> List[str]:
     """The prompt text of each conversation in `messages` (one conversation or a list of them), rendered as
     LLM.chat documents (the checks and errors of its arguments; `where` names the caller in them)."""
     add_generation_prompt = _check_bool(add_generation_prompt, f"{where} add_generation_prompt")
@@ -135,6 +137,9 @@ def _render_chats(engine, messages, chat_template, add_generation_prompt, contin
         except OSError as e:
             raise ValueError(f"chat_template {chat_template!r} looks like a file path, but it failed to be "
                              f"opened: {e.strerror or e}") from None
+    if content_format not in _CONTENT_FORMATS:
+        raise ValueError(f"chat_template_content_format must be one of {', '.join(_CONTENT_FORMATS)}, "
+                         f"got {content_format!r}")
     if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
         raise TypeError("chat_template_kwargs must be a dict of template variables, got "
                         f"{type(chat_template_kwargs).__name__}")
@@ -147,7 +152,7 @@ def _render_chats(engine, messages, chat_template, add_generation_prompt, contin
         raise TypeError(f"chat_template_kwargs and tools must be JSON-serializable: {e}") from None
     conversations = messages if isinstance(messages[0], (list, tuple)) else [messages]
     return [engine.render_chat(json.dumps([_chat_message(m) for m in conv]), add_generation_prompt, chat_template,
-                               continue_final_message, kwargs_json, tools_json)
+                               continue_final_message, kwargs_json, tools_json, content_format)
             for conv in conversations]
 
 
@@ -532,7 +537,8 @@ class LLM:
         return outs
 
     def chat(self, messages, sampling_params=None, use_tqdm: Union[bool, Callable[..., Any]] = True,
-             chat_template: Optional[str] = None, add_generation_prompt: bool = True,
+             chat_template: Optional[str] = None, chat_template_content_format: str = "auto",
+             add_generation_prompt: bool = True,
              continue_final_message: bool = False, tools: Optional[List[dict]] = None,
              chat_template_kwargs: Optional[Dict[str, Any]] = None, lora_request: Any = None) -> List[RequestOutput]:
         """vLLM's LLM.chat: one conversation (a list of {"role", "content"} dicts) or a list of conversations,
@@ -540,7 +546,9 @@ class LLM:
         ssmserve's plain default, as `ssmserve serve` does) or with `chat_template` (Jinja source, or a file path: as
         vLLM, a string without "{", "}" or a newline is a path, and a ValueError names it when it cannot be opened),
         then generated as generate() does; one RequestOutput per conversation. content may be a string or a list of
-        {"type": "text", "text"} parts (joined with newlines). add_generation_prompt: end the prompt with the
+        {"type": "text", "text"} parts. chat_template_content_format (vLLM's): how the template gets each content:
+        "string" (parts joined with newlines), "openai" (a list of text parts) or "auto" (the default: "openai" when
+        the template loops over a message's content, as vLLM detects it). add_generation_prompt: end the prompt with the
         assistant turn's header. continue_final_message: the prompt ends inside the final message, which the model
         continues (needs add_generation_prompt=False). tools: a list of tool schemas the template sees as `tools`.
         chat_template_kwargs: extra template variables (a dict, e.g. {"enable_thinking": False}). Malformed messages
@@ -548,7 +556,7 @@ class LLM:
         _check_no_lora(lora_request)
         _check_process(self._pid)
         prompts = _render_chats(self._engine, messages, chat_template, add_generation_prompt, continue_final_message,
-                                tools, chat_template_kwargs, "chat()")
+                                tools, chat_template_kwargs, "chat()", chat_template_content_format)
         # The template writes its own special tokens (BOS): encoded without adding them again (vLLM's chat default).
         prompts = [{"prompt": p, "prompt_token_ids": self._engine.encode(p, False)} for p in prompts]
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)

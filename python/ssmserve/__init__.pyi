@@ -1,6 +1,6 @@
 # Type stubs of the ssmserve package (the extension module's classes are declared here, so editors complete them).
 import os
-from typing import Any, AsyncGenerator, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, AsyncGenerator, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Union
 
 from .async_llm import AsyncEngineArgs as AsyncEngineArgs, AsyncLLM as AsyncLLM, EngineArgs as EngineArgs
 from .outputs import CompletionOutput as CompletionOutput, RequestMetrics as RequestMetrics, RequestOutput as RequestOutput
@@ -83,6 +83,7 @@ class LLM:
         sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
         use_tqdm: Union[bool, Callable[..., Any]] = True,
         chat_template: Optional[str] = None,
+        chat_template_content_format: Literal["auto", "string", "openai"] = "auto",
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
         tools: Optional[List[Dict[str, Any]]] = None,

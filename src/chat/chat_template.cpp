@@ -183,8 +183,8 @@ std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, bool add
   return apply(messages, in);
 }
 
-std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, const ChatTemplateInputs& in) const {
-  // 1. The template: by name, else tool_use with tools, else the default (transformers' get_chat_template).
+std::pair<const jinja::Template*, const std::string*> ChatTemplate::pick(const ChatTemplateInputs& in) const {
+  // By name, else tool_use with tools, else the default (transformers' get_chat_template).
   const jinja::Template* tmpl = template_.get();
   const std::string* source = &source_;
   auto names = [&] {
@@ -201,9 +201,21 @@ std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, const Ch
   }
   SSM_CHECK(tmpl != nullptr, "this model has several chat templates and none is named default: pass a template name "
             "(available: {})", names());
+  return {tmpl, source};
+}
 
-  // 2. The conversation, aliased, with the continue tag on the final message.
-  nlohmann::ordered_json chat = alias_reasoning(messages);
+ChatContentFormat ChatTemplate::content_format(const ChatTemplateInputs& in) const {
+  if (in.content_format && *in.content_format != ChatContentFormat::Auto) return *in.content_format;
+  return detect_chat_content_format(pick(in).first->statements());
+}
+
+std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, const ChatTemplateInputs& in) const {
+  // 1. The template.
+  const auto [tmpl, source] = pick(in);
+
+  // 2. The conversation, its content in the template's format, aliased, with the continue tag on the final message.
+  nlohmann::ordered_json chat =
+      alias_reasoning(in.content_format ? normalize_chat_content(messages, content_format(in)) : messages);
   std::string final_message;
   if (in.continue_final_message) {
     SSM_CHECK(!in.add_generation_prompt,

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "chat/content_format.h"
+
 namespace ssmserve::server {
 
 namespace jinja {
@@ -38,6 +40,10 @@ struct ChatTemplateInputs {
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
   /// A named template of the checkpoint; "" picks "tool_use" when tools are given and it exists, else "default".
   std::string template_name;
+  /// How the template receives each message's content: nullopt, as given (transformers' apply_chat_template); else
+  /// vLLM's --chat-template-content-format (Auto: detected from the template by detect_chat_content_format), the
+  /// messages normalized by normalize_chat_content. The server and LLM.chat render as vLLM does (Auto by default).
+  std::optional<ChatContentFormat> content_format;
 };
 
 /// A loaded chat template (or several named ones) plus the special-token strings templates may use.
@@ -62,10 +68,15 @@ class ChatTemplate {
 
   /// Renders `messages` exactly as transformers' apply_chat_template(messages, tools=..., documents=...,
   /// add_generation_prompt=..., continue_final_message=..., chat_template=name, **kwargs, tokenize=False): the
-  /// template picked by name (see ChatTemplateInputs::template_name), a context of messages (reasoning_content /
-  /// thinking / reasoning aliased into each other, as transformers does), tools, documents, add_generation_prompt,
-  /// bos_token, eos_token and the kwargs. Throws Error when the template raises, fails, or the name is unknown.
+  /// template picked by name (see ChatTemplateInputs::template_name), a context of messages (their content
+  /// normalized when ChatTemplateInputs::content_format is set, as vLLM passes it; reasoning_content / thinking /
+  /// reasoning aliased into each other, as transformers does), tools, documents, add_generation_prompt, bos_token, eos_token and the
+  /// kwargs. Throws Error when the template raises, fails, or the name is unknown.
   std::string apply(const nlohmann::ordered_json& messages, const ChatTemplateInputs& inputs) const;
+
+  /// The content format of the template `inputs` would pick: ChatTemplateInputs::content_format when String or
+  /// OpenAI, else (Auto or nullopt) detected from the template. Throws Error as apply for an unknown name.
+  ChatContentFormat content_format(const ChatTemplateInputs& inputs) const;
 
   /// Names of the checkpoint's templates ("default" for a single one).
   std::vector<std::string> template_names() const;
@@ -76,6 +87,9 @@ class ChatTemplate {
   bool is_default() const { return is_default_; }
 
  private:
+  /// The template `inputs` picks (name, else tool_use with tools, else the default) and its source.
+  std::pair<const jinja::Template*, const std::string*> pick(const ChatTemplateInputs& inputs) const;
+
   std::string source_;
   std::shared_ptr<const jinja::Template> template_;  // the default (null when only named templates exist)
   std::map<std::string, std::pair<std::string, std::shared_ptr<const jinja::Template>>> named_;  // name -> source

@@ -472,6 +472,8 @@ Template::Template(std::string source) : source_(std::move(source)) {
   impl_ = std::move(impl);
 }
 
+const Body& Template::statements() const { return impl_->body; }
+
 std::string Template::render(const nlohmann::ordered_json& context) const {
   Renderer r(context);
   std::string out;

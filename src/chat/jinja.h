@@ -7,8 +7,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ssmserve::server::jinja {
+
+struct Stmt;
 
 /// A parsed template. Throws Error on a syntax error.
 class Template {
@@ -17,6 +20,8 @@ class Template {
   const std::string& source() const { return source_; }
   /// Renders with `context` (a JSON object of variables). Throws Error on a runtime error or raise_exception().
   std::string render(const nlohmann::ordered_json& context) const;
+  /// The parsed statements (jinja_ast.h), for analyses of the template such as detect_chat_content_format.
+  const std::vector<std::unique_ptr<Stmt>>& statements() const;
 
  private:
   struct Impl;

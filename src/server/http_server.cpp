@@ -289,6 +289,7 @@ std::string OpenAIServer::render_chat(const ChatRequest& cr) const {
   in.kwargs = cr.chat_template_kwargs;
   in.documents = cr.documents;
   in.tools = cr.tools;
+  in.content_format = opt_.chat_template_content_format;
   try {
     if (!cr.chat_template) return chat_template_.apply(cr.messages, in);
     // vLLM's per-request template, with the checkpoint's special-token strings.
@@ -456,7 +457,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     if (cr.logprobs) job->logprobs = cr.top_logprobs;
     job->prompt_logprobs = cr.prompt_logprobs;
     if (cr.echo && cr.messages.back().value("role", "") == "assistant")  // vLLM: only the response's own role
-      job->chat_echo = cr.messages.back().value("content", "");
+      job->chat_echo = chat_content_text(cr.messages.back().value("content", json()));
     if (const std::string& name = engine_.config().reasoning_parser; !name.empty()) {
       job->reasoning = &reasoning_format(name);  // the engine checked the name and the markers' tokens at start
       job->include_reasoning = cr.include_reasoning;

@@ -42,6 +42,8 @@ struct ServerOptions {
   /// and memory up to the Jinja engine's bounds, so only when the operator trusts its clients); else such a
   /// request is a 400.
   bool trust_request_chat_template = false;
+  /// vLLM's --chat-template-content-format: how chat templates get message content (Auto: detected per template).
+  ChatContentFormat chat_template_content_format = ChatContentFormat::Auto;
   /// vLLM's --max-logprobs: most logprobs / prompt_logprobs / top_logprobs a request may ask for (larger: 400).
   int max_logprobs = kMaxLogprobs;
   /// vLLM's --return-tokens-as-token-ids: logprobs name tokens "token_id:<id>" unless a request says otherwise.

@@ -464,24 +464,18 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
     const json* role = field(msg, "role");
     if (!role || !role->is_string()) bad_request("messages", "each message needs a string role");
     json out = msg;
+    // Content: a string, null / missing, or a list of text parts [{"type": "text", "text": "..."}], kept as given:
+    // the chat template gets it joined with newlines or as parts, as its content format wants (content_format.h).
     const json* c = field(msg, "content");
-    std::string content;
-    if (!c) {
-      content = "";
-    } else if (c->is_string()) {
-      content = c->get<std::string>();
-    } else if (c->is_array()) {  // [{"type": "text", "text": "..."}]: text parts joined with newlines (vLLM)
+    if (c && c->is_array()) {
       for (const auto& part : *c) {
         if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
             !part["text"].is_string())
           bad_request("messages", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-        if (!content.empty()) content += "\n";
-        content += part["text"].get<std::string>();
       }
-    } else {
+    } else if (c && !c->is_string() && !c->is_null()) {
       bad_request("messages", fmt::format("message content must be a string or a list of parts (got {})", type_name(*c)));
     }
-    out["content"] = content;
     // vLLM's message types: tool_calls is a list of {"id"?, "type"?, "function": {"name", "arguments"}} (an object or
     // a string there reached the template as no calls). An assistant's tool-call arguments reach the template as an
     // object (as transformers' templates expect), not the JSON text the OpenAI format carries; null or "" is {}.

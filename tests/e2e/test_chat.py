@@ -1,13 +1,14 @@
 # /v1/chat/completions through the `openai` client: the plain default template (the bundled model has none), greedy
 # output equal to a completion of the rendered prompt, streaming equal to non-streaming.
 import json
+import subprocess
 
 try:
     import httpx
 except ImportError:  # openai >= 3 depends on the httpx2 fork
     import httpx2 as httpx
 
-from conftest import MODEL_NAME, Server
+from conftest import BINARY, MODEL, MODEL_NAME, Server
 
 MESSAGES = [{"role": "system", "content": "You are a scribe."}, {"role": "user", "content": "Tell me of the flood."}]
 RENDERED = "System: You are a scribe.\nUser: Tell me of the flood.\nAssistant:"
@@ -139,3 +140,36 @@ def test_chat_template_comes_from_the_tokenizer_folder(tmp_path):
         assert d["prompt"] == "<system>You are a scribe.<user>Tell me of the flood."
     finally:
         s.stop()
+
+
+def test_chat_template_content_format():
+    # vLLM's --chat-template-content-format: "auto" gives a template that loops over a message's content the OpenAI
+    # list of text parts (a string content too), else the parts joined with newlines; string / openai force it.
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+             {"role": "assistant", "content": "c"}]
+    looping = ("{% for m in messages %}{% if m.content is string %}S:{{ m.content }}{% else %}L:"
+               "{% for p in m.content %}{{ p.text }};{% endfor %}{% endif %}|{% endfor %}")
+    reading = "{% for m in messages %}{{ m.content }}|{% endfor %}"
+    want = {("auto", looping): "L:a;b;|L:c;|", ("auto", reading): "a\nb|c|",
+            ("string", looping): "S:a\nb|S:c|", ("openai", looping): "L:a;b;|L:c;|"}
+    for fmt in ("auto", "string", "openai"):
+        s = Server("--trust-request-chat-template", "--chat-template-content-format", fmt)
+        try:
+            for tmpl in (looping, reading):
+                if (fmt, tmpl) in want:
+                    assert _render(s, messages=parts, chat_template=tmpl) == want[(fmt, tmpl)], (fmt, tmpl)
+            if fmt == "auto":  # the chat echo repeats the final message's text parts joined
+                prefill = [{"role": "user", "content": "hi"},
+                           {"role": "assistant", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}]
+                r = httpx.post(s.base_url + "/v1/chat/completions",
+                               json={"messages": prefill, "echo": True, "max_tokens": 2, "add_generation_prompt": False,
+                                     "continue_final_message": True})
+                assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].startswith("x\ny"), r.text
+            # Content parts must be text.
+            bad = _render(s, messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])
+            assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+        finally:
+            s.stop()
+    r = subprocess.run([BINARY, "serve", "--model", MODEL, "--chat-template-content-format", "parts"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--chat-template-content-format" in r.stderr, r.stderr

@@ -1,6 +1,7 @@
 # The Python package (pip install .): LLM(...).generate(...) equals `ssmserve generate`, the streaming iterator,
 # vLLM's output names, errors, and the GIL being released while the engine runs.
 import json
+import os
 import threading
 import time
 
@@ -293,6 +294,30 @@ def test_chat_template_source_despite_a_broken_checkpoint_template(tmp_path):
     assert llm.chat(msgs, params, chat_template="{{ bos_token }}{{ messages[0].content }}")[0].prompt == "<|endoftext|>Hi"
     with pytest.raises(ValueError, match="chat template"):
         llm.chat(msgs, params)
+
+
+def test_chat_template_content_format(llm):
+    # vLLM's chat_template_content_format: "auto" detects a template that loops over a message's content and gives it
+    # the OpenAI list of text parts (a string content too); "string" joins parts with newlines. MiniMax-Text-01's
+    # published template indexes content parts: it renders string content as jinja2 renders the parts.
+    params = ssmserve.SamplingParams(temperature=0, max_tokens=1)
+    minimax = open(os.path.join(os.path.dirname(__file__), "..", "data", "tokenizers", "chat", "minimax_text_01.jinja")).read()
+    want = ("<beginning_of_sentence>system ai_setting=assistant\nS<end_of_sentence>\n<beginning_of_sentence>user "
+            "name=user\nHi<end_of_sentence>\n<beginning_of_sentence>ai name=assistant\n")
+    plain = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]
+    parts = [{"role": m["role"], "content": [{"type": "text", "text": m["content"]}]} for m in plain]
+    for msgs in (plain, parts):
+        assert llm.chat(msgs, params, chat_template=minimax, use_tqdm=False)[0].prompt == want
+        assert llm.get_tokenizer().apply_chat_template(msgs, chat_template=minimax, tokenize=False,
+                                                       add_generation_prompt=True) == want
+    looping = ("{% for m in messages %}{% if m.content is string %}S:{{ m.content }}{% else %}L:"
+               "{% for p in m.content %}{{ p.text }};{% endfor %}{% endif %}|{% endfor %}")
+    two = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    for fmt, want in (("auto", "L:a;b;|"), ("openai", "L:a;b;|"), ("string", "S:a\nb|")):
+        assert llm.chat(two, params, chat_template=looping, chat_template_content_format=fmt,
+                        add_generation_prompt=False, use_tqdm=False)[0].prompt == want, fmt
+    with pytest.raises(ValueError, match="chat_template_content_format"):
+        llm.chat(two, params, chat_template_content_format="parts")
 
 
 def test_chat(llm, tmp_path):
