@@ -507,6 +507,18 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
     if (!v->is_object()) bad_request("chat_template_kwargs", "chat_template_kwargs must be an object of template variables");
     r.chat_template_kwargs = *v;
   }
+  // vLLM's reasoning_effort: a template variable (over chat_template_kwargs' own), with enable_thinking = (effort !=
+  // "none") unless chat_template_kwargs sets enable_thinking (vLLM's build_chat_params).
+  if (const json* v = field(b, "reasoning_effort"); v && !v->is_null()) {
+    static const char* const kEfforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+    const bool known = v->is_string() && std::any_of(std::begin(kEfforts), std::end(kEfforts),
+                                                     [&](const char* e) { return *v == e; });
+    if (!known)
+      bad_request("reasoning_effort", "reasoning_effort must be one of none, minimal, low, medium, high, xhigh, max");
+    if (!r.chat_template_kwargs.is_object()) r.chat_template_kwargs = json::object();
+    if (!r.chat_template_kwargs.contains("enable_thinking")) r.chat_template_kwargs["enable_thinking"] = *v != "none";
+    r.chat_template_kwargs["reasoning_effort"] = *v;
+  }
   if (const json* v = field(b, "documents")) {
     if (!v->is_array()) bad_request("documents", "documents must be a list");
     r.documents = *v;

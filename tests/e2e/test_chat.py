@@ -100,6 +100,26 @@ def test_chat_template_kwargs_and_documents_reach_the_template():
         s.stop()
 
 
+def test_reasoning_effort_reaches_the_template():
+    # vLLM's reasoning_effort: a template variable over chat_template_kwargs' own, with enable_thinking = (effort !=
+    # "none") unless chat_template_kwargs sets it; other values are a 400.
+    tmpl = "RE={{ reasoning_effort | default('unset') }} ET={{ enable_thinking | default('unset') }}"
+    s = Server("--trust-request-chat-template")
+    try:
+        base = dict(messages=MESSAGES, chat_template=tmpl)
+        assert _render(s, **base) == "RE=unset ET=unset"
+        assert _render(s, **base, reasoning_effort="high") == "RE=high ET=True"
+        assert _render(s, **base, reasoning_effort="none") == "RE=none ET=False"
+        assert _render(s, **base, reasoning_effort="low",
+                       chat_template_kwargs={"enable_thinking": False, "reasoning_effort": "max"}) == "RE=low ET=False"
+        assert _render(s, **base, reasoning_effort=None) == "RE=unset ET=unset"
+        for bad in ("extreme", 3):
+            r = _render(s, **base, reasoning_effort=bad)
+            assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_effort", bad
+    finally:
+        s.stop()
+
+
 def test_chat_equals_completion_of_rendered_prompt(client):
     ref = client.completions.create(model=MODEL_NAME, prompt=RENDERED, max_tokens=20, temperature=0)
     r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=20, temperature=0)
