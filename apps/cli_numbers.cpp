@@ -2,6 +2,8 @@
 // float()), not as CLI11's strtoll(base 0), which reads "010" as octal 8 and "0x10" as hex 16, reads an empty value
 // as 0 and wraps "-1" to 2^64 - 1 for an unsigned option.
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "apps/commands.h"
@@ -41,13 +43,48 @@ std::string check_decimal_float(const std::string& s) {
 
 }  // namespace
 
+std::string expand_human_readable_int(std::string& value) {
+  if (value.size() < 2) return "";
+  const char suffix = value.back();
+  const std::string number = value.substr(0, value.size() - 1);
+  static const std::string kDecimal = "kmgt", kBinary = "KMGT";
+  const size_t dec = kDecimal.find(suffix), bin = kBinary.find(suffix);
+  if (dec == std::string::npos && bin == std::string::npos) return "";
+  // The number: digits, with one decimal point only for decimal suffixes (vLLM: "1.5K" is an error).
+  int dots = 0;
+  for (char c : number) {
+    if (c == '.') ++dots;
+    else if (!std::isdigit(static_cast<unsigned char>(c))) return "";
+  }
+  if (number.empty() || dots > 1 || number.front() == '.' || number.back() == '.') return "";
+  if (dots == 1 && bin != std::string::npos)
+    return "\"" + value + "\": decimals are not allowed with binary suffixes like " + std::string(1, suffix) +
+           " (did you mean " + number + static_cast<char>(std::tolower(static_cast<unsigned char>(suffix))) + "?)";
+  // As vLLM: int(float(number) * 1000^n) for decimal suffixes (truncated), int(number) * 1024^n for binary ones.
+  const double scale = dec != std::string::npos ? std::pow(1000.0, static_cast<int>(dec) + 1)
+                                                : std::pow(1024.0, static_cast<int>(bin) + 1);
+  const double x = std::trunc(std::strtod(number.c_str(), nullptr) * scale);
+  if (!(x <= 9.0e18)) return "\"" + value + "\" is too large";
+  value = std::to_string(static_cast<long long>(x));
+  return "";
+}
+
 void read_numbers_as_decimal(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     // CLI11 appends its validators' descriptions ("UINT:UINT in [0 - 1099511627776]"): the type is what precedes them.
     const std::string full = opt->get_type_name(), type = full.substr(0, full.find(':'));
     if (type == "INT" || type == "UINT") {
       const bool is_unsigned = type == "UINT";
-      opt->transform(CLI::Validator([is_unsigned](std::string& s) { return to_decimal_integer(s, is_unsigned); }, ""));
+      // vLLM's human-readable token counts ("32k", "1M"), and --max-model-len's "auto" (= -1: the default).
+      const std::string name = opt->get_name();
+      const bool tokens = name == "--max-model-len" || name == "--max-num-batched-tokens";
+      const bool model_len = name == "--max-model-len";
+      opt->transform(CLI::Validator([is_unsigned, tokens, model_len](std::string& s) {
+        if (model_len && s == "auto") s = "-1";
+        if (tokens)
+          if (std::string e = expand_human_readable_int(s); !e.empty()) return e;
+        return to_decimal_integer(s, is_unsigned);
+      }, ""));
     } else if (type == "FLOAT") {
       opt->check(CLI::Validator([](std::string& s) { return check_decimal_float(s); }, ""));
     }

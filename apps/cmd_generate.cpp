@@ -406,7 +406,7 @@ Runner add_generate(CLI::App& app) {
     if (p1->count() == 0 && p2->count() == 0) throw CLI::RequiredError("--prompt or --prompts-file");
     a->prompt_given = p1->count() > 0;
     a->seed_given = seed->count() > 0;
-    a->max_model_len_given = mml->count() > 0;
+    a->max_model_len_given = mml->count() > 0 && a->max_model_len != -1;  // -1 / auto: the model's (vLLM)
   });
   return [a] { return run_generate(*a); };
 }

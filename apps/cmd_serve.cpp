@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "apps/commands.h"
+#include "apps/vllm_compat_flags.h"
 #include "core/env_options.h"
 #include "core/error.h"
 #include "engine/generation_defaults.h"
@@ -64,6 +65,8 @@ struct ServeArgs {
   bool disable_log_stats = false;  ///< --disable-log-stats: no periodic stats line
   /// --allowed-origins / --allowed-methods / --allowed-headers as given (JSON lists, vLLM's json.loads values)
   std::string allowed_origins = R"(["*"])", allowed_methods = R"(["*"])", allowed_headers = R"(["*"])";
+  long long seed = 0;             ///< --seed (vLLM's engine seed; ServerOptions::seed)
+  VllmCompatFlags vllm;           ///< vLLM flags accepted with no effect
 };
 
 /// vLLM's load_chat_template rule for --chat-template: a readable file is read; a value that is not one but holds
@@ -102,6 +105,9 @@ int run_serve(ServeArgs& a) {
     a.engine.model = a.model_tag;
   }
   resolve_engine_config(a.engine, a.load_format);
+  check_vllm_compat_flags(a.vllm, a.engine.device);
+  SSM_CHECK(a.seed >= 0, "--seed must be a non-negative integer (got {})", a.seed);
+  a.server.seed = static_cast<uint64_t>(a.seed);
   SSM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535] (got {})", a.server.port);
   if (a.max_model_len_given) {
     check_max_model_len(a.max_model_len);
@@ -271,6 +277,11 @@ Runner add_serve(CLI::App& app) {
                 "No stats line every 10 s (throughput, requests, state cache; logged at info, serve's default level)");
   cmd->add_flag("--disable-uvicorn-access-log", a->server.disable_access_log,
                 "No access line per request (client - \"METHOD path HTTP/1.1\" status; info level)");
+  cmd->add_option("--seed", a->seed,
+                  "Engine seed (vLLM's): requests without their own seed get seeds derived from it and their arrival "
+                  "order, so a server's sampled outputs repeat from run to run")
+      ->capture_default_str();
+  add_vllm_compat_flags(*cmd, a->vllm);
   cmd->add_flag("--disable-log-requests", a->vllm_noop_flag,
                 "Accepted for vLLM command lines (ssmserve never logs request contents)");
   auto* mml = add_max_model_len_option(*cmd, a->max_model_len, std::to_string(kDefaultMaxModelLenWithoutLimit));
@@ -342,7 +353,7 @@ Runner add_serve(CLI::App& app) {
   cmd->callback([a, name, mml, cmd] {
     a->served_model_name_given = name->count() > 0;
     a->model_option_given = cmd->get_option("--model")->count() > 0;
-    a->max_model_len_given = mml->count() > 0;
+    a->max_model_len_given = mml->count() > 0 && a->max_model_len != -1;  // -1 / auto: the model's (vLLM)
   });
   return [a] { return run_serve(*a); };
 }

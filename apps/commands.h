@@ -60,8 +60,15 @@ void write_json_file(const std::string& path, const nlohmann::json& j);
 
 /// Makes every integer and floating-point option of `app` and its subcommands (call it once all are added) read its
 /// value as vLLM's argparse does: integers in decimal only ("010" is 10, "0x10" and "" are errors naming the option,
-/// "-1" for an unsigned option is an error instead of 2^64 - 1), floats not empty and not hexadecimal.
+/// "-1" for an unsigned option is an error instead of 2^64 - 1), floats not empty and not hexadecimal;
+/// --max-model-len and --max-num-batched-tokens also take vLLM's human-readable counts (expand_human_readable_int),
+/// and --max-model-len "auto" (read as -1, the model's own length).
 void read_numbers_as_decimal(CLI::App& app);
+
+/// vLLM's human_readable_int for a flag's value, rewritten in place to its decimal digits: "32k" = 32000, "1.5k" =
+/// 1500 (decimal suffixes k, m, g, t), "32K" = 32768 (binary suffixes K, M, G, T; whole numbers only); other words are
+/// left for the decimal parser. Returns an error message ("" when fine), e.g. for "1.5K".
+std::string expand_human_readable_int(std::string& value);
 
 /// Applies string options to cfg (load format); throws Error on an unknown value, or when no --model was given (the
 /// pip package's binary has no default model).

@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <new>
 
 #include "apps/commands.h"
+#include "apps/vllm_compat_flags.h"
 #include "core/error.h"
 #include "core/openmp_env.h"
 #include "core/version.h"
@@ -99,8 +101,9 @@ void add_generation_config_options(CLI::App& cmd, EngineConfig& cfg) {
 
 CLI::Option* add_max_model_len_option(CLI::App& cmd, int& value, const std::string& no_limit_default) {
   return cmd.add_option("--max-model-len", value,
-                        "Most prompt + generated tokens per request, >= 1 (default: the model's max_position_embeddings, "
-                        "or " + no_limit_default + " for models without a limit)");
+                        "Most prompt + generated tokens per request, >= 1, or vLLM's 32k / 1M / 32K (= 32768) forms "
+                        "(default, or auto / -1: the model's max_position_embeddings, or " + no_limit_default +
+                        " for models without a limit)");
 }
 
 void check_max_model_len(int value) {
@@ -110,7 +113,8 @@ void check_max_model_len(int value) {
 std::function<void()> add_engine_max_model_len(CLI::App& cmd, EngineConfig& cfg) {
   CLI::Option* o = add_max_model_len_option(cmd, cfg.max_model_len, "none");
   return [o, &cfg] {
-    if (o->count() > 0) check_max_model_len(cfg.max_model_len);
+    if (o->count() > 0 && cfg.max_model_len == -1) cfg.max_model_len = 0;  // -1 / auto: the model's (vLLM)
+    else if (o->count() > 0) check_max_model_len(cfg.max_model_len);
   };
 }
 
@@ -192,6 +196,7 @@ int main(int argc, char** argv) {
   cuda::register_cuda_backend();
 #endif
   CLI::App app{"ssmserve: inference and serving for recurrent-state language models (Mamba-1, Mamba-2, lightning attention)"};
+  app.name("ssmserve");  // the usage line's name (parse() of a word list does not take it from argv[0])
   app.set_version_flag("--version", version());
   // A flag given twice: the last one wins, as with vLLM's argparse (inherited by every subcommand's options; options
   // taking several values keep them all).
@@ -209,8 +214,12 @@ int main(int argc, char** argv) {
   cli::Runner serve = cli::add_serve(app);
   cli::Runner bench_serve = cli::add_bench_serve(*app.get_subcommand("bench"));
   cli::read_numbers_as_decimal(app);
+  // vLLM's spellings (-tp 2, -O3, --max_model_len) as ssmserve's flags; CLI11 takes the words in reverse order.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  cli::rewrite_vllm_argument_spellings(args);
+  std::reverse(args.begin(), args.end());
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

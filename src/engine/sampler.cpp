@@ -69,6 +69,10 @@ std::vector<TokenLogprob> top_k_logprobs(std::span<const float> logits, int k, d
 
 }  // namespace
 
+uint64_t derived_request_seed(uint64_t engine_seed, uint64_t index) {
+  return splitmix64(splitmix64(engine_seed) + index);
+}
+
 int raw_rank(std::span<const float> logits, float x) {
   return 1 + static_cast<int>(std::count_if(logits.begin(), logits.end(), [x](float v) { return v > x; }));
 }

@@ -55,6 +55,12 @@ class RequestRng {
   std::mt19937_64 engine_;
 };
 
+/// vLLM's engine seed (--seed, LLM(seed=...)) for a request without its own: the seed of the `index`-th such request,
+/// splitmix64(splitmix64(engine_seed) + index) (Steele et al., 2014), so unseeded requests differ from each other
+/// and from small explicit seeds, and repeat from run to run in the same order. The Python package's _Seeder
+/// derives the same values.
+uint64_t derived_request_seed(uint64_t engine_seed, uint64_t index);
+
 /// Samples the next token from one sequence's logits, as vLLM v1's Sampler for a single row:
 ///  0. masks and bias, in vLLM's order: allowed_token_ids (every other id -inf), bad_words_token_ids (the last token
 ///     of each sequence whose other tokens end output_ids -inf; engine/bad_words.h), then params.logit_bias[id] is

@@ -14,6 +14,7 @@
 #include "core/version.h"
 #include "engine/bad_words.h"
 #include "engine/reasoning.h"
+#include "engine/sampler.h"
 #include "server/protocol.h"
 #include "server/serving.h"
 #include "server/structured_request.h"
@@ -556,6 +557,8 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     if (job->echo && job->logprobs) sp.prompt_logprobs = job->logprobs;
     if (job->prompt_logprobs) sp.prompt_logprobs = std::max(sp.prompt_logprobs.value_or(0), *job->prompt_logprobs);
     sp.n = 1;
+    // vLLM's engine seed for requests without their own (choice i then uses seed + i, as a seeded request's).
+    if (!sp.seed && opt_.seed) sp.seed = derived_request_seed(*opt_.seed, unseeded_requests_.fetch_add(1));
     try {
       sp.validate(vocab);
     } catch (const SamplingParamsError& e) {

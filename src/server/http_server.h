@@ -3,6 +3,7 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "server/async_engine.h"
@@ -42,6 +43,10 @@ struct ServerOptions {
   /// and memory up to the Jinja engine's bounds, so only when the operator trusts its clients); else such a
   /// request is a 400.
   bool trust_request_chat_template = false;
+  /// vLLM's --seed (default 0, as vLLM's ModelConfig.seed): requests without their own seed get
+  /// derived_request_seed(seed, k) for the k-th of them, so a server's sampled outputs repeat from run to run for the
+  /// same sequence of requests; nullopt: unseeded requests draw from std::random_device.
+  std::optional<uint64_t> seed = 0;
   /// vLLM's --chat-template-content-format: how chat templates get message content (Auto: detected per template).
   ChatContentFormat chat_template_content_format = ChatContentFormat::Auto;
   /// vLLM's --max-logprobs: most logprobs / prompt_logprobs / top_logprobs a request may ask for (larger: 400).
@@ -104,6 +109,7 @@ class OpenAIServer {
   CorsPolicy cors_;
   std::unique_ptr<HttpTransport> transport_;
   std::shared_ptr<std::atomic<int>> inflight_ = std::make_shared<std::atomic<int>>(0);
+  std::atomic<uint64_t> unseeded_requests_{0};  ///< requests given a seed derived from ServerOptions::seed so far
   std::atomic<bool> draining_{false};
   std::atomic<bool> force_stop_{false};  ///< drain timeout passed: running requests end now
 };

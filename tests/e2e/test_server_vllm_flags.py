@@ -126,3 +126,49 @@ def test_seed_minus_one_is_no_seed(server):
     same = {httpx.post(server.base_url + "/v1/completions", json={**body, "seed": -2}).json()["choices"][0]["text"]
             for _ in range(2)}
     assert len(same) == 1
+
+
+def test_vllm_flags_with_no_effect_and_vllm_spellings():
+    # Flags of vLLM launch scripts that change nothing here start the server; vLLM's spellings (-tp, -O3,
+    # underscores, human-readable token counts) read as vLLM reads them.
+    s = Server("-tp", "1", "--max_model_len", "2k", "--max-num-batched-tokens", "1K", "--trust-remote-code",
+               "--enforce-eager", "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--kv-cache-dtype", "auto",
+               "-O3", "--uvicorn-log-level", "warning", "--enable-prompt-tokens-details", "--disable-fastapi-docs",
+               "--enable-log-requests", "--tokenizer-mode", "auto", "--revision", "main", "--download-dir", "/tmp",
+               "-pp", "1", "--data-parallel-size=1", "--distributed-executor-backend", "mp", "--scheduling-policy",
+               "fcfs", "--response-role", "assistant", "--max-log-len", "100", "--compilation-config", '{"level": 0}')
+    try:
+        assert httpx.get(s.base_url + "/v1/models").json()["data"][0]["max_model_len"] == 2000
+        r = httpx.post(s.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert r.status_code == 200, r.text
+    finally:
+        s.stop()
+    for args, words in ((["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8"),
+                        (["--scheduling-policy", "priority"], "--scheduling-policy priority"),
+                        (["-pp", "2"], "--pipeline-parallel-size 2"),
+                        (["--distributed-executor-backend", "ray"], "--distributed-executor-backend ray"),
+                        (["--max-model-len", "1.5K"], "decimals are not allowed with binary suffixes"),
+                        (["--max-model-len", "12q"], "--max-model-len"),
+                        (["--seed", "-3"], "--seed"),
+                        (["--uvicorn-log-level", "loud"], "--uvicorn-log-level")):
+        r = subprocess.run([str(BINARY), "serve", str(MODEL), *args, "--port", "0"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode != 0 and words in r.stderr, (args, r.stderr)
+
+
+def test_engine_seed_makes_unseeded_requests_repeat():
+    # vLLM's --seed (default 0): requests without a seed get seeds derived from it in arrival order, so the same
+    # requests to a fresh server sample the same text; another --seed samples other text.
+    body = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 1.0}
+
+    def sample(*args):
+        s = Server(*args)
+        try:
+            return [httpx.post(s.base_url + "/v1/completions", json=body).json()["choices"][0]["text"] for _ in range(3)]
+        finally:
+            s.stop()
+
+    first, again, other = sample(), sample("--seed", "0"), sample("--seed", "5")
+    assert first == again, (first, again)
+    assert len(set(first)) > 1, first  # one request after another: different seeds
+    assert other != first, (other, first)
