@@ -313,7 +313,8 @@ Runner add_serve(CLI::App& app) {
                 "Chat requests with tools and tool_choice \"auto\" get the model's tool calls parsed (needs "
                 "--tool-call-parser; as vLLM)");
   cmd->add_option("--tool-call-parser", a->server.tool_call_parser,
-                  "Format of the tool calls the model writes: hermes (Qwen, Hermes, Granite 4.0 <tool_call>), granite "
+                  "Format of the tool calls the model writes: hermes (Qwen, Hermes, Granite 4.0 <tool_call>), granite4 "
+                  "(Granite 4.0 as vLLM's granite4: hermes' calls, the text around them kept as content), granite "
                   "(<|tool_call|>), jamba, minimax, nemotron_json (<TOOLCALL>), qwen3_coder / qwen3_xml (Qwen3-Coder, "
                   "Qwen3.5, Qwen3.6, Qwen3-Next: <tool_call><function=NAME><parameter=ARG>)");
   cmd->add_option("--chat-template", a->chat_template,

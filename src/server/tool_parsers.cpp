@@ -87,8 +87,9 @@ std::string python_json_dumps(const ojson& x) {
   }
 }
 
-JsonToolParser::JsonToolParser(std::string name, std::string start_tag, std::string end_tag)
-    : ToolParser(std::move(name)), start_(std::move(start_tag)), end_(std::move(end_tag)) {}
+JsonToolParser::JsonToolParser(std::string name, std::string start_tag, std::string end_tag, bool text_around_calls)
+    : ToolParser(std::move(name)), start_(std::move(start_tag)), end_(std::move(end_tag)),
+      text_around_calls_(text_around_calls) {}
 
 bool JsonToolParser::parse_block(std::string_view body, std::vector<ToolCall>& out) const {
   std::vector<ToolCall> calls;
@@ -125,6 +126,7 @@ ExtractedToolCalls JsonToolParser::extract(const std::string& text) const {
   const size_t first = text.find(start_);
   if (first == std::string::npos) return r;
   std::vector<ToolCall> calls;
+  std::string around = text.substr(0, first);  // the text outside the calls
   for (size_t pos = first; pos != std::string::npos && pos < text.size();) {
     const size_t body = pos + start_.size();
     const size_t end = end_.empty() ? std::string::npos : text.find(end_, body);
@@ -132,11 +134,12 @@ ExtractedToolCalls JsonToolParser::extract(const std::string& text) const {
     if (!parse_block(block, calls)) return r;  // as vLLM: not a call after all, the whole text is content
     if (end == std::string::npos) break;
     pos = text.find(start_, end + end_.size());
+    around.append(text, end + end_.size(), pos == std::string::npos ? std::string::npos : pos - end - end_.size());
   }
   r.tools_called = !calls.empty();
   if (!r.tools_called) return r;
   r.calls = std::move(calls);
-  r.content = text.substr(0, first);
+  r.content = text_around_calls_ ? std::move(around) : text.substr(0, first);
   r.has_content = !r.content.empty();
   return r;
 }
@@ -185,9 +188,9 @@ namespace {
 
 using ParserFactory = std::function<std::unique_ptr<ToolParser>(const std::string& name, const ojson& tools)>;
 
-ParserFactory json_format(std::string start_tag, std::string end_tag) {
-  return [start_tag, end_tag](const std::string& name, const ojson&) {
-    return std::make_unique<JsonToolParser>(name, start_tag, end_tag);
+ParserFactory json_format(std::string start_tag, std::string end_tag, bool text_around_calls = false) {
+  return [start_tag, end_tag, text_around_calls](const std::string& name, const ojson&) {
+    return std::make_unique<JsonToolParser>(name, start_tag, end_tag, text_around_calls);
   };
 }
 
@@ -195,6 +198,7 @@ ParserFactory json_format(std::string start_tag, std::string end_tag) {
 const std::map<std::string, ParserFactory>& registry() {
   static const std::map<std::string, ParserFactory> r = {
       {"hermes", json_format("<tool_call>", "</tool_call>")},      // Hermes 2 Pro / Qwen2.5-3 / Granite 4.0: one object per block
+      {"granite4", json_format("<tool_call>", "</tool_call>", true)},  // Granite 4.0 (vLLM's granite4): hermes' blocks, text around kept
       {"granite", json_format("<|tool_call|>", "")},               // Granite 3.x: a list after the tag (no end tag)
       {"jamba", json_format("<tool_calls>", "</tool_calls>")},     // Jamba: a list
       {"minimax", json_format("<tool_calls>", "</tool_calls>")},   // MiniMax-Text-01: one object per line

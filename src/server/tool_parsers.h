@@ -65,13 +65,15 @@ class ToolParser {
   int num_calls_ = 0;  // calls begun by feed()
 };
 
-/// A tag + JSON format (hermes, granite, jamba, minimax, nemotron_json): calls written as JSON after a start tag,
+/// A tag + JSON format (hermes, granite4, granite, jamba, minimax, nemotron_json): calls written as JSON after a start tag,
 /// up to an end tag (or the end of the text when the format has none). The JSON is one call
 /// `{"name", "arguments" | "parameters"}` or a list of them (or one per line). Streamed calls go out whole once
 /// their end tag arrived.
 class JsonToolParser : public ToolParser {
  public:
-  JsonToolParser(std::string name, std::string start_tag, std::string end_tag);
+  /// text_around_calls: a whole output's content is all its text outside the calls (vLLM's granite4); else the text
+  /// before the first call (vLLM's hermes and the others).
+  JsonToolParser(std::string name, std::string start_tag, std::string end_tag, bool text_around_calls = false);
   /// As ToolParser::extract; a call that is not valid JSON leaves the whole text as content with no calls, as vLLM.
   ExtractedToolCalls extract(const std::string& text) const override;
   /// As ToolParser::feed; an unterminated call at `final` is parsed as it is (not valid JSON: sent as content).
@@ -82,11 +84,12 @@ class JsonToolParser : public ToolParser {
   bool parse_block(std::string_view body, std::vector<ToolCall>& out) const;
 
   std::string start_, end_;
+  bool text_around_calls_ = false;
   std::string buf_;        // streamed text not yet sent or parsed
   bool in_call_ = false;   // buf_ holds the inside of a call (after its start tag)
 };
 
-/// A new parser of the format `name` (hermes, granite, jamba, minimax, nemotron_json, qwen3_coder / qwen3_xml: see
+/// A new parser of the format `name` (hermes, granite4, granite, jamba, minimax, nemotron_json, qwen3_coder / qwen3_xml: see
 /// tool_parser_names()). `tools`: the request's tools (OpenAI `[{"type": "function", "function": {"name",
 /// "parameters"}}]`, or null); qwen3_coder converts parameter values by their JSON-schema types there, the others
 /// ignore it. Throws Error for an unknown name, listing the known ones.

@@ -101,6 +101,23 @@ TEST(ToolParsers, WholeAndStreamedAgreeInEverySplit) {
   }
 }
 
+TEST(ToolParsers, Granite4KeepsTheTextAroundTheCalls) {
+  // vLLM's granite4: hermes' <tool_call> blocks; a whole output's content is all the text outside them (hermes: the
+  // text before the first); streamed, both send the text around the calls as it comes.
+  const std::string text = "Sure. <tool_call>{\"name\": \"f\", \"arguments\": {\"k\": 1}}</tool_call> and "
+                           "<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call> done";
+  const ExtractedToolCalls g4 = make_tool_parser("granite4")->extract(text);
+  ASSERT_TRUE(g4.tools_called);
+  ASSERT_EQ(g4.calls.size(), 2u);
+  EXPECT_EQ(g4.calls[1].name, "g");
+  EXPECT_EQ(g4.content, "Sure.  and  done");
+  EXPECT_EQ(make_tool_parser("hermes")->extract(text).content, "Sure. ");
+  for (const char* name : {"granite4", "hermes"}) EXPECT_EQ(stream(name, text, {9, 40}).first, "Sure.  and  done") << name;
+  const ExtractedToolCalls only = make_tool_parser("granite4")->extract("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>");
+  EXPECT_TRUE(only.tools_called);
+  EXPECT_FALSE(only.has_content);
+}
+
 TEST(ToolParsers, InvalidCallsStayContent) {
   const std::string bad = "x <tool_call>{not json}</tool_call> y";
   const ExtractedToolCalls whole = make_tool_parser("hermes")->extract(bad);
