@@ -78,7 +78,8 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                  "recurrent state per draft position; method draft_model: {\"model\": DIR} drafts with a smaller checkpoint "
                  "(method replay is bench latency's benchmark-only drafter)");
   cmd.add_option("--reasoning-parser", cfg.reasoning_parser,
-                 "The model's reasoning format (vLLM's): qwen3 (Qwen3 / Qwen3.5 / Qwen3.6) or deepseek_r1; serve returns "
+                 "The model's reasoning format (vLLM's): qwen3 (Qwen3 / Qwen3.5 / Qwen3.6), nemotron_v3 (Nemotron 3 Nano) "
+                 "or deepseek_r1; serve returns "
                  "chat replies' reasoning apart from their content, and structured outputs constrain only the text "
                  "after the reasoning");
   cmd.add_option("--mamba-block-size", cfg.mamba_block_size,

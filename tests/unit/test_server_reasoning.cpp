@@ -39,12 +39,22 @@ TEST(ReasoningPrompt, LastMarkerDecides) {
 }
 
 TEST(ReasoningPrompt, RegisteredFormats) {
-  for (const char* name : {"qwen3", "deepseek_r1"}) {
+  for (const char* name : {"qwen3", "deepseek_r1", "nemotron_v3"}) {
     const ReasoningFormat& f = reasoning_format(name);
     EXPECT_EQ(f.start, "<think>");
     EXPECT_EQ(f.end, "</think>");
   }
   EXPECT_TRUE(reasoning_format("deepseek_r1").starts_in_reasoning);
+  // nemotron_v3 (Nemotron 3 Nano): its template's thinking-off prompt ends "<think></think>": the reply is content
+  // (vLLM's enable_thinking=false swap); thinking on ("<think>\n"): reasoning until </think>.
+  const ReasoningFormat& nv3 = reasoning_format("nemotron_v3");
+  EXPECT_TRUE(nv3.starts_in_reasoning);
+  const auto off = ReasoningParser(nv3, prompt_reasoning("<|im_start|>assistant\n<think></think>", nv3)).extract("Hi.");
+  EXPECT_EQ(off.content, "Hi.");
+  EXPECT_FALSE(off.reasoning);
+  const auto on = ReasoningParser(nv3, prompt_reasoning("<|im_start|>assistant\n<think>\n", nv3)).extract("r</think>c");
+  EXPECT_EQ(on.reasoning, "r");
+  EXPECT_EQ(on.content, "c");
   ReasoningFormat empty{"x", "", "</think>", false};
   EXPECT_THROW(ReasoningParser(empty, PromptReasoning::Open), Error);
 }
