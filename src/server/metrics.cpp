@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace ssmserve::server {
 
@@ -64,49 +65,66 @@ std::string Metrics::render(const std::string& model_name) const {
   std::string escaped;  // Prometheus label values escape \\, \" and newlines
   for (char c : model_name) escaped += c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : std::string(1, c);
   const std::string label = fmt::format("model_name=\"{}\"", escaped);
-  auto metric = [&](const char* name, const char* type, const char* help, double value) {
-    out += fmt::format("# HELP ssmserve:{} {}\n# TYPE ssmserve:{} {}\nssmserve:{}{{{}}} {}\n", name, help, name, type, name, label, value);
+  // Each metric under ssmserve: and, where vLLM has one of the same meaning, under vLLM's name too (`vllm_name`), so
+  // dashboards, autoscalers and routers that read vLLM's metrics work unchanged.
+  auto prefixes = [](const char* name, const char* vllm_name) {
+    std::vector<std::string> names = {std::string("ssmserve:") + name};
+    if (vllm_name) names.push_back(std::string("vllm:") + vllm_name);
+    return names;
   };
-  metric("num_requests_running", "gauge", "Requests in the running batch.", gauges_.num_requests_running);
-  metric("num_requests_waiting", "gauge", "Requests waiting to be scheduled.", gauges_.num_requests_waiting);
+  auto metric = [&](const char* name, const char* type, const char* help, double value, const char* vllm_name = nullptr) {
+    for (const std::string& n : prefixes(name, vllm_name))
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", n, help, n, type, n, label, value);
+  };
+  metric("num_requests_running", "gauge", "Requests in the running batch.", gauges_.num_requests_running,
+         "num_requests_running");
+  metric("num_requests_waiting", "gauge", "Requests waiting to be scheduled.", gauges_.num_requests_waiting,
+         "num_requests_waiting");
   metric("state_blocks_used", "gauge", "Blocks of the pool (recurrent states, and KV blocks of hybrid models) held by requests.", gauges_.state_blocks_used);
   metric("state_blocks_total", "gauge", "Blocks of the state / KV pool that can be handed out (null block excluded).",
          gauges_.state_blocks_total);
   metric("state_cache_usage_perc", "gauge", "Fraction of state blocks in use (vLLM's kv_cache_usage_perc).",
-         gauges_.state_blocks_total ? static_cast<double>(gauges_.state_blocks_used) / gauges_.state_blocks_total : 0.0);
-  metric("num_preemptions_total", "counter", "Cumulative preemptions.", gauges_.num_preemptions);
+         gauges_.state_blocks_total ? static_cast<double>(gauges_.state_blocks_used) / gauges_.state_blocks_total : 0.0,
+         "kv_cache_usage_perc");
+  metric("num_preemptions_total", "counter", "Cumulative preemptions.", gauges_.num_preemptions, "num_preemptions_total");
   metric("http_connections", "gauge", "Open HTTP connections.", http_connections_);
   metric("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
-         static_cast<double>(gauges_.prefix_cache_queries));
+         static_cast<double>(gauges_.prefix_cache_queries), "prefix_cache_queries_total");
   metric("prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.",
-         static_cast<double>(gauges_.prefix_cache_hits));
+         static_cast<double>(gauges_.prefix_cache_hits), "prefix_cache_hits_total");
   metric("spec_decode_num_drafts_total", "counter", "Speculative decoding: verify rows that carried drafts.",
-         static_cast<double>(gauges_.spec_decode_num_drafts));
+         static_cast<double>(gauges_.spec_decode_num_drafts), "spec_decode_num_drafts_total");
   metric("spec_decode_num_draft_tokens_total", "counter", "Speculative decoding: draft tokens verified.",
-         static_cast<double>(gauges_.spec_decode_num_draft_tokens));
+         static_cast<double>(gauges_.spec_decode_num_draft_tokens), "spec_decode_num_draft_tokens_total");
   metric("spec_decode_num_accepted_tokens_total", "counter", "Speculative decoding: draft tokens accepted.",
-         static_cast<double>(gauges_.spec_decode_num_accepted_tokens));
+         static_cast<double>(gauges_.spec_decode_num_accepted_tokens), "spec_decode_num_accepted_tokens_total");
   if (!gauges_.spec_decode_accepted_per_pos.empty()) {
-    out += "# HELP ssmserve:spec_decode_num_accepted_tokens_per_pos_total Accepted draft tokens by position in their verify row.\n"
-           "# TYPE ssmserve:spec_decode_num_accepted_tokens_per_pos_total counter\n";
-    for (size_t i = 0; i < gauges_.spec_decode_accepted_per_pos.size(); ++i)
-      out += fmt::format("ssmserve:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", label, i,
-                         gauges_.spec_decode_accepted_per_pos[i]);
+    for (const std::string& n : prefixes("spec_decode_num_accepted_tokens_per_pos_total",
+                                         "spec_decode_num_accepted_tokens_per_pos_total")) {
+      out += fmt::format("# HELP {} Accepted draft tokens by position in their verify row.\n# TYPE {} counter\n", n, n);
+      for (size_t i = 0; i < gauges_.spec_decode_accepted_per_pos.size(); ++i)
+        out += fmt::format("{}{{{},position=\"{}\"}} {}\n", n, label, i, gauges_.spec_decode_accepted_per_pos[i]);
+    }
   }
-  metric("prompt_tokens_total", "counter", "Prefilled prompt tokens.", static_cast<double>(prompt_tokens_));
-  metric("generation_tokens_total", "counter", "Generated tokens.", static_cast<double>(generation_tokens_));
-  out += "# HELP ssmserve:request_success_total Finished requests by finish reason.\n# TYPE ssmserve:request_success_total counter\n";
-  for (const char* reason : {"stop", "length", "abort"}) {
-    auto it = finished_.find(reason);
-    out += fmt::format("ssmserve:request_success_total{{{},finished_reason=\"{}\"}} {}\n", label, reason,
-                       it == finished_.end() ? 0 : it->second);
+  metric("prompt_tokens_total", "counter", "Prefilled prompt tokens.", static_cast<double>(prompt_tokens_),
+         "prompt_tokens_total");
+  metric("generation_tokens_total", "counter", "Generated tokens.", static_cast<double>(generation_tokens_),
+         "generation_tokens_total");
+  for (const std::string& n : prefixes("request_success_total", "request_success_total")) {
+    out += fmt::format("# HELP {} Finished requests by finish reason.\n# TYPE {} counter\n", n, n);
+    for (const char* reason : {"stop", "length", "abort"}) {
+      auto it = finished_.find(reason);
+      out += fmt::format("{}{{{},finished_reason=\"{}\"}} {}\n", n, label, reason, it == finished_.end() ? 0 : it->second);
+    }
   }
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
-    out += fmt::format("# HELP ssmserve:{} {}\n# TYPE ssmserve:{} histogram\n", name, help, name);
-    for (size_t i = 0; i < h.bounds.size(); ++i)
-      out += fmt::format("ssmserve:{}_bucket{{{},le=\"{}\"}} {}\n", name, label, h.bounds[i], h.counts[i]);
-    out += fmt::format("ssmserve:{}_bucket{{{},le=\"+Inf\"}} {}\n", name, label, h.count);
-    out += fmt::format("ssmserve:{}_sum{{{}}} {}\nssmserve:{}_count{{{}}} {}\n", name, label, h.sum, name, label, h.count);
+    for (const std::string& n : prefixes(name, name)) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", n, help, n);
+      for (size_t i = 0; i < h.bounds.size(); ++i)
+        out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", n, label, h.bounds[i], h.counts[i]);
+      out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", n, label, h.count);
+      out += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", n, label, h.sum, n, label, h.count);
+    }
   };
   histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.", ttft_);
   histogram("inter_token_latency_seconds", "Time between consecutive token deliveries of a request (a --num-scheduler-steps burst counts once, as vLLM counts steps).", itl_);

@@ -1,5 +1,6 @@
 // Owns the server's metrics and their Prometheus text rendering (GET /metrics), with vLLM's metric meanings under
-// the `ssmserve:` prefix: request gauges, state-block usage, token counters, TTFT / inter-token histograms.
+// the `ssmserve:` prefix: request gauges, state-block usage, token counters, TTFT / inter-token histograms; those vLLM
+// also defines are rendered under vLLM's names (`vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`, ...) too.
 #pragma once
 #include <cstdint>
 #include <map>
