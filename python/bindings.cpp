@@ -45,13 +45,34 @@ using ssmserve::python::bind_sampling_params;
 using ssmserve::python::bind_structured_outputs;
 using ssmserve::python::GilRelease;
 using ssmserve::python::make_config;
+using ssmserve::python::check_python_fields;
 using ssmserve::python::now_s;
+using ssmserve::python::OutputOptions;
+using ssmserve::python::PySamplingParams;
 using ssmserve::python::python_message;
 using ssmserve::python::Timing;
 using ssmserve::python::to_py;
 using ssmserve::python::to_request;
 
 namespace {
+
+/// What the Python outputs of a request with params `p` carry.
+OutputOptions output_options(const PySamplingParams& p) { return {p.logprobs.has_value(), p.detokenize}; }
+
+/// A token string as Python text: UTF-8, with bytes that are not (a tekken token's raw bytes) kept as lone surrogates
+/// (surrogateescape), so distinct tokens stay distinct and token_bytes() turns the text back into them.
+py::str token_text(const std::string& token) {
+  PyObject* s = PyUnicode_DecodeUTF8(token.data(), static_cast<Py_ssize_t>(token.size()), "surrogateescape");
+  if (s == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+
+/// The bytes of token text (token_text's inverse).
+std::string token_bytes(const py::str& text) {
+  PyObject* b = PyUnicode_AsEncodedString(text.ptr(), "utf-8", "surrogateescape");
+  if (b == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::bytes>(b).cast<std::string>();
+}
 
 /// The engine behind ssmserve.LLM. Thread-safe: every use of the engine holds mu_ (taken with the GIL released),
 /// one engine step at a time, so generate() / stream() calls from several Python threads batch together in the
@@ -111,6 +132,46 @@ class PyLLM {
   }
   int vocab_size() const { return tokenizer().vocab_size(); }
   std::vector<int> eos_token_ids() const { return llm_->engine().model_config().eos_token_ids; }
+  /// The id of a token string (added tokens first, then the vocabulary, as Hugging Face's), or None.
+  std::optional<int> token_to_id(const py::str& token) const { return tokenizer().token_to_id(token_bytes(token)); }
+  /// Hugging Face's get_vocab(): every token string (added tokens included) -> its id.
+  py::dict vocab() const {
+    const Tokenizer& t = tokenizer();
+    py::dict d;
+    for (int id = 0; id < t.vocab_size(); ++id)
+      if (t.has_id(id)) d[token_text(t.id_to_token(id))] = id;
+    return d;
+  }
+  /// Hugging Face's convert_tokens_to_string: the text of token strings, as decode() gives it for their ids (special
+  /// tokens kept); a string that is no token contributes nothing.
+  std::string tokens_to_string(const std::vector<py::str>& tokens) const {
+    const Tokenizer& t = tokenizer();
+    std::vector<int> ids;
+    ids.reserve(tokens.size());
+    for (const py::str& token : tokens)
+      if (const auto id = t.token_to_id(token_bytes(token))) ids.push_back(*id);
+    return t.decode(ids, false);
+  }
+  /// The folder of the tokenizer (tokenizer.json, tokenizer_config.json, the chat template), as the caller named it.
+  std::string tokenizer_dir() const { return template_dir_.string(); }
+  /// The transformers tokenizer class the tokenizer was loaded as ("" for tokenizer.json's own pipeline, SentencePiece
+  /// and tekken files): what decides its default special tokens.
+  std::string tokenizer_class() const { return tokenizer().tokenizer_class(); }
+  /// The source of the checkpoint's (default) chat template, as chat() renders with it (Hugging Face's
+  /// tokenizer.chat_template), or None when the checkpoint has none (chat() then uses ssmserve's plain default).
+  /// Throws Error for a template file that cannot be read or parsed.
+  std::optional<std::string> chat_template_source() {
+    std::call_once(default_template_once_, [&] { default_template_ = server::ChatTemplate::load(template_dir_); });
+    if (default_template_->is_default()) return std::nullopt;
+    return default_template_->source();
+  }
+  /// LLM.reset_prefix_cache (LLMEngine::reset_prefix_cache): drops every cached prefix; false, changing nothing, while
+  /// any request (of any thread, or of the AsyncLLM loop) is unfinished.
+  bool reset_prefix_cache() {
+    GilRelease release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return llm_->engine().reset_prefix_cache();
+  }
 
   /// LLM.chat's prompt text: `messages_json` (a JSON list of {"role", "content"} messages) rendered with the
   /// checkpoint's chat template (tokenizer_config.json, else ssmserve's plain default), or with `chat_template`
@@ -157,20 +218,25 @@ class PyLLM {
   }
 
   /// Runs every prompt to the end; n > 1 becomes n engine requests (seed + i when seeded) merged into one output
-  /// with outputs[i].index = i, as vLLM returns them. progress: None, or a callable called (with the GIL) with
-  /// the number of this call's engine requests that finished since its previous call (the tqdm bar).
-  py::list generate(const py::list& prompts, const std::vector<SamplingParams>& params, const py::object& progress) {
+  /// with outputs[i].index = i, as vLLM returns them. params: one SamplingParams per prompt (read in place: they hold
+  /// Python objects). progress: None, or a callable called (with the GIL) with the number of this call's engine
+  /// requests that finished since its previous call (the tqdm bar).
+  py::list generate(const py::list& prompts, const py::list& params, const py::object& progress) {
     SSM_CHECK(params.size() == prompts.size(), "generate: {} prompts but {} sampling params", prompts.size(), params.size());
     std::vector<Request> reqs;
     std::vector<std::pair<size_t, int>> slot;  // [engine request] -> (prompt, choice)
+    std::vector<OutputOptions> opts(prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
-      SSM_CHECK(params[i].n >= 1 && params[i].n <= 1024, "n must be in [1, 1024] (got {})", params[i].n);
+      const PySamplingParams& p = params[i].cast<const PySamplingParams&>();
+      SSM_CHECK(p.n >= 1 && p.n <= 1024, "n must be in [1, 1024] (got {})", p.n);
+      check_python_fields(p);
+      opts[i] = output_options(p);
       const Request base = to_request(prompts[i]);
-      for (int c = 0; c < params[i].n; ++c) {
+      for (int c = 0; c < p.n; ++c) {
         reqs.push_back(base);
-        reqs.back().params = params[i];
+        reqs.back().params = static_cast<const SamplingParams&>(p);  // the engine's part
         reqs.back().params.n = 1;
-        if (params[i].seed) reqs.back().params.seed = *params[i].seed + static_cast<uint64_t>(c);
+        if (p.seed) reqs.back().params.seed = *p.seed + static_cast<uint64_t>(c);
         slot.emplace_back(i, c);
       }
     }
@@ -255,27 +321,29 @@ class PyLLM {
     }
     py::list result;
     for (size_t i = 0; i < merged.size(); ++i)
-      result.append(to_py(llm_->engine(), merged[i], params[i].logprobs.has_value(), &merged_timing[i]));
+      result.append(to_py(llm_->engine(), merged[i], opts[i], &merged_timing[i]));
     return result;
   }
 
   /// Adds one request and returns its id; next_output() then yields its outputs.
-  std::string add(const py::handle& prompt, const SamplingParams& params) {
+  std::string add(const py::handle& prompt, const PySamplingParams& params) {
+    check_python_fields(params);
     Request r = to_request(prompt);
-    r.params = params;
+    r.params = static_cast<const SamplingParams&>(params);
+    const OutputOptions opts = output_options(params);
     GilRelease release;
     std::lock_guard<std::mutex> lock(mu_);
     r.request_id = std::to_string(next_id_++);
     const std::string id = r.request_id;
     llm_->engine().add_request(std::move(r));
-    streams_[id] = params.logprobs.has_value();
+    streams_[id] = opts;
     timing_[id].arrival_time = now_s();
     return id;
   }
   /// Runs engine steps (GIL released) until `id` has a new output; returns it, or None once it finished earlier.
   py::object next_output(const std::string& id) {
     std::optional<RequestOutput> out;
-    bool want_logprobs = false;
+    OutputOptions opts;
     Timing timing;
     {
       GilRelease release;
@@ -287,7 +355,7 @@ class PyLLM {
             out = std::move(it->second.front().first);
             timing = it->second.front().second;
             it->second.pop_front();
-            want_logprobs = streams_[id];
+            opts = streams_[id];
             if (out->finished) {
               pending_.erase(it);
               streams_.erase(id);
@@ -302,7 +370,7 @@ class PyLLM {
       }
     }
     if (!out) return py::none();
-    return to_py(llm_->engine(), *out, want_logprobs, &timing);
+    return to_py(llm_->engine(), *out, opts, &timing);
   }
   /// Aborts a request of add() or add_async() (no-op when unknown or finished): its engine state is freed at once.
   void abort(const std::string& id) {
@@ -317,23 +385,25 @@ class PyLLM {
 
   /// AsyncLLM: adds a request under the caller's `request_id` (unique among running ones, else a ValueError); its
   /// outputs come out of step_async().
-  void add_async(const py::handle& prompt, const SamplingParams& params, const std::string& request_id) {
+  void add_async(const py::handle& prompt, const PySamplingParams& params, const std::string& request_id) {
+    check_python_fields(params);
     Request r = to_request(prompt);
-    r.params = params;
+    r.params = static_cast<const SamplingParams&>(params);
     r.request_id = request_id;
+    const OutputOptions opts = output_options(params);
     GilRelease release;
     std::lock_guard<std::mutex> lock(mu_);
     SSM_CHECK(!async_ids_.count(request_id) && !streams_.count(request_id) && !batch_ids_.count(request_id),
               "request_id '{}' is already running", request_id);
     llm_->engine().add_request(std::move(r));
-    async_ids_[request_id] = params.logprobs.has_value();
+    async_ids_[request_id] = opts;
     timing_[request_id].arrival_time = now_s();
   }
   /// AsyncLLM's engine loop: one engine step (GIL released) when any request is unfinished; returns the
   /// add_async() requests' outputs (cumulative RequestOutputs, the last one of each with finished=True).
   py::list step_async() {
     std::vector<std::pair<RequestOutput, Timing>> outs;
-    std::vector<bool> want;
+    std::vector<OutputOptions> want;
     {
       GilRelease release;
       std::lock_guard<std::mutex> lock(mu_);
@@ -341,7 +411,7 @@ class PyLLM {
       outs.swap(async_out_);
       for (const auto& [o, t] : outs) {
         auto it = async_ids_.find(o.request_id);
-        want.push_back(it != async_ids_.end() && it->second);
+        want.push_back(it != async_ids_.end() ? it->second : OutputOptions{});
         if (o.finished && it != async_ids_.end()) {
           async_ids_.erase(it);
           timing_.erase(o.request_id);
@@ -436,8 +506,8 @@ class PyLLM {
   std::mutex mu_;  // guards everything below and every use of llm_'s engine
   long long next_id_ = 0;
   std::map<std::string, std::deque<std::pair<RequestOutput, Timing>>> pending_;  // stream outputs not yet read
-  std::map<std::string, bool> streams_;                        // stream request id -> logprobs asked for
-  std::map<std::string, bool> async_ids_;                      // add_async request id -> logprobs asked for
+  std::map<std::string, OutputOptions> streams_;               // stream request id -> what its outputs carry
+  std::map<std::string, OutputOptions> async_ids_;             // add_async request id -> what its outputs carry
   std::vector<std::pair<RequestOutput, Timing>> async_out_;    // add_async outputs not yet taken by step_async
   std::map<std::string, std::shared_ptr<size_t>> batch_ids_;  // generate() requests still running -> call's count
   std::map<std::string, RequestOutput> finished_;              // generate() requests' final outputs
@@ -528,6 +598,13 @@ PYBIND11_MODULE(_ssmserve, m) {
       .def("id_to_token", &PyLLM::id_to_token, py::arg("id"))
       .def("vocab_size", &PyLLM::vocab_size)
       .def("eos_token_ids", &PyLLM::eos_token_ids)
+      .def("token_to_id", &PyLLM::token_to_id, py::arg("token"))
+      .def("vocab", &PyLLM::vocab)
+      .def("tokens_to_string", &PyLLM::tokens_to_string, py::arg("tokens"))
+      .def("tokenizer_dir", &PyLLM::tokenizer_dir)
+      .def("tokenizer_class", &PyLLM::tokenizer_class)
+      .def("chat_template_source", &PyLLM::chat_template_source, py::call_guard<GilRelease>())
+      .def("reset_prefix_cache", &PyLLM::reset_prefix_cache)
       .def("default_sampling_params", &PyLLM::default_sampling_params)
       .def("render_chat", &PyLLM::render_chat, py::arg("messages_json"), py::arg("add_generation_prompt"),
            py::arg("chat_template"), py::arg("continue_final_message") = false, py::arg("kwargs_json") = "",

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,11 +18,12 @@ namespace py = pybind11;
 namespace ssmserve::python {
 namespace {
 
-/// vLLM's Logprob: one candidate token's log-probability, its rank in the distribution, and its text.
+/// vLLM's Logprob: one candidate token's log-probability, its rank in the distribution, and its text (None when the
+/// request's SamplingParams.detokenize is false).
 struct Logprob {
   float logprob = 0.0f;
   int rank = 0;
-  std::string decoded_token;
+  std::optional<std::string> decoded_token;
 };
 
 /// A prompt from Python: a string, a list of token ids, or {"prompt": str} / {"prompt_token_ids": [int]}, with an
@@ -64,15 +66,18 @@ Request to_request_unchecked(const py::handle& p) {
   return r;
 }
 
-/// Python-facing output: the C++ RequestOutput with logprobs as vLLM's list[dict[int, Logprob]].
-py::object logprobs_to_py(const LLMEngine& eng, const std::vector<std::vector<TokenLogprob>>& lps) {
+/// Python-facing output: the C++ RequestOutput with logprobs as vLLM's list[dict[int, Logprob]]; each token's text
+/// decoded when `detokenize`, else None.
+py::object logprobs_to_py(const LLMEngine& eng, const std::vector<std::vector<TokenLogprob>>& lps, bool detokenize) {
   py::list out;
   const Tokenizer* tok = eng.tokenizer();
   for (const auto& entry : lps) {
     py::dict d;
     for (const TokenLogprob& e : entry) {  // the engine's ranks (TokenLogprob::rank): the sampled / prompt token's
       const int ids[1] = {e.id};           // vocabulary rank, a top entry's position
-      d[py::int_(e.id)] = Logprob{e.logprob, e.rank, tok ? tok->decode(ids) : std::string()};
+      std::optional<std::string> text;
+      if (detokenize) text = tok ? tok->decode(ids) : std::string();
+      d[py::int_(e.id)] = Logprob{e.logprob, e.rank, std::move(text)};
     }
     out.append(d);
   }
@@ -81,7 +86,7 @@ py::object logprobs_to_py(const LLMEngine& eng, const std::vector<std::vector<To
 
 /// prompt_logprobs as vLLM's list[dict[int, Logprob] | None]: None for the first prompt token, else the prompt
 /// token (first, with its vocabulary rank) and the top-k (ranks 1..k).
-py::object prompt_logprobs_to_py(const LLMEngine& eng, const RequestOutput& o) {
+py::object prompt_logprobs_to_py(const LLMEngine& eng, const RequestOutput& o, bool detokenize) {
   std::vector<std::vector<TokenLogprob>> entries;
   py::list out;
   for (size_t t = 0; t < o.prompt_logprobs.size(); ++t) {
@@ -95,7 +100,7 @@ py::object prompt_logprobs_to_py(const LLMEngine& eng, const RequestOutput& o) {
       const TokenLogprob& top = o.prompt_logprobs[t]->top[j];
       if (top.id != o.prompt_token_ids[t]) e.push_back({top.id, top.logprob, static_cast<int>(j) + 1});
     }
-    out.append(logprobs_to_py(eng, {e})[py::int_(0)]);
+    out.append(logprobs_to_py(eng, {e}, detokenize)[py::int_(0)]);
   }
   return out;
 }
@@ -131,7 +136,7 @@ double now_s() {
 }
 
 /// The Python RequestOutput object (a plain class with vLLM's attribute names).
-py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprobs, const Timing* timing) {
+py::object to_py(const LLMEngine& eng, const RequestOutput& o, OutputOptions opts, const Timing* timing) {
   py::module_ m = py::module_::import("ssmserve.outputs");
   py::list outputs;
   for (const auto& c : o.outputs) {
@@ -139,18 +144,20 @@ py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprob
     py::object stop = !c.stop_reason.empty() ? py::object(py::str(c.stop_reason))
                       : c.stop_reason_token ? py::object(py::int_(*c.stop_reason_token)) : py::none();
     py::object cumulative = py::none();  // vLLM's cumulative_logprob: the sampled tokens' logprobs summed
-    if (want_logprobs) {
+    if (opts.logprobs) {
       double sum = 0.0;
       for (const auto& entry : c.logprobs)
         if (!entry.empty()) sum += entry[0].logprob;
       cumulative = py::float_(sum);
     }
-    outputs.append(m.attr("CompletionOutput")(c.index, c.text, c.token_ids, want_logprobs ? logprobs_to_py(eng, c.logprobs) : py::none(),
+    py::object lps = opts.logprobs ? logprobs_to_py(eng, c.logprobs, opts.detokenize) : py::none();
+    outputs.append(m.attr("CompletionOutput")(c.index, opts.detokenize ? c.text : std::string(), c.token_ids, lps,
                                               finish, stop, py::arg("cumulative_logprob") = cumulative));
   }
-  py::object prompt_lps = o.prompt_logprobs.empty() ? py::none() : prompt_logprobs_to_py(eng, o);
+  py::object prompt_lps = o.prompt_logprobs.empty() ? py::none() : prompt_logprobs_to_py(eng, o, opts.detokenize);
   py::object metrics = timing ? metrics_to_py(*timing, o.outputs.empty() ? 0 : o.outputs[0].token_ids.size()) : py::none();
-  return m.attr("RequestOutput")(o.request_id, o.prompt, o.prompt_token_ids, outputs, o.finished, o.delta_text,
+  return m.attr("RequestOutput")(o.request_id, o.prompt, o.prompt_token_ids, outputs, o.finished,
+                                 opts.detokenize ? o.delta_text : std::string(),
                                  py::arg("prompt_logprobs") = prompt_lps, py::arg("num_cached_tokens") = o.num_cached_tokens,
                                  py::arg("metrics") = metrics);
 }
@@ -158,7 +165,7 @@ py::object to_py(const LLMEngine& eng, const RequestOutput& o, bool want_logprob
 void bind_outputs(py::module_& m) {
   py::class_<Logprob>(m, "Logprob")
       // Arguments checked here (TypeError naming the argument, not pybind11's signature dump): logprob a real
-      // number (not a str), rank a 32-bit int (not a bool), decoded_token a str.
+      // number (not a str), rank a 32-bit int (not a bool), decoded_token a str or None.
       .def(py::init([](const py::object& logprob, const py::object& rank, const py::object& decoded_token) {
              auto type_name = [](const py::handle& v) { return py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>(); };
              auto bad = [&](const char* arg, const char* want, const py::handle& v) {
@@ -179,7 +186,8 @@ void bind_outputs(py::module_& m) {
              } catch (const py::cast_error&) {
                throw bad("rank", "an int in 32 bits", rank);
              }
-             if (!py::isinstance<py::str>(decoded_token)) throw bad("decoded_token", "a str", decoded_token);
+             if (decoded_token.is_none()) return Logprob{lp, r, std::nullopt};
+             if (!py::isinstance<py::str>(decoded_token)) throw bad("decoded_token", "a str or None", decoded_token);
              return Logprob{lp, r, decoded_token.cast<std::string>()};
            }),
            py::arg("logprob"), py::arg("rank") = 0, py::arg("decoded_token") = "")
@@ -196,11 +204,11 @@ void bind_outputs(py::module_& m) {
       .def(py::pickle([](const Logprob& l) { return py::make_tuple(l.logprob, l.rank, l.decoded_token); },
                       [](const py::tuple& t) {
                         if (t.size() != 3) throw py::value_error("Logprob: bad pickle state (want 3 fields)");
-                        return Logprob{t[0].cast<float>(), t[1].cast<int>(), t[2].cast<std::string>()};
+                        return Logprob{t[0].cast<float>(), t[1].cast<int>(), t[2].cast<std::optional<std::string>>()};
                       }))
       .def("__repr__", [](const Logprob& l) {
         return "Logprob(logprob=" + std::to_string(l.logprob) + ", rank=" + std::to_string(l.rank) + ", decoded_token=" +
-               py::repr(py::str(l.decoded_token)).cast<std::string>() + ")";
+               py::repr(py::cast(l.decoded_token)).cast<std::string>() + ")";
       });
 }
 

@@ -34,11 +34,11 @@ if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SSMSE
 
 from . import _ssmserve  # noqa: E402
 from .outputs import CompletionOutput, RequestMetrics, RequestOutput
-from .sampling_params import SamplingParams, _check_bool  # noqa: E402
+from .sampling_params import RequestOutputKind, SamplingParams, _check_bool  # noqa: E402
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "RequestMetrics", "Logprob", "SsmserveError",
            "Tokenizer", "AsyncLLM", "AsyncEngineArgs", "EngineArgs", "has_cuda", "has_structured_outputs", "TextPrompt",
-           "TokensPrompt"]
+           "TokensPrompt", "RequestOutputKind"]
 __version__ = "0.1.0"
 
 Logprob = _ssmserve.Logprob
@@ -156,128 +156,83 @@ def _render_chats(engine, messages, chat_template, add_generation_prompt, contin
             for conv in conversations]
 
 
-class BatchEncoding(dict):
-    """What the tokenizer's call returns (Hugging Face's BatchEncoding, lists only): a dict whose keys ("input_ids",
-    "attention_mask") are also attributes."""
-
-    def __getattr__(self, name: str):
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-class Tokenizer:
-    """The engine's tokenizer (LLM.get_tokenizer), with the Hugging Face names users call: encode(text,
-    add_special_tokens=True) -> token ids (as prompts are encoded), tokenizer(text) -> {"input_ids", "attention_mask"},
-    decode(ids, skip_special_tokens=False) -> str (ids the tokenizer does not know, e.g. the padded rows of an
-    embedding, decode to nothing, as Hugging Face's fast tokenizers), batch_decode, convert_ids_to_tokens,
-    apply_chat_template (the LLM's chat template, as LLM.chat renders it), vocab_size, eos_token_id (the first of the
-    model's EOS ids, or None)."""
-
-    def __init__(self, engine, pid: Optional[int] = None):
-        self._engine = engine
-        self._pid = os.getpid() if pid is None else pid  # the process that created the engine (see _check_process)
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
-        if not isinstance(text, str):
-            raise TypeError(f"encode() takes a str, got {type(text).__name__}")
-        add_special_tokens = _check_bool(add_special_tokens, "encode() add_special_tokens")
-        _check_process(self._pid, "tokenizer's LLM")
-        return self._engine.encode(text, add_special_tokens)
-
-    def __call__(self, text: Union[str, Sequence[str]], add_special_tokens: bool = True,
-                 return_tensors: Optional[str] = None) -> "BatchEncoding":
-        """Hugging Face's tokenizer(text): a BatchEncoding (a dict whose keys are attributes too) with "input_ids" and
-        "attention_mask" (all ones); a list of texts gives lists. return_tensors must be None (lists only)."""
-        if return_tensors is not None:
-            raise ValueError(f"return_tensors={return_tensors!r}: this tokenizer returns lists only (None)")
-        if isinstance(text, str):
-            ids = self.encode(text, add_special_tokens)
-            return BatchEncoding(input_ids=ids, attention_mask=[1] * len(ids))
-        if not isinstance(text, (list, tuple)):
-            raise TypeError(f"tokenizer() takes a str or a list of str, got {type(text).__name__}")
-        ids = [self.encode(t, add_special_tokens) for t in text]
-        return BatchEncoding(input_ids=ids, attention_mask=[[1] * len(i) for i in ids])
-
-    def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = False) -> List[str]:
-        return [self.decode(ids, skip_special_tokens) for ids in sequences]
-
-    def convert_ids_to_tokens(self, ids: Union[int, Sequence[int]]) -> Union[Optional[str], List[Optional[str]]]:
-        """The vocabulary strings of token ids (byte-level BPE's, e.g. "Ġthe"); None for an id it does not know."""
-        one = not hasattr(ids, "__iter__")
-        checked = [operator.index(t) for t in ([ids] if one else ids)]
-        _check_process(self._pid, "tokenizer's LLM")
-        tokens = [self._engine.id_to_token(t) if 0 <= t < 2**31 else None for t in checked]
-        return tokens[0] if one else tokens
-
-    def apply_chat_template(self, conversation, tools: Optional[List[dict]] = None, chat_template: Optional[str] = None,
-                            add_generation_prompt: bool = False, continue_final_message: bool = False,
-                            tokenize: bool = True, **kwargs):
-        """Hugging Face's apply_chat_template with the LLM's template (LLM.chat's rendering; extra keyword arguments
-        are template variables, e.g. enable_thinking=False): the text with tokenize=False, else its token ids
-        (encoded without adding special tokens: the template writes them). A list of conversations gives a list."""
-        tokenize = _check_bool(tokenize, "apply_chat_template() tokenize")
-        # Hugging Face's options that are not template variables.
-        return_dict = _check_bool(kwargs.pop("return_dict", False), "apply_chat_template() return_dict")
-        if kwargs.pop("return_tensors", None) is not None:
-            raise ValueError("apply_chat_template(return_tensors=...): this tokenizer returns lists only (None)")
-        for name in ("padding", "truncation", "max_length", "tokenizer_kwargs", "return_assistant_tokens_mask"):
-            if kwargs.pop(name, None) not in (None, False):
-                raise ValueError(f"apply_chat_template({name}=...) is not supported by this tokenizer")
-        _check_process(self._pid, "tokenizer's LLM")
-        batched = isinstance(conversation, (list, tuple)) and bool(conversation) and isinstance(conversation[0], (list, tuple))
-        texts = _render_chats(self._engine, conversation, chat_template, add_generation_prompt, continue_final_message,
-                              tools, kwargs or None, "apply_chat_template()")
-        out = [self._engine.encode(t, False) for t in texts] if tokenize else texts
-        if return_dict and tokenize:  # Hugging Face: a BatchEncoding of the ids
-            return BatchEncoding(input_ids=out if batched else out[0],
-                                 attention_mask=[[1] * len(i) for i in out] if batched else [1] * len(out[0]))
-        return out if batched else out[0]
-
-    def decode(self, ids: Union[int, Sequence[int]], skip_special_tokens: bool = False) -> str:
-        """The text of token ids (one id or a sequence); ids the tokenizer does not know decode to nothing (as Hugging
-        Face's fast tokenizers). TypeError for ids that are not ints or a skip_special_tokens that is not a bool;
-        ValueError for an id outside [0, 2**31)."""
-        skip_special_tokens = _check_bool(skip_special_tokens, "decode() skip_special_tokens")
-        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-            try:
-                ids = [operator.index(ids)]  # one id (Hugging Face's decode takes an int too)
-            except TypeError:
-                raise TypeError(f"decode() takes a list of int token ids, got {type(ids).__name__}") from None
-        checked = []
-        for t in ids:
-            if isinstance(t, bool):
-                raise TypeError("decode() takes int token ids, got a bool")
-            try:
-                t = operator.index(t)
-            except TypeError:
-                raise TypeError(f"decode() takes int token ids, got {t!r} ({type(t).__name__})"[:300]) from None
-            if not 0 <= t < 2**31:
-                raise ValueError(f"token id {t} is not in the vocabulary")
-            checked.append(t)
-        _check_process(self._pid, "tokenizer's LLM")
-        return self._engine.decode(checked, skip_special_tokens)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._engine.vocab_size()
-
-    @property
-    def eos_token_id(self) -> Optional[int]:
-        ids = self._engine.eos_token_ids()
-        return ids[0] if ids else None
-
-    def __len__(self) -> int:
-        return self.vocab_size
-
-
 # LLM(...) keyword arguments beyond the named ones that the engine takes: vLLM's EngineArgs that its LLM takes through
 # **kwargs (generation_config, override_generation_config) and ssmserve's own (as the CLI's flags).
 _SSMSERVE_ENGINE_ARGS = ("num_state_blocks", "threads", "num_threads", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
                          "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size", "swap_space", "log_level",
                          "quantization",
                          "generation_config", "override_generation_config")
+
+
+def _is_bool(v) -> bool:
+    return isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool_", "bool"))
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+#: The most logprobs per token a request may ask for (the engine's kMaxLogprobs; vLLM's default max_logprobs).
+_MAX_LOGPROBS = 20
+
+# vLLM's LLM(...) / EngineArgs keywords that have no effect on this engine: keyword -> (the values that mean "no
+# effect", as text; a test of a value; why). Any other value is a ValueError naming the keyword and the value.
+_NO_EFFECT_ARGS = {
+    "trust_remote_code": ("a bool", _is_bool, "no checkpoint code is ever run: every architecture is built in"),
+    "enforce_eager": ("a bool", _is_bool, "CUDA graphs are the process's SSMSERVE_CUDA_GRAPHS switch"),
+    "disable_log_stats": ("a bool", _is_bool, "the offline engine logs no periodic stats"),
+    "tokenizer_mode": ('"auto" or "hf"', lambda v: v in ("auto", "hf") and isinstance(v, str),
+                       "the tokenizer is always the checkpoint's tokenizer.json / tokenizer.model / tekken.json"),
+    "revision": ("None", lambda v: v is None, "models are local folders"),
+    "tokenizer_revision": ("None", lambda v: v is None, "tokenizers are local folders"),
+    "code_revision": ("None", lambda v: v is None, "no checkpoint code is ever run"),
+    "skip_tokenizer_init": ("False", lambda v: v is False, "the engine always loads its tokenizer"),
+    "task": ('"auto" or "generate"', lambda v: isinstance(v, str) and v in ("auto", "generate"),
+             "the models are generative only"),
+    "runner": ('"auto" or "generate"', lambda v: isinstance(v, str) and v in ("auto", "generate"),
+               "the models are generative only"),
+    "enable_chunked_prefill": ("None or True", lambda v: v is None or v is True, "chunked prefill is always on"),
+    "max_logprobs": (f"an int in [0, {_MAX_LOGPROBS}]", lambda v: _is_int(v) and 0 <= v <= _MAX_LOGPROBS,
+                     f"the engine's cap is {_MAX_LOGPROBS} logprobs per token"),
+    "kv_cache_dtype": ('"auto"', lambda v: v == "auto" and isinstance(v, str),
+                       "attention KV pages take the model's dtype (mamba_cache_dtype sets the states')"),
+    "block_size": ("None", lambda v: v is None, "KV page sizes follow the model (mamba_block_size sets the states')"),
+    "cpu_offload_gb": ("0", lambda v: (_is_int(v) or isinstance(v, float)) and v == 0,
+                       "weights are not offloaded (swap_space keeps cached states in host memory)"),
+    "pipeline_parallel_size": ("1", lambda v: _is_int(v) and v == 1,
+                               "no pipeline parallelism: tensor_parallel_size splits a model"),
+    "data_parallel_size": ("1", lambda v: _is_int(v) and v == 1, "one engine per LLM"),
+    "distributed_executor_backend": ('None, "mp" or "uni"', lambda v: v is None or (isinstance(v, str) and v in ("mp", "uni")),
+                                     "tensor-parallel ranks are the engine's own threads"),
+    "download_dir": ("None", lambda v: v is None, "models are local folders"),
+    "hf_overrides": ("None or {}", lambda v: v is None or (isinstance(v, dict) and not v),
+                     "the checkpoint's config.json is used as it is"),
+    "compilation_config": ("None, 0 or {}", lambda v: v is None or (_is_int(v) and v == 0) or (isinstance(v, dict) and not v),
+                           "nothing is compiled with torch.compile"),
+    "max_seq_len_to_capture": ("an int", _is_int, "CUDA graphs are captured for decode steps"),
+    "disable_custom_all_reduce": ("a bool", _is_bool, "the all-reduce is the engine's own"),
+    "model_impl": ('"auto"', lambda v: v == "auto" and isinstance(v, str), "every architecture is ssmserve's own"),
+    "disable_async_output_proc": ("a bool", _is_bool, "outputs are processed in the engine step"),
+    "enable_sleep_mode": ("False", lambda v: v is False, "there is no sleep mode"),
+}
+
+
+def _check_no_effect_args(args: Dict[str, Any]) -> int:
+    """Checks vLLM's keywords that have no effect here (_NO_EFFECT_ARGS) among `args` (keyword -> value; other
+    keywords are ignored): ValueError naming the keyword, its value and that ssmserve does not support it, for a value
+    that would have an effect. Returns max_logprobs (default: the engine's cap)."""
+    for k, v in args.items():
+        rule = _NO_EFFECT_ARGS.get(k)
+        if rule is None:
+            continue
+        what, ok, why = rule
+        try:
+            good = bool(ok(v))
+        except Exception:  # noqa: BLE001 (a value whose comparison fails is not one of the accepted ones)
+            good = False
+        if not good:
+            raise ValueError(f"{k}={v!r}"[:200] + f" is not supported by ssmserve: {k} must be {what} ({why})")
+    return args.get("max_logprobs", _MAX_LOGPROBS)
 
 
 def _check_no_lora(lora_request) -> None:
@@ -366,16 +321,24 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
 
 
 class _Seeder:
-    """vLLM's engine seed: requests whose SamplingParams have no seed get seeds derived from it and a running count
-    (splitmix64, so they do not coincide with small explicit seeds). Thread-safe."""
+    """vLLM's engine seed and max_logprobs, applied to each request's SamplingParams: requests without a seed get
+    seeds derived from the engine seed and a running count (splitmix64, so they do not coincide with small explicit
+    seeds); a request asking for more logprobs than max_logprobs is refused. Thread-safe."""
 
-    def __init__(self, seed: Optional[int]):
+    def __init__(self, seed: Optional[int], max_logprobs: int = _MAX_LOGPROBS):
         self.seed = seed
+        self.max_logprobs = max_logprobs
         self._count = 0
         self._lock = threading.Lock()
 
     def __call__(self, p):
-        """p, or a copy seeded from the engine seed when p has none."""
+        """p, or a copy seeded from the engine seed when p has none. ValueError (vLLM's message) when p.logprobs or
+        p.prompt_logprobs exceeds max_logprobs."""
+        for name, what in (("logprobs", "sample"), ("prompt_logprobs", "prompt")):
+            n = getattr(p, name)
+            if n is not None and n > self.max_logprobs:
+                raise ValueError(f"Requested {what} logprobs of {n}, which is greater than max allowed: "
+                                 f"{self.max_logprobs} (LLM(max_logprobs=...))")
         if self.seed is None or p.seed is not None:
             return p
         with self._lock:
@@ -431,8 +394,9 @@ class LLM:
       dtype: the weights' dtype: "auto" (the GPU: bfloat16; the CPU: as stored), "bfloat16", "float32" or "float",
         or (as vLLM) a torch.dtype (torch.bfloat16, torch.float32); the CPU computes in fp32 whatever it is. "half" /
         "float16" / torch.float16 (no fp16 kernels) and other names are a ValueError, other types a TypeError.
-      seed: the engine seed: requests without their own SamplingParams.seed get seeds derived from it, so a script's
-        sampled outputs repeat from run to run; None (the default): unseeded requests differ every run.
+      seed: the engine seed (0 by default, as vLLM's ModelConfig.seed): requests without their own
+        SamplingParams.seed get seeds derived from it, so a script's sampled outputs repeat from run to run; None:
+        unseeded requests differ every run.
       max_model_len: most prompt + generated tokens per request (default: the model's max_position_embeddings, or
         8192 as `serve` for models without a limit); generation stops there with finish_reason "length", a prompt of
         max_model_len tokens or more is a ValueError.
@@ -452,6 +416,16 @@ class LLM:
         max_tokens), "vllm" (none: SamplingParams()'s) or a folder holding generation_config.json.
         override_generation_config: a dict merged over it, e.g. {"temperature": 0.5} (with "vllm" only these).
         A malformed value in either is a ValueError naming the file (or override_generation_config) and the field.
+      max_logprobs: the most logprobs / prompt_logprobs a request may ask for (20, the engine's cap, and the
+        default; more, or -1, is a ValueError saying the cap); a request asking for more is a ValueError.
+    vLLM's keywords that have no effect here are taken at values that mean "no effect" (any other value is a
+    ValueError naming the keyword, the value and that ssmserve does not support it): trust_remote_code,
+    enforce_eager (CUDA graphs are the process's SSMSERVE_CUDA_GRAPHS switch), disable_log_stats,
+    disable_custom_all_reduce, disable_async_output_proc (bools); tokenizer_mode ("auto" / "hf"); revision,
+    tokenizer_revision, code_revision, download_dir, block_size (None); skip_tokenizer_init, enable_sleep_mode (False);
+    task, runner ("auto" / "generate"); enable_chunked_prefill (None / True: always on); kv_cache_dtype, model_impl
+    ("auto"); cpu_offload_gb (0); pipeline_parallel_size, data_parallel_size (1); distributed_executor_backend (None,
+    "mp", "uni"); hf_overrides (None / {}); compilation_config (None / 0 / {}); max_seq_len_to_capture (an int).
     ssmserve's own (the CLI's flags): threads (CPU threads, default all cores), num_state_blocks,
     mamba_cache_dtype, mamba_ssm_cache_dtype, num_scheduler_steps (multi-step decode), mamba_cache_mode ("all",
     "align" or "none"), mamba_block_size (tokens per cached state) and swap_space (GiB of host memory for cached
@@ -462,21 +436,24 @@ class LLM:
     float, not a bool; enable_prefix_caching a bool). Bad values are a ValueError naming the keyword.
     One LLM may be used from several threads: their requests batch together in the one engine."""
 
-    def __init__(self, model: str, *, tokenizer: Optional[str] = None, dtype: str = "auto", seed: Optional[int] = None,
+    def __init__(self, model: str, *, tokenizer: Optional[str] = None, dtype: str = "auto", seed: Optional[int] = 0,
                  max_model_len: Optional[int] = None, max_num_seqs: Optional[int] = None,
                  max_num_batched_tokens: Optional[int] = None, gpu_memory_utilization: float = 0.9,
                  tensor_parallel_size: int = 1, enable_prefix_caching: Optional[bool] = None,
                  speculative_config: Optional[dict] = None, device: str = "auto", load_format: str = "auto",
                  **kwargs):
         seed = _check_seed(seed)
+        max_logprobs = _check_no_effect_args(kwargs)
+        kwargs = {k: v for k, v in kwargs.items() if k not in _NO_EFFECT_ARGS}
         self._pid = os.getpid()  # an LLM is used only in this process (not in a fork()ed child: _check_process)
         self._engine = _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_batched_tokens,
                                     gpu_memory_utilization, tensor_parallel_size, enable_prefix_caching,
                                     speculative_config, device, load_format, kwargs)
-        self._with_seed = _Seeder(seed)
+        self._with_seed = _Seeder(seed, max_logprobs)
 
     def get_tokenizer(self) -> "Tokenizer":
-        """The engine's tokenizer (vLLM's LLM.get_tokenizer): encode / decode / vocab_size / eos_token_id."""
+        """The engine's tokenizer (vLLM's LLM.get_tokenizer): encode / decode / vocab_size, the special tokens,
+        get_vocab, chat_template, ... as a Hugging Face tokenizer (see Tokenizer)."""
         _check_process(self._pid)
         return Tokenizer(self._engine, self._pid)
 
@@ -492,6 +469,44 @@ class LLM:
         num_state_blocks - 1."""
         _check_process(self._pid)
         return self._engine.stats()
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's LLM.reset_prefix_cache: drops every cached prefix state (and a hybrid's cached KV pages, and the
+        host copies of swap_space), so later requests prefill from scratch (num_cached_tokens 0). Returns True once
+        nothing is cached (also with prefix caching off); False, dropping nothing, while a request of this LLM (from
+        another thread) is still running."""
+        _check_process(self._pid)
+        return self._engine.reset_prefix_cache()
+
+    def _generative_only(self, name: str):
+        raise NotImplementedError(f"LLM.{name}: pooling (embedding, scoring, classification, reward) is not "
+                                  "supported by ssmserve: its models are generative only (use generate or chat)")
+
+    def encode(self, *args: Any, **kwargs: Any):
+        """vLLM's pooling call: NotImplementedError (ssmserve's models are generative only)."""
+        self._generative_only("encode")
+
+    def embed(self, *args: Any, **kwargs: Any):
+        """vLLM's pooling call: NotImplementedError (ssmserve's models are generative only)."""
+        self._generative_only("embed")
+
+    def score(self, *args: Any, **kwargs: Any):
+        """vLLM's pooling call: NotImplementedError (ssmserve's models are generative only)."""
+        self._generative_only("score")
+
+    def classify(self, *args: Any, **kwargs: Any):
+        """vLLM's pooling call: NotImplementedError (ssmserve's models are generative only)."""
+        self._generative_only("classify")
+
+    def reward(self, *args: Any, **kwargs: Any):
+        """vLLM's pooling call: NotImplementedError (ssmserve's models are generative only)."""
+        self._generative_only("reward")
+
+    def beam_search(self, *args: Any, **kwargs: Any):
+        """vLLM's LLM.beam_search: NotImplementedError (beam search is not supported; generate samples, n > 1 gives
+        several independent choices)."""
+        raise NotImplementedError("LLM.beam_search: beam search is not supported by ssmserve (generate samples; "
+                                  "SamplingParams(n=...) gives several independent choices)")
 
     def get_default_sampling_params(self) -> SamplingParams:
         """vLLM's LLM.get_default_sampling_params: a new SamplingParams holding the model's default sampling params
@@ -511,7 +526,8 @@ class LLM:
         {"prompt_token_ids": [int], optionally "prompt": str}. sampling_params: one SamplingParams for all, a list
         with one per prompt, or None (get_default_sampling_params(): the model's defaults, as vLLM). use_tqdm: a
         "Processed prompts" progress bar (tqdm) on stderr while the batch runs (True, the default), none (False), or
-        a tqdm-like class to use. RuntimeError in a fork()ed child of the process that created the LLM."""
+        a tqdm-like class to use. SamplingParams.output_kind is ignored: the outputs are the finished ones (as vLLM's
+        LLM). RuntimeError in a fork()ed child of the process that created the LLM."""
         _check_no_lora(lora_request)
         _check_process(self._pid)
         prompts = _as_prompt_list(prompts)
@@ -563,8 +579,9 @@ class LLM:
 
     def stream(self, prompt: PromptType, sampling_params=None) -> Iterator[RequestOutput]:
         """Yields the request's RequestOutput after every engine step that produced a token (cumulative text plus
-        delta_text), the last one with finished=True. Closing the iterator early aborts the request. sampling_params
-        None: get_default_sampling_params(). (ssmserve's own; AsyncLLM.generate is the asyncio form.)"""
+        delta_text), the last one with finished=True, whatever SamplingParams.output_kind says. Closing the iterator
+        early aborts the request. sampling_params None: get_default_sampling_params(). (ssmserve's own;
+        AsyncLLM.generate is the asyncio form, and honours output_kind.)"""
         _check_process(self._pid)
         if sampling_params is not None and not isinstance(sampling_params, _ssmserve.SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
@@ -588,4 +605,5 @@ class LLM:
                 self._engine.abort(rid)
 
 
+from .tokenizer import BatchEncoding, Tokenizer  # noqa: E402  (uses the names above)
 from .async_llm import AsyncEngineArgs, AsyncLLM, EngineArgs  # noqa: E402  (uses the names above)

@@ -14,18 +14,20 @@ from typing import Any, AsyncGenerator, Dict, Iterable, List, Optional, Union
 
 from . import _ssmserve
 from .outputs import CompletionOutput, RequestOutput
+from .sampling_params import RequestOutputKind
 
 _ABORTED = object()  # stream item: the request was aborted (AsyncLLM.abort)
 
 
 @dataclasses.dataclass
 class EngineArgs:
-    """vLLM's EngineArgs: the arguments of LLM(...) as one object (see ssmserve.LLM for each one's meaning).
-    Unknown field names are a TypeError (dataclass)."""
+    """vLLM's EngineArgs: the arguments of LLM(...) as one object (see ssmserve.LLM for each one's meaning;
+    LLM(**dataclasses.asdict(args)) takes them all). Unknown field names are a TypeError (dataclass); bad values are
+    found when the engine is made (AsyncLLM.from_engine_args), as LLM(...) finds them."""
     model: str
     tokenizer: Optional[str] = None
     dtype: str = "auto"
-    seed: Optional[int] = None
+    seed: Optional[int] = 0  # vLLM's ModelConfig.seed; None: unseeded requests differ every run
     max_model_len: Optional[int] = None
     max_num_seqs: Optional[int] = None
     max_num_batched_tokens: Optional[int] = None
@@ -49,15 +51,46 @@ class EngineArgs:
     # vLLM's default sampling params (see ssmserve.LLM); None = "auto" / no overrides.
     generation_config: Optional[str] = None
     override_generation_config: Optional[dict] = None
+    max_logprobs: int = 20  # the engine's cap (see ssmserve.LLM)
+    # vLLM's arguments that have no effect here, at their vLLM defaults (ssmserve.LLM lists the values each takes).
+    trust_remote_code: bool = False
+    enforce_eager: bool = False
+    disable_log_stats: bool = False
+    tokenizer_mode: str = "auto"
+    revision: Optional[str] = None
+    tokenizer_revision: Optional[str] = None
+    code_revision: Optional[str] = None
+    skip_tokenizer_init: bool = False
+    task: str = "auto"
+    runner: str = "auto"
+    enable_chunked_prefill: Optional[bool] = None
+    kv_cache_dtype: str = "auto"
+    block_size: Optional[int] = None
+    cpu_offload_gb: float = 0
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    distributed_executor_backend: Optional[str] = None
+    download_dir: Optional[str] = None
+    hf_overrides: Optional[dict] = None
+    compilation_config: Optional[Union[int, dict]] = None
+    max_seq_len_to_capture: int = 8192
+    disable_custom_all_reduce: bool = False
+    model_impl: str = "auto"
+    disable_async_output_proc: bool = False
+    enable_sleep_mode: bool = False
 
     def _engine_and_seeder(self):
-        from . import _check_seed, _make_engine, _Seeder, _SSMSERVE_ENGINE_ARGS
+        """The engine these arguments make and its _Seeder (engine seed, max_logprobs). TypeError / ValueError as
+        LLM(...)."""
+        from . import _check_no_effect_args, _check_seed, _make_engine, _NO_EFFECT_ARGS, _Seeder, _SSMSERVE_ENGINE_ARGS
 
+        seed = _check_seed(self.seed)
+        max_logprobs = _check_no_effect_args({k: getattr(self, k) for k in _NO_EFFECT_ARGS})
         own = {k: getattr(self, k) for k in _SSMSERVE_ENGINE_ARGS if hasattr(self, k) and getattr(self, k) is not None}
         engine = _make_engine(self.model, self.tokenizer, self.dtype, self.max_model_len, self.max_num_seqs,
                               self.max_num_batched_tokens, self.gpu_memory_utilization, self.tensor_parallel_size,
                               self.enable_prefix_caching, self.speculative_config, self.device, self.load_format, own)
-        return engine, _Seeder(_check_seed(self.seed))
+        return engine, _Seeder(seed, max_logprobs)
 
 
 @dataclasses.dataclass
@@ -212,6 +245,30 @@ def _aborted_output(request_id: str, prompt, last: Optional[RequestOutput], n: i
     return dataclasses.replace(last, outputs=outs, finished=True, delta_text="")
 
 
+class _DeltaState:
+    """What a DELTA stream (SamplingParams.output_kind = RequestOutputKind.DELTA) has handed its caller: per choice,
+    the tokens given so far and the text that became final since (the engine's delta_text, joined)."""
+
+    def __init__(self, n: int):
+        self.sent_tokens = [0] * n
+        self.pending_text = [""] * n
+        self.first = True
+
+    def take(self, out: RequestOutput) -> RequestOutput:
+        """`out` (cumulative) as vLLM's DELTA output: each choice's text, token_ids and logprobs only what is new since
+        the previous output taken; prompt_logprobs only in the first. Marks it all as given."""
+        outs = []
+        for c, comp in enumerate(out.outputs):
+            k = self.sent_tokens[c]
+            outs.append(dataclasses.replace(comp, text=self.pending_text[c], token_ids=comp.token_ids[k:],
+                                            logprobs=None if comp.logprobs is None else comp.logprobs[k:]))
+            self.sent_tokens[c] = len(comp.token_ids)
+            self.pending_text[c] = ""
+        delta = dataclasses.replace(out, outputs=outs, prompt_logprobs=out.prompt_logprobs if self.first else None)
+        self.first = False
+        return delta
+
+
 def _merge_choices(latest: List[Optional[RequestOutput]], want_logprobs: bool) -> RequestOutput:
     """One RequestOutput of the n choices' newest outputs (each its own engine request): outputs[c] is choice c
     (empty until its first output), finished once every choice finished. delta_text is "" (each choice's text is in
@@ -278,7 +335,10 @@ class AsyncLLM:
         vLLM and LLM.generate): each choice is its own engine request (choice c seeded seed + c when seeded), every
         output holds all n choices (outputs[c]; not yet started ones empty) with delta_text "", finished once all
         are; abort() and leaving early abort every choice. sampling_params None: the model's defaults (as
-        LLM.get_default_sampling_params). Bad sampling params or prompts raise ValueError / TypeError from the first
+        LLM.get_default_sampling_params). SamplingParams.output_kind (vLLM's RequestOutputKind): CUMULATIVE (the
+        default) as above; DELTA: each output's choices carry only what is new since the previous output (text,
+        token_ids, logprobs; prompt_logprobs in the first output only; cumulative_logprob stays the running sum);
+        FINAL_ONLY: only the finished output. Bad sampling params or prompts raise ValueError / TypeError from the first
         iteration. lora_request must be None (no LoRA adapters); trace_headers and priority are accepted and ignored (vLLM's signature)."""
         from . import SamplingParams, _check_process
 
@@ -335,6 +395,10 @@ class AsyncLLM:
         choice_of = {e: c for c, e in enumerate(engine_ids)}
         latest: List[Optional[RequestOutput]] = [None] * n  # each choice's newest output
         last: Optional[RequestOutput] = None
+        kind = params.output_kind
+        delta_kind = kind == RequestOutputKind.DELTA
+        final_only = kind == RequestOutputKind.FINAL_ONLY
+        sent = _DeltaState(n)  # DELTA: what the caller has been given of each choice
         try:
             while last is None or not last.finished:
                 items = [await stream.queue.get()]
@@ -351,6 +415,7 @@ class AsyncLLM:
                     if c is None:
                         continue
                     delta += item.delta_text
+                    sent.pending_text[c] += item.delta_text
                     latest[c] = item
                     changed = True
                 if changed:
@@ -364,10 +429,11 @@ class AsyncLLM:
                         out.prompt = None  # token ids alone (vLLM)
                     last = out
                 if aborted:
-                    yield _aborted_output(request_id, prompt, last, n, params.logprobs is not None)
+                    out = _aborted_output(request_id, prompt, last, n, params.logprobs is not None)
+                    yield sent.take(out) if delta_kind else out
                     return
-                if changed:
-                    yield last
+                if changed and (not final_only or last.finished):
+                    yield sent.take(last) if delta_kind else last
         finally:
             # Choices still running (the caller left early, an error, an abort): free their engine state.
             with core.cv:
@@ -403,6 +469,14 @@ class AsyncLLM:
 
         _check_process(self._core.pid, "AsyncLLM")
         return Tokenizer(self._core.engine, self._core.pid)
+
+    async def reset_prefix_cache(self) -> bool:
+        """vLLM's AsyncLLM.reset_prefix_cache: drops every cached prefix state (see ssmserve.LLM.reset_prefix_cache);
+        False, dropping nothing, while any request runs. Blocks for up to one engine step."""
+        from . import _check_process
+
+        _check_process(self._core.pid, "AsyncLLM")
+        return self._core.engine.reset_prefix_cache()
 
     def get_engine_stats(self) -> Dict[str, int]:
         """The engine's counters (see ssmserve.LLM.get_engine_stats). Blocks for up to one engine step."""

@@ -25,15 +25,43 @@ class EngineArgs:
     mamba_cache_mode: Optional[str]
     mamba_block_size: Optional[int]
     swap_space: Optional[float]
+    quantization: Optional[str]
     log_level: Optional[str]
     generation_config: Optional[str]
     override_generation_config: Optional[Dict[str, Any]]
+    max_logprobs: int
+    # vLLM's arguments that have no effect here (ssmserve.LLM lists the values each takes).
+    trust_remote_code: bool
+    enforce_eager: bool
+    disable_log_stats: bool
+    tokenizer_mode: str
+    revision: Optional[str]
+    tokenizer_revision: Optional[str]
+    code_revision: Optional[str]
+    skip_tokenizer_init: bool
+    task: str
+    runner: str
+    enable_chunked_prefill: Optional[bool]
+    kv_cache_dtype: str
+    block_size: Optional[int]
+    cpu_offload_gb: float
+    pipeline_parallel_size: int
+    data_parallel_size: int
+    distributed_executor_backend: Optional[str]
+    download_dir: Optional[str]
+    hf_overrides: Optional[Dict[str, Any]]
+    compilation_config: Optional[Union[int, Dict[str, Any]]]
+    max_seq_len_to_capture: int
+    disable_custom_all_reduce: bool
+    model_impl: str
+    disable_async_output_proc: bool
+    enable_sleep_mode: bool
     def __init__(
         self,
         model: str,
         tokenizer: Optional[str] = None,
         dtype: Union[str, Any] = "auto",
-        seed: Optional[int] = None,
+        seed: Optional[int] = 0,
         max_model_len: Optional[int] = None,
         max_num_seqs: Optional[int] = None,
         max_num_batched_tokens: Optional[int] = None,
@@ -51,9 +79,36 @@ class EngineArgs:
         mamba_cache_mode: Optional[str] = None,
         mamba_block_size: Optional[int] = None,
         swap_space: Optional[float] = None,
+        quantization: Optional[str] = None,
         log_level: Optional[str] = None,
         generation_config: Optional[str] = None,
         override_generation_config: Optional[Dict[str, Any]] = None,
+        max_logprobs: int = 20,
+        trust_remote_code: bool = False,
+        enforce_eager: bool = False,
+        disable_log_stats: bool = False,
+        tokenizer_mode: str = "auto",
+        revision: Optional[str] = None,
+        tokenizer_revision: Optional[str] = None,
+        code_revision: Optional[str] = None,
+        skip_tokenizer_init: bool = False,
+        task: str = "auto",
+        runner: str = "auto",
+        enable_chunked_prefill: Optional[bool] = None,
+        kv_cache_dtype: str = "auto",
+        block_size: Optional[int] = None,
+        cpu_offload_gb: float = 0,
+        pipeline_parallel_size: int = 1,
+        data_parallel_size: int = 1,
+        distributed_executor_backend: Optional[str] = None,
+        download_dir: Optional[str] = None,
+        hf_overrides: Optional[Dict[str, Any]] = None,
+        compilation_config: Optional[Union[int, Dict[str, Any]]] = None,
+        max_seq_len_to_capture: int = 8192,
+        disable_custom_all_reduce: bool = False,
+        model_impl: str = "auto",
+        disable_async_output_proc: bool = False,
+        enable_sleep_mode: bool = False,
     ) -> None: ...
 
 class AsyncEngineArgs(EngineArgs): ...
@@ -74,6 +129,7 @@ class AsyncLLM:
     ) -> AsyncGenerator[RequestOutput, None]: ...
     async def abort(self, request_id: Union[str, Iterable[str]]) -> None: ...
     async def get_tokenizer(self) -> Tokenizer: ...
+    async def reset_prefix_cache(self) -> bool: ...
     def get_engine_stats(self) -> Dict[str, int]: ...
     @property
     def is_running(self) -> bool: ...

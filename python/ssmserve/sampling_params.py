@@ -1,5 +1,6 @@
-"""Sampling parameters (vLLM's vllm.sampling_params): SamplingParams, the per-request decoding knobs, and
-StructuredOutputsParams, the constraint of SamplingParams.structured_outputs.
+"""Sampling parameters (vLLM's vllm.sampling_params): SamplingParams, the per-request decoding knobs,
+StructuredOutputsParams, the constraint of SamplingParams.structured_outputs, and RequestOutputKind, what
+AsyncLLM.generate streams (SamplingParams.output_kind).
 
     from ssmserve import LLM, SamplingParams
     from ssmserve.sampling_params import StructuredOutputsParams
@@ -10,11 +11,24 @@ does; StructuredOutputsParams is the extension's class itself (its constructor c
 read returns a copy of the value (as a list field's list): `p.structured_outputs.regex = ...` changes the copy, so
 assign a new StructuredOutputsParams to p.structured_outputs instead.
 """
+import copy
+import enum
 from typing import Any
 
 from . import _ssmserve
 
-__all__ = ["SamplingParams", "StructuredOutputsParams"]
+__all__ = ["SamplingParams", "StructuredOutputsParams", "RequestOutputKind"]
+
+
+class RequestOutputKind(enum.Enum):
+    """vLLM's RequestOutputKind (SamplingParams.output_kind): what each output of AsyncLLM.generate holds.
+    CUMULATIVE: the whole output so far (the default); DELTA: only what is new since the previous output (text,
+    token_ids, logprobs; prompt_logprobs in the first output only); FINAL_ONLY: no output until the finished one.
+    LLM.generate returns finished outputs whatever it is (as vLLM's LLM)."""
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
+
 
 #: vLLM's StructuredOutputsParams: exactly one constraint of json (a JSON schema: a dict, kept as its JSON text, or
 #: the text; read back as the text), regex (the whole output matches it), choice (a list of str: the output is one of
@@ -30,7 +44,10 @@ StructuredOutputsParams = _ssmserve.StructuredOutputsParams
 # The settable fields (the binding's properties; methods such as clone are not keyword arguments).
 _SAMPLING_FIELDS = frozenset(n for n, v in vars(_ssmserve.SamplingParams).items() if isinstance(v, property))
 _INT_FIELDS = frozenset({"n", "top_k", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs"})
-_BOOL_FIELDS = frozenset({"ignore_eos", "include_stop_str_in_output", "skip_special_tokens"})
+_BOOL_FIELDS = frozenset({"ignore_eos", "include_stop_str_in_output", "skip_special_tokens", "detokenize"})
+# Fields whose None is a value of its own (vLLM's from_optional passes it on): max_tokens None is no limit, ...
+_NULLABLE_FIELDS = frozenset({"seed", "stop", "stop_token_ids", "bad_words", "max_tokens", "logprobs",
+                              "prompt_logprobs", "structured_outputs", "logit_bias", "allowed_token_ids", "extra_args"})
 _ID_LIST_FIELDS = frozenset({"stop_token_ids", "allowed_token_ids"})
 
 
@@ -40,7 +57,11 @@ class SamplingParams(_ssmserve.SamplingParams):
     stop_token_ids, ignore_eos, logprobs, prompt_logprobs, include_stop_str_in_output, skip_special_tokens,
     logit_bias ({token_id: bias}), allowed_token_ids (only these ids can be sampled; not empty), bad_words (a list of
     str: words never generated; each word's tokens as given and with a leading space, as vLLM), structured_outputs
-    (a StructuredOutputsParams: the output follows its JSON schema, regex, choice, grammar, ...).
+    (a StructuredOutputsParams: the output follows its JSON schema, regex, choice, grammar, ...), detokenize (True;
+    False: the outputs carry token_ids only: text "" and logprobs' decoded_token None; stop strings then are a
+    ValueError, as vLLM), output_kind (a RequestOutputKind: what AsyncLLM.generate streams; LLM.generate ignores it),
+    extra_args (None or a dict for plugins: stored and returned as given; the engine does not read it).
+    SamplingParams.from_optional(**kwargs): vLLM's, None meaning the default.
     Keyword arguments only. Unknown names raise TypeError; values are checked here, as vLLM does (ValueError naming
     the field), and token ids against the model's vocabulary when a request is added. A class (isinstance,
     subclassing and annotations work, as vLLM's); compares by value, pickles and deep-copies."""
@@ -69,10 +90,40 @@ class SamplingParams(_ssmserve.SamplingParams):
             raise TypeError(f"SamplingParams.{k} cannot be {v!r} ({type(v).__name__}){why}") from None
 
     def clone(self) -> "SamplingParams":
-        """A copy of the same class (vLLM's SamplingParams.clone)."""
+        """A copy of the same class (vLLM's SamplingParams.clone; extra_args deep-copied, as vLLM's deepcopy)."""
         q = type(self).__new__(type(self))
         q.__setstate__(self.__getstate__())
+        if self.extra_args is not None:
+            q.extra_args = copy.deepcopy(self.extra_args)
         return q
+
+    @classmethod
+    def from_optional(cls, **kwargs: Any) -> "SamplingParams":
+        """vLLM's SamplingParams.from_optional: SamplingParams(**kwargs) where None is the default for the fields
+        that take no None (n, temperature, top_p, top_k, min_p, the penalties, min_tokens, the bool fields,
+        output_kind) and keeps its meaning for the others (max_tokens=None: no limit but max_model_len; seed=None:
+        unseeded; stop=None: none; ...). logit_bias values are clamped to [-100, 100], as vLLM's. Unknown names are a
+        TypeError; a logit_bias key that is no token id a ValueError; other bad values as the constructor's."""
+        for k in kwargs:
+            if k not in _SAMPLING_FIELDS:
+                raise TypeError(f"SamplingParams.from_optional() got an unexpected keyword argument '{k}'")
+        args = {k: v for k, v in kwargs.items() if v is not None or k in _NULLABLE_FIELDS}
+        bias = args.get("logit_bias")
+        if bias is not None:
+            if not isinstance(bias, dict):
+                raise TypeError(f"SamplingParams.logit_bias must be a dict, got {type(bias).__name__}")
+            clamped = {}
+            for t, b in bias.items():
+                try:
+                    t = int(t)
+                except (TypeError, ValueError):
+                    raise ValueError("logit_bias contains a key that cannot be converted to an integer token id: "
+                                     f"{t!r}"[:300]) from None
+                if isinstance(b, bool) or not isinstance(b, (int, float)):
+                    raise TypeError(f"SamplingParams.logit_bias[{t}] must be a float, got {b!r} ({type(b).__name__})"[:300])
+                clamped[t] = min(100.0, max(-100.0, float(b)))
+            args["logit_bias"] = clamped
+        return cls(**args)
 
 
 def _checked_field(k: str, v: Any) -> Any:
@@ -90,6 +141,11 @@ def _checked_field(k: str, v: Any) -> Any:
         v = int(v)  # vLLM's __post_init__: logprobs True is 1 (and False, an int there, 0)
     # Types as vLLM's (msgspec) fields: a bool is not a number and None is not a bool (both were taken silently:
     # skip_special_tokens=None read False, max_tokens=True read 1).
+    if k == "output_kind" and not isinstance(v, RequestOutputKind):
+        raise TypeError("SamplingParams.output_kind must be a RequestOutputKind (ssmserve.sampling_params), got "
+                        f"{v!r} ({type(v).__name__})"[:300])
+    if k == "extra_args" and v is not None and not isinstance(v, dict):
+        raise TypeError(f"SamplingParams.extra_args must be None or a dict, got {v!r} ({type(v).__name__})"[:300])
     if k == "structured_outputs" and v is not None and not isinstance(v, StructuredOutputsParams):
         raise TypeError("SamplingParams.structured_outputs must be None or a StructuredOutputsParams "
                         f"(ssmserve.sampling_params), got {type(v).__name__}")

@@ -1,5 +1,13 @@
-# Type stubs of ssmserve.sampling_params (vLLM's vllm.sampling_params): SamplingParams and StructuredOutputsParams.
+# Type stubs of ssmserve.sampling_params (vLLM's vllm.sampling_params): SamplingParams, StructuredOutputsParams and
+# RequestOutputKind.
+import enum
 from typing import Any, Dict, List, Optional, Union
+
+class RequestOutputKind(enum.Enum):
+    """What AsyncLLM.generate streams: the whole output so far, only what is new, or only the finished output."""
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
 
 class StructuredOutputsParams:
     """vLLM's StructuredOutputsParams: exactly one of json, regex, choice, grammar, json_object, structural_tag (else
@@ -60,6 +68,12 @@ class SamplingParams:
     bad_words: List[str]
     #: Read as a copy: assign a new StructuredOutputsParams to change it.
     structured_outputs: Optional[StructuredOutputsParams]
+    #: False: outputs carry token_ids only (text "", logprobs' decoded_token None); no stop strings then.
+    detokenize: bool
+    #: What AsyncLLM.generate streams (LLM.generate ignores it).
+    output_kind: RequestOutputKind
+    #: For plugins: stored and returned as given (the dict itself).
+    extra_args: Optional[Dict[str, Any]]
     def __init__(self,
         *,
         n: int = ...,
@@ -84,6 +98,11 @@ class SamplingParams:
         allowed_token_ids: Optional[List[int]] = ...,
         bad_words: Optional[List[str]] = ...,
         structured_outputs: Optional[StructuredOutputsParams] = ...,
+        detokenize: bool = ...,
+        output_kind: RequestOutputKind = ...,
+        extra_args: Optional[Dict[str, Any]] = ...,
     ) -> None: ...
+    @classmethod
+    def from_optional(cls, **kwargs: Any) -> "SamplingParams": ...  # None: the default (vLLM's)
     def clone(self) -> "SamplingParams": ...
     def validate(self, vocab_size: int) -> None: ...

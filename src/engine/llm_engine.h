@@ -70,6 +70,9 @@ class LLMEngine {
   /// Runs one iteration; returns an output for every request that produced tokens or finished this step.
   std::vector<RequestOutput> step();
   bool has_unfinished_requests() const { return scheduler_->has_unfinished() || !compiling_.empty(); }
+  /// Drops every cached prefix state and KV page (vLLM's LLMEngine.reset_prefix_cache; Scheduler::reset_prefix_cache):
+  /// true once nothing is cached (also with prefix caching off); false, changing nothing, while a request is unfinished.
+  bool reset_prefix_cache() { return !has_unfinished_requests() && scheduler_->reset_prefix_cache(); }
 
   const ModelConfig& model_config() const { return model_->config(); }
   /// Most prompt + generated tokens per request: EngineConfig::max_model_len, else the model's context, else

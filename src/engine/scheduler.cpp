@@ -196,6 +196,24 @@ void Scheduler::charge_scored(const RequestState* r, int n, int& score_left) {
   if (scores_prompt(r) && score_left != std::numeric_limits<int>::max()) score_left = std::max(0, score_left - n);
 }
 
+bool Scheduler::reset_prefix_cache() {
+  if (in_step_ || has_unfinished()) return false;
+  // 1. No request holds a block, so every cached block is unheld: allocating every available block takes the free
+  //    ones, then evicts each cached one (its hash dropped). Meanwhile the host tier has no slots, so the eviction
+  //    hook (enable_host_tier) copies nothing out.
+  const int host_slots = host_.num_slots();
+  host_ = HostStateTier(0);
+  std::vector<int> taken;
+  taken.reserve(static_cast<size_t>(blocks_.num_available()));
+  for (int b = blocks_.allocate(); b != 0; b = blocks_.allocate()) taken.push_back(b);
+  // 2. Released last-taken first: uncached now, they go back on the free list, whose LIFO order then hands out the
+  //    blocks that were free first, as before.
+  for (auto it = taken.rbegin(); it != taken.rend(); ++it) blocks_.release(*it);
+  // 3. An empty host tier of the same size.
+  host_ = HostStateTier(host_slots);
+  return blocks_.num_cached() == 0;
+}
+
 void Scheduler::enable_host_tier(int num_slots, StateSwapper swapper) {
   SSM_CHECK(prefix_.enabled() && num_slots >= 1 && swapper.swap_out && swapper.swap_in,
             "the host tier needs prefix caching, at least one slot and both copies");

@@ -166,6 +166,11 @@ class Scheduler {
   /// prefix caching; num_slots >= 1 (Error otherwise).
   void enable_host_tier(int num_slots, StateSwapper swapper);
   HostTierStats host_tier_stats() const { return host_stats_; }
+  /// Drops every cached prefix state and KV page, in the pool and on the host tier (vLLM's reset_prefix_cache): later
+  /// requests prefill from scratch. Only while no request is waiting or running and no step is open (a running
+  /// request may hold cached blocks): false, changing nothing, otherwise; true once nothing is cached. The dropped
+  /// blocks return to the free list (after the blocks that were free, in their order).
+  bool reset_prefix_cache();
   /// Whether a block handed to a waiting request gets its host page zeroed (default true). Device backends keep
   /// and reset their states in device memory and never read the host pages, so the engine turns it off for them.
   void set_zero_host_states(bool on) { zero_host_states_ = on; }

@@ -191,4 +191,4 @@ def test_values_equality_pickle_repr_clone():
     from ssmserve import sampling_params
 
     assert sampling_params.SamplingParams is SamplingParams and set(sampling_params.__all__) == {
-        "SamplingParams", "StructuredOutputsParams"}
+        "SamplingParams", "StructuredOutputsParams", "RequestOutputKind"}

@@ -32,7 +32,7 @@ def idle(stats):
 
 def test_vllm_names_and_defaults(llm):
     sig = inspect.signature(LLM.__init__).parameters
-    want = {"tokenizer": None, "dtype": "auto", "seed": None, "max_model_len": None, "max_num_seqs": None,
+    want = {"tokenizer": None, "dtype": "auto", "seed": 0, "max_model_len": None, "max_num_seqs": None,
             "max_num_batched_tokens": None, "gpu_memory_utilization": 0.9, "tensor_parallel_size": 1,
             "enable_prefix_caching": None, "speculative_config": None, "device": "auto", "load_format": "auto"}
     for name, default in want.items():
