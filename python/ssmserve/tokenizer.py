@@ -195,6 +195,7 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """The number of token ids (the largest id + 1, added tokens included)."""
         return self._engine.vocab_size()
 
     @property
@@ -212,30 +213,37 @@ class Tokenizer:
     # Special tokens, as transformers' attributes (str or None) and their ids (None when the token is not set).
     @property
     def bos_token(self) -> Optional[str]:
+        """tokenizer_config.json's bos_token, else the tokenizer class's default, else None."""
         return self._special_tokens()["bos_token"]
 
     @property
     def eos_token(self) -> Optional[str]:
+        """tokenizer_config.json's eos_token, else the tokenizer class's default, else None."""
         return self._special_tokens()["eos_token"]
 
     @property
     def unk_token(self) -> Optional[str]:
+        """tokenizer_config.json's unk_token, else the tokenizer class's default, else None."""
         return self._special_tokens()["unk_token"]
 
     @property
     def pad_token(self) -> Optional[str]:
+        """tokenizer_config.json's pad_token, else the tokenizer class's default, else None."""
         return self._special_tokens()["pad_token"]
 
     @property
     def bos_token_id(self) -> Optional[int]:
+        """The id of bos_token (convert_tokens_to_ids), or None when it is not set."""
         return None if self.bos_token is None else self.convert_tokens_to_ids(self.bos_token)
 
     @property
     def unk_token_id(self) -> Optional[int]:
+        """The id of unk_token, or None when it is not set or names no token."""
         return None if self.unk_token is None else self._engine.token_to_id(self.unk_token)
 
     @property
     def pad_token_id(self) -> Optional[int]:
+        """The id of pad_token (convert_tokens_to_ids), or None when it is not set."""
         return None if self.pad_token is None else self.convert_tokens_to_ids(self.pad_token)
 
     @property
