@@ -431,6 +431,9 @@ CompletionRequest parse_completion_request(const json& b, int max_logprobs, cons
   } else {
     bad_request("prompt", fmt::format("prompt must be a string or a list (got {})", type_name(*p)));
   }
+  if (r.prompts.size() * static_cast<size_t>(r.params.n) > static_cast<size_t>(kMaxSequencesPerRequest))
+    bad_request("n", fmt::format("{} prompts x n {} = {} sequences, more than the {} one request may ask for", r.prompts.size(),
+                                 r.params.n, r.prompts.size() * static_cast<size_t>(r.params.n), kMaxSequencesPerRequest));
   if (const json* v = field(b, "echo")) r.echo = as_bool(*v, "echo");
   if (const json* v = field(b, "logprobs")) r.params.logprobs = as_logprobs(*v, "logprobs", max_logprobs);
   parse_prompt_logprobs(b, r, max_logprobs);

@@ -15,10 +15,13 @@
 
 namespace ssmserve::server {
 
-/// Most choices one request may ask for (n); keeps a single request from flooding the engine.
-inline constexpr int kMaxN = 16;
+/// Most choices one request may ask for (n: pass@k evaluations ask for 100 or more; vLLM has no bound); fair
+/// admission (--max-num-seqs-per-request) keeps one request from taking the whole batch.
+inline constexpr int kMaxN = 1024;
 /// Most prompts in one /v1/completions batch.
 inline constexpr int kMaxPromptsPerRequest = 1024;
+/// Most sequences (prompts x n) one request may ask for: the per-request bookkeeping stays bounded.
+inline constexpr int kMaxSequencesPerRequest = 16384;
 /// Most keys in one JSON object of a request body (logit_bias, a schema's properties, unknown fields...): the order-keeping
 /// parse costs n^2 / 2 key comparisons per object (10,000 keys: ~0.1 s; 200,000: 43 s), checked before parsing.
 inline constexpr std::size_t kMaxRequestObjectKeys = 10000;

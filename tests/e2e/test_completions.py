@@ -104,6 +104,13 @@ def test_n_seed_logprobs_echo_stop(client):
     assert r.choices[0].finish_reason == "stop" and r.choices[0].text == full[:full.index(stop)]
 
 
+def test_many_choices(client):
+    # pass@k evaluations ask for many samples of one prompt (vLLM has no bound on n): 40 seeded choices, each its own.
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=4, temperature=1.0, n=40, seed=3)
+    assert sorted(c.index for c in r.choices) == list(range(40))
+    assert len({c.text for c in r.choices}) > 1 and r.usage.completion_tokens <= 160
+
+
 def test_tokenize_detokenize(server):
     t = httpx.post(server.base_url + "/tokenize", json={"model": MODEL_NAME, "prompt": "Hello world"}).json()
     assert t["count"] == len(t["tokens"]) > 0

@@ -23,6 +23,8 @@ BAD = [
     ({"prompt": "hi", "top_p": 0}, 400, "top_p"),
     ({"prompt": "hi", "top_p": 1.5}, 400, "top_p"),
     ({"prompt": "hi", "n": 0}, 400, "n"),
+    ({"prompt": "hi", "n": 1025}, 400, "n"),
+    ({"prompt": ["a"] * 20, "n": 1000}, 400, "n"),  # 20000 sequences, above the 16384 one request may ask for
     ({"prompt": "hi", "stop": 3}, 400, "stop"),
     ({"prompt": "hi", "stream": "sometimes"}, 400, "stream"),  # "yes" is true (pydantic's lax mode)
     ({"prompt": "hi", "logprobs": 99}, 400, "logprobs"),
