@@ -14,6 +14,7 @@
 
 #include "apps/commands.h"
 #include "apps/vllm_compat_flags.h"
+#include "config/hf_hub_cache.h"
 #include "core/env_options.h"
 #include "core/error.h"
 #include "engine/generation_defaults.h"
@@ -104,6 +105,9 @@ int run_serve(ServeArgs& a) {
     SSM_CHECK(!a.model_option_given, "give the model once: `serve MODEL` or --model MODEL, not both");
     a.engine.model = a.model_tag;
   }
+  const std::string model_as_given = a.engine.model.string();  // the default served name (a hub id stays the id)
+  if (!a.vllm.revision.empty() && !a.engine.model.empty())  // a hub id's snapshot of --revision (else main)
+    a.engine.model = resolve_model_path(a.engine.model.string(), a.vllm.revision);
   resolve_engine_config(a.engine, a.load_format);
   check_vllm_compat_flags(a.vllm, a.engine.device);
   SSM_CHECK(a.seed >= 0, "--seed must be a non-negative integer (got {})", a.seed);
@@ -183,7 +187,7 @@ int run_serve(ServeArgs& a) {
               << "raises it)" << std::endl;
     a.server.max_model_len = cap;
   }
-  if (a.server.served_model_name.empty()) a.server.served_model_name = a.engine.model.string();
+  if (a.server.served_model_name.empty()) a.server.served_model_name = model_as_given;
   // The chat template lives with the tokenizer (tokenizer_config.json), as in vLLM: --tokenizer DIR when given.
   const std::filesystem::path& tokenizer_dir = a.engine.tokenizer.empty() ? a.engine.model : a.engine.tokenizer;
   server::ChatTemplate tmpl = load_serve_chat_template(tokenizer_dir, a.chat_template);

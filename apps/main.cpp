@@ -14,6 +14,7 @@
 
 #include "apps/commands.h"
 #include "apps/vllm_compat_flags.h"
+#include "config/hf_hub_cache.h"
 #include "core/error.h"
 #include "core/openmp_env.h"
 #include "core/version.h"
@@ -27,10 +28,14 @@ namespace ssmserve::cli {
 void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_format) {
 #ifdef SSMSERVE_DEFAULT_MODEL  // a source build: the repository's bundled checkpoint (none in the pip package)
   cfg.model = SSMSERVE_DEFAULT_MODEL;
-  cmd.add_option("--model", cfg.model, "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json)")
+  cmd.add_option("--model", cfg.model,
+                 "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json), or a Hugging Face id "
+                 "(org/name) already in the local hub cache (HF_HUB_CACHE / HF_HOME; never downloaded)")
       ->capture_default_str();
 #else
-  cmd.add_option("--model", cfg.model, "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json); required");
+  cmd.add_option("--model", cfg.model,
+                 "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json), or a Hugging Face id "
+                 "(org/name) already in the local hub cache (HF_HUB_CACHE / HF_HOME; never downloaded); required");
 #endif
   cmd.add_option("--tokenizer", cfg.tokenizer, "Folder with tokenizer.json or a SentencePiece tokenizer.model (default: the model folder)");
   cmd.add_option("--load-format", load_format, "auto (safetensors) or dummy (random weights from config.json)")
@@ -159,6 +164,9 @@ void write_json_file(const std::string& path, const nlohmann::json& j) {
 
 void resolve_engine_config(EngineConfig& cfg, const std::string& load_format) {
   SSM_CHECK(!cfg.model.empty(), "--model is required (a checkpoint folder with config.json)");
+  // A Hugging Face id (org/name) as vLLM takes it: its snapshot in the local hub cache.
+  cfg.model = resolve_model_path(cfg.model.string());
+  if (!cfg.tokenizer.empty()) cfg.tokenizer = resolve_model_path(cfg.tokenizer.string());
   if (load_format == "auto" || load_format == "safetensors") cfg.load_format = LoadFormat::Auto;
   else if (load_format == "dummy") cfg.load_format = LoadFormat::Dummy;
   else fail("--load-format must be auto, safetensors or dummy (got \"{}\")", load_format);

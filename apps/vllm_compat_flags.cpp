@@ -31,9 +31,13 @@ void add_vllm_compat_flags(CLI::App& cmd, VllmCompatFlags& f) {
   cmd.add_option("--kv-cache-dtype", f.kv_cache_dtype,
                  "vLLM's attention KV cache dtype: auto only (the attention layers' KV is kept as the engine runs them)");
   cmd.add_option("--tokenizer-mode", f.tokenizer_mode, "vLLM's tokenizer mode: auto, hf or slow (the same tokenizer)");
-  cmd.add_option("--revision,--tokenizer-revision,--code-revision", f.revision,
-                 "vLLM's Hub revisions" + none + ": the model is a local folder");
-  cmd.add_option("--download-dir", f.download_dir, "vLLM's download folder" + none + ": the model is a local folder");
+  cmd.add_option("--revision", f.revision,
+                 "The snapshot (branch, tag or commit) of a model given as a Hugging Face id, in the local hub cache "
+                 "(default main; vLLM's)");
+  cmd.add_option("--tokenizer-revision", f.tokenizer_revision, "vLLM's tokenizer revision" + none);
+  cmd.add_option("--code-revision", f.code_revision, "vLLM's remote-code revision" + none);
+  cmd.add_option("--download-dir", f.download_dir,
+                 "vLLM's download folder" + none + ": models are local folders or already in the hub cache");
   cmd.add_option("--compilation-config", f.compilation_config,
                  "vLLM's torch.compile settings (also -O0 ... -O3)" + none);
   cmd.add_option("--distributed-executor-backend", f.distributed_executor_backend,

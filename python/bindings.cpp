@@ -31,6 +31,7 @@
 #include "engine/generation_defaults.h"
 #include "engine/llm_engine.h"
 #include "chat/chat_template.h"
+#include "config/hf_hub_cache.h"
 #include "tokenizer/tokenizer.h"
 #ifdef SSMSERVE_HAVE_CUDA
 #include "runtime/cuda_mamba.h"  // SSMSERVE_PYTHON_CUDA=ON: the "cuda" device
@@ -565,6 +566,12 @@ PYBIND11_MODULE(_ssmserve, m) {
         spdlog::set_level(it->second);
       },
       py::arg("level"));
+  // A model given as a Hugging Face id (org/name): its snapshot in the local hub cache (config/hf_hub_cache.h);
+  // anything else comes back as given. Error (SsmserveError) for an id that is not in the cache.
+  m.def(
+      "resolve_model_path",
+      [](const std::string& model, const std::string& revision) { return resolve_model_path(model, revision).string(); },
+      py::arg("model"), py::arg("revision") = "main");
 
   bind_outputs(m);
   bind_structured_outputs(m);  // before SamplingParams, whose structured_outputs holds one

@@ -289,10 +289,10 @@ def _make_engine(model, tokenizer, dtype, max_model_len, max_num_seqs, max_num_b
         raise TypeError(f"model must be a str (a checkpoint folder), got {type(model).__name__}")
     if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
         raise TypeError(f"tokenizer must be None or a str (a folder with tokenizer.json), got {type(tokenizer).__name__}")
-    model = os.fspath(model)
+    model = _ssmserve.resolve_model_path(os.fspath(model))  # a Hugging Face id: its snapshot in the hub cache
     if not os.path.isdir(model):
         raise ValueError(f"model folder {model!r} does not exist (LLM(model=...) takes a local checkpoint folder "
-                         "with config.json)")
+                         "with config.json, or a Hugging Face id already in the local hub cache)")
     for k in extra:
         if k not in _SSMSERVE_ENGINE_ARGS:
             raise TypeError(f"LLM() got an unexpected keyword argument '{k}'")
@@ -389,7 +389,8 @@ class LLM:
     """vLLM's offline LLM: loads a checkpoint folder and runs batches of prompts with continuous batching.
 
     vLLM's arguments (None = the engine's default):
-      model: the checkpoint folder (config.json, *.safetensors, tokenizer.json); a missing folder is a ValueError.
+      model: the checkpoint folder (config.json, *.safetensors, tokenizer.json), or a Hugging Face id ("org/name")
+        already in the local hub cache (HF_HUB_CACHE / HF_HOME; never downloaded); a missing folder is a ValueError.
       tokenizer: a folder with tokenizer.json (default: the model folder).
       dtype: the weights' dtype: "auto" (the GPU: bfloat16; the CPU: as stored), "bfloat16", "float32" or "float",
         or (as vLLM) a torch.dtype (torch.bfloat16, torch.float32); the CPU computes in fp32 whatever it is. "half" /

@@ -59,6 +59,10 @@ EnvOptions read_env() {
   if (const char* v = get("SSMSERVE_NCCL_LIB")) o.nccl_lib = v;
   if (const char* v = get("VLLM_API_KEY")) o.vllm_api_key = v;
   if (const char* v = get("OPENAI_API_KEY")) o.openai_api_key = v;
+  if (const char* v = get("HF_HUB_CACHE"); v && *v) o.hf_hub_cache = v;
+  else if (const char* h = get("HF_HOME"); h && *h) o.hf_hub_cache = std::string(h) + "/hub";
+  else if (const char* x = get("XDG_CACHE_HOME"); x && *x) o.hf_hub_cache = std::string(x) + "/huggingface/hub";
+  else if (const char* home = get("HOME"); home && *home) o.hf_hub_cache = std::string(home) + "/.cache/huggingface/hub";
   o.tp_p2p_allreduce = !off("SSMSERVE_TP_P2P_ALLREDUCE");
   if (const char* v = get("SSMSERVE_CPU_ISA")) o.cpu_isa = v;
   for (const std::string& name : gpu_switch_names())

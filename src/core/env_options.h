@@ -20,6 +20,9 @@ struct EnvOptions {
   std::string nccl_lib;          ///< SSMSERVE_NCCL_LIB: the libnccl to load first
   std::string vllm_api_key;      ///< VLLM_API_KEY: `serve`'s API key when --api-key is not given (as vLLM)
   std::string openai_api_key;    ///< OPENAI_API_KEY: the key `bench serve` sends (as vLLM's bench, the openai client)
+  /// The Hugging Face hub cache, as huggingface_hub finds it: HF_HUB_CACHE, else $HF_HOME/hub, else
+  /// $XDG_CACHE_HOME/huggingface/hub, else $HOME/.cache/huggingface/hub ("" without any of them).
+  std::string hf_hub_cache;
   bool tp_p2p_allreduce = true;  ///< SSMSERVE_TP_P2P_ALLREDUCE=0: NCCL for every GPU all-reduce
   /// SSMSERVE_CPU_ISA: the CPU kernels' instruction-set variant (auto, scalar, avx2, avx512, native), as set;
   /// parsed and validated by kernels/cpu/isa/cpu_isa.cpp.

@@ -343,3 +343,31 @@ def test_tokenizer_folder_config(tmp_path):
     assert tok.model_max_length == int(1e30) and tok.name_or_path == str(tmp_path)
     assert tok.chat_template == template
     assert llm.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=1), use_tqdm=False)[0].prompt == "<user>hi"
+
+
+def test_hugging_face_id_from_the_local_hub_cache(tmp_path):
+    # LLM("org/name") as vLLM takes it: the snapshot in the local hub cache (HF_HUB_CACHE; read once per process, so
+    # in a fresh one); an id not there is a ValueError saying how to fetch it.
+    import subprocess
+    import sys
+    repo = tmp_path / "hub" / "models--acme--tiny-mamba"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("c0ffee\n")
+    (repo / "snapshots" / "c0ffee").mkdir(parents=True)
+    for f in MODEL.iterdir():
+        (repo / "snapshots" / "c0ffee" / f.name).symlink_to(f)
+    script = (
+        "import ssmserve\n"
+        "p = ssmserve.SamplingParams(temperature=0, max_tokens=4)\n"
+        f"want = ssmserve.LLM({str(MODEL)!r}, threads=1).generate('The', p, use_tqdm=False)[0].outputs[0].token_ids\n"
+        "got = ssmserve.LLM('acme/tiny-mamba', threads=1).generate('The', p, use_tqdm=False)[0].outputs[0].token_ids\n"
+        "assert got == want, (got, want)\n"
+        "try:\n"
+        "    ssmserve.LLM('acme/absent')\n"
+        "    raise SystemExit('no error')\n"
+        "except ValueError as e:\n"
+        "    assert 'huggingface-cli download acme/absent' in str(e), e\n"
+        "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hub")))
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

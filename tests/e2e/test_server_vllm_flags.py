@@ -172,3 +172,41 @@ def test_engine_seed_makes_unseeded_requests_repeat():
     assert first == again, (first, again)
     assert len(set(first)) > 1, first  # one request after another: different seeds
     assert other != first, (other, first)
+
+
+def _fake_hub_cache(root, repo_id, commit="0123abcd"):
+    """A Hugging Face hub cache holding MODEL as `repo_id` (huggingface_hub's layout: refs/main -> snapshots/<commit>,
+    files symlinked as the cache links its blobs)."""
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit + "\n")
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for f in MODEL.iterdir():
+        (snap / f.name).symlink_to(f)
+    return root
+
+
+def test_hugging_face_ids_from_the_local_hub_cache(tmp_path):
+    # vLLM takes a model as its Hugging Face id: ssmserve finds it in the local hub cache (HF_HUB_CACHE, HF_HOME/hub,
+    # ~/.cache/huggingface/hub) and never downloads; an id not there is an error saying how to fetch it.
+    cache = _fake_hub_cache(tmp_path / "hub", "acme/tiny-mamba")
+    env = dict(os.environ, HF_HUB_CACHE=str(cache))
+    gen = [str(BINARY), "generate", "--prompt", "The", "--max-tokens", "4"]
+    want = subprocess.run(gen + ["--model", str(MODEL)], capture_output=True, text=True, timeout=60, env=env)
+    got = subprocess.run(gen + ["--model", "acme/tiny-mamba"], capture_output=True, text=True, timeout=60, env=env)
+    assert got.returncode == 0 and got.stdout == want.stdout, got.stderr
+    for args, words in ((["--model", "acme/absent"], "huggingface-cli download acme/absent"),
+                        (["--model", "acme/tiny-mamba", "--revision", "v9"], "no snapshot of revision \"v9\"")):
+        cmd = [str(BINARY), "serve", *args, "--port", "0"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode != 0 and words in r.stderr, (args, r.stderr)
+    # serve `serve ID` (HF_HOME's hub); --revision picks a snapshot by commit too.
+    s = Server("--revision", "0123abcd", env={"HF_HOME": str(tmp_path)}, model="acme/tiny-mamba",
+               model_name="acme/tiny-mamba", positional=True)
+    try:
+        assert [m["id"] for m in httpx.get(s.base_url + "/v1/models").json()["data"]] == ["acme/tiny-mamba"]
+        r = httpx.post(s.base_url + "/v1/completions", json={"model": "acme/tiny-mamba", "prompt": "hi", "max_tokens": 2})
+        assert r.status_code == 200, r.text
+    finally:
+        s.stop()
