@@ -491,7 +491,7 @@ TEST_F(StructuredOutputModel, ReasoningParserHoldsTheGrammarUntilTheReasoningEnd
   plain.reasoning_parser = "qwen3";
   EXPECT_THAT(error_of([&] { LLMEngine e(plain); }), HasSubstr("--reasoning-parser qwen3: the tokenizer has no token"));
   plain.reasoning_parser = "nonsense";
-  EXPECT_THAT(error_of([&] { LLMEngine e(plain); }), HasSubstr("known: deepseek_r1, qwen3"));
+  EXPECT_THAT(error_of([&] { LLMEngine e(plain); }), HasSubstr("known: deepseek_r1, nemotron_v3, qwen3"));
   std::filesystem::remove_all(dir);
 }
 
