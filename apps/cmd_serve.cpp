@@ -188,6 +188,7 @@ int run_serve(ServeArgs& a) {
     a.server.max_model_len = cap;
   }
   if (a.server.served_model_name.empty()) a.server.served_model_name = model_as_given;
+  a.server.model_root = model_as_given;
   // The chat template lives with the tokenizer (tokenizer_config.json), as in vLLM: --tokenizer DIR when given.
   const std::filesystem::path& tokenizer_dir = a.engine.tokenizer.empty() ? a.engine.model : a.engine.tokenizer;
   server::ChatTemplate tmpl = load_serve_chat_template(tokenizer_dir, a.chat_template);

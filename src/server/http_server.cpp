@@ -394,7 +394,8 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
       names.insert(names.end(), opt_.served_model_aliases.begin(), opt_.served_model_aliases.end());
       for (const auto& id : names)
         data.push_back({{"id", id}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "ssmserve"},
-                        {"root", engine_.config().model.string()}, {"parent", nullptr}, {"max_model_len", opt_.max_model_len}});
+                        {"root", opt_.model_root.empty() ? engine_.config().model.string() : opt_.model_root},
+                        {"parent", nullptr}, {"max_model_len", opt_.max_model_len}});
       return ex->respond(json_response({{"object", "list"}, {"data", data}}));
     }
     if (req.method == "POST") {

@@ -25,6 +25,9 @@ struct ServerOptions {
   std::string served_model_name;       ///< the id clients send as "model" (responses name it)
   /// vLLM's further --served-model-name values: ids a request's "model" may also be (/v1/models lists them all).
   std::vector<std::string> served_model_aliases;
+  /// /v1/models' "root": the model as the command line gave it (vLLM's model path; a Hugging Face id stays the id);
+  /// empty: the engine's model folder.
+  std::string model_root;
   /// vLLM's --api-key (and VLLM_API_KEY): when any is set, every /v1 route needs "Authorization: Bearer <one of
   /// them>" (else 401 {"error": "Unauthorized"}); other routes (/health, /metrics, /tokenize, ...) and OPTIONS do not.
   std::vector<std::string> api_keys;

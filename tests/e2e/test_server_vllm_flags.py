@@ -205,7 +205,8 @@ def test_hugging_face_ids_from_the_local_hub_cache(tmp_path):
     s = Server("--revision", "0123abcd", env={"HF_HOME": str(tmp_path)}, model="acme/tiny-mamba",
                model_name="acme/tiny-mamba", positional=True)
     try:
-        assert [m["id"] for m in httpx.get(s.base_url + "/v1/models").json()["data"]] == ["acme/tiny-mamba"]
+        models = httpx.get(s.base_url + "/v1/models").json()["data"]
+        assert [(m["id"], m["root"]) for m in models] == [("acme/tiny-mamba", "acme/tiny-mamba")], models
         r = httpx.post(s.base_url + "/v1/completions", json={"model": "acme/tiny-mamba", "prompt": "hi", "max_tokens": 2})
         assert r.status_code == 200, r.text
     finally:
