@@ -261,7 +261,10 @@ Runner add_serve(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
   add_engine_options(*cmd, a->engine, a->load_format);
   add_generation_config_options(*cmd, a->engine);
-  cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--host", a->server.host,
+                  "Address to listen on (default every IPv4 interface, as vLLM; 127.0.0.1: this machine only; '::': "
+                  "every IPv6 and IPv4 one)")
+      ->capture_default_str();
   cmd->add_option("--port", a->server.port, "Port (0 = any free port, printed at startup)")->capture_default_str();
   cmd->add_option("model_tag", a->model_tag, "The model folder (as --model; vLLM's `serve MODEL`)");
   auto* name = cmd->add_option("--served-model-name", a->served_model_names,

@@ -20,7 +20,8 @@ class HttpServer;
 
 /// Server settings (vLLM's `serve` flag names).
 struct ServerOptions {
-  std::string host = "127.0.0.1";
+  /// vLLM's --host: every IPv4 interface by default, as vLLM binds; 127.0.0.1 keeps the server to this machine.
+  std::string host = "0.0.0.0";
   int port = 8000;                     ///< 0 = any free port (see OpenAIServer::bind)
   std::string served_model_name;       ///< the id clients send as "model" (responses name it)
   /// vLLM's further --served-model-name values: ids a request's "model" may also be (/v1/models lists them all).
