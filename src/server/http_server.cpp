@@ -76,7 +76,7 @@ const std::vector<std::pair<std::string, std::string>>& known_routes() {
   static const std::vector<std::pair<std::string, std::string>> r = {
       {"/health", "GET"}, {"/version", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"}, {"/ping", "GET"},
       {"/ping", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/v1/completions", "POST"},
-      {"/v1/chat/completions", "POST"}};
+      {"/v1/chat/completions", "POST"}, {"/invocations", "POST"}};
   return r;
 }
 
@@ -403,6 +403,13 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
       if (p == "/detokenize") return ex->respond(detokenize(req.body));
       if (p == "/v1/completions") return generate(false, req.body, ex);
       if (p == "/v1/chat/completions") return generate(true, req.body, ex);
+      if (p == "/invocations") {  // vLLM's SageMaker route: a chat request by its messages, else a completion
+        const auto b = parse_body(req.body);
+        if (b.contains("messages")) return generate(true, req.body, ex);
+        if (b.contains("prompt")) return generate(false, req.body, ex);
+        bad_request("", "cannot find a handler for this /invocations body: expected a chat completion request "
+                        "(\"messages\") or a completion request (\"prompt\")");
+      }
     }
     throw ApiError(404, fmt::format("Not Found: {} {}", req.method, req.path));
   } catch (const ApiError& e) {

@@ -211,3 +211,22 @@ def test_hugging_face_ids_from_the_local_hub_cache(tmp_path):
         assert r.status_code == 200, r.text
     finally:
         s.stop()
+
+
+def test_sagemaker_invocations_route(server):
+    # vLLM's POST /invocations (SageMaker, beside /ping): a chat request by its messages, else a completion; streamed
+    # too; a body that is neither is a 400.
+    url = server.base_url
+    comp = {"prompt": "Once", "max_tokens": 3, "temperature": 0}
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}
+    a = httpx.post(url + "/invocations", json=comp).json()
+    assert a["object"] == "text_completion"
+    assert a["choices"][0]["text"] == httpx.post(url + "/v1/completions", json=comp).json()["choices"][0]["text"]
+    b = httpx.post(url + "/invocations", json=chat).json()
+    assert b["object"] == "chat.completion"
+    assert b["choices"][0]["message"] == httpx.post(url + "/v1/chat/completions", json=chat).json()["choices"][0]["message"]
+    with httpx.stream("POST", url + "/invocations", json=dict(comp, stream=True)) as r:
+        assert r.status_code == 200 and "data: [DONE]" in r.read().decode()
+    r = httpx.post(url + "/invocations", json={"input": "x"})
+    assert r.status_code == 400 and "/invocations" in r.json()["error"]["message"], r.text
+    assert httpx.get(url + "/invocations").status_code == 405
