@@ -290,6 +290,8 @@ Runner add_serve(CLI::App& app) {
                   "order, so a server's sampled outputs repeat from run to run")
       ->capture_default_str();
   add_vllm_compat_flags(*cmd, a->vllm);
+  cmd->add_flag("--enable-request-id-headers", a->server.enable_request_id_headers,
+                "Every response carries an X-Request-Id header: the request's own, else a fresh id (vLLM's)");
   cmd->add_flag("--disable-log-requests", a->vllm_noop_flag,
                 "Accepted for vLLM command lines (ssmserve never logs request contents)");
   auto* mml = add_max_model_len_option(*cmd, a->max_model_len, std::to_string(kDefaultMaxModelLenWithoutLimit));

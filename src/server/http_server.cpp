@@ -208,6 +208,11 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, Metrics& metrics, ChatTemplate c
       [](int status, const std::string& msg) { return error_response(ApiError(status, msg)); },
       [this](const HttpRequest& r, std::vector<std::pair<std::string, std::string>>& headers) {
         cors_.add_response_headers(r, headers);
+        // vLLM's --enable-request-id-headers: the request's X-Request-Id echoed, else a fresh id.
+        if (opt_.enable_request_id_headers) {
+          const auto id = r.header("X-Request-Id");
+          headers.emplace_back("X-Request-Id", id && !id->empty() ? *id : next_id("req").substr(4));
+        }
       });
 }
 

@@ -47,6 +47,8 @@ struct ServerOptions {
   /// and memory up to the Jinja engine's bounds, so only when the operator trusts its clients); else such a
   /// request is a 400.
   bool trust_request_chat_template = false;
+  /// vLLM's --enable-request-id-headers: every response carries X-Request-Id (the request's own, else a fresh id).
+  bool enable_request_id_headers = false;
   /// vLLM's --seed (default 0, as vLLM's ModelConfig.seed): requests without their own seed get
   /// derived_request_seed(seed, k) for the k-th of them, so a server's sampled outputs repeat from run to run for the
   /// same sequence of requests; nullopt: unseeded requests draw from std::random_device.

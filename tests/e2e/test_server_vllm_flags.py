@@ -230,3 +230,18 @@ def test_sagemaker_invocations_route(server):
     r = httpx.post(url + "/invocations", json={"input": "x"})
     assert r.status_code == 400 and "/invocations" in r.json()["error"]["message"], r.text
     assert httpx.get(url + "/invocations").status_code == 405
+    assert "x-request-id" not in httpx.get(url + "/health").headers  # only with --enable-request-id-headers
+
+
+def test_request_id_headers():
+    # vLLM's --enable-request-id-headers: X-Request-Id on every response, the request's own echoed; off by default.
+    s = Server("--enable-request-id-headers")
+    try:
+        r = httpx.post(s.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2},
+                       headers={"X-Request-Id": "abc-1"})
+        assert r.headers["x-request-id"] == "abc-1" and r.json()["id"] == "cmpl-abc-1"
+        fresh = [httpx.get(s.base_url + "/health").headers["x-request-id"] for _ in range(2)]
+        assert fresh[0] and fresh[0] != fresh[1], fresh
+        assert httpx.get(s.base_url + "/nope").headers["x-request-id"]  # errors too
+    finally:
+        s.stop()
