@@ -22,9 +22,9 @@ const std::vector<ReasoningFormat>& registry() {
       // parser: reasoning first unless the prompt closed the block (an output never closing it is all reasoning).
       {"qwen3", "<think>", "</think>", true},
       // Nemotron 3 Nano (vLLM's nemotron_v3: deepseek_r1's, and with enable_thinking false the reply is content): its
-      // template opens "<think>\n" in the generation prompt, or writes "<think></think>" with thinking off, which
-      // the prompt-aware split reads as a closed block, so the reply is content, as vLLM's swap makes it.
-      {"nemotron_v3", "<think>", "</think>", true},
+      // template opens "<think>\n" in the generation prompt, or writes "<think></think>" with thinking off (a closed
+      // block); a request's enable_thinking false makes the reply content with any template.
+      {"nemotron_v3", "<think>", "</think>", true, /*content_when_thinking_off=*/true},
   };
   return formats;
 }

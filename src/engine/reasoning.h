@@ -18,6 +18,9 @@ struct ReasoningFormat {
   /// prompt, or the model may omit it: DeepSeek-R1); false when it is content until a `start` (vLLM's qwen3 before
   /// Qwen3.5 templates, when the prompt does not open a reasoning block).
   bool starts_in_reasoning = false;
+  /// True when a chat request with chat_template_kwargs enable_thinking false gets its reply as content whatever the
+  /// prompt says (vLLM's nemotron_v3, whose parser moves an unterminated reasoning into the content then).
+  bool content_when_thinking_off = false;
 };
 
 /// The format registered as `name` ("qwen3", "deepseek_r1"; reasoning_parser_names()). Throws ssmserve::Error

@@ -475,6 +475,8 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     if (const std::string& name = engine_.config().reasoning_parser; !name.empty()) {
       job->reasoning = &reasoning_format(name);  // the engine checked the name and the markers' tokens at start
       job->include_reasoning = cr.include_reasoning;
+      const auto& kw = cr.chat_template_kwargs;
+      job->thinking_off = kw.is_object() && kw.contains("enable_thinking") && kw["enable_thinking"] == false;
     }
     base = cr;
   } else {
@@ -539,6 +541,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
       const auto start = tok->token_to_id(job->reasoning->start), end = tok->token_to_id(job->reasoning->end);
       job->prompt_reasoning = start && end ? prompt_reasoning(rp.token_ids, *start, *end)
                                            : prompt_reasoning(rp.text, *job->reasoning);
+      if (job->thinking_off && job->reasoning->content_when_thinking_off) job->prompt_reasoning = PromptReasoning::Closed;
     }
     if (len >= opt_.max_model_len)
       bad_request(chat ? "messages" : "prompt",

@@ -56,6 +56,7 @@ struct GenerationJob {
   const ReasoningFormat* reasoning = nullptr;
   PromptReasoning prompt_reasoning = PromptReasoning::None;  ///< with `reasoning`: where the chat prompt leaves it
   bool include_reasoning = true;                             ///< with `reasoning`: the request's include_reasoning
+  bool thinking_off = false;  ///< chat_template_kwargs enable_thinking false (ReasoningFormat::content_when_thinking_off)
   std::vector<std::string> request_ids;  ///< [prompts.size() * n], choice index = prompt * n + i
   std::shared_ptr<OutputChannel> channel;
   const Tokenizer* tokenizer = nullptr;

@@ -87,15 +87,21 @@ std::string python_json_dumps(const ojson& x) {
   }
 }
 
-JsonToolParser::JsonToolParser(std::string name, std::string start_tag, std::string end_tag, bool text_around_calls)
-    : ToolParser(std::move(name)), start_(std::move(start_tag)), end_(std::move(end_tag)),
-      text_around_calls_(text_around_calls) {}
+JsonToolParser::JsonToolParser(std::string name, std::string start_tag, std::string end_tag, Rules rules)
+    : ToolParser(std::move(name)), start_(std::move(start_tag)), end_(std::move(end_tag)), rules_(rules) {}
 
 bool JsonToolParser::parse_block(std::string_view body, std::vector<ToolCall>& out) const {
   std::vector<ToolCall> calls;
   const std::string_view t = trim(body);
   if (json_nesting_depth(t, kMaxJsonDepth) > kMaxJsonDepth) return false;  // not parsed (too deep): stays content
   const ojson j = ojson::parse(t.begin(), t.end(), nullptr, /*allow_exceptions=*/false);
+  if (rules_ == Rules::Granite4) {  // one {"name", "arguments"} object, nothing else
+    if (j.is_discarded() || !j.is_object() || !j.contains("arguments") || j["arguments"].is_null() ||
+        !call_from_json(j, calls))
+      return false;
+    for (auto& c : calls) out.push_back(std::move(c));
+    return true;
+  }
   if (!j.is_discarded()) {
     if (j.is_array()) {
       for (const auto& e : j)
@@ -130,6 +136,7 @@ ExtractedToolCalls JsonToolParser::extract(const std::string& text) const {
   for (size_t pos = first; pos != std::string::npos && pos < text.size();) {
     const size_t body = pos + start_.size();
     const size_t end = end_.empty() ? std::string::npos : text.find(end_, body);
+    if (end == std::string::npos && rules_ == Rules::Granite4) return r;  // an unclosed call: the whole text is content
     const std::string_view block = std::string_view(text).substr(body, end == std::string::npos ? std::string::npos : end - body);
     if (!parse_block(block, calls)) return r;  // as vLLM: not a call after all, the whole text is content
     if (end == std::string::npos) break;
@@ -139,7 +146,7 @@ ExtractedToolCalls JsonToolParser::extract(const std::string& text) const {
   r.tools_called = !calls.empty();
   if (!r.tools_called) return r;
   r.calls = std::move(calls);
-  r.content = text_around_calls_ ? std::move(around) : text.substr(0, first);
+  r.content = rules_ == Rules::Granite4 ? std::move(around) : text.substr(0, first);
   r.has_content = !r.content.empty();
   return r;
 }
@@ -172,7 +179,8 @@ ToolParser::Delta JsonToolParser::feed(std::string_view text, bool final) {
     if (end == std::string::npos && !final) return d;  // the call is still being written
     const std::string body = buf_.substr(0, end);
     std::vector<ToolCall> calls;
-    if (parse_block(body, calls)) {
+    const bool unclosed_counts = !(end == std::string::npos && rules_ == Rules::Granite4);  // granite4: content
+    if (unclosed_counts && parse_block(body, calls)) {
       num_calls_ += static_cast<int>(calls.size());
       for (auto& c : calls) d.calls.push_back(std::move(c));
     } else {  // not a call after all: its text is content
@@ -188,9 +196,10 @@ namespace {
 
 using ParserFactory = std::function<std::unique_ptr<ToolParser>(const std::string& name, const ojson& tools)>;
 
-ParserFactory json_format(std::string start_tag, std::string end_tag, bool text_around_calls = false) {
-  return [start_tag, end_tag, text_around_calls](const std::string& name, const ojson&) {
-    return std::make_unique<JsonToolParser>(name, start_tag, end_tag, text_around_calls);
+ParserFactory json_format(std::string start_tag, std::string end_tag,
+                          JsonToolParser::Rules rules = JsonToolParser::Rules::Hermes) {
+  return [start_tag, end_tag, rules](const std::string& name, const ojson&) {
+    return std::make_unique<JsonToolParser>(name, start_tag, end_tag, rules);
   };
 }
 
@@ -198,7 +207,7 @@ ParserFactory json_format(std::string start_tag, std::string end_tag, bool text_
 const std::map<std::string, ParserFactory>& registry() {
   static const std::map<std::string, ParserFactory> r = {
       {"hermes", json_format("<tool_call>", "</tool_call>")},      // Hermes 2 Pro / Qwen2.5-3 / Granite 4.0: one object per block
-      {"granite4", json_format("<tool_call>", "</tool_call>", true)},  // Granite 4.0 (vLLM's granite4): hermes' blocks, text around kept
+      {"granite4", json_format("<tool_call>", "</tool_call>", JsonToolParser::Rules::Granite4)},  // Granite 4.0 (vLLM's granite4)
       {"granite", json_format("<|tool_call|>", "")},               // Granite 3.x: a list after the tag (no end tag)
       {"jamba", json_format("<tool_calls>", "</tool_calls>")},     // Jamba: a list
       {"minimax", json_format("<tool_calls>", "</tool_calls>")},   // MiniMax-Text-01: one object per line

@@ -71,9 +71,13 @@ class ToolParser {
 /// their end tag arrived.
 class JsonToolParser : public ToolParser {
  public:
-  /// text_around_calls: a whole output's content is all its text outside the calls (vLLM's granite4); else the text
-  /// before the first call (vLLM's hermes and the others).
-  JsonToolParser(std::string name, std::string start_tag, std::string end_tag, bool text_around_calls = false);
+  /// Hermes: vLLM's hermes rules (and the others'): a whole output's content is the text before the first call; a
+  /// block may be one call, a list of them, or one per line, with "arguments" or "parameters"; a call still open at
+  /// the end is parsed as it is. Granite4: vLLM's granite4 rules: the content is all the text outside the calls, a
+  /// block must be one {"name", "arguments"} object and every call closed; otherwise the whole output is content
+  /// (streamed: such a block is content).
+  enum class Rules { Hermes, Granite4 };
+  JsonToolParser(std::string name, std::string start_tag, std::string end_tag, Rules rules = Rules::Hermes);
   /// As ToolParser::extract; a call that is not valid JSON leaves the whole text as content with no calls, as vLLM.
   ExtractedToolCalls extract(const std::string& text) const override;
   /// As ToolParser::feed; an unterminated call at `final` is parsed as it is (not valid JSON: sent as content).
@@ -84,7 +88,7 @@ class JsonToolParser : public ToolParser {
   bool parse_block(std::string_view body, std::vector<ToolCall>& out) const;
 
   std::string start_, end_;
-  bool text_around_calls_ = false;
+  Rules rules_ = Rules::Hermes;
   std::string buf_;        // streamed text not yet sent or parsed
   bool in_call_ = false;   // buf_ holds the inside of a call (after its start tag)
 };

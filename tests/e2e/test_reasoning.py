@@ -239,3 +239,24 @@ def test_prompt_without_markers(server, client, r1_client, stream):
     reasoning, content = split(text)
     assert reply(client, stream, **kw)[:3] == (reasoning, reasoning, content)
     assert reply(r1_client, stream, **kw)[:3] == (reasoning, reasoning, content)
+
+@pytest.fixture(scope="module")
+def nv3_client(model_dir):
+    s = start(model_dir, "nemotron_v3")
+    import openai
+
+    yield openai.OpenAI(base_url=s.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
+    assert s.stop() == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_nemotron_v3_thinking_off_is_content_with_any_template(server, nv3_client, stream):
+    # vLLM's nemotron_v3: deepseek_r1's split, and with chat_template_kwargs enable_thinking false the reply is content
+    # even when the template writes no closed block (qwen3 keeps it reasoning there: no marker in the prompt).
+    kw = {"max_tokens": 8, "extra_body": {"chat_template": PLAIN_TEMPLATE,
+                                          "chat_template_kwargs": {"enable_thinking": False}}}
+    text = raw(server, {"messages": MESSAGES, "chat_template": PLAIN_TEMPLATE}, max_tokens=8)
+    assert "</think>" not in text, text
+    assert reply(nv3_client, stream, **kw)[:3] == (None, None, text)
+    kw["extra_body"]["chat_template_kwargs"] = {"enable_thinking": True}
+    assert reply(nv3_client, stream, **kw)[:3] == (text, text, None)

@@ -116,6 +116,20 @@ TEST(ToolParsers, Granite4KeepsTheTextAroundTheCalls) {
   const ExtractedToolCalls only = make_tool_parser("granite4")->extract("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>");
   EXPECT_TRUE(only.tools_called);
   EXPECT_FALSE(only.has_content);
+  // vLLM's granite4 is strict: an unclosed call (a truncated reply), "parameters" for "arguments", a list, no
+  // arguments: no calls, the whole text is content (hermes takes each of them as calls).
+  for (const std::string bad : {"x <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
+                                "x <tool_call>{\"name\": \"f\", \"parameters\": {\"a\": 1}}</tool_call> y",
+                                "x <tool_call>[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]</tool_call> y",
+                                "x <tool_call>{\"name\": \"f\"}</tool_call> y"}) {
+    const ExtractedToolCalls g = make_tool_parser("granite4")->extract(bad);
+    EXPECT_FALSE(g.tools_called) << bad;
+    EXPECT_EQ(g.content, bad);
+    EXPECT_TRUE(make_tool_parser("hermes")->extract(bad).tools_called) << bad;
+    const auto [content, calls] = stream("granite4", bad, {7, 30});
+    EXPECT_TRUE(calls.empty()) << bad;
+    EXPECT_EQ(content, bad);
+  }
 }
 
 TEST(ToolParsers, InvalidCallsStayContent) {
