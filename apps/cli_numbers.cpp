@@ -29,6 +29,11 @@ std::string to_decimal_integer(std::string& s, bool is_unsigned) {
   while (b + 1 < e && s[b] == '0') ++b;
   if (is_unsigned && sign == "-" && !(e - b == 1 && s[b] == '0')) return "expected a non-negative integer, got \"" + s + "\"";
   s = (s[b] == '0' ? std::string() : sign) + s.substr(b, e - b);
+  // Beyond 64 bits (CLI11 saturates 64-bit options instead of refusing): an error, as for narrower options.
+  const std::string digits = s.substr(sign.empty() || s[0] != '-' ? 0 : 1);
+  const std::string limit = is_unsigned ? "18446744073709551615" : sign == "-" ? "9223372036854775808" : "9223372036854775807";
+  if (digits.size() > limit.size() || (digits.size() == limit.size() && digits > limit))
+    return "\"" + s + "\" is out of range (a " + std::string(is_unsigned ? "64-bit unsigned" : "64-bit") + " integer)";
   return "";
 }
 

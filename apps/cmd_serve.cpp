@@ -66,7 +66,7 @@ struct ServeArgs {
   bool disable_log_stats = false;  ///< --disable-log-stats: no periodic stats line
   /// --allowed-origins / --allowed-methods / --allowed-headers as given (JSON lists, vLLM's json.loads values)
   std::string allowed_origins = R"(["*"])", allowed_methods = R"(["*"])", allowed_headers = R"(["*"])";
-  long long seed = 0;             ///< --seed (vLLM's engine seed; ServerOptions::seed)
+  uint64_t seed = 0;              ///< --seed (vLLM's engine seed; ServerOptions::seed), in [0, 2^64)
   VllmCompatFlags vllm;           ///< vLLM flags accepted with no effect
 };
 
@@ -110,8 +110,7 @@ int run_serve(ServeArgs& a) {
     a.engine.model = resolve_model_path(a.engine.model.string(), a.vllm.revision);
   resolve_engine_config(a.engine, a.load_format);
   check_vllm_compat_flags(a.vllm, a.engine.device);
-  SSM_CHECK(a.seed >= 0, "--seed must be a non-negative integer (got {})", a.seed);
-  a.server.seed = static_cast<uint64_t>(a.seed);
+  a.server.seed = a.seed;
   SSM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535] (got {})", a.server.port);
   if (a.max_model_len_given) {
     check_max_model_len(a.max_model_len);

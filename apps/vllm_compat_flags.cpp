@@ -1,6 +1,7 @@
 // Owns the vLLM flags and argument spellings ssmserve accepts for vLLM command lines (see vllm_compat_flags.h).
 #include "apps/vllm_compat_flags.h"
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <cctype>
@@ -70,6 +71,15 @@ void check_vllm_compat_flags(const VllmCompatFlags& f, const std::string& device
   SSM_CHECK(f.data_parallel_size == 1,
             "--data-parallel-size {}: ssmserve has no data parallelism (1 only; run one server per GPU)",
             f.data_parallel_size);
+  // vLLM's -O / --compilation-config value: a level, a JSON object, or -O.key=value (".key=value" after rewriting);
+  // anything else (a model folder after -O) is an error, as vLLM's parser gives.
+  const std::string& cc = f.compilation_config;
+  const bool level = !cc.empty() && cc.find_first_not_of("0123456789") == std::string::npos;
+  const bool object = !cc.empty() && cc[0] == '{' && nlohmann::json::accept(cc);
+  const bool dotted = cc.size() > 1 && cc[0] == '.' && cc.find('=') != std::string::npos;
+  SSM_CHECK(cc.empty() || level || object || dotted,
+            "--compilation-config (-O) \"{}\": expected an optimization level (-O3), a JSON object or -O.key=value",
+            cc);
   SSM_CHECK(f.max_num_partial_prefills >= 1, "--max-num-partial-prefills must be >= 1 (got {})",
             f.max_num_partial_prefills);
 #ifdef SSMSERVE_HAVE_CUDA

@@ -573,8 +573,6 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     if (job->echo && job->logprobs) sp.prompt_logprobs = job->logprobs;
     if (job->prompt_logprobs) sp.prompt_logprobs = std::max(sp.prompt_logprobs.value_or(0), *job->prompt_logprobs);
     sp.n = 1;
-    // vLLM's engine seed for requests without their own (choice i then uses seed + i, as a seeded request's).
-    if (!sp.seed && opt_.seed) sp.seed = derived_request_seed(*opt_.seed, unseeded_requests_.fetch_add(1));
     try {
       sp.validate(vocab);
     } catch (const SamplingParamsError& e) {
@@ -583,6 +581,8 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     } catch (const Error& e) {
       bad_request("", e.what());
     }
+    // vLLM's engine seed for a valid request without its own (choice i then uses seed + i, as a seeded request's).
+    if (!sp.seed && opt_.seed) sp.seed = derived_request_seed(*opt_.seed, unseeded_requests_.fetch_add(1));
     for (int i = 0; i < base.params.n; ++i) {
       ssmserve::Request r;
       r.request_id = fmt::format("{}-{}-{}", engine_id, p, i);

@@ -150,6 +150,8 @@ def test_vllm_flags_with_no_effect_and_vllm_spellings():
                         (["--max-model-len", "1.5K"], "decimals are not allowed with binary suffixes"),
                         (["--max-model-len", "12q"], "--max-model-len"),
                         (["--seed", "-3"], "--seed"),
+                        (["--seed", "18446744073709551616"], "--seed"),
+                        (["-O", "/some/model/folder"], "--compilation-config (-O)"),
                         (["--uvicorn-log-level", "loud"], "--uvicorn-log-level")):
         r = subprocess.run([str(BINARY), "serve", str(MODEL), *args, "--port", "0"], capture_output=True, text=True,
                            timeout=60)
@@ -170,6 +172,14 @@ def test_engine_seed_makes_unseeded_requests_repeat():
 
     first, again, other = sample(), sample("--seed", "0"), sample("--seed", "5")
     assert first == again, (first, again)
+    # A request refused as invalid takes no seed: the next one samples what it would have.
+    s = Server()
+    try:
+        bad = httpx.post(s.base_url + "/v1/completions", json=dict(body, logit_bias={"99999999": 1}))
+        assert bad.status_code == 400
+        assert httpx.post(s.base_url + "/v1/completions", json=body).json()["choices"][0]["text"] == first[0]
+    finally:
+        s.stop()
     assert len(set(first)) > 1, first  # one request after another: different seeds
     assert other != first, (other, first)
 
