@@ -181,7 +181,7 @@ _NO_EFFECT_ARGS = {
     "trust_remote_code": ("a bool", _is_bool, "no checkpoint code is ever run: every architecture is built in"),
     "enforce_eager": ("a bool", _is_bool, "CUDA graphs are the process's SSMSERVE_CUDA_GRAPHS switch"),
     "disable_log_stats": ("a bool", _is_bool, "the offline engine logs no periodic stats"),
-    "tokenizer_mode": ('"auto" or "hf"', lambda v: v in ("auto", "hf") and isinstance(v, str),
+    "tokenizer_mode": ('"auto", "hf" or "slow"', lambda v: isinstance(v, str) and v in ("auto", "hf", "slow"),
                        "the tokenizer is always the checkpoint's tokenizer.json / tokenizer.model / tekken.json"),
     "revision": ("None", lambda v: v is None, "models are local folders"),
     "tokenizer_revision": ("None", lambda v: v is None, "tokenizers are local folders"),
@@ -191,7 +191,12 @@ _NO_EFFECT_ARGS = {
              "the models are generative only"),
     "runner": ('"auto" or "generate"', lambda v: isinstance(v, str) and v in ("auto", "generate"),
                "the models are generative only"),
-    "enable_chunked_prefill": ("None or True", lambda v: v is None or v is True, "chunked prefill is always on"),
+    "enable_chunked_prefill": ("None or a bool", lambda v: v is None or _is_bool(v),
+                               "prefill is always chunked, with the same results"),
+    "async_scheduling": ("None or a bool", lambda v: v is None or _is_bool(v), "the engine schedules its own steps"),
+    "scheduling_policy": ('"fcfs"', lambda v: isinstance(v, str) and v == "fcfs", "requests are served first come, first served"),
+    "disable_log_requests": ("a bool", _is_bool, "request contents are never logged"),
+    "enable_log_requests": ("a bool", _is_bool, "request contents are never logged"),
     "max_logprobs": (f"an int in [0, {_MAX_LOGPROBS}]", lambda v: _is_int(v) and 0 <= v <= _MAX_LOGPROBS,
                      f"the engine's cap is {_MAX_LOGPROBS} logprobs per token"),
     "kv_cache_dtype": ('"auto"', lambda v: v == "auto" and isinstance(v, str),
@@ -207,7 +212,7 @@ _NO_EFFECT_ARGS = {
     "download_dir": ("None", lambda v: v is None, "models are local folders"),
     "hf_overrides": ("None or {}", lambda v: v is None or (isinstance(v, dict) and not v),
                      "the checkpoint's config.json is used as it is"),
-    "compilation_config": ("None, 0 or {}", lambda v: v is None or (_is_int(v) and v == 0) or (isinstance(v, dict) and not v),
+    "compilation_config": ("None, a level (int) or a dict", lambda v: v is None or _is_int(v) or isinstance(v, dict),
                            "nothing is compiled with torch.compile"),
     "max_seq_len_to_capture": ("an int", _is_int, "CUDA graphs are captured for decode steps"),
     "disable_custom_all_reduce": ("a bool", _is_bool, "the all-reduce is the engine's own"),
@@ -422,11 +427,14 @@ class LLM:
     vLLM's keywords that have no effect here are taken at values that mean "no effect" (any other value is a
     ValueError naming the keyword, the value and that ssmserve does not support it): trust_remote_code,
     enforce_eager (CUDA graphs are the process's SSMSERVE_CUDA_GRAPHS switch), disable_log_stats,
-    disable_custom_all_reduce, disable_async_output_proc (bools); tokenizer_mode ("auto" / "hf"); revision,
-    tokenizer_revision, code_revision, download_dir, block_size (None); skip_tokenizer_init, enable_sleep_mode (False);
-    task, runner ("auto" / "generate"); enable_chunked_prefill (None / True: always on); kv_cache_dtype, model_impl
-    ("auto"); cpu_offload_gb (0); pipeline_parallel_size, data_parallel_size (1); distributed_executor_backend (None,
-    "mp", "uni"); hf_overrides (None / {}); compilation_config (None / 0 / {}); max_seq_len_to_capture (an int).
+    disable_custom_all_reduce, disable_async_output_proc, disable_log_requests, enable_log_requests (bools);
+    tokenizer_mode ("auto" / "hf" / "slow"); revision, tokenizer_revision, code_revision, download_dir, block_size
+    (None); skip_tokenizer_init, enable_sleep_mode (False); task, runner ("auto" / "generate"); enable_chunked_prefill
+    (None or a bool: prefill is always chunked, with the same results), async_scheduling (None or a bool);
+    scheduling_policy ("fcfs");
+    kv_cache_dtype, model_impl ("auto"); cpu_offload_gb (0); pipeline_parallel_size, data_parallel_size (1);
+    distributed_executor_backend (None, "mp", "uni"); hf_overrides (None / {}); compilation_config (None, a level or a
+    dict: nothing is compiled); max_seq_len_to_capture (an int).
     ssmserve's own (the CLI's flags): threads (CPU threads, default all cores), num_state_blocks,
     mamba_cache_dtype, mamba_ssm_cache_dtype, num_scheduler_steps (multi-step decode), mamba_cache_mode ("all",
     "align" or "none"), mamba_block_size (tokens per cached state) and swap_space (GiB of host memory for cached

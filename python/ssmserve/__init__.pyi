@@ -116,14 +116,14 @@ class LLM:
         trust_remote_code: bool = False,
         enforce_eager: bool = False,
         disable_log_stats: bool = False,
-        tokenizer_mode: Literal["auto", "hf"] = "auto",
+        tokenizer_mode: Literal["auto", "hf", "slow"] = "auto",
         revision: None = None,
         tokenizer_revision: None = None,
         code_revision: None = None,
         skip_tokenizer_init: Literal[False] = False,
         task: Literal["auto", "generate"] = "auto",
         runner: Literal["auto", "generate"] = "auto",
-        enable_chunked_prefill: Optional[Literal[True]] = None,
+        enable_chunked_prefill: Optional[bool] = None,  # prefill is always chunked
         kv_cache_dtype: Literal["auto"] = "auto",
         block_size: None = None,
         cpu_offload_gb: float = 0,  # 0 only
@@ -132,12 +132,16 @@ class LLM:
         distributed_executor_backend: Optional[Literal["mp", "uni"]] = None,
         download_dir: None = None,
         hf_overrides: Optional[Dict[str, Any]] = None,  # None or {}
-        compilation_config: Optional[Union[int, Dict[str, Any]]] = None,  # None, 0 or {}
+        compilation_config: Optional[Union[int, Dict[str, Any]]] = None,  # nothing is compiled
         max_seq_len_to_capture: int = 8192,
         disable_custom_all_reduce: bool = False,
         model_impl: Literal["auto"] = "auto",
         disable_async_output_proc: bool = False,
         enable_sleep_mode: Literal[False] = False,
+        async_scheduling: Optional[bool] = None,
+        scheduling_policy: Literal["fcfs"] = "fcfs",
+        disable_log_requests: bool = False,
+        enable_log_requests: bool = False,
     ) -> None: ...
     def get_tokenizer(self) -> Tokenizer: ...
     def reset_prefix_cache(self) -> bool: ...

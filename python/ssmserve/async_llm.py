@@ -78,6 +78,10 @@ class EngineArgs:
     model_impl: str = "auto"
     disable_async_output_proc: bool = False
     enable_sleep_mode: bool = False
+    async_scheduling: Optional[bool] = None
+    scheduling_policy: str = "fcfs"
+    disable_log_requests: bool = False
+    enable_log_requests: bool = False
 
     def _engine_and_seeder(self):
         """The engine these arguments make and its _Seeder (engine seed, max_logprobs). TypeError / ValueError as

@@ -56,6 +56,10 @@ class EngineArgs:
     model_impl: str
     disable_async_output_proc: bool
     enable_sleep_mode: bool
+    async_scheduling: Optional[bool]
+    scheduling_policy: str
+    disable_log_requests: bool
+    enable_log_requests: bool
     def __init__(
         self,
         model: str,
@@ -109,6 +113,10 @@ class EngineArgs:
         model_impl: str = "auto",
         disable_async_output_proc: bool = False,
         enable_sleep_mode: bool = False,
+        async_scheduling: Optional[bool] = None,
+        scheduling_policy: str = "fcfs",
+        disable_log_requests: bool = False,
+        enable_log_requests: bool = False,
     ) -> None: ...
 
 class AsyncEngineArgs(EngineArgs): ...

@@ -42,7 +42,8 @@ def _token_content(value) -> Optional[str]:
 
 def _special_tokens_of(folder: str, tokenizer_class: str) -> Dict[str, Any]:
     """transformers' special tokens and model_max_length of the tokenizer in `folder`, loaded as `tokenizer_class`:
-    {"bos_token": str or None, ... (each of _SPECIAL_TOKEN_ATTRIBUTES), "additional": [str], "model_max_length": int}.
+    {"bos_token": str or None, ... (each of _SPECIAL_TOKEN_ATTRIBUTES), "additional": [str], "padding_side": str or None,
+    "model_max_length": int}.
     Each attribute is tokenizer_config.json's value (null: none), else the class default; the additional ones are its
     additional_special_tokens (transformers 4) and extra_special_tokens (5: a list, or a dict of named ones).
     ValueError naming the file when it exists but cannot be read as a JSON object."""
@@ -66,6 +67,8 @@ def _special_tokens_of(folder: str, tokenizer_class: str) -> Dict[str, Any]:
         items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
         additional.extend(t for t in map(_token_content, items) if t is not None)
     out["additional"] = additional
+    side = cfg.get("padding_side")
+    out["padding_side"] = side if side in ("left", "right") else None
     length = cfg.get("model_max_length")
     out["model_max_length"] = (int(length) if isinstance(length, (int, float)) and not isinstance(length, bool)
                                and length == length and abs(length) != float("inf") else _VERY_LARGE_INTEGER)
@@ -230,6 +233,56 @@ class Tokenizer:
     def pad_token(self) -> Optional[str]:
         """tokenizer_config.json's pad_token, else the tokenizer class's default, else None."""
         return self._special_tokens()["pad_token"]
+
+    @property
+    def sep_token(self) -> Optional[str]:
+        """tokenizer_config.json's sep_token, else the tokenizer class's default, else None."""
+        return self._special_tokens()["sep_token"]
+
+    @property
+    def cls_token(self) -> Optional[str]:
+        """tokenizer_config.json's cls_token, else the tokenizer class's default, else None."""
+        return self._special_tokens()["cls_token"]
+
+    @property
+    def mask_token(self) -> Optional[str]:
+        """tokenizer_config.json's mask_token, else the tokenizer class's default, else None."""
+        return self._special_tokens()["mask_token"]
+
+    @property
+    def sep_token_id(self) -> Optional[int]:
+        """The id of sep_token (convert_tokens_to_ids), or None when it is not set."""
+        return None if self.sep_token is None else self.convert_tokens_to_ids(self.sep_token)
+
+    @property
+    def cls_token_id(self) -> Optional[int]:
+        """The id of cls_token (convert_tokens_to_ids), or None when it is not set."""
+        return None if self.cls_token is None else self.convert_tokens_to_ids(self.cls_token)
+
+    @property
+    def mask_token_id(self) -> Optional[int]:
+        """The id of mask_token (convert_tokens_to_ids), or None when it is not set."""
+        return None if self.mask_token is None else self.convert_tokens_to_ids(self.mask_token)
+
+    @property
+    def special_tokens_map(self) -> Dict[str, Any]:
+        """transformers' special_tokens_map: each set special-token attribute by name, and
+        "additional_special_tokens" when there are any."""
+        special = self._special_tokens()
+        out: Dict[str, Any] = {a: special[a] for a in _SPECIAL_TOKEN_ATTRIBUTES if special[a] is not None}
+        if special["additional"]:
+            out["additional_special_tokens"] = list(special["additional"])
+        return out
+
+    @property
+    def is_fast(self) -> bool:
+        """True, as a Hugging Face fast tokenizer (the tokenizer.json pipeline) reports."""
+        return True
+
+    @property
+    def padding_side(self) -> str:
+        """tokenizer_config.json's padding_side, else "right" (Hugging Face's default; this tokenizer never pads)."""
+        return self._special_tokens().get("padding_side") or "right"
 
     @property
     def bos_token_id(self) -> Optional[int]:

@@ -32,13 +32,13 @@ NO_EFFECT = dict(trust_remote_code=True, enforce_eager=True, disable_log_stats=T
 
 # Values that would have an effect: a ValueError naming the keyword and the value.
 UNSUPPORTED = [("trust_remote_code", "yes"), ("enforce_eager", 1), ("disable_log_stats", None), ("tokenizer_mode", "mistral"),
-               ("tokenizer_mode", "slow"), ("revision", "main"), ("tokenizer_revision", "v1"), ("code_revision", "abc"),
-               ("skip_tokenizer_init", True), ("task", "embed"), ("runner", "pooling"), ("enable_chunked_prefill", False),
+               ("scheduling_policy", "priority"), ("revision", "main"), ("tokenizer_revision", "v1"), ("code_revision", "abc"),
+               ("skip_tokenizer_init", True), ("task", "embed"), ("runner", "pooling"), ("enable_chunked_prefill", "no"),
                ("max_logprobs", 21), ("max_logprobs", -1), ("max_logprobs", True), ("kv_cache_dtype", "fp8"),
                ("block_size", 16), ("cpu_offload_gb", 4), ("cpu_offload_gb", False), ("pipeline_parallel_size", 2),
                ("pipeline_parallel_size", True), ("data_parallel_size", 2), ("distributed_executor_backend", "ray"),
-               ("download_dir", "/tmp"), ("hf_overrides", {"rope_theta": 1.0}), ("compilation_config", 3),
-               ("compilation_config", {"level": 3}), ("compilation_config", False), ("max_seq_len_to_capture", "8192"),
+               ("download_dir", "/tmp"), ("hf_overrides", {"rope_theta": 1.0}), ("compilation_config", "O3"),
+               ("compilation_config", False), ("async_scheduling", "yes"), ("max_seq_len_to_capture", "8192"),
                ("disable_custom_all_reduce", "no"), ("model_impl", "transformers"), ("disable_async_output_proc", 0),
                ("enable_sleep_mode", True)]
 
@@ -371,3 +371,31 @@ def test_hugging_face_id_from_the_local_hub_cache(tmp_path):
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hub")))
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_no_effect_keywords_as_the_cli_takes_them():
+    # The values `serve` accepts for the same vLLM flags (tokenizer mode slow, any compilation level or dict, chunked
+    # prefill off, async scheduling, fcfs, request logging) are accepted by LLM / EngineArgs too.
+    args = dict(tokenizer_mode="slow", compilation_config={"level": 3}, enable_chunked_prefill=False,
+                async_scheduling=True, scheduling_policy="fcfs", disable_log_requests=True, enable_log_requests=False)
+    ssmserve._check_no_effect_args(args)
+    assert all(getattr(AsyncEngineArgs(model=str(MODEL), **args), k) == v for k, v in args.items())
+    with pytest.raises(ValueError, match="scheduling_policy"):
+        ssmserve._check_no_effect_args({"scheduling_policy": "priority"})
+    with pytest.raises(ValueError, match="compilation_config"):
+        ssmserve._check_no_effect_args({"compilation_config": "O3"})
+
+
+def test_tokenizer_sep_cls_mask_and_special_tokens_map(tmp_path):
+    import shutil
+    d = tmp_path / "m"
+    shutil.copytree(MODEL, d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg.update(sep_token="<|endoftext|>", cls_token={"content": "<|padding|>"}, mask_token=None, padding_side="left")
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    tok = LLM(str(d), threads=1).get_tokenizer()
+    assert tok.sep_token == "<|endoftext|>" and tok.sep_token_id == tok.convert_tokens_to_ids("<|endoftext|>")
+    assert tok.cls_token == "<|padding|>" and tok.cls_token_id == tok.convert_tokens_to_ids("<|padding|>")
+    assert tok.mask_token is None and tok.mask_token_id is None
+    assert tok.special_tokens_map["sep_token"] == "<|endoftext|>" and "mask_token" not in tok.special_tokens_map
+    assert tok.padding_side == "left" and tok.is_fast is True
