@@ -58,6 +58,7 @@ struct ServeArgs {
   int max_seqs_per_request = 0;  ///< fair admission: one request's sequences in the engine at once (0 = max_num_seqs / 4)
   std::string chat_template;
   std::string chat_template_content_format = "auto";  ///< vLLM's --chat-template-content-format
+  std::string default_chat_template_kwargs;            ///< vLLM's --default-chat-template-kwargs (a JSON object)
   double shutdown_timeout = 30.0;
   std::string model_tag;                       ///< `serve MODEL` (vLLM's positional model)
   std::vector<std::string> served_model_names;  ///< --served-model-name NAME... (the first names responses)
@@ -136,6 +137,12 @@ int run_serve(ServeArgs& a) {
   a.server.cors.allowed_origins = server::parse_cors_list(a.allowed_origins, "--allowed-origins");
   a.server.cors.allowed_methods = server::parse_cors_list(a.allowed_methods, "--allowed-methods");
   a.server.cors.allowed_headers = server::parse_cors_list(a.allowed_headers, "--allowed-headers");
+  if (!a.default_chat_template_kwargs.empty()) {
+    auto kw = nlohmann::ordered_json::parse(a.default_chat_template_kwargs, nullptr, /*allow_exceptions=*/false);
+    SSM_CHECK(kw.is_object(), "--default-chat-template-kwargs must be a JSON object of template variables (got '{}')",
+              a.default_chat_template_kwargs.substr(0, 200));
+    a.server.default_chat_template_kwargs = std::move(kw);
+  }
   SSM_CHECK(a.server.read_timeout_s > 0 && a.server.read_timeout_s <= 3600, "--http-read-timeout must be in (0, 3600] seconds");
   SSM_CHECK(a.max_seqs_per_request >= 0, "--max-num-seqs-per-request must be >= 0 (got {})", a.max_seqs_per_request);
   SSM_CHECK(a.max_num_waiting >= 0, "--max-num-waiting must be >= 0 (got {})", a.max_num_waiting);
@@ -335,6 +342,9 @@ Runner add_serve(CLI::App& app) {
                   "openai when it loops over a message's content; as vLLM)")
       ->check(CLI::IsMember({"auto", "string", "openai"}))
       ->capture_default_str();
+  cmd->add_option("--default-chat-template-kwargs", a->default_chat_template_kwargs,
+                  "Template variables every chat request gets unless its chat_template_kwargs set them, as a JSON "
+                  "object, e.g. '{\"enable_thinking\": false}' (vLLM's)");
   cmd->add_flag("--trust-request-chat-template", a->server.trust_request_chat_template,
                 "Render a chat request's own \"chat_template\" (else it is a 400; as vLLM)");
   cmd->add_option("--http-threads", a->server.http_threads,

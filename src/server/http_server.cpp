@@ -80,6 +80,14 @@ const std::vector<std::pair<std::string, std::string>>& known_routes() {
   return r;
 }
 
+/// vLLM's --default-chat-template-kwargs: each default the request's chat_template_kwargs leave unset.
+void add_default_chat_template_kwargs(ChatRequest& cr, const ServerOptions& opt) {
+  if (opt.default_chat_template_kwargs.empty()) return;
+  if (!cr.chat_template_kwargs.is_object()) cr.chat_template_kwargs = json::object();
+  for (const auto& [k, v] : opt.default_chat_template_kwargs.items())
+    if (!cr.chat_template_kwargs.contains(k)) cr.chat_template_kwargs[k] = v;
+}
+
 bool starts_with_ci(const std::string& s, const char* prefix) {
   const size_t n = std::strlen(prefix);
   return s.size() >= n && std::equal(prefix, prefix + n, s.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); });
@@ -341,6 +349,7 @@ HttpResponse OpenAIServer::tokenize(const std::string& body) const {
   std::string text;
   if (b.contains("messages")) {
     ChatRequest cr = parse_chat_request(b);
+    add_default_chat_template_kwargs(cr, opt_);
     check_model(cr.model);
     text = render_chat(cr);
   } else {
@@ -453,6 +462,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
   std::vector<PromptInput> inputs;
   if (chat) {
     ChatRequest cr = parse_chat_request(b, opt_.max_logprobs, opt_.generation_defaults);
+    add_default_chat_template_kwargs(cr, opt_);
     if (!tok) throw ApiError(400, "the model has no tokenizer; chat needs one");
     if (cr.tool_choice == "auto") {
       if (!opt_.enable_auto_tool_choice || opt_.tool_call_parser.empty())

@@ -53,6 +53,9 @@ struct ServerOptions {
   /// derived_request_seed(seed, k) for the k-th of them, so a server's sampled outputs repeat from run to run for the
   /// same sequence of requests; nullopt: unseeded requests draw from std::random_device.
   std::optional<uint64_t> seed = 0;
+  /// vLLM's --default-chat-template-kwargs: template variables every chat request gets unless its own
+  /// chat_template_kwargs set them (e.g. {"enable_thinking": false}); an object.
+  nlohmann::ordered_json default_chat_template_kwargs = nlohmann::ordered_json::object();
   /// vLLM's --chat-template-content-format: how chat templates get message content (Auto: detected per template).
   ChatContentFormat chat_template_content_format = ChatContentFormat::Auto;
   /// vLLM's --max-logprobs: most logprobs / prompt_logprobs / top_logprobs a request may ask for (larger: 400).

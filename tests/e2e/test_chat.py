@@ -193,3 +193,20 @@ def test_chat_template_content_format():
     r = subprocess.run([BINARY, "serve", "--model", MODEL, "--chat-template-content-format", "parts"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "--chat-template-content-format" in r.stderr, r.stderr
+
+
+def test_default_chat_template_kwargs():
+    # vLLM's --default-chat-template-kwargs: every chat request's template variables unless its own set them;
+    # reasoning_effort's enable_thinking overrides the default as a request's own would.
+    tmpl = "ET={{ enable_thinking | default('unset') }} X={{ x | default('unset') }}"
+    s = Server("--trust-request-chat-template", "--default-chat-template-kwargs", '{"enable_thinking": false, "x": 1}')
+    try:
+        base = dict(messages=MESSAGES, chat_template=tmpl)
+        assert _render(s, **base) == "ET=False X=1"
+        assert _render(s, **base, chat_template_kwargs={"x": 2}) == "ET=False X=2"
+        assert _render(s, **base, reasoning_effort="high") == "ET=True X=1"
+    finally:
+        s.stop()
+    r = subprocess.run([BINARY, "serve", "--model", MODEL, "--default-chat-template-kwargs", "[1]"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--default-chat-template-kwargs" in r.stderr, r.stderr
