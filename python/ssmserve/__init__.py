@@ -96,6 +96,19 @@ def _splitmix64(x: int) -> int:
     return z ^ (z >> 31)
 
 
+def _is_text_part(p) -> bool:
+    """Whether a content part is one vLLM reads as text (the engine's chat_part_text): a str, or a dict of type text /
+    input_text / output_text ("text"), refusal ("refusal") or thinking ("thinking") holding a str."""
+    if isinstance(p, str):
+        return True
+    if not isinstance(p, dict):
+        return False
+    kind = p.get("type")
+    key = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal",
+           "thinking": "thinking"}.get(kind) if isinstance(kind, str) else None
+    return key is not None and isinstance(p.get(key), str)
+
+
 def _chat_message(m) -> dict:
     """One chat message as the server takes it: {"role": str, "content": str, a list of text parts or None, ...}; the
     chat template gets the content joined or as parts, as its content format wants."""
@@ -103,8 +116,9 @@ def _chat_message(m) -> dict:
         raise TypeError(f"each chat message must be a dict with a str 'role', got {m!r}"[:300])
     content = m.get("content")
     if isinstance(content, (list, tuple)):
-        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
-            raise ValueError('only text content parts ({"type": "text", "text": ...}) are supported')
+        if not all(_is_text_part(p) for p in content):
+            raise ValueError('only text content parts are supported ({"type": "text", "text": ...}, input_text, '
+                             'output_text, refusal, thinking, or a plain string)')
         return dict(m, content=list(content))
     if content is not None and not isinstance(content, str):
         raise TypeError(f"message content must be a str or a list of text parts, got {type(content).__name__}")

@@ -94,14 +94,15 @@ ChatContentFormat detect_chat_content_format(const Body& body) {
 
 namespace {
 
-/// The text of each part of a content list; throws Error for a part that is not {"type": "text", "text": str}.
+/// The text of each part of a content list (chat_part_text); throws Error for a part that is not a text part.
 std::vector<std::string> part_texts(const ordered_json& parts) {
   std::vector<std::string> texts;
   for (const auto& part : parts) {
-    SSM_CHECK(part.is_object() && part.contains("type") && part["type"] == "text" && part.contains("text") &&
-                  part["text"].is_string(),
-              "only text content parts ({{\"type\": \"text\", \"text\": ...}}) are supported");
-    texts.push_back(part["text"].get<std::string>());
+    auto text = chat_part_text(part);
+    SSM_CHECK(text.has_value(),
+              "only text content parts are supported ({{\"type\": \"text\", \"text\": ...}}, input_text, "
+              "output_text, refusal, thinking, or a plain string)");
+    texts.push_back(std::move(*text));
   }
   return texts;
 }
@@ -119,6 +120,19 @@ std::string join_lines(const std::vector<std::string>& texts) {
 }
 
 }  // namespace
+
+std::optional<std::string> chat_part_text(const ordered_json& part) {
+  if (part.is_string()) return part.get<std::string>();
+  if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) return std::nullopt;
+  const std::string type = part["type"].get<std::string>();
+  // vLLM's MM_PARSER_MAP text entries: the text under "text", or under the type's own name.
+  const char* key = type == "text" || type == "input_text" || type == "output_text" ? "text"
+                    : type == "refusal"                                               ? "refusal"
+                    : type == "thinking"                                              ? "thinking"
+                                                                                      : nullptr;
+  if (!key || !part.contains(key) || !part[key].is_string()) return std::nullopt;
+  return part[key].get<std::string>();
+}
 
 std::string chat_content_text(const ordered_json& content) {
   if (content.is_null()) return "";

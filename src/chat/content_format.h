@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,16 @@ const char* chat_content_format_name(ChatContentFormat f);
 ChatContentFormat detect_chat_content_format(const std::vector<std::unique_ptr<jinja::Stmt>>& body);
 
 /// The messages as a template of format `f` (String or OpenAI) receives them (vLLM's _parse_chat_message_content):
-/// String: a list of text parts joined with "\n", a null / missing content "". OpenAI: a string becomes
-/// [{"type": "text", "text": s}], a list keeps its text parts as {"type", "text"}, null / missing becomes [].
+/// String: a list of text parts (chat_part_text) joined with "\n", a null / missing content "". OpenAI: a string
+/// becomes [{"type": "text", "text": s}], a list's text parts become {"type": "text", "text"}, null / missing [].
 /// Other fields are kept; messages that are not objects are left alone. Throws Error for a content part that is not
 /// a text part or a content of another type.
 nlohmann::ordered_json normalize_chat_content(const nlohmann::ordered_json& messages, ChatContentFormat f);
+
+/// The text of one content part as vLLM reads text parts: a plain string, or {"type": "text" | "input_text" |
+/// "output_text", "text": str}, {"type": "refusal", "refusal": str}, {"type": "thinking", "thinking": str}; nullopt
+/// for any other part (an image, a malformed part).
+std::optional<std::string> chat_part_text(const nlohmann::ordered_json& part);
 
 /// A message content's text as one string (a list's text parts joined with "\n"; null: ""): what the chat echo
 /// repeats. Throws Error as normalize_chat_content.

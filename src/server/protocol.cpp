@@ -467,14 +467,14 @@ ChatRequest parse_chat_request(const json& b, int max_logprobs, const Generation
     const json* role = field(msg, "role");
     if (!role || !role->is_string()) bad_request("messages", "each message needs a string role");
     json out = msg;
-    // Content: a string, null / missing, or a list of text parts [{"type": "text", "text": "..."}], kept as given:
+    // Content: a string, null / missing, or a list of text parts (chat_part_text), kept as given:
     // the chat template gets it joined with newlines or as parts, as its content format wants (content_format.h).
     const json* c = field(msg, "content");
     if (c && c->is_array()) {
       for (const auto& part : *c) {
-        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
-            !part["text"].is_string())
-          bad_request("messages", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+        if (!chat_part_text(part))
+          bad_request("messages", "only text content parts are supported ({\"type\": \"text\", \"text\": ...}, "
+                                  "input_text, output_text, refusal, thinking, or a plain string)");
       }
     } else if (c && !c->is_string() && !c->is_null()) {
       bad_request("messages", fmt::format("message content must be a string or a list of parts (got {})", type_name(*c)));

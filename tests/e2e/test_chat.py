@@ -210,3 +210,11 @@ def test_default_chat_template_kwargs():
     r = subprocess.run([BINARY, "serve", "--model", MODEL, "--default-chat-template-kwargs", "[1]"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "--default-chat-template-kwargs" in r.stderr, r.stderr
+
+
+def test_other_text_parts(server):
+    # vLLM reads plain strings, input_text / output_text, refusal and thinking parts as text too.
+    parts = ["a", {"type": "input_text", "text": "b"}, {"type": "refusal", "refusal": "c"}]
+    assert _render(server, messages=[{"role": "user", "content": parts}]) == "User: a\nb\nc\nAssistant:"
+    bad = _render(server, messages=[{"role": "user", "content": [{"type": "refusal", "text": "c"}]}])
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"

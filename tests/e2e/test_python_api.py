@@ -318,6 +318,12 @@ def test_chat_template_content_format(llm):
                         add_generation_prompt=False, use_tqdm=False)[0].prompt == want, fmt
     with pytest.raises(ValueError, match="chat_template_content_format"):
         llm.chat(two, params, chat_template_content_format="parts")
+    # vLLM's other text parts: plain strings, input_text / output_text, refusal, thinking.
+    other = [{"role": "user", "content": ["a", {"type": "input_text", "text": "b"}, {"type": "thinking", "thinking": "c"}]}]
+    assert llm.chat(other, params, chat_template=looping, add_generation_prompt=False,
+                    use_tqdm=False)[0].prompt == "L:a;b;c;|"
+    with pytest.raises(ValueError, match="only text content parts"):
+        llm.chat([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], params)
 
 
 def test_chat(llm, tmp_path):

@@ -104,9 +104,18 @@ TEST(ChatContentFormat, NormalizesContentToEachFormat) {
       {"role": "user", "content": []},
       "not a message"])"));
   EXPECT_EQ(server::chat_content_text(msgs[1]["content"]), "a\nb");
+  // vLLM's other text parts: plain strings, input_text / output_text, refusal, thinking (each under its own key).
+  const ordered_json more = ordered_json::parse(R"(["s", {"type": "input_text", "text": "i"},
+      {"type": "output_text", "text": "o"}, {"type": "refusal", "refusal": "r"}, {"type": "thinking", "thinking": "t"}])");
+  EXPECT_EQ(server::chat_content_text(more), "s\ni\no\nr\nt");
+  EXPECT_EQ(server::normalize_chat_content(ordered_json::array({{{"role", "user"}, {"content", more}}}),
+                                           ChatContentFormat::OpenAI)[0]["content"][3],
+            ordered_json::parse(R"({"type": "text", "text": "r"})"));
+  for (const char* bad_part : {R"({"type": "refusal", "text": "r"})", R"({"type": "image_url"})", R"(3)"})
+    EXPECT_FALSE(server::chat_part_text(ordered_json::parse(bad_part))) << bad_part;
   EXPECT_EQ(server::chat_content_text(ordered_json()), "");
   for (const char* bad : {R"([{"role": "user", "content": [{"type": "image_url"}]}])", R"([{"role": "user", "content": 3}])",
-                          R"([{"role": "user", "content": ["x"]}])"})
+                          R"([{"role": "user", "content": [["x"]]}])"})
     for (auto f : {ChatContentFormat::String, ChatContentFormat::OpenAI})
       EXPECT_NE(error_of([&] { server::normalize_chat_content(ordered_json::parse(bad), f); }), "(no error)") << bad;
   EXPECT_EQ(server::parse_chat_content_format("openai", "--x"), ChatContentFormat::OpenAI);
