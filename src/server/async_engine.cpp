@@ -300,7 +300,7 @@ void AsyncEngine::admit_fair() {
       ++g.in_engine;
       g.unprefilled += prompt_len;
       ++num_unfinished_;
-      live_[id] = Live{g.channel, gp, static_cast<int>(i), g.arrival, now, 0, prompt_len};
+      live_[id] = Live{g.channel, gp, static_cast<int>(i), g.arrival, now, 0, prompt_len, now, now, prompt_len};
       if (!g.accepted) g.accepted = true, g.channel->set_accepted("");
       progress = true;
     }
@@ -337,6 +337,7 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
       if (l.num_tokens == 0) {
         l.group->unprefilled -= std::exchange(l.prompt_len, 0);
         metrics_.observe_ttft(std::chrono::duration<double>(now - l.arrival).count());
+        l.first_token = now;
         metrics_.add_prompt_tokens(o.prompt_token_ids.size());
       } else {
         metrics_.observe_itl(std::chrono::duration<double>(now - l.last_token).count());
@@ -350,6 +351,10 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
     const size_t pending = l.channel->push(l.index, std::move(o));
     if (finished) {
       metrics_.observe_e2e(std::chrono::duration<double>(now - l.arrival).count());
+      auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
+      const auto first = l.num_tokens > 0 ? l.first_token : now;
+      metrics_.observe_request({secs(l.admitted - l.arrival), secs(first - l.admitted), secs(now - first),
+                                secs(now - l.admitted), static_cast<uint64_t>(l.prompt_tokens), l.num_tokens});
       finish_live(it->first, reason);
     } else if (opt_.max_pending_output_bytes > 0 && pending > opt_.max_pending_output_bytes) {
       abort_unread(l.channel, pending);

@@ -136,6 +136,8 @@ class AsyncEngine {
     std::chrono::steady_clock::time_point arrival, last_token;
     size_t num_tokens = 0;
     int prompt_len = 0;      // counted in its group's unprefilled until its first output
+    std::chrono::steady_clock::time_point admitted, first_token;  // handed to the engine; its first token
+    int prompt_tokens = 0;   // the prompt's length (for the request_prompt_tokens histogram)
   };
   void loop();
   /// Adds queued sequences to the engine, round-robin over groups (see AsyncEngineOptions::max_seqs_per_request).

@@ -15,11 +15,45 @@ void Histogram::observe(double v) {
   ++count;
 }
 
+namespace {
+
+/// vLLM's request_latency_buckets (seconds), with finer low buckets for CPU-sized models.
+std::vector<double> latency_buckets() {
+  return {0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+          240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+
+/// vLLM's build_1_2_5_buckets for token counts: 1, 2, 5, 10, 20, 50, ... up to 10M.
+std::vector<double> token_buckets() {
+  std::vector<double> b;
+  for (double m = 1; m <= 1e7; m *= 10)
+    for (double f : {1.0, 2.0, 5.0}) b.push_back(f * m);
+  return b;
+}
+
+}  // namespace
+
 // Buckets: vLLM's, with finer low buckets for CPU-sized models.
 Metrics::Metrics()
     : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
       itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0}),
-      e2e_({0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0}) {}
+      e2e_({0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0}),
+      queue_(latency_buckets()),
+      prefill_(latency_buckets()),
+      decode_(latency_buckets()),
+      inference_(latency_buckets()),
+      prompt_len_(token_buckets()),
+      generation_len_(token_buckets()) {}
+
+void Metrics::observe_request(const RequestPhases& r) {
+  std::lock_guard lk(mu_);
+  queue_.observe(r.queue_s);
+  prefill_.observe(r.prefill_s);
+  decode_.observe(r.decode_s);
+  inference_.observe(r.inference_s);
+  prompt_len_.observe(static_cast<double>(r.prompt_tokens));
+  generation_len_.observe(static_cast<double>(r.generation_tokens));
+}
 
 void Metrics::set_gauges(const EngineGauges& g) {
   std::lock_guard lk(mu_);
@@ -129,6 +163,14 @@ std::string Metrics::render(const std::string& model_name) const {
   histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.", ttft_);
   histogram("inter_token_latency_seconds", "Time between consecutive token deliveries of a request (a --num-scheduler-steps burst counts once, as vLLM counts steps).", itl_);
   histogram("e2e_request_latency_seconds", "Time from arrival to the last token.", e2e_);
+  histogram("request_queue_time_seconds", "Finished requests: time from arrival to being handed to the engine.", queue_);
+  histogram("request_prefill_time_seconds", "Finished requests: time from being handed to the engine to the first token.",
+            prefill_);
+  histogram("request_decode_time_seconds", "Finished requests: time from the first to the last token.", decode_);
+  histogram("request_inference_time_seconds", "Finished requests: time from being handed to the engine to the last token.",
+            inference_);
+  histogram("request_prompt_tokens", "Finished requests: prompt tokens.", prompt_len_);
+  histogram("request_generation_tokens", "Finished requests: generated tokens.", generation_len_);
   return out;
 }
 

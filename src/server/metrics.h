@@ -36,6 +36,14 @@ struct EngineGauges {
   std::vector<int64_t> spec_decode_accepted_per_pos;  ///< [k] accepted drafts by position in their row (cumulative)
 };
 
+/// One finished request's phases (vLLM's per-request histograms), seconds: queue (arrival -> handed to the engine),
+/// prefill (-> its first token), decode (first -> last token), inference (handed to the engine -> last token); and
+/// its prompt and generated token counts.
+struct RequestPhases {
+  double queue_s = 0, prefill_s = 0, decode_s = 0, inference_s = 0;
+  uint64_t prompt_tokens = 0, generation_tokens = 0;
+};
+
 /// Thread-safe metrics store: the engine thread records, HTTP handlers render.
 class Metrics {
  public:
@@ -47,6 +55,8 @@ class Metrics {
   void observe_ttft(double seconds);
   void observe_itl(double seconds);
   void observe_e2e(double seconds);
+  /// A finished request's phases and token counts (request_queue_time_seconds ... request_generation_tokens).
+  void observe_request(const RequestPhases& r);
   /// Open HTTP connections now (set before rendering).
   void set_http_connections(int n);
   /// Counts a finished request by finish reason ("stop", "length", "abort").
@@ -62,6 +72,8 @@ class Metrics {
   int http_connections_ = 0;
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram ttft_, itl_, e2e_;
+  Histogram queue_, prefill_, decode_, inference_;  // seconds per finished request
+  Histogram prompt_len_, generation_len_;           // tokens per finished request
   std::map<std::string, uint64_t> finished_;
 };
 

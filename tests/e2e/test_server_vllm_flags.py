@@ -255,3 +255,23 @@ def test_request_id_headers():
         assert httpx.get(s.base_url + "/nope").headers["x-request-id"]  # errors too
     finally:
         s.stop()
+
+
+def test_per_request_histograms():
+    # vLLM's per-request histograms: queue / prefill / decode / inference time and prompt / generated tokens, one
+    # observation per finished request (under vllm: and ssmserve:).
+    s = Server()
+    try:
+        r = httpx.post(s.base_url + "/v1/completions", json={"prompt": "Once upon a time", "max_tokens": 5}).json()
+        text = httpx.get(s.base_url + "/metrics").text
+    finally:
+        s.stop()
+    val = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+           if line and not line.startswith("#") and "_bucket" not in line}
+    for prefix in ("vllm:", "ssmserve:"):
+        assert val[prefix + "request_prompt_tokens_sum"] == r["usage"]["prompt_tokens"]
+        assert val[prefix + "request_generation_tokens_sum"] == r["usage"]["completion_tokens"]
+        for phase in ("queue", "prefill", "decode", "inference"):
+            assert val[prefix + f"request_{phase}_time_seconds_count"] == 1
+            assert 0 <= val[prefix + f"request_{phase}_time_seconds_sum"] < 60
+        assert val[prefix + "request_inference_time_seconds_sum"] >= val[prefix + "request_decode_time_seconds_sum"]

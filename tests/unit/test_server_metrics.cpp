@@ -38,6 +38,7 @@ TEST(Metrics, VllmNamesCarryTheSameValues) {
   m.add_generation_tokens(9);
   m.count_finished("stop");
   m.observe_ttft(0.02);
+  m.observe_request({0.004, 0.3, 1.2, 1.5, 33, 7});
   const auto s = samples(m.render("tiny"));
   const std::string l = "{model_name=\"tiny\"}";
   for (const auto& [ours, vllm] : std::map<std::string, std::string>{
@@ -47,12 +48,22 @@ TEST(Metrics, VllmNamesCarryTheSameValues) {
            {"prefix_cache_hits_total", "prefix_cache_hits_total"},
            {"prompt_tokens_total", "prompt_tokens_total"},
            {"generation_tokens_total", "generation_tokens_total"},
-           {"time_to_first_token_seconds_count", "time_to_first_token_seconds_count"}}) {
+           {"time_to_first_token_seconds_count", "time_to_first_token_seconds_count"},
+           {"request_queue_time_seconds_sum", "request_queue_time_seconds_sum"},
+           {"request_inference_time_seconds_count", "request_inference_time_seconds_count"},
+           {"request_prompt_tokens_sum", "request_prompt_tokens_sum"}}) {
     ASSERT_TRUE(s.count("ssmserve:" + ours + l)) << ours;
     ASSERT_TRUE(s.count("vllm:" + vllm + l)) << vllm;
     EXPECT_EQ(s.at("ssmserve:" + ours + l), s.at("vllm:" + vllm + l)) << vllm;
   }
   EXPECT_EQ(s.at("vllm:kv_cache_usage_perc" + l), "0.25");
+  // The per-request phases land in their buckets (cumulative): prefill 0.3 s is in le=0.3, not in le=0.1.
+  EXPECT_EQ(s.at("vllm:request_prefill_time_seconds_bucket{model_name=\"tiny\",le=\"0.3\"}"), "1");
+  EXPECT_EQ(s.at("vllm:request_prefill_time_seconds_bucket{model_name=\"tiny\",le=\"0.1\"}"), "0");
+  EXPECT_EQ(s.at("vllm:request_decode_time_seconds_sum" + l), "1.2");
+  EXPECT_EQ(s.at("vllm:request_generation_tokens_bucket{model_name=\"tiny\",le=\"10\"}"), "1");
+  EXPECT_EQ(s.at("vllm:request_generation_tokens_bucket{model_name=\"tiny\",le=\"5\"}"), "0");
+  EXPECT_EQ(s.at("vllm:request_prompt_tokens_sum" + l), "33");
   EXPECT_EQ(s.at("vllm:request_success_total{model_name=\"tiny\",finished_reason=\"stop\"}"), "1");
   // ssmserve's own (no vLLM counterpart) only under ssmserve:.
   EXPECT_TRUE(s.count("ssmserve:state_blocks_used" + l));
