@@ -102,7 +102,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_MOE_PAIR_PRELOAD", k.moe_pair_preload);
   flag("SSMSERVE_F32_GEMV_PRELOAD", k.f32_gemv_preload);
   int_in("SSMSERVE_MOE_DOWN_COMBINE", k.moe_down_combine, 0, 2);
-  flag("SSMSERVE_MOE_DECODE_FUSED", k.moe_decode_fused);
   flag("SSMSERVE_MAMBA2_DECODE_FUSED", k.mamba2_decode_fused);
   flag("SSMSERVE_PREFILL_ROW_KERNELS", k.prefill_row_kernels);
   int_in("SSMSERVE_MOE_GROUPED_WG", k.moe_grouped_wg, 0, 3);

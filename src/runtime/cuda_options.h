@@ -139,7 +139,7 @@ struct CudaModelOptions {
   /// and the kernel paths
   /// (SSMSERVE_SKINNY_TUNE / _LATE_TRIGGER / _PRELOAD / _PREFETCH_MB / _RULES / _SPLIT_RULE, SSMSERVE_KERNEL_PROFILE, SSMSERVE_LIGHTNING_KV_WG /
   /// _WALK, SSMSERVE_DECODE_PREWAIT, SSMSERVE_SAMPLE_BUCKETS, SSMSERVE_GDN_WALK,
-  /// SSMSERVE_MOE_PAIR_GEMV / _TUNE / _SORTED, SSMSERVE_MOE_DECODE_FUSED, SSMSERVE_ATTN_TC_WS). Throws Error naming the variable on a
+  /// SSMSERVE_MOE_PAIR_GEMV / _TUNE / _SORTED, SSMSERVE_ATTN_TC_WS). Throws Error naming the variable on a
   /// malformed value.
   static CudaModelOptions from_env();
   /// from_env() with the model's requested weight dtype (ModelConfig::dtype, vLLM's --dtype) as weight_dtype; nullopt

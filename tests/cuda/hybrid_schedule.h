@@ -17,7 +17,6 @@ struct HybridSchedule {
   std::vector<std::vector<int32_t>> tables, toks;
   std::mt19937 rng;
   int vocab;
-  int pad_decodes_to = 4;  ///< decode rows padded to this many from step 2 on (0: none)
   /// Token ids drawn from [0, vocab) with `seed`.
   HybridSchedule(int kv_block_size, int vocab_size, unsigned seed) : rng(seed), vocab(vocab_size) {
     const int per = kv_block_size > 0 ? 80 / kv_block_size + 2 : 1;
@@ -29,11 +28,6 @@ struct HybridSchedule {
   }
   /// Pool blocks the schedule's tables reach (block ids up to 4 + 2 (per - 1), per = 80 / kv_block_size + 2), with
   /// room to spare: wide heads make a KV token large, so a page holds few tokens and the sequences span many blocks.
-  /// The first sequence alone, its decode rows unpadded: one-token decode steps after its prefill.
-  void first_only() {
-    seqs.resize(1), tables.resize(1), toks.resize(1);
-    pad_decodes_to = 0;
-  }
   static int pool_blocks(int kv_block_size) { return 6 + 2 * (kv_block_size > 0 ? 80 / kv_block_size + 2 : 1); }
   std::vector<int32_t> ids(int n) {
     std::vector<int32_t> v(static_cast<size_t>(n));
@@ -43,7 +37,7 @@ struct HybridSchedule {
   /// Step `step`'s batch for model `m` (logits of every real row, none of the padding).
   ForwardBatch batch(int step, const CausalLM& m) {
     MetadataOptions opt;
-    opt.pad_decodes_to = step >= 2 ? pad_decodes_to : 0;
+    opt.pad_decodes_to = step >= 2 ? 4 : 0;
     opt.chunk_size = m.chunk_size();
     ForwardBatch b = make_forward_batch(seqs, toks, opt);
     build_attention_metadata(seqs, tables, m.kv_block_size(), b.meta, b.linear_meta, b.attn_meta);

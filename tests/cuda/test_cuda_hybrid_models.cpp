@@ -104,16 +104,13 @@ class CudaHybridModel : public ::testing::TestWithParam<HybridCase> {
   }
   /// Two GPU runners with options a and b over the hybrid schedule (prefills, then graph-captured decode steps):
   /// logits bit-identical at every step.
-  /// one_seq: the schedule's first sequence alone (one-token decode steps after its prefill), else both.
-  void expect_same_logits(const cuda::CudaModelOptions& a_opt, const cuda::CudaModelOptions& b_opt, const char* what,
-                          bool one_seq = false) {
+  void expect_same_logits(const cuda::CudaModelOptions& a_opt, const cuda::CudaModelOptions& b_opt, const char* what) {
     const cudatest::TuningScope restore(cuda::kernel_tuning());
     const DecoderSpec spec = architecture_spec(cfg_);
     auto ra = cuda::load_cuda_decoder(cfg_, spec, format_, a_opt);
     auto rb = cuda::load_cuda_decoder(cfg_, spec, format_, b_opt);
     StateCache a(ra->num_state_layers(), ra->state_shape(), 32), b(rb->num_state_layers(), rb->state_shape(), 32);
     cudatest::HybridSchedule sched(ra->kv_block_size(), 50000, 5);
-    if (one_seq) sched.first_only();
     for (int step = 0; step < 6; ++step) {
       SCOPED_TRACE(::testing::Message() << "step " << step);
       ForwardBatch fb = sched.batch(step, *ra);
@@ -312,23 +309,6 @@ TEST_P(CudaHybridModel, GdnDecodeFusedEqualsSeparate) {
   fused.gdn_decode_fused = true;
   separate.gdn_decode_fused = false;
   expect_same_logits_each_mode(fused, separate, "logits with the fused Gated DeltaNet decode step differ from its four kernels");
-}
-
-/// A MoE layer's one-token decode step in one launch (router GEMV, routing, up GEMV, and down GEMV + combine without a
-/// shared add in the combine: KernelTuning::moe_decode_fused; kernels/cuda/moe_decode_fused.cu) against the separate
-/// launches: bit-identical logits over one sequence's one-token decode steps (eager, then CUDA graphs), with and without
-/// PDL (batch-invariant mode, fp32 weights and steps of several tokens keep the launches, so those compare the one path
-/// with itself, as do cases without MoE layers).
-TEST_P(CudaHybridModel, MoeDecodeFusedEqualsSeparate) {
-  REQUIRE_GPU();
-  cuda::CudaModelOptions fused, separate;
-  fused.kernels.moe_decode_fused = true;
-  separate.kernels.moe_decode_fused = false;
-  expect_same_logits(fused, separate, "one-token steps: logits with the fused MoE decode step differ from its launches", true);
-  fused.pdl = separate.pdl = false;
-  expect_same_logits(fused, separate, "one-token steps without PDL: logits with the fused MoE decode step differ", true);
-  fused.pdl = separate.pdl = true;
-  expect_same_logits_each_mode(fused, separate, "logits with the fused MoE decode step differ from its launches");
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,

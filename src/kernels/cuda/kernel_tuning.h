@@ -75,11 +75,6 @@ struct KernelTuning {
   /// Qwen3.5-35B-A3B, whose gated add is in the combine); 0: the down GEMV and the combine kernel always
   /// (SSMSERVE_MOE_DOWN_COMBINE=0|1|2). The same bits either way.
   int moe_down_combine = 1;
-  /// One-token decode steps with bf16 experts (outside batch-invariant mode): the MoE layer's router GEMV, routing, up
-  /// GEMV and (without a shared add in the combine) down GEMV and combine in one persistent launch with two grid-wide
-  /// barriers (moe_decode_fused.cu) instead of four or five launches; off: those launches (SSMSERVE_MOE_DECODE_FUSED=0).
-  /// The same bits either way (tested).
-  bool moe_decode_fused = false;
   /// A Mamba-2 layer's plain decode rows (up to 16, outside batch-invariant mode, bf16 weights) take one launch for
   /// the conv update, the SSD state update and the gated norm (mamba2_decode_fused: the last block of each (row,
   /// group) runs the group's norm) instead of three; off: the three kernels (SSMSERVE_MAMBA2_DECODE_FUSED=0). The same

@@ -347,7 +347,7 @@ size_t moe_workspace_bytes(int64_t T, const MoeDevWeights& w) { return MoeLayout
 
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
                        float* out, int64_t out_stride, void* workspace, cudaStream_t stream, bool pdl,
-                       const MoeSharedAdd* shared, const MoeFusedRouter* fused) {
+                       const MoeSharedAdd* shared) {
   if (!valid(w) || w.num_experts > kMaxRouteE || T < 0 || x_stride < w.hidden || x_stride % 4 != 0 ||
       out_stride < w.hidden)
     return cudaErrorInvalidValue;
@@ -381,27 +381,6 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
   const int E = w.num_experts, k = w.top_k;
   const int64_t P = T * k;
   LaunchProfile prof(stream);  // SSMSERVE_KERNEL_PROFILE=1: the per-pair path's kernel times (benchmarks, eager only)
-  if (fused) {  // a one-token step: the router, routing and up GEMV (and down + combine without shared rows) in one launch
-    if (!moe_decode_fused_serves(T, w) || !fused->weight || !fused->logits || !fused->sync) return cudaErrorInvalidValue;
-    // With shared rows the combine waits for the shared expert's branch, which the whole launch would then wait for:
-    // the down GEMV and the combine stay launches of their own there.
-    cudaError_t e = moe_decode_fused(x, fused->weight, fused->logits, ids, wts, pair_row, act, w, shared ? nullptr : out, fused->sync,
-                         stream, pdl);
-    prof.mark(shared ? "moe fused router + up" : "moe fused");
-    if (e != cudaSuccess || !shared) return e;
-    // ids come from the direct predecessor: no loads before the down launch's wait.
-    if (kernel_tuning().moe_down_combine >= 2 && moe_down_combine_fits(T, k, w.hidden, w.intermediate, &add)) {
-      if (shared->ready && (e = cudaStreamWaitEvent(stream, shared->ready, 0)) != cudaSuccess) return e;
-      int rows_per_warp = 1, warps = 4;
-      pair_gemv_shape(P, w.hidden, rows_per_warp, warps);
-      return moe_down_combine(act, ids, wts, T, k, static_cast<const bf16*>(w.w2), w.hidden, w.intermediate, rows_per_warp,
-                              out, out_stride, &add, false, stream, pdl);
-    }
-    const PairGemvArgs down{nullptr, 0, act, ids, nullptr, P, k, static_cast<const bf16*>(w.w2), nullptr, w.hidden,
-                            w.intermediate, nullptr, y, nullptr, false};
-    if ((e = launch_pair_gemv<PairMode::kDown>(pdl, down, stream)) != cudaSuccess) return e;
-    return combine(static_cast<const float*>(y), ids, wts, pair_row);
-  }
   cudaError_t e = moe_route(logits, T, E, k, w.routing, ids, wts, stream, pdl);
   if (e != cudaSuccess) return e;
   prof.mark("moe route");

@@ -80,20 +80,6 @@ struct MoeSharedAdd {
 /// smaller steps computes it once per slice), so the runner can fuse the shared add there too. A function of T only.
 bool moe_combine_per_token(int64_t T);
 
-/// The router of a one-token step computed inside sparse_moe's fused decode launch (KernelTuning::moe_decode_fused,
-/// moe_decode_fused_serves): weight [E, hidden] fp32 (the router's Linear weight as stored, 16-byte aligned); logits:
-/// [E] fp32, written (the bits of skinny_gemm_f32's x weight^T); sync: 3 zeroed device counters owned by the caller
-/// (one set per MoE layer; the launch leaves them zero).
-struct MoeFusedRouter {
-  const float* weight = nullptr;
-  float* logits = nullptr;
-  unsigned* sync = nullptr;
-};
-
-/// Whether sparse_moe takes a MoeFusedRouter for a step of T tokens with these experts: one token, bf16 experts outside
-/// per_pair (batch-invariant) mode, hidden <= 8192, top_k * intermediate * 2 <= 40 KB, KernelTuning::moe_decode_fused.
-bool moe_decode_fused_serves(int64_t T, const MoeDevWeights& w);
-
 /// out[t] = sum over token t's top_k experts e (ascending e) of weight_e * w2_e(silu(w1_e x) * (w3_e x)) (relu^2
 /// experts: weight_e * w2_e(relu(w1_e x)^2)).
 ///   x: [T, hidden] fp32 (row stride x_stride, multiple of 4); logits: [T, E] fp32 contiguous; out: [T, hidden]
@@ -101,11 +87,8 @@ bool moe_decode_fused_serves(int64_t T, const MoeDevWeights& w);
 ///   pdl: this file's kernels (routing, sort, the per-pair / fp32 GEMVs, combine) launched with Programmatic
 ///   Dependent Launch (pdl.cuh); the grouped GEMMs of large batches stay plain launches.
 ///   shared: the shared expert's rows added in the combine (MoeSharedAdd), or nullptr.
-///   fused: the router in the same launch (moe_decode_fused_serves(T, w) must hold; `logits` is then not read, and
-///   may be null): the router GEMV, the routing, the up GEMV and, without `shared`, the down GEMV and the combine run
-///   in one launch; the same bits as the router GEMM into fused->logits followed by sparse_moe.
 cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float* logits, const MoeDevWeights& w,
                        float* out, int64_t out_stride, void* workspace, cudaStream_t stream, bool pdl = false,
-                       const MoeSharedAdd* shared = nullptr, const MoeFusedRouter* fused = nullptr);
+                       const MoeSharedAdd* shared = nullptr);
 
 }  // namespace ssmserve::cuda

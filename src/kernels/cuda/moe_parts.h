@@ -46,14 +46,4 @@ cudaError_t moe_down_combine(const __nv_bfloat16* act, const int32_t* ids, const
                              const __nv_bfloat16* w2, int64_t hidden, int64_t intermediate, int rows, float* out,
                              int64_t os, const MoeSharedAdd* shared, bool preload, cudaStream_t stream, bool pdl);
 
-/// The one-launch MoE of a one-token decode step (moe_decode_fused.cu; sparse_moe with a MoeFusedRouter): logits [E] =
-/// router_w x (fp32), ids / wts [top_k] = the routing, pair_row [top_k] = 0, 1, ... (the unsorted rows' map, as the up
-/// GEMV writes it), act [top_k, I] bf16 = the up GEMV's activations, and with `out`
-/// non-null out [hidden] = the down GEMV and the combine (without a shared add); each the bits of the launch it
-/// replaces. sync: 3 zeroed counters (left zero). cudaErrorInvalidValue outside moe_decode_fused_serves(1, w) or for
-/// null / unaligned pointers; cudaErrorInvalidConfiguration when a block does not fit an SM.
-cudaError_t moe_decode_fused(const float* x, const float* router_w, float* logits, int32_t* ids, float* wts,
-                             int32_t* pair_row, __nv_bfloat16* act, const MoeDevWeights& w, float* out, unsigned* sync, cudaStream_t stream,
-                             bool pdl);
-
 }  // namespace ssmserve::cuda::detail

@@ -66,8 +66,6 @@ class CudaMoe final : public CudaModule {
     const auto stack = f32_ ? stack_f32 : stack_bf16;
     w1_ = stack(w1), w2_ = stack(w2);
     if (c_.gated) w3_ = stack(w3);
-    sync_ = DeviceBuffer(16);
-    sync_.fill_bytes(0);
   }
 
   ModuleInput input() const override { return ModuleInput::F32; }
@@ -85,7 +83,6 @@ class CudaMoe final : public CudaModule {
     }
   }
   void pointers(std::vector<const void*>& out) const override {
-    out.push_back(sync_.data());
     if (shared_) shared_->pointers(out);
   }
 
@@ -94,9 +91,7 @@ class CudaMoe final : public CudaModule {
     const bool pdl = ctx_.opt.pdl;
     const auto* normed = static_cast<const float*>(x);
     float* router = slot(ScratchPool::kMoeRouter).f32(T * c_.num_experts);
-    // A one-token step's router runs inside sparse_moe's fused launch (KernelTuning::moe_decode_fused), else here.
-    const bool fuse_router = moe_decode_fused_serves(T, weights()) && gate_.dtype == DType::F32 && gate_.cols == H_;
-    if (!fuse_router) ctx_.gemm_run(normed, T, H_, gate_, router, c_.num_experts);
+    ctx_.gemm_run(normed, T, H_, gate_, router, c_.num_experts);
     // The shared expert's rows: y = shared_expert(bf16 / fp32 x), on the second branch when the runner has one (the
     // MLP module was built with its context), else on this stream.
     const DType wd = ctx_.opt.weight_dtype;
@@ -136,10 +131,9 @@ class CudaMoe final : public CudaModule {
     }
     {
       ProfileSpan span(ctx_.profile, "experts", st.stream);
-      const MoeFusedRouter fr{gate_.buf.as<float>(), router, sync_.as<unsigned>()};
       SSM_CUDA_CHECK(sparse_moe(normed, H_, T, router, weights(), out, H_,
                                 slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights())), st.stream, pdl,
-                                fused ? &add : nullptr, fuse_router ? &fr : nullptr));
+                                fused ? &add : nullptr));
     }
     if (shared_ && !fused) {  // out += y (gated: times sigmoid(x . w_g)), here or by the next norm
       if (ctx_.branch) ctx_.branch->join(st.stream);
@@ -171,7 +165,6 @@ class CudaMoe final : public CudaModule {
   DeviceBuffer bias_;  ///< [E] e_score_correction_bias (sigmoid routing), or empty
   DeviceBuffer shared_gate_;  ///< [hidden] fp32 shared_expert_gate.weight (Qwen), or empty
   DeviceBuffer w1_, w2_, w3_;
-  DeviceBuffer sync_;  ///< the fused decode launch's barrier counters (MoeFusedRouter::sync), zero between launches
   /// The runner's shared scratch slot `i` (ScratchPool: one workspace for every MoE layer).
   Scratch& slot(int i) const { return (*ctx_.scratch)[i]; }
   std::unique_ptr<CudaModule> shared_;  ///< the shared expert (a GPU dense MLP), or null
