@@ -15,6 +15,8 @@
 #include "engine/bad_words.h"
 #include "engine/reasoning.h"
 #include "engine/sampler.h"
+#include "server/generation_producer.h"
+#include "server/http_responses.h"
 #include "server/protocol.h"
 #include "server/serving.h"
 #include "server/structured_request.h"
@@ -26,23 +28,6 @@ using json = nlohmann::ordered_json;
 namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-HttpResponse json_response(const json& j, int status = 200) {
-  HttpResponse r;
-  r.status = status;
-  r.content_type = "application/json";
-  r.body = dump(j);
-  return r;
-}
-
-/// The OpenAI error response of `e` (503 adds Retry-After).
-HttpResponse error_response(const ApiError& e) {
-  HttpResponse r = json_response(e.body(), e.status);
-  if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
-  return r;
-}
 
 long long unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -68,9 +53,6 @@ class InflightGuard {
   std::shared_ptr<std::atomic<int>> c_;
 };
 
-/// The SSE text of one event.
-std::string sse(const json& chunk) { return "data: " + dump(chunk) + "\n\n"; }
-
 /// Routes and their methods (HEAD is served by GET routes); other methods on them get 405 with Allow.
 const std::vector<std::pair<std::string, std::string>>& known_routes() {
   static const std::vector<std::pair<std::string, std::string>> r = {
@@ -94,110 +76,6 @@ bool starts_with_ci(const std::string& s, const char* prefix) {
 }
 
 }  // namespace
-
-/// Produces a generation's response on the connection's I/O thread as the engine's outputs arrive: the whole JSON
-/// once every choice finished (non-streaming: the status is the real outcome), or SSE chunks (streaming). Asked
-/// again only when the previous write finished, so a client that does not read leaves its outputs coalescing in
-/// the channel (bounded by --max-pending-output-bytes). Closing before the end aborts the engine requests.
-class OpenAIServer::GenerationProducer final : public Producer, public std::enable_shared_from_this<GenerationProducer> {
- public:
-  GenerationProducer(OpenAIServer& srv, std::shared_ptr<Exchange> ex, std::shared_ptr<GenerationJob> job,
-                     std::shared_ptr<std::atomic<int>> inflight)
-      : srv_(srv), ex_(std::move(ex)), job_(job), builder_(std::move(job)), inflight_(std::move(inflight)) {}
-
-  void produce(ProducerOutput& out) override {
-    const GenerationJob& j = *job_;
-    // 1. Admission.
-    if (!accepted_) {
-      const auto decided = j.channel->try_accepted();
-      if (!decided) {
-        if (srv_.force_stop_) out.head = error_response(ApiError(503, "the server is shutting down; the request was aborted"));
-        return;
-      }
-      if (!decided->empty()) {
-        out.head = error_response(ApiError(400, *decided));
-        return;
-      }
-      accepted_ = true;
-    }
-    std::vector<OutputChannel::Item> items;
-    std::string fatal;
-    int fatal_status = 500;
-    j.channel->pop_all(items, std::chrono::milliseconds(0), &fatal, &fatal_status);
-    // 2a. Not streaming: the whole response once every choice finished.
-    if (!j.stream) {
-      if (rendering_) {  // the body is rendered on a worker (it can be tens of MB: logprobs, echo)
-        if (rendered_.load(std::memory_order_acquire)) out.head = std::move(final_);
-        return;
-      }
-      for (auto& it : items) builder_.on_output(it.index, std::move(it.output));
-      if (builder_.all_finished()) {
-        rendering_ = true;
-        srv_.transport_->post_work([self = shared_from_this()] {
-          try {
-            HttpResponse r;
-            r.content_type = "application/json";
-            r.body = self->builder_.final_body();
-            self->final_ = std::move(r);
-          } catch (const std::exception& e) {
-            self->final_ = error_response(ApiError(500, e.what()));
-          }
-          self->rendered_.store(true, std::memory_order_release);
-          self->ex_->wake();
-        });
-      } else if (!fatal.empty()) out.head = error_response(ApiError(fatal_status, fatal));
-      else if (srv_.force_stop_) out.head = error_response(ApiError(503, "the server is shutting down; the request was aborted"));
-      return;
-    }
-    // 2b. Streaming: SSE events. vLLM's continuous_usage_stats: every chunk carries its choice's usage so far (its
-    // prompt's tokens and the choice's generated tokens, not the request's totals).
-    auto event = [&](json c) {
-      if (j.continuous_usage) {
-        const json* choices = c.contains("choices") ? &c["choices"] : nullptr;
-        c["usage"] = choices && choices->is_array() && choices->size() == 1 && (*choices)[0].contains("index")
-                         ? builder_.choice_usage((*choices)[0]["index"].get<int>())
-                         : builder_.usage();
-      }
-      out.data += sse(c);
-    };
-    if (!opened_) {
-      HttpResponse head;
-      head.content_type = "text/event-stream; charset=utf-8";  // as vLLM (Starlette): clients decode the text as UTF-8
-      head.headers.emplace_back("Cache-Control", "no-cache");
-      out.head = std::move(head);
-      out.stream = true;
-      for (const auto& c : builder_.opening_chunks()) event(c);
-      opened_ = true;
-    }
-    for (auto& it : items)
-      for (const auto& c : builder_.on_output(it.index, std::move(it.output))) event(c);
-    if (builder_.all_finished()) {
-      if (j.include_usage) out.data += sse(builder_.usage_chunk());
-      out.data += "data: [DONE]\n\n";
-      out.done = true;
-    } else if (!fatal.empty() || srv_.force_stop_) {
-      const ApiError e = fatal.empty() ? ApiError(503, "the server is shutting down; the request was aborted")
-                                       : ApiError(fatal_status, fatal);
-      out.data += sse(e.body()) + "data: [DONE]\n\n";
-      out.done = true;
-    }
-  }
-
-  void close(bool) override {
-    if (!builder_.all_finished()) srv_.engine_.abort(job_->request_ids);
-    --*inflight_;
-  }
-
- private:
-  OpenAIServer& srv_;
-  std::shared_ptr<Exchange> ex_;  // kept alive for the channel's wake-ups (they hold it weakly)
-  std::shared_ptr<GenerationJob> job_;
-  ResponseBuilder builder_;
-  std::shared_ptr<std::atomic<int>> inflight_;
-  bool accepted_ = false, opened_ = false, rendering_ = false;
-  std::atomic<bool> rendered_{false};
-  HttpResponse final_;  // written by the worker before rendered_ is set
-};
 
 OpenAIServer::OpenAIServer(AsyncEngine& engine, Metrics& metrics, ChatTemplate chat_template, ServerOptions opt)
     : engine_(engine), metrics_(metrics), chat_template_(std::move(chat_template)), opt_(std::move(opt)), cors_(opt_.cors) {
