@@ -110,7 +110,7 @@ int run_serve(ServeArgs& a) {
   if (!a.vllm.revision.empty() && !a.engine.model.empty())  // a hub id's snapshot of --revision (else main)
     a.engine.model = resolve_model_path(a.engine.model.string(), a.vllm.revision);
   resolve_engine_config(a.engine, a.load_format);
-  check_vllm_compat_flags(a.vllm, a.engine.device);
+  check_vllm_compat_flags(a.vllm);
   a.server.seed = a.seed;
   SSM_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535] (got {})", a.server.port);
   if (a.max_model_len_given) {

@@ -44,6 +44,9 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                  "Weights' dtype (vLLM's): auto (GPU: bfloat16; CPU: as stored; FP8 checkpoints: bfloat16), bfloat16, float32 or float (= float32); "
                  "the CPU computes in fp32 whatever it is")
       ->capture_default_str();
+  cmd.add_flag("--enforce-eager", cfg.enforce_eager,
+               "No CUDA graphs (vLLM's): every GPU step's kernels are launched one by one (the same results, slower "
+               "decode); no effect on the CPU");
   cmd.add_option("-q,--quantization", cfg.quantization,
                  "The checkpoint's quantization method (vLLM's): fp8, compressed-tensors or modelopt, checked against "
                  "config.json; default: as the checkpoint says (FP8 weights are dequantized as they load)");

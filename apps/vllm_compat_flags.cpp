@@ -13,9 +13,6 @@ namespace ssmserve::cli {
 void add_vllm_compat_flags(CLI::App& cmd, VllmCompatFlags& f) {
   const std::string none = " (accepted for vLLM command lines; no effect in ssmserve)";
   cmd.add_flag("--trust-remote-code", f.trust_remote_code, "vLLM's: run a checkpoint's own Python code" + none);
-  cmd.add_flag("--enforce-eager", f.enforce_eager,
-               "vLLM's: no CUDA graphs" + none + "; ssmserve's graphs give the same results, SSMSERVE_CUDA_GRAPHS=0 "
-               "turns them off");
   cmd.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f.enable_chunked_prefill,
                "vLLM's chunked prefill switch" + none + ": prefill is always chunked, with the same results");
   cmd.add_flag("--enable-prompt-tokens-details", f.enable_prompt_tokens_details,
@@ -51,7 +48,7 @@ void add_vllm_compat_flags(CLI::App& cmd, VllmCompatFlags& f) {
                  "vLLM's concurrent partial prefills" + none + ": the scheduler packs them by its token budget");
 }
 
-void check_vllm_compat_flags(const VllmCompatFlags& f, const std::string& device) {
+void check_vllm_compat_flags(const VllmCompatFlags& f) {
   SSM_CHECK(f.kv_cache_dtype == "auto",
             "--kv-cache-dtype {}: ssmserve keeps the attention KV cache in the dtype it computes in; only auto is "
             "accepted (the recurrent states: --mamba-cache-dtype / --mamba-ssm-cache-dtype)", f.kv_cache_dtype);
@@ -82,13 +79,6 @@ void check_vllm_compat_flags(const VllmCompatFlags& f, const std::string& device
             cc);
   SSM_CHECK(f.max_num_partial_prefills >= 1, "--max-num-partial-prefills must be >= 1 (got {})",
             f.max_num_partial_prefills);
-#ifdef SSMSERVE_HAVE_CUDA
-  if (f.enforce_eager && device != "cpu")
-    spdlog::warn("--enforce-eager: CUDA graphs stay on (they give the same results as eager steps); "
-                 "SSMSERVE_CUDA_GRAPHS=0 turns them off");
-#else
-  (void)device;  // a CPU-only build: no CUDA graphs to keep
-#endif
 }
 
 void rewrite_vllm_argument_spellings(std::vector<std::string>& args) {

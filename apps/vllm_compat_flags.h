@@ -11,7 +11,7 @@ namespace ssmserve::cli {
 
 /// The values of vLLM flags that have no effect in ssmserve (each named as in vLLM's EngineArgs / FrontendArgs).
 struct VllmCompatFlags {
-  bool trust_remote_code = false, enforce_eager = false, disable_fastapi_docs = false, enable_log_requests = false,
+  bool trust_remote_code = false, disable_fastapi_docs = false, enable_log_requests = false,
        disable_custom_all_reduce = false, enable_prompt_tokens_details = false, async_scheduling = false,
        disable_async_output_proc = false, enable_chunked_prefill = true;
   std::string uvicorn_log_level = "info", kv_cache_dtype = "auto", tokenizer_mode = "auto",
@@ -25,9 +25,8 @@ struct VllmCompatFlags {
 void add_vllm_compat_flags(CLI::App& cmd, VllmCompatFlags& f);
 
 /// Errors (ssmserve::Error naming the flag) for values that would change what vLLM does in a way ssmserve cannot
-/// follow (e.g. --kv-cache-dtype fp8, --pipeline-parallel-size 2, --scheduling-policy priority); warnings for flags
-/// accepted with no effect where a user may expect one (--enforce-eager on a GPU). `device`: EngineConfig::device.
-void check_vllm_compat_flags(const VllmCompatFlags& f, const std::string& device);
+/// follow (e.g. --kv-cache-dtype fp8, --pipeline-parallel-size 2, --scheduling-policy priority).
+void check_vllm_compat_flags(const VllmCompatFlags& f);
 
 /// vLLM's argument spellings rewritten in place into ssmserve's, before CLI11 parses them (vLLM's
 /// FlexibleArgumentParser): `-tp N` / `-pp N` / `-dp N` (--tensor- / --pipeline- / --data-parallel-size), `-O3` /

@@ -115,6 +115,8 @@ const EngineArg kEngineArgs[] = {
     {"swap_space", "swap_space",
      [](EngineConfig& c, const std::string& k, const py::handle& v) { c.swap_space = float_arg(k, v); }},
     {"dtype", "dtype", [](EngineConfig& c, const std::string& k, const py::handle& v) { c.dtype = str_arg(k, v); }},
+    {"enforce_eager", "enforce_eager",
+     [](EngineConfig& c, const std::string& k, const py::handle& v) { c.enforce_eager = bool_arg(k, v); }},
     {"quantization", "quantization",
      [](EngineConfig& c, const std::string& k, const py::handle& v) { c.quantization = str_arg(k, v); }},
     {"generation_config", "generation_config",

@@ -175,7 +175,7 @@ def _render_chats(engine, messages, chat_template, add_generation_prompt, contin
 # **kwargs (generation_config, override_generation_config) and ssmserve's own (as the CLI's flags).
 _SSMSERVE_ENGINE_ARGS = ("num_state_blocks", "threads", "num_threads", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
                          "num_scheduler_steps", "mamba_cache_mode", "mamba_block_size", "swap_space", "log_level",
-                         "quantization",
+                         "quantization", "enforce_eager",
                          "generation_config", "override_generation_config")
 
 
@@ -361,11 +361,13 @@ class LLM:
         max_tokens), "vllm" (none: SamplingParams()'s) or a folder holding generation_config.json.
         override_generation_config: a dict merged over it, e.g. {"temperature": 0.5} (with "vllm" only these).
         A malformed value in either is a ValueError naming the file (or override_generation_config) and the field.
+      enforce_eager: no CUDA graphs (vLLM's): every GPU step's kernels launched one by one (the same results, slower
+        decode); no effect on the CPU.
       max_logprobs: the most logprobs / prompt_logprobs a request may ask for (20, the engine's cap, and the
         default; more, or -1, is a ValueError saying the cap); a request asking for more is a ValueError.
     vLLM's keywords that have no effect here are taken at values that mean "no effect" (any other value is a
     ValueError naming the keyword, the value and that ssmserve does not support it): trust_remote_code,
-    enforce_eager (CUDA graphs are the process's SSMSERVE_CUDA_GRAPHS switch), disable_log_stats,
+    disable_log_stats,
     disable_custom_all_reduce, disable_async_output_proc, disable_log_requests, enable_log_requests (bools);
     tokenizer_mode ("auto" / "hf" / "slow"); revision, tokenizer_revision, code_revision, download_dir, block_size
     (None); skip_tokenizer_init, enable_sleep_mode (False); task, runner ("auto" / "generate"); enable_chunked_prefill

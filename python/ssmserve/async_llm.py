@@ -52,9 +52,9 @@ class EngineArgs:
     generation_config: Optional[str] = None
     override_generation_config: Optional[dict] = None
     max_logprobs: int = 20  # the engine's cap (see ssmserve.LLM)
+    enforce_eager: bool = False  # vLLM's: no CUDA graphs
     # vLLM's arguments that have no effect here, at their vLLM defaults (ssmserve.LLM lists the values each takes).
     trust_remote_code: bool = False
-    enforce_eager: bool = False
     disable_log_stats: bool = False
     tokenizer_mode: str = "auto"
     revision: Optional[str] = None

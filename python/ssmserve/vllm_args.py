@@ -19,7 +19,6 @@ _MAX_LOGPROBS = 20
 # effect", as text; a test of a value; why). Any other value is a ValueError naming the keyword and the value.
 _NO_EFFECT_ARGS = {
     "trust_remote_code": ("a bool", _is_bool, "no checkpoint code is ever run: every architecture is built in"),
-    "enforce_eager": ("a bool", _is_bool, "CUDA graphs are the process's SSMSERVE_CUDA_GRAPHS switch"),
     "disable_log_stats": ("a bool", _is_bool, "the offline engine logs no periodic stats"),
     "tokenizer_mode": ('"auto", "hf" or "slow"', lambda v: isinstance(v, str) and v in ("auto", "hf", "slow"),
                        "the tokenizer is always the checkpoint's tokenizer.json / tokenizer.model / tekken.json"),

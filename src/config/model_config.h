@@ -63,6 +63,9 @@ struct ModelConfig {
   /// nullopt = auto, the backend's default (GPU: BF16; CPU: the checkpoint's weights as stored). A device backend
   /// applies it to its weights (the GPU: BF16 or F32); the CPU decoder computes in fp32 whatever it says.
   std::optional<DType> dtype;
+  /// Not from config.json: no CUDA graphs (vLLM's --enforce-eager, EngineConfig::enforce_eager; set by load_model). A
+  /// device backend that captures graphs launches every step eagerly instead (the same results); the CPU ignores it.
+  bool enforce_eager = false;
 
   /// Loads `dir`/config.json (and generation_config.json when present), validating every field used.
   /// Throws Error naming the file and field on invalid JSON, a missing or mistyped field, or a value out of range.

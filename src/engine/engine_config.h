@@ -56,6 +56,9 @@ struct EngineConfig {
   /// "float32" or "float" (parse_model_dtype). The CPU computes in fp32 whatever the choice: "float32" is what it runs
   /// anyway (bf16 checkpoint weights widen exactly), "bfloat16" runs the same fp32 math (a one-time log note says so).
   std::string dtype = "auto";
+  /// vLLM's --enforce-eager: no CUDA graphs on a GPU (ModelConfig::enforce_eager; every step's kernels launched one by
+  /// one: the same results, slower decode). No effect on the CPU.
+  bool enforce_eager = false;
   /// vLLM's --quantization (-q): empty = the checkpoint's own (config.json's quantization_config, if any); "fp8",
   /// "compressed-tensors" or "modelopt" must name the checkpoint's method. Weights are never quantized at load
   /// (vLLM's --quantization fp8 on a bf16 checkpoint is refused: check_quantization).

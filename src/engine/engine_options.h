@@ -23,6 +23,7 @@ inline constexpr EngineOptionName kEngineOptionNames[] = {
     {"tokenizer", "--tokenizer"},
     {"load_format", "--load-format"},
     {"dtype", "--dtype"},
+    {"enforce_eager", "--enforce-eager"},
     {"quantization", "--quantization"},
     {"max_num_batched_tokens", "--max-num-batched-tokens"},
     {"max_num_seqs", "--max-num-seqs"},

@@ -45,7 +45,8 @@ LLMEngine::LLMEngine(EngineConfig cfg) : cfg_(std::move(cfg)) {
   if (!env_options().device_sampling) device_sampling_ = false;
   if (cfg_.num_threads > 0) omp_set_num_threads(cfg_.num_threads);
   if (!cfg_.quantization.empty()) check_quantization(cfg_.quantization, ModelConfig::load(cfg_.model));
-  model_ = load_model(cfg_.model, cfg_.load_format, cfg_.device, cfg_.tensor_parallel_size, parse_model_dtype(cfg_.dtype));
+  model_ = load_model(cfg_.model, cfg_.load_format, cfg_.device, cfg_.tensor_parallel_size, parse_model_dtype(cfg_.dtype),
+                      cfg_.enforce_eager);
   if (const int ctx = model_->config().max_model_len; cfg_.max_model_len > 0 && ctx > 0)
     SSM_CHECK(cfg_.max_model_len <= ctx,
               "--max-model-len {} is larger than the model's context of {} tokens (max_position_embeddings)",

@@ -180,10 +180,11 @@ std::string resolve_device(const std::string& device, const ModelConfig& config)
 /// Loads the model in `dir` on `device` ("cpu", "auto" or a registered device such as "cuda"), split over
 /// `tensor_parallel_size` CPU ranks on the CPU ("auto" stays on the CPU when it is above 1), or through the
 /// device's tensor-parallel loader. `dtype`: the weights' dtype (ModelConfig::dtype, vLLM's --dtype; nullopt = the
-/// backend's default); the CPU computes in fp32 whatever it is, and logs a note once per process for BF16. Throws
-/// Error also for a device backend without a tensor-parallel loader for the architecture when
-/// tensor_parallel_size > 1.
+/// backend's default); the CPU computes in fp32 whatever it is, and logs a note once per process for BF16.
+/// `enforce_eager`: no CUDA graphs on a device backend (ModelConfig::enforce_eager). Throws Error also for a device
+/// backend without a tensor-parallel loader for the architecture when tensor_parallel_size > 1.
 std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format, const std::string& device,
-                                     int tensor_parallel_size = 1, std::optional<DType> dtype = std::nullopt);
+                                     int tensor_parallel_size = 1, std::optional<DType> dtype = std::nullopt,
+                                     bool enforce_eager = false);
 
 }  // namespace ssmserve

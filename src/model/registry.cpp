@@ -134,9 +134,10 @@ std::string resolve_device(const std::string& device, const ModelConfig& config)
 }
 
 std::unique_ptr<CausalLM> load_model(const std::filesystem::path& dir, LoadFormat format, const std::string& device,
-                                     int tensor_parallel_size, std::optional<DType> dtype) {
+                                     int tensor_parallel_size, std::optional<DType> dtype, bool enforce_eager) {
   ModelConfig config = ModelConfig::load(dir);
   config.dtype = dtype;
+  config.enforce_eager = enforce_eager;
   const std::string dev = resolve_device(device == "auto" && tensor_parallel_size > 1 ? "cpu" : device, config);
   if (dev == "cpu") {
     // The CPU kernels' instruction-set variant, chosen here (before any kernel runs inside an OpenMP region, where

@@ -125,6 +125,7 @@ CudaModelOptions CudaModelOptions::for_model(const ModelConfig& cfg) {
               "--dtype: the GPU runs bfloat16 or float32 weights (got {})", dtype_name(*cfg.dtype));
     o.weight_dtype = *cfg.dtype;
   }
+  if (cfg.enforce_eager) o.cuda_graphs = false;  // vLLM's --enforce-eager
   return o;
 }
 

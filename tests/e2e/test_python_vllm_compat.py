@@ -22,7 +22,7 @@ PROMPT = "Call me Ishmael."
 LONG = " ".join(["The quick brown fox jumps over the lazy dog."] * 60)  # 600 tokens: a hybrid's 512-token block too
 
 # Every vLLM keyword with no effect here, at a value that means "no effect" (the brief's list).
-NO_EFFECT = dict(trust_remote_code=True, enforce_eager=True, disable_log_stats=True, tokenizer_mode="hf",
+NO_EFFECT = dict(trust_remote_code=True, disable_log_stats=True, tokenizer_mode="hf",
                  revision=None, tokenizer_revision=None, code_revision=None, skip_tokenizer_init=False, task="generate",
                  runner="generate", enable_chunked_prefill=True, max_logprobs=20, kv_cache_dtype="auto", block_size=None,
                  cpu_offload_gb=0, pipeline_parallel_size=1, data_parallel_size=1, distributed_executor_backend="mp",
@@ -31,7 +31,7 @@ NO_EFFECT = dict(trust_remote_code=True, enforce_eager=True, disable_log_stats=T
                  enable_sleep_mode=False)
 
 # Values that would have an effect: a ValueError naming the keyword and the value.
-UNSUPPORTED = [("trust_remote_code", "yes"), ("enforce_eager", 1), ("disable_log_stats", None), ("tokenizer_mode", "mistral"),
+UNSUPPORTED = [("trust_remote_code", "yes"), ("disable_log_stats", None), ("tokenizer_mode", "mistral"),
                ("scheduling_policy", "priority"), ("revision", "main"), ("tokenizer_revision", "v1"), ("code_revision", "abc"),
                ("skip_tokenizer_init", True), ("task", "embed"), ("runner", "pooling"), ("enable_chunked_prefill", "no"),
                ("max_logprobs", 21), ("max_logprobs", -1), ("max_logprobs", True), ("kv_cache_dtype", "fp8"),
@@ -59,7 +59,7 @@ def test_no_effect_keywords_are_accepted(llm):
     want = tokens(llm, greedy)
     assert tokens(LLM(str(MODEL), threads=2, **NO_EFFECT), greedy) == want
     # The other accepted values.
-    other = dict(trust_remote_code=False, enforce_eager=False, tokenizer_mode="auto", task="auto", runner="auto",
+    other = dict(trust_remote_code=False, tokenizer_mode="auto", task="auto", runner="auto",
                  enable_chunked_prefill=None, max_logprobs=0, cpu_offload_gb=0.0, distributed_executor_backend="uni",
                  hf_overrides=None, compilation_config={}, disable_custom_all_reduce=True)
     assert tokens(LLM(str(MODEL), threads=2, **other), greedy) == want
@@ -85,6 +85,17 @@ def test_no_effect_keywords_refuse_values_with_an_effect(keyword, value):
     with pytest.raises(ValueError) as e:
         AsyncLLM.from_engine_args(AsyncEngineArgs(model=str(MODEL), threads=2, **{keyword: value}))
     assert str(e.value).startswith(expected), str(e.value)
+
+
+def test_enforce_eager_is_an_engine_argument(llm):
+    # vLLM's enforce_eager: CUDA graphs off on a GPU (the same outputs), nothing to turn off on the CPU.
+    greedy = SamplingParams(temperature=0, max_tokens=6)
+    want = tokens(llm, greedy)
+    assert tokens(LLM(str(MODEL), threads=2, enforce_eager=True), greedy) == want
+    assert EngineArgs(model="m").enforce_eager is False
+    assert tokens(LLM(**dataclasses.asdict(EngineArgs(model=str(MODEL), threads=2, enforce_eager=True))), greedy) == want
+    with pytest.raises(TypeError, match="enforce_eager"):
+        LLM(str(MODEL), threads=2, enforce_eager=1)
 
 
 def test_max_logprobs():
