@@ -43,7 +43,8 @@ void OpenAIServer::GenerationProducer::produce(ProducerOutput& out) {
         try {
           HttpResponse r;
           r.content_type = "application/json";
-          r.body = self->builder_.final_body();
+          const GenerationJob& job = *self->job_;
+          r.body = job.responses ? dump(job.responses->response(self->builder_.final_response())) : self->builder_.final_body();
           self->final_ = std::move(r);
         } catch (const std::exception& e) {
           self->final_ = error_response(ApiError(500, e.what()));
@@ -66,6 +67,30 @@ void OpenAIServer::GenerationProducer::produce(ProducerOutput& out) {
     }
     out.data += sse(c);
   };
+  if (j.responses) {  // POST /v1/responses: the Responses stream's events from the chat chunks
+    ResponsesStream& rs = *j.responses;
+    if (!opened_) {
+      HttpResponse head;
+      head.content_type = "text/event-stream; charset=utf-8";
+      head.headers.emplace_back("Cache-Control", "no-cache");
+      out.head = std::move(head);
+      out.stream = true;
+      out.data += rs.open();
+      for (const auto& c : builder_.opening_chunks()) out.data += rs.on_chunk(c);
+      opened_ = true;
+    }
+    for (auto& it : items)
+      for (const auto& c : builder_.on_output(it.index, std::move(it.output))) out.data += rs.on_chunk(c);
+    if (builder_.all_finished()) {
+      out.data += rs.finish(builder_.usage());
+      out.done = true;
+    } else if (!fatal.empty() || srv_.force_stop_) {
+      out.data += rs.error(fatal.empty() ? ApiError(503, "the server is shutting down; the request was aborted")
+                                         : ApiError(fatal_status, fatal));
+      out.done = true;
+    }
+    return;
+  }
   if (!opened_) {
     HttpResponse head;
     head.content_type = "text/event-stream; charset=utf-8";  // as vLLM (Starlette): clients decode the text as UTF-8

@@ -58,7 +58,7 @@ const std::vector<std::pair<std::string, std::string>>& known_routes() {
   static const std::vector<std::pair<std::string, std::string>> r = {
       {"/health", "GET"}, {"/version", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"}, {"/ping", "GET"},
       {"/ping", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/v1/completions", "POST"},
-      {"/v1/chat/completions", "POST"}, {"/invocations", "POST"}};
+      {"/v1/chat/completions", "POST"}, {"/v1/responses", "POST"}, {"/invocations", "POST"}};
   return r;
 }
 
@@ -295,6 +295,7 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
       if (p == "/detokenize") return ex->respond(detokenize(req.body));
       if (p == "/v1/completions") return generate(false, req.body, ex);
       if (p == "/v1/chat/completions") return generate(true, req.body, ex);
+      if (p == "/v1/responses") return responses(req.body, ex);
       if (p == "/invocations") {  // vLLM's SageMaker route: a chat request by its messages, else a completion
         const auto b = parse_body(req.body);
         if (b.contains("messages")) return generate(true, req.body, ex);
@@ -315,12 +316,24 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
   }
 }
 
-void OpenAIServer::generate(bool chat, const std::string& body, const std::shared_ptr<Exchange>& ex) {
+void OpenAIServer::responses(const std::string& body, const std::shared_ptr<Exchange>& ex) {
+  const ResponsesRequest rr = responses_to_chat_request(parse_body(body));
+  auto rs = std::make_shared<ResponsesStream>("resp_" + next_id("resp").substr(5), unix_now(), rr.reflect);
+  try {
+    generate(true, body, ex, &rr.chat, rs);
+  } catch (const ApiError& e) {  // the chat path's field names as the Responses request spelt them
+    throw ApiError(e.status, e.what(), responses_field(e.param));
+  }
+}
+
+void OpenAIServer::generate(bool chat, const std::string& body, const std::shared_ptr<Exchange>& ex, const json* parsed,
+                            std::shared_ptr<ResponsesStream> responses) {
   InflightGuard inflight(inflight_);
   if (draining_) throw ApiError(503, "the server is shutting down");
-  const auto b = parse_body(body);
+  const json b = parsed ? *parsed : parse_body(body);
   auto job = std::make_shared<GenerationJob>();
   job->chat = chat;
+  job->responses = std::move(responses);
   // Engine request ids stay the server's own (unique); the response id is vLLM's: "cmpl-" / "chatcmpl-" + the
   // X-Request-Id header, else the body's request_id, else a fresh id.
   const std::string engine_id = next_id(chat ? "chatcmpl" : "cmpl");
@@ -378,6 +391,10 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
   }
   check_model(base.model);
   if (base.model && !base.model->empty()) job->model = *base.model;  // vLLM's _get_model_name: the name it was sent
+  if (job->responses) {
+    if (base.params.n != 1) bad_request("n", "a Response has one output");
+    job->responses->set_model(job->model);
+  }
   job->n = base.params.n;
   job->stream = base.stream;
   job->return_tokens_as_token_ids = base.return_tokens_as_token_ids.value_or(opt_.return_tokens_as_token_ids);
