@@ -325,8 +325,8 @@ void LLMEngine::add_request(Request req) {
     pending = structured_->compile_async(*req.params.structured_outputs);  // validated here: errors name the field
   }
   auto st = std::make_unique<RequestState>(std::move(req));
-  if (pending && reasoning_end_id_ >= 0)  // the constraint applies once the reasoning has ended (vLLM)
-    st->in_reasoning = !reasoning_ended(st->request.prompt_token_ids, reasoning_start_id_, reasoning_end_id_,
+  if (pending && reasoning_end_id_ >= 0 && !st->request.reasoning_off)  // the constraint applies once the reasoning
+    st->in_reasoning = !reasoning_ended(st->request.prompt_token_ids, reasoning_start_id_, reasoning_end_id_,  // ended (vLLM)
                                         reasoning_starts_in_);
   if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, st->request.params.skip_special_tokens);
   st->stop = std::make_unique<StopChecker>(st->request.params, mc.eos_token_ids);

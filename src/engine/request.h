@@ -27,6 +27,11 @@ struct Request {
   /// vLLM's cache_salt: prefix-cache blocks are shared only among requests with the same salt (empty: none, shared
   /// with every other unsalted request). Mixed into the root of the block hash chain (cache_salt_root).
   std::string cache_salt;
+  /// The reply is content from its first token although the prompt leaves the reasoning open by its markers (a chat
+  /// request with enable_thinking false under a reasoning format that makes such replies content: nemotron_v3): a
+  /// structured output's constraint then applies from the first token instead of after a "</think>" that will not
+  /// come. False: the prompt's markers decide (reasoning_ended).
+  bool reasoning_off = false;
   std::chrono::steady_clock::time_point arrival_time = std::chrono::steady_clock::now();
 };
 

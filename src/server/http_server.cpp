@@ -495,6 +495,8 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
       r.prompt_token_ids = rp.token_ids;
       r.params = sp;
       r.cache_salt = base.cache_salt;
+      // A reply the server reads as content from its first token (nemotron_v3 with thinking off): so does its constraint.
+      r.reasoning_off = job->thinking_off && job->reasoning && job->reasoning->content_when_thinking_off;
       if (sp.seed) r.params.seed = *sp.seed + static_cast<uint64_t>(i);
       // The n choices of a prompt share its logprobs: a whole response scores the prompt once (its first choice).
       if (i > 0 && !job->stream) r.params.prompt_logprobs.reset();

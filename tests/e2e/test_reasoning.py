@@ -260,3 +260,15 @@ def test_nemotron_v3_thinking_off_is_content_with_any_template(server, nv3_clien
     assert reply(nv3_client, stream, **kw)[:3] == (None, None, text)
     kw["extra_body"]["chat_template_kwargs"] = {"enable_thinking": True}
     assert reply(nv3_client, stream, **kw)[:3] == (text, text, None)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_nemotron_v3_thinking_off_constrains_from_the_first_token(nv3_client, stream):
+    # The reply is content from its first token (above), so a JSON schema applies from there too, not after a
+    # "</think>" the prompt never opened for (the template writes no block; deepseek_r1's replies start in reasoning).
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": SCHEMA}}
+    kw = {"max_tokens": 32, "response_format": rf,
+          "extra_body": {"chat_template": PLAIN_TEMPLATE, "chat_template_kwargs": {"enable_thinking": False},
+                         "structured_outputs": {"disable_any_whitespace": True}}}
+    reasoning, _, content, _, finish, _ = reply(nv3_client, stream, **kw)
+    assert reasoning is None and json.loads(content).keys() == {"ok", "n"} and finish == "stop", content
