@@ -34,7 +34,7 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 # Python package, built by `pip install .` (engine libraries, module and the `ssmserve` command, Release), here without
 # the CUDA backend (the build above already compiled it; this keeps the suite's time down on machines with nvcc).
 phase "pip install ."
-python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai pytest
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai anthropic pytest
 CMAKE_BUILD_PARALLEL_LEVEL="$jobs" python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
   -C cmake.define.SSMSERVE_CUDA=OFF -C build-dir=build-pip .
 phase pytest

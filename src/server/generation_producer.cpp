@@ -13,6 +13,13 @@ using json = nlohmann::ordered_json;
 
 void OpenAIServer::GenerationProducer::produce(ProducerOutput& out) {
   const GenerationJob& j = *job_;
+  // An error response in the API's shape (OpenAI's, or the renderer's: Anthropic's for /v1/messages).
+  auto error_response = [&j](const ApiError& e) {
+    if (!j.renderer) return server::error_response(e);
+    HttpResponse r = json_response(j.renderer->error_body(e), e.status);
+    if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
+    return r;
+  };
   // 1. Admission.
   if (!accepted_) {
     const auto decided = j.channel->try_accepted();
@@ -39,12 +46,12 @@ void OpenAIServer::GenerationProducer::produce(ProducerOutput& out) {
     for (auto& it : items) builder_.on_output(it.index, std::move(it.output));
     if (builder_.all_finished()) {
       rendering_ = true;
-      srv_.transport_->post_work([self = shared_from_this()] {
+      srv_.transport_->post_work([self = shared_from_this(), error_response] {
         try {
           HttpResponse r;
           r.content_type = "application/json";
           const GenerationJob& job = *self->job_;
-          r.body = job.responses ? dump(job.responses->response(self->builder_.final_response())) : self->builder_.final_body();
+          r.body = job.renderer ? dump(job.renderer->whole(self->builder_.final_response())) : self->builder_.final_body();
           self->final_ = std::move(r);
         } catch (const std::exception& e) {
           self->final_ = error_response(ApiError(500, e.what()));
@@ -67,8 +74,8 @@ void OpenAIServer::GenerationProducer::produce(ProducerOutput& out) {
     }
     out.data += sse(c);
   };
-  if (j.responses) {  // POST /v1/responses: the Responses stream's events from the chat chunks
-    ResponsesStream& rs = *j.responses;
+  if (j.renderer) {  // /v1/responses, /v1/messages: that API's stream events from the chat chunks
+    ChatRenderer& rs = *j.renderer;
     if (!opened_) {
       HttpResponse head;
       head.content_type = "text/event-stream; charset=utf-8";

@@ -17,7 +17,9 @@
 #include "engine/sampler.h"
 #include "server/generation_producer.h"
 #include "server/http_responses.h"
+#include "server/messages_api.h"
 #include "server/protocol.h"
+#include "server/responses_api.h"
 #include "server/serving.h"
 #include "server/structured_request.h"
 
@@ -58,7 +60,7 @@ const std::vector<std::pair<std::string, std::string>>& known_routes() {
   static const std::vector<std::pair<std::string, std::string>> r = {
       {"/health", "GET"}, {"/version", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"}, {"/ping", "GET"},
       {"/ping", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/v1/completions", "POST"},
-      {"/v1/chat/completions", "POST"}, {"/v1/responses", "POST"}, {"/invocations", "POST"}};
+      {"/v1/chat/completions", "POST"}, {"/v1/responses", "POST"}, {"/v1/messages", "POST"}, {"/invocations", "POST"}};
   return r;
 }
 
@@ -202,14 +204,22 @@ void OpenAIServer::check_model(const std::optional<std::string>& model) const {
 
 bool OpenAIServer::authorized(const HttpRequest& req) const {
   if (opt_.api_keys.empty() || req.method == "OPTIONS" || req.path.rfind("/v1", 0) != 0) return true;
+  // "Authorization: Bearer <key>", or Anthropic clients' "x-api-key: <key>".
   const auto value = req.header("Authorization");
-  if (!value) return false;
-  const size_t space = value->find(' ');
-  if (space == std::string::npos) return false;
-  std::string scheme = value->substr(0, space);
-  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (scheme != "bearer") return false;
-  const std::string_view token = std::string_view(*value).substr(space + 1);
+  const auto x_api_key = value ? std::nullopt : req.header("x-api-key");
+  std::string_view token;
+  if (value) {
+    const size_t space = value->find(' ');
+    if (space == std::string::npos) return false;
+    std::string scheme = value->substr(0, space);
+    for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (scheme != "bearer") return false;
+    token = std::string_view(*value).substr(space + 1);
+  } else if (x_api_key) {
+    token = *x_api_key;
+  } else {
+    return false;
+  }
   // Compared in time independent of where the bytes differ (as vLLM's compare_digest), every key tried.
   bool match = false;
   for (const auto& key : opt_.api_keys) {
@@ -296,6 +306,16 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
       if (p == "/v1/completions") return generate(false, req.body, ex);
       if (p == "/v1/chat/completions") return generate(true, req.body, ex);
       if (p == "/v1/responses") return responses(req.body, ex);
+      if (p == "/v1/messages") {  // Anthropic's API: its error body too
+        try {
+          return messages(req.body, ex);
+        } catch (const ApiError& e) {
+          return ex->respond(json_response(anthropic_error_body(e), e.status));
+        } catch (const Error& e) {
+          const ApiError ae(400, e.what());
+          return ex->respond(json_response(anthropic_error_body(ae), 400));
+        }
+      }
       if (p == "/invocations") {  // vLLM's SageMaker route: a chat request by its messages, else a completion
         const auto b = parse_body(req.body);
         if (b.contains("messages")) return generate(true, req.body, ex);
@@ -326,14 +346,24 @@ void OpenAIServer::responses(const std::string& body, const std::shared_ptr<Exch
   }
 }
 
+void OpenAIServer::messages(const std::string& body, const std::shared_ptr<Exchange>& ex) {
+  const json chat = messages_to_chat_request(parse_body(body));
+  auto ms = std::make_shared<MessagesStream>("msg_" + next_id("msg").substr(4));
+  try {
+    generate(true, body, ex, &chat, ms);
+  } catch (const ApiError& e) {  // the chat path's field names as the Messages request spelt them
+    throw ApiError(e.status, e.what(), messages_field(e.param));
+  }
+}
+
 void OpenAIServer::generate(bool chat, const std::string& body, const std::shared_ptr<Exchange>& ex, const json* parsed,
-                            std::shared_ptr<ResponsesStream> responses) {
+                            std::shared_ptr<ChatRenderer> renderer) {
   InflightGuard inflight(inflight_);
   if (draining_) throw ApiError(503, "the server is shutting down");
   const json b = parsed ? *parsed : parse_body(body);
   auto job = std::make_shared<GenerationJob>();
   job->chat = chat;
-  job->responses = std::move(responses);
+  job->renderer = std::move(renderer);
   // Engine request ids stay the server's own (unique); the response id is vLLM's: "cmpl-" / "chatcmpl-" + the
   // X-Request-Id header, else the body's request_id, else a fresh id.
   const std::string engine_id = next_id(chat ? "chatcmpl" : "cmpl");
@@ -391,9 +421,9 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
   }
   check_model(base.model);
   if (base.model && !base.model->empty()) job->model = *base.model;  // vLLM's _get_model_name: the name it was sent
-  if (job->responses) {
-    if (base.params.n != 1) bad_request("n", "a Response has one output");
-    job->responses->set_model(job->model);
+  if (job->renderer) {
+    if (base.params.n != 1) bad_request("n", "n must be 1 here (one reply)");
+    job->renderer->set_model(job->model);
   }
   job->n = base.params.n;
   job->stream = base.stream;

@@ -13,7 +13,7 @@
 #include "server/cors.h"
 #include "server/http_transport.h"
 #include "server/protocol.h"
-#include "server/responses_api.h"
+#include "server/chat_renderer.h"
 
 namespace ssmserve::server {
 
@@ -111,12 +111,15 @@ class OpenAIServer {
   HttpResponse detokenize(const std::string& body) const;
   /// Answers a generation request (completions or chat) whose body is `body`: validates, submits to the engine
   /// and hands the exchange a producer (whole JSON or SSE). `b`: the body parsed (null: parsed here from `body`).
-  /// responses: a chat request translated from POST /v1/responses, rendered as a Response. Throws ApiError.
+  /// renderer: a chat request translated from POST /v1/responses or /v1/messages, answered in that API's shape.
+  /// Throws ApiError.
   void generate(bool chat, const std::string& body, const std::shared_ptr<Exchange>& ex, const nlohmann::ordered_json* b = nullptr,
-                std::shared_ptr<ResponsesStream> responses = nullptr);
+                std::shared_ptr<ChatRenderer> renderer = nullptr);
   /// POST /v1/responses (responses_api.h): the request translated into a chat request, then generate(). Throws
   /// ApiError naming the Responses field.
   void responses(const std::string& body, const std::shared_ptr<Exchange>& ex);
+  /// POST /v1/messages (messages_api.h, Anthropic's Messages API): likewise. Throws ApiError naming the Messages field.
+  void messages(const std::string& body, const std::shared_ptr<Exchange>& ex);
   AsyncEngine& engine_;
   Metrics& metrics_;
   ChatTemplate chat_template_;

@@ -261,7 +261,7 @@ json ResponsesStream::responses_usage(const json& u) {
           {"total_tokens", u.value("total_tokens", 0LL)}};
 }
 
-json ResponsesStream::response(const json& chat) const {
+json ResponsesStream::whole(const json& chat) const {
   json out = json::array();
   const json& choice = chat.at("choices").at(0);
   const json& msg = choice.at("message");

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "server/api_error.h"
+#include "server/chat_renderer.h"
 
 namespace ssmserve::server {
 
@@ -31,26 +32,26 @@ std::string responses_field(const std::string& chat_field);
 
 /// One Response's rendering: the whole Response object from a chat completion, or its stream of events from the chat
 /// completion chunks of its single choice. Not thread-safe (one HTTP producer owns it).
-class ResponsesStream {
+class ResponsesStream final : public ChatRenderer {
  public:
   /// id: "resp_..."; created_at: unix seconds; reflect: ResponsesRequest::reflect.
   ResponsesStream(std::string id, long long created_at, nlohmann::ordered_json reflect);
   /// The model name the Response reports (the one the request named, else the served name).
-  void set_model(std::string model) { model_ = std::move(model); }
+  void set_model(std::string model) override { model_ = std::move(model); }
 
   /// The Response object of a whole chat completion (ResponseBuilder::final_response): output items (reasoning,
   /// message, function calls), status "completed" or "incomplete" (finish_reason "length": max_output_tokens).
-  nlohmann::ordered_json response(const nlohmann::ordered_json& chat_completion) const;
+  nlohmann::ordered_json whole(const nlohmann::ordered_json& chat_completion) const override;
 
   /// SSE text of the stream's first events: response.created, response.in_progress.
-  std::string open();
+  std::string open() override;
   /// SSE text of the events a chat completion chunk gives (its choice's reasoning / content / tool call deltas).
-  std::string on_chunk(const nlohmann::ordered_json& chunk);
+  std::string on_chunk(const nlohmann::ordered_json& chunk) override;
   /// SSE text of the last events: the open item's done events, then response.completed with the whole Response (its
   /// status "incomplete" after max_output_tokens). usage: the chat usage object (prompt_tokens, completion_tokens, ...).
-  std::string finish(const nlohmann::ordered_json& usage);
+  std::string finish(const nlohmann::ordered_json& usage) override;
   /// SSE text of an error event ({"type": "error", "code", "message", "param"}) ending the stream.
-  std::string error(const ApiError& e);
+  std::string error(const ApiError& e) override;
 
  private:
   enum class Item { None, Reasoning, Message, FunctionCall };

@@ -12,7 +12,7 @@
 
 #include "server/async_engine.h"
 #include "server/reasoning_parser.h"
-#include "server/responses_api.h"
+#include "server/chat_renderer.h"
 #include "server/tool_parsers.h"
 
 namespace ssmserve::server {
@@ -58,9 +58,9 @@ struct GenerationJob {
   PromptReasoning prompt_reasoning = PromptReasoning::None;  ///< with `reasoning`: where the chat prompt leaves it
   bool include_reasoning = true;                             ///< with `reasoning`: the request's include_reasoning
   bool thinking_off = false;  ///< chat_template_kwargs enable_thinking false (ReasoningFormat::content_when_thinking_off)
-  /// POST /v1/responses: the chat completion rendered as a Response (whole, or as the Responses stream's events)
-  /// instead of a chat completion; null otherwise.
-  std::shared_ptr<ResponsesStream> responses;
+  /// POST /v1/responses and /v1/messages: the chat completion rendered in that API's shape (whole, or as its stream's
+  /// events) instead of a chat completion; null otherwise.
+  std::shared_ptr<ChatRenderer> renderer;
   std::vector<std::string> request_ids;  ///< [prompts.size() * n], choice index = prompt * n + i
   std::shared_ptr<OutputChannel> channel;
   const Tokenizer* tokenizer = nullptr;

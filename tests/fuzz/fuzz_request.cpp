@@ -1,5 +1,5 @@
 // Fuzz target for everything a client's request body reaches before the engine: JSON parsing (with the depth
-// pre-scan), the OpenAI completions / chat / Responses parsers, and chat-template rendering of the client's messages.
+// pre-scan), the OpenAI completions / chat / Responses parsers, Anthropic's Messages parser, and chat-template rendering of the client's messages.
 // Built with libFuzzer (clang -fsanitize=fuzzer) or, without clang, with standalone_driver.cpp.
 // Any ApiError / Error is an accepted outcome; a crash, sanitizer report, or other exception is a finding.
 #include <cstddef>
@@ -10,6 +10,7 @@
 #include "server/api_error.h"
 #include "chat/jinja.h"
 #include "server/protocol.h"
+#include "server/messages_api.h"
 #include "server/responses_api.h"
 
 namespace {
@@ -36,6 +37,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     try {  // a /v1/responses body, and the chat request it becomes
       (void)parse_chat_request(responses_to_chat_request(j).chat);
+    } catch (const ApiError& e) {
+      if (e.status != 400 && e.status != 404) __builtin_trap();
+    } catch (const ssmserve::Error&) {
+    }
+    try {  // a /v1/messages body, and the chat request it becomes
+      (void)parse_chat_request(messages_to_chat_request(j));
     } catch (const ApiError& e) {
       if (e.status != 400 && e.status != 404) __builtin_trap();
     } catch (const ssmserve::Error&) {

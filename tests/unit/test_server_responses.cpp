@@ -117,7 +117,7 @@ TEST(ServerResponses, ChatCompletionBecomesAResponse) {
     "reasoning": "Think.", "tool_calls": [{"id": "call_9", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
     "finish_reason": "length"}], "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7,
     "prompt_tokens_details": {"cached_tokens": 2}}})");
-  const json r = rs.response(chat);
+  const json r = rs.whole(chat);
   EXPECT_EQ(r["id"], "resp_abc");
   EXPECT_EQ(r["model"], "m");
   EXPECT_EQ(r["status"], "incomplete");
@@ -133,7 +133,7 @@ TEST(ServerResponses, ChatCompletionBecomesAResponse) {
   // Only tool calls: no empty message item; a plain stop: completed.
   const json calls_only = json::parse(R"({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
     {"id": "c", "function": {"name": "f", "arguments": "{}"}}]}, "finish_reason": "tool_calls"}]})");
-  const json r2 = rs.response(calls_only);
+  const json r2 = rs.whole(calls_only);
   EXPECT_EQ(r2["status"], "completed");
   ASSERT_EQ(r2["output"].size(), 1u);
   EXPECT_EQ(r2["output"][0]["type"], "function_call");
