@@ -72,6 +72,15 @@ void add_default_chat_template_kwargs(ChatRequest& cr, const ServerOptions& opt)
     if (!cr.chat_template_kwargs.contains(k)) cr.chat_template_kwargs[k] = v;
 }
 
+/// `e` naming `field` instead of its chat field (e.param), in its param and its message.
+ApiError respelt(const ApiError& e, const std::string& field) {
+  std::string msg = e.what();
+  if (!e.param.empty() && field != e.param)
+    for (size_t at = msg.find(e.param); at != std::string::npos; at = msg.find(e.param, at + field.size()))
+      msg.replace(at, e.param.size(), field);
+  return ApiError(e.status, std::move(msg), field);
+}
+
 bool starts_with_ci(const std::string& s, const char* prefix) {
   const size_t n = std::strlen(prefix);
   return s.size() >= n && std::equal(prefix, prefix + n, s.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); });
@@ -342,7 +351,7 @@ void OpenAIServer::responses(const std::string& body, const std::shared_ptr<Exch
   try {
     generate(true, body, ex, &rr.chat, rs);
   } catch (const ApiError& e) {  // the chat path's field names as the Responses request spelt them
-    throw ApiError(e.status, e.what(), responses_field(e.param));
+    throw respelt(e, responses_field(e.param));
   }
 }
 
@@ -352,7 +361,7 @@ void OpenAIServer::messages(const std::string& body, const std::shared_ptr<Excha
   try {
     generate(true, body, ex, &chat, ms);
   } catch (const ApiError& e) {  // the chat path's field names as the Messages request spelt them
-    throw ApiError(e.status, e.what(), messages_field(e.param));
+    throw respelt(e, messages_field(e.param));
   }
 }
 

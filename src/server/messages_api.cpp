@@ -6,23 +6,13 @@
 #include <utility>
 
 #include "server/http_responses.h"
+#include "server/json_fields.h"
 
 namespace ssmserve::server {
 
 using json = nlohmann::ordered_json;
 
 namespace {
-
-bool given(const json& b, const char* k) {
-  const auto it = b.find(k);
-  return it != b.end() && !it->is_null();
-}
-
-const std::string& string_field(const json& obj, const char* key, const std::string& where) {
-  const auto it = obj.find(key);
-  if (it == obj.end() || !it->is_string()) bad_request(where + "." + key, fmt::format("{}.{} must be a string", where, key));
-  return it->get_ref<const std::string&>();
-}
 
 /// The text of a string or a list of text blocks (system, tool_result content).
 std::string block_text(const json& c, const std::string& where) {
@@ -152,7 +142,7 @@ json messages_to_chat_request(const json& b) {
     else if (type == "none") c["tool_choice"] = "none";
     else if (type == "tool") c["tool_choice"] = {{"type", "function"}, {"function", {{"name", string_field(tc, "name", "tool_choice")}}}};
     else bad_request("tool_choice.type", "tool_choice.type must be auto, any, tool or none");
-    if (tc.value("disable_parallel_tool_use", false) == true) c["parallel_tool_calls"] = false;
+    if (tc.contains("disable_parallel_tool_use") && tc["disable_parallel_tool_use"] == true) c["parallel_tool_calls"] = false;
   }
   if (given(b, "thinking")) {
     const json& th = b["thinking"];
@@ -191,8 +181,9 @@ json MessagesStream::whole(const json& chat) const {
   if (msg.contains("reasoning") && msg["reasoning"].is_string() && !msg["reasoning"].get_ref<const std::string&>().empty())
     content.push_back({{"type", "thinking"}, {"thinking", msg["reasoning"]}, {"signature", ""}});
   const bool calls = msg.contains("tool_calls") && msg["tool_calls"].is_array() && !msg["tool_calls"].empty();
+  // Beside tool calls, blank text (the separators between calls) is no block, as the stream sends none.
   if (msg.contains("content") && msg["content"].is_string() &&
-      (!msg["content"].get_ref<const std::string&>().empty() || (!calls && content.empty())))
+      (calls ? !blank(msg["content"].get<std::string>()) : (!msg["content"].get_ref<const std::string&>().empty() || content.empty())))
     content.push_back({{"type", "text"}, {"text", msg["content"]}});
   if (calls)
     for (const json& tc : msg["tool_calls"])
@@ -201,7 +192,8 @@ json MessagesStream::whole(const json& chat) const {
                          {"name", tc.at("function").value("name", "")},
                          {"input", tool_input(tc.at("function").value("arguments", ""))}});
   if (content.empty()) content.push_back({{"type", "text"}, {"text", ""}});
-  const auto [stop, seq] = stop_of(choice.value("finish_reason", std::string("stop")), choice.value("stop_reason", json(nullptr)));
+  const json& finish = choice.contains("finish_reason") ? choice["finish_reason"] : json(nullptr);
+  const auto [stop, seq] = stop_of(finish.is_string() ? finish.get<std::string>() : "stop", choice.value("stop_reason", json(nullptr)));
   return {{"id", id_},        {"type", "message"},     {"role", "assistant"}, {"model", model_}, {"content", std::move(content)},
           {"stop_reason", stop}, {"stop_sequence", seq}, {"usage", usage_of(chat.value("usage", json(nullptr)))}};
 }
@@ -260,13 +252,21 @@ std::string MessagesStream::on_chunk(const json& chunk) {
     s += delta({{"type", "thinking_delta"}, {"thinking", *r}});
   }
   if (const auto c = d->find("content"); c != d->end() && c->is_string() && !c->get_ref<const std::string&>().empty()) {
-    if (open_ != Block::Text) s += open_block(Block::Text);
-    s += delta({{"type", "text_delta"}, {"text", *c}});
+    std::string text = c->get<std::string>();
+    if (open_ != Block::Text && seen_call_ && blank(held_ + text)) {
+      held_ += text;  // blank text after a tool call (the separator before the next one): no block unless more follows
+    } else {
+      text = std::exchange(held_, "") + text;
+      if (open_ != Block::Text) s += open_block(Block::Text);
+      s += delta({{"type", "text_delta"}, {"text", text}});
+    }
   }
   if (const auto t = d->find("tool_calls"); t != d->end() && t->is_array())
     for (const json& tc : *t) {
       if (!tc.is_object()) continue;
       if (open_ != Block::ToolUse || tc.value("index", 0) != call_index_) s += open_block(Block::ToolUse, tc);
+      seen_call_ = true;
+      held_.clear();
       const auto fn = tc.find("function");
       if (fn == tc.end() || !fn->is_object()) continue;
       if (const auto a = fn->find("arguments"); a != fn->end() && a->is_string() && !a->get_ref<const std::string&>().empty())

@@ -57,6 +57,8 @@ class MessagesStream final : public ChatRenderer {
   Block open_ = Block::None;
   int blocks_ = 0;         ///< blocks opened so far (the open one's index is blocks_ - 1)
   int call_index_ = -1;    ///< the chat tool call index of the open tool_use block
+  bool seen_call_ = false;  ///< a tool_use block was opened
+  std::string held_;        ///< blank text after a tool call, sent only if more text follows
   std::string finish_reason_;
   nlohmann::ordered_json stop_reason_;  ///< the chat choice's stop_reason (a matched stop string, or null)
 };

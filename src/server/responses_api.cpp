@@ -6,23 +6,13 @@
 #include <utility>
 
 #include "server/http_responses.h"
+#include "server/json_fields.h"
 
 namespace ssmserve::server {
 
 using json = nlohmann::ordered_json;
 
 namespace {
-
-bool given(const json& b, const char* k) {
-  const auto it = b.find(k);
-  return it != b.end() && !it->is_null();
-}
-
-const std::string& string_field(const json& obj, const char* key, const std::string& where) {
-  const auto it = obj.find(key);
-  if (it == obj.end() || !it->is_string()) bad_request(where + "." + key, fmt::format("{}.{} must be a string", where, key));
-  return it->get_ref<const std::string&>();
-}
 
 /// A message's content: a string, or its text parts as chat text parts (input_text / output_text / text, refusal).
 json message_content(const json& c, const std::string& where) {
@@ -141,7 +131,8 @@ ResponsesRequest responses_to_chat_request(const json& b) {
       if (!format.is_object()) bad_request("text.format", "text.format must be an object");
       const std::string& type = string_field(format, "type", "text.format");
       if (type == "json_schema") {
-        json js = {{"name", format.value("name", "response")}};
+        if (!given(format, "name")) format["name"] = "response";  // reported as used (the SDK's type requires one)
+        json js = {{"name", string_field(format, "name", "text.format")}};
         if (!format.contains("schema")) bad_request("text.format.schema", "text.format.schema is required");
         js["schema"] = format["schema"];
         if (format.contains("strict")) js["strict"] = format["strict"];
@@ -186,12 +177,13 @@ ResponsesRequest responses_to_chat_request(const json& b) {
     tool_choice = b["tool_choice"];
     if (tool_choice.is_string()) {
       c["tool_choice"] = tool_choice;
-    } else if (tool_choice.is_object() && tool_choice.value("type", "") == "function") {
+    } else if (tool_choice.is_object() && string_field(tool_choice, "type", "tool_choice") == "function") {
       c["tool_choice"] = {{"type", "function"}, {"function", {{"name", string_field(tool_choice, "name", "tool_choice")}}}};
     } else {
       bad_request("tool_choice", "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}");
     }
   }
+  if (given(b, "metadata") && !b["metadata"].is_object()) bad_request("metadata", "metadata must be an object");
   auto or_null = [&](const char* k) { return given(b, k) ? b[k] : json(nullptr); };
   r.reflect = {{"instructions", or_null("instructions")},
                {"max_output_tokens", or_null("max_output_tokens")},
@@ -255,7 +247,7 @@ json ResponsesStream::responses_usage(const json& u) {
                                ? u["prompt_tokens_details"].value("cached_tokens", 0LL)
                                : 0LL;
   return {{"input_tokens", u.value("prompt_tokens", 0LL)},
-          {"input_tokens_details", {{"cached_tokens", cached}}},
+          {"input_tokens_details", {{"cached_tokens", cached}, {"cache_write_tokens", 0}}},
           {"output_tokens", u.value("completion_tokens", 0LL)},
           {"output_tokens_details", {{"reasoning_tokens", 0}}},
           {"total_tokens", u.value("total_tokens", 0LL)}};
@@ -274,7 +266,8 @@ json ResponsesStream::whole(const json& chat) const {
                    {"encrypted_content", nullptr},
                    {"status", "completed"}});
   const bool calls = msg.contains("tool_calls") && msg["tool_calls"].is_array() && !msg["tool_calls"].empty();
-  if (msg.contains("content") && msg["content"].is_string() && (!calls || !msg["content"].get_ref<const std::string&>().empty()))
+  // Beside tool calls, blank text (the separators between calls) is no message, as the stream sends none.
+  if (msg.contains("content") && msg["content"].is_string() && (!calls || !blank(msg["content"].get<std::string>())))
     out.push_back({{"id", "msg_" + base_id},
                    {"type", "message"},
                    {"status", "completed"},
@@ -389,15 +382,23 @@ std::string ResponsesStream::on_chunk(const json& chunk) {
                 {"content_index", 0}, {"delta", *r}});
   }
   if (const auto c = d->find("content"); c != d->end() && c->is_string() && !c->get_ref<const std::string&>().empty()) {
-    if (open_ != Item::Message) s += open_item(Item::Message);
-    text_ += c->get<std::string>();
-    s += event({{"type", "response.output_text.delta"}, {"item_id", item_id_}, {"output_index", items_}, {"content_index", 0},
-                {"delta", *c}, {"logprobs", json::array()}});
+    std::string text = c->get<std::string>();
+    if (open_ != Item::Message && seen_call_ && blank(held_ + text)) {
+      held_ += text;  // blank text after a tool call (the separator before the next one): no message unless more follows
+    } else {
+      text = std::exchange(held_, "") + text;
+      if (open_ != Item::Message) s += open_item(Item::Message);
+      text_ += text;
+      s += event({{"type", "response.output_text.delta"}, {"item_id", item_id_}, {"output_index", items_}, {"content_index", 0},
+                  {"delta", text}, {"logprobs", json::array()}});
+    }
   }
   if (const auto t = d->find("tool_calls"); t != d->end() && t->is_array())
     for (const json& tc : *t) {
       if (!tc.is_object()) continue;
       if (open_ != Item::FunctionCall || tc.value("index", 0) != call_index_) s += open_item(Item::FunctionCall, tc);
+      seen_call_ = true;
+      held_.clear();
       const auto fn = tc.find("function");
       if (fn == tc.end() || !fn->is_object()) continue;
       if (const auto a = fn->find("arguments"); a != fn->end() && a->is_string() && !a->get_ref<const std::string&>().empty()) {

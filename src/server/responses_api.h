@@ -73,6 +73,8 @@ class ResponsesStream final : public ChatRenderer {
   std::string item_id_, text_, call_id_, call_name_;
   int call_index_ = -1;   ///< the chat tool call index of the open function_call item
   int items_ = 0;         ///< items opened so far (their output_index)
+  bool seen_call_ = false;  ///< a function_call item was opened
+  std::string held_;        ///< blank text after a function call, sent only if more text follows
   std::string finish_reason_;
 };
 

@@ -128,7 +128,7 @@ TEST(ServerResponses, ChatCompletionBecomesAResponse) {
   EXPECT_EQ(r["output"][1]["content"][0]["text"], "Hi");
   EXPECT_EQ(r["output"][2]["type"], "function_call");
   EXPECT_EQ(r["output"][2]["call_id"], "call_9");
-  EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens": 4, "input_tokens_details": {"cached_tokens": 2}, "output_tokens": 3,
+  EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens": 4, "input_tokens_details": {"cached_tokens": 2, "cache_write_tokens": 0}, "output_tokens": 3,
                                       "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7})"));
   // Only tool calls: no empty message item; a plain stop: completed.
   const json calls_only = json::parse(R"({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
@@ -189,6 +189,27 @@ TEST(ServerResponses, StreamEventsFollowTheChunks) {
   // Each item's events carry its output_index.
   EXPECT_EQ(ev[12].second["output_index"], 1);
   EXPECT_EQ(ev[22].second["output_index"], 3);
+  // Blank text between tool calls (a format's separator) is no message item, whole or streamed; other text is.
+  ResponsesStream sep("resp_t", 1, responses_to_chat_request(json::parse(R"({"input": "x"})")).reflect);
+  std::string t = sep.open();
+  t += sep.on_chunk(chunk({{"tool_calls", {{{"index", 0}, {"id", "a"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}}));
+  t += sep.on_chunk(chunk({{"content", "\n"}}));
+  t += sep.on_chunk(chunk({{"tool_calls", {{{"index", 1}, {"id", "b"}, {"function", {{"name", "g"}, {"arguments", "{}"}}}}}}}));
+  t += sep.on_chunk(chunk({{"content", "\n"}}));
+  t += sep.on_chunk(chunk({{"content", "Done."}}));
+  const json done = events(t + sep.finish(json::object())).back().second["response"];
+  ASSERT_EQ(done["output"].size(), 3u);
+  EXPECT_EQ(done["output"][2]["content"][0]["text"], "\nDone.");
+  const json whole = sep.whole(json::parse(R"({"choices": [{"message": {"content": "\n", "tool_calls": [
+    {"id": "a", "function": {"name": "f", "arguments": "{}"}}, {"id": "b", "function": {"name": "g", "arguments": "{}"}}]},
+    "finish_reason": "tool_calls"}]})"));
+  EXPECT_EQ(whole["output"].size(), 2u);
+  EXPECT_EQ(whole["output"][0]["type"], "function_call");
+  // Wrong types where the translation reads a field: 400s naming it.
+  EXPECT_EQ(field_of(json::parse(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": 3, "schema": {}}}})")),
+            "text.format.name");
+  EXPECT_EQ(field_of(json::parse(R"({"input": "x", "tool_choice": {"type": 1}})")), "tool_choice.type");
+  EXPECT_EQ(field_of(json::parse(R"({"input": "x", "metadata": "abc"})")), "metadata");
   // An empty reply still has its (empty) message; an error event ends a stream.
   ResponsesStream empty("resp_e", 1, responses_to_chat_request(json::parse(R"({"input": "x"})")).reflect);
   const auto e = events(empty.open() + empty.finish(json::object()));
