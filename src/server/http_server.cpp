@@ -60,7 +60,8 @@ const std::vector<std::pair<std::string, std::string>>& known_routes() {
   static const std::vector<std::pair<std::string, std::string>> r = {
       {"/health", "GET"}, {"/version", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"}, {"/ping", "GET"},
       {"/ping", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/v1/completions", "POST"},
-      {"/v1/chat/completions", "POST"}, {"/v1/responses", "POST"}, {"/v1/messages", "POST"}, {"/invocations", "POST"}};
+      {"/v1/chat/completions", "POST"}, {"/v1/responses", "POST"}, {"/v1/messages", "POST"},
+      {"/v1/messages/count_tokens", "POST"}, {"/invocations", "POST"}};
   return r;
 }
 
@@ -265,6 +266,17 @@ HttpResponse OpenAIServer::tokenize(const std::string& body) const {
                         {"token_strs", strs.empty() ? json(nullptr) : strs}}));
 }
 
+HttpResponse OpenAIServer::count_message_tokens(const std::string& body) const {
+  const json chat = messages_to_chat_request(parse_body(body), false);
+  const Tokenizer* tok = engine_.tokenizer();
+  if (!tok) throw ApiError(400, "the model has no tokenizer");
+  ChatRequest cr = parse_chat_request(chat);
+  add_default_chat_template_kwargs(cr, opt_);
+  check_model(cr.model);
+  // As generate() encodes a chat prompt: the template writes its own special tokens.
+  return json_response(json({{"input_tokens", tok->encode(render_chat(cr), false).size()}}));
+}
+
 HttpResponse OpenAIServer::detokenize(const std::string& body) const {
   const auto b = parse_body(body);
   const Tokenizer* tok = engine_.tokenizer();
@@ -315,8 +327,9 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
       if (p == "/v1/completions") return generate(false, req.body, ex);
       if (p == "/v1/chat/completions") return generate(true, req.body, ex);
       if (p == "/v1/responses") return responses(req.body, ex);
-      if (p == "/v1/messages") {  // Anthropic's API: its error body too
+      if (p == "/v1/messages" || p == "/v1/messages/count_tokens") {  // Anthropic's API: its error body too
         try {
+          if (p != "/v1/messages") return ex->respond(count_message_tokens(req.body));
           return messages(req.body, ex);
         } catch (const ApiError& e) {
           return ex->respond(json_response(anthropic_error_body(e), e.status));

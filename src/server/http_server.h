@@ -120,6 +120,9 @@ class OpenAIServer {
   void responses(const std::string& body, const std::shared_ptr<Exchange>& ex);
   /// POST /v1/messages (messages_api.h, Anthropic's Messages API): likewise. Throws ApiError naming the Messages field.
   void messages(const std::string& body, const std::shared_ptr<Exchange>& ex);
+  /// POST /v1/messages/count_tokens (Anthropic's): {"input_tokens"} of the Messages request's rendered prompt, as
+  /// /v1/messages would count it. Throws ApiError naming the Messages field.
+  HttpResponse count_message_tokens(const std::string& body) const;
   AsyncEngine& engine_;
   Metrics& metrics_;
   ChatTemplate chat_template_;

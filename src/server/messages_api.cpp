@@ -101,14 +101,15 @@ json tool_input(const std::string& arguments) {
 
 }  // namespace
 
-json messages_to_chat_request(const json& b) {
+json messages_to_chat_request(const json& b, bool require_max_tokens) {
   if (!b.is_object()) bad_request("", "the request body must be a JSON object");
-  if (!given(b, "max_tokens")) bad_request("max_tokens", "max_tokens is required");
+  if (require_max_tokens && !given(b, "max_tokens")) bad_request("max_tokens", "max_tokens is required");
   if (!given(b, "messages") || !b["messages"].is_array()) bad_request("messages", "messages must be a list of messages");
   json messages = json::array();
   if (given(b, "system")) messages.push_back({{"role", "system"}, {"content", block_text(b["system"], "system")}});
   for (size_t i = 0; i < b["messages"].size(); ++i) add_message(b["messages"][i], fmt::format("messages[{}]", i), messages);
-  json c = {{"messages", std::move(messages)}, {"max_tokens", b["max_tokens"]}};
+  json c = {{"messages", std::move(messages)}};
+  if (b.contains("max_tokens")) c["max_tokens"] = b["max_tokens"];
   // The sampling fields both APIs share, and vLLM's extra ones (a client's extra_body).
   for (const char* k : {"model", "stream", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                         "presence_penalty", "frequency_penalty", "seed", "min_tokens", "cache_salt", "request_id",

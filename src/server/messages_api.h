@@ -17,8 +17,8 @@ namespace ssmserve::server {
 
 /// Translates a Messages request body (an object) into a chat completions request. Throws ApiError 400 naming the
 /// Messages field (max_tokens, messages[1].content[0].type, tools[0].type, ...) for what is malformed or not supported
-/// (images and documents, server tools).
-nlohmann::ordered_json messages_to_chat_request(const nlohmann::ordered_json& body);
+/// (images and documents, server tools). require_max_tokens false: a count_tokens request (no max_tokens).
+nlohmann::ordered_json messages_to_chat_request(const nlohmann::ordered_json& body, bool require_max_tokens = true);
 
 /// The Messages field a chat request field came from, for errors the chat path raises (stop -> stop_sequences,
 /// max_completion_tokens -> max_tokens); other names as they are.

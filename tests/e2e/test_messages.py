@@ -3,7 +3,7 @@
 # stop_sequences, tools with input_schema, tool_choice any / tool), so each test compares it with /v1/chat/completions
 # on the same request: whole (messages.create), streamed (its events in order; the SDK's stream helper's text and final
 # message), stop sequences, forced tool calls as tool_use blocks, an earlier tool turn, the reasoning as a thinking
-# block; errors in Anthropic's body, and its x-api-key header under --api-key.
+# block; count_tokens; errors in Anthropic's body, and its x-api-key header under --api-key.
 import json
 
 import pytest
@@ -71,6 +71,16 @@ def test_streamed_events_and_the_stream_helper(ac):
     assert text == final.content[0].text == whole.content[0].text
     assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 12
     assert final.usage.input_tokens == whole.usage.input_tokens
+
+
+def test_count_tokens_is_the_messages_input(tool_server):
+    c = client_of(tool_server)
+    kw = dict(system="Be brief.", messages=[{"role": "user", "content": "Call me Ishmael."}], tools=TOOLS)
+    m = c.messages.create(model=MODEL_NAME, max_tokens=2, tool_choice={"type": "none"}, extra_body=GREEDY, **kw)
+    assert c.messages.count_tokens(model=MODEL_NAME, **kw).input_tokens == m.usage.input_tokens
+    assert c.messages.count_tokens(model=MODEL_NAME, messages=kw["messages"]).input_tokens < m.usage.input_tokens
+    r = httpx.post(tool_server.base_url + "/v1/messages/count_tokens", json={"model": MODEL_NAME, "messages": 3})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
 
 
 @pytest.mark.parametrize("stream", [False, True])

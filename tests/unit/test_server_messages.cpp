@@ -73,6 +73,8 @@ TEST(ServerMessages, RequestsBecomeChatRequests) {
 
 TEST(ServerMessages, RefusalsNameTheMessagesField) {
   EXPECT_EQ(field_of(json::parse(R"({"messages": []})")), "max_tokens");
+  EXPECT_FALSE(messages_to_chat_request(json::parse(R"({"messages": []})"), false).contains("max_tokens"))
+      << "count_tokens: no max_tokens";
   EXPECT_EQ(field_of(json::parse(R"({"max_tokens": 1})")), "messages");
   EXPECT_EQ(field_of(json::parse(R"({"max_tokens": 1, "messages": [{"role": "system", "content": "x"}]})")), "messages[0].role");
   EXPECT_EQ(field_of(json::parse(R"({"max_tokens": 1, "messages": [{"role": "user"}]})")), "messages[0].content");
