@@ -143,7 +143,8 @@ struct CudaModelOptions {
   /// malformed value.
   static CudaModelOptions from_env();
   /// from_env() with the model's requested weight dtype (ModelConfig::dtype, vLLM's --dtype) as weight_dtype; nullopt
-  /// (auto) keeps BF16; and cuda_graphs off under ModelConfig::enforce_eager (vLLM's --enforce-eager). Throws Error as from_env, or naming --dtype for a dtype the runner has no kernels for (F16).
+  /// (auto) keeps BF16; and cuda_graphs off under ModelConfig::enforce_eager (vLLM's --enforce-eager). Throws Error
+  /// as from_env, or naming --dtype for a dtype the runner has no kernels for (F16).
   static CudaModelOptions for_model(const ModelConfig& cfg);
 };
 

@@ -443,10 +443,7 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
   }
   check_model(base.model);
   if (base.model && !base.model->empty()) job->model = *base.model;  // vLLM's _get_model_name: the name it was sent
-  if (job->renderer) {
-    if (base.params.n != 1) bad_request("n", "n must be 1 here (one reply)");
-    job->renderer->set_model(job->model);
-  }
+  if (job->renderer) job->renderer->set_model(job->model);  // its translators send no n: one reply
   job->n = base.params.n;
   job->stream = base.stream;
   job->return_tokens_as_token_ids = base.return_tokens_as_token_ids.value_or(opt_.return_tokens_as_token_ids);

@@ -86,9 +86,7 @@ std::pair<std::string, json> stop_of(const std::string& finish, const json& stop
 
 json usage_of(const json& u) {
   if (!u.is_object()) return {{"input_tokens", 0}, {"output_tokens", 0}};
-  const long long cached = u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object()
-                               ? u["prompt_tokens_details"].value("cached_tokens", 0LL)
-                               : 0LL;
+  const long long cached = cached_prompt_tokens(u);
   return {{"input_tokens", u.value("prompt_tokens", 0LL)}, {"cache_creation_input_tokens", 0},
           {"cache_read_input_tokens", cached}, {"output_tokens", u.value("completion_tokens", 0LL)}};
 }

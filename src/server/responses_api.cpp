@@ -243,9 +243,7 @@ json ResponsesStream::base(const char* status) const {
 
 json ResponsesStream::responses_usage(const json& u) {
   if (!u.is_object()) return nullptr;
-  const long long cached = u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object()
-                               ? u["prompt_tokens_details"].value("cached_tokens", 0LL)
-                               : 0LL;
+  const long long cached = cached_prompt_tokens(u);
   return {{"input_tokens", u.value("prompt_tokens", 0LL)},
           {"input_tokens_details", {{"cached_tokens", cached}, {"cache_write_tokens", 0}}},
           {"output_tokens", u.value("completion_tokens", 0LL)},
