@@ -14,6 +14,7 @@
 
 #include "apps/commands.h"
 #include "apps/vllm_compat_flags.h"
+#include "apps/yaml_config.h"
 #include "config/hf_hub_cache.h"
 #include "core/error.h"
 #include "core/openmp_env.h"
@@ -191,6 +192,18 @@ std::string command_path(const CLI::App& app) {
   }
 }
 
+/// Names the root's flags in the help of every subcommand that runs (CLI11 lists them only in `ssmserve --help`).
+void add_root_flags_footer(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    if (!sub->get_subcommands({}).empty()) {
+      add_root_flags_footer(*sub);
+      continue;
+    }
+    sub->footer("Also: --log-level LEVEL (trace ... off) and --config FILE.yaml (this command's flags as YAML keys, "
+                "`max-model-len: 4096`; the command line wins), see ssmserve --help");
+  }
+}
+
 /// Flushes stdout and throws when any write to it failed (a full disk, /dev/full, a closed pipe).
 void check_stdout() {
   errno = 0;
@@ -207,7 +220,7 @@ int main(int argc, char** argv) {
 #ifdef SSMSERVE_HAVE_CUDA
   cuda::register_cuda_backend();
 #endif
-  CLI::App app{"ssmserve: inference and serving for recurrent-state language models (Mamba-1, Mamba-2, lightning attention)"};
+  CLI::App app{"ssmserve: inference and serving for recurrent-state language models (Mamba-1, Mamba-2, lightning attention, Gated DeltaNet and their hybrids with attention and MoE)"};
   app.name("ssmserve");  // the usage line's name (parse() of a word list does not take it from argv[0])
   app.set_version_flag("--version", version());
   // A flag given twice: the last one wins, as with vLLM's argparse (inherited by every subcommand's options; options
@@ -226,6 +239,8 @@ int main(int argc, char** argv) {
   cli::Runner serve = cli::add_serve(app);
   cli::Runner bench_serve = cli::add_bench_serve(*app.get_subcommand("bench"));
   cli::read_numbers_as_decimal(app);
+  cli::add_config_file_option(app);  // --config FILE.yaml
+  add_root_flags_footer(app);
   // vLLM's spellings (-tp 2, -O3, --max_model_len) as ssmserve's flags; CLI11 takes the words in reverse order.
   std::vector<std::string> args(argv + 1, argv + argc);
   cli::rewrite_vllm_argument_spellings(args);
@@ -240,7 +255,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::string msg = e.what();
+    std::string msg = cli::config_error_message(e.what(), command_path(app));
     // With no subcommand CLI11 reports only "A subcommand is required"; name the arguments it did not use too.
     if (const auto extra = app.remaining(true); !extra.empty() && dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) msg += "; unexpected argument " + CLI::detail::join(extra, " ");
     std::cerr << "error: " << msg << " (see " << command_path(app) << " --help)" << std::endl;

@@ -150,3 +150,60 @@ def test_bench_max_model_len():
     assert r.returncode == 0 and "decode:" in r.stdout, r.stderr
     # The pool is sized for the batch, and so is the scheduler: no warning about --max-num-seqs, never given.
     assert "no room for cached states" not in r.stderr, r.stderr
+
+
+def test_config_file_gives_flags_the_command_line_overrides(tmp_path):
+    # vLLM's `--config FILE.yaml`: its keys are the command's long flags (dashes or underscores), the command line wins.
+    cfg = tmp_path / "gen.yaml"
+    cfg.write_text("prompt: 'And the LORD said'\nmax_tokens: 6\ntemperature: 0\nignore-eos: true\njson: true\n")
+    out = run("generate", "--config", cfg)
+    assert out.returncode == 0, out.stderr
+    from_file = json.loads(out.stdout)
+    flags = run("generate", "--prompt", "And the LORD said", "--max-tokens", 6, "--temperature", 0, "--ignore-eos", "--json")
+    assert from_file == json.loads(flags.stdout)
+    shorter = run("generate", "--config", cfg, "--max-tokens", 2)
+    assert shorter.returncode == 0, shorter.stderr
+    assert json.loads(shorter.stdout) == json.loads(run("generate", "--prompt", "And the LORD said", "--max-tokens", 2,
+                                                       "--temperature", 0, "--ignore-eos", "--json").stdout)
+
+
+def test_config_file_errors_name_the_file_and_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    for text, expected in [
+        ("max-tokns: 4\n", 'unknown option "max-tokns" (not a flag of ssmserve generate)'),
+        ("max-tokens: four\n", '--max-tokens: expected a decimal integer, got "four"'),
+        ("max-tokens: [4\n", f"--config {bad}: not valid YAML (line"),
+        ("- max-tokens\n", "expected a mapping of flags to values"),
+        ("max-tokens:\n", '"max-tokens" has no value'),
+    ]:
+        bad.write_text(text)
+        out = run("generate", "--config", bad)
+        assert out.returncode == 1 and expected in out.stderr, (text, out.stderr)
+    out = run("generate", "--config", tmp_path / "missing.yaml")
+    assert out.returncode == 1 and "File does not exist" in out.stderr, out.stderr
+
+
+def test_serve_reads_its_config_file(tmp_path):
+    from conftest import MODEL_NAME, Server
+
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("served-model-name: from-yaml\napi-key: [k1, k2]\nenable-prefix-caching: false\n"
+                   "speculative-config: {method: ngram, num_speculative_tokens: 2}\n")
+    s = Server("--config", cfg)  # the Server's own --served-model-name wins over the file's
+    try:
+        import httpx
+
+        assert httpx.get(s.base_url + "/v1/models", timeout=10).status_code == 401
+        for key in ("k1", "k2"):
+            r = httpx.get(s.base_url + "/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=10)
+            assert r.status_code == 200 and r.json()["data"][0]["id"] != "from-yaml", r.text
+        # The file's speculative config drafts (n-gram: the continuation repeats itself) and its prefix caching is off.
+        body = {"model": MODEL_NAME, "prompt": "And the LORD said unto Moses, And the LORD said unto Moses,",
+                "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+        r = httpx.post(s.base_url + "/v1/completions", json=body, headers={"Authorization": "Bearer k1"}, timeout=60)
+        assert r.status_code == 200, r.text
+        m = s.metrics()
+        assert m["ssmserve:spec_decode_num_drafts_total"] > 0, m
+        assert m["ssmserve:prefix_cache_queries_total"] == 0, m
+    finally:
+        s.stop()
