@@ -360,7 +360,12 @@ void OpenAIServer::handle(const std::shared_ptr<Exchange>& ex) {
 
 void OpenAIServer::responses(const std::string& body, const std::shared_ptr<Exchange>& ex) {
   const ResponsesRequest rr = responses_to_chat_request(parse_body(body));
-  auto rs = std::make_shared<ResponsesStream>("resp_" + next_id("resp").substr(5), unix_now(), rr.reflect);
+  // vLLM's Response id: the request's request_id (X-Request-Id, else the body's), "resp_" + it unless it has that prefix.
+  std::string id = "resp_" + next_id("resp").substr(5);
+  std::optional<std::string> client_id = ex->request().header("X-Request-Id");
+  if (const auto it = rr.chat.find("request_id"); !client_id && it != rr.chat.end() && it->is_string()) client_id = it->get<std::string>();
+  if (client_id && !client_id->empty()) id = client_id->rfind("resp_", 0) == 0 ? *client_id : "resp_" + *client_id;
+  auto rs = std::make_shared<ResponsesStream>(id, unix_now(), rr.reflect);
   try {
     generate(true, body, ex, &rr.chat, rs);
   } catch (const ApiError& e) {  // the chat path's field names as the Responses request spelt them

@@ -126,6 +126,7 @@ json messages_to_chat_request(const json& b, bool require_max_tokens) {
         bad_request(at + ".type", fmt::format("{}.type {} is not supported: only client tools (name, input_schema) run here",
                                               at, dump(t["type"])));
       json fn = {{"name", string_field(t, "name", at)}};
+      if (fn["name"].get_ref<const std::string&>().empty()) bad_request(at + ".name", at + ".name must not be empty");
       if (given(t, "description")) fn["description"] = t["description"];
       fn["parameters"] = given(t, "input_schema") ? t["input_schema"] : json{{"type", "object"}};
       tools.push_back({{"type", "function"}, {"function", fn}});

@@ -165,6 +165,8 @@ void parse_tools(const json& b, ChatRequest& r) {
       if (!fn || !fn->is_object() || !field(*fn, "name") || !(*fn)["name"].is_string() || (type && *type != "function"))
         bad_request("tools", fmt::format("tools[{}] must be {{\"type\": \"function\", \"function\": {{\"name\": string, "
                                          "\"description\"?, \"parameters\"?}}}}", i));
+      if ((*fn)["name"].get_ref<const std::string&>().empty())  // OpenAI's: 1 to 64 characters
+        bad_request("tools", fmt::format("tools[{}].function.name must not be empty", i));
       if (const json* p = field(*fn, "parameters"); p && !p->is_object())
         bad_request("tools", fmt::format("tools[{}].function.parameters must be an object (a JSON schema)", i));
     }

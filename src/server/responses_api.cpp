@@ -165,6 +165,7 @@ ResponsesRequest responses_to_chat_request(const json& b) {
       if (type != "function")
         bad_request(at + ".type", fmt::format("{}.type \"{}\" is not supported: only function tools run here", at, type));
       json fn = {{"name", string_field(t, "name", at)}};
+      if (fn["name"].get_ref<const std::string&>().empty()) bad_request(at + ".name", at + ".name must not be empty");
       for (const char* k : {"description", "parameters", "strict"})
         if (given(t, k)) fn[k] = t[k];
       chat_tools.push_back({{"type", "function"}, {"function", fn}});
@@ -283,6 +284,8 @@ json ResponsesStream::whole(const json& chat) const {
                      {"arguments", tc.at("function").value("arguments", "")}});
     }
   const bool incomplete = choice.value("finish_reason", json(nullptr)) == "length";
+  // The text cut at max_output_tokens is incomplete (OpenAI); a parsed function call is whole.
+  if (incomplete && !out.empty() && out.back()["type"] != "function_call") out.back()["status"] = "incomplete";
   json r = base(incomplete ? "incomplete" : "completed");
   if (incomplete) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   r["output"] = std::move(out);
@@ -308,16 +311,21 @@ std::string ResponsesStream::open_item(Item kind, const json& call) {
   open_ = kind;
   text_.clear();
   json item;
+  // The ids of the whole Response (ResponsesStream::whole): rs_ / msg_ + the base id (a second such item: + its
+  // output index), fc_ + the base id + the call's index.
+  const auto numbered = [&](const char* prefix, int& count) {
+    return count++ == 0 ? fmt::format("{}_{}", prefix, base_id) : fmt::format("{}_{}_{}", prefix, base_id, index);
+  };
   if (kind == Item::Reasoning) {
-    item_id_ = fmt::format("rs_{}_{}", base_id, index);
+    item_id_ = numbered("rs", reasoning_items_);
     item = {{"id", item_id_}, {"type", "reasoning"}, {"summary", json::array()}, {"content", json::array()},
             {"encrypted_content", nullptr}, {"status", "in_progress"}};
   } else if (kind == Item::Message) {
-    item_id_ = fmt::format("msg_{}_{}", base_id, index);
+    item_id_ = numbered("msg", message_items_);
     item = {{"id", item_id_}, {"type", "message"}, {"status", "in_progress"}, {"role", "assistant"}, {"content", json::array()}};
   } else {
-    item_id_ = fmt::format("fc_{}_{}", base_id, index);
     call_index_ = call.value("index", 0);
+    item_id_ = fmt::format("fc_{}_{}", base_id, call_index_);
     call_id_ = call.value("id", "");
     call_name_ = call.contains("function") ? call["function"].value("name", "") : "";
     item = {{"id", item_id_}, {"type", "function_call"}, {"status", "in_progress"}, {"call_id", call_id_},
@@ -333,7 +341,7 @@ std::string ResponsesStream::open_item(Item kind, const json& call) {
   return s;
 }
 
-std::string ResponsesStream::close_item() {
+std::string ResponsesStream::close_item(const char* status) {
   if (open_ == Item::None) return "";
   const int index = items_++;
   std::string s;
@@ -345,14 +353,14 @@ std::string ResponsesStream::close_item() {
     s += event({{"type", "response.content_part.done"}, {"item_id", item_id_}, {"output_index", index}, {"content_index", 0},
                 {"part", part}});
     item = {{"id", item_id_}, {"type", "reasoning"}, {"summary", json::array()}, {"content", json::array({part})},
-            {"encrypted_content", nullptr}, {"status", "completed"}};
+            {"encrypted_content", nullptr}, {"status", status}};
   } else if (open_ == Item::Message) {
     const json part = {{"type", "output_text"}, {"text", text_}, {"annotations", json::array()}, {"logprobs", json::array()}};
     s += event({{"type", "response.output_text.done"}, {"item_id", item_id_}, {"output_index", index}, {"content_index", 0},
                 {"text", text_}, {"logprobs", json::array()}});
     s += event({{"type", "response.content_part.done"}, {"item_id", item_id_}, {"output_index", index}, {"content_index", 0},
                 {"part", part}});
-    item = {{"id", item_id_}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"}, {"content", json::array({part})}};
+    item = {{"id", item_id_}, {"type", "message"}, {"status", status}, {"role", "assistant"}, {"content", json::array({part})}};
   } else {
     s += event({{"type", "response.function_call_arguments.done"}, {"item_id", item_id_}, {"output_index", index},
                 {"name", call_name_}, {"arguments", text_}});
@@ -410,8 +418,8 @@ std::string ResponsesStream::on_chunk(const json& chunk) {
 
 std::string ResponsesStream::finish(const json& usage) {
   std::string s = items_ == 0 && open_ == Item::None ? open_item(Item::Message) : "";  // an empty reply: an empty message
-  s += close_item();
   const bool incomplete = finish_reason_ == "length";
+  s += close_item(incomplete ? "incomplete" : "completed");  // text cut at max_output_tokens is incomplete (OpenAI)
   json r = base(incomplete ? "incomplete" : "completed");
   if (incomplete) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   r["output"] = output_;

@@ -60,7 +60,9 @@ class ResponsesStream final : public ChatRenderer {
   std::string event(nlohmann::ordered_json e);
   /// Opens an output item of `kind` (closing the open one first).
   std::string open_item(Item kind, const nlohmann::ordered_json& call = nullptr);
-  std::string close_item();
+  /// Closes the open item (if any); a message or reasoning item with `status` (completed, or incomplete when cut at
+  /// max_output_tokens), a function call completed.
+  std::string close_item(const char* status = "completed");
 
   std::string id_;
   long long created_at_;
@@ -73,6 +75,7 @@ class ResponsesStream final : public ChatRenderer {
   std::string item_id_, text_, call_id_, call_name_;
   int call_index_ = -1;   ///< the chat tool call index of the open function_call item
   int items_ = 0;         ///< items opened so far (their output_index)
+  int reasoning_items_ = 0, message_items_ = 0;  ///< of each kind (the first of a kind has the plain id)
   bool seen_call_ = false;  ///< a function_call item was opened
   std::string held_;        ///< blank text after a function call, sent only if more text follows
   std::string finish_reason_;

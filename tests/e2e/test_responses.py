@@ -83,6 +83,11 @@ def test_streamed_events_and_the_stream_helper(client):
     assert set(types[4:-4]) == {"response.output_text.delta"}
     assert text == whole.output_text == final.output_text and final.status == "incomplete"
     assert final.usage.output_tokens == 12 and final.usage.input_tokens == whole.usage.input_tokens
+    # The same items: ids, and the message cut at max_output_tokens is incomplete in both (OpenAI's item status).
+    def items(resp):  # the item ids relative to the Response's own base id
+        return [(o.id.replace(resp.id[len("resp_"):], "*"), o.status) for o in resp.output]
+
+    assert items(final) == items(whole) == [("msg_*", "incomplete")]
     with client.responses.stream(model=MODEL_NAME, input="Call me Ishmael.", max_output_tokens=12, temperature=0) as s:
         deltas = "".join(ev.delta for ev in s if ev.type == "response.output_text.delta")
         helper = s.get_final_response()
@@ -129,6 +134,10 @@ def test_forced_tool_calls_are_function_call_items(tool_client, choice):
                                   extra_body=tight)
     assert "response.function_call_arguments.delta" in types and "response.function_call_arguments.done" in types
     assert [(o.name, o.arguments) for o in final.output if o.type == "function_call"] == [(c.name, c.arguments) for c in calls]
+    # Item ids of the same forms streamed and whole: fc_ + the Response's base id + the call's index.
+    for resp in (r, final):
+        base = resp.id[len("resp_"):]
+        assert [o.id for o in resp.output if o.type == "function_call"] == [f"fc_{base}_{i}" for i in range(len(calls))]
 
 
 def test_function_call_history_reaches_the_template(tool_client):
@@ -179,6 +188,7 @@ def test_reasoning_is_a_reasoning_item(reasoning_client):
     ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
     ({"input": [{"type": "web_search_call"}]}, "input[0].type"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ({"input": "x", "tools": [{"type": "function", "name": ""}]}, "tools[0].name"),
     ({"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format.type"),
     ({"input": "x", "top_logprobs": 3}, "top_logprobs"),
     ({"input": "x", "max_output_tokens": 10 ** 6}, "max_output_tokens"),
@@ -193,3 +203,15 @@ def test_bad_requests_name_the_field(server, body, param):
 def test_only_post(server):
     r = httpx.get(server.base_url + "/v1/responses", timeout=10)
     assert r.status_code == 405 and "POST" in r.headers.get("allow", "")
+
+
+def test_request_id_is_the_response_id(server):
+    # vLLM's: the request's request_id (X-Request-Id, else the body's field) is the Response's id ("resp_" prefixed).
+    body = {"model": MODEL_NAME, "input": "x", "max_output_tokens": 2}
+    r = httpx.post(server.base_url + "/v1/responses", json={**body, "request_id": "abc"}, timeout=60)
+    assert r.status_code == 200 and r.json()["id"] == "resp_abc", r.text
+    assert r.json()["output"][0]["id"] == "msg_abc"
+    r = httpx.post(server.base_url + "/v1/responses", json={**body, "request_id": "resp_xyz"}, timeout=60)
+    assert r.json()["id"] == "resp_xyz", r.text
+    r = httpx.post(server.base_url + "/v1/responses", json=body, headers={"X-Request-Id": "hdr"}, timeout=60)
+    assert r.json()["id"] == "resp_hdr", r.text

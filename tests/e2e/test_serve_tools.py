@@ -90,6 +90,7 @@ def test_tool_history_reaches_the_template(tool_server, tool_client):
     ({"tools": [{"type": "function"}]}, "tools", "tools[0]"),
     ({"tools": {"name": "f"}}, "tools", "must be a list"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]}, "tools", "parameters"),
+    ({"tools": [{"type": "function", "function": {"name": ""}}]}, "tools", "tools[0].function.name must not be empty"),
 ])
 def test_bad_tool_choices_are_400s(tool_server, extra, param, needle):
     body = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 2, **extra}
