@@ -49,8 +49,8 @@ void add_engine_options(CLI::App& cmd, EngineConfig& cfg, std::string& load_form
                "No CUDA graphs (vLLM's): every GPU step's kernels are launched one by one (the same results, slower "
                "decode); no effect on the CPU");
   cmd.add_option("-q,--quantization", cfg.quantization,
-                 "The checkpoint's quantization method (vLLM's): fp8, compressed-tensors or modelopt, checked against "
-                 "config.json; default: as the checkpoint says (FP8 weights are dequantized as they load)");
+                 "The checkpoint's quantization method (vLLM's): fp8, compressed-tensors, modelopt, gptq (gptq_marlin) or awq (awq_marlin), checked against "
+                 "config.json; default: as the checkpoint says (FP8, GPTQ and AWQ weights are dequantized as they load)");
   cmd.add_option("--max-num-batched-tokens", cfg.scheduler.max_num_batched_tokens, "Token budget per engine step")
       ->capture_default_str();
   cmd.add_option("--max-num-seqs", cfg.scheduler.max_num_seqs, "Most requests in one step")->capture_default_str();

@@ -44,7 +44,7 @@ class EngineArgs:
     mamba_ssm_cache_dtype: Optional[str] = None
     num_scheduler_steps: Optional[int] = None
     mamba_cache_mode: Optional[str] = None
-    quantization: Optional[str] = None  # vLLM's: the checkpoint's FP8 format, checked against config.json
+    quantization: Optional[str] = None  # vLLM's: the checkpoint's FP8 / GPTQ / AWQ format, checked against config.json
     mamba_block_size: Optional[int] = None
     swap_space: Optional[float] = None
     log_level: Optional[str] = None  # the process's engine log level (see ssmserve.LLM)

@@ -189,10 +189,14 @@ ModelConfig ModelConfig::from_json(const json& cfg, const std::filesystem::path&
               "architecture (give \"architectures\")", what, text_excerpt(c.model_type));
     c.architecture = it->second;
   }
-  // A quantized checkpoint: FP8 weights load (fp8, compressed-tensors float-quantized, modelopt FP8; dequantized as
-  // read, model/fp8_weights.h); the others (GPTQ / AWQ qweight, bitsandbytes, int compressed-tensors, ...) have no
-  // loader, so they would fail later on a tensor's dtype or a "missing" .weight, or load scales as weights: named here.
-  if (const json* q = f.find("quantization_config"); q != nullptr && !q->is_null()) c.fp8 = parse_quantization_config(*q, what);
+  // A quantized checkpoint: FP8 weights (fp8, compressed-tensors float-quantized, modelopt FP8; model/fp8_weights.h)
+  // and GPTQ / AWQ integer weights (model/int_weights.h) load, dequantized as read; the others (bitsandbytes, int
+  // compressed-tensors, ...) have no loader, so they would fail later on a tensor's dtype or a "missing" .weight, or
+  // load scales as weights: named here.
+  if (const json* q = f.find("quantization_config"); q != nullptr && !q->is_null()) {
+    c.int_quant = parse_int_quantization_config(*q, what);
+    if (!c.int_quant) c.fp8 = parse_quantization_config(*q, what);
+  }
   c.vocab_size = f.positive_int("vocab_size");
   c.hidden_size = f.positive_int("hidden_size");
   // Nemotron-H configs written by transformers 5.x drop num_hidden_layers (deprecated there): the length of the
@@ -262,7 +266,7 @@ ModelConfig ModelConfig::load(const std::filesystem::path& dir) {
   // NVIDIA Model Optimizer's checkpoints written before it filled config.json's quantization_config keep it in
   // hf_quant_config.json {"producer": ..., "quantization": {"quant_algo": "FP8", ...}} (vLLM reads it too).
   const auto hf_quant_path = dir / "hf_quant_config.json";
-  if (!c.fp8 && path_entry_exists(hf_quant_path)) {
+  if (!c.fp8 && !c.int_quant && path_entry_exists(hf_quant_path)) {
     const json hq = parse_hf_json(read_text_file(hf_quant_path, kMaxConfigFileBytes), hf_quant_path.string());
     const auto q = hq.is_object() ? hq.find("quantization") : hq.end();
     SSM_CHECK(q != hq.end() && q->is_object(), "{}: must be an object with an object \"quantization\"", hf_quant_path.string());

@@ -54,6 +54,8 @@ struct ModelConfig {
   std::optional<MambaConfig> mamba;
   /// config.json's quantization_config, when the checkpoint's weights are FP8 (config/quantization_config.h).
   std::optional<Fp8Quantization> fp8;
+  /// config.json's quantization_config, when the checkpoint's weights are GPTQ / AWQ integers (config/quantization_config.h).
+  std::optional<IntQuantization> int_quant;
   /// Not from config.json: a CPU reference mode for GPU tests (off by default; nothing else changes when off). The CPU
   /// decoder then rounds each GEMM input (activation) to bf16 where the GPU does with bf16 weights: every projection
   /// of the mixers and dense MLPs, the MoE experts' x and activations, the LM head; not the MoE router (fp32 on the

@@ -2,6 +2,7 @@
 #include "config/quantization_config.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "config/hf_json.h"
 #include "core/error.h"
@@ -105,7 +106,75 @@ Fp8Quantization parse_modelopt(const json& q, const std::string& what) {
   return Fp8Quantization{"modelopt", 0, 0, "_scale"};
 }
 
+/// A positive integer field, or `fallback` when absent; throws naming it otherwise.
+int int_field(const json& q, const char* key, int fallback, const std::string& what) {
+  const json* v = field(q, key);
+  if (v == nullptr) return fallback;
+  SSM_CHECK(v->is_number_integer() && v->get<long long>() >= -1 && v->get<long long>() <= (1 << 24),
+            "{}: quantization_config.{} must be an integer (got {})", what, key, json_excerpt(*v));
+  return v->get<int>();
+}
+
+bool bool_field(const json& q, const char* key, bool fallback, const std::string& what) {
+  const json* v = field(q, key);
+  if (v == nullptr) return fallback;
+  SSM_CHECK(v->is_boolean(), "{}: quantization_config.{} must be true or false (got {})", what, key, json_excerpt(*v));
+  return v->get<bool>();
+}
+
+/// quantization_config.group_size: a positive integer, or -1 (one group over all input rows: 0 here).
+int group_size_field(const json& q, const std::string& what) {
+  const int g = int_field(q, "group_size", 128, what);
+  SSM_CHECK(g == -1 || g >= 1, "{}: quantization_config.group_size must be a positive integer or -1 (got {})", what, g);
+  return g == -1 ? 0 : g;
+}
+
 }  // namespace
+
+std::optional<IntQuantization> parse_int_quantization_config(const json& q, const std::string& what) {
+  if (!q.is_object()) return std::nullopt;
+  const json* m = field(q, "quant_method");
+  if (m == nullptr || !m->is_string()) return std::nullopt;
+  const std::string method = m->get<std::string>();
+  IntQuantization out;
+  if (method == "gptq") {
+    out.bits = int_field(q, "bits", 4, what);
+    SSM_CHECK(out.bits == 2 || out.bits == 4 || out.bits == 8,
+              "{}: quantization_config.bits {} is not supported for GPTQ (2, 4 or 8; 3-bit codes cross words)", what, out.bits);
+    out.group_size = group_size_field(q, what);
+    out.desc_act = bool_field(q, "desc_act", false, what);
+    std::string format = "gptq";
+    if (const json* f = field(q, "checkpoint_format")) {
+      SSM_CHECK(f->is_string(), "{}: quantization_config.checkpoint_format must be a string (got {})", what, json_excerpt(*f));
+      format = f->get<std::string>();
+    }
+    SSM_CHECK(format == "gptq" || format == "gptq_v2",
+              "{}: quantization_config.checkpoint_format \"{}\" is not supported (gptq or gptq_v2; repack Marlin / BitBLAS "
+              "checkpoints to gptq)", what, text_excerpt(format));
+    out.zero_stored_minus_one = format == "gptq";
+    return out;
+  }
+  if (method == "awq") {
+    out.method = "awq";
+    out.bits = int_field(q, "bits", int_field(q, "w_bit", 4, what), what);
+    SSM_CHECK(out.bits == 4, "{}: quantization_config.bits {} is not supported for AWQ (4 only)", what, out.bits);
+    out.group_size = field(q, "group_size") ? group_size_field(q, what) : int_field(q, "q_group_size", 128, what);
+    SSM_CHECK(out.group_size >= 0, "{}: quantization_config.group_size must be a positive integer or -1", what);
+    out.has_zeros = bool_field(q, "zero_point", true, what);
+    std::string version = "gemm";
+    if (const json* v = field(q, "version")) {
+      SSM_CHECK(v->is_string(), "{}: quantization_config.version must be a string (got {})", what, json_excerpt(*v));
+      version = v->get<std::string>();
+      for (char& c : version) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    SSM_CHECK(version == "gemm", "{}: quantization_config.version \"{}\" is not supported (AWQ's GEMM layout only; the "
+              "GEMV, Marlin and exllama layouts pack differently)", what, text_excerpt(version));
+    out.awq_order = true;
+    out.zero_stored_minus_one = false;
+    return out;
+  }
+  return std::nullopt;
+}
 
 Fp8Quantization parse_quantization_config(const json& q, const std::string& what) {
   SSM_CHECK(q.is_object(), "{}: field \"quantization_config\" must be an object (got {})", what, json_excerpt(q));
@@ -117,8 +186,8 @@ Fp8Quantization parse_quantization_config(const json& q, const std::string& what
   if (method == "compressed-tensors") return parse_compressed_tensors(q, what);
   if (method == "modelopt") return parse_modelopt(q, what);
   fail("{}: field \"quantization_config\" (quant_method \"{}\") is not supported: ssmserve loads unquantized F32 / BF16 / "
-       "F16 checkpoints and FP8 ones (quant_method \"fp8\", \"compressed-tensors\" float-quantized, \"modelopt\" FP8)",
-       what, text_excerpt(method));
+       "F16 checkpoints, FP8 ones (quant_method \"fp8\", \"compressed-tensors\" float-quantized, \"modelopt\" FP8) and "
+       "GPTQ / AWQ integer ones (\"gptq\", \"awq\")", what, text_excerpt(method));
 }
 
 }  // namespace ssmserve

@@ -3,6 +3,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 namespace ssmserve {
@@ -34,9 +35,35 @@ struct Fp8Quantization {
   std::string alt_scale_suffix;
 };
 
+/// How a GPTQ or AWQ checkpoint stores its matrices (weight-only integer quantization with per-group scales and zero
+/// points; model/int_weights.h dequantizes them as they load). A Linear X [N out, K in] is X.qweight (I32, `bits`-bit
+/// codes packed 32 / bits per word) beside X.scales (F16 / BF16 / F32 [groups, N]), X.qzeros (I32 [groups, N packed])
+/// and, in GPTQ, X.g_idx (I32 [K]: each input row's group); W[n, k] = scale[g, n] x (q[k, n] - zero[g, n]).
+/// - quant_method "gptq" (AutoGPTQ / GPTQModel / optimum; vLLM's gptq and gptq_marlin): qweight [K / pack, N] packed
+///   along K, qzeros [groups, N / pack] packed along N, each code at bits x (index % pack) of its word; the
+///   checkpoint_format "gptq" (v1) stores zero - 1 (read back + 1, as exllama and vLLM do), "gptq_v2" the zero; g_idx
+///   (desc_act) groups rows in any order, else row k is in group k / group_size.
+/// - quant_method "awq" (AutoAWQ's GEMM version; vLLM's awq and awq_marlin): 4-bit, qweight [K, N / 8] and qzeros
+///   [groups, N / 8] both packed along N in AWQ's order (column 8j + c at nibble {0, 4, 1, 5, 2, 6, 3, 7}[c]).
+/// Weight-only: the activations stay unquantized; the matrices are dequantized to F32 / BF16 as read.
+struct IntQuantization {
+  std::string method = "gptq";  ///< quant_method: "gptq" or "awq"
+  int bits = 4;                 ///< 2, 4 or 8 (GPTQ); 4 (AWQ)
+  int group_size = 128;         ///< input rows per group; 0 = all K rows (GPTQ's -1)
+  bool desc_act = false;        ///< GPTQ act-order (g_idx holds each row's group)
+  bool zero_stored_minus_one = true;  ///< GPTQ v1's zeros (stored zero - 1)
+  bool awq_order = false;       ///< AWQ's nibble order along N (else the plain order)
+  bool has_zeros = true;        ///< AWQ zero_point false: no qzeros, zero 2^(bits - 1)
+};
+
 /// Parses a quantization_config object (`what` names config.json in errors). Returns the FP8 format it describes;
 /// throws Error naming the field for any other quant_method or an unsupported option (another fp8 format, int
-/// weights, asymmetric or group scales, ...).
+/// weights, asymmetric or group scales, ...). GPTQ / AWQ configs are parse_int_quantization_config's.
 Fp8Quantization parse_quantization_config(const nlohmann::json& q, const std::string& what);
+
+/// The GPTQ / AWQ format a quantization_config describes, or nullopt when its quant_method is another one (then
+/// parse_quantization_config reads it). Throws Error naming the field for an unsupported option (3-bit codes, AWQ's
+/// GEMV / Marlin layouts, a group size that is not a positive integer or -1, ...).
+std::optional<IntQuantization> parse_int_quantization_config(const nlohmann::json& q, const std::string& what);
 
 }  // namespace ssmserve

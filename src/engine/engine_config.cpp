@@ -35,15 +35,20 @@ constexpr DtypeChoice kDtypeChoices[] = {
 
 void check_quantization(const std::string& quantization, const ModelConfig& model) {
   if (quantization.empty()) return;
-  static const char* const known[] = {"fp8", "compressed-tensors", "modelopt"};
-  SSM_CHECK(std::find(std::begin(known), std::end(known), quantization) != std::end(known),
-            "--quantization must be fp8, compressed-tensors or modelopt (the FP8 checkpoint formats ssmserve loads), got "
-            "\"{}\"", quantization);
-  SSM_CHECK(model.fp8.has_value(), "--quantization {}: {} is not quantized, and ssmserve does not quantize weights at "
-            "load (vLLM's online FP8 quantization); give an FP8 checkpoint or leave --quantization out", quantization,
+  // vLLM's names, its Marlin kernels' included (the same checkpoints: gptq_marlin reads a gptq checkpoint).
+  static const std::pair<const char*, const char*> known[] = {
+      {"fp8", "fp8"}, {"compressed-tensors", "compressed-tensors"}, {"modelopt", "modelopt"}, {"gptq", "gptq"},
+      {"gptq_marlin", "gptq"}, {"awq", "awq"}, {"awq_marlin", "awq"}};
+  const auto it = std::find_if(std::begin(known), std::end(known), [&](const auto& k) { return quantization == k.first; });
+  SSM_CHECK(it != std::end(known),
+            "--quantization must be fp8, compressed-tensors, modelopt, gptq (gptq_marlin) or awq (awq_marlin): the "
+            "quantized checkpoint formats ssmserve loads, got \"{}\"", quantization);
+  const std::string method = model.fp8 ? model.fp8->method : model.int_quant ? model.int_quant->method : "";
+  SSM_CHECK(!method.empty(), "--quantization {}: {} is not quantized, and ssmserve does not quantize weights at "
+            "load (vLLM's online FP8 quantization); give a quantized checkpoint or leave --quantization out", quantization,
             model.dir.string());
-  SSM_CHECK(model.fp8->method == quantization, "--quantization {} does not match the checkpoint's quantization_config "
-            "(quant_method \"{}\")", quantization, model.fp8->method);
+  SSM_CHECK(method == it->second, "--quantization {} does not match the checkpoint's quantization_config "
+            "(quant_method \"{}\")", quantization, method);
 }
 
 std::optional<DType> parse_model_dtype(std::string_view dtype) {

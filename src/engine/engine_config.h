@@ -60,7 +60,8 @@ struct EngineConfig {
   /// one: the same results, slower decode). No effect on the CPU.
   bool enforce_eager = false;
   /// vLLM's --quantization (-q): empty = the checkpoint's own (config.json's quantization_config, if any); "fp8",
-  /// "compressed-tensors" or "modelopt" must name the checkpoint's method. Weights are never quantized at load
+  /// "compressed-tensors", "modelopt", "gptq" (or "gptq_marlin") or "awq" (or "awq_marlin") must name the
+  /// checkpoint's method. Weights are never quantized at load
   /// (vLLM's --quantization fp8 on a bf16 checkpoint is refused: check_quantization).
   std::string quantization;
   SchedulerConfig scheduler;                 ///< max_num_batched_tokens, max_num_seqs

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "model/fp8_weights.h"
+#include "model/int_weights.h"
 
 namespace ssmserve {
 namespace {
@@ -120,7 +121,48 @@ WeightSource WeightSource::open(const std::filesystem::path& dir, bool dummy, st
 WeightSource WeightSource::open(const ModelConfig& cfg, bool dummy, std::shared_ptr<const Checkpoint>* ckpt) {
   WeightSource s = open(cfg.dir, dummy, ckpt);
   if (cfg.fp8) s.set_fp8(*cfg.fp8, cfg.dtype == DType::F32 ? DType::F32 : DType::BF16);
+  if (cfg.int_quant) s.set_int_quantization(*cfg.int_quant, cfg.dtype == DType::F32 ? DType::F32 : DType::BF16);
   return s;
+}
+
+void WeightSource::set_int_quantization(const IntQuantization& quant, DType out) {
+  SSM_CHECK(out == DType::F32 || out == DType::BF16, "GPTQ / AWQ weights dequantize to F32 or BF16, not {}", dtype_name(out));
+  int_quant_ = quant;
+  int_out_ = out;
+}
+
+std::string WeightSource::int_base(const std::string& name) const {
+  static const std::string suffix = ".weight";
+  if (!ckpt_ || name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return "";
+  std::string base = name.substr(0, name.size() - suffix.size());
+  return ckpt_->has(base + ".qweight") ? base : "";
+}
+
+std::optional<Weight> WeightSource::int_matrix(const std::string& name, const std::vector<int64_t>& shape) {
+  const std::string base = int_base(name);
+  if (base.empty()) return std::nullopt;
+  const std::string qweight = base + ".qweight";
+  SSM_CHECK(int_quant_.has_value(), "checkpoint {}: tensor \"{}\" is a GPTQ / AWQ matrix, but config.json has no "
+            "quantization_config describing it (quant_method \"gptq\" or \"awq\")", ckpt_->dir().string(), qweight);
+  SSM_CHECK(shape.size() == 2, "checkpoint {}: \"{}\" is stored quantized (\"{}\"), but the model reads it as a [{}] tensor; "
+            "only 2-D matrices load from GPTQ / AWQ codes", ckpt_->dir().string(), name, qweight, fmt::join(shape, ", "));
+  const auto raw = [&](const std::string& n, bool required) -> const TensorRef* {
+    used_->insert(n);
+    if (const TensorRef* t = ckpt_->find_raw(n)) return t;
+    if (const TensorRef* t = ckpt_->find(n)) return t;  // a supported dtype: dequantize_int names it as wrong
+    SSM_CHECK(!required, "checkpoint {}: GPTQ / AWQ matrix \"{}\" has no tensor \"{}\"", ckpt_->dir().string(), qweight, n);
+    return nullptr;
+  };
+  IntQuantizedTensors t;
+  t.qweight = raw(qweight, true);
+  t.scales = raw(base + ".scales", true);
+  t.qzeros = raw(base + ".qzeros", int_quant_->has_zeros);
+  if (!int_quant_->has_zeros) t.qzeros = nullptr;
+  t.g_idx = int_quant_->method == "gptq" ? raw(base + ".g_idx", false) : nullptr;
+  SSM_CHECK(!int_quant_->desc_act || t.g_idx != nullptr, "checkpoint {}: GPTQ matrix \"{}\" has no \"{}.g_idx\", which "
+            "quantization_config.desc_act true needs", ckpt_->dir().string(), qweight, base);
+  warn_if_not_finite(*t.scales);
+  return dequantize_int(t, *int_quant_, shape[0], shape[1], int_out_);
 }
 
 void WeightSource::set_fp8(const Fp8Quantization& quant, DType out) {
@@ -171,7 +213,7 @@ WeightSource WeightSource::dummy_recorded(std::shared_ptr<DummyRecord> record, u
 
 bool WeightSource::has(const std::string& name) const {
   used_->insert(name);
-  return ckpt_ && ckpt_->has(name);
+  return ckpt_ && (ckpt_->has(name) || !int_base(name).empty());
 }
 
 void WeightSource::ignore_prefix(const std::string& prefix) {
@@ -211,6 +253,7 @@ void WeightSource::warn_unused_tensors() const {
 Weight WeightSource::matrix(const std::string& name, const std::vector<int64_t>& shape, DummyInit init) {
   used_->insert(name);
   if (ckpt_) {
+    if (std::optional<Weight> w = int_matrix(name, shape)) return std::move(*w);
     if (std::optional<Weight> w = fp8_matrix(name, shape)) return std::move(*w);
     const TensorRef& t = ckpt_->get(name, shape);
     warn_if_not_finite(t);
@@ -232,7 +275,7 @@ std::vector<float> WeightSource::vector(const std::string& name, const std::vect
   used_->insert(name);
   if (ckpt_) {
     if (shape.size() >= 2)  // a small matrix the quantizer converted (a conv weight is [C, 1, W]: FP8 only if it did)
-      if (std::optional<Weight> w = fp8_matrix(name, shape)) {
+      if (std::optional<Weight> w = shape.size() == 2 && !int_base(name).empty() ? int_matrix(name, shape) : fp8_matrix(name, shape)) {
         std::vector<float> out(static_cast<size_t>(w->rows * w->cols));
         for (int64_t r = 0; r < w->rows; ++r) w->row_to_f32(r, out.data() + r * w->cols);
         return out;

@@ -45,17 +45,22 @@ class WeightSource {
   /// The checkpoint in `dir` (kept open in *ckpt, which must outlive the mapped weights), or dummy values when
   /// `dummy`. Throws Error as Checkpoint::open.
   static WeightSource open(const std::filesystem::path& dir, bool dummy, std::shared_ptr<const Checkpoint>* ckpt);
-  /// The same for `cfg`'s checkpoint (cfg.dir), reading FP8 matrices when cfg.fp8 is set (set_fp8, dequantized to
-  /// F32 with --dtype float32, else BF16).
+  /// The same for `cfg`'s checkpoint (cfg.dir), reading FP8 matrices when cfg.fp8 is set (set_fp8) and GPTQ / AWQ
+  /// ones when cfg.int_quant is (set_int_quantization), dequantized to F32 with --dtype float32, else BF16.
   static WeightSource open(const ModelConfig& cfg, bool dummy, std::shared_ptr<const Checkpoint>* ckpt);
   /// From now on matrix() / vector() read F8_E4M3 tensors with their weight_scale_inv as `quant` describes,
   /// dequantized into `out` (F32 or BF16; model/fp8_weights.h).
   void set_fp8(const Fp8Quantization& quant, DType out);
+  /// From now on matrix() / vector() read a Linear X.weight that the checkpoint stores as X.qweight (with X.scales,
+  /// X.qzeros, X.g_idx) as `quant` describes, dequantized into `out` (F32 or BF16; model/int_weights.h); has()
+  /// reports X.weight for it.
+  void set_int_quantization(const IntQuantization& quant, DType out);
 
   /// Checkpoint tensors holding NaN / Inf values load, with a warning naming the tensor (the sampler later rejects
   /// the NaN logits).
-  /// A matrix parameter (kept in its stored dtype; F16 becomes F32; FP8 dequantized, see set_fp8). Throws Error if
-  /// missing / wrong shape, or an FP8 matrix without set_fp8 or without its scales.
+  /// A matrix parameter (kept in its stored dtype; F16 becomes F32; FP8 / GPTQ / AWQ dequantized, see set_fp8 and
+  /// set_int_quantization). Throws Error if missing / wrong shape, or a quantized matrix without its quantization
+  /// config or its scales.
   Weight matrix(const std::string& name, const std::vector<int64_t>& shape, DummyInit init);
   /// A small parameter converted to fp32, flattened. Throws Error if missing / wrong shape.
   std::vector<float> vector(const std::string& name, const std::vector<int64_t>& shape, DummyInit init);
@@ -77,10 +82,18 @@ class WeightSource {
   /// The FP8 matrix `name` dequantized (set_fp8), or nullopt when the checkpoint holds it in a supported dtype.
   /// Throws Error when it is FP8 and set_fp8 was not called, or its scales are missing or mis-shaped.
   std::optional<Weight> fp8_matrix(const std::string& name, const std::vector<int64_t>& shape);
+  /// The GPTQ / AWQ matrix `name` ("X.weight" stored as X.qweight, ...) dequantized (set_int_quantization), or nullopt
+  /// when the checkpoint has no X.qweight. Throws Error when set_int_quantization was not called or a tensor is
+  /// missing or mis-shaped.
+  std::optional<Weight> int_matrix(const std::string& name, const std::vector<int64_t>& shape);
+  /// "X" for "X.weight" when the checkpoint stores X.qweight, else "".
+  std::string int_base(const std::string& name) const;
 
   std::shared_ptr<const Checkpoint> ckpt_;
   std::optional<Fp8Quantization> fp8_;
   DType fp8_out_ = DType::BF16;
+  std::optional<IntQuantization> int_quant_;
+  DType int_out_ = DType::BF16;
   /// Names asked for; layers load in parallel (model/parallel_layers.h), hence the lock.
   struct UsedNames {
     std::mutex mu;

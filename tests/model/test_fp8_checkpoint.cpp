@@ -214,7 +214,7 @@ std::string load_error(const std::filesystem::path& dir) {
 
 TEST(Fp8, BadQuantizationConfigsAreNamed) {
   const std::pair<nlohmann::json, std::string> cases[] = {
-      {{{"quant_method", "gptq"}, {"bits", 4}}, "quant_method \"gptq\") is not supported"},
+      {{{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}}, "quant_method \"bitsandbytes\") is not supported"},
       {{{"quant_method", "fp8"}, {"fmt", "e5m2"}}, "quantization_config.fmt \"e5m2\" is not supported (only \"e4m3\")"},
       {{{"quant_method", "fp8"}, {"activation_scheme", "per_group"}}, "activation_scheme \"per_group\" is not supported"},
       {{{"quant_method", "fp8"}, {"weight_block_size", {128}}}, "weight_block_size must be [rows, columns]"},
@@ -395,7 +395,8 @@ TEST(Fp8, QuantizationFlagMatchesTheCheckpoint) {
   EXPECT_THAT(quantization_error("modelopt", q), HasSubstr("--quantization modelopt does not match the checkpoint's "
                                                            "quantization_config (quant_method \"fp8\")"));
   EXPECT_THAT(quantization_error("fp8", plain), HasSubstr("is not quantized, and ssmserve does not quantize weights at load"));
-  EXPECT_THAT(quantization_error("gptq", q), HasSubstr("--quantization must be fp8, compressed-tensors or modelopt"));
+  EXPECT_THAT(quantization_error("gguf", q), HasSubstr("--quantization must be fp8, compressed-tensors, modelopt, gptq"));
+  EXPECT_THAT(quantization_error("gptq", q), HasSubstr("--quantization gptq does not match"));
   EngineConfig cfg;
   cfg.model = fp8.path();
   cfg.tokenizer = testing::model_dir("tiny-mamba");

@@ -134,7 +134,7 @@ TEST(ConfigSpellings, MalformedLayerPatternIsNamedWithoutNumHiddenLayers) {
 
 // A quantized checkpoint's config (top level, or inside a multimodal wrapper's text_config) other than FP8 is refused
 // up front (FP8 checkpoints: tests/model/test_fp8_checkpoint.cpp).
-TEST(ConfigSpellings, QuantizationConfigIsRefused) {
+TEST(ConfigSpellings, QuantizationConfigsLoadOrAreRefused) {
   nlohmann::json j = tiny_hybrid("tiny-qwen3_5");
   j["quantization_config"] = nullptr;
   EXPECT_EQ(config_error(j), "");
@@ -142,7 +142,10 @@ TEST(ConfigSpellings, QuantizationConfigIsRefused) {
   EXPECT_EQ(config_error(j), "");
   EXPECT_EQ(ModelConfig::from_json(j).fp8->block_k, 128);
   j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
-  EXPECT_THAT(config_error(j), HasSubstr("field \"quantization_config\" (quant_method \"gptq\") is not supported"));
+  EXPECT_EQ(config_error(j), "");
+  EXPECT_EQ(ModelConfig::from_json(j).int_quant->group_size, 128);
+  j["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};
+  EXPECT_THAT(config_error(j), HasSubstr("field \"quantization_config\" (quant_method \"bitsandbytes\") is not supported"));
   j["quantization_config"] = "gptq";
   EXPECT_THAT(config_error(j), HasSubstr("field \"quantization_config\" must be an object"));
   j["quantization_config"] = nlohmann::json::object();
@@ -151,8 +154,10 @@ TEST(ConfigSpellings, QuantizationConfigIsRefused) {
                             {"text_config", tiny_hybrid("tiny-qwen3_5")}};
   wrapper["text_config"].erase("architectures");
   EXPECT_EQ(config_error(wrapper), "");
-  wrapper["quantization_config"] = {{"quant_method", "awq"}};
-  EXPECT_THAT(config_error(wrapper), HasSubstr("(quant_method \"awq\") is not supported"));
+  wrapper["quantization_config"] = {{"quant_method", "awq"}};  // the wrapper's quantization_config is read
+  EXPECT_EQ(ModelConfig::from_json(wrapper).int_quant->method, "awq");
+  wrapper["quantization_config"] = {{"quant_method", "hqq"}};
+  EXPECT_THAT(config_error(wrapper), HasSubstr("(quant_method \"hqq\") is not supported"));
 }
 
 /// Each layer's module kinds ("mamba2", "attention", "mlp", "moe"; mixer or FFN, whichever the layer has).

@@ -1,0 +1,184 @@
+// GPTQ and AWQ checkpoints (quantization_config quant_method "gptq" / "awq": integer codes packed in I32 words with
+// per-group F16 scales and zero points): a whole model (Qwen3-Next layout: DeltaNet, gated attention, experts) loaded
+// from a checkpoint this file quantizes and packs as the quantizers do (AutoGPTQ's and AutoAWQ's packing order, GPTQ
+// v1's stored zero - 1, act-order g_idx, 2 / 4 / 8 bits, group sizes that do and do not divide the rows, one group)
+// equals the same model from a checkpoint of the dequantized weights (W = scale x (q - zero), fp32), bit for bit with
+// --dtype float32 and auto (bf16); and the errors for bad configs and checkpoints.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "checkpoint_fixtures.h"
+#include "int_quant_fixtures.h"
+#include "core/error.h"
+#include "engine/engine_config.h"
+#include "engine/llm_engine.h"
+#include "model/checkpoint.h"
+#include "model/decoder/decoder_lm.h"
+#include "model/dummy_checkpoint.h"
+#include "test_util.h"
+
+namespace ssmserve {
+namespace {
+
+using testing::FixtureTensor;
+using testing::TempDir;
+using testing::Scheme;
+using testing::awq;
+using testing::gptq;
+using testing::write_quantized_pair;
+using ::testing::HasSubstr;
+
+/// Greedy continuations with their top-5 logprobs, and the prompt logprobs, of three prompts on the CPU.
+std::vector<RequestOutput> run(const std::filesystem::path& dir, const std::string& dtype) {
+  EngineConfig cfg;
+  cfg.model = dir;
+  cfg.tokenizer = testing::model_dir("tiny-mamba");
+  cfg.dtype = dtype;
+  cfg.scheduler.max_num_batched_tokens = 61;  // chunked prefill too
+  LLM llm(cfg);
+  SamplingParams sp;
+  sp.temperature = 0.0, sp.ignore_eos = true, sp.logprobs = 5, sp.prompt_logprobs = 5, sp.max_tokens = 10;
+  return llm.generate({"It is a truth universally acknowledged", "The", "In the beginning God created the heaven"}, sp);
+}
+
+void expect_identical(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].outputs[0].token_ids, b[i].outputs[0].token_ids) << i;
+    for (size_t s = 0; s < a[i].outputs[0].logprobs.size(); ++s)
+      for (size_t k = 0; k < a[i].outputs[0].logprobs[s].size(); ++k) {
+        EXPECT_EQ(a[i].outputs[0].logprobs[s][k].id, b[i].outputs[0].logprobs[s][k].id) << i << " " << s;
+        EXPECT_EQ(a[i].outputs[0].logprobs[s][k].logprob, b[i].outputs[0].logprobs[s][k].logprob) << i << " " << s;
+      }
+    for (size_t p = 1; p < a[i].prompt_logprobs.size(); ++p)
+      EXPECT_EQ(a[i].prompt_logprobs[p]->token_logprob, b[i].prompt_logprobs[p]->token_logprob) << i << " " << p;
+  }
+}
+
+TEST(IntQuantized, ModelEqualsItsDequantizedCheckpoint) {
+  const Scheme schemes[] = {gptq(4, 32, false, false, true),  gptq(4, 48, false, true, true), gptq(8, 0, true, false, false),
+                            gptq(2, 32, false, false, false), gptq(4, 128, true, false, true), awq(32), awq(0)};
+  for (const Scheme& s : schemes) {
+    SCOPED_TRACE("quantization_config " + s.config.dump());
+    TempDir q("intq"), ref("intref");
+    ASSERT_GT(write_quantized_pair(s, q.path(), ref.path()), 20);  // every layer's projections, the experts' included
+    expect_identical(run(q.path(), "float32"), run(ref.path(), "float32"));
+    const auto a = run(q.path(), "auto");
+    ASSERT_FALSE(a.empty());
+    EXPECT_EQ(a[0].outputs[0].token_ids.size(), 10u);
+  }
+}
+
+// The bf16 dequantization (dtype auto) is the fp32 one rounded once: the same model as a BF16 copy of the reference.
+TEST(IntQuantized, Bf16DequantizationIsTheF32OneRoundedOnce) {
+  TempDir q("intq16"), ref("intref16"), ref16("intref16b");
+  write_quantized_pair(gptq(4, 32, false, false, true), q.path(), ref.path());
+  testing::write_bf16_copy(ref.path(), ref16.path());
+  expect_identical(run(q.path(), "auto"), run(ref16.path(), "auto"));
+}
+
+/// The message of the Error that loading `dir` on the CPU throws ("" when it loads).
+std::string load_error(const std::filesystem::path& dir) {
+  try {
+    (void)load_model(dir, LoadFormat::Auto, "cpu", 1, std::nullopt);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(IntQuantized, BadConfigsAreNamed) {
+  const std::pair<nlohmann::json, std::string> cases[] = {
+      {{{"quant_method", "gptq"}, {"bits", 3}}, "quantization_config.bits 3 is not supported for GPTQ"},
+      {{{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 0}}, "group_size must be a positive integer or -1"},
+      {{{"quant_method", "gptq"}, {"bits", 4}, {"desc_act", "yes"}}, "quantization_config.desc_act must be true or false"},
+      {{{"quant_method", "gptq"}, {"bits", 4}, {"checkpoint_format", "marlin"}}, "checkpoint_format \"marlin\" is not supported"},
+      {{{"quant_method", "awq"}, {"bits", 4}, {"version", "GEMV"}}, "quantization_config.version \"gemv\" is not supported"},
+      {{{"quant_method", "awq"}, {"bits", 8}}, "quantization_config.bits 8 is not supported for AWQ"},
+      {{{"quant_method", "bitsandbytes"}}, "quant_method \"bitsandbytes\") is not supported"},
+  };
+  for (const auto& [q, needle] : cases) {
+    nlohmann::json config = testing::read_json(testing::source_dir() / "tests/data/tiny-hybrids/tiny-qwen3_next/config.json");
+    config["quantization_config"] = q;
+    TempDir d("intbadcfg");
+    testing::write_file(d.path() / "config.json", config.dump());
+    try {
+      (void)ModelConfig::load(d.path());
+      ADD_FAILURE() << "no error for " << q.dump();
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(needle)) << q.dump();
+    }
+  }
+}
+
+/// `qdir`'s checkpoint rewritten with `edit` applied to its tensor list.
+void rewrite(const std::filesystem::path& qdir, const std::function<void(std::vector<FixtureTensor>&)>& edit) {
+  const Checkpoint ck = Checkpoint::open(qdir);
+  std::vector<FixtureTensor> tensors;
+  for (const std::string& name : ck.names()) {
+    const TensorRef* t = ck.find(name);
+    if (t == nullptr) t = ck.find_raw(name);
+    tensors.push_back({name, t->dtype_name.empty() ? std::string(dtype_name(t->dtype)) : t->dtype_name, t->shape,
+                       std::string(reinterpret_cast<const char*>(t->data), t->nbytes)});
+  }
+  edit(tensors);
+  testing::write_safetensors(qdir / "model.safetensors.tmp", tensors);
+  std::filesystem::rename(qdir / "model.safetensors.tmp", qdir / "model.safetensors");
+}
+
+TEST(IntQuantized, BadCheckpointsAreNamed) {
+  const std::string x = "model.layers.0.linear_attn.out_proj";
+  const std::pair<std::function<void(std::vector<FixtureTensor>&)>, std::string> cases[] = {
+      {[&](auto& ts) { std::erase_if(ts, [&](const auto& t) { return t.name == x + ".scales"; }); },
+       "has no tensor \"" + x + ".scales\""},
+      {[&](auto& ts) { for (auto& t : ts) if (t.name == x + ".qweight") t.dtype = "F32"; },
+       "tensor \"" + x + ".qweight\" has dtype F32; a quantized matrix's the packed codes are I32 words"},
+      {[&](auto& ts) { for (auto& t : ts) if (t.name == x + ".qzeros") t.shape = {t.shape[1], t.shape[0]}; },
+       "tensor \"" + x + ".qzeros\" has shape"},
+      {[&](auto& ts) {
+         for (auto& t : ts)
+           if (t.name == x + ".g_idx") std::memset(t.bytes.data(), 0x7f, 4);
+       },
+       "gives input row 0 group"},
+  };
+  for (const auto& [edit, needle] : cases) {
+    TempDir q("intbad"), ref("intbadref");
+    write_quantized_pair(gptq(4, 32, false, false, true), q.path(), ref.path());
+    rewrite(q.path(), edit);
+    EXPECT_THAT(load_error(q.path()), HasSubstr(needle));
+  }
+  // A GPTQ checkpoint whose config.json lost its quantization_config.
+  TempDir q("intnocfg"), ref("intnocfgref");
+  write_quantized_pair(gptq(4, 32, false, false, true), q.path(), ref.path());
+  nlohmann::json config = testing::read_json(q.path() / "config.json");
+  config.erase("quantization_config");
+  testing::write_file(q.path() / "config.json", config.dump());
+  EXPECT_THAT(load_error(q.path()), HasSubstr("is a GPTQ / AWQ matrix, but config.json has no quantization_config"));
+}
+
+TEST(IntQuantized, QuantizationFlagMatchesTheCheckpoint) {
+  TempDir q("intflag"), ref("intflagref"), a("intflagawq"), aref("intflagawqref");
+  write_quantized_pair(gptq(4, 32, false, false, true), q.path(), ref.path());
+  write_quantized_pair(awq(32), a.path(), aref.path());
+  const auto error = [](const std::string& flag, const std::filesystem::path& dir) {
+    try {
+      check_quantization(flag, ModelConfig::load(dir));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("gptq", q.path()), "");
+  EXPECT_EQ(error("gptq_marlin", q.path()), "");
+  EXPECT_EQ(error("awq", a.path()), "");
+  EXPECT_EQ(error("awq_marlin", a.path()), "");
+  EXPECT_THAT(error("awq", q.path()), HasSubstr("--quantization awq does not match the checkpoint's quantization_config "
+                                                "(quant_method \"gptq\")"));
+  EXPECT_THAT(error("fp8", a.path()), HasSubstr("(quant_method \"awq\")"));
+}
+
+}  // namespace
+}  // namespace ssmserve
