@@ -17,8 +17,9 @@ class ChatRenderer {
   virtual void set_model(std::string model) = 0;
   /// The whole reply from a chat completion (ResponseBuilder::final_response; one choice).
   virtual nlohmann::ordered_json whole(const nlohmann::ordered_json& chat_completion) const = 0;
-  /// SSE text of the stream's first events.
-  virtual std::string open() = 0;
+  /// SSE text of the stream's first events. usage: the chat usage object known when the stream opens (its
+  /// prompt_tokens; null when unknown).
+  virtual std::string open(const nlohmann::ordered_json& usage) = 0;
   /// SSE text of the events one chat completion chunk gives (its single choice's deltas; a usage chunk gives none).
   virtual std::string on_chunk(const nlohmann::ordered_json& chunk) = 0;
   /// SSE text of the stream's last events. usage: the chat usage object (prompt_tokens, completion_tokens, ...).

@@ -82,7 +82,7 @@ void OpenAIServer::GenerationProducer::produce(ProducerOutput& out) {
       head.headers.emplace_back("Cache-Control", "no-cache");
       out.head = std::move(head);
       out.stream = true;
-      out.data += rs.open();
+      out.data += rs.open(builder_.usage());
       for (const auto& c : builder_.opening_chunks()) out.data += rs.on_chunk(c);
       opened_ = true;
     }

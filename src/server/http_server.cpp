@@ -270,7 +270,12 @@ HttpResponse OpenAIServer::count_message_tokens(const std::string& body) const {
   const json chat = messages_to_chat_request(parse_body(body), false);
   const Tokenizer* tok = engine_.tokenizer();
   if (!tok) throw ApiError(400, "the model has no tokenizer");
-  ChatRequest cr = parse_chat_request(chat);
+  ChatRequest cr;
+  try {
+    cr = parse_chat_request(chat);
+  } catch (const ApiError& e) {  // the chat path's field names as the Messages request spelt them
+    throw respelt(e, messages_field(e.param));
+  }
   add_default_chat_template_kwargs(cr, opt_);
   check_model(cr.model);
   // As generate() encodes a chat prompt: the template writes its own special tokens.

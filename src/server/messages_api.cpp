@@ -65,7 +65,8 @@ void add_message(const json& m, const std::string& at, json& out) {
     } else if (type == "thinking" || type == "redacted_thinking") {
       // An earlier turn's thinking: not fed back (chat templates drop past reasoning).
     } else {
-      bad_request(bt + ".type", fmt::format("{}.type \"{}\" is not supported in a {} message (text{})", bt, type, role,
+      bad_request(bt + ".type", fmt::format("{}.type \"{}\" is not supported in {} message (text{})", bt, type,
+                                            role == "user" ? "a user" : "an assistant",
                                             role == "user" ? ", tool_result" : ", tool_use, thinking"));
     }
   }
@@ -77,17 +78,21 @@ void add_message(const json& m, const std::string& at, json& out) {
 }
 
 /// Anthropic's stop_reason for a chat choice's finish_reason (and its stop_reason: a matched stop string).
-std::pair<std::string, json> stop_of(const std::string& finish, const json& stop_reason) {
+/// `tool_use`: the reply holds tool_use blocks, so a plain stop is "tool_use" (Anthropic's: the model invoked tools;
+/// a forced or named tool call finishes as "stop" on the chat path).
+std::pair<std::string, json> stop_of(const std::string& finish, const json& stop_reason, bool tool_use) {
   if (finish == "length") return {"max_tokens", nullptr};
   if (finish == "tool_calls") return {"tool_use", nullptr};
   if (stop_reason.is_string()) return {"stop_sequence", stop_reason};
-  return {"end_turn", nullptr};
+  return {tool_use ? "tool_use" : "end_turn", nullptr};
 }
 
+/// Anthropic's usage: input_tokens is the prompt's part not read from the cache (the total input is input_tokens +
+/// cache_creation_input_tokens + cache_read_input_tokens).
 json usage_of(const json& u) {
   if (!u.is_object()) return {{"input_tokens", 0}, {"output_tokens", 0}};
   const long long cached = cached_prompt_tokens(u);
-  return {{"input_tokens", u.value("prompt_tokens", 0LL)}, {"cache_creation_input_tokens", 0},
+  return {{"input_tokens", u.value("prompt_tokens", 0LL) - cached}, {"cache_creation_input_tokens", 0},
           {"cache_read_input_tokens", cached}, {"output_tokens", u.value("completion_tokens", 0LL)}};
 }
 
@@ -104,9 +109,22 @@ json messages_to_chat_request(const json& b, bool require_max_tokens) {
   if (require_max_tokens && !given(b, "max_tokens")) bad_request("max_tokens", "max_tokens is required");
   if (!given(b, "messages") || !b["messages"].is_array()) bad_request("messages", "messages must be a list of messages");
   json messages = json::array();
-  if (given(b, "system")) messages.push_back({{"role", "system"}, {"content", block_text(b["system"], "system")}});
+  if (given(b, "system"))  // an empty system prompt adds no system turn (vLLM skips it too)
+    if (std::string system = block_text(b["system"], "system"); !system.empty())
+      messages.push_back({{"role", "system"}, {"content", std::move(system)}});
   for (size_t i = 0; i < b["messages"].size(); ++i) add_message(b["messages"][i], fmt::format("messages[{}]", i), messages);
+  // Prefill (Anthropic's): a final assistant message is the start of the reply, continued (vLLM's
+  // continue_final_message); an empty one is no prefill.
+  bool prefill = false;
+  if (!messages.empty() && messages.back()["role"] == "assistant" && !messages.back().contains("tool_calls")) {
+    const json& content = messages.back()["content"];
+    if ((content.is_string() && content.get_ref<const std::string&>().empty()) || (content.is_array() && content.empty()))
+      messages.erase(messages.size() - 1);
+    else
+      prefill = true;
+  }
   json c = {{"messages", std::move(messages)}};
+  if (prefill) c["continue_final_message"] = true, c["add_generation_prompt"] = false;
   if (b.contains("max_tokens")) c["max_tokens"] = b["max_tokens"];
   // The sampling fields both APIs share, and vLLM's extra ones (a client's extra_body).
   for (const char* k : {"model", "stream", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
@@ -144,6 +162,20 @@ json messages_to_chat_request(const json& b, bool require_max_tokens) {
     else bad_request("tool_choice.type", "tool_choice.type must be auto, any, tool or none");
     if (tc.contains("disable_parallel_tool_use") && tc["disable_parallel_tool_use"] == true) c["parallel_tool_calls"] = false;
   }
+  if (given(b, "output_config")) {  // structured outputs and effort (vLLM's mapping)
+    const json& oc = b["output_config"];
+    if (!oc.is_object()) bad_request("output_config", "output_config must be an object");
+    if (given(oc, "format")) {
+      const json& f = oc["format"];
+      if (!f.is_object()) bad_request("output_config.format", "output_config.format must be an object");
+      const std::string& type = string_field(f, "type", "output_config.format");
+      if (type != "json_schema")
+        bad_request("output_config.format.type", fmt::format("output_config.format.type must be json_schema (got \"{}\")", type));
+      if (!given(f, "schema")) bad_request("output_config.format.schema", "output_config.format.schema is required");
+      c["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "output"}, {"schema", f["schema"]}}}};
+    }
+    if (given(oc, "effort")) c["reasoning_effort"] = oc["effort"];
+  }
   if (given(b, "thinking")) {
     const json& th = b["thinking"];
     if (!th.is_object()) bad_request("thinking", "thinking must be an object");
@@ -159,6 +191,10 @@ json messages_to_chat_request(const json& b, bool require_max_tokens) {
 std::string messages_field(const std::string& f) {
   if (f == "stop") return "stop_sequences";
   if (f == "max_completion_tokens") return "max_tokens";
+  if (f == "response_format" || f.rfind("response_format.", 0) == 0) return "output_config.format";
+  if (f == "reasoning_effort") return "output_config.effort";
+  if (const auto p = f.find(".function.parameters"); f.rfind("tools[", 0) == 0 && p != std::string::npos)
+    return f.substr(0, p) + ".input_schema" + f.substr(p + 20);
   return f;
 }
 
@@ -193,7 +229,7 @@ json MessagesStream::whole(const json& chat) const {
                          {"input", tool_input(tc.at("function").value("arguments", ""))}});
   if (content.empty()) content.push_back({{"type", "text"}, {"text", ""}});
   const json& finish = choice.contains("finish_reason") ? choice["finish_reason"] : json(nullptr);
-  const auto [stop, seq] = stop_of(finish.is_string() ? finish.get<std::string>() : "stop", choice.value("stop_reason", json(nullptr)));
+  const auto [stop, seq] = stop_of(finish.is_string() ? finish.get<std::string>() : "stop", choice.value("stop_reason", json(nullptr)), calls);
   return {{"id", id_},        {"type", "message"},     {"role", "assistant"}, {"model", model_}, {"content", std::move(content)},
           {"stop_reason", stop}, {"stop_sequence", seq}, {"usage", usage_of(chat.value("usage", json(nullptr)))}};
 }
@@ -202,10 +238,12 @@ std::string MessagesStream::event(const json& e) {
   return "event: " + e["type"].get<std::string>() + "\ndata: " + dump(e) + "\n\n";
 }
 
-std::string MessagesStream::open() {
+std::string MessagesStream::open(const json& usage) {
+  json u = usage_of(usage);  // the prompt's tokens, known when the stream opens (as Anthropic's message_start has them)
+  u["output_tokens"] = 0;
   const json message = {{"id", id_},           {"type", "message"},      {"role", "assistant"},
                         {"model", model_},     {"content", json::array()}, {"stop_reason", nullptr},
-                        {"stop_sequence", nullptr}, {"usage", {{"input_tokens", 0}, {"output_tokens", 0}}}};
+                        {"stop_sequence", nullptr}, {"usage", std::move(u)}};
   return event({{"type", "message_start"}, {"message", message}}) + event({{"type", "ping"}});
 }
 
@@ -278,7 +316,7 @@ std::string MessagesStream::on_chunk(const json& chunk) {
 std::string MessagesStream::finish(const json& usage) {
   std::string s = blocks_ == 0 ? open_block(Block::Text) : "";  // an empty reply: an empty text block
   s += close_block();
-  const auto [stop, seq] = stop_of(finish_reason_, stop_reason_);
+  const auto [stop, seq] = stop_of(finish_reason_, stop_reason_, seen_call_);
   s += event({{"type", "message_delta"}, {"delta", {{"stop_reason", stop}, {"stop_sequence", seq}}}, {"usage", usage_of(usage)}});
   return s + event({{"type", "message_stop"}});
 }

@@ -38,7 +38,7 @@ class MessagesStream final : public ChatRenderer {
   /// The Message of a whole chat completion: thinking, text and tool_use blocks; stop_reason.
   nlohmann::ordered_json whole(const nlohmann::ordered_json& chat_completion) const override;
   /// message_start (usage so far: none), ping.
-  std::string open() override;
+  std::string open(const nlohmann::ordered_json& usage) override;
   /// content_block_start / _delta / _stop events for the chunk's reasoning, text and tool call deltas.
   std::string on_chunk(const nlohmann::ordered_json& chunk) override;
   /// The open block's content_block_stop, message_delta (stop_reason, usage), message_stop.

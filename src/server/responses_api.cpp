@@ -298,7 +298,7 @@ std::string ResponsesStream::event(json e) {
   return "event: " + e["type"].get<std::string>() + "\ndata: " + dump(e) + "\n\n";
 }
 
-std::string ResponsesStream::open() {
+std::string ResponsesStream::open(const json& /*usage: a Response reports it when completed*/) {
   json r = base("in_progress");
   std::string s = event({{"type", "response.created"}, {"response", r}});
   return s + event({{"type", "response.in_progress"}, {"response", r}});

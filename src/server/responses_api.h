@@ -44,7 +44,7 @@ class ResponsesStream final : public ChatRenderer {
   nlohmann::ordered_json whole(const nlohmann::ordered_json& chat_completion) const override;
 
   /// SSE text of the stream's first events: response.created, response.in_progress.
-  std::string open() override;
+  std::string open(const nlohmann::ordered_json& usage) override;
   /// SSE text of the events a chat completion chunk gives (its choice's reasoning / content / tool call deltas).
   std::string on_chunk(const nlohmann::ordered_json& chunk) override;
   /// SSE text of the last events: the open item's done events, then response.completed with the whole Response (its

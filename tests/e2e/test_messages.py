@@ -117,12 +117,15 @@ def test_forced_tool_calls_are_tool_use_blocks(tool_server, choice):
                           extra_body={**GREEDY, **TIGHT})
     uses = [b for b in m.content if b.type == "tool_use"]
     assert want_calls and [(u.name, u.input) for u in uses] == want_calls and all(u.id for u in uses)
-    stop = {"tool_calls": "tool_use", "stop": "end_turn", "length": "max_tokens"}[want["choices"][0]["finish_reason"]]
+    # A reply with tool_use blocks stops as "tool_use" (Anthropic's: the model invoked tools), also when the chat's
+    # named call finishes as "stop".
+    stop = {"tool_calls": "tool_use", "stop": "tool_use", "length": "max_tokens"}[want["choices"][0]["finish_reason"]]
     assert m.stop_reason == stop
     with c.messages.stream(model=MODEL_NAME, max_tokens=64, messages=msgs, tools=TOOLS, tool_choice=choice,
                            extra_body={**GREEDY, **TIGHT}) as s:
         final = s.get_final_message()
     assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == want_calls
+    assert final.stop_reason == stop
 
 
 def test_tool_history_reaches_the_template(tool_server):
@@ -195,3 +198,44 @@ def test_x_api_key():
             client_of(s, "wrong").messages.create(model=MODEL_NAME, max_tokens=2, messages=[{"role": "user", "content": "x"}])
     finally:
         assert s.stop() == 0
+
+
+def test_prefill_continues_the_final_assistant_message(server, ac):
+    # Anthropic's prefill: a final assistant message is the start of the reply (the chat's continue_final_message);
+    # an empty one is no prefill, and an empty system prompt adds no turn.
+    msgs = [{"role": "user", "content": "Call me Ishmael."}, {"role": "assistant", "content": "Some years"}]
+    want = chat(server, msgs, max_tokens=8, continue_final_message=True, add_generation_prompt=False)
+    m = ac.messages.create(model=MODEL_NAME, max_tokens=8, messages=msgs, extra_body=GREEDY)
+    assert m.content[0].text == want["choices"][0]["message"]["content"]
+    assert m.usage.input_tokens == want["usage"]["prompt_tokens"]
+    plain = ac.messages.create(model=MODEL_NAME, max_tokens=8, messages=msgs[:1], extra_body=GREEDY)
+    empty = ac.messages.create(model=MODEL_NAME, max_tokens=8, system="", extra_body=GREEDY,
+                               messages=msgs[:1] + [{"role": "assistant", "content": ""}])
+    assert (empty.content[0].text, empty.usage.input_tokens) == (plain.content[0].text, plain.usage.input_tokens)
+    assert m.usage.input_tokens > plain.usage.input_tokens
+
+
+def test_usage_in_message_start_and_cached_tokens(server, ac):
+    # message_start carries the prompt's tokens (as Anthropic's); input_tokens excludes the tokens read from the prefix
+    # cache, so input + cache_read is the prompt (Anthropic's total), a cache hit the second time.
+    msgs = [{"role": "user", "content": " ".join(f"word{i}" for i in range(300))}]
+    first = ac.messages.create(model=MODEL_NAME, max_tokens=2, messages=msgs, extra_body=GREEDY)
+    start = next(ev for ev in ac.messages.create(model=MODEL_NAME, max_tokens=2, messages=msgs, stream=True,
+                                                 extra_body=GREEDY) if ev.type == "message_start")
+    u = start.message.usage
+    assert u.input_tokens + (u.cache_read_input_tokens or 0) == first.usage.input_tokens > 0
+    again = ac.messages.create(model=MODEL_NAME, max_tokens=2, messages=msgs, extra_body=GREEDY)
+    assert again.usage.cache_read_input_tokens > 0
+    assert again.usage.input_tokens + again.usage.cache_read_input_tokens == first.usage.input_tokens
+
+
+def test_output_config_format_is_structured_output(ac):
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+    m = ac.messages.create(model=MODEL_NAME, max_tokens=20, messages=[{"role": "user", "content": "JSON please"}],
+                           extra_body={**GREEDY, "output_config": {"format": {"type": "json_schema", "schema": schema}},
+                                       "structured_outputs": {"disable_any_whitespace": True}})
+    assert set(json.loads(m.content[0].text)) == {"ok"}, m.content[0].text
+    r = httpx.post(ac.base_url.__str__().rstrip("/") + "/v1/messages", json={
+        "model": MODEL_NAME, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+        "output_config": {"format": {"type": "yaml"}}}, timeout=60)
+    assert r.status_code == 400 and "output_config.format.type" in r.json()["error"]["message"], r.text

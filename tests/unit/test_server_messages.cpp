@@ -121,7 +121,7 @@ TEST(ServerMessages, StreamEventsFollowTheChunks) {
   auto chunk = [](const json& delta, const json& finish = nullptr) {
     return json{{"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
   };
-  std::string sse = ms.open();
+  std::string sse = ms.open(nullptr);
   sse += ms.on_chunk(chunk({{"role", "assistant"}, {"content", ""}}));
   sse += ms.on_chunk(chunk({{"reasoning", "Th"}}));
   sse += ms.on_chunk(chunk({{"content", "Hi"}}));
@@ -153,7 +153,7 @@ TEST(ServerMessages, StreamEventsFollowTheChunks) {
   EXPECT_EQ(ev[15]["usage"]["output_tokens"], 6);
   // An empty reply: one empty text block; an error event.
   MessagesStream empty("msg_e");
-  const auto e = events(empty.open() + empty.finish(json::object()));
+  const auto e = events(empty.open(nullptr) + empty.finish(json::object()));
   EXPECT_EQ(e[2]["content_block"], json::parse(R"({"type": "text", "text": ""})"));
   EXPECT_EQ(events(empty.error(ApiError(429, "slow")))[0]["error"]["type"], "rate_limit_error");
 }

@@ -145,7 +145,7 @@ TEST(ServerResponses, StreamEventsFollowTheChunks) {
   auto chunk = [](const json& delta, const json& finish = nullptr) {
     return json{{"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
   };
-  std::string sse = rs.open();
+  std::string sse = rs.open(nullptr);
   sse += rs.on_chunk(chunk({{"role", "assistant"}, {"content", ""}}));
   sse += rs.on_chunk(chunk({{"reasoning", "Th"}}));
   sse += rs.on_chunk(chunk({{"reasoning", "ink"}}));
@@ -191,7 +191,7 @@ TEST(ServerResponses, StreamEventsFollowTheChunks) {
   EXPECT_EQ(ev[22].second["output_index"], 3);
   // Blank text between tool calls (a format's separator) is no message item, whole or streamed; other text is.
   ResponsesStream sep("resp_t", 1, responses_to_chat_request(json::parse(R"({"input": "x"})")).reflect);
-  std::string t = sep.open();
+  std::string t = sep.open(nullptr);
   t += sep.on_chunk(chunk({{"tool_calls", {{{"index", 0}, {"id", "a"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}}));
   t += sep.on_chunk(chunk({{"content", "\n"}}));
   t += sep.on_chunk(chunk({{"tool_calls", {{{"index", 1}, {"id", "b"}, {"function", {{"name", "g"}, {"arguments", "{}"}}}}}}}));
@@ -212,7 +212,7 @@ TEST(ServerResponses, StreamEventsFollowTheChunks) {
   EXPECT_EQ(field_of(json::parse(R"({"input": "x", "metadata": "abc"})")), "metadata");
   // An empty reply still has its (empty) message; an error event ends a stream.
   ResponsesStream empty("resp_e", 1, responses_to_chat_request(json::parse(R"({"input": "x"})")).reflect);
-  const auto e = events(empty.open() + empty.finish(json::object()));
+  const auto e = events(empty.open(nullptr) + empty.finish(json::object()));
   EXPECT_EQ(e.back().second["response"]["output"][0]["content"][0]["text"], "");
   const auto err = events(empty.error(ApiError(503, "bye")));
   EXPECT_EQ(err[0].second["type"], "error");
