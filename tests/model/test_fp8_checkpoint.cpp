@@ -22,6 +22,7 @@
 #include "model/decoder/decoder_lm.h"
 #include "model/fp8_weights.h"
 #include "model/weight_source.h"
+#include "quantized_outputs.h"
 #include "test_util.h"
 
 namespace ssmserve {
@@ -29,6 +30,8 @@ namespace {
 
 using testing::FixtureTensor;
 using testing::TempDir;
+using testing::expect_identical;
+using testing::greedy_outputs;
 using testing::e4m3_reference;
 using testing::fp8_config;
 using testing::write_dequantized_copy;
@@ -150,33 +153,6 @@ TEST(Fp8, DequantizesPartialBlocksOfStackedMatrices) {
   }
 }
 
-/// Greedy continuations with their top-5 logprobs, and the prompt logprobs, of three prompts on the CPU.
-std::vector<RequestOutput> run(const std::filesystem::path& dir, const std::string& dtype) {
-  EngineConfig cfg;
-  cfg.model = dir;
-  cfg.tokenizer = testing::model_dir("tiny-mamba");
-  cfg.dtype = dtype;
-  cfg.scheduler.max_num_batched_tokens = 61;  // chunked prefill too
-  LLM llm(cfg);
-  SamplingParams sp;
-  sp.temperature = 0.0, sp.ignore_eos = true, sp.logprobs = 5, sp.prompt_logprobs = 5, sp.max_tokens = 12;
-  return llm.generate({"It is a truth universally acknowledged", "The", "In the beginning God created the heaven"}, sp);
-}
-
-void expect_identical(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].outputs[0].token_ids, b[i].outputs[0].token_ids) << i;
-    for (size_t s = 0; s < a[i].outputs[0].logprobs.size(); ++s)
-      for (size_t k = 0; k < a[i].outputs[0].logprobs[s].size(); ++k) {
-        EXPECT_EQ(a[i].outputs[0].logprobs[s][k].id, b[i].outputs[0].logprobs[s][k].id) << i << " " << s;
-        EXPECT_EQ(a[i].outputs[0].logprobs[s][k].logprob, b[i].outputs[0].logprobs[s][k].logprob) << i << " " << s;
-      }
-    for (size_t p = 1; p < a[i].prompt_logprobs.size(); ++p)
-      EXPECT_EQ(a[i].prompt_logprobs[p]->token_logprob, b[i].prompt_logprobs[p]->token_logprob) << i << " " << p;
-  }
-}
-
 // A whole model (Qwen3-Next layout: DeltaNet, gated attention, 8 experts + shared expert) from an FP8 checkpoint
 // equals the same model from a checkpoint of its dequantized weights, bit for bit: with --dtype float32 (fp32
 // dequantization) and auto (bf16), in every format: "fp8" at blocks that do not divide the matrices (48 x 40) and with
@@ -189,10 +165,10 @@ TEST(Fp8, ModelEqualsItsDequantizedCheckpoint) {
     write_fp8_model(fp8.path(), config);
     write_dequantized_copy(fp8.path(), ref32.path(), "F32");
     write_dequantized_copy(fp8.path(), ref16.path(), "BF16");
-    const auto a = run(fp8.path(), "float32");
-    expect_identical(a, run(ref32.path(), "float32"));
-    const auto b = run(fp8.path(), "auto");
-    expect_identical(b, run(ref16.path(), "auto"));
+    const auto a = greedy_outputs(fp8.path(), "float32");
+    expect_identical(a, greedy_outputs(ref32.path(), "float32"));
+    const auto b = greedy_outputs(fp8.path(), "auto");
+    expect_identical(b, greedy_outputs(ref16.path(), "auto"));
     // The two roundings differ somewhere, so the comparisons above can tell them apart.
     bool differs = false;
     for (size_t i = 0; i < a.size(); ++i)
@@ -344,7 +320,7 @@ TEST(Fp8, BadCheckpointsAreNamed) {
       for (auto& t : ts)
         if (t.name.size() > 10 && t.name.compare(t.name.size() - 10, 10, "_scale_inv") == 0) t.name.resize(t.name.size() - 4);
     });
-    expect_identical(run(d.path(), "auto"), run(good.path(), "auto"));
+    expect_identical(greedy_outputs(d.path(), "auto"), greedy_outputs(good.path(), "auto"));
   }
   {  // Model Optimizer's hf_quant_config.json instead of config.json's quantization_config: the same model
     TempDir a("fp8mo"), b("fp8mohf");
@@ -355,7 +331,7 @@ TEST(Fp8, BadCheckpointsAreNamed) {
     testing::write_file(b / "config.json", c.dump());
     testing::write_file(b / "hf_quant_config.json",
                         R"({"producer": {"name": "modelopt", "version": "0.19.0"}, "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": null, "exclude_modules": ["lm_head"]}})");
-    expect_identical(run(b.path(), "auto"), run(a.path(), "auto"));
+    expect_identical(greedy_outputs(b.path(), "auto"), greedy_outputs(a.path(), "auto"));
     testing::write_file(b / "hf_quant_config.json", R"({"quantization": {"quant_algo": "W4A16_AWQ"}})");
     EXPECT_THAT(load_error(b.path()), HasSubstr("hf_quant_config.json: quantization_config.quant_algo \"W4A16_AWQ\" is not supported"));
   }
