@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include <fmt/format.h>
+
 #include "config/hf_json.h"
 #include "core/error.h"
 
@@ -129,6 +131,56 @@ int group_size_field(const json& q, const std::string& what) {
   return g == -1 ? 0 : g;
 }
 
+/// compressed-tensors "pack-quantized": every config group's weights the same int scheme (4 or 8 bits, group or
+/// channel strategy, symmetric or not, act order or not); input activations unquantized (weight-only: WNA16).
+IntQuantization parse_pack_quantized(const json& q, const std::string& what) {
+  const json* groups = field(q, "config_groups");
+  SSM_CHECK(groups != nullptr && groups->is_object() && !groups->empty(),
+            "{}: quantization_config.config_groups must be a non-empty object of quantization schemes", what);
+  IntQuantization out;
+  out.method = "compressed-tensors";
+  out.layout = IntQuantization::Layout::PackQuantized;
+  out.zero_stored_minus_one = false;
+  std::optional<std::string> scheme;
+  for (const auto& [gname, g] : groups->items()) {
+    const std::string at = "quantization_config.config_groups." + gname;
+    SSM_CHECK(g.is_object(), "{}: {} must be an object", what, at);
+    const json* w = field(g, "weights");
+    SSM_CHECK(w != nullptr && w->is_object(), "{}: {}.weights must be an object", what, at);
+    const json* bits = field(*w, "num_bits");
+    const json* type = field(*w, "type");
+    SSM_CHECK(bits && bits->is_number_integer() && (bits->get<int>() == 4 || bits->get<int>() == 8) && type &&
+                  type->is_string() && type->get<std::string>() == "int",
+              "{}: {}.weights {{num_bits: {}, type: {}}} is not supported in the pack-quantized format (4- or 8-bit \"int\")",
+              what, at, bits ? json_excerpt(*bits) : "?", type ? json_excerpt(*type) : "?");
+    const json* st = field(*w, "strategy");
+    SSM_CHECK(st && st->is_string() && (st->get<std::string>() == "group" || st->get<std::string>() == "channel"),
+              "{}: {}.weights.strategy {} is not supported for int weights (group or channel)", what, at,
+              st ? json_excerpt(*st) : std::string("(missing)"));
+    int group = 0;
+    if (st->get<std::string>() == "group") {
+      const json* gs = field(*w, "group_size");
+      SSM_CHECK(gs && gs->is_number_integer() && gs->get<long long>() >= 1 && gs->get<long long>() <= (1 << 24),
+                "{}: {}.weights.group_size must be a positive integer with strategy \"group\"", what, at);
+      group = gs->get<int>();
+    }
+    const bool sym = bool_field(*w, "symmetric", true, what);
+    bool act_order = false;
+    if (const json* a = field(*w, "actorder")) {
+      SSM_CHECK(a->is_string() || a->is_boolean(), "{}: {}.weights.actorder must be a string or null", what, at);
+      act_order = a->is_string() ? a->get<std::string>() == "group" : a->get<bool>();
+    }
+    if (const json* act = field(g, "input_activations"))
+      fail("{}: {}.input_activations {} is not supported: int weights load weight-only (WNA16 schemes; W4A8 / W8A8 quantize "
+           "activations too)", what, at, json_excerpt(*act));
+    const std::string key = fmt::format("{}/{}/{}/{}", bits->get<int>(), group, sym, act_order);
+    SSM_CHECK(!scheme || *scheme == key, "{}: config groups with different int weight schemes are not supported", what);
+    scheme = key;
+    out.bits = bits->get<int>(), out.group_size = group, out.has_zeros = !sym, out.desc_act = act_order;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<IntQuantization> parse_int_quantization_config(const json& q, const std::string& what) {
@@ -169,10 +221,14 @@ std::optional<IntQuantization> parse_int_quantization_config(const json& q, cons
     }
     SSM_CHECK(version == "gemm", "{}: quantization_config.version \"{}\" is not supported (AWQ's GEMM layout only; the "
               "GEMV, Marlin and exllama layouts pack differently)", what, text_excerpt(version));
+    out.layout = IntQuantization::Layout::Awq;
     out.awq_order = true;
     out.zero_stored_minus_one = false;
     return out;
   }
+  const json* format = field(q, "format");
+  if (method == "compressed-tensors" && format != nullptr && format->is_string() && format->get<std::string>() == "pack-quantized")
+    return parse_pack_quantized(q, what);
   return std::nullopt;
 }
 

@@ -45,10 +45,22 @@ struct Fp8Quantization {
 ///   (desc_act) groups rows in any order, else row k is in group k / group_size.
 /// - quant_method "awq" (AutoAWQ's GEMM version; vLLM's awq and awq_marlin): 4-bit, qweight [K, N / 8] and qzeros
 ///   [groups, N / 8] both packed along N in AWQ's order (column 8j + c at nibble {0, 4, 1, 5, 2, 6, 3, 7}[c]).
+/// - quant_method "compressed-tensors", format "pack-quantized" (llm-compressor's W4A16 / W8A16 int schemes; vLLM's
+///   compressed-tensors WNA16): X.weight_packed I32 [N, K / pack] packed along K, each code stored as the signed value
+///   + 2^(bits - 1); X.weight_scale [N, groups]; asymmetric schemes X.weight_zero_point I32 [N / pack, groups] packed
+///   along N the same way; act order X.weight_g_idx; X.weight_shape I64 [N, K]. W = scale x (code - zero), the zero
+///   2^(bits - 1) when symmetric.
 /// Weight-only: the activations stay unquantized; the matrices are dequantized to F32 / BF16 as read.
 struct IntQuantization {
-  std::string method = "gptq";  ///< quant_method: "gptq" or "awq"
-  int bits = 4;                 ///< 2, 4 or 8 (GPTQ); 4 (AWQ)
+  /// Where the codes, scales and zeros are and how they are packed.
+  enum class Layout {
+    Gptq,          ///< qweight [K / pack, N], scales [groups, N], qzeros [groups, N / pack], g_idx
+    Awq,           ///< qweight [K, N / pack] and qzeros [groups, N / pack] in AWQ's order, scales [groups, N]
+    PackQuantized  ///< weight_packed [N, K / pack], weight_scale [N, groups], weight_zero_point [N / pack, groups]
+  };
+  std::string method = "gptq";  ///< quant_method: "gptq", "awq" or "compressed-tensors"
+  Layout layout = Layout::Gptq;
+  int bits = 4;                 ///< 2, 4 or 8 (GPTQ); 4 (AWQ); 4 or 8 (pack-quantized)
   int group_size = 128;         ///< input rows per group; 0 = all K rows (GPTQ's -1)
   bool desc_act = false;        ///< GPTQ act-order (g_idx holds each row's group)
   bool zero_stored_minus_one = true;  ///< GPTQ v1's zeros (stored zero - 1)
@@ -61,8 +73,8 @@ struct IntQuantization {
 /// weights, asymmetric or group scales, ...). GPTQ / AWQ configs are parse_int_quantization_config's.
 Fp8Quantization parse_quantization_config(const nlohmann::json& q, const std::string& what);
 
-/// The GPTQ / AWQ format a quantization_config describes, or nullopt when its quant_method is another one (then
-/// parse_quantization_config reads it). Throws Error naming the field for an unsupported option (3-bit codes, AWQ's
+/// The GPTQ / AWQ / compressed-tensors pack-quantized format a quantization_config describes, or nullopt when it is
+/// another one (then parse_quantization_config reads it). Throws Error naming the field for an unsupported option (3-bit codes, AWQ's
 /// GEMV / Marlin layouts, a group size that is not a positive integer or -1, ...).
 std::optional<IntQuantization> parse_int_quantization_config(const nlohmann::json& q, const std::string& what);
 

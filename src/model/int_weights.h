@@ -1,6 +1,7 @@
 // Owns the dequantization of GPTQ / AWQ checkpoint matrices (integer codes packed in I32 words with per-group scales
 // and zero points; config/quantization_config.h IntQuantization) into the F32 / BF16 Weights the kernels read.
 #pragma once
+#include <array>
 #include <string>
 
 #include "config/quantization_config.h"
@@ -9,13 +10,17 @@
 
 namespace ssmserve {
 
-/// The tensors of one quantized Linear X (the checkpoint's X.qweight, X.scales, X.qzeros, X.g_idx).
+/// The tensors of one quantized Linear X (GPTQ / AWQ: X.qweight, X.scales, X.qzeros, X.g_idx; pack-quantized:
+/// X.weight_packed, X.weight_scale, X.weight_zero_point, X.weight_g_idx).
 struct IntQuantizedTensors {
-  const TensorRef* qweight = nullptr;  ///< I32, GPTQ [K / pack, N], AWQ [K, N / 8]
-  const TensorRef* scales = nullptr;   ///< F16 / BF16 / F32 [groups, N]
-  const TensorRef* qzeros = nullptr;   ///< I32 [groups, N / pack] (nullptr: AWQ without zero points)
-  const TensorRef* g_idx = nullptr;    ///< I32 [K] each input row's group (GPTQ; nullptr: row k in group k / group_size)
+  const TensorRef* qweight = nullptr;  ///< I32, GPTQ [K / pack, N], AWQ [K, N / 8], pack-quantized [N, K / pack]
+  const TensorRef* scales = nullptr;   ///< F16 / BF16 / F32 [groups, N] (pack-quantized [N, groups])
+  const TensorRef* qzeros = nullptr;   ///< I32 [groups, N / pack] (pack-quantized [N / pack, groups]; nullptr: none)
+  const TensorRef* g_idx = nullptr;    ///< I32 [K] each input row's group (nullptr: row k in group k / group_size)
 };
+
+/// The checkpoint names of Linear `base`'s tensors in `layout` (qweight, scales, qzeros, g_idx in that order).
+std::array<std::string, 4> int_tensor_names(const std::string& base, IntQuantization::Layout layout);
 
 /// Dequantizes Linear `t` of shape [N out, K in] (`n`, `k`: the model's shape of X.weight) into an owned Weight [N, K]
 /// of dtype `out` (F32 or BF16): W[r, c] = scale[g, r] x (q[c, r] - zero[g, r]) with g the group of input row c,

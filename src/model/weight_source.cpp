@@ -135,15 +135,17 @@ std::string WeightSource::int_base(const std::string& name) const {
   static const std::string suffix = ".weight";
   if (!ckpt_ || name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return "";
   std::string base = name.substr(0, name.size() - suffix.size());
-  return ckpt_->has(base + ".qweight") ? base : "";
+  return ckpt_->has(base + ".qweight") || ckpt_->has(base + ".weight_packed") ? base : "";
 }
 
 std::optional<Weight> WeightSource::int_matrix(const std::string& name, const std::vector<int64_t>& shape) {
   const std::string base = int_base(name);
   if (base.empty()) return std::nullopt;
-  const std::string qweight = base + ".qweight";
-  SSM_CHECK(int_quant_.has_value(), "checkpoint {}: tensor \"{}\" is a GPTQ / AWQ matrix, but config.json has no "
-            "quantization_config describing it (quant_method \"gptq\" or \"awq\")", ckpt_->dir().string(), qweight);
+  SSM_CHECK(int_quant_.has_value(), "checkpoint {}: tensor \"{}\" is a GPTQ / AWQ / pack-quantized matrix, but config.json "
+            "has no quantization_config describing it (quant_method \"gptq\", \"awq\" or \"compressed-tensors\")",
+            ckpt_->dir().string(), ckpt_->has(base + ".qweight") ? base + ".qweight" : base + ".weight_packed");
+  const auto names = int_tensor_names(base, int_quant_->layout);
+  const std::string& qweight = names[0];
   SSM_CHECK(shape.size() == 2, "checkpoint {}: \"{}\" is stored quantized (\"{}\"), but the model reads it as a [{}] tensor; "
             "only 2-D matrices load from GPTQ / AWQ codes", ckpt_->dir().string(), name, qweight, fmt::join(shape, ", "));
   const auto raw = [&](const std::string& n, bool required) -> const TensorRef* {
@@ -155,12 +157,28 @@ std::optional<Weight> WeightSource::int_matrix(const std::string& name, const st
   };
   IntQuantizedTensors t;
   t.qweight = raw(qweight, true);
-  t.scales = raw(base + ".scales", true);
-  t.qzeros = raw(base + ".qzeros", int_quant_->has_zeros);
+  t.scales = raw(names[1], true);
+  t.qzeros = raw(names[2], int_quant_->has_zeros);
   if (!int_quant_->has_zeros) t.qzeros = nullptr;
-  t.g_idx = int_quant_->method == "gptq" ? raw(base + ".g_idx", false) : nullptr;
-  SSM_CHECK(!int_quant_->desc_act || t.g_idx != nullptr, "checkpoint {}: GPTQ matrix \"{}\" has no \"{}.g_idx\", which "
-            "quantization_config.desc_act true needs", ckpt_->dir().string(), qweight, base);
+  t.g_idx = int_quant_->layout == IntQuantization::Layout::Awq ? nullptr : raw(names[3], false);
+  SSM_CHECK(!int_quant_->desc_act || t.g_idx != nullptr, "checkpoint {}: matrix \"{}\" has no \"{}\", which act order "
+            "(quantization_config desc_act / actorder) needs", ckpt_->dir().string(), qweight, names[3]);
+  if (int_quant_->layout == IntQuantization::Layout::PackQuantized) {  // weight_shape: the [N, K] it was packed from
+    if (const TensorRef* s = raw(base + ".weight_shape", false)) {
+      std::vector<int64_t> dims(2, -1);
+      if (s->numel() == 2 && (s->dtype_name == "I64" || s->dtype_name == "I32"))
+        for (int i = 0; i < 2; ++i) {
+          if (s->dtype_name == "I64") std::memcpy(&dims[static_cast<size_t>(i)], s->data + 8 * i, 8);
+          else {
+            int32_t v = 0;
+            std::memcpy(&v, s->data + 4 * i, 4);
+            dims[static_cast<size_t>(i)] = v;
+          }
+        }
+      SSM_CHECK(dims == shape, "{}: tensor \"{}\" says the matrix is [{}], but the model needs [{}]", s->file, s->name,
+                fmt::join(dims, ", "), fmt::join(shape, ", "));
+    }
+  }
   warn_if_not_finite(*t.scales);
   return dequantize_int(t, *int_quant_, shape[0], shape[1], int_out_);
 }

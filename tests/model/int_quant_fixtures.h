@@ -28,6 +28,7 @@ struct Scheme {
   bool act_order = false;  ///< GPTQ g_idx: rows grouped in a shuffled order
   bool awq = false;
   bool v1 = true;          ///< GPTQ v1: zero - 1 stored
+  bool pack_quantized = false;  ///< compressed-tensors pack-quantized (BF16 scales)
 };
 
 inline Scheme gptq(int bits, int group, bool sym, bool act_order, bool v1) {
@@ -44,6 +45,19 @@ inline Scheme awq(int group) {
   s.config = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", group > 0 ? group : -1}, {"zero_point", true}, {"version", "gemm"},
               {"modules_to_not_convert", nullptr}};
   s.group = group, s.awq = true, s.v1 = false;
+  return s;
+}
+
+/// compressed-tensors pack-quantized (llm-compressor's W4A16 / W8A16): `group` 0 is strategy "channel".
+inline Scheme pack_quantized(int bits, int group, bool sym, bool act_order) {
+  Scheme s;
+  nlohmann::json weights = {{"num_bits", bits}, {"type", "int"}, {"symmetric", sym},
+                            {"strategy", group > 0 ? "group" : "channel"}, {"group_size", group > 0 ? nlohmann::json(group) : nlohmann::json(nullptr)},
+                            {"actorder", act_order ? nlohmann::json("group") : nlohmann::json(nullptr)}, {"dynamic", false}};
+  s.config = {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"quantization_status", "compressed"},
+              {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", nullptr}}}}},
+              {"ignore", {"lm_head"}}};
+  s.bits = bits, s.group = group, s.sym = sym, s.act_order = act_order, s.v1 = false, s.pack_quantized = true;
   return s;
 }
 
@@ -114,10 +128,10 @@ inline int write_quantized_pair(const Scheme& s, const std::filesystem::path& qd
           z = std::clamp(z, s.v1 ? 1 : 0, levels);  // v1 cannot store zero 0 (stored -1 reads back as 2^bits)
         }
         if (!(scale > 0)) scale = 1e-3f;
-        const uint16_t sb = f32_to_f16(scale);
+        const uint16_t sb = s.pack_quantized ? f32_to_bf16(scale) : f32_to_f16(scale);
         scale_bits[static_cast<size_t>(g * N + n)] = sb;
         zero[static_cast<size_t>(g * N + n)] = z;
-        const float sf = f16_to_f32(sb);
+        const float sf = s.pack_quantized ? bf16_to_f32(sb) : f16_to_f32(sb);
         for (int64_t k = 0; k < K; ++k) {
           if (g_of[static_cast<size_t>(k)] != g) continue;
           const int32_t q = std::clamp(static_cast<int32_t>(std::lround(w[n * K + k] / sf)) + z, 0, levels);
@@ -127,6 +141,31 @@ inline int write_quantized_pair(const Scheme& s, const std::filesystem::path& qd
       }
     const std::string base = name.substr(0, name.size() - 7);
     std::vector<uint32_t> zw(static_cast<size_t>(G * N / pack), 0);
+    if (s.pack_quantized) {
+      // compressed-tensors' pack_to_int32: each row's codes (signed value + 2^(bits - 1), here the code itself) packed
+      // along the input dimension, code c at bits x (c % pack); asymmetric zero points likewise, packed along the
+      // outputs; scales [N, groups].
+      std::vector<uint32_t> qw(static_cast<size_t>(N * (K / pack)), 0), zp(static_cast<size_t>(N / pack * G), 0);
+      std::vector<uint16_t> scale_ng(static_cast<size_t>(N * G));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k)
+          qw[static_cast<size_t>(n * (K / pack) + k / pack)] |= static_cast<uint32_t>(code[static_cast<size_t>(k * N + n)]) << (bits * (k % pack));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t g = 0; g < G; ++g) {
+          scale_ng[static_cast<size_t>(n * G + g)] = scale_bits[static_cast<size_t>(g * N + n)];
+          zp[static_cast<size_t>((n / pack) * G + g)] |= static_cast<uint32_t>(zero[static_cast<size_t>(g * N + n)]) << (bits * (n % pack));
+        }
+      qt.push_back(i32_tensor(base + ".weight_packed", {N, K / pack}, qw));
+      std::string sbytes(scale_ng.size() * 2, '\0');
+      std::memcpy(sbytes.data(), scale_ng.data(), sbytes.size());
+      qt.push_back({base + ".weight_scale", "BF16", {N, G}, sbytes});
+      if (!s.sym) qt.push_back(i32_tensor(base + ".weight_zero_point", {N / pack, G}, zp));
+      if (s.act_order) qt.push_back(i32_tensor(base + ".weight_g_idx", {K}, std::vector<uint32_t>(g_of.begin(), g_of.end())));
+      const int64_t dims[2] = {N, K};
+      qt.push_back({base + ".weight_shape", "I64", {2}, std::string(reinterpret_cast<const char*>(dims), 16)});
+      rt.push_back(f32_tensor(name, {N, K}, deq));
+      continue;
+    }
     if (s.awq) {
       // AutoAWQ's packer: nibble i of word (k, j) holds column 8j + order[i].
       static constexpr int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};

@@ -196,8 +196,8 @@ TEST(Fp8, BadQuantizationConfigsAreNamed) {
       {{{"quant_method", "fp8"}, {"weight_block_size", {128}}}, "weight_block_size must be [rows, columns]"},
       {{{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}}, "weight_block_size must be [rows, columns]"},
       {"fp8", "\"quantization_config\" must be an object"},
-      {nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized"})"),
-       "quantization_config.format \"pack-quantized\" is not supported"},
+      {nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "format": "int-quantized"})"),
+       "quantization_config.format \"int-quantized\" is not supported"},
       {nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups":
           {"g": {"weights": {"num_bits": 4, "type": "int", "strategy": "group"}}}})"),
        "quantization_config.config_groups.g.weights {num_bits: 4, type: \"int\"} is not supported"},

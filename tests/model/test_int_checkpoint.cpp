@@ -31,12 +31,14 @@ using testing::greedy_outputs;
 using testing::Scheme;
 using testing::awq;
 using testing::gptq;
+using testing::pack_quantized;
 using testing::write_quantized_pair;
 using ::testing::HasSubstr;
 
 TEST(IntQuantized, ModelEqualsItsDequantizedCheckpoint) {
   const Scheme schemes[] = {gptq(4, 32, false, false, true),  gptq(4, 48, false, true, true), gptq(8, 0, true, false, false),
-                            gptq(2, 32, false, false, false), gptq(4, 128, true, false, true), awq(32), awq(0)};
+                            gptq(2, 32, false, false, false), gptq(4, 128, true, false, true), awq(32), awq(0),
+                            pack_quantized(4, 32, true, false), pack_quantized(4, 48, false, true), pack_quantized(8, 0, true, false)};
   for (const Scheme& s : schemes) {
     SCOPED_TRACE("quantization_config " + s.config.dump());
     TempDir q("intq"), ref("intref");
@@ -75,6 +77,13 @@ TEST(IntQuantized, BadConfigsAreNamed) {
       {{{"quant_method", "awq"}, {"bits", 4}, {"version", "GEMV"}}, "quantization_config.version \"gemv\" is not supported"},
       {{{"quant_method", "awq"}, {"bits", 8}}, "quantization_config.bits 8 is not supported for AWQ"},
       {{{"quant_method", "bitsandbytes"}}, "quant_method \"bitsandbytes\") is not supported"},
+      {nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"g":
+          {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32},
+           "input_activations": {"num_bits": 8, "type": "int"}}}})"), "input_activations {\"num_bits\":8"},
+      {nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"g":
+          {"weights": {"num_bits": 4, "type": "int", "strategy": "tensor"}}}})"), "strategy \"tensor\" is not supported"},
+      {nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"g":
+          {"weights": {"num_bits": 2, "type": "int", "strategy": "channel"}}}})"), "{num_bits: 2, type: \"int\"} is not supported"},
   };
   for (const auto& [q, needle] : cases) {
     nlohmann::json config = testing::read_json(testing::source_dir() / "tests/data/tiny-hybrids/tiny-qwen3_next/config.json");
@@ -132,7 +141,7 @@ TEST(IntQuantized, BadCheckpointsAreNamed) {
   nlohmann::json config = testing::read_json(q.path() / "config.json");
   config.erase("quantization_config");
   testing::write_file(q.path() / "config.json", config.dump());
-  EXPECT_THAT(load_error(q.path()), HasSubstr("is a GPTQ / AWQ matrix, but config.json has no quantization_config"));
+  EXPECT_THAT(load_error(q.path()), HasSubstr("is a GPTQ / AWQ / pack-quantized matrix, but config.json has no quantization_config"));
 }
 
 TEST(IntQuantized, QuantizationFlagMatchesTheCheckpoint) {
@@ -154,6 +163,10 @@ TEST(IntQuantized, QuantizationFlagMatchesTheCheckpoint) {
   EXPECT_THAT(error("awq", q.path()), HasSubstr("--quantization awq does not match the checkpoint's quantization_config "
                                                 "(quant_method \"gptq\")"));
   EXPECT_THAT(error("fp8", a.path()), HasSubstr("(quant_method \"awq\")"));
+  TempDir c("intflagct"), cref("intflagctref");
+  write_quantized_pair(pack_quantized(4, 32, true, false), c.path(), cref.path());
+  EXPECT_EQ(error("compressed-tensors", c.path()), "");
+  EXPECT_THAT(error("gptq", c.path()), HasSubstr("(quant_method \"compressed-tensors\")"));
 }
 
 }  // namespace
