@@ -15,6 +15,9 @@ class ChatRenderer {
   virtual ~ChatRenderer() = default;
   /// The model name the reply reports (the one the request named, else the served name).
   virtual void set_model(std::string model) = 0;
+  /// The sampling values the request runs with (its own or the server's defaults); replies that report them (a
+  /// Response's temperature, top_p and max_output_tokens) take them where the request left them unset.
+  virtual void set_sampling(double /*temperature*/, double /*top_p*/, int /*max_tokens*/) {}
   /// The whole reply from a chat completion (ResponseBuilder::final_response; one choice).
   virtual nlohmann::ordered_json whole(const nlohmann::ordered_json& chat_completion) const = 0;
   /// SSE text of the stream's first events. usage: the chat usage object known when the stream opens (its

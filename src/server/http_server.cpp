@@ -564,6 +564,9 @@ void OpenAIServer::generate(bool chat, const std::string& body, const std::share
     }
     job->prompts.push_back(std::move(rp));
   }
+  // The sampling values used (defaults applied), for replies that report them (a Response's temperature, ...).
+  if (job->renderer && !reqs.empty())
+    job->renderer->set_sampling(reqs[0].params.temperature, reqs[0].params.top_p, reqs[0].params.max_tokens);
   // 2. The constraint's check (xgrammar's conversion) here on the request thread, its error naming the field the client
   // used; the engine thread then finds it validated (a cache hit) and compiles it.
   if (const auto& so = base.params.structured_outputs)

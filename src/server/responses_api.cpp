@@ -211,6 +211,13 @@ std::string responses_field(const std::string& f) {
 ResponsesStream::ResponsesStream(std::string id, long long created_at, json reflect)
     : id_(std::move(id)), created_at_(created_at), reflect_(std::move(reflect)) {}
 
+void ResponsesStream::set_sampling(double temperature, double top_p, int max_tokens) {
+  // vLLM's ResponsesResponse.from_request: the values used, where the request gave none.
+  if (reflect_["temperature"].is_null()) reflect_["temperature"] = temperature;
+  if (reflect_["top_p"].is_null()) reflect_["top_p"] = top_p;
+  if (reflect_["max_output_tokens"].is_null()) reflect_["max_output_tokens"] = max_tokens;
+}
+
 json ResponsesStream::base(const char* status) const {
   const json& r = reflect_;
   return {{"id", id_},

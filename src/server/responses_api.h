@@ -45,6 +45,7 @@ class ResponsesStream final : public ChatRenderer {
 
   /// SSE text of the stream's first events: response.created, response.in_progress.
   std::string open(const nlohmann::ordered_json& usage) override;
+  void set_sampling(double temperature, double top_p, int max_tokens) override;
   /// SSE text of the events a chat completion chunk gives (its choice's reasoning / content / tool call deltas).
   std::string on_chunk(const nlohmann::ordered_json& chunk) override;
   /// SSE text of the last events: the open item's done events, then response.completed with the whole Response (its

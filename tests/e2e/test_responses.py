@@ -215,3 +215,14 @@ def test_request_id_is_the_response_id(server):
     assert r.json()["id"] == "resp_xyz", r.text
     r = httpx.post(server.base_url + "/v1/responses", json=body, headers={"X-Request-Id": "hdr"}, timeout=60)
     assert r.json()["id"] == "resp_hdr", r.text
+
+
+def test_unset_sampling_fields_report_the_values_used(server):
+    # vLLM's ResponsesResponse.from_request: temperature, top_p and max_output_tokens as the request ran (the server's
+    # defaults when it gave none; max_output_tokens: what the context left).
+    r = httpx.post(server.base_url + "/v1/responses", json={"model": MODEL_NAME, "input": "x", "max_output_tokens": 2},
+                   timeout=60).json()
+    assert r["temperature"] == 1.0 and r["top_p"] == 1.0 and r["max_output_tokens"] == 2, r
+    r = httpx.post(server.base_url + "/v1/responses", json={"model": MODEL_NAME, "input": "x", "temperature": 0,
+                                                            "top_p": 0.5, "max_output_tokens": 2}, timeout=60).json()
+    assert r["temperature"] == 0 and r["top_p"] == 0.5, r
