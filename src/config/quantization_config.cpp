@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -183,6 +184,24 @@ IntQuantization parse_pack_quantized(const json& q, const std::string& what) {
 
 }  // namespace
 
+IntQuantization IntQuantization::for_module(const std::string& name) const {
+  IntQuantization q = *this;
+  q.dynamic.clear();
+  const DynamicRule* found = nullptr;
+  for (const DynamicRule& r : dynamic) {
+    if (r.exclude || !std::regex_search(name, std::regex(r.pattern), std::regex_constants::match_continuous)) continue;
+    SSM_CHECK(found == nullptr, "quantization_config.dynamic: module \"{}\" matches both \"{}\" and \"{}\"; ssmserve "
+              "needs at most one override per module", name, found->pattern, r.pattern);
+    found = &r;
+  }
+  if (found) {
+    if (found->bits) q.bits = *found->bits;
+    if (found->group_size) q.group_size = *found->group_size;
+    if (found->desc_act) q.desc_act = *found->desc_act;
+  }
+  return q;
+}
+
 std::optional<IntQuantization> parse_int_quantization_config(const json& q, const std::string& what) {
   if (!q.is_object()) return std::nullopt;
   const json* m = field(q, "quant_method");
@@ -204,6 +223,37 @@ std::optional<IntQuantization> parse_int_quantization_config(const json& q, cons
               "{}: quantization_config.checkpoint_format \"{}\" is not supported (gptq or gptq_v2; repack Marlin / BitBLAS "
               "checkpoints to gptq)", what, text_excerpt(format));
     out.zero_stored_minus_one = format == "gptq";
+    if (const json* pd = field(q, "pack_dtype"))  // GPTQModel: the word the codes are packed in
+      SSM_CHECK(pd->is_string() && pd->get<std::string>() == "int32",
+                "{}: quantization_config.pack_dtype {} is not supported (int32 words only)", what, json_excerpt(*pd));
+    if (const json* dyn = field(q, "dynamic")) {
+      SSM_CHECK(dyn->is_object(), "{}: quantization_config.dynamic must be an object of module regexes", what);
+      for (const auto& [key, v] : dyn->items()) {
+        IntQuantization::DynamicRule rule;
+        rule.exclude = key.rfind("-:", 0) == 0;
+        rule.pattern = key.rfind("-:", 0) == 0 || key.rfind("+:", 0) == 0 ? key.substr(2) : key;
+        const std::string at = "quantization_config.dynamic[\"" + text_excerpt(key) + "\"]";
+        SSM_CHECK(v.is_object(), "{}: {} must be an object", what, at);
+        try {
+          (void)std::regex(rule.pattern);
+        } catch (const std::regex_error& e) {
+          fail("{}: {}: the regex does not compile ({})", what, at, e.what());
+        }
+        if (!rule.exclude) {
+          if (field(v, "bits")) {
+            rule.bits = int_field(v, "bits", 4, what);
+            SSM_CHECK(*rule.bits == 2 || *rule.bits == 4 || *rule.bits == 8, "{}: {}.bits {} is not supported for GPTQ (2, 4 "
+                      "or 8)", what, at, *rule.bits);
+          }
+          if (field(v, "group_size")) rule.group_size = group_size_field(v, what);
+          if (field(v, "desc_act")) rule.desc_act = bool_field(v, "desc_act", false, what);
+          for (const auto& [k2, v2] : v.items())
+            SSM_CHECK(k2 == "bits" || k2 == "group_size" || k2 == "desc_act" || k2 == "sym",
+                      "{}: {}.{} is not supported (bits, group_size, desc_act, sym)", what, at, text_excerpt(k2));
+        }
+        out.dynamic.push_back(std::move(rule));
+      }
+    }
     return out;
   }
   if (method == "awq") {

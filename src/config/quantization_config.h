@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ssmserve {
 
@@ -66,6 +67,22 @@ struct IntQuantization {
   bool zero_stored_minus_one = true;  ///< GPTQ v1's zeros (stored zero - 1)
   bool awq_order = false;       ///< AWQ's nibble order along N (else the plain order)
   bool has_zeros = true;        ///< AWQ zero_point false: no qzeros, zero 2^(bits - 1)
+  /// GPTQModel's per-module overrides (quantization_config.dynamic: {"+:regex" or "regex": {"bits": 8, ...},
+  /// "-:regex": {}}): a module whose name matches a positive rule's regex from its start (Python's re.match) takes
+  /// that rule's bits / group_size / desc_act; "-:" rules name modules left unquantized (stored as X.weight, read as
+  /// such). At most one positive rule may match a module (config.json's key order is not kept).
+  struct DynamicRule {
+    std::string pattern;              ///< the regex, its "+:" / "-:" prefix removed
+    bool exclude = false;             ///< a "-:" rule
+    std::optional<int> bits, group_size;
+    std::optional<bool> desc_act;
+  };
+  std::vector<DynamicRule> dynamic;
+
+  /// This format with the overrides of the positive `dynamic` rule matching module `name` (e.g.
+  /// "model.layers.3.mlp.down_proj"). Throws Error naming the rules when several match, or a regex that does not
+  /// compile.
+  IntQuantization for_module(const std::string& name) const;
 };
 
 /// Parses a quantization_config object (`what` names config.json in errors). Returns the FP8 format it describes;

@@ -155,15 +155,16 @@ std::optional<Weight> WeightSource::int_matrix(const std::string& name, const st
     SSM_CHECK(!required, "checkpoint {}: GPTQ / AWQ matrix \"{}\" has no tensor \"{}\"", ckpt_->dir().string(), qweight, n);
     return nullptr;
   };
+  const IntQuantization quant = int_quant_->for_module(base);  // GPTQModel's per-module overrides
   IntQuantizedTensors t;
   t.qweight = raw(qweight, true);
   t.scales = raw(names[1], true);
-  t.qzeros = raw(names[2], int_quant_->has_zeros);
-  if (!int_quant_->has_zeros) t.qzeros = nullptr;
-  t.g_idx = int_quant_->layout == IntQuantization::Layout::Awq ? nullptr : raw(names[3], false);
-  SSM_CHECK(!int_quant_->desc_act || t.g_idx != nullptr, "checkpoint {}: matrix \"{}\" has no \"{}\", which act order "
+  t.qzeros = raw(names[2], quant.has_zeros);
+  if (!quant.has_zeros) t.qzeros = nullptr;
+  t.g_idx = quant.layout == IntQuantization::Layout::Awq ? nullptr : raw(names[3], false);
+  SSM_CHECK(!quant.desc_act || t.g_idx != nullptr, "checkpoint {}: matrix \"{}\" has no \"{}\", which act order "
             "(quantization_config desc_act / actorder) needs", ckpt_->dir().string(), qweight, names[3]);
-  if (int_quant_->layout == IntQuantization::Layout::PackQuantized) {  // weight_shape: the [N, K] it was packed from
+  if (quant.layout == IntQuantization::Layout::PackQuantized) {  // weight_shape: the [N, K] it was packed from
     if (const TensorRef* s = raw(base + ".weight_shape", false)) {
       std::vector<int64_t> dims(2, -1);
       if (s->numel() == 2 && (s->dtype_name == "I64" || s->dtype_name == "I32"))
@@ -180,7 +181,7 @@ std::optional<Weight> WeightSource::int_matrix(const std::string& name, const st
     }
   }
   warn_if_not_finite(*t.scales);
-  return dequantize_int(t, *int_quant_, shape[0], shape[1], int_out_);
+  return dequantize_int(t, quant, shape[0], shape[1], int_out_);
 }
 
 void WeightSource::set_fp8(const Fp8Quantization& quant, DType out) {

@@ -29,6 +29,10 @@ struct Scheme {
   bool awq = false;
   bool v1 = true;          ///< GPTQ v1: zero - 1 stored
   bool pack_quantized = false;  ///< compressed-tensors pack-quantized (BF16 scales)
+  /// GPTQModel's dynamic overrides: the routed experts' matrices with these bits / group size (0: as the rest), the
+  /// shared experts left unquantized.
+  int expert_bits = 0, expert_group = 0;
+  bool skip_shared_experts = false;
 };
 
 inline Scheme gptq(int bits, int group, bool sym, bool act_order, bool v1) {
@@ -45,6 +49,15 @@ inline Scheme awq(int group) {
   s.config = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", group > 0 ? group : -1}, {"zero_point", true}, {"version", "gemm"},
               {"modules_to_not_convert", nullptr}};
   s.group = group, s.awq = true, s.v1 = false;
+  return s;
+}
+
+/// GPTQ 4-bit with GPTQModel's per-module `dynamic` rules: experts 8-bit in groups of 64, shared experts unquantized.
+inline Scheme gptq_dynamic() {
+  Scheme s = gptq(4, 32, false, false, true);
+  s.config["dynamic"] = {{"+:.*\\.mlp\\.experts\\..*", {{"bits", 8}, {"group_size", 64}}},
+                         {"-:.*shared_expert\\.", nlohmann::json::object()}};
+  s.expert_bits = 8, s.expert_group = 64, s.skip_shared_experts = true;
   return s;
 }
 
@@ -94,7 +107,9 @@ inline int write_quantized_pair(const Scheme& s, const std::filesystem::path& qd
     const TensorRef& t = *ck.find(name);
     std::vector<float> w(static_cast<size_t>(t.numel()));
     to_f32(t.dtype, t.data, w.data(), w.size());
-    if (!quantized(name, t.shape, 32 / s.bits)) {
+    const bool expert = s.expert_bits > 0 && name.find(".mlp.experts.") != std::string::npos;
+    const int bits = expert ? s.expert_bits : s.bits;
+    if (!quantized(name, t.shape, 32 / bits) || (s.skip_shared_experts && name.find("shared_expert.") != std::string::npos)) {
       const FixtureTensor copy{name, std::string(dtype_name(t.dtype)), t.shape,
                                std::string(reinterpret_cast<const char*>(t.data), t.nbytes)};
       qt.push_back(copy), rt.push_back(copy);
@@ -102,8 +117,8 @@ inline int write_quantized_pair(const Scheme& s, const std::filesystem::path& qd
     }
     ++count;
     const int64_t N = t.shape[0], K = t.shape[1];
-    const int bits = s.bits, pack = 32 / bits, levels = (1 << bits) - 1;
-    const int64_t group = s.group > 0 ? s.group : K;
+    const int pack = 32 / bits, levels = (1 << bits) - 1;
+    const int64_t group = expert && s.expert_group > 0 ? s.expert_group : s.group > 0 ? s.group : K;
     // Each input row's group: in order, or (act order) a shuffled assignment of the same group sizes.
     std::vector<int32_t> g_of(static_cast<size_t>(K));
     for (int64_t k = 0; k < K; ++k) g_of[static_cast<size_t>(k)] = static_cast<int32_t>(k / group);
