@@ -255,7 +255,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::string msg = cli::config_error_message(e.what(), command_path(app));
+    const CLI::Option* config = app.get_option_no_throw("--config");
+    std::string msg = cli::config_error_message(e.what(), command_path(app),
+                                                config && config->count() > 0 ? config->results().back() : "");
     // With no subcommand CLI11 reports only "A subcommand is required"; name the arguments it did not use too.
     if (const auto extra = app.remaining(true); !extra.empty() && dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) msg += "; unexpected argument " + CLI::detail::join(extra, " ");
     std::cerr << "error: " << msg << " (see " << command_path(app) << " --help)" << std::endl;

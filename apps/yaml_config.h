@@ -40,8 +40,9 @@ std::vector<CLI::ConfigItem> read_yaml_config(std::istream& input, const std::st
 /// the flags of the subcommand the command line chose (YamlConfig), applied to those not given on the command line.
 void add_config_file_option(CLI::App& root);
 
-/// CLI11's message for a config key that names no option ("INI was not able to parse x.y") in ssmserve's words
-/// (`--config: unknown option "y" (not a flag of ssmserve serve)`); other messages unchanged.
-std::string config_error_message(const std::string& what, const std::string& command);
+/// CLI11's message for a config key that names no option ("INI was not able to parse x.y") or one a file may not give
+/// (--help) in ssmserve's words (`--config FILE: unknown option "y" (not a flag of ssmserve serve)`); other messages
+/// unchanged. `file`: the --config value ("" when unknown).
+std::string config_error_message(const std::string& what, const std::string& command, const std::string& file = "");
 
 }  // namespace ssmserve::cli

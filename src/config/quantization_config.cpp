@@ -53,7 +53,8 @@ Fp8Quantization parse_compressed_tensors(const json& q, const std::string& what)
   const json* format = field(q, "format");
   SSM_CHECK(format != nullptr && format->is_string() && format->get<std::string>() == "float-quantized",
             "{}: quantization_config.format {} is not supported (compressed-tensors checkpoints load in the "
-            "\"float-quantized\" format, FP8 weights)", what, format ? json_excerpt(*format) : std::string("(missing)"));
+            "\"float-quantized\" format, FP8 weights, and the \"pack-quantized\" one, int weights)", what,
+            format ? json_excerpt(*format) : std::string("(missing)"));
   const json* groups = field(q, "config_groups");
   SSM_CHECK(groups != nullptr && groups->is_object() && !groups->empty(),
             "{}: quantization_config.config_groups must be a non-empty object of quantization schemes", what);
@@ -206,7 +207,8 @@ std::optional<IntQuantization> parse_int_quantization_config(const json& q, cons
   if (!q.is_object()) return std::nullopt;
   const json* m = field(q, "quant_method");
   if (m == nullptr || !m->is_string()) return std::nullopt;
-  const std::string method = m->get<std::string>();
+  std::string method = m->get<std::string>();  // vLLM lower-cases it
+  for (char& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   IntQuantization out;
   if (method == "gptq") {
     out.bits = int_field(q, "bits", 4, what);
@@ -260,8 +262,13 @@ std::optional<IntQuantization> parse_int_quantization_config(const json& q, cons
     out.method = "awq";
     out.bits = int_field(q, "bits", int_field(q, "w_bit", 4, what), what);
     SSM_CHECK(out.bits == 4, "{}: quantization_config.bits {} is not supported for AWQ (4 only)", what, out.bits);
-    out.group_size = field(q, "group_size") ? group_size_field(q, what) : int_field(q, "q_group_size", 128, what);
-    SSM_CHECK(out.group_size >= 0, "{}: quantization_config.group_size must be a positive integer or -1", what);
+    if (field(q, "group_size")) {
+      out.group_size = group_size_field(q, what);
+    } else {  // AutoAWQ's older spelling
+      const int g = int_field(q, "q_group_size", 128, what);
+      SSM_CHECK(g == -1 || g >= 1, "{}: quantization_config.q_group_size must be a positive integer or -1 (got {})", what, g);
+      out.group_size = g == -1 ? 0 : g;
+    }
     out.has_zeros = bool_field(q, "zero_point", true, what);
     std::string version = "gemm";
     if (const json* v = field(q, "version")) {
@@ -287,13 +294,14 @@ Fp8Quantization parse_quantization_config(const json& q, const std::string& what
   const json* m = field(q, "quant_method");
   SSM_CHECK(m != nullptr && m->is_string(), "{}: quantization_config has no string \"quant_method\" (got {})", what,
             m ? json_excerpt(*m) : std::string("none"));
-  const std::string method = m->get<std::string>();
+  std::string method = m->get<std::string>();  // vLLM lower-cases it
+  for (char& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (method == "fp8") return parse_fp8(q, what);
   if (method == "compressed-tensors") return parse_compressed_tensors(q, what);
   if (method == "modelopt") return parse_modelopt(q, what);
   fail("{}: field \"quantization_config\" (quant_method \"{}\") is not supported: ssmserve loads unquantized F32 / BF16 / "
        "F16 checkpoints, FP8 ones (quant_method \"fp8\", \"compressed-tensors\" float-quantized, \"modelopt\" FP8) and "
-       "GPTQ / AWQ integer ones (\"gptq\", \"awq\")", what, text_excerpt(method));
+       "integer ones (\"gptq\", \"awq\", \"compressed-tensors\" pack-quantized)", what, text_excerpt(method));
 }
 
 }  // namespace ssmserve

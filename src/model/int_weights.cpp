@@ -13,7 +13,7 @@ namespace {
 
 /// The tensor's I32 words (copied: the mapped bytes need not be 4-byte aligned).
 std::vector<uint32_t> words_of(const TensorRef& t, const std::vector<int64_t>& shape, const char* what) {
-  SSM_CHECK(t.dtype_name == "I32", "{}: tensor \"{}\" has dtype {}; a quantized matrix's {} are I32 words", t.file, t.name,
+  SSM_CHECK(t.dtype_name == "I32", "{}: tensor \"{}\" has dtype {}; {} of a quantized matrix are I32 words", t.file, t.name,
             t.dtype_name, what);
   SSM_CHECK(t.shape == shape, "{}: tensor \"{}\" has shape [{}], but the model needs [{}] ({})", t.file, t.name,
             fmt::join(t.shape, ", "), fmt::join(shape, ", "), what);
@@ -59,9 +59,8 @@ Weight dequantize_int(const IntQuantizedTensors& t, const IntQuantization& quant
   const std::vector<uint32_t> q = words_of(qw, code_shape, "the packed codes");
   SSM_CHECK(t.scales->dtype_name == "F16" || t.scales->dtype_name == "BF16" || t.scales->dtype_name == "F32",
             "{}: tensor \"{}\" has dtype {}; scales are F16, BF16 or F32", t.scales->file, t.scales->name, t.scales->dtype_name);
-  // With act order (g_idx) the groups need not be k / group_size's count; the scales say how many there are.
-  int64_t num_groups = groups;
-  if (t.g_idx != nullptr && t.scales->shape.size() == 2) num_groups = t.scales->shape[scales_n_major ? 1 : 0];
+  // With act order (g_idx) the rows of a group need not be adjacent; there are as many groups.
+  const int64_t num_groups = groups;
   const std::vector<int64_t> scale_shape = scales_n_major ? std::vector<int64_t>{n, num_groups} : std::vector<int64_t>{num_groups, n};
   SSM_CHECK(t.scales->shape == scale_shape, "{}: tensor \"{}\" has shape [{}], but {} matrix \"{}\" [{} out, {} in] with "
             "group_size {} needs [{}]", t.scales->file, t.scales->name, fmt::join(t.scales->shape, ", "), quant.method, qw.name,

@@ -142,8 +142,9 @@ std::optional<Weight> WeightSource::int_matrix(const std::string& name, const st
   const std::string base = int_base(name);
   if (base.empty()) return std::nullopt;
   SSM_CHECK(int_quant_.has_value(), "checkpoint {}: tensor \"{}\" is a GPTQ / AWQ / pack-quantized matrix, but config.json "
-            "has no quantization_config describing it (quant_method \"gptq\", \"awq\" or \"compressed-tensors\")",
-            ckpt_->dir().string(), ckpt_->has(base + ".qweight") ? base + ".qweight" : base + ".weight_packed");
+            "has no quantization_config describing it{} (quant_method \"gptq\", \"awq\" or \"compressed-tensors\" "
+            "pack-quantized)", ckpt_->dir().string(), ckpt_->has(base + ".qweight") ? base + ".qweight" : base + ".weight_packed",
+            fp8_ ? fmt::format(" (its quant_method is \"{}\", FP8)", fp8_->method) : std::string());
   const auto names = int_tensor_names(base, int_quant_->layout);
   const std::string& qweight = names[0];
   SSM_CHECK(shape.size() == 2, "checkpoint {}: \"{}\" is stored quantized (\"{}\"), but the model reads it as a [{}] tensor; "
@@ -160,12 +161,17 @@ std::optional<Weight> WeightSource::int_matrix(const std::string& name, const st
   t.qweight = raw(qweight, true);
   t.scales = raw(names[1], true);
   t.qzeros = raw(names[2], quant.has_zeros);
-  if (!quant.has_zeros) t.qzeros = nullptr;
+  SSM_CHECK(quant.has_zeros || t.qzeros == nullptr, "checkpoint {}: tensor \"{}\" holds zero points, but config.json's "
+            "quantization_config says there are none (AWQ zero_point false, or symmetric compressed-tensors weights)",
+            ckpt_->dir().string(), names[2]);
   t.g_idx = quant.layout == IntQuantization::Layout::Awq ? nullptr : raw(names[3], false);
   SSM_CHECK(!quant.desc_act || t.g_idx != nullptr, "checkpoint {}: matrix \"{}\" has no \"{}\", which act order "
             "(quantization_config desc_act / actorder) needs", ckpt_->dir().string(), qweight, names[3]);
   if (quant.layout == IntQuantization::Layout::PackQuantized) {  // weight_shape: the [N, K] it was packed from
     if (const TensorRef* s = raw(base + ".weight_shape", false)) {
+      SSM_CHECK(s->shape == std::vector<int64_t>{2} && (s->dtype_name == "I64" || s->dtype_name == "I32"),
+                "{}: tensor \"{}\" has dtype {} and shape [{}]; a weight_shape is I64 (or I32) [2]", s->file, s->name,
+                s->dtype_name.empty() ? std::string(dtype_name(s->dtype)) : s->dtype_name, fmt::join(s->shape, ", "));
       std::vector<int64_t> dims(2, -1);
       if (s->numel() == 2 && (s->dtype_name == "I64" || s->dtype_name == "I32"))
         for (int i = 0; i < 2; ++i) {

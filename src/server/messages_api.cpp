@@ -45,6 +45,7 @@ void add_message(const json& m, const std::string& at, json& out) {
     return;
   }
   if (!c.is_array()) bad_request(at + ".content", at + ".content must be a string or a list of content blocks");
+  if (c.empty()) bad_request(at + ".content", at + ".content must hold at least one content block");  // Anthropic's
   json parts = json::array(), calls = json::array();
   for (size_t j = 0; j < c.size(); ++j) {
     const std::string bt = fmt::format("{}.content[{}]", at, j);

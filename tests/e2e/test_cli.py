@@ -161,6 +161,10 @@ def test_config_file_gives_flags_the_command_line_overrides(tmp_path):
     from_file = json.loads(out.stdout)
     flags = run("generate", "--prompt", "And the LORD said", "--max-tokens", 6, "--temperature", 0, "--ignore-eos", "--json")
     assert from_file == json.loads(flags.stdout)
+    # YAML's spellings of numbers as vLLM reads them (0x6 = 6), and a key given twice: the last wins.
+    cfg2 = tmp_path / "gen2.yaml"
+    cfg2.write_text("prompt: 'And the LORD said'\nmax_tokens: 2\nmax-tokens: 0x6\ntemperature: 0\nignore-eos: true\njson: true\n")
+    assert json.loads(run("generate", "--config", cfg2).stdout) == from_file
     shorter = run("generate", "--config", cfg, "--max-tokens", 2)
     assert shorter.returncode == 0, shorter.stderr
     assert json.loads(shorter.stdout) == json.loads(run("generate", "--prompt", "And the LORD said", "--max-tokens", 2,
@@ -175,12 +179,23 @@ def test_config_file_errors_name_the_file_and_key(tmp_path):
         ("max-tokens: [4\n", f"--config {bad}: not valid YAML (line"),
         ("- max-tokens\n", "expected a mapping of flags to values"),
         ("max-tokens:\n", '"max-tokens" has no value'),
+        ("speculative-config: {[a]: 1}\n", "a mapping's keys must be scalars"),
+        ("speculative-config: &x {a: *x}\n", "nested too deeply or expands to too many nodes"),
+        ("max-tokens: 3\n---\nfoo: 1\n", "holds 2 YAML documents"),
+        ("prompt: [a, b]\n", '"prompt" takes one value, not a list of 2'),
+        ("help: true\n", '"help" cannot be given in a config file'),
     ]:
         bad.write_text(text)
         out = run("generate", "--config", bad)
         assert out.returncode == 1 and expected in out.stderr, (text, out.stderr)
     out = run("generate", "--config", tmp_path / "missing.yaml")
     assert out.returncode == 1 and "File does not exist" in out.stderr, out.stderr
+    bad.write_text("max-tokens: 2\n")
+    out = run("generate", "--config", bad, "--config", bad)
+    assert out.returncode == 1 and "--config is given 2 times" in out.stderr, out.stderr
+    # The unknown-key error names the file.
+    bad.write_text("max-tokns: 2\n")
+    assert f"--config {bad}: unknown option" in run("generate", "--config", bad).stderr
 
 
 def test_serve_reads_its_config_file(tmp_path):

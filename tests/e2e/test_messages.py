@@ -175,6 +175,7 @@ def test_reasoning_is_a_thinking_block(tmp_path_factory):
      "messages[0].content[0].type"),
     ({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305",
                                                                                  "name": "web_search"}]}, "tools[0].type"),
+    ({"max_tokens": 4, "messages": [{"role": "user", "content": []}]}, "messages[0].content must hold at least one"),
     ({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": ""}]},
      "tools[0].name must not be empty"),
     ({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "maybe"}},

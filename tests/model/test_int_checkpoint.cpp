@@ -124,7 +124,9 @@ TEST(IntQuantized, BadCheckpointsAreNamed) {
       {[&](auto& ts) { std::erase_if(ts, [&](const auto& t) { return t.name == x + ".scales"; }); },
        "has no tensor \"" + x + ".scales\""},
       {[&](auto& ts) { for (auto& t : ts) if (t.name == x + ".qweight") t.dtype = "F32"; },
-       "tensor \"" + x + ".qweight\" has dtype F32; a quantized matrix's the packed codes are I32 words"},
+       "tensor \"" + x + ".qweight\" has dtype F32; the packed codes of a quantized matrix are I32 words"},
+      {[&](auto& ts) { for (auto& t : ts) if (t.name == x + ".scales") t.shape = {t.shape[0] * 2, t.shape[1] / 2}; },
+       "tensor \"" + x + ".scales\" has shape"},
       {[&](auto& ts) { for (auto& t : ts) if (t.name == x + ".qzeros") t.shape = {t.shape[1], t.shape[0]}; },
        "tensor \"" + x + ".qzeros\" has shape"},
       {[&](auto& ts) {
@@ -146,6 +148,13 @@ TEST(IntQuantized, BadCheckpointsAreNamed) {
   config.erase("quantization_config");
   testing::write_file(q.path() / "config.json", config.dump());
   EXPECT_THAT(load_error(q.path()), HasSubstr("is a GPTQ / AWQ / pack-quantized matrix, but config.json has no quantization_config"));
+  // Zero points in a checkpoint whose config says there are none (AWQ zero_point false).
+  TempDir z("intzp"), zref("intzpref");
+  write_quantized_pair(awq(32), z.path(), zref.path());
+  config = testing::read_json(z.path() / "config.json");
+  config["quantization_config"]["zero_point"] = false;
+  testing::write_file(z.path() / "config.json", config.dump());
+  EXPECT_THAT(load_error(z.path()), HasSubstr("holds zero points, but config.json's quantization_config says there are none"));
   // Two dynamic rules for one module: which applies is not known (config.json's key order is not kept).
   TempDir d("intdyn"), dref("intdynref");
   testing::Scheme s = testing::gptq_dynamic();
@@ -168,6 +177,10 @@ TEST(IntQuantized, QuantizationFlagMatchesTheCheckpoint) {
     }
     return std::string();
   };
+  EXPECT_EQ(error("gptq", q.path()), "");
+  nlohmann::json upper = testing::read_json(q.path() / "config.json");  // vLLM lower-cases quant_method
+  upper["quantization_config"]["quant_method"] = "GPTQ";
+  testing::write_file(q.path() / "config.json", upper.dump());
   EXPECT_EQ(error("gptq", q.path()), "");
   EXPECT_EQ(error("gptq_marlin", q.path()), "");
   EXPECT_EQ(error("awq", a.path()), "");

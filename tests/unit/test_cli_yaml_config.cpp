@@ -124,6 +124,7 @@ TEST(CliYamlConfig, TheCommandLineWinsOverTheFile) {
 
 TEST(CliYamlConfig, UnknownKeysAndBadValuesAreErrors) {
   EXPECT_EQ(parse("prot: 8000\n", {}).error, "--config: unknown option \"prot\" (not a flag of t serve)");
+  EXPECT_NE(parse("port: [1, 2]\n", {}).error.find("\"port\" takes one value, not a list of 2"), std::string::npos);
   EXPECT_NE(parse("port: eighty\n", {}).error.find("port"), std::string::npos);
   EXPECT_NE(parse("port: [1, 2\n", {}).error.find("not valid YAML"), std::string::npos);
 }
