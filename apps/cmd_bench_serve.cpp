@@ -44,7 +44,33 @@ struct BenchServeArgs {
   int output_len = 128;
   long long seed = 0;
   std::string output_json;
+  // vLLM's `vllm bench serve` spellings of the same settings (resolve_vllm_spellings folds them in).
+  std::string host;             ///< with port: http://host:port unless --base-url is given
+  int port = 0;
+  std::string dataset_name;     ///< random, or custom (JSONL prompts at dataset_path)
+  std::string dataset_path;
+  bool ignore_eos = false;      ///< accepted: every request already sets ignore_eos
+  bool base_url_given = false, dataset_given = false;
 };
+
+/// Folds vLLM's --host / --port and --dataset-name / --dataset-path into base_url and dataset; throws Error naming
+/// the flags for a combination that means two things.
+void resolve_vllm_spellings(BenchServeArgs& a) {
+  if (!a.host.empty() || a.port != 0) {
+    SSM_CHECK(a.port >= 0 && a.port <= 65535, "--port must be in [1, 65535] (got {})", a.port);
+    if (!a.base_url_given)  // vLLM: --base-url, when given, wins over --host / --port
+      a.base_url = fmt::format("http://{}:{}", a.host.empty() ? "127.0.0.1" : a.host, a.port == 0 ? 8000 : a.port);
+  }
+  if (!a.dataset_name.empty() || !a.dataset_path.empty()) {
+    SSM_CHECK(!a.dataset_given, "give the dataset once: --dataset, or vLLM's --dataset-name / --dataset-path");
+    const std::string name = a.dataset_name.empty() ? (a.dataset_path.empty() ? "random" : "custom") : a.dataset_name;
+    SSM_CHECK(name == "random" || name == "custom", "--dataset-name {} is not supported: random, or custom with "
+              "--dataset-path FILE.jsonl ({{\"prompt\"}} per line)", name);
+    SSM_CHECK(name == "random" || !a.dataset_path.empty(), "--dataset-name custom needs --dataset-path FILE.jsonl");
+    SSM_CHECK(name == "custom" || a.dataset_path.empty(), "--dataset-path needs --dataset-name custom (random prompts read no file)");
+    a.dataset = name == "random" ? "random" : a.dataset_path;
+  }
+}
 
 /// One request's measurements.
 struct RequestResult {
@@ -237,6 +263,7 @@ double percentile(std::vector<double> v, double p) {
 }
 
 int run_bench_serve(BenchServeArgs& a) {
+  resolve_vllm_spellings(a);
   SSM_CHECK(a.num_prompts >= 1 && a.num_prompts <= 100000, "--num-prompts must be in [1, 100000] (got {})", a.num_prompts);
   SSM_CHECK(a.request_rate >= kMinRequestRate, "--request-rate must be >= {} (inf = all at once), got {}",
             kMinRequestRate, a.request_rate);
@@ -382,22 +409,36 @@ int run_bench_serve(BenchServeArgs& a) {
 Runner add_bench_serve(CLI::App& bench) {
   auto a = std::make_shared<BenchServeArgs>();
   CLI::App* cmd = bench.add_subcommand("serve", "Load a running server with Poisson arrivals; throughput, TTFT, TPOT, ITL");
-  cmd->add_option("--base-url", a->base_url, "Server URL: http://host:port, optionally a path prefix (a trailing /v1 is dropped)")
-      ->capture_default_str();
+  CLI::Option* base_url =
+      cmd->add_option("--base-url", a->base_url, "Server URL: http://host:port, optionally a path prefix (a trailing /v1 is dropped)")
+          ->capture_default_str();
+  cmd->add_option("--host", a->host, "vLLM's: the server's host (with --port: http://HOST:PORT; --base-url wins)");
+  cmd->add_option("--port", a->port, "vLLM's: the server's port (default 8000 with --host)");
   cmd->add_option("--endpoint", a->endpoint,
                   "/v1/completions (prompts as sent) or /v1/chat/completions (each prompt one user message; random "
                   "prompts as text through the server's /detokenize), as vLLM's openai / openai-chat backends")
       ->capture_default_str();
   cmd->add_option("--model", a->model, "Model id to send (default: the server's first)");
-  cmd->add_option("--dataset", a->dataset, "JSONL file ({\"prompt\"} or {\"text\"} per line) or 'random'")->capture_default_str();
+  CLI::Option* dataset =
+      cmd->add_option("--dataset", a->dataset, "JSONL file ({\"prompt\"} or {\"text\"} per line) or 'random'")->capture_default_str();
+  cmd->add_option("--dataset-name", a->dataset_name, "vLLM's: random, or custom (a JSONL file of prompts: --dataset-path)");
+  cmd->add_option("--dataset-path", a->dataset_path, "vLLM's: the custom dataset's JSONL file");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "vLLM's: every request sets ignore_eos already (each generates --output-len tokens)");
   cmd->add_option("--num-prompts", a->num_prompts, "Requests to send")->capture_default_str();
   cmd->add_option("--request-rate", a->request_rate, "Mean requests per second (Poisson, >= 1e-4); inf = all at once")->capture_default_str();
   cmd->add_option("--max-concurrency", a->max_concurrency, "Most requests in flight (0 = no limit beyond the 1024 client threads)")->capture_default_str();
-  cmd->add_option("--input-len", a->input_len, "Prompt tokens of random prompts")->capture_default_str();
-  cmd->add_option("--output-len", a->output_len, "max_tokens of every request (ignore_eos is set)")->capture_default_str();
+  cmd->add_option("--input-len,--random-input-len", a->input_len, "Prompt tokens of random prompts (vLLM's --random-input-len)")
+      ->capture_default_str();
+  cmd->add_option("--output-len,--random-output-len", a->output_len,
+                  "max_tokens of every request (ignore_eos is set; vLLM's --random-output-len)")
+      ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the prompts and arrival times")->capture_default_str();
   cmd->add_option("--output-json", a->output_json, "Also write the results as JSON to this file");
-  return [a] { return run_bench_serve(*a); };
+  return [a, base_url, dataset] {
+    a->base_url_given = base_url->count() > 0;
+    a->dataset_given = dataset->count() > 0;
+    return run_bench_serve(*a);
+  };
 }
 
 }  // namespace ssmserve::cli

@@ -66,3 +66,24 @@ def test_bench_serve_reports_the_prefix_cache_hit_rate(server, tmp_path):
     res = json.loads(out.read_text())
     assert res["total_cached_tokens"] > 0 and 0 < res["prefix_cache_hit_rate"] < 1
     assert res["total_cached_tokens"] <= res["total_input_tokens"]
+
+
+def test_bench_serve_takes_vllms_spellings(server, tmp_path):
+    # vllm bench serve's flags: --host / --port, --random-input-len / --random-output-len, --dataset-name random or
+    # custom with --dataset-path, --ignore-eos (already every request's).
+    host, port = server.base_url.removeprefix("http://").rsplit(":", 1)
+    out = tmp_path / "v.json"
+    r = subprocess.run([str(BINARY), "bench", "serve", "--host", host, "--port", port, "--dataset-name", "random",
+                        "--random-input-len", "6", "--random-output-len", "3", "--num-prompts", "3", "--ignore-eos",
+                        "--output-json", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["completed"] == 3 and res["total_input_tokens"] == 3 * 6 and res["total_output_tokens"] == 3 * 3
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps({"prompt": "Hello there"}) + "\n")
+    r = subprocess.run([str(BINARY), "bench", "serve", "--host", host, "--port", port, "--dataset-name", "custom",
+                        "--dataset-path", str(data), "--num-prompts", "2", "--random-output-len", "2",
+                        "--output-json", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(out.read_text())["completed"] == 2, r.stderr
+    r = subprocess.run([str(BINARY), "bench", "serve", "--dataset-name", "sharegpt"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "--dataset-name sharegpt is not supported" in r.stderr
