@@ -30,6 +30,14 @@ std::pair<int, int> block_size(const json& b, const std::string& what, const std
   return {b[0].get<int>(), b[1].get<int>()};
 }
 
+/// A compressed-tensors config group's "weights" scheme (`at` names the group), or throws naming it.
+const json* group_weights(const json& g, const std::string& at, const std::string& what) {
+  SSM_CHECK(g.is_object(), "{}: {} must be an object", what, at);
+  const json* w = field(g, "weights");
+  SSM_CHECK(w != nullptr && w->is_object(), "{}: {}.weights must be an object", what, at);
+  return w;
+}
+
 /// quant_method "fp8": e4m3 weights, dynamic or static activation scales (neither applied), weight_block_size or one
 /// scale per matrix.
 Fp8Quantization parse_fp8(const json& q, const std::string& what) {
@@ -62,9 +70,7 @@ Fp8Quantization parse_compressed_tensors(const json& q, const std::string& what)
   std::string strategy;
   for (const auto& [gname, g] : groups->items()) {
     const std::string at = "quantization_config.config_groups." + gname;
-    SSM_CHECK(g.is_object(), "{}: {} must be an object", what, at);
-    const json* w = field(g, "weights");
-    SSM_CHECK(w != nullptr && w->is_object(), "{}: {}.weights must be an object", what, at);
+    const json* w = group_weights(g, at, what);
     const json* bits = field(*w, "num_bits");
     const json* type = field(*w, "type");
     SSM_CHECK(bits && bits->is_number_integer() && bits->get<int>() == 8 && type && type->is_string() &&
@@ -146,9 +152,7 @@ IntQuantization parse_pack_quantized(const json& q, const std::string& what) {
   std::optional<std::string> scheme;
   for (const auto& [gname, g] : groups->items()) {
     const std::string at = "quantization_config.config_groups." + gname;
-    SSM_CHECK(g.is_object(), "{}: {} must be an object", what, at);
-    const json* w = field(g, "weights");
-    SSM_CHECK(w != nullptr && w->is_object(), "{}: {}.weights must be an object", what, at);
+    const json* w = group_weights(g, at, what);
     const json* bits = field(*w, "num_bits");
     const json* type = field(*w, "type");
     SSM_CHECK(bits && bits->is_number_integer() && (bits->get<int>() == 4 || bits->get<int>() == 8) && type &&

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "engine/engine_config.h"
+#include "core/error.h"
 #include "engine/llm_engine.h"
+#include "model/causal_lm.h"
 #include "test_util.h"
 
 namespace ssmserve::testing {
@@ -41,6 +43,16 @@ inline void expect_identical(const std::vector<RequestOutput>& a, const std::vec
     for (size_t p = 1; p < a[i].prompt_logprobs.size(); ++p)
       EXPECT_EQ(a[i].prompt_logprobs[p]->token_logprob, b[i].prompt_logprobs[p]->token_logprob) << i << " " << p;
   }
+}
+
+/// The message of the Error that loading `dir` on the CPU throws ("" when it loads).
+inline std::string load_error(const std::filesystem::path& dir) {
+  try {
+    (void)load_model(dir, LoadFormat::Auto, "cpu", 1, std::nullopt);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace ssmserve::testing

@@ -32,6 +32,7 @@ using testing::FixtureTensor;
 using testing::TempDir;
 using testing::expect_identical;
 using testing::greedy_outputs;
+using testing::load_error;
 using testing::e4m3_reference;
 using testing::fp8_config;
 using testing::write_dequantized_copy;
@@ -176,16 +177,6 @@ TEST(Fp8, ModelEqualsItsDequantizedCheckpoint) {
         differs |= a[i].outputs[0].logprobs[s][0].logprob != b[i].outputs[0].logprobs[s][0].logprob;
     EXPECT_TRUE(differs);
   }
-}
-
-/// The message of the Error that loading `dir` on the CPU throws ("" when it loads).
-std::string load_error(const std::filesystem::path& dir) {
-  try {
-    (void)load_model(dir, LoadFormat::Auto, "cpu", 1, std::nullopt);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Fp8, BadQuantizationConfigsAreNamed) {

@@ -28,6 +28,7 @@ using testing::FixtureTensor;
 using testing::TempDir;
 using testing::expect_identical;
 using testing::greedy_outputs;
+using testing::load_error;
 using testing::Scheme;
 using testing::awq;
 using testing::gptq;
@@ -56,16 +57,6 @@ TEST(IntQuantized, Bf16DequantizationIsTheF32OneRoundedOnce) {
   write_quantized_pair(gptq(4, 32, false, false, true), q.path(), ref.path());
   testing::write_bf16_copy(ref.path(), ref16.path());
   expect_identical(greedy_outputs(q.path(), "auto"), greedy_outputs(ref16.path(), "auto"));
-}
-
-/// The message of the Error that loading `dir` on the CPU throws ("" when it loads).
-std::string load_error(const std::filesystem::path& dir) {
-  try {
-    (void)load_model(dir, LoadFormat::Auto, "cpu", 1, std::nullopt);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(IntQuantized, BadConfigsAreNamed) {
