@@ -12,11 +12,14 @@ namespace ssmserve::cli {
 /// Reads a YAML mapping of flag -> value into CLI11 config items, as vLLM's FlexibleArgumentParser reads its
 /// --config file:
 ///   - a key is a long flag's name, with or without its leading "--", underscores read as dashes (`max_model_len`);
-///   - a scalar value is the flag's value (`true` / `false` switch a flag on / off);
+///   - a scalar value is the flag's value (`true` / `false` switch a flag on / off; integers in YAML 1.1's spellings,
+///     0x10, 010, 1_000, as vLLM's PyYAML reads them, become decimal);
 ///   - a list gives a flag taking several values each of its scalars (`api-key: [a, b]`);
-///   - a mapping (`speculative-config: {method: ngram, ...}`) is passed as its JSON text, as vLLM's JSON flags take it.
-/// Errors (CLI::ConfigError, reported by main with the file's name): not YAML, not a mapping at the top, a key that is
-/// not a plain word, a value that is null or a list holding lists / mappings.
+///   - a mapping (`speculative-config: {method: ngram, ...}`) is passed as its JSON text, as vLLM's JSON flags take it;
+///   - a key given twice: the last value wins, as on the command line.
+/// Errors (CLI::ConfigError naming the file): not YAML, several documents, not a mapping at the top, a key that is not
+/// a plain word, a value that is null or a list holding lists / mappings, a mapping with non-scalar keys or one that
+/// nests past 64 levels or 100,000 nodes (aliases), a list for a one-value flag, --config given twice.
 class YamlConfig final : public CLI::Config {
  public:
   /// `file_option`: the --config option whose value names the file in errors (nullptr: "file"); `root`: the app

@@ -172,16 +172,16 @@ std::optional<Weight> WeightSource::int_matrix(const std::string& name, const st
       SSM_CHECK(s->shape == std::vector<int64_t>{2} && (s->dtype_name == "I64" || s->dtype_name == "I32"),
                 "{}: tensor \"{}\" has dtype {} and shape [{}]; a weight_shape is I64 (or I32) [2]", s->file, s->name,
                 s->dtype_name.empty() ? std::string(dtype_name(s->dtype)) : s->dtype_name, fmt::join(s->shape, ", "));
-      std::vector<int64_t> dims(2, -1);
-      if (s->numel() == 2 && (s->dtype_name == "I64" || s->dtype_name == "I32"))
-        for (int i = 0; i < 2; ++i) {
-          if (s->dtype_name == "I64") std::memcpy(&dims[static_cast<size_t>(i)], s->data + 8 * i, 8);
-          else {
-            int32_t v = 0;
-            std::memcpy(&v, s->data + 4 * i, 4);
-            dims[static_cast<size_t>(i)] = v;
-          }
+      std::vector<int64_t> dims(2);
+      for (size_t i = 0; i < 2; ++i) {
+        if (s->dtype_name == "I64") {
+          std::memcpy(&dims[i], s->data + 8 * i, 8);
+        } else {
+          int32_t v = 0;
+          std::memcpy(&v, s->data + 4 * i, 4);
+          dims[i] = v;
         }
+      }
       SSM_CHECK(dims == shape, "{}: tensor \"{}\" says the matrix is [{}], but the model needs [{}]", s->file, s->name,
                 fmt::join(dims, ", "), fmt::join(shape, ", "));
     }
