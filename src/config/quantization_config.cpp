@@ -283,7 +283,6 @@ std::optional<IntQuantization> parse_int_quantization_config(const json& q, cons
     SSM_CHECK(version == "gemm", "{}: quantization_config.version \"{}\" is not supported (AWQ's GEMM layout only; the "
               "GEMV, Marlin and exllama layouts pack differently)", what, text_excerpt(version));
     out.layout = IntQuantization::Layout::Awq;
-    out.awq_order = true;
     out.zero_stored_minus_one = false;
     return out;
   }

@@ -65,7 +65,6 @@ struct IntQuantization {
   int group_size = 128;         ///< input rows per group; 0 = all K rows (GPTQ's -1)
   bool desc_act = false;        ///< GPTQ act-order (g_idx holds each row's group)
   bool zero_stored_minus_one = true;  ///< GPTQ v1's zeros (stored zero - 1)
-  bool awq_order = false;       ///< AWQ's nibble order along N (else the plain order)
   bool has_zeros = true;        ///< AWQ zero_point false: no qzeros, zero 2^(bits - 1)
   /// GPTQModel's per-module overrides (quantization_config.dynamic: {"+:regex" or "regex": {"bits": 8, ...},
   /// "-:regex": {}}): a module whose name matches a positive rule's regex from its start (Python's re.match) takes

@@ -82,7 +82,7 @@ Weight dequantize_int(const IntQuantizedTensors& t, const IntQuantization& quant
     for (int64_t g = 0; g < num_groups; ++g)
       for (int64_t r = 0; r < n; ++r) {
         const uint32_t word = z[static_cast<size_t>(scales_n_major ? (r / pack) * num_groups + g : g * (n / pack) + r / pack)];
-        const int32_t v = static_cast<int32_t>((word >> (bits * slot_of(r, pack, quant.awq_order))) & mask);
+        const int32_t v = static_cast<int32_t>((word >> (bits * slot_of(r, pack, layout == Layout::Awq))) & mask);
         zero[static_cast<size_t>(g * n + r)] = v + (quant.zero_stored_minus_one ? 1 : 0);
       }
   }
