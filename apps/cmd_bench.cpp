@@ -48,8 +48,10 @@ double median(std::vector<double> v) {
 /// One timed run: returns {prefill seconds, decode seconds} for the whole batch. The prompts depend on `iter` only
 /// (request b of a batch is the same for every batch size). `record`: when given, each request's output token ids
 /// are stored under its prompt (the continuations the replay drafter replays).
+/// One iteration: the batch's requests to the end. Returns its prefill and decode seconds (engine steps with and
+/// without prompt tokens); decode_forward, when given, gets the decode steps' seconds inside the model's forward added.
 std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int iter,
-                                   ReplayProposer::Continuations* record = nullptr) {
+                                   ReplayProposer::Continuations* record = nullptr, double* decode_forward = nullptr) {
   std::mt19937 rng(1234 + iter);
   std::uniform_int_distribution<int> tok(0, std::min(engine.model_config().vocab_size, 50000) - 1);
   for (int b = 0; b < a.batch_size; ++b) {
@@ -66,7 +68,9 @@ std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int it
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<RequestOutput> outs = engine.step();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    (engine.last_step_stats().num_prefill_tokens > 0 ? prefill : decode) += s;
+    const StepStats& st = engine.last_step_stats();
+    (st.num_prefill_tokens > 0 ? prefill : decode) += s;
+    if (st.num_prefill_tokens == 0 && decode_forward) *decode_forward += st.forward_seconds;
     if (record)
       for (RequestOutput& o : outs)
         if (o.finished) (*record)[o.prompt_token_ids] = std::move(o.outputs.at(0).token_ids);
@@ -77,6 +81,7 @@ std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int it
 /// Tokens/s of the timed iterations (the warmup ones are run but not kept).
 struct Measured {
   std::vector<double> prefill_tps, decode_tps;
+  std::vector<double> decode_outside_us;  ///< per iteration: microseconds per decoded token outside the model's forward
 };
 
 /// Runs the warmup and timed iterations at a.batch_size on `engine` (a progress bar on stderr).
@@ -86,10 +91,12 @@ Measured measure(LLMEngine& engine, const BenchArgs& a, ReplayProposer::Continua
   for (int it = 0; it < total; ++it) {
     std::cerr << "\r[" << std::string(it * 30 / total, '#') << std::string(30 - it * 30 / total, ' ') << "] " << it << "/" << total
               << (it < a.num_iters_warmup ? " (warmup)" : "         ") << std::flush;
-    auto [p, d] = run_once(engine, a, it, record);
+    double fwd = 0.0;
+    auto [p, d] = run_once(engine, a, it, record, &fwd);
     if (it < a.num_iters_warmup) continue;
     m.prefill_tps.push_back(a.batch_size * static_cast<double>(a.input_len) / p);
     m.decode_tps.push_back(a.batch_size * static_cast<double>(a.output_len - 1) / d);
+    m.decode_outside_us.push_back(1e6 * (d - fwd) / (a.output_len - 1));
   }
   std::cerr << "\r[" << std::string(30, '#') << "] " << total << "/" << total << "           \n";
   return m;
@@ -291,14 +298,17 @@ int run_latency_one(BenchArgs& a, LLMEngine& engine, nlohmann::json* results) {
             << "batch " << a.batch_size << ", input " << a.input_len << ", output " << a.output_len << ", " << a.num_iters
             << " iterations (median)\n"
             << "prefill: " << p << " tokens/s\n"
-            << "decode:  " << d << " tokens/s (" << 1000.0 * a.batch_size / d << " ms per step)\n";
+            << "decode:  " << d << " tokens/s (" << 1000.0 * a.batch_size / d << " ms per step)\n"
+            << "decode host time outside the model's forward (scheduling, batch building, outputs): "
+            << median(m.decode_outside_us) << " us per token\n";
   if (const SpecDecodeStats& sd = engine.spec_decode_stats(); engine.speculative_config().enabled())
     std::cout << "speculative decoding (all runs so far): acceptance rate " << 100.0 * sd.acceptance_rate()
               << "%, mean acceptance length " << sd.mean_acceptance_length() << "\n";
   if (!a.output_json.empty() || results) {
     nlohmann::json j = {{"model", a.engine.model.string()}, {"batch_size", a.batch_size}, {"input_len", a.input_len},
                         {"output_len", a.output_len}, {"num_iters", a.num_iters}, {"prefill_tokens_per_s", p},
-                        {"decode_tokens_per_s", d}, {"prefill_tokens_per_s_all", prefill_tps}, {"decode_tokens_per_s_all", decode_tps}};
+                        {"decode_tokens_per_s", d}, {"prefill_tokens_per_s_all", prefill_tps}, {"decode_tokens_per_s_all", decode_tps},
+                        {"decode_host_us_per_token", median(m.decode_outside_us)}};
     if (results) results->push_back(j);
     else write_json_file(a.output_json, j);
   }

@@ -101,6 +101,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_MOE_PAIR_SORTED", k.moe_pair_sorted);
   flag("SSMSERVE_MOE_PAIR_PRELOAD", k.moe_pair_preload);
   flag("SSMSERVE_F32_GEMV_PRELOAD", k.f32_gemv_preload);
+  flag("SSMSERVE_WEIGHT_EVICT_FIRST", k.weight_evict_first);
   int_in("SSMSERVE_MOE_DOWN_COMBINE", k.moe_down_combine, 0, 2);
   flag("SSMSERVE_MAMBA2_DECODE_FUSED", k.mamba2_decode_fused);
   flag("SSMSERVE_PREFILL_ROW_KERNELS", k.prefill_row_kernels);

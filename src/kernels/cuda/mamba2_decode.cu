@@ -79,6 +79,15 @@ __global__ void __launch_bounds__(kThreads) mamba2_decode_kernel(FusedArgs f) {
         st[r][k] = (n < N && pr < P) ? load_cg(state + static_cast<int64_t>(pr) * N + n) : 0.0f;
       }
   }
+  // The head's dt_bias / A / D and this block's rows of the norm weight (the last block's norm reads every block's),
+  // hinted into the L2 before the wait: after it they would be HBM round trips behind out_proj's weight stream.
+  if (tid == 0) {
+    if (sp.dt_bias) l2_hint(sp.dt_bias + h);
+    l2_hint(sp.A + h);
+    if (sp.D) l2_hint(sp.D + h);
+  } else if (tid == 32 && r0 < P) {
+    l2_hint(a.norm_weight + static_cast<int64_t>(h) * P + r0);
+  }
   pdl_wait();  // proj comes from the in_proj GEMM, the direct predecessor
   pdl_launch_dependents();
   if (blk == 0) {  // a padding row: zero out rows (finite), every block of the row leaves, its counter untouched

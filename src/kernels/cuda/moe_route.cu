@@ -16,12 +16,21 @@ template <int PER>
 __global__ void __launch_bounds__(256) route_kernel(const float* __restrict__ logits, int64_t T, int E, int top_k,
                                                    MoeRouteParams r, int32_t* __restrict__ ids, float* __restrict__ wts) {
   __shared__ float choice_s[8][32 * PER];
+  __shared__ float bias_s[32 * PER];
+  // The correction bias is a constant: staged before the wait, while the router GEMV runs, so the routing after it
+  // reads shared memory instead of an HBM line behind the next kernels' weight streams. The same values: the same bits.
+  MoeRouteParams rs = r;
+  if (r.correction_bias) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) bias_s[e] = r.correction_bias[e];
+    rs.correction_bias = bias_s;
+  }
+  __syncthreads();
   pdl_wait();
   pdl_launch_dependents();
   const int warp = threadIdx.x / 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * 8 + warp;
   if (t >= T) return;
-  route_token<PER>(logits + t * E, E, top_k, r, ids + t * top_k, wts + t * top_k, choice_s[warp]);
+  route_token<PER>(logits + t * E, E, top_k, rs, ids + t * top_k, wts + t * top_k, choice_s[warp]);
 }
 
 }  // namespace
