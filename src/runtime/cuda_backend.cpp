@@ -65,7 +65,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_FUSE_CASTS", o.fuse_casts);
   flag("SSMSERVE_MOE_INPUT_COPY", o.moe_input_copy);
   flag("SSMSERVE_GDN_DECODE_FUSED", o.gdn_decode_fused);
-  int_in("SSMSERVE_MOE_SHARED_ADD_IN_NORM", o.moe_shared_add_in_norm, 0, 1);
+  int_in("SSMSERVE_MOE_SHARED_ADD_IN_NORM", o.moe_shared_add_in_norm, 0, 2);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
   int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);
   int_in("SSMSERVE_SKINNY_MAX_M", o.skinny_max_m, 0, 1 << 20);

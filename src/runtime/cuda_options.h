@@ -112,8 +112,10 @@ struct CudaModelOptions {
   /// combine kernel's add; not after the last sublayer or before a parallel one. 1: the plain adds (Granite-4.0-H,
   /// Nemotron-H) where the combine does not take them (moe_fused_shared_add below 2): +2.6% Granite-4.0-H-Tiny and
   /// +2.4% Nemotron-3-Nano batch-1 decode on an H100 (docs/benchmarks.md, session 39; Qwen's gated adds there too
-  /// measured -2.3% on Qwen3.5-35B-A3B in session 40 and removed); 0: none. Bit-identical (tested).
-  /// SSMSERVE_MOE_SHARED_ADD_IN_NORM=0|1.
+  /// measured -2.3% on Qwen3.5-35B-A3B in session 40 and removed); 2: Qwen's gated adds too in decode-sized steps,
+  /// their gate's sigmoid(x . w_g) computed on the shared expert's branch (sigmoid_gate_rows) and the norm adding one
+  /// FMA per value (NormAddend::gate), so the combine adds nothing and joins the down GEMV's launch
+  /// (KernelTuning::moe_down_combine); 0: none. Bit-identical (tested). SSMSERVE_MOE_SHARED_ADD_IN_NORM=0|1|2.
   int moe_shared_add_in_norm = 1;
   /// A Gated DeltaNet layer's plain decode rows (up to 16, outside batch-invariant mode, bf16 weights) in one launch:
   /// the conv update, the q / k / gate preparation, the delta-rule update and the per-head gated norm

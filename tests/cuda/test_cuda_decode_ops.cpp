@@ -152,8 +152,10 @@ TEST(CudaDecodeOps, NormRowsAddendEqualsAddThenNorm) {
   std::mt19937 rng(seed);
   for (int64_t H : {1002, 1536, 4480})
     for (int64_t as_pad : {4, 3})
+      for (bool gated : {false, true})  // gated: Qwen's shared add, its gate from sigmoid_gate_rows (NormAddend::gate)
         for (int mode = 0; mode < 3; ++mode) {  // residual write + bf16 out; residual write + fp32 out and copy; rows
-          SCOPED_TRACE(::testing::Message() << "H " << H << " addend stride pad " << as_pad << " mode " << mode);
+          SCOPED_TRACE(::testing::Message() << "H " << H << " addend stride pad " << as_pad << " gated " << gated
+                                            << " mode " << mode);
           const int64_t T = 3, rs = H + 4, as = H + as_pad, os = H + 4, bs = H + 6;
           const bool write_residual = mode < 2;
           const float ra = mode == 1 ? 1.0f : 0.5f, xb = mode == 1 ? 1.0f : 0.22f;
@@ -169,12 +171,20 @@ TEST(CudaDecodeOps, NormRowsAddendEqualsAddThenNorm) {
           DeviceBuffer c1 = poisoned_bytes(T * bs * 2), c2 = poisoned_bytes(T * bs * 2);
           void* copy1 = mode == 1 ? c1.data() : nullptr;
           void* copy2 = mode == 1 ? c2.data() : nullptr;
-          for (int64_t t = 0; t < T; ++t)
-            SSM_CUDA_CHECK(cuda::scaled_residual(dx1.as<float>() + t * rs, dx1.as<float>() + t * rs, 1.0f,
-                                                 dy.as<float>() + t * as, 1.0f, H, nullptr, false));
+          const auto xg = rand_vec(rng, T * H), wg = rand_vec(rng, H, -0.05f, 0.05f);
+          DeviceBuffer dxg = to_device(xg), dwg = to_device(wg), ds = poisoned_bytes(T * 4);
+          if (gated) {
+            SSM_CUDA_CHECK(cuda::sigmoid_gated_add(dx1.as<float>(), rs, dy.as<float>(), as, dxg.as<float>(), H,
+                                                   dwg.as<float>(), T, H, nullptr, false));
+            SSM_CUDA_CHECK(cuda::sigmoid_gate_rows(dxg.as<float>(), H, dwg.as<float>(), T, H, ds.as<float>(), nullptr, true));
+          } else {
+            for (int64_t t = 0; t < T; ++t)
+              SSM_CUDA_CHECK(cuda::scaled_residual(dx1.as<float>() + t * rs, dx1.as<float>() + t * rs, 1.0f,
+                                                   dy.as<float>() + t * as, 1.0f, H, nullptr, false));
+          }
           SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx1.as<float>(), rs, r1.as<float>(), rs, dw.as<float>(), 1e-5f, rp, n, H,
                                                  write_residual, o1.data(), od, os, false, nullptr, ra, xb, copy1, bs));
-          const cuda::NormAddend add{dy.as<float>(), as};
+          const cuda::NormAddend add{dy.as<float>(), as, gated ? ds.as<float>() : nullptr};
           SSM_CUDA_CHECK(cuda::add_rms_norm_rows(dx2.as<float>(), rs, r2.as<float>(), rs, dw.as<float>(), 1e-5f, rp, n, H,
                                                  write_residual, o2.data(), od, os, true, nullptr, ra, xb, copy2, bs, add));
           SSM_CUDA_CHECK(cudaDeviceSynchronize());

@@ -240,7 +240,7 @@ TEST_P(CudaHybridModel, MoeFusedSharedAddEqualsSeparate) {
 
 /// A MoE layer's shared-expert add done by the next residual norm (moe_shared_add_in_norm: the plain adds of
 /// Granite-4.0-H's and Nemotron-H's shared experts, Granite's scaled residual then applied to the sum) against the
-/// add's own launch or the combine's (Qwen's gated adds are never left to the norm): bit-identical
+/// add's own launch or the combine's (and, at 2, Qwen's gated adds with their gate from the branch): bit-identical
 /// logits with bf16 and fp32 weights and in batch-invariant mode. Cases without a shared expert compare the one path
 /// with itself.
 TEST_P(CudaHybridModel, MoeSharedAddInNormEqualsSeparate) {
@@ -249,6 +249,11 @@ TEST_P(CudaHybridModel, MoeSharedAddInNormEqualsSeparate) {
   plain.moe_shared_add_in_norm = 1;
   separate.moe_shared_add_in_norm = 0;
   expect_same_logits_each_mode(plain, separate, "logits with the plain shared adds in the next norm differ from their own launch");
+  // 2: Qwen's gated adds too, their gate computed on the shared expert's branch (sigmoid_gate_rows + NormAddend::gate),
+  // against the combine's gated add.
+  cuda::CudaModelOptions gated = plain;
+  gated.moe_shared_add_in_norm = 2;
+  expect_same_logits_each_mode(gated, separate, "logits with the gated shared adds in the next norm differ from the combine's add");
 }
 
 /// A sublayer's scaled residual (Granite's residual_multiplier) applied by the next residual norm (the default)

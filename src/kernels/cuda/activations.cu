@@ -98,6 +98,18 @@ __global__ void __launch_bounds__(256) gated_add_kernel(float* __restrict__ out,
   for (int64_t c = threadIdx.x; c < H; c += blockDim.x) out[t * os + c] = __fmaf_rn(s, y[t * ys + c], out[t * os + c]);
 }
 
+/// One block of 256 threads per row: s[t] = block_sigmoid_dot(x[t], w), gated_add_kernel's and combine_kernel's s.
+__global__ void __launch_bounds__(256) sigmoid_gate_rows_kernel(const float* __restrict__ x, int64_t xs,
+                                                                const float* __restrict__ w, int64_t H,
+                                                                float* __restrict__ s) {
+  __shared__ float scratch[32];
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t t = blockIdx.x;
+  const float v = block_sigmoid_dot(x + t * xs, w, H, scratch);
+  if (threadIdx.x == 0) s[t] = v;
+}
+
 }  // namespace
 
 cudaError_t silu_inplace(float* x, int64_t x_stride, int64_t T, int64_t cols, cudaStream_t stream) {
@@ -167,6 +179,14 @@ cudaError_t sigmoid_gated_add(float* out, int64_t out_stride, const float* y, in
   if (T == 0 || H == 0) return cudaSuccess;
   return launch_pdl(pdl, gated_add_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream, out, out_stride, y,
                     y_stride, x, x_stride, w, H);
+}
+
+cudaError_t sigmoid_gate_rows(const float* x, int64_t x_stride, const float* w, int64_t T, int64_t H, float* s,
+                              cudaStream_t stream, bool pdl) {
+  if (T < 0 || T > 2147483647 || H < 0 || x_stride < H || (T > 0 && (!x || !w || !s))) return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  return launch_pdl(pdl, sigmoid_gate_rows_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, stream, x, x_stride, w,
+                    H, s);
 }
 
 }  // namespace ssmserve::cuda

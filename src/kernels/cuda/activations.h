@@ -47,4 +47,10 @@ cudaError_t scaled_residual2(float* h, float a1, const float* x, float b1, float
 cudaError_t sigmoid_gated_add(float* out, int64_t out_stride, const float* y, int64_t y_stride, const float* x, int64_t x_stride,
                               const float* w, int64_t T, int64_t H, cudaStream_t stream, bool pdl = false);
 
+/// The gate of Qwen's shared expert alone, per row t: s[t] = sigmoid(x[t] . w), the value sigmoid_gated_add and the
+/// MoE combine compute (one block of 256 threads per row, the same dot order), for an add done later (NormAddend::gate).
+///   x: [T, H] fp32 (row stride x_stride); w: [H] fp32; s: [T] fp32. pdl: Programmatic Dependent Launch.
+cudaError_t sigmoid_gate_rows(const float* x, int64_t x_stride, const float* w, int64_t T, int64_t H, float* s,
+                              cudaStream_t stream, bool pdl = false);
+
 }  // namespace ssmserve::cuda

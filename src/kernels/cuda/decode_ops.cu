@@ -37,8 +37,11 @@ __global__ void l2_prefetch_kernel(const char* base, size_t bytes, int mode) {
   }
 }
 
-/// x with a NormAddend row value y: x + y rounded once (residual_step(x, 1, y, 1): scaled_residual(x, x, 1, y, 1)'s).
-__device__ __forceinline__ float addend_step(float x, float y) { return residual_step(x, 1.0f, y, 1.0f); }
+/// x with a NormAddend row value y: x + y rounded once (residual_step(x, 1, y, 1): scaled_residual(x, x, 1, y, 1)'s),
+/// or with the row's gate g (gated): fma(g, y, x), the MoE combine's gated add.
+__device__ __forceinline__ float addend_step(float x, float y, bool gated, float g) {
+  return gated ? __fmaf_rn(g, y, x) : residual_step(x, 1.0f, y, 1.0f);
+}
 
 template <class TO>
 __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __restrict__ x, int64_t x_stride,
@@ -55,8 +58,10 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_kernel(const float* __
   float* res = residual + r * res_stride;
   const float* xr = x ? x + r * x_stride : nullptr;
   const float* x2r = add.rows && xr ? add.rows + r * add.stride : nullptr;
-  // x with the addend (NormAddend: x + rows rounded once), then the residual step with it.
-  auto xv = [&](int64_t h) { return x2r ? addend_step(xr[h], x2r[h]) : xr[h]; };
+  const bool gated = x2r && add.gate;
+  const float g = gated ? add.gate[r] : 0.0f;
+  // x with the addend (NormAddend: x + rows rounded once, or one FMA with the row's gate), then the residual step.
+  auto xv = [&](int64_t h) { return x2r ? addend_step(xr[h], x2r[h], gated, g) : xr[h]; };
   float ss = 0.0f;
   for (int64_t h = threadIdx.x; h < H; h += kNormThreads) {
     float v = res[h];
@@ -112,6 +117,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
   // The addend's rows read with scalar loads: their alignment must not pick the kernel form (the forms sum the squares
   // in other orders).
   const float* x2r = add.rows && xr ? add.rows + r * add.stride : nullptr;
+  const bool gated = x2r && add.gate;
+  const float g = gated ? add.gate[r] : 0.0f;
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int64_t q = tid + j * kNormThreads;
@@ -120,8 +127,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rows_vec_kernel(const float
       if (xr) {
         float4 a = xr[q];
         if (x2r) {  // the addend (NormAddend)
-          a.x = addend_step(a.x, x2r[4 * q]), a.y = addend_step(a.y, x2r[4 * q + 1]);
-          a.z = addend_step(a.z, x2r[4 * q + 2]), a.w = addend_step(a.w, x2r[4 * q + 3]);
+          a.x = addend_step(a.x, x2r[4 * q], gated, g), a.y = addend_step(a.y, x2r[4 * q + 1], gated, g);
+          a.z = addend_step(a.z, x2r[4 * q + 2], gated, g), a.w = addend_step(a.w, x2r[4 * q + 3], gated, g);
         }
         v[j].x = residual_step(v[j].x, ra, a.x, xb), v[j].y = residual_step(v[j].y, ra, a.y, xb);
         v[j].z = residual_step(v[j].z, ra, a.z, xb), v[j].w = residual_step(v[j].w, ra, a.w, xb);

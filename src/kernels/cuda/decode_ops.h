@@ -24,6 +24,9 @@ namespace ssmserve::cuda {
 struct NormAddend {
   const float* rows = nullptr;  ///< null: nothing added
   int64_t stride = 0;
+  /// [rows] per source row r, or null: x + gate[r] * rows[r] rounded once (one FMA: the MoE combine's gated shared add,
+  /// sigmoid_gate_rows' s) instead of x + rows[r].
+  const float* gate = nullptr;
 };
 
 /// Residual add + RMSNorm with a fixed reduction shape (256 threads per row, whatever the number of rows; rows of

@@ -7,8 +7,9 @@
 // router near a tie picks the CPU's experts in the layers after). With the runner's second branch (CudaBranch) the
 // shared expert runs on it, forked after the router GEMM and joined before its output is added, while the routed
 // experts run on the main stream: the same kernels on the same inputs, so the same bits as one stream. The shared
-// output is added by the next sublayer's residual norm (CudaModelOptions::moe_shared_add_in_norm: NormAddend), by the
-// routed experts' combine kernel (moe_fused_shared_add), or by a kernel of its own: the same arithmetic each way.
+// output is added by the next sublayer's residual norm (CudaModelOptions::moe_shared_add_in_norm: NormAddend; a gated
+// add with its gate computed on the branch), by the routed experts' combine kernel (moe_fused_shared_add), or by a
+// kernel of its own: the same arithmetic each way.
 #include <cstring>
 #include <utility>
 
@@ -72,14 +73,14 @@ class CudaMoe final : public CudaModule {
   bool wants_input_copy() const override { return shared_ != nullptr; }
   double scratch_bytes_per_token() const override {
     return 4.0 * c_.num_experts + static_cast<double>(moe_workspace_bytes(1024, weights())) / 1024 +
-           (shared_ ? 4.0 * H_ + dtype_size(ctx_.opt.weight_dtype) * H_ + shared_->scratch_bytes_per_token() : 0.0);
+           (shared_ ? 4.0 * (H_ + 1) + dtype_size(ctx_.opt.weight_dtype) * H_ + shared_->scratch_bytes_per_token() : 0.0);
   }
   void reserve(int64_t T, const StepPlans* plans) override {
     slot(ScratchPool::kMoeRouter).f32(T * c_.num_experts);
     slot(ScratchPool::kMoeWorkspace).get(moe_workspace_bytes(T, weights()));
     if (shared_) {
       shared_->reserve(T, plans);
-      slot(ScratchPool::kMoeSharedOut).f32(T * H_), slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(ctx_.opt.weight_dtype));
+      slot(ScratchPool::kMoeSharedOut).f32(shared_out_floats(T)), slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(ctx_.opt.weight_dtype));
     }
   }
   void pointers(std::vector<const void*>& out) const override {
@@ -95,7 +96,14 @@ class CudaMoe final : public CudaModule {
     // The shared expert's rows: y = shared_expert(bf16 / fp32 x), on the second branch when the runner has one (the
     // MLP module was built with its context), else on this stream.
     const DType wd = ctx_.opt.weight_dtype;
-    float* y = shared_ ? slot(ScratchPool::kMoeSharedOut).f32(T * H_) : nullptr;
+    float* y = shared_ ? slot(ScratchPool::kMoeSharedOut).f32(shared_out_floats(T)) : nullptr;
+    const bool gated = shared_gate_.data() != nullptr;
+    // Qwen's gated add left to the next norm (moe_shared_add_in_norm 2, decode-sized steps): the gate's s = sigmoid(x .
+    // w_g) computed on the shared expert's branch (sigmoid_gate_rows, off the routed experts' chain), the norm adding
+    // fma(s, y, out) (NormAddend::gate): the combine's arithmetic, so its bits; the combine then adds nothing, so the
+    // down GEMV and the combine run as one launch (KernelTuning::moe_down_combine).
+    const bool gate_in_norm = shared_ && gated && add_to_next_ && T <= kFusedAddMaxTokens && ctx_.opt.moe_shared_add_in_norm >= 2;
+    float* gate_s = gate_in_norm ? y + T * H_ : nullptr;  // [T] after the rows
     if (shared_) {
       ProfileSpan span(ctx_.profile, "shared", st.stream);
       CudaStep sst{st.batch, st.meta, st.plans, st.T, st.stream};
@@ -104,6 +112,8 @@ class CudaMoe final : public CudaModule {
         sst.stream = ctx_.branch->side.get();
       }
       // Its input in the weight dtype: the norm's copy (the runner wrote it in the norm's launch), else a cast here.
+      if (gate_in_norm)  // the branch's first kernel when forked: a plain launch after the fork's event wait
+        SSM_CUDA_CHECK(sigmoid_gate_rows(normed, H_, shared_gate_.as<float>(), T, H_, gate_s, sst.stream, pdl && !ctx_.branch));
       const void* xc = st.x_copy;
       if (!xc) {
         void* c = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
@@ -119,11 +129,11 @@ class CudaMoe final : public CudaModule {
     // and steps on the per-token combine (moe_combine_per_token) only: each of the column-slice combine's blocks
     // recomputes the gate's dot over the whole row, which a one-token step does not notice but a prefill chunk would
     // pay ceil(hidden / 256) times over; the per-token combine computes it once per token.
-    const bool gated = shared_gate_.data() != nullptr;
-    bool fused = shared_ && (T <= kFusedAddMaxTokens || moe_combine_per_token(T)) &&
+    bool fused = shared_ && !gate_in_norm && (T <= kFusedAddMaxTokens || moe_combine_per_token(T)) &&
                  ctx_.opt.moe_fused_shared_add >= (gated ? 1 : 2);
-    // Left to the next norm (moe_shared_add_in_norm, where the runner allows it): plain adds the combine does not take.
-    const bool in_norm = shared_ && add_to_next_ && !gated && !fused && ctx_.opt.moe_shared_add_in_norm >= 1;
+    // Left to the next norm (moe_shared_add_in_norm, where the runner allows it): plain adds the combine does not take,
+    // and gated ones with their gate from the branch (above).
+    const bool in_norm = shared_ && add_to_next_ && !fused && (gated ? gate_in_norm : ctx_.opt.moe_shared_add_in_norm >= 1);
     MoeSharedAdd add;
     if (fused) {
       add.y = y, add.y_stride = H_, add.gate = shared_gate_.data() ? shared_gate_.as<float>() : nullptr;
@@ -137,8 +147,8 @@ class CudaMoe final : public CudaModule {
     }
     if (shared_ && !fused) {  // out += y (gated: times sigmoid(x . w_g)), here or by the next norm
       if (ctx_.branch) ctx_.branch->join(st.stream);
-      if (in_norm)  // y stays untouched until that norm, the next kernel after the join
-        pending_ = {y, H_};
+      if (in_norm)  // y (and the gate) stay untouched until that norm, the next kernel after the join
+        pending_ = {y, H_, gate_s};
       else if (gated)
         SSM_CUDA_CHECK(sigmoid_gated_add(out, H_, y, H_, normed, H_, shared_gate_.as<float>(), T, H_, st.stream, pdl));
       else SSM_CUDA_CHECK(scaled_residual(out, out, 1.0f, y, 1.0f, T * H_, st.stream, pdl));
@@ -165,6 +175,8 @@ class CudaMoe final : public CudaModule {
   DeviceBuffer bias_;  ///< [E] e_score_correction_bias (sigmoid routing), or empty
   DeviceBuffer shared_gate_;  ///< [hidden] fp32 shared_expert_gate.weight (Qwen), or empty
   DeviceBuffer w1_, w2_, w3_;
+  /// Floats of the shared expert's output slot for T tokens: its rows [T, H], then (gated) room for their gates [T].
+  int64_t shared_out_floats(int64_t T) const { return T * H_ + (shared_gate_.data() ? (T + 3) / 4 * 4 : 0); }
   /// The runner's shared scratch slot `i` (ScratchPool: one workspace for every MoE layer).
   Scratch& slot(int i) const { return (*ctx_.scratch)[i]; }
   std::unique_ptr<CudaModule> shared_;  ///< the shared expert (a GPU dense MLP), or null
