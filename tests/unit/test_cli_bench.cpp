@@ -266,6 +266,11 @@ TEST(CliBenchLatency, WritesJson) {
   const nlohmann::json j = nlohmann::json::parse(ssmserve::testing::read_file(json_path));
   EXPECT_EQ(j["batch_size"], 1);
   EXPECT_EQ(j["input_len"], 4);
+  // The host time per decoded token outside the model's forward: positive and below the whole time per token.
+  const double host_us = j["decode_host_us_per_token"].get<double>(), tps = j["decode_tokens_per_s"].get<double>();
+  EXPECT_GT(host_us, 0.0);
+  EXPECT_LT(host_us, 1e6 / tps);
+  EXPECT_NE(r.out.find("decode host time outside the model's forward"), std::string::npos) << r.out;
 }
 
 // The batch's state blocks are sized before they are allocated: 16384 blocks of mamba-130m (~2.7 MiB each,
