@@ -302,6 +302,8 @@ TEST_P(CudaHybridModel, Mamba2DecodeFusedEqualsSeparate) {
   fused.kernels.mamba2_decode_fused = true;
   separate.kernels.mamba2_decode_fused = false;
   expect_same_logits_each_mode(fused, separate, "logits with the fused Mamba-2 decode step differ from its three kernels");
+  fused.mamba2_early_arrival = true;  // the states stored after the block's arrival
+  expect_same_logits_each_mode(fused, separate, "logits with the fused step's early arrival differ from its three kernels");
 }
 
 /// A Gated DeltaNet layer's decode rows in one launch (conv, preparation, delta rule, per-head gated norm:

@@ -65,13 +65,20 @@ std::string short_name(const char* mangled) {
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string s = status == 0 && d ? d : mangled;
   free(d);
-  const size_t paren = s.find('(');
-  if (paren != std::string::npos) s.resize(paren);
-  if (s.rfind("void ", 0) == 0) s = s.substr(5);
-  for (const char* pre : {"ssmserve::cuda::(anonymous namespace)::", "ssmserve::cuda::detail::", "ssmserve::cuda::"}) {
+  for (const char* pre : {"(anonymous namespace)::", "ssmserve::cuda::detail::", "ssmserve::cuda::"}) {
     size_t p;
     while ((p = s.find(pre)) != std::string::npos) s.erase(p, strlen(pre));
   }
+  int depth = 0;  // the parameter list: the first '(' outside the template arguments
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<') ++depth;
+    else if (s[i] == '>') --depth;
+    else if (s[i] == '(' && depth == 0) {
+      s.resize(i);
+      break;
+    }
+  }
+  if (s.rfind("void ", 0) == 0) s = s.substr(5);
   std::replace(s.begin(), s.end(), ',', ';');
   return s;
 }
