@@ -65,7 +65,7 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_FUSE_CASTS", o.fuse_casts);
   flag("SSMSERVE_MOE_INPUT_COPY", o.moe_input_copy);
   flag("SSMSERVE_GDN_DECODE_FUSED", o.gdn_decode_fused);
-  flag("SSMSERVE_MAMBA2_EARLY_ARRIVAL", o.mamba2_early_arrival);
+  flag("SSMSERVE_DECODE_EARLY_ARRIVAL", o.decode_early_arrival);
   int_in("SSMSERVE_MOE_SHARED_ADD_IN_NORM", o.moe_shared_add_in_norm, 0, 2);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
   int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);
@@ -105,7 +105,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_WEIGHT_EVICT_FIRST", k.weight_evict_first);
   int_in("SSMSERVE_MOE_DOWN_COMBINE", k.moe_down_combine, 0, 2);
   flag("SSMSERVE_MAMBA2_DECODE_FUSED", k.mamba2_decode_fused);
-  flag("SSMSERVE_MAMBA2_EARLY_ARRIVAL", k.mamba2_early_arrival);
   flag("SSMSERVE_PREFILL_ROW_KERNELS", k.prefill_row_kernels);
   int_in("SSMSERVE_MOE_GROUPED_WG", k.moe_grouped_wg, 0, 3);
   int_in("SSMSERVE_ATTN_TC_WS", k.attn_tc_ws, 0, 2);

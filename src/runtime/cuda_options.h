@@ -123,10 +123,11 @@ struct CudaModelOptions {
   /// H100: Qwen3.5-35B-A3B +2.2%, Qwen3.5-9B +0.75% (docs/benchmarks.md session 44). SSMSERVE_GDN_DECODE_FUSED=0
   /// turns it off.
   bool gdn_decode_fused = true;
-  /// In the one-launch Mamba-2 decode step (KernelTuning::mamba2_decode_fused), each block stores its rows' new SSM
-  /// states after its arrival on the group's counter (Mamba2DecodeArgs::early_arrival), so the arrival's fence waits for
-  /// the y stores only; off: before it (SSMSERVE_MAMBA2_EARLY_ARRIVAL=0|1). The same bits either way.
-  bool mamba2_early_arrival = false;
+  /// In the one-launch recurrent decode steps (Mamba-2: KernelTuning::mamba2_decode_fused; Gated DeltaNet:
+  /// gdn_decode_fused), each block stores its rows' new states after its arrival on the counter whose last block runs
+  /// the gated norm (Mamba2DecodeArgs / GdnDecodeArgs::early_arrival), so the arrival's fence waits for the outputs
+  /// only; off: before it (SSMSERVE_DECODE_EARLY_ARRIVAL=0|1). The same bits either way.
+  bool decode_early_arrival = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

@@ -302,7 +302,7 @@ TEST_P(CudaHybridModel, Mamba2DecodeFusedEqualsSeparate) {
   fused.kernels.mamba2_decode_fused = true;
   separate.kernels.mamba2_decode_fused = false;
   expect_same_logits_each_mode(fused, separate, "logits with the fused Mamba-2 decode step differ from its three kernels");
-  fused.mamba2_early_arrival = true;  // the states stored after the block's arrival
+  fused.decode_early_arrival = true;  // the states stored after the block's arrival
   expect_same_logits_each_mode(fused, separate, "logits with the fused step's early arrival differ from its three kernels");
 }
 
@@ -316,6 +316,8 @@ TEST_P(CudaHybridModel, GdnDecodeFusedEqualsSeparate) {
   fused.gdn_decode_fused = true;
   separate.gdn_decode_fused = false;
   expect_same_logits_each_mode(fused, separate, "logits with the fused Gated DeltaNet decode step differ from its four kernels");
+  fused.decode_early_arrival = true;  // the state stored after the block's arrivals
+  expect_same_logits_each_mode(fused, separate, "logits with the fused step's early arrival differ from its four kernels");
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, CudaHybridModel,

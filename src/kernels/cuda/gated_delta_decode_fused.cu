@@ -72,6 +72,14 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread)) gdn_deco
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) s[i] = load4_cg(state + static_cast<int64_t>(rg + kRG * i) * Dv);
   }
+  // The head's A_log / dt_bias and its norm-weight columns, hinted into the L2 before the wait: after it they would be
+  // HBM round trips behind out_proj's weight stream.
+  if (tid == 0) {
+    l2_hint(a.A_log + h);
+    l2_hint(a.dt_bias + h);
+  } else if (tid == 32) {
+    l2_hint(a.norm_weight + static_cast<int64_t>(h) * Dv + col0);
+  }
   pdl_wait();  // proj comes from the in_proj GEMM, the direct predecessor
   pdl_launch_dependents();
   const float* prow = a.proj + static_cast<int64_t>(b) * a.proj_stride;
@@ -127,8 +135,13 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread)) gdn_deco
   float* o = a.o + static_cast<int64_t>(b) * Vd + static_cast<int64_t>(h) * Dv;
   float4 n[kRowsPerThread];
   token_step_core<kDk, kCols>(expf(g), beta, v_s, o + col0, s, n, sm);
+  // The new state: no block of this grid reads it, so with a.early_arrival it is stored after the arrivals below and
+  // their fence waits for the outputs only (the grid's end publishes it to the next launch).
+  auto store_state = [&] {
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) store4(state + static_cast<int64_t>(rg + kRG * i) * Dv, n[i]);
+    for (int i = 0; i < kRowsPerThread; ++i) store4(state + static_cast<int64_t>(rg + kRG * i) * Dv, n[i]);
+  };
+  if (!a.early_arrival) store_state();
   // 4. Arrivals: the last block of (row, value head) has every output of the head behind it, the last of (row, key
   // head) every read of the q / k windows.
   __threadfence();
@@ -141,6 +154,7 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread)) gdn_deco
              per_key - 1;
   }
   __syncthreads();
+  if (a.early_arrival) store_state();
   if (last_k) {
 #pragma unroll
     for (int q = 0; q < kSlots; ++q) {

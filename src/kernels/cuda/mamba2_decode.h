@@ -40,7 +40,7 @@ struct Mamba2DecodeArgs {
   int32_t* counters = nullptr;
   /// Each block stores its rows' new SSM states after its arrival on the (row, group) counter instead of before it, so
   /// the arrival's fence waits for the y stores only (no block of the grid reads the states); the same values stored:
-  /// the same bits (CudaModelOptions::mamba2_early_arrival).
+  /// the same bits (CudaModelOptions::decode_early_arrival).
   bool early_arrival = false;
 };
 
