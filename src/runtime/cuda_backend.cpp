@@ -65,7 +65,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_FUSE_CASTS", o.fuse_casts);
   flag("SSMSERVE_MOE_INPUT_COPY", o.moe_input_copy);
   flag("SSMSERVE_GDN_DECODE_FUSED", o.gdn_decode_fused);
-  flag("SSMSERVE_DECODE_EARLY_ARRIVAL", o.decode_early_arrival);
   int_in("SSMSERVE_MOE_SHARED_ADD_IN_NORM", o.moe_shared_add_in_norm, 0, 2);
   int_in("SSMSERVE_OVERLAP_PREFETCH", o.overlap_prefetch, 0, 2);
   int_in("SSMSERVE_DECODE_OVERLAP", o.decode_overlap, 0, 31);
@@ -102,7 +101,6 @@ CudaModelOptions CudaModelOptions::from_env() {
   flag("SSMSERVE_MOE_PAIR_SORTED", k.moe_pair_sorted);
   flag("SSMSERVE_MOE_PAIR_PRELOAD", k.moe_pair_preload);
   flag("SSMSERVE_F32_GEMV_PRELOAD", k.f32_gemv_preload);
-  flag("SSMSERVE_WEIGHT_EVICT_FIRST", k.weight_evict_first);
   int_in("SSMSERVE_MOE_DOWN_COMBINE", k.moe_down_combine, 0, 2);
   flag("SSMSERVE_MAMBA2_DECODE_FUSED", k.mamba2_decode_fused);
   flag("SSMSERVE_PREFILL_ROW_KERNELS", k.prefill_row_kernels);

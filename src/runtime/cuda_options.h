@@ -108,26 +108,22 @@ struct CudaModelOptions {
   /// store per value: bit-identical (tested with fuse_casts). SSMSERVE_MOE_INPUT_COPY=0 turns it off.
   bool moe_input_copy = true;
   /// A MoE layer's shared-expert add done by the next sublayer's residual norm, which adds the rows to the layer's
-  /// output first (the bits of the add's own launch; NormAddend), instead of a launch of its own after the join or the
-  /// combine kernel's add; not after the last sublayer or before a parallel one. 1: the plain adds (Granite-4.0-H,
-  /// Nemotron-H) where the combine does not take them (moe_fused_shared_add below 2): +2.6% Granite-4.0-H-Tiny and
-  /// +2.4% Nemotron-3-Nano batch-1 decode on an H100 (docs/benchmarks.md, session 39; Qwen's gated adds there too
-  /// measured -2.3% on Qwen3.5-35B-A3B in session 40 and removed); 2: Qwen's gated adds too in decode-sized steps,
-  /// their gate's sigmoid(x . w_g) computed on the shared expert's branch (sigmoid_gate_rows) and the norm adding one
-  /// FMA per value (NormAddend::gate), so the combine adds nothing and joins the down GEMV's launch
-  /// (KernelTuning::moe_down_combine); 0: none. Bit-identical (tested). SSMSERVE_MOE_SHARED_ADD_IN_NORM=0|1|2.
-  int moe_shared_add_in_norm = 1;
+  /// output first (the bits of the add's own launch or of the combine's; NormAddend), instead of a launch of its own
+  /// after the join or the combine kernel's add; not after the last sublayer or before a parallel one. 1: the plain adds
+  /// (Granite-4.0-H, Nemotron-H) where the combine does not take them (moe_fused_shared_add below 2): +2.6%
+  /// Granite-4.0-H-Tiny and +2.4% Nemotron-3-Nano batch-1 decode on an H100 (docs/benchmarks.md, session 39); 2 (the
+  /// default): Qwen's gated adds too in steps of up to 16 tokens, their gate's sigmoid(x . w_g) computed on the shared
+  /// expert's branch (sigmoid_gate_rows) and the norm adding one FMA per value (NormAddend::gate), so the combine adds
+  /// nothing and joins the down GEMV's launch (KernelTuning::moe_down_combine): Qwen3.5-35B-A3B +2.9% on an H100
+  /// (session 49; session 40's form with the dot in the norm's block lost 2.3%); 0: none. Bit-identical (tested).
+  /// SSMSERVE_MOE_SHARED_ADD_IN_NORM=0|1|2.
+  int moe_shared_add_in_norm = 2;
   /// A Gated DeltaNet layer's plain decode rows (up to 16, outside batch-invariant mode, bf16 weights) in one launch:
   /// the conv update, the q / k / gate preparation, the delta-rule update and the per-head gated norm
   /// (kernels/cuda/gated_delta_decode_fused.h) instead of four. The same bits (tested). Batch-1 decode at 2k on an
   /// H100: Qwen3.5-35B-A3B +2.2%, Qwen3.5-9B +0.75% (docs/benchmarks.md session 44). SSMSERVE_GDN_DECODE_FUSED=0
   /// turns it off.
   bool gdn_decode_fused = true;
-  /// In the one-launch recurrent decode steps (Mamba-2: KernelTuning::mamba2_decode_fused; Gated DeltaNet:
-  /// gdn_decode_fused), each block stores its rows' new states after its arrival on the counter whose last block runs
-  /// the gated norm (Mamba2DecodeArgs / GdnDecodeArgs::early_arrival), so the arrival's fence waits for the outputs
-  /// only; off: before it (SSMSERVE_DECODE_EARLY_ARRIVAL=0|1). The same bits either way.
-  bool decode_early_arrival = false;
   /// Per-sublayer GPU times of every step, printed when the runner is destroyed (runtime/layer_profile.h;
   /// SSMSERVE_LAYER_PROFILE=1): eager launches (CUDA graphs off) and one synchronize per step.
   bool layer_profile = false;

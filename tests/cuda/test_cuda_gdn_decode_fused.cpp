@@ -67,7 +67,7 @@ struct Layer {
 };
 
 void step_and_compare(Layer& L, const std::vector<float>& proj, const std::vector<int32_t>& rows, DeviceBuffer& counters,
-                      bool graph, bool early_arrival) {
+                      bool graph) {
   const int R = static_cast<int>(rows.size());
   const int64_t Kd = L.Kd, Vd = L.Vd, C = L.C, PW = L.PW, Hv = L.s.Hv, OS = Vd + 8;
   DeviceBuffer dproj = to_device(proj), dsi = to_device(rows);
@@ -90,11 +90,10 @@ void step_and_compare(Layer& L, const std::vector<float>& proj, const std::vecto
   SSM_CUDA_CHECK(cuda::gated_rms_norm_pdl(o0.as<float>(), Vd, dproj.as<float>() + C, PW, L.norm_w.as<float>(), eps, R, Vd,
                                           L.s.Dv, true, out0.data(), DType::BF16, OS, false, nullptr));
   // Fused.
-  cuda::GdnDecodeArgs a{dproj.as<float>(), PW, L.conv(1), L.params(1), L.A_log.as<float>(), L.dt_bias.as<float>(),
+  const cuda::GdnDecodeArgs a{dproj.as<float>(), PW, L.conv(1), L.params(1), L.A_log.as<float>(), L.dt_bias.as<float>(),
                               dsi.as<int32_t>(), o1.as<float>(), L.norm_w.as<float>(), eps, out1.data(), OS, DType::BF16,
                               counters.as<int32_t>()};
   ASSERT_TRUE(cuda::gated_delta_decode_fused_fits(a, R));
-  a.early_arrival = early_arrival;
   launch_once(graph, [&](cudaStream_t st) { return cuda::gated_delta_decode_fused(a, R, st, true); });
   const auto h0 = to_host<float>(o0, R * Vd), h1 = to_host<float>(o1, R * Vd);
   const auto g0 = to_host<uint16_t>(out0, R * OS), g1 = to_host<uint16_t>(out1, R * OS);
@@ -135,8 +134,7 @@ TEST(CudaGdnDecodeFused, EqualsFourKernelsBitForBit) {
         for (int step = 0; step < 2; ++step) {  // the second step continues from the first's states and counters
           SCOPED_TRACE(::testing::Message() << rows.size() << " rows, step " << step);
           const std::vector<float> proj = rand_vec(rng, rows.size() * L.PW, -1.5f, 1.5f);
-          // The second step with the state stored after the arrivals (GdnDecodeArgs::early_arrival).
-          step_and_compare(L, proj, rows, counters, step == 1 && rows.size() == 3, step == 1);
+          step_and_compare(L, proj, rows, counters, step == 1 && rows.size() == 3);
           if (HasFatalFailure()) return;
           ++cases;
         }

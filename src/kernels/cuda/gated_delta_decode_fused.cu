@@ -135,13 +135,8 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread)) gdn_deco
   float* o = a.o + static_cast<int64_t>(b) * Vd + static_cast<int64_t>(h) * Dv;
   float4 n[kRowsPerThread];
   token_step_core<kDk, kCols>(expf(g), beta, v_s, o + col0, s, n, sm);
-  // The new state: no block of this grid reads it, so with a.early_arrival it is stored after the arrivals below and
-  // their fence waits for the outputs only (the grid's end publishes it to the next launch).
-  auto store_state = [&] {
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) store4(state + static_cast<int64_t>(rg + kRG * i) * Dv, n[i]);
-  };
-  if (!a.early_arrival) store_state();
+  for (int i = 0; i < kRowsPerThread; ++i) store4(state + static_cast<int64_t>(rg + kRG * i) * Dv, n[i]);
   // 4. Arrivals: the last block of (row, value head) has every output of the head behind it, the last of (row, key
   // head) every read of the q / k windows.
   __threadfence();
@@ -154,7 +149,6 @@ __global__ void __launch_bounds__((kCols / 4) * (kDk / kRowsPerThread)) gdn_deco
              per_key - 1;
   }
   __syncthreads();
-  if (a.early_arrival) store_state();
   if (last_k) {
 #pragma unroll
     for (int q = 0; q < kSlots; ++q) {

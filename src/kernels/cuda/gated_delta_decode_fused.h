@@ -41,10 +41,6 @@ struct GdnDecodeArgs {
   /// [kGdnFusedMaxRows * (Hv + Hk)] int32 device, all 0 (each launch leaves them 0); two launches of one layer must not
   /// overlap (a stream runs them one after the other).
   int32_t* counters = nullptr;
-  /// Each block stores its state slice after its arrivals on the counters instead of before them, so their fence waits
-  /// for the outputs only (no block of the grid reads the states); the same values stored: the same bits
-  /// (CudaModelOptions::decode_early_arrival).
-  bool early_arrival = false;
 };
 
 /// Whether gated_delta_decode_fused takes `rows` rows: 1..kGdnFusedMaxRows rows, gated_delta_decode_supported, conv

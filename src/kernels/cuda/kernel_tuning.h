@@ -68,11 +68,6 @@ struct KernelTuning {
   /// its first weight chunks before its PDL wait, while the up GEMV still runs; off: after the wait
   /// (SSMSERVE_MOE_PAIR_PRELOAD=0). The same loads and sums either way: the same bits.
   bool moe_pair_preload = true;
-  /// The decode weight streams (the skinny GEMM's W, the per-pair MoE GEMVs' experts) loaded with the L2 evict_first
-  /// policy (weight_policy.cuh), so weights read once per step leave the L2 to the activations, states, norm weights
-  /// and biases the step's small latency-bound kernels read; off: evict_unchanged, a plain load's priority
-  /// (SSMSERVE_WEIGHT_EVICT_FIRST=0|1). A cache hint: the same bits either way.
-  bool weight_evict_first = false;
   /// Decode-sized steps on the unsorted per-pair GEMVs (up to 16 pairs): the down GEMV and the weighted combine in one
   /// launch (moe_down_combine: each block's pair outputs in shared memory), one launch fewer per MoE layer. 1: steps
   /// without a shared-expert add in the combine (+6.6% Granite-4.0-H-Tiny batch-1 decode on an H100); 2: those with

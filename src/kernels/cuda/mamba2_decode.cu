@@ -121,12 +121,6 @@ __global__ void __launch_bounds__(kThreads) mamba2_decode_kernel(FusedArgs f) {
     ssd_dt(sp, h, prow[I + cv.dim + h], dt, dA);
     const float Dh = sp.D ? sp.D[h] : 0.0f;
     const float mine = ssd_token_rows(st, N, P, p0, lane, dt, dA, Dh, x_s + (p0 - r0), bc_s, bc_s + N);
-    if (lane < kSsdRowsPerWarp && p0 + lane < P) a.y[b * I + static_cast<int64_t>(h) * P + p0 + lane] = mine;
-  }
-  // The rows' new states: no block of this grid reads them, so with a.early_arrival they are stored after the arrival
-  // below and its fence waits for the y stores only (the grid's end publishes them to the next launch).
-  auto store_state = [&] {
-    if (!rows_here) return;
 #pragma unroll
     for (int r = 0; r < kSsdRowsPerWarp; ++r)
 #pragma unroll
@@ -134,8 +128,8 @@ __global__ void __launch_bounds__(kThreads) mamba2_decode_kernel(FusedArgs f) {
         const int n = lane + 32 * k, pr = p0 + r;
         if (n < N && pr < P) store(state + static_cast<int64_t>(pr) * N + n, st[r][k]);
       }
-  };
-  if (!a.early_arrival) store_state();
+    if (lane < kSsdRowsPerWarp && p0 + lane < P) a.y[b * I + static_cast<int64_t>(h) * P + p0 + lane] = mine;
+  }
   // Arrival: the last block of (row, group) to finish has every y of the group and every block's read of the B / C
   // windows behind it.
   __threadfence();
@@ -145,7 +139,6 @@ __global__ void __launch_bounds__(kThreads) mamba2_decode_kernel(FusedArgs f) {
     last_s = atomicInc(reinterpret_cast<unsigned*>(a.counters) + static_cast<int64_t>(b) * G + g, blocks - 1) == blocks - 1;
   }
   __syncthreads();
-  if (a.early_arrival) store_state();
   if (!last_s) return;
   __threadfence();
 #pragma unroll

@@ -38,10 +38,6 @@ struct Mamba2DecodeArgs {
   /// [kMamba2FusedMaxRows * n_groups] int32 device, all 0 (each launch leaves them 0); two launches of one layer must not
   /// overlap (a stream runs them one after the other).
   int32_t* counters = nullptr;
-  /// Each block stores its rows' new SSM states after its arrival on the (row, group) counter instead of before it, so
-  /// the arrival's fence waits for the y stores only (no block of the grid reads the states); the same values stored:
-  /// the same bits (CudaModelOptions::decode_early_arrival).
-  bool early_arrival = false;
 };
 
 /// Whether mamba2_decode_fused takes `rows` rows of this layer: 1..kMamba2FusedMaxRows rows, d_state <= 256,

@@ -142,7 +142,6 @@ struct PairGemvArgs {
   /// ids / sorted were written at least two launches before this one (down: by the router / the sort, before up), so
   /// the block may read them, and load its first weight chunks, before its PDL wait (KernelTuning::moe_pair_preload).
   bool preload = false;
-  bool evict_first = false;  ///< weights loaded with the L2 evict_first policy (KernelTuning::weight_evict_first)
 };
 
 /// Grid (ceil(ceil(N / R) / warps), min(P, 65535)), blockDim.x = 32 * warps (4 or 8), dynamic shared memory K * 2
@@ -171,14 +170,13 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
     }
   };
   uint4 va[U][R], vb[U][R];
-  const uint64_t pol = weight_l2_policy(a.evict_first);
   // a.preload: the first row's expert and first weight chunks before the wait, in flight while the predecessor (up)
   // still runs; the same loads as below, so the same bits.
   const bool early = a.preload && blockIdx.y < a.P;
   if (early) {
     const int64_t p = a.sorted ? load_l2_i32(a.sorted + blockIdx.y) : blockIdx.y;
     rows_of(load_l2_i32(a.ids + p));
-    if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj, pol);
+    if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);
   }
   pdl_wait();  // x and act come from the predecessors (ids too, without a.preload); weight rows depend on ids
   pdl_launch_dependents();
@@ -188,7 +186,7 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
       if (!a.sorted && blockIdx.x == 0 && threadIdx.x == 0) a.pair_row[p] = static_cast<int32_t>(p);
     if (!early || r != blockIdx.y) {
       rows_of(a.ids[p]);
-      if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj, pol);  // in flight while the block stages its input row
+      if (active) pair_load_group<U, R, M>(va, vb, wa, wb, 0, nj);  // in flight while the block stages its input row
     }
     if (r != blockIdx.y) __syncthreads();  // the previous row's reads of in_s are done
     if constexpr (MODE == PairMode::kDown) {
@@ -214,7 +212,7 @@ __global__ void __launch_bounds__(256) pair_gemv_kernel(PairGemvArgs a) {
       pair_fma_group<U, R, M>(g, u, va, vb, in_s + lane * 8, j0, nj);
       j0 += U;
       if (j0 >= nj) break;
-      pair_load_group<U, R, M>(va, vb, wa, wb, j0, nj, pol);
+      pair_load_group<U, R, M>(va, vb, wa, wb, j0, nj);
     }
 #pragma unroll
     for (int q = 0; q < R; ++q) {
@@ -415,9 +413,8 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
     }
     if (kernel_tuning().moe_pair_gemv && w.hidden <= kPairMaxK && w.intermediate <= kPairMaxK) {
       // The same bits as the old kernels below.
-      PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
-                      static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
-      up.evict_first = kernel_tuning().weight_evict_first;
+      const PairGemvArgs up{x, x_stride, nullptr, ids, rows, P, k, static_cast<const bf16*>(w.w1),
+                            static_cast<const bf16*>(w.w3), w.intermediate, w.hidden, act, nullptr, pair_row};
       if ((e = w.w3 ? launch_pair_gemv<PairMode::kUpGated>(pdl, up, stream)
                     : launch_pair_gemv<PairMode::kUpRelu2>(pdl, up, stream)) != cudaSuccess)
         return e;
@@ -435,8 +432,7 @@ cudaError_t sparse_moe(const float* x, int64_t x_stride, int64_t T, const float*
         return e;
       }
       const PairGemvArgs down{nullptr, 0, act, ids, rows, P, k, static_cast<const bf16*>(w.w2), nullptr, w.hidden,
-                              w.intermediate, nullptr, y, nullptr, kernel_tuning().moe_pair_preload,
-                              kernel_tuning().weight_evict_first};
+                              w.intermediate, nullptr, y, nullptr, kernel_tuning().moe_pair_preload};
       if ((e = launch_pair_gemv<PairMode::kDown>(pdl, down, stream)) != cudaSuccess) return e;
       prof.mark("moe pair down");
     } else {

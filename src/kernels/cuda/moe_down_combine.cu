@@ -24,7 +24,6 @@ struct DownCombineArgs {
   int64_t os;
   MoeSharedAdd add;      ///< add.y null: none; add.x resolved when add.gate is set
   bool preload;          ///< read ids and load the first weight chunks before the PDL wait
-  bool evict_first;      ///< weights loaded with the L2 evict_first policy (KernelTuning::weight_evict_first)
 };
 
 /// Grid (ceil(N / R), T), 32 * top_k threads, dynamic shared memory top_k * K * 2 bytes. Warp w of block (bx, t)
@@ -51,17 +50,16 @@ __global__ void __launch_bounds__(32 * kMoeMaxTopK) down_combine_kernel(DownComb
     for (int q = 0; q < R; ++q) wa[q] = a.w2 + (e * N + (n0 + q < N ? n0 + q : n0)) * K + lane * 8;
   };
   uint4 va[U][R];
-  const uint64_t pol = weight_l2_policy(a.evict_first);
   // ids come from the router, two launches back (up between writes no ids): readable before the wait, through L2.
   if (a.preload) {
     rows_of(load_l2_i32(a.ids + p));
-    pair_load_group<U, R, 1>(va, va, wa, wa, 0, nj, pol);
+    pair_load_group<U, R, 1>(va, va, wa, wa, 0, nj);
   }
   pdl_wait();  // act comes from up, the direct predecessor
   pdl_launch_dependents();
   if (!a.preload) {
     rows_of(a.ids[p]);
-    pair_load_group<U, R, 1>(va, va, wa, wa, 0, nj, pol);
+    pair_load_group<U, R, 1>(va, va, wa, wa, 0, nj);
   }
   if (threadIdx.x == 0) {  // combine_kernel's order: insertion sort of the slots by expert id
     const int32_t* id = a.ids + t * a.top_k;
@@ -84,7 +82,7 @@ __global__ void __launch_bounds__(32 * kMoeMaxTopK) down_combine_kernel(DownComb
     pair_fma_group<U, R, 1>(g, unused, va, va, in_s + lane * 8, j0, nj);
     j0 += U;
     if (j0 >= nj) break;
-    pair_load_group<U, R, 1>(va, va, wa, wa, j0, nj, pol);
+    pair_load_group<U, R, 1>(va, va, wa, wa, j0, nj);
   }
 #pragma unroll
   for (int q = 0; q < R; ++q) {
@@ -133,8 +131,7 @@ cudaError_t moe_down_combine(const __nv_bfloat16* act, const int32_t* ids, const
   if (!moe_down_combine_fits(T, top_k, hidden, intermediate, shared) || os < hidden ||
       (shared && (!shared->y || shared->y_stride < hidden || (shared->gate && !shared->x))))
     return cudaErrorInvalidValue;
-  DownCombineArgs a{act, ids, wts, top_k, w2, hidden, intermediate, out, os, shared ? *shared : MoeSharedAdd{}, preload,
-                    kernel_tuning().weight_evict_first};
+  DownCombineArgs a{act, ids, wts, top_k, w2, hidden, intermediate, out, os, shared ? *shared : MoeSharedAdd{}, preload};
   switch (rows) {
     case 4: return launch_down_combine<4>(a, T, pdl, stream);
     case 2: return launch_down_combine<2>(a, T, pdl, stream);

@@ -5,16 +5,14 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/weight_policy.cuh"
-
 namespace ssmserve::cuda::detail {
 
-/// 8 bf16 weights streamed once (bypassing L1), with the L2 policy `pol` (weight_l2_policy).
-__device__ __forceinline__ uint4 load_stream8(const __nv_bfloat16* p, uint64_t pol) {
+/// 8 bf16 weights streamed once (bypassing L1).
+__device__ __forceinline__ uint4 load_stream8(const __nv_bfloat16* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(pol));
+               : "l"(p));
   return v;
 }
 
@@ -29,17 +27,17 @@ __device__ __forceinline__ int32_t load_l2_i32(const int32_t* p) {
 constexpr int pair_unroll(int R, int mats) { return 8 / (R * mats) < 1 ? 1 : 8 / (R * mats) > 4 ? 4 : 8 / (R * mats); }
 
 /// Loads chunks j0 .. j0 + U - 1 (those < nj) of the R rows (wb: the gated experts' up rows, M == 2) into va / vb.
-/// Chunk j of a lane's row pointer w is w + 256 j (the caller offsets w by lane * 8). pol: the L2 policy of the loads.
+/// Chunk j of a lane's row pointer w is w + 256 j (the caller offsets w by lane * 8).
 template <int U, int R, int M>
 __device__ __forceinline__ void pair_load_group(uint4 (&va)[U][R], uint4 (&vb)[U][R], const __nv_bfloat16* const (&wa)[R],
-                                                const __nv_bfloat16* const (&wb)[R], int j0, int nj, uint64_t pol) {
+                                                const __nv_bfloat16* const (&wb)[R], int j0, int nj) {
 #pragma unroll
   for (int u = 0; u < U; ++u)
 #pragma unroll
     for (int q = 0; q < R; ++q)
       if (j0 + u < nj) {
-        va[u][q] = load_stream8(wa[q] + 256 * static_cast<int64_t>(j0 + u), pol);
-        if constexpr (M == 2) vb[u][q] = load_stream8(wb[q] + 256 * static_cast<int64_t>(j0 + u), pol);
+        va[u][q] = load_stream8(wa[q] + 256 * static_cast<int64_t>(j0 + u));
+        if constexpr (M == 2) vb[u][q] = load_stream8(wb[q] + 256 * static_cast<int64_t>(j0 + u));
       }
 }
 

@@ -4,7 +4,6 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/kernel_tuning.h"
-#include "kernels/cuda/weight_policy.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -40,7 +39,6 @@ struct Params {
   unsigned* counters;             // groups > 1: [m-blocks, tiles] arrivals, zero between launches
   bool late_trigger;  // PDL trigger after the main loop (SSMSERVE_SKINNY_LATE_TRIGGER=1) instead of after the wait
   bool preload;       // the first U chunks of W loaded before the PDL wait (SSMSERVE_SKINNY_PRELOAD=0: after it)
-  bool evict_first;   // W loaded with the L2 evict_first policy (KernelTuning::weight_evict_first)
   SkinnyAct act;      // kNone: y (and y2) written; else the MLP activation into act_out instead (SkinnyActEpilogue)
   void* act_out;
   int64_t act_s;
@@ -53,33 +51,18 @@ __device__ __forceinline__ void store_act(const Params& p, int64_t i, float v) {
   else static_cast<float*>(p.act_out)[i] = v;
 }
 
-/// 8 weights of `row` from column k as load8<VEC, true>, the 16-byte form with the L2 policy `pol`.
-template <bool VEC>
-__device__ __forceinline__ uint4 load8_w(const __nv_bfloat16* row, int k, int K, bool ok, uint64_t pol) {
-  if constexpr (!VEC) {
-    return load8<false, true>(row, k, K, ok);
-  } else {
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (!ok || k >= K) return v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(row + k), "l"(pol));
-    return v;
-  }
-}
-
 /// Loads of U chunks from chunk c (predicated off past c1) of W rows g / g + 8 (constant weights: may be issued
-/// before the PDL wait), with the L2 policy `pol`.
+/// before the PDL wait).
 template <bool VEC, int U>
 __device__ __forceinline__ void load_w_chunks(uint4 (&a0)[U], uint4 (&a1)[U], const __nv_bfloat16* w0,
                                               const __nv_bfloat16* w1, bool r0ok, bool r1ok, int c, int c1, int t,
-                                              int K, uint64_t pol) {
+                                              int K) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int k = (c + u) * kChunk + 8 * t;
     const bool on = c + u < c1;
-    a0[u] = load8_w<VEC>(w0, k, K, on && r0ok, pol);
-    a1[u] = load8_w<VEC>(w1, k, K, on && r1ok, pol);
+    a0[u] = load8<VEC, true>(w0, k, K, on && r0ok);
+    a1[u] = load8<VEC, true>(w1, k, K, on && r1ok);
   }
 }
 
@@ -122,9 +105,8 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   // across the wait made them spill.
   constexpr bool kPreloadForm = MINB == 1 && U <= 4;
   const bool preload = kPreloadForm && p.preload;
-  const uint64_t pol = weight_l2_policy(p.evict_first);
   uint4 a0[U], a1[U];
-  if (preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K, pol);
+  if (preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
   for (int c = preload ? c0 + U : c0; c < min(c1, c0 + p.prefetch_chunks); ++c) {
     const int k = c * kChunk + 8 * t;
     if (k < p.K) {
@@ -134,7 +116,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   }
   pdl_wait();
   if (!p.late_trigger) pdl_launch_dependents();
-  if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K, pol);
+  if (!preload) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c0, c1, t, p.K);
   const __nv_bfloat16* xr[MT];
   bool xok[MT];
 #pragma unroll
@@ -150,7 +132,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
   if constexpr (!PIPE) {
     for (int c = c0; c < c1; c += U) {
       uint4 b[U][MT];
-      if (c != c0) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, p.K, pol);
+      if (c != c0) load_w_chunks<VEC, U>(a0, a1, w0, w1, r0ok, r1ok, c, c1, t, p.K);
       load_x_chunks<MT, VEC, U>(b, xr, xok, c, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -164,7 +146,7 @@ __global__ void __launch_bounds__(512, MINB) skinny_kernel(Params p) {
     load_x_chunks<MT, VEC, U>(b, xr, xok, c0, c1, t, p.K);
     for (int c = c0; c < c1; c += U) {
       uint4 na0[U], na1[U], nb[U][MT];
-      load_w_chunks<VEC, U>(na0, na1, w0, w1, r0ok, r1ok, c + U, c1, t, p.K, pol);
+      load_w_chunks<VEC, U>(na0, na1, w0, w1, r0ok, r1ok, c + U, c1, t, p.K);
       load_x_chunks<MT, VEC, U>(nb, xr, xok, c + U, c1, t, p.K);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -430,7 +412,6 @@ cudaError_t skinny_gemm(const GemmArgs& a, void* y2, int64_t y2_stride, bool pdl
   if (a.M == 0) return cudaSuccess;
   p.late_trigger = kernel_tuning().skinny_late_trigger;
   p.preload = kernel_tuning().skinny_preload;
-  p.evict_first = kernel_tuning().weight_evict_first;
   p.x = static_cast<const __nv_bfloat16*>(a.x), p.xs = a.x_stride;
   p.w = static_cast<const __nv_bfloat16*>(a.w), p.ws = a.w_stride;
   p.y = a.y, p.ys = a.y_stride, p.y_bf16 = a.y_dtype == DType::BF16;

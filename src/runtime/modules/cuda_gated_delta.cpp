@@ -80,9 +80,8 @@ class CudaGatedDelta final : public CudaModule {
     gp.states = state.ssm;
     // Plain decode rows (up to 16, outside batch-invariant mode) in one launch: steps 2-5 (CudaModelOptions::
     // gdn_decode_fused; the same bits). The prefill rows then take steps 2-5 below, their norm from row P0.
-    GdnDecodeArgs fused{proj, PW, conv, gp, A_log_.as<float>(), dt_bias_.as<float>(), sm.state_indices_d, o,
-                        norm_.as<float>(), m_.eps, gated, Vd, wd, counters_.as<int32_t>()};
-    fused.early_arrival = opt.decode_early_arrival;
+    const GdnDecodeArgs fused{proj, PW, conv, gp, A_log_.as<float>(), dt_bias_.as<float>(), sm.state_indices_d, o,
+                              norm_.as<float>(), m_.eps, gated, Vd, wd, counters_.as<int32_t>()};
     const bool fuse = nd > 0 && sm.spec_cols == 1 && !opt.batch_invariant && opt.gdn_decode_fused &&
                       gated_delta_decode_fused_fits(fused, static_cast<int>(nd));
     if (fuse) SSM_CUDA_CHECK(gated_delta_decode_fused(fused, static_cast<int>(nd), s, opt.pdl));

@@ -90,7 +90,6 @@ class CudaMamba2 final : public CudaModule {
     // (KernelTuning::mamba2_decode_fused; the same bits as steps 2-4 below). Prefill rows then take their norm below.
     Mamba2DecodeArgs fused{proj, PW, conv, sp, sm.state_indices_d, y, gate_norm_.as<float>(), eps_, m_.norm_before_gate,
                            gated, I, wd, counters_.as<int32_t>()};
-    fused.early_arrival = opt.decode_early_arrival;
     const bool fuse = nd > 0 && sm.spec_cols == 1 && !opt.batch_invariant && kernel_tuning().mamba2_decode_fused &&
                       mamba2_decode_fused_fits(fused, static_cast<int>(nd));
     if (fuse) SSM_CUDA_CHECK(mamba2_decode_fused(fused, static_cast<int>(nd), s, opt.pdl && !st.forked));
