@@ -45,11 +45,10 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// One timed run: returns {prefill seconds, decode seconds} for the whole batch. The prompts depend on `iter` only
-/// (request b of a batch is the same for every batch size). `record`: when given, each request's output token ids
-/// are stored under its prompt (the continuations the replay drafter replays).
-/// One iteration: the batch's requests to the end. Returns its prefill and decode seconds (engine steps with and
-/// without prompt tokens); decode_forward, when given, gets the decode steps' seconds inside the model's forward added.
+/// One timed run: returns {prefill seconds, decode seconds} for the whole batch (engine steps with and without prompt
+/// tokens). The prompts depend on `iter` only (request b of a batch is the same for every batch size). `record`: when
+/// given, each request's output token ids are stored under its prompt (the continuations the replay drafter replays).
+/// `decode_forward`: when given, the decode steps' seconds inside the model's forward are added to it.
 std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int iter,
                                    ReplayProposer::Continuations* record = nullptr, double* decode_forward = nullptr) {
   std::mt19937 rng(1234 + iter);

@@ -111,9 +111,9 @@ class CudaMoe final : public CudaModule {
         ctx_.branch->fork(st.stream);
         sst.stream = ctx_.branch->side.get();
       }
-      // Its input in the weight dtype: the norm's copy (the runner wrote it in the norm's launch), else a cast here.
       if (gate_in_norm)  // the branch's first kernel when forked: a plain launch after the fork's event wait
         SSM_CUDA_CHECK(sigmoid_gate_rows(normed, H_, shared_gate_.as<float>(), T, H_, gate_s, sst.stream, pdl && !ctx_.branch));
+      // Its input in the weight dtype: the norm's copy (the runner wrote it in the norm's launch), else a cast here.
       const void* xc = st.x_copy;
       if (!xc) {
         void* c = slot(ScratchPool::kMoeSharedIn).get(T * H_ * dtype_size(wd));
