@@ -126,10 +126,9 @@ class CudaMoe final : public CudaModule {
     }
     // Under moe_fused_shared_add (by default the gated adds not left to the next norm, every add at 2) the combine
     // adds y (gated: times sigmoid(x . w_g)), waiting for the branch just before it; else a launch of its own below.
-    // Decode-sized steps
-    // and steps on the per-token combine (moe_combine_per_token) only: each of the column-slice combine's blocks
-    // recomputes the gate's dot over the whole row, which a one-token step does not notice but a prefill chunk would
-    // pay ceil(hidden / 256) times over; the per-token combine computes it once per token.
+    // Decode-sized steps and steps on the per-token combine (moe_combine_per_token) only: each of the column-slice
+    // combine's blocks recomputes the gate's dot over the whole row, which a one-token step does not notice but a
+    // prefill chunk would pay ceil(hidden / 256) times over; the per-token combine computes it once per token.
     bool fused = shared_ && !gate_in_norm && (T <= kFusedAddMaxTokens || moe_combine_per_token(T)) &&
                  ctx_.opt.moe_fused_shared_add >= (gated ? 1 : 2);
     // Left to the next norm (moe_shared_add_in_norm, where the runner allows it): plain adds the combine does not take,
