@@ -244,6 +244,7 @@ int main(int argc, char** argv) {
   // vLLM's spellings (-tp 2, -O3, --max_model_len) as ssmserve's flags; CLI11 takes the words in reverse order.
   std::vector<std::string> args(argv + 1, argv + argc);
   cli::rewrite_vllm_argument_spellings(args);
+  const std::vector<std::string> given = args;  // CLI11's parse consumes `args`
   std::reverse(args.begin(), args.end());
   try {
     app.parse(args);
@@ -256,8 +257,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     const CLI::Option* config = app.get_option_no_throw("--config");
-    std::string msg = cli::config_error_message(e.what(), command_path(app),
-                                                config && config->count() > 0 ? config->results().back() : "");
+    const std::string file = config && config->count() > 0 ? config->results().back() : "";
+    std::string msg = cli::note_config_origin(cli::config_error_message(e.what(), command_path(app), file), given, file);
     // With no subcommand CLI11 reports only "A subcommand is required"; name the arguments it did not use too.
     if (const auto extra = app.remaining(true); !extra.empty() && dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) msg += "; unexpected argument " + CLI::detail::join(extra, " ");
     std::cerr << "error: " << msg << " (see " << command_path(app) << " --help)" << std::endl;

@@ -23,6 +23,18 @@ namespace {
   throw CLI::ConfigError(fmt::format("--config {}: {}", file, what));
 }
 
+/// Whether a scalar's text is a YAML 1.1 boolean as PyYAML reads it (true / false, yes / no, on / off, in lower, title
+/// or upper case).
+bool is_yaml_bool(const std::string& v) {
+  for (const char* w : {"true", "false", "yes", "no", "on", "off"}) {
+    std::string title = w, upper = w;
+    title[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(title[0])));
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (v == w || v == title || v == upper) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 #ifdef SSMSERVE_HAVE_YAML_CPP
@@ -223,6 +235,12 @@ std::vector<CLI::ConfigItem> YamlConfig::from_config(std::istream& input) const 
       if (const CLI::Option* tag = sub->get_option_no_throw("model_tag"); tag != nullptr && tag->count() > 0) continue;
     if (op != nullptr && op->get_items_expected_max() == 1 && item.inputs.size() > 1)
       bad_config(file, fmt::format("\"{}\" takes one value, not a list of {}", item.name, item.inputs.size()));
+    // A switch takes a YAML boolean (PyYAML's spellings), as vLLM adds the flag for true and nothing for false;
+    // another value (`json: 2`) would reach vLLM's parser as a stray argument.
+    if (op != nullptr && op->get_expected_max() == 0)
+      for (const std::string& v : item.inputs)
+        if (!is_yaml_bool(v))
+          bad_config(file, fmt::format("\"{}\" is a switch: give true or false, not \"{}\"", item.name, v));
     out.push_back(std::move(item));
   }
   return out;
@@ -236,6 +254,17 @@ void add_config_file_option(CLI::App& root) {
   o->check(CLI::ExistingFile);
   root.allow_config_extras(CLI::config_extras_mode::error);  // an unknown key is an error, not ignored
   root.config_formatter(std::make_shared<YamlConfig>(o, &root));
+}
+
+std::string note_config_origin(const std::string& msg, const std::vector<std::string>& args, const std::string& file) {
+  if (file.empty() || msg.rfind("--", 0) != 0) return msg;
+  const size_t colon = msg.find(':');
+  if (colon == std::string::npos) return msg;
+  const std::string flag = msg.substr(0, colon);  // "--max-model-len"
+  if (flag.find_first_of(" ,") != std::string::npos) return msg;
+  for (const std::string& a : args)
+    if (a == flag || a.rfind(flag + "=", 0) == 0) return msg;  // given on the command line
+  return msg + " (from --config " + file + ")";
 }
 
 std::string config_error_message(const std::string& what, const std::string& command, const std::string& file) {

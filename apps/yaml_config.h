@@ -48,4 +48,9 @@ void add_config_file_option(CLI::App& root);
 /// unchanged. `file`: the --config value ("" when unknown).
 std::string config_error_message(const std::string& what, const std::string& command, const std::string& file = "");
 
+/// `msg` with " (from --config FILE)" added when it is about a flag's value ("--max-model-len: expected ...") and that
+/// flag is not among the command line's `args` (after rewrite_vllm_argument_spellings), so its value came from the
+/// file; else `msg` unchanged. `file`: the --config value ("": no file given).
+std::string note_config_origin(const std::string& msg, const std::vector<std::string>& args, const std::string& file);
+
 }  // namespace ssmserve::cli

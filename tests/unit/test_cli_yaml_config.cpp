@@ -127,6 +127,28 @@ TEST(CliYamlConfig, UnknownKeysAndBadValuesAreErrors) {
   EXPECT_NE(parse("port: [1, 2]\n", {}).error.find("\"port\" takes one value, not a list of 2"), std::string::npos);
   EXPECT_NE(parse("port: eighty\n", {}).error.find("port"), std::string::npos);
   EXPECT_NE(parse("port: [1, 2\n", {}).error.find("not valid YAML"), std::string::npos);
+  // A switch takes a YAML boolean (PyYAML's spellings); a number or a word is an error naming the key.
+  EXPECT_NE(parse("enable-prefix-caching: 2\n", {}).error.find("\"enable-prefix-caching\" is a switch: give true or false, not \"2\""),
+            std::string::npos);
+  EXPECT_NE(parse("enable-prefix-caching: maybe\n", {}).error.find("is a switch"), std::string::npos);
+  for (const char* yes : {"yes", "On", "TRUE", "true"}) {
+    const Parsed q = parse(std::string("enable-prefix-caching: ") + yes + "\n", {"--no-enable-prefix-caching"});
+    EXPECT_EQ(q.error, "") << yes;
+    EXPECT_TRUE(parse(std::string("enable-prefix-caching: ") + yes + "\n", {}).prefix) << yes;
+  }
+  EXPECT_FALSE(parse("enable-prefix-caching: off\n", {}).prefix);
+}
+
+// A value error names the file when the flag came from it, not when the command line gave it.
+TEST(CliYamlConfig, ValueErrorsFromTheFileNameIt) {
+  using ssmserve::cli::note_config_origin;
+  const std::string msg = "--max-model-len: expected a decimal integer, got \"abc\"";
+  EXPECT_EQ(note_config_origin(msg, {"serve", "m"}, "c.yaml"), msg + " (from --config c.yaml)");
+  EXPECT_EQ(note_config_origin(msg, {"serve", "--max-model-len", "abc"}, "c.yaml"), msg);
+  EXPECT_EQ(note_config_origin(msg, {"serve", "--max-model-len=abc"}, "c.yaml"), msg);
+  EXPECT_EQ(note_config_origin(msg, {"serve"}, ""), msg);  // no file
+  EXPECT_EQ(note_config_origin("A subcommand is required", {}, "c.yaml"), "A subcommand is required");
+  EXPECT_EQ(note_config_origin("--config c.yaml: not valid YAML", {}, "c.yaml"), "--config c.yaml: not valid YAML");
 }
 
 }  // namespace
