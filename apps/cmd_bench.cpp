@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 
+#include "apps/bench_serve_report.h"
 #include "apps/commands.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
@@ -80,7 +81,8 @@ std::pair<double, double> run_once(LLMEngine& engine, const BenchArgs& a, int it
 /// Tokens/s of the timed iterations (the warmup ones are run but not kept).
 struct Measured {
   std::vector<double> prefill_tps, decode_tps;
-  std::vector<double> decode_outside_us;  ///< per iteration: microseconds per decoded token outside the model's forward
+  std::vector<double> decode_outside_us;  ///< per iteration: microseconds per decode step outside the model's forward
+  std::vector<double> latencies;          ///< per iteration: seconds from the batch's arrival to its last token (vLLM's)
 };
 
 /// Runs the warmup and timed iterations at a.batch_size on `engine` (a progress bar on stderr).
@@ -96,6 +98,7 @@ Measured measure(LLMEngine& engine, const BenchArgs& a, ReplayProposer::Continua
     m.prefill_tps.push_back(a.batch_size * static_cast<double>(a.input_len) / p);
     m.decode_tps.push_back(a.batch_size * static_cast<double>(a.output_len - 1) / d);
     m.decode_outside_us.push_back(1e6 * (d - fwd) / (a.output_len - 1));
+    m.latencies.push_back(p + d);
   }
   std::cerr << "\r[" << std::string(30, '#') << "] " << total << "/" << total << "           \n";
   return m;
@@ -298,8 +301,19 @@ int run_latency_one(BenchArgs& a, LLMEngine& engine, nlohmann::json* results) {
             << " iterations (median)\n"
             << "prefill: " << p << " tokens/s\n"
             << "decode:  " << d << " tokens/s (" << 1000.0 * a.batch_size / d << " ms per step)\n"
-            << "decode host time outside the model's forward (scheduling, batch building, outputs): "
-            << median(m.decode_outside_us) << " us per token\n";
+            << "decode host time outside the model's forward (scheduling, batch building, host sampling, outputs): "
+            << median(m.decode_outside_us) << " us per step\n";
+  // vLLM's `bench latency` lines: one iteration's whole time (prefill and every decode step of the batch).
+  double sum = 0;
+  for (double l : m.latencies) sum += l;
+  const double avg = sum / static_cast<double>(m.latencies.size());
+  nlohmann::json pct = nlohmann::json::object();
+  std::cout << "Avg latency: " << avg << " seconds\n";
+  for (int q : {10, 25, 50, 75, 90, 99}) {
+    const double v = percentile(m.latencies, q);
+    pct[std::to_string(q)] = v;
+    std::cout << q << "% percentile latency: " << v << " seconds\n";
+  }
   if (const SpecDecodeStats& sd = engine.spec_decode_stats(); engine.speculative_config().enabled())
     std::cout << "speculative decoding (all runs so far): acceptance rate " << 100.0 * sd.acceptance_rate()
               << "%, mean acceptance length " << sd.mean_acceptance_length() << "\n";
@@ -307,7 +321,8 @@ int run_latency_one(BenchArgs& a, LLMEngine& engine, nlohmann::json* results) {
     nlohmann::json j = {{"model", a.engine.model.string()}, {"batch_size", a.batch_size}, {"input_len", a.input_len},
                         {"output_len", a.output_len}, {"num_iters", a.num_iters}, {"prefill_tokens_per_s", p},
                         {"decode_tokens_per_s", d}, {"prefill_tokens_per_s_all", prefill_tps}, {"decode_tokens_per_s_all", decode_tps},
-                        {"decode_host_us_per_token", median(m.decode_outside_us)}};
+                        {"decode_host_us_per_step", median(m.decode_outside_us)}, {"avg_latency", avg},
+                        {"latencies", m.latencies}, {"percentiles", pct}};
     if (results) results->push_back(j);
     else write_json_file(a.output_json, j);
   }

@@ -1,6 +1,6 @@
 // Owns `ssmserve bench serve`: a load generator for a running OpenAI-compatible server (vLLM's `bench serve`).
 // Requests arrive as a Poisson process (--request-rate, inf = all at once), each streams its completion (SSE);
-// reports request / token throughput and TTFT, TPOT, ITL and end-to-end latency (mean, median, p99).
+// reports request / token throughput and TTFT, TPOT, ITL and end-to-end latency (bench_serve_report.h).
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -16,6 +18,7 @@
 #include <system_error>
 #include <thread>
 
+#include "apps/bench_serve_report.h"
 #include "apps/commands.h"
 #include "config/hf_json.h"
 #include "core/env_options.h"
@@ -50,8 +53,39 @@ struct BenchServeArgs {
   std::string dataset_name;     ///< random, or custom (JSONL prompts at dataset_path)
   std::string dataset_path;
   bool ignore_eos = false;      ///< accepted: every request already sets ignore_eos
-  bool base_url_given = false, dataset_given = false;
+  std::string backend = "vllm";  ///< vllm / openai (completions) or openai-chat (chat completions when --endpoint is not given)
+  std::string tokenizer;        ///< recorded only (the server tokenizes; random prompts are token ids)
+  std::string percentile_metrics = "ttft,tpot,itl,e2el";
+  std::string metric_percentiles = "99";
+  bool save_result = false;     ///< write the result JSON to result_dir / result_filename (vLLM's naming)
+  std::string result_dir, result_filename;
+  int num_warmups = 0;          ///< requests sent (one at a time) before the timed run
+  bool disable_tqdm = false;    ///< accepted: no progress bar is drawn
+  bool base_url_given = false, dataset_given = false, endpoint_given = false;
 };
+
+/// The local time now in strftime's `format`.
+std::string date_now(const char* format) {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[64];
+  return std::strftime(buf, sizeof buf, format, &tm) ? std::string(buf) : std::string();
+}
+
+/// --save-result's file: result_dir / (result_filename, else vLLM's "{backend}-{rate}qps[-concurrency{n}]-{model's last
+/// path part}-{date}.json"); "" without --save-result.
+std::string result_path_of(const BenchServeArgs& a) {
+  if (!a.save_result) return "";
+  std::string name = a.result_filename;
+  if (name.empty()) {
+    std::string model = a.model.substr(a.model.find_last_of('/') == std::string::npos ? 0 : a.model.find_last_of('/') + 1);
+    name = fmt::format("{}-{}qps{}-{}-{}.json", a.backend, std::isinf(a.request_rate) ? "inf" : fmt::format("{}", a.request_rate),
+                       a.max_concurrency > 0 ? fmt::format("-concurrency{}", a.max_concurrency) : "", model,
+                       date_now("%Y%m%d-%H%M%S"));
+  }
+  return a.result_dir.empty() ? name : a.result_dir + "/" + name;
+}
 
 /// Folds vLLM's --host / --port and --dataset-name / --dataset-path into base_url and dataset; throws Error naming
 /// the flags for a combination that means two things.
@@ -71,16 +105,6 @@ void resolve_vllm_spellings(BenchServeArgs& a) {
     a.dataset = name == "random" ? "random" : a.dataset_path;
   }
 }
-
-/// One request's measurements.
-struct RequestResult {
-  bool ok = false;
-  std::string error;
-  int prompt_tokens = 0, output_tokens = 0;
-  int cached_tokens = 0;       ///< usage.prompt_tokens_details.cached_tokens (prompt tokens served from the prefix cache)
-  double ttft = 0, latency = 0;
-  std::vector<double> itl;     ///< gaps between consecutive content chunks
-};
 
 struct Url {
   std::string scheme_host_port;
@@ -248,20 +272,6 @@ RequestResult run_request(const Url& url, const std::string& path, bool chat, co
   return r;
 }
 
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-}
-/// Percentile p in [0, 100] with linear interpolation (numpy's default).
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos)), hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
 int run_bench_serve(BenchServeArgs& a) {
   resolve_vllm_spellings(a);
   SSM_CHECK(a.num_prompts >= 1 && a.num_prompts <= 100000, "--num-prompts must be in [1, 100000] (got {})", a.num_prompts);
@@ -272,6 +282,13 @@ int run_bench_serve(BenchServeArgs& a) {
   SSM_CHECK(a.max_concurrency >= 0 && a.max_concurrency <= 100000, "--max-concurrency must be in [0, 100000]");
   SSM_CHECK(a.seed >= 0, "--seed must be >= 0");
   check_output_path(a.output_json);
+  SSM_CHECK(a.backend == "vllm" || a.backend == "openai" || a.backend == "openai-chat",
+            "--backend {} is not supported: vllm or openai (completions), openai-chat (chat completions)", a.backend);
+  SSM_CHECK(a.num_warmups >= 0 && a.num_warmups <= 10000, "--num-warmups must be in [0, 10000] (got {})", a.num_warmups);
+  SSM_CHECK(a.save_result || (a.result_dir.empty() && a.result_filename.empty()),
+            "--result-dir / --result-filename need --save-result");
+  const ServeMetricOptions metrics = parse_serve_metric_options(a.percentile_metrics, a.metric_percentiles);
+  if (a.backend == "openai-chat" && !a.endpoint_given) a.endpoint = "/v1/chat/completions";
   if (a.endpoint.empty() || a.endpoint.front() != '/') a.endpoint.insert(0, "/");
   const bool chat = is_chat_endpoint(a.endpoint);
   const Url url = split_url(a.base_url);
@@ -287,8 +304,20 @@ int run_bench_serve(BenchServeArgs& a) {
     SSM_CHECK(!j.is_discarded() && j.contains("data") && !j["data"].empty(), "{}/v1/models returned no model", a.base_url);
     a.model = j["data"][0]["id"].get<std::string>();
   }
+  const std::string result_path = result_path_of(a);
+  if (!a.result_dir.empty()) {  // vLLM makes the folder
+    std::error_code ec;
+    std::filesystem::create_directories(a.result_dir, ec);
+    SSM_CHECK(!ec, "--result-dir {}: cannot create the folder ({})", a.result_dir, ec.message());
+  }
+  check_output_path(result_path);
   std::vector<json> prompts = make_prompts(a);
   if (chat) detokenize_prompts(url, a.model, prompts);
+  // vLLM's --num-warmups: requests before the timed run (here one at a time, the first prompt), not counted.
+  for (int w = 0; w < a.num_warmups; ++w) {
+    const RequestResult r = run_request(url, a.endpoint, chat, a.model, prompts.front(), a.output_len);
+    SSM_CHECK(r.ok, "--num-warmups: warmup request {} failed: {}", w + 1, r.error);
+  }
   // Poisson arrivals: exponential gaps of mean 1 / rate (all at t = 0 when the rate is infinite).
   std::mt19937_64 rng(static_cast<uint64_t>(a.seed) + 1);
   std::exponential_distribution<double> gap(std::isinf(a.request_rate) ? 1.0 : a.request_rate);
@@ -333,70 +362,20 @@ int run_bench_serve(BenchServeArgs& a) {
   for (auto& t : threads) t.join();
   const double duration = std::chrono::duration<double>(Clock::now() - t0).count();
 
-  // Aggregate.
-  int completed = 0;
-  long long in_tokens = 0, out_tokens = 0, cached_tokens = 0;
-  std::vector<double> ttft, tpot, itl, e2e;
-  std::string first_error;
-  json errors = json::array();  // vLLM's: one entry per request, "" for a success (each cut to 500 bytes)
-  for (const auto& r : results) {
-    errors.push_back(r.ok ? std::string() : r.error.substr(0, 500));
-    if (!r.ok) {
-      if (first_error.empty()) first_error = r.error;
-      continue;
-    }
-    ++completed;
-    in_tokens += r.prompt_tokens;
-    out_tokens += r.output_tokens;
-    cached_tokens += r.cached_tokens;
-    ttft.push_back(r.ttft);
-    e2e.push_back(r.latency);
-    if (r.output_tokens > 1) tpot.push_back((r.latency - r.ttft) / (r.output_tokens - 1));
-    itl.insert(itl.end(), r.itl.begin(), r.itl.end());
-  }
-  const int failed = static_cast<int>(results.size()) - completed;
-  json out = {{"base_url", a.base_url}, {"model", a.model}, {"dataset", a.dataset}, {"num_prompts", a.num_prompts},
-              {"request_rate", std::isinf(a.request_rate) ? json("inf") : json(a.request_rate)}, {"max_concurrency", a.max_concurrency},
-              {"completed", completed}, {"failed", failed}, {"duration_s", duration}, {"total_input_tokens", in_tokens},
-              {"total_output_tokens", out_tokens}, {"total_cached_tokens", cached_tokens},
-              {"prefix_cache_hit_rate", in_tokens > 0 ? static_cast<double>(cached_tokens) / static_cast<double>(in_tokens) : 0.0},
-              {"request_throughput", completed / duration},
-              {"output_throughput", static_cast<double>(out_tokens) / duration},
-              {"total_token_throughput", static_cast<double>(in_tokens + out_tokens) / duration},
-              {"endpoint", a.endpoint}, {"errors", std::move(errors)}};
-  auto stats = [&](const char* name, const std::vector<double>& v) {
-    out[fmt::format("mean_{}_ms", name)] = 1000 * mean(v);
-    out[fmt::format("median_{}_ms", name)] = 1000 * percentile(v, 50);
-    out[fmt::format("p99_{}_ms", name)] = 1000 * percentile(v, 99);
-  };
-  stats("ttft", ttft);
-  stats("tpot", tpot);
-  stats("itl", itl);
-  stats("e2el", e2e);
-  std::cout << "============ Serving Benchmark Result ============\n";
-  auto row = [](const std::string& k, const std::string& v) { std::cout << fmt::format("{:<40}{:>10}\n", k, v); };
-  row("Successful requests:", std::to_string(completed));
-  row("Failed requests:", std::to_string(failed));
-  row("Benchmark duration (s):", fmt::format("{:.2f}", duration));
-  row("Total input tokens:", std::to_string(in_tokens));
-  row("Total generated tokens:", std::to_string(out_tokens));
-  // From usage.prompt_tokens_details.cached_tokens: the share of prompt tokens the server's prefix cache served.
-  row("Cached prompt tokens:", std::to_string(cached_tokens));
-  row("Prefix cache hit rate (%):", fmt::format("{:.2f}", 100.0 * out["prefix_cache_hit_rate"].get<double>()));
-  row("Request throughput (req/s):", fmt::format("{:.2f}", completed / duration));
-  row("Output token throughput (tok/s):", fmt::format("{:.2f}", out_tokens / duration));
-  row("Total token throughput (tok/s):", fmt::format("{:.2f}", (in_tokens + out_tokens) / duration));
-  for (const auto& [title, key] : std::vector<std::pair<std::string, std::string>>{
-           {"Time to First Token", "ttft"}, {"Time per Output Token (excl. 1st token)", "tpot"}, {"Inter-token Latency", "itl"},
-           {"End-to-end Latency", "e2el"}}) {
-    std::cout << fmt::format("{:-^50}\n", title);
-    for (const char* s : {"mean", "median", "p99"})
-      row(fmt::format("{} {} (ms):", std::string(s) == "p99" ? "P99" : std::string(1, static_cast<char>(std::toupper(s[0]))) + (s + 1),
-                      key == "e2el" ? "E2EL" : key == "ttft" ? "TTFT" : key == "tpot" ? "TPOT" : "ITL"),
-          fmt::format("{:.2f}", out[fmt::format("{}_{}_ms", s, key)].get<double>()));
-  }
-  std::cout << "==================================================" << std::endl;
+  json out = {{"date", date_now("%Y%m%d-%H%M%S")}, {"backend", a.backend}, {"model_id", a.model},
+              {"tokenizer_id", a.tokenizer.empty() ? a.model : a.tokenizer}, {"base_url", a.base_url}, {"model", a.model},
+              {"dataset", a.dataset}, {"num_prompts", a.num_prompts},
+              {"request_rate", std::isinf(a.request_rate) ? json("inf") : json(a.request_rate)},
+              {"max_concurrency", a.max_concurrency > 0 ? json(a.max_concurrency) : json(nullptr)}, {"endpoint", a.endpoint}};
+  const int failed = report_serve_results(results, duration, metrics, out);
   if (!a.output_json.empty()) write_json_file(a.output_json, out);
+  if (!result_path.empty()) write_json_file(result_path, out);
+  std::string first_error;
+  for (const auto& r : results)
+    if (!r.ok) {
+      first_error = r.error;
+      break;
+    }
   if (failed > 0) {
     std::cerr << "error: " << failed << " of " << results.size() << " requests failed; first: " << first_error << std::endl;
     return 1;
@@ -414,7 +393,7 @@ Runner add_bench_serve(CLI::App& bench) {
           ->capture_default_str();
   cmd->add_option("--host", a->host, "vLLM's: the server's host (with --port: http://HOST:PORT; --base-url wins)");
   cmd->add_option("--port", a->port, "vLLM's: the server's port (default 8000 with --host)");
-  cmd->add_option("--endpoint", a->endpoint,
+  CLI::Option* endpoint = cmd->add_option("--endpoint", a->endpoint,
                   "/v1/completions (prompts as sent) or /v1/chat/completions (each prompt one user message; random "
                   "prompts as text through the server's /detokenize), as vLLM's openai / openai-chat backends")
       ->capture_default_str();
@@ -434,9 +413,30 @@ Runner add_bench_serve(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the prompts and arrival times")->capture_default_str();
   cmd->add_option("--output-json", a->output_json, "Also write the results as JSON to this file");
-  return [a, base_url, dataset] {
+  cmd->add_option("--percentile-metrics", a->percentile_metrics,
+                  "vLLM's: the latency metrics reported, a comma-separated list of ttft, tpot, itl, e2el (vLLM's default "
+                  "leaves out e2el)")
+      ->capture_default_str();
+  cmd->add_option("--metric-percentiles", a->metric_percentiles,
+                  "vLLM's: the percentiles reported beside mean and median, e.g. 50,90,99")
+      ->capture_default_str();
+  cmd->add_flag("--save-result", a->save_result,
+                "vLLM's: write the result JSON to --result-dir (default .) as --result-filename (default vLLM's "
+                "{backend}-{rate}qps[-concurrency{n}]-{model}-{date}.json)");
+  cmd->add_option("--result-dir", a->result_dir, "vLLM's: the folder of --save-result's file");
+  cmd->add_option("--result-filename", a->result_filename, "vLLM's: the name of --save-result's file");
+  cmd->add_option("--backend", a->backend,
+                  "vLLM's: vllm or openai (completions), openai-chat (chat completions: --endpoint defaults to "
+                  "/v1/chat/completions)")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", a->tokenizer, "vLLM's: recorded in the results only (the server tokenizes the prompts)");
+  cmd->add_option("--num-warmups", a->num_warmups, "vLLM's: requests sent one at a time before the timed run, not counted")
+      ->capture_default_str();
+  cmd->add_flag("--disable-tqdm", a->disable_tqdm, "vLLM's: no effect (no progress bar is drawn)");
+  return [a, base_url, dataset, endpoint] {
     a->base_url_given = base_url->count() > 0;
     a->dataset_given = dataset->count() > 0;
+    a->endpoint_given = endpoint->count() > 0;
     return run_bench_serve(*a);
   };
 }

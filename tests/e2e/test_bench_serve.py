@@ -87,3 +87,32 @@ def test_bench_serve_takes_vllms_spellings(server, tmp_path):
     assert r.returncode == 0 and json.loads(out.read_text())["completed"] == 2, r.stderr
     r = subprocess.run([str(BINARY), "bench", "serve", "--dataset-name", "sharegpt"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "--dataset-name sharegpt is not supported" in r.stderr
+
+
+def test_bench_serve_vllm_result_fields_and_flags(server, tmp_path):
+    # vLLM's --percentile-metrics / --metric-percentiles choose the table's rows and the JSON's keys; the result JSON
+    # carries vLLM's fields (duration, std_*, per-request lists); --save-result names the file as vLLM does, in a
+    # --result-dir it creates; --backend openai-chat picks the chat endpoint; --num-warmups requests are not counted.
+    rdir = tmp_path / "results" / "deep"
+    r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", server.base_url, "--num-prompts", "5",
+                        "--input-len", "8", "--output-len", "4", "--max-concurrency", "2",
+                        "--percentile-metrics", "ttft,e2el", "--metric-percentiles", "50,90,99.9", "--save-result",
+                        "--result-dir", str(rdir), "--backend", "openai-chat", "--num-warmups", "2", "--disable-tqdm",
+                        "--tokenizer", "tok"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "P90 TTFT (ms):" in r.stdout and "P99.9 E2EL (ms):" in r.stdout and "ITL" not in r.stdout, r.stdout
+    files = list(rdir.glob("openai-chat-infqps-concurrency2-*.json"))
+    assert len(files) == 1, list(rdir.iterdir())
+    res = json.loads(files[0].read_text())
+    assert res["completed"] == 5 and res["endpoint"] == "/v1/chat/completions" and res["backend"] == "openai-chat"
+    assert res["duration"] == res["duration_s"] > 0 and res["max_concurrency"] == 2 and res["tokenizer_id"] == "tok"
+    assert res["output_lens"] == [4] * 5 and len(res["input_lens"]) == 5 and len(res["ttfts"]) == 5
+    assert all(len(i) == 3 for i in res["itls"])  # 4 tokens: 3 gaps each
+    assert res["p50_ttft_ms"] == res["median_ttft_ms"] and res["p50_ttft_ms"] <= res["p90_ttft_ms"] <= res["p99.9_ttft_ms"]
+    assert res["std_e2el_ms"] >= 0 and "mean_itl_ms" not in res and "p99_ttft_ms" not in res
+    for bad, word in ((["--percentile-metrics", "ttft,bogus"], "bogus"), (["--metric-percentiles", "0"], "\"0\""),
+                      (["--metric-percentiles", "101"], "101"), (["--backend", "tgi"], "--backend tgi"),
+                      (["--result-dir", str(tmp_path)], "--save-result"), (["--num-warmups", "-1"], "--num-warmups")):
+        r = subprocess.run([str(BINARY), "bench", "serve", "--base-url", server.base_url, "--num-prompts", "1", *bad],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and word in r.stderr, (bad, r.stderr)

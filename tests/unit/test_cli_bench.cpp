@@ -266,11 +266,18 @@ TEST(CliBenchLatency, WritesJson) {
   const nlohmann::json j = nlohmann::json::parse(ssmserve::testing::read_file(json_path));
   EXPECT_EQ(j["batch_size"], 1);
   EXPECT_EQ(j["input_len"], 4);
-  // The host time per decoded token outside the model's forward: positive and below the whole time per token.
-  const double host_us = j["decode_host_us_per_token"].get<double>(), tps = j["decode_tokens_per_s"].get<double>();
+  // The host time per decode step outside the model's forward: positive and below the whole time per step.
+  const double host_us = j["decode_host_us_per_step"].get<double>(), tps = j["decode_tokens_per_s"].get<double>();
   EXPECT_GT(host_us, 0.0);
   EXPECT_LT(host_us, 1e6 / tps);
   EXPECT_NE(r.out.find("decode host time outside the model's forward"), std::string::npos) << r.out;
+  // vLLM's fields: each iteration's whole latency, their mean and percentiles (ascending, inside the range).
+  const auto lat = j["latencies"].get<std::vector<double>>();
+  ASSERT_EQ(lat.size(), 1u);
+  EXPECT_DOUBLE_EQ(j["avg_latency"].get<double>(), lat[0]);
+  for (const char* q : {"10", "25", "50", "75", "90", "99"}) EXPECT_DOUBLE_EQ(j["percentiles"][q].get<double>(), lat[0]) << q;
+  EXPECT_NE(r.out.find("Avg latency: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("99% percentile latency: "), std::string::npos) << r.out;
 }
 
 // The batch's state blocks are sized before they are allocated: 16384 blocks of mamba-130m (~2.7 MiB each,
