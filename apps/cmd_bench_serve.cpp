@@ -20,6 +20,7 @@
 
 #include "apps/bench_serve_report.h"
 #include "apps/commands.h"
+#include "apps/vllm_compat_flags.h"
 #include "config/hf_json.h"
 #include "core/env_options.h"
 #include "core/error.h"
@@ -95,15 +96,8 @@ void resolve_vllm_spellings(BenchServeArgs& a) {
     if (!a.base_url_given)  // vLLM: --base-url, when given, wins over --host / --port
       a.base_url = fmt::format("http://{}:{}", a.host.empty() ? "127.0.0.1" : a.host, a.port == 0 ? 8000 : a.port);
   }
-  if (!a.dataset_name.empty() || !a.dataset_path.empty()) {
-    SSM_CHECK(!a.dataset_given, "give the dataset once: --dataset, or vLLM's --dataset-name / --dataset-path");
-    const std::string name = a.dataset_name.empty() ? (a.dataset_path.empty() ? "random" : "custom") : a.dataset_name;
-    SSM_CHECK(name == "random" || name == "custom", "--dataset-name {} is not supported: random, or custom with "
-              "--dataset-path FILE.jsonl ({{\"prompt\"}} per line)", name);
-    SSM_CHECK(name == "random" || !a.dataset_path.empty(), "--dataset-name custom needs --dataset-path FILE.jsonl");
-    SSM_CHECK(name == "custom" || a.dataset_path.empty(), "--dataset-path needs --dataset-name custom (random prompts read no file)");
-    a.dataset = name == "random" ? "random" : a.dataset_path;
-  }
+  if (!a.dataset_name.empty() || !a.dataset_path.empty())
+    a.dataset = resolve_vllm_dataset(a.dataset_name, a.dataset_path, a.dataset_given);
 }
 
 struct Url {

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "apps/commands.h"
+#include "apps/vllm_compat_flags.h"
 #include "config/hf_json.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
@@ -214,15 +215,24 @@ Runner add_bench_throughput(CLI::App& bench) {
   add_engine_options(*cmd, a->engine, a->load_format);
   const auto check_max_model_len = add_engine_max_model_len(*cmd, a->engine);
   cmd->add_option("--num-prompts", a->num_prompts, "Requests to submit")->capture_default_str();
-  CLI::Option* in = cmd->add_option("--input-len", a->input_len,
+  CLI::Option* in = cmd->add_option("--input-len,--random-input-len", a->input_len,
                                     "Prompt tokens per request (with --dataset: truncate prompts to this many)")
                         ->capture_default_str();
-  cmd->add_option("--output-len", a->output_len, "Generated tokens per request (ignore_eos)")->capture_default_str();
-  cmd->add_option("--dataset", a->dataset, "JSONL file of {\"text\": ...} or {\"prompt\": ...}; the first N records are the prompts");
+  cmd->add_option("--output-len,--random-output-len", a->output_len, "Generated tokens per request (ignore_eos)")
+      ->capture_default_str();
+  CLI::Option* dataset = cmd->add_option(
+      "--dataset", a->dataset, "JSONL file of {\"text\": ...} or {\"prompt\": ...}; the first N records are the prompts");
+  auto dataset_name = std::make_shared<std::string>(), dataset_path = std::make_shared<std::string>();
+  cmd->add_option("--dataset-name", *dataset_name, "vLLM's: random, or custom (a JSONL file of prompts: --dataset-path)");
+  cmd->add_option("--dataset-path", *dataset_path, "vLLM's: the custom dataset's JSONL file");
   cmd->add_option("--seed", a->seed, "Seed of the random prompt token ids")->capture_default_str();
   cmd->add_option("--output-json", a->output_json, "Also write the results to this JSON file");
-  return [a, in, check_max_model_len] {
+  return [a, in, dataset, dataset_name, dataset_path, check_max_model_len] {
     a->input_len_given = in->count() > 0;
+    if (!dataset_name->empty() || !dataset_path->empty()) {  // vLLM's spellings: random prompts are no dataset here
+      const std::string d = resolve_vllm_dataset(*dataset_name, *dataset_path, dataset->count() > 0);
+      a->dataset = d == "random" ? std::string() : d;
+    }
     check_max_model_len();
     return run_throughput(*a);
   };

@@ -111,4 +111,14 @@ void rewrite_vllm_argument_spellings(std::vector<std::string>& args) {
   args = std::move(out);
 }
 
+std::string resolve_vllm_dataset(const std::string& name_given, const std::string& path, bool dataset_given) {
+  SSM_CHECK(!dataset_given, "give the dataset once: --dataset, or vLLM's --dataset-name / --dataset-path");
+  const std::string name = name_given.empty() ? (path.empty() ? "random" : "custom") : name_given;
+  SSM_CHECK(name == "random" || name == "custom", "--dataset-name {} is not supported: random, or custom with "
+            "--dataset-path FILE.jsonl ({{\"prompt\"}} per line)", name);
+  SSM_CHECK(name == "random" || !path.empty(), "--dataset-name custom needs --dataset-path FILE.jsonl");
+  SSM_CHECK(name == "custom" || path.empty(), "--dataset-path needs --dataset-name custom (random prompts read no file)");
+  return name == "random" ? "random" : path;
+}
+
 }  // namespace ssmserve::cli

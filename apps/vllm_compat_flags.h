@@ -34,4 +34,9 @@ void check_vllm_compat_flags(const VllmCompatFlags& f);
 /// after a bare `--` and every other word are left alone.
 void rewrite_vllm_argument_spellings(std::vector<std::string>& args);
 
+/// vLLM's bench `--dataset-name` (random | custom) and `--dataset-path` as ssmserve's dataset: "random", or the
+/// custom JSONL file's path. `dataset_given`: ssmserve's --dataset was given too. Throws Error naming the flags for
+/// another name, custom without a path, a path with random, or both spellings at once.
+std::string resolve_vllm_dataset(const std::string& name, const std::string& path, bool dataset_given);
+
 }  // namespace ssmserve::cli

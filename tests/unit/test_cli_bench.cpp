@@ -66,6 +66,35 @@ TEST(CliBenchThroughput, DatasetPromptsWithDummyWeights) {
   EXPECT_EQ(j["num_output_tokens"], 2 * 3);
 }
 
+// vLLM's spellings: --dataset-name random | custom with --dataset-path, --random-input-len / --random-output-len.
+TEST(CliBenchThroughput, TakesVllmsDatasetSpellings) {
+  ssmserve::testing::TempDir tmp("clibench");
+  ssmserve::testing::write_file(tmp / "d.jsonl", "{\"prompt\": \"In the beginning God created the heaven\"}\n");
+  const std::string json_path = (tmp / "v.json").string();
+  CliRun r = run("bench throughput --model " + kTiny + " --dataset-name custom --dataset-path " + (tmp / "d.jsonl").string() +
+                 " --num-prompts 2 --random-input-len 3 --random-output-len 2 --output-json " + json_path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(ssmserve::testing::read_file(json_path));
+  EXPECT_EQ(j["dataset"], (tmp / "d.jsonl").string());
+  EXPECT_EQ(j["num_prompt_tokens"], 2 * 3);
+  EXPECT_EQ(j["num_output_tokens"], 2 * 2);
+  r = run("bench throughput --model " + kTiny + " --dataset-name random --num-prompts 2 --random-input-len 5 --output-len 2 "
+          "--output-json " + json_path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(ssmserve::testing::read_file(json_path));
+  EXPECT_TRUE(j["dataset"].is_null());
+  EXPECT_EQ(j["num_prompt_tokens"], 2 * 5);
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--dataset-name sharegpt", "--dataset-name sharegpt is not supported"},
+           {"--dataset-name custom", "--dataset-name custom needs --dataset-path"},
+           {"--dataset-name random --dataset-path x.jsonl", "--dataset-path needs --dataset-name custom"},
+           {"--dataset a.jsonl --dataset-path b.jsonl", "give the dataset once"}}) {
+    r = run("bench throughput --model " + kTiny + " --num-prompts 1 " + args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_NE(r.err.find(want), std::string::npos) << args << ": " << r.err;
+  }
+}
+
 TEST(CliBenchThroughput, DatasetWithoutInputLenKeepsWholePrompts) {
   ssmserve::testing::TempDir tmp("clibench");
   ssmserve::testing::write_file(tmp / "d.jsonl", "{\"prompt\": \"The\"}\n");  // "The" = one token
