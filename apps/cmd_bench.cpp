@@ -193,7 +193,7 @@ int run_replay(BenchArgs& a, const SpeculativeConfig& spec, bool seqs_raised) {
     a.batch_size = b;
     const double plain_d = median(plain[b].decode_tps);
     std::cout << "batch " << b << ", input " << a.input_len << ", output " << a.output_len << ", " << a.num_iters
-              << " iterations (median)\n"
+              << (a.num_iters == 1 ? " iteration\n" : " iterations (median)\n")
               << std::fixed << std::setprecision(1) << "  plain:      decode " << plain_d << " tokens/s\n";
     nlohmann::json row = {{"model", a.engine.model.string()}, {"device", a.engine.device}, {"batch_size", b},
                           {"input_len", a.input_len}, {"output_len", a.output_len}, {"num_iters", a.num_iters},
@@ -298,7 +298,7 @@ int run_latency_one(BenchArgs& a, LLMEngine& engine, nlohmann::json* results) {
   std::cout << "model: " << a.engine.model.string() << " (" << (a.engine.load_format == LoadFormat::Dummy ? "dummy" : "checkpoint")
             << " weights)\n"
             << "batch " << a.batch_size << ", input " << a.input_len << ", output " << a.output_len << ", " << a.num_iters
-            << " iterations (median)\n"
+            << (a.num_iters == 1 ? " iteration\n" : " iterations (median)\n")
             << "prefill: " << p << " tokens/s\n"
             << "decode:  " << d << " tokens/s (" << 1000.0 * a.batch_size / d << " ms per step)\n"
             << "decode host time outside the model's forward (scheduling, batch building, host sampling, outputs): "

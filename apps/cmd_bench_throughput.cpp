@@ -76,7 +76,8 @@ std::vector<Request> make_requests(const LLMEngine& engine, const ThroughputArgs
               engine.config().model.string());
     const std::vector<std::string> texts = read_dataset(a.dataset, a.num_prompts);
     if (static_cast<int>(texts.size()) < a.num_prompts)
-      std::cerr << "warning: " << a.dataset << " has only " << texts.size() << " records; they are reused in order to make "
+      std::cerr << "warning: " << a.dataset << " has only " << texts.size() << (texts.size() == 1 ? " record; it is reused" : " records; they are reused")
+                << " in order to make "
                 << a.num_prompts << " requests (as bench serve does)\n";
     for (const std::string& text : texts) {
       std::vector<int>& p = prompts.emplace_back(engine.tokenizer()->encode(text));
@@ -169,7 +170,8 @@ int run_throughput(ThroughputArgs& a) {
   for (int k = 0; k < 2; ++k) {
     const Part& pt = part[k];
     if (pt.steps == 0) continue;
-    std::cout << (k == 0 ? "prefill steps: " : "decode steps:  ") << pt.steps << " steps, " << pt.tokens << " tokens, "
+    // Steps with prompt tokens count as prefill steps, their decode rows' tokens too (the step runs them together).
+    std::cout << (k == 0 ? "prefill (and mixed) steps: " : "decode-only steps: ") << pt.steps << " steps, " << pt.tokens << " tokens, "
               << std::setprecision(3) << pt.seconds << " s (forward " << pt.forward << " s, rest " << pt.seconds - pt.forward
               << " s), " << 1e3 * pt.seconds / pt.steps << " ms/step, " << std::setprecision(1)
               << static_cast<double>(pt.tokens) / pt.steps << " tokens/step\n";

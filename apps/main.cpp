@@ -259,6 +259,12 @@ int main(int argc, char** argv) {
     const CLI::Option* config = app.get_option_no_throw("--config");
     const std::string file = config && config->count() > 0 ? config->results().back() : "";
     std::string msg = cli::note_config_origin(cli::config_error_message(e.what(), command_path(app), file), given, file);
+    // CLI11 lists the words it did not use as it holds them, last first (it reads a reversed vector): in command-line order.
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      std::vector<std::string> extra = app.remaining(true);
+      if (!extra.empty()) msg = std::string("The following argument") + (extra.size() == 1 ? " was" : "s were") +
+                                " not expected: " + CLI::detail::join(extra, " ");
+    }
     // With no subcommand CLI11 reports only "A subcommand is required"; name the arguments it did not use too.
     if (const auto extra = app.remaining(true); !extra.empty() && dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) msg += "; unexpected argument " + CLI::detail::join(extra, " ");
     std::cerr << "error: " << msg << " (see " << command_path(app) << " --help)" << std::endl;

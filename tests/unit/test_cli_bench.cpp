@@ -102,7 +102,7 @@ TEST(CliBenchThroughput, DatasetWithoutInputLenKeepsWholePrompts) {
   const CliRun r = run("bench throughput --model " + kTiny + " --dataset " + (tmp / "d.jsonl").string() +
                        " --num-prompts 5 --output-len 2 --output-json " + json_path);
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("only 1 records; they are reused"));
+  EXPECT_THAT(r.err, HasSubstr("only 1 record; it is reused"));
   // The record is reused to make --num-prompts requests (as bench serve and vLLM's oversampling).
   const nlohmann::json j = nlohmann::json::parse(ssmserve::testing::read_file(json_path));
   EXPECT_EQ(j["num_requests"], 5);
