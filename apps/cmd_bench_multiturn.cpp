@@ -131,7 +131,12 @@ int run_multiturn(MultiTurnArgs& a) {
     }
     const double c = median(cached_s), u = median(uncached_s);
     std::cout << std::fixed << std::setw(10) << h << std::setw(14) << cached_tokens << std::setw(16) << std::setprecision(1)
-              << 1e3 * c << std::setw(18) << 1e3 * u << std::setw(8) << std::setprecision(3) << (u > 0 ? c / u : 0.0) << "\n";
+              << 1e3 * c << std::setw(18) << 1e3 * u << std::setw(8) << std::setprecision(3) << (u > 0 ? c / u : 0.0)
+              // A history shorter than a cache block caches nothing: both columns are uncached turns (the ratio is noise).
+              << (cached_tokens > 0 ? ""
+                  : h < engine.prefix_cache_config().block_size ? "  (nothing cached: history below mamba_block_size)"
+                                                                 : "  (nothing cached)")
+              << "\n";
     rows.push_back({{"history_len", h}, {"cached_tokens", cached_tokens}, {"ttft_cached_s", c}, {"ttft_uncached_s", u},
                     {"ratio", u > 0 ? c / u : 0.0}});
   }

@@ -273,8 +273,9 @@ int run_bench_serve(BenchServeArgs& a) {
             kMinRequestRate, a.request_rate);
   SSM_CHECK(a.input_len >= 1 && a.input_len <= (1 << 20), "--input-len must be in [1, {}] (got {})", 1 << 20, a.input_len);
   SSM_CHECK(a.output_len >= 1 && a.output_len <= (1 << 20), "--output-len must be in [1, {}] (got {})", 1 << 20, a.output_len);
-  SSM_CHECK(a.max_concurrency >= 0 && a.max_concurrency <= 100000, "--max-concurrency must be in [0, 100000]");
-  SSM_CHECK(a.seed >= 0, "--seed must be >= 0");
+  SSM_CHECK(a.max_concurrency >= 0 && a.max_concurrency <= 100000, "--max-concurrency must be in [0, 100000] (got {})",
+            a.max_concurrency);
+  SSM_CHECK(a.seed >= 0, "--seed must be >= 0 (got {})", a.seed);
   check_output_path(a.output_json);
   SSM_CHECK(a.backend == "vllm" || a.backend == "openai" || a.backend == "openai-chat",
             "--backend {} is not supported: vllm or openai (completions), openai-chat (chat completions)", a.backend);
