@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 
+#include "apps/bench_stats.h"
 #include "core/error.h"
 
 namespace ssmserve::cli {
@@ -51,14 +52,6 @@ std::vector<std::string> split_commas(const std::string& s) {
 }
 
 }  // namespace
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos)), hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
 
 ServeMetricOptions parse_serve_metric_options(const std::string& metrics, const std::string& percentiles) {
   ServeMetricOptions m;

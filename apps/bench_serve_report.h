@@ -25,9 +25,6 @@ struct ServeMetricOptions {
   std::vector<double> percentiles;   ///< each in (0, 100]
 };
 
-/// The p-th percentile (p in [0, 100]) of v with linear interpolation (numpy's default); 0 for an empty v.
-double percentile(std::vector<double> v, double p);
-
 /// Parses vLLM's --percentile-metrics ("ttft,tpot,itl,e2el") and --metric-percentiles ("50,90,99"). Throws Error
 /// naming the flag for an unknown metric, an empty list, or a percentile outside (0, 100].
 ServeMetricOptions parse_serve_metric_options(const std::string& metrics, const std::string& percentiles);

@@ -14,7 +14,7 @@
 #include <random>
 #include <sstream>
 
-#include "apps/bench_serve_report.h"
+#include "apps/bench_stats.h"
 #include "apps/commands.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
@@ -40,11 +40,6 @@ struct BenchArgs {
 constexpr int kMaxOutputLen = 1 << 20;  ///< --output-len
 constexpr int kMaxIters = 1 << 20;      ///< --num-iters, --num-iters-warmup
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /// One timed run: returns {prefill seconds, decode seconds} for the whole batch (engine steps with and without prompt
 /// tokens). The prompts depend on `iter` only (request b of a batch is the same for every batch size). `record`: when

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "apps/bench_stats.h"
 #include "apps/commands.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
@@ -30,10 +31,6 @@ struct MultiTurnArgs {
   std::string output_json;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 /// Runs `prompt` alone (greedy, ignore_eos, max_tokens tokens); returns (seconds to its first output token, the
 /// generated ids, num_cached_tokens).
